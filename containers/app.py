@@ -1,0 +1,243 @@
+"""What each command does, as plain functions: the invoke tasks only parse flags and call these.
+
+This is the impure edge: it gathers host facts (runtime, mirror, pip configuration, git revision,
+existing images), calls the pure planners, prints, and executes. Functions take ``say`` for output
+so tests can capture it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from . import __version__, builder, hostcfg
+from .deffile import read_definition
+from .errors import CheckFailed, CommandFailed, ConfigError, ContainersError, RuntimeNotFound
+from .plan import PROVENANCE_ARGS, CONTEXT_ARGS, BuildPlan, HostFacts, chain_hashes, plan_build
+from .process import capture
+from .report import console, plot_busbw, table
+from .runtime import Runtime, assumed_runtime, find_runtime
+from .settings import Settings, load_settings
+from .sites import Site, detect_site, get_site, load_sites
+from .smoke import SmokeOptions, SmokePlan, SmokeResult, check, plan_smoke, run_smoke, verdict
+from .targets import Target, get_target, load_targets
+
+Say = Callable[[str], None]
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+@dataclass
+class Project:
+    """The project folder and its settings; targets and sites load (and validate) on first use."""
+
+    root: Path
+    settings: Settings
+
+    @classmethod
+    def load(cls, root: Path, config: Mapping[str, Any] | None = None) -> "Project":
+        return cls(root=root, settings=load_settings(root, config))
+
+    @cached_property
+    def targets(self) -> dict[str, Target]:
+        return load_targets(self.root)
+
+    @cached_property
+    def sites(self) -> dict[str, Site]:
+        return load_sites(self.root)
+
+    def target(self, name: str) -> Target:
+        return get_target(self.targets, name)
+
+    def site_of(self, target: Target) -> Site:
+        return get_site(self.sites, target.site)
+
+    def default_target(self) -> str:
+        """The detected site's default target, else the configured default (``cpu``)."""
+        site = detect_site(self.sites)
+        if site is not None and site.default_target:
+            return site.default_target
+        return self.settings.default_target
+
+    def runtime(self, *, required: bool = True, flavour: str = "apptainer") -> Runtime:
+        try:
+            return find_runtime(self.settings.runtime)
+        except RuntimeNotFound:
+            if required:
+                raise
+            return assumed_runtime(flavour)
+
+
+def git_revision(root: Path) -> str:
+    try:
+        revision = capture(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=20).strip()
+        dirty = capture(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                        timeout=20).strip()
+    except CommandFailed:
+        return "unknown"
+    return revision + ("-dirty" if dirty else "")
+
+
+def host_arch() -> str:
+    machine = platform.machine()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
+
+
+def gather_host(project: Project, runtime: Runtime, names: list[str], *,
+                mirror_override: str | None) -> HostFacts:
+    pip = hostcfg.host_pip_config()
+    if pip.cert and not Path(pip.cert).is_file():
+        pip = hostcfg.PipConfig(**{**pip.__dict__, "cert": None})
+    mirror = mirror_override
+    if mirror is None:
+        try:
+            mirror = hostcfg.debian_mirror()
+        except ConfigError:
+            mirror = None  # only a debootstrap definition needs it; its render check says so
+    return HostFacts(
+        runtime=runtime, pip=pip, mirror=mirror, host_paths=tuple(pip.local_paths()),
+        ca_certificates=tuple(hostcfg.extra_ca_certificates()),
+        git_revision=git_revision(project.root),
+        build_date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        arch=host_arch(), built_hashes=builder.built_hashes(project.settings.images_dir, names))
+
+
+def show_command(argv: list[str], env: Mapping[str, str] | None = None) -> str:
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+    return (prefix + " " if prefix else "") + shlex.join(argv)
+
+
+# ----------------------------------------------------------------------------------- targets
+def targets_report(project: Project, *, say: Say = _print) -> None:
+    runtime = project.runtime(required=False)
+    say(f"runtime: {runtime.label if runtime.version != 'unknown' else 'none found on PATH'}")
+    rows = []
+    for name, target in sorted(project.targets.items()):
+        image = project.settings.image_path(name)
+        recorded = builder.built_hashes(project.settings.images_dir, [name]).get(name)
+        try:
+            current = chain_hashes(project.targets, name)[name]
+        except ContainersError as exc:
+            current, state = "", f"invalid: {exc}"
+        else:
+            state = ("built" if recorded == current else "stale" if recorded
+                     else "built (no record)" if image.is_file() else "not built")
+        rows.append((name, target.site, target.arch, target.gpu, target.builder,
+                     os.path.relpath(image, Path.cwd()), state, current[:12]))
+    console().print(table("Image targets", ("target", "site", "arch", "gpu", "builder", "image",
+                                            "state", "inputs hash"), rows))
+
+
+# ------------------------------------------------------------------------------------- check
+def check_inputs(project: Project, *, target: str | None = None, say: Say = _print) -> None:
+    """Validate everything (or one target and what it needs); raise at the first problem."""
+    runtime = project.runtime(required=False)
+    say(f"runtime: {runtime.label if runtime.version != 'unknown' else 'none found on PATH'}")
+    sites = project.sites
+    targets = project.targets
+    names = [project.target(target).name] if target else sorted(targets)
+    for site in sites.values():
+        if site.default_target and site.default_target not in targets:
+            raise ConfigError(f"default_target '{site.default_target}' is not a target",
+                              path=site.path, line=site.lines.get("default_target"),
+                              key="default_target")
+    for name in names:
+        item = targets[name]
+        get_site(sites, item.site) if item.site in sites else _unknown_site(item, sites)
+        chain_hashes(targets, name)
+        if item.definition is not None:
+            definition = read_definition(item.definition)
+            missing = [a for a in definition.missing_args(item.build_args)
+                       if a not in CONTEXT_ARGS and a not in PROVENANCE_ARGS]
+            if missing:
+                raise ConfigError(f"build argument {{{{ {missing[0]} }}}} has no value (no default "
+                                  f"in %arguments, none in the manifest's build_args)",
+                                  path=item.definition, line=definition.arg_lines.get(missing[0]),
+                                  key=missing[0])
+        say(f"ok  target {name:<14} {os.path.relpath(item.manifest)}")
+    for site in sites.values():
+        say(f"ok  site   {site.name:<14} {os.path.relpath(site.path)}")
+
+
+def _unknown_site(target: Target, sites: Mapping[str, Site]) -> None:
+    from .schema import suggest
+    raise ConfigError(f"site '{target.site}' has no profile in sites/"
+                      f"{suggest(target.site, list(sites))}", path=target.manifest,
+                      line=target.line("site"), key="site")
+
+
+# ------------------------------------------------------------------------------------- build
+def build(project: Project, *, target: str, force: bool = False, dry_run: bool = False,
+          build_args: Mapping[str, str] | None = None, say: Say = _print) -> BuildPlan:
+    item = project.target(target)
+    runtime = project.runtime(required=not dry_run)
+    if item.arch != host_arch():
+        raise ConfigError(
+            f"target '{item.name}' is {item.arch} but this machine is {host_arch()}; an "
+            f"{item.arch} image cannot be built here without emulation. Build it on an "
+            f"{item.arch} node (a build job there), then copy the .sif back",
+            path=item.manifest, line=item.line("arch"), key="arch")
+    cli_args = dict(build_args or {})
+    host = gather_host(project, runtime, [t.name for t in project.targets.values()],
+                       mirror_override=cli_args.get("MIRROR"))
+    plan = plan_build(project.targets, item.name, settings=project.settings, host=host,
+                      cli_args=cli_args, force=force)
+    say(f"runtime: {runtime.label}")
+    for number, step in enumerate(plan.steps, start=1):
+        say(f"step {number}/{len(plan.steps)}: {step.target.name} [{step.action}] "
+            f"inputs {step.short_hash} -> {os.path.relpath(step.image)}")
+        if step.action != "build":
+            continue
+        for name in sorted([*step.staged, *step.copied]):
+            say(f"  stage  {step.workdir / 'context' / name}")
+        say(f"  run    {show_command(step.build_argv, step.env)}")
+        if step.test_argv:
+            say(f"  run    {show_command(step.test_argv, step.env)}")
+        say(f"  run    {show_command(step.inspect_argv)}")
+        say(f"  rename {os.path.relpath(step.partial)} -> {os.path.relpath(step.image)} "
+            f"(+ {os.path.relpath(step.image)}.json)")
+    if dry_run or not plan.pending:
+        if not plan.pending:
+            say(f"{item.name} is up to date: nothing to build")
+        return plan
+    builder.execute(plan, runtime=runtime, say=say)
+    return plan
+
+
+# ------------------------------------------------------------------------------------- smoke
+def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_run: bool = False,
+          say: Say = _print) -> SmokeResult | SmokePlan:
+    item = project.target(target or project.default_target())
+    site = project.site_of(item)
+    runtime = project.runtime(required=not dry_run, flavour=site.runtime)
+    run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    plan = plan_smoke(item, site, settings=project.settings, runtime=runtime, options=options,
+                      run_id=run_id)
+    say(f"smoke: {item.name} on site {site.name}, {plan.ranks} ranks, results in "
+        f"{os.path.relpath(plan.out_dir)}")
+    say(f"  run  {show_command(plan.argv)}")
+    if dry_run:
+        return plan
+    result = run_smoke(plan, say=say)
+    if result.report and result.report.get("results"):
+        png = plot_busbw(result.report, plan.out_dir / "allreduce.png",
+                         title=f"all_reduce busbw: {item.name}, {plan.ranks} ranks, "
+                               f"{result.report.get('backend', '?')}")
+        say(f"plot: {os.path.relpath(png)}")
+    say(f"json: {os.path.relpath(plan.out_dir / 'allreduce.json')}")
+    reasons = verdict(result)
+    say("verdict: " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
+    check(result)
+    return result
+
+
+__all__ = ["Project", "build", "check_inputs", "smoke", "targets_report", "CheckFailed",
+           "__version__"]

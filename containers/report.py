@@ -1,0 +1,59 @@
+"""Results for people: terminal tables (rich) and PNG plots (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+
+def console() -> Console:
+    # Wide enough for paths in CI logs, where there is no terminal to measure.
+    return Console(width=None if Console().is_terminal else 160, highlight=False)
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
+    result = Table(title=title, title_justify="left")
+    for column in columns:
+        result.add_column(column, overflow="fold")
+    for row in rows:
+        result.add_row(*("" if cell is None else str(cell) for cell in row))
+    return result
+
+
+def human_bytes(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.4g} {unit}"
+        count /= 1024
+    return f"{count} B"
+
+
+def plot_busbw(report: dict, path: Path, *, title: str) -> Path:
+    """busbw (and algbw) against message size, out-of-place and in-place, log-2 x axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report.get("results", [])
+    sizes = [r["bytes"] for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    for key, label, style in (("oop", "out-of-place", "o-"), ("ip", "in-place", "s--")):
+        ax.plot(sizes, [r[key]["busbw"] for r in rows], style, label=f"busbw {label}")
+    ax.plot(sizes, [r["oop"]["algbw"] for r in rows], ":", color="grey", label="algbw out-of-place")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bandwidth (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ticks = sizes[:: max(1, len(sizes) // 8)]
+    ax.set_xticks(ticks, [human_bytes(s) for s in ticks], rotation=30)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

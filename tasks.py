@@ -1,0 +1,89 @@
+"""Command line of the image build system: ``invoke --list`` shows the tasks.
+
+Thin on purpose: each task turns its flags into a call into :mod:`containers.app` and maps the
+tool's one error family to a one-line message and a non-zero exit (``invoke.Exit``).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from invoke import Exit, task
+
+from containers import app
+from containers.errors import ContainersError
+from containers.plan import parse_build_args
+from containers.smoke import SmokeOptions
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _project(c) -> app.Project:
+    settings = c.config.get("containers", None) or {}
+    return app.Project.load(ROOT, {key: settings[key] for key in settings})
+
+
+def _user_errors(body):
+    """One clear line and a non-zero exit for user errors; tracebacks only for real bugs."""
+    @functools.wraps(body)
+    def wrapper(c, *args, **kwargs):
+        try:
+            return body(c, *args, **kwargs)
+        except ContainersError as exc:
+            raise Exit(f"error: {exc}", code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise Exit("interrupted", code=130) from None
+    return wrapper
+
+
+@task(help={"target": "only this target (and what it needs); default: everything"})
+@_user_errors
+def check(c, target=None):
+    """Validate manifests, env specs, definitions and site profiles."""
+    app.check_inputs(_project(c), target=target)
+
+
+@task
+@_user_errors
+def targets(c):
+    """List image targets: site, arch, GPU kind, builder, image, built or not, inputs hash."""
+    app.targets_report(_project(c))
+
+
+@task(
+    iterable=["build_arg"],
+    help={
+        "target": "image target to build (recipes/<target>.yaml); bases are built first",
+        "force": "rebuild this target even if its inputs are unchanged",
+        "dry_run": "print the plan and the exact commands, run nothing",
+        "build_arg": "KEY=VALUE build argument for the definition (repeatable)",
+    },
+)
+@_user_errors
+def build(c, target=None, force=False, dry_run=False, build_arg=None):
+    """Build an image (and its bases) unless its inputs hash says it is up to date."""
+    project = _project(c)
+    app.build(project, target=target or project.settings.default_target, force=force,
+              dry_run=dry_run, build_args=parse_build_args(build_arg or []))
+
+
+@task(
+    help={
+        "target": "image to test; default: the detected site's default target, else cpu",
+        "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
+        "sizes": "message sizes MIN:MAX in bytes (K/M/G suffixes), doubling; or a comma list",
+        "iters": "timed iterations per size",
+        "warmup": "untimed warm-up iterations per size",
+        "timeout": "seconds before every rank is stopped and the run fails",
+        "dtype": "element type: float32, float16 or bfloat16",
+        "dry_run": "print the exact exec command, run nothing",
+    },
+)
+@_user_errors
+def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=600.0,
+          dtype="float32", dry_run=False):
+    """all_reduce benchmark inside the image (nccl-tests style): algbw, busbw, #wrong."""
+    options = SmokeOptions(gpus=int(gpus), sizes=sizes, iters=int(iters), warmup=int(warmup),
+                           timeout=float(timeout), dtype=dtype)
+    app.smoke(_project(c), target=target, options=options, dry_run=dry_run)
