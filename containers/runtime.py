@@ -71,7 +71,7 @@ def parse_version(text: str) -> tuple[str, str]:
     Apptainer prints ``apptainer version 1.4.5``; SingularityCE ``singularity-ce version 4.1.3``;
     Apptainer's ``singularity`` compatibility link also says ``apptainer``.
     """
-    match = re.search(r"(apptainer|singularity)(?:-ce)?\s+version\s+(\S+)", text, re.I)
+    match = re.search(r"(apptainer|singularity)(?:-?ce)?\s+version\s+(\S+)", text, re.I)
     if not match:
         raise RuntimeNotFound(f"cannot read a runtime version from: {text.strip()[:80]!r}")
     return match.group(1).lower(), match.group(2)

@@ -65,6 +65,14 @@ class Field:
     choices: tuple[Any, ...] | None = None
 
 
+def _type_name(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
 def suggest(word: str, candidates: Sequence[str]) -> str:
     """A ``" (did you mean 'x'?)"`` suffix for a likely typo, or an empty string."""
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
@@ -106,7 +114,7 @@ def check_mapping(data: Any, fields: Sequence[Field], *, what: str, path: Any = 
         value = data[field.name]
         check, expected = KINDS[field.kind]
         if not check(value):
-            raise ConfigError(f"must be {expected}, got {type(value).__name__}", path=path,
+            raise ConfigError(f"must be {expected}, got {_type_name(value)}", path=path,
                               line=line_of(data, field.name), key=prefix + field.name)
         if field.choices is not None and value not in field.choices:
             options = ", ".join(str(c) for c in field.choices)

@@ -1,0 +1,723 @@
+#!/usr/bin/env python3
+"""all_reduce bandwidth benchmark on torch.distributed, measured the way nccl-tests measures.
+
+Runs inside the container images, so it needs torch and the standard library only.
+
+Launch one process per GPU (or per CPU rank with gloo), for example::
+
+    torchrun --standalone --nproc-per-node 4 allreduce.py --out results/
+    srun python allreduce.py --out results/       # with MASTER_ADDR / MASTER_PORT exported
+
+Measurement (see nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md``):
+
+* per size, ``--warmup`` untimed calls, then ``--iters`` timed calls, out-of-place then in-place;
+* the time of one iteration is the mean over the timed calls on a rank, and the reported time is
+  the MAX of that over ranks (the slowest rank bounds the collective);
+* ``algbw = bytes / time`` and ``busbw = algbw * 2(n-1)/n``, in GB/s (10^9 bytes per second);
+* correctness is checked outside the timed region on freshly initialised data whose exact sum is
+  known, and ``#wrong`` is the number of wrong elements summed over ranks.
+
+``torch.distributed.all_reduce`` only works in place.  "Out-of-place" here means the result lands
+in a separate output buffer that is refilled from an untouched input buffer before every call; the
+copy is outside the timed bracket, so only the collective is timed.  Each call is bracketed on its
+own (CUDA/HIP events on the GPU, ``time.perf_counter`` on the CPU) and the brackets are summed.
+Expect out-of-place and in-place numbers to be close: it is the same collective underneath.
+
+Exit status: 0 all good; 1 wrong values found; 2 bad command line; 3 any other error.
+Rank 0 prints the table and writes ``OUT/allreduce.json``; every rank writes ``OUT/rank-<RANK>.json``
+once it has finished cleanly, so the launcher can tell which ranks did not finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import torch
+import torch.distributed as dist
+
+EXIT_OK = 0
+EXIT_WRONG = 1
+EXIT_USAGE = 2
+EXIT_ERROR = 3
+FAULT_EXIT_CODE = 17
+
+BENCHMARK = "all_reduce"
+REDOP = "sum"
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+FAULT_KINDS = ("die", "hang", "corrupt")
+SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
+# Largest element value in the check pattern; 13 is prime, so the pattern is not aligned with
+# any power-of-two chunking a collective algorithm might use.
+MAX_PATTERN_PERIOD = 13
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault to inject on one rank; exists only so the harness's failure paths can be tested."""
+
+    kind: str
+    rank: int
+
+
+def parse_size(text: str) -> int:
+    """Parse a byte size such as ``1024``, ``1K``, ``128M`` or ``1GiB`` (binary units)."""
+    match = SIZE_RE.match(text)
+    if not match:
+        raise ValueError(f"not a byte size: {text!r} (use e.g. 1024, 1K, 128M, 1G)")
+    value = int(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
+    if value <= 0:
+        raise ValueError(f"byte size must be positive: {text!r}")
+    return value
+
+
+def parse_sizes(spec: str, step_factor: int = 2) -> list[int]:
+    """Expand ``A:B`` (A, A*f, A*f^2, ... up to B) or a comma list ``A,B,C`` into byte sizes.
+
+    The range form mirrors nccl-tests ``-b A -e B -f factor``; the list form lets a job probe
+    just the sizes a site publishes a reference for (for example 128M).
+    """
+    if step_factor < 2:
+        raise ValueError(f"step factor must be >= 2, got {step_factor}")
+    spec = spec.strip()
+    if ":" in spec:
+        parts = spec.split(":")
+        if len(parts) != 2:
+            raise ValueError(f"size range must be A:B, got {spec!r}")
+        low, high = parse_size(parts[0]), parse_size(parts[1])
+        if low > high:
+            raise ValueError(f"size range start {low} is above its end {high}")
+        sizes = []
+        size = low
+        while size <= high:
+            sizes.append(size)
+            size *= step_factor
+        return sizes
+    items = [item for item in spec.split(",") if item.strip()]
+    if not items:
+        raise ValueError("no sizes given")
+    return [parse_size(item) for item in items]
+
+
+def parse_fault(text: str) -> Fault:
+    """Parse ``KIND@RANK`` for ``--fault``."""
+    kind, sep, rank = text.partition("@")
+    if not sep or kind not in FAULT_KINDS or not rank.isdigit():
+        raise ValueError(f"fault must be KIND@RANK with KIND in {', '.join(FAULT_KINDS)}: {text!r}")
+    return Fault(kind=kind, rank=int(rank))
+
+
+def _argparse_type(parser_fn):
+    """Wrap a parser so argparse reports its ValueError message as a usage error."""
+
+    def convert(text: str):
+        try:
+            return parser_fn(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    convert.__name__ = parser_fn.__name__
+    return convert
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"must be >= 1, got {value}")
+    return value
+
+
+def _step_factor(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise ValueError(f"must be >= 2, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; every flag is documented because batch scripts are read by others."""
+    parser = argparse.ArgumentParser(
+        description="torch.distributed all_reduce benchmark with nccl-tests style output "
+        "(time, algbw, busbw, #wrong; out-of-place and in-place).",
+        epilog="Exit status: 0 ok, 1 wrong values, 2 bad command line, 3 other error.",
+    )
+    parser.add_argument(
+        "--sizes", default="1K:128M",
+        help="message sizes in bytes: A:B for A, A*f, ... up to B (f = --step-factor), or a comma "
+        "list A,B,C; K/M/G are binary units (default: %(default)s)")
+    parser.add_argument(
+        "--step-factor", type=_argparse_type(_step_factor), default=2,
+        help="multiplier between sizes of an A:B range, >= 2 (default: %(default)s)")
+    parser.add_argument(
+        "--iters", type=_argparse_type(_positive_int), default=20,
+        help="timed iterations per size and mode (default: %(default)s)")
+    parser.add_argument(
+        "--warmup", type=_argparse_type(_non_negative_int), default=5,
+        help="untimed warm-up iterations per size (default: %(default)s)")
+    parser.add_argument(
+        "--dtype", choices=sorted(DTYPES), default="float32",
+        help="element type (default: %(default)s)")
+    parser.add_argument(
+        "--backend", choices=("auto", "gloo", "nccl"), default="auto",
+        help="process group backend; auto picks nccl when torch sees a GPU (ROCm torch reports "
+        "its GPUs through torch.cuda and uses RCCL under the name nccl), else gloo on CPU "
+        "(default: %(default)s)")
+    parser.add_argument(
+        "--out", default="allreduce-results",
+        help="results folder for allreduce.json and rank-<RANK>.json (default: %(default)s)")
+    parser.add_argument(
+        "--timeout-s", type=_argparse_type(_positive_int), default=300,
+        help="seconds before process-group init or a collective is declared hung; passed to "
+        "init_process_group (default: %(default)s)")
+    parser.add_argument(
+        "--check", action=argparse.BooleanOptionalAction, default=True,
+        help="check every result against the exact expected sum (default: on)")
+    parser.add_argument(
+        "--fault", type=_argparse_type(parse_fault), default=None, metavar="KIND@RANK",
+        help="FOR TESTS OF THE HARNESS ONLY: inject a fault on one rank. die: the rank exits with "
+        f"status {FAULT_EXIT_CODE} after the first size's warm-up; hang: the rank sleeps forever "
+        "there; corrupt: the rank damages its result buffer before every check")
+    return parser
+
+
+# ----------------------------------------------------------------------------------------------
+# Bandwidth model and check pattern
+# ----------------------------------------------------------------------------------------------
+
+
+def busbw_factor(world_size: int) -> float:
+    """nccl-tests' all_reduce bus factor 2(n-1)/n: makes busbw comparable across rank counts."""
+    if world_size < 1:
+        raise ValueError(f"world size must be >= 1, got {world_size}")
+    return 2.0 * (world_size - 1) / world_size
+
+
+def bandwidths(nbytes: int, seconds: float, world_size: int) -> tuple[float, float]:
+    """Return (algbw, busbw) in GB/s (10^9) for one all_reduce of nbytes taking seconds."""
+    if seconds <= 0:
+        return 0.0, 0.0
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * busbw_factor(world_size)
+
+
+def exact_integer_limit(dtype: torch.dtype) -> int:
+    """Largest N such that every integer 0..N is exact in dtype: 2^24, 2^11, 2^8 for fp32/16/bf16."""
+    eps = torch.finfo(dtype).eps  # 2^-(significand bits - 1)
+    significand_bits = 1 - round(torch.log2(torch.tensor(eps, dtype=torch.float64)).item())
+    return 2**significand_bits
+
+
+def pattern_period(dtype: torch.dtype, world_size: int) -> int:
+    """Largest element value K for the check pattern, or 0 if no exact check is possible.
+
+    Rank r holds ((i + r) mod K) + 1 at element i: small positive integers, so every partial sum
+    of any reduction order is an integer no larger than world_size * K.  Keeping that at or
+    below the dtype's exact-integer limit makes the result exact, whatever algorithm the
+    backend picks (ring, tree, NVLS) and whatever order it adds in.  bfloat16 only holds
+    integers exactly up to 256, hence the shrinking K; beyond 256 ranks no such pattern exists.
+    """
+    return min(MAX_PATTERN_PERIOD, exact_integer_limit(dtype) // world_size)
+
+
+def _tiled(tile: torch.Tensor, count: int) -> torch.Tensor:
+    repeats = -(-count // tile.numel())
+    return tile.repeat(repeats)[:count].contiguous()
+
+
+def rank_values(rank: int, count: int, period: int, dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor:
+    """Rank's input: ((i + rank) mod period) + 1, so a value from the wrong rank shows up."""
+    tile = (torch.arange(period, device=device) + rank) % period + 1
+    return _tiled(tile.to(dtype), count)
+
+
+def expected_values(world_size: int, count: int, period: int, dtype: torch.dtype,
+                    device: torch.device) -> torch.Tensor:
+    """The exact element-wise sum of rank_values over all ranks (integer arithmetic, then cast)."""
+    index = torch.arange(period, dtype=torch.int64, device=device)
+    total = torch.zeros(period, dtype=torch.int64, device=device)
+    for rank in range(world_size):
+        total += (index + rank) % period + 1
+    return _tiled(total.to(dtype), count)
+
+
+# ----------------------------------------------------------------------------------------------
+# Process group
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the job, whichever launcher started it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str  # "torchrun" (or any RANK/WORLD_SIZE exporter), "slurm" or "single"
+
+
+def resolve_dist_env(environ: Mapping[str, str]) -> DistEnv:
+    """Read rank and world size from torchrun's variables, else from srun's, else run alone.
+
+    torchrun's variables win, so ``srun torchrun ...`` (one agent per node) works as well as
+    ``srun python allreduce.py`` (one task per GPU).
+    """
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        local = environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0"))
+        return DistEnv(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(local), "torchrun")
+    if "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ:
+        return DistEnv(int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]),
+                       int(environ.get("SLURM_LOCALID", "0")), "slurm")
+    return DistEnv(0, 1, 0, "single")
+
+
+def choose_backend(requested: str) -> str:
+    """auto means nccl when a GPU is visible (RCCL on ROCm answers to the same name), else gloo."""
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise RuntimeError("--backend nccl needs a GPU, but torch.cuda.is_available() is False")
+    return requested
+
+
+def choose_device(backend: str, local_rank: int) -> torch.device:
+    """One GPU per rank for nccl (by local rank); CPU tensors for gloo.
+
+    When Slurm binds one GPU per task (``--gpus-per-task=1``), each task sees a single device
+    numbered 0 whatever its local rank, so that case maps to device 0.
+    """
+    if backend != "nccl":
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if local_rank < count:
+        index = local_rank
+    elif count == 1:
+        index = 0
+    else:
+        raise RuntimeError(f"local rank {local_rank} has no GPU: only {count} visible")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def init_process_group(env: DistEnv, backend: str, timeout_s: int) -> None:
+    """Join the process group; a single process uses an in-memory store and needs no address."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if env.world_size == 1:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout)
+        return
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"{' and '.join(missing)} not set: under srun export MASTER_ADDR (the first node of "
+            "the job) and MASTER_PORT (a free port) before launching")
+    # env:// reads these; under srun they come from SLURM_* and are not set yet.
+    os.environ.setdefault("RANK", str(env.rank))
+    os.environ.setdefault("WORLD_SIZE", str(env.world_size))
+    os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
+    dist.init_process_group(backend, init_method="env://", rank=env.rank,
+                            world_size=env.world_size, timeout=timeout)
+
+
+def sync_all(device: torch.device) -> None:
+    """Drain this rank's GPU work, then line all ranks up, so a timed loop starts together."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    dist.barrier()
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing and check
+# ----------------------------------------------------------------------------------------------
+
+
+def time_collective(buf: torch.Tensor, src: Optional[torch.Tensor], iters: int,
+                    device: torch.device) -> float:
+    """Mean seconds per all_reduce of buf on this rank, timing the collective alone.
+
+    With src (out-of-place), buf is refilled from src before each call and the copy sits
+    outside the bracket.  On the GPU the bracket is a pair of events on the current stream:
+    the NCCL stream waits for the start event and the end event waits for the collective, so
+    the bracket covers the collective (including waiting for late ranks, as in nccl-tests)
+    without a host synchronisation per call.  On the CPU gloo returns when the work is done,
+    so a wall-clock bracket is exact.
+    """
+    if device.type == "cuda":
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for start, end in zip(starts, ends):
+            if src is not None:
+                buf.copy_(src)
+            start.record()
+            dist.all_reduce(buf)
+            end.record()
+        torch.cuda.synchronize(device)
+        return sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / 1e3 / iters
+    total = 0.0
+    for _ in range(iters):
+        if src is not None:
+            buf.copy_(src)
+        began = time.perf_counter()
+        dist.all_reduce(buf)
+        total += time.perf_counter() - began
+    return total / iters
+
+
+def count_wrong(buf: torch.Tensor, src: torch.Tensor, expected: torch.Tensor,
+                corrupt: bool = False) -> int:
+    """all_reduce fresh input and count elements that differ from the exact sum, on this rank.
+
+    corrupt damages one element after the collective (the --fault corrupt test hook); the
+    expected values are all positive, so -1 is always wrong.
+    """
+    buf.copy_(src)
+    dist.all_reduce(buf)
+    if corrupt:
+        buf[0] = -1
+    return int((buf != expected).sum().item())
+
+
+def reduce_across_ranks(values: list[float], op: dist.ReduceOp, dtype: torch.dtype,
+                        device: torch.device) -> list[float]:
+    """Reduce a few host numbers over all ranks (MAX of times, SUM of wrong counts)."""
+    tensor = torch.tensor(values, dtype=dtype, device=device)
+    dist.all_reduce(tensor, op=op)
+    return tensor.tolist()
+
+
+# ----------------------------------------------------------------------------------------------
+# Records, table and JSON
+# ----------------------------------------------------------------------------------------------
+
+
+def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
+                     world_size: int) -> dict[str, Any]:
+    """One mode's numbers, rounded once here so the table and the JSON show the same values."""
+    algbw, busbw = bandwidths(nbytes, seconds, world_size)
+    return {
+        "time_us": round(seconds * 1e6, 2),
+        "algbw": round(algbw, 3),
+        "busbw": round(busbw, 3),
+        "wrong": wrong,
+    }
+
+
+def make_record(nbytes: int, count: int, dtype_name: str, oop: dict[str, Any],
+                ip: dict[str, Any]) -> dict[str, Any]:
+    """One table row / one element of the JSON ``results`` list."""
+    return {"bytes": nbytes, "count": count, "type": dtype_name, "redop": REDOP,
+            "oop": oop, "ip": ip}
+
+
+# Column layout shared by the header and the rows: (header, units, width).
+_KEY_COLUMNS = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 9),
+                ("redop", "", 6))
+_MODE_COLUMNS = (("time", "(us)", 11), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8),
+                 ("#wrong", "", 7))
+
+
+def format_table_header() -> str:
+    """The nccl-tests column header: names, then units, out-of-place then in-place."""
+    key_width = sum(width + 1 for _, _, width in _KEY_COLUMNS)
+    mode_width = sum(width + 1 for _, _, width in _MODE_COLUMNS)
+    banner = "#" + " " * (key_width - 1) + "  " + "out-of-place (oop)".center(mode_width) + \
+        "  " + "in-place (ip)".center(mode_width)
+    lines = [banner.rstrip()]
+    for row in (0, 1):
+        keys = " ".join(f"{col[row]:>{col[2]}}" for col in _KEY_COLUMNS)
+        mode = " ".join(f"{col[row]:>{col[2]}}" for col in _MODE_COLUMNS)
+        lines.append(("#" + keys[1:] + " |" + mode + " |" + mode).rstrip())
+    return "\n".join(lines)
+
+
+def _format_mode(mode: dict[str, Any]) -> str:
+    wrong = "N/A" if mode["wrong"] is None else str(mode["wrong"])
+    widths = [col[2] for col in _MODE_COLUMNS]
+    return (f"{mode['time_us']:>{widths[0]}.2f} {mode['algbw']:>{widths[1]}.3f} "
+            f"{mode['busbw']:>{widths[2]}.3f} {wrong:>{widths[3]}}")
+
+
+def format_row(record: dict[str, Any]) -> str:
+    """One result row, aligned under format_table_header()."""
+    widths = [col[2] for col in _KEY_COLUMNS]
+    keys = (f"{record['bytes']:>{widths[0]}} {record['count']:>{widths[1]}} "
+            f"{record['type']:>{widths[2]}} {record['redop']:>{widths[3]}}")
+    return f"{keys} |{_format_mode(record['oop'])} |{_format_mode(record['ip'])}"
+
+
+def summarize(records: list[dict[str, Any]], check: bool) -> tuple[Optional[int], float]:
+    """(total #wrong or None when unchecked, mean busbw over all rows and both modes).
+
+    The mean is nccl-tests' "Avg bus bandwidth"; it is dominated by small messages.
+    """
+    modes = [record[key] for record in records for key in ("oop", "ip")]
+    wrong_total = sum(mode["wrong"] for mode in modes) if check else None
+    avg = sum(mode["busbw"] for mode in modes) / len(modes) if modes else 0.0
+    return wrong_total, round(avg, 3)
+
+
+def format_footer(wrong_total: Optional[int], avg_busbw: float) -> str:
+    """The nccl-tests footer, with a reminder that the average is not a verdict on bandwidth."""
+    if wrong_total is None:
+        bounds = "N/A (check disabled)"
+    else:
+        bounds = f"{wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}"
+    return "\n".join([
+        f"# Out of bounds values : {bounds}",
+        f"# Avg bus bandwidth    : {avg_busbw:.3f}",
+        "#   (mean over all sizes and both modes, dominated by small messages: read the busbw of",
+        "#    the largest size instead; the average is not a pass criterion)",
+    ])
+
+
+def format_header(args: argparse.Namespace, sizes: list[int], env: DistEnv, backend: str,
+                  ranks: list[dict[str, Any]], nodes: int) -> str:
+    """nccl-tests' preamble (with nThread/nGpus), plus backend, versions and the rank map."""
+    step = "list" if ":" not in args.sizes else f"{args.step_factor}(factor)"
+    gpus = 1 if backend == "nccl" else 0
+    lines = [
+        f"# {BENCHMARK} on torch.distributed (nccl-tests layout)",
+        f"# nThread 1 nGpus {gpus} minBytes {min(sizes)} maxBytes {max(sizes)} step: {step} "
+        f"warmup iters: {args.warmup} iters: {args.iters} agg iters: 1 "
+        f"validation: {int(args.check)} graph: 0",
+        f"# ranks {env.world_size}  nodes {nodes}  launcher {env.launcher}  backend {backend}  "
+        f"dtype {args.dtype}  {runtime_summary()}",
+        "# time: per-iteration mean on each rank, max over ranks; copy to the oop buffer untimed",
+        "#",
+        "# Using devices",
+    ]
+    for info in ranks:
+        lines.append(f"#  Rank {info['rank']:>3} Group  0 Pid {info['pid']:>7} on "
+                     f"{info['hostname']:>12} device {info['local_rank']:>2} [{info['device']}]")
+    lines.append("#")
+    return "\n".join(lines)
+
+
+def runtime_versions() -> dict[str, Optional[str]]:
+    """torch and GPU runtime versions, recorded because results depend on all of them."""
+    versions: dict[str, Optional[str]] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
+        "nccl": None,
+    }
+    if torch.cuda.is_available():
+        try:
+            nccl = torch.cuda.nccl.version()
+            versions["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        except Exception:  # noqa: BLE001 - a version string is nice to have, never fatal
+            pass
+    return versions
+
+
+def runtime_summary() -> str:
+    """One header fragment such as ``torch 2.13.0  cuda 12.8  nccl 2.27.5``."""
+    return "  ".join(f"{name} {value}" for name, value in runtime_versions().items() if value)
+
+
+def describe_device(device: torch.device) -> str:
+    """Device text for the rank map, e.g. ``cuda:0 NVIDIA H100`` or ``cpu``."""
+    if device.type == "cuda":
+        return f"{device} {torch.cuda.get_device_name(device)}"
+    return "cpu"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically (temp file, then os.replace) so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------
+
+
+def inject_mid_run_fault(fault: Optional[Fault], rank: int) -> None:
+    """--fault die / hang: act on the faulty rank after the first size's warm-up."""
+    if fault is None or fault.rank != rank or fault.kind not in ("die", "hang"):
+        return
+    print(f"rank {rank}: injected fault {fault.kind}", file=sys.stderr, flush=True)
+    if fault.kind == "die":
+        os._exit(FAULT_EXIT_CODE)
+    while True:
+        time.sleep(3600)
+
+
+def benchmark_size(nbytes: int, count: int, send: torch.Tensor, recv: torch.Tensor,
+                   args: argparse.Namespace, env: DistEnv, device: torch.device,
+                   period: int, first: bool) -> tuple[dict[str, Any], int]:
+    """Warm up, time oop then ip, check both; return the (reduced) record and the local #wrong."""
+    dtype = DTYPES[args.dtype]
+    src, buf = send[:count], recv[:count]
+    buf.copy_(src)
+    if args.warmup:
+        time_collective(buf, None, args.warmup, device)
+    if first:
+        inject_mid_run_fault(args.fault, env.rank)
+
+    sync_all(device)
+    oop_s = time_collective(buf, src, args.iters, device)
+    buf.copy_(src)
+    sync_all(device)
+    ip_s = time_collective(buf, None, args.iters, device)
+
+    local_wrong = [0, 0]
+    if period:
+        expected = expected_values(env.world_size, count, period, dtype, device)
+        corrupt = args.fault is not None and args.fault.kind == "corrupt" \
+            and args.fault.rank == env.rank
+        # Both modes end in the same collective on the same buffer; check each, as nccl-tests does.
+        local_wrong = [count_wrong(buf, src, expected, corrupt) for _mode in ("oop", "ip")]
+        del expected
+
+    oop_s, ip_s = reduce_across_ranks([oop_s, ip_s], dist.ReduceOp.MAX, torch.float64, device)
+    wrong = reduce_across_ranks(local_wrong, dist.ReduceOp.SUM, torch.int64, device)
+    oop_wrong, ip_wrong = (int(w) for w in wrong) if period else (None, None)
+    record = make_record(
+        nbytes, count, args.dtype,
+        make_mode_record(nbytes, oop_s, oop_wrong, env.world_size),
+        make_mode_record(nbytes, ip_s, ip_wrong, env.world_size),
+    )
+    return record, sum(local_wrong)
+
+
+def gather_ranks(env: DistEnv, device: torch.device) -> list[dict[str, Any]]:
+    """Every rank's identity, in rank order, for the header and for counting nodes."""
+    mine = {"rank": env.rank, "local_rank": env.local_rank, "hostname": socket.gethostname(),
+            "pid": os.getpid(), "device": describe_device(device)}
+    gathered: list[Any] = [None] * env.world_size
+    dist.all_gather_object(gathered, mine)
+    return sorted(gathered, key=lambda info: info["rank"])
+
+
+def run(args: argparse.Namespace, env: DistEnv) -> int:
+    """Benchmark every size, print on rank 0, write the JSON files; return the exit status."""
+    started = now_iso()
+    dtype = DTYPES[args.dtype]
+    elem = torch.empty((), dtype=dtype).element_size()
+    sizes = parse_sizes(args.sizes, args.step_factor)
+
+    backend = choose_backend(args.backend)
+    device = choose_device(backend, env.local_rank)
+    init_process_group(env, backend, args.timeout_s)
+    out = Path(args.out)
+    leader = env.rank == 0
+
+    ranks = gather_ranks(env, device)
+    hostnames = sorted({info["hostname"] for info in ranks})
+    period = pattern_period(dtype, env.world_size) if args.check else 0
+    if leader:
+        print(format_header(args, sizes, env, backend, ranks, len(hostnames)), flush=True)
+        if args.check and not period:
+            print(f"# check disabled: {args.dtype} cannot hold exact sums over "
+                  f"{env.world_size} ranks", flush=True)
+        print(format_table_header(), flush=True)
+
+    report: dict[str, Any] = {
+        "benchmark": BENCHMARK, "world_size": env.world_size, "nodes": len(hostnames),
+        "backend": backend, "device": device.type, "dtype": args.dtype,
+        "torch_version": torch.__version__, "runtime": runtime_versions(),
+        "hostnames": hostnames, "ranks": ranks, "iters": args.iters, "warmup": args.warmup,
+        "check": bool(period), "results": [], "wrong_total": None, "avg_busbw": None,
+        "ok": False, "started": started, "finished": None,
+    }
+    if leader:  # exists from the start, so a run that dies early still leaves its context
+        write_json(out / "allreduce.json", report)
+
+    max_count = max(sizes) // elem
+    send = rank_values(env.rank, max_count, period or MAX_PATTERN_PERIOD, dtype, device)
+    recv = torch.empty_like(send)
+    local_wrong = 0
+    for index, size in enumerate(sizes):
+        count = size // elem
+        record, wrong = benchmark_size(count * elem, count, send, recv, args, env, device,
+                                       period, first=index == 0)
+        local_wrong += wrong
+        report["results"].append(record)  # every rank: all of them exit with the same verdict
+        if leader:
+            print(format_row(record), flush=True)
+            write_json(out / "allreduce.json", report)  # partial: finished stays null
+
+    wrong_total, avg_busbw = summarize(report["results"], bool(period))
+    ok = not wrong_total
+    if leader:
+        print(format_footer(wrong_total, avg_busbw), flush=True)
+        if not ok:
+            bad = [f"{r['bytes']} (oop {r['oop']['wrong']}, ip {r['ip']['wrong']})"
+                   for r in report["results"] if r["oop"]["wrong"] or r["ip"]["wrong"]]
+            message = f"# FAILED: {wrong_total} wrong values at sizes (B): {', '.join(bad)}"
+            print(message, flush=True)
+            print(message.lstrip("# "), file=sys.stderr, flush=True)
+        report.update(wrong_total=wrong_total, avg_busbw=avg_busbw, ok=ok, finished=now_iso())
+        write_json(out / "allreduce.json", report)
+
+    dist.destroy_process_group()
+    write_json(out / f"rank-{env.rank}.json", {
+        "rank": env.rank, "local_rank": env.local_rank, "hostname": socket.gethostname(),
+        "pid": os.getpid(), "wrong": local_wrong if period else None, "finished": True,
+    })
+    return EXIT_OK if ok else EXIT_WRONG
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        sizes = parse_sizes(args.sizes, args.step_factor)
+    except ValueError as err:
+        print(f"allreduce: error: --sizes: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    elem = torch.empty((), dtype=DTYPES[args.dtype]).element_size()
+    if min(sizes) < elem:
+        print(f"allreduce: error: --sizes: {min(sizes)} B is less than one {args.dtype} "
+              f"({elem} B)", file=sys.stderr)
+        return EXIT_USAGE
+    env = resolve_dist_env(os.environ)
+    try:
+        return run(args, env)
+    except Exception:  # noqa: BLE001 - report which rank failed and exit non-zero
+        print(f"allreduce: rank {env.rank} on {socket.gethostname()} failed:", file=sys.stderr)
+        traceback.print_exc()
+        sys.stderr.flush()
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

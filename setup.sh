@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One-stop set-up for a fresh Debian 12 machine (root), then the main job or the test suite.
+#
+#   ./setup.sh smoke   set up, build the CPU image and smoke-test it with 2 ranks (bandwidth table)
+#   ./setup.sh test    set up, then run the whole test suite (what CI runs)
+#   ./setup.sh env     set up only
+#
+# Idempotent: what is already there (apt packages, Apptainer, the venv) is kept.
+set -euo pipefail
+cd "$(dirname "$(readlink -f "$0")")"
+say() { printf '[setup] %s\n' "$*"; }
+
+apt_missing=()
+command -v debootstrap >/dev/null || apt_missing+=(debootstrap)
+command -v git >/dev/null || apt_missing+=(git)
+python3 -c 'import ensurepip, venv' 2>/dev/null || apt_missing+=(python3-venv)
+command -v g++ >/dev/null || apt_missing+=(g++)
+if ((${#apt_missing[@]})); then
+    say "installing Debian packages: ${apt_missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${apt_missing[@]}" >/dev/null
+fi
+
+if ! command -v apptainer >/dev/null && ! command -v singularity >/dev/null; then
+    bash scripts/install-apptainer.sh
+else
+    say "container runtime: $(command -v apptainer || command -v singularity)"
+fi
+
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [[ ! -f $stamp ]]; then
+    say "creating the Python environment in .venv"
+    [[ -x .venv/bin/python ]] || python3 -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip
+    # torch is pinned in the same pip call as everything else (see pyproject's dev extra).
+    .venv/bin/python -m pip install -q -e '.[dev]'
+    rm -f .venv/.installed-*
+    touch "$stamp"
+fi
+export PATH="$PWD/.venv/bin:$PATH"
+
+case "${1:-env}" in
+    smoke)
+        invoke build --target cpu
+        invoke smoke --target cpu --gpus 2
+        ;;
+    test)
+        shift
+        exec python -m pytest "$@"
+        ;;
+    env) say "ready: . .venv/bin/activate; invoke --list" ;;
+    *) echo "usage: $0 smoke|test|env" >&2; exit 2 ;;
+esac
