@@ -60,19 +60,23 @@ class PipConfig:
     def local_paths(self) -> list[str]:
         """Host folders the build must see (find-links folders and ``file://`` indexes)."""
         paths: list[str] = []
+        indexes = {self.index_url, *self.extra_index_urls}
         for location in (self.index_url, *self.extra_index_urls, *self.find_links):
             if not location:
                 continue
             parsed = urlparse(location)
             if parsed.scheme == "file":
-                local = unquote(parsed.path)
+                local = Path(unquote(parsed.path)).resolve()
             elif parsed.scheme == "":
-                local = location
+                local = Path(location).resolve()
             else:
                 continue
-            local = str(Path(local).resolve())
-            if Path(local).exists() and local not in paths:
-                paths.append(local)
+            # A PEP 503 index folder named "simple" links its files relative to itself
+            # ("../files/x.whl"), so the folder above it must be visible too.
+            if location in indexes and local.name == "simple":
+                local = local.parent
+            if local.exists() and str(local) not in paths:
+                paths.append(str(local))
         return paths
 
     def pip_conf(self, *, cert_path: str | None) -> str:

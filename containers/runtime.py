@@ -33,13 +33,14 @@ class Runtime:
         return f"{self.flavour} {self.version} ({self.binary})"
 
     def build_argv(self, *, output: Path, spec: Path | str, build_args: Mapping[str, str],
-                   binds: Iterable[str] = (), fakeroot: bool = False,
-                   force: bool = False) -> list[str]:
-        argv = [self.binary, "build"]
+                   binds: Iterable[str] = (), fakeroot: bool = False) -> list[str]:
+        """``--force`` because labels inherited from a base image are otherwise kept over the
+        definition's own (Apptainer warns "already exists and force option is false"); the
+        output is always a fresh temp path, so nothing else is forced. ``--notest`` because the
+        builder runs ``apptainer test`` on the finished image itself."""
+        argv = [self.binary, "build", "--force", "--notest"]
         if fakeroot:
             argv.append("--fakeroot")
-        if force:
-            argv.append("--force")
         for key, value in build_args.items():
             argv += ["--build-arg", f"{key}={value}"]
         for bind in binds:

@@ -44,7 +44,7 @@ def test_pip_config_precedence_and_local_paths(tmp_path: Path) -> None:
         "site.index-url='https://proxy.example/pypi/simple'\n")
     assert config.find_links == (str(wheels),)
     assert config.index_url == "https://proxy.example/pypi/simple"
-    assert config.local_paths() == [str(index), str(wheels)]
+    assert config.local_paths() == [str(tmp_path), str(wheels)]  # index: the folder above simple/
     conf = config.pip_conf(cert_path="/ctx/cert.pem")
     assert conf.splitlines() == [
         "[global]", "index-url = https://proxy.example/pypi/simple",

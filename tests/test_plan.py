@@ -33,7 +33,7 @@ def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime)
     assert cpu.inputs["base"] == base.inputs_hash
     images = data_settings.images_dir
     assert base.build_argv == [
-        "apptainer", "build", "--fakeroot",
+        "apptainer", "build", "--force", "--notest", "--fakeroot",
         "--build-arg", f"INPUTS_HASH={base.inputs_hash}", "--build-arg", "TOOL_VERSION=0.1.0",
         "--build-arg", "GIT_REVISION=abc123", "--build-arg", "BUILD_DATE=2026-11-21T00:00:00Z",
         "--build-arg", "MIRROR=http://mirror.example/debian",

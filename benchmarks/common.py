@@ -1,0 +1,35 @@
+"""Helpers shared by the benchmark scripts: run a command with progress, print a ratio table."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from containers.process import run  # noqa: E402
+from containers.report import console, table  # noqa: E402
+
+
+def run_checked(argv: list[str], *, label: str, timeout: float = 1800, env=None) -> list[str]:
+    """Run ``argv`` showing its output prefixed by ``label``; fail the benchmark on error."""
+    lines: list[str] = []
+
+    def on_line(line: str) -> None:
+        lines.append(line)
+        print(f"[{label}] {line}", flush=True)
+
+    result = run(argv, timeout=timeout, on_line=on_line, env=env)
+    if not result.ok:
+        raise SystemExit(f"benchmark step '{label}' failed (exit {result.returncode})")
+    return lines
+
+
+def report(title: str, columns: list[str], rows: list[list[object]], out: Path,
+           data: dict) -> None:
+    console().print(table(title, columns, rows))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"json: {out}")
