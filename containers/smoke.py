@@ -9,6 +9,7 @@ values, exit code 0. The benchmark writes ``allreduce.json``; the host adds the 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,15 +57,23 @@ class SmokeResult:
     missing_ranks: list[int]
     report: dict | None
     seconds: float
+    first_failure: tuple[int, int] | None = None
 
     @property
     def wrong_total(self) -> int:
-        return int(self.report.get("wrong_total", 0)) if self.report else 0
+        """Wrong values over every size measured so far (the benchmark rewrites its JSON after
+        each size, so a run that died midway still shows what it had checked)."""
+        rows = self.report.get("results", []) if self.report else []
+        return sum(r[mode]["wrong"] or 0 for r in rows for mode in ("oop", "ip"))
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.report and self.report.get("finished"))
 
     @property
     def ok(self) -> bool:
         return (self.returncode == 0 and not self.timed_out and not self.missing_ranks
-                and self.report is not None and self.wrong_total == 0)
+                and self.complete and self.wrong_total == 0)
 
 
 def torchrun_argv(*, nproc: int, script: str, args: list[str]) -> list[str]:
@@ -111,6 +120,25 @@ def _finished_ranks(out_dir: Path) -> set[int]:
     return ranks
 
 
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
+_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_FAILED_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+def first_failure(lines: list[str]) -> tuple[int, int] | None:
+    """``(rank, exit code)`` from torchrun's failure summary ("Root Cause" block), if any."""
+    rank = None
+    in_root_cause = False
+    for line in lines:
+        if _ROOT_CAUSE.search(line):
+            in_root_cause = True
+        elif in_root_cause and rank is None and (match := _FAILED_RANK.match(line)):
+            rank = int(match.group(1))
+        elif in_root_cause and rank is not None and (match := _FAILED_EXIT.match(line)):
+            return rank, int(match.group(1))
+    return None
+
+
 def run_smoke(plan: SmokePlan, *, say: Say) -> SmokeResult:
     """Run the planned benchmark; never leaves a rank running (see :mod:`containers.process`)."""
     if not plan.image.is_file():
@@ -118,9 +146,11 @@ def run_smoke(plan: SmokePlan, *, say: Say) -> SmokeResult:
                           f"{plan.target.name}")
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     log = open(plan.out_dir / "smoke.log", "w", encoding="utf-8")
+    lines: list[str] = []
 
     def on_line(line: str) -> None:
         log.write(line + "\n")
+        lines.append(line)
         say(line)
 
     started = time.monotonic()
@@ -133,7 +163,7 @@ def run_smoke(plan: SmokePlan, *, say: Say) -> SmokeResult:
     missing = sorted(set(range(plan.ranks)) - _finished_ranks(plan.out_dir))
     return SmokeResult(plan=plan, returncode=completed.returncode, timed_out=completed.timed_out,
                        missing_ranks=missing, report=report,
-                       seconds=time.monotonic() - started)
+                       seconds=time.monotonic() - started, first_failure=first_failure(lines))
 
 
 def verdict(result: SmokeResult) -> list[str]:
@@ -146,6 +176,9 @@ def verdict(result: SmokeResult) -> list[str]:
     if result.missing_ranks:
         ranks = ", ".join(map(str, result.missing_ranks))
         reasons.append(f"ranks that did not finish: {ranks} (of {plan.ranks})")
+    if result.first_failure:
+        rank, code = result.first_failure
+        reasons.append(f"first failure: rank {rank} (exit code {code})")
     if result.wrong_total:
         sizes = [str(r["bytes"]) for r in result.report.get("results", [])
                  if r["oop"]["wrong"] or r["ip"]["wrong"]]
@@ -155,6 +188,8 @@ def verdict(result: SmokeResult) -> list[str]:
         reasons.append(f"the benchmark exited with code {result.returncode}")
     if result.report is None and not reasons:
         reasons.append("no allreduce.json was written")
+    elif not result.complete and not reasons:
+        reasons.append("the benchmark did not complete its sizes")
     return reasons
 
 

@@ -52,7 +52,7 @@ def test_gpu_site_flags_binds_env_and_limits(tmp_path, data_root, data_settings,
 
 def _result(plan, **kw) -> SmokeResult:
     base = dict(plan=plan, returncode=0, timed_out=False, missing_ranks=[], seconds=1.0,
-                report={"wrong_total": 0, "results": []})
+                report={"wrong_total": 0, "results": [], "finished": "2026-11-21T00:00:00"})
     return SmokeResult(**{**base, **kw})
 
 
@@ -64,7 +64,8 @@ def test_verdicts(data_root, data_settings, data_runtime) -> None:
     assert verdict(_result(plan)) == [] and _result(plan).ok
     check(_result(plan))
     row = {"bytes": 1024, "oop": {"wrong": 3}, "ip": {"wrong": 0}}
-    wrong = _result(plan, returncode=1, report={"wrong_total": 3, "results": [row]})
+    wrong = _result(plan, returncode=1, report={"wrong_total": 3, "results": [row],
+                                                 "finished": "2026-11-21T00:00:01"})
     assert verdict(wrong) == ["3 wrong values (all_reduce results differ from the exact sum) "
                               "at sizes 1024 B"]
     lost = _result(plan, returncode=1, timed_out=True, missing_ranks=[1], report=None)
@@ -74,3 +75,15 @@ def test_verdicts(data_root, data_settings, data_runtime) -> None:
         check(lost)
     assert verdict(_result(plan, returncode=3)) == ["the benchmark exited with code 3"]
     assert verdict(_result(plan, report=None)) == ["no allreduce.json was written"]
+    unfinished = _result(plan, report={"results": [], "finished": None})
+    assert verdict(unfinished) == ["the benchmark did not complete its sizes"]
+
+
+def test_first_failure_from_torchrun_summary() -> None:
+    from containers.smoke import first_failure
+    summary = ["[rank0]: some noise", "Failures:", "  <NO_OTHER_FAILURES>",
+               "Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-21_05:30",
+               "  host      : localhost", "  rank      : 1 (local_rank: 1)",
+               "  exitcode  : 17 (pid: 12684)", "  error_file: <N/A>"]
+    assert first_failure(summary) == (1, 17)
+    assert first_failure(summary[:3]) is None

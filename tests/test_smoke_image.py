@@ -1,0 +1,81 @@
+"""Integration: ``invoke smoke`` inside the real CPU image, passing and failing for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from containers import app
+from containers.errors import CheckFailed
+from containers.process import descendants
+from containers.settings import load_settings
+from containers.smoke import SmokeOptions
+
+pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
+
+
+@pytest.fixture
+def smoke_project(real_project, tmp_path) -> app.Project:
+    """The real project and image, with results going to this test's temp folder."""
+    settings = load_settings(real_project.root, {"results_dir": str(tmp_path / "results")})
+    return app.Project(root=real_project.root, settings=settings)
+
+
+def _no_leftovers() -> None:
+    deadline = time.monotonic() + 10
+    while descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert descendants(os.getpid()) == [], "processes of the smoke run were left behind"
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_smoke_passes(cpu_image, smoke_project, ranks) -> None:
+    lines: list[str] = []
+    result = app.smoke(smoke_project, target="cpu", say=lines.append,
+                       options=SmokeOptions(gpus=ranks, sizes="4K:4M", iters=3, warmup=1,
+                                            timeout=300))
+    assert result.ok, "\n".join(lines[-30:])
+    report = result.report
+    assert report["world_size"] == ranks and report["backend"] == "gloo"
+    assert report["wrong_total"] == 0 and report["ok"] is True
+    assert [r["bytes"] for r in report["results"]] == [4096 << i for i in range(11)]
+    assert all(r["oop"]["busbw"] > 0 and r["ip"]["busbw"] > 0 for r in report["results"])
+    out = result.plan.out_dir
+    assert (out / "allreduce.png").stat().st_size > 10_000
+    assert sorted(p.name for p in out.glob("rank-*.json")) == [f"rank-{i}.json"
+                                                                for i in range(ranks)]
+    assert any(line.startswith("# Out of bounds values : 0") for line in lines)
+    assert lines[-1] == "verdict: PASS"
+    busbw_factor = 2 * (ranks - 1) / ranks
+    last = report["results"][-1]["oop"]
+    assert last["busbw"] == pytest.approx(last["algbw"] * busbw_factor, rel=0.01, abs=0.002)
+    _no_leftovers()
+
+
+@pytest.mark.parametrize("fault, timeout, expected", [
+    ("die@1", 240, "first failure: rank 1 (exit code 17)"),
+    ("corrupt@1", 240, "wrong values (all_reduce results differ from the exact sum)"),
+    ("hang@1", 25, "timed out after 25 s"),
+])
+def test_smoke_fails_on_faults(cpu_image, smoke_project, fault, timeout, expected) -> None:
+    started = time.monotonic()
+    lines: list[str] = []
+    with pytest.raises(CheckFailed) as info:
+        app.smoke(smoke_project, target="cpu", say=lines.append,
+                  options=SmokeOptions(gpus=2, sizes="4K:64K", iters=2, warmup=1,
+                                       timeout=timeout, fault=fault))
+    message = str(info.value)
+    assert expected in message, "\n".join(lines[-30:])
+    assert message.startswith("smoke FAILED for cpu (2 ranks)")
+    assert time.monotonic() - started < timeout + 30
+    if fault == "hang@1":
+        assert "ranks that did not finish: 0, 1 (of 2)" in message  # rank 0 waits on rank 1
+    if fault == "corrupt@1":
+        report = json.loads(next(Path(smoke_project.settings.results_dir).rglob(
+            "allreduce.json")).read_text())
+        assert report["wrong_total"] > 0 and report["ok"] is False
+    _no_leftovers()
