@@ -18,11 +18,12 @@ from typing import Any, Callable, Mapping
 
 from . import __version__, builder, hostcfg
 from .deffile import read_definition
-from .errors import CheckFailed, CommandFailed, ConfigError, ContainersError, RuntimeNotFound
-from .plan import PROVENANCE_ARGS, CONTEXT_ARGS, BuildPlan, HostFacts, chain_hashes, plan_build
+from .errors import CommandFailed, ConfigError, ContainersError, RuntimeNotFound
+from .plan import CONTEXT_ARGS, PROVENANCE_ARGS, BuildPlan, HostFacts, chain_hashes, plan_build
 from .process import capture
 from .report import console, plot_busbw, table
 from .runtime import Runtime, assumed_runtime, find_runtime
+from .schema import suggest
 from .settings import Settings, load_settings
 from .sites import Site, detect_site, get_site, load_sites
 from .smoke import SmokeOptions, SmokePlan, SmokeResult, check, plan_smoke, run_smoke, verdict
@@ -151,7 +152,10 @@ def check_inputs(project: Project, *, target: str | None = None, say: Say = _pri
                               key="default_target")
     for name in names:
         item = targets[name]
-        get_site(sites, item.site) if item.site in sites else _unknown_site(item, sites)
+        if item.site not in sites:
+            raise ConfigError(f"site '{item.site}' has no profile in sites/"
+                              f"{suggest(item.site, list(sites))}", path=item.manifest,
+                              line=item.line("site"), key="site")
         chain_hashes(targets, name)
         if item.definition is not None:
             definition = read_definition(item.definition)
@@ -165,13 +169,6 @@ def check_inputs(project: Project, *, target: str | None = None, say: Say = _pri
         say(f"ok  target {name:<14} {os.path.relpath(item.manifest)}")
     for site in sites.values():
         say(f"ok  site   {site.name:<14} {os.path.relpath(site.path)}")
-
-
-def _unknown_site(target: Target, sites: Mapping[str, Site]) -> None:
-    from .schema import suggest
-    raise ConfigError(f"site '{target.site}' has no profile in sites/"
-                      f"{suggest(target.site, list(sites))}", path=target.manifest,
-                      line=target.line("site"), key="site")
 
 
 # ------------------------------------------------------------------------------------- build
@@ -239,5 +236,4 @@ def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_ru
     return result
 
 
-__all__ = ["Project", "build", "check_inputs", "smoke", "targets_report", "CheckFailed",
-           "__version__"]
+__all__ = ["Project", "build", "check_inputs", "smoke", "targets_report", "__version__"]
