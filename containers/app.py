@@ -8,6 +8,7 @@ so tests can capture it.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -18,6 +19,7 @@ from typing import Any, Callable, Mapping
 
 from . import __version__, builder, hostcfg
 from .deffile import read_definition
+from .locking import atomic_write_text
 from .errors import CommandFailed, ConfigError, ContainersError, RuntimeNotFound
 from .plan import CONTEXT_ARGS, PROVENANCE_ARGS, BuildPlan, HostFacts, chain_hashes, plan_build
 from .process import capture
@@ -26,7 +28,7 @@ from .runtime import Runtime, assumed_runtime, find_runtime
 from .schema import suggest
 from .settings import Settings, load_settings
 from .sites import Site, detect_site, get_site, load_sites
-from .smoke import SmokeOptions, SmokePlan, SmokeResult, check, plan_smoke, run_smoke, verdict
+from .smoke import SmokeOptions, SmokePlan, SmokeResult, check, plan_smoke, run_smoke, summary
 from .targets import Target, get_target, load_targets
 
 Say = Callable[[str], None]
@@ -230,7 +232,10 @@ def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_ru
                                f"{result.report.get('backend', '?')}")
         say(f"plot: {os.path.relpath(png)}")
     say(f"json: {os.path.relpath(plan.out_dir / 'allreduce.json')}")
-    reasons = verdict(result)
+    record = summary(result, image_record=builder.read_provenance(
+        project.settings.provenance_path(item.name)))
+    atomic_write_text(plan.out_dir / "verdict.json", json.dumps(record, indent=2) + "\n")
+    reasons = record["reasons"]
     say("verdict: " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
     check(result)
     return result

@@ -193,6 +193,35 @@ def verdict(result: SmokeResult) -> list[str]:
     return reasons
 
 
+def summary(result: SmokeResult, *, image_record: dict) -> dict:
+    """The run in one record (``verdict.json``): what was tested, on which image, and the verdict.
+
+    ``image_record`` is the image's provenance (inputs hash, sha256), so a later step (publishing)
+    can tell whether THIS image passed.
+    """
+    rows = result.report.get("results", []) if result.report else []
+    largest = rows[-1] if rows else None
+    reasons = verdict(result)
+    return {
+        "target": result.plan.target.name,
+        "site": result.plan.site.name,
+        "image": str(result.plan.image),
+        "inputs_hash": image_record.get("inputs_hash"),
+        "sha256": image_record.get("sha256"),
+        "ranks": result.plan.ranks,
+        "backend": result.report.get("backend") if result.report else None,
+        "passed": not reasons,
+        "reasons": reasons,
+        "wrong_total": result.wrong_total,
+        "largest": None if largest is None else {
+            "bytes": largest["bytes"], "busbw_oop": largest["oop"]["busbw"],
+            "busbw_ip": largest["ip"]["busbw"]},
+        "seconds": round(result.seconds, 1),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "out_dir": str(result.plan.out_dir),
+    }
+
+
 def check(result: SmokeResult) -> None:
     reasons = verdict(result)
     if reasons:

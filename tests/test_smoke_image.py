@@ -50,6 +50,12 @@ def test_smoke_passes(cpu_image, smoke_project, ranks) -> None:
                                                                 for i in range(ranks)]
     assert any(line.startswith("# Out of bounds values : 0") for line in lines)
     assert lines[-1] == "verdict: PASS"
+    record = json.loads((out / "verdict.json").read_text())
+    provenance = json.loads(cpu_image.with_name("cpu.sif.json").read_text())
+    assert record["passed"] is True and record["reasons"] == [] and record["ranks"] == ranks
+    assert (record["inputs_hash"], record["sha256"]) == (provenance["inputs_hash"],
+                                                         provenance["sha256"])
+    assert record["largest"]["bytes"] == 4 << 20
     busbw_factor = 2 * (ranks - 1) / ranks
     last = report["results"][-1]["oop"]
     assert last["busbw"] == pytest.approx(last["algbw"] * busbw_factor, rel=0.01, abs=0.002)
@@ -74,6 +80,9 @@ def test_smoke_fails_on_faults(cpu_image, smoke_project, fault, timeout, expecte
     assert time.monotonic() - started < timeout + 30
     if fault == "hang@1":
         assert "ranks that did not finish: 0, 1 (of 2)" in message  # rank 0 waits on rank 1
+    verdict = json.loads(next(Path(smoke_project.settings.results_dir).rglob(
+        "verdict.json")).read_text())
+    assert verdict["passed"] is False and any(expected in r for r in verdict["reasons"])
     if fault == "corrupt@1":
         report = json.loads(next(Path(smoke_project.settings.results_dir).rglob(
             "allreduce.json")).read_text())
