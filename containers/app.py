@@ -28,7 +28,8 @@ from .runtime import Runtime, assumed_runtime, find_runtime
 from .schema import suggest
 from .settings import Settings, load_settings
 from .sites import Site, detect_site, get_site, load_sites
-from .smoke import SmokeOptions, SmokePlan, SmokeResult, check, plan_smoke, run_smoke, summary
+from .launch import Workload
+from .smoke import SmokeOptions, SmokeResult, check, plan_smoke, run_smoke, summary
 from .targets import Target, get_target, load_targets
 
 Say = Callable[[str], None]
@@ -213,7 +214,7 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
 
 # ------------------------------------------------------------------------------------- smoke
 def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_run: bool = False,
-          say: Say = _print) -> SmokeResult | SmokePlan:
+          say: Say = _print) -> SmokeResult | Workload:
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime(required=not dry_run, flavour=site.runtime)

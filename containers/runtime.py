@@ -65,6 +65,32 @@ class Runtime:
     def inspect_argv(self, image: Path | str) -> list[str]:
         return [self.binary, "inspect", "--json", str(image)]
 
+    def sign_argv(self, image: Path | str, *, keyidx: int = 0) -> list[str]:
+        """PGP-sign every object group with secret key ``keyidx`` of the keyring (see
+        :meth:`keyring_env`); the key must have no passphrase, since nothing answers a prompt."""
+        return [self.binary, "sign", "--keyidx", str(keyidx), str(image)]
+
+    def verify_argv(self, image: Path | str) -> list[str]:
+        """``--local``: only the local keyring, so verification never waits on a key server."""
+        return [self.binary, "verify", "--local", "--json", str(image)]
+
+    def key_list_argv(self, *, secret: bool = False) -> list[str]:
+        return [self.binary, "key", "list", *(["--secret"] if secret else [])]
+
+    def key_newpair_argv(self, *, name: str, email: str, comment: str = "",
+                         bits: int = 4096) -> list[str]:
+        """A passphrase-less key pair that is never pushed to a key server."""
+        return [self.binary, "key", "newpair", f"--name={name}", f"--email={email}",
+                f"--comment={comment}", "--password=", "--push=false", f"--bit-length={bits}"]
+
+    def keyring_env(self, keysdir: Path | str | None) -> dict[str, str]:
+        """Variables pointing sign/verify/key at ``keysdir`` (none: the runtime's default,
+        ``~/.apptainer/keys``). SingularityCE reads ``SINGULARITY_SYPGPDIR`` only."""
+        if not keysdir:
+            return {}
+        name = "APPTAINER_KEYSDIR" if self.flavour == "apptainer" else "SINGULARITY_SYPGPDIR"
+        return {name: str(keysdir)}
+
 
 def parse_version(text: str) -> tuple[str, str]:
     """``(flavour, version)`` from ``--version`` output of Apptainer or SingularityCE.

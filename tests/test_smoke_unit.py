@@ -7,6 +7,7 @@ import pytest
 
 from containers.errors import CheckFailed, ConfigError
 from containers.sites import load_site
+from containers.launch import Outcome
 from containers.smoke import SmokeOptions, SmokeResult, check, plan_smoke, verdict
 from containers.targets import load_targets
 
@@ -50,9 +51,9 @@ def test_gpu_site_flags_binds_env_and_limits(tmp_path, data_root, data_settings,
 
 
 def _result(plan, **kw) -> SmokeResult:
-    base = dict(plan=plan, returncode=0, timed_out=False, missing_ranks=[], seconds=1.0,
+    base = dict(returncode=0, timed_out=False, missing_ranks=[], seconds=1.0,
                 report={"wrong_total": 0, "results": [], "finished": "2026-11-21T00:00:00"})
-    return SmokeResult(**{**base, **kw})
+    return SmokeResult(plan=plan, outcome=Outcome(**{**base, **kw}))
 
 
 def test_verdicts(data_root, data_settings, data_runtime) -> None:
@@ -79,7 +80,7 @@ def test_verdicts(data_root, data_settings, data_runtime) -> None:
 
 
 def test_first_failure_from_torchrun_summary() -> None:
-    from containers.smoke import first_failure
+    from containers.launch import first_failure
     summary = ["[rank0]: some noise", "Failures:", "  <NO_OTHER_FAILURES>",
                "Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-21_05:30",
                "  host      : localhost", "  rank      : 1 (local_rank: 1)",

@@ -1,0 +1,152 @@
+"""Running a torch.distributed workload inside an image, on this node: the shared launch path.
+
+``invoke smoke`` and ``invoke train`` differ only in the script, its arguments and how they judge
+the result. Both get here: the exact ``<runtime> exec … torchrun …`` argv (site GPU flag, binds and
+environment, ``jobs/`` and the run's results folder bound in), a log of the run, the per-rank
+``rank-<N>.json`` completion files, torchrun's first failed rank, and a timeout that stops every
+process of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from .errors import ConfigError
+from .process import run
+from .runtime import Runtime
+from .settings import Settings
+from .sites import Site
+from .targets import Target
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A planned run: the argv, its ranks, its timeout and where its results land."""
+
+    target: Target
+    site: Site
+    image: Path
+    out_dir: Path
+    ranks: int
+    argv: list[str]
+    timeout: float
+    report_name: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the run left: exit status, lost ranks, torchrun's first failure, the report."""
+
+    returncode: int
+    timed_out: bool
+    missing_ranks: list[int]
+    report: dict | None
+    seconds: float
+    first_failure: tuple[int, int] | None = None
+
+
+def check_ranks(site: Site, ranks: int) -> None:
+    if ranks < 1:
+        raise ConfigError(f"--gpus must be at least 1 (got {ranks})", key="--gpus")
+    if site.gpu != "none" and site.gpus_per_node and ranks > site.gpus_per_node:
+        raise ConfigError(f"{site.name} nodes have {site.gpus_per_node} GPUs; --gpus "
+                          f"{ranks} needs more than one node", path=site.path,
+                          line=site.lines.get("gpus_per_node"), key="gpus_per_node")
+
+
+def torchrun_argv(*, nproc: int, script: str, args: Sequence[str]) -> list[str]:
+    """Single-node torchrun: ``--standalone`` picks a free rendezvous port on localhost."""
+    return ["torchrun", "--standalone", f"--nproc-per-node={nproc}", script, *args]
+
+
+def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
+                  kind: str, script: str, args: Sequence[str], ranks: int, timeout: float,
+                  run_id: str, report_name: str, extra_binds: Sequence[str] = (),
+                  extra_env: Mapping[str, str] | None = None) -> Workload:
+    """``kind`` names the results folder: ``results/<kind>/<target>-<run_id>``."""
+    check_ranks(site, ranks)
+    out_dir = settings.results_dir / kind / f"{target.name}-{run_id}"
+    command = torchrun_argv(nproc=ranks, script=f"{settings.jobs_mount}/{script}", args=args)
+    binds = [f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
+             f"{out_dir}:{settings.results_mount}", *extra_binds, *site.binds]
+    image = settings.image_path(target.name)
+    argv = runtime.exec_argv(image=image, command=command, gpu_flag=site.gpu_flag, binds=binds,
+                             env={**site.env, **(extra_env or {})})
+    return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks,
+                    argv=argv, timeout=timeout, report_name=report_name)
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
+_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_FAILED_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+def first_failure(lines: Sequence[str]) -> tuple[int, int] | None:
+    """``(rank, exit code)`` from torchrun's failure summary ("Root Cause" block), if any."""
+    rank = None
+    in_root_cause = False
+    for line in lines:
+        if _ROOT_CAUSE.search(line):
+            in_root_cause = True
+        elif in_root_cause and rank is None and (match := _FAILED_RANK.match(line)):
+            rank = int(match.group(1))
+        elif in_root_cause and rank is not None and (match := _FAILED_EXIT.match(line)):
+            return rank, int(match.group(1))
+    return None
+
+
+def finished_ranks(out_dir: Path) -> set[int]:
+    ranks = set()
+    for path in out_dir.glob("rank-*.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("finished"):
+            ranks.add(int(record["rank"]))
+    return ranks
+
+
+def run_workload(workload: Workload, *, say: Say) -> Outcome:
+    """Run it, streaming and logging its output; never leaves a rank running."""
+    if not workload.image.is_file():
+        raise ConfigError(f"image {workload.image} is not built; run: invoke build --target "
+                          f"{workload.target.name}")
+    workload.out_dir.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    started = time.monotonic()
+    with open(workload.out_dir / "run.log", "w", encoding="utf-8") as log:
+        def on_line(line: str) -> None:
+            log.write(line + "\n")
+            lines.append(line)
+            say(line)
+
+        completed = run(workload.argv, timeout=workload.timeout, on_line=on_line)
+    report_path = workload.out_dir / workload.report_name
+    report = json.loads(report_path.read_text()) if report_path.is_file() else None
+    missing = sorted(set(range(workload.ranks)) - finished_ranks(workload.out_dir))
+    return Outcome(returncode=completed.returncode, timed_out=completed.timed_out,
+                   missing_ranks=missing, report=report, seconds=time.monotonic() - started,
+                   first_failure=first_failure(lines))
+
+
+def failure_reasons(workload: Workload, outcome: Outcome) -> list[str]:
+    """Why the run as a whole failed (timeout, lost ranks, first failure); workload-agnostic."""
+    reasons = []
+    if outcome.timed_out:
+        reasons.append(f"timed out after {workload.timeout:.0f} s; every process of the run "
+                       "was stopped")
+    if outcome.missing_ranks:
+        ranks = ", ".join(map(str, outcome.missing_ranks))
+        reasons.append(f"ranks that did not finish: {ranks} (of {workload.ranks})")
+    if outcome.first_failure:
+        rank, code = outcome.first_failure
+        reasons.append(f"first failure: rank {rank} (exit code {code})")
+    return reasons
