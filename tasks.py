@@ -15,6 +15,7 @@ from containers import app
 from containers.errors import ContainersError
 from containers.plan import parse_build_args
 from containers.smoke import SmokeOptions
+from containers.train import TrainOptions
 
 ROOT = Path(__file__).resolve().parent
 
@@ -87,3 +88,38 @@ def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=6
     options = SmokeOptions(gpus=int(gpus), sizes=sizes, iters=int(iters), warmup=int(warmup),
                            timeout=float(timeout), dtype=dtype)
     app.smoke(_project(c), target=target, options=options, dry_run=dry_run)
+
+
+@task(
+    help={
+        "target": "image to train in; default: the detected site's default target, else cpu",
+        "example": "ddp, deepspeed or fsdp",
+        "model": "vit, wideresnet, cnn or resnet (default: the example's own)",
+        "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
+        "epochs": "training epochs",
+        "batch_size": "GLOBAL batch size, split evenly over the ranks",
+        "lr": "learning rate (default: the workload's)",
+        "zero_stage": "DeepSpeed ZeRO stage 1, 2 or 3 (deepspeed only)",
+        "ds_config": "DeepSpeed config file (JSON; trailing commas accepted)",
+        "data": "local folder with CIFAR-100 (cifar-100-python/) or MNIST files; default: "
+                "synthetic data shaped like the dataset",
+        "samples": "synthetic training samples",
+        "target_accuracy": "stop early once validation accuracy reaches this (0-1)",
+        "scaling": "comma list of rank counts (e.g. 1,2,4): run each, report speedup + PNG",
+        "timeout": "seconds before every rank is stopped and the run fails",
+        "dry_run": "print the exact exec command(s), run nothing",
+    },
+)
+@_user_errors
+def train(c, example="ddp", target=None, model=None, gpus=2, epochs=3, batch_size=64, lr=None,
+          zero_stage=1, ds_config=None, data=None, samples=None, target_accuracy=None,
+          scaling=None, timeout=1800.0, dry_run=False):
+    """Train the DDP / DeepSpeed / FSDP example inside the image; loss, throughput, verdict."""
+    options = TrainOptions(
+        example=example, gpus=int(gpus), model=model, epochs=int(epochs),
+        batch_size=int(batch_size), lr=float(lr) if lr is not None else None,
+        zero_stage=int(zero_stage), ds_config=Path(ds_config) if ds_config else None,
+        data=Path(data) if data else None, samples=int(samples) if samples else None,
+        target_accuracy=float(target_accuracy) if target_accuracy is not None else None,
+        timeout=float(timeout))
+    app.train(_project(c), target=target, options=options, scaling=scaling, dry_run=dry_run)

@@ -23,7 +23,7 @@ from .locking import atomic_write_text
 from .errors import CommandFailed, ConfigError, ContainersError, RuntimeNotFound
 from .plan import CONTEXT_ARGS, PROVENANCE_ARGS, BuildPlan, HostFacts, chain_hashes, plan_build
 from .process import capture
-from .report import console, plot_busbw, table
+from .report import console, plot_busbw, plot_scaling, table
 from .runtime import Runtime, assumed_runtime, find_runtime
 from .schema import suggest
 from .settings import Settings, load_settings
@@ -31,6 +31,10 @@ from .sites import Site, detect_site, get_site, load_sites
 from .launch import Workload
 from .smoke import SmokeOptions, SmokeResult, check, plan_smoke, run_smoke, summary
 from .targets import Target, get_target, load_targets
+from .train import TrainOptions, TrainResult, parse_scaling, plan_train, run_train, scaling_rows
+from .train import check as train_check
+from .train import verdict as train_verdict
+from .train import with_ranks
 
 Say = Callable[[str], None]
 
@@ -242,4 +246,57 @@ def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_ru
     return result
 
 
-__all__ = ["Project", "build", "check_inputs", "smoke", "targets_report", "__version__"]
+
+
+# ------------------------------------------------------------------------------------- train
+def _train_once(project: Project, item: Target, site: Site, runtime: Runtime,
+                options: TrainOptions, run_id: str, dry_run: bool, say: Say
+                ) -> TrainResult | Workload:
+    plan = plan_train(item, site, settings=project.settings, runtime=runtime, options=options,
+                      run_id=run_id)
+    say(f"train: {options.example} on {item.name} (site {site.name}), {plan.ranks} ranks, "
+        f"results in {os.path.relpath(plan.out_dir)}")
+    say(f"  run  {show_command(plan.argv)}")
+    if dry_run:
+        return plan
+    result = run_train(plan, say=say)
+    reasons = train_verdict(result)
+    say("verdict: " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
+    return result
+
+
+def train(project: Project, *, target: str | None, options: TrainOptions,
+          scaling: str | None = None, dry_run: bool = False,
+          say: Say = _print) -> list[TrainResult | Workload]:
+    """One training run, or one per rank count of ``scaling`` with a speedup report."""
+    item = project.target(target or project.default_target())
+    site = project.site_of(item)
+    runtime = project.runtime(required=not dry_run, flavour=site.runtime)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    counts = parse_scaling(scaling) if scaling else [options.gpus]
+    results = [_train_once(project, item, site, runtime, with_ranks(options, n),
+                           f"{stamp}-{n}r" if scaling else stamp, dry_run, say) for n in counts]
+    if dry_run:
+        return results
+    if scaling:
+        rows = scaling_rows(results)
+        out = project.settings.results_dir / f"train-{options.example}" / \
+            f"{item.name}-{stamp}-scaling"
+        atomic_write_text(out / "scaling.json", json.dumps(
+            {"target": item.name, "example": options.example, "rows": rows}, indent=2) + "\n")
+        console().print(table(
+            f"scaling: {options.example} on {item.name}", ("ranks", "samples/s", "speedup",
+                                                            "efficiency", "verdict"),
+            [(r["ranks"], _fmt(r["throughput"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
+              _fmt(r["efficiency"] and r["efficiency"] * 100, ".0f") + " %",
+              "PASS" if r["passed"] else "FAIL") for r in rows]))
+        png = plot_scaling(rows, out / "scaling.png",
+                           title=f"{options.example} scaling on {item.name}")
+        say(f"json: {os.path.relpath(out / 'scaling.json')}\nplot: {os.path.relpath(png)}")
+    for result in results:
+        train_check(result)
+    return results
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)

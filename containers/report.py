@@ -57,3 +57,37 @@ def plot_busbw(report: dict, path: Path, *, title: str) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_scaling(rows: Sequence[dict], path: Path, *, title: str) -> Path:
+    """Throughput against ranks with the ideal line, and efficiency on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks = [r["ranks"] for r in rows]
+    rates = [r["throughput"] or 0.0 for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    ax.plot(ranks, rates, "o-", label="measured samples/s")
+    if rates and rates[0]:
+        ax.plot(ranks, [rates[0] * n / ranks[0] for n in ranks], "--", color="grey",
+                label="ideal (linear)")
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("samples/s (global)")
+    ax.set_xticks(ranks)
+    ax.grid(True, alpha=0.3)
+    right = ax.twinx()
+    right.plot(ranks, [(r["efficiency"] or 0) * 100 for r in rows], "s:", color="tab:orange",
+               label="efficiency")
+    right.set_ylabel("scaling efficiency (%)")
+    right.set_ylim(0, 110)
+    lines = ax.get_legend_handles_labels()
+    extra = right.get_legend_handles_labels()
+    ax.legend(lines[0] + extra[0], lines[1] + extra[1], loc="lower right")
+    ax.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

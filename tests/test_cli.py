@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from invoke import Collection
 
 import tasks
 from containers.process import descendants
@@ -35,9 +36,10 @@ def cli_project(factory_project, tmp_path) -> Path:
 
 
 def test_every_task_flag_has_help() -> None:
-    for name in ("check", "targets", "build", "smoke"):
-        task = getattr(tasks, name)
-        params = [p for p in task.get_arguments()]
+    collection = Collection.from_module(tasks)
+    assert {"check", "targets", "build", "smoke", "train"} <= set(collection.tasks)
+    for name, task in collection.tasks.items():
+        params = list(task.get_arguments())
         assert task.__doc__ and task.__doc__.strip(), name
         for param in params:
             assert param.help, f"invoke {name} --{param.name} has no help text"
