@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import CheckFailed, ConfigError
-from .launch import Outcome, Say, Workload, failure_reasons, plan_workload, run_workload
+from .launch import (Outcome, Say, Workload, check_ranks, failure_reasons, plan_workload,
+                     run_workload)
 from .runtime import Runtime
 from .settings import Settings
 from .sites import Site
@@ -74,6 +75,7 @@ def _validate(options: TrainOptions) -> None:
 
 def plan_train(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
                options: TrainOptions, run_id: str) -> Workload:
+    check_ranks(site, options.gpus)
     _validate(options)
     args = ["--example", options.example, "--epochs", str(options.epochs),
             "--batch-size", str(options.batch_size), "--out", settings.results_mount]
