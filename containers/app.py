@@ -202,6 +202,8 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
             continue
         for name in sorted([*step.staged, *step.copied]):
             say(f"  stage  {step.workdir / 'context' / name}")
+        for link, target in sorted(step.links.items()):
+            say(f"  link   {link} -> {target}")
         say(f"  run    {show_command(step.build_argv, step.env)}")
         if step.test_argv:
             say(f"  run    {show_command(step.test_argv, step.env)}")

@@ -95,6 +95,9 @@ def _stage(step: BuildStep) -> None:
     for name, source in step.copied.items():
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, context / name)
+    for link, target in step.links.items():
+        Path(link).parent.mkdir(parents=True, exist_ok=True)
+        Path(link).symlink_to(target)
 
 
 def _sweep(step: BuildStep) -> None:
@@ -132,9 +135,15 @@ def labels_of(runtime: Runtime, image: Path) -> dict[str, str]:
 
 def build_step(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
     """Build, test and install one image; return its provenance record."""
-    env = {**os.environ, **step.env}
+    # Step variables may extend the caller's (PATH=<shim>:$PATH for cotainr).
+    env = {**os.environ, **{k: os.path.expandvars(v) for k, v in step.env.items()}}
     with file_lock(step.image.parent / f".{step.target.name}.lock",
                    on_wait=lambda: say(f"waiting for another build of {step.target.name}…")):
+        record = read_provenance(step.image.with_name(step.image.name + ".json"))
+        if not step.forced and step.image.is_file() \
+                and record.get("inputs_hash") == step.inputs_hash:
+            say(f"==> {step.target.name}: built meanwhile by another build ({step.short_hash})")
+            return record
         _sweep(step)
         started = time.time()
         try:

@@ -70,6 +70,8 @@ class BuildStep:
     staged: dict[str, str]
     copied: dict[str, Path]
     action: str  # "build", "up-to-date" or "not-needed" (a base of an up-to-date image)
+    links: dict[str, str] = field(default_factory=dict)
+    forced: bool = False  # --force: rebuild even if a concurrent build just produced it
 
     @property
     def short_hash(self) -> str:
@@ -126,19 +128,37 @@ def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | 
     }
 
 
+def definition_scripts(definition: Definition) -> dict[str, Path]:
+    """Helper scripts from ``recipes/scripts/`` that the definition names: staged into the build
+    context, and part of the inputs hash (changing one rebuilds every image that runs it)."""
+    if definition.path is None:
+        return {}
+    folder = definition.path.parent / "scripts"
+    found = sorted(folder.iterdir()) if folder.is_dir() else []
+    return {p.name: p for p in found if p.is_file() and p.name in definition.text}
+
+
 def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: str | None
-                    ) -> tuple[Definition, EnvSpec | None, dict[str, str], dict, str]:
+                    ) -> tuple[Definition | None, EnvSpec | None, dict[str, str], dict, str]:
     """Read and validate a target's inputs: (definition, env spec, user args, inputs, hash)."""
-    if target.builder != "apptainer":
-        raise ConfigError(f"target '{target.name}' uses builder '{target.builder}', which this "
-                          f"version cannot run yet", path=target.manifest,
-                          line=target.line("builder"), key="builder")
+    env = _load_env(target)
+    user_args = {**target.build_args, **cli_args}
+    if target.builder == "cotainr":
+        unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
+        if unknown:
+            raise ConfigError(f"build argument '{unknown[0]}' does not apply to a cotainr target "
+                              f"(only BASE_IMAGE does)", path=target.manifest, key=unknown[0])
+        inputs = target_inputs(target, None, env, user_args, base_hash)
+        inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
+        return None, env, user_args, inputs, hash_inputs(inputs)
     assert target.definition is not None
     definition = read_definition(target.definition)
     definition.validate()
-    env = _load_env(target)
-    user_args = {**target.build_args, **cli_args}
     inputs = target_inputs(target, definition, env, user_args, base_hash)
+    scripts = definition_scripts(definition)
+    if scripts:
+        inputs["scripts"] = {name: path.read_text(encoding="utf-8")
+                             for name, path in scripts.items()}
     return definition, env, user_args, inputs, hash_inputs(inputs)
 
 
@@ -159,21 +179,42 @@ def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: 
         target, cli_args=cli_args, base_hash=base_step.inputs_hash if base_step else None)
     short = inputs_hash[:12]
     workdir = settings.tmp_dir / f"{target.name}-{short}"
-    context = workdir / "context"
     image = settings.image_path(target.name)
     partial = settings.images_dir / f".{target.name}.sif.{short}.partial"
+    up_to_date = (not force and image.is_file()
+                  and host.built_hashes.get(target.name) == inputs_hash)
+    env_vars = {"APPTAINER_TMPDIR": str(workdir / "tmp")}
+    if settings.cache_dir:
+        env_vars["APPTAINER_CACHEDIR"] = str(settings.cache_dir)
+    common = dict(target=target, inputs_hash=inputs_hash, inputs=inputs, image=image,
+                  partial=partial, workdir=workdir,
+                  inspect_argv=host.runtime.inspect_argv(partial),
+                  action="up-to-date" if up_to_date else "build", forced=force)
+    if definition is None:
+        return _cotainr_step(target, env, inputs["base_image"], host=host, env_vars=env_vars,
+                             common=common)
+    return _apptainer_step(target, definition, env, user_args, cli_args, host=host,
+                           base_step=base_step, env_vars=env_vars, common=common)
+
+
+def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
+                    user_args: Mapping[str, str], cli_args: Mapping[str, str], *,
+                    host: HostFacts, base_step: BuildStep | None, env_vars: dict[str, str],
+                    common: dict) -> BuildStep:
+    context = common["workdir"] / "context"
     binds = list(host.host_paths)
     cert = "pip-cert.pem" if host.pip.cert else None
     staged = {"pip.conf": host.pip.pip_conf(cert_path=f"{CONTEXT_MOUNT}/{cert}" if cert else None)}
     if env is not None:
         staged["requirements.txt"] = env.requirements_txt()
     copied = {f"ca-certificates/{c.name}": c for c in host.ca_certificates}
+    copied.update(definition_scripts(definition))
     if cert:
         copied[cert] = Path(host.pip.cert)
     provided = {
         "BUILD_CONTEXT": str(context),
         "HOST_PATHS": " ".join(binds),
-        "INPUTS_HASH": inputs_hash,
+        "INPUTS_HASH": common["inputs_hash"],
         "TOOL_VERSION": __version__,
         "GIT_REVISION": host.git_revision,
         "BUILD_DATE": host.build_date,
@@ -192,23 +233,45 @@ def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: 
                           path=target.definition, key=unknown[0])
     definition.render(args)  # every {{ ARG }} must have a value before anything runs
     uses_context = "BUILD_CONTEXT" in used
+    partial = common["partial"]
     build_argv = host.runtime.build_argv(
-        output=partial,
-        spec=target.definition, build_args=args,
+        output=partial, spec=target.definition, build_args=args,
         binds=binds if "HOST_PATHS" in used else (), fakeroot=definition.has_section("post"))
-    env_vars = {"APPTAINER_TMPDIR": str(workdir / "tmp")}
-    if settings.cache_dir:
-        env_vars["APPTAINER_CACHEDIR"] = str(settings.cache_dir)
-    up_to_date = (not force and image.is_file()
-                  and host.built_hashes.get(target.name) == inputs_hash)
-    return BuildStep(
-        target=target, inputs_hash=inputs_hash, inputs=inputs, image=image, partial=partial,
-        workdir=workdir, build_argv=build_argv,
-        test_argv=host.runtime.test_argv(partial) if target.test and definition.has_section("test")
-        else None,
-        inspect_argv=host.runtime.inspect_argv(partial), env=env_vars,
-        staged=staged if uses_context else {}, copied=copied if uses_context else {},
-        action="up-to-date" if up_to_date else "build")
+    has_test = target.test and definition.has_section("test")
+    return BuildStep(**common, build_argv=build_argv,
+                     test_argv=host.runtime.test_argv(partial) if has_test else None,
+                     env=env_vars, staged=staged if uses_context else {},
+                     copied=copied if uses_context else {})
+
+
+#: What a cotainr-built image must be able to do: its Conda env is active on plain exec.
+COTAINR_TEST = "import torch; print('torch', torch.__version__, 'ok')"
+
+
+def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *,
+                  host: HostFacts, env_vars: dict[str, str], common: dict) -> BuildStep:
+    """cotainr always calls ``singularity``: where only Apptainer exists, a ``singularity`` link
+    to it is put first on cotainr's PATH. Its prompt for an existing output never fires, as the
+    output is always a fresh temp path (and stdin is closed, so it could not hang anyway)."""
+    assert env is not None and target.env is not None
+    if not base_image:
+        raise ConfigError("a cotainr target needs base_image (or --build-arg BASE_IMAGE=...)",
+                          path=target.manifest, line=target.line("builder"), key="base_image")
+    partial = common["partial"]
+    links = {}
+    if host.runtime.flavour == "apptainer":
+        shim = common["workdir"] / "bin"
+        links[str(shim / "singularity")] = host.runtime.binary
+        env_vars = {**env_vars, "PATH": f"{shim}:$PATH",
+                    "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
+    else:
+        env_vars = {**env_vars, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
+    build_argv = ["cotainr", "build", str(partial), f"--base-image={base_image}",
+                  f"--conda-env={target.env}", "--accept-licenses"]
+    test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", COTAINR_TEST])
+    return BuildStep(**common, build_argv=build_argv,
+                     test_argv=test_argv if target.test else None, env=env_vars, staged={},
+                     copied={}, links=links)
 
 
 def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, host: HostFacts,

@@ -23,6 +23,10 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _is_bool(v: Any) -> bool:
     return isinstance(v, bool)
 
@@ -46,6 +50,7 @@ def _is_map(v: Any) -> bool:
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "str": (_is_str, "a string"),
     "int": (_is_int, "an integer"),
+    "float": (_is_number, "a number"),
     "bool": (_is_bool, "true or false"),
     "str_list": (_is_str_list, "a list of strings"),
     "str_map": (_is_str_map, "a mapping of names to scalar values"),

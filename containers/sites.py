@@ -1,14 +1,20 @@
 """Site profiles: ``sites/<site>.yaml``, every fact about WHERE images run.
 
-Scheduler, GPUs per node, runtime flavour, GPU flag, binds and environment live in data, not in
-code, so a new cluster is a new YAML file. A site may say how to recognise it from the environment
-(``detect``) so ``invoke smoke`` on a login or compute node picks the right target by itself.
+Scheduler, partitions, GPUs and usable cores per node, CPU binding, runtime flavour, build
+capability, GPU flag, binds, environment, launch pattern and reference bandwidths live in data, not
+in code, so a new cluster is a new YAML file. A site may say how to recognise it from the
+environment (``detect``) so ``invoke smoke`` on a login or compute node picks the right target.
+
+Environment values may name host variables (``/tmp/$USER-miopen-cache-$SLURM_JOB_ID``): they are
+expanded on the host when a command is planned (:func:`expand`), since an argv reaches the
+container without a shell.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,21 +24,52 @@ from .errors import ConfigError
 from .schema import Field, check_mapping, line_of, suggest
 from .yamlsource import load_yaml_file
 
+LAUNCHERS = ("torchrun", "srun-per-gpu", "mpiexec-torchrun")
 FIELDS = (
     Field("description", required=True),
     Field("scheduler", default="none", choices=("none", "slurm", "pbs")),
+    Field("partitions", "str_list", default=[]),
+    Field("default_partition"),
     Field("gpu", default="none", choices=("none", "cuda", "rocm")),
+    Field("gpu_model"),
     Field("runtime", default="apptainer", choices=("apptainer", "singularity")),
     Field("gpus_per_node", "int", default=0),
     Field("cores_per_node", "int", default=0),
+    Field("max_gpus_per_job", "int", default=0),
+    Field("cpu_bind", "str_list", default=[]),
     Field("fakeroot", "bool", default=True),
+    Field("launcher", default="torchrun", choices=LAUNCHERS),
+    Field("torchrun", default="torchrun"),
     Field("binds", "str_list", default=[]),
     Field("env", "str_map", default={}),
+    Field("multinode_binds", "str_list", default=[]),
+    Field("multinode_env", "str_map", default={}),
+    Field("references", "list", default=[]),
     Field("default_target"),
     Field("detect", "map", default={}),
+    Field("notes"),
 )
 DETECT_FIELDS = (Field("env", "str_list", default=[]), Field("hostname", "str_list", default=[]))
+REFERENCE_FIELDS = (
+    Field("nodes", "int", required=True), Field("gpus_per_node", "int", required=True),
+    Field("bytes", "int", required=True), Field("busbw", "float", required=True),
+    Field("source", required=True),
+)
 GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
+#: The variable that limits which GPUs a process sees, per GPU kind.
+VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published all_reduce busbw for this site (GB/s at ``bytes``), with where it comes from."""
+
+    nodes: int
+    gpus_per_node: int
+    bytes: int
+    busbw: float
+    source: str
 
 
 @dataclass(frozen=True)
@@ -51,8 +88,19 @@ class Site:
     binds: tuple[str, ...]
     env: dict[str, str]
     default_target: str | None
+    partitions: tuple[str, ...] = ()
+    default_partition: str | None = None
+    gpu_model: str | None = None
+    max_gpus_per_job: int = 0
+    cpu_bind: tuple[str, ...] = ()
+    launcher: str = "torchrun"
+    torchrun: str = "torchrun"
+    multinode_binds: tuple[str, ...] = ()
+    multinode_env: dict[str, str] = field(default_factory=dict)
+    references: tuple[Reference, ...] = ()
     detect_env: tuple[str, ...] = ()
     detect_hostname: tuple[str, ...] = ()
+    notes: str | None = None
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
     @property
@@ -61,16 +109,45 @@ class Site:
         return GPU_FLAGS[self.gpu]
 
     def matches(self, environ: Mapping[str, str], hostname: str) -> bool:
-        """True when every ``detect`` rule holds (a site with no rules never matches)."""
-        if not self.detect_env and not self.detect_hostname:
-            return False
+        """True when any ``detect`` rule holds: a ``NAME`` or ``NAME=VALUE`` in the environment,
+        or a host-name pattern. A site with no rules never matches."""
         for rule in self.detect_env:
-            name, _, wanted = rule.partition("=")
-            if name not in environ or (wanted and environ[name] != wanted):
-                return False
-        if self.detect_hostname:
-            return any(fnmatch.fnmatch(hostname, p) for p in self.detect_hostname)
-        return True
+            name, sep, wanted = rule.partition("=")
+            if name in environ and (not sep or environ[name] == wanted):
+                return True
+        return any(fnmatch.fnmatch(hostname, pattern) for pattern in self.detect_hostname)
+
+    def reference(self, *, nodes: int, gpus_per_node: int) -> Reference | None:
+        return next((r for r in self.references
+                     if r.nodes == nodes and r.gpus_per_node == gpus_per_node), None)
+
+
+def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
+    """Expand ``$VAR``/``${VAR}`` from ``environ``; unset ones stay as written unless ``strict``."""
+    def replace(match: re.Match) -> str:
+        name = match.group(1) or match.group(2)
+        if name in environ:
+            return environ[name]
+        if strict:
+            raise ConfigError(f"'{value}' needs ${name}, which is not set here (inside a job "
+                              f"allocation it is)", key=name)
+        return match.group(0)
+
+    return _VAR.sub(replace, value)
+
+
+def _references(data: object, path: Path) -> tuple[Reference, ...]:
+    refs = []
+    for index, item in enumerate(data):  # type: ignore[arg-type]
+        values = check_mapping(item, REFERENCE_FIELDS, what="reference", path=path,
+                               prefix=f"references[{index}].")
+        if values["busbw"] <= 0:
+            raise ConfigError("busbw must be a positive number (GB/s)", path=path,
+                              line=line_of(item, "busbw"), key=f"references[{index}].busbw")
+        refs.append(Reference(nodes=values["nodes"], gpus_per_node=values["gpus_per_node"],
+                              bytes=values["bytes"], busbw=float(values["busbw"]),
+                              source=values["source"]))
+    return tuple(refs)
 
 
 def load_site(path: Path) -> Site:
@@ -78,17 +155,37 @@ def load_site(path: Path) -> Site:
     values = check_mapping(data, FIELDS, what="site profile", path=path)
     detect = check_mapping(values["detect"], DETECT_FIELDS, what="detect rules", path=path,
                            prefix="detect.") if values["detect"] else {"env": [], "hostname": []}
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(message, path=path, line=line_of(data, key) or line_of(data), key=key)
+
     if values["gpu"] != "none" and values["gpus_per_node"] <= 0:
-        raise ConfigError("a GPU site needs gpus_per_node > 0", path=path,
-                          line=line_of(data, "gpus_per_node") or line_of(data), key="gpus_per_node")
+        raise fail("gpus_per_node", "a GPU site needs gpus_per_node > 0")
+    if values["cpu_bind"] and len(values["cpu_bind"]) != values["gpus_per_node"]:
+        raise fail("cpu_bind", f"one CPU mask per GPU: {len(values['cpu_bind'])} masks for "
+                               f"{values['gpus_per_node']} GPUs")
+    for mask in values["cpu_bind"]:
+        if not re.fullmatch(r"0x[0-9a-fA-F]+", mask):
+            raise fail("cpu_bind", f"'{mask}' is not a hexadecimal CPU mask (0x…)")
+    if values["default_partition"] and values["default_partition"] not in values["partitions"]:
+        raise fail("default_partition", f"'{values['default_partition']}' is not one of the "
+                                        f"partitions{suggest(values['default_partition'], values['partitions'])}")
+    if values["scheduler"] == "none" and values["launcher"] != "torchrun":
+        raise fail("launcher", "without a scheduler the launcher can only be torchrun")
     return Site(name=path.stem, path=path, description=values["description"],
                 scheduler=values["scheduler"], gpu=values["gpu"], runtime=values["runtime"],
                 gpus_per_node=values["gpus_per_node"], cores_per_node=values["cores_per_node"],
                 fakeroot=values["fakeroot"], binds=tuple(values["binds"]),
                 env={str(k): str(v) for k, v in values["env"].items()},
-                default_target=values["default_target"], detect_env=tuple(detect["env"]),
-                detect_hostname=tuple(detect["hostname"]),
-                lines={key: line_of(data, key) for key in data})
+                default_target=values["default_target"], partitions=tuple(values["partitions"]),
+                default_partition=values["default_partition"], gpu_model=values["gpu_model"],
+                max_gpus_per_job=values["max_gpus_per_job"], cpu_bind=tuple(values["cpu_bind"]),
+                launcher=values["launcher"], torchrun=values["torchrun"],
+                multinode_binds=tuple(values["multinode_binds"]),
+                multinode_env={str(k): str(v) for k, v in values["multinode_env"].items()},
+                references=_references(data.get("references") or [], path),
+                detect_env=tuple(detect["env"]), detect_hostname=tuple(detect["hostname"]),
+                notes=values["notes"], lines={key: line_of(data, key) for key in data})
 
 
 def load_sites(root: Path) -> dict[str, Site]:

@@ -24,6 +24,7 @@ FIELDS = (
     Field("builder", default="apptainer", choices=BUILDERS),
     Field("definition"),
     Field("base"),
+    Field("base_image"),
     Field("env"),
     Field("build_args", "str_map", default={}),
     Field("test", "bool", default=True),
@@ -45,6 +46,7 @@ class Target:
     base: str | None
     env: Path | None
     build_args: dict[str, str] = field(default_factory=dict)
+    base_image: str | None = None
     test: bool = True
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
@@ -59,9 +61,18 @@ def load_target(path: Path, *, root: Path) -> Target:
     if values["builder"] == "apptainer" and not values["definition"]:
         raise ConfigError("builder 'apptainer' needs a definition file", path=path,
                           line=line_of(data), key="definition")
-    if values["builder"] == "cotainr" and not values["env"]:
-        raise ConfigError("builder 'cotainr' needs an env spec", path=path, line=line_of(data),
-                          key="env")
+    if values["builder"] == "cotainr":
+        for key in ("env", "base_image"):
+            if not values[key]:
+                raise ConfigError(f"builder 'cotainr' needs {key}", path=path,
+                                  line=line_of(data), key=key)
+        for key in ("definition", "base"):
+            if values[key]:
+                raise ConfigError(f"builder 'cotainr' takes no {key} (it builds from base_image "
+                                  f"and the env spec)", path=path, line=lines.get(key), key=key)
+    elif values["base_image"]:
+        raise ConfigError("base_image is for cotainr targets; a definition names its base in "
+                          "its header", path=path, line=lines.get("base_image"), key="base_image")
     paths: dict[str, Path | None] = {}
     for key in ("definition", "env"):
         paths[key] = None
@@ -75,7 +86,8 @@ def load_target(path: Path, *, root: Path) -> Target:
     return Target(name=path.stem, manifest=path, description=values["description"],
                   site=values["site"], arch=values["arch"], gpu=values["gpu"],
                   builder=values["builder"], definition=paths["definition"], base=values["base"],
-                  env=paths["env"], build_args=build_args, test=values["test"], lines=lines)
+                  env=paths["env"], build_args=build_args, base_image=values["base_image"],
+                  test=values["test"], lines=lines)
 
 
 def load_targets(root: Path) -> dict[str, Target]:

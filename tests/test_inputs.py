@@ -92,9 +92,10 @@ def test_site_detection_rules(tmp_path: Path) -> None:
         "detect:\n  env: [CLUSTER_NAME=big]\n  hostname: ['uan*']\n")
     sites = load_sites(tmp_path)
     assert sites["big"].gpu_flag == "--rocm"
-    assert detect_site(sites, {"CLUSTER_NAME": "big"}, "uan01").name == "big"
-    assert detect_site(sites, {"CLUSTER_NAME": "big"}, "laptop") is None
-    assert detect_site(sites, {}, "uan01") is None
+    assert detect_site(sites, {"CLUSTER_NAME": "big"}, "laptop").name == "big"
+    assert detect_site(sites, {}, "uan01").name == "big"
+    assert detect_site(sites, {"CLUSTER_NAME": "other"}, "laptop") is None
+    assert sites["local"].matches({"CLUSTER_NAME": "big"}, "uan01") is False  # no rules
 
 
 def test_gpu_site_needs_gpus_per_node(tmp_path: Path) -> None:

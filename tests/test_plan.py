@@ -52,7 +52,9 @@ def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime)
     assert cpu.staged["requirements.txt"].splitlines()[0] == "torch==2.13.0"
     assert "cert = /opt/build-context/pip-cert.pem" in cpu.staged["pip.conf"]
     assert "find-links = /srv/wheels" in cpu.staged["pip.conf"]
-    assert set(cpu.copied) == {"ca-certificates/site.crt", "pip-cert.pem"}
+    assert set(cpu.copied) == {"ca-certificates/site.crt", "pip-cert.pem",
+                               "install-python-packages.sh"}
+    assert "install-python-packages.sh" in cpu.inputs["scripts"]
     assert base.staged == {} and base.copied == {}  # debian-base uses no build context
 
 
