@@ -12,6 +12,8 @@ import json
 import os
 import platform
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -83,6 +85,16 @@ class Project:
                 raise
             return assumed_runtime(flavour)
 
+    def current_site(self) -> Site:
+        return detect_site(self.sites) or get_site(self.sites, "local")
+
+    def runtime_for(self, site: Site, *, dry_run: bool) -> Runtime:
+        """The runtime a command for ``site`` uses: this machine's, or for a dry run planned for
+        another site, that site's flavour (``singularity`` on LUMI) as it would be called there."""
+        if dry_run and site.name != self.current_site().name:
+            return assumed_runtime(site.runtime)
+        return self.runtime(required=not dry_run, flavour=site.runtime)
+
 
 def git_revision(root: Path) -> str:
     try:
@@ -115,7 +127,13 @@ def gather_host(project: Project, runtime: Runtime, names: list[str], *,
         ca_certificates=tuple(hostcfg.extra_ca_certificates()),
         git_revision=git_revision(project.root),
         build_date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        arch=host_arch(), built_hashes=builder.built_hashes(project.settings.images_dir, names))
+        arch=host_arch(), cotainr=_cotainr_binary(), built_hashes=builder.built_hashes(project.settings.images_dir, names))
+
+
+def _cotainr_binary() -> str:
+    """cotainr from PATH, else the one installed beside this Python (a venv not activated)."""
+    beside = Path(sys.executable).parent / "cotainr"
+    return shutil.which("cotainr") or (str(beside) if beside.is_file() else "cotainr")
 
 
 def show_command(argv: list[str], env: Mapping[str, str] | None = None) -> str:
@@ -189,6 +207,14 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
             f"{item.arch} image cannot be built here without emulation. Build it on an "
             f"{item.arch} node (a build job there), then copy the .sif back",
             path=item.manifest, line=item.line("arch"), key="arch")
+    here = project.current_site()
+    if item.builder == "apptainer" and not here.fakeroot and item.definition is not None \
+            and read_definition(item.definition).has_section("post"):
+        raise ConfigError(
+            f"{item.definition.name} has a %post section, which needs --fakeroot, and site "
+            f"'{here.name}' has none; build it with a cotainr target (builder: cotainr) or on a "
+            f"machine with fakeroot, then copy the .sif", path=here.path,
+            line=here.lines.get("fakeroot"), key="fakeroot")
     cli_args = dict(build_args or {})
     host = gather_host(project, runtime, [t.name for t in project.targets.values()],
                        mirror_override=cli_args.get("MIRROR"))
@@ -223,10 +249,10 @@ def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_ru
           say: Say = _print) -> SmokeResult | Workload:
     item = project.target(target or project.default_target())
     site = project.site_of(item)
-    runtime = project.runtime(required=not dry_run, flavour=site.runtime)
+    runtime = project.runtime_for(site, dry_run=dry_run)
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     plan = plan_smoke(item, site, settings=project.settings, runtime=runtime, options=options,
-                      run_id=run_id)
+                      run_id=run_id, strict=not dry_run)
     say(f"smoke: {item.name} on site {site.name}, {plan.ranks} ranks, results in "
         f"{os.path.relpath(plan.out_dir)}")
     say(f"  run  {show_command(plan.argv)}")
@@ -255,7 +281,7 @@ def _train_once(project: Project, item: Target, site: Site, runtime: Runtime,
                 options: TrainOptions, run_id: str, dry_run: bool, say: Say
                 ) -> TrainResult | Workload:
     plan = plan_train(item, site, settings=project.settings, runtime=runtime, options=options,
-                      run_id=run_id)
+                      run_id=run_id, strict=not dry_run)
     say(f"train: {options.example} on {item.name} (site {site.name}), {plan.ranks} ranks, "
         f"results in {os.path.relpath(plan.out_dir)}")
     say(f"  run  {show_command(plan.argv)}")
@@ -273,7 +299,7 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
     """One training run, or one per rank count of ``scaling`` with a speedup report."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
-    runtime = project.runtime(required=not dry_run, flavour=site.runtime)
+    runtime = project.runtime_for(site, dry_run=dry_run)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     counts = parse_scaling(scaling) if scaling else [options.gpus]
     results = [_train_once(project, item, site, runtime, with_ranks(options, n),

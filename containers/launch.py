@@ -10,6 +10,7 @@ process of the run.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from .errors import ConfigError
 from .process import run
 from .runtime import Runtime
 from .settings import Settings
-from .sites import Site
+from .sites import VISIBLE_DEVICES, Site, expand
 from .targets import Target
 
 Say = Callable[[str], None]
@@ -61,24 +62,47 @@ def check_ranks(site: Site, ranks: int) -> None:
                           line=site.lines.get("gpus_per_node"), key="gpus_per_node")
 
 
-def torchrun_argv(*, nproc: int, script: str, args: Sequence[str]) -> list[str]:
+def torchrun_argv(*, nproc: int, script: str, args: Sequence[str],
+                  torchrun: str = "torchrun") -> list[str]:
     """Single-node torchrun: ``--standalone`` picks a free rendezvous port on localhost."""
-    return ["torchrun", "--standalone", f"--nproc-per-node={nproc}", script, *args]
+    return [torchrun, "--standalone", f"--nproc-per-node={nproc}", script, *args]
+
+
+def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict: bool,
+                  extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The site's environment for the container, host variables expanded.
+
+    On GPU sites the ranks see the first ``ranks`` devices unless the allocation already says
+    which (Slurm sets ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` for partial nodes).
+    """
+    env = {key: expand(value, environ, strict=strict) for key, value in site.env.items()}
+    visible = VISIBLE_DEVICES.get(site.gpu)
+    if visible and visible not in environ and visible not in env:
+        env[visible] = ",".join(str(i) for i in range(ranks))
+    return {**env, **(extra or {})}
 
 
 def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
                   kind: str, script: str, args: Sequence[str], ranks: int, timeout: float,
                   run_id: str, report_name: str, extra_binds: Sequence[str] = (),
-                  extra_env: Mapping[str, str] | None = None) -> Workload:
-    """``kind`` names the results folder: ``results/<kind>/<target>-<run_id>``."""
+                  extra_env: Mapping[str, str] | None = None,
+                  environ: Mapping[str, str] | None = None, strict: bool = True) -> Workload:
+    """``kind`` names the results folder: ``results/<kind>/<target>-<run_id>``.
+
+    ``environ`` is the host environment site values are expanded from; ``strict`` (a real run)
+    refuses a value whose variable is unset, a dry run shows it as written.
+    """
     check_ranks(site, ranks)
     out_dir = settings.results_dir / kind / f"{target.name}-{run_id}"
-    command = torchrun_argv(nproc=ranks, script=f"{settings.jobs_mount}/{script}", args=args)
+    command = torchrun_argv(nproc=ranks, script=f"{settings.jobs_mount}/{script}", args=args,
+                            torchrun=site.torchrun)
     binds = [f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
              f"{out_dir}:{settings.results_mount}", *extra_binds, *site.binds]
     image = settings.image_path(target.name)
+    env = container_env(site, ranks=ranks, environ=os.environ if environ is None else environ,
+                        strict=strict, extra=extra_env)
     argv = runtime.exec_argv(image=image, command=command, gpu_flag=site.gpu_flag, binds=binds,
-                             env={**site.env, **(extra_env or {})})
+                             env=env)
     return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks,
                     argv=argv, timeout=timeout, report_name=report_name)
 

@@ -50,6 +50,7 @@ class HostFacts:
     git_revision: str = "unknown"
     build_date: str = ""
     arch: str = "x86_64"
+    cotainr: str = "cotainr"
     built_hashes: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -266,7 +267,7 @@ def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *
                     "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
     else:
         env_vars = {**env_vars, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
-    build_argv = ["cotainr", "build", str(partial), f"--base-image={base_image}",
+    build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", COTAINR_TEST])
     return BuildStep(**common, build_argv=build_argv,

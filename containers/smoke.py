@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from .errors import CheckFailed, ConfigError
 from .launch import Outcome, Say, Workload, failure_reasons, plan_workload, run_workload
@@ -58,7 +59,8 @@ class SmokeResult:
 
 
 def plan_smoke(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
-               options: SmokeOptions, run_id: str) -> Workload:
+               options: SmokeOptions, run_id: str, environ: Mapping[str, str] | None = None,
+               strict: bool = True) -> Workload:
     if options.iters < 1 or options.warmup < 0:
         raise ConfigError("--iters must be >= 1 and --warmup >= 0", key="--iters")
     args = ["--sizes", options.sizes, "--iters", str(options.iters),
@@ -69,7 +71,7 @@ def plan_smoke(target: Target, site: Site, *, settings: Settings, runtime: Runti
     return plan_workload(target, site, settings=settings, runtime=runtime, kind="smoke",
                          script=BENCHMARK, args=args, ranks=options.gpus,
                          timeout=options.timeout, run_id=run_id, report_name="allreduce.json",
-                         extra_env=options.extra_env)
+                         extra_env=options.extra_env, environ=environ, strict=strict)
 
 
 def run_smoke(plan: Workload, *, say: Say) -> SmokeResult:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Mapping
 
 from .errors import CheckFailed, ConfigError
 from .launch import (Outcome, Say, Workload, check_ranks, failure_reasons, plan_workload,
@@ -74,7 +75,8 @@ def _validate(options: TrainOptions) -> None:
 
 
 def plan_train(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
-               options: TrainOptions, run_id: str) -> Workload:
+               options: TrainOptions, run_id: str, environ: Mapping[str, str] | None = None,
+               strict: bool = True) -> Workload:
     check_ranks(site, options.gpus)
     _validate(options)
     args = ["--example", options.example, "--epochs", str(options.epochs),
@@ -99,7 +101,8 @@ def plan_train(target: Target, site: Site, *, settings: Settings, runtime: Runti
     return plan_workload(target, site, settings=settings, runtime=runtime,
                          kind=f"train-{options.example}", script=SCRIPT, args=args,
                          ranks=options.gpus, timeout=options.timeout, run_id=run_id,
-                         report_name="train.json", extra_binds=binds)
+                         report_name="train.json", extra_binds=binds, environ=environ,
+                         strict=strict)
 
 
 def run_train(plan: Workload, *, say: Say) -> TrainResult:
