@@ -15,6 +15,8 @@ command -v debootstrap >/dev/null || apt_missing+=(debootstrap)
 command -v git >/dev/null || apt_missing+=(git)
 python3 -c 'import ensurepip, venv' 2>/dev/null || apt_missing+=(python3-venv)
 command -v g++ >/dev/null || apt_missing+=(g++)
+# Lmod: the tests load the module files that invoke publish writes
+[[ -f /usr/share/lmod/lmod/init/bash ]] || apt_missing+=(lmod)
 if ((${#apt_missing[@]})); then
     say "installing Debian packages: ${apt_missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

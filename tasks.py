@@ -14,6 +14,7 @@ from invoke import Exit, task
 from containers import app
 from containers.errors import ContainersError
 from containers.plan import parse_build_args
+from containers import publish as publishing
 from containers.smoke import SmokeOptions
 from containers.train import TrainOptions
 
@@ -79,12 +80,16 @@ def build(c, target=None, force=False, dry_run=False, build_arg=None):
         "timeout": "seconds before every rank is stopped and the run fails",
         "dtype": "element type: float32, float16 or bfloat16",
         "dry_run": "print the exact exec command, run nothing",
+        "history": "show earlier runs (perflog) as a table and a PNG instead of running",
     },
 )
 @_user_errors
 def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=600.0,
-          dtype="float32", dry_run=False):
-    """all_reduce benchmark inside the image (nccl-tests style): algbw, busbw, #wrong."""
+          dtype="float32", dry_run=False, history=False):
+    """all_reduce benchmark inside the image (nccl-tests style): algbw, busbw, #wrong, verdict."""
+    if history:
+        app.smoke_history(_project(c), target=target)
+        return
     options = SmokeOptions(gpus=int(gpus), sizes=sizes, iters=int(iters), warmup=int(warmup),
                            timeout=float(timeout), dtype=dtype)
     app.smoke(_project(c), target=target, options=options, dry_run=dry_run)
@@ -123,3 +128,43 @@ def train(c, example="ddp", target=None, model=None, gpus=2, epochs=3, batch_siz
         target_accuracy=float(target_accuracy) if target_accuracy is not None else None,
         timeout=float(timeout))
     app.train(_project(c), target=target, options=options, scaling=scaling, dry_run=dry_run)
+
+
+@task(
+    help={
+        "target": "image target to publish (its built images/<target>.sif)",
+        "dest": "site folder to publish into (catalogue.json, <target>/, modules/, keys/)",
+        "version": "version name (letters, digits, . _ + -); default: <build date>-<inputs hash>",
+        "sign": "sign the image with apptainer sign (keyring: containers.sign_keysdir, key "
+                "containers.sign_keyidx)",
+        "keep": "afterwards keep only the newest N versions of the target (never latest's); "
+                "0: keep all",
+        "group": "give published files to this group (default: containers.publish_group)",
+        "force": "replace a version that is already published (recorded in the catalogue)",
+        "skip_checks": "publish without apptainer test and smoke checks (loud warning, "
+                       "recorded in the catalogue)",
+    },
+)
+@_user_errors
+def publish(c, target=None, dest=None, version=None, sign=False, keep=0, group=None,
+            force=False, skip_checks=False):
+    """Publish a checked image for a site: copy, checksum, sign, catalogue, Lmod module file."""
+    if not target or not dest:
+        raise Exit("error: publish needs --target and --dest", code=1)
+    publishing.publish(_project(c), target=target, dest=dest, version=version, sign=sign,
+                       keep=int(keep) or None, group=group, force=force,
+                       skip_checks=skip_checks)
+
+
+@task(
+    help={
+        "dest": "site folder that invoke publish wrote",
+        "target": "only this target's images; default: all",
+    },
+)
+@_user_errors
+def verify(c, dest=None, target=None):
+    """Check published images: checksums, signatures, catalogue, latest and module files."""
+    if not dest:
+        raise Exit("error: verify needs --dest", code=1)
+    publishing.verify(_project(c), dest=dest, target=target)

@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import __version__, builder, hostcfg
+from . import __version__, builder, hostcfg, perflog
 from .deffile import read_definition
 from .locking import atomic_write_text
 from .errors import CommandFailed, ConfigError, ContainersError, RuntimeNotFound
@@ -258,8 +258,9 @@ def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_ru
     say(f"  run  {show_command(plan.argv)}")
     if dry_run:
         return plan
-    result = run_smoke(plan, say=say)
-    if result.report and result.report.get("results"):
+    partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
+    result = run_smoke(plan, say=say, partition=partition)
+    if result.rows:
         png = plot_busbw(result.report, plan.out_dir / "allreduce.png",
                          title=f"all_reduce busbw: {item.name}, {plan.ranks} ranks, "
                                f"{result.report.get('backend', '?')}")
@@ -268,12 +269,32 @@ def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_ru
     record = summary(result, image_record=builder.read_provenance(
         project.settings.provenance_path(item.name)))
     atomic_write_text(plan.out_dir / "verdict.json", json.dumps(record, indent=2) + "\n")
+    log = perflog.append(project.settings.perflog_dir, record)
+    say(f"perflog: {os.path.relpath(log)}")
     reasons = record["reasons"]
-    say("verdict: " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
+    transport = record["transport"]
+    if transport is not None:
+        say(f"transport:   {'ok' if transport['ok'] else 'FAIL'}: {transport['message']}")
+    say("sanity:      " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
+    performance = record["performance"]
+    say(f"performance: {performance['state'].upper()}: {performance['message']}")
     check(result)
     return result
 
 
+def smoke_history(project: Project, *, target: str | None, say: Say = _print) -> list[dict]:
+    """The perflog as a table and a PNG: busbw at the reference size per image version."""
+    records = perflog.read(project.settings.perflog_dir, target=target)
+    if not records:
+        raise ConfigError(f"no smoke runs recorded in {project.settings.perflog_dir}"
+                          + (f" for target {target}" if target else ""))
+    console().print(table(f"smoke history ({len(records)} runs)", perflog.HISTORY_COLUMNS,
+                          perflog.history_rows(records)))
+    png = perflog.plot_history(records, project.settings.perflog_dir /
+                               f"history-{target or 'all'}.png",
+                               title=f"all_reduce busbw history: {target or 'all targets'}")
+    say(f"plot: {os.path.relpath(png)}")
+    return records
 
 
 # ------------------------------------------------------------------------------------- train

@@ -47,3 +47,9 @@ class CheckFailed(ContainersError):
     """A smoke test or verification ran but its verdict is negative (wrong values, lost ranks)."""
 
     exit_code = 2
+
+
+class PerformanceFailed(ContainersError):
+    """The run was correct (sanity passed) but slower than the site's reference allows."""
+
+    exit_code = 3

@@ -51,6 +51,7 @@ class Outcome:
     report: dict | None
     seconds: float
     first_failure: tuple[int, int] | None = None
+    lines: tuple[str, ...] = ()
 
 
 def check_ranks(site: Site, ranks: int) -> None:
@@ -158,7 +159,7 @@ def run_workload(workload: Workload, *, say: Say) -> Outcome:
     missing = sorted(set(range(workload.ranks)) - finished_ranks(workload.out_dir))
     return Outcome(returncode=completed.returncode, timed_out=completed.timed_out,
                    missing_ranks=missing, report=report, seconds=time.monotonic() - started,
-                   first_failure=first_failure(lines))
+                   first_failure=first_failure(lines), lines=tuple(lines))
 
 
 def failure_reasons(workload: Workload, outcome: Outcome) -> list[str]:

@@ -77,6 +77,9 @@ class Runtime:
     def key_list_argv(self, *, secret: bool = False) -> list[str]:
         return [self.binary, "key", "list", *(["--secret"] if secret else [])]
 
+    def key_import_argv(self, key_file: Path | str) -> list[str]:
+        return [self.binary, "key", "import", str(key_file)]
+
     def key_newpair_argv(self, *, name: str, email: str, comment: str = "",
                          bits: int = 4096) -> list[str]:
         """A passphrase-less key pair that is never pushed to a key server."""

@@ -17,12 +17,17 @@ from .schema import Field, check_mapping
 FIELDS = (
     Field("images_dir", default="images"),
     Field("results_dir", default="results"),
+    Field("perflog_dir", default="results/perflog"),
     Field("tmp_dir", default="/var/tmp/containers-build"),
     Field("cache_dir", default=""),
     Field("runtime", default="auto"),
     Field("default_target", default="cpu"),
     Field("jobs_mount", default="/opt/containers/jobs"),
     Field("results_mount", default="/opt/containers/results"),
+    Field("sign_keysdir", default=""),
+    Field("sign_keyidx", "int", default=0),
+    Field("publish_group", default=""),
+    Field("publish_world_readable", "bool", default=True),
 )
 
 
@@ -31,12 +36,20 @@ class Settings:
     root: Path
     images_dir: Path
     results_dir: Path
+    perflog_dir: Path
     tmp_dir: Path
     cache_dir: Path | None
     runtime: str
     default_target: str
     jobs_mount: str
     results_mount: str
+    # Publishing (``invoke publish``): PGP keyring for ``apptainer sign`` (empty: the runtime's
+    # default, ~/.apptainer/keys), which secret key in it, the group that reads published files,
+    # and whether others may read them too (0644/0755) or only that group (0640/0750).
+    sign_keysdir: Path | None = None
+    sign_keyidx: int = 0
+    publish_group: str = ""
+    publish_world_readable: bool = True
 
     @property
     def jobs_dir(self) -> Path:
@@ -63,7 +76,12 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
         raise ConfigError("must be auto, apptainer, singularity or an absolute path",
                           path="invoke.yaml", key="containers.runtime")
     return Settings(root=root, images_dir=resolve(values["images_dir"]),
-                    results_dir=resolve(values["results_dir"]), tmp_dir=resolve(values["tmp_dir"]),
+                    results_dir=resolve(values["results_dir"]),
+                    perflog_dir=resolve(values["perflog_dir"]), tmp_dir=resolve(values["tmp_dir"]),
                     cache_dir=resolve(values["cache_dir"]) if values["cache_dir"] else None,
                     runtime=values["runtime"], default_target=values["default_target"],
-                    jobs_mount=values["jobs_mount"], results_mount=values["results_mount"])
+                    jobs_mount=values["jobs_mount"], results_mount=values["results_mount"],
+                    sign_keysdir=(resolve(values["sign_keysdir"]) if values["sign_keysdir"]
+                                  else None),
+                    sign_keyidx=values["sign_keyidx"], publish_group=values["publish_group"],
+                    publish_world_readable=values["publish_world_readable"])

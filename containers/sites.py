@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .errors import ConfigError
+from .references import Reference, parse_reference, select
 from .schema import Field, check_mapping, line_of, suggest
 from .yamlsource import load_yaml_file
 
@@ -45,31 +46,17 @@ FIELDS = (
     Field("multinode_binds", "str_list", default=[]),
     Field("multinode_env", "str_map", default={}),
     Field("references", "list", default=[]),
+    Field("transport", "map", default={}),
     Field("default_target"),
     Field("detect", "map", default={}),
     Field("notes"),
 )
 DETECT_FIELDS = (Field("env", "str_list", default=[]), Field("hostname", "str_list", default=[]))
-REFERENCE_FIELDS = (
-    Field("nodes", "int", required=True), Field("gpus_per_node", "int", required=True),
-    Field("bytes", "int", required=True), Field("busbw", "float", required=True),
-    Field("source", required=True),
-)
+TRANSPORT_FIELDS = (Field("name", required=True), Field("expect", required=True))
 GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
 #: The variable that limits which GPUs a process sees, per GPU kind.
 VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A published all_reduce busbw for this site (GB/s at ``bytes``), with where it comes from."""
-
-    nodes: int
-    gpus_per_node: int
-    bytes: int
-    busbw: float
-    source: str
 
 
 @dataclass(frozen=True)
@@ -98,6 +85,8 @@ class Site:
     multinode_binds: tuple[str, ...] = ()
     multinode_env: dict[str, str] = field(default_factory=dict)
     references: tuple[Reference, ...] = ()
+    transport_name: str | None = None
+    transport_expect: str | None = None
     detect_env: tuple[str, ...] = ()
     detect_hostname: tuple[str, ...] = ()
     notes: str | None = None
@@ -117,9 +106,10 @@ class Site:
                 return True
         return any(fnmatch.fnmatch(hostname, pattern) for pattern in self.detect_hostname)
 
-    def reference(self, *, nodes: int, gpus_per_node: int) -> Reference | None:
-        return next((r for r in self.references
-                     if r.nodes == nodes and r.gpus_per_node == gpus_per_node), None)
+    def reference(self, *, partition: str | None, nodes: int, ranks_per_node: int
+                  ) -> Reference | None:
+        return select(self.references, partition=partition, nodes=nodes,
+                      ranks_per_node=ranks_per_node, gpu_model=self.gpu_model)
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
@@ -137,17 +127,9 @@ def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
 
 
 def _references(data: object, path: Path) -> tuple[Reference, ...]:
-    refs = []
-    for index, item in enumerate(data):  # type: ignore[arg-type]
-        values = check_mapping(item, REFERENCE_FIELDS, what="reference", path=path,
-                               prefix=f"references[{index}].")
-        if values["busbw"] <= 0:
-            raise ConfigError("busbw must be a positive number (GB/s)", path=path,
-                              line=line_of(item, "busbw"), key=f"references[{index}].busbw")
-        refs.append(Reference(nodes=values["nodes"], gpus_per_node=values["gpus_per_node"],
-                              bytes=values["bytes"], busbw=float(values["busbw"]),
-                              source=values["source"]))
-    return tuple(refs)
+    if not isinstance(data, list):
+        raise ConfigError("must be a list of references", path=path, key="references")
+    return tuple(parse_reference(item, path=path, index=i) for i, item in enumerate(data))
 
 
 def load_site(path: Path) -> Site:
@@ -170,6 +152,13 @@ def load_site(path: Path) -> Site:
     if values["default_partition"] and values["default_partition"] not in values["partitions"]:
         raise fail("default_partition", f"'{values['default_partition']}' is not one of the "
                                         f"partitions{suggest(values['default_partition'], values['partitions'])}")
+    transport = check_mapping(values["transport"], TRANSPORT_FIELDS, what="transport",
+                              path=path, prefix="transport.") if values["transport"] else None
+    if transport is not None:
+        try:
+            re.compile(transport["expect"])
+        except re.error as exc:
+            raise fail("transport", f"expect is not a valid regular expression: {exc}") from None
     if values["scheduler"] == "none" and values["launcher"] != "torchrun":
         raise fail("launcher", "without a scheduler the launcher can only be torchrun")
     return Site(name=path.stem, path=path, description=values["description"],
@@ -184,6 +173,8 @@ def load_site(path: Path) -> Site:
                 multinode_binds=tuple(values["multinode_binds"]),
                 multinode_env={str(k): str(v) for k, v in values["multinode_env"].items()},
                 references=_references(data.get("references") or [], path),
+                transport_name=transport["name"] if transport else None,
+                transport_expect=transport["expect"] if transport else None,
                 detect_env=tuple(detect["env"]), detect_hostname=tuple(detect["hostname"]),
                 notes=values["notes"], lines={key: line_of(data, key) for key in data})
 

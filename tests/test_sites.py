@@ -57,7 +57,9 @@ def test_lumi_smoke_command(data_world, data_settings) -> None:
         "CXI_FORK_SAFE_HP=1", "FI_CXI_DISABLE_CQ_HUGETLB=1",
         "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242",
         "MIOPEN_CUSTOM_CACHE_DIR=/tmp/alice-miopen-cache-4242",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "ROCR_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"]
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "ROCR_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
+        # LUMI declares its transport, so RCCL must print which network it used.
+        "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET"]
     assert argv[argv.index(str(data_settings.images_dir / "lumi-rocm.sif")) + 1:][:3] == [
         "torchrun", "--standalone", "--nproc-per-node=8"]
     # Inside an allocation that already limits the GCDs, the allocation's choice stands.
@@ -72,8 +74,9 @@ def test_lumi_smoke_command(data_world, data_settings) -> None:
                    run_id="r", environ={"USER": "alice"}, strict=True)
     assert lumi.cpu_bind[0] == "0x00fe000000000000" and lumi.cpu_bind[7] == "0x0000fe0000000000"
     assert (lumi.cores_per_node, lumi.fakeroot, lumi.runtime) == (56, False, "singularity")
-    assert lumi.reference(nodes=1, gpus_per_node=8).busbw == 125.0
-    assert lumi.reference(nodes=2, gpus_per_node=8).busbw == 85.0
+    assert lumi.reference(partition="standard-g", nodes=1, ranks_per_node=8).value == 125.0
+    assert lumi.reference(partition="dev-g", nodes=2, ranks_per_node=8).bounds == (80.75, None)
+    assert lumi.transport_expect == "NET/OFI Selected [Pp]rovider is cxi"
 
 
 def test_olivia_train_command(data_world, data_settings) -> None:

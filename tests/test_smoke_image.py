@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from containers import app
-from containers.errors import CheckFailed
+from containers import app, perflog
+from containers.errors import CheckFailed, PerformanceFailed
 from containers.process import descendants
+from containers.references import Reference
 from containers.settings import load_settings
 from containers.smoke import SmokeOptions
 
@@ -21,7 +23,8 @@ pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 @pytest.fixture
 def smoke_project(real_project, tmp_path) -> app.Project:
     """The real project and image, with results going to this test's temp folder."""
-    settings = load_settings(real_project.root, {"results_dir": str(tmp_path / "results")})
+    settings = load_settings(real_project.root, {"results_dir": str(tmp_path / "results"),
+                                                  "perflog_dir": str(tmp_path / "perflog")})
     return app.Project(root=real_project.root, settings=settings)
 
 
@@ -49,13 +52,18 @@ def test_smoke_passes(cpu_image, smoke_project, ranks) -> None:
     assert sorted(p.name for p in out.glob("rank-*.json")) == [f"rank-{i}.json"
                                                                 for i in range(ranks)]
     assert any(line.startswith("# Out of bounds values : 0") for line in lines)
-    assert lines[-1] == "verdict: PASS"
+    assert "sanity:      PASS" in lines
     record = json.loads((out / "verdict.json").read_text())
     provenance = json.loads(cpu_image.with_name("cpu.sif.json").read_text())
     assert record["passed"] is True and record["reasons"] == [] and record["ranks"] == ranks
     assert (record["inputs_hash"], record["sha256"]) == (provenance["inputs_hash"],
                                                          provenance["sha256"])
     assert record["largest"]["bytes"] == 4 << 20
+    # The local site's reference is at 16 MiB: this run did not measure it, and says so.
+    assert record["performance"]["state"] == "not-measured"
+    assert record["transport"] is None  # gloo: no NCCL transport to prove
+    (logged,) = perflog.read(smoke_project.settings.perflog_dir)
+    assert logged["inputs_hash"] == provenance["inputs_hash"] and logged["ranks"] == ranks
     busbw_factor = 2 * (ranks - 1) / ranks
     last = report["results"][-1]["oop"]
     assert last["busbw"] == pytest.approx(last["algbw"] * busbw_factor, rel=0.01, abs=0.002)
@@ -88,3 +96,36 @@ def test_smoke_fails_on_faults(cpu_image, smoke_project, fault, timeout, expecte
             "allreduce.json")).read_text())
         assert report["wrong_total"] > 0 and report["ok"] is False
     _no_leftovers()
+
+
+def _with_local_reference(project: app.Project, value: float) -> app.Project:
+    local = project.sites["local"]
+    reference = Reference(partition="*", nodes=1, ranks_per_node=2, bytes=16 << 20,
+                          value=value, lower=-0.7, upper=None, unit="GB/s", source="test")
+    project.__dict__["sites"] = {**project.sites,
+                                 "local": replace(local, references=(reference,))}
+    return project
+
+
+def test_reference_gates_pass_and_fail_on_performance_only(cpu_image, smoke_project) -> None:
+    """Against a reference it meets: PASS. Against an impossible one: correct but too slow, so
+    the performance gate fails (exit 3), the sanity gate does not, and both runs are logged."""
+    options = SmokeOptions(gpus=2, sizes="4M:16M", iters=3, warmup=1, timeout=300)
+    lines: list[str] = []
+    result = app.smoke(_with_local_reference(smoke_project, 0.5), target="cpu",
+                       options=options, say=lines.append)
+    assert result.performance.state == "pass", "\n".join(lines[-20:])
+    assert any(line.startswith("performance: PASS: busbw") for line in lines)
+    with pytest.raises(PerformanceFailed) as info:
+        app.smoke(_with_local_reference(smoke_project, 1000.0), target="cpu", options=options,
+                  say=lines.append)
+    assert info.value.exit_code == 3
+    assert "is below the reference 1000 GB/s (>= 300 GB/s)" in str(info.value)
+    assert "% short of 1000" in str(info.value)
+    assert "sanity:      PASS" in lines
+    records = perflog.read(smoke_project.settings.perflog_dir, target="cpu")
+    assert [r["performance"]["state"] for r in records] == ["pass", "fail"]
+    assert all(r["passed"] for r in records)
+    history: list[str] = []
+    assert len(app.smoke_history(smoke_project, target="cpu", say=history.append)) == 2
+    assert (smoke_project.settings.perflog_dir / "history-cpu.png").stat().st_size > 10_000

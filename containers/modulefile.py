@@ -1,0 +1,143 @@
+"""Lmod module files and the exec wrapper for published images: pure rendering, no I/O.
+
+A published image is used the way LUMI's container modules are used: ``module load cpu/<version>``
+sets ``SIF`` (and ``CONTAINER_IMAGE``) to the image, the site's binds in ``SINGULARITY_BIND`` and
+``APPTAINER_BIND`` (SingularityCE reads only ``SINGULARITY_*``; Apptainer prefers ``APPTAINER_*``
+and accepts both silently when they agree), the site's container environment in
+``SINGULARITYENV_X`` and ``APPTAINERENV_X``, and puts ``<dest>/<target>/bin`` on ``PATH``.
+
+The helper is a wrapper script, ``<target>-exec COMMAND...``, not an Lmod shell function: a
+script on PATH works from batch scripts, ``srun``, ``mpiexec``, non-bash shells and subprocesses,
+whereas a shell function exists only in the interactive shell that loaded the module. The script
+is the same for every version of a target (the image comes from ``$SIF``); only the runtime
+binary and GPU flag, which are site facts, are written into it.
+
+Site environment values are written as they are: a ``$VAR`` in one (``$SLURM_JOB_ID``) is
+expanded by the runtime when the container starts, so it takes the job's value, not the
+publisher's.
+
+Every value that reaches Lua goes through :func:`lua_string`; every value that reaches the shell
+script goes through :func:`shlex.quote`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+FAMILY = "container_image"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_LUA_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def lua_string(value: str) -> str:
+    """A double-quoted Lua string literal for ``value``, safe for any text.
+
+    Backslash, quote and control characters are escaped (``\\ddd`` for the rarer ones, three
+    digits so a following digit cannot join the escape); other bytes, UTF-8 included, pass
+    through since Lua strings are byte strings. Long brackets (``[[...]]``) are avoided because
+    a value containing ``]]`` would end them.
+    """
+    out = []
+    for char in value:
+        if char in _LUA_ESCAPES:
+            out.append(_LUA_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\{ord(char):03d}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def is_env_name(name: str) -> bool:
+    return bool(_ENV_NAME.match(name))
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """Everything a module file says about one published version."""
+
+    target: str
+    version: str
+    description: str
+    image: str                   # absolute path of the published .sif
+    bin_dir: str                 # folder holding <target>-exec
+    runtime: str                 # apptainer | singularity (the site's flavour)
+    gpu_flag: str | None
+    binds: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    sha256: str = ""
+    signed_by: str | None = None  # key fingerprint
+    published: str = ""
+
+
+def exec_name(target: str) -> str:
+    return f"{target}-exec"
+
+
+def _help_text(spec: ModuleSpec) -> str:
+    gpu = f"{spec.gpu_flag} " if spec.gpu_flag else ""
+    lines = [
+        f"{spec.target} {spec.version}: {spec.description}",
+        "",
+        f"Image: {spec.image}",
+        f"sha256: {spec.sha256}" + (f", signed by {spec.signed_by}" if spec.signed_by else ""),
+        f"Published: {spec.published}",
+        "",
+        "Run a command in the image (site binds and environment applied):",
+        f"  {exec_name(spec.target)} python -c 'import torch; print(torch.__version__)'",
+        f"or by hand: {spec.runtime} exec {gpu}$SIF COMMAND",
+    ]
+    if spec.binds:
+        lines.append("Binds: " + ",".join(spec.binds))
+    return "\n".join(lines)
+
+
+def render_modulefile(spec: ModuleSpec) -> str:
+    """The Lmod (Lua) module file for one published version."""
+    q = lua_string
+    lines = [
+        f"-- {spec.target}/{spec.version}: published container image (invoke publish).",
+        "-- Generated: edits are lost when this version is published again.",
+        f"help({q(_help_text(spec))})",
+        f"whatis({q('Name: ' + spec.target)})",
+        f"whatis({q('Version: ' + spec.version)})",
+        f"whatis({q('Description: ' + spec.description)})",
+        f"whatis({q('Image: ' + spec.image)})",
+        f"family({q(FAMILY)})",
+        "",
+        f"local sif = {q(spec.image)}",
+        'setenv("SIF", sif)',
+        'setenv("CONTAINER_IMAGE", sif)',
+    ]
+    for bind in spec.binds:
+        for name in ("SINGULARITY_BIND", "APPTAINER_BIND"):
+            lines.append(f"append_path({q(name)}, {q(bind)}, \",\")")
+    for key, value in spec.env.items():
+        for prefix in ("SINGULARITYENV_", "APPTAINERENV_"):
+            lines.append(f"setenv({q(prefix + key)}, {q(value)})")
+    lines.append(f"prepend_path(\"PATH\", {q(spec.bin_dir)})")
+    return "\n".join(lines) + "\n"
+
+
+def render_exec_wrapper(target: str, *, runtime: str, gpu_flag: str | None) -> str:
+    """``<target>-exec COMMAND...``: run COMMAND in ``$SIF`` with the site's runtime and flag."""
+    name = exec_name(target)
+    gpu = f"{shlex.quote(gpu_flag)} " if gpu_flag else ""
+    return f"""#!/usr/bin/env bash
+# {name} COMMAND [ARGS...]: run COMMAND in the image of the loaded {target} module
+# (module load {target}[/VERSION]). Binds and environment come from the module's
+# SINGULARITY_BIND / APPTAINER_BIND and SINGULARITYENV_* / APPTAINERENV_* variables.
+# Generated by invoke publish: edits are lost on the next publish.
+set -euo pipefail
+if [[ -z ${{SIF:-}} ]]; then
+    echo {shlex.quote(f"{name}: no image; load a module first: module load {target}")} >&2
+    exit 1
+fi
+if [[ $# -eq 0 ]]; then
+    echo {shlex.quote(f"usage: {name} COMMAND [ARGS...]")} >&2
+    exit 2
+fi
+exec {shlex.quote(runtime)} exec {gpu}"$SIF" "$@"
+"""
