@@ -42,7 +42,7 @@ from .app import Project, smoke
 from .builder import read_provenance, sha256_file
 from .errors import (CheckFailed, CommandFailed, ConfigError, ContainersError,
                      PerformanceFailed)
-from .locking import atomic_write_text, file_lock
+from .locking import atomic_write_bytes, atomic_write_text, file_lock
 from .modulefile import (ModuleSpec, exec_name, is_env_name, render_exec_wrapper,
                          render_modulefile)
 from .process import run
@@ -348,18 +348,6 @@ def replace_symlink(link: Path, target: str) -> None:
     temp.unlink(missing_ok=True)
     os.symlink(target, temp)
     os.replace(temp, link)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
 
 
 def sweep_temps(plan: PublishPlan, say: Say) -> None:
