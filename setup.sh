@@ -36,7 +36,7 @@ if [[ ! -f $stamp ]]; then
     [[ -x .venv/bin/python ]] || python3 -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip
     # torch is pinned in the same pip call as everything else (see pyproject's dev extra).
-    .venv/bin/python -m pip install -q -e '.[dev]'
+    DS_BUILD_OPS=0 .venv/bin/python -m pip install -q -e '.[dev]'
     rm -f .venv/.installed-*
     touch "$stamp"
 fi

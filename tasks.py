@@ -99,7 +99,9 @@ def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=6
     help={
         "target": "image to train in; default: the detected site's default target, else cpu",
         "example": "ddp, deepspeed or fsdp",
-        "model": "vit, wideresnet, cnn or resnet (default: the example's own)",
+        "model": "vit, wideresnet, cnn or resnet (default: cnn)",
+        "model_size": "tiny (seconds per epoch on a CPU), small (the published shapes; default) "
+                      "or base; wideresnet also takes DEPTH-WIDTH such as 40-2",
         "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
         "epochs": "training epochs",
         "batch_size": "GLOBAL batch size, split evenly over the ranks",
@@ -116,12 +118,13 @@ def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=6
     },
 )
 @_user_errors
-def train(c, example="ddp", target=None, model=None, gpus=2, epochs=3, batch_size=64, lr=None,
+def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, epochs=3,
+          batch_size=64, lr=None,
           zero_stage=1, ds_config=None, data=None, samples=None, target_accuracy=None,
           scaling=None, timeout=1800.0, dry_run=False):
     """Train the DDP / DeepSpeed / FSDP example inside the image; loss, throughput, verdict."""
     options = TrainOptions(
-        example=example, gpus=int(gpus), model=model, epochs=int(epochs),
+        example=example, gpus=int(gpus), model=model, model_size=model_size, epochs=int(epochs),
         batch_size=int(batch_size), lr=float(lr) if lr is not None else None,
         zero_stage=int(zero_stage), ds_config=Path(ds_config) if ds_config else None,
         data=Path(data) if data else None, samples=int(samples) if samples else None,

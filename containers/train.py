@@ -32,6 +32,7 @@ class TrainOptions:
     example: str
     gpus: int
     model: str | None = None
+    model_size: str | None = None
     epochs: int = 3
     batch_size: int = 64
     lr: float | None = None
@@ -83,6 +84,8 @@ def plan_train(target: Target, site: Site, *, settings: Settings, runtime: Runti
             "--batch-size", str(options.batch_size), "--out", settings.results_mount]
     if options.model:
         args += ["--model", options.model]
+    if options.model_size:
+        args += ["--model-size", options.model_size]
     if options.lr is not None:
         args += ["--lr", str(options.lr)]
     if options.samples is not None:
@@ -113,6 +116,11 @@ def verdict(result: TrainResult) -> list[str]:
     """Why a training run failed, one line per reason; empty when it passed."""
     reasons = failure_reasons(result.plan, result.outcome)
     report = result.report
+    # The workload's own one-line diagnosis (a bad ds_config, missing data) says the most.
+    reasons += [line.strip() for line in result.outcome.lines
+                if line.strip().startswith("train.py: error:")][:1]
+    if report is not None and report.get("error"):
+        reasons.append(str(report["error"]))
     if result.outcome.returncode != 0 and not result.outcome.timed_out and not reasons:
         reasons.append(f"the training exited with code {result.outcome.returncode}")
     if report is None:
@@ -120,7 +128,9 @@ def verdict(result: TrainResult) -> list[str]:
             reasons.append("no train.json was written")
         return reasons
     first, last = report.get("loss_first"), report.get("loss_last")
-    if first is None or last is None or not last < first:
+    if len(report.get("epochs") or []) < 2 and report.get("ok"):
+        pass  # one epoch has no trend to judge; the run itself succeeded
+    elif first is None or last is None or not last < first:
         reasons.append(f"the loss did not fall (first epoch {first}, last epoch {last})")
     if report.get("params_consistent") is False:
         reasons.append("model parameters differ across ranks after training")

@@ -70,11 +70,14 @@ def test_verdicts_and_scaling(data_cpu, data_settings, data_runtime) -> None:
     plans = [plan_train(target, site, settings=data_settings, runtime=data_runtime,
                         options=TrainOptions(example="ddp", gpus=n), run_id=f"r{n}")
              for n in (1, 2, 4)]
-    good = {"loss_first": 2.3, "loss_last": 0.4, "params_consistent": True, "throughput": 100.0}
+    good = {"loss_first": 2.3, "loss_last": 0.4, "params_consistent": True, "throughput": 100.0,
+            "epochs": [{}, {}], "ok": True}
     assert verdict(_result(plans[1], good)) == []
     flat = {**good, "loss_last": 2.5}
     assert verdict(_result(plans[1], flat)) == [
         "the loss did not fall (first epoch 2.3, last epoch 2.5)"]
+    one_epoch = {**good, "loss_last": 2.3, "epochs": [{}]}
+    assert verdict(_result(plans[1], one_epoch)) == []  # no trend to judge in one epoch
     split = {**good, "params_consistent": False}
     assert verdict(_result(plans[1], split)) == [
         "model parameters differ across ranks after training"]

@@ -1,0 +1,405 @@
+"""Training data for the examples: synthetic by default, or CIFAR-100 / MNIST read from local files.
+
+Nothing is ever downloaded: compute nodes often have no internet, and a job that fetches 170 MB on
+every rank is a job that fails at 3 a.m.  ``--data DIR`` reads the standard distributions that a
+user unpacked beforehand; without it the data are synthetic.
+
+Synthetic data are shaped like the dataset (CIFAR-100: 3x32x32, 100 classes; MNIST: 1x28x28, 10
+classes) and LEARNABLE: every class has a smooth random prototype image (a coarse 4x4 pattern
+upsampled to full size), and a sample is its class prototype plus Gaussian noise.  So the loss
+really falls and accuracy really rises, which is what a smoke test of a training stack must show;
+constant or pure-noise inputs would let a broken gradient path pass unnoticed.  The data are a
+pure function of the seed, generated on the CPU, so every rank holds the same tensors without any
+communication.  A held-out split (same distribution, disjoint samples) measures validation.
+
+Readers:
+
+* CIFAR-100, "python version" (``cifar-100-python/train`` and ``test``, pickles with ``b'data'``
+  (N x 3072 uint8, channel-major) and ``b'fine_labels'``).  The pickles hold numpy arrays; they
+  are read by a restricted unpickler that rebuilds those arrays as torch tensors, so numpy is
+  not needed, and no other global can be loaded from the file (unpickling is code execution).
+* MNIST idx files (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-...``), plain
+  or ``.gz``, in DIR, ``DIR/MNIST/raw`` (torchvision's layout) or ``DIR/mnist``.
+
+Images stay uint8 in memory (CIFAR-100 train: 150 MB rather than 600 MB as float32) and are
+normalised per batch with the dataset's published mean and standard deviation.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import pickle
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Optional, Sequence
+
+import torch
+from torch.utils.data import Dataset, Sampler
+
+DATASET_NAMES = ("cifar100", "mnist")
+
+
+class DataError(Exception):
+    """Data files missing or malformed; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    channels: int
+    height: int
+    width: int
+    classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+SPECS = {
+    # Olivia's normalisation constants for CIFAR-100, torchvision's usual ones for MNIST.
+    "cifar100": DatasetSpec("cifar100", 3, 32, 32, 100, (0.5071, 0.4867, 0.4408),
+                            (0.2675, 0.2565, 0.2761)),
+    "mnist": DatasetSpec("mnist", 1, 28, 28, 10, (0.1307,), (0.3081,)),
+}
+
+
+class ImageTensors(Dataset):
+    """Images and labels held in memory, fetched a whole batch at a time.
+
+    ``__getitems__`` lets the DataLoader index a batch in one tensor operation instead of
+    ``batch_size`` Python calls and a collate; ``collate_batch`` passes the result through.
+    uint8 images are normalised here; float images are used as they are.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor,
+                 mean: Sequence[float] = (), std: Sequence[float] = ()) -> None:
+        if images.shape[0] != labels.shape[0]:
+            raise ValueError(f"{images.shape[0]} images but {labels.shape[0]} labels")
+        self.images = images
+        self.labels = labels.long()
+        shape = (1, -1, 1, 1)
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(shape) if mean else None
+        self.std = torch.tensor(std, dtype=torch.float32).view(shape) if std else None
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+    def _prepare(self, images: torch.Tensor) -> torch.Tensor:
+        if images.dtype == torch.uint8:
+            images = images.float().div_(255.0)
+            if self.mean is not None:
+                images = images.sub_(self.mean).div_(self.std)
+        return images
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._prepare(self.images[index:index + 1])[0], self.labels[index]
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        return self._prepare(self.images[index]), self.labels[index]
+
+
+def collate_batch(batch: Any) -> Any:
+    """The DataLoader's collate for ImageTensors: the batch is already stacked."""
+    return batch
+
+
+class ShardSampler(Sampler[int]):
+    """Rank r takes indices r, r+W, r+2W, ... of a fixed order: a disjoint, exact validation shard.
+
+    Padded with the first indices (as DistributedSampler pads) only so every rank runs the same
+    number of batches, which FSDP and ZeRO-3 need (each forward all-gathers); the returned
+    ``weights`` mark padding with 0 so it is not counted twice in the metrics.
+    """
+
+    def __init__(self, size: int, rank: int, world_size: int) -> None:
+        self.size = size
+        self.rank = rank
+        self.world_size = world_size
+        self.per_rank = -(-size // world_size)
+
+    def positions(self) -> list[int]:
+        return [self.rank + i * self.world_size for i in range(self.per_rank)]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(pos % self.size for pos in self.positions())
+
+    def __len__(self) -> int:
+        return self.per_rank
+
+    def weights(self) -> torch.Tensor:
+        """1 for a real sample of this shard, 0 for padding, in iteration order."""
+        return torch.tensor([1.0 if pos < self.size else 0.0 for pos in self.positions()])
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic
+# ----------------------------------------------------------------------------------------------
+
+
+def synthetic(spec: DatasetSpec, train_samples: int, val_samples: int, seed: int,
+              noise: float = 4.0) -> tuple[ImageTensors, ImageTensors]:
+    """Learnable synthetic data: per-class smooth prototypes plus noise, a pure function of seed.
+
+    Inputs are roughly zero-mean, unit-variance (like normalised real images), so the models'
+    usual initialisation and learning rates apply.  ``noise`` is the noise standard deviation
+    relative to the prototype's: at 4.0 a single pixel says almost nothing while the whole image
+    is separable, so accuracy climbs over a few epochs rather than jumping to 100 % at once.
+    """
+    if train_samples < 1 or val_samples < 1:
+        raise ValueError("synthetic data need at least one training and one validation sample")
+    generator = torch.Generator().manual_seed(seed)
+    coarse = torch.randn(spec.classes, spec.channels, 4, 4, generator=generator)
+    prototypes = torch.nn.functional.interpolate(
+        coarse, size=(spec.height, spec.width), mode="bilinear", align_corners=False)
+    prototypes = prototypes / prototypes.std(dim=(1, 2, 3), keepdim=True)
+    total = train_samples + val_samples
+    labels = torch.randint(0, spec.classes, (total,), generator=generator)
+    images = torch.randn(total, spec.channels, spec.height, spec.width, generator=generator)
+    images.mul_(noise).add_(prototypes[labels])
+    images.div_((1.0 + noise**2) ** 0.5)
+    train = ImageTensors(images[:train_samples].clone(), labels[:train_samples].clone())
+    val = ImageTensors(images[train_samples:].clone(), labels[train_samples:].clone())
+    return train, val
+
+
+# ----------------------------------------------------------------------------------------------
+# CIFAR-100 (python pickles, without numpy)
+# ----------------------------------------------------------------------------------------------
+
+# numpy dtype codes in the pickles -> (torch dtype, bytes per element)
+_NUMPY_DTYPES = {
+    "u1": torch.uint8, "i1": torch.int8, "i2": torch.int16, "i4": torch.int32,
+    "i8": torch.int64, "f2": torch.float16, "f4": torch.float32, "f8": torch.float64,
+    "b1": torch.bool,
+}
+
+
+class _NumpyDtype:
+    """Stand-in for numpy.dtype during unpickling: keeps the type code and byte order."""
+
+    def __init__(self, code: Any, _align: Any = False, _copy: Any = True) -> None:
+        self.code = code.decode() if isinstance(code, bytes) else str(code)
+        self.byteorder = "|"
+
+    def __setstate__(self, state: tuple) -> None:
+        order = state[1]
+        self.byteorder = order.decode() if isinstance(order, bytes) else str(order)
+
+    def torch_dtype(self) -> torch.dtype:
+        code = self.code.lstrip("<>=|")
+        if code not in _NUMPY_DTYPES:
+            raise DataError(f"unsupported array element type {self.code!r}")
+        if self.byteorder == ">" and code not in ("u1", "i1", "b1"):
+            raise DataError(f"big-endian array element type {self.code!r} is not supported")
+        return _NUMPY_DTYPES[code]
+
+
+class _NumpyArray:
+    """Stand-in for numpy.ndarray during unpickling; ``tensor`` is the rebuilt torch tensor."""
+
+    def __init__(self) -> None:
+        self.tensor: Optional[torch.Tensor] = None
+
+    def __setstate__(self, state: tuple) -> None:
+        if len(state) == 5:
+            _version, shape, dtype, fortran, raw = state
+        else:
+            shape, dtype, fortran, raw = state
+        if not isinstance(dtype, _NumpyDtype) or not isinstance(raw, (bytes, bytearray)):
+            raise DataError("array of Python objects in the file; expected raw numbers")
+        self.tensor = _tensor_from_bytes(raw, dtype, tuple(shape), bool(fortran))
+
+
+def _tensor_from_bytes(raw: Any, dtype: _NumpyDtype, shape: tuple[int, ...],
+                       fortran: bool) -> torch.Tensor:
+    data = bytearray(raw)  # writable copy: torch.frombuffer shares memory with it
+    flat = torch.frombuffer(data, dtype=dtype.torch_dtype()) if data else \
+        torch.empty(0, dtype=dtype.torch_dtype())
+    if fortran:
+        return flat.reshape(tuple(reversed(shape))).permute(*reversed(range(len(shape)))) \
+            .contiguous()
+    return flat.reshape(shape)
+
+
+def _reconstruct(_cls: Any, _shape: Any, _typecode: Any) -> _NumpyArray:
+    return _NumpyArray()
+
+
+def _frombuffer(buffer: Any, dtype: _NumpyDtype, shape: tuple[int, ...], order: str) -> _NumpyArray:
+    """numpy pickles a contiguous array with protocol 5 as ``_frombuffer(buf, dtype, shape, order)``."""
+    array = _NumpyArray()
+    raw = bytes(buffer.raw()) if isinstance(buffer, pickle.PickleBuffer) else buffer
+    array.tensor = _tensor_from_bytes(raw, dtype, tuple(shape), order == "F")
+    return array
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Loads plain data and numpy arrays (as tensors); refuses every other global."""
+
+    ALLOWED: ClassVar[dict[tuple[str, str], Any]] = {
+        # Python 3 writes bytes into a protocol-2 pickle as _codecs.encode(text, "latin1").
+        ("_codecs", "encode"): codecs.encode,
+        ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+        ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+        ("numpy.core.numeric", "_frombuffer"): _frombuffer,
+        ("numpy._core.numeric", "_frombuffer"): _frombuffer,
+        ("numpy", "ndarray"): _NumpyArray,
+        ("numpy", "dtype"): _NumpyDtype,
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return self.ALLOWED[(module, name)]
+        except KeyError:
+            raise DataError(f"refusing to load {module}.{name} from a data pickle") from None
+
+
+def _as_tensor(value: Any) -> torch.Tensor:
+    if isinstance(value, _NumpyArray):
+        return value.tensor
+    if isinstance(value, (list, tuple)):
+        return torch.tensor(value)
+    raise DataError(f"expected an array or a list, found {type(value).__name__}")
+
+
+def read_cifar100_split(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """One CIFAR-100 pickle: (uint8 N x 3 x 32 x 32 images, int64 fine labels)."""
+    try:
+        with open(path, "rb") as handle:
+            batch = _ArrayUnpickler(handle, encoding="bytes").load()
+    except DataError as err:
+        raise DataError(f"{path}: {err}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
+        raise DataError(f"{path}: not a CIFAR-100 python pickle ({err})") from None
+    if not isinstance(batch, dict):
+        raise DataError(f"{path}: expected a dict of arrays, found {type(batch).__name__}")
+    missing = [key.decode() for key in (b"data", b"fine_labels") if key not in batch]
+    if missing:
+        raise DataError(f"{path}: no {' or '.join(repr(k) for k in missing)} entry "
+                        f"(keys: {', '.join(repr(k) for k in batch)})")
+    try:
+        images = _as_tensor(batch[b"data"])
+        labels = _as_tensor(batch[b"fine_labels"]).long()
+    except DataError as err:
+        raise DataError(f"{path}: {err}") from None
+    if images.dtype != torch.uint8 or images.dim() != 2 or images.shape[1] != 3 * 32 * 32:
+        raise DataError(f"{path}: 'data' must be N x 3072 uint8, found "
+                        f"{tuple(images.shape)} {images.dtype}")
+    if labels.shape != (images.shape[0],):
+        raise DataError(f"{path}: {images.shape[0]} images but {labels.numel()} labels")
+    if labels.numel() and (labels.min() < 0 or labels.max() >= 100):
+        raise DataError(f"{path}: fine labels outside 0..99")
+    return images.reshape(-1, 3, 32, 32), labels
+
+
+def find_cifar100(root: Path) -> Path:
+    """The folder holding ``train`` and ``test``: ROOT/cifar-100-python or ROOT itself."""
+    for folder in (root / "cifar-100-python", root):
+        if (folder / "train").is_file() and (folder / "test").is_file():
+            return folder
+    raise DataError(
+        f"--data {root}: no CIFAR-100 files: expected {root / 'cifar-100-python'}/train and /test "
+        "(the 'python version' archive cifar-100-python.tar.gz, extracted); nothing is downloaded")
+
+
+# ----------------------------------------------------------------------------------------------
+# MNIST (idx files)
+# ----------------------------------------------------------------------------------------------
+
+MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+IDX_UBYTE = 0x08
+
+
+def read_idx(path: Path) -> torch.Tensor:
+    """An idx file (LeCun's format: 0, 0, type, ndim, big-endian dims, data) of unsigned bytes."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as handle:
+            data = handle.read()
+    except (OSError, EOFError) as err:
+        raise DataError(f"{path}: cannot read ({err})") from None
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise DataError(f"{path}: not an idx file (bad magic number)")
+    if data[2] != IDX_UBYTE:
+        raise DataError(f"{path}: idx element type 0x{data[2]:02x}, expected 0x08 (unsigned byte)")
+    ndim = data[3]
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DataError(f"{path}: truncated idx header")
+    dims = struct.unpack(f">{ndim}I", data[4:header])
+    count = 1
+    for dim in dims:
+        count *= dim
+    if len(data) - header != count:
+        raise DataError(f"{path}: idx header says {count} bytes of data, file has "
+                        f"{len(data) - header}")
+    return torch.frombuffer(bytearray(data[header:]), dtype=torch.uint8).reshape(dims)
+
+
+def _find_idx(folder: Path, stem: str) -> Optional[Path]:
+    for name in (stem, stem + ".gz"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def find_mnist(root: Path) -> dict[str, tuple[Path, Path]]:
+    """The four idx files, in ROOT, ROOT/MNIST/raw (torchvision's layout) or ROOT/mnist."""
+    for folder in (root, root / "MNIST" / "raw", root / "mnist"):
+        found = {split: (_find_idx(folder, images), _find_idx(folder, labels))
+                 for split, (images, labels) in MNIST_FILES.items()}
+        if all(path is not None for pair in found.values() for path in pair):
+            return found  # type: ignore[return-value]
+    names = ", ".join(name for pair in MNIST_FILES.values() for name in pair)
+    raise DataError(f"--data {root}: no MNIST files: expected {names} (optionally .gz) in it, "
+                    "in MNIST/raw or in mnist; nothing is downloaded")
+
+
+def read_mnist_split(images_path: Path, labels_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if images.dim() != 3:
+        raise DataError(f"{images_path}: expected N x rows x cols images, found {images.dim()} "
+                        "dimensions")
+    if labels.dim() != 1 or labels.shape[0] != images.shape[0]:
+        raise DataError(f"{labels_path}: {labels.numel()} labels for {images.shape[0]} images")
+    if labels.numel() and labels.max() >= 10:
+        raise DataError(f"{labels_path}: labels outside 0..9")
+    return images.unsqueeze(1), labels.long()
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry point
+# ----------------------------------------------------------------------------------------------
+
+
+def load_dataset(name: str, data_dir: Optional[str], train_samples: int, val_samples: int,
+                 seed: int) -> tuple[ImageTensors, ImageTensors, str]:
+    """(train, validation, source description) for ``--dataset`` / ``--data`` / ``--samples``."""
+    spec = SPECS[name]
+    if data_dir is None:
+        train, val = synthetic(spec, train_samples, val_samples, seed)
+        return train, val, f"synthetic ({train_samples} train, {val_samples} validation)"
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise DataError(f"--data {root}: no such folder")
+    if name == "cifar100":
+        folder = find_cifar100(root)
+        train_x, train_y = read_cifar100_split(folder / "train")
+        val_x, val_y = read_cifar100_split(folder / "test")
+        source = str(folder)
+    else:
+        files = find_mnist(root)
+        train_x, train_y = read_mnist_split(*files["train"])
+        val_x, val_y = read_mnist_split(*files["test"])
+        source = str(files["train"][0].parent)
+        if tuple(train_x.shape[2:]) != (spec.height, spec.width):
+            raise DataError(f"{files['train'][0]}: images are {tuple(train_x.shape[2:])}, "
+                            f"expected {spec.height}x{spec.width}")
+    return (ImageTensors(train_x, train_y, spec.mean, spec.std),
+            ImageTensors(val_x, val_y, spec.mean, spec.std), source)
+

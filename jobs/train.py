@@ -1,0 +1,460 @@
+#!/usr/bin/env python3
+"""Training examples for the images: DDP, FSDP or DeepSpeed on the sites' seed models.
+
+Runs inside the container images, so it needs torch (and deepspeed for ``--example deepspeed``)
+and the standard library only.  It reproduces the sites' published examples in one script:
+
+* LUMI: a vision transformer trained with DeepSpeed (``--model vit --example deepspeed``);
+* Olivia: WideResNet on CIFAR-100 with DDP and mixed precision (``--model wideresnet``);
+* CSC: a ConvNet on MNIST with DDP or DeepSpeed (``--model cnn``);
+* NCAR: a ResNet with DDP or FSDP (``--model resnet --example fsdp``).
+
+Launch one process per GPU (or per CPU rank with gloo)::
+
+    torchrun --standalone --nproc-per-node 4 train.py --example ddp --model wideresnet --out res/
+    srun python train.py --example fsdp ...     # with MASTER_ADDR / MASTER_PORT exported
+    deepspeed train.py --example deepspeed ...  # the deepspeed launcher works too
+
+``--batch-size`` is the GLOBAL batch: each rank gets batch / world_size per step (error if it does
+not divide), so results at different scales are comparable.  Data are synthetic and learnable
+unless ``--data DIR`` points at the unpacked CIFAR-100 / MNIST files; nothing is downloaded.
+
+Rank 0 prints one line per epoch (time, loss, accuracy, validation loss and accuracy,
+throughput in samples/s over all ranks), then a summary, and writes ``OUT/train.json`` (atomic;
+rewritten after every epoch, final once ``finished`` is set).  After training, the full
+parameters are fingerprinted on every rank (gathered first for FSDP and ZeRO-3) and compared:
+``params_consistent`` says whether all ranks hold the same model.
+
+Exit status: 0 ok; 1 the run finished but did not hold up (ranks disagree on the parameters,
+non-finite loss); 2 bad command line, config or data; 3 any other error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+import data as data_mod
+import distenv
+import dsconfig
+import models
+import trainloop
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ERROR = 3
+
+EXAMPLES = ("ddp", "fsdp", "deepspeed")
+DEFAULT_DATASET = {"cnn": "mnist", "vit": "cifar100", "wideresnet": "cifar100",
+                   "resnet": "cifar100"}
+DS_CONFIG_DIR = Path(__file__).resolve().parent / "ds_config"
+DEFAULT_LR = {"adamw": 1e-3, "sgd": 0.05}
+
+
+class UsageError(Exception):
+    """A bad flag, config file or data folder: one line on stderr, exit status 2."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; every flag is documented because batch scripts are read by others."""
+    parser = argparse.ArgumentParser(
+        description="Distributed training example (DDP, FSDP or DeepSpeed) on synthetic or "
+        "local CIFAR-100 / MNIST data, with per-epoch time, loss, accuracy and throughput.",
+        epilog="Exit status: 0 ok, 1 run did not hold up (ranks disagree, non-finite loss), "
+        "2 bad command line, config or data, 3 other error.")
+    parser.add_argument(
+        "--example", choices=EXAMPLES, default="ddp",
+        help="distribution strategy: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard), "
+        "deepspeed (ZeRO, see --zero-stage / --ds-config) (default: %(default)s)")
+    parser.add_argument(
+        "--model", choices=models.MODEL_NAMES, default="cnn",
+        help="vit (LUMI's vision transformer), wideresnet (Olivia's CIFAR-100 WRN), cnn (CSC's "
+        "MNIST ConvNet), resnet (NCAR's ResNet) (default: %(default)s)")
+    parser.add_argument(
+        "--model-size", default="small",
+        help="tiny (seconds per epoch on a CPU; for tests), small (the published shapes: "
+        "ConvNet 16/32, WRN-16-4, ResNet-18, ViT dim 192 depth 6), base (ConvNet 32/64, "
+        "WRN-28-10, ResNet-34, ViT dim 384 depth 12); wideresnet also takes DEPTH-WIDTH such as "
+        "40-2 (default: %(default)s)")
+    parser.add_argument(
+        "--dataset", choices=data_mod.DATASET_NAMES, default=None,
+        help="cifar100 (3x32x32, 100 classes) or mnist (1x28x28, 10 classes) (default: mnist "
+        "for cnn, cifar100 for the others)")
+    parser.add_argument(
+        "--data", metavar="DIR", default=None,
+        help="read the real dataset from DIR: CIFAR-100's python version (DIR/cifar-100-python/"
+        "train, test) or MNIST's idx files (plain or .gz); nothing is downloaded (default: "
+        "synthetic, learnable data)")
+    parser.add_argument(
+        "--samples", type=_positive_int, default=8192,
+        help="synthetic training set size (ignored with --data) (default: %(default)s)")
+    parser.add_argument(
+        "--val-samples", type=_positive_int, default=1024,
+        help="synthetic validation set size (ignored with --data) (default: %(default)s)")
+    parser.add_argument(
+        "--epochs", type=_positive_int, default=3,
+        help="number of epochs (default: %(default)s)")
+    parser.add_argument(
+        "--batch-size", type=_positive_int, default=256,
+        help="GLOBAL batch size per optimizer step, split evenly over the ranks; must be "
+        "divisible by the world size (x gradient_accumulation_steps for DeepSpeed) "
+        "(default: %(default)s)")
+    parser.add_argument(
+        "--lr", type=_positive_float, default=None,
+        help="learning rate (default: 1e-3 for adamw, 0.05 for sgd; for DeepSpeed the config "
+        "file's optimizer.params.lr, which this overrides when given)")
+    parser.add_argument(
+        "--optimizer", choices=sorted(DEFAULT_LR), default="adamw",
+        help="optimizer for ddp and fsdp, and for deepspeed when the config has no 'optimizer' "
+        "section; sgd uses momentum 0.9 as Olivia's example (default: %(default)s)")
+    parser.add_argument(
+        "--weight-decay", type=float, default=5e-4,
+        help="weight decay for --optimizer (default: %(default)s)")
+    parser.add_argument(
+        "--precision", choices=trainloop.PRECISIONS, default="auto",
+        help="auto: bf16 on GPUs that support it, else fp16 with a gradient scaler, fp32 on "
+        "CPU; for deepspeed, auto keeps a config's own fp16/bf16 section (default: %(default)s)")
+    parser.add_argument(
+        "--zero-stage", type=int, choices=(1, 2, 3), default=None,
+        help="DeepSpeed ZeRO stage: picks jobs/ds_config/zeroN.json, or overrides "
+        "zero_optimization.stage of --ds-config (default: 1, or the config's stage)")
+    parser.add_argument(
+        "--ds-config", metavar="FILE", default=None,
+        help="DeepSpeed config file (JSON; trailing commas as in LUMI's published file are "
+        "accepted); its batch settings are replaced to match --batch-size and the world size "
+        "(default: jobs/ds_config/zero<STAGE>.json)")
+    parser.add_argument(
+        "--ds-shm-comm", action=argparse.BooleanOptionalAction, default=False,
+        help="let DeepSpeed build and load its CPU shared-memory all_reduce op "
+        "(deepspeed_shm_comm): a ~50 s g++/ninja JIT build on first use, and a crash where no "
+        "compiler exists; training never uses it (it serves tensor-parallel inference), so "
+        "it is off by default")
+    parser.add_argument(
+        "--target-accuracy", type=_fraction, default=None,
+        help="stop early once the validation accuracy reaches this fraction, e.g. 0.95 "
+        "(default: run all epochs)")
+    parser.add_argument(
+        "--backend", choices=("auto", "gloo", "nccl"), default="auto",
+        help="process group backend; auto picks nccl when torch sees a GPU (RCCL on ROCm), "
+        "else gloo (default: %(default)s)")
+    parser.add_argument(
+        "--num-workers", type=_non_negative_int, default=0,
+        help="DataLoader worker processes per rank; the data are in memory and batches are "
+        "sliced in one operation, so 0 is usually fastest (default: %(default)s)")
+    parser.add_argument(
+        "--out", default="train-results",
+        help="results folder; rank 0 writes train.json there (default: %(default)s)")
+    parser.add_argument(
+        "--seed", type=int, default=0,
+        help="seed for the synthetic data, the initial weights and the shuffling; the same on "
+        "every rank (default: %(default)s)")
+    parser.add_argument(
+        "--timeout-s", type=_positive_int, default=600,
+        help="seconds before process-group init or a collective is declared hung "
+        "(default: %(default)s)")
+    parser.add_argument(
+        "--local_rank", "--local-rank", dest="launcher_local_rank", type=int, default=None,
+        metavar="N",
+        help="set by the deepspeed launcher; ignored: the local rank is read from LOCAL_RANK "
+        "(or SLURM_LOCALID)")
+    return parser
+
+
+# ----------------------------------------------------------------------------------------------
+# Building the pieces
+# ----------------------------------------------------------------------------------------------
+
+
+def make_optimizer_factory(args: argparse.Namespace):
+    """A function from parameters to the --optimizer, so each strategy calls it after wrapping."""
+    lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
+
+    def make(parameters: Any) -> torch.optim.Optimizer:
+        if args.optimizer == "sgd":
+            return torch.optim.SGD(parameters, lr=lr, momentum=0.9,
+                                   weight_decay=args.weight_decay)
+        return torch.optim.AdamW(parameters, lr=lr, weight_decay=args.weight_decay)
+
+    return make, lr
+
+
+def load_ds_config(args: argparse.Namespace, env: distenv.DistEnv, on_cpu: bool,
+                   gpu_precision: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The DeepSpeed config for this job: (config, path, what was changed)."""
+    path = args.ds_config or str(DS_CONFIG_DIR / f"zero{args.zero_stage or 1}.json")
+    try:
+        config = dsconfig.load_config(path)
+        precision: Optional[str] = None if args.precision == "auto" else args.precision
+        if precision is None and not on_cpu and "fp16" not in config and "bf16" not in config:
+            precision = gpu_precision
+        fitted, changes = dsconfig.fit_to_job(
+            config, global_batch=args.batch_size, world_size=env.world_size, on_cpu=on_cpu,
+            precision=precision, lr=args.lr,
+            stage=args.zero_stage if args.ds_config else None)
+    except dsconfig.ConfigError as err:
+        raise UsageError(str(err)) from None
+    return fitted, path, changes
+
+
+def check_batch(args: argparse.Namespace, env: distenv.DistEnv) -> None:
+    if args.batch_size % env.world_size:
+        raise UsageError(f"--batch-size {args.batch_size} (global) is not divisible by the "
+                         f"world size {env.world_size}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
+    started = distenv.now_iso()
+    leader = env.rank == 0
+    dataset = args.dataset or DEFAULT_DATASET[args.model]
+    spec = data_mod.SPECS[dataset]
+
+    # Everything a user can get wrong is checked before the process group exists, so every
+    # rank fails the same way at once instead of waiting on a rank that already left.
+    check_batch(args, env)
+    backend = distenv.choose_backend(args.backend)
+    device = distenv.choose_device(backend, env.local_rank)
+    on_cpu = device.type != "cuda"
+    precision = trainloop.resolve_precision(args.precision, device)
+    make_optimizer, lr = make_optimizer_factory(args)
+    notes: list[str] = []
+    ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]] = None
+    if args.example == "deepspeed":
+        ds_config = load_ds_config(args, env, on_cpu, precision)
+        if on_cpu and precision != "fp32":
+            notes.append(f"--precision {precision} ignored: DeepSpeed on CPU trains in fp32 here")
+        precision = dsconfig.config_precision(ds_config[0])
+        lr = ds_config[0].get("optimizer", {}).get("params", {}).get("lr", lr)
+    if args.example == "deepspeed":
+        require_deepspeed()
+    try:
+        model = build_model(args, spec)
+        train_set, val_set, source = data_mod.load_dataset(
+            dataset, args.data, args.samples, args.val_samples, args.seed)
+    except data_mod.DataError as err:
+        raise UsageError(str(err)) from None
+    if len(train_set) < args.batch_size:
+        raise UsageError(f"{len(train_set)} training samples are fewer than one global batch "
+                         f"(--batch-size {args.batch_size}); raise --samples")
+
+    parameters = models.count_parameters(model)  # before wrapping: FSDP and ZeRO-3 shard them
+
+    distenv.init_process_group(env, backend, args.timeout_s)
+    hostnames = distenv.gather_hostnames()
+    nodes = len(set(hostnames))
+    ctx = trainloop.RunContext(env=env, device=device, backend=backend, precision=precision)
+    strategy = make_strategy(args, ctx, ds_config)
+    strategy.setup(model, make_optimizer)
+
+    out = Path(args.out)
+    gpus = env.world_size if device.type == "cuda" else 0
+    report: dict[str, Any] = {
+        "example": args.example, "model": args.model, "model_size": args.model_size,
+        "model_name": models.describe_model(args.model, args.model_size),
+        "parameters": parameters,
+        "dataset": dataset, "data": source, "train_samples": len(train_set),
+        "val_samples": len(val_set),
+        "world_size": env.world_size, "nodes": nodes, "gpus": gpus, "hostnames": hostnames,
+        "launcher": env.launcher, "backend": backend, "device": device.type,
+        "device_name": distenv.describe_device(device), "precision": precision,
+        "global_batch_size": args.batch_size, "micro_batch_size": None,
+        "optimizer": "from ds_config" if args.example == "deepspeed" and
+        ds_config and ds_config[0].get("optimizer") else args.optimizer,
+        "lr": lr, "seed": args.seed, "epochs_requested": args.epochs,
+        "target_accuracy": args.target_accuracy,
+        "torch_version": torch.__version__, "runtime": distenv.runtime_versions(),
+        "epochs": [], "final": None, "loss_first": None, "loss_last": None,
+        "throughput": None, "total_time_s": None, "params_consistent": None,
+        "consistency": None, "notes": notes, "ok": False, "error": None,
+        "started": started, "finished": None,
+    }
+    report.update(strategy.describe())
+    settings = trainloop.TrainSettings(
+        epochs=args.epochs, global_batch=args.batch_size, target_accuracy=args.target_accuracy,
+        seed=args.seed, num_workers=args.num_workers, out=out)
+
+    def say(line: str) -> None:
+        if leader:
+            print(line, flush=True)
+
+    trainer = trainloop.Trainer(ctx=ctx, strategy=strategy, settings=settings,
+                                train_set=train_set, val_set=val_set, report=report, say=say)
+    report["micro_batch_size"] = trainer.micro_batch
+    say(format_header(report))
+    for note in notes:
+        say(f"# note: {note}")
+    if leader:
+        distenv.write_json(out / "train.json", report)
+
+    status = EXIT_OK
+    try:
+        trainer.run()
+    except trainloop.RunFailed as err:
+        report["error"] = str(err)
+        say(f"FAILED: {err}")
+        status = EXIT_FAILED
+    if trainer.epochs and status == EXIT_OK:
+        consistency = trainer.check_consistency()
+        report["consistency"] = consistency
+        report["params_consistent"] = consistency["params_consistent"]
+        if not consistency["params_consistent"]:
+            report["error"] = "parameters differ across ranks after training"
+            status = EXIT_FAILED
+        say(format_summary(report))
+    report.update(ok=status == EXIT_OK, finished=distenv.now_iso())
+    if leader:
+        distenv.write_json(out / "train.json", report)
+    # Free the wrapped model, its optimizer and any pending collective work while the process
+    # group and the interpreter are still alive: FSDP's and DeepSpeed's objects form reference
+    # cycles, and gloo work objects released only during interpreter shutdown can abort the
+    # process ("terminate called without an active exception") after a successful run.
+    del trainer, strategy, model
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+    # Per-rank completion record: the launcher tells from these which ranks did not finish.
+    distenv.write_json(out / f"rank-{env.rank}.json", {
+        "rank": env.rank, "local_rank": env.local_rank, "hostname": socket.gethostname(),
+        "pid": os.getpid(), "status": status, "finished": True})
+    return status
+
+
+def build_model(args: argparse.Namespace, spec: data_mod.DatasetSpec) -> torch.nn.Module:
+    """The model, seeded so that every rank starts from the same weights."""
+    distenv.seed_everything(args.seed)
+    input_spec = models.InputSpec(spec.channels, spec.height, spec.width, spec.classes)
+    try:
+        return models.build_model(args.model, input_spec, args.model_size)
+    except ValueError as err:
+        raise UsageError(f"--model {args.model} --model-size {args.model_size}: {err}") from None
+
+
+def require_deepspeed() -> None:
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError as err:
+        raise UsageError(f"--example deepspeed needs the deepspeed package, which this Python "
+                         f"({sys.executable}) cannot import: {err}") from None
+
+
+def make_strategy(args: argparse.Namespace, ctx: trainloop.RunContext,
+                  ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]]
+                  ) -> trainloop.Strategy:
+    if args.example == "ddp":
+        return trainloop.DDPStrategy(ctx)
+    if args.example == "fsdp":
+        return trainloop.FSDPStrategy(ctx)
+    assert ds_config is not None
+    config, path, changes = ds_config
+    return trainloop.DeepSpeedStrategy(ctx, config, path, changes, shm_comm=args.ds_shm_comm)
+
+
+def format_header(report: dict[str, Any]) -> str:
+    lines = [
+        (f"# train: example {report['example']}  model {report['model_name']} "
+         f"({report['parameters']:,} parameters)  dataset {report['dataset']}: "
+         f"{report['data']}"),
+        (f"# ranks {report['world_size']}  nodes {report['nodes']}  GPUs {report['gpus']}  "
+         f"launcher {report['launcher']}  backend {report['backend']}  device "
+         f"{report['device_name']}  precision {report['precision']}"),
+        (f"# global batch {report['global_batch_size']} ({report['micro_batch_size']} per rank "
+         f"per micro-step)  optimizer {report['optimizer']}  lr {report['lr']}  "
+         f"epochs {report['epochs_requested']}  torch {report['torch_version']}"),
+    ]
+    if report["example"] == "deepspeed":
+        lines.append(f"# deepspeed {report.get('deepspeed_version')}  ZeRO stage "
+                     f"{report.get('zero_stage')}  config {report.get('ds_config')}  "
+                     f"overrides {report.get('ds_config_overrides')}")
+        if report.get("zero_stage") == 3:
+            lines.append(f"# ZeRO-3 parameter tensors: {report.get('zero3_partitioned_params')} "
+                         f"partitioned, {report.get('zero3_persistent_params')} persistent "
+                         "(at or below stage3_param_persistence_threshold elements)")
+    if report["example"] == "fsdp":
+        lines.append(f"# {report.get('fsdp_api')}  units {report.get('fsdp_units')}  "
+                     f"mixed precision {report.get('fsdp_mixed_precision')}")
+    return "\n".join(lines)
+
+
+def format_summary(report: dict[str, Any]) -> str:
+    consistency = report["consistency"]
+    final = report["final"]
+    agree = "yes" if consistency["params_consistent"] else "NO"
+    buffers = "yes" if consistency["buffers_consistent"] else "NO"
+    return "\n".join([
+        (f"Training complete. Final Loss: {final['loss']:.4f}, Final Accuracy: "
+         f"{final['accuracy']:.4f}, Validation Accuracy: {final['val_accuracy']:.4f}"),
+        (f"Total Time: {report['total_time_s']:.2f}s, Throughput: {report['throughput']:.1f} "
+         f"samples/s, Epochs: {report['epochs_run']}/{report['epochs_requested']}"),
+        (f"Total ranks: {report['world_size']}, GPUs: {report['gpus']}, "
+         f"nodes: {report['nodes']}"),
+        (f"Parameters consistent across ranks: {agree} (sha256 "
+         f"{consistency['param_sha256'][:16]}, checksum {consistency['param_checksum']:.6f}, "
+         f"{consistency['method']}); buffers consistent: {buffers}"),
+    ])
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    env = distenv.resolve_dist_env(os.environ)
+    try:
+        return run(args, env)
+    except UsageError as err:
+        if env.rank == 0:
+            print(f"train.py: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except Exception:  # noqa: BLE001 - report which rank failed and exit non-zero
+        print(f"train.py: rank {env.rank} on {socket.gethostname()} failed:", file=sys.stderr)
+        traceback.print_exc()
+        sys.stderr.flush()
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
