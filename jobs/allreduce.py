@@ -31,8 +31,6 @@ once it has finished cleanly, so the launcher can tell which ranks did not finis
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import re
 import socket
@@ -41,10 +39,23 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
+
+from distenv import (  # shared with train.py: both start the same way under every launcher
+    DistEnv,
+    choose_backend,
+    choose_device,
+    describe_device,
+    init_process_group,
+    now_iso,
+    resolve_dist_env,
+    runtime_versions,
+    sync,
+    write_json,
+)
 
 EXIT_OK = 0
 EXIT_WRONG = 1
@@ -269,91 +280,6 @@ def expected_values(world_size: int, count: int, period: int, dtype: torch.dtype
 
 
 # ----------------------------------------------------------------------------------------------
-# Process group
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DistEnv:
-    """Where this process sits in the job, whichever launcher started it."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    launcher: str  # "torchrun" (or any RANK/WORLD_SIZE exporter), "slurm" or "single"
-
-
-def resolve_dist_env(environ: Mapping[str, str]) -> DistEnv:
-    """Read rank and world size from torchrun's variables, else from srun's, else run alone.
-
-    torchrun's variables win, so ``srun torchrun ...`` (one agent per node) works as well as
-    ``srun python allreduce.py`` (one task per GPU).
-    """
-    if "RANK" in environ and "WORLD_SIZE" in environ:
-        local = environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0"))
-        return DistEnv(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(local), "torchrun")
-    if "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ:
-        return DistEnv(int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]),
-                       int(environ.get("SLURM_LOCALID", "0")), "slurm")
-    return DistEnv(0, 1, 0, "single")
-
-
-def choose_backend(requested: str) -> str:
-    """auto means nccl when a GPU is visible (RCCL on ROCm answers to the same name), else gloo."""
-    if requested == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
-    if requested == "nccl" and not torch.cuda.is_available():
-        raise RuntimeError("--backend nccl needs a GPU, but torch.cuda.is_available() is False")
-    return requested
-
-
-def choose_device(backend: str, local_rank: int) -> torch.device:
-    """One GPU per rank for nccl (by local rank); CPU tensors for gloo.
-
-    When Slurm binds one GPU per task (``--gpus-per-task=1``), each task sees a single device
-    numbered 0 whatever its local rank, so that case maps to device 0.
-    """
-    if backend != "nccl":
-        return torch.device("cpu")
-    count = torch.cuda.device_count()
-    if local_rank < count:
-        index = local_rank
-    elif count == 1:
-        index = 0
-    else:
-        raise RuntimeError(f"local rank {local_rank} has no GPU: only {count} visible")
-    torch.cuda.set_device(index)
-    return torch.device("cuda", index)
-
-
-def init_process_group(env: DistEnv, backend: str, timeout_s: int) -> None:
-    """Join the process group; a single process uses an in-memory store and needs no address."""
-    timeout = datetime.timedelta(seconds=timeout_s)
-    if env.world_size == 1:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=timeout)
-        return
-    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
-    if missing:
-        raise RuntimeError(
-            f"{' and '.join(missing)} not set: under srun export MASTER_ADDR (the first node of "
-            "the job) and MASTER_PORT (a free port) before launching")
-    # env:// reads these; under srun they come from SLURM_* and are not set yet.
-    os.environ.setdefault("RANK", str(env.rank))
-    os.environ.setdefault("WORLD_SIZE", str(env.world_size))
-    os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
-    dist.init_process_group(backend, init_method="env://", rank=env.rank,
-                            world_size=env.world_size, timeout=timeout)
-
-
-def sync_all(device: torch.device) -> None:
-    """Drain this rank's GPU work, then line all ranks up, so a timed loop starts together."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    dist.barrier()
-
-
-# ----------------------------------------------------------------------------------------------
 # Timing and check
 # ----------------------------------------------------------------------------------------------
 
@@ -520,49 +446,9 @@ def format_header(args: argparse.Namespace, sizes: list[int], env: DistEnv, back
     return "\n".join(lines)
 
 
-def runtime_versions() -> dict[str, Optional[str]]:
-    """torch and GPU runtime versions, recorded because results depend on all of them."""
-    versions: dict[str, Optional[str]] = {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "hip": getattr(torch.version, "hip", None),
-        "nccl": None,
-    }
-    if torch.cuda.is_available():
-        try:
-            nccl = torch.cuda.nccl.version()
-            versions["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
-        except Exception:  # noqa: BLE001 - a version string is nice to have, never fatal
-            pass
-    return versions
-
-
 def runtime_summary() -> str:
     """One header fragment such as ``torch 2.13.0  cuda 12.8  nccl 2.27.5``."""
     return "  ".join(f"{name} {value}" for name, value in runtime_versions().items() if value)
-
-
-def describe_device(device: torch.device) -> str:
-    """Device text for the rank map, e.g. ``cuda:0 NVIDIA H100`` or ``cpu``."""
-    if device.type == "cuda":
-        return f"{device} {torch.cuda.get_device_name(device)}"
-    return "cpu"
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON atomically (temp file, then os.replace) so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -593,10 +479,10 @@ def benchmark_size(nbytes: int, count: int, send: torch.Tensor, recv: torch.Tens
     if first:
         inject_mid_run_fault(args.fault, env.rank)
 
-    sync_all(device)
+    sync(device)
     oop_s = time_collective(buf, src, args.iters, device)
     buf.copy_(src)
-    sync_all(device)
+    sync(device)
     ip_s = time_collective(buf, None, args.iters, device)
 
     local_wrong = [0, 0]

@@ -2,9 +2,9 @@
 
 The launcher handling (torchrun's RANK/WORLD_SIZE/LOCAL_RANK, else Slurm's SLURM_PROCID /
 SLURM_NTASKS / SLURM_LOCALID with MASTER_ADDR / MASTER_PORT exported by the batch script, else a
-single process), the backend and device choice and the atomic JSON writer are the all_reduce
-benchmark's (``allreduce.py``, a sibling script), imported rather than copied so that both
-workloads start in exactly the same way under every launcher.
+single process), the backend and device choice and the atomic JSON writer live here and serve both
+workloads (``allreduce.py`` and ``train.py``), so both start in exactly the same way under every
+launcher.
 
 Imports are plain (``import distenv``): ``jobs/`` is a folder of scripts, not a package, and
 Python puts the running script's folder first on ``sys.path``.
@@ -13,25 +13,131 @@ Python puts the running script's folder first on ``sys.path``.
 from __future__ import annotations
 
 import ctypes
+import datetime
 import hashlib
+import json
+import os
 import random
 import socket
-from typing import Any, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
 
 import torch
 import torch.distributed as dist
 
-from allreduce import (  # noqa: F401 - re-exported for the trainer
-    DistEnv,
-    choose_backend,
-    choose_device,
-    describe_device,
-    init_process_group,
-    now_iso,
-    resolve_dist_env,
-    runtime_versions,
-    write_json,
-)
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the job, whichever launcher started it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str  # "torchrun" (or any RANK/WORLD_SIZE exporter), "slurm" or "single"
+
+
+def resolve_dist_env(environ: Mapping[str, str]) -> DistEnv:
+    """Read rank and world size from torchrun's variables, else from srun's, else run alone.
+
+    torchrun's variables win, so ``srun torchrun ...`` (one agent per node) works as well as
+    ``srun python allreduce.py`` (one task per GPU).
+    """
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        local = environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0"))
+        return DistEnv(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(local), "torchrun")
+    if "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ:
+        return DistEnv(int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]),
+                       int(environ.get("SLURM_LOCALID", "0")), "slurm")
+    return DistEnv(0, 1, 0, "single")
+
+
+def choose_backend(requested: str) -> str:
+    """auto means nccl when a GPU is visible (RCCL on ROCm answers to the same name), else gloo."""
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if requested == "nccl" and not torch.cuda.is_available():
+        raise RuntimeError("--backend nccl needs a GPU, but torch.cuda.is_available() is False")
+    return requested
+
+
+def choose_device(backend: str, local_rank: int) -> torch.device:
+    """One GPU per rank for nccl (by local rank); CPU tensors for gloo.
+
+    When Slurm binds one GPU per task (``--gpus-per-task=1``), each task sees a single device
+    numbered 0 whatever its local rank, so that case maps to device 0.
+    """
+    if backend != "nccl":
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if local_rank < count:
+        index = local_rank
+    elif count == 1:
+        index = 0
+    else:
+        raise RuntimeError(f"local rank {local_rank} has no GPU: only {count} visible")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def init_process_group(env: DistEnv, backend: str, timeout_s: int) -> None:
+    """Join the process group; a single process uses an in-memory store and needs no address."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if env.world_size == 1:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout)
+        return
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"{' and '.join(missing)} not set: under srun export MASTER_ADDR (the first node of "
+            "the job) and MASTER_PORT (a free port) before launching")
+    # env:// reads these; under srun they come from SLURM_* and are not set yet.
+    os.environ.setdefault("RANK", str(env.rank))
+    os.environ.setdefault("WORLD_SIZE", str(env.world_size))
+    os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
+    dist.init_process_group(backend, init_method="env://", rank=env.rank,
+                            world_size=env.world_size, timeout=timeout)
+
+
+def runtime_versions() -> dict[str, Optional[str]]:
+    """torch and GPU runtime versions, recorded because results depend on all of them."""
+    versions: dict[str, Optional[str]] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
+        "nccl": None,
+    }
+    if torch.cuda.is_available():
+        try:
+            nccl = torch.cuda.nccl.version()
+            versions["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        except Exception:  # noqa: BLE001 - a version string is nice to have, never fatal
+            pass
+    return versions
+
+
+def describe_device(device: torch.device) -> str:
+    """Device text for the rank map, e.g. ``cuda:0 NVIDIA H100`` or ``cpu``."""
+    if device.type == "cuda":
+        return f"{device} {torch.cuda.get_device_name(device)}"
+    return "cpu"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically (temp file, then os.replace) so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def seed_everything(seed: int) -> None:

@@ -31,6 +31,9 @@ SMALL_SIZES = [1024 * 2**i for i in range(7)]
 
 
 def _load_job():
+    # jobs/ is a folder of scripts: its siblings (distenv) import as they do when run there.
+    if str(JOB.parent) not in sys.path:
+        sys.path.insert(0, str(JOB.parent))
     spec = importlib.util.spec_from_file_location("allreduce_job", JOB)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
