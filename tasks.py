@@ -81,18 +81,20 @@ def build(c, target=None, force=False, dry_run=False, build_arg=None):
         "dtype": "element type: float32, float16 or bfloat16",
         "dry_run": "print the exact exec command, run nothing",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
+        "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
+                 "per node); --gpus is then per node",
     },
 )
 @_user_errors
 def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=600.0,
-          dtype="float32", dry_run=False, history=False):
+          dtype="float32", dry_run=False, history=False, nodes=1):
     """all_reduce benchmark inside the image (nccl-tests style): algbw, busbw, #wrong, verdict."""
     if history:
         app.smoke_history(_project(c), target=target)
         return
     options = SmokeOptions(gpus=int(gpus), sizes=sizes, iters=int(iters), warmup=int(warmup),
                            timeout=float(timeout), dtype=dtype)
-    app.smoke(_project(c), target=target, options=options, dry_run=dry_run)
+    app.smoke(_project(c), target=target, options=options, dry_run=dry_run, nodes=int(nodes))
 
 
 @task(
@@ -115,13 +117,15 @@ def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=6
         "scaling": "comma list of rank counts (e.g. 1,2,4): run each, report speedup + PNG",
         "timeout": "seconds before every rank is stopped and the run fails",
         "dry_run": "print the exact exec command(s), run nothing",
+        "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
+                 "per node); --gpus is then per node",
     },
 )
 @_user_errors
 def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, epochs=3,
           batch_size=64, lr=None,
           zero_stage=1, ds_config=None, data=None, samples=None, target_accuracy=None,
-          scaling=None, timeout=1800.0, dry_run=False):
+          scaling=None, timeout=1800.0, dry_run=False, nodes=1):
     """Train the DDP / DeepSpeed / FSDP example inside the image; loss, throughput, verdict."""
     options = TrainOptions(
         example=example, gpus=int(gpus), model=model, model_size=model_size, epochs=int(epochs),
@@ -130,7 +134,61 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, ep
         data=Path(data) if data else None, samples=int(samples) if samples else None,
         target_accuracy=float(target_accuracy) if target_accuracy is not None else None,
         timeout=float(timeout))
-    app.train(_project(c), target=target, options=options, scaling=scaling, dry_run=dry_run)
+    app.train(_project(c), target=target, options=options, scaling=scaling, dry_run=dry_run,
+              nodes=int(nodes))
+
+
+@task(
+    help={
+        "target": "image the job runs (or builds); default: the detected site's default target",
+        "workload": "smoke, ddp, deepspeed, fsdp or build",
+        "site": "the site whose scheduler, launcher, binds and environment the job uses; "
+                "default: the target's own (the cpu image on a Slurm cluster: local-slurm)",
+        "nodes": "nodes (one for build)",
+        "gpus_per_node": "GPUs per node (default: all), or CPU ranks per node on CPU sites "
+                         "(default: 2)",
+        "time": "wall time HH:MM:SS (default: 00:30:00 smoke, 01:00:00 training, 02:00:00 build)",
+        "account": "account (project) to charge",
+        "partition": "partition or queue; default: the site's",
+        "launcher": "override the site's launch pattern: torchrun, srun-per-gpu or "
+                    "mpiexec-torchrun",
+        "out": "write the script to this file (atomically) instead of printing it",
+        "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
+        "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
+        "sizes": "smoke: message sizes MIN:MAX",
+        "iters": "smoke: timed iterations per size",
+        "model": "training: vit, wideresnet, cnn or resnet",
+        "model_size": "training: tiny, small or base",
+        "epochs": "training: epochs",
+        "batch_size": "training: GLOBAL batch size over all ranks of all nodes",
+        "samples": "training: synthetic training samples",
+    },
+    auto_shortflags=False,
+)
+@_user_errors
+def job(c, workload="smoke", target=None, site=None, nodes=1, gpus_per_node=None, time=None,
+        account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
+        sizes="1K:128M", iters=20, model=None, model_size=None, epochs=3, batch_size=64,
+        samples=None):
+    """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit."""
+    try:
+        gpus = int(gpus_per_node) if gpus_per_node is not None else None
+        samples = int(samples) if samples else None
+    except ValueError:
+        raise Exit(f"error: --gpus-per-node and --samples take whole numbers (got "
+                   f"{gpus_per_node or samples!r})", code=1) from None
+    if workload == "smoke":
+        options = SmokeOptions(gpus=gpus or 1, sizes=sizes, iters=int(iters))
+    elif workload == "build":
+        options = None
+    else:
+        options = TrainOptions(example=workload, gpus=gpus or 1, model=model,
+                               model_size=model_size, epochs=int(epochs),
+                               batch_size=int(batch_size),
+                               samples=samples)
+    app.job(_project(c), target=target, workload=workload, site=site, nodes=int(nodes),
+            gpus_per_node=gpus, time=time, account=account, partition=partition,
+            launcher=launcher, out=out, submit=submit, nccl_debug=nccl_debug, options=options)
 
 
 @task(

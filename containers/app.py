@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import __version__, builder, hostcfg, perflog
+from . import __version__, allocation, batch, builder, hostcfg, perflog
 from .deffile import read_definition
 from .locking import atomic_write_text
 from .errors import CommandFailed, ConfigError, ContainersError, RuntimeNotFound
@@ -30,7 +30,7 @@ from .runtime import Runtime, assumed_runtime, find_runtime
 from .schema import suggest
 from .settings import Settings, load_settings
 from .sites import Site, detect_site, get_site, load_sites
-from .launch import Workload
+from .launch import Placement, Workload
 from .smoke import SmokeOptions, SmokeResult, check, plan_smoke, run_smoke, summary
 from .targets import Target, get_target, load_targets
 from .train import TrainOptions, TrainResult, parse_scaling, plan_train, run_train, scaling_rows
@@ -246,13 +246,14 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
 
 # ------------------------------------------------------------------------------------- smoke
 def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_run: bool = False,
-          say: Say = _print) -> SmokeResult | Workload:
+          nodes: int = 1, say: Say = _print) -> SmokeResult | Workload:
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
     run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     plan = plan_smoke(item, site, settings=project.settings, runtime=runtime, options=options,
-                      run_id=run_id, strict=not dry_run)
+                      run_id=run_id, strict=not dry_run,
+                      placement=across_nodes(nodes, dry_run=dry_run))
     say(f"smoke: {item.name} on site {site.name}, {plan.ranks} ranks, results in "
         f"{os.path.relpath(plan.out_dir)}")
     say(f"  run  {show_command(plan.argv)}")
@@ -299,10 +300,10 @@ def smoke_history(project: Project, *, target: str | None, say: Say = _print) ->
 
 # ------------------------------------------------------------------------------------- train
 def _train_once(project: Project, item: Target, site: Site, runtime: Runtime,
-                options: TrainOptions, run_id: str, dry_run: bool, say: Say
-                ) -> TrainResult | Workload:
+                options: TrainOptions, run_id: str, dry_run: bool, say: Say,
+                placement: Placement | None = None) -> TrainResult | Workload:
     plan = plan_train(item, site, settings=project.settings, runtime=runtime, options=options,
-                      run_id=run_id, strict=not dry_run)
+                      run_id=run_id, strict=not dry_run, placement=placement)
     say(f"train: {options.example} on {item.name} (site {site.name}), {plan.ranks} ranks, "
         f"results in {os.path.relpath(plan.out_dir)}")
     say(f"  run  {show_command(plan.argv)}")
@@ -315,7 +316,7 @@ def _train_once(project: Project, item: Target, site: Site, runtime: Runtime,
 
 
 def train(project: Project, *, target: str | None, options: TrainOptions,
-          scaling: str | None = None, dry_run: bool = False,
+          scaling: str | None = None, dry_run: bool = False, nodes: int = 1,
           say: Say = _print) -> list[TrainResult | Workload]:
     """One training run, or one per rank count of ``scaling`` with a speedup report."""
     item = project.target(target or project.default_target())
@@ -323,8 +324,10 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
     runtime = project.runtime_for(site, dry_run=dry_run)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     counts = parse_scaling(scaling) if scaling else [options.gpus]
+    placement = across_nodes(nodes, dry_run=dry_run)
     results = [_train_once(project, item, site, runtime, with_ranks(options, n),
-                           f"{stamp}-{n}r" if scaling else stamp, dry_run, say) for n in counts]
+                           f"{stamp}-{n}r" if scaling else stamp, dry_run, say, placement)
+               for n in counts]
     if dry_run:
         return results
     if scaling:
@@ -349,3 +352,72 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
 
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
+
+
+# --------------------------------------------------------------------------------- multi-node
+def across_nodes(nodes: int, *, dry_run: bool = False,
+                 environ: Mapping[str, str] | None = None) -> Placement | None:
+    """``--nodes M``: one torchrun per node of the Slurm allocation we are in, through srun
+    (None: this node only). A dry run outside an allocation shows the variables it would use."""
+    environ = os.environ if environ is None else environ
+    found = allocation.current_allocation(environ)
+    if dry_run and found is None and nodes > 1:
+        return Placement(nodes=nodes, endpoint="$FIRST_NODE_ADDR:$MASTER_PORT",
+                         rdzv_id="$SLURM_JOB_ID", launcher=tuple(allocation.srun_argv(nodes)))
+    allocation.check_nodes(nodes, found)
+    if nodes == 1 or found is None:
+        return None
+    return allocation.placement(found, nodes, head=allocation.head_address(found.nodelist))
+
+
+# --------------------------------------------------------------------------------------- job
+@dataclass(frozen=True)
+class JobSubmission:
+    """A rendered batch job, where its script was written, and its job id once submitted."""
+
+    job: batch.Job
+    script: Path | None = None
+    job_id: str | None = None
+
+
+def job(project: Project, *, target: str | None, workload: str, site: str | None = None,
+        nodes: int = 1, gpus_per_node: int | None = None, time: str | None = None,
+        account: str | None = None, partition: str | None = None, launcher: str | None = None,
+        out: str | Path | None = None, submit: bool = False, nccl_debug: bool = False,
+        options: SmokeOptions | TrainOptions | None = None,
+        say: Say = _print) -> JobSubmission:
+    """Render the batch job for a site; print it, write it (atomically) or submit it."""
+    item = project.target(target or project.default_target())
+    where = get_site(project.sites, site) if site else project.site_of(item)
+    home = project.targets.get(where.default_target or "")
+    request = batch.JobRequest(workload=workload, nodes=int(nodes), gpus_per_node=gpus_per_node,
+                               time=time, account=account, partition=partition,
+                               launcher=launcher, nccl_debug=nccl_debug, options=options)
+    venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
+    planned = batch.plan_job(item, where, settings=project.settings, request=request,
+                             host_arch=host_arch(), site_arch=home.arch if home else None,
+                             venv=venv)
+    jobs_dir = project.settings.results_dir / "jobs"
+    script = Path(out).resolve() if out else None
+    if submit and script is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        script = jobs_dir / f"{planned.name}-{stamp}.sh"
+    if script is None:
+        say(planned.text.rstrip("\n"))
+        return JobSubmission(job=planned)
+    jobs_dir.mkdir(parents=True, exist_ok=True)  # the scheduler writes the job's output there
+    atomic_write_text(script, planned.text)
+    script.chmod(0o755)
+    say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
+    if not submit:
+        return JobSubmission(job=planned, script=script)
+    if workload != "build" and not project.settings.image_path(item.name).is_file():
+        raise ConfigError(f"image {os.path.relpath(project.settings.image_path(item.name))} is "
+                          f"not built; build it first (on a login node, or as a job: invoke job "
+                          f"--target {item.name} --workload build --submit)")
+    job_id = planned.scheduler.parse_job_id(
+        capture(planned.scheduler.submit_argv(script), timeout=120))
+    results = planned.results_of(job_id)
+    say(f"submitted job {job_id}: output {os.path.relpath(planned.output_of(job_id))}"
+        + (f", results {os.path.relpath(results)}" if results else ""))
+    return JobSubmission(job=planned, script=script, job_id=job_id)

@@ -1,4 +1,5 @@
-"""Running a torch.distributed workload inside an image, on this node: the shared launch path.
+"""Running a torch.distributed workload inside an image, on this node or across the nodes of a
+Slurm allocation (a :class:`Placement`): the shared launch path.
 
 ``invoke smoke`` and ``invoke train`` differ only in the script, its arguments and how they judge
 the result. Both get here: the exact ``<runtime> exec … torchrun …`` argv (site GPU flag, binds and
@@ -13,7 +14,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -39,6 +40,15 @@ class Workload:
     argv: list[str]
     timeout: float
     report_name: str
+    # What went into ``argv``, for launchers that wrap it differently (batch scripts): the
+    # nodes, the command inside the container, binds and environment, the script and its args.
+    # ``ranks`` counts every rank of the run: ranks per node times nodes.
+    nodes: int = 1
+    command: tuple[str, ...] = ()
+    binds: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    script: str = ""
+    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,27 @@ def torchrun_argv(*, nproc: int, script: str, args: Sequence[str],
     return [torchrun, "--standalone", f"--nproc-per-node={nproc}", script, *args]
 
 
+@dataclass(frozen=True)
+class Placement:
+    """One torchrun per node on ``nodes`` nodes, meeting at a c10d rendezvous on the first.
+
+    ``launcher`` starts the per-node agents (inside a Slurm allocation: ``srun --nodes=M
+    --ntasks-per-node=1 …``); a batch script wraps the exec command in its own launcher.
+    """
+
+    nodes: int
+    endpoint: str  # HOST:PORT on the first node
+    rdzv_id: str
+    launcher: tuple[str, ...] = ()
+
+
+def torchrun_rdzv_argv(*, nnodes: int, nproc: int, endpoint: str, rdzv_id: str, script: str,
+                       args: Sequence[str], torchrun: str = "torchrun") -> list[str]:
+    """Multi-node torchrun: every node's agent joins the c10d rendezvous at ``endpoint``."""
+    return [torchrun, f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", script, *args]
+
+
 def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict: bool,
                   extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The site's environment for the container, host variables expanded.
@@ -87,25 +118,45 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
                   kind: str, script: str, args: Sequence[str], ranks: int, timeout: float,
                   run_id: str, report_name: str, extra_binds: Sequence[str] = (),
                   extra_env: Mapping[str, str] | None = None,
-                  environ: Mapping[str, str] | None = None, strict: bool = True) -> Workload:
+                  environ: Mapping[str, str] | None = None, strict: bool = True,
+                  placement: Placement | None = None) -> Workload:
     """``kind`` names the results folder: ``results/<kind>/<target>-<run_id>``.
 
     ``environ`` is the host environment site values are expanded from; ``strict`` (a real run)
-    refuses a value whose variable is unset, a dry run shows it as written.
+    refuses a value whose variable is unset, a dry run shows it as written. ``ranks`` is per
+    node; with a ``placement`` the run spans its nodes (torchrun's c10d rendezvous, the site's
+    multi-node binds and environment) and the results folder must be on a shared file system.
     """
     check_ranks(site, ranks)
     out_dir = settings.results_dir / kind / f"{target.name}-{run_id}"
-    command = torchrun_argv(nproc=ranks, script=f"{settings.jobs_mount}/{script}", args=args,
-                            torchrun=site.torchrun)
+    script_path = f"{settings.jobs_mount}/{script}"
+    environ = os.environ if environ is None else environ
+    nodes = placement.nodes if placement else 1
+    if placement is None:
+        command = torchrun_argv(nproc=ranks, script=script_path, args=args,
+                                torchrun=site.torchrun)
+    else:
+        command = torchrun_rdzv_argv(nnodes=nodes, nproc=ranks, endpoint=placement.endpoint,
+                                     rdzv_id=placement.rdzv_id, script=script_path, args=args,
+                                     torchrun=site.torchrun)
+    multinode = nodes > 1
     binds = [f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
-             f"{out_dir}:{settings.results_mount}", *extra_binds, *site.binds]
+             f"{out_dir}:{settings.results_mount}", *extra_binds,
+             *(expand(b, environ, strict=strict) for b in site.binds),
+             *(expand(b, environ, strict=strict) for b in site.multinode_binds if multinode)]
     image = settings.image_path(target.name)
-    env = container_env(site, ranks=ranks, environ=os.environ if environ is None else environ,
-                        strict=strict, extra=extra_env)
+    across = {k: expand(v, environ, strict=strict) for k, v in site.multinode_env.items()
+              if multinode}
+    env = container_env(site, ranks=ranks, environ=environ, strict=strict,
+                        extra={**across, **(extra_env or {})})
     argv = runtime.exec_argv(image=image, command=command, gpu_flag=site.gpu_flag, binds=binds,
                              env=env)
-    return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks,
-                    argv=argv, timeout=timeout, report_name=report_name)
+    if placement is not None:
+        argv = [*placement.launcher, *argv]
+    return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks * nodes,
+                    argv=argv, timeout=timeout, report_name=report_name, nodes=nodes,
+                    command=tuple(command), binds=tuple(binds), env=env, script=script_path,
+                    args=tuple(args))
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")

@@ -31,12 +31,14 @@ FIELDS = (
     Field("scheduler", default="none", choices=("none", "slurm", "pbs")),
     Field("partitions", "str_list", default=[]),
     Field("default_partition"),
+    Field("build_partition"),
     Field("gpu", default="none", choices=("none", "cuda", "rocm")),
     Field("gpu_model"),
     Field("runtime", default="apptainer", choices=("apptainer", "singularity")),
     Field("gpus_per_node", "int", default=0),
     Field("cores_per_node", "int", default=0),
     Field("max_gpus_per_job", "int", default=0),
+    Field("mem_per_gpu_gb", "int", default=0),
     Field("cpu_bind", "str_list", default=[]),
     Field("fakeroot", "bool", default=True),
     Field("launcher", default="torchrun", choices=LAUNCHERS),
@@ -45,6 +47,7 @@ FIELDS = (
     Field("env", "str_map", default={}),
     Field("multinode_binds", "str_list", default=[]),
     Field("multinode_env", "str_map", default={}),
+    Field("multinode_modules", "str_list", default=[]),
     Field("references", "list", default=[]),
     Field("transport", "map", default={}),
     Field("default_target"),
@@ -79,11 +82,17 @@ class Site:
     default_partition: str | None = None
     gpu_model: str | None = None
     max_gpus_per_job: int = 0
+    #: Memory batch jobs ask for per GPU (GB); 0: the scheduler's default.
+    mem_per_gpu_gb: int = 0
     cpu_bind: tuple[str, ...] = ()
     launcher: str = "torchrun"
     torchrun: str = "torchrun"
     multinode_binds: tuple[str, ...] = ()
     multinode_env: dict[str, str] = field(default_factory=dict)
+    #: Host modules a multi-node batch job loads before launching (what multinode_binds name).
+    multinode_modules: tuple[str, ...] = ()
+    #: Where build jobs run (``invoke job --workload build``); default: default_partition.
+    build_partition: str | None = None
     references: tuple[Reference, ...] = ()
     transport_name: str | None = None
     transport_expect: str | None = None
@@ -152,6 +161,9 @@ def load_site(path: Path) -> Site:
     if values["default_partition"] and values["default_partition"] not in values["partitions"]:
         raise fail("default_partition", f"'{values['default_partition']}' is not one of the "
                                         f"partitions{suggest(values['default_partition'], values['partitions'])}")
+    if values["build_partition"] and values["build_partition"] not in values["partitions"]:
+        raise fail("build_partition", f"'{values['build_partition']}' is not one of the "
+                                      f"partitions{suggest(values['build_partition'], values['partitions'])}")
     transport = check_mapping(values["transport"], TRANSPORT_FIELDS, what="transport",
                               path=path, prefix="transport.") if values["transport"] else None
     if transport is not None:
@@ -169,9 +181,12 @@ def load_site(path: Path) -> Site:
                 default_target=values["default_target"], partitions=tuple(values["partitions"]),
                 default_partition=values["default_partition"], gpu_model=values["gpu_model"],
                 max_gpus_per_job=values["max_gpus_per_job"], cpu_bind=tuple(values["cpu_bind"]),
+                mem_per_gpu_gb=values["mem_per_gpu_gb"],
                 launcher=values["launcher"], torchrun=values["torchrun"],
                 multinode_binds=tuple(values["multinode_binds"]),
                 multinode_env={str(k): str(v) for k, v in values["multinode_env"].items()},
+                multinode_modules=tuple(values["multinode_modules"]),
+                build_partition=values["build_partition"],
                 references=_references(data.get("references") or [], path),
                 transport_name=transport["name"] if transport else None,
                 transport_expect=transport["expect"] if transport else None,

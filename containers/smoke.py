@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .errors import CheckFailed, ConfigError, PerformanceFailed
-from .launch import Outcome, Say, Workload, failure_reasons, plan_workload, run_workload
+from .launch import (Outcome, Placement, Say, Workload, failure_reasons, plan_workload,
+                     run_workload)
 from .references import Judgement, judge
 from .runtime import Runtime
 from .settings import Settings
@@ -68,6 +69,10 @@ class SmokeResult:
 
     @property
     def nodes(self) -> int:
+        """Nodes the run spanned: the placement's (one torchrun per node, even where nodes
+        share a host name), else the distinct host names the benchmark saw."""
+        if self.plan.nodes > 1:
+            return self.plan.nodes
         return int(self.report.get("nodes") or 1) if self.report else 1
 
     @property
@@ -91,7 +96,7 @@ class SmokeResult:
 
 def plan_smoke(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
                options: SmokeOptions, run_id: str, environ: Mapping[str, str] | None = None,
-               strict: bool = True) -> Workload:
+               strict: bool = True, placement: Placement | None = None) -> Workload:
     if options.iters < 1 or options.warmup < 0:
         raise ConfigError("--iters must be >= 1 and --warmup >= 0", key="--iters")
     args = ["--sizes", options.sizes, "--iters", str(options.iters),
@@ -103,7 +108,8 @@ def plan_smoke(target: Target, site: Site, *, settings: Settings, runtime: Runti
     return plan_workload(target, site, settings=settings, runtime=runtime, kind="smoke",
                          script=BENCHMARK, args=args, ranks=options.gpus,
                          timeout=options.timeout, run_id=run_id, report_name="allreduce.json",
-                         extra_env=extra_env, environ=environ, strict=strict)
+                         extra_env=extra_env, environ=environ, strict=strict,
+                         placement=placement)
 
 
 def run_smoke(plan: Workload, *, say: Say, partition: str | None = None) -> SmokeResult:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Mapping
 
 from .errors import CheckFailed, ConfigError
-from .launch import (Outcome, Say, Workload, check_ranks, failure_reasons, plan_workload,
-                     run_workload)
+from .launch import (Outcome, Placement, Say, Workload, check_ranks, failure_reasons,
+                     plan_workload, run_workload)
 from .runtime import Runtime
 from .settings import Settings
 from .sites import Site
@@ -77,9 +77,13 @@ def _validate(options: TrainOptions) -> None:
 
 def plan_train(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
                options: TrainOptions, run_id: str, environ: Mapping[str, str] | None = None,
-               strict: bool = True) -> Workload:
+               strict: bool = True, placement: Placement | None = None) -> Workload:
     check_ranks(site, options.gpus)
     _validate(options)
+    world = options.gpus * (placement.nodes if placement else 1)
+    if options.batch_size % world:
+        raise ConfigError(f"--batch-size {options.batch_size} is the global batch; it must "
+                          f"divide evenly over {world} ranks", key="--batch-size")
     args = ["--example", options.example, "--epochs", str(options.epochs),
             "--batch-size", str(options.batch_size), "--out", settings.results_mount]
     if options.model:
@@ -105,7 +109,7 @@ def plan_train(target: Target, site: Site, *, settings: Settings, runtime: Runti
                          kind=f"train-{options.example}", script=SCRIPT, args=args,
                          ranks=options.gpus, timeout=options.timeout, run_id=run_id,
                          report_name="train.json", extra_binds=binds, environ=environ,
-                         strict=strict)
+                         strict=strict, placement=placement)
 
 
 def run_train(plan: Workload, *, say: Say) -> TrainResult:

@@ -12,7 +12,7 @@ from containers.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest_plugins = ["tests.images"]
+pytest_plugins = ["tests.images", "tests.slurm"]
 
 
 @pytest.fixture
