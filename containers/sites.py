@@ -59,7 +59,7 @@ TRANSPORT_FIELDS = (Field("name", required=True), Field("expect", required=True)
 GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
 #: The variable that limits which GPUs a process sees, per GPU kind.
 VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
-_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|(\$))")
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,15 @@ class Site:
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
-    """Expand ``$VAR``/``${VAR}`` from ``environ``; unset ones stay as written unless ``strict``."""
+    """Expand ``$VAR``/``${VAR}`` from ``environ``; unset ones stay as written unless ``strict``.
+
+    ``$$`` is a literal ``$`` for the CONTAINER: Apptainer evaluates ``--env`` values in the
+    container's environment, so ``LD_LIBRARY_PATH: /opt/nccl/lib:$$LD_LIBRARY_PATH`` prepends to
+    the image's own value instead of replacing it.
+    """
     def replace(match: re.Match) -> str:
+        if match.group(3):
+            return "$"
         name = match.group(1) or match.group(2)
         if name in environ:
             return environ[name]

@@ -177,7 +177,9 @@ def test_olivia_multinode(data_job) -> None:
                  "/cluster"):
         assert f"--bind {bind} " in launch
     for env in ("'NCCL_PROTO=^LL128'", "FI_PROVIDER=cxi", "FI_CXI_RX_MATCH_MODE=hybrid",
-                "LD_LIBRARY_PATH=/opt/libfabric/lib:/opt/nccl/lib:/opt/aws-ofi-nccl/lib:/usr/lib64",
+                # single-quoted: the CONTAINER expands $LD_LIBRARY_PATH (prepend to the image's)
+                "'LD_LIBRARY_PATH=/opt/libfabric/lib:/opt/nccl/lib:/opt/aws-ofi-nccl/lib:"
+                "/usr/lib64:$LD_LIBRARY_PATH'",
                 "NCCL_DEBUG=INFO"):
         assert f"--env {env} " in launch
     assert ("apptainer exec --nv " in launch and "--rocm" not in launch)

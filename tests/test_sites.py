@@ -176,6 +176,9 @@ def test_arch_and_fakeroot_refusals(data_root, monkeypatch) -> None:
 def test_expand_host_variables() -> None:
     assert expand("/tmp/${USER}-x-$SLURM_JOB_ID", JOB_ENV, strict=True) == "/tmp/alice-x-4242"
     assert expand("/tmp/$USER-$NOPE", JOB_ENV, strict=False) == "/tmp/alice-$NOPE"
+    # $$ is for the container: Apptainer expands --env values in the container's environment.
+    assert expand("/opt/nccl/lib:$$LD_LIBRARY_PATH", {}, strict=True) == \
+        "/opt/nccl/lib:$LD_LIBRARY_PATH"
 
 
 @pytest.mark.apptainer
