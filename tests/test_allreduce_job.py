@@ -10,13 +10,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import procs
+from tests.procs import start
 
 torch = pytest.importorskip("torch")
 
@@ -56,21 +58,8 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
-    """Start in a new session, so the whole tree can be killed by its process group."""
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-
-
 def finish(proc: subprocess.Popen, timeout: float = RUN_TIMEOUT_S) -> tuple[int, str, str]:
-    """Wait for proc; on timeout kill its process group (by its PID) and fail the test."""
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"timed out after {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
-    return proc.returncode, out, err
+    return procs.finish(proc, timeout)
 
 
 def torchrun(out_dir: Path, *args: str, nproc: int = 2) -> tuple[int, str, str]:

@@ -16,13 +16,13 @@ import importlib.util
 import json
 import os
 import pickle
-import signal
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import procs
 
 torch = pytest.importorskip("torch")
 
@@ -96,16 +96,7 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def run_cmd(cmd: list[str], env: dict[str, str],
             timeout: float = RUN_TIMEOUT_S) -> tuple[int, str, str]:
-    """Run in a new session; on timeout kill its whole process group and fail the test."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"timed out after {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
-    return proc.returncode, out, err
+    return procs.finish(procs.start(cmd, env), timeout)
 
 
 def torchrun(tmp_path: Path, *args: str, nproc: int = 2) -> tuple[int, str, str, dict]:
