@@ -9,7 +9,7 @@ reason. Judging is separate from sanity: a run can be correct and slow, or fast 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from .errors import ConfigError
 from .schema import Field, check_mapping, line_of
@@ -103,12 +103,15 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
 
 
 def select(references: Sequence[Reference], *, partition: str | None, nodes: int,
-           ranks_per_node: int, gpu_model: str | None = None) -> Reference | None:
-    """The most specific matching reference: exact partition over ``*``, GPU model if given."""
+           ranks_per_node: int, gpu_model: str | None = None,
+           measured: Collection[int] = ()) -> Reference | None:
+    """The most specific matching reference: exact partition over ``*``, GPU model if given;
+    among equally specific ones, one at a message size the run ``measured``, the largest."""
     candidates = [r for r in references if r.nodes == nodes and r.ranks_per_node == ranks_per_node
                   and r.partition in (partition, "*")
                   and (r.gpu_model is None or r.gpu_model == gpu_model)]
-    candidates.sort(key=lambda r: (r.partition == "*", r.gpu_model is None))
+    candidates.sort(key=lambda r: (r.partition == "*", r.gpu_model is None,
+                                   r.bytes not in measured, -r.bytes))
     return candidates[0] if candidates else None
 
 

@@ -18,7 +18,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Collection, Mapping
 
 from .errors import ConfigError
 from .references import Reference, parse_reference, select
@@ -115,10 +115,10 @@ class Site:
                 return True
         return any(fnmatch.fnmatch(hostname, pattern) for pattern in self.detect_hostname)
 
-    def reference(self, *, partition: str | None, nodes: int, ranks_per_node: int
-                  ) -> Reference | None:
+    def reference(self, *, partition: str | None, nodes: int, ranks_per_node: int,
+                  measured: Collection[int] = ()) -> Reference | None:
         return select(self.references, partition=partition, nodes=nodes,
-                      ranks_per_node=ranks_per_node, gpu_model=self.gpu_model)
+                      ranks_per_node=ranks_per_node, gpu_model=self.gpu_model, measured=measured)
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:

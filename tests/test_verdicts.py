@@ -52,6 +52,13 @@ def test_select_prefers_specific_partition_and_model() -> None:
                   gpu_model="MI300A").value == 300.0
     assert select(refs, partition=None, nodes=2, ranks_per_node=8).value == 85.0
     assert select(refs, partition=None, nodes=1, ranks_per_node=4) is None
+    # Equally specific references at several sizes: the largest size the run measured.
+    sizes = [ref(bytes=16 << 20, value=1.0), ref(bytes=128 << 20, value=2.0)]
+    assert select(sizes, partition=None, nodes=1, ranks_per_node=8).bytes == 128 << 20
+    assert select(sizes, partition=None, nodes=1, ranks_per_node=8,
+                  measured={1 << 20, 16 << 20}).bytes == 16 << 20
+    assert select(sizes, partition=None, nodes=1, ranks_per_node=8,
+                  measured={16 << 20, 128 << 20}).bytes == 128 << 20
 
 
 @pytest.mark.parametrize("spec, message", [
