@@ -7,6 +7,8 @@ tool's one error family to a one-line message and a non-zero exit (``invoke.Exit
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from pathlib import Path
 
 from invoke import Exit, task
@@ -36,6 +38,10 @@ def _user_errors(body):
             raise Exit(f"error: {exc}", code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
+        except BrokenPipeError:
+            # The reader went away (`invoke build --dry-run | head`): stop quietly, as cat does.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise Exit(code=141) from None
     return wrapper
 
 

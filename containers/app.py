@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import __version__, allocation, batch, builder, hostcfg, perflog
+from . import allocation, batch, builder, hostcfg, perflog
 from .deffile import read_definition
 from .locking import atomic_write_text
 from .errors import CommandFailed, ConfigError, ContainersError, RuntimeNotFound

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import tasks
 from containers import catalogue as cat
 from containers.errors import ConfigError
 from containers.modulefile import ModuleSpec, lua_string, render_exec_wrapper, render_modulefile
