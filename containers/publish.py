@@ -305,15 +305,8 @@ def ensure_checks(project: Project, plan: PublishPlan, runtime: Runtime, *, say:
 
 
 # ------------------------------------------------------------------------------ file steps
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """Flush a file's data, or a folder's entries (so a rename in it survives a crash)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -394,12 +387,12 @@ def _stage_image(plan: PublishPlan, runtime: Runtime, key: signing.SigningKey | 
         signing.sign(runtime, plan.temp, keysdir=plan.keysdir, keyidx=plan.keyidx)
         if key.fingerprint not in signing.signers(runtime, plan.temp, keysdir=plan.keysdir):
             raise ContainersError(f"{plan.temp}: the new signature is not by {key.fingerprint}")
-        _fsync_file(plan.temp)
+        _fsync(plan.temp)
         sha256 = sha256_file(plan.temp)
     atomic_write_text(plan.checksum, cat.checksum_line(sha256, plan.version))
     size = plan.temp.stat().st_size
     os.replace(plan.temp, plan.sif)
-    _fsync_dir(plan.folder)
+    _fsync(plan.folder)
     say(f"published {plan.sif} (sha256 {sha256})")
     return sha256, size
 
