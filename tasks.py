@@ -14,11 +14,11 @@ from pathlib import Path
 from invoke import Exit, task
 
 from containers import app
-from containers.errors import ContainersError
-from containers.plan import parse_build_args
-from containers import publish as publishing
-from containers.smoke import SmokeOptions
-from containers.train import TrainOptions
+from containers.build.plan import parse_build_args
+from containers.errors import ContainersError, describe
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
+from containers.publish import publisher as publishing
 
 ROOT = Path(__file__).resolve().parent
 
@@ -35,7 +35,8 @@ def _user_errors(body):
         try:
             return body(c, *args, **kwargs)
         except ContainersError as exc:
-            raise Exit(f"error: {exc}", code=exc.exit_code) from None
+            message, code = describe(exc)
+            raise Exit(message, code=code) from exc
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
         except BrokenPipeError:

@@ -22,7 +22,7 @@ from pathlib import Path
 from common import ROOT, report, run_checked
 
 from containers import app
-from containers.smoke import SmokeOptions, plan_smoke
+from containers.prove.smoke import SmokeOptions, plan_smoke
 
 SIZES = [16 << 20, 32 << 20, 64 << 20]
 

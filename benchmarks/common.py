@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from containers.process import run  # noqa: E402
+from containers.host.process import run  # noqa: E402
 from containers.report import console, table  # noqa: E402
 
 

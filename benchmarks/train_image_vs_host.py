@@ -17,7 +17,7 @@ from pathlib import Path
 from common import ROOT, report, run_checked
 
 from containers import app
-from containers.train import TrainOptions, plan_train
+from containers.prove.train import TrainOptions, plan_train
 
 
 def main() -> None:

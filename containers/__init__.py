@@ -2,7 +2,7 @@
 
 The package is the engine behind ``tasks.py``: it loads and validates manifests, env specs,
 definitions and site profiles, plans builds as argv lists, runs them, and runs workloads inside
-the images. Planning is pure; only :mod:`containers.runtime` starts processes.
+the images. Planning is pure; only :mod:`containers.host.runtime` starts processes.
 """
 
 __version__ = "0.1.0"

@@ -1,18 +1,45 @@
-"""The one error family of the tool.
+"""The one error family of the tool, and the one place that turns an error into what a user sees.
 
-Every user-facing failure is a :class:`ContainersError`; the command line catches it once and prints
-its one-line message (no traceback) with a non-zero exit. Builtin exceptions escaping means a bug.
+Every user-facing failure is a :class:`ContainersError`. The command line catches it once
+(:func:`describe` gives the line and the exit code) and prints one line with no traceback. A
+builtin exception escaping means a bug. Each kind says what the user can do about it:
+
+=====================  ====  ==============================================================
+kind                   exit  when
+=====================  ====  ==============================================================
+UsageError             1     a flag or argument value is bad (names the flag, the allowed values)
+ConfigError            1     an input file is bad (names the file, the line and the key)
+ImageMissing           1     the image a command needs is not built (says how to build it)
+StateError             1     files on disk are not as the command needs (already published, …)
+RuntimeNotFound        1     no apptainer / singularity to run
+CommandFailed          1     an external command failed (keeps its argv, exit code, output tail)
+VerdictFailed          2     a check ran and said no (wrong values, lost ranks, bad signature)
+PerformanceFailed      3     correct, but slower than the site's reference allows
+=====================  ====  ==============================================================
+
+Causes are chained (``raise … from exc``) so ``--debug`` style tracebacks keep them.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+from typing import Sequence
 
 
 class ContainersError(Exception):
     """A failure the user can act on; ``str()`` is the whole message."""
 
     exit_code = 1
+
+
+class UsageError(ContainersError):
+    """A bad command-line value: ``flag`` names it (``--gpus``)."""
+
+    def __init__(self, message: str, *, flag: str | None = None) -> None:
+        self.flag = flag
+        super().__init__(f"{flag}: {message}" if flag and not message.startswith(flag)
+                         else message)
 
 
 class ConfigError(ContainersError):
@@ -31,20 +58,52 @@ class ConfigError(ContainersError):
         super().__init__(f"{where}{keypart}{message}")
 
 
+class ImageMissing(ContainersError):
+    """The image a command needs has not been built (or was removed)."""
+
+    def __init__(self, image: Path | str, target: str, *, hint: str | None = None) -> None:
+        self.image = Path(image)
+        self.target = target
+        super().__init__(f"image {image} is not built; "
+                         + (hint or f"run: invoke build --target {target}"))
+
+
+class StateError(ContainersError):
+    """What is on disk is not in the state the command needs (and the message says why)."""
+
+
 class RuntimeNotFound(ContainersError):
     """Neither apptainer nor singularity could be found or run."""
 
 
 class CommandFailed(ContainersError):
-    """An external command exited non-zero; the message keeps only the lines worth reading."""
+    """An external command failed: its argv, exit code and last output lines are kept."""
 
-    def __init__(self, message: str, *, returncode: int | None = None) -> None:
+    def __init__(self, what: str, *, argv: Sequence[str] = (), returncode: int | None = None,
+                 output: Sequence[str] = (), lines: int = 6) -> None:
+        self.what = what
+        self.argv = [str(a) for a in argv]
         self.returncode = returncode
-        super().__init__(message)
+        self.output = list(output)
+        super().__init__(self.summary(lines))
+
+    def summary(self, lines: int = 6) -> str:
+        """``what (exit N): the lines worth reading``: error lines first, else the tail."""
+        text = self.what
+        if self.returncode is not None:
+            text += f" failed (exit {self.returncode})"
+        worth = [ln.strip() for ln in self.output if ln.strip()]
+        flagged = [ln for ln in worth if "FATAL" in ln or "ERROR" in ln or "rror:" in ln]
+        shown = (flagged or worth)[-lines:]
+        return text + (": " + " | ".join(shown) if shown else "")
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
 
 
-class CheckFailed(ContainersError):
-    """A smoke test or verification ran but its verdict is negative (wrong values, lost ranks)."""
+class VerdictFailed(ContainersError):
+    """A check ran and its verdict is negative (wrong values, lost ranks, a bad signature)."""
 
     exit_code = 2
 
@@ -53,3 +112,8 @@ class PerformanceFailed(ContainersError):
     """The run was correct (sanity passed) but slower than the site's reference allows."""
 
     exit_code = 3
+
+
+def describe(exc: ContainersError) -> tuple[str, int]:
+    """The one line a user sees for ``exc`` and the exit code: the single place errors print."""
+    return f"error: {exc}", exc.exit_code

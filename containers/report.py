@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -91,3 +92,16 @@ def plot_scaling(rows: Sequence[dict], path: Path, *, title: str) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+Say = Callable[[str], None]
+
+
+def say_line(line: str) -> None:
+    """The default ``say``: one line to stdout, flushed (progress must show as it happens)."""
+    print(line, flush=True)
+
+
+def show_command(argv: list[str], env: Mapping[str, str] | None = None) -> str:
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+    return (prefix + " " if prefix else "") + shlex.join(argv)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import ConfigError
-from .schema import Field, check_mapping
+from containers.errors import ConfigError
+from containers.inputs.schema import Field, check_mapping
 
 FIELDS = (
     Field("images_dir", default="images"),

@@ -15,9 +15,8 @@ import pytest
 from invoke import Collection
 
 import tasks
-from containers.process import descendants
-
-ROOT = Path(__file__).resolve().parent.parent
+from containers.host.process import descendants
+from tests.fixtures import ROOT
 
 
 def _invoke(project: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -64,7 +63,7 @@ def test_check_ok_and_bad_manifest_is_one_line(cli_project: Path) -> None:
 def test_unknown_target_and_bad_build_arg(cli_project: Path) -> None:
     result = _invoke(cli_project, "build", "--target", "cpuu", "--dry-run")
     assert result.returncode == 1
-    assert result.stderr.strip().startswith("error: unknown target 'cpuu' (did you mean 'cpu'?)")
+    assert result.stderr.strip().startswith("error: --target: unknown target 'cpuu' (did you mean 'cpu'?)")
     result = _invoke(cli_project, "build", "--target", "cpu", "--dry-run", "--build-arg", "NOEQ")
     assert result.returncode == 1 and "'NOEQ' is not KEY=VALUE" in result.stderr
 

@@ -1,0 +1,25 @@
+"""The application layer: what each command does, as plain functions ``tasks.py`` calls.
+
+This is the impure edge: it gathers host facts, calls the pure planners of the engine, prints and
+executes. No engine module imports it. Functions take ``say`` for output so tests can capture it.
+
+=================  =============================================
+module             commands
+=================  =============================================
+``project``        the project: settings, targets, sites, runtime
+``inputs``         ``invoke targets``, ``invoke check``
+``build``          ``invoke build``
+``workloads``      ``invoke smoke``, ``invoke train``
+``jobs``           ``invoke job``
+``publishing``     ``invoke publish``, ``invoke verify``
+=================  =============================================
+"""
+
+from containers.app.build import build
+from containers.app.inputs import check_inputs, targets_report
+from containers.app.jobs import JobSubmission, job
+from containers.app.project import Project
+from containers.app.workloads import smoke, smoke_history, train
+
+__all__ = ["Project", "build", "check_inputs", "targets_report", "job", "JobSubmission",
+           "smoke", "smoke_history", "train"]

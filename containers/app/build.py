@@ -1,0 +1,62 @@
+"""``invoke build``: plan a target and its bases, show the exact commands, then build."""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from containers.app.project import Project
+from containers.build import builder
+from containers.build.plan import BuildPlan, plan_build
+from containers.errors import ConfigError
+from containers.host.facts import gather_host, host_arch
+from containers.inputs.definition import read_definition
+from containers.report import Say, say_line as _print, show_command
+
+
+def build(project: Project, *, target: str, force: bool = False, dry_run: bool = False,
+          build_args: Mapping[str, str] | None = None, say: Say = _print) -> BuildPlan:
+    item = project.target(target)
+    runtime = project.runtime(required=not dry_run)
+    if item.arch != host_arch():
+        raise ConfigError(
+            f"target '{item.name}' is {item.arch} but this machine is {host_arch()}; an "
+            f"{item.arch} image cannot be built here without emulation. Build it on an "
+            f"{item.arch} node (a build job there), then copy the .sif back",
+            path=item.manifest, line=item.line("arch"), key="arch")
+    here = project.current_site()
+    if item.builder == "apptainer" and not here.fakeroot and item.definition is not None \
+            and read_definition(item.definition).has_section("post"):
+        raise ConfigError(
+            f"{item.definition.name} has a %post section, which needs --fakeroot, and site "
+            f"'{here.name}' has none; build it with a cotainr target (builder: cotainr) or on a "
+            f"machine with fakeroot, then copy the .sif", path=here.path,
+            line=here.lines.get("fakeroot"), key="fakeroot")
+    cli_args = dict(build_args or {})
+    host = gather_host(project.root, project.settings.images_dir, runtime,
+                       [t.name for t in project.targets.values()],
+                       mirror_override=cli_args.get("MIRROR"))
+    plan = plan_build(project.targets, item.name, settings=project.settings, host=host,
+                      cli_args=cli_args, force=force)
+    say(f"runtime: {runtime.label}")
+    for number, step in enumerate(plan.steps, start=1):
+        say(f"step {number}/{len(plan.steps)}: {step.target.name} [{step.action}] "
+            f"inputs {step.short_hash} -> {os.path.relpath(step.image)}")
+        if step.action != "build":
+            continue
+        for name in sorted([*step.staged, *step.copied]):
+            say(f"  stage  {step.workdir / 'context' / name}")
+        for link, target in sorted(step.links.items()):
+            say(f"  link   {link} -> {target}")
+        say(f"  run    {show_command(step.build_argv, step.env)}")
+        if step.test_argv:
+            say(f"  run    {show_command(step.test_argv, step.env)}")
+        say(f"  run    {show_command(step.inspect_argv)}")
+        say(f"  rename {os.path.relpath(step.partial)} -> {os.path.relpath(step.image)} "
+            f"(+ {os.path.relpath(step.image)}.json)")
+    if dry_run or not plan.pending:
+        if not plan.pending:
+            say(f"{item.name} is up to date: nothing to build")
+        return plan
+    builder.execute(plan, runtime=runtime, say=say)
+    return plan

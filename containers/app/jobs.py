@@ -1,0 +1,72 @@
+"""``invoke job``: render a site's batch job; print it, write it or submit it."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from containers.app.project import Project
+from containers.batch import job as batch
+from containers.errors import ConfigError
+from containers.files import atomic_write_text
+from containers.host.facts import host_arch
+from containers.host.process import capture
+from containers.inputs.sites import get_site
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
+from containers.report import Say, say_line as _print
+
+
+@dataclass(frozen=True)
+class JobSubmission:
+    """A rendered batch job, where its script was written, and its job id once submitted."""
+
+    job: batch.Job
+    script: Path | None = None
+    job_id: str | None = None
+
+
+def job(project: Project, *, target: str | None, workload: str, site: str | None = None,
+        nodes: int = 1, gpus_per_node: int | None = None, time: str | None = None,
+        account: str | None = None, partition: str | None = None, launcher: str | None = None,
+        out: str | Path | None = None, submit: bool = False, nccl_debug: bool = False,
+        options: SmokeOptions | TrainOptions | None = None,
+        say: Say = _print) -> JobSubmission:
+    """Render the batch job for a site; print it, write it (atomically) or submit it."""
+    item = project.target(target or project.default_target())
+    where = get_site(project.sites, site) if site else project.site_of(item)
+    home = project.targets.get(where.default_target or "")
+    request = batch.JobRequest(workload=workload, nodes=int(nodes), gpus_per_node=gpus_per_node,
+                               time=time, account=account, partition=partition,
+                               launcher=launcher, nccl_debug=nccl_debug, options=options)
+    venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
+    planned = batch.plan_job(item, where, settings=project.settings, request=request,
+                             host_arch=host_arch(), site_arch=home.arch if home else None,
+                             venv=venv)
+    jobs_dir = project.settings.results_dir / "jobs"
+    script = Path(out).resolve() if out else None
+    if submit and script is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        script = jobs_dir / f"{planned.name}-{stamp}.sh"
+    if script is None:
+        say(planned.text.rstrip("\n"))
+        return JobSubmission(job=planned)
+    jobs_dir.mkdir(parents=True, exist_ok=True)  # the scheduler writes the job's output there
+    atomic_write_text(script, planned.text)
+    script.chmod(0o755)
+    say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
+    if not submit:
+        return JobSubmission(job=planned, script=script)
+    if workload != "build" and not project.settings.image_path(item.name).is_file():
+        raise ConfigError(f"image {os.path.relpath(project.settings.image_path(item.name))} is "
+                          f"not built; build it first (on a login node, or as a job: invoke job "
+                          f"--target {item.name} --workload build --submit)")
+    job_id = planned.scheduler.parse_job_id(
+        capture(planned.scheduler.submit_argv(script), timeout=120))
+    results = planned.results_of(job_id)
+    say(f"submitted job {job_id}: output {os.path.relpath(planned.output_of(job_id))}"
+        + (f", results {os.path.relpath(results)}" if results else ""))
+    return JobSubmission(job=planned, script=script, job_id=job_id)

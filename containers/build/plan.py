@@ -1,0 +1,298 @@
+"""Build planning: pure functions from targets and host facts to an ordered :class:`BuildPlan`.
+
+The plan is data: every command as an argv list, every staged file with its content, the inputs
+hash of each image. ``invoke build --dry-run`` prints it; a real build prints the same plan and then
+executes it (:mod:`containers.build.builder`), so what is shown is exactly what runs.
+
+The inputs hash covers what decides the image's content: tool version, definition text, env spec
+text, build arguments (except host plumbing such as the mirror or staging paths) and the base
+target's inputs hash. An image whose recorded hash matches is up to date and is not rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Mapping
+
+from containers import __version__
+from containers.inputs.definition import Definition, read_definition
+from containers.inputs.envspec import EnvSpec, load_env_spec
+from containers.errors import ConfigError
+from containers.host.sources import PipConfig
+from containers.host.runtime import Runtime
+from containers.settings import Settings
+from containers.inputs.recipes import Target, base_chain
+
+#: Arguments the tool fills from the build host; they locate inputs but do not change the image.
+CONTEXT_ARGS = ("MIRROR", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS")
+#: Arguments that only record provenance (as labels) and therefore stay out of the hash.
+PROVENANCE_ARGS = ("INPUTS_HASH", "TOOL_VERSION", "GIT_REVISION", "BUILD_DATE", "TARGET")
+#: Where the staged build context appears inside the image during %post (not under /tmp).
+CONTEXT_MOUNT = "/opt/build-context"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Everything planning needs to know about the build host, gathered once by the caller.
+
+    ``host_paths`` are the host's local package folders the build binds (pip find-links and
+    ``file://`` indexes that exist); ``pip.cert`` is set only when that file exists.
+    """
+
+    runtime: Runtime
+    pip: PipConfig = field(default_factory=PipConfig)
+    mirror: str | None = None
+    host_paths: tuple[str, ...] = ()
+    ca_certificates: tuple[Path, ...] = ()
+    git_revision: str = "unknown"
+    build_date: str = ""
+    arch: str = "x86_64"
+    cotainr: str = "cotainr"
+    built_hashes: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """Building one target: staged context, the build command, its test, and where it lands."""
+
+    target: Target
+    inputs_hash: str
+    inputs: dict
+    image: Path
+    partial: Path
+    workdir: Path
+    build_argv: list[str]
+    test_argv: list[str] | None
+    inspect_argv: list[str]
+    env: dict[str, str]
+    staged: dict[str, str]
+    copied: dict[str, Path]
+    action: str  # "build", "up-to-date" or "not-needed" (a base of an up-to-date image)
+    links: dict[str, str] = field(default_factory=dict)
+    forced: bool = False  # --force: rebuild even if a concurrent build just produced it
+
+    @property
+    def short_hash(self) -> str:
+        return self.inputs_hash[:12]
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    steps: tuple[BuildStep, ...]
+
+    @property
+    def pending(self) -> tuple[BuildStep, ...]:
+        return tuple(s for s in self.steps if s.action == "build")
+
+
+def hash_inputs(inputs: Mapping) -> str:
+    """sha256 of the canonical JSON of ``inputs``: stable across runs and machines."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def parse_build_args(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["K=V", …]`` from the command line into a dict; a pair without ``=`` is a user error."""
+    result: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--build-arg '{pair}' is not KEY=VALUE", key="--build-arg")
+        result[key.strip()] = value
+    return result
+
+
+def _load_env(target: Target) -> EnvSpec | None:
+    if target.env is None:
+        return None
+    spec = load_env_spec(target.env)
+    if target.builder == "apptainer":
+        spec.check_venv_compatible()
+    return spec
+
+
+def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | None,
+                  user_args: Mapping[str, str], base_hash: str | None) -> dict:
+    """What the inputs hash covers, also recorded in the provenance."""
+    return {
+        "tool_version": __version__,
+        "target": target.name,
+        "builder": target.builder,
+        "arch": target.arch,
+        "definition": definition.text if definition else None,
+        "env": env.text if env else None,
+        "build_args": {k: v for k, v in sorted(user_args.items())
+                       if k not in CONTEXT_ARGS and k not in PROVENANCE_ARGS},
+        "base": base_hash,
+    }
+
+
+def definition_scripts(definition: Definition) -> dict[str, Path]:
+    """Helper scripts from ``recipes/scripts/`` that the definition names: staged into the build
+    context, and part of the inputs hash (changing one rebuilds every image that runs it)."""
+    if definition.path is None:
+        return {}
+    folder = definition.path.parent / "scripts"
+    found = sorted(folder.iterdir()) if folder.is_dir() else []
+    return {p.name: p for p in found if p.is_file() and p.name in definition.text}
+
+
+def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: str | None
+                    ) -> tuple[Definition | None, EnvSpec | None, dict[str, str], dict, str]:
+    """Read and validate a target's inputs: (definition, env spec, user args, inputs, hash)."""
+    env = _load_env(target)
+    user_args = {**target.build_args, **cli_args}
+    if target.builder == "cotainr":
+        unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
+        if unknown:
+            raise ConfigError(f"build argument '{unknown[0]}' does not apply to a cotainr target "
+                              f"(only BASE_IMAGE does)", path=target.manifest, key=unknown[0])
+        inputs = target_inputs(target, None, env, user_args, base_hash)
+        inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
+        return None, env, user_args, inputs, hash_inputs(inputs)
+    assert target.definition is not None
+    definition = read_definition(target.definition)
+    definition.validate()
+    inputs = target_inputs(target, definition, env, user_args, base_hash)
+    scripts = definition_scripts(definition)
+    if scripts:
+        inputs["scripts"] = {name: path.read_text(encoding="utf-8")
+                             for name, path in scripts.items()}
+    return definition, env, user_args, inputs, hash_inputs(inputs)
+
+
+def chain_hashes(targets: Mapping[str, Target], name: str) -> dict[str, str]:
+    """Inputs hash of ``name`` and each of its bases, without touching the host."""
+    hashes: dict[str, str] = {}
+    base_hash = None
+    for target in base_chain(dict(targets), name):
+        base_hash = describe_inputs(target, cli_args={}, base_hash=base_hash)[4]
+        hashes[target.name] = base_hash
+    return hashes
+
+
+def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: Mapping[str, str],
+              base_step: BuildStep | None, force: bool) -> BuildStep:
+    """Plan one target whose base (if any) has been planned as ``base_step``."""
+    definition, env, user_args, inputs, inputs_hash = describe_inputs(
+        target, cli_args=cli_args, base_hash=base_step.inputs_hash if base_step else None)
+    short = inputs_hash[:12]
+    workdir = settings.tmp_dir / f"{target.name}-{short}"
+    image = settings.image_path(target.name)
+    partial = settings.images_dir / f".{target.name}.sif.{short}.partial"
+    up_to_date = (not force and image.is_file()
+                  and host.built_hashes.get(target.name) == inputs_hash)
+    env_vars = {"APPTAINER_TMPDIR": str(workdir / "tmp")}
+    if settings.cache_dir:
+        env_vars["APPTAINER_CACHEDIR"] = str(settings.cache_dir)
+    common = dict(target=target, inputs_hash=inputs_hash, inputs=inputs, image=image,
+                  partial=partial, workdir=workdir,
+                  inspect_argv=host.runtime.inspect_argv(partial),
+                  action="up-to-date" if up_to_date else "build", forced=force)
+    if definition is None:
+        return _cotainr_step(target, env, inputs["base_image"], host=host, env_vars=env_vars,
+                             common=common)
+    return _apptainer_step(target, definition, env, user_args, cli_args, host=host,
+                           base_step=base_step, env_vars=env_vars, common=common)
+
+
+def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
+                    user_args: Mapping[str, str], cli_args: Mapping[str, str], *,
+                    host: HostFacts, base_step: BuildStep | None, env_vars: dict[str, str],
+                    common: dict) -> BuildStep:
+    context = common["workdir"] / "context"
+    binds = list(host.host_paths)
+    cert = "pip-cert.pem" if host.pip.cert else None
+    staged = {"pip.conf": host.pip.pip_conf(cert_path=f"{CONTEXT_MOUNT}/{cert}" if cert else None)}
+    if env is not None:
+        staged["requirements.txt"] = env.requirements_txt()
+    copied = {f"ca-certificates/{c.name}": c for c in host.ca_certificates}
+    copied.update(definition_scripts(definition))
+    if cert:
+        copied[cert] = Path(host.pip.cert)
+    provided = {
+        "BUILD_CONTEXT": str(context),
+        "HOST_PATHS": " ".join(binds),
+        "INPUTS_HASH": common["inputs_hash"],
+        "TOOL_VERSION": __version__,
+        "GIT_REVISION": host.git_revision,
+        "BUILD_DATE": host.build_date,
+        "TARGET": target.name,
+    }
+    if host.mirror:
+        provided["MIRROR"] = host.mirror
+    if base_step is not None:
+        provided["BASE_IMAGE"] = str(base_step.image)
+    used = set(definition.build_args)
+    args = {k: v for k, v in {**provided, **user_args}.items() if k in used}
+    unknown = sorted(set(cli_args) - used)
+    if unknown:
+        raise ConfigError(f"build argument '{unknown[0]}' is not used by the definition (it uses: "
+                          f"{', '.join(definition.build_args) or 'none'})",
+                          path=target.definition, key=unknown[0])
+    definition.render(args)  # every {{ ARG }} must have a value before anything runs
+    uses_context = "BUILD_CONTEXT" in used
+    partial = common["partial"]
+    build_argv = host.runtime.build_argv(
+        output=partial, spec=target.definition, build_args=args,
+        binds=binds if "HOST_PATHS" in used else (), fakeroot=definition.has_section("post"))
+    has_test = target.test and definition.has_section("test")
+    return BuildStep(**common, build_argv=build_argv,
+                     test_argv=host.runtime.test_argv(partial) if has_test else None,
+                     env=env_vars, staged=staged if uses_context else {},
+                     copied=copied if uses_context else {})
+
+
+#: What a cotainr-built image must be able to do: its Conda env is active on plain exec.
+COTAINR_TEST = "import torch; print('torch', torch.__version__, 'ok')"
+
+
+def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *,
+                  host: HostFacts, env_vars: dict[str, str], common: dict) -> BuildStep:
+    """cotainr always calls ``singularity``: where only Apptainer exists, a ``singularity`` link
+    to it is put first on cotainr's PATH. Its prompt for an existing output never fires, as the
+    output is always a fresh temp path (and stdin is closed, so it could not hang anyway)."""
+    assert env is not None and target.env is not None
+    if not base_image:
+        raise ConfigError("a cotainr target needs base_image (or --build-arg BASE_IMAGE=...)",
+                          path=target.manifest, line=target.line("builder"), key="base_image")
+    partial = common["partial"]
+    links = {}
+    if host.runtime.flavour == "apptainer":
+        shim = common["workdir"] / "bin"
+        links[str(shim / "singularity")] = host.runtime.binary
+        env_vars = {**env_vars, "PATH": f"{shim}:$PATH",
+                    "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
+    else:
+        env_vars = {**env_vars, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
+    build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
+                  f"--conda-env={target.env}", "--accept-licenses"]
+    test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", COTAINR_TEST])
+    return BuildStep(**common, build_argv=build_argv,
+                     test_argv=test_argv if target.test else None, env=env_vars, staged={},
+                     copied={}, links=links)
+
+
+def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, host: HostFacts,
+               cli_args: Mapping[str, str] | None = None, force: bool = False) -> BuildPlan:
+    """Plan ``name`` and its bases, base-most first; ``force`` rebuilds only ``name`` itself.
+
+    Bases are built only when something above them must be built: an up-to-date image does not
+    need its base to exist (a stale base changes the inputs hash of everything built on it).
+    """
+    steps: list[BuildStep] = []
+    previous: BuildStep | None = None
+    for target in base_chain(dict(targets), name):
+        previous = plan_step(target, settings=settings, host=host,
+                             cli_args=(cli_args or {}) if target.name == name else {},
+                             base_step=previous, force=force and target.name == name)
+        steps.append(previous)
+    needed = True
+    for index in range(len(steps) - 1, -1, -1):
+        if not needed:
+            steps[index] = replace(steps[index], action="not-needed")
+        elif steps[index].action == "up-to-date":
+            needed = False
+    return BuildPlan(steps=tuple(steps))

@@ -1,0 +1,68 @@
+"""An image's provenance: the JSON record beside each ``.sif`` (and the same facts as labels).
+
+The record says what went into the image (inputs hash and inputs, definition, env spec, tool
+version, git revision), how it was built (runtime, seconds, tested) and what came out (size,
+sha256). Later stages trust an image only through it: publish checks the copy against its sha256,
+verdicts name the sha256 they proved.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from containers.build.plan import BuildStep
+from containers.files import sha256_file
+from containers.host.process import capture
+from containers.host.runtime import Runtime
+
+LABEL_PREFIX = "containers."
+
+
+def read(path: Path) -> dict:
+    """The record at ``path``; an empty dict when there is none or it cannot be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def built_hashes(images_dir: Path, names: list[str]) -> dict[str, str]:
+    """Inputs hash recorded beside each existing image (missing or unreadable: absent)."""
+    result: dict[str, str] = {}
+    for name in names:
+        image = images_dir / f"{name}.sif"
+        record = read(images_dir / f"{name}.sif.json")
+        if image.is_file() and record.get("inputs_hash"):
+            result[name] = record["inputs_hash"]
+    return result
+
+
+def labels_of(runtime: Runtime, image: Path) -> dict[str, str]:
+    data = json.loads(capture(runtime.inspect_argv(image)))
+    return dict(data.get("data", {}).get("attributes", {}).get("labels", {}) or {})
+
+
+def record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
+    """The provenance of ``step``'s freshly built (and tested) ``.partial`` image."""
+    labels = labels_of(runtime, step.partial)
+    return {
+        "target": step.target.name,
+        "image": str(step.image),
+        "inputs_hash": step.inputs_hash,
+        "inputs": {k: v for k, v in step.inputs.items()
+                   if k not in ("definition", "env")},
+        "definition": str(step.target.definition),
+        "env_spec": str(step.target.env) if step.target.env else None,
+        "tool_version": step.inputs["tool_version"],
+        "git_revision": labels.get(LABEL_PREFIX + "git-revision", "unknown"),
+        "build_date": labels.get(LABEL_PREFIX + "build-date", ""),
+        "runtime": {"flavour": runtime.flavour, "version": runtime.version},
+        "pip_freeze": labels.get(LABEL_PREFIX + "pip-freeze", "").split(),
+        "labels": labels,
+        "build_seconds": round(seconds, 1),
+        "tested": bool(step.test_argv),
+        "size_bytes": step.partial.stat().st_size,
+        "sha256": sha256_file(step.partial),
+    }

@@ -1,0 +1,134 @@
+"""The container runtime: which binary, which flavour, and the argv of every call made to it.
+
+Sites run Apptainer or SingularityCE (LUMI: ``singularity`` 4.1.3). Everything here returns argv
+lists; :mod:`containers.host.process` runs them. ``--env`` is used for the container environment because
+both flavours accept it (Apptainer >= 1.0, SingularityCE >= 3.6), whereas host-side variables are
+read under different prefixes (``APPTAINERENV_`` vs ``SINGULARITYENV_``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from containers.errors import CommandFailed, RuntimeNotFound
+from containers.host.process import capture
+
+FLAVOURS = ("apptainer", "singularity")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A container runtime binary and what it reported about itself."""
+
+    binary: str
+    flavour: str
+    version: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.flavour} {self.version} ({self.binary})"
+
+    def build_argv(self, *, output: Path, spec: Path | str, build_args: Mapping[str, str],
+                   binds: Iterable[str] = (), fakeroot: bool = False) -> list[str]:
+        """``--force`` because labels inherited from a base image are otherwise kept over the
+        definition's own (Apptainer warns "already exists and force option is false"); the
+        output is always a fresh temp path, so nothing else is forced. ``--notest`` because the
+        builder runs ``apptainer test`` on the finished image itself."""
+        argv = [self.binary, "build", "--force", "--notest"]
+        if fakeroot:
+            argv.append("--fakeroot")
+        for key, value in build_args.items():
+            argv += ["--build-arg", f"{key}={value}"]
+        for bind in binds:
+            argv += ["--bind", bind]
+        return argv + [str(output), str(spec)]
+
+    def exec_argv(self, *, image: Path | str, command: Sequence[str], gpu_flag: str | None = None,
+                  binds: Iterable[str] = (), env: Mapping[str, str] | None = None,
+                  options: Iterable[str] = ()) -> list[str]:
+        argv = [self.binary, "exec", *options]
+        if gpu_flag:
+            argv.append(gpu_flag)
+        for bind in binds:
+            argv += ["--bind", bind]
+        for key, value in (env or {}).items():
+            argv += ["--env", f"{key}={value}"]
+        return argv + [str(image), *command]
+
+    def test_argv(self, image: Path | str) -> list[str]:
+        return [self.binary, "test", str(image)]
+
+    def inspect_argv(self, image: Path | str) -> list[str]:
+        return [self.binary, "inspect", "--json", str(image)]
+
+    def sign_argv(self, image: Path | str, *, keyidx: int = 0) -> list[str]:
+        """PGP-sign every object group with secret key ``keyidx`` of the keyring (see
+        :meth:`keyring_env`); the key must have no passphrase, since nothing answers a prompt."""
+        return [self.binary, "sign", "--keyidx", str(keyidx), str(image)]
+
+    def verify_argv(self, image: Path | str) -> list[str]:
+        """``--local``: only the local keyring, so verification never waits on a key server."""
+        return [self.binary, "verify", "--local", "--json", str(image)]
+
+    def key_list_argv(self, *, secret: bool = False) -> list[str]:
+        return [self.binary, "key", "list", *(["--secret"] if secret else [])]
+
+    def key_import_argv(self, key_file: Path | str) -> list[str]:
+        return [self.binary, "key", "import", str(key_file)]
+
+    def key_newpair_argv(self, *, name: str, email: str, comment: str = "",
+                         bits: int = 4096) -> list[str]:
+        """A passphrase-less key pair that is never pushed to a key server."""
+        return [self.binary, "key", "newpair", f"--name={name}", f"--email={email}",
+                f"--comment={comment}", "--password=", "--push=false", f"--bit-length={bits}"]
+
+    def keyring_env(self, keysdir: Path | str | None) -> dict[str, str]:
+        """Variables pointing sign/verify/key at ``keysdir`` (none: the runtime's default,
+        ``~/.apptainer/keys``). SingularityCE reads ``SINGULARITY_SYPGPDIR`` only."""
+        if not keysdir:
+            return {}
+        name = "APPTAINER_KEYSDIR" if self.flavour == "apptainer" else "SINGULARITY_SYPGPDIR"
+        return {name: str(keysdir)}
+
+
+def parse_version(text: str) -> tuple[str, str]:
+    """``(flavour, version)`` from ``--version`` output of Apptainer or SingularityCE.
+
+    Apptainer prints ``apptainer version 1.4.5``; SingularityCE ``singularity-ce version 4.1.3``;
+    Apptainer's ``singularity`` compatibility link also says ``apptainer``.
+    """
+    match = re.search(r"(apptainer|singularity)(?:-?ce)?\s+version\s+(\S+)", text, re.I)
+    if not match:
+        raise RuntimeNotFound(f"cannot read a runtime version from: {text.strip()[:80]!r}")
+    return match.group(1).lower(), match.group(2)
+
+
+def find_runtime(preferred: str = "auto") -> Runtime:
+    """The runtime to use: ``auto`` tries ``apptainer`` then ``singularity`` on PATH.
+
+    ``preferred`` may also be a flavour name or a path to a binary (a site's own install).
+    """
+    names = list(FLAVOURS) if preferred == "auto" else [preferred]
+    tried = []
+    for name in names:
+        binary = shutil.which(name)
+        if binary is None:
+            tried.append(name)
+            continue
+        try:
+            flavour, version = parse_version(capture([binary, "--version"], timeout=30))
+        except CommandFailed as exc:
+            raise RuntimeNotFound(f"{binary} is on PATH but does not run: {exc}") from None
+        return Runtime(binary=binary, flavour=flavour, version=version)
+    raise RuntimeNotFound(f"no container runtime found (looked for {', '.join(tried)} on PATH); "
+                          "install one with scripts/install-apptainer.sh or set "
+                          "containers.runtime in invoke.yaml")
+
+
+def assumed_runtime(flavour: str) -> Runtime:
+    """A runtime for planning only (``--dry-run`` on a machine that has none)."""
+    return Runtime(binary=flavour, flavour=flavour, version="unknown")

@@ -1,0 +1,135 @@
+"""What a build inherits from the build host: its Debian mirror, pip configuration and CA certs.
+
+Sites run local mirrors and TLS-intercepting proxies; the project therefore never names a package
+registry itself. The Debian mirror comes from the host's apt sources, pip's index, extra indexes,
+find-links and certificate from ``pip config list`` (which includes ``PIP_*`` variables), and the
+extra CA certificates from ``/usr/local/share/ca-certificates``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from containers.errors import ConfigError
+from containers.host.process import capture
+
+APT_SOURCES_DIR = Path("/etc/apt/sources.list.d")
+APT_SOURCES_LIST = Path("/etc/apt/sources.list")
+CA_DIR = Path("/usr/local/share/ca-certificates")
+#: pip configuration scopes, lowest precedence first (pip's own order).
+_SCOPES = ("global", "user", "site", ":env:")
+
+
+def debian_mirror(suite: str = "bookworm", *, sources_dir: Path = APT_SOURCES_DIR,
+                  sources_list: Path = APT_SOURCES_LIST) -> str:
+    """The host's Debian mirror URI serving ``suite`` (deb822 ``.sources`` first, then ``.list``)."""
+    for path in sorted(sources_dir.glob("*.sources")) if sources_dir.is_dir() else []:
+        for stanza in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
+            fields = dict(re.findall(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.M))
+            suites = fields.get("Suites", "").split()
+            if "deb" in fields.get("Types", "deb").split() and suite in suites and fields.get("URIs"):
+                return fields["URIs"].split()[0].rstrip("/")
+    lists = [sources_list] + (sorted(sources_dir.glob("*.list")) if sources_dir.is_dir() else [])
+    for path in lists:
+        if not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            parts = re.sub(r"\[[^]]*\]", "", line).split()
+            if len(parts) >= 3 and parts[0] == "deb" and parts[2] == suite:
+                return parts[1].rstrip("/")
+    raise ConfigError(f"no Debian mirror for '{suite}' in the host's apt sources; pass one with "
+                      f"--build-arg MIRROR=URL", path=sources_dir, key="URIs")
+
+
+@dataclass(frozen=True)
+class PipConfig:
+    """The pip settings that decide where packages come from."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+    cert: str | None = None
+    no_index: bool = False
+    extras: dict[str, str] = field(default_factory=dict)
+
+    def local_paths(self) -> list[str]:
+        """Host folders the build must see (find-links folders and ``file://`` indexes)."""
+        paths: list[str] = []
+        indexes = {self.index_url, *self.extra_index_urls}
+        for location in (self.index_url, *self.extra_index_urls, *self.find_links):
+            if not location:
+                continue
+            parsed = urlparse(location)
+            if parsed.scheme == "file":
+                local = Path(unquote(parsed.path)).resolve()
+            elif parsed.scheme == "":
+                local = Path(location).resolve()
+            else:
+                continue
+            # A PEP 503 index folder named "simple" links its files relative to itself
+            # ("../files/x.whl"), so the folder above it must be visible too.
+            if location in indexes and local.name == "simple":
+                local = local.parent
+            if local.exists() and str(local) not in paths:
+                paths.append(str(local))
+        return paths
+
+    def pip_conf(self, *, cert_path: str | None) -> str:
+        """A ``pip.conf`` equivalent to the host's, with the certificate at ``cert_path``."""
+        lines = ["[global]"]
+        if self.index_url:
+            lines.append(f"index-url = {self.index_url}")
+        if self.extra_index_urls:
+            lines.append("extra-index-url = " + " ".join(self.extra_index_urls))
+        if self.find_links:
+            lines.append("find-links = " + " ".join(self.find_links))
+        if self.trusted_hosts:
+            lines.append("trusted-host = " + " ".join(self.trusted_hosts))
+        if self.no_index:
+            lines.append("no-index = true")
+        if cert_path:
+            lines.append(f"cert = {cert_path}")
+        for key, value in sorted(self.extras.items()):
+            lines.append(f"{key} = {value}")
+        return "\n".join(lines) + "\n"
+
+
+_PASSED_ON = ("timeout", "default-timeout", "retries", "proxy")
+
+
+def parse_pip_config_list(text: str) -> PipConfig:
+    """Merge ``pip config list`` output (``scope.key='value'``) by pip's precedence."""
+    merged: dict[str, tuple[int, str]] = {}
+    for line in text.splitlines():
+        match = re.match(r"^(:env:|[\w-]+)\.([\w-]+)='(.*)'$", line.strip())
+        if not match:
+            continue
+        scope, key, value = match.groups()
+        rank = _SCOPES.index(scope) if scope in _SCOPES else 0
+        if key not in merged or merged[key][0] <= rank:
+            merged[key] = (rank, value)
+    values = {k: v for k, (_, v) in merged.items()}
+    return PipConfig(
+        index_url=values.get("index-url"),
+        extra_index_urls=tuple(values.get("extra-index-url", "").split()),
+        find_links=tuple(values.get("find-links", "").split()),
+        trusted_hosts=tuple(values.get("trusted-host", "").split()),
+        cert=values.get("cert"),
+        no_index=values.get("no-index", "").lower() in ("1", "true", "yes", "on"),
+        extras={k: values[k] for k in _PASSED_ON if k in values},
+    )
+
+
+def host_pip_config(python: str = sys.executable) -> PipConfig:
+    """The build host's effective pip configuration, as its own pip reports it."""
+    return parse_pip_config_list(capture([python, "-m", "pip", "config", "list"], timeout=60))
+
+
+def extra_ca_certificates(ca_dir: Path = CA_DIR) -> list[Path]:
+    """Locally added CA certificates (what ``update-ca-certificates`` adds to the system bundle)."""
+    return sorted(p for p in ca_dir.rglob("*.crt") if p.is_file()) if ca_dir.is_dir() else []

@@ -1,0 +1,142 @@
+"""Performance references, ReFrame style: ``(value, lower, upper, unit)`` per site partition.
+
+Thresholds are fractions of the value (``[125.0, -0.05, null, GB/s]``: at least 118.75 GB/s, no
+upper bound); ``None`` is unbounded. A reference is keyed by partition (``*`` for any), nodes,
+ranks per node, message size and optionally GPU model, and may be marked expected-to-fail with a
+reason. Judging is separate from sanity: a run can be correct and slow, or fast and wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Sequence
+
+from containers.errors import ConfigError
+from containers.inputs.schema import Field, check_mapping, line_of
+
+FIELDS = (
+    Field("partition", default="*"),
+    Field("nodes", "int", required=True),
+    Field("ranks_per_node", "int", required=True),
+    Field("bytes", "int", required=True),
+    Field("gpu_model"),
+    Field("busbw", "list", required=True),
+    Field("xfail"),
+    Field("source", required=True),
+)
+
+
+@dataclass(frozen=True)
+class Reference:
+    partition: str
+    nodes: int
+    ranks_per_node: int
+    bytes: int
+    value: float
+    lower: float | None
+    upper: float | None
+    unit: str
+    source: str
+    gpu_model: str | None = None
+    xfail: str | None = None
+
+    @property
+    def bounds(self) -> tuple[float | None, float | None]:
+        low = None if self.lower is None else self.value * (1 + self.lower)
+        high = None if self.upper is None else self.value * (1 + self.upper)
+        return low, high
+
+    def describe(self) -> str:
+        low, high = self.bounds
+        span = (f">= {low:.3g}" if high is None else f"{low:.3g}..{high:.3g}" if low is not None
+                else f"<= {high:.3g}")
+        return f"{self.value:g} {self.unit} ({span} {self.unit}) at {self.bytes} B"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """``state`` is pass, fail, xfail (failed as expected), xpass, no-reference or not-measured."""
+
+    state: str
+    message: str
+    measured: float | None = None
+    reference: Reference | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.state in ("fail", "xpass")
+
+
+def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
+    """One reference from YAML; thresholds validated as ReFrame validates them."""
+    prefix = f"references[{index}]."
+    values = check_mapping(item, FIELDS, what="reference", path=path, prefix=prefix)
+    spec = values["busbw"]
+    line = line_of(item, "busbw")
+
+    def bad(message: str) -> ConfigError:
+        return ConfigError(message, path=path, line=line, key=prefix + "busbw")
+
+    if len(spec) != 4 or not isinstance(spec[3], str):
+        raise bad("must be [value, lower, upper, unit], e.g. [125.0, -0.05, null, GB/s]")
+    value, lower, upper, unit = spec
+    for name, number in (("value", value), ("lower", lower), ("upper", upper)):
+        if number is not None and (not isinstance(number, (int, float)) or isinstance(number, bool)):
+            raise bad(f"{name} must be a number or null")
+    if value is None or value <= 0:
+        raise bad("value must be a positive number")
+    if lower is not None and not -1 <= lower <= 0:
+        raise bad(f"lower tolerance {lower} must be a fraction in [-1, 0] (e.g. -0.05 for 5% "
+                  "below)")
+    if upper is not None and upper < 0:
+        raise bad(f"upper tolerance {upper} is negative: the upper bound would be below the "
+                  "lower one")
+    if values["nodes"] < 1 or values["ranks_per_node"] < 1 or values["bytes"] < 1:
+        raise ConfigError("nodes, ranks_per_node and bytes must be positive", path=path,
+                          line=line_of(item), key=prefix.rstrip("."))
+    return Reference(partition=values["partition"], nodes=values["nodes"],
+                     ranks_per_node=values["ranks_per_node"], bytes=values["bytes"],
+                     value=float(value), lower=None if lower is None else float(lower),
+                     upper=None if upper is None else float(upper), unit=unit,
+                     source=values["source"], gpu_model=values["gpu_model"],
+                     xfail=values["xfail"])
+
+
+def select(references: Sequence[Reference], *, partition: str | None, nodes: int,
+           ranks_per_node: int, gpu_model: str | None = None,
+           measured: Collection[int] = ()) -> Reference | None:
+    """The most specific matching reference: exact partition over ``*``, GPU model if given;
+    among equally specific ones, one at a message size the run ``measured``, the largest."""
+    candidates = [r for r in references if r.nodes == nodes and r.ranks_per_node == ranks_per_node
+                  and r.partition in (partition, "*")
+                  and (r.gpu_model is None or r.gpu_model == gpu_model)]
+    candidates.sort(key=lambda r: (r.partition == "*", r.gpu_model is None,
+                                   r.bytes not in measured, -r.bytes))
+    return candidates[0] if candidates else None
+
+
+def judge(reference: Reference | None, results: Sequence[dict]) -> Judgement:
+    """Out-of-place busbw at the reference's size against its bounds."""
+    if reference is None:
+        return Judgement("no-reference", "no reference for this partition, node and rank count")
+    row = next((r for r in results if r["bytes"] == reference.bytes), None)
+    if row is None:
+        return Judgement("not-measured", f"the reference is at {reference.bytes} B, which this "
+                         f"run did not measure (extend --sizes)", reference=reference)
+    measured = float(row["oop"]["busbw"])
+    low, high = reference.bounds
+    within = (low is None or measured >= low) and (high is None or measured <= high)
+    if within:
+        state = "xpass" if reference.xfail else "pass"
+        message = f"busbw {measured:g} {reference.unit} within {reference.describe()}"
+    else:
+        state = "xfail" if reference.xfail else "fail"
+        if low is not None and measured < low:
+            shortfall = (reference.value - measured) / reference.value * 100
+            message = (f"busbw {measured:g} {reference.unit} is below the reference "
+                       f"{reference.describe()}: {shortfall:.1f}% short of {reference.value:g}")
+        else:
+            message = f"busbw {measured:g} {reference.unit} is above {reference.describe()}"
+    if reference.xfail:
+        message += f" [expected to fail: {reference.xfail}]"
+    return Judgement(state, message, measured=measured, reference=reference)

@@ -1,0 +1,221 @@
+"""Site profiles: ``sites/<site>.yaml``, every fact about WHERE images run.
+
+Scheduler, partitions, GPUs and usable cores per node, CPU binding, runtime flavour, build
+capability, GPU flag, binds, environment, launch pattern and reference bandwidths live in data, not
+in code, so a new cluster is a new YAML file. A site may say how to recognise it from the
+environment (``detect``) so ``invoke smoke`` on a login or compute node picks the right target.
+
+Environment values may name host variables (``/tmp/$USER-miopen-cache-$SLURM_JOB_ID``): they are
+expanded on the host when a command is planned (:func:`expand`), since an argv reaches the
+container without a shell.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Collection, Mapping
+
+from containers.errors import ConfigError, UsageError
+from containers.inputs.references import Reference, parse_reference, select
+from containers.inputs.schema import Field, check_mapping, line_of, suggest
+from containers.inputs.yamlsource import load_yaml_file
+
+LAUNCHERS = ("torchrun", "srun-per-gpu", "mpiexec-torchrun")
+FIELDS = (
+    Field("description", required=True),
+    Field("scheduler", default="none", choices=("none", "slurm", "pbs")),
+    Field("partitions", "str_list", default=[]),
+    Field("default_partition"),
+    Field("build_partition"),
+    Field("gpu", default="none", choices=("none", "cuda", "rocm")),
+    Field("gpu_model"),
+    Field("runtime", default="apptainer", choices=("apptainer", "singularity")),
+    Field("gpus_per_node", "int", default=0),
+    Field("cores_per_node", "int", default=0),
+    Field("max_gpus_per_job", "int", default=0),
+    Field("mem_per_gpu_gb", "int", default=0),
+    Field("cpu_bind", "str_list", default=[]),
+    Field("fakeroot", "bool", default=True),
+    Field("launcher", default="torchrun", choices=LAUNCHERS),
+    Field("torchrun", default="torchrun"),
+    Field("binds", "str_list", default=[]),
+    Field("env", "str_map", default={}),
+    Field("multinode_binds", "str_list", default=[]),
+    Field("multinode_env", "str_map", default={}),
+    Field("multinode_modules", "str_list", default=[]),
+    Field("references", "list", default=[]),
+    Field("transport", "map", default={}),
+    Field("default_target"),
+    Field("detect", "map", default={}),
+    Field("notes"),
+)
+DETECT_FIELDS = (Field("env", "str_list", default=[]), Field("hostname", "str_list", default=[]))
+TRANSPORT_FIELDS = (Field("name", required=True), Field("expect", required=True))
+GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
+#: The variable that limits which GPUs a process sees, per GPU kind.
+VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|(\$))")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One cluster (or the local machine) as its profile describes it."""
+
+    name: str
+    path: Path
+    description: str
+    scheduler: str
+    gpu: str
+    runtime: str
+    gpus_per_node: int
+    cores_per_node: int
+    fakeroot: bool
+    binds: tuple[str, ...]
+    env: dict[str, str]
+    default_target: str | None
+    partitions: tuple[str, ...] = ()
+    default_partition: str | None = None
+    gpu_model: str | None = None
+    max_gpus_per_job: int = 0
+    #: Memory batch jobs ask for per GPU (GB); 0: the scheduler's default.
+    mem_per_gpu_gb: int = 0
+    cpu_bind: tuple[str, ...] = ()
+    launcher: str = "torchrun"
+    torchrun: str = "torchrun"
+    multinode_binds: tuple[str, ...] = ()
+    multinode_env: dict[str, str] = field(default_factory=dict)
+    #: Host modules a multi-node batch job loads before launching (what multinode_binds name).
+    multinode_modules: tuple[str, ...] = ()
+    #: Where build jobs run (``invoke job --workload build``); default: default_partition.
+    build_partition: str | None = None
+    references: tuple[Reference, ...] = ()
+    transport_name: str | None = None
+    transport_expect: str | None = None
+    detect_env: tuple[str, ...] = ()
+    detect_hostname: tuple[str, ...] = ()
+    notes: str | None = None
+    lines: dict[str, int] = field(default_factory=dict, compare=False)
+
+    @property
+    def gpu_flag(self) -> str | None:
+        """``--nv`` for CUDA, ``--rocm`` for ROCm, nothing for CPU sites: never both."""
+        return GPU_FLAGS[self.gpu]
+
+    def matches(self, environ: Mapping[str, str], hostname: str) -> bool:
+        """True when any ``detect`` rule holds: a ``NAME`` or ``NAME=VALUE`` in the environment,
+        or a host-name pattern. A site with no rules never matches."""
+        for rule in self.detect_env:
+            name, sep, wanted = rule.partition("=")
+            if name in environ and (not sep or environ[name] == wanted):
+                return True
+        return any(fnmatch.fnmatch(hostname, pattern) for pattern in self.detect_hostname)
+
+    def reference(self, *, partition: str | None, nodes: int, ranks_per_node: int,
+                  measured: Collection[int] = ()) -> Reference | None:
+        return select(self.references, partition=partition, nodes=nodes,
+                      ranks_per_node=ranks_per_node, gpu_model=self.gpu_model, measured=measured)
+
+
+def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
+    """Expand ``$VAR``/``${VAR}`` from ``environ``; unset ones stay as written unless ``strict``.
+
+    ``$$`` is a literal ``$`` for the CONTAINER: Apptainer evaluates ``--env`` values in the
+    container's environment, so ``LD_LIBRARY_PATH: /opt/nccl/lib:$$LD_LIBRARY_PATH`` prepends to
+    the image's own value instead of replacing it.
+    """
+    def replace(match: re.Match) -> str:
+        if match.group(3):
+            return "$"
+        name = match.group(1) or match.group(2)
+        if name in environ:
+            return environ[name]
+        if strict:
+            raise ConfigError(f"'{value}' needs ${name}, which is not set here (inside a job "
+                              f"allocation it is)", key=name)
+        return match.group(0)
+
+    return _VAR.sub(replace, value)
+
+
+def _references(data: object, path: Path) -> tuple[Reference, ...]:
+    if not isinstance(data, list):
+        raise ConfigError("must be a list of references", path=path, key="references")
+    return tuple(parse_reference(item, path=path, index=i) for i, item in enumerate(data))
+
+
+def load_site(path: Path) -> Site:
+    data = load_yaml_file(path)
+    values = check_mapping(data, FIELDS, what="site profile", path=path)
+    detect = check_mapping(values["detect"], DETECT_FIELDS, what="detect rules", path=path,
+                           prefix="detect.") if values["detect"] else {"env": [], "hostname": []}
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(message, path=path, line=line_of(data, key) or line_of(data), key=key)
+
+    if values["gpu"] != "none" and values["gpus_per_node"] <= 0:
+        raise fail("gpus_per_node", "a GPU site needs gpus_per_node > 0")
+    if values["cpu_bind"] and len(values["cpu_bind"]) != values["gpus_per_node"]:
+        raise fail("cpu_bind", f"one CPU mask per GPU: {len(values['cpu_bind'])} masks for "
+                               f"{values['gpus_per_node']} GPUs")
+    for mask in values["cpu_bind"]:
+        if not re.fullmatch(r"0x[0-9a-fA-F]+", mask):
+            raise fail("cpu_bind", f"'{mask}' is not a hexadecimal CPU mask (0x…)")
+    if values["default_partition"] and values["default_partition"] not in values["partitions"]:
+        raise fail("default_partition", f"'{values['default_partition']}' is not one of the "
+                                        f"partitions{suggest(values['default_partition'], values['partitions'])}")
+    if values["build_partition"] and values["build_partition"] not in values["partitions"]:
+        raise fail("build_partition", f"'{values['build_partition']}' is not one of the "
+                                      f"partitions{suggest(values['build_partition'], values['partitions'])}")
+    transport = check_mapping(values["transport"], TRANSPORT_FIELDS, what="transport",
+                              path=path, prefix="transport.") if values["transport"] else None
+    if transport is not None:
+        try:
+            re.compile(transport["expect"])
+        except re.error as exc:
+            raise fail("transport", f"expect is not a valid regular expression: {exc}") from exc
+    if values["scheduler"] == "none" and values["launcher"] != "torchrun":
+        raise fail("launcher", "without a scheduler the launcher can only be torchrun")
+    return Site(name=path.stem, path=path, description=values["description"],
+                scheduler=values["scheduler"], gpu=values["gpu"], runtime=values["runtime"],
+                gpus_per_node=values["gpus_per_node"], cores_per_node=values["cores_per_node"],
+                fakeroot=values["fakeroot"], binds=tuple(values["binds"]),
+                env={str(k): str(v) for k, v in values["env"].items()},
+                default_target=values["default_target"], partitions=tuple(values["partitions"]),
+                default_partition=values["default_partition"], gpu_model=values["gpu_model"],
+                max_gpus_per_job=values["max_gpus_per_job"], cpu_bind=tuple(values["cpu_bind"]),
+                mem_per_gpu_gb=values["mem_per_gpu_gb"],
+                launcher=values["launcher"], torchrun=values["torchrun"],
+                multinode_binds=tuple(values["multinode_binds"]),
+                multinode_env={str(k): str(v) for k, v in values["multinode_env"].items()},
+                multinode_modules=tuple(values["multinode_modules"]),
+                build_partition=values["build_partition"],
+                references=_references(data.get("references") or [], path),
+                transport_name=transport["name"] if transport else None,
+                transport_expect=transport["expect"] if transport else None,
+                detect_env=tuple(detect["env"]), detect_hostname=tuple(detect["hostname"]),
+                notes=values["notes"], lines={key: line_of(data, key) for key in data})
+
+
+def load_sites(root: Path) -> dict[str, Site]:
+    return {p.stem: load_site(p) for p in sorted((root / "sites").glob("*.yaml"))}
+
+
+def get_site(sites: dict[str, Site], name: str) -> Site:
+    try:
+        return sites[name]
+    except KeyError as exc:
+        raise UsageError(f"unknown site '{name}'{suggest(name, list(sites))}; known: "
+                         f"{', '.join(sorted(sites))}", flag="--site") from exc
+
+
+def detect_site(sites: dict[str, Site], environ: Mapping[str, str] | None = None,
+                hostname: str | None = None) -> Site | None:
+    """The first site whose ``detect`` rules match this environment, if any."""
+    environ = os.environ if environ is None else environ
+    hostname = socket.gethostname() if hostname is None else hostname
+    return next((s for s in sites.values() if s.matches(environ, hostname)), None)

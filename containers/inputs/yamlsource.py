@@ -1,0 +1,94 @@
+"""YAML loading that remembers where every key and item came from.
+
+Users edit manifests, env specs and site profiles by hand; an error must point at the line. PyYAML
+knows the line of every node while composing, so the safe loader here keeps it: mappings load as
+:class:`LocatedDict` and sequences as :class:`LocatedList`, each carrying the 1-based line of itself
+and of each key or item.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from containers.errors import ConfigError
+
+
+class LocatedDict(dict):
+    """A dict that knows its file, its own line and the line of each key."""
+
+    path: Path | None = None
+    line: int | None = None
+    key_lines: dict[str, int]
+
+    def line_of(self, key: str) -> int | None:
+        return self.key_lines.get(key, self.line)
+
+
+class LocatedList(list):
+    """A list that knows its file, its own line and the line of each item."""
+
+    path: Path | None = None
+    line: int | None = None
+    item_lines: list[int]
+
+    def line_of(self, index: int) -> int | None:
+        return self.item_lines[index] if index < len(self.item_lines) else self.line
+
+
+def _loader_for(path: Path | None) -> type[yaml.SafeLoader]:
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> LocatedDict:
+        loader.flatten_mapping(node)
+        result = LocatedDict()
+        result.path, result.line, result.key_lines = path, node.start_mark.line + 1, {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                raise ConfigError("mapping keys must be plain scalars", path=path,
+                                  line=key_node.start_mark.line + 1)
+            key = str(key)
+            if key in result:
+                raise ConfigError("duplicate key", path=path, line=key_node.start_mark.line + 1,
+                                  key=key)
+            result[key] = loader.construct_object(value_node, deep=True)
+            result.key_lines[key] = key_node.start_mark.line + 1
+        return result
+
+    def construct_sequence(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> LocatedList:
+        result = LocatedList(loader.construct_object(child, deep=True) for child in node.value)
+        result.path, result.line = path, node.start_mark.line + 1
+        result.item_lines = [child.start_mark.line + 1 for child in node.value]
+        return result
+
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, construct_sequence)
+    return _Loader
+
+
+def load_yaml_text(text: str, *, path: Path | None = None) -> Any:
+    """Parse YAML text; syntax errors become a :class:`ConfigError` at the right line."""
+    try:
+        return yaml.load(text, Loader=_loader_for(path))  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        raise ConfigError(f"invalid YAML: {exc.problem or exc.context}", path=path,
+                          line=line) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", path=path) from exc
+
+
+def load_yaml_file(path: Path) -> Any:
+    """Read and parse one YAML file; a missing or unreadable file is a :class:`ConfigError`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError("file not found", path=path) from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from exc
+    return load_yaml_text(text, path=path)

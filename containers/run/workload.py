@@ -1,0 +1,228 @@
+"""Running a torch.distributed workload inside an image, on this node or across the nodes of a
+Slurm allocation (a :class:`Placement`): the shared launch path.
+
+``invoke smoke`` and ``invoke train`` differ only in the script, its arguments and how they judge
+the result. Both get here: the exact ``<runtime> exec … torchrun …`` argv (site GPU flag, binds and
+environment, ``jobs/`` and the run's results folder bound in), a log of the run, the per-rank
+``rank-<N>.json`` completion files, torchrun's first failed rank, and a timeout that stops every
+process of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from containers.errors import ConfigError
+from containers.host.process import run
+from containers.host.runtime import Runtime
+from containers.inputs.recipes import Target
+from containers.inputs.sites import VISIBLE_DEVICES, Site, expand
+from containers.settings import Settings
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A planned run: the argv, its ranks, its timeout and where its results land."""
+
+    target: Target
+    site: Site
+    image: Path
+    out_dir: Path
+    ranks: int
+    argv: list[str]
+    timeout: float
+    report_name: str
+    # What went into ``argv``, for launchers that wrap it differently (batch scripts): the
+    # nodes, the command inside the container, binds and environment, the script and its args.
+    # ``ranks`` counts every rank of the run: ranks per node times nodes.
+    nodes: int = 1
+    command: tuple[str, ...] = ()
+    binds: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    script: str = ""
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the run left: exit status, lost ranks, torchrun's first failure, the report."""
+
+    returncode: int
+    timed_out: bool
+    missing_ranks: list[int]
+    report: dict | None
+    seconds: float
+    first_failure: tuple[int, int] | None = None
+    lines: tuple[str, ...] = ()
+
+
+def check_ranks(site: Site, ranks: int) -> None:
+    if ranks < 1:
+        raise ConfigError(f"--gpus must be at least 1 (got {ranks})", key="--gpus")
+    if site.gpu != "none" and site.gpus_per_node and ranks > site.gpus_per_node:
+        raise ConfigError(f"{site.name} nodes have {site.gpus_per_node} GPUs; --gpus "
+                          f"{ranks} needs more than one node", path=site.path,
+                          line=site.lines.get("gpus_per_node"), key="gpus_per_node")
+
+
+def torchrun_argv(*, nproc: int, script: str, args: Sequence[str],
+                  torchrun: str = "torchrun") -> list[str]:
+    """Single-node torchrun: ``--standalone`` picks a free rendezvous port on localhost."""
+    return [torchrun, "--standalone", f"--nproc-per-node={nproc}", script, *args]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One torchrun per node on ``nodes`` nodes, meeting at a c10d rendezvous on the first.
+
+    ``launcher`` starts the per-node agents (inside a Slurm allocation: ``srun --nodes=M
+    --ntasks-per-node=1 …``); a batch script wraps the exec command in its own launcher.
+    """
+
+    nodes: int
+    endpoint: str  # HOST:PORT on the first node
+    rdzv_id: str
+    launcher: tuple[str, ...] = ()
+
+
+def torchrun_rdzv_argv(*, nnodes: int, nproc: int, endpoint: str, rdzv_id: str, script: str,
+                       args: Sequence[str], torchrun: str = "torchrun") -> list[str]:
+    """Multi-node torchrun: every node's agent joins the c10d rendezvous at ``endpoint``."""
+    return [torchrun, f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", script, *args]
+
+
+def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict: bool,
+                  extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The site's environment for the container, host variables expanded.
+
+    On GPU sites the ranks see the first ``ranks`` devices unless the allocation already says
+    which (Slurm sets ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` for partial nodes).
+    """
+    env = {key: expand(value, environ, strict=strict) for key, value in site.env.items()}
+    visible = VISIBLE_DEVICES.get(site.gpu)
+    if visible and visible not in environ and visible not in env:
+        env[visible] = ",".join(str(i) for i in range(ranks))
+    return {**env, **(extra or {})}
+
+
+def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
+                  kind: str, script: str, args: Sequence[str], ranks: int, timeout: float,
+                  run_id: str, report_name: str, extra_binds: Sequence[str] = (),
+                  extra_env: Mapping[str, str] | None = None,
+                  environ: Mapping[str, str] | None = None, strict: bool = True,
+                  placement: Placement | None = None) -> Workload:
+    """``kind`` names the results folder: ``results/<kind>/<target>-<run_id>``.
+
+    ``environ`` is the host environment site values are expanded from; ``strict`` (a real run)
+    refuses a value whose variable is unset, a dry run shows it as written. ``ranks`` is per
+    node; with a ``placement`` the run spans its nodes (torchrun's c10d rendezvous, the site's
+    multi-node binds and environment) and the results folder must be on a shared file system.
+    """
+    check_ranks(site, ranks)
+    out_dir = settings.results_dir / kind / f"{target.name}-{run_id}"
+    script_path = f"{settings.jobs_mount}/{script}"
+    environ = os.environ if environ is None else environ
+    nodes = placement.nodes if placement else 1
+    if placement is None:
+        command = torchrun_argv(nproc=ranks, script=script_path, args=args,
+                                torchrun=site.torchrun)
+    else:
+        command = torchrun_rdzv_argv(nnodes=nodes, nproc=ranks, endpoint=placement.endpoint,
+                                     rdzv_id=placement.rdzv_id, script=script_path, args=args,
+                                     torchrun=site.torchrun)
+    multinode = nodes > 1
+    binds = [f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
+             f"{out_dir}:{settings.results_mount}", *extra_binds,
+             *(expand(b, environ, strict=strict) for b in site.binds),
+             *(expand(b, environ, strict=strict) for b in site.multinode_binds if multinode)]
+    image = settings.image_path(target.name)
+    across = {k: expand(v, environ, strict=strict) for k, v in site.multinode_env.items()
+              if multinode}
+    env = container_env(site, ranks=ranks, environ=environ, strict=strict,
+                        extra={**across, **(extra_env or {})})
+    argv = runtime.exec_argv(image=image, command=command, gpu_flag=site.gpu_flag, binds=binds,
+                             env=env)
+    if placement is not None:
+        argv = [*placement.launcher, *argv]
+    return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks * nodes,
+                    argv=argv, timeout=timeout, report_name=report_name, nodes=nodes,
+                    command=tuple(command), binds=tuple(binds), env=env, script=script_path,
+                    args=tuple(args))
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
+_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_FAILED_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+def first_failure(lines: Sequence[str]) -> tuple[int, int] | None:
+    """``(rank, exit code)`` from torchrun's failure summary ("Root Cause" block), if any."""
+    rank = None
+    in_root_cause = False
+    for line in lines:
+        if _ROOT_CAUSE.search(line):
+            in_root_cause = True
+        elif in_root_cause and rank is None and (match := _FAILED_RANK.match(line)):
+            rank = int(match.group(1))
+        elif in_root_cause and rank is not None and (match := _FAILED_EXIT.match(line)):
+            return rank, int(match.group(1))
+    return None
+
+
+def finished_ranks(out_dir: Path) -> set[int]:
+    ranks = set()
+    for path in out_dir.glob("rank-*.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("finished"):
+            ranks.add(int(record["rank"]))
+    return ranks
+
+
+def run_workload(workload: Workload, *, say: Say) -> Outcome:
+    """Run it, streaming and logging its output; never leaves a rank running."""
+    if not workload.image.is_file():
+        raise ConfigError(f"image {workload.image} is not built; run: invoke build --target "
+                          f"{workload.target.name}")
+    workload.out_dir.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    started = time.monotonic()
+    with open(workload.out_dir / "run.log", "w", encoding="utf-8") as log:
+        def on_line(line: str) -> None:
+            log.write(line + "\n")
+            lines.append(line)
+            say(line)
+
+        completed = run(workload.argv, timeout=workload.timeout, on_line=on_line)
+    report_path = workload.out_dir / workload.report_name
+    report = json.loads(report_path.read_text()) if report_path.is_file() else None
+    missing = sorted(set(range(workload.ranks)) - finished_ranks(workload.out_dir))
+    return Outcome(returncode=completed.returncode, timed_out=completed.timed_out,
+                   missing_ranks=missing, report=report, seconds=time.monotonic() - started,
+                   first_failure=first_failure(lines), lines=tuple(lines))
+
+
+def failure_reasons(workload: Workload, outcome: Outcome) -> list[str]:
+    """Why the run as a whole failed (timeout, lost ranks, first failure); workload-agnostic."""
+    reasons = []
+    if outcome.timed_out:
+        reasons.append(f"timed out after {workload.timeout:.0f} s; every process of the run "
+                       "was stopped")
+    if outcome.missing_ranks:
+        ranks = ", ".join(map(str, outcome.missing_ranks))
+        reasons.append(f"ranks that did not finish: {ranks} (of {workload.ranks})")
+    if outcome.first_failure:
+        rank, code = outcome.first_failure
+        reasons.append(f"first failure: rank {rank} (exit code {code})")
+    return reasons

@@ -1,0 +1,467 @@
+"""Batch jobs (``invoke job``): every site's script, exactly, and the rules every script keeps.
+
+Golden tests of script composition in the ReFrame manner (directives, binds, environment, launch
+lines, CPU masks as FACTS.md gives them), ``bash -n`` on the script of every site and workload,
+the quoting of job-time variables checked by letting bash expand them, and the refusals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from containers.batch import job as batch
+from containers.batch.script import SHELL_VARS, has_refs, ref, word
+from containers.errors import ConfigError
+from containers.host.runtime import assumed_runtime
+from containers.inputs.recipes import load_targets
+from containers.inputs.sites import load_sites
+from containers.prove.smoke import SmokeOptions, plan_smoke
+from containers.prove.train import TrainOptions, plan_train
+from containers.run import allocation
+from containers.run.allocation import (Allocation, check_nodes, current_allocation, head_address,
+                                       placement, rendezvous_port)
+from containers.settings import load_settings
+from tests.fixtures import ROOT
+
+SITES = ("lumi", "olivia", "puhti", "mahti", "derecho", "local-slurm")
+TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
+          "mahti": "mahti-cuda", "derecho": "derecho-cuda", "local-slurm": "cpu"}
+LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
+              "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
+
+
+@pytest.fixture(scope="module")
+def data_world():
+    return load_targets(ROOT), load_sites(ROOT)
+
+
+@pytest.fixture
+def data_job(data_world, tmp_path):
+    """render(site, workload, **request) -> batch.Job, for a project at /proj (images there)."""
+    targets, sites = data_world
+    settings = load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)})
+
+    def render(site: str, workload: str = "smoke", *, target: str | None = None,
+               host_arch: str = "x86_64", venv: Path | None = Path("/proj/.venv"), **request):
+        where = sites[site] if isinstance(site, str) else site
+        item = targets[target or TARGET[where.name]]
+        home = targets.get(where.default_target or "")
+        return batch.plan_job(item, where, settings=settings,
+                              request=batch.JobRequest(workload=workload, **request),
+                              host_arch=host_arch, site_arch=home.arch if home else None,
+                              venv=venv)
+    return render
+
+
+def _directives(text: str, prefix: str = "#SBATCH") -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def _launch(text: str) -> str:
+    """The launch command, continuation lines joined."""
+    lines = text.rstrip("\n").split("\n")
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith(("srun ", "mpiexec ")))
+    return " ".join(line.rstrip(" \\").strip() for line in lines[start:])
+
+
+def _bash_n(text: str, tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr + "\n" + text
+
+
+# ------------------------------------------------------------------------------------ every site
+@pytest.mark.parametrize("site", SITES)
+@pytest.mark.parametrize("workload", batch.WORKLOADS)
+def test_every_site_and_workload_renders_a_valid_script(data_job, tmp_path, site,
+                                                        workload) -> None:
+    for nodes in ((1,) if workload == "build" else (1, 2)):
+        job = data_job(site, workload, nodes=nodes, account="proj_1")
+        text = job.text
+        _bash_n(text, tmp_path)
+        assert text.startswith("#!/bin/bash\n")
+        assert "set -euo pipefail\n" in text and "' ERR\n" in text
+        assert "\x00" not in text
+        assert "cd /proj\n" in text
+        if workload == "build":
+            assert "unset APPTAINER_BIND SINGULARITY_BIND" in text
+            assert f"build --target {TARGET[site]}" in text
+            continue
+        launch = _launch(text)
+        assert f"/proj/images/{TARGET[site]}.sif" in launch
+        if nodes > 1:
+            assert "--rdzv-backend=c10d" in launch
+            assert '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}"' in launch
+            assert "MASTER_PORT=$((20000 + " in text
+        else:
+            assert "--standalone" in launch and "MASTER_ADDR" not in text
+        script = "allreduce.py" if workload == "smoke" else f"train.py --example {workload}"
+        assert f"/opt/containers/jobs/{script}" in launch
+
+
+def test_lumi_torchrun_per_node(data_job) -> None:
+    job = data_job("lumi", "smoke", nodes=2, account="project_465000001")
+    assert _directives(job.text) == [
+        "#SBATCH --job-name=smoke-lumi-rocm", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=56", "#SBATCH --gpus-per-node=8", "#SBATCH --mem-per-gpu=60G",
+        "#SBATCH --time=00:30:00", "#SBATCH --partition=standard-g",
+        "#SBATCH --account=project_465000001",
+        "#SBATCH --output=/proj/results/jobs/smoke-lumi-rocm-%j.out"]
+    launch = _launch(job.text)
+    assert launch.startswith(
+        "srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=56 --kill-on-bad-exit=1 "
+        "singularity exec --rocm --bind /proj/jobs:/opt/containers/jobs:ro "
+        '--bind "/proj/results/smoke/lumi-rocm-job${SLURM_JOB_ID}:/opt/containers/results" '
+        "--bind /var/spool/slurmd --bind /opt/cray --bind /usr/lib64/libcxi.so.1 --bind /pfs "
+        "--bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl "
+        "--env NCCL_SOCKET_IFNAME=hsn --env NCCL_NET_GDR_LEVEL=3 --env CXI_FORK_SAFE=1 "
+        "--env CXI_FORK_SAFE_HP=1 --env FI_CXI_DISABLE_CQ_HUGETLB=1 "
+        # MIOpen's cache in node-local /tmp, expanded on the compute node
+        '--env "MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_JOB_ID}" '
+        '--env "MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_JOB_ID}" '
+        "--env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 --env NCCL_DEBUG=INFO "
+        "--env NCCL_DEBUG_SUBSYS=INIT,NET /proj/images/lumi-rocm.sif "
+        "torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d "
+        '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" "--rdzv-id=${SLURM_JOB_ID}" '
+        "/opt/containers/jobs/allreduce.py --sizes 1K:128M")
+    # The rendezvous host is found on the host, before the container starts.
+    assert ('head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)\n'
+            in job.text)
+    assert "NodeAddr=" in job.text.split("srun ")[0]
+    assert "MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))\n" in job.text
+    assert job.results == "/proj/results/smoke/lumi-rocm-job{job_id}"
+    assert job.output_of("77") == "/proj/results/jobs/smoke-lumi-rocm-77.out"
+
+
+def test_lumi_one_task_per_gcd_with_masks(data_job) -> None:
+    job = data_job("lumi", "ddp", nodes=2, launcher="srun-per-gpu")
+    assert "#SBATCH --ntasks-per-node=8" in job.text and "#SBATCH --cpus-per-task=7" in job.text
+    assert "#SBATCH --exclusive" in job.text  # CPU masks hold only on whole nodes
+    launch = _launch(job.text)
+    assert launch.startswith("srun --nodes=2 --ntasks-per-node=8 --cpus-per-task=7 "
+                             f"--cpu-bind=mask_cpu:{LUMI_MASKS} --kill-on-bad-exit=1 "
+                             "singularity exec --rocm ")
+    assert '--env "MASTER_ADDR=${MASTER_ADDR}" --env "MASTER_PORT=${MASTER_PORT}"' in launch
+    # Per task, inside the container: device, rank and local rank from Slurm's numbering.
+    assert launch.endswith(
+        "/proj/images/lumi-rocm.sif bash -c 'ROCR_VISIBLE_DEVICES=$SLURM_LOCALID "
+        "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS exec python3 "
+        "/opt/containers/jobs/train.py --example ddp --epochs 3 --batch-size 64 "
+        "--out /opt/containers/results'")
+    assert "MASTER_ADDR=$(scontrol show node" in job.text
+    # Fewer GCDs: the masks of those GCDs, the same cores each.
+    two = data_job("lumi", "smoke", nodes=1, gpus_per_node=2, launcher="srun-per-gpu")
+    assert "--cpu-bind=mask_cpu:0x00fe000000000000,0xfe00000000000000 " in _launch(two.text)
+
+
+def test_olivia_multinode(data_job) -> None:
+    job = data_job("olivia", "ddp", nodes=2, nccl_debug=True)
+    assert _directives(job.text) == [
+        "#SBATCH --job-name=ddp-olivia-cuda", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=288", "#SBATCH --gpus-per-node=4", "#SBATCH --mem-per-gpu=110G",
+        "#SBATCH --time=01:00:00",
+        "#SBATCH --partition=accel", "#SBATCH --output=/proj/results/jobs/ddp-olivia-cuda-%j.out"]
+    text = job.text
+    assert ("set +u\nmodule load NRIS/GPU NCCL/2.26.6-GCCcore-14.2.0-CUDA-12.8.0\nset -u\n"
+            in text)
+    assert text.index("module load") < text.index("srun ")
+    launch = _launch(text)
+    for bind in ('"${EBROOTLIBFABRIC}/lib:/opt/libfabric/lib"', '"${EBROOTNCCL}:/opt/nccl"',
+                 '"${EBROOTAWSMINOFIMINNCCL}/lib:/opt/aws-ofi-nccl/lib"', "/usr/lib64:/usr/lib64",
+                 "/cluster"):
+        assert f"--bind {bind} " in launch
+    for env in ("'NCCL_PROTO=^LL128'", "FI_PROVIDER=cxi", "FI_CXI_RX_MATCH_MODE=hybrid",
+                # single-quoted: the CONTAINER expands $LD_LIBRARY_PATH (prepend to the image's)
+                "'LD_LIBRARY_PATH=/opt/libfabric/lib:/opt/nccl/lib:/opt/aws-ofi-nccl/lib:"
+                "/usr/lib64:$LD_LIBRARY_PATH'",
+                "NCCL_DEBUG=INFO"):
+        assert f"--env {env} " in launch
+    assert ("apptainer exec --nv " in launch and "--rocm" not in launch)
+    assert ("/proj/images/olivia-cuda.sif /usr/local/bin/torchrun --nnodes=2 "
+            "--nproc-per-node=4 --rdzv-backend=c10d "
+            '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" "--rdzv-id=${SLURM_JOB_ID}" '
+            "/opt/containers/jobs/train.py --example ddp") in launch
+    # One node: no multi-node binds, modules or rendezvous.
+    single = data_job("olivia", "ddp", nodes=1).text
+    assert "EBROOT" not in single and "module load" not in single and "FI_PROVIDER" not in single
+    assert "/usr/local/bin/torchrun --standalone --nproc-per-node=4 " in _launch(single)
+
+
+def test_derecho_pbs(data_job) -> None:
+    job = data_job("derecho", "smoke", nodes=2, account="UXYZ0001")
+    assert _directives(job.text, "#PBS") == [
+        "#PBS -N smoke-derecho-c", "#PBS -A UXYZ0001", "#PBS -q main",
+        "#PBS -l select=2:ncpus=64:ngpus=4", "#PBS -l walltime=00:30:00", "#PBS -j oe",
+        "#PBS -o /proj/results/jobs/"]
+    assert "#SBATCH" not in job.text and "scontrol" not in job.text
+    assert 'MASTER_ADDR=$(sed -n 1p "$PBS_NODEFILE")\n' in job.text
+    launch = _launch(job.text)
+    assert launch.startswith("mpiexec -n 2 --ppn 1 --cpu-bind none apptainer exec --nv "
+                             "--bind /proj/jobs:/opt/containers/jobs:ro ")
+    assert ("--env NCCL_SOCKET_IFNAME=hsn --env NCCL_CROSS_NIC=1 "
+            "--env NCCL_NCHANNELS_PER_NET_PEER=4 --env FI_CXI_DISABLE_HOST_REGISTER=1 "
+            "--env FI_MR_CACHE_MONITOR=userfaultfd --env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+            "/proj/images/derecho-cuda.sif torchrun --nnodes=2 --nproc-per-node=4 "
+            '--rdzv-backend=c10d "--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" '
+            '"--rdzv-id=${PBS_JOBID}" /opt/containers/jobs/allreduce.py') in launch
+    assert job.scheduler.submit_argv(Path("j.sh")) == ["qsub", "j.sh"]
+    # With a memory per GPU in the profile, the chunk carries it per node (NCAR's own script
+    # asks for mem=480GB per 4-GPU node).
+    derecho = dataclasses.replace(job.site, mem_per_gpu_gb=120)
+    assert "#PBS -l select=2:ncpus=64:ngpus=4:mem=480GB\n" in data_job(derecho, nodes=2).text
+    assert job.output_of("4242.desched1") == "/proj/results/jobs/smoke-derecho-c.o4242"
+
+
+def test_pbs_port_arithmetic_in_bash() -> None:
+    lines = batch.Pbs().rendezvous()
+    port = next(line for line in lines if line.startswith("MASTER_PORT="))
+    out = subprocess.run(["bash", "-c", f"set -eu; {port}; echo $MASTER_PORT"],
+                         env={"PBS_JOBID": "0081234.desched1", "PATH": os.environ["PATH"]},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(20000 + 81234 % 10000)
+
+
+@pytest.mark.parametrize("site, partition, cpus", [("puhti", "gputest", 40),
+                                                   ("mahti", "gputest", 128)])
+def test_csc_sites(data_job, site, partition, cpus) -> None:
+    job = data_job(site, "deepspeed", nodes=2)
+    assert f"#SBATCH --partition={partition}" in job.text
+    assert f"#SBATCH --cpus-per-task={cpus}" in job.text
+    assert "--example deepspeed --epochs 3 --batch-size 64 --out /opt/containers/results " \
+           "--zero-stage 1" in _launch(job.text)
+    assert data_job(site, "smoke", partition="gpu" if site == "puhti" else "gpusmall")
+
+
+def test_build_jobs(data_job) -> None:
+    olivia = data_job("olivia", "build")
+    assert "#SBATCH --partition=accel" in olivia.text and "#SBATCH --gpus-per-node=1" in olivia.text
+    # Olivia's GPU nodes are aarch64, this login node x86_64: a venv of the build node's own.
+    assert "venv=/proj/.venv-aarch64\n" in olivia.text
+    assert "python3 -m venv \"$venv\"" in olivia.text
+    assert '"$venv/bin/invoke" build --target olivia-cuda\n' in olivia.text
+    lumi = data_job("lumi", "build", account="project_465000001")
+    assert "#SBATCH --partition=small-g" in lumi.text and "#SBATCH --cpus-per-task=7" in lumi.text
+    assert "#SBATCH --gpus-per-node=1\n#SBATCH --mem-per-gpu=60G\n" in lumi.text
+    assert "\n/proj/.venv/bin/invoke build --target lumi-rocm\n" in lumi.text
+    assert lumi.results is None
+    derecho = data_job("derecho", "build")
+    assert "#PBS -l select=1:ncpus=16:ngpus=1" in derecho.text
+    # A checkout path with spaces is quoted wherever it reaches the body.
+    spaced = data_job("lumi", "build", venv=Path("/my proj/.venv"))
+    assert "\n'/my proj/.venv/bin/invoke' build --target lumi-rocm\n" in spaced.text
+
+
+def test_local_slurm_job(data_job) -> None:
+    job = data_job("local-slurm", "smoke", nodes=2, gpus_per_node=2)
+    assert _directives(job.text) == [
+        "#SBATCH --job-name=smoke-cpu", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --time=00:30:00", "#SBATCH --output=/proj/results/jobs/smoke-cpu-%j.out"]
+    assert _launch(job.text).startswith(
+        "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 apptainer exec "
+        "--bind /proj/jobs:/opt/containers/jobs:ro "
+        '--bind "/proj/results/smoke/cpu-job${SLURM_JOB_ID}:/opt/containers/results" '
+        "/proj/images/cpu.sif torchrun --nnodes=2 --nproc-per-node=2 ")
+    assert "--partition=debug" in data_job("local-slurm", "smoke", partition="debug").text
+
+
+# ------------------------------------------------------------------------------------- quoting
+def test_job_time_variables_expand_in_the_job_and_nothing_else_does(tmp_path) -> None:
+    nasty = "a b'c\"d$HOME`x`\\e!f"
+    tokens = [ref("JOB"), f"/tmp/{ref('USER')}-cache-{ref('JOB')}", nasty,
+              f"{nasty}:{ref('JOB')}:{nasty}", "plain", "", "--env", "X=^LL128"]
+    script = tmp_path / "echo.sh"
+    script.write_text("printf '%s\\n' " + " ".join(word(t) for t in tokens) + "\n")
+    out = subprocess.run(["bash", str(script)], env={"JOB": "42", "USER": "alice"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:-1] == ["42", "/tmp/alice-cache-42", nasty, f"{nasty}:42:{nasty}",
+                                    "plain", "", "--env", "X=^LL128"]
+    assert word(f"/tmp/{ref('USER')}-x") == '"/tmp/${USER}-x"'
+    with pytest.raises(ValueError):
+        ref("not a name")
+    assert SHELL_VARS["SLURM_JOB_ID"] == ref("SLURM_JOB_ID") and "ANY" in SHELL_VARS
+    assert has_refs(ref("A")) and not has_refs("$A")
+
+
+def test_a_literal_dollar_in_a_path_stays_literal(data_world, tmp_path) -> None:
+    targets, sites = data_world
+    data = tmp_path / "data$HOME"
+    data.mkdir()
+    settings = load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)})
+    job = batch.plan_job(targets["cpu"], sites["local-slurm"], settings=settings,
+                         request=batch.JobRequest(workload="ddp", options=TrainOptions(
+                             example="ddp", gpus=2, data=data)), host_arch="x86_64")
+    assert f"--bind '{data}:/opt/containers/data:ro'" in job.text
+
+
+def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None:
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2-secret")
+    monkeypatch.setenv("USER", "alice-the-user")
+    monkeypatch.setenv("SLURM_JOB_ID", "999999")
+    monkeypatch.setenv("EBROOTNCCL", "/secret/nccl")
+    for site in SITES:
+        for workload in ("smoke", "ddp", "build"):
+            text = data_job(site, workload, nodes=1 if workload == "build" else 2).text
+            for value in ("hunter2-secret", "alice-the-user", "999999", "/secret/nccl"):
+                assert value not in text, (site, workload, value)
+
+
+# ------------------------------------------------------------------------------------ refusals
+@pytest.mark.parametrize("site, request_, message", [
+    ("lumi", dict(workload="train"), "--workload must be one of smoke, ddp, deepspeed, fsdp, "
+                                     "build (got 'train')"),
+    ("lumi", dict(workload="smoke", nodes=0), "--nodes must be at least 1 (got 0)"),
+    ("lumi", dict(workload="smoke", time="1:30"), "--time must be HH:MM:SS"),
+    ("lumi", dict(workload="smoke", time="00:61:00"), "--time must be HH:MM:SS"),
+    ("lumi", dict(workload="smoke", time="00:00:00"), "--time must be HH:MM:SS"),
+    ("olivia", dict(workload="smoke", nodes=9), "olivia allows at most 32 GPUs per job; "
+                                                "--nodes 9 x --gpus-per-node 4 = 36"),
+    ("olivia", dict(workload="smoke", gpus_per_node=8), "olivia nodes have 4 GPUs; "
+                                                        "--gpus-per-node 8 is more"),
+    ("lumi", dict(workload="smoke", gpus_per_node=0), "--gpus-per-node must be at least 1"),
+    ("olivia", dict(workload="smoke", partition="acel"),
+     "unknown partition 'acel' for site olivia (did you mean 'accel'?); known: accel"),
+    ("lumi", dict(workload="build", nodes=2), "a build job runs on one node"),
+    ("lumi", dict(workload="smoke", account="my project"), "is not an account name"),
+    ("derecho", dict(workload="smoke", launcher="srun-per-gpu"),
+     "launcher srun-per-gpu needs a slurm site; derecho schedules with pbs"),
+    ("lumi", dict(workload="smoke", launcher="mpirun"), "--launcher must be one of"),
+])
+def test_refusals(data_job, site, request_, message) -> None:
+    with pytest.raises(ConfigError) as error:
+        data_job(site, **request_)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_site_mismatches_are_refused(data_job, data_world) -> None:
+    targets, sites = data_world
+    with pytest.raises(ConfigError, match="site local has no batch scheduler .*--site "
+                                          "local-slurm"):
+        data_job(sites["local"], "smoke", target="cpu")
+    with pytest.raises(ConfigError, match=r"target cpu is an image for CPUs \(no GPU\) but "
+                                          r"site lumi has AMD \(ROCm\) GPUs"):
+        data_job("lumi", "smoke", target="cpu")
+    with pytest.raises(ConfigError, match="target olivia-cuda is aarch64 but site puhti's nodes "
+                                          "are x86_64"):
+        data_job("puhti", "smoke", target="olivia-cuda")
+    with pytest.raises(ConfigError, match="divide evenly over 4 ranks"):
+        data_job("local-slurm", "ddp", nodes=2, gpus_per_node=2,
+                 options=TrainOptions(example="ddp", gpus=2, batch_size=6))
+
+
+def test_unsafe_directive_values_are_refused(data_world, tmp_path) -> None:
+    targets, sites = data_world
+    settings = load_settings(tmp_path / "my checkout", {})
+    with pytest.raises(ConfigError, match="--output '.*my checkout.*' has characters a batch "
+                                          "directive cannot carry"):
+        batch.plan_job(targets["cpu"], sites["local-slurm"], settings=settings,
+                       request=batch.JobRequest(workload="smoke"), host_arch="x86_64")
+
+
+# ------------------------------------------------------------------- inside an allocation
+ALLOC = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "nid[1-2]",
+         "SLURM_CPUS_ON_NODE": "56", "USER": "alice"}
+
+
+def test_allocation_detection_and_limits() -> None:
+    found = current_allocation(ALLOC)
+    assert found == Allocation(job_id="4242", nodes=2, nodelist="nid[1-2]", cpus_on_node=56)
+    assert current_allocation({}) is None
+    assert rendezvous_port("4242") == 24242 and rendezvous_port("123456789") == 26789
+    check_nodes(2, found)
+    check_nodes(1, None)
+    with pytest.raises(ConfigError, match=r"--nodes 3 is more than this allocation has: job "
+                                          r"4242 holds 2 nodes \(nid\[1-2\]\)"):
+        check_nodes(3, found)
+    with pytest.raises(ConfigError, match="not inside one"):
+        check_nodes(2, None)
+    with pytest.raises(ConfigError, match="at least 1"):
+        check_nodes(0, found)
+    with pytest.raises(ConfigError, match="--nodes 3 is more"):
+        allocation.across_nodes(3, environ=ALLOC)
+    planned = allocation.across_nodes(2, dry_run=True, environ={})
+    assert planned.nodes == 2 and planned.rdzv_id == "$SLURM_JOB_ID"
+
+
+def test_head_address_is_the_first_nodes_nodeaddr() -> None:
+    calls = []
+
+    def query(argv):
+        calls.append(argv)
+        if argv[:3] == ["scontrol", "show", "hostnames"]:
+            return "nid001\nnid002\n"
+        return "NodeName=nid001 Arch=x86_64 NodeAddr=10.1.2.3 NodeHostName=nid001 Port=0\n"
+
+    assert head_address("nid[001-002]", query=query) == "10.1.2.3"
+    assert calls[1] == ["scontrol", "show", "node", "-o", "nid001"]
+    assert head_address("x", query=lambda argv: "x1\n" if "hostnames" in argv else "") == "x1"
+
+
+def test_smoke_across_nodes_plans_srun_and_torchrun(data_world, data_settings) -> None:
+    targets, sites = data_world
+    where = placement(current_allocation(ALLOC), 2, head="10.1.2.3")
+    plan = plan_smoke(targets["lumi-rocm"], sites["lumi"], settings=data_settings,
+                      runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=8),
+                      run_id="r", environ=ALLOC, placement=where)
+    assert plan.argv[:6] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=56",
+                             "--kill-on-bad-exit=1", "singularity"]
+    image = plan.argv.index(str(data_settings.images_dir / "lumi-rocm.sif"))
+    assert plan.argv[image + 1:image + 8] == [
+        "torchrun", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
+        "--rdzv-endpoint=10.1.2.3:24242", "--rdzv-id=4242", "/opt/containers/jobs/allreduce.py"]
+    assert (plan.ranks, plan.nodes) == (16, 2)
+    assert "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242" in plan.argv
+    # Olivia across nodes: the multi-node binds/env, expanded from the job's environment.
+    olivia_env = {**ALLOC, "EBROOTLIBFABRIC": "/sw/fabric", "EBROOTNCCL": "/sw/nccl",
+                  "EBROOTAWSMINOFIMINNCCL": "/sw/ofi"}
+    train = plan_train(targets["olivia-cuda"], sites["olivia"], settings=data_settings,
+                       runtime=assumed_runtime("apptainer"), run_id="r", environ=olivia_env,
+                       options=TrainOptions(example="ddp", gpus=4), placement=where)
+    assert "/sw/fabric/lib:/opt/libfabric/lib" in train.argv and "FI_PROVIDER=cxi" in train.argv
+    with pytest.raises(ConfigError, match=r"needs \$EBROOTLIBFABRIC"):
+        plan_train(targets["olivia-cuda"], sites["olivia"], settings=data_settings,
+                   runtime=assumed_runtime("apptainer"), run_id="r", environ=ALLOC,
+                   options=TrainOptions(example="ddp", gpus=4), placement=where)
+    # One node stays as it was: no srun, no multi-node binds.
+    single = plan_train(targets["olivia-cuda"], sites["olivia"], settings=data_settings,
+                        runtime=assumed_runtime("apptainer"), run_id="r", environ=ALLOC,
+                        options=TrainOptions(example="ddp", gpus=4))
+    assert single.argv[0] == "apptainer" and "FI_PROVIDER=cxi" not in single.argv
+
+
+def test_site_profiles_batch_fields(data_world) -> None:
+    _, sites = data_world
+    assert sites["local-slurm"].scheduler == "slurm" and sites["local"].scheduler == "none"
+    assert sites["lumi"].build_partition == "small-g"
+    assert sites["olivia"].multinode_modules[0] == "NRIS/GPU"
+    assert dataclasses.replace(sites["lumi"], launcher="srun-per-gpu").cpu_bind[0] == \
+        "0x00fe000000000000"
+
+
+def test_cli_prints_writes_and_refuses(tmp_path) -> None:
+    invoke = [str(ROOT / ".venv/bin/invoke"), "job"]
+    env = {**os.environ, "INVOKE_CONTAINERS_RESULTS_DIR": str(tmp_path / "results")}
+    out = tmp_path / "smoke.sh"
+    result = subprocess.run([*invoke, "--target", "cpu", "--site", "local-slurm", "--workload",
+                             "smoke", "--nodes", "2", "--out", str(out)], cwd=ROOT, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "wrote " in result.stdout and "(sbatch it to run)" in result.stdout
+    assert out.read_text().startswith("#!/bin/bash\n#SBATCH --job-name=smoke-cpu\n")
+    assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
+    assert (tmp_path / "results" / "jobs").is_dir()  # where the job's output will go
+    printed = subprocess.run([*invoke, "--target", "derecho-cuda", "--workload", "build"],
+                             cwd=ROOT, env=env, capture_output=True, text=True)
+    assert printed.returncode == 0 and "#PBS -l select=1:ncpus=16:ngpus=1" in printed.stdout
+    bad = subprocess.run([*invoke, "--target", "olivia-cuda", "--nodes", "9"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "olivia allows at most 32 GPUs per job" in bad.stderr
+

@@ -1,0 +1,113 @@
+"""Build planning: inputs hash, build order, up-to-date decisions, exact argv."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from containers.errors import ConfigError
+from containers.host.sources import PipConfig
+from containers.build.plan import HostFacts, chain_hashes, parse_build_args, plan_build
+from containers.inputs.recipes import load_targets
+
+
+def data_host(runtime, **changes) -> HostFacts:
+    host = HostFacts(runtime=runtime, pip=PipConfig(find_links=("/srv/wheels",),
+                                                    cert="/etc/ssl/bundle.pem"),
+                     mirror="http://mirror.example/debian", host_paths=("/srv/wheels",),
+                     ca_certificates=(Path("/usr/local/share/ca-certificates/site.crt"),),
+                     git_revision="abc123", build_date="2026-11-21T00:00:00Z")
+    return replace(host, **changes)
+
+
+def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime) -> None:
+    targets = load_targets(data_root)
+    plan = plan_build(targets, "cpu", settings=data_settings, host=data_host(data_runtime))
+    base, cpu = plan.steps
+    assert [s.target.name for s in plan.steps] == ["debian-base", "cpu"]
+    assert [s.action for s in plan.steps] == ["build", "build"]
+    assert chain_hashes(targets, "cpu") == {"debian-base": base.inputs_hash,
+                                             "cpu": cpu.inputs_hash}
+    assert cpu.inputs["base"] == base.inputs_hash
+    images = data_settings.images_dir
+    assert base.build_argv == [
+        "apptainer", "build", "--force", "--notest", "--fakeroot",
+        "--build-arg", f"INPUTS_HASH={base.inputs_hash}", "--build-arg", "TOOL_VERSION=0.1.0",
+        "--build-arg", "GIT_REVISION=abc123", "--build-arg", "BUILD_DATE=2026-11-21T00:00:00Z",
+        "--build-arg", "MIRROR=http://mirror.example/debian",
+        str(images / f".debian-base.sif.{base.short_hash}.partial"),
+        str(data_root / "recipes" / "debian-base.def")]
+    context = data_settings.tmp_dir / f"cpu-{cpu.short_hash}" / "context"
+    assert f"BUILD_CONTEXT={context}" in cpu.build_argv
+    assert f"BASE_IMAGE={images / 'debian-base.sif'}" in cpu.build_argv
+    assert cpu.build_argv[-4:] == ["--bind", "/srv/wheels",
+                                   str(images / f".cpu.sif.{cpu.short_hash}.partial"),
+                                   str(data_root / "recipes" / "cpu.def")]
+    assert "HOST_PATHS=/srv/wheels" in cpu.build_argv
+    assert cpu.test_argv == ["apptainer", "test", str(cpu.partial)]
+    assert cpu.env == {"APPTAINER_TMPDIR": str(data_settings.tmp_dir / f"cpu-{cpu.short_hash}" /
+                                               "tmp")}
+    assert cpu.staged["requirements.txt"].splitlines()[0] == "torch==2.13.0"
+    assert "cert = /opt/build-context/pip-cert.pem" in cpu.staged["pip.conf"]
+    assert "find-links = /srv/wheels" in cpu.staged["pip.conf"]
+    assert set(cpu.copied) == {"ca-certificates/site.crt", "pip-cert.pem",
+                               "install-python-packages.sh"}
+    assert "install-python-packages.sh" in cpu.inputs["scripts"]
+    assert base.staged == {} and base.copied == {}  # debian-base uses no build context
+
+
+def test_hash_ignores_host_plumbing_but_not_content(data_root, data_settings,
+                                                    data_runtime) -> None:
+    targets = load_targets(data_root)
+    one = plan_build(targets, "cpu", settings=data_settings, host=data_host(data_runtime))
+    other_host = data_host(data_runtime, mirror="http://other/debian", git_revision="def",
+                           build_date="2030-01-01T00:00:00Z", host_paths=())
+    two = plan_build(targets, "cpu", settings=data_settings, host=other_host)
+    assert [s.inputs_hash for s in one.steps] == [s.inputs_hash for s in two.steps]
+    three = plan_build(targets, "cpu", settings=data_settings, host=data_host(data_runtime),
+                       cli_args={"VENV": "/opt/other"})
+    assert three.steps[0].inputs_hash == one.steps[0].inputs_hash
+    assert three.steps[1].inputs_hash != one.steps[1].inputs_hash
+    assert "VENV=/opt/other" in three.steps[1].build_argv
+
+
+def test_env_spec_change_changes_hash(factory_project, data_settings, data_runtime) -> None:
+    root = factory_project()
+    before = chain_hashes(load_targets(root), "cpu")
+    env = root / "envs" / "cpu.yml"
+    env.write_text(env.read_text().replace("- numpy", "- numpy<3"))
+    after = chain_hashes(load_targets(root), "cpu")
+    assert before["debian-base"] == after["debian-base"]
+    assert before["cpu"] != after["cpu"]
+
+
+def test_up_to_date_and_not_needed(data_root, data_settings, data_runtime) -> None:
+    targets = load_targets(data_root)
+    hashes = chain_hashes(targets, "cpu")
+    data_settings.images_dir.mkdir(parents=True)
+    (data_settings.images_dir / "cpu.sif").write_bytes(b"sif")
+    host = data_host(data_runtime, built_hashes={"cpu": hashes["cpu"]})
+    plan = plan_build(targets, "cpu", settings=data_settings, host=host)
+    assert [s.action for s in plan.steps] == ["not-needed", "up-to-date"]
+    assert plan.pending == ()
+    forced = plan_build(targets, "cpu", settings=data_settings, host=host, force=True)
+    assert [s.action for s in forced.steps] == ["build", "build"]
+    stale = plan_build(targets, "cpu", settings=data_settings,
+                       host=data_host(data_runtime, built_hashes={"cpu": "0" * 64}))
+    assert [s.action for s in stale.steps] == ["build", "build"]
+
+
+def test_build_arg_errors(data_root, data_settings, data_runtime) -> None:
+    targets = load_targets(data_root)
+    with pytest.raises(ConfigError, match="build argument 'VENVV' is not used by the definition"):
+        plan_build(targets, "cpu", settings=data_settings, host=data_host(data_runtime),
+                   cli_args={"VENVV": "/x"})
+    with pytest.raises(ConfigError, match=r"debian-base.def:3: MIRROR: build argument "
+                                          r"\{\{ MIRROR \}\} has no value"):
+        plan_build(targets, "debian-base", settings=data_settings,
+                   host=data_host(data_runtime, mirror=None))
+    assert parse_build_args(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
+    with pytest.raises(ConfigError, match="'A' is not KEY=VALUE"):
+        parse_build_args(["A"])

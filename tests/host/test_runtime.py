@@ -1,0 +1,43 @@
+"""Runtime discovery and the argv of runtime calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from containers.errors import RuntimeNotFound
+from containers.host.runtime import Runtime, find_runtime, parse_version
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("apptainer version 1.4.5\n", ("apptainer", "1.4.5")),
+    ("singularity-ce version 4.1.3-jammy\n", ("singularity", "4.1.3-jammy")),
+    ("SingularityCE version 3.11.4", ("singularity", "3.11.4")),
+])
+def test_parse_version(text, expected) -> None:
+    assert parse_version(text) == expected
+
+
+def test_exec_argv_flags_binds_env_in_order() -> None:
+    runtime = Runtime("singularity", "singularity", "4.1.3")
+    argv = runtime.exec_argv(image="/x.sif", command=["python", "-c", "1"], gpu_flag="--rocm",
+                             binds=["/a:/b:ro", "/opt/cray"], env={"NCCL_SOCKET_IFNAME": "hsn"})
+    assert argv == ["singularity", "exec", "--rocm", "--bind", "/a:/b:ro", "--bind", "/opt/cray",
+                    "--env", "NCCL_SOCKET_IFNAME=hsn", "/x.sif", "python", "-c", "1"]
+
+
+def test_find_runtime_prefers_apptainer_and_reports_version(tmp_path: Path, monkeypatch) -> None:
+    for name, output in (("apptainer", "apptainer version 9.9.9"),
+                         ("singularity", "singularity-ce version 4.1.3")):
+        script = tmp_path / name
+        script.write_text(f"#!/bin/sh\necho '{output}'\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_runtime("auto") == Runtime(str(tmp_path / "apptainer"), "apptainer", "9.9.9")
+    assert find_runtime("singularity").flavour == "singularity"
+    (tmp_path / "apptainer").unlink()
+    assert find_runtime("auto").binary == str(tmp_path / "singularity")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(RuntimeNotFound, match="no container runtime found"):
+        find_runtime("auto")

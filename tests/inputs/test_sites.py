@@ -1,0 +1,210 @@
+"""Every seed cluster: exact exec, launch and build commands with the site facts from FACTS.md."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from containers import app
+from containers.build import builder
+from containers.build.plan import HostFacts, plan_build
+from containers.errors import ConfigError
+from containers.host.facts import cotainr_binary
+from containers.host.runtime import assumed_runtime
+from containers.host.sources import PipConfig
+from containers.inputs.recipes import load_targets
+from containers.inputs.sites import expand, load_sites
+from containers.prove.smoke import SmokeOptions, plan_smoke
+from containers.prove.train import TrainOptions, plan_train
+from containers.settings import load_settings
+
+JOB_ENV = {"USER": "alice", "SLURM_JOB_ID": "4242"}
+
+
+@pytest.fixture
+def data_world(data_root):
+    return load_targets(data_root), load_sites(data_root)
+
+
+def _option_values(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def test_every_shipped_target_and_site_checks(data_root) -> None:
+    lines: list[str] = []
+    app.check_inputs(app.Project.load(data_root, {}), say=lines.append)
+    for name in ("cpu", "debian-base", "lumi-rocm", "lumi-rocm-def", "olivia-cuda",
+                 "puhti-cuda", "mahti-cuda", "derecho-cuda"):
+        assert any(line.startswith(f"ok  target {name} ") for line in lines), name
+    for name in ("local", "lumi", "olivia", "puhti", "mahti", "derecho"):
+        assert any(line.startswith(f"ok  site   {name} ") for line in lines), name
+
+
+def test_lumi_smoke_command(data_world, data_settings) -> None:
+    targets, sites = data_world
+    lumi = sites["lumi"]
+    plan = plan_smoke(targets["lumi-rocm"], lumi, settings=data_settings,
+                      runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=8),
+                      run_id="r", environ=JOB_ENV)
+    argv = plan.argv
+    assert argv[:3] == ["singularity", "exec", "--rocm"] and "--nv" not in argv
+    assert _option_values(argv, "--bind")[2:] == [
+        "/var/spool/slurmd", "/opt/cray", "/usr/lib64/libcxi.so.1", "/pfs", "/scratch",
+        "/projappl", "/project", "/flash", "/appl"]
+    assert _option_values(argv, "--env") == [
+        "NCCL_SOCKET_IFNAME=hsn", "NCCL_NET_GDR_LEVEL=3", "CXI_FORK_SAFE=1",
+        "CXI_FORK_SAFE_HP=1", "FI_CXI_DISABLE_CQ_HUGETLB=1",
+        "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242",
+        "MIOPEN_CUSTOM_CACHE_DIR=/tmp/alice-miopen-cache-4242",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "ROCR_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
+        # LUMI declares its transport, so RCCL must print which network it used.
+        "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET"]
+    assert argv[argv.index(str(data_settings.images_dir / "lumi-rocm.sif")) + 1:][:3] == [
+        "torchrun", "--standalone", "--nproc-per-node=8"]
+    # Inside an allocation that already limits the GCDs, the allocation's choice stands.
+    partial = plan_smoke(targets["lumi-rocm"], lumi, settings=data_settings,
+                         runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=2),
+                         run_id="r", environ={**JOB_ENV, "ROCR_VISIBLE_DEVICES": "4,5"})
+    assert not any(v.startswith("ROCR_VISIBLE_DEVICES=") for v in
+                   _option_values(partial.argv, "--env"))
+    with pytest.raises(ConfigError, match=r"needs \$SLURM_JOB_ID, which is not set here"):
+        plan_smoke(targets["lumi-rocm"], lumi, settings=data_settings,
+                   runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=8),
+                   run_id="r", environ={"USER": "alice"}, strict=True)
+    assert lumi.cpu_bind[0] == "0x00fe000000000000" and lumi.cpu_bind[7] == "0x0000fe0000000000"
+    assert (lumi.cores_per_node, lumi.fakeroot, lumi.runtime) == (56, False, "singularity")
+    assert lumi.reference(partition="standard-g", nodes=1, ranks_per_node=8).value == 125.0
+    assert lumi.reference(partition="dev-g", nodes=2, ranks_per_node=8).bounds == (80.75, None)
+    assert lumi.transport_expect == "NET/OFI Selected [Pp]rovider is cxi"
+
+
+def test_olivia_train_command(data_world, data_settings) -> None:
+    targets, sites = data_world
+    olivia = sites["olivia"]
+    plan = plan_train(targets["olivia-cuda"], olivia, settings=data_settings,
+                      runtime=assumed_runtime("apptainer"), run_id="r", environ={},
+                      options=TrainOptions(example="ddp", gpus=4, model="wideresnet"))
+    argv = plan.argv
+    assert argv[:3] == ["apptainer", "exec", "--nv"] and "--rocm" not in argv
+    assert _option_values(argv, "--env") == [
+        "NCCL_PROTO=^LL128", "NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3", "NCCL_CROSS_NIC=1",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "CUDA_VISIBLE_DEVICES=0,1,2,3"]
+    image = str(data_settings.images_dir / "olivia-cuda.sif")
+    assert argv[argv.index(image) + 1] == "/usr/local/bin/torchrun"
+    assert "/cluster" in _option_values(argv, "--bind")
+    assert (olivia.max_gpus_per_job, olivia.gpus_per_node, olivia.cores_per_node) == (32, 4, 288)
+    assert olivia.multinode_env["FI_PROVIDER"] == "cxi"
+    assert "$EBROOTNCCL:/opt/nccl" in olivia.multinode_binds
+    with pytest.raises(ConfigError, match="olivia nodes have 4 GPUs; --gpus 8"):
+        plan_train(targets["olivia-cuda"], olivia, settings=data_settings,
+                   runtime=assumed_runtime("apptainer"), run_id="r", environ={},
+                   options=TrainOptions(example="ddp", gpus=8))
+
+
+@pytest.mark.parametrize("site, env", [
+    ("puhti", ["TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]),
+    ("mahti", ["TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]),
+    ("derecho", ["NCCL_SOCKET_IFNAME=hsn", "NCCL_CROSS_NIC=1", "NCCL_NCHANNELS_PER_NET_PEER=4",
+                 "FI_CXI_DISABLE_HOST_REGISTER=1", "FI_MR_CACHE_MONITOR=userfaultfd",
+                 "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]),
+])
+def test_nvidia_x86_sites(data_world, data_settings, site, env) -> None:
+    targets, sites = data_world
+    plan = plan_smoke(targets[f"{site}-cuda"], sites[site], settings=data_settings,
+                      runtime=assumed_runtime("apptainer"), options=SmokeOptions(gpus=4),
+                      run_id="r", environ={})
+    assert plan.argv[:3] == ["apptainer", "exec", "--nv"]
+    assert _option_values(plan.argv, "--env") == env + ["CUDA_VISIBLE_DEVICES=0,1,2,3"]
+    assert sites[site].gpus_per_node == 4
+    assert sites["derecho"].scheduler == "pbs" and sites["derecho"].launcher == "mpiexec-torchrun"
+
+
+def _host(runtime) -> HostFacts:
+    return HostFacts(runtime=runtime, pip=PipConfig(), git_revision="g", build_date="d")
+
+
+def test_build_commands_for_gpu_targets(data_world, data_settings) -> None:
+    targets, _ = data_world
+    apptainer = assumed_runtime("apptainer")
+    (ngc,) = plan_build(targets, "puhti-cuda", settings=data_settings, host=_host(apptainer)).steps
+    assert ngc.build_argv[:5] == ["apptainer", "build", "--force", "--notest", "--fakeroot"]
+    assert "NGC_TAG=25.06-py3" in ngc.build_argv and "TARGET=puhti-cuda" in ngc.build_argv
+    assert ngc.build_argv[-1].endswith("recipes/ngc.def")
+    mahti = plan_build(targets, "mahti-cuda", settings=data_settings, host=_host(apptainer))
+    assert mahti.steps[0].target.definition == ngc.target.definition  # one shared definition
+    assert mahti.steps[0].inputs_hash != ngc.inputs_hash
+    (cot,) = plan_build(targets, "lumi-rocm", settings=data_settings, host=_host(apptainer)).steps
+    shim = cot.workdir / "bin"
+    assert cot.build_argv == [
+        "cotainr", "build", str(cot.partial),  # HostFacts' default binary name
+        "--base-image=/appl/local/containers/sif-images/lumi-rocm-rocm-6.2.4.sif",
+        f"--conda-env={data_world[0]['lumi-rocm'].env}", "--accept-licenses"]
+    assert cot.links == {str(shim / "singularity"): "apptainer"}
+    assert cot.env["PATH"] == f"{shim}:$PATH"
+    assert cot.test_argv[:2] == ["apptainer", "exec"] and "import torch" in cot.test_argv[-1]
+    other = plan_build(targets, "lumi-rocm", settings=data_settings, host=_host(apptainer),
+                       cli_args={"BASE_IMAGE": "/my/rocm-6.3.sif"}).steps[0]
+    assert "--base-image=/my/rocm-6.3.sif" in other.build_argv
+    assert other.inputs_hash != cot.inputs_hash
+    with pytest.raises(ConfigError, match="'ROCM_VERSION' does not apply to a cotainr target"):
+        plan_build(targets, "lumi-rocm", settings=data_settings, host=_host(apptainer),
+                   cli_args={"ROCM_VERSION": "7"})
+    # SingularityCE is called as itself: no shim.
+    sing = plan_build(targets, "lumi-rocm", settings=data_settings,
+                      host=_host(assumed_runtime("singularity"))).steps[0]
+    assert sing.links == {} and "PATH" not in sing.env
+
+
+def test_arch_and_fakeroot_refusals(data_root, monkeypatch) -> None:
+    project = app.Project.load(data_root, {})
+    with pytest.raises(ConfigError, match=r"olivia-cuda.yaml:3: arch: target 'olivia-cuda' is "
+                                          r"aarch64 but this machine is x86_64.*build job"):
+        app.build(project, target="olivia-cuda", dry_run=True, say=lambda line: None)
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "lumi")  # as on a LUMI node
+    project = app.Project.load(data_root, {})
+    assert project.current_site().name == "lumi"
+    with pytest.raises(ConfigError, match=r"lumi.yaml:\d+: fakeroot: rocm.def has a %post.*cotainr"):
+        app.build(project, target="lumi-rocm-def", dry_run=True, say=lambda line: None)
+    # On LUMI itself the real runtime is looked up (this machine's apptainer stands in for it).
+    assert project.runtime_for(project.sites["lumi"], dry_run=True).version != "unknown"
+    monkeypatch.delenv("SLURM_CLUSTER_NAME")
+    project = app.Project.load(data_root, {})
+    assert project.runtime_for(project.sites["lumi"], dry_run=True).binary == "singularity"
+
+
+def test_expand_host_variables() -> None:
+    assert expand("/tmp/${USER}-x-$SLURM_JOB_ID", JOB_ENV, strict=True) == "/tmp/alice-x-4242"
+    assert expand("/tmp/$USER-$NOPE", JOB_ENV, strict=False) == "/tmp/alice-$NOPE"
+    # $$ is for the container: Apptainer expands --env values in the container's environment.
+    assert expand("/opt/nccl/lib:$$LD_LIBRARY_PATH", {}, strict=True) == \
+        "/opt/nccl/lib:$LD_LIBRARY_PATH"
+
+
+@pytest.mark.apptainer
+def test_cotainr_sandbox_path_runs_on_real_apptainer(cpu_image: Path, real_project,
+                                                     real_runtime, tmp_path: Path) -> None:
+    """cotainr's own build path (sandbox from a base image, its env and labels, SIF) through
+    the singularity shim, for real. Only the Conda step (a Miniforge download) cannot run here."""
+    base = cpu_image.with_name("debian-base.sif")
+    settings = load_settings(real_project.root, {"images_dir": str(tmp_path / "images"),
+                                                      "tmp_dir": str(tmp_path / "work")})
+    host = HostFacts(runtime=real_runtime, pip=PipConfig(), git_revision="g", build_date="d",
+                     cotainr=cotainr_binary())
+    (step,) = plan_build(real_project.targets, "lumi-rocm", settings=settings, host=host,
+                         cli_args={"BASE_IMAGE": str(base)}).steps
+    builder._stage(step)
+    argv = [a for a in step.build_argv if not a.startswith("--conda-env=")]
+    env = {**os.environ, **{k: os.path.expandvars(v) for k, v in step.env.items()}}
+    step.partial.parent.mkdir(parents=True)
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    labels = subprocess.run(real_runtime.exec_argv(image=step.partial, command=[
+        "cat", "/.singularity.d/labels.json"]), capture_output=True, text=True, check=True).stdout
+    assert "cotainr" in labels.lower()
+    out = subprocess.run(real_runtime.exec_argv(image=step.partial, command=[
+        "python3", "-c", "print('inside', 6 * 7)"]), capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "inside 42"

@@ -1,0 +1,88 @@
+"""Smoke planning (exact exec argv per site) and the verdict arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from containers.errors import ConfigError, VerdictFailed
+from containers.inputs.recipes import load_targets
+from containers.inputs.sites import load_site
+from containers.prove.smoke import SmokeOptions, SmokeResult, check, plan_smoke, verdict
+from containers.run.workload import Outcome
+
+
+def test_cpu_plan_argv(data_root, data_settings, data_runtime) -> None:
+    target = load_targets(data_root)["cpu"]
+    site = load_site(data_root / "sites" / "local.yaml")
+    plan = plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
+                      options=SmokeOptions(gpus=4, sizes="1K:1M", iters=3, warmup=1, timeout=90),
+                      run_id="r1")
+    out = data_settings.results_dir / "smoke" / "cpu-r1"
+    assert plan.out_dir == out and plan.ranks == 4 and plan.timeout == 90
+    assert plan.argv == [
+        "apptainer", "exec",
+        "--bind", f"{data_settings.root / 'jobs'}:/opt/containers/jobs:ro",
+        "--bind", f"{out}:/opt/containers/results",
+        str(data_settings.images_dir / "cpu.sif"),
+        "torchrun", "--standalone", "--nproc-per-node=4", "/opt/containers/jobs/allreduce.py",
+        "--sizes", "1K:1M", "--iters", "3", "--warmup", "1", "--dtype", "float32",
+        "--out", "/opt/containers/results", "--timeout-s", "90"]
+
+
+def test_gpu_site_flags_binds_env_and_limits(tmp_path, data_root, data_settings,
+                                             data_runtime) -> None:
+    site_file = tmp_path / "gpusite.yaml"
+    site_file.write_text("description: x\ngpu: rocm\ngpus_per_node: 8\nruntime: singularity\n"
+                         "binds: [/opt/cray]\nenv: {NCCL_SOCKET_IFNAME: hsn}\n")
+    site = load_site(site_file)
+    target = load_targets(data_root)["cpu"]
+    plan = plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
+                      options=SmokeOptions(gpus=8), run_id="r")
+    assert plan.argv[2] == "--rocm" and "--nv" not in plan.argv
+    assert plan.argv[plan.argv.index("/opt/cray") - 1] == "--bind"
+    assert "NCCL_SOCKET_IFNAME=hsn" in plan.argv
+    with pytest.raises(ConfigError, match="nodes have 8 GPUs; --gpus 16"):
+        plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
+                   options=SmokeOptions(gpus=16), run_id="r")
+    with pytest.raises(ConfigError, match="--gpus must be at least 1"):
+        plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
+                   options=SmokeOptions(gpus=0), run_id="r")
+
+
+def _result(plan, **kw) -> SmokeResult:
+    base = dict(returncode=0, timed_out=False, missing_ranks=[], seconds=1.0,
+                report={"wrong_total": 0, "results": [], "finished": "2026-11-21T00:00:00"})
+    return SmokeResult(plan=plan, outcome=Outcome(**{**base, **kw}))
+
+
+def test_verdicts(data_root, data_settings, data_runtime) -> None:
+    target = load_targets(data_root)["cpu"]
+    site = load_site(data_root / "sites" / "local.yaml")
+    plan = plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
+                      options=SmokeOptions(gpus=2, timeout=30), run_id="r")
+    assert verdict(_result(plan)) == [] and _result(plan).ok
+    check(_result(plan))
+    row = {"bytes": 1024, "oop": {"wrong": 3}, "ip": {"wrong": 0}}
+    wrong = _result(plan, returncode=1, report={"wrong_total": 3, "results": [row],
+                                                 "finished": "2026-11-21T00:00:01"})
+    assert verdict(wrong) == ["3 wrong values (all_reduce results differ from the exact sum) "
+                              "at sizes 1024 B"]
+    lost = _result(plan, returncode=1, timed_out=True, missing_ranks=[1], report=None)
+    assert verdict(lost) == ["timed out after 30 s; every process of the run was stopped",
+                             "ranks that did not finish: 1 (of 2)"]
+    with pytest.raises(VerdictFailed, match="smoke FAILED for cpu \\(2 ranks\\): timed out"):
+        check(lost)
+    assert verdict(_result(plan, returncode=3)) == ["the benchmark exited with code 3"]
+    assert verdict(_result(plan, report=None)) == ["no allreduce.json was written"]
+    unfinished = _result(plan, report={"results": [], "finished": None})
+    assert verdict(unfinished) == ["the benchmark did not complete its sizes"]
+
+
+def test_first_failure_from_torchrun_summary() -> None:
+    from containers.run.workload import first_failure
+    summary = ["[rank0]: some noise", "Failures:", "  <NO_OTHER_FAILURES>",
+               "Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-21_05:30",
+               "  host      : localhost", "  rank      : 1 (local_rank: 1)",
+               "  exitcode  : 17 (pid: 12684)", "  error_file: <N/A>"]
+    assert first_failure(summary) == (1, 17)
+    assert first_failure(summary[:3]) is None

@@ -1,0 +1,132 @@
+"""Integration: ``invoke smoke`` inside the real CPU image, passing and failing for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from containers import app
+from containers.errors import PerformanceFailed, VerdictFailed
+from containers.host.process import descendants
+from containers.inputs.references import Reference
+from containers.prove import perflog
+from containers.prove.smoke import SmokeOptions
+from containers.settings import load_settings
+
+pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
+
+
+@pytest.fixture
+def smoke_project(real_project, tmp_path) -> app.Project:
+    """The real project and image, with results going to this test's temp folder."""
+    settings = load_settings(real_project.root, {"results_dir": str(tmp_path / "results"),
+                                                  "perflog_dir": str(tmp_path / "perflog")})
+    return app.Project(root=real_project.root, settings=settings)
+
+
+def _no_leftovers() -> None:
+    deadline = time.monotonic() + 10
+    while descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert descendants(os.getpid()) == [], "processes of the smoke run were left behind"
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_smoke_passes(cpu_image, smoke_project, ranks) -> None:
+    lines: list[str] = []
+    result = app.smoke(smoke_project, target="cpu", say=lines.append,
+                       options=SmokeOptions(gpus=ranks, sizes="4K:4M", iters=3, warmup=1,
+                                            timeout=300))
+    assert result.ok, "\n".join(lines[-30:])
+    report = result.report
+    assert report["world_size"] == ranks and report["backend"] == "gloo"
+    assert report["wrong_total"] == 0 and report["ok"] is True
+    assert [r["bytes"] for r in report["results"]] == [4096 << i for i in range(11)]
+    assert all(r["oop"]["busbw"] > 0 and r["ip"]["busbw"] > 0 for r in report["results"])
+    out = result.plan.out_dir
+    assert (out / "allreduce.png").stat().st_size > 10_000
+    assert sorted(p.name for p in out.glob("rank-*.json")) == [f"rank-{i}.json"
+                                                                for i in range(ranks)]
+    assert any(line.startswith("# Out of bounds values : 0") for line in lines)
+    assert "sanity:      PASS" in lines
+    record = json.loads((out / "verdict.json").read_text())
+    provenance = json.loads(cpu_image.with_name("cpu.sif.json").read_text())
+    assert record["passed"] is True and record["reasons"] == [] and record["ranks"] == ranks
+    assert (record["inputs_hash"], record["sha256"]) == (provenance["inputs_hash"],
+                                                         provenance["sha256"])
+    assert record["largest"]["bytes"] == 4 << 20
+    # The local site's reference is at 16 MiB: this run did not measure it, and says so.
+    assert record["performance"]["state"] == "not-measured"
+    assert record["transport"] is None  # gloo: no NCCL transport to prove
+    (logged,) = perflog.read(smoke_project.settings.perflog_dir)
+    assert logged["inputs_hash"] == provenance["inputs_hash"] and logged["ranks"] == ranks
+    busbw_factor = 2 * (ranks - 1) / ranks
+    last = report["results"][-1]["oop"]
+    assert last["busbw"] == pytest.approx(last["algbw"] * busbw_factor, rel=0.01, abs=0.002)
+    _no_leftovers()
+
+
+@pytest.mark.parametrize("fault, timeout, expected", [
+    ("die@1", 240, "first failure: rank 1 (exit code 17)"),
+    ("corrupt@1", 240, "wrong values (all_reduce results differ from the exact sum)"),
+    ("hang@1", 25, "timed out after 25 s"),
+])
+def test_smoke_fails_on_faults(cpu_image, smoke_project, fault, timeout, expected) -> None:
+    started = time.monotonic()
+    lines: list[str] = []
+    with pytest.raises(VerdictFailed) as info:
+        app.smoke(smoke_project, target="cpu", say=lines.append,
+                  options=SmokeOptions(gpus=2, sizes="4K:64K", iters=2, warmup=1,
+                                       timeout=timeout, fault=fault))
+    message = str(info.value)
+    assert expected in message, "\n".join(lines[-30:])
+    assert message.startswith("smoke FAILED for cpu (2 ranks)")
+    assert time.monotonic() - started < timeout + 30
+    if fault == "hang@1":
+        assert "ranks that did not finish: 0, 1 (of 2)" in message  # rank 0 waits on rank 1
+    verdict = json.loads(next(Path(smoke_project.settings.results_dir).rglob(
+        "verdict.json")).read_text())
+    assert verdict["passed"] is False and any(expected in r for r in verdict["reasons"])
+    if fault == "corrupt@1":
+        report = json.loads(next(Path(smoke_project.settings.results_dir).rglob(
+            "allreduce.json")).read_text())
+        assert report["wrong_total"] > 0 and report["ok"] is False
+    _no_leftovers()
+
+
+def _with_local_reference(project: app.Project, value: float) -> app.Project:
+    local = project.sites["local"]
+    reference = Reference(partition="*", nodes=1, ranks_per_node=2, bytes=16 << 20,
+                          value=value, lower=-0.7, upper=None, unit="GB/s", source="test")
+    project.__dict__["sites"] = {**project.sites,
+                                 "local": replace(local, references=(reference,))}
+    return project
+
+
+def test_reference_gates_pass_and_fail_on_performance_only(cpu_image, smoke_project) -> None:
+    """Against a reference it meets: PASS. Against an impossible one: correct but too slow, so
+    the performance gate fails (exit 3), the sanity gate does not, and both runs are logged."""
+    options = SmokeOptions(gpus=2, sizes="4M:16M", iters=3, warmup=1, timeout=300)
+    lines: list[str] = []
+    result = app.smoke(_with_local_reference(smoke_project, 0.5), target="cpu",
+                       options=options, say=lines.append)
+    assert result.performance.state == "pass", "\n".join(lines[-20:])
+    assert any(line.startswith("performance: PASS: busbw") for line in lines)
+    with pytest.raises(PerformanceFailed) as info:
+        app.smoke(_with_local_reference(smoke_project, 1000.0), target="cpu", options=options,
+                  say=lines.append)
+    assert info.value.exit_code == 3
+    assert "is below the reference 1000 GB/s (>= 300 GB/s)" in str(info.value)
+    assert "% short of 1000" in str(info.value)
+    assert "sanity:      PASS" in lines
+    records = perflog.read(smoke_project.settings.perflog_dir, target="cpu")
+    assert [r["performance"]["state"] for r in records] == ["pass", "fail"]
+    assert all(r["passed"] for r in records)
+    history: list[str] = []
+    assert len(app.smoke_history(smoke_project, target="cpu", say=history.append)) == 2
+    assert (smoke_project.settings.perflog_dir / "history-cpu.png").stat().st_size > 10_000
