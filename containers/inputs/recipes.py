@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from containers.errors import ConfigError, UsageError
-from containers.inputs.schema import Field, check_mapping, line_of, suggest
+from containers.errors import ConfigError
+from containers.inputs.schema import Field, check_mapping, line_of, pick, suggest
 from containers.inputs.yamlsource import load_yaml_file
 
 ARCHES = ("x86_64", "aarch64")
@@ -111,11 +111,7 @@ def load_targets(root: Path) -> dict[str, Target]:
 
 
 def get_target(targets: dict[str, Target], name: str) -> Target:
-    try:
-        return targets[name]
-    except KeyError as exc:
-        raise UsageError(f"unknown target '{name}'{suggest(name, list(targets))}; known: "
-                         f"{', '.join(sorted(targets))}", flag="--target") from exc
+    return pick(targets, name, what="target", flag="--target")
 
 
 def base_chain(targets: dict[str, Target], name: str) -> list[Target]:

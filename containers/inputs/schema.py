@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from containers.errors import ConfigError
+from containers.errors import ConfigError, UsageError
 from containers.inputs.yamlsource import LocatedDict, LocatedList
+
+T = TypeVar("T")
 
 
 def _is_str(v: Any) -> bool:
@@ -82,6 +84,15 @@ def suggest(word: str, candidates: Sequence[str]) -> str:
     """A ``" (did you mean 'x'?)"`` suffix for a likely typo, or an empty string."""
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
+    """``items[name]``, or a :class:`UsageError` naming the flag, the likely name and all names."""
+    try:
+        return items[name]
+    except KeyError as exc:
+        raise UsageError(f"unknown {what} '{name}'{suggest(name, list(items))}; known: "
+                         f"{', '.join(sorted(items))}", flag=flag) from exc
 
 
 def line_of(data: Any, key: str | int | None = None) -> int | None:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Mapping
 
-from containers.errors import ConfigError, UsageError
+from containers.errors import ConfigError
 from containers.inputs.references import Reference, parse_reference, select
-from containers.inputs.schema import Field, check_mapping, line_of, suggest
+from containers.inputs.schema import Field, check_mapping, line_of, pick, suggest
 from containers.inputs.yamlsource import load_yaml_file
 
 LAUNCHERS = ("torchrun", "srun-per-gpu", "mpiexec-torchrun")
@@ -206,11 +206,7 @@ def load_sites(root: Path) -> dict[str, Site]:
 
 
 def get_site(sites: dict[str, Site], name: str) -> Site:
-    try:
-        return sites[name]
-    except KeyError as exc:
-        raise UsageError(f"unknown site '{name}'{suggest(name, list(sites))}; known: "
-                         f"{', '.join(sorted(sites))}", flag="--site") from exc
+    return pick(sites, name, what="site", flag="--site")
 
 
 def detect_site(sites: dict[str, Site], environ: Mapping[str, str] | None = None,
