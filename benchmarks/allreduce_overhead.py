@@ -13,13 +13,12 @@ Ratios: host/bare (harness overhead; in-place busbw, as the bare loop is in plac
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, report, run_checked
+from common import ROOT, parser, report, run_checked
 
 from containers import app
 from containers.prove.smoke import SmokeOptions, plan_smoke
@@ -28,14 +27,9 @@ SIZES = [16 << 20, 32 << 20, 64 << 20]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=2, help="ranks (CPU processes)")
-    parser.add_argument("--repeat", type=int, default=2, help="interleaved repetitions")
-    parser.add_argument("--iters", type=int, default=10, help="timed iterations per size")
-    parser.add_argument("--target", default="cpu", help="image target (must be built)")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" /
-                        "allreduce_overhead.json", help="JSON result file")
-    args = parser.parse_args()
+    flags = parser(__doc__, out_name="allreduce_overhead.json")
+    flags.add_argument("--iters", type=int, default=10, help="timed iterations per size")
+    args = flags.parse_args()
     project = app.Project.load(ROOT, {})
     target = project.target(args.target)
     runtime = project.runtime()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -11,6 +12,17 @@ sys.path.insert(0, str(ROOT))
 
 from containers.host.process import run  # noqa: E402
 from containers.report import console, table  # noqa: E402
+
+
+def parser(doc: str, *, out_name: str) -> argparse.ArgumentParser:
+    """The flags every side-by-side benchmark has: ranks, interleaved repeats, image, JSON file."""
+    parsed = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parsed.add_argument("--ranks", type=int, default=2, help="ranks (CPU processes)")
+    parsed.add_argument("--repeat", type=int, default=2, help="interleaved repetitions")
+    parsed.add_argument("--target", default="cpu", help="image target (must be built)")
+    parsed.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / out_name,
+                        help="JSON result file")
+    return parsed
 
 
 def run_checked(argv: list[str], *, label: str, timeout: float = 1800, env=None) -> list[str]:

@@ -8,30 +8,24 @@ Usage: ``python benchmarks/train_image_vs_host.py [--model cnn] [--repeat 2]``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, report, run_checked
+from common import ROOT, parser, report, run_checked
 
 from containers import app
 from containers.prove.train import TrainOptions, plan_train
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="cnn", help="vit, wideresnet, cnn or resnet")
-    parser.add_argument("--model-size", default="small", help="tiny, small or base")
-    parser.add_argument("--ranks", type=int, default=2, help="ranks (CPU processes)")
-    parser.add_argument("--epochs", type=int, default=3, help="epochs per run")
-    parser.add_argument("--samples", type=int, default=8192, help="synthetic samples")
-    parser.add_argument("--repeat", type=int, default=2, help="interleaved repetitions")
-    parser.add_argument("--target", default="cpu", help="image target (must be built)")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" /
-                        "train_image_vs_host.json", help="JSON result file")
-    args = parser.parse_args()
+    flags = parser(__doc__, out_name="train_image_vs_host.json")
+    flags.add_argument("--model", default="cnn", help="vit, wideresnet, cnn or resnet")
+    flags.add_argument("--model-size", default="small", help="tiny, small or base")
+    flags.add_argument("--epochs", type=int, default=3, help="epochs per run")
+    flags.add_argument("--samples", type=int, default=8192, help="synthetic samples")
+    args = flags.parse_args()
     project = app.Project.load(ROOT, {})
     target = project.target(args.target)
     options = TrainOptions(example="ddp", gpus=args.ranks, model=args.model,
