@@ -47,6 +47,8 @@ WANT_VERSION="${APPTAINER_VERSION:-1.4.5}"
 LINK_SINGULARITY="${APPTAINER_LINK_SINGULARITY:-0}"
 FUSE_CHMOD="${APPTAINER_FUSE_CHMOD:-1}"
 SKIP_SMOKE="${APPTAINER_SKIP_SMOKE:-0}"
+APTSOURCES="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/containers/host/aptsources.py"
+readonly APTSOURCES
 readonly SUBID_COUNT=65536
 readonly SUBID_MIN=100000
 
@@ -131,60 +133,19 @@ detect_arch() {
     esac
 }
 
-# The Debian mirror: $APPTAINER_DEBIAN_MIRROR, else the host's apt sources (deb822 *.sources
-# first, then one-line sources.list files), taking the main archive (a suite without a dash,
-# such as the release codename) rather than the security or updates archives.
+# The Debian mirror: $APPTAINER_DEBIAN_MIRROR, else the host's apt sources as the project's one
+# parser of them reads them (containers/host/aptsources.py, standard library only, so the system
+# python3 runs it before any venv exists): the first enabled `deb` source serving the host's own
+# release (VERSION_CODENAME), deb822 *.sources first, then one-line sources.list files.
 detect_mirror() {
     if [[ -n "${APPTAINER_DEBIAN_MIRROR:-}" ]]; then
         printf '%s\n' "${APPTAINER_DEBIAN_MIRROR%/}"
         return 0
     fi
-    local f uri
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [[ -r "$f" ]] || continue
-        uri=$(awk '
-            function flush() {
-                if (uri != "" && enabled != "no" && types ~ /(^|[ \t])deb([ \t]|$)/ \
-                    && uri !~ /security/ && suites ~ /(^|[ \t])[^ \t-]+([ \t]|$)/) {
-                    print uri; found = 1; exit
-                }
-                uri = ""; types = ""; suites = ""; enabled = ""
-            }
-            /^[ \t]*#/ { next }
-            /^[ \t]*$/ { flush(); next }
-            /^[^ \t][^:]*:/ {
-                key = tolower(substr($0, 1, index($0, ":") - 1))
-                val = substr($0, index($0, ":") + 1)
-                sub(/^[ \t]+/, "", val); sub(/[ \t]+$/, "", val)
-                if (key == "uris") { split(val, a, /[ \t]+/); uri = a[1] }
-                else if (key == "types") types = val
-                else if (key == "suites") suites = val
-                else if (key == "enabled") enabled = tolower(val)
-            }
-            END { if (!found) flush() }
-        ' "$f")
-        if [[ -n "$uri" ]]; then
-            printf '%s\n' "${uri%/}"
-            return 0
-        fi
-    done
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-        [[ -r "$f" ]] || continue
-        uri=$(awk '
-            $1 != "deb" { next }
-            {
-                i = 2
-                if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
-                u = $i; s = $(i + 1)
-                if (u != "" && u !~ /security/ && s !~ /-/) { print u; exit }
-            }
-        ' "$f")
-        if [[ -n "$uri" ]]; then
-            printf '%s\n' "${uri%/}"
-            return 0
-        fi
-    done
-    return 1
+    [[ -r "$APTSOURCES" ]] || die "$APTSOURCES not found; set APPTAINER_DEBIAN_MIRROR"
+    command -v python3 >/dev/null 2>&1 \
+        || die "python3 is needed to read the apt sources; install it or set APPTAINER_DEBIAN_MIRROR"
+    python3 "$APTSOURCES"
 }
 
 pkg_installed() {
@@ -663,4 +624,7 @@ main() {
     log "done in ${SECONDS} s: $("$BIN_DIR/apptainer" --version) ($BIN_DIR/apptainer -> $(prefix_bin))"
 }
 
-main "$@"
+# Sourced (tests call detect_mirror), it only defines the functions.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    main "$@"
+fi

@@ -18,18 +18,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from containers.files import atomic_write_text
-from containers.locking import file_lock
-from containers.build.plan import BuildPlan, BuildStep
 from containers.build import provenance
+from containers.build.plan import BuildPlan, BuildStep
+from containers.files import atomic_write_text
 from containers.host.process import run
 from containers.host.runtime import Runtime
+from containers.locking import file_lock
 
 Say = Callable[[str], None]
 _PHASES = (
     (re.compile(r"Running (\w+) scriptlet"), None),
-    (re.compile(r"^I: (Retrieving|Validating|Checking|Extracting|Installing|Configuring|Unpacking)"),
-     "debootstrap"),
+    (re.compile(r"^I: (Retrieving|Validating|Checking|Extracting|Installing|Configuring"
+                r"|Unpacking)"), "debootstrap"),
     (re.compile(r"Creating SIF file"), "squashfs"),
     (re.compile(r"Adding (labels|environment|runscript|testscript|help)"), "metadata"),
     (re.compile(r"Starting build"), "start"),

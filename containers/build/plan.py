@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Mapping
 
 from containers import __version__
+from containers.errors import ConfigError, UsageError
+from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsafe_characters
+from containers.host.sources import PipConfig
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_env_spec
-from containers.errors import ConfigError
-from containers.host.sources import PipConfig
-from containers.host.runtime import Runtime
-from containers.settings import Settings
 from containers.inputs.recipes import Target, base_chain
+from containers.settings import Settings
 
 #: Arguments the tool fills from the build host; they locate inputs but do not change the image.
 CONTEXT_ARGS = ("MIRROR", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS")
@@ -32,6 +32,8 @@ CONTEXT_ARGS = ("MIRROR", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS")
 PROVENANCE_ARGS = ("INPUTS_HASH", "TOOL_VERSION", "GIT_REVISION", "BUILD_DATE", "TARGET")
 #: Where the staged build context appears inside the image during %post (not under /tmp).
 CONTEXT_MOUNT = "/opt/build-context"
+#: How HOST_PATHS joins the bound host folders: as PATH does, since no bind path holds a colon.
+HOST_PATHS_SEPARATOR = ":"
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def parse_build_args(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--build-arg '{pair}' is not KEY=VALUE", key="--build-arg")
+            raise UsageError(f"'{pair}' is not KEY=VALUE", flag="--build-arg")
         result[key.strip()] = value
     return result
 
@@ -198,6 +200,23 @@ def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: 
                            base_step=base_step, env_vars=env_vars, common=common)
 
 
+def check_carried_paths(context: Path, binds: list[str]) -> None:
+    """Refuse, naming it, a path the build cannot carry intact. Spaces are fine everywhere; the
+    build context is a ``%files`` source (Apptainer expands shell characters there) and each host
+    folder a ``--bind`` source (split at commas and colons)."""
+    bad = unsafe_characters(str(context), FILES_SPECIALS)
+    if bad:
+        raise ConfigError(f"the build context {str(context)!r} holds {bad!r}, which Apptainer's "
+                          f"%files would expand; choose a tmp_dir without them",
+                          path="invoke.yaml", key="containers.tmp_dir")
+    for path in binds:
+        bad = unsafe_characters(path, BIND_SPECIALS)
+        if bad:
+            raise ConfigError(f"host folder {path!r} holds {bad!r}, which apptainer --bind "
+                              f"cannot carry; move it or point pip's find-links / index-url "
+                              f"elsewhere", key="HOST_PATHS")
+
+
 def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
                     user_args: Mapping[str, str], cli_args: Mapping[str, str], *,
                     host: HostFacts, base_step: BuildStep | None, env_vars: dict[str, str],
@@ -214,7 +233,7 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
         copied[cert] = Path(host.pip.cert)
     provided = {
         "BUILD_CONTEXT": str(context),
-        "HOST_PATHS": " ".join(binds),
+        "HOST_PATHS": HOST_PATHS_SEPARATOR.join(binds),
         "INPUTS_HASH": common["inputs_hash"],
         "TOOL_VERSION": __version__,
         "GIT_REVISION": host.git_revision,
@@ -234,6 +253,8 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
                           path=target.definition, key=unknown[0])
     definition.render(args)  # every {{ ARG }} must have a value before anything runs
     uses_context = "BUILD_CONTEXT" in used
+    check_carried_paths(context if uses_context else Path("/"),
+                        binds if "HOST_PATHS" in used else [])
     partial = common["partial"]
     build_argv = host.runtime.build_argv(
         output=partial, spec=target.definition, build_args=args,

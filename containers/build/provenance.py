@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from containers.build.plan import BuildStep
+from containers.errors import CommandFailed
 from containers.files import sha256_file
 from containers.host.process import capture
 from containers.host.runtime import Runtime
@@ -40,7 +41,12 @@ def built_hashes(images_dir: Path, names: list[str]) -> dict[str, str]:
 
 
 def labels_of(runtime: Runtime, image: Path) -> dict[str, str]:
-    data = json.loads(capture(runtime.inspect_argv(image)))
+    argv = runtime.inspect_argv(image)
+    try:
+        data = json.loads(capture(argv))
+    except ValueError as exc:
+        raise CommandFailed(f"{runtime.flavour} inspect of {image} printed no JSON",
+                            argv=argv) from exc
     return dict(data.get("data", {}).get("attributes", {}).get("labels", {}) or {})
 
 

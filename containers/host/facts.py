@@ -4,6 +4,7 @@ CA certificates, cotainr, and which images are already built. Gathered once, the
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import platform
 import shutil
@@ -37,7 +38,7 @@ def gather_host(root: Path, images_dir: Path, runtime: Runtime, names: list[str]
                 mirror_override: str | None) -> HostFacts:
     pip = hostcfg.host_pip_config()
     if pip.cert and not Path(pip.cert).is_file():
-        pip = hostcfg.PipConfig(**{**pip.__dict__, "cert": None})
+        pip = dataclasses.replace(pip, cert=None)
     mirror = mirror_override
     if mirror is None:
         try:

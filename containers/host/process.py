@@ -2,14 +2,14 @@
 
 Workloads under ``apptainer exec … torchrun`` form a tree: torchrun starts each rank in a session
 of its own (``start_new_session``), so killing our process group alone would orphan hung ranks.
-:func:`stop_tree` therefore snapshots every descendant by PID (from ``/proc``), asks them to stop
-(SIGTERM lets torchrun tear its ranks down), waits, then SIGKILLs whatever is left. Only processes
-this module started, and their descendants, are ever signalled.
+:func:`stop_tree` therefore snapshots every descendant with psutil (parent links, whatever
+session or group a process is in), asks them to stop (SIGTERM lets torchrun tear its ranks down),
+waits up to a grace period, then SIGKILLs whatever is left, including processes that appeared
+meanwhile. Only processes this module started, and their descendants, are ever signalled.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import subprocess
@@ -19,6 +19,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
+
+import psutil
 
 from containers.errors import CommandFailed
 
@@ -48,61 +50,60 @@ class Completed:
         raise CommandFailed(what, argv=self.argv, returncode=self.returncode, output=self.tail)
 
 
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-        fields = stat[stat.rfind(")") + 2:].split()
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    return children
+def _tree(pid: int) -> list[psutil.Process]:
+    """``pid``'s live descendants (children first); empty when ``pid`` is gone."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _gone(proc: psutil.Process) -> bool:
+    """Exited (a zombie counts: it only waits for its parent to reap it) or its PID reused."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (children first), found through ``/proc``."""
-    children = _children_map()
-    found: list[int] = []
-    stack = list(children.get(pid, []))
-    while stack:
-        child = stack.pop()
-        found.append(child)
-        stack.extend(children.get(child, []))
-    return found
+    """The PIDs of every live descendant of ``pid`` (children first); zombies excluded."""
+    return [proc.pid for proc in _tree(pid) if not _gone(proc)]
 
 
-def _signal_all(pids: Sequence[int], sig: signal.Signals) -> None:
-    for pid in pids:
+def _signal_all(procs: Sequence[psutil.Process], sig: signal.Signals) -> None:
+    for proc in procs:
         try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
+            proc.send_signal(sig)  # psutil refuses a PID that another process has reused
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
+
+
+def _wait_gone(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of ``procs`` still running after up to ``timeout`` seconds.
+
+    Not ``psutil.wait_procs``: it reaps our own child behind ``Popen``'s back (whose returncode
+    would then read 0) and counts a zombie whose parent has not reaped it yet as alive.
+    """
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if not _gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
 
 
 def stop_tree(proc: subprocess.Popen, *, grace: float = 10.0) -> None:
     """Stop ``proc`` and all its descendants: SIGTERM, up to ``grace`` seconds, then SIGKILL."""
-    tree = descendants(proc.pid)
-    _signal_all([proc.pid, *tree], signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        tree = [p for p in tree if Path(f"/proc/{p}").exists() and not _is_zombie(p)]
-        if proc.poll() is not None and not tree:
-            return
-        time.sleep(0.1)
-    _signal_all([proc.pid, *tree, *descendants(proc.pid)], signal.SIGKILL)
-    proc.wait()
-
-
-def _is_zombie(pid: int) -> bool:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rfind(")") + 2:].split()[0] == "Z"
+        tree = [psutil.Process(proc.pid), *_tree(proc.pid)]
+    except psutil.NoSuchProcess:
+        tree = []
+    _signal_all(tree, signal.SIGTERM)
+    alive = _wait_gone(tree, grace)
+    # Kill what is left, and what was started between the snapshot and the SIGTERM.
+    _signal_all([*alive, *_tree(proc.pid)], signal.SIGKILL)
+    proc.wait()
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
@@ -150,7 +151,8 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path 
 
 def capture(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             timeout: float | None = 120) -> str:
-    """Run a short query command and return its stdout; non-zero exit is a :class:`CommandFailed`."""
+    """Run a short query command and return its stdout; a non-zero exit is
+    :class:`CommandFailed`."""
     try:
         result = subprocess.run([str(a) for a in argv], capture_output=True, text=True,
                                 env=dict(env) if env else None, timeout=timeout,

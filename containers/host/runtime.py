@@ -1,9 +1,9 @@
 """The container runtime: which binary, which flavour, and the argv of every call made to it.
 
 Sites run Apptainer or SingularityCE (LUMI: ``singularity`` 4.1.3). Everything here returns argv
-lists; :mod:`containers.host.process` runs them. ``--env`` is used for the container environment because
-both flavours accept it (Apptainer >= 1.0, SingularityCE >= 3.6), whereas host-side variables are
-read under different prefixes (``APPTAINERENV_`` vs ``SINGULARITYENV_``).
+lists; :mod:`containers.host.process` runs them. ``--env`` is used for the container environment
+because both flavours accept it (Apptainer >= 1.0, SingularityCE >= 3.6), whereas host-side
+variables are read under different prefixes (``APPTAINERENV_`` vs ``SINGULARITYENV_``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,27 @@ from containers.errors import CommandFailed, RuntimeNotFound
 from containers.host.process import capture
 
 FLAVOURS = ("apptainer", "singularity")
+#: ``--bind`` splits its value at commas (several binds) and colons (source:destination:options),
+#: so a bound path cannot hold either; newlines cannot be written into a definition line.
+BIND_SPECIALS = ",:\n"
+#: Apptainer expands a ``%files`` source as a shell word (it escapes spaces only), so these
+#: characters would be interpreted (variables, quotes, globs, operators) instead of copied.
+FILES_SPECIALS = "$`\\'\"()&;|<>*?[]{}\t\n"
+
+
+def build_arg(key: str, value: str) -> str:
+    """``KEY=VALUE`` as ``--build-arg`` reads it: the flag's value is a CSV record (several
+    arguments per flag), so a pair holding a comma, a double quote or a newline is CSV-quoted;
+    any other pair (spaces included) is passed unchanged."""
+    pair = f"{key}={value}"
+    if any(c in pair for c in ',"\r\n'):
+        return '"' + pair.replace('"', '""') + '"'
+    return pair
+
+
+def unsafe_characters(path: str, specials: str) -> str:
+    """The characters of ``path`` that are in ``specials``, in order, each once."""
+    return "".join(dict.fromkeys(c for c in path if c in specials))
 
 
 @dataclass(frozen=True)
@@ -42,7 +63,7 @@ class Runtime:
         if fakeroot:
             argv.append("--fakeroot")
         for key, value in build_args.items():
-            argv += ["--build-arg", f"{key}={value}"]
+            argv += ["--build-arg", build_arg(key, value)]
         for bind in binds:
             argv += ["--bind", bind]
         return argv + [str(output), str(spec)]
@@ -122,7 +143,7 @@ def find_runtime(preferred: str = "auto") -> Runtime:
         try:
             flavour, version = parse_version(capture([binary, "--version"], timeout=30))
         except CommandFailed as exc:
-            raise RuntimeNotFound(f"{binary} is on PATH but does not run: {exc}") from None
+            raise RuntimeNotFound(f"{binary} is on PATH but does not run: {exc}") from exc
         return Runtime(binary=binary, flavour=flavour, version=version)
     raise RuntimeNotFound(f"no container runtime found (looked for {', '.join(tried)} on PATH); "
                           "install one with scripts/install-apptainer.sh or set "

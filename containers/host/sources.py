@@ -15,34 +15,23 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from containers.errors import ConfigError
+from containers.host import aptsources
 from containers.host.process import capture
 
-APT_SOURCES_DIR = Path("/etc/apt/sources.list.d")
-APT_SOURCES_LIST = Path("/etc/apt/sources.list")
 CA_DIR = Path("/usr/local/share/ca-certificates")
 #: pip configuration scopes, lowest precedence first (pip's own order).
 _SCOPES = ("global", "user", "site", ":env:")
 
 
-def debian_mirror(suite: str = "bookworm", *, sources_dir: Path = APT_SOURCES_DIR,
-                  sources_list: Path = APT_SOURCES_LIST) -> str:
-    """The host's Debian mirror URI serving ``suite`` (deb822 ``.sources`` first, then ``.list``)."""
-    for path in sorted(sources_dir.glob("*.sources")) if sources_dir.is_dir() else []:
-        for stanza in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
-            fields = dict(re.findall(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.M))
-            suites = fields.get("Suites", "").split()
-            if "deb" in fields.get("Types", "deb").split() and suite in suites and fields.get("URIs"):
-                return fields["URIs"].split()[0].rstrip("/")
-    lists = [sources_list] + (sorted(sources_dir.glob("*.list")) if sources_dir.is_dir() else [])
-    for path in lists:
-        if not path.is_file():
-            continue
-        for line in path.read_text(encoding="utf-8").splitlines():
-            parts = re.sub(r"\[[^]]*\]", "", line).split()
-            if len(parts) >= 3 and parts[0] == "deb" and parts[2] == suite:
-                return parts[1].rstrip("/")
-    raise ConfigError(f"no Debian mirror for '{suite}' in the host's apt sources; pass one with "
-                      f"--build-arg MIRROR=URL", path=sources_dir, key="URIs")
+def debian_mirror(suite: str = "bookworm", *, sources_dir: Path = aptsources.SOURCES_DIR,
+                  sources_list: Path = aptsources.SOURCES_LIST) -> str:
+    """The host's Debian mirror URI serving ``suite``, by the rules of :mod:`.aptsources` (the
+    parser ``scripts/install-apptainer.sh`` uses too)."""
+    mirror = aptsources.find_mirror(aptsources.read_sources(sources_dir, sources_list), suite)
+    if mirror is None:
+        raise ConfigError(f"no Debian mirror for '{suite}' in the host's apt sources; pass one "
+                          f"with --build-arg MIRROR=URL", path=sources_dir, key="URIs")
+    return mirror
 
 
 @dataclass(frozen=True)

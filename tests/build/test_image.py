@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -10,8 +11,14 @@ from pathlib import Path
 import pytest
 
 from containers import app
+from containers.build import builder, provenance
+from containers.build.plan import HostFacts, chain_hashes, plan_build
 from containers.files import sha256_file
-from containers.build.plan import chain_hashes
+from containers.host.facts import host_arch
+from containers.host.sources import PipConfig
+from containers.inputs.definition import read_definition
+from containers.inputs.recipes import load_targets
+from containers.settings import load_settings
 
 pytestmark = pytest.mark.apptainer
 
@@ -32,8 +39,9 @@ def test_provenance_beside_and_inside_image(cpu_image: Path, real_project, real_
     assert record["runtime"] == {"flavour": real_runtime.flavour, "version": real_runtime.version}
     assert "torch==2.13.0+cpu" in record["pip_freeze"]
     assert record["inputs"]["base"] == chain_hashes(real_project.targets, "cpu")["debian-base"]
-    labels = json.loads(subprocess.run(real_runtime.inspect_argv(cpu_image), capture_output=True,
-                                       text=True, check=True).stdout)["data"]["attributes"]["labels"]
+    inspected = subprocess.run(real_runtime.inspect_argv(cpu_image), capture_output=True,
+                               text=True, check=True).stdout
+    labels = json.loads(inspected)["data"]["attributes"]["labels"]
     # The image's own labels, not the ones inherited from debian-base.
     assert labels["containers.target"] == "cpu"
     assert labels["containers.inputs-hash"] == record["inputs_hash"]
@@ -57,3 +65,62 @@ def test_apptainer_test_passes_on_image(cpu_image: Path, real_runtime) -> None:
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert "gloo all_reduce in one process: ok" in result.stdout
+
+
+# A %post that reads what the build was lent: each bound host folder (HOST_PATHS, the same here-doc
+# as cpu.def's %setup) and the staged build context; the image keeps what it read.
+TINY_POST = """%post
+    set -eu
+    tr ':' '\\n' <<'HOST_PATHS' | while IFS= read -r dir; do
+{{ HOST_PATHS }}
+HOST_PATHS
+        [ -z "$dir" ] || cat "$dir/marker.txt" >> /proof-bind
+    done
+    cp /opt/build-context/pip.conf /proof-context
+"""
+
+
+def test_spaces_in_context_base_image_and_bound_host_path(
+        tmp_path: Path, factory_project, cpu_image: Path, real_project, real_runtime) -> None:
+    """A real build whose build context, base image and bound host folder all have spaces in
+    their paths: cpu.def's own %setup and %files lines, Bootstrap: localimage from debian-base."""
+    root = factory_project()
+    cpu_def = read_definition(root / "recipes" / "cpu.def")
+    setup, files = cpu_def.section("setup"), cpu_def.section("files")
+    assert setup is not None and files is not None
+    (root / "recipes" / "tiny.def").write_text(
+        "Bootstrap: localimage\nFrom: {{ BASE_IMAGE }}\n\n%arguments\n    HOST_PATHS=\n\n"
+        + setup.header_line + setup.body + files.header_line + files.body + TINY_POST)
+    (root / "recipes" / "tiny.yaml").write_text(
+        f"description: paths with spaces\narch: {host_arch()}\nbuilder: apptainer\n"
+        "definition: recipes/tiny.def\nbase: debian-base\ntest: false\n")
+    images = tmp_path / "my images"
+    images.mkdir()
+    built = real_project.settings.images_dir
+    (images / "debian-base.sif").symlink_to(built / "debian-base.sif")
+    shutil.copy(built / "debian-base.sif.json", images)
+    wheels = tmp_path / "host wheels it's \"local\" $HOME"
+    wheels.mkdir()
+    (wheels / "marker.txt").write_text("bound ok\n")
+    settings = load_settings(root, {"images_dir": str(images),
+                                    "tmp_dir": str(tmp_path / "build tmp")})
+    targets = load_targets(root)
+    # pip.conf cannot hold a space in a path: the host's pip config has it as a file:// URL.
+    pip = PipConfig(find_links=(wheels.as_uri(),))
+    assert pip.local_paths() == [str(wheels)]
+    host = HostFacts(runtime=real_runtime, pip=pip, host_paths=tuple(pip.local_paths()),
+                     git_revision="test", build_date="now",
+                     mirror="http://unused.example/debian",  # debian-base is not rebuilt
+                     built_hashes=provenance.built_hashes(images, list(targets)))
+    plan = plan_build(targets, "tiny", settings=settings, host=host)
+    assert [s.action for s in plan.steps] == ["up-to-date", "build"]
+    lines: list[str] = []
+    builder.execute(plan, runtime=real_runtime, say=lines.append)
+    image = images / "tiny.sif"
+    assert image.is_file(), "\n".join(lines[-30:])
+    out = subprocess.run(real_runtime.exec_argv(image=image, command=[
+        "cat", "/proof-bind", "/proof-context"]), capture_output=True, text=True, timeout=120,
+        check=True).stdout
+    assert out.splitlines()[0] == "bound ok"
+    assert f"find-links = {wheels.as_uri()}" in out
+    assert not (tmp_path / "build tmp" / f"tiny-{plan.steps[1].short_hash}").exists()

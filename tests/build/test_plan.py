@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from containers.errors import ConfigError
-from containers.host.sources import PipConfig
 from containers.build.plan import HostFacts, chain_hashes, parse_build_args, plan_build
+from containers.errors import ConfigError, UsageError
+from containers.host.sources import PipConfig
+from containers.inputs.definition import parse_definition, read_definition
 from containers.inputs.recipes import load_targets
+from containers.settings import load_settings
 
 
 def data_host(runtime, **changes) -> HostFacts:
@@ -109,5 +113,69 @@ def test_build_arg_errors(data_root, data_settings, data_runtime) -> None:
         plan_build(targets, "debian-base", settings=data_settings,
                    host=data_host(data_runtime, mirror=None))
     assert parse_build_args(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
-    with pytest.raises(ConfigError, match="'A' is not KEY=VALUE"):
+    with pytest.raises(UsageError, match="--build-arg: 'A' is not KEY=VALUE") as caught:
         parse_build_args(["A"])
+    assert caught.value.flag == "--build-arg"
+
+
+def _build_args(argv: list[str]) -> dict[str, str]:
+    """The build arguments as Apptainer reads them: each --build-arg value is a CSV record."""
+    pairs = [field for flag, value in zip(argv, argv[1:]) if flag == "--build-arg"
+             for field in next(csv.reader([value]))]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def test_paths_with_spaces_and_quotes_survive(tmp_path: Path, data_root, data_runtime) -> None:
+    settings = load_settings(tmp_path, {"tmp_dir": str(tmp_path / "build tmp, #1 +=@%!~"),
+                                        "images_dir": str(tmp_path / "my images")})
+    wheels = ["/srv/my wheels", "/srv/it's \"odd\" $HOME"]
+    host = data_host(data_runtime, host_paths=tuple(wheels))
+    cpu = plan_build(load_targets(data_root), "cpu", settings=settings, host=host).steps[1]
+    context = settings.tmp_dir / f"cpu-{cpu.short_hash}" / "context"
+    args = _build_args(cpu.build_argv)
+    assert args["BUILD_CONTEXT"] == str(context)
+    assert args["BASE_IMAGE"] == str(settings.images_dir / "debian-base.sif")
+    assert args["HOST_PATHS"].split(":") == wheels
+    assert f'"BUILD_CONTEXT={context}"' in cpu.build_argv  # the comma: CSV-quoted for Apptainer
+    assert cpu.build_argv[-6:-2] == ["--bind", wheels[0], "--bind", wheels[1]]
+
+
+def test_definition_setup_creates_every_bind_destination(tmp_path: Path, data_root) -> None:
+    """cpu.def's %setup, as Apptainer renders and runs it (sh), makes each HOST_PATHS folder."""
+    wheels = ["/srv/my wheels", "/srv/it's \"odd\" $HOME `x` \\n", "/srv/ lead and trail "]
+    rendered = parse_definition(read_definition(data_root / "recipes" / "cpu.def").render(
+        {"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/ctx", "HOST_PATHS": ":".join(wheels)}))
+    setup = rendered.section("setup")
+    assert setup is not None
+    rootfs = tmp_path / "root fs"
+    subprocess.run(["sh", "-euc", setup.body], check=True, timeout=30,
+                   env={"PATH": "/usr/bin:/bin", "APPTAINER_ROOTFS": str(rootfs)})
+    made = sorted(str(p.relative_to(rootfs)) for p in rootfs.rglob("*"))
+    assert made == sorted(["srv", *(w[1:] for w in wheels)])
+    empty = parse_definition(read_definition(data_root / "recipes" / "cpu.def").render(
+        {"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/ctx"})).section("setup")
+    subprocess.run(["sh", "-euc", empty.body], check=True, timeout=30,
+                   env={"PATH": "/usr/bin:/bin", "APPTAINER_ROOTFS": str(tmp_path / "none")})
+    assert not (tmp_path / "none").exists()  # the default (no host paths) makes nothing
+
+
+@pytest.mark.parametrize("tmp_dir", ["build $HOME", "a`b`", "it's", "glob*", "new\nline"])
+def test_context_apptainer_would_expand_is_refused(tmp_dir: str, tmp_path: Path, data_root,
+                                                   data_runtime) -> None:
+    settings = load_settings(tmp_path, {"tmp_dir": str(tmp_path / tmp_dir)})
+    with pytest.raises(ConfigError, match=r"invoke.yaml: containers.tmp_dir: the build context "
+                                          r".* holds .*%files"):
+        plan_build(load_targets(data_root), "cpu", settings=settings,
+                   host=data_host(data_runtime))
+
+
+@pytest.mark.parametrize("path", ["/srv/a,b", "/srv/a:b"])
+def test_host_path_bind_cannot_carry_is_refused(path: str, data_root, data_settings,
+                                                data_runtime) -> None:
+    with pytest.raises(ConfigError, match=f"HOST_PATHS: host folder '{path}' holds '.', which "
+                                          "apptainer --bind cannot carry"):
+        plan_build(load_targets(data_root), "cpu", settings=data_settings,
+                   host=data_host(data_runtime, host_paths=("/srv/ok", path)))
+    # A target whose definition binds nothing does not care.
+    plan_build(load_targets(data_root), "debian-base", settings=data_settings,
+               host=data_host(data_runtime, host_paths=(path,)))

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from containers.host.process import descendants, run
+import pytest
+
+from containers.errors import CommandFailed
+from containers.host.process import capture, descendants, run, stop_tree
 
 # A parent that starts a child in a NEW session (as torchrun does with its ranks), then both hang.
 TREE = """
@@ -15,6 +20,27 @@ import subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                          start_new_session=True)
 print("child", child.pid, flush=True)
+time.sleep(600)
+"""
+# A child that starts a grandchild in a NEW session, then both hang: the grandchild's session
+# and group differ from ours and from its parent's, so only the parent links lead to it.
+CHILD = """
+import subprocess, sys, time
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                              start_new_session=True)
+print("grandchild", grandchild.pid, flush=True)
+time.sleep(600)
+"""
+GRANDCHILD = f"""
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", {CHILD!r}])
+time.sleep(600)
+"""
+# A command that ignores SIGTERM: only the SIGKILL after the grace stops it.
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
 time.sleep(600)
 """
 
@@ -25,6 +51,13 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
+def _wait_dead(pid: int, seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _alive(pid)
 
 
 def test_streams_lines_and_exit_code() -> None:
@@ -47,3 +80,44 @@ def test_timeout_stops_whole_tree_including_new_sessions() -> None:
         time.sleep(0.1)
     assert not _alive(child), "a process in its own session outlived the timeout"
     assert not any(_alive(p) for p in descendants(os.getpid()))
+
+
+def test_timeout_stops_grandchild_in_new_session() -> None:
+    lines: list[str] = []
+    result = run([sys.executable, "-c", GRANDCHILD], timeout=3, on_line=lines.append, grace=2)
+    assert result.timed_out
+    grandchild = int(lines[0].split()[1])
+    assert _wait_dead(grandchild), "a grandchild in its own session outlived the timeout"
+    assert not any(_alive(p) for p in descendants(os.getpid()))
+
+
+def test_sigkill_after_grace_and_real_returncode() -> None:
+    lines: list[str] = []
+    started = time.monotonic()
+    result = run([sys.executable, "-c", STUBBORN], timeout=2, on_line=lines.append, grace=1)
+    assert lines == ["ready"] and result.timed_out
+    # Popen reaped the command itself, so its status is the real one (not a psutil-reaped 0).
+    assert result.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 10
+    with pytest.raises(CommandFailed, match="stubborn timed out after"):
+        result.check("stubborn")
+
+
+def test_stop_tree_of_finished_process() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    started = time.monotonic()
+    stop_tree(proc, grace=5)  # nothing left to stop: no waiting out the grace
+    assert time.monotonic() - started < 2
+    assert descendants(proc.pid) == []
+
+
+def test_capture_and_check() -> None:
+    assert capture([sys.executable, "-c", "print('out')"]) == "out\n"
+    failing = [sys.executable, "-c", "import sys; sys.stderr.write('oops\\n'); sys.exit(4)"]
+    with pytest.raises(CommandFailed, match=r"exit 4\): oops") as caught:
+        capture(failing)
+    assert caught.value.argv == failing and caught.value.returncode == 4
+    with pytest.raises(CommandFailed, match="command not found: no-such-program-x"):
+        capture(["no-such-program-x"])
+    assert run([sys.executable, "-c", "pass"]).check("nothing").ok

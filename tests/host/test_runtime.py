@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
 
 from containers.errors import RuntimeNotFound
-from containers.host.runtime import Runtime, find_runtime, parse_version
+from containers.host.runtime import Runtime, build_arg, find_runtime, parse_version
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -41,3 +42,26 @@ def test_find_runtime_prefers_apptainer_and_reports_version(tmp_path: Path, monk
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(RuntimeNotFound, match="no container runtime found"):
         find_runtime("auto")
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("A", "/plain/path", "A=/plain/path"),
+    ("A", "/with space/x", "A=/with space/x"),
+    ("A", "/a,b", '"A=/a,b"'),
+    ("A", 'say "hi"', '"A=say ""hi"""'),
+    ("A", "one\ntwo", '"A=one\ntwo"'),
+])
+def test_build_arg_is_one_csv_field(key, value, expected) -> None:
+    """Apptainer reads each --build-arg value as a CSV record (as Python's csv module does)."""
+    assert build_arg(key, value) == expected
+    assert next(csv.reader([expected])) == [f"{key}={value}"]
+
+
+def test_build_argv_quotes_args_and_keeps_bind_paths() -> None:
+    runtime = Runtime("apptainer", "apptainer", "1.4.5")
+    argv = runtime.build_argv(output=Path("/o.sif"), spec="/x.def",
+                              build_args={"CTX": "/a b,c", "X": "1"}, binds=["/my wheels"],
+                              fakeroot=True)
+    assert argv == ["apptainer", "build", "--force", "--notest", "--fakeroot",
+                    "--build-arg", '"CTX=/a b,c"', "--build-arg", "X=1",
+                    "--bind", "/my wheels", "/o.sif", "/x.def"]
