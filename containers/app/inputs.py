@@ -11,6 +11,7 @@ from containers.build.plan import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
 from containers.errors import ContainersError
 from containers.inputs import validate
 from containers.report import Say, console, say_line as _print, table
+from containers.run import launchers
 
 
 def targets_report(project: Project, *, say: Say = _print) -> None:
@@ -45,4 +46,5 @@ def check_inputs(project: Project, *, target: str | None = None, say: Say = _pri
         chain_hashes(targets, name)  # reads and checks the definition and env spec of each base
         say(f"ok  target {name:<14} {os.path.relpath(targets[name].manifest)}")
     for site in sites.values():
+        launchers.for_site(site)  # the profile's launcher is in the registry, fits its scheduler
         say(f"ok  site   {site.name:<14} {os.path.relpath(site.path)}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from containers.app.project import Project
 from containers.batch import job as batch
-from containers.errors import ConfigError
+from containers.errors import ImageMissing
 from containers.files import atomic_write_text
 from containers.host.facts import host_arch
 from containers.host.process import capture
@@ -60,10 +60,11 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
     if not submit:
         return JobSubmission(job=planned, script=script)
-    if workload != "build" and not project.settings.image_path(item.name).is_file():
-        raise ConfigError(f"image {os.path.relpath(project.settings.image_path(item.name))} is "
-                          f"not built; build it first (on a login node, or as a job: invoke job "
-                          f"--target {item.name} --workload build --submit)")
+    image = project.settings.image_path(item.name)
+    if workload != "build" and not image.is_file():
+        raise ImageMissing(os.path.relpath(image), item.name, hint=(
+            f"build it first (on a login node, or as a job: invoke job --target {item.name} "
+            "--workload build --submit)"))
     job_id = planned.scheduler.parse_job_id(
         capture(planned.scheduler.submit_argv(script), timeout=120))
     results = planned.results_of(job_id)

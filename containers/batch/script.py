@@ -46,8 +46,9 @@ def has_refs(text: str) -> bool:
 class ShellVars(Mapping[str, str]):
     """An environment where every variable is set to a reference to itself.
 
-    Site values expanded from it (:func:`containers.inputs.sites.expand`) keep their ``$VAR`` references
-    as markers, so the job's shell expands them on the compute node, not this tool at render time.
+    Site values expanded from it (:func:`containers.inputs.sites.expand`) keep their ``$VAR``
+    references as markers, so the job's shell expands them on the compute node, not this tool at
+    render time.
     """
 
     def __getitem__(self, name: str) -> str:
@@ -93,24 +94,59 @@ def words(argv: Iterable[str]) -> list[str]:
     return [word(a) for a in argv]
 
 
-def command(argv: Sequence[str], *, groups: Sequence[int] = ()) -> str:
-    """One shell command line from ``argv``; long ones are wrapped before the indices in
-    ``groups`` and before every ``--bind``/``--env`` option, so each reads on its own line."""
+def command(argv: Sequence[str]) -> str:
+    """One shell command line from ``argv``; a long one is wrapped so each part reads on a line
+    of its own (:func:`breaks`)."""
     rendered = words(argv)
     line = " ".join(rendered)
     if len(line) <= WIDTH:
         return line
-    breaks = set(groups)
-    breaks.update(i for i, arg in enumerate(argv) if arg in ("--bind", "--env") and i > 0)
+    cuts = breaks(argv)
     out: list[str] = []
     current: list[str] = []
     for i, token in enumerate(rendered):
-        if i in breaks and current:
+        if i in cuts and current:
             out.append(" ".join(current))
             current = []
         current.append(token)
     out.append(" ".join(current))
     return (" \\\n" + INDENT).join(out)
+
+
+#: ``<runtime> exec`` options that take the next word as their value.
+_EXEC_VALUE_OPTIONS = ("--bind", "--env")
+
+
+def breaks(argv: Sequence[str]) -> set[int]:
+    """Where a long command is wrapped, read from the argv itself: before the container runtime
+    (after a launcher such as ``srun …``), before every ``--bind``/``--env``, before the image,
+    before the command in the container and before the script that command runs (the first
+    word after its options; a one-letter option such as ``bash -c`` takes its value along)."""
+    cuts = {i for i, arg in enumerate(argv) if arg in _EXEC_VALUE_OPTIONS and i > 0}
+    runtime = next((i for i in range(len(argv) - 1) if argv[i + 1] == "exec"), None)
+    if runtime is None:
+        return cuts
+    cuts.add(runtime)
+    image = _positional(argv, runtime + 2, _EXEC_VALUE_OPTIONS)
+    if image is None or image + 1 >= len(argv):
+        return cuts
+    cuts.update((image, image + 1))
+    script = _positional(argv, image + 2, ())
+    if script is not None:
+        cuts.add(script)
+    return cuts
+
+
+def _positional(argv: Sequence[str], start: int, value_options: Sequence[str]) -> int | None:
+    """The index of the first word from ``start`` that is neither an option nor its value."""
+    i = start
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("-"):
+            return i
+        takes_value = arg in value_options or (len(arg) == 2 and arg[1].isalpha())
+        i += 2 if takes_value else 1
+    return None
 
 
 def assign(name: str, value: str) -> str:

@@ -1,11 +1,12 @@
 """Running a torch.distributed workload inside an image, on this node or across the nodes of a
-Slurm allocation (a :class:`Placement`): the shared launch path.
+job (a :class:`Placement`): the shared launch path.
 
 ``invoke smoke`` and ``invoke train`` differ only in the script, its arguments and how they judge
 the result. Both get here: the exact ``<runtime> exec … torchrun …`` argv (site GPU flag, binds and
-environment, ``jobs/`` and the run's results folder bound in), a log of the run, the per-rank
-``rank-<N>.json`` completion files, torchrun's first failed rank, and a timeout that stops every
-process of the run.
+environment, ``jobs/`` and the run's results folder bound in) from a launcher of
+:mod:`containers.run.launchers`, a log of the run, the per-rank ``rank-<N>.json`` completion files,
+torchrun's first failed rank, and a timeout that stops every process of the run. Batch scripts
+plan their workload here too, with a placement of their own.
 """
 
 from __future__ import annotations
@@ -14,23 +15,45 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from containers.errors import ConfigError
+from containers.errors import ImageMissing
 from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from containers.inputs.sites import VISIBLE_DEVICES, Site, expand
+from containers.run.launchers import LAUNCHERS, Launch, Launcher, ingredients
+from containers.run.layout import check_ranks
+from containers.run.rendezvous import Rendezvous
 from containers.settings import Settings
 
 Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where and how the ranks start, when not just here with torchrun: ``nodes`` nodes meeting
+    at ``rendezvous``, started by ``launcher`` as a job step (srun, mpiexec) with
+    ``cpus_per_task`` cores each. ``ranks_flag`` names the flag that sized the ranks per node,
+    for messages (``invoke job`` says ``--gpus-per-node``)."""
+
+    nodes: int
+    rendezvous: Rendezvous | None
+    launcher: Launcher = LAUNCHERS["torchrun"]
+    cpus_per_task: int | None = None
+    ranks_flag: str = "--gpus"
+
+
+@dataclass(frozen=True)
 class Workload:
-    """A planned run: the argv, its ranks, its timeout and where its results land."""
+    """A planned run: the argv, its ranks, its timeout and where its results land.
+
+    ``launch`` is what went into ``argv`` (the runtime's exec pieces, the script and its
+    arguments, nodes, rendezvous) and ``launcher`` what made it; ``ranks`` counts every rank of
+    the run: ranks per node times nodes.
+    """
 
     target: Target
     site: Site
@@ -40,15 +63,33 @@ class Workload:
     argv: list[str]
     timeout: float
     report_name: str
-    # What went into ``argv``, for launchers that wrap it differently (batch scripts): the
-    # nodes, the command inside the container, binds and environment, the script and its args.
-    # ``ranks`` counts every rank of the run: ranks per node times nodes.
-    nodes: int = 1
-    command: tuple[str, ...] = ()
-    binds: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    script: str = ""
-    args: tuple[str, ...] = ()
+    launch: Launch
+    launcher: Launcher = LAUNCHERS["torchrun"]
+
+    @property
+    def nodes(self) -> int:
+        return self.launch.nodes
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return self.launch.env
+
+    @property
+    def binds(self) -> tuple[str, ...]:
+        return self.launch.binds
+
+    @property
+    def script(self) -> str:
+        return self.launch.script
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return self.launch.args
+
+    def with_env(self, extra: Mapping[str, str]) -> Workload:
+        """The same run with more container environment (``invoke job --nccl-debug``)."""
+        launch = replace(self.launch, env={**self.launch.env, **extra})
+        return replace(self, launch=launch, argv=self.launcher.argv(launch))
 
 
 @dataclass(frozen=True)
@@ -62,42 +103,6 @@ class Outcome:
     seconds: float
     first_failure: tuple[int, int] | None = None
     lines: tuple[str, ...] = ()
-
-
-def check_ranks(site: Site, ranks: int) -> None:
-    if ranks < 1:
-        raise ConfigError(f"--gpus must be at least 1 (got {ranks})", key="--gpus")
-    if site.gpu != "none" and site.gpus_per_node and ranks > site.gpus_per_node:
-        raise ConfigError(f"{site.name} nodes have {site.gpus_per_node} GPUs; --gpus "
-                          f"{ranks} needs more than one node", path=site.path,
-                          line=site.lines.get("gpus_per_node"), key="gpus_per_node")
-
-
-def torchrun_argv(*, nproc: int, script: str, args: Sequence[str],
-                  torchrun: str = "torchrun") -> list[str]:
-    """Single-node torchrun: ``--standalone`` picks a free rendezvous port on localhost."""
-    return [torchrun, "--standalone", f"--nproc-per-node={nproc}", script, *args]
-
-
-@dataclass(frozen=True)
-class Placement:
-    """One torchrun per node on ``nodes`` nodes, meeting at a c10d rendezvous on the first.
-
-    ``launcher`` starts the per-node agents (inside a Slurm allocation: ``srun --nodes=M
-    --ntasks-per-node=1 …``); a batch script wraps the exec command in its own launcher.
-    """
-
-    nodes: int
-    endpoint: str  # HOST:PORT on the first node
-    rdzv_id: str
-    launcher: tuple[str, ...] = ()
-
-
-def torchrun_rdzv_argv(*, nnodes: int, nproc: int, endpoint: str, rdzv_id: str, script: str,
-                       args: Sequence[str], torchrun: str = "torchrun") -> list[str]:
-    """Multi-node torchrun: every node's agent joins the c10d rendezvous at ``endpoint``."""
-    return [torchrun, f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", script, *args]
 
 
 def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict: bool,
@@ -124,21 +129,14 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
 
     ``environ`` is the host environment site values are expanded from; ``strict`` (a real run)
     refuses a value whose variable is unset, a dry run shows it as written. ``ranks`` is per
-    node; with a ``placement`` the run spans its nodes (torchrun's c10d rendezvous, the site's
-    multi-node binds and environment) and the results folder must be on a shared file system.
+    node; with a ``placement`` the ranks start as a job step of its launcher, across its nodes
+    (the site's multi-node binds and environment), and the results folder must be on a shared
+    file system. Without one: torchrun on this node.
     """
-    check_ranks(site, ranks)
-    out_dir = settings.results_dir / kind / f"{target.name}-{run_id}"
-    script_path = f"{settings.jobs_mount}/{script}"
-    environ = os.environ if environ is None else environ
     nodes = placement.nodes if placement else 1
-    if placement is None:
-        command = torchrun_argv(nproc=ranks, script=script_path, args=args,
-                                torchrun=site.torchrun)
-    else:
-        command = torchrun_rdzv_argv(nnodes=nodes, nproc=ranks, endpoint=placement.endpoint,
-                                     rdzv_id=placement.rdzv_id, script=script_path, args=args,
-                                     torchrun=site.torchrun)
+    check_ranks(site, ranks, nodes=nodes, flag=placement.ranks_flag if placement else "--gpus")
+    out_dir = settings.results_dir / kind / f"{target.name}-{run_id}"
+    environ = os.environ if environ is None else environ
     multinode = nodes > 1
     binds = [f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
              f"{out_dir}:{settings.results_mount}", *extra_binds,
@@ -149,14 +147,16 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
               if multinode}
     env = container_env(site, ranks=ranks, environ=environ, strict=strict,
                         extra={**across, **(extra_env or {})})
-    argv = runtime.exec_argv(image=image, command=command, gpu_flag=site.gpu_flag, binds=binds,
-                             env=env)
-    if placement is not None:
-        argv = [*placement.launcher, *argv]
+    launch = Launch(runtime=runtime, image=image, script=f"{settings.jobs_mount}/{script}",
+                    args=tuple(args), binds=tuple(binds), env=env, ranks_per_node=ranks,
+                    nodes=nodes, rendezvous=placement.rendezvous if placement else None,
+                    step=placement is not None,
+                    cpus_per_task=placement.cpus_per_task if placement else None,
+                    **ingredients(site))
+    launcher = placement.launcher if placement else LAUNCHERS["torchrun"]
     return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks * nodes,
-                    argv=argv, timeout=timeout, report_name=report_name, nodes=nodes,
-                    command=tuple(command), binds=tuple(binds), env=env, script=script_path,
-                    args=tuple(args))
+                    argv=launcher.argv(launch), timeout=timeout, report_name=report_name,
+                    launch=launch, launcher=launcher)
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):")
@@ -193,8 +193,7 @@ def finished_ranks(out_dir: Path) -> set[int]:
 def run_workload(workload: Workload, *, say: Say) -> Outcome:
     """Run it, streaming and logging its output; never leaves a rank running."""
     if not workload.image.is_file():
-        raise ConfigError(f"image {workload.image} is not built; run: invoke build --target "
-                          f"{workload.target.name}")
+        raise ImageMissing(workload.image, workload.target.name)
     workload.out_dir.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     started = time.monotonic()

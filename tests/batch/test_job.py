@@ -2,7 +2,8 @@
 
 Golden tests of script composition in the ReFrame manner (directives, binds, environment, launch
 lines, CPU masks as FACTS.md gives them), ``bash -n`` on the script of every site and workload,
-the quoting of job-time variables checked by letting bash expand them, and the refusals.
+no caller environment in any script, and the refusals. (Quoting: test_script.py; directives:
+test_schedulers.py; launchers and rendezvous: tests/run/.)
 """
 
 from __future__ import annotations
@@ -15,16 +16,8 @@ from pathlib import Path
 import pytest
 
 from containers.batch import job as batch
-from containers.batch.script import SHELL_VARS, has_refs, ref, word
-from containers.errors import ConfigError
-from containers.host.runtime import assumed_runtime
-from containers.inputs.recipes import load_targets
-from containers.inputs.sites import load_sites
-from containers.prove.smoke import SmokeOptions, plan_smoke
-from containers.prove.train import TrainOptions, plan_train
-from containers.run import allocation
-from containers.run.allocation import (Allocation, check_nodes, current_allocation, head_address,
-                                       placement, rendezvous_port)
+from containers.errors import ConfigError, ContainersError, UsageError
+from containers.prove.train import TrainOptions
 from containers.settings import load_settings
 from tests.fixtures import ROOT
 
@@ -33,11 +26,6 @@ TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
           "mahti": "mahti-cuda", "derecho": "derecho-cuda", "local-slurm": "cpu"}
 LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
               "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
-
-
-@pytest.fixture(scope="module")
-def data_world():
-    return load_targets(ROOT), load_sites(ROOT)
 
 
 @pytest.fixture
@@ -219,15 +207,6 @@ def test_derecho_pbs(data_job) -> None:
     assert job.output_of("4242.desched1") == "/proj/results/jobs/smoke-derecho-c.o4242"
 
 
-def test_pbs_port_arithmetic_in_bash() -> None:
-    lines = batch.Pbs().rendezvous()
-    port = next(line for line in lines if line.startswith("MASTER_PORT="))
-    out = subprocess.run(["bash", "-c", f"set -eu; {port}; echo $MASTER_PORT"],
-                         env={"PBS_JOBID": "0081234.desched1", "PATH": os.environ["PATH"]},
-                         capture_output=True, text=True, check=True).stdout
-    assert out.strip() == str(20000 + 81234 % 10000)
-
-
 @pytest.mark.parametrize("site, partition, cpus", [("puhti", "gputest", 40),
                                                    ("mahti", "gputest", 128)])
 def test_csc_sites(data_job, site, partition, cpus) -> None:
@@ -272,23 +251,6 @@ def test_local_slurm_job(data_job) -> None:
 
 
 # ------------------------------------------------------------------------------------- quoting
-def test_job_time_variables_expand_in_the_job_and_nothing_else_does(tmp_path) -> None:
-    nasty = "a b'c\"d$HOME`x`\\e!f"
-    tokens = [ref("JOB"), f"/tmp/{ref('USER')}-cache-{ref('JOB')}", nasty,
-              f"{nasty}:{ref('JOB')}:{nasty}", "plain", "", "--env", "X=^LL128"]
-    script = tmp_path / "echo.sh"
-    script.write_text("printf '%s\\n' " + " ".join(word(t) for t in tokens) + "\n")
-    out = subprocess.run(["bash", str(script)], env={"JOB": "42", "USER": "alice"},
-                         capture_output=True, text=True, check=True).stdout
-    assert out.split("\n")[:-1] == ["42", "/tmp/alice-cache-42", nasty, f"{nasty}:42:{nasty}",
-                                    "plain", "", "--env", "X=^LL128"]
-    assert word(f"/tmp/{ref('USER')}-x") == '"/tmp/${USER}-x"'
-    with pytest.raises(ValueError):
-        ref("not a name")
-    assert SHELL_VARS["SLURM_JOB_ID"] == ref("SLURM_JOB_ID") and "ANY" in SHELL_VARS
-    assert has_refs(ref("A")) and not has_refs("$A")
-
-
 def test_a_literal_dollar_in_a_path_stays_literal(data_world, tmp_path) -> None:
     targets, sites = data_world
     data = tmp_path / "data$HOME"
@@ -313,31 +275,35 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
 
 
 # ------------------------------------------------------------------------------------ refusals
-@pytest.mark.parametrize("site, request_, message", [
-    ("lumi", dict(workload="train"), "--workload must be one of smoke, ddp, deepspeed, fsdp, "
-                                     "build (got 'train')"),
-    ("lumi", dict(workload="smoke", nodes=0), "--nodes must be at least 1 (got 0)"),
-    ("lumi", dict(workload="smoke", time="1:30"), "--time must be HH:MM:SS"),
-    ("lumi", dict(workload="smoke", time="00:61:00"), "--time must be HH:MM:SS"),
-    ("lumi", dict(workload="smoke", time="00:00:00"), "--time must be HH:MM:SS"),
-    ("olivia", dict(workload="smoke", nodes=9), "olivia allows at most 32 GPUs per job; "
-                                                "--nodes 9 x --gpus-per-node 4 = 36"),
-    ("olivia", dict(workload="smoke", gpus_per_node=8), "olivia nodes have 4 GPUs; "
-                                                        "--gpus-per-node 8 is more"),
-    ("lumi", dict(workload="smoke", gpus_per_node=0), "--gpus-per-node must be at least 1"),
-    ("olivia", dict(workload="smoke", partition="acel"),
+@pytest.mark.parametrize("site, request_, error, message", [
+    ("lumi", dict(workload="train"), UsageError,
+     "--workload must be one of smoke, ddp, deepspeed, fsdp, build (got 'train')"),
+    ("lumi", dict(workload="smoke", nodes=0), UsageError, "--nodes must be at least 1 (got 0)"),
+    ("lumi", dict(workload="smoke", time="1:30"), UsageError, "--time must be HH:MM:SS"),
+    ("lumi", dict(workload="smoke", time="00:61:00"), UsageError, "--time must be HH:MM:SS"),
+    ("lumi", dict(workload="smoke", time="00:00:00"), UsageError, "--time must be HH:MM:SS"),
+    ("olivia", dict(workload="smoke", nodes=9), ConfigError,
+     "olivia allows at most 32 GPUs per job; --nodes 9 x --gpus-per-node 4 = 36"),
+    ("olivia", dict(workload="smoke", gpus_per_node=8), ConfigError,
+     "olivia nodes have 4 GPUs; --gpus-per-node 8 is more"),
+    ("lumi", dict(workload="smoke", gpus_per_node=0), UsageError,
+     "--gpus-per-node must be at least 1"),
+    ("olivia", dict(workload="smoke", partition="acel"), UsageError,
      "unknown partition 'acel' for site olivia (did you mean 'accel'?); known: accel"),
-    ("lumi", dict(workload="build", nodes=2), "a build job runs on one node"),
-    ("lumi", dict(workload="smoke", account="my project"), "is not an account name"),
-    ("derecho", dict(workload="smoke", launcher="srun-per-gpu"),
+    ("lumi", dict(workload="build", nodes=2), UsageError, "a build job runs on one node"),
+    ("lumi", dict(workload="smoke", account="my project"), UsageError,
+     "is not an account name"),
+    ("derecho", dict(workload="smoke", launcher="srun-per-gpu"), UsageError,
      "launcher srun-per-gpu needs a slurm site; derecho schedules with pbs"),
-    ("lumi", dict(workload="smoke", launcher="mpirun"), "--launcher must be one of"),
+    ("lumi", dict(workload="smoke", launcher="mpirun"), UsageError, "--launcher must be one of"),
 ])
-def test_refusals(data_job, site, request_, message) -> None:
-    with pytest.raises(ConfigError) as error:
+def test_refusals(data_job, site, request_, error, message) -> None:
+    with pytest.raises(error) as refused:
         data_job(site, **request_)
-    assert message in str(error.value)
-    assert "\n" not in str(error.value)
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)
+    if error is ConfigError:  # a site limit: the profile line that sets it
+        assert refused.value.path == ROOT / "sites" / f"{site}.yaml" and refused.value.line
 
 
 def test_site_mismatches_are_refused(data_job, data_world) -> None:
@@ -345,13 +311,13 @@ def test_site_mismatches_are_refused(data_job, data_world) -> None:
     with pytest.raises(ConfigError, match="site local has no batch scheduler .*--site "
                                           "local-slurm"):
         data_job(sites["local"], "smoke", target="cpu")
-    with pytest.raises(ConfigError, match=r"target cpu is an image for CPUs \(no GPU\) but "
-                                          r"site lumi has AMD \(ROCm\) GPUs"):
+    with pytest.raises(UsageError, match=r"target cpu is an image for CPUs \(no GPU\) but "
+                                         r"site lumi has AMD \(ROCm\) GPUs"):
         data_job("lumi", "smoke", target="cpu")
-    with pytest.raises(ConfigError, match="target olivia-cuda is aarch64 but site puhti's nodes "
-                                          "are x86_64"):
+    with pytest.raises(UsageError, match="target olivia-cuda is aarch64 but site puhti's nodes "
+                                         "are x86_64"):
         data_job("puhti", "smoke", target="olivia-cuda")
-    with pytest.raises(ConfigError, match="divide evenly over 4 ranks"):
+    with pytest.raises(ContainersError, match="divide evenly over 4 ranks"):
         data_job("local-slurm", "ddp", nodes=2, gpus_per_node=2,
                  options=TrainOptions(example="ddp", gpus=2, batch_size=6))
 
@@ -365,77 +331,7 @@ def test_unsafe_directive_values_are_refused(data_world, tmp_path) -> None:
                        request=batch.JobRequest(workload="smoke"), host_arch="x86_64")
 
 
-# ------------------------------------------------------------------- inside an allocation
-ALLOC = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "nid[1-2]",
-         "SLURM_CPUS_ON_NODE": "56", "USER": "alice"}
-
-
-def test_allocation_detection_and_limits() -> None:
-    found = current_allocation(ALLOC)
-    assert found == Allocation(job_id="4242", nodes=2, nodelist="nid[1-2]", cpus_on_node=56)
-    assert current_allocation({}) is None
-    assert rendezvous_port("4242") == 24242 and rendezvous_port("123456789") == 26789
-    check_nodes(2, found)
-    check_nodes(1, None)
-    with pytest.raises(ConfigError, match=r"--nodes 3 is more than this allocation has: job "
-                                          r"4242 holds 2 nodes \(nid\[1-2\]\)"):
-        check_nodes(3, found)
-    with pytest.raises(ConfigError, match="not inside one"):
-        check_nodes(2, None)
-    with pytest.raises(ConfigError, match="at least 1"):
-        check_nodes(0, found)
-    with pytest.raises(ConfigError, match="--nodes 3 is more"):
-        allocation.across_nodes(3, environ=ALLOC)
-    planned = allocation.across_nodes(2, dry_run=True, environ={})
-    assert planned.nodes == 2 and planned.rdzv_id == "$SLURM_JOB_ID"
-
-
-def test_head_address_is_the_first_nodes_nodeaddr() -> None:
-    calls = []
-
-    def query(argv):
-        calls.append(argv)
-        if argv[:3] == ["scontrol", "show", "hostnames"]:
-            return "nid001\nnid002\n"
-        return "NodeName=nid001 Arch=x86_64 NodeAddr=10.1.2.3 NodeHostName=nid001 Port=0\n"
-
-    assert head_address("nid[001-002]", query=query) == "10.1.2.3"
-    assert calls[1] == ["scontrol", "show", "node", "-o", "nid001"]
-    assert head_address("x", query=lambda argv: "x1\n" if "hostnames" in argv else "") == "x1"
-
-
-def test_smoke_across_nodes_plans_srun_and_torchrun(data_world, data_settings) -> None:
-    targets, sites = data_world
-    where = placement(current_allocation(ALLOC), 2, head="10.1.2.3")
-    plan = plan_smoke(targets["lumi-rocm"], sites["lumi"], settings=data_settings,
-                      runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=8),
-                      run_id="r", environ=ALLOC, placement=where)
-    assert plan.argv[:6] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=56",
-                             "--kill-on-bad-exit=1", "singularity"]
-    image = plan.argv.index(str(data_settings.images_dir / "lumi-rocm.sif"))
-    assert plan.argv[image + 1:image + 8] == [
-        "torchrun", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
-        "--rdzv-endpoint=10.1.2.3:24242", "--rdzv-id=4242", "/opt/containers/jobs/allreduce.py"]
-    assert (plan.ranks, plan.nodes) == (16, 2)
-    assert "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242" in plan.argv
-    # Olivia across nodes: the multi-node binds/env, expanded from the job's environment.
-    olivia_env = {**ALLOC, "EBROOTLIBFABRIC": "/sw/fabric", "EBROOTNCCL": "/sw/nccl",
-                  "EBROOTAWSMINOFIMINNCCL": "/sw/ofi"}
-    train = plan_train(targets["olivia-cuda"], sites["olivia"], settings=data_settings,
-                       runtime=assumed_runtime("apptainer"), run_id="r", environ=olivia_env,
-                       options=TrainOptions(example="ddp", gpus=4), placement=where)
-    assert "/sw/fabric/lib:/opt/libfabric/lib" in train.argv and "FI_PROVIDER=cxi" in train.argv
-    with pytest.raises(ConfigError, match=r"needs \$EBROOTLIBFABRIC"):
-        plan_train(targets["olivia-cuda"], sites["olivia"], settings=data_settings,
-                   runtime=assumed_runtime("apptainer"), run_id="r", environ=ALLOC,
-                   options=TrainOptions(example="ddp", gpus=4), placement=where)
-    # One node stays as it was: no srun, no multi-node binds.
-    single = plan_train(targets["olivia-cuda"], sites["olivia"], settings=data_settings,
-                        runtime=assumed_runtime("apptainer"), run_id="r", environ=ALLOC,
-                        options=TrainOptions(example="ddp", gpus=4))
-    assert single.argv[0] == "apptainer" and "FI_PROVIDER=cxi" not in single.argv
-
-
+# ----------------------------------------------------------------------------------- profiles
 def test_site_profiles_batch_fields(data_world) -> None:
     _, sites = data_world
     assert sites["local-slurm"].scheduler == "slurm" and sites["local"].scheduler == "none"

@@ -1,0 +1,154 @@
+"""Batch schedulers (Slurm, PBS Pro): a job's directives, its rendezvous lines, how to submit it.
+
+A scheduler returns the preamble (``#SBATCH`` / ``#PBS`` lines) for the :class:`Resources` a job
+asks for, where the job's output goes, and the submit command and how to read the job id it
+prints. The rendezvous (the first node's address and a port from the job id) belongs to the
+scheduler's :class:`~containers.run.rendezvous.SchedulerRendezvous`, which ``invoke smoke
+--nodes`` uses too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from containers.batch.script import ref, word
+from containers.errors import CommandFailed, ConfigError
+from containers.run.rendezvous import RENDEZVOUS, Rendezvous, SchedulerRendezvous
+
+#: What a directive value may contain: schedulers read directives with their own parsers, which do
+#: not all understand shell quoting, so such values are refused rather than quoted.
+DIRECTIVE_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the job asks the scheduler for."""
+
+    name: str
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int | None
+    gpus_per_node: int
+    time: str
+    partition: str | None
+    account: str | None
+    output: str
+    exclusive: bool = False
+    mem_per_gpu_gb: int = 0
+
+
+def directive(value: object, what: str) -> str:
+    """``value`` as a directive word; refused when a scheduler's parser could misread it."""
+    text = str(value)
+    if not DIRECTIVE_SAFE.match(text):
+        raise ConfigError(f"{what} '{text}' has characters a batch directive cannot carry "
+                          "(letters, digits and _ @ % + = : , . / - only)")
+    return word(text)  # shlex.quote, which leaves such a value as it is
+
+
+class Scheduler:
+    name = ""
+    submit_command = ""
+
+    @property
+    def rendezvous(self) -> SchedulerRendezvous:
+        return RENDEZVOUS[self.name]
+
+    @property
+    def job_id_var(self) -> str:
+        return self.rendezvous.job_id_var
+
+    def job_time_rendezvous(self) -> Rendezvous:
+        """The rendezvous as references to the variables :meth:`rendezvous_lines` set."""
+        return self.rendezvous.at_job_time(ref)
+
+    def rendezvous_lines(self) -> list[str]:
+        return self.rendezvous.shell()
+
+    def preamble(self, res: Resources) -> list[str]:
+        raise NotImplementedError
+
+    def output_dir(self, folder: Path, name: str) -> str:
+        raise NotImplementedError
+
+    def output_of(self, res: Resources, job_id: str) -> str:
+        raise NotImplementedError
+
+    def submit_argv(self, script: Path) -> list[str]:
+        return [self.submit_command, str(script)]
+
+    def parse_job_id(self, stdout: str) -> str:
+        text = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
+        if not text:
+            raise CommandFailed(f"{self.submit_command} printed no job id", output=[stdout])
+        return text
+
+
+class Slurm(Scheduler):
+    name = "slurm"
+    submit_command = "sbatch"
+
+    def preamble(self, res: Resources) -> list[str]:
+        options = [("job-name", res.name), ("nodes", res.nodes),
+                   ("ntasks-per-node", res.tasks_per_node), ("cpus-per-task", res.cpus_per_task),
+                   ("gpus-per-node", res.gpus_per_node or None),
+                   ("mem-per-gpu", f"{res.mem_per_gpu_gb}G" if res.mem_per_gpu_gb
+                    and res.gpus_per_node else None), ("time", res.time),
+                   ("partition", res.partition), ("account", res.account),
+                   ("output", res.output)]
+        lines = [f"#SBATCH --{key}={directive(value, '--' + key)}" for key, value in options
+                 if value is not None]
+        if res.exclusive:
+            lines.append("#SBATCH --exclusive")
+        return lines
+
+    def output_dir(self, folder: Path, name: str) -> str:
+        return f"{folder}/{name}-%j.out"
+
+    def output_of(self, res: Resources, job_id: str) -> str:
+        return res.output.replace("%j", job_id)
+
+    def submit_argv(self, script: Path) -> list[str]:
+        return ["sbatch", "--parsable", str(script)]
+
+    def parse_job_id(self, stdout: str) -> str:
+        return super().parse_job_id(stdout).split(";")[0]  # --parsable: ID[;CLUSTER]
+
+
+class Pbs(Scheduler):
+    """PBS Pro (Derecho): ``select`` chunks, one per node; output into a folder (PBS names the
+    file ``<job name>.o<job number>``); PBS starts jobs in the home folder, hence the ``cd``."""
+
+    name = "pbs"
+    submit_command = "qsub"
+    NAME_LENGTH = 15  # older PBS servers refuse longer job names
+
+    def preamble(self, res: Resources) -> list[str]:
+        chunk = f"select={res.nodes}"
+        cpus = res.tasks_per_node * res.cpus_per_task if res.cpus_per_task else None
+        if cpus:
+            chunk += f":ncpus={cpus}"
+        if res.gpus_per_node:
+            chunk += f":ngpus={res.gpus_per_node}"
+            if res.mem_per_gpu_gb:
+                chunk += f":mem={res.mem_per_gpu_gb * res.gpus_per_node}GB"
+        lines = [f"#PBS -N {directive(res.name[:self.NAME_LENGTH], 'job name')}"]
+        if res.account:
+            lines.append(f"#PBS -A {directive(res.account, '--account')}")
+        if res.partition:
+            lines.append(f"#PBS -q {directive(res.partition, '--partition')}")
+        return lines + [f"#PBS -l {directive(chunk, 'select')}",
+                        f"#PBS -l walltime={directive(res.time, '--time')}",
+                        "#PBS -j oe",
+                        f"#PBS -o {directive(res.output, 'output folder')}"]
+
+    def output_dir(self, folder: Path, name: str) -> str:
+        return f"{folder}/"
+
+    def output_of(self, res: Resources, job_id: str) -> str:
+        return f"{res.output}{res.name[:self.NAME_LENGTH]}.o{job_id.split('.')[0]}"
+
+
+SCHEDULERS: dict[str, Scheduler] = {"slurm": Slurm(), "pbs": Pbs()}

@@ -1,0 +1,224 @@
+"""The launchers: how the ranks of a planned workload start, as argv. One registry for all runs.
+
+A launcher takes the ingredients of a planned run (:class:`Launch`: the runtime's exec pieces, the
+script in the image and its arguments, ranks per node, nodes, the rendezvous, the site's torchrun,
+CPU masks and visible-devices variable) and returns one argv. ``invoke smoke``/``invoke train`` on
+one node, ``--nodes M`` inside a Slurm allocation and batch scripts use the same objects; only the
+ingredients differ (a batch script's rendezvous is made of references to the job's shell
+variables, which :mod:`containers.batch.script` writes as such).
+
+=================  =========  ==============================================================
+name               scheduler  ranks start as
+=================  =========  ==============================================================
+torchrun           none,      one torchrun per node: ``--standalone`` on one node, c10d
+                   slurm      rendezvous across nodes; in a job step ``srun`` one task per node
+srun-per-gpu       slurm      ``srun`` one task per GPU with the site's CPU masks, no torchrun:
+                              rank and device from ``SLURM_PROCID``/``SLURM_LOCALID``
+mpiexec-torchrun   pbs        ``mpiexec`` one process per node, each running torchrun
+=================  =========  ==============================================================
+
+A site profile's ``launcher`` names one of these (:func:`for_site` checks it, naming the profile's
+line); ``torchrun`` on a PBS site means ``mpiexec-torchrun``, the same torchrun per node.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from containers.errors import ConfigError, UsageError
+from containers.host.runtime import Runtime
+from containers.inputs.schema import suggest
+from containers.inputs.sites import VISIBLE_DEVICES, Site
+from containers.run.rendezvous import ADDR_VAR, PORT_VAR, Rendezvous
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a launcher needs of a planned run. ``step``: start the ranks as a job step of the
+    scheduler (srun, mpiexec), as batch scripts and ``--nodes`` runs do; otherwise right here."""
+
+    runtime: Runtime
+    image: Path
+    script: str  # its path inside the image
+    args: tuple[str, ...] = ()
+    gpu_flag: str | None = None
+    binds: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    ranks_per_node: int = 1
+    nodes: int = 1
+    rendezvous: Rendezvous | None = None
+    step: bool = False
+    cpus_per_task: int | None = None
+    torchrun: str = "torchrun"
+    cpu_masks: tuple[str, ...] = ()  # one per GPU of a node (srun-per-gpu)
+    visible_devices: str | None = None  # CUDA_/ROCR_VISIBLE_DEVICES, None on CPU sites
+
+    def exec_argv(self, command: Sequence[str], *,
+                  env: Mapping[str, str] | None = None) -> list[str]:
+        return self.runtime.exec_argv(image=self.image, command=command, gpu_flag=self.gpu_flag,
+                                      binds=self.binds, env=self.env if env is None else env)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a launcher asks the scheduler for on each node."""
+
+    tasks_per_node: int
+    cpus_per_task: int | None
+    exclusive: bool = False
+
+
+def cores_for(site: Site, gpus: int) -> int | None:
+    """The cores that go with ``gpus`` of a node's GPUs (all of them on CPU sites)."""
+    if not site.cores_per_node:
+        return None
+    if not site.gpus_per_node:
+        return site.cores_per_node
+    return max(1, site.cores_per_node * gpus // site.gpus_per_node)
+
+
+def torchrun_argv(launch: Launch) -> list[str]:
+    """torchrun in the container: ``--standalone`` (a free port on localhost) without a
+    rendezvous, else every node's agent joins the c10d rendezvous."""
+    if launch.rendezvous is None:
+        if launch.nodes > 1:
+            raise ValueError("a run across nodes needs a rendezvous")  # a bug, not user input
+        options = ["--standalone", f"--nproc-per-node={launch.ranks_per_node}"]
+    else:
+        rdzv = launch.rendezvous
+        options = [f"--nnodes={launch.nodes}", f"--nproc-per-node={launch.ranks_per_node}",
+                   "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv.endpoint}",
+                   f"--rdzv-id={rdzv.id}"]
+    return [launch.torchrun, *options, launch.script, *launch.args]
+
+
+def srun_per_node(nodes: int, *, cpus_per_task: int | None = None) -> list[str]:
+    """One task per node; ``--cpus-per-task`` because srun no longer inherits it (Slurm 22.05+)
+    and torchrun's ranks would otherwise share one core; a failed node ends the step."""
+    argv = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1"]
+    if cpus_per_task:
+        argv.append(f"--cpus-per-task={cpus_per_task}")
+    return argv + ["--kill-on-bad-exit=1"]
+
+
+class Launcher:
+    """Starts the ranks of a run: :meth:`shape` sizes a job, :meth:`argv` is the command."""
+
+    name = ""
+    schedulers: tuple[str, ...] = ()
+    #: Needs the rendezvous variables even on one node (ranks started without torchrun).
+    needs_rendezvous = False
+
+    def shape(self, site: Site, gpus: int) -> Shape:
+        return Shape(tasks_per_node=1, cpus_per_task=cores_for(site, gpus))
+
+    def argv(self, launch: Launch) -> list[str]:
+        raise NotImplementedError
+
+
+class Torchrun(Launcher):
+    """One torchrun per node; in a job step, started by srun one task per node."""
+
+    name = "torchrun"
+    schedulers = ("none", "slurm")
+
+    def step_prefix(self, launch: Launch) -> list[str]:
+        return srun_per_node(launch.nodes, cpus_per_task=launch.cpus_per_task)
+
+    def argv(self, launch: Launch) -> list[str]:
+        if launch.nodes > 1 and not launch.step:
+            raise ValueError("ranks on several nodes start as a job step")  # a bug
+        prefix = self.step_prefix(launch) if launch.step else []
+        return [*prefix, *launch.exec_argv(torchrun_argv(launch))]
+
+
+class MpiexecTorchrun(Torchrun):
+    """Derecho (PBS Pro, Cray PALS): mpiexec one process per node, each running torchrun."""
+
+    name = "mpiexec-torchrun"
+    schedulers = ("pbs",)
+
+    def step_prefix(self, launch: Launch) -> list[str]:
+        return ["mpiexec", "-n", str(launch.nodes), "--ppn", "1", "--cpu-bind", "none"]
+
+
+class SrunPerGpu(Launcher):
+    """LUMI's other pattern: one task per GCD, bound to its cores, seeing only its device."""
+
+    name = "srun-per-gpu"
+    schedulers = ("slurm",)
+    needs_rendezvous = True
+
+    def shape(self, site: Site, gpus: int) -> Shape:
+        cpus = site.cores_per_node // site.gpus_per_node if site.gpus_per_node else None
+        return Shape(tasks_per_node=gpus, cpus_per_task=cpus or None,
+                     exclusive=bool(site.cpu_bind))  # CPU masks hold only on whole nodes
+
+    def argv(self, launch: Launch) -> list[str]:
+        if launch.rendezvous is None:
+            raise ValueError("srun-per-gpu needs a rendezvous")  # a bug, not user input
+        prefix = ["srun", f"--nodes={launch.nodes}", f"--ntasks-per-node={launch.ranks_per_node}"]
+        if launch.cpus_per_task:
+            prefix.append(f"--cpus-per-task={launch.cpus_per_task}")
+        if launch.cpu_masks:
+            prefix.append("--cpu-bind=mask_cpu:"
+                          + ",".join(launch.cpu_masks[:launch.ranks_per_node]))
+        prefix.append("--kill-on-bad-exit=1")
+        # Evaluated per task, inside the container: Slurm numbers the tasks.
+        script = [launch.script, *launch.args]
+        if any("\x00" in arg for arg in script):
+            raise ValueError("a job-time variable in a per-task command")  # a bug
+        assigns = [f"{launch.visible_devices}=$SLURM_LOCALID"] if launch.visible_devices else []
+        assigns += ["RANK=$SLURM_PROCID", "LOCAL_RANK=$SLURM_LOCALID", "WORLD_SIZE=$SLURM_NTASKS"]
+        inner = " ".join(assigns) + " exec python3 " + shlex.join(script)
+        env = {**launch.env, ADDR_VAR: launch.rendezvous.host,
+               PORT_VAR: launch.rendezvous.port}
+        return [*prefix, *launch.exec_argv(["bash", "-c", inner], env=env)]
+
+
+LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in
+                                  (Torchrun(), SrunPerGpu(), MpiexecTorchrun())}
+#: What ``torchrun`` means on a scheduler whose job steps another launcher starts.
+TORCHRUN_ON = {"pbs": "mpiexec-torchrun"}
+
+
+def named(name: str, *, flag: str = "--launcher") -> Launcher:
+    """The launcher a flag names."""
+    try:
+        return LAUNCHERS[name]
+    except KeyError as exc:
+        raise UsageError(f"{flag} must be one of {', '.join(LAUNCHERS)} (got '{name}')"
+                         f"{suggest(name, list(LAUNCHERS))}", flag=flag) from exc
+
+
+def for_site(site: Site, override: str | None = None) -> Launcher:
+    """The site's launcher (its profile's ``launcher``), or the one ``--launcher`` names, checked
+    against the site's scheduler."""
+    if override is not None:
+        launcher = named(override)
+    elif site.launcher in LAUNCHERS:
+        launcher = LAUNCHERS[site.launcher]
+    else:
+        raise ConfigError(f"'{site.launcher}' is not a launcher"
+                          f"{suggest(site.launcher, list(LAUNCHERS))}; known: "
+                          f"{', '.join(LAUNCHERS)}", path=site.path,
+                          line=site.lines.get("launcher"), key="launcher")
+    if launcher.name == "torchrun" and site.scheduler in TORCHRUN_ON:
+        launcher = LAUNCHERS[TORCHRUN_ON[site.scheduler]]
+    if site.scheduler not in launcher.schedulers:
+        message = (f"launcher {launcher.name} needs a {' or '.join(launcher.schedulers)} site; "
+                   f"{site.name} schedules with {site.scheduler}")
+        if override is not None:
+            raise UsageError(message, flag="--launcher")
+        raise ConfigError(message, path=site.path, line=site.lines.get("launcher"),
+                          key="launcher")
+    return launcher
+
+
+def ingredients(site: Site) -> dict:
+    """The site's part of a :class:`Launch`."""
+    return dict(gpu_flag=site.gpu_flag, torchrun=site.torchrun, cpu_masks=site.cpu_bind,
+                visible_devices=VISIBLE_DEVICES.get(site.gpu))

@@ -1,0 +1,35 @@
+"""How many nodes and ranks per node a run spans: the one check of those counts against a site.
+
+That a count is at least 1 is the request's own check (:func:`at_least_one`, in the options and
+request objects as they are made); what the site allows is checked once, where the run is planned
+(:func:`check_ranks`). Interactive runs (``invoke smoke --gpus N [--nodes M]``) and batch jobs
+(``invoke job --gpus-per-node N --nodes M``) name the counts with different flags; ``flag`` carries
+which, so the message names what the user typed.
+"""
+
+from __future__ import annotations
+
+from containers.errors import ConfigError, UsageError
+from containers.inputs.sites import Site
+
+
+def at_least_one(value: int, flag: str) -> int:
+    if value < 1:
+        raise UsageError(f"{flag} must be at least 1 (got {value})", flag=flag)
+    return value
+
+
+def check_ranks(site: Site, ranks: int, *, nodes: int = 1, flag: str = "--gpus") -> None:
+    """Ranks per node within what a node has (GPU sites), and the GPUs of the whole run within
+    the site's per-job limit; the message names the profile line that sets the limit."""
+    if site.gpu == "none":
+        return
+    if site.gpus_per_node and ranks > site.gpus_per_node:
+        raise ConfigError(f"{site.name} nodes have {site.gpus_per_node} GPUs; {flag} {ranks} is "
+                          "more (for more GPUs, use more nodes: --nodes)", path=site.path,
+                          line=site.lines.get("gpus_per_node"), key="gpus_per_node")
+    total = ranks * nodes
+    if site.max_gpus_per_job and total > site.max_gpus_per_job:
+        raise ConfigError(f"{site.name} allows at most {site.max_gpus_per_job} GPUs per job; "
+                          f"--nodes {nodes} x {flag} {ranks} = {total}", path=site.path,
+                          line=site.lines.get("max_gpus_per_job"), key="max_gpus_per_job")

@@ -1,0 +1,72 @@
+"""Batch schedulers: the directives a job's resources become, where output goes, submitting and
+reading the job id back, and the rendezvous each scheduler's jobs use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from containers.batch.schedulers import SCHEDULERS, Pbs, Resources, Slurm, directive
+from containers.batch.script import word
+from containers.errors import CommandFailed, ConfigError
+from containers.run.rendezvous import RENDEZVOUS
+
+RES = Resources(name="smoke-x", nodes=2, tasks_per_node=1, cpus_per_task=16, gpus_per_node=4,
+                time="00:30:00", partition="gpu", account="proj_1", output="/out/smoke-x-%j.out",
+                mem_per_gpu_gb=60)
+
+
+def test_slurm_directives_in_order() -> None:
+    assert Slurm().preamble(RES) == [
+        "#SBATCH --job-name=smoke-x", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=16", "#SBATCH --gpus-per-node=4", "#SBATCH --mem-per-gpu=60G",
+        "#SBATCH --time=00:30:00", "#SBATCH --partition=gpu", "#SBATCH --account=proj_1",
+        "#SBATCH --output=/out/smoke-x-%j.out"]
+    cpu = Resources(name="c", nodes=1, tasks_per_node=8, cpus_per_task=None, gpus_per_node=0,
+                    time="01:00:00", partition=None, account=None, output="o", exclusive=True,
+                    mem_per_gpu_gb=60)
+    assert Slurm().preamble(cpu) == [
+        "#SBATCH --job-name=c", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=8",
+        "#SBATCH --time=01:00:00", "#SBATCH --output=o", "#SBATCH --exclusive"]
+
+
+def test_pbs_select_chunk_per_node() -> None:
+    pbs = Pbs()
+    res = Resources(**{**RES.__dict__, "name": "a-very-long-job-name", "output": "/out/"})
+    assert pbs.preamble(res) == [
+        "#PBS -N a-very-long-job", "#PBS -A proj_1", "#PBS -q gpu",
+        "#PBS -l select=2:ncpus=16:ngpus=4:mem=240GB", "#PBS -l walltime=00:30:00", "#PBS -j oe",
+        "#PBS -o /out/"]
+    assert pbs.output_of(res, "4242.desched1") == "/out/a-very-long-job.o4242"
+
+
+def test_output_submit_and_job_ids() -> None:
+    slurm, pbs = SCHEDULERS["slurm"], SCHEDULERS["pbs"]
+    assert slurm.output_dir(Path("/r/jobs"), "n") == "/r/jobs/n-%j.out"
+    assert slurm.output_of(RES, "77") == "/out/smoke-x-77.out"
+    assert slurm.submit_argv(Path("j.sh")) == ["sbatch", "--parsable", "j.sh"]
+    assert slurm.parse_job_id("Submitted\n1234;cluster\n") == "1234"
+    assert pbs.output_dir(Path("/r/jobs"), "n") == "/r/jobs/"
+    assert pbs.submit_argv(Path("j.sh")) == ["qsub", "j.sh"]
+    assert pbs.parse_job_id("4242.desched1\n") == "4242.desched1"
+    with pytest.raises(CommandFailed, match="qsub printed no job id"):
+        pbs.parse_job_id("  \n")
+
+
+def test_each_scheduler_owns_its_rendezvous() -> None:
+    for name, scheduler in SCHEDULERS.items():
+        assert scheduler.rendezvous is RENDEZVOUS[name]
+        assert scheduler.rendezvous_lines() == RENDEZVOUS[name].shell()
+        at_job_time = scheduler.job_time_rendezvous()
+        assert word(at_job_time.endpoint) == '"${MASTER_ADDR}:${MASTER_PORT}"'
+        assert word(at_job_time.id) == f'"${{{scheduler.job_id_var}}}"'
+    assert (SCHEDULERS["slurm"].job_id_var, SCHEDULERS["pbs"].job_id_var) == \
+        ("SLURM_JOB_ID", "PBS_JOBID")
+
+
+def test_directive_values_a_parser_could_misread_are_refused() -> None:
+    assert directive("proj_1", "--account") == "proj_1"
+    for bad in ("my project", "a;b", "$HOME", "x\ny"):
+        with pytest.raises(ConfigError, match="has characters a batch directive cannot carry"):
+            directive(bad, "--account")

@@ -1,0 +1,80 @@
+"""Planning a workload: the exact argv on this node (torchrun standalone, no launcher prefix), the
+site's environment and visible devices, the ranks checked once, and what a run needs on disk."""
+
+from __future__ import annotations
+
+import pytest
+
+from containers.errors import ConfigError, ImageMissing
+from containers.host.runtime import assumed_runtime
+from containers.run.launchers import LAUNCHERS
+from containers.run.rendezvous import Rendezvous
+from containers.run.workload import Placement, container_env, plan_workload, run_workload
+
+#: Olivia's multi-node binds name these host module variables.
+EBROOT = {"EBROOTLIBFABRIC": "/sw/f", "EBROOTNCCL": "/sw/n", "EBROOTAWSMINOFIMINNCCL": "/sw/o"}
+
+
+def _plan(data_world, data_settings, site="olivia", target="olivia-cuda", **kwargs):
+    targets, sites = data_world
+    return plan_workload(targets[target], sites[site], settings=data_settings,
+                         runtime=assumed_runtime("apptainer"), kind="smoke",
+                         script="allreduce.py", args=["--iters", "5"],
+                         ranks=kwargs.pop("ranks", 4), timeout=60, run_id="r",
+                         report_name="allreduce.json", environ=kwargs.pop("environ", {}),
+                         **kwargs)
+
+
+def test_one_node_is_torchrun_standalone_with_no_prefix(data_world, data_settings) -> None:
+    plan = _plan(data_world, data_settings)
+    image = str(data_settings.images_dir / "olivia-cuda.sif")
+    out = data_settings.results_dir / "smoke" / "olivia-cuda-r"
+    assert plan.argv[:3] == ["apptainer", "exec", "--nv"]
+    assert plan.argv[plan.argv.index(image):] == [
+        image, "/usr/local/bin/torchrun", "--standalone", "--nproc-per-node=4",
+        "/opt/containers/jobs/allreduce.py", "--iters", "5"]
+    assert f"{data_settings.jobs_dir}:/opt/containers/jobs:ro" in plan.binds
+    assert f"{out}:/opt/containers/results" in plan.binds
+    assert (plan.out_dir, plan.ranks, plan.nodes) == (out, 4, 1)
+    assert plan.launcher is LAUNCHERS["torchrun"] and plan.launch.step is False
+    assert plan.argv == plan.launcher.argv(plan.launch)
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_more_environment_replans_the_same_launch(data_world, data_settings) -> None:
+    plan = _plan(data_world, data_settings)
+    debug = plan.with_env({"NCCL_DEBUG": "INFO"})
+    assert debug.env["NCCL_DEBUG"] == "INFO" and "NCCL_DEBUG=INFO" in debug.argv
+    assert debug.argv == plan.launcher.argv(debug.launch) and "NCCL_DEBUG" not in plan.env
+
+
+def test_a_placement_brings_its_launcher_and_names_its_flag(data_world, data_settings) -> None:
+    rdzv = Rendezvous(host="h", port="20001", id="1")
+    where = Placement(nodes=2, rendezvous=rdzv, launcher=LAUNCHERS["srun-per-gpu"],
+                      cpus_per_task=72, ranks_flag="--gpus-per-node")
+    plan = _plan(data_world, data_settings, placement=where, ranks=2, environ=EBROOT)
+    assert plan.argv[:5] == ["srun", "--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=72",
+                             "--kill-on-bad-exit=1"]
+    assert "MASTER_ADDR=h" in plan.argv and plan.ranks == 4
+    with pytest.raises(ConfigError, match="olivia nodes have 4 GPUs; --gpus-per-node 5 is more"):
+        _plan(data_world, data_settings, placement=where, ranks=5, environ=EBROOT)
+    with pytest.raises(ConfigError, match="olivia nodes have 4 GPUs; --gpus 5 is more"):
+        _plan(data_world, data_settings, ranks=5)
+
+
+def test_the_allocations_devices_stand(data_world) -> None:
+    _, sites = data_world
+    lumi = sites["lumi"]
+    assert container_env(lumi, ranks=2, environ={"USER": "a", "SLURM_JOB_ID": "1"},
+                         strict=True)["ROCR_VISIBLE_DEVICES"] == "0,1"
+    given = {"USER": "a", "SLURM_JOB_ID": "1", "ROCR_VISIBLE_DEVICES": "4,5"}
+    assert "ROCR_VISIBLE_DEVICES" not in container_env(lumi, ranks=2, environ=given, strict=True)
+    assert "CUDA_VISIBLE_DEVICES" not in container_env(sites["local"], ranks=2, environ={},
+                                                       strict=True)
+
+
+def test_running_needs_the_image(data_world, data_settings) -> None:
+    plan = _plan(data_world, data_settings, site="local", target="cpu", ranks=2)
+    with pytest.raises(ImageMissing, match="is not built; run: invoke build --target cpu"):
+        run_workload(plan, say=print)
+    assert not plan.out_dir.exists()
