@@ -17,6 +17,8 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || apt_missing+=(python3-venv)
 command -v g++ >/dev/null || apt_missing+=(g++)
 # Lmod: the tests load the module files that invoke publish writes
 [[ -f /usr/share/lmod/lmod/init/bash ]] || apt_missing+=(lmod)
+# GnuPG: invoke publish --sign exports the signing key's public part with gpg
+command -v gpg >/dev/null || apt_missing+=(gnupg)
 # Slurm and munge: the tests start a two-node Slurm cluster on this machine (tests/slurm.py)
 command -v slurmctld >/dev/null || apt_missing+=(slurm-wlm)
 command -v munged >/dev/null || apt_missing+=(munge)

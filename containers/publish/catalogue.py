@@ -1,9 +1,10 @@
 """The published-images catalogue (``<dest>/catalogue.json``) and the layout it describes.
 
-Pure data: versions, the catalogue's shape and updates, pruning choices, and the consistency
-rules ``invoke verify`` applies to a snapshot of the folder. :mod:`containers.publish.publisher` does the
-I/O. The catalogue is the source of truth for what is published: a version exists for users once
-its entry is written, and it is written last, atomically, under the publish lock.
+Data: versions, the catalogue's shape and updates, pruning choices, and the consistency rules
+``invoke verify`` applies to a snapshot of the folder; :func:`load` is its one reader (the writer
+is :mod:`containers.publish.publisher`). The catalogue is the source of truth for what is
+published: a version exists for users once its entry is written, and it is written last,
+atomically, under the publish lock (``.publish.lock``).
 
 Layout under ``<dest>``::
 
@@ -20,13 +21,17 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
-from containers.errors import ConfigError
+from containers.errors import ConfigError, StateError, UsageError
 
 FORMAT = 1
+CATALOGUE_NAME = "catalogue.json"
+LOCK_NAME = ".publish.lock"
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}\Z")
 RESERVED = ("latest", "default", "bin")
 TEMP_SUFFIXES = (".partial", ".tmp")
@@ -35,9 +40,9 @@ TEMP_SUFFIXES = (".partial", ".tmp")
 def validate_version(version: str) -> str:
     """Versions become file and module names: letters, digits, ``._+-``; no slashes or spaces."""
     if not _VERSION.match(version) or version in RESERVED or version.endswith(TEMP_SUFFIXES):
-        raise ConfigError(f"'{version}' is not a usable version: 1-64 characters from letters, "
-                          "digits and . _ + -, starting with a letter or digit, not "
-                          + ", ".join(RESERVED), key="--version")
+        raise UsageError(f"'{version}' is not a usable version: 1-64 characters from letters, "
+                         "digits and . _ + -, starting with a letter or digit, not "
+                         + ", ".join(RESERVED), flag="--version")
     return version
 
 
@@ -47,9 +52,9 @@ def default_version(provenance: dict) -> str:
     date = str(provenance.get("build_date") or "")[:10]
     try:
         day = datetime.date.fromisoformat(date).strftime("%Y.%m.%d")
-    except ValueError:
-        raise ConfigError("the image's provenance has no usable build_date; give --version") \
-            from None
+    except ValueError as exc:
+        raise StateError("the image's provenance has no usable build_date; give --version") \
+            from exc
     inputs = str(provenance.get("inputs_hash") or "")[:8]
     return validate_version(f"{day}-{inputs}" if inputs else day)
 
@@ -71,6 +76,18 @@ def parse_checksum_line(text: str) -> tuple[str, str] | None:
 # ----------------------------------------------------------------------------- the catalogue
 def empty() -> dict:
     return {"format": FORMAT, "updated": None, "targets": {}}
+
+
+def load(path: Path) -> dict:
+    """The catalogue at ``path`` (an empty one when there is none yet), checked."""
+    if not path.exists():
+        return empty()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"catalogue is not valid JSON ({exc}); fix or restore it before "
+                          "publishing", path=path) from exc
+    return check_format(data, path=str(path))
 
 
 def check_format(data: Any, *, path: str) -> dict:
@@ -120,9 +137,8 @@ def without_versions(catalogue: dict, target: str, versions: Iterable[str], *, n
 
 def select_prune(versions: list[str], *, keep: int, latest: str | None) -> list[str]:
     """Versions to remove so the newest ``keep`` remain (``versions`` oldest first); the one
-    ``latest`` points to is never removed, even when it is not among the newest."""
-    if keep < 1:
-        raise ConfigError(f"--keep must be at least 1 (got {keep})", key="--keep")
+    ``latest`` points to is never removed, even when it is not among the newest. ``keep`` is
+    at least 1 (checked once, by :class:`~containers.publish.publisher.PublishRequest`)."""
     newest = set(versions[-keep:])
     return [v for v in versions if v not in newest and v != latest]
 

@@ -7,18 +7,17 @@ keys are never pushed. A key with a passphrase cannot be used (``apptainer`` wou
 nothing answers): the error says so.
 
 ``apptainer key export`` always prompts for a key index, so the public key published beside the
-images is cut out of the keyring file (``pgp-public``) here: a keyring is a sequence of OpenPGP
-packets, and one key is its public-key packet and the packets that follow up to the next one.
-``verify`` imports that file into a throwaway keyring, so anyone can check a published image
-against the key the catalogue names, whatever their own keyring holds.
+images is exported from the keyring file (``pgp-public``, a plain OpenPGP keyring) by ``gpg``,
+with a throwaway home. ``verify`` imports that file into a throwaway keyring, so anyone can check
+a published image against the key the catalogue names, whatever their own keyring holds.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,6 @@ from containers.errors import CommandFailed, ConfigError, VerdictFailed
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 
-PUBLIC_KEY_TAG = 6
 _KEY_BLOCK = re.compile(r"^(\d+)\)\s+User:\s*(.*?)\s*$.*?^\s+Fingerprint:\s*([0-9A-Fa-f]+)",
                         re.MULTILINE | re.DOTALL)
 
@@ -77,7 +75,7 @@ def sign(runtime: Runtime, image: Path, *, keysdir: Path | None, keyidx: int) ->
             raise ConfigError(f"secret key #{keyidx} has a passphrase; publishing signs without "
                               "a terminal, so use a key without one (apptainer key newpair "
                               "--password=) kept readable by the publishing account only",
-                              key="sign_keyidx") from None
+                              key="sign_keyidx") from exc
         raise
 
 
@@ -87,7 +85,7 @@ def signers(runtime: Runtime, image: Path, *, keysdir: Path | None) -> set[str]:
     try:
         out = capture(runtime.verify_argv(image), env=_env(runtime, keysdir), timeout=600)
     except CommandFailed as exc:
-        raise VerdictFailed(f"{image}: signature check failed: {exc}") from None
+        raise VerdictFailed(f"{image}: signature check failed: {exc}") from exc
     data = json.loads(out or "{}")
     found = {s["Signer"]["Fingerprint"].upper() for s in data.get("SignerKeys") or []
              if s.get("Signer", {}).get("KeyCheck") and s["Signer"].get("DataCheck")}
@@ -96,64 +94,53 @@ def signers(runtime: Runtime, image: Path, *, keysdir: Path | None) -> set[str]:
     return found
 
 
-# ------------------------------------------------------------------ public key out of a keyring
-def _packets(data: bytes) -> list[tuple[int, int, int, int]]:
-    """``(tag, start, end, body start)`` of each OpenPGP packet (RFC 4880 §4.2, old and new
-    headers)."""
-    packets, pos = [], 0
-    while pos < len(data):
-        head = data[pos]
-        if not head & 0x80:
-            raise ValueError(f"not an OpenPGP packet at byte {pos}")
-        if head & 0x40:  # new format
-            tag, first = head & 0x3F, data[pos + 1]
-            if first < 192:
-                length, header = first, 2
-            elif first < 224:
-                length, header = ((first - 192) << 8) + data[pos + 2] + 192, 3
-            elif first == 255:
-                length, header = int.from_bytes(data[pos + 2:pos + 6], "big"), 6
-            else:
-                raise ValueError("partial-length packets do not occur in keyrings")
-        else:  # old format
-            tag, size = (head >> 2) & 0x0F, (1, 2, 4)[head & 0x03] if head & 0x03 != 3 else 0
-            if not size:
-                raise ValueError("indeterminate-length packets do not occur in keyrings")
-            length, header = int.from_bytes(data[pos + 1:pos + 1 + size], "big"), 1 + size
-        end = pos + header + length
-        if end > len(data):
-            raise ValueError("truncated OpenPGP packet")
-        packets.append((tag, pos, end, pos + header))
-        pos = end
-    return packets
+# ---------------------------------------------------------- public key out of a keyring (gpg)
+def _gpg(home: Path, *args: str) -> list[str]:
+    """``gpg`` with a throwaway home (no agent, no user config, no key server) and no keyring
+    but the ones ``args`` name."""
+    return ["gpg", "--homedir", str(home), "--batch", "--quiet", "--no-autostart",
+            "--no-default-keyring", *args]
 
 
-def split_keyring(data: bytes) -> dict[str, bytes]:
-    """Each (version 4) key of a binary keyring by its fingerprint: SHA-1 over 0x99, the
-    two-byte body length and the public-key packet body (RFC 4880 §12.2)."""
-    keys: dict[str, bytes] = {}
-    current: str | None = None
-    for tag, start, end, body in _packets(data):
-        if tag == PUBLIC_KEY_TAG:
-            packet = data[body:end]
-            current = hashlib.sha1(b"\x99" + len(packet).to_bytes(2, "big")
-                                   + packet).hexdigest().upper()
-            keys[current] = b""
-        if current is not None:
-            keys[current] += data[start:end]
-    return keys
+def key_fingerprints(key_file: Path) -> list[str]:
+    """The primary-key fingerprints (upper-case) in an OpenPGP key file, as ``gpg`` reads it."""
+    with tempfile.TemporaryDirectory(prefix="containers-gpg-") as home:
+        out = capture(_gpg(Path(home), "--with-colons", "--show-keys", str(key_file)),
+                      timeout=60)
+    fingerprints, primary = [], False
+    for line in out.splitlines():
+        fields = line.split(":")
+        if fields[0] in ("pub", "sub", "sec", "ssb"):
+            primary = fields[0] in ("pub", "sec")
+        elif fields[0] == "fpr" and primary and len(fields) > 9:
+            fingerprints.append(fields[9].upper())
+            primary = False
+    return fingerprints
 
 
 def public_key(runtime: Runtime, keysdir: Path | None, fingerprint: str) -> bytes:
-    """The public key ``fingerprint`` from the keyring's ``pgp-public`` file."""
-    path = (keysdir or default_keysdir(runtime)) / "pgp-public"
-    try:
-        keys = split_keyring(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read the public keyring: {exc}", path=path) from None
-    if fingerprint.upper() not in keys:
-        raise ConfigError(f"public key {fingerprint} is not in the keyring", path=path)
-    return keys[fingerprint.upper()]
+    """The public key ``fingerprint`` (with its user ids and signatures) out of the keyring's
+    ``pgp-public`` file, exported by ``gpg`` from a copy so the keyring itself is never touched;
+    a file ``apptainer key import`` takes."""
+    ring = (keysdir or default_keysdir(runtime)) / "pgp-public"
+    if not ring.is_file():
+        raise ConfigError("no public keyring here (create a key with apptainer key newpair)",
+                          path=ring)
+    with tempfile.TemporaryDirectory(prefix="containers-gpg-") as name:
+        home = Path(name)
+        shutil.copyfile(ring, home / "pgp-public")
+        out = home / "key.pgp"
+        try:
+            capture(_gpg(home, "--keyring", str(home / "pgp-public"), "--output", str(out),
+                         "--export", fingerprint.upper()), timeout=60)
+        except CommandFailed as exc:
+            raise ConfigError(f"cannot export public key {fingerprint}: {exc}", path=ring) \
+                from exc
+        data = out.read_bytes() if out.is_file() else b""
+        found = key_fingerprints(out) if data else []
+    if found != [fingerprint.upper()]:
+        raise ConfigError(f"public key {fingerprint} is not in the keyring", path=ring)
+    return data
 
 
 def verify_with_key(runtime: Runtime, image: Path, key_file: Path, fingerprint: str) -> None:
@@ -163,8 +150,8 @@ def verify_with_key(runtime: Runtime, image: Path, key_file: Path, fingerprint: 
             capture(runtime.key_import_argv(key_file), env=_env(runtime, Path(keysdir)),
                     timeout=60)
         except CommandFailed as exc:
-            raise VerdictFailed(f"{key_file}: cannot import the public key: {exc}") from None
+            raise VerdictFailed(f"{key_file}: cannot import the public key: {exc}") from exc
         found = signers(runtime, image, keysdir=Path(keysdir))
     if fingerprint.upper() not in found:
         raise VerdictFailed(f"{image}: signed by {', '.join(sorted(found))}, not by the "
-                          f"catalogue's key {fingerprint}")
+                            f"catalogue's key {fingerprint}")

@@ -22,14 +22,15 @@ import pytest
 import yaml
 
 from containers import app
-from containers.errors import ConfigError, UsageError, VerdictFailed
+from containers.app import publish, verify
+from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
 from containers.publish import catalogue as cat
 from containers.publish.modulefile import lua_string, render_modulefile
-from containers.publish.publisher import COPY_DELAY_ENV, publish, verify
-from containers.publish.signing import parse_key_list, signers, split_keyring
+from containers.publish.publisher import COPY_DELAY_ENV
+from containers.publish.signing import key_fingerprints, parse_key_list, signers
 from containers.settings import load_settings
 from tests.fixtures import ROOT
-from tests.publish.test_publish import NASTY, _spec
+from tests.publish.test_modulefile import NASTY, _spec
 
 pytestmark = [pytest.mark.apptainer]
 
@@ -150,8 +151,7 @@ def test_publish_checks_copies_signs_and_catalogues(published, site_project, key
     assert os.readlink(dest / "cpu" / "latest") == "2.0.sif"
     assert os.readlink(dest / "modules" / "cpu" / "default") == "2.0.lua"
     assert signers(real_runtime, sif, keysdir=keyring) == {key.fingerprint}
-    public = (dest / entry["public_key"]).read_bytes()
-    assert list(split_keyring(public)) == [key.fingerprint]
+    assert key_fingerprints(dest / entry["public_key"]) == [key.fingerprint]
     assert sorted(p.name for p in (dest / "cpu").iterdir()) == [
         "1.0.sif", "1.0.sif.sha256", "2.0.sif", "2.0.sif.sha256", "bin", "latest"]
     # permissions: world-readable defaults, nothing world-writable
@@ -266,7 +266,7 @@ def test_verify_names_consistency_problems(site_project, tmp_path) -> None:
     message = str(failure.value)
     assert "cpu/stray.sif: not in the catalogue" in message
     assert "modules/cpu/1.0.lua: missing" in message
-    with pytest.raises(ConfigError, match="stray.sif exists but is not in the catalogue"):
+    with pytest.raises(StateError, match="stray.sif exists but is not in the catalogue"):
         publish(site_project, target="cpu", dest=dest, version="stray", say=lambda l: None)
     (dest / "catalogue.json").write_text("{")
     with pytest.raises(VerdictFailed, match="catalogue is not valid JSON"):
@@ -350,7 +350,7 @@ def test_existing_version_needs_force_and_force_is_recorded(site_project, tmp_pa
     result = _invoke(site_project, "publish", "--target", "cpu", "--dest", str(dest),
                      "--version", "1.0")
     assert result.returncode == 1
-    assert result.stderr.strip() == (f"error: --version: cpu 1.0 is already published "
+    assert result.stderr.strip() == (f"error: cpu 1.0 is already published "
                                       f"({dest}/cpu/1.0.sif); give another --version, or "
                                       "--force to replace it")
     again = publish(site_project, target="cpu", dest=dest, version="1.0", force=True,
@@ -419,7 +419,7 @@ def test_unbuilt_or_unknown_target_is_a_clear_error(site_project, tmp_path) -> N
     with pytest.raises(UsageError, match="unknown target 'cpuu'"):
         publish(site_project, target="cpuu", dest=tmp_path, say=lambda l: None)
     empty = _make_project(tmp_path / "project", tmp_path / "no-images")
-    with pytest.raises(ConfigError, match="is not built; run: invoke build --target cpu"):
+    with pytest.raises(ImageMissing, match="is not built; run: invoke build --target cpu"):
         publish(empty, target="cpu", dest=tmp_path / "pub", say=lambda l: None)
 
 

@@ -1,0 +1,51 @@
+"""``invoke publish`` and ``invoke verify``: the project's side of publishing.
+
+Publishing itself (:mod:`containers.publish`) takes plain values; this gathers them from the
+project (target, site, settings, runtime) and hands over the one check it cannot run on its own:
+a quick 2-rank smoke of the image through :func:`containers.app.workloads.smoke`, which writes
+the ``verdict.json`` publishing then finds by the image's sha256.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from containers.app.project import Project
+from containers.app.workloads import smoke
+from containers.inputs.recipes import Target
+from containers.prove.smoke import SmokeOptions
+from containers.publish import publisher, verify as checking
+from containers.publish.checks import QuickCheck
+from containers.report import Say, say_line as _print
+
+# Enough to prove ranks talk and sum correctly; the bandwidth table is `invoke smoke`'s job.
+QUICK_SMOKE = SmokeOptions(gpus=2, sizes="4K:256K", iters=3, warmup=1, timeout=300)
+
+
+def quick_smoke(project: Project, target: Target) -> QuickCheck:
+    """The check publishing runs when no passing verdict exists for the image: a short smoke."""
+    def run(say: Say) -> None:
+        say(f"quick check: a {QUICK_SMOKE.gpus}-rank smoke test of {target.name}")
+        smoke(project, target=target.name, options=QUICK_SMOKE, say=say)
+    return run
+
+
+def publish(project: Project, *, target: str | None, dest: Path | str | None,
+            version: str | None = None, sign: bool = False, keep: int | None = None,
+            group: str | None = None, force: bool = False, skip_checks: bool = False,
+            say: Say = _print) -> dict:
+    """Check, copy, sign, checksum, catalogue and module-file one image; its catalogue entry."""
+    request = publisher.PublishRequest(target=target or "", dest=dest or "", version=version,
+                                       sign=sign, keep=keep, group=group, force=force,
+                                       skip_checks=skip_checks)
+    item = project.target(request.target)
+    site = project.site_of(item)
+    plan = publisher.plan_publish(request, target=item, site=site, settings=project.settings)
+    runtime = project.runtime(flavour=site.runtime)
+    return publisher.publish(plan, runtime, quick_check=quick_smoke(project, item), say=say)
+
+
+def verify(project: Project, *, dest: Path | str | None, target: str | None = None,
+           say: Say = _print) -> list[tuple]:
+    """Check every published image in ``dest`` and its catalogue; the table's rows."""
+    return checking.verify(dest or "", runtime=project.runtime, target=target, say=say)

@@ -1,0 +1,108 @@
+"""The checks an image passes before it is published, and their record in the catalogue.
+
+Two checks: ``apptainer test`` (the definition's ``%test``) and a passing 2-rank smoke run of
+this exact image. The smoke verdict is looked up by the image's sha256 among the ``verdict.json``
+files the smoke runs wrote; when there is none, the caller's ``quick_check`` runs one now (the
+application layer knows how to run a smoke; publishing only needs it done), and it must then
+have written that verdict.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Callable
+
+from containers.errors import PerformanceFailed, VerdictFailed
+from containers.host.process import run
+from containers.host.runtime import Runtime
+from containers.inputs.recipes import Target
+from containers.report import Say
+
+# Runs a short smoke of the image (its output through the given ``Say``); raises
+# VerdictFailed when it is wrong, PerformanceFailed when it is only slow.
+QuickCheck = Callable[[Say], None]
+SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "wrong_total",
+              "largest", "transport", "performance", "seconds", "date")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def find_verdict(results_dir: Path, target: str, sha256: str) -> tuple[Path, dict] | None:
+    """The newest passing smoke verdict (2 ranks or more) for exactly this image."""
+    best: tuple[Path, dict] | None = None
+    for path in (results_dir / "smoke").glob("*/verdict.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if (record.get("target") == target and record.get("sha256") == sha256
+                and record.get("passed") is True and int(record.get("ranks") or 0) >= 2
+                and (best is None or str(record.get("date")) > str(best[1].get("date")))):
+            best = (path, record)
+    return best
+
+
+def smoke_summary(path: Path, record: dict, *, run_now: bool) -> dict:
+    """What the catalogue keeps of a smoke verdict: enough to judge it without the file."""
+    return {**{k: record.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now}
+
+
+def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,
+                   build_date: str | None, say: Say) -> dict:
+    """``apptainer test`` of ``image``, unless the build already ran it (its provenance says
+    so); :class:`VerdictFailed` when it fails."""
+    if not target.test:
+        return {"passed": None, "how": "the definition has no %test"}
+    if tested_at_build:
+        return {"passed": True, "how": "at build (provenance)", "date": build_date}
+    argv = runtime.test_argv(image)
+    say(f"checks: {' '.join(argv)}")
+    result = run(argv, timeout=600, on_line=lambda line: say(f"  {line}"))
+    if not result.ok:
+        raise VerdictFailed(f"not publishing {target.name}: apptainer test failed (exit "
+                            f"{result.returncode}): " + " | ".join(result.tail[-4:]))
+    return {"passed": True, "how": "run now", "date": _now()}
+
+
+def skipped(target: str, say: Say) -> dict:
+    """The record of ``--skip-checks``, announced so nobody misses it."""
+    banner = "!" * 72
+    warning = (f"WARNING: --skip-checks: {target} is published WITHOUT "
+               "apptainer test and smoke checks.")
+    for line in (banner, warning,
+                 "This is recorded in its catalogue entry (checks.skipped = true).", banner):
+        say(line)
+    return {"skipped": True, "apptainer_test": None, "smoke": None}
+
+
+def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: dict,
+                  results_dir: Path, quick_check: QuickCheck, say: Say) -> dict:
+    """The checks record for the catalogue; :class:`VerdictFailed` when one fails."""
+    sha = provenance["sha256"]
+    found = find_verdict(results_dir, target.name, sha)
+    test = apptainer_test(runtime, target, image,
+                          tested_at_build=found is not None and provenance.get("tested") is True,
+                          build_date=provenance.get("build_date"), say=say)
+    if found is not None:
+        say(f"checks: passing smoke verdict for this image (sha256 {sha[:12]}): {found[0]}")
+        return {"skipped": False, "apptainer_test": test,
+                "smoke": smoke_summary(*found, run_now=False)}
+    say(f"checks: no passing smoke verdict for sha256 {sha[:12]}; running the quick check")
+    try:
+        quick_check(lambda line: say(f"  {line}"))
+    except VerdictFailed as exc:
+        raise VerdictFailed(f"not publishing {target.name}: {exc}") from exc
+    except PerformanceFailed as exc:
+        # Only the sanity gate blocks publishing; a slow run is recorded with the verdict.
+        say(f"checks: WARNING: {exc}")
+    found = find_verdict(results_dir, target.name, sha)
+    if found is None:
+        raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "
+                            "no smoke verdict for this image's sha256 (was it rebuilt "
+                            "meanwhile?)")
+    return {"skipped": False, "apptainer_test": test,
+            "smoke": smoke_summary(*found, run_now=True)}

@@ -1,0 +1,130 @@
+"""``invoke verify``: check a publish folder as a user would trust it.
+
+Every published image's bytes against the catalogue's sha256 and its ``.sha256`` file, each
+signature against the key the catalogue names (imported from ``keys/`` into a throwaway keyring,
+so the checker's own keyring does not matter), the folder against the catalogue
+(:func:`containers.publish.catalogue.consistency_problems`), and nothing world-writable.
+Leftovers of an interrupted publish are noted, not failed: no final name refers to them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Callable
+
+from containers.errors import CommandFailed, ConfigError, UsageError, VerdictFailed
+from containers.files import sha256_file
+from containers.host.runtime import Runtime
+from containers.publish import catalogue as cat, signing
+from containers.publish.modulefile import exec_name
+from containers.publish.permissions import mode_problems
+from containers.report import Say, console, human_bytes, say_line, table
+
+COLUMNS = ("target", "version", "latest", "size", "sha256", "signature", "checks", "published",
+           "status")
+
+
+def snapshot(dest: Path) -> dict[str, cat.TargetFolder]:
+    """What the publish folder holds, per target, for :func:`catalogue.consistency_problems`."""
+    folders: dict[str, cat.TargetFolder] = {}
+    for folder in sorted(p for p in dest.iterdir() if p.is_dir() and not p.is_symlink()):
+        if folder.name in ("modules", "keys") or folder.name.startswith("."):
+            continue
+        found = cat.TargetFolder()
+        for path in folder.iterdir():
+            name = path.name
+            if name.startswith("."):
+                if name.endswith(cat.TEMP_SUFFIXES):
+                    found.temps.append(str(path))
+            elif name.endswith(".sif") and path.is_file() and not path.is_symlink():
+                found.sifs.add(name[:-4])
+            elif name.endswith(".sif.sha256"):
+                found.checksums.add(name[:-len(".sif.sha256")])
+        latest = folder / "latest"
+        found.latest_link = os.readlink(latest) if latest.is_symlink() else None
+        modules = dest / "modules" / folder.name
+        if modules.is_dir():
+            found.modules = {p.stem for p in modules.glob("*.lua")}
+            default = modules / "default"
+            found.default_link = os.readlink(default) if default.is_symlink() else None
+        wrapper = folder / "bin" / exec_name(folder.name)
+        found.has_exec = wrapper.is_file() and os.access(wrapper, os.X_OK)
+        folders[folder.name] = found
+    return folders
+
+
+def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime]) -> tuple[list[str], str]:
+    """Problems with one published version (checksum, checksum file, signature); its
+    signature cell for the table."""
+    path = dest / entry["file"]
+    if not path.is_file():
+        return [], "-"  # reported by the consistency check
+    problems = []
+    actual = sha256_file(path)
+    if actual != entry["sha256"]:
+        problems.append(f"{path}: sha256 {actual[:16]}... does not match the catalogue "
+                        f"({entry['sha256'][:16]}...): the file is corrupt or was replaced")
+    sums = dest / entry["checksum_file"]
+    if sums.is_file():
+        parsed = cat.parse_checksum_line(sums.read_text(encoding="utf-8"))
+        if parsed != (entry["sha256"], path.name):
+            problems.append(f"{sums}: does not say '{entry['sha256'][:16]}...  {path.name}'")
+    if not entry.get("signed"):
+        return problems, "unsigned"
+    try:
+        signing.verify_with_key(runtime(), path, dest / entry["public_key"],
+                                entry["key_fingerprint"])
+    except (VerdictFailed, CommandFailed) as exc:
+        problems.append(str(exc))
+        return problems, "FAILED"
+    return problems, entry["key_fingerprint"][-16:]
+
+
+def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | None = None,
+           say: Say = say_line) -> list[tuple]:
+    """Check every published image and the catalogue; :class:`VerdictFailed` naming each
+    problem. ``runtime`` is asked for only when a signature is to be checked, so an unsigned
+    folder verifies on a machine without Apptainer."""
+    if not dest:
+        raise UsageError("give the folder that invoke publish wrote", flag="--dest")
+    dest = Path(os.path.abspath(Path(dest).expanduser()))
+    path = dest / cat.CATALOGUE_NAME
+    if not path.is_file():
+        raise VerdictFailed(f"{path}: no catalogue (nothing was published to {dest})")
+    try:
+        catalogue = cat.load(path)
+    except ConfigError as exc:
+        raise VerdictFailed(str(exc)) from exc
+    folders = snapshot(dest)
+    if target is not None:
+        if target not in catalogue["targets"] and target not in folders:
+            raise VerdictFailed(f"{target}: nothing published under {dest}")
+        catalogue = {**catalogue, "targets": {k: v for k, v in catalogue["targets"].items()
+                                              if k == target}}
+        folders = {k: v for k, v in folders.items() if k == target}
+    problems = cat.consistency_problems(catalogue, folders)
+    runtime = functools.cache(runtime)
+    rows = []
+    for name, block in sorted(catalogue["targets"].items()):
+        for entry in block["versions"]:
+            found, signature = check_entry(dest, entry, runtime)
+            problems += found
+            rows.append((name, entry["version"], "yes" if entry["version"] == block["latest"]
+                         else "", human_bytes(entry["size_bytes"]), entry["sha256"][:16],
+                         signature, "skipped" if entry["checks"].get("skipped") else "passed",
+                         entry["published"], "FAILED" if found else "ok"))
+    problems += mode_problems([p for p in [dest, *dest.rglob("*")] if not p.is_symlink()], None)
+    console().print(table(f"Published images in {dest}", COLUMNS, rows))
+    for folder in folders.values():
+        for temp in folder.temps:
+            say(f"note: {temp} is a leftover of an interrupted publish (ignored; the next "
+                "publish removes it)")
+    for problem in problems:
+        say(f"problem: {problem}")
+    if problems:
+        raise VerdictFailed(f"verify found {len(problems)} problem(s) in {dest}: "
+                            + "; ".join(problems))
+    say(f"verify: {len(rows)} published image(s) in {dest}: all ok")
+    return rows

@@ -1,0 +1,68 @@
+"""A stand-in for a built image (random bytes with a provenance record) and the plain values
+publishing takes, for unit tests of publish and verify that need no Apptainer."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from containers.host.runtime import Runtime
+from containers.inputs.recipes import Target, load_targets
+from containers.inputs.sites import Site, load_sites
+from containers.publish.publisher import PublishPlan, PublishRequest, plan_publish, publish
+from containers.report import Say
+from containers.settings import Settings, load_settings
+from tests.fixtures import ROOT
+
+RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")
+IMAGE = os.urandom(50_000)
+SHA = hashlib.sha256(IMAGE).hexdigest()
+
+
+@dataclasses.dataclass
+class Built:
+    """A stand-in for a built image: its settings, target (no %test), site and a publish folder."""
+
+    settings: Settings
+    target: Target
+    site: Site
+    dest: Path
+
+    @classmethod
+    def make(cls, root: Path) -> "Built":
+        settings = load_settings(root, {"images_dir": str(root / "images"),
+                                        "results_dir": str(root / "results")})
+        settings.images_dir.mkdir()
+        settings.image_path("cpu").write_bytes(IMAGE)
+        settings.provenance_path("cpu").write_text(json.dumps({
+            "sha256": SHA, "build_date": "2026-11-21T05:27:24Z",
+            "inputs_hash": "1e9c228c71566f9d", "labels": {"dropped": "from the catalogue"}}))
+        target = dataclasses.replace(load_targets(ROOT)["cpu"], test=False)
+        return cls(settings, target, load_sites(ROOT)["local"], root / "pub")
+
+    def plan(self, **request) -> PublishPlan:
+        request = {"target": "cpu", "dest": self.dest, **request}
+        return plan_publish(PublishRequest(**request), target=self.target, site=self.site,
+                            settings=self.settings)
+
+    def publish(self, lines: list[str] | None = None, **request) -> dict:
+        """Publish with no quick check expected (``skip_checks`` or an existing verdict)."""
+        return publish(self.plan(**request), RUNTIME, quick_check=no_quick_check,
+                       say=(lines if lines is not None else []).append)
+
+    def quick_check_writing_verdict(self):
+        """A quick check that passes and writes this image's verdict, as the 2-rank smoke does."""
+        def run(say: Say) -> None:
+            path = self.settings.results_dir / "smoke" / "quick" / "verdict.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"target": "cpu", "sha256": SHA, "passed": True,
+                                        "ranks": 2, "date": "2026-11-21T06:00:00Z"}))
+            say("smoke: PASS")
+        return run
+
+
+def no_quick_check(say: Say) -> None:
+    raise AssertionError("the quick check was not expected to run")

@@ -1,0 +1,69 @@
+"""Unit tests of module-file and exec-wrapper rendering: what they set, and quoting of any value."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from containers.publish.modulefile import (ModuleSpec, lua_string, render_exec_wrapper,
+                                           render_modulefile)
+
+# ---------------------------------------------------------------------------- module files
+NASTY = 'say "hi" \\ it\'s ]] end\nnext\tline\x01'
+
+
+def test_lua_string_escapes_everything_that_matters() -> None:
+    assert lua_string("plain /path:1,2") == '"plain /path:1,2"'
+    assert lua_string(NASTY) == '"say \\"hi\\" \\\\ it\'s ]] end\\nnext\\tline\\001"'
+    assert lua_string("a\x002") == '"a\\0002"', "three digits: a following digit stays out"
+
+
+def _spec(**changes) -> ModuleSpec:
+    base = dict(target="lumi-rocm", version="1.0", description=f"desc {NASTY}",
+                image="/appl/containers/lumi-rocm/1.0.sif",
+                bin_dir="/appl/containers/lumi-rocm/bin",
+                runtime="singularity", gpu_flag="--rocm",
+                binds=("/var/spool/slurmd", "/opt/cray", "/pfs:/pfs:ro"),
+                env={"NCCL_SOCKET_IFNAME": "hsn", "WEIRD": NASTY}, sha256="ab" * 32,
+                signed_by="F" * 40, published="2026-11-21T00:00:00Z")
+    return ModuleSpec(**{**base, **changes})
+
+
+def test_modulefile_sets_image_binds_env_and_path() -> None:
+    text = render_modulefile(_spec())
+    lines = text.splitlines()
+    assert 'local sif = "/appl/containers/lumi-rocm/1.0.sif"' in lines
+    assert 'setenv("SIF", sif)' in lines and 'setenv("CONTAINER_IMAGE", sif)' in lines
+    for name in ("SINGULARITY_BIND", "APPTAINER_BIND"):
+        assert [l for l in lines if l.startswith(f'append_path("{name}"')] == [
+            f'append_path("{name}", "/var/spool/slurmd", ",")',
+            f'append_path("{name}", "/opt/cray", ",")',
+            f'append_path("{name}", "/pfs:/pfs:ro", ",")']
+    for prefix in ("SINGULARITYENV_", "APPTAINERENV_"):
+        assert f'setenv("{prefix}NCCL_SOCKET_IFNAME", "hsn")' in lines
+        assert f'setenv("{prefix}WEIRD", {lua_string(NASTY)})' in lines
+    assert 'prepend_path("PATH", "/appl/containers/lumi-rocm/bin")' in lines
+    assert 'family("container_image")' in lines
+    assert any(l.startswith("help(") for l in lines) and "whatis(\"Version: 1.0\")" in lines
+    assert "singularity exec --rocm $SIF COMMAND" in text
+    assert "\n" not in lua_string(NASTY), "no raw newline can end a Lua string early"
+
+
+def test_modulefile_without_binds_or_env_sets_none() -> None:
+    text = render_modulefile(_spec(binds=(), env={}, gpu_flag=None, runtime="apptainer"))
+    assert "BIND" not in text and "ENV_" not in text and "apptainer exec $SIF" in text
+
+
+def test_exec_wrapper_is_valid_bash_and_quotes(tmp_path: Path) -> None:
+    script = tmp_path / "w"
+    expected = {None: "", "--nv": "--nv ", "--weird flag'": "'--weird flag'\"'\"'' "}
+    for gpu, rendered in expected.items():
+        text = render_exec_wrapper("cpu", runtime="apptainer", gpu_flag=gpu)
+        script.write_text(text)
+        subprocess.run(["bash", "-n", str(script)], check=True)
+        assert text.splitlines()[-1] == f'exec apptainer exec {rendered}"$SIF" "$@"'
+    script.chmod(0o755)
+    result = subprocess.run([str(script), "true"], capture_output=True, text=True,
+                            env={k: v for k, v in os.environ.items() if k != "SIF"})
+    assert result.returncode == 1 and "load a module first: module load cpu" in result.stderr

@@ -1,0 +1,70 @@
+"""Unit tests of ``verify`` on an unsigned publish folder of a stand-in image (no Apptainer: the
+runtime is asked for only when a signature is to be checked; signed images are verified for real
+in ``test_publish_image.py``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from containers.errors import UsageError, VerdictFailed
+from containers.publish import catalogue as cat
+from containers.publish.verify import snapshot, verify
+from tests.publish.standin import Built
+
+
+def _no_runtime():
+    raise AssertionError("an unsigned folder needs no runtime")
+
+
+def _publish_two(built: Built) -> Path:
+    for version in ("1.0", "2.0"):
+        built.publish(version=version, skip_checks=True)
+    return built.dest
+
+
+def test_a_healthy_folder_verifies_without_a_runtime(data_built: Built) -> None:
+    dest = _publish_two(data_built)
+    (dest / "cpu" / ".3.0.sif.999.partial").write_bytes(b"half")
+    lines: list[str] = []
+    rows = verify(dest, runtime=_no_runtime, say=lines.append)
+    assert [(r[0], r[1], r[2], r[5], r[6], r[8]) for r in rows] == [
+        ("cpu", "1.0", "", "unsigned", "skipped", "ok"),
+        ("cpu", "2.0", "yes", "unsigned", "skipped", "ok")]
+    assert any(l.startswith(f"note: {dest}/cpu/.3.0.sif.999.partial is a leftover") for l in lines)
+    assert lines[-1] == f"verify: 2 published image(s) in {dest}: all ok"
+    folder = snapshot(dest)["cpu"]
+    assert folder.sifs == {"1.0", "2.0"} and folder.latest_link == "2.0.sif" and folder.has_exec
+
+
+def test_verify_names_every_problem(data_built: Built) -> None:
+    dest = _publish_two(data_built)
+    sif = dest / "cpu" / "1.0.sif"
+    data = bytearray(sif.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    sif.write_bytes(bytes(data))
+    (dest / "cpu" / "2.0.sif.sha256").write_text("0" * 64 + "  2.0.sif\n")
+    (dest / "modules" / "cpu" / "2.0.lua").unlink()
+    os.chmod(dest / "cpu" / "2.0.sif", 0o666)
+    with pytest.raises(VerdictFailed, match=f"^verify found 4 problem.s. in {dest}: ") as failed:
+        verify(dest, runtime=_no_runtime, say=lambda line: None)
+    message = str(failed.value)
+    assert "modules/cpu/2.0.lua: missing" in message
+    assert f"{sif}: sha256" in message and "does not match the catalogue" in message
+    assert "2.0.sif.sha256: does not say" in message
+    assert "2.0.sif: world-writable (mode 0666)" in message
+    with pytest.raises(VerdictFailed, match="gpu: nothing published"):
+        verify(dest, runtime=_no_runtime, target="gpu", say=lambda line: None)
+
+
+def test_verify_without_a_usable_catalogue(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="^--dest: "):
+        verify("", runtime=_no_runtime)
+    with pytest.raises(VerdictFailed, match="no catalogue"):
+        verify(tmp_path, runtime=_no_runtime)
+    (tmp_path / cat.CATALOGUE_NAME).write_text("{")
+    with pytest.raises(VerdictFailed, match="catalogue is not valid JSON") as broken:
+        verify(tmp_path, runtime=_no_runtime)
+    assert broken.value.__cause__ is not None
