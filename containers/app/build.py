@@ -7,9 +7,10 @@ from typing import Mapping
 
 from containers.app.project import Project
 from containers.build import builder
+from containers.build.gather import gather_host
 from containers.build.plan import BuildPlan, plan_build
 from containers.errors import ConfigError
-from containers.host.facts import gather_host, host_arch
+from containers.host.facts import host_arch
 from containers.inputs.definition import read_definition
 from containers.report import Say, say_line as _print, show_command
 

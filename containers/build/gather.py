@@ -1,0 +1,36 @@
+"""The impure half of planning: gather once what a build plan needs to know about this host
+(package sources, CA certificates, git revision, which images are built), so that
+:func:`containers.build.plan.plan_build` stays a pure function of its inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from pathlib import Path
+
+from containers.build import provenance
+from containers.build.plan import HostFacts
+from containers.errors import ConfigError
+from containers.host import sources as hostcfg
+from containers.host.facts import cotainr_binary, git_revision, host_arch
+from containers.host.runtime import Runtime
+
+
+def gather_host(root: Path, images_dir: Path, runtime: Runtime, names: list[str], *,
+                mirror_override: str | None) -> HostFacts:
+    pip = hostcfg.host_pip_config()
+    if pip.cert and not Path(pip.cert).is_file():
+        pip = dataclasses.replace(pip, cert=None)
+    mirror = mirror_override
+    if mirror is None:
+        try:
+            mirror = hostcfg.debian_mirror()
+        except ConfigError:
+            mirror = None  # only a debootstrap definition needs it; its render check says so
+    return HostFacts(
+        runtime=runtime, pip=pip, mirror=mirror, host_paths=tuple(pip.local_paths()),
+        ca_certificates=tuple(hostcfg.extra_ca_certificates()),
+        git_revision=git_revision(root),
+        build_date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        arch=host_arch(), cotainr=cotainr_binary(),
+        built_hashes=provenance.built_hashes(images_dir, names))
