@@ -15,10 +15,9 @@ from invoke import Exit, task
 
 from containers import app
 from containers.build.plan import parse_build_args
-from containers.errors import ContainersError, describe
+from containers.errors import ContainersError, UsageError, describe
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
-from containers.publish import publisher as publishing
 
 ROOT = Path(__file__).resolve().parent
 
@@ -101,7 +100,7 @@ def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=6
         return
     options = SmokeOptions(gpus=int(gpus), sizes=sizes, iters=int(iters), warmup=int(warmup),
                            timeout=float(timeout), dtype=dtype)
-    app.smoke(_project(c), target=target, options=options, dry_run=dry_run, nodes=int(nodes))
+    app.prove(_project(c), target=target, options=options, dry_run=dry_run, nodes=int(nodes))
 
 
 @task(
@@ -178,12 +177,13 @@ def job(c, workload="smoke", target=None, site=None, nodes=1, gpus_per_node=None
         sizes="1K:128M", iters=20, model=None, model_size=None, epochs=3, batch_size=64,
         samples=None):
     """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit."""
-    try:
-        gpus = int(gpus_per_node) if gpus_per_node is not None else None
-        samples = int(samples) if samples else None
-    except ValueError:
-        raise Exit(f"error: --gpus-per-node and --samples take whole numbers (got "
-                   f"{gpus_per_node or samples!r})", code=1) from None
+    counts: dict[str, int | None] = {}
+    for flag, value in (("--gpus-per-node", gpus_per_node), ("--samples", samples)):
+        try:
+            counts[flag] = int(value) if value not in (None, "") else None
+        except ValueError as exc:
+            raise UsageError(f"{flag} takes a whole number (got {value!r})", flag=flag) from exc
+    gpus, samples = counts["--gpus-per-node"], counts["--samples"]
     if workload == "smoke":
         options = SmokeOptions(gpus=gpus or 1, sizes=sizes, iters=int(iters))
     elif workload == "build":
@@ -217,11 +217,8 @@ def job(c, workload="smoke", target=None, site=None, nodes=1, gpus_per_node=None
 def publish(c, target=None, dest=None, version=None, sign=False, keep=0, group=None,
             force=False, skip_checks=False):
     """Publish a checked image for a site: copy, checksum, sign, catalogue, Lmod module file."""
-    if not target or not dest:
-        raise Exit("error: publish needs --target and --dest", code=1)
-    publishing.publish(_project(c), target=target, dest=dest, version=version, sign=sign,
-                       keep=int(keep) or None, group=group, force=force,
-                       skip_checks=skip_checks)
+    app.publish(_project(c), target=target, dest=dest, version=version, sign=sign,
+                keep=int(keep) or None, group=group, force=force, skip_checks=skip_checks)
 
 
 @task(
@@ -233,6 +230,4 @@ def publish(c, target=None, dest=None, version=None, sign=False, keep=0, group=N
 @_user_errors
 def verify(c, dest=None, target=None):
     """Check published images: checksums, signatures, catalogue, latest and module files."""
-    if not dest:
-        raise Exit("error: verify needs --dest", code=1)
-    publishing.verify(_project(c), dest=dest, target=target)
+    app.verify(_project(c), dest=dest, target=target)

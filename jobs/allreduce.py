@@ -24,7 +24,8 @@ own (CUDA/HIP events on the GPU, ``time.perf_counter`` on the CPU) and the brack
 Expect out-of-place and in-place numbers to be close: it is the same collective underneath.
 
 Exit status: 0 all good; 1 wrong values found; 2 bad command line; 3 any other error.
-Rank 0 prints the table and writes ``OUT/allreduce.json``; every rank writes ``OUT/rank-<RANK>.json``
+Rank 0 prints the table and writes ``OUT/allreduce.json``; every rank writes
+``OUT/rank-<RANK>.json``
 once it has finished cleanly, so the launcher can tell which ranks did not finish.
 """
 
@@ -32,11 +33,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import socket
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -44,6 +43,8 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
+import choices
+import workload
 from distenv import (  # shared with train.py: both start the same way under every launcher
     DistEnv,
     choose_backend,
@@ -51,28 +52,19 @@ from distenv import (  # shared with train.py: both start the same way under eve
     describe_device,
     init_process_group,
     now_iso,
-    resolve_dist_env,
     runtime_versions,
     sync,
     write_json,
 )
+from workload import EXIT_OK
 
-EXIT_OK = 0
-EXIT_WRONG = 1
-EXIT_USAGE = 2
-EXIT_ERROR = 3
+EXIT_WRONG = workload.EXIT_FAILED
 FAULT_EXIT_CODE = 17
 
 BENCHMARK = "all_reduce"
 REDOP = "sum"
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in choices.DTYPES}
 FAULT_KINDS = ("die", "hang", "corrupt")
-SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
-SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
 # Largest element value in the check pattern; 13 is prime, so the pattern is not aligned with
 # any power-of-two chunking a collective algorithm might use.
 MAX_PATTERN_PERIOD = 13
@@ -91,45 +83,6 @@ class Fault:
     rank: int
 
 
-def parse_size(text: str) -> int:
-    """Parse a byte size such as ``1024``, ``1K``, ``128M`` or ``1GiB`` (binary units)."""
-    match = SIZE_RE.match(text)
-    if not match:
-        raise ValueError(f"not a byte size: {text!r} (use e.g. 1024, 1K, 128M, 1G)")
-    value = int(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
-    if value <= 0:
-        raise ValueError(f"byte size must be positive: {text!r}")
-    return value
-
-
-def parse_sizes(spec: str, step_factor: int = 2) -> list[int]:
-    """Expand ``A:B`` (A, A*f, A*f^2, ... up to B) or a comma list ``A,B,C`` into byte sizes.
-
-    The range form mirrors nccl-tests ``-b A -e B -f factor``; the list form lets a job probe
-    just the sizes a site publishes a reference for (for example 128M).
-    """
-    if step_factor < 2:
-        raise ValueError(f"step factor must be >= 2, got {step_factor}")
-    spec = spec.strip()
-    if ":" in spec:
-        parts = spec.split(":")
-        if len(parts) != 2:
-            raise ValueError(f"size range must be A:B, got {spec!r}")
-        low, high = parse_size(parts[0]), parse_size(parts[1])
-        if low > high:
-            raise ValueError(f"size range start {low} is above its end {high}")
-        sizes = []
-        size = low
-        while size <= high:
-            sizes.append(size)
-            size *= step_factor
-        return sizes
-    items = [item for item in spec.split(",") if item.strip()]
-    if not items:
-        raise ValueError("no sizes given")
-    return [parse_size(item) for item in items]
-
-
 def parse_fault(text: str) -> Fault:
     """Parse ``KIND@RANK`` for ``--fault``."""
     kind, sep, rank = text.partition("@")
@@ -138,80 +91,36 @@ def parse_fault(text: str) -> Fault:
     return Fault(kind=kind, rank=int(rank))
 
 
-def _argparse_type(parser_fn):
-    """Wrap a parser so argparse reports its ValueError message as a usage error."""
-
-    def convert(text: str):
-        try:
-            return parser_fn(text)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-
-    convert.__name__ = parser_fn.__name__
-    return convert
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"must be >= 1, got {value}")
-    return value
-
-
-def _step_factor(text: str) -> int:
-    value = int(text)
-    if value < 2:
-        raise ValueError(f"must be >= 2, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"must be >= 0, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line; every flag is documented because batch scripts are read by others."""
     parser = argparse.ArgumentParser(
         description="torch.distributed all_reduce benchmark with nccl-tests style output "
         "(time, algbw, busbw, #wrong; out-of-place and in-place).",
-        epilog="Exit status: 0 ok, 1 wrong values, 2 bad command line, 3 other error.",
+        epilog=workload.EPILOG.format(failed="wrong values"),
     )
     parser.add_argument(
         "--sizes", default="1K:128M",
         help="message sizes in bytes: A:B for A, A*f, ... up to B (f = --step-factor), or a comma "
         "list A,B,C; K/M/G are binary units (default: %(default)s)")
     parser.add_argument(
-        "--step-factor", type=_argparse_type(_step_factor), default=2,
+        "--step-factor", type=workload.step_factor, default=2,
         help="multiplier between sizes of an A:B range, >= 2 (default: %(default)s)")
     parser.add_argument(
-        "--iters", type=_argparse_type(_positive_int), default=20,
+        "--iters", type=workload.positive_int, default=20,
         help="timed iterations per size and mode (default: %(default)s)")
     parser.add_argument(
-        "--warmup", type=_argparse_type(_non_negative_int), default=5,
+        "--warmup", type=workload.non_negative_int, default=5,
         help="untimed warm-up iterations per size (default: %(default)s)")
     parser.add_argument(
         "--dtype", choices=sorted(DTYPES), default="float32",
         help="element type (default: %(default)s)")
-    parser.add_argument(
-        "--backend", choices=("auto", "gloo", "nccl"), default="auto",
-        help="process group backend; auto picks nccl when torch sees a GPU (ROCm torch reports "
-        "its GPUs through torch.cuda and uses RCCL under the name nccl), else gloo on CPU "
-        "(default: %(default)s)")
-    parser.add_argument(
-        "--out", default="allreduce-results",
-        help="results folder for allreduce.json and rank-<RANK>.json (default: %(default)s)")
-    parser.add_argument(
-        "--timeout-s", type=_argparse_type(_positive_int), default=300,
-        help="seconds before process-group init or a collective is declared hung; passed to "
-        "init_process_group (default: %(default)s)")
+    workload.add_common_flags(parser, out="allreduce-results", writes="allreduce.json",
+                              timeout_s=300)
     parser.add_argument(
         "--check", action=argparse.BooleanOptionalAction, default=True,
         help="check every result against the exact expected sum (default: on)")
     parser.add_argument(
-        "--fault", type=_argparse_type(parse_fault), default=None, metavar="KIND@RANK",
+        "--fault", type=workload.argparse_type(parse_fault), default=None, metavar="KIND@RANK",
         help="FOR TESTS OF THE HARNESS ONLY: inject a fault on one rank. die: the rank exits with "
         f"status {FAULT_EXIT_CODE} after the first size's warm-up; hang: the rank sleeps forever "
         "there; corrupt: the rank damages its result buffer before every check")
@@ -239,7 +148,8 @@ def bandwidths(nbytes: int, seconds: float, world_size: int) -> tuple[float, flo
 
 
 def exact_integer_limit(dtype: torch.dtype) -> int:
-    """Largest N such that every integer 0..N is exact in dtype: 2^24, 2^11, 2^8 for fp32/16/bf16."""
+    """Largest N such that every integer 0..N is exact in dtype (2^24, 2^11, 2^8 for
+    fp32, fp16, bf16)."""
     eps = torch.finfo(dtype).eps  # 2^-(significand bits - 1)
     significand_bits = 1 - round(torch.log2(torch.tensor(eps, dtype=torch.float64)).item())
     return 2**significand_bits
@@ -518,8 +428,11 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
     """Benchmark every size, print on rank 0, write the JSON files; return the exit status."""
     started = now_iso()
     dtype = DTYPES[args.dtype]
-    elem = torch.empty((), dtype=dtype).element_size()
-    sizes = parse_sizes(args.sizes, args.step_factor)
+    elem = choices.DTYPES[args.dtype]
+    try:  # before the process group exists, so every rank refuses at once
+        sizes = choices.check_sizes(args.sizes, args.dtype, args.step_factor)
+    except ValueError as err:
+        raise workload.UsageError(f"--sizes: {err}") from err
 
     backend = choose_backend(args.backend)
     device = choose_device(backend, env.local_rank)
@@ -576,33 +489,13 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
         write_json(out / "allreduce.json", report)
 
     dist.destroy_process_group()
-    write_json(out / f"rank-{env.rank}.json", {
-        "rank": env.rank, "local_rank": env.local_rank, "hostname": socket.gethostname(),
-        "pid": os.getpid(), "wrong": local_wrong if period else None, "finished": True,
-    })
+    workload.write_rank_file(out, env, wrong=local_wrong if period else None)
     return EXIT_OK if ok else EXIT_WRONG
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        sizes = parse_sizes(args.sizes, args.step_factor)
-    except ValueError as err:
-        print(f"allreduce: error: --sizes: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    elem = torch.empty((), dtype=DTYPES[args.dtype]).element_size()
-    if min(sizes) < elem:
-        print(f"allreduce: error: --sizes: {min(sizes)} B is less than one {args.dtype} "
-              f"({elem} B)", file=sys.stderr)
-        return EXIT_USAGE
-    env = resolve_dist_env(os.environ)
-    try:
-        return run(args, env)
-    except Exception:  # noqa: BLE001 - report which rank failed and exit non-zero
-        print(f"allreduce: rank {env.rank} on {socket.gethostname()} failed:", file=sys.stderr)
-        traceback.print_exc()
-        sys.stderr.flush()
-        return EXIT_ERROR
+    return workload.guarded_main("allreduce.py", lambda env: run(args, env))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ communication.  A held-out split (same distribution, disjoint samples) measures 
 Readers:
 
 * CIFAR-100, "python version" (``cifar-100-python/train`` and ``test``, pickles with ``b'data'``
-  (N x 3072 uint8, channel-major) and ``b'fine_labels'``).  The pickles hold numpy arrays; they
-  are read by a restricted unpickler that rebuilds those arrays as torch tensors, so numpy is
-  not needed, and no other global can be loaded from the file (unpickling is code execution).
+  (N x 3072 uint8, channel-major) and ``b'fine_labels'``).  The pickles hold numpy arrays (numpy
+  is in every image); they are read by an unpickler that allows numpy's array and dtype
+  constructors and refuses every other global (unpickling is code execution).
 * MNIST idx files (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-...``), plain
   or ``.gz``, in DIR, ``DIR/MNIST/raw`` (torchvision's layout) or ``DIR/mnist``.
 
@@ -27,7 +27,6 @@ normalised per batch with the dataset's published mean and standard deviation.
 
 from __future__ import annotations
 
-import codecs
 import gzip
 import pickle
 import struct
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
@@ -165,103 +165,35 @@ def synthetic(spec: DatasetSpec, train_samples: int, val_samples: int, seed: int
 
 
 # ----------------------------------------------------------------------------------------------
-# CIFAR-100 (python pickles, without numpy)
+# CIFAR-100 (python pickles of numpy arrays)
 # ----------------------------------------------------------------------------------------------
-
-# numpy dtype codes in the pickles -> (torch dtype, bytes per element)
-_NUMPY_DTYPES = {
-    "u1": torch.uint8, "i1": torch.int8, "i2": torch.int16, "i4": torch.int32,
-    "i8": torch.int64, "f2": torch.float16, "f4": torch.float32, "f8": torch.float64,
-    "b1": torch.bool,
-}
-
-
-class _NumpyDtype:
-    """Stand-in for numpy.dtype during unpickling: keeps the type code and byte order."""
-
-    def __init__(self, code: Any, _align: Any = False, _copy: Any = True) -> None:
-        self.code = code.decode() if isinstance(code, bytes) else str(code)
-        self.byteorder = "|"
-
-    def __setstate__(self, state: tuple) -> None:
-        order = state[1]
-        self.byteorder = order.decode() if isinstance(order, bytes) else str(order)
-
-    def torch_dtype(self) -> torch.dtype:
-        code = self.code.lstrip("<>=|")
-        if code not in _NUMPY_DTYPES:
-            raise DataError(f"unsupported array element type {self.code!r}")
-        if self.byteorder == ">" and code not in ("u1", "i1", "b1"):
-            raise DataError(f"big-endian array element type {self.code!r} is not supported")
-        return _NUMPY_DTYPES[code]
-
-
-class _NumpyArray:
-    """Stand-in for numpy.ndarray during unpickling; ``tensor`` is the rebuilt torch tensor."""
-
-    def __init__(self) -> None:
-        self.tensor: Optional[torch.Tensor] = None
-
-    def __setstate__(self, state: tuple) -> None:
-        if len(state) == 5:
-            _version, shape, dtype, fortran, raw = state
-        else:
-            shape, dtype, fortran, raw = state
-        if not isinstance(dtype, _NumpyDtype) or not isinstance(raw, (bytes, bytearray)):
-            raise DataError("array of Python objects in the file; expected raw numbers")
-        self.tensor = _tensor_from_bytes(raw, dtype, tuple(shape), bool(fortran))
-
-
-def _tensor_from_bytes(raw: Any, dtype: _NumpyDtype, shape: tuple[int, ...],
-                       fortran: bool) -> torch.Tensor:
-    data = bytearray(raw)  # writable copy: torch.frombuffer shares memory with it
-    flat = torch.frombuffer(data, dtype=dtype.torch_dtype()) if data else \
-        torch.empty(0, dtype=dtype.torch_dtype())
-    if fortran:
-        return flat.reshape(tuple(reversed(shape))).permute(*reversed(range(len(shape)))) \
-            .contiguous()
-    return flat.reshape(shape)
-
-
-def _reconstruct(_cls: Any, _shape: Any, _typecode: Any) -> _NumpyArray:
-    return _NumpyArray()
-
-
-def _frombuffer(buffer: Any, dtype: _NumpyDtype, shape: tuple[int, ...], order: str) -> _NumpyArray:
-    """numpy pickles a contiguous array with protocol 5 as ``_frombuffer(buf, dtype, shape, order)``."""
-    array = _NumpyArray()
-    raw = bytes(buffer.raw()) if isinstance(buffer, pickle.PickleBuffer) else buffer
-    array.tensor = _tensor_from_bytes(raw, dtype, tuple(shape), order == "F")
-    return array
 
 
 class _ArrayUnpickler(pickle.Unpickler):
-    """Loads plain data and numpy arrays (as tensors); refuses every other global."""
+    """Loads plain data and numpy arrays; refuses every other global."""
 
-    ALLOWED: ClassVar[dict[tuple[str, str], Any]] = {
-        # Python 3 writes bytes into a protocol-2 pickle as _codecs.encode(text, "latin1").
-        ("_codecs", "encode"): codecs.encode,
-        ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
-        ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
-        ("numpy.core.numeric", "_frombuffer"): _frombuffer,
-        ("numpy._core.numeric", "_frombuffer"): _frombuffer,
-        ("numpy", "ndarray"): _NumpyArray,
-        ("numpy", "dtype"): _NumpyDtype,
-    }
+    # Where numpy pickles its arrays from: numpy.core before 2.0, numpy._core since (and
+    # _frombuffer for protocol 5).  The names stay allowed whichever numpy wrote the file.
+    ALLOWED: ClassVar[frozenset[tuple[str, str]]] = frozenset({
+        ("_codecs", "encode"),  # Python 3 writes bytes in protocol 2 as encode(text, "latin1")
+        ("numpy", "ndarray"), ("numpy", "dtype"),
+        *((f"numpy.{core}.multiarray", "_reconstruct") for core in ("core", "_core")),
+        *((f"numpy.{core}.numeric", "_frombuffer") for core in ("core", "_core")),
+    })
 
     def find_class(self, module: str, name: str) -> Any:
-        try:
-            return self.ALLOWED[(module, name)]
-        except KeyError:
-            raise DataError(f"refusing to load {module}.{name} from a data pickle") from None
+        if (module, name) not in self.ALLOWED:
+            raise DataError(f"refusing to load {module}.{name} from a data pickle")
+        if module.startswith("numpy.core.") and hasattr(np, "_core"):
+            module = "numpy._core." + module.split(".", 2)[2]  # numpy 2 warns on numpy.core
+        return super().find_class(module, name)
 
 
-def _as_tensor(value: Any) -> torch.Tensor:
-    if isinstance(value, _NumpyArray):
-        return value.tensor
-    if isinstance(value, (list, tuple)):
-        return torch.tensor(value)
-    raise DataError(f"expected an array or a list, found {type(value).__name__}")
+def _array(value: Any, what: str) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype.kind not in "biu":
+        raise DataError(f"{what}: expected whole numbers, found {array.dtype}")
+    return array
 
 
 def read_cifar100_split(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -270,28 +202,27 @@ def read_cifar100_split(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         with open(path, "rb") as handle:
             batch = _ArrayUnpickler(handle, encoding="bytes").load()
     except DataError as err:
-        raise DataError(f"{path}: {err}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
-        raise DataError(f"{path}: not a CIFAR-100 python pickle ({err})") from None
+        raise DataError(f"{path}: {err}") from err
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as err:
+        raise DataError(f"{path}: not a CIFAR-100 python pickle ({err})") from err
     if not isinstance(batch, dict):
         raise DataError(f"{path}: expected a dict of arrays, found {type(batch).__name__}")
     missing = [key.decode() for key in (b"data", b"fine_labels") if key not in batch]
     if missing:
         raise DataError(f"{path}: no {' or '.join(repr(k) for k in missing)} entry "
                         f"(keys: {', '.join(repr(k) for k in batch)})")
-    try:
-        images = _as_tensor(batch[b"data"])
-        labels = _as_tensor(batch[b"fine_labels"]).long()
-    except DataError as err:
-        raise DataError(f"{path}: {err}") from None
-    if images.dtype != torch.uint8 or images.dim() != 2 or images.shape[1] != 3 * 32 * 32:
+    images = _array(batch[b"data"], f"{path}: 'data'")
+    labels = _array(batch[b"fine_labels"], f"{path}: 'fine_labels'")
+    if images.dtype != np.uint8 or images.ndim != 2 or images.shape[1] != 3 * 32 * 32:
         raise DataError(f"{path}: 'data' must be N x 3072 uint8, found "
-                        f"{tuple(images.shape)} {images.dtype}")
+                        f"{images.shape} {images.dtype}")
     if labels.shape != (images.shape[0],):
-        raise DataError(f"{path}: {images.shape[0]} images but {labels.numel()} labels")
-    if labels.numel() and (labels.min() < 0 or labels.max() >= 100):
+        raise DataError(f"{path}: {images.shape[0]} images but {labels.size} labels")
+    if labels.size and (labels.min() < 0 or labels.max() >= 100):
         raise DataError(f"{path}: fine labels outside 0..99")
-    return images.reshape(-1, 3, 32, 32), labels
+    # Copies: the unpickled arrays may be read-only views of the file's bytes.
+    return (torch.from_numpy(images.reshape(-1, 3, 32, 32).copy()),
+            torch.from_numpy(labels.astype(np.int64)))
 
 
 def find_cifar100(root: Path) -> Path:
@@ -322,7 +253,7 @@ def read_idx(path: Path) -> torch.Tensor:
         with opener(path, "rb") as handle:
             data = handle.read()
     except (OSError, EOFError) as err:
-        raise DataError(f"{path}: cannot read ({err})") from None
+        raise DataError(f"{path}: cannot read ({err})") from err
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise DataError(f"{path}: not an idx file (bad magic number)")
     if data[2] != IDX_UBYTE:

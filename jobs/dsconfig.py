@@ -9,9 +9,10 @@ comments, so a typo becomes a silently different config, and the reader would be
 where deepspeed (and with it hjson) is installed and another where it is not.  Standard library
 only, so it is unit-tested without DeepSpeed.
 
-A file it cannot read gives one line naming the file, the line and column, and the problem.  ``fit_to_job`` then makes the batch settings consistent with ``--batch-size`` and the
-world size, since DeepSpeed refuses to start when ``train_batch_size`` differs from
-``micro_batch x grad_accum x world_size``.
+A file it cannot read gives one line naming the file, the line and column, and the problem.
+``fit_to_job`` then makes the batch settings consistent with ``--batch-size`` and the world
+size, since DeepSpeed refuses to start when ``train_batch_size`` differs from ``micro_batch x
+grad_accum x world_size``.
 """
 
 from __future__ import annotations

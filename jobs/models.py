@@ -28,9 +28,11 @@ from typing import Callable
 import torch
 from torch import nn
 
-MODEL_NAMES = ("vit", "wideresnet", "cnn", "resnet")
-SIZES = ("tiny", "small", "base")
-WRN_SIZE_RE = re.compile(r"^(\d+)-(\d+)$")
+import choices
+
+MODEL_NAMES = choices.MODELS
+SIZES = choices.MODEL_SIZES
+WRN_SIZE_RE = re.compile(choices.WIDERESNET_SIZE)
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,29 @@ class WideBasicBlock(nn.Module):
         return out + skip
 
 
-class WideResNet(nn.Module):
+class BlockStack(nn.Module):
+    """A stem, residual blocks (each its own FSDP unit), global average pool, linear head."""
+
+    stem: nn.Module
+    blocks: nn.ModuleList
+    head: nn.Linear
+
+    @property
+    def fsdp_units(self) -> list[nn.Module]:
+        return list(self.blocks)
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """What the last block's output goes through before pooling."""
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(self.finish(x), 1), 1))
+
+
+class WideResNet(BlockStack):
     """WRN-depth-width: three groups of (depth-4)/6 blocks at widths 16k, 32k, 64k."""
 
     def __init__(self, spec: InputSpec, depth: int, width: int, dropout: float = 0.0) -> None:
@@ -144,16 +168,8 @@ class WideResNet(nn.Module):
         self.bn = nn.BatchNorm2d(in_planes)
         self.head = nn.Linear(in_planes, spec.classes)
 
-    @property
-    def fsdp_units(self) -> list[nn.Module]:
-        return list(self.blocks)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        for block in self.blocks:
-            x = block(x)
-        x = torch.relu(self.bn(x))
-        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(x))  # pre-activation blocks leave the last BN-ReLU to here
 
 
 # ----------------------------------------------------------------------------------------------
@@ -216,7 +232,7 @@ class BasicBlock(nn.Module):
         return torch.relu(out + self.shortcut(x))
 
 
-class ResNet(nn.Module):
+class ResNet(BlockStack):
     """ResNet for small images: 3x3 stem without max-pool, four stages, global average pool."""
 
     def __init__(self, spec: InputSpec, stages: tuple[int, ...], width: int) -> None:
@@ -234,16 +250,6 @@ class ResNet(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.head = nn.Linear(in_planes, spec.classes)
 
-    @property
-    def fsdp_units(self) -> list[nn.Module]:
-        return list(self.blocks)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
-
 
 # ----------------------------------------------------------------------------------------------
 # Factory
@@ -258,7 +264,7 @@ def _vit(spec: InputSpec, size: str) -> nn.Module:
 def _wideresnet(spec: InputSpec, size: str) -> nn.Module:
     match = WRN_SIZE_RE.match(size)
     depth, width = (int(match.group(1)), int(match.group(2))) if match \
-        else WRN_PRESETS[_preset(size, "wideresnet", extra=" or DEPTH-WIDTH such as 16-4")]
+        else WRN_PRESETS[_preset(size, "wideresnet")]
     return WideResNet(spec, depth, width)
 
 
@@ -271,11 +277,8 @@ def _resnet(spec: InputSpec, size: str) -> nn.Module:
     return ResNet(spec, stages, width)
 
 
-def _preset(size: str, model: str, extra: str = "") -> str:
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r} for model {model}: use one of "
-                         f"{', '.join(SIZES)}{extra}")
-    return size
+def _preset(size: str, model: str) -> str:
+    return choices.check_model_size(model, size)
 
 
 BUILDERS: dict[str, Callable[[InputSpec, str], nn.Module]] = {

@@ -33,36 +33,27 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import socket
+import importlib
 import sys
-import traceback
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
+import choices
 import data as data_mod
 import distenv
 import dsconfig
 import models
 import trainloop
+import workload
+from workload import EXIT_FAILED, EXIT_OK, UsageError
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_ERROR = 3
-
-EXAMPLES = ("ddp", "fsdp", "deepspeed")
 DEFAULT_DATASET = {"cnn": "mnist", "vit": "cifar100", "wideresnet": "cifar100",
                    "resnet": "cifar100"}
 DS_CONFIG_DIR = Path(__file__).resolve().parent / "ds_config"
 DEFAULT_LR = {"adamw": 1e-3, "sgd": 0.05}
-
-
-class UsageError(Exception):
-    """A bad flag, config file or data folder: one line on stderr, exit status 2."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -70,47 +61,19 @@ class UsageError(Exception):
 # ----------------------------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line; every flag is documented because batch scripts are read by others."""
     parser = argparse.ArgumentParser(
         description="Distributed training example (DDP, FSDP or DeepSpeed) on synthetic or "
         "local CIFAR-100 / MNIST data, with per-epoch time, loss, accuracy and throughput.",
-        epilog="Exit status: 0 ok, 1 run did not hold up (ranks disagree, non-finite loss), "
-        "2 bad command line, config or data, 3 other error.")
+        epilog=workload.EPILOG.format(
+            failed="run did not hold up (ranks disagree, non-finite loss)"))
     parser.add_argument(
-        "--example", choices=EXAMPLES, default="ddp",
+        "--example", choices=choices.EXAMPLES, default="ddp",
         help="distribution strategy: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard), "
         "deepspeed (ZeRO, see --zero-stage / --ds-config) (default: %(default)s)")
     parser.add_argument(
-        "--model", choices=models.MODEL_NAMES, default="cnn",
+        "--model", choices=choices.MODELS, default="cnn",
         help="vit (LUMI's vision transformer), wideresnet (Olivia's CIFAR-100 WRN), cnn (CSC's "
         "MNIST ConvNet), resnet (NCAR's ResNet) (default: %(default)s)")
     parser.add_argument(
@@ -129,21 +92,21 @@ def build_parser() -> argparse.ArgumentParser:
         "train, test) or MNIST's idx files (plain or .gz); nothing is downloaded (default: "
         "synthetic, learnable data)")
     parser.add_argument(
-        "--samples", type=_positive_int, default=8192,
+        "--samples", type=workload.positive_int, default=8192,
         help="synthetic training set size (ignored with --data) (default: %(default)s)")
     parser.add_argument(
-        "--val-samples", type=_positive_int, default=1024,
+        "--val-samples", type=workload.positive_int, default=1024,
         help="synthetic validation set size (ignored with --data) (default: %(default)s)")
     parser.add_argument(
-        "--epochs", type=_positive_int, default=3,
+        "--epochs", type=workload.positive_int, default=3,
         help="number of epochs (default: %(default)s)")
     parser.add_argument(
-        "--batch-size", type=_positive_int, default=256,
+        "--batch-size", type=workload.positive_int, default=256,
         help="GLOBAL batch size per optimizer step, split evenly over the ranks; must be "
         "divisible by the world size (x gradient_accumulation_steps for DeepSpeed) "
         "(default: %(default)s)")
     parser.add_argument(
-        "--lr", type=_positive_float, default=None,
+        "--lr", type=workload.positive_float, default=None,
         help="learning rate (default: 1e-3 for adamw, 0.05 for sgd; for DeepSpeed the config "
         "file's optimizer.params.lr, which this overrides when given)")
     parser.add_argument(
@@ -158,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto: bf16 on GPUs that support it, else fp16 with a gradient scaler, fp32 on "
         "CPU; for deepspeed, auto keeps a config's own fp16/bf16 section (default: %(default)s)")
     parser.add_argument(
-        "--zero-stage", type=int, choices=(1, 2, 3), default=None,
+        "--zero-stage", type=int, choices=choices.ZERO_STAGES, default=None,
         help="DeepSpeed ZeRO stage: picks jobs/ds_config/zeroN.json, or overrides "
         "zero_optimization.stage of --ds-config (default: 1, or the config's stage)")
     parser.add_argument(
@@ -173,28 +136,18 @@ def build_parser() -> argparse.ArgumentParser:
         "compiler exists; training never uses it (it serves tensor-parallel inference), so "
         "it is off by default")
     parser.add_argument(
-        "--target-accuracy", type=_fraction, default=None,
+        "--target-accuracy", type=workload.fraction, default=None,
         help="stop early once the validation accuracy reaches this fraction, e.g. 0.95 "
         "(default: run all epochs)")
     parser.add_argument(
-        "--backend", choices=("auto", "gloo", "nccl"), default="auto",
-        help="process group backend; auto picks nccl when torch sees a GPU (RCCL on ROCm), "
-        "else gloo (default: %(default)s)")
-    parser.add_argument(
-        "--num-workers", type=_non_negative_int, default=0,
+        "--num-workers", type=workload.non_negative_int, default=0,
         help="DataLoader worker processes per rank; the data are in memory and batches are "
         "sliced in one operation, so 0 is usually fastest (default: %(default)s)")
-    parser.add_argument(
-        "--out", default="train-results",
-        help="results folder; rank 0 writes train.json there (default: %(default)s)")
     parser.add_argument(
         "--seed", type=int, default=0,
         help="seed for the synthetic data, the initial weights and the shuffling; the same on "
         "every rank (default: %(default)s)")
-    parser.add_argument(
-        "--timeout-s", type=_positive_int, default=600,
-        help="seconds before process-group init or a collective is declared hung "
-        "(default: %(default)s)")
+    workload.add_common_flags(parser, out="train-results", writes="train.json", timeout_s=600)
     parser.add_argument(
         "--local_rank", "--local-rank", dest="launcher_local_rank", type=int, default=None,
         metavar="N",
@@ -235,7 +188,7 @@ def load_ds_config(args: argparse.Namespace, env: distenv.DistEnv, on_cpu: bool,
             precision=precision, lr=args.lr,
             stage=args.zero_stage if args.ds_config else None)
     except dsconfig.ConfigError as err:
-        raise UsageError(str(err)) from None
+        raise UsageError(str(err)) from err
     return fitted, path, changes
 
 
@@ -279,7 +232,7 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
         train_set, val_set, source = data_mod.load_dataset(
             dataset, args.data, args.samples, args.val_samples, args.seed)
     except data_mod.DataError as err:
-        raise UsageError(str(err)) from None
+        raise UsageError(str(err)) from err
     if len(train_set) < args.batch_size:
         raise UsageError(f"{len(train_set)} training samples are fewer than one global batch "
                          f"(--batch-size {args.batch_size}); raise --samples")
@@ -359,10 +312,7 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
-    # Per-rank completion record: the launcher tells from these which ranks did not finish.
-    distenv.write_json(out / f"rank-{env.rank}.json", {
-        "rank": env.rank, "local_rank": env.local_rank, "hostname": socket.gethostname(),
-        "pid": os.getpid(), "status": status, "finished": True})
+    workload.write_rank_file(out, env, status=status)
     return status
 
 
@@ -373,15 +323,15 @@ def build_model(args: argparse.Namespace, spec: data_mod.DatasetSpec) -> torch.n
     try:
         return models.build_model(args.model, input_spec, args.model_size)
     except ValueError as err:
-        raise UsageError(f"--model {args.model} --model-size {args.model_size}: {err}") from None
+        raise UsageError(f"--model {args.model} --model-size {args.model_size}: {err}") from err
 
 
 def require_deepspeed() -> None:
     try:
-        import deepspeed  # noqa: F401
+        importlib.import_module("deepspeed")
     except ImportError as err:
         raise UsageError(f"--example deepspeed needs the deepspeed package, which this Python "
-                         f"({sys.executable}) cannot import: {err}") from None
+                         f"({sys.executable}) cannot import: {err}") from err
 
 
 def make_strategy(args: argparse.Namespace, ctx: trainloop.RunContext,
@@ -442,18 +392,7 @@ def format_summary(report: dict[str, Any]) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    env = distenv.resolve_dist_env(os.environ)
-    try:
-        return run(args, env)
-    except UsageError as err:
-        if env.rank == 0:
-            print(f"train.py: error: {err}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
-    except Exception:  # noqa: BLE001 - report which rank failed and exit non-zero
-        print(f"train.py: rank {env.rank} on {socket.gethostname()} failed:", file=sys.stderr)
-        traceback.print_exc()
-        sys.stderr.flush()
-        return EXIT_ERROR
+    return workload.guarded_main("train.py", lambda env: run(args, env))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ class RunFailed(Exception):
 
 
 def resolve_precision(requested: str, device: torch.device) -> str:
-    """auto: bf16 on a GPU that has it (A100, H100, GH200, MI250X), else fp16 (V100); fp32 on CPU."""
+    """auto: bf16 on a GPU that has it (A100, H100, GH200, MI250X), else fp16 (V100); fp32 on
+    CPU."""
     if requested != "auto":
         return requested
     if device.type != "cuda":
@@ -128,7 +129,8 @@ class Strategy:
 
 
 class DDPStrategy(Strategy):
-    """DistributedDataParallel: replicated model, gradients all-reduced in buckets during backward."""
+    """DistributedDataParallel: replicated model, gradients all-reduced in buckets during
+    backward."""
 
     name = "ddp"
 

@@ -1,72 +1,69 @@
-"""``invoke smoke`` and ``invoke train``: run a workload in the image, judge it, report it."""
+"""``invoke smoke`` and ``invoke train``: run a workload in the image, judge it, report it.
+
+One function, :func:`prove`, runs any kind (its options name it): plan, show the exact command,
+run, judge both gates, write ``verdict.json`` (and the perflog record where the kind logs
+performance), print the gates and raise for a failed one. ``invoke train --scaling`` runs it per
+rank count and adds the speedup report.
+"""
 
 from __future__ import annotations
 
 import datetime
 import json
 import os
+from pathlib import Path
+from typing import Sequence
 
 from containers.app.project import Project
 from containers.build import provenance
-from containers.errors import ConfigError
+from containers.errors import StateError
 from containers.files import atomic_write_text
-from containers.host.runtime import Runtime
-from containers.inputs.recipes import Target
-from containers.inputs.sites import Site
-from containers.prove import perflog
-from containers.prove.smoke import SmokeOptions, SmokeResult, check, plan_smoke, run_smoke, summary
-from containers.prove.train import (TrainOptions, TrainResult, check as train_check, parse_scaling,
-                                    plan_train, run_train, scaling_rows, verdict as train_verdict,
-                                    with_ranks)
-from containers.report import (Say, console, plot_busbw, plot_scaling, say_line as _print,
-                               show_command, table)
+from containers.prove import perflog, verdict
+from containers.prove.kind import Options, plan
+from containers.prove.train import TrainOptions, parse_scaling, scaling_rows, with_ranks
+from containers.report import Say, console, plot_scaling, say_line as _print, show_command, table
 from containers.run import allocation
-from containers.run.workload import Placement, Workload
+from containers.run.workload import Workload
 
 
-def smoke(project: Project, *, target: str | None, options: SmokeOptions, dry_run: bool = False,
-          nodes: int = 1, say: Say = _print) -> SmokeResult | Workload:
-    item = project.target(target or project.default_target())
-    site = project.site_of(item)
-    runtime = project.runtime_for(site, dry_run=dry_run)
-    run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    plan = plan_smoke(item, site, settings=project.settings, runtime=runtime, options=options,
-                      run_id=run_id, strict=not dry_run,
-                      placement=allocation.across_nodes(nodes, dry_run=dry_run))
-    say(f"smoke: {item.name} on site {site.name}, {plan.ranks} ranks, results in "
-        f"{os.path.relpath(plan.out_dir)}")
-    say(f"  run  {show_command(plan.argv)}")
+def prove(project: Project, *, target: str | None, options: Options, dry_run: bool = False,
+          nodes: int = 1, say: Say = _print) -> verdict.Result | Workload:
+    """One run of ``options``' kind; raises :class:`VerdictFailed` (sanity) or
+    :class:`PerformanceFailed` once its verdict is written."""
+    (outcome,) = _runs(project, target=target, runs=[(options, _stamp())], dry_run=dry_run,
+                       nodes=nodes, say=say)
+    if isinstance(outcome, verdict.Result):
+        verdict.check(outcome)
+    return outcome
+
+
+#: ``invoke smoke`` (and publishing's quick smoke check) runs a :class:`SmokeOptions` this way.
+smoke = prove
+
+
+def train(project: Project, *, target: str | None, options: TrainOptions,
+          scaling: str | None = None, dry_run: bool = False, nodes: int = 1,
+          say: Say = _print) -> list[verdict.Result | Workload]:
+    """One training run, or one per rank count of ``scaling`` with a speedup report; the
+    verdicts are checked once every run has finished and the report is written."""
+    stamp = _stamp()
+    counts = parse_scaling(scaling) if scaling else [options.gpus]
+    runs = [(with_ranks(options, n), f"{stamp}-{n}r" if scaling else stamp) for n in counts]
+    results = _runs(project, target=target, runs=runs, dry_run=dry_run, nodes=nodes, say=say)
     if dry_run:
-        return plan
-    partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
-    result = run_smoke(plan, say=say, partition=partition)
-    if result.rows:
-        png = plot_busbw(result.report, plan.out_dir / "allreduce.png",
-                         title=f"all_reduce busbw: {item.name}, {plan.ranks} ranks, "
-                               f"{result.report.get('backend', '?')}")
-        say(f"plot: {os.path.relpath(png)}")
-    say(f"json: {os.path.relpath(plan.out_dir / 'allreduce.json')}")
-    record = summary(result, image_record=provenance.read(
-        project.settings.provenance_path(item.name)))
-    atomic_write_text(plan.out_dir / "verdict.json", json.dumps(record, indent=2) + "\n")
-    log = perflog.append(project.settings.perflog_dir, record)
-    say(f"perflog: {os.path.relpath(log)}")
-    reasons = record["reasons"]
-    transport = record["transport"]
-    if transport is not None:
-        say(f"transport:   {'ok' if transport['ok'] else 'FAIL'}: {transport['message']}")
-    say("sanity:      " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
-    performance = record["performance"]
-    say(f"performance: {performance['state'].upper()}: {performance['message']}")
-    check(result)
-    return result
+        return results
+    if scaling:
+        _scaling_report(project, results, options=options, stamp=stamp, say=say)
+    for result in results:
+        verdict.check(result)
+    return results
 
 
 def smoke_history(project: Project, *, target: str | None, say: Say = _print) -> list[dict]:
     """The perflog as a table and a PNG: busbw at the reference size per image version."""
     records = perflog.read(project.settings.perflog_dir, target=target)
     if not records:
-        raise ConfigError(f"no smoke runs recorded in {project.settings.perflog_dir}"
+        raise StateError(f"no smoke runs recorded in {project.settings.perflog_dir}"
                           + (f" for target {target}" if target else ""))
     console().print(table(f"smoke history ({len(records)} runs)", perflog.HISTORY_COLUMNS,
                           perflog.history_rows(records)))
@@ -77,55 +74,66 @@ def smoke_history(project: Project, *, target: str | None, say: Say = _print) ->
     return records
 
 
-def _train_once(project: Project, item: Target, site: Site, runtime: Runtime,
-                options: TrainOptions, run_id: str, dry_run: bool, say: Say,
-                placement: Placement | None = None) -> TrainResult | Workload:
-    plan = plan_train(item, site, settings=project.settings, runtime=runtime, options=options,
-                      run_id=run_id, strict=not dry_run, placement=placement)
-    say(f"train: {options.example} on {item.name} (site {site.name}), {plan.ranks} ranks, "
-        f"results in {os.path.relpath(plan.out_dir)}")
-    say(f"  run  {show_command(plan.argv)}")
-    if dry_run:
-        return plan
-    result = run_train(plan, say=say)
-    reasons = train_verdict(result)
-    say("verdict: " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
-    return result
+def _stamp() -> str:
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def train(project: Project, *, target: str | None, options: TrainOptions,
-          scaling: str | None = None, dry_run: bool = False, nodes: int = 1,
-          say: Say = _print) -> list[TrainResult | Workload]:
-    """One training run, or one per rank count of ``scaling`` with a speedup report."""
+def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options, str]],
+          dry_run: bool, nodes: int, say: Say) -> list[verdict.Result | Workload]:
+    """Plan, show and (unless ``dry_run``) run and record each ``(options, run id)``."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    counts = parse_scaling(scaling) if scaling else [options.gpus]
     placement = allocation.across_nodes(nodes, dry_run=dry_run)
-    results = [_train_once(project, item, site, runtime, with_ranks(options, n),
-                           f"{stamp}-{n}r" if scaling else stamp, dry_run, say, placement)
-               for n in counts]
-    if dry_run:
-        return results
-    if scaling:
-        rows = scaling_rows(results)
-        out = project.settings.results_dir / f"train-{options.example}" / \
-            f"{item.name}-{stamp}-scaling"
-        atomic_write_text(out / "scaling.json", json.dumps(
-            {"target": item.name, "example": options.example, "rows": rows}, indent=2) + "\n")
-        console().print(table(
-            f"scaling: {options.example} on {item.name}", ("ranks", "samples/s", "speedup",
-                                                            "efficiency", "verdict"),
-            [(r["ranks"], _fmt(r["throughput"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
-              _fmt(r["efficiency"] and r["efficiency"] * 100, ".0f") + " %",
-              "PASS" if r["passed"] else "FAIL") for r in rows]))
-        png = plot_scaling(rows, out / "scaling.png",
-                           title=f"{options.example} scaling on {item.name}")
-        say(f"json: {os.path.relpath(out / 'scaling.json')}\nplot: {os.path.relpath(png)}")
-    for result in results:
-        train_check(result)
-    return results
+    partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
+    done: list[verdict.Result | Workload] = []
+    for options, run_id in runs:
+        kind = options.kind
+        workload = plan(item, site, settings=project.settings, runtime=runtime, options=options,
+                        run_id=run_id, strict=not dry_run, placement=placement)
+        say(f"{kind.title(options)}: {item.name} on site {site.name}, {workload.ranks} ranks, "
+            f"results in {os.path.relpath(workload.out_dir)}")
+        say(f"  run  {show_command(workload.argv)}")
+        if dry_run:
+            done.append(workload)
+            continue
+        result = verdict.run(kind, workload, say=say, partition=partition)
+        _record(project, result, say=say)
+        done.append(result)
+    return done
+
+
+def _record(project: Project, result: verdict.Result, *, say: Say) -> None:
+    """Reports, ``verdict.json``, the perflog line, and the gates on the terminal."""
+    out = result.plan.out_dir
+    for path in result.kind.write_reports(result):
+        say(f"plot: {os.path.relpath(path)}")
+    say(f"json: {os.path.relpath(out / result.kind.report_name)}")
+    record = verdict.record(result, image_record=provenance.read(
+        project.settings.provenance_path(result.plan.target.name)))
+    atomic_write_text(out / "verdict.json", json.dumps(record, indent=2) + "\n")
+    if result.kind.logs_performance:
+        say(f"perflog: {os.path.relpath(perflog.append(project.settings.perflog_dir, record))}")
+    for line in verdict.gate_lines(record):
+        say(line)
+
+
+def _scaling_report(project: Project, results: list[verdict.Result], *,
+                    options: TrainOptions, stamp: str, say: Say) -> Path:
+    rows = scaling_rows(results)
+    name = results[0].plan.target.name
+    out = project.settings.results_dir / options.kind.folder(options) / f"{name}-{stamp}-scaling"
+    atomic_write_text(out / "scaling.json", json.dumps(
+        {"target": name, "example": options.example, "rows": rows}, indent=2) + "\n")
+    console().print(table(
+        f"scaling: {options.example} on {name}", ("ranks", "samples/s", "speedup",
+                                                  "efficiency", "verdict"),
+        [(r["ranks"], _fmt(r["throughput"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
+          _fmt(r["efficiency"] and r["efficiency"] * 100, ".0f") + " %",
+          "PASS" if r["passed"] else "FAIL") for r in rows]))
+    png = plot_scaling(rows, out / "scaling.png", title=f"{options.example} scaling on {name}")
+    say(f"json: {os.path.relpath(out / 'scaling.json')}\nplot: {os.path.relpath(png)}")
+    return out
 
 
 def _fmt(value: float | None, spec: str) -> str:

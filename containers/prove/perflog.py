@@ -119,7 +119,8 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
     if times and max(times) - min(times) < datetime.timedelta(hours=1):
         # A few runs close together: show them on a readable hour scale, not years.
         middle = min(times) + (max(times) - min(times)) / 2
-        ax.set_xlim(middle - datetime.timedelta(minutes=30), middle + datetime.timedelta(minutes=30))
+        half_hour = datetime.timedelta(minutes=30)
+        ax.set_xlim(middle - half_hour, middle + half_hour)
     ax.set_ylabel("busbw at reference size (GB/s)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)

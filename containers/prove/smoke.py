@@ -1,38 +1,34 @@
-"""``invoke smoke``: the all_reduce benchmark across ranks inside an image, and its verdict.
+"""``invoke smoke``: the all_reduce benchmark across ranks inside an image, as a workload kind.
 
-The run itself goes through :mod:`containers.run.workload`; here are the benchmark's arguments and the
-two gates a site regression suite keeps apart:
-
-* sanity: every rank finished, no ``#wrong`` values, exit code 0, all sizes done, and, where the
-  site declares its network transport, NCCL/RCCL's debug output proves it was used;
-* performance: out-of-place busbw at the reference size within the site's reference tolerance.
-
-The benchmark writes ``allreduce.json``; the host adds ``verdict.json`` and the PNG.
+Its own sanity rules: no ``#wrong`` values, all sizes done, and, where the site declares its
+network transport, NCCL/RCCL's debug output proves it was used (a silent TCP fallback fails).
+Its performance is judged: out-of-place busbw at the reference size within the site's reference
+tolerance. The benchmark writes ``allreduce.json``; the host adds ``verdict.json``, the PNG and a
+perflog record.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from pathlib import Path
 
-from containers.errors import ConfigError, PerformanceFailed, VerdictFailed
-from containers.host.runtime import Runtime
-from containers.inputs.recipes import Target
+from containers.errors import UsageError
 from containers.inputs.references import Judgement, judge
 from containers.inputs.sites import Site
+from containers.prove import names, verdict
+from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, one_of, plan
 from containers.prove.transport import TransportCheck, check_transport
-from containers.run.workload import (Outcome, Placement, Say, Workload, failure_reasons,
-                                     plan_workload, run_workload)
+from containers.report import plot_busbw
 from containers.settings import Settings
 
-BENCHMARK = "allreduce.py"
 #: What makes NCCL/RCCL name its network transport in the output.
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
 @dataclass(frozen=True)
 class SmokeOptions:
+    """``invoke smoke``'s flags, checked when made (the benchmark's own rules, ``jobs/choices``)."""
+
     gpus: int
     sizes: str = "1K:128M"
     iters: int = 20
@@ -42,155 +38,109 @@ class SmokeOptions:
     fault: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
-
-@dataclass(frozen=True)
-class SmokeResult:
-    plan: Workload
-    outcome: Outcome
-    partition: str | None = None
-
-    @property
-    def report(self) -> dict | None:
-        return self.outcome.report
-
-    @property
-    def rows(self) -> list[dict]:
-        return list(self.report.get("results", [])) if self.report else []
+    def __post_init__(self) -> None:
+        at_least("--gpus", self.gpus)
+        at_least("--iters", self.iters)
+        at_least("--warmup", self.warmup, 0)
+        above_zero("--timeout", self.timeout)
+        one_of("--dtype", self.dtype, names.DTYPES)
+        try:
+            names.check_sizes(self.sizes, self.dtype)
+        except ValueError as exc:
+            raise UsageError(f"--sizes {self.sizes}: {exc}", flag="--sizes") from exc
 
     @property
-    def wrong_total(self) -> int:
-        """Wrong values over every size measured so far (the benchmark rewrites its JSON after
-        each size, so a run that died midway still shows what it had checked)."""
-        return sum(r[mode]["wrong"] or 0 for r in self.rows for mode in ("oop", "ip"))
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.report and self.report.get("finished"))
-
-    @property
-    def nodes(self) -> int:
-        """Nodes the run spanned: the placement's (one torchrun per node, even where nodes
-        share a host name), else the distinct host names the benchmark saw."""
-        if self.plan.nodes > 1:
-            return self.plan.nodes
-        return int(self.report.get("nodes") or 1) if self.report else 1
-
-    @property
-    def transport(self) -> TransportCheck | None:
-        site = self.plan.site
-        if not site.transport_expect or not self.report or self.report.get("backend") != "nccl":
-            return None  # gloo (CPU) runs have no NCCL transport to prove
-        return check_transport(self.outcome.lines, expect=site.transport_expect,
-                               name=site.transport_name or site.transport_expect)
-
-    @property
-    def performance(self) -> Judgement:
-        reference = self.plan.site.reference(partition=self.partition, nodes=self.nodes,
-                                             ranks_per_node=self.plan.ranks // self.nodes,
-                                             measured={row["bytes"] for row in self.rows})
-        return judge(reference, self.rows)
-
-    @property
-    def ok(self) -> bool:
-        return not verdict(self) and not self.performance.failed
+    def kind(self) -> "SmokeKind":
+        return SMOKE
 
 
-def plan_smoke(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
-               options: SmokeOptions, run_id: str, environ: Mapping[str, str] | None = None,
-               strict: bool = True, placement: Placement | None = None) -> Workload:
-    if options.iters < 1 or options.warmup < 0:
-        raise ConfigError("--iters must be >= 1 and --warmup >= 0", key="--iters")
-    args = ["--sizes", options.sizes, "--iters", str(options.iters),
-            "--warmup", str(options.warmup), "--dtype", options.dtype,
-            "--out", settings.results_mount, "--timeout-s", str(int(options.timeout))]
-    if options.fault:
-        args += ["--fault", options.fault]
-    extra_env = {**(DEBUG_ENV if site.transport_expect else {}), **options.extra_env}
-    return plan_workload(target, site, settings=settings, runtime=runtime, kind="smoke",
-                         script=BENCHMARK, args=args, ranks=options.gpus,
-                         timeout=options.timeout, run_id=run_id, report_name="allreduce.json",
-                         extra_env=extra_env, environ=environ, strict=strict,
-                         placement=placement)
+def _rows(result: verdict.Result) -> list[dict]:
+    return list(result.report.get("results", [])) if result.report else []
 
 
-def run_smoke(plan: Workload, *, say: Say, partition: str | None = None) -> SmokeResult:
-    return SmokeResult(plan=plan, outcome=run_workload(plan, say=say), partition=partition)
+def wrong_total(result: verdict.Result) -> int:
+    """Wrong values over every size measured so far (the benchmark rewrites its JSON after
+    each size, so a run that died midway still shows what it had checked)."""
+    return sum(r[mode]["wrong"] or 0 for r in _rows(result) for mode in ("oop", "ip"))
 
 
-def verdict(result: SmokeResult) -> list[str]:
-    """The sanity gate: why the run is not correct, one line per reason; empty when it is."""
-    reasons = failure_reasons(result.plan, result.outcome)
-    if result.wrong_total:
-        sizes = [str(r["bytes"]) for r in result.rows if r["oop"]["wrong"] or r["ip"]["wrong"]]
-        reasons.append(f"{result.wrong_total} wrong values (all_reduce results differ from the "
-                       f"exact sum) at sizes {', '.join(sizes)} B")
-    if result.outcome.returncode != 0 and not result.outcome.timed_out and not reasons:
-        reasons.append(f"the benchmark exited with code {result.outcome.returncode}")
-    if result.report is None and not reasons:
-        reasons.append("no allreduce.json was written")
-    elif not result.complete and not reasons:
-        reasons.append("the benchmark did not complete its sizes")
-    transport = result.transport
-    if transport is not None and not transport.ok:
-        reasons.append(transport.message)
-    return reasons
+def transport(result: verdict.Result) -> TransportCheck | None:
+    site = result.plan.site
+    if not site.transport_expect or not result.report or result.report.get("backend") != "nccl":
+        return None  # gloo (CPU) runs have no NCCL transport to prove
+    return check_transport(result.outcome.lines, expect=site.transport_expect,
+                           name=site.transport_name or site.transport_expect)
 
 
-def summary(result: SmokeResult, *, image_record: dict) -> dict:
-    """The run in one record (``verdict.json``): what was tested, on which image, both gates.
+class SmokeKind(WorkloadKind):
+    name = "smoke"
+    script = "allreduce.py"
+    report_name = "allreduce.json"
+    program = "the benchmark"
+    logs_performance = True
 
-    ``image_record`` is the image's provenance (inputs hash, sha256), so a later step (publishing)
-    can tell whether THIS image passed. ``passed`` is the sanity gate.
-    """
-    reasons = verdict(result)
-    performance = result.performance
-    transport = result.transport
-    reference = performance.reference
-    largest = result.rows[-1] if result.rows else None
-    return {
-        "target": result.plan.target.name,
-        "site": result.plan.site.name,
-        "partition": result.partition,
-        "image": str(result.plan.image),
-        "inputs_hash": image_record.get("inputs_hash"),
-        "sha256": image_record.get("sha256"),
-        "build_date": image_record.get("build_date"),
-        "ranks": result.plan.ranks,
-        "nodes": result.nodes,
-        "backend": result.report.get("backend") if result.report else None,
-        "passed": not reasons,
-        "reasons": reasons,
-        "wrong_total": result.wrong_total,
-        "transport": None if transport is None else {
-            "ok": transport.ok, "message": transport.message, "evidence": transport.evidence},
-        "performance": {
-            "state": performance.state, "message": performance.message,
-            "measured": performance.measured,
-            "reference": None if reference is None else {
-                "bytes": reference.bytes, "value": reference.value, "lower": reference.lower,
-                "upper": reference.upper, "unit": reference.unit, "xfail": reference.xfail,
-                "source": reference.source}},
-        "results": [{"bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
-                     "busbw_ip": r["ip"]["busbw"], "wrong": (r["oop"]["wrong"] or 0)
-                     + (r["ip"]["wrong"] or 0)} for r in result.rows],
-        "largest": None if largest is None else {
-            "bytes": largest["bytes"], "busbw_oop": largest["oop"]["busbw"],
-            "busbw_ip": largest["ip"]["busbw"]},
-        "seconds": round(result.outcome.seconds, 1),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "out_dir": str(result.plan.out_dir),
-    }
+    def launch(self, options: SmokeOptions, *, site: Site, settings: Settings,
+               nodes: int) -> Invocation:
+        args = ["--sizes", options.sizes, "--iters", str(options.iters),
+                "--warmup", str(options.warmup), "--dtype", options.dtype,
+                "--out", settings.results_mount, "--timeout-s", str(int(options.timeout))]
+        if options.fault:
+            args += ["--fault", options.fault]
+        return Invocation(args=args, env={**(DEBUG_ENV if site.transport_expect else {}),
+                                      **options.extra_env})
+
+    def failures(self, result: verdict.Result) -> list[str]:
+        wrong = wrong_total(result)
+        if not wrong:
+            return []
+        sizes = [str(r["bytes"]) for r in _rows(result) if r["oop"]["wrong"] or r["ip"]["wrong"]]
+        return [f"{wrong} wrong values (all_reduce results differ from the exact sum) at sizes "
+                f"{', '.join(sizes)} B"]
+
+    def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
+        reasons = []
+        if not result.report.get("finished") and not settled:
+            reasons.append("the benchmark did not complete its sizes")
+        proof = transport(result)
+        if proof is not None and not proof.ok:
+            reasons.append(proof.message)
+        return reasons
+
+    def performance(self, result: verdict.Result) -> Judgement:
+        rows = _rows(result)
+        reference = result.plan.site.reference(
+            partition=result.partition, nodes=result.nodes,
+            ranks_per_node=result.plan.ranks // result.nodes,
+            measured={row["bytes"] for row in rows})
+        return judge(reference, rows)
+
+    def details(self, result: verdict.Result) -> dict:
+        rows = _rows(result)
+        proof = transport(result)
+        largest = rows[-1] if rows else None
+        return {
+            "wrong_total": wrong_total(result),
+            "transport": None if proof is None else {
+                "ok": proof.ok, "message": proof.message, "evidence": proof.evidence},
+            "results": [{"bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
+                         "busbw_ip": r["ip"]["busbw"],
+                         "wrong": (r["oop"]["wrong"] or 0) + (r["ip"]["wrong"] or 0)}
+                        for r in rows],
+            "largest": None if largest is None else {
+                "bytes": largest["bytes"], "busbw_oop": largest["oop"]["busbw"],
+                "busbw_ip": largest["ip"]["busbw"]},
+        }
+
+    def write_reports(self, result: verdict.Result) -> list[Path]:
+        if not _rows(result):
+            return []
+        return [plot_busbw(result.report, result.plan.out_dir / "allreduce.png",
+                           title=f"all_reduce busbw: {result.plan.target.name}, "
+                                 f"{result.plan.ranks} ranks, "
+                                 f"{result.report.get('backend', '?')}")]
 
 
-def check(result: SmokeResult) -> None:
-    """Raise for a failed gate: sanity first (exit 2), then performance (exit 3)."""
-    reasons = verdict(result)
-    log = result.plan.out_dir / "run.log"
-    if reasons:
-        raise VerdictFailed(f"smoke FAILED for {result.plan.target.name} "
-                          f"({result.plan.ranks} ranks): " + "; ".join(reasons)
-                          + f" [log: {log}]")
-    performance = result.performance
-    if performance.failed:
-        raise PerformanceFailed(f"smoke performance FAILED for {result.plan.target.name} "
-                                f"({result.plan.ranks} ranks): {performance.message}")
+SMOKE = SmokeKind()
+
+#: Batch jobs plan a smoke run by this name (the planner is the same for every kind).
+plan_smoke = plan

@@ -1,34 +1,37 @@
-"""``invoke train``: the DDP / DeepSpeed / FSDP examples inside an image, and a scaling report.
+"""``invoke train``: the DDP / DeepSpeed / FSDP examples inside an image, as a workload kind, and
+the scaling report.
 
-The run goes through :mod:`containers.run.workload` (same exec composition, timeout and rank
-accounting as smoke). The verdict asks what a person asks: did every rank finish, did the loss
-fall, are the parameters the same on every rank afterwards. ``--scaling 1,2,4`` repeats the run at
-several rank counts and reports speedup and efficiency (table, JSON, PNG).
+Its own sanity rules ask what a person asks: did the loss fall, are the parameters the same on
+every rank afterwards (and did the script report an error of its own). Its performance is not
+judged against references. ``--scaling 1,2,4`` repeats the run at several rank counts and reports
+speedup and efficiency (table, JSON, PNG).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping
 
-from containers.errors import ConfigError, VerdictFailed
-from containers.host.runtime import Runtime
-from containers.inputs.recipes import Target
+from containers.errors import UsageError
 from containers.inputs.sites import Site
-from containers.run.workload import (Outcome, Placement, Say, Workload, check_ranks,
-                                     failure_reasons, plan_workload, run_workload)
+from containers.prove import names, verdict
+from containers.prove.kind import (Invocation, WorkloadKind, above_zero, at_least, existing, one_of,
+                                   plan)
 from containers.settings import Settings
 
-SCRIPT = "train.py"
-EXAMPLES = ("ddp", "deepspeed", "fsdp")
-MODELS = ("vit", "wideresnet", "cnn", "resnet")
 DATA_MOUNT = "/opt/containers/data"
 DS_CONFIG_MOUNT = "/opt/containers/ds_config.json"
+EXAMPLES = names.EXAMPLES  # batch jobs name their training workloads by these
 
 
 @dataclass(frozen=True)
 class TrainOptions:
+    """``invoke train``'s flags, checked when made (the script's own rules, ``jobs/choices``).
+
+    ``batch_size`` is the GLOBAL batch: it must divide over the ``gpus`` ranks of a node here,
+    and over every rank of every node once a run spans several (see :meth:`TrainKind.launch`).
+    """
+
     example: str
     gpus: int
     model: str | None = None
@@ -43,124 +46,116 @@ class TrainOptions:
     target_accuracy: float | None = None
     timeout: float = 1800.0
 
-
-@dataclass(frozen=True)
-class TrainResult:
-    plan: Workload
-    outcome: Outcome
+    def __post_init__(self) -> None:
+        one_of("--example", self.example, names.EXAMPLES)
+        if self.model is not None:
+            one_of("--model", self.model, names.MODELS)
+        if self.model_size is not None:
+            try:
+                names.check_model_size(self.model or "cnn", self.model_size)
+            except ValueError as exc:
+                raise UsageError(str(exc), flag="--model-size") from exc
+        one_of("--zero-stage", self.zero_stage, names.ZERO_STAGES)
+        for flag, value in (("--gpus", self.gpus), ("--epochs", self.epochs),
+                            ("--batch-size", self.batch_size), ("--samples", self.samples)):
+            if value is not None:
+                at_least(flag, value)
+        for flag, value in (("--lr", self.lr), ("--timeout", self.timeout)):
+            if value is not None:
+                above_zero(flag, value)
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise UsageError(f"--target-accuracy must be a fraction in (0, 1] (got "
+                             f"{self.target_accuracy:g})", flag="--target-accuracy")
+        existing("--ds-config", self.ds_config, "file")
+        existing("--data", self.data, "folder")
+        divides(self.batch_size, self.gpus)
 
     @property
-    def report(self) -> dict | None:
-        return self.outcome.report
+    def kind(self) -> "TrainKind":
+        return TRAIN
 
 
-def _validate(options: TrainOptions) -> None:
-    if options.example not in EXAMPLES:
-        raise ConfigError(f"--example must be one of {', '.join(EXAMPLES)} "
-                          f"(got '{options.example}')", key="--example")
-    if options.model is not None and options.model not in MODELS:
-        raise ConfigError(f"--model must be one of {', '.join(MODELS)} (got '{options.model}')",
-                          key="--model")
-    if options.zero_stage not in (1, 2, 3):
-        raise ConfigError(f"--zero-stage must be 1, 2 or 3 (got {options.zero_stage})",
-                          key="--zero-stage")
-    if options.epochs < 1 or options.batch_size < 1:
-        raise ConfigError("--epochs and --batch-size must be at least 1", key="--epochs")
-    if options.batch_size % options.gpus:
-        raise ConfigError(f"--batch-size {options.batch_size} is the global batch; it must "
-                          f"divide evenly over {options.gpus} ranks", key="--batch-size")
-    for flag, path, kind in (("--ds-config", options.ds_config, "file"),
-                             ("--data", options.data, "folder")):
-        if path is not None and not (path.is_file() if kind == "file" else path.is_dir()):
-            raise ConfigError(f"{flag} {path}: no such {kind}", key=flag)
+def divides(batch_size: int, ranks: int) -> None:
+    if batch_size % ranks:
+        raise UsageError(f"--batch-size {batch_size} is the global batch; it must divide "
+                         f"evenly over {ranks} ranks", flag="--batch-size")
 
 
-def plan_train(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
-               options: TrainOptions, run_id: str, environ: Mapping[str, str] | None = None,
-               strict: bool = True, placement: Placement | None = None) -> Workload:
-    check_ranks(site, options.gpus)
-    _validate(options)
-    world = options.gpus * (placement.nodes if placement else 1)
-    if options.batch_size % world:
-        raise ConfigError(f"--batch-size {options.batch_size} is the global batch; it must "
-                          f"divide evenly over {world} ranks", key="--batch-size")
-    args = ["--example", options.example, "--epochs", str(options.epochs),
-            "--batch-size", str(options.batch_size), "--out", settings.results_mount]
-    if options.model:
-        args += ["--model", options.model]
-    if options.model_size:
-        args += ["--model-size", options.model_size]
-    if options.lr is not None:
-        args += ["--lr", str(options.lr)]
-    if options.samples is not None:
-        args += ["--samples", str(options.samples)]
-    if options.target_accuracy is not None:
-        args += ["--target-accuracy", str(options.target_accuracy)]
-    binds = []
-    if options.example == "deepspeed":
-        args += ["--zero-stage", str(options.zero_stage)]
-        if options.ds_config is not None:
-            binds.append(f"{options.ds_config.resolve()}:{DS_CONFIG_MOUNT}:ro")
-            args += ["--ds-config", DS_CONFIG_MOUNT]
-    if options.data is not None:
-        binds.append(f"{options.data.resolve()}:{DATA_MOUNT}:ro")
-        args += ["--data", DATA_MOUNT]
-    return plan_workload(target, site, settings=settings, runtime=runtime,
-                         kind=f"train-{options.example}", script=SCRIPT, args=args,
-                         ranks=options.gpus, timeout=options.timeout, run_id=run_id,
-                         report_name="train.json", extra_binds=binds, environ=environ,
-                         strict=strict, placement=placement)
+class TrainKind(WorkloadKind):
+    name = "train"
+    script = "train.py"
+    report_name = "train.json"
+    program = "the training"
 
+    def folder(self, options: TrainOptions) -> str:
+        return f"train-{options.example}"
 
-def run_train(plan: Workload, *, say: Say) -> TrainResult:
-    return TrainResult(plan=plan, outcome=run_workload(plan, say=say))
+    def title(self, options: TrainOptions) -> str:
+        return f"train {options.example}"
 
+    def launch(self, options: TrainOptions, *, site: Site, settings: Settings,
+               nodes: int) -> Invocation:
+        if nodes > 1:  # the options know their ranks per node; the world is known only now
+            divides(options.batch_size, options.gpus * nodes)
+        args = ["--example", options.example, "--epochs", str(options.epochs),
+                "--batch-size", str(options.batch_size), "--out", settings.results_mount]
+        for flag, value in (("--model", options.model), ("--model-size", options.model_size),
+                            ("--lr", options.lr), ("--samples", options.samples),
+                            ("--target-accuracy", options.target_accuracy)):
+            if value is not None:
+                args += [flag, str(value)]
+        binds = []
+        if options.example == "deepspeed":
+            args += ["--zero-stage", str(options.zero_stage)]
+            if options.ds_config is not None:
+                binds.append(f"{options.ds_config.resolve()}:{DS_CONFIG_MOUNT}:ro")
+                args += ["--ds-config", DS_CONFIG_MOUNT]
+        if options.data is not None:
+            binds.append(f"{options.data.resolve()}:{DATA_MOUNT}:ro")
+            args += ["--data", DATA_MOUNT]
+        return Invocation(args=args, binds=binds)
 
-def verdict(result: TrainResult) -> list[str]:
-    """Why a training run failed, one line per reason; empty when it passed."""
-    reasons = failure_reasons(result.plan, result.outcome)
-    report = result.report
-    # The workload's own one-line diagnosis (a bad ds_config, missing data) says the most.
-    reasons += [line.strip() for line in result.outcome.lines
-                if line.strip().startswith("train.py: error:")][:1]
-    if report is not None and report.get("error"):
-        reasons.append(str(report["error"]))
-    if result.outcome.returncode != 0 and not result.outcome.timed_out and not reasons:
-        reasons.append(f"the training exited with code {result.outcome.returncode}")
-    if report is None:
-        if not reasons:
-            reasons.append("no train.json was written")
+    def failures(self, result: verdict.Result) -> list[str]:
+        error = (result.report or {}).get("error")
+        return [str(error)] if error else []
+
+    def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
+        report = result.report
+        reasons = []
+        first, last = report.get("loss_first"), report.get("loss_last")
+        if len(report.get("epochs") or []) < 2 and report.get("ok"):
+            pass  # one epoch has no trend to judge; the run itself succeeded
+        elif first is None or last is None or not last < first:
+            reasons.append(f"the loss did not fall (first epoch {first}, last epoch {last})")
+        if report.get("params_consistent") is False:
+            reasons.append("model parameters differ across ranks after training")
         return reasons
-    first, last = report.get("loss_first"), report.get("loss_last")
-    if len(report.get("epochs") or []) < 2 and report.get("ok"):
-        pass  # one epoch has no trend to judge; the run itself succeeded
-    elif first is None or last is None or not last < first:
-        reasons.append(f"the loss did not fall (first epoch {first}, last epoch {last})")
-    if report.get("params_consistent") is False:
-        reasons.append("model parameters differ across ranks after training")
-    return reasons
+
+    def details(self, result: verdict.Result) -> dict:
+        report = result.report or {}
+        keys = ("example", "model_name", "epochs_run", "loss_first", "loss_last", "throughput",
+                "params_consistent")
+        return {key: report.get(key) for key in keys}
 
 
-def check(result: TrainResult) -> None:
-    reasons = verdict(result)
-    if reasons:
-        raise VerdictFailed(f"train FAILED for {result.plan.target.name} ({result.plan.ranks} "
-                          f"ranks): " + "; ".join(reasons)
-                          + f" [log: {result.plan.out_dir / 'run.log'}]")
+TRAIN = TrainKind()
+
+#: Batch jobs plan a training run by this name (the planner is the same for every kind).
+plan_train = plan
 
 
 def parse_scaling(text: str) -> list[int]:
     try:
         counts = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        raise ConfigError(f"--scaling '{text}' is not a comma list of rank counts",
-                          key="--scaling") from None
+    except ValueError as exc:
+        raise UsageError(f"--scaling '{text}' is not a comma list of rank counts",
+                         flag="--scaling") from exc
     if not counts or counts[0] < 1:
-        raise ConfigError(f"--scaling '{text}' needs rank counts >= 1", key="--scaling")
+        raise UsageError(f"--scaling '{text}' needs rank counts >= 1", flag="--scaling")
     return counts
 
 
-def scaling_rows(results: list[TrainResult]) -> list[dict]:
+def scaling_rows(results: list[verdict.Result]) -> list[dict]:
     """Throughput, speedup and efficiency relative to the smallest rank count."""
     base = results[0]
     base_rate = base.report["throughput"] if base.report else None
@@ -171,7 +166,7 @@ def scaling_rows(results: list[TrainResult]) -> list[dict]:
         ideal = result.plan.ranks / base.plan.ranks
         rows.append({"ranks": result.plan.ranks, "throughput": rate, "speedup": speedup,
                      "efficiency": speedup / ideal if speedup else None,
-                     "passed": not verdict(result), "out_dir": str(result.plan.out_dir)})
+                     "passed": not result.reasons, "out_dir": str(result.plan.out_dir)})
     return rows
 
 

@@ -7,9 +7,7 @@ whole process group without touching anything else.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -17,45 +15,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import ROOT, procs
+from tests.fixtures import procs
 from tests.fixtures.procs import start
+from tests.jobs.scripts import JOBS, LAUNCH_VARS, clean_env, script, sibling
 
 torch = pytest.importorskip("torch")
 
-JOB = ROOT / "jobs" / "allreduce.py"
+JOB = JOBS / "allreduce.py"
 RUN_TIMEOUT_S = 60
-# Launcher variables that must not leak in from the shell running pytest (e.g. inside a job).
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-               "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-               "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
 SMALL_RUN = ["--sizes", "1K:64K", "--iters", "3", "--warmup", "1"]
 SMALL_SIZES = [1024 * 2**i for i in range(7)]
 
 
-def _load_job():
-    # jobs/ is a folder of scripts: its siblings (distenv) import as they do when run there.
-    if str(JOB.parent) not in sys.path:
-        sys.path.insert(0, str(JOB.parent))
-    spec = importlib.util.spec_from_file_location("allreduce_job", JOB)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-ar = _load_job()
+ar = script("allreduce.py", "allreduce_job")
+choices = sibling("choices")
+workload = sibling("workload")
 
 
 # ----------------------------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------------------------
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env["OMP_NUM_THREADS"] = "1"
-    env.update(extra)
-    return env
 
 
 def finish(proc: subprocess.Popen, timeout: float = RUN_TIMEOUT_S) -> tuple[int, str, str]:
@@ -84,45 +63,10 @@ def load(path: Path) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("1024", 1024), ("1K", 1024), ("1k", 1024), ("128M", 128 * 2**20), ("1G", 2**30),
-    ("4KiB", 4096), ("2MB", 2 * 2**20), (" 8 ", 8),
-])
-def test_parse_size(text, expected):
-    assert ar.parse_size(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "abc", "0", "0K", "-1K", "1T", "1.5M", "K"])
-def test_parse_size_rejects(text):
-    with pytest.raises(ValueError):
-        ar.parse_size(text)
-
-
-@pytest.mark.parametrize("spec, factor, expected", [
-    ("1K:8K", 2, [1024, 2048, 4096, 8192]),
-    ("1K:64K", 4, [1024, 4096, 16384, 65536]),
-    ("1K:5K", 2, [1024, 2048, 4096]),  # the end is an upper bound, not always hit
-    ("128M:128M", 2, [128 * 2**20]),
-    ("1K,4K,128M", 2, [1024, 4096, 128 * 2**20]),
-    ("128M", 2, [128 * 2**20]),
-    ("3K,1K", 2, [3072, 1024]),  # a list keeps its order
-])
-def test_parse_sizes(spec, factor, expected):
-    assert ar.parse_sizes(spec, factor) == expected
-
-
 def test_parse_sizes_default_matches_nccl_tests_sweep():
-    sizes = ar.parse_sizes(ar.build_parser().parse_args([]).sizes)
+    sizes = choices.parse_sizes(ar.build_parser().parse_args([]).sizes)
     assert sizes[0] == 1024 and sizes[-1] == 128 * 2**20 and len(sizes) == 18
     assert all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
-
-
-@pytest.mark.parametrize("spec, factor", [
-    ("8K:1K", 2), ("1K:2K:4K", 2), ("", 2), (",", 2), ("1K:8K", 1), ("1K:x", 2),
-])
-def test_parse_sizes_rejects(spec, factor):
-    with pytest.raises(ValueError):
-        ar.parse_sizes(spec, factor)
 
 
 def test_parse_fault():
@@ -153,10 +97,14 @@ def test_parser_rejects(argv):
     assert exc.value.code == 2
 
 
-def test_main_rejects_bad_sizes_with_usage_status(capsys):
-    assert ar.main(["--sizes", "8K:1K"]) == ar.EXIT_USAGE
-    assert ar.main(["--sizes", "1", "--dtype", "float32"]) == ar.EXIT_USAGE
-    assert "--sizes" in capsys.readouterr().err
+def test_main_rejects_bad_sizes_with_usage_status(capsys, monkeypatch):
+    for name in LAUNCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+    assert ar.main(["--sizes", "8K:1K"]) == workload.EXIT_USAGE
+    assert ar.main(["--sizes", "1", "--dtype", "float32"]) == workload.EXIT_USAGE
+    assert capsys.readouterr().err.splitlines() == [
+        "allreduce.py: error: --sizes: size range start 8192 is above its end 1024",
+        "allreduce.py: error: --sizes: 1 B is less than one float32 (4 B)"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,8 +212,10 @@ def test_table_header_lines_up_with_rows():
     for word in ("size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"):
         assert word in names
     assert "out-of-place" in header[0] and "in-place" in header[0]
-    assert [i for i, c in enumerate(names) if c == "|"] == [i for i, c in enumerate(row) if c == "|"]
-    assert [i for i, c in enumerate(units) if c == "|"] == [i for i, c in enumerate(row) if c == "|"]
+    def bars(line: str) -> list[int]:
+        return [i for i, c in enumerate(line) if c == "|"]
+
+    assert bars(names) == bars(row) and bars(units) == bars(row)
     assert len(names) == len(row)
     # right-aligned columns end where the values end
     assert names.index("size") + len("size") == row.index("65536") + len("65536")
@@ -281,38 +231,6 @@ def test_summarize_and_footer():
     assert "3 FAILED" in ar.format_footer(3, 1.0)
     assert "N/A" in ar.format_footer(None, 1.0)
     assert "not a pass criterion" in ar.format_footer(0, 1.0)
-
-
-def test_write_json_is_atomic(tmp_path):
-    target = tmp_path / "sub" / "x.json"
-    ar.write_json(target, {"a": 1})
-    ar.write_json(target, {"a": 2})
-    assert load(target) == {"a": 2}
-    assert [p.name for p in target.parent.iterdir()] == ["x.json"]
-
-
-# ----------------------------------------------------------------------------------------------
-# launcher environment
-# ----------------------------------------------------------------------------------------------
-
-
-def test_resolve_dist_env():
-    assert ar.resolve_dist_env({}) == ar.DistEnv(0, 1, 0, "single")
-    assert ar.resolve_dist_env({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}) == \
-        ar.DistEnv(3, 8, 1, "torchrun")
-    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}
-    assert ar.resolve_dist_env(slurm) == ar.DistEnv(5, 8, 1, "slurm")
-    # srun starting torchrun: torchrun's view wins
-    assert ar.resolve_dist_env({**slurm, "RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}) == \
-        ar.DistEnv(2, 4, 0, "torchrun")
-
-
-def test_auto_backend_on_cpu_host():
-    if torch.cuda.is_available():
-        pytest.skip("this host has a GPU")
-    assert ar.choose_backend("auto") == "gloo"
-    with pytest.raises(RuntimeError):
-        ar.choose_backend("nccl")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -427,4 +345,5 @@ def test_srun_wrong_values_exit_1_on_every_rank(tmp_path):
 def test_srun_without_master_addr_explains(tmp_path):
     results = _srun_like(tmp_path, master=False)
     for rc, _, err in results:
-        assert rc == ar.EXIT_ERROR and "MASTER_ADDR" in err
+        assert rc == workload.EXIT_ERROR and "MASTER_ADDR" in err
+        assert "allreduce.py: rank " in err and " failed:" in err  # which rank, where

@@ -22,16 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import ROOT, procs
+from tests.fixtures import procs
+from tests.jobs.scripts import JOBS, clean_env, script, sibling
 
 torch = pytest.importorskip("torch")
 
-JOBS = ROOT / "jobs"
 TRAIN = JOBS / "train.py"
 RUN_TIMEOUT_S = 120
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-               "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-               "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
 # Small enough for a few seconds per run on 2 CPU cores, big enough for the loss to fall.
 SMALL = ["--model-size", "tiny", "--samples", "512", "--val-samples", "128",
          "--batch-size", "32", "--epochs", "2"]
@@ -64,20 +61,8 @@ LUMI_DS_CONFIG = """{
 """
 
 
-def _import_jobs():
-    sys.path.insert(0, str(JOBS))
-    try:
-        import data as data_mod
-        import distenv
-        import dsconfig
-        import models
-        import trainloop
-    finally:
-        sys.path.remove(str(JOBS))
-    return data_mod, distenv, dsconfig, models, trainloop
-
-
-data_mod, distenv, dsconfig, models, trainloop = _import_jobs()
+data_mod, distenv, dsconfig, models, trainloop = (
+    sibling(name) for name in ("data", "distenv", "dsconfig", "models", "trainloop"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,13 +70,9 @@ data_mod, distenv, dsconfig, models, trainloop = _import_jobs()
 # ----------------------------------------------------------------------------------------------
 
 
-def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env["OMP_NUM_THREADS"] = "1"
+def job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     # Any JIT-compiled op would land here, where a test can see it.
-    env["TORCH_EXTENSIONS_DIR"] = str(tmp_path / "torch_extensions")
-    env.update(extra)
-    return env
+    return clean_env(TORCH_EXTENSIONS_DIR=str(tmp_path / "torch_extensions"), **extra)
 
 
 def run_cmd(cmd: list[str], env: dict[str, str],
@@ -103,7 +84,7 @@ def torchrun(tmp_path: Path, *args: str, nproc: int = 2) -> tuple[int, str, str,
     out_dir = tmp_path / "out"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node", str(nproc), str(TRAIN), "--out", str(out_dir), *args]
-    code, out, err = run_cmd(cmd, clean_env(tmp_path))
+    code, out, err = run_cmd(cmd, job_env(tmp_path))
     path = out_dir / "train.json"
     report = json.loads(path.read_text()) if path.exists() else {}
     return code, out, err, report
@@ -112,7 +93,7 @@ def torchrun(tmp_path: Path, *args: str, nproc: int = 2) -> tuple[int, str, str,
 def single(tmp_path: Path, *args: str, **env: str) -> tuple[int, str, str]:
     """train.py as one plain process (for errors raised before the process group exists)."""
     cmd = [sys.executable, str(TRAIN), "--out", str(tmp_path / "out"), *args]
-    return run_cmd(cmd, clean_env(tmp_path, **env), timeout=60)
+    return run_cmd(cmd, job_env(tmp_path, **env), timeout=60)
 
 
 def assert_trained(code: int, out: str, err: str, report: dict, example: str,
@@ -466,13 +447,7 @@ def test_missing_data_exits_2(tmp_path):
 
 
 def test_every_flag_has_help():
-    sys.path.insert(0, str(JOBS))
-    try:
-        spec = importlib.util.spec_from_file_location("train_job", TRAIN)
-        train = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(train)
-    finally:
-        sys.path.remove(str(JOBS))
+    train = script("train.py", "train_job")
     for action in train.build_parser()._actions:
         assert action.help, f"{action.option_strings} has no help"
 

@@ -1,13 +1,14 @@
-"""Smoke planning (exact exec argv per site) and the verdict arithmetic."""
+"""The smoke kind: its options, planning (exact exec argv per site) and its sanity rules."""
 
 from __future__ import annotations
 
 import pytest
 
-from containers.errors import ConfigError, VerdictFailed
+from containers.errors import ConfigError, UsageError, VerdictFailed
 from containers.inputs.recipes import load_targets
 from containers.inputs.sites import load_site
-from containers.prove.smoke import SmokeOptions, SmokeResult, check, plan_smoke, verdict
+from containers.prove.smoke import SMOKE, SmokeOptions, plan_smoke
+from containers.prove.verdict import Result, check
 from containers.run.workload import Outcome
 
 
@@ -44,15 +45,33 @@ def test_gpu_site_flags_binds_env_and_limits(tmp_path, data_root, data_settings,
     with pytest.raises(ConfigError, match="nodes have 8 GPUs; --gpus 16"):
         plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
                    options=SmokeOptions(gpus=16), run_id="r")
-    with pytest.raises(ConfigError, match="--gpus must be at least 1"):
-        plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
-                   options=SmokeOptions(gpus=0), run_id="r")
 
 
-def _result(plan, **kw) -> SmokeResult:
+
+@pytest.mark.parametrize("values, message", [
+    ({"gpus": 0}, "--gpus must be at least 1 (got 0)"),
+    ({"iters": 0}, "--iters must be at least 1 (got 0)"),
+    ({"warmup": -1}, "--warmup must be at least 0 (got -1)"),
+    ({"timeout": 0}, "--timeout must be more than 0 (got 0)"),
+    ({"dtype": "int8"}, "--dtype must be one of float32, float16, bfloat16 (got 'int8')"),
+    ({"sizes": "8K:1K"}, "--sizes 8K:1K: size range start 8192 is above its end 1024"),
+    ({"sizes": "1:4", "dtype": "float32"}, "--sizes 1:4: 1 B is less than one float32 (4 B)"),
+])
+def test_options_check_themselves(values, message) -> None:
+    with pytest.raises(UsageError) as info:
+        SmokeOptions(**{"gpus": 2, **values})
+    assert str(info.value) == message and info.value.flag == message.split()[0]
+    assert SmokeOptions(gpus=2, sizes="2:4", dtype="float16").kind is SMOKE
+
+
+def _result(plan, **kw) -> Result:
     base = dict(returncode=0, timed_out=False, missing_ranks=[], seconds=1.0,
                 report={"wrong_total": 0, "results": [], "finished": "2026-11-21T00:00:00"})
-    return SmokeResult(plan=plan, outcome=Outcome(**{**base, **kw}))
+    return Result(kind=SMOKE, plan=plan, outcome=Outcome(**{**base, **kw}))
+
+
+def verdict(result: Result) -> list[str]:
+    return result.reasons
 
 
 def test_verdicts(data_root, data_settings, data_runtime) -> None:

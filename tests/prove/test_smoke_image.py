@@ -39,7 +39,7 @@ def _no_leftovers() -> None:
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_smoke_passes(cpu_image, smoke_project, ranks) -> None:
     lines: list[str] = []
-    result = app.smoke(smoke_project, target="cpu", say=lines.append,
+    result = app.prove(smoke_project, target="cpu", say=lines.append,
                        options=SmokeOptions(gpus=ranks, sizes="4K:4M", iters=3, warmup=1,
                                             timeout=300))
     assert result.ok, "\n".join(lines[-30:])
@@ -80,7 +80,7 @@ def test_smoke_fails_on_faults(cpu_image, smoke_project, fault, timeout, expecte
     started = time.monotonic()
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as info:
-        app.smoke(smoke_project, target="cpu", say=lines.append,
+        app.prove(smoke_project, target="cpu", say=lines.append,
                   options=SmokeOptions(gpus=2, sizes="4K:64K", iters=2, warmup=1,
                                        timeout=timeout, fault=fault))
     message = str(info.value)
@@ -113,12 +113,12 @@ def test_reference_gates_pass_and_fail_on_performance_only(cpu_image, smoke_proj
     the performance gate fails (exit 3), the sanity gate does not, and both runs are logged."""
     options = SmokeOptions(gpus=2, sizes="4M:16M", iters=3, warmup=1, timeout=300)
     lines: list[str] = []
-    result = app.smoke(_with_local_reference(smoke_project, 0.5), target="cpu",
+    result = app.prove(_with_local_reference(smoke_project, 0.5), target="cpu",
                        options=options, say=lines.append)
     assert result.performance.state == "pass", "\n".join(lines[-20:])
     assert any(line.startswith("performance: PASS: busbw") for line in lines)
     with pytest.raises(PerformanceFailed) as info:
-        app.smoke(_with_local_reference(smoke_project, 1000.0), target="cpu", options=options,
+        app.prove(_with_local_reference(smoke_project, 1000.0), target="cpu", options=options,
                   say=lines.append)
     assert info.value.exit_code == 3
     assert "is below the reference 1000 GB/s (>= 300 GB/s)" in str(info.value)

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from containers.errors import ConfigError, VerdictFailed
+from containers.errors import UsageError, VerdictFailed
 from containers.inputs.recipes import load_targets
 from containers.inputs.sites import load_site
-from containers.prove.train import (TrainOptions, TrainResult, check, parse_scaling, plan_train,
-                                    scaling_rows, verdict)
+from containers.prove.train import (TRAIN, TrainOptions, parse_scaling, plan_train, scaling_rows,
+                                    with_ranks)
+from containers.prove.verdict import Result, check
+from containers.run import allocation
 from containers.run.workload import Outcome
 
 
@@ -45,24 +47,56 @@ def test_deepspeed_plan_binds_config_and_data(data_cpu, data_settings, data_runt
         "--ds-config", "/opt/containers/ds_config.json", "--data", "/opt/containers/data"]
 
 
-@pytest.mark.parametrize("options, message", [
-    (TrainOptions(example="ddpp", gpus=2), "--example must be one of ddp, deepspeed, fsdp"),
-    (TrainOptions(example="ddp", gpus=2, model="vgg"), "--model must be one of"),
-    (TrainOptions(example="deepspeed", gpus=2, zero_stage=4), "--zero-stage must be 1, 2 or 3"),
-    (TrainOptions(example="ddp", gpus=3, batch_size=64), "must divide evenly over 3 ranks"),
-    (TrainOptions(example="ddp", gpus=2, data=Path("/nonexistent/x")), "--data /nonexistent/x"),
-    (TrainOptions(example="ddp", gpus=0), "--gpus must be at least 1"),
+@pytest.mark.parametrize("values, message", [
+    ({"example": "ddpp"}, "--example must be one of ddp, deepspeed, fsdp (got 'ddpp')"),
+    ({"model": "vgg"}, "--model must be one of vit, wideresnet, cnn, resnet (got 'vgg')"),
+    ({"model": "cnn", "model_size": "40-2"},
+     "--model-size: unknown size '40-2' for model cnn: use one of tiny, small, base"),
+    ({"zero_stage": 4}, "--zero-stage must be one of 1, 2, 3 (got 4)"),
+    ({"gpus": 3, "batch_size": 64},
+     "--batch-size 64 is the global batch; it must divide evenly over 3 ranks"),
+    ({"data": Path("/nonexistent/x")}, "--data /nonexistent/x: no such folder"),
+    ({"ds_config": Path("/nonexistent/ds.json")},
+     "--ds-config /nonexistent/ds.json: no such file"),
+    ({"gpus": 0}, "--gpus must be at least 1 (got 0)"),
+    ({"epochs": 0}, "--epochs must be at least 1 (got 0)"),
+    ({"samples": 0}, "--samples must be at least 1 (got 0)"),
+    ({"lr": 0.0}, "--lr must be more than 0 (got 0)"),
+    ({"timeout": -1.0}, "--timeout must be more than 0 (got -1)"),
+    ({"target_accuracy": 1.5}, "--target-accuracy must be a fraction in (0, 1] (got 1.5)"),
 ])
-def test_bad_options_are_refused(data_cpu, data_settings, data_runtime, options, message):
+def test_bad_options_are_refused_when_made(values, message) -> None:
+    with pytest.raises(UsageError) as info:
+        TrainOptions(**{"example": "ddp", "gpus": 2, **values})
+    assert str(info.value) == message
+    assert info.value.flag == message.split()[0].rstrip(":")
+    assert TrainOptions(example="ddp", gpus=2, model="wideresnet", model_size="40-2").kind \
+        is TRAIN
+    with pytest.raises(UsageError, match="divide evenly over 3 ranks"):
+        with_ranks(TrainOptions(example="ddp", gpus=2), 3)  # a changed copy checks itself too
+
+
+def test_global_batch_divides_over_every_node(data_cpu, data_settings, data_runtime) -> None:
     target, site = data_cpu
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-        plan_train(target, site, settings=data_settings, runtime=data_runtime, options=options,
-                   run_id="r")
+    across = allocation.across_nodes(3, dry_run=True, environ={})  # as a dry run plans it
+    options = TrainOptions(example="ddp", gpus=2, batch_size=64)
+    with pytest.raises(UsageError, match="--batch-size 64 is the global batch; it must divide "
+                                         "evenly over 6 ranks"):
+        plan_train(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+                   options=options, placement=across, strict=False)
+    plan = plan_train(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+                      options=TrainOptions(example="ddp", gpus=2, batch_size=60),
+                      placement=across, strict=False)
+    assert (plan.ranks, plan.nodes) == (6, 3)
 
 
-def _result(plan, report, **outcome) -> TrainResult:
+def _result(plan, report, **outcome) -> Result:
     base = dict(returncode=0, timed_out=False, missing_ranks=[], seconds=1.0, report=report)
-    return TrainResult(plan=plan, outcome=Outcome(**{**base, **outcome}))
+    return Result(kind=TRAIN, plan=plan, outcome=Outcome(**{**base, **outcome}))
+
+
+def verdict(result: Result) -> list[str]:
+    return result.reasons
 
 
 def test_verdicts_and_scaling(data_cpu, data_settings, data_runtime) -> None:
@@ -91,5 +125,7 @@ def test_verdicts_and_scaling(data_cpu, data_settings, data_runtime) -> None:
     assert [round(r["speedup"], 2) for r in rows] == [1.0, 1.8, 3.0]
     assert [round(r["efficiency"], 2) for r in rows] == [1.0, 0.9, 0.75]
     assert parse_scaling("4,1,2,2") == [1, 2, 4]
-    with pytest.raises(ConfigError, match="not a comma list"):
+    with pytest.raises(UsageError, match="not a comma list"):
         parse_scaling("1,two")
+    with pytest.raises(UsageError, match="needs rank counts >= 1"):
+        parse_scaling("0,2")

@@ -15,7 +15,8 @@ from containers.settings import load_settings
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 
-# LUMI's published ds_config style: trailing commas, which DeepSpeed (hjson) reads and json does not.
+# LUMI's published ds_config style: trailing commas, which DeepSpeed (hjson) reads and json
+# does not.
 LUMI_DS_CONFIG = """{
   "train_batch_size": 32,
   "steps_per_print": 100,
@@ -54,7 +55,15 @@ def _train(project: app.Project, lines: list[str], **kw) -> dict:
 def test_examples_train_in_image(cpu_image, train_project, example, extra, method) -> None:
     lines: list[str] = []
     report = _train(train_project, lines, example=example, **extra)
-    assert lines[-1] == "verdict: PASS", "\n".join(lines[-30:])
+    assert lines[-2:] == ["sanity:      PASS", "verdict: PASS"], "\n".join(lines[-30:])
+    # The same verdict record as smoke's: this image's provenance, the kind, the gate.
+    (path,) = (train_project.settings.results_dir / f"train-{example}").glob("*/verdict.json")
+    record = json.loads(path.read_text())
+    provenance = json.loads(cpu_image.with_name("cpu.sif.json").read_text())
+    assert (record["kind"], record["passed"], record["reasons"]) == ("train", True, [])
+    assert (record["sha256"], record["inputs_hash"]) == (provenance["sha256"],
+                                                         provenance["inputs_hash"])
+    assert record["performance"] is None and record["example"] == example
     assert report["example"] == example and report["world_size"] == 2
     assert report["backend"] == "gloo" and report["ok"] is True
     assert report["loss_last"] < report["loss_first"]
@@ -78,6 +87,7 @@ def test_lumi_style_ds_config_loads_and_bad_one_is_refused(cpu_image, train_proj
     bad.write_text('{"train_batch_size": 32 "zero_optimization": {}}')
     with pytest.raises(VerdictFailed) as info:
         _train(train_project, [], example="deepspeed", ds_config=bad)
+    assert info.value.exit_code == 2
     message = str(info.value)
     assert "train.py: error: /opt/containers/ds_config.json: line 1" in message
     assert "not valid JSON" in message

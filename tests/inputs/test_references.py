@@ -1,8 +1,7 @@
-"""Reference arithmetic and selection, transport proof from NCCL/RCCL output, perflog history."""
+"""Performance references: the arithmetic of a judgement, selection, and validation with lines."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,10 +9,6 @@ import pytest
 from containers.errors import ConfigError
 from containers.inputs.references import Reference, judge, parse_reference, select
 from containers.inputs.yamlsource import load_yaml_text
-from containers.prove import perflog
-from containers.prove.transport import check_transport
-
-CXI = "NET/OFI Selected [Pp]rovider is cxi"
 
 
 def ref(**kw) -> Reference:
@@ -74,59 +69,3 @@ def test_invalid_references_rejected_with_line(spec, message) -> None:
                           "  source: x\n", path=Path("sites/x.yaml"))
     with pytest.raises(ConfigError, match=r"sites/x.yaml:4: references\[0\].busbw: " + message):
         parse_reference(data[0], path=Path("sites/x.yaml"), index=0)
-
-
-# NCCL/RCCL debug output as the LUMI and Olivia documentation show it.
-GOOD_RCCL = """nid005001:12345:12345 [0] NCCL INFO Bootstrap : Using hsn0:10.253.6.1<0>
-nid005001:12345:12345 [0] NCCL INFO NET/OFI Using aws-ofi-rccl 1.4.0
-nid005001:12345:12345 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)
-nid005001:12345:12345 [0] NCCL INFO Using network AWS Libfabric
-""".splitlines()
-TCP_FALLBACK = """nid005001:12345:12345 [0] NCCL INFO Bootstrap : Using hsn0:10.253.6.1<0>
-nid005001:12345:12345 [0] NCCL INFO NET/Plugin: Could not find: librccl-net.so. Using internal network plugin.
-nid005001:12345:12345 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.253.6.1<0> [1]hsn1:10.253.6.2<0>
-nid005001:12345:12345 [0] NCCL INFO Using network Socket
-""".splitlines()
-
-
-def test_transport_proven_fallback_and_missing() -> None:
-    good = check_transport(GOOD_RCCL, expect=CXI, name="OFI over cxi")
-    assert good.ok and "Selected Provider is cxi" in good.evidence
-    fallback = check_transport(TCP_FALLBACK, expect=CXI, name="OFI over cxi")
-    assert not fallback.ok and "fell back to TCP sockets instead of OFI over cxi" in \
-        fallback.message
-    assert "/opt/cray" in fallback.message and "NCCL_SOCKET_IFNAME" in fallback.message
-    assert fallback.evidence.endswith("NCCL INFO NET/Socket : Using [0]hsn0:10.253.6.1<0> "
-                                      "[1]hsn1:10.253.6.2<0>")
-    silent = check_transport(["rank 0 ok"], expect=CXI, name="OFI over cxi")
-    assert not silent.ok and "NCCL_DEBUG=INFO" in silent.message
-    other = check_transport(["x NCCL INFO Using network IB"], expect=CXI, name="OFI over cxi")
-    assert not other.ok and "names a network but not OFI over cxi" in other.message
-
-
-def _record(date: str, inputs_hash: str, busbw: float, passed: bool = True) -> dict:
-    return {"date": date, "site": "lumi", "partition": "standard-g", "target": "lumi-rocm",
-            "inputs_hash": inputs_hash, "build_date": date, "ranks": 8, "nodes": 1,
-            "passed": passed, "results": [{"bytes": 1 << 20, "busbw_oop": 50.0},
-                                          {"bytes": 128 << 20, "busbw_oop": busbw}],
-            "performance": {"state": "pass", "reference": {
-                "bytes": 128 << 20, "value": 125.0, "unit": "GB/s"}}}
-
-
-def test_perflog_accumulates_and_renders(tmp_path: Path) -> None:
-    for record in (_record("2026-11-01T10:00:00Z", "a" * 64, 131.0),
-                   _record("2026-11-02T10:00:00Z", "a" * 64, 129.5),
-                   _record("2026-11-03T10:00:00Z", "b" * 64, 97.0, passed=False)):
-        path = perflog.append(tmp_path, record)
-    assert path == tmp_path / "lumi" / "standard-g" / "allreduce.jsonl"
-    assert len(path.read_text().splitlines()) == 3
-    (tmp_path / "lumi" / "standard-g" / "allreduce.jsonl").open("a").write("not json\n")
-    records = perflog.read(tmp_path, target="lumi-rocm")
-    assert [r["date"][:10] for r in records] == ["2026-11-01", "2026-11-02", "2026-11-03"]
-    assert perflog.read(tmp_path, target="cpu") == []
-    table = perflog.history_rows(records)
-    assert [row[7] for row in table] == ["131.000", "129.500", "97.000"]
-    assert table[2][3] == "lumi-rocm bbbbbbbbbbbb (2026-11-03)" and table[2][9] == "FAIL"
-    png = perflog.plot_history(records, tmp_path / "h.png", title="t")
-    assert png.stat().st_size > 10_000
-    assert json.loads(path.read_text().splitlines()[0])["inputs_hash"] == "a" * 64

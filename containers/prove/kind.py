@@ -1,0 +1,132 @@
+"""A workload kind: what is particular to ``invoke smoke`` (the all_reduce benchmark) or to
+``invoke train`` (the DDP / DeepSpeed / FSDP examples), and the one plan and run path they share.
+
+Both start the same way (:mod:`containers.run.workload`: the exec argv, torchrun, the rank files,
+the timeout) and are judged by the same gates (:mod:`containers.prove.verdict`). A kind says only
+what is its own: the script in ``jobs/`` and the report it writes, the arguments, binds and
+environment its options become, the sanity rules that read that report, and whether its
+performance is judged. Its options object names it (``options.kind``), so one application function
+runs either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Collection, Mapping, Protocol
+
+from containers.errors import UsageError
+from containers.host.runtime import Runtime
+from containers.inputs.recipes import Target
+from containers.inputs.references import Judgement
+from containers.inputs.sites import Site
+from containers.run.workload import Placement, Workload, plan_workload
+from containers.settings import Settings
+
+if TYPE_CHECKING:
+    from containers.prove.verdict import Result
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What a kind's options become on the workload's command line and in its container."""
+
+    args: list[str]
+    binds: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class Options(Protocol):
+    """What every kind's options carry (they check their own values when made)."""
+
+    gpus: int
+    timeout: float
+
+    @property
+    def kind(self) -> "WorkloadKind": ...
+
+
+# -------------------------------------------------------------- options check themselves
+def at_least(flag: str, value: int, low: int = 1) -> None:
+    if value < low:
+        raise UsageError(f"{flag} must be at least {low} (got {value})", flag=flag)
+
+
+def above_zero(flag: str, value: float) -> None:
+    if not value > 0:
+        raise UsageError(f"{flag} must be more than 0 (got {value:g})", flag=flag)
+
+
+def one_of(flag: str, value: object, allowed: Collection[object]) -> None:
+    if value not in allowed:
+        raise UsageError(f"{flag} must be one of {', '.join(map(str, allowed))} (got "
+                         f"{value!r})", flag=flag)
+
+
+def existing(flag: str, path: Path | None, kind: str) -> None:
+    """``kind`` is ``file`` or ``folder``."""
+    if path is not None and not (path.is_file() if kind == "file" else path.is_dir()):
+        raise UsageError(f"{flag} {path}: no such {kind}", flag=flag)
+
+
+# ---------------------------------------------------------------------------------- kinds
+class WorkloadKind:
+    """The part of a workload that is its own; subclasses fill in the class attributes."""
+
+    #: The command and the verdict's ``kind``.
+    name: str = ""
+    #: The script in ``jobs/``, and the report it writes in its results folder.
+    script: str = ""
+    report_name: str = ""
+    #: How a reason names the script ("the benchmark exited with code 3").
+    program: str = ""
+    #: Whether each run's verdict record is appended to the performance log.
+    logs_performance: bool = False
+
+    def folder(self, options: Options) -> str:
+        """The results folder under ``results/``."""
+        return self.name
+
+    def title(self, options: Options) -> str:
+        """How the run is announced: ``smoke``, ``train ddp``."""
+        return self.name
+
+    def launch(self, options: Options, *, site: Site, settings: Settings,
+               nodes: int) -> Invocation:
+        raise NotImplementedError
+
+    def failures(self, result: "Result") -> list[str]:
+        """What the workload itself reports as wrong (read whatever the report holds so far)."""
+        return []
+
+    def report_reasons(self, result: "Result", *, settled: bool) -> list[str]:
+        """Sanity rules on a written report; ``settled``: an earlier reason already explains
+        the failure, so rules that only restate it stay quiet."""
+        return []
+
+    def performance(self, result: "Result") -> Judgement | None:
+        """The performance gate; None: this kind's performance is not judged."""
+        return None
+
+    def details(self, result: "Result") -> dict:
+        """The kind's own fields of ``verdict.json``."""
+        return {}
+
+    def write_reports(self, result: "Result") -> list[Path]:
+        """Files made from the report besides the verdict (plots)."""
+        return []
+
+
+def plan(target: Target, site: Site, *, settings: Settings, runtime: Runtime, options: Options,
+         run_id: str, environ: Mapping[str, str] | None = None, strict: bool = True,
+         placement: Placement | None = None) -> Workload:
+    """The exact run of ``options`` (its kind's script) on ``site``; nothing is executed."""
+    kind = options.kind
+    launch = kind.launch(options, site=site, settings=settings,
+                         nodes=placement.nodes if placement else 1)
+    return plan_workload(target, site, settings=settings, runtime=runtime,
+                         kind=kind.folder(options), script=kind.script, args=launch.args,
+                         ranks=options.gpus, timeout=options.timeout, run_id=run_id,
+                         report_name=kind.report_name, extra_binds=launch.binds,
+                         extra_env=launch.env, environ=environ, strict=strict,
+                         placement=placement)

@@ -1,0 +1,34 @@
+"""The names the host and the workload scripts agree on, read from ``jobs/choices.py``.
+
+The scripts run inside the images and cannot import this package, so the shared list lives
+with them (standard library only, no torch) and the host loads that very file: a new example,
+model or dtype is added in one place. The file is the checkout's own ``jobs/choices.py``, the
+folder every run binds into the container as ``settings.jobs_dir``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+JOBS_DIR = Path(__file__).resolve().parents[2] / "jobs"
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("containers_jobs_choices", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+choices = _load(JOBS_DIR / "choices.py")
+
+EXAMPLES: tuple[str, ...] = choices.EXAMPLES
+MODELS: tuple[str, ...] = choices.MODELS
+MODEL_SIZES: tuple[str, ...] = choices.MODEL_SIZES
+ZERO_STAGES: tuple[int, ...] = choices.ZERO_STAGES
+DTYPES: tuple[str, ...] = tuple(choices.DTYPES)
+check_sizes = choices.check_sizes
+check_model_size = choices.check_model_size

@@ -1,0 +1,142 @@
+"""The two gates every workload run goes through, kept apart as a site regression suite keeps
+them, and the record of both (``verdict.json``).
+
+* sanity: nothing timed out, every rank finished, the script exited 0 without an error of its
+  own, its report was written, and the kind's rules on that report hold (smoke: no ``#wrong``
+  values and the site's network transport proven; train: the loss fell and the ranks agree);
+* performance: against the site's references where the kind is judged (smoke), else not judged.
+
+The record carries the image's sha256 and inputs hash from its provenance, so a later step
+(publishing) can tell whether THIS image passed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+from containers.errors import PerformanceFailed, VerdictFailed
+from containers.inputs.references import Judgement
+from containers.prove.kind import WorkloadKind
+from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished run of a kind: the plan, what the run left, and (lazily) both gates."""
+
+    kind: WorkloadKind
+    plan: Workload
+    outcome: Outcome
+    partition: str | None = None
+
+    @property
+    def report(self) -> dict | None:
+        return self.outcome.report
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the run spanned: the placement's (one torchrun per node, even where nodes
+        share a host name), else the distinct host names the workload saw."""
+        if self.plan.nodes > 1:
+            return self.plan.nodes
+        return int(self.report.get("nodes") or 1) if self.report else 1
+
+    @cached_property
+    def reasons(self) -> list[str]:
+        """The sanity gate: why the run is not correct, one line each; empty when it is."""
+        return sanity(self)
+
+    @cached_property
+    def performance(self) -> Judgement | None:
+        return self.kind.performance(self)
+
+    @property
+    def ok(self) -> bool:
+        return not self.reasons and not (self.performance and self.performance.failed)
+
+
+def run(kind: WorkloadKind, workload: Workload, *, say: Say,
+        partition: str | None = None) -> Result:
+    """Run a planned workload of ``kind`` and keep what it left for the gates."""
+    return Result(kind=kind, plan=workload, outcome=run_workload(workload, say=say),
+                  partition=partition)
+
+
+def sanity(result: Result) -> list[str]:
+    kind, outcome = result.kind, result.outcome
+    reasons = failure_reasons(result.plan, outcome)
+    # The script's own one-line diagnosis (a bad flag, ds_config or data folder) says the most.
+    reasons += [line.strip() for line in outcome.lines
+                if line.strip().startswith(f"{kind.script}: error:")][:1]
+    reasons += kind.failures(result)
+    if outcome.returncode != 0 and not outcome.timed_out and not reasons:
+        reasons.append(f"{kind.program} exited with code {outcome.returncode}")
+    if result.report is None:
+        return reasons or [f"no {kind.report_name} was written"]
+    return reasons + kind.report_reasons(result, settled=bool(reasons))
+
+
+def record(result: Result, *, image_record: dict) -> dict:
+    """The run in one record (``verdict.json``): what ran, on which image, both gates.
+
+    ``image_record`` is the image's provenance; ``passed`` is the sanity gate.
+    """
+    plan, performance, report = result.plan, result.performance, result.report or {}
+    reference = performance.reference if performance else None
+    return {
+        "kind": result.kind.name,
+        "target": plan.target.name,
+        "site": plan.site.name,
+        "partition": result.partition,
+        "image": str(plan.image),
+        "inputs_hash": image_record.get("inputs_hash"),
+        "sha256": image_record.get("sha256"),
+        "build_date": image_record.get("build_date"),
+        "ranks": plan.ranks,
+        "nodes": result.nodes,
+        "backend": report.get("backend"),
+        "passed": not result.reasons,
+        "reasons": list(result.reasons),
+        "performance": None if performance is None else {
+            "state": performance.state, "message": performance.message,
+            "failed": performance.failed, "measured": performance.measured,
+            "reference": None if reference is None else {
+                "bytes": reference.bytes, "value": reference.value, "lower": reference.lower,
+                "upper": reference.upper, "unit": reference.unit, "xfail": reference.xfail,
+                "source": reference.source}},
+        **result.kind.details(result),
+        "seconds": round(result.outcome.seconds, 1),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "out_dir": str(plan.out_dir),
+    }
+
+
+def gate_lines(record: dict) -> list[str]:
+    """The gates as the terminal shows them, from the record (so it shows what was written)."""
+    lines = []
+    transport = record.get("transport")
+    if transport is not None:
+        lines.append(f"transport:   {'ok' if transport['ok'] else 'FAIL'}: "
+                     f"{transport['message']}")
+    reasons = record["reasons"]
+    lines.append("sanity:      " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
+    performance = record["performance"]
+    if performance is not None:
+        lines.append(f"performance: {performance['state'].upper()}: {performance['message']}")
+    slow = performance is not None and performance["failed"]
+    lines.append("verdict: " + ("PASS" if record["passed"] and not slow else "FAIL"))
+    return lines
+
+
+def check(result: Result) -> None:
+    """Raise for a failed gate: sanity first (exit 2), then performance (exit 3)."""
+    name, plan = result.kind.name, result.plan
+    where = f"{plan.target.name} ({plan.ranks} ranks)"
+    if result.reasons:
+        raise VerdictFailed(f"{name} FAILED for {where}: " + "; ".join(result.reasons)
+                            + f" [log: {plan.out_dir / 'run.log'}]")
+    if result.performance is not None and result.performance.failed:
+        raise PerformanceFailed(f"{name} performance FAILED for {where}: "
+                                f"{result.performance.message}")

@@ -1,0 +1,85 @@
+"""The names and the size syntax that the host and the workload scripts must agree on.
+
+``invoke smoke`` / ``invoke train`` check their flags on the host before anything starts, and the
+scripts check them again in the container; both read them from here, so a name added to one side
+cannot be missing on the other. Standard library only, and no torch: the host loads this file by
+path (``containers.prove.names``), the scripts import it as a sibling (``import choices``).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The training examples (``train.py --example``): how the model is distributed.
+EXAMPLES = ("ddp", "deepspeed", "fsdp")
+#: The sites' seed models (``train.py --model``).
+MODELS = ("vit", "wideresnet", "cnn", "resnet")
+#: Model size presets (``train.py --model-size``); wideresnet also takes DEPTH-WIDTH.
+MODEL_SIZES = ("tiny", "small", "base")
+WIDERESNET_SIZE = r"^(\d+)-(\d+)$"
+#: DeepSpeed ZeRO stages ``train.py --zero-stage`` accepts.
+ZERO_STAGES = (1, 2, 3)
+#: all_reduce element types (``allreduce.py --dtype``) and their size in bytes.
+DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
+#: Process group backends (``--backend``); auto picks nccl when torch sees a GPU.
+BACKENDS = ("auto", "gloo", "nccl")
+
+SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Parse a byte size such as ``1024``, ``1K``, ``128M`` or ``1GiB`` (binary units)."""
+    match = SIZE_RE.match(text)
+    if not match:
+        raise ValueError(f"not a byte size: {text!r} (use e.g. 1024, 1K, 128M, 1G)")
+    value = int(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
+    if value <= 0:
+        raise ValueError(f"byte size must be positive: {text!r}")
+    return value
+
+
+def parse_sizes(spec: str, step_factor: int = 2) -> list[int]:
+    """Expand ``A:B`` (A, A*f, A*f^2, ... up to B) or a comma list ``A,B,C`` into byte sizes.
+
+    The range form mirrors nccl-tests ``-b A -e B -f factor``; the list form lets a job probe
+    just the sizes a site publishes a reference for (for example 128M).
+    """
+    if step_factor < 2:
+        raise ValueError(f"step factor must be >= 2, got {step_factor}")
+    spec = spec.strip()
+    if ":" in spec:
+        parts = spec.split(":")
+        if len(parts) != 2:
+            raise ValueError(f"size range must be A:B, got {spec!r}")
+        low, high = parse_size(parts[0]), parse_size(parts[1])
+        if low > high:
+            raise ValueError(f"size range start {low} is above its end {high}")
+        sizes = []
+        size = low
+        while size <= high:
+            sizes.append(size)
+            size *= step_factor
+        return sizes
+    items = [item for item in spec.split(",") if item.strip()]
+    if not items:
+        raise ValueError("no sizes given")
+    return [parse_size(item) for item in items]
+
+
+def check_sizes(spec: str, dtype: str, step_factor: int = 2) -> list[int]:
+    """The sizes of ``spec``, refusing any smaller than one element of ``dtype``."""
+    sizes = parse_sizes(spec, step_factor)
+    element = DTYPES[dtype]
+    if min(sizes) < element:
+        raise ValueError(f"{min(sizes)} B is less than one {dtype} ({element} B)")
+    return sizes
+
+
+def check_model_size(model: str, size: str) -> str:
+    """``size`` when ``model`` takes it: a preset name, or DEPTH-WIDTH for wideresnet."""
+    if size in MODEL_SIZES or (model == "wideresnet" and re.match(WIDERESNET_SIZE, size)):
+        return size
+    extra = " or DEPTH-WIDTH such as 16-4" if model == "wideresnet" else ""
+    raise ValueError(f"unknown size {size!r} for model {model}: use one of "
+                     f"{', '.join(MODEL_SIZES)}{extra}")

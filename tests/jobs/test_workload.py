@@ -1,0 +1,91 @@
+"""jobs/workload.py: the exit codes, flags, value types, rank file and guarded main that
+allreduce.py and train.py share."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+
+import pytest
+
+from tests.jobs.scripts import LAUNCH_VARS, sibling
+
+pytest.importorskip("torch")
+workload = sibling("workload")
+
+
+
+@pytest.fixture
+def rank(monkeypatch):
+    """Pretend to be rank N of a 2-rank torchrun job."""
+    for name in LAUNCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+    def become(n: int) -> None:
+        monkeypatch.setenv("RANK", str(n))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("LOCAL_RANK", str(n))
+    return become
+
+
+def test_exit_codes_are_what_the_host_reads() -> None:
+    assert (workload.EXIT_OK, workload.EXIT_FAILED, workload.EXIT_USAGE,
+            workload.EXIT_ERROR) == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("convert, good, bad, message", [
+    (workload.positive_int, ("1", 1), "0", "must be >= 1, got 0"),
+    (workload.non_negative_int, ("0", 0), "-1", "must be >= 0, got -1"),
+    (workload.step_factor, ("2", 2), "1", "must be >= 2, got 1"),
+    (workload.fraction, ("1", 1.0), "1.5", r"must be in \(0, 1\], got 1.5"),
+    (workload.positive_float, ("0.1", 0.1), "0", "must be > 0, got 0.0"),
+])
+def test_value_types(convert, good, bad, message) -> None:
+    assert convert(good[0]) == good[1]
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        convert(bad)
+    with pytest.raises(argparse.ArgumentTypeError):
+        convert("x")
+
+
+def test_common_flags() -> None:
+    parser = argparse.ArgumentParser()
+    workload.add_common_flags(parser, out="res", writes="x.json", timeout_s=9)
+    args = parser.parse_args([])
+    assert (args.backend, args.out, args.timeout_s) == ("auto", "res", 9)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--backend", "mpi"])
+    assert "x.json" in parser.format_help()
+
+
+def test_usage_error_is_one_line_from_rank_0_only(rank, capsys) -> None:
+    def bad(env):
+        raise workload.UsageError("--sizes: no sizes given")
+
+    rank(0)
+    assert workload.guarded_main("job.py", bad) == workload.EXIT_USAGE
+    assert capsys.readouterr().err == "job.py: error: --sizes: no sizes given\n"
+    rank(1)
+    assert workload.guarded_main("job.py", bad) == workload.EXIT_USAGE
+    assert capsys.readouterr().err == ""
+
+
+def test_other_errors_name_the_rank_and_host_with_traceback(rank, capsys) -> None:
+    def broken(env):
+        raise RuntimeError("device lost")
+
+    rank(1)
+    assert workload.guarded_main("job.py", broken) == workload.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"job.py: rank 1 on {socket.gethostname()} failed:\n")
+    assert "Traceback" in err and "RuntimeError: device lost" in err
+    assert workload.guarded_main("job.py", lambda env: env.rank + 40) == 41
+
+
+def test_rank_file(tmp_path) -> None:
+    env = workload.distenv.resolve_dist_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    workload.write_rank_file(tmp_path, env, status=0)
+    record = json.loads((tmp_path / "rank-1.json").read_text())
+    assert record["rank"] == 1 and record["local_rank"] == 1 and record["status"] == 0
+    assert record["finished"] is True and record["hostname"] == socket.gethostname()

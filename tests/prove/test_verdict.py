@@ -1,0 +1,94 @@
+"""The gates every kind goes through, and ``verdict.json``: the same shape for smoke and train."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from containers.errors import PerformanceFailed, VerdictFailed
+from containers.inputs.recipes import load_targets
+from containers.inputs.references import Reference
+from containers.inputs.sites import load_site
+from containers.prove import verdict
+from containers.prove.kind import plan
+from containers.prove.smoke import SMOKE, SmokeOptions
+from containers.prove.train import TRAIN, TrainOptions
+from containers.run.workload import Outcome
+
+IMAGE = {"inputs_hash": "a" * 64, "sha256": "b" * 64, "build_date": "2026-11-20T10:00:00Z"}
+ROW = {"bytes": 16 << 20, "oop": {"busbw": 2.0, "wrong": 0}, "ip": {"busbw": 2.1, "wrong": 0}}
+
+
+@pytest.fixture
+def data_plans(data_root, data_settings, data_runtime):
+    target = load_targets(data_root)["cpu"]
+    site = load_site(data_root / "sites" / "local.yaml")
+
+    def make(options):
+        return plan(target, site, settings=data_settings, runtime=data_runtime,
+                    options=options, run_id="r")
+    return make
+
+
+def _outcome(report, **kw) -> Outcome:
+    return Outcome(**{"returncode": 0, "timed_out": False, "missing_ranks": [], "seconds": 2.04,
+                      "report": report, **kw})
+
+
+def test_train_verdict_has_the_smoke_shape(data_plans) -> None:
+    smoke = verdict.Result(SMOKE, data_plans(SmokeOptions(gpus=2)), _outcome(
+        {"backend": "gloo", "nodes": 1, "results": [ROW], "finished": "x"}), partition="p")
+    train = verdict.Result(TRAIN, data_plans(TrainOptions(example="fsdp", gpus=2)), _outcome(
+        {"backend": "gloo", "loss_first": 2.0, "loss_last": 1.0, "epochs": [{}, {}],
+         "params_consistent": True, "example": "fsdp", "throughput": 9.5}))
+    records = [verdict.record(result, image_record=IMAGE) for result in (smoke, train)]
+    common = {"kind", "target", "site", "partition", "image", "inputs_hash", "sha256",
+              "build_date", "ranks", "nodes", "backend", "passed", "reasons", "performance",
+              "seconds", "date", "out_dir"}
+    for record in records:
+        assert common <= set(record)
+        assert (record["inputs_hash"], record["sha256"]) == (IMAGE["inputs_hash"],
+                                                             IMAGE["sha256"])
+        assert record["passed"] is True and record["reasons"] == [] and record["seconds"] == 2.0
+    assert [r["kind"] for r in records] == ["smoke", "train"]
+    assert records[0]["performance"]["state"] in ("pass", "fail", "not-measured",
+                                                  "no-reference")
+    assert records[0]["wrong_total"] == 0 and records[0]["largest"]["bytes"] == 16 << 20
+    assert records[1]["performance"] is None  # training is not judged against references
+    assert (records[1]["example"], records[1]["throughput"]) == ("fsdp", 9.5)
+    assert records[1]["out_dir"].endswith("train-fsdp/cpu-r")
+    assert verdict.gate_lines(records[1]) == ["sanity:      PASS", "verdict: PASS"]
+
+
+def test_gates_and_exit_codes(data_plans) -> None:
+    train_plan = data_plans(TrainOptions(example="ddp", gpus=2))
+    usage = verdict.Result(TRAIN, train_plan, _outcome(None, returncode=2, lines=(
+        "noise", "train.py: error: --data /x: no such folder", "train.py: error: again")))
+    assert usage.reasons == ["train.py: error: --data /x: no such folder"]
+    record = verdict.record(usage, image_record={})
+    assert verdict.gate_lines(record) == [
+        "sanity:      FAIL: train.py: error: --data /x: no such folder", "verdict: FAIL"]
+    with pytest.raises(VerdictFailed) as info:
+        verdict.check(usage)
+    assert info.value.exit_code == 2
+    assert str(info.value).startswith("train FAILED for cpu (2 ranks): train.py: error:")
+    assert str(info.value).endswith(f"[log: {train_plan.out_dir / 'run.log'}]")
+
+    smoke_plan = data_plans(SmokeOptions(gpus=2))
+    usage = verdict.Result(SMOKE, smoke_plan, _outcome(None, returncode=2, lines=(
+        "allreduce.py: error: --sizes: no sizes given",)))
+    assert usage.reasons == ["allreduce.py: error: --sizes: no sizes given"]
+    slow_site = replace(smoke_plan.site, references=(
+        Reference(partition="*", nodes=1, ranks_per_node=2, bytes=16 << 20, value=100.0,
+                  lower=-0.1, upper=None, unit="GB/s", source="test"),))
+    slow = verdict.Result(SMOKE, replace(smoke_plan, site=slow_site),
+                          _outcome({"backend": "gloo", "results": [ROW], "finished": "x"}))
+    assert slow.reasons == [] and slow.performance.failed and not slow.ok
+    lines = verdict.gate_lines(verdict.record(slow, image_record={}))
+    assert lines[0] == "sanity:      PASS" and lines[1].startswith("performance: FAIL: busbw 2 ")
+    assert lines[-1] == "verdict: FAIL"
+    with pytest.raises(PerformanceFailed) as info:
+        verdict.check(slow)
+    assert info.value.exit_code == 3
+    assert str(info.value).startswith("smoke performance FAILED for cpu (2 ranks): busbw 2 GB/s")
