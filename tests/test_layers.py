@@ -60,9 +60,7 @@ def test_stage_imports_only_earlier_stages(module: str, path: Path) -> None:
     own = part_of(module)
     allowed = ALLOWED[own] | {own, "shared"}
     wrong = sorted(name for name in imported(path)
-                   if name not in ("containers",) and part_of(name) not in allowed
-                   and not (own == "shared" and part_of(name) == "inputs"
-                            and module == "containers.settings"))
+                   if name != "containers" and part_of(name) not in allowed)
     assert not wrong, f"{module} ({own}) imports {wrong}; it may import only {sorted(allowed)}"
 
 

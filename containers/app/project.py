@@ -10,8 +10,8 @@ from typing import Any, Mapping
 from containers.errors import RuntimeNotFound
 from containers.host.runtime import Runtime, assumed_runtime, find_runtime
 from containers.inputs.recipes import Target, get_target, load_targets
+from containers.inputs.settings import Settings, load_settings
 from containers.inputs.sites import Site, detect_site, get_site, load_sites
-from containers.settings import Settings, load_settings
 
 
 @dataclass

@@ -29,6 +29,7 @@ from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
+from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.prove.smoke import SmokeOptions, plan_smoke
 from containers.prove.train import EXAMPLES, TrainOptions, plan_train
@@ -36,7 +37,6 @@ from containers.run import launchers
 from containers.run.launchers import Launcher, cores_for
 from containers.run.layout import at_least_one
 from containers.run.workload import Placement, Workload
-from containers.settings import Settings
 
 WORKLOADS = ("smoke", *EXAMPLES, "build")
 DEFAULT_TIME = {"smoke": "00:30:00", "build": "02:00:00"}  # training workloads: 01:00:00

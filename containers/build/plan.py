@@ -24,7 +24,7 @@ from containers.host.sources import PipConfig
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_env_spec
 from containers.inputs.recipes import Target, base_chain
-from containers.settings import Settings
+from containers.inputs.settings import Settings
 
 #: Arguments the tool fills from the build host; they locate inputs but do not change the image.
 CONTEXT_ARGS = ("MIRROR", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS")

@@ -19,9 +19,9 @@ from containers.errors import UsageError
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from containers.inputs.references import Judgement
+from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.run.workload import Placement, Workload, plan_workload
-from containers.settings import Settings
 
 if TYPE_CHECKING:
     from containers.prove.verdict import Result

@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from containers.errors import UsageError
+from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.prove import names, verdict
 from containers.prove.kind import (Invocation, WorkloadKind, above_zero, at_least, existing, one_of,
                                    plan)
-from containers.settings import Settings
 
 DATA_MOUNT = "/opt/containers/data"
 DS_CONFIG_MOUNT = "/opt/containers/ds_config.json"

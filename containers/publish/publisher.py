@@ -44,6 +44,7 @@ from containers.files import (atomic_write_bytes, atomic_write_text, copy_hashin
                               replace_symlink, sha256_file)
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
+from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.locking import file_lock
 from containers.publish import catalogue as cat, signing
@@ -53,7 +54,6 @@ from containers.publish.modulefile import (ModuleSpec, exec_name, is_env_name, r
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             resolve_group, umask)
 from containers.report import Say, human_bytes, say_line
-from containers.settings import Settings
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
 

@@ -23,11 +23,11 @@ from containers.errors import ImageMissing
 from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
+from containers.inputs.settings import Settings
 from containers.inputs.sites import VISIBLE_DEVICES, Site, expand
 from containers.run.launchers import LAUNCHERS, Launch, Launcher, ingredients
 from containers.run.layout import check_ranks
 from containers.run.rendezvous import Rendezvous
-from containers.settings import Settings
 
 Say = Callable[[str], None]
 

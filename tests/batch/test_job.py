@@ -17,8 +17,8 @@ import pytest
 
 from containers.batch import job as batch
 from containers.errors import ConfigError, ContainersError, UsageError
+from containers.inputs.settings import load_settings
 from containers.prove.train import TrainOptions
-from containers.settings import load_settings
 from tests.fixtures import ROOT
 
 SITES = ("lumi", "olivia", "puhti", "mahti", "derecho", "local-slurm")

@@ -18,7 +18,7 @@ from containers.host.facts import host_arch
 from containers.host.sources import PipConfig
 from containers.inputs.definition import read_definition
 from containers.inputs.recipes import load_targets
-from containers.settings import load_settings
+from containers.inputs.settings import load_settings
 
 pytestmark = pytest.mark.apptainer
 

@@ -14,7 +14,7 @@ from containers.errors import ConfigError, UsageError
 from containers.host.sources import PipConfig
 from containers.inputs.definition import parse_definition, read_definition
 from containers.inputs.recipes import load_targets
-from containers.settings import load_settings
+from containers.inputs.settings import load_settings
 
 
 def data_host(runtime, **changes) -> HostFacts:

@@ -16,10 +16,10 @@ from containers.host.facts import cotainr_binary
 from containers.host.runtime import assumed_runtime
 from containers.host.sources import PipConfig
 from containers.inputs.recipes import load_targets
+from containers.inputs.settings import load_settings
 from containers.inputs.sites import expand, load_sites
 from containers.prove.smoke import SmokeOptions, plan_smoke
 from containers.prove.train import TrainOptions, plan_train
-from containers.settings import load_settings
 
 JOB_ENV = {"USER": "alice", "SLURM_JOB_ID": "4242"}
 

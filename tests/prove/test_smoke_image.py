@@ -14,9 +14,9 @@ from containers import app
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.process import descendants
 from containers.inputs.references import Reference
+from containers.inputs.settings import load_settings
 from containers.prove import perflog
 from containers.prove.smoke import SmokeOptions
-from containers.settings import load_settings
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 

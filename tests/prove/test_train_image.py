@@ -10,8 +10,8 @@ import pytest
 
 from containers import app
 from containers.errors import VerdictFailed
+from containers.inputs.settings import load_settings
 from containers.prove.train import TrainOptions
-from containers.settings import load_settings
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 

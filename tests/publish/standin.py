@@ -11,10 +11,10 @@ from pathlib import Path
 
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target, load_targets
+from containers.inputs.settings import Settings, load_settings
 from containers.inputs.sites import Site, load_sites
 from containers.publish.publisher import PublishPlan, PublishRequest, plan_publish, publish
 from containers.report import Say
-from containers.settings import Settings, load_settings
 from tests.fixtures import ROOT
 
 RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")

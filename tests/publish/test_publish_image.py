@@ -24,11 +24,11 @@ import yaml
 from containers import app
 from containers.app import publish, verify
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
+from containers.inputs.settings import load_settings
 from containers.publish import catalogue as cat
 from containers.publish.modulefile import lua_string, render_modulefile
 from containers.publish.publisher import COPY_DELAY_ENV
 from containers.publish.signing import key_fingerprints, parse_key_list, signers
-from containers.settings import load_settings
 from tests.fixtures import ROOT
 from tests.publish.test_modulefile import NASTY, _spec
 
