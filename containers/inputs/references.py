@@ -3,7 +3,7 @@
 Thresholds are fractions of the value (``[125.0, -0.05, null, GB/s]``: at least 118.75 GB/s, no
 upper bound); ``None`` is unbounded. A reference is keyed by partition (``*`` for any), nodes,
 ranks per node, message size and optionally GPU model, and may be marked expected-to-fail with a
-reason. Judging is separate from sanity: a run can be correct and slow, or fast and wrong.
+reason. Judging a run against one is :mod:`containers.prove.performance`.
 """
 
 from __future__ import annotations
@@ -53,20 +53,6 @@ class Reference:
         return f"{self.value:g} {self.unit} ({span} {self.unit}) at {self.bytes} B"
 
 
-@dataclass(frozen=True)
-class Judgement:
-    """``state`` is pass, fail, xfail (failed as expected), xpass, no-reference or not-measured."""
-
-    state: str
-    message: str
-    measured: float | None = None
-    reference: Reference | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.state in ("fail", "xpass")
-
-
 def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
     """One reference from YAML; thresholds validated as ReFrame validates them."""
     prefix = f"references[{index}]."
@@ -113,30 +99,3 @@ def select(references: Sequence[Reference], *, partition: str | None, nodes: int
     candidates.sort(key=lambda r: (r.partition == "*", r.gpu_model is None,
                                    r.bytes not in measured, -r.bytes))
     return candidates[0] if candidates else None
-
-
-def judge(reference: Reference | None, results: Sequence[dict]) -> Judgement:
-    """Out-of-place busbw at the reference's size against its bounds."""
-    if reference is None:
-        return Judgement("no-reference", "no reference for this partition, node and rank count")
-    row = next((r for r in results if r["bytes"] == reference.bytes), None)
-    if row is None:
-        return Judgement("not-measured", f"the reference is at {reference.bytes} B, which this "
-                         f"run did not measure (extend --sizes)", reference=reference)
-    measured = float(row["oop"]["busbw"])
-    low, high = reference.bounds
-    within = (low is None or measured >= low) and (high is None or measured <= high)
-    if within:
-        state = "xpass" if reference.xfail else "pass"
-        message = f"busbw {measured:g} {reference.unit} within {reference.describe()}"
-    else:
-        state = "xfail" if reference.xfail else "fail"
-        if low is not None and measured < low:
-            shortfall = (reference.value - measured) / reference.value * 100
-            message = (f"busbw {measured:g} {reference.unit} is below the reference "
-                       f"{reference.describe()}: {shortfall:.1f}% short of {reference.value:g}")
-        else:
-            message = f"busbw {measured:g} {reference.unit} is above {reference.describe()}"
-    if reference.xfail:
-        message += f" [expected to fail: {reference.xfail}]"
-    return Judgement(state, message, measured=measured, reference=reference)

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Collection, Mapping, Protocol
 from containers.errors import UsageError
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
-from containers.inputs.references import Judgement
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
+from containers.prove.performance import Judgement
 from containers.run.workload import Placement, Workload, plan_workload
 
 if TYPE_CHECKING:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from containers.errors import UsageError
-from containers.inputs.references import Judgement, judge
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.prove import names, verdict
 from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, one_of, plan
+from containers.prove.performance import Judgement, judge
 from containers.prove.transport import TransportCheck, check_transport
 from containers.report import plot_busbw
 

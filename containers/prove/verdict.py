@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from containers.errors import PerformanceFailed, VerdictFailed
-from containers.inputs.references import Judgement
 from containers.prove.kind import WorkloadKind
+from containers.prove.performance import Judgement
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
 
 

@@ -17,7 +17,7 @@ from containers.host.runtime import assumed_runtime
 from containers.host.sources import PipConfig
 from containers.inputs.recipes import load_targets
 from containers.inputs.settings import load_settings
-from containers.inputs.sites import expand, load_sites
+from containers.inputs.sites import detect_site, expand, load_sites
 from containers.prove.smoke import SmokeOptions, plan_smoke
 from containers.prove.train import TrainOptions, plan_train
 
@@ -208,3 +208,24 @@ def test_cotainr_sandbox_path_runs_on_real_apptainer(cpu_image: Path, real_proje
     out = subprocess.run(real_runtime.exec_argv(image=step.partial, command=[
         "python3", "-c", "print('inside', 6 * 7)"]), capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "inside 42"
+
+
+def test_site_detection_rules(tmp_path: Path) -> None:
+    (tmp_path / "sites").mkdir()
+    (tmp_path / "sites" / "local.yaml").write_text("description: here\n")
+    (tmp_path / "sites" / "big.yaml").write_text(
+        "description: a cluster\ngpu: rocm\ngpus_per_node: 8\ndefault_target: big-rocm\n"
+        "detect:\n  env: [CLUSTER_NAME=big]\n  hostname: ['uan*']\n")
+    sites = load_sites(tmp_path)
+    assert sites["big"].gpu_flag == "--rocm"
+    assert detect_site(sites, {"CLUSTER_NAME": "big"}, "laptop").name == "big"
+    assert detect_site(sites, {}, "uan01").name == "big"
+    assert detect_site(sites, {"CLUSTER_NAME": "other"}, "laptop") is None
+    assert sites["local"].matches({"CLUSTER_NAME": "big"}, "uan01") is False  # no rules
+
+
+def test_gpu_site_needs_gpus_per_node(tmp_path: Path) -> None:
+    (tmp_path / "sites").mkdir()
+    (tmp_path / "sites" / "x.yaml").write_text("description: x\ngpu: cuda\n")
+    with pytest.raises(ConfigError, match="x.yaml:1: gpus_per_node: a GPU site needs"):
+        load_sites(tmp_path)

@@ -13,11 +13,14 @@ from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target, load_targets
 from containers.inputs.settings import Settings, load_settings
 from containers.inputs.sites import Site, load_sites
+from containers.publish.modulefile import ModuleSpec
 from containers.publish.publisher import PublishPlan, PublishRequest, plan_publish, publish
 from containers.report import Say
 from tests.fixtures import ROOT
 
 RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")
+#: A value with every character a module file or wrapper must quote.
+NASTY = 'say "hi" \\ it\'s ]] end\nnext\tline\x01'
 IMAGE = os.urandom(50_000)
 SHA = hashlib.sha256(IMAGE).hexdigest()
 
@@ -66,3 +69,15 @@ class Built:
 
 def no_quick_check(say: Say) -> None:
     raise AssertionError("the quick check was not expected to run")
+
+
+def module_spec(**changes) -> ModuleSpec:
+    """A LUMI-like module spec whose description and environment hold :data:`NASTY`."""
+    base = dict(target="lumi-rocm", version="1.0", description=f"desc {NASTY}",
+                image="/appl/containers/lumi-rocm/1.0.sif",
+                bin_dir="/appl/containers/lumi-rocm/bin",
+                runtime="singularity", gpu_flag="--rocm",
+                binds=("/var/spool/slurmd", "/opt/cray", "/pfs:/pfs:ro"),
+                env={"NCCL_SOCKET_IFNAME": "hsn", "WEIRD": NASTY}, sha256="ab" * 32,
+                signed_by="F" * 40, published="2026-11-21T00:00:00Z")
+    return ModuleSpec(**{**base, **changes})

@@ -6,28 +6,14 @@ import os
 import subprocess
 from pathlib import Path
 
-from containers.publish.modulefile import (ModuleSpec, lua_string, render_exec_wrapper,
-                                           render_modulefile)
-
-# ---------------------------------------------------------------------------- module files
-NASTY = 'say "hi" \\ it\'s ]] end\nnext\tline\x01'
+from containers.publish.modulefile import lua_string, render_exec_wrapper, render_modulefile
+from tests.publish.standin import NASTY, module_spec as _spec
 
 
 def test_lua_string_escapes_everything_that_matters() -> None:
     assert lua_string("plain /path:1,2") == '"plain /path:1,2"'
     assert lua_string(NASTY) == '"say \\"hi\\" \\\\ it\'s ]] end\\nnext\\tline\\001"'
     assert lua_string("a\x002") == '"a\\0002"', "three digits: a following digit stays out"
-
-
-def _spec(**changes) -> ModuleSpec:
-    base = dict(target="lumi-rocm", version="1.0", description=f"desc {NASTY}",
-                image="/appl/containers/lumi-rocm/1.0.sif",
-                bin_dir="/appl/containers/lumi-rocm/bin",
-                runtime="singularity", gpu_flag="--rocm",
-                binds=("/var/spool/slurmd", "/opt/cray", "/pfs:/pfs:ro"),
-                env={"NCCL_SOCKET_IFNAME": "hsn", "WEIRD": NASTY}, sha256="ab" * 32,
-                signed_by="F" * 40, published="2026-11-21T00:00:00Z")
-    return ModuleSpec(**{**base, **changes})
 
 
 def test_modulefile_sets_image_binds_env_and_path() -> None:

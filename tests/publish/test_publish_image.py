@@ -30,7 +30,7 @@ from containers.publish.modulefile import lua_string, render_modulefile
 from containers.publish.publisher import COPY_DELAY_ENV
 from containers.publish.signing import key_fingerprints, parse_key_list, signers
 from tests.fixtures import ROOT
-from tests.publish.test_modulefile import NASTY, _spec
+from tests.publish.standin import NASTY, module_spec as _spec
 
 pytestmark = [pytest.mark.apptainer]
 

@@ -1,0 +1,47 @@
+"""Declarative checks of YAML mappings: unknown keys with a suggestion, types, choices, defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from containers.errors import ConfigError, UsageError
+from containers.inputs.schema import Field, check_mapping, pick, suggest
+from containers.inputs.yamlsource import load_yaml_text
+
+FIELDS = (Field("name", required=True), Field("count", "int", default=1),
+          Field("mode", default="a", choices=("a", "b")), Field("tags", "str_list", default=[]))
+
+
+def test_defaults_filled_and_values_kept() -> None:
+    data = load_yaml_text("name: x\ntags: [p, q]\n")
+    assert check_mapping(data, FIELDS, what="thing") == {"name": "x", "count": 1, "mode": "a",
+                                                         "tags": ["p", "q"]}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("name: x\ncuont: 2\n", "f.yaml:2: cuont: unknown key in thing (did you mean 'count'?)"),
+    ("count: 2\n", "f.yaml:1: name: required key missing from thing"),
+    ("name: x\ncount: two\n", "f.yaml:2: count: must be an integer, got str"),
+    ("name: x\nmode: c\n", "f.yaml:2: mode: 'c' is not one of: a, b"),
+    ("- a\n", "f.yaml:1: thing must be a mapping"),
+])
+def test_each_problem_names_file_line_and_key(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_mapping(load_yaml_text(text), FIELDS, what="thing", path="f.yaml")
+    assert str(info.value).startswith(message)
+
+
+def test_bools_are_not_integers() -> None:
+    with pytest.raises(ConfigError, match="count: must be an integer"):
+        check_mapping(load_yaml_text("name: x\ncount: true\n"), FIELDS, what="thing")
+
+
+def test_suggest_and_pick() -> None:
+    assert suggest("lumii", ["lumi", "olivia"]) == " (did you mean 'lumi'?)"
+    assert suggest("zzz", ["lumi", "olivia"]) == ""
+    assert pick({"lumi": 1}, "lumi", what="site", flag="--site") == 1
+    with pytest.raises(UsageError) as info:
+        pick({"lumi": 1, "olivia": 2}, "lumii", what="site", flag="--site")
+    assert str(info.value) == ("--site: unknown site 'lumii' (did you mean 'lumi'?); known: "
+                               "lumi, olivia")
+    assert info.value.flag == "--site" and isinstance(info.value.__cause__, KeyError)

@@ -1,0 +1,37 @@
+"""Project settings (the ``containers`` part of the invoke config): paths, defaults, bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from containers.errors import ConfigError
+from containers.inputs.settings import load_settings
+
+
+def test_defaults_resolve_under_the_root(tmp_path: Path) -> None:
+    settings = load_settings(tmp_path, {})
+    assert settings.images_dir == tmp_path / "images"
+    assert settings.image_path("cpu") == tmp_path / "images" / "cpu.sif"
+    assert settings.provenance_path("cpu") == tmp_path / "images" / "cpu.sif.json"
+    assert settings.runtime == "auto" and settings.cache_dir is None
+
+
+def test_absolute_and_home_paths_are_kept(tmp_path: Path) -> None:
+    settings = load_settings(tmp_path, {"images_dir": "/srv/images", "results_dir": "~/r"})
+    assert settings.images_dir == Path("/srv/images")
+    assert settings.results_dir == Path("~/r").expanduser()
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"image_dir": "x"}, "containers.image_dir: unknown key in containers settings "
+                         "(did you mean 'images_dir'?)"),
+    ({"runtime": "docker"}, "containers.runtime: must be auto, apptainer, singularity or an "
+                            "absolute path"),
+    ({"sign_keyidx": "zero"}, "containers.sign_keyidx: must be an integer"),
+])
+def test_bad_settings_name_the_key(tmp_path: Path, config: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(tmp_path, config)
+    assert message in str(info.value)

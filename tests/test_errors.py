@@ -1,0 +1,38 @@
+"""The one error family: each kind's message and exit code, made in one place."""
+
+from __future__ import annotations
+
+from containers.errors import (CommandFailed, ConfigError, ContainersError, ImageMissing,
+                               PerformanceFailed, StateError, UsageError, VerdictFailed, describe)
+
+
+def test_exit_codes_per_kind() -> None:
+    assert [describe(e)[1] for e in (UsageError("x"), ConfigError("x"), StateError("x"),
+                                     ImageMissing("i.sif", "cpu"), CommandFailed("x"),
+                                     VerdictFailed("x"), PerformanceFailed("x"))] == \
+        [1, 1, 1, 1, 1, 2, 3]
+    assert all(issubclass(kind, ContainersError) for kind in (UsageError, VerdictFailed))
+
+
+def test_messages_name_where_and_what() -> None:
+    assert describe(UsageError("must be at least 1", flag="--gpus")) == \
+        ("error: --gpus: must be at least 1", 1)
+    assert str(UsageError("--gpus must be at least 1", flag="--gpus")) == \
+        "--gpus must be at least 1"
+    assert str(ConfigError("unknown key", path="sites/x.yaml", line=3, key="gpu")) == \
+        "sites/x.yaml:3: gpu: unknown key"
+    assert str(ImageMissing("images/cpu.sif", "cpu")) == \
+        "image images/cpu.sif is not built; run: invoke build --target cpu"
+
+
+def test_command_failed_keeps_argv_code_and_the_lines_worth_reading() -> None:
+    output = ["step 1", "step 2", "FATAL: no space left on device", "cleanup"]
+    error = CommandFailed("apptainer build of cpu", argv=["apptainer", "build", "a b.sif"],
+                          returncode=255, output=output)
+    assert error.argv == ["apptainer", "build", "a b.sif"] and error.returncode == 255
+    assert error.output == output
+    assert str(error) == ("apptainer build of cpu failed (exit 255): FATAL: no space left on "
+                          "device")
+    assert error.command == "apptainer build 'a b.sif'"
+    quiet = CommandFailed("scontrol show node", returncode=1, output=["a", "", "b"])
+    assert str(quiet) == "scontrol show node failed (exit 1): a | b"
