@@ -102,15 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--sizes", default="1K:128M",
         help="message sizes in bytes: A:B for A, A*f, ... up to B (f = --step-factor), or a comma "
         "list A,B,C; K/M/G are binary units (default: %(default)s)")
-    parser.add_argument(
-        "--step-factor", type=workload.step_factor, default=2,
-        help="multiplier between sizes of an A:B range, >= 2 (default: %(default)s)")
-    parser.add_argument(
-        "--iters", type=workload.positive_int, default=20,
-        help="timed iterations per size and mode (default: %(default)s)")
-    parser.add_argument(
-        "--warmup", type=workload.non_negative_int, default=5,
-        help="untimed warm-up iterations per size (default: %(default)s)")
+    workload.add_counts(parser, [
+        ("--step-factor", workload.step_factor, 2,
+         "multiplier between sizes of an A:B range, >= 2"),
+        ("--iters", workload.positive_int, 20, "timed iterations per size and mode"),
+        ("--warmup", workload.non_negative_int, 5, "untimed warm-up iterations per size"),
+    ])
     parser.add_argument(
         "--dtype", choices=sorted(DTYPES), default="float32",
         help="element type (default: %(default)s)")

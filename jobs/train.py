@@ -91,20 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the real dataset from DIR: CIFAR-100's python version (DIR/cifar-100-python/"
         "train, test) or MNIST's idx files (plain or .gz); nothing is downloaded (default: "
         "synthetic, learnable data)")
-    parser.add_argument(
-        "--samples", type=workload.positive_int, default=8192,
-        help="synthetic training set size (ignored with --data) (default: %(default)s)")
-    parser.add_argument(
-        "--val-samples", type=workload.positive_int, default=1024,
-        help="synthetic validation set size (ignored with --data) (default: %(default)s)")
-    parser.add_argument(
-        "--epochs", type=workload.positive_int, default=3,
-        help="number of epochs (default: %(default)s)")
-    parser.add_argument(
-        "--batch-size", type=workload.positive_int, default=256,
-        help="GLOBAL batch size per optimizer step, split evenly over the ranks; must be "
-        "divisible by the world size (x gradient_accumulation_steps for DeepSpeed) "
-        "(default: %(default)s)")
+    workload.add_counts(parser, [
+        ("--samples", workload.positive_int, 8192,
+         "synthetic training set size (ignored with --data)"),
+        ("--val-samples", workload.positive_int, 1024,
+         "synthetic validation set size (ignored with --data)"),
+        ("--epochs", workload.positive_int, 3, "number of epochs"),
+        ("--batch-size", workload.positive_int, 256,
+         "GLOBAL batch size per optimizer step, split evenly over the ranks; must be divisible "
+         "by the world size (x gradient_accumulation_steps for DeepSpeed)"),
+        ("--num-workers", workload.non_negative_int, 0,
+         "DataLoader worker processes per rank; the data are in memory and batches are sliced "
+         "in one operation, so 0 is usually fastest"),
+    ])
     parser.add_argument(
         "--lr", type=workload.positive_float, default=None,
         help="learning rate (default: 1e-3 for adamw, 0.05 for sgd; for DeepSpeed the config "
@@ -139,10 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--target-accuracy", type=workload.fraction, default=None,
         help="stop early once the validation accuracy reaches this fraction, e.g. 0.95 "
         "(default: run all epochs)")
-    parser.add_argument(
-        "--num-workers", type=workload.non_negative_int, default=0,
-        help="DataLoader worker processes per rank; the data are in memory and batches are "
-        "sliced in one operation, so 0 is usually fastest (default: %(default)s)")
     parser.add_argument(
         "--seed", type=int, default=0,
         help="seed for the synthetic data, the initial weights and the shuffling; the same on "

@@ -16,7 +16,7 @@ import socket
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import choices
 import distenv
@@ -80,6 +80,15 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise ValueError(f"must be > 0, got {value}")
     return value
+
+
+def add_counts(parser: argparse.ArgumentParser,
+               rows: Sequence[tuple[str, Callable[[str], Any], int, str]]) -> None:
+    """Declare whole-number flags from a table of ``(flag, type, default, help)``: one line per
+    flag, and the default always shown the same way."""
+    for flag, kind, default, text in rows:
+        parser.add_argument(flag, type=kind, default=default,
+                            help=f"{text} (default: %(default)s)")
 
 
 def add_common_flags(parser: argparse.ArgumentParser, *, out: str, writes: str,

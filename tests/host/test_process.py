@@ -7,12 +7,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from containers.errors import CommandFailed
 from containers.host.process import capture, descendants, run, stop_tree
+from tests.fixtures.procs import alive
 
 # A parent that starts a child in a NEW session (as torchrun does with its ranks), then both hang.
 TREE = """
@@ -45,19 +45,11 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
-
-
 def _wait_dead(pid: int, seconds: float = 5) -> bool:
     deadline = time.monotonic() + seconds
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 def test_streams_lines_and_exit_code() -> None:
@@ -76,10 +68,10 @@ def test_timeout_stops_whole_tree_including_new_sessions() -> None:
     assert time.monotonic() - started < 15
     child = int(lines[0].split()[1])
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(child), "a process in its own session outlived the timeout"
-    assert not any(_alive(p) for p in descendants(os.getpid()))
+    assert not alive(child), "a process in its own session outlived the timeout"
+    assert not any(alive(p) for p in descendants(os.getpid()))
 
 
 def test_timeout_stops_grandchild_in_new_session() -> None:
@@ -88,7 +80,7 @@ def test_timeout_stops_grandchild_in_new_session() -> None:
     assert result.timed_out
     grandchild = int(lines[0].split()[1])
     assert _wait_dead(grandchild), "a grandchild in its own session outlived the timeout"
-    assert not any(_alive(p) for p in descendants(os.getpid()))
+    assert not any(alive(p) for p in descendants(os.getpid()))
 
 
 def test_sigkill_after_grace_and_real_returncode() -> None:
