@@ -14,8 +14,8 @@ from pathlib import Path
 from invoke import Exit, task
 
 from containers import app
-from containers.build.plan import parse_build_args
 from containers.errors import ContainersError, UsageError, describe
+from containers.image.plan import parse_build_args
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 

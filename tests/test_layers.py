@@ -16,12 +16,12 @@ ALLOWED = {
     "shared": set(),
     "inputs": set(),
     "host": {"inputs"},
-    "build": {"inputs", "host"},
-    "run": {"inputs", "host", "build"},
-    "prove": {"inputs", "host", "build", "run"},
-    "batch": {"inputs", "host", "build", "run", "prove"},
-    "publish": {"inputs", "host", "build", "run", "prove"},
-    "app": {"inputs", "host", "build", "run", "prove", "batch", "publish"},
+    "image": {"inputs", "host"},
+    "run": {"inputs", "host", "image"},
+    "prove": {"inputs", "host", "image", "run"},
+    "batch": {"inputs", "host", "image", "run", "prove"},
+    "publish": {"inputs", "host", "image", "run", "prove"},
+    "app": {"inputs", "host", "image", "run", "prove", "batch", "publish"},
 }
 
 

@@ -6,11 +6,11 @@ import os
 from typing import Mapping
 
 from containers.app.project import Project
-from containers.build import builder
-from containers.build.gather import gather_host
-from containers.build.plan import BuildPlan, plan_build
 from containers.errors import ConfigError
 from containers.host.facts import host_arch
+from containers.image import builder
+from containers.image.gather import gather_host
+from containers.image.plan import BuildPlan, plan_build
 from containers.inputs.definition import read_definition
 from containers.report import Say, say_line as _print, show_command
 

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 from containers.app.project import Project
-from containers.build import provenance
-from containers.build.plan import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
 from containers.errors import ContainersError
+from containers.image import provenance
+from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
 from containers.inputs import validate
 from containers.report import Say, console, say_line as _print, table
 from containers.run import launchers

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Sequence
 
 from containers.app.project import Project
-from containers.build import provenance
 from containers.errors import StateError
 from containers.files import atomic_write_text
+from containers.image import provenance
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
 from containers.prove.train import TrainOptions, parse_scaling, scaling_rows, with_ranks

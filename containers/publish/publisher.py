@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from containers.build import provenance as image_provenance
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
 from containers.files import (atomic_write_bytes, atomic_write_text, copy_hashing, fsync_path,
                               replace_symlink, sha256_file)
 from containers.host.runtime import Runtime
+from containers.image import provenance as image_provenance
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site

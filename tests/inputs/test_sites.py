@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from containers import app
-from containers.build import builder
-from containers.build.plan import HostFacts, plan_build
 from containers.errors import ConfigError
 from containers.host.facts import cotainr_binary
 from containers.host.runtime import assumed_runtime
 from containers.host.sources import PipConfig
+from containers.image import builder
+from containers.image.plan import HostFacts, plan_build
 from containers.inputs.recipes import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import detect_site, expand, load_sites

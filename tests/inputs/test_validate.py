@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from containers.build.plan import CONTEXT_ARGS, PROVENANCE_ARGS
 from containers.errors import ConfigError
+from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS
 from containers.inputs import validate
 from containers.inputs.recipes import load_targets
 from containers.inputs.sites import load_sites

@@ -2,7 +2,7 @@
 
 The plan is data: every command as an argv list, every staged file with its content, the inputs
 hash of each image. ``invoke build --dry-run`` prints it; a real build prints the same plan and then
-executes it (:mod:`containers.build.builder`), so what is shown is exactly what runs.
+executes it (:mod:`containers.image.builder`), so what is shown is exactly what runs.
 
 The inputs hash covers what decides the image's content: tool version, definition text, env spec
 text, build arguments (except host plumbing such as the mirror or staging paths) and the base

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from containers.build.plan import BuildStep
 from containers.errors import CommandFailed
 from containers.files import sha256_file
 from containers.host.process import capture
 from containers.host.runtime import Runtime
+from containers.image.plan import BuildStep
 
 LABEL_PREFIX = "containers."
 

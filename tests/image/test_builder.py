@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from containers.build.builder import phase_of
+from containers.image.builder import phase_of
 
 
 @pytest.mark.parametrize("line,phase", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from containers.build import provenance
+from containers.image import provenance
 
 
 def test_read_tolerates_missing_broken_and_non_object_records(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The impure half of planning: gather once what a build plan needs to know about this host
 (package sources, CA certificates, git revision, which images are built), so that
-:func:`containers.build.plan.plan_build` stays a pure function of its inputs."""
+:func:`containers.image.plan.plan_build` stays a pure function of its inputs."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import dataclasses
 import datetime
 from pathlib import Path
 
-from containers.build import provenance
-from containers.build.plan import HostFacts
 from containers.errors import ConfigError
 from containers.host import sources as hostcfg
 from containers.host.facts import cotainr_binary, git_revision, host_arch
 from containers.host.runtime import Runtime
+from containers.image import provenance
+from containers.image.plan import HostFacts
 
 
 def gather_host(root: Path, images_dir: Path, runtime: Runtime, names: list[str], *,

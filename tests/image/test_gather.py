@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from containers.build.gather import gather_host
 from containers.host.facts import host_arch
 from containers.host.runtime import Runtime
+from containers.image.gather import gather_host
 
 
 def test_gather_host_records_this_machine(tmp_path: Path, data_root: Path) -> None:

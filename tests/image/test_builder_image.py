@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from containers import app
-from containers.build import builder, provenance
-from containers.build.plan import HostFacts, chain_hashes, plan_build
 from containers.files import sha256_file
 from containers.host.facts import host_arch
 from containers.host.sources import PipConfig
+from containers.image import builder, provenance
+from containers.image.plan import HostFacts, chain_hashes, plan_build
 from containers.inputs.definition import read_definition
 from containers.inputs.recipes import load_targets
 from containers.inputs.settings import load_settings

@@ -1,4 +1,4 @@
-"""Executing a :class:`~containers.build.plan.BuildPlan`: stage, build, test, record, rename.
+"""Executing a :class:`~containers.image.plan.BuildPlan`: stage, build, test, record, rename.
 
 An image appears under its final name only after its build AND its ``apptainer test`` passed;
 until then it is a ``.partial`` file beside it. Staged context and Apptainer's temp folder live in
@@ -18,11 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from containers.build import provenance
-from containers.build.plan import BuildPlan, BuildStep
 from containers.files import atomic_write_text
 from containers.host.process import run
 from containers.host.runtime import Runtime
+from containers.image import provenance
+from containers.image.plan import BuildPlan, BuildStep
 from containers.locking import file_lock
 
 Say = Callable[[str], None]
