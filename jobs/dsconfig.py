@@ -68,7 +68,7 @@ def parse_config_text(text: str, source: str) -> dict[str, Any]:
         value = json.loads(strip_trailing_commas(text))
     except json.JSONDecodeError as err:
         raise ConfigError(f"{source}: line {err.lineno} column {err.colno}: {err.msg} "
-                          "(not valid JSON, even allowing trailing commas)") from None
+                          "(not valid JSON, even allowing trailing commas)") from err
     if not isinstance(value, dict):
         raise ConfigError(f"{source}: expected a JSON object {{...}} at the top level, found "
                           f"{type(value).__name__}")
@@ -80,10 +80,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such DeepSpeed config file") from None
+    except FileNotFoundError as err:
+        raise ConfigError(f"{path}: no such DeepSpeed config file") from err
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read ({err})") from None
+        raise ConfigError(f"{path}: cannot read ({err})") from err
     config = parse_config_text(text, str(path))
     check_config(config, str(path))
     return config
