@@ -21,7 +21,8 @@ from pathlib import Path
 from common import ROOT, parser, report, run_checked
 
 from containers import app
-from containers.prove.smoke import SmokeOptions, plan_smoke
+from containers.prove.kind import plan as plan_run
+from containers.prove.smoke import SmokeOptions
 
 SIZES = [16 << 20, 32 << 20, 64 << 20]
 
@@ -51,7 +52,7 @@ def main() -> None:
                                     "--out", str(host_out)], label="host")
             options = SmokeOptions(gpus=args.ranks, sizes=sizes, iters=args.iters, warmup=3,
                                    timeout=600)
-            plan = plan_smoke(target, project.site_of(target), settings=project.settings,
+            plan = plan_run(target, project.site_of(target), settings=project.settings,
                               runtime=runtime, options=options, run_id=f"bench-{repeat}")
             plan.out_dir.mkdir(parents=True, exist_ok=True)
             run_checked(plan.argv, label="image")

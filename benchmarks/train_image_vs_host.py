@@ -16,7 +16,8 @@ from pathlib import Path
 from common import ROOT, parser, report, run_checked
 
 from containers import app
-from containers.prove.train import TrainOptions, plan_train
+from containers.prove.kind import plan as plan_run
+from containers.prove.train import TrainOptions
 
 
 def main() -> None:
@@ -42,7 +43,7 @@ def main() -> None:
             run_checked([sys.executable, "-m", "torch.distributed.run", "--standalone",
                          f"--nproc-per-node={args.ranks}", str(ROOT / "jobs" / "train.py"),
                          *workload_args, "--out", str(host_out)], label="host")
-            plan = plan_train(target, project.site_of(target), settings=project.settings,
+            plan = plan_run(target, project.site_of(target), settings=project.settings,
                               runtime=project.runtime(), options=options,
                               run_id=f"bench-{repeat}")
             plan.out_dir.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from containers.app.inputs import check_inputs, targets_report
 from containers.app.jobs import JobSubmission, job
 from containers.app.project import Project
 from containers.app.publishing import publish, verify
-from containers.app.workloads import prove, smoke, smoke_history, train
+from containers.app.workloads import prove, smoke_history, train
 
 __all__ = ["Project", "build", "check_inputs", "targets_report", "job", "JobSubmission",
-           "prove", "smoke", "smoke_history", "train", "publish", "verify"]
+           "prove", "smoke_history", "train", "publish", "verify"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import os
 import sys
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from containers.app.project import Project
 from containers.batch import job as batch
 from containers.errors import ImageMissing
 from containers.files import atomic_write_text
-from containers.host.facts import host_arch
+from containers.host.facts import host_arch, run_stamp
 from containers.host.process import capture
 from containers.inputs.sites import get_site
 from containers.prove.smoke import SmokeOptions
@@ -49,8 +48,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     jobs_dir = project.settings.results_dir / "jobs"
     script = Path(out).resolve() if out else None
     if submit and script is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        script = jobs_dir / f"{planned.name}-{stamp}.sh"
+        script = jobs_dir / f"{planned.name}-{run_stamp()}.sh"
     if script is None:
         say(planned.text.rstrip("\n"))
         return JobSubmission(job=planned)

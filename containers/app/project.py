@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from containers.errors import RuntimeNotFound
 from containers.host.runtime import Runtime, assumed_runtime, find_runtime
+from containers.inputs import validate
 from containers.inputs.recipes import Target, get_target, load_targets
 from containers.inputs.settings import Settings, load_settings
 from containers.inputs.sites import Site, detect_site, get_site, load_sites
@@ -37,7 +38,7 @@ class Project:
         return get_target(self.targets, name)
 
     def site_of(self, target: Target) -> Site:
-        return get_site(self.sites, target.site)
+        return validate.site_of(target, self.sites)
 
     def default_target(self) -> str:
         """The detected site's default target, else the configured default (``cpu``)."""

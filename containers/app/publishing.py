@@ -2,7 +2,7 @@
 
 Publishing itself (:mod:`containers.publish`) takes plain values; this gathers them from the
 project (target, site, settings, runtime) and hands over the one check it cannot run on its own:
-a quick 2-rank smoke of the image through :func:`containers.app.workloads.smoke`, which writes
+a quick 2-rank smoke of the image through :func:`containers.app.workloads.prove`, which writes
 the ``verdict.json`` publishing then finds by the image's sha256.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from containers.app.project import Project
-from containers.app.workloads import smoke
+from containers.app.workloads import prove
 from containers.inputs.recipes import Target
 from containers.prove.smoke import SmokeOptions
 from containers.publish import publisher, verify as checking
@@ -26,7 +26,7 @@ def quick_smoke(project: Project, target: Target) -> QuickCheck:
     """The check publishing runs when no passing verdict exists for the image: a short smoke."""
     def run(say: Say) -> None:
         say(f"quick check: a {QUICK_SMOKE.gpus}-rank smoke test of {target.name}")
-        smoke(project, target=target.name, options=QUICK_SMOKE, say=say)
+        prove(project, target=target.name, options=QUICK_SMOKE, say=say)
     return run
 
 

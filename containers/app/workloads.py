@@ -8,7 +8,6 @@ rank count and adds the speedup report.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Sequence
 from containers.app.project import Project
 from containers.errors import StateError
 from containers.files import atomic_write_text
+from containers.host.facts import run_stamp
 from containers.image import provenance
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
@@ -30,15 +30,11 @@ def prove(project: Project, *, target: str | None, options: Options, dry_run: bo
           nodes: int = 1, say: Say = _print) -> verdict.Result | Workload:
     """One run of ``options``' kind; raises :class:`VerdictFailed` (sanity) or
     :class:`PerformanceFailed` once its verdict is written."""
-    (outcome,) = _runs(project, target=target, runs=[(options, _stamp())], dry_run=dry_run,
+    (outcome,) = _runs(project, target=target, runs=[(options, run_stamp())], dry_run=dry_run,
                        nodes=nodes, say=say)
     if isinstance(outcome, verdict.Result):
         verdict.check(outcome)
     return outcome
-
-
-#: ``invoke smoke`` (and publishing's quick smoke check) runs a :class:`SmokeOptions` this way.
-smoke = prove
 
 
 def train(project: Project, *, target: str | None, options: TrainOptions,
@@ -46,7 +42,7 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
           say: Say = _print) -> list[verdict.Result | Workload]:
     """One training run, or one per rank count of ``scaling`` with a speedup report; the
     verdicts are checked once every run has finished and the report is written."""
-    stamp = _stamp()
+    stamp = run_stamp()
     counts = parse_scaling(scaling) if scaling else [options.gpus]
     runs = [(with_ranks(options, n), f"{stamp}-{n}r" if scaling else stamp) for n in counts]
     results = _runs(project, target=target, runs=runs, dry_run=dry_run, nodes=nodes, say=say)
@@ -72,10 +68,6 @@ def smoke_history(project: Project, *, target: str | None, say: Say = _print) ->
                                title=f"all_reduce busbw history: {target or 'all targets'}")
     say(f"plot: {os.path.relpath(png)}")
     return records
-
-
-def _stamp() -> str:
-    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options, str]],

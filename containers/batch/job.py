@@ -7,7 +7,7 @@ Three parts, as ReFrame splits them, put together here by one builder (:func:`pl
 * the **launcher** is the site's entry of the one registry (:mod:`containers.run.launchers`) that
   interactive runs use too; it sizes the job (tasks and CPUs per node) and starts the ranks;
 * the **workload** is planned by the same code as ``invoke smoke`` and ``invoke train``
-  (:func:`containers.prove.smoke.plan_smoke`, :func:`containers.prove.train.plan_train`), with a
+  (:func:`containers.prove.kind.plan`, for a smoke or a training kind), with a
   placement whose rendezvous, job id and site values are shell variable references
   (:mod:`containers.batch.script`), so the script expands them on the compute node; or, for
   ``build``, ``invoke build`` on a node of the image's architecture.
@@ -31,8 +31,9 @@ from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
-from containers.prove.smoke import SmokeOptions, plan_smoke
-from containers.prove.train import EXAMPLES, TrainOptions, plan_train
+from containers.prove.kind import plan as plan_run
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import EXAMPLES, TrainOptions
 from containers.run import launchers
 from containers.run.launchers import Launcher, cores_for
 from containers.run.layout import at_least_one
@@ -201,16 +202,16 @@ def _plan_workload(target: Target, site: Site, *, settings: Settings, request: J
     """The workload as ``invoke smoke``/``invoke train`` plan it, with every host variable left
     for the job's shell (:data:`SHELL_VARS`): site values stay as written in the profile."""
     runtime = Runtime(binary=site.runtime, flavour=site.runtime, version="site")
-    common = dict(settings=settings, runtime=runtime, run_id=run_id, environ=SHELL_VARS,
-                  strict=False, placement=placement)
+    options: SmokeOptions | TrainOptions
     if request.workload == "smoke":
-        options = request.options if isinstance(request.options, SmokeOptions) \
-            else SmokeOptions(gpus=gpus)
-        return plan_smoke(target, site, options=replace(options, gpus=gpus), **common)
-    options = request.options if isinstance(request.options, TrainOptions) \
-        else TrainOptions(example=request.workload, gpus=gpus)
-    return plan_train(target, site, options=replace(options, example=request.workload,
-                                                    gpus=gpus), **common)
+        given = request.options if isinstance(request.options, SmokeOptions) else None
+        options = replace(given, gpus=gpus) if given else SmokeOptions(gpus=gpus)
+    else:
+        given = request.options if isinstance(request.options, TrainOptions) else None
+        options = replace(given, example=request.workload, gpus=gpus) if given \
+            else TrainOptions(example=request.workload, gpus=gpus)
+    return plan_run(target, site, settings=settings, runtime=runtime, options=options,
+                    run_id=run_id, environ=SHELL_VARS, strict=False, placement=placement)
 
 
 def _build_body(target: Target, *, root: Path, host_arch: str, venv: Path | None) -> list[str]:

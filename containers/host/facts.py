@@ -3,6 +3,7 @@ cannot be built on x86_64), the checkout's git revision (provenance), where cota
 
 from __future__ import annotations
 
+import datetime
 import platform
 import shutil
 import sys
@@ -20,6 +21,16 @@ def git_revision(root: Path) -> str:
     except CommandFailed:
         return "unknown"
     return revision + ("-dirty" if dirty else "")
+
+
+def utc_now() -> str:
+    """This moment as every record of the tool writes it (``2026-11-22T23:24:19Z``)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_stamp() -> str:
+    """This moment in local time as it names a run's results folder or a job script."""
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def host_arch() -> str:

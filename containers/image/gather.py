@@ -5,12 +5,11 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from pathlib import Path
 
 from containers.errors import ConfigError
 from containers.host import sources as hostcfg
-from containers.host.facts import cotainr_binary, git_revision, host_arch
+from containers.host.facts import cotainr_binary, git_revision, host_arch, utc_now
 from containers.host.runtime import Runtime
 from containers.image import provenance
 from containers.image.plan import HostFacts
@@ -31,6 +30,6 @@ def gather_host(root: Path, images_dir: Path, runtime: Runtime, names: list[str]
         runtime=runtime, pip=pip, mirror=mirror, host_paths=tuple(pip.local_paths()),
         ca_certificates=tuple(hostcfg.extra_ca_certificates()),
         git_revision=git_revision(root),
-        build_date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        build_date=utc_now(),
         arch=host_arch(), cotainr=cotainr_binary(),
         built_hashes=provenance.built_hashes(images_dir, names))

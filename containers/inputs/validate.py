@@ -21,13 +21,20 @@ def check_sites(sites: Mapping[str, Site], targets: Mapping[str, Target]) -> Non
                               line=site.lines.get("default_target"), key="default_target")
 
 
-def check_target(target: Target, sites: Mapping[str, Site], *,
-                 tool_args: Collection[str]) -> None:
-    """``tool_args`` are the build arguments the tool fills itself (context, provenance)."""
+def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
+    """The site a manifest names; a :class:`ConfigError` at its ``site:`` line when none has
+    that name (the manifest is wrong, not a flag)."""
     if target.site not in sites:
         raise ConfigError(f"site '{target.site}' has no profile in sites/"
                           f"{suggest(target.site, list(sites))}", path=target.manifest,
                           line=target.line("site"), key="site")
+    return sites[target.site]
+
+
+def check_target(target: Target, sites: Mapping[str, Site], *,
+                 tool_args: Collection[str]) -> None:
+    """``tool_args`` are the build arguments the tool fills itself (context, provenance)."""
+    site_of(target, sites)
     if target.definition is None:
         return
     definition = read_definition(target.definition)

@@ -2,8 +2,8 @@
 
 The scripts run inside the images and cannot import this package, so the shared list lives
 with them (standard library only, no torch) and the host loads that very file: a new example,
-model or dtype is added in one place. The file is the checkout's own ``jobs/choices.py``, the
-folder every run binds into the container as ``settings.jobs_dir``.
+model or dtype is added in one place. The file is ``jobs/choices.py`` of the checkout this
+package runs from: the folder every run binds into the container (``settings.jobs_dir``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from containers.errors import UsageError
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.prove import names, verdict
-from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, one_of, plan
+from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, one_of
 from containers.prove.performance import Judgement, judge
 from containers.prove.transport import TransportCheck, check_transport
 from containers.report import plot_busbw
@@ -142,5 +142,3 @@ class SmokeKind(WorkloadKind):
 
 SMOKE = SmokeKind()
 
-#: Batch jobs plan a smoke run by this name (the planner is the same for every kind).
-plan_smoke = plan

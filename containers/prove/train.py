@@ -16,8 +16,7 @@ from containers.errors import UsageError
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.prove import names, verdict
-from containers.prove.kind import (Invocation, WorkloadKind, above_zero, at_least, existing, one_of,
-                                   plan)
+from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, existing, one_of
 
 DATA_MOUNT = "/opt/containers/data"
 DS_CONFIG_MOUNT = "/opt/containers/ds_config.json"
@@ -140,8 +139,6 @@ class TrainKind(WorkloadKind):
 
 TRAIN = TrainKind()
 
-#: Batch jobs plan a training run by this name (the planner is the same for every kind).
-plan_train = plan
 
 
 def parse_scaling(text: str) -> list[int]:

@@ -12,11 +12,11 @@ The record carries the image's sha256 and inputs hash from its provenance, so a 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import cached_property
 
 from containers.errors import PerformanceFailed, VerdictFailed
+from containers.host.facts import utc_now
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
@@ -108,7 +108,7 @@ def record(result: Result, *, image_record: dict) -> dict:
                 "source": reference.source}},
         **result.kind.details(result),
         "seconds": round(result.outcome.seconds, 1),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "date": utc_now(),
         "out_dir": str(plan.out_dir),
     }
 

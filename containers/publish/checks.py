@@ -9,12 +9,12 @@ have written that verdict.
 
 from __future__ import annotations
 
-import datetime
 import json
 from pathlib import Path
 from typing import Callable
 
-from containers.errors import PerformanceFailed, VerdictFailed
+from containers.errors import CommandFailed, PerformanceFailed, VerdictFailed
+from containers.host.facts import utc_now
 from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
@@ -25,10 +25,6 @@ from containers.report import Say
 QuickCheck = Callable[[Say], None]
 SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "wrong_total",
               "largest", "transport", "performance", "seconds", "date")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def find_verdict(results_dir: Path, target: str, sha256: str) -> tuple[Path, dict] | None:
@@ -61,11 +57,11 @@ def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_b
         return {"passed": True, "how": "at build (provenance)", "date": build_date}
     argv = runtime.test_argv(image)
     say(f"checks: {' '.join(argv)}")
-    result = run(argv, timeout=600, on_line=lambda line: say(f"  {line}"))
-    if not result.ok:
-        raise VerdictFailed(f"not publishing {target.name}: apptainer test failed (exit "
-                            f"{result.returncode}): " + " | ".join(result.tail[-4:]))
-    return {"passed": True, "how": "run now", "date": _now()}
+    try:
+        run(argv, timeout=600, on_line=lambda line: say(f"  {line}")).check("apptainer test")
+    except CommandFailed as exc:
+        raise VerdictFailed(f"not publishing {target.name}: {exc}") from exc
+    return {"passed": True, "how": "run now", "date": utc_now()}
 
 
 def skipped(target: str, say: Say) -> dict:

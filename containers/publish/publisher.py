@@ -27,7 +27,6 @@ injection hook, so tests can kill a publish while it is copying.
 
 from __future__ import annotations
 
-import datetime
 import getpass
 import json
 import os
@@ -41,6 +40,7 @@ from typing import Callable
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
 from containers.files import (atomic_write_bytes, atomic_write_text, copy_hashing, fsync_path,
                               replace_symlink, sha256_file)
+from containers.host.facts import utc_now
 from containers.host.runtime import Runtime
 from containers.image import provenance as image_provenance
 from containers.inputs.recipes import Target
@@ -56,10 +56,6 @@ from containers.publish.permissions import (Modes, apply_modes, managed_paths, m
 from containers.report import Say, human_bytes, say_line
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ---------------------------------------------------------------------------- the request
@@ -292,7 +288,7 @@ def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
             sha256, size = _stage_image(plan, runtime, key, say)
         finally:
             plan.temp.unlink(missing_ok=True)
-        when = _now()
+        when = utc_now()
         if key is not None:
             (plan.dest / "keys").mkdir(exist_ok=True)
             atomic_write_bytes(plan.dest / "keys" / f"{key.fingerprint}.pgp", public)

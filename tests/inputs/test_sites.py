@@ -18,8 +18,9 @@ from containers.image.plan import HostFacts, plan_build
 from containers.inputs.recipes import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import detect_site, expand, load_sites
-from containers.prove.smoke import SmokeOptions, plan_smoke
-from containers.prove.train import TrainOptions, plan_train
+from containers.prove.kind import plan as plan_run
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
 
 JOB_ENV = {"USER": "alice", "SLURM_JOB_ID": "4242"}
 
@@ -46,7 +47,7 @@ def test_every_shipped_target_and_site_checks(data_root) -> None:
 def test_lumi_smoke_command(data_world, data_settings) -> None:
     targets, sites = data_world
     lumi = sites["lumi"]
-    plan = plan_smoke(targets["lumi-rocm"], lumi, settings=data_settings,
+    plan = plan_run(targets["lumi-rocm"], lumi, settings=data_settings,
                       runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=8),
                       run_id="r", environ=JOB_ENV)
     argv = plan.argv
@@ -65,13 +66,13 @@ def test_lumi_smoke_command(data_world, data_settings) -> None:
     assert argv[argv.index(str(data_settings.images_dir / "lumi-rocm.sif")) + 1:][:3] == [
         "torchrun", "--standalone", "--nproc-per-node=8"]
     # Inside an allocation that already limits the GCDs, the allocation's choice stands.
-    partial = plan_smoke(targets["lumi-rocm"], lumi, settings=data_settings,
+    partial = plan_run(targets["lumi-rocm"], lumi, settings=data_settings,
                          runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=2),
                          run_id="r", environ={**JOB_ENV, "ROCR_VISIBLE_DEVICES": "4,5"})
     assert not any(v.startswith("ROCR_VISIBLE_DEVICES=") for v in
                    _option_values(partial.argv, "--env"))
     with pytest.raises(ConfigError, match=r"needs \$SLURM_JOB_ID, which is not set here"):
-        plan_smoke(targets["lumi-rocm"], lumi, settings=data_settings,
+        plan_run(targets["lumi-rocm"], lumi, settings=data_settings,
                    runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=8),
                    run_id="r", environ={"USER": "alice"}, strict=True)
     assert lumi.cpu_bind[0] == "0x00fe000000000000" and lumi.cpu_bind[7] == "0x0000fe0000000000"
@@ -84,7 +85,7 @@ def test_lumi_smoke_command(data_world, data_settings) -> None:
 def test_olivia_train_command(data_world, data_settings) -> None:
     targets, sites = data_world
     olivia = sites["olivia"]
-    plan = plan_train(targets["olivia-cuda"], olivia, settings=data_settings,
+    plan = plan_run(targets["olivia-cuda"], olivia, settings=data_settings,
                       runtime=assumed_runtime("apptainer"), run_id="r", environ={},
                       options=TrainOptions(example="ddp", gpus=4, model="wideresnet"))
     argv = plan.argv
@@ -99,7 +100,7 @@ def test_olivia_train_command(data_world, data_settings) -> None:
     assert olivia.multinode_env["FI_PROVIDER"] == "cxi"
     assert "$EBROOTNCCL:/opt/nccl" in olivia.multinode_binds
     with pytest.raises(ConfigError, match="olivia nodes have 4 GPUs; --gpus 8"):
-        plan_train(targets["olivia-cuda"], olivia, settings=data_settings,
+        plan_run(targets["olivia-cuda"], olivia, settings=data_settings,
                    runtime=assumed_runtime("apptainer"), run_id="r", environ={},
                    options=TrainOptions(example="ddp", gpus=8))
 
@@ -113,7 +114,7 @@ def test_olivia_train_command(data_world, data_settings) -> None:
 ])
 def test_nvidia_x86_sites(data_world, data_settings, site, env) -> None:
     targets, sites = data_world
-    plan = plan_smoke(targets[f"{site}-cuda"], sites[site], settings=data_settings,
+    plan = plan_run(targets[f"{site}-cuda"], sites[site], settings=data_settings,
                       runtime=assumed_runtime("apptainer"), options=SmokeOptions(gpus=4),
                       run_id="r", environ={})
     assert plan.argv[:3] == ["apptainer", "exec", "--nv"]

@@ -58,3 +58,13 @@ def test_definition_argument_without_value(factory_project) -> None:
     # the tool's own arguments are not reported
     validate.check_target(load_targets(root)["debian-base"], load_sites(root),
                           tool_args=TOOL_ARGS)
+
+
+def test_site_of_a_manifest_is_the_manifests_error(factory_project, data_root) -> None:
+    root = factory_project()
+    manifest = root / "recipes" / "cpu.yaml"
+    manifest.write_text(manifest.read_text().replace("site: local", "site: locall"))
+    sites = load_sites(root)
+    with pytest.raises(ConfigError, match=rf"^{manifest}:\d+: site: site 'locall'"):
+        validate.site_of(load_targets(root)["cpu"], sites)
+    assert validate.site_of(load_targets(data_root)["cpu"], sites).name == "local"

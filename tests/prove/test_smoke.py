@@ -7,7 +7,8 @@ import pytest
 from containers.errors import ConfigError, UsageError, VerdictFailed
 from containers.inputs.recipes import load_targets
 from containers.inputs.sites import load_site
-from containers.prove.smoke import SMOKE, SmokeOptions, plan_smoke
+from containers.prove.kind import plan as plan_run
+from containers.prove.smoke import SMOKE, SmokeOptions
 from containers.prove.verdict import Result, check
 from containers.run.workload import Outcome
 
@@ -15,7 +16,7 @@ from containers.run.workload import Outcome
 def test_cpu_plan_argv(data_root, data_settings, data_runtime) -> None:
     target = load_targets(data_root)["cpu"]
     site = load_site(data_root / "sites" / "local.yaml")
-    plan = plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
+    plan = plan_run(target, site, settings=data_settings, runtime=data_runtime,
                       options=SmokeOptions(gpus=4, sizes="1K:1M", iters=3, warmup=1, timeout=90),
                       run_id="r1")
     out = data_settings.results_dir / "smoke" / "cpu-r1"
@@ -37,13 +38,13 @@ def test_gpu_site_flags_binds_env_and_limits(tmp_path, data_root, data_settings,
                          "binds: [/opt/cray]\nenv: {NCCL_SOCKET_IFNAME: hsn}\n")
     site = load_site(site_file)
     target = load_targets(data_root)["cpu"]
-    plan = plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
+    plan = plan_run(target, site, settings=data_settings, runtime=data_runtime,
                       options=SmokeOptions(gpus=8), run_id="r")
     assert plan.argv[2] == "--rocm" and "--nv" not in plan.argv
     assert plan.argv[plan.argv.index("/opt/cray") - 1] == "--bind"
     assert "NCCL_SOCKET_IFNAME=hsn" in plan.argv
     with pytest.raises(ConfigError, match="nodes have 8 GPUs; --gpus 16"):
-        plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
+        plan_run(target, site, settings=data_settings, runtime=data_runtime,
                    options=SmokeOptions(gpus=16), run_id="r")
 
 
@@ -77,7 +78,7 @@ def verdict(result: Result) -> list[str]:
 def test_verdicts(data_root, data_settings, data_runtime) -> None:
     target = load_targets(data_root)["cpu"]
     site = load_site(data_root / "sites" / "local.yaml")
-    plan = plan_smoke(target, site, settings=data_settings, runtime=data_runtime,
+    plan = plan_run(target, site, settings=data_settings, runtime=data_runtime,
                       options=SmokeOptions(gpus=2, timeout=30), run_id="r")
     assert verdict(_result(plan)) == [] and _result(plan).ok
     check(_result(plan))

@@ -9,8 +9,8 @@ import pytest
 from containers.errors import UsageError, VerdictFailed
 from containers.inputs.recipes import load_targets
 from containers.inputs.sites import load_site
-from containers.prove.train import (TRAIN, TrainOptions, parse_scaling, plan_train, scaling_rows,
-                                    with_ranks)
+from containers.prove.kind import plan as plan_run
+from containers.prove.train import TRAIN, TrainOptions, parse_scaling, scaling_rows, with_ranks
 from containers.prove.verdict import Result, check
 from containers.run import allocation
 from containers.run.workload import Outcome
@@ -28,7 +28,7 @@ def test_deepspeed_plan_binds_config_and_data(data_cpu, data_settings, data_runt
     config.write_text("{}")
     data = tmp_path / "cifar"
     data.mkdir()
-    plan = plan_train(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+    plan = plan_run(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
                       options=TrainOptions(example="deepspeed", gpus=2, zero_stage=3,
                                            ds_config=config, data=data, model="vit",
                                            epochs=2, batch_size=32))
@@ -82,9 +82,9 @@ def test_global_batch_divides_over_every_node(data_cpu, data_settings, data_runt
     options = TrainOptions(example="ddp", gpus=2, batch_size=64)
     with pytest.raises(UsageError, match="--batch-size 64 is the global batch; it must divide "
                                          "evenly over 6 ranks"):
-        plan_train(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+        plan_run(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
                    options=options, placement=across, strict=False)
-    plan = plan_train(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+    plan = plan_run(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
                       options=TrainOptions(example="ddp", gpus=2, batch_size=60),
                       placement=across, strict=False)
     assert (plan.ranks, plan.nodes) == (6, 3)
@@ -101,7 +101,7 @@ def verdict(result: Result) -> list[str]:
 
 def test_verdicts_and_scaling(data_cpu, data_settings, data_runtime) -> None:
     target, site = data_cpu
-    plans = [plan_train(target, site, settings=data_settings, runtime=data_runtime,
+    plans = [plan_run(target, site, settings=data_settings, runtime=data_runtime,
                         options=TrainOptions(example="ddp", gpus=n), run_id=f"r{n}")
              for n in (1, 2, 4)]
     good = {"loss_first": 2.3, "loss_last": 0.4, "params_consistent": True, "throughput": 100.0,
