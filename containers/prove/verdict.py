@@ -2,7 +2,8 @@
 them, and the record of both (``verdict.json``).
 
 * sanity: nothing timed out, every rank finished, the script exited 0 without an error of its
-  own, its report was written, and the kind's rules on that report hold (smoke: no ``#wrong``
+  own, its report was written, on a GPU site the report shows the GPUs were used (backend nccl
+  on a GPU device), and the kind's rules on that report hold (smoke: no ``#wrong``
   values and the site's network transport proven; train: the loss fell and the ranks agree);
 * performance: against the site's references where the kind is judged (smoke), else not judged.
 
@@ -17,6 +18,7 @@ from functools import cached_property
 
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.facts import utc_now
+from containers.inputs.sites import VISIBLE_DEVICES
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
@@ -75,7 +77,25 @@ def sanity(result: Result) -> list[str]:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
     if result.report is None:
         return reasons or [f"no {kind.report_name} was written"]
-    return reasons + kind.report_reasons(result, settled=bool(reasons))
+    return reasons + gpu_reasons(result) + kind.report_reasons(result, settled=bool(reasons))
+
+
+def gpu_reasons(result: Result) -> list[str]:
+    """On a site with GPUs, a run must prove it used them: the workload reports the backend and
+    the device its ranks ran on, and anything but nccl (RCCL on ROCm) on a GPU fails, as does a
+    report that does not say. A CPU run would otherwise pass and prove nothing about the site."""
+    site, report = result.plan.site, result.report or {}
+    if site.gpu == "none":
+        return []
+    backend, device = report.get("backend"), report.get("device")
+    if backend == "nccl" and device == "cuda":  # ROCm torch names its GPUs "cuda" too
+        return []
+    return [f"site {site.name} has {site.gpu} GPUs but the ranks ran on "
+            f"{device or 'an unreported device'} with backend {backend or 'unreported'}: the "
+            f"GPUs were not used (usual causes: the runtime's {site.gpu_flag} flag missing, "
+            f"the driver libraries not found in the container, "
+            f"{VISIBLE_DEVICES[site.gpu]} empty or wrong, or an image built for the other GPU "
+            "vendor or for CPUs only)"]
 
 
 def record(result: Result, *, image_record: dict) -> dict:

@@ -130,3 +130,33 @@ def test_reference_gates_pass_and_fail_on_performance_only(cpu_image, smoke_proj
     history: list[str] = []
     assert len(app.smoke_history(smoke_project, target="cpu", say=history.append)) == 2
     assert (smoke_project.settings.perflog_dir / "history-cpu.png").stat().st_size > 10_000
+
+
+def test_gpu_site_with_a_cpu_image_fails_and_is_not_published(cpu_image, factory_project,
+                                                              tmp_path) -> None:
+    """A site profile with GPUs and the CPU image (what a missing --nv, driver libraries not
+    found in the container or an empty CUDA_VISIBLE_DEVICES look like): smoke runs on gloo over
+    the CPU, and that must fail the verdict and keep the image from being published."""
+    root = factory_project()
+    profile = root / "sites" / "local.yaml"
+    profile.write_text(profile.read_text().replace("gpu: none\n", "gpu: cuda\ngpus_per_node: 2\n"))
+    settings = load_settings(root, {"images_dir": str(cpu_image.parent),
+                                    "results_dir": str(tmp_path / "results"),
+                                    "perflog_dir": str(tmp_path / "perflog")})
+    project = app.Project(root=root, settings=settings)
+    lines: list[str] = []
+    with pytest.raises(VerdictFailed) as failure:
+        app.prove(project, target="cpu", say=lines.append,
+                  options=SmokeOptions(gpus=2, sizes="4K:64K", iters=2, warmup=1, timeout=300))
+    assert "site local has cuda GPUs but the ranks ran on cpu with backend gloo: the GPUs were "\
+           "not used" in str(failure.value)
+    assert any(line.startswith("  run ") and " exec --nv " in line for line in lines)
+    (record_path,) = (tmp_path / "results" / "smoke").glob("*/verdict.json")
+    record = json.loads(record_path.read_text())
+    assert record["passed"] is False and record["backend"] == "gloo"
+    with pytest.raises(VerdictFailed, match="not publishing cpu: smoke FAILED .*GPUs were not "
+                                            "used"):
+        app.publish(project, target="cpu", dest=tmp_path / "pub", version="1.0",
+                    say=lines.append)
+    assert not (tmp_path / "pub" / "cpu" / "1.0.sif").exists()
+    _no_leftovers()

@@ -92,3 +92,60 @@ def test_gates_and_exit_codes(data_plans) -> None:
         verdict.check(slow)
     assert info.value.exit_code == 3
     assert str(info.value).startswith("smoke performance FAILED for cpu (2 ranks): busbw 2 GB/s")
+
+
+@pytest.fixture
+def data_gpu_plans(data_root, data_settings, data_runtime):
+    """Plans of the lumi-rocm target on LUMI (ROCm GPUs, RCCL transport declared)."""
+    target = load_targets(data_root)["lumi-rocm"]
+    site = load_site(data_root / "sites" / "lumi.yaml")
+
+    def make(options):
+        return plan(target, site, settings=data_settings, runtime=data_runtime,
+                    options=options, run_id="r", environ={"USER": "u", "SLURM_JOB_ID": "7"})
+    return make
+
+
+CXI = ("lumi-node:1:1 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)",)
+SMOKE_REPORT = {"nodes": 1, "results": [ROW], "finished": "x"}
+TRAIN_REPORT = {"loss_first": 2.0, "loss_last": 1.0, "epochs": [{}, {}],
+                "params_consistent": True}
+
+
+@pytest.mark.parametrize("kind,options,report", [
+    (SMOKE, SmokeOptions(gpus=8), SMOKE_REPORT),
+    (TRAIN, TrainOptions(example="ddp", gpus=8), TRAIN_REPORT),
+])
+def test_a_gpu_site_passes_only_on_its_gpus(data_gpu_plans, kind, options, report) -> None:
+    workload = data_gpu_plans(options)
+
+    def reasons(**fields) -> list[str]:
+        return verdict.Result(kind, workload, _outcome({**report, **fields}, lines=CXI)).reasons
+
+    assert reasons(backend="nccl", device="cuda") == []
+    for fields in ({"backend": "gloo", "device": "cpu"}, {"backend": "nccl", "device": "cpu"},
+                   {"backend": "gloo", "device": "cuda"}, {}):
+        found = reasons(**fields)
+        assert len(found) == 1, found
+        assert found[0].startswith("site lumi has rocm GPUs but the ranks ran on "
+                                   f"{fields.get('device', 'an unreported device')} with "
+                                   f"backend {fields.get('backend', 'unreported')}: the GPUs "
+                                   "were not used")
+        assert "--rocm flag missing" in found[0] and "ROCR_VISIBLE_DEVICES" in found[0]
+    with pytest.raises(VerdictFailed, match="the GPUs were not used"):
+        verdict.check(verdict.Result(kind, workload, _outcome(
+            {**report, "backend": "gloo", "device": "cpu"}, lines=CXI)))
+
+
+def test_a_gpu_smoke_still_needs_its_transport(data_gpu_plans) -> None:
+    workload = data_gpu_plans(SmokeOptions(gpus=8))
+    report = {**SMOKE_REPORT, "backend": "nccl", "device": "cuda"}
+    tcp = ("lumi-node:1:1 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.0.0.1<0>",)
+    found = verdict.Result(SMOKE, workload, _outcome(report, lines=tcp)).reasons
+    assert len(found) == 1 and "cxi" in found[0]
+
+
+def test_a_cpu_site_runs_on_gloo(data_plans) -> None:
+    result = verdict.Result(SMOKE, data_plans(SmokeOptions(gpus=2)), _outcome(
+        {**SMOKE_REPORT, "backend": "gloo", "device": "cpu"}))
+    assert result.reasons == []
