@@ -27,8 +27,11 @@ SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "wrong
               "largest", "transport", "performance", "seconds", "date")
 
 
-def find_verdict(results_dir: Path, target: str, sha256: str) -> tuple[Path, dict] | None:
-    """The newest passing smoke verdict (2 ranks or more) for exactly this image."""
+def find_verdict(results_dir: Path, target: str, sha256: str, *,
+                 on_gpus: bool = False) -> tuple[Path, dict] | None:
+    """The newest passing smoke verdict (2 ranks or more) for exactly this image; ``on_gpus``
+    (a GPU target or site): only one whose ranks ran on GPUs (backend nccl, RCCL on ROCm), so a
+    CPU run, or a verdict written before the sanity gate checked for GPUs, proves nothing."""
     best: tuple[Path, dict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
         try:
@@ -37,6 +40,7 @@ def find_verdict(results_dir: Path, target: str, sha256: str) -> tuple[Path, dic
             continue
         if (record.get("target") == target and record.get("sha256") == sha256
                 and record.get("passed") is True and int(record.get("ranks") or 0) >= 2
+                and (not on_gpus or record.get("backend") == "nccl")
                 and (best is None or str(record.get("date")) > str(best[1].get("date")))):
             best = (path, record)
     return best
@@ -76,10 +80,12 @@ def skipped(target: str, say: Say) -> dict:
 
 
 def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: dict,
-                  results_dir: Path, quick_check: QuickCheck, say: Say) -> dict:
-    """The checks record for the catalogue; :class:`VerdictFailed` when one fails."""
+                  results_dir: Path, quick_check: QuickCheck, say: Say,
+                  on_gpus: bool = False) -> dict:
+    """The checks record for the catalogue; :class:`VerdictFailed` when one fails. ``on_gpus``:
+    the image is for GPUs, and only a run on GPUs proves it (:func:`find_verdict`)."""
     sha = provenance["sha256"]
-    found = find_verdict(results_dir, target.name, sha)
+    found = find_verdict(results_dir, target.name, sha, on_gpus=on_gpus)
     test = apptainer_test(runtime, target, image,
                           tested_at_build=found is not None and provenance.get("tested") is True,
                           build_date=provenance.get("build_date"), say=say)
@@ -95,10 +101,12 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     except PerformanceFailed as exc:
         # Only the sanity gate blocks publishing; a slow run is recorded with the verdict.
         say(f"checks: WARNING: {exc}")
-    found = find_verdict(results_dir, target.name, sha)
+    found = find_verdict(results_dir, target.name, sha, on_gpus=on_gpus)
     if found is None:
+        why = ("whose ranks ran on GPUs (it ran here, on CPUs: run the smoke on the site's GPU "
+               "nodes, e.g. as a batch job, then publish)" if on_gpus
+               else "(was it rebuilt meanwhile?)")
         raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "
-                            "no smoke verdict for this image's sha256 (was it rebuilt "
-                            "meanwhile?)")
+                            f"no smoke verdict for this image's sha256 {why}")
     return {"skipped": False, "apptainer_test": test,
             "smoke": smoke_summary(*found, run_now=True)}

@@ -325,7 +325,8 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
     else:
         checks = ensure_checks(runtime, target=plan.target, image=plan.image,
                                provenance=plan.provenance, results_dir=plan.results_dir,
-                               quick_check=quick_check, say=say)
+                               quick_check=quick_check, say=say,
+                               on_gpus=(plan.target.gpu, plan.site.gpu) != ("none", "none"))
     entry = execute(plan, runtime, checks=checks, key=key, say=say)
     say(f"module: module use {plan.dest / 'modules'}; module load "
         f"{plan.target.name}/{plan.version}")

@@ -34,32 +34,33 @@ def data_target() -> Target:
 
 
 def test_find_verdict_wants_this_image_passing_with_two_ranks(tmp_path: Path) -> None:
-    sha = "ab" * 32
-
-    def write(name: str, **record) -> Path:
-        path = tmp_path / "smoke" / name / "verdict.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"target": "cpu", "sha256": sha, "passed": True, "ranks": 2,
-                                    "date": "2026-11-21T05:00:00Z", **record}))
-        return path
-
-    assert find_verdict(tmp_path, "cpu", sha) is None
-    write("failed", passed=False, date="2026-11-21T09:00:00Z")
-    write("one-rank", ranks=1, date="2026-11-21T09:00:00Z")
-    write("other-image", sha256="cd" * 32, date="2026-11-21T09:00:00Z")
-    write("other-target", target="gpu", date="2026-11-21T09:00:00Z")
-    old = write("old")
-    assert find_verdict(tmp_path, "cpu", sha)[0] == old
-    new = write("new", date="2026-11-21T06:00:00Z")
+    assert find_verdict(tmp_path, "cpu", SHA) is None
+    _write_verdict(tmp_path, "failed", passed=False, date="2026-11-21T09:00:00Z")
+    _write_verdict(tmp_path, "one-rank", ranks=1, date="2026-11-21T09:00:00Z")
+    _write_verdict(tmp_path, "other-image", sha256="cd" * 32, date="2026-11-21T09:00:00Z")
+    _write_verdict(tmp_path, "other-target", target="gpu", date="2026-11-21T09:00:00Z")
+    old = _write_verdict(tmp_path, "old", backend="gloo")
+    assert find_verdict(tmp_path, "cpu", SHA)[0] == old
+    new = _write_verdict(tmp_path, "new", backend="gloo", date="2026-11-21T06:00:00Z")
     (tmp_path / "smoke" / "broken").mkdir()
     (tmp_path / "smoke" / "broken" / "verdict.json").write_text("{")
-    assert find_verdict(tmp_path, "cpu", sha)[0] == new
+    assert find_verdict(tmp_path, "cpu", SHA)[0] == new
 
 
-def _ensure(results: Path, target: Target, quick_check, lines: list[str]) -> dict:
+def test_a_gpu_image_is_proven_only_by_a_run_on_gpus(tmp_path: Path) -> None:
+    _write_verdict(tmp_path, "on-cpu", backend="gloo", date="2026-11-21T09:00:00Z")
+    _write_verdict(tmp_path, "unsaid")
+    assert find_verdict(tmp_path, "cpu", SHA, on_gpus=True) is None
+    on_gpus = _write_verdict(tmp_path, "on-gpus", backend="nccl", date="2026-11-21T08:00:00Z")
+    assert find_verdict(tmp_path, "cpu", SHA, on_gpus=True)[0] == on_gpus
+    assert find_verdict(tmp_path, "cpu", SHA)[0].parent.name == "on-cpu"
+
+
+def _ensure(results: Path, target: Target, quick_check, lines: list[str],
+            on_gpus: bool = False) -> dict:
     return ensure_checks(RUNTIME, target=target, image=results / "cpu.sif",
                          provenance={"sha256": SHA}, results_dir=results,
-                         quick_check=quick_check, say=lines.append)
+                         quick_check=quick_check, say=lines.append, on_gpus=on_gpus)
 
 
 def test_an_existing_verdict_is_reused_without_a_quick_check(tmp_path, data_target) -> None:
@@ -124,3 +125,17 @@ def test_skipped_checks_are_loud_and_recorded() -> None:
                                             "smoke": None}
     assert lines[1].startswith("WARNING: --skip-checks: cpu is published WITHOUT")
     assert lines[0] == lines[3] == "!" * 72
+
+
+def test_a_cpu_run_is_no_proof_for_a_gpu_image(tmp_path, data_target) -> None:
+    _write_verdict(tmp_path, "on-cpu", backend="gloo")
+    ran: list[str] = []
+
+    def quick(say) -> None:  # here on CPUs again: its verdict is no proof either
+        ran.append("quick")
+        _write_verdict(tmp_path, "again", backend="gloo", date="2026-11-21T07:00:00Z")
+
+    with pytest.raises(VerdictFailed, match="wrote no smoke verdict for this image's sha256"):
+        _ensure(tmp_path, data_target, quick, [], on_gpus=True)
+    assert ran == ["quick"]
+
