@@ -15,7 +15,10 @@ Measurement (see nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md``):
   the MAX of that over ranks (the slowest rank bounds the collective);
 * ``algbw = bytes / time`` and ``busbw = algbw * 2(n-1)/n``, in GB/s (10^9 bytes per second);
 * correctness is checked outside the timed region on freshly initialised data whose exact sum is
-  known, and ``#wrong`` is the number of wrong elements summed over ranks.
+  known, and ``#wrong`` is the number of wrong elements summed over ranks;
+* ``--cycles N`` repeats the whole sweep N times (nccl-tests' ``-N``): a link that corrupts data
+  now and then shows up as wrong values in some cycles only;
+* with one rank no data crosses a link, so algbw and busbw are not reported (``n/a``, JSON null).
 
 ``torch.distributed.all_reduce`` only works in place.  "Out-of-place" here means the result lands
 in a separate output buffer that is refilled from an untouched input buffer before every call; the
@@ -23,17 +26,18 @@ copy is outside the timed bracket, so only the collective is timed.  Each call i
 own (CUDA/HIP events on the GPU, ``time.perf_counter`` on the CPU) and the brackets are summed.
 Expect out-of-place and in-place numbers to be close: it is the same collective underneath.
 
-Exit status: 0 all good; 1 wrong values found; 2 bad command line; 3 any other error.
-Rank 0 prints the table and writes ``OUT/allreduce.json``; every rank writes
-``OUT/rank-<RANK>.json``
-once it has finished cleanly, so the launcher can tell which ranks did not finish.
+Exit status: 0 all good; 1 wrong values found; 2 bad command line; 3 any other error; 4 no usable
+GPU of the kind ``--expect-gpu`` names.  Every rank pins itself to its ``--rank-cores`` and writes
+``OUT/device-<RANK>.json`` (what it runs on) before the process group exists; rank 0 prints the
+table and writes ``OUT/allreduce.json`` (rewritten after every size); every rank writes
+``OUT/rank-<RANK>.json`` once it has finished cleanly, so the launcher can tell which ranks did not
+finish.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -44,18 +48,10 @@ import torch
 import torch.distributed as dist
 
 import choices
+import devices
 import workload
-from distenv import (  # shared with train.py: both start the same way under every launcher
-    DistEnv,
-    choose_backend,
-    choose_device,
-    describe_device,
-    init_process_group,
-    now_iso,
-    runtime_versions,
-    sync,
-    write_json,
-)
+# shared with train.py: both start the same way under every launcher
+from distenv import DistEnv, init_process_group, now_iso, runtime_versions, sync, write_json
 from workload import EXIT_OK
 
 EXIT_WRONG = workload.EXIT_FAILED
@@ -65,6 +61,9 @@ BENCHMARK = "all_reduce"
 REDOP = "sum"
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in choices.DTYPES}
 FAULT_KINDS = ("die", "hang", "corrupt")
+MODES = ("oop", "ip")
+ONE_RANK_NOTE = ("# 1 rank: no data crosses a link, so algbw and busbw are not meaningful "
+                 "(shown as n/a)")
 # Largest element value in the check pattern; 13 is prime, so the pattern is not aligned with
 # any power-of-two chunking a collective algorithm might use.
 MAX_PATTERN_PERIOD = 13
@@ -81,14 +80,23 @@ class Fault:
 
     kind: str
     rank: int
+    cycle: Optional[int] = None  # corrupt only: the one 1-based cycle it acts in; None: every one
+
+    def corrupts(self, rank: int, cycle: int) -> bool:
+        """Whether this fault damages ``rank``'s results in ``cycle``."""
+        return self.kind == "corrupt" and self.rank == rank and self.cycle in (None, cycle)
 
 
 def parse_fault(text: str) -> Fault:
-    """Parse ``KIND@RANK`` for ``--fault``."""
-    kind, sep, rank = text.partition("@")
-    if not sep or kind not in FAULT_KINDS or not rank.isdigit():
-        raise ValueError(f"fault must be KIND@RANK with KIND in {', '.join(FAULT_KINDS)}: {text!r}")
-    return Fault(kind=kind, rank=int(rank))
+    """Parse ``KIND@RANK`` for ``--fault``, or ``corrupt@RANK:CYCLE`` for one cycle only (die
+    and hang act once, in the first cycle, so a cycle there is refused rather than ignored)."""
+    kind, sep, where = text.partition("@")
+    rank, colon, cycle = where.partition(":")
+    if not sep or kind not in FAULT_KINDS or not rank.isdigit() or \
+            (colon and (kind != "corrupt" or not cycle.isdigit() or int(cycle) < 1)):
+        raise ValueError(f"fault must be KIND@RANK with KIND in {', '.join(FAULT_KINDS)}, or "
+                         f"corrupt@RANK:CYCLE (CYCLE from 1): {text!r}")
+    return Fault(kind=kind, rank=int(rank), cycle=int(cycle) if colon else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
          "multiplier between sizes of an A:B range, >= 2"),
         ("--iters", workload.positive_int, 20, "timed iterations per size and mode"),
         ("--warmup", workload.non_negative_int, 5, "untimed warm-up iterations per size"),
+        ("--cycles", workload.positive_int, 1,
+         "times to run the whole size sweep (nccl-tests' -N); results keep each size's last "
+         "timings and the wrong values of all cycles"),
     ])
     parser.add_argument(
         "--dtype", choices=sorted(DTYPES), default="float32",
@@ -119,8 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fault", type=workload.argparse_type(parse_fault), default=None, metavar="KIND@RANK",
         help="FOR TESTS OF THE HARNESS ONLY: inject a fault on one rank. die: the rank exits with "
-        f"status {FAULT_EXIT_CODE} after the first size's warm-up; hang: the rank sleeps forever "
-        "there; corrupt: the rank damages its result buffer before every check")
+        f"status {FAULT_EXIT_CODE} after the first size's warm-up of the first cycle; hang: the "
+        "rank sleeps forever there; corrupt: the rank damages its result buffer before every "
+        "check, or with corrupt@RANK:CYCLE only in that cycle (from 1)")
     return parser
 
 
@@ -136,8 +148,15 @@ def busbw_factor(world_size: int) -> float:
     return 2.0 * (world_size - 1) / world_size
 
 
-def bandwidths(nbytes: int, seconds: float, world_size: int) -> tuple[float, float]:
-    """Return (algbw, busbw) in GB/s (10^9) for one all_reduce of nbytes taking seconds."""
+def bandwidths(nbytes: int, seconds: float,
+               world_size: int) -> tuple[Optional[float], Optional[float]]:
+    """Return (algbw, busbw) in GB/s (10^9) for one all_reduce of nbytes taking seconds.
+
+    None for one rank: nothing crosses a link, so bytes over time measures a memory copy at best
+    (one H100 "reached" 624,268 GB/s for 1 GiB), which no one should read as bandwidth.
+    """
+    if world_size == 1:
+        return None, None
     if seconds <= 0:
         return 0.0, 0.0
     algbw = nbytes / seconds / 1e9
@@ -256,8 +275,8 @@ def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
     algbw, busbw = bandwidths(nbytes, seconds, world_size)
     return {
         "time_us": round(seconds * 1e6, 2),
-        "algbw": round(algbw, 3),
-        "busbw": round(busbw, 3),
+        "algbw": None if algbw is None else round(algbw, 3),
+        "busbw": None if busbw is None else round(busbw, 3),
         "wrong": wrong,
     }
 
@@ -290,11 +309,15 @@ def format_table_header() -> str:
     return "\n".join(lines)
 
 
+def _gbps(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def _format_mode(mode: dict[str, Any]) -> str:
     wrong = "N/A" if mode["wrong"] is None else str(mode["wrong"])
     widths = [col[2] for col in _MODE_COLUMNS]
-    return (f"{mode['time_us']:>{widths[0]}.2f} {mode['algbw']:>{widths[1]}.3f} "
-            f"{mode['busbw']:>{widths[2]}.3f} {wrong:>{widths[3]}}")
+    return (f"{mode['time_us']:>{widths[0]}.2f} {_gbps(mode['algbw']):>{widths[1]}} "
+            f"{_gbps(mode['busbw']):>{widths[2]}} {wrong:>{widths[3]}}")
 
 
 def format_row(record: dict[str, Any]) -> str:
@@ -305,18 +328,20 @@ def format_row(record: dict[str, Any]) -> str:
     return f"{keys} |{_format_mode(record['oop'])} |{_format_mode(record['ip'])}"
 
 
-def summarize(records: list[dict[str, Any]], check: bool) -> tuple[Optional[int], float]:
-    """(total #wrong or None when unchecked, mean busbw over all rows and both modes).
+def summarize(records: list[dict[str, Any]],
+              check: bool) -> tuple[Optional[int], Optional[float]]:
+    """(total #wrong or None when unchecked, mean busbw over all rows and both modes, or None
+    when there is no busbw: one rank).
 
     The mean is nccl-tests' "Avg bus bandwidth"; it is dominated by small messages.
     """
     modes = [record[key] for record in records for key in ("oop", "ip")]
     wrong_total = sum(mode["wrong"] for mode in modes) if check else None
-    avg = sum(mode["busbw"] for mode in modes) / len(modes) if modes else 0.0
-    return wrong_total, round(avg, 3)
+    busbw = [mode["busbw"] for mode in modes if mode["busbw"] is not None]
+    return wrong_total, round(sum(busbw) / len(busbw), 3) if busbw else None
 
 
-def format_footer(wrong_total: Optional[int], avg_busbw: float) -> str:
+def format_footer(wrong_total: Optional[int], avg_busbw: Optional[float]) -> str:
     """The nccl-tests footer, with a reminder that the average is not a verdict on bandwidth."""
     if wrong_total is None:
         bounds = "N/A (check disabled)"
@@ -324,7 +349,7 @@ def format_footer(wrong_total: Optional[int], avg_busbw: float) -> str:
         bounds = f"{wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}"
     return "\n".join([
         f"# Out of bounds values : {bounds}",
-        f"# Avg bus bandwidth    : {avg_busbw:.3f}",
+        f"# Avg bus bandwidth    : {_gbps(avg_busbw)}",
         "#   (mean over all sizes and both modes, dominated by small messages: read the busbw of",
         "#    the largest size instead; the average is not a pass criterion)",
     ])
@@ -341,21 +366,47 @@ def format_header(args: argparse.Namespace, sizes: list[int], env: DistEnv, back
         f"warmup iters: {args.warmup} iters: {args.iters} agg iters: 1 "
         f"validation: {int(args.check)} graph: 0",
         f"# ranks {env.world_size}  nodes {nodes}  launcher {env.launcher}  backend {backend}  "
-        f"dtype {args.dtype}  {runtime_summary()}",
+        f"dtype {args.dtype}  cycles {args.cycles}  {runtime_summary()}",
         "# time: per-iteration mean on each rank, max over ranks; copy to the oop buffer untimed",
-        "#",
-        "# Using devices",
     ]
-    for info in ranks:
-        lines.append(f"#  Rank {info['rank']:>3} Group  0 Pid {info['pid']:>7} on "
-                     f"{info['hostname']:>12} device {info['local_rank']:>2} [{info['device']}]")
-    lines.append("#")
+    if env.world_size == 1:
+        lines.append(ONE_RANK_NOTE)
+    lines += ["#", *devices.format_rank_lines(ranks), "#"]
     return "\n".join(lines)
 
 
 def runtime_summary() -> str:
-    """One header fragment such as ``torch 2.13.0  cuda 12.8  nccl 2.27.5``."""
+    """One header fragment such as ``torch 2.13.0  cuda 12.8  nccl 2.27.5  driver 550.54.15``."""
     return "  ".join(f"{name} {value}" for name, value in runtime_versions().items() if value)
+
+
+def merge_result(previous: Optional[dict[str, Any]], record: dict[str, Any],
+                 cycle: int) -> dict[str, Any]:
+    """A size's row of ``results`` after ``cycle``: that cycle's timings, the wrong values of
+    every cycle so far, and which cycles had any (one bad cycle in ten must not hide)."""
+    row = {**record, **{mode: dict(record[mode]) for mode in MODES}}
+    wrong_cycles = list(previous["wrong_cycles"]) if previous else []
+    if any(record[mode]["wrong"] for mode in MODES):
+        wrong_cycles.append(cycle)
+    if previous and record["oop"]["wrong"] is not None:
+        for mode in MODES:
+            row[mode]["wrong"] += previous[mode]["wrong"]
+    row["wrong_cycles"] = wrong_cycles
+    return row
+
+
+def failure_line(report: dict[str, Any], wrong_total: int) -> str:
+    """``# FAILED: N wrong values at sizes (B): 1024 (cycle 2: oop 1, ip 1)``: which sizes, in
+    which cycles, in which mode."""
+    bad = []
+    for index, row in enumerate(report["results"]):
+        cycles = [(entry["cycle"], entry["results"][index]) for entry in report["cycle_results"]
+                  if entry["cycle"] in row["wrong_cycles"]]
+        if cycles:
+            bad.append(f"{row['bytes']} (" + "; ".join(
+                f"cycle {cycle}: oop {rec['oop']['wrong']}, ip {rec['ip']['wrong']}"
+                for cycle, rec in cycles) + ")")
+    return f"# FAILED: {wrong_total} wrong values at sizes (B): {', '.join(bad)}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -376,7 +427,7 @@ def inject_mid_run_fault(fault: Optional[Fault], rank: int) -> None:
 
 def benchmark_size(nbytes: int, count: int, send: torch.Tensor, recv: torch.Tensor,
                    args: argparse.Namespace, env: DistEnv, device: torch.device,
-                   period: int, first: bool) -> tuple[dict[str, Any], int]:
+                   period: int, cycle: int, first: bool) -> tuple[dict[str, Any], int]:
     """Warm up, time oop then ip, check both; return the (reduced) record and the local #wrong."""
     dtype = DTYPES[args.dtype]
     src, buf = send[:count], recv[:count]
@@ -395,10 +446,9 @@ def benchmark_size(nbytes: int, count: int, send: torch.Tensor, recv: torch.Tens
     local_wrong = [0, 0]
     if period:
         expected = expected_values(env.world_size, count, period, dtype, device)
-        corrupt = args.fault is not None and args.fault.kind == "corrupt" \
-            and args.fault.rank == env.rank
+        corrupt = args.fault is not None and args.fault.corrupts(env.rank, cycle)
         # Both modes end in the same collective on the same buffer; check each, as nccl-tests does.
-        local_wrong = [count_wrong(buf, src, expected, corrupt) for _mode in ("oop", "ip")]
+        local_wrong = [count_wrong(buf, src, expected, corrupt) for _mode in MODES]
         del expected
 
     oop_s, ip_s = reduce_across_ranks([oop_s, ip_s], dist.ReduceOp.MAX, torch.float64, device)
@@ -412,34 +462,55 @@ def benchmark_size(nbytes: int, count: int, send: torch.Tensor, recv: torch.Tens
     return record, sum(local_wrong)
 
 
-def gather_ranks(env: DistEnv, device: torch.device) -> list[dict[str, Any]]:
-    """Every rank's identity, in rank order, for the header and for counting nodes."""
-    mine = {"rank": env.rank, "local_rank": env.local_rank, "hostname": socket.gethostname(),
-            "pid": os.getpid(), "device": describe_device(device)}
-    gathered: list[Any] = [None] * env.world_size
-    dist.all_gather_object(gathered, mine)
-    return sorted(gathered, key=lambda info: info["rank"])
+def run_cycles(args: argparse.Namespace, env: DistEnv, sizes: list[int], device: torch.device,
+               period: int, report: dict[str, Any], out: Path) -> int:
+    """Sweep every size ``--cycles`` times, filling ``report`` (rewritten after every size on
+    rank 0, so a run that dies midway leaves what it measured); return this rank's #wrong."""
+    dtype, elem = DTYPES[args.dtype], choices.DTYPES[args.dtype]
+    leader = env.rank == 0
+    send = rank_values(env.rank, max(sizes) // elem, period or MAX_PATTERN_PERIOD, dtype, device)
+    recv = torch.empty_like(send)
+    local_wrong = 0
+    for cycle in range(1, args.cycles + 1):
+        if leader and args.cycles > 1:
+            print(f"# cycle {cycle}/{args.cycles}", flush=True)
+        rows: list[dict[str, Any]] = []
+        report["cycle_results"].append({"cycle": cycle, "results": rows})
+        for index, size in enumerate(sizes):
+            count = size // elem
+            record, wrong = benchmark_size(count * elem, count, send, recv, args, env, device,
+                                           period, cycle, first=cycle == 1 and index == 0)
+            local_wrong += wrong
+            rows.append(record)  # every rank: all of them exit with the same verdict
+            results = report["results"]
+            if cycle == 1:
+                results.append(merge_result(None, record, cycle))
+            else:
+                results[index] = merge_result(results[index], record, cycle)
+            if leader:
+                print(format_row(record), flush=True)
+                write_json(out / "allreduce.json", report)  # partial: finished stays null
+        report["cycles_done"] = cycle
+    return local_wrong
 
 
 def run(args: argparse.Namespace, env: DistEnv) -> int:
     """Benchmark every size, print on rank 0, write the JSON files; return the exit status."""
+    placement = workload.place_rank(args, env)  # first: pinned before anything touches a GPU
     started = now_iso()
-    dtype = DTYPES[args.dtype]
-    elem = choices.DTYPES[args.dtype]
     try:  # before the process group exists, so every rank refuses at once
         sizes = choices.check_sizes(args.sizes, args.dtype, args.step_factor)
     except ValueError as err:
         raise workload.UsageError(f"--sizes: {err}") from err
 
-    backend = choose_backend(args.backend)
-    device = choose_device(backend, env.local_rank)
+    backend, device = placement.backend, placement.device
     init_process_group(env, backend, args.timeout_s)
     out = Path(args.out)
     leader = env.rank == 0
 
-    ranks = gather_ranks(env, device)
+    ranks = devices.gather_ranks(placement.probe, device)
     hostnames = sorted({info["hostname"] for info in ranks})
-    period = pattern_period(dtype, env.world_size) if args.check else 0
+    period = pattern_period(DTYPES[args.dtype], env.world_size) if args.check else 0
     if leader:
         print(format_header(args, sizes, env, backend, ranks, len(hostnames)), flush=True)
         if args.check and not period:
@@ -449,37 +520,23 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
 
     report: dict[str, Any] = {
         "benchmark": BENCHMARK, "world_size": env.world_size, "nodes": len(hostnames),
-        "backend": backend, "device": device.type, "dtype": args.dtype,
-        "torch_version": torch.__version__, "runtime": runtime_versions(),
+        "backend": backend, "device": device.type, "expect_gpu": args.expect_gpu,
+        "dtype": args.dtype, "torch_version": torch.__version__, "runtime": runtime_versions(),
         "hostnames": hostnames, "ranks": ranks, "iters": args.iters, "warmup": args.warmup,
-        "check": bool(period), "results": [], "wrong_total": None, "avg_busbw": None,
-        "ok": False, "started": started, "finished": None,
+        "check": bool(period), "cycles": args.cycles, "cycles_done": 0, "results": [],
+        "cycle_results": [], "wrong_total": None, "avg_busbw": None, "ok": False,
+        "started": started, "finished": None,
     }
     if leader:  # exists from the start, so a run that dies early still leaves its context
         write_json(out / "allreduce.json", report)
 
-    max_count = max(sizes) // elem
-    send = rank_values(env.rank, max_count, period or MAX_PATTERN_PERIOD, dtype, device)
-    recv = torch.empty_like(send)
-    local_wrong = 0
-    for index, size in enumerate(sizes):
-        count = size // elem
-        record, wrong = benchmark_size(count * elem, count, send, recv, args, env, device,
-                                       period, first=index == 0)
-        local_wrong += wrong
-        report["results"].append(record)  # every rank: all of them exit with the same verdict
-        if leader:
-            print(format_row(record), flush=True)
-            write_json(out / "allreduce.json", report)  # partial: finished stays null
-
+    local_wrong = run_cycles(args, env, sizes, device, period, report, out)
     wrong_total, avg_busbw = summarize(report["results"], bool(period))
     ok = not wrong_total
     if leader:
         print(format_footer(wrong_total, avg_busbw), flush=True)
         if not ok:
-            bad = [f"{r['bytes']} (oop {r['oop']['wrong']}, ip {r['ip']['wrong']})"
-                   for r in report["results"] if r["oop"]["wrong"] or r["ip"]["wrong"]]
-            message = f"# FAILED: {wrong_total} wrong values at sizes (B): {', '.join(bad)}"
+            message = failure_line(report, wrong_total or 0)
             print(message, flush=True)
             print(message.lstrip("# "), file=sys.stderr, flush=True)
         report.update(wrong_total=wrong_total, avg_busbw=avg_busbw, ok=ok, finished=now_iso())

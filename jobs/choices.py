@@ -1,14 +1,16 @@
-"""The names and the size syntax that the host and the workload scripts must agree on.
+"""The names, the size syntax and the cpulist syntax that the host and the workload scripts must
+agree on.
 
 ``invoke smoke`` / ``invoke train`` check their flags on the host before anything starts, and the
 scripts check them again in the container; both read them from here, so a name added to one side
 cannot be missing on the other. Standard library only, and no torch: the host loads this file by
-path (``containers.prove.names``), the scripts import it as a sibling (``import choices``).
+path (``containers.inputs.names``), the scripts import it as a sibling (``import choices``).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 #: The training examples (``train.py --example``): how the model is distributed.
 EXAMPLES = ("ddp", "deepspeed", "fsdp")
@@ -23,6 +25,11 @@ ZERO_STAGES = (1, 2, 3)
 DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: Process group backends (``--backend``); auto picks nccl when torch sees a GPU.
 BACKENDS = ("auto", "gloo", "nccl")
+#: What a rank must run on (``--expect-gpu``): the GPU kind of the site; ROCm torch names its
+#: GPUs ``cuda`` too, so the kind is told apart by the torch build.
+GPU_KINDS = ("none", "cuda", "rocm")
+
+CPULIST_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -83,3 +90,38 @@ def check_model_size(model: str, size: str) -> str:
     extra = " or DEPTH-WIDTH such as 16-4" if model == "wideresnet" else ""
     raise ValueError(f"unknown size {size!r} for model {model}: use one of "
                      f"{', '.join(MODEL_SIZES)}{extra}")
+
+
+def parse_cpulist(text: str) -> frozenset[int]:
+    """The cores of a Linux cpulist such as ``0-3,8`` (``taskset -c``, ``Cpus_allowed_list``).
+
+    The stride form ``0-7:2`` is not accepted: ``:`` separates local ranks in ``--rank-cores``.
+    """
+    cores: set[int] = set()
+    for item in text.split(","):
+        match = CPULIST_RE.match(item.strip())
+        if not match:
+            raise ValueError(f"not a cpulist: {text!r} (use e.g. 0-3,8)")
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) is not None else low
+        if low > high:
+            raise ValueError(f"cpulist range {item.strip()!r} runs backwards in {text!r}")
+        cores.update(range(low, high + 1))
+    return frozenset(cores)
+
+
+def format_cpulist(cores: Iterable[int]) -> str:
+    """The shortest Linux cpulist of ``cores``: ``{0, 1, 2, 3, 8}`` is ``0-3,8``."""
+    ranges: list[list[int]] = []
+    for core in sorted(set(cores)):
+        if ranges and core == ranges[-1][1] + 1:
+            ranges[-1][1] = core
+        else:
+            ranges.append([core, core])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
+
+
+def parse_rank_cores(text: str) -> list[frozenset[int]]:
+    """``--rank-cores``: the cores of each local rank, ``:`` between ranks, each a cpulist
+    (``49-55:57-63``); the host formats its CPU map with :func:`format_cpulist` to match."""
+    return [parse_cpulist(part) for part in text.split(":")]

@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import random
-import socket
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
@@ -52,29 +52,34 @@ def resolve_dist_env(environ: Mapping[str, str]) -> DistEnv:
     return DistEnv(0, 1, 0, "single")
 
 
-def choose_backend(requested: str) -> str:
-    """auto means nccl when a GPU is visible (RCCL on ROCm answers to the same name), else gloo."""
+def choose_backend(requested: str, expect_gpu: str = "none") -> str:
+    """auto means nccl when a GPU is expected or visible (RCCL on ROCm answers to the same name),
+    else gloo; nccl without a GPU is an error, never a quiet fall back to gloo."""
     if requested == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return "nccl" if expect_gpu != "none" or torch.cuda.is_available() else "gloo"
     if requested == "nccl" and not torch.cuda.is_available():
         raise RuntimeError("--backend nccl needs a GPU, but torch.cuda.is_available() is False")
     return requested
 
 
-def choose_device(backend: str, local_rank: int) -> torch.device:
-    """One GPU per rank for nccl (by local rank); CPU tensors for gloo.
+def gpu_index(local_rank: int, count: int) -> Optional[int]:
+    """The GPU of a local rank among ``count`` visible ones, or None when it has none.
 
     When Slurm binds one GPU per task (``--gpus-per-task=1``), each task sees a single device
     numbered 0 whatever its local rank, so that case maps to device 0.
     """
+    if local_rank < count:
+        return local_rank
+    return 0 if count == 1 else None
+
+
+def choose_device(backend: str, local_rank: int) -> torch.device:
+    """One GPU per rank for nccl (by local rank, see :func:`gpu_index`); CPU tensors for gloo."""
     if backend != "nccl":
         return torch.device("cpu")
     count = torch.cuda.device_count()
-    if local_rank < count:
-        index = local_rank
-    elif count == 1:
-        index = 0
-    else:
+    index = gpu_index(local_rank, count)
+    if index is None:
         raise RuntimeError(f"local rank {local_rank} has no GPU: only {count} visible")
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
@@ -100,13 +105,43 @@ def init_process_group(env: DistEnv, backend: str, timeout_s: int) -> None:
                             world_size=env.world_size, timeout=timeout)
 
 
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
+AMD_DRIVER = Path("/sys/module/amdgpu/version")
+NVIDIA_VERSION_RE = re.compile(r"Kernel Module\b.*?\s(\d+(?:\.\d+)+)\b")
+
+
+def parse_nvidia_driver(text: str) -> Optional[str]:
+    """The version in ``/proc/driver/nvidia/version`` (``NVRM version: NVIDIA UNIX x86_64 Kernel
+    Module  550.54.15  ...``, or ``... Open Kernel Module for x86_64  550.54.15 ...``)."""
+    match = NVIDIA_VERSION_RE.search(text)
+    return match.group(1) if match else None
+
+
+def driver_version(nvidia: Path = NVIDIA_DRIVER, amd: Path = AMD_DRIVER) -> Optional[str]:
+    """The kernel driver's version (NVIDIA's, else amdgpu's), or None where neither is readable.
+
+    A container brings its own CUDA/HIP runtime but shares the host's kernel driver; when the two
+    do not match, this is the number that explains it.
+    """
+    for path, parse in ((nvidia, parse_nvidia_driver), (amd, lambda text: text.strip() or None)):
+        try:
+            version = parse(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        if version:
+            return version
+    return None
+
+
 def runtime_versions() -> dict[str, Optional[str]]:
-    """torch and GPU runtime versions, recorded because results depend on all of them."""
+    """torch, GPU runtime and kernel driver versions, recorded because results depend on all of
+    them."""
     versions: dict[str, Optional[str]] = {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "hip": getattr(torch.version, "hip", None),
         "nccl": None,
+        "driver": driver_version(),
     }
     if torch.cuda.is_available():
         try:
@@ -151,13 +186,6 @@ def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     dist.barrier()
-
-
-def gather_hostnames() -> list[str]:
-    """Every rank's host name, in rank order (distinct names = nodes)."""
-    names: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(names, socket.gethostname())
-    return [str(name) for name in names]
 
 
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:

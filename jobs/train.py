@@ -25,8 +25,12 @@ rewritten after every epoch, final once ``finished`` is set).  After training, t
 parameters are fingerprinted on every rank (gathered first for FSDP and ZeRO-3) and compared:
 ``params_consistent`` says whether all ranks hold the same model.
 
+Every rank pins itself to its ``--rank-cores`` and writes ``OUT/device-<RANK>.json`` (what it runs
+on) before the process group exists; ``train.json``'s ``ranks`` lists those probes of all ranks.
+
 Exit status: 0 ok; 1 the run finished but did not hold up (ranks disagree on the parameters,
-non-finite loss); 2 bad command line, config or data; 3 any other error.
+non-finite loss); 2 bad command line, config or data; 3 any other error; 4 no usable GPU of the
+kind ``--expect-gpu`` names.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import torch.distributed as dist
 
 import choices
 import data as data_mod
+import devices
 import distenv
 import dsconfig
 import models
@@ -199,6 +204,7 @@ def check_batch(args: argparse.Namespace, env: distenv.DistEnv) -> None:
 
 
 def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
+    placement = workload.place_rank(args, env)  # first: pinned before anything touches a GPU
     started = distenv.now_iso()
     leader = env.rank == 0
     dataset = args.dataset or DEFAULT_DATASET[args.model]
@@ -207,8 +213,7 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     # Everything a user can get wrong is checked before the process group exists, so every
     # rank fails the same way at once instead of waiting on a rank that already left.
     check_batch(args, env)
-    backend = distenv.choose_backend(args.backend)
-    device = distenv.choose_device(backend, env.local_rank)
+    backend, device = placement.backend, placement.device
     on_cpu = device.type != "cuda"
     precision = trainloop.resolve_precision(args.precision, device)
     make_optimizer, lr = make_optimizer_factory(args)
@@ -235,7 +240,8 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     parameters = models.count_parameters(model)  # before wrapping: FSDP and ZeRO-3 shard them
 
     distenv.init_process_group(env, backend, args.timeout_s)
-    hostnames = distenv.gather_hostnames()
+    ranks = devices.gather_ranks(placement.probe, device)
+    hostnames = [info["hostname"] for info in ranks]
     nodes = len(set(hostnames))
     ctx = trainloop.RunContext(env=env, device=device, backend=backend, precision=precision)
     strategy = make_strategy(args, ctx, ds_config)
@@ -250,7 +256,8 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
         "dataset": dataset, "data": source, "train_samples": len(train_set),
         "val_samples": len(val_set),
         "world_size": env.world_size, "nodes": nodes, "gpus": gpus, "hostnames": hostnames,
-        "launcher": env.launcher, "backend": backend, "device": device.type,
+        "ranks": ranks, "launcher": env.launcher, "backend": backend, "device": device.type,
+        "expect_gpu": args.expect_gpu,
         "device_name": distenv.describe_device(device), "precision": precision,
         "global_batch_size": args.batch_size, "micro_batch_size": None,
         "optimizer": "from ds_config" if args.example == "deepspeed" and
@@ -364,6 +371,7 @@ def format_header(report: dict[str, Any]) -> str:
     if report["example"] == "fsdp":
         lines.append(f"# {report.get('fsdp_api')}  units {report.get('fsdp_units')}  "
                      f"mixed precision {report.get('fsdp_mixed_precision')}")
+    lines += devices.format_rank_lines(report["ranks"])
     return "\n".join(lines)
 
 

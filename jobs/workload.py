@@ -1,11 +1,15 @@
 """What every workload script (``allreduce.py``, ``train.py``) shares: the exit codes the host
-reads, the flags every launcher passes, the argparse value types, the per-rank completion file and
-the guarded ``main``.
+reads, the flags every launcher passes, the argparse value types, how a rank takes its place
+(cores, backend, device, ``device-<RANK>.json``), the per-rank completion file and the guarded
+``main``.
 
-The host tells a run's ranks apart by these: ``rank-<RANK>.json`` says a rank finished cleanly, a
-usage error is one ``<script>: error: …`` line (from rank 0 only, so N ranks do not print it N
-times) with exit status 2, and any other failure names the rank and host and prints the traceback
-with exit status 3.
+The host tells a run's ranks apart by these: ``device-<RANK>.json`` says what a rank ran on (written
+before the process group exists, whatever happens next), ``rank-<RANK>.json`` says it finished
+cleanly, a usage error is one ``<script>: error: …`` line (from rank 0 only, so N ranks do not
+print it N times; from the rank itself when only its own part of a flag is wrong) with exit status
+2, a rank without the GPU ``--expect-gpu`` promised prints one ``<script>: rank R on HOST: expected
+a … GPU, but …`` line (every such rank, no traceback) with exit status 4, and any other failure
+names the rank and host and prints the traceback with exit status 3.
 """
 
 from __future__ import annotations
@@ -15,10 +19,14 @@ import os
 import socket
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
+
+import torch
 
 import choices
+import devices
 import distenv
 
 EXIT_OK = 0
@@ -26,11 +34,23 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ERROR = 3
-EPILOG = ("Exit status: 0 ok, 1 {failed}, 2 bad command line, config or data, 3 other error.")
+#: --expect-gpu named a GPU kind and this rank has no usable GPU of that kind.
+EXIT_NO_GPU = 4
+EPILOG = ("Exit status: 0 ok, 1 {failed}, 2 bad command line, config or data, 3 other error, "
+          "4 no usable GPU of the kind --expect-gpu names.")
 
 
 class UsageError(Exception):
     """A bad flag, config file or data folder: one line on stderr from rank 0, exit status 2."""
+
+
+class RankUsageError(UsageError):
+    """A usage error only this rank hits (its own entry of ``--rank-cores``): the others may not
+    see it, so this rank prints it itself."""
+
+
+class NoGpu(Exception):
+    """``--expect-gpu`` named a GPU kind this rank does not have: one line, exit status 4."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -93,19 +113,96 @@ def add_counts(parser: argparse.ArgumentParser,
 
 def add_common_flags(parser: argparse.ArgumentParser, *, out: str, writes: str,
                      timeout_s: int) -> None:
-    """``--backend``, ``--out`` and ``--timeout-s``: what the host passes to every workload."""
+    """``--backend``, ``--expect-gpu``, ``--rank-cores``, ``--out`` and ``--timeout-s``: what
+    the host passes to every workload."""
     parser.add_argument(
         "--backend", choices=choices.BACKENDS, default="auto",
-        help="process group backend; auto picks nccl when torch sees a GPU (ROCm torch reports "
-        "its GPUs through torch.cuda and uses RCCL under the name nccl), else gloo on CPU "
-        "(default: %(default)s)")
+        help="process group backend; auto picks nccl when torch sees a GPU or --expect-gpu names "
+        "one (ROCm torch reports its GPUs through torch.cuda and uses RCCL under the name "
+        "nccl), else gloo on CPU (default: %(default)s)")
+    parser.add_argument(
+        "--expect-gpu", choices=choices.GPU_KINDS, default="none",
+        help="the GPU kind every rank must run on: a rank whose torch is not that build or "
+        f"that sees no GPU of its own exits with status {EXIT_NO_GPU}; auto then means nccl "
+        "and --backend gloo is refused (default: %(default)s)")
+    parser.add_argument(
+        "--rank-cores", type=argparse_type(choices.parse_rank_cores), default=None,
+        metavar="LIST",
+        help="the CPU cores of each local rank, ranks separated by ':', each a Linux cpulist "
+        "(e.g. 49-55:57-63 or 0-1,4:2-3,5); each rank pins itself to its cores before it "
+        "touches a GPU (default: no pinning)")
     parser.add_argument(
         "--out", default=out,
-        help=f"results folder for {writes} and rank-<RANK>.json (default: %(default)s)")
+        help=f"results folder for {writes}, device-<RANK>.json and rank-<RANK>.json "
+        "(default: %(default)s)")
     parser.add_argument(
         "--timeout-s", type=positive_int, default=timeout_s,
         help="seconds before process-group init or a collective is declared hung; passed to "
         "init_process_group (default: %(default)s)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Taking a place: cores, backend, device, device report
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a rank runs: its backend, its device, and its probe (``device-<RANK>.json``)."""
+
+    backend: str
+    device: torch.device
+    probe: dict[str, Any]
+
+
+def pin_rank(rank_cores: Optional[list[frozenset[int]]], env: distenv.DistEnv) -> bool:
+    """Pin this rank to its cores of ``--rank-cores``; whether it was pinned.
+
+    Under one torchrun per node every rank inherits the whole node, so Slurm cannot bind each to
+    the cores next to its GPU (as LUMI's guides do); each rank does it itself, before torch.cuda
+    starts threads that would inherit the wrong affinity.
+    """
+    if rank_cores is None:
+        return False
+    try:
+        devices.check_cores_exist(rank_cores)
+    except ValueError as err:
+        raise UsageError(f"--rank-cores: {err}") from err
+    if env.local_rank >= len(rank_cores):
+        raise RankUsageError(
+            f"--rank-cores: rank {env.rank} (local rank {env.local_rank}) has no entry: the map "
+            f"names {len(rank_cores)} local ranks")
+    try:
+        devices.pin(rank_cores[env.local_rank])
+    except ValueError as err:
+        raise RankUsageError(
+            f"--rank-cores: rank {env.rank} (local rank {env.local_rank}): {err}") from err
+    return True
+
+
+def place_rank(args: argparse.Namespace, env: distenv.DistEnv) -> Placement:
+    """Pin, choose backend and device as ``--expect-gpu`` demands, write ``device-<RANK>.json``,
+    and refuse without the expected GPU; the first thing either workload does.
+
+    The probe is written whatever the choice ends in (a refusal, an error), so the host learns
+    what every rank that started saw; nothing falls back to gloo where a GPU was expected.
+    """
+    pinned = pin_rank(args.rank_cores, env)
+    if args.expect_gpu != "none" and args.backend == "gloo":
+        raise UsageError(f"--backend gloo contradicts --expect-gpu {args.expect_gpu}: the GPUs "
+                         "would sit idle while the run passes on the CPU")
+    missing = devices.missing_gpu(args.expect_gpu, env.local_rank)
+    backend, device = "none", torch.device("cpu")
+    try:
+        if missing is None:
+            backend = distenv.choose_backend(args.backend, args.expect_gpu)
+            device = distenv.choose_device(backend, env.local_rank)
+    finally:
+        probe = devices.probe(env, device, pinned)
+        distenv.write_json(Path(args.out) / f"device-{env.rank}.json", probe)
+    if missing is not None:
+        raise NoGpu(missing)
+    return Placement(backend=backend, device=device, probe=probe)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -123,16 +220,22 @@ def write_rank_file(out: Path, env: distenv.DistEnv, **fields: Any) -> None:
 def guarded_main(name: str, run: Callable[[distenv.DistEnv], int]) -> int:
     """Run ``run`` for this process's place in the job; turn what escapes into an exit status.
 
-    A :class:`UsageError` is one line from rank 0 (every rank hits the same one); anything else
-    is a bug or a broken node, so it says which rank on which host and keeps the traceback.
+    A :class:`UsageError` is one line from rank 0 (every rank hits the same one), a
+    :class:`RankUsageError` one line from the rank that hit it; a :class:`NoGpu` is one line
+    from every rank without its GPU; anything else is a bug or a broken node, so it says which
+    rank on which host and keeps the traceback.
     """
     env = distenv.resolve_dist_env(os.environ)
     try:
         return run(env)
     except UsageError as err:
-        if env.rank == 0:
+        if env.rank == 0 or isinstance(err, RankUsageError):
             print(f"{name}: error: {err}", file=sys.stderr, flush=True)
         return EXIT_USAGE
+    except NoGpu as err:
+        print(f"{name}: rank {env.rank} on {socket.gethostname()}: {err}", file=sys.stderr,
+              flush=True)
+        return EXIT_NO_GPU
     except Exception:  # noqa: BLE001 - report which rank failed and exit non-zero
         print(f"{name}: rank {env.rank} on {socket.gethostname()} failed:", file=sys.stderr)
         traceback.print_exc()

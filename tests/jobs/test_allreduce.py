@@ -8,6 +8,7 @@ whole process group without touching anything else.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from tests.fixtures import procs
 from tests.fixtures.procs import start
 from tests.jobs.scripts import JOBS, LAUNCH_VARS, clean_env, script, sibling
+from tests.jobs.test_devices import PROBE_KEYS
 
 torch = pytest.importorskip("torch")
 
@@ -25,10 +27,14 @@ JOB = JOBS / "allreduce.py"
 RUN_TIMEOUT_S = 60
 SMALL_RUN = ["--sizes", "1K:64K", "--iters", "3", "--warmup", "1"]
 SMALL_SIZES = [1024 * 2**i for i in range(7)]
+# torchrun stops the other ranks (SIGTERM) once it sees one fail; looking only every 5 s lets
+# ranks that all refuse at start each finish, print and exit with their own status first.
+PATIENT = ("--monitor-interval", "5")
 
 
 ar = script("allreduce.py", "allreduce_job")
 choices = sibling("choices")
+devices = sibling("devices")
 workload = sibling("workload")
 
 
@@ -41,10 +47,18 @@ def finish(proc: subprocess.Popen, timeout: float = RUN_TIMEOUT_S) -> tuple[int,
     return procs.finish(proc, timeout)
 
 
-def torchrun(out_dir: Path, *args: str, nproc: int = 2) -> tuple[int, str, str]:
+def torchrun(out_dir: Path, *args: str, nproc: int = 2, backend: str | None = "gloo",
+             agent: tuple[str, ...] = ()) -> tuple[int, str, str]:
+    """The job under torchrun (``agent``: torchrun's own flags), on gloo unless told."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", str(nproc), str(JOB), *SMALL_RUN, "--backend", "gloo",
-           "--out", str(out_dir), *args]
+           "--nproc-per-node", str(nproc), *agent, str(JOB), *SMALL_RUN,
+           *(["--backend", backend] if backend else []), "--out", str(out_dir), *args]
+    return finish(start(cmd, clean_env()))
+
+
+def single(out_dir: Path, *args: str) -> tuple[int, str, str]:
+    """The job as one plain process, without a launcher."""
+    cmd = [sys.executable, str(JOB), *SMALL_RUN, "--out", str(out_dir), *args]
     return finish(start(cmd, clean_env()))
 
 
@@ -72,15 +86,25 @@ def test_parse_sizes_default_matches_nccl_tests_sweep():
 def test_parse_fault():
     assert ar.parse_fault("die@1") == ar.Fault("die", 1)
     assert ar.parse_fault("corrupt@0") == ar.Fault("corrupt", 0)
-    for bad in ("die", "die@", "explode@1", "hang@-1", "hang@x"):
+    assert ar.parse_fault("corrupt@1:2") == ar.Fault("corrupt", 1, 2)
+    for bad in ("die", "die@", "explode@1", "hang@-1", "hang@x", "die@1:2", "hang@0:1",
+                "corrupt@1:0", "corrupt@1:", "corrupt@1:x", "corrupt@:2"):
         with pytest.raises(ValueError):
             ar.parse_fault(bad)
+
+
+def test_fault_corrupts_its_rank_in_its_cycles():
+    every, second = ar.Fault("corrupt", 1), ar.Fault("corrupt", 1, 2)
+    assert [every.corrupts(1, c) for c in (1, 2, 3)] == [True, True, True]
+    assert [second.corrupts(1, c) for c in (1, 2, 3)] == [False, True, False]
+    assert not second.corrupts(0, 2) and not ar.Fault("die", 1).corrupts(1, 1)
 
 
 def test_parser_defaults_and_flags():
     parser = ar.build_parser()
     args = parser.parse_args([])
     assert (args.sizes, args.step_factor, args.iters, args.warmup) == ("1K:128M", 2, 20, 5)
+    assert (args.cycles, args.expect_gpu, args.rank_cores) == (1, "none", None)
     assert (args.dtype, args.backend, args.check, args.fault) == ("float32", "auto", True, None)
     args = parser.parse_args(["--no-check", "--fault", "hang@3", "--timeout-s", "7"])
     assert args.check is False and args.fault == ar.Fault("hang", 3) and args.timeout_s == 7
@@ -90,18 +114,20 @@ def test_parser_defaults_and_flags():
 
 
 @pytest.mark.parametrize("argv", [["--fault", "boom@1"], ["--iters", "0"], ["--dtype", "int8"],
-                                  ["--step-factor", "1"], ["--warmup", "-1"]])
+                                  ["--step-factor", "1"], ["--warmup", "-1"], ["--cycles", "0"],
+                                  ["--expect-gpu", "yes"], ["--rank-cores", "0-"]])
 def test_parser_rejects(argv):
     with pytest.raises(SystemExit) as exc:
         ar.build_parser().parse_args(argv)
     assert exc.value.code == 2
 
 
-def test_main_rejects_bad_sizes_with_usage_status(capsys, monkeypatch):
+def test_main_rejects_bad_sizes_with_usage_status(capsys, monkeypatch, tmp_path):
     for name in LAUNCH_VARS:
         monkeypatch.delenv(name, raising=False)
-    assert ar.main(["--sizes", "8K:1K"]) == workload.EXIT_USAGE
-    assert ar.main(["--sizes", "1", "--dtype", "float32"]) == workload.EXIT_USAGE
+    out = ["--out", str(tmp_path)]
+    assert ar.main(["--sizes", "8K:1K", *out]) == workload.EXIT_USAGE
+    assert ar.main(["--sizes", "1", "--dtype", "float32", *out]) == workload.EXIT_USAGE
     assert capsys.readouterr().err.splitlines() == [
         "allreduce.py: error: --sizes: size range start 8192 is above its end 1024",
         "allreduce.py: error: --sizes: 1 B is less than one float32 (4 B)"]
@@ -128,6 +154,20 @@ def test_bandwidths_in_decimal_gigabytes():
     algbw, busbw = ar.bandwidths(128 * 2**20, 0.001, 8)  # 128 MiB in 1 ms
     assert algbw == pytest.approx(134.217728) and busbw == pytest.approx(134.217728 * 1.75)
     assert ar.bandwidths(1024, 0.0, 2) == (0.0, 0.0)
+
+
+def test_one_rank_has_no_bandwidth():
+    """Nothing crosses a link: bytes over time would be a memory copy (624,268 GB/s on one H100
+    for 1 GiB), not a bandwidth."""
+    assert ar.bandwidths(2**30, 1.72e-6, 1) == (None, None)
+    mode = ar.make_mode_record(2**30, 1.72e-6, 0, 1)
+    assert mode == {"time_us": 1.72, "algbw": None, "busbw": None, "wrong": 0}
+    record = ar.make_record(2**30, 2**28, "float32", mode, mode)
+    fields = ar.format_row(record).replace("|", " ").split()
+    assert fields[5:8] == ["n/a", "n/a", "0"] and fields[9:12] == ["n/a", "n/a", "0"]
+    assert len(ar.format_row(record)) == len(ar.format_row(_record()))  # columns still line up
+    assert ar.summarize([record], check=True) == (0, None)
+    assert "# Avg bus bandwidth    : n/a" in ar.format_footer(0, None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,6 +273,35 @@ def test_summarize_and_footer():
     assert "not a pass criterion" in ar.format_footer(0, 1.0)
 
 
+def test_merge_result_keeps_last_timings_and_all_wrong_values():
+    first = ar.merge_result(None, _record(wrong=0), 1)
+    assert first["wrong_cycles"] == [] and first["oop"]["wrong"] == 0
+    bad = _record(wrong=3)
+    bad["ip"] = {**bad["ip"], "time_us": 7.0, "wrong": 2}
+    second = ar.merge_result(first, bad, 2)
+    assert second["wrong_cycles"] == [2]
+    assert (second["oop"]["wrong"], second["ip"]["wrong"], second["ip"]["time_us"]) == (3, 2, 7.0)
+    third = ar.merge_result(second, _record(wrong=1), 3)
+    assert third["wrong_cycles"] == [2, 3] and third["oop"]["wrong"] == 4
+    assert third["ip"]["time_us"] == _record()["ip"]["time_us"]
+    assert bad["oop"]["wrong"] == 3 and "wrong_cycles" not in bad  # the cycle's own row is kept
+    unchecked = ar.make_mode_record(1024, 0.001, None, 2)
+    row = ar.make_record(1024, 256, "float32", unchecked, unchecked)
+    merged = ar.merge_result(ar.merge_result(None, row, 1), row, 2)
+    assert merged["oop"]["wrong"] is None and merged["wrong_cycles"] == []
+
+
+def test_failure_line_names_sizes_cycles_and_modes():
+    clean, bad = _record(), _record(wrong=3)
+    rows = [ar.merge_result(None, bad, 1), ar.merge_result(None, clean, 1)]
+    rows = [ar.merge_result(rows[0], bad, 2), ar.merge_result(rows[1], bad, 2)]
+    report = {"results": rows, "cycle_results": [{"cycle": 1, "results": [bad, clean]},
+                                                 {"cycle": 2, "results": [bad, bad]}]}
+    assert ar.failure_line(report, 9) == (
+        "# FAILED: 9 wrong values at sizes (B): 65536 (cycle 1: oop 3, ip 0; cycle 2: oop 3, "
+        "ip 0), 65536 (cycle 2: oop 3, ip 0)")
+
+
 # ----------------------------------------------------------------------------------------------
 # real runs on this host (gloo, CPU)
 # ----------------------------------------------------------------------------------------------
@@ -245,9 +314,19 @@ def test_single_process_without_launcher(tmp_path):
     rc, out, err = finish(start(cmd, clean_env()))
     assert rc == 0, err
     report = load(tmp_path / "allreduce.json")
-    assert report["world_size"] == 1 and report["ok"] is True
-    assert all(r["oop"]["busbw"] == 0.0 for r in report["results"])  # 2(n-1)/n = 0
+    assert report["world_size"] == 1 and report["ok"] is True and report["wrong_total"] == 0
+    for record in report["results"]:  # no link crossed: no bandwidth, but still checked
+        for mode in ("oop", "ip"):
+            assert record[mode]["algbw"] is None and record[mode]["busbw"] is None
+            assert record[mode]["time_us"] > 0 and record[mode]["wrong"] == 0
+        assert ar.format_row(record) in out and ar.format_row(record).count("n/a") == 4
+    assert report["avg_busbw"] is None
+    assert ar.ONE_RANK_NOTE in out.splitlines()
+    assert "# 1 rank: no data crosses a link, so algbw and busbw are not meaningful " \
+        "(shown as n/a)" in out
     assert load(tmp_path / "rank-0.json")["finished"] is True
+    assert load(tmp_path / "device-0.json") == {
+        key: value for key, value in report["ranks"][0].items() if key != "device_text"}
 
 
 @pytest.mark.distributed
@@ -265,9 +344,20 @@ def test_two_ranks_pass(tmp_path):
         ("cpu", "float32", 3, 1)
     assert report["hostnames"] == [socket.gethostname()]
     assert report["ok"] is True and report["wrong_total"] == 0 and report["finished"]
+    assert (report["cycles"], report["cycles_done"], report["expect_gpu"]) == (1, 1, "none")
+    assert [c["cycle"] for c in report["cycle_results"]] == [1]
+    assert ar.ONE_RANK_NOTE not in out
+    assert [info["rank"] for info in report["ranks"]] == [0, 1]
+    for info in report["ranks"]:
+        assert set(info) == PROBE_KEYS | {"device_text"}
+        assert (info["device"], info["device_text"]) == ("cpu", "cpu")  # gloo, even on a GPU host
+        assert info["build"] == devices.torch_build()
+        assert info["pinned"] is False and f"cores {info['cores']}" in out
+        device = load(tmp_path / f"device-{info['rank']}.json")
+        assert device == {k: v for k, v in info.items() if k != "device_text"}
     assert [r["bytes"] for r in report["results"]] == SMALL_SIZES
     for record in report["results"]:
-        assert record["count"] == record["bytes"] // 4
+        assert record["count"] == record["bytes"] // 4 and record["wrong_cycles"] == []
         assert (record["type"], record["redop"]) == ("float32", "sum")
         for mode in ("oop", "ip"):
             m = record[mode]
@@ -347,3 +437,112 @@ def test_srun_without_master_addr_explains(tmp_path):
     for rc, _, err in results:
         assert rc == workload.EXIT_ERROR and "MASTER_ADDR" in err
         assert "allreduce.py: rank " in err and " failed:" in err  # which rank, where
+
+
+# ----------------------------------------------------------------------------------------------
+# --expect-gpu, --rank-cores, --cycles: real runs
+# ----------------------------------------------------------------------------------------------
+
+
+def _rank_logs(log_dir: Path, stream: str) -> dict[int, str]:
+    """What each local rank wrote to ``stream`` under torchrun's ``--redirects 3``."""
+    return {int(path.parent.name): path.read_text()
+            for path in log_dir.glob(f"*/attempt_0/*/{stream}.log")}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_expect_gpu_without_one_refuses_on_every_rank(tmp_path, nproc):
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    logs = tmp_path / "logs"
+    agent = (*PATIENT, "--log-dir", str(logs), "--redirects", "3")  # each rank's stderr apart
+    rc, _out, err = torchrun(tmp_path / "out", "--expect-gpu", "cuda", nproc=nproc,
+                             backend=None, agent=agent)
+    assert rc != 0
+    assert err.count("exitcode  : 4 ") == nproc, err  # torchrun's summary of each rank
+    host = socket.gethostname()
+    stderr = _rank_logs(logs, "stderr")
+    assert sorted(stderr) == list(range(nproc))
+    for rank, text in stderr.items():
+        assert text.splitlines() == [
+            f"allreduce.py: rank {rank} on {host}: expected a cuda GPU, but torch is not a cuda "
+            f"build (torch {torch.__version__}: cpu build, 0 GPUs visible, no visible-devices "
+            "variable set)"]
+        assert "Traceback" not in text
+        device = load(tmp_path / "out" / f"device-{rank}.json")
+        assert (device["rank"], device["device"], device["visible"]) == (rank, "cpu", 0)
+    assert not (tmp_path / "out" / "allreduce.json").exists()  # refused before the group
+
+
+@pytest.mark.distributed
+def test_expect_gpu_with_gloo_is_a_usage_error(tmp_path):
+    rc, _out, err = single(tmp_path, "--expect-gpu", "cuda", "--backend", "gloo")
+    assert rc == workload.EXIT_USAGE
+    assert err.splitlines() == ["allreduce.py: error: --backend gloo contradicts --expect-gpu "
+                                "cuda: the GPUs would sit idle while the run passes on the CPU"]
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
+def test_rank_cores_pin_each_rank(tmp_path):
+    rc, out, err = torchrun(tmp_path, "--sizes", "1K:4K", "--rank-cores", "0:1")
+    assert rc == 0, err
+    ranks = load(tmp_path / "allreduce.json")["ranks"]
+    assert [(r["rank"], r["cores"], r["pinned"]) for r in ranks] == [(0, "0", True),
+                                                                      (1, "1", True)]
+    for info in ranks:
+        assert info["cpus_allowed_list"] == info["cores"]
+        assert load(tmp_path / f"device-{info['rank']}.json")["cores"] == info["cores"]
+    assert out.count(" [cpu] cores 0\n") == 1 and out.count(" [cpu] cores 1\n") == 1
+
+
+@pytest.mark.distributed
+def test_rank_cores_the_machine_lacks_is_a_usage_error(tmp_path):
+    rc, _out, err = single(tmp_path / "one", "--rank-cores", "4095")
+    assert rc == workload.EXIT_USAGE
+    assert err.startswith("allreduce.py: error: --rank-cores: local rank 0 asks for cores 4095, "
+                          f"which {socket.gethostname()} does not have (online: ")
+    assert len(err.splitlines()) == 1 and "this process may use " in err
+    rc, _out, err = torchrun(tmp_path / "two", "--rank-cores", "0:4095", agent=PATIENT)
+    assert rc != 0 and err.count("exitcode  : 2 ") == 2  # every rank: rank 0 says why
+    assert err.count("allreduce.py: error: --rank-cores: local rank 1 asks for cores 4095") == 1
+
+
+@pytest.mark.distributed
+def test_corruption_in_one_cycle_is_pinned_to_that_cycle(tmp_path):
+    rc, out, err = torchrun(tmp_path, "--sizes", "1K:4K", "--iters", "2", "--warmup", "1",
+                            "--cycles", "3", "--fault", "corrupt@1:2")
+    assert rc != 0
+    report = load(tmp_path / "allreduce.json")
+    assert (report["cycles"], report["cycles_done"], report["ok"]) == (3, 3, False)
+    assert [r["bytes"] for r in report["results"]] == [1024, 2048, 4096]
+    for row in report["results"]:
+        assert row["wrong_cycles"] == [2]
+        assert row["oop"]["wrong"] == 1 and row["ip"]["wrong"] == 1  # one element, one rank
+    assert report["wrong_total"] == 6
+    cycles = report["cycle_results"]
+    assert [c["cycle"] for c in cycles] == [1, 2, 3]
+    for entry in cycles:
+        wrong = [r[m]["wrong"] for r in entry["results"] for m in ("oop", "ip")]
+        assert wrong == ([1] * 6 if entry["cycle"] == 2 else [0] * 6)
+    # the results rows carry the last cycle's timings
+    assert [r["oop"]["time_us"] for r in report["results"]] == \
+        [r["oop"]["time_us"] for r in cycles[2]["results"]]
+    assert [line for line in out.splitlines() if line.startswith("# cycle")] == \
+        ["# cycle 1/3", "# cycle 2/3", "# cycle 3/3"]
+    failed = ("FAILED: 6 wrong values at sizes (B): 1024 (cycle 2: oop 1, ip 1), 2048 (cycle 2: "
+              "oop 1, ip 1), 4096 (cycle 2: oop 1, ip 1)")
+    assert f"# {failed}" in out and failed in err
+    assert load(tmp_path / "rank-1.json")["wrong"] == 6
+
+
+@pytest.mark.distributed
+def test_cycles_without_fault_pass(tmp_path):
+    rc, out, err = torchrun(tmp_path, "--sizes", "1K:2K", "--iters", "2", "--warmup", "1",
+                            "--cycles", "2")
+    assert rc == 0, err
+    report = load(tmp_path / "allreduce.json")
+    assert (report["cycles_done"], report["wrong_total"], report["ok"]) == (2, 0, True)
+    assert all(row["wrong_cycles"] == [] for row in report["results"])
+    assert len(report["cycle_results"]) == 2 and "# cycle 2/2" in out

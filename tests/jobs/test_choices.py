@@ -68,4 +68,48 @@ def test_standard_library_only() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported <= {"__future__", "re"}
+    assert imported <= {"__future__", "re", "typing"}
+
+
+@pytest.mark.parametrize("text, cores", [
+    ("0", {0}), ("0-3,8", {0, 1, 2, 3, 8}), ("49-55", set(range(49, 56))),
+    ("8,0-3", {0, 1, 2, 3, 8}), ("1,1", {1}), ("2-2", {2}),
+])
+def test_parse_cpulist(text, cores):
+    assert choices.parse_cpulist(text) == frozenset(cores)
+
+
+@pytest.mark.parametrize("cores, text", [
+    ({0}, "0"), ({0, 1, 2, 3, 8}, "0-3,8"), (range(49, 56), "49-55"), ({1, 3, 5}, "1,3,5"),
+    ({5, 4, 0, 1}, "0-1,4-5"), ((), ""),
+])
+def test_format_cpulist(cores, text):
+    assert choices.format_cpulist(cores) == text
+
+
+@pytest.mark.parametrize("text", ["0", "0-3,8", "49-55", "0-1,4-5,7", "1,3,5"])
+def test_cpulist_round_trip(text):
+    assert choices.format_cpulist(choices.parse_cpulist(text)) == text
+
+
+@pytest.mark.parametrize("text", ["", "a", "-1", "3-1", "0,,1", "0-", "0-3,", "1.5", "0-7/2"])
+def test_parse_cpulist_rejects(text):
+    with pytest.raises(ValueError):
+        choices.parse_cpulist(text)
+
+
+@pytest.mark.parametrize("text, ranks", [
+    ("49-55:57-63:17-23", [range(49, 56), range(57, 64), range(17, 24)]),
+    ("0:1", [{0}, {1}]),
+    ("0-1,4:2-3,5", [{0, 1, 4}, {2, 3, 5}]),
+])
+def test_parse_rank_cores(text, ranks):
+    parsed = choices.parse_rank_cores(text)
+    assert parsed == [frozenset(cores) for cores in ranks]
+    assert ":".join(choices.format_cpulist(cores) for cores in parsed) == text
+
+
+@pytest.mark.parametrize("text", ["", ":", "0:", ":1", "0::1", "0;1", "0:x"])
+def test_parse_rank_cores_rejects(text):
+    with pytest.raises(ValueError):
+        choices.parse_rank_cores(text)

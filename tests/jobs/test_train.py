@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import pickle
+import socket
 import struct
 import sys
 from pathlib import Path
@@ -114,6 +115,12 @@ def assert_trained(code: int, out: str, err: str, report: dict, example: str,
         assert epoch["samples"] > 0 and epoch["throughput"] > 0 and epoch["time_s"] > 0
         assert 0.0 <= epoch["accuracy"] <= 1.0 and 0.0 <= epoch["val_accuracy"] <= 1.0
     assert report["finished"] is not None
+    # every rank's device probe, gathered (train.json) and as each rank wrote it
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert report["hostnames"] == [r["hostname"] for r in report["ranks"]]
+    for info in report["ranks"]:
+        assert (info["device"], info["build"], info["device_text"]) == ("cpu", "cpu", "cpu")
+        assert f"[cpu] cores {info['cores']}" in out
     # rank 0 alone prints
     assert out.count("Epoch 1/") == 1
     assert "Training complete." in out and "Parameters consistent across ranks: yes" in out
@@ -440,6 +447,20 @@ def test_bad_ds_config_exits_2_with_one_line(tmp_path):
         "quotes (not valid JSON, even allowing trailing commas)")]
 
 
+def test_expect_gpu_without_one_exits_4_before_training(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    code, out, err = single(tmp_path, "--expect-gpu", "rocm", RANK="0", WORLD_SIZE="1")
+    assert code == 4 and out == ""
+    assert err.splitlines() == [
+        f"train.py: rank 0 on {socket.gethostname()}: expected a rocm GPU, but torch is not a "
+        f"rocm build (torch {torch.__version__}: cpu build, 0 GPUs visible, no visible-devices "
+        "variable set)"]
+    device = json.loads((tmp_path / "out" / "device-0.json").read_text())
+    assert (device["device"], device["build"]) == ("cpu", "cpu")
+    assert not (tmp_path / "out" / "train.json").exists()
+
+
 def test_missing_data_exits_2(tmp_path):
     code, _out, err = single(tmp_path, "--model", "cnn", "--data", str(tmp_path))
     assert code == 2
@@ -467,6 +488,19 @@ def test_ddp_cnn_trains_and_ranks_agree(tmp_path):
     # 512 samples, global batch 32: 16 steps of 32 per epoch
     assert [e["samples"] for e in report["epochs"]] == [512, 512]
     assert report["final"]["val_accuracy"] > 0.3  # 10 classes: chance is 0.1
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
+def test_ddp_ranks_pin_themselves(tmp_path):
+    code, out, err, report = torchrun(tmp_path, "--example", "ddp", "--model", "cnn", *SMALL,
+                                      "--epochs", "1", "--rank-cores", "1:0")
+    assert code == 0, err[-3000:]
+    assert [(r["cores"], r["cpus_allowed_list"], r["pinned"]) for r in report["ranks"]] == \
+        [("1", "1", True), ("0", "0", True)]
+    for info in report["ranks"]:
+        device = json.loads((tmp_path / "out" / f"device-{info['rank']}.json").read_text())
+        assert device["cores"] == info["cores"]
 
 
 @pytest.mark.distributed

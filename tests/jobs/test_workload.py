@@ -31,7 +31,8 @@ def rank(monkeypatch):
 
 def test_exit_codes_are_what_the_host_reads() -> None:
     assert (workload.EXIT_OK, workload.EXIT_FAILED, workload.EXIT_USAGE,
-            workload.EXIT_ERROR) == (0, 1, 2, 3)
+            workload.EXIT_ERROR, workload.EXIT_NO_GPU) == (0, 1, 2, 3, 4)
+    assert "4 no usable GPU of the kind --expect-gpu names" in workload.EPILOG
 
 
 @pytest.mark.parametrize("convert, good, bad, message", [
@@ -54,9 +55,16 @@ def test_common_flags() -> None:
     workload.add_common_flags(parser, out="res", writes="x.json", timeout_s=9)
     args = parser.parse_args([])
     assert (args.backend, args.out, args.timeout_s) == ("auto", "res", 9)
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--backend", "mpi"])
-    assert "x.json" in parser.format_help()
+    assert (args.expect_gpu, args.rank_cores) == ("none", None)
+    args = parser.parse_args(["--expect-gpu", "rocm", "--rank-cores", "49-55:57-63"])
+    assert args.expect_gpu == "rocm"
+    assert args.rank_cores == [frozenset(range(49, 56)), frozenset(range(57, 64))]
+    for bad in (["--backend", "mpi"], ["--expect-gpu", "metal"], ["--rank-cores", "3-1"],
+                ["--rank-cores", "0:"]):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(bad)
+        assert exc.value.code == 2
+    assert "x.json" in parser.format_help() and "device-<RANK>.json" in parser.format_help()
 
 
 def test_usage_error_is_one_line_from_rank_0_only(rank, capsys) -> None:
