@@ -56,7 +56,11 @@ FIELDS = (
     Field("notes"),
 )
 DETECT_FIELDS = (Field("env", "str_list", default=[]), Field("hostname", "str_list", default=[]))
-TRANSPORT_FIELDS = (Field("name", required=True), Field("expect", required=True))
+#: ``net``: the NCCL_NET value every run sets, so NCCL/RCCL fail instead of falling back to TCP;
+#: ``from_nodes``: the runs it applies to (2: only runs across nodes, where a site binds its network
+#: stack in only for those, as Olivia does).
+TRANSPORT_FIELDS = (Field("name", required=True), Field("expect", required=True), Field("net"),
+                    Field("from_nodes", "int", default=1))
 GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
 #: The variable that limits which GPUs a process sees, per GPU kind.
 VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
@@ -97,10 +101,18 @@ class Site:
     references: tuple[Reference, ...] = ()
     transport_name: str | None = None
     transport_expect: str | None = None
+    #: NCCL_NET for every run (``transport.net``): NCCL/RCCL must use this network or fail.
+    transport_net: str | None = None
+    #: The transport (its proof and NCCL_NET) applies to runs of at least this many nodes.
+    transport_from_nodes: int = 1
     detect_env: tuple[str, ...] = ()
     detect_hostname: tuple[str, ...] = ()
     notes: str | None = None
     lines: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def transport_applies(self, nodes: int) -> bool:
+        """Whether a run on ``nodes`` nodes must use (and prove) the declared transport."""
+        return bool(self.transport_expect) and nodes >= self.transport_from_nodes
 
     @property
     def gpu_flag(self) -> str | None:
@@ -160,7 +172,9 @@ def load_site(path: Path) -> Site:
 
     if values["gpu"] != "none" and values["gpus_per_node"] <= 0:
         raise fail("gpus_per_node", "a GPU site needs gpus_per_node > 0")
-    if values["cpu_bind"] and len(values["cpu_bind"]) != values["gpus_per_node"]:
+    # On a GPU site one mask per GPU of a node; on a CPU site one per rank of a full node.
+    if (values["cpu_bind"] and values["gpu"] != "none"
+            and len(values["cpu_bind"]) != values["gpus_per_node"]):
         raise fail("cpu_bind", f"one CPU mask per GPU: {len(values['cpu_bind'])} masks for "
                                f"{values['gpus_per_node']} GPUs")
     for mask in values["cpu_bind"]:
@@ -179,6 +193,14 @@ def load_site(path: Path) -> Site:
             re.compile(transport["expect"])
         except re.error as exc:
             raise fail("transport", f"expect is not a valid regular expression: {exc}") from exc
+        net = transport["net"]
+        if net is not None and (not net.strip() or net != net.strip()):
+            raise ConfigError("must name the network (NCCL_NET compares it exactly: no empty "
+                              "value, no spaces at its ends)", path=path,
+                              line=line_of(values["transport"], "net"), key="transport.net")
+        if transport["from_nodes"] < 1:
+            raise ConfigError("must be at least 1", path=path, key="transport.from_nodes",
+                              line=line_of(values["transport"], "from_nodes"))
     return Site(name=path.stem, path=path, description=values["description"],
                 scheduler=values["scheduler"], gpu=values["gpu"], runtime=values["runtime"],
                 gpus_per_node=values["gpus_per_node"], cores_per_node=values["cores_per_node"],
@@ -196,6 +218,8 @@ def load_site(path: Path) -> Site:
                 references=_references(data.get("references") or [], path),
                 transport_name=transport["name"] if transport else None,
                 transport_expect=transport["expect"] if transport else None,
+                transport_net=transport["net"] if transport else None,
+                transport_from_nodes=transport["from_nodes"] if transport else 1,
                 detect_env=tuple(detect["env"]), detect_hostname=tuple(detect["hostname"]),
                 notes=values["notes"], lines={key: line_of(data, key) for key in data})
 

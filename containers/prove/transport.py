@@ -3,7 +3,10 @@
 A Slingshot site whose RCCL cannot load the aws-ofi plugin does not fail: it falls back to TCP
 sockets and runs at a few GB/s. CSCS's regression checks therefore assert the plugin's line
 (``NET/OFI Selected provider is cxi``); a site profile declares the line it expects and this module
-tells a proven transport from a silent fallback.
+tells a proven transport from a silent fallback. A profile that also names the network
+(``transport.net``) makes every run set ``NCCL_NET``: then NCCL/RCCL refuse the fallback and stop
+at start-up (``Error: network AWS Libfabric not found.``, ``Failed to initialize any NET plugin``),
+and this module names that failure. :func:`stack_from_log` reads the versions the same lines show.
 """
 
 from __future__ import annotations
@@ -17,6 +20,38 @@ SOCKET_FALLBACK = (re.compile(r"NCCL INFO NET/Socket\b"),
                    re.compile(r"NCCL INFO Using network Socket"))
 #: Any line naming the network NCCL chose.
 NETWORK_LINE = re.compile(r"NCCL INFO (NET/\w+|Using network )")
+#: The errors NCCL/RCCL stop with when NCCL_NET names a network they cannot load: RCCL and older
+#: NCCL (net.cc: ``Error: network %s not found.``, also in PyTorch's "Last error"), newer NCCL
+#: (plugin/net.cc: ``Failed to initialize any NET plugin``).
+PLUGIN_FAILED = (re.compile(r"\bError: network (?P<net>.*?) ?not found\b"),
+                 re.compile(r"\bFailed to initialize any NET plugin\b"))
+#: NCCL/RCCL's own lines when the network plugin library did not load (``libnccl-net.so``, RCCL's
+#: ``librccl-net.so``), across versions: ``Could not find: …``, ``No plugin found (…)``,
+#: ``dlerror=…``, ``Plugin load returned …``, ``libnccl-net.so: <loader error>``. They also appear
+#: in good runs (one of several names tried), so they count only where NCCL_NET is set and the
+#: expected line is missing.
+PLUGIN_NOT_LOADED = re.compile(r"NET/Plugin ?: (Could not find\b|No plugin found\b|dlerror=|"
+                               r"Plugin load returned\b|Most recent plugin load returned\b|"
+                               r"\S*[nr]ccl-net\S*\.so: )")
+#: The library the dynamic loader could not open, from a plugin line.
+LOADER_MISSING = re.compile(r"NET/Plugin ?: .*?([\w.+-]+\.so[\w.]*): cannot open shared object")
+#: What usually keeps the aws-ofi plugin from loading in a container.
+PLUGIN_CAUSES = ("missing binds of the host's network libraries such as /opt/cray and "
+                 "libcxi.so.1, the plugin not on LD_LIBRARY_PATH, the plugin not installed in "
+                 "the image")
+
+#: ``stack_from_log``'s patterns: key -> regex whose first group is the value.
+STACK = {
+    # newer aws-ofi-nccl "Initializing aws-ofi-nccl 1.14.2", older ones and aws-ofi-rccl "Using …"
+    "net_plugin": re.compile(r"NET/OFI (?:Initializing|Using) (aws-ofi-[nr]ccl \S+)"),
+    "libfabric": re.compile(r"NET/OFI Using Libfabric version (\S+)"),
+    # "NCCL version 2.21.5+cuda12.4", "RCCL version 2.20.5+hip6.2 HEAD:…",
+    # "RCCL version : 2.21.5-develop:…" (the branch and commit are left out)
+    "nccl_log": re.compile(r"\b[NR]CCL version\s*:?\s*(\d+\.\d+\.\d+(?:\+[\w.]+)?)"),
+    "network": re.compile(r"NCCL INFO Using network (\S.*?)\s*$"),
+}
+#: The network from NCCL's own transport lines, where no ``Using network`` line came.
+NETWORK_FALLBACK = re.compile(r"NCCL INFO NET/(IB|Socket)\b")
 
 
 @dataclass(frozen=True)
@@ -26,22 +61,66 @@ class TransportCheck:
     evidence: str | None = None
 
 
-def check_transport(lines: Sequence[str], *, expect: str, name: str) -> TransportCheck:
-    """``expect`` is a regex for the line that proves the intended transport was used."""
+def _plugin_failure(lines: Sequence[str], line: str, *, name: str,
+                    net: str | None) -> TransportCheck:
+    missing = next((m.group(1) for m in map(LOADER_MISSING.search, lines) if m), None)
+    loader = f"; the loader could not open {missing}" if missing else ""
+    what = (f"the network plugin '{net}' (NCCL_NET='{net}' forbids the TCP fallback)" if net
+            else "any network plugin (an NCCL_NET setting forbids the TCP fallback)")
+    return TransportCheck(False, f"{name}: NCCL/RCCL could not load {what}{loader}: usual "
+                                 f"causes: {PLUGIN_CAUSES}", line.strip())
+
+
+def check_transport(lines: Sequence[str], *, expect: str, name: str,
+                    net: str | None = None) -> TransportCheck:
+    """``expect`` is a regex for the line that proves the intended transport was used; ``net``
+    the NCCL_NET the run set, if any. NCCL/RCCL stopping for want of the network wins over every
+    other line (a rank that failed to start is a failed run)."""
+    for line in lines:
+        for pattern in PLUGIN_FAILED:
+            found = pattern.search(line)
+            if found:
+                named = (found.groupdict().get("net") or "").strip() or None
+                return _plugin_failure(lines, line, name=name, net=net or named)
     wanted = re.compile(expect)
     for line in lines:
         if wanted.search(line):
             return TransportCheck(True, f"transport {name} confirmed", line.strip())
+    if net:
+        unloaded = next((line for line in lines if PLUGIN_NOT_LOADED.search(line)), None)
+        if unloaded is not None:
+            return _plugin_failure(lines, unloaded, name=name, net=net)
     fallback = next((line for line in lines if any(p.search(line) for p in SOCKET_FALLBACK)),
                     None)
     if fallback is not None:
         return TransportCheck(
             False, f"NCCL/RCCL fell back to TCP sockets instead of {name}: the network plugin "
-                   "was not found or did not load (usual causes: missing binds of the host's "
-                   "network libraries such as /opt/cray and libcxi.so.1, the plugin not on "
-                   "LD_LIBRARY_PATH, or a wrong NCCL_SOCKET_IFNAME)", fallback.strip())
+                   f"was not found or did not load (usual causes: {PLUGIN_CAUSES}, or a wrong "
+                   "NCCL_SOCKET_IFNAME)", fallback.strip())
     if not any(NETWORK_LINE.search(line) for line in lines):
         return TransportCheck(False, f"no NCCL network line in the output, so {name} is not "
                                      "proven (NCCL_DEBUG=INFO must reach the ranks)")
     return TransportCheck(False, f"the NCCL output names a network but not {name} (expected a "
                                  f"line matching {expect!r})")
+
+
+def stack_from_log(lines: Sequence[str]) -> dict[str, str]:
+    """The communication stack NCCL/RCCL's ``NCCL_DEBUG=INFO`` lines show, first seen of each:
+    ``net_plugin`` (``aws-ofi-nccl 1.14.2``), ``libfabric`` (``2.1``), ``nccl_log`` (the NCCL or
+    RCCL version, ``2.21.5+cuda12.4``) and ``network`` (``AWS Libfabric``, ``IB``, ``Socket``).
+    Only keys that were seen; warnings are skipped (they may quote versions an image was built
+    against, not the ones running)."""
+    stack: dict[str, str] = {}
+    for line in lines:
+        if "NCCL WARN" in line:
+            continue
+        for key, pattern in STACK.items():
+            if key not in stack:
+                found = pattern.search(line)
+                if found:
+                    stack[key] = found.group(1)
+    if "network" not in stack:
+        found = next((m for m in map(NETWORK_FALLBACK.search, lines) if m), None)
+        if found:
+            stack["network"] = found.group(1)
+    return stack
