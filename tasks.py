@@ -85,6 +85,8 @@ def build(c, target=None, force=False, dry_run=False, build_arg=None):
         "warmup": "untimed warm-up iterations per size",
         "timeout": "seconds before every rank is stopped and the run fails",
         "dtype": "element type: float32, float16 or bfloat16",
+        "cycles": "repeat the whole sweep this many times (a corruption soak, nccl-tests' -N); "
+                  "any wrong value in any cycle fails, naming the cycles and sizes",
         "dry_run": "print the exact exec command, run nothing",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
         "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
@@ -93,13 +95,13 @@ def build(c, target=None, force=False, dry_run=False, build_arg=None):
 )
 @_user_errors
 def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=600.0,
-          dtype="float32", dry_run=False, history=False, nodes=1):
+          dtype="float32", cycles=1, dry_run=False, history=False, nodes=1):
     """all_reduce benchmark inside the image (nccl-tests style): algbw, busbw, #wrong, verdict."""
     if history:
         app.smoke_history(_project(c), target=target)
         return
     options = SmokeOptions(gpus=int(gpus), sizes=sizes, iters=int(iters), warmup=int(warmup),
-                           timeout=float(timeout), dtype=dtype)
+                           timeout=float(timeout), dtype=dtype, cycles=int(cycles))
     app.prove(_project(c), target=target, options=options, dry_run=dry_run, nodes=int(nodes))
 
 

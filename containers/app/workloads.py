@@ -86,6 +86,8 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
         say(f"{kind.title(options)}: {item.name} on site {site.name}, {workload.ranks} ranks, "
             f"results in {os.path.relpath(workload.out_dir)}")
         say(f"  run  {show_command(workload.argv)}")
+        if workload.cores_note:
+            say(f"  {workload.cores_note}")
         if dry_run:
             done.append(workload)
             continue

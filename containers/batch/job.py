@@ -190,8 +190,8 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
              command(workload.argv)]
     script = Script(directives=scheduler.preamble(res), comments=[
         *comments, f"{request.nodes} node{'s' if multinode else ''} x {gpus} "
-        f"{'GPUs' if site.gpu != 'none' else 'CPU ranks'}, launcher {launcher.name}"],
-        body=body)
+        f"{'GPUs' if site.gpu != 'none' else 'CPU ranks'}, launcher {launcher.name}",
+        *([workload.cores_note] if workload.cores_note else [])], body=body)
     results = out_dir.replace(job_id, "{job_id}")
     return Job(request=request, target=target, site=site, scheduler=scheduler,
                launcher=launcher, resources=res, text=script.render(), results=results)

@@ -42,3 +42,15 @@ def cotainr_binary() -> str:
     """cotainr from PATH, else the one installed beside this Python (a venv not activated)."""
     beside = Path(sys.executable).parent / "cotainr"
     return shutil.which("cotainr") or (str(beside) if beside.is_file() else "cotainr")
+
+
+def gpu_kinds_here(dev: Path = Path("/dev")) -> set[str]:
+    """The GPU kinds whose device files this machine has: ``cuda`` (``/dev/nvidia0``, …),
+    ``rocm`` (``/dev/kfd``). A login node usually has neither, so a check that needs the
+    target's GPUs can say up front that it cannot run here."""
+    kinds = set()
+    if any(p.name[len("nvidia"):].isdigit() for p in dev.glob("nvidia[0-9]*")):
+        kinds.add("cuda")
+    if (dev / "kfd").exists():
+        kinds.add("rocm")
+    return kinds

@@ -32,3 +32,6 @@ ZERO_STAGES: tuple[int, ...] = choices.ZERO_STAGES
 DTYPES: tuple[str, ...] = tuple(choices.DTYPES)
 check_sizes = choices.check_sizes
 check_model_size = choices.check_model_size
+GPU_KINDS: tuple[str, ...] = choices.GPU_KINDS
+parse_cpulist = choices.parse_cpulist
+format_cpulist = choices.format_cpulist

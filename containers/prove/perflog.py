@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from containers.locking import file_lock
+from containers.prove import stack
 
 LOG_NAME = "allreduce.jsonl"
 #: Performance states of runs that measured their reference's message size.
@@ -63,9 +64,22 @@ def image_label(record: dict) -> str:
     return f"{record.get('target')} {short}" + (f" ({built})" if built else "")
 
 
+def stack_changes(records: Sequence[dict]) -> list[list[str]]:
+    """Per record (oldest first), what changed in its stack since the previous run of the same
+    image: a driver or plugin upgrade under one image shows as a step with its cause."""
+    last: dict[str, dict] = {}
+    found = []
+    for record in records:
+        image = str(record.get("sha256") or record.get("inputs_hash") or record.get("target"))
+        found.append(stack.changes(last.get(image), record.get("stack")))
+        if record.get("stack"):
+            last[image] = record["stack"]
+    return found
+
+
 def history_rows(records: Sequence[dict]) -> list[list[object]]:
     rows = []
-    for record in records:
+    for record, changed in zip(records, stack_changes(records)):
         size, busbw = headline(record)
         performance = record.get("performance") or {}
         reference = performance.get("reference")
@@ -76,12 +90,13 @@ def history_rows(records: Sequence[dict]) -> list[list[object]]:
             "" if busbw is None else f"{busbw:.3f}",
             "" if not reference else f"{reference['value']:g} {reference['unit']}",
             "PASS" if record.get("passed") else "FAIL", performance.get("state", ""),
+            "; ".join(changed),
         ])
     return rows
 
 
 HISTORY_COLUMNS = ("date", "site", "partition", "image", "ranks", "nodes", "size", "busbw GB/s",
-                   "reference", "sanity", "performance")
+                   "reference", "sanity", "performance", "stack changed")
 
 
 def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
@@ -96,6 +111,7 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
     # Only runs judged at their reference size are comparable; others (a quick run with small
     # sizes) are in the table but would put a 64 KiB figure next to 128 MiB ones here.
     judged = [r for r in records if (r.get("performance") or {}).get("state") in JUDGED]
+    changed = {id(r): c for r, c in zip(records, stack_changes(records)) if c}
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
     series: dict[str, list[tuple[datetime.datetime, float, bool]]] = {}
     for record in judged or records:
@@ -104,6 +120,10 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
             continue
         when = datetime.datetime.fromisoformat(record["date"].replace("Z", "+00:00"))
         series.setdefault(image_label(record), []).append((when, busbw, bool(record.get("passed"))))
+        if id(record) in changed:  # the same image on a changed stack: mark the step's cause
+            ax.axvline(when, color="tab:purple", linestyle=":", linewidth=1)
+            ax.annotate("stack: " + "; ".join(changed[id(record)]), (when, busbw), fontsize=6,
+                        rotation=90, va="bottom", color="tab:purple")
     for label, points in series.items():
         xs = [p[0] for p in points]
         ys = [p[1] for p in points]

@@ -14,7 +14,8 @@ from containers.inputs.references import Reference
 
 @dataclass(frozen=True)
 class Judgement:
-    """``state`` is pass, fail, xfail (failed as expected), xpass, no-reference or not-measured."""
+    """``state`` is pass, fail, xfail (failed as expected), xpass, no-reference, not-measured
+    or not-judged (one rank: no link to measure)."""
 
     state: str
     message: str

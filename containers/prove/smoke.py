@@ -13,16 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from containers.errors import UsageError
+from containers.inputs import names
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
-from containers.prove import names, verdict
+from containers.prove import verdict
 from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, one_of
 from containers.prove.performance import Judgement, judge
 from containers.prove.transport import TransportCheck, check_transport
 from containers.report import plot_busbw
-
-#: What makes NCCL/RCCL name its network transport in the output.
-DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +33,7 @@ class SmokeOptions:
     warmup: int = 5
     timeout: float = 600.0
     dtype: str = "float32"
+    cycles: int = 1
     fault: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -42,6 +41,7 @@ class SmokeOptions:
         at_least("--gpus", self.gpus)
         at_least("--iters", self.iters)
         at_least("--warmup", self.warmup, 0)
+        at_least("--cycles", self.cycles)
         above_zero("--timeout", self.timeout)
         one_of("--dtype", self.dtype, names.DTYPES)
         try:
@@ -58,6 +58,10 @@ def _rows(result: verdict.Result) -> list[dict]:
     return list(result.report.get("results", [])) if result.report else []
 
 
+def _cycles(result: verdict.Result) -> int:
+    return int((result.report or {}).get("cycles") or 1)
+
+
 def wrong_total(result: verdict.Result) -> int:
     """Wrong values over every size measured so far (the benchmark rewrites its JSON after
     each size, so a run that died midway still shows what it had checked)."""
@@ -65,11 +69,18 @@ def wrong_total(result: verdict.Result) -> int:
 
 
 def transport(result: verdict.Result) -> TransportCheck | None:
-    site = result.plan.site
-    if not site.transport_expect or not result.report or result.report.get("backend") != "nccl":
-        return None  # gloo (CPU) runs have no NCCL transport to prove
-    return check_transport(result.outcome.lines, expect=site.transport_expect,
-                           name=site.transport_name or site.transport_expect)
+    """The transport's proof where the site declares one for a run of this many nodes. A run
+    that stopped before its report (NCCL_NET refusing a missing plugin does that) is still read
+    for the plugin failure; a gloo run (CPU) has no NCCL transport to prove."""
+    site, report = result.plan.site, result.report
+    if not site.transport_applies(result.plan.nodes):
+        return None
+    proof = check_transport(result.outcome.lines, expect=site.transport_expect or "",
+                            name=site.transport_name or site.transport_expect or "",
+                            net=site.transport_net)
+    if report is not None and report.get("backend") == "nccl":
+        return proof
+    return proof if proof.evidence is not None and not proof.ok else None
 
 
 class SmokeKind(WorkloadKind):
@@ -83,19 +94,29 @@ class SmokeKind(WorkloadKind):
                nodes: int) -> Invocation:
         args = ["--sizes", options.sizes, "--iters", str(options.iters),
                 "--warmup", str(options.warmup), "--dtype", options.dtype,
+                "--cycles", str(options.cycles),
                 "--out", settings.results_mount, "--timeout-s", str(int(options.timeout))]
         if options.fault:
             args += ["--fault", options.fault]
-        return Invocation(args=args, env={**(DEBUG_ENV if site.transport_expect else {}),
-                                      **options.extra_env})
+        return Invocation(args=args, env=dict(options.extra_env))
 
     def failures(self, result: verdict.Result) -> list[str]:
+        found = []
+        proof = transport(result) if result.report is None else None
+        if proof is not None and not proof.ok:  # stopped at start-up: the plugin did not load
+            found.append(proof.message)
         wrong = wrong_total(result)
         if not wrong:
-            return []
-        sizes = [str(r["bytes"]) for r in _rows(result) if r["oop"]["wrong"] or r["ip"]["wrong"]]
-        return [f"{wrong} wrong values (all_reduce results differ from the exact sum) at sizes "
-                f"{', '.join(sizes)} B"]
+            return found
+        soak = _cycles(result) > 1
+        sizes = [f"{r['bytes']} B" + (f" (cycle{'s' if len(r['wrong_cycles']) > 1 else ''} "
+                                      f"{', '.join(map(str, r['wrong_cycles']))})"
+                                      if soak and r.get("wrong_cycles") else "")
+                 for r in _rows(result) if r["oop"]["wrong"] or r["ip"]["wrong"]]
+        return found + [
+            f"{wrong} wrong values (all_reduce results differ from the exact sum) at sizes "
+            f"{', '.join(sizes)}"
+            + (f" in a soak of {_cycles(result)} cycles" if _cycles(result) > 1 else "")]
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         reasons = []
@@ -107,6 +128,9 @@ class SmokeKind(WorkloadKind):
         return reasons
 
     def performance(self, result: verdict.Result) -> Judgement:
+        if result.plan.ranks == 1:
+            return Judgement("not-judged", "1 rank: no data crosses a link, so there is no "
+                             "bandwidth to judge")
         rows = _rows(result)
         reference = result.plan.site.reference(
             partition=result.partition, nodes=result.nodes,
@@ -120,11 +144,14 @@ class SmokeKind(WorkloadKind):
         largest = rows[-1] if rows else None
         return {
             "wrong_total": wrong_total(result),
+            "cycles": _cycles(result),
+            "cycles_done": (result.report or {}).get("cycles_done"),
             "transport": None if proof is None else {
                 "ok": proof.ok, "message": proof.message, "evidence": proof.evidence},
             "results": [{"bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
                          "busbw_ip": r["ip"]["busbw"],
-                         "wrong": (r["oop"]["wrong"] or 0) + (r["ip"]["wrong"] or 0)}
+                         "wrong": (r["oop"]["wrong"] or 0) + (r["ip"]["wrong"] or 0),
+                         "wrong_cycles": r.get("wrong_cycles") or []}
                         for r in rows],
             "largest": None if largest is None else {
                 "bytes": largest["bytes"], "busbw_oop": largest["oop"]["busbw"],
@@ -132,7 +159,7 @@ class SmokeKind(WorkloadKind):
         }
 
     def write_reports(self, result: verdict.Result) -> list[Path]:
-        if not _rows(result):
+        if not _rows(result) or result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
         return [plot_busbw(result.report, result.plan.out_dir / "allreduce.png",
                            title=f"all_reduce busbw: {result.plan.target.name}, "

@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from containers.errors import UsageError
+from containers.inputs import names
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
-from containers.prove import names, verdict
+from containers.prove import verdict
 from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, existing, one_of
 
 DATA_MOUNT = "/opt/containers/data"

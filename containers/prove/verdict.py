@@ -2,8 +2,9 @@
 them, and the record of both (``verdict.json``).
 
 * sanity: nothing timed out, every rank finished, the script exited 0 without an error of its
-  own, its report was written, on a GPU site the report shows the GPUs were used (backend nccl
-  on a GPU device), and the kind's rules on that report hold (smoke: no ``#wrong``
+  own, its report was written, on a GPU site every rank's device report shows it used a GPU of
+  its own with a torch built for it and backend nccl (:mod:`containers.prove.devices`), pinned
+  ranks ran on their cores, and the kind's rules on that report hold (smoke: no ``#wrong``
   values and the site's network transport proven; train: the loss fell and the ranks agree);
 * performance: against the site's references where the kind is judged (smoke), else not judged.
 
@@ -19,6 +20,7 @@ from functools import cached_property
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.facts import utc_now
 from containers.inputs.sites import VISIBLE_DEVICES
+from containers.prove import devices, stack
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
@@ -73,29 +75,31 @@ def sanity(result: Result) -> list[str]:
     reasons += [line.strip() for line in outcome.lines
                 if line.strip().startswith(f"{kind.script}: error:")][:1]
     reasons += kind.failures(result)
+    # What the ranks ran on is judged even when the workload stopped early: a rank without its
+    # GPU refuses to start, and its device report says why.
+    reasons += device_reasons(result)
     if outcome.returncode != 0 and not outcome.timed_out and not reasons:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
     if result.report is None:
         return reasons or [f"no {kind.report_name} was written"]
-    return reasons + gpu_reasons(result) + kind.report_reasons(result, settled=bool(reasons))
+    return reasons + kind.report_reasons(result, settled=bool(reasons))
 
 
-def gpu_reasons(result: Result) -> list[str]:
-    """On a site with GPUs, a run must prove it used them: the workload reports the backend and
-    the device its ranks ran on, and anything but nccl (RCCL on ROCm) on a GPU fails, as does a
-    report that does not say. A CPU run would otherwise pass and prove nothing about the site."""
-    site, report = result.plan.site, result.report or {}
-    if site.gpu == "none":
-        return []
-    backend, device = report.get("backend"), report.get("device")
-    if backend == "nccl" and device == "cuda":  # ROCm torch names its GPUs "cuda" too
-        return []
-    return [f"site {site.name} has {site.gpu} GPUs but the ranks ran on "
-            f"{device or 'an unreported device'} with backend {backend or 'unreported'}: the "
-            f"GPUs were not used (usual causes: the runtime's {site.gpu_flag} flag missing, "
-            f"the driver libraries not found in the container, "
-            f"{VISIBLE_DEVICES[site.gpu]} empty or wrong, or an image built for the other GPU "
-            "vendor or for CPUs only)"]
+def expectation(plan: Workload) -> devices.Expectation:
+    """What the plan promised about devices, for the device gate."""
+    site = plan.site
+    return devices.Expectation(
+        site=site.name, gpu=site.gpu, ranks=plan.ranks, gpu_flag=site.gpu_flag,
+        visible_var=VISIBLE_DEVICES.get(site.gpu),
+        rank_cores=tuple(plan.cores))
+
+
+def device_reasons(result: Result) -> list[str]:
+    """On a site with GPUs, a run must prove it used them, rank by rank (its device reports);
+    anywhere, pinned ranks must be on their cores. A CPU run would otherwise pass on a GPU site
+    and prove nothing about it."""
+    backend = (result.report or {}).get("backend")
+    return devices.reasons(expectation(result.plan), result.outcome.devices, backend=backend)
 
 
 def record(result: Result, *, image_record: dict) -> dict:
@@ -117,6 +121,10 @@ def record(result: Result, *, image_record: dict) -> dict:
         "ranks": plan.ranks,
         "nodes": result.nodes,
         "backend": report.get("backend"),
+        "device_kind": devices.kind_of(result.outcome.devices),
+        "devices": devices.summary(result.outcome.devices),
+        "stack": stack.of_run(result.outcome.devices, result.outcome.lines,
+                              runtime=result.plan.launch.runtime),
         "passed": not result.reasons,
         "reasons": list(result.reasons),
         "performance": None if performance is None else {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from containers.errors import CommandFailed, PerformanceFailed, VerdictFailed
 from containers.host.facts import utc_now
@@ -23,32 +23,40 @@ from containers.report import Say
 # Runs a short smoke of the image (its output through the given ``Say``); raises
 # VerdictFailed when it is wrong, PerformanceFailed when it is only slow.
 QuickCheck = Callable[[Say], None]
-SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "wrong_total",
-              "largest", "transport", "performance", "seconds", "date")
+SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "device_kind",
+              "wrong_total", "cycles", "largest", "transport", "performance", "stack", "seconds",
+              "date")
+GPU_NAMES = {"cuda": "NVIDIA (CUDA)", "rocm": "AMD (ROCm)"}
 
 
 def find_verdict(results_dir: Path, target: str, sha256: str, *,
-                 on_gpus: bool = False) -> tuple[Path, dict] | None:
-    """The newest passing smoke verdict (2 ranks or more) for exactly this image; ``on_gpus``
-    (a GPU target or site): only one whose ranks ran on GPUs (backend nccl, RCCL on ROCm), so a
-    CPU run, or a verdict written before the sanity gate checked for GPUs, proves nothing."""
+                 gpu: str = "none") -> tuple[Path, dict] | None:
+    """The newest passing smoke verdict (2 ranks or more) for exactly this image. For a GPU
+    image (``gpu`` cuda or rocm, the target's or its site's), only one whose every rank ran on
+    that kind of GPU with backend nccl (RCCL on ROCm): a CPU run, a run on the other vendor's
+    GPUs, or a verdict written before ranks reported their devices proves nothing about it."""
     best: tuple[Path, dict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if (record.get("target") == target and record.get("sha256") == sha256
+        if (isinstance(record, dict) and record.get("target") == target
+                and record.get("sha256") == sha256
                 and record.get("passed") is True and int(record.get("ranks") or 0) >= 2
-                and (not on_gpus or record.get("backend") == "nccl")
+                and (gpu == "none" or (record.get("backend") == "nccl"
+                                       and record.get("device_kind") == gpu))
                 and (best is None or str(record.get("date")) > str(best[1].get("date")))):
             best = (path, record)
     return best
 
 
 def smoke_summary(path: Path, record: dict, *, run_now: bool) -> dict:
-    """What the catalogue keeps of a smoke verdict: enough to judge it without the file."""
-    return {**{k: record.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now}
+    """What the catalogue keeps of a smoke verdict: enough to judge it without the file; a
+    performance FAIL is carried as ``performance_failed`` so a listing shows it at a glance."""
+    performance = record.get("performance") or {}
+    return {**{k: record.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now,
+            "performance_failed": bool(performance.get("failed"))}
 
 
 def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,
@@ -81,11 +89,20 @@ def skipped(target: str, say: Say) -> dict:
 
 def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: dict,
                   results_dir: Path, quick_check: QuickCheck, say: Say,
-                  on_gpus: bool = False) -> dict:
-    """The checks record for the catalogue; :class:`VerdictFailed` when one fails. ``on_gpus``:
-    the image is for GPUs, and only a run on GPUs proves it (:func:`find_verdict`)."""
+                  gpu: str = "none", gpus_here: Collection[str] = ()) -> dict:
+    """The checks record for the catalogue; :class:`VerdictFailed` when one fails. ``gpu``: the
+    GPU kind the image is for (none, cuda, rocm); only a run on that kind proves it
+    (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
     sha = provenance["sha256"]
-    found = find_verdict(results_dir, target.name, sha, on_gpus=on_gpus)
+    found = find_verdict(results_dir, target.name, sha, gpu=gpu)
+    if found is None and gpu != "none" and gpu not in gpus_here:
+        raise VerdictFailed(
+            f"not publishing {target.name}: no passing smoke verdict of this image (sha256 "
+            f"{sha[:12]}) on {GPU_NAMES[gpu]} GPUs in {results_dir / 'smoke'}, and this machine "
+            f"has no {GPU_NAMES[gpu]} GPUs to run one: run `invoke job --target {target.name} "
+            "--workload smoke --submit` on the site's GPU nodes (its verdict lands in the "
+            "shared results folder), then publish again; or publish with --skip-checks, which "
+            "the catalogue records")
     test = apptainer_test(runtime, target, image,
                           tested_at_build=found is not None and provenance.get("tested") is True,
                           build_date=provenance.get("build_date"), say=say)
@@ -101,10 +118,10 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     except PerformanceFailed as exc:
         # Only the sanity gate blocks publishing; a slow run is recorded with the verdict.
         say(f"checks: WARNING: {exc}")
-    found = find_verdict(results_dir, target.name, sha, on_gpus=on_gpus)
+    found = find_verdict(results_dir, target.name, sha, gpu=gpu)
     if found is None:
-        why = ("whose ranks ran on GPUs (it ran here, on CPUs: run the smoke on the site's GPU "
-               "nodes, e.g. as a batch job, then publish)" if on_gpus
+        why = (f"whose ranks ran on {GPU_NAMES[gpu]} GPUs (run the smoke on the site's GPU "
+               "nodes, e.g. as a batch job, then publish)" if gpu != "none"
                else "(was it rebuilt meanwhile?)")
         raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "
                             f"no smoke verdict for this image's sha256 {why}")

@@ -40,7 +40,7 @@ from typing import Callable
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
 from containers.files import (atomic_write_bytes, atomic_write_text, copy_hashing, fsync_path,
                               replace_symlink, sha256_file)
-from containers.host.facts import utc_now
+from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
 from containers.image import provenance as image_provenance
 from containers.inputs.recipes import Target
@@ -312,6 +312,11 @@ def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     return entry
 
 
+def gpu_of(plan: PublishPlan) -> str:
+    """The GPU kind the image must be proven on: its target's, else its site's (none for CPU)."""
+    return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpu
+
+
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             say: Say = say_line) -> dict:
     """Check, copy, sign, checksum, catalogue and module-file one image; its catalogue entry.
@@ -326,7 +331,11 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
         checks = ensure_checks(runtime, target=plan.target, image=plan.image,
                                provenance=plan.provenance, results_dir=plan.results_dir,
                                quick_check=quick_check, say=say,
-                               on_gpus=(plan.target.gpu, plan.site.gpu) != ("none", "none"))
+                               gpu=gpu_of(plan), gpus_here=gpu_kinds_here())
+        if (checks.get("smoke") or {}).get("performance_failed"):
+            performance = checks["smoke"]["performance"]
+            say(f"checks: performance {performance.get('state', 'fail').upper()} "
+                f"({performance.get('message')}): recorded in the catalogue entry")
     entry = execute(plan, runtime, checks=checks, key=key, say=say)
     say(f"module: module use {plan.dest / 'modules'}; module load "
         f"{plan.target.name}/{plan.version}")

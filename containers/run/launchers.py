@@ -111,6 +111,8 @@ class Launcher:
     schedulers: tuple[str, ...] = ()
     #: Needs the rendezvous variables even on one node (ranks started without torchrun).
     needs_rendezvous = False
+    #: Binds each rank to its cores itself (srun's --cpu-bind), so the workloads need no map.
+    binds_cores = False
 
     def shape(self, site: Site, gpus: int) -> Shape:
         return Shape(tasks_per_node=1, cpus_per_task=cores_for(site, gpus))
@@ -151,6 +153,7 @@ class SrunPerGpu(Launcher):
     name = "srun-per-gpu"
     schedulers = ("slurm",)
     needs_rendezvous = True
+    binds_cores = True
 
     def shape(self, site: Site, gpus: int) -> Shape:
         cpus = site.cores_per_node // site.gpus_per_node if site.gpus_per_node else None

@@ -25,11 +25,14 @@ from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import VISIBLE_DEVICES, Site, expand
+from containers.run import affinity
 from containers.run.launchers import LAUNCHERS, Launch, Launcher, ingredients
 from containers.run.layout import check_ranks
 from containers.run.rendezvous import Rendezvous
 
 Say = Callable[[str], None]
+#: What makes NCCL/RCCL name its network transport (and its versions) in the output.
+TRANSPORT_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,19 @@ class Workload:
     def args(self) -> tuple[str, ...]:
         return self.launch.args
 
+    @property
+    def cores(self) -> list[frozenset[int]]:
+        """The cores each local rank pins itself to ([] when the workload does not pin)."""
+        return pinned_cores(self.site, ranks=self.launch.ranks_per_node, launcher=self.launcher)
+
+    @property
+    def cores_note(self) -> str | None:
+        """The pinning as a plan, a dry run and a job script's header show it."""
+        if not self.cores:
+            return None
+        return (f"cores: {affinity.describe(self.cores)} (each rank pins itself before it "
+                "touches its GPU: the site's cpu_bind map)")
+
     def with_env(self, extra: Mapping[str, str]) -> Workload:
         """The same run with more container environment (``invoke job --nccl-debug``)."""
         launch = replace(self.launch, env={**self.launch.env, **extra})
@@ -103,6 +119,8 @@ class Outcome:
     seconds: float
     first_failure: tuple[int, int] | None = None
     lines: tuple[str, ...] = ()
+    #: Each rank's ``device-<RANK>.json`` (what it ran on), in rank order.
+    devices: tuple[dict, ...] = ()
 
 
 def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict: bool,
@@ -117,6 +135,37 @@ def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict:
     if visible and visible not in environ and visible not in env:
         env[visible] = ",".join(str(i) for i in range(ranks))
     return {**env, **(extra or {})}
+
+
+def transport_env(site: Site, nodes: int) -> dict[str, str]:
+    """Where the site declares its network transport: ``NCCL_NET`` naming the plugin's network,
+    so NCCL/RCCL stop at start-up instead of falling back to TCP sockets, and the debug output
+    that names the network the run used (the transport's proof, read from the log)."""
+    if not site.transport_applies(nodes):
+        return {}
+    return {**TRANSPORT_DEBUG_ENV, **({"NCCL_NET": site.transport_net} if site.transport_net
+                                      else {})}
+
+
+def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
+    """What every workload is told about its devices: the GPU kind the site promises (the
+    workload refuses to run without one) and the backend, explicitly (nccl, which is RCCL on
+    ROCm, on GPU sites; gloo on CPU sites), never an automatic fallback; and, where the site maps
+    each GPU to its cores and the run fills the node, the cores each local rank pins itself to
+    (a launcher that binds tasks itself, srun per GPU, needs no map)."""
+    args = ["--expect-gpu", site.gpu, "--backend", "nccl" if site.gpu != "none" else "gloo"]
+    cores = pinned_cores(site, ranks=ranks, launcher=launcher)
+    if cores:
+        args += ["--rank-cores", affinity.rank_cores_arg(site.cpu_bind, ranks) or ""]
+    return args
+
+
+def pinned_cores(site: Site, *, ranks: int, launcher: Launcher) -> list[frozenset[int]]:
+    """The cores of each local rank the workload pins, or [] when it does not pin: the masks
+    describe a whole node, so only a run with one rank per mask uses them."""
+    if launcher.binds_cores or not site.cpu_bind or ranks != len(site.cpu_bind):
+        return []
+    return affinity.rank_cores(site.cpu_bind, ranks)
 
 
 def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
@@ -146,14 +195,15 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
     across = {k: expand(v, environ, strict=strict) for k, v in site.multinode_env.items()
               if multinode}
     env = container_env(site, ranks=ranks, environ=environ, strict=strict,
-                        extra={**across, **(extra_env or {})})
+                        extra={**across, **transport_env(site, nodes), **(extra_env or {})})
+    launcher = placement.launcher if placement else LAUNCHERS["torchrun"]
+    args = [*args, *device_args(site, ranks=ranks, launcher=launcher)]
     launch = Launch(runtime=runtime, image=image, script=f"{settings.jobs_mount}/{script}",
                     args=tuple(args), binds=tuple(binds), env=env, ranks_per_node=ranks,
                     nodes=nodes, rendezvous=placement.rendezvous if placement else None,
                     step=placement is not None,
                     cpus_per_task=placement.cpus_per_task if placement else None,
                     **ingredients(site))
-    launcher = placement.launcher if placement else LAUNCHERS["torchrun"]
     return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks * nodes,
                     argv=launcher.argv(launch), timeout=timeout, report_name=report_name,
                     launch=launch, launcher=launcher)
@@ -176,6 +226,20 @@ def first_failure(lines: Sequence[str]) -> tuple[int, int] | None:
         elif in_root_cause and rank is not None and (match := _FAILED_EXIT.match(line)):
             return rank, int(match.group(1))
     return None
+
+
+def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
+    """Each rank's ``device-<RANK>.json``, in rank order (unreadable ones are left out, so they
+    count as missing)."""
+    reports = []
+    for path in out_dir.glob("device-*.json"):
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(report, dict) and isinstance(report.get("rank"), int):
+            reports.append(report)
+    return tuple(sorted(reports, key=lambda r: r["rank"]))
 
 
 def finished_ranks(out_dir: Path) -> set[int]:
@@ -209,7 +273,8 @@ def run_workload(workload: Workload, *, say: Say) -> Outcome:
     missing = sorted(set(range(workload.ranks)) - finished_ranks(workload.out_dir))
     return Outcome(returncode=completed.returncode, timed_out=completed.timed_out,
                    missing_ranks=missing, report=report, seconds=time.monotonic() - started,
-                   first_failure=first_failure(lines), lines=tuple(lines))
+                   first_failure=first_failure(lines), lines=tuple(lines),
+                   devices=read_device_reports(workload.out_dir))
 
 
 def failure_reasons(workload: Workload, outcome: Outcome) -> list[str]:

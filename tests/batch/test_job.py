@@ -115,10 +115,16 @@ def test_lumi_torchrun_per_node(data_job) -> None:
         '--env "MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_JOB_ID}" '
         '--env "MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_JOB_ID}" '
         "--env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 --env NCCL_DEBUG=INFO "
-        "--env NCCL_DEBUG_SUBSYS=INIT,NET /proj/images/lumi-rocm.sif "
+        # the transport enforced: RCCL stops rather than fall back to TCP sockets
+        "--env NCCL_DEBUG_SUBSYS=INIT,NET --env 'NCCL_NET=AWS Libfabric' "
+        "/proj/images/lumi-rocm.sif "
         "torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d "
         '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" "--rdzv-id=${SLURM_JOB_ID}" '
         "/opt/containers/jobs/allreduce.py --sizes 1K:128M")
+    # One torchrun per node: each rank pins itself to its GCD's cores, and the header says so.
+    assert launch.endswith("--expect-gpu rocm --backend nccl --rank-cores "
+                           "49-55:57-63:17-23:25-31:1-7:9-15:33-39:41-47")
+    assert "# cores: rank 0 cores 49-55, rank 1 cores 57-63, rank 2 cores 17-23" in job.text
     # The rendezvous host is found on the host, before the container starts.
     assert ('head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)\n'
             in job.text)
@@ -142,7 +148,9 @@ def test_lumi_one_task_per_gcd_with_masks(data_job) -> None:
         "/proj/images/lumi-rocm.sif bash -c 'ROCR_VISIBLE_DEVICES=$SLURM_LOCALID "
         "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS exec python3 "
         "/opt/containers/jobs/train.py --example ddp --epochs 3 --batch-size 64 "
-        "--out /opt/containers/results'")
+        "--out /opt/containers/results --expect-gpu rocm --backend nccl'")
+    # srun binds each task to its cores: the workloads get no map of their own
+    assert "--rank-cores" not in launch and "# cores:" not in job.text
     assert "MASTER_ADDR=$(scontrol show node" in job.text
     # Fewer GCDs: the masks of those GCDs, the same cores each.
     two = data_job("lumi", "smoke", nodes=1, gpus_per_node=2, launcher="srun-per-gpu")

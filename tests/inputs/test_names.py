@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from containers.prove import names
+from containers.inputs import names
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import EXAMPLES, TrainOptions
 from tests.fixtures import ROOT

@@ -61,16 +61,24 @@ def test_lumi_smoke_command(data_world, data_settings) -> None:
         "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242",
         "MIOPEN_CUSTOM_CACHE_DIR=/tmp/alice-miopen-cache-4242",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "ROCR_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
-        # LUMI declares its transport, so RCCL must print which network it used.
-        "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET"]
+        # LUMI declares its transport: RCCL must print which network it used, and must use
+        # the aws-ofi-rccl plugin's or stop (no silent fallback to TCP sockets).
+        "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET", "NCCL_NET=AWS Libfabric"]
     assert argv[argv.index(str(data_settings.images_dir / "lumi-rocm.sif")) + 1:][:3] == [
         "torchrun", "--standalone", "--nproc-per-node=8"]
+    # The ranks are told to expect ROCm GPUs on RCCL, and (the whole node under one torchrun)
+    # to pin themselves to their GCD's cores, in the order of the profile's masks.
+    assert argv[-6:] == ["--expect-gpu", "rocm", "--backend", "nccl", "--rank-cores",
+                         "49-55:57-63:17-23:25-31:1-7:9-15:33-39:41-47"]
+    assert plan.cores_note.startswith("cores: rank 0 cores 49-55, rank 1 cores 57-63, ")
     # Inside an allocation that already limits the GCDs, the allocation's choice stands.
     partial = plan_run(targets["lumi-rocm"], lumi, settings=data_settings,
                          runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=2),
                          run_id="r", environ={**JOB_ENV, "ROCR_VISIBLE_DEVICES": "4,5"})
     assert not any(v.startswith("ROCR_VISIBLE_DEVICES=") for v in
                    _option_values(partial.argv, "--env"))
+    # Two GCDs of a shared node: which cores Slurm gave is the allocation's business.
+    assert "--rank-cores" not in partial.argv and partial.cores_note is None
     with pytest.raises(ConfigError, match=r"needs \$SLURM_JOB_ID, which is not set here"):
         plan_run(targets["lumi-rocm"], lumi, settings=data_settings,
                    runtime=assumed_runtime("singularity"), options=SmokeOptions(gpus=8),
@@ -230,3 +238,26 @@ def test_gpu_site_needs_gpus_per_node(tmp_path: Path) -> None:
     (tmp_path / "sites" / "x.yaml").write_text("description: x\ngpu: cuda\n")
     with pytest.raises(ConfigError, match="x.yaml:1: gpus_per_node: a GPU site needs"):
         load_sites(tmp_path)
+
+
+def test_transport_net_forces_the_network(data_world, tmp_path: Path) -> None:
+    _, sites = data_world
+    # Both Slingshot sites force the aws-ofi plugin: NCCL/RCCL fail instead of using sockets.
+    assert sites["lumi"].transport_net == "AWS Libfabric"
+    assert sites["olivia"].transport_net == "AWS Libfabric"
+    assert sites["puhti"].transport_net is None
+    (tmp_path / "sites").mkdir()
+    profile = tmp_path / "sites" / "x.yaml"
+    head = "description: x\ntransport:\n  name: OFI\n  expect: NET/OFI\n"
+    profile.write_text(head + "  net: OFI\n")
+    site = load_sites(tmp_path)["x"]
+    assert (site.transport_net, site.transport_name) == ("OFI", "OFI")
+    profile.write_text(head)
+    assert load_sites(tmp_path)["x"].transport_net is None
+    profile.write_text(head + "  net: 3\n")
+    with pytest.raises(ConfigError, match=r"x.yaml:5: transport.net: must be a string, got int"):
+        load_sites(tmp_path)
+    for bad in ('""', '" AWS Libfabric"'):
+        profile.write_text(head + f"  net: {bad}\n")
+        with pytest.raises(ConfigError, match=r"x.yaml:5: transport.net: must name the network"):
+            load_sites(tmp_path)

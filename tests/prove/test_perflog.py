@@ -34,3 +34,19 @@ def test_perflog_accumulates_and_renders(tmp_path: Path) -> None:
     png = perflog.plot_history(records, tmp_path / "h.png", title="t")
     assert png.stat().st_size > 10_000
     assert json.loads(path.read_text().splitlines()[0])["inputs_hash"] == "a" * 64
+
+
+def test_a_changed_stack_under_one_image_is_marked_with_its_cause(tmp_path: Path) -> None:
+    stack = {"torch": "2.7.1+rocm6.3", "driver": "6.8.5", "net_plugin": "aws-ofi-rccl 1.4.0",
+             "libfabric": "1.22.0", "runtime": "singularity 4.1.3"}
+    upgraded = {**stack, "libfabric": "2.0.0", "driver": "6.10.5"}
+    records = [{**_record("2026-11-01T10:00:00Z", "a" * 64, 131.0), "stack": stack},
+               {**_record("2026-11-02T10:00:00Z", "a" * 64, 130.0), "stack": stack},
+               {**_record("2026-11-03T10:00:00Z", "b" * 64, 129.0), "stack": upgraded},
+               {**_record("2026-11-04T10:00:00Z", "a" * 64, 88.0), "stack": upgraded},
+               {**_record("2026-11-05T10:00:00Z", "a" * 64, 87.0)}]  # written before stacks
+    changed = [row[-1] for row in perflog.history_rows(records)]
+    # A new image is not a stack change; the old image on the new stack is.
+    assert changed == ["", "", "", "driver 6.8.5 -> 6.10.5; libfabric 1.22.0 -> 2.0.0", ""]
+    assert perflog.HISTORY_COLUMNS[-1] == "stack changed"
+    assert perflog.plot_history(records, tmp_path / "h.png", title="t").stat().st_size > 10_000

@@ -28,7 +28,9 @@ def test_cpu_plan_argv(data_root, data_settings, data_runtime) -> None:
         str(data_settings.images_dir / "cpu.sif"),
         "torchrun", "--standalone", "--nproc-per-node=4", "/opt/containers/jobs/allreduce.py",
         "--sizes", "1K:1M", "--iters", "3", "--warmup", "1", "--dtype", "float32",
-        "--out", "/opt/containers/results", "--timeout-s", "90"]
+        "--cycles", "1", "--out", "/opt/containers/results", "--timeout-s", "90",
+        # a CPU site: gloo, said explicitly, and no GPU expected
+        "--expect-gpu", "none", "--backend", "gloo"]
 
 
 def test_gpu_site_flags_binds_env_and_limits(tmp_path, data_root, data_settings,
@@ -106,3 +108,35 @@ def test_first_failure_from_torchrun_summary() -> None:
                "  exitcode  : 17 (pid: 12684)", "  error_file: <N/A>"]
     assert first_failure(summary) == (1, 17)
     assert first_failure(summary[:3]) is None
+
+
+def test_a_soak_names_its_cycles_and_one_rank_is_not_judged(data_root, data_settings,
+                                                           data_runtime) -> None:
+    target = load_targets(data_root)["cpu"]
+    site = load_site(data_root / "sites" / "local.yaml")
+    plan = plan_run(target, site, settings=data_settings, runtime=data_runtime,
+                    options=SmokeOptions(gpus=2, cycles=3), run_id="r")
+    assert plan.argv[plan.argv.index("--cycles") + 1] == "3"
+    rows = [{"bytes": size, "oop": {"busbw": 1.0, "wrong": oop},
+             "ip": {"busbw": 1.0, "wrong": ip}, "wrong_cycles": cycles}
+            for size, oop, ip, cycles in ((1024, 1, 1, [2]), (2048, 0, 0, []),
+                                          (4096, 2, 0, [1, 3]))]
+    soak = _result(plan, returncode=1, report={"results": rows, "cycles": 3, "cycles_done": 3,
+                                                "finished": "x"})
+    assert verdict(soak) == ["4 wrong values (all_reduce results differ from the exact sum) at "
+                             "sizes 1024 B (cycle 2), 4096 B (cycles 1, 3) in a soak of 3 "
+                             "cycles"]
+    record = soak.kind.details(soak)
+    assert record["cycles"] == 3 and [r["wrong_cycles"] for r in record["results"]] == [
+        [2], [], [1, 3]]
+    with pytest.raises(UsageError, match="--cycles must be at least 1"):
+        SmokeOptions(gpus=2, cycles=0)
+
+    alone = plan_run(target, site, settings=data_settings, runtime=data_runtime,
+                     options=SmokeOptions(gpus=1), run_id="r")
+    none = {"bytes": 1 << 30, "oop": {"busbw": None, "algbw": None, "wrong": 0},
+            "ip": {"busbw": None, "algbw": None, "wrong": 0}}
+    one = _result(alone, report={"results": [none], "finished": "x"})
+    assert one.ok and one.performance.state == "not-judged"
+    assert one.performance.message.startswith("1 rank: no data crosses a link")
+    assert one.kind.write_reports(one) == []

@@ -17,6 +17,7 @@ from containers.inputs.references import Reference
 from containers.inputs.settings import load_settings
 from containers.prove import perflog
 from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 
@@ -57,6 +58,12 @@ def test_smoke_passes(cpu_image, smoke_project, ranks) -> None:
     record = json.loads((out / "verdict.json").read_text())
     provenance = json.loads(cpu_image.with_name("cpu.sif.json").read_text())
     assert record["passed"] is True and record["reasons"] == [] and record["ranks"] == ranks
+    # What the run ran on, rank by rank, and its stack.
+    assert record["device_kind"] == "cpu" and len(record["devices"]) == ranks
+    assert record["stack"]["build"] == "cpu" and record["stack"]["torch"] == report["torch_version"]
+    assert record["stack"]["runtime"].startswith(("apptainer ", "singularity "))
+    logged = perflog.read(smoke_project.settings.perflog_dir, target="cpu")[-1]
+    assert logged["stack"] == record["stack"]
     assert (record["inputs_hash"], record["sha256"]) == (provenance["inputs_hash"],
                                                          provenance["sha256"])
     assert record["largest"]["bytes"] == 4 << 20
@@ -135,8 +142,9 @@ def test_reference_gates_pass_and_fail_on_performance_only(cpu_image, smoke_proj
 def test_gpu_site_with_a_cpu_image_fails_and_is_not_published(cpu_image, factory_project,
                                                               tmp_path) -> None:
     """A site profile with GPUs and the CPU image (what a missing --nv, driver libraries not
-    found in the container or an empty CUDA_VISIBLE_DEVICES look like): smoke runs on gloo over
-    the CPU, and that must fail the verdict and keep the image from being published."""
+    found in the container or an empty CUDA_VISIBLE_DEVICES look like): the ranks are told to
+    expect CUDA GPUs, find none and refuse; smoke and train fail naming the GPUs, and publish
+    refuses the image."""
     root = factory_project()
     profile = root / "sites" / "local.yaml"
     profile.write_text(profile.read_text().replace("gpu: none\n", "gpu: cuda\ngpus_per_node: 2\n"))
@@ -148,15 +156,79 @@ def test_gpu_site_with_a_cpu_image_fails_and_is_not_published(cpu_image, factory
     with pytest.raises(VerdictFailed) as failure:
         app.prove(project, target="cpu", say=lines.append,
                   options=SmokeOptions(gpus=2, sizes="4K:64K", iters=2, warmup=1, timeout=300))
-    assert "site local has cuda GPUs but the ranks ran on cpu with backend gloo: the GPUs were "\
-           "not used" in str(failure.value)
-    assert any(line.startswith("  run ") and " exec --nv " in line for line in lines)
+    assert failure.value.exit_code == 2
+    message = str(failure.value)
+    assert "ranks 0, 1: torch " in message and "is a CPU-only build: the image was built for " \
+        "CPUs only" in message
+    assert "ran on the CPU: torch saw 0 GPUs (CUDA_VISIBLE_DEVICES='0,1'); usual causes: the " \
+        "runtime's --nv flag missing" in message
+    assert any(line.startswith("  run ") and " exec --nv " in line and
+               "--expect-gpu cuda --backend nccl" in line for line in lines)
+    assert sum("allreduce.py: rank" in line and "expected a cuda GPU" in line
+               for line in lines) == 2, "each rank says in one line why it refused"
+    # torchrun prints its own traceback on a failed child; the workload prints none.
+    assert not any('File "/opt/containers/jobs/' in line for line in lines)
     (record_path,) = (tmp_path / "results" / "smoke").glob("*/verdict.json")
     record = json.loads(record_path.read_text())
-    assert record["passed"] is False and record["backend"] == "gloo"
-    with pytest.raises(VerdictFailed, match="not publishing cpu: smoke FAILED .*GPUs were not "
-                                            "used"):
+    assert record["passed"] is False and record["device_kind"] == "cpu"
+    assert [d["device"] for d in record["devices"]] == ["cpu", "cpu"]
+    assert any("CPU-only build" in reason for reason in record["reasons"])
+
+    with pytest.raises(VerdictFailed) as trained:
+        app.train(project, target="cpu", say=lines.append,
+                  options=TrainOptions(example="ddp", gpus=2, model="cnn", model_size="tiny",
+                                       epochs=1, batch_size=32, samples=64, timeout=300))
+    assert trained.value.exit_code == 2 and "ran on the CPU" in str(trained.value)
+
+    with pytest.raises(VerdictFailed) as refused:
         app.publish(project, target="cpu", dest=tmp_path / "pub", version="1.0",
                     say=lines.append)
+    assert "no passing smoke verdict of this image" in str(refused.value)
+    assert "on NVIDIA (CUDA) GPUs" in str(refused.value)
     assert not (tmp_path / "pub" / "cpu" / "1.0.sif").exists()
     _no_leftovers()
+
+
+def test_a_soak_fails_naming_the_cycle_with_wrong_values(cpu_image, smoke_project) -> None:
+    """--cycles 3 with one rank's buffer corrupted in cycle 2 only: the sweep is repeated, and
+    the verdict names cycle 2 and the sizes."""
+    lines: list[str] = []
+    with pytest.raises(VerdictFailed) as failure:
+        app.prove(smoke_project, target="cpu", say=lines.append,
+                  options=SmokeOptions(gpus=2, sizes="4K:16K", iters=2, warmup=1, timeout=300,
+                                       cycles=3, fault="corrupt@1:2"))
+    assert "at sizes 4096 B (cycle 2), 8192 B (cycle 2), 16384 B (cycle 2) in a soak of 3 " \
+        "cycles" in str(failure.value)
+    assert sum(line.startswith("# cycle ") for line in lines) == 3
+    (path,) = (smoke_project.settings.results_dir / "smoke").glob("*/verdict.json")
+    record = json.loads(path.read_text())
+    assert record["cycles"] == 3 and record["cycles_done"] == 3
+    assert [r["wrong_cycles"] for r in record["results"]] == [[2], [2], [2]]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0),
+                    reason="needs cores 0 and 1")
+def test_ranks_pin_themselves_to_the_sites_cores(cpu_image, factory_project, tmp_path) -> None:
+    """A site map that pins 2 ranks to cores 0 and 1 under one torchrun: each rank really runs
+    there (the kernel's Cpus_allowed_list), and the header, the JSON and the verdict say so."""
+    root = factory_project()
+    profile = root / "sites" / "local.yaml"
+    profile.write_text(profile.read_text() + 'cpu_bind: ["0x1", "0x2"]\n')
+    settings = load_settings(root, {"images_dir": str(cpu_image.parent),
+                                    "results_dir": str(tmp_path / "results"),
+                                    "perflog_dir": str(tmp_path / "perflog")})
+    lines: list[str] = []
+    result = app.prove(app.Project(root=root, settings=settings), target="cpu",
+                       say=lines.append,
+                       options=SmokeOptions(gpus=2, sizes="4K:16K", iters=2, warmup=1,
+                                            timeout=300))
+    assert result.ok, "\n".join(lines[-20:])
+    assert "  cores: rank 0 cores 0, rank 1 cores 1 (each rank pins itself before it touches " \
+        "its GPU: the site's cpu_bind map)" in lines
+    assert any(line.startswith("  run ") and line.endswith("--rank-cores 0:1") for line in lines)
+    ranks = result.report["ranks"]
+    assert [(r["cores"], r["cpus_allowed_list"], r["pinned"]) for r in ranks] == [
+        ("0", "0", True), ("1", "1", True)]
+    assert any("cores 0" in line and line.startswith("#  Rank   0") for line in lines)
+    record = json.loads((result.plan.out_dir / "verdict.json").read_text())
+    assert [d["cores"] for d in record["devices"]] == ["0", "1"]

@@ -44,7 +44,8 @@ def test_deepspeed_plan_binds_config_and_data(data_cpu, data_settings, data_runt
         "torchrun", "--standalone", "--nproc-per-node=2", "/opt/containers/jobs/train.py",
         "--example", "deepspeed", "--epochs", "2", "--batch-size", "32",
         "--out", "/opt/containers/results", "--model", "vit", "--zero-stage", "3",
-        "--ds-config", "/opt/containers/ds_config.json", "--data", "/opt/containers/data"]
+        "--ds-config", "/opt/containers/ds_config.json", "--data", "/opt/containers/data",
+        "--expect-gpu", "none", "--backend", "gloo"]
 
 
 @pytest.mark.parametrize("values, message", [

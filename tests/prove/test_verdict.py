@@ -112,6 +112,19 @@ TRAIN_REPORT = {"loss_first": 2.0, "loss_last": 1.0, "epochs": [{}, {}],
                 "params_consistent": True}
 
 
+def _gcd(rank: int, **fields) -> dict:
+    """A LUMI rank's device report on its own GCD."""
+    return {"rank": rank, "local_rank": rank, "hostname": "nid005001", "device": "cuda",
+            "index": rank, "name": "AMD Instinct MI250X", "uuid": f"GPU-{rank}", "visible": 8,
+            "visible_env": {"ROCR_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, "build": "rocm",
+            "torch": "2.7.1+rocm6.3", "hip": "6.3.42131", "nccl": "2.21.5", "driver": "6.8.5",
+            "cores": ["49-55", "57-63", "17-23", "25-31", "1-7", "9-15", "33-39", "41-47"][rank],
+            **fields}
+
+
+GCDS = tuple(_gcd(rank) for rank in range(8))
+
+
 @pytest.mark.parametrize("kind,options,report", [
     (SMOKE, SmokeOptions(gpus=8), SMOKE_REPORT),
     (TRAIN, TrainOptions(example="ddp", gpus=8), TRAIN_REPORT),
@@ -119,30 +132,67 @@ TRAIN_REPORT = {"loss_first": 2.0, "loss_last": 1.0, "epochs": [{}, {}],
 def test_a_gpu_site_passes_only_on_its_gpus(data_gpu_plans, kind, options, report) -> None:
     workload = data_gpu_plans(options)
 
-    def reasons(**fields) -> list[str]:
-        return verdict.Result(kind, workload, _outcome({**report, **fields}, lines=CXI)).reasons
+    def reasons(ranks=GCDS, **fields) -> list[str]:
+        return verdict.Result(kind, workload, _outcome({**report, **fields}, lines=CXI,
+                                                       devices=ranks)).reasons
 
-    assert reasons(backend="nccl", device="cuda") == []
-    for fields in ({"backend": "gloo", "device": "cpu"}, {"backend": "nccl", "device": "cpu"},
-                   {"backend": "gloo", "device": "cuda"}, {}):
-        found = reasons(**fields)
-        assert len(found) == 1, found
-        assert found[0].startswith("site lumi has rocm GPUs but the ranks ran on "
-                                   f"{fields.get('device', 'an unreported device')} with "
-                                   f"backend {fields.get('backend', 'unreported')}: the GPUs "
-                                   "were not used")
-        assert "--rocm flag missing" in found[0] and "ROCR_VISIBLE_DEVICES" in found[0]
-    with pytest.raises(VerdictFailed, match="the GPUs were not used"):
+    assert reasons(backend="nccl") == []
+    on_cpu = tuple(_gcd(r, device="cpu", visible=0, index=None, uuid=None,
+                        visible_env={"ROCR_VISIBLE_DEVICES": ""}) for r in range(8))
+    (found,) = reasons(on_cpu, backend=None)
+    assert found.startswith("ranks 0, 1, 2, 3, 4, 5, 6, 7 on nid005001 ran on the CPU: torch "
+                            "saw 0 GPUs (ROCR_VISIBLE_DEVICES=''); usual causes: the "
+                            "runtime's --rocm flag missing")
+    assert reasons((), backend="nccl")[0].startswith("ranks 0, 1, 2, 3, 4, 5, 6, 7 wrote no "
+                                                     "device report")
+    assert reasons(backend="gloo") == ["the ranks ran with backend gloo, not nccl (RCCL): the "
+                                       "GPU collectives were not tested"]
+    moved = (*GCDS[:3], _gcd(3, cores="0-63"), *GCDS[4:])
+    assert reasons(moved, backend="nccl") == [
+        "rank 3 on nid005001 runs on cores 0-63, not its GPU's cores 25-31 (the site's "
+        "cpu_bind map)"]
+    with pytest.raises(VerdictFailed, match="ran on the CPU"):
         verdict.check(verdict.Result(kind, workload, _outcome(
-            {**report, "backend": "gloo", "device": "cpu"}, lines=CXI)))
+            {**report, "backend": "gloo"}, lines=CXI, devices=on_cpu)))
+    record = verdict.record(verdict.Result(kind, workload, _outcome(
+        {**report, "backend": "nccl"}, lines=CXI, devices=GCDS)), image_record=IMAGE)
+    assert record["device_kind"] == "rocm" and len(record["devices"]) == 8
+    assert record["devices"][3] == {"rank": 3, "local_rank": 3, "hostname": "nid005001",
+                                    "device": "cuda", "index": 3, "name": "AMD Instinct MI250X",
+                                    "uuid": "GPU-3", "pci_bus_id": None, "visible": 8,
+                                    "build": "rocm", "cores": "25-31"}
+    assert record["stack"] == {"torch": "2.7.1+rocm6.3", "build": "rocm", "hip": "6.3.42131",
+                               "driver": "6.8.5", "nccl": "2.21.5",
+                               "devices": "AMD Instinct MI250X",
+                               "runtime": f"{workload.launch.runtime.flavour} "
+                                          f"{workload.launch.runtime.version}"}
+
+
+def test_a_rank_that_refused_to_start_without_its_gpu_is_explained(data_gpu_plans) -> None:
+    """The workload exits 4 before any report: the device reports still say why."""
+    workload = data_gpu_plans(SmokeOptions(gpus=8))
+    on_cpu = tuple(_gcd(r, device="cpu", visible=0, build="cpu", torch="2.9.1+cpu")
+                   for r in range(8))
+    found = verdict.Result(SMOKE, workload, _outcome(None, returncode=1, lines=(),
+                                                     devices=on_cpu)).reasons
+    assert found[0] == ("ranks 0, 1, 2, 3, 4, 5, 6, 7: torch 2.9.1+cpu is a CPU-only build: the "
+                        "image was built for CPUs only")
+    assert "ran on the CPU" in found[1] and len(found) == 2
 
 
 def test_a_gpu_smoke_still_needs_its_transport(data_gpu_plans) -> None:
     workload = data_gpu_plans(SmokeOptions(gpus=8))
     report = {**SMOKE_REPORT, "backend": "nccl", "device": "cuda"}
     tcp = ("lumi-node:1:1 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.0.0.1<0>",)
-    found = verdict.Result(SMOKE, workload, _outcome(report, lines=tcp)).reasons
+    found = verdict.Result(SMOKE, workload, _outcome(report, lines=tcp, devices=GCDS)).reasons
     assert len(found) == 1 and "cxi" in found[0]
+    # NCCL_NET forbids the fallback: RCCL stops at start-up, before any report.
+    stopped = ("nid005001:1:1 [0] NCCL WARN Error: network AWS Libfabric not found.",)
+    found = verdict.Result(SMOKE, workload, _outcome(None, returncode=1, lines=stopped,
+                                                     devices=GCDS)).reasons
+    assert found[0].startswith("OFI (aws-ofi-rccl) over cxi: NCCL/RCCL could not load the "
+                               "network plugin 'AWS Libfabric' (NCCL_NET='AWS Libfabric' "
+                               "forbids the TCP fallback)")
 
 
 def test_a_cpu_site_runs_on_gloo(data_plans) -> None:

@@ -47,20 +47,28 @@ def test_find_verdict_wants_this_image_passing_with_two_ranks(tmp_path: Path) ->
     assert find_verdict(tmp_path, "cpu", SHA)[0] == new
 
 
-def test_a_gpu_image_is_proven_only_by_a_run_on_gpus(tmp_path: Path) -> None:
-    _write_verdict(tmp_path, "on-cpu", backend="gloo", date="2026-11-21T09:00:00Z")
+def test_a_gpu_image_is_proven_only_by_a_run_on_its_kind_of_gpu(tmp_path: Path) -> None:
+    _write_verdict(tmp_path, "on-cpu", backend="gloo", device_kind="cpu",
+                   date="2026-11-21T09:00:00Z")
     _write_verdict(tmp_path, "unsaid")
-    assert find_verdict(tmp_path, "cpu", SHA, on_gpus=True) is None
-    on_gpus = _write_verdict(tmp_path, "on-gpus", backend="nccl", date="2026-11-21T08:00:00Z")
-    assert find_verdict(tmp_path, "cpu", SHA, on_gpus=True)[0] == on_gpus
-    assert find_verdict(tmp_path, "cpu", SHA)[0].parent.name == "on-cpu"
+    # nccl but no device reports: written before ranks reported what they ran on
+    _write_verdict(tmp_path, "nccl-unsaid", backend="nccl", date="2026-11-21T09:30:00Z")
+    _write_verdict(tmp_path, "other-vendor", backend="nccl", device_kind="rocm",
+                   date="2026-11-21T09:40:00Z")
+    assert find_verdict(tmp_path, "cpu", SHA, gpu="cuda") is None
+    on_gpus = _write_verdict(tmp_path, "on-gpus", backend="nccl", device_kind="cuda",
+                             date="2026-11-21T08:00:00Z")
+    assert find_verdict(tmp_path, "cpu", SHA, gpu="cuda")[0] == on_gpus
+    assert find_verdict(tmp_path, "cpu", SHA, gpu="rocm")[0].parent.name == "other-vendor"
+    assert find_verdict(tmp_path, "cpu", SHA)[0].parent.name == "other-vendor"
 
 
 def _ensure(results: Path, target: Target, quick_check, lines: list[str],
-            on_gpus: bool = False) -> dict:
+            gpu: str = "none", gpus_here: tuple[str, ...] = ()) -> dict:
     return ensure_checks(RUNTIME, target=target, image=results / "cpu.sif",
                          provenance={"sha256": SHA}, results_dir=results,
-                         quick_check=quick_check, say=lines.append, on_gpus=on_gpus)
+                         quick_check=quick_check, say=lines.append, gpu=gpu,
+                         gpus_here=gpus_here)
 
 
 def test_an_existing_verdict_is_reused_without_a_quick_check(tmp_path, data_target) -> None:
@@ -128,14 +136,40 @@ def test_skipped_checks_are_loud_and_recorded() -> None:
 
 
 def test_a_cpu_run_is_no_proof_for_a_gpu_image(tmp_path, data_target) -> None:
-    _write_verdict(tmp_path, "on-cpu", backend="gloo")
+    _write_verdict(tmp_path, "on-cpu", backend="gloo", device_kind="cpu")
     ran: list[str] = []
 
-    def quick(say) -> None:  # here on CPUs again: its verdict is no proof either
+    def quick(say) -> None:  # the GPUs are here, but the run fell back to the CPU
         ran.append("quick")
-        _write_verdict(tmp_path, "again", backend="gloo", date="2026-11-21T07:00:00Z")
+        _write_verdict(tmp_path, "again", backend="gloo", device_kind="cpu",
+                       date="2026-11-21T07:00:00Z")
 
-    with pytest.raises(VerdictFailed, match="wrote no smoke verdict for this image's sha256"):
-        _ensure(tmp_path, data_target, quick, [], on_gpus=True)
+    with pytest.raises(VerdictFailed, match="wrote no smoke verdict for this image's sha256 "
+                                            r"whose ranks ran on NVIDIA \(CUDA\) GPUs"):
+        _ensure(tmp_path, data_target, quick, [], gpu="cuda", gpus_here=("cuda",))
     assert ran == ["quick"]
+
+
+def test_without_the_targets_gpus_here_publish_refuses_before_any_quick_check(
+        tmp_path, data_target) -> None:
+    _write_verdict(tmp_path, "on-cpu", backend="gloo", device_kind="cpu")
+
+    def never(say) -> None:
+        raise AssertionError("no quick check on a machine without the target's GPUs")
+
+    with pytest.raises(VerdictFailed) as refused:
+        _ensure(tmp_path, data_target, never, [], gpu="rocm", gpus_here=("cuda",))
+    message = str(refused.value)
+    assert "no passing smoke verdict of this image (sha256 abababababab) on AMD (ROCm) GPUs" \
+        in message
+    assert "this machine has no AMD (ROCm) GPUs to run one" in message
+    assert "--workload smoke --submit" in message and "--skip-checks" in message
+
+
+def test_a_performance_fail_is_shown_in_the_catalogue_summary(tmp_path, data_target) -> None:
+    _write_verdict(tmp_path, "slow", performance={"state": "fail", "failed": True,
+                                                  "message": "busbw 1 GB/s below 100"})
+    checks = _ensure(tmp_path, data_target, lambda say: None, [])
+    assert checks["smoke"]["performance_failed"] is True
+    assert checks["smoke"]["performance"]["state"] == "fail"
 

@@ -120,6 +120,11 @@ def test_publish_checks_copies_signs_and_catalogues(published, site_project, key
     # checks: run for the first publish (no verdict yet), reused for the second
     assert first["checks"]["smoke"]["run_now"] is True and first["checks"]["smoke"]["passed"]
     assert first["checks"]["smoke"]["ranks"] == 2
+    # The catalogue names the stack the proof ran on, and what it ran on.
+    assert first["checks"]["smoke"]["device_kind"] == "cpu"
+    assert first["checks"]["smoke"]["stack"]["build"] == "cpu"
+    assert first["checks"]["smoke"]["stack"]["runtime"].startswith("apptainer ")
+    assert first["checks"]["smoke"]["performance_failed"] is False
     assert first["checks"]["apptainer_test"] == {**first["checks"]["apptainer_test"],
                                                  "passed": True, "how": "run now"}
     assert second["checks"]["smoke"]["run_now"] is False

@@ -32,7 +32,14 @@ def test_one_node_is_torchrun_standalone_with_no_prefix(data_world, data_setting
     assert plan.argv[:3] == ["apptainer", "exec", "--nv"]
     assert plan.argv[plan.argv.index(image):] == [
         image, "/usr/local/bin/torchrun", "--standalone", "--nproc-per-node=4",
-        "/opt/containers/jobs/allreduce.py", "--iters", "5"]
+        "/opt/containers/jobs/allreduce.py", "--iters", "5",
+        "--expect-gpu", "cuda", "--backend", "nccl"]
+    # Olivia's network stack is bound in only across nodes: one node neither forces nor
+    # proves the transport; two nodes do both.
+    assert "NCCL_NET" not in plan.env and "NCCL_DEBUG" not in plan.env
+    across = _plan(data_world, data_settings, environ=EBROOT, placement=Placement(
+        nodes=2, rendezvous=Rendezvous(host="h", port="20001", id="1")))
+    assert across.env["NCCL_NET"] == "AWS Libfabric" and across.env["NCCL_DEBUG"] == "INFO"
     assert f"{data_settings.jobs_dir}:/opt/containers/jobs:ro" in plan.binds
     assert f"{out}:/opt/containers/results" in plan.binds
     assert (plan.out_dir, plan.ranks, plan.nodes) == (out, 4, 1)

@@ -1,0 +1,44 @@
+"""The software stack a run ran on, and what changed between two runs of one image.
+
+A site's busbw can drop with the same image when the driver, the network plugin or libfabric is
+upgraded under it. So every verdict (and so every perflog record and catalogue entry) names its
+stack: from the ranks' device reports (torch and its build, CUDA or HIP, driver, NCCL/RCCL, the
+device names), from NCCL/RCCL's debug lines where the run printed them (network plugin, libfabric,
+the network used) and from the host (the container runtime and its version). ``smoke --history``
+compares consecutive runs of an image and names what changed.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from containers.host.runtime import Runtime
+from containers.prove.transport import stack_from_log
+
+#: The report keys that make the stack, and the names the stack gives them.
+FROM_REPORTS = (("torch", "torch"), ("build", "build"), ("cuda", "cuda"), ("hip", "hip"),
+                ("driver", "driver"), ("nccl", "nccl"), ("name", "devices"))
+#: What a change of is worth marking in the history (not the device list of a bigger run).
+COMPARED = ("torch", "build", "cuda", "hip", "driver", "nccl", "nccl_log", "net_plugin",
+            "libfabric", "network", "runtime")
+
+
+def of_run(reports: Sequence[Mapping], lines: Sequence[str], *, runtime: Runtime) -> dict:
+    """The stack of one run; values that differ between ranks are joined with `` / ``."""
+    found: dict[str, str] = {}
+    for key, name in FROM_REPORTS:
+        values = sorted({str(r[key]) for r in reports if r.get(key) not in (None, "")})
+        if values:
+            found[name] = " / ".join(values)
+    found.update(stack_from_log(lines))
+    found["runtime"] = f"{runtime.flavour} {runtime.version}"
+    return found
+
+
+def changes(before: Mapping | None, after: Mapping | None) -> list[str]:
+    """``driver 550.54 -> 560.35`` for each compared part that differs; nothing when either
+    run recorded no stack (records older than the stack)."""
+    if not before or not after:
+        return []
+    return [f"{key} {before.get(key) or '-'} -> {after.get(key) or '-'}" for key in COMPARED
+            if before.get(key) != after.get(key)]

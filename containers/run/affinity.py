@@ -1,0 +1,39 @@
+"""Which cores each local rank of a node runs on, from a site profile's CPU masks.
+
+LUMI's guides bind each rank to the seven cores next to its GCD (``srun --cpu-bind=mask_cpu:…``).
+With one torchrun per node Slurm cannot do that: it starts one task, and torchrun's ranks inherit
+the whole node. So the same map goes to the workloads as ``--rank-cores`` (local ranks separated by
+``:``, each a Linux cpulist such as ``49-55``), and each rank pins itself before it touches its GPU.
+The workloads read the map with ``jobs/choices.py``'s cpulist helpers, the same ones this module
+formats with, so both sides agree on the text.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from containers.inputs import names
+
+
+def mask_cores(mask: str) -> frozenset[int]:
+    """The cores of a hexadecimal CPU mask (``0xfe`` is cores 1-7); the profile checked it."""
+    value = int(mask, 16)
+    return frozenset(bit for bit in range(value.bit_length()) if value >> bit & 1)
+
+
+def rank_cores(masks: Sequence[str], ranks_per_node: int) -> list[frozenset[int]]:
+    """The cores of local ranks ``0 .. ranks_per_node-1`` (one mask per GPU, in GPU order)."""
+    return [mask_cores(mask) for mask in masks[:ranks_per_node]]
+
+
+def rank_cores_arg(masks: Sequence[str], ranks_per_node: int) -> str | None:
+    """``--rank-cores``' value for the workloads, or None when the site has no map."""
+    if not masks:
+        return None
+    return ":".join(names.format_cpulist(cores) for cores in rank_cores(masks, ranks_per_node))
+
+
+def describe(cores: Iterable[frozenset[int]]) -> str:
+    """``rank 0 cores 49-55, rank 1 cores 57-63`` for plans and dry runs."""
+    return ", ".join(f"rank {rank} cores {names.format_cpulist(c)}"
+                     for rank, c in enumerate(cores))
