@@ -165,6 +165,7 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, ep
         "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
         "sizes": "smoke: message sizes MIN:MAX",
         "iters": "smoke: timed iterations per size",
+        "cycles": "smoke: repeat the sweep this many times (corruption soak)",
         "model": "training: vit, wideresnet, cnn or resnet",
         "model_size": "training: tiny, small or base",
         "epochs": "training: epochs",
@@ -176,7 +177,7 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, ep
 @_user_errors
 def job(c, workload="smoke", target=None, site=None, nodes=1, gpus_per_node=None, time=None,
         account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
-        sizes="1K:128M", iters=20, model=None, model_size=None, epochs=3, batch_size=64,
+        sizes="1K:128M", iters=20, cycles=1, model=None, model_size=None, epochs=3, batch_size=64,
         samples=None):
     """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit."""
     counts: dict[str, int | None] = {}
@@ -187,7 +188,7 @@ def job(c, workload="smoke", target=None, site=None, nodes=1, gpus_per_node=None
             raise UsageError(f"{flag} takes a whole number (got {value!r})", flag=flag) from exc
     gpus, samples = counts["--gpus-per-node"], counts["--samples"]
     if workload == "smoke":
-        options = SmokeOptions(gpus=gpus or 1, sizes=sizes, iters=int(iters))
+        options = SmokeOptions(gpus=gpus or 1, sizes=sizes, iters=int(iters), cycles=int(cycles))
     elif workload == "build":
         options = None
     else:
