@@ -19,7 +19,6 @@ from containers.inputs.sites import Site
 from containers.prove import verdict
 from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, one_of
 from containers.prove.performance import Judgement, judge
-from containers.prove.transport import TransportCheck, check_transport
 from containers.report import plot_busbw
 
 
@@ -68,21 +67,6 @@ def wrong_total(result: verdict.Result) -> int:
     return sum(r[mode]["wrong"] or 0 for r in _rows(result) for mode in ("oop", "ip"))
 
 
-def transport(result: verdict.Result) -> TransportCheck | None:
-    """The transport's proof where the site declares one for a run of this many nodes. A run
-    that stopped before its report (NCCL_NET refusing a missing plugin does that) is still read
-    for the plugin failure; a gloo run (CPU) has no NCCL transport to prove."""
-    site, report = result.plan.site, result.report
-    if not site.transport_applies(result.plan.nodes):
-        return None
-    proof = check_transport(result.outcome.lines, expect=site.transport_expect or "",
-                            name=site.transport_name or site.transport_expect or "",
-                            net=site.transport_net)
-    if report is not None and report.get("backend") == "nccl":
-        return proof
-    return proof if proof.evidence is not None and not proof.ok else None
-
-
 class SmokeKind(WorkloadKind):
     name = "smoke"
     script = "allreduce.py"
@@ -101,10 +85,7 @@ class SmokeKind(WorkloadKind):
         return Invocation(args=args, env=dict(options.extra_env))
 
     def failures(self, result: verdict.Result) -> list[str]:
-        found = []
-        proof = transport(result) if result.report is None else None
-        if proof is not None and not proof.ok:  # stopped at start-up: the plugin did not load
-            found.append(proof.message)
+        found = verdict.startup_failure(result)
         wrong = wrong_total(result)
         if not wrong:
             return found
@@ -122,7 +103,7 @@ class SmokeKind(WorkloadKind):
         reasons = []
         if not result.report.get("finished") and not settled:
             reasons.append("the benchmark did not complete its sizes")
-        proof = transport(result)
+        proof = verdict.transport_proof(result)
         if proof is not None and not proof.ok:
             reasons.append(proof.message)
         return reasons
@@ -140,7 +121,7 @@ class SmokeKind(WorkloadKind):
 
     def details(self, result: verdict.Result) -> dict:
         rows = _rows(result)
-        proof = transport(result)
+        proof = verdict.transport_proof(result)
         largest = rows[-1] if rows else None
         return {
             "wrong_total": wrong_total(result),

@@ -117,7 +117,7 @@ class TrainKind(WorkloadKind):
 
     def failures(self, result: verdict.Result) -> list[str]:
         error = (result.report or {}).get("error")
-        return [str(error)] if error else []
+        return verdict.startup_failure(result) + ([str(error)] if error else [])
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         report = result.report

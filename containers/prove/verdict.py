@@ -23,6 +23,7 @@ from containers.inputs.sites import VISIBLE_DEVICES
 from containers.prove import devices, stack
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
+from containers.prove.transport import TransportCheck, check_transport
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
 
 
@@ -100,6 +101,28 @@ def device_reasons(result: Result) -> list[str]:
     and prove nothing about it."""
     backend = (result.report or {}).get("backend")
     return devices.reasons(expectation(result.plan), result.outcome.devices, backend=backend)
+
+
+def transport_proof(result: Result) -> TransportCheck | None:
+    """The transport's proof where the site declares one for a run of this many nodes. A run
+    that stopped before its report (NCCL_NET refusing a missing plugin does that) is still read
+    for the plugin's failure; a gloo run (CPU) has no NCCL transport to prove."""
+    site, report = result.plan.site, result.report
+    if not site.transport_applies(result.plan.nodes):
+        return None
+    proof = check_transport(result.outcome.lines, expect=site.transport_expect or "",
+                            name=site.transport_name or site.transport_expect or "",
+                            net=site.transport_net)
+    if report is not None and report.get("backend") == "nccl":
+        return proof
+    return proof if proof.evidence is not None and not proof.ok else None
+
+
+def startup_failure(result: Result) -> list[str]:
+    """Why a run that wrote no report stopped, when NCCL/RCCL's network is the cause (the
+    plugin NCCL_NET names did not load): the same reason for every kind."""
+    proof = transport_proof(result) if result.report is None else None
+    return [proof.message] if proof is not None and not proof.ok else []
 
 
 def record(result: Result, *, image_record: dict) -> dict:

@@ -199,3 +199,15 @@ def test_a_cpu_site_runs_on_gloo(data_plans) -> None:
     result = verdict.Result(SMOKE, data_plans(SmokeOptions(gpus=2)), _outcome(
         {**SMOKE_REPORT, "backend": "gloo", "device": "cpu"}))
     assert result.reasons == []
+
+
+def test_training_that_stopped_for_want_of_the_network_plugin_says_so(data_gpu_plans) -> None:
+    workload = data_gpu_plans(TrainOptions(example="ddp", gpus=8))
+    stopped = ("nid005001:1:1 [0] NCCL WARN Error: network AWS Libfabric not found.",)
+    found = verdict.Result(TRAIN, workload, _outcome(None, returncode=1, lines=stopped,
+                                                     devices=GCDS)).reasons
+    assert found == [
+        "OFI (aws-ofi-rccl) over cxi: NCCL/RCCL could not load the network plugin 'AWS "
+        "Libfabric' (NCCL_NET='AWS Libfabric' forbids the TCP fallback): usual causes: missing "
+        "binds of the host's network libraries such as /opt/cray and libcxi.so.1, the plugin "
+        "not on LD_LIBRARY_PATH, the plugin not installed in the image"]
