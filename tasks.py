@@ -123,6 +123,8 @@ def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=6
         "samples": "synthetic training samples",
         "target_accuracy": "stop early once validation accuracy reaches this (0-1)",
         "scaling": "comma list of rank counts (e.g. 1,2,4): run each, report speedup + PNG",
+        "compile": "torch.compile the model (its compile time is reported apart from the "
+                   "epochs)",
         "timeout": "seconds before every rank is stopped and the run fails",
         "dry_run": "print the exact exec command(s), run nothing",
         "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
@@ -133,7 +135,7 @@ def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=6
 def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, epochs=3,
           batch_size=64, lr=None,
           zero_stage=1, ds_config=None, data=None, samples=None, target_accuracy=None,
-          scaling=None, timeout=1800.0, dry_run=False, nodes=1):
+          scaling=None, compile=False, timeout=1800.0, dry_run=False, nodes=1):
     """Train the DDP / DeepSpeed / FSDP example inside the image; loss, throughput, verdict."""
     options = TrainOptions(
         example=example, gpus=int(gpus), model=model, model_size=model_size, epochs=int(epochs),
@@ -141,7 +143,7 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, ep
         zero_stage=int(zero_stage), ds_config=Path(ds_config) if ds_config else None,
         data=Path(data) if data else None, samples=int(samples) if samples else None,
         target_accuracy=float(target_accuracy) if target_accuracy is not None else None,
-        timeout=float(timeout))
+        compile=bool(compile), timeout=float(timeout))
     app.train(_project(c), target=target, options=options, scaling=scaling, dry_run=dry_run,
               nodes=int(nodes))
 

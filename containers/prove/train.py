@@ -44,6 +44,7 @@ class TrainOptions:
     data: Path | None = None
     samples: int | None = None
     target_accuracy: float | None = None
+    compile: bool = False
     timeout: float = 1800.0
 
     def __post_init__(self) -> None:
@@ -104,6 +105,8 @@ class TrainKind(WorkloadKind):
                             ("--target-accuracy", options.target_accuracy)):
             if value is not None:
                 args += [flag, str(value)]
+        if options.compile:
+            args.append("--compile")
         binds = []
         if options.example == "deepspeed":
             args += ["--zero-stage", str(options.zero_stage)]

@@ -130,3 +130,13 @@ def test_verdicts_and_scaling(data_cpu, data_settings, data_runtime) -> None:
         parse_scaling("1,two")
     with pytest.raises(UsageError, match="needs rank counts >= 1"):
         parse_scaling("0,2")
+
+
+def test_compile_passes_through(data_cpu, data_settings, data_runtime) -> None:
+    target, site = data_cpu
+    plain = plan_run(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+                     options=TrainOptions(example="ddp", gpus=2))
+    compiled = plan_run(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+                        options=TrainOptions(example="ddp", gpus=2, compile=True))
+    assert "--compile" not in plain.argv
+    assert compiled.argv[compiled.argv.index("--out") + 2] == "--compile"
