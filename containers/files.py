@@ -10,10 +10,94 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 COPY_CHUNK = 8 << 20
+_KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISLNK, "a link"))
+
+
+class FileRefused(ValueError):
+    """A file this tool will not read: not a regular file, or larger than the caller allows.
+    Callers turn it into the error of their family (an input's ConfigError, a state file's
+    StateError), naming the file."""
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` is, in words (``a FIFO``), for a refusal."""
+    return next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
+
+
+def _check_regular(info: os.stat_result, limit: int) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise FileRefused(f"not a regular file ({kind_of(info.st_mode)})")
+    if info.st_size > limit:
+        raise FileRefused(f"larger than {limit} bytes ({info.st_size})")
+
+
+def read_regular(path: Path, *, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes.
+
+    A FIFO, a device (``/dev/zero``) or a folder is refused by ``stat`` before it is opened, so
+    reading never blocks or grows without end; the open is ``O_NONBLOCK`` and checked again on
+    the descriptor, so a FIFO swapped in meanwhile cannot block either, and at most ``limit + 1``
+    bytes are read. Raises :class:`FileRefused`, or ``OSError`` (``FileNotFoundError``...).
+    """
+    _check_regular(os.stat(path), limit)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        _check_regular(os.fstat(fd), limit)
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0 and (block := os.read(fd, min(left, 1 << 20))):
+            chunks.append(block)
+            left -= len(block)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise FileRefused(f"larger than {limit} bytes (it grew while being read)")
+    return data
+
+
+def resolves_outside(path: Path, root: Path) -> Path | None:
+    """Where ``path`` really is (links followed) when that is outside ``root``; else None.
+    Inputs must be the project's own files: a link out of it is refused by the caller."""
+    resolved = path.resolve()
+    return None if resolved.is_relative_to(root.resolve()) else resolved
+
+
+def first_link(base: Path, path: Path) -> Path | None:
+    """The first folder or file of ``path`` below ``base`` that is a symbolic link (``lstat``
+    at every level; ``base`` itself is the caller's choice and not checked), else None."""
+    current = base
+    for part in path.relative_to(base).parts:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(info.st_mode):
+            return current
+    return None
+
+
+def walk_nofollow(root: Path) -> Iterator[Path]:
+    """``root`` (when it exists) and everything below it, never entering a linked folder: a
+    link is yielded as itself, so the caller sees it instead of what it points at."""
+    try:
+        info = os.lstat(root)
+    except FileNotFoundError:
+        return
+    yield root
+    if not stat.S_ISDIR(info.st_mode):
+        return
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in sorted(dirs) + sorted(files):
+            yield Path(folder) / name
 
 
 def fsync_path(path: Path) -> None:
@@ -30,8 +114,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     see the old file or the new one, never a half-written one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)  # a stale temp (or a link planted there) is never written through
     try:
-        with open(tmp, "wb") as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o666)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

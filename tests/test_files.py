@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from containers.files import (atomic_write_bytes, atomic_write_text, copy_hashing, fsync_path,
-                              replace_symlink, sha256_file)
+from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text, copy_hashing,
+                              first_link, fsync_path, read_regular, replace_symlink,
+                              resolves_outside, sha256_file, walk_nofollow)
+from tests.inputs.test_recipes import bounded
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -72,3 +74,46 @@ def test_replace_symlink_swaps_atomically(tmp_path: Path) -> None:
     replace_symlink(link, "3.sif")
     assert os.readlink(link) == "3.sif"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]
+
+
+def test_atomic_write_never_writes_through_a_link_planted_at_its_temp_name(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    path = tmp_path / "record.json"
+    os.symlink(victim, tmp_path / f".record.json.{os.getpid()}.tmp")
+    atomic_write_text(path, "new\n")
+    assert victim.read_text() == "keep" and path.read_text() == "new\n"
+    assert not path.is_symlink()
+
+
+def test_read_regular_reads_only_bounded_regular_files(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"12345")
+    assert read_regular(tmp_path / "f", limit=5) == b"12345"
+    with pytest.raises(FileRefused, match=r"^larger than 4 bytes \(5\)$"):
+        read_regular(tmp_path / "f", limit=4)
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink("/dev/zero", tmp_path / "zero")
+    for name, kind in (("fifo", "a FIFO"), ("zero", "a device"), (".", "a folder")):
+        assert bounded(lambda: read_regular(tmp_path / name, limit=1 << 20)) == (
+            "FileRefused", f"not a regular file ({kind})")
+    with pytest.raises(FileNotFoundError):
+        read_regular(tmp_path / "missing", limit=1)
+
+
+def test_links_are_found_not_followed(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "secret").write_text("x")
+    base = tmp_path / "base"
+    (base / "a").mkdir(parents=True)
+    (base / "a" / "link").symlink_to(tmp_path / "out")
+    (base / "a" / "file").write_text("x")
+    assert first_link(base, base / "a" / "link" / "secret") == base / "a" / "link"
+    assert first_link(base, base / "a" / "file") is None
+    assert first_link(base, base / "a" / "missing" / "deeper") is None
+    assert sorted(p.relative_to(base) for p in walk_nofollow(base)) == [
+        Path("."), Path("a"), Path("a/file"), Path("a/link")]
+    assert list(walk_nofollow(base / "a" / "link")) == [base / "a" / "link"]
+    assert list(walk_nofollow(tmp_path / "missing")) == []
+    assert resolves_outside(base / "a" / "file", base) is None
+    assert resolves_outside(base / "a" / "link" / "secret", base) == tmp_path / "out" / "secret"
+    assert resolves_outside(base / ".." / "out", base) == tmp_path / "out"

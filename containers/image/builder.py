@@ -73,9 +73,20 @@ def _stage(step: BuildStep) -> None:
         Path(link).symlink_to(target)
 
 
+def stale_partials(step: BuildStep) -> list[Path]:
+    """The partial images an earlier, killed build of exactly this target left:
+    ``.<target>.sif.<hash>.partial`` with a hash as long as the plan's. A glob
+    ``.<target>.sif.*.partial`` would also take target ``<target>.sif``'s partial
+    (``.<target>.sif.sif.<hash>.partial``), perhaps while that build is writing it."""
+    prefix, suffix = f".{step.target.name}.sif.", ".partial"
+    pattern = re.compile(re.escape(prefix) + f"[0-9a-f]{{{len(step.short_hash)}}}"
+                         + re.escape(suffix) + r"\Z")
+    return sorted(p for p in step.image.parent.glob(f"*{suffix}") if pattern.match(p.name))
+
+
 def _sweep(step: BuildStep) -> None:
     """Remove what an earlier, killed build of this target may have left."""
-    for stale in step.image.parent.glob(f".{step.target.name}.sif.*.partial"):
+    for stale in stale_partials(step):
         stale.unlink(missing_ok=True)
     shutil.rmtree(step.workdir, ignore_errors=True)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from containers.errors import ConfigError
 from containers.inputs.schema import Field, check_mapping, line_of
-from containers.inputs.yamlsource import load_yaml_file
+from containers.inputs.yamlsource import load_yaml_text, read_input_text
 
 FIELDS = (
     Field("name"), Field("channels", "str_list", default=[]),
@@ -60,7 +60,11 @@ class EnvSpec:
 
 
 def load_env_spec(path: Path) -> EnvSpec:
-    data = load_yaml_file(path)
+    """Read once (:func:`read_input_text`: a regular UTF-8 file of bounded size), so the text
+    hashed is the text checked; newlines as text mode reads them, as the inputs hash always
+    has."""
+    text = read_input_text(path).replace("\r\n", "\n").replace("\r", "\n")
+    data = load_yaml_text(text, path=path)
     values = check_mapping(data, FIELDS, what="environment spec", path=path)
     deps = data["dependencies"]
     conda: list[CondaDep] = []
@@ -78,6 +82,5 @@ def load_env_spec(path: Path) -> EnvSpec:
         else:
             raise ConfigError("each dependency must be a Conda spec string or a 'pip:' list",
                               path=path, line=line, key="dependencies")
-    text = path.read_text(encoding="utf-8")
     return EnvSpec(path=path, name=values["name"], channels=tuple(values["channels"]),
                    conda=tuple(conda), pip=tuple(pip), text=text)

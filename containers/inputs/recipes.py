@@ -2,6 +2,12 @@
 
 A manifest says WHAT to build (builder, definition, env spec, base target, build arguments) and
 for which site, architecture and GPU kind; paths in it are relative to the project root.
+
+The files a manifest names (definition, env spec, and the ``scripts/`` a definition runs) must be
+the project's own: a path or link leading out of the project is refused, so no host file (say
+``/etc/shadow``) is ever read, hashed, staged into a build or quoted in an error. Each is checked
+here, when targets load, to be a regular UTF-8 file of bounded size (``invoke check`` reads every
+one).
 """
 
 from __future__ import annotations
@@ -10,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from containers.errors import ConfigError
-from containers.inputs.schema import Field, check_mapping, line_of, pick, suggest
-from containers.inputs.yamlsource import load_yaml_file
+from containers.files import resolves_outside
+from containers.inputs.schema import (Field, check_file_name, check_mapping, input_files, line_of,
+                                      pick, suggest)
+from containers.inputs.yamlsource import load_yaml_file, read_input_text
 
 ARCHES = ("x86_64", "aarch64")
 GPU_KINDS = ("none", "cuda", "rocm")
@@ -54,7 +62,57 @@ class Target:
         return self.lines.get(key)
 
 
+def _outside(what: str, path: Path, resolved: Path, root: Path) -> str:
+    via = "" if path == resolved else f" (it leads to {resolved})"
+    return f"{what} is outside the project {root}{via}: inputs must be the project's own files"
+
+
+def project_file(value: str, *, root: Path, manifest: Path, line: int | None, key: str) -> Path:
+    """The file a manifest's ``key`` names (relative to the project ``root``), resolved. It must
+    stay inside the project (an absolute path or a link leading out is refused at the manifest's
+    line and key) and be a regular UTF-8 file of bounded size (:func:`read_input_text`)."""
+    if "\0" in value:
+        raise ConfigError(f"{value!r} holds a NUL byte, which no path can", path=manifest,
+                          line=line, key=key)
+    candidate = root / value
+    try:
+        outside = resolves_outside(candidate, root)
+        found = candidate.exists()
+    except OSError as exc:
+        raise ConfigError(f"cannot use {value!r}: {exc.strerror}", path=manifest, line=line,
+                          key=key) from exc
+    if outside is not None:
+        raise ConfigError(_outside(repr(value), candidate, outside, root), path=manifest,
+                          line=line, key=key)
+    if not found:
+        raise ConfigError(f"file {value!r} not found (paths are relative to the project root "
+                          f"{root})", path=manifest, line=line, key=key)
+    resolved = candidate.resolve()
+    read_input_text(resolved)
+    return resolved
+
+
+def check_scripts(definition: Path, *, root: Path, manifest: Path, line: int | None) -> None:
+    """The helper scripts a definition runs (``scripts/`` beside it, named in its text: what the
+    build stages and hashes) must be the project's own regular UTF-8 files too."""
+    folder = definition.parent / "scripts"
+    if not folder.is_dir():
+        return
+    text = read_input_text(definition)
+    for script in sorted(folder.iterdir()):
+        if script.name not in text:
+            continue
+        outside = resolves_outside(script, root)
+        if outside is not None:
+            raise ConfigError(_outside(f"{script} (run by {definition.name})", script, outside,
+                                       root), path=manifest, line=line, key="definition")
+        if script.is_file():
+            read_input_text(script)
+
+
 def load_target(path: Path, *, root: Path) -> Target:
+    """One manifest; its name is its file's stem, which must pass the name rule."""
+    check_file_name("target", path)
     data = load_yaml_file(path)
     values = check_mapping(data, FIELDS, what="target manifest", path=path)
     lines = {key: line_of(data, key) for key in data}
@@ -77,11 +135,11 @@ def load_target(path: Path, *, root: Path) -> Target:
     for key in ("definition", "env"):
         paths[key] = None
         if values[key]:
-            candidate = (root / values[key]).resolve()
-            if not candidate.is_file():
-                raise ConfigError(f"file '{values[key]}' not found (paths are relative to the "
-                                  f"project root {root})", path=path, line=lines.get(key), key=key)
-            paths[key] = candidate
+            paths[key] = project_file(values[key], root=root, manifest=path,
+                                      line=lines.get(key), key=key)
+    if paths["definition"] is not None:
+        check_scripts(paths["definition"], root=root, manifest=path,
+                      line=lines.get("definition"))
     build_args = {str(k): str(v) for k, v in values["build_args"].items()}
     return Target(name=path.stem, manifest=path, description=values["description"],
                   site=values["site"], arch=values["arch"], gpu=values["gpu"],
@@ -92,7 +150,8 @@ def load_target(path: Path, *, root: Path) -> Target:
 
 def load_targets(root: Path) -> dict[str, Target]:
     """Every manifest under ``recipes/``, with base references checked and cycles refused."""
-    targets = {p.stem: load_target(p, root=root) for p in sorted((root / "recipes").glob("*.yaml"))}
+    manifests = input_files(root / "recipes", kind="target", root=root)
+    targets = {p.stem: load_target(p, root=root) for p in manifests}
     for target in targets.values():
         if target.base is not None and target.base not in targets:
             raise ConfigError(f"base target '{target.base}' does not exist"

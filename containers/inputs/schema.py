@@ -3,18 +3,87 @@
 Each input kind (manifest, env spec, site profile) declares its fields once; :func:`check_mapping`
 rejects unknown keys (suggesting the closest known one, since most are typos), missing required
 keys, wrong types and values outside a fixed set, always naming file, line and key.
+
+Names (targets, versions, sites, partitions) become file names, module names and words in
+generated scripts, so they follow one strict rule, :func:`name_problem`, wherever they enter.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from containers.errors import ConfigError, UsageError
+from containers.files import resolves_outside
 from containers.inputs.yamlsource import LocatedDict, LocatedList
 
 T = TypeVar("T")
+_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,63}\Z")
+#: Names the publish layout gives its own files and folders (``DEST/modules``, ``DEST/keys``,
+#: ``DEST/<t>/bin``, ``latest``, ``default``, the catalogue): no target or version may take one.
+RESERVED_NAMES = ("bin", "catalogue.json", "default", "keys", "latest", "modules")
+#: Endings of temp files (``.partial``, ``.tmp``), which publish and build sweep away.
+TEMP_ENDINGS = (".partial", ".tmp")
+NAME_RULE = ("1-64 letters, digits and . _ + -, not starting with - or ., not ending in "
+             + " or ".join(TEMP_ENDINGS) + ", and not " + ", ".join(RESERVED_NAMES))
+
+
+def name_problem(kind: str, name: object) -> str | None:
+    """Why ``name`` cannot be a ``kind`` name (target, version, site, partition), else None.
+
+    The one rule for every name that becomes a path or a word in a generated file: a newline, a
+    slash or ``..`` in one would run code from a module file or write outside the publish
+    folder. The message quotes the name with ``repr``, so it stays one line."""
+    if not isinstance(name, str):
+        return f"{kind} name must be a string, got {_type_name(name)}"
+    if (not _NAME.match(name) or name.lower() in RESERVED_NAMES
+            or name.endswith(TEMP_ENDINGS)):
+        return f"{name!r} is not a usable {kind} name: {NAME_RULE}"
+    return None
+
+
+def check_name(kind: str, name: object, *, path: Any = None, line: int | None = None,
+               key: str | None = None) -> str:
+    """``name`` if it passes :func:`name_problem`, else a :class:`ConfigError` at ``path``,
+    ``line`` and ``key`` (the input that gave the name)."""
+    problem = name_problem(kind, name)
+    if problem:
+        raise ConfigError(problem, path=path, line=line, key=key)
+    return str(name)
+
+
+def check_file_name(kind: str, path: Path) -> str:
+    """The ``kind`` name a file gives by its stem (``recipes/<target>.yaml``); a
+    :class:`ConfigError` naming the file when the stem breaks the rule. A name that cannot be
+    printed on one line is shown quoted, beside its folder."""
+    problem = name_problem(kind, path.stem)
+    if problem is None:
+        return path.stem
+    if path.name.isprintable():
+        raise ConfigError(f"file name: {problem}", path=path)
+    raise ConfigError(f"file {path.name!r}: {problem}", path=path.parent)
+
+
+def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
+    """The ``*.yaml`` files of ``folder``, one per ``kind`` (target, site), sorted by name.
+
+    Each file's stem is its name and must pass :func:`name_problem`; a file that is a link out
+    of the project ``root`` is refused (inputs are the project's own files). Hidden files (an
+    editor's ``.#cpu.yaml`` lock) are not inputs and are skipped."""
+    found = []
+    for path in sorted(folder.glob("*.yaml")):
+        if path.name.startswith("."):
+            continue
+        check_file_name(kind, path)
+        outside = resolves_outside(path, root)
+        if outside is not None:
+            raise ConfigError(f"a link to {outside}, outside the project {root}: inputs must be "
+                              "the project's own files", path=path)
+        found.append(path)
+    return found
 
 
 def _is_str(v: Any) -> bool:
@@ -91,7 +160,7 @@ def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
     try:
         return items[name]
     except KeyError as exc:
-        raise UsageError(f"unknown {what} '{name}'{suggest(name, list(items))}; known: "
+        raise UsageError(f"unknown {what} {name!r}{suggest(name, list(items))}; known: "
                          f"{', '.join(sorted(items))}", flag=flag) from exc
 
 

@@ -22,7 +22,7 @@ from typing import Collection, Mapping
 
 from containers.errors import ConfigError
 from containers.inputs.references import Reference, parse_reference, select
-from containers.inputs.schema import Field, check_mapping, line_of, pick, suggest
+from containers.inputs.schema import Field, check_mapping, input_files, line_of, pick, suggest
 from containers.inputs.yamlsource import load_yaml_file
 
 FIELDS = (
@@ -225,7 +225,9 @@ def load_site(path: Path) -> Site:
 
 
 def load_sites(root: Path) -> dict[str, Site]:
-    return {p.stem: load_site(p) for p in sorted((root / "sites").glob("*.yaml"))}
+    """Every site profile; a file name that breaks the name rule, or a profile that is a link
+    out of the project, is refused (the name becomes part of batch scripts and paths)."""
+    return {p.stem: load_site(p) for p in input_files(root / "sites", kind="site", root=root)}
 
 
 def get_site(sites: dict[str, Site], name: str) -> Site:

@@ -1,6 +1,7 @@
 """Checks that span files: a manifest's site must have a profile, a site's default target must
-exist, every ``{{ ARG }}`` of a definition must get a value. Each file is valid on its own when
-it loads; these are the references between them."""
+exist, every ``{{ ARG }}`` of a definition must get a value; and the names that become paths
+(site and partition names: perflog folders, batch scripts) follow the one name rule. Each file
+is valid on its own when it loads; these are the references between them."""
 
 from __future__ import annotations
 
@@ -9,12 +10,21 @@ from typing import Collection, Iterable, Mapping
 from containers.errors import ConfigError
 from containers.inputs.definition import read_definition
 from containers.inputs.recipes import Target
-from containers.inputs.schema import suggest
+from containers.inputs.schema import check_file_name, check_name, suggest
 from containers.inputs.sites import Site
+
+
+def check_site_names(site: Site) -> None:
+    """A site's name (its file's stem) and its partitions' names pass the one name rule."""
+    check_file_name("site", site.path)
+    for partition in site.partitions:
+        check_name("partition", partition, path=site.path, line=site.lines.get("partitions"),
+                   key="partitions")
 
 
 def check_sites(sites: Mapping[str, Site], targets: Mapping[str, Target]) -> None:
     for site in sites.values():
+        check_site_names(site)
         if site.default_target and site.default_target not in targets:
             raise ConfigError(f"default_target '{site.default_target}' is not a target"
                               f"{suggest(site.default_target, list(targets))}", path=site.path,

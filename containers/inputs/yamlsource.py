@@ -14,6 +14,10 @@ from typing import Any
 import yaml
 
 from containers.errors import ConfigError
+from containers.files import FileRefused, read_regular
+
+#: The most an input file (manifest, env spec, definition, site profile, script) may hold.
+INPUT_LIMIT = 1 << 20
 
 
 class LocatedDict(dict):
@@ -79,16 +83,44 @@ def load_yaml_text(text: str, *, path: Path | None = None) -> Any:
         line = mark.line + 1 if mark else None
         raise ConfigError(f"invalid YAML: {exc.problem or exc.context}", path=path,
                           line=line) from exc
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError(f"invalid YAML: character #x{exc.character:04x}: {exc.reason}",
+                          path=path, line=line) from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"invalid YAML: {exc}", path=path) from exc
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"invalid YAML: {first}", path=path) from exc
+    except RecursionError as exc:
+        raise ConfigError("invalid YAML: nested too deeply", path=path) from exc
+
+
+def decode_input(data: bytes, *, path: Path) -> str:
+    """``data`` as UTF-8 text; a byte that is not UTF-8 is a :class:`ConfigError` at its line
+    (the byte is not shown: the line is named, not printed)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+                          path=path, line=line) from exc
+
+
+def read_input_text(path: Path, *, limit: int = INPUT_LIMIT) -> str:
+    """The text of one input file. Only a regular file of at most ``limit`` bytes is read (a
+    FIFO or ``/dev/zero`` would block or grow without end); each refusal, a missing or
+    unreadable file and a non-UTF-8 byte is a :class:`ConfigError` naming the file."""
+    try:
+        data = read_regular(path, limit=limit)
+    except FileNotFoundError as exc:
+        raise ConfigError("file not found", path=path) from exc
+    except FileRefused as exc:
+        raise ConfigError(f"{exc}: inputs are regular files of at most {limit} bytes",
+                          path=path) from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from exc
+    return decode_input(data, path=path)
 
 
 def load_yaml_file(path: Path) -> Any:
-    """Read and parse one YAML file; a missing or unreadable file is a :class:`ConfigError`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ConfigError("file not found", path=path) from exc
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from exc
-    return load_yaml_text(text, path=path)
+    """Read (:func:`read_input_text`) and parse one YAML file."""
+    return load_yaml_text(read_input_text(path), path=path)

@@ -7,10 +7,13 @@ alone and a regression after an image update shows as a step between two image v
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Iterator, Sequence
 
+from containers.inputs.schema import check_name
 from containers.locking import file_lock
 from containers.prove import stack
 
@@ -20,31 +23,70 @@ JUDGED = ("pass", "fail", "xfail", "xpass")
 
 
 def log_path(perflog_dir: Path, *, site: str, partition: str | None) -> Path:
+    """``<perflog_dir>/<site>/<partition>/allreduce.jsonl``; both names pass the name rule (a
+    partition comes from ``SLURM_JOB_PARTITION``: ``../..`` in it must not write elsewhere)."""
+    check_name("site", site, key="site")
+    if partition is not None:
+        check_name("partition", partition, key="partition")
     return perflog_dir / site / (partition or "default") / LOG_NAME
 
 
+def _ends_a_line(handle: BinaryIO) -> bool:
+    """Whether the open log is empty or ends with a newline (its last line is whole)."""
+    end = handle.seek(0, os.SEEK_END)
+    if end == 0:
+        return True
+    handle.seek(end - 1)
+    return handle.read(1) == b"\n"
+
+
 def append(perflog_dir: Path, record: dict) -> Path:
-    """Append one record under a lock, so concurrent runs never interleave a line."""
+    """Append one record under a lock, so concurrent runs never interleave a line. A file whose
+    last line was torn (a run killed mid-write, a full disk) gets its newline first, so the new
+    record starts a line of its own instead of being glued to the torn one and lost with it."""
     path = log_path(perflog_dir, site=record["site"], partition=record.get("partition"))
     path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=True).encode("utf-8") + b"\n"
     with file_lock(path.with_name(path.name + ".lock")):
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
+        with open(path, "a+b") as handle:
+            if not _ends_a_line(handle):
+                line = b"\n" + line
+            handle.write(line)
     return path
+
+
+def parse_date(value: object) -> datetime.datetime | None:
+    """A record's ``date`` (ISO 8601 with a time zone, as every record is written), else None:
+    records without one cannot be ordered or plotted beside the others."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def _records(data: bytes) -> Iterator[dict]:
+    """The usable records of one log's bytes: whole lines only (what follows the last newline is
+    a torn tail), each a JSON object with a good date; anything else is skipped."""
+    for raw in data.split(b"\n")[:-1]:
+        try:
+            record = json.loads(raw)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past reason
+            continue
+        if isinstance(record, dict) and parse_date(record.get("date")) is not None:
+            yield record
 
 
 def read(perflog_dir: Path, *, target: str | None = None) -> list[dict]:
     """Every record (oldest first), optionally of one target; unreadable lines are skipped."""
     records = []
     for path in sorted(perflog_dir.rglob(LOG_NAME)) if perflog_dir.is_dir() else []:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
+        for record in _records(path.read_bytes()):
             if target is None or record.get("target") == target:
                 records.append(record)
-    return sorted(records, key=lambda r: r.get("date", ""))
+    return sorted(records, key=lambda r: parse_date(r["date"]))
 
 
 def headline(record: dict) -> tuple[int | None, float | None]:
@@ -101,8 +143,6 @@ HISTORY_COLUMNS = ("date", "site", "partition", "image", "ranks", "nodes", "size
 
 def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
     """busbw at the reference size over time, one line per image version."""
-    import datetime
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,7 +158,7 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
         _, busbw = headline(record)
         if busbw is None:
             continue
-        when = datetime.datetime.fromisoformat(record["date"].replace("Z", "+00:00"))
+        when = parse_date(record["date"])
         series.setdefault(image_label(record), []).append((when, busbw, bool(record.get("passed"))))
         if id(record) in changed:  # the same image on a changed stack: mark the step's cause
             ax.axvline(when, color="tab:purple", linestyle=":", linewidth=1)

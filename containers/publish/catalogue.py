@@ -27,22 +27,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from containers.errors import ConfigError, StateError, UsageError
+from containers.errors import StateError, UsageError
+from containers.files import FileRefused, read_regular
+from containers.inputs.schema import TEMP_ENDINGS, name_problem
 
 FORMAT = 1
 CATALOGUE_NAME = "catalogue.json"
 LOCK_NAME = ".publish.lock"
-_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}\Z")
-RESERVED = ("latest", "default", "bin")
-TEMP_SUFFIXES = (".partial", ".tmp")
+TEMP_SUFFIXES = TEMP_ENDINGS
+#: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).
+CATALOGUE_LIMIT = 64 << 20
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+_FINGERPRINT = re.compile(r"[0-9A-F]{16,64}\Z")
 
 
 def validate_version(version: str) -> str:
-    """Versions become file and module names: letters, digits, ``._+-``; no slashes or spaces."""
-    if not _VERSION.match(version) or version in RESERVED or version.endswith(TEMP_SUFFIXES):
-        raise UsageError(f"'{version}' is not a usable version: 1-64 characters from letters, "
-                         "digits and . _ + -, starting with a letter or digit, not "
-                         + ", ".join(RESERVED), flag="--version")
+    """Versions become file and module names: the one name rule
+    (:func:`containers.inputs.schema.name_problem`), refused as the ``--version`` flag."""
+    problem = name_problem("version", version)
+    if problem:
+        raise UsageError(problem, flag="--version")
     return version
 
 
@@ -56,7 +60,11 @@ def default_version(provenance: dict) -> str:
         raise StateError("the image's provenance has no usable build_date; give --version") \
             from exc
     inputs = str(provenance.get("inputs_hash") or "")[:8]
-    return validate_version(f"{day}-{inputs}" if inputs else day)
+    version = f"{day}-{inputs}" if inputs else day
+    if name_problem("version", version):
+        raise StateError(f"the image's provenance makes no usable version ({version!r}: its "
+                         "inputs_hash is not hexadecimal); give --version")
+    return version
 
 
 def sif_name(version: str) -> str:
@@ -79,27 +87,114 @@ def empty() -> dict:
 
 
 def load(path: Path) -> dict:
-    """The catalogue at ``path`` (an empty one when there is none yet), checked."""
-    if not path.exists():
-        return empty()
+    """The catalogue at ``path`` (an empty one when there is none yet), checked
+    (:func:`check_format`); anything unusable is a one-line :class:`StateError` naming it."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(f"catalogue is not valid JSON ({exc}); fix or restore it before "
-                          "publishing", path=path) from exc
+        raw = read_regular(path, limit=CATALOGUE_LIMIT)
+    except FileNotFoundError:
+        return empty()
+    except (FileRefused, OSError) as exc:
+        raise StateError(f"{path}: cannot read the catalogue: {exc}") from exc
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise StateError(f"{path}: catalogue is not valid JSON ({_one_line(exc)}); fix or "
+                         "restore it before publishing") from exc
     return check_format(data, path=str(path))
 
 
+def _one_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def layout_files(target: str, version: str) -> dict[str, str]:
+    """The files an entry of ``target`` ``version`` names, relative to the publish folder."""
+    sif = f"{target}/{sif_name(version)}"
+    return {"file": sif, "checksum_file": f"{sif}.sha256",
+            "module": f"modules/{target}/{version}.lua"}
+
+
+def _signature_problem(entry: dict) -> str | None:
+    if entry.get("signed") is False:
+        return None
+    if entry.get("signed") is not True:
+        return "signed is not true or false"
+    fingerprint = entry.get("key_fingerprint")
+    if not isinstance(fingerprint, str) or not _FINGERPRINT.match(fingerprint):
+        return "key_fingerprint is not an upper-case hexadecimal fingerprint"
+    if entry.get("public_key") != f"keys/{fingerprint}.pgp":
+        return f"public_key {entry.get('public_key')!r} is not 'keys/{fingerprint}.pgp'"
+    return None
+
+
+def entry_problem(target: str, entry: Any) -> str | None:
+    """Why one catalogue entry of ``target`` cannot be trusted, else None. Every name in it
+    becomes a path that is read, hashed or removed (``--keep``), so each must be exactly what
+    publish writes: a version passing the name rule and the files the layout derives from it."""
+    if not isinstance(entry, dict):
+        return "not a mapping"
+    if entry.get("target") != target:
+        return f"target {entry.get('target')!r} is not {target!r}"
+    problem = name_problem("version", entry.get("version"))
+    if problem:
+        return problem
+    for key, wanted in layout_files(target, entry["version"]).items():
+        if entry.get(key) != wanted:
+            return f"{key} {entry.get(key)!r} is not {wanted!r}"
+    if not isinstance(entry.get("sha256"), str) or not _SHA256.match(entry["sha256"]):
+        return "sha256 is not 64 lower-case hexadecimal digits"
+    size = entry.get("size_bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return "size_bytes is not a whole number of bytes"
+    if not isinstance(entry.get("checks"), dict) or not isinstance(entry.get("published"), str):
+        return "checks is not a mapping or published is not a date"
+    return _signature_problem(entry)
+
+
+def _block_problem(name: str, block: Any) -> tuple[str, str] | None:
+    """(where, why) for the first unusable part of one target's block, else None."""
+    where = f"target {name!r}"
+    problem = name_problem("target", name)
+    if problem:
+        return where, problem
+    if not isinstance(block, dict) or not isinstance(block.get("versions"), list):
+        return where, "has no 'versions' list"
+    latest = block.get("latest")
+    if latest is not None and name_problem("version", latest):
+        return where, f"latest: {name_problem('version', latest)}"
+    seen: set[str] = set()
+    for index, entry in enumerate(block["versions"]):
+        version = entry.get("version") if isinstance(entry, dict) else None
+        where = f"target {name!r} entry {index} (version {version!r})"
+        problem = entry_problem(name, entry) or ("listed twice" if version in seen else None)
+        if problem:
+            return where, problem
+        seen.add(version)
+    return None
+
+
 def check_format(data: Any, *, path: str) -> dict:
-    """The loaded catalogue, or a :class:`ConfigError` saying why it cannot be used."""
+    """The loaded catalogue, or a one-line :class:`StateError` naming the file and the entry
+    that cannot be used. Checked before any file is touched: a name read back from here (a
+    version ``../../x``) would otherwise be a path publish writes or removes."""
     if not isinstance(data, dict) or not isinstance(data.get("targets"), dict):
-        raise ConfigError("not a catalogue (no 'targets' mapping)", path=path)
+        raise StateError(f"{path}: not a catalogue (no 'targets' mapping); fix or restore it")
     if data.get("format") != FORMAT:
-        raise ConfigError(f"catalogue format {data.get('format')!r} is not {FORMAT}", path=path)
+        raise StateError(f"{path}: catalogue format {data.get('format')!r} is not {FORMAT}")
     for name, block in data["targets"].items():
-        if not isinstance(block, dict) or not isinstance(block.get("versions"), list):
-            raise ConfigError(f"target '{name}' has no 'versions' list", path=path, key=name)
+        found = _block_problem(name, block)
+        if found:
+            raise StateError(f"{path}: {found[0]}: {found[1]}; fix or restore the catalogue")
     return data
+
+
+def layout_link(dest: Path, path: Path) -> bool:
+    """Whether ``path`` is one of the two links the layout makes: ``<target>/latest`` and
+    ``modules/<target>/default``. Any other link inside the publish folder is refused."""
+    parts = path.relative_to(dest).parts
+    if len(parts) == 2:
+        return parts[1] == "latest" and parts[0] not in ("modules", "keys")
+    return len(parts) == 3 and parts[0] == "modules" and parts[2] == "default"
 
 
 def entries(catalogue: dict, target: str) -> list[dict]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Collection
 
 from containers.errors import CommandFailed, PerformanceFailed, VerdictFailed
+from containers.files import FileRefused, read_regular
 from containers.host.facts import utc_now
 from containers.host.process import run
 from containers.host.runtime import Runtime
@@ -27,6 +28,23 @@ SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "devic
               "wrong_total", "cycles", "largest", "transport", "performance", "stack", "seconds",
               "date")
 GPU_NAMES = {"cuda": "NVIDIA (CUDA)", "rocm": "AMD (ROCm)"}
+#: The most a verdict.json may hold; a larger one (or a FIFO) is not a verdict of this tool.
+VERDICT_LIMIT = 16 << 20
+
+
+def _read_verdict(path: Path) -> dict | None:
+    """A verdict file's record, or None when it is not a readable JSON object (skipped: a
+    results folder is shared, and one bad file must not hide the others)."""
+    try:
+        record = json.loads(read_regular(path, limit=VERDICT_LIMIT).decode("utf-8"))
+    except (FileRefused, OSError, ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _ranks(record: dict) -> int:
+    ranks = record.get("ranks")
+    return ranks if isinstance(ranks, int) and not isinstance(ranks, bool) else 0
 
 
 def find_verdict(results_dir: Path, target: str, sha256: str, *,
@@ -37,13 +55,10 @@ def find_verdict(results_dir: Path, target: str, sha256: str, *,
     GPUs, or a verdict written before ranks reported their devices proves nothing about it."""
     best: tuple[Path, dict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if (isinstance(record, dict) and record.get("target") == target
+        record = _read_verdict(path)
+        if (record is not None and record.get("target") == target
                 and record.get("sha256") == sha256
-                and record.get("passed") is True and int(record.get("ranks") or 0) >= 2
+                and record.get("passed") is True and _ranks(record) >= 2
                 and (gpu == "none" or (record.get("backend") == "nccl"
                                        and record.get("device_kind") == gpu))
                 and (best is None or str(record.get("date")) > str(best[1].get("date")))):
@@ -54,7 +69,8 @@ def find_verdict(results_dir: Path, target: str, sha256: str, *,
 def smoke_summary(path: Path, record: dict, *, run_now: bool) -> dict:
     """What the catalogue keeps of a smoke verdict: enough to judge it without the file; a
     performance FAIL is carried as ``performance_failed`` so a listing shows it at a glance."""
-    performance = record.get("performance") or {}
+    performance = record.get("performance")
+    performance = performance if isinstance(performance, dict) else {}
     return {**{k: record.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now,
             "performance_failed": bool(performance.get("failed"))}
 

@@ -4,10 +4,17 @@ Published images are shared by a whole site, so a file anyone can write is a fil
 replace: publish gives every file it owns its configured mode and group (world-readable
 0644/0755, or group-only 0640/0750), creates them under a matching umask so none is ever briefly
 too open, and re-checks afterwards; ``verify`` flags anything world-writable.
+
+Nothing inside the publish folder is reached through a link: a folder swapped for a link to
+elsewhere (``DEST/modules/<t>`` -> ``/etc``) would make publish write there and re-chmod (with
+``--group``, re-chown) what it holds. :func:`unsafe_layout` finds such links (``lstat`` at every
+level, never following one) before publish or verify touch anything, and modes are set through
+descriptors opened ``O_NOFOLLOW``.
 """
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import stat
@@ -16,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from containers.errors import ConfigError, ContainersError, UsageError
-from containers.publish.catalogue import CATALOGUE_NAME, LOCK_NAME
+from containers.errors import ConfigError, ContainersError, StateError, UsageError
+from containers.files import first_link, kind_of, walk_nofollow
+from containers.publish.catalogue import CATALOGUE_NAME, LOCK_NAME, layout_link
 from containers.publish.modulefile import exec_name
 
 
@@ -63,29 +71,74 @@ def resolve_group(name: str, *, named_by: str) -> int | None:
 
 def expected_mode(path: Path, modes: Modes) -> int:
     """Folders and the exec wrappers are executable; everything else is not."""
-    if path.is_dir():
+    if stat.S_ISDIR(path.lstat().st_mode):
         return modes.dir
     is_wrapper = path.parent.name == "bin" and path.name.endswith(exec_name(""))
     return modes.dir if is_wrapper else modes.file
 
 
+def target_roots(dest: Path, target: str) -> list[Path]:
+    """The folders one publish of ``target`` owns, whole: its own, its modules', the keys."""
+    return [dest / target, dest / "modules" / target, dest / "keys"]
+
+
+def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
+    """The first thing inside ``dest`` that publish (of ``target``) or verify (``None``: the
+    whole folder) must not go through, in one line naming it, else None: a link other than
+    ``<t>/latest`` and ``modules/<t>/default``, or a file where the layout has a folder."""
+    if target is None:
+        paths = list(walk_nofollow(dest))[1:]
+    else:
+        top = [dest / CATALOGUE_NAME, dest / LOCK_NAME, dest / "modules"]
+        paths = top + [p for root in target_roots(dest, target) for p in walk_nofollow(root)]
+    for path in paths:
+        link = first_link(dest, path)
+        if link is not None and not layout_link(dest, link):
+            return (f"{link} is a symbolic link; nothing inside {dest} is reached through a "
+                    "link: remove it (and check what it pointed to), or publish elsewhere")
+    folders = [dest / "modules", dest / "keys"]
+    if target is not None:
+        folders += [dest / target, dest / target / "bin", dest / "modules" / target]
+    for folder in folders:
+        if os.path.lexists(folder) and not stat.S_ISDIR(folder.lstat().st_mode):
+            return f"{folder} is {kind_of(folder.lstat().st_mode)}, where publish keeps a folder"
+    return None
+
+
 def managed_paths(dest: Path, target: str) -> list[Path]:
-    """What one publish owns: the target's folders and files, modules, keys and catalogue."""
-    roots = [dest / target, dest / "modules" / target, dest / "keys"]
+    """What one publish owns: the target's folders and files, modules, keys and catalogue;
+    never a link, nor anything reached through one (:func:`walk_nofollow`)."""
     paths = [dest / CATALOGUE_NAME, dest / LOCK_NAME, dest / "modules"]
-    for root in roots:
-        if root.is_dir():
-            paths += [root, *root.rglob("*")]
-    return [p for p in paths if (p.exists() and not p.is_symlink())]
+    for root in target_roots(dest, target):
+        paths += walk_nofollow(root)
+    return [p for p in paths if os.path.lexists(p) and not p.is_symlink()
+            and first_link(dest, p) is None]
+
+
+def _set_mode(path: Path, mode: int, gid: int | None) -> None:
+    """chmod (and chgrp) ``path`` itself through a descriptor opened ``O_NOFOLLOW``: a link
+    swapped in since the paths were listed is refused, never followed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StateError(f"{path} became a symbolic link while publishing; nothing "
+                             "reached through a link is changed") from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        keep = stat.S_IMODE(info.st_mode) & stat.S_ISGID if stat.S_ISDIR(info.st_mode) else 0
+        os.fchmod(fd, mode | keep)
+        if gid is not None:
+            os.fchown(fd, -1, gid)
+    finally:
+        os.close(fd)
 
 
 def apply_modes(paths: list[Path], modes: Modes) -> None:
     """Give each path its expected mode (keeping a folder's setgid bit) and group."""
     for path in paths:
-        keep = stat.S_IMODE(path.stat().st_mode) & stat.S_ISGID if path.is_dir() else 0
-        os.chmod(path, expected_mode(path, modes) | keep)
-        if modes.gid is not None:
-            os.chown(path, -1, modes.gid, follow_symlinks=False)
+        _set_mode(path, expected_mode(path, modes), modes.gid)
 
 
 def mode_problems(paths: list[Path], modes: Modes | None) -> list[str]:

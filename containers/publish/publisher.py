@@ -15,7 +15,10 @@ so concurrent publishes are serialised:
 
 A publish killed at any point leaves every final name either old or complete: only temp files
 (``.<name>.<pid>.partial`` / ``.tmp``), which ``verify`` ignores and the next publish removes.
-The layout is described in :mod:`containers.publish.catalogue`.
+The layout is described in :mod:`containers.publish.catalogue`. Nothing inside ``<dest>`` is
+reached through a link (:func:`containers.publish.permissions.unsafe_layout`, checked before the
+first write), and every name that becomes a path (target, version, and each one read back from
+the catalogue) passes the one name rule first.
 
 Everything here takes plain values (a :class:`PublishRequest`, the Target, Site and Settings, a
 Runtime, a ``quick_check`` function): the application layer gathers them from the project, so
@@ -30,6 +33,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import socket
 import stat
 import time
@@ -38,12 +42,12 @@ from pathlib import Path
 from typing import Callable
 
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
-from containers.files import (atomic_write_bytes, atomic_write_text, copy_hashing, fsync_path,
-                              replace_symlink, sha256_file)
+from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text, copy_hashing,
+                              fsync_path, read_regular, replace_symlink, sha256_file)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
-from containers.image import provenance as image_provenance
 from containers.inputs.recipes import Target
+from containers.inputs.schema import check_name, name_problem
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.locking import file_lock
@@ -52,10 +56,13 @@ from containers.publish.checks import QuickCheck, ensure_checks, skipped
 from containers.publish.modulefile import (ModuleSpec, exec_name, is_env_name, render_exec_wrapper,
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
-                                            resolve_group, umask)
+                                            resolve_group, umask, unsafe_layout)
 from containers.report import Say, human_bytes, say_line
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
+#: The most an image's build record may hold (its pip freeze is the bulk of it).
+PROVENANCE_LIMIT = 16 << 20
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 
 
 # ---------------------------------------------------------------------------- the request
@@ -75,6 +82,8 @@ class PublishRequest:
     def __post_init__(self) -> None:
         if not self.target:
             raise UsageError("name the image target to publish", flag="--target")
+        if name_problem("target", self.target):
+            raise UsageError(name_problem("target", self.target), flag="--target")
         if not self.dest:
             raise UsageError("name the site folder to publish into", flag="--dest")
         dest = Path(os.path.abspath(Path(self.dest).expanduser()))
@@ -137,16 +146,38 @@ class PublishPlan:
         return self.folder / "bin" / exec_name(self.target.name)
 
 
+def read_provenance(record: Path) -> dict:
+    """The build record beside an image ({} when there is none); one that cannot be read, is
+    not JSON or not a JSON object is a one-line :class:`StateError` naming it."""
+    rebuild = "rebuild the image with invoke build --force"
+    try:
+        raw = read_regular(record, limit=PROVENANCE_LIMIT)
+    except FileNotFoundError:
+        return {}
+    except (FileRefused, OSError) as exc:
+        raise StateError(f"{record}: cannot read the build record: {exc}; {rebuild}") from exc
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise StateError(f"{record}: the build record is not valid JSON; {rebuild}") from exc
+    if not isinstance(data, dict):
+        raise StateError(f"{record}: the build record is not a JSON object; {rebuild}")
+    return data
+
+
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
                  settings: Settings) -> PublishPlan:
-    """The plan for ``request``: refuses an unbuilt image, one without a build record, a site
-    environment a module file cannot carry and an unusable group, before any work."""
+    """The plan for ``request``: refuses a target name that breaks the name rule, an unbuilt
+    image, one without a usable build record, a site environment a module file cannot carry
+    and an unusable group, before any work."""
+    check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)
     record = settings.provenance_path(target.name)
-    provenance = image_provenance.read(record)
     if not image.is_file():
         raise ImageMissing(image, target.name)
-    if not provenance.get("sha256"):
+    provenance = read_provenance(record)
+    sha256 = provenance.get("sha256")
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
     for key in site.env:
@@ -191,6 +222,18 @@ def _module_spec(plan: PublishPlan, *, sha256: str, fingerprint: str | None,
                       bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
                       gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
                       sha256=sha256, signed_by=fingerprint, published=when)
+
+
+def refuse_links(plan: PublishPlan) -> None:
+    """A :class:`StateError` naming the first link (or misplaced file) inside the publish folder
+    that this publish would write, chmod or remove through: it never follows one."""
+    problem = unsafe_layout(plan.dest, plan.target.name)
+    if problem:
+        raise StateError(problem)
+    for link in (plan.folder / "latest", plan.module_dir / "default"):
+        if os.path.lexists(link) and not link.is_symlink():
+            raise StateError(f"{link} is not a symbolic link; publish keeps a link there: "
+                             "move it away")
 
 
 def _stage_image(plan: PublishPlan, runtime: Runtime, key: signing.SigningKey | None,
@@ -275,40 +318,50 @@ def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
             key: signing.SigningKey | None, say: Say) -> dict:
     """Steps 1-3 of the module docstring, under the publish lock."""
     created = not plan.dest.exists()  # an existing folder's own mode is the site's business
-    with umask(plan.modes.umask), file_lock(
-            plan.dest / cat.LOCK_NAME,
-            on_wait=lambda: say("waiting for another publish to finish")):
-        for folder in (plan.folder / "bin", plan.module_dir):
-            folder.mkdir(parents=True, exist_ok=True)
-        sweep_temps(plan, say)
-        catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
-        replaced = _existing(plan, catalogue)
-        public = signing.public_key(runtime, plan.keysdir, key.fingerprint) if key else b""
-        try:
-            sha256, size = _stage_image(plan, runtime, key, say)
-        finally:
-            plan.temp.unlink(missing_ok=True)
-        when = utc_now()
-        if key is not None:
-            (plan.dest / "keys").mkdir(exist_ok=True)
-            atomic_write_bytes(plan.dest / "keys" / f"{key.fingerprint}.pgp", public)
-        spec = _module_spec(plan, sha256=sha256, fingerprint=key and key.fingerprint, when=when)
-        atomic_write_text(plan.module, render_modulefile(spec))
-        atomic_write_text(plan.exec_path, render_exec_wrapper(
-            plan.target.name, runtime=plan.site.runtime, gpu_flag=plan.site.gpu_flag))
-        entry = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
-                       replaced=replaced, when=when)
-        catalogue, gone = _prune(plan, cat.with_entry(catalogue, entry, now=when), when, say)
-        atomic_write_text(plan.dest / cat.CATALOGUE_NAME, json.dumps(catalogue, indent=2) + "\n")
-        replace_symlink(plan.folder / "latest", plan.sif.name)
-        replace_symlink(plan.module_dir / "default", plan.module.name)
-        for version in gone:
-            _remove_version(plan, version)
-        paths = [plan.dest] * created + managed_paths(plan.dest, plan.target.name)
-        apply_modes(paths, plan.modes)
-        problems = mode_problems(paths, plan.modes)
-        if problems:
-            raise StateError("permissions are not as configured: " + "; ".join(problems))
+    with umask(plan.modes.umask):
+        plan.dest.mkdir(parents=True, exist_ok=True)
+        refuse_links(plan)  # the lock file too, before it is opened
+        with file_lock(plan.dest / cat.LOCK_NAME,
+                       on_wait=lambda: say("waiting for another publish to finish")):
+            return _execute_locked(plan, runtime, checks=checks, key=key, say=say,
+                                   created=created)
+
+
+def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
+                    key: signing.SigningKey | None, say: Say, created: bool) -> dict:
+    """The sequence itself, under the publish lock, on a folder checked for links."""
+    refuse_links(plan)  # again: another publish may have run while this one waited
+    for folder in (plan.folder / "bin", plan.module_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    sweep_temps(plan, say)
+    catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
+    replaced = _existing(plan, catalogue)
+    public = signing.public_key(runtime, plan.keysdir, key.fingerprint) if key else b""
+    try:
+        sha256, size = _stage_image(plan, runtime, key, say)
+    finally:
+        plan.temp.unlink(missing_ok=True)
+    when = utc_now()
+    if key is not None:
+        (plan.dest / "keys").mkdir(exist_ok=True)
+        atomic_write_bytes(plan.dest / "keys" / f"{key.fingerprint}.pgp", public)
+    spec = _module_spec(plan, sha256=sha256, fingerprint=key and key.fingerprint, when=when)
+    atomic_write_text(plan.module, render_modulefile(spec))
+    atomic_write_text(plan.exec_path, render_exec_wrapper(
+        plan.target.name, runtime=plan.site.runtime, gpu_flag=plan.site.gpu_flag))
+    entry = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
+                   replaced=replaced, when=when)
+    catalogue, gone = _prune(plan, cat.with_entry(catalogue, entry, now=when), when, say)
+    atomic_write_text(plan.dest / cat.CATALOGUE_NAME, json.dumps(catalogue, indent=2) + "\n")
+    replace_symlink(plan.folder / "latest", plan.sif.name)
+    replace_symlink(plan.module_dir / "default", plan.module.name)
+    for version in gone:
+        _remove_version(plan, version)
+    paths = [plan.dest] * created + managed_paths(plan.dest, plan.target.name)
+    apply_modes(paths, plan.modes)
+    problems = mode_problems(paths, plan.modes)
+    if problems:
+        raise StateError("permissions are not as configured: " + "; ".join(problems))
     return entry
 
 
@@ -322,7 +375,8 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
     """Check, copy, sign, checksum, catalogue and module-file one image; its catalogue entry.
     ``quick_check`` runs a short smoke of the image when no passing verdict for it exists."""
     say(f"publish: {plan.target.name} {plan.version} -> {plan.sif}")
-    if plan.dest.is_dir():  # early, friendly refusal; checked again under the lock
+    if plan.dest.is_dir():  # early, friendly refusals; checked again under the lock
+        refuse_links(plan)
         _existing(plan, cat.load(plan.dest / cat.CATALOGUE_NAME))
     key = signing.signing_key(runtime, plan.keysdir, plan.keyidx) if plan.sign else None
     if plan.skip_checks:
@@ -334,7 +388,7 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
                                gpu=gpu_of(plan), gpus_here=gpu_kinds_here())
         if (checks.get("smoke") or {}).get("performance_failed"):
             performance = checks["smoke"]["performance"]
-            say(f"checks: performance {performance.get('state', 'fail').upper()} "
+            say(f"checks: performance {str(performance.get('state', 'fail')).upper()} "
                 f"({performance.get('message')}): recorded in the catalogue entry")
     entry = execute(plan, runtime, checks=checks, key=key, say=say)
     say(f"module: module use {plan.dest / 'modules'}; module load "

@@ -5,6 +5,8 @@ signature against the key the catalogue names (imported from ``keys/`` into a th
 so the checker's own keyring does not matter), the folder against the catalogue
 (:func:`containers.publish.catalogue.consistency_problems`), and nothing world-writable.
 Leftovers of an interrupted publish are noted, not failed: no final name refers to them.
+Nothing is read through a link inside the folder (other than ``latest`` and ``default``, which
+are only read as links): one is refused before any check, naming it.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from containers.errors import CommandFailed, ConfigError, UsageError, VerdictFailed
-from containers.files import sha256_file
+from containers.errors import CommandFailed, StateError, UsageError, VerdictFailed
+from containers.files import FileRefused, read_regular, sha256_file, walk_nofollow
 from containers.host.runtime import Runtime
+from containers.inputs.schema import name_problem
 from containers.publish import catalogue as cat, signing
 from containers.publish.modulefile import exec_name
-from containers.publish.permissions import mode_problems
+from containers.publish.permissions import mode_problems, unsafe_layout
 from containers.report import Say, console, human_bytes, say_line, table
 
 COLUMNS = ("target", "version", "latest", "size", "sha256", "signature", "checks", "published",
@@ -55,6 +58,15 @@ def snapshot(dest: Path) -> dict[str, cat.TargetFolder]:
     return folders
 
 
+def _checksum_of(sums: Path) -> tuple[str, str] | None:
+    """(sha256, file name) of a ``.sha256`` file, or None when it is not one such line (too
+    long, not a regular file, not UTF-8 or not the format)."""
+    try:
+        return cat.parse_checksum_line(read_regular(sums, limit=4096).decode("utf-8"))
+    except (FileRefused, OSError, UnicodeDecodeError):
+        return None
+
+
 def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime]) -> tuple[list[str], str]:
     """Problems with one published version (checksum, checksum file, signature); its
     signature cell for the table."""
@@ -67,10 +79,8 @@ def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime]) -> tupl
         problems.append(f"{path}: sha256 {actual[:16]}... does not match the catalogue "
                         f"({entry['sha256'][:16]}...): the file is corrupt or was replaced")
     sums = dest / entry["checksum_file"]
-    if sums.is_file():
-        parsed = cat.parse_checksum_line(sums.read_text(encoding="utf-8"))
-        if parsed != (entry["sha256"], path.name):
-            problems.append(f"{sums}: does not say '{entry['sha256'][:16]}...  {path.name}'")
+    if sums.is_file() and _checksum_of(sums) != (entry["sha256"], path.name):
+        problems.append(f"{sums}: does not say '{entry['sha256'][:16]}...  {path.name}'")
     if not entry.get("signed"):
         return problems, "unsigned"
     try:
@@ -89,13 +99,18 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
     folder verifies on a machine without Apptainer."""
     if not dest:
         raise UsageError("give the folder that invoke publish wrote", flag="--dest")
+    if target is not None and name_problem("target", target):
+        raise UsageError(name_problem("target", target), flag="--target")
     dest = Path(os.path.abspath(Path(dest).expanduser()))
     path = dest / cat.CATALOGUE_NAME
     if not path.is_file():
         raise VerdictFailed(f"{path}: no catalogue (nothing was published to {dest})")
+    problem = unsafe_layout(dest)
+    if problem:
+        raise VerdictFailed(problem)
     try:
         catalogue = cat.load(path)
-    except ConfigError as exc:
+    except StateError as exc:
         raise VerdictFailed(str(exc)) from exc
     folders = snapshot(dest)
     if target is not None:
@@ -115,7 +130,7 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
                          else "", human_bytes(entry["size_bytes"]), entry["sha256"][:16],
                          signature, "skipped" if entry["checks"].get("skipped") else "passed",
                          entry["published"], "FAILED" if found else "ok"))
-    problems += mode_problems([p for p in [dest, *dest.rglob("*")] if not p.is_symlink()], None)
+    problems += mode_problems([p for p in walk_nofollow(dest) if not p.is_symlink()], None)
     console().print(table(f"Published images in {dest}", COLUMNS, rows))
     for folder in folders.values():
         for temp in folder.temps:

@@ -29,3 +29,10 @@ def test_conda_package_refused_on_venv_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"env.yml:3: dependencies: 'conda-forge::mpi4py>=3' is a "
                                           r"Conda package.*builder: cotainr"):
         env.check_venv_compatible()
+
+
+def test_env_spec_that_is_not_utf8_names_file_and_line(tmp_path: Path) -> None:
+    spec = tmp_path / "env.yml"
+    spec.write_bytes(b"dependencies:\n  - pip:\n    - torch\xff\n")
+    with pytest.raises(ConfigError, match=rf"^{spec}:3: not UTF-8 text"):
+        load_env_spec(spec)

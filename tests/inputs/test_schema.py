@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from containers.errors import ConfigError, UsageError
-from containers.inputs.schema import Field, check_mapping, pick, suggest
+from containers.inputs.schema import Field, check_mapping, check_name, name_problem, pick, suggest
 from containers.inputs.yamlsource import load_yaml_text
 
 FIELDS = (Field("name", required=True), Field("count", "int", default=1),
@@ -45,3 +45,29 @@ def test_suggest_and_pick() -> None:
     assert str(info.value) == ("--site: unknown site 'lumii' (did you mean 'lumi'?); known: "
                                "lumi, olivia")
     assert info.value.flag == "--site" and isinstance(info.value.__cause__, KeyError)
+
+
+@pytest.mark.parametrize("name", ["cpu", "lumi-rocm-def", "2026.11.21-1e9c228c", "v2+cuda12.4",
+                                  "a_b", "_x", "+x", "x" * 64, "standard-g"])
+def test_good_names(name: str) -> None:
+    assert name_problem("target", name) is None
+    assert check_name("target", name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-x", ".x", "..", "../x", "a/b", "a b", "a\nb", "a\rb",
+                                  "a\tb", "a\x00b", "a;b", "$(id)", "a'b", 'a"b', "é",
+                                  "x" * 65, "modules", "keys", "bin", "latest", "default",
+                                  "catalogue.json", "MODULES", "x.partial", "x.tmp", None, 7])
+def test_bad_names_are_refused_in_one_line(name) -> None:
+    problem = name_problem("version", name)
+    assert problem is not None and "\n" not in problem and "\r" not in problem
+    with pytest.raises(ConfigError) as refused:
+        check_name("site", name, path="sites/x.yaml", line=3, key="partitions")
+    assert str(refused.value).startswith("sites/x.yaml:3: partitions: ")
+    assert "\n" not in str(refused.value)
+
+
+def test_pick_quotes_an_unknown_name_on_one_line() -> None:
+    with pytest.raises(UsageError) as info:
+        pick({"lumi": 1}, "x\ny", what="target", flag="--target")
+    assert str(info.value).startswith("--target: unknown target 'x\\ny'")

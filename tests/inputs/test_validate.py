@@ -68,3 +68,18 @@ def test_site_of_a_manifest_is_the_manifests_error(factory_project, data_root) -
     with pytest.raises(ConfigError, match=rf"^{manifest}:\d+: site: site 'locall'"):
         validate.site_of(load_targets(root)["cpu"], sites)
     assert validate.site_of(load_targets(data_root)["cpu"], sites).name == "local"
+
+
+def test_site_and_partition_names_follow_the_name_rule(factory_project) -> None:
+    root = factory_project()
+    profile = root / "sites" / "lumi.yaml"
+    text = profile.read_text()
+    profile.write_text(text.replace("partitions: [", "partitions: ['../../x', ", 1))
+    with pytest.raises(ConfigError) as info:
+        validate.check_sites(load_sites(root), load_targets(root))
+    assert str(info.value).startswith(f"{profile}:{_line(profile, 'partitions:')}: partitions: "
+                                      "'../../x' is not a usable partition name")
+    profile.write_text(text)
+    (root / "sites" / "x y.yaml").write_text((root / "sites" / "local.yaml").read_text())
+    with pytest.raises(ConfigError, match=r"x y.yaml: file name: 'x y' is not a usable site"):
+        validate.check_sites(load_sites(root), load_targets(root))

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from containers.errors import ConfigError
 from containers.prove import perflog
 
 
@@ -50,3 +53,46 @@ def test_a_changed_stack_under_one_image_is_marked_with_its_cause(tmp_path: Path
     assert changed == ["", "", "", "driver 6.8.5 -> 6.10.5; libfabric 1.22.0 -> 2.0.0", ""]
     assert perflog.HISTORY_COLUMNS[-1] == "stack changed"
     assert perflog.plot_history(records, tmp_path / "h.png", title="t").stat().st_size > 10_000
+
+
+def test_a_record_after_a_torn_line_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    path = perflog.append(tmp_path, _record("2026-11-01T10:00:00Z", "a" * 64, 131.0))
+    with open(path, "a") as handle:
+        handle.write('{"date": "2026-11-02T10:00:00Z", "site": "lu')  # a run killed mid-write
+    assert [r["date"][:10] for r in perflog.read(tmp_path)] == ["2026-11-01"], "torn tail skipped"
+    perflog.append(tmp_path, _record("2026-11-03T10:00:00Z", "a" * 64, 129.0))
+    assert [r["date"][:10] for r in perflog.read(tmp_path)] == ["2026-11-01", "2026-11-03"]
+    assert path.read_text().endswith("\n") and len(path.read_text().splitlines()) == 3
+
+
+def _dated(date: object) -> str:
+    """A record of the right target whose date is ``date`` (missing when None)."""
+    record = {k: v for k, v in _record("2026-11-02T10:00:00Z", "a" * 64, 1.0).items()
+              if k != "date"}
+    return json.dumps(record if date is None else {**record, "date": date})
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", '"text"', "7", "null", "[" * 100_000, "\udcff",
+                                  _dated(None), _dated(5), _dated("yesterday"),
+                                  _dated("2026-11-02T10:00:00"), _dated(["2026-11-02"])])
+def test_lines_that_are_not_records_are_skipped(tmp_path: Path, line: str) -> None:
+    path = perflog.append(tmp_path, _record("2026-11-01T10:00:00Z", "a" * 64, 131.0))
+    with open(path, "ab") as handle:
+        handle.write(line.encode("utf-8", "surrogateescape") + b"\n")
+    perflog.append(tmp_path, _record("2026-11-03T10:00:00Z", "a" * 64, 129.0))
+    records = perflog.read(tmp_path, target="lumi-rocm")
+    assert [r["date"][:10] for r in records] == ["2026-11-01", "2026-11-03"]
+    assert len(perflog.history_rows(records)) == 2
+    assert perflog.plot_history(records, tmp_path / "h.png", title="t").is_file()
+
+
+@pytest.mark.parametrize("site,partition", [("lumi", "../../x"), ("../x", None),
+                                            ("lumi", "a\nb")])
+def test_a_perflog_never_lands_outside_its_folder(tmp_path: Path, site, partition) -> None:
+    record = {**_record("2026-11-01T10:00:00Z", "a" * 64, 1.0), "site": site,
+              "partition": partition}
+    with pytest.raises(ConfigError, match="is not a usable (site|partition) name"):
+        perflog.append(tmp_path / "perflog", record)
+    assert not (tmp_path / "perflog").exists()
+    record.update(site="lumi", partition=None)  # no partition: the log of the default one
+    assert perflog.append(tmp_path, record) == tmp_path / "lumi" / "default" / perflog.LOG_NAME

@@ -4,21 +4,27 @@ consistency rules ``verify`` applies."""
 from __future__ import annotations
 
 import json
+import os
+import re
+from pathlib import Path
 
 import pytest
 
-from containers.errors import ConfigError, StateError, UsageError
+from containers.errors import StateError, UsageError
 from containers.publish import catalogue as cat
+from tests.inputs.test_recipes import bounded
 
 
 # ------------------------------------------------------------------------------- versions
-@pytest.mark.parametrize("version", ["1.0", "2026.11.21-1e9c228c", "v2+cuda12.4", "a_b", "x" * 64])
+@pytest.mark.parametrize("version", ["1.0", "2026.11.21-1e9c228c", "v2+cuda12.4", "a_b", "x" * 64,
+                                     "_x", "+x"])
 def test_good_versions(version: str) -> None:
     assert cat.validate_version(version) == version
 
 
 @pytest.mark.parametrize("version", ["", "../x", "a/b", ".hidden", "-x", "has space", "latest",
-                                     "default", "bin", "x.partial", "x.tmp", "x" * 65, "é"])
+                                     "default", "bin", "modules", "keys", "catalogue.json",
+                                     "x.partial", "x.tmp", "x" * 65, "é", "a\nb", "a\rb"])
 def test_bad_versions_are_refused(version: str) -> None:
     with pytest.raises(UsageError, match="^--version: .*not a usable version") as refused:
         cat.validate_version(version)
@@ -30,6 +36,8 @@ def test_default_version_is_build_day_and_inputs_hash() -> None:
     assert cat.default_version(record) == "2026.11.21-1e9c228c"
     with pytest.raises(StateError, match="give --version"):
         cat.default_version({"inputs_hash": "abc"})
+    with pytest.raises(StateError, match=r"makes no usable version \('2026.11.21-\.\./\.\./x'"):
+        cat.default_version({**record, "inputs_hash": "../../x"})
 
 
 def test_checksum_line_is_sha256sum_format() -> None:
@@ -42,7 +50,10 @@ def test_checksum_line_is_sha256sum_format() -> None:
 
 # ------------------------------------------------------------------------------ catalogue
 def _entry(version: str, target: str = "cpu") -> dict:
-    return {"target": target, "version": version, "sha256": "0" * 64}
+    """An entry as publish writes it (the parts the catalogue checks)."""
+    return {"target": target, "version": version, "sha256": "0" * 64, "size_bytes": 1,
+            **cat.layout_files(target, version), "signed": False, "checks": {},
+            "published": "2026-11-21T05:27:24Z"}
 
 
 def test_with_entry_appends_and_moves_latest_and_forced_republish_moves_to_end() -> None:
@@ -61,12 +72,52 @@ def test_with_entry_appends_and_moves_latest_and_forced_republish_moves_to_end()
 
 def test_catalogue_format_is_checked() -> None:
     assert cat.check_format(cat.empty(), path="c.json")["targets"] == {}
-    with pytest.raises(ConfigError, match="not a catalogue"):
+    with pytest.raises(StateError, match="^c.json: not a catalogue"):
         cat.check_format([], path="c.json")
-    with pytest.raises(ConfigError, match="format 7"):
+    with pytest.raises(StateError, match="^c.json: catalogue format 7"):
         cat.check_format({"format": 7, "targets": {}}, path="c.json")
-    with pytest.raises(ConfigError, match="no 'versions' list"):
+    with pytest.raises(StateError, match="^c.json: target 'cpu': has no 'versions' list"):
         cat.check_format({"format": 1, "targets": {"cpu": {}}}, path="c.json")
+
+
+def _with(entry: dict, target: str = "cpu") -> dict:
+    return {"format": 1, "targets": {target: {"latest": None, "versions": [_entry("1"), entry]}}}
+
+
+@pytest.mark.parametrize("change,where,why", [
+    ({"version": "../../x"}, "entry 1 (version '../../x')", "'../../x' is not a usable version"),
+    ({"version": "a\nb"}, "entry 1 (version 'a\\nb')", "is not a usable version"),
+    ({"version": 7}, "entry 1 (version 7)", "version name must be a string"),
+    ({"file": "../../etc/passwd"}, "entry 1 (version '2')",
+     "file '../../etc/passwd' is not 'cpu/2.sif'"),
+    ({"module": "modules/cpu/../../x.lua"}, "entry 1", "module 'modules/cpu/../../x.lua' is not"),
+    ({"checksum_file": "/etc/shadow"}, "entry 1", "checksum_file '/etc/shadow' is not"),
+    ({"target": "gpu"}, "entry 1", "target 'gpu' is not 'cpu'"),
+    ({"sha256": None}, "entry 1", "sha256 is not 64"),
+    ({"size_bytes": "big"}, "entry 1", "size_bytes is not"),
+    ({"checks": []}, "entry 1", "checks is not a mapping"),
+    ({"signed": True, "key_fingerprint": "AB" * 20, "public_key": "keys/../../x.pgp"},
+     "entry 1", "public_key 'keys/../../x.pgp' is not 'keys/" + "AB" * 20 + ".pgp'"),
+    ({"version": "1", **cat.layout_files("cpu", "1")}, "entry 1 (version '1')", "listed twice"),
+])
+def test_every_name_read_back_is_checked_naming_file_and_entry(change, where, why) -> None:
+    entry = {**_entry("2"), **change}
+    with pytest.raises(StateError) as refused:
+        cat.check_format(_with(entry), path="/pub/catalogue.json")
+    message = str(refused.value)
+    assert message.startswith(f"/pub/catalogue.json: target 'cpu' {where}") and why in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["../x", "modules", "a\nb"])
+def test_a_target_name_read_back_is_checked(name: str) -> None:
+    with pytest.raises(StateError, match=f"^c.json: target {re.escape(repr(name))}: "
+                                         ".*not a usable target name"):
+        cat.check_format(_with(_entry("2", name), name), path="c.json")
+    broken = _with(_entry("2"))
+    broken["targets"]["cpu"]["latest"] = "../x"
+    with pytest.raises(StateError, match="target 'cpu': latest: '../x' is not a usable version"):
+        cat.check_format(broken, path="c.json")
 
 
 @pytest.mark.parametrize("versions,keep,latest,gone", [
@@ -86,12 +137,23 @@ def test_load_an_absent_catalogue_is_empty_and_a_broken_one_names_the_file(tmp_p
     path.write_text(json.dumps(cat.with_entry(cat.empty(), _entry("a"), now="t")))
     assert cat.latest(cat.load(path), "cpu") == "a"
     path.write_text("{")
-    with pytest.raises(ConfigError, match="catalogue is not valid JSON") as broken:
+    with pytest.raises(StateError, match=f"^{path}: catalogue is not valid JSON") as broken:
         cat.load(path)
-    assert broken.value.path == path and isinstance(broken.value.__cause__, ValueError)
-    path.write_text("[]")
-    with pytest.raises(ConfigError, match="not a catalogue"):
+    assert isinstance(broken.value.__cause__, ValueError)
+    for text in ("[]", '"catalogue"', "7", "null"):
+        path.write_text(text)
+        with pytest.raises(StateError, match=f"^{path}: not a catalogue"):
+            cat.load(path)
+    path.write_bytes(b'{"format": 1, "targets": {"\xff": {}}}')
+    with pytest.raises(StateError, match=f"^{path}: catalogue is not valid JSON"):
         cat.load(path)
+
+
+def test_a_catalogue_that_is_not_a_file_is_refused_without_blocking(tmp_path: Path) -> None:
+    path = tmp_path / cat.CATALOGUE_NAME
+    os.mkfifo(path)
+    assert bounded(lambda: cat.load(path)) == (
+        "StateError", f"{path}: cannot read the catalogue: not a regular file (a FIFO)")
 
 
 def _healthy(versions: list[str]) -> cat.TargetFolder:

@@ -6,7 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from containers.publish.modulefile import lua_string, render_exec_wrapper, render_modulefile
+from containers.publish.modulefile import (comment_text, lua_string, render_exec_wrapper,
+                                           render_modulefile)
 from tests.publish.standin import NASTY, module_spec as _spec
 
 
@@ -53,3 +54,38 @@ def test_exec_wrapper_is_valid_bash_and_quotes(tmp_path: Path) -> None:
     result = subprocess.run([str(script), "true"], capture_output=True, text=True,
                             env={k: v for k, v in os.environ.items() if k != "SIF"})
     assert result.returncode == 1 and "load a module first: module load cpu" in result.stderr
+
+
+#: Lmod's functions as no-ops, so plain Lua can run a module file and show what it would run.
+LMOD_STUBS = ("for _, name in ipairs({'help', 'whatis', 'family', 'setenv', 'append_path', "
+              "'prepend_path'}) do _G[name] = function() end end\n")
+
+
+def test_comment_text_keeps_comments_on_one_line() -> None:
+    assert comment_text("cpu/1.0") == "cpu/1.0"
+    assert comment_text("a\nb\rc\x01d\u2028e é") == "a\\nb\\rc\\x01d\\u2028e é"
+
+
+def test_module_file_quoting_holds_even_for_a_hostile_name(tmp_path: Path) -> None:
+    """Publish refuses such names (test_publisher); the writer must be safe without that."""
+    pwned = tmp_path / "PWNED"
+    hostile = f"x\nos.execute('touch {pwned}')\n--"
+    text = render_modulefile(_spec(target=hostile, version=hostile))
+    script = tmp_path / "module.lua"
+    script.write_text(LMOD_STUBS + text)
+    result = subprocess.run(["lua", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert not pwned.exists(), "a name ran code from the module file"
+    assert len(text.splitlines()) == len(render_modulefile(_spec()).splitlines())
+
+
+def test_exec_wrapper_quoting_holds_even_for_a_hostile_name(tmp_path: Path) -> None:
+    pwned = tmp_path / "PWNED"
+    script = tmp_path / "w"
+    script.write_text(render_exec_wrapper(f"x\ntouch {pwned}\n#", runtime="apptainer",
+                                          gpu_flag=None))
+    script.chmod(0o755)
+    result = subprocess.run([str(script), "true"], capture_output=True, text=True,
+                            env={k: v for k, v in os.environ.items() if k != "SIF"})
+    assert result.returncode == 1 and "load a module first" in result.stderr
+    assert not pwned.exists(), "a name ran code from the exec wrapper"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from containers.errors import ConfigError, UsageError
+from containers.errors import ConfigError, StateError, UsageError
 from containers.publish.permissions import (Modes, apply_modes, expected_mode, managed_paths,
-                                            mode_problems, resolve_group, umask)
+                                            mode_problems, resolve_group, umask, unsafe_layout)
 
 
 def test_modes_and_problems(tmp_path: Path) -> None:
@@ -81,3 +81,38 @@ def test_umask_is_restored(tmp_path: Path) -> None:
         assert os.umask(0o022) == 0o022
     finally:
         os.umask(before)
+
+
+def test_nothing_reached_through_a_link_is_managed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "private").write_text("x")
+    dest = tmp_path / "pub"
+    (dest / "cpu").mkdir(parents=True)
+    (dest / "modules").mkdir()
+    (dest / "modules" / "cpu").symlink_to(elsewhere)
+    found = {str(p.relative_to(dest)) for p in managed_paths(dest, "cpu")}
+    assert found == {"modules", "cpu"}, "nothing under the linked folder"
+    assert unsafe_layout(dest, "cpu").startswith(f"{dest}/modules/cpu is a symbolic link")
+    assert unsafe_layout(dest, "gpu") is None, "another target's link is not this publish's"
+    assert unsafe_layout(dest).startswith(f"{dest}/modules/cpu is a symbolic link")
+    (dest / "modules" / "cpu").unlink()
+    (dest / "modules" / "cpu").write_text("a file")
+    assert unsafe_layout(dest, "cpu") == (f"{dest}/modules/cpu is a file, where publish keeps "
+                                          "a folder")
+    os.symlink("1.sif", dest / "cpu" / "latest")
+    (dest / "modules" / "cpu").unlink()
+    (dest / "modules" / "cpu").mkdir()
+    os.symlink("1.lua", dest / "modules" / "cpu" / "default")
+    assert unsafe_layout(dest, "cpu") is None and unsafe_layout(dest) is None
+
+
+def test_apply_modes_never_follows_a_link_swapped_in(tmp_path: Path) -> None:
+    target = tmp_path / "private"
+    target.write_text("x")
+    os.chmod(target, 0o600)
+    link = tmp_path / "1.sif"
+    link.symlink_to(target)
+    with pytest.raises(StateError, match=f"^{link} became a symbolic link while publishing"):
+        apply_modes([link], Modes.of(world_readable=True, gid=None))
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600

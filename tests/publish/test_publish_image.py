@@ -276,7 +276,7 @@ def test_verify_names_consistency_problems(site_project, tmp_path) -> None:
     (dest / "catalogue.json").write_text("{")
     with pytest.raises(VerdictFailed, match="catalogue is not valid JSON"):
         verify(site_project, dest=dest, say=lambda l: None)
-    with pytest.raises(ConfigError, match="catalogue is not valid JSON"):
+    with pytest.raises(StateError, match="catalogue is not valid JSON"):
         publish(site_project, target="cpu", dest=dest, version="2.0", say=lambda l: None)
 
 

@@ -5,7 +5,10 @@ and killed publishes are in ``test_publish_image.py``."""
 from __future__ import annotations
 
 import dataclasses
+import grp
+import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -113,7 +116,11 @@ def test_publish_refuses_a_file_the_catalogue_does_not_know(data_built: Built) -
     with pytest.raises(StateError, match="2.0.sif exists but is not in the catalogue"):
         data_built.publish(version="2.0", skip_checks=True)
     (data_built.dest / cat.CATALOGUE_NAME).write_text("{")
-    with pytest.raises(ConfigError, match="catalogue is not valid JSON"):
+    with pytest.raises(StateError, match="catalogue is not valid JSON"):
+        data_built.publish(version="3.0", skip_checks=True)
+    (data_built.dest / cat.CATALOGUE_NAME).write_text("[]")
+    with pytest.raises(StateError, match=f"^{data_built.dest / cat.CATALOGUE_NAME}: not a "
+                                         "catalogue"):
         data_built.publish(version="3.0", skip_checks=True)
 
 
@@ -156,3 +163,115 @@ def test_failed_checks_publish_nothing(data_built: Built) -> None:
     with pytest.raises(VerdictFailed, match="^not publishing cpu: smoke FAILED"):
         publish(data_built.plan(version="1.0"), RUNTIME, quick_check=failing, say=print)
     assert not data_built.dest.exists()
+
+
+# ------------------------------------------------------------------------ hostile input
+def _record(built: Built, text: str) -> Path:
+    record = built.settings.provenance_path("cpu")
+    record.write_text(text)
+    return record
+
+
+@pytest.mark.parametrize("text", ["[]", '"sha"', "null", "7"])
+def test_a_build_record_that_is_not_a_json_object_is_named(data_built: Built, text: str) -> None:
+    record = _record(data_built, text)
+    with pytest.raises(StateError, match=f"^{record}: the build record is not a JSON object; "
+                                         "rebuild"):
+        data_built.plan(version="1.0")
+
+
+def test_a_build_record_with_a_bad_sha256_is_refused_before_copying(data_built: Built) -> None:
+    _record(data_built, '{"sha256": 5, "build_date": "2026-11-21"}')
+    with pytest.raises(StateError, match="has no provenance record with a sha256"):
+        data_built.publish(version="1.0", skip_checks=True)
+    record = _record(data_built, "{")
+    with pytest.raises(StateError, match=f"^{record}: the build record is not valid JSON"):
+        data_built.plan(version="1.0")
+    assert not data_built.dest.exists()
+
+
+HOSTILE = "cpu\nos.execute('touch PWNED')\n--"
+
+
+def test_a_hostile_target_name_never_reaches_the_writers(data_built: Built) -> None:
+    with pytest.raises(UsageError, match=r"^--target: \"cpu\\nos.execute.*is not a usable "
+                                         "target name"):
+        PublishRequest(target=HOSTILE, dest=data_built.dest)
+    for name in (HOSTILE, "../cpu", "modules"):
+        data_built.target = dataclasses.replace(data_built.target, name=name)
+        with pytest.raises(ConfigError, match="target: .* is not a usable target name") as no:
+            data_built.publish(version="1.0", skip_checks=True)
+        assert "\n" not in str(no.value)
+    assert not data_built.dest.exists()
+
+
+def _outside(tmp_path: Path) -> Path:
+    """A folder outside the publish folder holding a private file a link might expose."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "private").write_text("secret")
+    os.chmod(folder / "private", 0o600)
+    return folder
+
+
+@pytest.mark.parametrize("linked", ["modules/cpu", "cpu", "cpu/bin", "modules", "keys",
+                                    "catalogue.json", ".publish.lock"])
+def test_publish_never_follows_a_link_inside_dest(data_built: Built, tmp_path: Path,
+                                                  linked: str) -> None:
+    data_built.publish(version="1.0", skip_checks=True)
+    elsewhere = _outside(tmp_path)
+    link = data_built.dest / linked
+    if link.is_dir():
+        shutil.rmtree(link)
+    else:
+        link.unlink(missing_ok=True)  # keys/ exists only once something was signed
+    link.symlink_to(elsewhere if linked.count("/") or "." not in linked
+                    else elsewhere / "private")
+    group = grp.getgrgid(os.getgid()).gr_name
+    with pytest.raises(StateError) as refused:
+        data_built.publish(version="2.0", skip_checks=True, group=group)
+    assert str(refused.value).startswith(f"{link} is a symbolic link; nothing inside "
+                                         f"{data_built.dest} is reached through a link")
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["private"]
+    assert stat.S_IMODE((elsewhere / "private").stat().st_mode) == 0o600
+    assert (elsewhere / "private").read_text() == "secret"
+
+
+def test_keep_never_prunes_through_a_link(data_built: Built, tmp_path: Path) -> None:
+    for version in ("1", "2"):
+        data_built.publish(version=version, skip_checks=True)
+    folder = data_built.dest / "cpu"
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(folder, elsewhere, symlinks=True)
+    shutil.rmtree(folder)
+    folder.symlink_to(elsewhere)
+    with pytest.raises(StateError, match=f"^{folder} is a symbolic link"):
+        data_built.publish(version="3", skip_checks=True, keep=1)
+    assert (elsewhere / "1.sif").exists() and not (elsewhere / "3.sif").exists()
+
+
+def test_keep_never_removes_outside_dest_for_a_hostile_catalogue(data_built: Built,
+                                                                  tmp_path: Path) -> None:
+    for version in ("1", "2"):
+        data_built.publish(version=version, skip_checks=True)
+    path = data_built.dest / cat.CATALOGUE_NAME
+    data = json.loads(path.read_text())
+    victim = tmp_path / "x.sif"  # what pub/cpu/../../x.sif names
+    victim.write_text("not yours")
+    data["targets"]["cpu"]["versions"][0]["version"] = "../../x"
+    path.write_text(json.dumps(data))
+    with pytest.raises(StateError) as refused:
+        data_built.publish(version="3", skip_checks=True, keep=1)
+    assert str(refused.value).startswith(f"{path}: target 'cpu' entry 0 (version '../../x'): "
+                                         "'../../x' is not a usable version name")
+    assert victim.read_text() == "not yours"
+    assert not (data_built.dest / "cpu" / "3.sif").exists()
+
+
+def test_latest_that_is_not_a_link_is_refused(data_built: Built) -> None:
+    data_built.publish(version="1", skip_checks=True)
+    latest = data_built.dest / "cpu" / "latest"
+    latest.unlink()
+    latest.mkdir()
+    with pytest.raises(StateError, match=f"^{latest} is not a symbolic link"):
+        data_built.publish(version="2", skip_checks=True)

@@ -4,7 +4,9 @@ in ``test_publish_image.py``)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,8 @@ def test_verify_names_every_problem(data_built: Built) -> None:
     assert "2.0.sif: world-writable (mode 0666)" in message
     with pytest.raises(VerdictFailed, match="gpu: nothing published"):
         verify(dest, runtime=_no_runtime, target="gpu", say=lambda line: None)
+    with pytest.raises(UsageError, match=r"^--target: '\.\./cpu' is not a usable target name"):
+        verify(dest, runtime=_no_runtime, target="../cpu", say=lambda line: None)
 
 
 def test_verify_without_a_usable_catalogue(tmp_path: Path) -> None:
@@ -68,3 +72,42 @@ def test_verify_without_a_usable_catalogue(tmp_path: Path) -> None:
     with pytest.raises(VerdictFailed, match="catalogue is not valid JSON") as broken:
         verify(tmp_path, runtime=_no_runtime)
     assert broken.value.__cause__ is not None
+
+
+@pytest.mark.parametrize("linked", ["cpu", "modules/cpu", "modules", "cpu/bin", "cpu/1.0.sif"])
+def test_verify_never_follows_a_link_inside_dest(data_built: Built, tmp_path: Path,
+                                                 linked: str) -> None:
+    dest = _publish_two(data_built)
+    link = dest / linked
+    copy = tmp_path / "elsewhere"
+    if link.is_dir():
+        shutil.copytree(link, copy, symlinks=True)
+        shutil.rmtree(link)
+    else:
+        shutil.copy(link, copy)
+        link.unlink()
+    link.symlink_to(copy)
+    with pytest.raises(VerdictFailed) as refused:
+        verify(dest, runtime=_no_runtime, say=lambda line: None)
+    assert str(refused.value) == (f"{link} is a symbolic link; nothing inside {dest} is "
+                                  "reached through a link: remove it (and check what it "
+                                  "pointed to), or publish elsewhere")
+
+
+def test_verify_refuses_a_catalogue_naming_files_outside_dest(data_built: Built) -> None:
+    dest = _publish_two(data_built)
+    path = dest / cat.CATALOGUE_NAME
+    data = json.loads(path.read_text())
+    data["targets"]["cpu"]["versions"][1]["file"] = "../../../../etc/passwd"
+    path.write_text(json.dumps(data))
+    with pytest.raises(VerdictFailed, match=f"^{path}: target 'cpu' entry 1 .version '2.0'.: "
+                                            "file '../../../../etc/passwd' is not 'cpu/2.0.sif'"):
+        verify(dest, runtime=_no_runtime, say=lambda line: None)
+
+
+def test_a_checksum_file_that_is_not_text_is_a_problem_not_a_crash(data_built: Built) -> None:
+    dest = _publish_two(data_built)
+    sums = dest / "cpu" / "2.0.sif.sha256"
+    sums.write_bytes(b"\xff\xfe not a checksum")
+    with pytest.raises(VerdictFailed, match="2.0.sif.sha256: does not say"):
+        verify(dest, runtime=_no_runtime, say=lambda line: None)
