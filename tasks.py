@@ -110,11 +110,13 @@ def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=6
         "target": "image to train in; default: the detected site's default target, else cpu",
         "example": "ddp, deepspeed or fsdp",
         "model": "vit, wideresnet, cnn or resnet (default: cnn)",
-        "model_size": "tiny (seconds per epoch on a CPU), small (the published shapes; default) "
-                      "or base; wideresnet also takes DEPTH-WIDTH such as 40-2",
+        "model_size": "tiny (seconds per epoch on a CPU), small (default) or base; a seed's "
+                      "own network: wideresnet olivia, vit lumi; wideresnet also takes "
+                      "DEPTH-WIDTH such as 40-2",
         "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
         "epochs": "training epochs",
-        "batch_size": "GLOBAL batch size, split evenly over the ranks",
+        "batch_size": "GLOBAL batch size, split evenly over the ranks (default: the seed "
+                      "preset's, e.g. 256 for --model-size olivia, else 64)",
         "lr": "learning rate (default: the workload's)",
         "zero_stage": "DeepSpeed ZeRO stage 1, 2 or 3 (deepspeed only)",
         "ds_config": "DeepSpeed config file (JSON; trailing commas accepted)",
@@ -133,13 +135,14 @@ def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=6
 )
 @_user_errors
 def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, epochs=3,
-          batch_size=64, lr=None,
+          batch_size=None, lr=None,
           zero_stage=1, ds_config=None, data=None, samples=None, target_accuracy=None,
           scaling=None, compile=False, timeout=1800.0, dry_run=False, nodes=1):
     """Train the DDP / DeepSpeed / FSDP example inside the image; loss, throughput, verdict."""
     options = TrainOptions(
         example=example, gpus=int(gpus), model=model, model_size=model_size, epochs=int(epochs),
-        batch_size=int(batch_size), lr=float(lr) if lr is not None else None,
+        batch_size=int(batch_size) if batch_size else None,
+        lr=float(lr) if lr is not None else None,
         zero_stage=int(zero_stage), ds_config=Path(ds_config) if ds_config else None,
         data=Path(data) if data else None, samples=int(samples) if samples else None,
         target_accuracy=float(target_accuracy) if target_accuracy is not None else None,
@@ -169,7 +172,7 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, ep
         "iters": "smoke: timed iterations per size",
         "cycles": "smoke: repeat the sweep this many times (corruption soak)",
         "model": "training: vit, wideresnet, cnn or resnet",
-        "model_size": "training: tiny, small or base",
+        "model_size": "training: tiny, small, base, or a seed's network (wideresnet olivia)",
         "epochs": "training: epochs",
         "batch_size": "training: GLOBAL batch size over all ranks of all nodes",
         "samples": "training: synthetic training samples",
@@ -179,7 +182,8 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, ep
 @_user_errors
 def job(c, workload="smoke", target=None, site=None, nodes=1, gpus_per_node=None, time=None,
         account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
-        sizes="1K:128M", iters=20, cycles=1, model=None, model_size=None, epochs=3, batch_size=64,
+        sizes="1K:128M", iters=20, cycles=1, model=None, model_size=None, epochs=3,
+        batch_size=None,
         samples=None):
     """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit."""
     counts: dict[str, int | None] = {}
@@ -196,7 +200,7 @@ def job(c, workload="smoke", target=None, site=None, nodes=1, gpus_per_node=None
     else:
         options = TrainOptions(example=workload, gpus=gpus or 1, model=model,
                                model_size=model_size, epochs=int(epochs),
-                               batch_size=int(batch_size),
+                               batch_size=int(batch_size) if batch_size else None,
                                samples=samples)
     app.job(_project(c), target=target, workload=workload, site=site, nodes=int(nodes),
             gpus_per_node=gpus, time=time, account=account, partition=partition,

@@ -16,9 +16,26 @@ from typing import Iterable
 EXAMPLES = ("ddp", "deepspeed", "fsdp")
 #: The sites' seed models (``train.py --model``).
 MODELS = ("vit", "wideresnet", "cnn", "resnet")
-#: Model size presets (``train.py --model-size``); wideresnet also takes DEPTH-WIDTH.
+#: Model size presets (``train.py --model-size``) every model takes; wideresnet also takes
+#: DEPTH-WIDTH.
 MODEL_SIZES = ("tiny", "small", "base")
 WIDERESNET_SIZE = r"^(\d+)-(\d+)$"
+#: Sizes one model alone takes: a site's published network exactly, where no preset is that
+#: network (Olivia's WideResNet is not a WRN-DEPTH-WIDTH; LUMI trains torchvision's ViT-B/16).
+#: CSC's ConvNet and NCAR's ResNet-18 are the ``small`` presets of cnn and resnet.
+SEED_SIZES: dict[str, tuple[str, ...]] = {"wideresnet": ("olivia",), "vit": ("lumi",)}
+#: The training settings a seed's guide uses with its network, by (model, size): train.py uses
+#: them for the flags a user leaves out, since a seed run is comparable with the site's published
+#: throughput only at the site's batch and optimizer. Keys are train.py's option names
+#: (``batch_size`` is the global batch). Olivia's guide trains its single-GPU run at batch 256
+#: with SGD, lr 0.01 (``PyTorchSingleGpu.md``; its multi-GPU runs scale to 1024 and 2048 with lr
+#: 0.04); train.py's SGD adds momentum 0.9 as the guide's ``train_ddp.py`` does. LUMI's ViT is
+#: left out: its batch is 32 per GCD, a per-rank size that a global default cannot express.
+PRESET_DEFAULTS: dict[tuple[str, str], dict[str, object]] = {
+    ("wideresnet", "olivia"): {"batch_size": 256, "lr": 0.01, "optimizer": "sgd"},
+}
+#: train.py's own defaults for what a preset may set (lr: by optimizer, in train.py).
+TRAIN_DEFAULTS: dict[str, object] = {"batch_size": 256, "optimizer": "adamw"}
 #: DeepSpeed ZeRO stages ``train.py --zero-stage`` accepts.
 ZERO_STAGES = (1, 2, 3)
 #: all_reduce element types (``allreduce.py --dtype``) and their size in bytes.
@@ -83,13 +100,23 @@ def check_sizes(spec: str, dtype: str, step_factor: int = 2) -> list[int]:
     return sizes
 
 
+def preset_defaults(model: str | None, size: str | None) -> dict[str, object]:
+    """The seed guide's settings for ``model`` at ``size`` ({} when it is no seed's preset)."""
+    return dict(PRESET_DEFAULTS.get((model or "", size or ""), {}))
+
+
+def model_sizes(model: str) -> tuple[str, ...]:
+    """The size names ``model`` takes: the shared presets, then its seed sizes."""
+    return MODEL_SIZES + SEED_SIZES.get(model, ())
+
+
 def check_model_size(model: str, size: str) -> str:
-    """``size`` when ``model`` takes it: a preset name, or DEPTH-WIDTH for wideresnet."""
-    if size in MODEL_SIZES or (model == "wideresnet" and re.match(WIDERESNET_SIZE, size)):
+    """``size`` when ``model`` takes it: a preset or seed name, or DEPTH-WIDTH for wideresnet."""
+    if size in model_sizes(model) or (model == "wideresnet" and re.match(WIDERESNET_SIZE, size)):
         return size
     extra = " or DEPTH-WIDTH such as 16-4" if model == "wideresnet" else ""
     raise ValueError(f"unknown size {size!r} for model {model}: use one of "
-                     f"{', '.join(MODEL_SIZES)}{extra}")
+                     f"{', '.join(model_sizes(model))}{extra}")
 
 
 def parse_cpulist(text: str) -> frozenset[int]:

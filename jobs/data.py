@@ -9,8 +9,10 @@ classes) and LEARNABLE: every class has a smooth random prototype image (a coars
 upsampled to full size), and a sample is its class prototype plus Gaussian noise.  So the loss
 really falls and accuracy really rises, which is what a smoke test of a training stack must show;
 constant or pure-noise inputs would let a broken gradient path pass unnoticed.  The data are a
-pure function of the seed, generated on the CPU, so every rank holds the same tensors without any
-communication.  A held-out split (same distribution, disjoint samples) measures validation.
+pure function of the seed and the device type they are generated on (the CPU, or the GPU with
+``--data-on-device``: the values differ between the two, the distribution does not), so every
+rank holds the same tensors without any communication.  A held-out split (same distribution,
+disjoint samples) measures validation.
 
 Readers:
 
@@ -23,6 +25,14 @@ Readers:
 
 Images stay uint8 in memory (CIFAR-100 train: 150 MB rather than 600 MB as float32) and are
 normalised per batch with the dataset's published mean and standard deviation.
+
+Batches reach the model in one of two ways (``train_batches`` / ``val_batches``):
+
+* from a DataLoader over host tensors, each batch copied to the device (pinned, asynchronous);
+* device-resident (``--data-on-device``): the whole set lives on the device and each batch is an
+  ``index_select`` there: no DataLoader, no worker, no host-to-device copy per step.  The shard
+  of each rank and its order per epoch are exactly DistributedSampler's (``shard_order``), so
+  both ways train on the same batches in the same order for the same data.
 """
 
 from __future__ import annotations
@@ -32,11 +42,11 @@ import pickle
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Optional, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 DATASET_NAMES = ("cifar100", "mnist")
 
@@ -85,6 +95,21 @@ class ImageTensors(Dataset):
     def __len__(self) -> int:
         return self.labels.shape[0]
 
+    @property
+    def device(self) -> torch.device:
+        return self.images.device
+
+    @property
+    def nbytes(self) -> int:
+        return self.images.nbytes + self.labels.nbytes
+
+    def to(self, device: torch.device) -> "ImageTensors":
+        """The same samples on ``device`` (uint8 stays uint8: normalised per batch there)."""
+        moved = ImageTensors(self.images.to(device), self.labels.to(device))
+        moved.mean = None if self.mean is None else self.mean.to(device)
+        moved.std = None if self.std is None else self.std.to(device)
+        return moved
+
     def _prepare(self, images: torch.Tensor) -> torch.Tensor:
         if images.dtype == torch.uint8:
             images = images.float().div_(255.0)
@@ -92,12 +117,15 @@ class ImageTensors(Dataset):
                 images = images.sub_(self.mean).div_(self.std)
         return images
 
+    def take(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch at ``index`` (a long tensor on the data's device), normalised."""
+        return self._prepare(self.images.index_select(0, index)), self.labels.index_select(0, index)
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self._prepare(self.images[index:index + 1])[0], self.labels[index]
 
     def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        return self._prepare(self.images[index]), self.labels[index]
+        return self.take(torch.as_tensor(indices, dtype=torch.long))
 
 
 def collate_batch(batch: Any) -> Any:
@@ -128,9 +156,131 @@ class ShardSampler(Sampler[int]):
     def __len__(self) -> int:
         return self.per_rank
 
+    def indices(self) -> torch.Tensor:
+        """The indices of ``__iter__`` as one tensor (for device-resident batches)."""
+        return torch.tensor([pos % self.size for pos in self.positions()], dtype=torch.long)
+
     def weights(self) -> torch.Tensor:
         """1 for a real sample of this shard, 0 for padding, in iteration order."""
         return torch.tensor([1.0 if pos < self.size else 0.0 for pos in self.positions()])
+
+
+def shard_order(size: int, rank: int, world_size: int, seed: int, epoch: int) -> torch.Tensor:
+    """This rank's training indices for ``epoch``: DistributedSampler's, as one tensor.
+
+    The same permutation on every rank (seeded by ``seed + epoch`` on the CPU, whatever device
+    the data live on), cut to a multiple of the world size, rank r taking every W-th index from
+    r: disjoint shards of equal length, a new order every epoch, identical to
+    ``DistributedSampler(shuffle=True, drop_last=True)`` (checked by the tests).
+    """
+    generator = torch.Generator().manual_seed(seed + epoch)
+    order = torch.randperm(size, generator=generator)
+    return order[rank:(size // world_size) * world_size:world_size]
+
+
+# ----------------------------------------------------------------------------------------------
+# Batches on the device
+# ----------------------------------------------------------------------------------------------
+
+
+class Batches(Protocol):
+    """What the trainer iterates: (inputs, labels) already on the training device."""
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+
+
+class LoaderBatches:
+    """A DataLoader over host tensors; each batch is copied to the device without waiting for it
+    (pinned memory on a GPU, ``non_blocking``)."""
+
+    def __init__(self, dataset: ImageTensors, sampler: Sampler[int], micro_batch: int,
+                 device: torch.device, num_workers: int, drop_last: bool) -> None:
+        self.sampler = sampler
+        self.device = device
+        self.loader = DataLoader(
+            dataset, sampler=sampler, batch_size=micro_batch, drop_last=drop_last,
+            collate_fn=collate_batch, num_workers=num_workers,
+            pin_memory=device.type == "cuda", persistent_workers=num_workers > 0)
+
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(self.sampler, DistributedSampler):
+            self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for inputs, labels in self.loader:
+            yield (inputs.to(self.device, non_blocking=True),
+                   labels.to(self.device, non_blocking=True))
+
+
+class DeviceBatches:
+    """Batches cut on the device from a device-resident set, in the order ``order(epoch)`` gives.
+
+    One small copy of the epoch's indices per epoch; every step is a slice and an
+    ``index_select`` on the device, so nothing waits for the host.
+    """
+
+    def __init__(self, dataset: ImageTensors, order: Callable[[int], torch.Tensor],
+                 micro_batch: int, drop_last: bool) -> None:
+        self.dataset = dataset
+        self.order = order
+        self.micro_batch = micro_batch
+        self.drop_last = drop_last
+        self.indices = order(0).to(dataset.device)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.indices = self.order(epoch).to(self.dataset.device)
+
+    def __len__(self) -> int:
+        whole, rest = divmod(self.indices.shape[0], self.micro_batch)
+        return whole + (1 if rest and not self.drop_last else 0)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for start in range(0, len(self) * self.micro_batch, self.micro_batch):
+            yield self.dataset.take(self.indices[start:start + self.micro_batch])
+
+
+def train_batches(dataset: ImageTensors, *, rank: int, world_size: int, seed: int,
+                  micro_batch: int, device: torch.device, resident: bool,
+                  num_workers: int) -> Batches:
+    """This rank's shuffled training shard, whole batches only (``set_epoch`` reshuffles)."""
+    if resident:
+        return DeviceBatches(
+            dataset, lambda epoch: shard_order(len(dataset), rank, world_size, seed, epoch),
+            micro_batch, drop_last=True)
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
+                                 seed=seed, drop_last=True)
+    return LoaderBatches(dataset, sampler, micro_batch, device, num_workers, drop_last=True)
+
+
+def val_batches(dataset: ImageTensors, *, rank: int, world_size: int, micro_batch: int,
+                device: torch.device, resident: bool,
+                num_workers: int) -> tuple[Batches, torch.Tensor]:
+    """This rank's exact validation shard (see ShardSampler) and its weights, on ``device``."""
+    shard = ShardSampler(len(dataset), rank, world_size)
+    weights = shard.weights().to(device=device, dtype=torch.float64)
+    if resident:
+        indices = shard.indices()
+        return DeviceBatches(dataset, lambda _epoch: indices, micro_batch,
+                             drop_last=False), weights
+    return LoaderBatches(dataset, shard, micro_batch, device, num_workers,
+                         drop_last=False), weights
+
+
+def fits_on_device(nbytes: int, device: torch.device, share: float = 0.25) -> bool:
+    """Whether ``nbytes`` of data may live on ``device``: under ``share`` of the GPU's free
+    memory (the rest is the model's, its activations' and the allocator's); always on the CPU,
+    where the data are in memory anyway."""
+    if device.type != "cuda":
+        return True
+    free, _total = torch.cuda.mem_get_info(device)
+    return nbytes < share * free
 
 
 # ----------------------------------------------------------------------------------------------
@@ -138,25 +288,33 @@ class ShardSampler(Sampler[int]):
 # ----------------------------------------------------------------------------------------------
 
 
+def synthetic_nbytes(spec: DatasetSpec, train_samples: int, val_samples: int) -> int:
+    """Bytes of the synthetic set (float32 images, int64 labels), known before it exists."""
+    return (train_samples + val_samples) * (spec.channels * spec.height * spec.width * 4 + 8)
+
+
 def synthetic(spec: DatasetSpec, train_samples: int, val_samples: int, seed: int,
-              noise: float = 4.0) -> tuple[ImageTensors, ImageTensors]:
+              noise: float = 4.0,
+              device: torch.device = torch.device("cpu")) -> tuple[ImageTensors, ImageTensors]:
     """Learnable synthetic data: per-class smooth prototypes plus noise, a pure function of seed.
 
     Inputs are roughly zero-mean, unit-variance (like normalised real images), so the models'
     usual initialisation and learning rates apply.  ``noise`` is the noise standard deviation
     relative to the prototype's: at 4.0 a single pixel says almost nothing while the whole image
     is separable, so accuracy climbs over a few epochs rather than jumping to 100 % at once.
+    ``device``: where to generate them (a GPU generates its own set, never copied from the host).
     """
     if train_samples < 1 or val_samples < 1:
         raise ValueError("synthetic data need at least one training and one validation sample")
-    generator = torch.Generator().manual_seed(seed)
-    coarse = torch.randn(spec.classes, spec.channels, 4, 4, generator=generator)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    coarse = torch.randn(spec.classes, spec.channels, 4, 4, generator=generator, device=device)
     prototypes = torch.nn.functional.interpolate(
         coarse, size=(spec.height, spec.width), mode="bilinear", align_corners=False)
     prototypes = prototypes / prototypes.std(dim=(1, 2, 3), keepdim=True)
     total = train_samples + val_samples
-    labels = torch.randint(0, spec.classes, (total,), generator=generator)
-    images = torch.randn(total, spec.channels, spec.height, spec.width, generator=generator)
+    labels = torch.randint(0, spec.classes, (total,), generator=generator, device=device)
+    images = torch.randn(total, spec.channels, spec.height, spec.width, generator=generator,
+                         device=device)
     images.mul_(noise).add_(prototypes[labels])
     images.div_((1.0 + noise**2) ** 0.5)
     train = ImageTensors(images[:train_samples].clone(), labels[:train_samples].clone())
@@ -309,11 +467,16 @@ def read_mnist_split(images_path: Path, labels_path: Path) -> tuple[torch.Tensor
 
 
 def load_dataset(name: str, data_dir: Optional[str], train_samples: int, val_samples: int,
-                 seed: int) -> tuple[ImageTensors, ImageTensors, str]:
-    """(train, validation, source description) for ``--dataset`` / ``--data`` / ``--samples``."""
+                 seed: int, device: torch.device = torch.device("cpu")
+                 ) -> tuple[ImageTensors, ImageTensors, str]:
+    """(train, validation, source description) for ``--dataset`` / ``--data`` / ``--samples``.
+
+    Synthetic data are generated on ``device``; real data are always read into host memory
+    (the caller stages them on a device when they fit).
+    """
     spec = SPECS[name]
     if data_dir is None:
-        train, val = synthetic(spec, train_samples, val_samples, seed)
+        train, val = synthetic(spec, train_samples, val_samples, seed, device=device)
         return train, val, f"synthetic ({train_samples} train, {val_samples} validation)"
     root = Path(data_dir)
     if not root.is_dir():

@@ -13,15 +13,45 @@ A file it cannot read gives one line naming the file, the line and column, and t
 ``fit_to_job`` then makes the batch settings consistent with ``--batch-size`` and the world
 size, since DeepSpeed refuses to start when ``train_batch_size`` differs from ``micro_batch x
 grad_accum x world_size``.
+
+Mixed precision (``plan_precision``), decided here because the obvious choices fail:
+
+* DeepSpeed's own ``bf16`` / ``fp16`` modes cast every PARAMETER to the half type but keep the
+  buffers fp32 (``_cast_module_mixed_precision`` in 0.19.8), so a BatchNorm layer gets bf16
+  weights and fp32 running statistics, and the first forward fails ("Expected running_mean to
+  have type BFloat16 but got Float" on CUDA, "expected scalar type BFloat16 but found Float" on
+  the CPU).  Models without BatchNorm (the ViT) keep DeepSpeed's own mode.
+* Models with BatchNorm keep an fp32 engine (the bf16/fp16 section is written disabled, which
+  shows in ``ds_config_overrides``) and compute under DeepSpeed's ``torch_autocast`` section:
+  the engine enters ``torch.autocast`` itself around its forward, reduces the Linear/Conv
+  gradients in the autocast dtype, and for fp16 adds a ``torch.amp.GradScaler`` (every ZeRO
+  stage in 0.19.8), so fp16 keeps its loss scaling.  A ``torch.autocast`` opened by the caller
+  around the engine does NOT work: the engine's forward (``autocast_if_enabled``) switches an
+  enclosing CUDA autocast OFF when the config has no ``torch_autocast`` section, so the GPU would
+  silently train in fp32 (on the CPU the check looks at CUDA autocast only, so a CPU test would
+  pass while the GPU run was fp32).
+* On the CPU, bf16 takes exactly these paths (DeepSpeed's bf16 mode and its autocast both run on
+  the CPU accelerator), so ``--precision bf16`` is honoured there and the host tests exercise the
+  GPU's dtype paths.  Only DeepSpeed's own fp16 MODE is turned into fp32 on the CPU: the CPU
+  accelerator accepts fp16 only where oneDNN has fp16 kernels for the processor, so the same run
+  would pass on one machine and be refused on the next.  ``auto`` means fp32 on the CPU, as for
+  the other examples.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 ZERO_STAGES = (0, 1, 2, 3)
+HALF_SECTIONS = ("fp16", "bf16")
+#: DeepSpeed's names of the autocast dtypes (``torch_autocast.dtype``), and the spellings of
+#: them a config may use (DeepSpeed's DtypeEnum).
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+AUTOCAST_NAMES = {"bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16",
+                  "float16": "fp16", "fp16": "fp16", "half": "fp16", "torch.float16": "fp16"}
 
 
 class ConfigError(Exception):
@@ -115,28 +145,98 @@ def check_config(config: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: optimizer.type must be a string such as \"Adam\"")
     if "params" in optimizer and not isinstance(optimizer["params"], dict):
         raise ConfigError(f"{source}: optimizer.params must be an object {{...}}")
-    for key in ("fp16", "bf16"):
+    for key in (*HALF_SECTIONS, "torch_autocast"):
         _section(config, key, source)
+    autocast = config.get("torch_autocast", {})
+    if autocast.get("enabled") and str(autocast.get("dtype", "float16")) not in AUTOCAST_NAMES:
+        raise ConfigError(f"{source}: torch_autocast.dtype must be bfloat16 or float16, found "
+                          f"{autocast.get('dtype')!r}")
 
 
 def zero_stage(config: dict[str, Any]) -> int:
     return int(config.get("zero_optimization", {}).get("stage", 0))
 
 
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """How a DeepSpeed job computes: what it asked for, what the engine does, and why.
+
+    ``asked``: the precision the job wants (fp32, bf16, fp16); ``engine``: the precision of
+    DeepSpeed's own mode (the fp16/bf16 section enabled, or fp32); ``autocast``: the dtype of the
+    config's ``torch_autocast`` section, or None; ``reason``: why, for the header.
+    """
+
+    asked: str
+    engine: str
+    autocast: Optional[str]
+    reason: str
+
+    @property
+    def compute(self) -> str:
+        """The precision the forward computes in: what the report calls ``precision``."""
+        return self.autocast or self.engine
+
+    @property
+    def mixed_precision(self) -> str:
+        """``deepspeed-bf16``, ``autocast-bf16`` (or fp16), or ``none``."""
+        if self.autocast:
+            return f"autocast-{self.autocast}"
+        return "none" if self.engine == "fp32" else f"deepspeed-{self.engine}"
+
+
+def plan_precision(config: dict[str, Any], requested: Optional[str], *, on_cpu: bool,
+                   gpu_default: str, has_batchnorm: bool) -> PrecisionPlan:
+    """The precision plan for ``--precision`` (None for auto) on this model and device.
+
+    auto: fp32 on the CPU; on a GPU the config's own choice when it makes one (an enabled
+    ``torch_autocast`` section is kept as it is; LUMI's file disables fp16: that stays fp32),
+    else ``gpu_default``.  Then the rules of the module docstring: BatchNorm models compute under
+    ``torch_autocast`` with an fp32 engine, and DeepSpeed's fp16 mode becomes fp32 on the CPU.
+    """
+    own_autocast = config.get("torch_autocast", {})
+    if requested is not None:
+        asked = requested
+    elif on_cpu:
+        asked = "fp32"
+    elif own_autocast.get("enabled"):
+        # no dtype: DeepSpeed passes None to torch.autocast, which means float16 on CUDA
+        dtype = AUTOCAST_NAMES[str(own_autocast.get("dtype", "float16"))]
+        return PrecisionPlan(dtype, "fp32", dtype, "the config's torch_autocast section")
+    elif any(key in config for key in HALF_SECTIONS):
+        asked = config_precision(config)
+    else:
+        asked = gpu_default
+    if asked == "fp32":
+        return PrecisionPlan(asked, "fp32", None, "fp32")
+    if has_batchnorm:
+        return PrecisionPlan(
+            asked, "fp32", asked,
+            f"BatchNorm model: DeepSpeed's {asked} mode would cast BatchNorm's weights but not its "
+            "running statistics, so the engine stays fp32 under DeepSpeed's torch_autocast")
+    if on_cpu and asked == "fp16":
+        return PrecisionPlan(
+            asked, "fp32", None,
+            "fp16 asked, fp32 used: DeepSpeed's fp16 mode on the CPU depends on oneDNN fp16 "
+            "kernels for this processor; bf16 takes the GPU's paths on the CPU")
+    return PrecisionPlan(asked, asked, None,
+                         f"DeepSpeed's own {asked} mode: the model has no BatchNorm")
+
+
 def fit_to_job(config: dict[str, Any], *, global_batch: int, world_size: int,
-               on_cpu: bool, precision: Optional[str], lr: Optional[float],
+               on_cpu: bool, precision: PrecisionPlan, lr: Optional[float],
                stage: Optional[int]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Return (config for this job, {key: (old, new)} of what changed).
+    """Return (config for this job, {key: [old, new]} of what changed).
 
     * Batch: ``train_batch_size = --batch-size``; the file's gradient accumulation is kept and
       ``train_micro_batch_size_per_gpu = batch / (world_size x accumulation)``; it must divide.
     * ``stage`` (``--zero-stage``) overrides ``zero_optimization.stage`` when given.
     * ``lr`` (``--lr``) overrides ``optimizer.params.lr`` when given.
-    * CPU: fp16 and bf16 off (DeepSpeed's CPU path trains in fp32 here) and Adam-type optimizers
-      get ``torch_adam: true``: DeepSpeed's own Adam kernels are C++/CUDA ops that are
-      JIT-compiled on first use, which needs a compiler the image may not have.
-    * ``precision`` (an explicit ``--precision`` on GPU) sets fp16/bf16 enabled accordingly;
-      None keeps the file's choice.
+    * CPU: Adam-type optimizers get ``torch_adam: true``: DeepSpeed's own Adam kernels are
+      C++/CUDA ops that are JIT-compiled on first use, which needs a compiler the image may not
+      have.
+    * ``precision``: the section of the precision asked for is written (enabled only when the
+      engine runs in it, so a BatchNorm model's override shows as ``bf16.enabled: [.., false]``),
+      any other enabled half section is disabled, and ``torch_autocast`` is set to the plan's.
     """
     cfg = json.loads(json.dumps(config))  # deep copy, leaving the caller's dict alone
     changes: dict[str, Any] = {}
@@ -171,18 +271,21 @@ def fit_to_job(config: dict[str, Any], *, global_batch: int, world_size: int,
             if params.get("torch_adam") is not True:
                 changes["optimizer.params.torch_adam"] = [params.get("torch_adam"), True]
             params["torch_adam"] = True
-    if on_cpu:
-        for key in ("fp16", "bf16"):
-            if cfg.get(key, {}).get("enabled"):
-                put(key, "enabled", False)
-    elif precision is not None:
-        put("fp16", "enabled", precision == "fp16")
-        put("bf16", "enabled", precision == "bf16")
+    for key in HALF_SECTIONS:
+        if key == precision.asked:
+            put(key, "enabled", precision.engine == key)
+        elif cfg.get(key, {}).get("enabled"):
+            put(key, "enabled", False)
+    if precision.autocast is not None:
+        put("torch_autocast", "enabled", True)
+        put("torch_autocast", "dtype", AUTOCAST_DTYPES[precision.autocast])
+    elif cfg.get("torch_autocast", {}).get("enabled"):
+        put("torch_autocast", "enabled", False)
     return cfg, changes
 
 
 def config_precision(config: dict[str, Any]) -> str:
-    """The precision DeepSpeed will train in under this config: fp16, bf16 or fp32."""
+    """The precision of DeepSpeed's own mode under this config: fp16, bf16 or fp32."""
     if config.get("bf16", {}).get("enabled"):
         return "bf16"
     if config.get("fp16", {}).get("enabled"):

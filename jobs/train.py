@@ -20,10 +20,18 @@ not divide), so results at different scales are comparable.  Data are synthetic 
 unless ``--data DIR`` points at the unpacked CIFAR-100 / MNIST files; nothing is downloaded.
 
 Rank 0 prints one line per epoch (time, loss, accuracy, validation loss and accuracy,
-throughput in samples/s over all ranks), then a summary, and writes ``OUT/train.json`` (atomic;
-rewritten after every epoch, final once ``finished`` is set).  After training, the full
-parameters are fingerprinted on every rank (gathered first for FSDP and ZeRO-3) and compared:
-``params_consistent`` says whether all ranks hold the same model.
+throughput in samples/s over all ranks and per GPU, peak memory), then a summary, and writes
+``OUT/train.json`` (atomic; rewritten after every epoch, final once ``finished`` is set).
+
+The fast path is on by default where it is safe (``--channels-last``, ``--data-on-device``: on
+for a GPU, off on the CPU, every piece testable on the CPU with ``on``); ``--compile`` is asked
+for.  Each choice, and why, is printed in the header and recorded under ``fast_path``; how
+mixed precision is done (``mixed_precision``: ``autocast-bf16``, ``fsdp-policy-bf16``,
+``deepspeed-bf16``, ``none``...) likewise, with ``logits_dtype`` as the proof of what the forward
+computed in.  See ``trainloop`` and ``dsconfig`` for the reasons behind each.
+
+After training, the full parameters are fingerprinted on every rank (gathered first for FSDP
+and ZeRO-3) and compared: ``params_consistent`` says whether all ranks hold the same model.
 
 Every rank pins itself to its ``--rank-cores`` and writes ``OUT/device-<RANK>.json`` (what it runs
 on) before the process group exists; ``train.json``'s ``ranks`` lists those probes of all ranks.
@@ -57,6 +65,10 @@ from workload import EXIT_FAILED, EXIT_OK, UsageError
 
 DEFAULT_DATASET = {"cnn": "mnist", "vit": "cifar100", "wideresnet": "cifar100",
                    "resnet": "cifar100"}
+#: The models that are convolutional all the way: channels_last pays off for them on a GPU; the
+#: ViT has one convolution (its patch embedding) and would pay the layout changes for nothing.
+CONV_MODELS = ("wideresnet", "cnn", "resnet")
+SWITCH = ("auto", "on", "off")
 DS_CONFIG_DIR = Path(__file__).resolve().parent / "ds_config"
 DEFAULT_LR = {"adamw": 1e-3, "sgd": 0.05}
 
@@ -102,28 +114,52 @@ def build_parser() -> argparse.ArgumentParser:
         ("--val-samples", workload.positive_int, 1024,
          "synthetic validation set size (ignored with --data)"),
         ("--epochs", workload.positive_int, 3, "number of epochs"),
-        ("--batch-size", workload.positive_int, 256,
-         "GLOBAL batch size per optimizer step, split evenly over the ranks; must be divisible "
-         "by the world size (x gradient_accumulation_steps for DeepSpeed)"),
         ("--num-workers", workload.non_negative_int, 0,
          "DataLoader worker processes per rank; the data are in memory and batches are sliced "
          "in one operation, so 0 is usually fastest"),
     ])
     parser.add_argument(
+        "--batch-size", type=workload.positive_int, default=None,
+        help="GLOBAL batch size per optimizer step, split evenly over the ranks; must be "
+        "divisible by the world size (x gradient_accumulation_steps for DeepSpeed) (default: "
+        "the seed preset's, e.g. 256 for --model-size olivia, else "
+        f"{choices.TRAIN_DEFAULTS['batch_size']})")
+    parser.add_argument(
         "--lr", type=workload.positive_float, default=None,
         help="learning rate (default: 1e-3 for adamw, 0.05 for sgd; for DeepSpeed the config "
         "file's optimizer.params.lr, which this overrides when given)")
     parser.add_argument(
-        "--optimizer", choices=sorted(DEFAULT_LR), default="adamw",
+        "--optimizer", choices=sorted(DEFAULT_LR), default=None,
         help="optimizer for ddp and fsdp, and for deepspeed when the config has no 'optimizer' "
-        "section; sgd uses momentum 0.9 as Olivia's example (default: %(default)s)")
+        "section; sgd uses momentum 0.9 as Olivia's example (default: the seed preset's, e.g. "
+        f"sgd with lr 0.01 for --model-size olivia, else {choices.TRAIN_DEFAULTS['optimizer']})")
     parser.add_argument(
         "--weight-decay", type=float, default=5e-4,
         help="weight decay for --optimizer (default: %(default)s)")
     parser.add_argument(
         "--precision", choices=trainloop.PRECISIONS, default="auto",
         help="auto: bf16 on GPUs that support it, else fp16 with a gradient scaler, fp32 on "
-        "CPU; for deepspeed, auto keeps a config's own fp16/bf16 section (default: %(default)s)")
+        "CPU; for deepspeed, auto keeps a config's own fp16/bf16/torch_autocast section; "
+        "BatchNorm models compute under autocast (DeepSpeed's torch_autocast) rather than a "
+        "wrapper's half-precision mode; bf16 works on the CPU too (default: %(default)s)")
+    parser.add_argument(
+        "--channels-last", choices=SWITCH, default="auto",
+        help="input batches in channels_last (NHWC) memory format, and the model's weights "
+        "under DDP (FSDP2 and DeepSpeed need contiguous parameters); auto: on for the conv "
+        "nets (wideresnet, cnn, resnet) on a GPU, off on CPU and for the ViT "
+        "(default: %(default)s)")
+    parser.add_argument(
+        "--data-on-device", choices=SWITCH, default="auto",
+        help="keep the data on the training device and cut each batch there (no DataLoader, "
+        "no host-to-device copy per step): synthetic data are generated there, --data is "
+        "staged once; auto: on for a GPU when the set takes under a quarter of its free "
+        "memory, off on CPU (the DataLoader path); on works on CPU too (default: %(default)s)")
+    parser.add_argument(
+        "--compile", action="store_true",
+        help="torch.compile the model, static shapes (DDP: the DDP module; FSDP: each unit "
+        "before fully_shard; DeepSpeed: engine.compile()); the first step's time, which "
+        "compiles, is reported as compile_s and left out of epoch 1's throughput; validation "
+        "runs eager (default: off)")
     parser.add_argument(
         "--zero-stage", type=int, choices=choices.ZERO_STAGES, default=None,
         help="DeepSpeed ZeRO stage: picks jobs/ds_config/zeroN.json, or overrides "
@@ -175,21 +211,83 @@ def make_optimizer_factory(args: argparse.Namespace):
 
 
 def load_ds_config(args: argparse.Namespace, env: distenv.DistEnv, on_cpu: bool,
-                   gpu_precision: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
-    """The DeepSpeed config for this job: (config, path, what was changed)."""
+                   gpu_precision: str, batchnorm: bool) -> tuple[dict[str, Any], str,
+                                                                  dict[str, Any],
+                                                                  dsconfig.PrecisionPlan]:
+    """The DeepSpeed config for this job: (config, path, what was changed, precision plan)."""
     path = args.ds_config or str(DS_CONFIG_DIR / f"zero{args.zero_stage or 1}.json")
     try:
         config = dsconfig.load_config(path)
-        precision: Optional[str] = None if args.precision == "auto" else args.precision
-        if precision is None and not on_cpu and "fp16" not in config and "bf16" not in config:
-            precision = gpu_precision
+        plan = dsconfig.plan_precision(
+            config, None if args.precision == "auto" else args.precision, on_cpu=on_cpu,
+            gpu_default=gpu_precision, has_batchnorm=batchnorm)
         fitted, changes = dsconfig.fit_to_job(
             config, global_batch=args.batch_size, world_size=env.world_size, on_cpu=on_cpu,
-            precision=precision, lr=args.lr,
-            stage=args.zero_stage if args.ds_config else None)
+            precision=plan, lr=args.lr, stage=args.zero_stage if args.ds_config else None)
     except dsconfig.ConfigError as err:
         raise UsageError(str(err)) from err
-    return fitted, path, changes
+    return fitted, path, changes, plan
+
+
+def switch(flag: str, auto: tuple[bool, str]) -> tuple[bool, str]:
+    """An on/off/auto flag: on or off as given; auto the (value, reason) worked out for it."""
+    if flag == "auto":
+        value, why = auto
+        return value, f"auto: {why}"
+    return flag == "on", f"{flag} as asked"
+
+
+def choose_channels_last(args: argparse.Namespace, device: torch.device) -> tuple[bool, str]:
+    if device.type != "cuda":
+        auto = (False, "off on the CPU")
+    elif args.model in CONV_MODELS:
+        auto = (True, "a conv net on a GPU")
+    else:
+        auto = (False, f"{args.model} is not a conv net")
+    return switch(args.channels_last, auto)
+
+
+def load_data(args: argparse.Namespace, dataset: str, device: torch.device, notes: list[str]
+              ) -> tuple[data_mod.ImageTensors, data_mod.ImageTensors, str, bool, str]:
+    """(train, validation, source, device-resident, why) as ``--data-on-device`` asks.
+
+    Synthetic data to be resident are generated on the device; real data are read on the host
+    and staged on the device once.  auto checks first that the set fits (``fits_on_device``).
+    """
+    spec = data_mod.SPECS[dataset]
+    synthetic = args.data is None
+    on_gpu = device.type == "cuda"
+    resident, why = switch(args.data_on_device, (
+        (True, "a GPU") if on_gpu else (False, "off on the CPU, the DataLoader path")))
+    too_big = "auto: off, the set would take over a quarter of the GPU's free memory"
+    if resident and args.data_on_device == "auto" and synthetic and not data_mod.fits_on_device(
+            data_mod.synthetic_nbytes(spec, args.samples, args.val_samples), device):
+        resident, why = False, too_big
+    try:
+        train_set, val_set, source = data_mod.load_dataset(
+            dataset, args.data, args.samples, args.val_samples, args.seed,
+            device=device if resident and synthetic else torch.device("cpu"))
+    except data_mod.DataError as err:
+        raise UsageError(str(err)) from err
+    if resident and not synthetic:
+        if args.data_on_device == "auto" and not data_mod.fits_on_device(
+                train_set.nbytes + val_set.nbytes, device):
+            resident, why = False, too_big
+        else:
+            train_set, val_set = train_set.to(device), val_set.to(device)
+    if resident:
+        why += f"; {'generated' if synthetic else 'staged'} on {device}"
+        if args.num_workers:
+            notes.append(f"--num-workers {args.num_workers} unused: the batches are cut on the "
+                         "device")
+    return train_set, val_set, source, resident, why
+
+
+def published_figures(model: str, size: str) -> list[str]:
+    """What the seed's site publishes for this network (models.published_figures, where that
+    exists), printed for comparison only: other hardware, data pipeline and precision."""
+    figures = getattr(models, "published_figures", None)
+    return list(figures(model, size)) if callable(figures) else []
 
 
 def check_batch(args: argparse.Namespace, env: distenv.DistEnv) -> None:
@@ -217,22 +315,22 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     on_cpu = device.type != "cuda"
     precision = trainloop.resolve_precision(args.precision, device)
     make_optimizer, lr = make_optimizer_factory(args)
-    notes: list[str] = []
+    notes: list[str] = list(getattr(args, "preset_notes", []))
+    model = build_model(args, spec)
     ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]] = None
+    plan: Optional[dsconfig.PrecisionPlan] = None
     if args.example == "deepspeed":
-        ds_config = load_ds_config(args, env, on_cpu, precision)
-        if on_cpu and precision != "fp32":
-            notes.append(f"--precision {precision} ignored: DeepSpeed on CPU trains in fp32 here")
-        precision = dsconfig.config_precision(ds_config[0])
-        lr = ds_config[0].get("optimizer", {}).get("params", {}).get("lr", lr)
-    if args.example == "deepspeed":
+        config, path, changes, plan = load_ds_config(
+            args, env, on_cpu, trainloop.resolve_precision("auto", device),
+            trainloop.has_batchnorm(model))
+        ds_config = (config, path, changes)
+        if plan.compute != plan.asked:
+            notes.append(f"--precision {plan.asked}: {plan.reason}")
+        precision = plan.compute
+        lr = config.get("optimizer", {}).get("params", {}).get("lr", lr)
         require_deepspeed()
-    try:
-        model = build_model(args, spec)
-        train_set, val_set, source = data_mod.load_dataset(
-            dataset, args.data, args.samples, args.val_samples, args.seed)
-    except data_mod.DataError as err:
-        raise UsageError(str(err)) from err
+    channels_last, channels_last_why = choose_channels_last(args, device)
+    train_set, val_set, source, resident, resident_why = load_data(args, dataset, device, notes)
     if len(train_set) < args.batch_size:
         raise UsageError(f"{len(train_set)} training samples are fewer than one global batch "
                          f"(--batch-size {args.batch_size}); raise --samples")
@@ -243,9 +341,12 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     ranks = devices.gather_ranks(placement.probe, device)
     hostnames = [info["hostname"] for info in ranks]
     nodes = len(set(hostnames))
-    ctx = trainloop.RunContext(env=env, device=device, backend=backend, precision=precision)
-    strategy = make_strategy(args, ctx, ds_config)
+    ctx = trainloop.RunContext(env=env, device=device, backend=backend, precision=precision,
+                               channels_last=channels_last, compile=args.compile)
+    strategy = make_strategy(args, ctx, ds_config, plan)
     strategy.setup(model, make_optimizer)
+    if strategy.compile_note:
+        notes.append(strategy.compile_note)
 
     out = Path(args.out)
     gpus = env.world_size if device.type == "cuda" else 0
@@ -265,15 +366,25 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
         "lr": lr, "seed": args.seed, "epochs_requested": args.epochs,
         "target_accuracy": args.target_accuracy,
         "torch_version": torch.__version__, "runtime": distenv.runtime_versions(),
+        "fast_path": {
+            "channels_last": channels_last, "autocast": strategy.autocast_dtype,
+            "data_on_device": resident,
+            "compile": args.compile and strategy.compile_note is None,
+            "compile_s": None, "host_sync": "per epoch"},
+        "fast_path_reasons": {"channels_last": channels_last_why,
+                              "data_on_device": resident_why},
+        "logits_dtype": None,
+        "published_figures": published_figures(args.model, args.model_size),
         "epochs": [], "final": None, "loss_first": None, "loss_last": None,
-        "throughput": None, "total_time_s": None, "params_consistent": None,
+        "throughput": None, "throughput_per_device": None, "total_time_s": None,
+        "params_consistent": None,
         "consistency": None, "notes": notes, "ok": False, "error": None,
         "started": started, "finished": None,
     }
     report.update(strategy.describe())
     settings = trainloop.TrainSettings(
         epochs=args.epochs, global_batch=args.batch_size, target_accuracy=args.target_accuracy,
-        seed=args.seed, num_workers=args.num_workers, out=out)
+        seed=args.seed, num_workers=args.num_workers, out=out, data_on_device=resident)
 
     def say(line: str) -> None:
         if leader:
@@ -337,18 +448,24 @@ def require_deepspeed() -> None:
 
 
 def make_strategy(args: argparse.Namespace, ctx: trainloop.RunContext,
-                  ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]]
-                  ) -> trainloop.Strategy:
+                  ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]],
+                  plan: Optional[dsconfig.PrecisionPlan]) -> trainloop.Strategy:
     if args.example == "ddp":
         return trainloop.DDPStrategy(ctx)
     if args.example == "fsdp":
         return trainloop.FSDPStrategy(ctx)
-    assert ds_config is not None
+    assert ds_config is not None and plan is not None
     config, path, changes = ds_config
-    return trainloop.DeepSpeedStrategy(ctx, config, path, changes, shm_comm=args.ds_shm_comm)
+    return trainloop.DeepSpeedStrategy(ctx, config, path, changes, shm_comm=args.ds_shm_comm,
+                                       plan=plan)
+
+
+def on_off(value: bool) -> str:
+    return "on" if value else "off"
 
 
 def format_header(report: dict[str, Any]) -> str:
+    fast, why = report["fast_path"], report["fast_path_reasons"]
     lines = [
         (f"# train: example {report['example']}  model {report['model_name']} "
          f"({report['parameters']:,} parameters)  dataset {report['dataset']}: "
@@ -359,6 +476,12 @@ def format_header(report: dict[str, Any]) -> str:
         (f"# global batch {report['global_batch_size']} ({report['micro_batch_size']} per rank "
          f"per micro-step)  optimizer {report['optimizer']}  lr {report['lr']}  "
          f"epochs {report['epochs_requested']}  torch {report['torch_version']}"),
+        (f"# mixed precision: {report['mixed_precision']} "
+         f"({report['mixed_precision_reason']})"),
+        (f"# fast path: channels_last {on_off(fast['channels_last'])} "
+         f"({why['channels_last']}), data on device {on_off(fast['data_on_device'])} "
+         f"({why['data_on_device']}), compile {on_off(fast['compile'])}, autocast "
+         f"{fast['autocast'] or 'none'}, host sync {fast['host_sync']}"),
     ]
     if report["example"] == "deepspeed":
         lines.append(f"# deepspeed {report.get('deepspeed_version')}  ZeRO stage "
@@ -369,8 +492,7 @@ def format_header(report: dict[str, Any]) -> str:
                          f"partitioned, {report.get('zero3_persistent_params')} persistent "
                          "(at or below stage3_param_persistence_threshold elements)")
     if report["example"] == "fsdp":
-        lines.append(f"# {report.get('fsdp_api')}  units {report.get('fsdp_units')}  "
-                     f"mixed precision {report.get('fsdp_mixed_precision')}")
+        lines.append(f"# {report.get('fsdp_api')}  units {report.get('fsdp_units')}")
     lines += devices.format_rank_lines(report["ranks"])
     return "\n".join(lines)
 
@@ -380,21 +502,43 @@ def format_summary(report: dict[str, Any]) -> str:
     final = report["final"]
     agree = "yes" if consistency["params_consistent"] else "NO"
     buffers = "yes" if consistency["buffers_consistent"] else "NO"
-    return "\n".join([
+    per_device = trainloop.per_device_label(report["device"])
+    lines = [
         (f"Training complete. Final Loss: {final['loss']:.4f}, Final Accuracy: "
          f"{final['accuracy']:.4f}, Validation Accuracy: {final['val_accuracy']:.4f}"),
         (f"Total Time: {report['total_time_s']:.2f}s, Throughput: {report['throughput']:.1f} "
-         f"samples/s, Epochs: {report['epochs_run']}/{report['epochs_requested']}"),
+         f"samples/s ({report['throughput_per_device']:.1f} {per_device}), Epochs: "
+         f"{report['epochs_run']}/{report['epochs_requested']}"),
         (f"Total ranks: {report['world_size']}, GPUs: {report['gpus']}, "
          f"nodes: {report['nodes']}"),
         (f"Parameters consistent across ranks: {agree} (sha256 "
          f"{consistency['param_sha256'][:16]}, checksum {consistency['param_checksum']:.6f}, "
          f"{consistency['method']}); buffers consistent: {buffers}"),
-    ])
+    ]
+    lines += [f"Published for comparison (not a pass criterion): {figure}"
+              for figure in report["published_figures"]]
+    return "\n".join(lines)
+
+
+def apply_presets(args: argparse.Namespace) -> list[str]:
+    """Fill the flags left out from the seed preset (Olivia's batch, optimizer and lr), else
+    the generic defaults; returns a note for each value a preset chose."""
+    preset = choices.preset_defaults(args.model, args.model_size)
+    notes = []
+    for key in ("batch_size", "optimizer", "lr"):
+        if getattr(args, key) is None:
+            if key in preset:
+                setattr(args, key, preset[key])
+                notes.append(f"--{key.replace('_', '-')} {preset[key]} from the "
+                             f"{args.model_size} preset (its guide's setting)")
+            elif key in choices.TRAIN_DEFAULTS:
+                setattr(args, key, choices.TRAIN_DEFAULTS[key])
+    return notes
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    args.preset_notes = apply_presets(args)
     return workload.guarded_main("train.py", lambda env: run(args, env))
 
 

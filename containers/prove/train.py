@@ -22,6 +22,8 @@ from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least
 DATA_MOUNT = "/opt/containers/data"
 DS_CONFIG_MOUNT = "/opt/containers/ds_config.json"
 EXAMPLES = names.EXAMPLES  # batch jobs name their training workloads by these
+#: The global batch when neither the flag nor a seed preset sets it: small enough for CPU ranks.
+DEFAULT_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class TrainOptions:
 
     ``batch_size`` is the GLOBAL batch: it must divide over the ``gpus`` ranks of a node here,
     and over every rank of every node once a run spans several (see :meth:`TrainKind.launch`).
+    Left out, it is the seed preset's (Olivia's 256), else :data:`DEFAULT_BATCH`.
     """
 
     example: str
@@ -37,7 +40,7 @@ class TrainOptions:
     model: str | None = None
     model_size: str | None = None
     epochs: int = 3
-    batch_size: int = 64
+    batch_size: int | None = None
     lr: float | None = None
     zero_stage: int = 1
     ds_config: Path | None = None
@@ -69,7 +72,13 @@ class TrainOptions:
                              f"{self.target_accuracy:g})", flag="--target-accuracy")
         existing("--ds-config", self.ds_config, "file")
         existing("--data", self.data, "folder")
-        divides(self.batch_size, self.gpus)
+        divides(self.global_batch, self.gpus)
+
+    @property
+    def global_batch(self) -> int:
+        """The batch the run uses: as given, else the seed preset's, else the default."""
+        preset = names.preset_defaults(self.model, self.model_size).get("batch_size")
+        return self.batch_size or (int(preset) if isinstance(preset, int) else DEFAULT_BATCH)
 
     @property
     def kind(self) -> "TrainKind":
@@ -97,9 +106,9 @@ class TrainKind(WorkloadKind):
     def launch(self, options: TrainOptions, *, site: Site, settings: Settings,
                nodes: int) -> Invocation:
         if nodes > 1:  # the options know their ranks per node; the world is known only now
-            divides(options.batch_size, options.gpus * nodes)
+            divides(options.global_batch, options.gpus * nodes)
         args = ["--example", options.example, "--epochs", str(options.epochs),
-                "--batch-size", str(options.batch_size), "--out", settings.results_mount]
+                "--batch-size", str(options.global_batch), "--out", settings.results_mount]
         for flag, value in (("--model", options.model), ("--model-size", options.model_size),
                             ("--lr", options.lr), ("--samples", options.samples),
                             ("--target-accuracy", options.target_accuracy)):

@@ -97,6 +97,9 @@ def single(tmp_path: Path, *args: str, **env: str) -> tuple[int, str, str]:
     return run_cmd(cmd, job_env(tmp_path, **env), timeout=60)
 
 
+LOGITS_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
 def assert_trained(code: int, out: str, err: str, report: dict, example: str,
                    precision: str = "fp32") -> None:
     assert code == 0, f"exit {code}\nstdout:\n{out}\nstderr:\n{err[-4000:]}"
@@ -105,15 +108,25 @@ def assert_trained(code: int, out: str, err: str, report: dict, example: str,
     assert report["world_size"] == 2 and report["nodes"] == 1
     assert report["backend"] == "gloo" and report["device"] == "cpu"
     assert report["precision"] == precision
+    # what the forward really computed in: a mixed-precision path that silently fell back to
+    # fp32 (or a cast that never happened) shows here
+    assert report["logits_dtype"] == LOGITS_DTYPE[precision]
+    assert (report["mixed_precision"] == "none") == (precision == "fp32")
+    assert report["fast_path"]["host_sync"] == "per epoch"
     assert report["loss_last"] < report["loss_first"], report["epochs"]
     assert report["params_consistent"] is True
     assert report["consistency"]["buffers_consistent"] is True
     assert len(set(report["consistency"]["param_sha256_per_rank"])) == 1
     assert report["throughput"] > 0 and report["total_time_s"] > 0
+    assert report["throughput_per_device"] == pytest.approx(report["throughput"] / 2)
     assert [e["epoch"] for e in report["epochs"]] == list(range(1, report["epochs_run"] + 1))
     for epoch in report["epochs"]:
         assert epoch["samples"] > 0 and epoch["throughput"] > 0 and epoch["time_s"] > 0
+        assert epoch["throughput_per_device"] == pytest.approx(epoch["throughput"] / 2, rel=1e-5)
         assert 0.0 <= epoch["accuracy"] <= 1.0 and 0.0 <= epoch["val_accuracy"] <= 1.0
+        assert epoch["peak_rss_mb"] > 50  # a Python process with torch loaded
+        assert epoch["max_memory_allocated_mb"] is None  # no GPU here
+        assert epoch["max_memory_reserved_mb"] is None
     assert report["finished"] is not None
     # every rank's device probe, gathered (train.json) and as each rank wrote it
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
@@ -124,6 +137,10 @@ def assert_trained(code: int, out: str, err: str, report: dict, example: str,
     # rank 0 alone prints
     assert out.count("Epoch 1/") == 1
     assert "Training complete." in out and "Parameters consistent across ranks: yes" in out
+    assert f"# mixed precision: {report['mixed_precision']} (" in out
+    assert "# fast path: channels_last " in out
+    assert f"({report['throughput_per_device']:.1f} per rank)" in out
+    assert "Peak RSS=" in out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -192,24 +209,30 @@ def test_shipped_configs_are_strict_json_with_their_stage(stage):
 def test_fit_to_job_makes_batch_consistent_and_cpu_safe():
     config = json.loads(dsconfig.strip_trailing_commas(LUMI_DS_CONFIG))
     config["fp16"]["enabled"] = True
+    plan = dsconfig.plan_precision(config, None, on_cpu=True, gpu_default="bf16",
+                                   has_batchnorm=False)
+    assert (plan.asked, plan.engine, plan.autocast) == ("fp32", "fp32", None)  # auto on CPU
     fitted, changes = dsconfig.fit_to_job(config, global_batch=64, world_size=2, on_cpu=True,
-                                          precision=None, lr=None, stage=3)
+                                          precision=plan, lr=None, stage=3)
     assert fitted["train_batch_size"] == 64
     assert fitted["train_micro_batch_size_per_gpu"] == 32
     assert fitted["gradient_accumulation_steps"] == 1
     assert fitted["zero_optimization"]["stage"] == 3
     assert fitted["optimizer"]["params"]["torch_adam"] is True
-    assert fitted["fp16"]["enabled"] is False
+    assert fitted["fp16"]["enabled"] is False and "bf16" not in fitted
+    assert "torch_autocast" not in fitted
     assert changes["train_batch_size"] == [32, 64]
     assert config["train_batch_size"] == 32  # the caller's dict is untouched
     assert dsconfig.config_precision(fitted) == "fp32"
 
 
 def test_fit_to_job_keeps_accumulation_and_sets_gpu_precision():
-    fitted, changes = dsconfig.fit_to_job({"gradient_accumulation_steps": 2,
-                                           "optimizer": {"type": "Adam", "params": {"lr": 1}}},
-                                          global_batch=64, world_size=4, on_cpu=False,
-                                          precision="bf16", lr=0.01, stage=None)
+    config = {"gradient_accumulation_steps": 2, "optimizer": {"type": "Adam", "params": {"lr": 1}}}
+    plan = dsconfig.plan_precision(config, None, on_cpu=False, gpu_default="bf16",
+                                   has_batchnorm=False)
+    assert plan.mixed_precision == "deepspeed-bf16"
+    fitted, changes = dsconfig.fit_to_job(config, global_batch=64, world_size=4, on_cpu=False,
+                                          precision=plan, lr=0.01, stage=None)
     assert fitted["train_micro_batch_size_per_gpu"] == 8
     assert fitted["optimizer"]["params"] == {"lr": 0.01}  # no torch_adam forced on GPU
     assert dsconfig.config_precision(fitted) == "bf16"
@@ -217,7 +240,7 @@ def test_fit_to_job_keeps_accumulation_and_sets_gpu_precision():
     with pytest.raises(dsconfig.ConfigError, match="not divisible by world size 4 x "
                        "gradient_accumulation_steps 2"):
         dsconfig.fit_to_job({"gradient_accumulation_steps": 2}, global_batch=12, world_size=4,
-                            on_cpu=True, precision=None, lr=None, stage=None)
+                            on_cpu=True, precision=plan, lr=None, stage=None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -382,15 +405,6 @@ def test_model_output_shapes(name, dataset):
     assert isinstance(model.fsdp_units, list)
 
 
-@pytest.mark.parametrize(("name", "size", "label"), [
-    ("resnet", "small", "ResNet-18"), ("wideresnet", "small", "WRN-16-4"),
-    ("wideresnet", "28-10", "WRN-28-10"), ("cnn", "small", "ConvNet 16/32"),
-    ("vit", "small", "ViT small (patch 4, dim 192, depth 6, heads 3)"),
-])
-def test_published_shapes(name, size, label):
-    assert models.describe_model(name, size) == label
-
-
 def test_resnet18_has_the_usual_parameter_count():
     spec = models.InputSpec(3, 32, 32, 100)
     model = models.build_model("resnet", spec, "small")
@@ -488,6 +502,11 @@ def test_ddp_cnn_trains_and_ranks_agree(tmp_path):
     # 512 samples, global batch 32: 16 steps of 32 per epoch
     assert [e["samples"] for e in report["epochs"]] == [512, 512]
     assert report["final"]["val_accuracy"] > 0.3  # 10 classes: chance is 0.1
+    # on the CPU, auto leaves the fast path off: the DataLoader path, NCHW, eager
+    assert report["fast_path"] == {"channels_last": False, "autocast": None,
+                                   "data_on_device": False, "compile": False,
+                                   "compile_s": None, "host_sync": "per epoch"}
+    assert report["published_figures"] == []  # none published for the tiny ConvNet
 
 
 @pytest.mark.distributed
@@ -519,23 +538,24 @@ def test_fsdp_vit_trains_and_full_parameters_agree(tmp_path):
     assert_trained(code, out, err, report, "fsdp")
     assert report["fsdp_api"] == "fully_shard (FSDP2)"
     assert report["fsdp_units"] == 3  # two encoder layers and the root
-    assert report["fsdp_mixed_precision"] == "none"
+    assert report["mixed_precision"] == "none"
     assert report["consistency"]["method"].startswith("DTensor.full_tensor()")
     assert report["consistency"]["param_elements"] == report["parameters"]
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize(("example", "model", "mode"), [
-    ("ddp", "cnn", "autocast"),
-    ("fsdp", "vit", "MixedPrecisionPolicy"),  # no BatchNorm: bf16 all-gathers
+    ("ddp", "cnn", "autocast-bf16"),
+    ("fsdp", "vit", "fsdp-policy-bf16"),  # no BatchNorm: bf16 all-gathers
+    ("fsdp", "wideresnet", "autocast-bf16"),  # BatchNorm: fp32 shards, autocast
 ])
 def test_bf16_mixed_precision_paths_on_cpu(tmp_path, example, model, mode):
     """The GPU default (bf16) exercised on the CPU, where autocast and FSDP's policy work too."""
     code, out, err, report = torchrun(tmp_path, "--example", example, "--model", model,
                                       "--precision", "bf16", *SMALL)
     assert_trained(code, out, err, report, example, precision="bf16")
-    if example == "fsdp":
-        assert report["fsdp_mixed_precision"] == mode
+    assert report["mixed_precision"] == mode
+    assert report["fast_path"]["autocast"] == ("bf16" if mode.startswith("autocast") else None)
 
 
 @needs_deepspeed
@@ -567,3 +587,21 @@ def test_deepspeed_zero3_lumi_style_config_partitions_and_agrees(tmp_path):
     assert report["consistency"]["method"] == "deepspeed.zero.GatheredParameters per parameter"
     assert report["consistency"]["param_elements"] == report["parameters"]
     assert not (tmp_path / "torch_extensions").exists(), "DeepSpeed JIT-built an op"
+
+
+def test_a_seed_preset_fills_only_the_flags_left_out():
+    train = script("train.py", "train_job")
+    parse = train.build_parser().parse_args
+    olivia = parse(["--model", "wideresnet", "--model-size", "olivia"])
+    notes = train.apply_presets(olivia)
+    assert (olivia.batch_size, olivia.optimizer, olivia.lr) == (256, "sgd", 0.01)
+    assert len(notes) == 3 and notes[0] == ("--batch-size 256 from the olivia preset (its "
+                                            "guide's setting)")
+    mine = parse(["--model", "wideresnet", "--model-size", "olivia", "--optimizer", "adamw",
+                  "--batch-size", "64"])
+    assert train.apply_presets(mine) == ["--lr 0.01 from the olivia preset (its guide's "
+                                         "setting)"]
+    assert (mine.batch_size, mine.optimizer) == (64, "adamw")
+    generic = parse(["--model", "cnn"])
+    assert train.apply_presets(generic) == []
+    assert (generic.batch_size, generic.optimizer, generic.lr) == (256, "adamw", None)

@@ -140,3 +140,19 @@ def test_compile_passes_through(data_cpu, data_settings, data_runtime) -> None:
                         options=TrainOptions(example="ddp", gpus=2, compile=True))
     assert "--compile" not in plain.argv
     assert compiled.argv[compiled.argv.index("--out") + 2] == "--compile"
+
+
+def test_a_seed_preset_brings_its_batch(data_cpu, data_settings, data_runtime) -> None:
+    target, site = data_cpu
+
+    def batch(**options) -> str:
+        plan = plan_run(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+                        options=TrainOptions(example="ddp", gpus=2, **options))
+        return plan.argv[plan.argv.index("--batch-size") + 1]
+
+    assert batch(model="wideresnet", model_size="olivia") == "256"  # Sigma2's guide
+    assert batch(model="wideresnet", model_size="olivia", batch_size=32) == "32"
+    assert batch(model="cnn") == "64"
+    with pytest.raises(UsageError, match="--batch-size 256 is the global batch; it must divide "
+                                         "evenly over 3 ranks"):
+        TrainOptions(example="ddp", gpus=3, model="wideresnet", model_size="olivia")
