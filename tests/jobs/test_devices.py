@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.jobs.scripts import LAUNCH_VARS, sibling
+from tests.jobs.scripts import sibling
 
 torch = pytest.importorskip("torch")
 choices, devices, distenv, workload = (
@@ -254,18 +254,6 @@ def test_rank_lines_show_bus_id_name_and_cores() -> None:
 # ----------------------------------------------------------------------------------------------
 # guarded_main: the one-line refusals
 # ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def rank(monkeypatch):
-    for name in LAUNCH_VARS:
-        monkeypatch.delenv(name, raising=False)
-
-    def become(n: int) -> None:
-        monkeypatch.setenv("RANK", str(n))
-        monkeypatch.setenv("WORLD_SIZE", "2")
-        monkeypatch.setenv("LOCAL_RANK", str(n))
-    return become
 
 
 def test_no_gpu_is_one_line_from_every_rank_with_status_4(rank, capsys) -> None:

@@ -9,24 +9,10 @@ import socket
 
 import pytest
 
-from tests.jobs.scripts import LAUNCH_VARS, sibling
+from tests.jobs.scripts import sibling
 
 pytest.importorskip("torch")
 workload = sibling("workload")
-
-
-
-@pytest.fixture
-def rank(monkeypatch):
-    """Pretend to be rank N of a 2-rank torchrun job."""
-    for name in LAUNCH_VARS:
-        monkeypatch.delenv(name, raising=False)
-
-    def become(n: int) -> None:
-        monkeypatch.setenv("RANK", str(n))
-        monkeypatch.setenv("WORLD_SIZE", "2")
-        monkeypatch.setenv("LOCAL_RANK", str(n))
-    return become
 
 
 def test_exit_codes_are_what_the_host_reads() -> None:
