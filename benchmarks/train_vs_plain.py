@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -252,6 +253,12 @@ def plain_worker(config: Path) -> None:
     if rank == 0:
         Path(setup.out).write_text(json.dumps(
             {"parameters": parameters, "precision": setup.precision, "epochs": epochs}, indent=2))
+    # As train.py does: free DDP's objects (reference cycles) and gloo's pending work while the
+    # process group is alive; released at interpreter exit they can abort a finished rank
+    # ("terminate called without an active exception").
+    del forward, ddp, optimizer, model
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 
