@@ -87,8 +87,6 @@ def reasons(expect: Expectation, reports: Sequence[dict], *, backend: str | None
         found.append(f"the ranks ran with backend {backend}, not nccl "
                      f"({'RCCL' if expect.gpu == 'rocm' else 'NCCL'}): the GPU collectives "
                      "were not tested")
-    if not reports and not missing:
-        found.append("no device report was written, so the GPUs are not proven")
     return found
 
 

@@ -103,7 +103,7 @@ class SmokeKind(WorkloadKind):
         reasons = []
         if not result.report.get("finished") and not settled:
             reasons.append("the benchmark did not complete its sizes")
-        proof = verdict.transport_proof(result)
+        proof = result.transport
         if proof is not None and not proof.ok:
             reasons.append(proof.message)
         return reasons
@@ -121,7 +121,7 @@ class SmokeKind(WorkloadKind):
 
     def details(self, result: verdict.Result) -> dict:
         rows = _rows(result)
-        proof = verdict.transport_proof(result)
+        proof = result.transport
         largest = rows[-1] if rows else None
         return {
             "wrong_total": wrong_total(result),

@@ -54,6 +54,11 @@ class Result:
         return sanity(self)
 
     @cached_property
+    def transport(self) -> TransportCheck | None:
+        """The network transport's proof (:func:`transport_proof`), read from the log once."""
+        return transport_proof(self)
+
+    @cached_property
     def performance(self) -> Judgement | None:
         return self.kind.performance(self)
 
@@ -121,7 +126,7 @@ def transport_proof(result: Result) -> TransportCheck | None:
 def startup_failure(result: Result) -> list[str]:
     """Why a run that wrote no report stopped, when NCCL/RCCL's network is the cause (the
     plugin NCCL_NET names did not load): the same reason for every kind."""
-    proof = transport_proof(result) if result.report is None else None
+    proof = result.transport if result.report is None else None
     return [proof.message] if proof is not None and not proof.ok else []
 
 

@@ -19,6 +19,7 @@ from containers.host.facts import utc_now
 from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
+from containers.prove.devices import VENDOR
 from containers.report import Say
 
 # Runs a short smoke of the image (its output through the given ``Say``); raises
@@ -27,7 +28,6 @@ QuickCheck = Callable[[Say], None]
 SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "device_kind",
               "wrong_total", "cycles", "largest", "transport", "performance", "stack", "seconds",
               "date")
-GPU_NAMES = {"cuda": "NVIDIA (CUDA)", "rocm": "AMD (ROCm)"}
 #: The most a verdict.json may hold; a larger one (or a FIFO) is not a verdict of this tool.
 VERDICT_LIMIT = 16 << 20
 
@@ -114,8 +114,8 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     if found is None and gpu != "none" and gpu not in gpus_here:
         raise VerdictFailed(
             f"not publishing {target.name}: no passing smoke verdict of this image (sha256 "
-            f"{sha[:12]}) on {GPU_NAMES[gpu]} GPUs in {results_dir / 'smoke'}, and this machine "
-            f"has no {GPU_NAMES[gpu]} GPUs to run one: run `invoke job --target {target.name} "
+            f"{sha[:12]}) on {VENDOR[gpu]} GPUs in {results_dir / 'smoke'}, and this machine "
+            f"has no {VENDOR[gpu]} GPUs to run one: run `invoke job --target {target.name} "
             "--workload smoke --submit` on the site's GPU nodes (its verdict lands in the "
             "shared results folder), then publish again; or publish with --skip-checks, which "
             "the catalogue records")
@@ -136,7 +136,7 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
         say(f"checks: WARNING: {exc}")
     found = find_verdict(results_dir, target.name, sha, gpu=gpu)
     if found is None:
-        why = (f"whose ranks ran on {GPU_NAMES[gpu]} GPUs (run the smoke on the site's GPU "
+        why = (f"whose ranks ran on {VENDOR[gpu]} GPUs (run the smoke on the site's GPU "
                "nodes, e.g. as a batch job, then publish)" if gpu != "none"
                else "(was it rebuilt meanwhile?)")
         raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "

@@ -26,11 +26,9 @@ def rank_cores(masks: Sequence[str], ranks_per_node: int) -> list[frozenset[int]
     return [mask_cores(mask) for mask in masks[:ranks_per_node]]
 
 
-def rank_cores_arg(masks: Sequence[str], ranks_per_node: int) -> str | None:
-    """``--rank-cores``' value for the workloads, or None when the site has no map."""
-    if not masks:
-        return None
-    return ":".join(names.format_cpulist(cores) for cores in rank_cores(masks, ranks_per_node))
+def rank_cores_arg(cores: Sequence[frozenset[int]]) -> str:
+    """``--rank-cores``' value for the workloads: local ranks' cpulists, ``:`` between them."""
+    return ":".join(names.format_cpulist(c) for c in cores)
 
 
 def describe(cores: Iterable[frozenset[int]]) -> str:

@@ -156,7 +156,7 @@ def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
     args = ["--expect-gpu", site.gpu, "--backend", "nccl" if site.gpu != "none" else "gloo"]
     cores = pinned_cores(site, ranks=ranks, launcher=launcher)
     if cores:
-        args += ["--rank-cores", affinity.rank_cores_arg(site.cpu_bind, ranks) or ""]
+        args += ["--rank-cores", affinity.rank_cores_arg(cores)]
     return args
 
 

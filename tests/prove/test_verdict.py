@@ -20,15 +20,19 @@ IMAGE = {"inputs_hash": "a" * 64, "sha256": "b" * 64, "build_date": "2026-11-20T
 ROW = {"bytes": 16 << 20, "oop": {"busbw": 2.0, "wrong": 0}, "ip": {"busbw": 2.1, "wrong": 0}}
 
 
-@pytest.fixture
-def data_plans(data_root, data_settings, data_runtime):
-    target = load_targets(data_root)["cpu"]
-    site = load_site(data_root / "sites" / "local.yaml")
+def _planner(root, settings, runtime, *, target: str, site: str, environ=None):
+    """options -> the plan of ``target`` on ``site`` (a profile of the checkout)."""
+    item, where = load_targets(root)[target], load_site(root / "sites" / f"{site}.yaml")
 
     def make(options):
-        return plan(target, site, settings=data_settings, runtime=data_runtime,
-                    options=options, run_id="r")
+        return plan(item, where, settings=settings, runtime=runtime, options=options,
+                    run_id="r", environ=environ)
     return make
+
+
+@pytest.fixture
+def data_plans(data_root, data_settings, data_runtime):
+    return _planner(data_root, data_settings, data_runtime, target="cpu", site="local")
 
 
 def _outcome(report, **kw) -> Outcome:
@@ -97,13 +101,8 @@ def test_gates_and_exit_codes(data_plans) -> None:
 @pytest.fixture
 def data_gpu_plans(data_root, data_settings, data_runtime):
     """Plans of the lumi-rocm target on LUMI (ROCm GPUs, RCCL transport declared)."""
-    target = load_targets(data_root)["lumi-rocm"]
-    site = load_site(data_root / "sites" / "lumi.yaml")
-
-    def make(options):
-        return plan(target, site, settings=data_settings, runtime=data_runtime,
-                    options=options, run_id="r", environ={"USER": "u", "SLURM_JOB_ID": "7"})
-    return make
+    return _planner(data_root, data_settings, data_runtime, target="lumi-rocm", site="lumi",
+                    environ={"USER": "u", "SLURM_JOB_ID": "7"})
 
 
 CXI = ("lumi-node:1:1 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)",)
