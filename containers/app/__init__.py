@@ -11,6 +11,7 @@ module             commands
 ``build``          ``invoke build``
 ``workloads``      ``invoke smoke``, ``invoke train``
 ``jobs``           ``invoke job``
+``judging``        ``invoke verdict`` (a batch job's results)
 ``publishing``     ``invoke publish``, ``invoke verify``
 =================  =============================================
 """
@@ -18,9 +19,10 @@ module             commands
 from containers.app.build import build
 from containers.app.inputs import check_inputs, targets_report
 from containers.app.jobs import JobSubmission, job
+from containers.app.judging import judge_results
 from containers.app.project import Project
 from containers.app.publishing import publish, verify
 from containers.app.workloads import prove, smoke_history, train
 
 __all__ = ["Project", "build", "check_inputs", "targets_report", "job", "JobSubmission",
-           "prove", "smoke_history", "train", "publish", "verify"]
+           "judge_results", "prove", "smoke_history", "train", "publish", "verify"]

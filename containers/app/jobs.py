@@ -9,7 +9,7 @@ from pathlib import Path
 
 from containers.app.project import Project
 from containers.batch import job as batch
-from containers.errors import ImageMissing
+from containers.errors import ImageMissing, UsageError
 from containers.files import atomic_write_text
 from containers.host.facts import host_arch, run_stamp
 from containers.host.process import capture
@@ -29,12 +29,20 @@ class JobSubmission:
 
 
 def job(project: Project, *, target: str | None, workload: str, site: str | None = None,
-        nodes: int = 1, gpus_per_node: int | None = None, time: str | None = None,
+        nodes: int = 1, gpus_per_node: int | None = None, time: str | int | None = None,
         account: str | None = None, partition: str | None = None, launcher: str | None = None,
         out: str | Path | None = None, submit: bool = False, nccl_debug: bool = False,
         options: SmokeOptions | TrainOptions | None = None,
         say: Say = _print) -> JobSubmission:
-    """Render the batch job for a site; print it, write it (atomically) or submit it."""
+    """Render the batch job for a site; print it, write it (atomically) or submit it.
+
+    Whichever it does, the folder the job's output goes to exists afterwards (schedulers do
+    not create it, and a job whose output folder is missing dies without a log). ``time`` is
+    seconds or a time as ``--time`` takes it."""
+    script = Path(out).resolve() if out else None
+    if script is not None and script.is_dir():
+        raise UsageError(f"--out {out} is a folder; name the script file to write (e.g. "
+                         f"{Path(out) / 'job.sh'})", flag="--out")
     item = project.target(target or project.default_target())
     where = get_site(project.sites, site) if site else project.site_of(item)
     home = project.targets.get(where.default_target or "")
@@ -44,15 +52,14 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
     planned = batch.plan_job(item, where, settings=project.settings, request=request,
                              host_arch=host_arch(), site_arch=home.arch if home else None,
-                             venv=venv)
+                             venv=venv, environ=os.environ)
     jobs_dir = project.settings.results_dir / "jobs"
-    script = Path(out).resolve() if out else None
+    planned.output_folder.mkdir(parents=True, exist_ok=True)
     if submit and script is None:
         script = jobs_dir / f"{planned.name}-{run_stamp()}.sh"
     if script is None:
         say(planned.text.rstrip("\n"))
         return JobSubmission(job=planned)
-    jobs_dir.mkdir(parents=True, exist_ok=True)  # the scheduler writes the job's output there
     atomic_write_text(script, planned.text)
     script.chmod(0o755)
     say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")

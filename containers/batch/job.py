@@ -12,36 +12,57 @@ Three parts, as ReFrame splits them, put together here by one builder (:func:`pl
   (:mod:`containers.batch.script`), so the script expands them on the compute node; or, for
   ``build``, ``invoke build`` on a node of the image's architecture.
 
-Only site profile values and explicit flags reach a script (never the caller's environment); every
-value is quoted; the tests run ``bash -n`` on the script of every site and workload.
+The partition's documented limits (:class:`containers.inputs.sites.Partition`) decide the wall
+time (:func:`fit_time`: the workload's estimate capped by the limit; a ``--time`` beyond it is
+refused) and bound nodes and GPUs (:func:`check_partition`); the account comes from the flag, the
+settings or the scheduler's own variables (:func:`resolve_account`); a build job that the site
+cannot run is refused before anything is written (:func:`fakeroot_refusal`). A smoke or training
+job keeps its launcher's exit status and output and ends with ``invoke verdict`` on its results
+(:mod:`containers.app.judging`), so a job writes the verdict an interactive run writes.
+
+Only site profile values, explicit flags and settings reach a script (of the caller's
+environment, only ``SLURM_ACCOUNT`` where nothing else names an account); every value is quoted;
+the tests run ``bash -n`` on the script of every site and workload and ``sbatch --test-only``
+against Slurm partitions shaped like each site's.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
+import json
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Mapping
 
-from containers import __version__
+from containers import __version__, walltime
 from containers.batch.schedulers import DIRECTIVE_SAFE, SCHEDULERS, Resources, Scheduler, directive
 from containers.batch.script import SHELL_VARS, Script, assign, command, ref, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
+from containers.inputs.definition import read_definition
 from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
 from containers.inputs.settings import Settings
-from containers.inputs.sites import Site
-from containers.prove.kind import plan as plan_run
+from containers.inputs.sites import Partition, Site
+from containers.prove.kind import WorkloadKind, plan as plan_run
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import EXAMPLES, TrainOptions
 from containers.run import launchers
-from containers.run.launchers import Launcher, cores_for
+from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.layout import at_least_one
 from containers.run.workload import Placement, Workload
 
 WORKLOADS = ("smoke", *EXAMPLES, "build")
-DEFAULT_TIME = {"smoke": "00:30:00", "build": "02:00:00"}  # training workloads: 01:00:00
-_TIME = re.compile(r"(\d{1,3}):([0-5]\d):([0-5]\d)\Z")
+#: What each workload is expected to need (seconds); a partition's limit caps it.
+ESTIMATE = {"smoke": 30 * 60, "build": 2 * 3600}
+TRAIN_ESTIMATE = 3600
+#: The variables the scheduler's submit command reads an account from, when no flag or setting
+#: names one (sbatch reads SBATCH_ACCOUNT itself; SLURM_ACCOUNT is the current allocation's).
+#: PBS Pro's qsub reads none: ``-A`` in the script is the only way.
+ACCOUNT_VARS = {"slurm": ("SBATCH_ACCOUNT", "SLURM_ACCOUNT"), "pbs": ()}
+#: What a workload job leaves in its results folder for ``invoke verdict``: the job (target,
+#: site, workload, nodes, GPUs, launcher, partition) and the image's provenance at launch.
+JOB_RECORD = "job.json"
+IMAGE_RECORD = "image.json"
 _KINDS = {"none": "CPUs (no GPU)", "cuda": "NVIDIA (CUDA) GPUs", "rocm": "AMD (ROCm) GPUs"}
 
 
@@ -53,7 +74,8 @@ class JobRequest:
     workload: str
     nodes: int = 1
     gpus_per_node: int | None = None
-    time: str | None = None
+    #: Seconds, or a time as ``--time`` takes it (:func:`walltime.parse`), made seconds here.
+    time: int | str | None = None
     account: str | None = None
     partition: str | None = None
     launcher: str | None = None
@@ -71,11 +93,14 @@ class JobRequest:
                              flag="--nodes")
         if self.gpus_per_node is not None:
             at_least_one(self.gpus_per_node, "--gpus-per-node")
-        if self.time is not None:
-            match = _TIME.match(self.time)
-            if not match or not any(int(part) for part in match.groups()):
-                raise UsageError(f"--time must be HH:MM:SS (e.g. 01:30:00; got "
-                                 f"'{self.time}')", flag="--time")
+        if isinstance(self.time, str):
+            try:
+                object.__setattr__(self, "time", walltime.parse(self.time))
+            except ValueError as exc:
+                raise UsageError(f"--time {exc} (e.g. 01:30:00)", flag="--time") from exc
+        elif self.time is not None and (isinstance(self.time, bool) or self.time <= 0):
+            raise UsageError(f"--time must be more than zero (got {self.time!r})",
+                             flag="--time")
         if self.account is not None and not DIRECTIVE_SAFE.match(self.account):
             raise UsageError(f"--account '{self.account}' is not an account name",
                              flag="--account")
@@ -101,6 +126,12 @@ class Job:
     def name(self) -> str:
         return self.resources.name
 
+    @property
+    def output_folder(self) -> Path:
+        """The folder the scheduler writes the job's output into: it must exist before the job
+        starts (neither Slurm nor PBS creates it), so ``invoke job`` makes it."""
+        return self.scheduler.output_folder(self.resources)
+
     def output_of(self, job_id: str) -> str:
         return self.scheduler.output_of(self.resources, job_id)
 
@@ -120,8 +151,10 @@ def _check_site(request: JobRequest, target: Target, site: Site, site_arch: str 
         raise UsageError(f"target {target.name} is an image for {_KINDS[target.gpu]} but "
                          f"site {site.name} has {_KINDS[site.gpu]}")
     if site_arch and target.arch != site_arch:
+        where = (f"; build it on an {target.arch} machine (invoke build --target "
+                 f"{target.name} there)" if request.workload == "build" else "")
         raise UsageError(f"target {target.name} is {target.arch} but site {site.name}'s "
-                         f"nodes are {site_arch}")
+                         f"nodes are {site_arch}{where}")
     if request.partition is not None and site.partitions and \
             request.partition not in site.partitions:
         raise UsageError(f"unknown partition '{request.partition}' for site {site.name}"
@@ -129,65 +162,185 @@ def _check_site(request: JobRequest, target: Target, site: Site, site_arch: str 
                          f"{', '.join(site.partitions)}", flag="--partition")
 
 
+def fakeroot_refusal(target: Target, site: Site) -> ConfigError | None:
+    """Why ``site`` cannot build ``target``, else None: an Apptainer definition with a
+    ``%post`` section needs ``--fakeroot``, which a site with ``fakeroot: false`` lacks (a
+    cotainr target needs none). The one rule for ``invoke build`` and build jobs."""
+    if target.builder != "apptainer" or site.fakeroot or target.definition is None \
+            or not read_definition(target.definition).has_section("post"):
+        return None
+    return ConfigError(
+        f"{target.definition.name} has a %post section, which needs --fakeroot, and site "
+        f"'{site.name}' has none; build it with a cotainr target (builder: cotainr) or on a "
+        f"machine with fakeroot (invoke build --target {target.name} there), then copy "
+        f"images/{target.name}.sif to the site", path=site.path,
+        line=site.lines.get("fakeroot"), key="fakeroot")
+
+
+def estimate(workload: str) -> int:
+    """The wall time a workload is expected to need (seconds), before any partition's cap."""
+    return ESTIMATE.get(workload, TRAIN_ESTIMATE)
+
+
+def fit_time(request: JobRequest, site: Site, partition: Partition) -> int:
+    """The job's wall time: ``--time`` if it is within the partition's limit (else refused,
+    naming the limit), otherwise the workload's estimate capped by that limit."""
+    limit = partition.max_time
+    if isinstance(request.time, int):
+        if limit is not None and request.time > limit:
+            raise UsageError(f"--time {walltime.format(request.time)} is more than partition "
+                             f"{partition.name} of site {site.name} allows "
+                             f"({walltime.format(limit)})", flag="--time")
+        return request.time
+    wanted = estimate(request.workload)
+    return min(wanted, limit) if limit is not None else wanted
+
+
+def check_partition(site: Site, partition: Partition, *, nodes: int, gpus_per_node: int) -> None:
+    """Nodes and GPUs within the partition's documented limits; a refusal names the limit and,
+    where one of the site's other partitions allows the request, that partition."""
+    total = nodes * gpus_per_node
+    problem: str | None = None
+    flag: str | None = None
+    if partition.max_nodes is not None and nodes > partition.max_nodes:
+        problem, flag = (f"--nodes {nodes} is more than partition {partition.name} of site "
+                         f"{site.name} allows ({partition.max_nodes})", "--nodes")
+    elif partition.gpus_per_node is not None and gpus_per_node > partition.gpus_per_node:
+        problem, flag = (f"--gpus-per-node {gpus_per_node} is more than the nodes of partition "
+                         f"{partition.name} have ({partition.gpus_per_node})", "--gpus-per-node")
+    elif partition.max_gpus is not None and total > partition.max_gpus:
+        problem, flag = (f"{nodes} node(s) x {gpus_per_node} GPUs = {total} is more than "
+                         f"partition {partition.name} of site {site.name} allows per job "
+                         f"({partition.max_gpus})", None)
+    if problem is None:
+        return
+    fits = [p for p in site.partition_limits.values() if p.name != partition.name
+            and (p.max_nodes is None or nodes <= p.max_nodes)
+            and (p.max_gpus is None or total <= p.max_gpus)
+            and (p.gpus_per_node is None or gpus_per_node <= p.gpus_per_node)]
+    hint = f"; partition {fits[0].name} allows it (--partition {fits[0].name})" if fits else ""
+    raise UsageError(problem + hint, flag=flag)
+
+
+def resolve_account(request: JobRequest, site: Site, settings: Settings,
+                    environ: Mapping[str, str]) -> tuple[str | None, str]:
+    """The account the job charges and where it came from: ``--account``, else
+    ``containers.accounts.<site>``, else ``containers.account``, else the scheduler's own
+    variables (:data:`ACCOUNT_VARS`). ``SBATCH_ACCOUNT`` is left to sbatch, which reads it at
+    submission (None is returned with it). A site that requires an account and gets none is
+    refused in one line that says the ways to set it."""
+    if request.account:
+        return request.account, "--account"
+    configured = settings.accounts.get(site.name)
+    if configured:
+        return configured, f"containers.accounts.{site.name}"
+    if settings.account:
+        return settings.account, "containers.account"
+    for var in ACCOUNT_VARS.get(site.scheduler, ()):
+        if environ.get(var):
+            return (None if var == "SBATCH_ACCOUNT" else environ[var]), var
+    if not site.account_required:
+        return None, ""
+    variables = ACCOUNT_VARS.get(site.scheduler, ())
+    env = (f", or export {' or '.join(variables)}" if variables
+           else f" ({site.scheduler} reads no account variable)")
+    raise UsageError(f"site {site.name} requires an account (project) for its jobs: pass "
+                     f"--account NAME, set containers.accounts.{site.name} (or "
+                     f"containers.account) in invoke.yaml{env}")
+
+
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
-             host_arch: str, site_arch: str | None = None, venv: Path | None = None) -> Job:
-    """The whole batch job, rendered: pure (nothing is read from the environment or run).
+             host_arch: str, site_arch: str | None = None, venv: Path | None = None,
+             environ: Mapping[str, str] | None = None) -> Job:
+    """The whole batch job, rendered: pure (nothing is run; only ``environ``, the submitting
+    shell's variables, is read, for the account rules).
 
     ``host_arch`` and ``venv`` (this tool's Python environment) decide how a build job finds
     ``invoke`` on the build node; ``site_arch`` is the architecture of the site's nodes.
     """
     _check_site(request, target, site, site_arch)
     scheduler = SCHEDULERS[site.scheduler]
-    name = f"{request.workload}-{target.name}"
-    directive(name, "job name")
+    build = request.workload == "build"
+    if build:
+        refusal = fakeroot_refusal(target, site)
+        if refusal is not None:
+            raise refusal
+    full_name = f"{request.workload}-{target.name}"
+    directive(full_name, "job name")
+    name = scheduler.job_name(full_name)
     output = scheduler.output_dir(settings.results_dir / "jobs", name)
-    time = request.time or DEFAULT_TIME.get(request.workload, "01:00:00")
+    partition_name = request.partition or (site.build_partition if build else None) \
+        or site.default_partition
+    partition = site.partition(partition_name)
+    time = fit_time(request, site, partition)
+    account, account_from = resolve_account(request, site, settings, environ or {})
+    gpu_request = partition.gpu_request or site.gpu_request
+    gres_type = partition.gres_type or site.gres_type
     root = settings.root
     comments = [f"invoke job: {request.workload} of image {target.name} on site {site.name} "
-                f"(hpc-containers {__version__})",
-                f"submit: {scheduler.submit_command} FILE; output: {output}"]
+                f"(hpc-containers {__version__})"
+                + (f", job name {name} ({full_name})" if name != full_name else ""),
+                f"submit: {scheduler.submit_command} FILE; output: {output} (invoke job made "
+                f"its folder)",
+                f"partition {partition_name or '(the scheduler default)'}, time "
+                f"{walltime.format(time)}"
+                + (f" (partition limit {walltime.format(partition.max_time)})"
+                   if partition.max_time else "")
+                + (f", account from {account_from}" if account_from else "")
+                + (" (sbatch reads it at submission)" if account_from == "SBATCH_ACCOUNT"
+                   else "")]
     body = [f"cd {word(str(root))}", ""]
-    if request.workload == "build":
+    if build:
         gpus = 1 if site.gpus_per_node else 0
+        check_partition(site, partition, nodes=1, gpus_per_node=gpus)
         res = Resources(name=name, nodes=1, tasks_per_node=1, cpus_per_task=cores_for(site, 1),
-                        gpus_per_node=gpus, time=time,
-                        partition=request.partition or site.build_partition
-                        or site.default_partition, account=request.account, output=output,
-                        mem_per_gpu_gb=site.mem_per_gpu_gb)
+                        gpus_per_node=gpus, time=walltime.format(time), partition=partition_name,
+                        account=account, output=output, mem_per_gpu_gb=site.mem_per_gpu_gb,
+                        gpu_request=gpu_request, gres_type=gres_type)
+        body += _module_lines(site.modules)
         body += _build_body(target, root=root, host_arch=host_arch, venv=venv)
         script = Script(directives=scheduler.preamble(res), comments=comments, body=body)
         return Job(request=request, target=target, site=site, scheduler=scheduler,
                    launcher=None, resources=res, text=script.render(), results=None)
 
-    launcher = launchers.for_site(site, request.launcher)
     gpus = request.gpus_per_node or site.gpus_per_node or 2  # CPU sites: 2 ranks, as smoke
-    shape = launcher.shape(site, gpus)
+    check_partition(site, partition, nodes=request.nodes,
+                    gpus_per_node=gpus if site.gpu != "none" else 0)
+    run = job_run(target, site, settings=settings, request=request)
+    launcher, shape, workload = run.launcher, run.shape, run.workload
     res = Resources(name=name, nodes=request.nodes, tasks_per_node=shape.tasks_per_node,
                     cpus_per_task=shape.cpus_per_task,
-                    gpus_per_node=gpus if site.gpu != "none" else 0, time=time,
-                    partition=request.partition or site.default_partition,
-                    account=request.account, output=output, exclusive=shape.exclusive,
-                    mem_per_gpu_gb=site.mem_per_gpu_gb)
+                    gpus_per_node=gpus if site.gpu != "none" else 0, time=walltime.format(time),
+                    partition=partition_name, account=account, output=output,
+                    exclusive=shape.exclusive, mem_per_gpu_gb=site.mem_per_gpu_gb,
+                    gpu_request=gpu_request, gres_type=gres_type)
     job_id = ref(scheduler.job_id_var)
     multinode = request.nodes > 1
-    meets = multinode or launcher.needs_rendezvous
-    placement = Placement(nodes=request.nodes, launcher=launcher,
-                          rendezvous=scheduler.job_time_rendezvous() if meets else None,
-                          cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
-    workload = _plan_workload(target, site, settings=settings, request=request, gpus=gpus,
-                              run_id=f"job{job_id}", placement=placement)
-    if request.nccl_debug:
-        workload = workload.with_env({"NCCL_DEBUG": "INFO"})
-    if multinode and site.multinode_modules:
-        body += ["# Host modules whose paths the multi-node binds name (Lmod reads unset "
-                 "variables: not under set -u)",
-                 "set +u", "module load " + " ".join(word(m) for m in site.multinode_modules),
-                 "set -u", ""]
-    if meets:
+    body += _module_lines(site.modules, site.multinode_modules if multinode else ())
+    if run.meets:
         body += [*scheduler.rendezvous_lines(), ""]
     out_dir = str(workload.out_dir)
+    record = {"target": target.name, "site": site.name, "workload": request.workload,
+              "nodes": request.nodes, "gpus_per_node": gpus, "launcher": launcher.name,
+              "partition": partition_name, "options": job_options(run.options)}
+    image_record = settings.provenance_path(target.name)
     body += [f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
-             command(workload.argv)]
+             "# What the verdict reads besides the ranks' files: the job, the image it ran",
+             f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", json.dumps(record), "JOB",
+             f"if [[ -f {word(str(image_record))} ]]; then",
+             f"    cp {word(str(image_record))} {word(out_dir + '/' + IMAGE_RECORD)}", "fi", "",
+             "# The launcher's exit status is kept (not fatal here): the verdict judges it",
+             "status=0",
+             command(workload.argv) + f" 2>&1 | tee {word(out_dir + '/run.log')} || status=$?",
+             "",
+             "# The job's exit status is the verdict's (0 PASS, 2 sanity FAIL, 3 performance);",
+             "# it reads and writes the folders this script was written for.",
+             *(f"export {name}={word(str(value))}" for name, value in (
+                 ("INVOKE_CONTAINERS_IMAGES_DIR", settings.images_dir),
+                 ("INVOKE_CONTAINERS_RESULTS_DIR", settings.results_dir),
+                 ("INVOKE_CONTAINERS_PERFLOG_DIR", settings.perflog_dir))),
+             *_invoke(target, ["verdict", "--results", out_dir, "--exit-status", ref("status")],
+                      root=root, host_arch=host_arch, venv=venv, exec_=True)]
     script = Script(directives=scheduler.preamble(res), comments=[
         *comments, f"{request.nodes} node{'s' if multinode else ''} x {gpus} "
         f"{'GPUs' if site.gpu != 'none' else 'CPU ranks'}, launcher {launcher.name}",
@@ -197,44 +350,98 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                launcher=launcher, resources=res, text=script.render(), results=results)
 
 
-def _plan_workload(target: Target, site: Site, *, settings: Settings, request: JobRequest,
-                   gpus: int, run_id: str, placement: Placement | None) -> Workload:
-    """The workload as ``invoke smoke``/``invoke train`` plan it, with every host variable left
-    for the job's shell (:data:`SHELL_VARS`): site values stay as written in the profile."""
-    runtime = Runtime(binary=site.runtime, flavour=site.runtime, version="site")
+@dataclass(frozen=True)
+class JobRun:
+    """The run inside a workload job, as :func:`job_run` plans it."""
+
+    kind: WorkloadKind
+    launcher: Launcher
+    shape: Shape
+    workload: Workload
     options: SmokeOptions | TrainOptions
+    #: Whether the ranks meet at a rendezvous the job's shell finds (the scheduler's lines).
+    meets: bool
+
+
+def job_run(target: Target, site: Site, *, settings: Settings,
+            request: JobRequest) -> JobRun:
+    """The workload of a smoke or training job exactly as its script runs it: the plan the job
+    renders and the plan ``invoke verdict`` judges the job's results by (pure)."""
+    scheduler = SCHEDULERS[site.scheduler]
+    launcher = launchers.for_site(site, request.launcher)
+    gpus = request.gpus_per_node or site.gpus_per_node or 2  # CPU sites: 2 ranks, as smoke
+    shape = launcher.shape(site, gpus)
+    meets = request.nodes > 1 or launcher.needs_rendezvous
+    placement = Placement(nodes=request.nodes, launcher=launcher,
+                          rendezvous=scheduler.job_time_rendezvous() if meets else None,
+                          cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
+    options = _options(request, gpus)
+    runtime = Runtime(binary=site.runtime, flavour=site.runtime, version="site")
+    workload = plan_run(target, site, settings=settings, runtime=runtime, options=options,
+                        run_id=f"job{ref(scheduler.job_id_var)}", environ=SHELL_VARS,
+                        strict=False, placement=placement)
+    if request.nccl_debug:
+        workload = workload.with_env({"NCCL_DEBUG": "INFO"})
+    return JobRun(kind=options.kind, launcher=launcher, shape=shape, workload=workload,
+                  options=options, meets=meets)
+
+
+def _module_lines(modules: tuple[str, ...], multinode: tuple[str, ...] = ()) -> list[str]:
+    """``module load`` of the site's modules (every job) and, across nodes, of those its
+    multi-node binds name; Lmod reads unset variables, so not under ``set -u``."""
+    names = [*modules, *(m for m in multinode if m not in modules)]
+    if not names:
+        return []
+    why = ("the site's modules and those its multi-node binds name" if multinode
+           else "the modules the site's documentation requires")
+    return [f"# Host modules: {why} (Lmod reads unset variables: not under set -u)",
+            "set +u", "module load " + " ".join(word(m) for m in names), "set -u", ""]
+
+
+def job_options(options: SmokeOptions | TrainOptions) -> dict:
+    """The options a job's verdict re-plans its run with (``job.json``): the plain values only
+    (ranks, nodes and the example are the job's own keys)."""
+    return {key: value for key, value in asdict(options).items()
+            if key not in ("gpus", "example") and isinstance(value, (str, int, float, bool))}
+
+
+def _options(request: JobRequest, gpus: int) -> SmokeOptions | TrainOptions:
+    """The workload's options as ``invoke smoke``/``invoke train`` take them, for ``gpus`` ranks
+    per node; every host variable is left for the job's shell (:data:`SHELL_VARS`)."""
     if request.workload == "smoke":
         given = request.options if isinstance(request.options, SmokeOptions) else None
-        options = replace(given, gpus=gpus) if given else SmokeOptions(gpus=gpus)
-    else:
-        given = request.options if isinstance(request.options, TrainOptions) else None
-        options = replace(given, example=request.workload, gpus=gpus) if given \
-            else TrainOptions(example=request.workload, gpus=gpus)
-    return plan_run(target, site, settings=settings, runtime=runtime, options=options,
-                    run_id=run_id, environ=SHELL_VARS, strict=False, placement=placement)
+        return replace(given, gpus=gpus) if given else SmokeOptions(gpus=gpus)
+    given_train = request.options if isinstance(request.options, TrainOptions) else None
+    return replace(given_train, example=request.workload, gpus=gpus) if given_train \
+        else TrainOptions(example=request.workload, gpus=gpus)
 
 
 def _build_body(target: Target, *, root: Path, host_arch: str, venv: Path | None) -> list[str]:
-    lines = [
+    return [
         "# Binds set in the submitting shell (LUMI's singularity-AI-bindings module, for one)",
         "# name mount points that the image being built lacks: the build would fail on them.",
         "unset APPTAINER_BIND SINGULARITY_BIND",
         f'echo "building {target.name} on $(hostname) ($(uname -m))"',
+        *_invoke(target, ["build", "--target", target.name], root=root, host_arch=host_arch,
+                 venv=venv),
     ]
+
+
+def _invoke(target: Target, args: list[str], *, root: Path, host_arch: str,
+            venv: Path | None, exec_: bool = False) -> list[str]:
+    """Lines that run ``invoke ARGS`` on a node of ``target``'s architecture: this checkout's
+    venv where the architectures match, else one of the node's own, made on first use."""
     if target.arch != host_arch:
         own = root / f".venv-{target.arch}"
-        lines += [
-            f"# This checkout's .venv is for {host_arch}; the build node is {target.arch}, so it "
-            "gets a Python environment of its own.",
+        return [
+            f"# This checkout's .venv is for {host_arch}; the node is {target.arch}, so it gets "
+            "a Python environment of its own.",
             assign("venv", str(own)),
             'if [[ ! -x $venv/bin/invoke ]]; then',
             '    python3 -m venv "$venv"',
             f'    "$venv/bin/python" -m pip install -q -e {word(str(root))}',
             "fi",
-            f'"$venv/bin/invoke" build --target {word(target.name)}',
+            ("exec " if exec_ else "") + '"$venv/bin/invoke" ' + command(args),
         ]
-    elif venv is not None:
-        lines.append(command([str(venv / "bin" / "invoke"), "build", "--target", target.name]))
-    else:
-        lines.append(command(["invoke", "build", "--target", target.name]))
-    return lines
+    binary = str(venv / "bin" / "invoke") if venv is not None else "invoke"
+    return [("exec " if exec_ else "") + command([binary, *args])]

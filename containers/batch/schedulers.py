@@ -37,6 +37,9 @@ class Resources:
     output: str
     exclusive: bool = False
     mem_per_gpu_gb: int = 0
+    #: Slurm: ``gpus-per-node`` (``--gpus-per-node=N``) or ``gres`` (``--gres=gpu:TYPE:N``).
+    gpu_request: str = "gpus-per-node"
+    gres_type: str | None = None
 
 
 def directive(value: object, what: str) -> str:
@@ -70,7 +73,15 @@ class Scheduler:
     def preamble(self, res: Resources) -> list[str]:
         raise NotImplementedError
 
+    def job_name(self, name: str) -> str:
+        """The name the scheduler is given for a job called ``name``."""
+        return name
+
     def output_dir(self, folder: Path, name: str) -> str:
+        raise NotImplementedError
+
+    def output_folder(self, res: Resources) -> Path:
+        """The folder the job's output file goes into."""
         raise NotImplementedError
 
     def output_of(self, res: Resources, job_id: str) -> str:
@@ -91,9 +102,11 @@ class Slurm(Scheduler):
     submit_command = "sbatch"
 
     def preamble(self, res: Resources) -> list[str]:
+        gres = res.gpu_request == "gres" and res.gpus_per_node
         options = [("job-name", res.name), ("nodes", res.nodes),
                    ("ntasks-per-node", res.tasks_per_node), ("cpus-per-task", res.cpus_per_task),
-                   ("gpus-per-node", res.gpus_per_node or None),
+                   ("gpus-per-node", None if gres else res.gpus_per_node or None),
+                   ("gres", f"gpu:{res.gres_type}:{res.gpus_per_node}" if gres else None),
                    ("mem-per-gpu", f"{res.mem_per_gpu_gb}G" if res.mem_per_gpu_gb
                     and res.gpus_per_node else None), ("time", res.time),
                    ("partition", res.partition), ("account", res.account),
@@ -106,6 +119,9 @@ class Slurm(Scheduler):
 
     def output_dir(self, folder: Path, name: str) -> str:
         return f"{folder}/{name}-%j.out"
+
+    def output_folder(self, res: Resources) -> Path:
+        return Path(res.output).parent
 
     def output_of(self, res: Resources, job_id: str) -> str:
         return res.output.replace("%j", job_id)
@@ -134,7 +150,7 @@ class Pbs(Scheduler):
             chunk += f":ngpus={res.gpus_per_node}"
             if res.mem_per_gpu_gb:
                 chunk += f":mem={res.mem_per_gpu_gb * res.gpus_per_node}GB"
-        lines = [f"#PBS -N {directive(res.name[:self.NAME_LENGTH], 'job name')}"]
+        lines = [f"#PBS -N {directive(self.job_name(res.name), 'job name')}"]
         if res.account:
             lines.append(f"#PBS -A {directive(res.account, '--account')}")
         if res.partition:
@@ -144,11 +160,42 @@ class Pbs(Scheduler):
                         "#PBS -j oe",
                         f"#PBS -o {directive(res.output, 'output folder')}"]
 
+    def job_name(self, name: str) -> str:
+        return short_name(name, self.NAME_LENGTH)
+
     def output_dir(self, folder: Path, name: str) -> str:
         return f"{folder}/"
 
+    def output_folder(self, res: Resources) -> Path:
+        return Path(res.output)
+
     def output_of(self, res: Resources, job_id: str) -> str:
-        return f"{res.output}{res.name[:self.NAME_LENGTH]}.o{job_id.split('.')[0]}"
+        return f"{res.output}{self.job_name(res.name)}.o{job_id.split('.')[0]}"
+
+
+#: Short forms of the words job names are made of (workloads and common target words).
+ABBREVIATIONS = {"smoke": "smk", "build": "bld", "deepspeed": "ds", "derecho": "drc",
+                 "olivia": "olv", "puhti": "pht", "mahti": "mht"}
+
+
+def short_name(name: str, length: int) -> str:
+    """``name`` within ``length`` characters without cutting a word off mid-way: words
+    (between ``-``) first take their short forms (:data:`ABBREVIATIONS`), then the longest
+    word loses letters from its end until the name fits, each word keeping at least 3 (so
+    ``smoke-derecho-cuda`` becomes ``smk-drc-cuda``, every part still recognisable)."""
+    if len(name) <= length:
+        return name
+    words = [ABBREVIATIONS.get(w, w) for w in name.split("-")]
+    while len("-".join(words)) > length:
+        longest = max(range(len(words)), key=lambda i: len(words[i]))
+        if len(words[longest]) <= 3:
+            break
+        words[longest] = words[longest][:-1]
+    short = "-".join(words)
+    if len(short) > length:  # too many words: keep the first ones whole
+        short = "-".join(w for i, w in enumerate(words)
+                         if len("-".join(words[:i + 1])) <= length)
+    return short
 
 
 SCHEDULERS: dict[str, Scheduler] = {"slurm": Slurm(), "pbs": Pbs()}

@@ -7,7 +7,7 @@ from the project root, so tasks work from any working directory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,6 +28,9 @@ FIELDS = (
     Field("sign_keyidx", "int", default=0),
     Field("publish_group", default=""),
     Field("publish_world_readable", "bool", default=True),
+    # Batch jobs (invoke job): the project (account) to charge, for every site or per site.
+    Field("account", default=""),
+    Field("accounts", "str_map", default={}),
 )
 
 
@@ -50,6 +53,14 @@ class Settings:
     sign_keyidx: int = 0
     publish_group: str = ""
     publish_world_readable: bool = True
+    #: The account batch jobs charge: ``accounts[<site>]``, else ``account`` (empty: none).
+    account: str = ""
+    accounts: Mapping[str, str] = field(default_factory=dict)
+
+    def account_for(self, site: str) -> str | None:
+        """The configured account for ``site`` (``containers.accounts.<site>``, else
+        ``containers.account``); None when neither is set."""
+        return self.accounts.get(site) or self.account or None
 
     @property
     def jobs_dir(self) -> Path:
@@ -84,4 +95,6 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
                     sign_keysdir=(resolve(values["sign_keysdir"]) if values["sign_keysdir"]
                                   else None),
                     sign_keyidx=values["sign_keyidx"], publish_group=values["publish_group"],
-                    publish_world_readable=values["publish_world_readable"])
+                    publish_world_readable=values["publish_world_readable"],
+                    account=str(values["account"] or ""),
+                    accounts={str(k): str(v) for k, v in values["accounts"].items() if v})

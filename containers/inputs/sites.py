@@ -20,15 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Mapping
 
+from containers import walltime
 from containers.errors import ConfigError
 from containers.inputs.references import Reference, parse_reference, select
 from containers.inputs.schema import Field, check_mapping, input_files, line_of, pick, suggest
-from containers.inputs.yamlsource import load_yaml_file
+from containers.inputs.yamlsource import LocatedDict, load_yaml_file
 
+GPU_REQUESTS = ("gpus-per-node", "gres")
 FIELDS = (
     Field("description", required=True),
     Field("scheduler", default="none", choices=("none", "slurm", "pbs")),
-    Field("partitions", "str_list", default=[]),
+    # A list of names (no limits known), or a mapping of name -> PARTITION_FIELDS.
+    Field("partitions", "map", default={}),
     Field("default_partition"),
     Field("build_partition"),
     Field("gpu", default="none", choices=("none", "cuda", "rocm")),
@@ -40,6 +43,13 @@ FIELDS = (
     Field("mem_per_gpu_gb", "int", default=0),
     Field("cpu_bind", "str_list", default=[]),
     Field("fakeroot", "bool", default=True),
+    # How a batch job asks for GPUs (Slurm): --gpus-per-node=N, or --gres=gpu:<gres_type>:N.
+    Field("gpu_request", default="gpus-per-node", choices=GPU_REQUESTS),
+    Field("gres_type"),
+    # Whether the scheduler refuses a job that names no account (project).
+    Field("account_required", "bool", default=False),
+    # Host modules every batch job loads before it starts the workload.
+    Field("modules", "str_list", default=[]),
     # One of containers.run.launchers.LAUNCHERS, the only list of launchers; checked there
     # against the registry and the site's scheduler (launchers.for_site; invoke check does).
     Field("launcher", default="torchrun"),
@@ -55,6 +65,14 @@ FIELDS = (
     Field("detect", "map", default={}),
     Field("notes"),
 )
+#: A partition's limits, each as the site documents it (the profile cites the page).
+PARTITION_FIELDS = (
+    Field("max_time"), Field("default_time"),
+    Field("max_nodes", "int"), Field("max_gpus", "int"),
+    Field("gpus_per_node", "int"), Field("cores_per_node", "int"),
+    Field("whole_nodes", "bool", default=False),
+    Field("gpu_request", choices=GPU_REQUESTS), Field("gres_type"),
+)
 DETECT_FIELDS = (Field("env", "str_list", default=[]), Field("hostname", "str_list", default=[]))
 #: ``net``: the NCCL_NET value every run sets, so NCCL/RCCL fail instead of falling back to TCP;
 #: ``from_nodes``: the runs it applies to (2: only runs across nodes, where a site binds its network
@@ -64,7 +82,28 @@ TRANSPORT_FIELDS = (Field("name", required=True), Field("expect", required=True)
 GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
 #: The variable that limits which GPUs a process sees, per GPU kind.
 VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|(\$))")
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition (queue) of a site and its documented limits; None: not documented, not
+    checked. Times are in seconds (:mod:`containers.walltime`)."""
+
+    name: str
+    max_time: int | None = None
+    default_time: int | None = None
+    max_nodes: int | None = None
+    #: GPUs one job may hold in this partition (all its nodes together).
+    max_gpus: int | None = None
+    #: This partition's nodes, where they differ from the site's.
+    gpus_per_node: int | None = None
+    cores_per_node: int | None = None
+    #: Jobs get (and are billed for) whole nodes.
+    whole_nodes: bool = False
+    gpu_request: str | None = None
+    gres_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +147,18 @@ class Site:
     detect_env: tuple[str, ...] = ()
     detect_hostname: tuple[str, ...] = ()
     notes: str | None = None
+    #: Each partition's limits, by name (a profile that lists only names has empty ones).
+    partition_limits: dict[str, Partition] = field(default_factory=dict)
+    gpu_request: str = "gpus-per-node"
+    gres_type: str | None = None
+    account_required: bool = False
+    modules: tuple[str, ...] = ()
     lines: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def partition(self, name: str | None) -> Partition:
+        """``name``'s limits; a partition the profile does not describe (or no partition: the
+        scheduler's default) has none."""
+        return self.partition_limits.get(name or "") or Partition(name=name or "")
 
     def transport_applies(self, nodes: int) -> bool:
         """Whether a run on ``nodes`` nodes must use (and prove) the declared transport."""
@@ -161,9 +211,108 @@ def _references(data: object, path: Path) -> tuple[Reference, ...]:
     return tuple(parse_reference(item, path=path, index=i) for i, item in enumerate(data))
 
 
+def _named_partitions(data: object, path: Path) -> object:
+    """The profile with a ``partitions`` list (the older form: names only) read as a mapping of
+    names to empty limits, so one schema checks both forms."""
+    if not isinstance(data, dict) or not isinstance(data.get("partitions"), list):
+        return data
+    names = data["partitions"]
+    for index, name in enumerate(names):
+        if not isinstance(name, str):
+            raise ConfigError("must be a list of partition names or a mapping of names to "
+                              "limits", path=path, line=line_of(names, index), key="partitions")
+    view = LocatedDict(data)
+    view.path, view.line = getattr(data, "path", path), getattr(data, "line", None)
+    view.key_lines = dict(getattr(data, "key_lines", {}))
+    view["partitions"] = {name: {} for name in names}
+    return view
+
+
+def _partition(name: str, data: object, *, path: Path) -> Partition:
+    prefix = f"partitions.{name}."
+    for key in ("max_time", "default_time"):
+        if isinstance(data, dict) and isinstance(data.get(key), (int, float)) \
+                and not isinstance(data.get(key), bool):
+            raise ConfigError("write the time in quotes (max_time: \"12:00:00\"): YAML reads an "
+                              "unquoted 12:00:00 as a number", path=path,
+                              line=line_of(data, key), key=prefix + key)
+    values = check_mapping(data if data is not None else {}, PARTITION_FIELDS,
+                           what=f"partition {name}", path=path, prefix=prefix)
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(message, path=path, line=line_of(data, key), key=prefix + key)
+
+    times = {}
+    for key in ("max_time", "default_time"):
+        if values[key] is not None:
+            try:
+                times[key] = walltime.parse(values[key])
+            except ValueError as exc:
+                raise fail(key, str(exc)) from exc
+    for key in ("max_nodes", "max_gpus", "gpus_per_node", "cores_per_node"):
+        if values[key] is not None and values[key] < 1:
+            raise fail(key, f"must be at least 1 (got {values[key]})")
+    if times.get("default_time", 0) > times.get("max_time", 1 << 40):
+        raise fail("default_time", "is longer than max_time")
+    return Partition(name=name, max_time=times.get("max_time"),
+                     default_time=times.get("default_time"), max_nodes=values["max_nodes"],
+                     max_gpus=values["max_gpus"], gpus_per_node=values["gpus_per_node"],
+                     cores_per_node=values["cores_per_node"], whole_nodes=values["whole_nodes"],
+                     gpu_request=values["gpu_request"], gres_type=values["gres_type"])
+
+
+#: Apptainer's bind options (``SRC:DST:OPTS``).
+BIND_OPTIONS = ("ro", "rw")
+
+
+def bind_problem(bind: str) -> str | None:
+    """Why ``bind`` is not one ``SRC``, ``SRC:DST`` or ``SRC:DST:OPTS`` (opts ro or rw), else
+    None. A comma would make Apptainer read two binds; another colon, a wrong destination."""
+    if "," in bind:
+        return f"'{bind}' has a comma: one bind per item (a comma starts another bind)"
+    parts = bind.split(":")
+    if len(parts) > 3 or not all(parts[:2]):
+        return f"'{bind}' is not SRC, SRC:DST or SRC:DST:OPTS"
+    if len(parts) == 3 and parts[2] not in BIND_OPTIONS:
+        return f"'{bind}': bind options must be {' or '.join(BIND_OPTIONS)} (got '{parts[2]}')"
+    return None
+
+
+def _check_values(data: object, values: dict, path: Path) -> None:
+    """What the schema's types do not say: counts are not negative, binds are one bind each,
+    environment names are shell identifiers (each refusal names file, line and key)."""
+    for key in ("gpus_per_node", "cores_per_node", "mem_per_gpu_gb", "max_gpus_per_job"):
+        if values[key] < 0:
+            raise ConfigError(f"must not be negative (got {values[key]})", path=path,
+                              line=line_of(data, key), key=key)
+    for key in ("binds", "multinode_binds"):
+        for index, bind in enumerate(values[key]):
+            problem = bind_problem(bind)
+            if problem:
+                raise ConfigError(problem, path=path, line=line_of(data[key], index),
+                                  key=f"{key}[{index}]")
+    for key in ("env", "multinode_env"):
+        for name in values[key]:
+            if not _IDENTIFIER.match(name):
+                raise ConfigError(f"'{name}' is not an environment variable name (letters, "
+                                  "digits and _, not starting with a digit)", path=path,
+                                  line=line_of(data[key], name), key=f"{key}.{name}")
+
+
 def load_site(path: Path) -> Site:
-    data = load_yaml_file(path)
+    data = _named_partitions(load_yaml_file(path), path)
     values = check_mapping(data, FIELDS, what="site profile", path=path)
+    _check_values(data, values, path)
+    limits = {str(name): _partition(str(name), spec, path=path)
+              for name, spec in values["partitions"].items()}
+    values["partitions"] = list(limits)
+    for part in [None, *limits.values()]:
+        request = (part.gpu_request if part else None) or values["gpu_request"]
+        if request == "gres" and not ((part.gres_type if part else None) or values["gres_type"]):
+            where = f"partitions.{part.name}." if part and part.gpu_request else ""
+            raise ConfigError("gpu_request gres needs gres_type (the GPU type in "
+                              "--gres=gpu:<type>:N, e.g. v100)", path=path,
+                              line=line_of(data, "gpu_request"), key=where + "gpu_request")
     detect = check_mapping(values["detect"], DETECT_FIELDS, what="detect rules", path=path,
                            prefix="detect.") if values["detect"] else {"env": [], "hostname": []}
 
@@ -221,7 +370,10 @@ def load_site(path: Path) -> Site:
                 transport_net=transport["net"] if transport else None,
                 transport_from_nodes=transport["from_nodes"] if transport else 1,
                 detect_env=tuple(detect["env"]), detect_hostname=tuple(detect["hostname"]),
-                notes=values["notes"], lines={key: line_of(data, key) for key in data})
+                notes=values["notes"], partition_limits=limits,
+                gpu_request=values["gpu_request"], gres_type=values["gres_type"],
+                account_required=values["account_required"], modules=tuple(values["modules"]),
+                lines={key: line_of(data, key) for key in data})
 
 
 def load_sites(root: Path) -> dict[str, Site]:

@@ -35,6 +35,8 @@ class Result:
     plan: Workload
     outcome: Outcome
     partition: str | None = None
+    #: Reasons found outside the run's own files (a batch run's results of another image).
+    given_reasons: tuple[str, ...] = ()
 
     @property
     def report(self) -> dict | None:
@@ -75,6 +77,11 @@ def run(kind: WorkloadKind, workload: Workload, *, say: Say,
 
 
 def sanity(result: Result) -> list[str]:
+    """Why the run is not correct (empty when it is); :attr:`Result.given_reasons` first."""
+    return list(result.given_reasons) + _run_reasons(result)
+
+
+def _run_reasons(result: Result) -> list[str]:
     kind, outcome = result.kind, result.outcome
     reasons = failure_reasons(result.plan, outcome)
     # The script's own one-line diagnosis (a bad flag, ds_config or data folder) says the most.

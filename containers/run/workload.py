@@ -268,11 +268,22 @@ def run_workload(workload: Workload, *, say: Say) -> Outcome:
             say(line)
 
         completed = run(workload.argv, timeout=workload.timeout, on_line=on_line)
-    report_path = workload.out_dir / workload.report_name
-    report = json.loads(report_path.read_text()) if report_path.is_file() else None
+    return collect(workload, returncode=completed.returncode, timed_out=completed.timed_out,
+                   lines=lines, seconds=time.monotonic() - started)
+
+
+def collect(workload: Workload, *, returncode: int, timed_out: bool, lines: Sequence[str],
+            seconds: float) -> Outcome:
+    """What a finished run left in its results folder, read back: the report (an unreadable one
+    counts as none), the ranks that did not finish, torchrun's first failure in ``lines``, the
+    device reports. Judging a batch run (which ran without this tool watching) starts here."""
+    try:
+        report = json.loads((workload.out_dir / workload.report_name).read_text())
+    except (OSError, ValueError):
+        report = None
     missing = sorted(set(range(workload.ranks)) - finished_ranks(workload.out_dir))
-    return Outcome(returncode=completed.returncode, timed_out=completed.timed_out,
-                   missing_ranks=missing, report=report, seconds=time.monotonic() - started,
+    return Outcome(returncode=returncode, timed_out=timed_out, missing_ranks=missing,
+                   report=report if isinstance(report, dict) else None, seconds=seconds,
                    first_failure=first_failure(lines), lines=tuple(lines),
                    devices=read_device_reports(workload.out_dir))
 

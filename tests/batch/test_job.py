@@ -24,25 +24,35 @@ from tests.fixtures import ROOT
 SITES = ("lumi", "olivia", "puhti", "mahti", "derecho", "local-slurm")
 TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
           "mahti": "mahti-cuda", "derecho": "derecho-cuda", "local-slurm": "cpu"}
+#: Sites whose profile says fakeroot: false, for targets whose definition has %post.
+CANNOT_BUILD = ("puhti", "mahti", "derecho")
+#: Where a 2-node job goes when the default partition is a one-node one.
+MULTINODE = {"mahti": "gpumedium"}
 LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
               "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
 
 
 @pytest.fixture
 def data_job(data_world, tmp_path):
-    """render(site, workload, **request) -> batch.Job, for a project at /proj (images there)."""
+    """render(site, workload, **request) -> batch.Job, for a project at /proj (images there).
+
+    The submitting shell has SBATCH_ACCOUNT set unless ``environ`` says otherwise (sbatch reads
+    it itself, so Slurm scripts carry no --account line); ``config`` is invoke.yaml's
+    ``containers`` part."""
     targets, sites = data_world
-    settings = load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)})
 
     def render(site: str, workload: str = "smoke", *, target: str | None = None,
-               host_arch: str = "x86_64", venv: Path | None = Path("/proj/.venv"), **request):
+               host_arch: str = "x86_64", venv: Path | None = Path("/proj/.venv"),
+               environ: dict | None = None, config: dict | None = None, **request):
+        settings = load_settings(Path("/proj"), {"tmp_dir": str(tmp_path), **(config or {})})
         where = sites[site] if isinstance(site, str) else site
         item = targets[target or TARGET[where.name]]
         home = targets.get(where.default_target or "")
         return batch.plan_job(item, where, settings=settings,
                               request=batch.JobRequest(workload=workload, **request),
                               host_arch=host_arch, site_arch=home.arch if home else None,
-                              venv=venv)
+                              venv=venv, environ={"SBATCH_ACCOUNT": "proj_env"}
+                              if environ is None else environ)
     return render
 
 
@@ -51,11 +61,14 @@ def _directives(text: str, prefix: str = "#SBATCH") -> list[str]:
 
 
 def _launch(text: str) -> str:
-    """The launch command, continuation lines joined."""
+    """The launch command, continuation lines joined, without what keeps its output and status
+    (``2>&1 | tee run.log || status=$?``)."""
     lines = text.rstrip("\n").split("\n")
     start = next(i for i, line in enumerate(lines)
                  if line.startswith(("srun ", "mpiexec ")))
-    return " ".join(line.rstrip(" \\").strip() for line in lines[start:])
+    end = next(i for i in range(start, len(lines)) if " 2>&1 | tee " in lines[i])
+    joined = " ".join(line.rstrip(" \\").strip() for line in lines[start:end + 1])
+    return joined.split(" 2>&1 | tee ")[0]
 
 
 def _bash_n(text: str, tmp_path: Path) -> None:
@@ -70,8 +83,13 @@ def _bash_n(text: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("workload", batch.WORKLOADS)
 def test_every_site_and_workload_renders_a_valid_script(data_job, tmp_path, site,
                                                         workload) -> None:
+    if workload == "build" and site in CANNOT_BUILD:
+        with pytest.raises(ConfigError, match="needs --fakeroot"):
+            data_job(site, workload, account="proj_1")
+        return
     for nodes in ((1,) if workload == "build" else (1, 2)):
-        job = data_job(site, workload, nodes=nodes, account="proj_1")
+        job = data_job(site, workload, nodes=nodes, account="proj_1",
+                       partition=MULTINODE.get(site) if nodes > 1 else None)
         text = job.text
         _bash_n(text, tmp_path)
         assert text.startswith("#!/bin/bash\n")
@@ -193,7 +211,7 @@ def test_olivia_multinode(data_job) -> None:
 def test_derecho_pbs(data_job) -> None:
     job = data_job("derecho", "smoke", nodes=2, account="UXYZ0001")
     assert _directives(job.text, "#PBS") == [
-        "#PBS -N smoke-derecho-c", "#PBS -A UXYZ0001", "#PBS -q main",
+        "#PBS -N smk-drc-cuda", "#PBS -A UXYZ0001", "#PBS -q main",
         "#PBS -l select=2:ncpus=64:ngpus=4", "#PBS -l walltime=00:30:00", "#PBS -j oe",
         "#PBS -o /proj/results/jobs/"]
     assert "#SBATCH" not in job.text and "scontrol" not in job.text
@@ -211,19 +229,29 @@ def test_derecho_pbs(data_job) -> None:
     # With a memory per GPU in the profile, the chunk carries it per node (NCAR's own script
     # asks for mem=480GB per 4-GPU node).
     derecho = dataclasses.replace(job.site, mem_per_gpu_gb=120)
-    assert "#PBS -l select=2:ncpus=64:ngpus=4:mem=480GB\n" in data_job(derecho, nodes=2).text
-    assert job.output_of("4242.desched1") == "/proj/results/jobs/smoke-derecho-c.o4242"
+    assert "#PBS -l select=2:ncpus=64:ngpus=4:mem=480GB\n" in \
+        data_job(derecho, nodes=2, account="UXYZ0001").text
+    assert job.output_of("4242.desched1") == "/proj/results/jobs/smk-drc-cuda.o4242"
+    # The full name stays readable in the header.
+    assert "job name smk-drc-cuda (smoke-derecho-cuda)" in job.text
+    # NCAR: "ensure that you have the cuda module loaded ... or nodes may lock up".
+    assert "set +u\nmodule load cuda\nset -u\n" in job.text
+    assert job.text.index("module load cuda") < job.text.index("mpiexec ")
 
 
-@pytest.mark.parametrize("site, partition, cpus", [("puhti", "gputest", 40),
-                                                   ("mahti", "gputest", 128)])
-def test_csc_sites(data_job, site, partition, cpus) -> None:
-    job = data_job(site, "deepspeed", nodes=2)
+@pytest.mark.parametrize("site, partition, cpus, gres", [
+    ("puhti", "gputest", 40, "v100"), ("mahti", "gpumedium", 128, "a100")])
+def test_csc_sites(data_job, site, partition, cpus, gres) -> None:
+    job = data_job(site, "deepspeed", nodes=2, partition=partition)
     assert f"#SBATCH --partition={partition}" in job.text
     assert f"#SBATCH --cpus-per-task={cpus}" in job.text
+    # CSC's GPU syntax (docs.csc.fi creating-job-scripts-puhti/-mahti): --gres=gpu:<type>:N
+    assert f"#SBATCH --gres=gpu:{gres}:4\n" in job.text and "--gpus-per-node" not in \
+        "".join(_directives(job.text))
     assert "--example deepspeed --epochs 3 --batch-size 64 --out /opt/containers/results " \
            "--zero-stage 1" in _launch(job.text)
-    assert data_job(site, "smoke", partition="gpu" if site == "puhti" else "gpusmall")
+    assert data_job(site, "smoke", partition="gpu" if site == "puhti" else "gpusmall",
+                    gpus_per_node=2)
 
 
 def test_build_jobs(data_job) -> None:
@@ -238,8 +266,6 @@ def test_build_jobs(data_job) -> None:
     assert "#SBATCH --gpus-per-node=1\n#SBATCH --mem-per-gpu=60G\n" in lumi.text
     assert "\n/proj/.venv/bin/invoke build --target lumi-rocm\n" in lumi.text
     assert lumi.results is None
-    derecho = data_job("derecho", "build")
-    assert "#PBS -l select=1:ncpus=16:ngpus=1" in derecho.text
     # A checkout path with spaces is quoted wherever it reaches the body.
     spaced = data_job("lumi", "build", venv=Path("/my proj/.venv"))
     assert "\n'/my proj/.venv/bin/invoke' build --target lumi-rocm\n" in spaced.text
@@ -277,7 +303,11 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
     monkeypatch.setenv("EBROOTNCCL", "/secret/nccl")
     for site in SITES:
         for workload in ("smoke", "ddp", "build"):
-            text = data_job(site, workload, nodes=1 if workload == "build" else 2).text
+            if workload == "build" and site in CANNOT_BUILD:
+                continue
+            text = data_job(site, workload, nodes=1 if workload == "build" else 2,
+                            partition=MULTINODE.get(site) if workload != "build" else None,
+                            account="proj_1" if site == "derecho" else None).text
             for value in ("hunter2-secret", "alice-the-user", "999999", "/secret/nccl"):
                 assert value not in text, (site, workload, value)
 
@@ -287,11 +317,12 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
     ("lumi", dict(workload="train"), UsageError,
      "--workload must be one of smoke, ddp, deepspeed, fsdp, build (got 'train')"),
     ("lumi", dict(workload="smoke", nodes=0), UsageError, "--nodes must be at least 1 (got 0)"),
-    ("lumi", dict(workload="smoke", time="1:30"), UsageError, "--time must be HH:MM:SS"),
-    ("lumi", dict(workload="smoke", time="00:61:00"), UsageError, "--time must be HH:MM:SS"),
-    ("lumi", dict(workload="smoke", time="00:00:00"), UsageError, "--time must be HH:MM:SS"),
-    ("olivia", dict(workload="smoke", nodes=9), ConfigError,
-     "olivia allows at most 32 GPUs per job; --nodes 9 x --gpus-per-node 4 = 36"),
+    ("lumi", dict(workload="smoke", time="1h"), UsageError, "--time '1h' is not a time"),
+    ("lumi", dict(workload="smoke", time="00:61:00"), UsageError,
+     "--time '00:61:00': minutes and seconds must be 0-59"),
+    ("lumi", dict(workload="smoke", time="00:00:00"), UsageError, "--time '00:00:00' is zero"),
+    ("olivia", dict(workload="smoke", nodes=9), UsageError,
+     "9 node(s) x 4 GPUs = 36 is more than partition accel of site olivia allows per job (32)"),
     ("olivia", dict(workload="smoke", gpus_per_node=8), ConfigError,
      "olivia nodes have 4 GPUs; --gpus-per-node 8 is more"),
     ("lumi", dict(workload="smoke", gpus_per_node=0), UsageError,
@@ -301,7 +332,7 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
     ("lumi", dict(workload="build", nodes=2), UsageError, "a build job runs on one node"),
     ("lumi", dict(workload="smoke", account="my project"), UsageError,
      "is not an account name"),
-    ("derecho", dict(workload="smoke", launcher="srun-per-gpu"), UsageError,
+    ("derecho", dict(workload="smoke", launcher="srun-per-gpu", account="U1"), UsageError,
      "launcher srun-per-gpu needs a slurm site; derecho schedules with pbs"),
     ("lumi", dict(workload="smoke", launcher="mpirun"), UsageError, "--launcher must be one of"),
 ])
@@ -361,11 +392,178 @@ def test_cli_prints_writes_and_refuses(tmp_path) -> None:
     assert out.read_text().startswith("#!/bin/bash\n#SBATCH --job-name=smoke-cpu\n")
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
     assert (tmp_path / "results" / "jobs").is_dir()  # where the job's output will go
-    printed = subprocess.run([*invoke, "--target", "derecho-cuda", "--workload", "build"],
+    printed = subprocess.run([*invoke, "--target", "derecho-cuda", "--workload", "smoke",
+                              "--account", "UXYZ0001"],
                              cwd=ROOT, env=env, capture_output=True, text=True)
-    assert printed.returncode == 0 and "#PBS -l select=1:ncpus=16:ngpus=1" in printed.stdout
-    bad = subprocess.run([*invoke, "--target", "olivia-cuda", "--nodes", "9"], cwd=ROOT, env=env,
-                         capture_output=True, text=True)
+    assert printed.returncode == 0 and "#PBS -l select=1:ncpus=64:ngpus=4" in printed.stdout
+    bad = subprocess.run([*invoke, "--target", "olivia-cuda", "--nodes", "9", "--account", "nn1k"],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
-    assert "olivia allows at most 32 GPUs per job" in bad.stderr
+    assert "36 is more than partition accel of site olivia allows per job (32)" in bad.stderr
 
+
+
+# ------------------------------------------------------------------ partitions, time, accounts
+@pytest.mark.parametrize("site, workload, request_, time", [
+    ("puhti", "ddp", {}, "00:15:00"),                          # gputest: CSC's 15 minutes
+    ("puhti", "ddp", {"partition": "gpu"}, "01:00:00"),        # training's estimate fits
+    ("mahti", "smoke", {}, "00:15:00"),
+    ("lumi", "smoke", {}, "00:30:00"),                         # smoke's estimate
+    ("lumi", "build", {}, "02:00:00"),                         # small-g: 3 days
+    ("lumi", "ddp", {"partition": "dev-g", "time": "2:30:00"}, "02:30:00"),
+    ("olivia", "fsdp", {"time": "1-12:00:00"}, "36:00:00"),    # D-HH:MM:SS as Slurm takes it
+    ("derecho", "smoke", {"account": "U1", "time": 5400}, "01:30:00"),
+])
+def test_the_time_fits_the_partition(data_job, site, workload, request_, time) -> None:
+    job = data_job(site, workload, **request_)
+    directive = "#PBS -l walltime=" if site == "derecho" else "#SBATCH --time="
+    assert f"{directive}{time}\n" in job.text
+
+
+@pytest.mark.parametrize("site, request_, message", [
+    ("puhti", dict(time="01:00:00"),
+     "--time 01:00:00 is more than partition gputest of site puhti allows (00:15:00)"),
+    ("lumi", dict(partition="dev-g", time="04:00:00"),
+     "--time 04:00:00 is more than partition dev-g of site lumi allows (03:00:00)"),
+    ("derecho", dict(account="U1", time="13:00:00"),
+     "--time 13:00:00 is more than partition main of site derecho allows (12:00:00)"),
+    # nodes and GPUs per partition, with the partition that would take the job
+    ("lumi", dict(partition="small-g", nodes=5),
+     "--nodes 5 is more than partition small-g of site lumi allows (4); partition standard-g "
+     "allows it (--partition standard-g)"),
+    ("puhti", dict(nodes=3),
+     "--nodes 3 is more than partition gputest of site puhti allows (2); partition gpu allows "
+     "it (--partition gpu)"),
+    ("mahti", dict(partition="gpusmall"),
+     "1 node(s) x 4 GPUs = 4 is more than partition gpusmall of site mahti allows per job (2); "
+     "partition gpumedium allows it"),
+    ("mahti", dict(nodes=7, partition="gpumedium"),
+     "--nodes 7 is more than partition gpumedium of site mahti allows (6)"),
+    ("derecho", dict(account="U1", partition="develop", nodes=3),
+     "--nodes 3 is more than partition develop of site derecho allows (2)"),
+])
+def test_partition_limits_are_refused_in_one_line(data_job, site, request_, message) -> None:
+    with pytest.raises(UsageError) as refused:
+        data_job(site, "ddp", **request_)
+    assert str(refused.value) == message or str(refused.value).startswith(message)
+    assert "\n" not in str(refused.value)
+
+
+def test_accounts_flag_then_site_then_global_then_environment(data_job) -> None:
+    config = {"account": "global_1", "accounts": {"lumi": "project_465000001"}}
+    def account(site="lumi", **kw):  # noqa: E306
+        lines = [line for line in data_job(site, "smoke", **kw).text.splitlines()
+                 if "--account=" in line or line.startswith("#PBS -A")]
+        return lines[0].split("=", 1)[-1].split()[-1] if lines else None
+    assert account(account="flag_1", config=config) == "flag_1"
+    assert account(config=config) == "project_465000001"
+    assert account("olivia", config=config) == "global_1"
+    assert account("derecho", config=config) == "global_1"  # PBS: -A global_1
+    assert account(environ={"SLURM_ACCOUNT": "alloc_1"}) == "alloc_1"
+    # SBATCH_ACCOUNT is sbatch's own: left to it, and the header says so
+    job = data_job("lumi", "smoke", environ={"SBATCH_ACCOUNT": "proj_env"})
+    assert "--account" not in job.text and "proj_env" not in job.text
+    assert "account from SBATCH_ACCOUNT (sbatch reads it at submission)" in job.text
+    # a site that does not require one gets none
+    assert account("local-slurm", environ={}) is None
+
+
+@pytest.mark.parametrize("site, how", [
+    ("lumi", ", or export SBATCH_ACCOUNT or SLURM_ACCOUNT"),
+    ("derecho", " (pbs reads no account variable)"),
+])
+def test_a_missing_account_is_refused_saying_how_to_set_it(data_job, site, how) -> None:
+    with pytest.raises(UsageError) as refused:
+        data_job(site, "smoke", environ={})
+    assert str(refused.value) == (
+        f"site {site} requires an account (project) for its jobs: pass --account NAME, set "
+        f"containers.accounts.{site} (or containers.account) in invoke.yaml{how}")
+
+
+def test_build_jobs_a_site_cannot_run_are_refused_before_anything_is_written(data_job) -> None:
+    with pytest.raises(ConfigError) as refused:
+        data_job("puhti", "build")
+    message = str(refused.value)
+    assert "ngc.def has a %post section, which needs --fakeroot, and site 'puhti' has none" \
+        in message and "(invoke build --target puhti-cuda there)" in message
+    assert refused.value.path == ROOT / "sites" / "puhti.yaml" and refused.value.key == "fakeroot"
+    # cotainr targets need no fakeroot; Olivia's GPU nodes have it
+    assert data_job("lumi", "build") and data_job("olivia", "build")
+    # another architecture: where to build instead
+    with pytest.raises(UsageError, match="target olivia-cuda is aarch64 but site puhti's nodes "
+                                         r"are x86_64; build it on an aarch64 machine"):
+        data_job("puhti", "build", target="olivia-cuda")
+
+
+def test_the_header_says_where_the_output_goes(data_job) -> None:
+    job = data_job("lumi", "smoke")
+    assert ("# submit: sbatch FILE; output: /proj/results/jobs/smoke-lumi-rocm-%j.out "
+            "(invoke job made its folder)") in job.text
+    assert job.output_folder == Path("/proj/results/jobs")
+    assert data_job("derecho", "smoke", account="U1").output_folder == Path("/proj/results/jobs")
+
+
+def test_cli_print_makes_the_output_folder_and_refuses_a_folder_as_out(tmp_path) -> None:
+    """As in a fresh clone: results/ does not exist; printing the README's script makes the
+    folder its --output names (Slurm would not, and the job would die without a log)."""
+    invoke = [str(ROOT / ".venv/bin/invoke"), "job"]
+    results = tmp_path / "fresh" / "results"
+    env = {**os.environ, "INVOKE_CONTAINERS_RESULTS_DIR": str(results)}
+    printed = subprocess.run([*invoke, "--target", "cpu", "--site", "local-slurm"], cwd=ROOT,
+                             env=env, capture_output=True, text=True)
+    assert printed.returncode == 0, printed.stderr
+    output = next(line.split("=", 1)[1] for line in printed.stdout.splitlines()
+                  if line.startswith("#SBATCH --output="))
+    assert Path(output).parent == results / "jobs" and Path(output).parent.is_dir()
+    folder = subprocess.run([*invoke, "--target", "cpu", "--site", "local-slurm", "--out",
+                             str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert folder.returncode == 1 and folder.stderr.count("\n") == 1, folder.stderr
+    assert "--out" in folder.stderr and "folder" in folder.stderr
+    assert "Traceback" not in folder.stderr
+    env.pop("SBATCH_ACCOUNT", None), env.pop("SLURM_ACCOUNT", None)
+    missing = subprocess.run([*invoke, "--target", "puhti-cuda"], cwd=ROOT, env=env,
+                             capture_output=True, text=True)
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "site puhti requires an account" in missing.stderr
+
+
+def test_app_job_refuses_a_folder_as_out(tmp_path) -> None:
+    from containers import app
+    project = app.Project.load(ROOT, {"results_dir": str(tmp_path / "results")})
+    with pytest.raises(UsageError, match="--out .* is a folder; name the script file to write"):
+        app.job(project, target="cpu", site="local-slurm", workload="smoke", out=tmp_path,
+                say=lambda line: None)
+    assert not (tmp_path / "results").exists()  # refused before anything is made
+
+
+def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_job) -> None:
+    import json
+    job = data_job("lumi", "smoke", nodes=2, account="project_465000001")
+    text = job.text
+    out = '"/proj/results/smoke/lumi-rocm-job${SLURM_JOB_ID}'
+    record = json.loads(text.split("<<'JOB'\n")[1].split("\nJOB\n")[0])
+    assert record == {"target": "lumi-rocm", "site": "lumi", "workload": "smoke", "nodes": 2,
+                      "gpus_per_node": 8, "launcher": "torchrun", "partition": "standard-g",
+                      "options": {"sizes": "1K:128M", "iters": 20, "warmup": 5,
+                                  "timeout": 600.0, "dtype": "float32", "cycles": 1}}
+    assert f"cat > {out}/job.json\" <<'JOB'\n" in text
+    assert (f"if [[ -f /proj/images/lumi-rocm.sif.json ]]; then\n"
+            f"    cp /proj/images/lumi-rocm.sif.json {out}/image.json\"\nfi\n") in text
+    assert f" 2>&1 | tee {out}/run.log\" || status=$?\n" in text
+    assert text.endswith(f"exec /proj/.venv/bin/invoke verdict --results {out}\" "
+                         '--exit-status "${status}"\n')
+    # The verdict reads and writes the folders the script was written for.
+    for name, value in (("IMAGES", "/proj/images"), ("RESULTS", "/proj/results"),
+                        ("PERFLOG", "/proj/results/perflog")):
+        assert f"export INVOKE_CONTAINERS_{name}_DIR={value}\n" in text
+    assert text.index("status=0\n") < text.index("srun ") < text.index("exec ")
+    # The plan the verdict judges by is the plan the script runs.
+    run = batch.job_run(job.target, job.site, settings=load_settings(Path("/proj"), {}),
+                        request=batch.JobRequest(**{k: v for k, v in record.items()
+                                                    if k not in ("target", "site", "options")}))
+    assert run.workload.ranks == 16 and run.workload.nodes == 2 and run.kind.name == "smoke"
+    # Another architecture: the node's own venv runs the verdict
+    olivia = data_job("olivia", "ddp").text
+    assert 'exec "$venv/bin/invoke" verdict --results ' in olivia
+    # Build jobs have no verdict to write
+    assert "verdict" not in data_job("lumi", "build").text

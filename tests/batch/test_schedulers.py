@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from containers.batch.schedulers import SCHEDULERS, Pbs, Resources, Slurm, directive
+from containers.batch.schedulers import SCHEDULERS, Pbs, Resources, Slurm, directive, short_name
 from containers.batch.script import word
 from containers.errors import CommandFailed, ConfigError
 from containers.run.rendezvous import RENDEZVOUS
@@ -35,10 +35,36 @@ def test_pbs_select_chunk_per_node() -> None:
     pbs = Pbs()
     res = Resources(**{**RES.__dict__, "name": "a-very-long-job-name", "output": "/out/"})
     assert pbs.preamble(res) == [
-        "#PBS -N a-very-long-job", "#PBS -A proj_1", "#PBS -q gpu",
+        "#PBS -N a-ver-lon-job", "#PBS -A proj_1", "#PBS -q gpu",
         "#PBS -l select=2:ncpus=16:ngpus=4:mem=240GB", "#PBS -l walltime=00:30:00", "#PBS -j oe",
         "#PBS -o /out/"]
-    assert pbs.output_of(res, "4242.desched1") == "/out/a-very-long-job.o4242"
+    assert pbs.output_of(res, "4242.desched1") == "/out/a-ver-lon-job.o4242"
+
+
+def test_slurm_gres_syntax() -> None:
+    """CSC's clusters take GPUs as --gres=gpu:<type>:<per node> (docs.csc.fi), in the place of
+    --gpus-per-node; a job without GPUs asks for none either way."""
+    gres = Resources(**{**RES.__dict__, "gpu_request": "gres", "gres_type": "v100"})
+    lines = Slurm().preamble(gres)
+    assert "#SBATCH --gres=gpu:v100:4" in lines
+    assert not any("--gpus-per-node" in line for line in lines)
+    none = Resources(**{**gres.__dict__, "gpus_per_node": 0})
+    assert not any("gres" in line or "gpus" in line for line in Slurm().preamble(none))
+
+
+@pytest.mark.parametrize("name, short", [
+    ("smoke-cpu", "smoke-cpu"),                     # fits: unchanged
+    ("smoke-derecho-cuda", "smk-drc-cuda"),          # was cut to smoke-derecho-c
+    ("deepspeed-derecho-cuda", "ds-drc-cuda"),
+    ("build-derecho-cuda", "bld-drc-cuda"),
+    ("fsdp-derecho-cuda", "fsdp-drc-cuda"),
+    ("ddp-mysite-gpuimage", "ddp-mysit-gpuim"),      # unknown words lose letters evenly
+])
+def test_pbs_job_names_stay_meaningful_within_15_characters(name, short) -> None:
+    assert short_name(name, 15) == short
+    assert len(short) <= 15 and Pbs().job_name(name) == short
+    # every word keeps its start: nothing is cut off mid-way to a one-letter stub
+    assert all(len(word) >= 2 for word in short.split("-"))
 
 
 def test_output_submit_and_job_ids() -> None:

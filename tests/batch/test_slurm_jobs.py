@@ -61,6 +61,14 @@ def test_two_node_smoke_job(slurm_project, slurm_cluster) -> None:
     assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3] and all(r["finished"] for r in ranks)
     # Two torchrun agents (one per node), each with local ranks 0 and 1.
     assert Counter(r["local_rank"] for r in ranks) == {0: 2, 1: 2}
+    # The job judged itself on the node (invoke verdict), as an interactive run does, in the
+    # folders the script was written for: its verdict and the perflog line are this project's.
+    verdict = json.loads((results / "verdict.json").read_text())
+    assert verdict["passed"] and verdict["ranks"] == 4 and verdict["nodes"] == 2, output[-3000:]
+    assert "verdict: PASS" in output
+    logged = [json.loads(line) for path in slurm_project.settings.perflog_dir.rglob("*.jsonl")
+              for line in path.read_text().splitlines() if line.strip()]
+    assert any(str(results) in json.dumps(record) for record in logged), logged
 
 
 def test_two_node_smoke_job_one_task_per_rank(slurm_project, slurm_cluster) -> None:
@@ -85,6 +93,9 @@ def test_two_node_ddp_training_job(slurm_project, slurm_cluster) -> None:
     assert report["world_size"] == 2 and report["finished"], output[-3000:]
     assert report["loss_last"] < report["loss_first"]
     assert report["params_consistent"] is True
+    verdict = json.loads((Path(submitted.job.results_of(submitted.job_id))
+                          / "verdict.json").read_text())
+    assert verdict["passed"] and verdict["ranks"] == 2, output[-3000:]
 
 
 def test_build_job_runs_invoke_build_on_a_compute_node(slurm_project, slurm_cluster) -> None:

@@ -35,3 +35,13 @@ def test_bad_settings_name_the_key(tmp_path: Path, config: dict, message: str) -
     with pytest.raises(ConfigError) as info:
         load_settings(tmp_path, config)
     assert message in str(info.value)
+
+
+def test_batch_accounts_per_site_then_global(tmp_path: Path) -> None:
+    settings = load_settings(tmp_path, {"account": "global_1",
+                                        "accounts": {"lumi": "project_465000001"}})
+    assert settings.account_for("lumi") == "project_465000001"
+    assert settings.account_for("olivia") == "global_1"
+    assert load_settings(tmp_path, {}).account_for("lumi") is None
+    with pytest.raises(ConfigError, match="containers.accounts: must be a mapping"):
+        load_settings(tmp_path, {"accounts": ["lumi"]})

@@ -261,3 +261,76 @@ def test_transport_net_forces_the_network(data_world, tmp_path: Path) -> None:
         profile.write_text(head + f"  net: {bad}\n")
         with pytest.raises(ConfigError, match=r"x.yaml:5: transport.net: must name the network"):
             load_sites(tmp_path)
+
+
+# ------------------------------------------------------------- partitions and hostile values
+def _profile(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "sites").mkdir(exist_ok=True)
+    path = tmp_path / "sites" / "x.yaml"
+    path.write_text("description: x\nscheduler: slurm\n" + text)
+    return path
+
+
+def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
+    _profile(tmp_path, "partitions:\n  short:\n    max_time: \"00:15:00\"\n    max_nodes: 2\n"
+                       "    max_gpus: 8\n  long:\n    max_time: \"3-00:00:00\"\n"
+                       "    whole_nodes: true\n    gpu_request: gres\n    gres_type: v100\n"
+                       "default_partition: short\n")
+    site = load_sites(tmp_path)["x"]
+    assert site.partitions == ("short", "long")
+    short, long = site.partition("short"), site.partition("long")
+    assert (short.max_time, short.max_nodes, short.max_gpus) == (900, 2, 8)
+    assert (long.max_time, long.whole_nodes, long.gres_type) == (259200, True, "v100")
+    assert site.partition(None).max_time is None  # the scheduler's default: nothing known
+    # sites/local*.yaml and older profiles: a list of names, no limits
+    _profile(tmp_path, "partitions: [a, b]\ndefault_partition: b\n")
+    site = load_sites(tmp_path)["x"]
+    assert site.partitions == ("a", "b") and site.partition("a").max_nodes is None
+    shipped = load_sites(Path(__file__).resolve().parents[2])
+    assert shipped["puhti"].partition("gputest").max_time == 15 * 60
+    assert shipped["puhti"].gres_type == "v100" and shipped["mahti"].gres_type == "a100"
+    assert shipped["lumi"].partition("standard-g").whole_nodes
+    assert shipped["derecho"].modules == ("cuda",)
+    assert all(shipped[s].account_required for s in ("lumi", "puhti", "mahti", "olivia",
+                                                     "derecho"))
+    assert not shipped["local-slurm"].account_required
+
+
+@pytest.mark.parametrize("text, where", [
+    # issue 14 item 14: negative counts
+    ("gpus_per_node: -4\n", "x.yaml:3: gpus_per_node: must not be negative (got -4)"),
+    ("cores_per_node: -1\n", "x.yaml:3: cores_per_node: must not be negative"),
+    ("mem_per_gpu_gb: -60\n", "x.yaml:3: mem_per_gpu_gb: must not be negative"),
+    ("max_gpus_per_job: -32\n", "x.yaml:3: max_gpus_per_job: must not be negative"),
+    # binds: one SRC, SRC:DST or SRC:DST:OPTS (ro/rw) each
+    ("binds: [/scratch, '/a,/etc']\n", "x.yaml:3: binds[1]: '/a,/etc' has a comma"),
+    ("binds:\n  - /a:/b:/c:ro\n", "x.yaml:4: binds[0]: '/a:/b:/c:ro' is not SRC, SRC:DST"),
+    ("binds: ['/a:/b:exec']\n", "x.yaml:3: binds[0]: '/a:/b:exec': bind options must be ro or rw"),
+    ("binds: [':/b']\n", "x.yaml:3: binds[0]: ':/b' is not SRC"),
+    ("multinode_binds: ['/usr/lib64:/usr/lib64,/etc']\n", "multinode_binds[0]: "),
+    # environment names that are not shell identifiers
+    ("env:\n  BAD-NAME: 1\n", "x.yaml:4: env.BAD-NAME: 'BAD-NAME' is not an environment "
+                              "variable name"),
+    ("multinode_env:\n  '1X': a\n", "x.yaml:4: multinode_env.1X: "),
+    ("env:\n  'A B': 1\n", "env.A B: "),
+    # partitions
+    ("partitions:\n  p:\n    max_time: 12:00:00\n",
+     "x.yaml:5: partitions.p.max_time: write the time in quotes"),
+    ("partitions:\n  p:\n    max_time: '12h'\n",
+     "x.yaml:5: partitions.p.max_time: '12h' is not a time"),
+    ("partitions:\n  p:\n    max_nodes: 0\n", "x.yaml:5: partitions.p.max_nodes: must be at "
+                                               "least 1"),
+    ("partitions:\n  p:\n    max_time: '00:15:00'\n    default_time: '01:00:00'\n",
+     "partitions.p.default_time: is longer than max_time"),
+    ("partitions:\n  p:\n    max_tme: '1:00:00'\n", "partitions.p.max_tme: unknown key in "
+                                                    "partition p (did you mean 'max_time'?)"),
+    ("partitions: [a, 3]\n", "x.yaml:3: partitions: must be a list of partition names"),
+    ("gpu_request: gres\n", "x.yaml:3: gpu_request: gpu_request gres needs gres_type"),
+])
+def test_bad_site_values_are_refused_at_load_with_file_line_and_key(tmp_path: Path, text: str,
+                                                                     where: str) -> None:
+    _profile(tmp_path, text)
+    with pytest.raises(ConfigError) as refused:
+        load_sites(tmp_path)
+    assert where in str(refused.value), str(refused.value)
+    assert "\n" not in str(refused.value)

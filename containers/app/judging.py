@@ -1,0 +1,115 @@
+"""``invoke verdict``: judge a finished batch run from the files it left, as an interactive run is
+judged, and write the same ``verdict.json`` (and, for smoke, the perflog line).
+
+A smoke or training job (``invoke job``) runs its launcher with no tool watching, keeps the
+launcher's exit status and its output (``run.log``), then runs this on the node: the job's plan is
+re-made from the ``job.json`` the script wrote (:func:`containers.batch.job.job_run`, the code that
+rendered it), the ranks' files are read back (:func:`containers.run.workload.collect`) and both
+gates are judged. So ``invoke publish`` can use a proof made in a job.
+
+It fails closed: no ``job.json`` (not a job's results folder), missing rank files, a nonzero
+launcher status, and results of another image (the provenance the job copied at launch,
+``image.json``, missing or not the image's now) all FAIL, each with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from containers.app.project import Project
+from containers.app.workloads import _record
+from containers.batch import job as batch
+from containers.errors import UsageError, VerdictFailed
+from containers.image import provenance
+from containers.inputs.sites import get_site
+from containers.prove import verdict
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
+from containers.report import Say, say_line as _print
+from containers.run.workload import collect
+
+
+def judge_results(project: Project, *, results: str | Path, exit_status: int,
+                  say: Say = _print) -> verdict.Result:
+    """Judge the batch run whose results are in ``results`` (the launcher exited with
+    ``exit_status``); write its verdict, then raise as an interactive run does
+    (:func:`containers.prove.verdict.check`: exit 2 for sanity, 3 for performance)."""
+    folder = Path(results).resolve()
+    job = _job_record(folder)
+    item = project.target(job["target"])
+    site = get_site(project.sites, job["site"])
+    request = batch.JobRequest(workload=job["workload"], nodes=int(job["nodes"]),
+                               gpus_per_node=int(job["gpus_per_node"]),
+                               launcher=job.get("launcher"), partition=job.get("partition"),
+                               options=_options(job))
+    run = batch.job_run(item, site, settings=project.settings, request=request)
+    workload = replace(run.workload, out_dir=folder)
+    log = folder / "run.log"
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines() \
+        if log.is_file() else []
+    seconds = max(0.0, log.stat().st_mtime - (folder / batch.JOB_RECORD).stat().st_mtime) \
+        if log.is_file() else 0.0
+    outcome = collect(workload, returncode=int(exit_status), timed_out=False,
+                              lines=lines, seconds=seconds)
+    result = verdict.Result(
+        kind=run.kind, plan=workload, outcome=outcome,
+        partition=os.environ.get("SLURM_JOB_PARTITION") or job.get("partition"),
+        given_reasons=tuple(image_reasons(project, item.name, folder)))
+    say(f"{run.kind.name}: judging {os.path.relpath(folder)} ({item.name} on site {site.name}, "
+        f"{workload.ranks} ranks, launcher exit status {exit_status})")
+    _record(project, result, say=say)
+    verdict.check(result)
+    return result
+
+
+def _options(job: dict) -> SmokeOptions | TrainOptions | None:
+    """The workload's options as the job ran them (``job.json``), so the verdict's plan and
+    record are the job's; a record without them (or with values the tool refuses) fails."""
+    given = job.get("options")
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise VerdictFailed("verdict FAILED: job.json options are not an object")
+    try:
+        if job["workload"] == "smoke":
+            return SmokeOptions(gpus=int(job["gpus_per_node"]), **given)
+        return TrainOptions(example=job["workload"], gpus=int(job["gpus_per_node"]), **given)
+    except (TypeError, UsageError) as exc:
+        raise VerdictFailed(f"verdict FAILED: job.json options are not the job's: {exc}") \
+            from exc
+
+
+def _job_record(folder: Path) -> dict:
+    """The ``job.json`` the job script wrote; a folder without one is not a job's results."""
+    path = folder / batch.JOB_RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise VerdictFailed(f"verdict FAILED: {path} is missing or unreadable ({exc}); "
+                            "--results must name a results folder a batch job wrote") from exc
+    keys = ("target", "site", "workload", "nodes", "gpus_per_node")
+    if not isinstance(record, dict) or any(key not in record for key in keys):
+        raise VerdictFailed(f"verdict FAILED: {path} does not describe a job (needs "
+                            f"{', '.join(keys)})")
+    return record
+
+
+def image_reasons(project: Project, target: str, folder: Path) -> list[str]:
+    """Why these results may not be of the image that is there now: the job copies the image's
+    provenance at launch (``image.json``); none, another target's, or another sha256 than the
+    image's now fails (a verdict is only worth its image's checksum)."""
+    ran = provenance.read(folder / batch.IMAGE_RECORD)
+    now = provenance.read(project.settings.provenance_path(target))
+    if not ran.get("sha256"):
+        return [f"the run left no record of its image ({batch.IMAGE_RECORD}): these results "
+                "cannot be tied to an image"]
+    if ran.get("target") not in (None, target):
+        return [f"results of another image: the run used target {ran.get('target')}'s, "
+                f"not {target}'s"]
+    if ran.get("sha256") != now.get("sha256"):
+        return [f"results of another image: the run used sha256 {str(ran['sha256'])[:12]}, "
+                f"images/{target}.sif is now {str(now.get('sha256') or 'missing')[:12]}"]
+    return []

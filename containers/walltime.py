@@ -1,0 +1,51 @@
+"""Wall-clock time limits as batch schedulers write them, read into seconds and back.
+
+One parser for every time rule (``--time``, a partition's limits in a site profile, a workload's
+estimate), so a limit compares with a request as numbers, never as text. A shared module: site
+profiles (inputs) and command-line flags read times as batch jobs (batch) do. The forms accepted are
+Slurm's (``sbatch --time``): ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` and a
+bare number of minutes; PBS's ``walltime=HH:MM:SS`` is one of them. Zero is refused: schedulers
+read it as "no limit" or refuse it, and neither is what a user meant.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CLOCK = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
+
+
+def parse(text: str) -> int:
+    """``text`` (``HH:MM:SS``, ``MM:SS``, ``D-HH[:MM[:SS]]`` or minutes) in seconds.
+
+    Raises ValueError with a short reason (the CLI's option type shows it as is)."""
+    value = str(text).strip()
+    match = _CLOCK.match(value)
+    if not match:
+        raise ValueError(f"'{text}' is not a time (HH:MM:SS, D-HH:MM:SS or MM:SS)")
+    days, first, second, third = match.groups()
+    if days is not None:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = int(first), int(second or 0), int(third or 0)
+        if hours > 23:
+            raise ValueError(f"'{text}': hours after a day count must be 0-23")
+    elif third is not None:  # HH:MM:SS
+        hours, minutes, seconds = int(first), int(second), int(third)
+    elif second is not None:  # MM:SS
+        hours, minutes, seconds = 0, int(first), int(second)
+    else:  # minutes
+        hours, minutes, seconds = 0, int(first), 0
+    if (second is not None and minutes > 59 and (days is not None or third is not None)) \
+            or seconds > 59:
+        raise ValueError(f"'{text}': minutes and seconds must be 0-59")
+    total = ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total <= 0:
+        raise ValueError(f"'{text}' is zero: a job needs some time")
+    return total
+
+
+def format(seconds: int) -> str:  # noqa: A001 - the name the brief and the CLI use
+    """``seconds`` as ``HH:MM:SS`` (hours may exceed 24: both Slurm and PBS read that)."""
+    if seconds <= 0:
+        raise ValueError(f"{seconds} seconds is not a time limit")
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"

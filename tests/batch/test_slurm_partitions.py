@@ -1,0 +1,95 @@
+"""Every site's batch script against a real Slurm shaped like that site (``sbatch --test-only``).
+
+The test cluster (tests/fixtures/slurm.py, ``site_shaped_cluster``) carries the site profile's
+partitions by name with their time limits and node counts, nodes with the site's cores, memory
+and GPUs (GRES of the profile's type), and ``AllowAccounts`` where the site requires an account.
+``sbatch --test-only`` asks slurmctld whether it would run the script, without running it: every
+rendered script must be accepted as it is written; an over-limit ``--time`` and a missing account
+must be rejected by Slurm itself, as the tool rejects them before writing anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from containers import walltime
+from containers.batch import job as batch
+from containers.errors import UsageError
+from containers.inputs.recipes import load_targets
+from containers.inputs.settings import load_settings
+from containers.inputs.sites import load_sites
+from tests.fixtures import ROOT
+from tests.fixtures.slurm import TEST_ACCOUNT, site_shaped_cluster
+
+pytestmark = pytest.mark.slurm
+SITES = {"lumi": "lumi-rocm", "puhti": "puhti-cuda", "mahti": "mahti-cuda",
+         "olivia": "olivia-cuda"}
+#: A 2-node job's partition where the default one takes a single node.
+MULTINODE = {"mahti": "gpumedium"}
+
+
+@pytest.fixture(scope="module", params=list(SITES))
+def shaped(request, tmp_path_factory):
+    """(site, cluster, render): the site's profile, its Slurm, and a renderer of its jobs."""
+    targets, sites = load_targets(ROOT), load_sites(ROOT)
+    site = sites[request.param]
+    settings = load_settings(tmp_path_factory.mktemp("proj"), {})
+
+    def render(workload: str, *, on=None, **kw) -> batch.Job:
+        return batch.plan_job(targets[SITES[site.name]], on or site, settings=settings,
+                              request=batch.JobRequest(workload=workload, **kw),
+                              host_arch="x86_64", site_arch=targets[SITES[site.name]].arch,
+                              venv=ROOT / ".venv", environ={})
+    with site_shaped_cluster(site) as cluster:
+        yield site, cluster, render
+
+
+def _test_only(cluster, text: str, tmp_path: Path, *flags: str):
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    return cluster.run(["sbatch", "--test-only", *flags, str(script)], check=False)
+
+
+def test_every_rendered_script_is_accepted(shaped, tmp_path) -> None:
+    site, cluster, render = shaped
+    checked = []
+    for workload in batch.WORKLOADS:
+        if workload == "build" and not site.fakeroot and SITES[site.name] != "lumi-rocm":
+            continue  # refused before anything is written (test_job.py)
+        for nodes in ((1,) if workload == "build" else (1, 2)):
+            partition = MULTINODE.get(site.name) if nodes > 1 else None
+            job = render(workload, nodes=nodes, partition=partition, account=TEST_ACCOUNT)
+            result = _test_only(cluster, job.text, tmp_path)
+            assert result.returncode == 0 and "to start at" in result.stderr, \
+                f"{site.name} {workload} x{nodes}:\n{result.stderr}\n{job.text}"
+            checked.append((workload, nodes))
+    assert len(checked) >= 8
+
+
+def test_an_over_limit_time_is_refused_by_slurm_and_by_the_tool(shaped, tmp_path) -> None:
+    site, cluster, render = shaped
+    partition = site.partition(site.default_partition)
+    over = walltime.format(partition.max_time + 60)
+    job = render("smoke", account=TEST_ACCOUNT)
+    slurm = _test_only(cluster, job.text, tmp_path, f"--time={over}")
+    assert slurm.returncode != 0 and "time limit" in slurm.stderr.lower(), slurm.stderr
+    with pytest.raises(UsageError, match=f"--time {over} is more than partition "
+                                         f"{partition.name} of site {site.name} allows"):
+        render("smoke", account=TEST_ACCOUNT, time=over)
+
+
+def test_a_missing_account_is_refused_by_slurm_and_by_the_tool(shaped, tmp_path) -> None:
+    site, cluster, render = shaped
+    assert site.account_required
+    with pytest.raises(UsageError, match=f"site {site.name} requires an account"):
+        render("smoke")
+    # The script the tool would write if the profile did not know: Slurm refuses it too.
+    unknowing = render("smoke", on=dataclasses.replace(site, account_required=False))
+    assert "--account" not in unknowing.text
+    slurm = _test_only(cluster, unknowing.text, tmp_path)
+    assert slurm.returncode != 0 and "account" in slurm.stderr.lower(), slurm.stderr
+    other = _test_only(cluster, unknowing.text, tmp_path, "--account=someone_else")
+    assert other.returncode != 0 and "account" in other.stderr.lower(), other.stderr
