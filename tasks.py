@@ -1,30 +1,41 @@
 """Command line of the image build system: ``invoke --list`` shows the tasks.
 
-Thin on purpose: each task turns its flags into a call into :mod:`containers.app` and maps the
-tool's one error family to a one-line message and a non-zero exit (``invoke.Exit``).
+Thin on purpose: each task converts its flags through the option types of
+:mod:`containers.inputs.flags` (so a bad value is one line before anything runs or is written),
+turns them into a call into :mod:`containers.app`, and maps the tool's one error family to a
+one-line message and a non-zero exit (``invoke.Exit``). Flags are declared without types for
+invoke (their defaults are text), so invoke never casts a value itself; each flag's help says
+its type and default. There are no short flags: ``-h`` is help on every task.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from invoke import Exit, task
 
 from containers import app
+from containers.app.project import config_sources
+from containers.batch.job import WORKLOADS
 from containers.errors import ContainersError, UsageError, describe
 from containers.image.plan import parse_build_args
+from containers.inputs import flags
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
+from containers.run.launchers import LAUNCHERS
 
 ROOT = Path(__file__).resolve().parent
 
 
 def _project(c) -> app.Project:
     settings = c.config.get("containers", None) or {}
-    return app.Project.load(ROOT, {key: settings[key] for key in settings})
+    return app.Project.load(ROOT, {key: settings[key] for key in settings},
+                            sources=config_sources(c.config))
 
 
 def _user_errors(body):
@@ -45,38 +56,84 @@ def _user_errors(body):
     return wrapper
 
 
-@task(help={"target": "only this target (and what it needs); default: everything"})
-@_user_errors
-def check(c, target=None):
+def _command(help: dict[str, str], types: dict[str, str | flags.FlagType] | None = None,
+             **options: Any) -> Callable:
+    """``@task`` with no short flags, each flag's help ending in its type and default (read
+    from the signature), and user errors as one line."""
+    def wrap(body: Callable) -> Callable:
+        defaults = inspect.signature(body).parameters
+        described = {}
+        for name, text in help.items():
+            default = defaults[name].default
+            kind = (types or {}).get(name, "text")
+            label = kind.label if isinstance(kind, flags.FlagType) else kind
+            if isinstance(default, bool):
+                described[name] = f"{text} [switch]"
+            else:
+                shown = "" if default in (None, "") else f"; default: {default}"
+                described[name] = f"{text} [{label}{shown}]"
+        return task(help=described, auto_shortflags=False, **options)(_user_errors(body))
+    return wrap
+
+
+def _dry(c, dry_run: bool) -> bool:
+    """``--dry-run``, or invoke's own ``invoke --dry <task>`` (it sets ``run.dry``)."""
+    return bool(dry_run or c.config.run.dry)
+
+
+def _no_dry(c, what: str) -> None:
+    """Refuse ``invoke --dry`` for a task that has no dry run: never a real action under it."""
+    if c.config.run.dry:
+        raise UsageError(f"invoke --dry: {what}")
+
+
+def _json(as_json: bool) -> dict[str, bool]:
+    """``as_json=True`` for the report functions only when asked, so their default stays."""
+    return {"as_json": True} if as_json else {}
+
+
+JSON_HELP = "print one JSON document (its shape: README, Machine-readable output) instead of " \
+            "the table"
+FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or GPUs, message " \
+             "buffers over its memory)"
+
+
+@_command(help={"target": "only this target (and what it needs); default: everything",
+                "json": JSON_HELP},
+          types={"target": flags.TARGET})
+def check(c, target=None, json=False):
     """Validate manifests, env specs, definitions and site profiles."""
-    app.check_inputs(_project(c), target=target)
+    target = flags.TARGET("--target", target)
+    app.check_inputs(_project(c), target=target, **_json(json))
 
 
-@task
-@_user_errors
-def targets(c):
+@_command(help={"json": JSON_HELP})
+def targets(c, json=False):
     """List image targets: site, arch, GPU kind, builder, image, built or not, inputs hash."""
-    app.targets_report(_project(c))
+    app.targets_report(_project(c), **_json(json))
 
 
-@task(
+@_command(
     iterable=["build_arg"],
     help={
-        "target": "image target to build (recipes/<target>.yaml); bases are built first",
+        "target": "image target to build (recipes/<target>.yaml); bases are built first; "
+                  "default: containers.default_target",
         "force": "rebuild this target even if its inputs are unchanged",
-        "dry_run": "print the plan and the exact commands, run nothing",
+        "dry_run": "print the plan and the exact commands, run nothing (also: invoke --dry)",
         "build_arg": "KEY=VALUE build argument for the definition (repeatable)",
     },
+    types={"target": flags.TARGET, "build_arg": "KEY=VALUE"},
 )
-@_user_errors
 def build(c, target=None, force=False, dry_run=False, build_arg=None):
     """Build an image (and its bases) unless its inputs hash says it is up to date."""
+    target = flags.TARGET("--target", target)
+    build_args = parse_build_args(build_arg or [])
     project = _project(c)
     app.build(project, target=target or project.settings.default_target, force=force,
-              dry_run=dry_run, build_args=parse_build_args(build_arg or []))
+              dry_run=_dry(c, dry_run), build_args=build_args)
 
 
-@task(
+@_command(
     help={
         "target": "image to test; default: the detected site's default target, else cpu",
         "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
@@ -84,134 +141,161 @@ def build(c, target=None, force=False, dry_run=False, build_arg=None):
         "iters": "timed iterations per size",
         "warmup": "untimed warm-up iterations per size",
         "timeout": "seconds before every rank is stopped and the run fails",
-        "dtype": "element type: float32, float16 or bfloat16",
+        "dtype": "element type",
         "cycles": "repeat the whole sweep this many times (a corruption soak, nccl-tests' -N); "
                   "any wrong value in any cycle fails, naming the cycles and sizes",
-        "dry_run": "print the exact exec command, run nothing",
+        "dry_run": "print the exact exec command, run nothing (also: invoke --dry)",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
+        "json": "with --history: print the history as one JSON document (README, "
+                "Machine-readable output)",
         "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
                  "per node); --gpus is then per node",
+        "force": FORCE_HELP,
     },
+    types={"target": flags.TARGET, "gpus": flags.POSITIVE_INT, "sizes": flags.SIZES_LABEL,
+           "iters": flags.POSITIVE_INT, "warmup": flags.NON_NEGATIVE_INT,
+           "timeout": flags.SECONDS, "dtype": flags.DTYPE, "cycles": flags.POSITIVE_INT,
+           "nodes": flags.POSITIVE_INT},
 )
-@_user_errors
-def smoke(c, target=None, gpus=2, sizes="1K:128M", iters=20, warmup=5, timeout=600.0,
-          dtype="float32", cycles=1, dry_run=False, history=False, nodes=1):
+def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", timeout="600",
+          dtype="float32", cycles="1", dry_run=False, history=False, json=False, nodes="1",
+          force=False):
     """all_reduce benchmark inside the image (nccl-tests style): algbw, busbw, #wrong, verdict."""
+    target = flags.TARGET("--target", target)
+    if json and not history:
+        raise UsageError("--json goes with --history; a run writes its JSON report and "
+                         "prints where (json: ...)", flag="--json")
     if history:
-        app.smoke_history(_project(c), target=target)
+        app.smoke_history(_project(c), target=target, as_json=json, plot=not c.config.run.dry)
         return
-    options = SmokeOptions(gpus=int(gpus), sizes=sizes, iters=int(iters), warmup=int(warmup),
-                           timeout=float(timeout), dtype=dtype, cycles=int(cycles))
-    app.prove(_project(c), target=target, options=options, dry_run=dry_run, nodes=int(nodes))
+    options = SmokeOptions(gpus=gpus, sizes=sizes, iters=iters, warmup=warmup, timeout=timeout,
+                           dtype=dtype, cycles=cycles)
+    nodes = flags.POSITIVE_INT("--nodes", nodes)
+    app.prove(_project(c), target=target, options=options, dry_run=_dry(c, dry_run),
+              nodes=nodes, force=force)
 
 
-@task(
+@_command(
     help={
         "target": "image to train in; default: the detected site's default target, else cpu",
-        "example": "ddp, deepspeed or fsdp",
-        "model": "vit, wideresnet, cnn or resnet (default: cnn)",
-        "model_size": "tiny (seconds per epoch on a CPU), small (default) or base; a seed's "
-                      "own network: wideresnet olivia, vit lumi; wideresnet also takes "
-                      "DEPTH-WIDTH such as 40-2",
+        "example": "how the model is distributed",
+        "model": "the network; default: cnn",
+        "model_size": "a preset (tiny: seconds per epoch on a CPU; small, the default; base) "
+                      "or a seed's own network: wideresnet olivia, vit lumi; wideresnet also "
+                      "takes DEPTH-WIDTH such as 40-2",
         "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
         "epochs": "training epochs",
         "batch_size": "GLOBAL batch size, split evenly over the ranks (default: the seed "
                       "preset's, e.g. 256 for --model-size olivia, else 64)",
         "lr": "learning rate (default: the workload's)",
-        "zero_stage": "DeepSpeed ZeRO stage 1, 2 or 3 (deepspeed only)",
+        "zero_stage": "DeepSpeed ZeRO stage (deepspeed only)",
         "ds_config": "DeepSpeed config file (JSON; trailing commas accepted)",
         "data": "local folder with CIFAR-100 (cifar-100-python/) or MNIST files; default: "
                 "synthetic data shaped like the dataset",
         "samples": "synthetic training samples",
-        "target_accuracy": "stop early once validation accuracy reaches this (0-1)",
-        "scaling": "comma list of rank counts (e.g. 1,2,4): run each, report speedup + PNG",
+        "target_accuracy": "stop early once validation accuracy reaches this",
+        "scaling": "rank counts (e.g. 1,2,4): run each, report speedup + PNG",
         "compile": "torch.compile the model (its compile time is reported apart from the "
                    "epochs)",
         "timeout": "seconds before every rank is stopped and the run fails",
-        "dry_run": "print the exact exec command(s), run nothing",
+        "dry_run": "print the exact exec command(s), run nothing (also: invoke --dry)",
         "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
                  "per node); --gpus is then per node",
+        "force": FORCE_HELP,
     },
+    types={"target": flags.TARGET, "example": flags.EXAMPLE, "model": flags.MODEL,
+           "model_size": flags.MODEL_SIZE_LABEL, "gpus": flags.POSITIVE_INT,
+           "epochs": flags.POSITIVE_INT, "batch_size": flags.POSITIVE_INT,
+           "lr": flags.POSITIVE_FLOAT, "zero_stage": flags.ZERO_STAGE,
+           "ds_config": flags.EXISTING_FILE, "data": flags.EXISTING_FOLDER,
+           "samples": flags.POSITIVE_INT, "target_accuracy": flags.FRACTION,
+           "scaling": flags.RANK_LIST, "timeout": flags.SECONDS, "nodes": flags.POSITIVE_INT},
 )
-@_user_errors
-def train(c, example="ddp", target=None, model=None, model_size=None, gpus=2, epochs=3,
-          batch_size=None, lr=None,
-          zero_stage=1, ds_config=None, data=None, samples=None, target_accuracy=None,
-          scaling=None, compile=False, timeout=1800.0, dry_run=False, nodes=1):
+def train(c, example="ddp", target=None, model=None, model_size=None, gpus="2", epochs="3",
+          batch_size=None, lr=None, zero_stage="1", ds_config=None, data=None, samples=None,
+          target_accuracy=None, scaling=None, compile=False, timeout="1800", dry_run=False,
+          nodes="1", force=False):
     """Train the DDP / DeepSpeed / FSDP example inside the image; loss, throughput, verdict."""
+    target = flags.TARGET("--target", target)
     options = TrainOptions(
-        example=example, gpus=int(gpus), model=model, model_size=model_size, epochs=int(epochs),
-        batch_size=int(batch_size) if batch_size else None,
-        lr=float(lr) if lr is not None else None,
-        zero_stage=int(zero_stage), ds_config=Path(ds_config) if ds_config else None,
-        data=Path(data) if data else None, samples=int(samples) if samples else None,
-        target_accuracy=float(target_accuracy) if target_accuracy is not None else None,
-        compile=bool(compile), timeout=float(timeout))
-    app.train(_project(c), target=target, options=options, scaling=scaling, dry_run=dry_run,
-              nodes=int(nodes))
+        example=example, gpus=gpus, model=model, model_size=model_size, epochs=epochs,
+        batch_size=batch_size, lr=lr, zero_stage=zero_stage, ds_config=ds_config, data=data,
+        samples=samples, target_accuracy=target_accuracy, compile=bool(compile),
+        timeout=timeout)
+    flags.RANK_LIST("--scaling", scaling)
+    nodes = flags.POSITIVE_INT("--nodes", nodes)
+    app.train(_project(c), target=target, options=options, scaling=scaling,
+              dry_run=_dry(c, dry_run), nodes=nodes, force=force)
 
 
-@task(
+@_command(
     help={
         "target": "image the job runs (or builds); default: the detected site's default target",
-        "workload": "smoke, ddp, deepspeed, fsdp or build",
+        "workload": "what the job runs",
         "site": "the site whose scheduler, launcher, binds and environment the job uses; "
                 "default: the target's own (the cpu image on a Slurm cluster: local-slurm)",
         "nodes": "nodes (one for build)",
         "gpus_per_node": "GPUs per node (default: all), or CPU ranks per node on CPU sites "
                          "(default: 2)",
-        "time": "wall time HH:MM:SS (default: 00:30:00 smoke, 01:00:00 training, 02:00:00 build)",
+        "time": "wall time (default: 00:30:00 smoke, 01:00:00 training, 02:00:00 build)",
         "account": "account (project) to charge",
         "partition": "partition or queue; default: the site's",
-        "launcher": "override the site's launch pattern: torchrun, srun-per-gpu or "
-                    "mpiexec-torchrun",
+        "launcher": "override the site's launch pattern",
         "out": "write the script to this file (atomically) instead of printing it",
         "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
         "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
         "sizes": "smoke: message sizes MIN:MAX",
         "iters": "smoke: timed iterations per size",
         "cycles": "smoke: repeat the sweep this many times (corruption soak)",
-        "model": "training: vit, wideresnet, cnn or resnet",
-        "model_size": "training: tiny, small, base, or a seed's network (wideresnet olivia)",
+        "model": "training: the network",
+        "model_size": "training: the model's size",
         "epochs": "training: epochs",
         "batch_size": "training: GLOBAL batch size over all ranks of all nodes",
         "samples": "training: synthetic training samples",
     },
-    auto_shortflags=False,
+    types={"target": flags.TARGET, "workload": flags.choice(WORKLOADS), "site": flags.SITE,
+           "nodes": flags.POSITIVE_INT, "gpus_per_node": flags.POSITIVE_INT,
+           "time": flags.TIME, "account": flags.ACCOUNT, "partition": flags.PARTITION,
+           "launcher": flags.choice(LAUNCHERS), "out": flags.OUT_FILE,
+           "sizes": flags.SIZES_LABEL, "iters": flags.POSITIVE_INT,
+           "cycles": flags.POSITIVE_INT, "model": flags.MODEL,
+           "model_size": flags.MODEL_SIZE_LABEL, "epochs": flags.POSITIVE_INT,
+           "batch_size": flags.POSITIVE_INT, "samples": flags.POSITIVE_INT},
 )
-@_user_errors
-def job(c, workload="smoke", target=None, site=None, nodes=1, gpus_per_node=None, time=None,
+def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=None, time=None,
         account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
-        sizes="1K:128M", iters=20, cycles=1, model=None, model_size=None, epochs=3,
-        batch_size=None,
-        samples=None):
+        sizes="1K:128M", iters="20", cycles="1", model=None, model_size=None, epochs="3",
+        batch_size=None, samples=None):
     """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit."""
-    counts: dict[str, int | None] = {}
-    for flag, value in (("--gpus-per-node", gpus_per_node), ("--samples", samples)):
-        try:
-            counts[flag] = int(value) if value not in (None, "") else None
-        except ValueError as exc:
-            raise UsageError(f"{flag} takes a whole number (got {value!r})", flag=flag) from exc
-    gpus, samples = counts["--gpus-per-node"], counts["--samples"]
+    if out or submit:
+        _no_dry(c, "invoke job prints the script under --dry; --out and --submit write or "
+                   "submit it, so they are refused")
+    workload = flags.choice(WORKLOADS)("--workload", workload)
+    target, site = flags.TARGET("--target", target), flags.SITE("--site", site)
+    nodes = flags.POSITIVE_INT("--nodes", nodes)
+    gpus = flags.POSITIVE_INT("--gpus-per-node", gpus_per_node)
+    time, account = flags.TIME("--time", time), flags.ACCOUNT("--account", account)
+    partition = flags.PARTITION("--partition", partition)
+    launcher = flags.choice(LAUNCHERS)("--launcher", launcher)
+    out = flags.OUT_FILE("--out", out)
     if workload == "smoke":
-        options = SmokeOptions(gpus=gpus or 1, sizes=sizes, iters=int(iters), cycles=int(cycles))
+        options = SmokeOptions(gpus=gpus or 1, sizes=sizes, iters=iters, cycles=cycles)
     elif workload == "build":
         options = None
     else:
         options = TrainOptions(example=workload, gpus=gpus or 1, model=model,
-                               model_size=model_size, epochs=int(epochs),
-                               batch_size=int(batch_size) if batch_size else None,
+                               model_size=model_size, epochs=epochs, batch_size=batch_size,
                                samples=samples)
-    app.job(_project(c), target=target, workload=workload, site=site, nodes=int(nodes),
+    app.job(_project(c), target=target, workload=workload, site=site, nodes=nodes,
             gpus_per_node=gpus, time=time, account=account, partition=partition,
             launcher=launcher, out=out, submit=submit, nccl_debug=nccl_debug, options=options)
 
 
-@task(
+@_command(
     help={
         "target": "image target to publish (its built images/<target>.sif)",
         "dest": "site folder to publish into (catalogue.json, <target>/, modules/, keys/)",
-        "version": "version name (letters, digits, . _ + -); default: <build date>-<inputs hash>",
+        "version": "version name; default: <build date>-<inputs hash>",
         "sign": "sign the image with apptainer sign (keyring: containers.sign_keysdir, key "
                 "containers.sign_keyidx)",
         "keep": "afterwards keep only the newest N versions of the target (never latest's); "
@@ -221,22 +305,49 @@ def job(c, workload="smoke", target=None, site=None, nodes=1, gpus_per_node=None
         "skip_checks": "publish without apptainer test and smoke checks (loud warning, "
                        "recorded in the catalogue)",
     },
+    types={"target": flags.TARGET, "dest": flags.DEST_FOLDER, "version": flags.VERSION,
+           "keep": flags.NON_NEGATIVE_INT, "group": "group name"},
 )
-@_user_errors
-def publish(c, target=None, dest=None, version=None, sign=False, keep=0, group=None,
+def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group=None,
             force=False, skip_checks=False):
     """Publish a checked image for a site: copy, checksum, sign, catalogue, Lmod module file."""
+    _no_dry(c, "publish has no dry run (it copies, signs and catalogues); leave out --dry, or "
+               "see what is published with invoke verify")
+    target, dest = flags.TARGET("--target", target), flags.DEST_FOLDER("--dest", dest)
+    version, keep = flags.VERSION("--version", version), flags.NON_NEGATIVE_INT("--keep", keep)
     app.publish(_project(c), target=target, dest=dest, version=version, sign=sign,
-                keep=int(keep) or None, group=group, force=force, skip_checks=skip_checks)
+                keep=keep or None, group=group, force=force, skip_checks=skip_checks)
 
 
-@task(
+@_command(
     help={
         "dest": "site folder that invoke publish wrote",
         "target": "only this target's images; default: all",
+        "json": JSON_HELP,
     },
+    types={"dest": flags.DEST_FOLDER, "target": flags.TARGET},
 )
-@_user_errors
-def verify(c, dest=None, target=None):
+def verify(c, dest=None, target=None, json=False):
     """Check published images: checksums, signatures, catalogue, latest and module files."""
-    app.verify(_project(c), dest=dest, target=target)
+    dest, target = flags.DEST_FOLDER("--dest", dest), flags.TARGET("--target", target)
+    app.verify(_project(c), dest=dest, target=target, **_json(json))
+
+
+@_command(
+    help={
+        "results": "a batch job's results folder (job.json, the ranks' files, run.log)",
+        "exit_status": "the launcher's exit status in the job",
+    },
+    types={"results": flags.EXISTING_FOLDER, "exit_status": flags.NON_NEGATIVE_INT},
+)
+def verdict(c, results=None, exit_status="0"):
+    """Judge a finished batch run from its files: verdict.json (and the perflog line for smoke).
+
+    Batch smoke and training jobs end with it, so a job's proof is the one an interactive run
+    writes (``invoke publish`` finds it); its exit status is the verdict's (0, 2 or 3)."""
+    _no_dry(c, "verdict writes verdict.json and has no dry run")
+    if results is None:
+        raise UsageError("--results: name the results folder of a batch job", flag="--results")
+    folder = flags.EXISTING_FOLDER("--results", results)
+    app.judge_results(_project(c), results=folder,
+                      exit_status=flags.NON_NEGATIVE_INT("--exit-status", exit_status))

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 
+def is_terminal() -> bool:
+    """Whether stdout is a terminal (rich's own test: ``TTY_COMPATIBLE``/``FORCE_COLOR`` too)."""
+    return Console().is_terminal
+
+
 def console() -> Console:
     # Wide enough for paths in CI logs, where there is no terminal to measure.
-    return Console(width=None if Console().is_terminal else 160, highlight=False)
+    return Console(width=None if is_terminal() else 160, highlight=False)
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
-    result = Table(title=title, title_justify="left")
+    """A table with box lines on a terminal; piped or logged, plain columns of text (no
+    box-drawing characters for ``grep``/``awk`` or a log that is not UTF-8)."""
+    framed = is_terminal()
+    result = Table(title=title, title_justify="left", box=box.SQUARE if framed else None,
+                   pad_edge=framed, show_edge=framed)
     for column in columns:
         result.add_column(column, overflow="fold")
     for row in rows:
@@ -102,6 +113,52 @@ def say_line(line: str) -> None:
     print(line, flush=True)
 
 
+#: A host variable a shown command leaves for the shell to expand (``$PATH``, ``${SLURM_JOB_ID}``).
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+#: How an argv word marks a host variable left unexpanded for the shell (see :func:`deferred`).
+_MARK = re.compile("\ue000([A-Za-z_][A-Za-z0-9_]*)\ue001")
+
+
+def deferred(name: str) -> str:
+    """A marker for host variable ``name`` inside an argv word that a shown command prints as
+    ``"${name}"`` (expanded where the command runs), unlike a literal ``$`` meant for the
+    container, which stays single-quoted. Dry runs put it where the real run would expand it."""
+    return f"\ue000{name}\ue001"
+
+
+def _expanding(word: str) -> str:
+    """``word`` quoted for a shell, its :func:`deferred` markers as ``${NAME}`` that expand
+    there and everything else literal: double quotes, with single-quoted pieces for ``!``."""
+    pieces, at = [], 0
+    for match in _MARK.finditer(word):
+        pieces.append(_literal(word[at:match.start()]))
+        pieces.append("${%s}" % match.group(1))
+        at = match.end()
+    pieces.append(_literal(word[at:]))
+    return '"' + "".join(pieces) + '"'
+
+
+def _literal(text: str) -> str:
+    """``text`` literal inside double quotes (``!`` leaves them: history expansion)."""
+    parts = text.split("!")
+    escaped = [re.sub(r'([\\"$`])', r"\\\1", part) for part in parts]
+    return "\"'!'\"".join(escaped)
+
+
+def shell_word(word: str) -> str:
+    """One argv word as a shell reads it back: ``shlex.quote``, or where it holds a deferred
+    host variable, double quotes around ``${NAME}``."""
+    return _expanding(word) if _MARK.search(word) else shlex.quote(word)
+
+
+def _defer(match: re.Match) -> str:
+    return deferred(match.group(1) or match.group(2))
+
+
 def show_command(argv: list[str], env: Mapping[str, str] | None = None) -> str:
-    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
-    return (prefix + " " if prefix else "") + shlex.join(argv)
+    """The exact command as one line to paste into a shell. ``env`` values are the prefix the
+    command runs with; a ``$VAR`` in one is the caller's variable, expanded when the command
+    runs (``PATH=<shim>:$PATH``), so it is shown expanding: ``PATH="<shim>:${PATH}"``."""
+    prefix = " ".join(f"{key}={shell_word(_VAR.sub(_defer, value))}"
+                      for key, value in (env or {}).items())
+    return (prefix + " " if prefix else "") + " ".join(shell_word(str(word)) for word in argv)

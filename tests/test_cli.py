@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -35,6 +38,20 @@ def cli_project(factory_project, tmp_path) -> Path:
     return root
 
 
+TASKS = ("check", "targets", "build", "smoke", "train", "job", "publish", "verify")
+#: Box-drawing characters: a table piped or logged has none.
+BOX = re.compile("[\u2500-\u257f]")
+
+
+def _one_line_error(result: subprocess.CompletedProcess, code: int = 1) -> str:
+    """The single error line of a refused command (and that it is all there is)."""
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
 def test_every_task_flag_has_help() -> None:
     collection = Collection.from_module(tasks)
     assert {"check", "targets", "build", "smoke", "train", "publish", "verify"} <= \
@@ -45,6 +62,241 @@ def test_every_task_flag_has_help() -> None:
         assert task.__doc__ and task.__doc__.strip(), name
         for param in params:
             assert param.help, f"invoke {name} --{param.name} has no help text"
+            # Its type and default, and no short flag: -h is help on every task.
+            assert re.search(r"\[.+\]$", param.help), (name, param.help)
+            assert all(len(nick) > 1 for nick in param.nicknames), (name, param.nicknames)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_dash_h_is_help_on_every_task(cli_project: Path, name: str) -> None:
+    result = _invoke(cli_project, name, "-h")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"Usage: inv[oke] [--core-opts] {name}")
+    assert "error" not in result.stderr
+
+
+SIZES = "byte sizes MIN:MAX or A,B,C (K/M/G suffixes)"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["smoke", "--sizes", "nonsense"], "--sizes nonsense: not a byte size: 'nonsense' (use e.g. "
+                                       "1024, 1K, 128M, 1G); it takes " + SIZES),
+    (["smoke", "--sizes", "16M:1M"], "--sizes 16M:1M: size range start 16777216 is above its "
+                                     "end 1048576; it takes " + SIZES),
+    (["smoke", "--sizes", "0"], "--sizes 0: byte size must be positive: '0'; it takes " + SIZES),
+    (["smoke", "--sizes", "1G:1K"], "--sizes 1G:1K: size range start 1073741824 is above its "
+                                    "end 1024; it takes " + SIZES),
+    (["smoke", "--dtype", "float64"], "--dtype must be one of float32, float16, bfloat16 (got "
+                                      "'float64')"),
+    (["smoke", "--dtype", "int8"], "--dtype must be one of float32, float16, bfloat16 (got "
+                                   "'int8')"),
+    (["train", "--model-size", "huge"], "--model-size: unknown size 'huge' for model cnn: use "
+                                        "one of tiny, small, base"),
+    (["train", "--target-accuracy", "2"], "--target-accuracy must be a fraction in (0, 1] (got "
+                                          "'2')"),
+    (["smoke", "--gpus", "two"], "--gpus takes a whole number >= 1 (got 'two')"),
+    (["smoke", "--gpus", "abc"], "--gpus takes a whole number >= 1 (got 'abc')"),
+    (["train", "--gpus", "abc"], "--gpus takes a whole number >= 1 (got 'abc')"),
+    (["smoke", "--nodes", "abc"], "--nodes takes a whole number >= 1 (got 'abc')"),
+    (["smoke", "--timeout", "nan"], "--timeout must be a finite number of seconds, more than 0 "
+                                    "(got 'nan')"),
+    (["smoke", "--timeout", "0"], "--timeout must be more than 0 (got '0')"),
+    (["train", "--lr", "abc"], "--lr takes a number > 0 (got 'abc')"),
+    (["train", "--scaling", "1,two"], "--scaling takes a comma list of rank counts >= 1, e.g. "
+                                      "1,2,4 (got '1,two')"),
+    (["smoke", "--target", "../x"], "--target is not a usable target name: 1-64 letters, digits "
+                                    "and . _ + -, not starting with - or ., not ending in "
+                                    ".partial or .tmp, and not bin, catalogue.json, default, "
+                                    "keys, latest, modules (got '../x')"),
+])
+def test_bad_flag_values_are_one_line_before_anything_runs(cli_project: Path, tmp_path: Path,
+                                                           args: list[str],
+                                                           message: str) -> None:
+    """Refused on the host with the flag and what it takes: exit 1, no traceback, and nothing
+    run or recorded (no results folder, no perflog)."""
+    assert _one_line_error(_invoke(cli_project, *args)) == f"error: {message}"
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sizes", "nonsense"], "--sizes nonsense: not a byte size"),
+    (["--gpus-per-node", "abc"], "--gpus-per-node takes a whole number >= 1 (got 'abc')"),
+    (["--nodes", "abc"], "--nodes takes a whole number >= 1 (got 'abc')"),
+    (["--time", "0"], "--time must be a time above zero: HH:MM:SS, D-HH:MM:SS, MM:SS or minutes "
+                      "(got '0')"),
+    (["--account", "a b"], "--account takes an account name"),
+    (["--workload", "ddp", "--model-size", "huge"], "--model-size: unknown size 'huge'"),
+    (["--workload", "ddp", "--samples", "x"], "--samples takes a whole number >= 1 (got 'x')"),
+])
+def test_job_writes_no_script_for_a_bad_value(cli_project: Path, tmp_path: Path,
+                                              args: list[str], message: str) -> None:
+    script = tmp_path / "F.sh"
+    line = _one_line_error(_invoke(cli_project, "job", "--out", str(script), *args))
+    assert line.startswith(f"error: {message}")
+    assert not script.exists() and not (tmp_path / "results").exists()
+
+
+def test_out_folder_and_dest_file_are_refused_by_kind(cli_project: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert _one_line_error(_invoke(cli_project, "job", "--out", str(folder))) == \
+        f"error: --out names a folder; it takes the file to write (got '{folder}')"
+    file = tmp_path / "file"
+    file.write_text("x")
+    for task in ("publish", "verify"):
+        assert _one_line_error(_invoke(cli_project, task, "--target", "cpu", "--dest",
+                                       str(file))) == \
+            f"error: --dest names a file; it takes a folder (got '{file}')"
+    dest = tmp_path / "dest"
+    assert _one_line_error(_invoke(cli_project, "publish", "--target", "cpu", "--dest", str(dest),
+                                   "--keep", "abc")) == \
+        "error: --keep takes a whole number >= 0 (got 'abc')"
+    assert not dest.exists()
+
+
+def test_invoke_dry_never_acts(cli_project: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "D"
+    refused = _invoke(cli_project, "--dry", "publish", "--target", "cpu", "--dest", str(dest),
+                      "--skip-checks")
+    assert _one_line_error(refused).startswith("error: invoke --dry: publish has no dry run")
+    assert not dest.exists()
+    script = tmp_path / "job.sh"
+    assert _one_line_error(_invoke(cli_project, "--dry", "job", "--out", str(script))) \
+        .startswith("error: invoke --dry: invoke job prints the script under --dry")
+    assert not script.exists()
+    build = _invoke(cli_project, "--dry", "build", "--target", "cpu")
+    assert build.returncode == 0, build.stderr
+    assert any(line.startswith("step 2/2: cpu [build]") for line in build.stdout.splitlines())
+    smoke = _invoke(cli_project, "--dry", "smoke", "--gpus", "1")
+    assert smoke.returncode == 0, smoke.stderr
+    assert "  run  " in smoke.stdout and "allreduce.py" in smoke.stdout
+    assert not (tmp_path / "images").exists() and not (tmp_path / "work").exists()
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_bad_setting_is_reported_in_the_file_that_has_it(cli_project: Path,
+                                                           tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text("containers:\n  results_dir: /tmp\n  imags_dir: x\n")
+    line = _one_line_error(_invoke(cli_project, "-f", str(other), "targets"))
+    assert line == (f"error: {other}:3: containers.imags_dir: unknown key in containers "
+                    "settings (did you mean 'images_dir'?)")
+    other.write_text("containers:\n  imags_dir: x\n  tmp_dri: y\n")  # every bad key, its file
+    several = _invoke(cli_project, "-f", str(other), "targets")
+    assert several.returncode == 1 and "Traceback" not in several.stderr
+    assert several.stderr.splitlines() == [
+        f"error: {other}:2: containers.imags_dir: unknown key in containers settings (did you "
+        "mean 'images_dir'?)",
+        f"error: {other}:3: containers.tmp_dri: unknown key in containers settings (did you "
+        "mean 'tmp_dir'?)", "error: 2 problems found"]
+    with open(cli_project / "invoke.yaml", "a") as config:  # invoke reads INVOKE_* for known keys
+        config.write("  runtime: auto\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INVOKE_CONTAINERS_RUNTIME": "nowhere"}
+    result = subprocess.run([sys.executable, "-m", "invoke", "targets"], cwd=cli_project,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert _one_line_error(result) == (
+        "error: environment variable INVOKE_CONTAINERS_RUNTIME: containers.runtime: must be "
+        "auto, apptainer, singularity or an absolute path")
+
+
+def test_json_documents_parse_and_tables_are_plain_when_piped(cli_project: Path,
+                                                             tmp_path: Path) -> None:
+    targets = _invoke(cli_project, "targets", "--json")
+    assert targets.returncode == 0, targets.stderr
+    rows = json.loads(targets.stdout)
+    assert {"target", "site", "arch", "gpu", "builder", "image", "state", "inputs_hash"} <= \
+        set(rows[0]) and "cpu" in {row["target"] for row in rows}
+    check = _invoke(cli_project, "check", "--json")
+    assert check.returncode == 0, check.stderr
+    assert {"ok", "errors", "warnings", "targets", "sites"} <= set(json.loads(check.stdout))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    verify = _invoke(cli_project, "verify", "--dest", str(dest), "--json")
+    assert verify.returncode != 0 and "Traceback" not in verify.stderr
+    assert {"dest", "ok", "images", "problems"} <= set(json.loads(verify.stdout))
+    table = _invoke(cli_project, "targets")
+    assert table.returncode == 0 and "cpu" in table.stdout
+    assert not BOX.search(table.stdout), table.stdout
+
+
+def test_smoke_history_json_and_table(cli_project: Path, tmp_path: Path) -> None:
+    from containers.prove import perflog
+
+    reference = {"bytes": 128 << 20, "value": 1.2, "lower": -0.7, "upper": None,
+                 "unit": "GB/s", "source": "measured here"}
+    base = {"site": "local", "partition": None, "target": "cpu", "inputs_hash": "a" * 64,
+            "ranks": 2, "nodes": 1, "passed": True}
+    perflog.append(cli_project / "results" / "perflog", {
+        **base, "date": "2026-11-01T10:00:00Z",
+        "results": [{"bytes": 128 << 20, "busbw_oop": 1.5}],
+        "performance": {"state": "pass", "reference": reference}})
+    perflog.append(cli_project / "results" / "perflog", {
+        **base, "date": "2026-11-02T10:00:00Z", "results": [{"bytes": 256 << 10,
+                                                             "busbw_oop": 0.127}],
+        "performance": {"state": "not-measured", "reference": reference}})
+    result = _invoke(cli_project, "smoke", "--history", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert {"target", "perflog_dir", "plot", "runs"} <= set(document)
+    assert [(run["bytes"], run["sanity"], run["performance"], run["plotted"])
+            for run in document["runs"]] == [(128 << 20, "PASS", "PASS", True),
+                                             (256 << 10, "PASS", "NOT-MEASURED", False)]
+    table = _invoke(cli_project, "smoke", "--history")
+    assert table.returncode == 0, table.stderr
+    assert "256 KiB" in table.stdout and "262144 B" not in table.stdout
+    assert not BOX.search(table.stdout)
+    assert _one_line_error(_invoke(cli_project, "smoke", "--json")).startswith(
+        "error: --json goes with --history")
+
+
+def test_a_run_this_machine_cannot_hold_is_refused_unless_forced(cli_project: Path) -> None:
+    from containers.host.facts import this_machine
+
+    cases = [("--gpus", "100000"), ("--sizes", "4096G")]
+    if (this_machine("none").memory or 0) < 61 << 30:  # the issue's case, where it cannot fit
+        cases.append(("--sizes", "10G"))
+    for flag, value in cases:
+        line = _one_line_error(_invoke(cli_project, "smoke", "--dry-run", flag, value))
+        assert line.startswith(f"error: {flag} ") and line.endswith("; --force runs it anyway")
+    forced = _invoke(cli_project, "smoke", "--dry-run", "--sizes", "4096G", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "warning: --sizes up to 4 TiB" in forced.stdout or \
+        "warning: --sizes up to 4096 GiB" in forced.stdout
+
+
+def test_dry_run_lines_paste_into_a_shell(cli_project: Path) -> None:
+    """$SLURM_JOB_ID and $PATH expand where the line is pasted, as they would at run time."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "USER")}
+    env["PYTHONPATH"] = str(ROOT)
+    shown = subprocess.run([sys.executable, "-m", "invoke", "smoke", "--target", "lumi-rocm",
+                            "--dry-run"], cwd=cli_project, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [ln[len("  run  "):] for ln in shown.stdout.splitlines()
+               if ln.startswith("  run  ")]
+    assert subprocess.run(["bash", "-n", "-c", line]).returncode == 0
+    # A stand-in for singularity prints its arguments as the shell passes them.
+    pasted = subprocess.run(
+        ["bash", "-c", "singularity() { printf '%s\\n' \"$@\"; }; " + line],
+        env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "4242", "USER": "alice"},
+        capture_output=True, text=True)
+    assert "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242" in pasted.stdout.splitlines()
+    build = _invoke(cli_project, "build", "--target", "lumi-rocm", "--dry-run")
+    assert build.returncode == 0, build.stderr
+    first = next(ln.strip()[len("run"):].strip() for ln in build.stdout.splitlines()
+                 if ln.strip().startswith("run") and "cotainr" in ln)
+    assert "PATH='" not in first and ":${PATH}\"" in first
+    shim = re.search(r'PATH="([^"]*):\$\{PATH\}"', first).group(1)
+    assert subprocess.run(["bash", "-n", "-c", first]).returncode == 0
+    cotainr = _command_word(first)
+    pasted = subprocess.run(["bash", "-c", first.replace(cotainr, "printenv PATH #", 1)],
+                            env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert pasted.stdout.strip() == f"{shim}:/usr/bin:/bin", pasted.stderr
+
+
+def _command_word(line: str) -> str:
+    """The command word of a shown line (the first word that is not NAME=value)."""
+    return next(word for word in shlex.split(line) if not re.match(r"[A-Za-z_]\w*=", word))
 
 
 def test_check_ok_and_bad_manifest_is_one_line(cli_project: Path) -> None:

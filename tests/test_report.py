@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import shlex
+import subprocess
 
-from containers.report import console, human_bytes, show_command, table
+from containers.report import console, deferred, human_bytes, show_command, table
 
 
 def test_human_bytes() -> None:
@@ -25,3 +27,26 @@ def test_table_renders_every_cell() -> None:
         out.print(table("t", ("a", "b"), [(1, None), ("x", 2.5)]))
     text = captured.get()
     assert "1" in text and "x" in text and "2.5" in text
+
+
+def test_env_values_and_deferred_variables_expand_where_the_line_is_pasted() -> None:
+    """``PATH=<shim>:$PATH`` and a dry run's ``$SLURM_JOB_ID`` expand in the shell the line is
+    pasted into; a literal ``$`` meant for the container stays literal."""
+    argv = ["show", f"--env=DB=/tmp/{deferred('SLURM_JOB_ID')}-\"!`x", "L=/a:$LD_LIBRARY_PATH"]
+    line = show_command(argv, {"PATH": "/shim dir:$PATH", "T": "/tmp/x y"})
+    assert line.startswith('PATH="/shim dir:${PATH}" ')
+    assert "PATH='" not in line
+    assert subprocess.run(["bash", "-n", "-c", line]).returncode == 0
+    stand_in = "show() { printenv PATH; printf '%s\\n' \"$@\"; }; "
+    pasted = subprocess.run(["bash", "-c", stand_in + line], capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "77"})
+    assert pasted.stdout.splitlines() == [
+        "/shim dir:/usr/bin:/bin", '--env=DB=/tmp/77-"!`x', "L=/a:$LD_LIBRARY_PATH"]
+
+
+def test_tables_are_plain_text_when_not_a_terminal() -> None:
+    out = console()
+    assert not out.is_terminal  # pytest captures stdout
+    with out.capture() as captured:
+        out.print(table("t", ("a", "b"), [("x", 1)]))
+    assert not re.search("[\u2500-\u257f]", captured.get()), captured.get()

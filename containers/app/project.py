@@ -5,14 +5,71 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from containers.errors import RuntimeNotFound
+from containers.errors import ConfigError, ContainersError, Problems, RuntimeNotFound
 from containers.host.runtime import Runtime, assumed_runtime, find_runtime
 from containers.inputs import validate
 from containers.inputs.recipes import Target, get_target, load_targets
 from containers.inputs.settings import Settings, load_settings
 from containers.inputs.sites import Site, detect_site, get_site, load_sites
+from containers.inputs.yamlsource import LocatedDict, load_yaml_file
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """One layer of the invoke configuration: where it comes from (a file, or the environment)
+    and the values it sets, so an error in a setting names the layer that holds it."""
+
+    where: str
+    data: Mapping[str, Any]
+    path: Path | None = None
+
+
+def config_sources(config: Any) -> list[ConfigSource]:
+    """The layers of an invoke ``Config`` that set values, the one that wins first: the
+    ``-f`` runtime file, ``INVOKE_*`` variables, the project's ``invoke.yaml``, the user's and
+    the system's files. invoke merges them and keeps no record of which set a key, but it keeps
+    each layer's data and path (``_runtime``, ``_runtime_path``, …), which this reads."""
+    found = []
+    for layer in ("runtime", "env", "project", "user", "system"):
+        data = getattr(config, f"_{layer}", None)
+        if not isinstance(data, Mapping) or not data:
+            continue
+        path = getattr(config, f"_{layer}_path", None) if layer != "env" else None
+        found.append(ConfigSource(where=str(path) if path else "environment", data=data,
+                                  path=Path(path) if path else None))
+    return found
+
+
+def _source_error(exc: ConfigError, sources: Sequence[ConfigSource]) -> ConfigError:
+    """``exc`` (a settings error that assumed ``invoke.yaml``) naming the layer that sets its
+    key, with the line where the layer is a YAML file."""
+    if not exc.key:
+        return exc
+    keys = exc.key.split(".")
+    for source in sources:
+        value: Any = source.data
+        for key in keys:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is None:
+            continue
+        if source.path is None:  # invoke reads INVOKE_CONTAINERS_RUNTIME as containers.runtime
+            variable = "INVOKE_" + "_".join(keys).upper()
+            return ConfigError(exc.detail, path=f"environment variable {variable}", key=exc.key)
+        return ConfigError(exc.detail, path=source.path, line=_line_of(source.path, keys),
+                           key=exc.key)
+    return exc
+
+
+def _line_of(path: Path, keys: Sequence[str]) -> int | None:
+    try:
+        data = load_yaml_file(path)
+    except ContainersError:
+        return None
+    for key in keys[:-1]:
+        data = data.get(key) if isinstance(data, LocatedDict) else None
+    return data.line_of(keys[-1]) if isinstance(data, LocatedDict) else None
 
 
 @dataclass
@@ -23,8 +80,21 @@ class Project:
     settings: Settings
 
     @classmethod
-    def load(cls, root: Path, config: Mapping[str, Any] | None = None) -> "Project":
-        return cls(root=root, settings=load_settings(root, config))
+    def load(cls, root: Path, config: Mapping[str, Any] | None = None,
+             sources: Sequence[ConfigSource] = ()) -> "Project":
+        """``config``: the ``containers`` settings; ``sources``: the layers they were merged
+        from (:func:`config_sources`), so a bad one is reported in the file that has it."""
+        try:
+            return cls(root=root, settings=load_settings(root, config))
+        except Problems as exc:
+            if not sources:
+                raise
+            raise Problems([_source_error(p, sources) if isinstance(p, ConfigError) else p
+                            for p in exc.problems]) from exc
+        except ConfigError as exc:
+            if not sources:
+                raise
+            raise _source_error(exc, sources) from exc
 
     @cached_property
     def targets(self) -> dict[str, Target]:

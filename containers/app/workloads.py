@@ -10,28 +10,32 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
 from containers.app.project import Project
-from containers.errors import StateError
+from containers.errors import StateError, UsageError
 from containers.files import atomic_write_text
-from containers.host.facts import run_stamp
+from containers.host.facts import fit_problem, run_stamp, this_machine
 from containers.image import provenance
+from containers.inputs.sites import Site
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
 from containers.prove.train import TrainOptions, parse_scaling, scaling_rows, with_ranks
-from containers.report import Say, console, plot_scaling, say_line as _print, show_command, table
+from containers.report import (Say, console, deferred, plot_scaling, say_line as _print,
+                               show_command, table)
 from containers.run import allocation
-from containers.run.workload import Workload
+from containers.run.workload import Placement, Workload
 
 
 def prove(project: Project, *, target: str | None, options: Options, dry_run: bool = False,
-          nodes: int = 1, say: Say = _print) -> verdict.Result | Workload:
+          nodes: int = 1, force: bool = False, say: Say = _print) -> verdict.Result | Workload:
     """One run of ``options``' kind; raises :class:`VerdictFailed` (sanity) or
-    :class:`PerformanceFailed` once its verdict is written."""
+    :class:`PerformanceFailed` once its verdict is written. ``force``: run even what this
+    machine cannot fit (:func:`~containers.host.facts.fit_problem`)."""
     (outcome,) = _runs(project, target=target, runs=[(options, run_stamp())], dry_run=dry_run,
-                       nodes=nodes, say=say)
+                       nodes=nodes, force=force, say=say)
     if isinstance(outcome, verdict.Result):
         verdict.check(outcome)
     return outcome
@@ -39,13 +43,14 @@ def prove(project: Project, *, target: str | None, options: Options, dry_run: bo
 
 def train(project: Project, *, target: str | None, options: TrainOptions,
           scaling: str | None = None, dry_run: bool = False, nodes: int = 1,
-          say: Say = _print) -> list[verdict.Result | Workload]:
+          force: bool = False, say: Say = _print) -> list[verdict.Result | Workload]:
     """One training run, or one per rank count of ``scaling`` with a speedup report; the
     verdicts are checked once every run has finished and the report is written."""
     stamp = run_stamp()
     counts = parse_scaling(scaling) if scaling else [options.gpus]
     runs = [(with_ranks(options, n), f"{stamp}-{n}r" if scaling else stamp) for n in counts]
-    results = _runs(project, target=target, runs=runs, dry_run=dry_run, nodes=nodes, say=say)
+    results = _runs(project, target=target, runs=runs, dry_run=dry_run, nodes=nodes, force=force,
+                    say=say)
     if dry_run:
         return results
     if scaling:
@@ -55,37 +60,99 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
     return results
 
 
-def smoke_history(project: Project, *, target: str | None, say: Say = _print) -> list[dict]:
-    """The perflog as a table and a PNG: busbw at the reference size per image version."""
+def smoke_history(project: Project, *, target: str | None, as_json: bool = False,
+                  plot: bool = True, say: Say = _print) -> list[dict]:
+    """The perflog as a table and a PNG (only runs measured at their reference size are
+    plotted), or with ``as_json`` one JSON document on stdout (the README documents it);
+    ``plot`` False (``invoke --dry``) writes no PNG."""
     records = perflog.read(project.settings.perflog_dir, target=target)
-    if not records:
+    if not records and not as_json:
         raise StateError(f"no smoke runs recorded in {project.settings.perflog_dir}"
                           + (f" for target {target}" if target else ""))
+    png = None
+    if records and plot:
+        png = perflog.plot_history(records, project.settings.perflog_dir /
+                                   f"history-{target or 'all'}.png",
+                                   title=f"all_reduce busbw history: {target or 'all targets'}")
+    if as_json:
+        say(json.dumps({"target": target, "perflog_dir": str(project.settings.perflog_dir),
+                        "plot": str(png) if png else None,
+                        "runs": perflog.history_json(records)}, indent=2))
+        return records
     console().print(table(f"smoke history ({len(records)} runs)", perflog.HISTORY_COLUMNS,
                           perflog.history_rows(records)))
-    png = perflog.plot_history(records, project.settings.perflog_dir /
-                               f"history-{target or 'all'}.png",
-                               title=f"all_reduce busbw history: {target or 'all targets'}")
-    say(f"plot: {os.path.relpath(png)}")
+    if png:
+        say(f"plot: {os.path.relpath(png)}")
     return records
 
 
+def _shown_environ(site: Site) -> dict[str, str]:
+    """A dry run's host environment: this one, plus a :func:`deferred` marker for each variable
+    the site's values name that is unset here (``$SLURM_JOB_ID`` outside a job), so the shown
+    command expands it where it is pasted, as the real run expands it where it runs. A ``$$``
+    (a ``$`` for the container) is no host variable and stays literal."""
+    environ = dict(os.environ)
+    for text in (*site.env.values(), *site.binds, *site.multinode_binds,
+                 *site.multinode_env.values()):
+        for match in _HOST_VAR.finditer(text):
+            name = match.group(1) or match.group(2)
+            if name and name not in environ:
+                environ[name] = deferred(name)
+    return environ
+
+
+_HOST_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|\$)")
+
+
+def _shown_argv(workload: Workload, placement: Placement | None) -> list[str]:
+    """The argv as a dry run shows it: a placeholder the dry run put for what only an
+    allocation knows (``$FIRST_NODE_ADDR``, ``$SLURM_JOB_ID``) expands where it is pasted."""
+    found = {} if placement is None or placement.rendezvous is None else {
+        text: deferred(text[1:]) for text in (placement.rendezvous.host,
+                                              str(placement.rendezvous.port),
+                                              str(placement.rendezvous.id))
+        if re.fullmatch(r"\$[A-Za-z_][A-Za-z0-9_]*", text)}
+    argv = list(workload.argv)
+    for placeholder, marker in found.items():
+        argv = [re.sub(re.escape(placeholder) + r"(?![A-Za-z0-9_])", marker, word)
+                for word in argv]
+    return argv
+
+
+def check_fits(workload: Workload, options: Options, site: Site, *, force: bool,
+               say: Say) -> None:
+    """Refuse, in one line, a run this machine cannot hold (``--force`` runs it anyway)."""
+    largest = getattr(options, "largest_size", None)
+    problem = fit_problem(ranks=workload.ranks, largest=largest, gpu=site.gpu,
+                          machine=this_machine(site.gpu))
+    if problem and force:
+        say(f"  warning: {problem} (running anyway: --force)")
+    elif problem:
+        raise UsageError(f"{problem}; --force runs it anyway")
+
+
 def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options, str]],
-          dry_run: bool, nodes: int, say: Say) -> list[verdict.Result | Workload]:
-    """Plan, show and (unless ``dry_run``) run and record each ``(options, run id)``."""
+          dry_run: bool, nodes: int, say: Say,
+          force: bool = False) -> list[verdict.Result | Workload]:
+    """Plan, show and (unless ``dry_run``) run and record each ``(options, run id)``. A run on
+    this machine (one node: a real run, or a dry run of this machine's site) must fit it."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
     placement = allocation.across_nodes(nodes, dry_run=dry_run)
     partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
+    here = placement is None and (not dry_run or site.name == project.current_site().name)
     done: list[verdict.Result | Workload] = []
     for options, run_id in runs:
         kind = options.kind
         workload = plan(item, site, settings=project.settings, runtime=runtime, options=options,
-                        run_id=run_id, strict=not dry_run, placement=placement)
+                        run_id=run_id, strict=not dry_run, placement=placement,
+                        environ=_shown_environ(site) if dry_run else None)
+        if here:
+            check_fits(workload, options, site, force=force, say=say)
         say(f"{kind.title(options)}: {item.name} on site {site.name}, {workload.ranks} ranks, "
             f"results in {os.path.relpath(workload.out_dir)}")
-        say(f"  run  {show_command(workload.argv)}")
+        say(f"  run  {show_command(_shown_argv(workload, placement))}")
         if workload.cores_note:
             say(f"  {workload.cores_note}")
         if dry_run:

@@ -1,16 +1,21 @@
 """Facts about this machine that plans record or depend on: its architecture (an aarch64 image
-cannot be built on x86_64), the checkout's git revision (provenance), where cotainr is."""
+cannot be built on x86_64), the checkout's git revision (provenance), where cotainr is, and what
+a run started here can use (cores, memory, GPUs), with the rule that refuses a run that cannot
+fit (:func:`fit_problem`, pure, so it is tested without the machine it describes)."""
 
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from containers.errors import CommandFailed
 from containers.host.process import capture
+from containers.report import human_bytes
 
 
 def git_revision(root: Path) -> str:
@@ -54,3 +59,110 @@ def gpu_kinds_here(dev: Path = Path("/dev")) -> set[str]:
     if (dev / "kfd").exists():
         kinds.add("rocm")
     return kinds
+
+
+# ------------------------------------------------------------------- what a run here can use
+@dataclass(frozen=True)
+class Machine:
+    """What a run started on this machine can use; None where it is not known."""
+
+    cores: int | None = None
+    #: Bytes of memory available to new processes (the smaller of the kernel's estimate and
+    #: what this process's cgroup still allows).
+    memory: int | None = None
+    #: GPU device files of the kind the run uses (0: none visible here).
+    gpus: int | None = None
+    #: Bytes of memory per GPU, where the driver tells (nvidia-smi).
+    gpu_memory: int | None = None
+
+
+#: CPU ranks (gloo) per core a run may start: they share cores (the local site's references
+#: measure 4 ranks on 2 cores), but beyond this the machine only swaps between them.
+CPU_RANKS_PER_CORE = 4
+#: Memory one rank's process holds besides its message buffers (Python, torch, gloo).
+RANK_OVERHEAD = 512 << 20
+#: Buffers of the largest message size the all_reduce benchmark holds per rank (its input, its
+#: output and the expected result it checks against).
+BUFFERS_PER_RANK = 3
+
+
+def fit_problem(*, ranks: int, largest: int | None, gpu: str, machine: Machine) -> str | None:
+    """Why ``ranks`` ranks holding ``BUFFERS_PER_RANK`` messages of ``largest`` bytes cannot
+    run on ``machine`` (one line, naming the flag that asks for it), else None.
+
+    CPU ranks (``gpu`` is ``none``) are held to the cores and to the available memory; GPU
+    ranks to the GPUs this machine shows and, where known, to each GPU's memory. ``largest``
+    None: the workload's memory is not estimated (training), only its ranks are checked."""
+    need = (BUFFERS_PER_RANK * largest) if largest else 0
+    if gpu == "none":
+        if machine.cores and ranks > machine.cores * CPU_RANKS_PER_CORE:
+            return (f"--gpus {ranks}: {ranks} CPU ranks on {machine.cores} core"
+                    f"{'s' if machine.cores != 1 else ''} is more than {CPU_RANKS_PER_CORE} per "
+                    "core")
+        total = ranks * (need + RANK_OVERHEAD)
+        if largest and machine.memory is not None and total > machine.memory:
+            return (f"--sizes up to {human_bytes(largest)}: {ranks} CPU ranks x "
+                    f"({BUFFERS_PER_RANK} buffers + {human_bytes(RANK_OVERHEAD)} per process) "
+                    f"need {human_bytes(total)}; this machine has "
+                    f"{human_bytes(machine.memory)} available")
+        return None
+    if machine.gpus and ranks > machine.gpus:
+        return (f"--gpus {ranks}: this machine shows {machine.gpus} "
+                f"GPU{'s' if machine.gpus != 1 else ''}")
+    if largest and machine.gpu_memory is not None and need > machine.gpu_memory:
+        return (f"--sizes up to {human_bytes(largest)}: {BUFFERS_PER_RANK} buffers per GPU need "
+                f"{human_bytes(need)}; each GPU here has {human_bytes(machine.gpu_memory)}")
+    return None
+
+
+def this_machine(gpu: str) -> Machine:
+    """The cores this process may use, the memory available, and GPUs of kind ``gpu``."""
+    try:
+        cores: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count()
+    return Machine(cores=cores, memory=memory_available(), gpus=gpu_count(gpu),
+                   gpu_memory=gpu_memory() if gpu == "cuda" else None)
+
+
+def memory_available(proc: Path = Path("/proc"),
+                     cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes new processes can still get: ``MemAvailable``, capped by a cgroup v2 limit."""
+    found = None
+    try:
+        for line in (proc / "meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit.isdigit():
+            left = int(limit) - int((cgroup / "memory.current").read_text().strip())
+            found = left if found is None else min(found, left)
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def gpu_count(gpu: str, dev: Path = Path("/dev")) -> int | None:
+    """GPU device files of kind ``gpu``: ``/dev/nvidia<N>`` (cuda), ``/dev/dri/renderD*``
+    (rocm: one per GCD); None for ``none``."""
+    if gpu == "cuda":
+        return sum(1 for p in dev.glob("nvidia[0-9]*") if p.name[len("nvidia"):].isdigit())
+    if gpu == "rocm":
+        return len(list(dev.glob("dri/renderD*"))) if (dev / "kfd").exists() else 0
+    return None
+
+
+def gpu_memory() -> int | None:
+    """The smallest GPU's memory in bytes, as nvidia-smi reports it; None where it cannot."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        text = capture(["nvidia-smi", "--query-gpu=memory.total",
+                        "--format=csv,noheader,nounits"], timeout=20)
+        sizes = [int(float(line)) << 20 for line in text.split() if line.strip()]
+    except (CommandFailed, ValueError):
+        return None
+    return min(sizes) if sizes else None

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Mapping, Protocol
 
-from containers.errors import UsageError
 from containers.host.runtime import Runtime
+from containers.inputs import compat, flags
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
@@ -47,26 +47,24 @@ class Options(Protocol):
 
 
 # -------------------------------------------------------------- options check themselves
-def at_least(flag: str, value: int, low: int = 1) -> None:
-    if value < low:
-        raise UsageError(f"{flag} must be at least {low} (got {value})", flag=flag)
+# Thin names over the option types of :mod:`containers.inputs.flags`, the one place each rule is
+# written (the command line converts its text through the same types).
+def at_least(flag: str, value: int, low: int = 1) -> int:
+    return (flags.NON_NEGATIVE_INT if low == 0 else flags.POSITIVE_INT if low == 1
+            else flags.FlagType(f"integer >= {low}", flags.integer(low)))(flag, value)
 
 
-def above_zero(flag: str, value: float) -> None:
-    if not value > 0:
-        raise UsageError(f"{flag} must be more than 0 (got {value:g})", flag=flag)
+def above_zero(flag: str, value: float) -> float:
+    return flags.POSITIVE_FLOAT(flag, value)
 
 
-def one_of(flag: str, value: object, allowed: Collection[object]) -> None:
-    if value not in allowed:
-        raise UsageError(f"{flag} must be one of {', '.join(map(str, allowed))} (got "
-                         f"{value!r})", flag=flag)
+def one_of(flag: str, value: object, allowed: Collection[object]) -> object:
+    return flags.choice(allowed)(flag, value)
 
 
-def existing(flag: str, path: Path | None, kind: str) -> None:
+def existing(flag: str, path: Path | None, kind: str) -> Path | None:
     """``kind`` is ``file`` or ``folder``."""
-    if path is not None and not (path.is_file() if kind == "file" else path.is_dir()):
-        raise UsageError(f"{flag} {path}: no such {kind}", flag=flag)
+    return (flags.EXISTING_FILE if kind == "file" else flags.EXISTING_FOLDER)(flag, path)
 
 
 # ---------------------------------------------------------------------------------- kinds
@@ -122,6 +120,9 @@ def plan(target: Target, site: Site, *, settings: Settings, runtime: Runtime, op
          placement: Placement | None = None) -> Workload:
     """The exact run of ``options`` (its kind's script) on ``site``; nothing is executed."""
     kind = options.kind
+    example = getattr(options, "example", None)
+    if example:
+        compat.check_example(target, example)  # the image's torch is new enough for it
     launch = kind.launch(options, site=site, settings=settings,
                          nodes=placement.nodes if placement else 1)
     return plan_workload(target, site, settings=settings, runtime=runtime,

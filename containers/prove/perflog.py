@@ -16,10 +16,9 @@ from typing import BinaryIO, Iterator, Sequence
 from containers.inputs.schema import check_name
 from containers.locking import file_lock
 from containers.prove import stack
+from containers.report import human_bytes
 
 LOG_NAME = "allreduce.jsonl"
-#: Performance states of runs that measured their reference's message size.
-JUDGED = ("pass", "fail", "xfail", "xpass")
 
 
 def log_path(perflog_dir: Path, *, site: str, partition: str | None) -> Path:
@@ -90,14 +89,30 @@ def read(perflog_dir: Path, *, target: str | None = None) -> list[dict]:
 
 
 def headline(record: dict) -> tuple[int | None, float | None]:
-    """(bytes, busbw) a record is compared by: the reference size, else the largest measured."""
-    reference = (record.get("performance") or {}).get("reference")
+    """(bytes, busbw) a record is listed by: the reference size, else the largest measured."""
+    point = at_reference(record)
+    if point is not None:
+        return point
     rows = record.get("results") or []
-    if reference:
-        row = next((r for r in rows if r["bytes"] == reference["bytes"]), None)
-        if row:
-            return row["bytes"], row["busbw_oop"]
     return (rows[-1]["bytes"], rows[-1]["busbw_oop"]) if rows else (None, None)
+
+
+def at_reference(record: dict) -> tuple[int, float] | None:
+    """(bytes, busbw) at the record's reference size, or None when the run has no reference or
+    did not measure that size: only such points may be plotted against the reference."""
+    reference = (record.get("performance") or {}).get("reference")
+    if not isinstance(reference, dict):
+        return None
+    for row in record.get("results") or []:
+        if row.get("bytes") == reference.get("bytes") and \
+                isinstance(row.get("busbw_oop"), (int, float)):
+            return row["bytes"], float(row["busbw_oop"])
+    return None
+
+
+def verdict_word(state: object) -> str:
+    """One spelling for every verdict the history shows: PASS, FAIL, XFAIL, NO-REFERENCE…"""
+    return str(state or "").upper()
 
 
 def image_label(record: dict) -> str:
@@ -120,6 +135,8 @@ def stack_changes(records: Sequence[dict]) -> list[list[str]]:
 
 
 def history_rows(records: Sequence[dict]) -> list[list[object]]:
+    """The table of :data:`HISTORY_COLUMNS`: sizes in IEC units, verdicts in capitals, and
+    whether the run is on the plot (only runs measured at their reference size are)."""
     rows = []
     for record, changed in zip(records, stack_changes(records)):
         size, busbw = headline(record)
@@ -128,38 +145,83 @@ def history_rows(records: Sequence[dict]) -> list[list[object]]:
         rows.append([
             record.get("date", "")[:19], record.get("site"), record.get("partition") or "",
             image_label(record), record.get("ranks"), record.get("nodes"),
-            "" if size is None else f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B",
+            "" if size is None else human_bytes(size),
             "" if busbw is None else f"{busbw:.3f}",
-            "" if not reference else f"{reference['value']:g} {reference['unit']}",
-            "PASS" if record.get("passed") else "FAIL", performance.get("state", ""),
-            "; ".join(changed),
+            "" if not reference else f"{reference['value']:g} {reference['unit']} at "
+                                     f"{human_bytes(reference['bytes'])}",
+            "PASS" if record.get("passed") else "FAIL", verdict_word(performance.get("state")),
+            "yes" if at_reference(record) else "no", "; ".join(changed),
         ])
     return rows
 
 
 HISTORY_COLUMNS = ("date", "site", "partition", "image", "ranks", "nodes", "size", "busbw GB/s",
-                   "reference", "sanity", "performance", "stack changed")
+                   "reference", "sanity", "performance", "plotted", "stack changed")
+
+
+def history_json(records: Sequence[dict]) -> list[dict]:
+    """The history as ``invoke smoke --history --json`` prints it: one object per run, the
+    table's facts with numbers as numbers (see the README for the shape)."""
+    runs = []
+    for record, changed in zip(records, stack_changes(records)):
+        size, busbw = headline(record)
+        performance = record.get("performance") or {}
+        reference = performance.get("reference")
+        runs.append({
+            "date": record.get("date"), "site": record.get("site"),
+            "partition": record.get("partition"), "target": record.get("target"),
+            "inputs_hash": record.get("inputs_hash"), "build_date": record.get("build_date"),
+            "ranks": record.get("ranks"), "nodes": record.get("nodes"),
+            "bytes": size, "busbw": busbw,
+            "reference": reference if isinstance(reference, dict) else None,
+            "sanity": "PASS" if record.get("passed") else "FAIL",
+            "performance": verdict_word(performance.get("state")) or None,
+            "plotted": at_reference(record) is not None, "stack_changed": changed,
+            "out_dir": record.get("out_dir")})
+    return runs
+
+
+def _reference_key(record: dict) -> tuple | None:
+    reference = (record.get("performance") or {}).get("reference")
+    if not isinstance(reference, dict) or not isinstance(reference.get("value"), (int, float)):
+        return None
+    return (reference.get("bytes"), float(reference["value"]), reference.get("lower"),
+            reference.get("upper"), reference.get("unit") or "GB/s",
+            reference.get("source") or "source not recorded")
+
+
+def plot_series(records: Sequence[dict]) -> dict[str, list[tuple[datetime.datetime, float,
+                                                                     bool]]]:
+    """The history plot's points per image version: (date, busbw at the reference size,
+    passed), for the runs that measured their reference's size only."""
+    series: dict[str, list[tuple[datetime.datetime, float, bool]]] = {}
+    for record in records:
+        point = at_reference(record)
+        if point is not None:
+            series.setdefault(image_label(record), []).append(
+                (parse_date(record["date"]), point[1], bool(record.get("passed"))))
+    return series
 
 
 def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
-    """busbw at the reference size over time, one line per image version."""
+    """busbw at the reference size over time, one line per image version; each reference a
+    dashed line with its tolerance band shaded and its source in the legend.
+
+    Only runs that measured their reference's size are plotted: a quick run with small sizes
+    is in the table, but its 256 KiB figure beside a 128 MiB reference would mislead."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # Only runs judged at their reference size are comparable; others (a quick run with small
-    # sizes) are in the table but would put a 64 KiB figure next to 128 MiB ones here.
-    judged = [r for r in records if (r.get("performance") or {}).get("state") in JUDGED]
     changed = {id(r): c for r, c in zip(records, stack_changes(records)) if c}
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
-    series: dict[str, list[tuple[datetime.datetime, float, bool]]] = {}
-    for record in judged or records:
-        _, busbw = headline(record)
-        if busbw is None:
+    series = plot_series(records)
+    for record in records:
+        point = at_reference(record)
+        if point is None:
             continue
-        when = parse_date(record["date"])
-        series.setdefault(image_label(record), []).append((when, busbw, bool(record.get("passed"))))
+        busbw, when = point[1], parse_date(record["date"])
         if id(record) in changed:  # the same image on a changed stack: mark the step's cause
             ax.axvline(when, color="tab:purple", linestyle=":", linewidth=1)
             ax.annotate("stack: " + "; ".join(changed[id(record)]), (when, busbw), fontsize=6,
@@ -167,24 +229,39 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
     for label, points in series.items():
         xs = [p[0] for p in points]
         ys = [p[1] for p in points]
-        line, = ax.plot(xs, ys, "o-", label=label)
+        ax.plot(xs, ys, "o-", label=label)
         bad = [(x, y) for x, y, ok in points if not ok]
         if bad:
             ax.plot([b[0] for b in bad], [b[1] for b in bad], "x", color="red", markersize=10)
-    references = {((r.get("performance") or {}).get("reference") or {}).get("value")
-                  for r in records} - {None}
-    for value in sorted(references):
-        ax.axhline(value, color="grey", linestyle="--", linewidth=1)
+    plotted = [r for r in records if at_reference(r) is not None]
+    for size, value, lower, upper, unit, source in sorted(
+            {key for key in map(_reference_key, plotted) if key is not None}, key=str):
+        line = ax.axhline(value, color="grey", linestyle="--", linewidth=1,
+                          label=f"reference {value:g} {unit} at {human_bytes(size)} ({source})")
+        low = value * (1 + lower) if isinstance(lower, (int, float)) else None
+        high = value * (1 + upper) if isinstance(upper, (int, float)) else None
+        if low is not None or high is not None:
+            ax.axhspan(low if low is not None else 0.0,
+                       high if high is not None else max([value, *(p[1] for s in series.values()
+                                                                   for p in s)]) * 1.1,
+                       color=line.get_color(), alpha=0.12, label="tolerance band")
+    left_out = len(records) - len(plotted)
+    if not plotted:
+        ax.text(0.5, 0.5, "no run measured its reference size", transform=ax.transAxes,
+                ha="center", va="center", color="grey")
     times = [p[0] for points in series.values() for p in points]
     if times and max(times) - min(times) < datetime.timedelta(hours=1):
         # A few runs close together: show them on a readable hour scale, not years.
         middle = min(times) + (max(times) - min(times)) / 2
         half_hour = datetime.timedelta(minutes=30)
         ax.set_xlim(middle - half_hour, middle + half_hour)
-    ax.set_ylabel("busbw at reference size (GB/s)")
-    ax.set_title(title)
+    ax.set_ylabel("busbw at the reference size (GB/s)")
+    ax.set_title(title + (f"\n({left_out} run{'s' if left_out != 1 else ''} without the "
+                          "reference size listed, not plotted)" if left_out else ""),
+                 fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     fig.autofmt_xdate()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,12 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from containers.errors import UsageError
-from containers.inputs import names
+from containers.inputs import flags, names
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.prove import verdict
-from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, one_of
+from containers.prove.kind import Invocation, WorkloadKind
 from containers.prove.performance import Judgement, judge
 from containers.report import plot_busbw
 
@@ -37,16 +36,19 @@ class SmokeOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        at_least("--gpus", self.gpus)
-        at_least("--iters", self.iters)
-        at_least("--warmup", self.warmup, 0)
-        at_least("--cycles", self.cycles)
-        above_zero("--timeout", self.timeout)
-        one_of("--dtype", self.dtype, names.DTYPES)
-        try:
-            names.check_sizes(self.sizes, self.dtype)
-        except ValueError as exc:
-            raise UsageError(f"--sizes {self.sizes}: {exc}", flag="--sizes") from exc
+        """Text (from the command line) or numbers: each through its option type."""
+        flags.settle(self, gpus=flags.POSITIVE_INT("--gpus", self.gpus),
+                     iters=flags.POSITIVE_INT("--iters", self.iters),
+                     warmup=flags.NON_NEGATIVE_INT("--warmup", self.warmup),
+                     cycles=flags.POSITIVE_INT("--cycles", self.cycles),
+                     timeout=flags.SECONDS("--timeout", self.timeout),
+                     dtype=flags.DTYPE("--dtype", self.dtype))
+        flags.sizes("--sizes", self.sizes, self.dtype)
+
+    @property
+    def largest_size(self) -> int:
+        """The largest message in bytes (the benchmark holds about three buffers of it)."""
+        return max(names.check_sizes(self.sizes, self.dtype))
 
     @property
     def kind(self) -> "SmokeKind":

@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from containers.errors import UsageError
-from containers.inputs import names
+from containers.inputs import flags, names
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.prove import verdict
-from containers.prove.kind import Invocation, WorkloadKind, above_zero, at_least, existing, one_of
+from containers.prove.kind import Invocation, WorkloadKind
 
 DATA_MOUNT = "/opt/containers/data"
 DS_CONFIG_MOUNT = "/opt/containers/ds_config.json"
@@ -51,27 +51,21 @@ class TrainOptions:
     timeout: float = 1800.0
 
     def __post_init__(self) -> None:
-        one_of("--example", self.example, names.EXAMPLES)
-        if self.model is not None:
-            one_of("--model", self.model, names.MODELS)
-        if self.model_size is not None:
-            try:
-                names.check_model_size(self.model or "cnn", self.model_size)
-            except ValueError as exc:
-                raise UsageError(str(exc), flag="--model-size") from exc
-        one_of("--zero-stage", self.zero_stage, names.ZERO_STAGES)
-        for flag, value in (("--gpus", self.gpus), ("--epochs", self.epochs),
-                            ("--batch-size", self.batch_size), ("--samples", self.samples)):
-            if value is not None:
-                at_least(flag, value)
-        for flag, value in (("--lr", self.lr), ("--timeout", self.timeout)):
-            if value is not None:
-                above_zero(flag, value)
-        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
-            raise UsageError(f"--target-accuracy must be a fraction in (0, 1] (got "
-                             f"{self.target_accuracy:g})", flag="--target-accuracy")
-        existing("--ds-config", self.ds_config, "file")
-        existing("--data", self.data, "folder")
+        """Text (from the command line) or values: each through its option type."""
+        model = flags.MODEL("--model", self.model)
+        flags.settle(
+            self, example=flags.EXAMPLE("--example", self.example), model=model,
+            model_size=flags.model_size("--model-size", self.model_size, model),
+            zero_stage=flags.ZERO_STAGE("--zero-stage", self.zero_stage),
+            gpus=flags.POSITIVE_INT("--gpus", self.gpus),
+            epochs=flags.POSITIVE_INT("--epochs", self.epochs),
+            batch_size=flags.POSITIVE_INT("--batch-size", self.batch_size),
+            samples=flags.POSITIVE_INT("--samples", self.samples),
+            lr=flags.POSITIVE_FLOAT("--lr", self.lr),
+            timeout=flags.SECONDS("--timeout", self.timeout),
+            target_accuracy=flags.FRACTION("--target-accuracy", self.target_accuracy),
+            ds_config=flags.EXISTING_FILE("--ds-config", self.ds_config),
+            data=flags.EXISTING_FOLDER("--data", self.data))
         divides(self.global_batch, self.gpus)
 
     @property
@@ -153,16 +147,9 @@ class TrainKind(WorkloadKind):
 TRAIN = TrainKind()
 
 
-
 def parse_scaling(text: str) -> list[int]:
-    try:
-        counts = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError as exc:
-        raise UsageError(f"--scaling '{text}' is not a comma list of rank counts",
-                         flag="--scaling") from exc
-    if not counts or counts[0] < 1:
-        raise UsageError(f"--scaling '{text}' needs rank counts >= 1", flag="--scaling")
-    return counts
+    """``--scaling 1,2,4``: the distinct rank counts, smallest first."""
+    return flags.RANK_LIST("--scaling", text)
 
 
 def scaling_rows(results: list[verdict.Result]) -> list[dict]:

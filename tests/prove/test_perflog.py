@@ -34,6 +34,7 @@ def test_perflog_accumulates_and_renders(tmp_path: Path) -> None:
     table = perflog.history_rows(records)
     assert [row[7] for row in table] == ["131.000", "129.500", "97.000"]
     assert table[2][3] == "lumi-rocm bbbbbbbbbbbb (2026-11-03)" and table[2][9] == "FAIL"
+    assert [row[6] for row in table] == ["128 MiB"] * 3 and table[0][10] == "PASS"
     png = perflog.plot_history(records, tmp_path / "h.png", title="t")
     assert png.stat().st_size > 10_000
     assert json.loads(path.read_text().splitlines()[0])["inputs_hash"] == "a" * 64
@@ -96,3 +97,37 @@ def test_a_perflog_never_lands_outside_its_folder(tmp_path: Path, site, partitio
     assert not (tmp_path / "perflog").exists()
     record.update(site="lumi", partition=None)  # no partition: the log of the default one
     assert perflog.append(tmp_path, record) == tmp_path / "lumi" / "default" / perflog.LOG_NAME
+
+
+def test_only_runs_at_the_reference_size_are_plotted_with_band_and_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = {"bytes": 128 << 20, "value": 125.0, "lower": -0.05, "upper": None,
+                 "unit": "GB/s", "source": "LUMI docs 2026"}
+    full = _record("2026-11-01T10:00:00Z", "a" * 64, 131.0)
+    full["performance"] = {"state": "pass", "reference": reference}
+    quick = {**_record("2026-11-02T10:00:00Z", "a" * 64, 0.0),
+             "results": [{"bytes": 256 << 10, "busbw_oop": 0.127}],
+             "performance": {"state": "not-measured", "reference": reference}}
+    records = [full, quick]
+    # The quick run (256 KiB only) is listed, in IEC units, but not plotted against 128 MiB.
+    assert perflog.plot_series(records) == {
+        perflog.image_label(full): [(perflog.parse_date(full["date"]), 131.0, True)]}
+    rows = perflog.history_rows(records)
+    assert [(row[6], row[10], row[11]) for row in rows] == [
+        ("128 MiB", "PASS", "yes"), ("256 KiB", "NOT-MEASURED", "no")]
+    assert rows[0][8] == "125 GB/s at 128 MiB"
+    assert [run["plotted"] for run in perflog.history_json(records)] == [True, False]
+    import matplotlib.figure
+
+    figures = []
+    save = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *a, **k: (figures.append(fig), save(fig, *a, **k))[1])
+    perflog.plot_history(records, tmp_path / "h.png", title="t")
+    (axes,) = figures[0].axes
+    labels = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert "reference 125 GB/s at 128 MiB (LUMI docs 2026)" in labels
+    assert "tolerance band" in labels
+    plotted = [y for line in axes.get_lines() for y in line.get_ydata()
+               if line.get_linestyle() != "--"]
+    assert 0.127 not in plotted and 131.0 in plotted

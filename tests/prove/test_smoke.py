@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from containers.errors import ConfigError, UsageError, VerdictFailed
+from containers.inputs.flags import SIZES_LABEL as SIZES
 from containers.inputs.recipes import load_targets
 from containers.inputs.sites import load_site
 from containers.prove.kind import plan as plan_run
@@ -57,14 +58,22 @@ def test_gpu_site_flags_binds_env_and_limits(tmp_path, data_root, data_settings,
     ({"warmup": -1}, "--warmup must be at least 0 (got -1)"),
     ({"timeout": 0}, "--timeout must be more than 0 (got 0)"),
     ({"dtype": "int8"}, "--dtype must be one of float32, float16, bfloat16 (got 'int8')"),
-    ({"sizes": "8K:1K"}, "--sizes 8K:1K: size range start 8192 is above its end 1024"),
-    ({"sizes": "1:4", "dtype": "float32"}, "--sizes 1:4: 1 B is less than one float32 (4 B)"),
+    ({"sizes": "8K:1K"},
+     "--sizes 8K:1K: size range start 8192 is above its end 1024; it takes " + SIZES),
+    ({"sizes": "1:4", "dtype": "float32"},
+     "--sizes 1:4: 1 B is less than one float32 (4 B); it takes " + SIZES),
+    ({"gpus": "two"}, "--gpus takes a whole number >= 1 (got 'two')"),
+    ({"timeout": "nan"}, "--timeout must be a finite number of seconds, more than 0 (got 'nan')"),
+    ({"sizes": "0"}, "--sizes 0: byte size must be positive: '0'; it takes " + SIZES),
 ])
 def test_options_check_themselves(values, message) -> None:
     with pytest.raises(UsageError) as info:
         SmokeOptions(**{"gpus": 2, **values})
     assert str(info.value) == message and info.value.flag == message.split()[0]
     assert SmokeOptions(gpus=2, sizes="2:4", dtype="float16").kind is SMOKE
+    made = SmokeOptions(gpus="3", iters="4", warmup="0", timeout="90", cycles="2")  # CLI text
+    assert (made.gpus, made.iters, made.warmup, made.timeout, made.cycles) == (3, 4, 0, 90.0, 2)
+    assert made.largest_size == 128 << 20
 
 
 def _result(plan, **kw) -> Result:

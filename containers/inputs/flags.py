@@ -1,0 +1,248 @@
+"""The option types of the command line: one place per kind of flag value.
+
+Every flag value reaches the tool as text (``invoke`` is told no types, so it never casts and a
+bad value never ends in its traceback). Each type here turns that text into the value the
+options carry, or refuses it with ONE line naming the flag and what it takes; the options
+classes (``SmokeOptions``, ``TrainOptions``) and ``tasks.py`` use the same types, so a rule is
+written once and a value is checked on the host before anything runs or is written.
+
+A type is a :class:`FlagType`: ``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is what
+``--help`` shows as the flag's type.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Collection
+
+from containers import walltime
+from containers.errors import UsageError
+from containers.inputs import names
+from containers.inputs.schema import name_problem
+
+
+@dataclass(frozen=True)
+class FlagType:
+    """A kind of flag value: ``label`` says what it takes (help and errors); ``parse`` turns a
+    value (text, or already the right type) into it, raising ValueError with the reason."""
+
+    label: str
+    parse: Callable[[Any], Any]
+
+    def __call__(self, flag: str, value: Any) -> Any:
+        """``value`` of ``flag`` converted; None (a flag left out) stays None."""
+        if value is None:
+            return None
+        try:
+            return self.parse(value)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise UsageError(f"{flag} {exc} (got {_got(value)})", flag=flag) from None
+
+
+def _got(value: Any) -> str:
+    """A value as the error shows it: text quoted (one line, whatever it holds), numbers bare."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return repr(str(value))
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+# ---------------------------------------------------------------------------------- numbers
+def integer(low: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or isinstance(value, float):
+            raise ValueError(f"takes a whole number >= {low}")
+        if isinstance(value, int):
+            number = value
+        else:
+            text = str(value).strip()
+            if not re.fullmatch(r"[+-]?\d+", text):
+                raise ValueError(f"takes a whole number >= {low}")
+            number = int(text)
+        if number < low:
+            raise ValueError(f"must be at least {low}")
+        return number
+    return parse
+
+
+def _number(*, low: float = 0.0, high: float | None = None, what: str = "number") -> \
+        Callable[[Any], float]:
+    """A finite float above ``low`` (and at most ``high``): nan and inf are never a setting."""
+    if high is None:
+        allowed = f"more than {low:g}"
+    else:
+        allowed = f"a {what} in ({low:g}, {high:g}]"
+
+    def parse(value: Any) -> float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"takes a {what}" + (f" > {low:g}" if high is None else
+                                                  f" in ({low:g}, {high:g}]")) from None
+        if not math.isfinite(number):
+            raise ValueError(f"must be a finite {what}, {allowed}")
+        if not number > low or (high is not None and number > high):
+            raise ValueError(f"must be {allowed}")
+        return number
+    return parse
+
+
+POSITIVE_INT = FlagType("integer >= 1", integer(1))
+NON_NEGATIVE_INT = FlagType("integer >= 0", integer(0))
+POSITIVE_FLOAT = FlagType("number > 0", _number())
+SECONDS = FlagType("seconds > 0", _number(what="number of seconds"))
+FRACTION = FlagType("fraction > 0 and <= 1", _number(high=1.0, what="fraction"))
+
+
+def _rank_list(value: Any) -> list[int]:
+    """``1,2,4``: distinct rank counts, sorted."""
+    parts = [part for part in str(value).split(",") if part.strip()]
+    if not parts:
+        raise ValueError("takes a comma list of rank counts >= 1, e.g. 1,2,4")
+    try:
+        return sorted({integer(1)(part) for part in parts})
+    except ValueError:
+        raise ValueError("takes a comma list of rank counts >= 1, e.g. 1,2,4") from None
+
+
+RANK_LIST = FlagType("comma list of integers >= 1", _rank_list)
+
+
+# ---------------------------------------------------------------------------------- choices
+def choice(allowed: Collection[Any]) -> FlagType:
+    """One of ``allowed`` (compared as text, returned as the allowed value itself)."""
+    listed = ", ".join(map(str, allowed))
+
+    def parse(value: Any) -> Any:
+        for option in allowed:
+            if value == option or str(value) == str(option):
+                return option
+        raise ValueError(f"must be one of {listed}")
+    return FlagType(f"one of {listed}", parse)
+
+
+DTYPE = choice(names.DTYPES)
+MODEL = choice(names.MODELS)
+EXAMPLE = choice(names.EXAMPLES)
+ZERO_STAGE = choice(names.ZERO_STAGES)
+
+
+#: What ``--sizes`` takes (checked with the dtype by :func:`sizes`).
+SIZES_LABEL = "byte sizes MIN:MAX or A,B,C (K/M/G suffixes)"
+
+
+def sizes(flag: str, value: str, dtype: str) -> str:
+    """``--sizes`` checked for its form and against one element of ``dtype``."""
+    try:
+        names.check_sizes(str(value), dtype)
+    except ValueError as exc:
+        shown = value if str(value).isprintable() else repr(value)
+        raise UsageError(f"{flag} {shown}: {exc}; it takes {SIZES_LABEL}", flag=flag) from None
+    return str(value)
+
+
+def model_size(flag: str, value: str | None, model: str | None) -> str | None:
+    """A size ``model`` takes (its presets, its seed sizes, DEPTH-WIDTH for wideresnet)."""
+    if value is None:
+        return None
+    try:
+        return names.check_model_size(model or "cnn", str(value))
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}", flag=flag) from None
+
+
+MODEL_SIZE_LABEL = "tiny, small, base, or a seed's size (wideresnet: olivia or DEPTH-WIDTH)"
+
+
+# ------------------------------------------------------------------------------ words, time
+TIME_FORMS = "HH:MM:SS, D-HH:MM:SS, MM:SS or minutes"
+
+
+def _time(value: Any) -> str:
+    """The value stays the text the schedulers read; :mod:`containers.walltime` checks it."""
+    try:
+        walltime.parse(str(value))
+    except ValueError:
+        raise ValueError(f"must be a time above zero: {TIME_FORMS}") from None
+    return str(value).strip()
+
+
+#: ``--time``: a wall time as the schedulers read it.
+TIME = FlagType(TIME_FORMS, _time)
+
+
+_ACCOUNT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
+
+
+def _account(value: Any) -> str:
+    text = str(value)
+    if not _ACCOUNT.match(text):
+        raise ValueError("takes an account name: 1-64 letters, digits and _ . - (not starting "
+                         "with . or -)")
+    return text
+
+
+ACCOUNT = FlagType("account name (letters, digits, _ . -)", _account)
+
+
+def named(kind: str) -> FlagType:
+    """A target, site, partition or version name: the one name rule of the inputs."""
+    def parse(value: Any) -> str:
+        text = str(value)
+        problem = name_problem(kind, text)
+        if problem:  # "'a/b' is not a usable target name: <the rule>"; the value shows after
+            raise ValueError(problem[len(repr(text)) + 1:])
+        return text
+    return FlagType(f"{kind} name", parse)
+
+
+TARGET = named("target")
+SITE = named("site")
+PARTITION = named("partition")
+VERSION = named("version")
+
+
+# ------------------------------------------------------------------------------------ paths
+def _out_file(value: Any) -> Path:
+    path = Path(str(value)).expanduser()
+    if not str(value).strip():
+        raise ValueError("takes a file path")
+    if path.is_dir():
+        raise ValueError("names a folder; it takes the file to write")
+    return path
+
+
+def _dest_folder(value: Any) -> Path:
+    path = Path(str(value)).expanduser()
+    if not str(value).strip():
+        raise ValueError("takes a folder path")
+    if path.exists() and not path.is_dir():
+        raise ValueError("names a file; it takes a folder")
+    return path
+
+
+def _existing(kind: str) -> Callable[[Any], Path]:
+    def parse(value: Any) -> Path:
+        path = Path(str(value)).expanduser()
+        if not (path.is_file() if kind == "file" else path.is_dir()):
+            raise ValueError(f"takes an existing {kind}")
+        return path
+    return parse
+
+
+OUT_FILE = FlagType("file to write (not a folder)", _out_file)
+DEST_FOLDER = FlagType("folder (made if missing; not a file)", _dest_folder)
+EXISTING_FILE = FlagType("existing file", _existing("file"))
+EXISTING_FOLDER = FlagType("existing folder", _existing("folder"))
+TEXT = FlagType("text", str)
+
+
+def settle(options: object, **converted: Any) -> None:
+    """Store converted values on a frozen options object from its ``__post_init__``: options
+    made from the command line's text hold numbers afterwards, as made in code."""
+    for name, value in converted.items():
+        object.__setattr__(options, name, value)
