@@ -9,6 +9,7 @@ kind                   exit  when
 =====================  ====  ==============================================================
 UsageError             1     a flag or argument value is bad (names the flag, the allowed values)
 ConfigError            1     an input file is bad (names the file, the line and the key)
+Problems               1     several input problems found at once (one line each, then a count)
 ImageMissing           1     the image a command needs is not built (says how to build it)
 StateError             1     files on disk are not as the command needs (already published, …)
 RuntimeNotFound        1     no apptainer / singularity to run
@@ -56,6 +57,41 @@ class ConfigError(ContainersError):
             where = str(self.path) + (f":{line}" if line else "") + ": "
         keypart = f"{key}: " if key else ""
         super().__init__(f"{where}{keypart}{message}")
+
+
+class Problems(ConfigError):
+    """Several problems found in one pass (``invoke check``, a mapping with several bad keys):
+    the message is one line per problem, then their count, so a user fixes them all after one
+    run instead of one per run. Raised only for two or more; one problem is raised as itself."""
+
+    def __init__(self, problems: Sequence[ContainersError]) -> None:
+        self.problems: list[ContainersError] = list(flatten(problems))
+        lines = [str(p) for p in self.problems]
+        count = f"{len(lines)} problem{'s' if len(lines) != 1 else ''} found"
+        super().__init__("\n".join([*lines, count]))
+        self.detail = count
+
+    @property
+    def lines(self) -> list[str]:
+        """One line per problem (each is one line already; newlines inside one are folded)."""
+        return [" ".join(str(p).split("\n")) for p in self.problems]
+
+
+def flatten(problems: Sequence[ContainersError]) -> list[ContainersError]:
+    """``problems`` with every :class:`Problems` replaced by the problems it holds."""
+    flat: list[ContainersError] = []
+    for problem in problems:
+        flat.extend(flatten(problem.problems) if isinstance(problem, Problems) else [problem])
+    return flat
+
+
+def raise_all(problems: Sequence[ContainersError]) -> None:
+    """Nothing when ``problems`` is empty, the one problem itself, or :class:`Problems`."""
+    flat = flatten(problems)
+    if len(flat) == 1:
+        raise flat[0]
+    if flat:
+        raise Problems(flat)
 
 
 class ImageMissing(ContainersError):
@@ -115,5 +151,9 @@ class PerformanceFailed(ContainersError):
 
 
 def describe(exc: ContainersError) -> tuple[str, int]:
-    """The one line a user sees for ``exc`` and the exit code: the single place errors print."""
+    """The line a user sees for ``exc`` and the exit code: the single place errors print.
+    :class:`Problems` gives one ``error:`` line per problem and then the count."""
+    if isinstance(exc, Problems):
+        return "\n".join([*(f"error: {line}" for line in exc.lines),
+                          f"error: {exc.detail}"]), exc.exit_code
     return f"error: {exc}", exc.exit_code

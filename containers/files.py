@@ -70,6 +70,17 @@ def resolves_outside(path: Path, root: Path) -> Path | None:
     return None if resolved.is_relative_to(root.resolve()) else resolved
 
 
+def not_a_folder(path: Path) -> str | None:
+    """Why ``path`` cannot be a folder of ours: it, or the nearest part of it that exists, is a
+    file (or a FIFO, a device...); else None (a folder, or one that can be created)."""
+    for part in (path, *path.parents):
+        if os.path.lexists(part):
+            if part.is_dir():
+                return None
+            return f"{part} is {kind_of(os.lstat(part).st_mode)}, not a folder"
+    return None
+
+
 def first_link(base: Path, path: Path) -> Path | None:
     """The first folder or file of ``path`` below ``base`` that is a symbolic link (``lstat``
     at every level; ``base`` itself is the caller's choice and not checked), else None."""
@@ -109,11 +120,17 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder, fsync, rename: readers
-    see the old file or the new one, never a half-written one."""
+def temp_name(path: Path, kind: str = "tmp") -> Path:
+    """The temp name beside ``path`` this process uses for it: ``.<name>.<pid>.<kind>``
+    (ending ``.tmp`` or ``.partial``: names every sweep and ``verify`` know as leftovers)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{kind}")
+
+
+def write_temp(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a new temp file beside ``path`` (:func:`temp_name`), fsynced; the
+    temp's path. Renaming it over ``path`` is the caller's commit; removing it, its undo."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temp_name(path)
     tmp.unlink(missing_ok=True)  # a stale temp (or a link planted there) is never written through
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -122,6 +139,24 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        _name_in(exc, path)
+        raise
+    return tmp
+
+
+def _name_in(exc: BaseException, path: Path) -> None:
+    """Give an OSError from a write (ENOSPC has no file name) the name of the file written."""
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = str(path)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder, fsync, rename: readers
+    see the old file or the new one, never a half-written one."""
+    tmp = write_temp(path, data)
+    try:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -131,37 +166,53 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, *, progress: Callable[[int], None] | None = None) -> str:
+    """The sha256 of ``path``; ``progress`` is told each chunk's size (a progress bar)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
+            if progress is not None:
+                progress(len(chunk))
     return digest.hexdigest()
 
 
 def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = COPY_CHUNK,
-                 after_chunk: Callable[[], None] | None = None) -> str:
+                 after_chunk: Callable[[], None] | None = None,
+                 progress: Callable[[int], None] | None = None) -> str:
     """Copy ``source`` to a new file ``dest`` (never an existing one: ``O_EXCL``) born with
     ``mode``, fsync it, and return the sha256 of the bytes read: a copy checked against a
-    recorded hash in the same pass that makes it. ``after_chunk`` runs after each chunk (a
-    progress or fault-injection hook)."""
+    recorded hash in the same pass that makes it. ``progress`` is told each chunk's size;
+    ``after_chunk`` runs after each chunk (a fault-injection hook)."""
     digest = hashlib.sha256()
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with open(source, "rb") as reader, os.fdopen(fd, "wb") as writer:
-        while block := reader.read(chunk):
-            digest.update(block)
-            writer.write(block)
-            if after_chunk is not None:
-                after_chunk()
-        writer.flush()
-        os.fsync(writer.fileno())
+    try:
+        with open(source, "rb") as reader, os.fdopen(fd, "wb") as writer:
+            while block := reader.read(chunk):
+                digest.update(block)
+                writer.write(block)
+                if progress is not None:
+                    progress(len(block))
+                if after_chunk is not None:
+                    after_chunk()
+            writer.flush()
+            os.fsync(writer.fileno())
+    except OSError as exc:
+        _name_in(exc, dest)
+        raise
     return digest.hexdigest()
+
+
+def temp_symlink(link: Path, target: str) -> Path:
+    """A new symlink to ``target`` under ``link``'s temp name (:func:`temp_name`): renaming it
+    over ``link`` swaps the link atomically."""
+    temp = temp_name(link)
+    temp.unlink(missing_ok=True)
+    os.symlink(target, temp)
+    return temp
 
 
 def replace_symlink(link: Path, target: str) -> None:
     """Point ``link`` at ``target`` atomically: a temp symlink renamed over the old one, so
     ``link`` never stops existing (``ln -sfn`` removes it first)."""
-    temp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
-    temp.unlink(missing_ok=True)
-    os.symlink(target, temp)
-    os.replace(temp, link)
+    os.replace(temp_symlink(link, target), link)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from containers.errors import (CommandFailed, ConfigError, ContainersError, ImageMissing,
-                               PerformanceFailed, StateError, UsageError, VerdictFailed, describe)
+                               PerformanceFailed, Problems, StateError, UsageError, VerdictFailed,
+                               describe, raise_all)
 
 
 def test_exit_codes_per_kind() -> None:
@@ -36,3 +39,22 @@ def test_command_failed_keeps_argv_code_and_the_lines_worth_reading() -> None:
     assert error.command == "apptainer build 'a b.sif'"
     quiet = CommandFailed("scontrol show node", returncode=1, output=["a", "", "b"])
     assert str(quiet) == "scontrol show node failed (exit 1): a | b"
+
+
+def test_problems_one_line_each_then_the_count() -> None:
+    first = ConfigError("unknown key", path="recipes/a.yaml", line=2, key="defintion")
+    second = ConfigError("must be an integer, got str", path="sites/x.yaml", line=5, key="nodes")
+    third = UsageError("bad", flag="--target")
+    nested = Problems([first, Problems([second, third])])
+    assert nested.problems == [first, second, third]  # flattened, in order
+    assert str(nested).splitlines() == [str(first), str(second), str(third), "3 problems found"]
+    assert describe(nested) == ("error: recipes/a.yaml:2: defintion: unknown key\n"
+                                "error: sites/x.yaml:5: nodes: must be an integer, got str\n"
+                                "error: --target: bad\nerror: 3 problems found", 1)
+    assert isinstance(nested, ConfigError)  # callers that catch a config error still do
+    raise_all([])  # nothing to raise
+    with pytest.raises(ConfigError) as one:
+        raise_all([first])
+    assert one.value is first  # a single problem stays itself: its one line is unchanged
+    with pytest.raises(Problems):
+        raise_all([first, second])

@@ -45,6 +45,8 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
             f"inputs {step.short_hash} -> {os.path.relpath(step.image)}")
         if step.action != "build":
             continue
+        say(f"  work   {step.workdir}-XXXXXXXX (made fresh for this build; the paths below "
+            f"show it as {step.workdir.name})")
         for name in sorted([*step.staged, *step.copied]):
             say(f"  stage  {step.workdir / 'context' / name}")
         for link, target in sorted(step.links.items()):

@@ -1,22 +1,35 @@
-"""``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid."""
+"""``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid.
+
+Both print a table or lines for people, or with ``as_json`` one JSON document for programs (the
+shapes are documented in the README): ``check`` reports every problem of every file in one run.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from containers.app.project import Project
-from containers.errors import ContainersError
-from containers.image import provenance
+from containers.errors import ConfigError, ContainersError, raise_all
+from containers.image import builder, provenance
 from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
 from containers.inputs import validate
 from containers.report import Say, console, say_line as _print, table
 from containers.run import launchers
 
+#: The columns of ``invoke targets``; with ``--json`` each target is an object with these keys.
+TARGET_COLUMNS = ("target", "site", "arch", "gpu", "builder", "image", "state", "inputs_hash")
 
-def targets_report(project: Project, *, say: Say = _print) -> None:
+
+def _runtime_line(project: Project) -> str:
     runtime = project.runtime(required=False)
-    say(f"runtime: {runtime.label if runtime.version != 'unknown' else 'none found on PATH'}")
+    return f"runtime: {runtime.label if runtime.version != 'unknown' else 'none found on PATH'}"
+
+
+def target_rows(project: Project) -> list[dict[str, str]]:
+    """One row per target: where it runs, how it is built, and whether its image is current."""
     rows = []
     for name, target in sorted(project.targets.items()):
         image = project.settings.image_path(name)
@@ -28,23 +41,61 @@ def targets_report(project: Project, *, say: Say = _print) -> None:
         else:
             state = ("built" if recorded == current else "stale" if recorded
                      else "built (no record)" if image.is_file() else "not built")
-        rows.append((name, target.site, target.arch, target.gpu, target.builder,
-                     os.path.relpath(image, Path.cwd()), state, current[:12]))
-    console().print(table("Image targets", ("target", "site", "arch", "gpu", "builder", "image",
-                                            "state", "inputs hash"), rows))
+        rows.append(dict(zip(TARGET_COLUMNS, (
+            name, target.site, target.arch, target.gpu, target.builder,
+            os.path.relpath(image, Path.cwd()), state, current[:12]))))
+    return rows
 
 
-def check_inputs(project: Project, *, target: str | None = None, say: Say = _print) -> None:
-    """Validate everything (or one target and what it needs); raise at the first problem."""
-    runtime = project.runtime(required=False)
-    say(f"runtime: {runtime.label if runtime.version != 'unknown' else 'none found on PATH'}")
-    sites, targets = project.sites, project.targets
-    names = [project.target(target).name] if target else sorted(targets)
-    validate.check_sites(sites, targets)
-    for name in names:
-        validate.check_target(targets[name], sites, tool_args=(*CONTEXT_ARGS, *PROVENANCE_ARGS))
-        chain_hashes(targets, name)  # reads and checks the definition and env spec of each base
-        say(f"ok  target {name:<14} {os.path.relpath(targets[name].manifest)}")
-    for site in sites.values():
-        launchers.for_site(site)  # the profile's launcher is in the registry, fits its scheduler
-        say(f"ok  site   {site.name:<14} {os.path.relpath(site.path)}")
+def targets_report(project: Project, *, as_json: bool = False, say: Say = _print) -> None:
+    """The targets table (and what killed builds left behind), or a JSON list of the rows."""
+    rows = target_rows(project)
+    if as_json:
+        say(json.dumps(rows, indent=2))
+        return
+    say(_runtime_line(project))
+    console().print(table("Image targets", [c.replace("_", " ") for c in TARGET_COLUMNS],
+                          [tuple(row.values()) for row in rows]))
+    for leftover in builder.leftovers(project.settings):
+        say(f"{leftover.describe()}; the next build removes it")
+
+
+def _problem(error: ContainersError) -> dict[str, Any]:
+    """An error or warning as JSON: where (file, line, key: null when not known) and what."""
+    if isinstance(error, ConfigError):
+        return {"file": str(error.path) if error.path else None, "line": error.line,
+                "key": error.key, "message": error.detail}
+    return {"file": None, "line": None, "key": getattr(error, "flag", None),
+            "message": str(error)}
+
+
+def check_inputs(project: Project, *, target: str | None = None, as_json: bool = False,
+                 say: Say = _print) -> None:
+    """Validate everything (or one target, its bases and every site) and report every problem
+    at once: the ok lines (or the JSON document), then every error raised together as
+    :class:`~containers.errors.Problems` (exit 1); warnings (host paths, an unknown torch) are
+    shown and do not fail the check."""
+    report = validate.check_project(
+        project.root, target=target, tool_args=(*CONTEXT_ARGS, *PROVENANCE_ARGS),
+        # the inputs hash of a target's base chain reads and checks each base's inputs too
+        target_checks=(chain_hashes,),
+        # the profile's launcher is in the registry and fits its scheduler
+        site_checks=(launchers.for_site,))
+    if as_json:
+        say(json.dumps({"ok": not report.errors,
+                        "errors": [_problem(e) for e in report.errors],
+                        "warnings": [_problem(w) for w in report.warnings],
+                        "targets": report.ok_targets, "sites": report.ok_sites}, indent=2))
+    else:
+        _say_report(project, report, say)
+    raise_all(report.errors)  # exit 1; with --json stdout holds only the document
+
+
+def _say_report(project: Project, report: validate.CheckReport, say: Say) -> None:
+    say(_runtime_line(project))
+    for name in report.ok_targets:
+        say(f"ok  target {name:<14} {os.path.relpath(report.targets[name].manifest)}")
+    for name in report.ok_sites:
+        say(f"ok  site   {name:<14} {os.path.relpath(report.sites[name].path)}")
+    for warning in report.warnings:
+        say(f"warning: {warning}")

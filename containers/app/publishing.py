@@ -46,6 +46,9 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
 
 
 def verify(project: Project, *, dest: Path | str | None, target: str | None = None,
-           say: Say = _print) -> list[tuple]:
-    """Check every published image in ``dest`` and its catalogue; the table's rows."""
-    return checking.verify(dest or "", runtime=project.runtime, target=target, say=say)
+           as_json: bool = False, say: Say = _print) -> list[tuple]:
+    """Check every published image in ``dest`` and its catalogue; the table's rows. With
+    ``as_json``, one JSON document on stdout instead of the table (its shape:
+    :func:`containers.publish.verify.verify`)."""
+    return checking.verify(dest or "", runtime=project.runtime, target=target,
+                           as_json=as_json, say=say)

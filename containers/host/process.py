@@ -6,13 +6,26 @@ of its own (``start_new_session``), so killing our process group alone would orp
 session or group a process is in), asks them to stop (SIGTERM lets torchrun tear its ranks down),
 waits up to a grace period, then SIGKILLs whatever is left, including processes that appeared
 meanwhile. Only processes this module started, and their descendants, are ever signalled.
+
+That covers a stop we decide on. When the tool itself is killed (``kill -KILL`` of its process
+group), nothing of ours runs: so every command starts under a small supervisor
+(:func:`supervise`, this module run by the same Python) that is a child subreaper (orphans of the
+command, such as Apptainer's fakeroot helper and debootstrap, are re-parented to it, whatever
+session they made) and asks the kernel for SIGHUP when the tool dies (``PR_SET_PDEATHSIG``). On
+that signal it stops its whole tree (SIGTERM, a short grace, SIGKILL) and exits; on the tool's
+own SIGTERM (:func:`stop_tree`) it does the same with the tool's grace; and it stops whatever
+the command left running when the command itself exits.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -25,6 +38,14 @@ import psutil
 from containers.errors import CommandFailed
 
 LineSink = Callable[[str], None]
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+#: How long the supervisor waits after SIGTERM before SIGKILL when the tool is gone: short, as
+#: nobody waits for the result and a killed build must not outlive the tool by much.
+ORPHAN_GRACE = 2.0
+_ROOT = str(Path(__file__).resolve().parents[2])
+_SUPERVISOR = ("import sys; sys.path.insert(0, sys.argv[1]); "
+               "from containers.host.process import supervise; sys.exit(supervise(sys.argv[2:]))")
 
 
 @dataclass
@@ -106,18 +127,130 @@ def stop_tree(proc: subprocess.Popen, *, grace: float = 10.0) -> None:
     proc.wait()
 
 
+def _prctl(option: int, value: int) -> None:
+    """``prctl(option, value)``; an OSError when the kernel refuses."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+class _Stop(Exception):
+    """Raised in the supervisor by a stop signal, so its main loop ends wherever it waits."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_descendants(grace: float) -> None:
+    """SIGTERM every descendant of this process, wait up to ``grace``, SIGKILL the rest (and
+    any that appeared meanwhile), then reap them: used by the supervisor, a subreaper."""
+    me = os.getpid()
+    tree = _tree(me)
+    _signal_all(tree, signal.SIGTERM)
+    alive = _wait_gone(tree, grace)
+    _signal_all([*alive, *_tree(me)], signal.SIGKILL)
+    _wait_gone([*alive, *_tree(me)], grace)
+    _reap_all()
+
+
+def _reap_all() -> None:
+    """Collect every exited child (orphans re-parented to the subreaper included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def supervise(args: Sequence[str]) -> int:
+    """``<tool pid> <grace> -- argv...``: run argv and tie its whole tree to the tool's life.
+
+    Becomes a child subreaper and asks for SIGHUP when the tool dies: then every descendant is
+    stopped within :data:`ORPHAN_GRACE` seconds; a SIGTERM or SIGINT (the tool's own stop)
+    stops them with ``grace``. Exits as the command
+    did (its exit code, or killed by the signal that killed it), or killed by the signal that
+    stopped it.
+    """
+    parent, grace, argv = int(args[0]), float(args[1]), list(args[3:])
+
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def on_signal(signum: int, frame: object) -> None:
+        # Once: the kernel repeats PR_SET_PDEATHSIG at each re-parenting (each of the dying
+        # tool's threads, then init), and a second _Stop would cut the teardown short.
+        for sig in stops:
+            signal.signal(sig, signal.SIG_IGN)
+        raise _Stop(signum)
+
+    for sig in stops:
+        signal.signal(sig, on_signal)
+    try:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGHUP)
+        if os.getppid() != parent:
+            return 128 + signal.SIGHUP  # the tool died before we could watch it
+        child = os.posix_spawnp(argv[0], argv, dict(os.environ), setsigdef=stops)
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == child:
+                break
+    except _Stop as stop:
+        _stop_descendants(ORPHAN_GRACE if stop.signum == signal.SIGHUP else grace)
+        return _die_by(stop.signum)
+    except FileNotFoundError:
+        sys.stderr.write(f"command not found: {argv[0]}\n")
+        return 127
+    try:
+        _stop_descendants(ORPHAN_GRACE)  # what the command left running is ours to end
+    except _Stop:  # stopped meanwhile: once more, now that further signals are ignored
+        _stop_descendants(ORPHAN_GRACE)
+    code = os.waitstatus_to_exitcode(status)
+    return _die_by(-code) if code < 0 else code
+
+
+def _die_by(signum: int) -> int:
+    """End as killed by ``signum`` (a caller's returncode reads -N, as without a supervisor);
+    128 + N where that signal does not end a process."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return 128 + signum
+
+
+def supervised(argv: Sequence[str], *, grace: float = 10.0) -> list[str]:
+    """``argv`` under :func:`supervise`: what :func:`run` actually starts."""
+    return [sys.executable, "-c", _SUPERVISOR, _ROOT, str(os.getpid()), str(grace), "--",
+            *map(str, argv)]
+
+
+def _findable(argv0: str, env: Mapping[str, str] | None, cwd: Path | None) -> bool:
+    """Whether ``argv0`` names a program to start (as ``execvp`` would find it): checked here,
+    as under the supervisor a missing program is only its exit status."""
+    if "/" in argv0:
+        return os.access(Path(cwd or ".") / argv0, os.X_OK)
+    path = (env if env is not None else os.environ).get("PATH")
+    return shutil.which(argv0, path=path) is not None
+
+
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
         timeout: float | None = None, on_line: LineSink | None = None, tail_lines: int = 60,
         grace: float = 10.0) -> Completed:
     """Run ``argv``, streaming each output line (stdout and stderr merged) to ``on_line``.
 
     The command gets its own session so a terminal Ctrl-C reaches us first and we tear the whole
-    tree down ourselves; on timeout or interrupt nothing it started is left running.
+    tree down ourselves; on timeout or interrupt nothing it started is left running, and under
+    its supervisor (:func:`supervise`) nothing outlives a SIGKILL of the tool by more than
+    :data:`ORPHAN_GRACE` seconds.
     """
     argv = [str(a) for a in argv]
     started = time.monotonic()
+    if not _findable(argv[0], env, cwd):
+        raise CommandFailed(f"command not found: {argv[0]}", argv=argv)
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(supervised(argv, grace=grace), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=dict(env) if env else None,
                                 cwd=cwd, start_new_session=True, text=True, errors="replace",
                                 bufsize=1)

@@ -2,8 +2,12 @@
 
 An image appears under its final name only after its build AND its ``apptainer test`` passed;
 until then it is a ``.partial`` file beside it. Staged context and Apptainer's temp folder live in
-one work folder per build. Both are removed on success, failure, Ctrl-C or SIGTERM; leftovers of a
-killed (SIGKILL) build are swept by the next build of the same target, under the same lock.
+a work folder of this build alone: ``<tmp_dir>/<target>-<hash>-<random>`` (the plan's
+``<target>-<hash>`` plus a unique ending, so two checkouts sharing ``tmp_dir`` never share one),
+which holds an owner lock (:data:`OWNER_LOCK`, with our PID) for as long as the build runs. Both
+are removed on success, failure, Ctrl-C or SIGTERM. A killed (SIGKILL) build's children die with
+it (:func:`containers.host.process.supervise`); what it leaves on disk has no live owner (the
+kernel drops a dead process's locks) and is swept by the next build (:func:`leftovers`).
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ import os
 import re
 import shutil
 import signal
+import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -23,9 +29,19 @@ from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.image import provenance
 from containers.image.plan import BuildPlan, BuildStep
-from containers.locking import file_lock
+from containers.inputs.settings import Settings
+from containers.locking import acquire, file_lock, folder_lock, held, holder, release
+from containers.progress import phase_line
 
 Say = Callable[[str], None]
+#: In each work folder: the lock its build holds while it runs.
+OWNER_LOCK = ".owner.lock"
+#: A work folder without an owner lock was made by an older version of the tool, perhaps still
+#: building in another checkout: it is a leftover only when untouched this long (seconds).
+UNOWNED_AGE = 6 * 3600
+#: ``<target>-<12 hex>`` (the plan's name; an older build's folder) plus mkdtemp's ending.
+_WORKDIR = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]*-[0-9a-f]{12}(-[A-Za-z0-9_]{8})?\Z")
+_PARTIAL = re.compile(r"\.(?P<target>.+)\.sif\.[0-9a-f]{12}\.partial\Z")
 _PHASES = (
     (re.compile(r"Running (\w+) scriptlet"), None),
     (re.compile(r"^I: (Retrieving|Validating|Checking|Extracting|Installing|Configuring"
@@ -84,20 +100,113 @@ def stale_partials(step: BuildStep) -> list[Path]:
     return sorted(p for p in step.image.parent.glob(f"*{suffix}") if pattern.match(p.name))
 
 
-def _sweep(step: BuildStep) -> None:
-    """Remove what an earlier, killed build of this target may have left."""
+def target_lock(images_dir: Path, target: str) -> Path:
+    """The lock a build of ``target`` holds over its image, partial and provenance."""
+    return images_dir / f".{target}.lock"
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """Something a killed build left on disk, with no live owner."""
+
+    path: Path
+    kind: str  # "work folder" or "partial image"
+    owner: int | None  # the PID that held it, when it wrote one
+
+    def describe(self) -> str:
+        whose = f" (owner pid {self.owner} is gone)" if self.owner else " (no owner)"
+        return f"leftover {self.kind}: {self.path}{whose}"
+
+
+def _ownerless_workdirs(tmp_dir: Path) -> list[Leftover]:
+    found = []
+    for path in sorted(tmp_dir.iterdir()) if tmp_dir.is_dir() else ():
+        if not _WORKDIR.match(path.name) or path.is_symlink() or not path.is_dir():
+            continue
+        lock = path / OWNER_LOCK
+        if not os.path.lexists(lock):  # made by a tool before owner locks: judged by its age
+            if time.time() - path.stat().st_mtime > UNOWNED_AGE:
+                found.append(Leftover(path, "work folder", None))
+        elif not held(lock):
+            found.append(Leftover(path, "work folder", holder(lock)))
+    return found
+
+
+def _ownerless_partials(images_dir: Path) -> list[Leftover]:
+    found = []
+    for path in sorted(images_dir.glob(".*.partial")) if images_dir.is_dir() else ():
+        match = _PARTIAL.match(path.name)
+        if match:
+            lock = target_lock(images_dir, match.group("target"))
+            if not held(lock):
+                found.append(Leftover(path, "partial image", holder(lock)))
+    return found
+
+
+def leftovers(settings: Settings) -> list[Leftover]:
+    """Work folders in ``tmp_dir`` and partial images in ``images_dir`` whose owner is gone
+    (nobody holds their lock): what killed builds left. Reads only; ``invoke targets`` reports
+    them and the next build removes them."""
+    return _ownerless_workdirs(settings.tmp_dir) + _ownerless_partials(settings.images_dir)
+
+
+def _sweep(step: BuildStep, say: Say) -> None:
+    """Remove this target's stale partial images (we hold its lock) and every work folder in
+    ``tmp_dir`` whose owner is gone, naming each: never one a live build holds."""
     for stale in stale_partials(step):
+        say(f"removing leftover partial image of a killed build: {stale}")
         stale.unlink(missing_ok=True)
-    shutil.rmtree(step.workdir, ignore_errors=True)
+    tmp_dir = step.workdir.parent
+    if not tmp_dir.is_dir():
+        return
+    with folder_lock(tmp_dir):  # no folder is between its creation and its owner's lock
+        for leftover in _ownerless_workdirs(tmp_dir):
+            say(f"removing {leftover.describe()}")
+            shutil.rmtree(leftover.path, ignore_errors=True)
 
 
-def _stream(step: BuildStep, label: str, say: Say) -> Callable[[str], None]:
+def _rebased(step: BuildStep, folder: Path) -> BuildStep:
+    """``step`` with its planned work folder replaced by ``folder`` in every path that names
+    it (argv, environment, links): the plan is pure and shows ``<target>-<hash>``; the build
+    runs in its own ``<target>-<hash>-<random>``."""
+    old = re.compile(re.escape(str(step.workdir)) + r"(?![A-Za-z0-9._+-])")
+
+    def move(text: str) -> str:
+        return old.sub(lambda _: str(folder), text)
+
+    return replace(step, workdir=folder, build_argv=[move(a) for a in step.build_argv],
+                   test_argv=[move(a) for a in step.test_argv] if step.test_argv else None,
+                   env={k: move(v) for k, v in step.env.items()},
+                   links={move(k): move(v) for k, v in step.links.items()})
+
+
+@contextmanager
+def work_folder(step: BuildStep) -> Iterator[BuildStep]:
+    """A fresh work folder for this build alone, owned (its :data:`OWNER_LOCK` held) until it
+    is removed on the way out; yields ``step`` rebased into it."""
+    tmp_dir = step.workdir.parent
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    with folder_lock(tmp_dir):  # a sweep waits until the new folder is owned
+        folder = Path(tempfile.mkdtemp(prefix=f"{step.workdir.name}-", dir=tmp_dir))
+        folder.chmod(0o755)
+        owner = acquire(folder / OWNER_LOCK)
+    assert owner is not None
+    try:
+        yield _rebased(step, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        release(owner)
+
+
+def _stream(step: BuildStep, label: str, say: Say,
+            show: Callable[[str], None] = lambda phase: None) -> Callable[[str], None]:
     started = time.monotonic()
     state = {"phase": label}
 
     def on_line(line: str) -> None:
         if label == "build":
             state["phase"] = phase_of(line, state["phase"])
+            show(state["phase"])
         elapsed = int(time.monotonic() - started)
         say(f"[{step.target.name} {state['phase']} {elapsed // 60:02d}:{elapsed % 60:02d}] {line}")
 
@@ -106,38 +215,43 @@ def _stream(step: BuildStep, label: str, say: Say) -> Callable[[str], None]:
 
 def build_step(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
     """Build, test and install one image; return its provenance record."""
-    # Step variables may extend the caller's (PATH=<shim>:$PATH for cotainr).
-    env = {**os.environ, **{k: os.path.expandvars(v) for k, v in step.env.items()}}
-    with file_lock(step.image.parent / f".{step.target.name}.lock",
+    with file_lock(target_lock(step.image.parent, step.target.name),
                    on_wait=lambda: say(f"waiting for another build of {step.target.name}…")):
         record = provenance.read(step.image.with_name(step.image.name + ".json"))
         if not step.forced and step.image.is_file() \
                 and record.get("inputs_hash") == step.inputs_hash:
             say(f"==> {step.target.name}: built meanwhile by another build ({step.short_hash})")
             return record
-        _sweep(step)
-        started = time.time()
-        try:
-            _stage(step)
-            say(f"==> building {step.target.name} ({step.short_hash})")
-            run(step.build_argv, env=env, on_line=_stream(step, "build", say)).check(
-                f"apptainer build of {step.target.name}")
-            if step.test_argv:
-                say(f"==> testing {step.target.name}")
-                run(step.test_argv, env=env, on_line=_stream(step, "test", say)).check(
-                    f"apptainer test of {step.target.name}")
-            record = provenance.record(step, runtime=runtime,
-                                       seconds=time.time() - started)
-            step.image.with_name(step.image.name + ".json").unlink(missing_ok=True)
-            os.replace(step.partial, step.image)
-            atomic_write_text(step.image.with_name(step.image.name + ".json"),
-                              json.dumps(record, indent=2) + "\n")
-            say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
-                f"{record['build_seconds']:.0f} s)")
-            return record
-        finally:
-            step.partial.unlink(missing_ok=True)
-            shutil.rmtree(step.workdir, ignore_errors=True)
+        _sweep(step, say)
+        with work_folder(step) as own:
+            try:
+                return _build_in(own, runtime=runtime, say=say)
+            finally:
+                own.partial.unlink(missing_ok=True)
+
+
+def _build_in(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
+    """Stage, build, test, record and rename, in the build's own work folder."""
+    # Step variables may extend the caller's (PATH=<shim>:$PATH for cotainr).
+    env = {**os.environ, **{k: os.path.expandvars(v) for k, v in step.env.items()}}
+    started = time.time()
+    _stage(step)
+    say(f"==> building {step.target.name} ({step.short_hash}) in {step.workdir}")
+    with phase_line(f"{step.target.name}: build") as show:
+        run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
+            f"apptainer build of {step.target.name}")
+    if step.test_argv:
+        say(f"==> testing {step.target.name}")
+        run(step.test_argv, env=env, on_line=_stream(step, "test", say)).check(
+            f"apptainer test of {step.target.name}")
+    record = provenance.record(step, runtime=runtime, seconds=time.time() - started)
+    step.image.with_name(step.image.name + ".json").unlink(missing_ok=True)
+    os.replace(step.partial, step.image)
+    atomic_write_text(step.image.with_name(step.image.name + ".json"),
+                      json.dumps(record, indent=2) + "\n")
+    say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
+        f"{record['build_seconds']:.0f} s)")
+    return record
 
 
 def execute(plan: BuildPlan, *, runtime: Runtime, say: Say) -> list[dict]:

@@ -112,6 +112,9 @@ def _load_env(target: Target) -> EnvSpec | None:
     spec = load_env_spec(target.env)
     if target.builder == "apptainer":
         spec.check_venv_compatible()
+    # requirements.txt (and cotainr's Conda pip step) take the pip list as written: no entry
+    # may change where packages come from beyond what the manifest allows.
+    spec.check_pip_options(target.pip_extra_index_urls, manifest=target.manifest)
     return spec
 
 
@@ -259,7 +262,8 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
     build_argv = host.runtime.build_argv(
         output=partial, spec=target.definition, build_args=args,
         binds=binds if "HOST_PATHS" in used else (), fakeroot=definition.has_section("post"))
-    has_test = target.test and definition.has_section("test")
+    # The image is the definition's last stage: only its %test runs (apptainer test).
+    has_test = target.test and definition.final.section("test") is not None
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=host.runtime.test_argv(partial) if has_test else None,
                      env=env_vars, staged=staged if uses_context else {},

@@ -5,11 +5,23 @@ this tool), so the tool must never rewrite them: :class:`Definition` keeps the h
 section byte for byte (``definition.text == original``), finds ``{{ ARG }}`` build arguments and their
 ``%arguments`` defaults, and reports unknown sections and unset arguments. spython's recipe parser is
 not used because it reorders and reformats sections (see the README).
+
+A definition may have several stages (Apptainer's multi-stage builds): each starts with its own
+``Bootstrap:`` header (and a ``Stage: name``), has its own sections, and a later stage copies
+files out of an earlier one with ``%files from <stage>``. A ``{{ ARG }}`` given with
+``--build-arg`` serves every stage, while a ``%arguments`` default serves only its own stage (as
+Apptainer reads them). The image is the last stage. The build passes the file to Apptainer
+unchanged, so stages cost the tool nothing but reading them right.
+
+``%setup`` runs on the build host as the building user and ``%files`` copies from the host: a
+line there that reads a host path outside the build context the tool stages makes the image
+depend on the build machine. :func:`host_path_uses` lists them for ``invoke check``.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,15 +54,19 @@ class Section:
 
 
 @dataclass(frozen=True)
-class Definition:
-    """A parsed definition that can give back its exact text."""
+class Stage:
+    """One stage: its header (``Bootstrap:``, ``From:``, ``Stage:``…) and its sections."""
 
-    path: Path | None
     preamble: str
     header: dict[str, str]
     header_lines: dict[str, int]
     sections: tuple[Section, ...]
-    arg_lines: dict[str, int] = field(default_factory=dict)
+    line: int = 1
+
+    @property
+    def name(self) -> str | None:
+        """The ``Stage:`` name (what ``%files from <stage>`` refers to), if it has one."""
+        return self.header.get("stage")
 
     @property
     def text(self) -> str:
@@ -63,17 +79,22 @@ class Definition:
     def section(self, name: str) -> Section | None:
         return next((s for s in self.sections if s.name == name), None)
 
-    def has_section(self, name: str) -> bool:
-        return self.section(name) is not None
+    @property
+    def arg_lines(self) -> dict[str, int]:
+        """Each ``{{ NAME }}`` this stage uses and the line of its first use."""
+        found: dict[str, int] = {}
+        for number, raw in enumerate(self.text.splitlines(), start=self.line):
+            for match in _ARG_RE.finditer(raw):
+                found.setdefault(match.group(1), number)
+        return found
 
     @property
     def argument_defaults(self) -> dict[str, str]:
-        """``KEY=VALUE`` lines of ``%arguments``: the defaults Apptainer itself would use."""
-        section = self.section("arguments")
+        """``KEY=VALUE`` lines of this stage's ``%arguments``: Apptainer's defaults for it (a
+        default serves only its own stage; a ``--build-arg`` serves every stage)."""
         defaults: dict[str, str] = {}
-        if section is None:
-            return defaults
-        for raw in section.body.splitlines():
+        section = self.section("arguments")
+        for raw in section.body.splitlines() if section is not None else ():
             line = raw.strip()
             if not line or line.startswith("#") or "=" not in line:
                 continue
@@ -81,53 +102,218 @@ class Definition:
             defaults[key.strip()] = value.strip().strip('"').strip("'")
         return defaults
 
+    def missing_args(self, given: dict[str, str]) -> dict[str, int]:
+        """The arguments this stage uses that neither ``given`` nor its defaults set, with the
+        line of their first use."""
+        defaults = self.argument_defaults
+        return {a: n for a, n in self.arg_lines.items() if a not in given and a not in defaults}
+
+    def render(self, args: dict[str, str]) -> str:
+        values = {**self.argument_defaults, **args}
+        return _ARG_RE.sub(lambda m: values[m.group(1)], self.text)
+
+    def validate(self, *, path: Path | None, earlier: tuple[str, ...]) -> None:
+        """Reject what Apptainer would reject late: no bootstrap agent, unknown or repeated
+        sections, ``%files from`` a stage that is not an earlier one (named in ``earlier``)."""
+        if "bootstrap" not in self.header:
+            raise ConfigError("the header has no 'Bootstrap:' line", path=path, line=self.line,
+                              key="Bootstrap")
+        agent = self.bootstrap
+        if agent not in BOOTSTRAP_AGENTS and not _ARG_RE.search(agent):
+            raise ConfigError(f"unknown bootstrap agent '{agent}'"
+                              f"{suggest(agent, BOOTSTRAP_AGENTS)}", path=path,
+                              line=self.header_lines.get("bootstrap"), key="Bootstrap")
+        seen: set[str] = set()
+        for section in self.sections:
+            if section.name not in SECTIONS:
+                raise ConfigError(f"unknown section '%{section.name}'"
+                                  f"{suggest(section.name, SECTIONS)}", path=path,
+                                  line=section.line, key=f"%{section.name}")
+            source = files_source_stage(section)
+            if source is not None and source not in earlier:
+                raise ConfigError(f"'%files from {source}': no earlier stage is named "
+                                  f"'{source}'{suggest(source, earlier)}", path=path,
+                                  line=section.line, key="%files")
+            ident = section.name + (section.args.strip()
+                                    if section.name.startswith("app") or source else "")
+            if ident in seen:
+                raise ConfigError(f"section '%{section.name}{section.args.rstrip()}' appears "
+                                  "twice in one stage", path=path, line=section.line,
+                                  key=f"%{section.name}")
+            seen.add(ident)
+
+
+def files_source_stage(section: Section) -> str | None:
+    """``build`` for a ``%files from build`` section; None for any other section."""
+    words = section.args.split()
+    if section.name == "files" and len(words) == 2 and words[0] == "from":
+        return words[1]
+    return None
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A parsed definition (one stage or several) that can give back its exact text."""
+
+    path: Path | None
+    stages: tuple[Stage, ...]
+    arg_lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "".join(stage.text for stage in self.stages)
+
+    @property
+    def final(self) -> Stage:
+        """The stage that becomes the image (its %test, %environment, %runscript count)."""
+        return self.stages[-1]
+
+    @property
+    def preamble(self) -> str:
+        return self.stages[0].preamble
+
+    @property
+    def header(self) -> dict[str, str]:
+        """The final stage's header: the image's own base."""
+        return self.final.header
+
+    @property
+    def header_lines(self) -> dict[str, int]:
+        return self.final.header_lines
+
+    @property
+    def sections(self) -> tuple[Section, ...]:
+        """Every section of every stage, in file order."""
+        return tuple(s for stage in self.stages for s in stage.sections)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.final.bootstrap
+
+    def section(self, name: str) -> Section | None:
+        """The final stage's ``%name`` section: what the image gets."""
+        return self.final.section(name)
+
+    def has_section(self, name: str) -> bool:
+        """Whether any stage has ``%name`` (a ``%post`` in any stage needs --fakeroot)."""
+        return any(s.name == name for s in self.sections)
+
+    @property
+    def argument_defaults(self) -> dict[str, str]:
+        """The final stage's ``%arguments`` defaults (each stage has its own:
+        :meth:`Stage.argument_defaults`)."""
+        return self.final.argument_defaults
+
     @property
     def build_args(self) -> tuple[str, ...]:
         """Every ``{{ NAME }}`` used, in order of first use."""
         return tuple(self.arg_lines)
 
     def missing_args(self, given: dict[str, str]) -> list[str]:
-        defaults = self.argument_defaults
-        return [a for a in self.build_args if a not in given and a not in defaults]
+        """Arguments some stage uses without a value: not ``given`` (``--build-arg``, shared by
+        every stage) and not in that stage's own ``%arguments``."""
+        return list(self.missing_arg_lines(given))
+
+    def missing_arg_lines(self, given: dict[str, str]) -> dict[str, int]:
+        """:meth:`missing_args` with the line of the first use that lacks a value."""
+        found: dict[str, int] = {}
+        for stage in self.stages:
+            for name, line in stage.missing_args(given).items():
+                found.setdefault(name, line)
+        return found
 
     def render(self, args: dict[str, str]) -> str:
-        """The text Apptainer builds from: ``{{ ARG }}`` replaced by given values or defaults."""
-        values = {**self.argument_defaults, **args}
-        missing = self.missing_args(args)
+        """The text Apptainer builds from: ``{{ ARG }}`` replaced by given values or, per
+        stage, that stage's defaults."""
+        missing = self.missing_arg_lines(args)
         if missing:
-            first = missing[0]
+            first, line = next(iter(missing.items()))
             raise ConfigError(f"build argument {{{{ {first} }}}} has no value: give it with "
-                              f"--build-arg {first}=VALUE or a default in %arguments",
-                              path=self.path, line=self.arg_lines.get(first), key=first)
-        return _ARG_RE.sub(lambda m: values[m.group(1)], self.text)
+                              f"--build-arg {first}=VALUE or a default in %arguments"
+                              + (" of its stage" if len(self.stages) > 1 else ""),
+                              path=self.path, line=line, key=first)
+        return "".join(stage.render(args) for stage in self.stages)
 
     def validate(self) -> None:
-        """Reject what Apptainer would reject late: no bootstrap agent, unknown sections."""
-        if "bootstrap" not in self.header:
-            raise ConfigError("the header has no 'Bootstrap:' line", path=self.path, line=1,
-                              key="Bootstrap")
-        agent = self.bootstrap
-        if agent not in BOOTSTRAP_AGENTS and not _ARG_RE.search(agent):
-            raise ConfigError(f"unknown bootstrap agent '{agent}'"
-                              f"{suggest(agent, BOOTSTRAP_AGENTS)}", path=self.path,
-                              line=self.header_lines.get("bootstrap"), key="Bootstrap")
-        for section in self.sections:
-            if section.name not in SECTIONS:
-                raise ConfigError(f"unknown section '%{section.name}'"
-                                  f"{suggest(section.name, SECTIONS)}", path=self.path,
-                                  line=section.line, key=f"%{section.name}")
-        seen: set[str] = set()
-        for section in self.sections:
-            ident = section.name + (section.args.strip() if section.name.startswith("app") else "")
-            if ident in seen:
-                raise ConfigError(f"section '%{section.name}' appears twice", path=self.path,
-                                  line=section.line, key=f"%{section.name}")
-            seen.add(ident)
+        """Each stage valid on its own; stage names unique; ``%files from`` an earlier stage."""
+        names: list[str] = []
+        for stage in self.stages:
+            stage.validate(path=self.path, earlier=tuple(names))
+            if stage.name is not None:
+                if stage.name in names:
+                    raise ConfigError(f"stage name '{stage.name}' is used twice",
+                                      path=self.path, line=stage.header_lines.get("stage"),
+                                      key="Stage")
+                names.append(stage.name)
+
+
+#: Paths a %setup script may name without reading the build host: the image's root as Apptainer
+#: passes it, and the null and standard streams.
+_SETUP_SAFE = ("/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr")
+_SETUP_PATH = re.compile(r"""(?:^|(?<=[\s'"=<>|;(:]))(~?/[^\s'";|&<>():]*)""")
+_CONTEXT_SOURCE = re.compile(r"^\{\{\s*BUILD_CONTEXT\s*\}\}")
+
+
+@dataclass(frozen=True)
+class HostPathUse:
+    """A ``%setup`` or ``%files`` line that reads host paths outside the build context."""
+
+    section: str
+    line: int
+    paths: tuple[str, ...]
+
+
+def _body_lines(section: Section) -> list[tuple[int, str]]:
+    """``(line number, text)`` of each non-blank, non-comment line of a section's body."""
+    found = []
+    for offset, raw in enumerate(section.body.splitlines(), start=1):
+        text = raw.strip()
+        if text and not text.startswith("#"):
+            found.append((section.line + offset, text))
+    return found
+
+
+def _first_word(text: str) -> str:
+    """The first word of a ``%files`` line as Apptainer reads it (quotes group words)."""
+    try:
+        words = shlex.split(text, comments=True)
+    except ValueError:  # an unbalanced quote: Apptainer would refuse the line anyway
+        words = text.split()
+    return words[0] if words else text
+
+
+def host_path_uses(definition: Definition) -> list[HostPathUse]:
+    """Every ``%setup`` / ``%files`` line (any stage) that reads a host path outside the build
+    context: a ``%files`` source not under ``{{ BUILD_CONTEXT }}`` (``%files from <stage>``
+    copies between stages, not from the host), or an absolute or ``~`` path in ``%setup`` that
+    is not under ``$APPTAINER_ROOTFS`` (the image being built). Here-document bodies of %setup
+    are read as lines too: a path there is as likely to be read."""
+    uses: list[HostPathUse] = []
+    for section in definition.sections:
+        if section.name == "files" and files_source_stage(section) is None:
+            for number, text in _body_lines(section):
+                source = _first_word(text)
+                if not _CONTEXT_SOURCE.match(source):
+                    uses.append(HostPathUse("%files", number, (source,)))
+        elif section.name == "setup":
+            for number, text in _body_lines(section):
+                code = text.split(" #", 1)[0]
+                paths = tuple(p for p in _SETUP_PATH.findall(code)
+                              if p not in _SETUP_SAFE and p not in ("/", "~/"))
+                if paths:
+                    uses.append(HostPathUse("%setup", number, paths))
+    return uses
+
+
+_BOOTSTRAP_LINE = re.compile(r"^bootstrap\s*:", re.IGNORECASE)
 
 
 def parse_definition(text: str, *, path: Path | None = None) -> Definition:
-    """Split ``text`` into preamble and sections without changing a byte."""
-    lines = text.splitlines(keepends=True)
+    """Split ``text`` into stages, each a preamble and sections, without changing a byte.
+
+    A ``Bootstrap:`` line at the start of a line begins a new stage once the current one has
+    its own bootstrap or a section (as Apptainer splits a multi-stage file)."""
+    stages: list[Stage] = []
     preamble: list[str] = []
     header: dict[str, str] = {}
     header_lines: dict[str, int] = {}
@@ -135,14 +321,25 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
     current: tuple[str, str, str, int] | None = None
     body: list[str] = []
     arg_lines: dict[str, int] = {}
-    for number, raw in enumerate(lines, start=1):
+    start = 1
+
+    def close_section() -> None:
+        if current is not None:
+            sections.append(Section(current[0], current[1], current[2], "".join(body),
+                                    current[3]))
+
+    for number, raw in enumerate(text.splitlines(keepends=True), start=1):
         for match in _ARG_RE.finditer(raw):
             arg_lines.setdefault(match.group(1), number)
+        if _BOOTSTRAP_LINE.match(raw) and ("bootstrap" in header or current is not None):
+            close_section()
+            stages.append(Stage("".join(preamble), header, header_lines, tuple(sections),
+                                start))
+            preamble, header, header_lines, sections = [], {}, {}, []
+            current, body, start = None, [], number
         match = _SECTION_RE.match(raw.rstrip("\r\n"))
         if match:
-            if current is not None:
-                sections.append(Section(current[0], current[1], current[2], "".join(body),
-                                        current[3]))
+            close_section()
             current, body = (match.group(1).lower(), match.group(2), raw, number), []
             continue
         if current is None:
@@ -158,10 +355,9 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
                 header_lines[key] = number
         else:
             body.append(raw)
-    if current is not None:
-        sections.append(Section(current[0], current[1], current[2], "".join(body), current[3]))
-    return Definition(path=path, preamble="".join(preamble), header=header,
-                      header_lines=header_lines, sections=tuple(sections), arg_lines=arg_lines)
+    close_section()
+    stages.append(Stage("".join(preamble), header, header_lines, tuple(sections), start))
+    return Definition(path=path, stages=tuple(stages), arg_lines=arg_lines)
 
 
 def read_definition(path: Path) -> Definition:

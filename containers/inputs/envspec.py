@@ -3,6 +3,14 @@
 The same file serves both builders: cotainr installs it whole with Conda; the Apptainer venv path
 installs only its ``pip:`` list on the base image's Python, so Conda packages beyond ``python`` and
 ``pip`` are refused there with a clear message instead of being dropped silently.
+
+Where packages come from is the build host's choice (its pip.conf: index, mirror, find-links,
+certificate), not the env spec's: the ``pip:`` list is copied into the image's requirements file,
+so an option line there could swap the index for every package (``--index-url``), trust a host
+without TLS (``--trusted-host``, an ``http://`` index), or read files from outside the checkout
+(``-r``, ``-c``, ``-e``, ``--find-links``). :meth:`EnvSpec.check_pip_options` refuses all of them,
+except an ``--extra-index-url`` over https that the manifest names in ``pip_extra_index_urls``
+(LUMI's ROCm wheels). The rule is :data:`PIP_OPTION_RULE`.
 """
 
 from __future__ import annotations
@@ -10,8 +18,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Collection
 
-from containers.errors import ConfigError
+from containers.errors import ConfigError, raise_all
 from containers.inputs.schema import Field, check_mapping, line_of
 from containers.inputs.yamlsource import load_yaml_text, read_input_text
 
@@ -22,6 +31,17 @@ FIELDS = (
 )
 #: Conda packages the venv builder gets from the base image itself.
 VENV_PROVIDED = frozenset({"python", "pip"})
+#: pip options an env spec may use: they choose among packages, not where packages come from.
+PIP_SAFE_OPTIONS = frozenset({"--pre", "--prefer-binary", "--only-binary", "--no-binary",
+                              "--require-hashes", "--hash"})
+#: The one option that may add a package source, and only as the manifest allows it.
+PIP_EXTRA_INDEX = "--extra-index-url"
+PIP_OPTION_RULE = (f"pip: entries are requirements; options allowed: {', '.join(sorted(PIP_SAFE_OPTIONS))}, "
+                   f"and {PIP_EXTRA_INDEX} with an https URL listed in the manifest's "
+                   "pip_extra_index_urls (package sources are the build host's pip.conf)")
+_SHORT_OPTIONS = {"-i": "--index-url", "-f": "--find-links", "-e": "--editable",
+                  "-r": "--requirement", "-c": "--constraint"}
+_TORCH_PIN = re.compile(r"^(?:torch|pytorch)\s*(===?|~=|>=)\s*v?(\d+)\.(\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -43,10 +63,44 @@ class EnvSpec:
     conda: tuple[CondaDep, ...]
     pip: tuple[str, ...]
     text: str
+    pip_lines: tuple[int | None, ...] = ()
+
+    def pip_line(self, index: int) -> int | None:
+        return self.pip_lines[index] if index < len(self.pip_lines) else None
 
     def requirements_txt(self) -> str:
         """The ``pip:`` list as a requirements file; option lines (``--extra-index-url``) kept."""
         return "".join(line + "\n" for line in self.pip)
+
+    def check_pip_options(self, extra_indexes: Collection[str] = (), *,
+                          manifest: Path | None = None) -> None:
+        """Refuse every ``pip:`` entry that changes where packages come from (all at once, each
+        with its line), except ``--extra-index-url`` naming one of ``extra_indexes`` (the https
+        URLs the target's ``manifest`` allows in ``pip_extra_index_urls``)."""
+        problems = [ConfigError(message, path=self.path, line=self.pip_line(index),
+                                key="dependencies.pip")
+                    for index, entry in enumerate(self.pip)
+                    if (message := pip_entry_problem(entry, extra_indexes, manifest=manifest))]
+        raise_all(problems)
+
+    def torch_pin(self) -> tuple[tuple[int, int], int | None] | None:
+        """The lowest torch (major, minor) the spec can install and its line, from a ``torch==``,
+        ``~=`` or ``>=`` entry (pip or Conda ``pytorch=``); None when torch is not pinned."""
+        for index, entry in enumerate(self.pip):
+            match = _TORCH_PIN.match(entry)
+            if match:
+                return (int(match.group(2)), int(match.group(3))), self.pip_line(index)
+        for dep in self.conda:
+            bare = dep.spec.split("::")[-1]
+            match = re.match(r"^(?:torch|pytorch)\s*(==?|>=)\s*(\d+)\.(\d+)", bare, re.I)
+            if match:
+                return (int(match.group(2)), int(match.group(3))), dep.line
+        return None
+
+    def installs(self, package: str) -> bool:
+        """Whether the spec names ``package`` (pip or Conda)."""
+        names = {_requirement_name(e) for e in self.pip} | {d.name for d in self.conda}
+        return package.lower() in names
 
     def check_venv_compatible(self) -> None:
         """Refuse Conda-only packages on the venv path, naming the first one and its line."""
@@ -59,6 +113,78 @@ class EnvSpec:
                     key="dependencies")
 
 
+def _requirement_name(entry: str) -> str:
+    return re.split(r"[=<>!~;@\s\[]", entry.strip(), maxsplit=1)[0].lower()
+
+
+def _is_https(url: str) -> bool:
+    """An https URL with a host and no credentials in it (``https://user:token@…`` would put a
+    secret into the image's requirements file and its provenance)."""
+    match = re.match(r"^https://([^/]+)", url)
+    return bool(match) and "@" not in match.group(1)
+
+
+def _source_problem(text: str) -> str | None:
+    """Why a requirement that names its own source (``pkg @ URL``, a bare URL, a local path) may
+    not be used, else None: only https URLs are accepted."""
+    if text.startswith((".", "/", "~")):
+        return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
+    spec = text.split(";", 1)[0]
+    url = spec.split("@", 1)[1].strip() if "@" in spec else spec
+    if not re.match(r"^[a-z][a-z0-9+.-]*:", url, re.I):
+        return None  # a plain requirement: name, extras, version
+    url = url.split("+", 1)[1] if re.match(r"^[a-z]+\+", url) else url  # git+https://
+    if url.startswith("file:"):
+        return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
+    if not _is_https(url):
+        return (f"{text!r} downloads from a URL that is not https or holds credentials: "
+                "packages from it could be swapped in transit")
+    return None
+
+
+def _split_option(text: str) -> tuple[str, str]:
+    """``("--opt", "value")`` from ``--opt value``, ``--opt=value`` or ``-rfile``."""
+    match = re.match(r"^(--[A-Za-z0-9-]+|-[A-Za-z])(?:\s*=\s*|\s+)?(.*)$", text)
+    if not match:
+        return text, ""
+    return _SHORT_OPTIONS.get(match.group(1), match.group(1)), match.group(2).strip()
+
+
+#: Why each option that changes where packages come from is refused.
+_REFUSED = {"--index-url": "replaces the package index for every package",
+            "--trusted-host": "turns off TLS checks for a host",
+            "--find-links": "reads packages from a folder or page the env spec names",
+            "--no-index": "turns off the build host's package index",
+            "--editable": "installs from a source tree outside the image",
+            "--requirement": "reads another file, which is not staged into the build",
+            "--constraint": "reads another file, which is not staged into the build"}
+
+
+def pip_entry_problem(entry: str, extra_indexes: Collection[str] = (), *,
+                      manifest: Path | None = None) -> str | None:
+    """Why one ``pip:`` entry may not go into the image's requirements file, else None.
+
+    Options are read as pip reads them (``--opt value``, ``--opt=value``, short forms); a
+    requirement that names its own source is checked by :func:`_source_problem`."""
+    text = entry.strip()
+    if not text.startswith("-"):
+        return _source_problem(text)
+    option, value = _split_option(text)
+    if option in PIP_SAFE_OPTIONS:
+        return None
+    if option != PIP_EXTRA_INDEX:
+        return f"{option} {_REFUSED.get(option, 'is not an option an env spec may set')}; " \
+               f"{PIP_OPTION_RULE}"
+    if not _is_https(value):
+        return (f"{PIP_EXTRA_INDEX} {value!r} is not an https URL without credentials: "
+                "packages from it could be swapped in transit")
+    if value.rstrip("/") not in {url.rstrip("/") for url in extra_indexes}:
+        where = f" ({manifest})" if manifest is not None else ""
+        return (f"{PIP_EXTRA_INDEX} {value} is not allowed: list it under pip_extra_index_urls "
+                f"in the target's manifest{where} to use it")
+    return None
+
+
 def load_env_spec(path: Path) -> EnvSpec:
     """Read once (:func:`read_input_text`: a regular UTF-8 file of bounded size), so the text
     hashed is the text checked; newlines as text mode reads them, as the inputs hash always
@@ -69,6 +195,7 @@ def load_env_spec(path: Path) -> EnvSpec:
     deps = data["dependencies"]
     conda: list[CondaDep] = []
     pip: list[str] = []
+    pip_lines: list[int | None] = []
     for index, item in enumerate(deps):
         line = line_of(deps, index)
         if isinstance(item, str):
@@ -79,8 +206,9 @@ def load_env_spec(path: Path) -> EnvSpec:
                 raise ConfigError("pip: must be a list of requirement strings", path=path,
                                   line=line, key="dependencies.pip")
             pip.extend(e.strip() for e in entries)
+            pip_lines.extend(line_of(entries, i) for i in range(len(entries)))
         else:
             raise ConfigError("each dependency must be a Conda spec string or a 'pip:' list",
                               path=path, line=line, key="dependencies")
     return EnvSpec(path=path, name=values["name"], channels=tuple(values["channels"]),
-                   conda=tuple(conda), pip=tuple(pip), text=text)
+                   conda=tuple(conda), pip=tuple(pip), text=text, pip_lines=tuple(pip_lines))

@@ -12,10 +12,11 @@ one).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from containers.errors import ConfigError
+from containers.errors import ConfigError, raise_all
 from containers.files import resolves_outside
 from containers.inputs.schema import (Field, check_file_name, check_mapping, input_files, line_of,
                                       pick, suggest)
@@ -24,6 +25,7 @@ from containers.inputs.yamlsource import load_yaml_file, read_input_text
 ARCHES = ("x86_64", "aarch64")
 GPU_KINDS = ("none", "cuda", "rocm")
 BUILDERS = ("apptainer", "cotainr")
+HOST_PATHS = ("warn", "forbid")
 FIELDS = (
     Field("description", required=True),
     Field("site", default="local"),
@@ -36,6 +38,14 @@ FIELDS = (
     Field("env"),
     Field("build_args", "str_map", default={}),
     Field("test", "bool", default=True),
+    # Package indexes the env spec may add with --extra-index-url (https only): see envspec.
+    Field("pip_extra_index_urls", "str_list", default=[]),
+    # %setup / %files lines reading host paths outside the build context: a warning in
+    # invoke check ("warn"), or an error for sites that forbid them ("forbid").
+    Field("host_paths", default="warn", choices=HOST_PATHS),
+    # The torch the base image provides (NGC images), when the env spec does not pin torch:
+    # what invoke check compares with each example's minimum (compat).
+    Field("torch"),
 )
 
 
@@ -56,6 +66,9 @@ class Target:
     build_args: dict[str, str] = field(default_factory=dict)
     base_image: str | None = None
     test: bool = True
+    pip_extra_index_urls: tuple[str, ...] = ()
+    host_paths: str = "warn"
+    torch: str | None = None
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
     def line(self, key: str) -> int | None:
@@ -140,32 +153,54 @@ def load_target(path: Path, *, root: Path) -> Target:
     if paths["definition"] is not None:
         check_scripts(paths["definition"], root=root, manifest=path,
                       line=lines.get("definition"))
+    for index, url in enumerate(values["pip_extra_index_urls"]):
+        if not re.match(r"^https://[^/@]+(/|$)", url):
+            raise ConfigError(f"{url!r} is not an https URL without credentials (an extra index "
+                              "over http could have its packages swapped in transit)", path=path,
+                              line=line_of(data["pip_extra_index_urls"], index),
+                              key="pip_extra_index_urls")
+    if values["torch"] is not None and not re.match(r"^\d+\.\d+", str(values["torch"])):
+        raise ConfigError(f"{values['torch']!r} is not a torch version (e.g. 2.8.0)", path=path,
+                          line=lines.get("torch"), key="torch")
     build_args = {str(k): str(v) for k, v in values["build_args"].items()}
     return Target(name=path.stem, manifest=path, description=values["description"],
                   site=values["site"], arch=values["arch"], gpu=values["gpu"],
                   builder=values["builder"], definition=paths["definition"], base=values["base"],
                   env=paths["env"], build_args=build_args, base_image=values["base_image"],
-                  test=values["test"], lines=lines)
+                  test=values["test"],
+                  pip_extra_index_urls=tuple(values["pip_extra_index_urls"]),
+                  host_paths=values["host_paths"], torch=values["torch"], lines=lines)
+
+
+def base_problems(targets: dict[str, Target]) -> list[ConfigError]:
+    """Every manifest whose ``base`` names no target, or whose base chain loops."""
+    problems: list[ConfigError] = []
+    for target in targets.values():
+        if target.base is not None and target.base not in targets:
+            problems.append(ConfigError(f"base target '{target.base}' does not exist"
+                                        f"{suggest(target.base, list(targets))}",
+                                        path=target.manifest, line=target.line("base"),
+                                        key="base"))
+            continue
+        chain = [target.name]
+        current = target
+        while current.base is not None and current.base in targets:
+            if current.base in chain:
+                problems.append(ConfigError(f"base chain loops: "
+                                            f"{' -> '.join(chain + [current.base])}",
+                                            path=target.manifest, line=target.line("base"),
+                                            key="base"))
+                break
+            chain.append(current.base)
+            current = targets[current.base]
+    return problems
 
 
 def load_targets(root: Path) -> dict[str, Target]:
     """Every manifest under ``recipes/``, with base references checked and cycles refused."""
     manifests = input_files(root / "recipes", kind="target", root=root)
     targets = {p.stem: load_target(p, root=root) for p in manifests}
-    for target in targets.values():
-        if target.base is not None and target.base not in targets:
-            raise ConfigError(f"base target '{target.base}' does not exist"
-                              f"{suggest(target.base, list(targets))}", path=target.manifest,
-                              line=target.line("base"), key="base")
-    for target in targets.values():
-        chain = [target.name]
-        current = target
-        while current.base is not None:
-            if current.base in chain:
-                raise ConfigError(f"base chain loops: {' -> '.join(chain + [current.base])}",
-                                  path=target.manifest, line=target.line("base"), key="base")
-            chain.append(current.base)
-            current = targets[current.base]
+    raise_all(base_problems(targets))
     return targets
 
 

@@ -8,6 +8,7 @@ reason. Judging a run against one is :mod:`containers.prove.performance`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Collection, Sequence
 
@@ -69,6 +70,9 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
     for name, number in (("value", value), ("lower", lower), ("upper", upper)):
         if number is not None and (not isinstance(number, (int, float)) or isinstance(number, bool)):
             raise bad(f"{name} must be a number or null")
+        if number is not None and not math.isfinite(number):
+            # YAML's .nan / .inf: a NaN bound fails every comparison, so every run would fail
+            raise bad(f"{name} {number} is not a finite number (use null for no bound)")
     if value is None or value <= 0:
         raise bad("value must be a positive number")
     if lower is not None and not -1 <= lower <= 0:

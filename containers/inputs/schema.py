@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from containers.errors import ConfigError, UsageError
+from containers.errors import ConfigError, UsageError, raise_all
 from containers.files import resolves_outside
 from containers.inputs.yamlsource import LocatedDict, LocatedList
 
@@ -67,23 +67,27 @@ def check_file_name(kind: str, path: Path) -> str:
     raise ConfigError(f"file {path.name!r}: {problem}", path=path.parent)
 
 
-def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
-    """The ``*.yaml`` files of ``folder``, one per ``kind`` (target, site), sorted by name.
+def candidate_files(folder: Path) -> list[Path]:
+    """The ``*.yaml`` files of ``folder`` sorted by name, hidden ones skipped (an editor's
+    ``.#cpu.yaml`` lock is not an input)."""
+    return [p for p in sorted(folder.glob("*.yaml")) if not p.name.startswith(".")]
 
-    Each file's stem is its name and must pass :func:`name_problem`; a file that is a link out
-    of the project ``root`` is refused (inputs are the project's own files). Hidden files (an
-    editor's ``.#cpu.yaml`` lock) are not inputs and are skipped."""
-    found = []
-    for path in sorted(folder.glob("*.yaml")):
-        if path.name.startswith("."):
-            continue
-        check_file_name(kind, path)
-        outside = resolves_outside(path, root)
-        if outside is not None:
-            raise ConfigError(f"a link to {outside}, outside the project {root}: inputs must be "
-                              "the project's own files", path=path)
-        found.append(path)
-    return found
+
+def check_input_file(path: Path, *, kind: str, root: Path) -> Path:
+    """``path`` if it may be a ``kind`` input: its stem passes :func:`name_problem` and it is
+    not a link out of the project ``root`` (inputs are the project's own files)."""
+    check_file_name(kind, path)
+    outside = resolves_outside(path, root)
+    if outside is not None:
+        raise ConfigError(f"a link to {outside}, outside the project {root}: inputs must be "
+                          "the project's own files", path=path)
+    return path
+
+
+def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
+    """The ``*.yaml`` files of ``folder``, one per ``kind`` (target, site), sorted by name,
+    each checked by :func:`check_input_file` (the first bad one raises)."""
+    return [check_input_file(p, kind=kind, root=root) for p in candidate_files(folder)]
 
 
 def _is_str(v: Any) -> bool:
@@ -177,6 +181,10 @@ def check_mapping(data: Any, fields: Sequence[Field], *, what: str, path: Any = 
                   prefix: str = "") -> dict[str, Any]:
     """Validate one mapping against ``fields``; return a plain dict with defaults filled in.
 
+    Every problem is collected before anything is raised: one bad key is raised as itself, two or
+    more as :class:`~containers.errors.Problems` (each with its line and key), so a user sees them
+    all in one run.
+
     ``prefix`` is prepended to key names in messages (``build_args.``) for nested mappings.
     """
     path = getattr(data, "path", None) or path
@@ -184,27 +192,31 @@ def check_mapping(data: Any, fields: Sequence[Field], *, what: str, path: Any = 
         raise ConfigError(f"{what} must be a mapping", path=path, line=line_of(data),
                           key=prefix.rstrip(".") or None)
     known = {f.name: f for f in fields}
+    problems: list[ConfigError] = []
     for key in data:
         if key not in known:
-            raise ConfigError(f"unknown key in {what}{suggest(key, list(known))}", path=path,
-                              line=line_of(data, key), key=prefix + key)
+            problems.append(ConfigError(f"unknown key in {what}{suggest(key, list(known))}",
+                                        path=path, line=line_of(data, key), key=prefix + key))
     result: dict[str, Any] = {}
     for field in fields:
         if field.name not in data or data[field.name] is None:
             if field.required:
-                raise ConfigError(f"required key missing from {what}", path=path,
-                                  line=line_of(data), key=prefix + field.name)
+                problems.append(ConfigError(f"required key missing from {what}", path=path,
+                                            line=line_of(data), key=prefix + field.name))
             result[field.name] = field.default
             continue
         value = data[field.name]
         check, expected = KINDS[field.kind]
+        line = line_of(data, field.name)
         if not check(value):
-            raise ConfigError(f"must be {expected}, got {_type_name(value)}", path=path,
-                              line=line_of(data, field.name), key=prefix + field.name)
-        if field.choices is not None and value not in field.choices:
+            problems.append(ConfigError(f"must be {expected}, got {_type_name(value)}",
+                                        path=path, line=line, key=prefix + field.name))
+        elif field.choices is not None and value not in field.choices:
             options = ", ".join(str(c) for c in field.choices)
-            raise ConfigError(f"'{value}' is not one of: {options}"
-                              f"{suggest(str(value), [str(c) for c in field.choices])}",
-                              path=path, line=line_of(data, field.name), key=prefix + field.name)
+            problems.append(ConfigError(
+                f"'{value}' is not one of: {options}"
+                f"{suggest(str(value), [str(c) for c in field.choices])}", path=path, line=line,
+                key=prefix + field.name))
         result[field.name] = value
+    raise_all(sorted(problems, key=lambda p: p.line or 0))  # every bad key, in file order
     return result

@@ -1,17 +1,30 @@
 """Checks that span files: a manifest's site must have a profile, a site's default target must
 exist, every ``{{ ARG }}`` of a definition must get a value; and the names that become paths
 (site and partition names: perflog folders, batch scripts) follow the one name rule. Each file
-is valid on its own when it loads; these are the references between them."""
+is valid on its own when it loads; these are the references between them.
+
+:func:`check_project` is ``invoke check``: it loads every manifest and site profile on its own
+(one bad file does not hide the others), runs every check on each, and returns every problem
+found, so a user fixes them all after one run. :func:`problems` is the same as a plain list.
+"""
 
 from __future__ import annotations
 
-from typing import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Collection, Iterable, Mapping, Sequence, TypeVar
 
-from containers.errors import ConfigError
-from containers.inputs.definition import read_definition
-from containers.inputs.recipes import Target
-from containers.inputs.schema import check_file_name, check_name, suggest
-from containers.inputs.sites import Site
+from containers.errors import ConfigError, ContainersError, flatten
+from containers.inputs import compat
+from containers.inputs.definition import host_path_uses, read_definition
+from containers.inputs.envspec import load_env_spec
+from containers.inputs.names import EXAMPLES
+from containers.inputs.recipes import Target, base_problems, get_target, load_target
+from containers.inputs.schema import (candidate_files, check_file_name, check_input_file,
+                                      check_name, suggest)
+from containers.inputs.sites import Site, load_site
+
+T = TypeVar("T")
 
 
 def check_site_names(site: Site) -> None:
@@ -24,11 +37,7 @@ def check_site_names(site: Site) -> None:
 
 def check_sites(sites: Mapping[str, Site], targets: Mapping[str, Target]) -> None:
     for site in sites.values():
-        check_site_names(site)
-        if site.default_target and site.default_target not in targets:
-            raise ConfigError(f"default_target '{site.default_target}' is not a target"
-                              f"{suggest(site.default_target, list(targets))}", path=site.path,
-                              line=site.lines.get("default_target"), key="default_target")
+        check_site(site, targets)
 
 
 def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
@@ -41,22 +50,207 @@ def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
     return sites[target.site]
 
 
-def check_target(target: Target, sites: Mapping[str, Site], *,
+def check_target(target: Target, sites: Mapping[str, Site | None], *,
                  tool_args: Collection[str]) -> None:
-    """``tool_args`` are the build arguments the tool fills itself (context, provenance)."""
+    """``tool_args`` are the build arguments the tool fills itself (context, provenance);
+    ``sites`` by name (None for a profile that failed to load: it exists, with its own error)."""
     site_of(target, sites)
     if target.definition is None:
         return
     definition = read_definition(target.definition)
-    missing = [a for a in definition.missing_args(target.build_args) if a not in tool_args]
+    missing = {a: line for a, line in definition.missing_arg_lines(target.build_args).items()
+               if a not in tool_args}
     if missing:
-        raise ConfigError(f"build argument {{{{ {missing[0]} }}}} has no value (no default in "
-                          "%arguments, none in the manifest's build_args)",
-                          path=target.definition, line=definition.arg_lines.get(missing[0]),
-                          key=missing[0])
+        name, line = next(iter(missing.items()))
+        raise ConfigError(f"build argument {{{{ {name} }}}} has no value (no default in "
+                          "%arguments of its stage, none in the manifest's build_args)",
+                          path=target.definition, line=line, key=name)
 
 
 def check_targets(targets: Iterable[Target], sites: Mapping[str, Site], *,
                   tool_args: Collection[str]) -> None:
     for target in targets:
         check_target(target, sites, tool_args=tool_args)
+
+
+def host_path_problems(target: Target) -> list[ConfigError]:
+    """The ``%setup`` / ``%files`` lines of ``target``'s definition that read host paths
+    outside the build context, one :class:`ConfigError` each (a warning, unless the manifest
+    says ``host_paths: forbid``: then they are errors)."""
+    if target.definition is None:
+        return []
+    switch = ("the manifest forbids them (host_paths: forbid)" if target.host_paths == "forbid"
+              else "the image depends on the build machine; host_paths: forbid in the manifest "
+                   "makes this an error")
+    return [ConfigError(f"reads host paths outside the build context: {', '.join(use.paths)}; "
+                        f"{switch}", path=target.definition, line=use.line, key=use.section)
+            for use in host_path_uses(read_definition(target.definition))]
+
+
+def check_inputs_of(target: Target) -> None:
+    """A target's own inputs: its definition parses and is valid, its env spec loads, fits the
+    venv builder, and adds no package source the manifest does not allow."""
+    if target.definition is not None:
+        read_definition(target.definition).validate()
+    if target.env is not None:
+        env = load_env_spec(target.env)
+        if target.builder == "apptainer":
+            env.check_venv_compatible()
+        env.check_pip_options(target.pip_extra_index_urls, manifest=target.manifest)
+
+
+@dataclass
+class CheckReport:
+    """What ``invoke check`` found: the inputs that loaded, every error and warning, and the
+    targets and sites that passed every check."""
+
+    targets: dict[str, Target] = field(default_factory=dict)
+    sites: dict[str, Site] = field(default_factory=dict)
+    errors: list[ContainersError] = field(default_factory=list)
+    warnings: list[ConfigError] = field(default_factory=list)
+    ok_targets: list[str] = field(default_factory=list)
+    ok_sites: list[str] = field(default_factory=list)
+    failed_sites: list[str] = field(default_factory=list)
+
+    def warn(self, warnings: Sequence[ConfigError]) -> None:
+        """Record ``warnings``, each once (targets sharing a definition share its warnings)."""
+        seen = {str(w) for w in self.warnings}
+        self.warnings += [w for w in warnings if str(w) not in seen]
+
+    def add(self, problems: Sequence[ContainersError]) -> bool:
+        """Record ``problems`` (each once: two checks may find the same); True if none."""
+        seen = {str(e) for e in self.errors}
+        for problem in flatten(problems):
+            if str(problem) not in seen:
+                seen.add(str(problem))
+                self.errors.append(problem)
+        return not problems
+
+
+def _attempt(check: Callable[[], object]) -> list[ContainersError]:
+    """The problems ``check`` raises (all of them, for :class:`~containers.errors.Problems`)."""
+    try:
+        check()
+    except ContainersError as exc:
+        return flatten([exc])
+    return []
+
+
+def load_each(folder: Path, *, kind: str, root: Path, load: Callable[[Path], T]
+              ) -> tuple[dict[str, T], dict[str, list[ContainersError]]]:
+    """Every ``kind`` file of ``folder`` loaded on its own: the ones that loaded, and the
+    problems of each that did not (by name), so one bad file hides no other."""
+    loaded: dict[str, T] = {}
+    failed: dict[str, list[ContainersError]] = {}
+    for path in candidate_files(folder):
+        try:
+            loaded[path.stem] = load(check_input_file(path, kind=kind, root=root))
+        except ContainersError as exc:
+            failed[path.stem] = flatten([exc])
+    return loaded, failed
+
+
+def check_project(root: Path, *, target: str | None = None, tool_args: Collection[str] = (),
+                  target_checks: Sequence[Callable[[Mapping[str, Target], str], object]] = (),
+                  site_checks: Sequence[Callable[[Site], object]] = (),
+                  examples: Sequence[str] = EXAMPLES) -> CheckReport:
+    """Check every input (or ``target``, its bases and every site) and report every problem.
+
+    ``target_checks`` and ``site_checks`` are the app's further checks (the inputs hash of a
+    base chain, a site's launcher), each run on every target or site and caught alone."""
+    report = CheckReport()
+    report.targets, failed_targets = load_each(root / "recipes", kind="target", root=root,
+                                               load=lambda p: load_target(p, root=root))
+    report.sites, failed_sites = load_each(root / "sites", kind="site", root=root,
+                                           load=load_site)
+    report.failed_sites = sorted(failed_sites)
+    names = all_names = sorted({*report.targets, *failed_targets})
+    if target is not None:
+        get_target(dict.fromkeys(names), target)  # an unknown name is a --target error
+        names = _chain(report.targets, target)
+    for name in names:
+        report.add(failed_targets.get(name, []))
+    # a base whose manifest failed exists: its own error says what is wrong
+    report.add(base_problems({n: t for n, t in report.targets.items()
+                              if n in names and t.base not in failed_targets}))
+    for name in names:
+        if name in report.targets:
+            _check_target(report, report.targets[name], tool_args=tool_args,
+                          target_checks=target_checks, examples=examples)
+    for name in sorted({*report.sites, *failed_sites}):
+        if name in failed_sites:
+            report.add(failed_sites[name])
+            continue
+        site = report.sites[name]
+        # a target whose manifest failed still exists: its own error says what is wrong
+        found = _attempt(lambda: check_site(site, dict.fromkeys(all_names)))
+        for site_check in site_checks:
+            found += _attempt(lambda: site_check(site))
+        if report.add(found):
+            report.ok_sites.append(name)
+    return report
+
+
+def _chain(targets: Mapping[str, Target], name: str) -> list[str]:
+    """``name`` and its bases, base-most first, as far as they loaded (no loop, no KeyError:
+    a missing or looping base is reported by :func:`base_problems`)."""
+    chain: list[str] = []
+    current: str | None = name
+    while current is not None and current not in chain:
+        chain.insert(0, current)
+        item = targets.get(current)
+        current = item.base if item is not None else None
+    return chain
+
+
+def _chain_loaded(targets: Mapping[str, Target], name: str) -> bool:
+    """Whether every base of ``name`` loaded and the chain ends (the planning checks need it)."""
+    chain = _chain(targets, name)
+    first = targets.get(chain[0])
+    return all(n in targets for n in chain) and (first is None or first.base is None)
+
+
+def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[str],
+                  target_checks: Sequence[Callable[[Mapping[str, Target], str], object]],
+                  examples: Sequence[str]) -> None:
+    found: list[ContainersError] = []
+    # a site whose profile failed still exists: its own error says what is wrong
+    known_sites = {**dict.fromkeys(report.failed_sites), **report.sites}
+    found += _attempt(lambda: check_target(target, known_sites, tool_args=tool_args))
+    found += _attempt(lambda: check_inputs_of(target))
+    chain_loaded = _chain_loaded(report.targets, target.name)
+    if chain_loaded:  # else a base's own error is reported, and this target is not ok either
+        for check in target_checks:
+            found += _attempt(lambda: check(report.targets, target.name))
+    if target.definition is not None and not found:
+        uses = host_path_problems(target)
+        if target.host_paths == "forbid":
+            found += uses
+        else:
+            report.warn(uses)
+    if target.env is not None and not found:
+        def examples_fit() -> None:
+            errors, notes = compat.example_problems(target, examples)
+            report.warn([ConfigError(note, path=target.manifest, key="torch")
+                         for note in notes])
+            found.extend(errors)
+        found += _attempt(examples_fit)
+    if report.add(found) and chain_loaded:
+        report.ok_targets.append(target.name)
+
+
+def check_site(site: Site, targets: Collection[str]) -> None:
+    """One site's own names and its default target (``targets``: the target names)."""
+    check_site_names(site)
+    if site.default_target and site.default_target not in targets:
+        raise ConfigError(f"default_target '{site.default_target}' is not a target"
+                          f"{suggest(site.default_target, list(targets))}", path=site.path,
+                          line=site.lines.get("default_target"), key="default_target")
+
+
+def problems(root: Path, *, target: str | None = None, tool_args: Collection[str] = (),
+             target_checks: Sequence[Callable[[Mapping[str, Target], str], object]] = (),
+             site_checks: Sequence[Callable[[Site], object]] = ()) -> list[ContainersError]:
+    """Every error :func:`check_project` finds, in the order found (files in name order)."""
+    return check_project(root, target=target, tool_args=tool_args, target_checks=target_checks,
+                         site_checks=site_checks).errors

@@ -8,7 +8,8 @@ atomically, under the publish lock (``.publish.lock``).
 
 Layout under ``<dest>``::
 
-    catalogue.json                     every target, its versions (oldest first) and `latest`
+    catalogue.json                     every target, its versions (oldest first), `latest`
+                                       and an optional `pinned` list (kept by --keep)
     <target>/<version>.sif             the image (read-only for users)
     <target>/<version>.sif.sha256      `sha256sum -c` line, made after signing
     <target>/latest -> <version>.sif   relative symlink, replaced atomically
@@ -162,6 +163,12 @@ def _block_problem(name: str, block: Any) -> tuple[str, str] | None:
     latest = block.get("latest")
     if latest is not None and name_problem("version", latest):
         return where, f"latest: {name_problem('version', latest)}"
+    pinned = block.get("pinned", [])
+    if not isinstance(pinned, list):
+        return where, "pinned is not a list of versions"
+    for version in pinned:
+        if name_problem("version", version):
+            return where, f"pinned: {name_problem('version', version)}"
     seen: set[str] = set()
     for index, entry in enumerate(block["versions"]):
         version = entry.get("version") if isinstance(entry, dict) else None
@@ -207,6 +214,12 @@ def find(catalogue: dict, target: str, version: str) -> dict | None:
 
 def latest(catalogue: dict, target: str) -> str | None:
     return catalogue["targets"].get(target, {}).get("latest")
+
+
+def pinned(catalogue: dict, target: str) -> list[str]:
+    """The versions of ``target`` an admin pinned (the block's optional ``pinned`` list, set by
+    hand): ``publish --keep`` refuses to remove them."""
+    return list(catalogue["targets"].get(target, {}).get("pinned", []))
 
 
 def with_entry(catalogue: dict, entry: dict, *, now: str) -> dict:

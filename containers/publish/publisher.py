@@ -30,10 +30,12 @@ injection hook, so tests can kill a publish while it is copying.
 
 from __future__ import annotations
 
+import errno
 import getpass
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import time
@@ -42,8 +44,8 @@ from pathlib import Path
 from typing import Callable
 
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
-from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text, copy_hashing,
-                              fsync_path, read_regular, replace_symlink, sha256_file)
+from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folder, read_regular,
+                              sha256_file, temp_name, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
@@ -51,6 +53,7 @@ from containers.inputs.schema import check_name, name_problem
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.locking import file_lock
+from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
 from containers.publish.checks import QuickCheck, ensure_checks, skipped
 from containers.publish.modulefile import (ModuleSpec, exec_name, is_env_name, render_exec_wrapper,
@@ -63,6 +66,9 @@ COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
 #: The most an image's build record may hold (its pip freeze is the bulk of it).
 PROVENANCE_LIMIT = 16 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+#: Free space a publish needs beyond the image's size: its checksum, module file, wrapper,
+#: catalogue (which keeps every version's pip freeze) and a signature, with room to spare.
+SPACE_MARGIN = 64 << 20
 
 
 # ---------------------------------------------------------------------------- the request
@@ -88,6 +94,9 @@ class PublishRequest:
             raise UsageError("name the site folder to publish into", flag="--dest")
         dest = Path(os.path.abspath(Path(self.dest).expanduser()))
         object.__setattr__(self, "dest", dest)
+        problem = not_a_folder(dest)
+        if problem:
+            raise UsageError(problem, flag="--dest")
         if self.version is not None:
             cat.validate_version(self.version)
         if self.keep is not None and self.keep < 1:
@@ -236,33 +245,6 @@ def refuse_links(plan: PublishPlan) -> None:
                              "move it away")
 
 
-def _stage_image(plan: PublishPlan, runtime: Runtime, key: signing.SigningKey | None,
-                 say: Say) -> tuple[str, int]:
-    """Copy, check, sign and checksum the temp copy, then rename it into place."""
-    say(f"copying {plan.image} -> {plan.temp} ({human_bytes(plan.image.stat().st_size)})")
-    started = time.monotonic()
-    copied = copy_hashing(plan.image, plan.temp, mode=plan.modes.file, after_chunk=_copy_delay())
-    say(f"copied in {time.monotonic() - started:.1f} s")
-    if copied != plan.provenance["sha256"]:
-        raise StateError(f"{plan.image} does not match its build record (sha256 "
-                         f"{copied[:12]}, recorded {plan.provenance['sha256'][:12]}); "
-                         f"rebuild it: invoke build --target {plan.target.name} --force")
-    sha256 = copied
-    if key is not None:
-        say(f"signing with key #{key.index} {key.fingerprint} ({key.user})")
-        signing.sign(runtime, plan.temp, keysdir=plan.keysdir, keyidx=plan.keyidx)
-        if key.fingerprint not in signing.signers(runtime, plan.temp, keysdir=plan.keysdir):
-            raise VerdictFailed(f"{plan.temp}: the new signature is not by {key.fingerprint}")
-        fsync_path(plan.temp)
-        sha256 = sha256_file(plan.temp)
-    atomic_write_text(plan.checksum, cat.checksum_line(sha256, plan.version))
-    size = plan.temp.stat().st_size
-    os.replace(plan.temp, plan.sif)
-    fsync_path(plan.folder)
-    say(f"published {plan.sif} (sha256 {sha256})")
-    return sha256, size
-
-
 def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, checks: dict,
            key: signing.SigningKey | None, replaced: dict | None, when: str) -> dict:
     def dest_rel(path: Path) -> str:
@@ -297,67 +279,271 @@ def _existing(plan: PublishPlan, catalogue: dict) -> dict | None:
     return entry if entry is not None else ({} if plan.sif.exists() else None)
 
 
-def _prune(plan: PublishPlan, catalogue: dict, when: str, say: Say) -> tuple[dict, list[str]]:
+def _remove_version(plan: PublishPlan, version: str, say: Say) -> None:
+    sif = plan.folder / cat.sif_name(version)
+    for path in (plan.module_dir / f"{version}.lua", sif.with_name(sif.name + ".sha256"), sif):
+        if path.exists():
+            say(f"  removing {path}")
+        path.unlink(missing_ok=True)
+
+
+def in_use(plan: PublishPlan, catalogue: dict) -> dict[str, str]:
+    """The versions of this target that something points at, each with why: the catalogue's
+    ``latest``, a module ``default`` link set by hand to another version, and the versions the
+    catalogue pins (the target block's ``pinned`` list: versions queued jobs or a site's
+    documentation rely on)."""
+    block = catalogue["targets"].get(plan.target.name, {})
+    latest = block.get("latest")
+    uses: dict[str, str] = {latest: "latest"} if latest else {}
+    default = plan.module_dir / "default"
+    if default.is_symlink() and os.readlink(default).endswith(".lua"):
+        version = os.readlink(default)[:-len(".lua")]
+        if version != latest:
+            uses[version] = f"the module default: {default} points to it"
+    for version in cat.pinned(catalogue, plan.target.name):
+        uses[version] = f"pinned in {plan.dest / cat.CATALOGUE_NAME}"
+    return uses
+
+
+def _prune(plan: PublishPlan, catalogue: dict, before: dict, when: str,
+           say: Say) -> tuple[dict, list[str]]:
+    """``catalogue`` without the versions ``--keep`` removes, and those versions. A version
+    in use (:func:`in_use`, as the folder was before this publish) is refused in one line
+    naming it, before anything is made: ``--keep`` never removes what users may be running."""
     if plan.keep is None:
         return catalogue, []
     versions = [e["version"] for e in cat.entries(catalogue, plan.target.name)]
     gone = cat.select_prune(versions, keep=plan.keep,
                             latest=cat.latest(catalogue, plan.target.name))
+    uses = {v: why for v, why in in_use(plan, before).items() if why != "latest"}
+    # (the old latest is not in use once the new version is latest)
+    blocked = [v for v in gone if v in uses]
+    if blocked:
+        raise StateError(f"--keep {plan.keep} would remove {plan.target.name} {blocked[0]}, "
+                         f"which is in use ({uses[blocked[0]]}); nothing was published or "
+                         "removed: keep more versions, or unpin it first")
     for version in gone:
         say(f"pruning {plan.target.name} {version} (--keep {plan.keep})")
     return cat.without_versions(catalogue, plan.target.name, gone, now=when), gone
 
 
-def _remove_version(plan: PublishPlan, version: str) -> None:
-    sif = plan.folder / cat.sif_name(version)
-    for path in (plan.module_dir / f"{version}.lua", sif.with_name(sif.name + ".sha256"), sif):
-        path.unlink(missing_ok=True)
+class Transaction:
+    """Everything one publish makes, so a failure anywhere undoes exactly that.
+
+    Files are first written under temp names (:meth:`temp`); :meth:`install` renames one over
+    its final name, keeping what was there as a hard link (no space needed) until
+    :meth:`done`; :meth:`rollback` puts every final name back as it was, removes the folders
+    this run created (when empty) and every temp. Failures while undoing are collected, so one
+    bad step does not stop the others."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+        self._temps: list[Path] = []
+        self._backups: list[Path] = []
+        self.created: set[Path] = set()
+        self.committed = False
+
+    def folder(self, path: Path) -> None:
+        """Make ``path`` (and its missing parents) unless it is there; undone when empty."""
+        if path.is_dir():
+            return
+        if not path.parent.is_dir():
+            self.folder(path.parent)
+        path.mkdir()
+        self.created.add(path)
+        self._undo.append(lambda: path.rmdir() if not any(path.iterdir()) else None)
+
+    def temp(self, path: Path) -> Path:
+        self._temps.append(path)
+        return path
+
+    def install(self, temp: Path, final: Path, step: str) -> None:
+        """Commit step ``step``: rename ``temp`` over ``final``."""
+        before_commit(step)
+        backup = None
+        if os.path.lexists(final):
+            backup = temp_name(final, "old.tmp")
+            self._backups.append(backup)
+            backup.unlink(missing_ok=True)
+            os.link(final, backup, follow_symlinks=False)
+        os.replace(temp, final)
+        self._undo.append(lambda: os.replace(backup, final) if backup
+                          else final.unlink(missing_ok=True))
+
+    def rollback(self) -> list[str]:
+        """Undo every step, newest first; the problems met while undoing (none: all undone)."""
+        self._remove(self._temps)
+        problems = []
+        for undo in reversed(self._undo):
+            try:
+                undo()
+            except OSError as exc:
+                problems.append(str(exc))
+        self.done()
+        return problems
+
+    def commit(self) -> None:
+        """Every final name is in place: nothing is undone from now on."""
+        self.committed = True
+        self.done()
+
+    def done(self) -> None:
+        """Committed (or rolled back): forget the undo steps, remove every temp and backup."""
+        self._undo.clear()
+        self._remove(self._temps + self._backups)
+
+    @staticmethod
+    def _remove(paths: list[Path]) -> None:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+def before_commit(step: str) -> None:
+    """Called before each commit step (a rename); a fault-injection point for tests."""
+
+
+def free_space_problem(plan: PublishPlan, size: int) -> str | None:
+    """One line naming what publishing needs and what is free, when it does not fit."""
+    where = plan.folder if plan.folder.is_dir() else plan.dest
+    free = shutil.disk_usage(where).free
+    need = size + SPACE_MARGIN
+    if free >= need:
+        return None
+    return (f"not enough free space in {plan.dest}: publishing {plan.target.name} "
+            f"{plan.version} needs {human_bytes(need)} (the image, {human_bytes(size)}, plus "
+            f"{human_bytes(SPACE_MARGIN)}) and {human_bytes(free)} is free; nothing was "
+            "published")
 
 
 def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
             key: signing.SigningKey | None, say: Say) -> dict:
-    """Steps 1-3 of the module docstring, under the publish lock."""
-    created = not plan.dest.exists()  # an existing folder's own mode is the site's business
-    with umask(plan.modes.umask):
-        plan.dest.mkdir(parents=True, exist_ok=True)
-        refuse_links(plan)  # the lock file too, before it is opened
-        with file_lock(plan.dest / cat.LOCK_NAME,
-                       on_wait=lambda: say("waiting for another publish to finish")):
-            return _execute_locked(plan, runtime, checks=checks, key=key, say=say,
-                                   created=created)
+    """Prepare and commit, under the publish lock; any failure before the commit (a full disk
+    included) undoes what this run made, still under the lock, and an OSError becomes one line
+    (:class:`StateError`)."""
+    tx = Transaction()
+    try:
+        with umask(plan.modes.umask):
+            tx.folder(plan.dest)
+            refuse_links(plan)  # the lock file too, before it is opened
+            with file_lock(plan.dest / cat.LOCK_NAME,
+                           on_wait=lambda: say("waiting for another publish to finish")):
+                try:
+                    return _execute_locked(plan, runtime, checks=checks, key=key, say=say,
+                                           tx=tx)
+                except BaseException as exc:
+                    failure = _undone(plan, tx, exc, say)
+                    if failure is exc:
+                        raise
+                    raise failure from exc
+    except OSError as exc:  # making the folder or its lock: nothing else was made
+        raise _undone(plan, tx, exc, say) from exc
+
+
+def _undone(plan: PublishPlan, tx: Transaction, exc: BaseException, say: Say) -> BaseException:
+    """Roll ``tx`` back after ``exc``; what to raise: a one-line :class:`StateError` for an
+    OSError, saying whether the version was published (the failure came after the commit)."""
+    problems = tx.rollback()
+    if problems:
+        say(f"rollback incomplete: {'; '.join(problems)}")
+    if not isinstance(exc, OSError):
+        return exc
+    if tx.committed:
+        return StateError(f"{plan.target.name} {plan.version} was published, but then: "
+                          f"{_os_failure(exc)}")
+    return StateError(f"publishing {plan.target.name} {plan.version} to {plan.dest} failed: "
+                      f"{_os_failure(exc)}" + ("; everything this publish made was removed"
+                                               if not problems else
+                                               "; the rollback was incomplete (see above)"))
+
+
+def _os_failure(exc: OSError) -> str:
+    what = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    return what + (f" ({exc.filename})" if exc.filename else "")
+
+
+def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
+             key: signing.SigningKey | None, say: Say) -> tuple[str, int]:
+    """The image under its temp name: copied and checked, signed, its checksum file beside it
+    (also a temp); nothing under a final name yet."""
+    size = plan.image.stat().st_size
+    say(f"copying {plan.image} -> {plan.temp} ({human_bytes(size)})")
+    started = time.monotonic()
+    with byte_progress(f"copy {plan.sif.name}", size) as advance:
+        copied = copy_hashing(plan.image, tx.temp(plan.temp), mode=plan.modes.file,
+                              after_chunk=_copy_delay(), progress=advance)
+    seconds = time.monotonic() - started
+    say(f"copied in {seconds:.1f} s ({human_bytes(int(size / max(seconds, 1e-3)))}/s)")
+    if copied != plan.provenance["sha256"]:
+        raise StateError(f"{plan.image} does not match its build record (sha256 "
+                         f"{copied[:12]}, recorded {plan.provenance['sha256'][:12]}); "
+                         f"rebuild it: invoke build --target {plan.target.name} --force")
+    sha256 = copied
+    if key is not None:
+        say(f"signing with key #{key.index} {key.fingerprint} ({key.user})")
+        signing.sign(runtime, plan.temp, keysdir=plan.keysdir, keyidx=plan.keyidx)
+        if key.fingerprint not in signing.signers(runtime, plan.temp, keysdir=plan.keysdir):
+            raise VerdictFailed(f"{plan.temp}: the new signature is not by {key.fingerprint}")
+        fsync_path(plan.temp)
+        with byte_progress(f"sha256 {plan.sif.name}", plan.temp.stat().st_size) as advance:
+            sha256 = sha256_file(plan.temp, progress=advance)
+    return sha256, plan.temp.stat().st_size
 
 
 def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
-                    key: signing.SigningKey | None, say: Say, created: bool) -> dict:
-    """The sequence itself, under the publish lock, on a folder checked for links."""
+                    key: signing.SigningKey | None, say: Say, tx: Transaction) -> dict:
+    """Prepare everything under temp names, then commit with renames and one catalogue write
+    (the last rename: until then users see the old state); then prune and set modes."""
     refuse_links(plan)  # again: another publish may have run while this one waited
-    for folder in (plan.folder / "bin", plan.module_dir):
-        folder.mkdir(parents=True, exist_ok=True)
+    for folder in (plan.folder, plan.folder / "bin", plan.module_dir):
+        tx.folder(folder)
     sweep_temps(plan, say)
-    catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
-    replaced = _existing(plan, catalogue)
-    public = signing.public_key(runtime, plan.keysdir, key.fingerprint) if key else b""
-    try:
-        sha256, size = _stage_image(plan, runtime, key, say)
-    finally:
-        plan.temp.unlink(missing_ok=True)
+    before = cat.load(plan.dest / cat.CATALOGUE_NAME)
+    replaced = _existing(plan, before)
+    problem = free_space_problem(plan, plan.image.stat().st_size)
+    if problem:
+        raise StateError(problem)
     when = utc_now()
-    if key is not None:
-        (plan.dest / "keys").mkdir(exist_ok=True)
-        atomic_write_bytes(plan.dest / "keys" / f"{key.fingerprint}.pgp", public)
-    spec = _module_spec(plan, sha256=sha256, fingerprint=key and key.fingerprint, when=when)
-    atomic_write_text(plan.module, render_modulefile(spec))
-    atomic_write_text(plan.exec_path, render_exec_wrapper(
-        plan.target.name, runtime=plan.site.runtime, gpu_flag=plan.site.gpu_flag))
+    # Checked before the copy: a refused --keep must not cost a multi-GB copy.
+    _prune(plan, cat.with_entry(before, {"target": plan.target.name, "version": plan.version},
+                                now=when), before, when, lambda line: None)
+    public = signing.public_key(runtime, plan.keysdir, key.fingerprint) if key else b""
+    sha256, size = _prepare(plan, runtime, tx, key, say)
     entry = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
                    replaced=replaced, when=when)
-    catalogue, gone = _prune(plan, cat.with_entry(catalogue, entry, now=when), when, say)
-    atomic_write_text(plan.dest / cat.CATALOGUE_NAME, json.dumps(catalogue, indent=2) + "\n")
-    replace_symlink(plan.folder / "latest", plan.sif.name)
-    replace_symlink(plan.module_dir / "default", plan.module.name)
+    catalogue, gone = _prune(plan, cat.with_entry(before, entry, now=when), before, when, say)
+    spec = _module_spec(plan, sha256=sha256, fingerprint=key and key.fingerprint, when=when)
+    keyfile = plan.dest / "keys" / f"{key.fingerprint}.pgp" if key else None
+    if keyfile is not None:
+        tx.folder(keyfile.parent)
+    wrapper = tx.temp(write_temp(plan.exec_path, render_exec_wrapper(
+        plan.target.name, runtime=plan.site.runtime, gpu_flag=plan.site.gpu_flag).encode()))
+    os.chmod(wrapper, plan.modes.dir)  # executable from its first moment under its final name
+    staged = [  # (temp, final, commit step), in commit order: the catalogue last
+        (tx.temp(write_temp(plan.checksum, cat.checksum_line(sha256, plan.version).encode())),
+         plan.checksum, "checksum"),
+        (plan.temp, plan.sif, "image"),
+        (tx.temp(write_temp(plan.module, render_modulefile(spec).encode())), plan.module,
+         "module"),
+        (wrapper, plan.exec_path, "wrapper"),
+        *([(tx.temp(write_temp(keyfile, public)), keyfile, "key")] if keyfile else []),
+        (tx.temp(temp_symlink(plan.folder / "latest", plan.sif.name)), plan.folder / "latest",
+         "latest"),
+        (tx.temp(temp_symlink(plan.module_dir / "default", plan.module.name)),
+         plan.module_dir / "default", "default"),
+        (tx.temp(write_temp(plan.dest / cat.CATALOGUE_NAME,
+                            (json.dumps(catalogue, indent=2) + "\n").encode())),
+         plan.dest / cat.CATALOGUE_NAME, "catalogue"),
+    ]
+    for temp, final, step in staged:
+        tx.install(temp, final, step)
+    tx.commit()  # what follows never undoes the publish
+    for folder in {final.parent for _, final, _ in staged}:
+        fsync_path(folder)
+    say(f"published {plan.sif} (sha256 {sha256})")
     for version in gone:
-        _remove_version(plan, version)
-    paths = [plan.dest] * created + managed_paths(plan.dest, plan.target.name)
+        _remove_version(plan, version, say)
+    # an existing folder's own mode is the site's business
+    paths = [plan.dest] * (plan.dest in tx.created) + managed_paths(plan.dest, plan.target.name)
     apply_modes(paths, plan.modes)
     problems = mode_problems(paths, plan.modes)
     if problems:
@@ -378,6 +564,9 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
     if plan.dest.is_dir():  # early, friendly refusals; checked again under the lock
         refuse_links(plan)
         _existing(plan, cat.load(plan.dest / cat.CATALOGUE_NAME))
+        problem = free_space_problem(plan, plan.image.stat().st_size)
+        if problem:
+            raise StateError(problem)
     key = signing.signing_key(runtime, plan.keysdir, plan.keyidx) if plan.sign else None
     if plan.skip_checks:
         checks = skipped(plan.target.name, say)

@@ -12,14 +12,16 @@ are only read as links): one is refused before any check, naming it.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 from typing import Callable
 
 from containers.errors import CommandFailed, StateError, UsageError, VerdictFailed
-from containers.files import FileRefused, read_regular, sha256_file, walk_nofollow
+from containers.files import FileRefused, not_a_folder, read_regular, sha256_file, walk_nofollow
 from containers.host.runtime import Runtime
 from containers.inputs.schema import name_problem
+from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
 from containers.publish.modulefile import exec_name
 from containers.publish.permissions import mode_problems, unsafe_layout
@@ -67,14 +69,20 @@ def _checksum_of(sums: Path) -> tuple[str, str] | None:
         return None
 
 
-def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime]) -> tuple[list[str], str]:
+def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime], *,
+                show_progress: bool = True) -> tuple[list[str], str]:
     """Problems with one published version (checksum, checksum file, signature); its
-    signature cell for the table."""
+    signature cell for the table ("-" when the image is missing, "unsigned", "FAILED" or the
+    key's last 16 hex digits)."""
     path = dest / entry["file"]
     if not path.is_file():
         return [], "-"  # reported by the consistency check
     problems = []
-    actual = sha256_file(path)
+    if show_progress:
+        with byte_progress(f"sha256 {entry['file']}", path.stat().st_size) as advance:
+            actual = sha256_file(path, progress=advance)
+    else:  # a JSON document is all that goes to stdout
+        actual = sha256_file(path)
     if actual != entry["sha256"]:
         problems.append(f"{path}: sha256 {actual[:16]}... does not match the catalogue "
                         f"({entry['sha256'][:16]}...): the file is corrupt or was replaced")
@@ -92,16 +100,93 @@ def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime]) -> tupl
     return problems, entry["key_fingerprint"][-16:]
 
 
+def _signature_state(cell: str) -> str:
+    """The JSON document's ``signature``: unsigned, ok, failed or missing (no image)."""
+    return {"-": "missing", "unsigned": "unsigned", "FAILED": "failed"}.get(cell, "ok")
+
+
+def image_report(dest: Path, target: str, entry: dict, latest: str | None,
+                 found: list[str], cell: str, folder_problems: list[str]) -> dict:
+    """One image's part of ``verify --json`` (see :func:`verify`)."""
+    files = (entry["file"], entry["checksum_file"], entry["module"])
+    own = [p for p in folder_problems if p.split(":", 1)[0] in files]
+    path = dest / entry["file"]
+    return {
+        "target": target, "version": entry["version"], "path": str(path),
+        "latest": entry["version"] == latest, "size_bytes": entry["size_bytes"],
+        "sha256": entry["sha256"],
+        "sha256_ok": path.is_file() and not any(p.startswith(f"{path}: sha256") for p in found),
+        "signature": _signature_state(cell), "key_fingerprint": entry.get("key_fingerprint"),
+        "module_ok": (dest / entry["module"]).is_file(),
+        "checks": "skipped" if entry["checks"].get("skipped") else "passed",
+        "published": entry["published"], "problems": own + found,
+    }
+
+
+def _document(dest: Path, images: list[dict], problems: list[str],
+              leftovers: list[str]) -> str:
+    return json.dumps({"dest": str(dest), "ok": not problems, "images": images,
+                       "problems": problems, "leftovers": leftovers}, indent=2)
+
+
 def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | None = None,
-           say: Say = say_line) -> list[tuple]:
+           as_json: bool = False, say: Say = say_line) -> list[tuple]:
     """Check every published image and the catalogue; :class:`VerdictFailed` naming each
     problem. ``runtime`` is asked for only when a signature is to be checked, so an unsigned
-    folder verifies on a machine without Apptainer."""
+    folder verifies on a machine without Apptainer. ``as_json``: print one JSON document
+    instead of the table and lines (``{dest, ok, images: [{target, version, path, latest,
+    size_bytes, sha256, sha256_ok, signature, key_fingerprint, module_ok, checks, published,
+    problems}], problems, leftovers}``), with the same errors and exit status."""
     if not dest:
         raise UsageError("give the folder that invoke publish wrote", flag="--dest")
     if target is not None and name_problem("target", target):
         raise UsageError(name_problem("target", target), flag="--target")
     dest = Path(os.path.abspath(Path(dest).expanduser()))
+    problem = not_a_folder(dest)
+    if problem:
+        raise UsageError(problem, flag="--dest")
+    try:
+        catalogue, folders = _load(dest, target)
+    except VerdictFailed as exc:
+        if as_json:
+            print(_document(dest, [], [str(exc)], []), flush=True)
+        raise
+    problems = cat.consistency_problems(catalogue, folders)
+    runtime = functools.cache(runtime)
+    rows, images, entry_problems = [], [], []
+    for name, block in sorted(catalogue["targets"].items()):
+        for entry in block["versions"]:
+            found, signature = check_entry(dest, entry, runtime, show_progress=not as_json)
+            entry_problems += found
+            images.append(image_report(dest, name, entry, block["latest"], found, signature,
+                                       problems))
+            rows.append((name, entry["version"], "yes" if entry["version"] == block["latest"]
+                         else "", human_bytes(entry["size_bytes"]), entry["sha256"][:16],
+                         signature, "skipped" if entry["checks"].get("skipped") else "passed",
+                         entry["published"], "FAILED" if found else "ok"))
+    problems += entry_problems
+    problems += mode_problems([p for p in walk_nofollow(dest) if not p.is_symlink()], None)
+    temps = [temp for folder in folders.values() for temp in folder.temps]
+    if as_json:
+        print(_document(dest, images, problems, temps), flush=True)
+    else:
+        console().print(table(f"Published images in {dest}", COLUMNS, rows))
+        for temp in temps:
+            say(f"note: {temp} is a leftover of an interrupted publish (ignored; the next "
+                "publish removes it)")
+        for problem in problems:
+            say(f"problem: {problem}")
+    if problems:
+        raise VerdictFailed(f"verify found {len(problems)} problem(s) in {dest}: "
+                            + "; ".join(problems))
+    if not as_json:
+        say(f"verify: {len(rows)} published image(s) in {dest}: all ok")
+    return rows
+
+
+def _load(dest: Path, target: str | None) -> tuple[dict, dict[str, cat.TargetFolder]]:
+    """The catalogue and the folder's snapshot (limited to ``target``); what makes the folder
+    unverifiable is a :class:`VerdictFailed`."""
     path = dest / cat.CATALOGUE_NAME
     if not path.is_file():
         raise VerdictFailed(f"{path}: no catalogue (nothing was published to {dest})")
@@ -119,27 +204,4 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
         catalogue = {**catalogue, "targets": {k: v for k, v in catalogue["targets"].items()
                                               if k == target}}
         folders = {k: v for k, v in folders.items() if k == target}
-    problems = cat.consistency_problems(catalogue, folders)
-    runtime = functools.cache(runtime)
-    rows = []
-    for name, block in sorted(catalogue["targets"].items()):
-        for entry in block["versions"]:
-            found, signature = check_entry(dest, entry, runtime)
-            problems += found
-            rows.append((name, entry["version"], "yes" if entry["version"] == block["latest"]
-                         else "", human_bytes(entry["size_bytes"]), entry["sha256"][:16],
-                         signature, "skipped" if entry["checks"].get("skipped") else "passed",
-                         entry["published"], "FAILED" if found else "ok"))
-    problems += mode_problems([p for p in walk_nofollow(dest) if not p.is_symlink()], None)
-    console().print(table(f"Published images in {dest}", COLUMNS, rows))
-    for folder in folders.values():
-        for temp in folder.temps:
-            say(f"note: {temp} is a leftover of an interrupted publish (ignored; the next "
-                "publish removes it)")
-    for problem in problems:
-        say(f"problem: {problem}")
-    if problems:
-        raise VerdictFailed(f"verify found {len(problems)} problem(s) in {dest}: "
-                            + "; ".join(problems))
-    say(f"verify: {len(rows)} published image(s) in {dest}: all ok")
-    return rows
+    return catalogue, folders

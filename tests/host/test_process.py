@@ -113,3 +113,38 @@ def test_capture_and_check() -> None:
     with pytest.raises(CommandFailed, match="command not found: no-such-program-x"):
         capture(["no-such-program-x"])
     assert run([sys.executable, "-c", "pass"]).check("nothing").ok
+
+
+# The tool: runs GRANDCHILD through run(), printing each line, until it is killed.
+TOOL = f"""
+import sys
+from containers.host.process import run
+run([sys.executable, "-c", {GRANDCHILD!r}], on_line=lambda line: print(line, flush=True))
+"""
+
+
+def test_nothing_outlives_a_sigkill_of_the_tool() -> None:
+    """``kill -KILL`` of the tool's process group (as a scheduler or a user does) reaches none
+    of the command's tree, which lives in sessions of its own: the supervisor ends it all."""
+    tool = subprocess.Popen([sys.executable, "-c", TOOL], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True, cwd=os.getcwd())
+    grandchild = 0
+    try:
+        assert tool.stdout is not None
+        line = tool.stdout.readline()
+        assert line.startswith("grandchild"), line
+        grandchild = int(line.split()[1])
+        tree = descendants(tool.pid)
+        os.killpg(tool.pid, signal.SIGKILL)
+        tool.wait()
+        assert _wait_dead(grandchild), "the command's grandchild survived the tool's SIGKILL"
+        assert all(_wait_dead(pid, 1) for pid in tree)
+    finally:
+        for pid in [tool.pid, *descendants(tool.pid), grandchild]:
+            if pid and alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_missing_command_is_named_before_anything_starts() -> None:
+    with pytest.raises(CommandFailed, match="command not found: no-such-command-here"):
+        run(["no-such-command-here", "x"])

@@ -4,16 +4,23 @@ a build of one target sweeps (only its own leftovers)."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from containers.errors import CommandFailed
 from containers.host.runtime import Runtime
-from containers.image.builder import build_step, phase_of, stale_partials
+from containers.image.builder import OWNER_LOCK, build_step, leftovers, phase_of, stale_partials
 from containers.image.plan import BuildStep
 from containers.inputs.recipes import load_targets
+from containers.inputs.settings import load_settings
 from tests.fixtures import ROOT
+from tests.test_progress import on_a_terminal
 
 
 @pytest.mark.parametrize("line,phase", [
@@ -56,3 +63,139 @@ def test_a_build_sweeps_only_its_own_partial_images(tmp_path: Path) -> None:
         build_step(step, runtime=Runtime(binary="apptainer", flavour="apptainer",
                                          version="1.4.5"), say=lambda line: None)
     assert not own.exists() and other.exists() and lookalike.exists()
+
+
+RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")
+# A build command that waits for `go`, then writes whether its staged pip.conf is still there.
+CHECKS_ITS_CONTEXT = """
+import sys, time
+from pathlib import Path
+staged, go, result = map(Path, sys.argv[1:])
+while not go.exists():
+    time.sleep(0.05)
+result.write_text("present" if staged.is_file() else "gone")
+sys.exit(1)
+"""
+
+
+def _checkout_step(checkout: Path, tmp_dir: Path, argv: list[str]) -> BuildStep:
+    """A build of target cpu in ``checkout`` (its own images folder) with a shared tmp_dir:
+    the work folder the plan names is the same for both checkouts."""
+    step = _failing_step(checkout, "cpu")
+    workdir = tmp_dir / step.workdir.name
+    argv = [a.replace("{workdir}", str(workdir)) for a in argv]
+    return dataclasses.replace(step, workdir=workdir, build_argv=argv,
+                               staged={"pip.conf": "[global]\n"})
+
+
+def test_two_checkouts_building_one_target_keep_their_own_work_folders(tmp_path: Path) -> None:
+    """Two checkouts share tmp_dir and each holds only its own lock: the second build must not
+    remove the first one's work folder (it did: both used tmp_dir/<target>-<hash>)."""
+    tmp_dir, go, result = tmp_path / "tmp", tmp_path / "go", tmp_path / "result"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = _checkout_step(tmp_path / "a", tmp_dir, [
+        sys.executable, "-c", CHECKS_ITS_CONTEXT, "{workdir}/context/pip.conf", str(go),
+        str(result)])
+    second = _checkout_step(tmp_path / "b", tmp_dir, ["false"])
+    errors: list[BaseException] = []
+
+    def build_first() -> None:
+        try:
+            build_step(first, runtime=RUNTIME, say=lambda line: None)
+        except CommandFailed as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=build_first)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any(tmp_dir.glob("cpu-*/context/pip.conf")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(CommandFailed, match="apptainer build of cpu"):
+            build_step(second, runtime=RUNTIME, say=lambda line: None)
+    finally:
+        go.touch()
+        thread.join(timeout=30)
+    assert result.read_text() == "present", "the second build removed the first one's folder"
+    assert len(errors) == 1  # the first build ran to its (planted) end
+    assert not [p for p in tmp_dir.iterdir() if p.is_dir()], "a work folder was left behind"
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from containers.locking import acquire
+acquire(Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _owned(lock: Path, seconds: float) -> subprocess.Popen:
+    """A process that takes ``lock`` and holds it for ``seconds`` (or until it is ended)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock), str(seconds)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_leftovers_are_what_no_live_process_owns_and_a_build_sweeps_only_them(
+        tmp_path: Path) -> None:
+    settings = load_settings(tmp_path, {"tmp_dir": str(tmp_path / "tmp"),
+                                        "images_dir": str(tmp_path / "images")})
+    dead, live = (settings.tmp_dir / f"cpu-{'ab' * 6}-{tag}" for tag in ("deadbeef", "alive123"))
+    older = settings.tmp_dir / f"rocm-{'cd' * 6}"  # a folder of the layout before owner locks
+    recent = settings.tmp_dir / f"rocm-{'ef' * 6}"  # the same, maybe an older tool's build
+    unrelated = settings.tmp_dir / "notes"
+    for folder in (dead, live, older, recent, unrelated):
+        folder.mkdir(parents=True)
+    days_ago = time.time() - 2 * 86400
+    os.utime(older, (days_ago, days_ago))
+    _owned(dead / OWNER_LOCK, 0).wait()  # its owner took the lock, then died
+    holder = _owned(live / OWNER_LOCK, 600)
+    settings.images_dir.mkdir()
+    partial = settings.images_dir / f".rocm.sif.{'cd' * 6}.partial"
+    partial.write_bytes(b"half")
+    try:
+        found = leftovers(settings)
+        assert [(f.path, f.kind) for f in found] == [
+            (dead, "work folder"), (older, "work folder"), (partial, "partial image")]
+        assert f"owner pid {found[0].owner} is gone" in found[0].describe()
+        lines: list[str] = []
+        step = dataclasses.replace(_failing_step(tmp_path, "cpu"),
+                                   workdir=settings.tmp_dir / f"cpu-{'ab' * 6}")
+        with pytest.raises(CommandFailed):
+            build_step(step, runtime=RUNTIME, say=lines.append)
+        assert not dead.exists() and not older.exists()
+        assert live.is_dir() and recent.is_dir() and unrelated.is_dir()
+        assert partial.exists()  # rocm's, not cpu's
+        assert any(str(dead) in line for line in lines)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [f.path for f in leftovers(settings)] == [live, partial]
+
+
+# A build on a terminal whose command announces phases (then fails: nothing to install).
+BUILD_ON_A_TERMINAL = """
+import dataclasses, sys
+from pathlib import Path
+from containers.errors import CommandFailed
+from containers.image.builder import build_step
+from tests.image.test_builder import RUNTIME, _failing_step
+lines = "import time; print('INFO: Starting build...', flush=True); time.sleep(0.4); " \\
+        "print('I: Retrieving InRelease', flush=True); time.sleep(0.6)"
+step = dataclasses.replace(_failing_step(Path(sys.argv[1]), "cpu"),
+                           build_argv=[sys.executable, "-c", lines + "; raise SystemExit(1)"])
+try:
+    build_step(step, runtime=RUNTIME, say=print)
+except CommandFailed:
+    print("failed as planned", flush=True)
+"""
+
+
+def test_a_build_on_a_terminal_shows_a_live_phase_line(tmp_path: Path) -> None:
+    drawn = on_a_terminal([sys.executable, "-c", BUILD_ON_A_TERMINAL, str(tmp_path)])
+    assert "cpu: build: debootstrap" in drawn, drawn[-2000:]
+    assert "failed as planned" in drawn

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from containers import app
 from containers.files import sha256_file
 from containers.host.facts import host_arch
+from containers.host.process import descendants
 from containers.host.sources import PipConfig
 from containers.image import builder, provenance
 from containers.image.plan import HostFacts, chain_hashes, plan_build
 from containers.inputs.definition import read_definition
 from containers.inputs.recipes import load_targets
 from containers.inputs.settings import load_settings
+from tests.fixtures import ROOT
 
 pytestmark = pytest.mark.apptainer
 
@@ -124,3 +130,62 @@ def test_spaces_in_context_base_image_and_bound_host_path(
     assert out.splitlines()[0] == "bound ok"
     assert f"find-links = {wheels.as_uri()}" in out
     assert not (tmp_path / "build tmp" / f"tiny-{plan.steps[1].short_hash}").exists()
+
+
+def _processes_using(folder: Path) -> list[psutil.Process]:
+    """Live processes whose command line or working folder names ``folder``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd", "status"]):
+        info = proc.info
+        text = " ".join(info["cmdline"] or []) + " " + (info["cwd"] or "")
+        if str(folder) in text and info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+def test_nothing_of_a_build_survives_a_sigkill_of_the_tool(factory_project, tmp_path: Path) -> None:
+    """``kill -KILL`` of ``invoke build``'s process group mid-debootstrap: apptainer runs in a
+    session of its own, with its fakeroot helper and debootstrap below it; 5 s after the kill
+    none of them may still run, and the work folder is reported as a leftover."""
+    root = factory_project()
+    shutil.copy(ROOT / "tasks.py", root / "tasks.py")
+    work = tmp_path / "work"
+    (root / "invoke.yaml").write_text(
+        f"containers:\n  images_dir: {tmp_path / 'images'}\n  tmp_dir: {work}\n"
+        f"  results_dir: {tmp_path / 'results'}\n")
+    tool = subprocess.Popen([sys.executable, "-m", "invoke", "build", "--target", "debian-base"],
+                            cwd=root, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    seen: list[str] = []
+    tree: list[psutil.Process] = []
+    try:
+        assert tool.stdout is not None
+        deadline = time.monotonic() + 300
+        for line in tool.stdout:
+            seen.append(line)
+            if " debootstrap " in line or time.monotonic() > deadline:
+                break
+        assert any(" debootstrap " in line for line in seen), "".join(seen[-30:])
+        time.sleep(2)  # well inside debootstrap: its helpers run
+        tree = [psutil.Process(pid) for pid in descendants(tool.pid)]
+        assert len(tree) >= 3, [p.name() for p in tree]  # supervisor, apptainer and below
+        os.killpg(tool.pid, signal.SIGKILL)
+        tool.wait(timeout=30)
+        time.sleep(5)
+        survivors = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        survivors += [p for p in _processes_using(work) if p not in survivors]
+        assert not survivors, [(p.pid, p.name()) for p in survivors]
+    finally:
+        for proc in [*tree, *_processes_using(work)]:  # only ours: the tree we started
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        if tool.poll() is None:
+            tool.kill()
+            tool.wait()
+    settings = load_settings(root, {"images_dir": str(tmp_path / "images"), "tmp_dir": str(work)})
+    found = builder.leftovers(settings)
+    assert [f.kind for f in found] == ["work folder"], found
+    assert found[0].path.parent == work and found[0].path.name.startswith("debian-base-")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -179,3 +180,61 @@ def test_host_path_bind_cannot_carry_is_refused(path: str, data_root, data_setti
     # A target whose definition binds nothing does not care.
     plan_build(load_targets(data_root), "debian-base", settings=data_settings,
                host=data_host(data_runtime, host_paths=(path,)))
+
+
+MULTISTAGE = Path(__file__).with_name("multistage.def")
+
+
+def multistage_project(root: Path) -> Path:
+    """``root`` with a ``multistage`` target whose definition is the test-only two-stage file."""
+    shutil.copy(MULTISTAGE, root / "recipes" / "multistage.def")
+    (root / "recipes" / "multistage.yaml").write_text(
+        "description: two stages, a file copied from the first into the final one (test only)\n"
+        "definition: recipes/multistage.def\n")
+    return root
+
+
+def test_multi_stage_definition_is_planned_and_passed_through(factory_project, data_settings,
+                                                              data_runtime) -> None:
+    root = multistage_project(factory_project())
+    definition = root / "recipes" / "multistage.def"
+    original = definition.read_bytes()
+    step = plan_build(load_targets(root), "multistage", settings=data_settings,
+                      host=data_host(data_runtime),
+                      cli_args={"BASE_IMAGE": "/images/debian-base.sif"}).steps[0]
+    # the file itself is the spec: Apptainer reads the stages, the tool rewrites nothing
+    assert step.build_argv[-1] == str(definition) and definition.read_bytes() == original
+    assert step.inputs["definition"] == original.decode()
+    assert "--fakeroot" in step.build_argv  # the build stage has a %post
+    assert step.test_argv == ["apptainer", "test", str(step.partial)]  # the final stage's %test
+    args = _build_args(step.build_argv)
+    assert args["BASE_IMAGE"] == "/images/debian-base.sif" and "MESSAGE" not in args
+
+
+def test_multi_stage_files_of_every_stage_are_staged(factory_project, data_settings,
+                                                     data_runtime) -> None:
+    root = multistage_project(factory_project())
+    definition = root / "recipes" / "multistage.def"
+    definition.write_text(definition.read_text().replace(
+        "%post\n", "%files\n    \"{{ BUILD_CONTEXT }}\" /opt/build-context\n%post\n    sh "
+        "/opt/build-context/install-python-packages.sh /opt/venv\n", 1))
+    (root / "recipes" / "multistage.yaml").write_text(
+        (root / "recipes" / "multistage.yaml").read_text() + "env: envs/cpu.yml\n")
+    step = plan_build(load_targets(root), "multistage", settings=data_settings,
+                      host=data_host(data_runtime),
+                      cli_args={"BASE_IMAGE": "/images/debian-base.sif"}).steps[0]
+    # the build stage's %files and scripts are staged as a single-stage definition's are
+    assert "requirements.txt" in step.staged and "install-python-packages.sh" in step.copied
+    assert "BUILD_CONTEXT" in _build_args(step.build_argv)
+
+
+def test_plan_refuses_a_pip_source_the_manifest_does_not_allow(factory_project, data_settings,
+                                                               data_runtime) -> None:
+    root = factory_project()
+    env = root / "envs" / "cpu.yml"
+    env.write_text(env.read_text().replace("      - numpy\n", "      - numpy\n      - "
+                                           "--index-url http://evil.example/simple\n"))
+    with pytest.raises(ConfigError, match=rf"^{env}:\d+: dependencies.pip: --index-url replaces "
+                                          "the package index"):
+        plan_build(load_targets(root), "cpu", settings=data_settings,
+                   host=data_host(data_runtime))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from containers.errors import ConfigError
-from containers.inputs.definition import parse_definition, read_definition
+from containers.inputs.definition import host_path_uses, parse_definition, read_definition
 
 LUMI_STYLE = (
     "Bootstrap: localimage\r\n"
@@ -74,3 +74,89 @@ def test_app_sections_may_repeat_per_app() -> None:
 def test_header_garbage_is_reported_with_line() -> None:
     with pytest.raises(ConfigError, match=r"x.def:2: header line is not 'Key: value'"):
         parse_definition("Bootstrap: docker\nthis is not a header\n", path=Path("x.def"))
+
+
+MULTI_STAGE = (
+    "Bootstrap: localimage\n"
+    "From: {{ BASE_IMAGE }}\n"
+    "Stage: build\n"
+    "\n"
+    "%arguments\n"
+    "    GREETING=hello\n"
+    "%post\n"
+    "    echo {{ GREETING }} > /built.txt\n"
+    "\n"
+    "Bootstrap: localimage\n"
+    "From: {{ BASE_IMAGE }}\n"
+    "Stage: final\n"
+    "\n"
+    "%arguments\n"
+    "    GREETING=hi\n"
+    "%files from build\n"
+    "    /built.txt /opt/built.txt\n"
+    "%files\n"
+    "    \"{{ BUILD_CONTEXT }}\" /opt/build-context\n"
+    "%post\n"
+    "    test -s /opt/built.txt\n"
+    "%test\n"
+    "    grep -q {{ GREETING }} /opt/built.txt\n"
+)
+
+
+def test_multi_stage_definition_is_read_per_stage() -> None:
+    definition = parse_definition(MULTI_STAGE, path=Path("m.def"))
+    assert definition.text == MULTI_STAGE  # byte for byte: the build gets the file unchanged
+    definition.validate()  # valid Apptainer: two %post and two %files, one per stage
+    build, final = definition.stages
+    assert (build.name, build.line, final.name, final.line) == ("build", 1, "final", 10)
+    assert [s.name for s in build.sections] == ["arguments", "post"]
+    assert [(s.name, s.args) for s in final.sections] == [
+        ("arguments", ""), ("files", " from build"), ("files", ""), ("post", ""), ("test", "")]
+    assert definition.final is final and definition.header["stage"] == "final"
+    assert definition.section("test") is final.section("test")
+    assert definition.has_section("post")
+    # a --build-arg serves every stage; a %arguments default only its own stage
+    assert definition.build_args == ("BASE_IMAGE", "GREETING", "BUILD_CONTEXT")
+    assert definition.missing_args({"BASE_IMAGE": "/b.sif"}) == ["BUILD_CONTEXT"]
+    rendered = definition.render({"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/c"})
+    assert "echo hello > /built.txt" in rendered and "grep -q hi /opt/built.txt" in rendered
+    assert "grep -q bye" in definition.render({"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/c",
+                                               "GREETING": "bye"})
+    # as Apptainer says, the build stage's default does not serve the final stage
+    alone = parse_definition(MULTI_STAGE.replace("%arguments\n    GREETING=hi\n", ""),
+                             path=Path("m.def"))
+    assert alone.missing_args({"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/c"}) == ["GREETING"]
+    with pytest.raises(ConfigError, match=r"m.def:21: GREETING: build argument \{\{ GREETING "
+                                          r"\}\} has no value: .* a default in %arguments of "
+                                          r"its stage"):
+        alone.render({"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/c"})
+
+
+@pytest.mark.parametrize("text, message", [
+    (MULTI_STAGE.replace("%files from build", "%files from biuld"),
+     r"m.def:16: %files: '%files from biuld': no earlier stage is named 'biuld' "
+     r"\(did you mean 'build'\?\)"),
+    (MULTI_STAGE.replace("Stage: final", "Stage: build"),
+     "m.def:12: Stage: stage name 'build' is used twice"),
+    (MULTI_STAGE.replace("%post\n    test -s", "%post\n    true\n%post\n    test -s"),
+     r"m.def:22: %post: section '%post' appears twice in one stage"),
+])
+def test_multi_stage_mistakes_are_named(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_definition(text, path=Path("m.def")).validate()
+
+
+def test_host_paths_outside_the_build_context(data_root: Path) -> None:
+    text = MULTI_STAGE.replace(
+        "%files\n", "%setup\n    cp /etc/hosts ${APPTAINER_ROOTFS}/etc/hosts  # a host file\n"
+        "    mkdir -p \"$APPTAINER_ROOTFS/opt\" 2>/dev/null\n"
+        "%files\n    ~/secrets/key.pem /opt/key.pem\n    relative/file /opt/file\n")
+    uses = host_path_uses(parse_definition(text))
+    assert [(u.section, u.line, u.paths) for u in uses] == [
+        ("%setup", 19, ("/etc/hosts",)), ("%files", 22, ("~/secrets/key.pem",)),
+        ("%files", 23, ("relative/file",))]
+    # %files from a stage, the build context and $APPTAINER_ROOTFS are not host paths, and the
+    # shipped definitions read nothing outside the build context
+    assert host_path_uses(parse_definition(MULTI_STAGE)) == []
+    for path in sorted((data_root / "recipes").glob("*.def")):
+        assert host_path_uses(read_definition(path)) == [], path

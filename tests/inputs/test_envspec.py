@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from containers.errors import ConfigError
+from containers.errors import ConfigError, Problems
 from containers.inputs.envspec import load_env_spec
 
 
@@ -36,3 +36,68 @@ def test_env_spec_that_is_not_utf8_names_file_and_line(tmp_path: Path) -> None:
     spec.write_bytes(b"dependencies:\n  - pip:\n    - torch\xff\n")
     with pytest.raises(ConfigError, match=rf"^{spec}:3: not UTF-8 text"):
         load_env_spec(spec)
+
+
+def _spec(tmp_path: Path, *entries: str) -> Path:
+    spec = tmp_path / "env.yml"
+    spec.write_text("dependencies:\n  - pip\n  - pip:\n"
+                    + "".join(f"    - {entry!r}\n" for entry in entries))
+    return spec
+
+
+INDEX = "https://wheels.example.org/rocm6.3"
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("--index-url https://mirror.example/simple", "--index-url replaces the package index"),
+    ("-i https://mirror.example/simple", "--index-url replaces the package index"),
+    ("--extra-index-url http://wheels.example.org/rocm6.3",
+     "--extra-index-url 'http://wheels.example.org/rocm6.3' is not an https URL"),
+    ("--extra-index-url https://user:token@wheels.example.org/x", "is not an https URL"),
+    ("--extra-index-url https://elsewhere.example/simple",
+     "--extra-index-url https://elsewhere.example/simple is not allowed: list it under "
+     "pip_extra_index_urls"),
+    ("--trusted-host wheels.example.org", "--trusted-host turns off TLS checks"),
+    ("-e ../src", "--editable installs from a source tree"),
+    ("-r /etc/requirements.txt", "--requirement reads another file"),
+    ("-c constraints.txt", "--constraint reads another file"),
+    ("--find-links /srv/wheels", "--find-links reads packages from a folder"),
+    ("-f=/srv/wheels", "--find-links reads packages"),
+    ("--no-index", "--no-index turns off"),
+    ("--use-feature=truststore", "--use-feature is not an option an env spec may set"),
+    ("torch @ http://wheels.example.org/torch.whl", "is not https or holds credentials"),
+    ("git+http://git.example.org/pkg.git", "is not https or holds credentials"),
+    ("./wheels/torch.whl", "installs from a local path"),
+    ("pkg @ file:///srv/pkg.whl", "installs from a local path"),
+])
+def test_pip_options_that_change_package_sources_are_refused(tmp_path: Path, entry: str,
+                                                              message: str) -> None:
+    spec = _spec(tmp_path, "numpy", entry)
+    with pytest.raises(ConfigError) as info:
+        load_env_spec(spec).check_pip_options([INDEX])
+    assert str(info.value).startswith(f"{spec}:5: dependencies.pip: ")
+    assert message in str(info.value)
+
+
+def test_pip_options_allowed_and_every_refusal_at_once(tmp_path: Path) -> None:
+    fine = load_env_spec(_spec(tmp_path, f"--extra-index-url {INDEX}/", f"--extra-index-url={INDEX}",
+                               "torch==2.7.1+rocm6.3", "--pre", "--prefer-binary",
+                               "numpy==2.1 --hash=sha256:abc", "deepspeed @ https://x.example/d.whl",
+                               "pkg; python_version < '3.13'"))
+    fine.check_pip_options([INDEX])  # an allowed https index, safe options, https references
+    assert fine.requirements_txt().splitlines()[0] == f"--extra-index-url {INDEX}/"  # verbatim
+    bad = load_env_spec(_spec(tmp_path, "--trusted-host x", "numpy", "-i https://m.example/s"))
+    with pytest.raises(Problems) as info:
+        bad.check_pip_options()
+    assert [line.split(": ", 2)[0] for line in str(info.value).splitlines()[:2]] == \
+        [f"{bad.path}:4", f"{bad.path}:6"]
+    assert str(info.value).splitlines()[-1] == "2 problems found"
+
+
+def test_torch_pin_and_installs(tmp_path: Path) -> None:
+    env = load_env_spec(_spec(tmp_path, "--extra-index-url https://x.example/r",
+                              "torch==2.5.1+rocm6.2", "DeepSpeed>=0.16"))
+    assert env.torch_pin() == ((2, 5), 5)
+    assert env.installs("deepspeed") and not env.installs("torchvision")
+    assert load_env_spec(_spec(tmp_path, "torch")).torch_pin() is None  # unpinned: unknown
+    assert load_env_spec(_spec(tmp_path, "torch>=2.6")).torch_pin() == ((2, 6), 4)

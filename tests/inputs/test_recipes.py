@@ -244,3 +244,30 @@ def test_a_path_no_file_can_have_is_refused_at_its_line(factory_project, value, 
     message = _refused(root)
     assert message.startswith(f"{manifest}:{_line(manifest, 'definition')}: definition: ")
     assert why in message
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("pip_extra_index_urls", "[http://wheels.example.org/rocm]",
+     r"pip_extra_index_urls: 'http://wheels.example.org/rocm' is not an https URL"),
+    ("pip_extra_index_urls", "[https://user:pw@wheels.example.org/rocm]",
+     r"pip_extra_index_urls: '.*' is not an https URL without credentials"),
+    ("host_paths", "allow", r"host_paths: 'allow' is not one of: warn, forbid"),
+    ("torch", "latest", r"torch: 'latest' is not a torch version"),
+])
+def test_package_source_and_host_path_keys_are_checked(factory_project, key: str, value: str,
+                                                       message: str) -> None:
+    root = factory_project()
+    manifest = root / "recipes" / "cpu.yaml"
+    manifest.write_text(manifest.read_text() + f"{key}: {value}\n")
+    with pytest.raises(ConfigError, match=rf"^{manifest}:\d+: {message}"):
+        load_targets(root)
+
+
+def test_lumi_manifests_allow_exactly_the_rocm_index_their_env_spec_adds(data_root) -> None:
+    targets = load_targets(data_root)
+    for name in ("lumi-rocm", "lumi-rocm-def"):
+        env = targets[name].env
+        assert env is not None
+        extra = [line.split()[-1] for line in env.read_text().splitlines()
+                 if "--extra-index-url" in line and not line.lstrip().startswith("#")]
+        assert list(targets[name].pip_extra_index_urls) == extra, name

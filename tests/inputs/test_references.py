@@ -37,6 +37,13 @@ def test_select_prefers_specific_partition_and_model() -> None:
     ("[0, -0.05, null, GB/s]", "value must be a positive number"),
     ("[125.0, -0.05, null]", r"must be \[value, lower, upper, unit\]"),
     ("[fast, -0.05, null, GB/s]", "value must be a number or null"),
+    # YAML's NaN and infinities are floats: a NaN bound fails every comparison (every run fails)
+    ("[.nan, -0.05, null, GB/s]", "value nan is not a finite number"),
+    ("[.inf, -0.05, null, GB/s]", "value inf is not a finite number"),
+    ("[125.0, -0.05, .nan, GB/s]", "upper nan is not a finite number"),
+    ("[125.0, -0.05, .inf, GB/s]", "upper inf is not a finite number"),
+    ("[125.0, -.inf, null, GB/s]", "lower -inf is not a finite number"),
+    ("[-.inf, -0.05, null, GB/s]", "value -inf is not a finite number"),
 ])
 def test_invalid_references_rejected_with_line(spec, message) -> None:
     data = load_yaml_text(f"- nodes: 1\n  ranks_per_node: 8\n  bytes: 1024\n  busbw: {spec}\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from containers.errors import ConfigError, UsageError
+from containers.errors import ConfigError, Problems, UsageError
 from containers.inputs.schema import Field, check_mapping, check_name, name_problem, pick, suggest
 from containers.inputs.yamlsource import load_yaml_text
 
@@ -29,6 +29,18 @@ def test_each_problem_names_file_line_and_key(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         check_mapping(load_yaml_text(text), FIELDS, what="thing", path="f.yaml")
     assert str(info.value).startswith(message)
+
+
+def test_every_bad_key_of_a_mapping_at_once() -> None:
+    text = "cuont: 2\nmode: c\ntags: 3\n"
+    with pytest.raises(Problems) as info:
+        check_mapping(load_yaml_text(text), FIELDS, what="thing", path="f.yaml")
+    assert str(info.value).splitlines() == [
+        "f.yaml:1: cuont: unknown key in thing (did you mean 'count'?)",
+        "f.yaml:1: name: required key missing from thing",
+        "f.yaml:2: mode: 'c' is not one of: a, b",
+        "f.yaml:3: tags: must be a list of strings, got int",
+        "4 problems found"]
 
 
 def test_bools_are_not_integers() -> None:

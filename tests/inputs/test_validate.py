@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
-from containers.errors import ConfigError
+from containers.app.inputs import check_inputs, targets_report
+from containers.app.project import Project
+from containers.errors import ConfigError, Problems, UsageError
 from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS
 from containers.inputs import validate
 from containers.inputs.recipes import load_targets
 from containers.inputs.sites import load_sites
+from tests import test_cli
+
+cli_project = test_cli.cli_project  # the fixture: a project copy that invoke runs in
 
 TOOL_ARGS = (*CONTEXT_ARGS, *PROVENANCE_ARGS)
 
@@ -74,12 +83,141 @@ def test_site_and_partition_names_follow_the_name_rule(factory_project) -> None:
     root = factory_project()
     profile = root / "sites" / "lumi.yaml"
     text = profile.read_text()
-    profile.write_text(text.replace("partitions: [", "partitions: ['../../x', ", 1))
-    with pytest.raises(ConfigError) as info:
+    profile.write_text(text.replace("partitions:\n", "partitions:\n  '../../x': {}\n", 1))
+    with pytest.raises(ConfigError) as info:  # when the profile loads, or when it is checked
         validate.check_sites(load_sites(root), load_targets(root))
-    assert str(info.value).startswith(f"{profile}:{_line(profile, 'partitions:')}: partitions: "
-                                      "'../../x' is not a usable partition name")
+    assert str(info.value).startswith(f"{profile}:")
+    assert "'../../x' is not a usable partition name" in str(info.value)
     profile.write_text(text)
     (root / "sites" / "x y.yaml").write_text((root / "sites" / "local.yaml").read_text())
     with pytest.raises(ConfigError, match=r"x y.yaml: file name: 'x y' is not a usable site"):
         validate.check_sites(load_sites(root), load_targets(root))
+
+
+def _plant_three_errors(root: Path) -> tuple[Path, Path]:
+    """Two bad keys in a manifest, one bad reference value in a site profile."""
+    manifest = root / "recipes" / "cpu.yaml"
+    manifest.write_text(manifest.read_text().replace("definition:", "defintion:")
+                        .replace("arch: x86_64", "arch: x86-64"))
+    profile = root / "sites" / "lumi.yaml"
+    text = profile.read_text()
+    value = re.search(r"busbw: \[([0-9.]+),", text)
+    assert value, "lumi.yaml has a reference"
+    profile.write_text(text.replace(value.group(0), "busbw: [.nan,", 1))
+    return manifest, profile
+
+
+def test_check_reports_every_error_in_every_file(factory_project) -> None:
+    root = factory_project()
+    manifest, profile = _plant_three_errors(root)
+    report = validate.check_project(root, tool_args=TOOL_ARGS)
+    where = [(e.path, e.key) for e in report.errors]
+    assert where == [(manifest, "arch"), (manifest, "defintion"),
+                     (profile, "references[0].busbw")], [str(e) for e in report.errors]
+    assert all(e.line for e in report.errors)
+    assert "did you mean 'definition'" in str(report.errors[1])
+    assert "value nan is not a finite number" in str(report.errors[2])
+    # everything else was still checked: the other targets and sites pass
+    assert "cpu" not in report.ok_targets and "debian-base" in report.ok_targets
+    assert "lumi" not in report.ok_sites and "local" in report.ok_sites
+    assert [str(e) for e in validate.problems(root, tool_args=TOOL_ARGS)] == \
+        [str(e) for e in report.errors]
+    # --target limits the check to that target, its bases and the sites
+    only = validate.check_project(root, target="debian-base", tool_args=TOOL_ARGS)
+    assert [e.path for e in only.errors] == [profile] and only.ok_targets == ["debian-base"]
+    with pytest.raises(UsageError, match="unknown target 'cpuu'"):
+        validate.check_project(root, target="cpuu")
+
+
+def test_check_through_invoke_lists_every_planted_error(cli_project: Path) -> None:
+    manifest, profile = _plant_three_errors(cli_project)
+    result = test_cli._invoke(cli_project, "check")
+    assert result.returncode == 1 and "Traceback" not in result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 4 and lines[-1] == "error: 3 problems found", result.stderr
+    assert lines[0].startswith(f"error: {manifest}:") and "arch: 'x86-64' is not one of" in lines[0]
+    assert lines[1].startswith(f"error: {manifest}:") and "defintion: unknown key" in lines[1]
+    assert lines[2].startswith(f"error: {profile}:") and "references[0].busbw: value nan" \
+        in lines[2]
+    assert "ok  target debian-base" in result.stdout and "ok  site   local" in result.stdout
+
+
+def test_check_json_document(factory_project) -> None:
+    root = factory_project()
+    manifest, profile = _plant_three_errors(root)
+    printed: list[str] = []
+    with pytest.raises(Problems):
+        check_inputs(Project.load(root, {}), as_json=True, say=printed.append)
+    document = json.loads("".join(printed))
+    assert set(document) == {"ok", "errors", "warnings", "targets", "sites"}
+    assert document["ok"] is False and len(document["errors"]) == 3
+    assert document["errors"][1] == {"file": str(manifest), "line": 6, "key": "defintion",
+                                     "message": "unknown key in target manifest (did you mean "
+                                                "'definition'?)"}
+    assert "debian-base" in document["targets"] and "local" in document["sites"]
+    assert all(set(w) == {"file", "line", "key", "message"} for w in document["warnings"])
+
+
+def test_targets_json_has_the_table_columns(factory_project, tmp_path: Path) -> None:
+    root = factory_project()
+    printed: list[str] = []
+    targets_report(Project.load(root, {"images_dir": str(tmp_path / "images")}), as_json=True,
+                   say=printed.append)
+    rows = json.loads("".join(printed))
+    assert [row["target"] for row in rows] == sorted(p.stem for p in (root / "recipes")
+                                                    .glob("*.yaml"))
+    cpu = next(row for row in rows if row["target"] == "cpu")
+    assert set(cpu) == {"target", "site", "arch", "gpu", "builder", "image", "state",
+                        "inputs_hash"}
+    assert (cpu["site"], cpu["builder"], cpu["state"]) == ("local", "apptainer", "not built")
+    assert len(cpu["inputs_hash"]) == 12
+
+
+def test_host_paths_warn_or_fail_as_the_manifest_says(factory_project) -> None:
+    root = factory_project()
+    definition = root / "recipes" / "cpu.def"
+    definition.write_text(definition.read_text().replace(
+        "%files\n", "%files\n    /etc/ssl/private/site.key /opt/site.key\n", 1))
+    line = definition.read_text().splitlines().index("    /etc/ssl/private/site.key "
+                                                      "/opt/site.key") + 1
+    report = validate.check_project(root, target="cpu", tool_args=TOOL_ARGS)
+    assert report.errors == [] and "cpu" in report.ok_targets
+    assert [str(w) for w in report.warnings if w.key == "%files"] == [
+        f"{definition}:{line}: %files: reads host paths outside the build context: "
+        "/etc/ssl/private/site.key; the image depends on the build machine; host_paths: forbid "
+        "in the manifest makes this an error"]
+    manifest = root / "recipes" / "cpu.yaml"
+    manifest.write_text(manifest.read_text() + "host_paths: forbid\n")
+    report = validate.check_project(root, target="cpu", tool_args=TOOL_ARGS)
+    assert [str(e) for e in report.errors] == [
+        f"{definition}:{line}: %files: reads host paths outside the build context: "
+        "/etc/ssl/private/site.key; the manifest forbids them (host_paths: forbid)"]
+
+
+def test_check_finds_the_torch_mismatch_and_pip_sources(factory_project) -> None:
+    root = factory_project()
+    spec = root / "envs" / "lumi-rocm.yml"
+    text = spec.read_text()
+    pinned = next(l for l in text.splitlines() if l.strip().startswith("- torch=="))
+    spec.write_text(text.replace(pinned, "      - torch==2.5.1+rocm6.2"))
+    report = validate.check_project(root, target="lumi-rocm", tool_args=TOOL_ARGS)
+    assert [str(e).split(": torch: ", 1)[1].split(" (")[0] for e in report.errors] == [
+        "target lumi-rocm gets torch 2.5, but example 'fsdp' needs torch >= 2.6"]
+    assert report.errors[0].path == spec
+    # an extra index the manifest does not allow is refused, naming the env spec's line
+    manifest = root / "recipes" / "lumi-rocm.yaml"
+    manifest.write_text(manifest.read_text().split("pip_extra_index_urls:")[0])
+    report = validate.check_project(root, target="lumi-rocm", tool_args=TOOL_ARGS)
+    assert len(report.errors) == 1 and report.errors[0].path == spec
+    assert "is not allowed: list it under pip_extra_index_urls" in str(report.errors[0])
+
+
+def test_a_broken_base_is_reported_once_not_through_its_children(factory_project) -> None:
+    root = factory_project()
+    manifest = root / "recipes" / "debian-base.yaml"
+    manifest.write_text(manifest.read_text() + "colour: blue\n")
+    report = validate.check_project(root, tool_args=TOOL_ARGS)
+    assert [(e.path, e.key) for e in report.errors] == [(manifest, "colour")], \
+        [str(e) for e in report.errors]
+    assert "lumi-rocm" in report.ok_targets
+    assert "debian-base" not in report.ok_targets and "cpu" not in report.ok_targets

@@ -5,19 +5,25 @@ and killed publishes are in ``test_publish_image.py``."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import grp
 import json
 import os
+import re
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
-from containers.publish import catalogue as cat
+from containers.publish import catalogue as cat, publisher
 from containers.publish.publisher import COPY_DELAY_ENV, PublishRequest, publish
+from tests.fixtures import ROOT
 from tests.publish.standin import IMAGE, RUNTIME, SHA, Built
+from tests.test_progress import on_a_terminal
 
 
 # ------------------------------------------------------------------------------- request
@@ -141,7 +147,7 @@ def test_a_copy_that_does_not_match_the_build_record_is_refused(data_built: Buil
     data_built.settings.image_path("cpu").write_bytes(IMAGE + b"changed since the build")
     with pytest.raises(StateError, match="does not match its build record"):
         data_built.publish(version="1.0", skip_checks=True)
-    assert sorted(p.name for p in (data_built.dest / "cpu").iterdir()) == ["bin"], "no temp"
+    assert not (data_built.dest / "cpu").exists(), "rolled back: no temp, no folder it made"
     assert not (data_built.dest / cat.CATALOGUE_NAME).exists()
 
 
@@ -275,3 +281,231 @@ def test_latest_that_is_not_a_link_is_refused(data_built: Built) -> None:
     latest.mkdir()
     with pytest.raises(StateError, match=f"^{latest} is not a symbolic link"):
         data_built.publish(version="2", skip_checks=True)
+
+
+# ------------------------------------------------------------------- all or nothing (item 10)
+def _tree(dest: Path) -> dict[str, object]:
+    """Every name under ``dest`` with its bytes (a file) or its target (a link): a snapshot a
+    failed publish must leave exactly as it was (the lock file aside)."""
+    found: dict[str, object] = {}
+    for path in sorted(dest.rglob("*")):
+        name = str(path.relative_to(dest))
+        if path.name == cat.LOCK_NAME:
+            continue
+        found[name] = (os.readlink(path) if path.is_symlink() else
+                       "folder" if path.is_dir() else path.read_bytes())
+    return found
+
+
+COMMIT_STEPS = ("checksum", "image", "module", "wrapper", "latest", "default", "catalogue")
+
+
+@pytest.mark.parametrize("failing", COMMIT_STEPS)
+def test_a_failure_at_any_commit_step_leaves_dest_as_it_was_and_a_retry_works(
+        data_built: Built, monkeypatch, failing: str) -> None:
+    data_built.publish(version="1.0", skip_checks=True)
+    before = _tree(data_built.dest)
+
+    def fault(step: str) -> None:
+        if step == failing:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(data_built.dest))
+
+    monkeypatch.setattr(publisher, "before_commit", fault)
+    with pytest.raises(StateError, match=f"^publishing cpu 2.0 to {data_built.dest} failed: the "
+                                         "disk is full .*; everything this publish made was "
+                                         "removed$"):
+        data_built.publish(version="2.0", skip_checks=True)
+    assert _tree(data_built.dest) == before
+    monkeypatch.setattr(publisher, "before_commit", lambda step: None)
+    entry = data_built.publish(version="2.0", skip_checks=True)  # not "already published"
+    assert entry["version"] == "2.0" and os.readlink(data_built.dest / "cpu" / "latest") == \
+        "2.0.sif"
+
+
+def test_a_failed_forced_republish_puts_the_old_version_back(data_built: Built,
+                                                             monkeypatch) -> None:
+    data_built.publish(version="1.0", skip_checks=True)
+    before = _tree(data_built.dest)
+    monkeypatch.setattr(publisher, "before_commit", lambda step: (_ for _ in ()).throw(
+        OSError(errno.EIO, "I/O error")) if step == "catalogue" else None)
+    with pytest.raises(StateError, match="failed: I/O error"):
+        data_built.publish(version="1.0", skip_checks=True, force=True)
+    assert _tree(data_built.dest) == before
+
+
+def test_too_little_free_space_is_refused_before_any_copy(data_built: Built,
+                                                          monkeypatch) -> None:
+    data_built.dest.mkdir()
+    usage = shutil.disk_usage(data_built.dest)
+    monkeypatch.setattr(publisher, "SPACE_MARGIN", usage.free)  # needs more than is free
+    with pytest.raises(StateError, match=r"^not enough free space in .*pub: publishing cpu 1.0 "
+                                         r"needs .* \(the image, 48.83 KiB, plus .*\) and .* is "
+                                         "free; nothing was published$"):
+        data_built.publish(version="1.0", skip_checks=True)
+    assert list(data_built.dest.iterdir()) == []
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):
+    """A 256 KiB tmpfs (we run as root in CI), unmounted at teardown; skipped where it cannot
+    be mounted."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip() or result.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_while_publishing_rolls_back_and_a_retry_works(
+        data_built: Built, small_tmpfs: Path, monkeypatch) -> None:
+    """ENOSPC for real: the free-space check passes (no margin), the disk fills while writing
+    the catalogue (it keeps a big build record); nothing half-published is left."""
+    record = json.loads(data_built.settings.provenance_path("cpu").read_text())
+    record["pip_freeze"] = [f"package-{i}==1.0" for i in range(8000)]  # ~150 KiB per entry
+    data_built.settings.provenance_path("cpu").write_text(json.dumps(record))
+    monkeypatch.setattr(publisher, "SPACE_MARGIN", 0, raising=False)
+    dest = small_tmpfs / "pub"
+    filler = small_tmpfs / "filler"
+    filler.write_bytes(b"x" * (40 << 10))
+    with pytest.raises(StateError, match=f"^publishing cpu 1.0 to {dest} failed: the disk is "
+                                         "full .*; everything this publish made was removed$"):
+        data_built.publish(dest=dest, version="1.0", skip_checks=True)
+    assert sorted(p.name for p in dest.iterdir()) == [cat.LOCK_NAME]
+    filler.unlink()
+    record["pip_freeze"] = []
+    data_built.settings.provenance_path("cpu").write_text(json.dumps(record))
+    entry = data_built.publish(dest=dest, version="1.0", skip_checks=True)
+    assert entry["version"] == "1.0" and (dest / "cpu" / "1.0.sif").read_bytes() == IMAGE
+
+
+def test_dest_naming_a_file_is_one_line(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(UsageError, match=f"^--dest: {afile} is a file, not a folder$"):
+        PublishRequest(target="cpu", dest=afile)
+
+
+# ---------------------------------------------------------------------------------- --keep
+def test_keep_names_every_file_it_removes(data_built: Built) -> None:
+    for version in ("1", "2"):
+        data_built.publish(version=version, skip_checks=True)
+    lines: list[str] = []
+    data_built.publish(lines, version="3", skip_checks=True, keep=2)
+    dest = data_built.dest
+    assert "pruning cpu 1 (--keep 2)" in lines
+    for path in (dest / "modules/cpu/1.lua", dest / "cpu/1.sif.sha256", dest / "cpu/1.sif"):
+        assert f"  removing {path}" in lines and not path.exists()
+
+
+@pytest.mark.parametrize("pin", ["catalogue", "default"])
+def test_keep_refuses_to_remove_a_version_in_use(data_built: Built, pin: str) -> None:
+    for version in ("1", "2"):
+        data_built.publish(version=version, skip_checks=True)
+    dest = data_built.dest
+    if pin == "catalogue":
+        data = json.loads((dest / cat.CATALOGUE_NAME).read_text())
+        data["targets"]["cpu"]["pinned"] = ["1"]
+        (dest / cat.CATALOGUE_NAME).write_text(json.dumps(data))
+        why = f"pinned in {dest / cat.CATALOGUE_NAME}"
+    else:
+        os.remove(dest / "modules/cpu/default")
+        os.symlink("1.lua", dest / "modules/cpu/default")
+        why = f"the module default: {dest / 'modules/cpu/default'} points to it"
+    before = _tree(dest)
+    with pytest.raises(StateError, match=re.escape(
+            f"--keep 1 would remove cpu 1, which is in use ({why}); nothing was published or "
+            "removed: keep more versions, or unpin it first")):
+        data_built.publish(version="3", skip_checks=True, keep=1)
+    assert _tree(dest) == before
+
+
+def test_a_pinned_version_that_breaks_the_name_rule_is_refused(data_built: Built) -> None:
+    data_built.publish(version="1", skip_checks=True)
+    path = data_built.dest / cat.CATALOGUE_NAME
+    data = json.loads(path.read_text())
+    data["targets"]["cpu"]["pinned"] = ["../../etc"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(StateError, match="target 'cpu': pinned: "):
+        data_built.publish(version="2", skip_checks=True, keep=1)
+
+
+# ------------------------------------------------------------------------ the command line
+@pytest.fixture
+def cli_built(factory_project, data_built: Built) -> Path:
+    """A project whose images folder holds the stand-in image; `invoke` runs in it."""
+    if shutil.which("apptainer") is None and shutil.which("singularity") is None:
+        pytest.skip("invoke publish asks for the runtime (./setup.sh installs Apptainer)")
+    root = factory_project()
+    shutil.copy(ROOT / "tasks.py", root / "tasks.py")
+    (root / "invoke.yaml").write_text(
+        f"containers:\n  images_dir: {data_built.settings.images_dir}\n"
+        f"  results_dir: {data_built.settings.results_dir}\n")
+    return root
+
+
+def _invoke(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_cli_dest_naming_a_file_is_one_line(cli_built: Path, tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    for where in (afile, afile / "pub"):
+        result = _invoke(cli_built, "publish", "--target", "cpu", "--dest", str(where),
+                         "--skip-checks")
+        assert result.returncode == 1, result.stdout + result.stderr
+        message = result.stderr.strip()  # the flag check's, or the publish request's
+        assert message.startswith("error: --dest") and str(afile) in message, message
+        assert len(message.splitlines()) == 1
+        assert "Traceback" not in result.stdout + result.stderr
+    assert afile.read_text() == "not a folder"
+
+
+def test_cli_a_full_disk_is_one_line_and_publishes_nothing(cli_built: Path,
+                                                           small_tmpfs: Path) -> None:
+    dest = small_tmpfs / "pub"
+    result = _invoke(cli_built, "publish", "--target", "cpu", "--dest", str(dest),
+                     "--version", "1.0", "--skip-checks")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.fullmatch(rf"error: not enough free space in {dest}: publishing cpu 1.0 needs "
+                        r"64\.05 MiB \(the image, 48\.83 KiB, plus 64 MiB\) and .* is free; "
+                        r"nothing was published\n", result.stderr), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not dest.exists() or sorted(p.name for p in dest.iterdir()) == [cat.LOCK_NAME]
+
+
+# --------------------------------------------------------------------------------- progress
+PUBLISH_AND_VERIFY = """
+import sys
+from pathlib import Path
+from containers.publish.verify import verify
+from tests.publish.standin import Built
+built = Built.make(Path(sys.argv[1]))
+built.publish(version="1.0", skip_checks=True)
+verify(built.dest, runtime=lambda: None, say=print)
+"""
+
+
+def test_publish_and_verify_show_copy_and_hash_progresson_a_terminal(tmp_path: Path) -> None:
+    drawn = on_a_terminal([sys.executable, "-c", PUBLISH_AND_VERIFY, str(tmp_path)])
+    assert "copy 1.0.sif" in drawn and "sha256 cpu/1.0.sif" in drawn, drawn[-3000:]
+    assert "all ok" in drawn
+
+
+def test_a_failure_after_the_commit_says_the_version_was_published(data_built: Built,
+                                                                  monkeypatch) -> None:
+    def refused(paths, modes) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted", str(data_built.dest))
+
+    monkeypatch.setattr(publisher, "apply_modes", refused)
+    with pytest.raises(StateError, match=r"^cpu 1.0 was published, but then: Operation not "
+                                         r"permitted \(.*pub\)$"):
+        data_built.publish(version="1.0", skip_checks=True)
+    assert cat.latest(cat.load(data_built.dest / cat.CATALOGUE_NAME), "cpu") == "1.0"

@@ -111,3 +111,40 @@ def test_a_checksum_file_that_is_not_text_is_a_problem_not_a_crash(data_built: B
     sums.write_bytes(b"\xff\xfe not a checksum")
     with pytest.raises(VerdictFailed, match="2.0.sif.sha256: does not say"):
         verify(dest, runtime=_no_runtime, say=lambda line: None)
+
+
+def test_verify_as_json_prints_one_document_with_each_image(data_built: Built, capsys) -> None:
+    dest = _publish_two(data_built)
+    rows = verify(dest, runtime=_no_runtime, as_json=True, say=lambda line: None)
+    doc = json.loads(capsys.readouterr().out)
+    assert len(rows) == 2 and doc["ok"] is True and doc["dest"] == str(dest)
+    assert doc["problems"] == [] and doc["leftovers"] == []
+    first = doc["images"][0]
+    assert {k: first[k] for k in ("target", "version", "path", "latest", "sha256_ok",
+                                  "signature", "module_ok", "problems")} == {
+        "target": "cpu", "version": "1.0", "path": str(dest / "cpu" / "1.0.sif"),
+        "latest": False, "sha256_ok": True, "signature": "unsigned", "module_ok": True,
+        "problems": []}
+    (dest / "cpu" / "2.0.sif").write_bytes(b"replaced")
+    (dest / "modules" / "cpu" / "2.0.lua").unlink()
+    with pytest.raises(VerdictFailed, match="verify found 2 problem"):
+        verify(dest, runtime=_no_runtime, as_json=True, say=lambda line: None)
+    doc = json.loads(capsys.readouterr().out)
+    second = doc["images"][1]
+    assert doc["ok"] is False and second["sha256_ok"] is False and second["module_ok"] is False
+    assert len(second["problems"]) == 2 and doc["images"][0]["problems"] == []
+    assert sorted(doc["problems"]) == sorted(second["problems"])
+
+
+def test_verify_as_json_of_a_folder_without_a_catalogue(tmp_path: Path, capsys) -> None:
+    with pytest.raises(VerdictFailed, match="no catalogue"):
+        verify(tmp_path, runtime=_no_runtime, as_json=True, say=lambda line: None)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and doc["images"] == [] and "no catalogue" in doc["problems"][0]
+
+
+def test_verify_dest_naming_a_file_is_one_line(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(UsageError, match=f"^--dest: {afile} is a file, not a folder$"):
+        verify(afile, runtime=_no_runtime, say=lambda line: None)

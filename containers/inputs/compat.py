@@ -1,0 +1,123 @@
+"""Whether a training example can run on a target's image: its torch against the example's needs.
+
+The examples (``jobs/train.py --example``) use torch APIs that appeared in known releases, and
+DeepSpeed pins the torch it supports. An image whose torch is older fails only inside a job,
+after it queued (an ImportError on a compute node). The torch an image will have is known before
+it is built: the env spec's pin (``torch==2.7.1+rocm6.3``), or for an image that keeps its base
+image's torch (NGC), the version its manifest declares in ``torch:``. Comparing the two is pure:
+:func:`check_example` raises one line naming the env spec and the example, or says the torch is
+unknown (a note, never a failure: the tool cannot know what a base image holds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from containers.errors import ConfigError
+from containers.inputs.envspec import EnvSpec, load_env_spec
+from containers.inputs.recipes import Target
+
+Version = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Need:
+    """The oldest torch an example runs on, why (the API or pin and where it is documented),
+    and the Python package besides torch it imports."""
+
+    torch: Version
+    why: str
+    package: str | None = None
+
+
+#: Each example's needs. FSDP2's ``fully_shard`` and ``MixedPrecisionPolicy`` became public in
+#: ``torch.distributed.fsdp`` in torch 2.6 (before, only under ``torch.distributed._composable``;
+#: the 2.6 release notes list FSDP2 as public). DeepSpeed 0.16-0.19 declare ``torch>=2.0.0`` in
+#: their package metadata (``Requires-Dist``); DDP is in every torch 2.
+NEEDS: dict[str, Need] = {
+    "ddp": Need((2, 0), "DistributedDataParallel as train.py uses it needs torch 2"),
+    "fsdp": Need((2, 6), "FSDP2 (fully_shard, MixedPrecisionPolicy) is public in "
+                         "torch.distributed.fsdp from torch 2.6"),
+    "deepspeed": Need((2, 0), "DeepSpeed's own pin is torch>=2.0.0", package="deepspeed"),
+}
+
+
+def _show(version: Version) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def _declared(target: Target) -> Version | None:
+    """The manifest's ``torch:`` (the base image's torch) as (major, minor)."""
+    if target.torch is None:
+        return None
+    major, minor = str(target.torch).split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the image's torch version is said: the env spec's pin or the manifest's torch:."""
+
+    version: Version
+    path: Path
+    line: int | None
+
+
+def image_torch(target: Target, env: EnvSpec | None) -> Source | None:
+    """The lowest torch the image can have and where that is said, or None when unknown."""
+    pin = env.torch_pin() if env is not None else None
+    if pin is not None and env is not None:
+        return Source(pin[0], env.path, pin[1])
+    declared = _declared(target)
+    if declared is not None:
+        return Source(declared, target.manifest, target.line("torch"))
+    return None
+
+
+def check_example(target: Target, example: str, env: EnvSpec | None = None) -> str | None:
+    """Raise a :class:`ConfigError` (one line: the env spec, the example, the versions) when
+    ``target``'s image cannot run ``example``; return a note when its torch is unknown (the
+    base image's, undeclared), None when it fits. ``env`` is the target's env spec, read
+    here when not given."""
+    need = NEEDS[example]
+    if env is None and target.env is not None:
+        env = load_env_spec(target.env)
+    if need.package and env is not None and not env.installs(need.package):
+        raise ConfigError(f"example '{example}' needs the {need.package} package, which "
+                          f"{env.path} does not install (target {target.name})", path=env.path,
+                          key="dependencies")
+    found = image_torch(target, env)
+    if found is None:
+        return (f"target {target.name}: torch version unknown (no torch pin in "
+                f"{env.path if env is not None else 'an env spec'}, no 'torch:' in "
+                f"{target.manifest.name}); example '{example}' needs torch >= "
+                f"{_show(need.torch)}")
+    if found.version < need.torch:
+        raise ConfigError(f"target {target.name} gets torch {_show(found.version)}, but example "
+                          f"'{example}' needs torch >= {_show(need.torch)} ({need.why})",
+                          path=found.path, line=found.line, key="torch")
+    return None
+
+
+def example_problems(target: Target, examples: Iterable[str]) -> tuple[list[ConfigError],
+                                                                         list[str]]:
+    """Every example ``target``'s image cannot run (errors), and one note when its torch is
+    unknown (listing what each example needs)."""
+    env = load_env_spec(target.env) if target.env is not None else None
+    errors: list[ConfigError] = []
+    unknown: list[str] = []
+    for example in examples:
+        try:
+            note = check_example(target, example, env)
+        except ConfigError as exc:
+            errors.append(exc)
+        else:
+            if note:
+                unknown.append(f"{example} >= {_show(NEEDS[example].torch)}")
+    notes = [f"torch version unknown (no torch pin in "
+             f"{env.path.name if env is not None else 'an env spec'}, no 'torch:' in the "
+             f"manifest): cannot check the examples' needs ({', '.join(unknown)})"] \
+        if unknown else []
+    return errors, notes

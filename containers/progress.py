@@ -1,0 +1,53 @@
+"""Progress of long operations, for people at a terminal only.
+
+Copying and hashing multi-GB images (publish, verify) shows bytes done, rate and time left; a
+build shows one live line with its current phase and the time it has run. Where stdout is not a
+terminal (a batch job's log, CI, a pipe) nothing is drawn: a log gets the plain lines the
+operation says anyway, not a stream of redraws. Lines printed meanwhile appear above the bar.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn)
+
+Advance = Callable[[int], None]
+Show = Callable[[str], None]
+
+
+def interactive() -> bool:
+    """Whether progress is drawn: stdout is a terminal."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextmanager
+def byte_progress(description: str, total: int) -> Iterator[Advance]:
+    """An ``advance(nbytes)`` for an operation over ``total`` bytes: a bar with bytes, rate and
+    time left on a terminal; a no-op elsewhere."""
+    if not interactive():
+        yield lambda count: None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                  TransferSpeedColumn(), TimeRemainingColumn(), transient=True) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda count: progress.advance(task, count)
+
+
+@contextmanager
+def phase_line(description: str) -> Iterator[Show]:
+    """A ``show(phase)`` for a long command: one live line ``<description>: <phase>`` with a
+    spinner and the time elapsed on a terminal; a no-op elsewhere."""
+    if not interactive():
+        yield lambda phase: None
+        return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda phase: progress.update(task, description=f"{description}: {phase}")

@@ -1,0 +1,62 @@
+"""Whether each training example can run on a target's image: its torch against the example's."""
+
+from __future__ import annotations
+
+import pytest
+
+from containers.errors import ConfigError
+from containers.inputs import compat
+from containers.inputs.names import EXAMPLES
+from containers.inputs.recipes import load_targets
+
+
+def test_every_example_has_its_needs() -> None:
+    assert set(compat.NEEDS) == set(EXAMPLES)
+    assert compat.NEEDS["fsdp"].torch == (2, 6)
+
+
+def test_shipped_targets_fit_every_example(data_root) -> None:
+    targets = load_targets(data_root)
+    for name in ("cpu", "lumi-rocm", "lumi-rocm-def"):
+        for example in EXAMPLES:
+            assert compat.check_example(targets[name], example) is None, (name, example)
+
+
+def test_fsdp_on_torch_2_5_names_the_env_spec_and_the_example(factory_project) -> None:
+    root = factory_project()
+    spec = root / "envs" / "lumi-rocm.yml"
+    text = spec.read_text()
+    pinned = next(l for l in text.splitlines() if l.strip().startswith("- torch=="))
+    spec.write_text(text.replace(pinned, "      - torch==2.5.1+rocm6.2"))
+    line = text.splitlines().index(pinned) + 1
+    target = load_targets(root)["lumi-rocm"]
+    with pytest.raises(ConfigError) as info:
+        compat.check_example(target, "fsdp")
+    assert str(info.value) == (
+        f"{spec}:{line}: torch: target lumi-rocm gets torch 2.5, but example 'fsdp' needs "
+        "torch >= 2.6 (FSDP2 (fully_shard, MixedPrecisionPolicy) is public in "
+        "torch.distributed.fsdp from torch 2.6)")
+    assert compat.check_example(target, "ddp") is None  # DDP runs on 2.5
+
+
+def test_base_image_torch_declared_or_unknown(factory_project) -> None:
+    root = factory_project()
+    manifest = root / "recipes" / "puhti-cuda.yaml"
+    target = load_targets(root)["puhti-cuda"]  # NGC: torch is the base image's, not pinned
+    note = compat.check_example(target, "fsdp")
+    assert note is not None and "torch version unknown" in note  # said, never a failure
+    errors, notes = compat.example_problems(target, EXAMPLES)
+    assert errors == [] and len(notes) == 1 and "fsdp >= 2.6" in notes[0]
+    manifest.write_text(manifest.read_text() + 'torch: "2.5.0a0"\n')
+    with pytest.raises(ConfigError, match=rf"^{manifest}:\d+: torch: target puhti-cuda gets "
+                                          r"torch 2.5, but example 'fsdp' needs torch >= 2.6"):
+        compat.check_example(load_targets(root)["puhti-cuda"], "fsdp")
+
+
+def test_deepspeed_example_needs_the_package(factory_project) -> None:
+    root = factory_project()
+    spec = root / "envs" / "cpu.yml"
+    spec.write_text(spec.read_text().replace("      - deepspeed==0.19.8\n", ""))
+    with pytest.raises(ConfigError, match=r"example 'deepspeed' needs the deepspeed package, "
+                                          rf"which {spec} does not install"):
+        compat.check_example(load_targets(root)["cpu"], "deepspeed")
