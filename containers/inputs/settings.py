@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from containers.errors import ConfigError
-from containers.inputs.schema import Field, check_mapping
+from containers.inputs.schema import Field, check_mapping, name_problem
 
 FIELDS = (
     Field("images_dir", default="images"),
@@ -28,6 +28,8 @@ FIELDS = (
     Field("sign_keyidx", "int", default=0),
     Field("publish_group", default=""),
     Field("publish_world_readable", "bool", default=True),
+    # Versions --keep never removes, per target (queued jobs or a site's docs rely on them).
+    Field("publish_pinned", "map", default={}),
     # Batch jobs (invoke job): the project (account) to charge, for every site or per site.
     Field("account", default=""),
     Field("accounts", "str_map", default={}),
@@ -53,6 +55,8 @@ class Settings:
     sign_keyidx: int = 0
     publish_group: str = ""
     publish_world_readable: bool = True
+    #: Per target, versions ``--keep`` must never remove (``containers.publish_pinned``).
+    publish_pinned: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: The account batch jobs charge: ``accounts[<site>]``, else ``account`` (empty: none).
     account: str = ""
     accounts: Mapping[str, str] = field(default_factory=dict)
@@ -71,6 +75,22 @@ class Settings:
 
     def provenance_path(self, target: str) -> Path:
         return self.images_dir / f"{target}.sif.json"
+
+
+def _pinned(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """``containers.publish_pinned``: target name to a list of version names, each checked by
+    the one name rule (the versions are file names in the publish folder)."""
+    pinned: dict[str, tuple[str, ...]] = {}
+    for target, versions in value.items():
+        key = f"containers.publish_pinned.{target}"
+        if isinstance(versions, str) or not isinstance(versions, list):
+            raise ConfigError("must be a list of version names", path="invoke.yaml", key=key)
+        for version in versions:
+            problem = name_problem("version", version)
+            if problem:
+                raise ConfigError(problem, path="invoke.yaml", key=key)
+        pinned[str(target)] = tuple(str(v) for v in versions)
+    return pinned
 
 
 def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settings:
@@ -96,5 +116,6 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
                                   else None),
                     sign_keyidx=values["sign_keyidx"], publish_group=values["publish_group"],
                     publish_world_readable=values["publish_world_readable"],
+                    publish_pinned=_pinned(values["publish_pinned"]),
                     account=str(values["account"] or ""),
                     accounts={str(k): str(v) for k, v in values["accounts"].items() if v})

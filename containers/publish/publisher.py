@@ -125,6 +125,8 @@ class PublishPlan:
     keysdir: Path | None
     keyidx: int
     results_dir: Path
+    #: Versions of this target the config pins (``containers.publish_pinned``).
+    pinned: tuple[str, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -204,7 +206,8 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
         skip_checks=request.skip_checks,
         modes=Modes.of(world_readable=settings.publish_world_readable, gid=gid),
         keysdir=settings.sign_keysdir, keyidx=settings.sign_keyidx,
-        results_dir=settings.results_dir)
+        results_dir=settings.results_dir,
+        pinned=tuple(settings.publish_pinned.get(target.name, ())))
 
 
 # ------------------------------------------------------------------------------ file steps
@@ -291,7 +294,7 @@ def in_use(plan: PublishPlan, catalogue: dict) -> dict[str, str]:
     """The versions of this target that something points at, each with why: the catalogue's
     ``latest``, a module ``default`` link set by hand to another version, and the versions the
     catalogue pins (the target block's ``pinned`` list: versions queued jobs or a site's
-    documentation rely on)."""
+    documentation rely on) and those the config pins (``containers.publish_pinned``)."""
     block = catalogue["targets"].get(plan.target.name, {})
     latest = block.get("latest")
     uses: dict[str, str] = {latest: "latest"} if latest else {}
@@ -302,6 +305,8 @@ def in_use(plan: PublishPlan, catalogue: dict) -> dict[str, str]:
             uses[version] = f"the module default: {default} points to it"
     for version in cat.pinned(catalogue, plan.target.name):
         uses[version] = f"pinned in {plan.dest / cat.CATALOGUE_NAME}"
+    for version in plan.pinned:
+        uses[version] = "pinned in the config: containers.publish_pinned"
     return uses
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,14 @@ def test_batch_accounts_per_site_then_global(tmp_path: Path) -> None:
     assert load_settings(tmp_path, {}).account_for("lumi") is None
     with pytest.raises(ConfigError, match="containers.accounts: must be a mapping"):
         load_settings(tmp_path, {"accounts": ["lumi"]})
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"cpu": "1"}, "containers.publish_pinned.cpu: must be a list of version names"),
+    ({"cpu": ["../../etc"]}, "containers.publish_pinned.cpu: "),
+])
+def test_pinned_versions_are_lists_of_version_names(tmp_path, value, message) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings(tmp_path, {"publish_pinned": value})
+    assert load_settings(tmp_path, {"publish_pinned": {"cpu": ["2026.11.21-1e9c228c"]}}
+                         ).publish_pinned == {"cpu": ("2026.11.21-1e9c228c",)}

@@ -402,7 +402,7 @@ def test_keep_names_every_file_it_removes(data_built: Built) -> None:
         assert f"  removing {path}" in lines and not path.exists()
 
 
-@pytest.mark.parametrize("pin", ["catalogue", "default"])
+@pytest.mark.parametrize("pin", ["catalogue", "default", "config"])
 def test_keep_refuses_to_remove_a_version_in_use(data_built: Built, pin: str) -> None:
     for version in ("1", "2"):
         data_built.publish(version=version, skip_checks=True)
@@ -412,6 +412,10 @@ def test_keep_refuses_to_remove_a_version_in_use(data_built: Built, pin: str) ->
         data["targets"]["cpu"]["pinned"] = ["1"]
         (dest / cat.CATALOGUE_NAME).write_text(json.dumps(data))
         why = f"pinned in {dest / cat.CATALOGUE_NAME}"
+    elif pin == "config":
+        data_built.settings = dataclasses.replace(data_built.settings,
+                                                  publish_pinned={"cpu": ("1",)})
+        why = "pinned in the config: containers.publish_pinned"
     else:
         os.remove(dest / "modules/cpu/default")
         os.symlink("1.lua", dest / "modules/cpu/default")
