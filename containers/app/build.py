@@ -10,8 +10,7 @@ from containers.errors import ConfigError
 from containers.host.facts import host_arch
 from containers.image import builder
 from containers.image.gather import gather_host
-from containers.image.plan import BuildPlan, plan_build
-from containers.inputs.definition import read_definition
+from containers.image.plan import BuildPlan, fakeroot_refusal, plan_build
 from containers.report import Say, say_line as _print, show_command
 
 
@@ -26,13 +25,9 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
             f"{item.arch} node (a build job there), then copy the .sif back",
             path=item.manifest, line=item.line("arch"), key="arch")
     here = project.current_site()
-    if item.builder == "apptainer" and not here.fakeroot and item.definition is not None \
-            and read_definition(item.definition).has_section("post"):
-        raise ConfigError(
-            f"{item.definition.name} has a %post section, which needs --fakeroot, and site "
-            f"'{here.name}' has none; build it with a cotainr target (builder: cotainr) or on a "
-            f"machine with fakeroot, then copy the .sif", path=here.path,
-            line=here.lines.get("fakeroot"), key="fakeroot")
+    refusal = fakeroot_refusal(item, here)
+    if refusal is not None:
+        raise refusal
     cli_args = dict(build_args or {})
     host = gather_host(project.root, project.settings.images_dir, runtime,
                        [t.name for t in project.targets.values()],

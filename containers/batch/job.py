@@ -16,7 +16,7 @@ The partition's documented limits (:class:`containers.inputs.sites.Partition`) d
 time (:func:`fit_time`: the workload's estimate capped by the limit; a ``--time`` beyond it is
 refused) and bound nodes and GPUs (:func:`check_partition`); the account comes from the flag, the
 settings or the scheduler's own variables (:func:`resolve_account`); a build job that the site
-cannot run is refused before anything is written (:func:`fakeroot_refusal`). A smoke or training
+cannot run is refused before anything is written (:func:`containers.image.plan.fakeroot_refusal`). A smoke or training
 job keeps its launcher's exit status and output and ends with ``invoke verdict`` on its results
 (:mod:`containers.app.judging`), so a job writes the verdict an interactive run writes.
 
@@ -38,7 +38,7 @@ from containers.batch.schedulers import DIRECTIVE_SAFE, SCHEDULERS, Resources, S
 from containers.batch.script import SHELL_VARS, Script, assign, command, ref, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
-from containers.inputs.definition import read_definition
+from containers.image.plan import fakeroot_refusal
 from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
 from containers.inputs.settings import Settings
@@ -160,21 +160,6 @@ def _check_site(request: JobRequest, target: Target, site: Site, site_arch: str 
         raise UsageError(f"unknown partition '{request.partition}' for site {site.name}"
                          f"{suggest(request.partition, site.partitions)}; known: "
                          f"{', '.join(site.partitions)}", flag="--partition")
-
-
-def fakeroot_refusal(target: Target, site: Site) -> ConfigError | None:
-    """Why ``site`` cannot build ``target``, else None: an Apptainer definition with a
-    ``%post`` section needs ``--fakeroot``, which a site with ``fakeroot: false`` lacks (a
-    cotainr target needs none). The one rule for ``invoke build`` and build jobs."""
-    if target.builder != "apptainer" or site.fakeroot or target.definition is None \
-            or not read_definition(target.definition).has_section("post"):
-        return None
-    return ConfigError(
-        f"{target.definition.name} has a %post section, which needs --fakeroot, and site "
-        f"'{site.name}' has none; build it with a cotainr target (builder: cotainr) or on a "
-        f"machine with fakeroot (invoke build --target {target.name} there), then copy "
-        f"images/{target.name}.sif to the site", path=site.path,
-        line=site.lines.get("fakeroot"), key="fakeroot")
 
 
 def estimate(workload: str) -> int:

@@ -25,6 +25,7 @@ from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_env_spec
 from containers.inputs.recipes import Target, base_chain
 from containers.inputs.settings import Settings
+from containers.inputs.sites import Site
 
 #: Arguments the tool fills from the build host; they locate inputs but do not change the image.
 CONTEXT_ARGS = ("MIRROR", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS")
@@ -321,3 +322,19 @@ def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, 
         elif steps[index].action == "up-to-date":
             needed = False
     return BuildPlan(steps=tuple(steps))
+
+
+def fakeroot_refusal(target: Target, site: Site) -> ConfigError | None:
+    """Why ``site`` cannot build ``target``, else None: an Apptainer definition with a
+    ``%post`` section needs ``--fakeroot``, which a site with ``fakeroot: false`` lacks (a
+    cotainr target needs none). The one rule for ``invoke build`` and build jobs (checked before
+    anything runs or is queued)."""
+    if target.builder != "apptainer" or site.fakeroot or target.definition is None \
+            or not read_definition(target.definition).has_section("post"):
+        return None
+    return ConfigError(
+        f"{target.definition.name} has a %post section, which needs --fakeroot, and site "
+        f"'{site.name}' has none; build it with a cotainr target (builder: cotainr) or on a "
+        f"machine with fakeroot (invoke build --target {target.name} there), then copy "
+        f"images/{target.name}.sif to the site", path=site.path,
+        line=site.lines.get("fakeroot"), key="fakeroot")
