@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,13 +28,9 @@ def _invoke(project: Path, *args: str, timeout: float = 120) -> subprocess.Compl
 
 
 @pytest.fixture
-def cli_project(factory_project, tmp_path) -> Path:
-    root = factory_project()
-    shutil.copy(ROOT / "tasks.py", root / "tasks.py")
-    (root / "invoke.yaml").write_text(
-        f"containers:\n  images_dir: {tmp_path / 'images'}\n  tmp_dir: {tmp_path / 'work'}\n"
-        f"  results_dir: {tmp_path / 'results'}\n")
-    return root
+def cli_project(factory_cli_project, tmp_path) -> Path:
+    return factory_cli_project(images_dir=tmp_path / "images", tmp_dir=tmp_path / "work",
+                               results_dir=tmp_path / "results")
 
 
 TASKS = ("check", "targets", "build", "smoke", "train", "job", "publish", "verify")

@@ -16,8 +16,8 @@ The partition's documented limits (:class:`containers.inputs.sites.Partition`) d
 time (:func:`fit_time`: the workload's estimate capped by the limit; a ``--time`` beyond it is
 refused) and bound nodes and GPUs (:func:`check_partition`); the account comes from the flag, the
 settings or the scheduler's own variables (:func:`resolve_account`); a build job that the site
-cannot run is refused before anything is written (:func:`containers.image.plan.fakeroot_refusal`). A smoke or training
-job keeps its launcher's exit status and output and ends with ``invoke verdict`` on its results
+cannot run is refused before anything is written
+(:func:`containers.image.plan.fakeroot_refusal`). A smoke or training job keeps its launcher's exit status and output and ends with ``invoke verdict`` on its results
 (:mod:`containers.app.judging`), so a job writes the verdict an interactive run writes.
 
 Only site profile values, explicit flags and settings reach a script (of the caller's

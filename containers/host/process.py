@@ -250,7 +250,8 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path 
     if not _findable(argv[0], env, cwd):
         raise CommandFailed(f"command not found: {argv[0]}", argv=argv)
     try:
-        proc = subprocess.Popen(supervised(argv, grace=grace), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(supervised(argv, grace=grace), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=dict(env) if env else None,
                                 cwd=cwd, start_new_session=True, text=True, errors="replace",
                                 bufsize=1)

@@ -36,7 +36,8 @@ PIP_SAFE_OPTIONS = frozenset({"--pre", "--prefer-binary", "--only-binary", "--no
                               "--require-hashes", "--hash"})
 #: The one option that may add a package source, and only as the manifest allows it.
 PIP_EXTRA_INDEX = "--extra-index-url"
-PIP_OPTION_RULE = (f"pip: entries are requirements; options allowed: {', '.join(sorted(PIP_SAFE_OPTIONS))}, "
+PIP_OPTION_RULE = (f"pip: entries are requirements; options allowed: "
+                   f"{', '.join(sorted(PIP_SAFE_OPTIONS))}, "
                    f"and {PIP_EXTRA_INDEX} with an https URL listed in the manifest's "
                    "pip_extra_index_urls (package sources are the build host's pip.conf)")
 _SHORT_OPTIONS = {"-i": "--index-url", "-f": "--find-links", "-e": "--editable",

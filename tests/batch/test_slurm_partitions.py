@@ -2,7 +2,8 @@
 
 The test cluster (tests/fixtures/slurm.py, ``site_shaped_cluster``) carries the site profile's
 partitions by name with their time limits and node counts, nodes with the site's cores, memory
-and GPUs (GRES of the profile's type), and ``AllowAccounts`` where the site requires an account.
+and GPUs (GRES of the profile's type), and a submit filter (job_submit.lua) that requires an
+account where the site does.
 ``sbatch --test-only`` asks slurmctld whether it would run the script, without running it: every
 rendered script must be accepted as it is written; an over-limit ``--time`` and a missing account
 must be rejected by Slurm itself, as the tool rejects them before writing anything.

@@ -18,16 +18,6 @@ from tests.image.test_plan import multistage_project
 pytestmark = pytest.mark.apptainer
 
 
-@pytest.fixture(scope="session")
-def debian_base_image(real_project: app.Project, real_runtime) -> Path:
-    """debian-base as the session builds it for the CPU image (a no-op when it is current)."""
-    lines: list[str] = []
-    app.build(real_project, target="debian-base", say=lines.append)
-    image = real_project.settings.image_path("debian-base")
-    assert image.is_file(), "\n".join(lines[-40:])
-    return image
-
-
 def test_multi_stage_build_copies_a_file_between_stages(factory_project, tmp_path: Path,
                                                         debian_base_image: Path,
                                                         real_runtime) -> None:

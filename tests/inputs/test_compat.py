@@ -8,6 +8,7 @@ from containers.errors import ConfigError
 from containers.inputs import compat
 from containers.inputs.names import EXAMPLES
 from containers.inputs.recipes import load_targets
+from tests.fixtures.data import pin_torch
 
 
 def test_every_example_has_its_needs() -> None:
@@ -25,10 +26,7 @@ def test_shipped_targets_fit_every_example(data_root) -> None:
 def test_fsdp_on_torch_2_5_names_the_env_spec_and_the_example(factory_project) -> None:
     root = factory_project()
     spec = root / "envs" / "lumi-rocm.yml"
-    text = spec.read_text()
-    pinned = next(l for l in text.splitlines() if l.strip().startswith("- torch=="))
-    spec.write_text(text.replace(pinned, "      - torch==2.5.1+rocm6.2"))
-    line = text.splitlines().index(pinned) + 1
+    line = pin_torch(root, "2.5.1+rocm6.2")
     target = load_targets(root)["lumi-rocm"]
     with pytest.raises(ConfigError) as info:
         compat.check_example(target, "fsdp")

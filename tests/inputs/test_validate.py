@@ -16,6 +16,7 @@ from containers.inputs import validate
 from containers.inputs.recipes import load_targets
 from containers.inputs.sites import load_sites
 from tests import test_cli
+from tests.fixtures.data import pin_torch
 
 cli_project = test_cli.cli_project  # the fixture: a project copy that invoke runs in
 
@@ -197,9 +198,7 @@ def test_host_paths_warn_or_fail_as_the_manifest_says(factory_project) -> None:
 def test_check_finds_the_torch_mismatch_and_pip_sources(factory_project) -> None:
     root = factory_project()
     spec = root / "envs" / "lumi-rocm.yml"
-    text = spec.read_text()
-    pinned = next(l for l in text.splitlines() if l.strip().startswith("- torch=="))
-    spec.write_text(text.replace(pinned, "      - torch==2.5.1+rocm6.2"))
+    pin_torch(root, "2.5.1+rocm6.2")
     report = validate.check_project(root, target="lumi-rocm", tool_args=TOOL_ARGS)
     assert [str(e).split(": torch: ", 1)[1].split(" (")[0] for e in report.errors] == [
         "target lumi-rocm gets torch 2.5, but example 'fsdp' needs torch >= 2.6"]
