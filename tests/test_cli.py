@@ -33,7 +33,8 @@ def cli_project(factory_cli_project, tmp_path) -> Path:
                                results_dir=tmp_path / "results")
 
 
-TASKS = ("check", "targets", "build", "smoke", "train", "job", "publish", "verify")
+TASKS = ("check", "targets", "build", "smoke", "train", "job", "publish", "verify",
+         "verdict")
 #: Box-drawing characters: a table piped or logged has none.
 BOX = re.compile("[\u2500-\u257f]")
 
@@ -49,8 +50,7 @@ def _one_line_error(result: subprocess.CompletedProcess, code: int = 1) -> str:
 
 def test_every_task_flag_has_help() -> None:
     collection = Collection.from_module(tasks)
-    assert {"check", "targets", "build", "smoke", "train", "publish", "verify"} <= \
-        set(collection.tasks)
+    assert set(collection.tasks) == set(TASKS)  # a new task is added to TASKS, so -h is tried
     for name, task in collection.tasks.items():
         # invoke pops each help entry as it builds the arguments: ask a copy.
         params = list(copy.deepcopy(task).get_arguments())
@@ -369,3 +369,17 @@ def test_interrupted_build_leaves_nothing(cli_project: Path, tmp_path: Path, cpu
                                                          "debian-base.sif.json"]
     work = tmp_path / "work"
     assert not work.exists() or list(work.iterdir()) == []
+
+
+def test_verdict_of_a_folder_no_job_wrote_fails_closed(cli_project: Path, tmp_path: Path) -> None:
+    """``invoke verdict`` (what batch jobs end with) on a folder without a job's record: a
+    sanity FAIL (exit 2) naming it, never a pass; without --results, a usage error."""
+    folder = tmp_path / "not-a-job"
+    folder.mkdir()
+    line = _one_line_error(_invoke(cli_project, "verdict", "--results", str(folder)), code=2)
+    assert line.startswith(f"error: verdict FAILED: {folder / 'job.json'} is missing")
+    assert not (folder / "verdict.json").exists()
+    assert _one_line_error(_invoke(cli_project, "verdict")) == \
+        "error: --results: name the results folder of a batch job"
+    assert _one_line_error(_invoke(cli_project, "--dry", "verdict", "--results", str(folder))) \
+        == "error: invoke --dry: verdict writes verdict.json and has no dry run"
