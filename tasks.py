@@ -237,7 +237,8 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus="2", 
         "nodes": "nodes (one for build)",
         "gpus_per_node": "GPUs per node (default: all), or CPU ranks per node on CPU sites "
                          "(default: 2)",
-        "time": "wall time (default: 00:30:00 smoke, 01:00:00 training, 02:00:00 build)",
+        "time": "wall time; default: the workload's estimate (smoke 30 min, training 1 h, "
+                "build 2 h) capped by the partition's limit",
         "account": "account (project) to charge",
         "partition": "partition or queue; default: the site's",
         "launcher": "override the site's launch pattern",

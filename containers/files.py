@@ -210,9 +210,3 @@ def temp_symlink(link: Path, target: str) -> Path:
     temp.unlink(missing_ok=True)
     os.symlink(target, temp)
     return temp
-
-
-def replace_symlink(link: Path, target: str) -> None:
-    """Point ``link`` at ``target`` atomically: a temp symlink renamed over the old one, so
-    ``link`` never stops existing (``ln -sfn`` removes it first)."""
-    os.replace(temp_symlink(link, target), link)

@@ -8,30 +8,23 @@ operation says anyway, not a stream of redraws. Lines printed meanwhile appear a
 
 from __future__ import annotations
 
-import sys
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn)
 
+from containers.report import is_terminal
+
 Advance = Callable[[int], None]
 Show = Callable[[str], None]
-
-
-def interactive() -> bool:
-    """Whether progress is drawn: stdout is a terminal."""
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 @contextmanager
 def byte_progress(description: str, total: int) -> Iterator[Advance]:
     """An ``advance(nbytes)`` for an operation over ``total`` bytes: a bar with bytes, rate and
     time left on a terminal; a no-op elsewhere."""
-    if not interactive():
+    if not is_terminal():  # progress is drawn only where stdout is a terminal
         yield lambda count: None
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
@@ -44,7 +37,7 @@ def byte_progress(description: str, total: int) -> Iterator[Advance]:
 def phase_line(description: str) -> Iterator[Show]:
     """A ``show(phase)`` for a long command: one live line ``<description>: <phase>`` with a
     spinner and the time elapsed on a terminal; a no-op elsewhere."""
-    if not interactive():
+    if not is_terminal():  # progress is drawn only where stdout is a terminal
         yield lambda phase: None
         return
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text, copy_hashing,
-                              first_link, fsync_path, read_regular, replace_symlink,
-                              resolves_outside, sha256_file, walk_nofollow)
+                              first_link, fsync_path, read_regular, resolves_outside, sha256_file,
+                              temp_symlink, walk_nofollow)
 from tests.inputs.test_recipes import bounded
 
 
@@ -63,15 +63,15 @@ def test_copy_hashing_never_overwrites(tmp_path: Path) -> None:
     assert dest.read_bytes() == b"existing"
 
 
-def test_replace_symlink_swaps_atomically(tmp_path: Path) -> None:
+def test_a_temp_symlink_renamed_over_a_link_swaps_it_atomically(tmp_path: Path) -> None:
     link = tmp_path / "latest"
-    replace_symlink(link, "1.sif")
+    os.replace(temp_symlink(link, "1.sif"), link)
     assert os.readlink(link) == "1.sif"
-    replace_symlink(link, "2.sif")
+    os.replace(temp_symlink(link, "2.sif"), link)
     assert os.readlink(link) == "2.sif"
     stale = tmp_path / f".latest.{os.getpid()}.tmp"  # left by an earlier crash of this pid
     os.symlink("0.sif", stale)
-    replace_symlink(link, "3.sif")
+    os.replace(temp_symlink(link, "3.sif"), link)
     assert os.readlink(link) == "3.sif"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]
 

@@ -22,12 +22,10 @@ from pathlib import Path
 from containers.app.project import Project
 from containers.app.workloads import _record
 from containers.batch import job as batch
-from containers.errors import UsageError, VerdictFailed
+from containers.errors import VerdictFailed
 from containers.image import provenance
 from containers.inputs.sites import get_site
 from containers.prove import verdict
-from containers.prove.smoke import SmokeOptions
-from containers.prove.train import TrainOptions
 from containers.report import Say, say_line as _print
 from containers.run.workload import collect
 
@@ -41,19 +39,21 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     job = _job_record(folder)
     item = project.target(job["target"])
     site = get_site(project.sites, job["site"])
-    request = batch.JobRequest(workload=job["workload"], nodes=int(job["nodes"]),
-                               gpus_per_node=int(job["gpus_per_node"]),
-                               launcher=job.get("launcher"), partition=job.get("partition"),
-                               options=_options(job))
+    try:
+        request = batch.request_from_record(job)
+    except batch.RecordOptionsError as exc:
+        # the job's options (job.json) are not an object, or values the tool refuses
+        raise VerdictFailed(f"verdict FAILED: job.json {exc}") from exc
     run = batch.job_run(item, site, settings=project.settings, request=request)
     workload = replace(run.workload, out_dir=folder)
     log = folder / "run.log"
-    lines = log.read_text(encoding="utf-8", errors="replace").splitlines() \
-        if log.is_file() else []
-    seconds = max(0.0, log.stat().st_mtime - (folder / batch.JOB_RECORD).stat().st_mtime) \
-        if log.is_file() else 0.0
-    outcome = collect(workload, returncode=int(exit_status), timed_out=False,
-                              lines=lines, seconds=seconds)
+    lines: list[str] = []
+    seconds = 0.0
+    if log.is_file():
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        seconds = max(0.0, log.stat().st_mtime - (folder / batch.JOB_RECORD).stat().st_mtime)
+    outcome = collect(workload, returncode=int(exit_status), timed_out=False, lines=lines,
+                      seconds=seconds)
     result = verdict.Result(
         kind=run.kind, plan=workload, outcome=outcome,
         partition=os.environ.get("SLURM_JOB_PARTITION") or job.get("partition"),
@@ -65,23 +65,6 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     return result
 
 
-def _options(job: dict) -> SmokeOptions | TrainOptions | None:
-    """The workload's options as the job ran them (``job.json``), so the verdict's plan and
-    record are the job's; a record without them (or with values the tool refuses) fails."""
-    given = job.get("options")
-    if given is None:
-        return None
-    if not isinstance(given, dict):
-        raise VerdictFailed("verdict FAILED: job.json options are not an object")
-    try:
-        if job["workload"] == "smoke":
-            return SmokeOptions(gpus=int(job["gpus_per_node"]), **given)
-        return TrainOptions(example=job["workload"], gpus=int(job["gpus_per_node"]), **given)
-    except (TypeError, UsageError) as exc:
-        raise VerdictFailed(f"verdict FAILED: job.json options are not the job's: {exc}") \
-            from exc
-
-
 def _job_record(folder: Path) -> dict:
     """The ``job.json`` the job script wrote; a folder without one is not a job's results."""
     path = folder / batch.JOB_RECORD
@@ -90,10 +73,9 @@ def _job_record(folder: Path) -> dict:
     except (OSError, ValueError) as exc:
         raise VerdictFailed(f"verdict FAILED: {path} is missing or unreadable ({exc}); "
                             "--results must name a results folder a batch job wrote") from exc
-    keys = ("target", "site", "workload", "nodes", "gpus_per_node")
-    if not isinstance(record, dict) or any(key not in record for key in keys):
+    if not isinstance(record, dict) or any(key not in record for key in batch.RECORD_KEYS):
         raise VerdictFailed(f"verdict FAILED: {path} does not describe a job (needs "
-                            f"{', '.join(keys)})")
+                            f"{', '.join(batch.RECORD_KEYS)})")
     return record
 
 

@@ -8,18 +8,20 @@ rank count and adds the speedup report.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from containers.app.project import Project
 from containers.errors import StateError, UsageError
 from containers.files import atomic_write_text
-from containers.host.facts import fit_problem, run_stamp, this_machine
+from containers.host.facts import Machine, fit_problem, gpu_memory, run_stamp, this_machine
 from containers.image import provenance
-from containers.inputs.sites import Site
+from containers.inputs.sites import HOST_VAR, Site
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
 from containers.prove.train import TrainOptions, parse_scaling, scaling_rows, with_ranks
@@ -94,14 +96,11 @@ def _shown_environ(site: Site) -> dict[str, str]:
     environ = dict(os.environ)
     for text in (*site.env.values(), *site.binds, *site.multinode_binds,
                  *site.multinode_env.values()):
-        for match in _HOST_VAR.finditer(text):
+        for match in HOST_VAR.finditer(text):
             name = match.group(1) or match.group(2)
             if name and name not in environ:
                 environ[name] = deferred(name)
     return environ
-
-
-_HOST_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|\$)")
 
 
 def _shown_argv(workload: Workload, placement: Placement | None) -> list[str]:
@@ -119,12 +118,29 @@ def _shown_argv(workload: Workload, placement: Placement | None) -> list[str]:
     return argv
 
 
-def check_fits(workload: Workload, options: Options, site: Site, *, force: bool,
-               say: Say) -> None:
-    """Refuse, in one line, a run this machine cannot hold (``--force`` runs it anyway)."""
+def machine_here(gpu: str) -> Callable[[bool], Machine]:
+    """This machine as :func:`check_fits` reads it, probed once (on first use) for all the
+    runs of a command: ``machine(with_gpu_memory)``; each GPU's memory (nvidia-smi) is asked
+    for once, and only by a run that needs it (one with a largest message size)."""
+    @functools.cache
+    def base() -> Machine:
+        return this_machine(gpu, with_gpu_memory=False)
+
+    @functools.cache
+    def machine(with_gpu_memory: bool) -> Machine:
+        if with_gpu_memory and gpu == "cuda":
+            return dataclasses.replace(base(), gpu_memory=gpu_memory())
+        return base()
+    return machine
+
+
+def check_fits(workload: Workload, options: Options, site: Site, *,
+               machine: Callable[[bool], Machine], force: bool, say: Say) -> None:
+    """Refuse, in one line, a run this machine cannot hold (``--force`` runs it anyway);
+    ``machine``: :func:`machine_here` of ``site.gpu``."""
     largest = getattr(options, "largest_size", None)
     problem = fit_problem(ranks=workload.ranks, largest=largest, gpu=site.gpu,
-                          machine=this_machine(site.gpu))
+                          machine=machine(bool(largest)))
     if problem and force:
         say(f"  warning: {problem} (running anyway: --force)")
     elif problem:
@@ -142,6 +158,7 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
     placement = allocation.across_nodes(nodes, dry_run=dry_run)
     partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
     here = placement is None and (not dry_run or site.name == project.current_site().name)
+    machine = machine_here(site.gpu)  # probed only if a run is checked, once for them all
     done: list[verdict.Result | Workload] = []
     for options, run_id in runs:
         kind = options.kind
@@ -149,7 +166,7 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
                         run_id=run_id, strict=not dry_run, placement=placement,
                         environ=_shown_environ(site) if dry_run else None)
         if here:
-            check_fits(workload, options, site, force=force, say=say)
+            check_fits(workload, options, site, machine=machine, force=force, say=say)
         say(f"{kind.title(options)}: {item.name} on site {site.name}, {workload.ranks} ranks, "
             f"results in {os.path.relpath(workload.out_dir)}")
         say(f"  run  {show_command(_shown_argv(workload, placement))}")

@@ -216,11 +216,10 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
     refused in one line that says the ways to set it."""
     if request.account:
         return request.account, "--account"
-    configured = settings.accounts.get(site.name)
+    configured = settings.account_for(site.name)
     if configured:
-        return configured, f"containers.accounts.{site.name}"
-    if settings.account:
-        return settings.account, "containers.account"
+        return configured, (f"containers.accounts.{site.name}"
+                            if settings.accounts.get(site.name) else "containers.account")
     for var in ACCOUNT_VARS.get(site.scheduler, ()):
         if environ.get(var):
             return (None if var == "SBATCH_ACCOUNT" else environ[var]), var
@@ -288,14 +287,13 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
         return Job(request=request, target=target, site=site, scheduler=scheduler,
                    launcher=None, resources=res, text=script.render(), results=None)
 
-    gpus = request.gpus_per_node or site.gpus_per_node or 2  # CPU sites: 2 ranks, as smoke
-    check_partition(site, partition, nodes=request.nodes,
-                    gpus_per_node=gpus if site.gpu != "none" else 0)
+    gpus = _ranks_per_node(request, site)
+    check_partition(site, partition, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
     run = job_run(target, site, settings=settings, request=request)
     launcher, shape, workload = run.launcher, run.shape, run.workload
     res = Resources(name=name, nodes=request.nodes, tasks_per_node=shape.tasks_per_node,
                     cpus_per_task=shape.cpus_per_task,
-                    gpus_per_node=gpus if site.gpu != "none" else 0, time=walltime.format(time),
+                    gpus_per_node=_gpus(site, gpus), time=walltime.format(time),
                     partition=partition_name, account=account, output=output,
                     exclusive=shape.exclusive, mem_per_gpu_gb=site.mem_per_gpu_gb,
                     gpu_request=gpu_request, gres_type=gres_type)
@@ -335,6 +333,18 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                launcher=launcher, resources=res, text=script.render(), results=results)
 
 
+def _ranks_per_node(request: JobRequest, site: Site) -> int:
+    """Ranks per node of a smoke or training job: ``--gpus-per-node``, else the site's GPUs per
+    node, else 2 (CPU sites: 2 ranks, as smoke)."""
+    return request.gpus_per_node or site.gpus_per_node or 2
+
+
+def _gpus(site: Site, ranks: int) -> int:
+    """The GPUs per node a job of ``ranks`` ranks per node asks the scheduler for (none on a CPU
+    site)."""
+    return ranks if site.gpu != "none" else 0
+
+
 @dataclass(frozen=True)
 class JobRun:
     """The run inside a workload job, as :func:`job_run` plans it."""
@@ -354,7 +364,7 @@ def job_run(target: Target, site: Site, *, settings: Settings,
     renders and the plan ``invoke verdict`` judges the job's results by (pure)."""
     scheduler = SCHEDULERS[site.scheduler]
     launcher = launchers.for_site(site, request.launcher)
-    gpus = request.gpus_per_node or site.gpus_per_node or 2  # CPU sites: 2 ranks, as smoke
+    gpus = _ranks_per_node(request, site)
     shape = launcher.shape(site, gpus)
     meets = request.nodes > 1 or launcher.needs_rendezvous
     placement = Placement(nodes=request.nodes, launcher=launcher,
@@ -388,6 +398,39 @@ def job_options(options: SmokeOptions | TrainOptions) -> dict:
     (ranks, nodes and the example are the job's own keys)."""
     return {key: value for key, value in asdict(options).items()
             if key not in ("gpus", "example") and isinstance(value, (str, int, float, bool))}
+
+
+#: The keys every ``job.json`` has (``launcher``, ``partition`` and ``options`` may be missing).
+RECORD_KEYS = ("target", "site", "workload", "nodes", "gpus_per_node")
+
+
+class RecordOptionsError(ValueError):
+    """The options of a ``job.json`` are not an object, or not options its workload takes."""
+
+
+def request_from_record(record: dict) -> JobRequest:
+    """The request a job's ``job.json`` (as :func:`plan_job` writes it) describes, options
+    included, so its verdict re-plans the run the job ran (:func:`job_run`). A missing key of
+    :data:`RECORD_KEYS` raises KeyError; bad options raise :class:`RecordOptionsError`."""
+    return JobRequest(workload=record["workload"], nodes=int(record["nodes"]),
+                      gpus_per_node=int(record["gpus_per_node"]),
+                      launcher=record.get("launcher"), partition=record.get("partition"),
+                      options=_record_options(record))
+
+
+def _record_options(record: dict) -> SmokeOptions | TrainOptions | None:
+    given = record.get("options")
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise RecordOptionsError("options are not an object")
+    try:
+        if record["workload"] == "smoke":
+            return SmokeOptions(gpus=int(record["gpus_per_node"]), **given)
+        return TrainOptions(example=record["workload"], gpus=int(record["gpus_per_node"]),
+                            **given)
+    except (TypeError, UsageError) as exc:
+        raise RecordOptionsError(f"options are not the job's: {exc}") from exc
 
 
 def _options(request: JobRequest, gpus: int) -> SmokeOptions | TrainOptions:

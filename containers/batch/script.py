@@ -22,8 +22,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from containers.inputs.schema import is_env_name
+
 _MARK = "\x00"
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: Literal text that means the same inside double quotes as outside any quotes: no ``$``, `` ` ``,
 #: ``\``, ``"`` or ``!`` (the characters double quotes still interpret), no control characters.
 _DQ_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./^~ -]*\Z")
@@ -34,7 +35,7 @@ WIDTH = 100
 
 def ref(name: str) -> str:
     """A reference to shell variable ``name``, expanded by the script's shell at run time."""
-    if not _NAME.match(name):
+    if not is_env_name(name):
         raise ValueError(f"not a shell variable name: {name!r}")
     return f"{_MARK}{name}{_MARK}"
 
@@ -52,12 +53,12 @@ class ShellVars(Mapping[str, str]):
     """
 
     def __getitem__(self, name: str) -> str:
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not is_env_name(name):
             raise KeyError(name)
         return ref(name)
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and bool(_NAME.match(name))
+        return isinstance(name, str) and is_env_name(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(())
@@ -75,7 +76,7 @@ def word(text: str) -> str:
     if _MARK not in text:
         return shlex.quote(text)
     parts = text.split(_MARK)
-    if len(parts) % 2 == 0 or not all(_NAME.match(name) for name in parts[1::2]):
+    if len(parts) % 2 == 0 or not all(is_env_name(name) for name in parts[1::2]):
         raise ValueError(f"malformed variable reference in {text!r}")
     literals, names = parts[0::2], parts[1::2]
     if all(_DQ_SAFE.match(literal) for literal in literals):
@@ -151,7 +152,7 @@ def _positional(argv: Sequence[str], start: int, value_options: Sequence[str]) -
 
 def assign(name: str, value: str) -> str:
     """``NAME=value`` with the value as one word (markers expanding)."""
-    if not _NAME.match(name):
+    if not is_env_name(name):
         raise ValueError(f"not a shell variable name: {name!r}")
     return f"{name}={word(value)}"
 

@@ -54,7 +54,7 @@ def gpu_kinds_here(dev: Path = Path("/dev")) -> set[str]:
     ``rocm`` (``/dev/kfd``). A login node usually has neither, so a check that needs the
     target's GPUs can say up front that it cannot run here."""
     kinds = set()
-    if any(p.name[len("nvidia"):].isdigit() for p in dev.glob("nvidia[0-9]*")):
+    if gpu_count("cuda", dev):
         kinds.add("cuda")
     if (dev / "kfd").exists():
         kinds.add("rocm")
@@ -115,14 +115,15 @@ def fit_problem(*, ranks: int, largest: int | None, gpu: str, machine: Machine) 
     return None
 
 
-def this_machine(gpu: str) -> Machine:
-    """The cores this process may use, the memory available, and GPUs of kind ``gpu``."""
+def this_machine(gpu: str, *, with_gpu_memory: bool = True) -> Machine:
+    """The cores this process may use, the memory available, and GPUs of kind ``gpu``;
+    ``with_gpu_memory`` False leaves each GPU's memory unknown (nvidia-smi is not asked)."""
     try:
         cores: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count()
     return Machine(cores=cores, memory=memory_available(), gpus=gpu_count(gpu),
-                   gpu_memory=gpu_memory() if gpu == "cuda" else None)
+                   gpu_memory=gpu_memory() if with_gpu_memory and gpu == "cuda" else None)
 
 
 def memory_available(proc: Path = Path("/proc"),

@@ -41,6 +41,8 @@ OWNER_LOCK = ".owner.lock"
 UNOWNED_AGE = 6 * 3600
 #: ``<target>-<12 hex>`` (the plan's name; an older build's folder) plus mkdtemp's ending.
 _WORKDIR = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]*-[0-9a-f]{12}(-[A-Za-z0-9_]{8})?\Z")
+#: A partial image, ``.<target>.sif.<12 hex>.partial`` (the plan's name for it); the fixed-length
+#: ending makes the target unambiguous, even for a target named like ``x.sif``.
 _PARTIAL = re.compile(r"\.(?P<target>.+)\.sif\.[0-9a-f]{12}\.partial\Z")
 _PHASES = (
     (re.compile(r"Running (\w+) scriptlet"), None),
@@ -90,14 +92,13 @@ def _stage(step: BuildStep) -> None:
 
 
 def stale_partials(step: BuildStep) -> list[Path]:
-    """The partial images an earlier, killed build of exactly this target left:
-    ``.<target>.sif.<hash>.partial`` with a hash as long as the plan's. A glob
-    ``.<target>.sif.*.partial`` would also take target ``<target>.sif``'s partial
-    (``.<target>.sif.sif.<hash>.partial``), perhaps while that build is writing it."""
-    prefix, suffix = f".{step.target.name}.sif.", ".partial"
-    pattern = re.compile(re.escape(prefix) + f"[0-9a-f]{{{len(step.short_hash)}}}"
-                         + re.escape(suffix) + r"\Z")
-    return sorted(p for p in step.image.parent.glob(f"*{suffix}") if pattern.match(p.name))
+    """The partial images an earlier, killed build of exactly this target left: names
+    :data:`_PARTIAL` reads as this target's. A glob ``.<target>.sif.*.partial`` would also take
+    target ``<target>.sif``'s partial (``.<target>.sif.sif.<hash>.partial``), perhaps while that
+    build is writing it."""
+    return sorted(path for path in step.image.parent.glob(".*.partial")
+                  if (match := _PARTIAL.match(path.name))
+                  and match.group("target") == step.target.name)
 
 
 def target_lock(images_dir: Path, target: str) -> Path:

@@ -22,7 +22,7 @@ from containers.errors import ConfigError, UsageError
 from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsafe_characters
 from containers.host.sources import PipConfig
 from containers.inputs.definition import Definition, read_definition
-from containers.inputs.envspec import EnvSpec, load_env_spec
+from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.recipes import Target, base_chain
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
@@ -107,18 +107,6 @@ def parse_build_args(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     return result
 
 
-def _load_env(target: Target) -> EnvSpec | None:
-    if target.env is None:
-        return None
-    spec = load_env_spec(target.env)
-    if target.builder == "apptainer":
-        spec.check_venv_compatible()
-    # requirements.txt (and cotainr's Conda pip step) take the pip list as written: no entry
-    # may change where packages come from beyond what the manifest allows.
-    spec.check_pip_options(target.pip_extra_index_urls, manifest=target.manifest)
-    return spec
-
-
 def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | None,
                   user_args: Mapping[str, str], base_hash: str | None) -> dict:
     """What the inputs hash covers, also recorded in the provenance."""
@@ -148,7 +136,7 @@ def definition_scripts(definition: Definition) -> dict[str, Path]:
 def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: str | None
                     ) -> tuple[Definition | None, EnvSpec | None, dict[str, str], dict, str]:
     """Read and validate a target's inputs: (definition, env spec, user args, inputs, hash)."""
-    env = _load_env(target)
+    env = load_target_env(target)
     user_args = {**target.build_args, **cli_args}
     if target.builder == "cotainr":
         unknown = sorted(set(cli_args) - {"BASE_IMAGE"})

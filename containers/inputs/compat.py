@@ -101,11 +101,13 @@ def check_example(target: Target, example: str, env: EnvSpec | None = None) -> s
     return None
 
 
-def example_problems(target: Target, examples: Iterable[str]) -> tuple[list[ConfigError],
-                                                                         list[str]]:
+def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | None = None
+                     ) -> tuple[list[ConfigError], list[str]]:
     """Every example ``target``'s image cannot run (errors), and one note when its torch is
-    unknown (listing what each example needs)."""
-    env = load_env_spec(target.env) if target.env is not None else None
+    unknown (listing what each example needs). ``env`` is the target's env spec, read here
+    when not given."""
+    if env is None and target.env is not None:
+        env = load_env_spec(target.env)
     errors: list[ConfigError] = []
     unknown: list[str] = []
     for example in examples:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from containers.errors import ConfigError
@@ -157,7 +157,6 @@ class Definition:
 
     path: Path | None
     stages: tuple[Stage, ...]
-    arg_lines: dict[str, int] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -169,26 +168,14 @@ class Definition:
         return self.stages[-1]
 
     @property
-    def preamble(self) -> str:
-        return self.stages[0].preamble
-
-    @property
     def header(self) -> dict[str, str]:
         """The final stage's header: the image's own base."""
         return self.final.header
 
     @property
-    def header_lines(self) -> dict[str, int]:
-        return self.final.header_lines
-
-    @property
     def sections(self) -> tuple[Section, ...]:
         """Every section of every stage, in file order."""
         return tuple(s for stage in self.stages for s in stage.sections)
-
-    @property
-    def bootstrap(self) -> str:
-        return self.final.bootstrap
 
     def section(self, name: str) -> Section | None:
         """The final stage's ``%name`` section: what the image gets."""
@@ -203,6 +190,15 @@ class Definition:
         """The final stage's ``%arguments`` defaults (each stage has its own:
         :meth:`Stage.argument_defaults`)."""
         return self.final.argument_defaults
+
+    @property
+    def arg_lines(self) -> dict[str, int]:
+        """Every ``{{ NAME }}`` used (any stage) and the line of its first use, in file order."""
+        found: dict[str, int] = {}
+        for stage in self.stages:
+            for name, line in stage.arg_lines.items():
+                found.setdefault(name, line)
+        return found
 
     @property
     def build_args(self) -> tuple[str, ...]:
@@ -320,7 +316,6 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
     sections: list[Section] = []
     current: tuple[str, str, str, int] | None = None
     body: list[str] = []
-    arg_lines: dict[str, int] = {}
     start = 1
 
     def close_section() -> None:
@@ -329,8 +324,6 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
                                     current[3]))
 
     for number, raw in enumerate(text.splitlines(keepends=True), start=1):
-        for match in _ARG_RE.finditer(raw):
-            arg_lines.setdefault(match.group(1), number)
         if _BOOTSTRAP_LINE.match(raw) and ("bootstrap" in header or current is not None):
             close_section()
             stages.append(Stage("".join(preamble), header, header_lines, tuple(sections),
@@ -357,7 +350,7 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
             body.append(raw)
     close_section()
     stages.append(Stage("".join(preamble), header, header_lines, tuple(sections), start))
-    return Definition(path=path, stages=tuple(stages), arg_lines=arg_lines)
+    return Definition(path=path, stages=tuple(stages))
 
 
 def read_definition(path: Path) -> Definition:

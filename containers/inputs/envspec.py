@@ -18,11 +18,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection
+from typing import TYPE_CHECKING, Collection
 
 from containers.errors import ConfigError, raise_all
 from containers.inputs.schema import Field, check_mapping, line_of
 from containers.inputs.yamlsource import load_yaml_text, read_input_text
+
+if TYPE_CHECKING:
+    from containers.inputs.recipes import Target
 
 FIELDS = (
     Field("name"), Field("channels", "str_list", default=[]),
@@ -118,7 +121,7 @@ def _requirement_name(entry: str) -> str:
     return re.split(r"[=<>!~;@\s\[]", entry.strip(), maxsplit=1)[0].lower()
 
 
-def _is_https(url: str) -> bool:
+def is_https(url: str) -> bool:
     """An https URL with a host and no credentials in it (``https://user:token@…`` would put a
     secret into the image's requirements file and its provenance)."""
     match = re.match(r"^https://([^/]+)", url)
@@ -137,7 +140,7 @@ def _source_problem(text: str) -> str | None:
     url = url.split("+", 1)[1] if re.match(r"^[a-z]+\+", url) else url  # git+https://
     if url.startswith("file:"):
         return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
-    if not _is_https(url):
+    if not is_https(url):
         return (f"{text!r} downloads from a URL that is not https or holds credentials: "
                 "packages from it could be swapped in transit")
     return None
@@ -176,7 +179,7 @@ def pip_entry_problem(entry: str, extra_indexes: Collection[str] = (), *,
     if option != PIP_EXTRA_INDEX:
         return f"{option} {_REFUSED.get(option, 'is not an option an env spec may set')}; " \
                f"{PIP_OPTION_RULE}"
-    if not _is_https(value):
+    if not is_https(value):
         return (f"{PIP_EXTRA_INDEX} {value!r} is not an https URL without credentials: "
                 "packages from it could be swapped in transit")
     if value.rstrip("/") not in {url.rstrip("/") for url in extra_indexes}:
@@ -213,3 +216,17 @@ def load_env_spec(path: Path) -> EnvSpec:
                               path=path, line=line, key="dependencies")
     return EnvSpec(path=path, name=values["name"], channels=tuple(values["channels"]),
                    conda=tuple(conda), pip=tuple(pip), text=text, pip_lines=tuple(pip_lines))
+
+
+def load_target_env(target: Target) -> EnvSpec | None:
+    """``target``'s env spec, checked as every use of it needs (None when it has none): it fits
+    the venv builder (an ``apptainer`` target), and no ``pip:`` entry changes where packages come
+    from beyond what the manifest allows (requirements.txt and cotainr's Conda pip step take the
+    pip list as written)."""
+    if target.env is None:
+        return None
+    spec = load_env_spec(target.env)
+    if target.builder == "apptainer":
+        spec.check_venv_compatible()
+    spec.check_pip_options(target.pip_extra_index_urls, manifest=target.manifest)
+    return spec

@@ -21,7 +21,7 @@ from typing import Any, Callable, Collection
 from containers import walltime
 from containers.errors import UsageError
 from containers.inputs import names
-from containers.inputs.schema import name_problem
+from containers.inputs.schema import NAME_RULE, name_problem
 
 
 @dataclass(frozen=True)
@@ -193,9 +193,8 @@ def named(kind: str) -> FlagType:
     """A target, site, partition or version name: the one name rule of the inputs."""
     def parse(value: Any) -> str:
         text = str(value)
-        problem = name_problem(kind, text)
-        if problem:  # "'a/b' is not a usable target name: <the rule>"; the value shows after
-            raise ValueError(problem[len(repr(text)) + 1:])
+        if name_problem(kind, text):  # the value shows after: "(got 'a/b')"
+            raise ValueError(f"is not a usable {kind} name: {NAME_RULE}")
         return text
     return FlagType(f"{kind} name", parse)
 
@@ -238,7 +237,6 @@ OUT_FILE = FlagType("file to write (not a folder)", _out_file)
 DEST_FOLDER = FlagType("folder (made if missing; not a file)", _dest_folder)
 EXISTING_FILE = FlagType("existing file", _existing("file"))
 EXISTING_FOLDER = FlagType("existing folder", _existing("folder"))
-TEXT = FlagType("text", str)
 
 
 def settle(options: object, **converted: Any) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from containers.errors import ConfigError, raise_all
 from containers.files import resolves_outside
+from containers.inputs.envspec import is_https
 from containers.inputs.schema import (Field, check_file_name, check_mapping, input_files, line_of,
                                       pick, suggest)
 from containers.inputs.yamlsource import load_yaml_file, read_input_text
@@ -154,7 +155,7 @@ def load_target(path: Path, *, root: Path) -> Target:
         check_scripts(paths["definition"], root=root, manifest=path,
                       line=lines.get("definition"))
     for index, url in enumerate(values["pip_extra_index_urls"]):
-        if not re.match(r"^https://[^/@]+(/|$)", url):
+        if not is_https(url):
             raise ConfigError(f"{url!r} is not an https URL without credentials (an extra index "
                               "over http could have its packages swapped in transit)", path=path,
                               line=line_of(data["pip_extra_index_urls"], index),

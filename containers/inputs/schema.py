@@ -22,6 +22,7 @@ from containers.inputs.yamlsource import LocatedDict, LocatedList
 
 T = TypeVar("T")
 _NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,63}\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: Names the publish layout gives its own files and folders (``DEST/modules``, ``DEST/keys``,
 #: ``DEST/<t>/bin``, ``latest``, ``default``, the catalogue): no target or version may take one.
 RESERVED_NAMES = ("bin", "catalogue.json", "default", "keys", "latest", "modules")
@@ -29,6 +30,12 @@ RESERVED_NAMES = ("bin", "catalogue.json", "default", "keys", "latest", "modules
 TEMP_ENDINGS = (".partial", ".tmp")
 NAME_RULE = ("1-64 letters, digits and . _ + -, not starting with - or ., not ending in "
              + " or ".join(TEMP_ENDINGS) + ", and not " + ", ".join(RESERVED_NAMES))
+
+
+def is_env_name(name: str) -> bool:
+    """Whether ``name`` is a shell (environment) variable name: letters, digits and ``_``, not
+    starting with a digit."""
+    return bool(_ENV_NAME.match(name))
 
 
 def name_problem(kind: str, name: object) -> str | None:

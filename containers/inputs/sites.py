@@ -23,7 +23,8 @@ from typing import Collection, Mapping
 from containers import walltime
 from containers.errors import ConfigError
 from containers.inputs.references import Reference, parse_reference, select
-from containers.inputs.schema import Field, check_mapping, input_files, line_of, pick, suggest
+from containers.inputs.schema import (Field, check_mapping, input_files, is_env_name, line_of, pick,
+                                      suggest)
 from containers.inputs.yamlsource import LocatedDict, load_yaml_file
 
 GPU_REQUESTS = ("gpus-per-node", "gres")
@@ -82,8 +83,8 @@ TRANSPORT_FIELDS = (Field("name", required=True), Field("expect", required=True)
 GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
 #: The variable that limits which GPUs a process sees, per GPU kind.
 VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|(\$))")
+#: A host variable in a site value (``$VAR``, ``${VAR}``), or ``$$``: a ``$`` for the container.
+HOST_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|(\$))")
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
                               f"allocation it is)", key=name)
         return match.group(0)
 
-    return _VAR.sub(replace, value)
+    return HOST_VAR.sub(replace, value)
 
 
 def _references(data: object, path: Path) -> tuple[Reference, ...]:
@@ -293,7 +294,7 @@ def _check_values(data: object, values: dict, path: Path) -> None:
                                   key=f"{key}[{index}]")
     for key in ("env", "multinode_env"):
         for name in values[key]:
-            if not _IDENTIFIER.match(name):
+            if not is_env_name(name):
                 raise ConfigError(f"'{name}' is not an environment variable name (letters, "
                                   "digits and _, not starting with a digit)", path=path,
                                   line=line_of(data[key], name), key=f"{key}.{name}")

@@ -16,8 +16,8 @@ from typing import Callable, Collection, Iterable, Mapping, Sequence, TypeVar
 
 from containers.errors import ConfigError, ContainersError, flatten
 from containers.inputs import compat
-from containers.inputs.definition import host_path_uses, read_definition
-from containers.inputs.envspec import load_env_spec
+from containers.inputs.definition import Definition, host_path_uses, read_definition
+from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.names import EXAMPLES
 from containers.inputs.recipes import Target, base_problems, get_target, load_target
 from containers.inputs.schema import (candidate_files, check_file_name, check_input_file,
@@ -51,13 +51,15 @@ def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
 
 
 def check_target(target: Target, sites: Mapping[str, Site | None], *,
-                 tool_args: Collection[str]) -> None:
+                 tool_args: Collection[str], definition: Definition | None = None) -> None:
     """``tool_args`` are the build arguments the tool fills itself (context, provenance);
-    ``sites`` by name (None for a profile that failed to load: it exists, with its own error)."""
+    ``sites`` by name (None for a profile that failed to load: it exists, with its own error);
+    ``definition`` is the target's, read here when not given."""
     site_of(target, sites)
     if target.definition is None:
         return
-    definition = read_definition(target.definition)
+    if definition is None:
+        definition = read_definition(target.definition)
     missing = {a: line for a, line in definition.missing_arg_lines(target.build_args).items()
                if a not in tool_args}
     if missing:
@@ -73,30 +75,32 @@ def check_targets(targets: Iterable[Target], sites: Mapping[str, Site], *,
         check_target(target, sites, tool_args=tool_args)
 
 
-def host_path_problems(target: Target) -> list[ConfigError]:
+def host_path_problems(target: Target, definition: Definition | None = None
+                       ) -> list[ConfigError]:
     """The ``%setup`` / ``%files`` lines of ``target``'s definition that read host paths
     outside the build context, one :class:`ConfigError` each (a warning, unless the manifest
-    says ``host_paths: forbid``: then they are errors)."""
+    says ``host_paths: forbid``: then they are errors). ``definition`` is the target's, read
+    here when not given."""
     if target.definition is None:
         return []
+    if definition is None:
+        definition = read_definition(target.definition)
     switch = ("the manifest forbids them (host_paths: forbid)" if target.host_paths == "forbid"
               else "the image depends on the build machine; host_paths: forbid in the manifest "
                    "makes this an error")
     return [ConfigError(f"reads host paths outside the build context: {', '.join(use.paths)}; "
                         f"{switch}", path=target.definition, line=use.line, key=use.section)
-            for use in host_path_uses(read_definition(target.definition))]
+            for use in host_path_uses(definition)]
 
 
-def check_inputs_of(target: Target) -> None:
+def check_inputs_of(target: Target, definition: Definition | None = None) -> EnvSpec | None:
     """A target's own inputs: its definition parses and is valid, its env spec loads, fits the
-    venv builder, and adds no package source the manifest does not allow."""
+    venv builder, and adds no package source the manifest does not allow
+    (:func:`~containers.inputs.envspec.load_target_env`). ``definition`` is the target's, read
+    here when not given; the env spec checked is returned (None when the target has none)."""
     if target.definition is not None:
-        read_definition(target.definition).validate()
-    if target.env is not None:
-        env = load_env_spec(target.env)
-        if target.builder == "apptainer":
-            env.check_venv_compatible()
-        env.check_pip_options(target.pip_extra_index_urls, manifest=target.manifest)
+        (definition or read_definition(target.definition)).validate()
+    return load_target_env(target)
 
 
 @dataclass
@@ -127,13 +131,18 @@ class CheckReport:
         return not problems
 
 
+def _value(produce: Callable[[], T]) -> tuple[T | None, list[ContainersError]]:
+    """What ``produce`` returns, or None and the problems it raises (all of them, for
+    :class:`~containers.errors.Problems`)."""
+    try:
+        return produce(), []
+    except ContainersError as exc:
+        return None, flatten([exc])
+
+
 def _attempt(check: Callable[[], object]) -> list[ContainersError]:
     """The problems ``check`` raises (all of them, for :class:`~containers.errors.Problems`)."""
-    try:
-        check()
-    except ContainersError as exc:
-        return flatten([exc])
-    return []
+    return _value(check)[1]
 
 
 def load_each(folder: Path, *, kind: str, root: Path, load: Callable[[Path], T]
@@ -216,21 +225,30 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
     found: list[ContainersError] = []
     # a site whose profile failed still exists: its own error says what is wrong
     known_sites = {**dict.fromkeys(report.failed_sites), **report.sites}
-    found += _attempt(lambda: check_target(target, known_sites, tool_args=tool_args))
-    found += _attempt(lambda: check_inputs_of(target))
+    # the definition and env spec are read once, here, for every check of this target
+    definition, unreadable = (_value(lambda: read_definition(target.definition))
+                              if target.definition is not None else (None, []))
+    env: EnvSpec | None = None
+    if unreadable:  # its own error; nothing more of its definition or env spec is checked
+        found += _attempt(lambda: site_of(target, known_sites)) + unreadable
+    else:
+        found += _attempt(lambda: check_target(target, known_sites, tool_args=tool_args,
+                                               definition=definition))
+        env, problems = _value(lambda: check_inputs_of(target, definition))
+        found += problems
     chain_loaded = _chain_loaded(report.targets, target.name)
     if chain_loaded:  # else a base's own error is reported, and this target is not ok either
         for check in target_checks:
             found += _attempt(lambda: check(report.targets, target.name))
     if target.definition is not None and not found:
-        uses = host_path_problems(target)
+        uses = host_path_problems(target, definition)
         if target.host_paths == "forbid":
             found += uses
         else:
             report.warn(uses)
     if target.env is not None and not found:
         def examples_fit() -> None:
-            errors, notes = compat.example_problems(target, examples)
+            errors, notes = compat.example_problems(target, examples, env)
             report.warn([ConfigError(note, path=target.manifest, key="torch")
                          for note in notes])
             found.extend(errors)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection, Mapping, Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 from containers.host.runtime import Runtime
-from containers.inputs import compat, flags
+from containers.inputs import compat
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
@@ -44,27 +44,6 @@ class Options(Protocol):
 
     @property
     def kind(self) -> "WorkloadKind": ...
-
-
-# -------------------------------------------------------------- options check themselves
-# Thin names over the option types of :mod:`containers.inputs.flags`, the one place each rule is
-# written (the command line converts its text through the same types).
-def at_least(flag: str, value: int, low: int = 1) -> int:
-    return (flags.NON_NEGATIVE_INT if low == 0 else flags.POSITIVE_INT if low == 1
-            else flags.FlagType(f"integer >= {low}", flags.integer(low)))(flag, value)
-
-
-def above_zero(flag: str, value: float) -> float:
-    return flags.POSITIVE_FLOAT(flag, value)
-
-
-def one_of(flag: str, value: object, allowed: Collection[object]) -> object:
-    return flags.choice(allowed)(flag, value)
-
-
-def existing(flag: str, path: Path | None, kind: str) -> Path | None:
-    """``kind`` is ``file`` or ``folder``."""
-    return (flags.EXISTING_FILE if kind == "file" else flags.EXISTING_FOLDER)(flag, path)
 
 
 # ---------------------------------------------------------------------------------- kinds

@@ -135,22 +135,21 @@ def stack_changes(records: Sequence[dict]) -> list[list[str]]:
 
 
 def history_rows(records: Sequence[dict]) -> list[list[object]]:
-    """The table of :data:`HISTORY_COLUMNS`: sizes in IEC units, verdicts in capitals, and
-    whether the run is on the plot (only runs measured at their reference size are)."""
+    """The table of :data:`HISTORY_COLUMNS`: the runs of :func:`history_json` formatted, sizes
+    in IEC units, and whether the run is on the plot (only runs measured at their reference
+    size are)."""
     rows = []
-    for record, changed in zip(records, stack_changes(records)):
-        size, busbw = headline(record)
-        performance = record.get("performance") or {}
-        reference = performance.get("reference")
+    for run in history_json(records):
+        size, busbw, reference = run["bytes"], run["busbw"], run["reference"]
         rows.append([
-            record.get("date", "")[:19], record.get("site"), record.get("partition") or "",
-            image_label(record), record.get("ranks"), record.get("nodes"),
+            (run["date"] or "")[:19], run["site"], run["partition"] or "",
+            image_label(run), run["ranks"], run["nodes"],
             "" if size is None else human_bytes(size),
             "" if busbw is None else f"{busbw:.3f}",
             "" if not reference else f"{reference['value']:g} {reference['unit']} at "
                                      f"{human_bytes(reference['bytes'])}",
-            "PASS" if record.get("passed") else "FAIL", verdict_word(performance.get("state")),
-            "yes" if at_reference(record) else "no", "; ".join(changed),
+            run["sanity"], run["performance"] or "",
+            "yes" if run["plotted"] else "no", "; ".join(run["stack_changed"]),
         ])
     return rows
 
@@ -194,12 +193,17 @@ def plot_series(records: Sequence[dict]) -> dict[str, list[tuple[datetime.dateti
                                                                      bool]]]:
     """The history plot's points per image version: (date, busbw at the reference size,
     passed), for the runs that measured their reference's size only."""
+    return _series([(record, point) for record in records
+                    if (point := at_reference(record)) is not None])
+
+
+def _series(measured: Sequence[tuple[dict, tuple[int, float]]]) -> \
+        dict[str, list[tuple[datetime.datetime, float, bool]]]:
+    """:func:`plot_series` of the records measured at their reference size, with that point."""
     series: dict[str, list[tuple[datetime.datetime, float, bool]]] = {}
-    for record in records:
-        point = at_reference(record)
-        if point is not None:
-            series.setdefault(image_label(record), []).append(
-                (parse_date(record["date"]), point[1], bool(record.get("passed"))))
+    for record, point in measured:
+        series.setdefault(image_label(record), []).append(
+            (parse_date(record["date"]), point[1], bool(record.get("passed"))))
     return series
 
 
@@ -216,11 +220,10 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
 
     changed = {id(r): c for r, c in zip(records, stack_changes(records)) if c}
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
-    series = plot_series(records)
-    for record in records:
-        point = at_reference(record)
-        if point is None:
-            continue
+    measured = [(record, point) for record in records
+                if (point := at_reference(record)) is not None]
+    series = _series(measured)
+    for record, point in measured:
         busbw, when = point[1], parse_date(record["date"])
         if id(record) in changed:  # the same image on a changed stack: mark the step's cause
             ax.axvline(when, color="tab:purple", linestyle=":", linewidth=1)
@@ -233,7 +236,7 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
         bad = [(x, y) for x, y, ok in points if not ok]
         if bad:
             ax.plot([b[0] for b in bad], [b[1] for b in bad], "x", color="red", markersize=10)
-    plotted = [r for r in records if at_reference(r) is not None]
+    plotted = [record for record, _ in measured]
     for size, value, lower, upper, unit, source in sorted(
             {key for key in map(_reference_key, plotted) if key is not None}, key=str):
         line = ax.axhline(value, color="grey", linestyle="--", linewidth=1,

@@ -25,12 +25,10 @@ this quoting holds even for a name that was not.
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass, field
 
 FAMILY = "container_image"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _LUA_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -58,10 +56,6 @@ def comment_text(value: str) -> str:
     printable (a newline, a carriage return, other controls) is written as its escape
     (``\\n``), so the comment cannot end early."""
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in value)
-
-
-def is_env_name(name: str) -> bool:
-    return bool(_ENV_NAME.match(name))
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,14 @@ from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folde
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
-from containers.inputs.schema import check_name, name_problem
+from containers.inputs.schema import check_name, is_env_name, name_problem
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.locking import file_lock
 from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
 from containers.publish.checks import QuickCheck, ensure_checks, skipped
-from containers.publish.modulefile import (ModuleSpec, exec_name, is_env_name, render_exec_wrapper,
+from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wrapper,
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             resolve_group, umask, unsafe_layout)
@@ -142,7 +142,7 @@ class PublishPlan:
 
     @property
     def temp(self) -> Path:
-        return self.folder / f".{self.sif.name}.{os.getpid()}.partial"
+        return temp_name(self.sif, "partial")
 
     @property
     def module_dir(self) -> Path:
@@ -310,13 +310,16 @@ def in_use(plan: PublishPlan, catalogue: dict) -> dict[str, str]:
     return uses
 
 
-def _prune(plan: PublishPlan, catalogue: dict, before: dict, when: str,
-           say: Say) -> tuple[dict, list[str]]:
-    """``catalogue`` without the versions ``--keep`` removes, and those versions. A version
-    in use (:func:`in_use`, as the folder was before this publish) is refused in one line
-    naming it, before anything is made: ``--keep`` never removes what users may be running."""
+def _prune(plan: PublishPlan, before: dict, when: str) -> list[str]:
+    """The versions ``--keep`` removes once this version is published into the catalogue
+    ``before``. A version in use (:func:`in_use`, as the folder was before this publish) is
+    refused in one line naming it, before anything is made: ``--keep`` never removes what users
+    may be running."""
     if plan.keep is None:
-        return catalogue, []
+        return []
+    # which versions go depends only on the new entry's target and version
+    catalogue = cat.with_entry(before, {"target": plan.target.name, "version": plan.version},
+                               now=when)
     versions = [e["version"] for e in cat.entries(catalogue, plan.target.name)]
     gone = cat.select_prune(versions, keep=plan.keep,
                             latest=cat.latest(catalogue, plan.target.name))
@@ -327,9 +330,7 @@ def _prune(plan: PublishPlan, catalogue: dict, before: dict, when: str,
         raise StateError(f"--keep {plan.keep} would remove {plan.target.name} {blocked[0]}, "
                          f"which is in use ({uses[blocked[0]]}); nothing was published or "
                          "removed: keep more versions, or unpin it first")
-    for version in gone:
-        say(f"pruning {plan.target.name} {version} (--keep {plan.keep})")
-    return cat.without_versions(catalogue, plan.target.name, gone, now=when), gone
+    return gone
 
 
 class Transaction:
@@ -509,13 +510,15 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
         raise StateError(problem)
     when = utc_now()
     # Checked before the copy: a refused --keep must not cost a multi-GB copy.
-    _prune(plan, cat.with_entry(before, {"target": plan.target.name, "version": plan.version},
-                                now=when), before, when, lambda line: None)
+    gone = _prune(plan, before, when)
     public = signing.public_key(runtime, plan.keysdir, key.fingerprint) if key else b""
     sha256, size = _prepare(plan, runtime, tx, key, say)
     entry = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
                    replaced=replaced, when=when)
-    catalogue, gone = _prune(plan, cat.with_entry(before, entry, now=when), before, when, say)
+    for version in gone:
+        say(f"pruning {plan.target.name} {version} (--keep {plan.keep})")
+    catalogue = cat.without_versions(cat.with_entry(before, entry, now=when), plan.target.name,
+                                     gone, now=when)
     spec = _module_spec(plan, sha256=sha256, fingerprint=key and key.fingerprint, when=when)
     keyfile = plan.dest / "keys" / f"{key.fingerprint}.pgp" if key else None
     if keyfile is not None:

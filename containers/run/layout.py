@@ -9,14 +9,15 @@ which, so the message names what the user typed.
 
 from __future__ import annotations
 
-from containers.errors import ConfigError, UsageError
+from containers.errors import ConfigError
+from containers.inputs import flags
 from containers.inputs.sites import Site
 
 
 def at_least_one(value: int, flag: str) -> int:
-    if value < 1:
-        raise UsageError(f"{flag} must be at least 1 (got {value})", flag=flag)
-    return value
+    """``value`` if it is at least 1, else ``--nodes must be at least 1 (got 0)``: the rule of
+    :data:`flags.POSITIVE_INT`."""
+    return flags.POSITIVE_INT(flag, value)
 
 
 def check_ranks(site: Site, ranks: int, *, nodes: int = 1, flag: str = "--gpus") -> None:

@@ -63,7 +63,7 @@ def test_fit_rule_gpu_ranks_against_gpus_and_their_memory() -> None:
 
 
 def test_machine_facts_from_proc_cgroup_and_dev(tmp_path: Path) -> None:
-    from containers.host.facts import gpu_count, memory_available, this_machine
+    from containers.host.facts import gpu_count, gpu_kinds_here, memory_available, this_machine
 
     proc, cgroup, dev = tmp_path / "proc", tmp_path / "cg", tmp_path / "dev"
     for folder in (proc, cgroup, dev / "dri"):
@@ -76,11 +76,16 @@ def test_machine_facts_from_proc_cgroup_and_dev(tmp_path: Path) -> None:
     (cgroup / "memory.max").write_text("max\n")
     assert memory_available(proc, cgroup) == 2 << 20
     assert memory_available(tmp_path / "none", tmp_path / "none") is None
-    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "dri/renderD128"):
+    for name in ("nvidiactl", "nvidia-uvm", "dri/renderD128"):
+        (dev / name).touch()
+    assert gpu_count("cuda", dev) == 0 and gpu_kinds_here(dev) == set()  # no GPU device files
+    for name in ("nvidia0", "nvidia1"):
         (dev / name).touch()
     assert gpu_count("cuda", dev) == 2 and gpu_count("none", dev) is None
     assert gpu_count("rocm", dev) == 0  # no /dev/kfd: no ROCm
+    assert gpu_kinds_here(dev) == {"cuda"}
     (dev / "kfd").touch()
-    assert gpu_count("rocm", dev) == 1
+    assert gpu_count("rocm", dev) == 1 and gpu_kinds_here(dev) == {"cuda", "rocm"}
     here = this_machine("none")
     assert here.cores and here.cores >= 1 and here.gpus is None
+    assert this_machine("cuda", with_gpu_memory=False).gpu_memory is None  # nvidia-smi not asked

@@ -63,6 +63,14 @@ def test_bad_values_are_one_line_naming_flag_and_allowed(kind: flags.FlagType, v
     assert info.value.flag == "--x"
 
 
+def test_a_bad_name_shows_the_name_rule_then_the_value() -> None:
+    from containers.inputs.schema import NAME_RULE
+
+    with pytest.raises(UsageError) as info:
+        flags.SITE("--site", "../x")
+    assert str(info.value) == f"--site is not a usable site name: {NAME_RULE} (got '../x')"
+
+
 def test_sizes_and_model_sizes_check_against_their_partner() -> None:
     assert flags.sizes("--sizes", "2:4", "float16") == "2:4"
     with pytest.raises(UsageError, match=r"^--sizes 2:4: 2 B is less than one float32 \(4 B\); "

@@ -87,8 +87,8 @@ def test_site_and_partition_names_follow_the_name_rule(factory_project) -> None:
     profile.write_text(text.replace("partitions:\n", "partitions:\n  '../../x': {}\n", 1))
     with pytest.raises(ConfigError) as info:  # when the profile loads, or when it is checked
         validate.check_sites(load_sites(root), load_targets(root))
-    assert str(info.value).startswith(f"{profile}:")
-    assert "'../../x' is not a usable partition name" in str(info.value)
+    assert str(info.value).startswith(f"{profile}:{_line(profile, 'partitions:')}: partitions: "
+                                      "'../../x' is not a usable partition name")
     profile.write_text(text)
     (root / "sites" / "x y.yaml").write_text((root / "sites" / "local.yaml").read_text())
     with pytest.raises(ConfigError, match=r"x y.yaml: file name: 'x y' is not a usable site"):

@@ -440,10 +440,9 @@ def test_a_pinned_version_that_breaks_the_name_rule_is_refused(data_built: Built
 
 # ------------------------------------------------------------------------ the command line
 @pytest.fixture
-def cli_built(factory_cli_project, data_built: Built) -> Path:
-    """A project whose images folder holds the stand-in image; `invoke` runs in it."""
-    if shutil.which("apptainer") is None and shutil.which("singularity") is None:
-        pytest.skip("invoke publish asks for the runtime (./setup.sh installs Apptainer)")
+def cli_built(factory_cli_project, data_built: Built, real_runtime) -> Path:
+    """A project whose images folder holds the stand-in image; `invoke` runs in it (invoke
+    publish asks for the runtime: ``real_runtime``, which ./setup.sh installs)."""
     return factory_cli_project(images_dir=data_built.settings.images_dir,
                                results_dir=data_built.settings.results_dir)
 
