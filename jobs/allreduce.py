@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""all_reduce bandwidth benchmark on torch.distributed, measured the way nccl-tests measures.
+"""Collective bandwidth benchmark on torch.distributed, measured the way nccl-tests measures.
+
+``--op`` picks the collectives (all_reduce by default; ``--op all``: all_reduce, all_gather,
+reduce_scatter, alltoall, broadcast, reduce, sendrecv). One timing loop here runs each of them;
+what is particular to one (buffers, call, expected values, bytes, bus factor) is its plug-in in
+``collectives.py``.
 
 Runs inside the container images, so it needs torch and the standard library only.
 
@@ -13,23 +18,33 @@ Measurement (see nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md``):
 * per size, ``--warmup`` untimed calls, then ``--iters`` timed calls, out-of-place then in-place;
 * the time of one iteration is the mean over the timed calls on a rank, and the reported time is
   the MAX of that over ranks (the slowest rank bounds the collective);
-* ``algbw = bytes / time`` and ``busbw = algbw * 2(n-1)/n``, in GB/s (10^9 bytes per second);
-* correctness is checked outside the timed region on freshly initialised data whose exact sum is
-  known, and ``#wrong`` is the number of wrong elements summed over ranks;
+* ``algbw = bytes / time`` and ``busbw = algbw * factor``, in GB/s (10^9 bytes per second); the
+  factor is the collective's (all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall (n-1)/n;
+  broadcast, reduce, sendrecv 1), and for all_gather, reduce_scatter and alltoall the size (and
+  the bytes) is the whole buffer, as nccl-tests reports them;
+* correctness is checked outside the timed region on freshly initialised data: every rank's
+  output is compared element by element with the exact values that rank must hold (the output is
+  poisoned first, so a call that writes nothing fails), and ``#wrong`` is the number of wrong
+  elements summed over ranks;
 * ``--cycles N`` repeats the whole sweep N times (nccl-tests' ``-N``): a link that corrupts data
   now and then shows up as wrong values in some cycles only;
 * with one rank no data crosses a link, so algbw and busbw are not reported (``n/a``, JSON null).
 
-``torch.distributed.all_reduce`` only works in place.  "Out-of-place" here means the result lands
-in a separate output buffer that is refilled from an untouched input buffer before every call; the
-copy is outside the timed bracket, so only the collective is timed.  Each call is bracketed on its
+``torch.distributed.all_reduce``, ``broadcast`` and ``reduce`` only work in place.
+"Out-of-place" there means the result lands in a separate output buffer that is refilled from an
+untouched input buffer before every call; the copy is outside the timed bracket, so only the
+collective is timed.  all_gather and reduce_scatter have real out-of-place calls, and their
+in-place form aliases input and output at nccl-tests' offsets; alltoall and sendrecv have no
+in-place form in torch, so their in-place columns are n/a.  An op the backend does not have is
+reported in one line (and fails the run) rather than imitated.  Each call is bracketed on its
 own (CUDA/HIP events on the GPU, ``time.perf_counter`` on the CPU) and the brackets are summed.
 Expect out-of-place and in-place numbers to be close: it is the same collective underneath.
 
 Exit status: 0 all good; 1 wrong values found; 2 bad command line; 3 any other error; 4 no usable
 GPU of the kind ``--expect-gpu`` names.  Every rank pins itself to its ``--rank-cores`` and writes
 ``OUT/device-<RANK>.json`` (what it runs on) before the process group exists; rank 0 prints the
-table and writes ``OUT/allreduce.json`` (rewritten after every size); every rank writes
+table and writes ``OUT/allreduce.json`` (rewritten after every size; every row names its
+``op``); every rank writes
 ``OUT/rank-<RANK>.json`` once it has finished cleanly, so the launcher can tell which ranks did not
 finish.
 """
@@ -48,8 +63,11 @@ import torch
 import torch.distributed as dist
 
 import choices
+import collectives
 import devices
 import workload
+from collectives import (COLLECTIVES, MAX_PATTERN_PERIOD, Buffers, Collective,
+                         exact_integer_limit, expected_values, pattern_period, rank_values)
 # shared with train.py: both start the same way under every launcher
 from distenv import DistEnv, init_process_group, now_iso, runtime_versions, sync, write_json
 from workload import EXIT_OK
@@ -58,15 +76,14 @@ EXIT_WRONG = workload.EXIT_FAILED
 FAULT_EXIT_CODE = 17
 
 BENCHMARK = "all_reduce"
-REDOP = "sum"
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in choices.DTYPES}
 FAULT_KINDS = ("die", "hang", "corrupt")
 MODES = ("oop", "ip")
 ONE_RANK_NOTE = ("# 1 rank: no data crosses a link, so algbw and busbw are not meaningful "
                  "(shown as n/a)")
-# Largest element value in the check pattern; 13 is prime, so the pattern is not aligned with
-# any power-of-two chunking a collective algorithm might use.
-MAX_PATTERN_PERIOD = 13
+# The value a result buffer is filled with before a check: no pattern holds 0, so an element
+# the collective did not write is wrong.
+POISON = 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -120,19 +137,25 @@ def build_parser() -> argparse.ArgumentParser:
          "timings and the wrong values of all cycles"),
     ])
     parser.add_argument(
+        "--op", type=workload.argparse_type(choices.parse_ops), default=["all_reduce"],
+        metavar="OPS",
+        help=f"collectives to measure: a comma list of {', '.join(choices.COLLECTIVES)}, or all "
+        "(default: all_reduce)")
+    parser.add_argument(
         "--dtype", choices=sorted(DTYPES), default="float32",
         help="element type (default: %(default)s)")
     workload.add_common_flags(parser, out="allreduce-results", writes="allreduce.json",
                               timeout_s=300)
     parser.add_argument(
         "--check", action=argparse.BooleanOptionalAction, default=True,
-        help="check every result against the exact expected sum (default: on)")
+        help="check every rank's result against the exact values it must hold (default: on)")
     parser.add_argument(
         "--fault", type=workload.argparse_type(parse_fault), default=None, metavar="KIND@RANK",
         help="FOR TESTS OF THE HARNESS ONLY: inject a fault on one rank. die: the rank exits with "
         f"status {FAULT_EXIT_CODE} after the first size's warm-up of the first cycle; hang: the "
         "rank sleeps forever there; corrupt: the rank damages its result buffer before every "
-        "check, or with corrupt@RANK:CYCLE only in that cycle (from 1)")
+        "check of every op (reduce's non-root ranks, which receive nothing, damage their "
+        "input instead), or with corrupt@RANK:CYCLE only in that cycle (from 1)")
     return parser
 
 
@@ -148,9 +171,10 @@ def busbw_factor(world_size: int) -> float:
     return 2.0 * (world_size - 1) / world_size
 
 
-def bandwidths(nbytes: int, seconds: float,
-               world_size: int) -> tuple[Optional[float], Optional[float]]:
-    """Return (algbw, busbw) in GB/s (10^9) for one all_reduce of nbytes taking seconds.
+def bandwidths(nbytes: int, seconds: float, world_size: int,
+               factor: Optional[float] = None) -> tuple[Optional[float], Optional[float]]:
+    """Return (algbw, busbw) in GB/s (10^9) for one collective moving nbytes (its bw bytes) in
+    seconds; ``factor`` is its bus factor (default: all_reduce's).
 
     None for one rank: nothing crosses a link, so bytes over time measures a memory copy at best
     (one H100 "reached" 624,268 GB/s for 1 GiB), which no one should read as bandwidth.
@@ -160,49 +184,7 @@ def bandwidths(nbytes: int, seconds: float,
     if seconds <= 0:
         return 0.0, 0.0
     algbw = nbytes / seconds / 1e9
-    return algbw, algbw * busbw_factor(world_size)
-
-
-def exact_integer_limit(dtype: torch.dtype) -> int:
-    """Largest N such that every integer 0..N is exact in dtype (2^24, 2^11, 2^8 for
-    fp32, fp16, bf16)."""
-    eps = torch.finfo(dtype).eps  # 2^-(significand bits - 1)
-    significand_bits = 1 - round(torch.log2(torch.tensor(eps, dtype=torch.float64)).item())
-    return 2**significand_bits
-
-
-def pattern_period(dtype: torch.dtype, world_size: int) -> int:
-    """Largest element value K for the check pattern, or 0 if no exact check is possible.
-
-    Rank r holds ((i + r) mod K) + 1 at element i: small positive integers, so every partial sum
-    of any reduction order is an integer no larger than world_size * K.  Keeping that at or
-    below the dtype's exact-integer limit makes the result exact, whatever algorithm the
-    backend picks (ring, tree, NVLS) and whatever order it adds in.  bfloat16 only holds
-    integers exactly up to 256, hence the shrinking K; beyond 256 ranks no such pattern exists.
-    """
-    return min(MAX_PATTERN_PERIOD, exact_integer_limit(dtype) // world_size)
-
-
-def _tiled(tile: torch.Tensor, count: int) -> torch.Tensor:
-    repeats = -(-count // tile.numel())
-    return tile.repeat(repeats)[:count].contiguous()
-
-
-def rank_values(rank: int, count: int, period: int, dtype: torch.dtype,
-                device: torch.device) -> torch.Tensor:
-    """Rank's input: ((i + rank) mod period) + 1, so a value from the wrong rank shows up."""
-    tile = (torch.arange(period, device=device) + rank) % period + 1
-    return _tiled(tile.to(dtype), count)
-
-
-def expected_values(world_size: int, count: int, period: int, dtype: torch.dtype,
-                    device: torch.device) -> torch.Tensor:
-    """The exact element-wise sum of rank_values over all ranks (integer arithmetic, then cast)."""
-    index = torch.arange(period, dtype=torch.int64, device=device)
-    total = torch.zeros(period, dtype=torch.int64, device=device)
-    for rank in range(world_size):
-        total += (index + rank) % period + 1
-    return _tiled(total.to(dtype), count)
+    return algbw, algbw * (busbw_factor(world_size) if factor is None else factor)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -210,50 +192,59 @@ def expected_values(world_size: int, count: int, period: int, dtype: torch.dtype
 # ----------------------------------------------------------------------------------------------
 
 
-def time_collective(buf: torch.Tensor, src: Optional[torch.Tensor], iters: int,
-                    device: torch.device) -> float:
-    """Mean seconds per all_reduce of buf on this rank, timing the collective alone.
+def time_collective(op: Collective, bufs: Buffers, iters: int, device: torch.device,
+                    rank: int, world_size: int) -> float:
+    """Mean seconds per call of ``op`` on ``bufs`` on this rank, timing the collective alone.
 
-    With src (out-of-place), buf is refilled from src before each call and the copy sits
-    outside the bracket.  On the GPU the bracket is a pair of events on the current stream:
-    the NCCL stream waits for the start event and the end event waits for the collective, so
-    the bracket covers the collective (including waiting for late ranks, as in nccl-tests)
-    without a host synchronisation per call.  On the CPU gloo returns when the work is done,
-    so a wall-clock bracket is exact.
+    With ``bufs.refill`` (out-of-place of a one-tensor call), the input is restored before each
+    call and the copy sits outside the bracket.  On the GPU the bracket is a pair of events on
+    the current stream: the NCCL stream waits for the start event and the end event waits for
+    the collective, so the bracket covers the collective (including waiting for late ranks, as
+    in nccl-tests) without a host synchronisation per call.  On the CPU gloo returns when the
+    work is done, so a wall-clock bracket is exact.
     """
     if device.type == "cuda":
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         for start, end in zip(starts, ends):
-            if src is not None:
-                buf.copy_(src)
+            if bufs.refill:
+                bufs.send.copy_(bufs.src)
             start.record()
-            dist.all_reduce(buf)
+            op.call(bufs, rank, world_size)
             end.record()
         torch.cuda.synchronize(device)
         return sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / 1e3 / iters
     total = 0.0
     for _ in range(iters):
-        if src is not None:
-            buf.copy_(src)
+        if bufs.refill:
+            bufs.send.copy_(bufs.src)
         began = time.perf_counter()
-        dist.all_reduce(buf)
+        op.call(bufs, rank, world_size)
         total += time.perf_counter() - began
     return total / iters
 
 
-def count_wrong(buf: torch.Tensor, src: torch.Tensor, expected: torch.Tensor,
-                corrupt: bool = False) -> int:
-    """all_reduce fresh input and count elements that differ from the exact sum, on this rank.
+def count_wrong(op: Collective, bufs: Buffers, expected: Optional[torch.Tensor], rank: int,
+                world_size: int, corrupt: bool = False) -> int:
+    """Run ``op`` once on fresh input and count this rank's elements that differ from the exact
+    values it must hold (``expected``; None: it receives nothing, so nothing is counted here).
 
-    corrupt damages one element after the collective (the --fault corrupt test hook); the
-    expected values are all positive, so -1 is always wrong.
+    The result buffer is poisoned first (no pattern holds 0), so a call that leaves it alone is
+    caught.  corrupt is the --fault corrupt test hook: it damages one element of the result
+    after the call (every expected value is positive, so -1 is always wrong), or, on a rank
+    that receives nothing, one element of its input before the call, so the root's result is
+    wrong instead.
     """
-    buf.copy_(src)
-    dist.all_reduce(buf)
+    bufs.recv.fill_(POISON)
+    bufs.send.copy_(bufs.src)
+    if corrupt and expected is None:
+        bufs.send[0] = -1
+    op.call(bufs, rank, world_size)
+    if expected is None:
+        return 0
     if corrupt:
-        buf[0] = -1
-    return int((buf != expected).sum().item())
+        bufs.recv[0] = -1
+    return int((bufs.recv != expected).sum().item())
 
 
 def reduce_across_ranks(values: list[float], op: dist.ReduceOp, dtype: torch.dtype,
@@ -270,9 +261,10 @@ def reduce_across_ranks(values: list[float], op: dist.ReduceOp, dtype: torch.dty
 
 
 def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
-                     world_size: int) -> dict[str, Any]:
-    """One mode's numbers, rounded once here so the table and the JSON show the same values."""
-    algbw, busbw = bandwidths(nbytes, seconds, world_size)
+                     world_size: int, factor: Optional[float] = None) -> dict[str, Any]:
+    """One mode's numbers, rounded once here so the table and the JSON show the same values;
+    ``nbytes`` is what algbw divides (the op's bw bytes), ``factor`` its bus factor."""
+    algbw, busbw = bandwidths(nbytes, seconds, world_size, factor)
     return {
         "time_us": round(seconds * 1e6, 2),
         "algbw": None if algbw is None else round(algbw, 3),
@@ -282,15 +274,22 @@ def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
 
 
 def make_record(nbytes: int, count: int, dtype_name: str, oop: dict[str, Any],
-                ip: dict[str, Any]) -> dict[str, Any]:
-    """One table row / one element of the JSON ``results`` list."""
-    return {"bytes": nbytes, "count": count, "type": dtype_name, "redop": REDOP,
-            "oop": oop, "ip": ip}
+                ip: Optional[dict[str, Any]], op: str = "all_reduce",
+                root: Optional[int] = None) -> dict[str, Any]:
+    """One table row / one element of the JSON ``results`` list; ``ip`` None: the op has no
+    in-place form; ``root`` None: the op has none (the table prints -1, as nccl-tests)."""
+    return {"op": op, "bytes": nbytes, "count": count, "type": dtype_name,
+            "redop": COLLECTIVES[op].redop, "root": root, "oop": oop, "ip": ip}
+
+
+def row_modes(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The modes a row measured (no in-place one for alltoall and sendrecv)."""
+    return [record[mode] for mode in MODES if record.get(mode) is not None]
 
 
 # Column layout shared by the header and the rows: (header, units, width).
 _KEY_COLUMNS = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 9),
-                ("redop", "", 6))
+                ("redop", "", 6), ("root", "", 5))
 _MODE_COLUMNS = (("time", "(us)", 11), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8),
                  ("#wrong", "", 7))
 
@@ -313,9 +312,11 @@ def _gbps(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def _format_mode(mode: dict[str, Any]) -> str:
-    wrong = "N/A" if mode["wrong"] is None else str(mode["wrong"])
+def _format_mode(mode: Optional[dict[str, Any]]) -> str:
     widths = [col[2] for col in _MODE_COLUMNS]
+    if mode is None:  # no in-place form: every column n/a
+        return " ".join(f"{'n/a':>{width}}" for width in widths)
+    wrong = "N/A" if mode["wrong"] is None else str(mode["wrong"])
     return (f"{mode['time_us']:>{widths[0]}.2f} {_gbps(mode['algbw']):>{widths[1]}} "
             f"{_gbps(mode['busbw']):>{widths[2]}} {wrong:>{widths[3]}}")
 
@@ -323,9 +324,10 @@ def _format_mode(mode: dict[str, Any]) -> str:
 def format_row(record: dict[str, Any]) -> str:
     """One result row, aligned under format_table_header()."""
     widths = [col[2] for col in _KEY_COLUMNS]
+    root = -1 if record.get("root") is None else record["root"]
     keys = (f"{record['bytes']:>{widths[0]}} {record['count']:>{widths[1]}} "
-            f"{record['type']:>{widths[2]}} {record['redop']:>{widths[3]}}")
-    return f"{keys} |{_format_mode(record['oop'])} |{_format_mode(record['ip'])}"
+            f"{record['type']:>{widths[2]}} {record['redop']:>{widths[3]}} {root:>{widths[4]}}")
+    return f"{keys} |{_format_mode(record['oop'])} |{_format_mode(record.get('ip'))}"
 
 
 def summarize(records: list[dict[str, Any]],
@@ -335,8 +337,8 @@ def summarize(records: list[dict[str, Any]],
 
     The mean is nccl-tests' "Avg bus bandwidth"; it is dominated by small messages.
     """
-    modes = [record[key] for record in records for key in ("oop", "ip")]
-    wrong_total = sum(mode["wrong"] for mode in modes) if check else None
+    modes = [mode for record in records for mode in row_modes(record)]
+    wrong_total = sum(mode["wrong"] or 0 for mode in modes) if check else None
     busbw = [mode["busbw"] for mode in modes if mode["busbw"] is not None]
     return wrong_total, round(sum(busbw) / len(busbw), 3) if busbw else None
 
@@ -355,13 +357,24 @@ def format_footer(wrong_total: Optional[int], avg_busbw: Optional[float]) -> str
     ])
 
 
+def format_op_header(op: Collective, world_size: int) -> str:
+    """The line above an op's table: its name, bus factor and root (nccl-tests runs one
+    binary per op; here one run prints one table per op)."""
+    factor = op.factor(world_size)
+    root = f"  root {op.root()}" if op.rooted else ""
+    inplace = "" if op.in_place else "  (no in-place form in torch: ip columns n/a)"
+    value = "" if op.factor_text == "1" else f" = algbw * {factor:.4g}"
+    return (f"# {op.name}: busbw = algbw * {op.factor_text}{value} at {world_size} "
+            f"rank{'s' if world_size != 1 else ''}{root}{inplace}")
+
+
 def format_header(args: argparse.Namespace, sizes: list[int], env: DistEnv, backend: str,
                   ranks: list[dict[str, Any]], nodes: int) -> str:
     """nccl-tests' preamble (with nThread/nGpus), plus backend, versions and the rank map."""
     step = "list" if ":" not in args.sizes else f"{args.step_factor}(factor)"
     gpus = 1 if backend == "nccl" else 0
     lines = [
-        f"# {BENCHMARK} on torch.distributed (nccl-tests layout)",
+        f"# {', '.join(args.op)} on torch.distributed (nccl-tests layout)",
         f"# nThread 1 nGpus {gpus} minBytes {min(sizes)} maxBytes {max(sizes)} step: {step} "
         f"warmup iters: {args.warmup} iters: {args.iters} agg iters: 1 "
         f"validation: {int(args.check)} graph: 0",
@@ -384,28 +397,35 @@ def merge_result(previous: Optional[dict[str, Any]], record: dict[str, Any],
                  cycle: int) -> dict[str, Any]:
     """A size's row of ``results`` after ``cycle``: that cycle's timings, the wrong values of
     every cycle so far, and which cycles had any (one bad cycle in ten must not hide)."""
-    row = {**record, **{mode: dict(record[mode]) for mode in MODES}}
+    present = [mode for mode in MODES if record.get(mode) is not None]
+    row = {**record, **{mode: dict(record[mode]) for mode in present}}
     wrong_cycles = list(previous["wrong_cycles"]) if previous else []
-    if any(record[mode]["wrong"] for mode in MODES):
+    if any(record[mode]["wrong"] for mode in present):
         wrong_cycles.append(cycle)
     if previous and record["oop"]["wrong"] is not None:
-        for mode in MODES:
+        for mode in present:
             row[mode]["wrong"] += previous[mode]["wrong"]
     row["wrong_cycles"] = wrong_cycles
     return row
 
 
+def _wrong_text(record: dict[str, Any]) -> str:
+    return ", ".join(f"{mode} {record[mode]['wrong']}" for mode in MODES
+                     if record.get(mode) is not None)
+
+
 def failure_line(report: dict[str, Any], wrong_total: int) -> str:
-    """``# FAILED: N wrong values at sizes (B): 1024 (cycle 2: oop 1, ip 1)``: which sizes, in
-    which cycles, in which mode."""
+    """``# FAILED: N wrong values at sizes (B): 1024 (cycle 2: oop 1, ip 1)``: which sizes (of
+    which op, when several ran), in which cycles, in which mode."""
     bad = []
+    several = len(report.get("ops") or ["all_reduce"]) > 1
     for index, row in enumerate(report["results"]):
         cycles = [(entry["cycle"], entry["results"][index]) for entry in report["cycle_results"]
                   if entry["cycle"] in row["wrong_cycles"]]
         if cycles:
-            bad.append(f"{row['bytes']} (" + "; ".join(
-                f"cycle {cycle}: oop {rec['oop']['wrong']}, ip {rec['ip']['wrong']}"
-                for cycle, rec in cycles) + ")")
+            name = f"{row.get('op', BENCHMARK)} " if several else ""
+            bad.append(f"{name}{row['bytes']} (" + "; ".join(
+                f"cycle {cycle}: {_wrong_text(rec)}" for cycle, rec in cycles) + ")")
     return f"# FAILED: {wrong_total} wrong values at sizes (B): {', '.join(bad)}"
 
 
@@ -425,77 +445,121 @@ def inject_mid_run_fault(fault: Optional[Fault], rank: int) -> None:
         time.sleep(3600)
 
 
-def benchmark_size(nbytes: int, count: int, send: torch.Tensor, recv: torch.Tensor,
-                   args: argparse.Namespace, env: DistEnv, device: torch.device,
-                   period: int, cycle: int, first: bool) -> tuple[dict[str, Any], int]:
-    """Warm up, time oop then ip, check both; return the (reduced) record and the local #wrong."""
-    dtype = DTYPES[args.dtype]
-    src, buf = send[:count], recv[:count]
-    buf.copy_(src)
-    if args.warmup:
-        time_collective(buf, None, args.warmup, device)
-    if first:
-        inject_mid_run_fault(args.fault, env.rank)
+def benchmark_size(op: Collective, size: int, args: argparse.Namespace, env: DistEnv,
+                   device: torch.device, period: int, cycle: int,
+                   first: bool) -> tuple[dict[str, Any], int]:
+    """One op at one size: warm up, time and check out-of-place, then in-place where the op has
+    it; return the (reduced over ranks) record and this rank's #wrong."""
+    dtype, n, rank = DTYPES[args.dtype], env.world_size, env.rank
+    param = op.param_count(size // choices.DTYPES[args.dtype], n)
+    src = rank_values(rank, op.send_count(param, n), period or MAX_PATTERN_PERIOD, dtype, device)
+    expected = op.expected(rank, n, param, period, dtype, device) if period else None
+    corrupt = args.fault is not None and args.fault.corrupts(rank, cycle)
+    modes = [mode for mode in MODES if mode == "oop" or op.in_place]
+    seconds, local_wrong = [], []
+    for mode in modes:
+        bufs = op.buffers(mode, src, param, n, rank)
+        if mode == "oop" and args.warmup:
+            time_collective(op, bufs, args.warmup, device, rank, n)
+            if first:
+                inject_mid_run_fault(args.fault, rank)
+        sync(device)
+        seconds.append(time_collective(op, bufs, args.iters, device, rank, n))
+        # Checked on fresh input after the timing, outside it, as nccl-tests does per mode.
+        local_wrong.append(count_wrong(op, bufs, expected, rank, n, corrupt) if period else 0)
+        del bufs
+    del expected, src
 
-    sync(device)
-    oop_s = time_collective(buf, src, args.iters, device)
-    buf.copy_(src)
-    sync(device)
-    ip_s = time_collective(buf, None, args.iters, device)
-
-    local_wrong = [0, 0]
-    if period:
-        expected = expected_values(env.world_size, count, period, dtype, device)
-        corrupt = args.fault is not None and args.fault.corrupts(env.rank, cycle)
-        # Both modes end in the same collective on the same buffer; check each, as nccl-tests does.
-        local_wrong = [count_wrong(buf, src, expected, corrupt) for _mode in MODES]
-        del expected
-
-    oop_s, ip_s = reduce_across_ranks([oop_s, ip_s], dist.ReduceOp.MAX, torch.float64, device)
-    wrong = reduce_across_ranks(local_wrong, dist.ReduceOp.SUM, torch.int64, device)
-    oop_wrong, ip_wrong = (int(w) for w in wrong) if period else (None, None)
-    record = make_record(
-        nbytes, count, args.dtype,
-        make_mode_record(nbytes, oop_s, oop_wrong, env.world_size),
-        make_mode_record(nbytes, ip_s, ip_wrong, env.world_size),
-    )
+    seconds = reduce_across_ranks(seconds, dist.ReduceOp.MAX, torch.float64, device)
+    wrong = [int(w) for w in reduce_across_ranks(local_wrong, dist.ReduceOp.SUM, torch.int64,
+                                                 device)]
+    bw_bytes, factor = op.bw_bytes(param, n, choices.DTYPES[args.dtype]), op.factor(n)
+    made = [make_mode_record(bw_bytes, s, w if period else None, n, factor)
+            for s, w in zip(seconds, wrong)]
+    record = make_record(op.size_bytes(param, n, choices.DTYPES[args.dtype]), param, args.dtype,
+                         made[0], made[1] if len(made) > 1 else None, op=op.name,
+                         root=op.root())
     return record, sum(local_wrong)
 
 
+def unsupported(op: Collective, env: DistEnv, device: torch.device,
+                dtype: torch.dtype) -> Optional[str]:
+    """Why ``op`` cannot run here (too few ranks, or the backend lacks it: one tiny call is
+    tried on every rank, which all refuse alike), else None; the ranks agree on the answer."""
+    if env.world_size < op.min_ranks:
+        return op.why_min_ranks
+    reason = None
+    try:
+        src = rank_values(env.rank, op.send_count(1, env.world_size), MAX_PATTERN_PERIOD, dtype,
+                          device)
+        op.call(op.buffers("oop", src, 1, env.world_size, env.rank), env.rank, env.world_size)
+        sync(device)
+    except (RuntimeError, NotImplementedError, AttributeError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        reason = f"not supported by backend {dist.get_backend()} in torch {torch.__version__}: " \
+            f"{first[:200]}"
+    refused = reduce_across_ranks([1 if reason else 0], dist.ReduceOp.MAX, torch.int64, device)
+    if refused[0] and not reason:
+        reason = f"not supported by backend {dist.get_backend()} on another rank"
+    return reason
+
+
 def run_cycles(args: argparse.Namespace, env: DistEnv, sizes: list[int], device: torch.device,
-               period: int, report: dict[str, Any], out: Path) -> int:
-    """Sweep every size ``--cycles`` times, filling ``report`` (rewritten after every size on
-    rank 0, so a run that dies midway leaves what it measured); return this rank's #wrong."""
-    dtype, elem = DTYPES[args.dtype], choices.DTYPES[args.dtype]
+               runnable: list[tuple[Collective, int]], report: dict[str, Any],
+               out: Path) -> int:
+    """Sweep every op of ``runnable`` (with its check period) over every size ``--cycles``
+    times, filling ``report`` (rewritten after every size on rank 0, so a run that dies midway
+    leaves what it measured); return this rank's #wrong."""
     leader = env.rank == 0
-    send = rank_values(env.rank, max(sizes) // elem, period or MAX_PATTERN_PERIOD, dtype, device)
-    recv = torch.empty_like(send)
     local_wrong = 0
     for cycle in range(1, args.cycles + 1):
         if leader and args.cycles > 1:
             print(f"# cycle {cycle}/{args.cycles}", flush=True)
         rows: list[dict[str, Any]] = []
         report["cycle_results"].append({"cycle": cycle, "results": rows})
-        for index, size in enumerate(sizes):
-            count = size // elem
-            record, wrong = benchmark_size(count * elem, count, send, recv, args, env, device,
-                                           period, cycle, first=cycle == 1 and index == 0)
-            local_wrong += wrong
-            rows.append(record)  # every rank: all of them exit with the same verdict
-            results = report["results"]
-            if cycle == 1:
-                results.append(merge_result(None, record, cycle))
-            else:
-                results[index] = merge_result(results[index], record, cycle)
+        for op, period in runnable:
             if leader:
-                print(format_row(record), flush=True)
-                write_json(out / "allreduce.json", report)  # partial: finished stays null
+                print(format_op_header(op, env.world_size), flush=True)
+            for size in sizes:
+                index = len(rows)
+                record, wrong = benchmark_size(op, size, args, env, device, period, cycle,
+                                               first=cycle == 1 and index == 0)
+                local_wrong += wrong
+                rows.append(record)  # every rank: all of them exit with the same verdict
+                results = report["results"]
+                if cycle == 1:
+                    results.append(merge_result(None, record, cycle))
+                else:
+                    results[index] = merge_result(results[index], record, cycle)
+                if leader:
+                    print(format_row(record), flush=True)
+                    write_json(out / "allreduce.json", report)  # partial: finished stays null
         report["cycles_done"] = cycle
     return local_wrong
 
 
+def op_summaries(report: dict[str, Any], ops: list[Collective], world_size: int,
+                 refused: dict[str, str], periods: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Per op: its bus factor (as text and at this rank count), root, in-place form, whether it
+    was checked, and, once measured, its #wrong, average busbw and verdict; an op the backend
+    refused carries the reason and is not ok."""
+    found = {}
+    for op in ops:
+        rows = [row for row in report["results"] if row["op"] == op.name]
+        checked = bool(periods.get(op.name))
+        wrong, avg = summarize(rows, checked) if rows else (None, None)
+        reason = refused.get(op.name)
+        found[op.name] = {
+            "factor": op.factor_text, "busbw_factor": round(op.factor(world_size), 6),
+            "root": op.root(), "in_place": op.in_place, "redop": op.redop, "check": checked,
+            "unsupported": reason, "wrong_total": wrong, "avg_busbw": avg,
+            "ok": reason is None and not wrong}
+    return found
+
+
 def run(args: argparse.Namespace, env: DistEnv) -> int:
-    """Benchmark every size, print on rank 0, write the JSON files; return the exit status."""
+    """Benchmark every op at every size, print on rank 0, write the JSON files; return the exit
+    status."""
     placement = workload.place_rank(args, env)  # first: pinned before anything touches a GPU
     started = now_iso()
     try:  # before the process group exists, so every rank refuses at once
@@ -507,43 +571,56 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
     init_process_group(env, backend, args.timeout_s)
     out = Path(args.out)
     leader = env.rank == 0
+    dtype = DTYPES[args.dtype]
+    ops = [COLLECTIVES[name] for name in args.op]
 
     ranks = devices.gather_ranks(placement.probe, device)
     hostnames = sorted({info["hostname"] for info in ranks})
-    period = pattern_period(DTYPES[args.dtype], env.world_size) if args.check else 0
+    refused = {op.name: reason for op in ops
+               if (reason := unsupported(op, env, device, dtype)) is not None}
+    periods = {op.name: op.period(dtype, env.world_size) if args.check else 0 for op in ops}
+    runnable = [(op, periods[op.name]) for op in ops if op.name not in refused]
     if leader:
         print(format_header(args, sizes, env, backend, ranks, len(hostnames)), flush=True)
-        if args.check and not period:
-            print(f"# check disabled: {args.dtype} cannot hold exact sums over "
-                  f"{env.world_size} ranks", flush=True)
+        for op in ops:
+            if op.name in refused:
+                print(f"# {op.name}: {refused[op.name]}", flush=True)
+            elif args.check and not periods[op.name]:
+                print(f"# {op.name}: check disabled: {args.dtype} cannot hold exact sums over "
+                      f"{env.world_size} ranks", flush=True)
         print(format_table_header(), flush=True)
 
     report: dict[str, Any] = {
-        "benchmark": BENCHMARK, "world_size": env.world_size, "nodes": len(hostnames),
+        "benchmark": BENCHMARK if args.op == [BENCHMARK] else "collectives", "ops": args.op,
+        "world_size": env.world_size, "nodes": len(hostnames),
         "backend": backend, "device": device.type, "expect_gpu": args.expect_gpu,
         "dtype": args.dtype, "torch_version": torch.__version__, "runtime": runtime_versions(),
         "hostnames": hostnames, "ranks": ranks, "iters": args.iters, "warmup": args.warmup,
-        "check": bool(period), "cycles": args.cycles, "cycles_done": 0, "results": [],
-        "cycle_results": [], "wrong_total": None, "avg_busbw": None, "ok": False,
-        "started": started, "finished": None,
+        "check": any(periods.values()), "cycles": args.cycles, "cycles_done": 0,
+        "results": [], "cycle_results": [], "wrong_total": None, "avg_busbw": None,
+        "ok": False, "started": started, "finished": None,
     }
+    report["collectives"] = op_summaries(report, ops, env.world_size, refused, periods)
     if leader:  # exists from the start, so a run that dies early still leaves its context
         write_json(out / "allreduce.json", report)
 
-    local_wrong = run_cycles(args, env, sizes, device, period, report, out)
-    wrong_total, avg_busbw = summarize(report["results"], bool(period))
-    ok = not wrong_total
+    local_wrong = run_cycles(args, env, sizes, device, runnable, report, out)
+    wrong_total, avg_busbw = summarize(report["results"], any(periods.values()))
+    ok = not wrong_total and not refused
     if leader:
         print(format_footer(wrong_total, avg_busbw), flush=True)
-        if not ok:
-            message = failure_line(report, wrong_total or 0)
+        messages = [f"# FAILED: {name}: {reason}" for name, reason in refused.items()]
+        if wrong_total:
+            messages.append(failure_line(report, wrong_total))
+        for message in messages:
             print(message, flush=True)
             print(message.lstrip("# "), file=sys.stderr, flush=True)
-        report.update(wrong_total=wrong_total, avg_busbw=avg_busbw, ok=ok, finished=now_iso())
+        report.update(wrong_total=wrong_total, avg_busbw=avg_busbw, ok=ok, finished=now_iso(),
+                      collectives=op_summaries(report, ops, env.world_size, refused, periods))
         write_json(out / "allreduce.json", report)
 
     dist.destroy_process_group()
-    workload.write_rank_file(out, env, wrong=local_wrong if period else None)
+    workload.write_rank_file(out, env, wrong=local_wrong if any(periods.values()) else None)
     return EXIT_OK if ok else EXIT_WRONG
 
 

@@ -40,6 +40,10 @@ TRAIN_DEFAULTS: dict[str, object] = {"batch_size": 256, "optimizer": "adamw"}
 ZERO_STAGES = (1, 2, 3)
 #: all_reduce element types (``allreduce.py --dtype``) and their size in bytes.
 DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
+#: The collectives ``allreduce.py --op`` measures, in nccl-tests' order (its ``*_perf``
+#: binaries); ``--op all`` is every one.
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce",
+               "sendrecv")
 #: Process group backends (``--backend``); auto picks nccl when torch sees a GPU.
 BACKENDS = ("auto", "gloo", "nccl")
 #: What a rank must run on (``--expect-gpu``): the GPU kind of the site; ROCm torch names its
@@ -98,6 +102,19 @@ def check_sizes(spec: str, dtype: str, step_factor: int = 2) -> list[int]:
     if min(sizes) < element:
         raise ValueError(f"{min(sizes)} B is less than one {dtype} ({element} B)")
     return sizes
+
+
+def parse_ops(text: str) -> list[str]:
+    """``--op``: a comma list of :data:`COLLECTIVES` (each once, kept in nccl-tests' order),
+    or ``all``."""
+    names = [item.strip() for item in str(text).split(",") if item.strip()]
+    if names == ["all"]:
+        return list(COLLECTIVES)
+    unknown = [name for name in names if name not in COLLECTIVES]
+    if not names or unknown:
+        raise ValueError(f"unknown collective {', '.join(map(repr, unknown)) or repr(text)}: use "
+                         f"a comma list of {', '.join(COLLECTIVES)}, or all")
+    return [name for name in COLLECTIVES if name in names]
 
 
 def preset_defaults(model: str | None, size: str | None) -> dict[str, object]:

@@ -164,7 +164,7 @@ def test_one_rank_has_no_bandwidth():
     assert mode == {"time_us": 1.72, "algbw": None, "busbw": None, "wrong": 0}
     record = ar.make_record(2**30, 2**28, "float32", mode, mode)
     fields = ar.format_row(record).replace("|", " ").split()
-    assert fields[5:8] == ["n/a", "n/a", "0"] and fields[9:12] == ["n/a", "n/a", "0"]
+    assert fields[6:9] == ["n/a", "n/a", "0"] and fields[10:13] == ["n/a", "n/a", "0"]
     assert len(ar.format_row(record)) == len(ar.format_row(_record()))  # columns still line up
     assert ar.summarize([record], check=True) == (0, None)
     assert "# Avg bus bandwidth    : n/a" in ar.format_footer(0, None)
@@ -232,10 +232,10 @@ def test_format_row_shows_the_json_values():
     record = _record()
     row = ar.format_row(record)
     fields = row.replace("|", " ").split()
-    assert fields == ["65536", "16384", "float32", "sum",
+    assert fields == ["65536", "16384", "float32", "sum", "-1",
                       "123.46", "0.531", "0.796", "0", "100.00", "0.655", "0.983", "0"]
-    assert float(fields[4]) == record["oop"]["time_us"]
-    assert float(fields[10]) == record["ip"]["busbw"]
+    assert float(fields[5]) == record["oop"]["time_us"]
+    assert float(fields[11]) == record["ip"]["busbw"]
 
 
 def test_format_row_unchecked_shows_na():
@@ -249,7 +249,7 @@ def test_table_header_lines_up_with_rows():
     row = ar.format_row(_record())
     assert len(header) == 3 and header[0].startswith("#")
     names, units = header[1], header[2]
-    for word in ("size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"):
+    for word in ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"):
         assert word in names
     assert "out-of-place" in header[0] and "in-place" in header[0]
     def bars(line: str) -> list[int]:
