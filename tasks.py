@@ -144,6 +144,8 @@ def build(c, target=None, force=False, dry_run=False, build_arg=None):
         "dtype": "element type",
         "cycles": "repeat the whole sweep this many times (a corruption soak, nccl-tests' -N); "
                   "any wrong value in any cycle fails, naming the cycles and sizes",
+        "op": "the collectives to measure, each with its nccl-tests table, bus factor, check "
+              "and verdict (default: all_reduce); with --history: only their runs",
         "dry_run": "print the exact exec command, run nothing (also: invoke --dry)",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
         "json": "with --history: print the history as one JSON document (README, "
@@ -155,21 +157,23 @@ def build(c, target=None, force=False, dry_run=False, build_arg=None):
     types={"target": flags.TARGET, "gpus": flags.POSITIVE_INT, "sizes": flags.SIZES_LABEL,
            "iters": flags.POSITIVE_INT, "warmup": flags.NON_NEGATIVE_INT,
            "timeout": flags.SECONDS, "dtype": flags.DTYPE, "cycles": flags.POSITIVE_INT,
-           "nodes": flags.POSITIVE_INT},
+           "op": flags.OPS, "nodes": flags.POSITIVE_INT},
 )
 def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", timeout="600",
-          dtype="float32", cycles="1", dry_run=False, history=False, json=False, nodes="1",
-          force=False):
-    """all_reduce benchmark inside the image (nccl-tests style): algbw, busbw, #wrong, verdict."""
+          dtype="float32", cycles="1", op=None, dry_run=False, history=False, json=False,
+          nodes="1", force=False):
+    """Collective benchmark inside the image (nccl-tests style): algbw, busbw, #wrong, verdict."""
     target = flags.TARGET("--target", target)
+    op = flags.OPS("--op", op)
     if json and not history:
         raise UsageError("--json goes with --history; a run writes its JSON report and "
                          "prints where (json: ...)", flag="--json")
     if history:
-        app.smoke_history(_project(c), target=target, as_json=json, plot=not c.config.run.dry)
+        app.smoke_history(_project(c), target=target, as_json=json, plot=not c.config.run.dry,
+                          ops=op.split(",") if op else None)
         return
     options = SmokeOptions(gpus=gpus, sizes=sizes, iters=iters, warmup=warmup, timeout=timeout,
-                           dtype=dtype, cycles=cycles)
+                           dtype=dtype, cycles=cycles, op=op or "all_reduce")
     nodes = flags.POSITIVE_INT("--nodes", nodes)
     app.prove(_project(c), target=target, options=options, dry_run=_dry(c, dry_run),
               nodes=nodes, force=force)

@@ -54,7 +54,8 @@ def plot_busbw(report: dict, path: Path, *, title: str) -> Path:
     sizes = [r["bytes"] for r in rows]
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     for key, label, style in (("oop", "out-of-place", "o-"), ("ip", "in-place", "s--")):
-        ax.plot(sizes, [r[key]["busbw"] for r in rows], style, label=f"busbw {label}")
+        if all(r.get(key) for r in rows):  # alltoall and sendrecv have no in-place form
+            ax.plot(sizes, [r[key]["busbw"] for r in rows], style, label=f"busbw {label}")
     ax.plot(sizes, [r["oop"]["algbw"] for r in rows], ":", color="grey", label="algbw out-of-place")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes)")

@@ -63,21 +63,29 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
 
 
 def smoke_history(project: Project, *, target: str | None, as_json: bool = False,
-                  plot: bool = True, say: Say = _print) -> list[dict]:
+                  plot: bool = True, ops: Sequence[str] | None = None,
+                  say: Say = _print) -> list[dict]:
     """The perflog as a table and a PNG (only runs measured at their reference size are
     plotted), or with ``as_json`` one JSON document on stdout (the README documents it);
-    ``plot`` False (``invoke --dry``) writes no PNG."""
-    records = perflog.read(project.settings.perflog_dir, target=target)
+    ``ops``: only these collectives' lines (default: every one); ``plot`` False
+    (``invoke --dry``) writes no PNG."""
+    records = perflog.read(project.settings.perflog_dir, target=target, ops=ops)
+    shown = ", ".join(ops) if ops else None
     if not records and not as_json:
         raise StateError(f"no smoke runs recorded in {project.settings.perflog_dir}"
-                          + (f" for target {target}" if target else ""))
+                          + (f" for target {target}" if target else "")
+                          + (f" of {shown}" if shown else ""))
     png = None
     if records and plot:
+        name = "+".join(ops) if ops and len(ops) < 3 else f"{len(ops or [])}-ops"
         png = perflog.plot_history(records, project.settings.perflog_dir /
-                                   f"history-{target or 'all'}.png",
-                                   title=f"all_reduce busbw history: {target or 'all targets'}")
+                                   (f"history-{target or 'all'}.png" if not ops else
+                                    f"history-{target or 'all'}-op-{name}.png"),
+                                   title=f"{shown or 'collective'} busbw history: "
+                                         f"{target or 'all targets'}")
     if as_json:
-        say(json.dumps({"target": target, "perflog_dir": str(project.settings.perflog_dir),
+        say(json.dumps({"target": target, "ops": list(ops) if ops else None,
+                        "perflog_dir": str(project.settings.perflog_dir),
                         "plot": str(png) if png else None,
                         "runs": perflog.history_json(records)}, indent=2))
         return records
@@ -191,7 +199,10 @@ def _record(project: Project, result: verdict.Result, *, say: Say) -> None:
         project.settings.provenance_path(result.plan.target.name)))
     atomic_write_text(out / "verdict.json", json.dumps(record, indent=2) + "\n")
     if result.kind.logs_performance:
-        say(f"perflog: {os.path.relpath(perflog.append(project.settings.perflog_dir, record))}")
+        for line in result.kind.perflog_records(record):
+            path = perflog.append(project.settings.perflog_dir, line)
+            say(f"perflog: {os.path.relpath(path)}"
+                + (f" ({line['op']})" if len(record.get("collectives") or {}) > 1 else ""))
     for line in verdict.gate_lines(record):
         say(line)
 

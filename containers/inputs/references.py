@@ -1,7 +1,8 @@
 """Performance references, ReFrame style: ``(value, lower, upper, unit)`` per site partition.
 
 Thresholds are fractions of the value (``[125.0, -0.05, null, GB/s]``: at least 118.75 GB/s, no
-upper bound); ``None`` is unbounded. A reference is keyed by partition (``*`` for any), nodes,
+upper bound); ``None`` is unbounded. A reference is keyed by collective (``op``, all_reduce when
+not named: a reference for all_reduce never judges all_gather), partition (``*`` for any), nodes,
 ranks per node, message size and optionally GPU model, and may be marked expected-to-fail with a
 reason. Judging a run against one is :mod:`containers.prove.performance`.
 """
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Collection, Sequence
 
 from containers.errors import ConfigError
-from containers.inputs.schema import Field, check_mapping, line_of
+from containers.inputs import names
+from containers.inputs.schema import Field, check_mapping, line_of, suggest
 
 FIELDS = (
+    Field("op", default="all_reduce"),
     Field("partition", default="*"),
     Field("nodes", "int", required=True),
     Field("ranks_per_node", "int", required=True),
@@ -40,6 +43,8 @@ class Reference:
     source: str
     gpu_model: str | None = None
     xfail: str | None = None
+    #: The collective it is a figure for (nccl-tests' binary: all_reduce_perf, ...).
+    op: str = "all_reduce"
 
     @property
     def bounds(self) -> tuple[float | None, float | None]:
@@ -81,6 +86,11 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
     if upper is not None and upper < 0:
         raise bad(f"upper tolerance {upper} is negative: the upper bound would be below the "
                   "lower one")
+    if values["op"] not in names.COLLECTIVES:
+        raise ConfigError(f"unknown collective '{values['op']}'"
+                          f"{suggest(str(values['op']), names.COLLECTIVES)}; one of "
+                          f"{', '.join(names.COLLECTIVES)}", path=path,
+                          line=line_of(item, "op"), key=prefix + "op")
     if values["nodes"] < 1 or values["ranks_per_node"] < 1 or values["bytes"] < 1:
         raise ConfigError("nodes, ranks_per_node and bytes must be positive", path=path,
                           line=line_of(item), key=prefix.rstrip("."))
@@ -89,15 +99,17 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
                      value=float(value), lower=None if lower is None else float(lower),
                      upper=None if upper is None else float(upper), unit=unit,
                      source=values["source"], gpu_model=values["gpu_model"],
-                     xfail=values["xfail"])
+                     xfail=values["xfail"], op=values["op"])
 
 
 def select(references: Sequence[Reference], *, partition: str | None, nodes: int,
            ranks_per_node: int, gpu_model: str | None = None,
-           measured: Collection[int] = ()) -> Reference | None:
-    """The most specific matching reference: exact partition over ``*``, GPU model if given;
-    among equally specific ones, one at a message size the run ``measured``, the largest."""
-    candidates = [r for r in references if r.nodes == nodes and r.ranks_per_node == ranks_per_node
+           measured: Collection[int] = (), op: str = "all_reduce") -> Reference | None:
+    """The most specific matching reference for collective ``op``: exact partition over ``*``,
+    GPU model if given; among equally specific ones, one at a message size the run
+    ``measured``, the largest."""
+    candidates = [r for r in references if r.op == op
+                  and r.nodes == nodes and r.ranks_per_node == ranks_per_node
                   and r.partition in (partition, "*")
                   and (r.gpu_model is None or r.gpu_model == gpu_model)]
     candidates.sort(key=lambda r: (r.partition == "*", r.gpu_model is None,

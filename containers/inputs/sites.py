@@ -180,9 +180,12 @@ class Site:
         return any(fnmatch.fnmatch(hostname, pattern) for pattern in self.detect_hostname)
 
     def reference(self, *, partition: str | None, nodes: int, ranks_per_node: int,
-                  measured: Collection[int] = ()) -> Reference | None:
+                  measured: Collection[int] = (), op: str = "all_reduce") -> Reference | None:
+        """The reference of collective ``op`` for a run of this shape (all_reduce by default:
+        a reference names its op, so an all_reduce figure never judges all_gather)."""
         return select(self.references, partition=partition, nodes=nodes,
-                      ranks_per_node=ranks_per_node, gpu_model=self.gpu_model, measured=measured)
+                      ranks_per_node=ranks_per_node, gpu_model=self.gpu_model, measured=measured,
+                      op=op)
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:

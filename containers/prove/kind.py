@@ -93,6 +93,10 @@ class WorkloadKind:
         """Files made from the report besides the verdict (plots)."""
         return []
 
+    def perflog_records(self, record: dict) -> list[dict]:
+        """The perflog lines of a run's verdict record (smoke: one per collective)."""
+        return [record]
+
 
 def plan(target: Target, site: Site, *, settings: Settings, runtime: Runtime, options: Options,
          run_id: str, environ: Mapping[str, str] | None = None, strict: bool = True,

@@ -1,4 +1,4 @@
-"""The performance history: one JSON line per smoke run, per site and partition.
+"""The performance history: one JSON line per smoke run and collective, per site and partition.
 
 Like ReFrame's perflogs, each record carries what it was judged against (the reference and its
 tolerances) and the image it ran (inputs hash, build date), so a verdict can be rebuilt from the log
@@ -78,12 +78,20 @@ def _records(data: bytes) -> Iterator[dict]:
             yield record
 
 
-def read(perflog_dir: Path, *, target: str | None = None) -> list[dict]:
-    """Every record (oldest first), optionally of one target; unreadable lines are skipped."""
+def op_of(record: dict) -> str:
+    """The collective a record measured (records written before ``--op`` are all_reduce's)."""
+    return str(record.get("op") or "all_reduce")
+
+
+def read(perflog_dir: Path, *, target: str | None = None,
+         ops: Sequence[str] | None = None) -> list[dict]:
+    """Every record (oldest first), optionally of one target and of some collectives;
+    unreadable lines are skipped."""
     records = []
     for path in sorted(perflog_dir.rglob(LOG_NAME)) if perflog_dir.is_dir() else []:
         for record in _records(path.read_bytes()):
-            if target is None or record.get("target") == target:
+            if (target is None or record.get("target") == target) and \
+                    (ops is None or op_of(record) in ops):
                 records.append(record)
     return sorted(records, key=lambda r: parse_date(r["date"]))
 
@@ -101,10 +109,12 @@ def at_reference(record: dict) -> tuple[int, float] | None:
     """(bytes, busbw) at the record's reference size, or None when the run has no reference or
     did not measure that size: only such points may be plotted against the reference."""
     reference = (record.get("performance") or {}).get("reference")
-    if not isinstance(reference, dict):
-        return None
+    if not isinstance(reference, dict) or \
+            str(reference.get("op") or "all_reduce") != op_of(record):
+        return None  # a reference of another collective never measures this one
     for row in record.get("results") or []:
-        if row.get("bytes") == reference.get("bytes") and \
+        if row.get("op", op_of(record)) == op_of(record) and \
+                row.get("bytes") == reference.get("bytes") and \
                 isinstance(row.get("busbw_oop"), (int, float)):
             return row["bytes"], float(row["busbw_oop"])
     return None
@@ -143,7 +153,7 @@ def history_rows(records: Sequence[dict]) -> list[list[object]]:
         size, busbw, reference = run["bytes"], run["busbw"], run["reference"]
         rows.append([
             (run["date"] or "")[:19], run["site"], run["partition"] or "",
-            image_label(run), run["ranks"], run["nodes"],
+            image_label(run), run["ranks"], run["nodes"], run["op"],
             "" if size is None else human_bytes(size),
             "" if busbw is None else f"{busbw:.3f}",
             "" if not reference else f"{reference['value']:g} {reference['unit']} at "
@@ -154,8 +164,9 @@ def history_rows(records: Sequence[dict]) -> list[list[object]]:
     return rows
 
 
-HISTORY_COLUMNS = ("date", "site", "partition", "image", "ranks", "nodes", "size", "busbw GB/s",
-                   "reference", "sanity", "performance", "plotted", "stack changed")
+HISTORY_COLUMNS = ("date", "site", "partition", "image", "ranks", "nodes", "op", "size",
+                   "busbw GB/s", "reference", "sanity", "performance", "plotted",
+                   "stack changed")
 
 
 def history_json(records: Sequence[dict]) -> list[dict]:
@@ -170,7 +181,7 @@ def history_json(records: Sequence[dict]) -> list[dict]:
             "date": record.get("date"), "site": record.get("site"),
             "partition": record.get("partition"), "target": record.get("target"),
             "inputs_hash": record.get("inputs_hash"), "build_date": record.get("build_date"),
-            "ranks": record.get("ranks"), "nodes": record.get("nodes"),
+            "ranks": record.get("ranks"), "nodes": record.get("nodes"), "op": op_of(record),
             "bytes": size, "busbw": busbw,
             "reference": reference if isinstance(reference, dict) else None,
             "sanity": "PASS" if record.get("passed") else "FAIL",
@@ -201,8 +212,10 @@ def _series(measured: Sequence[tuple[dict, tuple[int, float]]]) -> \
         dict[str, list[tuple[datetime.datetime, float, bool]]]:
     """:func:`plot_series` of the records measured at their reference size, with that point."""
     series: dict[str, list[tuple[datetime.datetime, float, bool]]] = {}
+    several = len({op_of(record) for record, _ in measured}) > 1
     for record, point in measured:
-        series.setdefault(image_label(record), []).append(
+        label = image_label(record) + (f" {op_of(record)}" if several else "")
+        series.setdefault(label, []).append(
             (parse_date(record["date"]), point[1], bool(record.get("passed"))))
     return series
 

@@ -33,6 +33,8 @@ class SmokeOptions:
     dtype: str = "float32"
     cycles: int = 1
     fault: str | None = None
+    #: The collectives, a canonical comma list (``--op``; ``all`` becomes every one).
+    op: str = "all_reduce"
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -42,7 +44,8 @@ class SmokeOptions:
                      warmup=flags.NON_NEGATIVE_INT("--warmup", self.warmup),
                      cycles=flags.POSITIVE_INT("--cycles", self.cycles),
                      timeout=flags.SECONDS("--timeout", self.timeout),
-                     dtype=flags.DTYPE("--dtype", self.dtype))
+                     dtype=flags.DTYPE("--dtype", self.dtype),
+                     op=flags.OPS("--op", self.op))
         flags.sizes("--sizes", self.sizes, self.dtype)
 
     @property
@@ -51,22 +54,87 @@ class SmokeOptions:
         return max(names.check_sizes(self.sizes, self.dtype))
 
     @property
+    def ops(self) -> list[str]:
+        return self.op.split(",")
+
+    @property
     def kind(self) -> "SmokeKind":
         return SMOKE
 
 
-def _rows(result: verdict.Result) -> list[dict]:
-    return list(result.report.get("results", [])) if result.report else []
+SUMMING = ("all_reduce", "reduce_scatter", "reduce")
+#: A row of a report written before ``--op`` existed measured all_reduce.
+DEFAULT_OP = "all_reduce"
+
+
+def _rows(result: verdict.Result, op: str | None = None) -> list[dict]:
+    """The report's rows (of one op when named; every row says its op)."""
+    rows = list(result.report.get("results", [])) if result.report else []
+    return rows if op is None else [row for row in rows if op_of(row) == op]
+
+
+def op_of(row: dict) -> str:
+    return row.get("op") or DEFAULT_OP
+
+
+def _modes(row: dict) -> list[dict]:
+    """The modes a row measured (alltoall and sendrecv have no in-place form: ``ip`` null)."""
+    return [row[mode] for mode in ("oop", "ip") if isinstance(row.get(mode), dict)]
 
 
 def _cycles(result: verdict.Result) -> int:
     return int((result.report or {}).get("cycles") or 1)
 
 
-def wrong_total(result: verdict.Result) -> int:
-    """Wrong values over every size measured so far (the benchmark rewrites its JSON after
-    each size, so a run that died midway still shows what it had checked)."""
-    return sum(r[mode]["wrong"] or 0 for r in _rows(result) for mode in ("oop", "ip"))
+def asked_ops(result: verdict.Result) -> list[str]:
+    """The collectives the run was asked for: its ``--op`` (the plan's arguments), which the
+    report must cover; a run without one measured all_reduce."""
+    args = list(result.plan.args)
+    if "--op" in args[:-1]:
+        return args[args.index("--op") + 1].split(",")
+    return [DEFAULT_OP]
+
+
+def wrong_total(result: verdict.Result, op: str | None = None) -> int:
+    """Wrong values over every size measured so far, of one op or all (the benchmark rewrites
+    its JSON after each size, so a run that died midway still shows what it had checked)."""
+    return sum(mode["wrong"] or 0 for row in _rows(result, op) for mode in _modes(row))
+
+
+def _summary(result: verdict.Result, op: str) -> dict:
+    return ((result.report or {}).get("collectives") or {}).get(op) or {}
+
+
+def _wrong_reason(result: verdict.Result, op: str) -> str | None:
+    wrong = wrong_total(result, op)
+    if not wrong:
+        return None
+    soak = _cycles(result) > 1
+    sizes = [f"{r['bytes']} B" + (f" (cycle{'s' if len(r['wrong_cycles']) > 1 else ''} "
+                                  f"{', '.join(map(str, r['wrong_cycles']))})"
+                                  if soak and r.get("wrong_cycles") else "")
+             for r in _rows(result, op) if any(mode["wrong"] for mode in _modes(r))]
+    exact = "the exact sum" if op in SUMMING else "the exact values each rank must hold"
+    return (f"{wrong} wrong values ({op} results differ from {exact}) at sizes "
+            f"{', '.join(sizes)}" + (f" in a soak of {_cycles(result)} cycles" if soak else ""))
+
+
+def _op_reasons(result: verdict.Result, op: str) -> list[str]:
+    """What is wrong with one op's part of the run: refused by the backend, wrong values, or
+    (once the run finished) not measured at all."""
+    reasons = []
+    refused = _summary(result, op).get("unsupported")
+    if refused:
+        reasons.append(f"{op}: {refused}")
+    wrong = _wrong_reason(result, op)
+    if wrong:
+        reasons.append(wrong)
+    report = result.report or {}
+    listed = report.get("ops")
+    if not refused and report.get("finished") and not _rows(result, op) and \
+            (_rows(result) or (isinstance(listed, list) and op not in listed)):
+        reasons.append(f"{op} was asked for but the benchmark measured none of it")
+    return reasons
 
 
 class SmokeKind(WorkloadKind):
@@ -80,7 +148,7 @@ class SmokeKind(WorkloadKind):
                nodes: int) -> Invocation:
         args = ["--sizes", options.sizes, "--iters", str(options.iters),
                 "--warmup", str(options.warmup), "--dtype", options.dtype,
-                "--cycles", str(options.cycles),
+                "--cycles", str(options.cycles), "--op", options.op,
                 "--out", settings.results_mount, "--timeout-s", str(int(options.timeout))]
         if options.fault:
             args += ["--fault", options.fault]
@@ -88,18 +156,9 @@ class SmokeKind(WorkloadKind):
 
     def failures(self, result: verdict.Result) -> list[str]:
         found = verdict.startup_failure(result)
-        wrong = wrong_total(result)
-        if not wrong:
-            return found
-        soak = _cycles(result) > 1
-        sizes = [f"{r['bytes']} B" + (f" (cycle{'s' if len(r['wrong_cycles']) > 1 else ''} "
-                                      f"{', '.join(map(str, r['wrong_cycles']))})"
-                                      if soak and r.get("wrong_cycles") else "")
-                 for r in _rows(result) if r["oop"]["wrong"] or r["ip"]["wrong"]]
-        return found + [
-            f"{wrong} wrong values (all_reduce results differ from the exact sum) at sizes "
-            f"{', '.join(sizes)}"
-            + (f" in a soak of {_cycles(result)} cycles" if _cycles(result) > 1 else "")]
+        for op in asked_ops(result):
+            found += _op_reasons(result, op)
+        return found
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         reasons = []
@@ -110,45 +169,123 @@ class SmokeKind(WorkloadKind):
             reasons.append(proof.message)
         return reasons
 
-    def performance(self, result: verdict.Result) -> Judgement:
+    def op_performance(self, result: verdict.Result, op: str) -> Judgement:
+        """One op's busbw against the site's reference FOR THAT OP (an all_reduce reference
+        never judges all_gather)."""
         if result.plan.ranks == 1:
             return Judgement("not-judged", "1 rank: no data crosses a link, so there is no "
                              "bandwidth to judge")
-        rows = _rows(result)
+        rows = _rows(result, op)
         reference = result.plan.site.reference(
             partition=result.partition, nodes=result.nodes,
             ranks_per_node=result.plan.ranks // result.nodes,
-            measured={row["bytes"] for row in rows})
+            measured={row["bytes"] for row in rows}, op=op)
         return judge(reference, rows)
 
-    def details(self, result: verdict.Result) -> dict:
-        rows = _rows(result)
-        proof = result.transport
+    def performance(self, result: verdict.Result) -> Judgement:
+        """Each op judged against its own reference; with several ops, the worst of them, its
+        message naming the op (one failing op fails the run)."""
+        ops = asked_ops(result)
+        judged = {op: self.op_performance(result, op) for op in ops}
+        if len(ops) == 1:
+            return judged[ops[0]]
+        worst = min(judged.items(), key=lambda item: _RANK.index(item[1].state))
+        state = worst[1].state
+        message = "; ".join(f"{op}: {verdict_word(j.state)}: {j.message}"
+                            for op, j in judged.items())
+        return Judgement(state, message, measured=worst[1].measured,
+                         reference=worst[1].reference)
+
+    def op_details(self, result: verdict.Result, op: str) -> dict:
+        """One op's part of ``verdict.json`` and its perflog line: its own verdict, rows and
+        judgement."""
+        rows = _rows(result, op)
+        summary = _summary(result, op)
         largest = rows[-1] if rows else None
+        judgement = self.op_performance(result, op)
+        others = [r for r in result.reasons
+                  if not any(r in _op_reasons(result, other) for other in asked_ops(result))]
+        return {
+            "op": op, "factor": summary.get("factor"),
+            "busbw_factor": summary.get("busbw_factor"), "root": summary.get("root"),
+            "unsupported": summary.get("unsupported"), "wrong_total": wrong_total(result, op),
+            "passed": not others and not _op_reasons(result, op),
+            "performance": performance_record(judgement),
+            "results": [{"op": op, "bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
+                         "busbw_ip": (r.get("ip") or {}).get("busbw"),
+                         "wrong": sum(mode["wrong"] or 0 for mode in _modes(r)),
+                         "wrong_cycles": r.get("wrong_cycles") or []}
+                        for r in rows],
+            "largest": None if largest is None else {
+                "bytes": largest["bytes"], "busbw_oop": largest["oop"]["busbw"],
+                "busbw_ip": (largest.get("ip") or {}).get("busbw")},
+        }
+
+    def details(self, result: verdict.Result) -> dict:
+        proof = result.transport
+        ops = asked_ops(result)
+        per_op = {op: self.op_details(result, op) for op in ops}
+        first = per_op[ops[0]]
         return {
             "wrong_total": wrong_total(result),
             "cycles": _cycles(result),
             "cycles_done": (result.report or {}).get("cycles_done"),
             "transport": None if proof is None else {
                 "ok": proof.ok, "message": proof.message, "evidence": proof.evidence},
-            "results": [{"bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
-                         "busbw_ip": r["ip"]["busbw"],
-                         "wrong": (r["oop"]["wrong"] or 0) + (r["ip"]["wrong"] or 0),
-                         "wrong_cycles": r.get("wrong_cycles") or []}
-                        for r in rows],
-            "largest": None if largest is None else {
-                "bytes": largest["bytes"], "busbw_oop": largest["oop"]["busbw"],
-                "busbw_ip": largest["ip"]["busbw"]},
+            "ops": ops,
+            "collectives": {op: {k: v for k, v in entry.items() if k != "results"}
+                            for op, entry in per_op.items()},
+            "results": [row for entry in per_op.values() for row in entry["results"]],
+            "largest": first["largest"],
         }
+
+    def perflog_records(self, record: dict) -> list[dict]:
+        """One perflog line per op: the run's record with that op's rows, verdict and
+        judgement, so each op has its history (``invoke smoke --history --op OP``)."""
+        lines = []
+        for op, entry in (record.get("collectives") or {}).items():
+            lines.append({**record, "op": op, "passed": entry["passed"],
+                          "performance": entry["performance"],
+                          "wrong_total": entry["wrong_total"], "largest": entry["largest"],
+                          "results": [r for r in record.get("results") or []
+                                      if r.get("op", DEFAULT_OP) == op],
+                          "collectives": None})
+        return lines or [record]
 
     def write_reports(self, result: verdict.Result) -> list[Path]:
         if not _rows(result) or result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
-        return [plot_busbw(result.report, result.plan.out_dir / "allreduce.png",
-                           title=f"all_reduce busbw: {result.plan.target.name}, "
-                                 f"{result.plan.ranks} ranks, "
-                                 f"{result.report.get('backend', '?')}")]
+        made = []
+        for op in asked_ops(result):
+            rows = _rows(result, op)
+            if not rows:
+                continue
+            name = "allreduce.png" if op == DEFAULT_OP else f"{op}.png"
+            made.append(plot_busbw({**result.report, "results": rows},
+                                   result.plan.out_dir / name,
+                                   title=f"{op} busbw: {result.plan.target.name}, "
+                                         f"{result.plan.ranks} ranks, "
+                                         f"{result.report.get('backend', '?')}"))
+        return made
+
+
+#: Judgement states from the worst (a run of several ops reports its worst op's).
+_RANK = ("fail", "xpass", "not-measured", "no-reference", "xfail", "not-judged", "pass")
+
+
+def verdict_word(state: str) -> str:
+    return state.upper()
+
+
+def performance_record(judgement: Judgement) -> dict:
+    """A judgement as ``verdict.json`` holds it (the shape :func:`verdict.record` writes)."""
+    reference = judgement.reference
+    return {"state": judgement.state, "message": judgement.message,
+            "failed": judgement.failed, "measured": judgement.measured,
+            "reference": None if reference is None else {
+                "op": reference.op, "bytes": reference.bytes, "value": reference.value,
+                "lower": reference.lower, "upper": reference.upper, "unit": reference.unit,
+                "xfail": reference.xfail, "source": reference.source}}
 
 
 SMOKE = SmokeKind()
-

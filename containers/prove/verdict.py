@@ -166,7 +166,7 @@ def record(result: Result, *, image_record: dict) -> dict:
             "state": performance.state, "message": performance.message,
             "failed": performance.failed, "measured": performance.measured,
             "reference": None if reference is None else {
-                "bytes": reference.bytes, "value": reference.value, "lower": reference.lower,
+                "op": reference.op, "bytes": reference.bytes, "value": reference.value, "lower": reference.lower,
                 "upper": reference.upper, "unit": reference.unit, "xfail": reference.xfail,
                 "source": reference.source}},
         **result.kind.details(result),
@@ -185,6 +185,13 @@ def gate_lines(record: dict) -> list[str]:
                      f"{transport['message']}")
     reasons = record["reasons"]
     lines.append("sanity:      " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
+    ops = record.get("collectives") or {}
+    if len(ops) > 1:  # several collectives (smoke --op): each one's own verdict
+        for op, entry in ops.items():
+            judged = (entry.get("performance") or {}).get("state") or "not judged"
+            lines.append(f"  {op + ':':<16} {'PASS' if entry['passed'] else 'FAIL'} "
+                         f"({entry['wrong_total']} wrong, busbw factor {entry['factor']}, "
+                         f"performance {judged.upper()})")
     performance = record["performance"]
     if performance is not None:
         lines.append(f"performance: {performance['state'].upper()}: {performance['message']}")

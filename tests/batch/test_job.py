@@ -545,7 +545,8 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     assert record == {"target": "lumi-rocm", "site": "lumi", "workload": "smoke", "nodes": 2,
                       "gpus_per_node": 8, "launcher": "torchrun", "partition": "standard-g",
                       "options": {"sizes": "1K:128M", "iters": 20, "warmup": 5,
-                                  "timeout": 600.0, "dtype": "float32", "cycles": 1}}
+                                  "timeout": 600.0, "dtype": "float32", "cycles": 1,
+                                  "op": "all_reduce"}}
     assert f"cat > {out}/job.json\" <<'JOB'\n" in text
     assert (f"if [[ -f /proj/images/lumi-rocm.sif.json ]]; then\n"
             f"    cp /proj/images/lumi-rocm.sif.json {out}/image.json\"\nfi\n") in text

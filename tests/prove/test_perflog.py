@@ -32,9 +32,10 @@ def test_perflog_accumulates_and_renders(tmp_path: Path) -> None:
     assert [r["date"][:10] for r in records] == ["2026-11-01", "2026-11-02", "2026-11-03"]
     assert perflog.read(tmp_path, target="cpu") == []
     table = perflog.history_rows(records)
-    assert [row[7] for row in table] == ["131.000", "129.500", "97.000"]
-    assert table[2][3] == "lumi-rocm bbbbbbbbbbbb (2026-11-03)" and table[2][9] == "FAIL"
-    assert [row[6] for row in table] == ["128 MiB"] * 3 and table[0][10] == "PASS"
+    assert [row[8] for row in table] == ["131.000", "129.500", "97.000"]
+    assert table[2][3] == "lumi-rocm bbbbbbbbbbbb (2026-11-03)" and table[2][10] == "FAIL"
+    assert [row[7] for row in table] == ["128 MiB"] * 3 and table[0][11] == "PASS"
+    assert [row[6] for row in table] == ["all_reduce"] * 3  # written before --op: all_reduce
     png = perflog.plot_history(records, tmp_path / "h.png", title="t")
     assert png.stat().st_size > 10_000
     assert json.loads(path.read_text().splitlines()[0])["inputs_hash"] == "a" * 64
@@ -113,9 +114,9 @@ def test_only_runs_at_the_reference_size_are_plotted_with_band_and_source(
     assert perflog.plot_series(records) == {
         perflog.image_label(full): [(perflog.parse_date(full["date"]), 131.0, True)]}
     rows = perflog.history_rows(records)
-    assert [(row[6], row[10], row[11]) for row in rows] == [
+    assert [(row[7], row[11], row[12]) for row in rows] == [
         ("128 MiB", "PASS", "yes"), ("256 KiB", "NOT-MEASURED", "no")]
-    assert rows[0][8] == "125 GB/s at 128 MiB"
+    assert rows[0][9] == "125 GB/s at 128 MiB"
     assert [run["plotted"] for run in perflog.history_json(records)] == [True, False]
     import matplotlib.figure
 

@@ -29,7 +29,8 @@ def test_cpu_plan_argv(data_root, data_settings, data_runtime) -> None:
         str(data_settings.images_dir / "cpu.sif"),
         "torchrun", "--standalone", "--nproc-per-node=4", "/opt/containers/jobs/allreduce.py",
         "--sizes", "1K:1M", "--iters", "3", "--warmup", "1", "--dtype", "float32",
-        "--cycles", "1", "--out", "/opt/containers/results", "--timeout-s", "90",
+        "--cycles", "1", "--op", "all_reduce", "--out", "/opt/containers/results",
+        "--timeout-s", "90",
         # a CPU site: gloo, said explicitly, and no GPU expected
         "--expect-gpu", "none", "--backend", "gloo"]
 

@@ -1,0 +1,139 @@
+"""``invoke smoke --op``: the options, references keyed by collective, and each op's own
+sanity, performance, verdict and perflog line, from reports shaped as allreduce.py writes them."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from containers.errors import ConfigError, UsageError
+from containers.inputs.recipes import load_targets
+from containers.inputs.references import parse_reference, select
+from containers.inputs.sites import load_site
+from containers.inputs.yamlsource import load_yaml_text
+from containers.prove import perflog
+from containers.prove.kind import plan as plan_run
+from containers.prove.smoke import SMOKE, SmokeOptions
+from containers.prove.verdict import Result, gate_lines
+from containers.run.workload import Outcome
+from tests.fixtures.data import reference as ref
+
+ALL = "all_reduce,all_gather,reduce_scatter,alltoall,broadcast,reduce,sendrecv"
+
+
+def test_op_option_is_a_canonical_list() -> None:
+    assert SmokeOptions(gpus=2).op == "all_reduce"
+    assert SmokeOptions(gpus=2, op="all").op == ALL
+    assert SmokeOptions(gpus=2, op="reduce, all_gather").ops == ["all_gather", "reduce"]
+    with pytest.raises(UsageError, match="--op unknown collective 'allreduce'"):
+        SmokeOptions(gpus=2, op="allreduce")
+
+
+def test_references_are_keyed_by_op() -> None:
+    refs = [ref(bytes=4096, value=1.0), ref(op="all_gather", bytes=4096, value=0.5)]
+    assert select(refs, partition=None, nodes=1, ranks_per_node=8).value == 1.0
+    assert select(refs, partition=None, nodes=1, ranks_per_node=8, op="all_gather").value == 0.5
+    assert select(refs, partition=None, nodes=1, ranks_per_node=8, op="alltoall") is None
+    data = load_yaml_text("- nodes: 1\n  ranks_per_node: 8\n  bytes: 1024\n"
+                          "  busbw: [1.0, -0.1, null, GB/s]\n  source: x\n"
+                          "- op: allgather\n  nodes: 1\n  ranks_per_node: 8\n  bytes: 1024\n"
+                          "  busbw: [1.0, -0.1, null, GB/s]\n  source: x\n",
+                          path=Path("sites/x.yaml"))
+    assert parse_reference(data[0], path=Path("sites/x.yaml"), index=0).op == "all_reduce"
+    with pytest.raises(ConfigError, match=r"sites/x.yaml:6: references\[1\].op: unknown "
+                                          r"collective 'allgather'.*all_gather"):
+        parse_reference(data[1], path=Path("sites/x.yaml"), index=1)
+
+
+def _row(op: str, size: int, busbw: float, wrong: int = 0, ip: bool = True) -> dict:
+    mode = {"time_us": 1.0, "algbw": busbw, "busbw": busbw, "wrong": wrong}
+    return {"op": op, "bytes": size, "count": size // 4, "type": "float32", "oop": mode,
+            "ip": dict(mode) if ip else None, "wrong_cycles": [1] if wrong else []}
+
+
+def _plan(data_root, data_settings, data_runtime, op: str, references=()):
+    target = load_targets(data_root)["cpu"]
+    site = dataclasses.replace(load_site(data_root / "sites" / "local.yaml"),
+                               references=tuple(references))
+    return plan_run(target, site, settings=data_settings, runtime=data_runtime,
+                    options=SmokeOptions(gpus=2, op=op), run_id="r")
+
+
+def _result(plan, rows, **report) -> Result:
+    full = {"results": rows, "finished": "x", "ops": plan.args[plan.args.index("--op") + 1]
+            .split(","), **report}
+    return Result(kind=SMOKE, plan=plan, outcome=Outcome(
+        returncode=0, timed_out=False, missing_ranks=[], seconds=1.0, report=full))
+
+
+def test_each_op_is_judged_by_its_own_reference(data_root, data_settings, data_runtime) -> None:
+    """An all_reduce reference (the only kind sites had) must not judge all_gather."""
+    plan = _plan(data_root, data_settings, data_runtime, "all_reduce,all_gather",
+                 [ref(nodes=1, ranks_per_node=2, bytes=4096, value=1.0, lower=-0.1)])
+    result = _result(plan, [_row("all_reduce", 4096, 1.0), _row("all_gather", 4096, 0.2)])
+    assert result.reasons == []
+    assert SMOKE.op_performance(result, "all_reduce").state == "pass"
+    assert SMOKE.op_performance(result, "all_gather").state == "no-reference"
+    assert result.performance.state == "no-reference" and result.ok
+    assert "all_reduce: PASS" in result.performance.message
+
+    slow = _plan(data_root, data_settings, data_runtime, "all_reduce,all_gather",
+                 [ref(nodes=1, ranks_per_node=2, bytes=4096, value=1.0, lower=-0.1),
+                  ref(op="all_gather", nodes=1, ranks_per_node=2, bytes=4096, value=1.0,
+                      lower=-0.1)])
+    result = _result(slow, [_row("all_reduce", 4096, 1.0), _row("all_gather", 4096, 0.2)])
+    assert result.performance.failed and not result.ok
+    assert "all_gather: FAIL: busbw 0.2 GB/s is below" in result.performance.message
+
+
+def test_each_op_has_its_own_verdict_and_perflog_line(data_root, data_settings,
+                                                     data_runtime) -> None:
+    plan = _plan(data_root, data_settings, data_runtime, ALL)
+    rows = [_row(op, 4096, 0.5, wrong=2 if op == "alltoall" else 0,
+                 ip=op not in ("alltoall", "sendrecv")) for op in ALL.split(",")]
+    collectives = {op: {"factor": "1", "busbw_factor": 1.0, "unsupported": None}
+                   for op in ALL.split(",")}
+    collectives["reduce_scatter"]["unsupported"] = "not supported by backend gloo"
+    rows = [r for r in rows if r["op"] != "reduce_scatter"]
+    result = _result(plan, rows, collectives=collectives)
+    assert result.reasons == [
+        "reduce_scatter: not supported by backend gloo",
+        "2 wrong values (alltoall results differ from the exact values each rank must hold) "
+        "at sizes 4096 B"]
+    details = SMOKE.details(result)
+    assert details["ops"] == ALL.split(",") and details["wrong_total"] == 2
+    verdicts = {op: entry["passed"] for op, entry in details["collectives"].items()}
+    assert verdicts == {op: op not in ("alltoall", "reduce_scatter") for op in ALL.split(",")}
+    assert [r["op"] for r in details["results"]] == [r["op"] for r in rows]
+    assert details["collectives"]["sendrecv"]["largest"]["busbw_ip"] is None
+
+    record = {"site": "local", "partition": None, "date": "2026-11-25T00:00:00Z",
+              "target": "cpu", "passed": False, "performance": None, **details}
+    lines = SMOKE.perflog_records(record)
+    assert [line["op"] for line in lines] == ALL.split(",")
+    assert all({r["op"] for r in line["results"]} <= {line["op"]} for line in lines)
+    assert [line["passed"] for line in lines] == list(verdicts.values())
+    history = perflog.history_json(lines)
+    assert [run["op"] for run in history] == ALL.split(",")
+    shown = gate_lines({**record, "reasons": result.reasons})
+    assert any(line.startswith("  alltoall:") and "FAIL (2 wrong" in line for line in shown)
+    assert any(line.startswith("  broadcast:") and "PASS (0 wrong" in line for line in shown)
+
+
+def test_an_op_asked_for_but_not_measured_fails(data_root, data_settings, data_runtime) -> None:
+    plan = _plan(data_root, data_settings, data_runtime, "all_reduce,broadcast")
+    result = _result(plan, [_row("all_reduce", 4096, 0.5)], ops=["all_reduce"])
+    assert result.reasons == ["broadcast was asked for but the benchmark measured none of it"]
+
+
+def test_history_reference_of_another_op_is_not_plotted() -> None:
+    reference = {"op": "all_reduce", "bytes": 4096, "value": 1.0, "lower": -0.1,
+                 "upper": None, "unit": "GB/s", "source": "x"}
+    base = {"date": "2026-11-25T00:00:00Z", "target": "cpu", "passed": True,
+            "results": [{"op": "all_gather", "bytes": 4096, "busbw_oop": 0.5}],
+            "performance": {"state": "pass", "reference": reference}}
+    assert perflog.at_reference({**base, "op": "all_gather"}) is None
+    assert perflog.at_reference({**base, "op": "all_reduce", "results": [
+        {"op": "all_reduce", "bytes": 4096, "busbw_oop": 0.9}]}) == (4096, 0.9)
