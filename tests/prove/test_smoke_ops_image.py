@@ -1,0 +1,75 @@
+"""Integration: ``invoke smoke --op all`` inside the real CPU image at 2 and 4 ranks.
+
+One soak of two cycles per rank count, rank 1 corrupting its result in cycle 2 only: cycle 1
+proves every op's values right on every rank, cycle 2 that a corrupted result is caught for
+every op in that cycle, and the JSON's busbw/algbw is each op's bus factor.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from containers import app
+from containers.errors import VerdictFailed
+from containers.inputs.names import COLLECTIVES
+from containers.inputs.settings import load_settings
+from containers.prove import perflog
+from containers.prove.smoke import SmokeOptions
+
+pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
+
+FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+           "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
+           "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "sendrecv": lambda n: 1.0}
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_op_checked_with_its_factor_and_a_corruption_caught_per_op_per_cycle(
+        cpu_image, real_project, tmp_path, ranks) -> None:
+    settings = load_settings(real_project.root, {"results_dir": str(tmp_path / "results"),
+                                                  "perflog_dir": str(tmp_path / "perflog")})
+    project = app.Project(root=real_project.root, settings=settings)
+    lines: list[str] = []
+    with pytest.raises(VerdictFailed) as failure:
+        app.prove(project, target="cpu", say=lines.append,
+                  options=SmokeOptions(gpus=ranks, sizes="64K,256K", iters=2, warmup=1,
+                                       timeout=300, cycles=2, fault="corrupt@1:2", op="all"))
+    message = str(failure.value)
+    (out,) = (tmp_path / "results" / "smoke").glob("cpu-*")
+    report = json.loads((out / "allreduce.json").read_text())
+    assert report["ops"] == list(COLLECTIVES) and report["world_size"] == ranks
+    first, second = report["cycle_results"]
+    for row in first["results"]:  # cycle 1: every op's exact values on every rank
+        assert [m["wrong"] for m in (row["oop"], row["ip"]) if m] == \
+            [0] * (1 + (row["ip"] is not None)), row
+    for row in second["results"]:  # cycle 2: rank 1's damage caught in every op and mode
+        assert all(m["wrong"] == 1 for m in (row["oop"], row["ip"]) if m), row
+    for op in COLLECTIVES:
+        summary = report["collectives"][op]
+        assert summary["busbw_factor"] == pytest.approx(FACTORS[op](ranks))
+        rows = [r for r in report["results"] if r["op"] == op]
+        assert [r["bytes"] for r in rows] == [64 << 10, 256 << 10]
+        for row in rows:
+            assert row["wrong_cycles"] == [2]
+            for mode in (row["oop"], row["ip"]):
+                if mode is None:
+                    continue
+                assert mode["busbw"] == pytest.approx(mode["algbw"] * summary["busbw_factor"],
+                                                      abs=2e-3)
+                if mode["algbw"] >= 0.05:
+                    assert mode["busbw"] / mode["algbw"] == pytest.approx(
+                        summary["busbw_factor"], rel=0.05)
+        assert f"({op} results differ from the exact" in message
+        assert f"at sizes 65536 B (cycle 2), 262144 B (cycle 2) in a soak of 2 cycles" in message
+    record = json.loads((out / "verdict.json").read_text())
+    assert record["passed"] is False and record["ops"] == list(COLLECTIVES)
+    assert all(entry["passed"] is False for entry in record["collectives"].values())
+    logged = perflog.read(settings.perflog_dir)
+    assert [line["op"] for line in logged] == list(COLLECTIVES)
+    assert all(line["passed"] is False and line["wrong_total"] > 0 for line in logged)
+    assert sum(line.startswith("# ") and "busbw = algbw *" in line for line in lines) == \
+        2 * len(COLLECTIVES)  # each op's table, in each cycle
+    pngs = {p.name for p in out.glob("*.png")}
+    assert pngs == {"allreduce.png", *(f"{op}.png" for op in COLLECTIVES[1:])}
