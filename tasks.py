@@ -252,6 +252,7 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus="2", 
         "sizes": "smoke: message sizes MIN:MAX",
         "iters": "smoke: timed iterations per size",
         "cycles": "smoke: repeat the sweep this many times (corruption soak)",
+        "op": "smoke: the collectives (comma list, or all; default: all_reduce)",
         "model": "training: the network",
         "model_size": "training: the model's size",
         "epochs": "training: epochs",
@@ -263,14 +264,14 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus="2", 
            "time": flags.TIME, "account": flags.ACCOUNT, "partition": flags.PARTITION,
            "launcher": flags.choice(LAUNCHERS), "out": flags.OUT_FILE,
            "sizes": flags.SIZES_LABEL, "iters": flags.POSITIVE_INT,
-           "cycles": flags.POSITIVE_INT, "model": flags.MODEL,
+           "cycles": flags.POSITIVE_INT, "op": flags.OPS, "model": flags.MODEL,
            "model_size": flags.MODEL_SIZE_LABEL, "epochs": flags.POSITIVE_INT,
            "batch_size": flags.POSITIVE_INT, "samples": flags.POSITIVE_INT},
 )
 def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=None, time=None,
         account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
-        sizes="1K:128M", iters="20", cycles="1", model=None, model_size=None, epochs="3",
-        batch_size=None, samples=None):
+        sizes="1K:128M", iters="20", cycles="1", op=None, model=None, model_size=None,
+        epochs="3", batch_size=None, samples=None):
     """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit."""
     if out or submit:
         _no_dry(c, "invoke job prints the script under --dry; --out and --submit write or "
@@ -284,7 +285,8 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
     launcher = flags.choice(LAUNCHERS)("--launcher", launcher)
     out = flags.OUT_FILE("--out", out)
     if workload == "smoke":
-        options = SmokeOptions(gpus=gpus or 1, sizes=sizes, iters=iters, cycles=cycles)
+        options = SmokeOptions(gpus=gpus or 1, sizes=sizes, iters=iters, cycles=cycles,
+                               op=op or "all_reduce")
     elif workload == "build":
         options = None
     else:

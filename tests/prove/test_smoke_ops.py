@@ -4,6 +4,7 @@ sanity, performance, verdict and perflog line, from reports shaped as allreduce.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,68 @@ def test_history_reference_of_another_op_is_not_plotted() -> None:
     assert perflog.at_reference({**base, "op": "all_gather"}) is None
     assert perflog.at_reference({**base, "op": "all_reduce", "results": [
         {"op": "all_reduce", "bytes": 4096, "busbw_oop": 0.9}]}) == (4096, 0.9)
+
+
+# ------------------------------------------------------------------ batch jobs: invoke verdict
+from tests.prove.test_verdict import ROW, _judge, batch_run  # noqa: E402,F401  (the fixture)
+
+
+def _job_options(op: str) -> dict:
+    return {"target": "cpu", "site": "local-slurm", "workload": "smoke", "nodes": 1,
+            "gpus_per_node": 2, "launcher": "torchrun", "partition": None,
+            "options": {"sizes": "4K", "iters": 2, "op": op}}
+
+
+def _report(rows: list[dict]) -> dict:
+    return {"backend": "gloo", "nodes": 1, "finished": "x", "ops": ["all_reduce", "alltoall"],
+            "results": rows}
+
+
+def test_a_batch_smoke_job_is_judged_per_op(batch_run) -> None:
+    """The ops a job was written for travel in job.json; invoke verdict judges each of them."""
+    project, folder, write = batch_run
+    oop, ip = {**ROW["oop"], "algbw": 2.0}, {**ROW["ip"], "algbw": 2.1}
+    reduce_row = {**ROW, "op": "all_reduce", "oop": oop, "ip": ip}
+    alltoall = {**ROW, "op": "alltoall", "oop": oop, "ip": None}
+    write({"job.json": _job_options("all_reduce,alltoall"),
+           "allreduce.json": _report([reduce_row, alltoall])})
+    record, failure, lines = _judge(project, folder)
+    assert failure is None and record["ops"] == ["all_reduce", "alltoall"], record["reasons"]
+    assert any(line.startswith("  alltoall:") and "PASS (0 wrong" in line for line in lines)
+    assert (folder / "alltoall.png").is_file() and (folder / "allreduce.png").is_file()
+    logged = perflog.read(project.settings.perflog_dir)
+    assert [line["op"] for line in logged] == ["all_reduce", "alltoall"]
+
+    bad = {**alltoall, "oop": {**oop, "wrong": 3}, "wrong_cycles": [1]}
+    write({"job.json": _job_options("all_reduce,alltoall"),
+           "allreduce.json": _report([reduce_row, bad])})
+    record, failure, _ = _judge(project, folder)
+    assert failure is not None and failure.exit_code == 2
+    assert record["reasons"] == ["3 wrong values (alltoall results differ from the exact values "
+                                 "each rank must hold) at sizes 16777216 B"]
+    assert record["collectives"]["all_reduce"]["passed"] is True
+    assert record["collectives"]["alltoall"]["passed"] is False
+
+    write({"job.json": _job_options("all_reduce,alltoall"),
+           "allreduce.json": _report([reduce_row])})
+    record, failure, _ = _judge(project, folder)
+    assert failure is not None
+    assert record["reasons"] == ["alltoall was asked for but the benchmark measured none of it"]
+
+
+def test_a_smoke_job_carries_its_ops(data_root, data_settings) -> None:
+    """``invoke job --workload smoke --op all``: the script runs every op and job.json names
+    them, so the job's verdict re-plans the same run."""
+    from containers.batch import job as batch
+
+    target = load_targets(data_root)["cpu"]
+    site = load_site(data_root / "sites" / "local-slurm.yaml")
+    request = batch.JobRequest(workload="smoke", options=SmokeOptions(gpus=2, op="all"))
+    made = batch.plan_job(target, site, settings=data_settings, request=request,
+                          host_arch="x86_64", environ={})
+    assert f" --op {ALL} " in made.text
+    record = json.loads(made.text.split("<<'JOB'\n")[1].split("\nJOB\n")[0])
+    assert record["options"]["op"] == ALL
+    again = batch.job_run(target, site, settings=data_settings,
+                          request=batch.request_from_record(record))
+    assert again.options.op == ALL and "--op" in again.workload.args
