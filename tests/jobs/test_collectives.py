@@ -229,3 +229,34 @@ def test_one_rank_cannot_sendrecv_and_says_so(tmp_path):
     assert report["collectives"]["broadcast"]["ok"] is True and report["ok"] is False
     assert err.strip().splitlines()[-1] == (
         "FAILED: sendrecv: needs 2 ranks (torch.distributed does not send to its own rank)")
+
+
+@pytest.mark.distributed
+def test_a_backend_refusal_is_unsupported_but_a_broken_link_is_a_failure(tmp_path, monkeypatch):
+    """One gloo rank: an op the backend refuses ("does not support", as older gloo refuses
+    reduce_scatter) is reported in one line; any other error is raised, not called missing."""
+    import torch.distributed as dist
+
+    env = ar.DistEnv(rank=0, world_size=1, local_rank=0, launcher="single")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        op = coll.COLLECTIVES["reduce_scatter"]
+        assert ar.unsupported(op, env, CPU, torch.float32) is None  # torch 2.13's gloo has it
+
+        def refuse(self, bufs, rank, n):
+            raise RuntimeError("ProcessGroupGloo does not support reduce_scatter")
+        monkeypatch.setattr(coll.Collective, "call", refuse)
+        assert ar.unsupported(op, env, CPU, torch.float32) == (
+            f"not supported by backend gloo in torch {torch.__version__}: ProcessGroupGloo does "
+            "not support reduce_scatter")
+
+        def broken(self, bufs, rank, n):
+            raise RuntimeError("Connection reset by peer")
+        monkeypatch.setattr(coll.Collective, "call", broken)
+        with pytest.raises(RuntimeError, match="Connection reset"):
+            ar.unsupported(op, env, CPU, torch.float32)
+        assert ar.unsupported(coll.COLLECTIVES["sendrecv"], env, CPU, torch.float32) == \
+            "needs 2 ranks (torch.distributed does not send to its own rank)"
+    finally:
+        dist.destroy_process_group()
