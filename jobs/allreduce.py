@@ -124,8 +124,8 @@ def parse_fault(text: str) -> Fault:
 def build_parser() -> argparse.ArgumentParser:
     """The command line; every flag is documented because batch scripts are read by others."""
     parser = argparse.ArgumentParser(
-        description="torch.distributed all_reduce benchmark with nccl-tests style output "
-        "(time, algbw, busbw, #wrong; out-of-place and in-place).",
+        description="torch.distributed collective benchmark (all_reduce by default; --op) "
+        "with nccl-tests style output (time, algbw, busbw, #wrong; out-of-place and in-place).",
         epilog=workload.EPILOG.format(failed="wrong values"),
     )
     parser.add_argument(

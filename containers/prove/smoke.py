@@ -1,10 +1,13 @@
-"""``invoke smoke``: the all_reduce benchmark across ranks inside an image, as a workload kind.
+"""``invoke smoke``: the collective benchmark across ranks inside an image, as a workload kind.
 
-Its own sanity rules: no ``#wrong`` values, all sizes done, and, where the site declares its
-network transport, NCCL/RCCL's debug output proves it was used (a silent TCP fallback fails).
-Its performance is judged: out-of-place busbw at the reference size within the site's reference
-tolerance. The benchmark writes ``allreduce.json``; the host adds ``verdict.json``, the PNG and a
-perflog record.
+``--op`` picks the collectives (all_reduce by default); the benchmark measures each in one run
+and every row of its report names its op. Its own sanity rules, per op: every op asked for was
+measured (or refused by the backend, which fails), no ``#wrong`` values; and for the run: all
+sizes done and, where the site declares its network transport, NCCL/RCCL's debug output proves
+it was used (a silent TCP fallback fails). Its performance is judged per op: out-of-place busbw
+at the reference size within the tolerance of the site's reference FOR THAT OP. The benchmark
+writes ``allreduce.json``; the host adds ``verdict.json`` (with each op's verdict), a PNG per op
+and a perflog line per op.
 """
 
 from __future__ import annotations
