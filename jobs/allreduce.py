@@ -40,13 +40,13 @@ reported in one line (and fails the run) rather than imitated.  Each call is bra
 own (CUDA/HIP events on the GPU, ``time.perf_counter`` on the CPU) and the brackets are summed.
 Expect out-of-place and in-place numbers to be close: it is the same collective underneath.
 
-Exit status: 0 all good; 1 wrong values found; 2 bad command line; 3 any other error; 4 no usable
-GPU of the kind ``--expect-gpu`` names.  Every rank pins itself to its ``--rank-cores`` and writes
-``OUT/device-<RANK>.json`` (what it runs on) before the process group exists; rank 0 prints the
-table and writes ``OUT/allreduce.json`` (rewritten after every size; every row names its
-``op``); every rank writes
-``OUT/rank-<RANK>.json`` once it has finished cleanly, so the launcher can tell which ranks did not
-finish.
+Exit status: 0 all good; 1 wrong values found, or an op this backend or rank count cannot run;
+2 bad command line; 3 any other error; 4 no usable GPU of the kind ``--expect-gpu`` names.  Every
+rank pins itself to its ``--rank-cores`` and writes ``OUT/device-<RANK>.json`` (what it runs on)
+before the process group exists; rank 0 prints one table per op and writes ``OUT/allreduce.json``
+(rewritten after every size; every row names its ``op``, and ``collectives`` holds each op's
+factor, #wrong and verdict); every rank writes ``OUT/rank-<RANK>.json`` once it has finished
+cleanly, so the launcher can tell which ranks did not finish.
 """
 
 from __future__ import annotations
