@@ -162,9 +162,9 @@ class Collective:
         if single:  # torch works in place on one tensor: oop refills it from src, untimed
             out = src.clone()
             return Buffers(src=src, send=out, recv=out, refill=mode == "oop")
-        if mode == "oop":
+        if mode == "oop":  # the call only reads its input: src itself (at most 3 buffers)
             recv = torch.empty(self.recv_count(param, n), dtype=src.dtype, device=src.device)
-            return Buffers(src=src, send=src.clone(), recv=recv)
+            return Buffers(src=src, send=src, recv=recv)
         if self.name == "all_gather":  # nccl-tests: sendbuff = recvbuff + rank * count
             recv = torch.empty(param * n, dtype=src.dtype, device=src.device)
             send = recv[rank * param:(rank + 1) * param]

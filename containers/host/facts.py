@@ -81,8 +81,8 @@ class Machine:
 CPU_RANKS_PER_CORE = 4
 #: Memory one rank's process holds besides its message buffers (Python, torch, gloo).
 RANK_OVERHEAD = 512 << 20
-#: Buffers of the largest message size the all_reduce benchmark holds per rank (its input, its
-#: output and the expected result it checks against).
+#: Buffers of the largest message size the collective benchmark holds per rank, whatever its
+#: ``--op`` (its input, its output and the expected result it checks against).
 BUFFERS_PER_RANK = 3
 
 

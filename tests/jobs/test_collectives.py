@@ -138,7 +138,7 @@ def test_in_place_aliases_at_nccl_tests_offsets(name):
     inner, outer = (bufs.send, bufs.recv) if name == "all_gather" else (bufs.recv, bufs.send)
     assert inner.data_ptr() == outer.data_ptr() + rank * param * 4
     oop = op.buffers("oop", src, param, n, rank)
-    assert oop.send.data_ptr() != oop.recv.data_ptr() and not oop.refill
+    assert oop.send is src and oop.recv.data_ptr() != src.data_ptr() and not oop.refill
     with pytest.raises(ValueError, match="no in-place form"):
         coll.COLLECTIVES["alltoall"].buffers("ip", src, param, n, rank)
     single = coll.COLLECTIVES["broadcast"].buffers("oop", src, param, n, rank)
