@@ -127,6 +127,10 @@ def test_an_op_asked_for_but_not_measured_fails(data_root, data_settings, data_r
     plan = _plan(data_root, data_settings, data_runtime, "all_reduce,broadcast")
     result = _result(plan, [_row("all_reduce", 4096, 0.5)], ops=["all_reduce"])
     assert result.reasons == ["broadcast was asked for but the benchmark measured none of it"]
+    stray = _result(plan, [_row("all_reduce", 4096, 0.5), _row("broadcast", 4096, 0.5),
+                           _row("reduce", 4096, 0.5, wrong=1)])
+    assert stray.reasons == ["1 wrong values (reduce results differ from the exact sum) at "
+                             "sizes 4096 B"]
 
 
 def test_history_reference_of_another_op_is_not_plotted() -> None:
