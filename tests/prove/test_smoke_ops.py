@@ -129,7 +129,7 @@ def test_an_op_asked_for_but_not_measured_fails(data_root, data_settings, data_r
     assert result.reasons == ["broadcast was asked for but the benchmark measured none of it"]
     stray = _result(plan, [_row("all_reduce", 4096, 0.5), _row("broadcast", 4096, 0.5),
                            _row("reduce", 4096, 0.5, wrong=1)])
-    assert stray.reasons == ["1 wrong values (reduce results differ from the exact sum) at "
+    assert stray.reasons == ["2 wrong values (reduce results differ from the exact sum) at "
                              "sizes 4096 B"]
 
 
