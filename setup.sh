@@ -22,12 +22,18 @@ command -v gpg >/dev/null || apt_missing+=(gnupg)
 # Slurm and munge: the tests start a two-node Slurm cluster on this machine (tests/slurm.py)
 command -v slurmctld >/dev/null || apt_missing+=(slurm-wlm)
 command -v munged >/dev/null || apt_missing+=(munge)
+# qemu-user and binfmt: aarch64 (Olivia's) images built and run here under emulation (cpu-arm64)
+command -v update-binfmts >/dev/null || apt_missing+=(binfmt-support)
+[[ -e /usr/libexec/qemu-binfmt/aarch64-binfmt-P ]] || apt_missing+=(qemu-user-static)
 if ((${#apt_missing[@]})); then
     say "installing Debian packages: ${apt_missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${apt_missing[@]}" >/dev/null
 fi
+
+# One line when the host refuses emulation; only the aarch64 targets then refuse to build or run.
+bash scripts/enable-emulation.sh || true
 
 if ! command -v apptainer >/dev/null && ! command -v singularity >/dev/null; then
     bash scripts/install-apptainer.sh

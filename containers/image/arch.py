@@ -1,0 +1,145 @@
+"""An image's real architecture, read from its files, and whether this host can run another one.
+
+Apptainer's own ``org.label-schema.build-arch`` label is the BUILD HOST's architecture, not the
+image's: a SIF built on x86_64 from an arm64 root is labelled ``amd64`` (apptainer/apptainer#2774).
+So the tool reads the architecture from the ELF header of a program inside the image (its
+python) and records that in the build record; every guard trusts the record, never a name.
+
+- :func:`elf_arch` is pure: the first bytes of an ELF file -> ``x86_64`` / ``aarch64`` / ...
+- :func:`image_arch` reads those bytes from inside a built image (``apptainer exec … head``).
+- :func:`emulation` says whether binfmt_misc runs ``arch`` binaries here (qemu-user-static).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from containers.errors import CommandFailed, StateError
+from containers.host.facts import host_arch
+from containers.host.process import capture
+from containers.host.runtime import Runtime
+
+if TYPE_CHECKING:
+    from containers.inputs.recipes import Target
+    from containers.inputs.sites import Site
+
+#: e_machine values (ELF specification / Linux ``include/uapi/linux/elf-em.h``) -> arch names as
+#: ``uname -m`` prints them (the names recipes' ``arch:`` uses).
+E_MACHINE = {0x3E: "x86_64", 0xB7: "aarch64", 0x03: "i386", 0x28: "arm", 0x15: "ppc64le",
+             0xF3: "riscv64", 0x16: "s390x"}
+#: Debian's name for each architecture (debootstrap ``--arch``, binfmt ``qemu-*`` entries).
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+QEMU_NAME = {"x86_64": "qemu-x86_64", "aarch64": "qemu-aarch64"}
+BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+#: The program whose header decides: the image's python (what every workload runs).
+#: Printed as hex by ``od`` (coreutils, in every Debian root) so the bytes survive text capture.
+PROBE = ('head -c 64 "$(readlink -f "$(command -v python3 || command -v python)")" '
+         '| od -An -v -tx1')
+
+
+class NotElf(ValueError):
+    """The bytes are not an ELF header this reader understands."""
+
+
+def elf_arch(header: bytes) -> str:
+    """The architecture of the ELF file whose first bytes are ``header`` (at least 20).
+
+    Fails (:class:`NotElf`) on anything else rather than guess: a wrong architecture recorded
+    would let a guard pass an image that cannot run."""
+    if len(header) < 20 or header[:4] != b"\x7fELF":
+        raise NotElf("not an ELF file (no \\x7fELF magic)")
+    order = {1: "little", 2: "big"}.get(header[5])
+    if order is None:
+        raise NotElf(f"ELF header with unknown byte order {header[5]}")
+    machine = int.from_bytes(header[18:20], order)
+    if machine not in E_MACHINE:
+        raise NotElf(f"ELF machine 0x{machine:x} is not one this tool knows")
+    return E_MACHINE[machine]
+
+
+def image_arch(runtime: Runtime, image: Path | str) -> str:
+    """The architecture of ``image``'s python, read from its ELF header inside the image.
+
+    Runs ``head`` inside the image, so a foreign image needs emulation (as its build did)."""
+    argv = runtime.exec_argv(image=image, command=["sh", "-c", PROBE])
+    try:
+        return elf_arch(bytes.fromhex(" ".join(capture(argv, timeout=300).split())))
+    except (NotElf, ValueError) as exc:
+        raise CommandFailed(f"cannot read the architecture of {image}'s python: {exc}",
+                            argv=argv) from exc
+
+
+def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:
+    """None when this host runs ``arch`` binaries through qemu-user (binfmt_misc entry present
+    and enabled, with the ``F`` flag so it works inside containers); else one line saying why
+    not and what to install."""
+    name = QEMU_NAME.get(arch)
+    fix = ("install Debian's qemu-user-static and binfmt-support, mount binfmt_misc "
+           f"(mount -t binfmt_misc binfmt_misc {binfmt_dir}) and run update-binfmts --enable "
+           f"{name or 'qemu-' + arch} (./setup.sh does this)")
+    if name is None:
+        return f"no emulation of {arch} is known to this tool"
+    if not (binfmt_dir / "status").exists():
+        return f"binfmt_misc is not mounted at {binfmt_dir}: {fix}"
+    entry = binfmt_dir / name
+    try:
+        text = entry.read_text(encoding="utf-8")
+    except OSError:
+        return f"no {name} binfmt entry in {binfmt_dir}: {fix}"
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "enabled":
+        return f"the {name} binfmt entry is disabled: {fix}"
+    flags = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("flags:")),
+                 "")
+    if "F" not in flags:
+        return (f"the {name} binfmt entry lacks the F flag (interpreter not usable inside "
+                f"containers): {fix}")
+    return None
+
+
+# ------------------------------------------------------------------------------ the guard
+def recorded_arch(record: Mapping, image: Path, runtime: Runtime | None = None) -> str:
+    """The architecture ``image``'s build record names (written from its files at build time).
+
+    A record from before the tool recorded it: read from the image's files now when a runtime
+    is given; otherwise (or when that fails) refuse, as a guard must not guess."""
+    arch = record.get("arch")
+    if isinstance(arch, str) and arch in E_MACHINE.values():
+        return arch
+    if runtime is not None and Path(image).is_file():
+        try:
+            return image_arch(runtime, image)
+        except CommandFailed:
+            pass
+    raise StateError(f"{image}: its build record names no architecture and none could be read "
+                     f"from its files; rebuild it (invoke build --force)")
+
+
+def machine_arches(here: str | None = None, binfmt_dir: Path = BINFMT_DIR) -> tuple[str, ...]:
+    """What this machine runs: its own architecture, then those qemu-user emulates here."""
+    here = here or host_arch()
+    return (here, *(a for a in QEMU_NAME if a != here and emulation(a, binfmt_dir) is None))
+
+
+def site_arches(site: Site, targets: Mapping[str, Target]) -> tuple[str, ...] | None:
+    """The architectures ``site``'s nodes run: this machine's for a site without a scheduler
+    (the local machine), else its default target's (a site's images are built for its nodes);
+    None when the profile cannot tell."""
+    if site.scheduler == "none":
+        return machine_arches()
+    home = targets.get(site.default_target or "")
+    return (home.arch,) if home else None
+
+
+def check_arch(arch: str, arches: tuple[str, ...] | None, *, image: Path | str, where: str,
+               doing: str) -> None:
+    """Refuse in one line ``doing`` (running, publishing, submitting) an ``arch`` image where
+    only ``arches`` run; None for ``arches``: the site does not say, nothing to check."""
+    if arches is None or arch in arches:
+        return
+    hint = ""
+    if arch in QEMU_NAME and arches and arches[0] == host_arch() and where == "this machine":
+        hint = f" ({emulation(arch)})"
+    raise StateError(f"{image} is an {arch} image (its build record) but {where} runs "
+                     f"{' and '.join(arches)}: not {doing} it there{hint}")
