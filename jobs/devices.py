@@ -14,6 +14,7 @@ formats the map with the same helpers).
 from __future__ import annotations
 
 import os
+import platform
 import socket
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
@@ -166,6 +167,8 @@ def probe(env: DistEnv, device: torch.device, pinned: bool) -> dict[str, Any]:
         gpu_identity(index)
     return {
         "rank": env.rank, "local_rank": env.local_rank, "hostname": socket.gethostname(),
+        # The CPU architecture the rank's python runs as (aarch64 under qemu on an x86_64 host).
+        "arch": platform.machine(),
         "pid": os.getpid(), "device": "cpu" if index is None else "cuda", "index": index,
         **identity,
         "visible": visible_gpus(), "visible_env": visible_env(), "build": torch_build(),

@@ -9,21 +9,40 @@ from containers.app.project import Project
 from containers.errors import ConfigError
 from containers.host.facts import host_arch
 from containers.image import builder
+from containers.image.arch import emulation
 from containers.image.gather import gather_host
 from containers.image.plan import BuildPlan, fakeroot_refusal, plan_build
+from containers.inputs.recipes import Target
 from containers.report import Say, say_line as _print, show_command
+
+
+def foreign_build(item: Target, *, dry_run: bool) -> str | None:
+    """For a target of another architecture than this machine: a line saying how and where it
+    builds (printed with the plan), or a one-line refusal when this machine cannot. A plan can
+    always be shown; a real build needs qemu-user emulation of the target's architecture."""
+    here = host_arch()
+    if item.arch == here:
+        return None
+    missing = emulation(item.arch)
+    where = (f"build it on an {item.arch} machine (invoke build --target {item.name} there, or "
+             f"a build job: invoke job --workload build --target {item.name}), then copy the "
+             f".sif back")
+    if missing is None:
+        return (f"target {item.name} is {item.arch}, this machine {here}: building under qemu "
+                f"emulation (slow; natively: {where})")
+    if dry_run:
+        return (f"target {item.name} is {item.arch}, this machine {here} without emulation "
+                f"({missing}); {where}")
+    raise ConfigError(f"target '{item.name}' is {item.arch} but this machine is {here} and "
+                      f"cannot emulate it: {missing}; or {where}",
+                      path=item.manifest, line=item.line("arch"), key="arch")
 
 
 def build(project: Project, *, target: str, force: bool = False, dry_run: bool = False,
           build_args: Mapping[str, str] | None = None, say: Say = _print) -> BuildPlan:
     item = project.target(target)
     runtime = project.runtime(required=not dry_run)
-    if item.arch != host_arch():
-        raise ConfigError(
-            f"target '{item.name}' is {item.arch} but this machine is {host_arch()}; an "
-            f"{item.arch} image cannot be built here without emulation. Build it on an "
-            f"{item.arch} node (a build job there), then copy the .sif back",
-            path=item.manifest, line=item.line("arch"), key="arch")
+    foreign = foreign_build(item, dry_run=dry_run)
     here = project.current_site()
     refusal = fakeroot_refusal(item, here)
     if refusal is not None:
@@ -35,6 +54,8 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
     plan = plan_build(project.targets, item.name, settings=project.settings, host=host,
                       cli_args=cli_args, force=force)
     say(f"runtime: {runtime.label}")
+    if foreign:
+        say(foreign)
     for number, step in enumerate(plan.steps, start=1):
         say(f"step {number}/{len(plan.steps)}: {step.target.name} [{step.action}] "
             f"inputs {step.short_hash} -> {os.path.relpath(step.image)}")

@@ -12,6 +12,8 @@ from containers.batch import job as batch
 from containers.errors import ImageMissing, UsageError
 from containers.files import atomic_write_text
 from containers.host.facts import host_arch, run_stamp
+from containers.image import provenance
+from containers.image.arch import check_arch, recorded_arch, site_arches
 from containers.host.process import capture
 from containers.inputs.sites import get_site
 from containers.prove.smoke import SmokeOptions
@@ -70,6 +72,11 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         raise ImageMissing(os.path.relpath(image), item.name, hint=(
             f"build it first (on a login node, or as a job: invoke job --target {item.name} "
             "--workload build --submit)"))
+    if workload != "build":
+        record = provenance.read(project.settings.provenance_path(item.name))
+        check_arch(recorded_arch(record, image), site_arches(where, project.targets),
+                   image=os.path.relpath(image), where=f"site {where.name}",
+                   doing="submitting")
     job_id = planned.scheduler.parse_job_id(
         capture(planned.scheduler.submit_argv(script), timeout=120))
     results = planned.results_of(job_id)

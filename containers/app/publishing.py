@@ -8,10 +8,12 @@ the ``verdict.json`` publishing then finds by the image's sha256.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from containers.app.project import Project
 from containers.app.workloads import prove
+from containers.image.arch import check_arch, recorded_arch, site_arches
 from containers.inputs.recipes import Target
 from containers.prove.smoke import SmokeOptions
 from containers.publish import publisher, verify as checking
@@ -42,6 +44,9 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
     site = project.site_of(item)
     plan = publisher.plan_publish(request, target=item, site=site, settings=project.settings)
     runtime = project.runtime(flavour=site.runtime)
+    check_arch(recorded_arch(plan.provenance, plan.image, runtime),
+               site_arches(site, project.targets), image=os.path.relpath(plan.image),
+               where=f"site {site.name}", doing="publishing")
     return publisher.publish(plan, runtime, quick_check=quick_smoke(project, item), say=say)
 
 

@@ -21,6 +21,8 @@ from containers.errors import StateError, UsageError
 from containers.files import atomic_write_text
 from containers.host.facts import Machine, fit_problem, gpu_memory, run_stamp, this_machine
 from containers.image import provenance
+from containers.host.runtime import Runtime
+from containers.image.arch import check_arch, machine_arches, recorded_arch
 from containers.inputs.sites import HOST_VAR, Site
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
@@ -167,6 +169,8 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
     partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
     here = placement is None and (not dry_run or site.name == project.current_site().name)
     machine = machine_here(site.gpu)  # probed only if a run is checked, once for them all
+    if not dry_run:
+        guard_run(project, item.name, runtime)
     done: list[verdict.Result | Workload] = []
     for options, run_id in runs:
         kind = options.kind
@@ -187,6 +191,16 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
         _record(project, result, say=say)
         done.append(result)
     return done
+
+
+def guard_run(project: Project, target: str, runtime: Runtime) -> None:
+    """A real run starts here: refuse, in one line, an image whose recorded architecture this
+    machine neither is nor emulates (a missing image is left to the run's own message)."""
+    image = project.settings.image_path(target)
+    if image.is_file():
+        record = provenance.read(project.settings.provenance_path(target))
+        check_arch(recorded_arch(record, image, runtime), machine_arches(),
+                   image=os.path.relpath(image), where="this machine", doing="running")
 
 
 def _record(project: Project, result: verdict.Result, *, say: Say) -> None:

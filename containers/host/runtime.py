@@ -54,7 +54,8 @@ class Runtime:
         return f"{self.flavour} {self.version} ({self.binary})"
 
     def build_argv(self, *, output: Path, spec: Path | str, build_args: Mapping[str, str],
-                   binds: Iterable[str] = (), fakeroot: bool = False) -> list[str]:
+                   binds: Iterable[str] = (), fakeroot: bool = False,
+                   arch: str | None = None) -> list[str]:
         """``--force`` because labels inherited from a base image are otherwise kept over the
         definition's own (Apptainer warns "already exists and force option is false"); the
         output is always a fresh temp path, so nothing else is forced. ``--notest`` because the
@@ -62,6 +63,8 @@ class Runtime:
         argv = [self.binary, "build", "--force", "--notest"]
         if fakeroot:
             argv.append("--fakeroot")
+        if arch:  # the architecture pulled from a registry (docker/oras/library bootstraps)
+            argv += ["--arch", arch]
         for key, value in build_args.items():
             argv += ["--build-arg", build_arg(key, value)]
         for bind in binds:

@@ -27,7 +27,9 @@ from typing import Callable, Iterator
 from containers.files import atomic_write_text
 from containers.host.process import run
 from containers.host.runtime import Runtime
+from containers.errors import CommandFailed
 from containers.image import provenance
+from containers.image.arch import image_arch
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
 from containers.locking import acquire, file_lock, folder_lock, held, holder, release
@@ -246,6 +248,10 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
         run(step.test_argv, env=env, on_line=_stream(step, "test", say)).check(
             f"apptainer test of {step.target.name}")
     record = provenance.record(step, runtime=runtime, seconds=time.time() - started)
+    record["arch"] = checked_arch(step, runtime)
+    # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the tool's
+    # own label carries the architecture read from the image's files.
+    record["labels"][provenance.LABEL_PREFIX + "arch"] = record["arch"]
     step.image.with_name(step.image.name + ".json").unlink(missing_ok=True)
     os.replace(step.partial, step.image)
     atomic_write_text(step.image.with_name(step.image.name + ".json"),
@@ -253,6 +259,17 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
     say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
         f"{record['build_seconds']:.0f} s)")
     return record
+
+
+def checked_arch(step: BuildStep, runtime: Runtime) -> str:
+    """The built image's real architecture (ELF header of its python, not Apptainer's build-arch
+    label, which names the build host): it must be the target's, else the build fails."""
+    found = image_arch(runtime, step.partial)
+    if found != step.target.arch:
+        raise CommandFailed(f"{step.target.name} was built as {found}, but its recipe says "
+                            f"{step.target.arch}; the image is not kept",
+                            argv=runtime.inspect_argv(step.partial))
+    return found
 
 
 def execute(plan: BuildPlan, *, runtime: Runtime, say: Say) -> list[dict]:

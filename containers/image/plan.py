@@ -28,7 +28,7 @@ from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 
 #: Arguments the tool fills from the build host; they locate inputs but do not change the image.
-CONTEXT_ARGS = ("MIRROR", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS")
+CONTEXT_ARGS = ("MIRROR", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS", "FOREIGN_ROOT")
 #: Arguments that only record provenance (as labels) and therefore stay out of the hash.
 PROVENANCE_ARGS = ("INPUTS_HASH", "TOOL_VERSION", "GIT_REVISION", "BUILD_DATE", "TARGET")
 #: Where the staged build context appears inside the image during %post (not under /tmp).
@@ -236,6 +236,7 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
         provided["MIRROR"] = host.mirror
     if base_step is not None:
         provided["BASE_IMAGE"] = str(base_step.image)
+    provided["FOREIGN_ROOT"] = str(common["workdir"] / "rootfs")
     used = set(definition.build_args)
     args = {k: v for k, v in {**provided, **user_args}.items() if k in used}
     unknown = sorted(set(cli_args) - used)
@@ -244,19 +245,56 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
                           f"{', '.join(definition.build_args) or 'none'})",
                           path=target.definition, key=unknown[0])
     definition.render(args)  # every {{ ARG }} must have a value before anything runs
-    uses_context = "BUILD_CONTEXT" in used
+    uses_context = "BUILD_CONTEXT" in used or "FOREIGN_ROOT" in used
     check_carried_paths(context if uses_context else Path("/"),
                         binds if "HOST_PATHS" in used else [])
     partial = common["partial"]
     build_argv = host.runtime.build_argv(
         output=partial, spec=target.definition, build_args=args,
-        binds=binds if "HOST_PATHS" in used else (), fakeroot=definition.has_section("post"))
+        binds=binds if "HOST_PATHS" in used else (), fakeroot=definition.has_section("post"),
+        arch=pulled_arch(target, definition, host))
+    if "FOREIGN_ROOT" in used:
+        build_argv = foreign_root_argv(target, definition, user_args, host=host,
+                                       context=context, root=args["FOREIGN_ROOT"],
+                                       build_argv=build_argv)
     # The image is the definition's last stage: only its %test runs (apptainer test).
     has_test = target.test and definition.final.section("test") is not None
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=host.runtime.test_argv(partial) if has_test else None,
                      env=env_vars, staged=staged if uses_context else {},
                      copied=copied if uses_context else {})
+
+
+#: Bootstraps that pull an image from a registry, where ``apptainer build --arch`` picks the
+#: architecture (Apptainer ignores it for ``debootstrap``: see :func:`foreign_root_argv`).
+REGISTRY_BOOTSTRAPS = ("docker", "oras", "library")
+
+
+def pulled_arch(target: Target, definition: Definition, host: HostFacts) -> str | None:
+    """``--arch`` for a target of another architecture than the build host whose first stage
+    pulls from a registry (else Apptainer pulls the host's architecture); None otherwise."""
+    from containers.image.arch import DEBIAN_ARCH  # no cycle: arch imports no plan
+    bootstraps = {stage.bootstrap.lower() for stage in definition.stages}
+    if target.arch == host.arch or not bootstraps & set(REGISTRY_BOOTSTRAPS):
+        return None
+    return DEBIAN_ARCH.get(target.arch, target.arch)
+
+
+def foreign_root_argv(target: Target, definition: Definition, user_args: Mapping[str, str], *,
+                      host: HostFacts, context: Path, root: str, build_argv: list[str]
+                      ) -> list[str]:
+    """``build_argv`` behind ``recipes/scripts/foreign-root.sh``, which first makes the
+    definition's ``FOREIGN_ROOT``: a Debian root of the target's architecture (debootstrap
+    --foreign from the host's mirror, second stage under emulation). Apptainer's own
+    ``Bootstrap: debootstrap`` ignores ``--arch`` and would bootstrap the host's architecture."""
+    from containers.image.arch import DEBIAN_ARCH  # no cycle: arch imports no plan
+    if not host.mirror:
+        raise ConfigError("no Debian mirror found in this machine's apt sources for the foreign "
+                          "root; pass --build-arg MIRROR=URL", path=target.definition,
+                          key="FOREIGN_ROOT")
+    suite = {**definition.argument_defaults, **user_args}.get("SUITE", "bookworm")
+    return ["sh", str(context / "foreign-root.sh"), DEBIAN_ARCH.get(target.arch, target.arch),
+            suite, host.mirror, root, "--", *build_argv]
 
 
 #: What a cotainr-built image must be able to do: its Conda env is active on plain exec.

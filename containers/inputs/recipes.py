@@ -47,6 +47,9 @@ FIELDS = (
     # The torch the base image provides (NGC images), when the env spec does not pin torch:
     # what invoke check compares with each example's minimum (compat).
     Field("torch"),
+    # The training examples this image is meant for (default: all). invoke check judges only
+    # these against the image's torch; any other is still refused at run time by compat.
+    Field("examples", "str_list", default=[]),
 )
 
 
@@ -70,6 +73,7 @@ class Target:
     pip_extra_index_urls: tuple[str, ...] = ()
     host_paths: str = "warn"
     torch: str | None = None
+    examples: tuple[str, ...] = ()
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
     def line(self, key: str) -> int | None:
@@ -170,7 +174,18 @@ def load_target(path: Path, *, root: Path) -> Target:
                   env=paths["env"], build_args=build_args, base_image=values["base_image"],
                   test=values["test"],
                   pip_extra_index_urls=tuple(values["pip_extra_index_urls"]),
-                  host_paths=values["host_paths"], torch=values["torch"], lines=lines)
+                  host_paths=values["host_paths"], torch=values["torch"],
+                  examples=_examples(values["examples"], path=path, line=lines.get("examples")),
+                  lines=lines)
+
+
+def _examples(names: list[str], *, path: Path, line: int | None) -> tuple[str, ...]:
+    from containers.inputs.names import EXAMPLES  # the examples jobs/train.py knows
+    for name in names:
+        if name not in EXAMPLES:
+            raise ConfigError(f"'{name}' is not an example (one of {', '.join(EXAMPLES)})",
+                              path=path, line=line, key="examples")
+    return tuple(names)
 
 
 def base_problems(targets: dict[str, Target]) -> list[ConfigError]:

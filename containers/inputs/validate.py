@@ -248,7 +248,8 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
             report.warn(uses)
     if target.env is not None and not found:
         def examples_fit() -> None:
-            errors, notes = compat.example_problems(target, examples, env)
+            meant = [e for e in examples if not target.examples or e in target.examples]
+            errors, notes = compat.example_problems(target, meant, env)
             report.warn([ConfigError(note, path=target.manifest, key="torch")
                          for note in notes])
             found.extend(errors)

@@ -19,6 +19,7 @@ from functools import cached_property
 
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.facts import utc_now
+from containers.image import provenance
 from containers.inputs.sites import VISIBLE_DEVICES
 from containers.prove import devices, stack
 from containers.prove.kind import WorkloadKind
@@ -91,6 +92,7 @@ def _run_reasons(result: Result) -> list[str]:
     # What the ranks ran on is judged even when the workload stopped early: a rank without its
     # GPU refuses to start, and its device report says why.
     reasons += device_reasons(result)
+    reasons += arch_reasons(result)
     if outcome.returncode != 0 and not outcome.timed_out and not reasons:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
     if result.report is None:
@@ -113,6 +115,18 @@ def device_reasons(result: Result) -> list[str]:
     and prove nothing about it."""
     backend = (result.report or {}).get("backend")
     return devices.reasons(expectation(result.plan), result.outcome.devices, backend=backend)
+
+
+def arch_reasons(result: Result) -> list[str]:
+    """Every rank must have run as the architecture the image's build record names (read from
+    its files when it was built): an aarch64 image proven by x86_64 ranks proves nothing."""
+    recorded = provenance.read(result.plan.image.with_name(result.plan.image.name + ".json")
+                               ).get("arch")
+    seen = sorted({str(d["arch"]) for d in result.outcome.devices if d.get("arch")})
+    if recorded and seen and seen != [recorded]:
+        return [f"ranks ran as {', '.join(seen)} but {result.plan.image.name} is recorded as "
+                f"{recorded}"]
+    return []
 
 
 def transport_proof(result: Result) -> TransportCheck | None:
@@ -153,6 +167,10 @@ def record(result: Result, *, image_record: dict) -> dict:
         "inputs_hash": image_record.get("inputs_hash"),
         "sha256": image_record.get("sha256"),
         "build_date": image_record.get("build_date"),
+        # The image's architecture as its build record says (read from its files at build
+        # time) and as its ranks saw it (platform.machine() in each device report).
+        "image_arch": image_record.get("arch"),
+        "arch": sorted({d.get("arch") for d in result.outcome.devices if d.get("arch")}),
         "ranks": plan.ranks,
         "nodes": result.nodes,
         "backend": report.get("backend"),

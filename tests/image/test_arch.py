@@ -3,11 +3,12 @@ recorded build records; no Apptainer needed."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from containers.errors import StateError
+from containers.errors import ConfigError, StateError
 from containers.image import arch
 
 #: First 20 bytes of /usr/bin/python3.11 in images/cpu.sif (Debian bookworm amd64).
@@ -80,3 +81,60 @@ def test_no_recorded_architecture_and_none_readable_is_refused(tmp_path: Path) -
     for record in ({}, {"arch": "amd64"}, {"arch": None}):
         with pytest.raises(StateError, match="names no architecture"):
             arch.recorded_arch(record, image)
+
+
+# ------------------------------------------------------------------ plans and sites (the repo's)
+import containers.app.build  # noqa: E402
+app_build = sys.modules["containers.app.build"]
+from containers.host.runtime import Runtime  # noqa: E402
+from containers.image.plan import HostFacts, plan_build  # noqa: E402
+from containers.inputs.recipes import load_targets  # noqa: E402
+from containers.inputs.settings import load_settings  # noqa: E402
+from containers.inputs.sites import load_sites  # noqa: E402
+from tests.fixtures import ROOT  # noqa: E402
+
+RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")
+
+
+def test_the_arm64_base_is_a_foreign_root_then_an_apptainer_build(tmp_path: Path) -> None:
+    targets = load_targets(ROOT)
+    settings = load_settings(ROOT, {"images_dir": str(tmp_path / "images"),
+                                    "tmp_dir": str(tmp_path / "tmp")})
+    plan = plan_build(targets, "cpu-arm64", settings=settings,
+                      host=HostFacts(runtime=RUNTIME, mirror="http://mirror.test/debian"))
+    base, cpu = plan.steps
+    assert (base.target.name, cpu.target.name) == ("debian-base-arm64", "cpu-arm64")
+    argv = base.build_argv
+    root = str(base.workdir / "rootfs")
+    assert argv[:7] == ["sh", str(base.workdir / "context" / "foreign-root.sh"), "arm64",
+                        "bookworm", "http://mirror.test/debian", root, "--"]
+    assert argv[7:9] == ["apptainer", "build"] and f"FOREIGN_ROOT={root}" in argv
+    assert "foreign-root.sh" in base.copied
+    assert base.inputs["arch"] == cpu.inputs["arch"] == "aarch64"
+    # The mirror and the work folder locate inputs; they do not change the image.
+    other = plan_build(targets, "cpu-arm64", settings=settings,
+                       host=HostFacts(runtime=RUNTIME, mirror="http://other.test/debian"))
+    assert other.steps[1].inputs_hash == cpu.inputs_hash
+
+
+def test_a_foreign_build_without_emulation_is_refused_but_planned(monkeypatch) -> None:
+    target = load_targets(ROOT)["cpu-arm64"]
+    monkeypatch.setattr(app_build, "host_arch", lambda: "x86_64")
+    monkeypatch.setattr(app_build, "emulation", lambda a: "binfmt_misc is not mounted: install")
+    with pytest.raises(ConfigError) as caught:
+        app_build.foreign_build(target, dry_run=False)
+    assert "cannot emulate it" in str(caught.value) and "\n" not in str(caught.value)
+    shown = app_build.foreign_build(target, dry_run=True)
+    assert "invoke job --workload build --target cpu-arm64" in shown
+    monkeypatch.setattr(app_build, "emulation", lambda a: None)
+    assert "under qemu emulation" in app_build.foreign_build(target, dry_run=False)
+    monkeypatch.setattr(app_build, "host_arch", lambda: "aarch64")
+    assert app_build.foreign_build(target, dry_run=False) is None
+
+
+def test_sites_say_which_architecture_their_nodes_run() -> None:
+    sites, targets = load_sites(ROOT), load_targets(ROOT)
+    assert arch.site_arches(sites["olivia"], targets) == ("aarch64",)
+    assert arch.site_arches(sites["lumi"], targets) == ("x86_64",)
+    assert arch.site_arches(sites["local"], targets)[0] == arch.host_arch()
+    assert sites["olivia"].build_partition == "accel"

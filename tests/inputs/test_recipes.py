@@ -141,7 +141,7 @@ def test_a_script_linked_out_of_the_project_is_refused(factory_project, tmp_path
     script = root / "recipes" / "scripts" / "install-python-packages.sh"
     script.unlink()
     script.symlink_to(_secret(tmp_path))
-    manifest = root / "recipes" / "cpu.yaml"  # the first manifest whose definition runs it
+    manifest = root / "recipes" / "cpu-arm64.yaml"  # the first manifest whose definition runs it
     assert _refused(root) == (f"{manifest}:{_line(manifest, 'definition')}: definition: {script} "
                               f"(run by cpu.def) is outside the project {root} (it leads to "
                               f"{tmp_path / 'shadow'}): inputs must be the project's own files")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,9 +170,18 @@ def test_build_commands_for_gpu_targets(data_world, data_settings) -> None:
 
 def test_arch_and_fakeroot_refusals(data_root, monkeypatch) -> None:
     project = app.Project.load(data_root, {})
+    # Without emulation of aarch64: the plan is still shown, with where to build it (a build
+    # job); a real build is refused in one line naming what to install.
+    monkeypatch.setattr(sys.modules["containers.app.build"], "emulation",
+                        lambda arch: "binfmt_misc is not mounted: install qemu-user-static")
+    lines: list[str] = []
+    plan = app.build(project, target="olivia-cuda", dry_run=True, say=lines.append)
+    assert plan.steps and any("build job" in line and "without emulation" in line
+                              for line in lines), lines
     with pytest.raises(ConfigError, match=r"olivia-cuda.yaml:3: arch: target 'olivia-cuda' is "
-                                          r"aarch64 but this machine is x86_64.*build job"):
-        app.build(project, target="olivia-cuda", dry_run=True, say=lambda line: None)
+                                          r"aarch64 but this machine is x86_64 and cannot "
+                                          r"emulate it: .*qemu-user-static.*build job"):
+        app.build(project, target="olivia-cuda", say=lambda line: None)
     monkeypatch.setenv("SLURM_CLUSTER_NAME", "lumi")  # as on a LUMI node
     project = app.Project.load(data_root, {})
     assert project.current_site().name == "lumi"
