@@ -138,3 +138,19 @@ def test_sites_say_which_architecture_their_nodes_run() -> None:
     assert arch.site_arches(sites["lumi"], targets) == ("x86_64",)
     assert arch.site_arches(sites["local"], targets)[0] == arch.host_arch()
     assert sites["olivia"].build_partition == "accel"
+
+
+def test_a_run_is_refused_from_the_recorded_arch(tmp_path: Path) -> None:
+    """``invoke smoke``/``train`` check the build record before starting anything: a cpu.sif
+    whose record says s390x is refused here in one line, whatever its name says."""
+    from containers import app
+    from containers.app.workloads import guard_run
+    settings = load_settings(ROOT, {"images_dir": str(tmp_path)})
+    (tmp_path / "cpu.sif").write_bytes(b"stand-in")
+    (tmp_path / "cpu.sif.json").write_text('{"arch": "s390x"}')
+    project = app.Project(root=ROOT, settings=settings)
+    with pytest.raises(StateError, match=r"cpu.sif is an s390x image \(its build record\) but "
+                                         r"this machine runs x86_64.*not running it"):
+        guard_run(project, "cpu", RUNTIME)
+    (tmp_path / "cpu.sif.json").write_text(f'{{"arch": "{arch.host_arch()}"}}')
+    guard_run(project, "cpu", RUNTIME)
