@@ -74,7 +74,8 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
             "--workload build --submit)"))
     if workload != "build":
         record = provenance.read(project.settings.provenance_path(item.name))
-        check_arch(recorded_arch(record, image), site_arches(where, project.targets),
+        check_arch(recorded_arch(record, image, project.runtime(required=False)),
+                   site_arches(where, project.targets),
                    image=os.path.relpath(image), where=f"site {where.name}",
                    doing="submitting")
     job_id = planned.scheduler.parse_job_id(

@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+from containers.host.facts import host_arch
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target, load_targets
 from containers.inputs.settings import Settings, load_settings
@@ -41,7 +42,7 @@ class Built:
         settings.images_dir.mkdir()
         settings.image_path("cpu").write_bytes(IMAGE)
         settings.provenance_path("cpu").write_text(json.dumps({
-            "sha256": SHA, "build_date": "2026-11-21T05:27:24Z",
+            "sha256": SHA, "build_date": "2026-11-21T05:27:24Z", "arch": host_arch(),
             "inputs_hash": "1e9c228c71566f9d", "labels": {"dropped": "from the catalogue"}}))
         target = dataclasses.replace(load_targets(ROOT)["cpu"], test=False)
         return cls(settings, target, load_sites(ROOT)["local"], root / "pub")
