@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from containers.host.facts import host_arch
 from containers.inputs import flags, names
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
@@ -182,6 +183,12 @@ class SmokeKind(WorkloadKind):
         if result.plan.ranks == 1:
             return Judgement("not-judged", "1 rank: no data crosses a link, so there is no "
                              "bandwidth to judge")
+        emulated = sorted({str(d["arch"]) for d in result.outcome.devices
+                           if d.get("arch") and d["arch"] != host_arch()})
+        if emulated:  # qemu-user: a correctness proof, never a bandwidth the site's nodes give
+            return Judgement("no-reference", f"ranks ran as {', '.join(emulated)} under "
+                             f"emulation on this {host_arch()} machine: the site's references "
+                             f"are for native runs")
         rows = _rows(result, op)
         reference = result.plan.site.reference(
             partition=result.partition, nodes=result.nodes,
