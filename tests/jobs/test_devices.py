@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import socket
 from types import SimpleNamespace
 
@@ -23,7 +24,7 @@ choices, devices, distenv, workload = (
 
 PROBE_KEYS = {"rank", "local_rank", "hostname", "pid", "device", "index", "name", "uuid",
               "pci_bus_id", "visible", "visible_env", "build", "torch", "cuda", "hip", "nccl",
-              "driver", "cores", "cpus_allowed_list", "pinned"}
+              "driver", "cores", "cpus_allowed_list", "pinned", "arch"}
 ENV = distenv.DistEnv(1, 2, 1, "torchrun")
 NVIDIA_VERSION = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 "
                   "22:23:56 UTC 2024\nGCC version:  gcc version 12.3.0 (GCC)\n")
@@ -66,6 +67,7 @@ def test_probe_on_this_cpu_machine() -> None:
             probe["pci_bus_id"]) == ("cpu", None, None, None, None)
     assert (probe["build"], probe["visible"], probe["nccl"]) == ("cpu", 0, None)
     assert probe["torch"] == torch.__version__ and probe["cuda"] == torch.version.cuda
+    assert probe["arch"] == platform.machine()
     assert probe["cores"] == choices.format_cpulist(os.sched_getaffinity(0))
     assert choices.parse_cpulist(probe["cpus_allowed_list"]) == os.sched_getaffinity(0)
     assert probe["pinned"] is False
