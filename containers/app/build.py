@@ -13,6 +13,7 @@ from containers.image.arch import emulation
 from containers.image.gather import gather_host
 from containers.image.plan import BuildPlan, fakeroot_refusal, plan_build
 from containers.inputs.recipes import Target
+from containers.inputs.validate import host_path_policy
 from containers.report import Say, say_line as _print, show_command
 
 
@@ -54,6 +55,9 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
     plan = plan_build(project.targets, item.name, settings=project.settings, host=host,
                       cli_args=cli_args, force=force)
     say(f"runtime: {runtime.label}")
+    for step in plan.pending:  # host_paths: warn (forbid already refused them while planning)
+        for warning in host_path_policy(step.target)[1]:
+            say(f"warning: {warning}")
     if foreign:
         say(foreign)
     for number, step in enumerate(plan.steps, start=1):

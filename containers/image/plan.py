@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from containers import __version__
-from containers.errors import ConfigError, UsageError
+from containers.errors import ConfigError, ContainersError, UsageError, raise_all
 from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsafe_characters
 from containers.host.sources import PipConfig
 from containers.inputs.definition import Definition, read_definition
@@ -26,6 +26,7 @@ from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.recipes import Target, base_chain
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
+from containers.inputs.validate import host_path_policy
 
 #: Arguments the tool fills from the build host; they locate inputs but do not change the image.
 CONTEXT_ARGS = ("MIRROR", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS", "FOREIGN_ROOT")
@@ -107,6 +108,30 @@ def parse_build_args(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     return result
 
 
+#: Arguments only the tool may fill: provenance (labels, record) and the paths it stages. A
+#: value given for one would make the image's labels and record lie, or escape the inputs hash.
+RESERVED_ARGS = (*PROVENANCE_ARGS, "BUILD_CONTEXT", "HOST_PATHS", "FOREIGN_ROOT")
+
+
+def reserved_arg_problems(target: Target, cli_args: Mapping[str, str]
+                          ) -> list[ContainersError]:
+    """A problem for each build argument the manifest's ``build_args`` or ``--build-arg`` gives
+    that the tool fills itself (:data:`RESERVED_ARGS`; ``BASE_IMAGE`` too when the target has a
+    base target, whose image it is). ``MIRROR`` stays open: it is where packages come from, not
+    what the image is. Checked by ``invoke check`` and ``invoke build`` alike (the plan)."""
+    reserved = (*RESERVED_ARGS, "BASE_IMAGE") if target.base else RESERVED_ARGS
+    why = ("the tool fills it (provenance or a staged path); it cannot be set")
+    found: list[ContainersError] = [
+        ConfigError(f"build argument {key} is the tool's own: {why}", path=target.manifest,
+                    line=target.line("build_args"), key=f"build_args.{key}")
+        for key in target.build_args if key in reserved]
+    found += [UsageError(f"{key} is the tool's own build argument: {why}"
+                         + (f" (the image of base target {target.base})"
+                            if key == "BASE_IMAGE" else ""), flag="--build-arg")
+              for key in cli_args if key in reserved]
+    return found
+
+
 def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | None,
                   user_args: Mapping[str, str], base_hash: str | None) -> dict:
     """What the inputs hash covers, also recorded in the provenance."""
@@ -117,8 +142,11 @@ def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | 
         "arch": target.arch,
         "definition": definition.text if definition else None,
         "env": env.text if env else None,
+        # a BASE_IMAGE here was given by the user for a target with no base target (else it is
+        # refused as reserved): which image it is built on is part of what it is
         "build_args": {k: v for k, v in sorted(user_args.items())
-                       if k not in CONTEXT_ARGS and k not in PROVENANCE_ARGS},
+                       if (k not in CONTEXT_ARGS or k == "BASE_IMAGE")
+                       and k not in PROVENANCE_ARGS},
         "base": base_hash,
     }
 
@@ -136,6 +164,7 @@ def definition_scripts(definition: Definition) -> dict[str, Path]:
 def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: str | None
                     ) -> tuple[Definition | None, EnvSpec | None, dict[str, str], dict, str]:
     """Read and validate a target's inputs: (definition, env spec, user args, inputs, hash)."""
+    raise_all(reserved_arg_problems(target, cli_args))
     env = load_target_env(target)
     user_args = {**target.build_args, **cli_args}
     if target.builder == "cotainr":
@@ -149,6 +178,7 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     assert target.definition is not None
     definition = read_definition(target.definition)
     definition.validate()
+    raise_all(host_path_policy(target, definition)[0])  # host_paths: forbid, as check says
     inputs = target_inputs(target, definition, env, user_args, base_hash)
     scripts = definition_scripts(definition)
     if scripts:

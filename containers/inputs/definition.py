@@ -248,6 +248,14 @@ class Definition:
 _SETUP_SAFE = ("/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr")
 _SETUP_PATH = re.compile(r"""(?:^|(?<=[\s'"=<>|;(:]))(~?/[^\s'";|&<>():]*)""")
 _CONTEXT_SOURCE = re.compile(r"^\{\{\s*BUILD_CONTEXT\s*\}\}")
+#: A build argument written in a line (``{{ BUILD_CONTEXT }}``): Apptainer substitutes it before
+#: it splits a %files line into words, so it is read here as one word, not as ``{{``.
+_ARG_PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+#: Folders a path may start from without being a host path: the build context (``%files`` and
+#: ``%setup``) and the image's root as Apptainer passes it to %setup. A path from them that climbs
+#: out (``{{ BUILD_CONTEXT }}/../../etc/shadow``) is a host path all the same.
+_ANCHORED = re.compile(r"(\{\{\s*BUILD_CONTEXT\s*\}\}|\$\{?(?:APPTAINER|SINGULARITY)_ROOTFS\}?)"
+                       r"""([^\s'";|&<>()]*)""")
 
 
 @dataclass(frozen=True)
@@ -270,12 +278,40 @@ def _body_lines(section: Section) -> list[tuple[int, str]]:
 
 
 def _first_word(text: str) -> str:
-    """The first word of a ``%files`` line as Apptainer reads it (quotes group words)."""
+    """The first word of a ``%files`` line as Apptainer reads it (quotes group words; a
+    ``{{ ARG }}`` is one word, as Apptainer substitutes it before splitting), with each build
+    argument written back as ``{{ NAME }}``."""
+    marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text)
     try:
-        words = shlex.split(text, comments=True)
+        words = shlex.split(marked, comments=True)
     except ValueError:  # an unbalanced quote: Apptainer would refuse the line anyway
-        words = text.split()
-    return words[0] if words else text
+        words = marked.split()
+    word = words[0] if words else marked
+    return re.sub(r"\0(\w+)\0", r"{{ \1 }}", word)
+
+
+def climbs_out(rest: str) -> bool:
+    """Whether ``rest``, the part of a path after an anchor folder (``{{ BUILD_CONTEXT }}``),
+    names something outside that folder: a ``..`` that climbs above it, or a sibling name
+    glued to it (``{{ BUILD_CONTEXT }}-other``)."""
+    if not rest:
+        return False
+    if not rest.startswith("/"):  # a variable (``${dir}``) joins a path below; a name, beside
+        return re.match(r"[\w.-]", rest) is not None
+    depth = 0
+    for part in rest.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in ("", "."):
+            depth += 1
+    return False
+
+
+def _escapes(code: str) -> list[str]:
+    """Paths in ``code`` that start at the build context or the image's root and climb out."""
+    return [match.group(0) for match in _ANCHORED.finditer(code) if climbs_out(match.group(2))]
 
 
 def host_path_uses(definition: Definition) -> list[HostPathUse]:
@@ -289,13 +325,15 @@ def host_path_uses(definition: Definition) -> list[HostPathUse]:
         if section.name == "files" and files_source_stage(section) is None:
             for number, text in _body_lines(section):
                 source = _first_word(text)
-                if not _CONTEXT_SOURCE.match(source):
+                context = _CONTEXT_SOURCE.match(source)
+                if not context or climbs_out(source[context.end():]):
                     uses.append(HostPathUse("%files", number, (source,)))
         elif section.name == "setup":
             for number, text in _body_lines(section):
                 code = text.split(" #", 1)[0]
                 paths = tuple(p for p in _SETUP_PATH.findall(code)
-                              if p not in _SETUP_SAFE and p not in ("/", "~/"))
+                              if p not in _SETUP_SAFE and p not in ("/", "~/")) + tuple(
+                    _escapes(code))
                 if paths:
                     uses.append(HostPathUse("%setup", number, paths))
     return uses

@@ -93,6 +93,15 @@ def host_path_problems(target: Target, definition: Definition | None = None
             for use in host_path_uses(definition)]
 
 
+def host_path_policy(target: Target, definition: Definition | None = None
+                     ) -> tuple[list[ConfigError], list[ConfigError]]:
+    """The manifest's ``host_paths`` rule applied to its definition: ``(errors, warnings)``,
+    the host path uses as errors under ``host_paths: forbid``, else as warnings. The one place
+    ``invoke check`` and ``invoke build`` (through the plan) enforce it."""
+    uses = host_path_problems(target, definition)
+    return (uses, []) if target.host_paths == "forbid" else ([], uses)
+
+
 def check_inputs_of(target: Target, definition: Definition | None = None) -> EnvSpec | None:
     """A target's own inputs: its definition parses and is valid, its env spec loads, fits the
     venv builder, and adds no package source the manifest does not allow
@@ -241,11 +250,9 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
         for check in target_checks:
             found += _attempt(lambda: check(report.targets, target.name))
     if target.definition is not None and not found:
-        uses = host_path_problems(target, definition)
-        if target.host_paths == "forbid":
-            found += uses
-        else:
-            report.warn(uses)
+        errors, warnings = host_path_policy(target, definition)
+        found += errors
+        report.warn(warnings)
     if target.env is not None and not found:
         def examples_fit() -> None:
             meant = [e for e in examples if not target.examples or e in target.examples]

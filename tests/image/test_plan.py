@@ -238,3 +238,51 @@ def test_plan_refuses_a_pip_source_the_manifest_does_not_allow(factory_project, 
                                           "the package index"):
         plan_build(load_targets(root), "cpu", settings=data_settings,
                    host=data_host(data_runtime))
+
+
+@pytest.mark.parametrize("key", ["INPUTS_HASH", "GIT_REVISION", "BUILD_DATE", "TOOL_VERSION",
+                                 "TARGET", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS"])
+def test_provenance_and_staged_args_cannot_be_given(key, data_root, data_settings,
+                                                    data_runtime) -> None:
+    """The tool's own values are never replaced: labels and record would lie, the hash miss it."""
+    with pytest.raises(UsageError, match=rf"^--build-arg: {key} is the tool's own build "
+                                         "argument"):
+        plan_build(load_targets(data_root), "cpu", settings=data_settings,
+                   host=data_host(data_runtime), cli_args={key: "fake"})
+
+
+def test_provenance_args_in_the_manifest_are_refused(factory_project, data_settings,
+                                                     data_runtime) -> None:
+    root = factory_project()
+    manifest = root / "recipes" / "cpu.yaml"
+    manifest.write_text(manifest.read_text() + "build_args:\n  GIT_REVISION: fake\n")
+    line = manifest.read_text().splitlines().index("build_args:") + 1
+    with pytest.raises(ConfigError, match=rf"^{manifest}:{line}: build_args.GIT_REVISION: "
+                                          "build argument GIT_REVISION is the tool's own"):
+        plan_build(load_targets(root), "cpu", settings=data_settings,
+                   host=data_host(data_runtime))
+
+
+def test_a_given_base_image_of_a_baseless_target_is_hashed(factory_project, data_settings,
+                                                           data_runtime) -> None:
+    root = multistage_project(factory_project())
+    one, two = (plan_build(load_targets(root), "multistage", settings=data_settings,
+                           host=data_host(data_runtime), cli_args={"BASE_IMAGE": image}
+                           ).steps[0] for image in ("/a.sif", "/b.sif"))
+    assert one.inputs_hash != two.inputs_hash
+
+
+def test_host_paths_forbid_is_enforced_by_the_build_plan(factory_project, data_settings,
+                                                         data_runtime) -> None:
+    root = factory_project()
+    definition = root / "recipes" / "cpu.def"
+    definition.write_text(definition.read_text().replace(
+        "%files\n", '%files\n    "{{ BUILD_CONTEXT }}/../../../../etc/shadow" /opt/shadow\n', 1))
+    plan_build(load_targets(root), "cpu", settings=data_settings, host=data_host(data_runtime))
+    manifest = root / "recipes" / "cpu.yaml"
+    manifest.write_text(manifest.read_text() + "host_paths: forbid\n")
+    with pytest.raises(ConfigError, match=r"%files: reads host paths outside the build context: "
+                       r"\{\{ BUILD_CONTEXT \}\}/\.\./\.\./\.\./\.\./etc/shadow; the manifest "
+                       r"forbids them"):
+        plan_build(load_targets(root), "cpu", settings=data_settings,
+                   host=data_host(data_runtime))

@@ -160,3 +160,35 @@ def test_host_paths_outside_the_build_context(data_root: Path) -> None:
     assert host_path_uses(parse_definition(MULTI_STAGE)) == []
     for path in sorted((data_root / "recipes").glob("*.def")):
         assert host_path_uses(read_definition(path)) == [], path
+
+
+@pytest.mark.parametrize("line, paths", [
+    ('    "{{ BUILD_CONTEXT }}/../../../../etc/shadow" /opt/shadow',
+     ("{{ BUILD_CONTEXT }}/../../../../etc/shadow",)),
+    # unquoted: Apptainer substitutes the argument before splitting, so the path is one word
+    ("    {{ BUILD_CONTEXT }}/../../etc/shadow /opt/shadow",
+     ("{{ BUILD_CONTEXT }}/../../etc/shadow",)),
+    ("    {{BUILD_CONTEXT}}/a/../../x /opt/x", ("{{ BUILD_CONTEXT }}/a/../../x",)),
+    ('    "{{ BUILD_CONTEXT }}-other/key" /opt/key', ("{{ BUILD_CONTEXT }}-other/key",)),
+])
+def test_files_climbing_out_of_the_build_context_are_host_paths(line: str, paths) -> None:
+    text = MULTI_STAGE.replace("%files\n", f"%files\n{line}\n", 1)
+    uses = [u for u in host_path_uses(parse_definition(text)) if u.section == "%files"]
+    assert [u.paths for u in uses] == [paths]
+
+
+def test_files_inside_the_build_context_are_not_host_paths() -> None:
+    lines = ['    "{{ BUILD_CONTEXT }}" /opt/c', "    {{ BUILD_CONTEXT }}/a/../b /opt/b",
+             "    {{ BUILD_CONTEXT }}/./x /opt/x"]
+    text = MULTI_STAGE.replace("%files\n", "%files\n" + "\n".join(lines) + "\n", 1)
+    assert host_path_uses(parse_definition(text)) == []
+
+
+def test_setup_climbing_out_of_the_context_or_rootfs_is_a_host_path() -> None:
+    text = MULTI_STAGE.replace(
+        "%files\n", "%setup\n    cat {{ BUILD_CONTEXT }}/../../etc/hosts > /dev/null\n"
+        "    cp \"${APPTAINER_ROOTFS}/../../etc/passwd\" x\n"
+        "    cp {{ BUILD_CONTEXT }}/pip.conf \"$APPTAINER_ROOTFS/etc/\"\n%files\n", 1)
+    uses = host_path_uses(parse_definition(text))
+    assert [u.paths for u in uses] == [("{{ BUILD_CONTEXT }}/../../etc/hosts",),
+                                       ("${APPTAINER_ROOTFS}/../../etc/passwd",)]
