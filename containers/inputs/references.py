@@ -17,6 +17,13 @@ from containers.errors import ConfigError
 from containers.inputs import names
 from containers.inputs.schema import Field, check_mapping, line_of, suggest
 
+#: The unit the benchmark reports busbw in (``allreduce.py``, as nccl-tests): a reference in
+#: another unit would compare numbers of different kinds.
+UNITS = ("GB/s",)
+#: The largest message a reference may be at: 1 TiB, more than any GPU's memory, so a larger
+#: one (a typo, ``1e23``) could never be measured and would silently judge nothing.
+MAX_BYTES = 1 << 40
+
 FIELDS = (
     Field("op", default="all_reduce"),
     Field("partition", default="*"),
@@ -94,6 +101,13 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
     if values["nodes"] < 1 or values["ranks_per_node"] < 1 or values["bytes"] < 1:
         raise ConfigError("nodes, ranks_per_node and bytes must be positive", path=path,
                           line=line_of(item), key=prefix.rstrip("."))
+    if unit not in UNITS:
+        raise bad(f"unit '{unit}' is not what the benchmark measures: busbw is in "
+                  f"{' or '.join(UNITS)}, so this reference would never judge a run")
+    if values["bytes"] > MAX_BYTES:
+        raise ConfigError(f"{values['bytes']} B is more than any GPU holds (at most "
+                          f"{MAX_BYTES} B, 1 TiB): a run could never measure it",
+                          path=path, line=line_of(item, "bytes"), key=prefix + "bytes")
     return Reference(partition=values["partition"], nodes=values["nodes"],
                      ranks_per_node=values["ranks_per_node"], bytes=values["bytes"],
                      value=float(value), lower=None if lower is None else float(lower),

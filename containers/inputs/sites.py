@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Collection, Mapping
 
 from containers import walltime
-from containers.errors import ConfigError
+from containers.errors import ConfigError, raise_all
 from containers.inputs.references import Reference, parse_reference, select
 from containers.inputs.schema import (Field, check_mapping, input_files, is_env_name, line_of, pick,
                                       suggest)
@@ -188,6 +188,25 @@ class Site:
                       op=op)
 
 
+#: What makes Apptainer run code when it evaluates an environment value (``--env``,
+#: ``APPTAINERENV_*``, the published module's variables): command substitution, ``$(`` and
+#: backticks (``$((`` arithmetic too). ``$NAME`` / ``${NAME}`` stay: they only read a variable.
+_CODE = re.compile(r"\$\(|`")
+
+
+def code_in_value(value: str) -> str | None:
+    """Why an environment value cannot be carried to the container as written, else None: it
+    would run code where Apptainer evaluates it, or a newline, carriage return or NUL would cut
+    it short on its way (a module file, a batch script line)."""
+    for char, name in (("\n", "a newline"), ("\r", "a carriage return"), ("\0", "a NUL byte")):
+        if char in value:
+            return f"holds {name}, which would cut the value short: write it on one line"
+    if _CODE.search(value.replace("$$", "$")):
+        return ("holds command substitution ($(...) or `...`), which Apptainer runs when the "
+                "container starts; write the value itself (a $NAME variable is fine)")
+    return None
+
+
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
     """Expand ``$VAR``/``${VAR}`` from ``environ``; unset ones stay as written unless ``strict``.
 
@@ -206,13 +225,45 @@ def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
                               f"allocation it is)", key=name)
         return match.group(0)
 
-    return HOST_VAR.sub(replace, value)
+    expanded = HOST_VAR.sub(replace, value)
+    problem = code_in_value(expanded) if expanded != value else None
+    if problem:  # a host variable brought it in: it would reach the container all the same
+        raise ConfigError(f"'{value}' expands to a value that {problem}")
+    return expanded
 
 
-def _references(data: object, path: Path) -> tuple[Reference, ...]:
+def _references(data: object, path: Path, found: list[ConfigError]
+                ) -> list[tuple[int, Reference]]:
+    """Each reference that parses, with its index; each one that does not adds its problem to
+    ``found``."""
     if not isinstance(data, list):
-        raise ConfigError("must be a list of references", path=path, key="references")
-    return tuple(parse_reference(item, path=path, index=i) for i, item in enumerate(data))
+        found.append(ConfigError("must be a list of references", path=path, key="references"))
+        return []
+    parsed = [(i, _collect(found, parse_reference, item, path=path, index=i))
+              for i, item in enumerate(data)]
+    return [(i, ref) for i, ref in parsed if ref is not None]
+
+
+def reference_problems(references: list[tuple[int, Reference]], data: list, values: dict,
+                       path: Path) -> list[ConfigError]:
+    """References that can never apply to this site, so a typo would silently turn its
+    performance gate off: a partition it does not have, more ranks per node than it has GPUs
+    (a GPU site runs one rank per GPU)."""
+    found = []
+    gpus = values["gpus_per_node"]
+    for index, ref in references:
+        where = dict(path=path, line=line_of(data[index]))
+        if ref.partition != "*" and ref.partition not in values["partitions"]:
+            found.append(ConfigError(f"partition '{ref.partition}' is not one of the site's "
+                                     f"partitions{suggest(ref.partition, values['partitions'])}"
+                                     " (or * for any), so this reference would never apply",
+                                     key=f"references[{index}].partition", **where))
+        if values["gpu"] != "none" and gpus > 0 and ref.ranks_per_node > gpus:
+            found.append(ConfigError(f"ranks_per_node {ref.ranks_per_node} is more than the "
+                                     f"site's {gpus} GPUs per node (one rank per GPU), so this "
+                                     "reference would never apply",
+                                     key=f"references[{index}].ranks_per_node", **where))
+    return found
 
 
 def _named_partitions(data: object, path: Path) -> object:
@@ -282,78 +333,100 @@ def bind_problem(bind: str) -> str | None:
     return None
 
 
-def _check_values(data: object, values: dict, path: Path) -> None:
+def _check_values(data: object, values: dict, path: Path) -> list[ConfigError]:
     """What the schema's types do not say: counts are not negative, binds are one bind each,
-    environment names are shell identifiers (each refusal names file, line and key)."""
+    environment names are shell identifiers and their values run no code (each problem names
+    file, line and key; all are returned, so one run reports them all)."""
+    found: list[ConfigError] = []
     for key in ("gpus_per_node", "cores_per_node", "mem_per_gpu_gb", "max_gpus_per_job"):
         if values[key] < 0:
-            raise ConfigError(f"must not be negative (got {values[key]})", path=path,
-                              line=line_of(data, key), key=key)
+            found.append(ConfigError(f"must not be negative (got {values[key]})", path=path,
+                                     line=line_of(data, key), key=key))
     for key in ("binds", "multinode_binds"):
         for index, bind in enumerate(values[key]):
             problem = bind_problem(bind)
             if problem:
-                raise ConfigError(problem, path=path, line=line_of(data[key], index),
-                                  key=f"{key}[{index}]")
+                found.append(ConfigError(problem, path=path, line=line_of(data[key], index),
+                                         key=f"{key}[{index}]"))
     for key in ("env", "multinode_env"):
-        for name in values[key]:
+        for name, value in values[key].items():
+            where = dict(path=path, line=line_of(data[key], name), key=f"{key}.{name}")
             if not is_env_name(name):
-                raise ConfigError(f"'{name}' is not an environment variable name (letters, "
-                                  "digits and _, not starting with a digit)", path=path,
-                                  line=line_of(data[key], name), key=f"{key}.{name}")
+                found.append(ConfigError(f"'{name}' is not an environment variable name "
+                                         "(letters, digits and _, not starting with a digit)",
+                                         **where))
+            problem = code_in_value(str(value))
+            if problem:
+                found.append(ConfigError(problem, **where))
+    return found
+
+
+def _collect(found: list[ConfigError], check, *args, **kwargs):
+    """``check(*args, **kwargs)``'s value; a :class:`ConfigError` it raises is added to
+    ``found`` (None is returned), so the next check still runs."""
+    try:
+        return check(*args, **kwargs)
+    except ConfigError as exc:
+        found.append(exc)
+        return None
 
 
 def load_site(path: Path) -> Site:
     data = _named_partitions(load_yaml_file(path), path)
     values = check_mapping(data, FIELDS, what="site profile", path=path)
-    _check_values(data, values, path)
-    limits = {str(name): _partition(str(name), spec, path=path)
+    found = _check_values(data, values, path)  # every problem of the profile, reported together
+    parsed = {str(name): _collect(found, _partition, str(name), spec, path=path)
               for name, spec in values["partitions"].items()}
-    values["partitions"] = list(limits)
+    limits = {name: part for name, part in parsed.items() if part is not None}
+    values["partitions"] = list(parsed)
     for part in [None, *limits.values()]:
         request = (part.gpu_request if part else None) or values["gpu_request"]
         if request == "gres" and not ((part.gres_type if part else None) or values["gres_type"]):
             where = f"partitions.{part.name}." if part and part.gpu_request else ""
-            raise ConfigError("gpu_request gres needs gres_type (the GPU type in "
-                              "--gres=gpu:<type>:N, e.g. v100)", path=path,
-                              line=line_of(data, "gpu_request"), key=where + "gpu_request")
-    detect = check_mapping(values["detect"], DETECT_FIELDS, what="detect rules", path=path,
-                           prefix="detect.") if values["detect"] else {"env": [], "hostname": []}
+            found.append(ConfigError("gpu_request gres needs gres_type (the GPU type in "
+                                     "--gres=gpu:<type>:N, e.g. v100)", path=path,
+                                     line=line_of(data, "gpu_request"), key=where + "gpu_request"))
+    detect = (_collect(found, check_mapping, values["detect"], DETECT_FIELDS,
+                       what="detect rules", path=path, prefix="detect.")
+              if values["detect"] else None) or {"env": [], "hostname": []}
 
     def fail(key: str, message: str) -> ConfigError:
         return ConfigError(message, path=path, line=line_of(data, key) or line_of(data), key=key)
 
     if values["gpu"] != "none" and values["gpus_per_node"] <= 0:
-        raise fail("gpus_per_node", "a GPU site needs gpus_per_node > 0")
+        found.append(fail("gpus_per_node", "a GPU site needs gpus_per_node > 0"))
     # On a GPU site one mask per GPU of a node; on a CPU site one per rank of a full node.
     if (values["cpu_bind"] and values["gpu"] != "none"
             and len(values["cpu_bind"]) != values["gpus_per_node"]):
-        raise fail("cpu_bind", f"one CPU mask per GPU: {len(values['cpu_bind'])} masks for "
-                               f"{values['gpus_per_node']} GPUs")
+        found.append(fail("cpu_bind", f"one CPU mask per GPU: {len(values['cpu_bind'])} masks "
+                                      f"for {values['gpus_per_node']} GPUs"))
     for mask in values["cpu_bind"]:
         if not re.fullmatch(r"0x[0-9a-fA-F]+", mask):
-            raise fail("cpu_bind", f"'{mask}' is not a hexadecimal CPU mask (0x…)")
-    if values["default_partition"] and values["default_partition"] not in values["partitions"]:
-        raise fail("default_partition", f"'{values['default_partition']}' is not one of the "
-                                        f"partitions{suggest(values['default_partition'], values['partitions'])}")
-    if values["build_partition"] and values["build_partition"] not in values["partitions"]:
-        raise fail("build_partition", f"'{values['build_partition']}' is not one of the "
-                                      f"partitions{suggest(values['build_partition'], values['partitions'])}")
-    transport = check_mapping(values["transport"], TRANSPORT_FIELDS, what="transport",
-                              path=path, prefix="transport.") if values["transport"] else None
+            found.append(fail("cpu_bind", f"'{mask}' is not a hexadecimal CPU mask (0x…)"))
+    for key in ("default_partition", "build_partition"):
+        if values[key] and values[key] not in values["partitions"]:
+            found.append(fail(key, f"'{values[key]}' is not one of the partitions"
+                                   f"{suggest(values[key], values['partitions'])}"))
+    transport = _collect(found, check_mapping, values["transport"], TRANSPORT_FIELDS,
+                         what="transport", path=path, prefix="transport.") \
+        if values["transport"] else None
     if transport is not None:
         try:
             re.compile(transport["expect"])
         except re.error as exc:
-            raise fail("transport", f"expect is not a valid regular expression: {exc}") from exc
+            found.append(fail("transport", f"expect is not a valid regular expression: {exc}"))
         net = transport["net"]
         if net is not None and (not net.strip() or net != net.strip()):
-            raise ConfigError("must name the network (NCCL_NET compares it exactly: no empty "
-                              "value, no spaces at its ends)", path=path,
-                              line=line_of(values["transport"], "net"), key="transport.net")
+            found.append(ConfigError("must name the network (NCCL_NET compares it exactly: no "
+                                     "empty value, no spaces at its ends)", path=path,
+                                     line=line_of(values["transport"], "net"),
+                                     key="transport.net"))
         if transport["from_nodes"] < 1:
-            raise ConfigError("must be at least 1", path=path, key="transport.from_nodes",
-                              line=line_of(values["transport"], "from_nodes"))
+            found.append(ConfigError("must be at least 1", path=path, key="transport.from_nodes",
+                                     line=line_of(values["transport"], "from_nodes")))
+    references = _references(data.get("references") or [], path, found)
+    found += reference_problems(references, data.get("references") or [], values, path)
+    raise_all(found)
     return Site(name=path.stem, path=path, description=values["description"],
                 scheduler=values["scheduler"], gpu=values["gpu"], runtime=values["runtime"],
                 gpus_per_node=values["gpus_per_node"], cores_per_node=values["cores_per_node"],
@@ -368,7 +441,7 @@ def load_site(path: Path) -> Site:
                 multinode_env={str(k): str(v) for k, v in values["multinode_env"].items()},
                 multinode_modules=tuple(values["multinode_modules"]),
                 build_partition=values["build_partition"],
-                references=_references(data.get("references") or [], path),
+                references=tuple(ref for _, ref in references),
                 transport_name=transport["name"] if transport else None,
                 transport_expect=transport["expect"] if transport else None,
                 transport_net=transport["net"] if transport else None,

@@ -44,6 +44,8 @@ def test_select_prefers_specific_partition_and_model() -> None:
     ("[125.0, -0.05, .inf, GB/s]", "upper inf is not a finite number"),
     ("[125.0, -.inf, null, GB/s]", "lower -inf is not a finite number"),
     ("[-.inf, -0.05, null, GB/s]", "value -inf is not a finite number"),
+    # a unit the benchmark does not measure in would judge nothing
+    ("[125.0, -0.05, null, furlongs]", "unit 'furlongs' is not what the benchmark measures"),
 ])
 def test_invalid_references_rejected_with_line(spec, message) -> None:
     data = load_yaml_text(f"- nodes: 1\n  ranks_per_node: 8\n  bytes: 1024\n  busbw: {spec}\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from containers import app
-from containers.errors import ConfigError
+from containers.errors import ConfigError, Problems
 from containers.host.facts import cotainr_binary
 from containers.host.runtime import assumed_runtime
 from containers.host.sources import PipConfig
@@ -344,3 +345,54 @@ def test_bad_site_values_are_refused_at_load_with_file_line_and_key(tmp_path: Pa
         load_sites(tmp_path)
     assert where in str(refused.value), str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("value, why", [
+    ('"$(touch /tmp/x)"', "holds command substitution"),
+    ("'`id`'", "holds command substitution"),
+    ('"$$(id)"', "holds command substitution"),  # $$ becomes $ for the container: still code
+    ('"${HOME:-$(id)}"', "holds command substitution"),
+    ('"a\\nb"', "holds a newline"),
+    ('"a\\rb"', "holds a carriage return"),
+])
+def test_env_values_that_run_code_or_break_lines_are_refused(tmp_path: Path, value: str,
+                                                             why: str) -> None:
+    """Apptainer evaluates --env and APPTAINERENV_* values when the container starts (measured:
+    --env 'C=$(echo RAN)' gives C=RAN), in smoke runs and for every user of a published module."""
+    _profile(tmp_path, f"env:\n  OK: /opt/$USER:$$LD_LIBRARY_PATH\n  C: {value}\n")
+    with pytest.raises(ConfigError, match=rf"x.yaml:5: env.C: {why}"):
+        load_sites(tmp_path)
+
+
+def test_a_host_variable_that_brings_code_is_refused() -> None:
+    with pytest.raises(ConfigError, match="expands to a value that holds command substitution"):
+        expand("/tmp/$EVIL", {"EVIL": "$(touch /tmp/x)"}, strict=True)
+
+
+@pytest.mark.parametrize("reference, where", [
+    ("partition: nosuch, nodes: 1, ranks_per_node: 8, bytes: 1024",
+     "references[0].partition: partition 'nosuch' is not one of the site's partitions"),
+    ("nodes: 1, ranks_per_node: 99, bytes: 1024",
+     "references[0].ranks_per_node: ranks_per_node 99 is more than the site's 8 GPUs"),
+    ("nodes: 1, ranks_per_node: 8, bytes: 100000000000000000000000",
+     "references[0].bytes: 100000000000000000000000 B is more than any GPU holds"),
+])
+def test_references_that_can_never_apply_are_refused(tmp_path: Path, reference: str,
+                                                     where: str) -> None:
+    _profile(tmp_path, "gpu: cuda\ngpus_per_node: 8\npartitions: [gpu]\nreferences:\n"
+                       f"  - {{{reference}, busbw: [100.0, -0.05, null, GB/s], source: s}}\n")
+    with pytest.raises(ConfigError, match=rf"x.yaml:7: {re.escape(where)}"):
+        load_sites(tmp_path)
+
+
+def test_every_problem_of_one_profile_is_reported_in_one_run(tmp_path: Path) -> None:
+    _profile(tmp_path, "gpus_per_node: -4\ncores_per_node: -1\nbinds: ['/a,/b']\n"
+                       "env:\n  C: '$(id)'\npartitions:\n  p:\n    max_nodes: 0\n"
+                       "default_partition: nosuch\nreferences:\n"
+                       "  - {nodes: 1, ranks_per_node: 1, bytes: 8, busbw: [1, 0, null, furlongs],"
+                       " source: s}\n")
+    with pytest.raises(Problems) as refused:
+        load_sites(tmp_path)
+    keys = [p.key for p in refused.value.problems]
+    assert keys == ["gpus_per_node", "cores_per_node", "binds[0]", "env.C",
+                    "partitions.p.max_nodes", "default_partition", "references[0].busbw"], keys
