@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection
+from urllib.parse import urlsplit
 
 from containers.errors import ConfigError, raise_all
 from containers.inputs.schema import Field, check_mapping, line_of
@@ -124,23 +125,42 @@ def _requirement_name(entry: str) -> str:
 def is_https(url: str) -> bool:
     """An https URL with a host and no credentials in it (``https://user:token@…`` would put a
     secret into the image's requirements file and its provenance)."""
-    match = re.match(r"^https://([^/]+)", url)
-    return bool(match) and "@" not in match.group(1)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:  # a malformed netloc (an unclosed [ of an IPv6 host)
+        return False
+    return (parts.scheme.lower() == "https" and bool(hostname) and "@" not in parts.netloc
+            and not any(c.isspace() for c in url))
+
+
+#: ``name [extras] @ URL``: PEP 508's direct reference (the ``@`` after a name, not one in a URL).
+_DIRECT = re.compile(r"^\s*[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:\[[^\]]*\])?\s*@\s*(.+)$")
+#: A URL's scheme (``https:``, ``git+ssh:``, ``file:``).
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
 
 
 def _source_problem(text: str) -> str | None:
     """Why a requirement that names its own source (``pkg @ URL``, a bare URL, a local path) may
-    not be used, else None: only https URLs are accepted."""
+    not be used, else None: only https URLs without credentials are accepted. The URL is found
+    as pip finds it (the ``@`` that follows a package name, else the whole entry) and parsed, so
+    ``git+ssh://git@host/x`` or ``https://user:pw@host/t.whl`` is not mistaken for a name."""
     if text.startswith((".", "/", "~")):
         return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
-    spec = text.split(";", 1)[0]
-    url = spec.split("@", 1)[1].strip() if "@" in spec else spec
-    if not re.match(r"^[a-z][a-z0-9+.-]*:", url, re.I):
+    spec = text.split(";", 1)[0].strip()
+    direct = _DIRECT.match(spec)
+    url = direct.group(1).strip() if direct else spec
+    if not _SCHEME.match(url):
+        if direct or "@" in url or "://" in url:
+            return (f"{text!r} names a source that is not an https URL: "
+                    "packages from it could be swapped in transit")
         return None  # a plain requirement: name, extras, version
-    url = url.split("+", 1)[1] if re.match(r"^[a-z]+\+", url) else url  # git+https://
-    if url.startswith("file:"):
+    scheme = url.split(":", 1)[0].lower()
+    if scheme == "file" or scheme.endswith("+file"):
         return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
-    if not is_https(url):
+    # a VCS URL (git+https://) is fetched over what follows the plus
+    bare = url.split("+", 1)[1] if re.match(r"^[a-z]+\+", url, re.I) else url
+    if not is_https(bare):
         return (f"{text!r} downloads from a URL that is not https or holds credentials: "
                 "packages from it could be swapped in transit")
     return None

@@ -67,6 +67,12 @@ INDEX = "https://wheels.example.org/rocm6.3"
     ("--use-feature=truststore", "--use-feature is not an option an env spec may set"),
     ("torch @ http://wheels.example.org/torch.whl", "is not https or holds credentials"),
     ("git+http://git.example.org/pkg.git", "is not https or holds credentials"),
+    # the @ of a URL's user part is not PEP 508's "name @ URL": parsed as a URL, refused
+    ("git+ssh://git@host.example/x", "is not https or holds credentials"),
+    ("https://user:pw@host.example/t.whl", "is not https or holds credentials"),
+    ("pkg @ https://user:pw@host.example/t.whl", "is not https or holds credentials"),
+    ("pkg @ git@host.example:x/y.git", "names a source that is not an https URL"),
+    ("pkg[extra]@git+ssh://git@host.example/x", "is not https or holds credentials"),
     ("./wheels/torch.whl", "installs from a local path"),
     ("pkg @ file:///srv/pkg.whl", "installs from a local path"),
 ])
