@@ -342,6 +342,39 @@ def verify(c, dest=None, target=None, json=False):
 
 @_command(
     help={
+        "target": "inspect this target's built image; default: the site's default target",
+        "image": "inspect this .sif, or a published version DEST:TARGET@VERSION (@latest too)",
+        "site": "judge the image against this site; default: its target's site",
+        "json": JSON_HELP,
+    },
+    types={"target": flags.TARGET, "site": flags.SITE, "image": "path or DEST:TARGET@VERSION"},
+    name="inspect",  # the function's own name would hide the inspect module used above
+)
+def inspect_image(c, target=None, image=None, site=None, json=False):
+    """What an image holds (read from the image itself) and whether it fits its site.
+
+    Exits non-zero when a site-fit rule finds an error (one line each above)."""
+    target, site = flags.TARGET("--target", target), flags.SITE("--site", site)
+    app.inspect(_project(c), target=target, image=image, site=site, **_json(json))
+
+
+@_command(
+    help={
+        "old": "target, .sif path, or published DEST:TARGET@VERSION",
+        "new": "target, .sif path, or published DEST:TARGET@VERSION",
+        "json": JSON_HELP,
+    },
+    positional=["old", "new"],
+)
+def diff(c, old=None, new=None, json=False):
+    """What changed between two images: packages, stack, labels, size, latest smoke runs."""
+    if not old or not new:
+        raise UsageError("name two images: invoke diff OLD NEW", flag="OLD NEW")
+    app.diff(_project(c), old=old, new=new, **_json(json))
+
+
+@_command(
+    help={
         "results": "a batch job's results folder (job.json, the ranks' files, run.log)",
         "exit_status": "the launcher's exit status in the job",
     },

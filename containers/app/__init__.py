@@ -13,11 +13,13 @@ module             commands
 ``jobs``           ``invoke job``
 ``judging``        ``invoke verdict`` (a batch job's results)
 ``publishing``     ``invoke publish``, ``invoke verify``
+``inspecting``     ``invoke inspect``, ``invoke diff``
 =================  =============================================
 """
 
 from containers.app.build import build
 from containers.app.inputs import check_inputs, targets_report
+from containers.app.inspecting import diff, inspect
 from containers.app.jobs import JobSubmission, job
 from containers.app.judging import judge_results
 from containers.app.project import Project
@@ -25,4 +27,5 @@ from containers.app.publishing import publish, verify
 from containers.app.workloads import prove, smoke_history, train
 
 __all__ = ["Project", "build", "check_inputs", "targets_report", "job", "JobSubmission",
-           "judge_results", "prove", "smoke_history", "train", "publish", "verify"]
+           "judge_results", "prove", "smoke_history", "train", "publish", "verify",
+           "inspect", "diff"]

@@ -65,6 +65,9 @@ FIELDS = (
     Field("default_target"),
     Field("detect", "map", default={}),
     Field("notes"),
+    # What the site's nodes provide for an image to fit (driver/runtime ranges, glibc, NCCL),
+    # each with its source; checked and judged by containers.image.sitefit.
+    Field("fit", "map", default={}),
 )
 #: A partition's limits, each as the site documents it (the profile cites the page).
 PARTITION_FIELDS = (

@@ -1,0 +1,168 @@
+"""``invoke inspect`` and ``invoke diff``: what an image holds, whether it fits its site, what changed.
+
+Images are named three ways (:func:`resolve`): a target (its built image), a path to a ``.sif``,
+or a published version ``DEST:TARGET@VERSION`` (``@latest`` too). Facts come from the image
+itself (:mod:`containers.image.inspect`, one ``apptainer exec``), site fit from the site
+profile's ``fit:`` block (:mod:`containers.image.sitefit`), and smoke results from the verdicts
+of that exact image (by sha256) or, for a published version, its catalogue entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from containers.app.project import Project
+from containers.errors import StateError, UsageError, VerdictFailed
+from containers.files import sha256_file
+from containers.image import inspect as probing, provenance, sitefit
+from containers.image.arch import site_arches
+from containers.inputs.sites import Site
+from containers.publish import catalogue as cat, diff as diffing
+from containers.publish.checks import find_verdict, smoke_summary
+from containers.report import Say, console, human_bytes, say_line as _print, table
+
+PUBLISHED = re.compile(r"(?P<dest>.+):(?P<target>[A-Za-z0-9][A-Za-z0-9._-]*)@(?P<version>[^@/:]+)\Z")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image as a command named it, resolved to its file and what is known about it."""
+
+    name: str
+    image: Path
+    target: str | None
+    record: dict
+    smoke: dict | None  # the catalogue's smoke summary of a published version
+
+
+def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
+    """``spec`` (target, image path or ``DEST:TARGET@VERSION``) as an :class:`ImageRef`."""
+    match = PUBLISHED.match(spec)
+    if match and Path(match["dest"]).is_dir():
+        dest = Path(match["dest"])
+        data = cat.load(dest / cat.CATALOGUE_NAME)
+        version = match["version"]
+        if version == "latest":
+            version = cat.latest(data, match["target"]) or ""
+        entry = cat.find(data, match["target"], version)
+        if entry is None:
+            raise UsageError(f"{spec}: {dest / cat.CATALOGUE_NAME} lists no {match['target']} "
+                             f"{match['version']}", flag=flag)
+        return ImageRef(name=f"{match['target']}@{version}", image=dest / entry["file"],
+                        target=match["target"], record=entry.get("provenance") or {},
+                        smoke=(entry.get("checks") or {}).get("smoke"))
+    path = Path(spec)
+    if spec.endswith(".sif") or os.sep in spec or path.is_file():
+        if not path.is_file():
+            raise UsageError(f"{spec}: no such image file", flag=flag)
+        record = provenance.read(probing.record_path(path))
+        return ImageRef(name=str(path), image=path, target=record.get("target"),
+                        record=record, smoke=None)
+    target = project.target(spec)
+    image = project.settings.image_path(target.name)
+    return ImageRef(name=target.name, image=image, target=target.name,
+                    record=provenance.read(project.settings.provenance_path(target.name)),
+                    smoke=None)
+
+
+def latest_smoke(project: Project, ref: ImageRef) -> dict | None:
+    """The latest passing smoke of exactly this image: its catalogue entry's, else the newest
+    verdict in the results folder that names its sha256."""
+    if ref.smoke is not None or ref.target is None:
+        return ref.smoke
+    sha = ref.record.get("sha256") or sha256_file(ref.image)
+    found = find_verdict(project.settings.results_dir, ref.target, sha)
+    return smoke_summary(*found, run_now=False) if found else None
+
+
+def site_for(project: Project, ref: ImageRef, site: str | None) -> Site | None:
+    """``--site``, else the image's target's site; None when neither is known."""
+    if site:
+        if site not in project.sites:
+            raise UsageError(f"no site profile sites/{site}.yaml", flag="--site")
+        return project.sites[site]
+    if ref.target and ref.target in project.targets:
+        return project.site_of(project.target(ref.target))
+    return None
+
+
+def fit_findings(project: Project, report: dict, site: Site) -> list[sitefit.Finding]:
+    """The site-fit findings of an inspected image against ``site``."""
+    return sitefit.judge(report["stack"], site_name=site.name, site_gpu=site.gpu,
+                         arches=site_arches(site, project.targets), fit=sitefit.load_fit(site),
+                         probe_errors=report["facts"].get("errors"))
+
+
+def inspect(project: Project, *, target: str | None = None, image: str | None = None,
+            site: str | None = None, as_json: bool = False, say: Say = _print) -> dict:
+    """Inspect one image and judge it against its site; :class:`VerdictFailed` (after the
+    report) when a site-fit rule finds an error."""
+    if target and image:
+        raise UsageError("give --target or --image, not both", flag="--image")
+    spec = image or target or project.default_target()
+    ref = resolve(project, spec, flag="--image" if image else "--target")
+    runtime = project.runtime()
+    report = probing.inspect_image(runtime, ref.image, target=ref.target)
+    where = site_for(project, ref, site)
+    findings = fit_findings(project, report, where) if where else []
+    report["site"] = where.name if where else None
+    report["fit"] = [f.as_dict() for f in findings]
+    if as_json:
+        print(json.dumps({k: v for k, v in report.items() if k != "facts"}, indent=2,
+                         default=str))
+    else:
+        show(report, findings, say)
+    bad = sitefit.errors(findings)
+    if bad:
+        raise VerdictFailed(f"{ref.name} does not fit site {where.name}: "
+                            + "; ".join(f.message for f in bad))
+    return report
+
+
+def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
+    stack = report["stack"]
+    rows = [(key, stack.get(key) if stack.get(key) is not None else "-") for key in
+            probing.STACK_KEYS]
+    rows.append(("size", human_bytes(report["size_bytes"])))
+    rows.append(("packages", f"{report['packages']['debian']} Debian, "
+                             f"{report['packages']['pip']} pip"))
+    sbom = report.get("sbom")
+    rows.append(("sbom", f"{sbom['path']} {sbom['counts']}" if sbom else "none"))
+    record = report.get("provenance") or {}
+    rows.append(("provenance", f"inputs {str(record.get('inputs_hash', '-'))[:16]}, built "
+                               f"{record.get('build_date', '-')}, sha256 "
+                               f"{str(record.get('sha256', '-'))[:12]}" if record else "none"))
+    for key, value in sorted(report["labels"].items()):
+        if key != "containers.pip-freeze":
+            rows.append((f"label {key}", value))
+    console().print(table(f"inspect {report['image']}", ["what", "value"], rows))
+    if report.get("site"):
+        say(f"site fit ({report['site']}):" if findings else
+            f"site fit ({report['site']}): nothing to report")
+        for finding in findings:
+            say(f"  {finding.line()}")
+
+
+def diff(project: Project, *, old: str, new: str, as_json: bool = False,
+         say: Say = _print) -> dict:
+    """``invoke diff OLD NEW``: what changed between two images (one probe of each)."""
+    runtime = project.runtime()
+    sides = []
+    for spec, flag in ((old, "OLD"), (new, "NEW")):
+        ref = resolve(project, spec, flag=flag)
+        if not ref.image.is_file():
+            raise StateError(f"{flag} {spec}: {ref.image} is not there")
+        facts = probing.probe(runtime, ref.image)
+        sides.append(diffing.side(ref.name, facts, size=ref.image.stat().st_size,
+                                  smoke=latest_smoke(project, ref)))
+    result = diffing.diff(*sides)
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        for line in diffing.lines(result):
+            say(line)
+    return result

@@ -1,0 +1,119 @@
+"""What an image holds, read from the image itself: ``invoke inspect``'s facts.
+
+One ``apptainer exec IMAGE python3 -c <probe>`` (:mod:`containers.image.probe_script`) reads
+everything from inside: the architecture (ELF header of its python, never a target's name or
+Apptainer's build-arch label, apptainer#2774), OS and glibc, Python, the Debian and pip
+packages, torch's build and runtimes (CUDA/HIP), NCCL/RCCL's version and whether torch loads it
+dynamically, ROCm's version and the image's labels. The files beside the image add its size,
+its build record (provenance) and its SBOM's package counts. No GPU is needed: a CUDA or ROCm
+torch imports without one.
+
+:func:`summary` is the flat stack (torch, build, CUDA/HIP, NCCL, Python, glibc…) that
+``inspect``, ``diff`` and the catalogue page show.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping
+
+from containers.errors import CommandFailed, ImageMissing
+from containers.host.process import capture
+from containers.host.runtime import Runtime
+from containers.image import provenance
+
+PROBE = Path(__file__).with_name("probe_script.py")
+MARK = "@@probe@@"
+#: Seconds the probe may take: importing torch in an image takes ~4 s here, ~7 s emulated.
+PROBE_TIMEOUT = 300
+#: The stack in the order people read it; the keys :func:`summary` returns.
+STACK_KEYS = ("arch", "os", "glibc", "python", "torch", "build", "cuda", "hip", "rocm", "nccl",
+              "nccl_linkage", "deepspeed")
+
+
+def probe_argv(runtime: Runtime, image: Path | str) -> list[str]:
+    """The one command that reads an image: its own python runs the probe script."""
+    return runtime.exec_argv(image=image, command=["python3", "-c",
+                                                   PROBE.read_text(encoding="utf-8")])
+
+
+def parse_probe(output: str) -> dict:
+    """The probe's JSON from its output (the last line after the marker; an image's
+    ``%environment`` may print before it); :class:`ValueError` when there is none."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(MARK):
+            data = json.loads(line[len(MARK):])
+            if isinstance(data, dict) and data.get("probe") == 1:
+                return data
+    raise ValueError("the probe printed no result")
+
+
+def probe(runtime: Runtime, image: Path | str) -> dict:
+    """The probe's facts of ``image`` (one ``apptainer exec``)."""
+    argv = probe_argv(runtime, image)
+    try:
+        return parse_probe(capture(argv, timeout=PROBE_TIMEOUT))
+    except ValueError as exc:
+        raise CommandFailed(f"cannot read what {image} holds: {exc}", argv=argv) from exc
+
+
+def sbom_path(image: Path) -> Path:
+    """The SBOM a build writes beside an image and its record (``cpu.sif.cdx.json``)."""
+    return image.with_name(image.name + ".cdx.json")
+
+
+def record_path(image: Path) -> Path:
+    return image.with_name(image.name + ".json")
+
+
+def sbom_counts(path: Path) -> dict | None:
+    """Components of the SBOM at ``path`` by kind (deb, pypi…); None when there is none."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    counts: dict[str, int] = {}
+    for component in data.get("components", []) if isinstance(data, dict) else []:
+        purl = str(component.get("purl") or "")
+        kind = purl[4:].split("/", 1)[0] if purl.startswith("pkg:") else "other"
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def summary(facts: Mapping) -> dict:
+    """The flat stack of an image's facts (:data:`STACK_KEYS`); None where it has none."""
+    torch = facts.get("torch") or {}
+    pips = {p["name"].lower(): p["version"] for p in facts.get("pip_packages") or []}
+    os_info = facts.get("os") or {}
+    return {
+        "arch": facts.get("arch"),
+        "os": os_info.get("pretty_name") or os_info.get("id"),
+        "glibc": facts.get("glibc"), "python": facts.get("python"),
+        "torch": torch.get("version"), "build": torch.get("build"),
+        "cuda": torch.get("cuda"), "hip": torch.get("hip"), "rocm": facts.get("rocm"),
+        "nccl": torch.get("nccl"), "nccl_linkage": torch.get("nccl_linkage"),
+        "deepspeed": pips.get("deepspeed"),
+    }
+
+
+def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -> dict:
+    """Everything ``invoke inspect`` reports of ``image``: the probe's facts, the flat stack,
+    size, labels, its build record and its SBOM's counts."""
+    if not image.is_file():
+        raise ImageMissing(image, target or image.stem)
+    facts = probe(runtime, image)
+    record = provenance.read(record_path(image))
+    return {
+        "image": str(image), "target": target or record.get("target"),
+        "size_bytes": image.stat().st_size,
+        "stack": summary(facts),
+        "labels": facts.get("labels") or {},
+        "provenance": {k: v for k, v in record.items() if k not in ("labels", "pip_freeze",
+                                                                   "inputs")} or None,
+        "sbom": {"path": str(sbom_path(image)), "counts": sbom_counts(sbom_path(image))}
+        if sbom_path(image).is_file() else None,
+        "packages": {"debian": len(facts.get("debian_packages") or []),
+                     "pip": len(facts.get("pip_packages") or [])},
+        "facts": facts,
+    }

@@ -1,0 +1,170 @@
+"""Whether an image fits a site: the mismatches users of the anchors report most, seen without a GPU.
+
+A site profile's ``fit:`` block states, each with its source, what the site's nodes provide::
+
+    fit:
+      driver: {value: "...", source: "..."}                 # shown, not judged
+      rocm:   {min: "5.7", max: "6.2", source: "..."}       # runtimes the driver supports
+      cuda:   {min: "12.0", max: "12.8", source: "..."}
+      glibc:  {min: "2.31", source: "..."}                  # needed by the host libraries bound in
+      nccl:   {plugin: "aws-ofi-rccl", min: "2.12", max: null, dynamic: true, source: "..."}
+
+A bound a site does not publish is ``null`` with a source saying so; it is then not judged, and
+the finding says that (fail closed means saying what was not checked, never inventing a limit).
+:func:`judge` turns an image's facts (:mod:`containers.image.inspect`) and the site's into
+findings, one line each: ``error`` fails the build's test step and blocks publish, ``warning``
+is shown and kept in the catalogue, ``info`` says what was not checked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+from containers.errors import ConfigError
+from containers.inputs.schema import Field, check_mapping, line_of
+from containers.inputs.yamlsource import load_yaml_file
+
+if TYPE_CHECKING:
+    from containers.inputs.sites import Site
+
+LEVELS = ("error", "warning", "info")
+RANGE_FIELDS = (Field("min"), Field("max"), Field("source", required=True))
+FIT_FIELDS = (Field("driver", "map", default={}), Field("rocm", "map", default={}),
+              Field("cuda", "map", default={}), Field("glibc", "map", default={}),
+              Field("nccl", "map", default={}))
+DRIVER_FIELDS = (Field("value"), Field("source", required=True))
+#: ``dynamic``: the site's NCCL/RCCL (or one its plugin is built for) must be able to replace the
+#: image's, so torch must load it as a shared library (true unless the site says otherwise).
+NCCL_FIELDS = (*RANGE_FIELDS, Field("plugin"), Field("dynamic", "bool", default=True))
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # error | warning | info
+    rule: str
+    message: str
+
+    def line(self) -> str:
+        return f"{self.level.upper()} {self.rule}: {self.message}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_fit(site: Site) -> dict:
+    """The site's ``fit:`` block, checked (file, line and key on a bad one); {} when none."""
+    data = load_yaml_file(site.path)
+    raw = data.get("fit") if isinstance(data, dict) else None
+    if not raw:
+        return {}
+    fit = check_mapping(raw, FIT_FIELDS, what="fit", path=site.path, prefix="fit.")
+    result: dict = {}
+    for key, fields in (("driver", DRIVER_FIELDS), ("rocm", RANGE_FIELDS),
+                        ("cuda", RANGE_FIELDS), ("glibc", RANGE_FIELDS), ("nccl", NCCL_FIELDS)):
+        if fit[key]:
+            values = check_mapping(fit[key], fields, what=f"fit.{key}", path=site.path,
+                                   prefix=f"fit.{key}.")
+            for bound in ("min", "max"):
+                if values.get(bound) is not None and version(str(values[bound])) is None:
+                    raise ConfigError(f"'{values[bound]}' is not a version (digits and dots)",
+                                      path=site.path, line=line_of(fit[key], bound),
+                                      key=f"fit.{key}.{bound}")
+            result[key] = values
+    return result
+
+
+def version(text: str | None) -> tuple[int, ...] | None:
+    """``6.2.41133-dd7f95766`` -> (6, 2, 41133); None when it starts with no number."""
+    match = re.match(r"\s*(\d+(?:\.\d+)*)", str(text or ""))
+    return tuple(int(p) for p in match.group(1).split(".")) if match else None
+
+
+def _cmp(value: tuple[int, ...], bound: tuple[int, ...]) -> int:
+    """Compare at the bound's precision: 6.2.4 is within a max of 6.2."""
+    cut = value[:len(bound)] + (0,) * max(0, len(bound) - len(value))
+    return (cut > bound) - (cut < bound)
+
+
+def _range(rule: str, what: str, found: str | None, spec: Mapping | None,
+           site: str) -> Iterable[Finding]:
+    if not spec:
+        yield Finding("info", rule, f"{site} states no {what} range: not checked")
+        return
+    low, high = spec.get("min"), spec.get("max")
+    value = version(found)
+    if value is None:
+        yield Finding("warning", rule, f"the image's {what} version is unknown ({found!r})")
+        return
+    if high is not None and _cmp(value, version(str(high))) > 0:
+        yield Finding("error", rule, f"the image's {what} {found} is above {site}'s supported "
+                                     f"{what} (at most {high}; {spec['source']})")
+    if low is not None and _cmp(value, version(str(low))) < 0:
+        yield Finding("error", rule, f"the image's {what} {found} is below {site}'s supported "
+                                     f"{what} (at least {low}; {spec['source']})")
+    if low is None and high is None:
+        yield Finding("info", rule, f"{site} publishes no {what} range ({spec['source']}): "
+                                    "not checked")
+
+
+def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str] | None,
+          fit: Mapping, probe_errors: Mapping | None = None) -> list[Finding]:
+    """Every finding of an image (its flat stack, :func:`containers.image.inspect.summary`)
+    against a site (its GPU kind, architectures and ``fit`` block), one line each."""
+    found: list[Finding] = []
+    arch = stack.get("arch")
+    if not arch:
+        found.append(Finding("error", "arch", "the image's architecture could not be read"))
+    elif arches is not None and arch not in arches:
+        found.append(Finding("error", "arch", f"the image is {arch}; {site_name}'s nodes run "
+                                              f"{' and '.join(arches)}"))
+    build = stack.get("build")
+    if build is None:
+        found.append(Finding("error", "torch", "torch could not be imported in the image"))
+    elif site_gpu != "none" and build != site_gpu:
+        level = "warning" if build == "cpu" else "error"
+        found.append(Finding(level, "gpu", f"torch is a {build} build; {site_name}'s GPUs "
+                                           f"need a {site_gpu} build"))
+    if build == "rocm":
+        found += _range("rocm", "ROCm", stack.get("rocm") or stack.get("hip"), fit.get("rocm"),
+                        site_name)
+    if build == "cuda":
+        found += _range("cuda", "CUDA", stack.get("cuda"), fit.get("cuda"), site_name)
+    glibc = fit.get("glibc")
+    if glibc and glibc.get("min") is not None:
+        image_glibc = version(stack.get("glibc"))
+        if image_glibc is None:
+            found.append(Finding("error", "glibc", "the image's glibc could not be read"))
+        elif _cmp(image_glibc, version(str(glibc["min"]))) < 0:
+            found.append(Finding("error", "glibc", f"the image's glibc {stack.get('glibc')} is "
+                                                   f"below {glibc['min']}, which the libraries "
+                                                   f"{site_name} binds in need "
+                                                   f"({glibc['source']})"))
+    elif site_gpu != "none":
+        found.append(Finding("info", "glibc", f"{site_name} states no glibc its bound libraries "
+                                              "need: not checked"))
+    if build in ("cuda", "rocm"):
+        found += _nccl(stack, fit.get("nccl"), site_name)
+    for key, error in sorted((probe_errors or {}).items()):
+        found.append(Finding("warning", "probe", f"{key} could not be read: {error}"))
+    return found
+
+
+def _nccl(stack: Mapping, spec: Mapping | None, site: str) -> list[Finding]:
+    name = "RCCL" if stack.get("build") == "rocm" else "NCCL"
+    if not stack.get("nccl"):
+        return [Finding("warning", "nccl", f"torch reports no {name} version")]
+    found: list[Finding] = []
+    plugin = (spec or {}).get("plugin")
+    if stack.get("nccl_linkage") == "static" and (not spec or spec.get("dynamic", True)):
+        found.append(Finding("error", "nccl", f"torch links {name} {stack['nccl']} statically: "
+                                              f"the {name} {site}'s network plugin "
+                                              f"{'(' + plugin + ') ' if plugin else ''}is built "
+                                              "for cannot be bound in in its place"))
+    found += _range("nccl", name, stack["nccl"], spec, site)
+    return found
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.level == "error"]

@@ -1,0 +1,99 @@
+"""What changed between two images: packages, stack, labels, size, and their latest smoke runs.
+
+Pure: takes two sides as plain data (each from :func:`side`: the image's probed facts plus its
+latest smoke verdict summary) and returns the difference; ``invoke diff`` and the release gate
+print it, the catalogue page links it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from containers.image.inspect import summary
+
+#: Labels that differ on every build and say nothing about what is inside.
+NOISY_LABELS = ("org.label-schema.build-date", "containers.build-date", "containers.pip-freeze",
+                "containers.inputs-hash", "containers.git-revision")
+
+
+def packages(facts: Mapping) -> dict[str, str]:
+    """``deb:NAME`` / ``pip:NAME`` -> version, for every package the image holds."""
+    found = {f"deb:{p['name']}": str(p.get("version"))
+             for p in facts.get("debian_packages") or []}
+    found.update({f"pip:{p['name'].lower()}": str(p.get("version"))
+                  for p in facts.get("pip_packages") or []})
+    return found
+
+
+def busbw(smoke: Mapping | None) -> dict | None:
+    """The busbw a smoke summary measured at its reference size, with where it ran."""
+    if not smoke:
+        return None
+    performance = smoke.get("performance") if isinstance(smoke.get("performance"), dict) else {}
+    reference = performance.get("reference") or {}
+    return {"passed": smoke.get("passed"), "state": performance.get("state"),
+            "busbw": performance.get("measured"), "bytes": reference.get("bytes"),
+            "site": smoke.get("site"), "partition": smoke.get("partition"),
+            "ranks": smoke.get("ranks"), "nodes": smoke.get("nodes"), "date": smoke.get("date")}
+
+
+def side(name: str, facts: Mapping, *, size: int, smoke: Mapping | None) -> dict:
+    """One side of a diff: what :func:`diff` compares."""
+    return {"name": name, "stack": summary(facts), "packages": packages(facts),
+            "labels": {k: v for k, v in (facts.get("labels") or {}).items()
+                       if k not in NOISY_LABELS},
+            "size_bytes": size, "smoke": busbw(smoke)}
+
+
+def _changed(old: Mapping, new: Mapping) -> dict[str, list]:
+    return {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k)}
+
+
+def diff(old: Mapping, new: Mapping) -> dict:
+    """Packages added, removed and changed; stack and label changes; sizes; smoke side by side."""
+    before, after = old["packages"], new["packages"]
+    return {
+        "old": old["name"], "new": new["name"],
+        "packages": {
+            "added": {k: after[k] for k in sorted(set(after) - set(before))},
+            "removed": {k: before[k] for k in sorted(set(before) - set(after))},
+            "changed": {k: [before[k], after[k]] for k in sorted(set(before) & set(after))
+                        if before[k] != after[k]},
+        },
+        "stack": _changed(old["stack"], new["stack"]),
+        "labels": _changed(old["labels"], new["labels"]),
+        "size_bytes": [old["size_bytes"], new["size_bytes"]],
+        "smoke": [old["smoke"], new["smoke"]],
+    }
+
+
+def lines(result: Mapping) -> list[str]:
+    """The diff for people, one change a line."""
+    from containers.report import human_bytes
+
+    out = [f"diff {result['old']} -> {result['new']}"]
+    pkgs = result["packages"]
+    for key, version in pkgs["added"].items():
+        out.append(f"  + {key} {version}")
+    for key, version in pkgs["removed"].items():
+        out.append(f"  - {key} {version}")
+    for key, (was, now) in pkgs["changed"].items():
+        out.append(f"  ~ {key} {was} -> {now}")
+    if not any(pkgs.values()):
+        out.append("  packages: no change")
+    for key, (was, now) in result["stack"].items():
+        out.append(f"  stack {key}: {was} -> {now}")
+    for key, (was, now) in result["labels"].items():
+        out.append(f"  label {key}: {was} -> {now}")
+    old_size, new_size = result["size_bytes"]
+    out.append(f"  size: {human_bytes(old_size)} -> {human_bytes(new_size)} "
+               f"({new_size - old_size:+d} B)")
+    for label, smoke in zip(("old", "new"), result["smoke"]):
+        if smoke is None:
+            out.append(f"  smoke ({label}): no verdict")
+        else:
+            out.append(f"  smoke ({label}): {'PASS' if smoke['passed'] else 'FAIL'}, busbw "
+                       f"{smoke['busbw']} GB/s at {smoke['bytes']} B ({smoke['site']}"
+                       f"/{smoke['partition']}, {smoke['ranks']} ranks, {smoke['date']})")
+    return out
