@@ -23,9 +23,11 @@ Causes are chained (``raise … from exc``) so ``--debug`` style tracebacks keep
 
 from __future__ import annotations
 
+import errno
 import shlex
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 
 class ContainersError(Exception):
@@ -148,6 +150,28 @@ class PerformanceFailed(ContainersError):
     """The run was correct (sanity passed) but slower than the site's reference allows."""
 
     exit_code = 3
+
+
+def os_failure(exc: OSError) -> str:
+    """An OSError in words, with the file it concerns: ``the disk is full (/x)``,
+    ``Read-only file system (/x)``."""
+    what = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    return what + (f" ({exc.filename})" if exc.filename else "")
+
+
+@contextmanager
+def on_disk(doing: str, path: Path | str | None = None) -> Iterator[None]:
+    """Turn an OSError of a write or a folder made on the user's disk (a read-only or full file
+    system, a folder without write permission) into one :class:`StateError` line saying what
+    the tool was doing (``cannot create the results folder /r: Read-only file system (/r)``).
+    Wrap only the file operations themselves, never a subprocess or a check that expects an
+    OSError of its own."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and path is not None:
+            exc.filename = str(path)
+        raise StateError(f"cannot {doing}: {os_failure(exc)}") from exc
 
 
 def describe(exc: ContainersError) -> tuple[str, int]:

@@ -12,7 +12,7 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 COPY_CHUNK = 8 << 20
 _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
@@ -61,6 +61,22 @@ def read_regular(path: Path, *, limit: int) -> bytes:
     if len(data) > limit:
         raise FileRefused(f"larger than {limit} bytes (it grew while being read)")
     return data
+
+
+def open_append_regular(path: Path, *, mode: int = 0o644) -> BinaryIO:
+    """``path`` opened to read and append (created if missing), if it is a regular file: a FIFO
+    or a device planted there is refused (:class:`FileRefused`) before anything is written,
+    and the open is ``O_NONBLOCK``, so it never blocks. A link is followed, as ``open`` does."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(f"not a regular file ({kind_of(info.st_mode)})")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "a+b")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def resolves_outside(path: Path, root: Path) -> Path | None:

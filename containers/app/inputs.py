@@ -39,7 +39,10 @@ def target_rows(project: Project) -> list[dict[str, str]]:
         except ContainersError as exc:
             current, state = "", f"invalid: {exc}"
         else:
+            corrupt = image.is_file() and provenance.is_corrupt(
+                project.settings.provenance_path(name))
             state = ("built" if recorded == current else "stale" if recorded
+                     else "built (record unreadable: rebuild with --force)" if corrupt
                      else "built (no record)" if image.is_file() else "not built")
         rows.append(dict(zip(TARGET_COLUMNS, (
             name, target.site, target.arch, target.gpu, target.builder,

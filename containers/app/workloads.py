@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from containers.app.project import Project
-from containers.errors import StateError, UsageError
+from containers.errors import StateError, UsageError, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import Machine, fit_problem, gpu_memory, run_stamp, this_machine
 from containers.image import provenance
@@ -206,12 +206,14 @@ def guard_run(project: Project, target: str, runtime: Runtime) -> None:
 def _record(project: Project, result: verdict.Result, *, say: Say) -> None:
     """Reports, ``verdict.json``, the perflog line, and the gates on the terminal."""
     out = result.plan.out_dir
-    for path in result.kind.write_reports(result):
-        say(f"plot: {os.path.relpath(path)}")
+    with on_disk("write the run's reports", out):
+        for path in result.kind.write_reports(result):
+            say(f"plot: {os.path.relpath(path)}")
     say(f"json: {os.path.relpath(out / result.kind.report_name)}")
     record = verdict.record(result, image_record=provenance.read(
         project.settings.provenance_path(result.plan.target.name)))
-    atomic_write_text(out / "verdict.json", json.dumps(record, indent=2) + "\n")
+    with on_disk("write the verdict", out / "verdict.json"):
+        atomic_write_text(out / "verdict.json", json.dumps(record, indent=2) + "\n")
     if result.kind.logs_performance:
         for line in result.kind.perflog_records(record):
             path = perflog.append(project.settings.perflog_dir, line)

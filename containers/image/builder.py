@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 from containers.files import atomic_write_text
 from containers.host.process import run
 from containers.host.runtime import Runtime
-from containers.errors import CommandFailed
+from containers.errors import CommandFailed, on_disk
 from containers.image import provenance
 from containers.image.arch import image_arch
 from containers.image.plan import BuildPlan, BuildStep
@@ -188,9 +188,11 @@ def work_folder(step: BuildStep) -> Iterator[BuildStep]:
     """A fresh work folder for this build alone, owned (its :data:`OWNER_LOCK` held) until it
     is removed on the way out; yields ``step`` rebased into it."""
     tmp_dir = step.workdir.parent
-    tmp_dir.mkdir(parents=True, exist_ok=True)
+    with on_disk("make the build's work folder", tmp_dir):
+        tmp_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(tmp_dir):  # a sweep waits until the new folder is owned
-        folder = Path(tempfile.mkdtemp(prefix=f"{step.workdir.name}-", dir=tmp_dir))
+        with on_disk("make the build's work folder", tmp_dir):
+            folder = Path(tempfile.mkdtemp(prefix=f"{step.workdir.name}-", dir=tmp_dir))
         folder.chmod(0o755)
         owner = acquire(folder / OWNER_LOCK)
     assert owner is not None
@@ -220,7 +222,8 @@ def build_step(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
     """Build, test and install one image; return its provenance record."""
     with file_lock(target_lock(step.image.parent, step.target.name),
                    on_wait=lambda: say(f"waiting for another build of {step.target.name}…")):
-        record = provenance.read(step.image.with_name(step.image.name + ".json"))
+        record = provenance.read(step.image.with_name(step.image.name + ".json"),
+                                 corrupt_ok=True)  # this build writes it again
         if not step.forced and step.image.is_file() \
                 and record.get("inputs_hash") == step.inputs_hash:
             say(f"==> {step.target.name}: built meanwhile by another build ({step.short_hash})")
@@ -238,7 +241,8 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
     # Step variables may extend the caller's (PATH=<shim>:$PATH for cotainr).
     env = {**os.environ, **{k: os.path.expandvars(v) for k, v in step.env.items()}}
     started = time.time()
-    _stage(step)
+    with on_disk(f"stage the build context of {step.target.name}", step.workdir):
+        _stage(step)  # a full disk or a read-only tmp_dir: one line; work_folder removes it all
     say(f"==> building {step.target.name} ({step.short_hash}) in {step.workdir}")
     with phase_line(f"{step.target.name}: build") as show:
         run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from containers.errors import CommandFailed
-from containers.files import sha256_file
+from containers.errors import CommandFailed, StateError
+from containers.files import FileRefused, read_regular, sha256_file
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 from containers.image.plan import BuildStep
@@ -20,13 +20,44 @@ from containers.image.plan import BuildStep
 LABEL_PREFIX = "containers."
 
 
-def read(path: Path) -> dict:
-    """The record at ``path``; an empty dict when there is none or it cannot be read."""
+#: The most a provenance record may hold (its pip freeze and inputs are a few hundred KB at most).
+RECORD_LIMIT = 16 << 20
+
+
+def read(path: Path, *, corrupt_ok: bool = False) -> dict:
+    """The record at ``path``; an empty dict when there is none. A record that is there but
+    cannot be trusted (not JSON, not an object, not a regular file, too large: read with
+    :func:`~containers.files.read_regular`, so a FIFO never hangs) is a :class:`StateError`
+    naming it: a verdict must never name a null sha256 as what it proved. ``corrupt_ok``: treat
+    such a record as none (a build, which replaces it; the up-to-date check, which rebuilds)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_regular(path, limit=RECORD_LIMIT).decode("utf-8"))
+        problem = None if isinstance(data, dict) else "not a JSON object"
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except FileRefused as exc:
+        data, problem = {}, str(exc)
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON
+        data, problem = {}, f"not JSON ({type(exc).__name__})"
+    except OSError as exc:
+        data, problem = {}, exc.strerror or str(exc)
+    if problem is None:
+        return data
+    if corrupt_ok:
+        return {}
+    image = path.name.removesuffix(".json")
+    raise StateError(f"the image record {path} is unreadable: {problem}; rebuild the image "
+                     f"(invoke build --target {image.removesuffix('.sif')} --force) to write it "
+                     "again")
+
+
+def is_corrupt(path: Path) -> bool:
+    """Whether a record is there but unreadable (see :func:`read`)."""
+    try:
+        read(path)
+    except StateError:
+        return True
+    return False
 
 
 def built_hashes(images_dir: Path, names: list[str]) -> dict[str, str]:
@@ -34,7 +65,7 @@ def built_hashes(images_dir: Path, names: list[str]) -> dict[str, str]:
     result: dict[str, str] = {}
     for name in names:
         image = images_dir / f"{name}.sif"
-        record = read(images_dir / f"{name}.sif.json")
+        record = read(images_dir / f"{name}.sif.json", corrupt_ok=True)
         if image.is_file() and record.get("inputs_hash"):
             result[name] = record["inputs_hash"]
     return result

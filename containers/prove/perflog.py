@@ -13,12 +13,16 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Iterator, Sequence
 
+from containers.errors import StateError, on_disk, os_failure
+from containers.files import FileRefused, open_append_regular, read_regular
 from containers.inputs.schema import check_name
 from containers.locking import file_lock
 from containers.prove import stack
 from containers.report import human_bytes
 
 LOG_NAME = "allreduce.jsonl"
+#: The most one log may hold (about 100,000 records): beyond it the file is not a perflog.
+LOG_LIMIT = 256 << 20
 
 
 def log_path(perflog_dir: Path, *, site: str, partition: str | None) -> Path:
@@ -44,13 +48,18 @@ def append(perflog_dir: Path, record: dict) -> Path:
     last line was torn (a run killed mid-write, a full disk) gets its newline first, so the new
     record starts a line of its own instead of being glued to the torn one and lost with it."""
     path = log_path(perflog_dir, site=record["site"], partition=record.get("partition"))
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(record, sort_keys=True).encode("utf-8") + b"\n"
-    with file_lock(path.with_name(path.name + ".lock")):
-        with open(path, "a+b") as handle:
-            if not _ends_a_line(handle):
-                line = b"\n" + line
-            handle.write(line)
+    with on_disk("append to the perflog", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(path.with_name(path.name + ".lock")):
+            try:
+                handle = open_append_regular(path)
+            except FileRefused as exc:
+                raise StateError(f"perflog {path} is {exc}; move it away") from exc
+            with handle:
+                if not _ends_a_line(handle):
+                    line = b"\n" + line
+                handle.write(line)
     return path
 
 
@@ -78,6 +87,17 @@ def _records(data: bytes) -> Iterator[dict]:
             yield record
 
 
+def _log_bytes(path: Path) -> bytes:
+    """One log's bytes: a regular file of at most :data:`LOG_LIMIT` bytes (a FIFO would hang
+    the reader, a link to ``/dev/zero`` grow it without end); else one line naming it."""
+    try:
+        return read_regular(path, limit=LOG_LIMIT)
+    except FileRefused as exc:
+        raise StateError(f"perflog {path} is {exc}; move it away") from exc
+    except OSError as exc:
+        raise StateError(f"cannot read the perflog: {os_failure(exc)}") from exc
+
+
 def op_of(record: dict) -> str:
     """The collective a record measured (records written before ``--op`` are all_reduce's)."""
     return str(record.get("op") or "all_reduce")
@@ -89,7 +109,7 @@ def read(perflog_dir: Path, *, target: str | None = None,
     unreadable lines are skipped."""
     records = []
     for path in sorted(perflog_dir.rglob(LOG_NAME)) if perflog_dir.is_dir() else []:
-        for record in _records(path.read_bytes()):
+        for record in _records(_log_bytes(path)):
             if (target is None or record.get("target") == target) and \
                     (ops is None or op_of(record) in ops):
                 records.append(record)

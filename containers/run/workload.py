@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from containers.errors import ImageMissing
+from containers.errors import ImageMissing, on_disk
 from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
@@ -258,10 +258,12 @@ def run_workload(workload: Workload, *, say: Say) -> Outcome:
     """Run it, streaming and logging its output; never leaves a rank running."""
     if not workload.image.is_file():
         raise ImageMissing(workload.image, workload.target.name)
-    workload.out_dir.mkdir(parents=True, exist_ok=True)
+    with on_disk("create the results folder", workload.out_dir):
+        workload.out_dir.mkdir(parents=True, exist_ok=True)
+        log = open(workload.out_dir / "run.log", "w", encoding="utf-8")
     lines: list[str] = []
     started = time.monotonic()
-    with open(workload.out_dir / "run.log", "w", encoding="utf-8") as log:
+    with log:
         def on_line(line: str) -> None:
             log.write(line + "\n")
             lines.append(line)

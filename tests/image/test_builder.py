@@ -4,6 +4,7 @@ a build of one target sweeps (only its own leftovers)."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from containers.errors import CommandFailed
+from containers.errors import CommandFailed, StateError
 from containers.host.runtime import Runtime
 from containers.image.builder import OWNER_LOCK, build_step, leftovers, phase_of, stale_partials
 from containers.image.plan import BuildStep
@@ -199,3 +200,22 @@ def test_a_build_on_a_terminal_shows_a_live_phase_line(tmp_path: Path) -> None:
     drawn = on_a_terminal([sys.executable, "-c", BUILD_ON_A_TERMINAL, str(tmp_path)])
     assert "cpu: build: debootstrap" in drawn, drawn[-2000:]
     assert "failed as planned" in drawn
+
+
+def test_a_full_disk_while_staging_is_one_line_and_leaves_nothing(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """ENOSPC from the copy of a staged file (simulated at the copy: no disk is filled)."""
+    marker = tmp_path / "built"
+    step = dataclasses.replace(_failing_step(tmp_path, "x"), build_argv=["touch", str(marker)],
+                               staged={"pip.conf": "[global]\n"},
+                               copied={"ca-certificates/site.crt": Path(__file__)})
+
+    def full(source, dest, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("containers.image.builder.shutil.copyfile", full)
+    with pytest.raises(StateError, match=r"^cannot stage the build context of x: the disk is "
+                                         r"full \(.*x-c0ffee"):
+        build_step(step, runtime=RUNTIME, say=lambda line: None)
+    assert not marker.exists()  # nothing ran
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("x-")] == []

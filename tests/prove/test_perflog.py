@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from containers.errors import ConfigError
+from containers.errors import ConfigError, StateError
 from containers.prove import perflog
 
 
@@ -132,3 +133,27 @@ def test_only_runs_at_the_reference_size_are_plotted_with_band_and_source(
     plotted = [y for line in axes.get_lines() for y in line.get_ydata()
                if line.get_linestyle() != "--"]
     assert 0.127 not in plotted and 131.0 in plotted
+
+
+def test_a_fifo_or_device_as_a_perflog_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A FIFO would hang --history forever, a link to /dev/zero grow its memory without end,
+    and appending to a FIFO gave a traceback: each is one line naming the file."""
+    path = perflog.log_path(tmp_path, site="lumi", partition="standard-g")
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    with pytest.raises(StateError, match=rf"^perflog {path} is not a regular file \(a FIFO\)"):
+        perflog.read(tmp_path)
+    with pytest.raises(StateError, match=rf"^perflog {path} is not a regular file \(a FIFO\)"):
+        perflog.append(tmp_path, _record("2026-11-01T10:00:00Z", "a" * 64, 131.0))
+    path.unlink()
+    path.symlink_to("/dev/zero")
+    with pytest.raises(StateError, match=r"is not a regular file \(a device\)"):
+        perflog.read(tmp_path)
+    with pytest.raises(StateError, match=r"is not a regular file \(a device\)"):
+        perflog.append(tmp_path, _record("2026-11-01T10:00:00Z", "a" * 64, 131.0))
+
+
+def test_a_read_only_perflog_folder_is_one_line(tmp_path: Path, factory_read_only) -> None:
+    factory_read_only(tmp_path / "perflog")
+    with pytest.raises(StateError, match=r"^cannot append to the perflog: .*perflog/lumi"):
+        perflog.append(tmp_path / "perflog", _record("2026-11-01T10:00:00Z", "a" * 64, 131.0))

@@ -3,9 +3,12 @@ site's environment and visible devices, the ranks checked once, and what a run n
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-from containers.errors import ConfigError, ImageMissing
+from containers.errors import ConfigError, ImageMissing, StateError
 from containers.host.runtime import assumed_runtime
 from containers.run.launchers import LAUNCHERS
 from containers.run.rendezvous import Rendezvous
@@ -85,3 +88,12 @@ def test_running_needs_the_image(data_world, data_settings) -> None:
     with pytest.raises(ImageMissing, match="is not built; run: invoke build --target cpu"):
         run_workload(plan, say=print)
     assert not plan.out_dir.exists()
+
+
+def test_a_read_only_results_folder_is_one_line(data_world, data_settings,
+                                                factory_read_only) -> None:
+    plan = _plan(data_world, data_settings, site="local", target="cpu", ranks=2)
+    plan = dataclasses.replace(plan, image=Path(__file__))  # any file: nothing runs
+    factory_read_only(plan.out_dir.parent)
+    with pytest.raises(StateError, match=rf"^cannot create the results folder: .*\({plan.out_dir}"):
+        run_workload(plan, say=print)
