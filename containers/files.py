@@ -9,6 +9,7 @@ name renamed over the old one, so the name always points somewhere.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -61,6 +62,26 @@ def read_regular(path: Path, *, limit: int) -> bytes:
     if len(data) > limit:
         raise FileRefused(f"larger than {limit} bytes (it grew while being read)")
     return data
+
+
+#: The most a results file of a run (a rank's report, ``run.log``, ``job.json``) may hold.
+RESULT_LIMIT = 256 << 20
+
+
+def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
+    """The JSON value in ``path``, read by :func:`read_regular` (a regular file of at most
+    ``limit`` bytes). Raises ``OSError``, or ``ValueError`` (:class:`FileRefused` is one; so are
+    bad UTF-8 and bad JSON), so ``except (OSError, ValueError)`` covers every way to fail."""
+    try:
+        return json.loads(read_regular(path, limit=limit).decode("utf-8"))
+    except RecursionError as exc:  # nested past reason: as bad as no JSON
+        raise ValueError(f"{path}: nested too deeply") from exc
+
+
+def read_regular_text(path: Path, *, limit: int = RESULT_LIMIT) -> str:
+    """The text of ``path`` (:func:`read_regular`), a byte that is not UTF-8 replaced: for logs,
+    which a killed process may have cut inside a character."""
+    return read_regular(path, limit=limit).decode("utf-8", errors="replace")
 
 
 def open_append_regular(path: Path, *, mode: int = 0o644) -> BinaryIO:

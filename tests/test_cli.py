@@ -378,6 +378,10 @@ def test_verdict_of_a_folder_no_job_wrote_fails_closed(cli_project: Path, tmp_pa
     line = _one_line_error(_invoke(cli_project, "verdict", "--results", str(folder)), code=2)
     assert line.startswith(f"error: verdict FAILED: {folder / 'job.json'} is missing")
     assert not (folder / "verdict.json").exists()
+    os.mkfifo(folder / "job.json")  # read as a regular file only: it never hangs
+    line = _one_line_error(_invoke(cli_project, "verdict", "--results", str(folder),
+                                   timeout=30), code=2)
+    assert "job.json is missing or unreadable (not a regular file (a FIFO))" in line
     assert _one_line_error(_invoke(cli_project, "verdict")) == \
         "error: --results: name the results folder of a batch job"
     assert _one_line_error(_invoke(cli_project, "--dry", "verdict", "--results", str(folder))) \

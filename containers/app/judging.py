@@ -14,7 +14,6 @@ launcher status, and results of another image (the provenance the job copied at 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,8 @@ from pathlib import Path
 from containers.app.project import Project
 from containers.app.workloads import _record
 from containers.batch import job as batch
-from containers.errors import VerdictFailed
+from containers.errors import StateError, VerdictFailed
+from containers.files import read_regular_json, read_regular_text
 from containers.image import provenance
 from containers.inputs.sites import get_site
 from containers.prove import verdict
@@ -50,7 +50,10 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     lines: list[str] = []
     seconds = 0.0
     if log.is_file():
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        try:
+            lines = read_regular_text(log).splitlines()
+        except (OSError, ValueError) as exc:  # a FIFO, a device, a huge file: no log to read
+            raise VerdictFailed(f"verdict FAILED: {log} is unreadable ({exc})") from exc
         seconds = max(0.0, log.stat().st_mtime - (folder / batch.JOB_RECORD).stat().st_mtime)
     outcome = collect(workload, returncode=int(exit_status), timed_out=False, lines=lines,
                       seconds=seconds)
@@ -69,7 +72,7 @@ def _job_record(folder: Path) -> dict:
     """The ``job.json`` the job script wrote; a folder without one is not a job's results."""
     path = folder / batch.JOB_RECORD
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_regular_json(path)
     except (OSError, ValueError) as exc:
         raise VerdictFailed(f"verdict FAILED: {path} is missing or unreadable ({exc}); "
                             "--results must name a results folder a batch job wrote") from exc
@@ -83,7 +86,10 @@ def image_reasons(project: Project, target: str, folder: Path) -> list[str]:
     """Why these results may not be of the image that is there now: the job copies the image's
     provenance at launch (``image.json``); none, another target's, or another sha256 than the
     image's now fails (a verdict is only worth its image's checksum)."""
-    ran = provenance.read(folder / batch.IMAGE_RECORD)
+    try:
+        ran = provenance.read(folder / batch.IMAGE_RECORD)
+    except StateError as exc:
+        return [f"{exc.args[0].split(';')[0]}: these results cannot be tied to an image"]
     now = provenance.read(project.settings.provenance_path(target))
     if not ran.get("sha256"):
         return [f"the run left no record of its image ({batch.IMAGE_RECORD}): these results "

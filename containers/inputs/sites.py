@@ -229,8 +229,10 @@ def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
         return match.group(0)
 
     expanded = HOST_VAR.sub(replace, value)
-    problem = code_in_value(expanded) if expanded != value else None
-    if problem:  # a host variable brought it in: it would reach the container all the same
+    # a host variable brought it in: it would reach the container all the same (NUL is the
+    # batch script's own mark for a variable the job's shell fills; no environment holds one)
+    problem = code_in_value(expanded.replace("\0", "")) if expanded != value else None
+    if problem:
         raise ConfigError(f"'{value}' expands to a value that {problem}")
     return expanded
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from containers.errors import ImageMissing, on_disk
+from containers.files import read_regular_json
 from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
@@ -234,7 +235,7 @@ def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
     reports = []
     for path in out_dir.glob("device-*.json"):
         try:
-            report = json.loads(path.read_text(encoding="utf-8"))
+            report = read_regular_json(path)
         except (OSError, ValueError):
             continue
         if isinstance(report, dict) and isinstance(report.get("rank"), int):
@@ -246,7 +247,7 @@ def finished_ranks(out_dir: Path) -> set[int]:
     ranks = set()
     for path in out_dir.glob("rank-*.json"):
         try:
-            record = json.loads(path.read_text())
+            record = read_regular_json(path)
         except (OSError, ValueError):
             continue
         if record.get("finished"):
@@ -280,7 +281,7 @@ def collect(workload: Workload, *, returncode: int, timed_out: bool, lines: Sequ
     counts as none), the ranks that did not finish, torchrun's first failure in ``lines``, the
     device reports. Judging a batch run (which ran without this tool watching) starts here."""
     try:
-        report = json.loads((workload.out_dir / workload.report_name).read_text())
+        report = read_regular_json(workload.out_dir / workload.report_name)
     except (OSError, ValueError):
         report = None
     missing = sorted(set(range(workload.ranks)) - finished_ranks(workload.out_dir))

@@ -4,6 +4,7 @@ site's environment and visible devices, the ranks checked once, and what a run n
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from containers.errors import ConfigError, ImageMissing, StateError
 from containers.host.runtime import assumed_runtime
 from containers.run.launchers import LAUNCHERS
 from containers.run.rendezvous import Rendezvous
-from containers.run.workload import Placement, container_env, plan_workload, run_workload
+from containers.run.workload import (Placement, collect, container_env, plan_workload,
+                                     run_workload)
 
 #: Olivia's multi-node binds name these host module variables.
 EBROOT = {"EBROOTLIBFABRIC": "/sw/f", "EBROOTNCCL": "/sw/n", "EBROOTAWSMINOFIMINNCCL": "/sw/o"}
@@ -97,3 +99,17 @@ def test_a_read_only_results_folder_is_one_line(data_world, data_settings,
     factory_read_only(plan.out_dir.parent)
     with pytest.raises(StateError, match=rf"^cannot create the results folder: .*\({plan.out_dir}"):
         run_workload(plan, say=print)
+
+
+def test_results_a_user_replaced_with_a_fifo_or_device_count_as_missing(
+        data_world, data_settings) -> None:
+    """Reading a run's files back never blocks or grows: a FIFO rank report, a link to
+    /dev/zero as the device report or the run's report are unreadable, so missing."""
+    plan = _plan(data_world, data_settings, site="local", target="cpu", ranks=2)
+    plan.out_dir.mkdir(parents=True)
+    (plan.out_dir / "rank-0.json").write_text('{"rank": 0, "finished": true}')
+    os.mkfifo(plan.out_dir / "rank-1.json")
+    (plan.out_dir / "device-0.json").symlink_to("/dev/zero")
+    (plan.out_dir / plan.report_name).symlink_to("/dev/zero")
+    outcome = collect(plan, returncode=0, timed_out=False, lines=[], seconds=1.0)
+    assert outcome.missing_ranks == [1] and outcome.report is None and outcome.devices == ()
