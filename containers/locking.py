@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from containers.files import read_regular
+
 
 def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
             blocking: bool = True) -> int | None:
@@ -86,8 +88,8 @@ def held(path: Path) -> bool:
 
 def holder(path: Path) -> int | None:
     """The PID the last holder wrote into the lock at ``path`` (None when unreadable)."""
-    try:
-        text = path.read_text(encoding="ascii", errors="replace").strip()
-    except OSError:
+    try:  # a regular file only: a FIFO planted as a lock must not block whoever asks
+        text = read_regular(path, limit=64).decode("ascii", errors="replace").strip()
+    except (OSError, ValueError):
         return None
     return int(text) if text.isdigit() else None

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from containers.locking import file_lock
+from containers.locking import file_lock, holder
 
 HOLD = """
 import sys, time
@@ -35,3 +36,8 @@ def test_second_holder_waits_for_the_first(tmp_path: Path) -> None:
     with file_lock(lock, on_wait=lambda: waits.append(0.0)):
         pass  # free now: no second wait
     assert len(waits) == 1
+
+
+def test_a_fifo_planted_as_a_lock_does_not_block_asking_its_holder(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "x.lock")
+    assert holder(tmp_path / "x.lock") is None

@@ -27,6 +27,7 @@ from containers.inputs.recipes import Target, base_chain
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.inputs.validate import host_path_policy
+from containers.inputs.yamlsource import read_input_text
 
 #: Arguments the tool fills from the build host; they locate inputs but do not change the image.
 CONTEXT_ARGS = ("MIRROR", "BASE_IMAGE", "BUILD_CONTEXT", "HOST_PATHS", "FOREIGN_ROOT")
@@ -182,8 +183,7 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     inputs = target_inputs(target, definition, env, user_args, base_hash)
     scripts = definition_scripts(definition)
     if scripts:
-        inputs["scripts"] = {name: path.read_text(encoding="utf-8")
-                             for name, path in scripts.items()}
+        inputs["scripts"] = {name: read_input_text(path) for name, path in scripts.items()}
     return definition, env, user_args, inputs, hash_inputs(inputs)
 
 

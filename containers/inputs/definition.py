@@ -20,6 +20,7 @@ depend on the build machine. :func:`host_path_uses` lists them for ``invoke chec
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from containers.errors import ConfigError
 from containers.inputs.schema import suggest
+from containers.inputs.yamlsource import read_input_text
 
 SECTIONS = (
     "setup", "files", "post", "environment", "runscript", "startscript", "test", "labels", "help",
@@ -393,9 +395,7 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
 
 def read_definition(path: Path) -> Definition:
     """Read a definition file exactly (newlines untranslated) and parse it."""
-    try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            text = handle.read()
-    except FileNotFoundError as exc:
-        raise ConfigError("definition file not found", path=path) from exc
-    return parse_definition(text, path=path)
+    if not os.path.lexists(path):
+        raise ConfigError("definition file not found", path=path)
+    # a regular UTF-8 file of bounded size only: a FIFO or /dev/zero would block or grow
+    return parse_definition(read_input_text(path), path=path)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from containers.errors import StateError
+from containers.files import read_regular_text
 from containers.host.process import capture
 
 PORT_BASE = 20000
@@ -120,10 +121,10 @@ class PbsRendezvous(SchedulerRendezvous):
 
     def head(self, nodes: str, *, query: Query = capture) -> str:
         try:
-            lines = Path(nodes).read_text(encoding="utf-8").split()
-        except OSError as exc:
+            lines = read_regular_text(Path(nodes)).split()
+        except (OSError, ValueError) as exc:  # a FIFO or device: refused, never read
             raise StateError(f"cannot read the job's node file {self.nodes_var}={nodes}: "
-                             f"{exc.strerror}") from exc
+                             f"{getattr(exc, 'strerror', None) or exc}") from exc
         if not lines:
             raise StateError(f"the job's node file {nodes} lists no nodes")
         return lines[0]

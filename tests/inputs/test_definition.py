@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,16 @@ def test_setup_climbing_out_of_the_context_or_rootfs_is_a_host_path() -> None:
     uses = host_path_uses(parse_definition(text))
     assert [u.paths for u in uses] == [("{{ BUILD_CONTEXT }}/../../etc/hosts",),
                                        ("${APPTAINER_ROOTFS}/../../etc/passwd",)]
+
+
+def test_a_definition_that_is_a_fifo_or_device_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "x.def"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=rf"^{fifo}: not a regular file \(a FIFO\)"):
+        read_definition(fifo)
+    zero = tmp_path / "z.def"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match=r"not a regular file \(a device\)"):
+        read_definition(zero)
+    with pytest.raises(ConfigError, match="definition file not found"):
+        read_definition(tmp_path / "none.def")
