@@ -154,3 +154,39 @@ def test_a_run_is_refused_from_the_recorded_arch(tmp_path: Path) -> None:
         guard_run(project, "cpu", RUNTIME)
     (tmp_path / "cpu.sif.json").write_text(f'{{"arch": "{arch.host_arch()}"}}')
     guard_run(project, "cpu", RUNTIME)
+
+
+def test_publish_is_refused_from_the_recorded_arch(tmp_path: Path, real_runtime) -> None:
+    """``invoke publish`` reads the build record's arch before copying anything: an image
+    recorded as s390x is not published for the local (this machine's) site, whatever its name."""
+    from containers import app
+    from tests.publish.standin import Built
+    built = Built.make(tmp_path)
+    record = built.settings.provenance_path("cpu")
+    record.write_text(record.read_text().replace(f'"arch": "{arch.host_arch()}"',
+                                                 '"arch": "s390x"'))
+    project = app.Project(root=ROOT, settings=built.settings)
+    with pytest.raises(StateError, match=r"cpu.sif is an s390x image \(its build record\) but "
+                                         r"site local runs .*not publishing it"):
+        app.publish(project, target="cpu", dest=built.dest, version="1.0", skip_checks=True,
+                    say=lambda line: None)
+    assert not (built.dest / "cpu").exists()
+
+
+def test_submit_is_refused_from_the_recorded_arch(tmp_path: Path, monkeypatch) -> None:
+    """``invoke job --submit`` checks the record before sbatch sees the script: nothing is
+    submitted for an image of another architecture than the site's nodes."""
+    from containers import app
+    import containers.app.jobs as app_jobs
+    settings = load_settings(ROOT, {"images_dir": str(tmp_path / "images"),
+                                    "results_dir": str(tmp_path / "results")})
+    settings.images_dir.mkdir()
+    settings.image_path("cpu").write_bytes(b"stand-in")
+    settings.provenance_path("cpu").write_text('{"arch": "s390x"}')
+    project = app.Project(root=ROOT, settings=settings)
+    submitted: list = []
+    monkeypatch.setattr(app_jobs, "capture", lambda argv, **kw: submitted.append(argv) or "1")
+    with pytest.raises(StateError, match=r"s390x image \(its build record\).*not submitting it"):
+        app.job(project, target="cpu", workload="smoke", site="local-slurm", submit=True,
+                say=lambda line: None)
+    assert submitted == []
