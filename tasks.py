@@ -38,6 +38,20 @@ def _project(c) -> app.Project:
                             sources=config_sources(c.config))
 
 
+def _quiet_broken_pipe(kind, value, traceback, previous=sys.excepthook) -> None:
+    """invoke prints ``-h`` and ``--list`` itself, outside every task: a reader that went away
+    (``invoke smoke -h | head``) ends it quietly with 141, as cat does, not with a traceback.
+    Any other exception goes to the hook that was there."""
+    if not issubclass(kind, BrokenPipeError):
+        previous(kind, value, traceback)
+        return
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    os._exit(141)  # the program is over; nothing is left to clean up
+
+
+sys.excepthook = _quiet_broken_pipe
+
+
 def _user_errors(body):
     """One clear line and a non-zero exit for user errors; tracebacks only for real bugs."""
     @functools.wraps(body)
@@ -311,19 +325,24 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
         "force": "replace a version that is already published (recorded in the catalogue)",
         "skip_checks": "publish without apptainer test and smoke checks (loud warning, "
                        "recorded in the catalogue)",
+        "accept_regression": "release anyway although the gate refuses it (busbw below "
+                             "latest's beyond the reference tolerance, or a site-fit error): "
+                             "say why; recorded in the catalogue with who and when",
     },
     types={"target": flags.TARGET, "dest": flags.DEST_FOLDER, "version": flags.VERSION,
-           "keep": flags.NON_NEGATIVE_INT, "group": "group name"},
+           "keep": flags.NON_NEGATIVE_INT, "group": "group name",
+           "accept_regression": "reason"},
 )
 def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group=None,
-            force=False, skip_checks=False):
+            force=False, skip_checks=False, accept_regression=None):
     """Publish a checked image for a site: copy, checksum, sign, catalogue, Lmod module file."""
     _no_dry(c, "publish has no dry run (it copies, signs and catalogues); leave out --dry, or "
                "see what is published with invoke verify")
     target, dest = flags.TARGET("--target", target), flags.DEST_FOLDER("--dest", dest)
     version, keep = flags.VERSION("--version", version), flags.NON_NEGATIVE_INT("--keep", keep)
     app.publish(_project(c), target=target, dest=dest, version=version, sign=sign,
-                keep=keep or None, group=group, force=force, skip_checks=skip_checks)
+                keep=keep or None, group=group, force=force, skip_checks=skip_checks,
+                accept_regression=accept_regression)
 
 
 @_command(
@@ -332,11 +351,11 @@ def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group
         "target": "only this target's images; default: all",
         "json": JSON_HELP,
     },
-    types={"dest": flags.DEST_FOLDER, "target": flags.TARGET},
+    types={"dest": flags.PUBLISHED_FOLDER, "target": flags.TARGET},
 )
 def verify(c, dest=None, target=None, json=False):
     """Check published images: checksums, signatures, catalogue, latest and module files."""
-    dest, target = flags.DEST_FOLDER("--dest", dest), flags.TARGET("--target", target)
+    dest, target = flags.PUBLISHED_FOLDER("--dest", dest), flags.TARGET("--target", target)
     app.verify(_project(c), dest=dest, target=target, **_json(json))
 
 

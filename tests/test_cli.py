@@ -217,6 +217,9 @@ def test_json_documents_parse_and_tables_are_plain_when_piped(cli_project: Path,
 def test_smoke_history_json_and_table(cli_project: Path, tmp_path: Path) -> None:
     from containers.prove import perflog
 
+    empty = _invoke(cli_project, "smoke", "--history")  # nothing yet: an answer, not an error
+    assert empty.returncode == 0 and empty.stderr == "", empty.stderr
+    assert empty.stdout.startswith("no smoke runs recorded yet in "), empty.stdout
     reference = {"bytes": 128 << 20, "value": 1.2, "lower": -0.7, "upper": None,
                  "unit": "GB/s", "source": "measured here"}
     base = {"site": "local", "partition": None, "target": "cpu", "inputs_hash": "a" * 64,
@@ -386,3 +389,22 @@ def test_verdict_of_a_folder_no_job_wrote_fails_closed(cli_project: Path, tmp_pa
         "error: --results: name the results folder of a batch job"
     assert _one_line_error(_invoke(cli_project, "--dry", "verdict", "--results", str(folder))) \
         == "error: invoke --dry: verdict writes verdict.json and has no dry run"
+
+
+@pytest.mark.parametrize("args", [("smoke", "-h"), ("--list",)])
+def test_help_into_a_closed_pipe_ends_quietly(cli_project: Path, args) -> None:
+    """``invoke smoke -h | head``: invoke prints help itself; a reader that went away ends it
+    with 141 and no traceback, as cat does."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=cli_project, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the help is written
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""
+
+
+def test_verify_dest_help_promises_nothing_verify_does_not_do(cli_project: Path) -> None:
+    """verify only reads DEST: its help must not say the folder is made if missing."""
+    result = _invoke(cli_project, "verify", "-h")
+    assert result.returncode == 0 and "made if missing" not in result.stdout
+    assert "made if missing" in _invoke(cli_project, "publish", "-h").stdout

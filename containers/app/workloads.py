@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from containers.app.project import Project
-from containers.errors import StateError, UsageError, on_disk
+from containers.errors import UsageError, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import Machine, fit_problem, gpu_memory, run_stamp, this_machine
 from containers.image import provenance
@@ -73,10 +73,11 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
     (``invoke --dry``) writes no PNG."""
     records = perflog.read(project.settings.perflog_dir, target=target, ops=ops)
     shown = ", ".join(ops) if ops else None
-    if not records and not as_json:
-        raise StateError(f"no smoke runs recorded in {project.settings.perflog_dir}"
-                          + (f" for target {target}" if target else "")
-                          + (f" of {shown}" if shown else ""))
+    if not records and not as_json:  # nothing recorded yet is an answer, not an error
+        say(f"no smoke runs recorded yet in {os.path.relpath(project.settings.perflog_dir)}"
+            + (f" for target {target}" if target else "") + (f" of {shown}" if shown else "")
+            + "; each invoke smoke adds one")
+        return records
     png = None
     if records and plot:
         name = "+".join(ops) if ops and len(ops) < 3 else f"{len(ops or [])}-ops"

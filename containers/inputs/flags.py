@@ -244,6 +244,8 @@ def _existing(kind: str) -> Callable[[Any], Path]:
 
 OUT_FILE = FlagType("file to write (not a folder)", _out_file)
 DEST_FOLDER = FlagType("folder (made if missing; not a file)", _dest_folder)
+#: ``verify --dest``: the same folder, read only (verify makes nothing).
+PUBLISHED_FOLDER = FlagType("folder images were published to (not a file)", _dest_folder)
 EXISTING_FILE = FlagType("existing file", _existing("file"))
 EXISTING_FOLDER = FlagType("existing folder", _existing("folder"))
 
