@@ -274,8 +274,8 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                 + (" (sbatch reads it at submission)" if account_from == "SBATCH_ACCOUNT"
                    else "")]
     body = [f"cd {word(str(root))}", ""]
-    if build:
-        gpus = 1 if site.gpus_per_node else 0
+    if build:  # a build needs no GPU: none on a partition without them (LUMI-C's small)
+        gpus = 1 if site.gpus_per_node and partition.gpus_per_node != 0 else 0
         check_partition(site, partition, nodes=1, gpus_per_node=gpus)
         res = Resources(name=name, nodes=1, tasks_per_node=1, cpus_per_task=cores_for(site, 1),
                         gpus_per_node=gpus, time=walltime.format(time), partition=partition_name,

@@ -310,8 +310,10 @@ def _partition(name: str, data: object, *, path: Path) -> Partition:
             except ValueError as exc:
                 raise fail(key, str(exc)) from exc
     for key in ("max_nodes", "max_gpus", "gpus_per_node", "cores_per_node"):
-        if values[key] is not None and values[key] < 1:
-            raise fail(key, f"must be at least 1 (got {values[key]})")
+        # gpus_per_node: 0 is a CPU partition of a GPU site (LUMI-C's small beside LUMI-G)
+        least = 0 if key == "gpus_per_node" else 1
+        if values[key] is not None and values[key] < least:
+            raise fail(key, f"must be at least {least} (got {values[key]})")
     if times.get("default_time", 0) > times.get("max_time", 1 << 40):
         raise fail("default_time", "is longer than max_time")
     return Partition(name=name, max_time=times.get("max_time"),

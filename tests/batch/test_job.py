@@ -262,8 +262,13 @@ def test_build_jobs(data_job) -> None:
     assert "python3 -m venv \"$venv\"" in olivia.text
     assert '"$venv/bin/invoke" build --target olivia-cuda\n' in olivia.text
     lumi = data_job("lumi", "build", account="project_465000001")
-    assert "#SBATCH --partition=small-g" in lumi.text and "#SBATCH --cpus-per-task=7" in lumi.text
-    assert "#SBATCH --gpus-per-node=1\n#SBATCH --mem-per-gpu=60G\n" in lumi.text
+    # LUMI builds on LUMI-C's small (x86_64 CPU nodes): a build holds no GCD idle
+    assert "#SBATCH --partition=small\n" in lumi.text and "#SBATCH --cpus-per-task=7" in lumi.text
+    assert "--gpus-per-node" not in lumi.text and "--mem-per-gpu" not in lumi.text
+    # a GPU workload on that CPU partition is refused, naming a partition that has GPUs
+    with pytest.raises(UsageError, match=r"--gpus-per-node 8 is more than the nodes of "
+                                         r"partition small have \(0\); partition standard-g"):
+        data_job("lumi", "smoke", account="project_465000001", partition="small")
     assert "\n/proj/.venv/bin/invoke build --target lumi-rocm\n" in lumi.text
     assert lumi.results is None
     # A checkout path with spaces is quoted wherever it reaches the body.
@@ -374,7 +379,7 @@ def test_unsafe_directive_values_are_refused(data_world, tmp_path) -> None:
 def test_site_profiles_batch_fields(data_world) -> None:
     _, sites = data_world
     assert sites["local-slurm"].scheduler == "slurm" and sites["local"].scheduler == "none"
-    assert sites["lumi"].build_partition == "small-g"
+    assert sites["lumi"].build_partition == "small"
     assert sites["olivia"].multinode_modules[0] == "NRIS/GPU"
     assert dataclasses.replace(sites["lumi"], launcher="srun-per-gpu").cpu_bind[0] == \
         "0x00fe000000000000"
