@@ -320,3 +320,25 @@ def test_the_collected_outcome_reads_what_the_ranks_left(data_plans, tmp_path) -
     assert outcome.missing_ranks == [1] and outcome.report is None
     assert verdict.Result(SMOKE, workload, outcome, given_reasons=("given",)).reasons[0] == \
         "given"
+
+
+def test_ranks_of_another_arch_than_the_image_record_fail(data_plans) -> None:
+    """An aarch64 image proven by x86_64 ranks (or the other way round) proves nothing."""
+    import json
+    workload = data_plans(SmokeOptions(gpus=2))
+    record = workload.image.with_name(workload.image.name + ".json")
+    record.parent.mkdir(parents=True, exist_ok=True)
+    report = {"backend": "gloo", "nodes": 1, "results": [ROW], "finished": "x"}
+
+    def reasons(*arches: str) -> list[str]:
+        ranks = tuple({"rank": rank, "device": "cpu", "arch": arch}
+                      for rank, arch in enumerate(arches))
+        return [r for r in verdict.Result(SMOKE, workload, _outcome(report, devices=ranks)
+                                          ).reasons if "recorded as" in r]
+
+    record.write_text(json.dumps({"arch": "aarch64"}))
+    assert reasons("aarch64", "aarch64") == []
+    assert reasons("x86_64", "x86_64") == [
+        f"ranks ran as x86_64 but {workload.image.name} is recorded as aarch64"]
+    assert reasons("aarch64", "x86_64") == [
+        f"ranks ran as aarch64, x86_64 but {workload.image.name} is recorded as aarch64"]
