@@ -34,7 +34,7 @@ def cli_project(factory_cli_project, tmp_path) -> Path:
 
 
 TASKS = ("check", "targets", "build", "smoke", "train", "job", "publish", "verify",
-         "verdict")
+         "verdict", "inspect", "diff")
 #: Box-drawing characters: a table piped or logged has none.
 BOX = re.compile("[\u2500-\u257f]")
 
@@ -192,6 +192,18 @@ def test_a_bad_setting_is_reported_in_the_file_that_has_it(cli_project: Path,
     assert _one_line_error(result) == (
         "error: environment variable INVOKE_CONTAINERS_RUNTIME: containers.runtime: must be "
         "auto, apptainer, singularity or an absolute path")
+    with open(cli_project / "invoke.yaml", "a") as config:
+        config.write("  account: ''\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INVOKE_CONTAINERS_ACCOUNT": "bad name;x",
+           "INVOKE_CONTAINERS_IMAGE_DIR": "/x"}
+    result = subprocess.run([sys.executable, "-m", "invoke", "targets"], cwd=cli_project,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert "INVOKE_CONTAINERS_IMAGE_DIR: names no setting" in result.stderr, result.stderr
+    del env["INVOKE_CONTAINERS_IMAGE_DIR"]
+    result = subprocess.run([sys.executable, "-m", "invoke", "targets"], cwd=cli_project,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert _one_line_error(result).startswith(  # named where it is set, not as --account
+        "error: environment variable INVOKE_CONTAINERS_ACCOUNT: containers.account: 'bad name;x'")
 
 
 def test_json_documents_parse_and_tables_are_plain_when_piped(cli_project: Path,

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from containers.errors import ConfigError, ContainersError, Problems, RuntimeNotFound
+from containers.errors import (ConfigError, ContainersError, Problems, RuntimeNotFound,
+                               raise_all)
 from containers.host.runtime import Runtime, assumed_runtime, find_runtime
 from containers.inputs import validate
 from containers.inputs.recipes import Target, get_target, load_targets
-from containers.inputs.settings import Settings, load_settings
+from containers.inputs.settings import Settings, load_settings, unknown_variables
 from containers.inputs.sites import Site, detect_site, get_site, load_sites
 from containers.inputs.yamlsource import LocatedDict, load_yaml_file
 
@@ -85,6 +87,8 @@ class Project:
         """``config``: the ``containers`` settings; ``sources``: the layers they were merged
         from (:func:`config_sources`), so a bad one is reported in the file that has it."""
         try:
+            if sources:  # the command line: a mistyped INVOKE_CONTAINERS_* is an error too
+                raise_all(unknown_variables(os.environ, config))
             return cls(root=root, settings=load_settings(root, config))
         except Problems as exc:
             if not sources:

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from containers.errors import ConfigError
-from containers.inputs.schema import Field, check_mapping, name_problem
+from containers.errors import ConfigError, raise_all
+from containers.inputs.flags import ACCOUNT
+from containers.inputs.schema import Field, check_mapping, name_problem, suggest
 
 FIELDS = (
     Field("images_dir", default="images"),
@@ -93,6 +94,64 @@ def _pinned(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     return pinned
 
 
+def _accounts(values: dict) -> list[ConfigError]:
+    """``containers.account`` and each ``containers.accounts.<site>`` are account names by the
+    rule ``--account`` follows: a bad one is named where it is set, not blamed on the flag."""
+    found = []
+    for key, value in [("containers.account", values["account"]),
+                       *((f"containers.accounts.{site}", v)
+                         for site, v in values["accounts"].items())]:
+        if value:
+            try:
+                ACCOUNT.parse(str(value))
+            except ValueError as exc:
+                found.append(ConfigError(f"{str(value)!r} {exc}", path="invoke.yaml", key=key))
+    return found
+
+
+#: Settings that are mappings: invoke reads ``INVOKE_CONTAINERS_<KEY>_<NAME>`` into them.
+_MAPS = tuple(f.name for f in FIELDS if f.kind in ("map", "str_map"))
+
+
+def unknown_variables(environ: Mapping[str, str], config: Mapping[str, Any] | None = None
+                      ) -> list[ConfigError]:
+    """``INVOKE_CONTAINERS_*`` variables that name no setting. invoke reads only variables
+    that match a key it knows and ignores the rest in silence, so a typo
+    (``INVOKE_CONTAINERS_IMAGE_DIR``) would leave the default in force; the same typo in a file
+    is an unknown key, and so is this. A mapping's entry (``INVOKE_CONTAINERS_ACCOUNTS_LUMI``)
+    is read only when a file already sets that entry (``config``: the merged settings)."""
+    known = [f.name for f in FIELDS]
+    found = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = name[len(ENV_PREFIX):].lower()
+        if key in known:
+            continue
+        mapping = next((m for m in _MAPS if key.startswith(m + "_")), None)
+        if mapping is not None:
+            entry = key[len(mapping) + 1:]
+            entries = (config or {}).get(mapping) or {}
+            if any(str(k).lower() == entry for k in entries):
+                continue
+            found.append(ConfigError(
+                f"invoke reads it only into a containers.{mapping} entry a file already sets, "
+                f"and none sets '{entry}', so it would be ignored: set containers.{mapping}."
+                f"{entry} in invoke.yaml instead", path=f"environment variable {name}"))
+            continue
+        close = suggest(key, known)
+        hint = f" (did you mean {ENV_PREFIX}{close.split(chr(39))[1].upper()}?)" if close else ""
+        found.append(ConfigError(
+            f"names no setting, so invoke would ignore it{hint}; the settings: "
+            f"{', '.join(ENV_PREFIX + k.upper() for k in known)}",
+            path=f"environment variable {name}"))
+    return found
+
+
+#: The prefix of the variables invoke reads into ``containers:`` settings.
+ENV_PREFIX = "INVOKE_CONTAINERS_"
+
+
 def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settings:
     """Settings from a plain mapping (the ``containers`` part of the invoke config)."""
     values = check_mapping(dict(config or {}), FIELDS, what="containers settings",
@@ -106,6 +165,7 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
             not Path(values["runtime"]).is_absolute():
         raise ConfigError("must be auto, apptainer, singularity or an absolute path",
                           path="invoke.yaml", key="containers.runtime")
+    raise_all(_accounts(values))
     return Settings(root=root, images_dir=resolve(values["images_dir"]),
                     results_dir=resolve(values["results_dir"]),
                     perflog_dir=resolve(values["perflog_dir"]), tmp_dir=resolve(values["tmp_dir"]),

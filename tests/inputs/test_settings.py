@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from containers.errors import ConfigError
-from containers.inputs.settings import load_settings
+from containers.inputs.settings import load_settings, unknown_variables
 
 
 def test_defaults_resolve_under_the_root(tmp_path: Path) -> None:
@@ -57,3 +57,26 @@ def test_pinned_versions_are_lists_of_version_names(tmp_path, value, message) ->
         load_settings(tmp_path, {"publish_pinned": value})
     assert load_settings(tmp_path, {"publish_pinned": {"cpu": ["2026.11.21-1e9c228c"]}}
                          ).publish_pinned == {"cpu": ("2026.11.21-1e9c228c",)}
+
+
+def test_a_mistyped_invoke_variable_is_an_error_as_in_a_file() -> None:
+    """invoke ignores INVOKE_CONTAINERS_* names it does not know in silence: each is named."""
+    environ = {"INVOKE_CONTAINERS_IMAGE_DIR": "/x", "INVOKE_CONTAINERS_RUNTIME": "auto",
+               "INVOKE_CONTAINERS_ACCOUNTS_LUMI": "p1", "INVOKE_CONTAINERS_ACCOUNTS_MAHTI": "p2",
+               "INVOKE_OTHER": "x", "PATH": "/bin"}
+    problems = unknown_variables(environ, {"accounts": {"mahti": "p0"}})
+    assert [str(p).split(":")[0] for p in problems] == [
+        "environment variable INVOKE_CONTAINERS_ACCOUNTS_LUMI",
+        "environment variable INVOKE_CONTAINERS_IMAGE_DIR"]
+    assert "(did you mean INVOKE_CONTAINERS_IMAGES_DIR?)" in str(problems[1])
+    assert "set containers.accounts.lumi in invoke.yaml instead" in str(problems[0])
+
+
+@pytest.mark.parametrize("config, key", [({"account": "bad name;x"}, "containers.account"),
+                                         ({"accounts": {"lumi": "-x"}}, "containers.accounts.lumi")])
+def test_a_configured_account_is_checked_where_it_is_set(tmp_path: Path, config, key) -> None:
+    """A bad account in the settings (or INVOKE_CONTAINERS_ACCOUNT) is named there, not blamed
+    on --account when the job is planned."""
+    with pytest.raises(ConfigError, match=rf"^invoke.yaml: {re.escape(key)}: .* takes an account "
+                                          "name"):
+        load_settings(tmp_path, config)
