@@ -383,12 +383,14 @@ def inspect_image(c, target=None, image=None, site=None, json=False):
         "new": "target, .sif path, or published DEST:TARGET@VERSION",
         "json": JSON_HELP,
     },
-    positional=["old", "new"],
+    # flags, not positional arguments: invoke refuses -h on a task with positional ones
+    types={"old": "image", "new": "image"},
 )
 def diff(c, old=None, new=None, json=False):
     """What changed between two images: packages, stack, labels, size, latest smoke runs."""
     if not old or not new:
-        raise UsageError("name two images: invoke diff OLD NEW", flag="OLD NEW")
+        raise UsageError("name two images: invoke diff --old OLD --new NEW",
+                         flag="--new" if old else "--old")
     app.diff(_project(c), old=old, new=new, **_json(json))
 
 

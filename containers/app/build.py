@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from containers.app.inspecting import examine_built
 from containers.app.project import Project
 from containers.errors import ConfigError
 from containers.host.facts import host_arch
@@ -81,5 +82,5 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
         if not plan.pending:
             say(f"{item.name} is up to date: nothing to build")
         return plan
-    builder.execute(plan, runtime=runtime, say=say)
+    builder.execute(plan, runtime=runtime, say=say, examine=examine_built(project))
     return plan

@@ -149,10 +149,10 @@ def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
 
 def diff(project: Project, *, old: str, new: str, as_json: bool = False,
          say: Say = _print) -> dict:
-    """``invoke diff OLD NEW``: what changed between two images (one probe of each)."""
+    """``invoke diff --old OLD --new NEW``: what changed between two images (one probe each)."""
     runtime = project.runtime()
     sides = []
-    for spec, flag in ((old, "OLD"), (new, "NEW")):
+    for spec, flag in ((old, "--old"), (new, "--new")):
         ref = resolve(project, spec, flag=flag)
         if not ref.image.is_file():
             raise StateError(f"{flag} {spec}: {ref.image} is not there")
@@ -166,3 +166,34 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
         for line in diffing.lines(result):
             say(line)
     return result
+
+
+def examine_built(project: Project):
+    """The build's last test of an image (:data:`containers.image.builder.Examine`): one probe
+    of the built image; its SBOM (written beside the record) and its site fit, whose errors
+    fail the build, so an image that cannot run at its site is never kept. An image without
+    torch (a base image) gets its SBOM only."""
+    from containers.errors import CommandFailed
+    from containers.image import sbom
+
+    def examine(step, runtime, record: dict, say: Say) -> dict:
+        say(f"==> examining {step.target.name}: SBOM and site fit (one probe of the image)")
+        facts = probing.probe(runtime, step.partial)
+        files = {probing.SBOM_SUFFIX: sbom.render(sbom.make(facts, record))}
+        stack = probing.summary(facts)
+        if stack["build"] is None and (facts.get("errors") or {}).get("torch", "").startswith(
+                "ModuleNotFoundError"):
+            say(f"  {step.target.name} holds no torch: site fit not judged")
+            return files
+        site = project.site_of(step.target)
+        findings = sitefit.judge(stack, site_name=site.name, site_gpu=site.gpu,
+                                 arches=site_arches(site, project.targets),
+                                 fit=sitefit.load_fit(site), probe_errors=facts.get("errors"))
+        for finding in findings:
+            say(f"  site fit ({site.name}): {finding.line()}")
+        bad = sitefit.errors(findings)
+        if bad:
+            raise CommandFailed(f"{step.target.name} does not fit site {site.name}: "
+                                + "; ".join(f.message for f in bad) + "; the image is not kept")
+        return files
+    return examine

@@ -36,6 +36,9 @@ from containers.locking import acquire, file_lock, folder_lock, held, holder, re
 from containers.progress import phase_line
 
 Say = Callable[[str], None]
+#: A last test of a built image before it is kept: (step, runtime, its record, say) -> files to
+#: write beside the image, by suffix ({".cdx.json": sbom}); raises CommandFailed to refuse it.
+Examine = Callable[[BuildStep, Runtime, dict, Say], dict]
 #: In each work folder: the lock its build holds while it runs.
 OWNER_LOCK = ".owner.lock"
 #: A work folder without an owner lock was made by an older version of the tool, perhaps still
@@ -218,7 +221,8 @@ def _stream(step: BuildStep, label: str, say: Say,
     return on_line
 
 
-def build_step(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
+def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
+               examine: Examine | None = None) -> dict:
     """Build, test and install one image; return its provenance record."""
     with file_lock(target_lock(step.image.parent, step.target.name),
                    on_wait=lambda: say(f"waiting for another build of {step.target.name}…")):
@@ -231,12 +235,13 @@ def build_step(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
         _sweep(step, say)
         with work_folder(step) as own:
             try:
-                return _build_in(own, runtime=runtime, say=say)
+                return _build_in(own, runtime=runtime, say=say, examine=examine)
             finally:
                 own.partial.unlink(missing_ok=True)
 
 
-def _build_in(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
+def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
+              examine: Examine | None = None) -> dict:
     """Stage, build, test, record and rename, in the build's own work folder."""
     # Step variables may extend the caller's (PATH=<shim>:$PATH for cotainr).
     env = {**os.environ, **{k: os.path.expandvars(v) for k, v in step.env.items()}}
@@ -256,10 +261,15 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say) -> dict:
     # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the tool's
     # own label carries the architecture read from the image's files.
     record["labels"][provenance.LABEL_PREFIX + "arch"] = record["arch"]
-    step.image.with_name(step.image.name + ".json").unlink(missing_ok=True)
+    # The caller's last test of the built image (site fit), and the files it adds (the SBOM).
+    extra = examine(step, runtime, record, say) if examine else {}
+    for suffix in (".json", *extra):
+        step.image.with_name(step.image.name + suffix).unlink(missing_ok=True)
     os.replace(step.partial, step.image)
     atomic_write_text(step.image.with_name(step.image.name + ".json"),
                       json.dumps(record, indent=2) + "\n")
+    for suffix, text in extra.items():
+        atomic_write_text(step.image.with_name(step.image.name + suffix), text)
     say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
         f"{record['build_seconds']:.0f} s)")
     return record
@@ -276,7 +286,8 @@ def checked_arch(step: BuildStep, runtime: Runtime) -> str:
     return found
 
 
-def execute(plan: BuildPlan, *, runtime: Runtime, say: Say) -> list[dict]:
+def execute(plan: BuildPlan, *, runtime: Runtime, say: Say,
+            examine: Examine | None = None) -> list[dict]:
     """Build every pending step in order; stop at the first failure."""
     records = []
     with sigterm_as_exit():
@@ -284,5 +295,5 @@ def execute(plan: BuildPlan, *, runtime: Runtime, say: Say) -> list[dict]:
             if step.action != "build":
                 say(f"==> {step.target.name}: {step.action} ({step.short_hash})")
                 continue
-            records.append(build_step(step, runtime=runtime, say=say))
+            records.append(build_step(step, runtime=runtime, say=say, examine=examine))
     return records

@@ -49,18 +49,32 @@ def parse_probe(output: str) -> dict:
     raise ValueError("the probe printed no result")
 
 
-def probe(runtime: Runtime, image: Path | str) -> dict:
-    """The probe's facts of ``image`` (one ``apptainer exec``)."""
+#: Facts already read in this process, by the image's sha256 (publish probes the same build
+#: once, however often it is published or compared).
+_SEEN: dict[str, dict] = {}
+
+
+def probe(runtime: Runtime, image: Path | str, *, sha256: str | None = None) -> dict:
+    """The probe's facts of ``image`` (one ``apptainer exec``; none again for a ``sha256``
+    already read in this process)."""
+    if sha256 and sha256 in _SEEN:
+        return _SEEN[sha256]
     argv = probe_argv(runtime, image)
     try:
-        return parse_probe(capture(argv, timeout=PROBE_TIMEOUT))
+        facts = parse_probe(capture(argv, timeout=PROBE_TIMEOUT))
     except ValueError as exc:
         raise CommandFailed(f"cannot read what {image} holds: {exc}", argv=argv) from exc
+    if sha256:
+        _SEEN[sha256] = facts
+    return facts
+
+
+SBOM_SUFFIX = ".cdx.json"
 
 
 def sbom_path(image: Path) -> Path:
     """The SBOM a build writes beside an image and its record (``cpu.sif.cdx.json``)."""
-    return image.with_name(image.name + ".cdx.json")
+    return image.with_name(image.name + SBOM_SUFFIX)
 
 
 def record_path(image: Path) -> Path:

@@ -60,9 +60,19 @@ from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wr
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             resolve_group, umask, unsafe_layout)
+from containers.publish.page import render_page
 from containers.report import Say, human_bytes, say_line
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
+#: Beside each published image: its SBOM (as the build wrote it) and the diff against the
+#: version it replaced (``<version>.diff.json``); the catalogue page at the top.
+SBOM_SUFFIX = ".cdx.json"
+DIFF_SUFFIX = ".diff.json"
+PAGE_NAME = "index.html"
+#: The caller's review of a version before it is published (site fit, diff against latest,
+#: release gate): (plan, checks, say) -> what the entry records ({"fit", "gate", "stack",
+#: "diff"}); raises VerdictFailed to refuse it.
+Review = Callable[["PublishPlan", dict, Say], dict]
 #: The most an image's build record may hold (its pip freeze is the bulk of it).
 PROVENANCE_LIMIT = 16 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
@@ -284,7 +294,9 @@ def _existing(plan: PublishPlan, catalogue: dict) -> dict | None:
 
 def _remove_version(plan: PublishPlan, version: str, say: Say) -> None:
     sif = plan.folder / cat.sif_name(version)
-    for path in (plan.module_dir / f"{version}.lua", sif.with_name(sif.name + ".sha256"), sif):
+    for path in (plan.module_dir / f"{version}.lua", sif.with_name(sif.name + ".sha256"),
+                 sif.with_name(sif.name + SBOM_SUFFIX), sif.with_name(f"{version}{DIFF_SUFFIX}"),
+                 sif):
         if path.exists():
             say(f"  removing {path}")
         path.unlink(missing_ok=True)
@@ -422,7 +434,7 @@ def free_space_problem(plan: PublishPlan, size: int) -> str | None:
 
 
 def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
-            key: signing.SigningKey | None, say: Say) -> dict:
+            key: signing.SigningKey | None, say: Say, reviewed: dict | None = None) -> dict:
     """Prepare and commit, under the publish lock; any failure before the commit (a full disk
     included) undoes what this run made, still under the lock, and an OSError becomes one line
     (:class:`StateError`)."""
@@ -435,7 +447,7 @@ def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
                            on_wait=lambda: say("waiting for another publish to finish")):
                 try:
                     return _execute_locked(plan, runtime, checks=checks, key=key, say=say,
-                                           tx=tx)
+                                           tx=tx, reviewed=reviewed or {})
                 except BaseException as exc:
                     failure = _undone(plan, tx, exc, say)
                     if failure is exc:
@@ -496,7 +508,8 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
 
 
 def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
-                    key: signing.SigningKey | None, say: Say, tx: Transaction) -> dict:
+                    key: signing.SigningKey | None, say: Say, tx: Transaction,
+                    reviewed: dict) -> dict:
     """Prepare everything under temp names, then commit with renames and one catalogue write
     (the last rename: until then users see the old state); then prune and set modes."""
     refuse_links(plan)  # again: another publish may have run while this one waited
@@ -515,6 +528,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     sha256, size = _prepare(plan, runtime, tx, key, say)
     entry = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
                    replaced=replaced, when=when)
+    beside = _beside_files(plan, entry, reviewed)
     for version in gone:
         say(f"pruning {plan.target.name} {version} (--keep {plan.keep})")
     catalogue = cat.without_versions(cat.with_entry(before, entry, now=when), plan.target.name,
@@ -534,6 +548,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
          "module"),
         (wrapper, plan.exec_path, "wrapper"),
         *([(tx.temp(write_temp(keyfile, public)), keyfile, "key")] if keyfile else []),
+        *[(tx.temp(write_temp(final, data)), final, step) for final, data, step in beside],
         (tx.temp(temp_symlink(plan.folder / "latest", plan.sif.name)), plan.folder / "latest",
          "latest"),
         (tx.temp(temp_symlink(plan.module_dir / "default", plan.module.name)),
@@ -541,6 +556,9 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
         (tx.temp(write_temp(plan.dest / cat.CATALOGUE_NAME,
                             (json.dumps(catalogue, indent=2) + "\n").encode())),
          plan.dest / cat.CATALOGUE_NAME, "catalogue"),
+        # the page shows what the catalogue says: replaced right after it
+        (tx.temp(write_temp(plan.dest / PAGE_NAME, render_page(catalogue, plan.dest).encode())),
+         plan.dest / PAGE_NAME, "page"),
     ]
     for temp, final, step in staged:
         tx.install(temp, final, step)
@@ -559,13 +577,33 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     return entry
 
 
+def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]:
+    """(final path, bytes, commit step) of what a version keeps beside its image: the build's
+    SBOM (copied as built) and the diff against the version it replaces as latest; each named
+    in ``entry``, which also takes the review's site-fit findings and gate record."""
+    files = []
+    sbom = plan.image.with_name(plan.image.name + SBOM_SUFFIX)
+    if sbom.is_file():
+        final = plan.sif.with_name(plan.sif.name + SBOM_SUFFIX)
+        files.append((final, read_regular(sbom, limit=PROVENANCE_LIMIT), "sbom"))
+        entry["sbom_file"] = str(final.relative_to(plan.dest))
+    if reviewed.get("diff") is not None:
+        final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
+        files.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
+        entry["diff_file"] = str(final.relative_to(plan.dest))
+    for key in ("fit", "gate", "stack"):
+        if key in reviewed:
+            entry[key] = reviewed[key]
+    return files
+
+
 def gpu_of(plan: PublishPlan) -> str:
     """The GPU kind the image must be proven on: its target's, else its site's (none for CPU)."""
     return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpu
 
 
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
-            say: Say = say_line) -> dict:
+            say: Say = say_line, review: Review | None = None) -> dict:
     """Check, copy, sign, checksum, catalogue and module-file one image; its catalogue entry.
     ``quick_check`` runs a short smoke of the image when no passing verdict for it exists."""
     say(f"publish: {plan.target.name} {plan.version} -> {plan.sif}")
@@ -587,7 +625,13 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             performance = checks["smoke"]["performance"]
             say(f"checks: performance {str(performance.get('state', 'fail')).upper()} "
                 f"({performance.get('message')}): recorded in the catalogue entry")
-    entry = execute(plan, runtime, checks=checks, key=key, say=say)
+    if review is not None and plan.skip_checks:
+        say("gate: skipped with the checks (--skip-checks): no site fit, diff or busbw "
+            "comparison")
+        reviewed: dict = {"gate": {"skipped": True}}
+    else:
+        reviewed = review(plan, checks, say) if review is not None else {}
+    entry = execute(plan, runtime, checks=checks, key=key, say=say, reviewed=reviewed)
     say(f"module: module use {plan.dest / 'modules'}; module load "
         f"{plan.target.name}/{plan.version}")
     return entry
