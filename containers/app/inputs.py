@@ -47,7 +47,12 @@ def target_rows(project: Project) -> list[dict[str, str]]:
         rows.append(dict(zip(TARGET_COLUMNS, (
             name, target.site, target.arch, target.gpu, target.builder,
             os.path.relpath(image, Path.cwd()), state, current[:12]))))
-    return rows
+    for name, problems in sorted(project.target_problems.items()):  # listed, not hidden
+        image = project.settings.image_path(name)
+        rows.append(dict(zip(TARGET_COLUMNS, (
+            name, "?", "?", "?", "?", os.path.relpath(image, Path.cwd()),
+            f"invalid: {' '.join(str(problems[0]).split())}", ""))))
+    return sorted(rows, key=lambda row: row["target"])
 
 
 def targets_report(project: Project, *, as_json: bool = False, say: Say = _print) -> None:

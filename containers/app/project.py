@@ -12,7 +12,7 @@ from containers.errors import (ConfigError, ContainersError, Problems, RuntimeNo
                                raise_all)
 from containers.host.runtime import Runtime, assumed_runtime, find_runtime
 from containers.inputs import validate
-from containers.inputs.recipes import Target, get_target, load_targets
+from containers.inputs.recipes import Target, get_target
 from containers.inputs.settings import Settings, load_settings, unknown_variables
 from containers.inputs.sites import Site, detect_site, get_site, load_sites
 from containers.inputs.yamlsource import LocatedDict, load_yaml_file
@@ -101,14 +101,27 @@ class Project:
             raise _source_error(exc, sources) from exc
 
     @cached_property
+    def _targets_apart(self) -> tuple[dict[str, Target], dict[str, list[ContainersError]]]:
+        return validate.targets_apart(self.root)
+
+    @property
     def targets(self) -> dict[str, Target]:
-        return load_targets(self.root)
+        """The usable targets: a bad manifest (or one on a bad base) is left out and its
+        problems kept in :attr:`target_problems`, so it stops only the commands that name it."""
+        return self._targets_apart[0]
+
+    @property
+    def target_problems(self) -> dict[str, list[ContainersError]]:
+        return self._targets_apart[1]
 
     @cached_property
     def sites(self) -> dict[str, Site]:
         return load_sites(self.root)
 
     def target(self, name: str) -> Target:
+        """The target ``name``; its own problems (every one) when its manifest is not usable."""
+        if name in self.target_problems:
+            raise_all(self.target_problems[name])
         return get_target(self.targets, name)
 
     def site_of(self, target: Target) -> Site:

@@ -168,6 +168,33 @@ def load_each(folder: Path, *, kind: str, root: Path, load: Callable[[Path], T]
     return loaded, failed
 
 
+def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[ContainersError]]]:
+    """Every manifest loaded on its own: the targets that are usable, and the problems of each
+    that is not (its own manifest, or a base target that is missing, loops or is itself not
+    usable). One bad manifest then stops only the commands that need it (and the targets
+    built on it), not every command for every target."""
+    targets, failed = load_each(root / "recipes", kind="target", root=root,
+                                load=lambda p: load_target(p, root=root))
+    changed = True
+    while changed:  # a target on a base that failed fails too, down every chain
+        changed = False
+        for problem in base_problems({n: t for n, t in targets.items()
+                                      if t.base not in failed}):
+            name = Path(problem.path).stem if problem.path else None
+            if name in targets:
+                failed[name] = [problem]
+                del targets[name]
+                changed = True
+        for name, item in list(targets.items()):
+            if item.base in failed:
+                failed[name] = [ConfigError(f"base target '{item.base}' is not usable: "
+                                            f"{failed[item.base][0]}", path=item.manifest,
+                                            line=item.line("base"), key="base")]
+                del targets[name]
+                changed = True
+    return targets, failed
+
+
 def check_project(root: Path, *, target: str | None = None, tool_args: Collection[str] = (),
                   target_checks: Sequence[Callable[[Mapping[str, Target], str], object]] = (),
                   site_checks: Sequence[Callable[[Site], object]] = (),

@@ -220,3 +220,25 @@ def test_a_broken_base_is_reported_once_not_through_its_children(factory_project
         [str(e) for e in report.errors]
     assert "lumi-rocm" in report.ok_targets
     assert "debian-base" not in report.ok_targets and "cpu" not in report.ok_targets
+
+
+def test_one_bad_manifest_stops_only_what_needs_it(factory_project) -> None:
+    """A bad manifest used to make every command fail, for every target (invoke targets printed
+    no table): now only it, and the targets built on it, are refused; the rest work."""
+    root = factory_project()
+    (root / "recipes" / "broken.yaml").write_text("description: x\nsite: local\narch: x86-64\n")
+    (root / "recipes" / "onbroken.yaml").write_text(
+        "description: y\nsite: local\nbase: broken\ndefinition: recipes/cpu.def\n")
+    project = Project.load(root, {})
+    assert project.target("cpu").name == "cpu"
+    with pytest.raises(ConfigError, match=r"broken.yaml:3: arch: 'x86-64' is not one of"):
+        project.target("broken")
+    with pytest.raises(ConfigError, match=r"onbroken.yaml:3: base: base target 'broken' is not "
+                                          "usable: .*broken.yaml:3: arch"):
+        project.target("onbroken")
+    lines: list[str] = []
+    targets_report(project, as_json=True, say=lines.append)
+    rows = {row["target"]: row for row in json.loads(lines[0])}
+    assert rows["cpu"]["state"] in ("not built", "built", "stale", "built (no record)")
+    assert rows["broken"]["state"].startswith("invalid: ") and "arch" in rows["broken"]["state"]
+    assert rows["onbroken"]["state"].startswith("invalid: ")
