@@ -261,6 +261,8 @@ class TargetFolder:
     modules: set[str] = field(default_factory=set)       # versions with a .lua
     latest_link: str | None = None                       # what `latest` points to
     default_link: str | None = None                      # what modules/<target>/default points to
+    latest_not_link: str | None = None    # what `latest` is when no link (``is a folder, ...``)
+    default_not_link: str | None = None   # the same for modules/<target>/default
     has_exec: bool = False
     temps: list[str] = field(default_factory=list)       # leftovers of an interrupted publish
 
@@ -285,11 +287,14 @@ def consistency_problems(catalogue: dict, folders: dict[str, TargetFolder]) -> l
         if listed and pointer not in listed:
             problems.append(f"catalogue: {target} latest {pointer!r} is not a listed version")
         if listed and found.latest_link != sif_name(pointer or ""):
-            problems.append(f"{target}/latest: points to {found.latest_link!r}, the catalogue "
-                            f"says {sif_name(pointer or '')!r}")
+            what = (f"points to {found.latest_link!r}" if found.latest_link is not None
+                    else found.latest_not_link or "is missing")
+            problems.append(f"{target}/latest: {what}, the catalogue says "
+                            f"{sif_name(pointer or '')!r}")
         if listed and found.default_link != f"{pointer}.lua":
-            problems.append(f"modules/{target}/default: points to {found.default_link!r}, "
-                            f"expected '{pointer}.lua'")
+            what = (f"points to {found.default_link!r}" if found.default_link is not None
+                    else found.default_not_link or "is missing")
+            problems.append(f"modules/{target}/default: {what}, expected '{pointer}.lua'")
         if listed and not found.has_exec:
             problems.append(f"{target}/bin/{target}-exec: missing")
     return problems

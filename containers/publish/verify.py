@@ -14,11 +14,13 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Callable
 
 from containers.errors import CommandFailed, StateError, UsageError, VerdictFailed
-from containers.files import FileRefused, not_a_folder, read_regular, sha256_file, walk_nofollow
+from containers.files import (FileRefused, kind_of, not_a_folder, read_regular, sha256_file,
+                             walk_nofollow)
 from containers.host.runtime import Runtime
 from containers.inputs.schema import name_problem
 from containers.progress import byte_progress
@@ -49,15 +51,27 @@ def snapshot(dest: Path) -> dict[str, cat.TargetFolder]:
                 found.checksums.add(name[:-len(".sif.sha256")])
         latest = folder / "latest"
         found.latest_link = os.readlink(latest) if latest.is_symlink() else None
+        found.latest_not_link = _not_a_link(latest)
         modules = dest / "modules" / folder.name
         if modules.is_dir():
             found.modules = {p.stem for p in modules.glob("*.lua")}
             default = modules / "default"
             found.default_link = os.readlink(default) if default.is_symlink() else None
+            found.default_not_link = _not_a_link(default)
         wrapper = folder / "bin" / exec_name(folder.name)
         found.has_exec = wrapper.is_file() and os.access(wrapper, os.X_OK)
         folders[folder.name] = found
     return folders
+
+
+def _not_a_link(path: Path) -> str | None:
+    """What ``path`` is when it is not a symlink, in words (``is missing``, ``is a folder, not
+    a link``), for a problem line; None when it is a link."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "is missing"
+    return None if stat.S_ISLNK(mode) else f"is {kind_of(mode)}, not a link"
 
 
 def _checksum_of(sums: Path) -> tuple[str, str] | None:

@@ -183,10 +183,14 @@ def test_consistency_names_every_problem() -> None:
         "modules/cpu/a.lua: missing",
         "cpu/stray.sif: not in the catalogue",
         "cpu/latest: points to 'a.sif', the catalogue says 'b.sif'",
-        "modules/cpu/default: points to None, expected 'b.lua'",
+        "modules/cpu/default: is missing, expected 'b.lua'",
         "cpu/bin/cpu-exec: missing",
         "gpu/x.sif: not in the catalogue",
     ]
+    folder = _healthy(["a", "b"])  # `latest` made a folder: said so, never 'points to None'
+    folder.latest_link, folder.latest_not_link = None, "is a folder, not a link"
+    assert cat.consistency_problems(data, {"cpu": folder}) == [
+        "cpu/latest: is a folder, not a link, the catalogue says 'b.sif'"]
     broken = json.loads(json.dumps(data))
     broken["targets"]["cpu"]["latest"] = "zz"
     assert "catalogue: cpu latest 'zz' is not a listed version" in \

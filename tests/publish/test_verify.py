@@ -148,3 +148,15 @@ def test_verify_dest_naming_a_file_is_one_line(tmp_path: Path) -> None:
     afile.write_text("x")
     with pytest.raises(UsageError, match=f"^--dest: {afile} is a file, not a folder$"):
         verify(afile, runtime=_no_runtime, say=lambda line: None)
+
+
+def test_a_latest_that_is_a_folder_is_said_to_be_one(data_built: Built) -> None:
+    """It used to read 'points to None'."""
+    dest = _publish_two(data_built)
+    (dest / "cpu" / "latest").unlink()
+    (dest / "cpu" / "latest").mkdir()
+    with pytest.raises(VerdictFailed) as failed:
+        verify(dest, runtime=_no_runtime, say=lambda line: None)
+    assert "cpu/latest: is a folder, not a link, the catalogue says '2.0.sif'" in \
+        str(failed.value)
+    assert "None" not in str(failed.value)
