@@ -60,6 +60,14 @@ case "${1:-env}" in
         ;;
     test)
         shift
+        # Debian's chromium, for the tests only: they open the catalogue page publish writes
+        # in a real headless browser (tests/publish/test_release_image.py)
+        if ! command -v chromium >/dev/null; then
+            say "installing chromium (the tests' headless browser)"
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get update -qq
+            apt-get install -y -qq chromium >/dev/null
+        fi
         exec python -m pytest "$@"
         ;;
     env) say "ready: . .venv/bin/activate; invoke --list" ;;

@@ -1,0 +1,112 @@
+"""Site-fit rules on GPU image facts (tests/fixtures/image_facts) against the real site profiles,
+the probe's output parsing and its ELF reader, and the SBOM made from facts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from containers.errors import ConfigError
+from containers.image import inspect as probing, sbom, sitefit
+from containers.image.arch import site_arches
+from containers.inputs.recipes import load_targets
+from containers.inputs.sites import load_sites
+from tests.fixtures import ROOT
+
+FACTS = ROOT / "tests" / "fixtures" / "image_facts"
+
+
+def _facts(name: str) -> dict:
+    return json.loads((FACTS / f"{name}.json").read_text())
+
+
+def _judge(facts: dict, site_name: str, fit: dict | None = None) -> list[sitefit.Finding]:
+    site = load_sites(ROOT)[site_name]
+    return sitefit.judge(probing.summary(facts), site_name=site.name, site_gpu=site.gpu,
+                         arches=site_arches(site, load_targets(ROOT)),
+                         fit=sitefit.load_fit(site) if fit is None else fit)
+
+
+def _errors(findings) -> dict[str, str]:
+    return {f.rule: f.message for f in findings if f.level == "error"}
+
+
+def test_rocm_above_the_lumi_driver_range_is_an_error() -> None:
+    errors = _errors(_judge(_facts("lumi-rocm"), "lumi"))
+    assert set(errors) == {"rocm"}
+    assert "ROCm 7.1.0 is above lumi's supported ROCm (at most 7.0" in errors["rocm"]
+    assert "Update-202601" in errors["rocm"]  # the finding carries the profile's source
+
+
+def test_rocm_within_the_range_fits_and_unpublished_bounds_say_not_checked() -> None:
+    facts = _facts("lumi-rocm")
+    facts["rocm"], facts["torch"]["hip"] = "6.3.4", "6.3.42134"
+    findings = _judge(facts, "lumi")
+    assert not _errors(findings)
+    infos = [f.line() for f in findings if f.level == "info"]
+    assert any("glibc" in line and "not checked" in line for line in infos), infos
+    assert any("RCCL" in line and "not checked" in line for line in infos), infos
+
+
+def test_glibc_below_what_the_bound_libraries_need_is_an_error() -> None:
+    # No site publishes that bound yet (their profiles say so): a profile that states one.
+    fit = dict(sitefit.load_fit(load_sites(ROOT)["lumi"]))
+    fit["glibc"] = {"min": "2.38", "max": None, "source": "host libcxi built on glibc 2.38"}
+    facts = _facts("lumi-rocm")
+    facts["glibc"], facts["rocm"] = "2.31", "6.2.4"
+    errors = _errors(_judge(facts, "lumi", fit))
+    assert set(errors) == {"glibc"}
+    assert errors["glibc"].startswith("the image's glibc 2.31 is below 2.38")
+
+
+def test_static_nccl_and_wrong_arch_on_olivia_are_errors() -> None:
+    errors = _errors(_judge(_facts("cuda-static-nccl"), "olivia"))
+    assert set(errors) == {"arch", "nccl"}
+    assert errors["arch"] == "the image is x86_64; olivia's nodes run aarch64"
+    assert "links NCCL 2.10.3 statically" in errors["nccl"]
+
+
+def test_a_rocm_build_on_a_cuda_site_and_an_unreadable_torch_are_errors() -> None:
+    assert "gpu" in _errors(_judge(_facts("lumi-rocm"), "mahti"))
+    facts = _facts("cuda-static-nccl")
+    facts["torch"] = None
+    assert "torch" in _errors(_judge(facts, "puhti"))
+
+
+def test_versions_compare_at_the_bounds_precision() -> None:
+    assert sitefit.version("6.2.41133-dd7f95766") == (6, 2, 41133)
+    assert sitefit.version("none") is None
+    assert sitefit._cmp((7, 0, 2), (7, 0)) == 0 and sitefit._cmp((7, 1), (7, 0)) == 1
+
+
+def test_a_fit_bound_that_is_no_version_names_file_line_and_key(tmp_path: Path) -> None:
+    folder = tmp_path / "sites"
+    folder.mkdir()
+    text = (ROOT / "sites" / "lumi.yaml").read_text().replace('max: "7.0"', 'max: "seven"')
+    (folder / "lumi.yaml").write_text(text)
+    site = load_sites(tmp_path)["lumi"]
+    with pytest.raises(ConfigError) as caught:
+        sitefit.load_fit(site)
+    assert "fit.rocm.max" in str(caught.value) and "lumi.yaml" in str(caught.value)
+
+
+def test_parse_probe_skips_what_the_image_prints_first() -> None:
+    out = 'hello from %environment\n@@probe@@{"probe": 1, "arch": "x86_64"}\n'
+    assert probing.parse_probe(out)["arch"] == "x86_64"
+    with pytest.raises(ValueError):
+        probing.parse_probe("no result\n")
+
+
+def test_sbom_of_facts_validates_and_names_packages_by_purl() -> None:
+    text = sbom.render(sbom.make(_facts("lumi-rocm"), {"target": "lumi-rocm",
+                                                       "inputs_hash": "ab" * 32}))
+    assert sbom.validate(text) is None
+    data = json.loads(text)
+    purls = {c["name"]: c["purl"] for c in data["components"] if "purl" in c}
+    assert purls["torch"] == "pkg:pypi/torch@2.9.0%2Brocm7.1"
+    assert purls["libc6"].startswith("pkg:deb/ubuntu/libc6@2.39-0ubuntu8.4?arch=amd64")
+    props = {p["name"]: p["value"] for p in data["metadata"]["component"]["properties"]}
+    assert props["containers:inputs_hash"] == "ab" * 32
+    assert sbom.validate(text.replace('"CycloneDX"', '"NotCycloneDX"')) is not None

@@ -1,0 +1,80 @@
+"""The release gate's busbw comparison, the diff of two images' facts, and the catalogue page,
+on plain data (the real images: test_release_image.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+from containers.publish import diff as diffing, gate
+from containers.publish.page import render_page
+from tests.fixtures import ROOT
+
+FACTS = json.loads((ROOT / "tests" / "fixtures" / "image_facts" / "lumi-rocm.json").read_text())
+
+
+def smoke(measured: float, **changes) -> dict:
+    """A catalogue smoke summary measuring ``measured`` GB/s at 128 MiB (tolerance -5%)."""
+    base = {"passed": True, "site": "lumi", "partition": "standard-g", "nodes": 2, "ranks": 16,
+            "date": "2026-11-25T00:00:00Z",
+            "performance": {"state": "pass", "measured": measured, "failed": False,
+                            "reference": {"bytes": 134217728, "value": 85.0, "lower": -0.05,
+                                          "unit": "GB/s"}}}
+    return {**base, **changes}
+
+
+def test_busbw_below_the_tolerance_is_a_regression() -> None:
+    result = gate.busbw_check(smoke(100.0), smoke(94.0))
+    assert result["regression"].startswith("busbw fell from 100 to 94 GB/s at 134217728 B "
+                                           "(6% lower; the reference allows 5%)")
+    assert result["floor"] == 95.0
+
+
+def test_busbw_within_the_tolerance_passes() -> None:
+    assert gate.busbw_check(smoke(100.0), smoke(95.5))["regression"] is None
+
+
+def test_unlike_runs_or_missing_figures_are_not_compared_and_say_why() -> None:
+    result = gate.busbw_check(smoke(100.0), smoke(10.0, ranks=8, nodes=1))
+    assert result["regression"] is None and result["note"] == \
+        "not compared: the runs differ in nodes, ranks"
+    assert "the current latest has no busbw" in gate.busbw_check(None, smoke(1.0))["note"]
+
+
+def test_diff_names_added_removed_changed_packages_and_stack() -> None:
+    new = copy.deepcopy(FACTS)
+    new["pip_packages"] = [{"name": "torch", "version": "2.9.1+rocm7.1"},
+                           {"name": "numpy", "version": "2.1.0"}]
+    new["torch"]["version"] = "2.9.1+rocm7.1"
+    result = diffing.diff(diffing.side("old", FACTS, size=10, smoke=smoke(100.0)),
+                          diffing.side("new", new, size=12, smoke=None))
+    assert result["packages"] == {"added": {"pip:numpy": "2.1.0"},
+                                  "removed": {"pip:deepspeed": "0.17.1"},
+                                  "changed": {"pip:torch": ["2.9.0+rocm7.1", "2.9.1+rocm7.1"]}}
+    assert result["stack"] == {"torch": ["2.9.0+rocm7.1", "2.9.1+rocm7.1"],
+                               "deepspeed": ["0.17.1", None]}
+    text = "\n".join(diffing.lines(result))
+    assert "+ pip:numpy 2.1.0" in text and "smoke (new): no verdict" in text
+
+
+def test_page_is_self_contained_escaped_and_lists_every_version(tmp_path: Path) -> None:
+    entry = {"target": "lumi-rocm", "size_bytes": 1 << 30, "signed": False,
+             "published": "2026-11-25", "published_by": "admin@<host>",
+             "checks": {"smoke": smoke(100.0)}, "stack": {"torch": "2.9.0", "build": "rocm"},
+             "sbom_file": "lumi-rocm/1.sif.cdx.json"}
+    second = {**entry, "version": "2", "checks": {"smoke": smoke(90.0)},
+              "diff_file": "lumi-rocm/2.diff.json",
+              "gate": {"accepted": {"why": "driver <update>", "by": "admin", "date": "now",
+                                    "problems": ["busbw fell"]}}}
+    catalogue = {"updated": "now", "targets": {"lumi-rocm": {
+        "latest": "2", "versions": [{**entry, "version": "1"}, second]}}}
+    page = render_page(catalogue, tmp_path)
+    assert "<script" not in page.lower()
+    links = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert links and not [l for l in links if re.match(r"[a-z]+://", l)
+                          or l.startswith("//")], links
+    assert any(l.startswith("data:image/png;base64,") for l in links)
+    assert "admin@&lt;host&gt;" in page and "driver &lt;update&gt;" in page
+    assert page.index("<code>2</code> (latest)") < page.index("<code>1</code>")
