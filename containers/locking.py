@@ -47,14 +47,36 @@ def release(fd: int) -> None:
     os.close(fd)
 
 
+def _is_current(fd: int, path: Path) -> bool:
+    """Whether the open lock ``fd`` is still the file at ``path`` (its last holder may have
+    removed it while we waited: then we hold a lock on a name nobody else sees)."""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held_file = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held_file.st_dev, held_file.st_ino)
+
+
 @contextmanager
-def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path``; ``on_wait`` is called once if we must wait."""
-    fd = acquire(path, on_wait=on_wait)
-    assert fd is not None
+def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None,
+              remove: bool = False) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path``; ``on_wait`` is called once if we must wait.
+    ``remove``: the lock file is removed when the lock is let go, so it is not left in a folder
+    others read (a site's publish folder); a waiter that then holds the removed file's lock
+    takes the new file's instead, so two holders never overlap."""
+    while True:
+        fd = acquire(path, on_wait=on_wait)
+        assert fd is not None
+        if not remove or _is_current(fd, path):
+            break
+        release(fd)
+        on_wait = None  # said once
     try:
         yield
     finally:
+        if remove and _is_current(fd, path):
+            path.unlink(missing_ok=True)  # before the lock goes: a waiter then retries
         release(fd)
 
 

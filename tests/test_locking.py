@@ -41,3 +41,38 @@ def test_second_holder_waits_for_the_first(tmp_path: Path) -> None:
 def test_a_fifo_planted_as_a_lock_does_not_block_asking_its_holder(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "x.lock")
     assert holder(tmp_path / "x.lock") is None
+
+
+def test_a_removed_lock_file_is_never_held_by_two(tmp_path: Path) -> None:
+    """With remove=True the holder removes the lock file as it lets go. A waiter that had
+    opened the old file must not keep that lock while a newcomer locks a new file of the same
+    name: each holder marks itself busy (O_EXCL) while it holds; two at once would clash."""
+    lock = tmp_path / ".publish.lock"
+
+    def holder_process() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", HOLD_REMOVING, str(lock), str(tmp_path)],
+                                stdout=subprocess.PIPE, text=True)
+
+    with file_lock(lock, remove=True):
+        waiter = holder_process()
+        time.sleep(1.5)  # it has opened this lock file and waits on it
+    newcomer = holder_process()  # arrives after the file was removed
+    outputs = [proc.communicate(timeout=30)[0].strip() for proc in (waiter, newcomer)]
+    assert outputs == ["ok", "ok"] and not lock.exists()
+
+
+HOLD_REMOVING = """
+import os, sys, time
+from pathlib import Path
+from containers.locking import file_lock
+with file_lock(Path(sys.argv[1]), remove=True):
+    busy = Path(sys.argv[2]) / "busy"
+    try:
+        os.close(os.open(busy, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        print("overlap", flush=True)
+        sys.exit(1)
+    time.sleep(0.7)
+    busy.unlink()
+    print("ok", flush=True)
+"""

@@ -443,7 +443,7 @@ def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
         with umask(plan.modes.umask):
             tx.folder(plan.dest)
             refuse_links(plan)  # the lock file too, before it is opened
-            with file_lock(plan.dest / cat.LOCK_NAME,
+            with file_lock(plan.dest / cat.LOCK_NAME, remove=True,  # not left in DEST
                            on_wait=lambda: say("waiting for another publish to finish")):
                 try:
                     return _execute_locked(plan, runtime, checks=checks, key=key, say=say,
