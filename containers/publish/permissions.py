@@ -105,6 +105,37 @@ def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
     return None
 
 
+def open_parent(dest: Path) -> str | None:
+    """Why anyone could swap ``dest`` for a folder of their own, else None: a folder above it
+    (``dest`` itself included, when it exists) that is world-writable without the sticky bit
+    (``/tmp`` has it: there only the owner may rename or remove an entry)."""
+    for folder in (dest, *dest.parents):
+        try:
+            mode = os.stat(folder).st_mode
+        except FileNotFoundError:
+            continue
+        if folder != dest and mode & 0o002 and not mode & stat.S_ISVTX:
+            return (f"{folder} is world-writable without the sticky bit, so anyone could rename "
+                    f"{dest} and put their own in its place; publish under a folder only "
+                    "admins can write (or chmod +t it)")
+    return None
+
+
+def open_folders(dest: Path, target: str) -> str | None:
+    """The first folder one publish of ``target`` writes into that anyone may write (a file
+    planted there would be published with the rest), else None."""
+    for folder in (dest / target, dest / target / "bin", dest / "modules",
+                   dest / "modules" / target, dest / "keys"):
+        try:
+            mode = os.lstat(folder).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(mode) and mode & 0o002:
+            return (f"{folder} is world-writable (mode {stat.S_IMODE(mode):04o}): anyone could "
+                    "have put files there; check what it holds, chmod o-w it, then publish")
+    return None
+
+
 def managed_paths(dest: Path, target: str) -> list[Path]:
     """What one publish owns: the target's folders and files, modules, keys and catalogue;
     never a link, nor anything reached through one (:func:`walk_nofollow`)."""

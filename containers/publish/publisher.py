@@ -59,7 +59,8 @@ from containers.publish.checks import QuickCheck, ensure_checks, skipped
 from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wrapper,
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
-                                            resolve_group, umask, unsafe_layout)
+                                            open_folders, open_parent, resolve_group, umask,
+                                            unsafe_layout)
 from containers.publish.page import render_page
 from containers.report import Say, human_bytes, say_line
 
@@ -114,6 +115,9 @@ class PublishRequest:
         if dest.exists() and stat.S_IMODE(dest.stat().st_mode) & 0o002:
             raise UsageError(f"{dest} is world-writable: anyone could replace published images; "
                              "publish into a folder only admins can write", flag="--dest")
+        problem = open_parent(dest)
+        if problem:
+            raise UsageError(problem, flag="--dest")
 
 
 # ------------------------------------------------------------------------------------ plan
@@ -249,7 +253,8 @@ def _module_spec(plan: PublishPlan, *, sha256: str, fingerprint: str | None,
 def refuse_links(plan: PublishPlan) -> None:
     """A :class:`StateError` naming the first link (or misplaced file) inside the publish folder
     that this publish would write, chmod or remove through: it never follows one."""
-    problem = unsafe_layout(plan.dest, plan.target.name)
+    problem = unsafe_layout(plan.dest, plan.target.name) or open_folders(plan.dest,
+                                                                          plan.target.name)
     if problem:
         raise StateError(problem)
     for link in (plan.folder / "latest", plan.module_dir / "default"):

@@ -26,7 +26,7 @@ from containers.inputs.schema import name_problem
 from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
 from containers.publish.modulefile import exec_name
-from containers.publish.permissions import mode_problems, unsafe_layout
+from containers.publish.permissions import mode_problems, open_parent, unsafe_layout
 from containers.report import Say, console, human_bytes, say_line, table
 
 COLUMNS = ("target", "version", "latest", "size", "sha256", "signature", "checks", "published",
@@ -180,6 +180,9 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
                          entry["published"], "FAILED" if found else "ok"))
     problems += entry_problems
     problems += mode_problems([p for p in walk_nofollow(dest) if not p.is_symlink()], None)
+    exposed = open_parent(dest)  # anyone could swap the whole folder for their own
+    if exposed:
+        problems.append(exposed)
     temps = [temp for folder in folders.values() for temp in folder.temps]
     if as_json:
         print(_document(dest, images, problems, temps), flush=True)

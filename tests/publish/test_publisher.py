@@ -508,3 +508,24 @@ def test_a_failure_after_the_commit_says_the_version_was_published(data_built: B
                                          r"permitted \(.*pub\)$"):
         data_built.publish(version="1.0", skip_checks=True)
     assert cat.latest(cat.load(data_built.dest / cat.CATALOGUE_NAME), "cpu") == "1.0"
+
+
+def test_a_dest_anyone_could_swap_or_write_into_is_refused(data_built: Built,
+                                                          tmp_path: Path) -> None:
+    """A world-writable DEST/<t>/ (files planted there would be published with the rest), or a
+    DEST under a world-writable parent without the sticky bit (anyone could rename DEST away
+    and put their own): each refused in one line before anything is written."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(UsageError, match=rf"^--dest: {shared} is world-writable without the "
+                                         "sticky bit"):
+        PublishRequest(target="cpu", dest=str(shared / "pub"))
+    os.chmod(shared, 0o1777)  # sticky, as /tmp: only the owner renames its entries
+    PublishRequest(target="cpu", dest=str(shared / "pub"))
+    data_built.publish(version="1.0", skip_checks=True)
+    dest = data_built.dest
+    os.chmod(dest / "cpu", 0o777)
+    with pytest.raises(StateError, match=rf"^{dest / 'cpu'} is world-writable \(mode 0777\)"):
+        data_built.publish(version="2.0", skip_checks=True)
+    assert not (dest / "cpu" / "2.0.sif").exists()

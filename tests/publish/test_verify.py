@@ -160,3 +160,13 @@ def test_a_latest_that_is_a_folder_is_said_to_be_one(data_built: Built) -> None:
     assert "cpu/latest: is a folder, not a link, the catalogue says '2.0.sif'" in \
         str(failed.value)
     assert "None" not in str(failed.value)
+
+
+def test_verify_flags_a_dest_anyone_could_swap(data_built: Built) -> None:
+    dest = _publish_two(data_built)
+    os.chmod(dest.parent, 0o777)
+    try:
+        with pytest.raises(VerdictFailed, match="world-writable without the sticky bit"):
+            verify(dest, runtime=_no_runtime, say=lambda line: None)
+    finally:
+        os.chmod(dest.parent, 0o755)
