@@ -156,7 +156,7 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
         ref = resolve(project, spec, flag=flag)
         if not ref.image.is_file():
             raise StateError(f"{flag} {spec}: {ref.image} is not there")
-        facts = probing.probe(runtime, ref.image)
+        facts = probing.probe(runtime, ref.image, sha256=ref.record.get("sha256"))
         sides.append(diffing.side(ref.name, facts, size=ref.image.stat().st_size,
                                   smoke=latest_smoke(project, ref)))
     result = diffing.diff(*sides)
@@ -178,9 +178,12 @@ def examine_built(project: Project):
 
     def examine(step, runtime, record: dict, say: Say) -> dict:
         say(f"==> examining {step.target.name}: SBOM and site fit (one probe of the image)")
-        facts = probing.probe(runtime, step.partial)
+        facts = probing.probe(runtime, step.partial, sha256=record.get("sha256"))
         files = {probing.SBOM_SUFFIX: sbom.render(sbom.make(facts, record))}
         stack = probing.summary(facts)
+        record["stack"] = stack  # read back by publish with the SBOM (probing.known_facts)
+        if facts.get("errors"):
+            record["probe_errors"] = facts["errors"]
         if stack["build"] is None and (facts.get("errors") or {}).get("torch", "").startswith(
                 "ModuleNotFoundError"):
             say(f"  {step.target.name} holds no torch: site fit not judged")

@@ -68,7 +68,8 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
     the entry records the findings and who accepted what."""
     def review(plan: publisher.PublishPlan, checks: dict, say: Say) -> dict:
         sha = plan.provenance.get("sha256")
-        facts = probing.probe(runtime, plan.image, sha256=sha)
+        facts = (probing.known_facts(plan.image, plan.provenance)
+                 or probing.probe(runtime, plan.image, sha256=sha))
         stack = probing.summary(facts)
         findings = sitefit.judge(stack, site_name=plan.site.name, site_gpu=plan.site.gpu,
                                  arches=site_arches(plan.site, project.targets),
@@ -84,7 +85,10 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
         gate_record: dict = {"against": latest}
         if old is not None and (plan.dest / old["file"]).is_file():
             old_sha = (old.get("provenance") or {}).get("sha256")
-            old_facts = probing.probe(runtime, plan.dest / old["file"], sha256=old_sha)
+            old_facts = (probing.known_facts(plan.dest / old["file"],
+                                             {**(old.get("provenance") or {}),
+                                              "stack": old.get("stack")})
+                         or probing.probe(runtime, plan.dest / old["file"], sha256=old_sha))
             result["diff"] = diffing.diff(
                 diffing.side(f"{plan.target.name}@{latest}", old_facts,
                              size=old["size_bytes"], smoke=(old.get("checks") or {}).get("smoke")),

@@ -95,8 +95,33 @@ def sbom_counts(path: Path) -> dict | None:
     return counts
 
 
+def known_facts(image: Path, record: Mapping) -> dict | None:
+    """The facts a build of this tool already recorded from the image (the stack in its build
+    record, the packages in the SBOM beside it), so publish need not start the image again;
+    None when either is missing (an image built before them: probe it)."""
+    stack = record.get("stack")
+    try:
+        data = json.loads(sbom_path(image).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stack, dict) or not isinstance(data, dict):
+        return None
+    found: dict = {"stack": stack, "debian_packages": [], "pip_packages": [],
+                   "labels": record.get("labels") or {}, "errors": record.get("probe_errors")}
+    for component in data.get("components", []):
+        purl = str(component.get("purl") or "")
+        item = {"name": component.get("name"), "version": component.get("version")}
+        if purl.startswith("pkg:deb/"):
+            found["debian_packages"].append(item)
+        elif purl.startswith("pkg:pypi/"):
+            found["pip_packages"].append(item)
+    return found
+
+
 def summary(facts: Mapping) -> dict:
     """The flat stack of an image's facts (:data:`STACK_KEYS`); None where it has none."""
+    if isinstance(facts.get("stack"), Mapping):  # already flat (:func:`known_facts`)
+        return dict(facts["stack"])
     torch = facts.get("torch") or {}
     pips = {p["name"].lower(): p["version"] for p in facts.get("pip_packages") or []}
     os_info = facts.get("os") or {}
@@ -116,8 +141,8 @@ def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -
     size, labels, its build record and its SBOM's counts."""
     if not image.is_file():
         raise ImageMissing(image, target or image.stem)
-    facts = probe(runtime, image)
     record = provenance.read(record_path(image))
+    facts = probe(runtime, image, sha256=record.get("sha256"))
     return {
         "image": str(image), "target": target or record.get("target"),
         "size_bytes": image.stat().st_size,

@@ -62,7 +62,9 @@ def diff(old: Mapping, new: Mapping) -> dict:
                         if before[k] != after[k]},
         },
         "stack": _changed(old["stack"], new["stack"]),
-        "labels": _changed(old["labels"], new["labels"]),
+        # a published version's catalogue entry keeps no labels: nothing to compare then
+        "labels": _changed(old["labels"], new["labels"]) if old["labels"] and new["labels"]
+        else {},
         "size_bytes": [old["size_bytes"], new["size_bytes"]],
         "smoke": [old["smoke"], new["smoke"]],
     }

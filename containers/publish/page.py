@@ -58,7 +58,7 @@ def _verdicts(entry: Mapping) -> str:
         performance = smoke.get("performance") or {}
         lines.append(f"smoke: {'PASS' if smoke.get('passed') else 'FAIL'} "
                      f"({smoke.get('ranks')} ranks on {smoke.get('site')}"
-                     f"/{smoke.get('partition')})")
+                     f"/{smoke.get('partition') or '-'})")
         if performance.get("measured") is not None:
             lines.append(f"busbw {performance['measured']} GB/s "
                          f"({str(performance.get('state', '')).upper()})")
@@ -103,8 +103,12 @@ def history_png(catalogue: Mapping) -> bytes | None:
     for target, points in series.items():
         ax.plot(range(len(points)), [p[1] for p in points], "o-", label=target)
         for index, (version, value) in enumerate(points):
-            ax.annotate(version, (index, value), fontsize=7, rotation=20,
+            ax.annotate(f"{value:g}", (index, value), fontsize=7,
                         textcoords="offset points", xytext=(0, 6))
+    longest = max(series.values(), key=len)
+    ax.set_xticks(range(len(longest)),
+                  [p[0] for p in longest] if len(series) == 1 else range(len(longest)),
+                  fontsize=7)
     ax.set_xlabel("published version (oldest first)")
     ax.set_ylabel("smoke busbw at reference size (GB/s)")
     ax.set_title("busbw history of published versions")
