@@ -543,7 +543,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     if keyfile is not None:
         tx.folder(keyfile.parent)
     wrapper = tx.temp(write_temp(plan.exec_path, render_exec_wrapper(
-        plan.target.name, runtime=plan.site.runtime, gpu_flag=plan.site.gpu_flag).encode()))
+        plan.target.name).encode()))  # no version's facts: each module file carries its own
     os.chmod(wrapper, plan.modes.dir)  # executable from its first moment under its final name
     staged = [  # (temp, final, commit step), in commit order: the catalogue last
         (tx.temp(write_temp(plan.checksum, cat.checksum_line(sha256, plan.version).encode())),

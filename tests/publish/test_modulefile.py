@@ -42,18 +42,36 @@ def test_modulefile_without_binds_or_env_sets_none() -> None:
     assert "BIND" not in text and "ENV_" not in text and "apptainer exec $SIF" in text
 
 
-def test_exec_wrapper_is_valid_bash_and_quotes(tmp_path: Path) -> None:
+def test_exec_wrapper_runs_the_loaded_versions_runtime_and_flag(tmp_path: Path) -> None:
+    """One wrapper serves every version, so it holds no version's facts: the runtime and GPU
+    flag come from the loaded module (an older version keeps running with its own after a
+    newer one, or a changed site profile, is published)."""
     script = tmp_path / "w"
-    expected = {None: "", "--nv": "--nv ", "--weird flag'": "'--weird flag'\"'\"'' "}
-    for gpu, rendered in expected.items():
-        text = render_exec_wrapper("cpu", runtime="apptainer", gpu_flag=gpu)
-        script.write_text(text)
-        subprocess.run(["bash", "-n", str(script)], check=True)
-        assert text.splitlines()[-1] == f'exec apptainer exec {rendered}"$SIF" "$@"'
+    text = render_exec_wrapper("cpu")
+    script.write_text(text)
+    subprocess.run(["bash", "-n", str(script)], check=True)
     script.chmod(0o755)
-    result = subprocess.run([str(script), "true"], capture_output=True, text=True,
-                            env={k: v for k, v in os.environ.items() if k != "SIF"})
+    runtime = tmp_path / "fake runtime"
+    runtime.write_text("#!/bin/sh\nprintf '[%s]' \"$@\"\n")
+    runtime.chmod(0o755)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SIF", "CONTAINER_"))}
+    for flag, shown in ((None, "[exec][/i.sif][true]"), ("--nv", "[exec][--nv][/i.sif][true]"),
+                        ("--weird flag'", "[exec][--weird flag'][/i.sif][true]")):
+        env = {**base, "SIF": "/i.sif", "CONTAINER_RUNTIME": str(runtime),
+               "CONTAINER_GPU_FLAG": flag or ""}
+        result = subprocess.run([str(script), "true"], capture_output=True, text=True, env=env)
+        assert (result.returncode, result.stdout) == (0, shown), result.stderr
+    result = subprocess.run([str(script), "true"], capture_output=True, text=True, env=base)
     assert result.returncode == 1 and "load a module first: module load cpu" in result.stderr
+    result = subprocess.run([str(script), "true"], capture_output=True, text=True,
+                            env={**base, "SIF": "/i.sif"})
+    assert result.returncode == 1 and "publish it again" in result.stderr
+    one = render_modulefile(_spec(runtime="singularity", gpu_flag="--rocm"))
+    two = render_modulefile(_spec(runtime="apptainer", gpu_flag=None))
+    assert 'setenv("CONTAINER_RUNTIME", "singularity")' in one
+    assert 'setenv("CONTAINER_GPU_FLAG", "--rocm")' in one
+    assert 'setenv("CONTAINER_RUNTIME", "apptainer")' in two
+    assert 'setenv("CONTAINER_GPU_FLAG", "")' in two
 
 
 #: Lmod's functions as no-ops, so plain Lua can run a module file and show what it would run.
@@ -82,8 +100,7 @@ def test_module_file_quoting_holds_even_for_a_hostile_name(tmp_path: Path) -> No
 def test_exec_wrapper_quoting_holds_even_for_a_hostile_name(tmp_path: Path) -> None:
     pwned = tmp_path / "PWNED"
     script = tmp_path / "w"
-    script.write_text(render_exec_wrapper(f"x\ntouch {pwned}\n#", runtime="apptainer",
-                                          gpu_flag=None))
+    script.write_text(render_exec_wrapper(f"x\ntouch {pwned}\n#"))
     script.chmod(0o755)
     result = subprocess.run([str(script), "true"], capture_output=True, text=True,
                             env={k: v for k, v in os.environ.items() if k != "SIF"})
