@@ -24,6 +24,7 @@ Causes are chained (``raise … from exc``) so ``--debug`` style tracebacks keep
 from __future__ import annotations
 
 import errno
+import re
 import shlex
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,6 +115,16 @@ class RuntimeNotFound(ContainersError):
     """Neither apptainer nor singularity could be found or run."""
 
 
+#: A terminal escape sequence (colour, cursor, line clearing: CSI and OSC), which a tool such
+#: as cotainr writes even into a pipe.
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def plain(line: str) -> str:
+    """``line`` without terminal escape sequences: what is left to read in a log or a pipe."""
+    return _ESCAPE.sub("", line)
+
+
 class CommandFailed(ContainersError):
     """An external command failed: its argv, exit code and last output lines are kept."""
 
@@ -130,8 +141,11 @@ class CommandFailed(ContainersError):
         text = self.what
         if self.returncode is not None:
             text += f" failed (exit {self.returncode})"
-        worth = [ln.strip() for ln in self.output if ln.strip()]
-        flagged = [ln for ln in worth if "FATAL" in ln or "ERROR" in ln or "rror:" in ln]
+        worth = [plain(ln).strip() for ln in self.output if plain(ln).strip()]
+        # a FATAL line says what went wrong; an error line (a wrapper's traceback ends in one)
+        # only that something did
+        fatal = [ln for ln in worth if "FATAL" in ln]
+        flagged = fatal or [ln for ln in worth if "ERROR" in ln or "rror:" in ln]
         shown = (flagged or worth)[-lines:]
         return text + (": " + " | ".join(shown) if shown else "")
 

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Mapping
 
 from containers.app.inspecting import examine_built
 from containers.app.project import Project
-from containers.errors import ConfigError
+from containers.errors import ConfigError, UsageError
 from containers.host.facts import host_arch
 from containers.image import builder
 from containers.image.arch import emulation
 from containers.image.gather import gather_host
-from containers.image.plan import BuildPlan, fakeroot_refusal, plan_build
+from containers.image.plan import BuildPlan, BuildStep, fakeroot_refusal, plan_build
 from containers.inputs.recipes import Target
 from containers.inputs.validate import host_path_policy
 from containers.report import Say, say_line as _print, show_command
@@ -38,6 +39,22 @@ def foreign_build(item: Target, *, dry_run: bool) -> str | None:
     raise ConfigError(f"target '{item.name}' is {item.arch} but this machine is {here} and "
                       f"cannot emulate it: {missing}; or {where}",
                       path=item.manifest, line=item.line("arch"), key="arch")
+
+
+def missing_base_image(step: BuildStep) -> None:
+    """A cotainr target's base image, when it is a path here, must exist before cotainr runs
+    (its traceback would say so after a while, through singularity): one line naming where the
+    path was set. A ``docker://``-style reference is left to cotainr."""
+    base = step.inputs.get("base_image") if step.target.builder == "cotainr" else None
+    if not base or "://" in base or Path(base).is_file():
+        return
+    given = base != step.target.base_image  # from --build-arg, not the manifest
+    message = (f"base image {base} is not a file on this machine: build {step.target.name} on "
+               f"site {step.target.site}, where it is, or pass --build-arg BASE_IMAGE=PATH")
+    if given:
+        raise UsageError(message, flag="--build-arg BASE_IMAGE")
+    raise ConfigError(message, path=step.target.manifest, line=step.target.line("base_image"),
+                      key="base_image")
 
 
 def build(project: Project, *, target: str, force: bool = False, dry_run: bool = False,
@@ -78,6 +95,9 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
         say(f"  run    {show_command(step.inspect_argv)}")
         say(f"  rename {os.path.relpath(step.partial)} -> {os.path.relpath(step.image)} "
             f"(+ {os.path.relpath(step.image)}.json)")
+    if not dry_run:
+        for step in plan.pending:
+            missing_base_image(step)
     if dry_run or not plan.pending:
         if not plan.pending:
             say(f"{item.name} is up to date: nothing to build")

@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 from containers.files import atomic_write_text
 from containers.host.process import run
 from containers.host.runtime import Runtime
-from containers.errors import CommandFailed, on_disk
+from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
 from containers.image.arch import image_arch
 from containers.image.plan import BuildPlan, BuildStep
@@ -208,10 +208,24 @@ def work_folder(step: BuildStep) -> Iterator[BuildStep]:
 
 def _stream(step: BuildStep, label: str, say: Say,
             show: Callable[[str], None] = lambda phase: None) -> Callable[[str], None]:
+    """Each output line, prefixed with target, phase and elapsed time, without terminal escape
+    codes (cotainr writes colour even into a pipe). A Python traceback (cotainr's own, when its
+    build fails) is folded to one line: its last line, the exception, follows it, and the
+    tool's error line names what failed."""
     started = time.monotonic()
-    state = {"phase": label}
+    state = {"phase": label, "traceback": 0}
 
-    def on_line(line: str) -> None:
+    def on_line(raw: str) -> None:
+        line = plain(raw)
+        if line.startswith("Traceback (most recent call last):"):
+            state["traceback"] = 1
+            return
+        if state["traceback"]:
+            if line[:1].isspace() or not line:
+                state["traceback"] += 1
+                return
+            line = f"(a traceback of {state['traceback']} lines left out) {line}"
+            state["traceback"] = 0
         if label == "build":
             state["phase"] = phase_of(line, state["phase"])
             show(state["phase"])
@@ -251,11 +265,11 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     say(f"==> building {step.target.name} ({step.short_hash}) in {step.workdir}")
     with phase_line(f"{step.target.name}: build") as show:
         run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
-            f"apptainer build of {step.target.name}")
+            f"{step.target.builder} build of {step.target.name}")  # cotainr's is not apptainer's
     if step.test_argv:
         say(f"==> testing {step.target.name}")
         run(step.test_argv, env=env, on_line=_stream(step, "test", say)).check(
-            f"apptainer test of {step.target.name}")
+            f"{runtime.flavour} test of {step.target.name}")
     record = provenance.record(step, runtime=runtime, seconds=time.time() - started)
     record["arch"] = checked_arch(step, runtime)
     # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the tool's

@@ -219,3 +219,50 @@ def test_a_full_disk_while_staging_is_one_line_and_leaves_nothing(tmp_path: Path
         build_step(step, runtime=RUNTIME, say=lambda line: None)
     assert not marker.exists()  # nothing ran
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("x-")] == []
+
+
+def test_build_output_is_plain_and_a_wrappers_traceback_is_folded(tmp_path: Path) -> None:
+    """cotainr writes colour codes even into a pipe and ends a failed build in a Python
+    traceback (measured: invoke build --target lumi-rocm off LUMI): the streamed lines carry
+    neither, and the error line names cotainr and the FATAL line, not 'apptainer build'."""
+    from containers.image.builder import _stream
+
+    step = dataclasses.replace(_failing_step(tmp_path, "x"), target=dataclasses.replace(
+        load_targets(ROOT)["lumi-rocm"], name="x"))
+    raw = ["\x1b[2KCotainr:-: Creating Singularity Sandbox",
+           "\x1b[2KSingularitySandbox.err:-: \x1b[38;5;160mFATAL:   Unable to build from "
+           "/b.sif\x1b[0m",
+           "Traceback (most recent call last):", '  File "cli.py", line 596, in main',
+           "    cli.subcommand.execute()",
+           "subprocess.CalledProcessError: Command '['singularity']' returned non-zero exit "
+           "status 255."]
+    shown: list[str] = []
+    on_line = _stream(step, "build", shown.append)
+    for line in raw:
+        on_line(line)
+    assert not any("\x1b" in line for line in shown)
+    assert [line.split("] ", 1)[1] for line in shown] == [
+        "Cotainr:-: Creating Singularity Sandbox",
+        "SingularitySandbox.err:-: FATAL:   Unable to build from /b.sif",
+        "(a traceback of 3 lines left out) subprocess.CalledProcessError: Command "
+        "'['singularity']' returned non-zero exit status 255."]
+    failed = CommandFailed("cotainr build of x", returncode=1, output=raw)
+    assert str(failed) == ("cotainr build of x failed (exit 1): SingularitySandbox.err:-: "
+                           "FATAL:   Unable to build from /b.sif")
+
+
+def test_a_cotainr_base_image_that_is_not_here_is_refused_first(tmp_path: Path) -> None:
+    from containers.app.build import missing_base_image
+    from containers.errors import ConfigError, UsageError
+
+    target = load_targets(ROOT)["lumi-rocm"]
+    step = dataclasses.replace(_failing_step(tmp_path, "x"), target=target,
+                               inputs={"base_image": target.base_image})
+    with pytest.raises(ConfigError, match=r"lumi-rocm.yaml:\d+: base_image: base image "
+                                          r"/appl/.* is not a file on this machine"):
+        missing_base_image(step)
+    given = dataclasses.replace(step, inputs={"base_image": str(tmp_path / "none.sif")})
+    with pytest.raises(UsageError, match=r"^--build-arg BASE_IMAGE: base image .*none.sif"):
+        missing_base_image(given)
+    missing_base_image(dataclasses.replace(step, inputs={"base_image": __file__}))
+    missing_base_image(dataclasses.replace(step, inputs={"base_image": "docker://rocm/x"}))
