@@ -9,7 +9,7 @@ from pathlib import Path
 
 from containers.app.project import Project
 from containers.batch import job as batch
-from containers.errors import ImageMissing, UsageError
+from containers.errors import ImageMissing, UsageError, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import host_arch, run_stamp
 from containers.image import provenance
@@ -56,14 +56,16 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                              host_arch=host_arch(), site_arch=home.arch if home else None,
                              venv=venv, environ=os.environ)
     jobs_dir = project.settings.results_dir / "jobs"
-    planned.output_folder.mkdir(parents=True, exist_ok=True)
+    with on_disk("create the job's output folder", planned.output_folder):
+        planned.output_folder.mkdir(parents=True, exist_ok=True)
     if submit and script is None:
         script = jobs_dir / f"{planned.name}-{run_stamp()}.sh"
     if script is None:
         say(planned.text.rstrip("\n"))
         return JobSubmission(job=planned)
-    atomic_write_text(script, planned.text)
-    script.chmod(0o755)
+    with on_disk("write the job script", script):
+        atomic_write_text(script, planned.text)
+        script.chmod(0o755)
     say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
     if not submit:
         return JobSubmission(job=planned, script=script)

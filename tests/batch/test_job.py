@@ -541,6 +541,17 @@ def test_app_job_refuses_a_folder_as_out(tmp_path) -> None:
     assert not (tmp_path / "results").exists()  # refused before anything is made
 
 
+def test_app_job_into_a_read_only_results_folder_is_one_line(tmp_path, factory_read_only) -> None:
+    from containers import app
+    from containers.errors import StateError
+    results = factory_read_only(tmp_path / "results")
+    project = app.Project.load(ROOT, {"results_dir": str(results)})
+    with pytest.raises(StateError, match=r"^cannot create the job's output folder: .*results/"):
+        app.job(project, target="cpu", site="local-slurm", workload="smoke",
+                out=tmp_path / "job.sh", say=lambda line: None)
+    assert not (tmp_path / "job.sh").exists()
+
+
 def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_job) -> None:
     import json
     job = data_job("lumi", "smoke", nodes=2, account="project_465000001")
