@@ -81,11 +81,12 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
     png = None
     if records and plot:
         name = "+".join(ops) if ops and len(ops) < 3 else f"{len(ops or [])}-ops"
-        png = perflog.plot_history(records, project.settings.perflog_dir /
-                                   (f"history-{target or 'all'}.png" if not ops else
-                                    f"history-{target or 'all'}-op-{name}.png"),
-                                   title=f"{shown or 'collective'} busbw history: "
-                                         f"{target or 'all targets'}")
+        with on_disk("write the history plot", project.settings.perflog_dir):
+            png = perflog.plot_history(records, project.settings.perflog_dir /
+                                       (f"history-{target or 'all'}.png" if not ops else
+                                        f"history-{target or 'all'}-op-{name}.png"),
+                                       title=f"{shown or 'collective'} busbw history: "
+                                             f"{target or 'all targets'}")
     if as_json:
         say(json.dumps({"target": target, "ops": list(ops) if ops else None,
                         "perflog_dir": str(project.settings.perflog_dir),
