@@ -10,8 +10,11 @@ Layout under ``<dest>``::
 
     catalogue.json                     every target, its versions (oldest first), `latest`
                                        and an optional `pinned` list (kept by --keep)
+    index.html                         the catalogue page (self-contained, no script)
     <target>/<version>.sif             the image (read-only for users)
     <target>/<version>.sif.sha256      `sha256sum -c` line, made after signing
+    <target>/<version>.sif.cdx.json    the build's CycloneDX SBOM (when the build wrote one)
+    <target>/<version>.diff.json       what changed since the latest it replaced
     <target>/latest -> <version>.sif   relative symlink, replaced atomically
     <target>/bin/<target>-exec         run a command in the loaded module's image
     modules/<target>/<version>.lua     Lmod module file; modules/<target>/default -> <version>.lua
@@ -34,6 +37,8 @@ from containers.inputs.schema import TEMP_ENDINGS, name_problem
 
 FORMAT = 1
 CATALOGUE_NAME = "catalogue.json"
+#: The catalogue page (containers.publish.page), replaced right after the catalogue.
+PAGE_NAME = "index.html"
 LOCK_NAME = ".publish.lock"
 TEMP_SUFFIXES = TEMP_ENDINGS
 #: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).

@@ -25,7 +25,7 @@ from typing import Iterator
 
 from containers.errors import ConfigError, ContainersError, StateError, UsageError
 from containers.files import first_link, kind_of, walk_nofollow
-from containers.publish.catalogue import CATALOGUE_NAME, LOCK_NAME, layout_link
+from containers.publish.catalogue import CATALOGUE_NAME, LOCK_NAME, PAGE_NAME, layout_link
 from containers.publish.modulefile import exec_name
 
 
@@ -89,7 +89,7 @@ def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
     if target is None:
         paths = list(walk_nofollow(dest))[1:]
     else:
-        top = [dest / CATALOGUE_NAME, dest / LOCK_NAME, dest / "modules"]
+        top = [dest / CATALOGUE_NAME, dest / PAGE_NAME, dest / LOCK_NAME, dest / "modules"]
         paths = top + [p for root in target_roots(dest, target) for p in walk_nofollow(root)]
     for path in paths:
         link = first_link(dest, path)
@@ -139,7 +139,7 @@ def open_folders(dest: Path, target: str) -> str | None:
 def managed_paths(dest: Path, target: str) -> list[Path]:
     """What one publish owns: the target's folders and files, modules, keys and catalogue;
     never a link, nor anything reached through one (:func:`walk_nofollow`)."""
-    paths = [dest / CATALOGUE_NAME, dest / LOCK_NAME, dest / "modules"]
+    paths = [dest / CATALOGUE_NAME, dest / PAGE_NAME, dest / LOCK_NAME, dest / "modules"]
     for root in target_roots(dest, target):
         paths += walk_nofollow(root)
     return [p for p in paths if os.path.lexists(p) and not p.is_symlink()

@@ -69,7 +69,7 @@ COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
 #: version it replaced (``<version>.diff.json``); the catalogue page at the top.
 SBOM_SUFFIX = ".cdx.json"
 DIFF_SUFFIX = ".diff.json"
-PAGE_NAME = "index.html"
+PAGE_NAME = cat.PAGE_NAME
 #: The caller's review of a version before it is published (site fit, diff against latest,
 #: release gate): (plan, checks, say) -> what the entry records ({"fit", "gate", "stack",
 #: "diff"}); raises VerdictFailed to refuse it.

@@ -107,6 +107,17 @@ def _start(project: app.Project, *args: str, env: dict | None = None) -> subproc
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _published_files(dest: Path) -> list[str]:
+    """What ``dest/cpu`` holds, less the SBOMs, which are checked to be there exactly when the
+    build wrote one (a build before SBOMs has none: each version's entry then names none)."""
+    names = sorted(p.name for p in (dest / "cpu").iterdir())
+    built_sbom = (ROOT / "images" / "cpu.sif.cdx.json").is_file()
+    for name in names:
+        if name.endswith(".sif"):
+            assert (f"{name}.cdx.json" in names) == built_sbom, (name, names)
+    return [n for n in names if not n.endswith(".cdx.json")]
+
+
 def _catalogue(dest: Path) -> dict:
     return json.loads((dest / "catalogue.json").read_text())
 
@@ -157,8 +168,9 @@ def test_publish_checks_copies_signs_and_catalogues(published, site_project, key
     assert os.readlink(dest / "modules" / "cpu" / "default") == "2.0.lua"
     assert signers(real_runtime, sif, keysdir=keyring) == {key.fingerprint}
     assert key_fingerprints(dest / entry["public_key"]) == [key.fingerprint]
-    assert sorted(p.name for p in (dest / "cpu").iterdir()) == [
-        "1.0.sif", "1.0.sif.sha256", "2.0.sif", "2.0.sif.sha256", "bin", "latest"]
+    assert _published_files(dest) == [
+        "1.0.sif", "1.0.sif.sha256", "2.0.diff.json", "2.0.sif", "2.0.sif.sha256", "bin",
+        "latest"]
     # permissions: world-readable defaults, nothing world-writable
     for path in [dest, *dest.rglob("*")]:
         if path.is_symlink():
@@ -343,8 +355,7 @@ def test_prune_keeps_newest_and_latest(site_project, tmp_path) -> None:
     assert "pruning cpu 2 (--keep 1)" in result.stdout
     data = _catalogue(dest)
     assert [e["version"] for e in cat.entries(data, "cpu")] == ["3"]
-    assert sorted(p.name for p in (dest / "cpu").iterdir()) == ["3.sif", "3.sif.sha256", "bin",
-                                                                "latest"]
+    assert _published_files(dest) == ["3.diff.json", "3.sif", "3.sif.sha256", "bin", "latest"]
     assert sorted(p.name for p in (dest / "modules" / "cpu").iterdir()) == ["3.lua", "default"]
     verify(site_project, dest=dest, say=lambda l: None)
 
