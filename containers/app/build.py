@@ -93,8 +93,10 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
         if step.test_argv:
             say(f"  run    {show_command(step.test_argv, step.env)}")
         say(f"  run    {show_command(step.inspect_argv)}")
+        say(f"  probe  {step.image.name}'s python runs containers/image/probe_script.py (one "
+            f"exec): its SBOM, and its fit to site {step.target.site} (an error fails the build)")
         say(f"  rename {os.path.relpath(step.partial)} -> {os.path.relpath(step.image)} "
-            f"(+ {os.path.relpath(step.image)}.json)")
+            f"(+ {os.path.relpath(step.image)}.json, .cdx.json)")
     if not dry_run:
         for step in plan.pending:
             missing_base_image(step)

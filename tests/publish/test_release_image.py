@@ -25,7 +25,7 @@ import yaml
 
 from containers import app
 from containers.app.inspecting import examine_built
-from containers.errors import VerdictFailed
+from containers.errors import CommandFailed, VerdictFailed
 from containers.image import inspect as probing, provenance, sbom
 from containers.publish import catalogue as cat
 from tests.fixtures import ROOT
@@ -132,6 +132,13 @@ def test_build_examine_writes_a_valid_sbom_with_torch(real_project, real_runtime
     assert purls["libc6"].startswith("pkg:deb/debian/libc6@")
     assert record["stack"]["torch"] == f"{_torch_pin()}+cpu"
     assert not any("ERROR" in line for line in lines), lines
+    # the same image for Olivia's aarch64 GPU nodes: the build fails, naming why
+    with pytest.raises(CommandFailed) as refused:
+        examine_built(real_project)(SimpleNamespace(partial=layer_image,
+                                                    target=real_project.target("olivia-cuda")),
+                                    real_runtime, dict(record), lines.append)
+    assert "does not fit site olivia: the image is x86_64; olivia's nodes run aarch64" in \
+        str(refused.value) and "the image is not kept" in str(refused.value)
 
 
 def _verdict(project: app.Project, name: str, sha: str, busbw: float, date: str) -> None:
@@ -187,6 +194,12 @@ def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
     assert cat.find(cat.load(dest / "catalogue.json"), "cpu", "2.0")["gate"] == second["gate"]
     assert json.loads((dest / second["diff_file"]).read_text())["packages"] == \
         {"added": {}, "removed": {}, "changed": {}}
+    # published versions by name: the same build, so no package changes; busbw side by side
+    compared = app.diff(project, old=f"{dest}:cpu@1.0", new=f"{dest}:cpu@latest",
+                        say=lambda l: None)
+    assert compared["old"] == "cpu@1.0" and compared["new"] == "cpu@2.0"
+    assert not any(compared["packages"].values())
+    assert [side["busbw"] for side in compared["smoke"]] == [1.2, 0.5]
     _page_in_a_real_browser(dest, tmp_path)
 
 
