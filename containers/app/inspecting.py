@@ -1,4 +1,4 @@
-"""``invoke inspect`` and ``invoke diff``: what an image holds, whether it fits its site, what changed.
+"""``invoke inspect`` and ``invoke diff``: what an image holds, whether it fits, what changed.
 
 Images are named three ways (:func:`resolve`): a target (its built image), a path to a ``.sif``,
 or a published version ``DEST:TARGET@VERSION`` (``@latest`` too). Facts come from the image
@@ -25,7 +25,8 @@ from containers.publish import catalogue as cat, diff as diffing
 from containers.publish.checks import find_verdict, smoke_summary
 from containers.report import Say, console, human_bytes, say_line as _print, table
 
-PUBLISHED = re.compile(r"(?P<dest>.+):(?P<target>[A-Za-z0-9][A-Za-z0-9._-]*)@(?P<version>[^@/:]+)\Z")
+PUBLISHED = re.compile(r"(?P<dest>.+):(?P<target>[A-Za-z0-9][A-Za-z0-9._-]*)"
+                       r"@(?P<version>[^@/:]+)\Z")
 
 
 @dataclass(frozen=True)

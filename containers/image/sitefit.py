@@ -1,4 +1,4 @@
-"""Whether an image fits a site: the mismatches users of the anchors report most, seen without a GPU.
+"""Whether an image fits a site: the mismatches users report most, seen without a GPU.
 
 A site profile's ``fit:`` block states, each with its source, what the site's nodes provide::
 
