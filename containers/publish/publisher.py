@@ -30,7 +30,6 @@ injection hook, so tests can kill a publish while it is copying.
 
 from __future__ import annotations
 
-import errno
 import getpass
 import json
 import os
@@ -43,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
+from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
+                               os_failure)
 from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folder, read_regular,
                               sha256_file, temp_name, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
@@ -472,16 +472,11 @@ def _undone(plan: PublishPlan, tx: Transaction, exc: BaseException, say: Say) ->
         return exc
     if tx.committed:
         return StateError(f"{plan.target.name} {plan.version} was published, but then: "
-                          f"{_os_failure(exc)}")
+                          f"{os_failure(exc)}")
     return StateError(f"publishing {plan.target.name} {plan.version} to {plan.dest} failed: "
-                      f"{_os_failure(exc)}" + ("; everything this publish made was removed"
+                      f"{os_failure(exc)}" + ("; everything this publish made was removed"
                                                if not problems else
                                                "; the rollback was incomplete (see above)"))
-
-
-def _os_failure(exc: OSError) -> str:
-    what = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-    return what + (f" ({exc.filename})" if exc.filename else "")
 
 
 def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
