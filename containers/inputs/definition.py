@@ -320,8 +320,9 @@ def host_path_uses(definition: Definition) -> list[HostPathUse]:
     """Every ``%setup`` / ``%files`` line (any stage) that reads a host path outside the build
     context: a ``%files`` source not under ``{{ BUILD_CONTEXT }}`` (``%files from <stage>``
     copies between stages, not from the host), or an absolute or ``~`` path in ``%setup`` that
-    is not under ``$APPTAINER_ROOTFS`` (the image being built). Here-document bodies of %setup
-    are read as lines too: a path there is as likely to be read."""
+    is not under ``$APPTAINER_ROOTFS`` (the image being built). A path that starts in either
+    and climbs out with ``..`` (:func:`climbs_out`) is a host path too. Here-document bodies of
+    %setup are read as lines too: a path there is as likely to be read."""
     uses: list[HostPathUse] = []
     for section in definition.sections:
         if section.name == "files" and files_source_stage(section) is None:
