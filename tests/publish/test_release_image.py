@@ -103,6 +103,12 @@ def test_inspect_reads_the_cpu_image_itself(real_project, cpu_image, capsys) -> 
     assert report["labels"]["containers.target"] == "cpu"
     assert report["packages"]["debian"] > 50 and report["packages"]["pip"] > 5
     assert report["site"] == "local" and not [f for f in report["fit"] if f["level"] == "error"]
+    if "stack" in provenance.read(cpu_image.with_name("cpu.sif.json")):
+        # built by this tool (CI builds it fresh): the build wrote its SBOM beside the record
+        sbom_file = probing.sbom_path(cpu_image)
+        assert sbom.validate(sbom_file.read_text()) is None
+        assert report["sbom"]["counts"]["pypi"] == report["packages"]["pip"]
+        assert report["sbom"]["counts"]["deb"] == report["packages"]["debian"]
 
 
 def test_diff_lists_exactly_the_added_package(real_project, cpu_image, layer_image) -> None:
