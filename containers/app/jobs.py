@@ -19,6 +19,7 @@ from containers.inputs.sites import get_site
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from containers.report import Say, say_line as _print
+from containers.unique import claim_file
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     with on_disk("create the job's output folder", planned.output_folder):
         planned.output_folder.mkdir(parents=True, exist_ok=True)
     if submit and script is None:
-        script = jobs_dir / f"{planned.name}-{run_stamp()}.sh"
+        script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
     if script is None:
         say(planned.text.rstrip("\n"))
         return JobSubmission(job=planned)

@@ -31,6 +31,7 @@ from containers.report import (Say, console, deferred, plot_scaling, say_line as
                                show_command, table)
 from containers.run import allocation
 from containers.run.workload import Placement, Workload
+from containers.unique import claim_folder
 
 
 def prove(project: Project, *, target: str | None, options: Options, dry_run: bool = False,
@@ -176,11 +177,17 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
     done: list[verdict.Result | Workload] = []
     for options, run_id in runs:
         kind = options.kind
-        workload = plan(item, site, settings=project.settings, runtime=runtime, options=options,
-                        run_id=run_id, strict=not dry_run, placement=placement,
-                        environ=_shown_environ(site) if dry_run else None)
+        planned = functools.partial(plan, item, site, settings=project.settings,
+                                    runtime=runtime, options=options, strict=not dry_run,
+                                    placement=placement,
+                                    environ=_shown_environ(site) if dry_run else None)
+        workload = planned(run_id=run_id)
         if here:
             check_fits(workload, options, site, machine=machine, force=force, say=say)
+        if not dry_run:  # two runs started in the same second never share a folder
+            claimed = claim_folder(workload.out_dir.parent, workload.out_dir.name)
+            if claimed != workload.out_dir.name:
+                workload = planned(run_id=claimed.removeprefix(f"{item.name}-"))
         say(f"{kind.title(options)}: {item.name} on site {site.name}, {workload.ranks} ranks, "
             f"results in {os.path.relpath(workload.out_dir)}")
         say(f"  run  {show_command(_shown_argv(workload, placement))}")

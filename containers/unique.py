@@ -1,0 +1,54 @@
+"""Names no other run can have: a results folder or a script file claimed exclusively.
+
+Runs are named by the second they start (``results/smoke/<target>-<stamp>``,
+``results/jobs/<job>-<stamp>.sh``). Two runs started in the same second would otherwise share
+one folder and overwrite each other's rank files, log and verdict (and publish trusts that
+verdict), or write the same script. So the name is claimed with an exclusive create (``mkdir``
+or ``O_EXCL``, atomic on every POSIX file system, NFS and Lustre included): the first run gets
+``<stem>``, the next ``<stem>-2``, and so on.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from containers.errors import on_disk
+
+#: More runs than this in one second under one name means something else is wrong.
+MAX_TRIES = 1000
+
+
+def _names(stem: str):
+    yield stem
+    for n in range(2, MAX_TRIES + 1):
+        yield f"{stem}-{n}"
+
+
+def claim_folder(parent: Path, stem: str) -> str:
+    """Create ``parent/<stem>`` (or ``<stem>-N``) exclusively; the name that was claimed."""
+    with on_disk("create the results folder", parent / stem):
+        parent.mkdir(parents=True, exist_ok=True)
+        for name in _names(stem):
+            try:
+                os.mkdir(parent / name)
+            except FileExistsError:
+                continue
+            return name
+    raise FileExistsError(f"{MAX_TRIES} runs named {parent / stem} already")  # never in practice
+
+
+def claim_file(parent: Path, stem: str, suffix: str) -> Path:
+    """Create the empty file ``parent/<stem><suffix>`` (or ``<stem>-N<suffix>``) exclusively,
+    so that an atomic write over it replaces only this run's own claim."""
+    with on_disk("create the file", parent / f"{stem}{suffix}"):
+        parent.mkdir(parents=True, exist_ok=True)
+        for name in _names(stem):
+            path = parent / f"{name}{suffix}"
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            except FileExistsError:
+                continue
+            os.close(fd)
+            return path
+    raise FileExistsError(f"{MAX_TRIES} files named {parent / stem}{suffix} already")
