@@ -142,8 +142,9 @@ def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str
                                                    f"{site_name} binds in need "
                                                    f"({glibc['source']})"))
     elif site_gpu != "none":
+        why = f" ({glibc['source']})" if glibc else ""
         found.append(Finding("info", "glibc", f"{site_name} states no glibc its bound libraries "
-                                              "need: not checked"))
+                                              f"need{why}: not checked"))
     if build in ("cuda", "rocm"):
         found += _nccl(stack, fit.get("nccl"), site_name)
     for key, error in sorted((probe_errors or {}).items()):
