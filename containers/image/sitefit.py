@@ -126,9 +126,10 @@ def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str
         level = "warning" if build == "cpu" else "error"
         found.append(Finding(level, "gpu", f"torch is a {build} build; {site_name}'s GPUs "
                                            f"need a {site_gpu} build"))
-    if build == "rocm":
-        found += _range("rocm", "ROCm", stack.get("rocm") or stack.get("hip"), fit.get("rocm"),
-                        site_name)
+    if build == "rocm":  # the image's /opt/rocm and the HIP torch was built with (and ships)
+        for what, value in (("ROCm", stack.get("rocm")), ("torch's HIP", stack.get("hip"))):
+            if value or what == "ROCm" and not stack.get("hip"):
+                found += _range("rocm", what, value, fit.get("rocm"), site_name)
     if build == "cuda":
         found += _range("cuda", "CUDA", stack.get("cuda"), fit.get("cuda"), site_name)
     glibc = fit.get("glibc")
