@@ -80,15 +80,16 @@ def latest_smoke(project: Project, ref: ImageRef) -> dict | None:
     return smoke_summary(*found, run_now=False) if found else None
 
 
-def site_for(project: Project, ref: ImageRef, site: str | None) -> Site | None:
-    """``--site``, else the image's target's site; None when neither is known."""
+def site_for(project: Project, ref: ImageRef, site: str | None) -> Site:
+    """``--site``, else the image's target's site, else the site this machine is (an image of
+    no known target is judged where it would run now)."""
     if site:
         if site not in project.sites:
             raise UsageError(f"no site profile sites/{site}.yaml", flag="--site")
         return project.sites[site]
     if ref.target and ref.target in project.targets:
         return project.site_of(project.target(ref.target))
-    return None
+    return project.current_site()
 
 
 def fit_findings(project: Project, report: dict, site: Site) -> list[sitefit.Finding]:
@@ -109,8 +110,8 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
     runtime = project.runtime()
     report = probing.inspect_image(runtime, ref.image, target=ref.target)
     where = site_for(project, ref, site)
-    findings = fit_findings(project, report, where) if where else []
-    report["site"] = where.name if where else None
+    findings = fit_findings(project, report, where)
+    report["site"] = where.name
     report["fit"] = [f.as_dict() for f in findings]
     if as_json:
         print(json.dumps({k: v for k, v in report.items() if k != "facts"}, indent=2,

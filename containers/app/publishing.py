@@ -96,6 +96,9 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
                              size=plan.image.stat().st_size, smoke=checks.get("smoke")))
             for line in diffing.lines(result["diff"]):
                 say(f"gate: {line}")
+        elif old is not None:
+            say(f"gate: {plan.target.name} {latest}'s image is not in {plan.dest}: no diff")
+        if old is not None:
             busbw = gating.busbw_check((old.get("checks") or {}).get("smoke"),
                                        checks.get("smoke"))
             gate_record["busbw"] = busbw
