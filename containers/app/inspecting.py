@@ -196,6 +196,7 @@ def examine_built(project: Project):
                                  fit=sitefit.load_fit(site), probe_errors=facts.get("errors"))
         for finding in findings:
             say(f"  site fit ({site.name}): {finding.line()}")
+        record["fit"] = {"site": site.name, "findings": [f.as_dict() for f in findings]}
         bad = sitefit.errors(findings)
         if bad:
             raise CommandFailed(f"{step.target.name} does not fit site {site.name}: "

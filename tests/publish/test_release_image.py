@@ -137,6 +137,8 @@ def test_build_examine_writes_a_valid_sbom_with_torch(real_project, real_runtime
     assert purls["tiny_marker"] == "pkg:pypi/tiny-marker@1.0"
     assert purls["libc6"].startswith("pkg:deb/debian/libc6@")
     assert record["stack"]["torch"] == f"{_torch_pin()}+cpu"
+    assert record["fit"]["site"] == "local" and not [
+        f for f in record["fit"]["findings"] if f["level"] == "error"]
     assert not any("ERROR" in line for line in lines), lines
     # the same image for Olivia's aarch64 GPU nodes: the build fails, naming why
     with pytest.raises(CommandFailed) as refused:
