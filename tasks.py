@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -244,6 +245,57 @@ def train(c, example="ddp", target=None, model=None, model_size=None, gpus="2", 
     nodes = flags.POSITIVE_INT("--nodes", nodes)
     app.train(_project(c), target=target, options=options, scaling=scaling,
               dry_run=_dry(c, dry_run), nodes=nodes, force=force)
+
+
+def _remainder(c) -> list[str]:
+    """The words after a standalone ``--`` exactly as the shell passed them (invoke's
+    ``c.remainder`` joins them with spaces, which would lose quoting and newlines)."""
+    joined = getattr(c, "remainder", "") or ""
+    if "--" in sys.argv:
+        words = sys.argv[sys.argv.index("--") + 1:]
+        if " ".join(words) == joined:
+            return words
+    return shlex.split(joined)
+
+
+@_command(
+    help={
+        "target": "image to run in; default: the detected site's default target, else cpu",
+        "gpus": "ranks on this node, started by the site's launcher (torchrun): one per GPU, "
+                "or CPU processes where there is no GPU",
+        "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
+                 "per node); --gpus is then per node",
+        "no_launcher": "run the command as one process, without torchrun",
+        "timeout": "seconds before every process of the run is stopped; default: none",
+        "dry_run": "print the device gate and the exact exec command, run nothing",
+    },
+    types={"target": flags.TARGET, "gpus": flags.POSITIVE_INT, "nodes": flags.POSITIVE_INT,
+           "timeout": flags.SECONDS},
+)
+def run(c, target=None, gpus="1", nodes="1", no_launcher=False, timeout=None, dry_run=False):
+    """Your own command in the image, launched as the site's smoke runs are: invoke run -- CMD.
+
+    The site's GPU flag, binds, environment and launcher (torch.distributed's variables set for
+    every rank); on GPU sites a device gate first (exit 2 before the command starts). The exit
+    status is the command's; the log is kept under results/run/."""
+    target = flags.TARGET("--target", target)
+    gpus, nodes = flags.POSITIVE_INT("--gpus", gpus), flags.POSITIVE_INT("--nodes", nodes)
+    timeout = flags.SECONDS("--timeout", timeout) if timeout is not None else None
+    app.run_command(_project(c), target=target, command=_remainder(c), gpus=gpus, nodes=nodes,
+                    launcher=not no_launcher, timeout=timeout, dry_run=_dry(c, dry_run))
+
+
+@_command(
+    help={
+        "target": "image to enter; default: the detected site's default target, else cpu",
+        "dry_run": "print the exact exec command, run nothing",
+    },
+    types={"target": flags.TARGET},
+)
+def shell(c, target=None, dry_run=False):
+    """A shell in the image with the site's GPU flag, binds and environment (or -- CMD)."""
+    target = flags.TARGET("--target", target)
+    app.shell(_project(c), target=target, command=_remainder(c), dry_run=_dry(c, dry_run))
 
 
 @_command(

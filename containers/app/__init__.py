@@ -10,6 +10,7 @@ module             commands
 ``inputs``         ``invoke targets``, ``invoke check``
 ``build``          ``invoke build``
 ``workloads``      ``invoke smoke``, ``invoke train``
+``running``        ``invoke run``, ``invoke shell`` (a user's own command)
 ``jobs``           ``invoke job``
 ``judging``        ``invoke verdict`` (a batch job's results)
 ``publishing``     ``invoke publish``, ``invoke verify``
@@ -24,8 +25,9 @@ from containers.app.jobs import JobSubmission, job
 from containers.app.judging import judge_results
 from containers.app.project import Project
 from containers.app.publishing import publish, verify
+from containers.app.running import run_command, shell
 from containers.app.workloads import prove, smoke_history, train
 
 __all__ = ["Project", "build", "check_inputs", "targets_report", "job", "JobSubmission",
            "judge_results", "prove", "smoke_history", "train", "publish", "verify",
-           "inspect", "diff"]
+           "inspect", "diff", "run_command", "shell"]

@@ -55,6 +55,8 @@ class Launch:
     torchrun: str = "torchrun"
     cpu_masks: tuple[str, ...] = ()  # one per GPU of a node (srun-per-gpu)
     visible_devices: str | None = None  # CUDA_/ROCR_VISIBLE_DEVICES, None on CPU sites
+    #: ``script`` is a program, not a Python file (``invoke run -- CMD``: torchrun --no-python)
+    no_python: bool = False
 
     def exec_argv(self, command: Sequence[str], *,
                   env: Mapping[str, str] | None = None) -> list[str]:
@@ -92,7 +94,8 @@ def torchrun_argv(launch: Launch) -> list[str]:
         options = [f"--nnodes={launch.nodes}", f"--nproc-per-node={launch.ranks_per_node}",
                    "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv.endpoint}",
                    f"--rdzv-id={rdzv.id}"]
-    return [launch.torchrun, *options, launch.script, *launch.args]
+    program = ["--no-python"] if launch.no_python else []
+    return [launch.torchrun, *options, *program, launch.script, *launch.args]
 
 
 def srun_per_node(nodes: int, *, cpus_per_task: int | None = None) -> list[str]:
@@ -176,7 +179,8 @@ class SrunPerGpu(Launcher):
             raise ValueError("a job-time variable in a per-task command")  # a bug
         assigns = [f"{launch.visible_devices}=$SLURM_LOCALID"] if launch.visible_devices else []
         assigns += ["RANK=$SLURM_PROCID", "LOCAL_RANK=$SLURM_LOCALID", "WORLD_SIZE=$SLURM_NTASKS"]
-        inner = " ".join(assigns) + " exec python3 " + shlex.join(script)
+        inner = (" ".join(assigns) + (" exec " if launch.no_python else " exec python3 ")
+                 + shlex.join(script))
         env = {**launch.env, ADDR_VAR: launch.rendezvous.host,
                PORT_VAR: launch.rendezvous.port}
         return [*prefix, *launch.exec_argv(["bash", "-c", inner], env=env)]

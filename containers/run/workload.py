@@ -174,8 +174,12 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
                   run_id: str, report_name: str, extra_binds: Sequence[str] = (),
                   extra_env: Mapping[str, str] | None = None,
                   environ: Mapping[str, str] | None = None, strict: bool = True,
-                  placement: Placement | None = None) -> Workload:
+                  placement: Placement | None = None,
+                  command: Sequence[str] | None = None) -> Workload:
     """``kind`` names the results folder: ``results/<kind>/<target>-<run_id>``.
+
+    ``command`` (``invoke run -- CMD``): the ranks run this program as given, with its own
+    arguments only (``script`` and ``args`` unused; the launcher starts it without Python).
 
     ``environ`` is the host environment site values are expanded from; ``strict`` (a real run)
     refuses a value whose variable is unset, a dry run shows it as written. ``ranks`` is per
@@ -198,8 +202,12 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
     env = container_env(site, ranks=ranks, environ=environ, strict=strict,
                         extra={**across, **transport_env(site, nodes), **(extra_env or {})})
     launcher = placement.launcher if placement else LAUNCHERS["torchrun"]
-    args = [*args, *device_args(site, ranks=ranks, launcher=launcher)]
-    launch = Launch(runtime=runtime, image=image, script=f"{settings.jobs_mount}/{script}",
+    if command is None:
+        script = f"{settings.jobs_mount}/{script}"
+        args = [*args, *device_args(site, ranks=ranks, launcher=launcher)]
+    else:
+        script, args = command[0], list(command[1:])
+    launch = Launch(runtime=runtime, image=image, script=script, no_python=command is not None,
                     args=tuple(args), binds=tuple(binds), env=env, ranks_per_node=ranks,
                     nodes=nodes, rendezvous=placement.rendezvous if placement else None,
                     step=placement is not None,

@@ -1,0 +1,142 @@
+"""``invoke run -- CMD`` and ``invoke shell``: a researcher's own command in the image, launched
+the way the site's smoke runs are (:mod:`containers.run.command`).
+
+The device gate runs first on GPU sites (exit 2 in one line, before the command); then the
+command, its output streamed and kept in ``results/run/<target>-<stamp>/run.log`` (a folder
+claimed exclusively); the exit status is the command's (torchrun's: its first failing rank's),
+and ``status.json`` beside the log records it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from typing import Sequence
+
+from containers.app.project import Project
+from containers.app.workloads import guard_run
+from containers.errors import ContainersError, ImageMissing, VerdictFailed, on_disk
+from containers.files import atomic_write_text
+from containers.host.facts import run_stamp
+from containers.host.process import run
+from containers.report import Say, say_line as _print, show_command
+from containers.run import allocation
+from containers.run.command import KIND, plan_command, shell_argv
+from containers.run.workload import first_failure
+from containers.unique import claim_folder
+
+
+class CommandExit(ContainersError):
+    """The user's command ended non-zero: the tool exits with the command's own status."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code if 0 < code < 256 else 1
+
+
+def run_command(project: Project, *, target: str | None, command: Sequence[str],
+                gpus: int = 1, nodes: int = 1, launcher: bool = True,
+                timeout: float | None = None, dry_run: bool = False,
+                say: Say = _print) -> int:
+    """Run ``command`` in the image on ``gpus`` ranks per node (the site's launcher) or, with
+    ``launcher`` False, as one process. Returns 0; a failure raises (:class:`VerdictFailed` for
+    the device gate, :class:`CommandExit` with the command's status)."""
+    item = project.target(target or project.default_target())
+    site = project.site_of(item)
+    runtime = project.runtime_for(site, dry_run=dry_run)
+    placement = allocation.across_nodes(nodes, dry_run=dry_run)
+    stamp = run_stamp()
+    planned = plan_command(item, site, settings=project.settings, runtime=runtime,
+                           command=command, ranks=gpus, run_id=stamp, timeout=timeout or 0,
+                           launcher=launcher, placement=placement, strict=not dry_run)
+    if not dry_run:
+        claimed = claim_folder(planned.workload.out_dir.parent, planned.workload.out_dir.name)
+        if claimed != planned.workload.out_dir.name:
+            planned = plan_command(item, site, settings=project.settings, runtime=runtime,
+                                   command=command, ranks=gpus, timeout=timeout or 0,
+                                   run_id=claimed.removeprefix(f"{item.name}-"),
+                                   launcher=launcher, placement=placement)
+    workload = planned.workload
+    ranks = workload.ranks if launcher else 1
+    say(f"run: {item.name} on site {site.name}, {ranks} rank{'s' * (ranks != 1)}"
+        + ("" if launcher else " (no launcher)")
+        + ("" if dry_run else f", log in {os.path.relpath(workload.out_dir / 'run.log')}"))
+    if planned.gate:
+        say(f"  gate {show_command(planned.gate)}")
+    say(f"  run  {show_command(workload.argv)}")
+    if dry_run:
+        return 0
+    guard_run(project, item.name, runtime)
+    if not workload.image.is_file():
+        raise ImageMissing(workload.image, item.name)
+    with on_disk("open the run's log", workload.out_dir / "run.log"):
+        log = open(workload.out_dir / "run.log", "w", encoding="utf-8")
+    lines: list[str] = []
+    started = time.monotonic()
+    with log:
+        def on_line(line: str) -> None:
+            log.write(line + "\n")
+            log.flush()
+            lines.append(line)
+            say(line)
+
+        gate_code = 0
+        if planned.gate:
+            gate = run(planned.gate, timeout=300, on_line=on_line)
+            gate_code = gate.returncode if not gate.timed_out else 124
+        if gate_code:
+            _status(workload.out_dir, planned.command, returncode=None, gate=gate_code,
+                    seconds=time.monotonic() - started)
+            said = [ln for ln in lines if ln.startswith("device gate: FAIL")]
+            raise VerdictFailed(
+                (said[-1] if said else f"device gate: the probe in the image failed (exit "
+                 f"{gate_code})") + f"; {' '.join(planned.command)} was not started (log: "
+                f"{os.path.relpath(workload.out_dir / 'run.log')})")
+        completed = run(workload.argv, timeout=timeout or None, on_line=on_line)
+    failure = first_failure(lines)
+    code = 124 if completed.timed_out else completed.returncode
+    _status(workload.out_dir, planned.command, returncode=code, gate=0 if planned.gate else None,
+            seconds=time.monotonic() - started, first_failure=failure)
+    if code == 0:
+        say(f"run: exit 0 ({completed.seconds:.1f} s)")
+        return 0
+    where = f"rank {failure[0]} failed first (exit {failure[1]})" if failure else f"exit {code}"
+    raise CommandExit(f"{' '.join(planned.command)}: {where}"
+                      + (f", timed out after {timeout:.0f} s" if completed.timed_out else "")
+                      + f"; log: {os.path.relpath(workload.out_dir / 'run.log')}", code)
+
+
+def _status(out, command: Sequence[str], *, returncode: int | None, gate: int | None,
+            seconds: float, first_failure: tuple[int, int] | None = None) -> None:
+    record = {"kind": KIND, "command": list(command), "exit_status": returncode,
+              "device_gate": None if gate is None else ("pass" if gate == 0 else "fail"),
+              "first_failure": None if first_failure is None else
+              {"rank": first_failure[0], "exit_code": first_failure[1]},
+              "seconds": round(seconds, 3)}
+    with on_disk("write the run's status", out / "status.json"):
+        atomic_write_text(out / "status.json", json.dumps(record, indent=2) + "\n")
+
+
+def shell(project: Project, *, target: str | None, command: Sequence[str] = (),
+          dry_run: bool = False, say: Say = _print) -> int:
+    """``apptainer exec`` of the image with the site's flags, binds and environment: an
+    interactive shell on this terminal, or ``command``; the exit status is its own."""
+    item = project.target(target or project.default_target())
+    site = project.site_of(item)
+    runtime = project.runtime_for(site, dry_run=dry_run)
+    argv = shell_argv(item, site, settings=project.settings, runtime=runtime, command=command,
+                      run_id=run_stamp(), environ=None if not dry_run else dict(os.environ))
+    if dry_run:
+        say(show_command(argv))
+        return 0
+    guard_run(project, item.name, runtime)
+    image = project.settings.image_path(item.name)
+    if not image.is_file():
+        raise ImageMissing(image, item.name)
+    # The terminal is the user's: stdin, stdout and stderr are passed through, not captured.
+    code = subprocess.call(argv)
+    if code:
+        raise CommandExit(f"{' '.join(command) or 'shell'}: exit {code}", code)
+    return 0

@@ -1,0 +1,89 @@
+"""A user's own command through the site's launch path (``invoke run``/``invoke shell``).
+
+The command is planned as a workload of kind ``run`` (:func:`~containers.run.workload.
+plan_workload` with ``command``): the same runtime GPU flag, binds, environment, transport
+variables and launcher a smoke run gets, so ``torch.distributed.init_process_group()`` just works
+in the user's script; torchrun starts the command with ``--no-python``. On GPU sites a device
+gate (``jobs/gate.py``, one process per node) runs first with the same flags and environment: a
+rank that would find no GPU of the site's kind fails the run in one line before the command starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from containers.errors import UsageError
+from containers.host.runtime import Runtime
+from containers.inputs.recipes import Target
+from containers.inputs.settings import Settings
+from containers.inputs.sites import Site
+from containers.run.launchers import srun_per_node
+from containers.run.workload import Placement, Workload, plan_workload
+
+KIND = "run"
+GATE_SCRIPT = "gate.py"
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """The planned run of a user's command: the device gate (None on CPU sites) and the run."""
+
+    workload: Workload
+    gate: list[str] | None
+    command: tuple[str, ...]
+
+
+def check_command(command: Sequence[str], *, flag: str = "--") -> tuple[str, ...]:
+    """The words after ``--``; refused in one line when there are none."""
+    words = tuple(command)
+    if not words or not words[0].strip():
+        raise UsageError("name the command to run after --, e.g. invoke run -- python train.py",
+                         flag=flag)
+    if any("\x00" in word for word in words):
+        raise UsageError("a word of the command holds a NUL byte", flag=flag)
+    return words
+
+
+def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
+                 command: Sequence[str], ranks: int, run_id: str, timeout: float,
+                 launcher: bool = True, placement: Placement | None = None,
+                 environ: Mapping[str, str] | None = None, strict: bool = True) -> CommandRun:
+    """``ranks`` per node; ``launcher`` False: one process, the command as it is."""
+    words = check_command(command)
+    if not launcher and placement is not None:
+        raise UsageError("--no-launcher runs one process on this node; leave out --nodes",
+                         flag="--no-launcher")
+    workload = plan_workload(target, site, settings=settings, runtime=runtime, kind=KIND,
+                             script="", args=(), ranks=ranks if launcher else 1,
+                             timeout=timeout, run_id=run_id, report_name="", environ=environ,
+                             strict=strict, placement=placement, command=words)
+    if not launcher:
+        workload = replace(workload, argv=workload.launch.exec_argv(list(words)))
+    return CommandRun(workload=workload, gate=gate_argv(workload, settings), command=words)
+
+
+def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
+    """The device gate's argv (one process per node, with the run's flags, binds and
+    environment), or None where the site has no GPUs to check."""
+    site, launch = workload.site, workload.launch
+    if site.gpu == "none":
+        return None
+    probe = ["python3", f"{settings.jobs_mount}/{GATE_SCRIPT}", "--expect-gpu", site.gpu,
+             "--ranks", str(launch.ranks_per_node)]
+    prefix = srun_per_node(launch.nodes) if launch.step else []
+    return [*prefix, *launch.exec_argv(probe)]
+
+
+def shell_argv(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
+               command: Sequence[str], run_id: str,
+               environ: Mapping[str, str] | None = None) -> list[str]:
+    """``invoke shell``: the image with the site's flags, binds and environment, running
+    ``command`` (an interactive shell when it is empty)."""
+    words = tuple(command) or ("/bin/bash", "-i")
+    planned = plan_workload(target, site, settings=settings, runtime=runtime, kind=KIND,
+                            script="", args=(), ranks=1, timeout=0, run_id=run_id,
+                            report_name="", environ=environ, command=check_command(words))
+    # A shell writes no results: the run's results folder is not bound (it does not exist).
+    binds = tuple(b for b in planned.launch.binds if not b.startswith(f"{planned.out_dir}:"))
+    return replace(planned.launch, binds=binds).exec_argv(list(words))
