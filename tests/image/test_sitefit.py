@@ -113,3 +113,15 @@ def test_sbom_of_facts_validates_and_names_packages_by_purl() -> None:
     props = {p["name"]: p["value"] for p in data["metadata"]["component"]["properties"]}
     assert props["containers:inputs_hash"] == "ab" * 32
     assert sbom.validate(text.replace('"CycloneDX"', '"NotCycloneDX"')) is not None
+
+
+def test_the_probe_reads_which_libraries_torch_loads() -> None:
+    """The probe's own ELF reader (what tells dynamic from static NCCL) on the host's torch."""
+    import torch
+
+    names: dict = {}
+    source = (ROOT / "containers" / "image" / "probe_script.py").read_text()
+    exec(compile(source.replace("\nmain()\n", "\n"), "probe_script", "exec"), names)
+    needed = names["elf_needed"](Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")
+    assert "libc10.so" in needed and "libc.so.6" in needed
+    assert not [n for n in needed if n.startswith(("libnccl", "librccl"))]  # a CPU build
