@@ -108,6 +108,8 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
     spec = image or target or project.default_target()
     ref = resolve(project, spec, flag="--image" if image else "--target")
     runtime = project.runtime()
+    if not as_json:
+        say(f"reading {ref.image} (one {runtime.flavour} exec of its python)")
     report = probing.inspect_image(runtime, ref.image, target=ref.target)
     where = site_for(project, ref, site)
     findings = fit_findings(project, report, where)
@@ -158,6 +160,8 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
         ref = resolve(project, spec, flag=flag)
         if not ref.image.is_file():
             raise StateError(f"{flag} {spec}: {ref.image} is not there")
+        if not as_json:
+            say(f"reading {ref.image} (one {runtime.flavour} exec of its python)")
         facts = probing.probe(runtime, ref.image, sha256=ref.record.get("sha256"))
         sides.append(diffing.side(ref.name, facts, size=ref.image.stat().st_size,
                                   smoke=latest_smoke(project, ref)))
