@@ -113,6 +113,36 @@ FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or 
              "buffers over its memory)"
 
 
+#: The one table of the options that change a smoke or training run, as invoke job takes them:
+#: flag -> (the workloads it applies to, help, type). invoke smoke and invoke train take the same
+#: options (SmokeOptions, TrainOptions check every value).
+RUN_OPTIONS: dict[str, tuple[str, str, Any]] = {
+    "sizes": ("smoke", "message sizes MIN:MAX", flags.SIZES_LABEL),
+    "iters": ("smoke", "timed iterations per size", flags.POSITIVE_INT),
+    "warmup": ("smoke", "untimed warm-up iterations per size", flags.NON_NEGATIVE_INT),
+    "cycles": ("smoke", "repeat the sweep this many times (corruption soak)",
+               flags.POSITIVE_INT),
+    "op": ("smoke", "the collectives (comma list, or all; default: all_reduce)", flags.OPS),
+    "dtype": ("smoke", "element type", flags.DTYPE),
+    "model": ("train", "the network", flags.MODEL),
+    "model_size": ("train", "the model's size", flags.MODEL_SIZE_LABEL),
+    "epochs": ("train", "epochs", flags.POSITIVE_INT),
+    "batch_size": ("train", "GLOBAL batch size over all ranks of all nodes",
+                   flags.POSITIVE_INT),
+    "samples": ("train", "synthetic training samples", flags.POSITIVE_INT),
+    "lr": ("train", "learning rate", flags.POSITIVE_FLOAT),
+    "zero_stage": ("train", "DeepSpeed ZeRO stage (--workload deepspeed only; default: 1)",
+                   flags.ZERO_STAGE),
+    "ds_config": ("train", "DeepSpeed config file (deepspeed only)", flags.EXISTING_FILE),
+    "data": ("train", "folder with CIFAR-100 or MNIST files (bound read-only)",
+             flags.EXISTING_FOLDER),
+    "target_accuracy": ("train", "stop early once validation accuracy reaches this",
+                        flags.FRACTION),
+    "compile": ("train", "torch.compile the model", "switch"),
+    "timeout": ("smoke/train", "seconds before every rank is stopped", flags.SECONDS),
+}
+
+
 @_command(help={"target": "only this target (and what it needs); default: everything",
                 "json": JSON_HELP},
           types={"target": flags.TARGET})
@@ -207,7 +237,7 @@ def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", tim
         "batch_size": "GLOBAL batch size, split evenly over the ranks (default: the seed "
                       "preset's, e.g. 256 for --model-size olivia, else 64)",
         "lr": "learning rate (default: the workload's)",
-        "zero_stage": "DeepSpeed ZeRO stage (deepspeed only)",
+        "zero_stage": "DeepSpeed ZeRO stage (--example deepspeed only; default: 1)",
         "ds_config": "DeepSpeed config file (JSON; trailing commas accepted)",
         "data": "local folder with CIFAR-100 (cifar-100-python/) or MNIST files; default: "
                 "synthetic data shaped like the dataset",
@@ -231,7 +261,7 @@ def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", tim
            "scaling": flags.RANK_LIST, "timeout": flags.SECONDS, "nodes": flags.POSITIVE_INT},
 )
 def train(c, example="ddp", target=None, model=None, model_size=None, gpus="2", epochs="3",
-          batch_size=None, lr=None, zero_stage="1", ds_config=None, data=None, samples=None,
+          batch_size=None, lr=None, zero_stage=None, ds_config=None, data=None, samples=None,
           target_accuracy=None, scaling=None, compile=False, timeout="1800", dry_run=False,
           nodes="1", force=False):
     """Train the DDP / DeepSpeed / FSDP example inside the image; loss, throughput, verdict."""
@@ -315,30 +345,23 @@ def shell(c, target=None, dry_run=False):
         "out": "write the script to this file (atomically) instead of printing it",
         "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
         "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
-        "sizes": "smoke: message sizes MIN:MAX",
-        "iters": "smoke: timed iterations per size",
-        "cycles": "smoke: repeat the sweep this many times (corruption soak)",
-        "op": "smoke: the collectives (comma list, or all; default: all_reduce)",
-        "model": "training: the network",
-        "model_size": "training: the model's size",
-        "epochs": "training: epochs",
-        "batch_size": "training: GLOBAL batch size over all ranks of all nodes",
-        "samples": "training: synthetic training samples",
+        **{name: f"{RUN_OPTIONS[name][0]}: {RUN_OPTIONS[name][1]}" for name in RUN_OPTIONS},
     },
     types={"target": flags.TARGET, "workload": flags.choice(WORKLOADS), "site": flags.SITE,
            "nodes": flags.POSITIVE_INT, "gpus_per_node": flags.POSITIVE_INT,
            "time": flags.TIME, "account": flags.ACCOUNT, "partition": flags.PARTITION,
            "launcher": flags.choice(LAUNCHERS), "out": flags.OUT_FILE,
-           "sizes": flags.SIZES_LABEL, "iters": flags.POSITIVE_INT,
-           "cycles": flags.POSITIVE_INT, "op": flags.OPS, "model": flags.MODEL,
-           "model_size": flags.MODEL_SIZE_LABEL, "epochs": flags.POSITIVE_INT,
-           "batch_size": flags.POSITIVE_INT, "samples": flags.POSITIVE_INT},
+           **{name: RUN_OPTIONS[name][2] for name in RUN_OPTIONS}},
 )
 def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=None, time=None,
         account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
-        sizes="1K:128M", iters="20", cycles="1", op=None, model=None, model_size=None,
-        epochs="3", batch_size=None, samples=None):
-    """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit."""
+        sizes=None, iters=None, warmup=None, cycles=None, op=None, dtype=None, model=None,
+        model_size=None, epochs=None, batch_size=None, samples=None, lr=None, zero_stage=None,
+        ds_config=None, data=None, target_accuracy=None, compile=False, timeout=None):
+    """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit.
+
+    Every option of invoke smoke / invoke train that changes the run is taken (the table
+    RUN_OPTIONS); one that does not apply to the workload is refused in one line."""
     if out or submit:
         _no_dry(c, "invoke job prints the script under --dry; --out and --submit write or "
                    "submit it, so they are refused")
@@ -350,15 +373,23 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
     partition = flags.PARTITION("--partition", partition)
     launcher = flags.choice(LAUNCHERS)("--launcher", launcher)
     out = flags.OUT_FILE("--out", out)
-    if workload == "smoke":
-        options = SmokeOptions(gpus=gpus or 1, sizes=sizes, iters=iters, cycles=cycles,
-                               op=op or "all_reduce")
-    elif workload == "build":
+    given = {name: value for name, value in dict(
+        sizes=sizes, iters=iters, warmup=warmup, cycles=cycles, op=op, dtype=dtype, model=model,
+        model_size=model_size, epochs=epochs, batch_size=batch_size, samples=samples, lr=lr,
+        zero_stage=zero_stage, ds_config=ds_config, data=data, target_accuracy=target_accuracy,
+        compile=compile or None, timeout=timeout).items() if value is not None}
+    kind = "smoke" if workload == "smoke" else "build" if workload == "build" else "train"
+    for name in given:
+        if kind not in RUN_OPTIONS[name][0].split("/"):
+            raise UsageError(f"applies to {' and '.join(RUN_OPTIONS[name][0].split('/'))} "
+                             f"jobs, not --workload {workload}; leave it out",
+                             flag="--" + name.replace("_", "-"))
+    if kind == "smoke":
+        options = SmokeOptions(gpus=gpus or 1, **given)
+    elif kind == "build":
         options = None
     else:
-        options = TrainOptions(example=workload, gpus=gpus or 1, model=model,
-                               model_size=model_size, epochs=epochs, batch_size=batch_size,
-                               samples=samples)
+        options = TrainOptions(example=workload, gpus=gpus or 1, **given)
     app.job(_project(c), target=target, workload=workload, site=site, nodes=nodes,
             gpus_per_node=gpus, time=time, account=account, partition=partition,
             launcher=launcher, out=out, submit=submit, nccl_debug=nccl_debug, options=options)

@@ -396,8 +396,9 @@ def _module_lines(modules: tuple[str, ...], multinode: tuple[str, ...] = ()) -> 
 def job_options(options: SmokeOptions | TrainOptions) -> dict:
     """The options a job's verdict re-plans its run with (``job.json``): the plain values only
     (ranks, nodes and the example are the job's own keys)."""
-    return {key: value for key, value in asdict(options).items()
-            if key not in ("gpus", "example") and isinstance(value, (str, int, float, bool))}
+    return {key: str(value.resolve()) if isinstance(value, Path) else value
+            for key, value in asdict(options).items()
+            if key not in ("gpus", "example") and isinstance(value, (str, int, float, bool, Path))}
 
 
 #: The keys every ``job.json`` has (``launcher``, ``partition`` and ``options`` may be missing).

@@ -42,7 +42,7 @@ class TrainOptions:
     epochs: int = 3
     batch_size: int | None = None
     lr: float | None = None
-    zero_stage: int = 1
+    zero_stage: int | None = None  # None: DeepSpeed's stage 1 (for --example deepspeed)
     ds_config: Path | None = None
     data: Path | None = None
     samples: int | None = None
@@ -67,6 +67,10 @@ class TrainOptions:
             ds_config=flags.EXISTING_FILE("--ds-config", self.ds_config),
             data=flags.EXISTING_FOLDER("--data", self.data))
         divides(self.global_batch, self.gpus)
+        for flag, value in (("--zero-stage", self.zero_stage), ("--ds-config", self.ds_config)):
+            if value is not None and self.example != "deepspeed":
+                raise UsageError(f"{flag} applies to --example deepspeed, not --example "
+                                 f"{self.example}; leave it out", flag=flag)
 
     @property
     def global_batch(self) -> int:
@@ -112,7 +116,7 @@ class TrainKind(WorkloadKind):
             args.append("--compile")
         binds = []
         if options.example == "deepspeed":
-            args += ["--zero-stage", str(options.zero_stage)]
+            args += ["--zero-stage", str(options.zero_stage or 1)]
             if options.ds_config is not None:
                 binds.append(f"{options.ds_config.resolve()}:{DS_CONFIG_MOUNT}:ro")
                 args += ["--ds-config", DS_CONFIG_MOUNT]

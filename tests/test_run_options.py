@@ -1,0 +1,59 @@
+"""One table of run options: invoke job takes every option of invoke smoke / invoke train, into
+job.json and the workload's argv, and an option that does not apply is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from invoke import Config, Context, Exit
+
+import tasks
+from tests.fixtures import ROOT
+
+
+@pytest.fixture
+def ctx(tmp_path) -> Context:
+    return Context(Config(overrides={"containers": {"results_dir": str(tmp_path / "results")}}))
+
+
+@pytest.mark.parametrize("task, args, message", [
+    (tasks.train, dict(example="ddp", zero_stage="3"),
+     "error: --zero-stage applies to --example deepspeed, not --example ddp; leave it out"),
+    (tasks.train, dict(example="fsdp", ds_config=str(ROOT / "jobs/ds_config/zero2.json")),
+     "error: --ds-config applies to --example deepspeed, not --example fsdp; leave it out"),
+    (tasks.job, dict(workload="ddp", site="local-slurm", zero_stage="2"),
+     "error: --zero-stage applies to --example deepspeed, not --example ddp; leave it out"),
+    (tasks.job, dict(workload="smoke", site="local-slurm", lr="0.1"),
+     "error: --lr: applies to train jobs, not --workload smoke; leave it out"),
+    (tasks.job, dict(workload="build", site="local-slurm", timeout="60"),
+     "error: --timeout: applies to smoke and train jobs, not --workload build; leave it out"),
+])
+def test_options_that_do_not_apply_are_refused(ctx, task, args, message) -> None:
+    with pytest.raises(Exit) as refused:
+        task(ctx, **args)
+    assert refused.value.message == message and refused.value.code == 1
+
+
+def test_a_deepspeed_job_carries_every_training_option(ctx, tmp_path, capsys) -> None:
+    config = ROOT / "jobs/ds_config/zero2.json"
+    tasks.job(ctx, workload="deepspeed", site="local-slurm", zero_stage="2", lr="0.01",
+              ds_config=str(config), data=str(tmp_path), timeout="900",
+              target_accuracy="0.5", compile=True, out=str(tmp_path / "job.sh"))
+    text = (tmp_path / "job.sh").read_text()
+    (record,) = [json.loads(line) for line in text.splitlines() if line.startswith('{"target"')]
+    assert record["options"] == {"epochs": 3, "lr": 0.01, "zero_stage": 2,
+                                 "ds_config": str(config), "data": str(tmp_path),
+                                 "target_accuracy": 0.5, "compile": True, "timeout": 900.0}
+    run = next(line for line in text.splitlines() if "train.py --example deepspeed" in line)
+    assert re.search(r"--lr 0\.01 .*--compile --zero-stage 2 --ds-config \S+ --data ", run)
+
+
+def test_a_smoke_job_takes_smoke_options(ctx, tmp_path) -> None:
+    tasks.job(ctx, workload="smoke", site="local-slurm", warmup="2", dtype="bfloat16",
+              timeout="120", out=str(tmp_path / "job.sh"))
+    text = (tmp_path / "job.sh").read_text()
+    (record,) = [json.loads(line) for line in text.splitlines() if line.startswith('{"target"')]
+    assert record["options"]["warmup"] == 2 and record["options"]["dtype"] == "bfloat16"
+    assert record["options"]["timeout"] == 120.0
