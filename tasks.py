@@ -329,6 +329,7 @@ def shell(c, target=None, dry_run=False):
 
 
 @_command(
+    iterable=["directive"],
     help={
         "target": "image the job runs (or builds); default: the detected site's default target",
         "workload": "what the job runs",
@@ -345,6 +346,10 @@ def shell(c, target=None, dry_run=False):
         "out": "write the script to this file (atomically) instead of printing it",
         "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
         "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
+        "qos": "quality of service (Slurm; Olivia's devel for short tests)",
+        "reservation": "run in this reservation (Slurm)",
+        "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
+                     "-l place=scatter (repeatable; checked)",
         **{name: f"{RUN_OPTIONS[name][0]}: {RUN_OPTIONS[name][1]}" for name in RUN_OPTIONS},
     },
     types={"target": flags.TARGET, "workload": flags.choice(WORKLOADS), "site": flags.SITE,
@@ -357,7 +362,8 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
         account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
         sizes=None, iters=None, warmup=None, cycles=None, op=None, dtype=None, model=None,
         model_size=None, epochs=None, batch_size=None, samples=None, lr=None, zero_stage=None,
-        ds_config=None, data=None, target_accuracy=None, compile=False, timeout=None):
+        ds_config=None, data=None, target_accuracy=None, compile=False, timeout=None,
+        qos=None, reservation=None, directive=None):
     """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit.
 
     Every option of invoke smoke / invoke train that changes the run is taken (the table
@@ -392,7 +398,8 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
         options = TrainOptions(example=workload, gpus=gpus or 1, **given)
     app.job(_project(c), target=target, workload=workload, site=site, nodes=nodes,
             gpus_per_node=gpus, time=time, account=account, partition=partition,
-            launcher=launcher, out=out, submit=submit, nccl_debug=nccl_debug, options=options)
+            launcher=launcher, out=out, submit=submit, nccl_debug=nccl_debug, options=options,
+            qos=qos, reservation=reservation, directives=tuple(directive or ()))
 
 
 @_command(

@@ -57,3 +57,27 @@ def test_a_smoke_job_takes_smoke_options(ctx, tmp_path) -> None:
     (record,) = [json.loads(line) for line in text.splitlines() if line.startswith('{"target"')]
     assert record["options"]["warmup"] == 2 and record["options"]["dtype"] == "bfloat16"
     assert record["options"]["timeout"] == 120.0
+
+
+def test_qos_reservation_and_directives_reach_the_preamble(ctx, tmp_path) -> None:
+    tasks.job(ctx, site="local-slurm", qos="devel", reservation="r1",
+              directive=["--constraint=hbm", "-x n2"], out=str(tmp_path / "job.sh"))
+    lines = (tmp_path / "job.sh").read_text().splitlines()
+    assert {"#SBATCH --qos=devel", "#SBATCH --reservation=r1", "#SBATCH --constraint=hbm",
+            "#SBATCH -x n2"} <= set(lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(directive=["--x=$(id)"]), "error: --directive: '--x=$(id)' is not one scheduler "
+     "option"),
+    (dict(directive=["--a=1\n#SBATCH --b"]), "error: --directive: "),
+    (dict(qos="de vel"), "error: --qos: 'de vel' is not a qos name"),
+    (dict(target="derecho-cuda", account="a1", qos="devel"),
+     "error: --qos: PBS has no qos directive"),
+])
+def test_bad_scheduler_lines_are_refused(ctx, tmp_path, args, message) -> None:
+    args = {"site": "local-slurm", **args} if "target" not in args else args
+    with pytest.raises(Exit) as refused:
+        tasks.job(ctx, out=str(tmp_path / "job.sh"), **args)
+    assert refused.value.message.startswith(message)
+    assert not (tmp_path / "job.sh").exists()

@@ -35,7 +35,8 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         nodes: int = 1, gpus_per_node: int | None = None, time: str | int | None = None,
         account: str | None = None, partition: str | None = None, launcher: str | None = None,
         out: str | Path | None = None, submit: bool = False, nccl_debug: bool = False,
-        options: SmokeOptions | TrainOptions | None = None,
+        options: SmokeOptions | TrainOptions | None = None, qos: str | None = None,
+        reservation: str | None = None, directives: tuple[str, ...] = (),
         say: Say = _print) -> JobSubmission:
     """Render the batch job for a site; print it, write it (atomically) or submit it.
 
@@ -51,7 +52,8 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     home = project.targets.get(where.default_target or "")
     request = batch.JobRequest(workload=workload, nodes=int(nodes), gpus_per_node=gpus_per_node,
                                time=time, account=account, partition=partition,
-                               launcher=launcher, nccl_debug=nccl_debug, options=options)
+                               launcher=launcher, nccl_debug=nccl_debug, options=options,
+                               qos=qos, reservation=reservation, directives=tuple(directives))
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
     planned = batch.plan_job(item, where, settings=project.settings, request=request,
                              host_arch=host_arch(), site_arch=home.arch if home else None,

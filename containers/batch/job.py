@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Mapping
 
 from containers import __version__, walltime
-from containers.batch.schedulers import DIRECTIVE_SAFE, SCHEDULERS, Resources, Scheduler, directive
+from containers.batch.schedulers import (DIRECTIVE_SAFE, SCHEDULERS, Resources, Scheduler,
+                                         directive, extra_directive)
 from containers.batch.script import SHELL_VARS, Script, assign, command, ref, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
@@ -81,6 +82,9 @@ class JobRequest:
     launcher: str | None = None
     nccl_debug: bool = False
     options: SmokeOptions | TrainOptions | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    directives: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -106,6 +110,11 @@ class JobRequest:
                              flag="--account")
         if self.launcher is not None:
             launchers.named(self.launcher)
+        for flag, value in (("--qos", self.qos), ("--reservation", self.reservation)):
+            if value is not None and not DIRECTIVE_SAFE.match(value):
+                raise UsageError(f"'{value}' is not a {flag[2:]} name", flag=flag)
+        object.__setattr__(self, "directives", tuple(extra_directive(text)
+                                                     for text in self.directives))
 
 
 # ------------------------------------------------------------------------------------- the job
@@ -280,7 +289,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
         res = Resources(name=name, nodes=1, tasks_per_node=1, cpus_per_task=cores_for(site, 1),
                         gpus_per_node=gpus, time=walltime.format(time), partition=partition_name,
                         account=account, output=output, mem_per_gpu_gb=site.mem_per_gpu_gb,
-                        gpu_request=gpu_request, gres_type=gres_type)
+                        gpu_request=gpu_request, gres_type=gres_type, **_extra(request))
         body += _module_lines(site.modules)
         body += _build_body(target, root=root, host_arch=host_arch, venv=venv)
         script = Script(directives=scheduler.preamble(res), comments=comments, body=body)
@@ -296,7 +305,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                     gpus_per_node=_gpus(site, gpus), time=walltime.format(time),
                     partition=partition_name, account=account, output=output,
                     exclusive=shape.exclusive, mem_per_gpu_gb=site.mem_per_gpu_gb,
-                    gpu_request=gpu_request, gres_type=gres_type)
+                    gpu_request=gpu_request, gres_type=gres_type, **_extra(request))
     job_id = ref(scheduler.job_id_var)
     multinode = request.nodes > 1
     body += _module_lines(site.modules, site.multinode_modules if multinode else ())
@@ -391,6 +400,11 @@ def _module_lines(modules: tuple[str, ...], multinode: tuple[str, ...] = ()) -> 
            else "the modules the site's documentation requires")
     return [f"# Host modules: {why} (Lmod reads unset variables: not under set -u)",
             "set +u", "module load " + " ".join(word(m) for m in names), "set -u", ""]
+
+
+def _extra(request: JobRequest) -> dict:
+    """The request's ``--qos``, ``--reservation`` and ``--directive`` lines for the preamble."""
+    return dict(qos=request.qos, reservation=request.reservation, directives=request.directives)
 
 
 def job_options(options: SmokeOptions | TrainOptions) -> dict:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from containers.batch.script import ref, word
-from containers.errors import CommandFailed, ConfigError
+from containers.errors import CommandFailed, ConfigError, UsageError
 from containers.run.rendezvous import RENDEZVOUS, Rendezvous, SchedulerRendezvous
 
 #: What a directive value may contain: schedulers read directives with their own parsers, which do
@@ -40,6 +40,25 @@ class Resources:
     #: Slurm: ``gpus-per-node`` (``--gpus-per-node=N``) or ``gres`` (``--gres=gpu:TYPE:N``).
     gpu_request: str = "gpus-per-node"
     gres_type: str | None = None
+    #: ``--qos``, ``--reservation`` and ``--directive`` lines (Slurm; a directive on PBS too).
+    qos: str | None = None
+    reservation: str | None = None
+    directives: tuple[str, ...] = ()
+
+
+#: A ``--directive`` line: an option and at most one value, as a batch directive carries it.
+EXTRA_DIRECTIVE = re.compile(r"(--[a-z][a-z-]*(=[A-Za-z0-9_@%+=:,./-]+)?"
+                             r"|-[A-Za-z]( [A-Za-z0-9_@%+=:,./-]+)?)\Z")
+
+
+def extra_directive(text: str) -> str:
+    """A ``--directive`` as the preamble writes it after ``#SBATCH``/``#PBS``; refused in one
+    line unless it is one option (``--constraint=hbm``, ``-l place=scatter``)."""
+    if not EXTRA_DIRECTIVE.match(text):
+        raise UsageError(f"'{text}' is not one scheduler option such as --constraint=hbm or "
+                         "-l place=scatter (one line; letters, digits and _ @ % + = : , . / - "
+                         "in its value)", flag="--directive")
+    return text
 
 
 def directive(value: object, what: str) -> str:
@@ -110,12 +129,13 @@ class Slurm(Scheduler):
                    ("mem-per-gpu", f"{res.mem_per_gpu_gb}G" if res.mem_per_gpu_gb
                     and res.gpus_per_node else None), ("time", res.time),
                    ("partition", res.partition), ("account", res.account),
+                   ("qos", res.qos), ("reservation", res.reservation),
                    ("output", res.output)]
         lines = [f"#SBATCH --{key}={directive(value, '--' + key)}" for key, value in options
                  if value is not None]
         if res.exclusive:
             lines.append("#SBATCH --exclusive")
-        return lines
+        return lines + [f"#SBATCH {extra_directive(text)}" for text in res.directives]
 
     def output_dir(self, folder: Path, name: str) -> str:
         return f"{folder}/{name}-%j.out"
@@ -150,6 +170,10 @@ class Pbs(Scheduler):
             chunk += f":ngpus={res.gpus_per_node}"
             if res.mem_per_gpu_gb:
                 chunk += f":mem={res.mem_per_gpu_gb * res.gpus_per_node}GB"
+        for flag, value in (("--qos", res.qos), ("--reservation", res.reservation)):
+            if value is not None:
+                raise UsageError(f"PBS has no {flag[2:]} directive (a reservation is a queue: "
+                                 "--partition RESV); leave it out", flag=flag)
         lines = [f"#PBS -N {directive(self.job_name(res.name), 'job name')}"]
         if res.account:
             lines.append(f"#PBS -A {directive(res.account, '--account')}")
@@ -158,7 +182,8 @@ class Pbs(Scheduler):
         return lines + [f"#PBS -l {directive(chunk, 'select')}",
                         f"#PBS -l walltime={directive(res.time, '--time')}",
                         "#PBS -j oe",
-                        f"#PBS -o {directive(res.output, 'output folder')}"]
+                        f"#PBS -o {directive(res.output, 'output folder')}",
+                        *(f"#PBS {extra_directive(text)}" for text in res.directives)]
 
     def job_name(self, name: str) -> str:
         return short_name(name, self.NAME_LENGTH)
