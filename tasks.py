@@ -332,7 +332,8 @@ def shell(c, target=None, dry_run=False):
     iterable=["directive"],
     help={
         "target": "image the job runs (or builds); default: the detected site's default target",
-        "workload": "what the job runs",
+        "workload": "what the job runs (run: your own command after --, through the site's "
+                    "launcher, with the device gate and a verdict)",
         "site": "the site whose scheduler, launcher, binds and environment the job uses; "
                 "default: the target's own (the cpu image on a Slurm cluster: local-slurm)",
         "nodes": "nodes (one for build)",
@@ -345,6 +346,8 @@ def shell(c, target=None, dry_run=False):
         "launcher": "override the site's launch pattern",
         "out": "write the script to this file (atomically) instead of printing it",
         "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
+        "wait": "with --submit: follow the job (its state changes), then print its verdict and "
+                "exit with the verdict's code",
         "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
         "qos": "quality of service (Slurm; Olivia's devel for short tests)",
         "reservation": "run in this reservation (Slurm)",
@@ -363,11 +366,13 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
         sizes=None, iters=None, warmup=None, cycles=None, op=None, dtype=None, model=None,
         model_size=None, epochs=None, batch_size=None, samples=None, lr=None, zero_stage=None,
         ds_config=None, data=None, target_accuracy=None, compile=False, timeout=None,
-        qos=None, reservation=None, directive=None):
+        qos=None, reservation=None, directive=None, wait=False):
     """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit.
 
     Every option of invoke smoke / invoke train that changes the run is taken (the table
     RUN_OPTIONS); one that does not apply to the workload is refused in one line."""
+    if wait and not submit:
+        raise UsageError("--wait follows a submitted job; add --submit", flag="--wait")
     if out or submit:
         _no_dry(c, "invoke job prints the script under --dry; --out and --submit write or "
                    "submit it, so they are refused")
@@ -384,7 +389,7 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
         model_size=model_size, epochs=epochs, batch_size=batch_size, samples=samples, lr=lr,
         zero_stage=zero_stage, ds_config=ds_config, data=data, target_accuracy=target_accuracy,
         compile=compile or None, timeout=timeout).items() if value is not None}
-    kind = "smoke" if workload == "smoke" else "build" if workload == "build" else "train"
+    kind = workload if workload in ("smoke", "build", "run") else "train"
     for name in given:
         if kind not in RUN_OPTIONS[name][0].split("/"):
             raise UsageError(f"applies to {' and '.join(RUN_OPTIONS[name][0].split('/'))} "
@@ -392,14 +397,21 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
                              flag="--" + name.replace("_", "-"))
     if kind == "smoke":
         options = SmokeOptions(gpus=gpus or 1, **given)
-    elif kind == "build":
+    elif kind in ("build", "run"):
         options = None
     else:
         options = TrainOptions(example=workload, gpus=gpus or 1, **given)
     app.job(_project(c), target=target, workload=workload, site=site, nodes=nodes,
             gpus_per_node=gpus, time=time, account=account, partition=partition,
             launcher=launcher, out=out, submit=submit, nccl_debug=nccl_debug, options=options,
-            qos=qos, reservation=reservation, directives=tuple(directive or ()))
+            qos=qos, reservation=reservation, directives=tuple(directive or ()),
+            command=tuple(_remainder(c)), wait=wait)
+
+
+@_command(help={"json": JSON_HELP})
+def jobs(c, json=False):
+    """The batch jobs this checkout submitted (results/jobs/index.jsonl): state and verdict."""
+    app.jobs_report(_project(c), **_json(json))
 
 
 @_command(

@@ -12,6 +12,7 @@ module             commands
 ``workloads``      ``invoke smoke``, ``invoke train``
 ``running``        ``invoke run``, ``invoke shell`` (a user's own command)
 ``jobs``           ``invoke job``
+``following``      ``invoke job --submit --wait``, ``invoke jobs``
 ``judging``        ``invoke verdict`` (a batch job's results)
 ``publishing``     ``invoke publish``, ``invoke verify``
 ``inspecting``     ``invoke inspect``, ``invoke diff``
@@ -19,6 +20,7 @@ module             commands
 """
 
 from containers.app.build import build
+from containers.app.following import jobs_report
 from containers.app.inputs import check_inputs, targets_report
 from containers.app.inspecting import diff, inspect
 from containers.app.jobs import JobSubmission, job
@@ -30,4 +32,4 @@ from containers.app.workloads import prove, smoke_history, train
 
 __all__ = ["Project", "build", "check_inputs", "targets_report", "job", "JobSubmission",
            "judge_results", "prove", "smoke_history", "train", "publish", "verify",
-           "inspect", "diff", "run_command", "shell"]
+           "inspect", "diff", "run_command", "shell", "jobs_report"]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from containers.app import following
 from containers.app.project import Project
-from containers.batch import job as batch
+from containers.batch import follow, job as batch
 from containers.errors import ImageMissing, UsageError, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import host_arch, run_stamp
@@ -37,6 +39,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         out: str | Path | None = None, submit: bool = False, nccl_debug: bool = False,
         options: SmokeOptions | TrainOptions | None = None, qos: str | None = None,
         reservation: str | None = None, directives: tuple[str, ...] = (),
+        command: tuple[str, ...] = (), wait: bool = False,
         say: Say = _print) -> JobSubmission:
     """Render the batch job for a site; print it, write it (atomically) or submit it.
 
@@ -53,7 +56,9 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     request = batch.JobRequest(workload=workload, nodes=int(nodes), gpus_per_node=gpus_per_node,
                                time=time, account=account, partition=partition,
                                launcher=launcher, nccl_debug=nccl_debug, options=options,
-                               qos=qos, reservation=reservation, directives=tuple(directives))
+                               qos=qos, reservation=reservation, directives=tuple(directives),
+                               command=tuple(command),
+                               workdir=os.getcwd() if workload == "run" else None)
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
     planned = batch.plan_job(item, where, settings=project.settings, request=request,
                              host_arch=host_arch(), site_arch=home.arch if home else None,
@@ -88,4 +93,14 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     results = planned.results_of(job_id)
     say(f"submitted job {job_id}: output {os.path.relpath(planned.output_of(job_id))}"
         + (f", results {os.path.relpath(results)}" if results else ""))
+    with on_disk("add the job to the index", jobs_dir):
+        follow.append_index(jobs_dir, {
+            "job_id": job_id, "scheduler": planned.scheduler.name, "workload": workload,
+            "target": item.name, "site": where.name, "script": str(script),
+            "output": planned.output_of(job_id), "results": results,
+            "submitted": datetime.datetime.now().isoformat(timespec="seconds")})
+    if wait:
+        following.follow_job(planned.scheduler.name, job_id, say=say,
+                             results=Path(results) if results else None,
+                             output=planned.output_of(job_id))
     return JobSubmission(job=planned, script=script, job_id=job_id)

@@ -36,6 +36,7 @@ from typing import Mapping
 from containers import __version__, walltime
 from containers.batch.schedulers import (DIRECTIVE_SAFE, SCHEDULERS, Resources, Scheduler,
                                          directive, extra_directive)
+from containers.batch.runjob import run_lines, run_record, with_workdir
 from containers.batch.script import SHELL_VARS, Script, assign, command, ref, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
@@ -50,9 +51,10 @@ from containers.prove.train import EXAMPLES, TrainOptions
 from containers.run import launchers
 from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.layout import at_least_one
+from containers.run.command import CommandRun, check_command, plan_command
 from containers.run.workload import Placement, Workload
 
-WORKLOADS = ("smoke", *EXAMPLES, "build")
+WORKLOADS = ("smoke", *EXAMPLES, "run", "build")
 #: What each workload is expected to need (seconds); a partition's limit caps it.
 ESTIMATE = {"smoke": 30 * 60, "build": 2 * 3600}
 TRAIN_ESTIMATE = 3600
@@ -85,6 +87,10 @@ class JobRequest:
     qos: str | None = None
     reservation: str | None = None
     directives: tuple[str, ...] = ()
+    #: ``--workload run``: the user's command, as its words (after ``--``), and the folder it
+    #: runs in (where it was submitted from: its relative paths mean what they meant there).
+    command: tuple[str, ...] = ()
+    workdir: str | None = None
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -92,6 +98,11 @@ class JobRequest:
                              f"'{self.workload}'){suggest(self.workload, WORKLOADS)}",
                              flag="--workload")
         at_least_one(self.nodes, "--nodes")
+        if self.workload == "run":
+            object.__setattr__(self, "command", check_command(self.command))
+        elif self.command:
+            raise UsageError(f"a command after -- goes with --workload run, not --workload "
+                             f"{self.workload}", flag="--")
         if self.workload == "build" and self.nodes != 1:
             raise UsageError(f"a build job runs on one node (got --nodes {self.nodes})",
                              flag="--nodes")
@@ -314,7 +325,14 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     out_dir = str(workload.out_dir)
     record = {"target": target.name, "site": site.name, "workload": request.workload,
               "nodes": request.nodes, "gpus_per_node": gpus, "launcher": launcher.name,
-              "partition": partition_name, "options": job_options(run.options)}
+              "partition": partition_name,
+              "options": job_options(run.options) if run.options else {}}
+    if run.command is not None:  # --workload run: the user's command, judged in the image
+        body += run_lines(run.command, site=site, settings=settings, nodes=request.nodes,
+                          record=with_workdir(run_record(record, request.command),
+                                              request.workdir))
+        return _job(request, target, site, scheduler, launcher, res, comments, body, run,
+                    results=out_dir.replace(job_id, "{job_id}"))
     image_record = settings.provenance_path(target.name)
     body += [f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
              "# What the verdict reads besides the ranks' files: the job, the image it ran",
@@ -333,11 +351,19 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                  ("INVOKE_CONTAINERS_PERFLOG_DIR", settings.perflog_dir))),
              *_invoke(target, ["verdict", "--results", out_dir, "--exit-status", ref("status")],
                       root=root, host_arch=host_arch, venv=venv, exec_=True)]
+    return _job(request, target, site, scheduler, launcher, res, comments, body, run,
+                results=out_dir.replace(job_id, "{job_id}"))
+
+
+def _job(request: JobRequest, target: Target, site: Site, scheduler: Scheduler,
+         launcher: Launcher, res: Resources, comments: list[str], body: list[str], run: JobRun,
+         *, results: str) -> Job:
+    """A workload job's script put together: preamble, comments (its size, launcher, cores)."""
+    gpus = run.workload.launch.ranks_per_node
     script = Script(directives=scheduler.preamble(res), comments=[
-        *comments, f"{request.nodes} node{'s' if multinode else ''} x {gpus} "
+        *comments, f"{request.nodes} node{'s' if request.nodes > 1 else ''} x {gpus} "
         f"{'GPUs' if site.gpu != 'none' else 'CPU ranks'}, launcher {launcher.name}",
-        *([workload.cores_note] if workload.cores_note else [])], body=body)
-    results = out_dir.replace(job_id, "{job_id}")
+        *([run.workload.cores_note] if run.workload.cores_note else [])], body=body)
     return Job(request=request, target=target, site=site, scheduler=scheduler,
                launcher=launcher, resources=res, text=script.render(), results=results)
 
@@ -358,13 +384,15 @@ def _gpus(site: Site, ranks: int) -> int:
 class JobRun:
     """The run inside a workload job, as :func:`job_run` plans it."""
 
-    kind: WorkloadKind
+    kind: WorkloadKind | None
     launcher: Launcher
     shape: Shape
     workload: Workload
-    options: SmokeOptions | TrainOptions
+    options: SmokeOptions | TrainOptions | None
     #: Whether the ranks meet at a rendezvous the job's shell finds (the scheduler's lines).
     meets: bool
+    #: ``--workload run``: the planned command and its device gate (kind and options None).
+    command: CommandRun | None = None
 
 
 def job_run(target: Target, site: Site, *, settings: Settings,
@@ -379,8 +407,19 @@ def job_run(target: Target, site: Site, *, settings: Settings,
     placement = Placement(nodes=request.nodes, launcher=launcher,
                           rendezvous=scheduler.job_time_rendezvous() if meets else None,
                           cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
-    options = _options(request, gpus)
     runtime = Runtime(binary=site.runtime, flavour=site.runtime, version="site")
+    if request.workload == "run":
+        planned = plan_command(target, site, settings=settings, runtime=runtime,
+                               command=request.command, ranks=gpus, timeout=0,
+                               run_id=f"job{ref(scheduler.job_id_var)}", environ=SHELL_VARS,
+                               strict=False, placement=placement)
+        workload = planned.workload
+        if request.nccl_debug:
+            workload = workload.with_env({"NCCL_DEBUG": "INFO"})
+            planned = replace(planned, workload=workload)
+        return JobRun(kind=None, launcher=launcher, shape=shape, workload=workload,
+                      options=None, meets=meets, command=planned)
+    options = _options(request, gpus)
     workload = plan_run(target, site, settings=settings, runtime=runtime, options=options,
                         run_id=f"job{ref(scheduler.job_id_var)}", environ=SHELL_VARS,
                         strict=False, placement=placement)

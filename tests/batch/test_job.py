@@ -87,15 +87,25 @@ def test_every_site_and_workload_renders_a_valid_script(data_job, tmp_path, site
         with pytest.raises(ConfigError, match="needs --fakeroot"):
             data_job(site, workload, account="proj_1")
         return
+    # --workload run: a command whose words a shell would otherwise read as code
+    command = {"command": ("python", "own.py", "it's \"q\" $(id) `id`\nJOB\n")} \
+        if workload == "run" else {}
     for nodes in ((1,) if workload == "build" else (1, 2)):
         job = data_job(site, workload, nodes=nodes, account="proj_1",
-                       partition=MULTINODE.get(site) if nodes > 1 else None)
+                       partition=MULTINODE.get(site) if nodes > 1 else None, **command)
         text = job.text
         _bash_n(text, tmp_path)
         assert text.startswith("#!/bin/bash\n")
         assert "set -euo pipefail\n" in text and "' ERR\n" in text
         assert "\x00" not in text
         assert "cd /proj\n" in text
+        if workload == "run":
+            gpu_site = site not in ("local-slurm",)
+            assert ("/opt/containers/jobs/gate.py --expect-gpu" in text) == gpu_site, site
+            assert "--no-python" in text and "python own.py 'it'\"'\"'s" in text
+            assert "exec " in text and "/opt/containers/jobs/runverdict.py" in text
+            assert "pip install" not in text and "/bin/invoke" not in text
+            continue
         if workload == "build":
             assert "unset APPTAINER_BIND SINGULARITY_BIND" in text
             assert f"build --target {TARGET[site]}" in text
@@ -320,7 +330,7 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
 # ------------------------------------------------------------------------------------ refusals
 @pytest.mark.parametrize("site, request_, error, message", [
     ("lumi", dict(workload="train"), UsageError,
-     "--workload must be one of smoke, ddp, deepspeed, fsdp, build (got 'train')"),
+     "--workload must be one of smoke, ddp, deepspeed, fsdp, run, build (got 'train')"),
     ("lumi", dict(workload="smoke", nodes=0), UsageError, "--nodes must be at least 1 (got 0)"),
     ("lumi", dict(workload="smoke", time="1h"), UsageError, "--time '1h' is not a time"),
     ("lumi", dict(workload="smoke", time="00:61:00"), UsageError,

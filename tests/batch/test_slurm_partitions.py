@@ -62,7 +62,10 @@ def test_every_rendered_script_is_accepted(shaped, tmp_path) -> None:
             continue  # refused before anything is written (test_job.py)
         for nodes in ((1,) if workload == "build" else (1, 2)):
             partition = MULTINODE.get(site.name) if nodes > 1 else None
-            job = render(workload, nodes=nodes, partition=partition, account=TEST_ACCOUNT)
+            command = {"command": ("python", "own.py", "it's $(id)\n`id`")} \
+                if workload == "run" else {}
+            job = render(workload, nodes=nodes, partition=partition, account=TEST_ACCOUNT,
+                         **command)
             result = _test_only(cluster, job.text, tmp_path)
             assert result.returncode == 0 and "to start at" in result.stderr, \
                 f"{site.name} {workload} x{nodes}:\n{result.stderr}\n{job.text}"

@@ -1,0 +1,122 @@
+"""``invoke job --submit --wait`` and ``invoke jobs``: a submitted job followed to its verdict.
+
+``--wait`` asks the scheduler for the job's state every few seconds, says each change, and
+once the job has ended prints its verdict from the results folder's ``verdict.json`` and exits
+with the verdict's code. No verdict where one was due fails closed (the job's output file named).
+``invoke jobs`` lists the jobs this checkout submitted (``results/jobs/index.jsonl``) with their
+state now and their verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from containers.app.project import Project
+from containers.batch import follow
+from containers.errors import ContainersError, StateError, VerdictFailed
+from containers.files import read_regular_json
+from containers.host.process import capture
+from containers.report import Say, console, say_line as _print, table
+
+POLL_SECONDS = 3.0
+
+
+class JobVerdict(ContainersError):
+    """A followed job's verdict was not a pass: the tool exits with the verdict's code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code if 0 < code < 256 else 2
+
+
+def ask(argv: list[str]) -> str | None:
+    """One state query's output, None when the tool is missing or it failed."""
+    try:
+        return capture(argv, timeout=60)
+    except ContainersError:
+        return None
+
+
+def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float = POLL_SECONDS,
+             query: Callable[[list[str]], str | None] = ask,
+             timeout: float | None = None) -> str:
+    """Poll until the job has ended; each state change is said. The last state seen (or
+    ``UNKNOWN`` when the scheduler no longer knows the job)."""
+    last, started = None, time.monotonic()
+    misses = 0
+    while True:
+        state = follow.job_state(scheduler, job_id, query)
+        if state != last and state is not None:
+            say(f"job {job_id}: {state} ({time.monotonic() - started:.0f} s)")
+            last = state
+        if state is None:
+            misses += 1
+            if misses >= 3:  # forgotten by the scheduler: it has ended
+                return last or "UNKNOWN"
+        elif state.upper() in follow.ENDED:
+            return state
+        if timeout is not None and time.monotonic() - started > timeout:
+            raise StateError(f"job {job_id} still {last} after {timeout:.0f} s")
+        time.sleep(poll)
+
+
+def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) -> dict:
+    """The job's ``verdict.json``; refused in one line when it is missing (fail closed)."""
+    if results is None:
+        raise VerdictFailed(f"job {job_id} ended {state}; a build job writes no verdict "
+                            f"(output: {os.path.relpath(output)})")
+    try:
+        record = read_regular_json(results / "verdict.json")
+    except (OSError, ValueError) as exc:
+        raise VerdictFailed(f"job {job_id} ended {state} without a readable verdict.json in "
+                            f"{os.path.relpath(results)} ({exc.__class__.__name__}); its output: "
+                            f"{os.path.relpath(output)}") from None
+    if not isinstance(record, dict):
+        raise VerdictFailed(f"job {job_id}: verdict.json is not an object")
+    return record
+
+
+def follow_job(scheduler: str, job_id: str, *, results: Path | None, output: str,
+               say: Say = _print, poll: float = POLL_SECONDS) -> dict:
+    """Wait for the job, print its verdict, raise :class:`JobVerdict` unless it passed."""
+    state = wait_for(scheduler, job_id, say=say, poll=poll)
+    record = verdict_of(results, job_id=job_id, state=state, output=output)
+    code = follow.verdict_code(record)
+    say(f"verdict: {'PASS' if code == 0 else 'FAIL'} (exit {code})"
+        + "".join(f"\n  {reason}" for reason in record.get("reasons") or []))
+    if code:
+        raise JobVerdict(f"job {job_id}: verdict FAIL (exit {code}); "
+                         f"{os.path.relpath(results / 'verdict.json')}", code)
+    return record
+
+
+def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -> list[dict]:
+    """The jobs this checkout submitted, newest last, with their state now and verdict."""
+    entries = follow.read_index(project.settings.results_dir / "jobs")
+    rows = []
+    for entry in entries:
+        state = follow.job_state(entry.get("scheduler", "slurm"), str(entry["job_id"]), ask)
+        verdict = None
+        if entry.get("results"):
+            try:
+                record = read_regular_json(Path(entry["results"]) / "verdict.json")
+                verdict = "PASS" if follow.verdict_code(record) == 0 else "FAIL"
+            except (OSError, ValueError):
+                verdict = None
+        rows.append({**entry, "state": state or "ended", "verdict": verdict})
+    if as_json:
+        say(json.dumps({"jobs": rows}, indent=2))
+        return rows
+    if not rows:
+        say("no jobs submitted from this checkout yet (invoke job --submit adds one)")
+        return rows
+    console().print(table(f"jobs ({len(rows)})", ("job", "workload", "target", "site",
+                                                   "submitted", "state", "verdict"),
+                          [(str(r["job_id"]), r.get("workload", ""), r.get("target", ""),
+                            r.get("site", ""), r.get("submitted", ""), r["state"],
+                            r["verdict"] or "-") for r in rows]))
+    return rows

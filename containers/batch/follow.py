@@ -1,0 +1,92 @@
+"""Following a submitted job (``invoke job --submit --wait``, ``invoke jobs``): its state from the
+scheduler, and a small index of the jobs this checkout submitted.
+
+The state is asked with the scheduler's own tools (Slurm's ``scontrol show job -o``, falling back
+to ``sacct`` once the controller has forgotten the job; PBS's ``qstat -x -f``); a job whose state
+cannot be read any more counts as ended, and its verdict then decides. The index is one JSON line
+per submitted job in ``results/jobs/index.jsonl`` (appended with ``O_APPEND``, one write per
+line, so jobs submitted together do not mix their lines).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Callable
+
+from containers.files import open_append_regular, read_regular_text
+
+#: States after which a job does nothing more (Slurm's and PBS's).
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+         "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED", "ENDED", "FINISHED"}
+#: PBS's one-letter job states, in words.
+PBS_STATES = {"Q": "PENDING", "H": "HELD", "W": "WAITING", "R": "RUNNING", "E": "EXITING",
+              "B": "RUNNING", "F": "FINISHED", "X": "FINISHED", "M": "MOVED", "S": "SUSPENDED"}
+INDEX = "index.jsonl"
+
+
+def state_argvs(scheduler: str, job_id: str) -> list[list[str]]:
+    """The commands that tell a job's state, tried in order until one answers."""
+    if scheduler == "pbs":
+        return [["qstat", "-x", "-f", job_id]]
+    return [["scontrol", "show", "job", "-o", job_id],
+            ["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id]]
+
+
+def parse_state(scheduler: str, text: str) -> str | None:
+    """The job's state in words from one of :func:`state_argvs`' outputs, or None."""
+    if scheduler == "pbs":
+        found = re.search(r"^\s*job_state\s*=\s*(\w)", text, flags=re.M)
+        return PBS_STATES.get(found.group(1), found.group(1)) if found else None
+    found = re.search(r"\bJobState=(\w+)", text)
+    if found:
+        return found.group(1)
+    words = text.split()
+    return words[0].upper() if words else None  # sacct: "CANCELLED by 0" -> CANCELLED
+
+
+def job_state(scheduler: str, job_id: str, ask: Callable[[list[str]], str | None]) -> str | None:
+    """The job's state; ``ask`` runs one argv and returns its output (None when it failed)."""
+    for argv in state_argvs(scheduler, job_id):
+        text = ask(argv)
+        state = parse_state(scheduler, text) if text else None
+        if state:
+            return state
+    return None
+
+
+def verdict_code(record: dict) -> int:
+    """The exit status a job's ``verdict.json`` stands for: its own ``exit_code`` where it has
+    one (a run job), else 0 passed, 3 correct but slow, 2 failed."""
+    if isinstance(record.get("exit_code"), int):
+        return record["exit_code"]
+    if record.get("passed") is not True:
+        return 2
+    performance = record.get("performance") or {}
+    return 3 if isinstance(performance, dict) and performance.get("state") == "fail" else 0
+
+
+def append_index(jobs_dir: Path, entry: dict) -> Path:
+    """One line for a submitted job in ``jobs_dir/index.jsonl``."""
+    path = jobs_dir / INDEX
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    with open_append_regular(path) as handle:
+        handle.write((json.dumps(entry, sort_keys=True) + "\n").encode())
+    return path
+
+
+def read_index(jobs_dir: Path) -> list[dict]:
+    """The index's entries, oldest first (a line that is not a JSON object is skipped)."""
+    path = jobs_dir / INDEX
+    if not path.exists():
+        return []
+    entries = []
+    for line in read_regular_text(path).splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("job_id"):
+            entries.append(entry)
+    return entries

@@ -1,0 +1,68 @@
+"""``invoke job --workload run -- CMD``: a user's own command as a batch job, launched as the
+site's smoke jobs are (the same launcher, shape, rendezvous lines, binds and environment), with
+the device gate first and a ``verdict.json`` at the end.
+
+The verdict needs nothing on the compute node but the image and the shared file system: the
+image's own Python runs ``jobs/runverdict.py`` (torch only, bound read-only like every workload
+script), so no virtual environment, no pip and no package index are needed there, and jobs that
+start together share nothing but their own results folders.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from containers.batch.script import command, ref, word
+from containers.inputs.settings import Settings
+from containers.inputs.sites import Site
+from containers.run.command import CommandRun
+
+VERDICT_SCRIPT = "runverdict.py"
+
+
+def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: dict,
+              nodes: int) -> list[str]:
+    """The body of a run job after its rendezvous lines: the job record, the device gate, the
+    command (its output and exit status kept), the verdict with the image's Python; the job's
+    exit status is the verdict's."""
+    workload = planned.workload
+    out_dir = str(workload.out_dir)
+    log = word(out_dir + "/run.log")
+    workdir = record.get("workdir")
+    lines = [*([f"cd {word(workdir)}"] if workdir else []),
+             f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
+             "# What the verdict reads besides the log: the job and its command",
+             f"cat > {word(out_dir + '/job.json')} <<'JOB'", json.dumps(record), "JOB", "",
+             "status=0", "gate=none"]
+    if planned.gate:
+        lines += ["# The device gate: every node's ranks must see a GPU of the site's kind",
+                  "gate=pass",
+                  command(planned.gate) + f" 2>&1 | tee {log} || gate=fail", ""]
+    lines += ['if [[ $gate != fail ]]; then',
+              "    " + command(workload.argv) + f" 2>&1 | tee -a {log} || status=$?",
+              "fi", ""]
+    verdict = [f"{settings.jobs_mount}/{VERDICT_SCRIPT}", "--out", settings.results_mount,
+               "--exit-status", ref("status"), "--gate", ref("gate"),
+               "--expect-gpu", site.gpu, "--ranks", str(workload.ranks)]
+    if site.transport_applies(nodes) and site.transport_expect:
+        verdict += ["--transport-name", site.transport_name or "the site's network",
+                    "--transport-expect", site.transport_expect]
+    binds = (f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
+             f"{out_dir}:{settings.results_mount}")
+    judge = workload.launch.runtime.exec_argv(image=workload.image,
+                                              command=["python3", *verdict], binds=binds)
+    return [*lines,
+            "# The verdict, by the image's own Python (no venv, pip or package index on the "
+            "node);",
+            "# the job's exit status is the verdict's (0, 2 for the gate, else the command's).",
+            "exec " + command(judge)]
+
+
+def run_record(record: dict, words: Sequence[str]) -> dict:
+    """``job.json`` of a run job: the common keys and the command as its words."""
+    return {**record, "command": list(words)}
+
+
+def with_workdir(record: dict, workdir: str | None) -> dict:
+    return {**record, "workdir": workdir} if workdir else record

@@ -1,0 +1,95 @@
+"""``invoke job --workload run -- CMD --submit --wait`` on the real two-node Slurm cluster: a
+user's own torch.distributed script through the site's launch path, followed to its verdict,
+judged by the image's own Python with no package index reachable from the job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from containers import app
+from containers.app.following import JobVerdict
+from containers.batch import follow
+from containers.prove.train import TrainOptions
+from tests.fixtures import ROOT
+
+pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.distributed]
+
+OWN = """\
+import json, sys, torch, torch.distributed as dist
+dist.init_process_group()
+t = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(t)
+if dist.get_rank() == 0:
+    print("own-args " + json.dumps(sys.argv[1:]), flush=True)
+print(f"own: rank {dist.get_rank()} of {dist.get_world_size()} sum {t.item():.0f}", flush=True)
+dist.destroy_process_group()
+sys.exit(int(sys.argv[1]) if sys.argv[1:] and sys.argv[1].isdigit() else 0)
+"""
+HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `id`\nsecond line; exit 9"
+
+
+@pytest.fixture
+def run_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> app.Project:
+    """The real project and image, results in a temp folder, Slurm clients aimed at the test
+    cluster, and every package index setting pointed at nothing (the job inherits them)."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    for name, value in (("PIP_INDEX_URL", "http://127.0.0.1:9/nothing"),
+                        ("PIP_EXTRA_INDEX_URL", ""), ("PIP_FIND_LINKS", str(tmp_path / "none")),
+                        ("PIP_NO_INDEX", "1"), ("PIP_CONFIG_FILE", "/dev/null")):
+        monkeypatch.setenv(name, value)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "own.py").write_text(OWN)
+    monkeypatch.chdir(work)
+    return app.Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
+                                   "perflog_dir": str(tmp_path / "results" / "perflog")})
+
+
+def test_own_script_on_two_nodes_followed_to_its_verdict(run_project) -> None:
+    lines: list[str] = []
+    submitted = app.job(run_project, target="cpu", site="local-slurm", workload="run",
+                        nodes=2, gpus_per_node=2, submit=True, wait=True, say=lines.append,
+                        command=("python", "own.py", HOSTILE))
+    assert any(line.startswith(f"job {submitted.job_id}: COMPLETED") for line in lines), lines
+    assert "verdict: PASS (exit 0)" in lines
+    results = Path(submitted.job.results_of(submitted.job_id))
+    verdict = json.loads((results / "verdict.json").read_text())
+    assert verdict["passed"] and verdict["exit_status"] == 0 and verdict["ranks"] == 4
+    assert verdict["stack"]["torch"] == "2.13.0+cpu"  # judged by the image's own Python
+    log = (results / "run.log").read_text()
+    assert sorted(ln for ln in log.splitlines() if ln.startswith("own: rank")) == [
+        f"own: rank {r} of 4 sum 10" for r in range(4)]
+    (args,) = [json.loads(ln[len("own-args "):]) for ln in log.splitlines()
+               if ln.startswith("own-args ")]
+    assert args == [HOSTILE]  # quotes, $(), backticks and the newline arrived intact
+    assert not Path("/tmp/pwned").exists()
+    (entry,) = follow.read_index(run_project.settings.results_dir / "jobs")
+    assert entry["job_id"] == submitted.job_id and entry["workload"] == "run"
+    listed = app.jobs_report(run_project, as_json=True, say=lambda text: None)
+    assert [(r["job_id"], r["verdict"]) for r in listed] == [(submitted.job_id, "PASS")]
+
+
+def test_a_failing_command_gives_its_exit_status(run_project) -> None:
+    with pytest.raises(JobVerdict) as failed:
+        app.job(run_project, target="cpu", site="local-slurm", workload="run", nodes=1,
+                gpus_per_node=2, submit=True, wait=True, say=lambda line: None,
+                command=("python", "own.py", "7"))
+    assert failed.value.exit_code == 7
+
+
+def test_a_deepspeed_job_runs_the_zero_stage_it_was_given(run_project) -> None:
+    lines: list[str] = []
+    submitted = app.job(run_project, target="cpu", site="local-slurm", workload="deepspeed",
+                        nodes=1, gpus_per_node=2, submit=True, wait=True, say=lines.append,
+                        options=TrainOptions(example="deepspeed", gpus=2, zero_stage=2,
+                                             model="cnn", model_size="tiny", epochs=1,
+                                             samples=256))
+    results = Path(submitted.job.results_of(submitted.job_id))
+    record = json.loads((results / "job.json").read_text())
+    assert record["options"]["zero_stage"] == 2
+    report = json.loads((results / "train.json").read_text())
+    assert report["zero_stage"] == 2, report
+    assert "verdict: PASS (exit 0)" in lines
