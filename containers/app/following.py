@@ -41,7 +41,7 @@ def ask(argv: list[str]) -> str | None:
         return None
 
 
-def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float = POLL_SECONDS,
+def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float | None = None,
              query: Callable[[list[str]], str | None] = ask,
              timeout: float | None = None) -> str:
     """Poll until the job has ended; each state change is said. The last state seen (or
@@ -61,7 +61,7 @@ def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float = POLL_SECOND
             return state
         if timeout is not None and time.monotonic() - started > timeout:
             raise StateError(f"job {job_id} still {last} after {timeout:.0f} s")
-        time.sleep(poll)
+        time.sleep(POLL_SECONDS if poll is None else poll)
 
 
 def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) -> dict:
@@ -81,7 +81,7 @@ def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) ->
 
 
 def follow_job(scheduler: str, job_id: str, *, results: Path | None, output: str,
-               say: Say = _print, poll: float = POLL_SECONDS) -> dict:
+               say: Say = _print, poll: float | None = None) -> dict:
     """Wait for the job, print its verdict, raise :class:`JobVerdict` unless it passed."""
     state = wait_for(scheduler, job_id, say=say, poll=poll)
     record = verdict_of(results, job_id=job_id, state=state, output=output)
