@@ -37,6 +37,9 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     (:func:`containers.prove.verdict.check`: exit 2 for sanity, 3 for performance)."""
     folder = Path(results).resolve()
     job = _job_record(folder)
+    if job.get("workload") == "run":  # judged in the job by the image's Python
+        raise VerdictFailed(f"verdict FAILED: {folder} is a run job's; the job judges itself "
+                            "(jobs/runverdict.py writes its verdict.json)")
     item = project.target(job["target"])
     site = get_site(project.sites, job["site"])
     try:
