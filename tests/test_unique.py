@@ -40,7 +40,10 @@ def test_two_smoke_runs_in_the_same_second_get_two_folders(tmp_path, monkeypatch
     """The stamp is the same second for both runs; their folders (and so rank files, run.log
     and verdict.json) must still differ, and each must exist before its run starts."""
     root = Path(__file__).resolve().parents[1]
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "cpu.sif").write_bytes(b"")  # the run is stopped before it is read
     settings = load_settings(root, {"results_dir": str(tmp_path / "results"),
+                                    "images_dir": str(tmp_path / "images"),
                                     "perflog_dir": str(tmp_path / "perflog")})
     project = app.Project(root=root, settings=settings)
     seen: list[Path] = []

@@ -51,7 +51,10 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     planned = plan_command(item, site, settings=project.settings, runtime=runtime,
                            command=command, ranks=gpus, run_id=stamp, timeout=timeout or 0,
                            launcher=launcher, placement=placement, strict=not dry_run)
-    if not dry_run:
+    if not dry_run:  # refused before its folder is claimed: nothing is left behind
+        guard_run(project, item.name, runtime)
+        if not planned.workload.image.is_file():
+            raise ImageMissing(planned.workload.image, item.name)
         claimed = claim_folder(planned.workload.out_dir.parent, planned.workload.out_dir.name)
         if claimed != planned.workload.out_dir.name:
             planned = plan_command(item, site, settings=project.settings, runtime=runtime,
@@ -68,9 +71,6 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     say(f"  run  {show_command(workload.argv)}")
     if dry_run:
         return 0
-    guard_run(project, item.name, runtime)
-    if not workload.image.is_file():
-        raise ImageMissing(workload.image, item.name)
     with on_disk("open the run's log", workload.out_dir / "run.log"):
         log = open(workload.out_dir / "run.log", "w", encoding="utf-8")
     lines: list[str] = []

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from containers.app.project import Project
-from containers.errors import UsageError, on_disk
+from containers.errors import ImageMissing, UsageError, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import Machine, fit_problem, gpu_memory, run_stamp, this_machine
 from containers.image import provenance
@@ -185,6 +185,8 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
         if here:
             check_fits(workload, options, site, machine=machine, force=force, say=say)
         if not dry_run:  # two runs started in the same second never share a folder
+            if not workload.image.is_file():  # refused before a folder is claimed for it
+                raise ImageMissing(workload.image, item.name)
             claimed = claim_folder(workload.out_dir.parent, workload.out_dir.name)
             if claimed != workload.out_dir.name:
                 workload = planned(run_id=claimed.removeprefix(f"{item.name}-"))
