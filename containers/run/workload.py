@@ -205,6 +205,10 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
     if command is None:
         script = f"{settings.jobs_mount}/{script}"
         args = [*args, *device_args(site, ranks=ranks, launcher=launcher)]
+    elif cores := pinned_cores(site, ranks=ranks, launcher=launcher):
+        # the site maps ranks to cores: each rank pins itself, then becomes the command
+        script, args = "python3", [f"{settings.jobs_mount}/pinned.py",
+                                   affinity.rank_cores_arg(cores), "--", *command]
     else:
         script, args = command[0], list(command[1:])
     launch = Launch(runtime=runtime, image=image, script=script, no_python=command is not None,

@@ -62,3 +62,21 @@ def test_the_gate_refuses_a_cpu_torch_for_a_gpu_site(capsys) -> None:
     assert gate.main(["--expect-gpu", "cuda", "--ranks", "2"]) == 2
     assert capsys.readouterr().out.startswith("device gate: FAIL on ")
     assert gate.main(["--expect-gpu", "none", "--ranks", "2"]) == 0
+
+
+@pytest.mark.parametrize("local_rank, expected", [("0", "[0]"), ("1", "[1]")])
+def test_pinned_runs_the_command_on_its_ranks_cores(local_rank, expected) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.jobs.scripts import JOBS
+    done = subprocess.run(
+        [sys.executable, str(JOBS / "pinned.py"), "0:1", "--", sys.executable, "-c",
+         "import os; print(sorted(os.sched_getaffinity(0)))"],
+        env={**os.environ, "LOCAL_RANK": local_rank}, capture_output=True, text=True,
+        timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, expected), done.stderr
+    missing = subprocess.run([sys.executable, str(JOBS / "pinned.py"), "0", "--", "no-such-cmd"],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 127 and "cannot run no-such-cmd" in missing.stderr
