@@ -11,6 +11,7 @@ line, so jobs submitted together do not mix their lines).
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -72,7 +73,10 @@ def append_index(jobs_dir: Path, entry: dict) -> Path:
     path = jobs_dir / INDEX
     jobs_dir.mkdir(parents=True, exist_ok=True)
     with open_append_regular(path) as handle:
-        handle.write((json.dumps(entry, sort_keys=True) + "\n").encode())
+        handle.seek(0, os.SEEK_END)
+        torn = handle.tell() > 0 and (handle.seek(-1, os.SEEK_END), handle.read(1))[1] != b"\n"
+        handle.write(("\n" if torn else "").encode()  # a torn line stays a line of its own
+                     + (json.dumps(entry, sort_keys=True) + "\n").encode())
     return path
 
 

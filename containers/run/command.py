@@ -38,7 +38,7 @@ def check_command(command: Sequence[str], *, flag: str = "--") -> tuple[str, ...
     """The words after ``--``; refused in one line when there are none."""
     words = tuple(command)
     if not words or not words[0].strip():
-        raise UsageError("name the command to run after --, e.g. invoke run -- python train.py",
+        raise UsageError("name the command to run after -- (e.g. -- python train.py)",
                          flag=flag)
     if any("\x00" in word for word in words):
         raise UsageError("a word of the command holds a NUL byte", flag=flag)
