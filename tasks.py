@@ -113,34 +113,60 @@ FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or 
              "buffers over its memory)"
 
 
-#: The one table of the options that change a smoke or training run, as invoke job takes them:
-#: flag -> (the workloads it applies to, help, type). invoke smoke and invoke train take the same
-#: options (SmokeOptions, TrainOptions check every value).
+#: The one table of the options that change a smoke or training run: flag -> (the workloads it
+#: applies to, help, type). invoke smoke, invoke train and invoke job all take their help and
+#: types from it (SmokeOptions, TrainOptions check every value), so a run option added here is
+#: one that a batch job takes too.
 RUN_OPTIONS: dict[str, tuple[str, str, Any]] = {
-    "sizes": ("smoke", "message sizes MIN:MAX", flags.SIZES_LABEL),
+    "sizes": ("smoke", "message sizes MIN:MAX in bytes (K/M/G suffixes), doubling; or a comma "
+                       "list", flags.SIZES_LABEL),
     "iters": ("smoke", "timed iterations per size", flags.POSITIVE_INT),
     "warmup": ("smoke", "untimed warm-up iterations per size", flags.NON_NEGATIVE_INT),
-    "cycles": ("smoke", "repeat the sweep this many times (corruption soak)",
-               flags.POSITIVE_INT),
-    "op": ("smoke", "the collectives (comma list, or all; default: all_reduce)", flags.OPS),
+    "cycles": ("smoke", "repeat the whole sweep this many times (a corruption soak, "
+                        "nccl-tests' -N); any wrong value in any cycle fails, naming the cycles "
+                        "and sizes", flags.POSITIVE_INT),
+    "op": ("smoke", "the collectives to measure, each with its nccl-tests table, bus factor, "
+                    "check and verdict (comma list, or all; default: all_reduce)", flags.OPS),
     "dtype": ("smoke", "element type", flags.DTYPE),
-    "model": ("train", "the network", flags.MODEL),
-    "model_size": ("train", "the model's size", flags.MODEL_SIZE_LABEL),
-    "epochs": ("train", "epochs", flags.POSITIVE_INT),
-    "batch_size": ("train", "GLOBAL batch size over all ranks of all nodes",
-                   flags.POSITIVE_INT),
+    "model": ("train", "the network; default: cnn", flags.MODEL),
+    "model_size": ("train", "a preset (tiny: seconds per epoch on a CPU; small, the default; "
+                            "base) or a seed's own network: wideresnet olivia, vit lumi; "
+                            "wideresnet also takes DEPTH-WIDTH such as 40-2",
+                   flags.MODEL_SIZE_LABEL),
+    "epochs": ("train", "training epochs", flags.POSITIVE_INT),
+    "batch_size": ("train", "GLOBAL batch size, split evenly over the ranks of all nodes "
+                            "(default: the seed preset's, e.g. 256 for --model-size olivia, "
+                            "else 64)", flags.POSITIVE_INT),
     "samples": ("train", "synthetic training samples", flags.POSITIVE_INT),
-    "lr": ("train", "learning rate", flags.POSITIVE_FLOAT),
-    "zero_stage": ("train", "DeepSpeed ZeRO stage (--workload deepspeed only; default: 1)",
+    "lr": ("train", "learning rate (default: the workload's)", flags.POSITIVE_FLOAT),
+    "zero_stage": ("train", "DeepSpeed ZeRO stage (the deepspeed example only; default: 1)",
                    flags.ZERO_STAGE),
-    "ds_config": ("train", "DeepSpeed config file (deepspeed only)", flags.EXISTING_FILE),
-    "data": ("train", "folder with CIFAR-100 or MNIST files (bound read-only)",
+    "ds_config": ("train", "DeepSpeed config file (JSON; trailing commas accepted; the "
+                           "deepspeed example only)", flags.EXISTING_FILE),
+    "data": ("train", "local folder with CIFAR-100 (cifar-100-python/) or MNIST files, bound "
+                      "read-only; default: synthetic data shaped like the dataset",
              flags.EXISTING_FOLDER),
     "target_accuracy": ("train", "stop early once validation accuracy reaches this",
                         flags.FRACTION),
-    "compile": ("train", "torch.compile the model", "switch"),
-    "timeout": ("smoke/train", "seconds before every rank is stopped", flags.SECONDS),
+    "compile": ("train", "torch.compile the model (its compile time is reported apart from "
+                         "the epochs)", "switch"),
+    "timeout": ("smoke/train", "seconds before every rank is stopped and the run fails",
+                flags.SECONDS),
 }
+
+
+def run_options(kind: str | None, *, prefix: bool = False) -> dict[str, dict[str, Any]]:
+    """``{"help": ..., "types": ...}`` of the RUN_OPTIONS that apply to ``kind`` (smoke or
+    train; None: all of them, each help prefixed with the workloads it applies to)."""
+    names = [name for name, (kinds, _, _) in RUN_OPTIONS.items()
+             if kind is None or kind in kinds.split("/")]
+    return {"help": {name: (f"{RUN_OPTIONS[name][0]}: " if prefix else "") + RUN_OPTIONS[name][1]
+                     for name in names},
+            "types": {name: RUN_OPTIONS[name][2] for name in names}}
+
+
+SMOKE_OPTIONS, TRAIN_OPTIONS = run_options("smoke"), run_options("train")
+JOB_OPTIONS = run_options(None, prefix=True)
 
 
 @_command(help={"target": "only this target (and what it needs); default: everything",
@@ -182,15 +208,8 @@ def build(c, target=None, force=False, dry_run=False, build_arg=None):
     help={
         "target": "image to test; default: the detected site's default target, else cpu",
         "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
-        "sizes": "message sizes MIN:MAX in bytes (K/M/G suffixes), doubling; or a comma list",
-        "iters": "timed iterations per size",
-        "warmup": "untimed warm-up iterations per size",
-        "timeout": "seconds before every rank is stopped and the run fails",
-        "dtype": "element type",
-        "cycles": "repeat the whole sweep this many times (a corruption soak, nccl-tests' -N); "
-                  "any wrong value in any cycle fails, naming the cycles and sizes",
-        "op": "the collectives to measure, each with its nccl-tests table, bus factor, check "
-              "and verdict (default: all_reduce); with --history: only their runs",
+        **SMOKE_OPTIONS["help"],
+        "op": SMOKE_OPTIONS["help"]["op"] + "; with --history: only their runs",
         "dry_run": "print the exact exec command, run nothing (also: invoke --dry)",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
         "json": "with --history: print the history as one JSON document (README, "
@@ -199,10 +218,8 @@ def build(c, target=None, force=False, dry_run=False, build_arg=None):
                  "per node); --gpus is then per node",
         "force": FORCE_HELP,
     },
-    types={"target": flags.TARGET, "gpus": flags.POSITIVE_INT, "sizes": flags.SIZES_LABEL,
-           "iters": flags.POSITIVE_INT, "warmup": flags.NON_NEGATIVE_INT,
-           "timeout": flags.SECONDS, "dtype": flags.DTYPE, "cycles": flags.POSITIVE_INT,
-           "op": flags.OPS, "nodes": flags.POSITIVE_INT},
+    types={"target": flags.TARGET, "gpus": flags.POSITIVE_INT, **SMOKE_OPTIONS["types"],
+           "nodes": flags.POSITIVE_INT},
 )
 def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", timeout="600",
           dtype="float32", cycles="1", op=None, dry_run=False, history=False, json=False,
@@ -228,37 +245,16 @@ def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", tim
     help={
         "target": "image to train in; default: the detected site's default target, else cpu",
         "example": "how the model is distributed",
-        "model": "the network; default: cnn",
-        "model_size": "a preset (tiny: seconds per epoch on a CPU; small, the default; base) "
-                      "or a seed's own network: wideresnet olivia, vit lumi; wideresnet also "
-                      "takes DEPTH-WIDTH such as 40-2",
+        **TRAIN_OPTIONS["help"],
         "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
-        "epochs": "training epochs",
-        "batch_size": "GLOBAL batch size, split evenly over the ranks (default: the seed "
-                      "preset's, e.g. 256 for --model-size olivia, else 64)",
-        "lr": "learning rate (default: the workload's)",
-        "zero_stage": "DeepSpeed ZeRO stage (--example deepspeed only; default: 1)",
-        "ds_config": "DeepSpeed config file (JSON; trailing commas accepted)",
-        "data": "local folder with CIFAR-100 (cifar-100-python/) or MNIST files; default: "
-                "synthetic data shaped like the dataset",
-        "samples": "synthetic training samples",
-        "target_accuracy": "stop early once validation accuracy reaches this",
         "scaling": "rank counts (e.g. 1,2,4): run each, report speedup + PNG",
-        "compile": "torch.compile the model (its compile time is reported apart from the "
-                   "epochs)",
-        "timeout": "seconds before every rank is stopped and the run fails",
         "dry_run": "print the exact exec command(s), run nothing (also: invoke --dry)",
         "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
                  "per node); --gpus is then per node",
         "force": FORCE_HELP,
     },
-    types={"target": flags.TARGET, "example": flags.EXAMPLE, "model": flags.MODEL,
-           "model_size": flags.MODEL_SIZE_LABEL, "gpus": flags.POSITIVE_INT,
-           "epochs": flags.POSITIVE_INT, "batch_size": flags.POSITIVE_INT,
-           "lr": flags.POSITIVE_FLOAT, "zero_stage": flags.ZERO_STAGE,
-           "ds_config": flags.EXISTING_FILE, "data": flags.EXISTING_FOLDER,
-           "samples": flags.POSITIVE_INT, "target_accuracy": flags.FRACTION,
-           "scaling": flags.RANK_LIST, "timeout": flags.SECONDS, "nodes": flags.POSITIVE_INT},
+    types={"target": flags.TARGET, "example": flags.EXAMPLE, **TRAIN_OPTIONS["types"],
+           "gpus": flags.POSITIVE_INT, "scaling": flags.RANK_LIST, "nodes": flags.POSITIVE_INT},
 )
 def train(c, example="ddp", target=None, model=None, model_size=None, gpus="2", epochs="3",
           batch_size=None, lr=None, zero_stage=None, ds_config=None, data=None, samples=None,
@@ -353,13 +349,13 @@ def shell(c, target=None, dry_run=False):
         "reservation": "run in this reservation (Slurm)",
         "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
                      "-l place=scatter (repeatable; checked)",
-        **{name: f"{RUN_OPTIONS[name][0]}: {RUN_OPTIONS[name][1]}" for name in RUN_OPTIONS},
+        **JOB_OPTIONS["help"],
     },
     types={"target": flags.TARGET, "workload": flags.choice(WORKLOADS), "site": flags.SITE,
            "nodes": flags.POSITIVE_INT, "gpus_per_node": flags.POSITIVE_INT,
            "time": flags.TIME, "account": flags.ACCOUNT, "partition": flags.PARTITION,
            "launcher": flags.choice(LAUNCHERS), "out": flags.OUT_FILE,
-           **{name: RUN_OPTIONS[name][2] for name in RUN_OPTIONS}},
+           **JOB_OPTIONS["types"]},
 )
 def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=None, time=None,
         account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,

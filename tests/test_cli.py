@@ -420,3 +420,23 @@ def test_verify_dest_help_promises_nothing_verify_does_not_do(cli_project: Path)
     result = _invoke(cli_project, "verify", "-h")
     assert result.returncode == 0 and "made if missing" not in " ".join(result.stdout.split())
     assert "made if missing" in " ".join(_invoke(cli_project, "publish", "-h").stdout.split())
+
+
+def test_invoke_job_takes_every_run_option_of_smoke_and_train() -> None:
+    """Every flag of invoke smoke / invoke train that changes the run comes from the one table
+    (tasks.RUN_OPTIONS) that invoke job takes too, with the same help and type."""
+    collection = Collection.from_module(tasks)
+    launch_only = {"target", "gpus", "nodes", "dry_run", "force", "history", "json", "example",
+                   "scaling"}
+
+    def flags_of(name: str) -> dict:
+        return {p.name.replace("-", "_"): p for p in copy.deepcopy(collection.tasks[name])
+                .get_arguments()}
+
+    job = flags_of("job")
+    for kind in ("smoke", "train"):
+        own = {name for name in flags_of(kind) if name not in launch_only}
+        table = {name for name, (kinds, _, _) in tasks.RUN_OPTIONS.items()
+                 if kind in kinds.split("/")}
+        assert own == table, kind
+        assert table <= set(job)
