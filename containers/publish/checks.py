@@ -25,9 +25,12 @@ from containers.report import Say
 # Runs a short smoke of the image (its output through the given ``Say``); raises
 # VerdictFailed when it is wrong, PerformanceFailed when it is only slow.
 QuickCheck = Callable[[Say], None]
+#: The collectives it measured (``ops``) and each one's verdict, performance and largest size
+#: (``collectives``) travel with it, so the catalogue says which ops were proven, not only
+#: all_reduce.
 SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "device_kind",
               "wrong_total", "cycles", "largest", "transport", "performance", "stack", "seconds",
-              "date")
+              "date", "ops", "collectives")
 #: The most a verdict.json may hold; a larger one (or a FIFO) is not a verdict of this tool.
 VERDICT_LIMIT = 16 << 20
 

@@ -173,3 +173,15 @@ def test_a_performance_fail_is_shown_in_the_catalogue_summary(tmp_path, data_tar
     assert checks["smoke"]["performance_failed"] is True
     assert checks["smoke"]["performance"]["state"] == "fail"
 
+
+
+def test_the_catalogue_names_every_collective_the_verdict_proved(tmp_path, data_target) -> None:
+    collectives = {op: {"op": op, "passed": True, "wrong_total": 0}
+                   for op in ("all_reduce", "all_gather")}
+    _write_verdict(tmp_path, "ops", ops=["all_reduce", "all_gather"], collectives=collectives)
+
+    def never(say) -> None:
+        raise AssertionError("no quick check when a verdict exists")
+
+    smoke = _ensure(tmp_path, data_target, never, [])["smoke"]
+    assert smoke["ops"] == ["all_reduce", "all_gather"] and smoke["collectives"] == collectives
