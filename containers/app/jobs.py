@@ -10,13 +10,15 @@ from pathlib import Path
 
 from containers.app import following
 from containers.app.project import Project
-from containers.batch import follow, job as batch
+from containers.batch import follow, job as batch, judgeenv
 from containers.errors import ImageMissing, UsageError, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import host_arch, run_stamp
 from containers.image import provenance
 from containers.image.arch import check_arch, recorded_arch, site_arches
 from containers.host.process import capture
+from containers.inputs.envspec import load_target_env
+from containers.inputs.recipes import Target
 from containers.inputs.sites import get_site
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
@@ -60,9 +62,10 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                                command=tuple(command),
                                workdir=os.getcwd() if workload == "run" else None)
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
+    judge = _judge_env(project, item, workload)
     planned = batch.plan_job(item, where, settings=project.settings, request=request,
                              host_arch=host_arch(), site_arch=home.arch if home else None,
-                             venv=venv, environ=os.environ)
+                             venv=venv, environ=os.environ, judge=judge)
     jobs_dir = project.settings.results_dir / "jobs"
     with on_disk("create the job's output folder", planned.output_folder):
         planned.output_folder.mkdir(parents=True, exist_ok=True)
@@ -71,6 +74,14 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     if script is None:
         say(planned.text.rstrip("\n"))
         return JobSubmission(job=planned)
+    if judge is None and _foreign(item, workload):
+        raise UsageError(f"not {'submitted' if submit else 'written'}: the verdict of "
+                         f"{item.name}'s jobs runs in the image on its {item.arch} nodes, and "
+                         "neither the image's build record (stack.python) nor its env spec "
+                         "(python=) says which Python it has: build the image first, or pin "
+                         "python= in its env spec", flag="--submit" if submit else "--out")
+    if judge is not None:  # the verdict's packages, made here so the node needs no index
+        judgeenv.prepare(judge, say=say)
     with on_disk("write the job script", script):
         atomic_write_text(script, planned.text)
         script.chmod(0o755)
@@ -104,3 +115,22 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                              results=Path(results) if results else None,
                              output=planned.output_of(job_id))
     return JobSubmission(job=planned, script=script, job_id=job_id)
+
+
+def _foreign(item: Target, workload: str) -> bool:
+    """A smoke or training job whose nodes are of another architecture than this machine:
+    this checkout's environment cannot judge there (a build job makes its own; a run job
+    judges with jobs/runverdict.py)."""
+    return workload not in ("build", "run") and item.arch != host_arch()
+
+
+def _judge_env(project: Project, item: Target, workload: str) -> judgeenv.JudgeEnv | None:
+    """Where a foreign job's verdict gets its packages for the image's Python (None: this
+    checkout's environment judges, or the image's Python is unknown)."""
+    if not _foreign(item, workload):
+        return None
+    record = provenance.read(project.settings.provenance_path(item.name), corrupt_ok=True)
+    env = load_target_env(item)
+    python = judgeenv.image_python(record, tuple(dep.spec for dep in env.conda) if env else ())
+    return None if python is None else judgeenv.plan(project.settings.root, arch=item.arch,
+                                                     python=python)

@@ -36,6 +36,7 @@ from typing import Mapping
 from containers import __version__, walltime
 from containers.batch.schedulers import (DIRECTIVE_SAFE, SCHEDULERS, Resources, Scheduler,
                                          directive, extra_directive)
+from containers.batch.judgeenv import COMPLETE, JudgeEnv
 from containers.batch.runjob import run_lines, run_record, with_workdir
 from containers.batch.script import SHELL_VARS, Script, assign, command, ref, word
 from containers.errors import ConfigError, UsageError
@@ -255,12 +256,15 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
 
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
              host_arch: str, site_arch: str | None = None, venv: Path | None = None,
-             environ: Mapping[str, str] | None = None) -> Job:
+             environ: Mapping[str, str] | None = None, judge: JudgeEnv | None = None) -> Job:
     """The whole batch job, rendered: pure (nothing is run; only ``environ``, the submitting
     shell's variables, is read, for the account rules).
 
     ``host_arch`` and ``venv`` (this tool's Python environment) decide how a build job finds
     ``invoke`` on the build node; ``site_arch`` is the architecture of the site's nodes.
+    ``judge`` (the verdict's packages for the image's Python, :mod:`containers.batch.judgeenv`)
+    makes a smoke or training job judge with the image's own Python; it is needed where the
+    target's architecture is not ``host_arch`` (this checkout's environment cannot run there).
     """
     _check_site(request, target, site, site_arch)
     scheduler = SCHEDULERS[site.scheduler]
@@ -349,8 +353,11 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                  ("INVOKE_CONTAINERS_IMAGES_DIR", settings.images_dir),
                  ("INVOKE_CONTAINERS_RESULTS_DIR", settings.results_dir),
                  ("INVOKE_CONTAINERS_PERFLOG_DIR", settings.perflog_dir))),
-             *_invoke(target, ["verdict", "--results", out_dir, "--exit-status", ref("status")],
-                      root=root, host_arch=host_arch, venv=venv, exec_=True)]
+             *(_verdict_in_image(target, workload, settings, judge, out_dir,
+                                 host_arch=host_arch)
+               if judge is not None or target.arch != host_arch else
+               _invoke(target, ["verdict", "--results", out_dir, "--exit-status", ref("status")],
+                       root=root, host_arch=host_arch, venv=venv, exec_=True))]
     return _job(request, target, site, scheduler, launcher, res, comments, body, run,
                 results=out_dir.replace(job_id, "{job_id}"))
 
@@ -509,10 +516,54 @@ def _build_body(target: Target, *, root: Path, host_arch: str, venv: Path | None
     ]
 
 
+def _verdict_in_image(target: Target, workload: Workload, settings: Settings,
+                      judge: JudgeEnv | None, out_dir: str, *, host_arch: str) -> list[str]:
+    """``invoke verdict`` by the image's own Python: this checkout bound read-only at its own
+    path, the verdict's packages prepared for the image's Python on the login node (no venv,
+    pip or package index on the node; jobs that start together only read them), the folders
+    the verdict writes bound read-write. Judging runs no container runtime and reads only the
+    results, the image's build record and this checkout."""
+    if judge is None:  # which Python the image has was not known when this was rendered
+        return ["# The verdict needs packages prepared for the image's Python, which was "
+                "unknown when this was rendered.",
+                "echo " + word(f"verdict: FAIL: the Python of {target.name}'s image was unknown "
+                               "when this script was rendered (no stack.python in its build "
+                               "record, no python= in its env spec)") + " >&2",
+                "exit 2"]
+    root, folder = str(settings.root), str(judge.folder)
+    writable = [str(settings.results_dir), str(settings.perflog_dir)]
+    judge_argv = workload.launch.runtime.exec_argv(
+        image=workload.image,
+        command=["python3", "-m", "invoke", "--search-root", root, "verdict", "--results",
+                 out_dir, "--exit-status", ref("status")],
+        binds=[f"{root}:{root}:ro", f"{folder}:{folder}:ro",
+               f"{settings.images_dir}:{settings.images_dir}:ro", *writable],
+        env={"PYTHONPATH": f"{folder}:{root}",
+             **{name: str(value) for name, value in (
+                 ("INVOKE_CONTAINERS_IMAGES_DIR", settings.images_dir),
+                 ("INVOKE_CONTAINERS_RESULTS_DIR", settings.results_dir),
+                 ("INVOKE_CONTAINERS_PERFLOG_DIR", settings.perflog_dir))}})
+    return [
+        f"# The image's own Python judges ({judge.arch}, Python {judge.python}; this checkout's "
+        f"environment is {host_arch}),",
+        "# with this checkout read-only and the packages invoke verdict imports, made by "
+        "invoke job",
+        "# on the login node: no venv, pip or package index on this node.",
+        f"if [[ ! -f {word(folder + '/' + COMPLETE)} ]]; then",
+        "    echo " + word(f"verdict: FAIL: {folder} is not prepared (invoke job --out or "
+                              "--submit prepares it on the login node)") + " >&2",
+        "    exit 2",
+        "fi",
+        command(["mkdir", "-p", *writable]),
+        "exec " + command(judge_argv)]
+
+
 def _invoke(target: Target, args: list[str], *, root: Path, host_arch: str,
             venv: Path | None, exec_: bool = False) -> list[str]:
     """Lines that run ``invoke ARGS`` on a node of ``target``'s architecture: this checkout's
-    venv where the architectures match, else one of the node's own, made on first use."""
+    venv where the architectures match, else one of the node's own, made on first use. Only a
+    build job takes the second way (building needs the whole tool, cotainr and a package index
+    anyway); a verdict never does (:func:`_verdict_in_image`)."""
     if target.arch != host_arch:
         own = root / f".venv-{target.arch}"
         return [

@@ -588,8 +588,9 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     run = batch.job_run(job.target, job.site, settings=load_settings(Path("/proj"), {}),
                         request=batch.request_from_record(record))
     assert run.workload.ranks == 16 and run.workload.nodes == 2 and run.kind.name == "smoke"
-    # Another architecture: the node's own venv runs the verdict
+    # Another architecture: the image's own Python runs the verdict, never a venv made on the
+    # node (tests/batch/test_judgeenv.py); unprepared, the job fails closed
     olivia = data_job("olivia", "ddp").text
-    assert 'exec "$venv/bin/invoke" verdict --results ' in olivia
+    assert "venv" not in olivia and "verdict: FAIL: the Python of" in olivia
     # Build jobs have no verdict to write
     assert "verdict" not in data_job("lumi", "build").text

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from containers import walltime
-from containers.batch import job as batch
+from containers.batch import job as batch, judgeenv
 from containers.errors import UsageError
 from containers.inputs.recipes import load_targets
 from containers.inputs.settings import load_settings
@@ -39,11 +39,15 @@ def shaped(request, tmp_path_factory):
     site = sites[request.param]
     settings = load_settings(tmp_path_factory.mktemp("proj"), {})
 
+    arch = targets[SITES[site.name]].arch
+    # Olivia's aarch64 jobs judge with the image's Python (tests/batch/test_judgeenv.py)
+    judge = judgeenv.plan(settings.root, arch=arch, python="3.12") if arch != "x86_64" else None
+
     def render(workload: str, *, on=None, **kw) -> batch.Job:
         return batch.plan_job(targets[SITES[site.name]], on or site, settings=settings,
                               request=batch.JobRequest(workload=workload, **kw),
-                              host_arch="x86_64", site_arch=targets[SITES[site.name]].arch,
-                              venv=ROOT / ".venv", environ={})
+                              host_arch="x86_64", site_arch=arch,
+                              venv=ROOT / ".venv", environ={}, judge=judge)
     with site_shaped_cluster(site) as cluster:
         yield site, cluster, render
 

@@ -1,0 +1,134 @@
+"""The packages ``invoke verdict`` imports, for the image's own Python on a compute node of
+another architecture than the submitting machine's.
+
+A smoke or training job on such a node (Olivia's aarch64 nodes, submitted from an x86_64 login
+node) cannot use this checkout's ``.venv``, and the node has no package index, no ``pip`` we may
+rely on and no Python version we may assume. So the job judges with the image's ``python3``
+(known to be there), the checkout bound read-only, and the few third-party packages judging
+imports (:data:`JUDGE_PACKAGES`), downloaded once on the login node as wheels for the node's
+architecture and the image's Python (:func:`prepare`) into a folder under the checkout whose
+name holds the architecture, the Python version and a hash of the pinned list
+(:func:`judge_dir`). It is filled in a temporary folder and renamed into place, so two submits
+at once never see half a folder: one rename wins, the other discards its copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from containers.errors import CommandFailed, on_disk
+from containers.host.process import run
+
+#: What ``import tasks`` and :mod:`containers.app.judging` import beyond the standard library
+#: (invoke, PyYAML, rich, psutil; matplotlib for the smoke verdict's busbw PNGs, which the
+#: images need not have), with all their own dependencies (pip runs with ``--no-deps``;
+#: tests/batch/test_judgeenv.py checks the list is closed under this environment's metadata).
+JUDGE_PACKAGES = ("invoke", "PyYAML", "rich", "markdown-it-py", "mdurl", "Pygments", "psutil",
+                  "matplotlib", "contourpy", "cycler", "fonttools", "kiwisolver", "numpy",
+                  "packaging", "pillow", "pyparsing", "python-dateutil", "tzdata")
+#: The platforms the wheels may be for: numpy 2.3 and later ship manylinux_2_28 wheels only
+#: (glibc 2.28: Debian 10, RHEL 8, Ubuntu 20.04 and later images), older ones manylinux2014.
+PLATFORMS = ("manylinux2014", "manylinux_2_28")
+#: Where the prepared folders live, under the checkout.
+JUDGE_FOLDER = ".judge"
+#: The file a prepared folder holds last (written before its rename): the job checks it.
+COMPLETE = "COMPLETE"
+
+
+@dataclass(frozen=True)
+class JudgeEnv:
+    """The verdict's packages for one architecture, Python and pinned list."""
+
+    folder: Path
+    arch: str
+    python: str
+    requirements: tuple[str, ...]
+
+
+def requirements() -> tuple[str, ...]:
+    """:data:`JUDGE_PACKAGES` pinned to the versions this tool runs with (its own environment),
+    so the node judges with the code the login node was tested with."""
+    return tuple(f"{name}=={importlib.metadata.version(name)}" for name in JUDGE_PACKAGES)
+
+
+def plan(root: Path, *, arch: str, python: str,
+         reqs: Sequence[str] | None = None) -> JudgeEnv:
+    """``<root>/.judge/<arch>-py<X.Y>-<hash>``: one folder per architecture, Python and list
+    (pure: nothing is made)."""
+    pinned = tuple(reqs) if reqs is not None else requirements()
+    digest = hashlib.sha256("\n".join(sorted(pinned)).encode()).hexdigest()[:10]
+    return JudgeEnv(folder=root / JUDGE_FOLDER / f"{arch}-py{python}-{digest}", arch=arch,
+                    python=python, requirements=pinned)
+
+
+def pip_argv(into: Path, judge: JudgeEnv) -> list[str]:
+    """Wheels only, for the node's architecture and CPython version, exactly the pinned list
+    (``--no-deps``: the list carries the dependencies). pip reads its index from the machine's
+    own configuration."""
+    return [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            "--target", str(into), "--only-binary=:all:",
+            *(word for platform in PLATFORMS
+              for word in ("--platform", f"{platform}_{judge.arch}")),
+            "--python-version", judge.python,
+            "--implementation", "cp", "--no-deps", *judge.requirements]
+
+
+def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None:
+    """The image's Python as ``X.Y``: the build record's ``stack.python``, else the env spec's
+    ``python=`` pin (its Conda dependencies); None when neither says."""
+    stack = record.get("stack")
+    found = stack.get("python") if isinstance(stack, Mapping) else None
+    if not found:
+        for spec in conda_specs:
+            bare = spec.split("::")[-1].strip()
+            name, _, version = bare.partition("=")
+            if name.strip().lower() == "python":
+                found = version.lstrip("=")
+    match = re.match(r"\s*(\d+)\.(\d+)", str(found or ""))
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+Runner = Callable[[list[str]], int]
+
+
+def _pip(argv: list[str]) -> int:
+    done = run(argv, on_line=print)
+    return 0 if done.ok else (done.returncode or 1)
+
+
+def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
+            runner: Runner = _pip) -> Path:
+    """Make ``judge.folder`` unless it is there: pip into a temporary sibling, mark it
+    complete, then one rename. A concurrent caller that loses the rename removes its copy."""
+    folder = judge.folder
+    if (folder / COMPLETE).is_file():
+        return folder
+    with on_disk("prepare the batch verdict's packages", folder.parent):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        say(f"preparing the batch verdict's packages for {judge.arch} Python {judge.python}: "
+            f"{os.path.relpath(folder)}")
+        argv = pip_argv(tmp, judge)
+        code = runner(argv)
+        if code != 0:
+            raise CommandFailed(" ".join(argv), argv=argv, returncode=code)
+        (tmp / COMPLETE).write_text("\n".join(judge.requirements) + "\n", encoding="utf-8")
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # another submit renamed its copy first (the target is not empty)
+            if not (folder / COMPLETE).is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
