@@ -86,3 +86,20 @@ def test_a_deepspeed_job_runs_the_zero_stage_it_was_given(run_project) -> None:
     report = json.loads((results / "train.json").read_text())
     assert report["zero_stage"] == 2, report
     assert "verdict: PASS (exit 0)" in lines
+
+
+def test_own_script_across_the_nodes_of_an_allocation(run_project, slurm_cluster,
+                                                      tmp_path) -> None:
+    """``invoke run --nodes 2`` inside ``salloc``: srun starts one torchrun per node (the
+    launcher registry smoke uses), and the user's own script sees every rank of both nodes."""
+    results = tmp_path / "alloc-results"
+    run = slurm_cluster.run(
+        ["salloc", "--nodes=2", "--ntasks-per-node=1", str(ROOT / ".venv/bin/invoke"),
+         "--search-root", str(ROOT), "run", "--target", "cpu", "--nodes", "2", "--gpus", "1",
+         "--timeout", "120", "--", "python", "own.py"],
+        timeout=180, check=False, env={"INVOKE_CONTAINERS_RESULTS_DIR": str(results)})
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    assert "srun --nodes=2 --ntasks-per-node=1" in out, out[-3000:]
+    assert "own: rank 0 of 2 sum 3" in out and "own: rank 1 of 2 sum 3" in out, out[-3000:]
+    assert len(list(results.glob("run/cpu-*/run.log"))) == 1
