@@ -93,6 +93,7 @@ def _run_reasons(result: Result) -> list[str]:
     # GPU refuses to start, and its device report says why.
     reasons += device_reasons(result)
     reasons += arch_reasons(result)
+    reasons += network_reasons(result)
     if outcome.returncode != 0 and not outcome.timed_out and not reasons:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
     if result.report is None:
@@ -127,6 +128,20 @@ def arch_reasons(result: Result) -> list[str]:
         return [f"ranks ran as {', '.join(seen)} but {result.plan.image.name} is recorded as "
                 f"{recorded}"]
     return []
+
+
+def network_reasons(result: Result) -> list[str]:
+    """A multi-node run on a GPU site whose profile declares no transport cannot pass: nothing
+    would tell its fast network from NCCL's silent fallback to TCP sockets, so it is NOT-PROVEN
+    (a failed sanity gate, which publish refuses) until the profile says what the logs must
+    show (``transport:``)."""
+    plan = result.plan
+    site = plan.site
+    if site.gpu == "none" or plan.nodes < 2 or site.transport_expect:
+        return []
+    return [f"NOT-PROVEN: site {site.name} declares no transport for multi-node runs "
+            f"({site.path.name} has no transport:), so nothing "
+            f"shows that this {plan.nodes}-node run used the site's network and not TCP sockets"]
 
 
 def transport_proof(result: Result) -> TransportCheck | None:

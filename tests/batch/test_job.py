@@ -232,6 +232,9 @@ def test_derecho_pbs(data_job) -> None:
     assert ("--env NCCL_SOCKET_IFNAME=hsn --env NCCL_CROSS_NIC=1 "
             "--env NCCL_NCHANNELS_PER_NET_PEER=4 --env FI_CXI_DISABLE_HOST_REGISTER=1 "
             "--env FI_MR_CACHE_MONITOR=userfaultfd --env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+            # across nodes: the transport's settings, its proof's debug lines, NCCL_NET forced
+            "--env FI_CXI_DEFAULT_CQ_SIZE=131072 --env NCCL_DEBUG=INFO "
+            "--env NCCL_DEBUG_SUBSYS=INIT,NET --env 'NCCL_NET=AWS Libfabric' "
             "/proj/images/derecho-cuda.sif torchrun --nnodes=2 --nproc-per-node=4 "
             '--rdzv-backend=c10d "--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" '
             '"--rdzv-id=${PBS_JOBID}" /opt/containers/jobs/allreduce.py') in launch

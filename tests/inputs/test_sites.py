@@ -253,10 +253,12 @@ def test_gpu_site_needs_gpus_per_node(tmp_path: Path) -> None:
 
 def test_transport_net_forces_the_network(data_world, tmp_path: Path) -> None:
     _, sites = data_world
-    # Both Slingshot sites force the aws-ofi plugin: NCCL/RCCL fail instead of using sockets.
-    assert sites["lumi"].transport_net == "AWS Libfabric"
-    assert sites["olivia"].transport_net == "AWS Libfabric"
-    assert sites["puhti"].transport_net is None
+    # The Slingshot sites force the aws-ofi plugin, the InfiniBand ones NCCL's IB transport:
+    # NCCL/RCCL fail instead of using sockets. A CPU site has no NCCL network.
+    for name in ("lumi", "olivia", "derecho"):
+        assert sites[name].transport_net == "AWS Libfabric", name
+    assert sites["puhti"].transport_net == sites["mahti"].transport_net == "IB"
+    assert sites["local"].transport_net is None
     (tmp_path / "sites").mkdir()
     profile = tmp_path / "sites" / "x.yaml"
     head = "description: x\ntransport:\n  name: OFI\n  expect: NET/OFI\n"

@@ -1,0 +1,89 @@
+"""Every multi-node GPU site proves its network: Derecho (aws-ofi-nccl over cxi), Puhti and Mahti
+(NCCL's InfiniBand transport) declare the line their logs must show, their 2-node job scripts
+force that network (NCCL_NET), a log without the line fails the verdict, and a GPU site that
+declares no transport cannot pass a multi-node run at all (NOT-PROVEN)."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from containers.batch import job as batch
+from containers.inputs.recipes import load_targets
+from containers.inputs.sites import load_sites
+from containers.prove import verdict
+from containers.prove.smoke import SMOKE
+from containers.run.workload import Outcome
+from tests.fixtures import ROOT
+
+LOGS = Path(__file__).parents[1] / "fixtures" / "transport_logs"
+ROW = {"bytes": 16 << 20, "oop": {"busbw": 2.0, "wrong": 0}, "ip": {"busbw": 2.1, "wrong": 0}}
+REPORT = {"backend": "nccl", "nodes": 2, "results": [ROW], "finished": "x"}
+#: site -> (its target, the recorded log that proves its transport, NCCL_NET it forces)
+SITES = {"derecho": ("derecho-cuda", "cxi-proven.log", "AWS Libfabric"),
+         "puhti": ("puhti-cuda", "ib-proven.log", "IB"),
+         "mahti": ("mahti-cuda", "ib-proven.log", "IB")}
+
+
+def _job(name: str, settings, *, nodes: int = 2, site=None) -> batch.Job:
+    target, _, _ = SITES.get(name, ("lumi-rocm", None, None))
+    where = site or load_sites(ROOT)[name]
+    request = batch.JobRequest(workload="smoke", nodes=nodes, account="proj1",
+                               partition="gpumedium" if name == "mahti" else None)
+    return batch.plan_job(load_targets(ROOT)[target], where, settings=settings,
+                          request=request, host_arch="x86_64", environ={})
+
+
+def _result(name: str, settings, lines: tuple[str, ...], *, site=None) -> verdict.Result:
+    target, _, _ = SITES[name]
+    where = site or load_sites(ROOT)[name]
+    request = batch.JobRequest(workload="smoke", nodes=2, account="proj1",
+                               partition="gpumedium" if name == "mahti" else None)
+    run = batch.job_run(load_targets(ROOT)[target], where, settings=settings, request=request)
+    outcome = Outcome(returncode=0, timed_out=False, missing_ranks=[], seconds=1.0,
+                      report=REPORT, lines=lines)
+    return verdict.Result(SMOKE, run.workload, outcome, partition=request.partition)
+
+
+@pytest.mark.parametrize("name", sorted(SITES))
+def test_the_two_node_script_forces_the_sites_network(name: str, data_settings) -> None:
+    job = _job(name, data_settings)
+    _, _, net = SITES[name]
+    assert f"NCCL_NET={net}" in job.text or f"NCCL_NET='{net}'" in job.text, job.text
+    checked = subprocess.run(["bash", "-n"], input=job.text, text=True, capture_output=True)
+    assert checked.returncode == 0, checked.stderr
+    # one node is neither forced nor proven (NVLink; no network plugin to load)
+    assert "NCCL_NET" not in _job(name, data_settings, nodes=1).text
+
+
+@pytest.mark.parametrize("name", sorted(SITES))
+def test_a_log_without_the_proof_line_fails_the_verdict(name: str, data_settings) -> None:
+    _, proof, _ = SITES[name]
+    proven = _result(name, data_settings, tuple(LOGS.joinpath(proof).read_text().splitlines()))
+    assert proven.transport is not None and proven.transport.ok, proven.transport
+    assert not [r for r in proven.reasons if "transport" in r or "TCP" in r or "NCCL" in r]
+    fallback = _result(name, data_settings,
+                       tuple(LOGS.joinpath("socket-fallback.log").read_text().splitlines()))
+    assert fallback.transport is not None and not fallback.transport.ok
+    assert fallback.transport.message in fallback.reasons
+    other = "ib-proven.log" if proof == "cxi-proven.log" else "cxi-proven.log"
+    wrong = _result(name, data_settings, tuple(LOGS.joinpath(other).read_text().splitlines()))
+    assert not wrong.transport.ok and wrong.transport.message in wrong.reasons
+
+
+def test_a_gpu_site_without_a_declared_transport_is_not_proven(data_settings) -> None:
+    bare = replace(load_sites(ROOT)["puhti"], transport_name=None, transport_expect=None,
+                   transport_net=None)
+    lines = tuple(LOGS.joinpath("ib-proven.log").read_text().splitlines())
+    result = _result("puhti", data_settings, lines, site=bare)
+    assert [r for r in result.reasons if r.startswith("NOT-PROVEN: site puhti declares no "
+                                                      "transport")], result.reasons
+    assert not result.ok
+    # one node needs no network, and a CPU site has no NCCL network to prove
+    one = replace(result.plan, launch=replace(result.plan.launch, nodes=1))
+    assert not verdict.network_reasons(replace(result, plan=one))
+    cpu = replace(bare, gpu="none")
+    assert not verdict.network_reasons(replace(result, plan=replace(result.plan, site=cpu)))
