@@ -71,7 +71,7 @@ import workload
 from collectives import (COLLECTIVES, MAX_PATTERN_PERIOD, Buffers, Collective,  # noqa: F401
                          exact_integer_limit, expected_values, pattern_period, rank_values)
 # shared with train.py: both start the same way under every launcher
-from distenv import DistEnv, init_process_group, now_iso, runtime_versions, sync, write_json
+from distenv import DistEnv, now_iso, runtime_versions, sync, write_json
 from workload import EXIT_OK
 
 EXIT_WRONG = workload.EXIT_FAILED
@@ -575,7 +575,7 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
         raise workload.UsageError(f"--sizes: {err}") from err
 
     backend, device = placement.backend, placement.device
-    init_process_group(env, backend, args.timeout_s)
+    workload.join_group(env, backend, args.timeout_s)
     out = Path(args.out)
     leader = env.rank == 0
     dtype = DTYPES[args.dtype]

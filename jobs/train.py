@@ -337,7 +337,7 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
 
     parameters = models.count_parameters(model)  # before wrapping: FSDP and ZeRO-3 shard them
 
-    distenv.init_process_group(env, backend, args.timeout_s)
+    workload.join_group(env, backend, args.timeout_s)
     ranks = devices.gather_ranks(placement.probe, device)
     hostnames = [info["hostname"] for info in ranks]
     nodes = len(set(hostnames))

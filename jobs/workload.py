@@ -205,6 +205,100 @@ def place_rank(args: argparse.Namespace, env: distenv.DistEnv) -> Placement:
     return Placement(backend=backend, device=device, probe=probe)
 
 
+def join_group(env: distenv.DistEnv, backend: str, timeout_s: int) -> None:
+    """Join the process group. A rank of a run across nodes that would advertise a loopback
+    address says so first (it works only when every "node" is this host, as on a test cluster),
+    and when joining then fails, that is the reason given, in one line from the rank."""
+    loopback = loopback_reason(backend, os.environ)
+    if loopback is not None and not _is_loopback(os.environ.get("MASTER_ADDR")):
+        # the first node is elsewhere: it can never reach this rank's loopback address
+        raise RankUsageError(f"rank {env.rank} on {socket.gethostname()} {loopback}")
+    if loopback is not None:
+        print(f"warning: rank {env.rank} on {socket.gethostname()} {loopback}",
+              file=sys.stderr, flush=True)
+    try:
+        distenv.init_process_group(env, backend, timeout_s)
+    except Exception as err:  # noqa: BLE001 - gloo's refusal names no address
+        if loopback is None:
+            raise
+        raise RankUsageError(f"rank {env.rank} on {socket.gethostname()} {loopback}; joining "
+                             f"the process group failed: {str(err).splitlines()[0][:200]}"
+                             ) from err
+
+
+# ----------------------------------------------------------------------------------------------
+# The address a rank gives the other nodes
+# ----------------------------------------------------------------------------------------------
+#: ioctl that reads an interface's IPv4 address (linux/sockios.h).
+SIOCGIFADDR = 0x8915
+
+
+def spans_nodes(environ: Any) -> bool:
+    """Whether this run has ranks on other nodes: torchrun's agents (GROUP_WORLD_SIZE, or
+    WORLD_SIZE above LOCAL_WORLD_SIZE), else srun's step."""
+    if "GROUP_WORLD_SIZE" in environ:
+        return int(environ["GROUP_WORLD_SIZE"]) > 1
+    if "LOCAL_WORLD_SIZE" in environ and "WORLD_SIZE" in environ:
+        return int(environ["WORLD_SIZE"]) > int(environ["LOCAL_WORLD_SIZE"])
+    return int(environ.get("SLURM_STEP_NUM_NODES") or environ.get("SLURM_NNODES") or 1) > 1
+
+
+def interface_ipv4(name: str) -> Optional[str]:
+    """The IPv4 address of interface ``name`` here, or None when it has none (or is missing)."""
+    import fcntl
+    import struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            packed = fcntl.ioctl(probe.fileno(), SIOCGIFADDR,
+                                 struct.pack("256s", name[:15].encode()))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def _is_loopback(host: Optional[str]) -> bool:
+    """Whether ``host`` (MASTER_ADDR: the first node's name or address) is this machine's
+    loopback, so every "node" may be this host (a test cluster) and loopback could work; an
+    unknown or unresolvable host counts as loopback (no conclusion is drawn from it)."""
+    if not host:
+        return True
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return True
+    return address.startswith("127.")
+
+
+def loopback_reason(backend: str, environ: Any) -> Optional[str]:
+    """Why ranks on other nodes could not reach this one: the address it would advertise is a
+    loopback one (gloo advertises the address of GLOO_SOCKET_IFNAME's interface, else of the
+    host name, which often resolves to 127.0.x.x; NCCL's bootstrap uses NCCL_SOCKET_IFNAME).
+    Said before the process group forms, instead of a hang or a connection refused later."""
+    if not spans_nodes(environ):
+        return None
+    setting = "GLOO_SOCKET_IFNAME" if backend == "gloo" else "NCCL_SOCKET_IFNAME"
+    names = [n for n in (environ.get(setting) or "").split(",") if n and not n.startswith("^")]
+    if names:
+        address = interface_ipv4(names[0].lstrip("="))
+        if address is None:
+            return (f"{setting}={names[0]} names no interface with an IPv4 address on this "
+                    "node, so the other nodes cannot reach this rank")
+        source = f"{setting}={names[0]}"
+    elif backend == "gloo":
+        try:
+            address = socket.gethostbyname(socket.gethostname())
+        except OSError as err:
+            return f"the host name {socket.gethostname()} does not resolve ({err})"
+        source = f"the host name {socket.gethostname()} (no {setting} set)"
+    else:  # NCCL picks a non-loopback interface itself when none is named
+        return None
+    if address.startswith("127.") or address == "::1":
+        return (f"advertises the loopback address {address} to the other nodes (from "
+                f"{source}); set {setting} in the site profile to the interface between the "
+                "nodes")
+    return None
+
+
 # ----------------------------------------------------------------------------------------------
 # Completion and failure
 # ----------------------------------------------------------------------------------------------

@@ -83,3 +83,25 @@ def test_rank_file(tmp_path) -> None:
     record = json.loads((tmp_path / "rank-1.json").read_text())
     assert record["rank"] == 1 and record["local_rank"] == 1 and record["status"] == 0
     assert record["finished"] is True and record["hostname"] == socket.gethostname()
+
+
+def test_a_rank_across_nodes_names_the_loopback_address_it_would_advertise(monkeypatch) -> None:
+    """gloo advertises GLOO_SOCKET_IFNAME's address, else the host name's; across nodes a
+    loopback one is named (before the process group forms); one node, or NCCL left to choose
+    its interface, is never judged."""
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "127.0.1.1")
+    across = {"GROUP_WORLD_SIZE": "2"}
+    reason = workload.loopback_reason("gloo", across)
+    assert reason and "advertises the loopback address 127.0.1.1" in reason
+    assert "set GLOO_SOCKET_IFNAME in the site profile" in reason
+    assert "GLOO_SOCKET_IFNAME=lo" in workload.loopback_reason(
+        "gloo", {**across, "GLOO_SOCKET_IFNAME": "lo"})
+    assert "names no interface" in workload.loopback_reason(
+        "gloo", {**across, "GLOO_SOCKET_IFNAME": "nosuch0"})
+    assert workload.loopback_reason("gloo", {"GROUP_WORLD_SIZE": "1"}) is None
+    assert workload.loopback_reason("nccl", across) is None
+    assert "NCCL_SOCKET_IFNAME=lo" in workload.loopback_reason(
+        "nccl", {**across, "NCCL_SOCKET_IFNAME": "lo"})
+    assert workload.spans_nodes({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"})
+    assert not workload.spans_nodes({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"})
+    assert workload.spans_nodes({"SLURM_STEP_NUM_NODES": "2"})
