@@ -192,16 +192,26 @@ def targets(c, json=False):
         "force": "rebuild this target even if its inputs are unchanged",
         "dry_run": "print the plan and the exact commands, run nothing (also: invoke --dry)",
         "build_arg": "KEY=VALUE build argument for the definition (repeatable)",
+        "no_cache": "fetch every package afresh: no shared package cache (pip's, debootstrap's; "
+                    "invoke cache shows and prunes it)",
     },
     types={"target": flags.TARGET, "build_arg": "KEY=VALUE"},
 )
-def build(c, target=None, force=False, dry_run=False, build_arg=None):
+def build(c, target=None, force=False, dry_run=False, build_arg=None, no_cache=False):
     """Build an image (and its bases) unless its inputs hash says it is up to date."""
     target = flags.TARGET("--target", target)
     build_args = parse_build_args(build_arg or [])
     project = _project(c)
     app.build(project, target=target or project.settings.default_target, force=force,
-              dry_run=_dry(c, dry_run), build_args=build_args)
+              dry_run=_dry(c, dry_run), build_args=build_args, no_cache=no_cache)
+
+
+@_command(help={"prune": "empty it (waits for running builds; the next build fills it again)"})
+def cache(c, prune=False):
+    """The package cache builds share (containers.cache_dir): where, how big; --prune empties it."""
+    if prune:
+        _no_dry(c, "cache --prune removes files; run it without --dry")
+    app.package_cache(_project(c), prune=prune)
 
 
 @_command(

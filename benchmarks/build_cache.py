@@ -1,41 +1,235 @@
-"""Side by side, in one run: a cold image build vs an unchanged rebuild (the inputs-hash no-op).
+"""Side by side, in one run: a cold image build (empty package cache) against the rebuild after a
+one-package change of its env spec, with the warm package cache and without it (--no-cache).
 
-Builds ``--target`` (default ``debian-base``: the cheapest real build) into a fresh temporary
-images folder, then asks for the same build again, timing both through ``containers.app.build``,
-the code ``invoke build`` runs. Usage: ``python benchmarks/build_cache.py [--target T]``.
+Each repetition works in a fresh temporary folder (images, package cache, build work) on a copy
+of the project's inputs, timing ``containers.app.build`` (the code ``invoke build`` runs):
+
+1. cold: the target and its bases, package cache empty;
+2. warm: one package added to the target's env spec (its ``pip:`` list), rebuilt: only the
+   target rebuilds, with the cache the cold build filled;
+3. no cache: the same changed build again with ``--no-cache --force`` (what the rebuild cost
+   before the cache existed).
+
+The warm and no-cache images must be identical in content: the same ``pip freeze`` and the same
+sha256 of every file under /opt, /usr, /etc, /var/lib, /mnt (where the cache is bound) and /root
+(bar the files the runtime injects at run time); a difference fails the benchmark. Medians over
+``--repeat`` repetitions; the goal is warm/cold <= 0.3 (a one-package change rebuilds in a
+fraction of a cold build).
+
+Usage: ``python benchmarks/build_cache.py [--target cpu] [--package six] [--repeat 3]``;
+``--bases DIR`` links already built bases from an images folder (only the target is measured;
+the tests' CI-sized run), ``--project DIR`` measures another project's inputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
+import yaml
 from common import ROOT, report
 
 from containers import app
+from containers.image.cache import package_cache_dir, usage
+from containers.inputs.recipes import base_chain
+
+GOAL = 0.3
+#: The folders a project's inputs live in (what ``invoke build`` reads).
+INPUTS = ("recipes", "envs", "sites", "jobs")
+#: Files an ``apptainer exec`` injects or binds at run time: not the image's content.
+INJECTED = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname",
+            "/etc/localtime", "/etc/mtab")
+#: Run by the image's own python3: the sha256 of every regular file under the content folders.
+DIGEST = r"""
+import hashlib, json, os, sys
+injected = set(sys.argv[1:])
+out = {}
+for top in ("/opt", "/usr", "/etc", "/var/lib", "/mnt", "/root"):
+    for parent, dirs, names in os.walk(top):
+        dirs.sort()
+        for name in names:
+            path = os.path.join(parent, name)
+            if path in injected or os.path.islink(path) or not os.path.isfile(path):
+                continue
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            out[path] = digest.hexdigest()
+print(json.dumps(out))
+"""
 
 
-def main() -> None:
+def add_package(spec: Path, package: str) -> None:
+    """Add ``package`` to the env spec's ``pip:`` list (the one-package change a user makes)."""
+    data = yaml.safe_load(spec.read_text())
+    pip = next(item["pip"] for item in data["dependencies"] if isinstance(item, dict))
+    if any(str(entry).split("=")[0].strip().lower() == package.lower() for entry in pip):
+        raise SystemExit(f"{spec} already lists {package}: choose another --package")
+    pip.append(package)
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def copy_inputs(source: Path, dest: Path) -> Path:
+    for folder in INPUTS:
+        shutil.copytree(source / folder, dest / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def link_bases(project: app.Project, target: str, bases: Path, images: Path) -> list[str]:
+    """Link the target's built bases (image and record) from ``bases`` into ``images``."""
+    linked = []
+    for base in base_chain(project.targets, target)[:-1]:
+        for suffix in (".sif", ".sif.json"):
+            found = bases / f"{base.name}{suffix}"
+            if not found.is_file():
+                raise SystemExit(f"--bases {bases}: {found.name} is not there (build it first)")
+            (images / found.name).symlink_to(found.resolve())
+        linked.append(base.name)
+    return linked
+
+
+def content(image: Path, runtime: str) -> tuple[list[str], dict[str, str]]:
+    """(pip freeze, {path: sha256}) of ``image``, read by its own Python."""
+    def run(argv: list[str]) -> str:
+        done = subprocess.run([runtime, "exec", "--contain", str(image), *argv],
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode:
+            raise SystemExit(f"reading {image} failed: {done.stderr.strip()[-500:]}")
+        return done.stdout
+    freeze = sorted(run(["python", "-m", "pip", "freeze"]).splitlines())
+    return freeze, json.loads(run(["python3", "-c", DIGEST, *INJECTED]))
+
+
+def cache_use(images: Path, target: str) -> dict[str, Any] | None:
+    """How the target's last build used the package cache, from its build record."""
+    return json.loads((images / f"{target}.sif.json").read_text()).get("package_cache")
+
+
+def differences(one: dict[str, str], two: dict[str, str]) -> list[str]:
+    return sorted(path for path in one.keys() | two.keys() if one.get(path) != two.get(path))
+
+
+def timed(label: str, action: Callable[[Callable[[str], None]], Any]) -> float:
+    started = time.perf_counter()
+    action(lambda line: print(f"[{label}] {line}", flush=True))
+    seconds = time.perf_counter() - started
+    print(f"[{label}] {seconds:.1f} s", flush=True)
+    return seconds
+
+
+def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, Any]:
+    root = copy_inputs(args.project, tmp / "project")
+    images, cache = tmp / "images", tmp / "cache"
+    images.mkdir()
+    config = {"images_dir": str(images), "cache_dir": str(cache), "tmp_dir": str(tmp / "work")}
+    project = app.Project.load(root, config)
+    linked = link_bases(project, args.target, args.bases, images) if args.bases else []
+    runtime = project.runtime(required=True).binary
+    tag = f"{number}/{args.repeat}"
+    build = app.build
+    seconds = {"cold": timed(f"cold {tag}", lambda say: build(project, target=args.target,
+                                                              say=say))}
+    cache_after_cold = usage(package_cache_dir(cache))[0]
+    add_package(root / project.target(args.target).env, args.package)
+    project = app.Project.load(root, config)  # targets are read once per project
+    seconds["warm"] = timed(f"warm {tag}", lambda say: build(project, target=args.target,
+                                                             say=say))
+    warm_use = cache_use(images, args.target)
+    if not warm_use or not warm_use["bytes_before"]:
+        raise SystemExit(f"the warm build did not use the filled cache: {warm_use}")
+    warm = content(images / f"{args.target}.sif", runtime)
+    seconds["no_cache"] = timed(f"no cache {tag}", lambda say: build(
+        project, target=args.target, force=True, no_cache=True, say=say))
+    if cache_use(images, args.target) is not None:
+        raise SystemExit("the --no-cache build's record says it used the cache")
+    plain = content(images / f"{args.target}.sif", runtime)
+    if not any(line.lower().startswith(args.package.lower() + "==") for line in warm[0]):
+        raise SystemExit(f"the warm image's pip freeze lacks {args.package}: the change did "
+                         "not reach the image")
+    changed = differences(warm[1], plain[1])
+    if warm[0] != plain[0] or changed:
+        raise SystemExit(f"the warm and no-cache images differ: pip freeze "
+                         f"{'differs' if warm[0] != plain[0] else 'is the same'}; "
+                         f"{len(changed)} files differ, first {changed[:10]}")
+    return {"seconds": seconds, "bases_linked": linked, "cache_bytes": cache_after_cold,
+            "warm_cache_use": warm_use,
+            "files_compared": len(plain[1]), "pip_freeze": warm[0]}
+
+
+def plot(medians: dict[str, float], path: Path, title: str) -> Path:
+    """The three medians as bars, each labelled with its share of the cold build."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {"cold": "cold\n(empty cache)", "warm": "+1 package\nwarm cache",
+              "no_cache": "+1 package\n--no-cache"}
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    bars = ax.bar([labels[k] for k in medians], list(medians.values()),
+                  color=["tab:grey", "tab:blue", "tab:orange"])
+    for bar, value in zip(bars, medians.values(), strict=True):
+        ax.annotate(f"{value:.0f} s ({value / medians['cold']:.2f} of cold)",
+                    (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom",
+                    xytext=(0, 3), textcoords="offset points")
+    ax.axhline(GOAL * medians["cold"], color="tab:green", linestyle="--",
+               label=f"goal: {GOAL} of cold")
+    ax.set_ylabel("build time, median (s)")
+    ax.set_title(title)
+    ax.margins(y=0.15)
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default="debian-base", help="image target to build")
+    parser.add_argument("--target", default="cpu", help="image target (apptainer, pip list)")
+    parser.add_argument("--package", default="six", help="the package the change adds")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions (median)")
+    parser.add_argument("--project", type=Path, default=ROOT, help="project whose inputs to use")
+    parser.add_argument("--bases", type=Path, default=None,
+                        help="images folder with the target's bases built (not measured)")
+    parser.add_argument("--tmp", type=Path, default=Path("/var/tmp"),
+                        help="where each repetition's temporary folder goes")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" /
-                        "build_cache.json", help="JSON result file")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-build-", dir="/var/tmp") as tmp:
-        project = app.Project.load(ROOT, {"images_dir": tmp})
-        timings = {}
-        for label in ("cold", "unchanged"):
-            started = time.perf_counter()
-            app.build(project, target=args.target,
-                      say=lambda line, label=label: print(f"[{label}] {line}", flush=True))
-            timings[label] = time.perf_counter() - started
-    ratio = timings["cold"] / timings["unchanged"]
-    report(f"build of {args.target}: cold vs unchanged inputs",
-           ["cold build (s)", "unchanged rebuild (s)", "cold/unchanged"],
-           [[f"{timings['cold']:.1f}", f"{timings['unchanged']:.2f}", f"{ratio:.0f}x"]],
-           args.out, {"target": args.target, "seconds": timings, "ratio": ratio})
+                        "build_cache.json", help="JSON result file (the PNG goes beside it)")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    runs = []
+    for number in range(1, args.repeat + 1):
+        with tempfile.TemporaryDirectory(prefix="bench-build-cache-", dir=args.tmp) as tmp:
+            runs.append(repetition(args, number, Path(tmp)))
+    medians = {key: statistics.median(run["seconds"][key] for run in runs)
+               for key in ("cold", "warm", "no_cache")}
+    ratio = medians["warm"] / medians["cold"]
+    bases = runs[0]["bases_linked"]
+    title = (f"{args.target}: +{args.package} rebuild vs cold build, median of {args.repeat}"
+             + (f" (bases {', '.join(bases)} not rebuilt)" if bases else ""))
+    report(title, ["cold, empty cache (s)", "+1 package, warm (s)",
+                   "+1 package, --no-cache (s)", "warm/cold", "no-cache/cold", "goal",
+                   "content"],
+           [[f"{medians['cold']:.1f}", f"{medians['warm']:.1f}", f"{medians['no_cache']:.1f}",
+             f"{ratio:.2f}", f"{medians['no_cache'] / medians['cold']:.2f}", f"<= {GOAL}",
+             f"identical ({runs[0]['files_compared']} files)"]],
+           args.out, {"title": title, "target": args.target, "package": args.package,
+                      "repeat": args.repeat, "medians": medians, "ratio": ratio,
+                      "no_cache_ratio": medians["no_cache"] / medians["cold"], "goal": GOAL,
+                      "meets_goal": ratio <= GOAL, "runs": runs})
+    print(f"plot: {plot(medians, args.out.with_suffix('.png'), title)}")
 
 
 if __name__ == "__main__":

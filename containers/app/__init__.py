@@ -9,6 +9,7 @@ module             commands
 ``project``        the project: settings, targets, sites, runtime
 ``inputs``         ``invoke targets``, ``invoke check``
 ``build``          ``invoke build``
+``caching``        ``invoke cache`` (the package cache builds share)
 ``workloads``      ``invoke smoke``, ``invoke train``
 ``running``        ``invoke run``, ``invoke shell`` (a user's own command)
 ``jobs``           ``invoke job``
@@ -20,6 +21,7 @@ module             commands
 """
 
 from containers.app.build import build
+from containers.app.caching import package_cache
 from containers.app.following import jobs_report
 from containers.app.inputs import check_inputs, targets_report
 from containers.app.inspecting import diff, inspect
@@ -30,6 +32,6 @@ from containers.app.publishing import publish, verify
 from containers.app.running import run_command, shell
 from containers.app.workloads import prove, smoke_history, train
 
-__all__ = ["Project", "build", "check_inputs", "targets_report", "job", "JobSubmission",
-           "judge_results", "prove", "smoke_history", "train", "publish", "verify",
-           "inspect", "diff", "run_command", "shell", "jobs_report"]
+__all__ = ["Project", "build", "package_cache", "check_inputs", "targets_report", "job",
+           "JobSubmission", "judge_results", "prove", "smoke_history", "train", "publish",
+           "verify", "inspect", "diff", "run_command", "shell", "jobs_report"]

@@ -11,6 +11,7 @@ from containers.app.project import Project
 from containers.errors import ConfigError, UsageError
 from containers.host.facts import host_arch
 from containers.image import builder
+from containers.image.cache import gather_cache
 from containers.image.arch import emulation
 from containers.image.gather import gather_host
 from containers.image.plan import BuildPlan, BuildStep, fakeroot_refusal, plan_build
@@ -57,8 +58,19 @@ def missing_base_image(step: BuildStep) -> None:
                       key="base_image")
 
 
+def cache_line(step: BuildStep, *, no_cache: bool) -> str:
+    """The plan's line on the package cache of one build: used (how, where, its size when
+    planned) or why not."""
+    if step.package_cache is not None:
+        return f"  cache  {step.cache_use}; {step.package_cache.describe()}"
+    if no_cache:
+        return "  cache  not used (--no-cache): every package is fetched afresh"
+    return "  cache  not used: this build fetches nothing the package cache keeps"
+
+
 def build(project: Project, *, target: str, force: bool = False, dry_run: bool = False,
-          build_args: Mapping[str, str] | None = None, say: Say = _print) -> BuildPlan:
+          build_args: Mapping[str, str] | None = None, no_cache: bool = False,
+          say: Say = _print) -> BuildPlan:
     item = project.target(target)
     runtime = project.runtime(required=not dry_run)
     foreign = foreign_build(item, dry_run=dry_run)
@@ -67,9 +79,13 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
     if refusal is not None:
         raise refusal
     cli_args = dict(build_args or {})
+    try:
+        cache = gather_cache(project.settings.cache_dir, use=not no_cache)
+    except ConfigError as exc:
+        raise project.setting_error(exc) from exc
     host = gather_host(project.root, project.settings.images_dir, runtime,
                        [t.name for t in project.targets.values()],
-                       mirror_override=cli_args.get("MIRROR"))
+                       mirror_override=cli_args.get("MIRROR"), package_cache=cache)
     plan = plan_build(project.targets, item.name, settings=project.settings, host=host,
                       cli_args=cli_args, force=force)
     say(f"runtime: {runtime.label}")
@@ -89,6 +105,7 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
             say(f"  stage  {step.workdir / 'context' / name}")
         for link, target in sorted(step.links.items()):
             say(f"  link   {link} -> {target}")
+        say(cache_line(step, no_cache=no_cache))
         say(f"  run    {show_command(step.build_argv, step.env)}")
         if step.test_argv:
             say(f"  run    {show_command(step.test_argv, step.env)}")

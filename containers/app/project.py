@@ -80,6 +80,12 @@ class Project:
 
     root: Path
     settings: Settings
+    #: The layers the settings were merged from (empty: given directly, as tests do).
+    sources: Sequence[ConfigSource] = ()
+
+    def setting_error(self, exc: ConfigError) -> ConfigError:
+        """``exc``, about a setting found wrong after loading, naming the layer that set it."""
+        return _source_error(exc, self.sources)
 
     @classmethod
     def load(cls, root: Path, config: Mapping[str, Any] | None = None,
@@ -89,7 +95,7 @@ class Project:
         try:
             if sources:  # the command line: a mistyped INVOKE_CONTAINERS_* is an error too
                 raise_all(unknown_variables(os.environ, config))
-            return cls(root=root, settings=load_settings(root, config))
+            return cls(root=root, settings=load_settings(root, config), sources=sources)
         except Problems as exc:
             if not sources:
                 raise

@@ -30,10 +30,12 @@ from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
 from containers.image.arch import image_arch
+from containers.image.cache import in_use, usage
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
 from containers.locking import acquire, file_lock, folder_lock, held, holder, release
 from containers.progress import phase_line
+from containers.report import human_bytes
 
 Say = Callable[[str], None]
 #: A last test of a built image before it is kept: (step, runtime, its record, say) -> files to
@@ -263,14 +265,25 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     with on_disk(f"stage the build context of {step.target.name}", step.workdir):
         _stage(step)  # a full disk or a read-only tmp_dir: one line; work_folder removes it all
     say(f"==> building {step.target.name} ({step.short_hash}) in {step.workdir}")
-    with phase_line(f"{step.target.name}: build") as show:
+    cache = step.package_cache
+    with in_use(cache), phase_line(f"{step.target.name}: build") as show:
+        if cache is not None:
+            say(f"==> package cache: {step.cache_use}; {cache.describe()}")
         run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
             f"{step.target.builder} build of {step.target.name}")  # cotainr's is not apptainer's
+    cached = None
+    if cache is not None:
+        after = usage(cache.root)
+        cached = {"use": step.cache_use, "folder": str(cache.root), "bytes_before": cache.bytes,
+                  "bytes_after": after[0], "files_after": after[1]}
+        say(f"==> package cache now {human_bytes(after[0])} in {after[1]} files "
+            f"({human_bytes(max(after[0] - cache.bytes, 0))} added by this build)")
     if step.test_argv:
         say(f"==> testing {step.target.name}")
         run(step.test_argv, env=env, on_line=_stream(step, "test", say)).check(
             f"{runtime.flavour} test of {step.target.name}")
     record = provenance.record(step, runtime=runtime, seconds=time.time() - started)
+    record["package_cache"] = cached  # how this build used it (None: it did not)
     record["arch"] = checked_arch(step, runtime)
     # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the tool's
     # own label carries the architecture read from the image's files.

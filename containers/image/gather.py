@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 from containers.errors import ConfigError
@@ -12,11 +13,13 @@ from containers.host import sources as hostcfg
 from containers.host.facts import cotainr_binary, git_revision, host_arch, utc_now
 from containers.host.runtime import Runtime
 from containers.image import provenance
+from containers.image.cache import PackageCache
 from containers.image.plan import HostFacts
 
 
 def gather_host(root: Path, images_dir: Path, runtime: Runtime, names: list[str], *,
-                mirror_override: str | None) -> HostFacts:
+                mirror_override: str | None, package_cache: PackageCache | None = None
+                ) -> HostFacts:
     pip = hostcfg.host_pip_config()
     if pip.cert and not Path(pip.cert).is_file():
         pip = dataclasses.replace(pip, cert=None)
@@ -32,4 +35,5 @@ def gather_host(root: Path, images_dir: Path, runtime: Runtime, names: list[str]
         git_revision=git_revision(root),
         build_date=utc_now(),
         arch=host_arch(), cotainr=cotainr_binary(),
-        built_hashes=provenance.built_hashes(images_dir, names))
+        built_hashes=provenance.built_hashes(images_dir, names),
+        package_cache=package_cache, debootstrap=shutil.which("debootstrap"))

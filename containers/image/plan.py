@@ -21,6 +21,8 @@ from containers import __version__
 from containers.errors import ConfigError, ContainersError, UsageError, raise_all
 from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsafe_characters
 from containers.host.sources import PipConfig
+from containers.image import cache as package_cache
+from containers.image.cache import PackageCache
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.recipes import Target, base_chain
@@ -57,6 +59,10 @@ class HostFacts:
     arch: str = "x86_64"
     cotainr: str = "cotainr"
     built_hashes: Mapping[str, str] = field(default_factory=dict)
+    #: The shared package cache (None: ``--no-cache``) and the host's real debootstrap, which
+    #: its shim runs with ``--cache-dir`` (None: none here, so no shim).
+    package_cache: PackageCache | None = None
+    debootstrap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,10 @@ class BuildStep:
     action: str  # "build", "up-to-date" or "not-needed" (a base of an up-to-date image)
     links: dict[str, str] = field(default_factory=dict)
     forced: bool = False  # --force: rebuild even if a concurrent build just produced it
+    #: The package cache this build uses, and how ("" when it fetches nothing the cache
+    #: keeps, or with --no-cache); see :mod:`containers.image.cache`.
+    package_cache: PackageCache | None = None
+    cache_use: str = ""
 
     @property
     def short_hash(self) -> str:
@@ -278,11 +288,16 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
     uses_context = "BUILD_CONTEXT" in used or "FOREIGN_ROOT" in used
     check_carried_paths(context if uses_context else Path("/"),
                         binds if "HOST_PATHS" in used else [])
+    cached = apptainer_cache_use(definition, host, workdir=common["workdir"],
+                                 installs_pip=uses_context and "install-python-packages.sh"
+                                 in copied, foreign="FOREIGN_ROOT" in used)
+    staged.update(cached.staged)
+    env_vars = {**env_vars, **cached.env}
     partial = common["partial"]
     build_argv = host.runtime.build_argv(
         output=partial, spec=target.definition, build_args=args,
-        binds=binds if "HOST_PATHS" in used else (), fakeroot=definition.has_section("post"),
-        arch=pulled_arch(target, definition, host))
+        binds=[*(binds if "HOST_PATHS" in used else ()), *cached.binds],
+        fakeroot=definition.has_section("post"), arch=pulled_arch(target, definition, host))
     if "FOREIGN_ROOT" in used:
         build_argv = foreign_root_argv(target, definition, user_args, host=host,
                                        context=context, root=args["FOREIGN_ROOT"],
@@ -292,7 +307,51 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=host.runtime.test_argv(partial) if has_test else None,
                      env=env_vars, staged=staged if uses_context else {},
-                     copied=copied if uses_context else {})
+                     copied=copied if uses_context else {}, links=cached.links,
+                     package_cache=host.package_cache if cached.use else None,
+                     cache_use=cached.use)
+
+
+@dataclass(frozen=True)
+class CacheUse:
+    """What an Apptainer build adds to use the package cache: binds, staged files, links and
+    environment, and a line saying how (empty: this build fetches nothing the cache keeps)."""
+
+    binds: tuple[str, ...] = ()
+    staged: Mapping[str, str] = field(default_factory=dict)
+    links: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    use: str = ""
+
+
+def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Path,
+                        installs_pip: bool, foreign: bool) -> CacheUse:
+    """How a definition's build reaches the package cache (:mod:`containers.image.cache`):
+    pip's folder bound at ``/mnt`` with the marker the install script reads, when ``%post``
+    runs that script; the debootstrap shim first on ``PATH``, when its root comes from
+    debootstrap (``Bootstrap: debootstrap``, or the foreign root). None of it enters the
+    inputs hash: binds, staged files and the environment are host plumbing."""
+    cache = host.package_cache
+    if cache is None:
+        return CacheUse()
+    binds: list[str] = []
+    staged: dict[str, str] = {}
+    links: dict[str, str] = {}
+    env: dict[str, str] = {}
+    uses: list[str] = []
+    if installs_pip and definition.has_section("post"):
+        staged[package_cache.PIP_MARKER] = package_cache.PIP_MOUNT + "\n"
+        binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
+        uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
+    debootstraps = foreign or definition.stages[0].bootstrap.lower() == "debootstrap"
+    if debootstraps and host.debootstrap:
+        shim_dir = workdir / "bin"
+        links[str(shim_dir / "debootstrap")] = str(package_cache.SHIM)
+        env.update(package_cache.debootstrap_env(cache, shim_dir=shim_dir,
+                                                 debootstrap=host.debootstrap))
+        uses.append(f"debootstrap --cache-dir={cache.apt}")
+    return CacheUse(binds=tuple(binds), staged=staged, links=links, env=env,
+                    use="; ".join(uses))
 
 
 #: Bootstraps that pull an image from a registry, where ``apptainer build --arch`` picks the
@@ -349,12 +408,17 @@ def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *
                     "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
     else:
         env_vars = {**env_vars, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
+    cache = host.package_cache
+    if cache is not None:  # pip's cache only: see containers.image.cache for conda's
+        env_vars = {**env_vars, **package_cache.cotainr_env(cache, host.runtime.flavour)}
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", COTAINR_TEST])
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=test_argv if target.test else None, env=env_vars, staged={},
-                     copied={}, links=links)
+                     copied={}, links=links, package_cache=cache,
+                     cache_use=(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT} in "
+                                f"cotainr's steps; not conda's)" if cache else ""))
 
 
 def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, host: HostFacts,

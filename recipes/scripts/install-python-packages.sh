@@ -15,22 +15,63 @@ if ls "$ctx"/ca-certificates/*.crt >/dev/null 2>&1 && command -v update-ca-certi
     cp "$ctx"/ca-certificates/*.crt /usr/local/share/ca-certificates/build-host/
     update-ca-certificates >/dev/null
 fi
-export PIP_CONFIG_FILE="$ctx/pip.conf" PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_CONFIG_FILE="$ctx/pip.conf" PIP_DISABLE_PIP_VERSION_CHECK=1
+# The build host's shared package cache, when the tool bound one: it stages this file only then
+# (invoke build --no-cache does not). The definition, the inputs hash and what is installed are
+# the same either way: only where downloaded files are kept differs.
+cache=
+if [ -s "$ctx/pip-cache-dir" ]; then
+    cache=$(cat "$ctx/pip-cache-dir")
+    echo "package cache: $cache"
+    export PIP_CACHE_DIR="$cache/pip"
+else
+    export PIP_NO_CACHE_DIR=1
+fi
 # DeepSpeed: no ops compiled at install time (they are JIT-built when first used).
 export DS_BUILD_OPS="${DS_BUILD_OPS:-0}"
+# setup.py-built metadata (DeepSpeed's) lists sets in hash order: fixed, so builds are repeatable.
+export PYTHONHASHSEED=0
+cd /  # pip names files under the working folder relative to it; below, every path is absolute
 
 if [ "$target" = system ]; then
+    # The image's own torch stays (NGC builds it from source): pip resolves against what is
+    # installed, so only pip's own cache (where the index allows caching) is shared here.
     python=python3
     "$python" -m pip freeze | grep -i -E '^(torch|torchvision|torchaudio|triton)==' \
         > "$ctx/constraints.txt" || true
     export PIP_CONSTRAINT="$ctx/constraints.txt"
     freeze=/opt/pip-freeze.txt
+    "$python" -m pip install --progress-bar off -r "$ctx/requirements.txt"
 else
     python3 -m venv "$target"
     python="$target/bin/python"
     freeze="$target/pip-freeze.txt"
+    # Download first, then install from exactly the files this resolution chose (--no-index).
+    # The download folder is the cache's when there is one: pip checks a file already there
+    # against the index's hash and fetches it again when it differs, and fetches only what is
+    # missing, whatever caching the index or a proxy allows. Without a cache it is this build's.
+    downloads=${cache:+$cache/downloads}
+    downloads=${downloads:-$ctx/downloads}
+    mkdir -p "$downloads" "$ctx/wheelhouse"
+    # pip copies a new download straight to its final name: builds sharing the folder take
+    # turns (flock, from util-linux, in every base we build on; without it, no lock).
+    lock=
+    if [ -n "$cache" ] && command -v flock >/dev/null; then
+        lock="flock $downloads/.lock"
+    fi
+    { $lock "$python" -m pip download --progress-bar off -d "$downloads" \
+          -r "$ctx/requirements.txt"
+      echo $? > "$ctx/download.status"; } 2>&1 | tee "$ctx/download.log"
+    [ "$(cat "$ctx/download.status")" = 0 ] || exit 1
+    sed -n -e 's/^ *Saved //p' -e 's/^ *File was already downloaded //p' "$ctx/download.log" |
+        while IFS= read -r file; do
+            ln "$file" "$ctx/wheelhouse/" 2>/dev/null || cp "$file" "$ctx/wheelhouse/"
+        done
+    echo "install: $(ls "$ctx/wheelhouse" | wc -l) downloaded files, nothing else (--no-index)"
+    # The venv's __pycache__ folders are removed below: compiling them first only costs time.
+    "$python" -m pip install --progress-bar off --no-compile --no-index \
+        --find-links "$ctx/wheelhouse" -r "$ctx/requirements.txt"
 fi
-"$python" -m pip install --progress-bar off -r "$ctx/requirements.txt"
 "$python" -m pip freeze > "$freeze"
 echo "containers.pip-freeze $(tr '\n' ' ' < "$freeze")" >> "$labels"
 

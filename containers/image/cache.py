@@ -1,0 +1,240 @@
+"""The package cache builds share: what pip and debootstrap fetched (or pip built), kept on the
+build host so the next build of an image whose env spec changed by one package does not fetch
+everything again.
+
+Where: ``<containers.cache_dir>/packages`` (``INVOKE_CONTAINERS_CACHE_DIR``); with no
+``cache_dir`` set, ``$XDG_CACHE_HOME/hpc-containers/packages`` (``~/.cache/...``). Never
+inside an image and never part of an inputs hash: a build with the cache, without it
+(``invoke build --no-cache``) or with someone else's, installs the same files.
+
+How each builder reaches it:
+
+- pip in ``%post`` (definitions that run ``recipes/scripts/install-python-packages.sh``): the
+  ``pip`` folder is bound at :data:`PIP_MOUNT` (``apptainer build --bind``; ``/mnt`` exists in
+  every base image we build on, and a bind destination must exist) and the staged context file
+  :data:`PIP_MARKER` names it to the script. A venv install (``cpu``, ``rocm.def``) runs
+  ``pip download`` into its ``downloads`` folder and then installs with ``--no-index`` from
+  exactly the files that resolution chose: pip fetches only what is not there yet and checks a
+  file that is against the index's hash, whatever caching headers the index or a proxy sends (a
+  TLS-intercepting proxy that strips them, as here, leaves pip's own HTTP cache empty). Without
+  the marker (``--no-cache``) the same two steps use a folder of the build. A ``system`` install
+  (NGC, whose own torch pip must resolve against) uses pip's own cache (``PIP_CACHE_DIR``) only.
+  The SIF is made from the root folder on disk, which a bind never writes to, so nothing of the
+  cache lands in the image.
+- debootstrap (``Bootstrap: debootstrap``, which Apptainer runs on the host, and the foreign
+  root of ``recipes/scripts/foreign-root.sh``): a ``debootstrap`` shim first on ``PATH``
+  (``scripts/debootstrap-cached.sh``) runs the real one with ``--cache-dir`` on the ``apt``
+  folder. Apptainer finds debootstrap on the caller's ``PATH`` (its ``binary path`` setting
+  starts with ``$PATH``).
+- cotainr: it runs every step as ``singularity exec`` of its sandbox without ``--cleanenv``, so
+  ``APPTAINER_BIND`` and ``PIP_CACHE_DIR`` in its environment reach the pip that ``conda env
+  create`` runs. Conda's own package cache is not shared: cotainr ends every build with ``conda
+  clean -y -a`` (cotainr/cli.py, cotainr/pack.py ``cleanup_unused_files``), which would empty
+  it, and it downloads the Miniforge installer afresh each time (pack.py
+  ``_download_miniforge_installer``), which nothing outside cotainr can redirect.
+
+Trust and concurrency: pip checks every download, a cached one too, against the hash the index
+gives (``#sha256=`` on the link; ``pip._internal.operations.prepare``), so a corrupt entry is
+refused and fetched again; a wheel it built from an sdist, or a file copied from the host's own
+find-links folders (which carry no hash), it does not check again, so the cache is used only
+while this user alone can write it (:func:`foreign_owner`; folders are made ``0700``). pip
+writes its own cache entries to a temporary name first and renames them
+(``pip._internal.network.cache``), so concurrent pips share that; ``pip download`` copies a new
+file straight to its final name, so the install script holds ``flock`` on the downloads folder
+while it runs. debootstrap re-checks a cached ``.deb`` against the checksum of the signed
+``Packages`` file and fetches it again when it differs, but writes a download straight to its
+final name: two concurrent debootstraps could read each other's half-written file, so the shim
+holds an exclusive ``flock`` on ``apt/.lock`` while debootstrap runs (a lock, not a per-build
+copy: the lock costs a wait only when two base images bootstrap at the same moment, a copy costs
+every build a copy). Every build holds a shared lock on :data:`LOCK` for as long as it runs, and
+``invoke cache --prune`` an exclusive one, so a prune waits for running builds and a build never
+sees its cache vanish mid-way.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import stat
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+
+from containers.errors import ConfigError, on_disk
+from containers.host.runtime import BIND_SPECIALS, unsafe_characters
+
+#: The tool's own folder under ``$XDG_CACHE_HOME`` (the project's package name).
+TOOL_NAME = "hpc-containers"
+#: Where the pip cache appears inside an Apptainer build (must exist in the image: it does in
+#: every Debian, Ubuntu and RHEL-family root).
+PIP_MOUNT = "/mnt"
+#: The staged build-context file that names the pip cache folder to the install script.
+PIP_MARKER = "pip-cache-dir"
+#: The lock every build holds shared and a prune holds exclusively.
+LOCK = ".lock"
+#: The parts of the cache, each a folder under the cache root.
+PARTS = ("pip", "apt")
+#: The debootstrap shim: the tool's own script, in the checkout beside its package.
+SHIM = Path(__file__).resolve().parents[2] / "scripts" / "debootstrap-cached.sh"
+
+
+def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$XDG_CACHE_HOME/hpc-containers`` (``~/.cache/hpc-containers`` when unset), the XDG
+    place for a user's caches, which is never inside a project checkout or an image."""
+    base = environ.get("XDG_CACHE_HOME", "").strip()
+    root = Path(base) if base and Path(base).is_absolute() else Path("~/.cache").expanduser()
+    return root / TOOL_NAME
+
+
+def package_cache_dir(cache_dir: Path | None, environ: Mapping[str, str] = os.environ) -> Path:
+    """The package cache's root for the ``containers.cache_dir`` setting (None: the default)."""
+    return (cache_dir or default_cache_dir(environ)) / "packages"
+
+
+@dataclass(frozen=True)
+class PackageCache:
+    """The package cache as a build plan sees it: where it is and how big it was when planned."""
+
+    root: Path
+    bytes: int = 0
+    files: int = 0
+
+    @property
+    def pip(self) -> Path:
+        return self.root / "pip"
+
+    @property
+    def apt(self) -> Path:
+        return self.root / "apt"
+
+    def describe(self) -> str:
+        from containers.report import human_bytes  # report imports rich: only when shown
+        if not self.files:
+            return f"{self.root} (empty: this build fills it)"
+        return f"{self.root} ({human_bytes(self.bytes)} in {self.files} files)"
+
+
+def usage(folder: Path) -> tuple[int, int]:
+    """(bytes, files) of the regular files under ``folder`` (symlinks not followed); (0, 0)
+    when it does not exist. Files that vanish while we count (a concurrent pip) are skipped."""
+    total = count = 0
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            try:
+                info = os.lstat(os.path.join(parent, name))
+            except OSError:
+                continue
+            if name != LOCK and not os.path.islink(os.path.join(parent, name)):
+                total += info.st_size
+                count += 1
+    return total, count
+
+
+def gather_cache(cache_dir: Path | None, *, use: bool,
+                 environ: Mapping[str, str] = os.environ) -> PackageCache | None:
+    """The package cache a build will use (its size now), or None with ``use=False``
+    (``--no-cache``). A path Apptainer's ``--bind`` cannot carry is one line naming the
+    setting."""
+    if not use:
+        return None
+    root = package_cache_dir(cache_dir, environ)
+    bad = unsafe_characters(str(root), BIND_SPECIALS)
+    if bad:
+        raise ConfigError(f"the package cache {str(root)!r} holds {bad!r}, which apptainer "
+                          f"--bind cannot carry; choose another folder (or build with "
+                          f"--no-cache)", path="invoke.yaml", key="containers.cache_dir")
+    foreign = foreign_owner(root)
+    if foreign:
+        raise ConfigError(f"the package cache {root} {foreign}: a build trusts only a cache its "
+                          f"own user alone can write (pip does not re-check every entry); "
+                          f"choose another folder, fix its owner and mode, or build with "
+                          f"--no-cache", path="invoke.yaml", key="containers.cache_dir")
+    size, files = usage(root)
+    return PackageCache(root=root, bytes=size, files=files)
+
+
+def foreign_owner(root: Path, uid: int | None = None) -> str:
+    """Why the cache at ``root`` is not this user's alone (empty: it is, or it does not exist
+    yet). pip never checks a wheel it built and cached again: someone who can write the cache
+    could choose what a build installs, so a folder another user owns or others may write is
+    refused rather than trusted."""
+    uid = os.getuid() if uid is None else uid
+    for folder in (root, *(root / part for part in PARTS)):
+        try:
+            info = folder.lstat()
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            return f"cannot be read ({error.strerror})"
+        if not stat.S_ISDIR(info.st_mode):
+            return f"has {folder.name} that is not a folder"
+        if info.st_uid != uid:
+            return f"has {folder} owned by uid {info.st_uid}, not this user ({uid})"
+        if info.st_mode & 0o022:
+            return f"has {folder} writable by its group or others (mode {info.st_mode & 0o777:o})"
+    return ""
+
+
+@contextmanager
+def in_use(cache: PackageCache | None) -> Iterator[None]:
+    """Hold the cache for a build: its folders made, a shared lock on :data:`LOCK` (a prune
+    waits until the build ends). Nothing for a build without the cache."""
+    if cache is None:
+        yield
+        return
+    with on_disk("make the package cache", cache.root):
+        cache.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for part in PARTS:
+            (cache.root / part).mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(cache.root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int, int]:
+    """Empty the package cache at ``root`` once no build uses it; returns the (bytes, files)
+    removed. Holds the exclusive lock while it removes, so no build starts meanwhile."""
+    if not root.is_dir():
+        return 0, 0
+    with on_disk("prune the package cache", root):
+        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        removed = usage(root)
+        with on_disk("prune the package cache", root):
+            for entry in root.iterdir():
+                if entry.name == LOCK:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        return removed
+    finally:
+        os.close(fd)
+
+
+def debootstrap_env(cache: PackageCache, *, shim_dir: Path, debootstrap: str
+                    ) -> dict[str, str]:
+    """The environment that puts the debootstrap shim first on ``PATH`` for a build whose
+    base root comes from debootstrap (``PATH`` is expanded by the builder, as for cotainr)."""
+    return {"PATH": f"{shim_dir}:$PATH", "CONTAINERS_APT_CACHE": str(cache.apt),
+            "CONTAINERS_DEBOOTSTRAP": debootstrap}
+
+
+def cotainr_env(cache: PackageCache, flavour: str) -> dict[str, str]:
+    """What carries the pip cache into cotainr's ``singularity exec`` steps: a bind by the
+    runtime's own variable, and ``PIP_CACHE_DIR`` (the host's environment reaches the
+    container: cotainr passes no ``--cleanenv``)."""
+    bind_variable = "APPTAINER_BIND" if flavour == "apptainer" else "SINGULARITY_BIND"
+    return {bind_variable: f"{cache.pip}:{PIP_MOUNT}", "PIP_CACHE_DIR": f"{PIP_MOUNT}/pip"}

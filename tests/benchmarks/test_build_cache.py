@@ -1,0 +1,49 @@
+"""benchmarks/build_cache.py, CI-sized: the ``cpu`` recipe with a one-package env spec (+1) on the
+session's debian-base (linked, not rebuilt), one repetition, run as a user runs the benchmark.
+
+It proves the mechanism end to end with the real Apptainer: the cold build fills the cache, the
+rebuild after a one-package change uses it (its record says so), the --no-cache rebuild does not,
+and the two changed images hold the same files (the benchmark fails otherwise). The ratio is
+reported, not judged: the full-size figure (``cpu`` with torch, median of 3) is the README's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import ROOT
+from tests.image.test_cache_image import tiny_cpu_project
+from tests.jobs.scripts import clean_env
+
+pytestmark = pytest.mark.apptainer
+
+
+def test_benchmark_rebuilds_with_the_cache_and_the_same_content(
+        tmp_path: Path, factory_project, debian_base_image: Path) -> None:
+    root = tiny_cpu_project(factory_project(), ["idna"])
+    out = tmp_path / "bench" / "build_cache.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "build_cache.py"), "--project", str(root),
+         "--bases", str(debian_base_image.parent), "--package", "six", "--repeat", "1",
+         "--tmp", str(tmp_path), "--out", str(out)],
+        capture_output=True, text=True, timeout=900, env=clean_env(), cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    run = result["runs"][0]
+    assert run["bases_linked"] == ["debian-base"]
+    assert run["cache_bytes"] > 0  # the cold build filled pip's cache
+    assert run["warm_cache_use"]["bytes_before"] == run["cache_bytes"]
+    assert run["warm_cache_use"]["bytes_after"] >= run["cache_bytes"]
+    assert any(line.startswith("six==") for line in run["pip_freeze"])
+    assert any(line.startswith("idna==") for line in run["pip_freeze"])
+    assert run["files_compared"] > 100
+    assert result["ratio"] == pytest.approx(result["medians"]["warm"] / result["medians"]["cold"])
+    assert "warm/cold" in done.stdout and "identical" in done.stdout
+    assert out.with_suffix(".png").stat().st_size > 0
+    # every repetition's folder (images, cache, work) is gone
+    assert not list(tmp_path.glob("bench-build-cache-*"))

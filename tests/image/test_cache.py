@@ -1,0 +1,170 @@
+"""The package cache builds share: how a plan reaches it (binds, the staged marker, the
+debootstrap shim, cotainr's environment), that it never changes an inputs hash, where it is,
+whose it may be, and pruning it while builds hold it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from containers.errors import ConfigError
+from containers.image import cache as package_cache
+from containers.image.cache import PackageCache, foreign_owner, gather_cache, in_use, prune, usage
+from containers.image.plan import plan_build
+from containers.inputs.recipes import load_targets
+from tests.image.test_plan import data_host
+
+
+def cached_host(runtime, root: Path, **changes):
+    return data_host(runtime, package_cache=PackageCache(root=root / "packages", bytes=7,
+                                                         files=1),
+                     debootstrap="/usr/sbin/debootstrap", **changes)
+
+
+def test_cpu_build_binds_pip_cache_and_stages_its_marker(data_root, data_settings, data_runtime,
+                                                         tmp_path: Path) -> None:
+    targets = load_targets(data_root)
+    with_cache = plan_build(targets, "cpu", settings=data_settings,
+                            host=cached_host(data_runtime, tmp_path))
+    base, cpu = with_cache.steps
+    pip_dir = tmp_path / "packages" / "pip"
+    assert cpu.build_argv[-6:-2] == ["--bind", "/srv/wheels", "--bind", f"{pip_dir}:/mnt"]
+    assert cpu.staged[package_cache.PIP_MARKER] == "/mnt\n"
+    assert cpu.package_cache is not None and cpu.cache_use.startswith("pip (")
+    assert "PATH" not in cpu.env  # localimage: no debootstrap in this build
+
+    shim_dir = data_settings.tmp_dir / f"debian-base-{base.short_hash}" / "bin"
+    assert base.links == {str(shim_dir / "debootstrap"): str(package_cache.SHIM)}
+    assert base.env["PATH"] == f"{shim_dir}:$PATH"
+    assert base.env["CONTAINERS_APT_CACHE"] == str(tmp_path / "packages" / "apt")
+    assert base.env["CONTAINERS_DEBOOTSTRAP"] == "/usr/sbin/debootstrap"
+    assert "--bind" not in base.build_argv and base.staged == {}
+    assert base.cache_use.startswith("debootstrap --cache-dir=")
+
+    without = plan_build(targets, "cpu", settings=data_settings, host=data_host(data_runtime))
+    # The cache is host plumbing: the same inputs, hence the same images, either way.
+    assert [s.inputs_hash for s in without.steps] == [s.inputs_hash for s in with_cache.steps]
+    for step in without.steps:
+        assert step.package_cache is None and step.cache_use == ""
+        assert package_cache.PIP_MARKER not in step.staged and step.links == {}
+        assert "/mnt" not in " ".join(step.build_argv) and "PATH" not in step.env
+
+
+def test_no_debootstrap_on_the_host_means_no_shim(data_root, data_settings, data_runtime,
+                                                  tmp_path: Path) -> None:
+    host = replace(cached_host(data_runtime, tmp_path), debootstrap=None)
+    base, _ = plan_build(load_targets(data_root), "cpu", settings=data_settings, host=host).steps
+    assert base.links == {} and "PATH" not in base.env and base.package_cache is None
+
+
+@pytest.mark.parametrize("flavour, variable", [("apptainer", "APPTAINER_BIND"),
+                                               ("singularity", "SINGULARITY_BIND")])
+def test_cotainr_build_carries_pip_cache_through_its_environment(
+        flavour, variable, data_root, data_settings, data_runtime, tmp_path: Path) -> None:
+    runtime = replace(data_runtime, flavour=flavour, binary=flavour)
+    host = cached_host(runtime, tmp_path)
+    plan = plan_build(load_targets(data_root), "lumi-rocm", settings=data_settings, host=host)
+    step = plan.steps[-1]
+    assert step.target.builder == "cotainr"
+    assert step.env[variable] == f"{tmp_path / 'packages' / 'pip'}:/mnt"
+    assert step.env["PIP_CACHE_DIR"] == "/mnt/pip"
+    assert "not conda's" in step.cache_use
+    plain = plan_build(load_targets(data_root), "lumi-rocm", settings=data_settings,
+                       host=data_host(runtime)).steps[-1]
+    assert variable not in plain.env and "PIP_CACHE_DIR" not in plain.env
+    assert plain.inputs_hash == step.inputs_hash
+
+
+def test_where_the_cache_is(tmp_path: Path) -> None:
+    assert gather_cache(None, use=False) is None
+    xdg = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert gather_cache(None, use=True, environ=xdg).root == (
+        tmp_path / "xdg" / "hpc-containers" / "packages")
+    relative = {"XDG_CACHE_HOME": "not/absolute", "HOME": str(tmp_path)}
+    assert package_cache.default_cache_dir(relative) == (
+        Path("~/.cache").expanduser() / "hpc-containers")
+    setting = gather_cache(tmp_path / "cache", use=True, environ=xdg)
+    assert setting.root == tmp_path / "cache" / "packages" and setting.files == 0
+    assert "empty: this build fills it" in setting.describe()
+
+
+def test_a_cache_bind_cannot_carry_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^invoke.yaml: containers.cache_dir: the package "
+                                          r"cache .*a,b.* holds ','"):
+        gather_cache(tmp_path / "a,b", use=True)
+
+
+def test_a_cache_others_can_write_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "packages"
+    (root / "pip").mkdir(parents=True)
+    root.chmod(0o700)
+    (root / "pip").chmod(0o700)
+    assert foreign_owner(root) == ""
+    (root / "pip").chmod(0o777)
+    assert "writable by its group or others (mode 777)" in foreign_owner(root)
+    with pytest.raises(ConfigError, match=r"containers.cache_dir: the package cache .* writable "
+                                          r"by its group or others.*--no-cache"):
+        gather_cache(tmp_path, use=True)
+    (root / "pip").chmod(0o700)
+    assert "owned by uid" in foreign_owner(root, uid=os.getuid() + 1)
+    (root / "apt").write_text("not a folder")
+    assert foreign_owner(root) == "has apt that is not a folder"
+
+
+def test_in_use_makes_private_folders_and_usage_counts_files(tmp_path: Path) -> None:
+    cache = PackageCache(root=tmp_path / "packages")
+    with in_use(cache):
+        for part in package_cache.PARTS:
+            assert (cache.root / part).stat().st_mode & 0o777 == 0o700
+        (cache.pip / "a").write_bytes(b"x" * 10)
+        (cache.apt / "b.deb").write_bytes(b"y" * 5)
+        (cache.apt / "link").symlink_to(cache.apt / "b.deb")
+    assert usage(cache.root) == (15, 2)  # the lock and the link are not counted
+    assert usage(tmp_path / "none") == (0, 0)
+    with in_use(None):
+        pass
+
+
+def test_prune_waits_for_a_running_build_then_empties_the_cache(tmp_path: Path) -> None:
+    cache = PackageCache(root=tmp_path / "packages")
+    waited = threading.Event()
+    result: list[tuple[int, int]] = []
+    with in_use(cache):
+        (cache.pip / "http").mkdir()
+        (cache.pip / "http" / "entry").write_bytes(b"z" * 100)
+        (cache.apt / "p.deb").write_bytes(b"d" * 20)
+        pruner = threading.Thread(target=lambda: result.append(
+            prune(cache.root, on_wait=waited.set)))
+        pruner.start()
+        assert waited.wait(10), "prune did not see the build's shared lock"
+        time.sleep(0.2)
+        assert not result and (cache.pip / "http" / "entry").exists()  # still waiting
+    pruner.join(10)
+    assert result == [(120, 2)]
+    assert sorted(p.name for p in cache.root.iterdir()) == [package_cache.LOCK]
+    assert prune(tmp_path / "never-made") == (0, 0)
+
+
+def test_debootstrap_shim_runs_the_real_one_with_the_cache(tmp_path: Path) -> None:
+    real = tmp_path / "debootstrap"
+    real.write_text("#!/bin/sh\necho \"real: $*\"\n")
+    real.chmod(0o755)
+    env = {**os.environ, "CONTAINERS_APT_CACHE": str(tmp_path / "apt"),
+           "CONTAINERS_DEBOOTSTRAP": str(real)}
+    done = subprocess.run(["sh", str(package_cache.SHIM), "--variant=minbase", "bookworm", "/r",
+                           "http://mirror.example/debian"], env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == (
+        f"real: --cache-dir={tmp_path / 'apt'} --variant=minbase bookworm /r "
+        "http://mirror.example/debian")
+    assert (tmp_path / "apt").is_dir()
+    missing = subprocess.run(["sh", str(package_cache.SHIM)], capture_output=True, text=True,
+                             env={"PATH": os.environ["PATH"]}, timeout=30)
+    assert missing.returncode != 0 and "CONTAINERS_APT_CACHE" in missing.stderr
