@@ -37,6 +37,7 @@ import yaml
 from common import ROOT, report
 
 from containers import app
+from containers.host.runtime import Runtime
 from containers.image.cache import package_cache_dir, usage
 from containers.inputs.recipes import base_chain
 
@@ -97,10 +98,12 @@ def link_bases(project: app.Project, target: str, bases: Path, images: Path) -> 
     return linked
 
 
-def content(image: Path, runtime: str) -> tuple[list[str], dict[str, str]]:
-    """(pip freeze, {path: sha256}) of ``image``, read by its own Python."""
+def content(image: Path, runtime: Runtime) -> tuple[list[str], dict[str, str]]:
+    """(pip freeze, {path: sha256}) of ``image``, read by its own Python (``--contain``: no
+    host folders over /root or the working folder)."""
     def run(argv: list[str]) -> str:
-        done = subprocess.run([runtime, "exec", "--contain", str(image), *argv],
+        done = subprocess.run(runtime.exec_argv(image=image, command=argv,
+                                                options=["--contain"]),
                               capture_output=True, text=True, timeout=900)
         if done.returncode:
             raise SystemExit(f"reading {image} failed: {done.stderr.strip()[-500:]}")
@@ -133,7 +136,7 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
     config = {"images_dir": str(images), "cache_dir": str(cache), "tmp_dir": str(tmp / "work")}
     project = app.Project.load(root, config)
     linked = link_bases(project, args.target, args.bases, images) if args.bases else []
-    runtime = project.runtime(required=True).binary
+    runtime = project.runtime(required=True)
     tag = f"{number}/{args.repeat}"
     build = app.build
     seconds = {"cold": timed(f"cold {tag}", lambda say: build(project, target=args.target,

@@ -18,24 +18,28 @@ from containers.files import read_regular
 
 
 def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
-            blocking: bool = True) -> int | None:
+            blocking: bool = True, shared: bool = False) -> int | None:
     """An open descriptor holding an exclusive ``flock`` on ``path`` (created when missing),
     with our PID written into it; ``on_wait`` is called once if we must wait. Not blocking:
-    None when another process holds it. Give it back with :func:`release`."""
+    None when another process holds it. ``shared``: a shared lock, which many hold at once
+    and an exclusive one waits for (no PID: there is no one holder). Give it back with
+    :func:`release`."""
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             if not blocking:
                 os.close(fd)
                 return None
             if on_wait is not None:
                 on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            fcntl.flock(fd, mode)
+        if not shared:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     except BaseException:
         os.close(fd)
         raise

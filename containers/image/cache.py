@@ -53,7 +53,6 @@ sees its cache vanish mid-way.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import stat
@@ -63,7 +62,9 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from containers.errors import ConfigError, on_disk
+from containers.files import walk_nofollow
 from containers.host.runtime import BIND_SPECIALS, unsafe_characters
+from containers.locking import acquire, release
 
 #: The tool's own folder under ``$XDG_CACHE_HOME`` (the project's package name).
 TOOL_NAME = "hpc-containers"
@@ -120,15 +121,14 @@ def usage(folder: Path) -> tuple[int, int]:
     """(bytes, files) of the regular files under ``folder`` (symlinks not followed); (0, 0)
     when it does not exist. Files that vanish while we count (a concurrent pip) are skipped."""
     total = count = 0
-    for parent, _, names in os.walk(folder):
-        for name in names:
-            try:
-                info = os.lstat(os.path.join(parent, name))
-            except OSError:
-                continue
-            if name != LOCK and not os.path.islink(os.path.join(parent, name)):
-                total += info.st_size
-                count += 1
+    for path in walk_nofollow(folder):
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and path.name != LOCK:
+            total += info.st_size
+            count += 1
     return total, count
 
 
@@ -188,12 +188,12 @@ def in_use(cache: PackageCache | None) -> Iterator[None]:
         cache.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         for part in PARTS:
             (cache.root / part).mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(cache.root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = acquire(cache.root / LOCK, shared=True)
+    assert fd is not None  # blocking
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
         yield
     finally:
-        os.close(fd)
+        release(fd)
 
 
 def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int, int]:
@@ -202,14 +202,9 @@ def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int
     if not root.is_dir():
         return 0, 0
     with on_disk("prune the package cache", root):
-        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = acquire(root / LOCK, on_wait=on_wait)
+    assert fd is not None  # blocking
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait is not None:
-                on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
         removed = usage(root)
         with on_disk("prune the package cache", root):
             for entry in root.iterdir():
@@ -221,7 +216,7 @@ def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int
                     entry.unlink()
         return removed
     finally:
-        os.close(fd)
+        release(fd)
 
 
 def debootstrap_env(cache: PackageCache, *, shim_dir: Path, debootstrap: str
