@@ -12,6 +12,8 @@ kernel drops a dead process's locks) and is swept by the next build (:func:`left
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import re
@@ -267,7 +269,9 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     say(f"==> building {step.target.name} ({step.short_hash}) in {step.workdir}")
     cache = step.package_cache
     with in_use(cache), phase_line(f"{step.target.name}: build") as show:
-        if cache is not None:
+        if cache is not None:  # measured now: a base built before this step has added to it
+            before = usage(cache.root)
+            cache = dataclasses.replace(cache, bytes=before[0], files=before[1])
             say(f"==> package cache: {step.cache_use}; {cache.describe()}")
         run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
             f"{step.target.builder} build of {step.target.name}")  # cotainr's is not apptainer's
