@@ -19,7 +19,7 @@ from containers.image.arch import check_arch, recorded_arch, site_arches
 from containers.host.process import capture
 from containers.inputs.envspec import load_target_env
 from containers.inputs.recipes import Target
-from containers.inputs.sites import get_site
+from containers.inputs.sites import Site, get_site
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from containers.report import Say, say_line as _print
@@ -69,9 +69,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     jobs_dir = project.settings.results_dir / "jobs"
     with on_disk("create the job's output folder", planned.output_folder):
         planned.output_folder.mkdir(parents=True, exist_ok=True)
-    if submit and script is None:
-        script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
-    if script is None:
+    if script is None and not submit:
         say(planned.text.rstrip("\n"))
         return JobSubmission(job=planned)
     if judge is None and _foreign(item, workload):
@@ -80,27 +78,28 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                          "neither the image's build record (stack.python) nor its env spec "
                          "(python=) says which Python it has: build the image first, or pin "
                          "python= in its env spec", flag="--submit" if submit else "--out")
+    if submit:  # every refusal before a script exists: none is left that looks ready to run
+        _check_submittable(project, item, where, workload)
     if judge is not None:  # the verdict's packages, made here so the node needs no index
         judgeenv.prepare(judge, say=say)
+    claimed = submit and script is None
+    if claimed:
+        script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
+    assert script is not None
     with on_disk("write the job script", script):
         atomic_write_text(script, planned.text)
         script.chmod(0o755)
-    say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
     if not submit:
+        say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
         return JobSubmission(job=planned, script=script)
-    image = project.settings.image_path(item.name)
-    if workload != "build" and not image.is_file():
-        raise ImageMissing(os.path.relpath(image), item.name, hint=(
-            f"build it first (on a login node, or as a job: invoke job --target {item.name} "
-            "--workload build --submit)"))
-    if workload != "build":
-        record = provenance.read(project.settings.provenance_path(item.name))
-        check_arch(recorded_arch(record, image, project.runtime(required=False)),
-                   site_arches(where, project.targets),
-                   image=os.path.relpath(image), where=f"site {where.name}",
-                   doing="submitting")
-    job_id = planned.scheduler.parse_job_id(
-        capture(planned.scheduler.submit_argv(script), timeout=120))
+    say(f"wrote {os.path.relpath(script)}")
+    try:
+        job_id = planned.scheduler.parse_job_id(
+            capture(planned.scheduler.submit_argv(script), timeout=120))
+    except BaseException:
+        if claimed:  # not submitted: the tool's own name for it is not left behind
+            script.unlink(missing_ok=True)
+        raise
     results = planned.results_of(job_id)
     say(f"submitted job {job_id}: output {os.path.relpath(planned.output_of(job_id))}"
         + (f", results {os.path.relpath(results)}" if results else ""))
@@ -115,6 +114,22 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                              results=Path(results) if results else None,
                              output=planned.output_of(job_id))
     return JobSubmission(job=planned, script=script, job_id=job_id)
+
+
+def _check_submittable(project: Project, item: Target, where: Site, workload: str) -> None:
+    """What a submission needs that a written script does not: the image itself, of the
+    architecture of the site's nodes (from its build record, not its name)."""
+    if workload == "build":
+        return
+    image = project.settings.image_path(item.name)
+    if not image.is_file():
+        raise ImageMissing(os.path.relpath(image), item.name, hint=(
+            f"build it first (on a login node, or as a job: invoke job --target {item.name} "
+            "--workload build --submit)"))
+    record = provenance.read(project.settings.provenance_path(item.name))
+    check_arch(recorded_arch(record, image, project.runtime(required=False)),
+               site_arches(where, project.targets),
+               image=os.path.relpath(image), where=f"site {where.name}", doing="submitting")
 
 
 def _foreign(item: Target, workload: str) -> bool:

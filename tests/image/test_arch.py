@@ -186,7 +186,38 @@ def test_submit_is_refused_from_the_recorded_arch(tmp_path: Path, monkeypatch) -
     project = app.Project(root=ROOT, settings=settings)
     submitted: list = []
     monkeypatch.setattr(app_jobs, "capture", lambda argv, **kw: submitted.append(argv) or "1")
+    lines: list[str] = []
     with pytest.raises(StateError, match=r"s390x image \(its build record\).*not submitting it"):
         app.job(project, target="cpu", workload="smoke", site="local-slurm", submit=True,
-                say=lambda line: None)
+                say=lines.append)
     assert submitted == []
+    # refused before any script exists: none is left (or announced) that looks ready to sbatch
+    assert not list((tmp_path / "results" / "jobs").glob("*.sh")) and lines == []
+
+
+def test_a_submission_that_fails_leaves_no_script_behind(tmp_path: Path, monkeypatch) -> None:
+    """sbatch refusing the job: the script the tool named for it is removed (an --out the user
+    named is theirs and stays)."""
+    from containers import app
+    from containers.errors import CommandFailed
+    import containers.app.jobs as app_jobs
+    settings = load_settings(ROOT, {"images_dir": str(tmp_path / "images"),
+                                    "results_dir": str(tmp_path / "results")})
+    settings.images_dir.mkdir()
+    settings.image_path("cpu").write_bytes(b"stand-in")
+    settings.provenance_path("cpu").write_text('{"arch": "x86_64"}')
+    project = app.Project(root=ROOT, settings=settings)
+
+    def refuse(argv, **kw):
+        raise CommandFailed("sbatch", returncode=1, output=["sbatch: error: invalid partition"])
+    monkeypatch.setattr(app_jobs, "capture", refuse)
+    monkeypatch.setattr(app_jobs, "host_arch", lambda: "x86_64")
+    with pytest.raises(CommandFailed):
+        app.job(project, target="cpu", workload="smoke", site="local-slurm", submit=True,
+                say=lambda line: None)
+    assert not list((tmp_path / "results" / "jobs").glob("*.sh"))
+    mine = tmp_path / "mine.sh"
+    with pytest.raises(CommandFailed):
+        app.job(project, target="cpu", workload="smoke", site="local-slurm", submit=True,
+                out=mine, say=lambda line: None)
+    assert mine.is_file()
