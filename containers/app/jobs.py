@@ -92,7 +92,6 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     if not submit:
         say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
         return JobSubmission(job=planned, script=script)
-    say(f"wrote {os.path.relpath(script)}")
     try:
         job_id = planned.scheduler.parse_job_id(
             capture(planned.scheduler.submit_argv(script), timeout=120))
@@ -102,7 +101,8 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         raise
     results = planned.results_of(job_id)
     say(f"submitted job {job_id}: output {os.path.relpath(planned.output_of(job_id))}"
-        + (f", results {os.path.relpath(results)}" if results else ""))
+        + (f", results {os.path.relpath(results)}" if results else "")
+        + f", script {os.path.relpath(script)}")
     with on_disk("add the job to the index", jobs_dir):
         follow.append_index(jobs_dir, {
             "job_id": job_id, "scheduler": planned.scheduler.name, "workload": workload,
