@@ -626,14 +626,15 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
                       collectives=op_summaries(report, ops, env.world_size, refused, periods))
         write_json(out / "allreduce.json", report)
 
-    dist.destroy_process_group()
-    workload.write_rank_file(out, env, wrong=local_wrong if any(periods.values()) else None)
+    workload.finish(out, env, teardown=not args.no_teardown,
+                    wrong=local_wrong if any(periods.values()) else None)
     return EXIT_OK if ok else EXIT_WRONG
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    return workload.guarded_main("allreduce.py", lambda env: run(args, env))
+    return workload.guarded_main("allreduce.py", lambda env: run(args, env),
+                                 teardown=not args.no_teardown)
 
 
 if __name__ == "__main__":

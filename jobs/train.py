@@ -424,8 +424,7 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     del trainer, strategy, model
     gc.collect()
     dist.barrier()
-    dist.destroy_process_group()
-    workload.write_rank_file(out, env, status=status)
+    workload.finish(out, env, teardown=not args.no_teardown, status=status)
     return status
 
 
@@ -539,7 +538,8 @@ def apply_presets(args: argparse.Namespace) -> list[str]:
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     args.preset_notes = apply_presets(args)
-    return workload.guarded_main("train.py", lambda env: run(args, env))
+    return workload.guarded_main("train.py", lambda env: run(args, env),
+                                 teardown=not args.no_teardown)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+import torch.distributed as dist
 
 import choices
 import devices
@@ -139,6 +140,12 @@ def add_common_flags(parser: argparse.ArgumentParser, *, out: str, writes: str,
         "--timeout-s", type=positive_int, default=timeout_s,
         help="seconds before process-group init or a collective is declared hung; passed to "
         "init_process_group (default: %(default)s)")
+    parser.add_argument(
+        "--no-teardown", action="store_true",
+        help="once this rank's results and rank file are written, end the process with "
+        "os._exit, without destroy_process_group or the interpreter's shutdown: the host sets "
+        "it when the ranks run under qemu-user emulation, where joining the backend's threads "
+        "at teardown deadlocks in about one run in ten (default: tear down)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -304,22 +311,43 @@ def loopback_reason(backend: str, environ: Any) -> Optional[str]:
 # ----------------------------------------------------------------------------------------------
 
 
-def write_rank_file(out: Path, env: distenv.DistEnv, **fields: Any) -> None:
-    """``OUT/rank-<RANK>.json``, written last: the host counts the ranks that finished cleanly."""
+def finish(out: Path, env: distenv.DistEnv, *, teardown: bool, **fields: Any) -> None:
+    """Destroy the process group, then write ``OUT/rank-<RANK>.json``, last: the host counts
+    the ranks that finished cleanly.
+
+    Without ``teardown`` (``--no-teardown``) the group is left to :func:`guarded_main`'s
+    ``os._exit``: under qemu-user a rank joining the gloo worker threads in
+    ``destroy_process_group`` hung, one run in ten, with its results already written (the
+    joined thread blocked in a futex no thread held). The rank file says which way it ended.
+    """
+    if teardown:
+        dist.destroy_process_group()
     distenv.write_json(out / f"rank-{env.rank}.json", {
         "rank": env.rank, "local_rank": env.local_rank, "hostname": socket.gethostname(),
-        "pid": os.getpid(), **fields, "finished": True})
+        "pid": os.getpid(), **fields, "teardown": "destroyed" if teardown else "skipped",
+        "finished": True})
 
 
-def guarded_main(name: str, run: Callable[[distenv.DistEnv], int]) -> int:
+def guarded_main(name: str, run: Callable[[distenv.DistEnv], int], *,
+                 teardown: bool = True) -> int:
     """Run ``run`` for this process's place in the job; turn what escapes into an exit status.
+    Without ``teardown`` the process ends here, through ``os._exit`` once its output is flushed
+    (see :func:`finish`), whatever the status.
 
     A :class:`UsageError` is one line from rank 0 (every rank hits the same one), a
     :class:`RankUsageError` one line from the rank that hit it; a :class:`NoGpu` is one line
     from every rank without its GPU; anything else is a bug or a broken node, so it says which
     rank on which host and keeps the traceback.
     """
-    env = distenv.resolve_dist_env(os.environ)
+    status = _guarded(name, run, distenv.resolve_dist_env(os.environ))
+    if not teardown:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
+
+
+def _guarded(name: str, run: Callable[[distenv.DistEnv], int], env: distenv.DistEnv) -> int:
     try:
         return run(env)
     except UsageError as err:

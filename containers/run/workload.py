@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 from containers.errors import ImageMissing, on_disk
 from containers.files import read_regular_json
+from containers.host.facts import host_arch
 from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
@@ -161,6 +162,14 @@ def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
     return args
 
 
+def teardown_args(target: Target, *, placement: Placement | None, host: str) -> list[str]:
+    """``--no-teardown`` where this machine runs the ranks under qemu-user (an image of another
+    architecture than ``host``'s, started here rather than on a scheduler's nodes): there a rank
+    joining gloo's worker threads in ``destroy_process_group`` deadlocked in about one run in
+    ten, after its results were written, and the run timed out (qemu 7.2, Debian 12)."""
+    return ["--no-teardown"] if placement is None and target.arch != host else []
+
+
 def pinned_cores(site: Site, *, ranks: int, launcher: Launcher) -> list[frozenset[int]]:
     """The cores of each local rank the workload pins, or [] when it does not pin: the masks
     describe a whole node, so only a run with one rank per mask uses them."""
@@ -175,14 +184,15 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
                   extra_env: Mapping[str, str] | None = None,
                   environ: Mapping[str, str] | None = None, strict: bool = True,
                   placement: Placement | None = None,
-                  command: Sequence[str] | None = None) -> Workload:
+                  command: Sequence[str] | None = None, host: str | None = None) -> Workload:
     """``kind`` names the results folder: ``results/<kind>/<target>-<run_id>``.
 
     ``command`` (``invoke run -- CMD``): the ranks run this program as given, with its own
     arguments only (``script`` and ``args`` unused; the launcher starts it without Python).
 
     ``environ`` is the host environment site values are expanded from; ``strict`` (a real run)
-    refuses a value whose variable is unset, a dry run shows it as written. ``ranks`` is per
+    refuses a value whose variable is unset, a dry run shows it as written. ``host``: this
+    machine's architecture (read from it when not given). ``ranks`` is per
     node; with a ``placement`` the ranks start as a job step of its launcher, across its nodes
     (the site's multi-node binds and environment), and the results folder must be on a shared
     file system. Without one: torchrun on this node.
@@ -204,7 +214,8 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
     launcher = placement.launcher if placement else LAUNCHERS["torchrun"]
     if command is None:
         script = f"{settings.jobs_mount}/{script}"
-        args = [*args, *device_args(site, ranks=ranks, launcher=launcher)]
+        args = [*args, *device_args(site, ranks=ranks, launcher=launcher),
+                *teardown_args(target, placement=placement, host=host or host_arch())]
     elif cores := pinned_cores(site, ranks=ranks, launcher=launcher):
         # the site maps ranks to cores: each rank pins itself, then becomes the command
         script, args = "python3", [f"{settings.jobs_mount}/pinned.py",

@@ -370,6 +370,23 @@ def test_two_ranks_pass(tmp_path):
         info = load(tmp_path / f"rank-{rank}.json")
         assert info["rank"] == rank and info["finished"] is True and info["wrong"] == 0
         assert {"local_rank", "hostname", "pid"} <= info.keys()
+        assert info["teardown"] == "destroyed"
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("fault, status", [(None, 0), ("corrupt@1", ar.EXIT_WRONG)])
+def test_no_teardown_ends_each_rank_with_its_own_status(tmp_path, fault, status):
+    """--no-teardown (the host's choice under emulation) skips destroy_process_group and the
+    interpreter's shutdown, never the results, the rank files or a failing status."""
+    rc, out, err = torchrun(tmp_path, "--no-teardown", *(("--fault", fault) if fault else ()))
+    assert (rc != 0) == bool(status), err
+    assert load(tmp_path / "allreduce.json")["ok"] is (not status)
+    assert ("# Out of bounds values : 0 OK" in out) is (not status)  # flushed before os._exit
+    for rank in (0, 1):
+        info = load(tmp_path / f"rank-{rank}.json")
+        assert info["teardown"] == "skipped" and info["finished"] is True
+    if status:  # torchrun's summary names the faulty rank's own exit status
+        assert f"exitcode  : {status} " in err, err
 
 
 @pytest.mark.distributed

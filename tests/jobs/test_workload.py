@@ -79,9 +79,10 @@ def test_other_errors_name_the_rank_and_host_with_traceback(rank, capsys) -> Non
 
 def test_rank_file(tmp_path) -> None:
     env = workload.distenv.resolve_dist_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
-    workload.write_rank_file(tmp_path, env, status=0)
+    workload.finish(tmp_path, env, teardown=False, status=0)
     record = json.loads((tmp_path / "rank-1.json").read_text())
     assert record["rank"] == 1 and record["local_rank"] == 1 and record["status"] == 0
+    assert record["teardown"] == "skipped"
     assert record["finished"] is True and record["hostname"] == socket.gethostname()
 
 

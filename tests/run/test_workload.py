@@ -31,7 +31,7 @@ def _plan(data_world, data_settings, site="olivia", target="olivia-cuda", **kwar
 
 
 def test_one_node_is_torchrun_standalone_with_no_prefix(data_world, data_settings) -> None:
-    plan = _plan(data_world, data_settings)
+    plan = _plan(data_world, data_settings, host="aarch64")  # on one of Olivia's own nodes
     image = str(data_settings.images_dir / "olivia-cuda.sif")
     out = data_settings.results_dir / "smoke" / "olivia-cuda-r"
     assert plan.argv[:3] == ["apptainer", "exec", "--nv"]
@@ -51,6 +51,25 @@ def test_one_node_is_torchrun_standalone_with_no_prefix(data_world, data_setting
     assert plan.launcher is LAUNCHERS["torchrun"] and plan.launch.step is False
     assert plan.argv == plan.launcher.argv(plan.launch)
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_ranks_this_machine_emulates_end_without_teardown(data_world, data_settings) -> None:
+    """qemu-user deadlocked one run in ten joining gloo's threads at destroy_process_group: an
+    image of another architecture, run here, ends its ranks with os._exit (--no-teardown); its
+    own nodes, or a scheduler's placement of it, tear down as usual."""
+    def tail(plan) -> list[str]:
+        return plan.argv[plan.argv.index("/opt/containers/jobs/allreduce.py"):]
+
+    emulated = _plan(data_world, data_settings, host="x86_64")
+    assert tail(emulated)[-1] == "--no-teardown"
+    assert "--no-teardown" not in _plan(data_world, data_settings, host="aarch64").argv
+    placed = _plan(data_world, data_settings, host="x86_64", environ=EBROOT, placement=Placement(
+        nodes=2, rendezvous=Rendezvous(host="h", port="20001", id="1")))
+    assert "--no-teardown" not in placed.argv
+    cpu = _plan(data_world, data_settings, site="local", target="cpu", ranks=2, host="x86_64")
+    assert "--no-teardown" not in cpu.argv
+    command = _plan(data_world, data_settings, host="x86_64", command=["python3", "mine.py"])
+    assert "--no-teardown" not in command.argv  # the user's own program takes no such flag
 
 
 def test_more_environment_replans_the_same_launch(data_world, data_settings) -> None:
