@@ -27,7 +27,7 @@ from containers.errors import ContainersError, UsageError, describe
 from containers.image.plan import parse_build_args
 from containers.inputs import flags
 from containers.prove.smoke import SmokeOptions
-from containers.prove.train import TrainOptions
+from containers.prove.train import TrainOptions, deepspeed_only
 from containers.run.launchers import LAUNCHERS
 
 ROOT = Path(__file__).resolve().parent
@@ -406,6 +406,8 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
     elif kind in ("build", "run"):
         options = None
     else:
+        deepspeed_only(workload, example_flag="--workload", zero_stage=given.get("zero_stage"),
+                       ds_config=given.get("ds_config"))
         options = TrainOptions(example=workload, gpus=gpus or 1, **given)
     app.job(_project(c), target=target, workload=workload, site=site, nodes=nodes,
             gpus_per_node=gpus, time=time, account=account, partition=partition,

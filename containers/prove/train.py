@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from containers.errors import UsageError
 from containers.inputs import flags, names
@@ -24,6 +25,17 @@ DS_CONFIG_MOUNT = "/opt/containers/ds_config.json"
 EXAMPLES = names.EXAMPLES  # batch jobs name their training workloads by these
 #: The global batch when neither the flag nor a seed preset sets it: small enough for CPU ranks.
 DEFAULT_BATCH = 64
+
+
+def deepspeed_only(example: str, *, example_flag: str = "--example", **given: Any) -> None:
+    """Refuse ``--zero-stage`` and ``--ds-config`` (``given`` by their option names) for any
+    example but deepspeed, naming the flag the user chose the example with (``invoke job``
+    calls it ``--workload``)."""
+    for name, value in given.items():
+        flag = "--" + name.replace("_", "-")
+        if value is not None and example != "deepspeed":
+            raise UsageError(f"{flag} applies to {example_flag} deepspeed, not {example_flag} "
+                             f"{example}; leave it out", flag=flag)
 
 
 @dataclass(frozen=True)
@@ -67,10 +79,7 @@ class TrainOptions:
             ds_config=flags.EXISTING_FILE("--ds-config", self.ds_config),
             data=flags.EXISTING_FOLDER("--data", self.data))
         divides(self.global_batch, self.gpus)
-        for flag, value in (("--zero-stage", self.zero_stage), ("--ds-config", self.ds_config)):
-            if value is not None and self.example != "deepspeed":
-                raise UsageError(f"{flag} applies to --example deepspeed, not --example "
-                                 f"{self.example}; leave it out", flag=flag)
+        deepspeed_only(self.example, zero_stage=self.zero_stage, ds_config=self.ds_config)
 
     @property
     def global_batch(self) -> int:
