@@ -16,7 +16,8 @@ sha256 of every file under /opt, /usr, /etc, /var/lib, /mnt (where the cache is 
 ``--repeat`` repetitions; the goal is warm/cold <= 0.3 (a one-package change rebuilds in a
 fraction of a cold build).
 
-Usage: ``python benchmarks/build_cache.py [--target cpu] [--package six] [--repeat 3]``;
+Usage: ``python benchmarks/build_cache.py [--target cpu] [--package six] [--repeat 3]
+[--squashfs-level 9]``;
 ``--bases DIR`` links already built bases from an images folder (only the target is measured;
 the tests' CI-sized run), ``--project DIR`` measures another project's inputs.
 """
@@ -40,6 +41,7 @@ from containers import app
 from containers.host.runtime import Runtime
 from containers.image.cache import package_cache_dir, usage
 from containers.inputs.recipes import base_chain
+from containers.inputs.settings import SQUASHFS_DEFAULT_LEVEL
 
 GOAL = 0.3
 #: The folders a project's inputs live in (what ``invoke build`` reads).
@@ -133,7 +135,8 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
     root = copy_inputs(args.project, tmp / "project")
     images, cache = tmp / "images", tmp / "cache"
     images.mkdir()
-    config = {"images_dir": str(images), "cache_dir": str(cache), "tmp_dir": str(tmp / "work")}
+    config = {"images_dir": str(images), "cache_dir": str(cache), "tmp_dir": str(tmp / "work"),
+              "squashfs_level": args.squashfs_level}
     project = app.Project.load(root, config)
     linked = link_bases(project, args.target, args.bases, images) if args.bases else []
     runtime = project.runtime(required=True)
@@ -205,6 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--project", type=Path, default=ROOT, help="project whose inputs to use")
     parser.add_argument("--bases", type=Path, default=None,
                         help="images folder with the target's bases built (not measured)")
+    parser.add_argument("--squashfs-level", type=int, default=SQUASHFS_DEFAULT_LEVEL,
+                        help="containers.squashfs_level of every build (default: %(default)s, "
+                        "Apptainer's own gzip)")
     parser.add_argument("--tmp", type=Path, default=Path("/var/tmp"),
                         help="where each repetition's temporary folder goes")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" /
@@ -221,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     ratio = medians["warm"] / medians["cold"]
     bases = runs[0]["bases_linked"]
     title = (f"{args.target}: +{args.package} rebuild vs cold build, median of {args.repeat}"
+             + (f", squashfs gzip level {args.squashfs_level}"
+                if args.squashfs_level != SQUASHFS_DEFAULT_LEVEL else "")
              + (f" (bases {', '.join(bases)} not rebuilt)" if bases else ""))
     report(title, ["cold, empty cache (s)", "+1 package, warm (s)",
                    "+1 package, --no-cache (s)", "warm/cold", "no-cache/cold", "goal",
@@ -229,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
              f"{ratio:.2f}", f"{medians['no_cache'] / medians['cold']:.2f}", f"<= {GOAL}",
              f"identical ({runs[0]['files_compared']} files)"]],
            args.out, {"title": title, "target": args.target, "package": args.package,
-                      "repeat": args.repeat, "medians": medians, "ratio": ratio,
+                      "repeat": args.repeat, "squashfs_level": args.squashfs_level,
+                      "medians": medians, "ratio": ratio,
                       "no_cache_ratio": medians["no_cache"] / medians["cold"], "goal": GOAL,
                       "meets_goal": ratio <= GOAL, "runs": runs})
     print(f"plot: {plot(medians, args.out.with_suffix('.png'), title)}")

@@ -26,7 +26,7 @@ from containers.image.cache import PackageCache
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.recipes import Target, base_chain
-from containers.inputs.settings import Settings
+from containers.inputs.settings import SQUASHFS_DEFAULT_LEVEL, Settings
 from containers.inputs.sites import Site
 from containers.inputs.validate import host_path_policy
 from containers.inputs.yamlsource import read_input_text
@@ -218,7 +218,8 @@ def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: 
     partial = settings.images_dir / f".{target.name}.sif.{short}.partial"
     up_to_date = (not force and image.is_file()
                   and host.built_hashes.get(target.name) == inputs_hash)
-    env_vars = {"APPTAINER_TMPDIR": str(workdir / "tmp")}
+    env_vars = {"APPTAINER_TMPDIR": str(workdir / "tmp"),
+                **squashfs_env(settings.squashfs_level, host.runtime)}
     if settings.cache_dir:
         env_vars["APPTAINER_CACHEDIR"] = str(settings.cache_dir)
     common = dict(target=target, inputs_hash=inputs_hash, inputs=inputs, image=image,
@@ -230,6 +231,20 @@ def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: 
                              common=common)
     return _apptainer_step(target, definition, env, user_args, cli_args, host=host,
                            base_step=base_step, env_vars=env_vars, common=common)
+
+
+def squashfs_env(level: int, runtime: Runtime) -> dict[str, str]:
+    """``APPTAINER_MKSQUASHFS_ARGS`` for a gzip level other than Apptainer's own (9): the
+    variable, not ``--mksquashfs-args``, so that cotainr's own ``build`` call takes it too. The
+    format stays gzip, which every squashfs reader (kernel, squashfuse) reads. SingularityCE is
+    not known here to take the variable, so it is refused there rather than ignored."""
+    if level == SQUASHFS_DEFAULT_LEVEL:
+        return {}
+    if runtime.flavour != "apptainer":
+        raise ConfigError(f"a gzip level other than {SQUASHFS_DEFAULT_LEVEL} is passed to "
+                          f"mksquashfs through Apptainer, and the runtime is {runtime.label}",
+                          path="invoke.yaml", key="containers.squashfs_level")
+    return {"APPTAINER_MKSQUASHFS_ARGS": f"-comp gzip -Xcompression-level {level}"}
 
 
 def check_carried_paths(context: Path, binds: list[str]) -> None:

@@ -100,6 +100,8 @@ def record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
         "labels": labels,
         "build_seconds": round(seconds, 1),
         "tested": bool(step.test_argv),
+        # what mksquashfs was told beyond Apptainer's own -comp gzip (None: nothing)
+        "mksquashfs_args": step.env.get("APPTAINER_MKSQUASHFS_ARGS"),
         "size_bytes": step.partial.stat().st_size,
         "sha256": sha256_file(step.partial),
     }

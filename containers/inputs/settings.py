@@ -15,12 +15,16 @@ from containers.errors import ConfigError, raise_all
 from containers.inputs.flags import ACCOUNT
 from containers.inputs.schema import Field, check_mapping, name_problem, suggest
 
+#: mksquashfs's own gzip level, which Apptainer builds with when given no arguments.
+SQUASHFS_DEFAULT_LEVEL = 9
+
 FIELDS = (
     Field("images_dir", default="images"),
     Field("results_dir", default="results"),
     Field("perflog_dir", default="results/perflog"),
     Field("tmp_dir", default="/var/tmp/containers-build"),
     Field("cache_dir", default=""),
+    Field("squashfs_level", "int", default=SQUASHFS_DEFAULT_LEVEL),
     Field("runtime", default="auto"),
     Field("default_target", default="cpu"),
     Field("jobs_mount", default="/opt/containers/jobs"),
@@ -61,6 +65,9 @@ class Settings:
     #: The account batch jobs charge: ``accounts[<site>]``, else ``account`` (empty: none).
     account: str = ""
     accounts: Mapping[str, str] = field(default_factory=dict)
+    #: gzip level of a built image's squashfs (``containers.squashfs_level``): 9 is what
+    #: Apptainer writes by itself; lower levels write faster and larger, in the same format.
+    squashfs_level: int = SQUASHFS_DEFAULT_LEVEL
 
     def account_for(self, site: str) -> str | None:
         """The configured account for ``site`` (``containers.accounts.<site>``, else
@@ -165,6 +172,10 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
             not Path(values["runtime"]).is_absolute():
         raise ConfigError("must be auto, apptainer, singularity or an absolute path",
                           path="invoke.yaml", key="containers.runtime")
+    if not 1 <= values["squashfs_level"] <= SQUASHFS_DEFAULT_LEVEL:
+        raise ConfigError(f"must be a gzip level from 1 (fastest) to {SQUASHFS_DEFAULT_LEVEL} "
+                          f"(smallest, Apptainer's own), got {values['squashfs_level']}",
+                          path="invoke.yaml", key="containers.squashfs_level")
     raise_all(_accounts(values))
     return Settings(root=root, images_dir=resolve(values["images_dir"]),
                     results_dir=resolve(values["results_dir"]),
@@ -178,4 +189,5 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
                     publish_world_readable=values["publish_world_readable"],
                     publish_pinned=_pinned(values["publish_pinned"]),
                     account=str(values["account"] or ""),
-                    accounts={str(k): str(v) for k, v in values["accounts"].items() if v})
+                    accounts={str(k): str(v) for k, v in values["accounts"].items() if v},
+                    squashfs_level=values["squashfs_level"])

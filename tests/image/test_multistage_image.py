@@ -7,6 +7,7 @@ build takes seconds once debian-base exists.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -41,3 +42,40 @@ def test_multi_stage_build_copies_a_file_between_stages(factory_project, tmp_pat
     # and its %test (the final stage's) ran during the build and passes on the image itself
     subprocess.run(real_runtime.test_argv(image), capture_output=True, text=True, timeout=120,
                    check=True)
+
+
+def _squashfs_superblock(image: Path, tmp_path: Path) -> str:
+    """``unsquashfs -s`` of the image's root file system partition (from ``apptainer sif``)."""
+    listing = subprocess.run(["apptainer", "sif", "list", str(image)], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    (fs_id,) = [line.split("|")[0].strip() for line in listing.splitlines()
+                if "FS (Squashfs" in line]
+    part = tmp_path / "root.squashfs"
+    with part.open("wb") as out:
+        subprocess.run(["apptainer", "sif", "dump", fs_id, str(image)], stdout=out, timeout=60,
+                       check=True)
+    return subprocess.run(["unsquashfs", "-s", str(part)], capture_output=True, text=True,
+                          timeout=60, check=True).stdout
+
+
+@pytest.mark.parametrize("level", [1, 9])
+def test_the_squashfs_level_setting_reaches_mksquashfs(factory_project, tmp_path: Path,
+                                                       debian_base_image: Path,
+                                                       level: int) -> None:
+    """containers.squashfs_level 1 writes a gzip squashfs at level 1 (recorded in the build
+    record); the default, 9, passes nothing and Apptainer writes its own gzip."""
+    root = multistage_project(factory_project())
+    project = app.Project.load(root, {"images_dir": str(tmp_path / "images"),
+                                      "tmp_dir": str(tmp_path / "work"),
+                                      "squashfs_level": level})
+    lines: list[str] = []
+    app.build(project, target="multistage", say=lines.append,
+              build_args={"BASE_IMAGE": str(debian_base_image)})
+    image = project.settings.image_path("multistage")
+    assert image.is_file(), "\n".join(lines[-40:])
+    superblock = _squashfs_superblock(image, tmp_path)
+    assert "Compression gzip" in superblock
+    assert ("compression-level 1" in superblock) is (level == 1), superblock
+    record = json.loads(project.settings.provenance_path("multistage").read_text())
+    assert record["mksquashfs_args"] == \
+        ("-comp gzip -Xcompression-level 1" if level == 1 else None)

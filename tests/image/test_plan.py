@@ -27,6 +27,26 @@ def data_host(runtime, **changes) -> HostFacts:
     return replace(host, **changes)
 
 
+def test_a_squashfs_level_reaches_apptainer_and_cotainr_builds_alike(data_root, data_settings,
+                                                                     data_runtime) -> None:
+    """Through APPTAINER_MKSQUASHFS_ARGS, which Apptainer reads for its own builds and for the
+    one cotainr starts; the default level passes nothing; SingularityCE is refused, in one line
+    naming the setting, rather than the level silently ignored."""
+    targets = load_targets(data_root)
+    fast = replace(data_settings, squashfs_level=1)
+    for name in ("cpu", "lumi-rocm"):
+        step = plan_build(targets, name, settings=fast, host=data_host(data_runtime)).steps[-1]
+        assert step.env["APPTAINER_MKSQUASHFS_ARGS"] == "-comp gzip -Xcompression-level 1"
+        default = plan_build(targets, name, settings=data_settings,
+                             host=data_host(data_runtime)).steps[-1]
+        assert "APPTAINER_MKSQUASHFS_ARGS" not in default.env
+        assert step.inputs_hash == default.inputs_hash  # the same files, packed faster
+    singularity = replace(data_runtime, flavour="singularity")
+    with pytest.raises(ConfigError, match=r"containers.squashfs_level: a gzip level other than "
+                                          r"9 is passed to mksquashfs through Apptainer"):
+        plan_build(targets, "cpu", settings=fast, host=data_host(singularity))
+
+
 def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime) -> None:
     targets = load_targets(data_root)
     plan = plan_build(targets, "cpu", settings=data_settings, host=data_host(data_runtime))
