@@ -173,17 +173,23 @@ def test_publish_is_refused_from_the_recorded_arch(tmp_path: Path, real_runtime)
     assert not (built.dest / "cpu").exists()
 
 
+def _recorded_cpu_image(tmp_path: Path, arch_name: str):
+    """A project whose images folder holds a stand-in cpu.sif recorded as ``arch_name``."""
+    from containers import app
+    settings = load_settings(ROOT, {"images_dir": str(tmp_path / "images"),
+                                    "results_dir": str(tmp_path / "results")})
+    settings.images_dir.mkdir()
+    settings.image_path("cpu").write_bytes(b"stand-in")
+    settings.provenance_path("cpu").write_text(f'{{"arch": "{arch_name}"}}')
+    return app.Project(root=ROOT, settings=settings)
+
+
 def test_submit_is_refused_from_the_recorded_arch(tmp_path: Path, monkeypatch) -> None:
     """``invoke job --submit`` checks the record before sbatch sees the script: nothing is
     submitted for an image of another architecture than the site's nodes."""
     from containers import app
     import containers.app.jobs as app_jobs
-    settings = load_settings(ROOT, {"images_dir": str(tmp_path / "images"),
-                                    "results_dir": str(tmp_path / "results")})
-    settings.images_dir.mkdir()
-    settings.image_path("cpu").write_bytes(b"stand-in")
-    settings.provenance_path("cpu").write_text('{"arch": "s390x"}')
-    project = app.Project(root=ROOT, settings=settings)
+    project = _recorded_cpu_image(tmp_path, "s390x")
     submitted: list = []
     monkeypatch.setattr(app_jobs, "capture", lambda argv, **kw: submitted.append(argv) or "1")
     lines: list[str] = []
@@ -201,12 +207,7 @@ def test_a_submission_that_fails_leaves_no_script_behind(tmp_path: Path, monkeyp
     from containers import app
     from containers.errors import CommandFailed
     import containers.app.jobs as app_jobs
-    settings = load_settings(ROOT, {"images_dir": str(tmp_path / "images"),
-                                    "results_dir": str(tmp_path / "results")})
-    settings.images_dir.mkdir()
-    settings.image_path("cpu").write_bytes(b"stand-in")
-    settings.provenance_path("cpu").write_text('{"arch": "x86_64"}')
-    project = app.Project(root=ROOT, settings=settings)
+    project = _recorded_cpu_image(tmp_path, "x86_64")
 
     def refuse(argv, **kw):
         raise CommandFailed("sbatch", returncode=1, output=["sbatch: error: invalid partition"])
