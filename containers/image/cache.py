@@ -53,6 +53,8 @@ sees its cache vanish mid-way.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import stat
@@ -61,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from containers.errors import ConfigError, on_disk
+from containers.errors import ConfigError, ContainersError, on_disk
 from containers.files import walk_nofollow
 from containers.host.runtime import BIND_SPECIALS, unsafe_characters
 from containers.locking import acquire, release
@@ -73,6 +75,9 @@ TOOL_NAME = "hpc-containers"
 PIP_MOUNT = "/mnt"
 #: The staged build-context file that names the pip cache folder to the install script.
 PIP_MARKER = "pip-cache-dir"
+#: The staged build-context file naming the install script's environment-snapshot store
+#: (``<pip>/envs/<key>``, see ``recipes/scripts/venv-snapshot.py``).
+SNAPSHOT_MARKER = "env-snapshot-key"
 #: The lock every build holds shared and a prune holds exclusively.
 LOCK = ".lock"
 #: The parts of the cache, each a folder under the cache root.
@@ -217,6 +222,39 @@ def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int
         return removed
     finally:
         release(fd)
+
+
+@dataclass(frozen=True)
+class SnapshotKey:
+    """What names a store of environment snapshots (the venvs earlier builds installed): every
+    input of the build but its env spec, and its base by content. The base may not be built
+    when the plan is made, so its sha256 is read from its build record when the build is staged
+    (:meth:`resolve`). A snapshot is then only ever offered to a build of the same definition,
+    arguments and scripts on the very same base image; which snapshot fits the build's
+    resolution the install script decides, by the sha256 of every file it installs."""
+
+    parts: Mapping[str, object]
+    base_record: Path | None = None
+
+    def marker(self) -> str | None:
+        """The staged marker's text, the store's name (None: no store for this build)."""
+        key = self.resolve()
+        return f"{key}\n" if key else None
+
+    def resolve(self) -> str | None:
+        """The store's name, or None when the base's record gives no sha256 (then the build
+        installs without snapshots)."""
+        base = None
+        if self.base_record is not None:
+            from containers.image.provenance import read  # provenance imports the plan's kin
+            try:
+                base = read(self.base_record).get("sha256")
+            except ContainersError:
+                return None
+            if not isinstance(base, str) or len(base) != 64:
+                return None
+        text = json.dumps({"inputs": self.parts, "base_sha256": base}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def debootstrap_env(cache: PackageCache, *, shim_dir: Path, debootstrap: str

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
@@ -22,7 +23,7 @@ from containers.errors import ConfigError, ContainersError, UsageError, raise_al
 from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsafe_characters
 from containers.host.sources import PipConfig
 from containers.image import cache as package_cache
-from containers.image.cache import PackageCache
+from containers.image.cache import PackageCache, SnapshotKey
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.recipes import Target, base_chain
@@ -88,6 +89,8 @@ class BuildStep:
     #: keeps, or with --no-cache); see :mod:`containers.image.cache`.
     package_cache: PackageCache | None = None
     cache_use: str = ""
+    #: Names the store of environment snapshots this build may reuse and add to (None: none).
+    env_snapshot: SnapshotKey | None = None
 
     @property
     def short_hash(self) -> str:
@@ -163,13 +166,23 @@ def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | 
 
 
 def definition_scripts(definition: Definition) -> dict[str, Path]:
-    """Helper scripts from ``recipes/scripts/`` that the definition names: staged into the build
-    context, and part of the inputs hash (changing one rebuilds every image that runs it)."""
+    """Helper scripts from ``recipes/scripts/`` that the definition names, or that a script it
+    names names: staged into the build context, and part of the inputs hash (changing one
+    rebuilds every image that runs it)."""
     if definition.path is None:
         return {}
     folder = definition.path.parent / "scripts"
     found = sorted(folder.iterdir()) if folder.is_dir() else []
-    return {p.name: p for p in found if p.is_file() and p.name in definition.text}
+    scripts = {p.name: p for p in found if p.is_file()}
+    named: dict[str, Path] = {}
+    texts = [definition.text]
+    while texts:
+        text = texts.pop()
+        for name, path in scripts.items():
+            if name not in named and name in text:
+                named[name] = path
+                texts.append(read_input_text(path))
+    return dict(sorted(named.items()))
 
 
 def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: str | None
@@ -305,7 +318,9 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
                         binds if "HOST_PATHS" in used else [])
     cached = apptainer_cache_use(definition, host, workdir=common["workdir"],
                                  installs_pip=uses_context and "install-python-packages.sh"
-                                 in copied, foreign="FOREIGN_ROOT" in used)
+                                 in copied, foreign="FOREIGN_ROOT" in used,
+                                 inputs=common["inputs"],
+                                 base_image=base_step.image if base_step else None)
     staged.update(cached.staged)
     env_vars = {**env_vars, **cached.env}
     partial = common["partial"]
@@ -324,7 +339,7 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
                      env=env_vars, staged=staged if uses_context else {},
                      copied=copied if uses_context else {}, links=cached.links,
                      package_cache=host.package_cache if cached.use else None,
-                     cache_use=cached.use)
+                     cache_use=cached.use, env_snapshot=cached.snapshot)
 
 
 @dataclass(frozen=True)
@@ -337,10 +352,12 @@ class CacheUse:
     links: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     use: str = ""
+    snapshot: SnapshotKey | None = None
 
 
 def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Path,
-                        installs_pip: bool, foreign: bool) -> CacheUse:
+                        installs_pip: bool, foreign: bool, inputs: Mapping | None = None,
+                        base_image: Path | None = None) -> CacheUse:
     """How a definition's build reaches the package cache (:mod:`containers.image.cache`):
     pip's folder bound at ``/mnt`` with the marker the install script reads, when ``%post``
     runs that script; the debootstrap shim first on ``PATH``, when its root comes from
@@ -354,10 +371,14 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
     links: dict[str, str] = {}
     env: dict[str, str] = {}
     uses: list[str] = []
+    snapshot = None
     if installs_pip and definition.has_section("post"):
         staged[package_cache.PIP_MARKER] = package_cache.PIP_MOUNT + "\n"
         binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
         uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
+        snapshot, why_not = env_snapshot_key(definition, inputs or {}, base_image)
+        uses.append(f"environment snapshots ({cache.pip / 'envs'})" if snapshot else
+                    f"no environment snapshots ({why_not})")
     debootstraps = foreign or definition.stages[0].bootstrap.lower() == "debootstrap"
     if debootstraps and host.debootstrap:
         shim_dir = workdir / "bin"
@@ -366,7 +387,33 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
                                                  debootstrap=host.debootstrap))
         uses.append(f"debootstrap --cache-dir={cache.apt}")
     return CacheUse(binds=tuple(binds), staged=staged, links=links, env=env,
-                    use="; ".join(uses))
+                    use="; ".join(uses), snapshot=snapshot)
+
+
+_BASE_IMAGE_ARG = re.compile(r"\{\{\s*BASE_IMAGE\s*\}\}")
+
+
+def env_snapshot_key(definition: Definition, inputs: Mapping, base_image: Path | None
+                     ) -> tuple[SnapshotKey | None, str]:
+    """The key of the environment snapshots a build may use, or (None, why not). Only a base
+    named by content qualifies: the target's own base image of the chain (its record's sha256)
+    or a registry image pinned by digest. A tag, a debootstrap or any other local image could
+    hold other files under the same name, and a venv installed there is not one installed
+    here."""
+    for number, stage in enumerate(definition.stages, start=1):
+        source = stage.header.get("from", "").strip()
+        agent = stage.bootstrap.lower()
+        if agent == "localimage" and base_image is not None \
+                and _BASE_IMAGE_ARG.fullmatch(source):
+            continue
+        if agent in REGISTRY_BOOTSTRAPS and "@sha256:" in source and "{{" not in source:
+            continue
+        where = f"stage {number}'s" if len(definition.stages) > 1 else "the"
+        return None, (f"{where} base, {agent or '?'} {source or '(none)'}, is not named by "
+                      "content")
+    parts = {key: value for key, value in inputs.items() if key not in ("env", "base")}
+    record = base_image.with_name(base_image.name + ".json") if base_image else None
+    return SnapshotKey(parts=parts, base_record=record), ""
 
 
 #: Bootstraps that pull an image from a registry, where ``apptainer build --arch`` picks the

@@ -68,6 +68,19 @@ else
             ln "$file" "$ctx/wheelhouse/" 2>/dev/null || cp "$file" "$ctx/wheelhouse/"
         done
     echo "install: $(ls "$ctx/wheelhouse" | wc -l) downloaded files, nothing else (--no-index)"
+    # With the cache, a venv an earlier build installed from a subset of exactly these files
+    # replaces the new one, and pip installs only the rest (venv-snapshot.py says when and
+    # why it may). The tool stages the snapshot key only for a base it can identify by content.
+    snapshots=
+    if [ -n "$cache" ] && [ -s "$ctx/env-snapshot-key" ]; then
+        snapshots="$cache/envs/$(cat "$ctx/env-snapshot-key")"
+        # 0: restored; 3: none applies, the new venv untouched; anything else (a snapshot that
+        # failed its check, a crash): whatever is there goes, and a new venv is made.
+        python3 "$ctx/venv-snapshot.py" restore "$snapshots" "$ctx/wheelhouse" "$target" ||
+            [ $? = 3 ] || { rm -rf "$target"; python3 -m venv "$target"; }
+    elif [ -n "$cache" ]; then
+        echo "environment snapshot: none for this build (its base is not named by content)"
+    fi
     # The venv's __pycache__ folders are removed below: compiling them first only costs time.
     "$python" -m pip install --progress-bar off --no-compile --no-index \
         --find-links "$ctx/wheelhouse" -r "$ctx/requirements.txt"
@@ -82,4 +95,7 @@ if [ -d /usr/local/share/ca-certificates/build-host ]; then
 fi
 if [ "$target" != system ]; then
     find "$target" -name __pycache__ -prune -exec rm -rf {} +
+    if [ -n "$snapshots" ]; then
+        python3 "$ctx/venv-snapshot.py" save "$snapshots" "$ctx/wheelhouse" "$target"
+    fi
 fi

@@ -168,3 +168,65 @@ def test_debootstrap_shim_runs_the_real_one_with_the_cache(tmp_path: Path) -> No
     missing = subprocess.run(["sh", str(package_cache.SHIM)], capture_output=True, text=True,
                              env={"PATH": os.environ["PATH"]}, timeout=30)
     assert missing.returncode != 0 and "CONTAINERS_APT_CACHE" in missing.stderr
+
+
+def factory_spec_change(root: Path, tmp_path: Path) -> Path:
+    """A copy of the project whose cpu env spec adds one package."""
+    import shutil
+    copy = tmp_path / "changed"
+    for folder in ("recipes", "envs", "sites", "jobs"):
+        shutil.copytree(root / folder, copy / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    spec = copy / "envs" / "cpu.yml"
+    spec.write_text(spec.read_text() + "      - six\n")
+    return copy
+
+
+def test_environment_snapshots_are_keyed_by_the_base_image_content(
+        data_root, data_settings, data_runtime, tmp_path: Path) -> None:
+    """cpu's venv snapshots are named by every input but the env spec and by its base's sha256,
+    read from the base's record once the base is built: another env spec keeps the store,
+    another base image (same inputs, other bytes) or definition changes it."""
+    targets = load_targets(data_root)
+    host = cached_host(data_runtime, tmp_path)
+    cpu = plan_build(targets, "cpu", settings=data_settings, host=host).steps[-1]
+    assert cpu.env_snapshot is not None
+    assert f"environment snapshots ({tmp_path / 'packages' / 'pip' / 'envs'})" in cpu.cache_use
+    assert cpu.env_snapshot.base_record == data_settings.images_dir / "debian-base.sif.json"
+    assert cpu.env_snapshot.resolve() is None  # the base is not built: no store, no snapshot
+    record = cpu.env_snapshot.base_record
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text('{"sha256": "' + "a" * 64 + '"}')
+    key = cpu.env_snapshot.resolve()
+    assert key and len(key) == 32
+    assert "env" not in cpu.env_snapshot.parts and "base" not in cpu.env_snapshot.parts
+    changed = factory_spec_change(data_root, tmp_path)
+    cpu2 = plan_build(load_targets(changed), "cpu", settings=data_settings,
+                      host=host).steps[-1]
+    assert cpu2.inputs_hash != cpu.inputs_hash and cpu2.env_snapshot.resolve() == key
+    record.write_text('{"sha256": "' + "b" * 64 + '"}')
+    assert cpu.env_snapshot.resolve() not in (None, key)
+    other = replace(cpu.env_snapshot, parts={**cpu.env_snapshot.parts, "definition": "x"})
+    assert other.resolve() != cpu.env_snapshot.resolve()
+    record.write_text("{not json")
+    assert cpu.env_snapshot.resolve() is None  # unreadable record: no snapshots, not a crash
+
+
+def test_a_base_not_named_by_content_gets_no_snapshots(data_root, data_settings, data_runtime,
+                                                       tmp_path: Path) -> None:
+    """rocm.def starts from a registry tag: what it names can change, so a venv installed on
+    it is never offered to a later build; a digest-pinned From may be."""
+    from containers.image.plan import env_snapshot_key
+    from containers.inputs.definition import parse_definition
+    targets = load_targets(data_root)
+    host = cached_host(data_runtime, tmp_path)
+    rocm = plan_build(targets, "lumi-rocm-def", settings=data_settings, host=host).steps[-1]
+    assert rocm.env_snapshot is None
+    assert "no environment snapshots (the base, docker rocm/dev-ubuntu-24.04:" in rocm.cache_use
+    assert "is not named by content)" in rocm.cache_use
+    pinned = parse_definition("Bootstrap: docker\nFrom: rocm/x@sha256:" + "c" * 64 +
+                              "\n%post\n    true\n")
+    key, why = env_snapshot_key(pinned, {"definition": "d", "env": "e"}, None)
+    assert key is not None and why == "" and key.base_record is None and "env" not in key.parts
+    tagged = parse_definition("Bootstrap: localimage\nFrom: /some/where.sif\n%post\n    true\n")
+    assert env_snapshot_key(tagged, {}, tmp_path / "base.sif")[0] is None

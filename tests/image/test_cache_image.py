@@ -57,3 +57,68 @@ def test_a_corrupt_cached_download_is_fetched_again(tmp_path: Path, factory_proj
         "python", "-m", "pip", "freeze"]), capture_output=True, text=True, timeout=120,
         check=True).stdout
     assert freeze.startswith("idna==") and len(freeze.splitlines()) == 1
+
+
+#: Run by the image's python3: every entry under /opt/venv, with the sha256 of each file.
+VENV_DIGEST = r"""
+import hashlib, os
+for parent, dirs, names in sorted(os.walk("/opt/venv")):
+    for name in sorted(dirs + names):
+        path = os.path.join(parent, name)
+        if os.path.islink(path):
+            print("l", os.readlink(path), path)
+        elif os.path.isfile(path):
+            print("f", hashlib.sha256(open(path, "rb").read()).hexdigest(),
+                  oct(os.stat(path).st_mode), path)
+        else:
+            print("d", path)
+"""
+
+
+def test_a_rebuild_restores_the_snapshot_and_pip_adds_only_the_new_package(
+        tmp_path: Path, factory_project, debian_base_image: Path, real_runtime) -> None:
+    """The env spec gains a package: the rebuild restores the venv the first build installed
+    (its one file a subset of this resolution's two), pip installs only the new package, and
+    the venv is, file for file, the one a --no-cache build installs. A snapshot whose files no
+    longer match its manifest is thrown away and everything is installed again."""
+    root = tiny_cpu_project(factory_project(), ["idna"])
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "debian-base.sif").symlink_to(debian_base_image)
+    shutil.copy(debian_base_image.with_name("debian-base.sif.json"), images)
+    config = {"images_dir": str(images), "cache_dir": str(tmp_path / "cache"),
+              "tmp_dir": str(tmp_path / "work")}
+    first: list[str] = []
+    app.build(app.Project.load(root, config), target="cpu", say=first.append)
+    assert any("environment snapshot: none yet" in line for line in first)
+    assert any("environment snapshot: " in line and " kept (1 files" in line for line in first)
+
+    tiny_cpu_project(root, ["idna", "six"])
+    project = app.Project.load(root, config)
+    warm: list[str] = []
+    app.build(project, target="cpu", say=warm.append)
+    log = "\n".join(warm)
+    assert "restored: installed from 1 of this build's 2 files" in log, log[-3000:]
+    assert "Installing collected packages: six\n" in log + "\n"
+    assert "not kept again: one kept covers all but 1 of these 2 files" in log
+
+    def venv_of(image: Path) -> str:
+        return subprocess.run(real_runtime.exec_argv(image=image, command=[
+            "python3", "-c", VENV_DIGEST]), capture_output=True, text=True, timeout=300,
+            check=True).stdout
+    restored = venv_of(images / "cpu.sif")
+    app.build(project, target="cpu", force=True, no_cache=True, say=lambda line: None)
+    fresh = venv_of(images / "cpu.sif")
+    assert " /opt/venv/lib/python3.11/site-packages/six.py" in fresh
+    assert restored == fresh
+
+    [kept] = (tmp_path / "cache" / "packages" / "pip" / "envs").glob("*/*/venv")
+    (idna,) = kept.glob("lib/python3.11/site-packages/idna/core.py")
+    idna.write_text(idna.read_text().replace("def ", "def  ", 1))  # a file that changed
+    again: list[str] = []
+    app.build(project, target="cpu", force=True, say=again.append)
+    log = "\n".join(again)
+    assert "does not match its manifest" in log and "thrown away, installing all" in log, \
+        log[-3000:]
+    assert not kept.exists()
+    assert venv_of(images / "cpu.sif") == fresh

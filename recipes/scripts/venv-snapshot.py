@@ -1,0 +1,237 @@
+"""Installed-environment snapshots: the venv an install produced, kept in the build host's package
+cache, so that a rebuild whose pip resolution differs by a package or two copies the venv it
+already installed and lets pip add only what is new, instead of unpacking every wheel again.
+
+Runs inside ``%post`` with the image's own python3 (3.6 or newer, standard library only):
+
+    python3 venv-snapshot.py restore STORE WHEELHOUSE VENV   exit 0: VENV restored; 3: no
+                                                             snapshot applies (VENV untouched)
+    python3 venv-snapshot.py save STORE WHEELHOUSE VENV      keep VENV as a snapshot
+
+STORE is ``<cache>/envs/<key>``: the tool's key names everything but the resolution that decides
+what an install writes (the base image's sha256, the definition, its arguments, these scripts),
+so a snapshot is only ever offered to a build on the same base, of the same definition, into the
+same venv path. WHEELHOUSE holds exactly the files this build's resolution chose; a snapshot
+records the sha256 of the files it was installed from. A snapshot is used only when every one of
+those files is in this build's set (the same versions, byte for byte): pip then sees those
+packages installed and installs only the rest, from the same wheelhouse, so the venv ends as a
+fresh install of the whole set would (the benchmark compares every file). Any other set, a
+removal or a version change, installs from scratch.
+
+Trust: the snapshot's manifest (sha256, size and mode of every file, every link's target) is
+made from the venv the build installed; a restored copy is checked against it file by file and
+thrown away, with the snapshot, when anything differs or is missing or extra, and the build
+installs from scratch. A snapshot appears under its final name only once complete (written to a
+temporary folder and renamed). A lock on the store keeps a prune from removing a snapshot while
+another build copies it.
+"""
+
+import fcntl
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+#: Snapshots kept per store (the newest used): each is a whole venv (about 0.8 GB for cpu).
+KEEP = 2
+#: A build that restored a snapshot and added fewer files than this keeps no new one: adding
+#: them again costs less than copying a whole venv into the cache.
+NEW_AT = 4
+#: A temporary folder older than this is a killed build's: removed when a snapshot is saved.
+STALE_S = 6 * 3600
+WHEELS = "wheels.txt"
+MANIFEST = "manifest.txt"
+USED = "used"
+#: restore's exit status when no snapshot applies (the venv is left as it was); any other
+#: failure removes what it copied and exits 1, and the install script starts a new venv.
+NONE = 3
+
+
+def say(message):
+    print("environment snapshot: " + message, flush=True)
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def wheel_set(wheelhouse):
+    """'sha256  name' of every file the resolution chose, sorted."""
+    return sorted("%s  %s" % (file_sha256(os.path.join(wheelhouse, name)), name)
+                  for name in os.listdir(wheelhouse)
+                  if os.path.isfile(os.path.join(wheelhouse, name)))
+
+
+def set_id(lines):
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:32]
+
+
+def manifest(root):
+    """One line per entry under ``root``: 'f sha256 size mode path', 'l target path',
+    'd mode path'; sorted, so two trees compare line by line."""
+    lines = []
+    for parent, dirs, names in os.walk(root):
+        for name in dirs + names:
+            path = os.path.join(parent, name)
+            rel = os.path.relpath(path, root)
+            info = os.lstat(path)
+            mode = "%o" % stat.S_IMODE(info.st_mode)
+            if stat.S_ISLNK(info.st_mode):
+                lines.append("l %s %s" % (os.readlink(path), rel))
+            elif stat.S_ISDIR(info.st_mode):
+                lines.append("d %s %s" % (mode, rel))
+            elif stat.S_ISREG(info.st_mode):
+                lines.append("f %s %d %s %s" % (file_sha256(path), info.st_size, mode, rel))
+            else:
+                lines.append("? %s" % rel)  # nothing pip installs: never matches a restore
+    return sorted(lines)
+
+
+class Locked:
+    """flock on the store's lock file: shared to read a snapshot, exclusive to remove one."""
+
+    def __init__(self, store, exclusive):
+        self.path = os.path.join(store, ".lock")
+        self.mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, self.mode)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def snapshots(store):
+    """(folder, set of wheel lines) of every complete snapshot in the store."""
+    found = []
+    for name in sorted(os.listdir(store)):
+        folder = os.path.join(store, name)
+        if name.startswith(".") or not os.path.isfile(os.path.join(folder, MANIFEST)):
+            continue
+        try:
+            with open(os.path.join(folder, WHEELS)) as handle:
+                found.append((folder, set(handle.read().splitlines())))
+        except OSError:
+            continue
+    return found
+
+
+def restore(store, wheelhouse, venv):
+    if not os.path.isdir(store):
+        say("none yet for this base and definition (this build makes the first)")
+        return NONE
+    wanted = set(wheel_set(wheelhouse))
+    with Locked(store, exclusive=False):
+        usable = [(len(lines), folder) for folder, lines in snapshots(store)
+                  if lines <= wanted]
+        if not usable:
+            say("none of the %d kept was installed from a subset of this build's %d files: "
+                "installing all" % (len(snapshots(store)), len(wanted)))
+            return NONE
+        reused, folder = max(usable)
+        label = os.path.basename(folder)[:12]
+        shutil.rmtree(venv, ignore_errors=True)
+        try:
+            subprocess.check_call(["cp", "-a", os.path.join(folder, "venv"), venv])
+            with open(os.path.join(folder, MANIFEST)) as handle:
+                expected = handle.read().splitlines()
+            got = manifest(venv)
+        except (OSError, subprocess.CalledProcessError) as error:
+            say("%s could not be copied (%s): installing all" % (label, error))
+            shutil.rmtree(venv, ignore_errors=True)
+            return 1
+    if got != expected:
+        bad = sorted(set(got) ^ set(expected))
+        say("%s does not match its manifest (%d entries differ, first: %s): thrown away, "
+            "installing all" % (label, len(bad), bad[0].split()[-1] if bad else "?"))
+        shutil.rmtree(venv, ignore_errors=True)
+        with Locked(store, exclusive=True):
+            shutil.rmtree(folder, ignore_errors=True)
+        return 1
+    try:
+        os.utime(os.path.join(folder, USED))
+    except OSError:
+        pass  # pruned since it was copied: the copy was checked, it stands
+    say("%s restored: installed from %d of this build's %d files (every file checked "
+        "against its manifest); pip installs the other %d"
+        % (label, reused, len(wanted), len(wanted) - reused))
+    return 0
+
+
+def save(store, wheelhouse, venv):
+    os.makedirs(store, mode=0o700, exist_ok=True)
+    lines = wheel_set(wheelhouse)
+    ident = set_id(lines)
+    final = os.path.join(store, ident)
+    if os.path.isdir(final):
+        os.utime(os.path.join(final, USED))
+        say("%s kept already (the same %d files)" % (ident[:12], len(lines)))
+        return 0
+    wanted = set(lines)
+    covered = max((len(kept) for _, kept in snapshots(store) if kept <= wanted), default=0)
+    if covered and len(wanted) - covered < NEW_AT:
+        say("not kept again: one kept covers all but %d of these %d files"
+            % (len(wanted) - covered, len(wanted)))
+        return 0
+    started = time.time()
+    temp = os.path.join(store, ".tmp-%s-%d" % (ident, os.getpid()))
+    os.mkdir(temp, 0o700)
+    try:
+        listing = manifest(venv)
+        subprocess.check_call(["cp", "-a", venv, os.path.join(temp, "venv")])
+        for name, text in ((WHEELS, lines), (MANIFEST, listing), (USED, [])):
+            with open(os.path.join(temp, name), "w") as handle:
+                handle.write("".join(line + "\n" for line in text))
+        with Locked(store, exclusive=True):
+            if os.path.isdir(final):  # a concurrent build kept the same set first
+                shutil.rmtree(temp)
+            else:
+                os.rename(temp, final)
+            removed = prune(store)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    say("%s kept (%d files, %d entries, %.1f s)%s"
+        % (ident[:12], len(lines), len(listing), time.time() - started,
+           "; removed %d older" % removed if removed else ""))
+    return 0
+
+
+def prune(store):
+    """Keep the :data:`KEEP` most recently used snapshots; remove stale temporary folders.
+    Called with the store's lock held exclusively."""
+    def used(folder):
+        try:
+            return os.stat(os.path.join(folder, USED)).st_mtime
+        except OSError:
+            return 0.0
+    kept = sorted((folder for folder, _ in snapshots(store)), key=used, reverse=True)
+    removed = 0
+    for folder in kept[KEEP:]:
+        shutil.rmtree(folder, ignore_errors=True)
+        removed += 1
+    for name in os.listdir(store):
+        path = os.path.join(store, name)
+        if name.startswith(".tmp-") and time.time() - os.lstat(path).st_mtime > STALE_S:
+            shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def main(argv):
+    if len(argv) != 5 or argv[1] not in ("restore", "save"):
+        sys.exit("usage: venv-snapshot.py restore|save STORE WHEELHOUSE VENV")
+    action, store, wheelhouse, venv = argv[1:]
+    return (restore if action == "restore" else save)(store, wheelhouse, venv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,153 @@
+"""recipes/scripts/venv-snapshot.py, the install script's environment snapshots, run here on
+folders that stand in for a venv and a wheelhouse: what is offered, what is refused, what is
+kept. The real thing (inside %post, and the images it makes compared file by file) is
+tests/image/test_cache_image.py and benchmarks/build_cache.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "recipes" / "scripts" / "venv-snapshot.py"
+
+
+@pytest.fixture(scope="module")
+def snap():
+    spec = importlib.util.spec_from_file_location("venv_snapshot", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wheelhouse(folder: Path, *names: str, content: str = "") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_text(f"{name}{content}")
+    return folder
+
+
+def venv(folder: Path, *packages: str) -> Path:
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "python").symlink_to("/usr/bin/python3")
+    (folder / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    for package in packages:
+        (folder / "lib" / package).mkdir(parents=True)
+        (folder / "lib" / package / "__init__.py").write_text(f"# {package}\n")
+    (folder / "bin" / "tool").write_text("#!/opt/venv/bin/python\n")
+    (folder / "bin" / "tool").chmod(0o755)
+    return folder
+
+
+def test_a_snapshot_of_a_subset_is_restored_exactly(snap, tmp_path, capsys) -> None:
+    store = tmp_path / "store"
+    first = wheelhouse(tmp_path / "w1", "torch.whl", "numpy.whl")
+    installed = venv(tmp_path / "venv1", "torch", "numpy")
+    assert snap.save(str(store), str(first), str(installed)) == 0
+    later = wheelhouse(tmp_path / "w2", "torch.whl", "numpy.whl", "six.whl")
+    target = tmp_path / "venv2"
+    venv(target)  # the fresh venv the script made for pip download: replaced
+    assert snap.restore(str(store), str(later), str(target)) == 0
+    assert snap.manifest(str(target)) == snap.manifest(str(installed))
+    assert os.readlink(target / "bin" / "python") == "/usr/bin/python3"
+    assert (target / "bin" / "tool").stat().st_mode & 0o777 == 0o755
+    out = capsys.readouterr().out
+    assert "installed from 2 of this build's 3 files" in out and "pip installs the other 1" in out
+
+
+def test_a_changed_or_missing_file_is_not_a_subset(snap, tmp_path) -> None:
+    store = tmp_path / "store"
+    snap.save(str(store), str(wheelhouse(tmp_path / "w1", "torch.whl", "numpy.whl")),
+              str(venv(tmp_path / "venv1", "torch", "numpy")))
+    target = venv(tmp_path / "venv2")
+    before = snap.manifest(str(target))
+    # the same names, other bytes (a rebuilt wheel, another version under one name)
+    other = wheelhouse(tmp_path / "w2", "torch.whl", "numpy.whl", "six.whl", content="v2")
+    assert snap.restore(str(store), str(other), str(target)) == snap.NONE
+    # one of the snapshot's files is not in this resolution (a removal)
+    fewer = wheelhouse(tmp_path / "w3", "torch.whl", "six.whl")
+    assert snap.restore(str(store), str(fewer), str(target)) == snap.NONE
+    assert snap.manifest(str(target)) == before  # left as it was: pip installs everything
+
+
+def test_a_snapshot_that_fails_its_manifest_is_thrown_away(snap, tmp_path, capsys) -> None:
+    store = tmp_path / "store"
+    files = wheelhouse(tmp_path / "w1", "torch.whl")
+    snap.save(str(store), str(files), str(venv(tmp_path / "venv1", "torch")))
+    [kept] = [p for p in store.iterdir() if not p.name.startswith(".")]
+    init = kept / "venv" / "lib" / "torch" / "__init__.py"
+    init.write_text(init.read_text().upper())  # same size, other bytes
+    target = venv(tmp_path / "venv2")
+    assert snap.restore(str(store), str(files), str(target)) == 1
+    assert not target.exists() and not kept.exists()
+    assert "does not match its manifest (2 entries differ, first: lib/torch/__init__.py)" \
+        in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change", ["extra", "missing", "mode"])
+def test_an_extra_missing_or_rechmodded_file_fails_the_manifest(snap, tmp_path, change) -> None:
+    store = tmp_path / "store"
+    files = wheelhouse(tmp_path / "w1", "torch.whl")
+    snap.save(str(store), str(files), str(venv(tmp_path / "venv1", "torch")))
+    [kept] = [p for p in store.iterdir() if not p.name.startswith(".")]
+    tool = kept / "venv" / "bin" / "tool"
+    if change == "extra":
+        (kept / "venv" / "lib" / "torch" / "evil.py").write_text("import os\n")
+    elif change == "missing":
+        tool.unlink()
+    else:
+        tool.chmod(0o4755)
+    assert snap.restore(str(store), str(files), str(tmp_path / "venv2")) == 1
+    assert not (tmp_path / "venv2").exists() and not kept.exists()
+
+
+def test_the_largest_subset_is_restored(snap, tmp_path) -> None:
+    store = tmp_path / "store"
+    small = venv(tmp_path / "small", "torch")
+    snap.save(str(store), str(wheelhouse(tmp_path / "w1", "torch.whl")), str(small))
+    big = venv(tmp_path / "big", "torch", "a", "b", "c", "d")
+    snap.save(str(store), str(wheelhouse(tmp_path / "w2", "torch.whl", "a.whl", "b.whl",
+                                         "c.whl", "d.whl")), str(big))
+    every = wheelhouse(tmp_path / "w3", "torch.whl", "a.whl", "b.whl", "c.whl", "d.whl",
+                       "e.whl")
+    target = tmp_path / "venv"
+    assert snap.restore(str(store), str(every), str(target)) == 0
+    assert snap.manifest(str(target)) == snap.manifest(str(big))
+
+
+def test_what_is_kept_and_what_is_pruned(snap, tmp_path, capsys, monkeypatch) -> None:
+    store = tmp_path / "store"
+    one = wheelhouse(tmp_path / "w1", "torch.whl")
+    snap.save(str(store), str(one), str(venv(tmp_path / "v1", "torch")))
+    # covered but for fewer than NEW_AT files: adding them again is cheaper than a copy
+    plus_few = wheelhouse(tmp_path / "w2", "torch.whl", "six.whl")
+    snap.save(str(store), str(plus_few), str(venv(tmp_path / "v2", "torch", "six")))
+    assert "not kept again: one kept covers all but 1 of these 2 files" in capsys.readouterr().out
+    names = lambda: sorted(p.name for p in store.iterdir() if not p.name.startswith("."))  # noqa: E731
+    assert len(names()) == 1
+    # the same set again: kept already
+    snap.save(str(store), str(one), str(venv(tmp_path / "v3", "torch")))
+    assert "kept already" in capsys.readouterr().out
+    # sets no kept one covers: kept, the least recently used beyond KEEP pruned
+    for number in range(snap.KEEP + 1):
+        other = wheelhouse(tmp_path / f"o{number}", f"other{number}.whl")
+        snap.save(str(store), str(other), str(venv(tmp_path / f"ov{number}", "other")))
+    assert len(names()) == snap.KEEP
+    assert snap.restore(str(store), str(one), str(tmp_path / "again")) == snap.NONE  # pruned
+    # a killed build's temporary folder is never offered, and goes once stale
+    stale = store / ".tmp-dead-1"
+    (stale / "venv").mkdir(parents=True)
+    os.utime(stale, (0, 0))
+    snap.save(str(store), str(wheelhouse(tmp_path / "w9", "x.whl", "y.whl")),
+              str(venv(tmp_path / "v9", "x")))
+    assert not stale.exists()
+
+
+def test_restore_without_a_store_says_so(snap, tmp_path, capsys) -> None:
+    target = venv(tmp_path / "venv")
+    files = wheelhouse(tmp_path / "w", "torch.whl")
+    assert snap.restore(str(tmp_path / "none"), str(files), str(target)) == snap.NONE
+    assert target.is_dir()
+    assert "none yet for this base and definition" in capsys.readouterr().out
