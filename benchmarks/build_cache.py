@@ -157,10 +157,14 @@ def settle(say: Callable[[str], None], *, quiet_s: float = 2.0, limit_s: float =
         "without I/O)")
 
 
-def timed(label: str, action: Callable[[Callable[[str], None]], Any]) -> float:
-    """Seconds ``action`` takes, started on an idle disk (:func:`settle`)."""
+def timed(label: str, action: Callable[[Callable[[str], None]], Any],
+          kept: list[str] | None = None) -> float:
+    """Seconds ``action`` takes, started on an idle disk (:func:`settle`); the lines it says
+    about environment snapshots go to ``kept``."""
     def say(line: str) -> None:
         print(f"[{label}] {line}", flush=True)
+        if kept is not None and "environment snapshot: " in line:
+            kept.append(line.split("environment snapshot: ", 1)[1])
 
     settle(say)
     started = time.perf_counter()
@@ -186,8 +190,9 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
     cache_after_cold = usage(package_cache_dir(cache))[0]
     add_package(root / project.target(args.target).env, args.package)
     project = app.Project.load(root, config)  # targets are read once per project
+    snapshot: list[str] = []
     seconds["warm"] = timed(f"warm {tag}", lambda say: build(project, target=args.target,
-                                                             say=say))
+                                                             say=say), snapshot)
     warm_use = cache_use(images, args.target)
     if not warm_use or not warm_use["bytes_before"]:
         raise SystemExit(f"the warm build did not use the filled cache: {warm_use}")
@@ -206,7 +211,7 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
                          f"{'differs' if warm[0] != plain[0] else 'is the same'}; "
                          f"{len(changed)} files differ, first {changed[:10]}")
     return {"seconds": seconds, "bases_linked": linked, "cache_bytes": cache_after_cold,
-            "warm_cache_use": warm_use,
+            "warm_cache_use": warm_use, "warm_snapshot": snapshot,
             "files_compared": len(plain[1]), "pip_freeze": warm[0]}
 
 

@@ -32,7 +32,6 @@ from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
 from containers.image.arch import image_arch
-from containers.image import cache as package_cache
 from containers.image.cache import in_use, usage
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
@@ -100,9 +99,8 @@ def _stage(step: BuildStep) -> None:
         Path(link).parent.mkdir(parents=True, exist_ok=True)
         Path(link).symlink_to(target)
     # The snapshot store's name holds the base image's sha256: known only once it is built.
-    marker = step.env_snapshot.marker() if step.env_snapshot else None
-    if marker:
-        (context / package_cache.SNAPSHOT_MARKER).write_text(marker, encoding="utf-8")
+    for name, text in (step.env_snapshot.staged() if step.env_snapshot else {}).items():
+        (context / name).write_text(text, encoding="utf-8")
 
 
 def stale_partials(step: BuildStep) -> list[Path]:

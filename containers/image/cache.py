@@ -21,6 +21,11 @@ How each builder reaches it:
   (NGC, whose own torch pip must resolve against) uses pip's own cache (``PIP_CACHE_DIR``) only.
   The SIF is made from the root folder on disk, which a bind never writes to, so nothing of the
   cache lands in the image.
+- environment snapshots (a venv install): the venv an install produced, kept in the ``pip``
+  folder's ``envs/<key>`` and restored by a later build whose resolution holds every file it
+  was installed from (``recipes/scripts/venv-snapshot.py``). :class:`SnapshotKey` names the
+  store: every input but the env spec, and the base by content; the script checks a restored
+  copy against the snapshot's manifest, file by file, before pip adds the rest.
 - debootstrap (``Bootstrap: debootstrap``, which Apptainer runs on the host, and the foreign
   root of ``recipes/scripts/foreign-root.sh``): a ``debootstrap`` shim first on ``PATH``
   (``scripts/debootstrap-cached.sh``) runs the real one with ``--cache-dir`` on the ``apt``
@@ -78,6 +83,10 @@ PIP_MARKER = "pip-cache-dir"
 #: The staged build-context file naming the install script's environment-snapshot store
 #: (``<pip>/envs/<key>``, see ``recipes/scripts/venv-snapshot.py``).
 SNAPSHOT_MARKER = "env-snapshot-key"
+#: The staged build-context file holding the store's path on the host (for ``%setup``).
+SNAPSHOT_STORE = "env-snapshot-store"
+#: The folder of the ``pip`` part that holds the environment snapshots, one store per key.
+ENVS = "envs"
 #: The lock every build holds shared and a prune holds exclusively.
 LOCK = ".lock"
 #: The parts of the cache, each a folder under the cache root.
@@ -235,11 +244,20 @@ class SnapshotKey:
 
     parts: Mapping[str, object]
     base_record: Path | None = None
+    #: The host folder of the stores (``<pip>/envs``): ``%setup`` links from it.
+    root: Path | None = None
 
-    def marker(self) -> str | None:
-        """The staged marker's text, the store's name (None: no store for this build)."""
+    def staged(self) -> dict[str, str]:
+        """The build-context files that name the store: its key (for ``%post``, which sees
+        the cache at :data:`PIP_MOUNT`) and its host path (for ``%setup``, which runs on the
+        host). None when the base gives no sha256: no snapshots."""
         key = self.resolve()
-        return f"{key}\n" if key else None
+        if not key:
+            return {}
+        files = {SNAPSHOT_MARKER: f"{key}\n"}
+        if self.root is not None:
+            files[SNAPSHOT_STORE] = f"{self.root / key}\n"
+        return files
 
     def resolve(self) -> str | None:
         """The store's name, or None when the base's record gives no sha256 (then the build

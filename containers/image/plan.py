@@ -377,7 +377,9 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
         binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
         uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
         snapshot, why_not = env_snapshot_key(definition, inputs or {}, base_image)
-        uses.append(f"environment snapshots ({cache.pip / 'envs'})" if snapshot else
+        if snapshot is not None:
+            snapshot = replace(snapshot, root=cache.pip / package_cache.ENVS)
+        uses.append(f"environment snapshots ({cache.pip / package_cache.ENVS})" if snapshot else
                     f"no environment snapshots ({why_not})")
     debootstraps = foreign or definition.stages[0].bootstrap.lower() == "debootstrap"
     if debootstraps and host.debootstrap:

@@ -59,33 +59,51 @@ else
     if [ -n "$cache" ] && command -v flock >/dev/null; then
         lock="flock $downloads/.lock"
     fi
+    # With the cache, a venv an earlier build installed from a subset of exactly the files this
+    # resolution chooses replaces the new one, and pip installs only the rest (venv-snapshot.py
+    # says when and why it may). The tool stages the snapshot key only for a base it can name
+    # by content. The likeliest snapshot comes ahead, beside the venv: hard-linked by the
+    # definition's %setup where it can (the host sees the root and the cache as plain folders;
+    # here they are two mounts, which links cannot cross), else copied while pip downloads.
+    snapshots= prefetching= ahead="$target.prefetch"
+    if [ -n "$cache" ] && [ -s "$ctx/env-snapshot-key" ]; then
+        snapshots="$cache/envs/$(cat "$ctx/env-snapshot-key")"
+        if [ ! -d "$ahead" ]; then
+            python3 "$ctx/venv-snapshot.py" prefetch "$snapshots" "$ahead" \
+                > "$ctx/prefetch.log" 2>&1 &
+            prefetching=$!
+        fi
+    elif [ -n "$cache" ]; then
+        echo "environment snapshot: none for this build (its base is not named by content)"
+    fi
     { $lock "$python" -m pip download --progress-bar off -d "$downloads" \
           -r "$ctx/requirements.txt"
       echo $? > "$ctx/download.status"; } 2>&1 | tee "$ctx/download.log"
+    if [ -n "$prefetching" ]; then
+        wait "$prefetching" || echo "environment snapshot: the copy ahead failed (exit $?)"
+        cat "$ctx/prefetch.log"
+    fi
     [ "$(cat "$ctx/download.status")" = 0 ] || exit 1
     sed -n -e 's/^ *Saved //p' -e 's/^ *File was already downloaded //p' "$ctx/download.log" |
         while IFS= read -r file; do
             ln "$file" "$ctx/wheelhouse/" 2>/dev/null || cp "$file" "$ctx/wheelhouse/"
         done
     echo "install: $(ls "$ctx/wheelhouse" | wc -l) downloaded files, nothing else (--no-index)"
-    # With the cache, a venv an earlier build installed from a subset of exactly these files
-    # replaces the new one, and pip installs only the rest (venv-snapshot.py says when and
-    # why it may). The tool stages the snapshot key only for a base it can identify by content.
-    snapshots=
-    if [ -n "$cache" ] && [ -s "$ctx/env-snapshot-key" ]; then
-        snapshots="$cache/envs/$(cat "$ctx/env-snapshot-key")"
+    if [ -n "$snapshots" ]; then
         # 0: restored; 3: none applies, the new venv untouched; anything else (a snapshot that
         # failed its check, a crash): whatever is there goes, and a new venv is made.
-        python3 "$ctx/venv-snapshot.py" restore "$snapshots" "$ctx/wheelhouse" "$target" ||
-            [ $? = 3 ] || { rm -rf "$target"; python3 -m venv "$target"; }
-    elif [ -n "$cache" ]; then
-        echo "environment snapshot: none for this build (its base is not named by content)"
+        python3 "$ctx/venv-snapshot.py" restore "$snapshots" "$ctx/wheelhouse" "$target" \
+            "$ahead" || [ $? = 3 ] || { rm -rf "$target"; python3 -m venv "$target"; }
     fi
+    rm -rf "$ahead"
     # The venv's __pycache__ folders are removed below: compiling them first only costs time.
     "$python" -m pip install --progress-bar off --no-compile --no-index \
         --find-links "$ctx/wheelhouse" -r "$ctx/requirements.txt"
 fi
-"$python" -m pip freeze > "$freeze"
+# A new file, not the old one rewritten: a restored venv's files may be hard links to the
+# cache's, which nothing here may change in place (venv-snapshot.py).
+"$python" -m pip freeze > "$freeze.new"
+mv -f "$freeze.new" "$freeze"
 echo "containers.pip-freeze $(tr '\n' ' ' < "$freeze")" >> "$labels"
 
 # The build host's trust anchors do not belong in a shared image.

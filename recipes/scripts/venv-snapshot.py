@@ -7,6 +7,8 @@ Runs inside ``%post`` with the image's own python3 (3.6 or newer, standard libra
     python3 venv-snapshot.py restore STORE WHEELHOUSE VENV   exit 0: VENV restored; 3: no
                                                              snapshot applies (VENV untouched)
     python3 venv-snapshot.py save STORE WHEELHOUSE VENV      keep VENV as a snapshot
+    python3 venv-snapshot.py prefetch STORE DEST [link]      copy (link) the likeliest ahead
+    python3 venv-snapshot.py restore STORE WHEELHOUSE VENV DEST   ... using that copy if it fits
 
 STORE is ``<cache>/envs/<key>``: the tool's key names everything but the resolution that decides
 what an install writes (the base image's sha256, the definition, its arguments, these scripts),
@@ -17,6 +19,15 @@ those files is in this build's set (the same versions, byte for byte): pip then 
 packages installed and installs only the rest, from the same wheelhouse, so the venv ends as a
 fresh install of the whole set would (the benchmark compares every file). Any other set, a
 removal or a version change, installs from scratch.
+
+Ahead of the restore: the likeliest snapshot (the most recently used) is copied and checked
+while pip downloads, or, by a definition's ``%setup`` on the host where the root and the cache
+are plain folders on one filesystem, hard-linked (nothing written; in ``%post`` the cache is a
+bind mount, which links cannot cross). With links the image's venv files are the cache's files
+until the build ends: pip writes every file it installs to a new inode (it unlinks first), the
+install script only removes files and writes new ones after, and a definition that links must
+not rewrite a venv file in place after the install (``>>``, ``chmod``, ``sed -i`` is fine): that
+would change the snapshot (which the next restore then refuses) and any build restoring it.
 
 Trust: the snapshot's manifest (sha256, size and mode of every file, every link's target) is
 made from the venv the build installed; a restored copy is checked against it file by file and
@@ -125,34 +136,126 @@ def snapshots(store):
     return found
 
 
-def restore(store, wheelhouse, venv):
+def used(folder):
+    """When a snapshot was last kept or restored (0 when it is gone)."""
+    try:
+        return os.stat(os.path.join(folder, USED)).st_mtime
+    except OSError:
+        return 0.0
+
+
+def copy_checked(folder, dest, link=False):
+    """Copy (or hard-link) the snapshot's venv to ``dest`` and check the result against its
+    manifest: '' when it matches, else what differs (the copy is removed then). Called with the
+    store locked."""
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        subprocess.check_call(["cp", "-al" if link else "-a", os.path.join(folder, "venv"),
+                               dest])
+        with open(os.path.join(folder, MANIFEST)) as handle:
+            expected = handle.read().splitlines()
+        got = manifest(dest)
+    except (OSError, subprocess.CalledProcessError) as error:
+        shutil.rmtree(dest, ignore_errors=True)
+        return "could not be copied (%s)" % error
+    if got == expected:
+        return ""
+    shutil.rmtree(dest, ignore_errors=True)
+    bad = sorted(set(got) ^ set(expected))
+    return "does not match its manifest (%d entries differ, first: %s)" % (
+        len(bad), bad[0].split()[-1] if bad else "?")
+
+
+def link_problem(folder, dest):
+    """Why files of ``folder`` cannot be hard-linked beside ``dest`` ('' when they can): another
+    filesystem, or another mount of the same one (a bind), refuses with EXDEV."""
+    probe = dest + ".link-probe"
+    try:
+        os.link(os.path.join(folder, MANIFEST), probe)
+    except OSError as error:
+        return error.strerror or str(error)
+    os.unlink(probe)
+    return ""
+
+
+def prefetch(store, dest, mode="copy"):
+    """Copy (``copy``, in %post while pip downloads) or hard-link (``link``, in %setup on the
+    host, where the root and the cache are plain folders) the most recently used snapshot into
+    ``dest``, beside the venv on the image's filesystem, and check it: if the resolution then
+    picks it, restoring it is a rename. ``dest/source`` names the snapshot, ``dest/problem``
+    says what was wrong with it, ``dest/how`` how it came."""
+    if not os.path.isdir(store):
+        return 0
+    with Locked(store, exclusive=False):
+        kept = sorted((folder for folder, _ in snapshots(store)), key=used)
+        if not kept:
+            return 0
+        os.makedirs(dest, exist_ok=True)
+        link = mode == "link"
+        if link:
+            why = link_problem(kept[-1], dest)
+            if why:
+                shutil.rmtree(dest, ignore_errors=True)
+                say("not linked ahead (%s): copied in %%post instead" % why)
+                return 0
+        problem = copy_checked(kept[-1], os.path.join(dest, "venv"), link=link)
+    for name, text in (("source", os.path.basename(kept[-1])), ("problem", problem),
+                       ("how", "linked" if link else "copied")):
+        with open(os.path.join(dest, name), "w") as handle:
+            handle.write(text)
+    return 0
+
+
+def prefetched(dest, name):
+    """The prefetch's (venv, problem, how) if it is of snapshot ``name``, else Nones."""
+    found = {}
+    for part in ("source", "problem", "how"):
+        try:
+            with open(os.path.join(dest, part)) as handle:
+                found[part] = handle.read()
+        except OSError:
+            return None, "", ""
+    if found["source"] != name:
+        return None, "", ""
+    return os.path.join(dest, "venv"), found["problem"], found["how"]
+
+
+def restore(store, wheelhouse, venv, ahead=None):
+    """Replace ``venv`` with the best snapshot for this wheelhouse (``ahead``: what
+    :func:`prefetch` copied, used if it is that one, removed in any case)."""
+    try:
+        return restore_best(store, wheelhouse, venv, ahead)
+    finally:
+        if ahead:
+            shutil.rmtree(ahead, ignore_errors=True)
+
+
+def restore_best(store, wheelhouse, venv, ahead):
     if not os.path.isdir(store):
         say("none yet for this base and definition (this build makes the first)")
         return NONE
     wanted = set(wheel_set(wheelhouse))
     with Locked(store, exclusive=False):
-        usable = [(len(lines), folder) for folder, lines in snapshots(store)
+        usable = [(len(lines), used(folder), folder) for folder, lines in snapshots(store)
                   if lines <= wanted]
         if not usable:
             say("none of the %d kept was installed from a subset of this build's %d files: "
                 "installing all" % (len(snapshots(store)), len(wanted)))
             return NONE
-        reused, folder = max(usable)
+        reused, _, folder = max(usable)
         label = os.path.basename(folder)[:12]
+        copied, problem, how = (prefetched(ahead, os.path.basename(folder)) if ahead
+                                else (None, "", ""))
         shutil.rmtree(venv, ignore_errors=True)
-        try:
-            subprocess.check_call(["cp", "-a", os.path.join(folder, "venv"), venv])
-            with open(os.path.join(folder, MANIFEST)) as handle:
-                expected = handle.read().splitlines()
-            got = manifest(venv)
-        except (OSError, subprocess.CalledProcessError) as error:
-            say("%s could not be copied (%s): installing all" % (label, error))
-            shutil.rmtree(venv, ignore_errors=True)
-            return 1
-    if got != expected:
-        bad = sorted(set(got) ^ set(expected))
-        say("%s does not match its manifest (%d entries differ, first: %s): thrown away, "
-            "installing all" % (label, len(bad), bad[0].split()[-1] if bad else "?"))
+        if copied and not problem:
+            os.rename(copied, venv)
+            how = ("linked ahead of %post and checked" if how == "linked"
+                   else "copied and checked while pip downloaded")
+        else:
+            problem = problem or copy_checked(folder, venv)
+            how = "every file checked against its manifest"
+    if problem:
+        say("%s %s: thrown away, installing all" % (label, problem))
         shutil.rmtree(venv, ignore_errors=True)
         with Locked(store, exclusive=True):
             shutil.rmtree(folder, ignore_errors=True)
@@ -161,9 +264,8 @@ def restore(store, wheelhouse, venv):
         os.utime(os.path.join(folder, USED))
     except OSError:
         pass  # pruned since it was copied: the copy was checked, it stands
-    say("%s restored: installed from %d of this build's %d files (every file checked "
-        "against its manifest); pip installs the other %d"
-        % (label, reused, len(wanted), len(wanted) - reused))
+    say("%s restored (%s): installed from %d of this build's %d files; pip installs the "
+        "other %d" % (label, how, reused, len(wanted), len(wanted) - reused))
     return 0
 
 
@@ -209,11 +311,6 @@ def save(store, wheelhouse, venv):
 def prune(store):
     """Keep the :data:`KEEP` most recently used snapshots; remove stale temporary folders.
     Called with the store's lock held exclusively."""
-    def used(folder):
-        try:
-            return os.stat(os.path.join(folder, USED)).st_mtime
-        except OSError:
-            return 0.0
     kept = sorted((folder for folder, _ in snapshots(store)), key=used, reverse=True)
     removed = 0
     for folder in kept[KEEP:]:
@@ -227,10 +324,15 @@ def prune(store):
 
 
 def main(argv):
-    if len(argv) != 5 or argv[1] not in ("restore", "save"):
-        sys.exit("usage: venv-snapshot.py restore|save STORE WHEELHOUSE VENV")
-    action, store, wheelhouse, venv = argv[1:]
-    return (restore if action == "restore" else save)(store, wheelhouse, venv)
+    if argv[1:2] == ["prefetch"] and len(argv) in (4, 5) and argv[4:] in ([], ["copy"],
+                                                                          ["link"]):
+        return prefetch(*argv[2:])
+    if argv[1:2] == ["restore"] and len(argv) in (5, 6):
+        return restore(*argv[2:])
+    if argv[1:2] == ["save"] and len(argv) == 5:
+        return save(*argv[2:])
+    sys.exit("usage: venv-snapshot.py prefetch STORE DEST [copy|link] | restore STORE WHEELHOUSE VENV "
+             "[DEST] | save STORE WHEELHOUSE VENV")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 session's debian-base (linked, not rebuilt), one repetition, run as a user runs the benchmark.
 
 It proves the mechanism end to end with the real Apptainer: the cold build fills the cache, the
-rebuild after a one-package change uses it (its record says so), the --no-cache rebuild does not,
+rebuild after a one-package change uses it (its record says so, and it restored the cold build's
+environment snapshot), the --no-cache rebuild does not,
 and the two changed images hold the same files (the benchmark fails otherwise). The ratio is
 reported, not judged: the full-size figure (``cpu`` with torch, median of 3) is the README's.
 """
@@ -39,6 +40,9 @@ def test_benchmark_rebuilds_with_the_cache_and_the_same_content(
     assert run["cache_bytes"] > 0  # the cold build filled pip's cache
     assert run["warm_cache_use"]["bytes_before"] == run["cache_bytes"]
     assert run["warm_cache_use"]["bytes_after"] >= run["cache_bytes"]
+    # the rebuild restored the venv the cold build kept, and pip added only six
+    assert any("restored: installed from 1 of this build's 2 files" in line
+               for line in run["warm_snapshot"]), run["warm_snapshot"]
     assert any(line.startswith("six==") for line in run["pip_freeze"])
     assert any(line.startswith("idna==") for line in run["pip_freeze"])
     assert run["files_compared"] > 100

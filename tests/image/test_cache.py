@@ -193,12 +193,16 @@ def test_environment_snapshots_are_keyed_by_the_base_image_content(
     assert cpu.env_snapshot is not None
     assert f"environment snapshots ({tmp_path / 'packages' / 'pip' / 'envs'})" in cpu.cache_use
     assert cpu.env_snapshot.base_record == data_settings.images_dir / "debian-base.sif.json"
-    assert cpu.env_snapshot.resolve() is None  # the base is not built: no store, no snapshot
+    # the base is not built: no store, nothing staged, no snapshot
+    assert cpu.env_snapshot.resolve() is None and cpu.env_snapshot.staged() == {}
     record = cpu.env_snapshot.base_record
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text('{"sha256": "' + "a" * 64 + '"}')
     key = cpu.env_snapshot.resolve()
     assert key and len(key) == 32
+    envs = tmp_path / "packages" / "pip" / "envs"
+    assert cpu.env_snapshot.staged() == {package_cache.SNAPSHOT_MARKER: f"{key}\n",
+                                         package_cache.SNAPSHOT_STORE: f"{envs / key}\n"}
     assert "env" not in cpu.env_snapshot.parts and "base" not in cpu.env_snapshot.parts
     changed = factory_spec_change(data_root, tmp_path)
     cpu2 = plan_build(load_targets(changed), "cpu", settings=data_settings,
@@ -230,3 +234,24 @@ def test_a_base_not_named_by_content_gets_no_snapshots(data_root, data_settings,
     assert key is not None and why == "" and key.base_record is None and "env" not in key.parts
     tagged = parse_definition("Bootstrap: localimage\nFrom: /some/where.sif\n%post\n    true\n")
     assert env_snapshot_key(tagged, {}, tmp_path / "base.sif")[0] is None
+
+
+def test_invoke_cache_counts_the_environment_snapshots(tmp_path: Path) -> None:
+    from containers.app.caching import package_cache as show
+    from types import SimpleNamespace
+    root = tmp_path / "packages"
+    project = SimpleNamespace(settings=SimpleNamespace(cache_dir=tmp_path))
+    lines: list[str] = []
+    show(project, say=lines.append)
+    assert not any("snapshots" in line for line in lines)  # none yet: no line
+    for name in ("a", "b"):
+        kept = root / "pip" / "envs" / "key" / name
+        (kept / "venv").mkdir(parents=True)
+        (kept / "venv" / "f").write_bytes(b"x" * 1000)
+        (kept / "manifest.txt").write_text("f ...\n")
+    (root / "pip" / "envs" / "key" / ".tmp-c-1").mkdir()  # a build still writing: not counted
+    lines.clear()
+    show(project, say=lines.append)
+    [line] = [line for line in lines if "snapshots" in line]
+    assert line.startswith("  of pip, environment snapshots: 2 (")
+    assert line.endswith(str(root / "pip" / "envs"))

@@ -151,3 +151,105 @@ def test_restore_without_a_store_says_so(snap, tmp_path, capsys) -> None:
     assert snap.restore(str(tmp_path / "none"), str(files), str(target)) == snap.NONE
     assert target.is_dir()
     assert "none yet for this base and definition" in capsys.readouterr().out
+
+
+def test_a_prefetched_copy_is_renamed_into_place_when_the_resolution_picks_it(
+        snap, tmp_path, capsys) -> None:
+    store, ahead = tmp_path / "store", tmp_path / "ctx" / "prefetch"
+    installed = venv(tmp_path / "venv1", "torch")
+    snap.save(str(store), str(wheelhouse(tmp_path / "w1", "torch.whl")), str(installed))
+    assert snap.prefetch(str(store), str(ahead)) == 0  # while pip downloads
+    copy = ahead / "venv"
+    inode = (copy / "pyvenv.cfg").stat().st_ino
+    target = tmp_path / "venv2"
+    later = wheelhouse(tmp_path / "w2", "torch.whl", "six.whl")
+    assert snap.restore(str(store), str(later), str(target), str(ahead)) == 0
+    assert (target / "pyvenv.cfg").stat().st_ino == inode  # renamed, not copied again
+    assert snap.manifest(str(target)) == snap.manifest(str(installed))
+    assert not ahead.exists()
+    assert "(copied and checked while pip downloaded)" in capsys.readouterr().out
+
+
+def test_a_prefetch_of_another_snapshot_is_dropped(snap, tmp_path, capsys) -> None:
+    store, ahead = tmp_path / "store", tmp_path / "prefetch"
+    torch_only = venv(tmp_path / "t", "torch")
+    snap.save(str(store), str(wheelhouse(tmp_path / "w1", "torch.whl")), str(torch_only))
+    snap.save(str(store), str(wheelhouse(tmp_path / "w2", *(f"{p}.whl" for p in "abcde"))),
+              str(venv(tmp_path / "abcde", *"abcde")))
+    snap.prefetch(str(store), str(ahead))  # the most recently kept: abcde
+    assert (ahead / "source").read_text() != ""
+    target = tmp_path / "venv"
+    assert snap.restore(str(store), str(wheelhouse(tmp_path / "w3", "torch.whl", "six.whl")),
+                        str(target), str(ahead)) == 0
+    assert snap.manifest(str(target)) == snap.manifest(str(torch_only))
+    assert not ahead.exists()
+    assert "(every file checked against its manifest)" in capsys.readouterr().out
+
+
+def test_a_prefetch_that_finds_a_bad_snapshot_throws_it_away(snap, tmp_path, capsys) -> None:
+    store, ahead = tmp_path / "store", tmp_path / "prefetch"
+    files = wheelhouse(tmp_path / "w1", "torch.whl")
+    snap.save(str(store), str(files), str(venv(tmp_path / "v1", "torch")))
+    [kept] = [p for p in store.iterdir() if not p.name.startswith(".")]
+    (kept / "venv" / "pyvenv.cfg").write_text("home = /elsewhere\n")
+    snap.prefetch(str(store), str(ahead))
+    assert not (ahead / "venv").exists() and "manifest" in (ahead / "problem").read_text()
+    target = tmp_path / "venv"
+    assert snap.restore(str(store), str(files), str(target), str(ahead)) == 1
+    assert not target.exists() and not kept.exists() and not ahead.exists()
+    assert "does not match its manifest (2 entries differ, first: pyvenv.cfg): thrown away" \
+        in capsys.readouterr().out
+
+
+def test_prefetch_without_snapshots_leaves_nothing(snap, tmp_path) -> None:
+    assert snap.prefetch(str(tmp_path / "none"), str(tmp_path / "prefetch")) == 0
+    assert not (tmp_path / "prefetch").exists()
+    assert snap.main(["venv-snapshot.py", "prefetch", str(tmp_path / "none"),
+                      str(tmp_path / "p")]) == 0
+    with pytest.raises(SystemExit, match="usage"):
+        snap.main(["venv-snapshot.py", "restore", "x"])
+
+
+def test_a_prefetch_no_snapshot_fits_is_removed_too(snap, tmp_path) -> None:
+    store, ahead = tmp_path / "store", tmp_path / "prefetch"
+    snap.save(str(store), str(wheelhouse(tmp_path / "w1", "torch.whl")),
+              str(venv(tmp_path / "v1", "torch")))
+    snap.prefetch(str(store), str(ahead))
+    assert (ahead / "venv").is_dir()
+    other = wheelhouse(tmp_path / "w2", "numpy.whl")  # torch removed: no snapshot fits
+    assert snap.restore(str(store), str(other), str(tmp_path / "venv"), str(ahead)) == snap.NONE
+    assert not ahead.exists()
+
+
+def test_a_linked_prefetch_shares_the_cache_files_and_is_renamed_into_place(
+        snap, tmp_path, capsys) -> None:
+    """%setup's prefetch (on the host, where the root and the cache are plain folders) links
+    instead of copying: no byte is written, and the restored venv's files are the cache's."""
+    store, ahead = tmp_path / "store", tmp_path / "root" / "opt" / "venv.prefetch"
+    installed = venv(tmp_path / "venv1", "torch")
+    snap.save(str(store), str(wheelhouse(tmp_path / "w1", "torch.whl")), str(installed))
+    [kept] = [p for p in store.iterdir() if not p.name.startswith(".")]
+    assert snap.prefetch(str(store), str(ahead), "link") == 0
+    target = tmp_path / "root" / "opt" / "venv"
+    later = wheelhouse(tmp_path / "w2", "torch.whl", "six.whl")
+    assert snap.restore(str(store), str(later), str(target), str(ahead)) == 0
+    cached = kept / "venv" / "lib" / "torch" / "__init__.py"
+    assert (target / "lib" / "torch" / "__init__.py").stat().st_ino == cached.stat().st_ino
+    assert snap.manifest(str(target)) == snap.manifest(str(installed))
+    assert "(linked ahead of %post and checked)" in capsys.readouterr().out
+
+
+def test_where_links_cannot_go_nothing_is_prefetched(snap, tmp_path, capsys,
+                                                     monkeypatch) -> None:
+    store, ahead = tmp_path / "store", tmp_path / "root" / "venv.prefetch"
+    snap.save(str(store), str(wheelhouse(tmp_path / "w1", "torch.whl")),
+              str(venv(tmp_path / "v1", "torch")))
+    capsys.readouterr()
+
+    def cross_device(source, dest):
+        raise OSError(18, "Invalid cross-device link")
+    monkeypatch.setattr(snap.os, "link", cross_device)
+    assert snap.prefetch(str(store), str(ahead), "link") == 0
+    assert not ahead.exists()  # %post copies it while pip downloads instead
+    assert "not linked ahead (Invalid cross-device link): copied in %post instead" \
+        in capsys.readouterr().out
