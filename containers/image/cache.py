@@ -250,7 +250,7 @@ class SnapshotKey:
     def staged(self) -> dict[str, str]:
         """The build-context files that name the store: its key (for ``%post``, which sees
         the cache at :data:`PIP_MOUNT`) and its host path (for ``%setup``, which runs on the
-        host). None when the base gives no sha256: no snapshots."""
+        host). Nothing when the base gives no sha256: no snapshots."""
         key = self.resolve()
         if not key:
             return {}

@@ -41,8 +41,8 @@ def test_benchmark_rebuilds_with_the_cache_and_the_same_content(
     assert run["warm_cache_use"]["bytes_before"] == run["cache_bytes"]
     assert run["warm_cache_use"]["bytes_after"] >= run["cache_bytes"]
     # the rebuild restored the venv the cold build kept, and pip added only six
-    assert any("restored: installed from 1 of this build's 2 files" in line
-               for line in run["warm_snapshot"]), run["warm_snapshot"]
+    assert any("restored (linked ahead of %post and checked): installed from 1 of this "
+               "build's 2 files" in line for line in run["warm_snapshot"]), run["warm_snapshot"]
     assert any(line.startswith("six==") for line in run["pip_freeze"])
     assert any(line.startswith("idna==") for line in run["pip_freeze"])
     assert run["files_compared"] > 100

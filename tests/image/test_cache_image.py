@@ -19,12 +19,17 @@ from containers import app
 pytestmark = pytest.mark.apptainer
 
 
-def tiny_cpu_project(root: Path, packages: list[str]) -> Path:
-    """The project copy's ``cpu`` target with only ``packages`` in its pip list and no %test
-    (cpu.def's imports torch)."""
+def cpu_pip_list(root: Path, packages: list[str]) -> None:
+    """The project copy's ``cpu`` env spec with only ``packages`` in its pip list."""
     spec = {"name": "cpu", "channels": ["conda-forge"],
             "dependencies": ["python=3.11", "pip", {"pip": packages}]}
     (root / "envs" / "cpu.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+def tiny_cpu_project(root: Path, packages: list[str]) -> Path:
+    """The project copy's ``cpu`` target with only ``packages`` in its pip list and no %test
+    (cpu.def's imports torch)."""
+    cpu_pip_list(root, packages)
     manifest = root / "recipes" / "cpu.yaml"
     manifest.write_text(manifest.read_text() + "test: false\n")
     return root
@@ -93,12 +98,14 @@ def test_a_rebuild_restores_the_snapshot_and_pip_adds_only_the_new_package(
     assert any("environment snapshot: none yet" in line for line in first)
     assert any("environment snapshot: " in line and " kept (1 files" in line for line in first)
 
-    tiny_cpu_project(root, ["idna", "six"])
+    cpu_pip_list(root, ["idna", "six"])
     project = app.Project.load(root, config)
     warm: list[str] = []
     app.build(project, target="cpu", say=warm.append)
     log = "\n".join(warm)
-    assert "restored: installed from 1 of this build's 2 files" in log, log[-3000:]
+    # the cache and the build's root share tmp_path's filesystem: linked, not copied
+    assert ("restored (linked ahead of %post and checked): installed from 1 of this "
+            "build's 2 files") in log, log[-3000:]
     assert "Installing collected packages: six\n" in log + "\n"
     assert "not kept again: one kept covers all but 1 of these 2 files" in log
 
