@@ -26,7 +26,7 @@ from containers.image import cache as package_cache
 from containers.image.cache import PackageCache, SnapshotKey
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
-from containers.inputs.recipes import Target, base_chain
+from containers.inputs.recipes import Target, base_chain, named_scripts
 from containers.inputs.settings import SQUASHFS_DEFAULT_LEVEL, Settings
 from containers.inputs.sites import Site
 from containers.inputs.validate import host_path_policy
@@ -167,22 +167,11 @@ def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | 
 
 def definition_scripts(definition: Definition) -> dict[str, Path]:
     """Helper scripts from ``recipes/scripts/`` that the definition names, or that a script it
-    names names: staged into the build context, and part of the inputs hash (changing one
-    rebuilds every image that runs it)."""
+    names names (:func:`containers.inputs.recipes.named_scripts`): staged into the build
+    context, and part of the inputs hash (changing one rebuilds every image that runs it)."""
     if definition.path is None:
         return {}
-    folder = definition.path.parent / "scripts"
-    found = sorted(folder.iterdir()) if folder.is_dir() else []
-    scripts = {p.name: p for p in found if p.is_file()}
-    named: dict[str, Path] = {}
-    texts = [definition.text]
-    while texts:
-        text = texts.pop()
-        for name, path in scripts.items():
-            if name not in named and name in text:
-                named[name] = path
-                texts.append(read_input_text(path))
-    return dict(sorted(named.items()))
+    return named_scripts(definition.text, definition.path.parent / "scripts")
 
 
 def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: str | None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from containers.errors import ConfigError, raise_all
 from containers.files import resolves_outside
@@ -110,22 +111,41 @@ def project_file(value: str, *, root: Path, manifest: Path, line: int | None, ke
     return resolved
 
 
+def named_scripts(text: str, folder: Path,
+                  check: Callable[[Path, str], None] = lambda script, by: None) -> dict[str, Path]:
+    """The files of ``folder`` (a definition's ``scripts/``) that ``text`` names, and those
+    they name in turn (the install script runs ``venv-snapshot.py``): what a build stages and
+    hashes. ``check(script, named_by)`` sees each before it is read."""
+    found = sorted(folder.iterdir()) if folder.is_dir() else []
+    seen: set[str] = set()
+    named: dict[str, Path] = {}
+    texts = [("the definition", text)]
+    while texts:
+        by, body = texts.pop()
+        for script in found:
+            if script.name in seen or script.name not in body:
+                continue
+            seen.add(script.name)
+            check(script, by)
+            if script.is_file():
+                named[script.name] = script
+                texts.append((script.name, read_input_text(script)))
+    return dict(sorted(named.items()))
+
+
 def check_scripts(definition: Path, *, root: Path, manifest: Path, line: int | None) -> None:
-    """The helper scripts a definition runs (``scripts/`` beside it, named in its text: what the
-    build stages and hashes) must be the project's own regular UTF-8 files too."""
-    folder = definition.parent / "scripts"
-    if not folder.is_dir():
-        return
-    text = read_input_text(definition)
-    for script in sorted(folder.iterdir()):
-        if script.name not in text:
-            continue
+    """The helper scripts a definition runs (``scripts/`` beside it, named in its text or in
+    a script it names: what the build stages and hashes) must be the project's own regular
+    UTF-8 files too; each is checked before it is read."""
+    def inside(script: Path, by: str) -> None:
         outside = resolves_outside(script, root)
         if outside is not None:
-            raise ConfigError(_outside(f"{script} (run by {definition.name})", script, outside,
-                                       root), path=manifest, line=line, key="definition")
-        if script.is_file():
-            read_input_text(script)
+            runner = (definition.name if by == "the definition"
+                      else f"{by}, run by {definition.name}")
+            raise ConfigError(_outside(f"{script} (run by {runner})", script, outside, root),
+                              path=manifest, line=line, key="definition")
+
+    named_scripts(read_input_text(definition), definition.parent / "scripts", inside)
 
 
 def load_target(path: Path, *, root: Path) -> Target:

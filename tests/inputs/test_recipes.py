@@ -147,6 +147,24 @@ def test_a_script_linked_out_of_the_project_is_refused(factory_project, tmp_path
                               f"{tmp_path / 'shadow'}): inputs must be the project's own files")
 
 
+def test_a_script_a_script_runs_linked_out_of_the_project_is_refused(factory_project,
+                                                                      tmp_path) -> None:
+    """Scripts are staged and hashed when a script the definition runs names them (the install
+    script runs venv-snapshot.py): the same rule holds for them, checked before they are read."""
+    root = factory_project()
+    scripts = root / "recipes" / "scripts"
+    (scripts / "outer.sh").write_text("#!/bin/sh\nsh \"$(dirname \"$0\")/inner.sh\"\n")
+    (scripts / "inner.sh").symlink_to(_secret(tmp_path))
+    (root / "recipes" / "t.def").write_text(
+        "Bootstrap: localimage\nFrom: {{ BASE_IMAGE }}\n%post\n    sh outer.sh\n")
+    manifest = root / "recipes" / "aaa.yaml"  # read first
+    manifest.write_text("description: t\nbase: debian-base\ndefinition: recipes/t.def\n")
+    assert _refused(root) == (f"{manifest}:{_line(manifest, 'definition')}: definition: "
+                              f"{scripts / 'inner.sh'} (run by outer.sh, run by t.def) is outside "
+                              f"the project {root} (it leads to {tmp_path / 'shadow'}): inputs "
+                              "must be the project's own files")
+
+
 def test_a_manifest_linked_out_of_the_project_is_refused(factory_project, tmp_path) -> None:
     root = factory_project()
     manifest = root / "recipes" / "evil.yaml"
