@@ -170,20 +170,8 @@ def test_debootstrap_shim_runs_the_real_one_with_the_cache(tmp_path: Path) -> No
     assert missing.returncode != 0 and "CONTAINERS_APT_CACHE" in missing.stderr
 
 
-def factory_spec_change(root: Path, tmp_path: Path) -> Path:
-    """A copy of the project whose cpu env spec adds one package."""
-    import shutil
-    copy = tmp_path / "changed"
-    for folder in ("recipes", "envs", "sites", "jobs"):
-        shutil.copytree(root / folder, copy / folder,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    spec = copy / "envs" / "cpu.yml"
-    spec.write_text(spec.read_text() + "      - six\n")
-    return copy
-
-
 def test_environment_snapshots_are_keyed_by_the_base_image_content(
-        data_root, data_settings, data_runtime, tmp_path: Path) -> None:
+        data_root, data_settings, data_runtime, factory_project, tmp_path: Path) -> None:
     """cpu's venv snapshots are named by every input but the env spec and by its base's sha256,
     read from the base's record once the base is built: another env spec keeps the store,
     another base image (same inputs, other bytes) or definition changes it."""
@@ -204,7 +192,9 @@ def test_environment_snapshots_are_keyed_by_the_base_image_content(
     assert cpu.env_snapshot.staged() == {package_cache.SNAPSHOT_MARKER: f"{key}\n",
                                          package_cache.SNAPSHOT_STORE: f"{envs / key}\n"}
     assert "env" not in cpu.env_snapshot.parts and "base" not in cpu.env_snapshot.parts
-    changed = factory_spec_change(data_root, tmp_path)
+    changed = factory_project()  # the cpu env spec gains a package
+    spec = changed / "envs" / "cpu.yml"
+    spec.write_text(spec.read_text() + "      - six\n")
     cpu2 = plan_build(load_targets(changed), "cpu", settings=data_settings,
                       host=host).steps[-1]
     assert cpu2.inputs_hash != cpu.inputs_hash and cpu2.env_snapshot.resolve() == key

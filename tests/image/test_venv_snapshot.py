@@ -41,6 +41,11 @@ def venv(folder: Path, *packages: str) -> Path:
     return folder
 
 
+def kept_in(store: Path) -> list[Path]:
+    """The complete snapshots in a store (temporary folders and the lock start with '.')."""
+    return sorted(p for p in store.iterdir() if not p.name.startswith("."))
+
+
 def test_a_snapshot_of_a_subset_is_restored_exactly(snap, tmp_path, capsys) -> None:
     store = tmp_path / "store"
     first = wheelhouse(tmp_path / "w1", "torch.whl", "numpy.whl")
@@ -76,7 +81,7 @@ def test_a_snapshot_that_fails_its_manifest_is_thrown_away(snap, tmp_path, capsy
     store = tmp_path / "store"
     files = wheelhouse(tmp_path / "w1", "torch.whl")
     snap.save(str(store), str(files), str(venv(tmp_path / "venv1", "torch")))
-    [kept] = [p for p in store.iterdir() if not p.name.startswith(".")]
+    [kept] = kept_in(store)
     init = kept / "venv" / "lib" / "torch" / "__init__.py"
     init.write_text(init.read_text().upper())  # same size, other bytes
     target = venv(tmp_path / "venv2")
@@ -91,7 +96,7 @@ def test_an_extra_missing_or_rechmodded_file_fails_the_manifest(snap, tmp_path, 
     store = tmp_path / "store"
     files = wheelhouse(tmp_path / "w1", "torch.whl")
     snap.save(str(store), str(files), str(venv(tmp_path / "venv1", "torch")))
-    [kept] = [p for p in store.iterdir() if not p.name.startswith(".")]
+    [kept] = kept_in(store)
     tool = kept / "venv" / "bin" / "tool"
     if change == "extra":
         (kept / "venv" / "lib" / "torch" / "evil.py").write_text("import os\n")
@@ -125,8 +130,7 @@ def test_what_is_kept_and_what_is_pruned(snap, tmp_path, capsys, monkeypatch) ->
     plus_few = wheelhouse(tmp_path / "w2", "torch.whl", "six.whl")
     snap.save(str(store), str(plus_few), str(venv(tmp_path / "v2", "torch", "six")))
     assert "not kept again: one kept covers all but 1 of these 2 files" in capsys.readouterr().out
-    names = lambda: sorted(p.name for p in store.iterdir() if not p.name.startswith("."))  # noqa: E731
-    assert len(names()) == 1
+    assert len(kept_in(store)) == 1
     # the same set again: kept already
     snap.save(str(store), str(one), str(venv(tmp_path / "v3", "torch")))
     assert "kept already" in capsys.readouterr().out
@@ -134,7 +138,7 @@ def test_what_is_kept_and_what_is_pruned(snap, tmp_path, capsys, monkeypatch) ->
     for number in range(snap.KEEP + 1):
         other = wheelhouse(tmp_path / f"o{number}", f"other{number}.whl")
         snap.save(str(store), str(other), str(venv(tmp_path / f"ov{number}", "other")))
-    assert len(names()) == snap.KEEP
+    assert len(kept_in(store)) == snap.KEEP
     assert snap.restore(str(store), str(one), str(tmp_path / "again")) == snap.NONE  # pruned
     # a killed build's temporary folder is never offered, and goes once stale
     stale = store / ".tmp-dead-1"
@@ -190,7 +194,7 @@ def test_a_prefetch_that_finds_a_bad_snapshot_throws_it_away(snap, tmp_path, cap
     store, ahead = tmp_path / "store", tmp_path / "prefetch"
     files = wheelhouse(tmp_path / "w1", "torch.whl")
     snap.save(str(store), str(files), str(venv(tmp_path / "v1", "torch")))
-    [kept] = [p for p in store.iterdir() if not p.name.startswith(".")]
+    [kept] = kept_in(store)
     (kept / "venv" / "pyvenv.cfg").write_text("home = /elsewhere\n")
     snap.prefetch(str(store), str(ahead))
     assert not (ahead / "venv").exists() and "manifest" in (ahead / "problem").read_text()
@@ -228,7 +232,7 @@ def test_a_linked_prefetch_shares_the_cache_files_and_is_renamed_into_place(
     store, ahead = tmp_path / "store", tmp_path / "root" / "opt" / "venv.prefetch"
     installed = venv(tmp_path / "venv1", "torch")
     snap.save(str(store), str(wheelhouse(tmp_path / "w1", "torch.whl")), str(installed))
-    [kept] = [p for p in store.iterdir() if not p.name.startswith(".")]
+    [kept] = kept_in(store)
     assert snap.prefetch(str(store), str(ahead), "link") == 0
     target = tmp_path / "root" / "opt" / "venv"
     later = wheelhouse(tmp_path / "w2", "torch.whl", "six.whl")
