@@ -235,10 +235,55 @@ def _findable(argv0: str, env: Mapping[str, str] | None, cwd: Path | None) -> bo
     return shutil.which(argv0, path=path) is not None
 
 
-def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-        timeout: float | None = None, on_line: LineSink | None = None, tail_lines: int = 60,
-        grace: float = 10.0) -> Completed:
-    """Run ``argv``, streaming each output line (stdout and stderr merged) to ``on_line``.
+class Running:
+    """A command :func:`start` started: :meth:`wait` for its result, or :meth:`stop` it.
+
+    Lets the caller do other work meanwhile (a build tests its image while it probes it); the
+    teardown guarantees of :func:`run` hold for both ends."""
+
+    def __init__(self, argv: list[str], proc: subprocess.Popen, on_line: LineSink | None,
+                 tail_lines: int, grace: float) -> None:
+        self.argv, self.proc, self.grace = argv, proc, grace
+        self.started = time.monotonic()
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True)
+        self.reader.start()
+
+    def _pump(self, on_line: LineSink | None) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            self.tail.append(line)
+            if on_line is not None:
+                on_line(line)
+
+    def wait(self, timeout: float | None = None) -> Completed:
+        """Its result once it ends; after ``timeout`` seconds it is stopped (``timed_out``).
+        An interrupt meanwhile stops it too, and goes on."""
+        timed_out = False
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stop_tree(self.proc, grace=self.grace)
+        except BaseException:
+            stop_tree(self.proc, grace=self.grace)
+            raise
+        self.reader.join(timeout=5)
+        return Completed(argv=self.argv, returncode=self.proc.returncode, tail=list(self.tail),
+                         timed_out=timed_out, seconds=time.monotonic() - self.started)
+
+    def stop(self) -> None:
+        """End it and everything it started, if still running (:func:`stop_tree`)."""
+        if self.proc.poll() is None:
+            stop_tree(self.proc, grace=self.grace)
+        self.reader.join(timeout=5)
+
+
+def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+          on_line: LineSink | None = None, tail_lines: int = 60,
+          grace: float = 10.0) -> Running:
+    """Start ``argv``, streaming each output line (stdout and stderr merged) to ``on_line``.
 
     The command gets its own session so a terminal Ctrl-C reaches us first and we tear the whole
     tree down ourselves; on timeout or interrupt nothing it started is left running, and under
@@ -246,7 +291,6 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path 
     :data:`ORPHAN_GRACE` seconds.
     """
     argv = [str(a) for a in argv]
-    started = time.monotonic()
     if not _findable(argv[0], env, cwd):
         raise CommandFailed(f"command not found: {argv[0]}", argv=argv)
     try:
@@ -257,30 +301,15 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path 
                                 bufsize=1)
     except FileNotFoundError as exc:
         raise CommandFailed(f"command not found: {argv[0]}", argv=argv) from exc
-    tail: deque[str] = deque(maxlen=tail_lines)
+    return Running(argv, proc, on_line, tail_lines, grace)
 
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            tail.append(line)
-            if on_line is not None:
-                on_line(line)
 
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        stop_tree(proc, grace=grace)
-    except BaseException:
-        stop_tree(proc, grace=grace)
-        raise
-    reader.join(timeout=5)
-    return Completed(argv=argv, returncode=proc.returncode, tail=list(tail), timed_out=timed_out,
-                     seconds=time.monotonic() - started)
+def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+        timeout: float | None = None, on_line: LineSink | None = None, tail_lines: int = 60,
+        grace: float = 10.0) -> Completed:
+    """Run ``argv`` to its end (:func:`start`, then :meth:`Running.wait`)."""
+    return start(argv, env=env, cwd=cwd, on_line=on_line, tail_lines=tail_lines,
+                 grace=grace).wait(timeout)
 
 
 def capture(argv: Sequence[str], *, env: Mapping[str, str] | None = None,

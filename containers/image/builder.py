@@ -20,6 +20,7 @@ import re
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from containers.files import atomic_write_text
-from containers.host.process import run
+from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
@@ -242,6 +243,16 @@ def _stream(step: BuildStep, label: str, say: Say,
     return on_line
 
 
+def serial(say: Say) -> Say:
+    """``say`` for lines from several threads: one whole line at a time."""
+    lock = threading.Lock()
+
+    def said(line: str) -> None:
+        with lock:
+            say(line)
+    return said
+
+
 def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
                examine: Examine | None = None) -> dict:
     """Build, test and install one image; return its provenance record."""
@@ -285,18 +296,34 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
                   "bytes_after": after[0], "files_after": after[1]}
         say(f"==> package cache now {human_bytes(after[0])} in {after[1]} files "
             f"({human_bytes(max(after[0] - cache.bytes, 0))} added by this build)")
+    # The image's own %test and the tool's reading of it (arch, probe) are independent execs
+    # of the finished image: they run side by side (~3 s of a rebuild here). A failed test is
+    # the verdict reported, whatever the reading found; an interrupt stops both.
+    test, say = None, serial(say)
     if step.test_argv:
         say(f"==> testing {step.target.name}")
-        run(step.test_argv, env=env, on_line=_stream(step, "test", say)).check(
-            f"{runtime.flavour} test of {step.target.name}")
-    record = provenance.record(step, runtime=runtime, seconds=time.time() - started)
-    record["package_cache"] = cached  # how this build used it (None: it did not)
-    record["arch"] = checked_arch(step, runtime)
-    # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the tool's
-    # own label carries the architecture read from the image's files.
-    record["labels"][provenance.LABEL_PREFIX + "arch"] = record["arch"]
-    # The caller's last test of the built image (site fit), and the files it adds (the SBOM).
-    extra = examine(step, runtime, record, say) if examine else {}
+        test = start(step.test_argv, env=env, on_line=_stream(step, "test", say))
+    what = f"{runtime.flavour} test of {step.target.name}"
+    try:
+        record = provenance.record(step, runtime=runtime, seconds=time.time() - started)
+        record["package_cache"] = cached  # how this build used it (None: it did not)
+        record["arch"] = checked_arch(step, runtime)
+        # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the
+        # tool's own label carries the architecture read from the image's files.
+        record["labels"][provenance.LABEL_PREFIX + "arch"] = record["arch"]
+        # The caller's last test of the built image (site fit), and the files it adds (SBOM).
+        extra = examine(step, runtime, record, say) if examine else {}
+    except CommandFailed:
+        if test is not None:
+            test.wait().check(what)
+        raise
+    except BaseException:
+        if test is not None:
+            test.stop()
+        raise
+    if test is not None:
+        test.wait().check(what)
+    record["build_seconds"] = round(time.time() - started, 1)
     for suffix in (".json", *extra):
         step.image.with_name(step.image.name + suffix).unlink(missing_ok=True)
     os.replace(step.partial, step.image)

@@ -284,3 +284,74 @@ def test_a_build_reports_the_package_cache_as_it_finds_it(tmp_path: Path) -> Non
         build_step(step, runtime=RUNTIME, say=lines.append)
     said = [line for line in lines if line.startswith("==> package cache:")]
     assert said == [f"==> package cache: pip (test); {cache.root} (100 B in 1 files)"], lines
+
+
+def _built_step(tmp_path: Path, test_script: str) -> BuildStep:
+    """A build of ``x`` whose build command writes its partial image and whose image test is
+    ``test_script`` (sh), run in ``tmp_path``; reading the image (record, arch) is faked."""
+    step = _failing_step(tmp_path, "x")
+    return dataclasses.replace(step, build_argv=["sh", "-c", f"echo image > '{step.partial}'"],
+                               test_argv=["sh", "-c", f"cd '{tmp_path}' && {test_script}"])
+
+
+@pytest.fixture
+def read_image_faked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("containers.image.builder.provenance.record",
+                        lambda step, runtime, seconds: {"labels": {}, "size_bytes": 6})
+    monkeypatch.setattr("containers.image.builder.checked_arch", lambda step, runtime: "x86_64")
+
+
+def test_the_image_test_runs_while_the_image_is_examined(tmp_path: Path,
+                                                         read_image_faked: None) -> None:
+    """Two independent execs of the finished image: the test here passes only if the examine
+    has run meanwhile (one after the other, it would wait 10 s for it and fail)."""
+    step = _built_step(tmp_path, "for i in $(seq 100); do [ -e examined ] && exit 0; "
+                                 "sleep 0.1; done; exit 1")
+
+    def examine(step: BuildStep, runtime: Runtime, record: dict, say) -> dict:
+        (tmp_path / "examined").touch()
+        return {".extra": "text\n"}
+
+    lines: list[str] = []
+    record = build_step(step, runtime=RUNTIME, say=lines.append, examine=examine)
+    assert step.image.read_text() == "image\n" and not step.partial.exists()
+    assert Path(f"{step.image}.extra").read_text() == "text\n"
+    assert record["build_seconds"] < 10 and "==> testing x" in lines
+
+
+def test_a_failed_image_test_is_the_failure_reported_and_nothing_is_kept(
+        tmp_path: Path, read_image_faked: None) -> None:
+    """The examine failing too (say, its site fit) does not hide the image's own test."""
+    step = _built_step(tmp_path, "sleep 0.5; echo broken; exit 3")
+
+    def examine(step: BuildStep, runtime: Runtime, record: dict, say) -> dict:
+        raise CommandFailed("x does not fit site local")
+
+    with pytest.raises(CommandFailed, match="apptainer test of x") as failed:
+        build_step(step, runtime=RUNTIME, say=lambda line: None, examine=examine)
+    assert failed.value.returncode == 3
+    assert not step.image.exists() and not step.partial.exists()
+    passing = _built_step(tmp_path, "true")
+    with pytest.raises(CommandFailed, match="does not fit site local"):
+        build_step(passing, runtime=RUNTIME, say=lambda line: None, examine=examine)
+    assert not passing.image.exists()
+
+
+def test_an_interrupt_while_examining_stops_the_image_test(tmp_path: Path,
+                                                           read_image_faked: None) -> None:
+    step = _built_step(tmp_path, "echo $$ > test.pid; exec sleep 60")
+
+    def examine(step: BuildStep, runtime: Runtime, record: dict, say) -> dict:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "test.pid").is_file() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        build_step(step, runtime=RUNTIME, say=lambda line: None, examine=examine)
+    assert time.monotonic() - started < 30
+    pid = int((tmp_path / "test.pid").read_text())
+    import psutil
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not step.image.exists() and not step.partial.exists()
