@@ -18,7 +18,7 @@ def package_cache(project: Project, *, prune: bool = False, say: Say = _print) -
     for part in PARTS:
         size, files = usage(root / part)
         say(f"  {part:<4} {human_bytes(size):>10} in {files} files")
-    stores = sorted((root / "pip" / ENVS).glob("*/*/manifest.txt"))
+    stores = sorted((root / "pip" / ENVS).glob("*/*/wheels.txt"))  # not a fresh venv
     if stores:
         size, files = usage(root / "pip" / ENVS)
         say(f"  of pip, environment snapshots: {len(stores)} ({human_bytes(size)}), "

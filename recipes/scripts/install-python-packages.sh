@@ -43,9 +43,6 @@ if [ "$target" = system ]; then
     freeze=/opt/pip-freeze.txt
     "$python" -m pip install --progress-bar off -r "$ctx/requirements.txt"
 else
-    python3 -m venv "$target"
-    python="$target/bin/python"
-    freeze="$target/pip-freeze.txt"
     # Download first, then install from exactly the files this resolution chose (--no-index).
     # The download folder is the cache's when there is one: pip checks a file already there
     # against the index's hash and fetches it again when it differs, and fetches only what is
@@ -64,23 +61,50 @@ else
     # says when and why it may). The tool stages the snapshot key only for a base it can name
     # by content. The likeliest snapshot comes ahead, beside the venv: hard-linked by the
     # definition's %setup where it can (the host sees the root and the cache as plain folders;
-    # here they are two mounts, which links cannot cross), else copied while pip downloads.
+    # here they are two mounts, which links cannot cross) and checked here while the venv is
+    # made and pip downloads, else copied and checked meanwhile.
     snapshots= prefetching= ahead="$target.prefetch"
     if [ -n "$cache" ] && [ -s "$ctx/env-snapshot-key" ]; then
         snapshots="$cache/envs/$(cat "$ctx/env-snapshot-key")"
-        if [ ! -d "$ahead" ]; then
+        if [ ! -e "$ahead/source" ]; then
             python3 "$ctx/venv-snapshot.py" prefetch "$snapshots" "$ahead" \
                 > "$ctx/prefetch.log" 2>&1 &
+            prefetching=$!
+        elif [ ! -e "$ahead/problem" ]; then
+            python3 "$ctx/venv-snapshot.py" check "$ahead" > "$ctx/prefetch.log" 2>&1 &
             prefetching=$!
         fi
     elif [ -n "$cache" ]; then
         echo "environment snapshot: none for this build (its base is not named by content)"
     fi
+    # The venv pip downloads with: the one an earlier build of this key made, when %setup
+    # linked it and it passes its check (python3 -m venv unpacks pip and setuptools: ~2 s),
+    # else a new one, kept for the next build.
+    fresh="$ahead/fresh"
+    if [ -d "$fresh/venv" ]; then
+        python3 "$ctx/venv-snapshot.py" check "$fresh"
+    fi
+    if [ -d "$fresh/venv" ] && [ -e "$fresh/problem" ] && [ ! -s "$fresh/problem" ]; then
+        mv "$fresh/venv" "$target"
+        echo "environment snapshot: the venv pip starts from is the kept fresh one (linked, checked)"
+    else
+        python3 -m venv "$target"
+        if [ -n "$snapshots" ]; then
+            replace=
+            if [ -s "$fresh/problem" ]; then
+                echo "environment snapshot: the kept fresh venv $(cat "$fresh/problem"): replaced"
+                replace=replace
+            fi
+            python3 "$ctx/venv-snapshot.py" keep-fresh "$snapshots" "$target" $replace
+        fi
+    fi
+    python="$target/bin/python"
+    freeze="$target/pip-freeze.txt"
     { $lock "$python" -m pip download --progress-bar off -d "$downloads" \
           -r "$ctx/requirements.txt"
       echo $? > "$ctx/download.status"; } 2>&1 | tee "$ctx/download.log"
     if [ -n "$prefetching" ]; then
-        wait "$prefetching" || echo "environment snapshot: the copy ahead failed (exit $?)"
+        wait "$prefetching" || echo "environment snapshot: the work ahead failed (exit $?)"
         cat "$ctx/prefetch.log"
     fi
     [ "$(cat "$ctx/download.status")" = 0 ] || exit 1

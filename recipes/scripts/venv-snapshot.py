@@ -8,6 +8,8 @@ Runs inside ``%post`` with the image's own python3 (3.6 or newer, standard libra
                                                              snapshot applies (VENV untouched)
     python3 venv-snapshot.py save STORE WHEELHOUSE VENV      keep VENV as a snapshot
     python3 venv-snapshot.py prefetch STORE DEST [link]      copy (link) the likeliest ahead
+    python3 venv-snapshot.py check DEST                      check what was linked ahead
+    python3 venv-snapshot.py keep-fresh STORE VENV [replace] keep a venv python3 -m venv made
     python3 venv-snapshot.py restore STORE WHEELHOUSE VENV DEST   ... using that copy if it fits
 
 STORE is ``<cache>/envs/<key>``: the tool's key names everything but the resolution that decides
@@ -54,6 +56,9 @@ NEW_AT = 4
 #: A temporary folder older than this is a killed build's: removed when a snapshot is saved.
 STALE_S = 6 * 3600
 WHEELS = "wheels.txt"
+#: The store's venv as ``python3 -m venv`` made it, before pip installed anything (no
+#: wheels.txt: never offered as a snapshot).
+FRESH = "fresh"
 MANIFEST = "manifest.txt"
 USED = "used"
 #: restore's exit status when no snapshot applies (the venv is left as it was); any other
@@ -152,15 +157,25 @@ def copy_checked(folder, dest, link=False):
     try:
         subprocess.check_call(["cp", "-al" if link else "-a", os.path.join(folder, "venv"),
                                dest])
-        with open(os.path.join(folder, MANIFEST)) as handle:
-            expected = handle.read().splitlines()
-        got = manifest(dest)
     except (OSError, subprocess.CalledProcessError) as error:
         shutil.rmtree(dest, ignore_errors=True)
         return "could not be copied (%s)" % error
+    return verified(dest, os.path.join(folder, MANIFEST))
+
+
+def verified(venv, listing):
+    """'' when the tree at ``venv`` is the one the manifest file ``listing`` describes, else
+    what differs (the tree is removed then)."""
+    try:
+        with open(listing) as handle:
+            expected = handle.read().splitlines()
+        got = manifest(venv)
+    except OSError as error:
+        shutil.rmtree(venv, ignore_errors=True)
+        return "could not be read (%s)" % error
     if got == expected:
         return ""
-    shutil.rmtree(dest, ignore_errors=True)
+    shutil.rmtree(venv, ignore_errors=True)
     bad = sorted(set(got) ^ set(expected))
     return "does not match its manifest (%d entries differ, first: %s)" % (
         len(bad), bad[0].split()[-1] if bad else "?")
@@ -181,35 +196,100 @@ def link_problem(folder, dest):
 def prefetch(store, dest, mode="copy"):
     """Copy (``copy``, in %post while pip downloads) or hard-link (``link``, in %setup on the
     host, where the root and the cache are plain folders) the most recently used snapshot into
-    ``dest``, beside the venv on the image's filesystem, and check it: if the resolution then
-    picks it, restoring it is a rename. ``dest/source`` names the snapshot, ``dest/problem``
-    says what was wrong with it, ``dest/how`` how it came."""
+    ``dest``, beside the venv on the image's filesystem: if the resolution then picks it,
+    restoring it is a rename. ``dest/source`` names the snapshot, ``dest/how`` how it came,
+    ``dest/problem`` what was wrong with it ('' nothing). A copy is checked here; links are
+    checked by :func:`check` in %post, while the venv is made and pip downloads (the
+    snapshot's manifest is linked with them), and by the restore if that did not run.
+    Linking also brings the store's fresh venv (:func:`keep_fresh`) to ``dest/fresh``."""
     if not os.path.isdir(store):
         return 0
     with Locked(store, exclusive=False):
         kept = sorted((folder for folder, _ in snapshots(store)), key=used)
-        if not kept:
+        fresh = os.path.join(store, FRESH)
+        if not kept and not (mode == "link" and os.path.isdir(fresh)):
             return 0
         os.makedirs(dest, exist_ok=True)
         link = mode == "link"
         if link:
-            why = link_problem(kept[-1], dest)
+            why = link_problem(kept[-1] if kept else fresh, dest)
             if why:
                 shutil.rmtree(dest, ignore_errors=True)
                 say("not linked ahead (%s): copied in %%post instead" % why)
                 return 0
-        problem = copy_checked(kept[-1], os.path.join(dest, "venv"), link=link)
-    for name, text in (("source", os.path.basename(kept[-1])), ("problem", problem),
-                       ("how", "linked" if link else "copied")):
+            why = linked(fresh, os.path.join(dest, FRESH)) if os.path.isdir(fresh) else ""
+            if why:
+                say("the fresh venv %s: made again in %%post" % why)
+            if not kept:
+                return 0
+            problem = linked(kept[-1], dest) or None
+        else:
+            problem = copy_checked(kept[-1], os.path.join(dest, "venv"))
+    marks = [("source", os.path.basename(kept[-1])), ("how", "linked" if link else "copied")]
+    for name, text in marks + ([("problem", problem)] if problem is not None else []):
         with open(os.path.join(dest, name), "w") as handle:
             handle.write(text)
     return 0
 
 
+def linked(folder, dest):
+    """Hard-link ``folder``'s venv and manifest into ``dest`` ('' done, else why not; what
+    was linked is removed then)."""
+    try:
+        os.makedirs(dest, exist_ok=True)
+        subprocess.check_call(["cp", "-al", os.path.join(folder, "venv"),
+                               os.path.join(dest, "venv")])
+        os.link(os.path.join(folder, MANIFEST), os.path.join(dest, MANIFEST))
+        return ""
+    except (OSError, subprocess.CalledProcessError) as error:
+        shutil.rmtree(os.path.join(dest, "venv"), ignore_errors=True)
+        return "could not be linked (%s)" % error
+
+
+def keep_fresh(store, venv, replace=False):
+    """Keep ``venv``, just made by ``python3 -m venv``, as the store's fresh venv: a later
+    build of the same key links it ahead and checks it instead of making one (pip and
+    setuptools unpacked again: ~2 s). ``replace``: the kept one failed its check."""
+    final = os.path.join(store, FRESH)
+    os.makedirs(store, mode=0o700, exist_ok=True)
+    if replace:
+        with Locked(store, exclusive=True):
+            shutil.rmtree(final, ignore_errors=True)
+    if os.path.isdir(final):
+        return 0
+    temp = os.path.join(store, ".tmp-%s-%d" % (FRESH, os.getpid()))
+    os.mkdir(temp, 0o700)
+    try:
+        subprocess.check_call(["cp", "-a", venv, os.path.join(temp, "venv")])
+        listing = manifest(os.path.join(temp, "venv"))
+        with open(os.path.join(temp, MANIFEST), "w") as handle:
+            handle.write("".join(line + "\n" for line in listing))
+        with Locked(store, exclusive=True):
+            if os.path.isdir(final):
+                shutil.rmtree(temp)
+            else:
+                os.rename(temp, final)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    say("the fresh venv kept for later builds (%d entries)" % len(listing))
+    return 0
+
+
+def check(dest):
+    """Check what :func:`prefetch` linked into ``dest`` against the manifest linked with it;
+    ``dest/problem`` says the outcome (the venv is removed if it does not match)."""
+    problem = verified(os.path.join(dest, "venv"), os.path.join(dest, MANIFEST))
+    with open(os.path.join(dest, "problem"), "w") as handle:
+        handle.write(problem)
+    return 0
+
+
 def prefetched(dest, name):
-    """The prefetch's (venv, problem, how) if it is of snapshot ``name``, else Nones."""
+    """The prefetch's (venv, problem, how) if it is of snapshot ``name``, else Nones; a linked
+    one not checked yet (:func:`check` did not run) is checked now."""
     found = {}
-    for part in ("source", "problem", "how"):
+    for part in ("source", "how"):
         try:
             with open(os.path.join(dest, part)) as handle:
                 found[part] = handle.read()
@@ -217,7 +297,10 @@ def prefetched(dest, name):
             return None, "", ""
     if found["source"] != name:
         return None, "", ""
-    return os.path.join(dest, "venv"), found["problem"], found["how"]
+    if not os.path.isfile(os.path.join(dest, "problem")):
+        check(dest)
+    with open(os.path.join(dest, "problem")) as handle:
+        return os.path.join(dest, "venv"), handle.read(), found["how"]
 
 
 def restore(store, wheelhouse, venv, ahead=None):
@@ -231,7 +314,7 @@ def restore(store, wheelhouse, venv, ahead=None):
 
 
 def restore_best(store, wheelhouse, venv, ahead):
-    if not os.path.isdir(store):
+    if not os.path.isdir(store) or not snapshots(store):  # (the fresh venv may be there)
         say("none yet for this base and definition (this build makes the first)")
         return NONE
     wanted = set(wheel_set(wheelhouse))
@@ -327,12 +410,17 @@ def main(argv):
     if argv[1:2] == ["prefetch"] and len(argv) in (4, 5) and argv[4:] in ([], ["copy"],
                                                                           ["link"]):
         return prefetch(*argv[2:])
+    if argv[1:2] == ["check"] and len(argv) == 3:
+        return check(argv[2])
+    if argv[1:2] == ["keep-fresh"] and len(argv) in (4, 5) and argv[4:] in ([], ["replace"]):
+        return keep_fresh(argv[2], argv[3], bool(argv[4:]))
     if argv[1:2] == ["restore"] and len(argv) in (5, 6):
         return restore(*argv[2:])
     if argv[1:2] == ["save"] and len(argv) == 5:
         return save(*argv[2:])
-    sys.exit("usage: venv-snapshot.py prefetch STORE DEST [copy|link] | restore STORE WHEELHOUSE VENV "
-             "[DEST] | save STORE WHEELHOUSE VENV")
+    sys.exit("usage: venv-snapshot.py prefetch STORE DEST [copy|link] | check DEST | restore "
+             "STORE WHEELHOUSE VENV [DEST] | save STORE WHEELHOUSE VENV | keep-fresh STORE "
+             "VENV [replace]")
 
 
 if __name__ == "__main__":

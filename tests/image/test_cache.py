@@ -234,11 +234,13 @@ def test_invoke_cache_counts_the_environment_snapshots(tmp_path: Path) -> None:
     lines: list[str] = []
     show(project, say=lines.append)
     assert not any("snapshots" in line for line in lines)  # none yet: no line
-    for name in ("a", "b"):
+    for name in ("a", "b", "fresh"):
         kept = root / "pip" / "envs" / "key" / name
         (kept / "venv").mkdir(parents=True)
         (kept / "venv" / "f").write_bytes(b"x" * 1000)
         (kept / "manifest.txt").write_text("f ...\n")
+        if name != "fresh":  # the venv python3 -m venv made: not a snapshot
+            (kept / "wheels.txt").write_text("abc  torch.whl\n")
     (root / "pip" / "envs" / "key" / ".tmp-c-1").mkdir()  # a build still writing: not counted
     lines.clear()
     show(project, say=lines.append)

@@ -97,6 +97,8 @@ def test_a_rebuild_restores_the_snapshot_and_pip_adds_only_the_new_package(
     app.build(app.Project.load(root, config), target="cpu", say=first.append)
     assert any("environment snapshot: none yet" in line for line in first)
     assert any("environment snapshot: " in line and " kept (1 files" in line for line in first)
+    assert any("environment snapshot: the fresh venv kept for later builds" in line
+               for line in first)
 
     cpu_pip_list(root, ["idna", "six"])
     project = app.Project.load(root, config)
@@ -108,6 +110,8 @@ def test_a_rebuild_restores_the_snapshot_and_pip_adds_only_the_new_package(
             "build's 2 files") in log, log[-3000:]
     assert "Installing collected packages: six\n" in log + "\n"
     assert "not kept again: one kept covers all but 1 of these 2 files" in log
+    # pip started from the venv the first build made (linked, checked), not a new one
+    assert "the venv pip starts from is the kept fresh one (linked, checked)" in log
 
     def venv_of(image: Path) -> str:
         return subprocess.run(real_runtime.exec_argv(image=image, command=[
@@ -119,13 +123,20 @@ def test_a_rebuild_restores_the_snapshot_and_pip_adds_only_the_new_package(
     assert " /opt/venv/lib/python3.11/site-packages/six.py" in fresh
     assert restored == fresh
 
-    [kept] = (tmp_path / "cache" / "packages" / "pip" / "envs").glob("*/*/venv")
+    [kept] = [wheels.parent / "venv" for wheels in
+              (tmp_path / "cache" / "packages" / "pip" / "envs").glob("*/*/wheels.txt")]
     (idna,) = kept.glob("lib/python3.11/site-packages/idna/core.py")
     idna.write_text(idna.read_text().replace("def ", "def  ", 1))  # a file that changed
+    [fresh_cfg] = (tmp_path / "cache" / "packages" / "pip" / "envs").glob(
+        "*/fresh/venv/pyvenv.cfg")
+    fresh_cfg.write_text(fresh_cfg.read_text() + "# changed\n")  # and one of the fresh venv
     again: list[str] = []
     app.build(project, target="cpu", force=True, say=again.append)
     log = "\n".join(again)
     assert "does not match its manifest" in log and "thrown away, installing all" in log, \
         log[-3000:]
+    assert "the kept fresh venv does not match its manifest (2 entries differ, first: " \
+           "pyvenv.cfg): replaced" in log, log[-3000:]
+    assert "# changed" not in fresh_cfg.read_text()  # kept again, as python3 -m venv made it
     assert not kept.exists()
     assert venv_of(images / "cpu.sif") == fresh

@@ -257,3 +257,83 @@ def test_where_links_cannot_go_nothing_is_prefetched(snap, tmp_path, capsys,
     assert not ahead.exists()  # %post copies it while pip downloads instead
     assert "not linked ahead (Invalid cross-device link): copied in %post instead" \
         in capsys.readouterr().out
+
+
+def _linked_ahead(snap, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(store, ahead, the kept snapshot) after %setup's prefetch linked the one snapshot."""
+    store, ahead = tmp_path / "store", tmp_path / "root" / "opt" / "venv.prefetch"
+    snap.save(str(store), str(wheelhouse(tmp_path / "w1", "torch.whl")),
+              str(venv(tmp_path / "v1", "torch")))
+    [kept] = kept_in(store)
+    assert snap.prefetch(str(store), str(ahead), "link") == 0
+    return store, ahead, kept
+
+
+def test_links_are_checked_in_post_not_while_linking(snap, tmp_path, capsys) -> None:
+    """%setup only links (the venv and its manifest); %post's check, run while the venv is made
+    and pip downloads, says whether it may be used."""
+    store, ahead, kept = _linked_ahead(snap, tmp_path)
+    assert not (ahead / "problem").exists()  # not checked yet
+    assert (ahead / snap.MANIFEST).stat().st_ino == (kept / snap.MANIFEST).stat().st_ino
+    assert snap.main(["venv-snapshot.py", "check", str(ahead)]) == 0
+    assert (ahead / "problem").read_text() == ""
+    target = tmp_path / "root" / "opt" / "venv"
+    later = wheelhouse(tmp_path / "w2", "torch.whl", "six.whl")
+    assert snap.restore(str(store), str(later), str(target), str(ahead)) == 0
+    assert "(linked ahead of %post and checked)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("checked_in_post", [True, False])
+def test_a_linked_snapshot_changed_in_the_cache_is_refused(snap, tmp_path, capsys,
+                                                           checked_in_post) -> None:
+    """A snapshot file changed in place (the links share it) fails the check, whether %post's
+    check ran or the restore has to run it itself."""
+    store, ahead, kept = _linked_ahead(snap, tmp_path)
+    with open(kept / "venv" / "lib" / "torch" / "__init__.py", "a") as handle:
+        handle.write("# changed\n")
+    if checked_in_post:
+        snap.check(str(ahead))
+        assert "manifest" in (ahead / "problem").read_text()
+        assert not (ahead / "venv").exists()
+    target = tmp_path / "root" / "opt" / "venv"
+    later = wheelhouse(tmp_path / "w2", "torch.whl", "six.whl")
+    assert snap.restore(str(store), str(later), str(target), str(ahead)) == 1
+    assert not target.exists() and not kept.exists() and not ahead.exists()
+    assert "does not match its manifest (2 entries differ, first: lib/torch/__init__.py): " \
+           "thrown away" in capsys.readouterr().out
+
+
+def test_the_fresh_venv_is_kept_once_linked_ahead_and_never_offered_as_a_snapshot(
+        snap, tmp_path, capsys) -> None:
+    """What ``python3 -m venv`` made is kept once per store; %setup links it beside the venv
+    (its files are the cache's) and %post checks it before pip starts from it."""
+    store, ahead = tmp_path / "store", tmp_path / "root" / "opt" / "venv.prefetch"
+    made = venv(tmp_path / "made")
+    assert snap.main(["venv-snapshot.py", "keep-fresh", str(store), str(made)]) == 0
+    assert "the fresh venv kept for later builds" in capsys.readouterr().out
+    other = venv(tmp_path / "other", "torch")
+    assert snap.keep_fresh(str(store), str(other)) == 0  # one is kept: not replaced
+    assert snap.manifest(str(store / "fresh" / "venv")) == snap.manifest(str(made))
+    assert snap.snapshots(str(store)) == []  # no wheels.txt: nothing to restore
+    assert snap.prefetch(str(store), str(ahead), "link") == 0
+    fresh = ahead / "fresh"
+    assert not (ahead / "source").exists()  # no snapshot to bring
+    pyvenv = fresh / "venv" / "pyvenv.cfg"
+    assert pyvenv.stat().st_ino == (store / "fresh" / "venv" / "pyvenv.cfg").stat().st_ino
+    snap.check(str(fresh))
+    assert (fresh / "problem").read_text() == ""
+
+
+def test_a_fresh_venv_changed_in_the_cache_fails_its_check_and_is_replaced(
+        snap, tmp_path) -> None:
+    store, ahead = tmp_path / "store", tmp_path / "root" / "opt" / "venv.prefetch"
+    snap.keep_fresh(str(store), str(venv(tmp_path / "made")))
+    (store / "fresh" / "venv" / "bin" / "tool").write_text("#!/bin/sh\necho changed\n")
+    snap.prefetch(str(store), str(ahead), "link")
+    snap.check(str(ahead / "fresh"))
+    assert "does not match its manifest" in (ahead / "fresh" / "problem").read_text()
+    assert not (ahead / "fresh" / "venv").exists()
+    again = venv(tmp_path / "again")
+    assert snap.main(["venv-snapshot.py", "keep-fresh", str(store), str(again),
+                      "replace"]) == 0
+    assert snap.manifest(str(store / "fresh" / "venv")) == snap.manifest(str(again))
