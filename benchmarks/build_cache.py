@@ -10,6 +10,10 @@ of the project's inputs, timing ``containers.app.build`` (the code ``invoke buil
 3. no cache: the same changed build again with ``--no-cache --force`` (what the rebuild cost
    before the cache existed).
 
+Each phase starts on a settled filesystem (:func:`settle`: written out, the disk idle, and
+creating a file quick again), so that no phase pays for the one before it; what each waited for
+is in the JSON.
+
 The warm and no-cache images must be identical in content: the same ``pip freeze`` and the same
 sha256 of every file under /opt, /usr, /etc, /var/lib, /mnt (where the cache is bound) and /root
 (bar the files the runtime injects at run time); a difference fails the benchmark. Medians over
@@ -45,6 +49,8 @@ from containers.inputs.recipes import base_chain
 from containers.inputs.settings import SQUASHFS_DEFAULT_LEVEL
 
 GOAL = 0.3
+#: Seconds each phase starts after the one before (:func:`settle`).
+WINDOW_S = 240.0
 #: The folders a project's inputs live in (what ``invoke build`` reads).
 INPUTS = ("recipes", "envs", "sites", "jobs")
 #: Files an ``apptainer exec`` injects or binds at run time: not the image's content.
@@ -139,34 +145,71 @@ def disk_busy_ms() -> int:
     return total
 
 
-def settle(say: Callable[[str], None], *, quiet_s: float = 2.0, limit_s: float = 180.0) -> None:
-    """Start a phase on an idle disk: the files of the phase before are written out
-    (``sync``) and the disk has done no I/O for ``quiet_s``. A user edits the env spec between
-    two builds; without this the writeback of one build's 1 GB tree, and the discards of its
-    deletion (ext4 ``discard``), land on the next build's clock (measured here: unsquashing the
-    base took 0.5 s on an idle disk, 8 s right after a build)."""
+def create_us(folder: Path, count: int = 40) -> float:
+    """Microseconds it takes to create an empty file in ``folder`` (mean of ``count``; the files
+    are removed after)."""
+    probe = Path(tempfile.mkdtemp(prefix=".create-probe-", dir=folder))
+    try:
+        started = time.perf_counter()
+        for number in range(count):
+            (probe / str(number)).touch()
+        return (time.perf_counter() - started) / count * 1e6
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def settle(say: Callable[[str], None], folder: Path, *, window_s: float = WINDOW_S,
+           quiet_s: float = 2.0, create_limit_us: float = 100.0,
+           limit_s: float = 420.0) -> dict[str, float]:
+    """Start each phase on a filesystem in the same state: the files of the phase before are
+    written out (``sync``), ``window_s`` have passed since, the disk has done no I/O for
+    ``quiet_s``, and creating a file in ``folder`` is quick.
+
+    The window is this machine's: its root is ext4 without a journal, where the kernel will not
+    reuse an inode freed in the last 60 s (5 min more while its table block is unwritten:
+    ``recently_deleted()`` in fs/ext4/ialloc.c) and scans past every such inode for each new
+    file. A build removes its ~1 GB work tree when it ends, so the phase right after it paid up
+    to 1 ms for each file it made: unsquashing the 9213-entry base took 6-7 s within 90 s of a
+    build's end (65 s after a ``sync`` too), 1.6 s three minutes after (``perf``:
+    ``recently_deleted`` and ``find_get_block_common`` on top). Creating a file in one folder
+    turns quick sooner than in all of them, hence the fixed window. Journalled ext4, XFS and
+    tmpfs have no such window; a user who edits an env spec seldom rebuilds within it.
+    Returns what it waited for (seconds; creating a file, in µs, before and after)."""
     started = time.monotonic()
     os.sync()
+    first = create_us(folder)
     last, quiet_since = disk_busy_ms(), time.monotonic()
-    while time.monotonic() - quiet_since < quiet_s and time.monotonic() - started < limit_s:
+    while time.monotonic() - started < limit_s:
         time.sleep(0.25)
         now = disk_busy_ms()
         if now != last:
             last, quiet_since = now, time.monotonic()
-    say(f"disk idle after {time.monotonic() - started:.1f} s (sync, then {quiet_s:.0f} s "
-        "without I/O)")
+        if time.monotonic() - quiet_since >= quiet_s and time.monotonic() - started >= window_s:
+            create = create_us(folder)
+            if create <= create_limit_us:
+                break
+            time.sleep(1.0)
+    else:
+        create = create_us(folder)
+    waited = time.monotonic() - started
+    say(f"settled in {waited:.1f} s (sync, {window_s:.0f} s window, {quiet_s:.0f} s without "
+        f"disk I/O; creating a file {first:.0f} -> {create:.0f} us)")
+    return {"seconds": round(waited, 1), "create_us_before": round(first),
+            "create_us_after": round(create)}
 
 
-def timed(label: str, action: Callable[[Callable[[str], None]], Any],
+def timed(label: str, action: Callable[[Callable[[str], None]], Any], folder: Path,
+          settled: list[dict[str, Any]], window_s: float,
           kept: list[str] | None = None) -> float:
-    """Seconds ``action`` takes, started on an idle disk (:func:`settle`); the lines it says
-    about environment snapshots go to ``kept``."""
+    """Seconds ``action`` takes, started on a settled filesystem (:func:`settle`; what it
+    waited for is added to ``settled``); the lines it says about environment snapshots go to
+    ``kept``."""
     def say(line: str) -> None:
         print(f"[{label}] {line}", flush=True)
         if kept is not None and "environment snapshot: " in line:
             kept.append(line.split("environment snapshot: ", 1)[1])
 
-    settle(say)
+    settled.append({"phase": label, **settle(say, folder, window_s=window_s)})
     started = time.perf_counter()
     action(say)
     seconds = time.perf_counter() - started
@@ -184,21 +227,24 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
     linked = link_bases(project, args.target, args.bases, images) if args.bases else []
     runtime = project.runtime(required=True)
     tag = f"{number}/{args.repeat}"
-    build = app.build
-    seconds = {"cold": timed(f"cold {tag}", lambda say: build(project, target=args.target,
-                                                              say=say))}
+    settled: list[dict[str, Any]] = []
+
+    def phase(label: str, kept: list[str] | None = None, **options: Any) -> float:
+        return timed(f"{label} {tag}", lambda say: app.build(project, target=args.target,
+                                                             say=say, **options),
+                     tmp, settled, args.settle_s, kept)
+
+    seconds = {"cold": phase("cold")}
     cache_after_cold = usage(package_cache_dir(cache))[0]
     add_package(root / project.target(args.target).env, args.package)
     project = app.Project.load(root, config)  # targets are read once per project
     snapshot: list[str] = []
-    seconds["warm"] = timed(f"warm {tag}", lambda say: build(project, target=args.target,
-                                                             say=say), snapshot)
+    seconds["warm"] = phase("warm", snapshot)
     warm_use = cache_use(images, args.target)
     if not warm_use or not warm_use["bytes_before"]:
         raise SystemExit(f"the warm build did not use the filled cache: {warm_use}")
     warm = content(images / f"{args.target}.sif", runtime)
-    seconds["no_cache"] = timed(f"no cache {tag}", lambda say: build(
-        project, target=args.target, force=True, no_cache=True, say=say))
+    seconds["no_cache"] = phase("no cache", force=True, no_cache=True)
     if cache_use(images, args.target) is not None:
         raise SystemExit("the --no-cache build's record says it used the cache")
     plain = content(images / f"{args.target}.sif", runtime)
@@ -212,7 +258,7 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
                          f"{len(changed)} files differ, first {changed[:10]}")
     return {"seconds": seconds, "bases_linked": linked, "cache_bytes": cache_after_cold,
             "warm_cache_use": warm_use, "warm_snapshot": snapshot,
-            "files_compared": len(plain[1]), "pip_freeze": warm[0]}
+            "files_compared": len(plain[1]), "pip_freeze": warm[0], "settled": settled}
 
 
 def plot(medians: dict[str, float], path: Path, title: str) -> Path:
@@ -255,6 +301,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--squashfs-level", type=int, default=SQUASHFS_DEFAULT_LEVEL,
                         help="containers.squashfs_level of every build (default: %(default)s, "
                         "Apptainer's own gzip)")
+    parser.add_argument("--settle-s", type=float, default=WINDOW_S,
+                        help="seconds each phase waits after the one before ended (see "
+                        "settle(); default %(default)s)")
     parser.add_argument("--tmp", type=Path, default=Path("/var/tmp"),
                         help="where each repetition's temporary folder goes")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" /

@@ -31,7 +31,7 @@ def test_benchmark_rebuilds_with_the_cache_and_the_same_content(
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "build_cache.py"), "--project", str(root),
          "--bases", str(debian_base_image.parent), "--package", "six", "--repeat", "1",
-         "--tmp", str(tmp_path), "--out", str(out)],
+         "--tmp", str(tmp_path), "--out", str(out), "--settle-s", "0"],
         capture_output=True, text=True, timeout=900, env=clean_env(), cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -46,6 +46,10 @@ def test_benchmark_rebuilds_with_the_cache_and_the_same_content(
     assert any(line.startswith("six==") for line in run["pip_freeze"])
     assert any(line.startswith("idna==") for line in run["pip_freeze"])
     assert run["files_compared"] > 100
+    # each phase started settled (no window asked for here: CI judges no ratio)
+    assert [entry["phase"] for entry in run["settled"]] == ["cold 1/1", "warm 1/1",
+                                                            "no cache 1/1"]
+    assert all(entry["create_us_after"] > 0 for entry in run["settled"])
     assert result["ratio"] == pytest.approx(result["medians"]["warm"] / result["medians"]["cold"])
     assert "warm/cold" in done.stdout and "identical" in done.stdout
     assert out.with_suffix(".png").stat().st_size > 0
