@@ -149,14 +149,12 @@ def used(folder):
         return 0.0
 
 
-def copy_checked(folder, dest, link=False):
-    """Copy (or hard-link) the snapshot's venv to ``dest`` and check the result against its
-    manifest: '' when it matches, else what differs (the copy is removed then). Called with the
-    store locked."""
+def copy_checked(folder, dest):
+    """Copy the snapshot's venv to ``dest`` and check the copy against its manifest: '' when it
+    matches, else what differs (the copy is removed then). Called with the store locked."""
     shutil.rmtree(dest, ignore_errors=True)
     try:
-        subprocess.check_call(["cp", "-al" if link else "-a", os.path.join(folder, "venv"),
-                               dest])
+        subprocess.check_call(["cp", "-a", os.path.join(folder, "venv"), dest])
     except (OSError, subprocess.CalledProcessError) as error:
         shutil.rmtree(dest, ignore_errors=True)
         return "could not be copied (%s)" % error
@@ -206,11 +204,10 @@ def prefetch(store, dest, mode="copy"):
         return 0
     with Locked(store, exclusive=False):
         kept = sorted((folder for folder, _ in snapshots(store)), key=used)
-        fresh = os.path.join(store, FRESH)
-        if not kept and not (mode == "link" and os.path.isdir(fresh)):
+        fresh, link = os.path.join(store, FRESH), mode == "link"
+        if not kept and not (link and os.path.isdir(fresh)):
             return 0
         os.makedirs(dest, exist_ok=True)
-        link = mode == "link"
         if link:
             why = link_problem(kept[-1] if kept else fresh, dest)
             if why:
@@ -257,23 +254,35 @@ def keep_fresh(store, venv, replace=False):
             shutil.rmtree(final, ignore_errors=True)
     if os.path.isdir(final):
         return 0
-    temp = os.path.join(store, ".tmp-%s-%d" % (FRESH, os.getpid()))
+    entries, _ = keep(store, FRESH, venv)
+    say("the fresh venv kept for later builds (%d entries)" % entries)
+    return 0
+
+
+def keep(store, name, venv, files=()):
+    """Copy ``venv`` into the store as ``name``, with its manifest and ``files`` ((file name,
+    lines) pairs): written to a temporary folder and renamed, so it appears only complete (a
+    concurrent build that kept the same name first wins), then the store is pruned. Returns
+    (the manifest's entries, snapshots pruned)."""
+    final = os.path.join(store, name)
+    temp = os.path.join(store, ".tmp-%s-%d" % (name, os.getpid()))
     os.mkdir(temp, 0o700)
     try:
+        listing = manifest(venv)
         subprocess.check_call(["cp", "-a", venv, os.path.join(temp, "venv")])
-        listing = manifest(os.path.join(temp, "venv"))
-        with open(os.path.join(temp, MANIFEST), "w") as handle:
-            handle.write("".join(line + "\n" for line in listing))
+        for file_name, lines in ((MANIFEST, listing),) + tuple(files):
+            with open(os.path.join(temp, file_name), "w") as handle:
+                handle.write("".join(line + "\n" for line in lines))
         with Locked(store, exclusive=True):
             if os.path.isdir(final):
                 shutil.rmtree(temp)
             else:
                 os.rename(temp, final)
+            removed = prune(store)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
-    say("the fresh venv kept for later builds (%d entries)" % len(listing))
-    return 0
+    return len(listing), removed
 
 
 def check(dest):
@@ -368,25 +377,9 @@ def save(store, wheelhouse, venv):
             % (len(wanted) - covered, len(wanted)))
         return 0
     started = time.time()
-    temp = os.path.join(store, ".tmp-%s-%d" % (ident, os.getpid()))
-    os.mkdir(temp, 0o700)
-    try:
-        listing = manifest(venv)
-        subprocess.check_call(["cp", "-a", venv, os.path.join(temp, "venv")])
-        for name, text in ((WHEELS, lines), (MANIFEST, listing), (USED, [])):
-            with open(os.path.join(temp, name), "w") as handle:
-                handle.write("".join(line + "\n" for line in text))
-        with Locked(store, exclusive=True):
-            if os.path.isdir(final):  # a concurrent build kept the same set first
-                shutil.rmtree(temp)
-            else:
-                os.rename(temp, final)
-            removed = prune(store)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
+    entries, removed = keep(store, ident, venv, ((WHEELS, lines), (USED, [])))
     say("%s kept (%d files, %d entries, %.1f s)%s"
-        % (ident[:12], len(lines), len(listing), time.time() - started,
+        % (ident[:12], len(lines), entries, time.time() - started,
            "; removed %d older" % removed if removed else ""))
     return 0
 
