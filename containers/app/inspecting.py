@@ -96,7 +96,7 @@ def fit_findings(project: Project, report: dict, site: Site) -> list[sitefit.Fin
     """The site-fit findings of an inspected image against ``site``."""
     return sitefit.judge(report["stack"], site_name=site.name, site_gpu=site.gpu,
                          arches=site_arches(site, project.targets), fit=sitefit.load_fit(site),
-                         probe_errors=report["facts"].get("errors"))
+                         probe_errors=report["facts"].get("errors"), gpu_model=site.gpu_model)
 
 
 def inspect(project: Project, *, target: str | None = None, image: str | None = None,
@@ -197,7 +197,8 @@ def examine_built(project: Project):
         site = project.site_of(step.target)
         findings = sitefit.judge(stack, site_name=site.name, site_gpu=site.gpu,
                                  arches=site_arches(site, project.targets),
-                                 fit=sitefit.load_fit(site), probe_errors=facts.get("errors"))
+                                 fit=sitefit.load_fit(site), probe_errors=facts.get("errors"),
+                                 gpu_model=site.gpu_model)
         for finding in findings:
             say(f"  site fit ({site.name}): {finding.line()}")
         record["fit"] = {"site": site.name, "findings": [f.as_dict() for f in findings]}

@@ -74,7 +74,7 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
         findings = sitefit.judge(stack, site_name=plan.site.name, site_gpu=plan.site.gpu,
                                  arches=site_arches(plan.site, project.targets),
                                  fit=sitefit.load_fit(plan.site),
-                                 probe_errors=facts.get("errors"))
+                                 probe_errors=facts.get("errors"), gpu_model=plan.site.gpu_model)
         for finding in findings:
             say(f"site fit ({plan.site.name}): {finding.line()}")
         problems = [f"site fit: {f.message}" for f in sitefit.errors(findings)]

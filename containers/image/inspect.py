@@ -21,15 +21,15 @@ from typing import Mapping
 from containers.errors import CommandFailed, ImageMissing
 from containers.host.process import capture
 from containers.host.runtime import Runtime
-from containers.image import provenance
+from containers.image import gpuarch, provenance
 
 PROBE = Path(__file__).with_name("probe_script.py")
 MARK = "@@probe@@"
 #: Seconds the probe may take: importing torch in an image takes ~4 s here, ~7 s emulated.
 PROBE_TIMEOUT = 300
 #: The stack in the order people read it; the keys :func:`summary` returns.
-STACK_KEYS = ("arch", "os", "glibc", "python", "torch", "build", "cuda", "hip", "rocm", "nccl",
-              "nccl_linkage", "deepspeed")
+STACK_KEYS = ("arch", "os", "glibc", "python", "torch", "build", "cuda", "cudnn", "hip", "rocm",
+              "nccl", "nccl_linkage", "gpu_arches", "gpu_arches_source", "deepspeed")
 
 
 def probe_argv(runtime: Runtime, image: Path | str) -> list[str]:
@@ -125,13 +125,17 @@ def summary(facts: Mapping) -> dict:
     torch = facts.get("torch") or {}
     pips = {p["name"].lower(): p["version"] for p in facts.get("pip_packages") or []}
     os_info = facts.get("os") or {}
+    compiled = gpuarch.from_torch_facts(torch) if torch.get("build") in ("cuda", "rocm") else None
     return {
         "arch": facts.get("arch"),
         "os": os_info.get("pretty_name") or os_info.get("id"),
         "glibc": facts.get("glibc"), "python": facts.get("python"),
         "torch": torch.get("version"), "build": torch.get("build"),
         "cuda": torch.get("cuda"), "hip": torch.get("hip"), "rocm": facts.get("rocm"),
+        "cudnn": gpuarch.cudnn_version(torch.get("cudnn")),
         "nccl": torch.get("nccl"), "nccl_linkage": torch.get("nccl_linkage"),
+        "gpu_arches": compiled.words() if compiled else None,
+        "gpu_arches_source": compiled.source if compiled else None,
         "deepspeed": pips.get("deepspeed"),
     }
 

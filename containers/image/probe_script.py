@@ -6,6 +6,7 @@ result rather than raised, so one odd image still yields everything else.
 
 import glob
 import json
+import mmap
 import os
 import platform
 import struct
@@ -50,6 +51,35 @@ def elf_needed(path):
                 names.append(data[start:data.index(b"\0", start)].decode())
         return names
     return []
+
+
+def fatbin_listing(path):
+    """The kernels in a CUDA library's fatbinary (its ``.nv_fatbin`` section), listed as
+    ``cuobjdump --list-elf --list-ptx`` does, without the CUDA toolkit or a GPU."""
+    with open(path, "rb") as handle:
+        data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    size, count, names = struct.unpack_from("<HHH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * size) for i in range(count)]
+    table, seen, kinds = sections[names][4], set(), {1: "PTX", 2: "ELF"}
+    for sh in sections:
+        if data[table + sh[0]:data.find(b"\0", table + sh[0])] != b".nv_fatbin":
+            continue
+        at, end = sh[4], sh[4] + sh[5]
+        while at + 16 <= end:
+            magic, _, head, body = struct.unpack_from("<IHHQ", data, at)
+            if magic != 0xBA55ED50:  # fatbinaries are 8-byte aligned
+                at += 8
+                continue
+            entry, at = at + head, at + head + body
+            while entry < at:
+                kind, _, head, body = struct.unpack_from("<HHIQ", data, entry)
+                arch, = struct.unpack_from("<I", data, entry + 28)
+                seen.add((kinds.get(kind, "?"), arch, "ptx" if kind == 1 else "cubin"))
+                entry += head + body
+    name = os.path.basename(path)  # one line per kind and architecture (thousands in all)
+    return "\n".join("%s file %d: %s.%d.sm_%d.%s" % (kind, n, name, n, arch, ending)
+                     for n, (kind, arch, ending) in enumerate(sorted(seen), 1))
 
 
 def guarded(result, key, func):
@@ -129,7 +159,20 @@ def torch_facts():
         facts["nccl_library"] = linked[0] if linked else None
         facts["nccl_linkage"] = "dynamic" if linked else (
             "static" if facts["nccl"] else None)
+        gpu_build_facts(torch, libdir, facts)
     return facts
+
+
+def gpu_build_facts(torch, libdir, facts):
+    """What torch was compiled for and with, readable without a GPU (containers.image.gpuarch
+    judges it): the fatbinary's kernels, the arch flags, the config's NVCC flags, cuDNN."""
+    cuda_lib = os.path.join(libdir, "libtorch_cuda.so")
+    if os.path.exists(cuda_lib):
+        guarded(facts, "fatbin", lambda: fatbin_listing(cuda_lib))
+    guarded(facts, "arch_flags", lambda: torch._C._cuda_getArchFlags())
+    guarded(facts, "config", lambda: "\n".join(
+        line for line in torch.__config__.show().splitlines() if "arch" in line.lower()))
+    guarded(facts, "cudnn", lambda: torch.backends.cudnn.version())
 
 
 def rocm_version():

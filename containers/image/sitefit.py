@@ -8,6 +8,7 @@ A site profile's ``fit:`` block states, each with its source, what the site's no
       cuda:   {min: "12.0", max: "12.8", source: "..."}
       glibc:  {min: "2.31", source: "..."}                  # needed by the host libraries bound in
       nccl:   {plugin: "aws-ofi-rccl", min: "2.12", max: null, dynamic: true, source: "..."}
+      gpu_arch: {value: sm_70, source: "..."}             # or a list; gfx90a for ROCm
 
 A bound a site does not publish is ``null`` with a source saying so; it is then not judged, and
 the finding says that (fail closed means saying what was not checked, never inventing a limit).
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from containers.errors import ConfigError
+from containers.image import gpuarch
 from containers.inputs.schema import Field, check_mapping, line_of
 from containers.inputs.yamlsource import load_yaml_file
 
@@ -33,11 +35,12 @@ LEVELS = ("error", "warning", "info")
 RANGE_FIELDS = (Field("min"), Field("max"), Field("source", required=True))
 FIT_FIELDS = (Field("driver", "map", default={}), Field("rocm", "map", default={}),
               Field("cuda", "map", default={}), Field("glibc", "map", default={}),
-              Field("nccl", "map", default={}))
+              Field("nccl", "map", default={}), Field("gpu_arch", "map", default={}))
 DRIVER_FIELDS = (Field("value"), Field("source", required=True))
 #: ``dynamic``: the site's NCCL/RCCL (or one its plugin is built for) must be able to replace the
 #: image's, so torch must load it as a shared library (true unless the site says otherwise).
 NCCL_FIELDS = (*RANGE_FIELDS, Field("plugin"), Field("dynamic", "bool", default=True))
+GPU_ARCH_FIELDS = (Field("value", "str_list", required=True), Field("source", required=True))
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,25 @@ def load_fit(site: Site) -> dict:
                                       path=site.path, line=line_of(fit[key], bound),
                                       key=f"fit.{key}.{bound}")
             result[key] = values
+    if fit["gpu_arch"]:
+        result["gpu_arch"] = load_gpu_arch(fit["gpu_arch"], site.path)
     return result
+
+
+def load_gpu_arch(raw: Mapping, path) -> dict:
+    """``fit.gpu_arch``: the architecture (``sm_70``, ``gfx90a``) of every GPU the site's
+    nodes have (an image must serve them all), with its source."""
+    values = check_mapping(raw, GPU_ARCH_FIELDS, what="fit.gpu_arch", path=path,
+                           prefix="fit.gpu_arch.")
+    for arch in values["value"]:
+        if not (arch.startswith("sm_") and gpuarch.CUDA_ARCH.match(arch) or
+                gpuarch.GFX.match(arch)):
+            raise ConfigError(f"{arch!r} is not a GPU architecture (sm_80, gfx90a)", path=path,
+                              line=line_of(raw, "value"), key="fit.gpu_arch.value")
+    if not values["value"]:
+        raise ConfigError("names no GPU architecture", path=path, line=line_of(raw, "value"),
+                          key="fit.gpu_arch.value")
+    return {"value": list(values["value"]), "source": values["source"]}
 
 
 def version(text: str | None) -> tuple[int, ...] | None:
@@ -109,7 +130,8 @@ def _range(rule: str, what: str, found: str | None, spec: Mapping | None,
 
 
 def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str] | None,
-          fit: Mapping, probe_errors: Mapping | None = None) -> list[Finding]:
+          fit: Mapping, probe_errors: Mapping | None = None,
+          gpu_model: str | None = None) -> list[Finding]:
     """Every finding of an image (its flat stack, :func:`containers.image.inspect.summary`)
     against a site (its GPU kind, architectures and ``fit`` block), one line each."""
     found: list[Finding] = []
@@ -148,6 +170,7 @@ def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str
                                               f"need{why}: not checked"))
     if build in ("cuda", "rocm"):
         found += _nccl(stack, fit.get("nccl"), site_name)
+        found += gpu_arch_findings(stack, fit.get("gpu_arch"), site_name, gpu_model)
     for key, error in sorted((probe_errors or {}).items()):
         found.append(Finding("warning", "probe", f"{key} could not be read: {error}"))
     return found
@@ -166,6 +189,22 @@ def _nccl(stack: Mapping, spec: Mapping | None, site: str) -> list[Finding]:
                                               "for cannot be bound in in its place"))
     found += _range("nccl", name, stack["nccl"], spec, site)
     return found
+
+
+def gpu_arch_findings(stack: Mapping, spec: Mapping | None, site: str,
+                      gpu_model: str | None) -> list[Finding]:
+    """Whether torch in the image has kernels for the site's GPUs (:mod:`gpuarch`): an error
+    names what the image has and what the site's GPU is; PTX-only coverage is a warning."""
+    if not spec:
+        return [Finding("info", "gpu-arch", f"{site} states no GPU architecture (fit.gpu_arch): "
+                                            "not checked")]
+    words = stack.get("gpu_arches")
+    compiled = gpuarch.parse_words(words, stack.get("gpu_arches_source") or "") if words else None
+    return [Finding(level, "gpu-arch", f"{message} ({spec['source']})" if level == "error"
+                    else message)
+            for level, message in gpuarch.judge(compiled, spec["value"],
+                                                torch=str(stack.get("torch")), site=site,
+                                                gpu_model=gpu_model)]
 
 
 def errors(findings: Iterable[Finding]) -> list[Finding]:

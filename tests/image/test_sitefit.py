@@ -26,7 +26,8 @@ def _judge(facts: dict, site_name: str, fit: dict | None = None) -> list[sitefit
     site = load_sites(ROOT)[site_name]
     return sitefit.judge(probing.summary(facts), site_name=site.name, site_gpu=site.gpu,
                          arches=site_arches(site, load_targets(ROOT)),
-                         fit=sitefit.load_fit(site) if fit is None else fit)
+                         fit=sitefit.load_fit(site) if fit is None else fit,
+                         gpu_model=site.gpu_model)
 
 
 def _errors(findings) -> dict[str, str]:
@@ -66,8 +67,11 @@ def test_glibc_below_what_the_bound_libraries_need_is_an_error() -> None:
 
 def test_static_nccl_and_wrong_arch_on_olivia_are_errors() -> None:
     errors = _errors(_judge(_facts("cuda-static-nccl"), "olivia"))
-    assert set(errors) == {"arch", "nccl"}
+    assert set(errors) == {"arch", "nccl", "gpu-arch"}
     assert errors["arch"] == "the image is x86_64; olivia's nodes run aarch64"
+    assert errors["gpu-arch"].startswith(
+        "torch 1.12.1+cu113 in this image has kernels for sm_37 sm_50 sm_60 sm_70 sm_75 sm_80 "
+        "sm_86; olivia's GH200 96GB is sm_90 (")
     assert "links NCCL 2.10.3 statically" in errors["nccl"]
 
 

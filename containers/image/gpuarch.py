@@ -1,0 +1,149 @@
+"""Which GPUs an image's torch can run on, read without a GPU.
+
+The failure users meet most with a GPU image is not a build error but a run error on the site:
+"no kernel image is available for execution on the device" (CUDA) or "invalid device function"
+(HIP), when torch was not compiled for the site's GPU. PyTorch drops old architectures from its
+builds over time (the package index's CUDA 12.8 builds have no sm_70: a V100 cannot run them), so
+this is read from every image and judged against the site's GPUs before anything runs there.
+
+The evidence, in the order trusted (the probe, :mod:`containers.image.probe_script`, reads all):
+
+- the fatbinary in ``libtorch_cuda.so`` (what ``cuobjdump --list-elf``/``--list-ptx`` lists:
+  the kernels actually shipped, read from the file's ``.nv_fatbin`` section);
+- ``torch._C._cuda_getArchFlags()`` (what ``torch.cuda.get_arch_list()`` returns on a GPU;
+  also the gfx targets of a ROCm build);
+- the ``NVCC architecture flags`` line of ``torch.__config__.show()``.
+
+A CUDA kernel compiled for ``sm_XY`` (SASS) runs on GPUs of the same major version ``X`` and a
+minor version of at least ``Y``; ``sm_XYa`` only on ``X.Y`` itself. PTX (``compute_XY``) is
+compiled by the driver at first use on any GPU of at least ``X.Y``: it runs, slowly at start and
+without the newer GPU's features, so PTX-only coverage is a warning, never a pass. A ROCm code
+object runs only on its own gfx target.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+CUDA_ARCH = re.compile(r"(sm|compute)_(\d+?)(\d)([af]?)\Z")
+GFX = re.compile(r"gfx[0-9a-f]+(?::[a-z]+[+-])*\Z")
+NVCC_LINE = "NVCC architecture flags:"
+GENCODE = re.compile(r"arch=compute_\w+,code=\[?([\w,]+)\]?")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """An image's GPU architectures: SASS (``sm_80``), PTX (``compute_90``) and ROCm gfx
+    targets, and what they were read from."""
+
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    gfx: tuple[str, ...]
+    source: str
+
+    def words(self) -> str:
+        """One line, the way the stack keeps it: ``sm_80 sm_90 compute_90``."""
+        return " ".join((*self.sass, *self.ptx, *self.gfx))
+
+
+def _key(word: str) -> tuple:
+    match = CUDA_ARCH.match(word)
+    return (int(match[2]), int(match[3]), match[4]) if match else (0, 0, word)
+
+
+def parse_words(words: str | Sequence[str], source: str) -> Compiled:
+    """Architectures from words (``sm_80 compute_90 gfx90a``; unknown words are dropped)."""
+    items = words.split() if isinstance(words, str) else list(words)
+    sass = sorted({w for w in items if w.startswith("sm_") and CUDA_ARCH.match(w)}, key=_key)
+    ptx = sorted({w for w in items if w.startswith("compute_") and CUDA_ARCH.match(w)}, key=_key)
+    gfx = sorted({w for w in items if GFX.match(w)})
+    return Compiled(tuple(sass), tuple(ptx), tuple(gfx), source)
+
+
+def parse_nvcc_flags(config: str) -> Compiled | None:
+    """The ``NVCC architecture flags`` of ``torch.__config__.show()`` (``-gencode;arch=
+    compute_80,code=sm_80;...``); None when the text has no such line."""
+    for line in config.splitlines():
+        if NVCC_LINE in line:
+            codes = ",".join(GENCODE.findall(line.split(NVCC_LINE, 1)[1]))
+            return parse_words(codes.replace(",", " "), "torch.__config__.show()")
+    return None
+
+
+def parse_fatbin_listing(text: str) -> Compiled:
+    """``cuobjdump --list-elf`` / ``--list-ptx`` output (``ELF file 1: x.1.sm_80.cubin``,
+    ``PTX file 1: x.1.sm_90.ptx``), as the probe writes it for ``libtorch_cuda.so``."""
+    sass, ptx = set(), set()
+    for line in text.splitlines():
+        match = re.match(r"\s*(ELF|PTX) file\s+\d+:\s*\S*?\.(sm_\d+[af]?)\.(?:cubin|ptx)\s*$",
+                         line)
+        if match:
+            arch = match[2]
+            (sass.add(arch) if match[1] == "ELF" else ptx.add("compute_" + arch[3:]))
+    return parse_words([*sass, *ptx], "fatbinary of libtorch_cuda.so")
+
+
+def from_torch_facts(torch: Mapping) -> Compiled | None:
+    """The best evidence the probe found (fatbinary, then arch flags, then config); None when
+    it read none (a CPU build, or an image whose torch hides them)."""
+    if torch.get("fatbin"):
+        return parse_fatbin_listing(torch["fatbin"])
+    if torch.get("arch_flags"):
+        return parse_words(torch["arch_flags"], "torch._C._cuda_getArchFlags()")
+    if torch.get("config"):
+        return parse_nvcc_flags(torch["config"])
+    return None
+
+
+def cudnn_version(number: int | str | None) -> str | None:
+    """``torch.backends.cudnn.version()`` as a version: 91002 -> 9.10.2 (cuDNN 9 counts minor
+    versions by 100), 8906 -> 8.9.6."""
+    if number in (None, ""):
+        return None
+    value = int(number)
+    base = 10000 if value >= 90000 else 1000
+    return f"{value // base}.{value % base // 100}.{value % 100}"
+
+
+def _runs(sass: str, device: str) -> bool:
+    kernel, gpu = _key(sass), _key(device)
+    if kernel[2] == "a":
+        return kernel[:2] == gpu[:2]
+    return kernel[0] == gpu[0] and kernel[1] <= gpu[1]
+
+
+def fit(compiled: Compiled, device: str) -> str:
+    """``sass`` (kernels that run on ``device``), ``ptx`` (only PTX the driver can JIT) or
+    ``none``, for one site GPU architecture (``sm_70``, ``gfx90a``)."""
+    if device.startswith("gfx"):
+        base = device.split(":")[0]
+        return "sass" if any(g.split(":")[0] == base for g in compiled.gfx) else "none"
+    if any(_runs(s, device) for s in compiled.sass):
+        return "sass"
+    gpu = _key(device)
+    if any(_key(p)[:2] <= gpu[:2] for p in compiled.ptx):
+        return "ptx"
+    return "none"
+
+
+def judge(compiled: Compiled | None, devices: Sequence[str], *, torch: str, site: str,
+          gpu_model: str | None) -> list[tuple[str, str]]:
+    """``(level, message)`` per site GPU architecture the image does not fully serve: error
+    when it has no kernel for it (or nothing could be read: fail closed), warning when only
+    PTX covers it. Empty when every architecture has kernels."""
+    gpu = f"{site}'s {gpu_model}" if gpu_model else f"{site}'s GPU"
+    if compiled is None or not compiled.words():
+        return [("error", f"the GPU architectures torch {torch} in this image was compiled for "
+                          f"could not be read; {gpu} is {' '.join(devices)}")]
+    found = []
+    has = f"torch {torch} in this image has kernels for {compiled.words()}"
+    for device in devices:
+        verdict = fit(compiled, device)
+        if verdict == "none":
+            found.append(("error", f"{has}; {gpu} is {device}"))
+        elif verdict == "ptx":
+            found.append(("warning", f"{has}: no {device} kernels, only PTX the driver compiles "
+                                     f"at first use (slow start; {gpu} is {device})"))
+    return found
