@@ -29,7 +29,6 @@ from typing import Mapping, Sequence
 
 CUDA_ARCH = re.compile(r"(sm|compute)_(\d+?)(\d)([af]?)\Z")
 GFX = re.compile(r"gfx[0-9a-f]+(?::[a-z]+[+-])*\Z")
-NVCC_LINE = "NVCC architecture flags:"
 GENCODE = re.compile(r"arch=compute_\w+,code=\[?([\w,]+)\]?")
 
 
@@ -63,13 +62,11 @@ def parse_words(words: str | Sequence[str], source: str) -> Compiled:
 
 
 def parse_nvcc_flags(config: str) -> Compiled | None:
-    """The ``NVCC architecture flags`` of ``torch.__config__.show()`` (``-gencode;arch=
-    compute_80,code=sm_80;...``); None when the text has no such line."""
-    for line in config.splitlines():
-        if NVCC_LINE in line:
-            codes = ",".join(GENCODE.findall(line.split(NVCC_LINE, 1)[1]))
-            return parse_words(codes.replace(",", " "), "torch.__config__.show()")
-    return None
+    """The ``-gencode`` flags in ``torch.__config__.show()``: its ``NVCC architecture flags``
+    line (``-gencode;arch=compute_80,code=sm_80;...``) or, in newer builds, its build settings'
+    ``CUDA_FLAGS`` (``-gencode arch=compute_80,code=sm_80 ...``); None when it has neither."""
+    codes = ",".join(GENCODE.findall(config))
+    return parse_words(codes.replace(",", " "), "torch.__config__.show()") if codes else None
 
 
 def parse_fatbin_listing(text: str) -> Compiled:

@@ -4,6 +4,8 @@ profiles' GPUs, without a GPU."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from containers.errors import ConfigError
@@ -33,6 +35,8 @@ def test_fatbin_listings_of_the_real_wheels() -> None:
     assert old.ptx == () and old.source == "fatbinary of libtorch_cuda.so"
     new = _listing("torch-2.14.1-cu130-x86_64")
     assert new.words() == "sm_75 sm_80 sm_86 sm_89 sm_90 sm_100 sm_103 sm_120 sm_121"
+    arm = _listing("torch-2.14.1-cu130-aarch64")  # read from an aarch64 ELF on any host
+    assert arm.words() == "sm_80 sm_90 sm_100 sm_103 sm_110 sm_120 sm_121"
 
 
 def test_cuobjdump_output_reads_the_same() -> None:
@@ -48,6 +52,20 @@ def test_nvcc_flags_of_torch_config() -> None:
     assert compiled.words() == "sm_75 sm_90 sm_100a compute_90"
     assert compiled.source == "torch.__config__.show()"
     assert gpuarch.parse_nvcc_flags("  - CPU capability usage: AVX2") is None
+
+
+def test_the_real_images_probe_facts() -> None:
+    """The probe's torch facts of the real mahti-cuda-pip image: its config names only the main
+    -gencode flags and so does _cuda_getArchFlags(); the fatbinary has more (kernels built
+    apart, sm_89 sm_103 sm_121), so it comes first."""
+    torch = json.loads((FIXTURES / "mahti-cuda-pip.probe.json").read_text())["torch"]
+    assert gpuarch.parse_nvcc_flags(torch["config"]).words() == \
+        "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"
+    assert gpuarch.parse_words(torch["arch_flags"], "flags").words() == \
+        "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"
+    compiled = gpuarch.from_torch_facts(torch)
+    assert compiled.words() == _listing("torch-2.14.1-cu130-x86_64").words()
+    assert gpuarch.cudnn_version(torch["cudnn"]) == "9.24.0" and torch["nccl"] == "2.30.7"
 
 
 def test_evidence_order_fatbinary_then_flags_then_config() -> None:
@@ -80,7 +98,8 @@ def test_cuda13_torch_is_refused_on_puhti_in_one_line_naming_both() -> None:
         "sm_103 sm_120 sm_121; puhti's V100 32GB is sm_70 (NVIDIA CUDA GPUs page")
     assert "\n" not in findings[0].message
     assert _site_judge(words, "2.14.1+cu130", "mahti") == []
-    assert _site_judge(words, "2.14.1+cu130", "olivia") == []
+    assert _site_judge(_listing("torch-2.14.1-cu130-aarch64").words(), "2.14.1+cu130",
+                       "olivia") == []
     assert _site_judge(_listing("torch-2.10.0-cu128-x86_64").words(), "2.10.0+cu128",
                        "puhti") == []
 

@@ -39,9 +39,11 @@ def cuda_image(request, real_project, real_runtime) -> tuple[str, Path]:
     return request.param, built(real_project, request.param)
 
 
-def _linked_project(tmp_path: Path, image: Path, names: dict[str, str]) -> app.Project:
+def _linked_project(tmp_path: Path, image: Path, names: dict[str, str], *,
+                    unbind: str | None = None) -> app.Project:
     """A project copy whose images folder holds the real image (linked, not copied) under
-    other targets' names, plus a target ``here`` on the local site with this image's recipe."""
+    other targets' names (a name ``here``: its recipe on the local site); ``unbind``: that
+    site's profile without its binds (its file systems are not on this machine)."""
     images = tmp_path / "images"
     images.mkdir()
     for name in names.values():
@@ -54,7 +56,23 @@ def _linked_project(tmp_path: Path, image: Path, names: dict[str, str]) -> app.P
         if name == "here":
             text = text.replace(f"site: {text.split('site: ')[1].split()[0]}", "site: local")
         (project.root / "recipes" / f"{name}.yaml").write_text(text)
+    if unbind:
+        profile = project.root / "sites" / f"{unbind}.yaml"
+        lines = profile.read_text().splitlines(keepends=True)
+        profile.write_text("".join("binds: []\n" if line.startswith("binds:") else line
+                                   for line in lines))
     return app.Project(root=project.root, settings=project.settings)
+
+
+def _gpu_verdict(project: app.Project, target: str, sha: str) -> None:
+    """A stand-in passing 2-rank NCCL smoke verdict of the image (no GPU here to make a real
+    one), so that publish reaches its review."""
+    folder = project.settings.results_dir / "smoke" / f"{target}-stand-in"
+    folder.mkdir(parents=True)
+    (folder / "verdict.json").write_text(json.dumps({
+        "kind": "smoke", "target": target, "sha256": sha, "passed": True, "ranks": 2,
+        "nodes": 1, "backend": "nccl", "device_kind": "cuda", "wrong_total": 0, "cycles": 1,
+        "site": target.split("-")[0], "date": "2026-11-26T00:00:00Z"}))
 
 
 def test_the_record_names_cuda_cudnn_nccl_and_architectures(cuda_image) -> None:
@@ -93,16 +111,23 @@ def test_cpu_ranks_on_the_local_site(cuda_image, tmp_path) -> None:
     assert lines[-1] == "verdict: PASS", "\n".join(lines[-30:])
 
 
-def test_the_device_gate_refuses_on_its_own_site_here(cuda_image, real_project) -> None:
-    target, _ = cuda_image
+def test_the_device_gate_refuses_on_its_own_site_here(cuda_image, tmp_path) -> None:
+    target, image = cuda_image
+    site = target.split("-")[0]
+    project = _linked_project(tmp_path, image, {target: target}, unbind=site)
     lines: list[str] = []
     with pytest.raises(ContainersError) as refused:
-        app.prove(real_project, target=target, say=lines.append, force=True,
-                  options=SmokeOptions(gpus=1, sizes="64K", iters=1, warmup=0, timeout=600))
+        app.prove(project, target=target, say=lines.append,
+                  options=SmokeOptions(gpus=2, sizes="64K", iters=1, warmup=0, timeout=600))
     message = str(refused.value)
-    assert "\n" not in message and "GPU" in message, message
-    assert not (real_project.settings.results_dir / "smoke").glob(f"{target}-*/rank-*.json") \
-        or True  # no rank ran: the gate stops the run before the workload
+    assert "\n" not in message, message
+    assert "device gate" in message.lower() or "gpu" in message.lower(), message
+    (verdict,) = (project.settings.results_dir / "smoke").glob("*/verdict.json")
+    record = json.loads(verdict.read_text())
+    assert not record["passed"]
+    # nothing ran: no rank wrote a workload result
+    assert not list(verdict.parent.glob("result*.json")), "\n".join(lines[-20:])
+    print(message)
 
 
 def test_a_missing_architecture_is_refused_by_build_and_publish(tmp_path, real_project,
@@ -120,9 +145,10 @@ def test_a_missing_architecture_is_refused_by_build_and_publish(tmp_path, real_p
     assert "does not fit site puhti: torch 2.14.1+cu130 in this image has kernels for sm_75 " \
            "sm_80" in message and "puhti's V100 32GB is sm_70" in message, message
     project = _linked_project(tmp_path, image, {"puhti-cuda-pip": "puhti-cuda-pip"})
+    _gpu_verdict(project, "puhti-cuda-pip", record["sha256"])
     with pytest.raises(VerdictFailed) as published:
         app.publish(project, target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0",
-                    skip_checks=True, say=lines.append)
+                    say=lines.append)
     assert "puhti's V100 32GB is sm_70" in str(published.value)
     assert not (tmp_path / "pub" / "puhti-cuda-pip" / "1.0.sif").exists()
     shutil.rmtree(tmp_path / "images")
