@@ -393,7 +393,7 @@ def test_site_profiles_batch_fields(data_world) -> None:
     _, sites = data_world
     assert sites["local-slurm"].scheduler == "slurm" and sites["local"].scheduler == "none"
     assert sites["lumi"].build_partition == "small"
-    assert sites["olivia"].multinode_modules[0] == "NRIS/GPU"
+    assert sites["olivia"].transport.modules[0] == "NRIS/GPU"
     assert dataclasses.replace(sites["lumi"], launcher="srun-per-gpu").cpu_bind[0] == \
         "0x00fe000000000000"
 
