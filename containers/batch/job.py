@@ -45,7 +45,7 @@ from containers.image.plan import fakeroot_refusal
 from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
 from containers.inputs.settings import Settings
-from containers.inputs.sites import Partition, Site
+from containers.inputs.sites import Partition, Qos, Site
 from containers.prove.kind import WorkloadKind, plan as plan_run
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import EXAMPLES, TrainOptions
@@ -188,18 +188,37 @@ def estimate(workload: str) -> int:
     return ESTIMATE.get(workload, TRAIN_ESTIMATE)
 
 
-def fit_time(request: JobRequest, site: Site, partition: Partition) -> int:
-    """The job's wall time: ``--time`` if it is within the partition's limit (else refused,
-    naming the limit), otherwise the workload's estimate capped by that limit."""
-    limit = partition.max_time
+def fit_time(request: JobRequest, site: Site, partition: Partition,
+             qos: Qos | None = None) -> int:
+    """The job's wall time: ``--time`` if it is within the partition's (and the QoS's) limit
+    (else refused, naming the limit), otherwise the workload's estimate capped by them."""
+    limits = [(f"partition {partition.name}", partition.max_time, "")]
+    if qos is not None:
+        limits.append((f"QoS {qos.name}", qos.max_time, f"; {qos.source}"))
     if isinstance(request.time, int):
-        if limit is not None and request.time > limit:
-            raise UsageError(f"--time {walltime.format(request.time)} is more than partition "
-                             f"{partition.name} of site {site.name} allows "
-                             f"({walltime.format(limit)})", flag="--time")
+        for what, limit, source in limits:
+            if limit is not None and request.time > limit:
+                raise UsageError(f"--time {walltime.format(request.time)} is more than {what} "
+                                 f"of site {site.name} allows ({walltime.format(limit)}"
+                                 f"{source})", flag="--time")
         return request.time
-    wanted = estimate(request.workload)
-    return min(wanted, limit) if limit is not None else wanted
+    return min([estimate(request.workload),
+                *(limit for _, limit, _ in limits if limit is not None)])
+
+
+def check_qos(site: Site, qos: Qos | None, *, nodes: int, gpus_per_node: int) -> None:
+    """Nodes and GPUs within the documented limits of the job's ``--qos``, refused in one line
+    as a partition limit is; a QoS the profile does not describe is the scheduler's to judge."""
+    if qos is None:
+        return
+    total = nodes * gpus_per_node
+    where = f"QoS {qos.name} of site {site.name} allows"
+    if qos.max_nodes is not None and nodes > qos.max_nodes:
+        raise UsageError(f"--nodes {nodes} is more than {where} ({qos.max_nodes}; "
+                         f"{qos.source})", flag="--nodes")
+    if qos.max_gpus is not None and total > qos.max_gpus:
+        raise UsageError(f"{nodes} node(s) x {gpus_per_node} GPUs = {total} is more than "
+                         f"{where} per job ({qos.max_gpus}; {qos.source})", flag="--qos")
 
 
 def check_partition(site: Site, partition: Partition, *, nodes: int, gpus_per_node: int) -> None:
@@ -280,7 +299,8 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     partition_name = request.partition or (site.build_partition if build else None) \
         or site.default_partition
     partition = site.partition(partition_name)
-    time = fit_time(request, site, partition)
+    qos = site.qos.get(request.qos or "")
+    time = fit_time(request, site, partition, qos)
     account, account_from = resolve_account(request, site, settings, environ or {})
     gpu_request = partition.gpu_request or site.gpus.request
     gres_type = partition.gres_type or site.gpus.gres_type
@@ -301,6 +321,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     if build:  # a build needs no GPU: none on a partition without them (LUMI-C's small)
         gpus = 1 if site.gpus.per_node and partition.gpus_per_node != 0 else 0
         check_partition(site, partition, nodes=1, gpus_per_node=gpus)
+        check_qos(site, qos, nodes=1, gpus_per_node=gpus)
         res = Resources(name=name, nodes=1, tasks_per_node=1, cpus_per_task=cores_for(site, 1),
                         gpus_per_node=gpus, time=walltime.format(time), partition=partition_name,
                         account=account, output=output, mem_per_gpu_gb=site.memory.per_gpu_gb,
@@ -313,6 +334,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
 
     gpus = _ranks_per_node(request, site)
     check_partition(site, partition, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
+    check_qos(site, qos, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
     run = job_run(target, site, settings=settings, request=request)
     launcher, shape, workload = run.launcher, run.shape, run.workload
     res = Resources(name=name, nodes=request.nodes, tasks_per_node=shape.tasks_per_node,

@@ -485,14 +485,30 @@ def load_site(path: Path) -> Site:
     """The profile at ``path``, read and checked once: every problem at file, line and key."""
     data = load_yaml_file(path)
     profile = validate_model(Profile, data, path=path, what="site profile")
-    lines = {key: data.line_of(key) for key in data} if hasattr(data, "line_of") else {}
-    return Site.model_construct(**dict(profile), name=path.stem, path=path, lines=lines)
+    return Site.model_construct(**dict(profile), name=path.stem, path=path,
+                                lines=_key_lines(data))
+
+
+def _key_lines(data: Any, prefix: str = "") -> dict[str, int]:
+    """The line of every key, nested ones as ``gpus.per_node``: a check made after loading
+    (a launcher that does not fit the scheduler) points at the line all the same."""
+    lines: dict[str, int] = {}
+    if hasattr(data, "line_of"):
+        for key, value in data.items():
+            lines[prefix + key] = data.line_of(key)
+            if isinstance(value, dict):
+                lines.update(_key_lines(value, f"{prefix}{key}."))
+    return lines
 
 
 def profile_json_schema() -> dict[str, Any]:
     """The JSON Schema of a site profile, for editors (``schemas/site.schema.json``)."""
     schema = Profile.model_json_schema()
     schema["title"] = "hpc-containers site profile (sites/<site>.yaml)"
+    mapping = schema["properties"]["partitions"]
+    schema["properties"]["partitions"] = {  # or the older form: a list of names
+        "description": mapping.pop("description", ""), "default": mapping.pop("default", {}),
+        "anyOf": [mapping, {"type": "array", "items": {"type": "string"}}]}
     return schema
 
 

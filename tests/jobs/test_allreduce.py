@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -563,3 +564,25 @@ def test_cycles_without_fault_pass(tmp_path):
     assert (report["cycles_done"], report["wrong_total"], report["ok"]) == (2, 0, True)
     assert all(row["wrong_cycles"] == [] for row in report["results"])
     assert len(report["cycle_results"]) == 2 and "# cycle 2/2" in out
+
+
+#: The kind of expression ReFrame's NCCL checks and sites' scripts read nccl-tests rows with:
+#: size, count, type, redop, root, then time, algbw, busbw, #wrong (out-of-place first).
+NCCL_TESTS_ROW = re.compile(r"^\s+(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<type>\w+)\s+"
+                            r"(?P<redop>\w+)\s+(?P<root>-?\d+)\s+(?P<time>\S+)\s+"
+                            r"(?P<algbw>\S+)\s+(?P<busbw>\S+)\s+(?P<wrong>\S+)")
+
+
+def test_the_table_reads_as_nccl_tests_output() -> None:
+    record = {"bytes": 134217728, "count": 33554432, "type": "float32", "redop": "sum",
+              "root": None, "oop": {"time_us": 1234.5, "algbw": 108.7, "busbw": 190.2,
+                                    "wrong": 0}, "ip": None}
+    table = "\n".join([ar.format_table_header(), ar.format_row(record),
+                       ar.format_footer(0, 1.5)])
+    rows = [m.groupdict() for line in table.splitlines() if (m := NCCL_TESTS_ROW.match(line))]
+    assert rows == [{"size": "134217728", "count": "33554432", "type": "float", "redop": "sum",
+                     "root": "-1", "time": "1234.50", "algbw": "108.70", "busbw": "190.20",
+                     "wrong": "0"}]
+    assert "|" not in table and "float32" not in table
+    assert all(line.startswith("#") for line in table.splitlines() if line != ar.format_row(
+        record))  # the harness's own facts are comment lines a parser skips
