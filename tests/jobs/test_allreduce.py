@@ -165,7 +165,7 @@ def test_one_rank_has_no_bandwidth():
     assert mode == {"time_us": 1.72, "algbw": None, "busbw": None, "wrong": 0}
     record = ar.make_record(2**30, 2**28, "float32", mode, mode)
     fields = ar.format_row(record).replace("|", " ").split()
-    assert fields[6:9] == ["n/a", "n/a", "0"] and fields[10:13] == ["n/a", "n/a", "0"]
+    assert fields[6:9] == ["N/A", "N/A", "0"] and fields[10:13] == ["N/A", "N/A", "0"]
     assert len(ar.format_row(record)) == len(ar.format_row(_record()))  # columns still line up
     assert ar.summarize([record], check=True) == (0, None)
     assert "# Avg bus bandwidth    : n/a" in ar.format_footer(0, None)
@@ -233,7 +233,7 @@ def test_format_row_shows_the_json_values():
     record = _record()
     row = ar.format_row(record)
     fields = row.replace("|", " ").split()
-    assert fields == ["65536", "16384", "float32", "sum", "-1",
+    assert fields == ["65536", "16384", "float", "sum", "-1",
                       "123.46", "0.531", "0.796", "0", "100.00", "0.655", "0.983", "0"]
     assert float(fields[5]) == record["oop"]["time_us"]
     assert float(fields[11]) == record["ip"]["busbw"]
