@@ -163,8 +163,8 @@ class Job:
 def _check_site(request: JobRequest, target: Target, site: Site, site_arch: str | None) -> None:
     """What the request, the image and the site must agree on."""
     if site.scheduler not in SCHEDULERS:
-        hint = " (for a Slurm cluster of CPU nodes: --site local-slurm)" if site.gpus.kind == "none" \
-            else ""
+        hint = (" (for a Slurm cluster of CPU nodes: --site local-slurm)"
+                if site.gpus.kind == "none" else "")
         raise ConfigError(f"site {site.name} has no batch scheduler (scheduler: "
                           f"{site.scheduler}); name a site that has one with --site{hint}",
                           path=site.path, line=site.lines.get("scheduler"), key="scheduler")

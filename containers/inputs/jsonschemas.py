@@ -53,5 +53,6 @@ def write(folder: Path) -> list[str]:
 
 
 if __name__ == "__main__":  # python -m containers.inputs.jsonschemas [FOLDER]
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "schemas"
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else \
+        Path(__file__).resolve().parents[2] / "schemas"
     print("\n".join(f"wrote {target / name}" for name in write(target)) or "schemas current")

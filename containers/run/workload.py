@@ -155,7 +155,8 @@ def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
     ROCm, on GPU sites; gloo on CPU sites), never an automatic fallback; and, where the site maps
     each GPU to its cores and the run fills the node, the cores each local rank pins itself to
     (a launcher that binds tasks itself, srun per GPU, needs no map)."""
-    args = ["--expect-gpu", site.gpus.kind, "--backend", "nccl" if site.gpus.kind != "none" else "gloo"]
+    args = ["--expect-gpu", site.gpus.kind,
+            "--backend", "nccl" if site.gpus.kind != "none" else "gloo"]
     cores = pinned_cores(site, ranks=ranks, launcher=launcher)
     if cores:
         args += ["--rank-cores", affinity.rank_cores_arg(cores)]
