@@ -130,6 +130,11 @@ def example_plan(target: Target, env: EnvSpec | None = None,
         env = load_env_spec(target.env)
     if target.examples is not None:
         errors, notes = example_problems(target, target.examples, env)
+        if not has_torch(target, env) and env is not None:
+            errors, notes = [ConfigError(f"example '{example}' needs torch, which {env.path} "
+                                         f"does not install (target {target.name})",
+                                         path=env.path, key="dependencies")
+                             for example in target.examples], []
         return ExamplePlan(tuple(target.examples), errors, notes)
     if not has_torch(target, env):
         return ExamplePlan((), [], [], f"target {target.name}: no examples (its environment "
