@@ -1,6 +1,7 @@
 """Whether an image fits a site: the mismatches users report most, seen without a GPU.
 
-A site profile's ``fit:`` block states, each with its source, what the site's nodes provide::
+A site profile's ``fit:`` block (:class:`containers.inputs.sites.Fit`, checked when the profile
+is loaded) states, each with its source, what the site's nodes provide::
 
     fit:
       driver: {value: "...", source: "..."}                 # shown, not judged
@@ -8,7 +9,9 @@ A site profile's ``fit:`` block states, each with its source, what the site's no
       cuda:   {min: "12.0", max: "12.8", source: "..."}
       glibc:  {min: "2.31", source: "..."}                  # needed by the host libraries bound in
       nccl:   {plugin: "aws-ofi-rccl", min: "2.12", max: null, dynamic: true, source: "..."}
-      gpu_arch: {value: sm_70, source: "..."}             # or a list; gfx90a for ROCm
+
+and the GPUs' architecture comes from the profile's ``gpus:`` (``arch: sm_70`` with its
+``arch_source``): torch in the image must carry kernels for it (:mod:`gpuarch`).
 
 A bound a site does not publish is ``null`` with a source saying so; it is then not judged, and
 the finding says that (fail closed means saying what was not checked, never inventing a limit).
@@ -21,26 +24,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
-from containers.errors import ConfigError
 from containers.image import gpuarch
-from containers.inputs.schema import Field, check_mapping, line_of
-from containers.inputs.yamlsource import load_yaml_file
-
-if TYPE_CHECKING:
-    from containers.inputs.sites import Site
+from containers.inputs.sites import Fit, Gpus, Nccl, Range
 
 LEVELS = ("error", "warning", "info")
-RANGE_FIELDS = (Field("min"), Field("max"), Field("source", required=True))
-FIT_FIELDS = (Field("driver", "map", default={}), Field("rocm", "map", default={}),
-              Field("cuda", "map", default={}), Field("glibc", "map", default={}),
-              Field("nccl", "map", default={}), Field("gpu_arch", "map", default={}))
-DRIVER_FIELDS = (Field("value"), Field("source", required=True))
-#: ``dynamic``: the site's NCCL/RCCL (or one its plugin is built for) must be able to replace the
-#: image's, so torch must load it as a shared library (true unless the site says otherwise).
-NCCL_FIELDS = (*RANGE_FIELDS, Field("plugin"), Field("dynamic", "bool", default=True))
-GPU_ARCH_FIELDS = (Field("value", "str_list", required=True), Field("source", required=True))
 
 
 @dataclass(frozen=True)
@@ -56,46 +45,6 @@ class Finding:
         return asdict(self)
 
 
-def load_fit(site: Site) -> dict:
-    """The site's ``fit:`` block, checked (file, line and key on a bad one); {} when none."""
-    data = load_yaml_file(site.path)
-    raw = data.get("fit") if isinstance(data, dict) else None
-    if not raw:
-        return {}
-    fit = check_mapping(raw, FIT_FIELDS, what="fit", path=site.path, prefix="fit.")
-    result: dict = {}
-    for key, fields in (("driver", DRIVER_FIELDS), ("rocm", RANGE_FIELDS),
-                        ("cuda", RANGE_FIELDS), ("glibc", RANGE_FIELDS), ("nccl", NCCL_FIELDS)):
-        if fit[key]:
-            values = check_mapping(fit[key], fields, what=f"fit.{key}", path=site.path,
-                                   prefix=f"fit.{key}.")
-            for bound in ("min", "max"):
-                if values.get(bound) is not None and version(str(values[bound])) is None:
-                    raise ConfigError(f"'{values[bound]}' is not a version (digits and dots)",
-                                      path=site.path, line=line_of(fit[key], bound),
-                                      key=f"fit.{key}.{bound}")
-            result[key] = values
-    if fit["gpu_arch"]:
-        result["gpu_arch"] = load_gpu_arch(fit["gpu_arch"], site.path)
-    return result
-
-
-def load_gpu_arch(raw: Mapping, path) -> dict:
-    """``fit.gpu_arch``: the architecture (``sm_70``, ``gfx90a``) of every GPU the site's
-    nodes have (an image must serve them all), with its source."""
-    values = check_mapping(raw, GPU_ARCH_FIELDS, what="fit.gpu_arch", path=path,
-                           prefix="fit.gpu_arch.")
-    for arch in values["value"]:
-        if not (arch.startswith("sm_") and gpuarch.CUDA_ARCH.match(arch) or
-                gpuarch.GFX.match(arch)):
-            raise ConfigError(f"{arch!r} is not a GPU architecture (sm_80, gfx90a)", path=path,
-                              line=line_of(raw, "value"), key="fit.gpu_arch.value")
-    if not values["value"]:
-        raise ConfigError("names no GPU architecture", path=path, line=line_of(raw, "value"),
-                          key="fit.gpu_arch.value")
-    return {"value": list(values["value"]), "source": values["source"]}
-
-
 def version(text: str | None) -> tuple[int, ...] | None:
     """``6.2.41133-dd7f95766`` -> (6, 2, 41133); None when it starts with no number."""
     match = re.match(r"\s*(\d+(?:\.\d+)*)", str(text or ""))
@@ -108,30 +57,30 @@ def _cmp(value: tuple[int, ...], bound: tuple[int, ...]) -> int:
     return (cut > bound) - (cut < bound)
 
 
-def _range(rule: str, what: str, found: str | None, spec: Mapping | None,
+def _range(rule: str, what: str, found: str | None, spec: Range | None,
            site: str) -> Iterable[Finding]:
     if not spec:
         yield Finding("info", rule, f"{site} states no {what} range: not checked")
         return
-    low, high = spec.get("min"), spec.get("max")
+    low, high = spec.min, spec.max
     value = version(found)
     if value is None:
         yield Finding("warning", rule, f"the image's {what} version is unknown ({found!r})")
         return
     if high is not None and _cmp(value, version(str(high))) > 0:
         yield Finding("error", rule, f"the image's {what} {found} is above {site}'s supported "
-                                     f"{what} (at most {high}; {spec['source']})")
+                                     f"{what} (at most {high}; {spec.source})")
     if low is not None and _cmp(value, version(str(low))) < 0:
         yield Finding("error", rule, f"the image's {what} {found} is below {site}'s supported "
-                                     f"{what} (at least {low}; {spec['source']})")
+                                     f"{what} (at least {low}; {spec.source})")
     if low is None and high is None:
-        yield Finding("info", rule, f"{site} publishes no {what} range ({spec['source']}): "
+        yield Finding("info", rule, f"{site} publishes no {what} range ({spec.source}): "
                                     "not checked")
 
 
 def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str] | None,
-          fit: Mapping, probe_errors: Mapping | None = None,
-          gpu_model: str | None = None) -> list[Finding]:
+          fit: Fit, probe_errors: Mapping | None = None,
+          gpus: Gpus | None = None) -> list[Finding]:
     """Every finding of an image (its flat stack, :func:`containers.image.inspect.summary`)
     against a site (its GPU kind, architectures and ``fit`` block), one line each."""
     found: list[Finding] = []
@@ -151,38 +100,38 @@ def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str
     if build == "rocm":  # the image's /opt/rocm and the HIP torch was built with (and ships)
         for what, value in (("ROCm", stack.get("rocm")), ("torch's HIP", stack.get("hip"))):
             if value or what == "ROCm" and not stack.get("hip"):
-                found += _range("rocm", what, value, fit.get("rocm"), site_name)
+                found += _range("rocm", what, value, fit.rocm, site_name)
     if build == "cuda":
-        found += _range("cuda", "CUDA", stack.get("cuda"), fit.get("cuda"), site_name)
-    glibc = fit.get("glibc")
-    if glibc and glibc.get("min") is not None:
+        found += _range("cuda", "CUDA", stack.get("cuda"), fit.cuda, site_name)
+    glibc = fit.glibc
+    if glibc and glibc.min is not None:
         image_glibc = version(stack.get("glibc"))
         if image_glibc is None:
             found.append(Finding("error", "glibc", "the image's glibc could not be read"))
-        elif _cmp(image_glibc, version(str(glibc["min"]))) < 0:
+        elif _cmp(image_glibc, version(glibc.min)) < 0:
             found.append(Finding("error", "glibc", f"the image's glibc {stack.get('glibc')} is "
-                                                   f"below {glibc['min']}, which the libraries "
+                                                   f"below {glibc.min}, which the libraries "
                                                    f"{site_name} binds in need "
-                                                   f"({glibc['source']})"))
+                                                   f"({glibc.source})"))
     elif site_gpu != "none":
-        why = f" ({glibc['source']})" if glibc else ""
+        why = f" ({glibc.source})" if glibc else ""
         found.append(Finding("info", "glibc", f"{site_name} states no glibc its bound libraries "
                                               f"need{why}: not checked"))
     if build in ("cuda", "rocm"):
-        found += _nccl(stack, fit.get("nccl"), site_name)
-        found += gpu_arch_findings(stack, fit.get("gpu_arch"), site_name, gpu_model)
+        found += _nccl(stack, fit.nccl, site_name)
+        found += gpu_arch_findings(stack, gpus, site_name)
     for key, error in sorted((probe_errors or {}).items()):
         found.append(Finding("warning", "probe", f"{key} could not be read: {error}"))
     return found
 
 
-def _nccl(stack: Mapping, spec: Mapping | None, site: str) -> list[Finding]:
+def _nccl(stack: Mapping, spec: Nccl | None, site: str) -> list[Finding]:
     name = "RCCL" if stack.get("build") == "rocm" else "NCCL"
     if not stack.get("nccl"):
         return [Finding("warning", "nccl", f"torch reports no {name} version")]
     found: list[Finding] = []
-    plugin = (spec or {}).get("plugin")
-    if stack.get("nccl_linkage") == "static" and (not spec or spec.get("dynamic", True)):
+    plugin = spec.plugin if spec else None
+    if stack.get("nccl_linkage") == "static" and (not spec or spec.dynamic):
         found.append(Finding("error", "nccl", f"torch links {name} {stack['nccl']} statically: "
                                               f"the {name} {site}'s network plugin "
                                               f"{'(' + plugin + ') ' if plugin else ''}is built "
@@ -191,20 +140,19 @@ def _nccl(stack: Mapping, spec: Mapping | None, site: str) -> list[Finding]:
     return found
 
 
-def gpu_arch_findings(stack: Mapping, spec: Mapping | None, site: str,
-                      gpu_model: str | None) -> list[Finding]:
+def gpu_arch_findings(stack: Mapping, gpus: Gpus | None, site: str) -> list[Finding]:
     """Whether torch in the image has kernels for the site's GPUs (:mod:`gpuarch`): an error
     names what the image has and what the site's GPU is; PTX-only coverage is a warning."""
-    if not spec:
-        return [Finding("info", "gpu-arch", f"{site} states no GPU architecture (fit.gpu_arch): "
+    if gpus is None or not gpus.arch:
+        return [Finding("info", "gpu-arch", f"{site} states no GPU architecture (gpus.arch): "
                                             "not checked")]
     words = stack.get("gpu_arches")
     compiled = gpuarch.parse_words(words, stack.get("gpu_arches_source") or "") if words else None
-    return [Finding(level, "gpu-arch", f"{message} ({spec['source']})" if level == "error"
+    return [Finding(level, "gpu-arch", f"{message} ({gpus.arch_source})" if level == "error"
                     else message)
-            for level, message in gpuarch.judge(compiled, spec["value"],
+            for level, message in gpuarch.judge(compiled, [gpus.arch],
                                                 torch=str(stack.get("torch")), site=site,
-                                                gpu_model=gpu_model)]
+                                                gpu_model=gpus.model)]
 
 
 def errors(findings: Iterable[Finding]) -> list[Finding]:
