@@ -5,7 +5,8 @@ site; refused by the device gate on their own GPU sites here, before any workloa
 image lacking a site's GPU architecture refused by the build's test step and by publish.
 
 ``CUDA_IMAGES`` (comma list, default ``mahti-cuda-pip,puhti-cuda-pip``) chooses the targets;
-add ``olivia-cuda-pip`` for the aarch64 one (built and run under qemu emulation: much longer).
+``olivia-cuda-pip`` (built and run under qemu emulation) does not build on an x86_64 host today:
+its torch crashes on import under qemu-user 7.2 (docs/cuda-images.md says why and what avoids it).
 """
 
 from __future__ import annotations
