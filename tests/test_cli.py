@@ -18,6 +18,8 @@ from invoke import Collection
 
 import tasks
 from containers.host.process import descendants
+from containers.prove.smoke import SMOKE
+from containers.prove.train import TRAIN
 from tests.fixtures import ROOT
 
 
@@ -434,9 +436,8 @@ def test_invoke_job_takes_every_run_option_of_smoke_and_train() -> None:
                 .get_arguments()}
 
     job = flags_of("job")
-    for kind in ("smoke", "train"):
-        own = {name for name in flags_of(kind) if name not in launch_only}
-        table = {name for name, (kinds, _, _) in tasks.RUN_OPTIONS.items()
-                 if kind in kinds.split("/")}
-        assert own == table, kind
+    for kind in (SMOKE, TRAIN):
+        own = {name for name in flags_of(kind.name) if name not in launch_only}
+        table = {name for name in tasks.RUN_OPTIONS if name in kind.run_options}
+        assert own == table == set(kind.run_options), kind.name
         assert table <= set(job)

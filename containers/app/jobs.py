@@ -20,8 +20,8 @@ from containers.host.process import capture
 from containers.inputs.envspec import load_target_env
 from containers.inputs.recipes import Target
 from containers.inputs.sites import Site, get_site
-from containers.prove.smoke import SmokeOptions
-from containers.prove.train import TrainOptions
+from containers.prove.kind import Options
+from containers.prove.registry import kind_of
 from containers.report import Say, say_line as _print
 from containers.unique import claim_file
 
@@ -39,7 +39,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         nodes: int = 1, gpus_per_node: int | None = None, time: str | int | None = None,
         account: str | None = None, partition: str | None = None, launcher: str | None = None,
         out: str | Path | None = None, submit: bool = False, nccl_debug: bool = False,
-        options: SmokeOptions | TrainOptions | None = None, qos: str | None = None,
+        options: Options | None = None, qos: str | None = None,
         reservation: str | None = None, directives: tuple[str, ...] = (),
         command: tuple[str, ...] = (), wait: bool = False,
         say: Say = _print) -> JobSubmission:
@@ -60,7 +60,8 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                                launcher=launcher, nccl_debug=nccl_debug, options=options,
                                qos=qos, reservation=reservation, directives=tuple(directives),
                                command=tuple(command),
-                               workdir=os.getcwd() if workload == "run" else None)
+                               workdir=os.getcwd() if kind_of(workload).takes_command
+                               else None)
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
     judge = _judge_env(project, item, workload)
     planned = batch.plan_job(item, where, settings=project.settings, request=request,
@@ -119,7 +120,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
 def _check_submittable(project: Project, item: Target, where: Site, workload: str) -> None:
     """What a submission needs that a written script does not: the image itself, of the
     architecture of the site's nodes (from its build record, not its name)."""
-    if workload == "build":
+    if kind_of(workload).builds_image:
         return
     image = project.settings.image_path(item.name)
     if not image.is_file():
@@ -133,10 +134,10 @@ def _check_submittable(project: Project, item: Target, where: Site, workload: st
 
 
 def _foreign(item: Target, workload: str) -> bool:
-    """A smoke or training job whose nodes are of another architecture than this machine:
-    this checkout's environment cannot judge there (a build job makes its own; a run job
-    judges with jobs/runverdict.py)."""
-    return workload not in ("build", "run") and item.arch != host_arch()
+    """A job this checkout judges (smoke, training) whose nodes are of another architecture
+    than this machine: this checkout's environment cannot judge there (a build job has no
+    verdict; a run job judges with jobs/runverdict.py)."""
+    return kind_of(workload).judge == "checkout" and item.arch != host_arch()
 
 
 def _judge_env(project: Project, item: Target, workload: str) -> judgeenv.JudgeEnv | None:

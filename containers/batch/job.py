@@ -46,19 +46,17 @@ from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Partition, Site
-from containers.prove.kind import WorkloadKind, plan as plan_run
+from containers.prove import registry
+from containers.prove.kind import Options, WorkloadKind, plan as plan_run
 from containers.prove.smoke import SmokeOptions
-from containers.prove.train import EXAMPLES, TrainOptions
+from containers.prove.train import TrainOptions
 from containers.run import launchers
 from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.layout import at_least_one
 from containers.run.command import CommandRun, check_command, plan_command
 from containers.run.workload import Placement, Workload
 
-WORKLOADS = ("smoke", *EXAMPLES, "run", "build")
-#: What each workload is expected to need (seconds); a partition's limit caps it.
-ESTIMATE = {"smoke": 30 * 60, "build": 2 * 3600}
-TRAIN_ESTIMATE = 3600
+WORKLOADS = tuple(registry.WORKLOADS)
 #: The variables the scheduler's submit command reads an account from, when no flag or setting
 #: names one (sbatch reads SBATCH_ACCOUNT itself; SLURM_ACCOUNT is the current allocation's).
 #: PBS Pro's qsub reads none: ``-A`` in the script is the only way.
@@ -93,19 +91,22 @@ class JobRequest:
     command: tuple[str, ...] = ()
     workdir: str | None = None
 
+    @property
+    def kind(self) -> WorkloadKind:
+        """What the workload is (:mod:`containers.prove.registry`): the request asks it, never
+        the name."""
+        return registry.kind_of(self.workload)
+
     def __post_init__(self) -> None:
-        if self.workload not in WORKLOADS:
-            raise UsageError(f"--workload must be one of {', '.join(WORKLOADS)} (got "
-                             f"'{self.workload}'){suggest(self.workload, WORKLOADS)}",
-                             flag="--workload")
+        kind = registry.kind_of(self.workload)
         at_least_one(self.nodes, "--nodes")
-        if self.workload == "run":
+        if kind.takes_command:
             object.__setattr__(self, "command", check_command(self.command))
         elif self.command:
             raise UsageError(f"a command after -- goes with --workload run, not --workload "
                              f"{self.workload}", flag="--")
-        if self.workload == "build" and self.nodes != 1:
-            raise UsageError(f"a build job runs on one node (got --nodes {self.nodes})",
+        if not kind.multinode and self.nodes != 1:
+            raise UsageError(f"a {self.workload} job runs on one node (got --nodes {self.nodes})",
                              flag="--nodes")
         if self.gpus_per_node is not None:
             at_least_one(self.gpus_per_node, "--gpus-per-node")
@@ -173,7 +174,7 @@ def _check_site(request: JobRequest, target: Target, site: Site, site_arch: str 
                          f"site {site.name} has {_KINDS[site.gpu]}")
     if site_arch and target.arch != site_arch:
         where = (f"; build it on an {target.arch} machine (invoke build --target "
-                 f"{target.name} there)" if request.workload == "build" else "")
+                 f"{target.name} there)" if request.kind.builds_image else "")
         raise UsageError(f"target {target.name} is {target.arch} but site {site.name}'s "
                          f"nodes are {site_arch}{where}")
     if request.partition is not None and site.partitions and \
@@ -181,11 +182,6 @@ def _check_site(request: JobRequest, target: Target, site: Site, site_arch: str 
         raise UsageError(f"unknown partition '{request.partition}' for site {site.name}"
                          f"{suggest(request.partition, site.partitions)}; known: "
                          f"{', '.join(site.partitions)}", flag="--partition")
-
-
-def estimate(workload: str) -> int:
-    """The wall time a workload is expected to need (seconds), before any partition's cap."""
-    return ESTIMATE.get(workload, TRAIN_ESTIMATE)
 
 
 def fit_time(request: JobRequest, site: Site, partition: Partition) -> int:
@@ -198,7 +194,7 @@ def fit_time(request: JobRequest, site: Site, partition: Partition) -> int:
                              f"{partition.name} of site {site.name} allows "
                              f"({walltime.format(limit)})", flag="--time")
         return request.time
-    wanted = estimate(request.workload)
+    wanted = request.kind.estimate
     return min(wanted, limit) if limit is not None else wanted
 
 
@@ -268,7 +264,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     """
     _check_site(request, target, site, site_arch)
     scheduler = SCHEDULERS[site.scheduler]
-    build = request.workload == "build"
+    build = request.kind.builds_image
     if build:
         refusal = fakeroot_refusal(target, site)
         if refusal is not None:
@@ -415,7 +411,7 @@ def job_run(target: Target, site: Site, *, settings: Settings,
                           rendezvous=scheduler.job_time_rendezvous() if meets else None,
                           cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
     runtime = Runtime(binary=site.runtime, flavour=site.runtime, version="site")
-    if request.workload == "run":
+    if request.kind.takes_command:
         planned = plan_command(target, site, settings=settings, runtime=runtime,
                                command=request.command, ranks=gpus, timeout=0,
                                run_id=f"job{ref(scheduler.job_id_var)}", environ=SHELL_VARS,
@@ -479,30 +475,25 @@ def request_from_record(record: dict) -> JobRequest:
                       options=_record_options(record))
 
 
-def _record_options(record: dict) -> SmokeOptions | TrainOptions | None:
+def _record_options(record: dict) -> Options | None:
     given = record.get("options")
     if given is None:
         return None
     if not isinstance(given, dict):
         raise RecordOptionsError("options are not an object")
     try:
-        if record["workload"] == "smoke":
-            return SmokeOptions(gpus=int(record["gpus_per_node"]), **given)
-        return TrainOptions(example=record["workload"], gpus=int(record["gpus_per_node"]),
-                            **given)
+        return registry.kind_of(record["workload"]).make_options(
+            record["workload"], gpus=int(record["gpus_per_node"]), given=given)
     except (TypeError, UsageError) as exc:
         raise RecordOptionsError(f"options are not the job's: {exc}") from exc
 
 
-def _options(request: JobRequest, gpus: int) -> SmokeOptions | TrainOptions:
+def _options(request: JobRequest, gpus: int) -> Options:
     """The workload's options as ``invoke smoke``/``invoke train`` take them, for ``gpus`` ranks
     per node; every host variable is left for the job's shell (:data:`SHELL_VARS`)."""
-    if request.workload == "smoke":
-        given = request.options if isinstance(request.options, SmokeOptions) else None
-        return replace(given, gpus=gpus) if given else SmokeOptions(gpus=gpus)
-    given_train = request.options if isinstance(request.options, TrainOptions) else None
-    return replace(given_train, example=request.workload, gpus=gpus) if given_train \
-        else TrainOptions(example=request.workload, gpus=gpus)
+    options = request.kind.resized(request.workload, request.options, gpus=gpus)
+    assert options is not None  # a kind without options (run, build) plans no run here
+    return options
 
 
 def _build_body(target: Target, *, root: Path, host_arch: str, venv: Path | None) -> list[str]:

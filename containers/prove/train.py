@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from containers.errors import UsageError
 from containers.inputs import flags, names
@@ -103,6 +103,20 @@ class TrainKind(WorkloadKind):
     script = "train.py"
     report_name = "train.json"
     program = "the training"
+    options_type = TrainOptions
+    run_options = ("model", "model_size", "epochs", "batch_size", "samples", "lr", "zero_stage",
+             "ds_config", "data", "target_accuracy", "compile", "timeout")
+    estimate = 3600
+
+    def make_options(self, workload: str, *, gpus: int, given: Mapping[str, Any],
+                     flag: str = "--workload") -> TrainOptions:
+        """The example is the workload's name: a refusal names the flag that chose it."""
+        deepspeed_only(workload, example_flag=flag, zero_stage=given.get("zero_stage"),
+                       ds_config=given.get("ds_config"))
+        return TrainOptions(example=workload, gpus=gpus, **given)
+
+    def _resize(self, workload: str, options: TrainOptions, gpus: int) -> TrainOptions:
+        return replace(options, example=workload, gpus=gpus)
 
     def folder(self, options: TrainOptions) -> str:
         return f"train-{options.example}"
