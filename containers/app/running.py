@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from typing import Sequence
 
 from containers.app.project import Project
@@ -20,12 +19,15 @@ from containers.app.workloads import guard_run
 from containers.errors import ContainersError, ImageMissing, VerdictFailed, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import run_stamp
-from containers.host.process import run
 from containers.report import Say, say_line as _print, show_command
 from containers.run import allocation
-from containers.run.command import KIND, plan_command, shell_argv
-from containers.run.workload import first_failure
+from containers.run.command import KIND, CommandRun, plan_command, shell_argv
+from containers.run.workload import first_failure, run_logged
 from containers.unique import claim_folder
+
+
+#: Seconds the device gate may take before the command is not started.
+GATE_TIMEOUT = 300
 
 
 class CommandExit(ContainersError):
@@ -47,65 +49,66 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
     placement = allocation.across_nodes(nodes, dry_run=dry_run)
-    stamp = run_stamp()
-    planned = plan_command(item, site, settings=project.settings, runtime=runtime,
-                           command=command, ranks=gpus, run_id=stamp, timeout=timeout or 0,
-                           launcher=launcher, placement=placement, strict=not dry_run)
+
+    def planned_as(run_id: str, strict: bool = True) -> CommandRun:
+        return plan_command(item, site, settings=project.settings, runtime=runtime,
+                            command=command, ranks=gpus, run_id=run_id, timeout=timeout or 0,
+                            launcher=launcher, placement=placement, strict=strict)
+
+    planned = planned_as(run_stamp(), strict=not dry_run)
     if not dry_run:  # refused before its folder is claimed: nothing is left behind
         guard_run(project, item.name, runtime)
         if not planned.workload.image.is_file():
             raise ImageMissing(planned.workload.image, item.name)
-        claimed = claim_folder(planned.workload.out_dir.parent, planned.workload.out_dir.name)
-        if claimed != planned.workload.out_dir.name:
-            planned = plan_command(item, site, settings=project.settings, runtime=runtime,
-                                   command=command, ranks=gpus, timeout=timeout or 0,
-                                   run_id=claimed.removeprefix(f"{item.name}-"),
-                                   launcher=launcher, placement=placement)
+        out = planned.workload.out_dir
+        claimed = claim_folder(out.parent, out.name)
+        if claimed != out.name:
+            planned = planned_as(claimed.removeprefix(f"{item.name}-"))
+    _announce(planned, target=item.name, site=site.name, launcher=launcher, dry_run=dry_run,
+              say=say)
+    if not dry_run:
+        _run(planned, timeout=timeout, say=say)
+    return 0
+
+
+def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dry_run: bool,
+              say: Say) -> None:
+    """The run as it will start: ranks, where its log goes, the exact gate and command."""
     workload = planned.workload
     ranks = workload.ranks if launcher else 1
-    say(f"run: {item.name} on site {site.name}, {ranks} rank{'s' * (ranks != 1)}"
+    say(f"run: {target} on site {site}, {ranks} rank{'s' * (ranks != 1)}"
         + ("" if launcher else " (no launcher)")
         + ("" if dry_run else f", log in {os.path.relpath(workload.out_dir / 'run.log')}"))
     if planned.gate:
         say(f"  gate {show_command(planned.gate)}")
     say(f"  run  {show_command(workload.argv)}")
-    if dry_run:
-        return 0
-    with on_disk("open the run's log", workload.out_dir / "run.log"):
-        log = open(workload.out_dir / "run.log", "w", encoding="utf-8")
-    lines: list[str] = []
-    started = time.monotonic()
-    with log:
-        def on_line(line: str) -> None:
-            log.write(line + "\n")
-            log.flush()
-            lines.append(line)
-            say(line)
 
-        gate_code = 0
-        if planned.gate:
-            gate = run(planned.gate, timeout=300, on_line=on_line)
-            gate_code = gate.returncode if not gate.timed_out else 124
-        if gate_code:
-            _status(workload.out_dir, planned.command, returncode=None, gate=gate_code,
-                    seconds=time.monotonic() - started)
-            said = [ln for ln in lines if ln.startswith("device gate: FAIL")]
-            raise VerdictFailed(
-                (said[-1] if said else f"device gate: the probe in the image failed (exit "
-                 f"{gate_code})") + f"; {' '.join(planned.command)} was not started (log: "
-                f"{os.path.relpath(workload.out_dir / 'run.log')})")
-        completed = run(workload.argv, timeout=timeout or None, on_line=on_line)
-    failure = first_failure(lines)
+
+def _run(planned: CommandRun, *, timeout: float | None, say: Say) -> None:
+    """The gate, then the command, through the one run-and-log path; ``status.json`` records
+    how it ended, and a failure raises with the reason the log gives."""
+    out, gate = planned.workload.out_dir, planned.gate
+    log = os.path.relpath(out / "run.log")
+    logged = run_logged([*([(gate, GATE_TIMEOUT)] if gate else []),
+                         (planned.workload.argv, timeout or None)], out_dir=out, say=say)
+    if gate and len(logged.steps) == 1 and not logged.last.ok:
+        code = 124 if logged.last.timed_out else logged.last.returncode
+        _status(out, planned.command, returncode=None, gate=code, seconds=logged.seconds)
+        said = [ln for ln in logged.lines if ln.startswith("device gate: FAIL")]
+        raise VerdictFailed(
+            (said[-1] if said else f"device gate: the probe in the image failed (exit {code})")
+            + f"; {' '.join(planned.command)} was not started (log: {log})")
+    completed, failure = logged.last, first_failure(logged.lines)
     code = 124 if completed.timed_out else completed.returncode
-    _status(workload.out_dir, planned.command, returncode=code, gate=0 if planned.gate else None,
-            seconds=time.monotonic() - started, first_failure=failure)
+    _status(out, planned.command, returncode=code, gate=0 if gate else None,
+            seconds=logged.seconds, first_failure=failure)
     if code == 0:
         say(f"run: exit 0 ({completed.seconds:.1f} s)")
-        return 0
+        return
     where = f"rank {failure[0]} failed first (exit {failure[1]})" if failure else f"exit {code}"
     raise CommandExit(f"{' '.join(planned.command)}: {where}"
                       + (f", timed out after {timeout:.0f} s" if completed.timed_out else "")
-                      + f"; log: {os.path.relpath(workload.out_dir / 'run.log')}", code)
+                      + f"; log: {log}", code)
 
 
 def _status(out, command: Sequence[str], *, returncode: int | None, gate: int | None,

@@ -15,6 +15,7 @@ from containers.prove.kind import plan
 from containers.prove.smoke import SMOKE, SmokeOptions
 from containers.prove.train import TRAIN, TrainOptions
 from containers.run.workload import Outcome, collect
+from tests.fixtures.reports import train_report
 
 IMAGE = {"inputs_hash": "a" * 64, "sha256": "b" * 64, "build_date": "2026-11-20T10:00:00Z"}
 ROW = {"bytes": 16 << 20, "oop": {"busbw": 2.0, "wrong": 0}, "ip": {"busbw": 2.1, "wrong": 0}}
@@ -44,8 +45,7 @@ def test_train_verdict_has_the_smoke_shape(data_plans) -> None:
     smoke = verdict.Result(SMOKE, data_plans(SmokeOptions(gpus=2)), _outcome(
         {"backend": "gloo", "nodes": 1, "results": [ROW], "finished": "x"}), partition="p")
     train = verdict.Result(TRAIN, data_plans(TrainOptions(example="fsdp", gpus=2)), _outcome(
-        {"backend": "gloo", "loss_first": 2.0, "loss_last": 1.0, "epochs": [{}, {}],
-         "params_consistent": True, "example": "fsdp", "throughput": 9.5}))
+        train_report(example="fsdp", throughput=9.5)))
     records = [verdict.record(result, image_record=IMAGE) for result in (smoke, train)]
     common = {"kind", "target", "site", "partition", "image", "inputs_hash", "sha256",
               "build_date", "ranks", "nodes", "backend", "passed", "reasons", "performance",
@@ -107,8 +107,7 @@ def data_gpu_plans(data_root, data_settings, data_runtime):
 
 CXI = ("lumi-node:1:1 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)",)
 SMOKE_REPORT = {"nodes": 1, "results": [ROW], "finished": "x"}
-TRAIN_REPORT = {"loss_first": 2.0, "loss_last": 1.0, "epochs": [{}, {}],
-                "params_consistent": True}
+TRAIN_REPORT = train_report()
 
 
 def _gcd(rank: int, **fields) -> dict:
