@@ -40,10 +40,6 @@ def ref(name: str) -> str:
     return f"{_MARK}{name}{_MARK}"
 
 
-def has_refs(text: str) -> bool:
-    return _MARK in text
-
-
 class ShellVars(Mapping[str, str]):
     """An environment where every variable is set to a reference to itself.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Mapping, Sequence, TypeVar
+from typing import Callable, Collection, Mapping, Sequence, TypeVar
 
 from containers.errors import ConfigError, ContainersError, flatten
 from containers.inputs import compat
@@ -33,11 +33,6 @@ def check_site_names(site: Site) -> None:
     for partition in site.partitions:
         check_name("partition", partition, path=site.path, line=site.lines.get("partitions"),
                    key="partitions")
-
-
-def check_sites(sites: Mapping[str, Site], targets: Mapping[str, Target]) -> None:
-    for site in sites.values():
-        check_site(site, targets)
 
 
 def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
@@ -67,12 +62,6 @@ def check_target(target: Target, sites: Mapping[str, Site | None], *,
         raise ConfigError(f"build argument {{{{ {name} }}}} has no value (no default in "
                           "%arguments of its stage, none in the manifest's build_args)",
                           path=target.definition, line=line, key=name)
-
-
-def check_targets(targets: Iterable[Target], sites: Mapping[str, Site], *,
-                  tool_args: Collection[str]) -> None:
-    for target in targets:
-        check_target(target, sites, tool_args=tool_args)
 
 
 def host_path_problems(target: Target, definition: Definition | None = None

@@ -88,7 +88,7 @@ import containers.app.build  # noqa: E402
 app_build = sys.modules["containers.app.build"]
 from containers.host.runtime import Runtime  # noqa: E402
 from containers.image.plan import HostFacts, plan_build  # noqa: E402
-from containers.inputs.recipes import load_targets  # noqa: E402
+from tests.fixtures.data import load_targets  # noqa: E402
 from containers.inputs.settings import load_settings  # noqa: E402
 from containers.inputs.sites import load_sites  # noqa: E402
 from tests.fixtures import ROOT  # noqa: E402

@@ -18,7 +18,7 @@ from containers.errors import CommandFailed, StateError
 from containers.host.runtime import Runtime
 from containers.image.builder import OWNER_LOCK, build_step, leftovers, phase_of, stale_partials
 from containers.image.plan import BuildStep
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from tests.fixtures import ROOT
 from tests.test_progress import on_a_terminal

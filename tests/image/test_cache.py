@@ -17,7 +17,7 @@ from containers.errors import ConfigError
 from containers.image import cache as package_cache
 from containers.image.cache import PackageCache, foreign_owner, gather_cache, in_use, prune, usage
 from containers.image.plan import plan_build
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from tests.image.test_plan import data_host
 
 

@@ -14,7 +14,7 @@ from containers.errors import ConfigError, UsageError
 from containers.host.sources import PipConfig
 from containers.image.plan import HostFacts, chain_hashes, parse_build_args, plan_build
 from containers.inputs.definition import parse_definition, read_definition
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 
 

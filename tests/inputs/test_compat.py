@@ -7,7 +7,7 @@ import pytest
 from containers.errors import ConfigError
 from containers.inputs import compat
 from containers.inputs.names import EXAMPLES
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from tests.fixtures.data import pin_torch
 
 

@@ -17,7 +17,7 @@ from containers.host.runtime import assumed_runtime
 from containers.host.sources import PipConfig
 from containers.image import builder
 from containers.image.plan import HostFacts, plan_build
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import detect_site, expand, load_sites
 from containers.prove.kind import plan as plan_run

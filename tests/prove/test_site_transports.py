@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from containers.batch import job as batch
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.sites import load_sites
 from containers.prove import verdict
 from containers.prove.smoke import SMOKE

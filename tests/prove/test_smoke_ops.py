@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from containers.errors import ConfigError, UsageError
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.references import parse_reference, select
 from containers.inputs.sites import load_site
 from containers.inputs.yamlsource import load_yaml_text

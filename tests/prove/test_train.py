@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from containers.errors import UsageError, VerdictFailed
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.sites import load_site
 from containers.prove.kind import plan as plan_run
 from containers.prove.train import TRAIN, TrainOptions, parse_scaling, scaling_rows, with_ranks

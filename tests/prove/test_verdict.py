@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from containers.errors import PerformanceFailed, VerdictFailed
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.references import Reference
 from containers.inputs.sites import load_site
 from containers.prove import verdict

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from containers.host.facts import host_arch
 from containers.host.runtime import Runtime
-from containers.inputs.recipes import Target, load_targets
+from containers.inputs.recipes import Target
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import Settings, load_settings
 from containers.inputs.sites import Site, load_sites
 from containers.publish.modulefile import ModuleSpec

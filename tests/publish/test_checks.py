@@ -11,7 +11,8 @@ import pytest
 
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.runtime import Runtime
-from containers.inputs.recipes import Target, load_targets
+from containers.inputs.recipes import Target
+from tests.fixtures.data import load_targets
 from containers.publish.checks import ensure_checks, find_verdict, skipped
 from tests.fixtures import ROOT
 
