@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from containers.app import following
+from containers.app.following import follow_job
 from containers.app.project import Project
 from containers.batch import follow, job as batch, judgeenv
 from containers.errors import ImageMissing, UsageError, on_disk
@@ -111,7 +111,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
             "output": planned.output_of(job_id), "results": results,
             "submitted": datetime.datetime.now().isoformat(timespec="seconds")})
     if wait:
-        following.follow_job(planned.scheduler.name, job_id, say=say,
+        follow_job(planned.scheduler.name, job_id, say=say,
                              results=Path(results) if results else None,
                              output=planned.output_of(job_id))
     return JobSubmission(job=planned, script=script, job_id=job_id)

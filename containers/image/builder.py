@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from containers.files import atomic_write_text
+from containers.files import atomic_write_text, sha256_file
 from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
@@ -253,6 +253,33 @@ def serial(say: Say) -> Say:
     return said
 
 
+def build_record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
+    """The provenance of ``step``'s freshly built (and tested) ``.partial`` image (here, not in
+    :mod:`~containers.image.provenance`: that module reads records and knows no plan)."""
+    labels = provenance.labels_of(runtime, step.partial)
+    return {
+        "target": step.target.name,
+        "image": str(step.image),
+        "inputs_hash": step.inputs_hash,
+        "inputs": {k: v for k, v in step.inputs.items()
+                   if k not in ("definition", "env")},
+        "definition": str(step.target.definition),
+        "env_spec": str(step.target.env) if step.target.env else None,
+        "tool_version": step.inputs["tool_version"],
+        "git_revision": labels.get(provenance.LABEL_PREFIX + "git-revision", "unknown"),
+        "build_date": labels.get(provenance.LABEL_PREFIX + "build-date", ""),
+        "runtime": {"flavour": runtime.flavour, "version": runtime.version},
+        "pip_freeze": labels.get(provenance.LABEL_PREFIX + "pip-freeze", "").split(),
+        "labels": labels,
+        "build_seconds": round(seconds, 1),
+        "tested": bool(step.test_argv),
+        # what mksquashfs was told beyond Apptainer's own -comp gzip (None: nothing)
+        "mksquashfs_args": step.env.get("APPTAINER_MKSQUASHFS_ARGS"),
+        "size_bytes": step.partial.stat().st_size,
+        "sha256": sha256_file(step.partial),
+    }
+
+
 def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
                examine: Examine | None = None) -> dict:
     """Build, test and install one image; return its provenance record."""
@@ -305,7 +332,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
         test = start(step.test_argv, env=env, on_line=_stream(step, "test", say))
     what = f"{runtime.flavour} test of {step.target.name}"
     try:
-        record = provenance.record(step, runtime=runtime, seconds=time.time() - started)
+        record = build_record(step, runtime=runtime, seconds=time.time() - started)
         record["package_cache"] = cached  # how this build used it (None: it did not)
         record["arch"] = checked_arch(step, runtime)
         # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the

@@ -70,6 +70,7 @@ from typing import Callable, Iterator, Mapping
 
 from containers.errors import ConfigError, ContainersError, on_disk
 from containers.host.runtime import BIND_SPECIALS, unsafe_characters
+from containers.image import provenance
 from containers.locking import acquire, release
 
 #: The tool's own folder under ``$XDG_CACHE_HOME`` (the project's package name).
@@ -278,9 +279,8 @@ class SnapshotKey:
         installs without snapshots)."""
         base = None
         if self.base_record is not None:
-            from containers.image.provenance import read  # provenance imports the plan's kin
             try:
-                base = read(self.base_record).get("sha256")
+                base = provenance.read(self.base_record).get("sha256")
             except ContainersError:
                 return None
             if not isinstance(base, str) or len(base) != 64:

@@ -18,15 +18,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection
+from typing import Collection, Protocol
 from urllib.parse import urlsplit
 
 from containers.errors import ConfigError, raise_all
 from containers.inputs.schema import Field, check_mapping, line_of
 from containers.inputs.yamlsource import load_yaml_text, read_input_text
 
-if TYPE_CHECKING:
-    from containers.inputs.recipes import Target
+
+class EnvTarget(Protocol):
+    """What :func:`load_target_env` reads of a target (:class:`containers.inputs.recipes.Target`,
+    which imports this module: named here by its shape only)."""
+
+    env: Path | None
+    builder: str
+    manifest: Path
+    pip_extra_index_urls: tuple[str, ...]
 
 FIELDS = (
     Field("name"), Field("channels", "str_list", default=[]),
@@ -238,7 +245,7 @@ def load_env_spec(path: Path) -> EnvSpec:
                    conda=tuple(conda), pip=tuple(pip), text=text, pip_lines=tuple(pip_lines))
 
 
-def load_target_env(target: Target) -> EnvSpec | None:
+def load_target_env(target: EnvTarget) -> EnvSpec | None:
     """``target``'s env spec, checked as every use of it needs (None when it has none): it fits
     the venv builder (an ``apptainer`` target), and no ``pip:`` entry changes where packages come
     from beyond what the manifest allows (requirements.txt and cotainr's Conda pip step take the

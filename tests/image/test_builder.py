@@ -296,7 +296,7 @@ def _built_step(tmp_path: Path, test_script: str) -> BuildStep:
 
 @pytest.fixture
 def read_image_faked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("containers.image.builder.provenance.record",
+    monkeypatch.setattr("containers.image.builder.build_record",
                         lambda step, runtime, seconds: {"labels": {}, "size_bytes": 6})
     monkeypatch.setattr("containers.image.builder.checked_arch", lambda step, runtime: "x86_64")
 
