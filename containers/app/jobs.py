@@ -67,7 +67,6 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     planned = batch.plan_job(item, where, settings=project.settings, request=request,
                              host_arch=host_arch(), site_arch=home.arch if home else None,
                              venv=venv, environ=os.environ, judge=judge)
-    jobs_dir = project.settings.results_dir / "jobs"
     with on_disk("create the job's output folder", planned.output_folder):
         planned.output_folder.mkdir(parents=True, exist_ok=True)
     if script is None and not submit:
@@ -83,16 +82,36 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         _check_submittable(project, item, where, workload)
     if judge is not None:  # the verdict's packages, made here so the node needs no index
         judgeenv.prepare(judge, say=say)
-    claimed = submit and script is None
-    if claimed:
-        script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
-    assert script is not None
+    if not submit:
+        assert script is not None
+        _write(script, planned)
+        say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
+        return JobSubmission(job=planned, script=script)
+    submission = _submit(project, planned, script, index={
+        "workload": workload, "target": item.name, "site": where.name}, say=say)
+    if wait:
+        results = planned.results_of(submission.job_id or "")
+        follow_job(planned.scheduler.name, submission.job_id or "", say=say,
+                   results=Path(results) if results else None,
+                   output=planned.output_of(submission.job_id or ""))
+    return submission
+
+
+def _write(script: Path, planned: batch.Job) -> None:
     with on_disk("write the job script", script):
         atomic_write_text(script, planned.text)
         script.chmod(0o755)
-    if not submit:
-        say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
-        return JobSubmission(job=planned, script=script)
+
+
+def _submit(project: Project, planned: batch.Job, script: Path | None, *, index: dict,
+            say: Say) -> JobSubmission:
+    """Write the script (a claimed name under ``results/jobs`` unless ``--out`` named one),
+    submit it, and add the job to the index ``invoke jobs`` reads."""
+    jobs_dir = project.settings.results_dir / "jobs"
+    claimed = script is None
+    if script is None:
+        script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
+    _write(script, planned)
     try:
         job_id = planned.scheduler.parse_job_id(
             capture(planned.scheduler.submit_argv(script), timeout=120))
@@ -106,14 +125,9 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         + f", script {os.path.relpath(script)}")
     with on_disk("add the job to the index", jobs_dir):
         follow.append_index(jobs_dir, {
-            "job_id": job_id, "scheduler": planned.scheduler.name, "workload": workload,
-            "target": item.name, "site": where.name, "script": str(script),
-            "output": planned.output_of(job_id), "results": results,
+            "job_id": job_id, "scheduler": planned.scheduler.name, **index,
+            "script": str(script), "output": planned.output_of(job_id), "results": results,
             "submitted": datetime.datetime.now().isoformat(timespec="seconds")})
-    if wait:
-        follow_job(planned.scheduler.name, job_id, say=say,
-                             results=Path(results) if results else None,
-                             output=planned.output_of(job_id))
     return JobSubmission(job=planned, script=script, job_id=job_id)
 
 
