@@ -87,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         "local CIFAR-100 / MNIST data, with per-epoch time, loss, accuracy and throughput.",
         epilog=workload.EPILOG.format(
             failed="run did not hold up (ranks disagree, non-finite loss)"))
+    add_what_flags(parser)
+    add_how_flags(parser)
+    add_deepspeed_and_run_flags(parser)
+    return parser
+
+
+def add_what_flags(parser: argparse.ArgumentParser) -> None:
+    """What is trained, on what data, for how long."""
     parser.add_argument(
         "--example", choices=choices.EXAMPLES, default="ddp",
         help="distribution strategy: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard), "
@@ -120,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
          "DataLoader worker processes per rank; the data are in memory and batches are sliced "
          "in one operation, so 0 is usually fastest"),
     ])
+
+
+def add_how_flags(parser: argparse.ArgumentParser) -> None:
+    """How it is trained: batch, optimizer, precision and the fast path."""
     parser.add_argument(
         "--batch-size", type=workload.positive_int, default=None,
         help="GLOBAL batch size per optimizer step, split evenly over the ranks; must be "
@@ -162,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
         "before fully_shard; DeepSpeed: engine.compile()); the first step's time, which "
         "compiles, is reported as compile_s and left out of epoch 1's throughput; validation "
         "runs eager (default: off)")
+
+
+def add_deepspeed_and_run_flags(parser: argparse.ArgumentParser) -> None:
+    """DeepSpeed's own, when to stop, the seed, and the flags every workload takes."""
     parser.add_argument(
         "--zero-stage", type=int, choices=choices.ZERO_STAGES, default=None,
         help="DeepSpeed ZeRO stage: picks jobs/ds_config/zeroN.json, or overrides "
@@ -191,7 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="set by the deepspeed launcher; ignored: the local rank is read from LOCAL_RANK "
         "(or SLURM_LOCALID)")
-    return parser
 
 
 # ----------------------------------------------------------------------------------------------

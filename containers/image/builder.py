@@ -351,6 +351,15 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     if test is not None:
         test.wait().check(what)
     record["build_seconds"] = round(time.time() - started, 1)
+    _install(step, record, extra)
+    say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
+        f"{record['build_seconds']:.0f} s)")
+    return record
+
+
+def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
+    """The tested image in its place, then its record and the files the examine added: the
+    old ones go first, so no record ever describes another image than the one beside it."""
     for suffix in (".json", *extra):
         step.image.with_name(step.image.name + suffix).unlink(missing_ok=True)
     os.replace(step.partial, step.image)
@@ -358,9 +367,6 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
                       json.dumps(record, indent=2) + "\n")
     for suffix, text in extra.items():
         atomic_write_text(step.image.with_name(step.image.name + suffix), text)
-    say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
-        f"{record['build_seconds']:.0f} s)")
-    return record
 
 
 def checked_arch(step: BuildStep, runtime: Runtime) -> str:
