@@ -2,8 +2,8 @@
 
 ``invoke job --workload NAME`` and ``invoke verdict`` ask this registry, never the name: its
 options type and the run options it takes (:attr:`WorkloadKind.run_options`), its time
-estimate, who judges it, whether it needs the image or a command. The smoke benchmark and the training
-examples (one kind, three names: ``ddp``, ``deepspeed``, ``fsdp``) run through
+estimate, who judges it, whether it makes the image or takes a command. The smoke benchmark
+and the training examples (one kind, three names: ``ddp``, ``deepspeed``, ``fsdp``) run through
 :func:`containers.prove.kind.plan`; a user's command (``run``) and an image build (``build``)
 are kinds with no run options of their own. A new kind is a :class:`WorkloadKind` subclass and
 one entry in :data:`WORKLOADS`.
