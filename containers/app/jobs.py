@@ -74,23 +74,14 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         return JobSubmission(job=planned)
     text = planned.text
     if judge is None and _foreign(item, workload):
-        unknown = (f"the verdict of {item.name}'s jobs runs in the image on its {item.arch} "
-                   "nodes, and neither the image's build record (stack.python) nor its env spec "
-                   "(python=) says which Python it has")
-        if submit:
-            raise UsageError(f"not submitted: {unknown}: build the image first, or pin python= "
-                             "in its env spec", flag="--submit")
-        # written for reading before the build: what only the build tells is said at its top
-        head, _, rest = text.partition("\n")
-        text = (f"{head}\n# NOT READY TO SUBMIT: {unknown}; build the image, then write this "
-                f"script again (invoke job ... --out) or submit it (--submit)\n{rest}")
+        text = _not_ready(item, text, submit=submit)
     if submit:  # every refusal before a script exists: none is left that looks ready to run
         _check_submittable(project, item, where, workload)
     if judge is not None:  # the verdict's packages, made here so the node needs no index
         judgeenv.prepare(judge, say=say)
     if not submit:
         assert script is not None
-        _write(script, planned)
+        _write(script, text)
         say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
         return JobSubmission(job=planned, script=script)
     submission = _submit(project, planned, script, index={
@@ -103,7 +94,21 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     return submission
 
 
-def _write(script: Path, planned: batch.Job) -> None:
+def _not_ready(item: Target, text: str, *, submit: bool) -> str:
+    """A job whose verdict runs in an image whose Python is not known yet: a submission is
+    refused; a script written for reading before the build says so at its top."""
+    unknown = (f"the verdict of {item.name}'s jobs runs in the image on its {item.arch} "
+               "nodes, and neither the image's build record (stack.python) nor its env spec "
+               "(python=) says which Python it has")
+    if submit:
+        raise UsageError(f"not submitted: {unknown}: build the image first, or pin python= "
+                         "in its env spec", flag="--submit")
+    head, _, rest = text.partition("\n")
+    return (f"{head}\n# NOT READY TO SUBMIT: {unknown}; build the image, then write this "
+            f"script again (invoke job ... --out) or submit it (--submit)\n{rest}")
+
+
+def _write(script: Path, text: str) -> None:
     with on_disk("write the job script", script):
         atomic_write_text(script, text)
         script.chmod(0o755)
@@ -117,7 +122,7 @@ def _submit(project: Project, planned: batch.Job, script: Path | None, *, index:
     claimed = script is None
     if script is None:
         script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
-    _write(script, planned)
+    _write(script, planned.text)
     try:
         job_id = planned.scheduler.parse_job_id(
             capture(planned.scheduler.submit_argv(script), timeout=120))

@@ -33,7 +33,7 @@ from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
 from containers.image.arch import image_arch, image_python
-from containers.image.cache import in_use, usage
+from containers.image.cache import PackageCache, in_use, usage
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
 from containers.locking import acquire, file_lock, folder_lock, held, holder, release
@@ -316,13 +316,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
             say(f"==> package cache: {step.cache_use}; {cache.describe()}")
         run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
             f"{step.target.builder} build of {step.target.name}")  # cotainr's is not apptainer's
-    cached = None
-    if cache is not None:
-        after = usage(cache.root)
-        cached = {"use": step.cache_use, "folder": str(cache.root), "bytes_before": cache.bytes,
-                  "bytes_after": after[0], "files_after": after[1]}
-        say(f"==> package cache now {human_bytes(after[0])} in {after[1]} files "
-            f"({human_bytes(max(after[0] - cache.bytes, 0))} added by this build)")
+    cached = None if cache is None else _cache_after(step, cache, say)
     # The image's own %test and the tool's reading of it (arch, probe) are independent execs
     # of the finished image: they run side by side (~3 s of a rebuild here). A failed test is
     # the verdict reported, whatever the reading found; an interrupt stops both.
@@ -360,6 +354,15 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
         f"{record['build_seconds']:.0f} s)")
     return record
+
+
+def _cache_after(step: BuildStep, cache: PackageCache, say: Say) -> dict:
+    """How this build used the package cache (its record's ``package_cache``), said too."""
+    after = usage(cache.root)
+    say(f"==> package cache now {human_bytes(after[0])} in {after[1]} files "
+        f"({human_bytes(max(after[0] - cache.bytes, 0))} added by this build)")
+    return {"use": step.cache_use, "folder": str(cache.root), "bytes_before": cache.bytes,
+            "bytes_after": after[0], "files_after": after[1]}
 
 
 def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:

@@ -145,7 +145,7 @@ def test_history_reference_of_another_op_is_not_plotted() -> None:
 
 
 # ------------------------------------------------------------------ batch jobs: invoke verdict
-from tests.prove.test_verdict import ROW, _judge, batch_run  # noqa: E402,F401  (the fixture)
+from tests.app.test_judging import ROW, _judge, batch_run  # noqa: E402,F401  (the fixture)
 
 
 def _job_options(op: str) -> dict:
