@@ -84,7 +84,7 @@ def test_what_a_command_launcher_needs(data_world, data_settings) -> None:
         planned = plan_command(targets[target], sites[site], settings=data_settings,
                                runtime=assumed_runtime("apptainer"), command=["/bin/sh", "-c",
                                                                               "true"],
-                               ranks=sites[site].gpus_per_node or 1, run_id="r", timeout=0,
+                               ranks=sites[site].gpus.per_node or 1, run_id="r", timeout=0,
                                placement=placement, environ={}, strict=False)
         return command_need(planned.workload)
 
