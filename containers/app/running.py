@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import replace
 from typing import Sequence
 
 from containers.app.project import Project
@@ -19,9 +20,11 @@ from containers.app.workloads import guard_run
 from containers.errors import ContainersError, ImageMissing, VerdictFailed, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import run_stamp
+from containers.inputs.recipes import Target
 from containers.report import Say, say_line as _print, show_command
 from containers.run import allocation
 from containers.run.command import KIND, CommandRun, plan_command, shell_argv
+from containers.run.needs import PYTHON, check_image, command_need, image_lacking
 from containers.run.workload import first_failure, run_logged
 from containers.unique import claim_folder
 
@@ -50,12 +53,13 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     runtime = project.runtime_for(site, dry_run=dry_run)
     placement = allocation.across_nodes(nodes, dry_run=dry_run)
 
-    def planned_as(run_id: str, strict: bool = True) -> CommandRun:
+    def planned_as(run_id: str, strict: bool = True, gate: bool = True) -> CommandRun:
         return plan_command(item, site, settings=project.settings, runtime=runtime,
                             command=command, ranks=gpus, run_id=run_id, timeout=timeout or 0,
-                            launcher=launcher, placement=placement, strict=strict)
+                            launcher=launcher, placement=placement, strict=strict, gate=gate)
 
-    planned = planned_as(run_stamp(), strict=not dry_run)
+    planned = _fit_image(project, item, planned_as(run_stamp(), strict=not dry_run),
+                         launcher=launcher, say=say)
     if not dry_run:  # refused before its folder is claimed: nothing is left behind
         guard_run(project, item.name, runtime)
         if not planned.workload.image.is_file():
@@ -63,7 +67,8 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
         out = planned.workload.out_dir
         claimed = claim_folder(out.parent, out.name)
         if claimed != out.name:
-            planned = planned_as(claimed.removeprefix(f"{item.name}-"))
+            planned = planned_as(claimed.removeprefix(f"{item.name}-"),
+                                 gate=planned.gate is not None)
     _announce(planned, target=item.name, site=site.name, launcher=launcher, dry_run=dry_run,
               say=say)
     if not dry_run:
@@ -109,6 +114,23 @@ def _run(planned: CommandRun, *, timeout: float | None, say: Say) -> None:
     raise CommandExit(f"{' '.join(planned.command)}: {where}"
                       + (f", timed out after {timeout:.0f} s" if completed.timed_out else "")
                       + f"; log: {log}", code)
+
+
+def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher: bool,
+               say: Say) -> CommandRun:
+    """Before anything starts: refuse a launcher the image cannot start (torchrun needs its
+    torch), in one line; leave out the device gate of an image without Python (the gate is a
+    Python program; the command needs none), saying so. A CPU site has no gate to leave out."""
+    if launcher and (need := command_need(planned.workload)):
+        check_image(item, project.settings, need=need,
+                    doing=f"invoke run's launcher ({planned.workload.launcher.name})",
+                    hint="--no-launcher runs the command as one process without it")
+    lacks = image_lacking(item, project.settings, PYTHON) if planned.gate else None
+    if lacks:
+        say(f"  no device gate: {lacks} (the gate is a Python program); the command starts "
+            "without it")
+        return replace(planned, gate=None)
+    return planned
 
 
 def _status(out, command: Sequence[str], *, returncode: int | None, gate: int | None,
