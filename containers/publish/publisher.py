@@ -190,11 +190,27 @@ def read_provenance(record: Path) -> dict:
     return data
 
 
+def refuse_other_build(image: Path, provenance: dict, target: str,
+                       inputs_hash: str | None) -> None:
+    """A :class:`StateError` when the image's build record names another target (or none), or
+    when the target's inputs changed since it was built (``inputs_hash``: the inputs now; None
+    when the caller cannot tell): a version is published as what its target builds today."""
+    if provenance.get("target") != target:
+        raise StateError(f"{image}: its build record names target {provenance.get('target')}, "
+                         f"not {target}: rebuild it with invoke build --target {target} --force")
+    built = str(provenance.get("inputs_hash") or "")
+    if inputs_hash is not None and built != inputs_hash:
+        raise StateError(f"{image} is stale: it was built from inputs {built[:12] or 'unknown'},"
+                         f" the target's inputs are now {inputs_hash[:12]}; rebuild it with "
+                         f"invoke build --target {target} before publishing")
+
+
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
-                 settings: Settings) -> PublishPlan:
+                 settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
     """The plan for ``request``: refuses a target name that breaks the name rule, an unbuilt
-    image, one without a usable build record, a site environment a module file cannot carry
-    and an unusable group, before any work."""
+    image, one without a usable build record, one built as another target or from other inputs
+    than ``inputs_hash`` (the target's now), a site environment a module file cannot carry and
+    an unusable group, before any work."""
     check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)
     record = settings.provenance_path(target.name)
@@ -205,6 +221,7 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     if not isinstance(sha256, str) or not _SHA256.match(sha256):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
+    refuse_other_build(image, provenance, target.name, inputs_hash)
     for key in site.env:
         if not is_env_name(key):
             raise ConfigError("not a usable environment variable name for a module file",

@@ -28,6 +28,7 @@ from containers.app.inspecting import examine_built
 from containers.errors import CommandFailed, VerdictFailed
 from containers.image import inspect as probing, provenance, sbom
 from containers.publish import catalogue as cat
+from tests.publish.standin import smoke_run
 from tests.fixtures import ROOT
 from tests.publish.test_publish_image import _make_project
 
@@ -151,14 +152,11 @@ def test_build_examine_writes_a_valid_sbom_with_torch(real_project, real_runtime
 
 def _verdict(project: app.Project, name: str, sha: str, busbw: float, date: str) -> None:
     """A passing 2-rank smoke verdict of the image, as `invoke smoke` writes it."""
-    folder = project.settings.results_dir / "smoke" / name
-    folder.mkdir(parents=True)
-    (folder / "verdict.json").write_text(json.dumps({
-        "kind": "smoke", "target": "cpu", "sha256": sha, "passed": True, "site": "local",
-        "partition": None, "ranks": 2, "nodes": 1, "backend": "gloo", "device_kind": "cpu",
-        "wrong_total": 0, "cycles": 1, "date": date,
-        "performance": {"state": "pass", "failed": False, "measured": busbw,
-                        "message": f"busbw {busbw} GB/s", "reference": REFERENCE}}))
+    smoke_run(project.settings.results_dir / "smoke" / name, sha256=sha,
+              kind="smoke", site="local", partition=None, nodes=1, backend="gloo",
+              device_kind="cpu", wrong_total=0, cycles=1, date=date,
+              performance={"state": "pass", "failed": False, "measured": busbw,
+                           "message": f"busbw {busbw} GB/s", "reference": REFERENCE})
 
 
 def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
