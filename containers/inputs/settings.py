@@ -24,6 +24,9 @@ FIELDS = (
     Field("perflog_dir", default="results/perflog"),
     Field("tmp_dir", default="/var/tmp/containers-build"),
     Field("cache_dir", default=""),
+    # A package cache shared by a group of admins, on purpose: the group's name (empty: the
+    # cache is this user's alone).
+    Field("cache_group", default=""),
     Field("squashfs_level", "int", default=SQUASHFS_DEFAULT_LEVEL),
     Field("runtime", default="auto"),
     Field("default_target", default="cpu"),
@@ -68,6 +71,8 @@ class Settings:
     #: gzip level of a built image's squashfs (``containers.squashfs_level``): 9 is what
     #: Apptainer writes by itself; lower levels write faster and larger, in the same format.
     squashfs_level: int = SQUASHFS_DEFAULT_LEVEL
+    #: The group that shares the package cache (``containers.cache_group``; empty: nobody).
+    cache_group: str = ""
 
     def account_for(self, site: str) -> str | None:
         """The configured account for ``site`` (``containers.accounts.<site>``, else
@@ -190,4 +195,5 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
                     publish_pinned=_pinned(values["publish_pinned"]),
                     account=str(values["account"] or ""),
                     accounts={str(k): str(v) for k, v in values["accounts"].items() if v},
-                    squashfs_level=values["squashfs_level"])
+                    squashfs_level=values["squashfs_level"],
+                    cache_group=str(values["cache_group"] or ""))
