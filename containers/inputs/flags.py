@@ -198,6 +198,23 @@ def _account(value: Any) -> str:
 ACCOUNT = FlagType("account name (letters, digits, _ . -)", _account)
 
 
+#: A batch job's id as sbatch (``1234``) or qsub (``1234.server``, an array's ``1234[].server``)
+#: prints it: it becomes an argument of scontrol/qstat and a file name, so nothing else passes.
+_JOB_ID = re.compile(r"[0-9]{1,20}(\[[0-9]*\])?(\.[A-Za-z0-9][A-Za-z0-9_-]*){0,8}\Z")
+
+
+def _job_id(value: Any) -> str:
+    text = str(value).strip() if isinstance(value, (str, int)) and \
+        not isinstance(value, bool) else ""
+    if not _JOB_ID.match(text):
+        raise ValueError("is not a job id as sbatch or qsub prints it (digits, then an "
+                         "optional .server)")
+    return text
+
+
+JOB_ID = FlagType("job id", _job_id)
+
+
 def named(kind: str) -> FlagType:
     """A target, site, partition or version name: the one name rule of the inputs."""
     def parse(value: Any) -> str:
