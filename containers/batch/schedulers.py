@@ -56,7 +56,7 @@ def extra_directive(text: str) -> str:
     """A ``--directive`` as the preamble writes it after ``#SBATCH``/``#PBS``; refused in one
     line unless it is one option (``--constraint=hbm``, ``-l place=scatter``)."""
     if not EXTRA_DIRECTIVE.match(text):
-        raise UsageError(f"'{text}' is not one scheduler option such as --constraint=hbm or "
+        raise UsageError(f"{text!r} is not one scheduler option such as --constraint=hbm or "
                          "-l place=scatter (one line; letters, digits and _ @ % + = : , . / - "
                          "in its value)", flag="--directive")
     return text
