@@ -24,6 +24,7 @@ from typing import Mapping
 
 from containers.files import FileRefused, read_regular_json, read_regular_text
 from containers.prove.devices import kind_of
+from containers.publish.diff import shown
 from containers.run.workload import first_failure, read_device_reports
 
 #: What a smoke run leaves beside its verdict: the benchmark's results JSON, and its log.
@@ -74,8 +75,8 @@ def busbw_check(old: Mapping | None, new: Mapping | None) -> dict:
         return {**figures, "note": None, "regression": (
             f"busbw fell from {before[0]:g} to {after[0]:g} GB/s at {after[1].get('bytes')} B "
             f"({drop:.0%} lower; the reference allows {-float(lower):.0%}) on "
-            f"{(new or {}).get('site')}/{(new or {}).get('partition')}, "
-            f"{(new or {}).get('ranks')} ranks")}
+            f"{shown((new or {}).get('site'))}/{shown((new or {}).get('partition'))}, "
+            f"{shown((new or {}).get('ranks'))} ranks")}
     return {**figures, "note": None, "regression": None}
 
 

@@ -56,6 +56,7 @@ from containers.locking import file_lock
 from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
 from containers.publish.checks import QuickCheck, ensure_checks, skipped
+from containers.publish.diff import shown
 from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wrapper,
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
@@ -614,6 +615,13 @@ def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]
     return files
 
 
+def published_as(plan: PublishPlan, catalogue: dict) -> list[str]:
+    """The other versions of this target that hold this very build (its sha256)."""
+    return [str(entry.get("version")) for entry in cat.entries(catalogue, plan.target.name)
+            if (entry.get("provenance") or {}).get("sha256") == plan.provenance["sha256"]
+            and entry.get("version") != plan.version]
+
+
 def gpu_of(plan: PublishPlan) -> str:
     """The GPU kind the image must be proven on: its target's, else its site's (none for CPU)."""
     return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpu
@@ -626,7 +634,13 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
     say(f"publish: {plan.target.name} {plan.version} -> {plan.sif}")
     if plan.dest.is_dir():  # early, friendly refusals; checked again under the lock
         refuse_links(plan)
-        _existing(plan, cat.load(plan.dest / cat.CATALOGUE_NAME))
+        catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
+        _existing(plan, catalogue)
+        same = published_as(plan, catalogue)
+        if same:
+            say(f"note: this build (sha256 {plan.provenance['sha256'][:12]}) is already "
+                f"published as {plan.target.name} {', '.join(same)}; publishing it again as "
+                f"{plan.version}")
         problem = free_space_problem(plan, plan.image.stat().st_size)
         if problem:
             raise StateError(problem)
@@ -640,8 +654,8 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
                                gpu=gpu_of(plan), gpus_here=gpu_kinds_here())
         if (checks.get("smoke") or {}).get("performance_failed"):
             performance = checks["smoke"]["performance"]
-            say(f"checks: performance {str(performance.get('state', 'fail')).upper()} "
-                f"({performance.get('message')}): recorded in the catalogue entry")
+            say(f"checks: performance {shown(performance.get('state') or 'fail').upper()} "
+                f"({shown(performance.get('message'))}): recorded in the catalogue entry")
     if review is not None and plan.skip_checks:
         say("gate: skipped with the checks (--skip-checks): no site fit, diff or busbw "
             "comparison")

@@ -174,6 +174,14 @@ def test_failed_checks_publish_nothing(data_built: Built) -> None:
 
 
 # ------------------------------------------------------------------------ hostile input
+def test_republishing_the_same_build_under_a_new_version_is_said(data_built: Built) -> None:
+    data_built.publish(version="1.0", skip_checks=True)
+    lines: list[str] = []
+    data_built.publish(lines, version="2.0", skip_checks=True)
+    assert (f"note: this build (sha256 {SHA[:12]}) is already published as cpu 1.0; "
+            "publishing it again as 2.0") in lines
+
+
 def test_an_image_whose_record_names_another_target_is_refused(data_built: Built) -> None:
     record = data_built.settings.provenance_path("cpu")
     for named in ({"target": "gpu"}, {"target": None}):
