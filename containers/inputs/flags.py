@@ -198,6 +198,21 @@ def _account(value: Any) -> str:
 ACCOUNT = FlagType("account name (letters, digits, _ . -)", _account)
 
 
+_GROUP = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\Z")
+
+
+def _group(value: Any) -> str:
+    text = str(value)
+    if not _GROUP.match(text):
+        raise ValueError("is not a group name: 1-32 letters, digits and _ . - (not starting "
+                         "with . or -)")
+    return text
+
+
+#: ``--group`` and the group settings: a Unix group's name.
+GROUP = FlagType("group name", _group)
+
+
 #: ``--qos``, ``--reservation``: a scheduler's name for something, never an option (``--x``).
 _SCHEDULER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}\Z")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from containers.errors import ConfigError, raise_all
-from containers.inputs.flags import ACCOUNT
+from containers.inputs.flags import ACCOUNT, GROUP, NON_NEGATIVE_INT, TARGET
 from containers.inputs.schema import Field, check_mapping, name_problem, suggest
 
 #: mksquashfs's own gzip level, which Apptainer builds with when given no arguments.
@@ -106,16 +106,24 @@ def _pinned(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     return pinned
 
 
-def _accounts(values: dict) -> list[ConfigError]:
-    """``containers.account`` and each ``containers.accounts.<site>`` are account names by the
-    rule ``--account`` follows: a bad one is named where it is set, not blamed on the flag."""
+#: Settings that mean what a flag means, each checked at load by that flag's type.
+_FLAG_RULES = {"account": ACCOUNT, "default_target": TARGET, "sign_keyidx": NON_NEGATIVE_INT,
+               "publish_group": GROUP, "cache_group": GROUP}
+
+
+def _flag_rules(values: dict) -> list[ConfigError]:
+    """Settings checked by the rule of the flag of the same meaning (``containers.account`` and
+    each ``containers.accounts.<site>`` as ``--account``, ``default_target`` as ``--target``,
+    ...), when they are loaded: a bad one is named where it is set, not blamed on the flag
+    when a job is rendered."""
     found = []
-    for key, value in [("containers.account", values["account"]),
-                       *((f"containers.accounts.{site}", v)
-                         for site, v in values["accounts"].items())]:
-        if value:
+    checks = [(f"containers.{name}", values[name], rule) for name, rule in _FLAG_RULES.items()]
+    checks += [(f"containers.accounts.{site}", value, ACCOUNT)
+               for site, value in values["accounts"].items()]
+    for key, value, rule in checks:
+        if value not in ("", None):
             try:
-                ACCOUNT.parse(str(value))
+                rule.parse(value if isinstance(value, int) else str(value))
             except ValueError as exc:
                 found.append(ConfigError(f"{str(value)!r} {exc}", path="invoke.yaml", key=key))
     return found
@@ -181,7 +189,7 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
         raise ConfigError(f"must be a gzip level from 1 (fastest) to {SQUASHFS_DEFAULT_LEVEL} "
                           f"(smallest, Apptainer's own), got {values['squashfs_level']}",
                           path="invoke.yaml", key="containers.squashfs_level")
-    raise_all(_accounts(values))
+    raise_all(_flag_rules(values))
     return Settings(root=root, images_dir=resolve(values["images_dir"]),
                     results_dir=resolve(values["results_dir"]),
                     perflog_dir=resolve(values["perflog_dir"]), tmp_dir=resolve(values["tmp_dir"]),

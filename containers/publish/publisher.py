@@ -48,6 +48,7 @@ from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folde
                               sha256_file, temp_name, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
+from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
 from containers.inputs.schema import check_name, is_env_name, name_problem
 from containers.inputs.settings import Settings
@@ -111,6 +112,7 @@ class PublishRequest:
             raise UsageError(problem, flag="--dest")
         if self.version is not None:
             cat.validate_version(self.version)
+        GROUP("--group", self.group)
         if self.keep is not None and self.keep < 1:
             raise UsageError(f"must be at least 1 (got {self.keep})", flag="--keep")
         if dest.exists() and stat.S_IMODE(dest.stat().st_mode) & 0o002:

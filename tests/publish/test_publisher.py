@@ -35,6 +35,7 @@ def test_request_normalises_dest_and_checks_each_flag_once(tmp_path: Path,
     assert PublishRequest(target="cpu", dest="pub").dest == tmp_path / "pub"
     assert PublishRequest(target="cpu", dest="pub", keep=1).keep == 1
     refusals = {"--keep": dict(keep=0), "--version": dict(version="../evil"),
+                "--group": dict(group="-x"),
                 "--target": dict(target=""), "--dest": dict(dest="")}
     for flag, change in refusals.items():
         with pytest.raises(UsageError) as refused:
