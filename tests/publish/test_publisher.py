@@ -34,8 +34,9 @@ def test_request_normalises_dest_and_checks_each_flag_once(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     assert PublishRequest(target="cpu", dest="pub").dest == tmp_path / "pub"
     assert PublishRequest(target="cpu", dest="pub", keep=1).keep == 1
+    with pytest.raises(UsageError, match=r"^--group is not a group name.*\(got '-x'\)$"):
+        PublishRequest(target="cpu", dest="pub", group="-x")  # the flag's own type
     refusals = {"--keep": dict(keep=0), "--version": dict(version="../evil"),
-                "--group": dict(group="-x"),
                 "--target": dict(target=""), "--dest": dict(dest="")}
     for flag, change in refusals.items():
         with pytest.raises(UsageError) as refused:
