@@ -42,8 +42,8 @@ Trust and concurrency: pip checks every download, a cached one too, against the 
 gives (``#sha256=`` on the link; ``pip._internal.operations.prepare``), so a corrupt entry is
 refused and fetched again; a wheel it built from an sdist, or a file copied from the host's own
 find-links folders (which carry no hash), it does not check again, so the cache is used only
-while this user alone can write it (:func:`cache_problem`; folders are made ``0700``; a cache shared by a group of admins
-only when ``containers.cache_group`` names it). pip
+while this user alone can write it (:func:`cache_problem`; folders are made ``0700``), or, set
+up on purpose, a group of admins (``containers.cache_group``: group-owned, set-group-ID). pip
 writes its own cache entries to a temporary name first and renames them
 (``pip._internal.network.cache``), so concurrent pips share that; ``pip download`` copies a new
 file straight to its final name, so the install script holds ``flock`` on the downloads folder

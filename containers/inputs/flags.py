@@ -184,48 +184,29 @@ def _time(value: Any) -> str:
 TIME = FlagType(TIME_FORMS, _time)
 
 
-_ACCOUNT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
+def word_rule(label: str, pattern: str, refusal: str) -> FlagType:
+    """A flag taking one word of ``pattern`` (a name a scheduler or the system knows), refused
+    with ``refusal``: never something that starts like an option or holds a space."""
+    rule = re.compile(pattern + r"\Z")
+
+    def parse(value: Any) -> str:
+        text = str(value)
+        if not rule.match(text):
+            raise ValueError(refusal)
+        return text
+    return FlagType(label, parse)
 
 
-def _account(value: Any) -> str:
-    text = str(value)
-    if not _ACCOUNT.match(text):
-        raise ValueError("takes an account name: 1-64 letters, digits and _ . - (not starting "
-                         "with . or -)")
-    return text
-
-
-ACCOUNT = FlagType("account name (letters, digits, _ . -)", _account)
-
-
-_GROUP = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\Z")
-
-
-def _group(value: Any) -> str:
-    text = str(value)
-    if not _GROUP.match(text):
-        raise ValueError("is not a group name: 1-32 letters, digits and _ . - (not starting "
-                         "with . or -)")
-    return text
-
-
+ACCOUNT = word_rule("account name (letters, digits, _ . -)", r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}",
+                    "takes an account name: 1-64 letters, digits and _ . - (not starting with . "
+                    "or -)")
 #: ``--group`` and the group settings: a Unix group's name.
-GROUP = FlagType("group name", _group)
-
-
+GROUP = word_rule("group name", r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}",
+                  "is not a group name: 1-32 letters, digits and _ . - (not starting with . or -)")
 #: ``--qos``, ``--reservation``: a scheduler's name for something, never an option (``--x``).
-_SCHEDULER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}\Z")
-
-
-def _scheduler_name(value: Any) -> str:
-    text = str(value)
-    if not _SCHEDULER_NAME.match(text):
-        raise ValueError("takes a name: 1-64 letters, digits and _ . + - (not starting with . "
-                         "or -)")
-    return text
-
-
-SCHEDULER_NAME = FlagType("name (letters, digits, _ . + -)", _scheduler_name)
+SCHEDULER_NAME = word_rule("name (letters, digits, _ . + -)", r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}",
+                           "takes a name: 1-64 letters, digits and _ . + - (not starting with . "
+                           "or -)")
 
 
 # ------------------------------------------------------------------------------ directives
