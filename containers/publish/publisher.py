@@ -626,7 +626,7 @@ def published_as(plan: PublishPlan, catalogue: dict) -> list[str]:
 
 def gpu_of(plan: PublishPlan) -> str:
     """The GPU kind the image must be proven on: its target's, else its site's (none for CPU)."""
-    return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpu
+    return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpus.kind
 
 
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
