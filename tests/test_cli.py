@@ -462,3 +462,19 @@ def test_invoke_job_takes_every_run_option_of_smoke_and_train() -> None:
         table = {name for name in tasks.RUN_OPTIONS if name in kind.run_options}
         assert own == table == set(kind.run_options), kind.name
         assert table <= set(job)
+
+
+def test_job_refuses_a_command_word_that_is_not_utf8(cli_project: Path, tmp_path: Path) -> None:
+    """A batch script is UTF-8 text: a byte that is not is refused in one line (it was a
+    UnicodeEncodeError from the script writer), and no script is written."""
+    script = tmp_path / "F.sh"
+    result = subprocess.run([os.fsencode(sys.executable), b"-m", b"invoke", b"job",
+                             b"--site", b"local-slurm", b"--workload", b"run", b"--out",
+                             os.fsencode(script), b"--",
+                             b"echo", b"caf\xe9"], cwd=cli_project, capture_output=True,
+                            text=True, errors="replace", timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert _one_line_error(result) == (
+        "error: 'caf\\xe9' holds bytes that are not UTF-8, and a job script is UTF-8 text: "
+        "pass such a value through a file or an environment variable")
+    assert not script.exists()

@@ -80,7 +80,8 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
         raise refusal
     cli_args = dict(build_args or {})
     try:
-        cache = gather_cache(project.settings.cache_dir, use=not no_cache)
+        cache = gather_cache(project.settings.cache_dir, use=not no_cache,
+                             group=project.settings.cache_group)
     except ConfigError as exc:
         raise project.setting_error(exc) from exc
     host = gather_host(project.root, project.settings.images_dir, runtime,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from dataclasses import replace
 from typing import Sequence
 
@@ -31,6 +32,8 @@ from containers.unique import claim_folder
 
 #: Seconds the device gate may take before the command is not started.
 GATE_TIMEOUT = 300
+#: ``status.json``'s exit status of a run stopped by Ctrl-C (the shell's 128 + SIGINT).
+INTERRUPTED = 130
 
 
 class CommandExit(ContainersError):
@@ -91,29 +94,47 @@ def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dr
 
 def _run(planned: CommandRun, *, timeout: float | None, say: Say) -> None:
     """The gate, then the command, through the one run-and-log path; ``status.json`` records
-    how it ended, and a failure raises with the reason the log gives."""
+    how it ended (a Ctrl-C included: recorded as interrupted, then it stops the tool), and a
+    failure raises with the reason the log gives."""
     out, gate = planned.workload.out_dir, planned.gate
-    log = os.path.relpath(out / "run.log")
-    logged = run_logged([*([(gate, GATE_TIMEOUT)] if gate else []),
-                         (planned.workload.argv, timeout or None)], out_dir=out, say=say)
+    log, shown = os.path.relpath(out / "run.log"), show_command(list(planned.command))
+    started = time.monotonic()
+    try:
+        logged = run_logged([*([(gate, GATE_TIMEOUT)] if gate else []),
+                             (planned.workload.argv, timeout or None)], out_dir=out, say=say)
+    except KeyboardInterrupt:  # Ctrl-C: the log says so, and so does status.json
+        _status(out, planned.command, returncode=INTERRUPTED, gate=0 if gate else None,
+                seconds=time.monotonic() - started, interrupted=True)
+        raise
     if gate and len(logged.steps) == 1 and not logged.last.ok:
         code = 124 if logged.last.timed_out else logged.last.returncode
         _status(out, planned.command, returncode=None, gate=code, seconds=logged.seconds)
         said = [ln for ln in logged.lines if ln.startswith("device gate: FAIL")]
         raise VerdictFailed(
             (said[-1] if said else f"device gate: the probe in the image failed (exit {code})")
-            + f"; {' '.join(planned.command)} was not started (log: {log})")
+            + f"; {shown} was not started (log: {log})")
     completed, failure = logged.last, first_failure(logged.lines)
-    code = 124 if completed.timed_out else completed.returncode
+    code = command_status(completed.returncode, completed.timed_out, failure)
     _status(out, planned.command, returncode=code, gate=0 if gate else None,
             seconds=logged.seconds, first_failure=failure)
     if code == 0:
         say(f"run: exit 0 ({completed.seconds:.1f} s)")
         return
     where = f"rank {failure[0]} failed first (exit {failure[1]})" if failure else f"exit {code}"
-    raise CommandExit(f"{' '.join(planned.command)}: {where}"
+    raise CommandExit(f"{shown}: {where}"
                       + (f", timed out after {timeout:.0f} s" if completed.timed_out else "")
                       + f"; log: {log}", code)
+
+
+def command_status(returncode: int, timed_out: bool, failure: tuple[int, int] | None) -> int:
+    """What ``invoke run`` exits with: 124 after its timeout; the first failing rank's own
+    status where the launcher names one (torchrun exits 1 whatever its ranks exited with, and
+    a batch run of the same command gives the rank's); else the launcher's."""
+    if timed_out:
+        return 124
+    if returncode and failure is not None and 0 < failure[1] < 256:
+        return failure[1]
+    return returncode
 
 
 def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher: bool,
@@ -134,8 +155,10 @@ def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher:
 
 
 def _status(out, command: Sequence[str], *, returncode: int | None, gate: int | None,
-            seconds: float, first_failure: tuple[int, int] | None = None) -> None:
+            seconds: float, first_failure: tuple[int, int] | None = None,
+            interrupted: bool = False) -> None:
     record = {"kind": KIND, "command": list(command), "exit_status": returncode,
+              "interrupted": interrupted,
               "device_gate": None if gate is None else ("pass" if gate == 0 else "fail"),
               "first_failure": None if first_failure is None else
               {"rank": first_failure[0], "exit_code": first_failure[1]},
@@ -163,5 +186,6 @@ def shell(project: Project, *, target: str | None, command: Sequence[str] = (),
     # The terminal is the user's: stdin, stdout and stderr are passed through, not captured.
     code = subprocess.call(argv)
     if code:
-        raise CommandExit(f"{' '.join(command) or 'shell'}: exit {code}", code)
+        raise CommandExit(f"{show_command(list(command)) if command else 'shell'}: exit {code}",
+                          code)
     return 0

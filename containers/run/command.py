@@ -78,12 +78,17 @@ def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
     return [*prefix, *launch.exec_argv(probe)]
 
 
+#: ``invoke shell`` with no command: bash without the user's ``~/.bashrc``, as ``apptainer
+#: shell`` runs it, where a conda or pyenv set-up would put the host's Python first on PATH.
+INTERACTIVE = ("/bin/bash", "--norc", "-i")
+
+
 def shell_argv(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
                command: Sequence[str], run_id: str,
                environ: Mapping[str, str] | None = None) -> list[str]:
     """``invoke shell``: the image with the site's flags, binds and environment, running
     ``command`` (an interactive shell when it is empty)."""
-    words = tuple(command) or ("/bin/bash", "-i")
+    words = tuple(command) or INTERACTIVE
     planned = plan_workload(target, site, settings=settings, runtime=runtime, kind=KIND,
                             script="", args=(), ranks=1, timeout=0, run_id=run_id,
                             report_name="", environ=environ, command=check_command(words))

@@ -2,7 +2,8 @@
 one run-and-log path: the gate first (a failed gate leaves the command unstarted, in one line),
 the command's own exit status, ``run.log`` and ``status.json`` beside it. The image's own runs
 (Apptainer, torchrun ranks) are in ``tests/run/test_run_image.py``; here the steps are plain
-processes so that each outcome is certain."""
+processes so that each outcome is certain. Also: the exit status a run ends with, and ``invoke
+shell``'s interactive command."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from containers.errors import VerdictFailed
 from containers.host.runtime import assumed_runtime
-from containers.run.command import plan_command
+from containers.run.command import INTERACTIVE, plan_command
 
 #: The module itself (``containers.app.running``; the package exports its commands).
 running = importlib.import_module("containers.app.running")
@@ -54,7 +55,7 @@ def test_a_failed_gate_leaves_the_command_unstarted(data_project, tmp_path) -> N
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as failed:
         running._run(planned, timeout=None, say=lines.append)
-    assert str(failed.value).startswith("device gate: FAIL no GPU; sh -c touch ")
+    assert str(failed.value).startswith("device gate: FAIL no GPU; sh -c 'touch ")
     assert "was not started" in str(failed.value) and not marker.exists()
     assert _status(planned)["device_gate"] == "fail" and _status(planned)["exit_status"] is None
     assert (planned.workload.out_dir / "run.log").read_text() == "device gate: FAIL no GPU\n"
@@ -71,3 +72,16 @@ def test_the_command_exits_with_its_own_status(data_project) -> None:
     passing = _planned(data_project, None, "echo done")
     running._run(passing, timeout=None, say=lines.append)
     assert lines[-1].startswith("run: exit 0 (") and _status(passing)["device_gate"] is None
+
+
+def test_the_first_failing_ranks_status_is_the_exit_status() -> None:
+    """torchrun exits 1 whatever its ranks exited with; the rank's own status is the run's."""
+    assert running.command_status(1, False, (0, 7)) == 7
+    assert running.command_status(1, False, (1, -9)) == 1  # killed by a signal: the launcher's
+    assert running.command_status(3, False, None) == 3
+    assert running.command_status(0, False, None) == 0
+    assert running.command_status(1, True, (0, 7)) == 124
+
+
+def test_the_interactive_shell_does_not_read_the_users_bashrc() -> None:
+    assert INTERACTIVE == ("/bin/bash", "--norc", "-i")
