@@ -23,10 +23,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # mkdocs loads this file by path; the project must import
-    sys.path.insert(0, str(ROOT))
 
-MARKER = re.compile(r"<!-- generated: ([a-z-]+) -->")
+
+def importable() -> None:
+    """The project importable (``tasks``, ``containers``) from the checkout this file is in:
+    MkDocs restores ``sys.path`` after loading a hook, so this runs when a block is made."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
 
 
 def cell(text: object) -> str:
@@ -268,6 +273,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
 
 def fill(markdown: str) -> str:
     """``markdown`` with every ``<!-- generated: NAME -->`` marker replaced by its block."""
+    importable()
+
     def replace(match: re.Match) -> str:
         name = match.group(1)
         if name not in GENERATORS:
@@ -282,6 +289,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 
 if __name__ == "__main__":
+    importable()
     if len(sys.argv) != 2 or sys.argv[1] not in GENERATORS:
         sys.exit(f"usage: {sys.argv[0]} {'|'.join(GENERATORS)}")
     print(GENERATORS[sys.argv[1]]())

@@ -41,7 +41,10 @@ def generator():
 def site(tmp_path_factory) -> Path:
     """The docs built as CI builds them: ``mkdocs build --strict`` into a temp folder."""
     out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # the theme's banner about its future
+    # as CI runs it: the hook makes the checkout importable itself (no PYTHONPATH); and without
+    # the theme's banner about its future
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+           "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
                              str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
