@@ -107,7 +107,7 @@ def _json(as_json: bool) -> dict[str, bool]:
     return {"as_json": True} if as_json else {}
 
 
-JSON_HELP = "print one JSON document (its shape: README, Machine-readable output) instead of " \
+JSON_HELP = "print one JSON document (its shape: docs/results.md, JSON shapes) instead of " \
             "the table"
 FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or GPUs, message " \
              "buffers over its memory)"
@@ -222,8 +222,8 @@ def cache(c, prune=False):
         "op": SMOKE_OPTIONS["help"]["op"] + "; with --history: only their runs",
         "dry_run": "print the exact exec command, run nothing (also: invoke --dry)",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
-        "json": "with --history: print the history as one JSON document (README, "
-                "Machine-readable output)",
+        "json": "with --history: print the history as one JSON document (docs/results.md, "
+                "JSON shapes)",
         "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
                  "per node); --gpus is then per node",
         "force": FORCE_HELP,
