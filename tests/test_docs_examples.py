@@ -192,7 +192,8 @@ def test_run_examples_on_the_local_slurm(block: Block, tmp_path: Path, request) 
     ensure_installed()
     if os.geteuid() != 0:
         pytest.skip("the local Slurm cluster runs its daemons as root")
-    request.getfixturevalue("cpu_image")
+    if _needs_image(block):
+        request.getfixturevalue("cpu_image")
     folder = Path(tempfile.mkdtemp(prefix="docs-local-slurm-"))
     folder.chmod(0o755)
     env = {**_env(tmp_path / "results"), "CONTAINERS_LOCAL_SLURM_DIR": str(folder / "c")}
