@@ -75,6 +75,8 @@ def tasks_markdown() -> str:
 # --- input fields ------------------------------------------------------------------------------
 
 #: (title, module, attribute, key prefix): the loaders' field declarations, in reading order.
+#: A section whose keys a JSON Schema in ``schemas/`` also gives (:data:`COVERED_BY`) is shown
+#: from the schema, which carries each key's doc, instead.
 FIELD_SECTIONS = (
     ("Target manifest: `recipes/<target>.yaml`", "containers.inputs.recipes", "FIELDS", ""),
     ("Env spec: `envs/<name>.yml` (the keys this tool reads)", "containers.inputs.envspec",
@@ -137,24 +139,78 @@ def field_rows(module_name: str, attribute: str, prefix: str) -> list[tuple[str,
     return rows
 
 
-def schema_rows(schema: dict, prefix: str = "") -> list[tuple[str, ...]]:
-    """Rows of a JSON Schema's properties, nested objects as dotted keys."""
+def _resolve(node: dict, root: dict) -> dict:
+    """``node`` with a local ``$ref`` (``#/$defs/X``) replaced by what it names."""
+    ref = node.get("$ref", "")
+    if ref.startswith("#/$defs/"):
+        return {**root["$defs"][ref.split("/")[-1]], **{k: v for k, v in node.items()
+                                                         if k != "$ref"}}
+    return node
+
+
+def _kind(node: dict, root: dict) -> str:
+    """A property's type in words: ``string``, ``integer/null``, ``Partition`` (a model)."""
+    if "anyOf" in node:
+        return "/".join(_kind(option, root) for option in node["anyOf"])
+    if "$ref" in node:
+        return node["$ref"].split("/")[-1]
+    kind = node.get("type", "")
+    kind = "/".join(kind) if isinstance(kind, list) else kind
+    if kind == "array" and isinstance(node.get("items"), dict):
+        return f"list of {_kind(node['items'], root) or 'values'}"
+    if kind == "object" and isinstance(node.get("additionalProperties"), dict):
+        return f"mapping of {_kind(node['additionalProperties'], root) or 'values'}"
+    return kind
+
+
+def _nested(node: dict, root: dict) -> list[tuple[str, dict]]:
+    """The objects with properties below a property, each with the key suffix it takes."""
+    found = []
+    for option in node.get("anyOf", [node]):
+        option = _resolve(option, root)
+        if option.get("properties"):
+            found.append((".", option))
+        for key, suffix in (("items", "[]."), ("additionalProperties", ".<name>.")):
+            inner = option.get(key)
+            if isinstance(inner, dict) and _resolve(inner, root).get("properties"):
+                found.append((suffix, _resolve(inner, root)))
+    return found
+
+
+def schema_rows(schema: dict, prefix: str = "", root: dict | None = None
+                ) -> list[tuple[str, ...]]:
+    """Rows of a JSON Schema's properties, nested objects (``$ref``, ``anyOf``, lists and
+    mappings of them) as dotted keys."""
+    root = root or schema
     rows: list[tuple[str, ...]] = []
     required = set(schema.get("required", []))
     for name, prop in schema.get("properties", {}).items():
-        kind = prop.get("type", "")
-        kind = "/".join(kind) if isinstance(kind, list) else kind
-        default = f"`{json.dumps(prop['default'])}`" if "default" in prop else ""
-        choices = ", ".join(f"`{c}`" for c in prop.get("enum", []))
-        rows.append((f"`{prefix}{name}`", kind, "yes" if name in required else "", default,
-                     choices, prop.get("description", "")))
-        for nested in (prop, prop.get("items", {}), prop.get("additionalProperties")):
-            if isinstance(nested, dict) and nested.get("properties"):
-                sub = prefix + name + ("[]." if nested is prop.get("items") else
-                                       ".<name>." if nested is not prop else ".")
-                rows += schema_rows(nested, sub)
+        resolved = _resolve(prop, root)
+        default = f"`{json.dumps(prop['default'])}`" if "default" in prop and \
+            not isinstance(prop["default"], dict) else ""
+        choices = ", ".join(f"`{c}`" for c in resolved.get("enum", []))
+        doc = prop.get("description") or resolved.get("description", "")
+        rows.append((f"`{prefix}{name}`", _kind(prop, root), "yes" if name in required else "",
+                     default, choices, doc))
+        for suffix, nested in _nested(prop, root):
+            rows += schema_rows(nested, prefix + name + suffix, root)
     return rows
 
+
+#: Field declarations a schema file renders: (module, attribute) -> the schema file.
+COVERED_BY = {
+    ("containers.inputs.recipes", "FIELDS"): "recipe.schema.json",
+    ("containers.inputs.envspec", "FIELDS"): "env-spec.schema.json",
+    **{("containers.inputs.sites", name): "site.schema.json"
+       for name in ("FIELDS", "PARTITION_FIELDS", "DETECT_FIELDS", "TRANSPORT_FIELDS")},
+    ("containers.inputs.references", "FIELDS"): "site.schema.json",
+    **{("containers.image.sitefit", name): "site.schema.json"
+       for name in ("FIT_FIELDS", "DRIVER_FIELDS", "RANGE_FIELDS", "NCCL_FIELDS")},
+}
+
+#: Stable anchors (``inputs.md#site``) for the top-level sections, whichever source shows them.
+ANCHORS = {"containers.inputs.recipes": "recipe", "containers.inputs.envspec": "env-spec",
+           "containers.inputs.sites": "site", "containers.inputs.settings": "settings"}
 
 FIELD_HEADER = ("key", "type", "required", "default", "one of", "what it is")
 
@@ -162,13 +218,19 @@ FIELD_HEADER = ("key", "type", "required", "default", "one of", "what it is")
 def inputs_markdown() -> str:
     parts = []
     for title, module, attribute, prefix in FIELD_SECTIONS:
+        covered = COVERED_BY.get((module, attribute))
+        if covered and (ROOT / "schemas" / covered).is_file():
+            continue
         rows = field_rows(module, attribute, prefix)
         if rows is not None:
-            parts.append(f"## {title}\n\n" + table(FIELD_HEADER, rows))
+            anchor = ANCHORS.get(module) if attribute == "FIELDS" else None
+            parts.append(f"## {title}" + (f" {{#{anchor}}}" if anchor else "") + "\n\n"
+                         + table(FIELD_HEADER, rows))
     for path in sorted((ROOT / "schemas").glob("*.json")):
         schema = json.loads(path.read_text())
         title = schema.get("title") or path.stem
-        parts.append(f"## JSON Schema: {title} (`schemas/{path.name}`)\n\n"
+        anchor = path.name.split(".")[0]  # site, recipe, env-spec: as the Field sections'
+        parts.append(f"## JSON Schema: {title} (`schemas/{path.name}`) {{#{anchor}}}\n\n"
                      + (schema.get("description", "") + "\n\n" if schema.get("description")
                         else "") + table(FIELD_HEADER, schema_rows(schema)))
     return "\n".join(parts)
@@ -197,7 +259,8 @@ def site_facts(data: Any, lines: list[str], key: str = "") -> list[tuple[str, st
     rows: list[tuple[str, str, str]] = []
     items: Iterable[tuple[str, Any, int | None]]
     if isinstance(data, LocatedDict):
-        items = ((f"{key}.{k}" if key else str(k), v, data.line_of(str(k))) for k, v in data.items())
+        items = ((f"{key}.{k}" if key else str(k), v, data.line_of(str(k)))
+                 for k, v in data.items())
     elif isinstance(data, LocatedList) and any(isinstance(v, dict) for v in data):
         items = ((f"{key}[{i}]", v, data.line_of(i)) for i, v in enumerate(data))
     else:

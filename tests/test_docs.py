@@ -46,7 +46,8 @@ def site(tmp_path_factory) -> Path:
     env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
            "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                             str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+                             str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "WARNING" not in result.stderr, result.stderr
     return out

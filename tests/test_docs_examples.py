@@ -23,8 +23,8 @@ from invoke.parser import ParseError, Parser, ParserContext
 
 from tests.fixtures import ROOT
 
-FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>bash|console)[^\n]*\n(?P<body>.*?)^(?P=indent)```",
-                   re.M | re.S)
+FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>bash|console)[^\n]*\n"
+                   r"(?P<body>.*?)^(?P=indent)```", re.M | re.S)
 MARK = re.compile(r"<!-- example: (?P<mark>[a-z ]+) -->\s*$")
 #: Task words whose runs need the image (unless only planned with --dry-run or --history).
 IMAGE_TASKS = {"run", "shell", "smoke", "train"}

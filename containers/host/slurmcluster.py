@@ -202,8 +202,8 @@ def _site_node_lines(site: Site, root: Path, names: Sequence[str],
     """slurm.conf's node lines and gres.conf's lines: the site's cores, memory and GPUs (GRES
     ``gpu:<gres_type>:<count>`` on character devices that read as ``/dev/null``: slurmd counts
     only GPUs that have a File)."""
-    gpus, gpu_type = site.gpus_per_node, site.gres_type or site.name
-    memory_mb = max(site.mem_per_gpu_gb * gpus, 8) * 1024 + 1024
+    gpus, gpu_type = site.gpus.per_node, site.gpus.gres_type or site.name
+    memory_mb = max(site.memory.per_gpu_gb * gpus, 8) * 1024 + 1024
     nodes, gres = [], []
     for name, port in zip(names, ports):
         devices = root / "dev" / name
@@ -233,6 +233,7 @@ def site_conf_writer(site: Site) -> ConfWriter:
                  "EnforcePartLimits=ALL"]
         nodes, gres = _site_node_lines(site, root, names, ports[1:])
         lines += nodes
+        default = site.default_partition or next(iter(site.partitions), None)
         for part in site.partitions:
             limits = site.partition(part)
             minutes = -(-limits.max_time // 60) if limits.max_time else None
@@ -240,8 +241,7 @@ def site_conf_writer(site: Site) -> ConfWriter:
                 f"PartitionName={part} Nodes={','.join(names)} "
                 f"MaxTime={minutes if minutes else 'INFINITE'} "
                 f"MaxNodes={limits.max_nodes or 'UNLIMITED'} "
-                + ("Default=YES " if part == (site.default_partition or site.partitions[0])
-                   else "") + "State=UP")
+                + ("Default=YES " if part == default else "") + "State=UP")
         if not site.partitions:  # a profile that lists none: Slurm's default partition
             lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES "
                          "MaxTime=INFINITE State=UP")

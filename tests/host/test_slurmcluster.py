@@ -34,7 +34,7 @@ def test_site_shape_carries_partitions_gres_and_the_account_rule(tmp_path) -> No
     site = load_sites(ROOT)["lumi"]
     text = slurmcluster.site_conf_writer(site)(tmp_path, [1, 2, 3], tmp_path / "s").read_text()
     assert "PartitionName=standard-g " in text and "MaxTime=2880 " in text
-    assert f"Gres=gpu:{site.gres_type or 'lumi'}:{site.gpus_per_node}" in text
+    assert f"Gres=gpu:{site.gpus.gres_type or 'lumi'}:{site.gpus.per_node}" in text
     assert ("JobSubmitPlugins=lua" in text) == site.account_required
 
 

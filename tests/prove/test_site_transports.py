@@ -13,7 +13,7 @@ import pytest
 
 from containers.batch import job as batch
 from containers.inputs.recipes import load_targets
-from containers.inputs.sites import load_sites
+from containers.inputs.sites import Gpus, Transport, load_sites
 from containers.prove import verdict
 from containers.prove.smoke import SMOKE
 from containers.run.workload import Outcome
@@ -75,8 +75,7 @@ def test_a_log_without_the_proof_line_fails_the_verdict(name: str, data_settings
 
 
 def test_a_gpu_site_without_a_declared_transport_is_not_proven(data_settings) -> None:
-    bare = replace(load_sites(ROOT)["puhti"], transport_name=None, transport_expect=None,
-                   transport_net=None)
+    bare = load_sites(ROOT)["puhti"].model_copy(update={"transport": Transport()})
     lines = tuple(LOGS.joinpath("ib-proven.log").read_text().splitlines())
     result = _result("puhti", data_settings, lines, site=bare)
     assert [r for r in result.reasons if r.startswith("NOT-PROVEN: site puhti declares no "
@@ -85,5 +84,5 @@ def test_a_gpu_site_without_a_declared_transport_is_not_proven(data_settings) ->
     # one node needs no network, and a CPU site has no NCCL network to prove
     one = replace(result.plan, launch=replace(result.plan.launch, nodes=1))
     assert not verdict.network_reasons(replace(result, plan=one))
-    cpu = replace(bare, gpu="none")
+    cpu = bare.model_copy(update={"gpus": Gpus()})
     assert not verdict.network_reasons(replace(result, plan=replace(result.plan, site=cpu)))
