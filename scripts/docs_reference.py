@@ -244,7 +244,9 @@ def comments_at(lines: list[str], line: int | None) -> str:
         return ""
     above, index = [], line - 2
     while index >= 0 and lines[index].strip().startswith("#"):
-        above.insert(0, lines[index].strip().lstrip("#").strip())
+        text = lines[index].strip().lstrip("#").strip()
+        if not text.startswith("yaml-language-server:"):  # an editor's schema line
+            above.insert(0, text)
         index -= 1
     own = lines[line - 1]
     trailing = own.split(" #", 1)[1].strip() if " #" in own and "'" not in own.split(" #")[0] \
