@@ -16,7 +16,7 @@ from containers.image.arch import emulation
 from containers.image.gather import gather_host
 from containers.image.plan import BuildPlan, BuildStep, fakeroot_refusal, plan_build
 from containers.inputs.recipes import Target
-from containers.inputs.validate import host_path_policy
+from containers.inputs.validate import example_findings, host_path_policy
 from containers.report import Say, say_line as _print, show_command
 
 
@@ -89,9 +89,12 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
     plan = plan_build(project.targets, item.name, settings=project.settings, host=host,
                       cli_args=cli_args, force=force)
     say(f"runtime: {runtime.label}")
-    for step in plan.pending:  # host_paths: warn (forbid already refused them while planning)
-        for warning in host_path_policy(step.target)[1]:
+    for step in plan.pending:  # errors were raised while planning; warnings and infos as check
+        _, warnings, infos = example_findings(step.target)  # says them (torch as this build's)
+        for warning in [*host_path_policy(step.target)[1], *warnings]:
             say(f"warning: {warning}")
+        for info in infos:
+            say(f"info: {info}")
     if foreign:
         say(foreign)
     for number, step in enumerate(plan.steps, start=1):

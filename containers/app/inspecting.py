@@ -24,6 +24,7 @@ from containers.inputs.sites import Site
 from containers.publish import catalogue as cat, diff as diffing
 from containers.publish.checks import find_verdict, smoke_summary
 from containers.report import Say, console, human_bytes, say_line as _print, table
+from containers.run.needs import PYTHON, refuse_lacking
 
 PUBLISHED = re.compile(r"(?P<dest>.+):(?P<target>[A-Za-z0-9][A-Za-z0-9._-]*)"
                        r"@(?P<version>[^@/:]+)\Z")
@@ -107,6 +108,7 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
         raise UsageError("give --target or --image, not both", flag="--image")
     spec = image or target or project.default_target()
     ref = resolve(project, spec, flag="--image" if image else "--target")
+    refuse_lacking(ref.record, image=ref.image, need=PYTHON, doing="invoke inspect")
     runtime = project.runtime()
     if not as_json:
         say(f"reading {ref.image} (one {runtime.flavour} exec of its python)")
@@ -160,6 +162,7 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
         ref = resolve(project, spec, flag=flag)
         if not ref.image.is_file():
             raise StateError(f"{flag} {spec}: {ref.image} is not there")
+        refuse_lacking(ref.record, image=ref.image, need=PYTHON, doing="invoke diff")
         if not as_json:
             say(f"reading {ref.image} (one {runtime.flavour} exec of its python)")
         facts = probing.probe(runtime, ref.image, sha256=ref.record.get("sha256"))

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import time
+from dataclasses import replace
 from typing import Sequence
 
 from containers.app.project import Project
@@ -21,9 +22,11 @@ from containers.errors import ContainersError, ImageMissing, VerdictFailed, on_d
 from containers.files import atomic_write_text
 from containers.host.facts import run_stamp
 from containers.host.process import run
+from containers.inputs.recipes import Target
 from containers.report import Say, say_line as _print, show_command
 from containers.run import allocation
-from containers.run.command import KIND, plan_command, shell_argv
+from containers.run.command import KIND, CommandRun, plan_command, shell_argv
+from containers.run.needs import PYTHON, check_image, command_need, image_lacking
 from containers.run.workload import first_failure
 from containers.unique import claim_folder
 
@@ -51,6 +54,7 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     planned = plan_command(item, site, settings=project.settings, runtime=runtime,
                            command=command, ranks=gpus, run_id=stamp, timeout=timeout or 0,
                            launcher=launcher, placement=placement, strict=not dry_run)
+    planned = _fit_image(project, item, planned, launcher=launcher, say=say)
     if not dry_run:  # refused before its folder is claimed: nothing is left behind
         guard_run(project, item.name, runtime)
         if not planned.workload.image.is_file():
@@ -60,7 +64,8 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
             planned = plan_command(item, site, settings=project.settings, runtime=runtime,
                                    command=command, ranks=gpus, timeout=timeout or 0,
                                    run_id=claimed.removeprefix(f"{item.name}-"),
-                                   launcher=launcher, placement=placement)
+                                   launcher=launcher, placement=placement,
+                                   gate=planned.gate is not None)
     workload = planned.workload
     ranks = workload.ranks if launcher else 1
     say(f"run: {item.name} on site {site.name}, {ranks} rank{'s' * (ranks != 1)}"
@@ -106,6 +111,23 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     raise CommandExit(f"{' '.join(planned.command)}: {where}"
                       + (f", timed out after {timeout:.0f} s" if completed.timed_out else "")
                       + f"; log: {os.path.relpath(workload.out_dir / 'run.log')}", code)
+
+
+def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher: bool,
+               say: Say) -> CommandRun:
+    """Before anything starts: refuse a launcher the image cannot start (torchrun needs its
+    torch), in one line; leave out the device gate of an image without Python (the gate is a
+    Python program; the command needs none), saying so. A CPU site has no gate to leave out."""
+    if launcher and (need := command_need(planned.workload)):
+        check_image(item, project.settings, need=need,
+                    doing=f"invoke run's launcher ({planned.workload.launcher.name})",
+                    hint="--no-launcher runs the command as one process without it")
+    lacks = image_lacking(item, project.settings, PYTHON) if planned.gate else None
+    if lacks:
+        say(f"  no device gate: {lacks} (the gate is a Python program); the command starts "
+            "without it")
+        return replace(planned, gate=None)
+    return planned
 
 
 def _status(out, command: Sequence[str], *, returncode: int | None, gate: int | None,

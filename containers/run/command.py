@@ -48,8 +48,10 @@ def check_command(command: Sequence[str], *, flag: str = "--") -> tuple[str, ...
 def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
                  command: Sequence[str], ranks: int, run_id: str, timeout: float,
                  launcher: bool = True, placement: Placement | None = None,
-                 environ: Mapping[str, str] | None = None, strict: bool = True) -> CommandRun:
-    """``ranks`` per node; ``launcher`` False: one process, the command as it is."""
+                 environ: Mapping[str, str] | None = None, strict: bool = True,
+                 gate: bool = True) -> CommandRun:
+    """``ranks`` per node; ``launcher`` False: one process, the command as it is. ``gate``
+    False: no device gate (it is a Python program, and the image has no Python)."""
     words = check_command(command)
     if not launcher and placement is not None:
         raise UsageError("--no-launcher runs one process on this node; leave out --nodes",
@@ -60,7 +62,8 @@ def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Run
                              strict=strict, placement=placement, command=words)
     if not launcher:
         workload = replace(workload, argv=workload.launch.exec_argv(list(words)))
-    return CommandRun(workload=workload, gate=gate_argv(workload, settings), command=words)
+    return CommandRun(workload=workload, gate=gate_argv(workload, settings) if gate else None,
+                      command=words)
 
 
 def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
