@@ -14,6 +14,7 @@ and a script: ``python scripts/docs_reference.py tasks`` prints one generated bl
 from __future__ import annotations
 
 import ast
+import copy
 import importlib
 import inspect
 import json
@@ -49,10 +50,11 @@ def table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
 # --- tasks -------------------------------------------------------------------------------------
 
 def task_collection():
-    """The project's invoke tasks as invoke itself loads them."""
+    """The project's invoke tasks as invoke itself loads them: a copy, since invoke pops each
+    help entry as it builds a task's arguments (the help of the module's own tasks stays)."""
     from invoke import Collection
 
-    return Collection.from_module(importlib.import_module("tasks"))
+    return copy.deepcopy(Collection.from_module(importlib.import_module("tasks")))
 
 
 def task_flags() -> dict[str, list[tuple[str, str]]]:

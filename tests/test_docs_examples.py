@@ -6,6 +6,7 @@ the results page shows is checked against a real run."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shlex
@@ -101,7 +102,9 @@ def parser() -> Parser:
     import tasks
 
     core = ParserContext(args=Program().core_args())
-    return Parser(initial=core, contexts=Collection.from_module(tasks).to_contexts())
+    # a copy: invoke pops each help entry as it builds the arguments (test_cli reads them)
+    return Parser(initial=core,
+                  contexts=copy.deepcopy(Collection.from_module(tasks)).to_contexts())
 
 
 def test_examples_are_found() -> None:
