@@ -68,6 +68,8 @@ FIELDS = (
     # What the site's nodes provide for an image to fit (driver/runtime ranges, glibc, NCCL),
     # each with its source; checked and judged by containers.image.sitefit.
     Field("fit", "map", default={}),
+    # The site's own words in its batch jobs (JOB_FIELDS), each with its source.
+    Field("job", "map", default={}),
 )
 #: A partition's limits, each as the site documents it (the profile cites the page).
 PARTITION_FIELDS = (
@@ -81,8 +83,17 @@ DETECT_FIELDS = (Field("env", "str_list", default=[]), Field("hostname", "str_li
 #: ``net``: the NCCL_NET value every run sets, so NCCL/RCCL fail instead of falling back to TCP;
 #: ``from_nodes``: the runs it applies to (2: only runs across nodes, where a site binds its network
 #: stack in only for those, as Olivia does).
+#: ``host_stack``: the network plugin and libfabric come from the host, so a run it applies to
+#: needs ``multinode_binds`` that bring them in (a job without them is refused, never written).
 TRANSPORT_FIELDS = (Field("name", required=True), Field("expect", required=True), Field("net"),
-                    Field("from_nodes", "int", default=1))
+                    Field("from_nodes", "int", default=1),
+                    Field("host_stack", "bool", default=False))
+#: ``step_options``: what the site's launcher adds to every job step (Cray PALS' ``--cpu-bind
+#: none``); ``short_names``: shorter words for job names a scheduler limits in length;
+#: ``build_unset``: variables a build job unsets (a site module's binds the new image lacks).
+JOB_FIELDS = (Field("step_options", "str_list", default=[]),
+              Field("short_names", "str_map", default={}),
+              Field("build_unset", "str_list", default=[]))
 GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
 #: The variable that limits which GPUs a process sees, per GPU kind.
 VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
@@ -108,6 +119,15 @@ class Partition:
     whole_nodes: bool = False
     gpu_request: str | None = None
     gres_type: str | None = None
+
+
+@dataclass(frozen=True)
+class JobWords:
+    """The site's own words in its batch jobs (the profile's ``job:`` block)."""
+
+    step_options: tuple[str, ...] = ()
+    short_names: Mapping[str, str] = field(default_factory=dict)
+    build_unset: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,6 +168,8 @@ class Site:
     transport_net: str | None = None
     #: The transport (its proof and NCCL_NET) applies to runs of at least this many nodes.
     transport_from_nodes: int = 1
+    #: The transport's plugin and libfabric come from the host (``multinode_binds`` bring them).
+    transport_host_stack: bool = False
     detect_env: tuple[str, ...] = ()
     detect_hostname: tuple[str, ...] = ()
     notes: str | None = None
@@ -157,6 +179,7 @@ class Site:
     gres_type: str | None = None
     account_required: bool = False
     modules: tuple[str, ...] = ()
+    job: JobWords = field(default_factory=JobWords)
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
     def partition(self, name: str | None) -> Partition:
@@ -368,6 +391,24 @@ def _check_values(data: object, values: dict, path: Path) -> list[ConfigError]:
     return found
 
 
+def _job_words(data: object, *, path: Path) -> JobWords:
+    """The ``job:`` block: variables to unset are shell names, short names plain words (a job
+    name is a directive value)."""
+    values = check_mapping(data, JOB_FIELDS, what="job words", path=path, prefix="job.")
+    bad = [(key, f"'{name}' is not a variable name") for key in ("build_unset",)
+           for name in values[key] if not is_env_name(name)]
+    bad += [("short_names", f"'{k}: {v}' is not a word for a word (letters, digits, _)")
+            for k, v in values["short_names"].items()
+            if not re.fullmatch(r"[A-Za-z0-9_]+", str(k)) or not re.fullmatch(r"[A-Za-z0-9_]+",
+                                                                               str(v))]
+    if bad:
+        key, message = bad[0]
+        raise ConfigError(message, path=path, line=line_of(data, key), key=f"job.{key}")
+    return JobWords(step_options=tuple(values["step_options"]),
+                    short_names={str(k): str(v) for k, v in values["short_names"].items()},
+                    build_unset=tuple(values["build_unset"]))
+
+
 def _collect(found: list[ConfigError], check, *args, **kwargs):
     """``check(*args, **kwargs)``'s value; a :class:`ConfigError` it raises is added to
     ``found`` (None is returned), so the next check still runs."""
@@ -431,6 +472,7 @@ def load_site(path: Path) -> Site:
         if transport["from_nodes"] < 1:
             found.append(ConfigError("must be at least 1", path=path, key="transport.from_nodes",
                                      line=line_of(values["transport"], "from_nodes")))
+    job = _collect(found, _job_words, values["job"], path=path) if values["job"] else None
     references = _references(data.get("references") or [], path, found)
     found += reference_problems(references, data.get("references") or [], values, path)
     raise_all(found)
@@ -453,11 +495,12 @@ def load_site(path: Path) -> Site:
                 transport_expect=transport["expect"] if transport else None,
                 transport_net=transport["net"] if transport else None,
                 transport_from_nodes=transport["from_nodes"] if transport else 1,
+                transport_host_stack=transport["host_stack"] if transport else False,
                 detect_env=tuple(detect["env"]), detect_hostname=tuple(detect["hostname"]),
                 notes=values["notes"], partition_limits=limits,
                 gpu_request=values["gpu_request"], gres_type=values["gres_type"],
                 account_required=values["account_required"], modules=tuple(values["modules"]),
-                lines={key: line_of(data, key) for key in data})
+                job=job or JobWords(), lines={key: line_of(data, key) for key in data})
 
 
 def load_sites(root: Path) -> dict[str, Site]:

@@ -303,7 +303,7 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
     assert shipped["puhti"].partition("gputest").max_time == 15 * 60
     assert shipped["puhti"].gres_type == "v100" and shipped["mahti"].gres_type == "a100"
     assert shipped["lumi"].partition("standard-g").whole_nodes
-    assert shipped["derecho"].modules == ("cuda",)
+    assert shipped["derecho"].modules == ("cuda", "apptainer")
     assert all(shipped[s].account_required for s in ("lumi", "puhti", "mahti", "olivia",
                                                      "derecho"))
     assert not shipped["local-slurm"].account_required
