@@ -554,8 +554,8 @@ def _options(request: JobRequest, gpus: int) -> SmokeOptions | TrainOptions:
 
 def _build_body(target: Target, site: Site, *, root: Path, host_arch: str,
                 venv: Path | None) -> list[str]:
-    unset = (["# Binds the site's modules set in the submitting shell name mount points that the",
-              "# image being built lacks: the build would fail on them (the profile's job.build_unset).",
+    unset = (["# Binds the site's modules set in the submitting shell name mount points that",
+              "# the image being built lacks: the build would fail on them (job.build_unset).",
               "unset " + " ".join(site.job.build_unset)] if site.job.build_unset else [])
     return [
         *unset,

@@ -5,7 +5,8 @@ them, and nothing else on PATH but a few basic tools. The shims write their argv
 a launcher shim then runs the container runtime's part of its argv, so the log holds each step
 in the order the job ran it. Checked: the exact sequence of steps (modules, rendezvous, device
 gate, workload, verdict), that the user's command starts after the gate, and that a failing gate
-stops it. (The real Slurm cluster runs the Slurm scripts: test_slurm_jobs.py, test_slurm_run_jobs.py.)
+stops it. (The real Slurm cluster runs the Slurm scripts: test_slurm_jobs.py,
+test_slurm_run_jobs.py.)
 """
 
 from __future__ import annotations
