@@ -105,5 +105,7 @@ def _say_report(project: Project, report: validate.CheckReport, say: Say) -> Non
         say(f"ok  target {name:<14} {os.path.relpath(report.targets[name].manifest)}")
     for name in report.ok_sites:
         say(f"ok  site   {name:<14} {os.path.relpath(report.sites[name].path)}")
+    for info in report.infos:
+        say(f"info: {info}")
     for warning in report.warnings:
         say(f"warning: {warning}")

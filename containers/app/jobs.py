@@ -72,12 +72,18 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     if script is None and not submit:
         say(planned.text.rstrip("\n"))
         return JobSubmission(job=planned)
+    text = planned.text
     if judge is None and _foreign(item, workload):
-        raise UsageError(f"not {'submitted' if submit else 'written'}: the verdict of "
-                         f"{item.name}'s jobs runs in the image on its {item.arch} nodes, and "
-                         "neither the image's build record (stack.python) nor its env spec "
-                         "(python=) says which Python it has: build the image first, or pin "
-                         "python= in its env spec", flag="--submit" if submit else "--out")
+        unknown = (f"the verdict of {item.name}'s jobs runs in the image on its {item.arch} "
+                   "nodes, and neither the image's build record (stack.python) nor its env spec "
+                   "(python=) says which Python it has")
+        if submit:
+            raise UsageError(f"not submitted: {unknown}: build the image first, or pin python= "
+                             "in its env spec", flag="--submit")
+        # written for reading before the build: what only the build tells is said at its top
+        head, _, rest = text.partition("\n")
+        text = (f"{head}\n# NOT READY TO SUBMIT: {unknown}; build the image, then write this "
+                f"script again (invoke job ... --out) or submit it (--submit)\n{rest}")
     if submit:  # every refusal before a script exists: none is left that looks ready to run
         _check_submittable(project, item, where, workload)
     if judge is not None:  # the verdict's packages, made here so the node needs no index
@@ -87,7 +93,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
     assert script is not None
     with on_disk("write the job script", script):
-        atomic_write_text(script, planned.text)
+        atomic_write_text(script, text)
         script.chmod(0o755)
     if not submit:
         say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")

@@ -2,16 +2,22 @@
 
 Apptainer's own ``org.label-schema.build-arch`` label is the BUILD HOST's architecture, not the
 image's: a SIF built on x86_64 from an arm64 root is labelled ``amd64`` (apptainer/apptainer#2774).
-So the tool reads the architecture from the ELF header of a program inside the image (its
-python) and records that in the build record; every guard trusts the record, never a name.
+So the tool reads the architecture from the ELF header of a program inside the image and records
+that in the build record; every guard trusts the record, never a name. Every image has some ELF
+program, not every image has Python (busybox, scratch, a base with apt tools only): the program
+read is the image's shell (``/bin/sh``, following its links), else its python, else the first
+ELF program found in its ``bin`` folders.
 
 - :func:`elf_arch` is pure: the first bytes of an ELF file -> ``x86_64`` / ``aarch64`` / ...
-- :func:`image_arch` reads those bytes from inside a built image (``apptainer exec … head``).
+- :func:`image_arch` reads those bytes from a built image's own files: from outside, in its
+  squashfs partition (``apptainer sif list`` + ``unsquashfs -o``: no exec, so no shell and no
+  emulation needed), else by a shell inside it (``apptainer exec … head``).
 - :func:`emulation` says whether binfmt_misc runs ``arch`` binaries here (qemu-user-static).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -32,10 +38,17 @@ E_MACHINE = {0x3E: "x86_64", 0xB7: "aarch64", 0x03: "i386", 0x28: "arm", 0x15: "
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 QEMU_NAME = {"x86_64": "qemu-x86_64", "aarch64": "qemu-aarch64"}
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
-#: The program whose header decides: the image's python (what every workload runs).
-#: Printed as hex by ``od`` (coreutils, in every Debian root) so the bytes survive text capture.
-PROBE = ('head -c 64 "$(readlink -f "$(command -v python3 || command -v python)")" '
-         '| od -An -v -tx1')
+#: The fallback where the SIF cannot be read from outside: the image's shell, inside it.
+#: Printed as hex by ``od`` (coreutils, busybox) so the bytes survive text capture.
+PROBE = 'head -c 64 "$(readlink -f /bin/sh)" | od -An -v -tx1'
+#: The programs tried first, in order (paths inside the image's root).
+PROGRAMS = ("bin/sh", "usr/bin/python3", "usr/bin/env", "bin/busybox")
+#: Folders whose first ELF program decides when none of :data:`PROGRAMS` is there (scratch).
+PROGRAM_DIRS = ("bin/", "usr/bin/", "sbin/", "usr/sbin/", "usr/local/bin/", "")
+#: One file's first bytes, as hex, from a squashfs at an offset of the SIF (no shell string:
+#: the values are sh's positional arguments).
+_CAT = 'unsquashfs -o "$1" -cat "$2" "$3" 2>/dev/null | head -c 64 | od -An -v -tx1'
+_LISTED = re.compile(r"^(\S)\S{9} \S+ +.+? \d{4}-\d\d-\d\d \d\d:\d\d squashfs-root/(.*)$")
 
 
 class NotElf(ValueError):
@@ -59,15 +72,103 @@ def elf_arch(header: bytes) -> str:
 
 
 def image_arch(runtime: Runtime, image: Path | str) -> str:
-    """The architecture of ``image``'s python, read from its ELF header inside the image.
+    """The architecture of ``image``, from the ELF header of a program in its files.
 
-    Runs ``head`` inside the image, so a foreign image needs emulation (as its build did)."""
+    Read from outside the image where it can be (a SIF with a squashfs root, ``unsquashfs`` on
+    this host), so it holds for any image, shell or none, foreign or not; else from inside,
+    through the image's shell (a foreign image then needs emulation, as its build did)."""
+    try:
+        return _outside_arch(runtime, image)
+    except (CommandFailed, NotElf, ValueError):
+        pass
     argv = runtime.exec_argv(image=image, command=["sh", "-c", PROBE])
     try:
         return elf_arch(bytes.fromhex(" ".join(capture(argv, timeout=300).split())))
     except (NotElf, ValueError) as exc:
-        raise CommandFailed(f"cannot read the architecture of {image}'s python: {exc}",
-                            argv=argv) from exc
+        raise CommandFailed(f"cannot read the architecture of {image}: no ELF program found "
+                            f"({exc})", argv=argv) from exc
+
+
+#: Which python an image runs (``python3``, else ``python``, on its own PATH).
+_WHICH_PYTHON = "command -v python3 || command -v python"
+
+
+def image_python(runtime: Runtime, image: Path | str) -> str | None:
+    """The path of the python ``image`` runs, None when it has none (busybox, scratch, a base
+    with apt tools only): the steps that need one (probe, smoke, examples) then say so instead
+    of failing the build. An image without a shell has no python either."""
+    argv = runtime.exec_argv(image=image, command=["sh", "-c", _WHICH_PYTHON])
+    try:
+        found = capture(argv, timeout=300).strip().splitlines()
+    except CommandFailed:
+        return None
+    return found[-1] if found else None
+
+
+def squashfs_offset(runtime: Runtime, image: Path | str) -> int:
+    """Where the root file system (squashfs) starts in the SIF ``image``."""
+    listing = capture([runtime.binary, "sif", "list", str(image)], timeout=60)
+    for line in listing.splitlines():
+        cells = [cell.strip() for cell in line.split("|")]
+        if len(cells) == 5 and cells[4].startswith("FS (Squashfs"):
+            return int(cells[3].split("-")[0])
+    raise ValueError(f"{image} has no squashfs partition")
+
+
+def parse_listing(text: str) -> dict[str, str | None]:
+    """``unsquashfs -lls`` -> each path (relative to the root) and its link target (None for
+    a regular file; directories and devices are left out)."""
+    entries: dict[str, str | None] = {}
+    for line in text.splitlines():
+        match = _LISTED.match(line)
+        if match and match.group(1) == "l" and " -> " in match.group(2):
+            path, target = match.group(2).split(" -> ", 1)
+            entries[path] = target
+        elif match and match.group(1) == "-":
+            entries[match.group(2)] = None
+    return entries
+
+
+def resolve(entries: dict[str, str | None], path: str, hops: int = 40) -> str | None:
+    """``path`` with every link on its way followed (absolute links from the image's root,
+    relative ones from their folder): the regular file it names, or None."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    done: list[str] = []
+    while parts and hops > 0:
+        part = parts.pop(0)
+        if part == "..":
+            done = done[:-1]
+            continue
+        here = "/".join([*done, part])
+        target = entries.get(here, "dir")
+        if target is None or target == "dir":
+            done.append(part)
+            continue
+        hops -= 1
+        done = [] if target.startswith("/") else done
+        parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+    found = "/".join(done)
+    return found if not parts and entries.get(found, "dir") is None else None
+
+
+def _outside_arch(runtime: Runtime, image: Path | str) -> str:
+    """:func:`image_arch` from the SIF's squashfs, read from outside."""
+    offset = str(squashfs_offset(runtime, image))
+    entries = parse_listing(capture(["unsquashfs", "-o", offset, "-lls", str(image)],
+                                    timeout=300))
+    named = [resolve(entries, path) for path in PROGRAMS]
+    rest = [path for folder in PROGRAM_DIRS for path, link in entries.items()
+            if link is None and path.startswith(folder) and "/" not in path[len(folder):]]
+    tried = 0
+    for path in dict.fromkeys([p for p in named if p] + rest):
+        header = capture(["sh", "-c", _CAT, "sh", offset, str(image), path], timeout=120)
+        try:
+            return elf_arch(bytes.fromhex(" ".join(header.split())))
+        except (NotElf, ValueError):
+            tried += 1
+            if tried >= 50:
+                break
+    raise NotElf(f"no ELF program among the first {tried} files of {image}'s bin folders")
 
 
 def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:

@@ -32,7 +32,7 @@ from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
-from containers.image.arch import image_arch
+from containers.image.arch import image_arch, image_python
 from containers.image.cache import in_use, usage
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
@@ -311,8 +311,13 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
         # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the
         # tool's own label carries the architecture read from the image's files.
         record["labels"][provenance.LABEL_PREFIX + "arch"] = record["arch"]
-        # The caller's last test of the built image (site fit), and the files it adds (SBOM).
-        extra = examine(step, runtime, record, say) if examine else {}
+        # The caller's last test of the built image (site fit), and the files it adds (SBOM):
+        # it reads the image with its python, so an image without one is kept unexamined.
+        record["python"] = image_python(runtime, step.partial)
+        if record["python"] is None:
+            say(f"==> {step.target.name}: the image has no python: not probed (no SBOM, no site "
+                "fit); smoke and examples cannot run in it")
+        extra = examine(step, runtime, record, say) if examine and record["python"] else {}
     except CommandFailed:
         if test is not None:
             test.wait().check(what)
@@ -337,8 +342,9 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
 
 
 def checked_arch(step: BuildStep, runtime: Runtime) -> str:
-    """The built image's real architecture (ELF header of its python, not Apptainer's build-arch
-    label, which names the build host): it must be the target's, else the build fails."""
+    """The built image's real architecture (ELF header of a program in it, not Apptainer's
+    build-arch label, which names the build host): it must be the target's, else the build
+    fails."""
     found = image_arch(runtime, step.partial)
     if found != step.target.arch:
         raise CommandFailed(f"{step.target.name} was built as {found}, but its recipe says "

@@ -24,6 +24,7 @@ from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsa
 from containers.host.sources import PipConfig
 from containers.image import cache as package_cache
 from containers.image.cache import PackageCache, SnapshotKey
+from containers.inputs.compat import example_plan, has_torch
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.recipes import Target, base_chain, named_scripts
@@ -179,6 +180,7 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     """Read and validate a target's inputs: (definition, env spec, user args, inputs, hash)."""
     raise_all(reserved_arg_problems(target, cli_args))
     env = load_target_env(target)
+    raise_all(example_plan(target, env).errors)  # the examples, judged as invoke check does
     user_args = {**target.build_args, **cli_args}
     if target.builder == "cotainr":
         unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
@@ -441,6 +443,8 @@ def foreign_root_argv(target: Target, definition: Definition, user_args: Mapping
 
 #: What a cotainr-built image must be able to do: its Conda env is active on plain exec.
 COTAINR_TEST = "import torch; print('torch', torch.__version__, 'ok')"
+#: The same for an environment without torch (R, pandas, mpi4py): its python runs.
+COTAINR_PYTHON_TEST = "import sys; print('python', sys.version.split()[0], 'ok')"
 
 
 def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *,
@@ -466,7 +470,8 @@ def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *
         env_vars = {**env_vars, **package_cache.cotainr_env(cache, host.runtime.flavour)}
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
-    test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", COTAINR_TEST])
+    test = COTAINR_TEST if has_torch(target, env) else COTAINR_PYTHON_TEST
+    test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", test])
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=test_argv if target.test else None, env=env_vars, staged={},
                      copied={}, links=links, package_cache=cache,

@@ -101,6 +101,57 @@ def check_example(target: Target, example: str, env: EnvSpec | None = None) -> s
     return None
 
 
+@dataclass(frozen=True)
+class ExamplePlan:
+    """The examples a target's image is meant for, as ``invoke check`` and ``invoke build``
+    both judge them: those kept, the errors of those the manifest names that cannot run, the
+    notes (torch unknown), and one info line naming the default's choice."""
+
+    examples: tuple[str, ...]
+    errors: list[ConfigError]
+    notes: list[str]
+    info: str | None = None
+
+
+def has_torch(target: Target, env: EnvSpec | None) -> bool:
+    """Whether the image will have torch: the env spec installs it, or the manifest declares
+    the base image's (``torch:``)."""
+    return target.torch is not None or (env is not None and (env.installs("torch")
+                                                             or env.installs("pytorch")))
+
+
+def example_plan(target: Target, env: EnvSpec | None = None,
+                 known: Iterable[str] = tuple(NEEDS)) -> ExamplePlan:
+    """The one judgement of a target's examples. Named in the manifest: each must run (an
+    error names why). Left out: the ``known`` examples the environment can run, and one info
+    line saying which and why the others are left out (no torch, no DeepSpeed, torch too old
+    for FSDP2). ``examples: []`` means none."""
+    if env is None and target.env is not None:
+        env = load_env_spec(target.env)
+    if target.examples is not None:
+        errors, notes = example_problems(target, target.examples, env)
+        if not has_torch(target, env) and env is not None:
+            errors, notes = [ConfigError(f"example '{example}' needs torch, which {env.path} "
+                                         f"does not install (target {target.name})",
+                                         path=env.path, key="dependencies")
+                             for example in target.examples], []
+        return ExamplePlan(tuple(target.examples), errors, notes)
+    if not has_torch(target, env):
+        return ExamplePlan((), [], [], f"target {target.name}: no examples (its environment "
+                                       "has no torch)")
+    kept, left = [], []
+    for example in known:
+        errors, _ = example_problems(target, [example], env)
+        if errors:
+            left.append(f"{example}: {errors[0].detail}")
+        else:
+            kept.append(example)
+    _, notes = example_problems(target, kept, env)
+    info = (f"target {target.name}: examples {', '.join(kept) or 'none'}"
+            + (f" (left out: {'; '.join(left)})" if left else ""))
+    return ExamplePlan(tuple(kept), [], notes, info)
+
+
 def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | None = None
                      ) -> tuple[list[ConfigError], list[str]]:
     """Every example ``target``'s image cannot run (errors), and one note when its torch is

@@ -23,25 +23,36 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from containers.errors import ConfigError
 from containers.inputs.schema import suggest
 from containers.inputs.yamlsource import read_input_text
 
-SECTIONS = (
+#: Apptainer's sections (``validSections`` of pkg/build/types/parser/deffile.go; ``%pre`` is
+#: still read and run by Apptainer 1.4) and its SCIF app sections (``appSections``: each takes an
+#: app name, ``%apprun NAME``).
+STANDARD_SECTIONS = (
     "setup", "files", "post", "environment", "runscript", "startscript", "test", "labels", "help",
-    "arguments", "appinstall", "apprun", "appenv", "applabels", "appfiles", "apphelp", "apptest",
-    "appstart",
+    "arguments", "pre",
+)
+APP_SECTIONS = (
+    "appinstall", "apprun", "appenv", "applabels", "appfiles", "apphelp", "apptest", "appstart",
+)
+SECTIONS = STANDARD_SECTIONS + APP_SECTIONS
+#: Apptainer's header keywords (``validHeaders``); ``otherurl`` takes a number (``OtherURL1``).
+HEADER_KEYS = (
+    "bootstrap", "from", "includecmd", "mirrorurl", "updateurl", "osversion", "include",
+    "library", "registry", "namespace", "stage", "product", "user", "regcode", "productpgp",
+    "registerurl", "modules", "otherurl", "fingerprints", "confurl", "setopt", "target",
+    "frontend", "filename", "buildargs",
 )
 BOOTSTRAP_AGENTS = (
     "debootstrap", "localimage", "docker", "docker-archive", "docker-daemon", "oci", "oci-archive",
     "library", "oras", "shub", "yum", "dnf", "zypper", "busybox", "arch", "scratch", "sif",
 )
-_SECTION_RE = re.compile(r"^%([A-Za-z_]+)(.*)$")
 _ARG_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-_HEADER_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*:\s*(.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,14 @@ class Section:
     header_line: str
     body: str
     line: int
+
+    @property
+    def app(self) -> str | None:
+        """The app a SCIF section belongs to (``%apprun NAME``); None for other sections and
+        for an app section without a name (which Apptainer refuses)."""
+        if self.name not in APP_SECTIONS or not self.args.startswith(" "):
+            return None
+        return self.args[1:].split(" ", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -78,8 +97,27 @@ class Stage:
     def bootstrap(self) -> str:
         return self.header.get("bootstrap", "")
 
-    def section(self, name: str) -> Section | None:
-        return next((s for s in self.sections if s.name == name), None)
+    def section(self, name: str, app: str | None = None) -> Section | None:
+        """``%name`` as Apptainer reads it (``parseTokenSection``): every ``%name`` of this stage
+        (of app ``app`` for a SCIF section) appended in file order, with the last arguments
+        given; line and header of the first. None when the stage has none. ``%files`` groups by
+        arguments instead: :meth:`files_groups`."""
+        found = [s for s in self.sections
+                 if s.name == name and (app is None or s.app == app)]
+        if len(found) < 2:
+            return found[0] if found else None
+        args = next((s.args for s in reversed(found) if s.args.strip()), found[0].args)
+        return replace(found[0], args=args, body="".join(s.body for s in found))
+
+    def files_groups(self) -> list[tuple[str, list[Section]]]:
+        """The ``%files`` sections grouped as Apptainer merges them: those with the same
+        arguments (``%files``, ``%files from build``) form one list of copies, in order of
+        first appearance."""
+        groups: dict[str, list[Section]] = {}
+        for section in self.sections:
+            if section.name == "files":
+                groups.setdefault(section.args.strip(), []).append(section)
+        return list(groups.items())
 
     @property
     def arg_lines(self) -> dict[str, int]:
@@ -115,8 +153,14 @@ class Stage:
         return _ARG_RE.sub(lambda m: values[m.group(1)], self.text)
 
     def validate(self, *, path: Path | None, earlier: tuple[str, ...]) -> None:
-        """Reject what Apptainer would reject late: no bootstrap agent, unknown or repeated
-        sections, ``%files from`` a stage that is not an earlier one (named in ``earlier``)."""
+        """Refuse what Apptainer refuses: an unknown header keyword or section (at parse time),
+        an app section without an app name, no bootstrap agent, ``%files from`` a stage that is
+        not an earlier one (named in ``earlier``). A repeated section is valid: Apptainer
+        appends it to the first (:meth:`section`)."""
+        for key, number in self.header_lines.items():
+            if key not in HEADER_KEYS and re.sub(r"\d+$", "", key) != "otherurl":
+                raise ConfigError(f"unknown header keyword '{key}'{suggest(key, HEADER_KEYS)}",
+                                  path=path, line=number, key=key)
         if "bootstrap" not in self.header:
             raise ConfigError("the header has no 'Bootstrap:' line", path=path, line=self.line,
                               key="Bootstrap")
@@ -125,24 +169,29 @@ class Stage:
             raise ConfigError(f"unknown bootstrap agent '{agent}'"
                               f"{suggest(agent, BOOTSTRAP_AGENTS)}", path=path,
                               line=self.header_lines.get("bootstrap"), key="Bootstrap")
-        seen: set[str] = set()
         for section in self.sections:
-            if section.name not in SECTIONS:
-                raise ConfigError(f"unknown section '%{section.name}'"
-                                  f"{suggest(section.name, SECTIONS)}", path=path,
-                                  line=section.line, key=f"%{section.name}")
-            source = files_source_stage(section)
-            if source is not None and source not in earlier:
-                raise ConfigError(f"'%files from {source}': no earlier stage is named "
-                                  f"'{source}'{suggest(source, earlier)}", path=path,
-                                  line=section.line, key="%files")
-            ident = section.name + (section.args.strip()
-                                    if section.name.startswith("app") or source else "")
-            if ident in seen:
-                raise ConfigError(f"section '%{section.name}{section.args.rstrip()}' appears "
-                                  "twice in one stage", path=path, line=section.line,
-                                  key=f"%{section.name}")
-            seen.add(ident)
+            _check_section(section, path=path, earlier=earlier)
+
+
+def _check_section(section: Section, *, path: Path | None, earlier: tuple[str, ...]) -> None:
+    """One section header as Apptainer's parser judges it, and ``%files from`` an earlier
+    stage."""
+    where = {"path": path, "line": section.line, "key": f"%{section.name}"}
+    if section.header_line[:1].isspace():
+        raise ConfigError(f"the line {section.header_line.strip()!r} starts with '%' after "
+                          "spaces: Apptainer reads it as a section header with no name "
+                          "(invalid section)", path=path, line=section.line,
+                          key=section.header_line.split()[0])
+    if section.name not in SECTIONS:
+        raise ConfigError(f"unknown section '%{section.name}'"
+                          f"{suggest(section.name, SECTIONS)}", **where)
+    if section.name in APP_SECTIONS and section.app is None:
+        raise ConfigError(f"'%{section.name}' names no app (%{section.name} NAME)", **where)
+    source = files_source_stage(section)
+    if source is not None and source not in earlier:
+        raise ConfigError(f"'%files from {source}': no earlier stage is named "
+                          f"'{source}'{suggest(source, earlier)}", path=path,
+                          line=section.line, key="%files")
 
 
 def files_source_stage(section: Section) -> str | None:
@@ -248,7 +297,6 @@ class Definition:
 #: Paths a %setup script may name without reading the build host: the image's root as Apptainer
 #: passes it, and the null and standard streams.
 _SETUP_SAFE = ("/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr")
-_SETUP_PATH = re.compile(r"""(?:^|(?<=[\s'"=<>|;(:]))(~?/[^\s'";|&<>():]*)""")
 _CONTEXT_SOURCE = re.compile(r"^\{\{\s*BUILD_CONTEXT\s*\}\}")
 #: A build argument written in a line (``{{ BUILD_CONTEXT }}``): Apptainer substitutes it before
 #: it splits a %files line into words, so it is read here as one word, not as ``{{``.
@@ -279,17 +327,84 @@ def _body_lines(section: Section) -> list[tuple[int, str]]:
     return found
 
 
+def _commands(section: Section) -> list[tuple[int, str]]:
+    """:func:`_body_lines` with a line ending in ``\\`` joined to the next, as the shell reads
+    one command; each with the number of its first line."""
+    joined: list[tuple[int, str]] = []
+    going_on = False
+    for number, text in _body_lines(section):
+        if going_on:
+            joined[-1] = (joined[-1][0], joined[-1][1][:-1] + " " + text)
+        else:
+            joined.append((number, text))
+        going_on = text.endswith("\\")
+    return joined
+
+
+def shell_words(text: str) -> list[str]:
+    """``text`` split into shell words as the shell reads them (quotes group and are removed,
+    ``#`` starts a comment, ``; & | < > ( )`` are words of their own), a ``{{ ARG }}`` kept as
+    one word (Apptainer substitutes it first) and written back as ``{{ NAME }}``. A line the
+    shell would not finish (an open quote) is split at spaces."""
+    marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text)
+    lexer = shlex.shlex(marked, posix=True, punctuation_chars=";&|<>()")
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:  # an unbalanced quote: read it as plain words
+        words = marked.split()
+    return [re.sub(r"\0(\w+)\0", r"{{ \1 }}", word) for word in words]
+
+
 def _first_word(text: str) -> str:
     """The first word of a ``%files`` line as Apptainer reads it (quotes group words; a
-    ``{{ ARG }}`` is one word, as Apptainer substitutes it before splitting), with each build
-    argument written back as ``{{ NAME }}``."""
-    marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text)
-    try:
-        words = shlex.split(marked, comments=True)
-    except ValueError:  # an unbalanced quote: Apptainer would refuse the line anyway
-        words = marked.split()
-    word = words[0] if words else marked
-    return re.sub(r"\0(\w+)\0", r"{{ \1 }}", word)
+    ``{{ ARG }}`` is one word, as Apptainer substitutes it before splitting)."""
+    words = shell_words(text)
+    return words[0] if words else text
+
+
+#: Commands whose arguments are text they print, not files they read (``printf '%s/x'``).
+_TEXT_COMMANDS = frozenset({"echo", "printf"})
+#: Where the programs every build host has live: running ``/usr/bin/env`` reads no host data.
+_SYSTEM_PROGRAMS = ("/bin/", "/usr/bin/", "/sbin/", "/usr/sbin/")
+_OPERATOR = re.compile(r"^[;&|()]+$")
+_REDIRECT = re.compile(r"^[<>&]+$")
+_ASSIGNMENT = re.compile(r"^-{0,2}[A-Za-z_][\w.-]*=(.*)$")
+
+
+def _host_path(word: str) -> str | None:
+    """``word`` (or the value of ``--opt=value`` / ``NAME=value``) when it names a path of the
+    build host: absolute or under ``~``, not a standard stream."""
+    assigned = _ASSIGNMENT.match(word)
+    value = assigned.group(1) if assigned else word
+    if value.startswith(("/", "~/")) and value not in (*_SETUP_SAFE, "/", "~/"):
+        return value
+    return None
+
+
+def setup_paths(code: str) -> tuple[str, ...]:
+    """The host paths one ``%setup`` command line reads or writes, judged on its shell words:
+    an absolute or ``~`` word, a redirection's target, a path from the build context or the
+    image's root that climbs out (:func:`climbs_out`). Text is not a path: a quoted URL is one
+    word that does not start with ``/``, and what ``echo``/``printf`` print is data."""
+    found: list[str] = []
+    command, text, redirect = True, False, False
+    for word in shell_words(code):
+        if _OPERATOR.match(word):
+            command, text, redirect = True, False, False
+            continue
+        if _REDIRECT.match(word):
+            redirect = True
+            continue
+        path = _host_path(word)
+        if command and not _ASSIGNMENT.match(word):
+            command, text = False, word.rsplit("/", 1)[-1] in _TEXT_COMMANDS
+            path = None if path and path.startswith(_SYSTEM_PROGRAMS) else path
+        elif text and not redirect:
+            path = None
+        redirect = False
+        found += [path] if path else _escapes(word)
+    return tuple(found)
 
 
 def climbs_out(rest: str) -> bool:
@@ -332,28 +447,71 @@ def host_path_uses(definition: Definition) -> list[HostPathUse]:
                 if not context or climbs_out(source[context.end():]):
                     uses.append(HostPathUse("%files", number, (source,)))
         elif section.name == "setup":
-            for number, text in _body_lines(section):
-                code = text.split(" #", 1)[0]
-                paths = tuple(p for p in _SETUP_PATH.findall(code)
-                              if p not in _SETUP_SAFE and p not in ("/", "~/")) + tuple(
-                    _escapes(code))
+            for number, code in _commands(section):
+                paths = setup_paths(code)
                 if paths:
                     uses.append(HostPathUse("%setup", number, paths))
     return uses
 
 
-_BOOTSTRAP_LINE = re.compile(r"^bootstrap\s*:", re.IGNORECASE)
+#: Where Apptainer starts a new stage (``All`` in deffile.go): ``bootstrap:`` at a line's start.
+_BOOTSTRAP_LINE = re.compile(r"^bootstrap:", re.IGNORECASE)
+
+
+def section_header(raw: str) -> tuple[str, str] | None:
+    """``(name, args)`` when ``raw`` starts a section as Apptainer's scanner sees it (its first
+    word starts with ``%``), else None. The name is Apptainer's (``getSectionName``): the text
+    after the leading ``%`` up to the first space, lower-cased, so ``%post`` with a tab after it or an indented
+    ``%post`` get a name Apptainer refuses; ``args`` is the rest of the line."""
+    line = raw.rstrip("\r\n")
+    words = line.split()
+    if not words or not words[0].startswith("%"):
+        return None
+    bare = line.lstrip("%")
+    name = bare.split(" ", 1)[0]
+    return name.lower(), bare[len(name):]
+
+
+class _Header:
+    """A stage's header lines read as Apptainer's ``doHeader`` reads them: blank and comment
+    lines skipped, ``#`` ends a value, a value ending in ``\\`` goes on in the next line."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self.lines: dict[str, int] = {}
+        self.pending: str | None = None
+
+    def read(self, raw: str, number: int, path: Path | None) -> None:
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            self.pending = None
+            return
+        text = stripped.split("#", 1)[0]
+        if self.pending is not None:
+            key, value = self.pending, self.values[self.pending] + text.strip()
+        else:
+            if ":" not in text:
+                raise ConfigError(f"header line is not 'Key: value': {stripped!r}",
+                                  path=path, line=number)
+            key, value = (part.strip() for part in text.split(":", 1))
+            key = key.lower()
+            self.lines[key] = number
+        self.pending = key if value.endswith("\\") else None
+        if self.pending is not None:
+            value = value[:-1]
+            value = value[:-2] + "\n" if value.endswith("\\n") else value
+        self.values[key] = value
 
 
 def parse_definition(text: str, *, path: Path | None = None) -> Definition:
     """Split ``text`` into stages, each a preamble and sections, without changing a byte.
 
-    A ``Bootstrap:`` line at the start of a line begins a new stage once the current one has
-    its own bootstrap or a section (as Apptainer splits a multi-stage file)."""
+    As Apptainer does: ``bootstrap:`` at the start of a line begins a new stage (once the
+    current one has a header line or a section; comments above the first are its preamble), and
+    a line whose first word starts with ``%`` begins a section."""
     stages: list[Stage] = []
     preamble: list[str] = []
-    header: dict[str, str] = {}
-    header_lines: dict[str, int] = {}
+    header = _Header()
     sections: list[Section] = []
     current: tuple[str, str, str, int] | None = None
     body: list[str] = []
@@ -364,33 +522,26 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
             sections.append(Section(current[0], current[1], current[2], "".join(body),
                                     current[3]))
 
+    def close_stage() -> None:
+        close_section()
+        stages.append(Stage("".join(preamble), header.values, header.lines, tuple(sections),
+                            start))
+
     for number, raw in enumerate(text.splitlines(keepends=True), start=1):
-        if _BOOTSTRAP_LINE.match(raw) and ("bootstrap" in header or current is not None):
-            close_section()
-            stages.append(Stage("".join(preamble), header, header_lines, tuple(sections),
-                                start))
-            preamble, header, header_lines, sections = [], {}, {}, []
+        if _BOOTSTRAP_LINE.match(raw) and (header.values or current is not None):
+            close_stage()
+            preamble, header, sections = [], _Header(), []
             current, body, start = None, [], number
-        match = _SECTION_RE.match(raw.rstrip("\r\n"))
-        if match:
+        found = section_header(raw)
+        if found is not None:
             close_section()
-            current, body = (match.group(1).lower(), match.group(2), raw, number), []
-            continue
-        if current is None:
+            current, body = (found[0], found[1], raw, number), []
+        elif current is None:
             preamble.append(raw)
-            stripped = raw.strip()
-            if stripped and not stripped.startswith("#"):
-                header_match = _HEADER_RE.match(raw)
-                if not header_match:
-                    raise ConfigError(f"header line is not 'Key: value': {stripped!r}",
-                                      path=path, line=number)
-                key = header_match.group(1).lower()
-                header[key] = header_match.group(2)
-                header_lines[key] = number
+            header.read(raw, number, path)
         else:
             body.append(raw)
-    close_section()
-    stages.append(Stage("".join(preamble), header, header_lines, tuple(sections), start))
+    close_stage()
     return Definition(path=path, stages=tuple(stages))
 
 

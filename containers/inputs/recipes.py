@@ -48,8 +48,9 @@ FIELDS = (
     # The torch the base image provides (NGC images), when the env spec does not pin torch:
     # what invoke check compares with each example's minimum (compat).
     Field("torch"),
-    # The training examples this image is meant for (default: all). invoke check judges only
-    # these against the image's torch; any other is still refused at run time by compat.
+    # The training examples this image is meant for. Left out: every example its environment
+    # can run (compat.example_plan); [] says none. Those named are checked against the image's
+    # torch and packages (an error when one cannot run); any other is refused at run time.
     Field("examples", "str_list", default=[]),
 )
 
@@ -74,7 +75,7 @@ class Target:
     pip_extra_index_urls: tuple[str, ...] = ()
     host_paths: str = "warn"
     torch: str | None = None
-    examples: tuple[str, ...] = ()
+    examples: tuple[str, ...] | None = None
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
     def line(self, key: str) -> int | None:
@@ -195,7 +196,8 @@ def load_target(path: Path, *, root: Path) -> Target:
                   test=values["test"],
                   pip_extra_index_urls=tuple(values["pip_extra_index_urls"]),
                   host_paths=values["host_paths"], torch=values["torch"],
-                  examples=_examples(values["examples"], path=path, line=lines.get("examples")),
+                  examples=(_examples(values["examples"], path=path, line=lines.get("examples"))
+                            if "examples" in data else None),
                   lines=lines)
 
 

@@ -121,6 +121,7 @@ class CheckReport:
     sites: dict[str, Site] = field(default_factory=dict)
     errors: list[ContainersError] = field(default_factory=list)
     warnings: list[ConfigError] = field(default_factory=list)
+    infos: list[str] = field(default_factory=list)  # what the defaults chose (examples)
     ok_targets: list[str] = field(default_factory=list)
     ok_sites: list[str] = field(default_factory=list)
     failed_sites: list[str] = field(default_factory=list)
@@ -281,12 +282,12 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
         found += errors
         report.warn(warnings)
     if target.env is not None and not found:
-        def examples_fit() -> None:
-            meant = [e for e in examples if not target.examples or e in target.examples]
-            errors, notes = compat.example_problems(target, meant, env)
+        def examples_fit() -> None:  # the judgement invoke build's plan makes too
+            plan = compat.example_plan(target, env, known=examples)
             report.warn([ConfigError(note, path=target.manifest, key="torch")
-                         for note in notes])
-            found.extend(errors)
+                         for note in plan.notes])
+            report.infos += [plan.info] if plan.info else []
+            found.extend(plan.errors)
         found += _attempt(examples_fit)
     if report.add(found) and chain_loaded:
         report.ok_targets.append(target.name)

@@ -209,7 +209,7 @@ def test_the_jobs_judge_line_runs_in_the_real_image_with_no_index(data_world, tm
 def test_invoke_job_prepares_the_folder_when_it_writes_a_foreign_job(tmp_path,
                                                                      monkeypatch) -> None:
     """The image's Python from its build record; the folder made (here: recorded) before the
-    script is written; with no Python known, --out is refused in one line."""
+    script is written; with no Python known, --out says so in the script's header."""
     from containers import app
     from containers.app import jobs
     from containers.errors import UsageError
@@ -220,10 +220,17 @@ def test_invoke_job_prepares_the_folder_when_it_writes_a_foreign_job(tmp_path,
     project = app.Project.load(ROOT, {"images_dir": str(tmp_path / "images"),
                                       "results_dir": str(tmp_path / "results")})
     script = tmp_path / "job.sh"
-    with pytest.raises(UsageError, match=r"^--out: not written: .*stack\.python"):
-        jobs.job(project, target="olivia-cuda", workload="smoke", account="p", out=script,
+    # with no Python known, the script is written for reading, its header saying what is
+    # missing; submitting is refused in one line
+    jobs.job(project, target="olivia-cuda", workload="smoke", account="p", out=script,
+             say=lambda _: None)
+    assert script.read_text().split("\n")[1].startswith(
+        "# NOT READY TO SUBMIT: the verdict of olivia-cuda's jobs runs in the image on its "
+        "aarch64 nodes") and prepared == []
+    with pytest.raises(UsageError, match=r"^--submit: not submitted: .*stack\.python"):
+        jobs.job(project, target="olivia-cuda", workload="smoke", account="p", submit=True,
                  say=lambda _: None)
-    assert not script.exists() and prepared == []
+    script.unlink()
     (tmp_path / "images").mkdir()
     (tmp_path / "images" / "olivia-cuda.sif.json").write_text(
         json.dumps({"target": "olivia-cuda", "stack": {"python": "3.12.3"}}))

@@ -299,6 +299,26 @@ def read_image_faked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("containers.image.builder.provenance.record",
                         lambda step, runtime, seconds: {"labels": {}, "size_bytes": 6})
     monkeypatch.setattr("containers.image.builder.checked_arch", lambda step, runtime: "x86_64")
+    monkeypatch.setattr("containers.image.builder.image_python",
+                        lambda runtime, image: "/usr/bin/python3")
+
+
+def test_an_image_without_python_is_kept_unexamined(tmp_path: Path, read_image_faked: None,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """busybox, scratch or apt-only images have no python: the probe (SBOM, site fit) cannot
+    read them, which one line says; the image itself is good and kept."""
+    monkeypatch.setattr("containers.image.builder.image_python", lambda runtime, image: None)
+    step = _built_step(tmp_path, "true")
+
+    def examine(step: BuildStep, runtime: Runtime, record: dict, say) -> dict:
+        raise AssertionError("an image without python is not probed")
+
+    lines: list[str] = []
+    record = build_step(step, runtime=RUNTIME, say=lines.append, examine=examine)
+    assert step.image.read_text() == "image\n" and record["python"] is None
+    assert [line for line in lines if "no python" in line] == [
+        "==> x: the image has no python: not probed (no SBOM, no site fit); smoke and examples "
+        "cannot run in it"]
 
 
 def test_the_image_test_runs_while_the_image_is_examined(tmp_path: Path,

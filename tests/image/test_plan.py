@@ -307,3 +307,37 @@ def test_host_paths_forbid_is_enforced_by_the_build_plan(factory_project, data_s
                        r"forbids them"):
         plan_build(load_targets(root), "cpu", settings=data_settings,
                    host=data_host(data_runtime))
+
+
+def test_the_plan_judges_the_examples_as_check_does(factory_project, data_settings,
+                                                    data_runtime) -> None:
+    """``invoke build --dry-run`` and ``invoke check`` disagreed: the plan never judged the
+    examples. An example the manifest names that cannot run is refused by both, in the same
+    words; the default (left out) is accepted by both."""
+    from containers.inputs import validate
+    from tests.fixtures.data import pin_torch
+
+    root = factory_project()
+    pin_torch(root, "2.5.1+rocm6.2")
+    host = data_host(data_runtime)
+    plan_build(load_targets(root), "lumi-rocm", settings=data_settings, host=host)
+    manifest = root / "recipes" / "lumi-rocm.yaml"
+    manifest.write_text(manifest.read_text() + "examples: [fsdp]\n")
+    report = validate.check_project(root, target="lumi-rocm", tool_args=())
+    with pytest.raises(ConfigError) as planned:
+        plan_build(load_targets(root), "lumi-rocm", settings=data_settings, host=host)
+    assert [str(e) for e in report.errors] == [str(planned.value)]
+    assert "example 'fsdp' needs torch >= 2.6" in str(planned.value)
+
+
+def test_a_cotainr_env_without_torch_is_tested_without_torch(factory_project, data_settings,
+                                                             data_runtime) -> None:
+    from tests.inputs.test_compat import _cotainr_target
+
+    root = factory_project()
+    _cotainr_target(root, "r-env.yml")
+    host = data_host(data_runtime, cotainr="/usr/bin/cotainr")
+    step = plan_build(load_targets(root), "mine", settings=data_settings, host=host).steps[-1]
+    assert step.test_argv is not None and "import torch" not in " ".join(step.test_argv)
+    assert step.test_argv[-3:] == ["python", "-c",
+                                   "import sys; print('python', sys.version.split()[0], 'ok')"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from containers.errors import ConfigError
@@ -40,7 +42,10 @@ def test_fsdp_on_torch_2_5_names_the_env_spec_and_the_example(factory_project) -
 def test_base_image_torch_declared_or_unknown(factory_project) -> None:
     root = factory_project()
     manifest = root / "recipes" / "puhti-cuda.yaml"
-    target = load_targets(root)["puhti-cuda"]  # NGC: torch is the base image's, not pinned
+    # NGC: torch is the base image's, not pinned; the manifest says which its tag ships
+    assert compat.check_example(load_targets(root)["puhti-cuda"], "fsdp") is None
+    manifest.write_text(re.sub(r"(?m)^torch: .*\n", "", manifest.read_text()))
+    target = load_targets(root)["puhti-cuda"]
     note = compat.check_example(target, "fsdp")
     assert note is not None and "torch version unknown" in note  # said, never a failure
     errors, notes = compat.example_problems(target, EXAMPLES)
@@ -58,3 +63,44 @@ def test_deepspeed_example_needs_the_package(factory_project) -> None:
     with pytest.raises(ConfigError, match=r"example 'deepspeed' needs the deepspeed package, "
                                           rf"which {spec} does not install"):
         compat.check_example(load_targets(root)["cpu"], "deepspeed")
+
+
+ENVS = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "envs"
+
+
+def _cotainr_target(root, env: str, extra: str = ""):
+    """A cotainr target on ``tests/fixtures/envs/<env>`` (copied into ``root``)."""
+    import shutil
+    shutil.copy(ENVS / env, root / "envs" / env)
+    (root / "recipes" / "mine.yaml").write_text(
+        f"description: mine\nsite: local\nbuilder: cotainr\nbase_image: docker://x\n"
+        f"env: envs/{env}\n{extra}")
+    return load_targets(root)["mine"]
+
+
+def test_an_env_without_torch_gets_no_examples(factory_project) -> None:
+    """An R / mpi4py environment, as cotainr builds it: no example is planned (none can run),
+    which one line says; naming one is refused as cotainr's env could never run it."""
+    root = factory_project()
+    plan = compat.example_plan(_cotainr_target(root, "r-env.yml"))
+    assert (plan.examples, plan.errors, plan.notes) == ((), [], [])
+    assert plan.info == "target mine: no examples (its environment has no torch)"
+    plan = compat.example_plan(_cotainr_target(root, "r-env.yml", "examples: []\n"))
+    assert (plan.examples, plan.errors, plan.info) == ((), [], None)
+    plan = compat.example_plan(_cotainr_target(root, "r-env.yml", "examples: [ddp]\n"))
+    assert [e.detail for e in plan.errors] == [  # named: judged, never dropped
+        f"example 'ddp' needs torch, which {root / 'envs' / 'r-env.yml'} does not install "
+        "(target mine)"]
+
+
+def test_torch_2_3_leaves_fsdp_and_deepspeed_out_unless_named(factory_project) -> None:
+    root = factory_project()
+    plan = compat.example_plan(_cotainr_target(root, "torch23.yml"))
+    assert plan.examples == ("ddp",) and plan.errors == []
+    assert plan.info.startswith("target mine: examples ddp (left out: fsdp: target mine gets "
+                                "torch 2.3, but example 'fsdp' needs torch >= 2.6")
+    assert "; deepspeed: example 'deepspeed' needs the deepspeed package" in plan.info
+    named = compat.example_plan(_cotainr_target(root, "torch23.yml", "examples: [fsdp]\n"))
+    assert [e.detail for e in named.errors] == [
+        "target mine gets torch 2.3, but example 'fsdp' needs torch >= 2.6 (FSDP2 (fully_shard, "
+        "MixedPrecisionPolicy) is public in torch.distributed.fsdp from torch 2.6)"]

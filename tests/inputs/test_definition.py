@@ -62,8 +62,6 @@ def test_unknown_section_and_bootstrap() -> None:
         parse_definition("Bootstrap: debootstrp\n").validate()
     with pytest.raises(ConfigError, match="no 'Bootstrap:' line"):
         parse_definition("From: x\n%post\n").validate()
-    with pytest.raises(ConfigError, match="appears twice"):
-        parse_definition("Bootstrap: scratch\n%post\n%post\n").validate()
 
 
 def test_app_sections_may_repeat_per_app() -> None:
@@ -139,8 +137,11 @@ def test_multi_stage_definition_is_read_per_stage() -> None:
      r"\(did you mean 'build'\?\)"),
     (MULTI_STAGE.replace("Stage: final", "Stage: build"),
      "m.def:12: Stage: stage name 'build' is used twice"),
-    (MULTI_STAGE.replace("%post\n    test -s", "%post\n    true\n%post\n    test -s"),
-     r"m.def:22: %post: section '%post' appears twice in one stage"),
+    (MULTI_STAGE.replace("%post\n    test -s", "%post\n    true\n  %post\n    test -s"),
+     r"m.def:22: %post: the line '%post' starts with '%' after spaces: Apptainer reads it as a "
+     r"section header with no name"),
+    (MULTI_STAGE.replace("%files\n", "%files \n", 1).replace("%post\n    test", "%post\t\n    test"),
+     r"m.def:20: %post\t: unknown section"),
 ])
 def test_multi_stage_mistakes_are_named(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -206,3 +207,68 @@ def test_a_definition_that_is_a_fifo_or_device_is_refused(tmp_path: Path) -> Non
         read_definition(zero)
     with pytest.raises(ConfigError, match="definition file not found"):
         read_definition(tmp_path / "none.def")
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "definitions"
+
+
+def test_repeated_sections_are_appended_as_apptainer_does() -> None:
+    """HPC Container Maker writes one %post and one %environment per building block: Apptainer
+    appends each to the first, and merges %files sections with the same arguments."""
+    path = FIXTURES / "hpccm-style.def"
+    definition = read_definition(path)
+    definition.validate()
+    assert definition.text == path.read_text()  # byte for byte
+    devel, runtime = definition.stages
+    assert [s.name for s in devel.sections] == ["post", "environment", "post", "environment"]
+    post = runtime.section("post")
+    assert post is not None and post.line == 29
+    assert post.body == ("    echo first-block > /opt/blocks\n\n"
+                         "    echo second-block >> /opt/blocks\n\n")
+    assert "TOOL_A" in runtime.section("environment").body
+    assert "TOOL_B" in runtime.section("environment").body
+    [(args, sections)] = runtime.files_groups()
+    assert args == "from devel" and [s.line for s in sections] == [26, 32]
+    assert host_path_uses(definition) == []
+
+
+@pytest.mark.parametrize("text, message", [
+    ("Bootstrap: scratch\nFoo: bar\n", r"2: foo: unknown header keyword 'foo'"),
+    ("Bootstrap: scratch\n%appenv\n export X=1\n", r"2: %appenv: '%appenv' names no app"),
+    ("Bootstrap: scratch\n%labels\n a b\n%{\n", r"4: %\{: unknown section '%\{'"),
+    ("Bootstrap: scratch\n%post-x\n", r"2: %post-x: unknown section '%post-x'"),
+])
+def test_what_apptainer_refuses_at_parse_time_is_refused(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match="d.def:" + message):
+        parse_definition(text, path=Path("d.def")).validate()
+
+
+def test_what_apptainer_accepts_in_a_header_and_sections() -> None:
+    text = ("Bootstrap: docker # a comment\nFrom: debian:12\nOtherURL1: https://x\n"
+            "Include: a \\\n  b\n%pre\n echo\n%apprun one\n x\n%apprun one\n y\n")
+    definition = parse_definition(text)
+    definition.validate()
+    assert definition.header["bootstrap"] == "docker"
+    assert definition.header["include"] == "a b"
+    assert definition.final.section("apprun", app="one").body == " x\n y\n"
+    assert definition.text == text
+
+
+@pytest.mark.parametrize("line, paths", [
+    ('curl -fsSL "https://example.org/a/b.tar.gz" -o "$APPTAINER_ROOTFS/opt/b.tgz"', ()),
+    ("printf 'export PATH=/opt/tool/bin:$PATH\\n' > \"$APPTAINER_ROOTFS/.env\"", ()),
+    ("printf '%s\\n' x > /etc/hosts-copy", ("/etc/hosts-copy",)),
+    ('/usr/bin/env cp ~/x.pem "$APPTAINER_ROOTFS/x"', ("~/x.pem",)),
+    ("cp \\", ()),
+])
+def test_setup_is_judged_on_shell_words(line: str, paths: tuple[str, ...]) -> None:
+    """A URL in quotes and what printf prints are text, not host paths; a redirection's target
+    and a path argument are."""
+    text = f"Bootstrap: scratch\n%setup\n    {line}\n    /etc/hosts \"$APPTAINER_ROOTFS/x\"\n"
+    uses = host_path_uses(parse_definition(text))
+    expected = [(3, paths)] if paths else []
+    if line.endswith("\\"):  # a continued line is one command with the next
+        expected = [(3, ("/etc/hosts",))]
+    else:
+        expected.append((4, ("/etc/hosts",)))
+    assert [(u.line, u.paths) for u in uses] == expected

@@ -199,12 +199,22 @@ def test_check_finds_the_torch_mismatch_and_pip_sources(factory_project) -> None
     root = factory_project()
     spec = root / "envs" / "lumi-rocm.yml"
     pin_torch(root, "2.5.1+rocm6.2")
+    # by default the examples are those torch 2.5 runs: FSDP2 is left out, said in one line
+    report = validate.check_project(root, target="lumi-rocm", tool_args=TOOL_ARGS)
+    assert report.errors == [] and "lumi-rocm" in report.ok_targets
+    assert [i for i in report.infos if "lumi-rocm" in i] == [
+        "target lumi-rocm: examples ddp, deepspeed (left out: fsdp: target lumi-rocm gets torch "
+        "2.5, but example 'fsdp' needs torch >= 2.6 (FSDP2 (fully_shard, MixedPrecisionPolicy) "
+        "is public in torch.distributed.fsdp from torch 2.6))"]
+    # asked for by name, it is refused
+    manifest = root / "recipes" / "lumi-rocm.yaml"
+    manifest.write_text(manifest.read_text() + "examples: [ddp, fsdp]\n")
     report = validate.check_project(root, target="lumi-rocm", tool_args=TOOL_ARGS)
     assert [str(e).split(": torch: ", 1)[1].split(" (")[0] for e in report.errors] == [
         "target lumi-rocm gets torch 2.5, but example 'fsdp' needs torch >= 2.6"]
     assert report.errors[0].path == spec
+    manifest.write_text(manifest.read_text().replace("examples: [ddp, fsdp]\n", ""))
     # an extra index the manifest does not allow is refused, naming the env spec's line
-    manifest = root / "recipes" / "lumi-rocm.yaml"
     manifest.write_text(manifest.read_text().split("pip_extra_index_urls:")[0])
     report = validate.check_project(root, target="lumi-rocm", tool_args=TOOL_ARGS)
     assert len(report.errors) == 1 and report.errors[0].path == spec

@@ -1,0 +1,68 @@
+"""Integration: images without Python, and an HPCCM-style definition, built for real by the tool
+on the session's debian-base (``Bootstrap: localimage``; no package installs, seconds each).
+
+The architecture is read from an ELF program in each image's files, whether it has a shell and
+python or neither; an image without python is kept, with one line saying it was not probed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from containers import app
+from containers.host.runtime import Runtime
+from containers.image.arch import image_arch, image_python
+
+pytestmark = pytest.mark.apptainer
+
+DEFINITIONS = Path(__file__).resolve().parents[1] / "fixtures" / "definitions"
+
+
+def _build(root: Path, tmp_path: Path, name: str, base: Path) -> tuple[Path, dict, list[str]]:
+    shutil.copy(DEFINITIONS / f"{name}.def", root / "recipes" / f"{name}.def")
+    (root / "recipes" / f"{name}.yaml").write_text(
+        f"description: {name} (test only)\ndefinition: recipes/{name}.def\n")
+    project = app.Project.load(root, {"images_dir": str(tmp_path / "images"),
+                                      "tmp_dir": str(tmp_path / "work")})
+    lines: list[str] = []
+    app.build(project, target=name, say=lines.append, build_args={"BASE_IMAGE": str(base)})
+    image = project.settings.image_path(name)
+    assert image.is_file(), "\n".join(lines[-40:])
+    return image, json.loads(project.settings.provenance_path(name).read_text()), lines
+
+
+@pytest.mark.parametrize("name", ["scratch-static", "no-python"])
+def test_an_image_without_python_builds_and_is_kept(name: str, factory_project, tmp_path: Path,
+                                                    debian_base_image: Path,
+                                                    real_runtime: Runtime) -> None:
+    image, record, lines = _build(factory_project(), tmp_path, name, debian_base_image)
+    assert record["arch"] == "x86_64" and record["python"] is None
+    assert f"==> {name}: the image has no python: not probed (no SBOM, no site fit); smoke " \
+           "and examples cannot run in it" in lines
+    assert image_arch(real_runtime, image) == "x86_64" and image_python(real_runtime, image) is None
+
+
+def test_the_arch_of_a_scratch_image_is_read_without_a_shell(factory_project, tmp_path: Path,
+                                                             debian_base_image: Path,
+                                                             real_runtime: Runtime,
+                                                             monkeypatch) -> None:
+    """Its only program is a static binary: no shell to exec, so only reading its files from
+    outside can tell (the exec fallback must not be reached)."""
+    image, _, _ = _build(factory_project(), tmp_path, "scratch-static", debian_base_image)
+    monkeypatch.setattr(Runtime, "exec_argv", lambda *a, **k: pytest.fail("exec used"))
+    assert image_arch(real_runtime, image) == "x86_64"
+
+
+def test_hpccm_style_repeated_sections_build_as_apptainer_appends_them(
+        factory_project, tmp_path: Path, debian_base_image: Path, real_runtime: Runtime) -> None:
+    image, record, _ = _build(factory_project(), tmp_path, "hpccm-style", debian_base_image)
+    assert record["arch"] == "x86_64" and record["python"]  # its %test ran and passed
+    env = subprocess.run(real_runtime.exec_argv(image=image, command=[
+        "sh", "-c", 'echo "$TOOL_A $TOOL_B"; cat /opt/blocks']), capture_output=True, text=True,
+        timeout=120, check=True).stdout.split("\n")
+    assert env[:3] == ["/opt/tool-a /opt/tool-b", "first-block", "second-block"]
