@@ -292,47 +292,54 @@ def row_modes(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [record[mode] for mode in MODES if record.get(mode) is not None]
 
 
-# Column layout shared by the header and the rows: (header, units, width).
-_KEY_COLUMNS = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 9),
-                ("redop", "", 6), ("root", "", 5))
-_MODE_COLUMNS = (("time", "(us)", 11), ("algbw", "(GB/s)", 8), ("busbw", "(GB/s)", 8),
-                 ("#wrong", "", 7))
+# nccl-tests' own layout (its src/common.cu): the same columns, widths, two-space separators
+# and type names, so the parsers sites run on nccl-tests output (ReFrame checks' regular
+# expressions, awk over "size count type redop root time algbw busbw #wrong") read these rows;
+# everything this harness adds is on "#" comment lines, which those parsers skip.
+_KEY_COLUMNS = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 8),
+                ("redop", "", 6), ("root", "", 6))
+_MODE_COLUMNS = (("time", "(us)", 7), ("algbw", "(GB/s)", 6), ("busbw", "(GB/s)", 6),
+                 ("#wrong", "", 6))
+#: torch's dtype names as nccl-tests prints them (its test_typenames).
+NCCL_TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16",
+                   "float64": "double", "int8": "int8", "uint8": "uint8", "int32": "int32",
+                   "int64": "int64"}
+
+
+def _columns(values: list[str], columns: tuple) -> str:
+    return "  ".join(f"{value:>{col[2]}}" for value, col in zip(values, columns))
 
 
 def format_table_header() -> str:
-    """The nccl-tests column header: names, then units, out-of-place then in-place."""
-    key_width = sum(width + 1 for _, _, width in _KEY_COLUMNS)
-    mode_width = sum(width + 1 for _, _, width in _MODE_COLUMNS)
-    banner = "#" + " " * (key_width - 1) + "  " + "out-of-place (oop)".center(mode_width) + \
-        "  " + "in-place (ip)".center(mode_width)
-    lines = [banner.rstrip()]
-    for row in (0, 1):
-        keys = " ".join(f"{col[row]:>{col[2]}}" for col in _KEY_COLUMNS)
-        mode = " ".join(f"{col[row]:>{col[2]}}" for col in _MODE_COLUMNS)
-        lines.append(("#" + keys[1:] + " |" + mode + " |" + mode).rstrip())
-    return "\n".join(lines)
+    """nccl-tests' column header: a banner, the names, then the units (comment lines)."""
+    keys = [_columns([col[row] for col in _KEY_COLUMNS], _KEY_COLUMNS) for row in (0, 1)]
+    modes = [_columns([col[row] for col in _MODE_COLUMNS], _MODE_COLUMNS) for row in (0, 1)]
+    width = len(modes[0])
+    banner = " " * len(keys[0]) + "  " + "out-of-place".center(width) + "  " + \
+        "in-place".center(width)
+    return "\n".join(("#" + line[1:]).rstrip() for line in (
+        banner, *(keys[row] + "  " + modes[row] + "  " + modes[row] for row in (0, 1))))
 
 
-def _gbps(value: Optional[float]) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+def _number(value: Optional[float], digits: int = 2) -> str:
+    return "N/A" if value is None else f"{value:.{digits}f}"
 
 
 def _format_mode(mode: Optional[dict[str, Any]]) -> str:
-    widths = [col[2] for col in _MODE_COLUMNS]
-    if mode is None:  # no in-place form: every column n/a
-        return " ".join(f"{'n/a':>{width}}" for width in widths)
+    if mode is None:  # no in-place form in torch: every column N/A, as nccl-tests writes it
+        return _columns(["N/A"] * len(_MODE_COLUMNS), _MODE_COLUMNS)
     wrong = "N/A" if mode["wrong"] is None else str(mode["wrong"])
-    return (f"{mode['time_us']:>{widths[0]}.2f} {_gbps(mode['algbw']):>{widths[1]}} "
-            f"{_gbps(mode['busbw']):>{widths[2]}} {wrong:>{widths[3]}}")
+    return _columns([_number(mode["time_us"]), _number(mode["algbw"]),
+                     _number(mode["busbw"]), wrong], _MODE_COLUMNS)
 
 
 def format_row(record: dict[str, Any]) -> str:
-    """One result row, aligned under format_table_header()."""
-    widths = [col[2] for col in _KEY_COLUMNS]
+    """One result row, as nccl-tests prints it, aligned under format_table_header()."""
     root = -1 if record.get("root") is None else record["root"]
-    keys = (f"{record['bytes']:>{widths[0]}} {record['count']:>{widths[1]}} "
-            f"{record['type']:>{widths[2]}} {record['redop']:>{widths[3]}} {root:>{widths[4]}}")
-    return f"{keys} |{_format_mode(record['oop'])} |{_format_mode(record.get('ip'))}"
+    keys = _columns([str(record["bytes"]), str(record["count"]),
+                     NCCL_TYPE_NAMES.get(record["type"], record["type"]), record["redop"],
+                     str(root)], _KEY_COLUMNS)
+    return f"{keys}  {_format_mode(record['oop'])}  {_format_mode(record.get('ip'))}"
 
 
 def summarize(records: list[dict[str, Any]],
@@ -356,7 +363,7 @@ def format_footer(wrong_total: Optional[int], avg_busbw: Optional[float]) -> str
         bounds = f"{wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}"
     return "\n".join([
         f"# Out of bounds values : {bounds}",
-        f"# Avg bus bandwidth    : {_gbps(avg_busbw)}",
+        f"# Avg bus bandwidth    : {_number(avg_busbw, 3)}",
         "#   (mean over all sizes and both modes, dominated by small messages: read the busbw of",
         "#    the largest size instead; the average is not a pass criterion)",
     ])

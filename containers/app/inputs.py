@@ -13,7 +13,7 @@ from typing import Any
 
 from containers.app.project import Project
 from containers.errors import ConfigError, ContainersError, raise_all
-from containers.image import builder, provenance, sitefit
+from containers.image import builder, provenance
 from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
 from containers.inputs import validate
 from containers.report import Say, console, say_line as _print, table
@@ -87,8 +87,9 @@ def check_inputs(project: Project, *, target: str | None = None, as_json: bool =
         project.root, target=target, tool_args=(*CONTEXT_ARGS, *PROVENANCE_ARGS),
         # the inputs hash of a target's base chain reads and checks each base's inputs too
         target_checks=(chain_hashes,),
-        # the profile's launcher is in the registry and fits its scheduler; its fit: block reads
-        site_checks=(launchers.for_site, sitefit.load_fit))
+        # the profile's launcher is in the registry and fits its scheduler (its fit: block is
+        # checked as the profile loads)
+        site_checks=(launchers.for_site,))
     if as_json:
         say(json.dumps({"ok": not report.errors,
                         "errors": [_problem(e) for e in report.errors],

@@ -94,8 +94,8 @@ def site_for(project: Project, ref: ImageRef, site: str | None) -> Site:
 
 def fit_findings(project: Project, report: dict, site: Site) -> list[sitefit.Finding]:
     """The site-fit findings of an inspected image against ``site``."""
-    return sitefit.judge(report["stack"], site_name=site.name, site_gpu=site.gpu,
-                         arches=site_arches(site, project.targets), fit=sitefit.load_fit(site),
+    return sitefit.judge(report["stack"], site_name=site.name, site_gpu=site.gpus.kind,
+                         arches=site_arches(site, project.targets), fit=site.fit,
                          probe_errors=report["facts"].get("errors"))
 
 
@@ -195,9 +195,9 @@ def examine_built(project: Project):
             say(f"  {step.target.name} holds no torch: site fit not judged")
             return files
         site = project.site_of(step.target)
-        findings = sitefit.judge(stack, site_name=site.name, site_gpu=site.gpu,
+        findings = sitefit.judge(stack, site_name=site.name, site_gpu=site.gpus.kind,
                                  arches=site_arches(site, project.targets),
-                                 fit=sitefit.load_fit(site), probe_errors=facts.get("errors"))
+                                 fit=site.fit, probe_errors=facts.get("errors"))
         for finding in findings:
             say(f"  site fit ({site.name}): {finding.line()}")
         record["fit"] = {"site": site.name, "findings": [f.as_dict() for f in findings]}

@@ -71,9 +71,9 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
         facts = (probing.known_facts(plan.image, plan.provenance)
                  or probing.probe(runtime, plan.image, sha256=sha))
         stack = probing.summary(facts)
-        findings = sitefit.judge(stack, site_name=plan.site.name, site_gpu=plan.site.gpu,
+        findings = sitefit.judge(stack, site_name=plan.site.name, site_gpu=plan.site.gpus.kind,
                                  arches=site_arches(plan.site, project.targets),
-                                 fit=sitefit.load_fit(plan.site),
+                                 fit=plan.site.fit,
                                  probe_errors=facts.get("errors"))
         for finding in findings:
             say(f"site fit ({plan.site.name}): {finding.line()}")

@@ -107,8 +107,8 @@ def _shown_environ(site: Site) -> dict[str, str]:
     command expands it where it is pasted, as the real run expands it where it runs. A ``$$``
     (a ``$`` for the container) is no host variable and stays literal."""
     environ = dict(os.environ)
-    for text in (*site.env.values(), *site.binds, *site.multinode_binds,
-                 *site.multinode_env.values()):
+    for text in (*site.env.values(), *site.binds, *site.transport.binds,
+                 *site.transport.env.values()):
         for match in HOST_VAR.finditer(text):
             name = match.group(1) or match.group(2)
             if name and name not in environ:
@@ -150,9 +150,9 @@ def machine_here(gpu: str) -> Callable[[bool], Machine]:
 def check_fits(workload: Workload, options: Options, site: Site, *,
                machine: Callable[[bool], Machine], force: bool, say: Say) -> None:
     """Refuse, in one line, a run this machine cannot hold (``--force`` runs it anyway);
-    ``machine``: :func:`machine_here` of ``site.gpu``."""
+    ``machine``: :func:`machine_here` of ``site.gpus.kind``."""
     largest = getattr(options, "largest_size", None)
-    problem = fit_problem(ranks=workload.ranks, largest=largest, gpu=site.gpu,
+    problem = fit_problem(ranks=workload.ranks, largest=largest, gpu=site.gpus.kind,
                           machine=machine(bool(largest)))
     if problem and force:
         say(f"  warning: {problem} (running anyway: --force)")
@@ -171,7 +171,7 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
     placement = allocation.across_nodes(nodes, dry_run=dry_run)
     partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
     here = placement is None and (not dry_run or site.name == project.current_site().name)
-    machine = machine_here(site.gpu)  # probed only if a run is checked, once for them all
+    machine = machine_here(site.gpus.kind)  # probed only if a run is checked, once for them all
     if not dry_run:
         guard_run(project, item.name, runtime)
     done: list[verdict.Result | Workload] = []

@@ -45,7 +45,7 @@ from containers.image.plan import fakeroot_refusal
 from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
 from containers.inputs.settings import Settings
-from containers.inputs.sites import Partition, Site
+from containers.inputs.sites import Partition, Qos, Site
 from containers.prove.kind import WorkloadKind, plan as plan_run
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import EXAMPLES, TrainOptions
@@ -163,14 +163,14 @@ class Job:
 def _check_site(request: JobRequest, target: Target, site: Site, site_arch: str | None) -> None:
     """What the request, the image and the site must agree on."""
     if site.scheduler not in SCHEDULERS:
-        hint = " (for a Slurm cluster of CPU nodes: --site local-slurm)" if site.gpu == "none" \
-            else ""
+        hint = (" (for a Slurm cluster of CPU nodes: --site local-slurm)"
+                if site.gpus.kind == "none" else "")
         raise ConfigError(f"site {site.name} has no batch scheduler (scheduler: "
                           f"{site.scheduler}); name a site that has one with --site{hint}",
                           path=site.path, line=site.lines.get("scheduler"), key="scheduler")
-    if target.gpu != site.gpu:
+    if target.gpu != site.gpus.kind:
         raise UsageError(f"target {target.name} is an image for {_KINDS[target.gpu]} but "
-                         f"site {site.name} has {_KINDS[site.gpu]}")
+                         f"site {site.name} has {_KINDS[site.gpus.kind]}")
     if site_arch and target.arch != site_arch:
         where = (f"; build it on an {target.arch} machine (invoke build --target "
                  f"{target.name} there)" if request.workload == "build" else "")
@@ -188,18 +188,37 @@ def estimate(workload: str) -> int:
     return ESTIMATE.get(workload, TRAIN_ESTIMATE)
 
 
-def fit_time(request: JobRequest, site: Site, partition: Partition) -> int:
-    """The job's wall time: ``--time`` if it is within the partition's limit (else refused,
-    naming the limit), otherwise the workload's estimate capped by that limit."""
-    limit = partition.max_time
+def fit_time(request: JobRequest, site: Site, partition: Partition,
+             qos: Qos | None = None) -> int:
+    """The job's wall time: ``--time`` if it is within the partition's (and the QoS's) limit
+    (else refused, naming the limit), otherwise the workload's estimate capped by them."""
+    limits = [(f"partition {partition.name}", partition.max_time, "")]
+    if qos is not None:
+        limits.append((f"QoS {qos.name}", qos.max_time, f"; {qos.source}"))
     if isinstance(request.time, int):
-        if limit is not None and request.time > limit:
-            raise UsageError(f"--time {walltime.format(request.time)} is more than partition "
-                             f"{partition.name} of site {site.name} allows "
-                             f"({walltime.format(limit)})", flag="--time")
+        for what, limit, source in limits:
+            if limit is not None and request.time > limit:
+                raise UsageError(f"--time {walltime.format(request.time)} is more than {what} "
+                                 f"of site {site.name} allows ({walltime.format(limit)}"
+                                 f"{source})", flag="--time")
         return request.time
-    wanted = estimate(request.workload)
-    return min(wanted, limit) if limit is not None else wanted
+    return min([estimate(request.workload),
+                *(limit for _, limit, _ in limits if limit is not None)])
+
+
+def check_qos(site: Site, qos: Qos | None, *, nodes: int, gpus_per_node: int) -> None:
+    """Nodes and GPUs within the documented limits of the job's ``--qos``, refused in one line
+    as a partition limit is; a QoS the profile does not describe is the scheduler's to judge."""
+    if qos is None:
+        return
+    total = nodes * gpus_per_node
+    where = f"QoS {qos.name} of site {site.name} allows"
+    if qos.max_nodes is not None and nodes > qos.max_nodes:
+        raise UsageError(f"--nodes {nodes} is more than {where} ({qos.max_nodes}; "
+                         f"{qos.source})", flag="--nodes")
+    if qos.max_gpus is not None and total > qos.max_gpus:
+        raise UsageError(f"{nodes} node(s) x {gpus_per_node} GPUs = {total} is more than "
+                         f"{where} per job ({qos.max_gpus}; {qos.source})", flag="--qos")
 
 
 def check_partition(site: Site, partition: Partition, *, nodes: int, gpus_per_node: int) -> None:
@@ -220,7 +239,7 @@ def check_partition(site: Site, partition: Partition, *, nodes: int, gpus_per_no
                          f"({partition.max_gpus})", None)
     if problem is None:
         return
-    fits = [p for p in site.partition_limits.values() if p.name != partition.name
+    fits = [p for p in site.partitions.values() if p.name != partition.name
             and (p.max_nodes is None or nodes <= p.max_nodes)
             and (p.max_gpus is None or total <= p.max_gpus)
             and (p.gpus_per_node is None or gpus_per_node <= p.gpus_per_node)]
@@ -262,6 +281,7 @@ class Frame:
     name: str
     output: str
     partition: Partition
+    qos: Qos | None
     time: int
     account: str | None
     comments: list[str]
@@ -272,9 +292,10 @@ class Frame:
                          cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
                          time=walltime.format(self.time), partition=self.partition.name or None,
                          account=self.account, output=self.output, exclusive=shape.exclusive,
-                         mem_per_gpu_gb=site.mem_per_gpu_gb,
-                         gpu_request=self.partition.gpu_request or site.gpu_request,
-                         gres_type=self.partition.gres_type or site.gres_type, **_extra(request))
+                         mem_per_gpu_gb=site.memory.per_gpu_gb,
+                         gpu_request=self.partition.gpu_request or site.gpus.request,
+                         gres_type=self.partition.gres_type or site.gpus.gres_type,
+                         **_extra(request))
 
 
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -298,6 +319,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                           host_arch=host_arch, venv=venv)
     gpus = _ranks_per_node(request, site)
     check_partition(site, frame.partition, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
+    check_qos(site, frame.qos, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
     if (refusal := transport_refusal(site, request.nodes)) is not None:
         raise refusal
     run = job_run(target, site, settings=settings, request=request)
@@ -305,7 +327,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                           gpus=_gpus(site, gpus))
     scheduler = SCHEDULERS[site.scheduler]
     body = [f"cd {word(str(settings.root))}", "",
-            *_module_lines(site.modules, site.multinode_modules if request.nodes > 1 else ()),
+            *_module_lines(site.modules, site.transport.modules if request.nodes > 1 else ()),
             *([*scheduler.rendezvous_lines(), ""] if run.meets else [])]
     record = {"target": target.name, "site": site.name, "workload": request.workload,
               "nodes": request.nodes, "gpus_per_node": gpus, "launcher": run.launcher.name,
@@ -327,12 +349,13 @@ def transport_refusal(site: Site, nodes: int) -> ConfigError | None:
     """A job across nodes whose transport needs the host's network plugin and libfabric bound
     into the container, on a site whose profile binds none: it would stop at start-up (NCCL_NET
     names a network that cannot load), so it is refused before anything is written."""
-    if not (site.transport_host_stack and site.transport_applies(nodes)) or site.multinode_binds:
+    transport = site.transport
+    if not (transport.host_stack and transport.applies(nodes)) or transport.binds:
         return None
     return ConfigError(f"a {nodes}-node job on site {site.name} needs the host's network plugin "
                        f"and libfabric bound into the container for its transport "
-                       f"({site.transport_name}), and the profile binds none "
-                       "(multinode_binds): run on one node (--nodes 1), or add the binds",
+                       f"({transport.name}), and the profile binds none "
+                       "(transport.binds): run on one node (--nodes 1), or add the binds",
                        path=site.path, line=site.lines.get("transport"), key="transport")
 
 
@@ -348,7 +371,8 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
     partition = site.partition(request.partition or (site.build_partition if request.workload
                                                      == "build" else None)
                                or site.default_partition)
-    time = fit_time(request, site, partition)
+    qos = site.qos.get(request.qos or "")
+    time = fit_time(request, site, partition, qos)
     account, account_from = resolve_account(request, site, settings, environ)
     limit = f" (partition limit {walltime.format(partition.max_time)})" \
         if partition.max_time else ""
@@ -361,16 +385,17 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
                 f"its folder)",
                 f"partition {partition.name or '(the scheduler default)'}, time "
                 f"{walltime.format(time)}{limit}{source}"]
-    return Frame(name=name, output=output, partition=partition, time=time, account=account,
-                 comments=comments)
+    return Frame(name=name, output=output, partition=partition, qos=qos, time=time,
+                 account=account, comments=comments)
 
 
 def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
                frame: Frame, host_arch: str, venv: Path | None) -> Job:
     """A build job: one task on one node; no GPU on a partition without them (LUMI-C's small),
     else one (a build needs none, the partition may require one)."""
-    gpus = 1 if site.gpus_per_node and frame.partition.gpus_per_node != 0 else 0
+    gpus = 1 if site.gpus.per_node and frame.partition.gpus_per_node != 0 else 0
     check_partition(site, frame.partition, nodes=1, gpus_per_node=gpus)
+    check_qos(site, frame.qos, nodes=1, gpus_per_node=gpus)
     res = frame.resources(site, request, nodes=1, gpus=gpus,
                           shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
     body = [f"cd {word(str(settings.root))}", "", *_module_lines(site.modules),
@@ -416,7 +441,7 @@ def _job(request: JobRequest, target: Target, site: Site, scheduler: Scheduler,
     gpus = run.workload.launch.ranks_per_node
     script = Script(directives=scheduler.preamble(res), comments=[
         *comments, f"{request.nodes} node{'s' if request.nodes > 1 else ''} x {gpus} "
-        f"{'GPUs' if site.gpu != 'none' else 'CPU ranks'}, launcher {launcher.name}",
+        f"{'GPUs' if site.gpus.kind != 'none' else 'CPU ranks'}, launcher {launcher.name}",
         *([run.workload.cores_note] if run.workload.cores_note else [])], body=body)
     return Job(request=request, target=target, site=site, scheduler=scheduler,
                launcher=launcher, resources=res, text=script.render(), results=results)
@@ -425,13 +450,13 @@ def _job(request: JobRequest, target: Target, site: Site, scheduler: Scheduler,
 def _ranks_per_node(request: JobRequest, site: Site) -> int:
     """Ranks per node of a smoke or training job: ``--gpus-per-node``, else the site's GPUs per
     node, else 2 (CPU sites: 2 ranks, as smoke)."""
-    return request.gpus_per_node or site.gpus_per_node or 2
+    return request.gpus_per_node or site.gpus.per_node or 2
 
 
 def _gpus(site: Site, ranks: int) -> int:
     """The GPUs per node a job of ``ranks`` ranks per node asks the scheduler for (none on a CPU
     site)."""
-    return ranks if site.gpu != "none" else 0
+    return ranks if site.gpus.kind != "none" else 0
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,10 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
               "fi", ""]
     verdict = [f"{settings.jobs_mount}/{VERDICT_SCRIPT}", "--out", settings.results_mount,
                "--exit-status", ref("status"), "--gate", ref("gate"),
-               "--expect-gpu", site.gpu, "--ranks", str(workload.ranks)]
-    if site.transport_applies(nodes) and site.transport_expect:
-        verdict += ["--transport-name", site.transport_name or "the site's network",
-                    "--transport-expect", site.transport_expect]
+               "--expect-gpu", site.gpus.kind, "--ranks", str(workload.ranks)]
+    if site.transport.applies(nodes) and site.transport.expect:
+        verdict += ["--transport-name", site.transport.name or "the site's network",
+                    "--transport-expect", site.transport.expect]
     binds = (f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
              f"{out_dir}:{settings.results_mount}")
     judge = workload.launch.runtime.exec_argv(image=workload.image,

@@ -1,6 +1,7 @@
 """Whether an image fits a site: the mismatches users report most, seen without a GPU.
 
-A site profile's ``fit:`` block states, each with its source, what the site's nodes provide::
+A site profile's ``fit:`` block (:class:`containers.inputs.sites.Fit`, checked when the profile
+is loaded) states, each with its source, what the site's nodes provide::
 
     fit:
       driver: {value: "...", source: "..."}                 # shown, not judged
@@ -20,24 +21,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
-from containers.errors import ConfigError
-from containers.inputs.schema import Field, check_mapping, line_of
-from containers.inputs.yamlsource import load_yaml_file
-
-if TYPE_CHECKING:
-    from containers.inputs.sites import Site
+from containers.inputs.sites import Fit, Nccl, Range
 
 LEVELS = ("error", "warning", "info")
-RANGE_FIELDS = (Field("min"), Field("max"), Field("source", required=True))
-FIT_FIELDS = (Field("driver", "map", default={}), Field("rocm", "map", default={}),
-              Field("cuda", "map", default={}), Field("glibc", "map", default={}),
-              Field("nccl", "map", default={}))
-DRIVER_FIELDS = (Field("value"), Field("source", required=True))
-#: ``dynamic``: the site's NCCL/RCCL (or one its plugin is built for) must be able to replace the
-#: image's, so torch must load it as a shared library (true unless the site says otherwise).
-NCCL_FIELDS = (*RANGE_FIELDS, Field("plugin"), Field("dynamic", "bool", default=True))
 
 
 @dataclass(frozen=True)
@@ -53,28 +41,6 @@ class Finding:
         return asdict(self)
 
 
-def load_fit(site: Site) -> dict:
-    """The site's ``fit:`` block, checked (file, line and key on a bad one); {} when none."""
-    data = load_yaml_file(site.path)
-    raw = data.get("fit") if isinstance(data, dict) else None
-    if not raw:
-        return {}
-    fit = check_mapping(raw, FIT_FIELDS, what="fit", path=site.path, prefix="fit.")
-    result: dict = {}
-    for key, fields in (("driver", DRIVER_FIELDS), ("rocm", RANGE_FIELDS),
-                        ("cuda", RANGE_FIELDS), ("glibc", RANGE_FIELDS), ("nccl", NCCL_FIELDS)):
-        if fit[key]:
-            values = check_mapping(fit[key], fields, what=f"fit.{key}", path=site.path,
-                                   prefix=f"fit.{key}.")
-            for bound in ("min", "max"):
-                if values.get(bound) is not None and version(str(values[bound])) is None:
-                    raise ConfigError(f"'{values[bound]}' is not a version (digits and dots)",
-                                      path=site.path, line=line_of(fit[key], bound),
-                                      key=f"fit.{key}.{bound}")
-            result[key] = values
-    return result
-
-
 def version(text: str | None) -> tuple[int, ...] | None:
     """``6.2.41133-dd7f95766`` -> (6, 2, 41133); None when it starts with no number."""
     match = re.match(r"\s*(\d+(?:\.\d+)*)", str(text or ""))
@@ -87,29 +53,29 @@ def _cmp(value: tuple[int, ...], bound: tuple[int, ...]) -> int:
     return (cut > bound) - (cut < bound)
 
 
-def _range(rule: str, what: str, found: str | None, spec: Mapping | None,
+def _range(rule: str, what: str, found: str | None, spec: Range | None,
            site: str) -> Iterable[Finding]:
     if not spec:
         yield Finding("info", rule, f"{site} states no {what} range: not checked")
         return
-    low, high = spec.get("min"), spec.get("max")
+    low, high = spec.min, spec.max
     value = version(found)
     if value is None:
         yield Finding("warning", rule, f"the image's {what} version is unknown ({found!r})")
         return
     if high is not None and _cmp(value, version(str(high))) > 0:
         yield Finding("error", rule, f"the image's {what} {found} is above {site}'s supported "
-                                     f"{what} (at most {high}; {spec['source']})")
+                                     f"{what} (at most {high}; {spec.source})")
     if low is not None and _cmp(value, version(str(low))) < 0:
         yield Finding("error", rule, f"the image's {what} {found} is below {site}'s supported "
-                                     f"{what} (at least {low}; {spec['source']})")
+                                     f"{what} (at least {low}; {spec.source})")
     if low is None and high is None:
-        yield Finding("info", rule, f"{site} publishes no {what} range ({spec['source']}): "
+        yield Finding("info", rule, f"{site} publishes no {what} range ({spec.source}): "
                                     "not checked")
 
 
 def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str] | None,
-          fit: Mapping, probe_errors: Mapping | None = None) -> list[Finding]:
+          fit: Fit, probe_errors: Mapping | None = None) -> list[Finding]:
     """Every finding of an image (its flat stack, :func:`containers.image.inspect.summary`)
     against a site (its GPU kind, architectures and ``fit`` block), one line each."""
     found: list[Finding] = []
@@ -129,37 +95,37 @@ def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str
     if build == "rocm":  # the image's /opt/rocm and the HIP torch was built with (and ships)
         for what, value in (("ROCm", stack.get("rocm")), ("torch's HIP", stack.get("hip"))):
             if value or what == "ROCm" and not stack.get("hip"):
-                found += _range("rocm", what, value, fit.get("rocm"), site_name)
+                found += _range("rocm", what, value, fit.rocm, site_name)
     if build == "cuda":
-        found += _range("cuda", "CUDA", stack.get("cuda"), fit.get("cuda"), site_name)
-    glibc = fit.get("glibc")
-    if glibc and glibc.get("min") is not None:
+        found += _range("cuda", "CUDA", stack.get("cuda"), fit.cuda, site_name)
+    glibc = fit.glibc
+    if glibc and glibc.min is not None:
         image_glibc = version(stack.get("glibc"))
         if image_glibc is None:
             found.append(Finding("error", "glibc", "the image's glibc could not be read"))
-        elif _cmp(image_glibc, version(str(glibc["min"]))) < 0:
+        elif _cmp(image_glibc, version(glibc.min)) < 0:
             found.append(Finding("error", "glibc", f"the image's glibc {stack.get('glibc')} is "
-                                                   f"below {glibc['min']}, which the libraries "
+                                                   f"below {glibc.min}, which the libraries "
                                                    f"{site_name} binds in need "
-                                                   f"({glibc['source']})"))
+                                                   f"({glibc.source})"))
     elif site_gpu != "none":
-        why = f" ({glibc['source']})" if glibc else ""
+        why = f" ({glibc.source})" if glibc else ""
         found.append(Finding("info", "glibc", f"{site_name} states no glibc its bound libraries "
                                               f"need{why}: not checked"))
     if build in ("cuda", "rocm"):
-        found += _nccl(stack, fit.get("nccl"), site_name)
+        found += _nccl(stack, fit.nccl, site_name)
     for key, error in sorted((probe_errors or {}).items()):
         found.append(Finding("warning", "probe", f"{key} could not be read: {error}"))
     return found
 
 
-def _nccl(stack: Mapping, spec: Mapping | None, site: str) -> list[Finding]:
+def _nccl(stack: Mapping, spec: Nccl | None, site: str) -> list[Finding]:
     name = "RCCL" if stack.get("build") == "rocm" else "NCCL"
     if not stack.get("nccl"):
         return [Finding("warning", "nccl", f"torch reports no {name} version")]
     found: list[Finding] = []
-    plugin = (spec or {}).get("plugin")
-    if stack.get("nccl_linkage") == "static" and (not spec or spec.get("dynamic", True)):
+    plugin = spec.plugin if spec else None
+    if stack.get("nccl_linkage") == "static" and (not spec or spec.dynamic):
         found.append(Finding("error", "nccl", f"torch links {name} {stack['nccl']} statically: "
                                               f"the {name} {site}'s network plugin "
                                               f"{'(' + plugin + ') ' if plugin else ''}is built "

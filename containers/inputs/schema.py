@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import difflib
 import re
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from containers.errors import ConfigError, UsageError, raise_all
 from containers.files import resolves_outside
@@ -227,3 +229,164 @@ def check_mapping(data: Any, fields: Sequence[Field], *, what: str, path: Any = 
         result[field.name] = value
     raise_all(sorted(problems, key=lambda p: p.line or 0))  # every bad key, in file order
     return result
+
+
+# ----------------------------------------------------- typed models (pydantic) at file:line:key
+#: pydantic's error types for a value of the wrong type, and what the message says it must be.
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
+             "float_type": "a number", "dict_type": "a mapping", "model_type": "a mapping",
+             "list_type": "a list", "tuple_type": "a list", "int_from_float": "an integer"}
+
+
+def located(data: Any, loc: Sequence[str | int]) -> int | None:
+    """The line of the item at ``loc`` (keys and indexes) in located YAML data, else the line of
+    the nearest container above it that knows one."""
+    node, line = data, line_of(data)
+    for part in loc:
+        if not isinstance(node, (dict, list)):
+            break
+        try:
+            child = node[part] if isinstance(node, list) or part in node else None
+        except (IndexError, TypeError):
+            break
+        line = line_of(node, part) or line
+        if child is None:
+            break
+        node = child
+    return line
+
+
+def key_of(loc: Sequence[str | int]) -> str:
+    """``('partitions', 'p', 'max_time')`` -> ``partitions.p.max_time``; indexes as ``[0]``."""
+    key = ""
+    for part in loc:
+        key += f"[{part}]" if isinstance(part, int) else ("." if key else "") + str(part)
+    return key
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X`` of ``X | None`` and of ``Annotated[X, ...]``."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin in (typing.Union, types.UnionType):
+            annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+        elif origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        else:
+            return annotation
+
+
+def _model_at(model: Any, loc: Sequence[str | int]) -> Any:
+    """The pydantic model class that holds the key at the end of ``loc`` (for the known keys
+    of an 'unknown key' message), following fields, mappings and lists."""
+    current = model
+    for part in loc:
+        fields = getattr(current, "model_fields", None)
+        if fields is not None and isinstance(part, str) and part in fields:
+            current = _unwrap(fields[part].annotation)
+            continue
+        args = typing.get_args(current)
+        if not args:
+            return None
+        current = _unwrap(args[-1] if typing.get_origin(current) is dict else args[0])
+    return current if hasattr(current, "model_fields") else None
+
+
+def _message(error: Mapping[str, Any], model: Any, loc: Sequence[str | int],
+             what: str) -> str:
+    """One pydantic error in this project's words (the hand-written checks' wording)."""
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    if kind == "extra_forbidden":
+        holder = _model_at(model, loc[:-1])
+        known = list(holder.model_fields) if holder is not None else []
+        return f"unknown key in {_what_at(model, loc[:-1], what)}{suggest(str(loc[-1]), known)}"
+    if kind == "missing":
+        return f"required key missing from {_what_at(model, loc[:-1], what)}"
+    if kind in _EXPECTED:
+        return f"must be {_EXPECTED[kind]}, got {_type_name(value)}"
+    if kind == "literal_error":
+        options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        return f"'{value}' is not one of: {', '.join(options)}{suggest(str(value), options)}"
+    if kind == "greater_than_equal":
+        least = ctx.get("ge")
+        return (f"must not be negative (got {value})" if least == 0
+                else f"must be at least {least} (got {value})")
+    return str(ctx.get("reason") or error["msg"]).removeprefix("Value error, ")
+
+
+def _what_at(model: Any, loc: Sequence[str | int], what: str) -> str:
+    """What the mapping at ``loc`` is called in a message: the document (``what``), an entry
+    of a named mapping by its kind and name (``partition gpu``), else its key path."""
+    if not loc:
+        return what
+    holder = _model_at(model, loc)
+    parent = _model_at(model, loc[:-1])
+    if holder is not None and (parent is None or loc[-1] not in parent.model_fields):
+        return f"{holder.__name__.lower()} {loc[-1]}"
+    return key_of(loc)
+
+
+def validate_model(model: type[T], data: Any, *, path: Any, what: str,
+                   context: Mapping[str, Any] | None = None) -> T:
+    """``data`` (located YAML) validated by the pydantic ``model``; every problem becomes a
+    :class:`ConfigError` at file, line and key, all raised together in file order.
+
+    A validator that knows a deeper key than the field it checks (a partition inside the
+    ``partitions`` mapping) says so with :func:`problem_at`."""
+    from pydantic import ValidationError
+    try:
+        return model.model_validate(data, context={"raw": data, **(context or {})})
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = [*error["loc"], *((error.get("ctx") or {}).get("at") or ())]
+            loc = _resolve(part for part in loc if part != "[key]")
+            problems.append(ConfigError(_message(error, model, loc, what), path=path,
+                                        line=located(data, loc), key=key_of(loc) or None))
+        raise_all(sorted(problems, key=lambda p: p.line or 0))
+        raise  # pragma: no cover - raise_all raised
+
+
+def _resolve(parts: Iterable[str | int]) -> list[str | int]:
+    """A key path with ``..`` (the key above) resolved."""
+    loc: list[str | int] = []
+    for part in parts:
+        if part == "..":
+            loc = loc[:-1]
+        else:
+            loc.append(part)
+    return loc
+
+
+def problem_at(reason: str, *at: str | int) -> Exception:
+    """A validation problem at a key below the field being checked (``at``: keys and
+    indexes), for :func:`validate_model` to name."""
+    from pydantic_core import PydanticCustomError
+    return PydanticCustomError("site", "{reason}", {"reason": reason, "at": at})
+
+
+def fields_json_schema(fields: Sequence[Field], *, title: str,
+                       nested: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The JSON Schema of a mapping declared as :class:`Field` tuples (manifests, env-spec
+    additions), for editors (yaml-language-server); ``nested`` gives the schema of a key whose
+    value is itself declared."""
+    types = {"str": {"type": "string"}, "int": {"type": "integer"},
+             "float": {"type": "number"}, "bool": {"type": "boolean"},
+             "str_list": {"type": "array", "items": {"type": "string"}},
+             "str_map": {"type": "object", "additionalProperties":
+                         {"type": ["string", "number", "boolean"]}},
+             "list": {"type": "array"}, "map": {"type": "object"}}
+    properties: dict[str, Any] = {}
+    for field in fields:
+        spec = dict((nested or {}).get(field.name) or types[field.kind])
+        if field.choices is not None:
+            spec["enum"] = list(field.choices)
+        if field.default not in (None, [], {}):
+            spec["default"] = field.default
+        properties[field.name] = spec
+    schema: dict[str, Any] = {"title": title, "type": "object", "properties": properties,
+                              "additionalProperties": False}
+    required = [f.name for f in fields if f.required]
+    if required:
+        schema["required"] = required
+    return schema

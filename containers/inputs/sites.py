@@ -8,210 +8,533 @@ environment (``detect``) so ``invoke smoke`` on a login or compute node picks th
 Environment values may name host variables (``/tmp/$USER-miopen-cache-$SLURM_JOB_ID``): they are
 expanded on the host when a command is planned (:func:`expand`), since an argv reaches the
 container without a shell.
-"""
 
+A profile is nested as ReFrame nests a system: ``gpus`` (kind, count, architecture),
+``partitions`` and ``qos`` (their documented limits), ``memory``, ``transport`` (what a run
+across nodes needs and proves), ``detect``, ``references`` and ``fit``. Each key is declared
+once, below, as a typed field of a pydantic model: its type, default, rule and doc, from which
+the loader's checks and ``schemas/site.schema.json`` (what editors read) follow. The profile is
+read once; every problem is reported at file, line and key (:func:`load_site`).
+"""
 from __future__ import annotations
 
 import fnmatch
 import os
 import re
 import socket
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Mapping
+from typing import Annotated, Any, Collection, Literal, Mapping
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
+                      PrivateAttr, Strict, ValidationInfo, WithJsonSchema, field_validator)
+from pydantic.json_schema import SkipJsonSchema
 
 from containers import walltime
-from containers.errors import ConfigError, raise_all
+from containers.errors import ConfigError
+from containers.inputs import references as refs
 from containers.inputs.references import Reference, parse_reference, select
-from containers.inputs.schema import (Field, check_mapping, input_files, is_env_name, line_of, pick,
-                                      suggest)
-from containers.inputs.yamlsource import LocatedDict, load_yaml_file
+from containers.inputs.schema import (fields_json_schema, input_files, is_env_name, pick,
+                                      problem_at, suggest, validate_model)
+from containers.inputs.yamlsource import load_yaml_file
 
 GPU_REQUESTS = ("gpus-per-node", "gres")
-FIELDS = (
-    Field("description", required=True),
-    Field("scheduler", default="none", choices=("none", "slurm", "pbs")),
-    # A list of names (no limits known), or a mapping of name -> PARTITION_FIELDS.
-    Field("partitions", "map", default={}),
-    Field("default_partition"),
-    Field("build_partition"),
-    Field("gpu", default="none", choices=("none", "cuda", "rocm")),
-    Field("gpu_model"),
-    Field("runtime", default="apptainer", choices=("apptainer", "singularity")),
-    Field("gpus_per_node", "int", default=0),
-    Field("cores_per_node", "int", default=0),
-    Field("max_gpus_per_job", "int", default=0),
-    Field("mem_per_gpu_gb", "int", default=0),
-    Field("cpu_bind", "str_list", default=[]),
-    Field("fakeroot", "bool", default=True),
-    # How a batch job asks for GPUs (Slurm): --gpus-per-node=N, or --gres=gpu:<gres_type>:N.
-    Field("gpu_request", default="gpus-per-node", choices=GPU_REQUESTS),
-    Field("gres_type"),
-    # Whether the scheduler refuses a job that names no account (project).
-    Field("account_required", "bool", default=False),
-    # Host modules every batch job loads before it starts the workload.
-    Field("modules", "str_list", default=[]),
-    # One of containers.run.launchers.LAUNCHERS, the only list of launchers; checked there
-    # against the registry and the site's scheduler (launchers.for_site; invoke check does).
-    Field("launcher", default="torchrun"),
-    Field("torchrun", default="torchrun"),
-    Field("binds", "str_list", default=[]),
-    Field("env", "str_map", default={}),
-    Field("multinode_binds", "str_list", default=[]),
-    Field("multinode_env", "str_map", default={}),
-    Field("multinode_modules", "str_list", default=[]),
-    Field("references", "list", default=[]),
-    Field("transport", "map", default={}),
-    Field("default_target"),
-    Field("detect", "map", default={}),
-    Field("notes"),
-    # What the site's nodes provide for an image to fit (driver/runtime ranges, glibc, NCCL),
-    # each with its source; checked and judged by containers.image.sitefit.
-    Field("fit", "map", default={}),
-    # The site's own words in its batch jobs (JOB_FIELDS), each with its source.
-    Field("job", "map", default={}),
-)
-#: A partition's limits, each as the site documents it (the profile cites the page).
-PARTITION_FIELDS = (
-    Field("max_time"), Field("default_time"),
-    Field("max_nodes", "int"), Field("max_gpus", "int"),
-    Field("gpus_per_node", "int"), Field("cores_per_node", "int"),
-    Field("whole_nodes", "bool", default=False),
-    Field("gpu_request", choices=GPU_REQUESTS), Field("gres_type"),
-)
-DETECT_FIELDS = (Field("env", "str_list", default=[]), Field("hostname", "str_list", default=[]))
-#: ``net``: the NCCL_NET value every run sets, so NCCL/RCCL fail instead of falling back to TCP;
-#: ``from_nodes``: the runs it applies to (2: only runs across nodes, where a site binds its network
-#: stack in only for those, as Olivia does).
-#: ``host_stack``: the network plugin and libfabric come from the host, so a run it applies to
-#: needs ``multinode_binds`` that bring them in (a job without them is refused, never written).
-TRANSPORT_FIELDS = (Field("name", required=True), Field("expect", required=True), Field("net"),
-                    Field("from_nodes", "int", default=1),
-                    Field("host_stack", "bool", default=False))
-#: ``step_options``: what the site's launcher adds to every job step (Cray PALS' ``--cpu-bind
-#: none``); ``short_names``: shorter words for job names a scheduler limits in length;
-#: ``build_unset``: variables a build job unsets (a site module's binds the new image lacks).
-JOB_FIELDS = (Field("step_options", "str_list", default=[]),
-              Field("short_names", "str_map", default={}),
-              Field("build_unset", "str_list", default=[]))
+GpuRequest = Literal["gpus-per-node", "gres"]
 GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
 #: The variable that limits which GPUs a process sees, per GPU kind.
 VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
 #: A host variable in a site value (``$VAR``, ``${VAR}``), or ``$$``: a ``$`` for the container.
 HOST_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|(\$))")
+#: A GPU architecture as compilers name it: CUDA compute capability or an AMD gfx target.
+ARCH = {"cuda": re.compile(r"sm_\d{2,3}\Z"), "rocm": re.compile(r"gfx[0-9a-f]{3,4}\Z")}
 
 
-@dataclass(frozen=True)
-class Partition:
-    """One partition (queue) of a site and its documented limits; None: not documented, not
-    checked. Times are in seconds (:mod:`containers.walltime`)."""
 
-    name: str
-    max_time: int | None = None
-    default_time: int | None = None
-    max_nodes: int | None = None
-    #: GPUs one job may hold in this partition (all its nodes together).
-    max_gpus: int | None = None
-    #: This partition's nodes, where they differ from the site's.
-    gpus_per_node: int | None = None
-    cores_per_node: int | None = None
-    #: Jobs get (and are billed for) whole nodes.
-    whole_nodes: bool = False
-    gpu_request: str | None = None
-    gres_type: str | None = None
+# ------------------------------------------------------------------------- value types
+def _time(value: object) -> int:
+    """A time limit as Slurm writes it, in seconds; an unquoted 12:00:00 (a YAML number) is
+    refused with the fix, since YAML reads it as seconds in base 60."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError('write the time in quotes (max_time: "12:00:00"): YAML reads an '
+                         "unquoted 12:00:00 as a number")
+    if not isinstance(value, str):
+        raise ValueError(f"must be a time in quotes, got {type(value).__name__}")
+    return walltime.parse(value)
 
 
-@dataclass(frozen=True)
-class JobWords:
-    """The site's own words in its batch jobs (the profile's ``job:`` block)."""
-
-    step_options: tuple[str, ...] = ()
-    short_names: Mapping[str, str] = field(default_factory=dict)
-    build_unset: tuple[str, ...] = ()
+def _bind(value: str) -> str:
+    problem = bind_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
-@dataclass(frozen=True)
-class Site:
-    """One cluster (or the local machine) as its profile describes it."""
+def _env_name(name: str) -> str:
+    if not is_env_name(name):
+        raise ValueError(f"'{name}' is not an environment variable name (letters, digits and "
+                         "_, not starting with a digit)")
+    return name
 
-    name: str
-    path: Path
-    description: str
-    scheduler: str
-    gpu: str
-    runtime: str
-    gpus_per_node: int
-    cores_per_node: int
-    fakeroot: bool
-    binds: tuple[str, ...]
-    env: dict[str, str]
-    default_target: str | None
-    partitions: tuple[str, ...] = ()
-    default_partition: str | None = None
-    gpu_model: str | None = None
-    max_gpus_per_job: int = 0
-    #: Memory batch jobs ask for per GPU (GB); 0: the scheduler's default.
-    mem_per_gpu_gb: int = 0
-    cpu_bind: tuple[str, ...] = ()
-    launcher: str = "torchrun"
-    torchrun: str = "torchrun"
-    multinode_binds: tuple[str, ...] = ()
-    multinode_env: dict[str, str] = field(default_factory=dict)
-    #: Host modules a multi-node batch job loads before launching (what multinode_binds name).
-    multinode_modules: tuple[str, ...] = ()
-    #: Where build jobs run (``invoke job --workload build``); default: default_partition.
-    build_partition: str | None = None
-    references: tuple[Reference, ...] = ()
-    transport_name: str | None = None
-    transport_expect: str | None = None
-    #: NCCL_NET for every run (``transport.net``): NCCL/RCCL must use this network or fail.
-    transport_net: str | None = None
-    #: The transport (its proof and NCCL_NET) applies to runs of at least this many nodes.
-    transport_from_nodes: int = 1
-    #: The transport's plugin and libfabric come from the host (``multinode_binds`` bring them).
-    transport_host_stack: bool = False
-    detect_env: tuple[str, ...] = ()
-    detect_hostname: tuple[str, ...] = ()
-    notes: str | None = None
-    #: Each partition's limits, by name (a profile that lists only names has empty ones).
-    partition_limits: dict[str, Partition] = field(default_factory=dict)
-    gpu_request: str = "gpus-per-node"
-    gres_type: str | None = None
-    account_required: bool = False
-    modules: tuple[str, ...] = ()
-    job: JobWords = field(default_factory=JobWords)
-    lines: dict[str, int] = field(default_factory=dict, compare=False)
+
+def _env_value(value: object) -> str:
+    if not isinstance(value, (str, int, float, bool)):
+        raise ValueError("must be a scalar value (a string or a number)")
+    problem = code_in_value(str(value))
+    if problem:
+        raise ValueError(problem)
+    return str(value)
+
+
+def _mask(value: str) -> str:
+    if not re.fullmatch(r"0x[0-9a-fA-F]+", value):
+        raise ValueError(f"'{value}' is not a hexadecimal CPU mask (0x…)")
+    return value
+
+
+def _pattern(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"is not a valid regular expression: {exc}") from exc
+    return value
+
+
+def _network(value: str) -> str:
+    if not value.strip() or value != value.strip():
+        raise ValueError("must name the network (NCCL_NET compares it exactly: no empty value, "
+                         "no spaces at its ends)")
+    return value
+
+
+def _version(value: str) -> str:
+    if not re.match(r"\s*\d+(?:\.\d+)*", value):
+        raise ValueError(f"'{value}' is not a version (digits and dots)")
+    return value
+
+
+Str = Annotated[str, Strict()]
+Count = Annotated[int, Strict(), Field(ge=0)]
+Positive = Annotated[int, Strict(), Field(ge=1)]
+Bool = Annotated[bool, Strict()]
+Names = tuple[Str, ...]
+Time = Annotated[int, BeforeValidator(_time), WithJsonSchema(
+    {"type": "string", "description": "HH:MM:SS, D-HH:MM:SS or MM:SS, in quotes"})]
+Bind = Annotated[str, Strict(), AfterValidator(_bind)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvValue = Annotated[str, BeforeValidator(_env_value), WithJsonSchema(
+    {"type": ["string", "number", "boolean"]})]
+Env = dict[EnvName, EnvValue]
+Version = Annotated[str, Strict(), AfterValidator(_version)]
+Doc = Field
+
+
+class Part(BaseModel):
+    """A nested part of a profile: unknown keys are refused (most are typos), values frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ------------------------------------------------------------------------------- the parts
+class Gpus(Part):
+    """The GPUs of a node: kind, model, count, architecture, and how jobs ask for them."""
+
+    kind: Literal["none", "cuda", "rocm"] = Doc("none", description="GPU vendor stack: cuda "
+                                                "(--nv), rocm (--rocm) or none (CPU ranks)")
+    model: Str | None = Doc(None, description="GPU model (a reference may name it)")
+    per_node: Count = Doc(0, validate_default=True, description="GPUs (ROCm: GCDs) per node")
+    max_per_job: Count = Doc(0, description="GPUs one job may hold (0: no site-wide limit)")
+    arch: Str | None = Doc(None, description="CUDA compute capability (sm_80) or gfx target "
+                                             "(gfx90a) the image's kernels must cover")
+    arch_source: Str | None = Doc(None, validate_default=True,
+                                  description="where the architecture is documented")
+    gres_type: Str | None = Doc(None, description="the GPU type in --gres=gpu:<type>:N")
+    request: GpuRequest = Doc("gpus-per-node", description="how Slurm jobs ask for GPUs: "
+                              "--gpus-per-node=N or --gres=gpu:<gres_type>:N")
+
+    @field_validator("per_node")
+    @classmethod
+    def _some_gpus(cls, value: int, info: ValidationInfo) -> int:
+        if info.data.get("kind", "none") != "none" and value <= 0:
+            raise ValueError("a GPU site needs gpus.per_node > 0")
+        return value
+
+    @field_validator("arch_source")
+    @classmethod
+    def _arch_with_source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        arch, kind = info.data.get("arch"), info.data.get("kind", "none")
+        if arch is None:
+            return value
+        if kind not in ARCH or not ARCH[kind].match(arch):
+            raise problem_at(f"'{arch}' is not a {kind} GPU architecture (sm_NN for cuda, "
+                             "gfxNNN for rocm)", "..", "arch")
+        if not value:
+            raise problem_at("a GPU architecture needs arch_source: the page that states it",
+                             "..", "arch")
+        return value
+
+    @field_validator("request")
+    @classmethod
+    def _gres_needs_type(cls, value: str, info: ValidationInfo) -> str:
+        if value == "gres" and not info.data.get("gres_type"):
+            raise ValueError("request gres needs gres_type (the GPU type in "
+                             "--gres=gpu:<type>:N, e.g. v100)")
+        return value
+
+
+class Limits(Part):
+    """What one job may ask for, as the site documents it; None: not documented, not checked.
+    Times are in seconds (:mod:`containers.walltime`)."""
+
+    max_time: Time | None = Doc(None, description="longest wall time")
+    max_nodes: Positive | None = Doc(None, description="most nodes per job")
+    max_gpus: Positive | None = Doc(None, description="most GPUs per job (all its nodes)")
+    _name: str = PrivateAttr("")
+
+    @property
+    def name(self) -> str:
+        """The name it has in the profile (its key)."""
+        return self._name
+
+    @classmethod
+    def named(cls, name: str, **values: Any):
+        """An instance that knows its name (the key it is filed under)."""
+        made = cls(**values)
+        made._name = name
+        return made
+
+
+class Partition(Limits):
+    """One partition (queue) of a site and its documented limits."""
+
+    default_time: Time | None = Doc(None, validate_default=False,
+                                    description="wall time of a job that names none")
+    gpus_per_node: Count | None = Doc(None, description="this partition's nodes' GPUs, where "
+                                      "they differ from the site's (0: CPU nodes)")
+    cores_per_node: Positive | None = Doc(None, description="this partition's nodes' cores")
+    whole_nodes: Bool = Doc(False, description="jobs get (and are billed for) whole nodes")
+    gpu_request: GpuRequest | None = Doc(None, description="gpus.request for this partition")
+    gres_type: Str | None = Doc(None, description="gpus.gres_type for this partition")
+
+    @field_validator("default_time")
+    @classmethod
+    def _within_max(cls, value: int | None, info: ValidationInfo) -> int | None:
+        limit = info.data.get("max_time")
+        if value is not None and limit is not None and value > limit:
+            raise ValueError("is longer than max_time")
+        return value
+
+
+class Qos(Limits):
+    """A quality of service (Slurm ``--qos``) and its limits; a job over one is refused."""
+
+    max_jobs: Positive | None = Doc(None, description="running jobs per user (shown, not "
+                                                      "checked: the scheduler counts them)")
+    source: Str = Doc(description="the page that documents these limits")
+
+
+class Memory(Part):
+    """The memory batch jobs ask for, where the site wants it asked for."""
+
+    per_gpu_gb: Count = Doc(0, description="GB per GPU a job requests (0: the scheduler's "
+                                           "default); where a site bills requested memory, "
+                                           "the share of a node its GPUs are")
+    default: Str | None = Doc(None, description="what a job gets when it asks for none, as "
+                                                "documented (shown)")
+    source: Str | None = Doc(None, validate_default=True,
+                             description="the page these figures come from")
+
+    @field_validator("source")
+    @classmethod
+    def _needs_source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if not value and (info.data.get("per_gpu_gb") or info.data.get("default")):
+            raise ValueError("memory figures need their source (the page that states them)")
+        return value
+
+
+class Transport(Part):
+    """The network a run across nodes must use, its proof, and what it needs in the
+    container: host modules, binds and variables (applied to runs of 2+ nodes)."""
+
+    name: Str | None = Doc(None, description="the transport's name in verdicts")
+    expect: Annotated[str, Strict(), AfterValidator(_pattern)] | None = Doc(
+        None, description="regular expression a run's NCCL/RCCL log must match (the proof)")
+    net: Annotated[str, Strict(), AfterValidator(_network)] | None = Doc(
+        None, description="NCCL_NET for every run it applies to: fail instead of TCP sockets")
+    from_nodes: Positive = Doc(1, description="it applies to runs of at least this many nodes")
+    modules: Names = Doc((), description="host modules a multi-node job loads first")
+    binds: tuple[Bind, ...] = Doc((), description="binds of a multi-node run (SRC[:DST[:OPTS]])")
+    env: Env = Doc({}, description="variables of a multi-node run ($$: a $ for the container)")
+    host_stack: Bool = Doc(False, description="the network plugin and libfabric come from the "
+                           "host: a run it applies to needs binds that bring them in (a job "
+                           "without them is refused, never written)")
+
+    @field_validator("expect")
+    @classmethod
+    def _named(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if bool(value) != bool(info.data.get("name")):
+            raise ValueError("a transport needs both name and expect (its proof)")
+        return value
+
+    def applies(self, nodes: int) -> bool:
+        """Whether a run on ``nodes`` nodes must use (and prove) this transport."""
+        return bool(self.expect) and nodes >= self.from_nodes
+
+
+def _word(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_]+", value):
+        raise ValueError(f"'{value}' is not a word (letters, digits, _): a job name is a "
+                         "directive value")
+    return value
+
+
+Word = Annotated[str, Strict(), AfterValidator(_word)]
+
+
+class Job(Part):
+    """The site's own words in its batch jobs, each with its source in the profile."""
+
+    step_options: Names = Doc((), description="options the site's launcher adds to every job "
+                                              "step (Cray PALS: --cpu-bind none)")
+    short_names: dict[Word, Word] = Doc({}, description="shorter words for job names a "
+                                                        "scheduler limits in length")
+    build_unset: tuple[EnvName, ...] = Doc((), description="variables a build job unsets (a "
+                                           "site module's binds the new image lacks)")
+
+
+class Detect(Part):
+    """How ``invoke smoke`` recognises the site it runs on."""
+
+    env: Names = Doc((), description="NAME or NAME=VALUE in the environment")
+    hostname: Names = Doc((), description="host-name patterns (fnmatch)")
+
+
+class Range(Part):
+    """A version range a site's nodes support; null bounds are not judged (said so)."""
+
+    min: Version | None = None
+    max: Version | None = None
+    source: Str = Doc(description="the page that states the range (or says none is published)")
+
+
+class Driver(Part):
+    value: Str | None = None
+    source: Str
+
+
+class Nccl(Range):
+    plugin: Str | None = Doc(None, description="the network plugin the site's NCCL/RCCL loads")
+    dynamic: Bool = Doc(True, description="the site's NCCL/RCCL must replace the image's, so "
+                                          "torch must load it as a shared library")
+
+
+class Fit(Part):
+    """What the site's nodes provide for an image to fit, each with its source; judged by
+    :mod:`containers.image.sitefit`."""
+
+    driver: Driver | None = None
+    rocm: Range | None = None
+    cuda: Range | None = None
+    glibc: Range | None = None
+    nccl: Nccl | None = None
+
+
+def _partition_names(value: object) -> object:
+    """The older form, a list of names, as a mapping of names to no limits."""
+    if not isinstance(value, list):
+        return value
+    if not all(isinstance(name, str) for name in value):
+        raise ValueError("must be a list of partition names or a mapping of names to limits")
+    return {name: {} for name in value}
+
+
+def _limits_or_empty(value: object) -> object:
+    return {} if value is None else value
+
+
+Partitions = Annotated[dict[str, Annotated[Partition, BeforeValidator(_limits_or_empty)]],
+                       BeforeValidator(_partition_names)]
+ReferenceItem = Annotated[Reference, WithJsonSchema(
+    fields_json_schema(refs.FIELDS, title="reference"))]
+
+
+# ---------------------------------------------------------------------------- the profile
+class Profile(Part):
+    """A site profile as written in ``sites/<site>.yaml``."""
+
+    description: Str = Doc(description="one line: the cluster, its GPUs and network")
+    scheduler: Literal["none", "slurm", "pbs"] = Doc("none", description="batch scheduler")
+    runtime: Literal["apptainer", "singularity"] = Doc("apptainer",
+                                                       description="container runtime")
+    fakeroot: Bool = Doc(True, description="builds with %post can run here (--fakeroot)")
+    account_required: Bool = Doc(False, description="the scheduler refuses jobs without one")
+    gpus: Gpus = Doc(Gpus(), description="the GPUs of a node")
+    cores_per_node: Count = Doc(0, description="usable CPU cores per node")
+    cpu_bind: tuple[Annotated[str, Strict(), AfterValidator(_mask)], ...] = Doc(
+        (), description="one CPU mask per GPU of a node, in GPU order (srun mask_cpu)")
+    memory: Memory = Doc(Memory(), description="memory jobs request")
+    partitions: Partitions = Doc({}, description="partitions and their limits (or a list of "
+                                                 "names)")
+    default_partition: Str | None = Doc(None, description="where jobs go by default")
+    build_partition: Str | None = Doc(None, description="where build jobs go (default: "
+                                                        "default_partition)")
+    qos: dict[str, Qos] = Doc({}, description="qualities of service and their limits")
+    modules: Names = Doc((), description="host modules every batch job loads")
+    job: Job = Doc(Job(), description="the site's own words in its batch jobs")
+    launcher: Str = Doc("torchrun", description="one of containers.run.launchers.LAUNCHERS")
+    torchrun: Str = Doc("torchrun", description="the torchrun command in the image")
+    binds: tuple[Bind, ...] = Doc((), description="binds of every run (SRC[:DST[:OPTS]])")
+    env: Env = Doc({}, description="variables of every run ($VAR: expanded on the host)")
+    transport: Transport = Doc(Transport(), description="the network across nodes")
+    references: tuple[ReferenceItem, ...] = Doc((), description="performance references")
+    default_target: Str | None = Doc(None, description="the image this site runs by default")
+    detect: Detect = Doc(Detect(), description="how to recognise the site")
+    notes: Str | None = None
+    fit: Fit = Doc(Fit(), description="what an image must fit here")
+
+    @field_validator("partitions")
+    @classmethod
+    def _gres_types(cls, value: dict[str, Partition], info: ValidationInfo
+                    ) -> dict[str, Partition]:
+        site_type = getattr(info.data.get("gpus"), "gres_type", None)
+        for name, part in value.items():
+            part._name = name
+            if part.gpu_request == "gres" and not (part.gres_type or site_type):
+                raise problem_at("gpu_request gres needs gres_type (the GPU type in "
+                                 "--gres=gpu:<type>:N, e.g. v100)", name, "gpu_request")
+        return value
+
+    @field_validator("qos")
+    @classmethod
+    def _qos_names(cls, value: dict[str, Qos]) -> dict[str, Qos]:
+        for name, qos in value.items():
+            qos._name = name
+        return value
+
+    @field_validator("cpu_bind")
+    @classmethod
+    def _one_mask_per_gpu(cls, value: tuple[str, ...], info: ValidationInfo
+                          ) -> tuple[str, ...]:
+        gpus = info.data.get("gpus")
+        if value and gpus is not None and gpus.kind != "none" and len(value) != gpus.per_node:
+            raise ValueError(f"one CPU mask per GPU: {len(value)} masks for {gpus.per_node} "
+                             "GPUs")
+        return value
+
+    @field_validator("default_partition", "build_partition")
+    @classmethod
+    def _a_partition(cls, value: str | None, info: ValidationInfo) -> str | None:
+        names = _raw_names(info)
+        if value is not None and value not in names:
+            raise ValueError(f"'{value}' is not one of the partitions{suggest(value, names)}")
+        return value
+
+    @field_validator("references", mode="before")
+    @classmethod
+    def _parse_references(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, list):
+            raise ValueError("must be a list of references")
+        parsed = []
+        for index, item in enumerate(value):
+            try:
+                parsed.append(parse_reference(item, path=None, index=index))
+            except ConfigError as exc:
+                raise problem_at(exc.detail, index,
+                                 *(exc.key or "").split("].", 1)[-1:]) from exc
+        return tuple(parsed)
+
+    @field_validator("references")
+    @classmethod
+    def _references_apply(cls, value: tuple[Reference, ...], info: ValidationInfo
+                          ) -> tuple[Reference, ...]:
+        """A reference that can never apply would silently turn the performance gate off."""
+        names, gpus = _raw_names(info), info.data.get("gpus")
+        for index, ref in enumerate(value):
+            if ref.partition != "*" and ref.partition not in names:
+                raise problem_at(f"partition '{ref.partition}' is not one of the site's "
+                                 f"partitions{suggest(ref.partition, names)} (or * for any), "
+                                 "so this reference would never apply", index, "partition")
+            if gpus is not None and gpus.kind != "none" and 0 < gpus.per_node \
+                    < ref.ranks_per_node:
+                raise problem_at(f"ranks_per_node {ref.ranks_per_node} is more than the site's "
+                                 f"{gpus.per_node} GPUs per node (one rank per GPU), so this "
+                                 "reference would never apply", index, "ranks_per_node")
+        return value
+
+
+def _raw_names(info: ValidationInfo) -> list[str]:
+    """The partition names the profile gives (even where a partition's limits are wrong, so
+    a name that refers to one is checked all the same)."""
+    raw = (info.context or {}).get("raw")
+    value = raw.get("partitions") if isinstance(raw, dict) else None
+    if isinstance(value, dict):
+        return [str(name) for name in value]
+    return [name for name in value if isinstance(name, str)] if isinstance(value, list) else []
+
+
+class Site(Profile):
+    """One cluster (or the local machine) as its profile describes it: the profile's parts
+    and its name (the file's stem), file and key lines."""
+
+    name: SkipJsonSchema[str] = ""
+    path: SkipJsonSchema[Path] = Path()
+    lines: SkipJsonSchema[dict[str, int]] = Field(default_factory=dict, repr=False)
 
     def partition(self, name: str | None) -> Partition:
         """``name``'s limits; a partition the profile does not describe (or no partition: the
         scheduler's default) has none."""
-        return self.partition_limits.get(name or "") or Partition(name=name or "")
-
-    def transport_applies(self, nodes: int) -> bool:
-        """Whether a run on ``nodes`` nodes must use (and prove) the declared transport."""
-        return bool(self.transport_expect) and nodes >= self.transport_from_nodes
+        return self.partitions.get(name or "") or Partition.named(name or "")
 
     @property
     def gpu_flag(self) -> str | None:
         """``--nv`` for CUDA, ``--rocm`` for ROCm, nothing for CPU sites: never both."""
-        return GPU_FLAGS[self.gpu]
+        return GPU_FLAGS[self.gpus.kind]
 
     def matches(self, environ: Mapping[str, str], hostname: str) -> bool:
         """True when any ``detect`` rule holds: a ``NAME`` or ``NAME=VALUE`` in the environment,
         or a host-name pattern. A site with no rules never matches."""
-        for rule in self.detect_env:
+        for rule in self.detect.env:
             name, sep, wanted = rule.partition("=")
             if name in environ and (not sep or environ[name] == wanted):
                 return True
-        return any(fnmatch.fnmatch(hostname, pattern) for pattern in self.detect_hostname)
+        return any(fnmatch.fnmatch(hostname, pattern) for pattern in self.detect.hostname)
 
     def reference(self, *, partition: str | None, nodes: int, ranks_per_node: int,
                   measured: Collection[int] = (), op: str = "all_reduce") -> Reference | None:
         """The reference of collective ``op`` for a run of this shape (all_reduce by default:
         a reference names its op, so an all_reduce figure never judges all_gather)."""
         return select(self.references, partition=partition, nodes=nodes,
-                      ranks_per_node=ranks_per_node, gpu_model=self.gpu_model, measured=measured,
-                      op=op)
+                      ranks_per_node=ranks_per_node, gpu_model=self.gpus.model,
+                      measured=measured, op=op)
+
+
+def load_site(path: Path) -> Site:
+    """The profile at ``path``, read and checked once: every problem at file, line and key."""
+    data = load_yaml_file(path)
+    profile = validate_model(Profile, data, path=path, what="site profile")
+    return Site.model_construct(**dict(profile), name=path.stem, path=path,
+                                lines=_key_lines(data))
+
+
+def _key_lines(data: Any, prefix: str = "") -> dict[str, int]:
+    """The line of every key, nested ones as ``gpus.per_node``: a check made after loading
+    (a launcher that does not fit the scheduler) points at the line all the same."""
+    lines: dict[str, int] = {}
+    if hasattr(data, "line_of"):
+        for key, value in data.items():
+            lines[prefix + key] = data.line_of(key)
+            if isinstance(value, dict):
+                lines.update(_key_lines(value, f"{prefix}{key}."))
+    return lines
+
+
+def profile_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a site profile, for editors (``schemas/site.schema.json``)."""
+    schema = Profile.model_json_schema()
+    schema["title"] = "hpc-containers site profile (sites/<site>.yaml)"
+    mapping = schema["properties"]["partitions"]
+    schema["properties"]["partitions"] = {  # or the older form: a list of names
+        "description": mapping.pop("description", ""), "default": mapping.pop("default", {}),
+        "anyOf": [mapping, {"type": "array", "items": {"type": "string"}}]}
+    return schema
 
 
 #: What makes Apptainer run code when it evaluates an environment value (``--env``,
@@ -260,92 +583,6 @@ def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
     return expanded
 
 
-def _references(data: object, path: Path, found: list[ConfigError]
-                ) -> list[tuple[int, Reference]]:
-    """Each reference that parses, with its index; each one that does not adds its problem to
-    ``found``."""
-    if not isinstance(data, list):
-        found.append(ConfigError("must be a list of references", path=path, key="references"))
-        return []
-    parsed = [(i, _collect(found, parse_reference, item, path=path, index=i))
-              for i, item in enumerate(data)]
-    return [(i, ref) for i, ref in parsed if ref is not None]
-
-
-def reference_problems(references: list[tuple[int, Reference]], data: list, values: dict,
-                       path: Path) -> list[ConfigError]:
-    """References that can never apply to this site, so a typo would silently turn its
-    performance gate off: a partition it does not have, more ranks per node than it has GPUs
-    (a GPU site runs one rank per GPU)."""
-    found = []
-    gpus = values["gpus_per_node"]
-    for index, ref in references:
-        where = dict(path=path, line=line_of(data[index]))
-        if ref.partition != "*" and ref.partition not in values["partitions"]:
-            found.append(ConfigError(f"partition '{ref.partition}' is not one of the site's "
-                                     f"partitions{suggest(ref.partition, values['partitions'])}"
-                                     " (or * for any), so this reference would never apply",
-                                     key=f"references[{index}].partition", **where))
-        if values["gpu"] != "none" and gpus > 0 and ref.ranks_per_node > gpus:
-            found.append(ConfigError(f"ranks_per_node {ref.ranks_per_node} is more than the "
-                                     f"site's {gpus} GPUs per node (one rank per GPU), so this "
-                                     "reference would never apply",
-                                     key=f"references[{index}].ranks_per_node", **where))
-    return found
-
-
-def _named_partitions(data: object, path: Path) -> object:
-    """The profile with a ``partitions`` list (the older form: names only) read as a mapping of
-    names to empty limits, so one schema checks both forms."""
-    if not isinstance(data, dict) or not isinstance(data.get("partitions"), list):
-        return data
-    names = data["partitions"]
-    for index, name in enumerate(names):
-        if not isinstance(name, str):
-            raise ConfigError("must be a list of partition names or a mapping of names to "
-                              "limits", path=path, line=line_of(names, index), key="partitions")
-    view = LocatedDict(data)
-    view.path, view.line = getattr(data, "path", path), getattr(data, "line", None)
-    view.key_lines = dict(getattr(data, "key_lines", {}))
-    view["partitions"] = {name: {} for name in names}
-    return view
-
-
-def _partition(name: str, data: object, *, path: Path) -> Partition:
-    prefix = f"partitions.{name}."
-    for key in ("max_time", "default_time"):
-        if isinstance(data, dict) and isinstance(data.get(key), (int, float)) \
-                and not isinstance(data.get(key), bool):
-            raise ConfigError("write the time in quotes (max_time: \"12:00:00\"): YAML reads an "
-                              "unquoted 12:00:00 as a number", path=path,
-                              line=line_of(data, key), key=prefix + key)
-    values = check_mapping(data if data is not None else {}, PARTITION_FIELDS,
-                           what=f"partition {name}", path=path, prefix=prefix)
-
-    def fail(key: str, message: str) -> ConfigError:
-        return ConfigError(message, path=path, line=line_of(data, key), key=prefix + key)
-
-    times = {}
-    for key in ("max_time", "default_time"):
-        if values[key] is not None:
-            try:
-                times[key] = walltime.parse(values[key])
-            except ValueError as exc:
-                raise fail(key, str(exc)) from exc
-    for key in ("max_nodes", "max_gpus", "gpus_per_node", "cores_per_node"):
-        # gpus_per_node: 0 is a CPU partition of a GPU site (LUMI-C's small beside LUMI-G)
-        least = 0 if key == "gpus_per_node" else 1
-        if values[key] is not None and values[key] < least:
-            raise fail(key, f"must be at least {least} (got {values[key]})")
-    if times.get("default_time", 0) > times.get("max_time", 1 << 40):
-        raise fail("default_time", "is longer than max_time")
-    return Partition(name=name, max_time=times.get("max_time"),
-                     default_time=times.get("default_time"), max_nodes=values["max_nodes"],
-                     max_gpus=values["max_gpus"], gpus_per_node=values["gpus_per_node"],
-                     cores_per_node=values["cores_per_node"], whole_nodes=values["whole_nodes"],
-                     gpu_request=values["gpu_request"], gres_type=values["gres_type"])
-
-
 #: Apptainer's bind options (``SRC:DST:OPTS``).
 BIND_OPTIONS = ("ro", "rw")
 
@@ -361,146 +598,6 @@ def bind_problem(bind: str) -> str | None:
     if len(parts) == 3 and parts[2] not in BIND_OPTIONS:
         return f"'{bind}': bind options must be {' or '.join(BIND_OPTIONS)} (got '{parts[2]}')"
     return None
-
-
-def _check_values(data: object, values: dict, path: Path) -> list[ConfigError]:
-    """What the schema's types do not say: counts are not negative, binds are one bind each,
-    environment names are shell identifiers and their values run no code (each problem names
-    file, line and key; all are returned, so one run reports them all)."""
-    found: list[ConfigError] = []
-    for key in ("gpus_per_node", "cores_per_node", "mem_per_gpu_gb", "max_gpus_per_job"):
-        if values[key] < 0:
-            found.append(ConfigError(f"must not be negative (got {values[key]})", path=path,
-                                     line=line_of(data, key), key=key))
-    for key in ("binds", "multinode_binds"):
-        for index, bind in enumerate(values[key]):
-            problem = bind_problem(bind)
-            if problem:
-                found.append(ConfigError(problem, path=path, line=line_of(data[key], index),
-                                         key=f"{key}[{index}]"))
-    for key in ("env", "multinode_env"):
-        for name, value in values[key].items():
-            where = dict(path=path, line=line_of(data[key], name), key=f"{key}.{name}")
-            if not is_env_name(name):
-                found.append(ConfigError(f"'{name}' is not an environment variable name "
-                                         "(letters, digits and _, not starting with a digit)",
-                                         **where))
-            problem = code_in_value(str(value))
-            if problem:
-                found.append(ConfigError(problem, **where))
-    return found
-
-
-def _job_words(data: object, *, path: Path) -> JobWords:
-    """The ``job:`` block: variables to unset are shell names, short names plain words (a job
-    name is a directive value)."""
-    values = check_mapping(data, JOB_FIELDS, what="job words", path=path, prefix="job.")
-    bad = [(key, f"'{name}' is not a variable name") for key in ("build_unset",)
-           for name in values[key] if not is_env_name(name)]
-    bad += [("short_names", f"'{k}: {v}' is not a word for a word (letters, digits, _)")
-            for k, v in values["short_names"].items()
-            if not re.fullmatch(r"[A-Za-z0-9_]+", str(k)) or not re.fullmatch(r"[A-Za-z0-9_]+",
-                                                                               str(v))]
-    if bad:
-        key, message = bad[0]
-        raise ConfigError(message, path=path, line=line_of(data, key), key=f"job.{key}")
-    return JobWords(step_options=tuple(values["step_options"]),
-                    short_names={str(k): str(v) for k, v in values["short_names"].items()},
-                    build_unset=tuple(values["build_unset"]))
-
-
-def _collect(found: list[ConfigError], check, *args, **kwargs):
-    """``check(*args, **kwargs)``'s value; a :class:`ConfigError` it raises is added to
-    ``found`` (None is returned), so the next check still runs."""
-    try:
-        return check(*args, **kwargs)
-    except ConfigError as exc:
-        found.append(exc)
-        return None
-
-
-def load_site(path: Path) -> Site:
-    data = _named_partitions(load_yaml_file(path), path)
-    values = check_mapping(data, FIELDS, what="site profile", path=path)
-    found = _check_values(data, values, path)  # every problem of the profile, reported together
-    parsed = {str(name): _collect(found, _partition, str(name), spec, path=path)
-              for name, spec in values["partitions"].items()}
-    limits = {name: part for name, part in parsed.items() if part is not None}
-    values["partitions"] = list(parsed)
-    for part in [None, *limits.values()]:
-        request = (part.gpu_request if part else None) or values["gpu_request"]
-        if request == "gres" and not ((part.gres_type if part else None) or values["gres_type"]):
-            where = f"partitions.{part.name}." if part and part.gpu_request else ""
-            found.append(ConfigError("gpu_request gres needs gres_type (the GPU type in "
-                                     "--gres=gpu:<type>:N, e.g. v100)", path=path,
-                                     line=line_of(data, "gpu_request"), key=where + "gpu_request"))
-    detect = (_collect(found, check_mapping, values["detect"], DETECT_FIELDS,
-                       what="detect rules", path=path, prefix="detect.")
-              if values["detect"] else None) or {"env": [], "hostname": []}
-
-    def fail(key: str, message: str) -> ConfigError:
-        return ConfigError(message, path=path, line=line_of(data, key) or line_of(data), key=key)
-
-    if values["gpu"] != "none" and values["gpus_per_node"] <= 0:
-        found.append(fail("gpus_per_node", "a GPU site needs gpus_per_node > 0"))
-    # On a GPU site one mask per GPU of a node; on a CPU site one per rank of a full node.
-    if (values["cpu_bind"] and values["gpu"] != "none"
-            and len(values["cpu_bind"]) != values["gpus_per_node"]):
-        found.append(fail("cpu_bind", f"one CPU mask per GPU: {len(values['cpu_bind'])} masks "
-                                      f"for {values['gpus_per_node']} GPUs"))
-    for mask in values["cpu_bind"]:
-        if not re.fullmatch(r"0x[0-9a-fA-F]+", mask):
-            found.append(fail("cpu_bind", f"'{mask}' is not a hexadecimal CPU mask (0x…)"))
-    for key in ("default_partition", "build_partition"):
-        if values[key] and values[key] not in values["partitions"]:
-            found.append(fail(key, f"'{values[key]}' is not one of the partitions"
-                                   f"{suggest(values[key], values['partitions'])}"))
-    transport = _collect(found, check_mapping, values["transport"], TRANSPORT_FIELDS,
-                         what="transport", path=path, prefix="transport.") \
-        if values["transport"] else None
-    if transport is not None:
-        try:
-            re.compile(transport["expect"])
-        except re.error as exc:
-            found.append(fail("transport", f"expect is not a valid regular expression: {exc}"))
-        net = transport["net"]
-        if net is not None and (not net.strip() or net != net.strip()):
-            found.append(ConfigError("must name the network (NCCL_NET compares it exactly: no "
-                                     "empty value, no spaces at its ends)", path=path,
-                                     line=line_of(values["transport"], "net"),
-                                     key="transport.net"))
-        if transport["from_nodes"] < 1:
-            found.append(ConfigError("must be at least 1", path=path, key="transport.from_nodes",
-                                     line=line_of(values["transport"], "from_nodes")))
-    job = _collect(found, _job_words, values["job"], path=path) if values["job"] else None
-    references = _references(data.get("references") or [], path, found)
-    found += reference_problems(references, data.get("references") or [], values, path)
-    raise_all(found)
-    return Site(name=path.stem, path=path, description=values["description"],
-                scheduler=values["scheduler"], gpu=values["gpu"], runtime=values["runtime"],
-                gpus_per_node=values["gpus_per_node"], cores_per_node=values["cores_per_node"],
-                fakeroot=values["fakeroot"], binds=tuple(values["binds"]),
-                env={str(k): str(v) for k, v in values["env"].items()},
-                default_target=values["default_target"], partitions=tuple(values["partitions"]),
-                default_partition=values["default_partition"], gpu_model=values["gpu_model"],
-                max_gpus_per_job=values["max_gpus_per_job"], cpu_bind=tuple(values["cpu_bind"]),
-                mem_per_gpu_gb=values["mem_per_gpu_gb"],
-                launcher=values["launcher"], torchrun=values["torchrun"],
-                multinode_binds=tuple(values["multinode_binds"]),
-                multinode_env={str(k): str(v) for k, v in values["multinode_env"].items()},
-                multinode_modules=tuple(values["multinode_modules"]),
-                build_partition=values["build_partition"],
-                references=tuple(ref for _, ref in references),
-                transport_name=transport["name"] if transport else None,
-                transport_expect=transport["expect"] if transport else None,
-                transport_net=transport["net"] if transport else None,
-                transport_from_nodes=transport["from_nodes"] if transport else 1,
-                transport_host_stack=transport["host_stack"] if transport else False,
-                detect_env=tuple(detect["env"]), detect_hostname=tuple(detect["hostname"]),
-                notes=values["notes"], partition_limits=limits,
-                gpu_request=values["gpu_request"], gres_type=values["gres_type"],
-                account_required=values["account_required"], modules=tuple(values["modules"]),
-                job=job or JobWords(), lines={key: line_of(data, key) for key in data})
 
 
 def load_sites(root: Path) -> dict[str, Site]:

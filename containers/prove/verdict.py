@@ -105,8 +105,8 @@ def expectation(plan: Workload) -> devices.Expectation:
     """What the plan promised about devices, for the device gate."""
     site = plan.site
     return devices.Expectation(
-        site=site.name, gpu=site.gpu, ranks=plan.ranks, gpu_flag=site.gpu_flag,
-        visible_var=VISIBLE_DEVICES.get(site.gpu),
+        site=site.name, gpu=site.gpus.kind, ranks=plan.ranks, gpu_flag=site.gpu_flag,
+        visible_var=VISIBLE_DEVICES.get(site.gpus.kind),
         rank_cores=tuple(plan.cores))
 
 
@@ -137,7 +137,7 @@ def network_reasons(result: Result) -> list[str]:
     show (``transport:``)."""
     plan = result.plan
     site = plan.site
-    if site.gpu == "none" or plan.nodes < 2 or site.transport_expect:
+    if site.gpus.kind == "none" or plan.nodes < 2 or site.transport.expect:
         return []
     return [f"NOT-PROVEN: site {site.name} declares no transport for multi-node runs "
             f"({site.path.name} has no transport:), so nothing "
@@ -149,11 +149,11 @@ def transport_proof(result: Result) -> TransportCheck | None:
     that stopped before its report (NCCL_NET refusing a missing plugin does that) is still read
     for the plugin's failure; a gloo run (CPU) has no NCCL transport to prove."""
     site, report = result.plan.site, result.report
-    if not site.transport_applies(result.plan.nodes):
+    if not site.transport.applies(result.plan.nodes):
         return None
-    proof = check_transport(result.outcome.lines, expect=site.transport_expect or "",
-                            name=site.transport_name or site.transport_expect or "",
-                            net=site.transport_net)
+    proof = check_transport(result.outcome.lines, expect=site.transport.expect or "",
+                            name=site.transport.name or site.transport.expect or "",
+                            net=site.transport.net)
     if report is not None and report.get("backend") == "nccl":
         return proof
     return proof if proof.evidence is not None and not proof.ok else None

@@ -599,7 +599,7 @@ def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]
 
 def gpu_of(plan: PublishPlan) -> str:
     """The GPU kind the image must be proven on: its target's, else its site's (none for CPU)."""
-    return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpu
+    return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpus.kind
 
 
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,

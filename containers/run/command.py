@@ -67,9 +67,9 @@ def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
     steps are: :meth:`~containers.run.launchers.Launcher.node_step`; with the run's flags, binds
     and environment), or None where the site has no GPUs to check."""
     site, launch = workload.site, workload.launch
-    if site.gpu == "none":
+    if site.gpus.kind == "none":
         return None
-    probe = ["python3", f"{settings.jobs_mount}/{GATE_SCRIPT}", "--expect-gpu", site.gpu,
+    probe = ["python3", f"{settings.jobs_mount}/{GATE_SCRIPT}", "--expect-gpu", site.gpus.kind,
              "--ranks", str(launch.ranks_per_node)]
     prefix = workload.launcher.node_step(launch) if launch.step else []
     return [*prefix, *launch.exec_argv(probe)]

@@ -83,9 +83,9 @@ def cores_for(site: Site, gpus: int) -> int | None:
     """The cores that go with ``gpus`` of a node's GPUs (all of them on CPU sites)."""
     if not site.cores_per_node:
         return None
-    if not site.gpus_per_node:
+    if not site.gpus.per_node:
         return site.cores_per_node
-    return max(1, site.cores_per_node * gpus // site.gpus_per_node)
+    return max(1, site.cores_per_node * gpus // site.gpus.per_node)
 
 
 def torchrun_argv(launch: Launch) -> list[str]:
@@ -175,7 +175,7 @@ class SrunPerGpu(Launcher):
     binds_cores = True
 
     def shape(self, site: Site, gpus: int) -> Shape:
-        cpus = site.cores_per_node // site.gpus_per_node if site.gpus_per_node else None
+        cpus = site.cores_per_node // site.gpus.per_node if site.gpus.per_node else None
         return Shape(tasks_per_node=gpus, cpus_per_task=cpus or None,
                      exclusive=bool(site.cpu_bind))  # CPU masks hold only on whole nodes
 
@@ -244,4 +244,5 @@ def for_site(site: Site, override: str | None = None) -> Launcher:
 def ingredients(site: Site) -> dict:
     """The site's part of a :class:`Launch`."""
     return dict(gpu_flag=site.gpu_flag, torchrun=site.torchrun, cpu_masks=site.cpu_bind,
-                visible_devices=VISIBLE_DEVICES.get(site.gpu), step_options=site.job.step_options)
+                visible_devices=VISIBLE_DEVICES.get(site.gpus.kind),
+                step_options=site.job.step_options)

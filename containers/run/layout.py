@@ -23,14 +23,14 @@ def at_least_one(value: int, flag: str) -> int:
 def check_ranks(site: Site, ranks: int, *, nodes: int = 1, flag: str = "--gpus") -> None:
     """Ranks per node within what a node has (GPU sites), and the GPUs of the whole run within
     the site's per-job limit; the message names the profile line that sets the limit."""
-    if site.gpu == "none":
+    if site.gpus.kind == "none":
         return
-    if site.gpus_per_node and ranks > site.gpus_per_node:
-        raise ConfigError(f"{site.name} nodes have {site.gpus_per_node} GPUs; {flag} {ranks} is "
+    if site.gpus.per_node and ranks > site.gpus.per_node:
+        raise ConfigError(f"{site.name} nodes have {site.gpus.per_node} GPUs; {flag} {ranks} is "
                           "more (for more GPUs, use more nodes: --nodes)", path=site.path,
-                          line=site.lines.get("gpus_per_node"), key="gpus_per_node")
+                          line=site.lines.get("gpus.per_node"), key="gpus.per_node")
     total = ranks * nodes
-    if site.max_gpus_per_job and total > site.max_gpus_per_job:
-        raise ConfigError(f"{site.name} allows at most {site.max_gpus_per_job} GPUs per job; "
+    if site.gpus.max_per_job and total > site.gpus.max_per_job:
+        raise ConfigError(f"{site.name} allows at most {site.gpus.max_per_job} GPUs per job; "
                           f"--nodes {nodes} x {flag} {ranks} = {total}", path=site.path,
-                          line=site.lines.get("max_gpus_per_job"), key="max_gpus_per_job")
+                          line=site.lines.get("gpus.max_per_job"), key="gpus.max_per_job")

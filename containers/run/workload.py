@@ -133,7 +133,7 @@ def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict:
     which (Slurm sets ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` for partial nodes).
     """
     env = {key: expand(value, environ, strict=strict) for key, value in site.env.items()}
-    visible = VISIBLE_DEVICES.get(site.gpu)
+    visible = VISIBLE_DEVICES.get(site.gpus.kind)
     if visible and visible not in environ and visible not in env:
         env[visible] = ",".join(str(i) for i in range(ranks))
     return {**env, **(extra or {})}
@@ -143,9 +143,9 @@ def transport_env(site: Site, nodes: int) -> dict[str, str]:
     """Where the site declares its network transport: ``NCCL_NET`` naming the plugin's network,
     so NCCL/RCCL stop at start-up instead of falling back to TCP sockets, and the debug output
     that names the network the run used (the transport's proof, read from the log)."""
-    if not site.transport_applies(nodes):
+    if not site.transport.applies(nodes):
         return {}
-    return {**TRANSPORT_DEBUG_ENV, **({"NCCL_NET": site.transport_net} if site.transport_net
+    return {**TRANSPORT_DEBUG_ENV, **({"NCCL_NET": site.transport.net} if site.transport.net
                                       else {})}
 
 
@@ -155,7 +155,8 @@ def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
     ROCm, on GPU sites; gloo on CPU sites), never an automatic fallback; and, where the site maps
     each GPU to its cores and the run fills the node, the cores each local rank pins itself to
     (a launcher that binds tasks itself, srun per GPU, needs no map)."""
-    args = ["--expect-gpu", site.gpu, "--backend", "nccl" if site.gpu != "none" else "gloo"]
+    args = ["--expect-gpu", site.gpus.kind,
+            "--backend", "nccl" if site.gpus.kind != "none" else "gloo"]
     cores = pinned_cores(site, ranks=ranks, launcher=launcher)
     if cores:
         args += ["--rank-cores", affinity.rank_cores_arg(cores)]
@@ -205,9 +206,9 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
     binds = [f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
              f"{out_dir}:{settings.results_mount}", *extra_binds,
              *(expand(b, environ, strict=strict) for b in site.binds),
-             *(expand(b, environ, strict=strict) for b in site.multinode_binds if multinode)]
+             *(expand(b, environ, strict=strict) for b in site.transport.binds if multinode)]
     image = settings.image_path(target.name)
-    across = {k: expand(v, environ, strict=strict) for k, v in site.multinode_env.items()
+    across = {k: expand(v, environ, strict=strict) for k, v in site.transport.env.items()
               if multinode}
     env = container_env(site, ranks=ranks, environ=environ, strict=strict,
                         extra={**across, **transport_env(site, nodes), **(extra_env or {})})

@@ -8,7 +8,6 @@ test_schedulers.py; launchers and rendezvous: tests/run/.)
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 from pathlib import Path
@@ -18,8 +17,10 @@ import pytest
 from containers.batch import job as batch
 from containers.errors import ConfigError, ContainersError, UsageError
 from containers.inputs.settings import load_settings
+from containers.inputs.sites import Memory
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
+from tests.fixtures.data import with_binds
 
 SITES = ("lumi", "olivia", "puhti", "mahti", "derecho", "local-slurm")
 TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
@@ -223,8 +224,8 @@ def test_olivia_multinode(data_job) -> None:
 
 
 def test_derecho_pbs(data_job, data_world) -> None:
-    # With the host's network stack bound in (a site admin's multinode_binds), 2 nodes run.
-    derecho = dataclasses.replace(data_world[1]["derecho"], multinode_binds=("/opt/x:/opt/x",))
+    # With the host's network stack bound in (a site admin's transport.binds), 2 nodes run.
+    derecho = with_binds(data_world[1]["derecho"], "/opt/x:/opt/x")
     job = data_job(derecho, "smoke", nodes=2, account="UXYZ0001")
     assert _directives(job.text, "#PBS") == [
         "#PBS -N smk-drc-cuda", "#PBS -A UXYZ0001", "#PBS -q main",
@@ -248,7 +249,7 @@ def test_derecho_pbs(data_job, data_world) -> None:
     assert job.scheduler.submit_argv(Path("j.sh")) == ["qsub", "j.sh"]
     # With a memory per GPU in the profile, the chunk carries it per node (NCAR's own script
     # asks for mem=480GB per 4-GPU node).
-    derecho = dataclasses.replace(derecho, mem_per_gpu_gb=120)
+    derecho = job.site.model_copy(update={"memory": Memory(per_gpu_gb=120, source="test")})
     assert "#PBS -l select=2:ncpus=64:ngpus=4:mem=480GB\n" in \
         data_job(derecho, nodes=2, account="UXYZ0001").text
     assert job.output_of("4242.desched1") == "/proj/results/jobs/smk-drc-cuda.o4242"
@@ -366,7 +367,7 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
     ("derecho", dict(workload="run", nodes=2, account="U1", command=("python", "t.py")),
      ConfigError, "a 2-node job on site derecho needs the host's network plugin and libfabric "
      "bound into the container for its transport (OFI (aws-ofi-nccl) over cxi), and the "
-     "profile binds none (multinode_binds): run on one node (--nodes 1), or add the binds"),
+     "profile binds none (transport.binds): run on one node (--nodes 1), or add the binds"),
 ])
 def test_refusals(data_job, site, request_, error, message) -> None:
     with pytest.raises(error) as refused:
@@ -407,8 +408,8 @@ def test_site_profiles_batch_fields(data_world) -> None:
     _, sites = data_world
     assert sites["local-slurm"].scheduler == "slurm" and sites["local"].scheduler == "none"
     assert sites["lumi"].build_partition == "small"
-    assert sites["olivia"].multinode_modules[0] == "NRIS/GPU"
-    assert dataclasses.replace(sites["lumi"], launcher="srun-per-gpu").cpu_bind[0] == \
+    assert sites["olivia"].transport.modules[0] == "NRIS/GPU"
+    assert sites["lumi"].model_copy(update={"launcher": "srun-per-gpu"}).cpu_bind[0] == \
         "0x00fe000000000000"
 
 
@@ -611,3 +612,55 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     assert "venv" not in olivia and "verdict: FAIL: the Python of" in olivia
     # Build jobs have no verdict to write
     assert "verdict" not in data_job("lumi", "build").text
+
+
+# ------------------------------------------------ each site's documented facts in its jobs
+@pytest.mark.parametrize("request_, message", [
+    # Olivia's devel QoS: 2 hours, at most 16 GPUs per job (olivia_job_types.md)
+    (dict(qos="devel", nodes=8, time="2-00:00:00"),
+     "--time 48:00:00 is more than QoS devel of site olivia allows (02:00:00; https://"),
+    (dict(qos="devel", nodes=8),
+     "--qos: 8 node(s) x 4 GPUs = 32 is more than QoS devel of site olivia allows per job (16; "),
+])
+def test_a_request_over_a_qos_limit_is_refused_in_one_line(data_job, request_,
+                                                           message) -> None:
+    with pytest.raises(UsageError) as refused:
+        data_job("olivia", "ddp", **request_)
+    assert str(refused.value).startswith(message), str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_qos_caps_the_time_and_a_request_within_it_renders(data_job) -> None:
+    job = data_job("olivia", "build", qos="devel")  # a build's estimate is 2 h: the cap
+    assert "#SBATCH --qos=devel" in job.text and "#SBATCH --time=02:00:00" in job.text
+    job = data_job("olivia", "ddp", qos="devel", nodes=4, time="01:00:00")
+    assert "#SBATCH --nodes=4" in job.text and "#SBATCH --time=01:00:00" in job.text
+
+
+@pytest.mark.parametrize("site, memory", [
+    # CSC bills requested memory; its ML guide reserves ~95G per V100 on Puhti
+    ("puhti", "--mem-per-gpu=95G"), ("mahti", "--mem-per-gpu=120G"),
+    ("lumi", "--mem-per-gpu=60G"), ("olivia", "--mem-per-gpu=110G")])
+def test_jobs_request_the_memory_their_site_documents(data_job, data_world, site,
+                                                      memory) -> None:
+    _, sites = data_world
+    job = data_job(site, "ddp", partition=MULTINODE.get(site))
+    assert f"#SBATCH {memory}" in _directives(job.text)
+    assert sites[site].memory.source  # every figure names its page
+
+
+def test_each_site_states_its_gpu_architecture_with_its_source(data_world) -> None:
+    _, sites = data_world
+    expected = {"puhti": "sm_70", "mahti": "sm_80", "derecho": "sm_80", "olivia": "sm_90",
+                "lumi": "gfx90a", "local": None, "local-slurm": None}
+    assert {name: site.gpus.arch for name, site in sites.items()} == expected
+    assert all(site.gpus.arch_source for site in sites.values() if site.gpus.arch)
+
+
+def test_module_lines_follow_the_site(data_job) -> None:
+    derecho = data_job("derecho", "ddp", account="U1").text
+    # NCAR: the cuda module or nodes may lock up; apptainer, as its container pages load it
+    assert "module load cuda apptainer\n" in derecho
+    olivia = data_job("olivia", "ddp", nodes=2).text
+    assert "module load NRIS/GPU NCCL/2.26.6-GCCcore-14.2.0-CUDA-12.8.0\n" in olivia
+    assert "module load" not in data_job("olivia", "ddp").text  # one node: no network stack

@@ -11,7 +11,6 @@ test_slurm_run_jobs.py.)
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
@@ -25,6 +24,7 @@ from containers.batch import job as batch
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
 from containers.errors import ConfigError
 from containers.inputs.settings import load_settings
+from tests.fixtures.data import with_binds
 
 TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
           "mahti": "mahti-cuda", "derecho": "derecho-cuda", "local-slurm": "cpu"}
@@ -129,7 +129,7 @@ def execute(text: str, site, folder: Path, *, nodes: int, fail: str | None
     functions = folder / "lmod.sh"
     functions.write_text(f'module() {{ eval "$({shims}/module "$@")"; }}\n')
     sets = sorted(set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)",
-                                 " ".join(site.multinode_binds))))
+                                 " ".join(site.transport.binds))))
     env = {"PATH": f"{shims}:{folder / 'base'}", "HOME": str(folder), "USER": "alice",
            "SHIM_LOG": str(log), "BASH_ENV": str(functions), "SHIM_SETS": " ".join(sets),
            **_scheduler_env(site, folder, nodes), **({"SHIM_FAIL": fail} if fail else {})}
@@ -159,13 +159,13 @@ def step_names(steps: list[list[str]]) -> list[str]:
 def expected(site, workload: str, *, nodes: int, launcher: str | None = None) -> list[str]:
     """The steps a job of the site runs, in order, from the site's facts."""
     step = "mpiexec" if site.scheduler == "pbs" else "srun"
-    modules = [*site.modules, *(site.multinode_modules if nodes > 1 else ())]
+    modules = [*site.modules, *(site.transport.modules if nodes > 1 else ())]
     head = ["module load"] if modules else []
     if workload == "build":
         return [*head, "invoke build"]
     meets = nodes > 1 or launcher == "srun-per-gpu"
     head += ["scontrol", "scontrol"] if meets and site.scheduler == "slurm" else []
-    gate = [step, "gate"] if workload == "run" and site.gpu != "none" else []
+    gate = [step, "gate"] if workload == "run" and site.gpus.kind != "none" else []
     verdict = "verdict" if workload == "run" or TARGET[site.name] == "olivia-cuda" \
         else "invoke verdict"
     return [*head, *gate, step, "workload", verdict]
@@ -199,7 +199,7 @@ def test_every_sites_job_runs_its_steps_in_order(data_world, data_site_job, site
     assert status == 0, steps
     assert step_names(steps) == expected(where, workload, nodes=nodes), steps
     modules = [m for s in steps if s[0] == "module" for m in s[2:]]
-    assert modules == [*where.modules, *(where.multinode_modules if nodes > 1 else ())]
+    assert modules == [*where.modules, *(where.transport.modules if nodes > 1 else ())]
     if workload == "build":
         return
     work = next(s for s in steps if step_names([s]) == ["workload"])
@@ -253,8 +253,7 @@ def test_derecho_across_nodes_is_refused_not_written(data_site_job) -> None:
 
 
 def test_derecho_across_nodes_with_the_binds_runs(data_world, data_site_job) -> None:
-    derecho = dataclasses.replace(data_world[1]["derecho"],
-                                  multinode_binds=("/opt/cray/libfabric:/opt/libfabric",))
+    derecho = with_binds(data_world[1]["derecho"], "/opt/cray/libfabric:/opt/libfabric")
     status, steps = data_site_job(derecho, "run", nodes=2, command=COMMAND)
     assert status == 0
     assert step_names(steps) == ["module load", "mpiexec", "gate", "mpiexec", "workload",

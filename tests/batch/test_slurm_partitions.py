@@ -11,7 +11,6 @@ must be rejected by Slurm itself, as the tool rejects them before writing anythi
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -95,7 +94,7 @@ def test_a_missing_account_is_refused_by_slurm_and_by_the_tool(shaped, tmp_path)
     with pytest.raises(UsageError, match=f"site {site.name} requires an account"):
         render("smoke")
     # The script the tool would write if the profile did not know: Slurm refuses it too.
-    unknowing = render("smoke", on=dataclasses.replace(site, account_required=False))
+    unknowing = render("smoke", on=site.model_copy(update={"account_required": False}))
     assert "--account" not in unknowing.text
     slurm = _test_only(cluster, unknowing.text, tmp_path)
     assert slurm.returncode != 0 and "account" in slurm.stderr.lower(), slurm.stderr

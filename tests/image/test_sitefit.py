@@ -12,7 +12,7 @@ from containers.errors import ConfigError
 from containers.image import inspect as probing, sbom, sitefit
 from containers.image.arch import site_arches
 from containers.inputs.recipes import load_targets
-from containers.inputs.sites import load_sites
+from containers.inputs.sites import Fit, Range, load_sites
 from tests.fixtures import ROOT
 
 FACTS = ROOT / "tests" / "fixtures" / "image_facts"
@@ -22,11 +22,11 @@ def _facts(name: str) -> dict:
     return json.loads((FACTS / f"{name}.json").read_text())
 
 
-def _judge(facts: dict, site_name: str, fit: dict | None = None) -> list[sitefit.Finding]:
+def _judge(facts: dict, site_name: str, fit: Fit | None = None) -> list[sitefit.Finding]:
     site = load_sites(ROOT)[site_name]
-    return sitefit.judge(probing.summary(facts), site_name=site.name, site_gpu=site.gpu,
+    return sitefit.judge(probing.summary(facts), site_name=site.name, site_gpu=site.gpus.kind,
                          arches=site_arches(site, load_targets(ROOT)),
-                         fit=sitefit.load_fit(site) if fit is None else fit)
+                         fit=site.fit if fit is None else fit)
 
 
 def _errors(findings) -> dict[str, str]:
@@ -55,8 +55,8 @@ def test_rocm_within_the_range_fits_and_unpublished_bounds_say_not_checked() -> 
 
 def test_glibc_below_what_the_bound_libraries_need_is_an_error() -> None:
     # No site publishes that bound yet (their profiles say so): a profile that states one.
-    fit = dict(sitefit.load_fit(load_sites(ROOT)["lumi"]))
-    fit["glibc"] = {"min": "2.38", "max": None, "source": "host libcxi built on glibc 2.38"}
+    fit = load_sites(ROOT)["lumi"].fit.model_copy(update={"glibc": Range(
+        min="2.38", source="host libcxi built on glibc 2.38")})
     facts = _facts("lumi-rocm")
     facts["glibc"], facts["rocm"], facts["torch"]["hip"] = "2.31", "6.2.4", "6.2.41133"
     errors = _errors(_judge(facts, "lumi", fit))
@@ -89,10 +89,11 @@ def test_a_fit_bound_that_is_no_version_names_file_line_and_key(tmp_path: Path) 
     folder.mkdir()
     text = (ROOT / "sites" / "lumi.yaml").read_text().replace('max: "7.0"', 'max: "seven"')
     (folder / "lumi.yaml").write_text(text)
-    site = load_sites(tmp_path)["lumi"]
-    with pytest.raises(ConfigError) as caught:
-        sitefit.load_fit(site)
-    assert "fit.rocm.max" in str(caught.value) and "lumi.yaml" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:  # when the profile loads, once
+        load_sites(tmp_path)
+    line = text.splitlines().index('    max: "seven"') + 1
+    assert str(caught.value).endswith(f"lumi.yaml:{line}: fit.rocm.max: 'seven' is not a "
+                                      "version (digits and dots)"), str(caught.value)
 
 
 def test_parse_probe_skips_what_the_image_prints_first() -> None:

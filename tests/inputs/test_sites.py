@@ -89,7 +89,7 @@ def test_lumi_smoke_command(data_world, data_settings) -> None:
     assert (lumi.cores_per_node, lumi.fakeroot, lumi.runtime) == (56, False, "singularity")
     assert lumi.reference(partition="standard-g", nodes=1, ranks_per_node=8).value == 125.0
     assert lumi.reference(partition="dev-g", nodes=2, ranks_per_node=8).bounds == (80.75, None)
-    assert lumi.transport_expect == "NET/OFI Selected [Pp]rovider is cxi"
+    assert lumi.transport.expect == "NET/OFI Selected [Pp]rovider is cxi"
 
 
 def test_olivia_train_command(data_world, data_settings) -> None:
@@ -106,9 +106,9 @@ def test_olivia_train_command(data_world, data_settings) -> None:
     image = str(data_settings.images_dir / "olivia-cuda.sif")
     assert argv[argv.index(image) + 1] == "/usr/local/bin/torchrun"
     assert "/cluster" in _option_values(argv, "--bind")
-    assert (olivia.max_gpus_per_job, olivia.gpus_per_node, olivia.cores_per_node) == (32, 4, 288)
-    assert olivia.multinode_env["FI_PROVIDER"] == "cxi"
-    assert "$EBROOTNCCL:/opt/nccl" in olivia.multinode_binds
+    assert (olivia.gpus.max_per_job, olivia.gpus.per_node, olivia.cores_per_node) == (32, 4, 288)
+    assert olivia.transport.env["FI_PROVIDER"] == "cxi"
+    assert "$EBROOTNCCL:/opt/nccl" in olivia.transport.binds
     with pytest.raises(ConfigError, match="olivia nodes have 4 GPUs; --gpus 8"):
         plan_run(targets["olivia-cuda"], olivia, settings=data_settings,
                    runtime=assumed_runtime("apptainer"), run_id="r", environ={},
@@ -129,7 +129,7 @@ def test_nvidia_x86_sites(data_world, data_settings, site, env) -> None:
                       run_id="r", environ={})
     assert plan.argv[:3] == ["apptainer", "exec", "--nv"]
     assert _option_values(plan.argv, "--env") == env + ["CUDA_VISIBLE_DEVICES=0,1,2,3"]
-    assert sites[site].gpus_per_node == 4
+    assert sites[site].gpus.per_node == 4
     assert sites["derecho"].scheduler == "pbs" and sites["derecho"].launcher == "mpiexec-torchrun"
 
 
@@ -234,7 +234,7 @@ def test_site_detection_rules(tmp_path: Path) -> None:
     (tmp_path / "sites").mkdir()
     (tmp_path / "sites" / "local.yaml").write_text("description: here\n")
     (tmp_path / "sites" / "big.yaml").write_text(
-        "description: a cluster\ngpu: rocm\ngpus_per_node: 8\ndefault_target: big-rocm\n"
+        "description: a cluster\ngpus: {kind: rocm, per_node: 8}\ndefault_target: big-rocm\n"
         "detect:\n  env: [CLUSTER_NAME=big]\n  hostname: ['uan*']\n")
     sites = load_sites(tmp_path)
     assert sites["big"].gpu_flag == "--rocm"
@@ -246,8 +246,8 @@ def test_site_detection_rules(tmp_path: Path) -> None:
 
 def test_gpu_site_needs_gpus_per_node(tmp_path: Path) -> None:
     (tmp_path / "sites").mkdir()
-    (tmp_path / "sites" / "x.yaml").write_text("description: x\ngpu: cuda\n")
-    with pytest.raises(ConfigError, match="x.yaml:1: gpus_per_node: a GPU site needs"):
+    (tmp_path / "sites" / "x.yaml").write_text("description: x\ngpus:\n  kind: cuda\n")
+    with pytest.raises(ConfigError, match="x.yaml:3: gpus.per_node: a GPU site needs"):
         load_sites(tmp_path)
 
 
@@ -256,17 +256,17 @@ def test_transport_net_forces_the_network(data_world, tmp_path: Path) -> None:
     # The Slingshot sites force the aws-ofi plugin, the InfiniBand ones NCCL's IB transport:
     # NCCL/RCCL fail instead of using sockets. A CPU site has no NCCL network.
     for name in ("lumi", "olivia", "derecho"):
-        assert sites[name].transport_net == "AWS Libfabric", name
-    assert sites["puhti"].transport_net == sites["mahti"].transport_net == "IB"
-    assert sites["local"].transport_net is None
+        assert sites[name].transport.net == "AWS Libfabric", name
+    assert sites["puhti"].transport.net == sites["mahti"].transport.net == "IB"
+    assert sites["local"].transport.net is None
     (tmp_path / "sites").mkdir()
     profile = tmp_path / "sites" / "x.yaml"
     head = "description: x\ntransport:\n  name: OFI\n  expect: NET/OFI\n"
     profile.write_text(head + "  net: OFI\n")
     site = load_sites(tmp_path)["x"]
-    assert (site.transport_net, site.transport_name) == ("OFI", "OFI")
+    assert (site.transport.net, site.transport.name) == ("OFI", "OFI")
     profile.write_text(head)
-    assert load_sites(tmp_path)["x"].transport_net is None
+    assert load_sites(tmp_path)["x"].transport.net is None
     profile.write_text(head + "  net: 3\n")
     with pytest.raises(ConfigError, match=r"x.yaml:5: transport.net: must be a string, got int"):
         load_sites(tmp_path)
@@ -290,7 +290,7 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
                        "    whole_nodes: true\n    gpu_request: gres\n    gres_type: v100\n"
                        "default_partition: short\n")
     site = load_sites(tmp_path)["x"]
-    assert site.partitions == ("short", "long")
+    assert tuple(site.partitions) == ("short", "long")
     short, long = site.partition("short"), site.partition("long")
     assert (short.max_time, short.max_nodes, short.max_gpus) == (900, 2, 8)
     assert (long.max_time, long.whole_nodes, long.gres_type) == (259200, True, "v100")
@@ -298,10 +298,10 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
     # sites/local*.yaml and older profiles: a list of names, no limits
     _profile(tmp_path, "partitions: [a, b]\ndefault_partition: b\n")
     site = load_sites(tmp_path)["x"]
-    assert site.partitions == ("a", "b") and site.partition("a").max_nodes is None
+    assert tuple(site.partitions) == ("a", "b") and site.partition("a").max_nodes is None
     shipped = load_sites(Path(__file__).resolve().parents[2])
     assert shipped["puhti"].partition("gputest").max_time == 15 * 60
-    assert shipped["puhti"].gres_type == "v100" and shipped["mahti"].gres_type == "a100"
+    assert shipped["puhti"].gpus.gres_type == "v100" and shipped["mahti"].gpus.gres_type == "a100"
     assert shipped["lumi"].partition("standard-g").whole_nodes
     assert shipped["derecho"].modules == ("cuda", "apptainer")
     assert all(shipped[s].account_required for s in ("lumi", "puhti", "mahti", "olivia",
@@ -311,20 +311,20 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text, where", [
     # issue 14 item 14: negative counts
-    ("gpus_per_node: -4\n", "x.yaml:3: gpus_per_node: must not be negative (got -4)"),
+    ("gpus: {per_node: -4}\n", "x.yaml:3: gpus.per_node: must not be negative (got -4)"),
     ("cores_per_node: -1\n", "x.yaml:3: cores_per_node: must not be negative"),
-    ("mem_per_gpu_gb: -60\n", "x.yaml:3: mem_per_gpu_gb: must not be negative"),
-    ("max_gpus_per_job: -32\n", "x.yaml:3: max_gpus_per_job: must not be negative"),
+    ("memory:\n  per_gpu_gb: -60\n", "x.yaml:4: memory.per_gpu_gb: must not be negative"),
+    ("gpus:\n  max_per_job: -32\n", "x.yaml:4: gpus.max_per_job: must not be negative"),
     # binds: one SRC, SRC:DST or SRC:DST:OPTS (ro/rw) each
     ("binds: [/scratch, '/a,/etc']\n", "x.yaml:3: binds[1]: '/a,/etc' has a comma"),
     ("binds:\n  - /a:/b:/c:ro\n", "x.yaml:4: binds[0]: '/a:/b:/c:ro' is not SRC, SRC:DST"),
     ("binds: ['/a:/b:exec']\n", "x.yaml:3: binds[0]: '/a:/b:exec': bind options must be ro or rw"),
     ("binds: [':/b']\n", "x.yaml:3: binds[0]: ':/b' is not SRC"),
-    ("multinode_binds: ['/usr/lib64:/usr/lib64,/etc']\n", "multinode_binds[0]: "),
+    ("transport:\n  binds: ['/usr/lib64:/usr/lib64,/etc']\n", "x.yaml:4: transport.binds[0]: "),
     # environment names that are not shell identifiers
     ("env:\n  BAD-NAME: 1\n", "x.yaml:4: env.BAD-NAME: 'BAD-NAME' is not an environment "
                               "variable name"),
-    ("multinode_env:\n  '1X': a\n", "x.yaml:4: multinode_env.1X: "),
+    ("transport:\n  env:\n    '1X': a\n", "x.yaml:5: transport.env.1X: "),
     ("env:\n  'A B': 1\n", "env.A B: "),
     # partitions
     ("partitions:\n  p:\n    max_time: 12:00:00\n",
@@ -338,7 +338,7 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
     ("partitions:\n  p:\n    max_tme: '1:00:00'\n", "partitions.p.max_tme: unknown key in "
                                                     "partition p (did you mean 'max_time'?)"),
     ("partitions: [a, 3]\n", "x.yaml:3: partitions: must be a list of partition names"),
-    ("gpu_request: gres\n", "x.yaml:3: gpu_request: gpu_request gres needs gres_type"),
+    ("gpus:\n  request: gres\n", "x.yaml:4: gpus.request: request gres needs gres_type"),
 ])
 def test_bad_site_values_are_refused_at_load_with_file_line_and_key(tmp_path: Path, text: str,
                                                                      where: str) -> None:
@@ -381,14 +381,14 @@ def test_a_host_variable_that_brings_code_is_refused() -> None:
 ])
 def test_references_that_can_never_apply_are_refused(tmp_path: Path, reference: str,
                                                      where: str) -> None:
-    _profile(tmp_path, "gpu: cuda\ngpus_per_node: 8\npartitions: [gpu]\nreferences:\n"
+    _profile(tmp_path, "gpus: {kind: cuda, per_node: 8}\npartitions: [gpu]\nreferences:\n"
                        f"  - {{{reference}, busbw: [100.0, -0.05, null, GB/s], source: s}}\n")
-    with pytest.raises(ConfigError, match=rf"x.yaml:7: {re.escape(where)}"):
+    with pytest.raises(ConfigError, match=rf"x.yaml:6: {re.escape(where)}"):
         load_sites(tmp_path)
 
 
 def test_every_problem_of_one_profile_is_reported_in_one_run(tmp_path: Path) -> None:
-    _profile(tmp_path, "gpus_per_node: -4\ncores_per_node: -1\nbinds: ['/a,/b']\n"
+    _profile(tmp_path, "gpus: {per_node: -4}\ncores_per_node: -1\nbinds: ['/a,/b']\n"
                        "env:\n  C: '$(id)'\npartitions:\n  p:\n    max_nodes: 0\n"
                        "default_partition: nosuch\nreferences:\n"
                        "  - {nodes: 1, ranks_per_node: 1, bytes: 8, busbw: [1, 0, null, furlongs],"
@@ -396,7 +396,7 @@ def test_every_problem_of_one_profile_is_reported_in_one_run(tmp_path: Path) -> 
     with pytest.raises(Problems) as refused:
         load_sites(tmp_path)
     keys = [p.key for p in refused.value.problems]
-    assert keys == ["gpus_per_node", "cores_per_node", "binds[0]", "env.C",
+    assert keys == ["gpus.per_node", "cores_per_node", "binds[0]", "env.C",
                     "partitions.p.max_nodes", "default_partition", "references[0].busbw"], keys
 
 
@@ -409,8 +409,12 @@ def test_the_job_words_of_a_profile(tmp_path: Path) -> None:
         ("--cpu-bind", "none"), {"smoke": "smk"}, ("SINGULARITY_BIND",))
     assert load_sites(Path(__file__).resolve().parents[2])["puhti"].job.step_options == ()
     for text, key, message in (
-            ("job:\n  build_unset: [\"A B\"]\n", "job.build_unset", "'A B' is not a variable"),
-            ("job:\n  short_names: {smoke: \"s k\"}\n", "job.short_names", "'smoke: s k'"),
+            ("job:\n  build_unset: [\"A B\"]\n", "job.build_unset[0]",
+             "'A B' is not an environment variable name"),
+            ("job:\n  short_names: {smoke: \"s k\"}\n", "job.short_names.smoke",
+             "'s k' is not a word"),
+            ("job:\n  short_names: {\"s k\": smk}\n", "job.short_names.s k",
+             "'s k' is not a word"),
             ("job:\n  step_option: [x]\n", "job.step_option", "step_options")):
         _profile(tmp_path, text)
         with pytest.raises(ConfigError) as refused:

@@ -150,7 +150,7 @@ def test_no_in_place_row_is_na_and_not_counted():
     record = ar.make_record(4096, 256, "float32", oop, None, op="alltoall")
     assert record["redop"] == "none" and record["root"] is None
     fields = ar.format_row(record).replace("|", " ").split()
-    assert fields[:5] == ["4096", "256", "float32", "none", "-1"] and fields[9:] == ["n/a"] * 4
+    assert fields[:5] == ["4096", "256", "float", "none", "-1"] and fields[9:] == ["N/A"] * 4
     assert len(ar.format_row(record)) == len(ar.format_row(
         ar.make_record(4096, 256, "float32", oop, oop)))
     assert ar.summarize([record], check=True) == (2, oop["busbw"])

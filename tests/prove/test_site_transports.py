@@ -14,11 +14,12 @@ import pytest
 from containers.batch import job as batch
 from containers.errors import ConfigError
 from containers.inputs.recipes import load_targets
-from containers.inputs.sites import load_sites
+from containers.inputs.sites import Gpus, Transport, load_sites
 from containers.prove import verdict
 from containers.prove.smoke import SMOKE
 from containers.run.workload import Outcome
 from tests.fixtures import ROOT
+from tests.fixtures.data import with_binds
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "transport_logs"
 ROW = {"bytes": 16 << 20, "oop": {"busbw": 2.0, "wrong": 0}, "ip": {"busbw": 2.1, "wrong": 0}}
@@ -52,10 +53,10 @@ def _result(name: str, settings, lines: tuple[str, ...], *, site=None) -> verdic
 @pytest.mark.parametrize("name", sorted(SITES))
 def test_the_two_node_script_forces_the_sites_network(name: str, data_settings) -> None:
     site = load_sites(ROOT)[name]
-    if site.transport_host_stack:  # Derecho: refused until its profile binds the host's stack
+    if site.transport.host_stack:  # Derecho: refused until its profile binds the host's stack
         with pytest.raises(ConfigError, match="needs the host's network plugin"):
             _job(name, data_settings)
-        site = replace(site, multinode_binds=("/opt/libfabric:/opt/libfabric",))
+        site = with_binds(site, "/opt/libfabric:/opt/libfabric")
     job = _job(name, data_settings, site=site)
     _, _, net = SITES[name]
     assert f"NCCL_NET={net}" in job.text or f"NCCL_NET='{net}'" in job.text, job.text
@@ -81,8 +82,7 @@ def test_a_log_without_the_proof_line_fails_the_verdict(name: str, data_settings
 
 
 def test_a_gpu_site_without_a_declared_transport_is_not_proven(data_settings) -> None:
-    bare = replace(load_sites(ROOT)["puhti"], transport_name=None, transport_expect=None,
-                   transport_net=None)
+    bare = load_sites(ROOT)["puhti"].model_copy(update={"transport": Transport()})
     lines = tuple(LOGS.joinpath("ib-proven.log").read_text().splitlines())
     result = _result("puhti", data_settings, lines, site=bare)
     assert [r for r in result.reasons if r.startswith("NOT-PROVEN: site puhti declares no "
@@ -91,5 +91,5 @@ def test_a_gpu_site_without_a_declared_transport_is_not_proven(data_settings) ->
     # one node needs no network, and a CPU site has no NCCL network to prove
     one = replace(result.plan, launch=replace(result.plan.launch, nodes=1))
     assert not verdict.network_reasons(replace(result, plan=one))
-    cpu = replace(bare, gpu="none")
+    cpu = bare.model_copy(update={"gpus": Gpus()})
     assert not verdict.network_reasons(replace(result, plan=replace(result.plan, site=cpu)))

@@ -38,7 +38,7 @@ def test_cpu_plan_argv(data_root, data_settings, data_runtime) -> None:
 def test_gpu_site_flags_binds_env_and_limits(tmp_path, data_root, data_settings,
                                              data_runtime) -> None:
     site_file = tmp_path / "gpusite.yaml"
-    site_file.write_text("description: x\ngpu: rocm\ngpus_per_node: 8\nruntime: singularity\n"
+    site_file.write_text("description: x\ngpus: {kind: rocm, per_node: 8}\nruntime: singularity\n"
                          "binds: [/opt/cray]\nenv: {NCCL_SOCKET_IFNAME: hsn}\n")
     site = load_site(site_file)
     target = load_targets(data_root)["cpu"]

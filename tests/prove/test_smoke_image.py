@@ -148,7 +148,7 @@ def test_gpu_site_with_a_cpu_image_fails_and_is_not_published(cpu_image, factory
     root = factory_project()
     profile = root / "sites" / "local.yaml"
     # 4 GPUs a node: the profile's references at 4 ranks per node must be able to apply
-    profile.write_text(profile.read_text().replace("gpu: none\n", "gpu: cuda\ngpus_per_node: 4\n"))
+    profile.write_text(profile.read_text() + "gpus: {kind: cuda, per_node: 4}\n")
     settings = load_settings(root, {"images_dir": str(cpu_image.parent),
                                     "results_dir": str(tmp_path / "results"),
                                     "perflog_dir": str(tmp_path / "perflog")})

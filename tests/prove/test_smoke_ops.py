@@ -3,7 +3,6 @@ sanity, performance, verdict and perflog line, from reports shaped as allreduce.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -56,8 +55,8 @@ def _row(op: str, size: int, busbw: float, wrong: int = 0, ip: bool = True) -> d
 
 def _plan(data_root, data_settings, data_runtime, op: str, references=()):
     target = load_targets(data_root)["cpu"]
-    site = dataclasses.replace(load_site(data_root / "sites" / "local.yaml"),
-                               references=tuple(references))
+    site = load_site(data_root / "sites" / "local.yaml").model_copy(
+        update={"references": tuple(references)})
     return plan_run(target, site, settings=data_settings, runtime=data_runtime,
                     options=SmokeOptions(gpus=2, op=op), run_id="r")
 

@@ -83,9 +83,9 @@ def test_gates_and_exit_codes(data_plans) -> None:
     usage = verdict.Result(SMOKE, smoke_plan, _outcome(None, returncode=2, lines=(
         "allreduce.py: error: --sizes: no sizes given",)))
     assert usage.reasons == ["allreduce.py: error: --sizes: no sizes given"]
-    slow_site = replace(smoke_plan.site, references=(
+    slow_site = smoke_plan.site.model_copy(update={"references": (
         Reference(partition="*", nodes=1, ranks_per_node=2, bytes=16 << 20, value=100.0,
-                  lower=-0.1, upper=None, unit="GB/s", source="test"),))
+                  lower=-0.1, upper=None, unit="GB/s", source="test"),)})
     slow = verdict.Result(SMOKE, replace(smoke_plan, site=slow_site),
                           _outcome({"backend": "gloo", "results": [ROW], "finished": "x"}))
     assert slow.reasons == [] and slow.performance.failed and not slow.ok

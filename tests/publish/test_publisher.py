@@ -76,7 +76,7 @@ def test_plan_refuses_a_group_naming_where_it_came_from(data_built: Built) -> No
 
 
 def test_plan_refuses_a_site_env_name_a_module_cannot_set(data_built: Built) -> None:
-    data_built.site = dataclasses.replace(data_built.site, env={"BAD-NAME": "x"})
+    data_built.site = data_built.site.model_copy(update={"env": {"BAD-NAME": "x"}})
     with pytest.raises(ConfigError, match="BAD-NAME: not a usable environment variable name"):
         data_built.plan()
 

@@ -4,7 +4,6 @@ and the site's scheduler."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -86,7 +85,7 @@ def test_shapes_and_cores(data_world) -> None:
     assert LAUNCHERS["srun-per-gpu"].shape(lumi, 8) == Shape(8, 7, True)
     assert LAUNCHERS["mpiexec-torchrun"].shape(sites["derecho"], 4) == Shape(1, 64, False)
     assert cores_for(olivia, 1) == 72 and cores_for(cpu, 2) is None
-    assert cores_for(dataclasses.replace(cpu, cores_per_node=16), 2) == 16
+    assert cores_for(cpu.model_copy(update={"cores_per_node": 16}), 2) == 16
     assert ingredients(lumi) == dict(gpu_flag="--rocm", torchrun="torchrun",
                                      cpu_masks=lumi.cpu_bind,
                                      visible_devices="ROCR_VISIBLE_DEVICES", step_options=())
@@ -138,12 +137,12 @@ def test_a_site_profiles_launcher_is_checked_at_its_line(data_world) -> None:
     _, sites = data_world
     lumi = sites["lumi"]
     with pytest.raises(ConfigError) as typo:
-        launchers.for_site(dataclasses.replace(lumi, launcher="srun-per-gcd"))
+        launchers.for_site(lumi.model_copy(update={"launcher": "srun-per-gcd"}))
     assert typo.value.path == lumi.path and typo.value.line == lumi.lines["launcher"]
     assert typo.value.key == "launcher" and "did you mean 'srun-per-gpu'" in str(typo.value)
     with pytest.raises(ConfigError, match="launcher srun-per-gpu needs a slurm site; local "
                                           "schedules with none") as unfit:
-        launchers.for_site(dataclasses.replace(sites["local"], launcher="srun-per-gpu"))
+        launchers.for_site(sites["local"].model_copy(update={"launcher": "srun-per-gpu"}))
     assert unfit.value.key == "launcher"
 
 

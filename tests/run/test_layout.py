@@ -3,11 +3,11 @@ profile line that sets the limit."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
 from containers.errors import ConfigError, UsageError
+from containers.inputs.sites import Gpus
 from containers.run.layout import at_least_one, check_ranks
 
 
@@ -25,12 +25,12 @@ def test_ranks_within_a_node_and_a_job(data_world) -> None:
     with pytest.raises(ConfigError, match="olivia nodes have 4 GPUs; --gpus-per-node 8 is "
                                           "more") as per_node:
         check_ranks(olivia, 8, flag="--gpus-per-node")
-    assert per_node.value.path == olivia.path and per_node.value.key == "gpus_per_node"
-    assert per_node.value.line == olivia.lines["gpus_per_node"]
+    assert per_node.value.path == olivia.path and per_node.value.key == "gpus.per_node"
+    assert per_node.value.line == olivia.lines["gpus.per_node"]
     with pytest.raises(ConfigError, match=r"olivia allows at most 32 GPUs per job; --nodes 9 x "
                                           r"--gpus 4 = 36") as per_job:
         check_ranks(olivia, 4, nodes=9)
-    assert per_job.value.key == "max_gpus_per_job"
+    assert per_job.value.key == "gpus.max_per_job"
     # CPU sites: ranks are processes, any number per node.
     check_ranks(sites["local"], 16, nodes=1)
-    check_ranks(dataclasses.replace(sites["local-slurm"], max_gpus_per_job=2), 4, nodes=4)
+    check_ranks(sites["local-slurm"].model_copy(update={"gpus": Gpus(max_per_job=2)}), 4, nodes=4)

@@ -72,7 +72,7 @@ def test_a_gpu_site_with_the_cpu_image_stops_before_the_command(cpu_image, facto
                                                                 tmp_path) -> None:
     root = factory_project()
     profile = root / "sites" / "local.yaml"
-    profile.write_text(profile.read_text().replace("gpu: none\n", "gpu: cuda\ngpus_per_node: 4\n"))
+    profile.write_text(profile.read_text() + "gpus: {kind: cuda, per_node: 4}\n")
     settings = load_settings(root, {"images_dir": str(cpu_image.parent),
                                     "results_dir": str(tmp_path / "results")})
     marker = tmp_path / "marker"

@@ -1,0 +1,58 @@
+"""JSON Schema files of the hand-edited inputs, for editors (``schemas/*.json``).
+
+yaml-language-server (VS Code's YAML extension, and editors that use it) reads a
+``# yaml-language-server: $schema=../schemas/site.schema.json`` line at the top of a file and
+then completes keys, shows each key's doc and marks a wrong type as it is typed. The schemas are
+generated from the same declarations the loaders check with (:class:`containers.inputs.sites.
+Profile`, the manifest's and env spec's :class:`~containers.inputs.schema.Field` tuples), so
+they cannot drift: ``python -m containers.inputs.jsonschemas`` writes them, and a test fails
+when a file in ``schemas/`` is not what this module would write.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from containers.inputs import envspec, recipes
+from containers.inputs.schema import fields_json_schema
+from containers.inputs.sites import profile_json_schema
+
+#: Each schema file and what makes it.
+SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
+    "site.schema.json": profile_json_schema,
+    "recipe.schema.json": lambda: fields_json_schema(
+        recipes.FIELDS, title="hpc-containers recipe manifest (recipes/<target>.yaml)"),
+    "env-spec.schema.json": lambda: fields_json_schema(
+        envspec.FIELDS, title="hpc-containers environment spec (envs/<name>.yml)"),
+}
+
+
+def render(name: str) -> str:
+    """The text of schema file ``name`` (sorted keys: a change shows as a small diff)."""
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **SCHEMAS[name]()}
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def stale(folder: Path) -> list[str]:
+    """The schema files in ``folder`` that are missing or differ from what :func:`render`
+    writes."""
+    return [name for name in SCHEMAS
+            if not (folder / name).is_file() or (folder / name).read_text() != render(name)]
+
+
+def write(folder: Path) -> list[str]:
+    """Write every schema file that is stale; their names."""
+    changed = stale(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in changed:
+        (folder / name).write_text(render(name))
+    return changed
+
+
+if __name__ == "__main__":  # python -m containers.inputs.jsonschemas [FOLDER]
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else \
+        Path(__file__).resolve().parents[2] / "schemas"
+    print("\n".join(f"wrote {target / name}" for name in write(target)) or "schemas current")
