@@ -34,14 +34,15 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from containers import __version__, walltime
-from containers.batch.schedulers import (DIRECTIVE_SAFE, SCHEDULERS, Resources, Scheduler,
-                                         directive, extra_directive)
+from containers.batch.schedulers import (SCHEDULERS, Resources, Scheduler, directive,
+                                         extra_directive)
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
 from containers.batch.runjob import run_lines, run_record, with_workdir
 from containers.batch.script import SHELL_VARS, Script, assign, command, ref, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
 from containers.image.plan import fakeroot_refusal
+from containers.inputs import flags
 from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
 from containers.inputs.settings import Settings
@@ -117,16 +118,14 @@ class JobRequest:
         elif self.time is not None and (isinstance(self.time, bool) or self.time <= 0):
             raise UsageError(f"--time must be more than zero (got {self.time!r})",
                              flag="--time")
-        if self.account is not None and not DIRECTIVE_SAFE.match(self.account):
-            raise UsageError(f"--account '{self.account}' is not an account name",
-                             flag="--account")
+        # the flag types' rules, whoever builds the request (one validation layer)
+        flags.ACCOUNT("--account", self.account)
         if self.launcher is not None:
             launchers.named(self.launcher)
-        for flag, value in (("--qos", self.qos), ("--reservation", self.reservation)):
-            if value is not None and not DIRECTIVE_SAFE.match(value):
-                raise UsageError(f"'{value}' is not a {flag[2:]} name", flag=flag)
-        object.__setattr__(self, "directives", tuple(extra_directive(text)
-                                                     for text in self.directives))
+        flags.SCHEDULER_NAME("--qos", self.qos)
+        flags.SCHEDULER_NAME("--reservation", self.reservation)
+        object.__setattr__(self, "directives", tuple(
+            flags.DIRECTIVE("--directive", extra_directive(text)) for text in self.directives))
 
 
 # ------------------------------------------------------------------------------------- the job

@@ -16,6 +16,7 @@ from typing import Mapping
 
 from containers.batch.script import ref, word
 from containers.errors import CommandFailed, ConfigError, UsageError
+from containers.inputs.flags import JOB_ID
 from containers.run.rendezvous import RENDEZVOUS, Rendezvous, SchedulerRendezvous
 
 #: What a directive value may contain: schedulers read directives with their own parsers, which do
@@ -56,7 +57,7 @@ def extra_directive(text: str) -> str:
     """A ``--directive`` as the preamble writes it after ``#SBATCH``/``#PBS``; refused in one
     line unless it is one option (``--constraint=hbm``, ``-l place=scatter``)."""
     if not EXTRA_DIRECTIVE.match(text):
-        raise UsageError(f"'{text}' is not one scheduler option such as --constraint=hbm or "
+        raise UsageError(f"{text!r} is not one scheduler option such as --constraint=hbm or "
                          "-l place=scatter (one line; letters, digits and _ @ % + = : , . / - "
                          "in its value)", flag="--directive")
     return text
@@ -112,10 +113,20 @@ class Scheduler:
         return [self.submit_command, str(script)]
 
     def parse_job_id(self, stdout: str) -> str:
+        """The id in the submit command's last line, checked (:data:`JOB_ID`): it becomes an
+        argument of the state queries and part of file names."""
         text = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
         if not text:
             raise CommandFailed(f"{self.submit_command} printed no job id", output=[stdout])
-        return text
+        try:
+            return JOB_ID.parse(self.id_part(text))
+        except ValueError:
+            raise CommandFailed(f"{self.submit_command} printed {text[:80]!r}, which is not a "
+                                "job id", output=[stdout]) from None
+
+    def id_part(self, line: str) -> str:
+        """The id in the submit command's last line."""
+        return line
 
 
 class Slurm(Scheduler):
@@ -151,8 +162,10 @@ class Slurm(Scheduler):
     def submit_argv(self, script: Path) -> list[str]:
         return ["sbatch", "--parsable", str(script)]
 
-    def parse_job_id(self, stdout: str) -> str:
-        return super().parse_job_id(stdout).split(";")[0]  # --parsable: ID[;CLUSTER]
+    def id_part(self, line: str) -> str:
+        """``--parsable`` prints ``ID[;CLUSTER]``: a cluster that is not a name spoils the id."""
+        job_id, _, cluster = line.partition(";")
+        return job_id if re.fullmatch(r"[A-Za-z0-9_-]*", cluster) else line
 
 
 class Pbs(Scheduler):

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Collection
 from urllib.parse import urlsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from containers.errors import ConfigError, raise_all
 from containers.inputs.schema import Field, check_mapping, line_of
 from containers.inputs.yamlsource import load_yaml_text, read_input_text
@@ -154,7 +156,7 @@ def _source_problem(text: str) -> str | None:
         if direct or "@" in url or "://" in url:
             return (f"{text!r} names a source that is not an https URL: "
                     "packages from it could be swapped in transit")
-        return None  # a plain requirement: name, extras, version
+        return _requirement_problem(text)  # a plain requirement: name, extras, version
     scheme = url.split(":", 1)[0].lower()
     if scheme == "file" or scheme.endswith("+file"):
         return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
@@ -163,6 +165,18 @@ def _source_problem(text: str) -> str | None:
     if not is_https(bare):
         return (f"{text!r} downloads from a URL that is not https or holds credentials: "
                 "packages from it could be swapped in transit")
+    return None
+
+
+def _requirement_problem(text: str) -> str | None:
+    """Why a plain entry is not a requirement as pip reads one (PEP 508, by ``packaging``,
+    pip's own parser), else None; per-requirement options (``--hash=...``) are pip's to read."""
+    requirement = re.split(r"\s+(?=--?[A-Za-z])", text, maxsplit=1)[0]
+    try:
+        Requirement(requirement)
+    except InvalidRequirement as exc:
+        reason = " ".join(str(exc).split())[:160]
+        return f"{text!r} is not a requirement pip can read ({reason})"
     return None
 
 

@@ -76,6 +76,9 @@ class Target:
     host_paths: str = "warn"
     torch: str | None = None
     examples: tuple[str, ...] | None = None
+    #: Why ``torch`` no longer says the image's (a ``--build-arg`` changes its base: set by
+    #: :func:`containers.inputs.compat.as_built`, never by a manifest).
+    torch_unknown: str | None = None
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
     def line(self, key: str) -> int | None:

@@ -281,16 +281,28 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
         errors, warnings = host_path_policy(target, definition)
         found += errors
         report.warn(warnings)
-    if target.env is not None and not found:
+    if not found:
         def examples_fit() -> None:  # the judgement invoke build's plan makes too
-            plan = compat.example_plan(target, env, known=examples)
-            report.warn([ConfigError(note, path=target.manifest, key="torch")
-                         for note in plan.notes])
-            report.infos += [plan.info] if plan.info else []
-            found.extend(plan.errors)
+            errors, warnings, infos = example_findings(target, env, known=examples)
+            report.warn(warnings)
+            report.infos += infos
+            found.extend(errors)
         found += _attempt(examples_fit)
     if report.add(found) and chain_loaded:
         report.ok_targets.append(target.name)
+
+
+def example_findings(target: Target, env: EnvSpec | None = None, *,
+                     known: Sequence[str] = EXAMPLES
+                     ) -> tuple[list[ConfigError], list[ConfigError], list[str]]:
+    """The errors, warnings (torch unknown) and ``info`` line of ``target``'s examples, as
+    ``invoke check`` and ``invoke build`` (its plan, ``--dry-run`` too) both report them; none
+    for a target with neither an env spec nor a declared torch (an OS base)."""
+    if target.env is None and target.torch is None:
+        return [], [], []
+    plan = compat.example_plan(target, env, known=known)
+    return (plan.errors, [ConfigError(note, path=target.manifest, key="torch")
+                          for note in plan.notes], [plan.info] if plan.info else [])
 
 
 def check_site(site: Site, targets: Collection[str]) -> None:

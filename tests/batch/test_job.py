@@ -16,6 +16,7 @@ import pytest
 
 from containers.batch import job as batch
 from containers.errors import ConfigError, ContainersError, UsageError
+from containers.inputs import flags
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import Memory
 from containers.prove.train import TrainOptions
@@ -359,7 +360,7 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
      "unknown partition 'acel' for site olivia (did you mean 'accel'?); known: accel"),
     ("lumi", dict(workload="build", nodes=2), UsageError, "a build job runs on one node"),
     ("lumi", dict(workload="smoke", account="my project"), UsageError,
-     "is not an account name"),
+     "--account takes an account name"),
     ("derecho", dict(workload="smoke", launcher="srun-per-gpu", account="U1"), UsageError,
      "launcher srun-per-gpu needs a slurm site; derecho schedules with pbs"),
     ("lumi", dict(workload="smoke", launcher="mpirun"), UsageError, "--launcher must be one of"),
@@ -612,6 +613,27 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     assert "venv" not in olivia and "verdict: FAIL: the Python of" in olivia
     # Build jobs have no verdict to write
     assert "verdict" not in data_job("lumi", "build").text
+
+
+# ------------------------------------------------------------- one validation layer
+@pytest.mark.parametrize("account", ["proj@x", "-proj", "a b", "."])
+def test_the_request_refuses_an_account_as_the_flag_does(account: str) -> None:
+    """``--account proj@x`` and ``-proj`` are refused by the request as by the flag (one rule:
+    :data:`containers.inputs.flags.ACCOUNT`), whoever builds it."""
+    with pytest.raises(UsageError) as refused:
+        batch.JobRequest(workload="smoke", account=account)
+    with pytest.raises(UsageError) as flagged:
+        flags.ACCOUNT("--account", account)
+    assert str(refused.value) == str(flagged.value)
+
+
+def test_the_request_refuses_a_directive_for_an_option_the_tool_sets() -> None:
+    with pytest.raises(UsageError, match="^--directive .*use --time"):
+        batch.JobRequest(workload="smoke", directives=("--time=9-00:00:00",))
+    with pytest.raises(UsageError, match=r"^--qos .*\(got '--x'\)"):
+        batch.JobRequest(workload="smoke", qos="--x")
+    assert batch.JobRequest(workload="smoke", directives=("--constraint=hbm",)).directives == (
+        "--constraint=hbm",)
 
 
 # ------------------------------------------------ each site's documented facts in its jobs

@@ -92,6 +92,17 @@ def test_output_submit_and_job_ids() -> None:
         pbs.parse_job_id("  \n")
 
 
+@pytest.mark.parametrize("printed", ["sbatch: error: x\n", "1234; rm -rf /\n", "--help\n",
+                                     "1234\n#SBATCH\n-1\n", "12 34\n"])
+def test_a_job_id_is_checked_before_it_is_used(printed: str) -> None:
+    """The id becomes an argument of scontrol/qstat and part of file names: only what
+    sbatch/qsub print as an id passes, in one line."""
+    for scheduler in (SCHEDULERS["slurm"], SCHEDULERS["pbs"]):
+        with pytest.raises(CommandFailed) as refused:
+            scheduler.parse_job_id(printed)
+        assert "not a job id" in str(refused.value).splitlines()[0]
+
+
 def test_each_scheduler_owns_its_rendezvous() -> None:
     for name, scheduler in SCHEDULERS.items():
         assert scheduler.rendezvous is RENDEZVOUS[name]
