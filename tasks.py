@@ -108,7 +108,7 @@ def _json(as_json: bool) -> dict[str, bool]:
     return {"as_json": True} if as_json else {}
 
 
-JSON_HELP = "print one JSON document (its shape: README, Machine-readable output) instead of " \
+JSON_HELP = "print one JSON document (its shape: docs/results.md, JSON shapes) instead of " \
             "the table"
 FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or GPUs, message " \
              "buffers over its memory)"
@@ -219,8 +219,8 @@ def cache(c, prune=False):
         "op": SMOKE_OPTIONS["help"]["op"] + "; with --history: only their runs",
         "dry_run": "print the exact exec command, run nothing (also: invoke --dry)",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
-        "json": "with --history: print the history as one JSON document (README, "
-                "Machine-readable output)",
+        "json": "with --history: print the history as one JSON document (docs/results.md, "
+                "JSON shapes)",
         "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
                  "per node); --gpus is then per node",
         "force": FORCE_HELP,
@@ -506,3 +506,30 @@ def verdict(c, results=None, exit_status="0"):
     folder = flags.EXISTING_FOLDER("--results", results)
     app.judge_results(_project(c), results=folder,
                       exit_status=flags.NON_NEGATIVE_INT("--exit-status", exit_status))
+
+
+# --- invoke local-slurm: a Slurm cluster on this machine, to try batch jobs (docs/local-slurm.md)
+@_command(
+    help={
+        "start": "start it: munged, slurmctld and two slurmd on this machine (root), and print "
+                 "the SLURM_CONF line jobs need",
+        "stop": "stop it (its daemons and leftover job steps, by PID) and remove its folder",
+        "status": "show its nodes, partitions, daemons and SLURM_CONF line",
+        "site": "with --start: shape it like this Slurm site (its partitions, limits, cores, "
+                "GPUs as GRES on stand-in devices, required account); default: nodes n1 and n2, "
+                "partition debug",
+    },
+    types={"site": flags.SITE},
+)
+def local_slurm(c, start=False, stop=False, status=False, site=None):
+    """A two-node Slurm cluster on this machine, to try invoke job --submit --wait without one.
+
+    The same cluster the test suite runs its batch jobs on; needs root and Debian's slurm-wlm
+    and munge (./setup.sh installs them)."""
+    _no_dry(c, "local-slurm starts and stops daemons and has no dry run")
+    actions = [name for name, on in (("start", start), ("stop", stop), ("status", status)) if on]
+    if len(actions) != 1:
+        raise UsageError("name one of --start, --stop or --status", flag="--start")
+    if site and not start:
+        raise UsageError("goes with --start", flag="--site")
+    app.local_slurm(_project(c), action=actions[0], site=flags.SITE("--site", site))

@@ -36,7 +36,7 @@ def cli_project(factory_cli_project, tmp_path) -> Path:
 
 
 TASKS = ("check", "targets", "build", "smoke", "train", "job", "publish", "verify",
-         "verdict", "inspect", "diff", "run", "shell", "jobs", "cache")
+         "verdict", "inspect", "diff", "run", "shell", "jobs", "cache", "local-slurm")
 #: Box-drawing characters: a table piped or logged has none.
 BOX = re.compile("[\u2500-\u257f]")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from containers.batch.script import ref, word
 from containers.errors import CommandFailed, ConfigError, UsageError
@@ -93,8 +94,9 @@ class Scheduler:
     def preamble(self, res: Resources) -> list[str]:
         raise NotImplementedError
 
-    def job_name(self, name: str) -> str:
-        """The name the scheduler is given for a job called ``name``."""
+    def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
+        """The name the scheduler is given for a job called ``name`` (``short_names``: the
+        site's shorter words, where the scheduler limits a name's length)."""
         return name
 
     def output_dir(self, folder: Path, name: str) -> str:
@@ -198,8 +200,8 @@ class Pbs(Scheduler):
                         f"#PBS -o {directive(res.output, 'output folder')}",
                         *(f"#PBS {extra_directive(text)}" for text in res.directives)]
 
-    def job_name(self, name: str) -> str:
-        return short_name(name, self.NAME_LENGTH)
+    def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
+        return short_name(name, self.NAME_LENGTH, short_names or {})
 
     def output_dir(self, folder: Path, name: str) -> str:
         return f"{folder}/"
@@ -211,19 +213,15 @@ class Pbs(Scheduler):
         return f"{res.output}{self.job_name(res.name)}.o{job_id.split('.')[0]}"
 
 
-#: Short forms of the words job names are made of (workloads and common target words).
-ABBREVIATIONS = {"smoke": "smk", "build": "bld", "deepspeed": "ds", "derecho": "drc",
-                 "olivia": "olv", "puhti": "pht", "mahti": "mht"}
-
-
-def short_name(name: str, length: int) -> str:
+def short_name(name: str, length: int, short_names: Mapping[str, str]) -> str:
     """``name`` within ``length`` characters without cutting a word off mid-way: words
-    (between ``-``) first take their short forms (:data:`ABBREVIATIONS`), then the longest
-    word loses letters from its end until the name fits, each word keeping at least 3 (so
-    ``smoke-derecho-cuda`` becomes ``smk-drc-cuda``, every part still recognisable)."""
+    (between ``-``) first take the site's short forms (its profile's ``job.short_names``),
+    then the longest word loses letters from its end until the name fits, each word keeping at
+    least 3 (so ``smoke-derecho-cuda`` becomes ``smk-drc-cuda`` with Derecho's short forms,
+    every part still recognisable)."""
     if len(name) <= length:
         return name
-    words = [ABBREVIATIONS.get(w, w) for w in name.split("-")]
+    words = [short_names.get(w, w) for w in name.split("-")]
     while len("-".join(words)) > length:
         longest = max(range(len(words)), key=lambda i: len(words[i]))
         if len(words[longest]) <= 3:

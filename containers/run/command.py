@@ -18,7 +18,6 @@ from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
-from containers.run.launchers import srun_per_node
 from containers.run.workload import Placement, Workload, plan_workload
 
 KIND = "run"
@@ -67,14 +66,15 @@ def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Run
 
 
 def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
-    """The device gate's argv (one process per node, with the run's flags, binds and
-    environment), or None where the site has no GPUs to check."""
+    """The device gate's argv (one process per node, started by the run's launcher as its job
+    steps are: :meth:`~containers.run.launchers.Launcher.node_step`; with the run's flags, binds
+    and environment), or None where the site has no GPUs to check."""
     site, launch = workload.site, workload.launch
     if site.gpus.kind == "none":
         return None
     probe = ["python3", f"{settings.jobs_mount}/{GATE_SCRIPT}", "--expect-gpu", site.gpus.kind,
              "--ranks", str(launch.ranks_per_node)]
-    prefix = srun_per_node(launch.nodes) if launch.step else []
+    prefix = workload.launcher.node_step(launch) if launch.step else []
     return [*prefix, *launch.exec_argv(probe)]
 
 

@@ -52,6 +52,17 @@ def test_slurm_gres_syntax() -> None:
     assert not any("gres" in line or "gpus" in line for line in Slurm().preamble(none))
 
 
+#: Derecho's profile's short forms (sites/derecho.yaml, job.short_names).
+DERECHO_SHORT = {"smoke": "smk", "build": "bld", "deepspeed": "ds", "derecho": "drc"}
+
+
+def test_short_forms_come_from_the_site_profile(data_world) -> None:
+    _, sites = data_world
+    assert sites["derecho"].job.short_names == DERECHO_SHORT
+    # without the site's words a long name still fits, word by word
+    assert Pbs().job_name("smoke-derecho-cuda") == "smok-derec-cuda"
+
+
 @pytest.mark.parametrize("name, short", [
     ("smoke-cpu", "smoke-cpu"),                     # fits: unchanged
     ("smoke-derecho-cuda", "smk-drc-cuda"),          # was cut to smoke-derecho-c
@@ -61,8 +72,9 @@ def test_slurm_gres_syntax() -> None:
     ("ddp-mysite-gpuimage", "ddp-mysit-gpuim"),      # unknown words lose letters evenly
 ])
 def test_pbs_job_names_stay_meaningful_within_15_characters(name, short) -> None:
-    assert short_name(name, 15) == short
-    assert len(short) <= 15 and Pbs().job_name(name) == short
+    """The short forms are the site's (its profile's job.short_names), not the code's."""
+    assert short_name(name, 15, DERECHO_SHORT) == short
+    assert len(short) <= 15 and Pbs().job_name(name, DERECHO_SHORT) == short
     # every word keeps its start: nothing is cut off mid-way to a one-letter stub
     assert all(len(word) >= 2 for word in short.split("-"))
 
