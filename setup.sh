@@ -19,7 +19,8 @@ command -v g++ >/dev/null || apt_missing+=(g++)
 [[ -f /usr/share/lmod/lmod/init/bash ]] || apt_missing+=(lmod)
 # GnuPG: invoke publish --sign exports the signing key's public part with gpg
 command -v gpg >/dev/null || apt_missing+=(gnupg)
-# Slurm and munge: the tests start a two-node Slurm cluster on this machine (tests/slurm.py)
+# Slurm and munge: the tests (and invoke local-slurm) start a two-node Slurm cluster on this
+# machine (containers/host/slurmcluster.py)
 command -v slurmctld >/dev/null || apt_missing+=(slurm-wlm)
 command -v munged >/dev/null || apt_missing+=(munge)
 # qemu-user and binfmt: aarch64 (Olivia's) images built and run here under emulation (cpu-arm64)

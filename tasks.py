@@ -22,12 +22,13 @@ from invoke import Exit, task
 
 from containers import app
 from containers.app.project import config_sources
-from containers.batch.job import WORKLOADS
 from containers.errors import ContainersError, UsageError, describe
 from containers.image.plan import parse_build_args
 from containers.inputs import flags
-from containers.prove.smoke import SmokeOptions
-from containers.prove.train import TrainOptions, deepspeed_only
+from containers.prove import registry
+from containers.prove.kind import WorkloadKind
+from containers.prove.smoke import SMOKE, SmokeOptions
+from containers.prove.train import TRAIN, TrainOptions
 from containers.run.launchers import LAUNCHERS
 
 ROOT = Path(__file__).resolve().parent
@@ -107,66 +108,62 @@ def _json(as_json: bool) -> dict[str, bool]:
     return {"as_json": True} if as_json else {}
 
 
-JSON_HELP = "print one JSON document (its shape: README, Machine-readable output) instead of " \
+JSON_HELP = "print one JSON document (its shape: docs/results.md, JSON shapes) instead of " \
             "the table"
 FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or GPUs, message " \
              "buffers over its memory)"
 
 
-#: The one table of the options that change a smoke or training run: flag -> (the workloads it
-#: applies to, help, type). invoke smoke, invoke train and invoke job all take their help and
+#: The one table of the options that change a smoke or training run: flag -> (help, type). Which
+#: workloads each applies to is their kind's (``WorkloadKind.run_options`` in the registry,
+#: containers.prove.registry). invoke smoke, invoke train and invoke job all take their help and
 #: types from it (SmokeOptions, TrainOptions check every value), so a run option added here is
 #: one that a batch job takes too.
-RUN_OPTIONS: dict[str, tuple[str, str, Any]] = {
-    "sizes": ("smoke", "message sizes MIN:MAX in bytes (K/M/G suffixes), doubling; or a comma "
-                       "list", flags.SIZES_LABEL),
-    "iters": ("smoke", "timed iterations per size", flags.POSITIVE_INT),
-    "warmup": ("smoke", "untimed warm-up iterations per size", flags.NON_NEGATIVE_INT),
-    "cycles": ("smoke", "repeat the whole sweep this many times (a corruption soak, "
-                        "nccl-tests' -N); any wrong value in any cycle fails, naming the cycles "
-                        "and sizes", flags.POSITIVE_INT),
-    "op": ("smoke", "the collectives to measure, each with its nccl-tests table, bus factor, "
-                    "check and verdict (comma list, or all; default: all_reduce)", flags.OPS),
-    "dtype": ("smoke", "element type", flags.DTYPE),
-    "model": ("train", "the network; default: cnn", flags.MODEL),
-    "model_size": ("train", "a preset (tiny: seconds per epoch on a CPU; small, the default; "
-                            "base) or a seed's own network: wideresnet olivia, vit lumi; "
-                            "wideresnet also takes DEPTH-WIDTH such as 40-2",
-                   flags.MODEL_SIZE_LABEL),
-    "epochs": ("train", "training epochs", flags.POSITIVE_INT),
-    "batch_size": ("train", "GLOBAL batch size, split evenly over the ranks of all nodes "
-                            "(default: the seed preset's, e.g. 256 for --model-size olivia, "
-                            "else 64)", flags.POSITIVE_INT),
-    "samples": ("train", "synthetic training samples", flags.POSITIVE_INT),
-    "lr": ("train", "learning rate (default: the workload's)", flags.POSITIVE_FLOAT),
-    "zero_stage": ("train", "DeepSpeed ZeRO stage (the deepspeed example only; default: 1)",
+RUN_OPTIONS: dict[str, tuple[str, Any]] = {
+    "sizes": ("message sizes MIN:MAX in bytes (K/M/G suffixes), doubling; or a comma list",
+              flags.SIZES_LABEL),
+    "iters": ("timed iterations per size", flags.POSITIVE_INT),
+    "warmup": ("untimed warm-up iterations per size", flags.NON_NEGATIVE_INT),
+    "cycles": ("repeat the whole sweep this many times (a corruption soak, nccl-tests' -N); any "
+               "wrong value in any cycle fails, naming the cycles and sizes", flags.POSITIVE_INT),
+    "op": ("the collectives to measure, each with its nccl-tests table, bus factor, check and "
+           "verdict (comma list, or all; default: all_reduce)", flags.OPS),
+    "dtype": ("element type", flags.DTYPE),
+    "model": ("the network; default: cnn", flags.MODEL),
+    "model_size": ("a preset (tiny: seconds per epoch on a CPU; small, the default; base) or a "
+                   "seed's own network: wideresnet olivia, vit lumi; wideresnet also takes "
+                   "DEPTH-WIDTH such as 40-2", flags.MODEL_SIZE_LABEL),
+    "epochs": ("training epochs", flags.POSITIVE_INT),
+    "batch_size": ("GLOBAL batch size, split evenly over the ranks of all nodes (default: the "
+                   "seed preset's, e.g. 256 for --model-size olivia, else 64)",
+                   flags.POSITIVE_INT),
+    "samples": ("synthetic training samples", flags.POSITIVE_INT),
+    "lr": ("learning rate (default: the workload's)", flags.POSITIVE_FLOAT),
+    "zero_stage": ("DeepSpeed ZeRO stage (the deepspeed example only; default: 1)",
                    flags.ZERO_STAGE),
-    "ds_config": ("train", "DeepSpeed config file (JSON; trailing commas accepted; the "
-                           "deepspeed example only)", flags.EXISTING_FILE),
-    "data": ("train", "local folder with CIFAR-100 (cifar-100-python/) or MNIST files, bound "
-                      "read-only; default: synthetic data shaped like the dataset",
-             flags.EXISTING_FOLDER),
-    "target_accuracy": ("train", "stop early once validation accuracy reaches this",
-                        flags.FRACTION),
-    "compile": ("train", "torch.compile the model (its compile time is reported apart from "
-                         "the epochs)", "switch"),
-    "timeout": ("smoke/train", "seconds before every rank is stopped and the run fails",
-                flags.SECONDS),
+    "ds_config": ("DeepSpeed config file (JSON; trailing commas accepted; the deepspeed "
+                  "example only)", flags.EXISTING_FILE),
+    "data": ("local folder with CIFAR-100 (cifar-100-python/) or MNIST files, bound read-only; "
+             "default: synthetic data shaped like the dataset", flags.EXISTING_FOLDER),
+    "target_accuracy": ("stop early once validation accuracy reaches this", flags.FRACTION),
+    "compile": ("torch.compile the model (its compile time is reported apart from the epochs)",
+                "switch"),
+    "timeout": ("seconds before every rank is stopped and the run fails", flags.SECONDS),
 }
 
 
-def run_options(kind: str | None, *, prefix: bool = False) -> dict[str, dict[str, Any]]:
-    """``{"help": ..., "types": ...}`` of the RUN_OPTIONS that apply to ``kind`` (smoke or
-    train; None: all of them, each help prefixed with the workloads it applies to)."""
-    names = [name for name, (kinds, _, _) in RUN_OPTIONS.items()
-             if kind is None or kind in kinds.split("/")]
-    return {"help": {name: (f"{RUN_OPTIONS[name][0]}: " if prefix else "") + RUN_OPTIONS[name][1]
-                     for name in names},
-            "types": {name: RUN_OPTIONS[name][2] for name in names}}
+def run_options(kind: WorkloadKind | None, *, prefix: bool = False) -> dict[str, dict[str, Any]]:
+    """``{"help": ..., "types": ...}`` of the RUN_OPTIONS that ``kind`` takes (None: all of
+    them, each help prefixed with the kinds it applies to)."""
+    names = [name for name in RUN_OPTIONS if kind is None or name in kind.run_options]
+    return {"help": {name: ("/".join(registry.applies_to(name)) + ": " if prefix else "")
+                     + RUN_OPTIONS[name][0] for name in names},
+            "types": {name: RUN_OPTIONS[name][1] for name in names}}
 
 
-SMOKE_OPTIONS, TRAIN_OPTIONS = run_options("smoke"), run_options("train")
+SMOKE_OPTIONS, TRAIN_OPTIONS = run_options(SMOKE), run_options(TRAIN)
 JOB_OPTIONS = run_options(None, prefix=True)
+WORKLOAD = flags.choice(tuple(registry.WORKLOADS))
 
 
 @_command(help={"target": "only this target (and what it needs); default: everything",
@@ -222,8 +219,8 @@ def cache(c, prune=False):
         "op": SMOKE_OPTIONS["help"]["op"] + "; with --history: only their runs",
         "dry_run": "print the exact exec command, run nothing (also: invoke --dry)",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
-        "json": "with --history: print the history as one JSON document (README, "
-                "Machine-readable output)",
+        "json": "with --history: print the history as one JSON document (docs/results.md, "
+                "JSON shapes)",
         "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
                  "per node); --gpus is then per node",
         "force": FORCE_HELP,
@@ -361,7 +358,7 @@ def shell(c, target=None, dry_run=False):
                      "-l place=scatter (repeatable; checked)",
         **JOB_OPTIONS["help"],
     },
-    types={"target": flags.TARGET, "workload": flags.choice(WORKLOADS), "site": flags.SITE,
+    types={"target": flags.TARGET, "workload": WORKLOAD, "site": flags.SITE,
            "nodes": flags.POSITIVE_INT, "gpus_per_node": flags.POSITIVE_INT,
            "time": flags.TIME, "account": flags.ACCOUNT, "partition": flags.PARTITION,
            "launcher": flags.choice(LAUNCHERS), "out": flags.OUT_FILE,
@@ -382,7 +379,7 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
     if out or submit:
         _no_dry(c, "invoke job prints the script under --dry; --out and --submit write or "
                    "submit it, so they are refused")
-    workload = flags.choice(WORKLOADS)("--workload", workload)
+    workload = WORKLOAD("--workload", workload)
     target, site = flags.TARGET("--target", target), flags.SITE("--site", site)
     nodes = flags.POSITIVE_INT("--nodes", nodes)
     gpus = flags.POSITIVE_INT("--gpus-per-node", gpus_per_node)
@@ -395,20 +392,7 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
         model_size=model_size, epochs=epochs, batch_size=batch_size, samples=samples, lr=lr,
         zero_stage=zero_stage, ds_config=ds_config, data=data, target_accuracy=target_accuracy,
         compile=compile or None, timeout=timeout).items() if value is not None}
-    kind = workload if workload in ("smoke", "build", "run") else "train"
-    for name in given:
-        if kind not in RUN_OPTIONS[name][0].split("/"):
-            raise UsageError(f"applies to {' and '.join(RUN_OPTIONS[name][0].split('/'))} "
-                             f"jobs, not --workload {workload}; leave it out",
-                             flag="--" + name.replace("_", "-"))
-    if kind == "smoke":
-        options = SmokeOptions(gpus=gpus or 1, **given)
-    elif kind in ("build", "run"):
-        options = None
-    else:
-        deepspeed_only(workload, example_flag="--workload", zero_stage=given.get("zero_stage"),
-                       ds_config=given.get("ds_config"))
-        options = TrainOptions(example=workload, gpus=gpus or 1, **given)
+    options = registry.job_options(workload, gpus=gpus or 1, given=given)
     app.job(_project(c), target=target, workload=workload, site=site, nodes=nodes,
             gpus_per_node=gpus, time=time, account=account, partition=partition,
             launcher=launcher, out=out, submit=submit, nccl_debug=nccl_debug, options=options,
@@ -522,3 +506,30 @@ def verdict(c, results=None, exit_status="0"):
     folder = flags.EXISTING_FOLDER("--results", results)
     app.judge_results(_project(c), results=folder,
                       exit_status=flags.NON_NEGATIVE_INT("--exit-status", exit_status))
+
+
+# --- invoke local-slurm: a Slurm cluster on this machine, to try batch jobs (docs/local-slurm.md)
+@_command(
+    help={
+        "start": "start it: munged, slurmctld and two slurmd on this machine (root), and print "
+                 "the SLURM_CONF line jobs need",
+        "stop": "stop it (its daemons and leftover job steps, by PID) and remove its folder",
+        "status": "show its nodes, partitions, daemons and SLURM_CONF line",
+        "site": "with --start: shape it like this Slurm site (its partitions, limits, cores, "
+                "GPUs as GRES on stand-in devices, required account); default: nodes n1 and n2, "
+                "partition debug",
+    },
+    types={"site": flags.SITE},
+)
+def local_slurm(c, start=False, stop=False, status=False, site=None):
+    """A two-node Slurm cluster on this machine, to try invoke job --submit --wait without one.
+
+    The same cluster the test suite runs its batch jobs on; needs root and Debian's slurm-wlm
+    and munge (./setup.sh installs them)."""
+    _no_dry(c, "local-slurm starts and stops daemons and has no dry run")
+    actions = [name for name, on in (("start", start), ("stop", stop), ("status", status)) if on]
+    if len(actions) != 1:
+        raise UsageError("name one of --start, --stop or --status", flag="--start")
+    if site and not start:
+        raise UsageError("goes with --start", flag="--site")
+    app.local_slurm(_project(c), action=actions[0], site=flags.SITE("--site", site))

@@ -125,6 +125,10 @@ def plain(line: str) -> str:
     return _ESCAPE.sub("", line)
 
 
+#: A FATAL line that says only which exit status ended a build step.
+_EXIT_ONLY = re.compile(r"exit status \d+\s*\Z")
+
+
 class CommandFailed(ContainersError):
     """An external command failed: its argv, exit code and last output lines are kept."""
 
@@ -145,7 +149,11 @@ class CommandFailed(ContainersError):
         # a FATAL line says what went wrong; an error line (a wrapper's traceback ends in one)
         # only that something did
         fatal = [ln for ln in worth if "FATAL" in ln]
-        flagged = fatal or [ln for ln in worth if "ERROR" in ln or "rror:" in ln]
+        errors = [ln for ln in worth if ("ERROR" in ln or "rror:" in ln) and "FATAL" not in ln]
+        flagged = fatal or errors
+        if fatal and errors and all(_EXIT_ONLY.search(ln) for ln in fatal):
+            # the engine's FATAL says only that %post exited non-zero: the tool's error says why
+            flagged = errors[-(lines - 1):] + fatal[-1:]
         shown = (flagged or worth)[-lines:]
         return text + (": " + " | ".join(shown) if shown else "")
 

@@ -118,6 +118,20 @@ def not_a_folder(path: Path) -> str | None:
     return None
 
 
+def swappable_parent(path: Path) -> Path | None:
+    """The first folder above ``path`` that is world-writable without the sticky bit, else None: in such a folder anyone may
+    rename ``path`` away and put their own in its place (``/tmp`` has the bit: there only an
+    entry's owner may rename it)."""
+    for folder in (path, *path.parents):
+        try:
+            mode = os.stat(folder).st_mode
+        except FileNotFoundError:
+            continue
+        if folder != path and mode & 0o002 and not mode & stat.S_ISVTX:
+            return folder
+    return None
+
+
 def first_link(base: Path, path: Path) -> Path | None:
     """The first folder or file of ``path`` below ``base`` that is a symbolic link (``lstat``
     at every level; ``base`` itself is the caller's choice and not checked), else None."""

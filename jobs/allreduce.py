@@ -571,6 +571,20 @@ def op_summaries(report: dict[str, Any], ops: list[Collective], world_size: int,
     return found
 
 
+def print_header(args: argparse.Namespace, sizes: list[int], env: DistEnv, backend: str,
+                 ranks: list[dict[str, Any]], hostnames: list[str], ops: list[Any],
+                 refused: dict[str, str], periods: dict[str, int]) -> None:
+    """Rank 0's header: the run, each op refused or left unchecked and why, the table head."""
+    print(format_header(args, sizes, env, backend, ranks, len(hostnames)), flush=True)
+    for op in ops:
+        if op.name in refused:
+            print(f"# {op.name}: {refused[op.name]}", flush=True)
+        elif args.check and not periods[op.name]:
+            print(f"# {op.name}: check disabled: {args.dtype} cannot hold exact sums over "
+                  f"{env.world_size} ranks", flush=True)
+    print(format_table_header(), flush=True)
+
+
 def run(args: argparse.Namespace, env: DistEnv) -> int:
     """Benchmark every op at every size, print on rank 0, write the JSON files; return the exit
     status."""
@@ -595,14 +609,7 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
     periods = {op.name: op.period(dtype, env.world_size) if args.check else 0 for op in ops}
     runnable = [(op, periods[op.name]) for op in ops if op.name not in refused]
     if leader:
-        print(format_header(args, sizes, env, backend, ranks, len(hostnames)), flush=True)
-        for op in ops:
-            if op.name in refused:
-                print(f"# {op.name}: {refused[op.name]}", flush=True)
-            elif args.check and not periods[op.name]:
-                print(f"# {op.name}: check disabled: {args.dtype} cannot hold exact sums over "
-                      f"{env.world_size} ranks", flush=True)
-        print(format_table_header(), flush=True)
+        print_header(args, sizes, env, backend, ranks, hostnames, ops, refused, periods)
 
     report: dict[str, Any] = {
         "benchmark": BENCHMARK if args.op == [BENCHMARK] else "collectives", "ops": args.op,

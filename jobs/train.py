@@ -47,6 +47,7 @@ import argparse
 import gc
 import importlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -61,6 +62,7 @@ import dsconfig
 import models
 import trainloop
 import workload
+from trainreport import FastPath, TrainReport
 from workload import EXIT_FAILED, EXIT_OK, UsageError
 
 DEFAULT_DATASET = {"cnn": "mnist", "vit": "cifar100", "wideresnet": "cifar100",
@@ -85,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         "local CIFAR-100 / MNIST data, with per-epoch time, loss, accuracy and throughput.",
         epilog=workload.EPILOG.format(
             failed="run did not hold up (ranks disagree, non-finite loss)"))
+    add_what_flags(parser)
+    add_how_flags(parser)
+    add_deepspeed_and_run_flags(parser)
+    return parser
+
+
+def add_what_flags(parser: argparse.ArgumentParser) -> None:
+    """What is trained, on what data, for how long."""
     parser.add_argument(
         "--example", choices=choices.EXAMPLES, default="ddp",
         help="distribution strategy: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard), "
@@ -118,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
          "DataLoader worker processes per rank; the data are in memory and batches are sliced "
          "in one operation, so 0 is usually fastest"),
     ])
+
+
+def add_how_flags(parser: argparse.ArgumentParser) -> None:
+    """How it is trained: batch, optimizer, precision and the fast path."""
     parser.add_argument(
         "--batch-size", type=workload.positive_int, default=None,
         help="GLOBAL batch size per optimizer step, split evenly over the ranks; must be "
@@ -160,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
         "before fully_shard; DeepSpeed: engine.compile()); the first step's time, which "
         "compiles, is reported as compile_s and left out of epoch 1's throughput; validation "
         "runs eager (default: off)")
+
+
+def add_deepspeed_and_run_flags(parser: argparse.ArgumentParser) -> None:
+    """DeepSpeed's own, when to stop, the seed, and the flags every workload takes."""
     parser.add_argument(
         "--zero-stage", type=int, choices=choices.ZERO_STAGES, default=None,
         help="DeepSpeed ZeRO stage: picks jobs/ds_config/zeroN.json, or overrides "
@@ -189,7 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="set by the deepspeed launcher; ignored: the local rank is read from LOCAL_RANK "
         "(or SLURM_LOCALID)")
-    return parser
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,27 +318,40 @@ def check_batch(args: argparse.Namespace, env: distenv.DistEnv) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
-    placement = workload.place_rank(args, env)  # first: pinned before anything touches a GPU
-    started = distenv.now_iso()
-    leader = env.rank == 0
-    dataset = args.dataset or DEFAULT_DATASET[args.model]
-    spec = data_mod.SPECS[dataset]
+@dataclass
+class Prepared:
+    """Everything a rank sets up before the process group exists (so a user's mistake fails
+    every rank at once, instead of one rank waiting on another that already left)."""
 
-    # Everything a user can get wrong is checked before the process group exists, so every
-    # rank fails the same way at once instead of waiting on a rank that already left.
+    placement: workload.Placement
+    dataset: str
+    precision: str
+    lr: Optional[float]
+    make_optimizer: Any
+    model: torch.nn.Module
+    ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]]
+    plan: Optional[dsconfig.PrecisionPlan]
+    channels_last: tuple[bool, str]
+    train_set: data_mod.ImageTensors
+    val_set: data_mod.ImageTensors
+    source: str
+    resident: tuple[bool, str]
+    notes: list[str]
+
+
+def prepare(args: argparse.Namespace, env: distenv.DistEnv) -> Prepared:
+    placement = workload.place_rank(args, env)  # first: pinned before anything touches a GPU
+    dataset = args.dataset or DEFAULT_DATASET[args.model]
     check_batch(args, env)
-    backend, device = placement.backend, placement.device
-    on_cpu = device.type != "cuda"
+    device = placement.device
     precision = trainloop.resolve_precision(args.precision, device)
     make_optimizer, lr = make_optimizer_factory(args)
     notes: list[str] = list(getattr(args, "preset_notes", []))
-    model = build_model(args, spec)
-    ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]] = None
-    plan: Optional[dsconfig.PrecisionPlan] = None
+    model = build_model(args, data_mod.SPECS[dataset])
+    ds_config, plan = None, None
     if args.example == "deepspeed":
         config, path, changes, plan = load_ds_config(
-            args, env, on_cpu, trainloop.resolve_precision("auto", device),
+            args, env, device.type != "cuda", trainloop.resolve_precision("auto", device),
             trainloop.has_batchnorm(model))
         ds_config = (config, path, changes)
         if plan.compute != plan.asked:
@@ -329,99 +359,110 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
         precision = plan.compute
         lr = config.get("optimizer", {}).get("params", {}).get("lr", lr)
         require_deepspeed()
-    channels_last, channels_last_why = choose_channels_last(args, device)
+    channels_last = choose_channels_last(args, device)
     train_set, val_set, source, resident, resident_why = load_data(args, dataset, device, notes)
     if len(train_set) < args.batch_size:
         raise UsageError(f"{len(train_set)} training samples are fewer than one global batch "
                          f"(--batch-size {args.batch_size}); raise --samples")
+    return Prepared(placement=placement, dataset=dataset, precision=precision, lr=lr,
+                    make_optimizer=make_optimizer, model=model, ds_config=ds_config, plan=plan,
+                    channels_last=channels_last, train_set=train_set, val_set=val_set,
+                    source=source, resident=(resident, resident_why), notes=notes)
 
-    parameters = models.count_parameters(model)  # before wrapping: FSDP and ZeRO-3 shard them
 
-    workload.join_group(env, backend, args.timeout_s)
-    ranks = devices.gather_ranks(placement.probe, device)
+def new_report(args: argparse.Namespace, env: distenv.DistEnv, ready: Prepared,
+               strategy: trainloop.Strategy, ranks: list[dict[str, Any]],
+               parameters: int, started: str) -> TrainReport:
+    """The report as it stands before the first epoch (its results are filled in later)."""
+    device = ready.placement.device
     hostnames = [info["hostname"] for info in ranks]
-    nodes = len(set(hostnames))
-    ctx = trainloop.RunContext(env=env, device=device, backend=backend, precision=precision,
-                               channels_last=channels_last, compile=args.compile)
-    strategy = make_strategy(args, ctx, ds_config, plan)
-    strategy.setup(model, make_optimizer)
-    if strategy.compile_note:
-        notes.append(strategy.compile_note)
+    from_config = args.example == "deepspeed" and ready.ds_config and \
+        ready.ds_config[0].get("optimizer")
+    report = TrainReport(
+        example=args.example, model=args.model, model_size=args.model_size,
+        model_name=models.describe_model(args.model, args.model_size), parameters=parameters,
+        dataset=ready.dataset, data=ready.source, train_samples=len(ready.train_set),
+        val_samples=len(ready.val_set), world_size=env.world_size,
+        nodes=len(set(hostnames)), gpus=env.world_size if device.type == "cuda" else 0,
+        hostnames=hostnames, ranks=ranks, launcher=env.launcher,
+        backend=ready.placement.backend, device=device.type, expect_gpu=args.expect_gpu,
+        device_name=distenv.describe_device(device), precision=ready.precision,
+        global_batch_size=args.batch_size,
+        optimizer="from ds_config" if from_config else args.optimizer, lr=ready.lr,
+        seed=args.seed, epochs_requested=args.epochs, target_accuracy=args.target_accuracy,
+        torch_version=torch.__version__, runtime=distenv.runtime_versions(),
+        fast_path=FastPath(channels_last=ready.channels_last[0],
+                           autocast=strategy.autocast_dtype, data_on_device=ready.resident[0],
+                           compile=args.compile and strategy.compile_note is None),
+        fast_path_reasons={"channels_last": ready.channels_last[1],
+                           "data_on_device": ready.resident[1]},
+        mixed_precision="", mixed_precision_reason="",
+        published_figures=published_figures(args.model, args.model_size), notes=ready.notes,
+        started=started)
+    report.update(**strategy.describe())
+    return report
 
-    out = Path(args.out)
-    gpus = env.world_size if device.type == "cuda" else 0
-    report: dict[str, Any] = {
-        "example": args.example, "model": args.model, "model_size": args.model_size,
-        "model_name": models.describe_model(args.model, args.model_size),
-        "parameters": parameters,
-        "dataset": dataset, "data": source, "train_samples": len(train_set),
-        "val_samples": len(val_set),
-        "world_size": env.world_size, "nodes": nodes, "gpus": gpus, "hostnames": hostnames,
-        "ranks": ranks, "launcher": env.launcher, "backend": backend, "device": device.type,
-        "expect_gpu": args.expect_gpu,
-        "device_name": distenv.describe_device(device), "precision": precision,
-        "global_batch_size": args.batch_size, "micro_batch_size": None,
-        "optimizer": "from ds_config" if args.example == "deepspeed" and
-        ds_config and ds_config[0].get("optimizer") else args.optimizer,
-        "lr": lr, "seed": args.seed, "epochs_requested": args.epochs,
-        "target_accuracy": args.target_accuracy,
-        "torch_version": torch.__version__, "runtime": distenv.runtime_versions(),
-        "fast_path": {
-            "channels_last": channels_last, "autocast": strategy.autocast_dtype,
-            "data_on_device": resident,
-            "compile": args.compile and strategy.compile_note is None,
-            "compile_s": None, "host_sync": "per epoch"},
-        "fast_path_reasons": {"channels_last": channels_last_why,
-                              "data_on_device": resident_why},
-        "logits_dtype": None,
-        "published_figures": published_figures(args.model, args.model_size),
-        "epochs": [], "final": None, "loss_first": None, "loss_last": None,
-        "throughput": None, "throughput_per_device": None, "total_time_s": None,
-        "params_consistent": None,
-        "consistency": None, "notes": notes, "ok": False, "error": None,
-        "started": started, "finished": None,
-    }
-    report.update(strategy.describe())
-    settings = trainloop.TrainSettings(
-        epochs=args.epochs, global_batch=args.batch_size, target_accuracy=args.target_accuracy,
-        seed=args.seed, num_workers=args.num_workers, out=out, data_on_device=resident)
 
-    def say(line: str) -> None:
-        if leader:
-            print(line, flush=True)
-
-    trainer = trainloop.Trainer(ctx=ctx, strategy=strategy, settings=settings,
-                                train_set=train_set, val_set=val_set, report=report, say=say)
-    report["micro_batch_size"] = trainer.micro_batch
-    say(format_header(report))
-    for note in notes:
-        say(f"# note: {note}")
-    if leader:
-        distenv.write_json(out / "train.json", report)
-
+def train_and_check(trainer: trainloop.Trainer, report: TrainReport, say) -> int:
+    """The epochs, then (when they all ran) whether every rank holds the same model."""
     status = EXIT_OK
     try:
         trainer.run()
     except trainloop.RunFailed as err:
-        report["error"] = str(err)
+        report.error = str(err)
         say(f"FAILED: {err}")
         status = EXIT_FAILED
     if trainer.epochs and status == EXIT_OK:
         consistency = trainer.check_consistency()
-        report["consistency"] = consistency
-        report["params_consistent"] = consistency["params_consistent"]
+        report.consistency = consistency
+        report.params_consistent = consistency["params_consistent"]
         if not consistency["params_consistent"]:
-            report["error"] = "parameters differ across ranks after training"
+            report.error = "parameters differ across ranks after training"
             status = EXIT_FAILED
         say(format_summary(report))
+    return status
+
+
+def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
+    started = distenv.now_iso()
+    ready = prepare(args, env)
+    parameters = models.count_parameters(ready.model)  # before wrapping: FSDP, ZeRO-3 shard
+    placement, device = ready.placement, ready.placement.device
+    workload.join_group(env, placement.backend, args.timeout_s)
+    ranks = devices.gather_ranks(placement.probe, device)
+    ctx = trainloop.RunContext(env=env, device=device, backend=placement.backend,
+                               precision=ready.precision, channels_last=ready.channels_last[0],
+                               compile=args.compile)
+    strategy = make_strategy(args, ctx, ready.ds_config, ready.plan)
+    strategy.setup(ready.model, ready.make_optimizer)
+    if strategy.compile_note:
+        ready.notes.append(strategy.compile_note)
+    out = Path(args.out)
+    report = new_report(args, env, ready, strategy, ranks, parameters, started)
+    settings = trainloop.TrainSettings(
+        epochs=args.epochs, global_batch=args.batch_size, target_accuracy=args.target_accuracy,
+        seed=args.seed, num_workers=args.num_workers, out=out, data_on_device=ready.resident[0])
+
+    def say(line: str) -> None:
+        if env.rank == 0:
+            print(line, flush=True)
+
+    trainer = trainloop.Trainer(ctx=ctx, strategy=strategy, settings=settings,
+                                train_set=ready.train_set, val_set=ready.val_set,
+                                report=report, say=say)
+    report.micro_batch_size = trainer.micro_batch
+    say(format_header(report))
+    for note in report.notes:
+        say(f"# note: {note}")
+    trainer.write_report()
+    status = train_and_check(trainer, report, say)
     report.update(ok=status == EXIT_OK, finished=distenv.now_iso())
-    if leader:
-        distenv.write_json(out / "train.json", report)
+    trainer.write_report()
     # Free the wrapped model, its optimizer and any pending collective work while the process
     # group and the interpreter are still alive: FSDP's and DeepSpeed's objects form reference
     # cycles, and gloo work objects released only during interpreter shutdown can abort the
     # process ("terminate called without an active exception") after a successful run.
-    del trainer, strategy, model
+    del trainer, strategy, ready
     gc.collect()
     dist.barrier()
     workload.finish(out, env, teardown=not args.no_teardown, status=status)
@@ -463,59 +504,56 @@ def on_off(value: bool) -> str:
     return "on" if value else "off"
 
 
-def format_header(report: dict[str, Any]) -> str:
-    fast, why = report["fast_path"], report["fast_path_reasons"]
+def format_header(report: TrainReport) -> str:
+    fast, why = report.fast_path, report.fast_path_reasons
     lines = [
-        (f"# train: example {report['example']}  model {report['model_name']} "
-         f"({report['parameters']:,} parameters)  dataset {report['dataset']}: "
-         f"{report['data']}"),
-        (f"# ranks {report['world_size']}  nodes {report['nodes']}  GPUs {report['gpus']}  "
-         f"launcher {report['launcher']}  backend {report['backend']}  device "
-         f"{report['device_name']}  precision {report['precision']}"),
-        (f"# global batch {report['global_batch_size']} ({report['micro_batch_size']} per rank "
-         f"per micro-step)  optimizer {report['optimizer']}  lr {report['lr']}  "
-         f"epochs {report['epochs_requested']}  torch {report['torch_version']}"),
-        (f"# mixed precision: {report['mixed_precision']} "
-         f"({report['mixed_precision_reason']})"),
-        (f"# fast path: channels_last {on_off(fast['channels_last'])} "
-         f"({why['channels_last']}), data on device {on_off(fast['data_on_device'])} "
-         f"({why['data_on_device']}), compile {on_off(fast['compile'])}, autocast "
-         f"{fast['autocast'] or 'none'}, host sync {fast['host_sync']}"),
+        (f"# train: example {report.example}  model {report.model_name} "
+         f"({report.parameters:,} parameters)  dataset {report.dataset}: {report.data}"),
+        (f"# ranks {report.world_size}  nodes {report.nodes}  GPUs {report.gpus}  "
+         f"launcher {report.launcher}  backend {report.backend}  device "
+         f"{report.device_name}  precision {report.precision}"),
+        (f"# global batch {report.global_batch_size} ({report.micro_batch_size} per rank "
+         f"per micro-step)  optimizer {report.optimizer}  lr {report.lr}  "
+         f"epochs {report.epochs_requested}  torch {report.torch_version}"),
+        f"# mixed precision: {report.mixed_precision} ({report.mixed_precision_reason})",
+        (f"# fast path: channels_last {on_off(fast.channels_last)} "
+         f"({why['channels_last']}), data on device {on_off(fast.data_on_device)} "
+         f"({why['data_on_device']}), compile {on_off(fast.compile)}, autocast "
+         f"{fast.autocast or 'none'}, host sync {fast.host_sync}"),
     ]
-    if report["example"] == "deepspeed":
-        lines.append(f"# deepspeed {report.get('deepspeed_version')}  ZeRO stage "
-                     f"{report.get('zero_stage')}  config {report.get('ds_config')}  "
-                     f"overrides {report.get('ds_config_overrides')}")
-        if report.get("zero_stage") == 3:
-            lines.append(f"# ZeRO-3 parameter tensors: {report.get('zero3_partitioned_params')} "
-                         f"partitioned, {report.get('zero3_persistent_params')} persistent "
+    if report.example == "deepspeed":
+        lines.append(f"# deepspeed {report.deepspeed_version}  ZeRO stage "
+                     f"{report.zero_stage}  config {report.ds_config}  "
+                     f"overrides {report.ds_config_overrides}")
+        if report.zero_stage == 3:
+            lines.append(f"# ZeRO-3 parameter tensors: {report.zero3_partitioned_params} "
+                         f"partitioned, {report.zero3_persistent_params} persistent "
                          "(at or below stage3_param_persistence_threshold elements)")
-    if report["example"] == "fsdp":
-        lines.append(f"# {report.get('fsdp_api')}  units {report.get('fsdp_units')}")
-    lines += devices.format_rank_lines(report["ranks"])
+    if report.example == "fsdp":
+        lines.append(f"# {report.fsdp_api}  units {report.fsdp_units}")
+    lines += devices.format_rank_lines(report.ranks)
     return "\n".join(lines)
 
 
-def format_summary(report: dict[str, Any]) -> str:
-    consistency = report["consistency"]
-    final = report["final"]
+def format_summary(report: TrainReport) -> str:
+    consistency, final = report.consistency or {}, report.final
+    assert final is not None and report.throughput is not None
     agree = "yes" if consistency["params_consistent"] else "NO"
     buffers = "yes" if consistency["buffers_consistent"] else "NO"
-    per_device = trainloop.per_device_label(report["device"])
+    per_device = trainloop.per_device_label(report.device)
     lines = [
-        (f"Training complete. Final Loss: {final['loss']:.4f}, Final Accuracy: "
-         f"{final['accuracy']:.4f}, Validation Accuracy: {final['val_accuracy']:.4f}"),
-        (f"Total Time: {report['total_time_s']:.2f}s, Throughput: {report['throughput']:.1f} "
-         f"samples/s ({report['throughput_per_device']:.1f} {per_device}), Epochs: "
-         f"{report['epochs_run']}/{report['epochs_requested']}"),
-        (f"Total ranks: {report['world_size']}, GPUs: {report['gpus']}, "
-         f"nodes: {report['nodes']}"),
+        (f"Training complete. Final Loss: {final.loss:.4f}, Final Accuracy: "
+         f"{final.accuracy:.4f}, Validation Accuracy: {final.val_accuracy:.4f}"),
+        (f"Total Time: {report.total_time_s:.2f}s, Throughput: {report.throughput:.1f} "
+         f"samples/s ({report.throughput_per_device:.1f} {per_device}), Epochs: "
+         f"{report.epochs_run}/{report.epochs_requested}"),
+        f"Total ranks: {report.world_size}, GPUs: {report.gpus}, nodes: {report.nodes}",
         (f"Parameters consistent across ranks: {agree} (sha256 "
          f"{consistency['param_sha256'][:16]}, checksum {consistency['param_checksum']:.6f}, "
          f"{consistency['method']}); buffers consistent: {buffers}"),
     ]
     lines += [f"Published for comparison (not a pass criterion): {figure}"
-              for figure in report["published_figures"]]
+              for figure in report.published_figures]
     return "\n".join(lines)
 
 

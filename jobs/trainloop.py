@@ -61,6 +61,7 @@ import data as data_mod
 import distenv
 import dsconfig
 from distenv import DistEnv
+from trainreport import Final, TrainReport
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -509,7 +510,7 @@ class Trainer:
     settings: TrainSettings
     train_set: data_mod.ImageTensors
     val_set: data_mod.ImageTensors
-    report: dict[str, Any]
+    report: TrainReport
     say: Callable[[str], None]
     epochs: list[EpochResult] = field(default_factory=list)
     logits_dtype: Optional[str] = None
@@ -624,12 +625,11 @@ class Trainer:
                 compile_s=compile_s, **memory)
             self.epochs.append(result)
             if compile_s is not None:
-                self.report["fast_path"]["compile_s"] = round(compile_s, 6)
-            self.report["logits_dtype"] = self.logits_dtype
+                self.report.fast_path.compile_s = round(compile_s, 6)
+            self.report.logits_dtype = self.logits_dtype
             self.say(self.format_epoch(result))
-            self.report["epochs"].append(result.as_dict())
-            if self.ctx.leader:
-                distenv.write_json(settings.out / "train.json", self.report)
+            self.report.epochs.append(result.as_dict())
+            self.write_report()
             dist.barrier()
             if not math.isfinite(result.loss):
                 raise RunFailed(f"training loss is {result.loss} at epoch {result.epoch}")
@@ -664,18 +664,21 @@ class Trainer:
         timed = samples - self.first_step_samples() * len(compiling)
         throughput = timed / timed_s if timed_s > 0 else 0.0
         target = self.settings.target_accuracy
-        self.report.update({
-            "epochs_run": len(self.epochs),
-            "final": {"loss": last.loss, "accuracy": last.accuracy, "val_loss": last.val_loss,
-                      "val_accuracy": last.val_accuracy},
-            "loss_first": first.loss, "loss_last": last.loss,
-            "samples_trained": samples, "train_time_s": round(train_s, 6),
-            "total_time_s": round(total_s, 6),
-            "throughput": throughput,
-            "throughput_per_device": throughput / self.ctx.env.world_size,
-            "reached_target": None if target is None else last.val_accuracy >= target,
-            "early_stopped": len(self.epochs) < self.settings.epochs,
-        })
+        self.report.update(
+            epochs_run=len(self.epochs),
+            final=Final(loss=last.loss, accuracy=last.accuracy, val_loss=last.val_loss,
+                        val_accuracy=last.val_accuracy),
+            loss_first=first.loss, loss_last=last.loss,
+            samples_trained=samples, train_time_s=round(train_s, 6),
+            total_time_s=round(total_s, 6), throughput=throughput,
+            throughput_per_device=throughput / self.ctx.env.world_size,
+            reached_target=None if target is None else last.val_accuracy >= target,
+            early_stopped=len(self.epochs) < self.settings.epochs)
+
+    def write_report(self) -> None:
+        """Rank 0 writes ``train.json`` (atomically), the whole typed shape every time."""
+        if self.ctx.leader:
+            distenv.write_json(self.settings.out / "train.json", self.report.as_dict())
 
     def check_consistency(self) -> dict[str, Any]:
         """Fingerprint the full parameters (and buffers) on every rank and compare them."""

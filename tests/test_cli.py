@@ -18,6 +18,8 @@ from invoke import Collection
 
 import tasks
 from containers.host.process import descendants
+from containers.prove.smoke import SMOKE
+from containers.prove.train import TRAIN
 from tests.fixtures import ROOT
 
 
@@ -34,7 +36,7 @@ def cli_project(factory_cli_project, tmp_path) -> Path:
 
 
 TASKS = ("check", "targets", "build", "smoke", "train", "job", "publish", "verify",
-         "verdict", "inspect", "diff", "run", "shell", "jobs", "cache")
+         "verdict", "inspect", "diff", "run", "shell", "jobs", "cache", "local-slurm")
 #: Box-drawing characters: a table piped or logged has none.
 BOX = re.compile("[\u2500-\u257f]")
 
@@ -339,6 +341,27 @@ def test_dry_run_prints_exact_plan_and_runs_nothing(cli_project: Path, tmp_path:
     assert not (tmp_path / "images").exists() and not (tmp_path / "work").exists()
 
 
+def test_dry_run_says_the_examples_check_says(cli_project: Path) -> None:
+    """One judgement, printed by both: the info line naming the examples the target's
+    environment can run; a --build-arg NGC_TAG makes the declared torch unknown, in a warning
+    naming the flag."""
+    def info(result: subprocess.CompletedProcess) -> list[str]:
+        assert result.returncode == 0, result.stderr
+        return [line for line in result.stdout.splitlines() if line.startswith("info: ")]
+
+    checked = info(_invoke(cli_project, "check", "--target", "cpu"))
+    assert checked == ["info: target cpu: examples ddp, deepspeed, fsdp"]
+    assert info(_invoke(cli_project, "build", "--target", "cpu", "--dry-run")) == checked
+    tagged = _invoke(cli_project, "build", "--target", "olivia-cuda", "--dry-run",
+                     "--build-arg", "NGC_TAG=24.10-py3")
+    assert info(tagged) == ["info: target olivia-cuda: examples ddp, deepspeed, fsdp"]
+    assert [line for line in tagged.stdout.splitlines() if line.startswith("warning: ")] == [
+        f"warning: {cli_project / 'recipes' / 'olivia-cuda.yaml'}: torch: torch version unknown "
+        "(--build-arg NGC_TAG=24.10-py3 builds on another base than the one whose torch "
+        "olivia-cuda.yaml declares ('torch: 2.8.0a0')): cannot check the examples' needs (ddp "
+        ">= 2.0, deepspeed >= 2.0, fsdp >= 2.6)"]
+
+
 SLOW_DEF = """Bootstrap: localimage
 From: {{ BASE_IMAGE }}
 
@@ -434,9 +457,24 @@ def test_invoke_job_takes_every_run_option_of_smoke_and_train() -> None:
                 .get_arguments()}
 
     job = flags_of("job")
-    for kind in ("smoke", "train"):
-        own = {name for name in flags_of(kind) if name not in launch_only}
-        table = {name for name, (kinds, _, _) in tasks.RUN_OPTIONS.items()
-                 if kind in kinds.split("/")}
-        assert own == table, kind
+    for kind in (SMOKE, TRAIN):
+        own = {name for name in flags_of(kind.name) if name not in launch_only}
+        table = {name for name in tasks.RUN_OPTIONS if name in kind.run_options}
+        assert own == table == set(kind.run_options), kind.name
         assert table <= set(job)
+
+
+def test_job_refuses_a_command_word_that_is_not_utf8(cli_project: Path, tmp_path: Path) -> None:
+    """A batch script is UTF-8 text: a byte that is not is refused in one line (it was a
+    UnicodeEncodeError from the script writer), and no script is written."""
+    script = tmp_path / "F.sh"
+    result = subprocess.run([os.fsencode(sys.executable), b"-m", b"invoke", b"job",
+                             b"--site", b"local-slurm", b"--workload", b"run", b"--out",
+                             os.fsencode(script), b"--",
+                             b"echo", b"caf\xe9"], cwd=cli_project, capture_output=True,
+                            text=True, errors="replace", timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert _one_line_error(result) == (
+        "error: 'caf\\xe9' holds bytes that are not UTF-8, and a job script is UTF-8 text: "
+        "pass such a value through a file or an environment variable")
+    assert not script.exists()

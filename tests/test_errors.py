@@ -58,3 +58,19 @@ def test_problems_one_line_each_then_the_count() -> None:
     assert one.value is first  # a single problem stays itself: its one line is unchanged
     with pytest.raises(Problems):
         raise_all([first, second])
+
+
+def test_a_build_failing_in_post_quotes_the_tools_own_error_not_only_the_exit_status() -> None:
+    """Apptainer's FATAL after a failed %post says only the exit status; pip's ERROR before it
+    says why (no matching distribution), and both are quoted."""
+    output = ["Collecting nosuchpkg==9.9",
+              "ERROR: Could not find a version that satisfies the requirement nosuchpkg==9.9 "
+              "(from versions: none)",
+              "ERROR: No matching distribution found for nosuchpkg==9.9",
+              "FATAL:   While performing build: while running engine: exit status 1"]
+    error = CommandFailed("apptainer build of cpu", returncode=255, output=output)
+    assert str(error) == (
+        "apptainer build of cpu failed (exit 255): ERROR: Could not find a version that "
+        "satisfies the requirement nosuchpkg==9.9 (from versions: none) | ERROR: No matching "
+        "distribution found for nosuchpkg==9.9 | FATAL:   While performing build: while running "
+        "engine: exit status 1")

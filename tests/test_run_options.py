@@ -73,8 +73,17 @@ def test_qos_reservation_and_directives_reach_the_preamble(ctx, tmp_path) -> Non
 @pytest.mark.parametrize("args, message", [
     (dict(directive=["--x=$(id)"]), "error: --directive: '--x=$(id)' is not one scheduler "
      "option"),
-    (dict(directive=["--a=1\n#SBATCH --b"]), "error: --directive: "),
-    (dict(qos="de vel"), "error: --qos: 'de vel' is not a qos name"),
+    (dict(directive=["--a=1\n#SBATCH --b"]), "error: --directive: '--a=1\\n#SBATCH --b' is "
+     "not one scheduler option"),
+    (dict(directive=["--time=9-00:00:00"]), "error: --directive names time, which the tool "
+     "sets: use --time (got '--time=9-00:00:00')"),
+    (dict(directive=["--export=ALL,LD_PRELOAD=/tmp/x.so"]), "error: --directive refuses "
+     "export"),
+    (dict(qos="de vel"), "error: --qos takes a name: 1-64 letters, digits and _ . + - (not "
+     "starting with . or -) (got 'de vel')"),
+    (dict(qos="--x"), "error: --qos takes a name"),
+    (dict(account="proj@x"), "error: --account takes an account name"),
+    (dict(account="-proj"), "error: --account takes an account name"),
     (dict(target="derecho-cuda", account="a1", qos="devel"),
      "error: --qos: PBS has no qos directive"),
 ])
@@ -83,4 +92,5 @@ def test_bad_scheduler_lines_are_refused(ctx, tmp_path, args, message) -> None:
     with pytest.raises(Exit) as refused:
         tasks.job(ctx, out=str(tmp_path / "job.sh"), **args)
     assert refused.value.message.startswith(message)
+    assert "\n" not in refused.value.message
     assert not (tmp_path / "job.sh").exists()

@@ -17,6 +17,7 @@ module             commands
 ``judging``        ``invoke verdict`` (a batch job's results)
 ``publishing``     ``invoke publish``, ``invoke verify``
 ``inspecting``     ``invoke inspect``, ``invoke diff``
+``localslurm``     ``invoke local-slurm`` (a Slurm cluster on this machine)
 =================  =============================================
 """
 
@@ -27,6 +28,7 @@ from containers.app.inputs import check_inputs, targets_report
 from containers.app.inspecting import diff, inspect
 from containers.app.jobs import JobSubmission, job
 from containers.app.judging import judge_results
+from containers.app.localslurm import local_slurm
 from containers.app.project import Project
 from containers.app.publishing import publish, verify
 from containers.app.running import run_command, shell
@@ -34,4 +36,4 @@ from containers.app.workloads import prove, smoke_history, train
 
 __all__ = ["Project", "build", "package_cache", "check_inputs", "targets_report", "job",
            "JobSubmission", "judge_results", "prove", "smoke_history", "train", "publish",
-           "verify", "inspect", "diff", "run_command", "shell", "jobs_report"]
+           "verify", "inspect", "diff", "run_command", "shell", "jobs_report", "local_slurm"]

@@ -16,7 +16,7 @@ from containers.image.arch import emulation
 from containers.image.gather import gather_host
 from containers.image.plan import BuildPlan, BuildStep, fakeroot_refusal, plan_build
 from containers.inputs.recipes import Target
-from containers.inputs.validate import host_path_policy
+from containers.inputs.validate import example_findings, host_path_policy
 from containers.report import Say, say_line as _print, show_command
 
 
@@ -80,7 +80,8 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
         raise refusal
     cli_args = dict(build_args or {})
     try:
-        cache = gather_cache(project.settings.cache_dir, use=not no_cache)
+        cache = gather_cache(project.settings.cache_dir, use=not no_cache,
+                             group=project.settings.cache_group)
     except ConfigError as exc:
         raise project.setting_error(exc) from exc
     host = gather_host(project.root, project.settings.images_dir, runtime,
@@ -89,9 +90,12 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
     plan = plan_build(project.targets, item.name, settings=project.settings, host=host,
                       cli_args=cli_args, force=force)
     say(f"runtime: {runtime.label}")
-    for step in plan.pending:  # host_paths: warn (forbid already refused them while planning)
-        for warning in host_path_policy(step.target)[1]:
+    for step in plan.pending:  # errors were raised while planning; warnings and infos as check
+        _, warnings, infos = example_findings(step.target)  # says them (torch as this build's)
+        for warning in [*host_path_policy(step.target)[1], *warnings]:
             say(f"warning: {warning}")
+        for info in infos:
+            say(f"info: {info}")
     if foreign:
         say(foreign)
     for number, step in enumerate(plan.steps, start=1):

@@ -20,6 +20,7 @@ from containers.batch import follow
 from containers.errors import ContainersError, StateError, VerdictFailed
 from containers.files import read_regular_json
 from containers.host.process import capture
+from containers.inputs.flags import JOB_ID
 from containers.report import Say, console, say_line as _print, table
 
 POLL_SECONDS = 3.0
@@ -94,20 +95,45 @@ def follow_job(scheduler: str, job_id: str, *, results: Path | None, output: str
     return record
 
 
+def _index(project: Project) -> list[dict]:
+    """The jobs index's entries; an index that is not a regular file is one line."""
+    path = project.settings.results_dir / "jobs" / follow.INDEX
+    try:
+        return follow.read_index(path.parent)
+    except (OSError, ValueError) as exc:  # FileRefused: a FIFO, a device, a huge file
+        raise StateError(f"{path}: cannot read the jobs index: {exc}; move it away (invoke "
+                         "job --submit starts a new one)") from None
+
+
+def _row(entry: dict) -> dict | None:
+    """An index entry with its state now and its verdict; None for an entry no job of this
+    tool wrote (its id is not one sbatch or qsub prints), so it hides no other job."""
+    try:
+        job_id = JOB_ID.parse(entry.get("job_id"))
+    except ValueError:
+        return None
+    scheduler = entry.get("scheduler") if entry.get("scheduler") in ("slurm", "pbs") \
+        else "slurm"
+    verdict = None
+    if isinstance(entry.get("results"), str) and entry["results"]:
+        try:
+            record = read_regular_json(Path(entry["results"]) / "verdict.json")
+            if isinstance(record, dict):
+                verdict = "PASS" if follow.verdict_code(record) == 0 else "FAIL"
+        except (OSError, ValueError):
+            verdict = None
+    state = follow.job_state(scheduler, job_id, ask)
+    return {**entry, "job_id": job_id, "state": state or "ended", "verdict": verdict}
+
+
+def _cell(value: object) -> str:
+    """An index value as a table shows it: text as it is, anything else empty."""
+    return value if isinstance(value, str) else ""
+
+
 def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -> list[dict]:
     """The jobs this checkout submitted, newest last, with their state now and verdict."""
-    entries = follow.read_index(project.settings.results_dir / "jobs")
-    rows = []
-    for entry in entries:
-        state = follow.job_state(entry.get("scheduler", "slurm"), str(entry["job_id"]), ask)
-        verdict = None
-        if entry.get("results"):
-            try:
-                record = read_regular_json(Path(entry["results"]) / "verdict.json")
-                verdict = "PASS" if follow.verdict_code(record) == 0 else "FAIL"
-            except (OSError, ValueError):
-                verdict = None
-        rows.append({**entry, "state": state or "ended", "verdict": verdict})
+    rows = [row for row in map(_row, _index(project)) if row is not None]
     if as_json:
         say(json.dumps({"jobs": rows}, indent=2))
         return rows
@@ -116,7 +142,7 @@ def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -
         return rows
     console().print(table(f"jobs ({len(rows)})", ("job", "workload", "target", "site",
                                                    "submitted", "state", "verdict"),
-                          [(str(r["job_id"]), r.get("workload", ""), r.get("target", ""),
-                            r.get("site", ""), r.get("submitted", ""), r["state"],
+                          [(r["job_id"], *(_cell(r.get(key)) for key in (
+                              "workload", "target", "site", "submitted")), r["state"],
                             r["verdict"] or "-") for r in rows]))
     return rows

@@ -22,8 +22,10 @@ from containers.image import inspect as probing, provenance, sitefit
 from containers.image.arch import site_arches
 from containers.inputs.sites import Site
 from containers.publish import catalogue as cat, diff as diffing
+from containers.publish.diff import shown
 from containers.publish.checks import find_verdict, smoke_summary
 from containers.report import Say, console, human_bytes, say_line as _print, table
+from containers.run.needs import PYTHON, refuse_lacking
 
 PUBLISHED = re.compile(r"(?P<dest>.+):(?P<target>[A-Za-z0-9][A-Za-z0-9._-]*)"
                        r"@(?P<version>[^@/:]+)\Z")
@@ -107,6 +109,7 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
         raise UsageError("give --target or --image, not both", flag="--image")
     spec = image or target or project.default_target()
     ref = resolve(project, spec, flag="--image" if image else "--target")
+    refuse_lacking(ref.record, image=ref.image, need=PYTHON, doing="invoke inspect")
     runtime = project.runtime()
     if not as_json:
         say(f"reading {ref.image} (one {runtime.flavour} exec of its python)")
@@ -129,20 +132,19 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
 
 def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
     stack = report["stack"]
-    rows = [(key, stack.get(key) if stack.get(key) is not None else "-") for key in
-            probing.STACK_KEYS]
+    rows = [(key, shown(stack.get(key))) for key in probing.STACK_KEYS]
     rows.append(("size", human_bytes(report["size_bytes"])))
     rows.append(("packages", f"{report['packages']['debian']} Debian, "
                              f"{report['packages']['pip']} pip"))
     sbom = report.get("sbom")
-    rows.append(("sbom", f"{sbom['path']} {sbom['counts']}" if sbom else "none"))
+    rows.append(("sbom", f"{sbom['path']} ({shown(sbom['counts'])})" if sbom else "none"))
     record = report.get("provenance") or {}
-    rows.append(("provenance", f"inputs {str(record.get('inputs_hash', '-'))[:16]}, built "
-                               f"{record.get('build_date', '-')}, sha256 "
-                               f"{str(record.get('sha256', '-'))[:12]}" if record else "none"))
+    rows.append(("provenance", f"inputs {shown(record.get('inputs_hash'))[:16]}, built "
+                               f"{shown(record.get('build_date'))}, sha256 "
+                               f"{shown(record.get('sha256'))[:12]}" if record else "none"))
     for key, value in sorted(report["labels"].items()):
         if key != "containers.pip-freeze":
-            rows.append((f"label {key}", value))
+            rows.append((f"label {key}", shown(value)))
     console().print(table(f"inspect {report['image']}", ["what", "value"], rows))
     if report.get("site"):
         say(f"site fit ({report['site']}):" if findings else
@@ -160,6 +162,7 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
         ref = resolve(project, spec, flag=flag)
         if not ref.image.is_file():
             raise StateError(f"{flag} {spec}: {ref.image} is not there")
+        refuse_lacking(ref.record, image=ref.image, need=PYTHON, doing="invoke diff")
         if not as_json:
             say(f"reading {ref.image} (one {runtime.flavour} exec of its python)")
         facts = probing.probe(runtime, ref.image, sha256=ref.record.get("sha256"))

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from containers.app import following
+from containers.app.following import follow_job
 from containers.app.project import Project
 from containers.batch import follow, job as batch, judgeenv
 from containers.errors import ImageMissing, UsageError, on_disk
@@ -20,8 +20,8 @@ from containers.host.process import capture
 from containers.inputs.envspec import load_target_env
 from containers.inputs.recipes import Target
 from containers.inputs.sites import Site, get_site
-from containers.prove.smoke import SmokeOptions
-from containers.prove.train import TrainOptions
+from containers.prove.kind import Options
+from containers.prove.registry import kind_of
 from containers.report import Say, say_line as _print
 from containers.unique import claim_file
 
@@ -39,7 +39,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         nodes: int = 1, gpus_per_node: int | None = None, time: str | int | None = None,
         account: str | None = None, partition: str | None = None, launcher: str | None = None,
         out: str | Path | None = None, submit: bool = False, nccl_debug: bool = False,
-        options: SmokeOptions | TrainOptions | None = None, qos: str | None = None,
+        options: Options | None = None, qos: str | None = None,
         reservation: str | None = None, directives: tuple[str, ...] = (),
         command: tuple[str, ...] = (), wait: bool = False,
         say: Say = _print) -> JobSubmission:
@@ -60,13 +60,13 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                                launcher=launcher, nccl_debug=nccl_debug, options=options,
                                qos=qos, reservation=reservation, directives=tuple(directives),
                                command=tuple(command),
-                               workdir=os.getcwd() if workload == "run" else None)
+                               workdir=os.getcwd() if kind_of(workload).takes_command
+                               else None)
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
     judge = _judge_env(project, item, workload)
     planned = batch.plan_job(item, where, settings=project.settings, request=request,
                              host_arch=host_arch(), site_arch=home.arch if home else None,
                              venv=venv, environ=os.environ, judge=judge)
-    jobs_dir = project.settings.results_dir / "jobs"
     with on_disk("create the job's output folder", planned.output_folder):
         planned.output_folder.mkdir(parents=True, exist_ok=True)
     if script is None and not submit:
@@ -74,30 +74,55 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         return JobSubmission(job=planned)
     text = planned.text
     if judge is None and _foreign(item, workload):
-        unknown = (f"the verdict of {item.name}'s jobs runs in the image on its {item.arch} "
-                   "nodes, and neither the image's build record (stack.python) nor its env spec "
-                   "(python=) says which Python it has")
-        if submit:
-            raise UsageError(f"not submitted: {unknown}: build the image first, or pin python= "
-                             "in its env spec", flag="--submit")
-        # written for reading before the build: what only the build tells is said at its top
-        head, _, rest = text.partition("\n")
-        text = (f"{head}\n# NOT READY TO SUBMIT: {unknown}; build the image, then write this "
-                f"script again (invoke job ... --out) or submit it (--submit)\n{rest}")
+        text = _not_ready(item, text, submit=submit)
     if submit:  # every refusal before a script exists: none is left that looks ready to run
         _check_submittable(project, item, where, workload)
     if judge is not None:  # the verdict's packages, made here so the node needs no index
         judgeenv.prepare(judge, say=say)
-    claimed = submit and script is None
-    if claimed:
-        script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
-    assert script is not None
+    if not submit:
+        assert script is not None
+        _write(script, text)
+        say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
+        return JobSubmission(job=planned, script=script)
+    submission = _submit(project, planned, script, index={
+        "workload": workload, "target": item.name, "site": where.name}, say=say)
+    if wait:
+        results = planned.results_of(submission.job_id or "")
+        follow_job(planned.scheduler.name, submission.job_id or "", say=say,
+                   results=Path(results) if results else None,
+                   output=planned.output_of(submission.job_id or ""))
+    return submission
+
+
+def _not_ready(item: Target, text: str, *, submit: bool) -> str:
+    """A job whose verdict runs in an image whose Python is not known yet: a submission is
+    refused; a script written for reading before the build says so at its top."""
+    unknown = (f"the verdict of {item.name}'s jobs runs in the image on its {item.arch} "
+               "nodes, and neither the image's build record (stack.python) nor its env spec "
+               "(python=) says which Python it has")
+    if submit:
+        raise UsageError(f"not submitted: {unknown}: build the image first, or pin python= "
+                         "in its env spec", flag="--submit")
+    head, _, rest = text.partition("\n")
+    return (f"{head}\n# NOT READY TO SUBMIT: {unknown}; build the image, then write this "
+            f"script again (invoke job ... --out) or submit it (--submit)\n{rest}")
+
+
+def _write(script: Path, text: str) -> None:
     with on_disk("write the job script", script):
         atomic_write_text(script, text)
         script.chmod(0o755)
-    if not submit:
-        say(f"wrote {os.path.relpath(script)} ({planned.scheduler.submit_command} it to run)")
-        return JobSubmission(job=planned, script=script)
+
+
+def _submit(project: Project, planned: batch.Job, script: Path | None, *, index: dict,
+            say: Say) -> JobSubmission:
+    """Write the script (a claimed name under ``results/jobs`` unless ``--out`` named one),
+    submit it, and add the job to the index ``invoke jobs`` reads."""
+    jobs_dir = project.settings.results_dir / "jobs"
+    claimed = script is None
+    if script is None:
+        script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
+    _write(script, planned.text)
     try:
         job_id = planned.scheduler.parse_job_id(
             capture(planned.scheduler.submit_argv(script), timeout=120))
@@ -111,21 +136,16 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         + f", script {os.path.relpath(script)}")
     with on_disk("add the job to the index", jobs_dir):
         follow.append_index(jobs_dir, {
-            "job_id": job_id, "scheduler": planned.scheduler.name, "workload": workload,
-            "target": item.name, "site": where.name, "script": str(script),
-            "output": planned.output_of(job_id), "results": results,
+            "job_id": job_id, "scheduler": planned.scheduler.name, **index,
+            "script": str(script), "output": planned.output_of(job_id), "results": results,
             "submitted": datetime.datetime.now().isoformat(timespec="seconds")})
-    if wait:
-        following.follow_job(planned.scheduler.name, job_id, say=say,
-                             results=Path(results) if results else None,
-                             output=planned.output_of(job_id))
     return JobSubmission(job=planned, script=script, job_id=job_id)
 
 
 def _check_submittable(project: Project, item: Target, where: Site, workload: str) -> None:
     """What a submission needs that a written script does not: the image itself, of the
     architecture of the site's nodes (from its build record, not its name)."""
-    if workload == "build":
+    if kind_of(workload).builds_image:
         return
     image = project.settings.image_path(item.name)
     if not image.is_file():
@@ -139,10 +159,10 @@ def _check_submittable(project: Project, item: Target, where: Site, workload: st
 
 
 def _foreign(item: Target, workload: str) -> bool:
-    """A smoke or training job whose nodes are of another architecture than this machine:
-    this checkout's environment cannot judge there (a build job makes its own; a run job
-    judges with jobs/runverdict.py)."""
-    return workload not in ("build", "run") and item.arch != host_arch()
+    """A job this checkout judges (smoke, training) whose nodes are of another architecture
+    than this machine: this checkout's environment cannot judge there (a build job has no
+    verdict; a run job judges with jobs/runverdict.py)."""
+    return kind_of(workload).judge == "checkout" and item.arch != host_arch()
 
 
 def _judge_env(project: Project, item: Target, workload: str) -> judgeenv.JudgeEnv | None:

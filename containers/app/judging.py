@@ -26,6 +26,7 @@ from containers.files import read_regular_json, read_regular_text
 from containers.image import provenance
 from containers.inputs.sites import get_site
 from containers.prove import verdict
+from containers.prove.registry import WORKLOADS
 from containers.report import Say, say_line as _print
 from containers.run.workload import collect
 
@@ -37,9 +38,7 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     (:func:`containers.prove.verdict.check`: exit 2 for sanity, 3 for performance)."""
     folder = Path(results).resolve()
     job = _job_record(folder)
-    if job.get("workload") == "run":  # judged in the job by the image's Python
-        raise VerdictFailed(f"verdict FAILED: {folder} is a run job's; the job judges itself "
-                            "(jobs/runverdict.py writes its verdict.json)")
+    _check_judged_here(folder, job["workload"])
     item = project.target(job["target"])
     site = get_site(project.sites, job["site"])
     try:
@@ -83,6 +82,21 @@ def _job_record(folder: Path) -> dict:
         raise VerdictFailed(f"verdict FAILED: {path} does not describe a job (needs "
                             f"{', '.join(batch.RECORD_KEYS)})")
     return record
+
+
+def _check_judged_here(folder: Path, workload: object) -> None:
+    """Only a kind this checkout judges (:attr:`WorkloadKind.judge`) is judged here: a run job
+    judges itself in the image, a build job has no verdict, an unknown name is no job's."""
+    kind = WORKLOADS.get(workload) if isinstance(workload, str) else None
+    if kind is None:
+        raise VerdictFailed(f"verdict FAILED: {folder / batch.JOB_RECORD} names workload "
+                            f"{workload!r}, none the tool knows ({', '.join(WORKLOADS)})")
+    if kind.judge == "image":
+        raise VerdictFailed(f"verdict FAILED: {folder} is a {workload} job's; the job judges "
+                            "itself (jobs/runverdict.py writes its verdict.json)")
+    if kind.judge != "checkout":
+        raise VerdictFailed(f"verdict FAILED: {folder} is a {workload} job's, which has no "
+                            "verdict")
 
 
 def image_reasons(project: Project, target: str, folder: Path) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from containers.app.project import Project
 from containers.app.workloads import prove
+from containers.image.plan import chain_hashes
 from containers.image.arch import check_arch, recorded_arch, site_arches
 from containers.inputs.recipes import Target
 from containers.prove.smoke import SmokeOptions
@@ -51,7 +52,8 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
                                        skip_checks=skip_checks)
     item = project.target(request.target)
     site = project.site_of(item)
-    plan = publisher.plan_publish(request, target=item, site=site, settings=project.settings)
+    plan = publisher.plan_publish(request, target=item, site=site, settings=project.settings,
+                                  inputs_hash=chain_hashes(project.targets, item.name)[item.name])
     runtime = project.runtime(flavour=site.runtime)
     check_arch(recorded_arch(plan.provenance, plan.image, runtime),
                site_arches(site, project.targets), image=os.path.relpath(plan.image),

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import time
+from dataclasses import replace
 from typing import Sequence
 
 from containers.app.project import Project
@@ -20,12 +21,19 @@ from containers.app.workloads import guard_run
 from containers.errors import ContainersError, ImageMissing, VerdictFailed, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import run_stamp
-from containers.host.process import run
+from containers.inputs.recipes import Target
 from containers.report import Say, say_line as _print, show_command
 from containers.run import allocation
-from containers.run.command import KIND, plan_command, shell_argv
-from containers.run.workload import first_failure
+from containers.run.command import KIND, CommandRun, plan_command, shell_argv
+from containers.run.needs import PYTHON, check_image, command_need, image_lacking
+from containers.run.workload import first_failure, run_logged
 from containers.unique import claim_folder
+
+
+#: Seconds the device gate may take before the command is not started.
+GATE_TIMEOUT = 300
+#: ``status.json``'s exit status of a run stopped by Ctrl-C (the shell's 128 + SIGINT).
+INTERRUPTED = 130
 
 
 class CommandExit(ContainersError):
@@ -47,70 +55,110 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
     placement = allocation.across_nodes(nodes, dry_run=dry_run)
-    stamp = run_stamp()
-    planned = plan_command(item, site, settings=project.settings, runtime=runtime,
-                           command=command, ranks=gpus, run_id=stamp, timeout=timeout or 0,
-                           launcher=launcher, placement=placement, strict=not dry_run)
+
+    def planned_as(run_id: str, strict: bool = True, gate: bool = True) -> CommandRun:
+        return plan_command(item, site, settings=project.settings, runtime=runtime,
+                            command=command, ranks=gpus, run_id=run_id, timeout=timeout or 0,
+                            launcher=launcher, placement=placement, strict=strict, gate=gate)
+
+    planned = _fit_image(project, item, planned_as(run_stamp(), strict=not dry_run),
+                         launcher=launcher, say=say)
     if not dry_run:  # refused before its folder is claimed: nothing is left behind
         guard_run(project, item.name, runtime)
         if not planned.workload.image.is_file():
             raise ImageMissing(planned.workload.image, item.name)
-        claimed = claim_folder(planned.workload.out_dir.parent, planned.workload.out_dir.name)
-        if claimed != planned.workload.out_dir.name:
-            planned = plan_command(item, site, settings=project.settings, runtime=runtime,
-                                   command=command, ranks=gpus, timeout=timeout or 0,
-                                   run_id=claimed.removeprefix(f"{item.name}-"),
-                                   launcher=launcher, placement=placement)
+        out = planned.workload.out_dir
+        claimed = claim_folder(out.parent, out.name)
+        if claimed != out.name:
+            planned = planned_as(claimed.removeprefix(f"{item.name}-"),
+                                 gate=planned.gate is not None)
+    _announce(planned, target=item.name, site=site.name, launcher=launcher, dry_run=dry_run,
+              say=say)
+    if not dry_run:
+        _run(planned, timeout=timeout, say=say)
+    return 0
+
+
+def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dry_run: bool,
+              say: Say) -> None:
+    """The run as it will start: ranks, where its log goes, the exact gate and command."""
     workload = planned.workload
     ranks = workload.ranks if launcher else 1
-    say(f"run: {item.name} on site {site.name}, {ranks} rank{'s' * (ranks != 1)}"
+    say(f"run: {target} on site {site}, {ranks} rank{'s' * (ranks != 1)}"
         + ("" if launcher else " (no launcher)")
         + ("" if dry_run else f", log in {os.path.relpath(workload.out_dir / 'run.log')}"))
     if planned.gate:
         say(f"  gate {show_command(planned.gate)}")
     say(f"  run  {show_command(workload.argv)}")
-    if dry_run:
-        return 0
-    with on_disk("open the run's log", workload.out_dir / "run.log"):
-        log = open(workload.out_dir / "run.log", "w", encoding="utf-8")
-    lines: list[str] = []
-    started = time.monotonic()
-    with log:
-        def on_line(line: str) -> None:
-            log.write(line + "\n")
-            log.flush()
-            lines.append(line)
-            say(line)
 
-        gate_code = 0
-        if planned.gate:
-            gate = run(planned.gate, timeout=300, on_line=on_line)
-            gate_code = gate.returncode if not gate.timed_out else 124
-        if gate_code:
-            _status(workload.out_dir, planned.command, returncode=None, gate=gate_code,
-                    seconds=time.monotonic() - started)
-            said = [ln for ln in lines if ln.startswith("device gate: FAIL")]
-            raise VerdictFailed(
-                (said[-1] if said else f"device gate: the probe in the image failed (exit "
-                 f"{gate_code})") + f"; {' '.join(planned.command)} was not started (log: "
-                f"{os.path.relpath(workload.out_dir / 'run.log')})")
-        completed = run(workload.argv, timeout=timeout or None, on_line=on_line)
-    failure = first_failure(lines)
-    code = 124 if completed.timed_out else completed.returncode
-    _status(workload.out_dir, planned.command, returncode=code, gate=0 if planned.gate else None,
-            seconds=time.monotonic() - started, first_failure=failure)
+
+def _run(planned: CommandRun, *, timeout: float | None, say: Say) -> None:
+    """The gate, then the command, through the one run-and-log path; ``status.json`` records
+    how it ended (a Ctrl-C included: recorded as interrupted, then it stops the tool), and a
+    failure raises with the reason the log gives."""
+    out, gate = planned.workload.out_dir, planned.gate
+    log, shown = os.path.relpath(out / "run.log"), show_command(list(planned.command))
+    started = time.monotonic()
+    try:
+        logged = run_logged([*([(gate, GATE_TIMEOUT)] if gate else []),
+                             (planned.workload.argv, timeout or None)], out_dir=out, say=say)
+    except KeyboardInterrupt:  # Ctrl-C: the log says so, and so does status.json
+        _status(out, planned.command, returncode=INTERRUPTED, gate=0 if gate else None,
+                seconds=time.monotonic() - started, interrupted=True)
+        raise
+    if gate and len(logged.steps) == 1 and not logged.last.ok:
+        code = 124 if logged.last.timed_out else logged.last.returncode
+        _status(out, planned.command, returncode=None, gate=code, seconds=logged.seconds)
+        said = [ln for ln in logged.lines if ln.startswith("device gate: FAIL")]
+        raise VerdictFailed(
+            (said[-1] if said else f"device gate: the probe in the image failed (exit {code})")
+            + f"; {shown} was not started (log: {log})")
+    completed, failure = logged.last, first_failure(logged.lines)
+    code = command_status(completed.returncode, completed.timed_out, failure)
+    _status(out, planned.command, returncode=code, gate=0 if gate else None,
+            seconds=logged.seconds, first_failure=failure)
     if code == 0:
         say(f"run: exit 0 ({completed.seconds:.1f} s)")
-        return 0
+        return
     where = f"rank {failure[0]} failed first (exit {failure[1]})" if failure else f"exit {code}"
-    raise CommandExit(f"{' '.join(planned.command)}: {where}"
+    raise CommandExit(f"{shown}: {where}"
                       + (f", timed out after {timeout:.0f} s" if completed.timed_out else "")
-                      + f"; log: {os.path.relpath(workload.out_dir / 'run.log')}", code)
+                      + f"; log: {log}", code)
+
+
+def command_status(returncode: int, timed_out: bool, failure: tuple[int, int] | None) -> int:
+    """What ``invoke run`` exits with: 124 after its timeout; the first failing rank's own
+    status where the launcher names one (torchrun exits 1 whatever its ranks exited with, and
+    a batch run of the same command gives the rank's); else the launcher's."""
+    if timed_out:
+        return 124
+    if returncode and failure is not None and 0 < failure[1] < 256:
+        return failure[1]
+    return returncode
+
+
+def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher: bool,
+               say: Say) -> CommandRun:
+    """Before anything starts: refuse a launcher the image cannot start (torchrun needs its
+    torch), in one line; leave out the device gate of an image without Python (the gate is a
+    Python program; the command needs none), saying so. A CPU site has no gate to leave out."""
+    if launcher and (need := command_need(planned.workload)):
+        check_image(item, project.settings, need=need,
+                    doing=f"invoke run's launcher ({planned.workload.launcher.name})",
+                    hint="--no-launcher runs the command as one process without it")
+    lacks = image_lacking(item, project.settings, PYTHON) if planned.gate else None
+    if lacks:
+        say(f"  no device gate: {lacks} (the gate is a Python program); the command starts "
+            "without it")
+        return replace(planned, gate=None)
+    return planned
 
 
 def _status(out, command: Sequence[str], *, returncode: int | None, gate: int | None,
-            seconds: float, first_failure: tuple[int, int] | None = None) -> None:
+            seconds: float, first_failure: tuple[int, int] | None = None,
+            interrupted: bool = False) -> None:
     record = {"kind": KIND, "command": list(command), "exit_status": returncode,
+              "interrupted": interrupted,
               "device_gate": None if gate is None else ("pass" if gate == 0 else "fail"),
               "first_failure": None if first_failure is None else
               {"rank": first_failure[0], "exit_code": first_failure[1]},
@@ -138,5 +186,6 @@ def shell(project: Project, *, target: str | None, command: Sequence[str] = (),
     # The terminal is the user's: stdin, stdout and stderr are passed through, not captured.
     code = subprocess.call(argv)
     if code:
-        raise CommandExit(f"{' '.join(command) or 'shell'}: exit {code}", code)
+        raise CommandExit(f"{show_command(list(command)) if command else 'shell'}: exit {code}",
+                          code)
     return 0

@@ -30,6 +30,7 @@ from containers.prove.train import TrainOptions, parse_scaling, scaling_rows, wi
 from containers.report import (Say, console, deferred, plot_scaling, say_line as _print,
                                show_command, table)
 from containers.run import allocation
+from containers.run.needs import TORCH, check_image
 from containers.run.workload import Placement, Workload
 from containers.unique import claim_folder
 
@@ -172,6 +173,8 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
     partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
     here = placement is None and (not dry_run or site.name == project.current_site().name)
     machine = machine_here(site.gpus.kind)  # probed only if a run is checked, once for them all
+    first = runs[0][0]  # every run is of one kind: an image without torch runs none of them
+    check_image(item, project.settings, need=TORCH, doing=first.kind.title(first))
     if not dry_run:
         guard_run(project, item.name, runtime)
     done: list[verdict.Result | Workload] = []

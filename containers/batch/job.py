@@ -31,34 +31,33 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from containers import __version__, walltime
-from containers.batch.schedulers import (DIRECTIVE_SAFE, SCHEDULERS, Resources, Scheduler,
-                                         directive, extra_directive)
+from containers.batch.schedulers import (SCHEDULERS, Resources, Scheduler, directive,
+                                         extra_directive)
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
 from containers.batch.runjob import run_lines, run_record, with_workdir
 from containers.batch.script import SHELL_VARS, Script, assign, command, ref, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
 from containers.image.plan import fakeroot_refusal
+from containers.inputs import flags
 from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Partition, Qos, Site
-from containers.prove.kind import WorkloadKind, plan as plan_run
+from containers.prove import registry
+from containers.prove.kind import Options, WorkloadKind, plan as plan_run
 from containers.prove.smoke import SmokeOptions
-from containers.prove.train import EXAMPLES, TrainOptions
+from containers.prove.train import TrainOptions
 from containers.run import launchers
 from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.layout import at_least_one
 from containers.run.command import CommandRun, check_command, plan_command
 from containers.run.workload import Placement, Workload
 
-WORKLOADS = ("smoke", *EXAMPLES, "run", "build")
-#: What each workload is expected to need (seconds); a partition's limit caps it.
-ESTIMATE = {"smoke": 30 * 60, "build": 2 * 3600}
-TRAIN_ESTIMATE = 3600
+WORKLOADS = tuple(registry.WORKLOADS)
 #: The variables the scheduler's submit command reads an account from, when no flag or setting
 #: names one (sbatch reads SBATCH_ACCOUNT itself; SLURM_ACCOUNT is the current allocation's).
 #: PBS Pro's qsub reads none: ``-A`` in the script is the only way.
@@ -93,19 +92,22 @@ class JobRequest:
     command: tuple[str, ...] = ()
     workdir: str | None = None
 
+    @property
+    def kind(self) -> WorkloadKind:
+        """What the workload is (:mod:`containers.prove.registry`): the request asks it, never
+        the name."""
+        return registry.kind_of(self.workload)
+
     def __post_init__(self) -> None:
-        if self.workload not in WORKLOADS:
-            raise UsageError(f"--workload must be one of {', '.join(WORKLOADS)} (got "
-                             f"'{self.workload}'){suggest(self.workload, WORKLOADS)}",
-                             flag="--workload")
+        kind = registry.kind_of(self.workload)
         at_least_one(self.nodes, "--nodes")
-        if self.workload == "run":
+        if kind.takes_command:
             object.__setattr__(self, "command", check_command(self.command))
         elif self.command:
             raise UsageError(f"a command after -- goes with --workload run, not --workload "
                              f"{self.workload}", flag="--")
-        if self.workload == "build" and self.nodes != 1:
-            raise UsageError(f"a build job runs on one node (got --nodes {self.nodes})",
+        if not kind.multinode and self.nodes != 1:
+            raise UsageError(f"a {self.workload} job runs on one node (got --nodes {self.nodes})",
                              flag="--nodes")
         if self.gpus_per_node is not None:
             at_least_one(self.gpus_per_node, "--gpus-per-node")
@@ -117,16 +119,14 @@ class JobRequest:
         elif self.time is not None and (isinstance(self.time, bool) or self.time <= 0):
             raise UsageError(f"--time must be more than zero (got {self.time!r})",
                              flag="--time")
-        if self.account is not None and not DIRECTIVE_SAFE.match(self.account):
-            raise UsageError(f"--account '{self.account}' is not an account name",
-                             flag="--account")
+        # the flag types' rules, whoever builds the request (one validation layer)
+        flags.ACCOUNT("--account", self.account)
         if self.launcher is not None:
             launchers.named(self.launcher)
-        for flag, value in (("--qos", self.qos), ("--reservation", self.reservation)):
-            if value is not None and not DIRECTIVE_SAFE.match(value):
-                raise UsageError(f"'{value}' is not a {flag[2:]} name", flag=flag)
-        object.__setattr__(self, "directives", tuple(extra_directive(text)
-                                                     for text in self.directives))
+        flags.SCHEDULER_NAME("--qos", self.qos)
+        flags.SCHEDULER_NAME("--reservation", self.reservation)
+        object.__setattr__(self, "directives", tuple(
+            flags.DIRECTIVE("--directive", extra_directive(text)) for text in self.directives))
 
 
 # ------------------------------------------------------------------------------------- the job
@@ -173,7 +173,7 @@ def _check_site(request: JobRequest, target: Target, site: Site, site_arch: str 
                          f"site {site.name} has {_KINDS[site.gpus.kind]}")
     if site_arch and target.arch != site_arch:
         where = (f"; build it on an {target.arch} machine (invoke build --target "
-                 f"{target.name} there)" if request.workload == "build" else "")
+                 f"{target.name} there)" if request.kind.builds_image else "")
         raise UsageError(f"target {target.name} is {target.arch} but site {site.name}'s "
                          f"nodes are {site_arch}{where}")
     if request.partition is not None and site.partitions and \
@@ -181,11 +181,6 @@ def _check_site(request: JobRequest, target: Target, site: Site, site_arch: str 
         raise UsageError(f"unknown partition '{request.partition}' for site {site.name}"
                          f"{suggest(request.partition, site.partitions)}; known: "
                          f"{', '.join(site.partitions)}", flag="--partition")
-
-
-def estimate(workload: str) -> int:
-    """The wall time a workload is expected to need (seconds), before any partition's cap."""
-    return ESTIMATE.get(workload, TRAIN_ESTIMATE)
 
 
 def fit_time(request: JobRequest, site: Site, partition: Partition,
@@ -202,7 +197,7 @@ def fit_time(request: JobRequest, site: Site, partition: Partition,
                                  f"of site {site.name} allows ({walltime.format(limit)}"
                                  f"{source})", flag="--time")
         return request.time
-    return min([estimate(request.workload),
+    return min([request.kind.estimate,
                 *(limit for _, limit, _ in limits if limit is not None)])
 
 
@@ -273,6 +268,31 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
                      f"containers.account) in invoke.yaml{env}")
 
 
+@dataclass(frozen=True)
+class Frame:
+    """What every job of a request has, whatever it runs: its name, output, partition, time and
+    account, and the header comments that say where each came from."""
+
+    name: str
+    output: str
+    partition: Partition
+    qos: Qos | None
+    time: int
+    account: str | None
+    comments: list[str]
+
+    def resources(self, site: Site, request: JobRequest, *, nodes: int, shape: Shape,
+                  gpus: int) -> Resources:
+        return Resources(name=self.name, nodes=nodes, tasks_per_node=shape.tasks_per_node,
+                         cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
+                         time=walltime.format(self.time), partition=self.partition.name or None,
+                         account=self.account, output=self.output, exclusive=shape.exclusive,
+                         mem_per_gpu_gb=site.memory.per_gpu_gb,
+                         gpu_request=self.partition.gpu_request or site.gpus.request,
+                         gres_type=self.partition.gres_type or site.gpus.gres_type,
+                         **_extra(request))
+
+
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
              host_arch: str, site_arch: str | None = None, venv: Path | None = None,
              environ: Mapping[str, str] | None = None, judge: JudgeEnv | None = None) -> Job:
@@ -286,102 +306,127 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     target's architecture is not ``host_arch`` (this checkout's environment cannot run there).
     """
     _check_site(request, target, site, site_arch)
-    scheduler = SCHEDULERS[site.scheduler]
-    build = request.workload == "build"
-    if build:
-        refusal = fakeroot_refusal(target, site)
-        if refusal is not None:
-            raise refusal
-    full_name = f"{request.workload}-{target.name}"
-    directive(full_name, "job name")
-    name = scheduler.job_name(full_name)
-    output = scheduler.output_dir(settings.results_dir / "jobs", name)
-    partition_name = request.partition or (site.build_partition if build else None) \
-        or site.default_partition
-    partition = site.partition(partition_name)
-    qos = site.qos.get(request.qos or "")
-    time = fit_time(request, site, partition, qos)
-    account, account_from = resolve_account(request, site, settings, environ or {})
-    gpu_request = partition.gpu_request or site.gpus.request
-    gres_type = partition.gres_type or site.gpus.gres_type
-    root = settings.root
-    comments = [f"invoke job: {request.workload} of image {target.name} on site {site.name} "
-                f"(hpc-containers {__version__})"
-                + (f", job name {name} ({full_name})" if name != full_name else ""),
-                f"submit: {scheduler.submit_command} FILE; output: {output} (invoke job made "
-                f"its folder)",
-                f"partition {partition_name or '(the scheduler default)'}, time "
-                f"{walltime.format(time)}"
-                + (f" (partition limit {walltime.format(partition.max_time)})"
-                   if partition.max_time else "")
-                + (f", account from {account_from}" if account_from else "")
-                + (" (sbatch reads it at submission)" if account_from == "SBATCH_ACCOUNT"
-                   else "")]
-    body = [f"cd {word(str(root))}", ""]
-    if build:  # a build needs no GPU: none on a partition without them (LUMI-C's small)
-        gpus = 1 if site.gpus.per_node and partition.gpus_per_node != 0 else 0
-        check_partition(site, partition, nodes=1, gpus_per_node=gpus)
-        check_qos(site, qos, nodes=1, gpus_per_node=gpus)
-        res = Resources(name=name, nodes=1, tasks_per_node=1, cpus_per_task=cores_for(site, 1),
-                        gpus_per_node=gpus, time=walltime.format(time), partition=partition_name,
-                        account=account, output=output, mem_per_gpu_gb=site.memory.per_gpu_gb,
-                        gpu_request=gpu_request, gres_type=gres_type, **_extra(request))
-        body += _module_lines(site.modules)
-        body += _build_body(target, root=root, host_arch=host_arch, venv=venv)
-        script = Script(directives=scheduler.preamble(res), comments=comments, body=body)
-        return Job(request=request, target=target, site=site, scheduler=scheduler,
-                   launcher=None, resources=res, text=script.render(), results=None)
-
+    if request.kind.builds_image and (refusal := fakeroot_refusal(target, site)) is not None:
+        raise refusal
+    frame = job_frame(target, site, settings=settings, request=request, environ=environ or {})
+    if request.kind.builds_image:
+        return _build_job(target, site, settings=settings, request=request, frame=frame,
+                          host_arch=host_arch, venv=venv)
     gpus = _ranks_per_node(request, site)
-    check_partition(site, partition, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
-    check_qos(site, qos, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
+    check_partition(site, frame.partition, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
+    check_qos(site, frame.qos, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
+    if (refusal := transport_refusal(site, request.nodes)) is not None:
+        raise refusal
     run = job_run(target, site, settings=settings, request=request)
-    launcher, shape, workload = run.launcher, run.shape, run.workload
-    res = Resources(name=name, nodes=request.nodes, tasks_per_node=shape.tasks_per_node,
-                    cpus_per_task=shape.cpus_per_task,
-                    gpus_per_node=_gpus(site, gpus), time=walltime.format(time),
-                    partition=partition_name, account=account, output=output,
-                    exclusive=shape.exclusive, mem_per_gpu_gb=site.memory.per_gpu_gb,
-                    gpu_request=gpu_request, gres_type=gres_type, **_extra(request))
-    job_id = ref(scheduler.job_id_var)
-    multinode = request.nodes > 1
-    body += _module_lines(site.modules, site.transport.modules if multinode else ())
-    if run.meets:
-        body += [*scheduler.rendezvous_lines(), ""]
-    out_dir = str(workload.out_dir)
+    res = frame.resources(site, request, nodes=request.nodes, shape=run.shape,
+                          gpus=_gpus(site, gpus))
+    scheduler = SCHEDULERS[site.scheduler]
+    body = [f"cd {word(str(settings.root))}", "",
+            *_module_lines(site.modules, site.transport.modules if request.nodes > 1 else ()),
+            *([*scheduler.rendezvous_lines(), ""] if run.meets else [])]
     record = {"target": target.name, "site": site.name, "workload": request.workload,
-              "nodes": request.nodes, "gpus_per_node": gpus, "launcher": launcher.name,
-              "partition": partition_name,
+              "nodes": request.nodes, "gpus_per_node": gpus, "launcher": run.launcher.name,
+              "partition": frame.partition.name or None,
               "options": job_options(run.options) if run.options else {}}
     if run.command is not None:  # --workload run: the user's command, judged in the image
         body += run_lines(run.command, site=site, settings=settings, nodes=request.nodes,
                           record=with_workdir(run_record(record, request.command),
                                               request.workdir))
-        return _job(request, target, site, scheduler, launcher, res, comments, body, run,
-                    results=out_dir.replace(job_id, "{job_id}"))
+    else:
+        body += _workload_lines(target, run.workload, settings=settings, record=record,
+                                judge=judge, host_arch=host_arch, venv=venv)
+    out_dir = str(run.workload.out_dir)
+    return _job(request, target, site, scheduler, run.launcher, res, frame.comments, body, run,
+                results=out_dir.replace(ref(scheduler.job_id_var), "{job_id}"))
+
+
+def transport_refusal(site: Site, nodes: int) -> ConfigError | None:
+    """A job across nodes whose transport needs the host's network plugin and libfabric bound
+    into the container, on a site whose profile binds none: it would stop at start-up (NCCL_NET
+    names a network that cannot load), so it is refused before anything is written."""
+    transport = site.transport
+    if not (transport.host_stack and transport.applies(nodes)) or transport.binds:
+        return None
+    return ConfigError(f"a {nodes}-node job on site {site.name} needs the host's network plugin "
+                       f"and libfabric bound into the container for its transport "
+                       f"({transport.name}), and the profile binds none "
+                       "(transport.binds): run on one node (--nodes 1), or add the binds",
+                       path=site.path, line=site.lines.get("transport"), key="transport")
+
+
+def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
+              environ: Mapping[str, str]) -> Frame:
+    """The job's name (shortened with the site's words where its scheduler limits names),
+    output, partition, time and account, and the header comments that say so."""
+    scheduler = SCHEDULERS[site.scheduler]
+    full_name = f"{request.workload}-{target.name}"
+    directive(full_name, "job name")
+    name = scheduler.job_name(full_name, site.job.short_names)
+    output = scheduler.output_dir(settings.results_dir / "jobs", name)
+    partition = site.partition(request.partition or (site.build_partition
+                                                     if request.kind.builds_image else None)
+                               or site.default_partition)
+    qos = site.qos.get(request.qos or "")
+    time = fit_time(request, site, partition, qos)
+    account, account_from = resolve_account(request, site, settings, environ)
+    limit = f" (partition limit {walltime.format(partition.max_time)})" \
+        if partition.max_time else ""
+    source = (f", account from {account_from}" if account_from else "") + \
+        (" (sbatch reads it at submission)" if account_from == "SBATCH_ACCOUNT" else "")
+    comments = [f"invoke job: {request.workload} of image {target.name} on site {site.name} "
+                f"(hpc-containers {__version__})"
+                + (f", job name {name} ({full_name})" if name != full_name else ""),
+                f"submit: {scheduler.submit_command} FILE; output: {output} (invoke job made "
+                f"its folder)",
+                f"partition {partition.name or '(the scheduler default)'}, time "
+                f"{walltime.format(time)}{limit}{source}"]
+    return Frame(name=name, output=output, partition=partition, qos=qos, time=time,
+                 account=account, comments=comments)
+
+
+def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
+               frame: Frame, host_arch: str, venv: Path | None) -> Job:
+    """A build job: one task on one node; no GPU on a partition without them (LUMI-C's small),
+    else one (a build needs none, the partition may require one)."""
+    gpus = 1 if site.gpus.per_node and frame.partition.gpus_per_node != 0 else 0
+    check_partition(site, frame.partition, nodes=1, gpus_per_node=gpus)
+    check_qos(site, frame.qos, nodes=1, gpus_per_node=gpus)
+    res = frame.resources(site, request, nodes=1, gpus=gpus,
+                          shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
+    body = [f"cd {word(str(settings.root))}", "", *_module_lines(site.modules),
+            *_build_body(target, site, root=settings.root, host_arch=host_arch, venv=venv)]
+    scheduler = SCHEDULERS[site.scheduler]
+    script = Script(directives=scheduler.preamble(res), comments=frame.comments, body=body)
+    return Job(request=request, target=target, site=site, scheduler=scheduler,
+               launcher=None, resources=res, text=script.render(), results=None)
+
+
+def _workload_lines(target: Target, workload: Workload, *, settings: Settings, record: dict,
+                    judge: JudgeEnv | None, host_arch: str, venv: Path | None) -> list[str]:
+    """A smoke or training job's body after its rendezvous: the job record and the image's,
+    the launcher's step (its status kept), then the verdict as the launcher's host step."""
+    out_dir = str(workload.out_dir)
     image_record = settings.provenance_path(target.name)
-    body += [f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
-             "# What the verdict reads besides the ranks' files: the job, the image it ran",
-             f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", json.dumps(record), "JOB",
-             f"if [[ -f {word(str(image_record))} ]]; then",
-             f"    cp {word(str(image_record))} {word(out_dir + '/' + IMAGE_RECORD)}", "fi", "",
-             "# The launcher's exit status is kept (not fatal here): the verdict judges it",
-             "status=0",
-             command(workload.argv) + f" 2>&1 | tee {word(out_dir + '/run.log')} || status=$?",
-             "",
-             "# The job's exit status is the verdict's (0 PASS, 2 sanity FAIL, 3 performance);",
-             "# it reads and writes the folders this script was written for.",
-             *(f"export {name}={word(str(value))}" for name, value in (
-                 ("INVOKE_CONTAINERS_IMAGES_DIR", settings.images_dir),
-                 ("INVOKE_CONTAINERS_RESULTS_DIR", settings.results_dir),
-                 ("INVOKE_CONTAINERS_PERFLOG_DIR", settings.perflog_dir))),
-             *(_verdict_in_image(target, workload, settings, judge, out_dir,
-                                 host_arch=host_arch)
-               if judge is not None or target.arch != host_arch else
-               _invoke(target, ["verdict", "--results", out_dir, "--exit-status", ref("status")],
-                       root=root, host_arch=host_arch, venv=venv, exec_=True))]
-    return _job(request, target, site, scheduler, launcher, res, comments, body, run,
-                results=out_dir.replace(job_id, "{job_id}"))
+    folders = (("INVOKE_CONTAINERS_IMAGES_DIR", settings.images_dir),
+               ("INVOKE_CONTAINERS_RESULTS_DIR", settings.results_dir),
+               ("INVOKE_CONTAINERS_PERFLOG_DIR", settings.perflog_dir))
+    verdict = _verdict_in_image(target, workload, settings, judge, out_dir, host_arch=host_arch) \
+        if judge is not None or target.arch != host_arch else \
+        _invoke(target, ["verdict", "--results", out_dir, "--exit-status", ref("status")],
+                root=settings.root, host_arch=host_arch, venv=venv, exec_=True,
+                prefix=workload.launcher.host_step(workload.launch))
+    return [f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
+            "# What the verdict reads besides the ranks' files: the job, the image it ran",
+            f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", json.dumps(record), "JOB",
+            f"if [[ -f {word(str(image_record))} ]]; then",
+            f"    cp {word(str(image_record))} {word(out_dir + '/' + IMAGE_RECORD)}", "fi", "",
+            "# The launcher's exit status is kept (not fatal here): the verdict judges it",
+            "status=0",
+            command(workload.argv) + f" 2>&1 | tee {word(out_dir + '/run.log')} || status=$?",
+            "",
+            "# The job's exit status is the verdict's (0 PASS, 2 sanity FAIL, 3 performance);",
+            "# it reads and writes the folders this script was written for.",
+            *(f"export {name}={word(str(value))}" for name, value in folders), *verdict]
 
 
 def _job(request: JobRequest, target: Target, site: Site, scheduler: Scheduler,
@@ -437,7 +482,7 @@ def job_run(target: Target, site: Site, *, settings: Settings,
                           rendezvous=scheduler.job_time_rendezvous() if meets else None,
                           cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
     runtime = Runtime(binary=site.runtime, flavour=site.runtime, version="site")
-    if request.workload == "run":
+    if request.kind.takes_command:
         planned = plan_command(target, site, settings=settings, runtime=runtime,
                                command=request.command, ranks=gpus, timeout=0,
                                run_id=f"job{ref(scheduler.job_id_var)}", environ=SHELL_VARS,
@@ -501,37 +546,34 @@ def request_from_record(record: dict) -> JobRequest:
                       options=_record_options(record))
 
 
-def _record_options(record: dict) -> SmokeOptions | TrainOptions | None:
+def _record_options(record: dict) -> Options | None:
     given = record.get("options")
     if given is None:
         return None
     if not isinstance(given, dict):
         raise RecordOptionsError("options are not an object")
     try:
-        if record["workload"] == "smoke":
-            return SmokeOptions(gpus=int(record["gpus_per_node"]), **given)
-        return TrainOptions(example=record["workload"], gpus=int(record["gpus_per_node"]),
-                            **given)
+        return registry.kind_of(record["workload"]).make_options(
+            record["workload"], gpus=int(record["gpus_per_node"]), given=given)
     except (TypeError, UsageError) as exc:
         raise RecordOptionsError(f"options are not the job's: {exc}") from exc
 
 
-def _options(request: JobRequest, gpus: int) -> SmokeOptions | TrainOptions:
+def _options(request: JobRequest, gpus: int) -> Options:
     """The workload's options as ``invoke smoke``/``invoke train`` take them, for ``gpus`` ranks
     per node; every host variable is left for the job's shell (:data:`SHELL_VARS`)."""
-    if request.workload == "smoke":
-        given = request.options if isinstance(request.options, SmokeOptions) else None
-        return replace(given, gpus=gpus) if given else SmokeOptions(gpus=gpus)
-    given_train = request.options if isinstance(request.options, TrainOptions) else None
-    return replace(given_train, example=request.workload, gpus=gpus) if given_train \
-        else TrainOptions(example=request.workload, gpus=gpus)
+    options = request.kind.resized(request.workload, request.options, gpus=gpus)
+    assert options is not None  # a kind without options (run, build) plans no run here
+    return options
 
 
-def _build_body(target: Target, *, root: Path, host_arch: str, venv: Path | None) -> list[str]:
+def _build_body(target: Target, site: Site, *, root: Path, host_arch: str,
+                venv: Path | None) -> list[str]:
+    unset = (["# Binds the site's modules set in the submitting shell name mount points that",
+              "# the image being built lacks: the build would fail on them (job.build_unset).",
+              "unset " + " ".join(site.job.build_unset)] if site.job.build_unset else [])
     return [
-        "# Binds set in the submitting shell (LUMI's singularity-AI-bindings module, for one)",
-        "# name mount points that the image being built lacks: the build would fail on them.",
-        "unset APPTAINER_BIND SINGULARITY_BIND",
+        *unset,
         f'echo "building {target.name} on $(hostname) ($(uname -m))"',
         *_invoke(target, ["build", "--target", target.name], root=root, host_arch=host_arch,
                  venv=venv),
@@ -577,11 +619,11 @@ def _verdict_in_image(target: Target, workload: Workload, settings: Settings,
         "    exit 2",
         "fi",
         command(["mkdir", "-p", *writable]),
-        "exec " + command(judge_argv)]
+        "exec " + command([*workload.launcher.host_step(workload.launch), *judge_argv])]
 
 
 def _invoke(target: Target, args: list[str], *, root: Path, host_arch: str,
-            venv: Path | None, exec_: bool = False) -> list[str]:
+            venv: Path | None, exec_: bool = False, prefix: Sequence[str] = ()) -> list[str]:
     """Lines that run ``invoke ARGS`` on a node of ``target``'s architecture: this checkout's
     venv where the architectures match, else one of the node's own, made on first use. Only a
     build job takes the second way (building needs the whole tool, cotainr and a package index
@@ -599,4 +641,4 @@ def _invoke(target: Target, args: list[str], *, root: Path, host_arch: str,
             ("exec " if exec_ else "") + '"$venv/bin/invoke" ' + command(args),
         ]
     binary = str(venv / "bin" / "invoke") if venv is not None else "invoke"
-    return [("exec " if exec_ else "") + command([binary, *args])]
+    return [("exec " if exec_ else "") + command([*prefix, binary, *args])]

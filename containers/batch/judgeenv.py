@@ -29,12 +29,14 @@ from containers.errors import CommandFailed, on_disk
 from containers.host.process import run
 
 #: What ``import tasks`` and :mod:`containers.app.judging` import beyond the standard library
-#: (invoke, PyYAML, rich, psutil; matplotlib for the smoke verdict's busbw PNGs, which the
-#: images need not have), with all their own dependencies (pip runs with ``--no-deps``;
-#: tests/batch/test_judgeenv.py checks the list is closed under this environment's metadata).
+#: (invoke, PyYAML, rich, psutil, pydantic for the site profiles; matplotlib for the smoke
+#: verdict's busbw PNGs, which the images need not have), with all their own dependencies
+#: (pip runs with ``--no-deps``; tests/batch/test_judgeenv.py checks the list is closed under
+#: this environment's metadata and holds what judging imports).
 JUDGE_PACKAGES = ("invoke", "PyYAML", "rich", "markdown-it-py", "mdurl", "Pygments", "psutil",
                   "matplotlib", "contourpy", "cycler", "fonttools", "kiwisolver", "numpy",
-                  "packaging", "pillow", "pyparsing", "python-dateutil", "tzdata")
+                  "packaging", "pillow", "pyparsing", "python-dateutil", "tzdata", "pydantic",
+                  "pydantic-core", "annotated-types", "typing-extensions", "typing-inspection")
 #: The platforms the wheels may be for: numpy 2.3 and later ship manylinux_2_28 wheels only
 #: (glibc 2.28: Debian 10, RHEL 8, Ubuntu 20.04 and later images), older ones manylinux2014.
 PLATFORMS = ("manylinux2014", "manylinux_2_28")

@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from containers.batch.script import ref, word
 from containers.errors import CommandFailed, ConfigError, UsageError
+from containers.inputs.flags import JOB_ID
 from containers.run.rendezvous import RENDEZVOUS, Rendezvous, SchedulerRendezvous
 
 #: What a directive value may contain: schedulers read directives with their own parsers, which do
@@ -55,7 +57,7 @@ def extra_directive(text: str) -> str:
     """A ``--directive`` as the preamble writes it after ``#SBATCH``/``#PBS``; refused in one
     line unless it is one option (``--constraint=hbm``, ``-l place=scatter``)."""
     if not EXTRA_DIRECTIVE.match(text):
-        raise UsageError(f"'{text}' is not one scheduler option such as --constraint=hbm or "
+        raise UsageError(f"{text!r} is not one scheduler option such as --constraint=hbm or "
                          "-l place=scatter (one line; letters, digits and _ @ % + = : , . / - "
                          "in its value)", flag="--directive")
     return text
@@ -92,8 +94,9 @@ class Scheduler:
     def preamble(self, res: Resources) -> list[str]:
         raise NotImplementedError
 
-    def job_name(self, name: str) -> str:
-        """The name the scheduler is given for a job called ``name``."""
+    def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
+        """The name the scheduler is given for a job called ``name`` (``short_names``: the
+        site's shorter words, where the scheduler limits a name's length)."""
         return name
 
     def output_dir(self, folder: Path, name: str) -> str:
@@ -110,10 +113,20 @@ class Scheduler:
         return [self.submit_command, str(script)]
 
     def parse_job_id(self, stdout: str) -> str:
+        """The id in the submit command's last line, checked (:data:`JOB_ID`): it becomes an
+        argument of the state queries and part of file names."""
         text = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
         if not text:
             raise CommandFailed(f"{self.submit_command} printed no job id", output=[stdout])
-        return text
+        try:
+            return JOB_ID.parse(self.id_part(text))
+        except ValueError:
+            raise CommandFailed(f"{self.submit_command} printed {text[:80]!r}, which is not a "
+                                "job id", output=[stdout]) from None
+
+    def id_part(self, line: str) -> str:
+        """The id in the submit command's last line."""
+        return line
 
 
 class Slurm(Scheduler):
@@ -149,8 +162,10 @@ class Slurm(Scheduler):
     def submit_argv(self, script: Path) -> list[str]:
         return ["sbatch", "--parsable", str(script)]
 
-    def parse_job_id(self, stdout: str) -> str:
-        return super().parse_job_id(stdout).split(";")[0]  # --parsable: ID[;CLUSTER]
+    def id_part(self, line: str) -> str:
+        """``--parsable`` prints ``ID[;CLUSTER]``: a cluster that is not a name spoils the id."""
+        job_id, _, cluster = line.partition(";")
+        return job_id if re.fullmatch(r"[A-Za-z0-9_-]*", cluster) else line
 
 
 class Pbs(Scheduler):
@@ -185,8 +200,8 @@ class Pbs(Scheduler):
                         f"#PBS -o {directive(res.output, 'output folder')}",
                         *(f"#PBS {extra_directive(text)}" for text in res.directives)]
 
-    def job_name(self, name: str) -> str:
-        return short_name(name, self.NAME_LENGTH)
+    def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
+        return short_name(name, self.NAME_LENGTH, short_names or {})
 
     def output_dir(self, folder: Path, name: str) -> str:
         return f"{folder}/"
@@ -198,19 +213,15 @@ class Pbs(Scheduler):
         return f"{res.output}{self.job_name(res.name)}.o{job_id.split('.')[0]}"
 
 
-#: Short forms of the words job names are made of (workloads and common target words).
-ABBREVIATIONS = {"smoke": "smk", "build": "bld", "deepspeed": "ds", "derecho": "drc",
-                 "olivia": "olv", "puhti": "pht", "mahti": "mht"}
-
-
-def short_name(name: str, length: int) -> str:
+def short_name(name: str, length: int, short_names: Mapping[str, str]) -> str:
     """``name`` within ``length`` characters without cutting a word off mid-way: words
-    (between ``-``) first take their short forms (:data:`ABBREVIATIONS`), then the longest
-    word loses letters from its end until the name fits, each word keeping at least 3 (so
-    ``smoke-derecho-cuda`` becomes ``smk-drc-cuda``, every part still recognisable)."""
+    (between ``-``) first take the site's short forms (its profile's ``job.short_names``),
+    then the longest word loses letters from its end until the name fits, each word keeping at
+    least 3 (so ``smoke-derecho-cuda`` becomes ``smk-drc-cuda`` with Derecho's short forms,
+    every part still recognisable)."""
     if len(name) <= length:
         return name
-    words = [ABBREVIATIONS.get(w, w) for w in name.split("-")]
+    words = [short_names.get(w, w) for w in name.split("-")]
     while len("-".join(words)) > length:
         longest = max(range(len(words)), key=lambda i: len(words[i]))
         if len(words[longest]) <= 3:

@@ -17,11 +17,13 @@ trap that names the failing command, and the body lines (ReFrame's single script
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from containers.errors import UsageError
 from containers.inputs.schema import is_env_name
 
 _MARK = "\x00"
@@ -38,10 +40,6 @@ def ref(name: str) -> str:
     if not is_env_name(name):
         raise ValueError(f"not a shell variable name: {name!r}")
     return f"{_MARK}{name}{_MARK}"
-
-
-def has_refs(text: str) -> bool:
-    return _MARK in text
 
 
 class ShellVars(Mapping[str, str]):
@@ -71,8 +69,17 @@ SHELL_VARS = ShellVars()
 
 
 def word(text: str) -> str:
-    """``text`` as exactly one shell word: literal text quoted, :func:`ref` markers expanding."""
+    """``text`` as exactly one shell word: literal text quoted, :func:`ref` markers expanding.
+    A script is UTF-8 text: a word holding other bytes (a command-line argument arrives with
+    them as surrogates) is refused in one line."""
     text = str(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("ascii", "backslashreplace")
+        raise UsageError(f"'{shown}' holds bytes that are not UTF-8, and a job script is UTF-8 "
+                         "text: pass such a value through a file or an environment "
+                         "variable") from None
     if _MARK not in text:
         return shlex.quote(text)
     parts = text.split(_MARK)

@@ -104,12 +104,6 @@ class Runtime:
     def key_import_argv(self, key_file: Path | str) -> list[str]:
         return [self.binary, "key", "import", str(key_file)]
 
-    def key_newpair_argv(self, *, name: str, email: str, comment: str = "",
-                         bits: int = 4096) -> list[str]:
-        """A passphrase-less key pair that is never pushed to a key server."""
-        return [self.binary, "key", "newpair", f"--name={name}", f"--email={email}",
-                f"--comment={comment}", "--password=", "--push=false", f"--bit-length={bits}"]
-
     def keyring_env(self, keysdir: Path | str | None) -> dict[str, str]:
         """Variables pointing sign/verify/key at ``keysdir`` (none: the runtime's default,
         ``~/.apptainer/keys``). SingularityCE reads ``SINGULARITY_SYPGPDIR`` only."""

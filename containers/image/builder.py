@@ -27,13 +27,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from containers.files import atomic_write_text
+from containers.files import atomic_write_text, sha256_file
 from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
 from containers.image.arch import image_arch, image_python
-from containers.image.cache import in_use, usage
+from containers.image.cache import PackageCache, in_use, usage
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
 from containers.locking import acquire, file_lock, folder_lock, held, holder, release
@@ -253,6 +253,33 @@ def serial(say: Say) -> Say:
     return said
 
 
+def build_record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
+    """The provenance of ``step``'s freshly built (and tested) ``.partial`` image (here, not in
+    :mod:`~containers.image.provenance`: that module reads records and knows no plan)."""
+    labels = provenance.labels_of(runtime, step.partial)
+    return {
+        "target": step.target.name,
+        "image": str(step.image),
+        "inputs_hash": step.inputs_hash,
+        "inputs": {k: v for k, v in step.inputs.items()
+                   if k not in ("definition", "env")},
+        "definition": str(step.target.definition),
+        "env_spec": str(step.target.env) if step.target.env else None,
+        "tool_version": step.inputs["tool_version"],
+        "git_revision": labels.get(provenance.LABEL_PREFIX + "git-revision", "unknown"),
+        "build_date": labels.get(provenance.LABEL_PREFIX + "build-date", ""),
+        "runtime": {"flavour": runtime.flavour, "version": runtime.version},
+        "pip_freeze": labels.get(provenance.LABEL_PREFIX + "pip-freeze", "").split(),
+        "labels": labels,
+        "build_seconds": round(seconds, 1),
+        "tested": bool(step.test_argv),
+        # what mksquashfs was told beyond Apptainer's own -comp gzip (None: nothing)
+        "mksquashfs_args": step.env.get("APPTAINER_MKSQUASHFS_ARGS"),
+        "size_bytes": step.partial.stat().st_size,
+        "sha256": sha256_file(step.partial),
+    }
+
+
 def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
                examine: Examine | None = None) -> dict:
     """Build, test and install one image; return its provenance record."""
@@ -289,13 +316,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
             say(f"==> package cache: {step.cache_use}; {cache.describe()}")
         run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
             f"{step.target.builder} build of {step.target.name}")  # cotainr's is not apptainer's
-    cached = None
-    if cache is not None:
-        after = usage(cache.root)
-        cached = {"use": step.cache_use, "folder": str(cache.root), "bytes_before": cache.bytes,
-                  "bytes_after": after[0], "files_after": after[1]}
-        say(f"==> package cache now {human_bytes(after[0])} in {after[1]} files "
-            f"({human_bytes(max(after[0] - cache.bytes, 0))} added by this build)")
+    cached = None if cache is None else _cache_after(step, cache, say)
     # The image's own %test and the tool's reading of it (arch, probe) are independent execs
     # of the finished image: they run side by side (~3 s of a rebuild here). A failed test is
     # the verdict reported, whatever the reading found; an interrupt stops both.
@@ -305,7 +326,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
         test = start(step.test_argv, env=env, on_line=_stream(step, "test", say))
     what = f"{runtime.flavour} test of {step.target.name}"
     try:
-        record = provenance.record(step, runtime=runtime, seconds=time.time() - started)
+        record = build_record(step, runtime=runtime, seconds=time.time() - started)
         record["package_cache"] = cached  # how this build used it (None: it did not)
         record["arch"] = checked_arch(step, runtime)
         # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the
@@ -329,6 +350,24 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     if test is not None:
         test.wait().check(what)
     record["build_seconds"] = round(time.time() - started, 1)
+    _install(step, record, extra)
+    say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
+        f"{record['build_seconds']:.0f} s)")
+    return record
+
+
+def _cache_after(step: BuildStep, cache: PackageCache, say: Say) -> dict:
+    """How this build used the package cache (its record's ``package_cache``), said too."""
+    after = usage(cache.root)
+    say(f"==> package cache now {human_bytes(after[0])} in {after[1]} files "
+        f"({human_bytes(max(after[0] - cache.bytes, 0))} added by this build)")
+    return {"use": step.cache_use, "folder": str(cache.root), "bytes_before": cache.bytes,
+            "bytes_after": after[0], "files_after": after[1]}
+
+
+def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
+    """The tested image in its place, then its record and the files the examine added: the
+    old ones go first, so no record ever describes another image than the one beside it."""
     for suffix in (".json", *extra):
         step.image.with_name(step.image.name + suffix).unlink(missing_ok=True)
     os.replace(step.partial, step.image)
@@ -336,9 +375,6 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
                       json.dumps(record, indent=2) + "\n")
     for suffix, text in extra.items():
         atomic_write_text(step.image.with_name(step.image.name + suffix), text)
-    say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
-        f"{record['build_seconds']:.0f} s)")
-    return record
 
 
 def checked_arch(step: BuildStep, runtime: Runtime) -> str:

@@ -42,7 +42,8 @@ Trust and concurrency: pip checks every download, a cached one too, against the 
 gives (``#sha256=`` on the link; ``pip._internal.operations.prepare``), so a corrupt entry is
 refused and fetched again; a wheel it built from an sdist, or a file copied from the host's own
 find-links folders (which carry no hash), it does not check again, so the cache is used only
-while this user alone can write it (:func:`foreign_owner`; folders are made ``0700``). pip
+while this user alone can write it (:func:`cache_problem`; folders are made ``0700``), or, set
+up on purpose, a group of admins (``containers.cache_group``: group-owned, set-group-ID). pip
 writes its own cache entries to a temporary name first and renames them
 (``pip._internal.network.cache``), so concurrent pips share that; ``pip download`` copies a new
 file straight to its final name, so the install script holds ``flock`` on the downloads folder
@@ -58,6 +59,7 @@ sees its cache vanish mid-way.
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import json
 import os
@@ -69,7 +71,9 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from containers.errors import ConfigError, ContainersError, on_disk
+from containers.files import kind_of, swappable_parent
 from containers.host.runtime import BIND_SPECIALS, unsafe_characters
+from containers.image import provenance
 from containers.locking import acquire, release
 
 #: The tool's own folder under ``$XDG_CACHE_HOME`` (the project's package name).
@@ -114,6 +118,8 @@ class PackageCache:
     root: Path
     bytes: int = 0
     files: int = 0
+    #: The group that shares the cache (``containers.cache_group``); None: this user's alone.
+    gid: int | None = None
 
     @property
     def pip(self) -> Path:
@@ -160,11 +166,25 @@ def usage(folder: Path) -> tuple[int, int]:
     return total, count
 
 
-def gather_cache(cache_dir: Path | None, *, use: bool,
+def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "",
                  environ: Mapping[str, str] = os.environ) -> PackageCache | None:
     """The package cache a build will use (its size now), or None with ``use=False``
-    (``--no-cache``). A path Apptainer's ``--bind`` cannot carry is one line naming the
-    setting."""
+    (``--no-cache``). The cache folder (the setting's, which Apptainer also gets as its own
+    cache; else the default) and every folder the tool makes in it are checked first
+    (:func:`cache_problem`), even with ``--no-cache`` when the setting names the folder. A path
+    Apptainer's ``--bind`` cannot carry, or a folder not safe to trust, is one line naming the
+    setting. ``group``: ``containers.cache_group``, a cache shared by that group on purpose."""
+    top = cache_dir or default_cache_dir(environ)
+    if not use and cache_dir is None:
+        return None
+    gid = cache_gid(group)
+    problem = cache_problem(top, parts=use, gid=gid)
+    if problem:
+        raise ConfigError(f"the cache folder {problem}: a build trusts only a cache its own "
+                          f"user alone can write (pip does not re-check every entry), or one "
+                          f"set up for a group (containers.cache_group); choose another folder, "
+                          f"fix it, or build with --no-cache", path="invoke.yaml",
+                          key="containers.cache_dir")
     if not use:
         return None
     root = package_cache_dir(cache_dir, environ)
@@ -173,49 +193,98 @@ def gather_cache(cache_dir: Path | None, *, use: bool,
         raise ConfigError(f"the package cache {str(root)!r} holds {bad!r}, which apptainer "
                           f"--bind cannot carry; choose another folder (or build with "
                           f"--no-cache)", path="invoke.yaml", key="containers.cache_dir")
-    foreign = foreign_owner(root)
-    if foreign:
-        raise ConfigError(f"the package cache {root} {foreign}: a build trusts only a cache its "
-                          f"own user alone can write (pip does not re-check every entry); "
-                          f"choose another folder, fix its owner and mode, or build with "
-                          f"--no-cache", path="invoke.yaml", key="containers.cache_dir")
     size, files = usage(root)
-    return PackageCache(root=root, bytes=size, files=files)
+    return PackageCache(root=root, bytes=size, files=files, gid=gid)
 
 
-def foreign_owner(root: Path, uid: int | None = None) -> str:
-    """Why the cache at ``root`` is not this user's alone (empty: it is, or it does not exist
-    yet). pip never checks a wheel it built and cached again: someone who can write the cache
-    could choose what a build installs, so a folder another user owns or others may write is
-    refused rather than trusted."""
+def cache_gid(group: str) -> int | None:
+    """The gid of ``containers.cache_group`` (None: a private cache); one line when there is no
+    such group or this user is not in it."""
+    if not group:
+        return None
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ConfigError(f"no group {group!r} on this machine", path="invoke.yaml",
+                          key="containers.cache_group") from None
+    if gid != os.getegid() and gid not in os.getgroups():
+        raise ConfigError(f"this user is not in group {group!r}, which shares the cache",
+                          path="invoke.yaml", key="containers.cache_group")
+    return gid
+
+
+def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
+    """What makes ``folder`` unsafe for a cache, as words after its name; None when it is
+    safe or does not exist yet. Private (``gid`` None): a folder of this user's that only it may
+    write. Shared: a folder of the cache group with the set-group-ID bit, not others'."""
+    try:
+        info = folder.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    mode = stat.S_IMODE(info.st_mode)
+    if stat.S_ISLNK(info.st_mode):
+        return f"is a link (to {os.readlink(folder)})"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"is {kind_of(info.st_mode)}, not a folder"
+    if gid is None and info.st_uid != uid:
+        return f"is owned by uid {info.st_uid}, not this user ({uid})"
+    if gid is None and mode & 0o022:
+        return f"is writable by its group or others (mode {mode:o})"
+    if gid is not None and info.st_gid != gid:
+        return f"belongs to gid {info.st_gid}, not the cache group's ({gid})"
+    if gid is not None and mode & 0o002:
+        return f"is writable by others (mode {mode:o})"
+    if gid is not None and mode & 0o020 and not mode & stat.S_ISGID:
+        return (f"is group-writable without the set-group-ID bit (mode {mode:o}): chmod g+s it, "
+                "so what is made in it stays the group's")
+    return None
+
+
+def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
+                  gid: int | None = None) -> str:
+    """Why the cache folder ``top`` is not safe to trust (empty: it is, or it does not exist
+    yet), beginning with its name: itself, a folder above it anyone may rename it in, and with
+    ``parts`` every folder the tool makes in it (``packages`` and its parts; what pip and the
+    install scripts make inside ``pip``, a private folder, they make as this user).
+    pip never checks a wheel it built and cached again: someone who can write the cache could
+    choose what a build installs, so a folder another user owns or others may write, or a link
+    (a build would make its folders wherever it points), is refused rather than trusted."""
     uid = os.getuid() if uid is None else uid
-    for folder in (root, *(root / part for part in PARTS)):
-        try:
-            info = folder.lstat()
-        except FileNotFoundError:
-            continue
-        except OSError as error:
-            return f"cannot be read ({error.strerror})"
-        if not stat.S_ISDIR(info.st_mode):
-            return f"has {folder.name} that is not a folder"
-        if info.st_uid != uid:
-            return f"has {folder} owned by uid {info.st_uid}, not this user ({uid})"
-        if info.st_mode & 0o022:
-            return f"has {folder} writable by its group or others (mode {info.st_mode & 0o777:o})"
+    problem = _folder_problem(top, uid=uid, gid=gid)
+    if problem:
+        return f"{top} {problem}"
+    above = swappable_parent(top)
+    if above is not None:
+        return (f"{top} is in {above}, which is world-writable without the sticky bit (anyone "
+                "could put their own folder in its place)")
+    root = top / "packages"
+    below = (root, *(root / part for part in PARTS)) if parts else ()
+    for folder in below:
+        problem = _folder_problem(folder, uid=uid, gid=gid)
+        if problem:
+            return f"{top} has {folder.relative_to(top)} that {problem}"
     return ""
 
 
 @contextmanager
 def in_use(cache: PackageCache | None) -> Iterator[None]:
-    """Hold the cache for a build: its folders made, a shared lock on :data:`LOCK` (a prune
-    waits until the build ends). Nothing for a build without the cache."""
+    """Hold the cache for a build: its folders made (this user's alone, or the cache group's
+    with the set-group-ID bit), a shared lock on :data:`LOCK` (a prune waits until the build
+    ends). Nothing for a build without the cache."""
     if cache is None:
         yield
         return
+    mode = 0o700 if cache.gid is None else 0o2770
     with on_disk("make the package cache", cache.root):
-        cache.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for part in PARTS:
-            (cache.root / part).mkdir(mode=0o700, exist_ok=True)
+        for folder in (cache.root.parent, cache.root, *(cache.root / part for part in PARTS)):
+            if not folder.is_dir():
+                folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                folder.mkdir(mode=0o700)
+                if cache.gid is not None:
+                    os.chown(folder, -1, cache.gid)
+                os.chmod(folder, mode)  # not what the umask left
         fd = acquire(cache.root / LOCK, shared=True)
     assert fd is not None  # blocking
     try:
@@ -278,9 +347,8 @@ class SnapshotKey:
         installs without snapshots)."""
         base = None
         if self.base_record is not None:
-            from containers.image.provenance import read  # provenance imports the plan's kin
             try:
-                base = read(self.base_record).get("sha256")
+                base = provenance.read(self.base_record).get("sha256")
             except ContainersError:
                 return None
             if not isinstance(base, str) or len(base) != 64:

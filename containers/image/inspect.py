@@ -62,6 +62,10 @@ def probe(runtime: Runtime, image: Path | str, *, sha256: str | None = None) -> 
     argv = probe_argv(runtime, image)
     try:
         facts = parse_probe(capture(argv, timeout=PROBE_TIMEOUT))
+    except CommandFailed as exc:  # one line: the runtime's reason, never the probe script
+        raise CommandFailed(f"cannot read what {image} holds: {runtime.flavour} exec of its "
+                            "python3", argv=argv, returncode=exc.returncode,
+                            output=exc.output or [f"no answer within {PROBE_TIMEOUT} s"]) from exc
     except ValueError as exc:
         raise CommandFailed(f"cannot read what {image} holds: {exc}", argv=argv) from exc
     if sha256:

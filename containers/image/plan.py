@@ -24,13 +24,13 @@ from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsa
 from containers.host.sources import PipConfig
 from containers.image import cache as package_cache
 from containers.image.cache import PackageCache, SnapshotKey
-from containers.inputs.compat import example_plan, has_torch
+from containers.inputs.compat import as_built, has_torch
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.recipes import Target, base_chain, named_scripts
 from containers.inputs.settings import SQUASHFS_DEFAULT_LEVEL, Settings
 from containers.inputs.sites import Site
-from containers.inputs.validate import host_path_policy
+from containers.inputs.validate import example_findings, host_path_policy
 from containers.inputs.yamlsource import read_input_text
 
 #: Arguments the tool fills from the build host; they locate inputs but do not change the image.
@@ -180,7 +180,7 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     """Read and validate a target's inputs: (definition, env spec, user args, inputs, hash)."""
     raise_all(reserved_arg_problems(target, cli_args))
     env = load_target_env(target)
-    raise_all(example_plan(target, env).errors)  # the examples, judged as invoke check does
+    raise_all(example_findings(target, env)[0])  # the examples, judged as invoke check does
     user_args = {**target.build_args, **cli_args}
     if target.builder == "cotainr":
         unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
@@ -213,7 +213,9 @@ def chain_hashes(targets: Mapping[str, Target], name: str) -> dict[str, str]:
 
 def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: Mapping[str, str],
               base_step: BuildStep | None, force: bool) -> BuildStep:
-    """Plan one target whose base (if any) has been planned as ``base_step``."""
+    """Plan one target whose base (if any) has been planned as ``base_step``; the step's
+    target is as ``cli_args`` build it (:func:`~containers.inputs.compat.as_built`)."""
+    target = as_built(target, cli_args, context=CONTEXT_ARGS)
     definition, env, user_args, inputs, inputs_hash = describe_inputs(
         target, cli_args=cli_args, base_hash=base_step.inputs_hash if base_step else None)
     short = inputs_hash[:12]

@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 
 from containers.errors import CommandFailed, StateError
-from containers.files import FileRefused, read_regular, sha256_file
+from containers.files import FileRefused, read_regular
 from containers.host.process import capture
 from containers.host.runtime import Runtime
-from containers.image.plan import BuildStep
 
 LABEL_PREFIX = "containers."
 
@@ -79,29 +78,3 @@ def labels_of(runtime: Runtime, image: Path) -> dict[str, str]:
         raise CommandFailed(f"{runtime.flavour} inspect of {image} printed no JSON",
                             argv=argv) from exc
     return dict(data.get("data", {}).get("attributes", {}).get("labels", {}) or {})
-
-
-def record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
-    """The provenance of ``step``'s freshly built (and tested) ``.partial`` image."""
-    labels = labels_of(runtime, step.partial)
-    return {
-        "target": step.target.name,
-        "image": str(step.image),
-        "inputs_hash": step.inputs_hash,
-        "inputs": {k: v for k, v in step.inputs.items()
-                   if k not in ("definition", "env")},
-        "definition": str(step.target.definition),
-        "env_spec": str(step.target.env) if step.target.env else None,
-        "tool_version": step.inputs["tool_version"],
-        "git_revision": labels.get(LABEL_PREFIX + "git-revision", "unknown"),
-        "build_date": labels.get(LABEL_PREFIX + "build-date", ""),
-        "runtime": {"flavour": runtime.flavour, "version": runtime.version},
-        "pip_freeze": labels.get(LABEL_PREFIX + "pip-freeze", "").split(),
-        "labels": labels,
-        "build_seconds": round(seconds, 1),
-        "tested": bool(step.test_argv),
-        # what mksquashfs was told beyond Apptainer's own -comp gzip (None: nothing)
-        "mksquashfs_args": step.env.get("APPTAINER_MKSQUASHFS_ARGS"),
-        "size_bytes": step.partial.stat().st_size,
-        "sha256": sha256_file(step.partial),
-    }

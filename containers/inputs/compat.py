@@ -11,9 +11,9 @@ unknown (a note, never a failure: the tool cannot know what a base image holds).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Collection, Iterable, Mapping
 
 from containers.errors import ConfigError
 from containers.inputs.envspec import EnvSpec, load_env_spec
@@ -49,8 +49,9 @@ def _show(version: Version) -> str:
 
 
 def _declared(target: Target) -> Version | None:
-    """The manifest's ``torch:`` (the base image's torch) as (major, minor)."""
-    if target.torch is None:
+    """The manifest's ``torch:`` (the base image's torch) as (major, minor); None when it has
+    none, or this build's arguments make it unknown (:func:`as_built`)."""
+    if target.torch is None or target.torch_unknown:
         return None
     major, minor = str(target.torch).split(".")[:2]
     return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
@@ -90,10 +91,8 @@ def check_example(target: Target, example: str, env: EnvSpec | None = None) -> s
                           key="dependencies")
     found = image_torch(target, env)
     if found is None:
-        return (f"target {target.name}: torch version unknown (no torch pin in "
-                f"{env.path if env is not None else 'an env spec'}, no 'torch:' in "
-                f"{target.manifest.name}); example '{example}' needs torch >= "
-                f"{_show(need.torch)}")
+        return (f"target {target.name}: torch version unknown ({_unknown(target, env)}); "
+                f"example '{example}' needs torch >= {_show(need.torch)}")
     if found.version < need.torch:
         raise ConfigError(f"target {target.name} gets torch {_show(found.version)}, but example "
                           f"'{example}' needs torch >= {_show(need.torch)} ({need.why})",
@@ -169,8 +168,33 @@ def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | Non
         else:
             if note:
                 unknown.append(f"{example} >= {_show(NEEDS[example].torch)}")
-    notes = [f"torch version unknown (no torch pin in "
-             f"{env.path.name if env is not None else 'an env spec'}, no 'torch:' in the "
-             f"manifest): cannot check the examples' needs ({', '.join(unknown)})"] \
-        if unknown else []
+    notes = [f"torch version unknown ({_unknown(target, env)}): cannot check the examples' "
+             f"needs ({', '.join(unknown)})"] if unknown else []
     return errors, notes
+
+
+def _unknown(target: Target, env: EnvSpec | None) -> str:
+    """Why the image's torch version is unknown, as the notes say it."""
+    return target.torch_unknown or (f"no torch pin in "
+                                    f"{env.path.name if env is not None else 'an env spec'}, "
+                                    f"no 'torch:' in {target.manifest.name}")
+
+
+def as_built(target: Target, build_args: Mapping[str, str], *,
+             context: Collection[str] = ()) -> Target:
+    """``target`` as a build with the command line's ``build_args`` makes it.
+
+    A manifest's ``torch:`` names the torch its base image ships with the manifest's own build
+    arguments (NGC_TAG picks the NGC release). A ``--build-arg`` that changes one builds on
+    another base, whose torch nobody declared: the version becomes unknown (said in the
+    warning, naming the flag) rather than kept when it may be wrong; the build's probe records
+    the real one. ``context``: arguments that only locate inputs (MIRROR) and change nothing."""
+    if target.torch is None:
+        return target
+    changed = [f"{key}={value}" for key, value in sorted(build_args.items())
+               if key not in context and target.build_args.get(key) != value]
+    if not changed:
+        return target
+    return replace(target, torch_unknown=(
+        f"--build-arg {changed[0]} builds on another base than the one whose torch "
+        f"{target.manifest.name} declares ('torch: {target.torch}')"))

@@ -18,15 +18,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection
+from typing import Collection, Protocol
 from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from containers.errors import ConfigError, raise_all
 from containers.inputs.schema import Field, check_mapping, line_of
 from containers.inputs.yamlsource import load_yaml_text, read_input_text
 
-if TYPE_CHECKING:
-    from containers.inputs.recipes import Target
+
+class EnvTarget(Protocol):
+    """What :func:`load_target_env` reads of a target (:class:`containers.inputs.recipes.Target`,
+    which imports this module: named here by its shape only)."""
+
+    env: Path | None
+    builder: str
+    manifest: Path
+    pip_extra_index_urls: tuple[str, ...]
 
 FIELDS = (
     Field("name"), Field("channels", "str_list", default=[]),
@@ -154,7 +163,7 @@ def _source_problem(text: str) -> str | None:
         if direct or "@" in url or "://" in url:
             return (f"{text!r} names a source that is not an https URL: "
                     "packages from it could be swapped in transit")
-        return None  # a plain requirement: name, extras, version
+        return _requirement_problem(text)  # a plain requirement: name, extras, version
     scheme = url.split(":", 1)[0].lower()
     if scheme == "file" or scheme.endswith("+file"):
         return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
@@ -163,6 +172,18 @@ def _source_problem(text: str) -> str | None:
     if not is_https(bare):
         return (f"{text!r} downloads from a URL that is not https or holds credentials: "
                 "packages from it could be swapped in transit")
+    return None
+
+
+def _requirement_problem(text: str) -> str | None:
+    """Why a plain entry is not a requirement as pip reads one (PEP 508, by ``packaging``,
+    pip's own parser), else None; per-requirement options (``--hash=...``) are pip's to read."""
+    requirement = re.split(r"\s+(?=--?[A-Za-z])", text, maxsplit=1)[0]
+    try:
+        Requirement(requirement)
+    except InvalidRequirement as exc:
+        reason = " ".join(str(exc).split())[:160]
+        return f"{text!r} is not a requirement pip can read ({reason})"
     return None
 
 
@@ -238,7 +259,7 @@ def load_env_spec(path: Path) -> EnvSpec:
                    conda=tuple(conda), pip=tuple(pip), text=text, pip_lines=tuple(pip_lines))
 
 
-def load_target_env(target: Target) -> EnvSpec | None:
+def load_target_env(target: EnvTarget) -> EnvSpec | None:
     """``target``'s env spec, checked as every use of it needs (None when it has none): it fits
     the venv builder (an ``apptainer`` target), and no ``pip:`` entry changes where packages come
     from beyond what the manifest allows (requirements.txt and cotainr's Conda pip step take the

@@ -184,18 +184,100 @@ def _time(value: Any) -> str:
 TIME = FlagType(TIME_FORMS, _time)
 
 
-_ACCOUNT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
+def word_rule(label: str, pattern: str, refusal: str) -> FlagType:
+    """A flag taking one word of ``pattern`` (a name a scheduler or the system knows), refused
+    with ``refusal``: never something that starts like an option or holds a space."""
+    rule = re.compile(pattern + r"\Z")
+
+    def parse(value: Any) -> str:
+        text = str(value)
+        if not rule.match(text):
+            raise ValueError(refusal)
+        return text
+    return FlagType(label, parse)
 
 
-def _account(value: Any) -> str:
+ACCOUNT = word_rule("account name (letters, digits, _ . -)", r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}",
+                    "takes an account name: 1-64 letters, digits and _ . - (not starting with . "
+                    "or -)")
+#: ``--group`` and the group settings: a Unix group's name.
+GROUP = word_rule("group name", r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}",
+                  "is not a group name: 1-32 letters, digits and _ . - (not starting with . or -)")
+#: ``--qos``, ``--reservation``: a scheduler's name for something, never an option (``--x``).
+SCHEDULER_NAME = word_rule("name (letters, digits, _ . + -)", r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}",
+                           "takes a name: 1-64 letters, digits and _ . + - (not starting with . "
+                           "or -)")
+
+
+# ------------------------------------------------------------------------------ directives
+#: Options a job's preamble already sets, Slurm's and PBS Pro's, long and short, with the flag
+#: of this tool that sets them (None: the tool sets it alone). A ``--directive`` repeating one
+#: would override the checked value while the script's header described the original job.
+_OWN = {
+    "time": "--time", "t": "--time", "walltime": "--time",
+    "partition": "--partition", "p": "--partition", "q": "--partition",
+    "account": "--account", "A": "--account",
+    "nodes": "--nodes", "N": "--nodes", "select": "--nodes",
+    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "G": "--gpus-per-node",
+    "gres": "--gpus-per-node", "ntasks-per-node": "--gpus-per-node", "ntasks": "--gpus-per-node",
+    "n": "--gpus-per-node", "ngpus": "--gpus-per-node", "cpus-per-task": "--gpus-per-node",
+    "c": "--gpus-per-node", "ncpus": "--gpus-per-node", "mem-per-gpu": "--gpus-per-node",
+    "qos": "--qos", "reservation": "--reservation",
+    "job-name": None, "J": None, "output": None, "o": None, "error": None, "e": None,
+    "j": None, "chdir": None, "D": None, "exclusive": None,
+}
+#: Options that would change who the job runs as, what it runs or what reaches its processes.
+_DANGEROUS = {"uid", "gid", "wrap", "export", "export-file", "get-user-env", "input", "i",
+              "container", "container-id", "open-mode", "u", "S", "v", "V", "W", "k",
+              "propagate", "prolog", "epilog", "task-prolog", "task-epilog", "bb", "bbf",
+              "burst-buffer"}
+#: One option: ``--name[=value]`` (Slurm) or ``-X[ value]`` (PBS ``-l key=value``); a value
+#: of safe characters that does not itself start like an option.
+_VALUE = r"[A-Za-z0-9_@%+=:,./][A-Za-z0-9_@%+=:,./-]*"
+_DIRECTIVE = re.compile(rf"(?:--(?P<long>[a-z][a-z-]*)(?:=(?P<lvalue>{_VALUE}))?"
+                        rf"|-(?P<short>[A-Za-z])(?: (?P<svalue>{_VALUE}))?)\Z")
+
+
+def _directive(value: Any) -> str:
+    """One scheduler option for the preamble, which the tool does not set itself."""
     text = str(value)
-    if not _ACCOUNT.match(text):
-        raise ValueError("takes an account name: 1-64 letters, digits and _ . - (not starting "
-                         "with . or -)")
+    match = _DIRECTIVE.match(text)
+    if not match:
+        raise ValueError("takes one scheduler option such as --constraint=hbm or -l "
+                         "place=scatter, on one line (letters, digits and _ @ % + = : , . / - "
+                         "in its value, which does not start with -)")
+    name = match["long"] or match["short"]
+    if match["short"] == "l":  # PBS resources: -l walltime=..., -l select=...
+        name = re.split(r"[=:]", match["svalue"] or "")[0]
+    if name in _DANGEROUS:
+        raise ValueError(f"refuses {name}: it would change who the job runs as, what it runs "
+                         "or what reaches its processes")
+    if name in _OWN:
+        own = _OWN[name]
+        raise ValueError(f"names {name}, which the tool sets" + (f": use {own}" if own else
+                         " itself (the script, its output and its name are the tool's)"))
     return text
 
 
-ACCOUNT = FlagType("account name (letters, digits, _ . -)", _account)
+#: ``--directive``: one more option for the job's preamble.
+DIRECTIVE = FlagType("one scheduler option, e.g. --constraint=hbm", _directive)
+
+
+#: A batch job's id as sbatch (``1234``) or qsub (``1234.server``, an array's ``1234[].server``)
+#: prints it: it becomes an argument of scontrol/qstat and a file name, so nothing else passes.
+_JOB_ID = re.compile(r"[0-9]{1,20}(\[[0-9]*\])?(\.[A-Za-z0-9][A-Za-z0-9_-]*){0,8}\Z")
+
+
+def _job_id(value: Any) -> str:
+    text = str(value).strip() if isinstance(value, (str, int)) and \
+        not isinstance(value, bool) else ""
+    if not _JOB_ID.match(text):
+        raise ValueError("is not a job id as sbatch or qsub prints it (digits, then an "
+                         "optional .server)")
+    return text
+
+
+JOB_ID = FlagType("job id", _job_id)
 
 
 def named(kind: str) -> FlagType:

@@ -9,21 +9,27 @@ package runs from: the folder every run binds into the container (``settings.job
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
 JOBS_DIR = Path(__file__).resolve().parents[2] / "jobs"
 
 
-def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("containers_jobs_choices", path)
+def jobs_module(name: str) -> ModuleType:
+    """``jobs/<name>.py`` as a module of its own (standard library only: it is loaded here and
+    runs in the images), e.g. the names both sides agree on, the training report's shape."""
+    path = JOBS_DIR / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"containers_jobs_{name}", path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
+    # registered before it runs: dataclasses resolve the module's own names through it
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
 
-choices = _load(JOBS_DIR / "choices.py")
+choices = jobs_module("choices")
 
 EXAMPLES: tuple[str, ...] = choices.EXAMPLES
 MODELS: tuple[str, ...] = choices.MODELS

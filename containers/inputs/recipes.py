@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from containers.errors import ConfigError, raise_all
+from containers.errors import ConfigError
 from containers.files import resolves_outside
 from containers.inputs.envspec import is_https
-from containers.inputs.schema import (Field, check_file_name, check_mapping, input_files, line_of,
-                                      pick, suggest)
+from containers.inputs.schema import (Field, check_file_name, check_mapping, line_of, pick,
+                                      suggest)
 from containers.inputs.yamlsource import load_yaml_file, read_input_text
 
 ARCHES = ("x86_64", "aarch64")
@@ -76,6 +76,9 @@ class Target:
     host_paths: str = "warn"
     torch: str | None = None
     examples: tuple[str, ...] | None = None
+    #: Why ``torch`` no longer says the image's (a ``--build-arg`` changes its base: set by
+    #: :func:`containers.inputs.compat.as_built`, never by a manifest).
+    torch_unknown: str | None = None
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
     def line(self, key: str) -> int | None:
@@ -232,14 +235,6 @@ def base_problems(targets: dict[str, Target]) -> list[ConfigError]:
             chain.append(current.base)
             current = targets[current.base]
     return problems
-
-
-def load_targets(root: Path) -> dict[str, Target]:
-    """Every manifest under ``recipes/``, with base references checked and cycles refused."""
-    manifests = input_files(root / "recipes", kind="target", root=root)
-    targets = {p.stem: load_target(p, root=root) for p in manifests}
-    raise_all(base_problems(targets))
-    return targets
 
 
 def get_target(targets: dict[str, Target], name: str) -> Target:

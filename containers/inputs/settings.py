@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from containers.errors import ConfigError, raise_all
-from containers.inputs.flags import ACCOUNT
+from containers.inputs.flags import ACCOUNT, GROUP, NON_NEGATIVE_INT, TARGET
 from containers.inputs.schema import Field, check_mapping, name_problem, suggest
 
 #: mksquashfs's own gzip level, which Apptainer builds with when given no arguments.
@@ -24,6 +24,9 @@ FIELDS = (
     Field("perflog_dir", default="results/perflog"),
     Field("tmp_dir", default="/var/tmp/containers-build"),
     Field("cache_dir", default=""),
+    # A package cache shared by a group of admins, on purpose: the group's name (empty: the
+    # cache is this user's alone).
+    Field("cache_group", default=""),
     Field("squashfs_level", "int", default=SQUASHFS_DEFAULT_LEVEL),
     Field("runtime", default="auto"),
     Field("default_target", default="cpu"),
@@ -68,6 +71,8 @@ class Settings:
     #: gzip level of a built image's squashfs (``containers.squashfs_level``): 9 is what
     #: Apptainer writes by itself; lower levels write faster and larger, in the same format.
     squashfs_level: int = SQUASHFS_DEFAULT_LEVEL
+    #: The group that shares the package cache (``containers.cache_group``; empty: nobody).
+    cache_group: str = ""
 
     def account_for(self, site: str) -> str | None:
         """The configured account for ``site`` (``containers.accounts.<site>``, else
@@ -101,16 +106,24 @@ def _pinned(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     return pinned
 
 
-def _accounts(values: dict) -> list[ConfigError]:
-    """``containers.account`` and each ``containers.accounts.<site>`` are account names by the
-    rule ``--account`` follows: a bad one is named where it is set, not blamed on the flag."""
+#: Settings that mean what a flag means, each checked at load by that flag's type.
+_FLAG_RULES = {"account": ACCOUNT, "default_target": TARGET, "sign_keyidx": NON_NEGATIVE_INT,
+               "publish_group": GROUP, "cache_group": GROUP}
+
+
+def _flag_rules(values: dict) -> list[ConfigError]:
+    """Settings checked by the rule of the flag of the same meaning (``containers.account`` and
+    each ``containers.accounts.<site>`` as ``--account``, ``default_target`` as ``--target``,
+    ...), when they are loaded: a bad one is named where it is set, not blamed on the flag
+    when a job is rendered."""
     found = []
-    for key, value in [("containers.account", values["account"]),
-                       *((f"containers.accounts.{site}", v)
-                         for site, v in values["accounts"].items())]:
-        if value:
+    checks = [(f"containers.{name}", values[name], rule) for name, rule in _FLAG_RULES.items()]
+    checks += [(f"containers.accounts.{site}", value, ACCOUNT)
+               for site, value in values["accounts"].items()]
+    for key, value, rule in checks:
+        if value not in ("", None):
             try:
-                ACCOUNT.parse(str(value))
+                rule.parse(value if isinstance(value, int) else str(value))
             except ValueError as exc:
                 found.append(ConfigError(f"{str(value)!r} {exc}", path="invoke.yaml", key=key))
     return found
@@ -176,7 +189,7 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
         raise ConfigError(f"must be a gzip level from 1 (fastest) to {SQUASHFS_DEFAULT_LEVEL} "
                           f"(smallest, Apptainer's own), got {values['squashfs_level']}",
                           path="invoke.yaml", key="containers.squashfs_level")
-    raise_all(_accounts(values))
+    raise_all(_flag_rules(values))
     return Settings(root=root, images_dir=resolve(values["images_dir"]),
                     results_dir=resolve(values["results_dir"]),
                     perflog_dir=resolve(values["perflog_dir"]), tmp_dir=resolve(values["tmp_dir"]),
@@ -190,4 +203,5 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
                     publish_pinned=_pinned(values["publish_pinned"]),
                     account=str(values["account"] or ""),
                     accounts={str(k): str(v) for k, v in values["accounts"].items() if v},
-                    squashfs_level=values["squashfs_level"])
+                    squashfs_level=values["squashfs_level"],
+                    cache_group=str(values["cache_group"] or ""))

@@ -263,6 +263,9 @@ class Transport(Part):
     modules: Names = Doc((), description="host modules a multi-node job loads first")
     binds: tuple[Bind, ...] = Doc((), description="binds of a multi-node run (SRC[:DST[:OPTS]])")
     env: Env = Doc({}, description="variables of a multi-node run ($$: a $ for the container)")
+    host_stack: Bool = Doc(False, description="the network plugin and libfabric come from the "
+                           "host: a run it applies to needs binds that bring them in (a job "
+                           "without them is refused, never written)")
 
     @field_validator("expect")
     @classmethod
@@ -274,6 +277,27 @@ class Transport(Part):
     def applies(self, nodes: int) -> bool:
         """Whether a run on ``nodes`` nodes must use (and prove) this transport."""
         return bool(self.expect) and nodes >= self.from_nodes
+
+
+def _word(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_]+", value):
+        raise ValueError(f"'{value}' is not a word (letters, digits, _): a job name is a "
+                         "directive value")
+    return value
+
+
+Word = Annotated[str, Strict(), AfterValidator(_word)]
+
+
+class Job(Part):
+    """The site's own words in its batch jobs, each with its source in the profile."""
+
+    step_options: Names = Doc((), description="options the site's launcher adds to every job "
+                                              "step (Cray PALS: --cpu-bind none)")
+    short_names: dict[Word, Word] = Doc({}, description="shorter words for job names a "
+                                                        "scheduler limits in length")
+    build_unset: tuple[EnvName, ...] = Doc((), description="variables a build job unsets (a "
+                                           "site module's binds the new image lacks)")
 
 
 class Detect(Part):
@@ -354,6 +378,7 @@ class Profile(Part):
                                                         "default_partition)")
     qos: dict[str, Qos] = Doc({}, description="qualities of service and their limits")
     modules: Names = Doc((), description="host modules every batch job loads")
+    job: Job = Doc(Job(), description="the site's own words in its batch jobs")
     launcher: Str = Doc("torchrun", description="one of containers.run.launchers.LAUNCHERS")
     torchrun: Str = Doc("torchrun", description="the torchrun command in the image")
     binds: tuple[Bind, ...] = Doc((), description="binds of every run (SRC[:DST[:OPTS]])")

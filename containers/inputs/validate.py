@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Mapping, Sequence, TypeVar
+from typing import Callable, Collection, Mapping, Sequence, TypeVar
 
 from containers.errors import ConfigError, ContainersError, flatten
 from containers.inputs import compat
@@ -33,11 +33,6 @@ def check_site_names(site: Site) -> None:
     for partition in site.partitions:
         check_name("partition", partition, path=site.path, line=site.lines.get("partitions"),
                    key="partitions")
-
-
-def check_sites(sites: Mapping[str, Site], targets: Mapping[str, Target]) -> None:
-    for site in sites.values():
-        check_site(site, targets)
 
 
 def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
@@ -67,12 +62,6 @@ def check_target(target: Target, sites: Mapping[str, Site | None], *,
         raise ConfigError(f"build argument {{{{ {name} }}}} has no value (no default in "
                           "%arguments of its stage, none in the manifest's build_args)",
                           path=target.definition, line=line, key=name)
-
-
-def check_targets(targets: Iterable[Target], sites: Mapping[str, Site], *,
-                  tool_args: Collection[str]) -> None:
-    for target in targets:
-        check_target(target, sites, tool_args=tool_args)
 
 
 def host_path_problems(target: Target, definition: Definition | None = None
@@ -281,16 +270,28 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
         errors, warnings = host_path_policy(target, definition)
         found += errors
         report.warn(warnings)
-    if target.env is not None and not found:
+    if not found:
         def examples_fit() -> None:  # the judgement invoke build's plan makes too
-            plan = compat.example_plan(target, env, known=examples)
-            report.warn([ConfigError(note, path=target.manifest, key="torch")
-                         for note in plan.notes])
-            report.infos += [plan.info] if plan.info else []
-            found.extend(plan.errors)
+            errors, warnings, infos = example_findings(target, env, known=examples)
+            report.warn(warnings)
+            report.infos += infos
+            found.extend(errors)
         found += _attempt(examples_fit)
     if report.add(found) and chain_loaded:
         report.ok_targets.append(target.name)
+
+
+def example_findings(target: Target, env: EnvSpec | None = None, *,
+                     known: Sequence[str] = EXAMPLES
+                     ) -> tuple[list[ConfigError], list[ConfigError], list[str]]:
+    """The errors, warnings (torch unknown) and ``info`` line of ``target``'s examples, as
+    ``invoke check`` and ``invoke build`` (its plan, ``--dry-run`` too) both report them; none
+    for a target with neither an env spec nor a declared torch (an OS base)."""
+    if target.env is None and target.torch is None:
+        return [], [], []
+    plan = compat.example_plan(target, env, known=known)
+    return (plan.errors, [ConfigError(note, path=target.manifest, key="torch")
+                          for note in plan.notes], [plan.info] if plan.info else [])
 
 
 def check_site(site: Site, targets: Collection[str]) -> None:

@@ -11,10 +11,11 @@ runs either.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Protocol
 
+from containers.errors import UsageError
 from containers.host.runtime import Runtime
 from containers.inputs import compat
 from containers.inputs.recipes import Target
@@ -59,6 +60,43 @@ class WorkloadKind:
     program: str = ""
     #: Whether each run's verdict record is appended to the performance log.
     logs_performance: bool = False
+    #: The type of its options (None: the kind takes no run options), and the names of the run
+    #: options (``tasks.RUN_OPTIONS``) that type takes: ``invoke job`` refuses the others.
+    options_type: type | None = None
+    run_options: tuple[str, ...] = ()
+    #: The wall time a batch job of this kind is expected to need (seconds), before any
+    #: partition's limit caps it.
+    estimate: int = 3600
+    #: Who judges a batch job of this kind: ``checkout`` (``invoke verdict`` in this
+    #: checkout's environment, on the image's architecture), ``image`` (the job judges itself
+    #: with the image's Python: ``jobs/runverdict.py``) or None (no verdict: a build).
+    judge: str | None = "checkout"
+    #: Whether the job makes the image (a build) rather than runs it, takes the user's command
+    #: after ``--``, and may span several nodes.
+    builds_image: bool = False
+    takes_command: bool = False
+    multinode: bool = True
+
+    def make_options(self, workload: str, *, gpus: int, given: Mapping[str, object],
+                     flag: str = "--workload") -> Options | None:
+        """The options of a run of ``workload`` (a name of this kind) on ``gpus`` ranks per
+        node from the plain values ``given`` (flags, a job's ``job.json``); None: no options."""
+        if given:
+            raise UsageError(f"--workload {workload} takes no run options (got "
+                             f"{', '.join(sorted(given))})", flag=flag)
+        return None
+
+    def resized(self, workload: str, options: Options | None, *, gpus: int) -> Options | None:
+        """``options`` (the given ones when of this kind's type, else its defaults) for a run of
+        ``workload`` on ``gpus`` ranks per node."""
+        if self.options_type is None:
+            return None
+        if isinstance(options, self.options_type):
+            return self._resize(workload, options, gpus)
+        return self.make_options(workload, gpus=gpus, given={})
+
+    def _resize(self, workload: str, options: Options, gpus: int) -> Options:
+        return replace(options, gpus=gpus)  # type: ignore[type-var]
 
     def folder(self, options: Options) -> str:
         """The results folder under ``results/``."""

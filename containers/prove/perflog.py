@@ -240,6 +240,21 @@ def _series(measured: Sequence[tuple[dict, tuple[int, float]]]) -> \
     return series
 
 
+def _plot_references(ax, plotted: Sequence[dict], series: dict) -> None:
+    """Each reference the plotted runs were judged by: a dashed line, its tolerance band."""
+    for size, value, lower, upper, unit, source in sorted(
+            {key for key in map(_reference_key, plotted) if key is not None}, key=str):
+        line = ax.axhline(value, color="grey", linestyle="--", linewidth=1,
+                          label=f"reference {value:g} {unit} at {human_bytes(size)} ({source})")
+        low = value * (1 + lower) if isinstance(lower, (int, float)) else None
+        high = value * (1 + upper) if isinstance(upper, (int, float)) else None
+        if low is not None or high is not None:
+            ax.axhspan(low if low is not None else 0.0,
+                       high if high is not None else max([value, *(p[1] for s in series.values()
+                                                                   for p in s)]) * 1.1,
+                       color=line.get_color(), alpha=0.12, label="tolerance band")
+
+
 def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
     """busbw at the reference size over time, one line per image version; each reference a
     dashed line with its tolerance band shaded and its source in the legend.
@@ -270,17 +285,7 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
         if bad:
             ax.plot([b[0] for b in bad], [b[1] for b in bad], "x", color="red", markersize=10)
     plotted = [record for record, _ in measured]
-    for size, value, lower, upper, unit, source in sorted(
-            {key for key in map(_reference_key, plotted) if key is not None}, key=str):
-        line = ax.axhline(value, color="grey", linestyle="--", linewidth=1,
-                          label=f"reference {value:g} {unit} at {human_bytes(size)} ({source})")
-        low = value * (1 + lower) if isinstance(lower, (int, float)) else None
-        high = value * (1 + upper) if isinstance(upper, (int, float)) else None
-        if low is not None or high is not None:
-            ax.axhspan(low if low is not None else 0.0,
-                       high if high is not None else max([value, *(p[1] for s in series.values()
-                                                                   for p in s)]) * 1.1,
-                       color=line.get_color(), alpha=0.12, label="tolerance band")
+    _plot_references(ax, plotted, series)
     left_out = len(records) - len(plotted)
     if not plotted:
         ax.text(0.5, 0.5, "no run measured its reference size", transform=ax.transAxes,

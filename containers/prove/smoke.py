@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from containers.host.facts import host_arch
 from containers.inputs import flags, names
@@ -147,6 +148,13 @@ class SmokeKind(WorkloadKind):
     report_name = "allreduce.json"
     program = "the benchmark"
     logs_performance = True
+    options_type = SmokeOptions
+    run_options = ("sizes", "iters", "warmup", "cycles", "op", "dtype", "timeout")
+    estimate = 30 * 60
+
+    def make_options(self, workload: str, *, gpus: int, given: Mapping[str, object],
+                     flag: str = "--workload") -> SmokeOptions:
+        return SmokeOptions(gpus=gpus, **given)  # type: ignore[arg-type]
 
     def launch(self, options: SmokeOptions, *, site: Site, settings: Settings,
                nodes: int) -> Invocation:

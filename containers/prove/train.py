@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from containers.errors import UsageError
 from containers.inputs import flags, names
@@ -23,6 +23,9 @@ from containers.prove.kind import Invocation, WorkloadKind
 DATA_MOUNT = "/opt/containers/data"
 DS_CONFIG_MOUNT = "/opt/containers/ds_config.json"
 EXAMPLES = names.EXAMPLES  # batch jobs name their training workloads by these
+#: The training report's one shape, from the very file the workload writes it with.
+trainreport = names.jobs_module("trainreport")
+TrainReport = trainreport.TrainReport
 #: The global batch when neither the flag nor a seed preset sets it: small enough for CPU ranks.
 DEFAULT_BATCH = 64
 
@@ -103,6 +106,20 @@ class TrainKind(WorkloadKind):
     script = "train.py"
     report_name = "train.json"
     program = "the training"
+    options_type = TrainOptions
+    run_options = ("model", "model_size", "epochs", "batch_size", "samples", "lr", "zero_stage",
+             "ds_config", "data", "target_accuracy", "compile", "timeout")
+    estimate = 3600
+
+    def make_options(self, workload: str, *, gpus: int, given: Mapping[str, Any],
+                     flag: str = "--workload") -> TrainOptions:
+        """The example is the workload's name: a refusal names the flag that chose it."""
+        deepspeed_only(workload, example_flag=flag, zero_stage=given.get("zero_stage"),
+                       ds_config=given.get("ds_config"))
+        return TrainOptions(example=workload, gpus=gpus, **given)
+
+    def _resize(self, workload: str, options: TrainOptions, gpus: int) -> TrainOptions:
+        return replace(options, example=workload, gpus=gpus)
 
     def folder(self, options: TrainOptions) -> str:
         return f"train-{options.example}"
@@ -135,29 +152,47 @@ class TrainKind(WorkloadKind):
         return Invocation(args=args, binds=binds)
 
     def failures(self, result: verdict.Result) -> list[str]:
-        error = (result.report or {}).get("error")
-        return verdict.startup_failure(result) + ([str(error)] if error else [])
+        report, problem = read_report(result)
+        own = [problem] if problem else [report.error] if report and report.error else []
+        return verdict.startup_failure(result) + own
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
-        report = result.report
+        report, _ = read_report(result)
+        if report is None:
+            return []  # not the report's shape: failures() said so
         reasons = []
-        first, last = report.get("loss_first"), report.get("loss_last")
-        if len(report.get("epochs") or []) < 2 and report.get("ok"):
+        first, last = report.loss_first, report.loss_last
+        if len(report.epochs) < 2 and report.ok:
             pass  # one epoch has no trend to judge; the run itself succeeded
         elif first is None or last is None or not last < first:
             reasons.append(f"the loss did not fall (first epoch {first}, last epoch {last})")
-        if report.get("params_consistent") is False:
+        if report.params_consistent is False:
             reasons.append("model parameters differ across ranks after training")
         return reasons
 
     def details(self, result: verdict.Result) -> dict:
-        report = result.report or {}
-        keys = ("example", "model_name", "epochs_run", "loss_first", "loss_last", "throughput",
-                "params_consistent")
-        return {key: report.get(key) for key in keys}
+        report, _ = read_report(result)
+        return {key: getattr(report, key, None) for key in DETAILS}
 
 
 TRAIN = TrainKind()
+
+
+#: The report's fields a verdict record carries.
+DETAILS = ("example", "model_name", "epochs_run", "loss_first", "loss_last", "throughput",
+           "params_consistent")
+
+
+def read_report(result: verdict.Result) -> tuple[Any, str | None]:
+    """The run's ``train.json`` as the shape ``jobs/train.py`` writes (``jobs/trainreport``):
+    ``(report, None)``, ``(None, why it is not that shape)``, or ``(None, None)`` when the run
+    wrote none (the gates say so themselves)."""
+    if result.report is None:
+        return None, None
+    try:
+        return TrainReport.from_dict(result.report), None
+    except trainreport.ReportError as exc:
+        return None, f"{exc} (not the report jobs/train.py writes)"
 
 
 def parse_scaling(text: str) -> list[int]:
@@ -168,10 +203,10 @@ def parse_scaling(text: str) -> list[int]:
 def scaling_rows(results: list[verdict.Result]) -> list[dict]:
     """Throughput, speedup and efficiency relative to the smallest rank count."""
     base = results[0]
-    base_rate = base.report["throughput"] if base.report else None
+    base_rate = getattr(read_report(base)[0], "throughput", None)
     rows = []
     for result in results:
-        rate = result.report["throughput"] if result.report else None
+        rate = getattr(read_report(result)[0], "throughput", None)
         speedup = rate / base_rate if rate and base_rate else None
         ideal = result.plan.ranks / base.plan.ranks
         rows.append({"ranks": result.plan.ranks, "throughput": rate, "speedup": speedup,

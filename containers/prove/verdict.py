@@ -16,23 +16,47 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
+from typing import Protocol
 
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.facts import utc_now
 from containers.image import provenance
 from containers.inputs.sites import VISIBLE_DEVICES
 from containers.prove import devices, stack
-from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.prove.transport import TransportCheck, check_transport
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
+
+
+class Judge(Protocol):
+    """What the gates ask of a workload kind (:class:`containers.prove.kind.WorkloadKind`
+    implements it; the kinds build on this module, so it names them only by their shape)."""
+
+    name: str
+    script: str
+    report_name: str
+    program: str
+    logs_performance: bool
+
+    def failures(self, result: "Result") -> list[str]: ...
+
+    def report_reasons(self, result: "Result", *, settled: bool) -> list[str]: ...
+
+    def performance(self, result: "Result") -> Judgement | None: ...
+
+    def details(self, result: "Result") -> dict: ...
+
+    def write_reports(self, result: "Result") -> list[Path]: ...
+
+    def perflog_records(self, record: dict) -> list[dict]: ...
 
 
 @dataclass(frozen=True)
 class Result:
     """A finished run of a kind: the plan, what the run left, and (lazily) both gates."""
 
-    kind: WorkloadKind
+    kind: Judge
     plan: Workload
     outcome: Outcome
     partition: str | None = None
@@ -70,7 +94,7 @@ class Result:
         return not self.reasons and not (self.performance and self.performance.failed)
 
 
-def run(kind: WorkloadKind, workload: Workload, *, say: Say,
+def run(kind: Judge, workload: Workload, *, say: Say,
         partition: str | None = None) -> Result:
     """Run a planned workload of ``kind`` and keep what it left for the gates."""
     return Result(kind=kind, plan=workload, outcome=run_workload(workload, say=say),

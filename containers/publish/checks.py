@@ -20,6 +20,7 @@ from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from containers.prove.devices import VENDOR
+from containers.publish.gate import evidence_reasons
 from containers.report import Say
 
 # Runs a short smoke of the image (its output through the given ``Say``); raises
@@ -50,23 +51,50 @@ def _ranks(record: dict) -> int:
     return ranks if isinstance(ranks, int) and not isinstance(ranks, bool) else 0
 
 
+def _proves(record: dict, gpu: str) -> bool:
+    """Whether a passing verdict is of a run that could prove the image at all: 2 ranks or
+    more, and for a GPU image every rank on that kind of GPU with backend nccl."""
+    return _ranks(record) >= 2 and (gpu == "none" or (record.get("backend") == "nccl"
+                                                      and record.get("device_kind") == gpu))
+
+
 def find_verdict(results_dir: Path, target: str, sha256: str, *,
                  gpu: str = "none") -> tuple[Path, dict] | None:
-    """The newest passing smoke verdict (2 ranks or more) for exactly this image. For a GPU
-    image (``gpu`` cuda or rocm, the target's or its site's), only one whose every rank ran on
-    that kind of GPU with backend nccl (RCCL on ROCm): a CPU run, a run on the other vendor's
-    GPUs, or a verdict written before ranks reported their devices proves nothing about it."""
+    """The newest smoke verdict of exactly this image that counts: a pass of 2 ranks or more
+    (for a GPU image (``gpu`` cuda or rocm, the target's or its site's), only one whose every
+    rank ran on that kind of GPU with backend nccl: a CPU run, a run on the other vendor's GPUs,
+    or a verdict written before ranks reported their devices proves nothing about it), or a
+    failure of any run of it. A newer failure outvotes an older pass: the caller refuses it."""
     best: tuple[Path, dict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
         record = _read_verdict(path)
         if (record is not None and record.get("target") == target
                 and record.get("sha256") == sha256
-                and record.get("passed") is True and _ranks(record) >= 2
-                and (gpu == "none" or (record.get("backend") == "nccl"
-                                       and record.get("device_kind") == gpu))
+                and (record.get("passed") is not True or _proves(record, gpu))
                 and (best is None or str(record.get("date")) > str(best[1].get("date")))):
             best = (path, record)
     return best
+
+
+def _one_line(items: object) -> str:
+    """A verdict's reasons as one line, whatever a hand-edited file holds."""
+    listed = items if isinstance(items, list) else [items]
+    return "; ".join(" ".join(str(item).split()) for item in listed if item)[:400]
+
+
+def refuse_unproven(found: tuple[Path, dict], *, target: str, sha256: str, gpu: str) -> None:
+    """:class:`VerdictFailed` when the newest verdict of the image failed, or says it passed
+    while its run's own files (:func:`containers.publish.gate.evidence_reasons`) do not."""
+    path, record = found
+    if record.get("passed") is not True:
+        why = _one_line(record.get("reasons")) or "no reason recorded"
+        raise VerdictFailed(f"not publishing {target}: the newest smoke of this image (sha256 "
+                            f"{sha256[:12]}) FAILED ({path}, {record.get('date')}): {why}; "
+                            "fix it and run the smoke again")
+    reasons = evidence_reasons(path, record, sha256=sha256, gpu=gpu)
+    if reasons:
+        raise VerdictFailed(f"not publishing {target}: {path} says passed but its run's own "
+                            f"files do not: {_one_line(reasons)}; run the smoke again")
 
 
 def smoke_summary(path: Path, record: dict, *, run_now: bool) -> dict:
@@ -122,6 +150,8 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
             "--workload smoke --submit` on the site's GPU nodes (its verdict lands in the "
             "shared results folder), then publish again; or publish with --skip-checks, which "
             "the catalogue records")
+    if found is not None:
+        refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu)
     test = apptainer_test(runtime, target, image,
                           tested_at_build=found is not None and provenance.get("tested") is True,
                           build_date=provenance.get("build_date"), say=say)
@@ -144,5 +174,6 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
                else "(was it rebuilt meanwhile?)")
         raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "
                             f"no smoke verdict for this image's sha256 {why}")
+    refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu)
     return {"skipped": False, "apptainer_test": test,
             "smoke": smoke_summary(*found, run_now=True)}

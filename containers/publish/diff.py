@@ -16,6 +16,18 @@ NOISY_LABELS = ("org.label-schema.build-date", "containers.build-date", "contain
                 "containers.inputs-hash", "containers.git-revision")
 
 
+def shown(value: object) -> str:
+    """A value as people read it in a line: ``-`` for nothing (never Python's ``None``), a
+    mapping as ``key value`` pairs and a list as a comma list (never a dict's or list's repr)."""
+    if value is None:
+        return "-"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key} {shown(item)}" for key, item in value.items()) or "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(shown(item) for item in value) or "-"
+    return str(value)
+
+
 def packages(facts: Mapping) -> dict[str, str]:
     """``deb:NAME`` / ``pip:NAME`` -> version, for every package the image holds."""
     found = {f"deb:{p['name']}": str(p.get("version"))
@@ -77,17 +89,17 @@ def lines(result: Mapping) -> list[str]:
     out = [f"diff {result['old']} -> {result['new']}"]
     pkgs = result["packages"]
     for key, version in pkgs["added"].items():
-        out.append(f"  + {key} {version}")
+        out.append(f"  + {key} {shown(version)}")
     for key, version in pkgs["removed"].items():
-        out.append(f"  - {key} {version}")
+        out.append(f"  - {key} {shown(version)}")
     for key, (was, now) in pkgs["changed"].items():
-        out.append(f"  ~ {key} {was} -> {now}")
+        out.append(f"  ~ {key} {shown(was)} -> {shown(now)}")
     if not any(pkgs.values()):
         out.append("  packages: no change")
     for key, (was, now) in result["stack"].items():
-        out.append(f"  stack {key}: {was} -> {now}")
+        out.append(f"  stack {key}: {shown(was)} -> {shown(now)}")
     for key, (was, now) in result["labels"].items():
-        out.append(f"  label {key}: {was} -> {now}")
+        out.append(f"  label {key}: {shown(was)} -> {shown(now)}")
     old_size, new_size = result["size_bytes"]
     out.append(f"  size: {human_bytes(old_size)} -> {human_bytes(new_size)} "
                f"({new_size - old_size:+d} B)")
@@ -96,6 +108,7 @@ def lines(result: Mapping) -> list[str]:
             out.append(f"  smoke ({label}): no verdict")
         else:
             out.append(f"  smoke ({label}): {'PASS' if smoke['passed'] else 'FAIL'}, busbw "
-                       f"{smoke['busbw']} GB/s at {smoke['bytes']} B ({smoke['site']}"
-                       f"/{smoke['partition']}, {smoke['ranks']} ranks, {smoke['date']})")
+                       f"{shown(smoke['busbw'])} GB/s at {shown(smoke['bytes'])} B "
+                       f"({shown(smoke['site'])}/{shown(smoke['partition'])}, "
+                       f"{shown(smoke['ranks'])} ranks, {shown(smoke['date'])})")
     return out

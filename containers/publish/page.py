@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from pathlib import Path
 from typing import Mapping
 
@@ -75,8 +76,19 @@ def _verdicts(entry: Mapping) -> str:
     return "<br>".join(out) or "-"
 
 
+#: A file of the publish folder as the catalogue names one (``cpu/1.0.sif.cdx.json``): relative,
+#: plain names, no ``..``, so no scheme (``javascript:``), host or absolute path gets a link.
+_OWN_FILE = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)*\Z")
+
+
 def _link(path: object, text: str) -> str:
-    return f'<a href="{_e(path)}">{_e(text)}</a>' if path else "-"
+    """A link to a file of the publish folder; anything else the catalogue names (it is a file
+    others may have edited) is shown as text, never linked."""
+    if not path:
+        return "-"
+    if not isinstance(path, str) or not _OWN_FILE.match(path):
+        return f"<code>{_e(path)}</code> (not a file of this folder)"
+    return f'<a href="{_e(path)}">{_e(text)}</a>'
 
 
 def history_png(catalogue: Mapping) -> bytes | None:

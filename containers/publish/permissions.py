@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from containers.errors import ConfigError, ContainersError, StateError, UsageError
-from containers.files import first_link, kind_of, walk_nofollow
+from containers.files import first_link, kind_of, swappable_parent, walk_nofollow
 from containers.publish.catalogue import CATALOGUE_NAME, LOCK_NAME, PAGE_NAME, layout_link
 from containers.publish.modulefile import exec_name
 
@@ -106,19 +106,14 @@ def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
 
 
 def open_parent(dest: Path) -> str | None:
-    """Why anyone could swap ``dest`` for a folder of their own, else None: a folder above it
-    (``dest`` itself included, when it exists) that is world-writable without the sticky bit
-    (``/tmp`` has it: there only the owner may rename or remove an entry)."""
-    for folder in (dest, *dest.parents):
-        try:
-            mode = os.stat(folder).st_mode
-        except FileNotFoundError:
-            continue
-        if folder != dest and mode & 0o002 and not mode & stat.S_ISVTX:
-            return (f"{folder} is world-writable without the sticky bit, so anyone could rename "
-                    f"{dest} and put their own in its place; publish under a folder only "
-                    "admins can write (or chmod +t it)")
-    return None
+    """Why anyone could swap ``dest`` for a folder of their own, else None
+    (:func:`containers.files.swappable_parent`)."""
+    folder = swappable_parent(dest)
+    if folder is None:
+        return None
+    return (f"{folder} is world-writable without the sticky bit, so anyone could rename "
+            f"{dest} and put their own in its place; publish under a folder only "
+            "admins can write (or chmod +t it)")
 
 
 def open_folders(dest: Path, target: str) -> str | None:

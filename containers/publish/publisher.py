@@ -48,6 +48,7 @@ from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folde
                               sha256_file, temp_name, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
+from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
 from containers.inputs.schema import check_name, is_env_name, name_problem
 from containers.inputs.settings import Settings
@@ -56,6 +57,7 @@ from containers.locking import file_lock
 from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
 from containers.publish.checks import QuickCheck, ensure_checks, skipped
+from containers.publish.diff import shown
 from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wrapper,
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
@@ -110,6 +112,7 @@ class PublishRequest:
             raise UsageError(problem, flag="--dest")
         if self.version is not None:
             cat.validate_version(self.version)
+        GROUP("--group", self.group)
         if self.keep is not None and self.keep < 1:
             raise UsageError(f"must be at least 1 (got {self.keep})", flag="--keep")
         if dest.exists() and stat.S_IMODE(dest.stat().st_mode) & 0o002:
@@ -190,11 +193,27 @@ def read_provenance(record: Path) -> dict:
     return data
 
 
+def refuse_other_build(image: Path, provenance: dict, target: str,
+                       inputs_hash: str | None) -> None:
+    """A :class:`StateError` when the image's build record names another target (or none), or
+    when the target's inputs changed since it was built (``inputs_hash``: the inputs now; None
+    when the caller cannot tell): a version is published as what its target builds today."""
+    if provenance.get("target") != target:
+        raise StateError(f"{image}: its build record names target {provenance.get('target')}, "
+                         f"not {target}: rebuild it with invoke build --target {target} --force")
+    built = str(provenance.get("inputs_hash") or "")
+    if inputs_hash is not None and built != inputs_hash:
+        raise StateError(f"{image} is stale: it was built from inputs {built[:12] or 'unknown'},"
+                         f" the target's inputs are now {inputs_hash[:12]}; rebuild it with "
+                         f"invoke build --target {target} before publishing")
+
+
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
-                 settings: Settings) -> PublishPlan:
+                 settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
     """The plan for ``request``: refuses a target name that breaks the name rule, an unbuilt
-    image, one without a usable build record, a site environment a module file cannot carry
-    and an unusable group, before any work."""
+    image, one without a usable build record, one built as another target or from other inputs
+    than ``inputs_hash`` (the target's now), a site environment a module file cannot carry and
+    an unusable group, before any work."""
     check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)
     record = settings.provenance_path(target.name)
@@ -205,6 +224,7 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     if not isinstance(sha256, str) or not _SHA256.match(sha256):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
+    refuse_other_build(image, provenance, target.name, inputs_hash)
     for key in site.env:
         if not is_env_name(key):
             raise ConfigError("not a usable environment variable name for a module file",
@@ -597,6 +617,13 @@ def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]
     return files
 
 
+def published_as(plan: PublishPlan, catalogue: dict) -> list[str]:
+    """The other versions of this target that hold this very build (its sha256)."""
+    return [str(entry.get("version")) for entry in cat.entries(catalogue, plan.target.name)
+            if (entry.get("provenance") or {}).get("sha256") == plan.provenance["sha256"]
+            and entry.get("version") != plan.version]
+
+
 def gpu_of(plan: PublishPlan) -> str:
     """The GPU kind the image must be proven on: its target's, else its site's (none for CPU)."""
     return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpus.kind
@@ -609,7 +636,13 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
     say(f"publish: {plan.target.name} {plan.version} -> {plan.sif}")
     if plan.dest.is_dir():  # early, friendly refusals; checked again under the lock
         refuse_links(plan)
-        _existing(plan, cat.load(plan.dest / cat.CATALOGUE_NAME))
+        catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
+        _existing(plan, catalogue)
+        same = published_as(plan, catalogue)
+        if same:
+            say(f"note: this build (sha256 {plan.provenance['sha256'][:12]}) is already "
+                f"published as {plan.target.name} {', '.join(same)}; publishing it again as "
+                f"{plan.version}")
         problem = free_space_problem(plan, plan.image.stat().st_size)
         if problem:
             raise StateError(problem)
@@ -623,8 +656,8 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
                                gpu=gpu_of(plan), gpus_here=gpu_kinds_here())
         if (checks.get("smoke") or {}).get("performance_failed"):
             performance = checks["smoke"]["performance"]
-            say(f"checks: performance {str(performance.get('state', 'fail')).upper()} "
-                f"({performance.get('message')}): recorded in the catalogue entry")
+            say(f"checks: performance {shown(performance.get('state') or 'fail').upper()} "
+                f"({shown(performance.get('message'))}): recorded in the catalogue entry")
     if review is not None and plan.skip_checks:
         say("gate: skipped with the checks (--skip-checks): no site fit, diff or busbw "
             "comparison")

@@ -18,7 +18,6 @@ from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
-from containers.run.launchers import srun_per_node
 from containers.run.workload import Placement, Workload, plan_workload
 
 KIND = "run"
@@ -48,8 +47,10 @@ def check_command(command: Sequence[str], *, flag: str = "--") -> tuple[str, ...
 def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
                  command: Sequence[str], ranks: int, run_id: str, timeout: float,
                  launcher: bool = True, placement: Placement | None = None,
-                 environ: Mapping[str, str] | None = None, strict: bool = True) -> CommandRun:
-    """``ranks`` per node; ``launcher`` False: one process, the command as it is."""
+                 environ: Mapping[str, str] | None = None, strict: bool = True,
+                 gate: bool = True) -> CommandRun:
+    """``ranks`` per node; ``launcher`` False: one process, the command as it is. ``gate``
+    False: no device gate (it is a Python program, and the image has no Python)."""
     words = check_command(command)
     if not launcher and placement is not None:
         raise UsageError("--no-launcher runs one process on this node; leave out --nodes",
@@ -60,19 +61,26 @@ def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Run
                              strict=strict, placement=placement, command=words)
     if not launcher:
         workload = replace(workload, argv=workload.launch.exec_argv(list(words)))
-    return CommandRun(workload=workload, gate=gate_argv(workload, settings), command=words)
+    return CommandRun(workload=workload, gate=gate_argv(workload, settings) if gate else None,
+                      command=words)
 
 
 def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
-    """The device gate's argv (one process per node, with the run's flags, binds and
-    environment), or None where the site has no GPUs to check."""
+    """The device gate's argv (one process per node, started by the run's launcher as its job
+    steps are: :meth:`~containers.run.launchers.Launcher.node_step`; with the run's flags, binds
+    and environment), or None where the site has no GPUs to check."""
     site, launch = workload.site, workload.launch
     if site.gpus.kind == "none":
         return None
     probe = ["python3", f"{settings.jobs_mount}/{GATE_SCRIPT}", "--expect-gpu", site.gpus.kind,
              "--ranks", str(launch.ranks_per_node)]
-    prefix = srun_per_node(launch.nodes) if launch.step else []
+    prefix = workload.launcher.node_step(launch) if launch.step else []
     return [*prefix, *launch.exec_argv(probe)]
+
+
+#: ``invoke shell`` with no command: bash without the user's ``~/.bashrc``, as ``apptainer
+#: shell`` runs it, where a conda or pyenv set-up would put the host's Python first on PATH.
+INTERACTIVE = ("/bin/bash", "--norc", "-i")
 
 
 def shell_argv(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
@@ -80,7 +88,7 @@ def shell_argv(target: Target, site: Site, *, settings: Settings, runtime: Runti
                environ: Mapping[str, str] | None = None) -> list[str]:
     """``invoke shell``: the image with the site's flags, binds and environment, running
     ``command`` (an interactive shell when it is empty)."""
-    words = tuple(command) or ("/bin/bash", "-i")
+    words = tuple(command) or INTERACTIVE
     planned = plan_workload(target, site, settings=settings, runtime=runtime, kind=KIND,
                             script="", args=(), ranks=1, timeout=0, run_id=run_id,
                             report_name="", environ=environ, command=check_command(words))

@@ -17,6 +17,10 @@ srun-per-gpu       slurm      ``srun`` one task per GPU with the site's CPU mask
 mpiexec-torchrun   pbs        ``mpiexec`` one process per node, each running torchrun
 =================  =========  ==============================================================
 
+Each launcher also gives the prefix of a batch job's other steps (:meth:`Launcher.node_step`:
+one process per node, the device gate; :meth:`Launcher.host_step`: once, the verdict), and the
+site's ``job.step_options`` (sites/*.yaml) follow the launcher's own options in every step.
+
 A site profile's ``launcher`` names one of these (:func:`for_site` checks it, naming the profile's
 line); ``torchrun`` on a PBS site means ``mpiexec-torchrun``, the same torchrun per node.
 """
@@ -57,6 +61,8 @@ class Launch:
     visible_devices: str | None = None  # CUDA_/ROCR_VISIBLE_DEVICES, None on CPU sites
     #: ``script`` is a program, not a Python file (``invoke run -- CMD``: torchrun --no-python)
     no_python: bool = False
+    #: What the site adds to each job step of its launcher (``job.step_options``: PALS' binding)
+    step_options: tuple[str, ...] = ()
 
     def exec_argv(self, command: Sequence[str], *,
                   env: Mapping[str, str] | None = None) -> list[str]:
@@ -108,7 +114,10 @@ def srun_per_node(nodes: int, *, cpus_per_task: int | None = None) -> list[str]:
 
 
 class Launcher:
-    """Starts the ranks of a run: :meth:`shape` sizes a job, :meth:`argv` is the command."""
+    """Starts the ranks of a run: :meth:`shape` sizes a job, :meth:`argv` is the command, and
+    :meth:`node_step` the prefix of a job step of one process per node (a batch job's device
+    gate); :meth:`host_step` that of a step run once, where the job script runs (its verdict).
+    Nothing else writes a job step's prefix, so every step of a job starts the site's way."""
 
     name = ""
     schedulers: tuple[str, ...] = ()
@@ -123,31 +132,38 @@ class Launcher:
     def argv(self, launch: Launch) -> list[str]:
         raise NotImplementedError
 
+    def node_step(self, launch: Launch) -> list[str]:
+        """One process per node of the job (Slurm: srun one task per node)."""
+        return [*srun_per_node(launch.nodes, cpus_per_task=launch.cpus_per_task),
+                *launch.step_options]
+
+    def host_step(self, launch: Launch) -> list[str]:
+        """Once, on the node the job script runs on: no launcher (the script is already there)."""
+        return []
+
 
 class Torchrun(Launcher):
-    """One torchrun per node; in a job step, started by srun one task per node."""
+    """One torchrun per node; in a job step, one process per node (:meth:`node_step`)."""
 
     name = "torchrun"
     schedulers = ("none", "slurm")
 
-    def step_prefix(self, launch: Launch) -> list[str]:
-        return srun_per_node(launch.nodes, cpus_per_task=launch.cpus_per_task)
-
     def argv(self, launch: Launch) -> list[str]:
         if launch.nodes > 1 and not launch.step:
             raise ValueError("ranks on several nodes start as a job step")  # a bug
-        prefix = self.step_prefix(launch) if launch.step else []
+        prefix = self.node_step(launch) if launch.step else []
         return [*prefix, *launch.exec_argv(torchrun_argv(launch))]
 
 
 class MpiexecTorchrun(Torchrun):
-    """Derecho (PBS Pro, Cray PALS): mpiexec one process per node, each running torchrun."""
+    """PBS Pro with Cray PALS (Derecho): mpiexec one process per node, each running torchrun;
+    the site's ``job.step_options`` follow (its CPU binding)."""
 
     name = "mpiexec-torchrun"
     schedulers = ("pbs",)
 
-    def step_prefix(self, launch: Launch) -> list[str]:
-        return ["mpiexec", "-n", str(launch.nodes), "--ppn", "1", "--cpu-bind", "none"]
+    def node_step(self, launch: Launch) -> list[str]:
+        return ["mpiexec", "-n", str(launch.nodes), "--ppn", "1", *launch.step_options]
 
 
 class SrunPerGpu(Launcher):
@@ -172,7 +188,7 @@ class SrunPerGpu(Launcher):
         if launch.cpu_masks:
             prefix.append("--cpu-bind=mask_cpu:"
                           + ",".join(launch.cpu_masks[:launch.ranks_per_node]))
-        prefix.append("--kill-on-bad-exit=1")
+        prefix += ["--kill-on-bad-exit=1", *launch.step_options]
         # Evaluated per task, inside the container: Slurm numbers the tasks.
         script = [launch.script, *launch.args]
         if any("\x00" in arg for arg in script):
@@ -228,4 +244,5 @@ def for_site(site: Site, override: str | None = None) -> Launcher:
 def ingredients(site: Site) -> dict:
     """The site's part of a :class:`Launch`."""
     return dict(gpu_flag=site.gpu_flag, torchrun=site.torchrun, cpu_masks=site.cpu_bind,
-                visible_devices=VISIBLE_DEVICES.get(site.gpus.kind))
+                visible_devices=VISIBLE_DEVICES.get(site.gpus.kind),
+                step_options=site.job.step_options)

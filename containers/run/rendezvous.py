@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
 from containers.errors import StateError
 from containers.files import read_regular_text
@@ -61,10 +61,6 @@ class SchedulerRendezvous:
     def resolve(self, job_id: str, nodes: str, *, query: Query = capture) -> Rendezvous:
         return Rendezvous(host=self.head(nodes, query=query), port=str(port_of(job_id)),
                           id=job_id)
-
-    def resolve_env(self, environ: Mapping[str, str], *, query: Query = capture) -> Rendezvous:
-        """From the variables the batch script reads (:meth:`shell`)."""
-        return self.resolve(environ[self.job_id_var], environ[self.nodes_var], query=query)
 
     def at_job_time(self, ref: Callable[[str], str]) -> Rendezvous:
         """The rendezvous as references (``ref(NAME)``) to what :meth:`shell` sets."""

@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Sequence
 from containers.errors import ImageMissing, on_disk
 from containers.files import read_regular_json
 from containers.host.facts import host_arch
-from containers.host.process import run
+from containers.host.process import Completed, run
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
@@ -279,24 +279,55 @@ def finished_ranks(out_dir: Path) -> set[int]:
     return ranks
 
 
-def run_workload(workload: Workload, *, say: Say) -> Outcome:
-    """Run it, streaming and logging its output; never leaves a rank running."""
-    if not workload.image.is_file():
-        raise ImageMissing(workload.image, workload.target.name)
-    with on_disk("create the results folder", workload.out_dir):
-        workload.out_dir.mkdir(parents=True, exist_ok=True)
-        log = open(workload.out_dir / "run.log", "w", encoding="utf-8")
+@dataclass(frozen=True)
+class Logged:
+    """What the steps of a run left: each step that ran (the last one failed, or all passed),
+    every line of their output, and the seconds they took together."""
+
+    steps: tuple[Completed, ...]
+    lines: tuple[str, ...]
+    seconds: float
+
+    @property
+    def last(self) -> Completed:
+        return self.steps[-1]
+
+
+def run_logged(steps: Sequence[tuple[Sequence[str], float | None]], *, out_dir: Path,
+               say: Say) -> Logged:
+    """Run each ``(argv, timeout)`` in turn, every line of output streamed to ``say`` and kept
+    in ``out_dir/run.log``, until one fails (a failed device gate: the command never starts).
+
+    The one run-and-log path: ``invoke smoke``/``train`` (:func:`run_workload`) and ``invoke
+    run`` (gate, then the user's command) both run here; a timed-out step's processes are all
+    stopped (:func:`containers.host.process.run`)."""
+    with on_disk("create the results folder", out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log = open(out_dir / "run.log", "w", encoding="utf-8")
     lines: list[str] = []
+    done: list[Completed] = []
     started = time.monotonic()
     with log:
         def on_line(line: str) -> None:
             log.write(line + "\n")
+            log.flush()
             lines.append(line)
             say(line)
 
-        completed = run(workload.argv, timeout=workload.timeout, on_line=on_line)
-    return collect(workload, returncode=completed.returncode, timed_out=completed.timed_out,
-                   lines=lines, seconds=time.monotonic() - started)
+        for argv, timeout in steps:
+            done.append(run(argv, timeout=timeout, on_line=on_line))
+            if not done[-1].ok:
+                break
+    return Logged(steps=tuple(done), lines=tuple(lines), seconds=time.monotonic() - started)
+
+
+def run_workload(workload: Workload, *, say: Say) -> Outcome:
+    """Run it, streaming and logging its output; never leaves a rank running."""
+    if not workload.image.is_file():
+        raise ImageMissing(workload.image, workload.target.name)
+    logged = run_logged([(workload.argv, workload.timeout)], out_dir=workload.out_dir, say=say)
+    return collect(workload, returncode=logged.last.returncode, timed_out=logged.last.timed_out,
+                   lines=logged.lines, seconds=logged.seconds)
 
 
 def collect(workload: Workload, *, returncode: int, timed_out: bool, lines: Sequence[str],

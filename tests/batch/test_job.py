@@ -16,10 +16,12 @@ import pytest
 
 from containers.batch import job as batch
 from containers.errors import ConfigError, ContainersError, UsageError
+from containers.inputs import flags
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import Memory
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
+from tests.fixtures.data import with_binds
 
 SITES = ("lumi", "olivia", "puhti", "mahti", "derecho", "local-slurm")
 TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
@@ -28,6 +30,8 @@ TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
 CANNOT_BUILD = ("puhti", "mahti", "derecho")
 #: Where a 2-node job goes when the default partition is a one-node one.
 MULTINODE = {"mahti": "gpumedium"}
+#: Sites whose profile binds no network stack its transport needs across nodes: refused.
+ONE_NODE = ("derecho",)
 LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
               "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
 
@@ -90,7 +94,7 @@ def test_every_site_and_workload_renders_a_valid_script(data_job, tmp_path, site
     # --workload run: a command whose words a shell would otherwise read as code
     command = {"command": ("python", "own.py", "it's \"q\" $(id) `id`\nJOB\n")} \
         if workload == "run" else {}
-    for nodes in ((1,) if workload == "build" else (1, 2)):
+    for nodes in ((1,) if workload == "build" or site in ONE_NODE else (1, 2)):
         job = data_job(site, workload, nodes=nodes, account="proj_1",
                        partition=MULTINODE.get(site) if nodes > 1 else None, **command)
         text = job.text
@@ -99,6 +103,7 @@ def test_every_site_and_workload_renders_a_valid_script(data_job, tmp_path, site
         assert "set -euo pipefail\n" in text and "' ERR\n" in text
         assert "\x00" not in text
         assert "cd /proj\n" in text
+        assert text.count("srun ") == 0 if site == "derecho" else text.count("mpiexec ") == 0
         if workload == "run":
             gpu_site = site not in ("local-slurm",)
             assert ("/opt/containers/jobs/gate.py --expect-gpu" in text) == gpu_site, site
@@ -107,7 +112,8 @@ def test_every_site_and_workload_renders_a_valid_script(data_job, tmp_path, site
             assert "pip install" not in text and "/bin/invoke" not in text
             continue
         if workload == "build":
-            assert "unset APPTAINER_BIND SINGULARITY_BIND" in text
+            # LUMI's binding modules' variables: unset there only (sites/lumi.yaml job:)
+            assert ("unset SINGULARITY_BIND APPTAINER_BIND" in text) == (site == "lumi")
             assert f"build --target {TARGET[site]}" in text
             continue
         launch = _launch(text)
@@ -218,8 +224,10 @@ def test_olivia_multinode(data_job) -> None:
     assert "/usr/local/bin/torchrun --standalone --nproc-per-node=4 " in _launch(single)
 
 
-def test_derecho_pbs(data_job) -> None:
-    job = data_job("derecho", "smoke", nodes=2, account="UXYZ0001")
+def test_derecho_pbs(data_job, data_world) -> None:
+    # With the host's network stack bound in (a site admin's transport.binds), 2 nodes run.
+    derecho = with_binds(data_world[1]["derecho"], "/opt/x:/opt/x")
+    job = data_job(derecho, "smoke", nodes=2, account="UXYZ0001")
     assert _directives(job.text, "#PBS") == [
         "#PBS -N smk-drc-cuda", "#PBS -A UXYZ0001", "#PBS -q main",
         "#PBS -l select=2:ncpus=64:ngpus=4", "#PBS -l walltime=00:30:00", "#PBS -j oe",
@@ -229,6 +237,7 @@ def test_derecho_pbs(data_job) -> None:
     launch = _launch(job.text)
     assert launch.startswith("mpiexec -n 2 --ppn 1 --cpu-bind none apptainer exec --nv "
                              "--bind /proj/jobs:/opt/containers/jobs:ro ")
+    assert "--bind /opt/x:/opt/x " in launch
     assert ("--env NCCL_SOCKET_IFNAME=hsn --env NCCL_CROSS_NIC=1 "
             "--env NCCL_NCHANNELS_PER_NET_PEER=4 --env FI_CXI_DISABLE_HOST_REGISTER=1 "
             "--env FI_MR_CACHE_MONITOR=userfaultfd --env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
@@ -247,8 +256,9 @@ def test_derecho_pbs(data_job) -> None:
     assert job.output_of("4242.desched1") == "/proj/results/jobs/smk-drc-cuda.o4242"
     # The full name stays readable in the header.
     assert "job name smk-drc-cuda (smoke-derecho-cuda)" in job.text
-    # NCAR: "ensure that you have the cuda module loaded ... or nodes may lock up".
-    assert "set +u\nmodule load cuda\nset -u\n" in job.text
+    # NCAR: "ensure that you have the cuda module loaded ... or nodes may lock up"; its
+    # container pages load apptainer.
+    assert "set +u\nmodule load cuda apptainer\nset -u\n" in job.text
     assert job.text.index("module load cuda") < job.text.index("mpiexec ")
 
 
@@ -323,7 +333,8 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
         for workload in ("smoke", "ddp", "build"):
             if workload == "build" and site in CANNOT_BUILD:
                 continue
-            text = data_job(site, workload, nodes=1 if workload == "build" else 2,
+            text = data_job(site, workload,
+                            nodes=1 if workload == "build" or site in ONE_NODE else 2,
                             partition=MULTINODE.get(site) if workload != "build" else None,
                             account="proj_1" if site == "derecho" else None).text
             for value in ("hunter2-secret", "alice-the-user", "999999", "/secret/nccl"):
@@ -349,10 +360,15 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
      "unknown partition 'acel' for site olivia (did you mean 'accel'?); known: accel"),
     ("lumi", dict(workload="build", nodes=2), UsageError, "a build job runs on one node"),
     ("lumi", dict(workload="smoke", account="my project"), UsageError,
-     "is not an account name"),
+     "--account takes an account name"),
     ("derecho", dict(workload="smoke", launcher="srun-per-gpu", account="U1"), UsageError,
      "launcher srun-per-gpu needs a slurm site; derecho schedules with pbs"),
     ("lumi", dict(workload="smoke", launcher="mpirun"), UsageError, "--launcher must be one of"),
+    # Derecho across nodes: its transport's plugin is the host's, and the profile binds none
+    ("derecho", dict(workload="run", nodes=2, account="U1", command=("python", "t.py")),
+     ConfigError, "a 2-node job on site derecho needs the host's network plugin and libfabric "
+     "bound into the container for its transport (OFI (aws-ofi-nccl) over cxi), and the "
+     "profile binds none (transport.binds): run on one node (--nodes 1), or add the binds"),
 ])
 def test_refusals(data_job, site, request_, error, message) -> None:
     with pytest.raises(error) as refused:
@@ -599,6 +615,27 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     assert "verdict" not in data_job("lumi", "build").text
 
 
+# ------------------------------------------------------------- one validation layer
+@pytest.mark.parametrize("account", ["proj@x", "-proj", "a b", "."])
+def test_the_request_refuses_an_account_as_the_flag_does(account: str) -> None:
+    """``--account proj@x`` and ``-proj`` are refused by the request as by the flag (one rule:
+    :data:`containers.inputs.flags.ACCOUNT`), whoever builds it."""
+    with pytest.raises(UsageError) as refused:
+        batch.JobRequest(workload="smoke", account=account)
+    with pytest.raises(UsageError) as flagged:
+        flags.ACCOUNT("--account", account)
+    assert str(refused.value) == str(flagged.value)
+
+
+def test_the_request_refuses_a_directive_for_an_option_the_tool_sets() -> None:
+    with pytest.raises(UsageError, match="^--directive .*use --time"):
+        batch.JobRequest(workload="smoke", directives=("--time=9-00:00:00",))
+    with pytest.raises(UsageError, match=r"^--qos .*\(got '--x'\)"):
+        batch.JobRequest(workload="smoke", qos="--x")
+    assert batch.JobRequest(workload="smoke", directives=("--constraint=hbm",)).directives == (
+        "--constraint=hbm",)
+
+
 # ------------------------------------------------ each site's documented facts in its jobs
 @pytest.mark.parametrize("request_, message", [
     # Olivia's devel QoS: 2 hours, at most 16 GPUs per job (olivia_job_types.md)
@@ -643,8 +680,9 @@ def test_each_site_states_its_gpu_architecture_with_its_source(data_world) -> No
 
 
 def test_module_lines_follow_the_site(data_job) -> None:
-    derecho = data_job("derecho", "ddp", account="U1", nodes=2).text
-    assert "module load cuda\n" in derecho  # NCAR: the cuda module or nodes may lock up
+    derecho = data_job("derecho", "ddp", account="U1").text
+    # NCAR: the cuda module or nodes may lock up; apptainer, as its container pages load it
+    assert "module load cuda apptainer\n" in derecho
     olivia = data_job("olivia", "ddp", nodes=2).text
     assert "module load NRIS/GPU NCCL/2.26.6-GCCcore-14.2.0-CUDA-12.8.0\n" in olivia
     assert "module load" not in data_job("olivia", "ddp").text  # one node: no network stack

@@ -109,6 +109,24 @@ def test_the_package_list_is_closed_under_its_dependencies() -> None:
             assert re.sub(r"[-_.]+", "-", dep).lower() in listed, f"{name} needs {dep}"
 
 
+def test_the_package_list_holds_what_judging_imports() -> None:
+    """Every third-party module that ``import tasks`` and the verdict load comes from a listed
+    package (pydantic came with the site profiles: without it the image's Python cannot judge)."""
+    def loaded(imports: str) -> set[str]:
+        code = (f"import sys, json{imports}; "
+                "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+        return set(json.loads(subprocess.run([os.sys.executable, "-c", code], cwd=ROOT,
+                                             text=True, capture_output=True, check=True).stdout))
+
+    # what the interpreter loads by itself (site hooks) is not judging's; this checkout is bound
+    judging = loaded(", tasks, containers.app.judging") - loaded("") - {"tasks", "containers"}
+    listed = {re.sub(r"[-_.]+", "-", n).lower() for n in judgeenv.JUDGE_PACKAGES}
+    owners = importlib.metadata.packages_distributions()
+    missing = {dist for name in judging for dist in owners.get(name, ())
+               if re.sub(r"[-_.]+", "-", dist).lower() not in listed}
+    assert not missing, missing
+
+
 def test_the_image_python_comes_from_the_record_else_the_env_spec() -> None:
     assert judgeenv.image_python({"stack": {"python": "3.12.3"}}, ("python=3.11",)) == "3.12"
     assert judgeenv.image_python({}, ("numpy", "conda-forge::python==3.11.9")) == "3.11"

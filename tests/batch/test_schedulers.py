@@ -52,6 +52,17 @@ def test_slurm_gres_syntax() -> None:
     assert not any("gres" in line or "gpus" in line for line in Slurm().preamble(none))
 
 
+#: Derecho's profile's short forms (sites/derecho.yaml, job.short_names).
+DERECHO_SHORT = {"smoke": "smk", "build": "bld", "deepspeed": "ds", "derecho": "drc"}
+
+
+def test_short_forms_come_from_the_site_profile(data_world) -> None:
+    _, sites = data_world
+    assert sites["derecho"].job.short_names == DERECHO_SHORT
+    # without the site's words a long name still fits, word by word
+    assert Pbs().job_name("smoke-derecho-cuda") == "smok-derec-cuda"
+
+
 @pytest.mark.parametrize("name, short", [
     ("smoke-cpu", "smoke-cpu"),                     # fits: unchanged
     ("smoke-derecho-cuda", "smk-drc-cuda"),          # was cut to smoke-derecho-c
@@ -61,8 +72,9 @@ def test_slurm_gres_syntax() -> None:
     ("ddp-mysite-gpuimage", "ddp-mysit-gpuim"),      # unknown words lose letters evenly
 ])
 def test_pbs_job_names_stay_meaningful_within_15_characters(name, short) -> None:
-    assert short_name(name, 15) == short
-    assert len(short) <= 15 and Pbs().job_name(name) == short
+    """The short forms are the site's (its profile's job.short_names), not the code's."""
+    assert short_name(name, 15, DERECHO_SHORT) == short
+    assert len(short) <= 15 and Pbs().job_name(name, DERECHO_SHORT) == short
     # every word keeps its start: nothing is cut off mid-way to a one-letter stub
     assert all(len(word) >= 2 for word in short.split("-"))
 
@@ -78,6 +90,17 @@ def test_output_submit_and_job_ids() -> None:
     assert pbs.parse_job_id("4242.desched1\n") == "4242.desched1"
     with pytest.raises(CommandFailed, match="qsub printed no job id"):
         pbs.parse_job_id("  \n")
+
+
+@pytest.mark.parametrize("printed", ["sbatch: error: x\n", "1234; rm -rf /\n", "--help\n",
+                                     "1234\n#SBATCH\n-1\n", "12 34\n"])
+def test_a_job_id_is_checked_before_it_is_used(printed: str) -> None:
+    """The id becomes an argument of scontrol/qstat and part of file names: only what
+    sbatch/qsub print as an id passes, in one line."""
+    for scheduler in (SCHEDULERS["slurm"], SCHEDULERS["pbs"]):
+        with pytest.raises(CommandFailed) as refused:
+            scheduler.parse_job_id(printed)
+        assert "not a job id" in str(refused.value).splitlines()[0]
 
 
 def test_each_scheduler_owns_its_rendezvous() -> None:

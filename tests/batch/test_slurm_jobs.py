@@ -1,9 +1,10 @@
 """Batch jobs run for real: the ``local-slurm`` scripts submitted to a two-node Slurm cluster.
 
-Both Slurm "nodes" are this machine (``tests/slurm.py``), so the runs cannot tell the nodes apart by
-host name; what proves that both nodes' torchruns joined is the world size (2 nodes x N ranks with
-``--nproc-per-node=N``) and each local rank appearing once per node. The results folder is shared
-by construction here, as the project folder is on a cluster's shared file system.
+Both Slurm "nodes" are this machine (``tests/fixtures/slurm.py``), so the runs cannot tell the
+nodes apart by host name; what proves that both nodes' torchruns joined is the world size (2
+nodes x N ranks with ``--nproc-per-node=N``) and each local rank appearing once per node. The
+results folder is shared by construction here, as the project folder is on a cluster's shared
+file system.
 """
 
 from __future__ import annotations

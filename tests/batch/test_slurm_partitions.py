@@ -18,7 +18,7 @@ import pytest
 from containers import walltime
 from containers.batch import job as batch, judgeenv
 from containers.errors import UsageError
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import load_sites
 from tests.fixtures import ROOT

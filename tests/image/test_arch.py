@@ -87,8 +87,8 @@ def test_no_recorded_architecture_and_none_readable_is_refused(tmp_path: Path) -
 import containers.app.build  # noqa: E402
 app_build = sys.modules["containers.app.build"]
 from containers.host.runtime import Runtime  # noqa: E402
-from containers.image.plan import HostFacts, plan_build  # noqa: E402
-from containers.inputs.recipes import load_targets  # noqa: E402
+from containers.image.plan import HostFacts, chain_hashes, plan_build  # noqa: E402
+from tests.fixtures.data import load_targets  # noqa: E402
 from containers.inputs.settings import load_settings  # noqa: E402
 from containers.inputs.sites import load_sites  # noqa: E402
 from tests.fixtures import ROOT  # noqa: E402
@@ -163,9 +163,10 @@ def test_publish_is_refused_from_the_recorded_arch(tmp_path: Path, real_runtime)
     from tests.publish.standin import Built
     built = Built.make(tmp_path)
     record = built.settings.provenance_path("cpu")
-    record.write_text(record.read_text().replace(f'"arch": "{arch.host_arch()}"',
-                                                 '"arch": "s390x"'))
     project = app.Project(root=ROOT, settings=built.settings)
+    current = chain_hashes(project.targets, "cpu")["cpu"]  # current, so only the arch is wrong
+    record.write_text(record.read_text().replace(f'"arch": "{arch.host_arch()}"', '"arch": "s390x"')
+                      .replace('"1e9c228c71566f9d"', f'"{current}"'))
     with pytest.raises(StateError, match=r"cpu.sif is an s390x image \(its build record\) but "
                                          r"site local runs .*not publishing it"):
         app.publish(project, target="cpu", dest=built.dest, version="1.0", skip_checks=True,

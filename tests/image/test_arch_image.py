@@ -8,6 +8,7 @@ python or neither; an image without python is kept, with one line saying it was 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,9 @@ import pytest
 from containers import app
 from containers.host.runtime import Runtime
 from containers.image.arch import image_arch, image_python
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
+from containers.run.needs import ImageLacks
 
 pytestmark = pytest.mark.apptainer
 
@@ -36,6 +40,11 @@ def _build(root: Path, tmp_path: Path, name: str, base: Path) -> tuple[Path, dic
     return image, json.loads(project.settings.provenance_path(name).read_text()), lines
 
 
+#: A command each image without Python runs by itself (scratch-static's only program).
+OWN_COMMAND = {"scratch-static": ["/bin/ldconfig", "--version"],
+               "no-python": ["/bin/sh", "-c", "echo own-command-ran"]}
+
+
 @pytest.mark.parametrize("name", ["scratch-static", "no-python"])
 def test_an_image_without_python_builds_and_is_kept(name: str, factory_project, tmp_path: Path,
                                                     debian_base_image: Path,
@@ -45,6 +54,38 @@ def test_an_image_without_python_builds_and_is_kept(name: str, factory_project, 
     assert f"==> {name}: the image has no python: not probed (no SBOM, no site fit); smoke " \
            "and examples cannot run in it" in lines
     assert image_arch(real_runtime, image) == "x86_64" and image_python(real_runtime, image) is None
+    _steps_that_need_python_refuse(tmp_path, name, image)
+
+
+def _steps_that_need_python_refuse(tmp_path: Path, name: str, image: Path) -> None:
+    """On the image just built: smoke, an example, torchrun and inspect are each refused in one
+    line naming the image, before anything starts (no results folder); its own command with
+    --no-launcher runs, as it needs no Python."""
+    project = app.Project.load(tmp_path / "project", {"images_dir": str(tmp_path / "images"),
+                                                      "tmp_dir": str(tmp_path / "work")})
+    said = f"{os.path.relpath(image)} has no Python (its build record says so): "
+    refusals = {
+        "smoke needs torch": lambda say: app.prove(
+            project, target=name, options=SmokeOptions(gpus=1, sizes="1K"), say=say),
+        "train ddp needs torch": lambda say: app.train(
+            project, target=name, options=TrainOptions(example="ddp", gpus=1), say=say),
+        "invoke run's launcher (torchrun) needs torch; --no-launcher runs the command as one "
+        "process without it": lambda say: app.run_command(
+            project, target=name, command=OWN_COMMAND[name], say=say),
+        "invoke inspect needs python": lambda say: app.inspect(project, target=name, say=say),
+    }
+    for reason, step in refusals.items():
+        lines: list[str] = []
+        with pytest.raises(ImageLacks) as info:
+            step(lines.append)
+        assert (str(info.value), lines) == (said + reason, []), reason
+    assert not project.settings.results_dir.exists()
+    lines = []
+    assert app.run_command(project, target=name, command=OWN_COMMAND[name], launcher=False,
+                           say=lines.append) == 0
+    assert lines[0].startswith(f"run: {name} on site local, 1 rank (no launcher)")
+    assert lines[-1].startswith("run: exit 0"), lines
+    assert any("own-command-ran" in line or "ldconfig" in line for line in lines), lines
 
 
 def test_the_arch_of_a_scratch_image_is_read_without_a_shell(factory_project, tmp_path: Path,

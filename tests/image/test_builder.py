@@ -18,7 +18,7 @@ from containers.errors import CommandFailed, StateError
 from containers.host.runtime import Runtime
 from containers.image.builder import OWNER_LOCK, build_step, leftovers, phase_of, stale_partials
 from containers.image.plan import BuildStep
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from tests.fixtures import ROOT
 from tests.test_progress import on_a_terminal
@@ -296,7 +296,7 @@ def _built_step(tmp_path: Path, test_script: str) -> BuildStep:
 
 @pytest.fixture
 def read_image_faked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("containers.image.builder.provenance.record",
+    monkeypatch.setattr("containers.image.builder.build_record",
                         lambda step, runtime, seconds: {"labels": {}, "size_bytes": 6})
     monkeypatch.setattr("containers.image.builder.checked_arch", lambda step, runtime: "x86_64")
     monkeypatch.setattr("containers.image.builder.image_python",

@@ -22,7 +22,7 @@ from containers.host.sources import PipConfig
 from containers.image import builder, provenance
 from containers.image.plan import HostFacts, chain_hashes, plan_build
 from containers.inputs.definition import read_definition
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from tests.fixtures import ROOT
 

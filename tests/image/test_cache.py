@@ -4,7 +4,9 @@ whose it may be, and pruning it while builds hold it."""
 
 from __future__ import annotations
 
+import grp
 import os
+import stat
 import subprocess
 import threading
 import time
@@ -15,9 +17,9 @@ import pytest
 
 from containers.errors import ConfigError
 from containers.image import cache as package_cache
-from containers.image.cache import PackageCache, foreign_owner, gather_cache, in_use, prune, usage
+from containers.image.cache import PackageCache, cache_problem, gather_cache, in_use, prune, usage
 from containers.image.plan import plan_build
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from tests.image.test_plan import data_host
 
 
@@ -105,16 +107,17 @@ def test_a_cache_others_can_write_is_refused(tmp_path: Path) -> None:
     (root / "pip").mkdir(parents=True)
     root.chmod(0o700)
     (root / "pip").chmod(0o700)
-    assert foreign_owner(root) == ""
+    assert cache_problem(tmp_path) == ""
     (root / "pip").chmod(0o777)
-    assert "writable by its group or others (mode 777)" in foreign_owner(root)
-    with pytest.raises(ConfigError, match=r"containers.cache_dir: the package cache .* writable "
+    assert cache_problem(tmp_path) == (f"{tmp_path} has packages/pip that is writable by its "
+                                       "group or others (mode 777)")
+    with pytest.raises(ConfigError, match=r"containers.cache_dir: the cache folder .* writable "
                                           r"by its group or others.*--no-cache"):
         gather_cache(tmp_path, use=True)
     (root / "pip").chmod(0o700)
-    assert "owned by uid" in foreign_owner(root, uid=os.getuid() + 1)
+    assert "owned by uid" in cache_problem(tmp_path, uid=os.getuid() + 1)
     (root / "apt").write_text("not a folder")
-    assert foreign_owner(root) == "has apt that is not a folder"
+    assert cache_problem(tmp_path) == f"{tmp_path} has packages/apt that is a file, not a folder"
 
 
 def test_in_use_makes_private_folders_and_usage_counts_files(tmp_path: Path) -> None:
@@ -247,3 +250,72 @@ def test_invoke_cache_counts_the_environment_snapshots(tmp_path: Path) -> None:
     [line] = [line for line in lines if "snapshots" in line]
     assert line.startswith("  of pip, environment snapshots: 2 (")
     assert line.endswith(str(root / "pip" / "envs"))
+
+
+# ------------------------------------------------------------- the cache folder itself
+@pytest.mark.parametrize("spoil, why", [
+    (lambda top: top.chmod(0o777), "writable by its group or others (mode 777)"),
+    (lambda top: top.chmod(0o770), "writable by its group or others (mode 770)"),
+    (lambda top: os.chown(top, os.getuid() + 1, -1), f"owned by uid {os.getuid() + 1}"),
+])
+def test_the_cache_folder_itself_is_checked_like_the_folders_below_it(tmp_path: Path, spoil,
+                                                                      why) -> None:
+    top = tmp_path / "C"
+    top.mkdir(mode=0o700)
+    spoil(top)
+    for use in (True, False):  # --no-cache still hands the folder to Apptainer (its cache)
+        with pytest.raises(ConfigError) as refused:
+            gather_cache(top, use=use)
+        message = str(refused.value)
+        assert message.startswith(f"invoke.yaml: containers.cache_dir: the cache folder {top}")
+        assert why in message and "\n" not in message
+    assert not (top / "packages").exists()
+
+
+def test_a_cache_folder_that_is_a_link_is_refused_and_nothing_is_made_there(
+        tmp_path: Path) -> None:
+    elsewhere = tmp_path / "etc"
+    elsewhere.mkdir(mode=0o700)
+    top = tmp_path / "C"
+    top.symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match=rf"^invoke.yaml: containers.cache_dir: the cache "
+                                          rf"folder {top} is a link \(to {elsewhere}\)"):
+        gather_cache(top, use=True)
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "real" / "packages").symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match=r"has packages that is a link"):
+        gather_cache(tmp_path / "real", use=True)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_cache_folder_under_a_folder_anyone_may_rename_in_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "C").mkdir(mode=0o700)
+    with pytest.raises(ConfigError, match="world-writable without the sticky bit"):
+        gather_cache(shared / "C", use=True)
+    shared.chmod(0o1777)  # /tmp's mode: only the owner renames an entry
+    assert gather_cache(shared / "C", use=True).root == shared / "C" / "packages"
+
+
+def test_a_shared_cache_for_a_group_only_when_set_up_on_purpose(tmp_path: Path) -> None:
+    group = grp.getgrgid(os.getgid()).gr_name
+    top = tmp_path / "C"
+    top.mkdir()
+    os.chmod(top, 0o770)
+    with pytest.raises(ConfigError, match="writable by its group or others"):
+        gather_cache(top, use=True)  # no cache_group: a group-writable cache is refused
+    with pytest.raises(ConfigError, match=r"set-group-ID .*chmod g\+s"):
+        gather_cache(top, use=True, group=group)  # without g+s new files lose the group
+    os.chmod(top, 0o2770)
+    cache = gather_cache(top, use=True, group=group)
+    with in_use(cache):
+        for folder in (cache.root, cache.pip, cache.apt):
+            info = folder.stat()
+            assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o2770, os.getgid())
+    os.chmod(cache.pip, 0o2777)
+    with pytest.raises(ConfigError, match="writable by others"):
+        gather_cache(top, use=True, group=group)
+    with pytest.raises(ConfigError, match="containers.cache_group: no group 'no-such-group'"):
+        gather_cache(top, use=True, group="no-such-group")

@@ -14,7 +14,7 @@ from containers.errors import ConfigError, UsageError
 from containers.host.sources import PipConfig
 from containers.image.plan import HostFacts, chain_hashes, parse_build_args, plan_build
 from containers.inputs.definition import parse_definition, read_definition
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 
 
@@ -341,3 +341,21 @@ def test_a_cotainr_env_without_torch_is_tested_without_torch(factory_project, da
     assert step.test_argv is not None and "import torch" not in " ".join(step.test_argv)
     assert step.test_argv[-3:] == ["python", "-c",
                                    "import sys; print('python', sys.version.split()[0], 'ok')"]
+
+
+def test_an_ngc_tag_build_arg_plans_with_the_declared_torch_unknown(factory_project,
+                                                                    data_settings,
+                                                                    data_runtime) -> None:
+    """A manifest declaring torch 2.5 cannot name fsdp, until --build-arg NGC_TAG builds on
+    another base: its torch is then unknown (a warning, not a verdict on a wrong version)."""
+    root = factory_project()
+    manifest = root / "recipes" / "olivia-cuda.yaml"
+    manifest.write_text(manifest.read_text().replace("torch: 2.8.0a0", "torch: 2.5.0")
+                        + "examples: [fsdp]\n")
+    host = data_host(data_runtime)
+    with pytest.raises(ConfigError, match=r"example 'fsdp' needs torch >= 2.6"):
+        plan_build(load_targets(root), "olivia-cuda", settings=data_settings, host=host)
+    step = plan_build(load_targets(root), "olivia-cuda", settings=data_settings, host=host,
+                      cli_args={"NGC_TAG": "24.10-py3"}).steps[-1]
+    assert step.target.torch_unknown and step.target.torch_unknown.startswith(
+        "--build-arg NGC_TAG=24.10-py3 builds on another base")

@@ -11,7 +11,7 @@ import pytest
 from containers.errors import ConfigError
 from containers.image import inspect as probing, sbom, sitefit
 from containers.image.arch import site_arches
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.sites import Fit, Range, load_sites
 from tests.fixtures import ROOT
 

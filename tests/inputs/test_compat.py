@@ -9,7 +9,7 @@ import pytest
 from containers.errors import ConfigError
 from containers.inputs import compat
 from containers.inputs.names import EXAMPLES
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from tests.fixtures.data import pin_torch
 
 
@@ -104,3 +104,22 @@ def test_torch_2_3_leaves_fsdp_and_deepspeed_out_unless_named(factory_project) -
     assert [e.detail for e in named.errors] == [
         "target mine gets torch 2.3, but example 'fsdp' needs torch >= 2.6 (FSDP2 (fully_shard, "
         "MixedPrecisionPolicy) is public in torch.distributed.fsdp from torch 2.6)"]
+
+
+def test_a_build_arg_that_changes_the_base_makes_the_declared_torch_unknown(data_root) -> None:
+    """NGC_TAG picks the NGC release whose torch the manifest declares: another tag builds on a
+    base nobody declared, so its torch is unknown (a warning naming the flag), not kept."""
+    target = load_targets(data_root)["olivia-cuda"]
+    assert compat.as_built(target, {}) is target
+    assert compat.as_built(target, {"NGC_TAG": target.build_args["NGC_TAG"]}) is target
+    assert compat.as_built(target, {"MIRROR": "http://m"}, context=("MIRROR",)) is target
+    built = compat.as_built(target, {"NGC_TAG": "24.10-py3"}, context=("MIRROR",))
+    assert built.torch_unknown == ("--build-arg NGC_TAG=24.10-py3 builds on another base than "
+                                   "the one whose torch olivia-cuda.yaml declares "
+                                   "('torch: 2.8.0a0')")
+    assert compat.has_torch(built, None)  # still the base image's torch, version unknown
+    plan = compat.example_plan(built)
+    assert plan.examples == ("ddp", "fsdp", "deepspeed") and plan.errors == []
+    assert plan.notes == [f"torch version unknown ({built.torch_unknown}): cannot check the "
+                          "examples' needs (ddp >= 2.0, fsdp >= 2.6, deepspeed >= 2.0)"]
+    assert compat.example_plan(target).notes == []  # its own tag: 2.8 is known, no note

@@ -75,6 +75,10 @@ INDEX = "https://wheels.example.org/rocm6.3"
     ("pkg[extra]@git+ssh://git@host.example/x", "is not https or holds credentials"),
     ("./wheels/torch.whl", "installs from a local path"),
     ("pkg @ file:///srv/pkg.whl", "installs from a local path"),
+    # not requirements at all: refused by check and --dry-run, not inside %post
+    ("<script>alert(1)</script>", "is not a requirement pip can read"),
+    ("foo bar baz", "is not a requirement pip can read"),
+    ("numpy===", "is not a requirement pip can read"),
 ])
 def test_pip_options_that_change_package_sources_are_refused(tmp_path: Path, entry: str,
                                                               message: str) -> None:

@@ -95,3 +95,66 @@ def test_paths_are_checked_by_kind_only(tmp_path: Path) -> None:
     assert flags.EXISTING_FILE("--ds-config", str(file)) == file
     with pytest.raises(UsageError, match="^--data takes an existing folder"):
         flags.EXISTING_FOLDER("--data", str(file))
+
+
+# ------------------------------------------------------------------------------ directives
+@pytest.mark.parametrize("text", ["--constraint=hbm", "--mail-type=END", "-l place=scatter",
+                                  "--hint=nomultithread", "--comment=a.b_c"])
+def test_a_directive_the_tool_does_not_set_passes(text: str) -> None:
+    assert flags.DIRECTIVE("--directive", text) == text
+
+
+@pytest.mark.parametrize("text, own", [
+    ("--time=9-00:00:00", "--time"), ("-t 10", "--time"), ("--partition=big", "--partition"),
+    ("-p big", "--partition"), ("--account=other", "--account"), ("-A other", "--account"),
+    ("--nodes=64", "--nodes"), ("-N 2", "--nodes"), ("--gpus-per-node=8", "--gpus-per-node"),
+    ("--gres=gpu:8", "--gpus-per-node"), ("--ntasks-per-node=8", "--gpus-per-node"),
+    ("--qos=high", "--qos"), ("--reservation=r", "--reservation"),
+    ("-l walltime=99:00:00", "--time"), ("-l select=9:ngpus=4", "--nodes"),
+    ("-q big", "--partition"),
+])
+def test_a_directive_for_an_option_the_tool_sets_names_the_tools_flag(text: str,
+                                                                       own: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        flags.DIRECTIVE("--directive", text)
+    message = str(refused.value)
+    assert message.startswith("--directive ") and f"use {own}" in message
+    assert f"(got {text!r})" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("text", [
+    "--uid=0", "--gid=0", "--wrap=id", "--export=ALL,LD_PRELOAD=/tmp/x.so", "--export=NONE",
+    "--chdir=/", "-D /", "--output=/etc/x", "-o /etc/x", "--error=/etc/x", "--job-name=x",
+    "-J x", "--get-user-env", "-V", "-v LD_PRELOAD=/x", "-u root", "-S /bin/evil",
+    "-W group_list=x", "--export-file=/x", "--input=/etc/shadow", "--container=x",
+])
+def test_a_dangerous_or_tool_owned_directive_is_refused(text: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        flags.DIRECTIVE("--directive", text)
+    assert str(refused.value).startswith("--directive ") and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("text", ["--qos=--x", "--constraint=-x", "--qos --x", "--x=a b",
+                                  "--constraint=hbm\n#SBATCH --uid=0", "", "constraint=hbm",
+                                  "--constraint=hbm;id"])
+def test_a_directive_that_is_not_one_option_is_refused_in_one_line(text: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        flags.DIRECTIVE("--directive", text)
+    message = str(refused.value)
+    assert "\n" not in message and "#SBATCH --uid" not in message.replace("\\n#SBATCH", "")
+    assert message.endswith(f"(got {text!r})")
+
+
+@pytest.mark.parametrize("value", ["--x", "-x", "a b", "a\nb", "", "a;b"])
+def test_a_qos_or_reservation_is_a_name_not_an_option(value: str) -> None:
+    with pytest.raises(UsageError, match="^--qos "):
+        flags.SCHEDULER_NAME("--qos", value)
+    assert flags.SCHEDULER_NAME("--qos", "devel") == "devel"
+
+
+def test_a_job_id_is_what_sbatch_or_qsub_print() -> None:
+    for good in ("1234", "4242.desched1", "77[].pbs01", 1234):
+        assert flags.JOB_ID("--job", good) == str(good)
+    for bad in ("--help", "12 34", "1234;x", "", "-1", True, "1234\n5"):
+        with pytest.raises(UsageError):
+            flags.JOB_ID("--job", bad)

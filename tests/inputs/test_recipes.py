@@ -13,7 +13,8 @@ import pytest
 
 from containers.app import Project, check_inputs
 from containers.errors import ConfigError
-from containers.inputs.recipes import base_chain, load_targets
+from containers.inputs.recipes import base_chain
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import load_sites
 

@@ -84,3 +84,21 @@ def test_a_configured_account_is_checked_where_it_is_set(tmp_path: Path, config,
     with pytest.raises(ConfigError, match=rf"^invoke.yaml: {re.escape(key)}: .* takes an account "
                                           "name"):
         load_settings(tmp_path, config)
+
+
+@pytest.mark.parametrize("config, key, message", [
+    ({"account": "proj@x"}, "containers.account", "takes an account name"),
+    ({"account": "-proj"}, "containers.account", "takes an account name"),
+    ({"default_target": "../x"}, "containers.default_target", "is not a usable target name"),
+    ({"sign_keyidx": -1}, "containers.sign_keyidx", "must be at least 0"),
+    ({"cache_group": "a b"}, "containers.cache_group", "is not a group name"),
+    ({"publish_group": "-x"}, "containers.publish_group", "is not a group name"),
+])
+def test_settings_are_checked_at_load_by_the_flags_rules(tmp_path: Path, config, key,
+                                                         message) -> None:
+    """A setting with a flag of the same meaning follows that flag's rule, checked when the
+    settings are loaded (not when a job is rendered), and named where it is set."""
+    with pytest.raises(ConfigError) as refused:
+        load_settings(tmp_path, config)
+    assert str(refused.value).startswith(f"invoke.yaml: {key}: ") and message in str(
+        refused.value)

@@ -17,7 +17,7 @@ from containers.host.runtime import assumed_runtime
 from containers.host.sources import PipConfig
 from containers.image import builder
 from containers.image.plan import HostFacts, plan_build
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import detect_site, expand, load_sites
 from containers.prove.kind import plan as plan_run
@@ -303,7 +303,7 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
     assert shipped["puhti"].partition("gputest").max_time == 15 * 60
     assert shipped["puhti"].gpus.gres_type == "v100" and shipped["mahti"].gpus.gres_type == "a100"
     assert shipped["lumi"].partition("standard-g").whole_nodes
-    assert shipped["derecho"].modules == ("cuda",)
+    assert shipped["derecho"].modules == ("cuda", "apptainer")
     assert all(shipped[s].account_required for s in ("lumi", "puhti", "mahti", "olivia",
                                                      "derecho"))
     assert not shipped["local-slurm"].account_required
@@ -398,3 +398,26 @@ def test_every_problem_of_one_profile_is_reported_in_one_run(tmp_path: Path) -> 
     keys = [p.key for p in refused.value.problems]
     assert keys == ["gpus.per_node", "cores_per_node", "binds[0]", "env.C",
                     "partitions.p.max_nodes", "default_partition", "references[0].busbw"], keys
+
+
+def test_the_job_words_of_a_profile(tmp_path: Path) -> None:
+    """``job:``: the site's own words in its jobs, checked at load (one line, file:line:key)."""
+    _profile(tmp_path, "job:\n  step_options: [--cpu-bind, none]\n  short_names: {smoke: smk}\n"
+                       "  build_unset: [SINGULARITY_BIND]\n")
+    job = load_sites(tmp_path)["x"].job
+    assert (job.step_options, job.short_names, job.build_unset) == (
+        ("--cpu-bind", "none"), {"smoke": "smk"}, ("SINGULARITY_BIND",))
+    assert load_sites(Path(__file__).resolve().parents[2])["puhti"].job.step_options == ()
+    for text, key, message in (
+            ("job:\n  build_unset: [\"A B\"]\n", "job.build_unset[0]",
+             "'A B' is not an environment variable name"),
+            ("job:\n  short_names: {smoke: \"s k\"}\n", "job.short_names.smoke",
+             "'s k' is not a word"),
+            ("job:\n  short_names: {\"s k\": smk}\n", "job.short_names.s k",
+             "'s k' is not a word"),
+            ("job:\n  step_option: [x]\n", "job.step_option", "step_options")):
+        _profile(tmp_path, text)
+        with pytest.raises(ConfigError) as refused:
+            load_sites(tmp_path)
+        assert refused.value.key == key and message in str(refused.value), str(refused.value)
+        assert refused.value.line and "\n" not in str(refused.value)

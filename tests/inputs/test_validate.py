@@ -13,7 +13,7 @@ from containers.app.project import Project
 from containers.errors import ConfigError, Problems, UsageError
 from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS
 from containers.inputs import validate
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.sites import load_sites
 from tests import test_cli
 from tests.fixtures.data import pin_torch
@@ -27,10 +27,18 @@ def _line(path, start: str) -> int:
     return next(i for i, l in enumerate(path.read_text().splitlines(), 1) if l.startswith(start))
 
 
+def _check_sites(root) -> None:
+    targets = load_targets(root)
+    for site in load_sites(root).values():
+        validate.check_site(site, targets)
+
+
 def test_shipped_inputs_reference_each_other(data_root) -> None:
     targets, sites = load_targets(data_root), load_sites(data_root)
-    validate.check_sites(sites, targets)
-    validate.check_targets(targets.values(), sites, tool_args=TOOL_ARGS)
+    for site in sites.values():
+        validate.check_site(site, targets)
+    for target in targets.values():
+        validate.check_target(target, sites, tool_args=TOOL_ARGS)
 
 
 def test_manifest_naming_a_site_without_profile(factory_project) -> None:
@@ -49,7 +57,7 @@ def test_site_default_target_must_exist(factory_project) -> None:
     profile.write_text(profile.read_text().replace("default_target: lumi-rocm\n",
                                                    "default_target: lumi-rcom\n"))
     with pytest.raises(ConfigError) as info:
-        validate.check_sites(load_sites(root), load_targets(root))
+        _check_sites(root)
     assert str(info.value).startswith(f"{profile}:{_line(profile, 'default_target:')}: "
                                       "default_target: default_target 'lumi-rcom' is not a target")
     assert "did you mean 'lumi-rocm'" in str(info.value)
@@ -86,13 +94,13 @@ def test_site_and_partition_names_follow_the_name_rule(factory_project) -> None:
     text = profile.read_text()
     profile.write_text(text.replace("partitions:\n", "partitions:\n  '../../x': {}\n", 1))
     with pytest.raises(ConfigError) as info:  # when the profile loads, or when it is checked
-        validate.check_sites(load_sites(root), load_targets(root))
+        _check_sites(root)
     assert str(info.value).startswith(f"{profile}:{_line(profile, 'partitions:')}: partitions: "
                                       "'../../x' is not a usable partition name")
     profile.write_text(text)
     (root / "sites" / "x y.yaml").write_text((root / "sites" / "local.yaml").read_text())
     with pytest.raises(ConfigError, match=r"x y.yaml: file name: 'x y' is not a usable site"):
-        validate.check_sites(load_sites(root), load_targets(root))
+        _check_sites(root)
 
 
 def _plant_three_errors(root: Path) -> tuple[Path, Path]:

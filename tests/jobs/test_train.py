@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from containers.prove.train import TrainReport
 from tests.fixtures import procs
 from tests.jobs.scripts import JOBS, clean_env, script, sibling
 
@@ -103,6 +104,7 @@ LOGITS_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 def assert_trained(code: int, out: str, err: str, report: dict, example: str,
                    precision: str = "fp32") -> None:
     assert code == 0, f"exit {code}\nstdout:\n{out}\nstderr:\n{err[-4000:]}"
+    TrainReport.from_dict(report)  # the judge's typed shape, every key of it
     assert report["ok"] is True and report["error"] is None
     assert report["example"] == example
     assert report["world_size"] == 2 and report["nodes"] == 1

@@ -17,13 +17,14 @@ import sys
 import pytest
 
 from tests.jobs.scripts import JOBS, clean_env, script, sibling
+from tests.fixtures.reports import train_report
 from tests.jobs.test_train import SMALL, assert_trained, needs_deepspeed, torchrun
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DistributedSampler  # noqa: E402  (after the importorskip)
 
-data_mod, dsconfig, models, trainloop = (
-    sibling(name) for name in ("data", "dsconfig", "models", "trainloop"))
+data_mod, dsconfig, models, trainloop, trainreport = (
+    sibling(name) for name in ("data", "dsconfig", "models", "trainloop", "trainreport"))
 train_job = script("train.py", "train_job")
 HAVE_CC = bool(shutil.which("cc") or shutil.which("gcc"))
 
@@ -265,13 +266,13 @@ def test_published_figures_are_printed_when_models_has_them(monkeypatch):
 
 
 def test_summary_shows_per_device_throughput_and_published_figures():
-    report = {
-        "consistency": {"params_consistent": True, "buffers_consistent": True,
-                        "param_sha256": "ab" * 32, "param_checksum": 1.5, "method": "m"},
-        "final": {"loss": 0.5, "accuracy": 0.9, "val_accuracy": 0.8}, "total_time_s": 10.0,
-        "throughput": 8000.0, "throughput_per_device": 2000.0, "epochs_run": 3,
-        "epochs_requested": 3, "world_size": 4, "gpus": 4, "nodes": 1, "device": "cuda",
-        "published_figures": ["Olivia's guide: ~5,100 img/s FP32 on one GH200"]}
+    report = trainreport.TrainReport.from_dict(train_report(
+        consistency={"params_consistent": True, "buffers_consistent": True,
+                     "param_sha256": "ab" * 32, "param_checksum": 1.5, "method": "m"},
+        final={"loss": 0.5, "accuracy": 0.9, "val_loss": 0.6, "val_accuracy": 0.8},
+        total_time_s=10.0, throughput=8000.0, throughput_per_device=2000.0, epochs_run=3,
+        epochs_requested=3, world_size=4, gpus=4, nodes=1, device="cuda",
+        published_figures=["Olivia's guide: ~5,100 img/s FP32 on one GH200"]))
     summary = train_job.format_summary(report)
     assert "Throughput: 8000.0 samples/s (2000.0 per GPU)" in summary
     assert summary.splitlines()[-1] == ("Published for comparison (not a pass criterion): "

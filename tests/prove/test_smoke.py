@@ -6,7 +6,7 @@ import pytest
 
 from containers.errors import ConfigError, UsageError, VerdictFailed
 from containers.inputs.flags import SIZES_LABEL as SIZES
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.sites import load_site
 from containers.prove.kind import plan as plan_run
 from containers.prove.smoke import SMOKE, SmokeOptions

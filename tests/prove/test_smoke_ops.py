@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from containers.errors import ConfigError, UsageError
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.references import parse_reference, select
 from containers.inputs.sites import load_site
 from containers.inputs.yamlsource import load_yaml_text
@@ -144,7 +144,7 @@ def test_history_reference_of_another_op_is_not_plotted() -> None:
 
 
 # ------------------------------------------------------------------ batch jobs: invoke verdict
-from tests.prove.test_verdict import ROW, _judge, batch_run  # noqa: E402,F401  (the fixture)
+from tests.app.test_judging import ROW, _judge, batch_run  # noqa: E402,F401  (the fixture)
 
 
 def _job_options(op: str) -> dict:

@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from containers.errors import UsageError, VerdictFailed
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.sites import load_site
 from containers.prove.kind import plan as plan_run
 from containers.prove.train import TRAIN, TrainOptions, parse_scaling, scaling_rows, with_ranks
 from containers.prove.verdict import Result, check
 from containers.run import allocation
 from containers.run.workload import Outcome
+from tests.fixtures.reports import train_report
 
 
 @pytest.fixture
@@ -105,8 +106,7 @@ def test_verdicts_and_scaling(data_cpu, data_settings, data_runtime) -> None:
     plans = [plan_run(target, site, settings=data_settings, runtime=data_runtime,
                         options=TrainOptions(example="ddp", gpus=n), run_id=f"r{n}")
              for n in (1, 2, 4)]
-    good = {"loss_first": 2.3, "loss_last": 0.4, "params_consistent": True, "throughput": 100.0,
-            "epochs": [{}, {}], "ok": True}
+    good = train_report(loss_first=2.3, loss_last=0.4, throughput=100.0)
     assert verdict(_result(plans[1], good)) == []
     flat = {**good, "loss_last": 2.5}
     assert verdict(_result(plans[1], flat)) == [
@@ -130,6 +130,33 @@ def test_verdicts_and_scaling(data_cpu, data_settings, data_runtime) -> None:
         with pytest.raises(UsageError, match=r"^--scaling takes a comma list of rank counts "
                                              r">= 1, e.g. 1,2,4 \(got '"):
             parse_scaling(bad)
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(throughput="fast"), "train.json: throughput is str, not float or null"),
+    (dict(final={"loss": 1.0}), "train.json: final lacks accuracy, val_loss, val_accuracy"),
+    (dict(loss_first=None, epochs=None), "train.json: epochs is null"),
+])
+def test_a_report_not_of_the_typed_shape_fails_saying_why(data_cpu, data_settings,
+                                                         data_runtime, change, reason) -> None:
+    """The judge reads the shape jobs/train.py writes: anything else fails closed, naming the
+    key, instead of being read by guess."""
+    target, site = data_cpu
+    plan = plan_run(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+                    options=TrainOptions(example="ddp", gpus=2))
+    (found,) = verdict(_result(plan, train_report(**change)))
+    assert found == f"{reason} (not the report jobs/train.py writes)"
+    assert TRAIN.details(_result(plan, train_report(**change)))["throughput"] is None
+
+
+def test_a_missing_key_fails_naming_it(data_cpu, data_settings, data_runtime) -> None:
+    target, site = data_cpu
+    plan = plan_run(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
+                    options=TrainOptions(example="ddp", gpus=2))
+    report = train_report()
+    del report["params_consistent"]
+    assert verdict(_result(plan, report)) == [
+        "train.json lacks params_consistent (not the report jobs/train.py writes)"]
 
 
 def test_compile_passes_through(data_cpu, data_settings, data_runtime) -> None:

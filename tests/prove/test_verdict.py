@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from containers.errors import PerformanceFailed, VerdictFailed
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.references import Reference
 from containers.inputs.sites import load_site
 from containers.prove import verdict
@@ -15,6 +15,7 @@ from containers.prove.kind import plan
 from containers.prove.smoke import SMOKE, SmokeOptions
 from containers.prove.train import TRAIN, TrainOptions
 from containers.run.workload import Outcome, collect
+from tests.fixtures.reports import train_report
 
 IMAGE = {"inputs_hash": "a" * 64, "sha256": "b" * 64, "build_date": "2026-11-20T10:00:00Z"}
 ROW = {"bytes": 16 << 20, "oop": {"busbw": 2.0, "wrong": 0}, "ip": {"busbw": 2.1, "wrong": 0}}
@@ -44,8 +45,7 @@ def test_train_verdict_has_the_smoke_shape(data_plans) -> None:
     smoke = verdict.Result(SMOKE, data_plans(SmokeOptions(gpus=2)), _outcome(
         {"backend": "gloo", "nodes": 1, "results": [ROW], "finished": "x"}), partition="p")
     train = verdict.Result(TRAIN, data_plans(TrainOptions(example="fsdp", gpus=2)), _outcome(
-        {"backend": "gloo", "loss_first": 2.0, "loss_last": 1.0, "epochs": [{}, {}],
-         "params_consistent": True, "example": "fsdp", "throughput": 9.5}))
+        train_report(example="fsdp", throughput=9.5)))
     records = [verdict.record(result, image_record=IMAGE) for result in (smoke, train)]
     common = {"kind", "target", "site", "partition", "image", "inputs_hash", "sha256",
               "build_date", "ranks", "nodes", "backend", "passed", "reasons", "performance",
@@ -107,8 +107,7 @@ def data_gpu_plans(data_root, data_settings, data_runtime):
 
 CXI = ("lumi-node:1:1 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)",)
 SMOKE_REPORT = {"nodes": 1, "results": [ROW], "finished": "x"}
-TRAIN_REPORT = {"loss_first": 2.0, "loss_last": 1.0, "epochs": [{}, {}],
-                "params_consistent": True}
+TRAIN_REPORT = train_report()
 
 
 def _gcd(rank: int, **fields) -> dict:
@@ -213,104 +212,6 @@ def test_training_that_stopped_for_want_of_the_network_plugin_says_so(data_gpu_p
 
 
 # ------------------------------------------------------------------ batch runs, judged after
-@pytest.fixture
-def batch_run(tmp_path):
-    """(project, folder, write): a project whose results and images are in ``tmp_path``, the
-    results folder a 2-rank local-slurm smoke job left (as its script writes them), and
-    ``write({file: content})`` to change what the job left (None: leave that file out)."""
-    import json
-
-    from containers import app
-    from tests.fixtures import ROOT
-
-    project = app.Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
-                                      "perflog_dir": str(tmp_path / "perflog"),
-                                      "images_dir": str(tmp_path / "images")})
-    (tmp_path / "images").mkdir()
-    (tmp_path / "images" / "cpu.sif.json").write_text(json.dumps({"target": "cpu", **IMAGE}))
-    folder = tmp_path / "results" / "smoke" / "cpu-job77"
-    files = {
-        "job.json": {"target": "cpu", "site": "local-slurm", "workload": "smoke", "nodes": 1,
-                     "gpus_per_node": 2, "launcher": "torchrun", "partition": None},
-        "image.json": {"target": "cpu", **IMAGE},
-        "rank-0.json": {"rank": 0, "finished": True},
-        "rank-1.json": {"rank": 1, "finished": True},
-        "allreduce.json": {"backend": "gloo", "nodes": 1, "finished": "x", "results": [
-            {**ROW, "oop": {**ROW["oop"], "algbw": 2.0}, "ip": {**ROW["ip"], "algbw": 2.1}}]},
-    }
-
-    def write(changes: dict | None = None) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, content in {**files, **(changes or {})}.items():
-            path = folder / name
-            if content is None:
-                path.unlink(missing_ok=True)
-            else:
-                path.write_text(json.dumps(content))
-        (folder / "run.log").write_text("rank 0: all_reduce ok\n")
-    return project, folder, write
-
-
-def _judge(project, folder, status=0):
-    from containers.app.judging import judge_results
-    lines: list[str] = []
-    try:
-        judge_results(project, results=folder, exit_status=status, say=lines.append)
-        failure = None
-    except VerdictFailed as exc:
-        failure = exc
-    import json
-    record = json.loads((folder / "verdict.json").read_text()) \
-        if (folder / "verdict.json").is_file() else None
-    return record, failure, lines
-
-
-def test_a_batch_run_gets_the_verdict_an_interactive_run_gets(batch_run) -> None:
-    from containers.publish.checks import find_verdict
-    project, folder, write = batch_run
-    write()
-    record, failure, lines = _judge(project, folder)
-    assert failure is None and record["passed"] is True and record["reasons"] == []
-    assert (record["kind"], record["target"], record["site"], record["ranks"]) == \
-        ("smoke", "cpu", "local-slurm", 2)
-    assert record["sha256"] == IMAGE["sha256"] and record["out_dir"] == str(folder)
-    assert "verdict: PASS" in lines
-    # publish finds the proof a job made
-    found = find_verdict(project.settings.results_dir, "cpu", IMAGE["sha256"])
-    assert found is not None and found[0] == folder / "verdict.json"
-    from containers.prove import perflog
-    logged = perflog.log_path(project.settings.perflog_dir, site="local-slurm", partition=None)
-    assert IMAGE["sha256"] in logged.read_text()  # the smoke's perflog line
-
-
-@pytest.mark.parametrize("overrides, status, reason", [
-    ({"rank-1.json": None}, 0, "ranks that did not finish: 1 (of 2)"),
-    ({}, 1, "the benchmark exited with code 1"),
-    ({"image.json": None}, 0, "the run left no record of its image (image.json)"),
-    ({"image.json": {"target": "cpu", **IMAGE, "sha256": "c" * 64}}, 0,
-     "results of another image: the run used sha256 cccccccccccc, images/cpu.sif is now "
-     "bbbbbbbbbbbb"),
-    ({"image.json": {"target": "lumi-rocm", **IMAGE}}, 0,
-     "results of another image: the run used target lumi-rocm's, not cpu's"),
-    ({"allreduce.json": None}, 0, "no allreduce.json was written"),
-])
-def test_a_batch_verdict_fails_closed(batch_run, overrides, status, reason) -> None:
-    project, folder, write = batch_run
-    write(overrides)
-    record, failure, _ = _judge(project, folder, status)
-    assert failure is not None and failure.exit_code == 2
-    assert record["passed"] is False
-    assert any(reason in r for r in record["reasons"]), record["reasons"]
-
-
-def test_a_folder_no_job_wrote_is_refused(batch_run, tmp_path) -> None:
-    project, folder, write = batch_run
-    write({"job.json": None})
-    record, failure, _ = _judge(project, folder)
-    assert failure is not None and record is None
-    assert "job.json is missing or unreadable" in str(failure)
-
-
 def test_the_collected_outcome_reads_what_the_ranks_left(data_plans, tmp_path) -> None:
     import json
     workload = replace(data_plans(SmokeOptions(gpus=2)), out_dir=tmp_path)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from containers.host.facts import host_arch
 from containers.host.runtime import Runtime
-from containers.inputs.recipes import Target, load_targets
+from containers.inputs.recipes import Target
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import Settings, load_settings
 from containers.inputs.sites import Site, load_sites
 from containers.publish.modulefile import ModuleSpec
@@ -42,15 +43,15 @@ class Built:
         settings.images_dir.mkdir()
         settings.image_path("cpu").write_bytes(IMAGE)
         settings.provenance_path("cpu").write_text(json.dumps({
-            "sha256": SHA, "build_date": "2026-11-21T05:27:24Z", "arch": host_arch(),
+            "target": "cpu", "sha256": SHA, "build_date": "2026-11-21T05:27:24Z", "arch": host_arch(),
             "inputs_hash": "1e9c228c71566f9d", "labels": {"dropped": "from the catalogue"}}))
         target = dataclasses.replace(load_targets(ROOT)["cpu"], test=False)
         return cls(settings, target, load_sites(ROOT)["local"], root / "pub")
 
-    def plan(self, **request) -> PublishPlan:
+    def plan(self, inputs_hash: str | None = None, **request) -> PublishPlan:
         request = {"target": "cpu", "dest": self.dest, **request}
         return plan_publish(PublishRequest(**request), target=self.target, site=self.site,
-                            settings=self.settings)
+                            settings=self.settings, inputs_hash=inputs_hash)
 
     def publish(self, lines: list[str] | None = None, **request) -> dict:
         """Publish with no quick check expected (``skip_checks`` or an existing verdict)."""
@@ -60,12 +61,31 @@ class Built:
     def quick_check_writing_verdict(self):
         """A quick check that passes and writes this image's verdict, as the 2-rank smoke does."""
         def run(say: Say) -> None:
-            path = self.settings.results_dir / "smoke" / "quick" / "verdict.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"target": "cpu", "sha256": SHA, "passed": True,
-                                        "ranks": 2, "date": "2026-11-21T06:00:00Z"}))
+            smoke_run(self.settings.results_dir / "smoke" / "quick", sha256=SHA,
+                      date="2026-11-21T06:00:00Z")
             say("smoke: PASS")
         return run
+
+
+def smoke_run(folder: Path, *, sha256: str, evidence: bool = True, **record) -> Path:
+    """A smoke run's folder as ``invoke smoke`` leaves it: its ``verdict.json`` (``record``
+    over a passing 2-rank CPU verdict of ``sha256``) and, with ``evidence``, the files the gate
+    re-derives it from (each rank's file, the results JSON and the log, all agreeing)."""
+    verdict = {"target": "cpu", "sha256": sha256, "passed": True, "ranks": 2,
+               "date": "2026-11-21T05:00:00Z", "reasons": [], **record}
+    folder.mkdir(parents=True, exist_ok=True)
+    ranks = verdict["ranks"]
+    if evidence and isinstance(ranks, int):
+        for rank in range(ranks):
+            (folder / f"rank-{rank}.json").write_text(json.dumps(
+                {"rank": rank, "finished": "2026-11-21T05:00:00Z"}))
+        (folder / "allreduce.json").write_text(json.dumps(
+            {"world_size": ranks, "ok": True, "wrong_total": 0,
+             "finished": "2026-11-21T05:00:00Z"}))
+        (folder / "run.log").write_text("# Out of bounds values : 0 OK\n")
+    path = folder / "verdict.json"
+    path.write_text(json.dumps(verdict))
+    return path
 
 
 def no_quick_check(say: Say) -> None:

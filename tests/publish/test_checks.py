@@ -5,26 +5,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.runtime import Runtime
-from containers.inputs.recipes import Target, load_targets
+from containers.inputs.recipes import Target
+from tests.fixtures.data import load_targets
 from containers.publish.checks import ensure_checks, find_verdict, skipped
 from tests.fixtures import ROOT
+from tests.publish.standin import smoke_run
 
 SHA = "ab" * 32
 RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")
 
 
 def _write_verdict(results: Path, name: str, **record) -> Path:
-    path = results / "smoke" / name / "verdict.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"target": "cpu", "sha256": SHA, "passed": True, "ranks": 2,
-                                "date": "2026-11-21T05:00:00Z", **record}))
-    return path
+    """A smoke run's verdict of the image and the files of the run behind it."""
+    assert not (results / "smoke" / name).exists()
+    return smoke_run(results / "smoke" / name, sha256=record.pop("sha256", SHA), **record)
 
 
 @pytest.fixture
@@ -35,7 +37,7 @@ def data_target() -> Target:
 
 def test_find_verdict_wants_this_image_passing_with_two_ranks(tmp_path: Path) -> None:
     assert find_verdict(tmp_path, "cpu", SHA) is None
-    _write_verdict(tmp_path, "failed", passed=False, date="2026-11-21T09:00:00Z")
+    _write_verdict(tmp_path, "failed", passed=False, date="2026-11-21T04:00:00Z")
     _write_verdict(tmp_path, "one-rank", ranks=1, date="2026-11-21T09:00:00Z")
     _write_verdict(tmp_path, "other-image", sha256="cd" * 32, date="2026-11-21T09:00:00Z")
     _write_verdict(tmp_path, "other-target", target="gpu", date="2026-11-21T09:00:00Z")
@@ -185,3 +187,74 @@ def test_the_catalogue_names_every_collective_the_verdict_proved(tmp_path, data_
 
     smoke = _ensure(tmp_path, data_target, never, [])["smoke"]
     assert smoke["ops"] == ["all_reduce", "all_gather"] and smoke["collectives"] == collectives
+
+
+# -------------------------------------------------------------- the verdict is re-derived
+def test_a_newer_failure_of_the_same_image_outvotes_an_older_pass(tmp_path, data_target) -> None:
+    _write_verdict(tmp_path, "passed", date="2026-11-21T05:00:00Z")
+    failed = _write_verdict(tmp_path, "failed", passed=False, date="2026-11-21T06:00:00Z",
+                            reasons=["3 wrong values"])
+    assert find_verdict(tmp_path, "cpu", SHA)[0] == failed
+
+    def never(say) -> None:
+        raise AssertionError("a newer failure refuses; it is not run over")
+
+    with pytest.raises(VerdictFailed) as refused:
+        _ensure(tmp_path, data_target, never, [])
+    message = str(refused.value)
+    assert message.startswith("not publishing cpu: the newest smoke of this image "
+                              "(sha256 abababababab) FAILED")
+    assert str(failed) in message and "3 wrong values" in message and "\n" not in message
+
+
+def test_a_hand_edited_pass_without_its_run_files_refuses(tmp_path, data_target) -> None:
+    """A smoke that timed out left no rank files and no results JSON; its verdict edited to
+    pass is refused, naming what the run's files say."""
+    path = _write_verdict(tmp_path, "timed-out", evidence=False)
+    (path.parent / "run.log").write_text("starting\n")
+
+    def never(say) -> None:
+        raise AssertionError("no quick check: the newest verdict is refused")
+
+    with pytest.raises(VerdictFailed) as refused:
+        _ensure(tmp_path, data_target, never, [])
+    message = str(refused.value)
+    assert message.startswith(f"not publishing cpu: {path} says passed but its run's own files "
+                              "do not: ranks that did not finish: 0, 1 (of 2); no readable "
+                              "allreduce.json")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("spoil, why", [
+    (lambda f: (f / "rank-1.json").unlink(), "ranks that did not finish: 1 (of 2)"),
+    (lambda f: (f / "allreduce.json").write_text('{"world_size": 2, "ok": true, '
+                                                 '"wrong_total": 3, "finished": "x"}'),
+     "allreduce.json counts 3 wrong values"),
+    (lambda f: (f / "allreduce.json").write_text('{"world_size": 4, "ok": true, '
+                                                 '"wrong_total": 0, "finished": "x"}'),
+     "allreduce.json has 4 ranks, the verdict 2"),
+    (lambda f: (f / "run.log").unlink(), "no readable run.log"),
+    (lambda f: (f / "run.log").write_text("Root Cause (first observed failure):\n"
+                                          "  rank      : 1\n  exitcode  : 7\n"),
+     "run.log shows rank 1 failed (exit code 7)"),
+    (lambda f: (f / "image.json").write_text('{"sha256": "' + "cd" * 32 + '"}'),
+     "its image.json is not of this image"),
+    (lambda f: os.mkfifo(f / "allreduce.json.fifo") or (f / "allreduce.json").unlink()
+     or os.rename(f / "allreduce.json.fifo", f / "allreduce.json"),
+     "no readable allreduce.json"),
+])
+def test_each_file_of_the_run_is_checked(tmp_path, data_target, spoil, why) -> None:
+    path = _write_verdict(tmp_path, "run")
+    spoil(path.parent)
+    with pytest.raises(VerdictFailed, match=re.escape(why)):
+        _ensure(tmp_path, data_target, lambda say: None, [])
+
+
+def test_a_gpu_verdict_needs_device_reports_on_that_gpu(tmp_path, data_target) -> None:
+    path = _write_verdict(tmp_path, "gpus", backend="nccl", device_kind="cuda")
+    with pytest.raises(VerdictFailed, match="device reports do not show every rank on a cuda"):
+        _ensure(tmp_path, data_target, lambda say: None, [], gpu="cuda", gpus_here=("cuda",))
+    for rank in (0, 1):
+        (path.parent / f"device-{rank}.json").write_text(json.dumps(
+            {"rank": rank, "device": "cuda", "build": "cuda"}))
+    assert _ensure(tmp_path, data_target, lambda say: None, [], gpu="cuda")["smoke"]["passed"]

@@ -58,8 +58,10 @@ def _make_project(root: Path, images_dir: Path, *, extra: dict | None = None) ->
 def keyring(tmp_path_factory, real_runtime) -> Path:
     """A throwaway passphrase-less keypair (no network: never pushed)."""
     keys = tmp_path_factory.mktemp("keys") / "keyring"
-    subprocess.run(real_runtime.key_newpair_argv(name="Test Site Admin", email="admin@example.org",
-                                                 comment="containers tests", bits=2048),
+    # passphrase-less, never pushed to a key server
+    subprocess.run([real_runtime.binary, "key", "newpair", "--name=Test Site Admin",
+                    "--email=admin@example.org", "--comment=containers tests", "--password=",
+                    "--push=false", "--bit-length=2048"],
                    env={**os.environ, **real_runtime.keyring_env(keys)}, check=True,
                    stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
     return keys

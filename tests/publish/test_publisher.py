@@ -21,6 +21,8 @@ import pytest
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
 from containers.publish import catalogue as cat, publisher
 from containers.publish.publisher import COPY_DELAY_ENV, PublishRequest, publish
+from containers.image.plan import chain_hashes
+from tests.fixtures.data import load_targets
 from tests.fixtures import ROOT
 from tests.publish.standin import IMAGE, RUNTIME, SHA, Built
 from tests.test_progress import on_a_terminal
@@ -32,6 +34,8 @@ def test_request_normalises_dest_and_checks_each_flag_once(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     assert PublishRequest(target="cpu", dest="pub").dest == tmp_path / "pub"
     assert PublishRequest(target="cpu", dest="pub", keep=1).keep == 1
+    with pytest.raises(UsageError, match=r"^--group is not a group name.*\(got '-x'\)$"):
+        PublishRequest(target="cpu", dest="pub", group="-x")  # the flag's own type
     refusals = {"--keep": dict(keep=0), "--version": dict(version="../evil"),
                 "--target": dict(target=""), "--dest": dict(dest="")}
     for flag, change in refusals.items():
@@ -172,6 +176,35 @@ def test_failed_checks_publish_nothing(data_built: Built) -> None:
 
 
 # ------------------------------------------------------------------------ hostile input
+def test_republishing_the_same_build_under_a_new_version_is_said(data_built: Built) -> None:
+    data_built.publish(version="1.0", skip_checks=True)
+    lines: list[str] = []
+    data_built.publish(lines, version="2.0", skip_checks=True)
+    assert (f"note: this build (sha256 {SHA[:12]}) is already published as cpu 1.0; "
+            "publishing it again as 2.0") in lines
+
+
+def test_an_image_whose_record_names_another_target_is_refused(data_built: Built) -> None:
+    record = data_built.settings.provenance_path("cpu")
+    for named in ({"target": "gpu"}, {"target": None}):
+        record.write_text(json.dumps({**json.loads(record.read_text()), **named}))
+        with pytest.raises(StateError) as refused:
+            data_built.plan()
+        assert str(refused.value) == (
+            f"{data_built.settings.image_path('cpu')}: its build record names target "
+            f"{named['target']}, not cpu: rebuild it with invoke build --target cpu --force")
+
+
+def test_an_image_built_from_other_inputs_than_now_is_refused(data_built: Built) -> None:
+    assert data_built.plan(inputs_hash="1e9c228c71566f9d").version.endswith("1e9c228c")
+    with pytest.raises(StateError) as refused:
+        data_built.plan(inputs_hash="99" * 32)
+    assert str(refused.value) == (
+        f"{data_built.settings.image_path('cpu')} is stale: it was built from inputs "
+        "1e9c228c7156, the target's inputs are now 999999999999; rebuild it with invoke build "
+        "--target cpu before publishing")
+
+
 def _record(built: Built, text: str) -> Path:
     record = built.settings.provenance_path("cpu")
     record.write_text(text)
@@ -442,7 +475,11 @@ def test_a_pinned_version_that_breaks_the_name_rule_is_refused(data_built: Built
 @pytest.fixture
 def cli_built(factory_cli_project, data_built: Built, real_runtime) -> Path:
     """A project whose images folder holds the stand-in image; `invoke` runs in it (invoke
-    publish asks for the runtime: ``real_runtime``, which ./setup.sh installs)."""
+    publish asks for the runtime: ``real_runtime``, which ./setup.sh installs). Its record
+    carries the cpu target's inputs now, as a fresh build's does (publish refuses a stale one)."""
+    record = data_built.settings.provenance_path("cpu")
+    record.write_text(json.dumps({**json.loads(record.read_text()), "inputs_hash": chain_hashes(
+        load_targets(ROOT), "cpu")["cpu"]}))
     return factory_cli_project(images_dir=data_built.settings.images_dir,
                                results_dir=data_built.settings.results_dir)
 

@@ -27,7 +27,9 @@ from containers import app
 from containers.app.inspecting import examine_built
 from containers.errors import CommandFailed, VerdictFailed
 from containers.image import inspect as probing, provenance, sbom
+from containers.prove.smoke import SmokeOptions
 from containers.publish import catalogue as cat
+from tests.publish.standin import smoke_run
 from tests.fixtures import ROOT
 from tests.publish.test_publish_image import _make_project
 
@@ -151,14 +153,11 @@ def test_build_examine_writes_a_valid_sbom_with_torch(real_project, real_runtime
 
 def _verdict(project: app.Project, name: str, sha: str, busbw: float, date: str) -> None:
     """A passing 2-rank smoke verdict of the image, as `invoke smoke` writes it."""
-    folder = project.settings.results_dir / "smoke" / name
-    folder.mkdir(parents=True)
-    (folder / "verdict.json").write_text(json.dumps({
-        "kind": "smoke", "target": "cpu", "sha256": sha, "passed": True, "site": "local",
-        "partition": None, "ranks": 2, "nodes": 1, "backend": "gloo", "device_kind": "cpu",
-        "wrong_total": 0, "cycles": 1, "date": date,
-        "performance": {"state": "pass", "failed": False, "measured": busbw,
-                        "message": f"busbw {busbw} GB/s", "reference": REFERENCE}}))
+    smoke_run(project.settings.results_dir / "smoke" / name, sha256=sha,
+              kind="smoke", site="local", partition=None, nodes=1, backend="gloo",
+              device_kind="cpu", wrong_total=0, cycles=1, date=date,
+              performance={"state": "pass", "failed": False, "measured": busbw,
+                           "message": f"busbw {busbw} GB/s", "reference": REFERENCE})
 
 
 def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
@@ -231,3 +230,43 @@ def _page_in_a_real_browser(dest: Path, tmp_path: Path) -> None:
     assert "<code>2.0</code> (latest)" in dom.stdout and "<code>1.0</code>" in dom.stdout
     assert "accepted regression: CI runner is slower" in dom.stdout
     print(f"catalogue page screenshot: {shot}")
+
+
+def test_a_hand_edited_verdict_of_a_timed_out_smoke_is_refused(tmp_path, cpu_image) -> None:
+    """The real thing: a smoke that times out (no rank files, no results JSON), its verdict
+    edited to pass; publish re-derives it from the run's files and refuses, publishing nothing;
+    then a real passing smoke, and a newer failure of the same image outvotes it."""
+    images = tmp_path / "images"
+    images.mkdir()
+    for suffix in ("", ".json"):
+        os.link(cpu_image.with_name(cpu_image.name + suffix), images / f"cpu.sif{suffix}")
+    project = _make_project(tmp_path / "project", images)
+    with pytest.raises(VerdictFailed):
+        app.prove(project, target="cpu", options=SmokeOptions(
+            gpus=2, sizes="1M:4M", iters=3, timeout=2), say=lambda line: None)
+    (verdict,) = (project.settings.results_dir / "smoke").glob("*/verdict.json")
+    record = json.loads(verdict.read_text())
+    verdict.write_text(json.dumps({**record, "passed": True, "reasons": []}))
+    dest = tmp_path / "pub"
+    with pytest.raises(VerdictFailed) as refused:
+        app.publish(project, target="cpu", dest=dest, version="1.0", say=lambda line: None)
+    assert str(refused.value).startswith(f"not publishing cpu: {verdict} says passed but its "
+                                         "run's own files do not: ranks that did not finish: ")
+    assert not (dest / "cpu" / "1.0.sif").exists()
+
+    app.prove(project, target="cpu", options=SmokeOptions(gpus=2, sizes="4K:64K", iters=3,
+                                                          warmup=1, timeout=300),
+              say=lambda line: None)
+    passed = max((project.settings.results_dir / "smoke").glob("*/verdict.json"),
+                 key=lambda p: json.loads(p.read_text())["date"])
+    assert json.loads(passed.read_text())["passed"] is True
+    failed = passed.parent.with_name(passed.parent.name + "-later")
+    shutil.copytree(passed.parent, failed)
+    later = {**json.loads(passed.read_text()), "passed": False, "reasons": ["3 wrong values"],
+             "date": "2999-01-01T00:00:00Z"}
+    (failed / "verdict.json").write_text(json.dumps(later))
+    with pytest.raises(VerdictFailed, match="the newest smoke of this image .* FAILED"):
+        app.publish(project, target="cpu", dest=dest, version="1.0", say=lambda line: None)
+    shutil.rmtree(failed)
+    entry = app.publish(project, target="cpu", dest=dest, version="1.0", say=lambda line: None)
+    assert entry["checks"]["smoke"]["verdict"] == str(passed)

@@ -49,7 +49,9 @@ def test_torchrun_standalone_here_and_c10d_in_a_job_step() -> None:
 
 
 def test_mpiexec_starts_one_torchrun_per_node() -> None:
-    argv = LAUNCHERS["mpiexec-torchrun"].argv(_launch(nodes=2, rendezvous=RDZV, step=True))
+    """The PALS options are the site's (Derecho's job.step_options), not the launcher's."""
+    argv = LAUNCHERS["mpiexec-torchrun"].argv(_launch(nodes=2, rendezvous=RDZV, step=True,
+                                                      step_options=("--cpu-bind", "none")))
     assert argv[:7] == ["mpiexec", "-n", "2", "--ppn", "1", "--cpu-bind", "none"]
     srun = LAUNCHERS["torchrun"].argv(_launch(nodes=2, rendezvous=RDZV, step=True))
     assert srun[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
@@ -86,7 +88,28 @@ def test_shapes_and_cores(data_world) -> None:
     assert cores_for(cpu.model_copy(update={"cores_per_node": 16}), 2) == 16
     assert ingredients(lumi) == dict(gpu_flag="--rocm", torchrun="torchrun",
                                      cpu_masks=lumi.cpu_bind,
-                                     visible_devices="ROCR_VISIBLE_DEVICES")
+                                     visible_devices="ROCR_VISIBLE_DEVICES", step_options=())
+    assert ingredients(sites["derecho"])["step_options"] == ("--cpu-bind", "none")
+
+
+@pytest.mark.parametrize("name, prefix", [
+    ("torchrun", ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=7",
+                  "--kill-on-bad-exit=1"]),
+    ("srun-per-gpu", ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=7",
+                      "--kill-on-bad-exit=1"]),
+    ("mpiexec-torchrun", ["mpiexec", "-n", "2", "--ppn", "1"]),
+])
+def test_every_launcher_gives_every_job_steps_prefix(name, prefix) -> None:
+    """One process per node (a job's device gate) and once on the job's node (its verdict):
+    each launcher's own way, the site's step options after its own."""
+    launch = _launch(nodes=2, rendezvous=RDZV, step=True, cpus_per_task=7,
+                     step_options=("--x", "y"))
+    launcher = LAUNCHERS[name]
+    assert launcher.node_step(launch) == [*prefix, "--x", "y"]
+    assert launcher.host_step(launch) == []
+    # the workload's own step starts with the same launcher word and the site's options
+    argv = launcher.argv(launch)
+    assert argv[0] == prefix[0] and argv[argv.index("singularity") - 2:][:2] == ["--x", "y"]
 
 
 def test_registry_and_site_resolution(data_world) -> None:

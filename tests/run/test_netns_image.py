@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from containers.inputs.recipes import load_targets
+from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import load_sites
 from containers.prove import verdict

@@ -54,7 +54,7 @@ def test_slurm_python_and_shell_agree(tmp_path, addr, job_id) -> None:
         return subprocess.run([str(fake / argv[0]), *argv[1:]], capture_output=True, text=True,
                               check=True).stdout
 
-    found = slurm.resolve_env(env, query=query)
+    found = slurm.resolve(env[slurm.job_id_var], env[slurm.nodes_var], query=query)
     assert _shell(slurm.shell(), env, fake) == (found.host, found.port)
     assert found.host == (addr or "nid001") and found.id == job_id
     assert found.port == str(PORT_BASE + int(job_id) % PORT_SPAN)
@@ -68,7 +68,7 @@ def test_pbs_python_and_shell_agree(tmp_path, job_id) -> None:
     nodefile = tmp_path / "nodes"
     nodefile.write_text("dec0001.hsn.de.hpc.ucar.edu\ndec0002.hsn.de.hpc.ucar.edu\n")
     env = {"PBS_JOBID": job_id, "PBS_NODEFILE": str(nodefile)}
-    found = pbs.resolve_env(env)
+    found = pbs.resolve(env[pbs.job_id_var], env[pbs.nodes_var])
     assert _shell(pbs.shell(), env) == (found.host, found.port)
     assert found.host == "dec0001.hsn.de.hpc.ucar.edu" and found.id == job_id
     assert found.port == str(PORT_BASE + int(job_id.split(".")[0]) % PORT_SPAN)

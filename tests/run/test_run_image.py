@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +99,57 @@ def test_no_launcher_exits_with_the_commands_own_status(cpu_image, real_project,
         app.run_command(app.Project(root=real_project.root, settings=settings), target="cpu",
                         launcher=False, command=["sh", "-c", "exit 7"], say=lambda line: None)
     assert failure.value.exit_code == 7
+
+
+def test_through_the_launcher_the_ranks_own_status_is_the_exit_status(
+        cpu_image, factory_cli_project, tmp_path) -> None:
+    """torchrun exits 1 whatever its ranks did; ``invoke run`` exits with the first failing
+    rank's status (as a batch run of the same command does), and so does status.json; the
+    failed command is echoed as a shell would read it."""
+    root = factory_cli_project(images_dir=cpu_image.parent, results_dir=tmp_path / "results")
+    failed = _invoke("run", "--gpus", "2", "--", "sh", "-c", "exit 7", cwd=tmp_path, root=root)
+    assert failed.returncode == 7, failed.stdout[-3000:] + failed.stderr[-3000:]
+    assert failed.stderr.startswith("error: sh -c 'exit 7': rank ")
+    assert "failed first (exit 7)" in failed.stderr
+    (status,) = (tmp_path / "results" / "run").glob("cpu-*/status.json")
+    assert json.loads(status.read_text())["exit_status"] == 7
+
+
+def test_ctrl_c_during_a_run_is_recorded_in_its_status(cpu_image, factory_cli_project,
+                                                       tmp_path) -> None:
+    root = factory_cli_project(images_dir=cpu_image.parent, results_dir=tmp_path / "results")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "invoke"), "-r", str(root), "run",
+                             "--", "sh", "-c", "echo started; sleep 60"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.strip() == "started":
+                break
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the tool
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "interrupted", err  # torchrun's own traceback is in the run's output
+    (status,) = (tmp_path / "results" / "run").glob("cpu-*/status.json")
+    record = json.loads(status.read_text())
+    assert record["interrupted"] is True and record["exit_status"] == 130
+
+
+def test_the_interactive_shell_is_the_images_python_whatever_bashrc_says(
+        cpu_image, factory_cli_project, tmp_path) -> None:
+    """A ~/.bashrc that puts the host's Python first (conda, pyenv) is not read: the shell's
+    python is the image's, as under ``apptainer shell``."""
+    root = factory_cli_project(images_dir=cpu_image.parent, results_dir=tmp_path / "results")
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "python").write_text("#!/bin/sh\necho host-python\n")
+    (home / "bin" / "python").chmod(0o755)
+    (home / ".bashrc").write_text(f"export PATH={home / 'bin'}:$PATH\n")
+    shell = subprocess.run([str(Path(sys.executable).parent / "invoke"), "-r", str(root),
+                            "shell"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           input="python -c 'import torch; print(\"torch\", torch.__version__)'"
+                                 "\nexit\n", env={**os.environ, "HOME": str(home)})
+    assert "host-python" not in shell.stdout
+    assert "torch 2." in shell.stdout, shell.stdout + shell.stderr

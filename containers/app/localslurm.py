@@ -1,0 +1,85 @@
+"""``invoke local-slurm``: a real Slurm cluster on this machine, to try batch jobs without one.
+
+Starts (``--start``) the two-node cluster the test suite uses (:mod:`containers.host.slurmcluster`)
+or, with ``--site S``, one shaped like a site profile (its partitions and their limits, its cores
+and GPUs as GRES, its required account), and records it in one folder; ``--status`` shows it;
+``--stop`` stops it by the PIDs it recorded. Jobs reach it through ``SLURM_CONF``, which
+``--start`` prints as a line to paste (or ``eval``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from containers.app.project import Project
+from containers.errors import StateError
+from containers.host import slurmcluster
+from containers.inputs.sites import get_site
+from containers.report import Say, say_line as _print
+
+#: Where the command's cluster lives: one per machine (the daemons run as root). Not under the
+#: checkout: munged, running as user munge, must reach its socket and key folders.
+DEFAULT_ROOT = Path("/var/tmp/containers-local-slurm")
+
+
+def _root() -> Path:
+    return Path(os.environ.get("CONTAINERS_LOCAL_SLURM_DIR", DEFAULT_ROOT))
+
+
+def _running(root: Path) -> slurmcluster.SlurmCluster | None:
+    """The recorded cluster when its controller is still alive."""
+    cluster = slurmcluster.load(root)
+    return cluster if cluster and any(map(slurmcluster.alive, cluster.pids.values())) else None
+
+
+def _describe(cluster: slurmcluster.SlurmCluster, say: Say) -> None:
+    say(f"nodes: {', '.join(cluster.nodes)}; partitions: {', '.join(cluster.partitions())}")
+    say("daemons (PIDs): " + ", ".join(f"{k} {v}" for k, v in cluster.pids.items()))
+    say(f"folder: {cluster.root} (logs in {cluster.root / 'log'})")
+    say("jobs reach it through SLURM_CONF:")
+    say(f"export SLURM_CONF={shlex.quote(str(cluster.conf))}")
+
+
+def local_slurm(project: Project, *, action: str, site: str | None = None,
+                say: Say = _print) -> None:
+    """``action``: start, stop or status."""
+    root = _root()
+    found = _running(root)
+    if action == "status":
+        if not found:
+            raise StateError(f"no local Slurm cluster is running (in {root}); "
+                             "start one: invoke local-slurm --start")
+        _describe(found, say)
+    elif action == "stop":
+        if not found:
+            say(f"no local Slurm cluster is running (in {root}); nothing to stop")
+            return
+        slurmcluster.stop(found)
+        say(f"stopped the local Slurm cluster (PIDs {', '.join(map(str, found.pids.values()))})")
+    else:
+        if found:
+            raise StateError(f"a local Slurm cluster is already running (in {root}); "
+                             "stop it first: invoke local-slurm --stop")
+        if root.exists():  # a stopped or crashed cluster's leftovers: its daemons are gone
+            slurmcluster.stop(slurmcluster.load(root) or slurmcluster.SlurmCluster(
+                root=root, conf=root / "slurm.conf"))
+        _start(project, root, site, say)
+
+
+def _start(project: Project, root: Path, site: str | None, say: Say) -> None:
+    if site:
+        profile = get_site(project.sites, site)
+        if profile.scheduler != "slurm":
+            raise StateError(f"site {site} has scheduler {profile.scheduler}, not slurm: the "
+                             "local cluster takes the shape of a Slurm site")
+        write, nodes = (slurmcluster.site_conf_writer(profile),
+                        slurmcluster.site_node_names(profile))
+    else:
+        write, nodes = slurmcluster.two_node_conf, ("n1", "n2")
+    say(f"starting munged, slurmctld and {len(nodes)} slurmd in {root} …")
+    cluster = slurmcluster.start(root, write, nodes=nodes, ports=len(nodes) + 1)
+    slurmcluster.save(cluster)
+    say("local Slurm cluster started" + (f", shaped like {site}" if site else ""))
+    _describe(cluster, say)

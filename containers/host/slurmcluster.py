@@ -1,0 +1,409 @@
+"""A real Slurm cluster on this machine: Debian's slurm-wlm and munge, nodes that are all this host.
+
+The same cluster serves the test suite (``tests/fixtures/slurm.py``) and users who want to try
+``invoke job --submit --wait`` without a cluster (``invoke local-slurm --start``). Everything it
+makes lives in one folder (``slurm.conf``, a private munge key and socket, state, logs, the
+daemons' PID files) and every client call goes through ``SLURM_CONF``, so the machine's own Slurm
+or munge set-up is never touched. The daemons run as root (``SlurmUser=root``: no cgroups, no
+accounting database), on free ports picked at start. It is stopped by the PIDs its daemons wrote,
+then by the PIDs of processes still carrying its ``SLURM_CONF`` (job steps that outlived their
+slurmd); nothing is stopped by name.
+
+Two shapes: :func:`two_node_conf` (nodes ``n1`` and ``n2``, partition ``debug``, as the tests'
+batch jobs use it) and :func:`site_conf_writer` (a site profile's partitions, limits, cores and
+GPUs as GRES on stand-in devices, and a required account where the site requires one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from containers.errors import CommandFailed, StateError
+from containers.inputs.sites import Site
+
+PACKAGES = ("slurm-wlm", "munge")
+PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "salloc")
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+#: The one account a site-shaped cluster of a site that requires one accepts.
+TEST_ACCOUNT = "proj_1"
+#: Nodes started per site-shaped cluster: enough for the 2-node jobs.
+SITE_NODES = 2
+#: What the command's cluster records about itself, in its folder.
+STATE_FILE = "cluster.json"
+
+#: Writes a slurm.conf into a root folder, for the given ports and munge socket.
+ConfWriter = Callable[[Path, list[int], Path], Path]
+
+
+def missing_programs() -> list[str]:
+    """The Slurm and munge programs this machine lacks (``apt-get install slurm-wlm munge``)."""
+    return [p for p in PROGRAMS if not shutil.which(p)]
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` is a running process; a zombie (exited, not yet reaped) is not."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rfind(")") + 2:].split()[0] != "Z"
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class SlurmCluster:
+    """A running cluster and the client calls made to it (all through its ``SLURM_CONF``)."""
+
+    root: Path
+    conf: Path
+    nodes: tuple[str, ...] = ("n1", "n2")
+    node_addr: str = "127.0.0.1"
+    pids: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def run(self, argv: list[str], *, timeout: float = 60, check: bool = True,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        result = subprocess.run(argv, env={**self.env, **(env or {})}, capture_output=True,
+                                text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check and result.returncode != 0:
+            raise CommandFailed(argv[0], argv=argv, returncode=result.returncode,
+                                output=(result.stdout + result.stderr).splitlines())
+        return result
+
+    def job_info(self, job_id: str) -> dict[str, str]:
+        text = self.run(["scontrol", "show", "job", "-o", job_id]).stdout
+        return dict(re.findall(r"(\w+)=(\S*)", text))
+
+    def wait(self, job_id: str, *, timeout: float = 180) -> dict[str, str]:
+        """Poll until the job ends; on timeout cancel it and fail with what it printed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.job_info(job_id)
+            if info.get("JobState") in TERMINAL:
+                return info
+            if time.monotonic() > deadline:
+                self.run(["scancel", job_id], check=False)
+                out = Path(info.get("StdOut", ""))
+                raise StateError(f"job {job_id} still {info.get('JobState')} after "
+                                 f"{timeout:.0f} s:\n"
+                                 + (out.read_text()[-3000:] if out.is_file() else ""))
+            time.sleep(0.5)
+
+    def idle_nodes(self) -> list[str]:
+        out = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout
+        return [line.split()[0] for line in out.splitlines() if line.split()[1:] == ["idle"]]
+
+    def partitions(self) -> list[str]:
+        out = self.run(["sinfo", "-h", "-o", "%P"], check=False).stdout
+        return [line.strip().rstrip("*") for line in out.splitlines() if line.strip()]
+
+
+def base_lines(root: Path, ctld_port: int, slurmd_port: int, munge_socket: Path) -> list[str]:
+    """What every cluster's slurm.conf says: names, ports, paths, plugins."""
+    controller = socket.gethostname().split(".")[0]
+    return [
+        "ClusterName=containers-test",
+        f"SlurmctldHost={controller}(127.0.0.1)",
+        f"SlurmctldPort={ctld_port}",
+        f"SlurmdPort={slurmd_port}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={munge_socket}",
+        f"StateSaveLocation={root}/state",
+        f"SlurmdSpoolDir={root}/spool-%n",
+        f"SlurmctldPidFile={root}/slurmctld.pid",
+        f"SlurmdPidFile={root}/slurmd-%n.pid",
+        f"SlurmctldLogFile={root}/log/slurmctld.log",
+        f"SlurmdLogFile={root}/log/slurmd-%n.log",
+        # No cgroups: what works in a container or a CI machine without systemd's delegation.
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "JobCompType=jobcomp/filetxt",
+        f"JobCompLoc={root}/jobcomp.txt",
+        "MinJobAge=600",  # finished jobs stay visible to scontrol while they are read
+        "InactiveLimit=0",
+        "KillWait=5",
+    ]
+
+
+def two_node_conf(root: Path, ports: list[int], munge_socket: Path) -> Path:
+    """The two-node cluster: n1 and n2, both this machine, one partition ``debug``."""
+    node_ports = ports[1:]
+    lines = base_lines(root, ports[0], node_ports[0], munge_socket)
+    cpus = os.cpu_count() or 1
+    for name, port in zip(("n1", "n2"), node_ports):
+        lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
+                     f"CPUs={cpus} State=UNKNOWN")
+    lines.append("PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP")
+    conf = root / "slurm.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    return conf
+
+
+#: A job naming no account, or another one, is refused by slurmctld itself. Partition
+#: ``AllowAccounts`` cannot do it without slurmdbd (22.05 then refuses every job, or, with
+#: EnforcePartLimits=NO, none), so a job_submit/lua script does, as sites' own submit filters do.
+_REQUIRE_ACCOUNT = f"""\
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    if job_desc.account ~= "{TEST_ACCOUNT}" then
+        slurm.log_user("this cluster requires an account: --account={TEST_ACCOUNT}")
+        return slurm.ESLURM_INVALID_ACCOUNT
+    end
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+"""
+
+
+def site_node_names(site: Site) -> tuple[str, ...]:
+    return tuple(f"{site.name}{i}" for i in range(1, SITE_NODES + 1))
+
+
+def _site_node_lines(site: Site, root: Path, names: Sequence[str],
+                     ports: Sequence[int]) -> tuple[list[str], list[str]]:
+    """slurm.conf's node lines and gres.conf's lines: the site's cores, memory and GPUs (GRES
+    ``gpu:<gres_type>:<count>`` on character devices that read as ``/dev/null``: slurmd counts
+    only GPUs that have a File)."""
+    gpus, gpu_type = site.gpus.per_node, site.gpus.gres_type or site.name
+    memory_mb = max(site.memory.per_gpu_gb * gpus, 8) * 1024 + 1024
+    nodes, gres = [], []
+    for name, port in zip(names, ports):
+        devices = root / "dev" / name
+        devices.mkdir(parents=True)
+        for index in range(gpus):
+            os.mknod(devices / f"gpu{index}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        nodes.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 "
+                     f"Port={port} CPUs={site.cores_per_node or 2} RealMemory={memory_mb} "
+                     + (f"Gres=gpu:{gpu_type}:{gpus} " if gpus else "") + "State=UNKNOWN")
+        if gpus:
+            gres.append(f"NodeName={name} Name=gpu Type={gpu_type} "
+                        f"File={devices}/gpu[0-{gpus - 1}]")
+    return nodes, gres
+
+
+def site_conf_writer(site: Site) -> ConfWriter:
+    """A slurm.conf shaped like ``site``'s profile: its partitions by name, each with the
+    profile's time limit (``MaxTime``) and node count (``MaxNodes``) enforced at submission, an
+    account required (:data:`TEST_ACCOUNT`) where the site requires one, and
+    :data:`SITE_NODES` nodes (``<site>1``...) with the site's cores, memory and GPUs."""
+    def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
+        names = site_node_names(site)
+        lines = [*base_lines(root, ports[0], ports[1], munge_socket),
+                 "GresTypes=gpu", "SlurmdParameters=config_overrides",
+                 # As the sites do: a job beyond a partition's limits is refused at submission
+                 # (without it, Slurm queues it to wait forever: PartitionTimeLimit).
+                 "EnforcePartLimits=ALL"]
+        nodes, gres = _site_node_lines(site, root, names, ports[1:])
+        lines += nodes
+        default = site.default_partition or next(iter(site.partitions), None)
+        for part in site.partitions:
+            limits = site.partition(part)
+            minutes = -(-limits.max_time // 60) if limits.max_time else None
+            lines.append(
+                f"PartitionName={part} Nodes={','.join(names)} "
+                f"MaxTime={minutes if minutes else 'INFINITE'} "
+                f"MaxNodes={limits.max_nodes or 'UNLIMITED'} "
+                + ("Default=YES " if part == default else "") + "State=UP")
+        if not site.partitions:  # a profile that lists none: Slurm's default partition
+            lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES "
+                         "MaxTime=INFINITE State=UP")
+        (root / "gres.conf").write_text("".join(line + "\n" for line in gres))
+        if site.account_required:  # slurmctld reads job_submit.lua beside slurm.conf
+            lines.append("JobSubmitPlugins=lua")
+            (root / "job_submit.lua").write_text(_REQUIRE_ACCOUNT)
+        conf = root / "slurm.conf"
+        conf.write_text("\n".join(lines) + "\n")
+        return conf
+    return write
+
+
+def _read_pid(path: Path, timeout: float = 15) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            time.sleep(0.1)
+    raise StateError(f"no PID in {path} after {timeout:.0f} s")
+
+
+def stop_pids(pids: Sequence[int], grace: float = 10) -> None:
+    """SIGTERM each PID, SIGKILL those still alive after ``grace`` seconds."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def carrying(marker: str) -> list[int]:
+    """PIDs of processes whose environment holds ``marker`` (this cluster's SLURM_CONF)."""
+    found = []
+    needle = marker.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def log_tail(root: Path) -> str:
+    return "\n".join(f"--- {p.name}\n" + p.read_text()[-1500:]
+                     for p in sorted((root / "log").glob("*.log")))
+
+
+def _reachable(root: Path) -> None:
+    """munged runs as user munge: every folder above ``root`` must let others through."""
+    for folder in [root, *root.parents]:
+        if folder.exists() and not folder.stat().st_mode & stat.S_IXOTH:
+            raise StateError(f"{folder} is closed to other users, so munged (user munge) cannot "
+                             f"reach the cluster's folder {root}: choose one under /var/tmp")
+
+
+def _prepare(root: Path) -> tuple[Path, Path]:
+    """The cluster's folders under ``root``; munged (user munge) must reach its own."""
+    _reachable(root.parent)
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    for sub in ("state", "log"):
+        (root / sub).mkdir()
+    munge_dir, socket_dir = root / "munge", root / "munge-socket"
+    for folder, mode in ((munge_dir, 0o700), (socket_dir, 0o755)):
+        folder.mkdir()
+        shutil.chown(folder, "munge", "munge")
+        folder.chmod(mode)
+    return munge_dir, socket_dir / "munge.socket"
+
+
+def _as_munge(argv: list[str]) -> None:
+    """Run ``argv`` as the munge user; a failure is one CommandFailed line."""
+    full = ["runuser", "-u", "munge", "--", *argv]
+    result = subprocess.run(full, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise CommandFailed(argv[0], argv=full, returncode=result.returncode,
+                            output=(result.stdout + result.stderr).splitlines())
+
+
+def _start_munge(munge_dir: Path, munge_socket: Path) -> int:
+    _as_munge(["mungekey", "-c", "-k", str(munge_dir / "munge.key")])
+    _as_munge(["munged", f"--socket={munge_socket}", f"--key-file={munge_dir / 'munge.key'}",
+               f"--log-file={munge_dir / 'munged.log'}",
+               f"--pid-file={munge_dir / 'munged.pid'}",
+               f"--seed-file={munge_dir / 'munged.seed'}"])
+    return _read_pid(munge_dir / "munged.pid")
+
+
+def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: int,
+          idle_timeout: float = 30) -> SlurmCluster:
+    """Start munged, slurmctld and a slurmd per node of ``nodes`` for the slurm.conf that
+    ``write_conf`` writes into the fresh folder ``root``, and wait until every node is idle.
+    On any failure what was started is stopped again (by PID) and the folder removed."""
+    if os.geteuid() != 0:
+        raise StateError("the local Slurm cluster runs its daemons as root; run as root")
+    missing = missing_programs()
+    if missing:
+        raise StateError(f"Slurm is not installed (missing {', '.join(missing)}): "
+                         f"apt-get install {' '.join(PACKAGES)} (./setup.sh env does)")
+    munge_dir, munge_socket = _prepare(root)
+    conf = write_conf(root, free_ports(ports), munge_socket)
+    cluster = SlurmCluster(root=root, conf=conf, nodes=nodes)
+    try:
+        cluster.pids["munged"] = _start_munge(munge_dir, munge_socket)
+        cluster.run(["slurmctld", "-f", str(conf)])
+        cluster.pids["slurmctld"] = _read_pid(root / "slurmctld.pid")
+        for node in nodes:
+            cluster.run(["slurmd", "-f", str(conf), "-N", node])
+            cluster.pids[f"slurmd-{node}"] = _read_pid(root / f"slurmd-{node}.pid")
+        deadline = time.monotonic() + idle_timeout
+        while not set(nodes) <= set(cluster.idle_nodes()):
+            if time.monotonic() > deadline:
+                raise StateError("the local Slurm nodes did not become idle:\n" + log_tail(root))
+            time.sleep(0.3)
+    except BaseException:
+        stop(cluster)
+        raise
+    return cluster
+
+
+def stop(cluster: SlurmCluster) -> None:
+    """Cancel the cluster's jobs, stop its daemons and leftover job steps by PID (munged last),
+    and remove its folder."""
+    if alive(cluster.pids.get("slurmctld", 0) or -1):
+        jobs = cluster.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
+        if jobs:
+            cluster.run(["scancel", *jobs], check=False)
+    munged = cluster.pids.get("munged")
+    stop_pids([p for name, p in cluster.pids.items() if name != "munged"])
+    stop_pids(carrying(f"SLURM_CONF={cluster.conf}"))  # job steps that outlived their slurmd
+    if munged:
+        stop_pids([munged])
+    shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def save(cluster: SlurmCluster) -> Path:
+    """Record the cluster in its folder, so another command can find and stop it."""
+    path = cluster.root / STATE_FILE
+    path.write_text(json.dumps({"conf": str(cluster.conf), "nodes": list(cluster.nodes),
+                                "pids": cluster.pids}, indent=1) + "\n")
+    return path
+
+
+def load(root: Path) -> SlurmCluster | None:
+    """The cluster recorded in ``root``, or None when there is none."""
+    try:
+        data = json.loads((root / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return SlurmCluster(root=root, conf=Path(data["conf"]), nodes=tuple(data["nodes"]),
+                        pids={k: int(v) for k, v in data["pids"].items()})

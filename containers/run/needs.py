@@ -1,0 +1,105 @@
+"""What a run needs from its image (Python, torch), judged before anything starts.
+
+``invoke smoke`` and the training examples run ``jobs/`` scripts under torchrun: they need the
+image's Python and its torch; ``invoke run``'s launcher (torchrun) needs them too, the device gate
+and a rank that pins its cores need Python, ``invoke inspect`` reads the image with its Python; a
+command run with ``--no-launcher`` needs neither. Without this judgement such a run on an image
+without Python (busybox, scratch, an OS base) fails inside the container, rank by rank, with an
+exec error that does not say why.
+
+The evidence, in order: the build record (``"python": null`` where the build found none; its pip
+freeze, where the build made one, lists torch or not), then the target's env spec (whether it
+installs torch, or the manifest declares the base image's). Missing evidence is no refusal: a
+record from before the tool recorded Python says nothing, and the run itself says what it lacks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Mapping
+
+from containers.errors import UsageError
+from containers.image import provenance
+from containers.inputs.compat import has_torch
+from containers.inputs.envspec import load_env_spec
+from containers.inputs.recipes import Target
+from containers.inputs.settings import Settings
+from containers.run.launchers import Torchrun
+from containers.run.workload import Workload
+
+PYTHON = "python"
+TORCH = "torch"
+#: The distribution names a pip freeze gives torch (``torch==2.7.1``, ``torch @ file:///…``).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class ImageLacks(UsageError):
+    """The image has no Python, or no torch, for what was asked of it: one line naming the
+    image, the evidence and the need; nothing was started."""
+
+    @classmethod
+    def of(cls, lacks: str, *, need: str, doing: str, hint: str = "") -> ImageLacks:
+        return cls(f"{lacks}: {doing} needs {need}" + (f"; {hint}" if hint else ""))
+
+
+def _freeze_names(freeze: object) -> set[str] | None:
+    """The distributions a record's pip freeze names (None: it made none)."""
+    if not isinstance(freeze, list) or not freeze:
+        return None
+    return {m.group(0).lower().replace("_", "-") for word in freeze
+            if isinstance(word, str) and (m := _NAME.match(word))}
+
+
+def lacking(record: Mapping, need: str, target: Target | None = None) -> str | None:
+    """Why the image lacks ``need`` (``python`` or ``torch``), as evidence says it, or None
+    when it has it or nothing says. ``target``: its env spec is evidence of torch too."""
+    if "python" in record and record["python"] is None:
+        return "has no Python (its build record says so)"
+    if need != TORCH:
+        return None
+    names = _freeze_names(record.get("pip_freeze"))
+    if names is not None:
+        return None if TORCH in names else "has no torch (its build record's pip freeze lists none)"
+    if target is not None and target.env is not None:
+        env = load_env_spec(target.env)
+        if not has_torch(target, env):
+            return f"has no torch ({os.path.relpath(env.path)} does not install it)"
+    return None
+
+
+def refuse_lacking(record: Mapping, *, image: Path | str, need: str, doing: str) -> None:
+    """Raise :class:`ImageLacks` (``images/x.sif has no Python (its build record says so):
+    invoke inspect needs python``) when ``image``'s record says it lacks ``need``."""
+    reason = lacking(record, need)
+    if reason:
+        raise ImageLacks.of(f"{os.path.relpath(image)} {reason}", need=need, doing=doing)
+
+
+def image_lacking(target: Target, settings: Settings, need: str) -> str | None:
+    """``images/x.sif has no Python (its build record says so)`` when ``target``'s built image
+    lacks ``need``; None when it has it, nothing says, or it is not built (the run's own
+    message says so)."""
+    image = settings.image_path(target.name)
+    if not image.is_file():
+        return None
+    reason = lacking(provenance.read(settings.provenance_path(target.name)), need, target)
+    return f"{os.path.relpath(image)} {reason}" if reason else None
+
+
+def check_image(target: Target, settings: Settings, *, need: str, doing: str,
+                hint: str = "") -> None:
+    """Raise :class:`ImageLacks` when ``target``'s built image lacks ``need`` for ``doing``."""
+    lacks = image_lacking(target, settings, need)
+    if lacks:
+        raise ImageLacks.of(lacks, need=need, doing=doing, hint=hint)
+
+
+def command_need(workload: Workload) -> str | None:
+    """What the launcher of a user's command needs in the image: torchrun is torch's; a rank
+    that pins its cores first runs ``jobs/pinned.py`` with Python; a launcher that starts the
+    command itself (srun per GPU) needs nothing."""
+    if isinstance(workload.launcher, Torchrun):
+        return TORCH
+    return PYTHON if workload.script == "python3" else None

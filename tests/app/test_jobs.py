@@ -1,0 +1,50 @@
+"""``invoke job``: print, write or submit a site's batch job; what each workload kind needs
+before a script is written (its image, of the nodes' architecture) and who judges it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from containers.app.jobs import _foreign, job
+from containers.errors import ImageMissing, UsageError
+from containers.host.facts import host_arch
+
+
+def test_the_script_is_printed_and_its_output_folder_made(data_project) -> None:
+    lines: list[str] = []
+    done = job(data_project, target="cpu", workload="smoke", site="local-slurm",
+               say=lines.append)
+    assert done.script is None and done.job_id is None
+    assert lines[0].startswith("#!/bin/bash") and "#SBATCH" in lines[0]
+    assert done.job.output_folder.is_dir()
+
+
+def test_out_writes_an_executable_script_and_refuses_a_folder(data_project, tmp_path) -> None:
+    with pytest.raises(UsageError, match="is a folder; name the script file to write"):
+        job(data_project, target="cpu", workload="smoke", site="local-slurm", out=tmp_path)
+    lines: list[str] = []
+    done = job(data_project, target="cpu", workload="ddp", site="local-slurm",
+               out=tmp_path / "job.sh", say=lines.append)
+    assert done.script == tmp_path / "job.sh" and done.script.stat().st_mode & 0o111
+    assert "train.py --example ddp" in done.script.read_text()
+    assert lines[-1].startswith("wrote ") and lines[-1].endswith("(sbatch it to run)")
+
+
+def test_a_submission_needs_the_image_unless_it_builds_it(data_project) -> None:
+    """Refused before any script exists; a build job makes the image, so it is not asked."""
+    with pytest.raises(ImageMissing, match="--workload build --submit"):
+        job(data_project, target="cpu", workload="smoke", site="local-slurm", submit=True)
+    assert not list((data_project.settings.results_dir / "jobs").glob("*.sh"))
+
+
+def test_who_judges_is_the_workload_kinds(data_project) -> None:
+    """Only a kind this checkout judges (smoke, training) on nodes of another architecture is
+    foreign: a run job judges itself in the image, a build job has no verdict."""
+    other = "aarch64" if host_arch() == "x86_64" else "x86_64"
+    item = dataclasses.replace(data_project.target("cpu"), arch=other)
+    assert [_foreign(item, w) for w in ("smoke", "fsdp", "run", "build")] == [
+        True, True, False, False]
+    here = data_project.target("cpu")
+    assert not any(_foreign(here, w) for w in ("smoke", "ddp", "run", "build"))

@@ -1,0 +1,88 @@
+"""``invoke local-slurm``: the real cluster started, used by a job, and stopped by its PIDs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from containers import app
+from containers.errors import StateError
+from containers.host import slurmcluster
+from tests.fixtures import ROOT
+from tests.fixtures.slurm import ensure_installed
+
+
+@pytest.fixture
+def folder(monkeypatch):
+    """The command's cluster folder, in a temp folder munged (user munge) can reach."""
+    parent = Path(tempfile.mkdtemp(prefix="local-slurm-test-"))
+    parent.chmod(0o755)
+    root = parent / "local-slurm"
+    monkeypatch.setenv("CONTAINERS_LOCAL_SLURM_DIR", str(root))
+    yield root
+    shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_folder_closed_to_munge_is_refused(tmp_path, monkeypatch) -> None:
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    monkeypatch.setenv("CONTAINERS_LOCAL_SLURM_DIR", str(closed / "cluster"))
+    if slurmcluster.missing_programs() or os.geteuid() != 0:
+        pytest.skip("needs root and Slurm installed to get as far as the folder")
+    with pytest.raises(StateError, match=f"{closed} is closed to other users"):
+        app.local_slurm(app.Project.load(ROOT, {}), action="start")
+
+
+def test_status_and_stop_when_none_runs(folder) -> None:
+    project = app.Project.load(ROOT, {})
+    with pytest.raises(StateError, match="no local Slurm cluster is running"):
+        app.local_slurm(project, action="status")
+    said: list[str] = []
+    app.local_slurm(project, action="stop", say=said.append)
+    assert said == [f"no local Slurm cluster is running (in {folder}); nothing to stop"]
+
+
+def test_a_site_without_slurm_is_refused(folder) -> None:
+    with pytest.raises(StateError, match="site derecho has scheduler pbs, not slurm"):
+        app.local_slurm(app.Project.load(ROOT, {}), action="start", site="derecho")
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "--start: name one of --start, --stop or --status"),
+    (["--stop", "--site", "lumi"], "--site: goes with --start"),
+    (["--start", "--stop"], "--start: name one of --start, --stop or --status"),
+])
+def test_cli_refuses_unclear_requests(argv, message) -> None:
+    result = subprocess.run([sys.executable, "-m", "invoke", "local-slurm", *argv], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr.strip()) == (1, f"error: {message}")
+
+
+@pytest.mark.slurm
+def test_start_run_a_job_and_stop_by_pid(folder) -> None:
+    ensure_installed()
+    project = app.Project.load(ROOT, {})
+    said: list[str] = []
+    app.local_slurm(project, action="start", say=said.append)
+    cluster = slurmcluster.load(folder)
+    try:
+        assert f"export SLURM_CONF={folder / 'slurm.conf'}" in said
+        assert "nodes: n1, n2; partitions: debug" in said
+        with pytest.raises(StateError, match="already running"):
+            app.local_slurm(project, action="start")
+        job = cluster.run(["sbatch", "--parsable", "--nodes=2", "-o", str(folder / "out.txt"),
+                           "--wrap", "srun hostname"]).stdout.strip()
+        assert cluster.wait(job, timeout=120)["JobState"] == "COMPLETED"
+        assert len((folder / "out.txt").read_text().split()) == 2  # a task on each node
+    finally:
+        app.local_slurm(project, action="stop", say=said.append)
+    assert said[-1].startswith("stopped the local Slurm cluster (PIDs ")
+    assert not any(slurmcluster.alive(pid) for pid in cluster.pids.values())
+    assert not folder.exists()

@@ -1,0 +1,42 @@
+"""The project a command works with: settings from their layers (an error names the layer that
+set it), targets kept apart when their manifest is bad, the default target and runtime."""
+
+from __future__ import annotations
+
+import pytest
+from invoke import Config
+
+from containers.app.project import Project, config_sources
+from containers.errors import ConfigError, ContainersError
+from containers.host.runtime import Runtime
+from tests.fixtures import ROOT
+
+
+def test_a_bad_setting_names_the_file_and_line_that_set_it(tmp_path) -> None:
+    user = tmp_path / "invoke.yaml"
+    user.write_text("containers:\n  images_dir: images\n  results_dir: 7\n")
+    config = Config(runtime_path=str(user))
+    config.load_runtime()
+    sources = config_sources(config)
+    assert [s.path for s in sources] == [user]
+    with pytest.raises(ConfigError) as refused:
+        Project.load(ROOT, dict(config.containers), sources=sources)
+    assert (refused.value.path, refused.value.line) == (user, 3)
+
+
+def test_a_bad_manifest_stops_only_the_commands_that_name_it(factory_project) -> None:
+    root = factory_project()
+    (root / "recipes" / "broken.yaml").write_text("site: local\narch: x86_64\nbogus: 1\n")
+    project = Project.load(root, {})
+    assert "broken" not in project.targets and "cpu" in project.targets
+    assert project.target("cpu").name == "cpu"
+    with pytest.raises(ContainersError, match="broken.yaml"):
+        project.target("broken")
+
+
+def test_the_default_target_and_the_runtime_for_another_site(data_project) -> None:
+    assert data_project.default_target() == data_project.settings.default_target == "cpu"
+    lumi = data_project.sites["lumi"]
+    planned = data_project.runtime_for(lumi, dry_run=True)
+    assert isinstance(planned, Runtime) and planned.flavour == lumi.runtime
+    assert data_project.site_of(data_project.target("cpu")).name == "local"
