@@ -80,3 +80,25 @@ def test_the_check_can_fail(tmp_path: Path) -> None:
     assert wrong_imports("containers.image.m", source) == [
         "containers.app.project", "containers.app.project.Project", "containers.run.workload"]
     assert wrong_imports("containers.app.m", source) == []
+
+
+def missing_tests(package: Path, tests: Path) -> list[str]:
+    """The modules of ``package`` with no mirrored test file: ``<stage>/<m>.py`` is tested in
+    ``tests/<stage>/test_<m>.py``, a top-level ``<m>.py`` in ``tests/test_<m>.py``."""
+    return sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                  if path.name != "__init__.py"
+                  and not (tests / path.relative_to(package).parent
+                           / f"test_{path.name}").is_file())
+
+
+def test_every_module_has_its_mirrored_test_file() -> None:
+    missing = missing_tests(PACKAGE, ROOT / "tests")
+    assert not missing, f"modules without their tests/<stage>/test_<m>.py: {missing}"
+
+
+def test_the_mirror_check_can_fail(tmp_path: Path) -> None:
+    for name in ("package/run/a.py", "package/run/b.py", "package/run/__init__.py",
+                 "package/c.py", "package/d.py", "tests/run/test_a.py", "tests/test_c.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert missing_tests(tmp_path / "package", tmp_path / "tests") == ["d.py", "run/b.py"]

@@ -80,50 +80,72 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
         for finding in findings:
             say(f"site fit ({plan.site.name}): {finding.line()}")
         problems = [f"site fit: {f.message}" for f in sitefit.errors(findings)]
-        before = cat.load(plan.dest / cat.CATALOGUE_NAME)
-        latest = cat.latest(before, plan.target.name)
-        old = cat.find(before, plan.target.name, latest) if latest else None
         result: dict = {"fit": [f.as_dict() for f in findings], "stack": stack}
-        gate_record: dict = {"against": latest}
-        if old is not None and (plan.dest / old["file"]).is_file():
-            old_sha = (old.get("provenance") or {}).get("sha256")
-            old_facts = (probing.known_facts(plan.dest / old["file"],
-                                             {**(old.get("provenance") or {}),
-                                              "stack": old.get("stack")})
-                         or probing.probe(runtime, plan.dest / old["file"], sha256=old_sha))
-            result["diff"] = diffing.diff(
-                diffing.side(f"{plan.target.name}@{latest}", old_facts,
-                             size=old["size_bytes"], smoke=(old.get("checks") or {}).get("smoke")),
-                diffing.side(f"{plan.target.name}@{plan.version}", facts,
-                             size=plan.image.stat().st_size, smoke=checks.get("smoke")))
-            for line in diffing.lines(result["diff"]):
-                say(f"gate: {line}")
-        elif old is not None:
-            say(f"gate: {plan.target.name} {latest}'s image is not in {plan.dest}: no diff")
-        if old is not None:
-            busbw = gating.busbw_check((old.get("checks") or {}).get("smoke"),
-                                       checks.get("smoke"))
-            gate_record["busbw"] = busbw
-            if busbw["regression"]:
-                problems.append(busbw["regression"])
-            else:
-                say(f"gate: busbw {busbw.get('note') or 'within the reference tolerance'}")
-        else:
-            say(f"gate: no published latest of {plan.target.name} to compare with")
-        if problems and not accept:
-            raise VerdictFailed(
-                f"not publishing {plan.target.name} {plan.version}: " + "; ".join(problems)
-                + "; publish with --accept-regression \"WHY\" to release it anyway "
-                "(recorded in the catalogue)")
-        if problems:
-            gate_record["accepted"] = {"why": accept, "problems": problems,
-                                       "by": f"{getpass.getuser()}@{socket.gethostname()}",
-                                       "date": utc_now()}
-            say(f"gate: ACCEPTED by {gate_record['accepted']['by']}: {accept} "
-                f"({'; '.join(problems)})")
-        result["gate"] = gate_record
+        gate_record, diff, regressions = _against_latest(plan, runtime, facts, checks, say)
+        if diff is not None:
+            result["diff"] = diff
+        problems += regressions
+        result["gate"] = {**gate_record, **accepted(plan, problems, accept, say)}
         return result
     return review
+
+
+def _against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: dict,
+                    say: Say) -> tuple[dict, dict | None, list[str]]:
+    """The new image against the catalogue's current ``latest`` of its target: the gate's
+    record, the diff of the two images' facts (None where there is no latest, or its image is
+    gone) and the busbw regression, if any."""
+    before = cat.load(plan.dest / cat.CATALOGUE_NAME)
+    latest = cat.latest(before, plan.target.name)
+    old = cat.find(before, plan.target.name, latest) if latest else None
+    gate_record: dict = {"against": latest}
+    if old is None:
+        say(f"gate: no published latest of {plan.target.name} to compare with")
+        return gate_record, None, []
+    diff = None
+    if (plan.dest / old["file"]).is_file():
+        diff = _diff(plan, runtime, old, latest, facts, checks)
+        for line in diffing.lines(diff):
+            say(f"gate: {line}")
+    else:
+        say(f"gate: {plan.target.name} {latest}'s image is not in {plan.dest}: no diff")
+    busbw = gating.busbw_check((old.get("checks") or {}).get("smoke"), checks.get("smoke"))
+    gate_record["busbw"] = busbw
+    if busbw["regression"]:
+        return gate_record, diff, [busbw["regression"]]
+    say(f"gate: busbw {busbw.get('note') or 'within the reference tolerance'}")
+    return gate_record, diff, []
+
+
+def _diff(plan: publisher.PublishPlan, runtime, old: dict, latest: str, facts: dict,
+          checks: dict) -> dict:
+    """The diff of latest's published image (its recorded facts, else a probe) and the new one."""
+    old_sha = (old.get("provenance") or {}).get("sha256")
+    old_facts = (probing.known_facts(plan.dest / old["file"],
+                                     {**(old.get("provenance") or {}), "stack": old.get("stack")})
+                 or probing.probe(runtime, plan.dest / old["file"], sha256=old_sha))
+    return diffing.diff(
+        diffing.side(f"{plan.target.name}@{latest}", old_facts,
+                     size=old["size_bytes"], smoke=(old.get("checks") or {}).get("smoke")),
+        diffing.side(f"{plan.target.name}@{plan.version}", facts,
+                     size=plan.image.stat().st_size, smoke=checks.get("smoke")))
+
+
+def accepted(plan: publisher.PublishPlan, problems: list[str], accept: str | None,
+             say: Say) -> dict:
+    """The gate's verdict on ``problems``: none, nothing to record; some, refused unless
+    ``accept`` says why, and then who accepted what, when (the catalogue keeps it)."""
+    if not problems:
+        return {}
+    if not accept:
+        raise VerdictFailed(
+            f"not publishing {plan.target.name} {plan.version}: " + "; ".join(problems)
+            + "; publish with --accept-regression \"WHY\" to release it anyway "
+            "(recorded in the catalogue)")
+    record = {"why": accept, "problems": problems,
+              "by": f"{getpass.getuser()}@{socket.gethostname()}", "date": utc_now()}
+    say(f"gate: ACCEPTED by {record['by']}: {accept} ({'; '.join(problems)})")
+    return {"accepted": record}
 
 
 def verify(project: Project, *, dest: Path | str | None, target: str | None = None,

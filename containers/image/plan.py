@@ -270,20 +270,12 @@ def check_carried_paths(context: Path, binds: list[str]) -> None:
                               f"elsewhere", key="HOST_PATHS")
 
 
-def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
-                    user_args: Mapping[str, str], cli_args: Mapping[str, str], *,
-                    host: HostFacts, base_step: BuildStep | None, env_vars: dict[str, str],
-                    common: dict) -> BuildStep:
-    context = common["workdir"] / "context"
-    binds = list(host.host_paths)
-    cert = "pip-cert.pem" if host.pip.cert else None
-    staged = {"pip.conf": host.pip.pip_conf(cert_path=f"{CONTEXT_MOUNT}/{cert}" if cert else None)}
-    if env is not None:
-        staged["requirements.txt"] = env.requirements_txt()
-    copied = {f"ca-certificates/{c.name}": c for c in host.ca_certificates}
-    copied.update(definition_scripts(definition))
-    if cert:
-        copied[cert] = Path(host.pip.cert)
+def _build_args(target: Target, definition: Definition, user_args: Mapping[str, str],
+                cli_args: Mapping[str, str], *, host: HostFacts, base_step: BuildStep | None,
+                common: dict, context: Path, binds: list[str]) -> dict[str, str]:
+    """The ``{{ ARG }}`` values the definition uses: the tool's own (context, host paths, inputs
+    hash, ...) under the user's; an argument given on the command line that the definition does
+    not use is refused, and every argument it uses must have a value before anything runs."""
     provided = {
         "BUILD_CONTEXT": str(context),
         "HOST_PATHS": HOST_PATHS_SEPARATOR.join(binds),
@@ -305,7 +297,27 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
         raise ConfigError(f"build argument '{unknown[0]}' is not used by the definition (it uses: "
                           f"{', '.join(definition.build_args) or 'none'})",
                           path=target.definition, key=unknown[0])
-    definition.render(args)  # every {{ ARG }} must have a value before anything runs
+    definition.render(args)
+    return args
+
+
+def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
+                    user_args: Mapping[str, str], cli_args: Mapping[str, str], *,
+                    host: HostFacts, base_step: BuildStep | None, env_vars: dict[str, str],
+                    common: dict) -> BuildStep:
+    context = common["workdir"] / "context"
+    binds = list(host.host_paths)
+    cert = "pip-cert.pem" if host.pip.cert else None
+    staged = {"pip.conf": host.pip.pip_conf(cert_path=f"{CONTEXT_MOUNT}/{cert}" if cert else None)}
+    if env is not None:
+        staged["requirements.txt"] = env.requirements_txt()
+    copied = {f"ca-certificates/{c.name}": c for c in host.ca_certificates}
+    copied.update(definition_scripts(definition))
+    if cert:
+        copied[cert] = Path(host.pip.cert)
+    args = _build_args(target, definition, user_args, cli_args, host=host, base_step=base_step,
+                       common=common, context=context, binds=binds)
+    used = set(definition.build_args)
     uses_context = "BUILD_CONTEXT" in used or "FOREIGN_ROOT" in used
     check_carried_paths(context if uses_context else Path("/"),
                         binds if "HOST_PATHS" in used else [])

@@ -337,3 +337,11 @@ def settle(options: object, **converted: Any) -> None:
     made from the command line's text hold numbers afterwards, as made in code."""
     for name, value in converted.items():
         object.__setattr__(options, name, value)
+
+
+def settle_by(options: object, **types: Callable[[str, Any], Any]) -> None:
+    """:func:`settle` each named field through its option type, under the flag the field is
+    given by (``batch_size`` -> ``--batch-size``), in the order named: the first bad value is the
+    one refused, as on the command line."""
+    settle(options, **{name: option_type("--" + name.replace("_", "-"), getattr(options, name))
+                       for name, option_type in types.items()})

@@ -44,13 +44,9 @@ class SmokeOptions:
 
     def __post_init__(self) -> None:
         """Text (from the command line) or numbers: each through its option type."""
-        flags.settle(self, gpus=flags.POSITIVE_INT("--gpus", self.gpus),
-                     iters=flags.POSITIVE_INT("--iters", self.iters),
-                     warmup=flags.NON_NEGATIVE_INT("--warmup", self.warmup),
-                     cycles=flags.POSITIVE_INT("--cycles", self.cycles),
-                     timeout=flags.SECONDS("--timeout", self.timeout),
-                     dtype=flags.DTYPE("--dtype", self.dtype),
-                     op=flags.OPS("--op", self.op))
+        flags.settle_by(self, gpus=flags.POSITIVE_INT, iters=flags.POSITIVE_INT,
+                        warmup=flags.NON_NEGATIVE_INT, cycles=flags.POSITIVE_INT,
+                        timeout=flags.SECONDS, dtype=flags.DTYPE, op=flags.OPS)
         flags.sizes("--sizes", self.sizes, self.dtype)
 
     @property

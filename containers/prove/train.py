@@ -70,17 +70,12 @@ class TrainOptions:
         model = flags.MODEL("--model", self.model)
         flags.settle(
             self, example=flags.EXAMPLE("--example", self.example), model=model,
-            model_size=flags.model_size("--model-size", self.model_size, model),
-            zero_stage=flags.ZERO_STAGE("--zero-stage", self.zero_stage),
-            gpus=flags.POSITIVE_INT("--gpus", self.gpus),
-            epochs=flags.POSITIVE_INT("--epochs", self.epochs),
-            batch_size=flags.POSITIVE_INT("--batch-size", self.batch_size),
-            samples=flags.POSITIVE_INT("--samples", self.samples),
-            lr=flags.POSITIVE_FLOAT("--lr", self.lr),
-            timeout=flags.SECONDS("--timeout", self.timeout),
-            target_accuracy=flags.FRACTION("--target-accuracy", self.target_accuracy),
-            ds_config=flags.EXISTING_FILE("--ds-config", self.ds_config),
-            data=flags.EXISTING_FOLDER("--data", self.data))
+            model_size=flags.model_size("--model-size", self.model_size, model))
+        flags.settle_by(
+            self, zero_stage=flags.ZERO_STAGE, gpus=flags.POSITIVE_INT, epochs=flags.POSITIVE_INT,
+            batch_size=flags.POSITIVE_INT, samples=flags.POSITIVE_INT, lr=flags.POSITIVE_FLOAT,
+            timeout=flags.SECONDS, target_accuracy=flags.FRACTION,
+            ds_config=flags.EXISTING_FILE, data=flags.EXISTING_FOLDER)
         divides(self.global_batch, self.gpus)
         deepspeed_only(self.example, zero_stage=self.zero_stage, ds_config=self.ds_config)
 

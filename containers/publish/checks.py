@@ -79,7 +79,10 @@ def find_verdict(results_dir: Path, target: str, sha256: str, *,
 def _one_line(items: object) -> str:
     """A verdict's reasons as one line, whatever a hand-edited file holds."""
     listed = items if isinstance(items, list) else [items]
-    return "; ".join(" ".join(str(item).split()) for item in listed if item)[:400]
+    line = "; ".join(" ".join(str(item).split()) for item in listed if item)
+    if len(line) <= 400:
+        return line
+    return line[:400].rsplit(" ", 1)[0] + " ... (the rest in the verdict file)"
 
 
 def refuse_unproven(found: tuple[Path, dict], *, target: str, sha256: str, gpu: str) -> None:

@@ -554,13 +554,37 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     catalogue = cat.without_versions(cat.with_entry(before, entry, now=when), plan.target.name,
                                      gone, now=when)
     spec = _module_spec(plan, sha256=sha256, fingerprint=key and key.fingerprint, when=when)
+    staged = _stage(plan, tx, sha256=sha256, spec=spec, key=key, public=public, beside=beside,
+                    catalogue=catalogue)
+    for temp, final, step in staged:
+        tx.install(temp, final, step)
+    tx.commit()  # what follows never undoes the publish
+    for folder in {final.parent for _, final, _ in staged}:
+        fsync_path(folder)
+    say(f"published {plan.sif} (sha256 {sha256})")
+    for version in gone:
+        _remove_version(plan, version, say)
+    # an existing folder's own mode is the site's business
+    paths = [plan.dest] * (plan.dest in tx.created) + managed_paths(plan.dest, plan.target.name)
+    apply_modes(paths, plan.modes)
+    problems = mode_problems(paths, plan.modes)
+    if problems:
+        raise StateError("permissions are not as configured: " + "; ".join(problems))
+    return entry
+
+
+def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, spec: ModuleSpec,
+           key: signing.SigningKey | None, public: bytes, beside: list[tuple],
+           catalogue: dict) -> list[tuple[Path, Path, str]]:
+    """Every file of the publish written under a temp name beside its final one: ``(temp, final,
+    commit step)`` in commit order, the catalogue last but for the page that shows it."""
     keyfile = plan.dest / "keys" / f"{key.fingerprint}.pgp" if key else None
     if keyfile is not None:
         tx.folder(keyfile.parent)
     wrapper = tx.temp(write_temp(plan.exec_path, render_exec_wrapper(
         plan.target.name).encode()))  # no version's facts: each module file carries its own
     os.chmod(wrapper, plan.modes.dir)  # executable from its first moment under its final name
-    staged = [  # (temp, final, commit step), in commit order: the catalogue last
+    return [  # (temp, final, commit step), in commit order: the catalogue last
         (tx.temp(write_temp(plan.checksum, cat.checksum_line(sha256, plan.version).encode())),
          plan.checksum, "checksum"),
         (plan.temp, plan.sif, "image"),
@@ -580,21 +604,6 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
         (tx.temp(write_temp(plan.dest / PAGE_NAME, render_page(catalogue, plan.dest).encode())),
          plan.dest / PAGE_NAME, "page"),
     ]
-    for temp, final, step in staged:
-        tx.install(temp, final, step)
-    tx.commit()  # what follows never undoes the publish
-    for folder in {final.parent for _, final, _ in staged}:
-        fsync_path(folder)
-    say(f"published {plan.sif} (sha256 {sha256})")
-    for version in gone:
-        _remove_version(plan, version, say)
-    # an existing folder's own mode is the site's business
-    paths = [plan.dest] * (plan.dest in tx.created) + managed_paths(plan.dest, plan.target.name)
-    apply_modes(paths, plan.modes)
-    problems = mode_problems(paths, plan.modes)
-    if problems:
-        raise StateError("permissions are not as configured: " + "; ".join(problems))
-    return entry
 
 
 def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]:

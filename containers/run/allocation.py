@@ -25,6 +25,9 @@ SLURM = SlurmRendezvous()
 
 @dataclass(frozen=True)
 class Allocation:
+    """The Slurm allocation this process runs in, as its environment names it: what a run inside
+    ``salloc``/``sbatch`` spans by default (``cpus_on_node``: None where Slurm does not say)."""
+
     job_id: str
     nodes: int
     nodelist: str

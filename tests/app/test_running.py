@@ -2,8 +2,7 @@
 one run-and-log path: the gate first (a failed gate leaves the command unstarted, in one line),
 the command's own exit status, ``run.log`` and ``status.json`` beside it. The image's own runs
 (Apptainer, torchrun ranks) are in ``tests/run/test_run_image.py``; here the steps are plain
-processes so that each outcome is certain. Also: the exit status a run ends with, and ``invoke
-shell``'s interactive command."""
+processes so that each outcome is certain. Also: the exit status a run ends with."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import pytest
 
 from containers.errors import VerdictFailed
 from containers.host.runtime import assumed_runtime
-from containers.run.command import INTERACTIVE, plan_command
+from containers.run.command import plan_command
 
 #: The module itself (``containers.app.running``; the package exports its commands).
 running = importlib.import_module("containers.app.running")
@@ -82,6 +81,3 @@ def test_the_first_failing_ranks_status_is_the_exit_status() -> None:
     assert running.command_status(0, False, None) == 0
     assert running.command_status(1, True, (0, 7)) == 124
 
-
-def test_the_interactive_shell_does_not_read_the_users_bashrc() -> None:
-    assert INTERACTIVE == ("/bin/bash", "--norc", "-i")

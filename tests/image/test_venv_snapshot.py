@@ -157,6 +157,18 @@ def test_restore_without_a_store_says_so(snap, tmp_path, capsys) -> None:
     assert "none yet for this base and definition" in capsys.readouterr().out
 
 
+def restored_like(snap, installed: Path, store: Path, ahead: Path, wheels: Path) -> Path:
+    """Restore, with the prefetch at ``ahead``, for a later resolution (torch and six) whose
+    torch is ``installed``'s: the new venv holds what ``installed`` holds and the prefetch is
+    gone, however it was used."""
+    target = wheels.parent / f"venv-{wheels.name}"
+    later = wheelhouse(wheels, "torch.whl", "six.whl")
+    assert snap.restore(str(store), str(later), str(target), str(ahead)) == 0
+    assert snap.manifest(str(target)) == snap.manifest(str(installed))
+    assert not ahead.exists()
+    return target
+
+
 def test_a_prefetched_copy_is_renamed_into_place_when_the_resolution_picks_it(
         snap, tmp_path, capsys) -> None:
     store, ahead = tmp_path / "store", tmp_path / "ctx" / "prefetch"
@@ -165,12 +177,8 @@ def test_a_prefetched_copy_is_renamed_into_place_when_the_resolution_picks_it(
     assert snap.prefetch(str(store), str(ahead)) == 0  # while pip downloads
     copy = ahead / "venv"
     inode = (copy / "pyvenv.cfg").stat().st_ino
-    target = tmp_path / "venv2"
-    later = wheelhouse(tmp_path / "w2", "torch.whl", "six.whl")
-    assert snap.restore(str(store), str(later), str(target), str(ahead)) == 0
+    target = restored_like(snap, installed, store, ahead, tmp_path / "w2")
     assert (target / "pyvenv.cfg").stat().st_ino == inode  # renamed, not copied again
-    assert snap.manifest(str(target)) == snap.manifest(str(installed))
-    assert not ahead.exists()
     assert "(copied and checked while pip downloaded)" in capsys.readouterr().out
 
 
@@ -182,11 +190,7 @@ def test_a_prefetch_of_another_snapshot_is_dropped(snap, tmp_path, capsys) -> No
               str(venv(tmp_path / "abcde", *"abcde")))
     snap.prefetch(str(store), str(ahead))  # the most recently kept: abcde
     assert (ahead / "source").read_text() != ""
-    target = tmp_path / "venv"
-    assert snap.restore(str(store), str(wheelhouse(tmp_path / "w3", "torch.whl", "six.whl")),
-                        str(target), str(ahead)) == 0
-    assert snap.manifest(str(target)) == snap.manifest(str(torch_only))
-    assert not ahead.exists()
+    restored_like(snap, torch_only, store, ahead, tmp_path / "w3")
     assert "(every file checked against its manifest)" in capsys.readouterr().out
 
 

@@ -158,3 +158,20 @@ def test_a_job_id_is_what_sbatch_or_qsub_print() -> None:
     for bad in ("--help", "12 34", "1234;x", "", "-1", True, "1234\n5"):
         with pytest.raises(UsageError):
             flags.JOB_ID("--job", bad)
+
+
+def test_settle_by_converts_each_field_under_its_flag_name_first_bad_value_first() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Options:
+        batch_size: object = "8"
+        timeout: object = "90"
+
+        def __post_init__(self) -> None:
+            flags.settle_by(self, batch_size=flags.POSITIVE_INT, timeout=flags.SECONDS)
+
+    assert (Options().batch_size, Options().timeout) == (8, 90.0)
+    with pytest.raises(UsageError) as refused:
+        Options(batch_size="0", timeout="soon")
+    assert refused.value.flag == "--batch-size"

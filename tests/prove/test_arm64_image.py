@@ -12,18 +12,16 @@ from containers import app
 from containers.errors import ConfigError
 from containers.host.facts import host_arch
 from containers.image.arch import image_arch
-from containers.inputs.settings import load_settings
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
+from tests.fixtures.images import results_project
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 
 
 @pytest.fixture
 def arm_project(real_project, tmp_path) -> app.Project:
-    settings = load_settings(real_project.root, {"results_dir": str(tmp_path / "results"),
-                                                  "perflog_dir": str(tmp_path / "perflog")})
-    return app.Project(root=real_project.root, settings=settings)
+    return results_project(real_project.root, tmp_path)
 
 
 def test_the_image_is_aarch64_by_its_files(cpu_arm64_image, real_runtime) -> None:

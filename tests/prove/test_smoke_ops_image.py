@@ -14,9 +14,9 @@ import pytest
 from containers import app
 from containers.errors import VerdictFailed
 from containers.inputs.names import COLLECTIVES
-from containers.inputs.settings import load_settings
 from containers.prove import perflog
 from containers.prove.smoke import SmokeOptions
+from tests.fixtures.images import results_project
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 
@@ -28,9 +28,7 @@ FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n -
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_every_op_checked_with_its_factor_and_a_corruption_caught_per_op_per_cycle(
         cpu_image, real_project, tmp_path, ranks) -> None:
-    settings = load_settings(real_project.root, {"results_dir": str(tmp_path / "results"),
-                                                  "perflog_dir": str(tmp_path / "perflog")})
-    project = app.Project(root=real_project.root, settings=settings)
+    project = results_project(real_project.root, tmp_path)
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as failure:
         app.prove(project, target="cpu", say=lines.append,
@@ -66,7 +64,7 @@ def test_every_op_checked_with_its_factor_and_a_corruption_caught_per_op_per_cyc
     record = json.loads((out / "verdict.json").read_text())
     assert record["passed"] is False and record["ops"] == list(COLLECTIVES)
     assert all(entry["passed"] is False for entry in record["collectives"].values())
-    logged = perflog.read(settings.perflog_dir)
+    logged = perflog.read(project.settings.perflog_dir)
     assert [line["op"] for line in logged] == list(COLLECTIVES)
     assert all(line["passed"] is False and line["wrong_total"] > 0 for line in logged)
     assert sum(line.startswith("# ") and "busbw = algbw *" in line for line in lines) == \

@@ -10,8 +10,8 @@ import pytest
 
 from containers import app
 from containers.errors import VerdictFailed
-from containers.inputs.settings import load_settings
 from containers.prove.train import TrainOptions
+from tests.fixtures.images import results_project
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 
@@ -32,9 +32,7 @@ LUMI_DS_CONFIG = """{
 
 @pytest.fixture
 def train_project(real_project, tmp_path) -> app.Project:
-    settings = load_settings(real_project.root, {"results_dir": str(tmp_path / "results"),
-                                                  "perflog_dir": str(tmp_path / "perflog")})
-    return app.Project(root=real_project.root, settings=settings)
+    return results_project(real_project.root, tmp_path)
 
 
 def _train(project: app.Project, lines: list[str], **kw) -> dict:

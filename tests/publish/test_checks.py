@@ -258,3 +258,13 @@ def test_a_gpu_verdict_needs_device_reports_on_that_gpu(tmp_path, data_target) -
         (path.parent / f"device-{rank}.json").write_text(json.dumps(
             {"rank": rank, "device": "cuda", "build": "cuda"}))
     assert _ensure(tmp_path, data_target, lambda say: None, [], gpu="cuda")["smoke"]["passed"]
+
+
+def test_long_verdict_reasons_are_cut_at_a_word_and_say_so() -> None:
+    """A verdict's reasons are shown on one line of at most ~400 characters, cut between words
+    (never mid-word) and saying where the rest is."""
+    from containers.publish.checks import _one_line
+    assert _one_line(["short reason", "another"]) == "short reason; another"
+    line = _one_line(["word " * 200])
+    assert line.endswith(" ... (the rest in the verdict file)")
+    assert line.split(" ... ")[0].endswith("word") and len(line) < 450

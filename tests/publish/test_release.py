@@ -1,5 +1,5 @@
-"""The release gate's busbw comparison, the diff of two images' facts, and the catalogue page,
-on plain data (the real images: test_release_image.py)."""
+"""The diff of two images' facts and the catalogue page, on plain data (the release gate's busbw
+comparison: test_gate.py; the real images: test_release_image.py)."""
 
 from __future__ import annotations
 
@@ -8,39 +8,12 @@ import json
 import re
 from pathlib import Path
 
-from containers.publish import diff as diffing, gate
+from containers.publish import diff as diffing
 from containers.publish.page import render_page
 from tests.fixtures import ROOT
+from tests.publish.test_gate import smoke
 
 FACTS = json.loads((ROOT / "tests" / "fixtures" / "image_facts" / "lumi-rocm.json").read_text())
-
-
-def smoke(measured: float, **changes) -> dict:
-    """A catalogue smoke summary measuring ``measured`` GB/s at 128 MiB (tolerance -5%)."""
-    base = {"passed": True, "site": "lumi", "partition": "standard-g", "nodes": 2, "ranks": 16,
-            "date": "2026-11-25T00:00:00Z",
-            "performance": {"state": "pass", "measured": measured, "failed": False,
-                            "reference": {"bytes": 134217728, "value": 85.0, "lower": -0.05,
-                                          "unit": "GB/s"}}}
-    return {**base, **changes}
-
-
-def test_busbw_below_the_tolerance_is_a_regression() -> None:
-    result = gate.busbw_check(smoke(100.0), smoke(94.0))
-    assert result["regression"].startswith("busbw fell from 100 to 94 GB/s at 134217728 B "
-                                           "(6% lower; the reference allows 5%)")
-    assert result["floor"] == 95.0
-
-
-def test_busbw_within_the_tolerance_passes() -> None:
-    assert gate.busbw_check(smoke(100.0), smoke(95.5))["regression"] is None
-
-
-def test_unlike_runs_or_missing_figures_are_not_compared_and_say_why() -> None:
-    result = gate.busbw_check(smoke(100.0), smoke(10.0, ranks=8, nodes=1))
-    assert result["regression"] is None and result["note"] == \
-        "not compared: the runs differ in nodes, ranks"
-    assert "the current latest has no busbw" in gate.busbw_check(None, smoke(1.0))["note"]
 
 
 def test_diff_names_added_removed_changed_packages_and_stack() -> None:

@@ -144,28 +144,3 @@ def test_a_site_profiles_launcher_is_checked_at_its_line(data_world) -> None:
                                           "schedules with none") as unfit:
         launchers.for_site(sites["local"].model_copy(update={"launcher": "srun-per-gpu"}))
     assert unfit.value.key == "launcher"
-
-
-def test_a_users_command_on_a_site_with_a_cpu_map_is_pinned_per_rank() -> None:
-    """invoke run on a full LUMI node: each rank pins itself (jobs/pinned.py), then becomes the
-    user's command; on fewer ranks than the map, the command runs as given."""
-    from containers import app
-    from containers.host.runtime import Runtime
-    from containers.run.command import plan_command
-    from tests.fixtures import ROOT
-
-    project = app.Project.load(ROOT, {})
-    target = project.target("lumi-rocm")
-    site = project.site_of(target)
-    runtime = Runtime(binary="singularity", flavour="singularity", version="site")
-    full = plan_command(target, site, settings=project.settings, runtime=runtime,
-                        command=["python", "own.py"], ranks=8, run_id="x", timeout=0,
-                        environ={"USER": "u", "SLURM_JOB_ID": "1"}, strict=False)
-    tail = full.workload.argv[full.workload.argv.index("--no-python"):]
-    assert tail == ["--no-python", "python3", "/opt/containers/jobs/pinned.py",
-                    "49-55:57-63:17-23:25-31:1-7:9-15:33-39:41-47", "--", "python", "own.py"]
-    assert full.gate[-4:] == ["--expect-gpu", "rocm", "--ranks", "8"]
-    two = plan_command(target, site, settings=project.settings, runtime=runtime,
-                       command=["python", "own.py"], ranks=2, run_id="x", timeout=0,
-                       environ={"USER": "u", "SLURM_JOB_ID": "1"}, strict=False)
-    assert two.workload.argv[-3:] == ["--no-python", "python", "own.py"]
