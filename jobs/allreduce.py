@@ -82,7 +82,7 @@ DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in choices
 FAULT_KINDS = ("die", "hang", "corrupt")
 MODES = ("oop", "ip")
 ONE_RANK_NOTE = ("# 1 rank: no data crosses a link, so algbw and busbw are not meaningful "
-                 "(shown as n/a)")
+                 "(shown as N/A)")
 # How torch's backends refuse a collective they lack ("ProcessGroupGloo does not support
 # reduce_scatter", "... is not implemented", "Unsupported ..."); any other error is a failure.
 UNSUPPORTED = re.compile(r"not support|unsupported|not implemented|no attribute", re.IGNORECASE)

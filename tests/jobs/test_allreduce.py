@@ -320,11 +320,11 @@ def test_single_process_without_launcher(tmp_path):
         for mode in ("oop", "ip"):
             assert record[mode]["algbw"] is None and record[mode]["busbw"] is None
             assert record[mode]["time_us"] > 0 and record[mode]["wrong"] == 0
-        assert ar.format_row(record) in out and ar.format_row(record).count("n/a") == 4
+        assert ar.format_row(record) in out and ar.format_row(record).count("N/A") == 4
     assert report["avg_busbw"] is None
     assert ar.ONE_RANK_NOTE in out.splitlines()
     assert "# 1 rank: no data crosses a link, so algbw and busbw are not meaningful " \
-        "(shown as n/a)" in out
+        "(shown as N/A)" in out
     assert load(tmp_path / "rank-0.json")["finished"] is True
     assert load(tmp_path / "device-0.json") == {
         key: value for key, value in report["ranks"][0].items() if key != "device_text"}

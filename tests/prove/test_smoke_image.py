@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,7 +108,7 @@ def _with_local_reference(project: app.Project, value: float) -> app.Project:
     reference = Reference(partition="*", nodes=1, ranks_per_node=2, bytes=16 << 20,
                           value=value, lower=-0.7, upper=None, unit="GB/s", source="test")
     project.__dict__["sites"] = {**project.sites,
-                                 "local": replace(local, references=(reference,))}
+                                 "local": local.model_copy(update={"references": (reference,)})}
     return project
 
 

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -89,7 +88,8 @@ def two_nodes():
 def _site(interface: bool):
     local = load_sites(ROOT)["local"]
     env = {k: v for k, v in local.env.items() if k != "GLOO_SOCKET_IFNAME"}
-    return replace(local, env={**env, "GLOO_SOCKET_IFNAME": IFNAME} if interface else env)
+    chosen = {**env, "GLOO_SOCKET_IFNAME": IFNAME} if interface else env
+    return local.model_copy(update={"env": chosen})
 
 
 def _run(nodes: tuple[str, str], tmp_path: Path, options, *, interface: bool = True,
