@@ -64,9 +64,11 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                                else None)
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
     judge = _judge_env(project, item, workload)
+    tool = judgeenv.build_plans(project.settings.root, arch=item.arch) \
+        if kind_of(workload).builds_image and item.arch != host_arch() else ()
     planned = batch.plan_job(item, where, settings=project.settings, request=request,
                              host_arch=host_arch(), site_arch=home.arch if home else None,
-                             venv=venv, environ=os.environ, judge=judge)
+                             venv=venv, environ=os.environ, judge=judge, tool=tool)
     with on_disk("create the job's output folder", planned.output_folder):
         planned.output_folder.mkdir(parents=True, exist_ok=True)
     if script is None and not submit:
@@ -77,8 +79,8 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         text = _not_ready(item, text, submit=submit)
     if submit:  # every refusal before a script exists: none is left that looks ready to run
         _check_submittable(project, item, where, workload)
-    if judge is not None:  # the verdict's packages, made here so the node needs no index
-        judgeenv.prepare(judge, say=say)
+    for packages in [*([judge] if judge is not None else []), *tool]:
+        judgeenv.prepare(packages, say=say)  # made here, so the node needs no package index
     if not submit:
         assert script is not None
         _write(script, text)

@@ -295,7 +295,8 @@ class Frame:
 
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
              host_arch: str, site_arch: str | None = None, venv: Path | None = None,
-             environ: Mapping[str, str] | None = None, judge: JudgeEnv | None = None) -> Job:
+             environ: Mapping[str, str] | None = None, judge: JudgeEnv | None = None,
+             tool: Sequence[JudgeEnv] = ()) -> Job:
     """The whole batch job, rendered: pure (nothing is run; only ``environ``, the submitting
     shell's variables, is read, for the account rules).
 
@@ -303,7 +304,9 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     ``invoke`` on the build node; ``site_arch`` is the architecture of the site's nodes.
     ``judge`` (the verdict's packages for the image's Python, :mod:`containers.batch.judgeenv`)
     makes a smoke or training job judge with the image's own Python; it is needed where the
-    target's architecture is not ``host_arch`` (this checkout's environment cannot run there).
+    target's architecture is not ``host_arch`` (this checkout's environment cannot run there);
+    ``tool`` (the tool's packages, one folder per Python, :func:`judgeenv.build_plans`) is how
+    a build job on such a node runs ``invoke build`` with the node's own ``python3``.
     """
     _check_site(request, target, site, site_arch)
     if request.kind.builds_image and (refusal := fakeroot_refusal(target, site)) is not None:
@@ -311,7 +314,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     frame = job_frame(target, site, settings=settings, request=request, environ=environ or {})
     if request.kind.builds_image:
         return _build_job(target, site, settings=settings, request=request, frame=frame,
-                          host_arch=host_arch, venv=venv)
+                          host_arch=host_arch, venv=venv, tool=tool)
     gpus = _ranks_per_node(request, site)
     check_partition(site, frame.partition, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
     check_qos(site, frame.qos, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
@@ -385,7 +388,8 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
 
 
 def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
-               frame: Frame, host_arch: str, venv: Path | None) -> Job:
+               frame: Frame, host_arch: str, venv: Path | None,
+               tool: Sequence[JudgeEnv]) -> Job:
     """A build job: one task on one node; no GPU on a partition without them (LUMI-C's small),
     else one (a build needs none, the partition may require one)."""
     gpus = 1 if site.gpus.per_node and frame.partition.gpus_per_node != 0 else 0
@@ -394,7 +398,8 @@ def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRe
     res = frame.resources(site, request, nodes=1, gpus=gpus,
                           shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
     body = [f"cd {word(str(settings.root))}", "", *_module_lines(site.modules),
-            *_build_body(target, site, root=settings.root, host_arch=host_arch, venv=venv)]
+            *_build_body(target, site, root=settings.root, host_arch=host_arch, venv=venv,
+                         tool=tool)]
     scheduler = SCHEDULERS[site.scheduler]
     script = Script(directives=scheduler.preamble(res), comments=frame.comments, body=body)
     return Job(request=request, target=target, site=site, scheduler=scheduler,
@@ -412,8 +417,8 @@ def _workload_lines(target: Target, workload: Workload, *, settings: Settings, r
                ("INVOKE_CONTAINERS_PERFLOG_DIR", settings.perflog_dir))
     verdict = _verdict_in_image(target, workload, settings, judge, out_dir, host_arch=host_arch) \
         if judge is not None or target.arch != host_arch else \
-        _invoke(target, ["verdict", "--results", out_dir, "--exit-status", ref("status")],
-                root=settings.root, host_arch=host_arch, venv=venv, exec_=True,
+        _invoke(["verdict", "--results", out_dir, "--exit-status", ref("status")],
+                venv=venv, exec_=True,
                 prefix=workload.launcher.host_step(workload.launch))
     return [f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
             "# What the verdict reads besides the ranks' files: the job, the image it ran",
@@ -568,16 +573,53 @@ def _options(request: JobRequest, gpus: int) -> Options:
 
 
 def _build_body(target: Target, site: Site, *, root: Path, host_arch: str,
-                venv: Path | None) -> list[str]:
+                venv: Path | None, tool: Sequence[JudgeEnv]) -> list[str]:
     unset = (["# Binds the site's modules set in the submitting shell name mount points that",
               "# the image being built lacks: the build would fail on them (job.build_unset).",
               "unset " + " ".join(site.job.build_unset)] if site.job.build_unset else [])
     return [
         *unset,
         f'echo "building {target.name} on $(hostname) ($(uname -m))"',
-        *_invoke(target, ["build", "--target", target.name], root=root, host_arch=host_arch,
-                 venv=venv),
+        *(_invoke(["build", "--target", target.name], venv=venv) if target.arch == host_arch
+          else _build_by_node_python(target, root=root, host_arch=host_arch, tool=tool)),
     ]
+
+
+#: The node's ``python3`` as ``X.Y`` (what the folder of :func:`_build_by_node_python` is for).
+NODE_PYTHON = "python3 -c 'import sys; print(f\"{sys.version_info[0]}.{sys.version_info[1]}\")'"
+
+
+def _build_by_node_python(target: Target, *, root: Path, host_arch: str,
+                          tool: Sequence[JudgeEnv]) -> list[str]:
+    """``invoke build`` by the node's own ``python3`` (the site's modules loaded) with this
+    checkout and the tool's packages prepared on the login node for that Python's version,
+    picked at run time (which Python a node has is not a site fact): no venv, pip or package
+    index on the node, and jobs that start together only read. One line says why when the
+    node's Python is none of those prepared."""
+    versions = ", ".join(env.python for env in tool) or "none"
+    found = "python3 on this node (after the site's modules) is "
+    fix = (f"; invoke job prepared {target.arch} packages for Python {versions} (load a "
+           "module of one of them in this script, before the build)")
+    return [
+        f"# This checkout's .venv is for {host_arch}; the node is {target.arch}: its own python3 "
+        "builds, with the packages",
+        "# invoke job prepared on the login node for its version (no venv, pip or package "
+        "index on this node).",
+        f"node_python=$({NODE_PYTHON} 2>/dev/null) || node_python='not there or does not run'",
+        'case $node_python in',
+        *(f"    {env.python}) packages={word(str(env.folder))} ;;" for env in tool),
+        "    *) echo " + word("build: FAIL: " + found) + '"$node_python"' + word(fix) + " >&2",
+        "       exit 2 ;;",
+        "esac",
+        'if [[ ! -f $packages/' + COMPLETE + ' ]]; then',
+        "    echo " + word("build: FAIL: ") + '"$packages"' + word(
+            " is not prepared (invoke job --out or --submit prepares it on the login node)")
+        + " >&2",
+        "    exit 2",
+        "fi",
+        f'export PATH="$packages/bin:$PATH" PYTHONPATH="$packages":{word(str(root))}',
+        "exec " + command(["python3", "-m", "invoke", "--search-root", str(root), "build",
+                           "--target", target.name])]
 
 
 def _verdict_in_image(target: Target, workload: Workload, settings: Settings,
@@ -622,23 +664,9 @@ def _verdict_in_image(target: Target, workload: Workload, settings: Settings,
         "exec " + command([*workload.launcher.host_step(workload.launch), *judge_argv])]
 
 
-def _invoke(target: Target, args: list[str], *, root: Path, host_arch: str,
-            venv: Path | None, exec_: bool = False, prefix: Sequence[str] = ()) -> list[str]:
-    """Lines that run ``invoke ARGS`` on a node of ``target``'s architecture: this checkout's
-    venv where the architectures match, else one of the node's own, made on first use. Only a
-    build job takes the second way (building needs the whole tool, cotainr and a package index
-    anyway); a verdict never does (:func:`_verdict_in_image`)."""
-    if target.arch != host_arch:
-        own = root / f".venv-{target.arch}"
-        return [
-            f"# This checkout's .venv is for {host_arch}; the node is {target.arch}, so it gets "
-            "a Python environment of its own.",
-            assign("venv", str(own)),
-            'if [[ ! -x $venv/bin/invoke ]]; then',
-            '    python3 -m venv "$venv"',
-            f'    "$venv/bin/python" -m pip install -q -e {word(str(root))}',
-            "fi",
-            ("exec " if exec_ else "") + '"$venv/bin/invoke" ' + command(args),
-        ]
+def _invoke(args: list[str], *, venv: Path | None, exec_: bool = False,
+            prefix: Sequence[str] = ()) -> list[str]:
+    """The line that runs ``invoke ARGS`` with this checkout's venv, on a node of this
+    machine's architecture (other nodes: :func:`_verdict_in_image`, :func:`_build_by_node_python`)."""
     binary = str(venv / "bin" / "invoke") if venv is not None else "invoke"
     return [("exec " if exec_ else "") + command([*prefix, binary, *args])]

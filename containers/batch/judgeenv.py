@@ -1,5 +1,5 @@
-"""The packages ``invoke verdict`` imports, for the image's own Python on a compute node of
-another architecture than the submitting machine's.
+"""The packages ``invoke verdict`` (or ``invoke build``) imports, for a Python on a compute node
+of another architecture than the submitting machine's.
 
 A smoke or training job on such a node (Olivia's aarch64 nodes, submitted from an x86_64 login
 node) cannot use this checkout's ``.venv``, and the node has no package index, no ``pip`` we may
@@ -10,6 +10,12 @@ architecture and the image's Python (:func:`prepare`) into a folder under the ch
 name holds the architecture, the Python version and a hash of the pinned list
 (:func:`judge_dir`). It is filled in a temporary folder and renamed into place, so two submits
 at once never see half a folder: one rename wins, the other discards its copy.
+
+A build job on such a node has no image yet, so it runs the node's own ``python3`` (the site's
+modules loaded) with the tool's whole runtime closure (:func:`build_requirements`: pyproject's
+``[project] dependencies`` and theirs, pinned as installed here), prepared the same way under
+:data:`BUILD_FOLDER`, once per CPython minor version the tool supports (:data:`BUILD_PYTHONS`):
+which one the node has is not a site fact, so the job picks the folder at run time.
 """
 
 from __future__ import annotations
@@ -21,11 +27,14 @@ import re
 import shutil
 import sys
 import tempfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from containers.errors import CommandFailed, on_disk
+from packaging.requirements import Requirement
+
+from containers.errors import CommandFailed, ConfigError, on_disk
 from containers.host.process import run
 
 #: What ``import tasks`` and :mod:`containers.app.judging` import beyond the standard library
@@ -42,6 +51,13 @@ JUDGE_PACKAGES = ("invoke", "PyYAML", "rich", "markdown-it-py", "mdurl", "Pygmen
 PLATFORMS = ("manylinux2014", "manylinux_2_28")
 #: Where the prepared folders live, under the checkout.
 JUDGE_FOLDER = ".judge"
+#: Where a build job's packages (the tool's runtime closure) are prepared, under the checkout.
+BUILD_FOLDER = ".buildenv"
+#: The CPython minor versions a build job's packages are prepared for: those the tool supports
+#: (pyproject's requires-python) whose wheels its pinned closure has, for any node Python.
+BUILD_PYTHONS = ("3.11", "3.12", "3.13")
+#: This tool's distribution metadata: its ``[project] dependencies``.
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 #: The file a prepared folder holds last (written before its rename): the job checks it.
 COMPLETE = "COMPLETE"
 
@@ -54,22 +70,65 @@ class JudgeEnv:
     arch: str
     python: str
     requirements: tuple[str, ...]
+    #: What the packages are for, in the messages of :func:`prepare`.
+    purpose: str = "the batch verdict's packages"
 
 
-def requirements() -> tuple[str, ...]:
-    """:data:`JUDGE_PACKAGES` pinned to the versions this tool runs with (its own environment),
-    so the node judges with the code the login node was tested with."""
-    return tuple(f"{name}=={importlib.metadata.version(name)}" for name in JUDGE_PACKAGES)
+def requirements(names: Sequence[str] = JUDGE_PACKAGES) -> tuple[str, ...]:
+    """``names`` pinned to the versions this tool runs with (its own environment), so the node
+    runs the code the login node was tested with."""
+    return tuple(f"{name}=={importlib.metadata.version(name)}" for name in names)
 
 
-def plan(root: Path, *, arch: str, python: str,
-         reqs: Sequence[str] | None = None) -> JudgeEnv:
-    """``<root>/.judge/<arch>-py<X.Y>-<hash>``: one folder per architecture, Python and list
+def plan(root: Path, *, arch: str, python: str, reqs: Sequence[str] | None = None,
+         under: str = JUDGE_FOLDER, purpose: str = JudgeEnv.purpose) -> JudgeEnv:
+    """``<root>/<under>/<arch>-py<X.Y>-<hash>``: one folder per architecture, Python and list
     (pure: nothing is made)."""
     pinned = tuple(reqs) if reqs is not None else requirements()
     digest = hashlib.sha256("\n".join(sorted(pinned)).encode()).hexdigest()[:10]
-    return JudgeEnv(folder=root / JUDGE_FOLDER / f"{arch}-py{python}-{digest}", arch=arch,
-                    python=python, requirements=pinned)
+    return JudgeEnv(folder=root / under / f"{arch}-py{python}-{digest}", arch=arch,
+                    python=python, requirements=pinned, purpose=purpose)
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def build_requirements(python: str, arch: str, *, pyproject: Path = PYPROJECT) -> tuple[str, ...]:
+    """The closure of the tool's ``[project] dependencies`` (extras followed) for CPython
+    ``python`` on Linux ``arch``, pinned as installed here, sorted: what ``invoke build``
+    may import, whole (which modules a build never imports is not cleanly known). A dependency
+    missing from this environment is refused: the list must be closed (pip runs ``--no-deps``)."""
+    with on_disk("read the tool's dependencies", pyproject):
+        roots = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    env = {"python_version": python, "python_full_version": f"{python}.0",
+           "platform_machine": arch, "sys_platform": "linux", "platform_system": "Linux",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    pinned: dict[str, str] = {}
+    todo = [(Requirement(text), "") for text in roots]
+    while todo:
+        req, extra = todo.pop()
+        if req.marker is not None and not req.marker.evaluate({**env, "extra": extra}):
+            continue
+        key = _key(req.name)
+        try:
+            dist = importlib.metadata.distribution(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            raise ConfigError(f"{req.name} (a dependency of this tool, {req}) is not installed "
+                              "in this environment, so a build job's packages cannot be pinned: "
+                              "pip install -e . here first", path=pyproject) from None
+        first = key not in pinned
+        pinned[key] = f"{dist.metadata['Name']}=={dist.version}"
+        for wanted in ([""] if first else []) + sorted(req.extras):
+            todo += [(Requirement(text), wanted) for text in dist.requires or []]
+    return tuple(sorted(pinned.values(), key=str.lower))
+
+
+def build_plans(root: Path, *, arch: str) -> tuple[JudgeEnv, ...]:
+    """A build job's packages for ``arch``, one folder per :data:`BUILD_PYTHONS` (pure)."""
+    return tuple(plan(root, arch=arch, python=python, under=BUILD_FOLDER,
+                      reqs=build_requirements(python, arch), purpose="the build job's packages")
+                 for python in BUILD_PYTHONS)
 
 
 def pip_argv(into: Path, judge: JudgeEnv) -> list[str]:
@@ -114,16 +173,17 @@ def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
     folder = judge.folder
     if (folder / COMPLETE).is_file():
         return folder
-    with on_disk("prepare the batch verdict's packages", folder.parent):
+    with on_disk(f"prepare {judge.purpose}", folder.parent):
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        say(f"preparing the batch verdict's packages for {judge.arch} Python {judge.python}: "
+        say(f"preparing {judge.purpose} for {judge.arch} Python {judge.python}: "
             f"{os.path.relpath(folder)}")
         argv = pip_argv(tmp, judge)
         code = runner(argv)
         if code != 0:
             raise CommandFailed(" ".join(argv), argv=argv, returncode=code)
+        _node_scripts(tmp / "bin")
         (tmp / COMPLETE).write_text("\n".join(judge.requirements) + "\n", encoding="utf-8")
         try:
             os.rename(tmp, folder)
@@ -134,3 +194,13 @@ def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _node_scripts(folder: Path) -> None:
+    """The console scripts pip wrote (``bin/cotainr``) name this machine's Python in their
+    ``#!`` line, which the node cannot run: they run the node's ``python3`` instead."""
+    for script in sorted(folder.glob("*")) if folder.is_dir() else ():
+        text = script.read_text(encoding="utf-8", errors="replace")
+        first, newline, rest = text.partition("\n")
+        if first.startswith("#!") and "python" in first:
+            script.write_text("#!/usr/bin/env python3" + newline + rest, encoding="utf-8")

@@ -9,12 +9,13 @@ test_schedulers.py; launchers and rendezvous: tests/run/.)
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from containers.batch import job as batch
+from containers.batch import job as batch, judgeenv
 from containers.errors import ConfigError, ContainersError, UsageError
 from containers.inputs import flags
 from containers.inputs.settings import load_settings
@@ -280,10 +281,10 @@ def test_csc_sites(data_job, site, partition, cpus, gres) -> None:
 def test_build_jobs(data_job) -> None:
     olivia = data_job("olivia", "build")
     assert "#SBATCH --partition=accel" in olivia.text and "#SBATCH --gpus-per-node=1" in olivia.text
-    # Olivia's GPU nodes are aarch64, this login node x86_64: a venv of the build node's own.
-    assert "venv=/proj/.venv-aarch64\n" in olivia.text
-    assert "python3 -m venv \"$venv\"" in olivia.text
-    assert '"$venv/bin/invoke" build --target olivia-cuda\n' in olivia.text
+    # Olivia's GPU nodes are aarch64, this login node x86_64: the node's python3 builds with
+    # packages prepared on the login node (test_an_aarch64_build_job_runs_the_nodes_python3)
+    assert olivia.text.rstrip("\n").endswith(
+        "exec python3 -m invoke --search-root /proj build --target olivia-cuda")
     lumi = data_job("lumi", "build", account="project_465000001")
     # LUMI builds on LUMI-C's small (x86_64 CPU nodes): a build holds no GCD idle
     assert "#SBATCH --partition=small\n" in lumi.text and "#SBATCH --cpus-per-task=7" in lumi.text
@@ -686,3 +687,38 @@ def test_module_lines_follow_the_site(data_job) -> None:
     olivia = data_job("olivia", "ddp", nodes=2).text
     assert "module load NRIS/GPU NCCL/2.26.6-GCCcore-14.2.0-CUDA-12.8.0\n" in olivia
     assert "module load" not in data_job("olivia", "ddp").text  # one node: no network stack
+
+
+def test_an_aarch64_build_job_runs_the_nodes_python3(data_world, tmp_path) -> None:
+    """No venv, pip or index on the node: the node's python3 picks the folder prepared for its
+    version; none prepared for it is one line naming what it found and what was prepared."""
+    targets, sites = data_world
+    tool = judgeenv.build_plans(Path("/proj"), arch="aarch64")
+    job = batch.plan_job(targets["olivia-cuda"], sites["olivia"],
+                         settings=load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)}),
+                         request=batch.JobRequest(workload="build", account="p"),
+                         host_arch="x86_64", site_arch="aarch64", venv=Path("/proj/.venv"),
+                         tool=tool)
+    code = "\n".join(line for line in job.text.splitlines() if not line.lstrip().startswith("#"))
+    assert not re.search(r"\bpip\b", code) and "venv" not in code and "/bin/invoke" not in code
+    assert f"node_python=$({batch.NODE_PYTHON} 2>/dev/null)" in code
+    for env in tool:
+        assert f"    {env.python}) packages={env.folder} ;;\n" in code
+        assert env.folder.parent == Path("/proj/.buildenv") and env.arch == "aarch64"
+    assert [env.python for env in tool] == ["3.11", "3.12", "3.13"]
+    assert 'export PATH="$packages/bin:$PATH" PYTHONPATH="$packages":/proj\n' in code
+    # the pick, run with a python3 that says 3.9 (and with none): exit 2, one line on stderr
+    pick = code[code.index("node_python="):code.index("export PATH=")]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text("#!/bin/sh\necho 3.9\n")
+    (fake / "python3").chmod(0o755)
+    for path, found in ((f"{fake}:/usr/bin:/bin", "is 3.9;"),
+                        ("/nonexistent", "is not there or does not run;")):
+        done = subprocess.run(["/bin/bash", "-c", pick], env={"PATH": path}, text=True,
+                              capture_output=True)
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr == (f"build: FAIL: python3 on this node (after the site's modules) "
+                               f"{found} invoke job prepared aarch64 packages for Python 3.11, "
+                               "3.12, 3.13 (load a module of one of them in this script, before "
+                               "the build)\n")
