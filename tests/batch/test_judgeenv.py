@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from containers.batch import job as batch, judgeenv
 from containers.errors import CommandFailed
@@ -260,4 +261,60 @@ def test_invoke_job_prepares_the_folder_when_it_writes_a_foreign_job(tmp_path,
     prepared.clear()
     jobs.job(project, target="olivia-cuda", workload="build", account="p",
              out=tmp_path / "build.sh", say=lambda _: None)
-    assert prepared == []  # a build job makes the node its own environment
+    # a build job: the tool's packages, one folder per Python the node may have
+    assert [(env.arch, env.python) for env in prepared] == \
+        [("aarch64", python) for python in judgeenv.BUILD_PYTHONS]
+    text = (tmp_path / "build.sh").read_text()
+    assert all(env.folder.parent == ROOT / ".buildenv" and str(env.folder) in text
+               for env in prepared)
+    prepared.clear()
+    jobs.job(project, target="olivia-cuda", workload="build", account="p",
+             say=lambda _: None)
+    assert prepared == []  # printed only: nothing is made
+
+
+def test_the_build_packages_are_the_tools_dependency_closure() -> None:
+    """pyproject's [project] dependencies, extras followed (cyclonedx's json-validation needs
+    jsonschema and rpds-py), each pinned as installed here, closed under this environment's
+    metadata for that Python (pip runs --no-deps)."""
+    import tomllib
+    roots = tomllib.loads(judgeenv.PYPROJECT.read_text())["project"]["dependencies"]
+    for python in judgeenv.BUILD_PYTHONS:
+        pinned = dict(req.split("==") for req in judgeenv.build_requirements(python, "aarch64"))
+        keys = {re.sub(r"[-_.]+", "-", name).lower() for name in pinned}
+        for root in roots:
+            assert re.sub(r"[-_.]+", "-", re.split(r"[ ;<>=!~\[]", root)[0]).lower() in keys
+        assert {"jsonschema", "rpds-py", "cotainr", "pydantic-core"} <= keys
+        assert all(importlib.metadata.version(name) == version
+                   for name, version in pinned.items())
+        for name in pinned:
+            for req in map(Requirement, importlib.metadata.requires(name) or []):
+                if req.marker is None or req.marker.evaluate({"python_version": python,
+                                                              "extra": ""}):
+                    assert re.sub(r"[-_.]+", "-", req.name).lower() in keys, f"{name}: {req}"
+
+
+def test_a_dependency_missing_here_is_refused_in_one_line(tmp_path) -> None:
+    from containers.errors import ConfigError
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\ndependencies = ["invoke>=3", "no-such-package-here>=1"]\n')
+    with pytest.raises(ConfigError, match=r"no-such-package-here .* is not installed"):
+        judgeenv.build_requirements("3.11", "aarch64", pyproject=pyproject)
+
+
+def test_prepared_console_scripts_run_the_nodes_python3(tmp_path) -> None:
+    """pip names this machine's Python in bin/cotainr's #! line; the node has its own."""
+    env = judgeenv.plan(tmp_path, arch="aarch64", python="3.11", reqs=("cotainr==1",),
+                        under=judgeenv.BUILD_FOLDER, purpose="the build job's packages")
+
+    def fake_pip(argv: list[str]) -> int:
+        bin_dir = Path(argv[argv.index("--target") + 1]) / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "cotainr").write_text("#!/x86/venv/bin/python3\nimport sys\n")
+        return 0
+
+    said: list[str] = []
+    folder = judgeenv.prepare(env, say=said.append, runner=fake_pip)
+    assert folder.parent == tmp_path / ".buildenv"
+    assert (folder / "bin" / "cotainr").read_text() == "#!/usr/bin/env python3\nimport sys\n"
+    assert said[0].startswith("preparing the build job's packages for aarch64 Python 3.11")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from containers.batch import job as batch
-from containers.batch.judgeenv import COMPLETE, JudgeEnv
+from containers.batch.judgeenv import BUILD_PYTHONS, COMPLETE, JudgeEnv
 from containers.errors import ConfigError
 from containers.inputs.settings import load_settings
 from tests.fixtures.data import with_binds
@@ -42,7 +42,9 @@ import json, os, sys
 name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
 with open(os.environ["SHIM_LOG"], "a") as log:
     log.write(json.dumps([name, *args]) + "\n")
-if name == "module":  # Lmod prints what its shell function evaluates: the module's variables
+if name == "python3" and args[0] == "-c":  # the node's Python, asked its version
+    print(os.environ.get("SHIM_PYTHON", "3.12"))
+elif name == "module":  # Lmod prints what its shell function evaluates: the module's variables
     print("".join(f"export {{var}}=/modules/{{var}};" for var in os.environ["SHIM_SETS"].split()))
 elif name == "scontrol" and args[:2] == ["show", "hostnames"]:
     print("\n".join(os.environ["SHIM_NODES"].split()))
@@ -68,28 +70,33 @@ def data_site_job(data_world, tmp_path):
         (root / folder).mkdir(parents=True)
     settings = load_settings(root, {"tmp_dir": str(tmp_path / "tmp")})
 
-    def run(site, workload: str, *, fail: str | None = None, **request):
+    def run(site, workload: str, *, fail: str | None = None, python: str = "3.12", **request):
         where = sites[site] if isinstance(site, str) else site
         target = targets[TARGET[where.name]]
+        foreign = target.arch != "x86_64"
         judge = JudgeEnv(folder=root / ".judge" / "aarch64", arch="aarch64", python="3.12",
-                         requirements=()) if target.arch != "x86_64" else None
-        if judge:
-            judge.folder.mkdir(parents=True, exist_ok=True)
-            (judge.folder / COMPLETE).write_text("")
+                         requirements=()) if foreign else None
+        tool = tuple(JudgeEnv(folder=root / ".buildenv" / f"aarch64-py{python}", arch="aarch64",
+                              python=python, requirements=())
+                     for python in BUILD_PYTHONS) if foreign else ()
+        for env in (judge, *tool) if judge else ():
+            env.folder.mkdir(parents=True, exist_ok=True)
+            (env.folder / COMPLETE).write_text("")
         job = batch.plan_job(target, where, settings=settings,
                              request=batch.JobRequest(workload=workload, account="proj_1",
                                                       **request),
                              host_arch="x86_64", site_arch=target.arch,
-                             venv=tmp_path / "venv", environ={}, judge=judge)
-        return execute(job.text, where, tmp_path, nodes=request.get("nodes", 1), fail=fail)
+                             venv=tmp_path / "venv", environ={}, judge=judge, tool=tool)
+        return execute(job.text, where, tmp_path, nodes=request.get("nodes", 1), fail=fail,
+                       python=python)
     return run
 
 
 def _tools(site, folder: Path) -> Path:
-    """The shims of ``site``'s tools and the venv's invoke, in ``folder/bin``; the basic
-    tools linked into ``folder/base``."""
+    """The shims of ``site``'s tools (and the python3 its modules give), and the venv's invoke,
+    in ``folder/bin``; the basic tools linked into ``folder/base``."""
     shim = SHIM.format(python=sys.executable, addr=NODE_ADDR)
-    names = [*LAUNCHER_TOOLS[site.scheduler], site.runtime, "module"]
+    names = [*LAUNCHER_TOOLS[site.scheduler], site.runtime, "module", "python3"]
     for where, tools in ((folder / "bin", names), (folder / "venv" / "bin", ["invoke"])):
         where.mkdir(parents=True, exist_ok=True)
         for name in tools:
@@ -116,8 +123,10 @@ def _scheduler_env(site, folder: Path, nodes: int) -> dict[str, str]:
             "SHIM_NODES": " ".join(names)}
 
 
-def execute(text: str, site, folder: Path, *, nodes: int, fail: str | None
-            ) -> tuple[int, list[list[str]]]:
+def execute(text: str, site, folder: Path, *, nodes: int, fail: str | None,
+            python: str = "3.12") -> tuple[int, list[list[str]]]:
+    """The job run under bash with the site's shims (``python``: the version the node's
+    python3 says); its stderr is left in ``folder/job.err``."""
     shims = _tools(site, folder)
     log = folder / "steps.jsonl"
     log.write_text("")
@@ -132,9 +141,11 @@ def execute(text: str, site, folder: Path, *, nodes: int, fail: str | None
                                  " ".join(site.transport.binds))))
     env = {"PATH": f"{shims}:{folder / 'base'}", "HOME": str(folder), "USER": "alice",
            "SHIM_LOG": str(log), "BASH_ENV": str(functions), "SHIM_SETS": " ".join(sets),
+           "SHIM_PYTHON": python,
            **_scheduler_env(site, folder, nodes), **({"SHIM_FAIL": fail} if fail else {})}
     done = subprocess.run(["/bin/bash", str(script)], env=env, cwd=folder, capture_output=True,
                           text=True, timeout=120)
+    (folder / "job.err").write_text(done.stderr)
     steps = [json.loads(line) for line in log.read_text().splitlines()]
     assert "command not found" not in done.stderr, done.stderr + text
     return done.returncode, steps
@@ -151,6 +162,10 @@ def step_names(steps: list[list[str]]) -> list[str]:
                          else "workload")
         elif name == "invoke":
             names.append(f"invoke {args[0]}")
+        elif name == "python3" and args[:2] == ["-m", "invoke"]:  # past --search-root ROOT
+            names.append(f"invoke {args[4]}")
+        elif name == "python3":
+            names.append("python3 version")
         else:
             names.append(f"{name} {args[0]}" if name == "module" else name)
     return names
@@ -161,8 +176,9 @@ def expected(site, workload: str, *, nodes: int, launcher: str | None = None) ->
     step = "mpiexec" if site.scheduler == "pbs" else "srun"
     modules = [*site.modules, *(site.transport.modules if nodes > 1 else ())]
     head = ["module load"] if modules else []
-    if workload == "build":
-        return [*head, "invoke build"]
+    if workload == "build":  # on aarch64 nodes the node's python3 is asked its version first
+        return [*head, *(["python3 version"] if TARGET[site.name] == "olivia-cuda" else []),
+                "invoke build"]
     meets = nodes > 1 or launcher == "srun-per-gpu"
     head += ["scontrol", "scontrol"] if meets and site.scheduler == "slurm" else []
     gate = [step, "gate"] if workload == "run" and site.gpus.kind != "none" else []
@@ -179,12 +195,6 @@ def _cases():
                     continue
                 if workload == "build" and site in ("puhti", "mahti", "derecho"):
                     continue  # refused before anything is written (no fakeroot): test_job.py
-                if (site, workload) == ("olivia", "build"):
-                    yield pytest.param(site, workload, nodes, marks=pytest.mark.xfail(
-                        strict=True, reason="the aarch64 build job still makes a venv and "
-                        "pip-installs this tool on the compute node (python3, pip and a "
-                        "package index there), which run and smoke jobs do not need"))
-                    continue
                 yield site, workload, nodes
 
 
@@ -260,3 +270,15 @@ def test_derecho_across_nodes_with_the_binds_runs(data_world, data_site_job) -> 
                                  "verdict"]
     assert "/opt/cray/libfabric:/opt/libfabric" in steps[4]
     assert "--rdzv-endpoint=n1:24242" in steps[4]  # PBS: the node file's first line
+
+
+def test_olivias_build_job_with_an_old_python3_fails_in_one_line(data_site_job,
+                                                                 tmp_path) -> None:
+    """The node's python3 (after the site's modules) is 3.9: no prepared folder is for it, so
+    the job stops before invoke, saying what it found and what was prepared."""
+    status, steps = data_site_job("olivia", "build", python="3.9")
+    assert status == 2 and step_names(steps)[-1] == "python3 version", steps
+    err = (tmp_path / "job.err").read_text()
+    assert err.count("\n") == 1 and err.startswith(
+        "build: FAIL: python3 on this node (after the site's modules) is 3.9; invoke job "
+        "prepared aarch64 packages for Python 3.11, 3.12, 3.13"), err
