@@ -17,6 +17,7 @@ import pytest
 from invoke import Collection
 
 import tasks
+from tests.fixtures.procs import at_a_terminal
 from containers.host.process import descendants
 from containers.prove.smoke import SMOKE
 from containers.prove.train import TRAIN
@@ -385,7 +386,8 @@ def test_interrupted_build_leaves_nothing(cli_project: Path, tmp_path: Path, cpu
         "definition: recipes/slow.def\n")
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "build", "--target", "slow"],
                             cwd=cli_project, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=at_a_terminal)
     seen: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:

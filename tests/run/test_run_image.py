@@ -17,6 +17,7 @@ from containers.app.running import CommandExit
 from containers.errors import VerdictFailed
 from containers.inputs.settings import load_settings
 from tests.fixtures import ROOT
+from tests.fixtures.procs import at_a_terminal
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 
@@ -120,7 +121,8 @@ def test_ctrl_c_during_a_run_is_recorded_in_its_status(cpu_image, factory_cli_pr
     root = factory_cli_project(images_dir=cpu_image.parent, results_dir=tmp_path / "results")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "invoke"), "-r", str(root), "run",
                              "--", "sh", "-c", "echo started; sleep 60"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=at_a_terminal)
     try:
         for line in proc.stdout:
             if line.strip() == "started":
