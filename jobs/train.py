@@ -128,6 +128,10 @@ def add_what_flags(parser: argparse.ArgumentParser) -> None:
          "DataLoader worker processes per rank; the data are in memory and batches are sliced "
          "in one operation, so 0 is usually fastest"),
     ])
+    parser.add_argument(
+        "--target-accuracy", type=workload.fraction, default=None,
+        help="stop early once the validation accuracy reaches this fraction, e.g. 0.95 "
+        "(default: run all epochs)")
 
 
 def add_how_flags(parser: argparse.ArgumentParser) -> None:
@@ -177,7 +181,7 @@ def add_how_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_deepspeed_and_run_flags(parser: argparse.ArgumentParser) -> None:
-    """DeepSpeed's own, when to stop, the seed, and the flags every workload takes."""
+    """DeepSpeed's own, the seed, and the flags every workload takes."""
     parser.add_argument(
         "--zero-stage", type=int, choices=choices.ZERO_STAGES, default=None,
         help="DeepSpeed ZeRO stage: picks jobs/ds_config/zeroN.json, or overrides "
@@ -193,14 +197,10 @@ def add_deepspeed_and_run_flags(parser: argparse.ArgumentParser) -> None:
         "(deepspeed_shm_comm): a ~50 s g++/ninja JIT build on first use, and a crash where no "
         "compiler exists; training never uses it (it serves tensor-parallel inference), so "
         "it is off by default")
-    parser.add_argument(
-        "--target-accuracy", type=workload.fraction, default=None,
-        help="stop early once the validation accuracy reaches this fraction, e.g. 0.95 "
-        "(default: run all epochs)")
-    parser.add_argument(
-        "--seed", type=int, default=0,
-        help="seed for the synthetic data, the initial weights and the shuffling; the same on "
-        "every rank (default: %(default)s)")
+    workload.add_counts(parser, [
+        ("--seed", int, 0, "seed for the synthetic data, the initial weights and the shuffling; "
+         "the same on every rank"),
+    ])
     workload.add_common_flags(parser, out="train-results", writes="train.json", timeout_s=600)
     parser.add_argument(
         "--local_rank", "--local-rank", dest="launcher_local_rank", type=int, default=None,

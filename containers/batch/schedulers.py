@@ -26,7 +26,8 @@ DIRECTIVE_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
 
 @dataclass(frozen=True)
 class Resources:
-    """What the job asks the scheduler for."""
+    """What the job asks the scheduler for: each scheduler renders its preamble from this alone,
+    so Slurm and PBS are given the same request."""
 
     name: str
     nodes: int
