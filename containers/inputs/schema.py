@@ -99,47 +99,25 @@ def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
     return [check_input_file(p, kind=kind, root=root) for p in candidate_files(folder)]
 
 
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
+def _scalar(v: Any, *kinds: type) -> bool:
+    return isinstance(v, kinds) and not isinstance(v, bool)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _is_bool(v: Any) -> bool:
-    return isinstance(v, bool)
-
-
-def _is_str_list(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
-
-
-def _is_str_map(v: Any) -> bool:
-    return isinstance(v, dict) and all(isinstance(x, (str, int, float, bool)) for x in v.values())
-
-
-def _is_list(v: Any) -> bool:
-    return isinstance(v, list)
-
-
-def _is_map(v: Any) -> bool:
-    return isinstance(v, dict)
-
-
-KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "str": (_is_str, "a string"),
-    "int": (_is_int, "an integer"),
-    "float": (_is_number, "a number"),
-    "bool": (_is_bool, "true or false"),
-    "str_list": (_is_str_list, "a list of strings"),
-    "str_map": (_is_str_map, "a mapping of names to scalar values"),
-    "list": (_is_list, "a list"),
-    "map": (_is_map, "a mapping"),
+_STRING, _SCALARS = {"type": "string"}, {"type": ["string", "number", "boolean"]}
+#: Each kind of :class:`Field`: its check, what a message says it must be, its JSON Schema.
+KINDS: dict[str, tuple[Callable[[Any], bool], str, dict[str, Any]]] = {
+    "str": (lambda v: isinstance(v, str), "a string", _STRING),
+    "int": (lambda v: _scalar(v, int), "an integer", {"type": "integer"}),
+    "float": (lambda v: _scalar(v, int, float), "a number", {"type": "number"}),
+    "bool": (lambda v: isinstance(v, bool), "true or false", {"type": "boolean"}),
+    "str_list": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                 "a list of strings", {"type": "array", "items": _STRING}),
+    "str_map": (lambda v: isinstance(v, dict)
+                and all(isinstance(x, (str, int, float, bool)) for x in v.values()),
+                "a mapping of names to scalar values",
+                {"type": "object", "additionalProperties": _SCALARS}),
+    "list": (lambda v: isinstance(v, list), "a list", {"type": "array"}),
+    "map": (lambda v: isinstance(v, dict), "a mapping", {"type": "object"}),
 }
 
 
@@ -215,7 +193,7 @@ def check_mapping(data: Any, fields: Sequence[Field], *, what: str, path: Any = 
             result[field.name] = field.default
             continue
         value = data[field.name]
-        check, expected = KINDS[field.kind]
+        check, expected, _ = KINDS[field.kind]
         line = line_of(data, field.name)
         if not check(value):
             problems.append(ConfigError(f"must be {expected}, got {_type_name(value)}",
@@ -370,15 +348,9 @@ def fields_json_schema(fields: Sequence[Field], *, title: str,
     """The JSON Schema of a mapping declared as :class:`Field` tuples (manifests, env-spec
     additions), for editors (yaml-language-server); ``nested`` gives the schema of a key whose
     value is itself declared."""
-    types = {"str": {"type": "string"}, "int": {"type": "integer"},
-             "float": {"type": "number"}, "bool": {"type": "boolean"},
-             "str_list": {"type": "array", "items": {"type": "string"}},
-             "str_map": {"type": "object", "additionalProperties":
-                         {"type": ["string", "number", "boolean"]}},
-             "list": {"type": "array"}, "map": {"type": "object"}}
     properties: dict[str, Any] = {}
     for field in fields:
-        spec = dict((nested or {}).get(field.name) or types[field.kind])
+        spec = dict((nested or {}).get(field.name) or KINDS[field.kind][2])
         if field.choices is not None:
             spec["enum"] = list(field.choices)
         if field.default not in (None, [], {}):
