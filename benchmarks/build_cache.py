@@ -45,6 +45,7 @@ from common import ROOT, report
 from containers import app
 from containers.host.runtime import Runtime
 from containers.image.cache import package_cache_dir, usage
+from containers.report import new_figure, save_figure
 from containers.inputs.recipes import base_chain
 from containers.inputs.settings import SQUASHFS_DEFAULT_LEVEL
 
@@ -263,14 +264,9 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
 
 def plot(medians: dict[str, float], path: Path, title: str) -> Path:
     """The three medians as bars, each labelled with its share of the cold build."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = {"cold": "cold\n(empty cache)", "warm": "+1 package\nwarm cache",
               "no_cache": "+1 package\n--no-cache"}
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    fig, ax = new_figure((6.4, 4.2))
     bars = ax.bar([labels[k] for k in medians], list(medians.values()),
                   color=["tab:grey", "tab:blue", "tab:orange"])
     for bar, value in zip(bars, medians.values(), strict=True):
@@ -283,11 +279,7 @@ def plot(medians: dict[str, float], path: Path, title: str) -> Path:
     ax.set_title(title)
     ax.margins(y=0.15)
     ax.legend(loc="upper right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -45,6 +45,7 @@ from typing import Any, Optional
 from common import ROOT, report, run_checked
 
 from containers.host.process import run
+from containers.report import new_figure, save_figure
 
 JOBS = ROOT / "jobs"
 TRAIN = JOBS / "train.py"
@@ -380,15 +381,10 @@ def measure(setup: Setup, offered: set[str], repeat: int, tmp: Path) -> dict[str
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     """Example and plain steady-state throughput per configuration, the ratio over each pair."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = [f"{row['model']} {row['model_size']}\nbatch {row['batch_size']}" for row in rows]
     positions = range(len(rows))
     width = 0.38
-    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(rows)), 4.5), dpi=110)
+    fig, ax = new_figure((max(6.0, 2.2 * len(rows)), 4.5))
     for offset, side, colour in ((-width / 2, "example", "tab:blue"),
                                  (width / 2, "plain", "tab:grey")):
         ax.bar([p + offset for p in positions], [row[side]["steady_throughput"] for row in rows],
@@ -405,11 +401,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     ax.margins(y=0.15)
     ax.legend(loc="lower right")
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+T = TypeVar("T")
 
 
 def is_terminal() -> bool:
@@ -43,16 +45,34 @@ def human_bytes(count: int) -> str:
     return f"{count} B"
 
 
-def plot_busbw(report: dict, path: Path, *, title: str) -> Path:
-    """busbw (and algbw) against message size, out-of-place and in-place, log-2 x axis."""
+def new_figure(size: tuple[float, float], *, dpi: int = 110) -> tuple[Any, Any]:
+    """A figure and its axes, drawn without a display (Agg): plots are made on compute nodes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt.subplots(figsize=size, dpi=dpi)
+
+
+def save_figure(fig: Any, into: T) -> T:
+    """``fig`` laid out, written as PNG into ``into`` (a path, its folder made, or a binary
+    buffer), and closed; ``into``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    if isinstance(into, Path):
+        into.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(into, format="png")
+    plt.close(fig)
+    return into
+
+
+def plot_busbw(report: dict, path: Path, *, title: str) -> Path:
+    """busbw (and algbw) against message size, out-of-place and in-place, log-2 x axis."""
     rows = report.get("results", [])
     sizes = [r["bytes"] for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    fig, ax = new_figure((8, 4.5))
     for key, label, style in (("oop", "out-of-place", "o-"), ("ip", "in-place", "s--")):
         if all(r.get(key) for r in rows):  # alltoall and sendrecv have no in-place form
             ax.plot(sizes, [r[key]["busbw"] for r in rows], style, label=f"busbw {label}")
@@ -65,23 +85,14 @@ def plot_busbw(report: dict, path: Path, *, title: str) -> Path:
     ax.legend()
     ticks = sizes[:: max(1, len(sizes) // 8)]
     ax.set_xticks(ticks, [human_bytes(s) for s in ticks], rotation=30)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_scaling(rows: Sequence[dict], path: Path, *, title: str) -> Path:
     """Throughput against ranks with the ideal line, and efficiency on a second axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ranks = [r["ranks"] for r in rows]
     rates = [r["throughput"] or 0.0 for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    fig, ax = new_figure((7, 4.5))
     ax.plot(ranks, rates, "o-", label="measured samples/s")
     if rates and rates[0]:
         ax.plot(ranks, [rates[0] * n / ranks[0] for n in ranks], "--", color="grey",
@@ -99,11 +110,7 @@ def plot_scaling(rows: Sequence[dict], path: Path, *, title: str) -> Path:
     extra = right.get_legend_handles_labels()
     ax.legend(lines[0] + extra[0], lines[1] + extra[1], loc="lower right")
     ax.set_title(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 Say = Callable[[str], None]

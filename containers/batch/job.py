@@ -38,7 +38,7 @@ from containers.batch.schedulers import (SCHEDULERS, Resources, Scheduler, direc
                                          extra_directive)
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
 from containers.batch.runjob import run_lines, run_record, with_workdir
-from containers.batch.script import SHELL_VARS, Script, assign, command, ref, word
+from containers.batch.script import SHELL_VARS, Script, command, ref, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
 from containers.image.plan import fakeroot_refusal

@@ -157,13 +157,6 @@ def _positional(argv: Sequence[str], start: int, value_options: Sequence[str]) -
     return None
 
 
-def assign(name: str, value: str) -> str:
-    """``NAME=value`` with the value as one word (markers expanding)."""
-    if not is_env_name(name):
-        raise ValueError(f"not a shell variable name: {name!r}")
-    return f"{name}={word(value)}"
-
-
 @dataclass
 class Script:
     """A batch script: directives first (schedulers stop reading them at the first command),

@@ -29,8 +29,6 @@ from typing import Iterable, Mapping, Sequence
 from containers.image import gpuarch
 from containers.inputs.sites import Fit, Gpus, Nccl, Range
 
-LEVELS = ("error", "warning", "info")
-
 
 @dataclass(frozen=True)
 class Finding:

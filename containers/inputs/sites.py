@@ -37,7 +37,6 @@ from containers.inputs.schema import (fields_json_schema, input_files, is_env_na
                                       problem_at, suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_file
 
-GPU_REQUESTS = ("gpus-per-node", "gres")
 GpuRequest = Literal["gpus-per-node", "gres"]
 GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
 #: The variable that limits which GPUs a process sees, per GPU kind.

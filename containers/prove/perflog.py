@@ -18,7 +18,7 @@ from containers.files import FileRefused, open_append_regular, read_regular
 from containers.inputs.schema import check_name
 from containers.locking import file_lock
 from containers.prove import stack
-from containers.report import human_bytes
+from containers.report import human_bytes, new_figure, save_figure
 
 LOG_NAME = "allreduce.jsonl"
 #: The most one log may hold (about 100,000 records): beyond it the file is not a perflog.
@@ -261,13 +261,8 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
 
     Only runs that measured their reference's size are plotted: a quick run with small sizes
     is in the table, but its 256 KiB figure beside a 128 MiB reference would mislead."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     changed = {id(r): c for r, c in zip(records, stack_changes(records)) if c}
-    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
+    fig, ax = new_figure((9, 4.8))
     measured = [(record, point) for record in records
                 if (point := at_reference(record)) is not None]
     series = _series(measured)
@@ -304,8 +299,4 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     fig.autofmt_xdate()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from containers.report import human_bytes
+from containers.report import human_bytes, new_figure, save_figure
 
 STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -106,12 +106,7 @@ def history_png(catalogue: Mapping) -> bytes | None:
             series[target] = points
     if not series:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
+    fig, ax = new_figure((8, 3.5), dpi=100)
     for target, points in series.items():
         ax.plot(range(len(points)), [p[1] for p in points], "o-", label=target)
         for index, (version, value) in enumerate(points):
@@ -126,11 +121,7 @@ def history_png(catalogue: Mapping) -> bytes | None:
     ax.set_title("busbw history of published versions")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return save_figure(fig, io.BytesIO()).getvalue()
 
 
 def render_page(catalogue: Mapping, dest: Path) -> str:

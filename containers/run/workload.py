@@ -11,7 +11,6 @@ plan their workload here too, with a placement of their own.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
