@@ -53,7 +53,6 @@ from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from containers.run import launchers
 from containers.run.launchers import Launcher, Shape, cores_for
-from containers.run.layout import at_least_one
 from containers.run.command import CommandRun, check_command, plan_command
 from containers.run.workload import Placement, Workload
 
@@ -100,7 +99,7 @@ class JobRequest:
 
     def __post_init__(self) -> None:
         kind = registry.kind_of(self.workload)
-        at_least_one(self.nodes, "--nodes")
+        flags.POSITIVE_INT("--nodes", self.nodes)
         if kind.takes_command:
             object.__setattr__(self, "command", check_command(self.command))
         elif self.command:
@@ -110,7 +109,7 @@ class JobRequest:
             raise UsageError(f"a {self.workload} job runs on one node (got --nodes {self.nodes})",
                              flag="--nodes")
         if self.gpus_per_node is not None:
-            at_least_one(self.gpus_per_node, "--gpus-per-node")
+            flags.POSITIVE_INT("--gpus-per-node", self.gpus_per_node)
         if isinstance(self.time, str):
             try:
                 object.__setattr__(self, "time", walltime.parse(self.time))

@@ -15,8 +15,8 @@ from typing import Mapping
 
 from containers.errors import StateError, UsageError
 from containers.host.process import capture
+from containers.inputs import flags
 from containers.run.launchers import LAUNCHERS
-from containers.run.layout import at_least_one
 from containers.run.rendezvous import Query, Rendezvous, SlurmRendezvous
 from containers.run.workload import Placement
 
@@ -53,7 +53,7 @@ def current_allocation(environ: Mapping[str, str]) -> Allocation | None:
 
 def check_nodes(nodes: int, allocation: Allocation | None) -> None:
     """Refuse a node count the allocation cannot give, in one line."""
-    at_least_one(nodes, "--nodes")
+    flags.POSITIVE_INT("--nodes", nodes)
     if nodes == 1:
         return
     if allocation is None:

@@ -1,7 +1,7 @@
 """How many nodes and ranks per node a run spans: the one check of those counts against a site.
 
-That a count is at least 1 is the request's own check (:func:`at_least_one`, in the options and
-request objects as they are made); what the site allows is checked once, where the run is planned
+That a count is at least 1 is the request's own check (:data:`flags.POSITIVE_INT`, in the options
+and request objects as they are made); what the site allows is checked once, where the run is planned
 (:func:`check_ranks`). Interactive runs (``invoke smoke --gpus N [--nodes M]``) and batch jobs
 (``invoke job --gpus-per-node N --nodes M``) name the counts with different flags; ``flag`` carries
 which, so the message names what the user typed.
@@ -10,14 +10,7 @@ which, so the message names what the user typed.
 from __future__ import annotations
 
 from containers.errors import ConfigError
-from containers.inputs import flags
 from containers.inputs.sites import Site
-
-
-def at_least_one(value: int, flag: str) -> int:
-    """``value`` if it is at least 1, else ``--nodes must be at least 1 (got 0)``: the rule of
-    :data:`flags.POSITIVE_INT`."""
-    return flags.POSITIVE_INT(flag, value)
 
 
 def check_ranks(site: Site, ranks: int, *, nodes: int = 1, flag: str = "--gpus") -> None:

@@ -8,13 +8,14 @@ import pytest
 
 from containers.errors import ConfigError, UsageError
 from containers.inputs.sites import Gpus
-from containers.run.layout import at_least_one, check_ranks
+from containers.inputs import flags
+from containers.run.layout import check_ranks
 
 
 def test_counts_must_be_positive() -> None:
-    assert at_least_one(3, "--nodes") == 3
+    assert flags.POSITIVE_INT("--nodes", 3) == 3
     with pytest.raises(UsageError, match=r"^--nodes must be at least 1 \(got 0\)$") as error:
-        at_least_one(0, "--nodes")
+        flags.POSITIVE_INT("--nodes", 0)
     assert error.value.flag == "--nodes"
 
 
