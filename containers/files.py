@@ -78,6 +78,17 @@ def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
         raise ValueError(f"{path}: nested too deeply") from exc
 
 
+def read_json_object(path: Path, *, limit: int = RESULT_LIMIT) -> dict | None:
+    """The JSON object in ``path``, or None when it is missing, unreadable, not JSON or not an
+    object: a results folder is shared and a killed run leaves files cut short, so one bad
+    file must not stop the judging of the others."""
+    try:
+        value = read_regular_json(path, limit=limit)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def read_regular_text(path: Path, *, limit: int = RESULT_LIMIT) -> str:
     """The text of ``path`` (:func:`read_regular`), a byte that is not UTF-8 replaced: for logs,
     which a killed process may have cut inside a character."""

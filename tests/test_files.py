@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text, copy_hashing,
-                              first_link, fsync_path, read_regular, resolves_outside, sha256_file,
-                              temp_symlink, walk_nofollow)
+                              first_link, fsync_path, read_json_object, read_regular,
+                              resolves_outside, sha256_file, temp_symlink, walk_nofollow)
 from tests.inputs.test_recipes import bounded
 
 
@@ -98,6 +98,18 @@ def test_read_regular_reads_only_bounded_regular_files(tmp_path: Path) -> None:
             "FileRefused", f"not a regular file ({kind})")
     with pytest.raises(FileNotFoundError):
         read_regular(tmp_path / "missing", limit=1)
+
+
+def test_read_json_object_is_none_for_anything_but_a_json_object(tmp_path: Path) -> None:
+    (tmp_path / "ok.json").write_text('{"rank": 0}')
+    (tmp_path / "list.json").write_text("[1]")
+    (tmp_path / "cut.json").write_text('{"rank": ')
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    os.mkfifo(tmp_path / "fifo.json")
+    assert read_json_object(tmp_path / "ok.json") == {"rank": 0}
+    for name in ("list", "cut", "deep", "fifo", "missing"):
+        assert read_json_object(tmp_path / f"{name}.json") is None, name
+    assert read_json_object(tmp_path / "ok.json", limit=4) is None  # larger than the limit
 
 
 def test_links_are_found_not_followed(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Callable
 from containers.app.project import Project
 from containers.batch import follow
 from containers.errors import ContainersError, StateError, VerdictFailed
-from containers.files import read_regular_json
+from containers.files import read_json_object, read_regular_json
 from containers.host.process import capture
 from containers.inputs.flags import JOB_ID
 from containers.report import Say, console, say_line as _print, table
@@ -116,12 +116,9 @@ def _row(entry: dict) -> dict | None:
         else "slurm"
     verdict = None
     if isinstance(entry.get("results"), str) and entry["results"]:
-        try:
-            record = read_regular_json(Path(entry["results"]) / "verdict.json")
-            if isinstance(record, dict):
-                verdict = "PASS" if follow.verdict_code(record) == 0 else "FAIL"
-        except (OSError, ValueError):
-            verdict = None
+        record = read_json_object(Path(entry["results"]) / "verdict.json")
+        if record is not None:
+            verdict = "PASS" if follow.verdict_code(record) == 0 else "FAIL"
     state = follow.job_state(scheduler, job_id, ask)
     return {**entry, "job_id": job_id, "state": state or "ended", "verdict": verdict}
 

@@ -9,12 +9,11 @@ have written that verdict.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable, Collection
 
 from containers.errors import CommandFailed, PerformanceFailed, VerdictFailed
-from containers.files import FileRefused, read_regular
+from containers.files import read_json_object
 from containers.host.facts import utc_now
 from containers.host.process import run
 from containers.host.runtime import Runtime
@@ -34,16 +33,6 @@ SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "devic
               "date", "ops", "collectives")
 #: The most a verdict.json may hold; a larger one (or a FIFO) is not a verdict of this tool.
 VERDICT_LIMIT = 16 << 20
-
-
-def _read_verdict(path: Path) -> dict | None:
-    """A verdict file's record, or None when it is not a readable JSON object (skipped: a
-    results folder is shared, and one bad file must not hide the others)."""
-    try:
-        record = json.loads(read_regular(path, limit=VERDICT_LIMIT).decode("utf-8"))
-    except (FileRefused, OSError, ValueError, RecursionError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def _ranks(record: dict) -> int:
@@ -67,7 +56,7 @@ def find_verdict(results_dir: Path, target: str, sha256: str, *,
     failure of any run of it. A newer failure outvotes an older pass: the caller refuses it."""
     best: tuple[Path, dict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
-        record = _read_verdict(path)
+        record = read_json_object(path, limit=VERDICT_LIMIT)
         if (record is not None and record.get("target") == target
                 and record.get("sha256") == sha256
                 and (record.get("passed") is not True or _proves(record, gpu))

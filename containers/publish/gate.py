@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from containers.files import FileRefused, read_regular_json, read_regular_text
+from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import kind_of
 from containers.publish.diff import shown
 from containers.run.workload import first_failure, read_device_reports
@@ -81,22 +81,14 @@ def busbw_check(old: Mapping | None, new: Mapping | None) -> dict:
 
 
 # ------------------------------------------------------------------- the verdict's evidence
-def _read(path: Path) -> object | None:
-    """A run file's JSON, or None when it is missing, not a regular file or not JSON."""
-    try:
-        return read_regular_json(path)
-    except (FileRefused, OSError, ValueError, RecursionError):
-        return None
-
-
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _report_reasons(folder: Path, ranks: int) -> list[str]:
     """What the benchmark's own results JSON says against a pass."""
-    report = _read(folder / SMOKE_REPORT)
-    if not isinstance(report, dict):
+    report = read_json_object(folder / SMOKE_REPORT)
+    if report is None:
         return [f"no readable {SMOKE_REPORT} (the benchmark's results)"]
     reasons = []
     if report.get("ok") is not True or not report.get("finished"):
@@ -113,9 +105,8 @@ def _rank_reasons(folder: Path, ranks: int) -> list[str]:
     """Every rank must have written its ``rank-<N>.json`` saying it finished."""
     missing = []
     for rank in range(ranks):
-        record = _read(folder / f"rank-{rank}.json")
-        if not (isinstance(record, dict) and record.get("rank") == rank
-                and record.get("finished")):
+        record = read_json_object(folder / f"rank-{rank}.json")
+        if not (record and record.get("rank") == rank and record.get("finished")):
             missing.append(str(rank))
     if not missing:
         return []
@@ -127,7 +118,7 @@ def _log_reasons(folder: Path) -> list[str]:
     """The run's log must be there, and show no failed rank or benchmark failure."""
     try:
         lines = read_regular_text(folder / RUN_LOG).splitlines()
-    except (FileRefused, OSError, ValueError):
+    except (OSError, ValueError):
         return [f"no readable {RUN_LOG}"]
     failed = first_failure(lines)
     if failed is not None:
@@ -140,8 +131,8 @@ def _image_reasons(folder: Path, sha256: str, gpu: str) -> list[str]:
     """The run's image record (a batch job's copy) and its devices must be this image's."""
     reasons = []
     if (folder / IMAGE_RECORD).exists():
-        ran = _read(folder / IMAGE_RECORD)
-        if not isinstance(ran, dict) or ran.get("sha256") != sha256:
+        ran = read_json_object(folder / IMAGE_RECORD)
+        if not ran or ran.get("sha256") != sha256:
             reasons.append(f"its {IMAGE_RECORD} is not of this image (sha256 {sha256[:12]})")
     if gpu != "none" and kind_of(read_device_reports(folder)) != gpu:
         reasons.append(f"its device reports do not show every rank on a {gpu} GPU")

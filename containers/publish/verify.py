@@ -114,11 +114,6 @@ def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime], *,
     return problems, entry["key_fingerprint"][-16:]
 
 
-def _signature_state(cell: str) -> str:
-    """The JSON document's ``signature``: unsigned, ok, failed or missing (no image)."""
-    return {"-": "missing", "unsigned": "unsigned", "FAILED": "failed"}.get(cell, "ok")
-
-
 def image_report(dest: Path, target: str, entry: dict, latest: str | None,
                  found: list[str], cell: str, folder_problems: list[str]) -> dict:
     """One image's part of ``verify --json`` (see :func:`verify`)."""
@@ -130,7 +125,8 @@ def image_report(dest: Path, target: str, entry: dict, latest: str | None,
         "latest": entry["version"] == latest, "size_bytes": entry["size_bytes"],
         "sha256": entry["sha256"],
         "sha256_ok": path.is_file() and not any(p.startswith(f"{path}: sha256") for p in found),
-        "signature": _signature_state(cell), "key_fingerprint": entry.get("key_fingerprint"),
+        "signature": {"-": "missing", "unsigned": "unsigned", "FAILED": "failed"}.get(cell, "ok"),
+        "key_fingerprint": entry.get("key_fingerprint"),
         "module_ok": (dest / entry["module"]).is_file(),
         "checks": "skipped" if entry["checks"].get("skipped") else "passed",
         "published": entry["published"], "problems": own + found,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from containers.errors import ImageMissing, on_disk
-from containers.files import read_regular_json
+from containers.files import read_json_object
 from containers.host.facts import host_arch
 from containers.host.process import Completed, run
 from containers.host.runtime import Runtime
@@ -257,11 +257,8 @@ def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
     count as missing)."""
     reports = []
     for path in out_dir.glob("device-*.json"):
-        try:
-            report = read_regular_json(path)
-        except (OSError, ValueError):
-            continue
-        if isinstance(report, dict) and isinstance(report.get("rank"), int):
+        report = read_json_object(path)
+        if report is not None and isinstance(report.get("rank"), int):
             reports.append(report)
     return tuple(sorted(reports, key=lambda r: r["rank"]))
 
@@ -269,11 +266,8 @@ def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
 def finished_ranks(out_dir: Path) -> set[int]:
     ranks = set()
     for path in out_dir.glob("rank-*.json"):
-        try:
-            record = read_regular_json(path)
-        except (OSError, ValueError):
-            continue
-        if record.get("finished"):
+        record = read_json_object(path)
+        if record is not None and record.get("finished"):
             ranks.add(int(record["rank"]))
     return ranks
 
@@ -334,13 +328,10 @@ def collect(workload: Workload, *, returncode: int, timed_out: bool, lines: Sequ
     """What a finished run left in its results folder, read back: the report (an unreadable one
     counts as none), the ranks that did not finish, torchrun's first failure in ``lines``, the
     device reports. Judging a batch run (which ran without this tool watching) starts here."""
-    try:
-        report = read_regular_json(workload.out_dir / workload.report_name)
-    except (OSError, ValueError):
-        report = None
+    report = read_json_object(workload.out_dir / workload.report_name)
     missing = sorted(set(range(workload.ranks)) - finished_ranks(workload.out_dir))
     return Outcome(returncode=returncode, timed_out=timed_out, missing_ranks=missing,
-                   report=report if isinstance(report, dict) else None, seconds=seconds,
+                   report=report, seconds=seconds,
                    first_failure=first_failure(lines), lines=tuple(lines),
                    devices=read_device_reports(workload.out_dir))
 
