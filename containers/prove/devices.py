@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from containers.inputs import names
 
@@ -60,6 +60,18 @@ def _ident(report: dict) -> str:
     return f"{shown}#{report.get('index')}"
 
 
+def _grouped(reports: Iterable[dict], key: Callable[[dict], str]) -> list[tuple[str, list[dict]]]:
+    """The reports grouped by ``key`` (host, torch build, GPU), in the order of the keys."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for report in reports:
+        groups[key(report)].append(report)
+    return sorted(groups.items())
+
+
+def _host(report: dict) -> str:
+    return str(report.get("hostname"))
+
+
 def reasons(expect: Expectation, reports: Sequence[dict], *, backend: str | None) -> list[str]:
     """The sanity gate on devices: one line per cause; empty when the GPUs were really used
     (or the site has none, where only the cores are checked)."""
@@ -72,10 +84,7 @@ def reasons(expect: Expectation, reports: Sequence[dict], *, backend: str | None
                      f"GPUs are not proven (device-<rank>.json missing: the rank did not start)")
     found += build_reasons(expect, reports)
     on_cpu = [r for r in reports if r.get("device") != "cuda"]
-    by_host: dict[str, list[dict]] = defaultdict(list)
-    for report in on_cpu:
-        by_host[str(report.get("hostname"))].append(report)
-    for host, group in sorted(by_host.items()):
+    for host, group in _grouped(on_cpu, _host):
         seen = sorted({int(r.get("visible") or 0) for r in group})
         shown = sorted({f"{k}={v!r}" for r in group
                         for k, v in (r.get("visible_env") or {}).items()})
@@ -93,10 +102,7 @@ def reasons(expect: Expectation, reports: Sequence[dict], *, backend: str | None
 def build_reasons(expect: Expectation, reports: Sequence[dict]) -> list[str]:
     """A CPU-only torch, or one built for the other vendor: the image cannot use these GPUs."""
     found = []
-    by_build: dict[str, list[dict]] = defaultdict(list)
-    for report in reports:
-        by_build[str(report.get("build") or "unknown")].append(report)
-    for build, group in sorted(by_build.items()):
+    for build, group in _grouped(reports, lambda r: str(r.get("build") or "unknown")):
         if build == BUILD_FOR[expect.gpu]:
             continue
         torch = "/".join(sorted({str(r.get("torch")) for r in group}))
@@ -114,14 +120,9 @@ def build_reasons(expect: Expectation, reports: Sequence[dict]) -> list[str]:
 def sharing_reasons(expect: Expectation, on_gpu: Sequence[dict]) -> list[str]:
     """Two ranks on one GPU, and fewer GPUs visible on a host than ranks run there."""
     found = []
-    by_host: dict[str, list[dict]] = defaultdict(list)
-    for report in on_gpu:
-        by_host[str(report.get("hostname"))].append(report)
-    for host, group in sorted(by_host.items()):
-        by_gpu: dict[str, list[dict]] = defaultdict(list)
-        for report in group:
-            by_gpu[_ident(report)].append(report)
-        for ident, sharing in sorted(by_gpu.items()):
+    for host, group in _grouped(on_gpu, _host):
+        by_gpu = _grouped(group, _ident)
+        for ident, sharing in by_gpu:
             if len(sharing) > 1:
                 found.append(f"{_ranks(sharing)} on {host} share one GPU "
                              f"({sharing[0].get('name') or 'GPU'} {ident}): each rank needs "
