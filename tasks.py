@@ -110,6 +110,8 @@ def _json(as_json: bool) -> dict[str, bool]:
 
 JSON_HELP = "print one JSON document (its shape: docs/results.md, JSON shapes) instead of " \
             "the table"
+NODES_HELP = ("inside a Slurm allocation: run on this many of its nodes (srun, one torchrun per "
+              "node); --gpus is then per node")
 FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or GPUs, message " \
              "buffers over its memory)"
 
@@ -221,8 +223,7 @@ def cache(c, prune=False):
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
         "json": "with --history: print the history as one JSON document (docs/results.md, "
                 "JSON shapes)",
-        "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
-                 "per node); --gpus is then per node",
+        "nodes": NODES_HELP,
         "force": FORCE_HELP,
     },
     types={"target": flags.TARGET, "gpus": flags.POSITIVE_INT, **SMOKE_OPTIONS["types"],
@@ -256,8 +257,7 @@ def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", tim
         "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
         "scaling": "rank counts (e.g. 1,2,4): run each, report speedup + PNG",
         "dry_run": "print the exact exec command(s), run nothing (also: invoke --dry)",
-        "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
-                 "per node); --gpus is then per node",
+        "nodes": NODES_HELP,
         "force": FORCE_HELP,
     },
     types={"target": flags.TARGET, "example": flags.EXAMPLE, **TRAIN_OPTIONS["types"],
@@ -296,8 +296,7 @@ def _remainder(c) -> list[str]:
         "target": "image to run in; default: the detected site's default target, else cpu",
         "gpus": "ranks on this node, started by the site's launcher (torchrun): one per GPU, "
                 "or CPU processes where there is no GPU",
-        "nodes": "inside a Slurm allocation: run on this many of its nodes (srun, one torchrun "
-                 "per node); --gpus is then per node",
+        "nodes": NODES_HELP,
         "no_launcher": "run the command as one process, without torchrun",
         "timeout": "seconds before every process of the run is stopped; default: none",
         "dry_run": "print the device gate and the exact exec command, run nothing",
