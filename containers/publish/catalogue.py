@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import copy
 import datetime
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from containers.errors import StateError, UsageError
-from containers.files import FileRefused, read_regular
+from containers.files import FileRefused, read_regular_json
 from containers.inputs.schema import TEMP_ENDINGS, name_problem
 
 FORMAT = 1
@@ -96,14 +95,12 @@ def load(path: Path) -> dict:
     """The catalogue at ``path`` (an empty one when there is none yet), checked
     (:func:`check_format`); anything unusable is a one-line :class:`StateError` naming it."""
     try:
-        raw = read_regular(path, limit=CATALOGUE_LIMIT)
+        data = read_regular_json(path, limit=CATALOGUE_LIMIT)
     except FileNotFoundError:
         return empty()
     except (FileRefused, OSError) as exc:
         raise StateError(f"{path}: cannot read the catalogue: {exc}") from exc
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         raise StateError(f"{path}: catalogue is not valid JSON ({_one_line(exc)}); fix or "
                          "restore it before publishing") from exc
     return check_format(data, path=str(path))

@@ -45,7 +45,7 @@ from typing import Callable
 from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
                                os_failure)
 from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folder, read_regular,
-                              sha256_file, temp_name, temp_symlink, write_temp)
+                              read_regular_json, sha256_file, temp_name, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
 from containers.inputs.flags import GROUP
@@ -179,14 +179,12 @@ def read_provenance(record: Path) -> dict:
     not JSON or not a JSON object is a one-line :class:`StateError` naming it."""
     rebuild = "rebuild the image with invoke build --force"
     try:
-        raw = read_regular(record, limit=PROVENANCE_LIMIT)
+        data = read_regular_json(record, limit=PROVENANCE_LIMIT)
     except FileNotFoundError:
         return {}
     except (FileRefused, OSError) as exc:
         raise StateError(f"{record}: cannot read the build record: {exc}; {rebuild}") from exc
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         raise StateError(f"{record}: the build record is not valid JSON; {rebuild}") from exc
     if not isinstance(data, dict):
         raise StateError(f"{record}: the build record is not a JSON object; {rebuild}")
