@@ -191,17 +191,11 @@ def load_target(path: Path, *, root: Path) -> Target:
     if values["torch"] is not None and not re.match(r"^\d+\.\d+", str(values["torch"])):
         raise ConfigError(f"{values['torch']!r} is not a torch version (e.g. 2.8.0)", path=path,
                           line=lines.get("torch"), key="torch")
-    build_args = {str(k): str(v) for k, v in values["build_args"].items()}
-    return Target(name=path.stem, manifest=path, description=values["description"],
-                  site=values["site"], arch=values["arch"], gpu=values["gpu"],
-                  builder=values["builder"], definition=paths["definition"], base=values["base"],
-                  env=paths["env"], build_args=build_args, base_image=values["base_image"],
-                  test=values["test"],
-                  pip_extra_index_urls=tuple(values["pip_extra_index_urls"]),
-                  host_paths=values["host_paths"], torch=values["torch"],
-                  examples=(_examples(values["examples"], path=path, line=lines.get("examples"))
-                            if "examples" in data else None),
-                  lines=lines)
+    return Target(name=path.stem, manifest=path, lines=lines, **{
+        **values, **paths, "build_args": {str(k): str(v) for k, v in values["build_args"].items()},
+        "pip_extra_index_urls": tuple(values["pip_extra_index_urls"]),
+        "examples": (_examples(values["examples"], path=path, line=lines.get("examples"))
+                     if "examples" in data else None)})
 
 
 def _examples(names: list[str], *, path: Path, line: int | None) -> tuple[str, ...]:

@@ -172,6 +172,11 @@ def unknown_variables(environ: Mapping[str, str], config: Mapping[str, Any] | No
 ENV_PREFIX = "INVOKE_CONTAINERS_"
 
 
+#: Settings that are folders (relative to the project root), and those that may be unset (empty).
+FOLDERS = ("images_dir", "results_dir", "perflog_dir", "tmp_dir")
+UNSET_FOLDERS = ("cache_dir", "sign_keysdir")
+
+
 def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settings:
     """Settings from a plain mapping (the ``containers`` part of the invoke config)."""
     values = check_mapping(dict(config or {}), FIELDS, what="containers settings",
@@ -190,18 +195,9 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
                           f"(smallest, Apptainer's own), got {values['squashfs_level']}",
                           path="invoke.yaml", key="containers.squashfs_level")
     raise_all(_flag_rules(values))
-    return Settings(root=root, images_dir=resolve(values["images_dir"]),
-                    results_dir=resolve(values["results_dir"]),
-                    perflog_dir=resolve(values["perflog_dir"]), tmp_dir=resolve(values["tmp_dir"]),
-                    cache_dir=resolve(values["cache_dir"]) if values["cache_dir"] else None,
-                    runtime=values["runtime"], default_target=values["default_target"],
-                    jobs_mount=values["jobs_mount"], results_mount=values["results_mount"],
-                    sign_keysdir=(resolve(values["sign_keysdir"]) if values["sign_keysdir"]
-                                  else None),
-                    sign_keyidx=values["sign_keyidx"], publish_group=values["publish_group"],
-                    publish_world_readable=values["publish_world_readable"],
-                    publish_pinned=_pinned(values["publish_pinned"]),
-                    account=str(values["account"] or ""),
-                    accounts={str(k): str(v) for k, v in values["accounts"].items() if v},
-                    squashfs_level=values["squashfs_level"],
-                    cache_group=str(values["cache_group"] or ""))
+    folders = {key: resolve(values[key]) for key in FOLDERS}
+    folders.update({key: resolve(values[key]) if values[key] else None for key in UNSET_FOLDERS})
+    return Settings(root=root, **{
+        **values, **folders, "publish_pinned": _pinned(values["publish_pinned"]),
+        "account": str(values["account"] or ""), "cache_group": str(values["cache_group"] or ""),
+        "accounts": {str(k): str(v) for k, v in values["accounts"].items() if v}})
