@@ -165,7 +165,8 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
         refuse_lacking(ref.record, image=ref.image, need=PYTHON, doing="invoke diff")
         if not as_json:
             say(f"reading {ref.image} (one {runtime.flavour} exec of its python)")
-        facts = probing.probe(runtime, ref.image, sha256=ref.record.get("sha256"))
+        facts = probing.probe(runtime, ref.image, sha256=ref.record.get("sha256"),
+                             arch=ref.record.get("arch"))
         sides.append(diffing.side(ref.name, facts, size=ref.image.stat().st_size,
                                   smoke=latest_smoke(project, ref)))
     result = diffing.diff(*sides)
@@ -187,7 +188,8 @@ def examine_built(project: Project):
 
     def examine(step, runtime, record: dict, say: Say) -> dict:
         say(f"==> examining {step.target.name}: SBOM and site fit (one probe of the image)")
-        facts = probing.probe(runtime, step.partial, sha256=record.get("sha256"))
+        facts = probing.probe(runtime, step.partial, sha256=record.get("sha256"),
+                             arch=record.get("arch"))
         files = {probing.SBOM_SUFFIX: sbom.render(sbom.make(facts, record))}
         stack = probing.summary(facts)
         record["stack"] = stack  # read back by publish with the SBOM (probing.known_facts)

@@ -71,7 +71,7 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
     def review(plan: publisher.PublishPlan, checks: dict, say: Say) -> dict:
         sha = plan.provenance.get("sha256")
         facts = (probing.known_facts(plan.image, plan.provenance)
-                 or probing.probe(runtime, plan.image, sha256=sha))
+                 or probing.probe(runtime, plan.image, sha256=sha, arch=plan.provenance.get("arch")))
         stack = probing.summary(facts)
         findings = sitefit.judge(stack, site_name=plan.site.name, site_gpu=plan.site.gpus.kind,
                                  arches=site_arches(plan.site, project.targets),
@@ -123,7 +123,8 @@ def _diff(plan: publisher.PublishPlan, runtime, old: dict, latest: str, facts: d
     old_sha = (old.get("provenance") or {}).get("sha256")
     old_facts = (probing.known_facts(plan.dest / old["file"],
                                      {**(old.get("provenance") or {}), "stack": old.get("stack")})
-                 or probing.probe(runtime, plan.dest / old["file"], sha256=old_sha))
+                 or probing.probe(runtime, plan.dest / old["file"], sha256=old_sha,
+                                   arch=(old.get("provenance") or {}).get("arch")))
     return diffing.diff(
         diffing.side(f"{plan.target.name}@{latest}", old_facts,
                      size=old["size_bytes"], smoke=(old.get("checks") or {}).get("smoke")),

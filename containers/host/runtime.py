@@ -83,8 +83,8 @@ class Runtime:
             argv += ["--env", f"{key}={value}"]
         return argv + [str(image), *command]
 
-    def test_argv(self, image: Path | str) -> list[str]:
-        return [self.binary, "test", str(image)]
+    def test_argv(self, image: Path | str, binds: Iterable[str] = ()) -> list[str]:
+        return [self.binary, "test", *(w for b in binds for w in ("--bind", b)), str(image)]
 
     def inspect_argv(self, image: Path | str) -> list[str]:
         return [self.binary, "inspect", "--json", str(image)]

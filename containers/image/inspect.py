@@ -22,6 +22,7 @@ from containers.errors import CommandFailed, ImageMissing
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 from containers.image import gpuarch, provenance
+from containers.image.emulated import emulated_binds
 
 PROBE = Path(__file__).with_name("probe_script.py")
 MARK = "@@probe@@"
@@ -32,10 +33,12 @@ STACK_KEYS = ("arch", "os", "glibc", "python", "torch", "build", "cuda", "cudnn"
               "nccl", "nccl_linkage", "gpu_arches", "gpu_arches_source", "deepspeed")
 
 
-def probe_argv(runtime: Runtime, image: Path | str) -> list[str]:
-    """The one command that reads an image: its own python runs the probe script."""
+def probe_argv(runtime: Runtime, image: Path | str, *, arch: str | None = None) -> list[str]:
+    """The one command that reads an image: its own python runs the probe script (``arch``,
+    the image's recorded architecture: an emulated one gets its CPU description bound)."""
     return runtime.exec_argv(image=image, command=["python3", "-c",
-                                                   PROBE.read_text(encoding="utf-8")])
+                                                   PROBE.read_text(encoding="utf-8")],
+                             binds=emulated_binds(arch))
 
 
 def parse_probe(output: str) -> dict:
@@ -54,12 +57,13 @@ def parse_probe(output: str) -> dict:
 _SEEN: dict[str, dict] = {}
 
 
-def probe(runtime: Runtime, image: Path | str, *, sha256: str | None = None) -> dict:
+def probe(runtime: Runtime, image: Path | str, *, sha256: str | None = None,
+          arch: str | None = None) -> dict:
     """The probe's facts of ``image`` (one ``apptainer exec``; none again for a ``sha256``
     already read in this process)."""
     if sha256 and sha256 in _SEEN:
         return _SEEN[sha256]
-    argv = probe_argv(runtime, image)
+    argv = probe_argv(runtime, image, arch=arch)
     try:
         facts = parse_probe(capture(argv, timeout=PROBE_TIMEOUT))
     except CommandFailed as exc:  # one line: the runtime's reason, never the probe script
@@ -150,7 +154,7 @@ def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -
     if not image.is_file():
         raise ImageMissing(image, target or image.stem)
     record = provenance.read(record_path(image))
-    facts = probe(runtime, image, sha256=record.get("sha256"))
+    facts = probe(runtime, image, sha256=record.get("sha256"), arch=record.get("arch"))
     return {
         "image": str(image), "target": target or record.get("target"),
         "size_bytes": image.stat().st_size,

@@ -24,6 +24,7 @@ from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsa
 from containers.host.sources import PipConfig
 from containers.image import cache as package_cache
 from containers.image.cache import PackageCache, SnapshotKey
+from containers.image.emulated import emulated_binds
 from containers.inputs.compat import as_built, has_torch
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
@@ -329,9 +330,10 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
     staged.update(cached.staged)
     env_vars = {**env_vars, **cached.env}
     partial = common["partial"]
+    emulated = emulated_binds(target.arch, here=host.arch)  # %post and %test import torch
     build_argv = host.runtime.build_argv(
         output=partial, spec=target.definition, build_args=args,
-        binds=[*(binds if "HOST_PATHS" in used else ()), *cached.binds],
+        binds=[*(binds if "HOST_PATHS" in used else ()), *cached.binds, *emulated],
         fakeroot=definition.has_section("post"), arch=pulled_arch(target, definition, host))
     if "FOREIGN_ROOT" in used:
         build_argv = foreign_root_argv(target, definition, user_args, host=host,
@@ -340,7 +342,8 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
     # The image is the definition's last stage: only its %test runs (apptainer test).
     has_test = target.test and definition.final.section("test") is not None
     return BuildStep(**common, build_argv=build_argv,
-                     test_argv=host.runtime.test_argv(partial) if has_test else None,
+                     test_argv=host.runtime.test_argv(partial, binds=emulated)
+                     if has_test else None,
                      env=env_vars, staged=staged if uses_context else {},
                      copied=copied if uses_context else {}, links=cached.links,
                      package_cache=host.package_cache if cached.use else None,
@@ -485,7 +488,8 @@ def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test = COTAINR_TEST if has_torch(target, env) else COTAINR_PYTHON_TEST
-    test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", test])
+    test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", test],
+                                       binds=emulated_binds(target.arch, here=host.arch))
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=test_argv if target.test else None, env=env_vars, staged={},
                      copied={}, links=links, package_cache=cache,

@@ -17,6 +17,7 @@ from containers.files import read_json_object
 from containers.host.facts import utc_now
 from containers.host.process import run
 from containers.host.runtime import Runtime
+from containers.image.emulated import emulated_binds
 from containers.inputs.recipes import Target
 from containers.prove.devices import VENDOR
 from containers.publish.gate import evidence_reasons
@@ -106,7 +107,7 @@ def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_b
         return {"passed": None, "how": "the definition has no %test"}
     if tested_at_build:
         return {"passed": True, "how": "at build (provenance)", "date": build_date}
-    argv = runtime.test_argv(image)
+    argv = runtime.test_argv(image, binds=emulated_binds(target.arch))
     say(f"checks: {' '.join(argv)}")
     try:
         run(argv, timeout=600, on_line=lambda line: say(f"  {line}")).check("apptainer test")

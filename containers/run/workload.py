@@ -23,6 +23,7 @@ from containers.files import read_json_object
 from containers.host.facts import host_arch
 from containers.host.process import Completed, run
 from containers.host.runtime import Runtime
+from containers.image.emulated import emulated_binds
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import VISIBLE_DEVICES, Site, expand
@@ -204,6 +205,7 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
     multinode = nodes > 1
     binds = [f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
              f"{out_dir}:{settings.results_mount}", *extra_binds,
+             *(emulated_binds(target.arch, here=host) if placement is None else ()),
              *(expand(b, environ, strict=strict) for b in site.binds),
              *(expand(b, environ, strict=strict) for b in site.transport.binds if multinode)]
     image = settings.image_path(target.name)

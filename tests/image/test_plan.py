@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import csv
 import shutil
 import subprocess
@@ -45,6 +47,27 @@ def test_a_squashfs_level_reaches_apptainer_and_cotainr_builds_alike(data_root, 
     with pytest.raises(ConfigError, match=r"containers.squashfs_level: a gzip level other than "
                                           r"9 is passed to mksquashfs through Apptainer"):
         plan_build(targets, "cpu", settings=fast, host=data_host(singularity))
+
+
+def test_an_emulated_build_and_its_test_see_an_aarch64_cpu(data_root, data_settings,
+                                                          data_runtime, tmp_path,
+                                                          monkeypatch) -> None:
+    """%post (DeepSpeed's setup.py) and %test import torch, whose aarch64 oneDNN reads MIDR_EL1
+    from sysfs: on an x86_64 host both get the described CPU; a native build does not, and the
+    bind is host plumbing, not an input (same hash on either host)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    targets = load_targets(data_root)
+    bind = f"{tmp_path}/hpc-containers/emulation/aarch64-{os.cpu_count()}cpu" \
+           ":/sys/devices/system/cpu:ro"
+    here = plan_build(targets, "cpu-arm64", settings=data_settings,
+                      host=data_host(data_runtime)).steps[-1]
+    assert here.build_argv[here.build_argv.index(bind) - 1] == "--bind"
+    assert here.test_argv[:4] == ["apptainer", "test", "--bind", bind]
+    native = plan_build(targets, "cpu-arm64", settings=data_settings,
+                        host=data_host(data_runtime, arch="aarch64")).steps[-1]
+    assert not any("/sys/devices/system/cpu" in word
+                   for word in [*native.build_argv, *native.test_argv])
+    assert native.inputs_hash == here.inputs_hash
 
 
 def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime) -> None:

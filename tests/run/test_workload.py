@@ -72,6 +72,24 @@ def test_ranks_this_machine_emulates_end_without_teardown(data_world, data_setti
     assert "--no-teardown" not in command.argv  # the user's own program takes no such flag
 
 
+def test_ranks_this_machine_emulates_see_an_aarch64_cpu(data_world, data_settings, tmp_path,
+                                                       monkeypatch) -> None:
+    """torch's aarch64 oneDNN reads each CPU's MIDR_EL1 from sysfs as torch is imported, which an
+    x86_64 kernel does not have: emulated ranks get a described CPU bound over the sysfs folder;
+    the image's own nodes, or a scheduler's placement, see their real CPUs."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    sysfs = [b for b in _plan(data_world, data_settings, host="x86_64").binds
+             if ":/sys/devices/system/cpu:" in b]
+    assert sysfs == [f"{tmp_path}/hpc-containers/emulation/aarch64-{os.cpu_count()}cpu"
+                     ":/sys/devices/system/cpu:ro"]
+    native = _plan(data_world, data_settings, host="aarch64")
+    placed = _plan(data_world, data_settings, host="x86_64", environ=EBROOT, placement=Placement(
+        nodes=2, rendezvous=Rendezvous(host="h", port="20001", id="1")))
+    cpu = _plan(data_world, data_settings, site="local", target="cpu", ranks=2, host="x86_64")
+    for plan in (native, placed, cpu):
+        assert not any("/sys/devices/system/cpu" in b for b in plan.binds)
+
+
 def test_more_environment_replans_the_same_launch(data_world, data_settings) -> None:
     plan = _plan(data_world, data_settings)
     debug = plan.with_env({"NCCL_DEBUG": "INFO"})

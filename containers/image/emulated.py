@@ -1,0 +1,81 @@
+"""What a process of another architecture needs from the host to run here under qemu-user.
+
+qemu-user runs an aarch64 program on this x86_64 kernel, but the kernel's sysfs still describes
+x86_64 CPUs: ``/sys/devices/system/cpu/cpuN/regs/identification/midr_el1`` does not exist. The
+oneDNN inside PyTorch's aarch64 wheels (xbyak_aarch64) reads that register file as torch is
+imported and ends the process when it cannot ("Can't open MIDR_EL1 sysfs entry", then SIGSEGV
+under qemu 7.2), so any step that imports torch in an emulated aarch64 image dies: DeepSpeed's
+setup.py during the build, the image's ``%test``, the tool's probe, the smoke ranks.
+
+The fix is a folder that describes the CPUs as an aarch64 kernel would, bound read-only over
+``/sys/devices/system/cpu`` for every exec of an emulated image, and only then (a native run
+must see its real CPUs). The folder is written once per architecture and CPU count under the
+tool's cache folder: small, rewritten atomically, never inside an image.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from containers.host.facts import host_arch
+from containers.image.cache import default_cache_dir
+
+#: The sysfs folder whose per-CPU files programs read (the bind's destination).
+CPU_SYSFS = "/sys/devices/system/cpu"
+#: The MIDR_EL1 an emulated aarch64 CPU reports: an Arm Neoverse N1 r3p1 (implementer 0x41,
+#: part 0xd0c), the core of AWS Graviton2 and Ampere Altra, inside what qemu's default ``max``
+#: CPU model implements. Arm's register layout: Arm Architecture Reference Manual, MIDR_EL1.
+MIDR = {"aarch64": "0x00000000413fd0c1"}
+
+
+def cpu_files(arch: str, cpus: int) -> dict[str, str]:
+    """The files of the folder, by path relative to it: what the kernel's cpu sysfs has that
+    programs read at start-up (which CPUs exist and are online, and each one's identity)."""
+    last = max(cpus, 1) - 1
+    span = f"0-{last}\n" if last else "0\n"
+    files = {"online": span, "possible": span, "present": span, "offline": "\n",
+             "kernel_max": f"{last}\n"}
+    for cpu in range(last + 1):
+        regs = f"cpu{cpu}/regs/identification"
+        files[f"{regs}/midr_el1"] = MIDR[arch] + "\n"
+        files[f"{regs}/revidr_el1"] = "0x0000000000000000\n"
+    return files
+
+
+def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None) -> Path:
+    """The folder for ``arch`` with this machine's CPU count, written when it is missing.
+
+    Written into a temporary sibling and renamed into place, so a concurrent build or run
+    either sees the whole folder or writes its own identical one."""
+    cpus = cpus or os.cpu_count() or 1
+    folder = (root or default_cache_dir()) / "emulation" / f"{arch}-{cpus}cpu"
+    if (folder / "online").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        for name, text in cpu_files(arch, cpus).items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            (work / name).write_text(text, encoding="ascii")
+        os.replace(work, folder)
+    except OSError:
+        if not (folder / "online").is_file():
+            raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return folder
+
+
+def emulated_binds(arch: str | None, *, here: str | None = None,
+                   environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The binds an exec of an ``arch`` image needs on this machine: none for a native image
+    or an architecture without a known identity (None: unknown, nothing is assumed), the CPU
+    folder over the sysfs one under emulation."""
+    if arch is None or arch == (here or host_arch()) or arch not in MIDR:
+        return []
+    root = default_cache_dir(environ)
+    return [f"{cpu_folder(arch, root=root)}:{CPU_SYSFS}:ro"]
