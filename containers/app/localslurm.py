@@ -24,10 +24,6 @@ from containers.report import Say, say_line as _print
 DEFAULT_ROOT = Path("/var/tmp/containers-local-slurm")
 
 
-def _root() -> Path:
-    return Path(os.environ.get("CONTAINERS_LOCAL_SLURM_DIR", DEFAULT_ROOT))
-
-
 def _running(root: Path) -> slurmcluster.SlurmCluster | None:
     """The recorded cluster when its controller is still alive."""
     cluster = slurmcluster.load(root)
@@ -45,7 +41,7 @@ def _describe(cluster: slurmcluster.SlurmCluster, say: Say) -> None:
 def local_slurm(project: Project, *, action: str, site: str | None = None,
                 say: Say = _print) -> None:
     """``action``: start, stop or status."""
-    root = _root()
+    root = Path(os.environ.get("CONTAINERS_LOCAL_SLURM_DIR", DEFAULT_ROOT))
     found = _running(root)
     if action == "status":
         if not found:
