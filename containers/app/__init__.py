@@ -3,22 +3,7 @@
 This is the impure edge: it gathers host facts, calls the pure planners of the engine, prints and
 executes. No engine module imports it. Functions take ``say`` for output so tests can capture it.
 
-=================  =============================================
-module             commands
-=================  =============================================
-``project``        the project: settings, targets, sites, runtime
-``inputs``         ``invoke targets``, ``invoke check``
-``build``          ``invoke build``
-``caching``        ``invoke cache`` (the package cache builds share)
-``workloads``      ``invoke smoke``, ``invoke train``
-``running``        ``invoke run``, ``invoke shell`` (a user's own command)
-``jobs``           ``invoke job``
-``following``      ``invoke job --submit --wait``, ``invoke jobs``
-``judging``        ``invoke verdict`` (a batch job's results)
-``publishing``     ``invoke publish``, ``invoke verify``
-``inspecting``     ``invoke inspect``, ``invoke diff``
-``localslurm``     ``invoke local-slurm`` (a Slurm cluster on this machine)
-=================  =============================================
+Each module's first line names the commands it serves (the layout page lists them).
 """
 
 from containers.app.build import build
