@@ -2,21 +2,8 @@
 
 Every user-facing failure is a :class:`ContainersError`. The command line catches it once
 (:func:`describe` gives the line and the exit code) and prints one line with no traceback. A
-builtin exception escaping means a bug. Each kind says what the user can do about it:
-
-=====================  ====  ==============================================================
-kind                   exit  when
-=====================  ====  ==============================================================
-UsageError             1     a flag or argument value is bad (names the flag, the allowed values)
-ConfigError            1     an input file is bad (names the file, the line and the key)
-Problems               1     several input problems found at once (one line each, then a count)
-ImageMissing           1     the image a command needs is not built (says how to build it)
-StateError             1     files on disk are not as the command needs (already published, …)
-RuntimeNotFound        1     no apptainer / singularity to run
-CommandFailed          1     an external command failed (keeps its argv, exit code, output tail)
-VerdictFailed          2     a check ran and said no (wrong values, lost ranks, bad signature)
-PerformanceFailed      3     correct, but slower than the site's reference allows
-=====================  ====  ==============================================================
+builtin exception escaping means a bug. Each kind's docstring says when it is raised and
+its ``exit_code`` what the exit status is (the troubleshooting page lists them from there).
 
 Causes are chained (``raise … from exc``) so ``--debug`` style tracebacks keep them.
 """
