@@ -16,7 +16,8 @@ from pathlib import Path
 from containers.app.project import Project
 from containers.app.workloads import prove
 from containers.image.plan import chain_hashes
-from containers.image.arch import check_arch, recorded_arch, site_arches
+from containers.image.arch import (check_arch, check_compression, image_compression,
+                                     recorded_arch, site_arches)
 from containers.inputs.recipes import Target
 from containers.prove.smoke import SmokeOptions
 from containers.errors import UsageError, VerdictFailed
@@ -58,6 +59,10 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
     check_arch(recorded_arch(plan.provenance, plan.image, runtime),
                site_arches(site, project.targets), image=os.path.relpath(plan.image),
                where=f"site {site.name}", doing="publishing")
+    if plan.image.is_file():  # a missing image is the publisher's to refuse
+        check_compression(plan.provenance.get("squashfs")
+                          or image_compression(runtime, plan.image), site,
+                          image=os.path.relpath(plan.image), target=item.name)
     return publisher.publish(plan, runtime, quick_check=quick_smoke(project, item), say=say,
                              review=release_review(project, runtime, accept_regression))
 

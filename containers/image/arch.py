@@ -115,6 +115,29 @@ def squashfs_offset(runtime: Runtime, image: Path | str) -> int:
     raise ValueError(f"{image} has no squashfs partition")
 
 
+#: squashfs superblock compression ids (``squashfs_fs.h``: ZLIB 1 ... ZSTD 6) by name.
+COMPRESSIONS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
+
+
+def compression_of(superblock: bytes) -> str:
+    """The compression a squashfs superblock names (its magic ``hsqs``, then the id as a
+    little-endian 16-bit word at byte 20); :class:`ValueError` for anything else."""
+    if len(superblock) < 22 or superblock[:4] != b"hsqs":
+        raise ValueError("not a squashfs superblock")
+    ident = int.from_bytes(superblock[20:22], "little")
+    if ident not in COMPRESSIONS:
+        raise ValueError(f"unknown squashfs compression id {ident}")
+    return COMPRESSIONS[ident]
+
+
+def image_compression(runtime: Runtime, image: Path | str) -> str:
+    """How the SIF ``image``'s root file system is compressed, read from its superblock: what a
+    site's runtime must be able to read to mount it (publish checks it)."""
+    with open(image, "rb") as sif:
+        sif.seek(squashfs_offset(runtime, image))
+        return compression_of(sif.read(22))
+
+
 def parse_listing(text: str) -> dict[str, str | None]:
     """``unsquashfs -lls`` -> each path (relative to the root) and its link target (None for
     a regular file; directories and devices are left out)."""
@@ -244,3 +267,16 @@ def check_arch(arch: str, arches: tuple[str, ...] | None, *, image: Path | str, 
         hint = f" ({emulation(arch)})"
     raise StateError(f"{image} is an {arch} image (its build record) but {where} runs "
                      f"{' and '.join(arches)}: not {doing} it there{hint}")
+
+
+def check_compression(found: str, site: Site, *, image: str, target: str) -> None:
+    """Refuse in one line publishing an image whose root file system ``site``'s runtime cannot
+    mount (a build's zstd default, where the site is known to read gzip only), with the build
+    that makes one it can: the smoke evidence must then be of that image."""
+    reads = site.squashfs.reads
+    if found in reads:
+        return
+    raise StateError(f"{image}'s root file system is {found}-compressed, and site {site.name}'s "
+                     f"runtime is known to read {' and '.join(reads)} only (its profile's "
+                     f"squashfs.reads): build it for release with INVOKE_CONTAINERS_SQUASHFS=gzip "
+                     f"invoke build --target {target} --force, smoke it, then publish it")

@@ -32,7 +32,7 @@ from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
-from containers.image.arch import image_arch, image_python
+from containers.image.arch import image_arch, image_compression, image_python
 from containers.image.cache import PackageCache, in_use, usage
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
@@ -332,6 +332,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
         # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the
         # tool's own label carries the architecture read from the image's files.
         record["labels"][provenance.LABEL_PREFIX + "arch"] = record["arch"]
+        record["squashfs"] = image_compression(runtime, step.partial)  # what must read it
         # The caller's last test of the built image (site fit), and the files it adds (SBOM):
         # it reads the image with its python, so an image without one is kept unexamined.
         record["python"] = image_python(runtime, step.partial)

@@ -52,6 +52,9 @@ FIELDS = (
     # can run (compat.example_plan); [] says none. Those named are checked against the image's
     # torch and packages (an error when one cannot run); any other is refused at run time.
     Field("examples", "str_list", default=[]),
+    # The torchrun command in the image, where it is not the site's (the site's profile names
+    # NGC's /usr/local/bin/torchrun on Olivia; an image with a venv has its own).
+    Field("torchrun"),
 )
 
 
@@ -79,6 +82,8 @@ class Target:
     #: Why ``torch`` no longer says the image's (a ``--build-arg`` changes its base: set by
     #: :func:`containers.inputs.compat.as_built`, never by a manifest).
     torch_unknown: str | None = None
+    #: The image's torchrun, over the site's ``torchrun`` (None: the site's).
+    torchrun: str | None = None
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
     def line(self, key: str) -> int | None:

@@ -17,6 +17,11 @@ from containers.inputs.schema import Field, check_mapping, name_problem, suggest
 
 #: mksquashfs's own gzip level, which Apptainer builds with when given no arguments.
 SQUASHFS_DEFAULT_LEVEL = 9
+#: ``containers.squashfs``: how a build's squashfs is compressed. ``auto`` is zstd where the
+#: runtime is Apptainer (it passes mksquashfs the arguments; its squashfuse reads zstd) and the
+#: runtime's own gzip elsewhere; ``gzip`` is what every runtime and kernel reads (a release for
+#: a site whose runtime is not known to read zstd: publish checks it).
+SQUASHFS_CHOICES = ("auto", "zstd", "gzip")
 
 FIELDS = (
     Field("images_dir", default="images"),
@@ -27,6 +32,7 @@ FIELDS = (
     # A package cache shared by a group of admins, on purpose: the group's name (empty: the
     # cache is this user's alone).
     Field("cache_group", default=""),
+    Field("squashfs", default="auto"),
     Field("squashfs_level", "int", default=SQUASHFS_DEFAULT_LEVEL),
     Field("runtime", default="auto"),
     Field("default_target", default="cpu"),
@@ -71,6 +77,8 @@ class Settings:
     #: gzip level of a built image's squashfs (``containers.squashfs_level``): 9 is what
     #: Apptainer writes by itself; lower levels write faster and larger, in the same format.
     squashfs_level: int = SQUASHFS_DEFAULT_LEVEL
+    #: The squashfs compression of a build (``containers.squashfs``, :data:`SQUASHFS_CHOICES`).
+    squashfs: str = "auto"
     #: The group that shares the package cache (``containers.cache_group``; empty: nobody).
     cache_group: str = ""
 
@@ -194,6 +202,9 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
         raise ConfigError(f"must be a gzip level from 1 (fastest) to {SQUASHFS_DEFAULT_LEVEL} "
                           f"(smallest, Apptainer's own), got {values['squashfs_level']}",
                           path="invoke.yaml", key="containers.squashfs_level")
+    if values["squashfs"] not in SQUASHFS_CHOICES:
+        raise ConfigError(f"must be one of {', '.join(SQUASHFS_CHOICES)}, got "
+                          f"{values['squashfs']!r}", path="invoke.yaml", key="containers.squashfs")
     raise_all(_flag_rules(values))
     folders = {key: resolve(values[key]) for key in FOLDERS}
     folders.update({key: resolve(values[key]) if values[key] else None for key in UNSET_FOLDERS})

@@ -336,6 +336,16 @@ class Fit(Part):
     nccl: Nccl | None = None
 
 
+class Squashfs(Part):
+    """The squashfs compressions the site's runtime mounts an image's root file system with:
+    gzip, which every runtime and kernel reads, unless a source says more. Publish refuses an
+    image in another (a build's default is zstd where the runtime is Apptainer)."""
+
+    reads: tuple[Literal["gzip", "lzma", "lzo", "xz", "lz4", "zstd"], ...] = Doc(
+        ("gzip",), description="compressions the site's runtime reads")
+    source: Str | None = Doc(None, description="where that is documented or measured")
+
+
 def _partition_names(value: object) -> object:
     """The older form, a list of names, as a mapping of names to no limits."""
     if not isinstance(value, list):
@@ -388,6 +398,7 @@ class Profile(Part):
     detect: Detect = Doc(Detect(), description="how to recognise the site")
     notes: Str | None = None
     fit: Fit = Doc(Fit(), description="what an image must fit here")
+    squashfs: Squashfs = Doc(Squashfs(), description="the image compressions its runtime reads")
 
     @field_validator("partitions")
     @classmethod

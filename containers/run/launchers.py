@@ -241,8 +241,9 @@ def for_site(site: Site, override: str | None = None) -> Launcher:
     return launcher
 
 
-def ingredients(site: Site) -> dict:
-    """The site's part of a :class:`Launch`."""
-    return dict(gpu_flag=site.gpu_flag, torchrun=site.torchrun, cpu_masks=site.cpu_bind,
+def ingredients(site: Site, torchrun: str | None = None) -> dict:
+    """The site's part of a :class:`Launch` (``torchrun``: the image's own, over the site's)."""
+    return dict(gpu_flag=site.gpu_flag, torchrun=torchrun or site.torchrun,
+                cpu_masks=site.cpu_bind,
                 visible_devices=VISIBLE_DEVICES.get(site.gpus.kind),
                 step_options=site.job.step_options)

@@ -229,7 +229,7 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
                     nodes=nodes, rendezvous=placement.rendezvous if placement else None,
                     step=placement is not None,
                     cpus_per_task=placement.cpus_per_task if placement else None,
-                    **ingredients(site))
+                    **ingredients(site, target.torchrun))
     return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks * nodes,
                     argv=launcher.argv(launch), timeout=timeout, report_name=report_name,
                     launch=launch, launcher=launcher)

@@ -174,6 +174,40 @@ def test_publish_is_refused_from_the_recorded_arch(tmp_path: Path, real_runtime)
     assert not (built.dest / "cpu").exists()
 
 
+def test_the_squashfs_compression_is_read_from_the_superblock() -> None:
+    superblock = b"hsqs" + bytes(16) + (6).to_bytes(2, "little") + bytes(74)
+    assert arch.compression_of(superblock) == "zstd"
+    assert arch.compression_of(superblock[:20] + b"\x01\x00") == "gzip"
+    for bad in (b"sqsh" + superblock[4:], superblock[:21], superblock[:20] + b"\x09\x00"):
+        with pytest.raises(ValueError):
+            arch.compression_of(bad)
+
+
+def test_publish_is_refused_for_a_compression_the_site_cannot_mount(tmp_path: Path) -> None:
+    """A build's zstd default published for a site whose runtime is known to read gzip only
+    would not mount there: refused before anything is copied, checks skipped or not."""
+    from containers import app
+    from tests.publish.standin import Built
+    built = Built.make(tmp_path)
+    record = built.settings.provenance_path("cpu")
+    project = app.Project(root=ROOT, settings=built.settings)
+    current = chain_hashes(project.targets, "cpu")["cpu"]
+    record.write_text(record.read_text().replace('"squashfs": "gzip"', '"squashfs": "xz"')
+                      .replace('"1e9c228c71566f9d"', f'"{current}"'))
+    with pytest.raises(StateError, match=r"cpu.sif's root file system is xz-compressed, and site "
+                                         r"local's runtime is known to read gzip and zstd only "
+                                         r".*INVOKE_CONTAINERS_SQUASHFS=gzip invoke build "
+                                         r"--target cpu --force"):
+        app.publish(project, target="cpu", dest=built.dest, version="1.0", skip_checks=True,
+                    say=lambda line: None)
+    assert not (built.dest / "cpu").exists()
+    olivia = load_sites(ROOT)["olivia"]
+    assert olivia.squashfs.reads == ("gzip",)  # a GPU site: only what every runtime reads
+    arch.check_compression("gzip", olivia, image="x.sif", target="olivia-cuda")
+    with pytest.raises(StateError, match="zstd-compressed"):
+        arch.check_compression("zstd", olivia, image="x.sif", target="olivia-cuda")
+
+
 def _recorded_cpu_image(tmp_path: Path, arch_name: str):
     """A project whose images folder holds a stand-in cpu.sif recorded as ``arch_name``."""
     from containers import app

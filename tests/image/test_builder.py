@@ -299,6 +299,8 @@ def read_image_faked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("containers.image.builder.build_record",
                         lambda step, runtime, seconds: {"labels": {}, "size_bytes": 6})
     monkeypatch.setattr("containers.image.builder.checked_arch", lambda step, runtime: "x86_64")
+    monkeypatch.setattr("containers.image.builder.image_compression",
+                        lambda runtime, image: "zstd")
     monkeypatch.setattr("containers.image.builder.image_python",
                         lambda runtime, image: "/usr/bin/python3")
 

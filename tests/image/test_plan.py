@@ -29,24 +29,34 @@ def data_host(runtime, **changes) -> HostFacts:
     return replace(host, **changes)
 
 
-def test_a_squashfs_level_reaches_apptainer_and_cotainr_builds_alike(data_root, data_settings,
-                                                                     data_runtime) -> None:
+def test_the_squashfs_compression_reaches_apptainer_and_cotainr_builds_alike(
+        data_root, data_settings, data_runtime) -> None:
     """Through APPTAINER_MKSQUASHFS_ARGS, which Apptainer reads for its own builds and for the
-    one cotainr starts; the default level passes nothing; SingularityCE is refused, in one line
-    naming the setting, rather than the level silently ignored."""
+    one cotainr starts. The default (auto) is zstd with Apptainer; a gzip level set on its own
+    is gzip at that level; gzip at 9 passes nothing (Apptainer's own). SingularityCE keeps its
+    own gzip by default and refuses anything else, in one line naming the setting."""
     targets = load_targets(data_root)
-    fast = replace(data_settings, squashfs_level=1)
+    cases = {(): "-comp zstd -Xcompression-level 3",
+             (("squashfs_level", 1),): "-comp gzip -Xcompression-level 1",
+             (("squashfs", "gzip"), ("squashfs_level", 4)): "-comp gzip -Xcompression-level 4",
+             (("squashfs", "gzip"),): None}
     for name in ("cpu", "lumi-rocm"):
-        step = plan_build(targets, name, settings=fast, host=data_host(data_runtime)).steps[-1]
-        assert step.env["APPTAINER_MKSQUASHFS_ARGS"] == "-comp gzip -Xcompression-level 1"
-        default = plan_build(targets, name, settings=data_settings,
-                             host=data_host(data_runtime)).steps[-1]
-        assert "APPTAINER_MKSQUASHFS_ARGS" not in default.env
-        assert step.inputs_hash == default.inputs_hash  # the same files, packed faster
-    singularity = replace(data_runtime, flavour="singularity")
-    with pytest.raises(ConfigError, match=r"containers.squashfs_level: a gzip level other than "
-                                          r"9 is passed to mksquashfs through Apptainer"):
-        plan_build(targets, "cpu", settings=fast, host=data_host(singularity))
+        hashes = set()
+        for changes, args in cases.items():
+            step = plan_build(targets, name, settings=replace(data_settings, **dict(changes)),
+                              host=data_host(data_runtime)).steps[-1]
+            assert step.env.get("APPTAINER_MKSQUASHFS_ARGS") == args, changes
+            hashes.add(step.inputs_hash)
+        assert len(hashes) == 1  # the same files, packed another way
+    singularity = data_host(replace(data_runtime, flavour="singularity"))
+    default = plan_build(targets, "cpu", settings=data_settings, host=singularity).steps[-1]
+    assert "APPTAINER_MKSQUASHFS_ARGS" not in default.env
+    for changes, key in ((dict(squashfs_level=1), "squashfs_level"),
+                         (dict(squashfs="zstd"), "squashfs")):
+        with pytest.raises(ConfigError, match=rf"containers.{key}: .* is passed to mksquashfs "
+                                              r"through Apptainer, and the runtime is singularity"):
+            plan_build(targets, "cpu", settings=replace(data_settings, **changes),
+                       host=singularity)
 
 
 def test_an_emulated_build_and_its_test_see_an_aarch64_cpu(data_root, data_settings,
@@ -96,7 +106,8 @@ def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime)
     assert "HOST_PATHS=/srv/wheels" in cpu.build_argv
     assert cpu.test_argv == ["apptainer", "test", str(cpu.partial)]
     assert cpu.env == {"APPTAINER_TMPDIR": str(data_settings.tmp_dir / f"cpu-{cpu.short_hash}" /
-                                               "tmp")}
+                                               "tmp"),
+                       "APPTAINER_MKSQUASHFS_ARGS": "-comp zstd -Xcompression-level 3"}
     assert cpu.staged["requirements.txt"].splitlines()[0] == "torch==2.13.0"
     assert "cert = /opt/build-context/pip-cert.pem" in cpu.staged["pip.conf"]
     assert "find-links = /srv/wheels" in cpu.staged["pip.conf"]

@@ -35,6 +35,7 @@ def test_absolute_and_home_paths_are_kept(tmp_path: Path) -> None:
                             "to 9 (smallest, Apptainer's own), got 0"),
     ({"squashfs_level": 10}, "containers.squashfs_level: must be a gzip level from 1"),
     ({"squashfs_level": "fast"}, "containers.squashfs_level: must be an integer"),
+    ({"squashfs": "xz"}, "containers.squashfs: must be one of auto, zstd, gzip, got 'xz'"),
 ])
 def test_bad_settings_name_the_key(tmp_path: Path, config: dict, message: str) -> None:
     with pytest.raises(ConfigError) as info:

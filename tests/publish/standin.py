@@ -43,7 +43,7 @@ class Built:
         settings.images_dir.mkdir()
         settings.image_path("cpu").write_bytes(IMAGE)
         settings.provenance_path("cpu").write_text(json.dumps({
-            "target": "cpu", "sha256": SHA, "build_date": "2026-11-21T05:27:24Z", "arch": host_arch(),
+            "target": "cpu", "sha256": SHA, "build_date": "2026-11-21T05:27:24Z", "arch": host_arch(), "squashfs": "gzip",
             "inputs_hash": "1e9c228c71566f9d", "labels": {"dropped": "from the catalogue"}}))
         target = dataclasses.replace(load_targets(ROOT)["cpu"], test=False)
         return cls(settings, target, load_sites(ROOT)["local"], root / "pub")

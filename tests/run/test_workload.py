@@ -90,6 +90,16 @@ def test_ranks_this_machine_emulates_see_an_aarch64_cpu(data_world, data_setting
         assert not any("/sys/devices/system/cpu" in b for b in plan.binds)
 
 
+def test_an_image_with_its_own_torchrun_starts_that_one(data_world, data_settings) -> None:
+    """Olivia's profile names NGC's /usr/local/bin/torchrun; the pip-built image has its own in
+    its venv, which its manifest names."""
+    ngc = _plan(data_world, data_settings, host="aarch64")
+    pip = _plan(data_world, data_settings, target="olivia-cuda-pip", host="aarch64")
+    assert "/usr/local/bin/torchrun" in ngc.argv and "/opt/venv/bin/torchrun" not in ngc.argv
+    image = pip.argv.index(str(data_settings.images_dir / "olivia-cuda-pip.sif"))
+    assert pip.argv[image + 1] == "/opt/venv/bin/torchrun"
+
+
 def test_more_environment_replans_the_same_launch(data_world, data_settings) -> None:
     plan = _plan(data_world, data_settings)
     debug = plan.with_env({"NCCL_DEBUG": "INFO"})
