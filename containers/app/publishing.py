@@ -86,6 +86,11 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
             say(f"site fit ({plan.site.name}): {finding.line()}")
         problems = [f"site fit: {f.message}" for f in sitefit.errors(findings)]
         result: dict = {"fit": [f.as_dict() for f in findings], "stack": stack}
+        if plan.skip_checks:  # the fit reads the image (no GPU needed): never skipped
+            say("gate: the diff and busbw comparison are skipped with the checks "
+                "(--skip-checks); the site fit is judged")
+            result["gate"] = {"skipped": True, **accepted(plan, problems, accept, say)}
+            return result
         gate_record, diff, regressions = _against_latest(plan, runtime, facts, checks, say)
         if diff is not None:
             result["diff"] = diff

@@ -665,12 +665,7 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             performance = checks["smoke"]["performance"]
             say(f"checks: performance {shown(performance.get('state') or 'fail').upper()} "
                 f"({shown(performance.get('message'))}): recorded in the catalogue entry")
-    if review is not None and plan.skip_checks:
-        say("gate: skipped with the checks (--skip-checks): no site fit, diff or busbw "
-            "comparison")
-        reviewed: dict = {"gate": {"skipped": True}}
-    else:
-        reviewed = review(plan, checks, say) if review is not None else {}
+    reviewed = review(plan, checks, say) if review is not None else {}
     entry = execute(plan, runtime, checks=checks, key=key, say=say, reviewed=reviewed)
     say(f"module: module use {plan.dest / 'modules'}; module load "
         f"{plan.target.name}/{plan.version}")

@@ -69,3 +69,34 @@ def test_a_first_version_has_nothing_to_compare_with(tmp_path) -> None:
     assert publishing._against_latest(plan, None, {}, {}, lines.append) == (
         {"against": None}, None, [])
     assert lines == ["gate: no published latest of cpu to compare with"]
+
+
+def test_skip_checks_still_judges_the_gpu_architecture(tmp_path) -> None:
+    """--skip-checks skips the smoke (it needs the site's GPUs), never the site fit, which reads
+    the image's record: a CUDA 13 build without sm_70 is not published for Puhti's V100s."""
+    import json
+    from containers import app
+    from containers.image.plan import chain_hashes
+    from tests.fixtures import ROOT
+    from tests.publish.standin import IMAGE, SHA, STACK
+
+    project = app.Project.load(ROOT, {"images_dir": str(tmp_path / "images"),
+                                      "results_dir": str(tmp_path / "results")})
+    images = project.settings.images_dir
+    images.mkdir()
+    name = "puhti-cuda-pip"
+    project.settings.image_path(name).write_bytes(IMAGE)
+    stack = dict(STACK, torch="2.14.1+cu130", build="cuda", cuda="13.0", nccl="2.30.7",
+                 nccl_linkage="dynamic", gpu_arches="sm_75 sm_80 sm_90",
+                 gpu_arches_source="fatbinary of libtorch_cuda.so")
+    project.settings.provenance_path(name).write_text(json.dumps({
+        "target": name, "sha256": SHA, "arch": "x86_64", "squashfs": "gzip",
+        "inputs_hash": chain_hashes(project.targets, name)[name], "stack": stack}))
+    (images / f"{name}.sif.cdx.json").write_text('{"components": []}\n')
+    lines: list[str] = []
+    with pytest.raises(VerdictFailed, match=r"not publishing puhti-cuda-pip 1.0: site fit: .*"
+                                            r"sm_75 sm_80 sm_90.*sm_70"):
+        app.publish(project, target=name, dest=tmp_path / "pub", version="1.0",
+                    skip_checks=True, say=lines.append)
+    assert not (tmp_path / "pub" / name).exists()
+    assert any("the site fit is judged" in line for line in lines)

@@ -142,8 +142,8 @@ def test_publish_prunes_to_keep_but_never_latest(data_built: Built) -> None:
     assert "pruning cpu 1 (--keep 1)" in lines and "pruning cpu 2 (--keep 1)" in lines
     dest = data_built.dest
     assert [e["version"] for e in cat.entries(cat.load(dest / cat.CATALOGUE_NAME), "cpu")] == ["3"]
-    assert sorted(p.name for p in (dest / "cpu").iterdir()) == ["3.sif", "3.sif.sha256", "bin",
-                                                                "latest"]
+    assert sorted(p.name for p in (dest / "cpu").iterdir()) == [
+        "3.sif", "3.sif.cdx.json", "3.sif.sha256", "bin", "latest"]
     assert sorted(p.name for p in (dest / "modules" / "cpu").iterdir()) == ["3.lua", "default"]
 
 
