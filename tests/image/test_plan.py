@@ -36,7 +36,7 @@ def test_the_squashfs_compression_reaches_apptainer_and_cotainr_builds_alike(
     is gzip at that level; gzip at 9 passes nothing (Apptainer's own). SingularityCE keeps its
     own gzip by default and refuses anything else, in one line naming the setting."""
     targets = load_targets(data_root)
-    cases = {(): "-comp zstd -Xcompression-level 3",
+    cases = {(): "-comp zstd -Xcompression-level 1",
              (("squashfs_level", 1),): "-comp gzip -Xcompression-level 1",
              (("squashfs", "gzip"), ("squashfs_level", 4)): "-comp gzip -Xcompression-level 4",
              (("squashfs", "gzip"),): None}
@@ -107,7 +107,7 @@ def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime)
     assert cpu.test_argv == ["apptainer", "test", str(cpu.partial)]
     assert cpu.env == {"APPTAINER_TMPDIR": str(data_settings.tmp_dir / f"cpu-{cpu.short_hash}" /
                                                "tmp"),
-                       "APPTAINER_MKSQUASHFS_ARGS": "-comp zstd -Xcompression-level 3"}
+                       "APPTAINER_MKSQUASHFS_ARGS": "-comp zstd -Xcompression-level 1"}
     assert cpu.staged["requirements.txt"].splitlines()[0] == "torch==2.13.0"
     assert "cert = /opt/build-context/pip-cert.pem" in cpu.staged["pip.conf"]
     assert "find-links = /srv/wheels" in cpu.staged["pip.conf"]
