@@ -21,9 +21,12 @@ import pytest
 
 from containers import app
 from containers.app.inspecting import examine_built
-from containers.errors import CommandFailed, ContainersError, VerdictFailed
+from containers.app.publishing import release_review
+from containers.errors import CommandFailed, ContainersError, StateError, VerdictFailed
 from containers.image import provenance
+from containers.image.plan import chain_hashes
 from containers.prove.smoke import SmokeOptions
+from containers.publish import publisher
 from containers.prove.train import TrainOptions
 from tests.fixtures.images import built
 from tests.publish.test_publish_image import _make_project
@@ -48,7 +51,7 @@ def _linked_project(tmp_path: Path, image: Path, names: dict[str, str], *,
     images = tmp_path / "images"
     images.mkdir()
     for name in names.values():
-        for suffix in ("", ".json", ".cdx.json"):
+        for suffix in ("", ".cdx.json"):
             if image.with_name(image.name + suffix).exists():
                 os.link(image.with_name(image.name + suffix), images / f"{name}.sif{suffix}")
     project = _make_project(tmp_path / "project", images)
@@ -57,6 +60,11 @@ def _linked_project(tmp_path: Path, image: Path, names: dict[str, str], *,
         if name == "here":
             text = text.replace(f"site: {text.split('site: ')[1].split()[0]}", "site: local")
         (project.root / "recipes" / f"{name}.yaml").write_text(text)
+    project = app.Project(root=project.root, settings=project.settings)
+    for name in names.values():  # the record names the target it stands in for, as a build would
+        record = provenance.read(image.with_name(image.name + ".json"))
+        record.update(target=name, inputs_hash=chain_hashes(project.targets, name)[name])
+        (images / f"{name}.sif.json").write_text(json.dumps(record))
     if unbind:
         profile = project.root / "sites" / f"{unbind}.yaml"
         lines = profile.read_text().splitlines(keepends=True)
@@ -147,9 +155,20 @@ def test_a_missing_architecture_is_refused_by_build_and_publish(tmp_path, real_p
            "sm_80" in message and "puhti's V100 32GB is sm_70" in message, message
     project = _linked_project(tmp_path, image, {"puhti-cuda-pip": "puhti-cuda-pip"})
     _gpu_verdict(project, "puhti-cuda-pip", record["sha256"])
-    with pytest.raises(VerdictFailed) as published:
+    # A build's zstd image is refused for Puhti before anything else (its runtime is known to
+    # read gzip only); the release gate, which a gzip build reaches, refuses the architecture.
+    with pytest.raises(StateError, match="zstd-compressed, and site puhti's runtime is known "
+                                         "to read gzip only"):
         app.publish(project, target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0",
                     say=lines.append)
+    plan = publisher.plan_publish(
+        publisher.PublishRequest(target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0"),
+        target=project.target("puhti-cuda-pip"), site=project.sites["puhti"],
+        settings=project.settings,
+        inputs_hash=chain_hashes(project.targets, "puhti-cuda-pip")["puhti-cuda-pip"])
+    review = release_review(project, real_runtime, None)
+    with pytest.raises(VerdictFailed) as published:
+        review(plan, {}, lines.append)
     assert "puhti's V100 32GB is sm_70" in str(published.value)
     assert not (tmp_path / "pub" / "puhti-cuda-pip" / "1.0.sif").exists()
     shutil.rmtree(tmp_path / "images")
