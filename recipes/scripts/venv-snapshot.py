@@ -254,7 +254,11 @@ def keep_fresh(store, venv, replace=False):
             shutil.rmtree(final, ignore_errors=True)
     if os.path.isdir(final):
         return 0
-    entries, _ = keep(store, FRESH, venv)
+    try:
+        entries, _ = keep(store, FRESH, venv)
+    except OSError as error:
+        say("the fresh venv not kept (%s): this build goes on without it" % error)
+        return 0
     say("the fresh venv kept for later builds (%d entries)" % entries)
     return 0
 
@@ -269,7 +273,10 @@ def keep(store, name, venv, files=()):
     os.mkdir(temp, 0o700)
     try:
         listing = manifest(venv)
-        subprocess.check_call(["cp", "-a", venv, os.path.join(temp, "venv")])
+        copied = subprocess.run(["cp", "-a", venv, os.path.join(temp, "venv")],
+                                stderr=subprocess.PIPE, universal_newlines=True)
+        if copied.returncode:  # a full disk, most often: the first line says it once
+            raise OSError((copied.stderr.strip().splitlines() or ["cp failed"])[0])
         for file_name, lines in ((MANIFEST, listing),) + tuple(files):
             with open(os.path.join(temp, file_name), "w") as handle:
                 handle.write("".join(line + "\n" for line in lines))
@@ -377,7 +384,11 @@ def save(store, wheelhouse, venv):
             % (len(wanted) - covered, len(wanted)))
         return 0
     started = time.time()
-    entries, removed = keep(store, ident, venv, ((WHEELS, lines), (USED, [])))
+    try:
+        entries, removed = keep(store, ident, venv, ((WHEELS, lines), (USED, [])))
+    except OSError as error:  # the cache's disk, not the image: the build goes on without it
+        say("not kept (%s): this build goes on without it" % error)
+        return 0
     say("%s kept (%d files, %d entries, %.1f s)%s"
         % (ident[:12], len(lines), entries, time.time() - started,
            "; removed %d older" % removed if removed else ""))

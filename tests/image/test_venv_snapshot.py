@@ -149,6 +149,26 @@ def test_what_is_kept_and_what_is_pruned(snap, tmp_path, capsys, monkeypatch) ->
     assert not stale.exists()
 
 
+def test_a_snapshot_that_cannot_be_written_is_not_kept_and_the_build_goes_on(
+        snap, tmp_path, capsys, monkeypatch) -> None:
+    """A full disk under the package cache (measured: a 7 GB CUDA venv's copy ran out of space)
+    is the cache's problem, not the image's: nothing half-copied stays, the build goes on."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cp").write_text("#!/bin/sh\necho \"cp: error copying 'x': No space left on "
+                                "device\" >&2\necho more >&2\nexit 1\n")
+    (bin_dir / "cp").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    store = tmp_path / "store"
+    assert snap.save(str(store), str(wheelhouse(tmp_path / "w", "torch.whl")),
+                     str(venv(tmp_path / "v", "torch"))) == 0
+    assert snap.keep_fresh(str(store), str(venv(tmp_path / "f"))) == 0
+    out = capsys.readouterr().out
+    assert "not kept (cp: error copying 'x': No space left on device): this build goes on" in out
+    assert "the fresh venv not kept (cp: error copying" in out
+    assert sorted(p.name for p in store.iterdir()) == []  # no temporary folder left
+
+
 def test_restore_without_a_store_says_so(snap, tmp_path, capsys) -> None:
     target = venv(tmp_path / "venv")
     files = wheelhouse(tmp_path / "w", "torch.whl")
