@@ -176,6 +176,63 @@ def gpu_kind() -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+def _optimizer(setup: Setup, ddp):
+    """train.py's optimizers: sgd with momentum 0.9 (as Olivia's train_ddp.py), else AdamW."""
+    import torch
+
+    if setup.optimizer == "sgd":
+        return torch.optim.SGD(ddp.parameters(), lr=setup.lr, momentum=0.9,
+                               weight_decay=WEIGHT_DECAY)
+    return torch.optim.AdamW(ddp.parameters(), lr=setup.lr, weight_decay=WEIGHT_DECAY)
+
+
+def _precision(setup: Setup, device):
+    """The autocast context and (fp16 only) the gradient scaler of ``setup.precision``."""
+    import torch
+
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    autocast = (torch.autocast(device.type, dtype=dtypes[setup.precision])
+                if setup.precision in dtypes else contextlib.nullcontext())
+    scaler = torch.amp.GradScaler(device.type) if setup.precision == "fp16" else None
+    return autocast, scaler
+
+
+def _step(forward, inputs, labels, optimizer, autocast, scaler) -> None:
+    """One optimizer step on one micro-batch, as a careful hand-written loop takes it."""
+    import torch
+
+    with autocast:
+        loss = torch.nn.functional.cross_entropy(forward(inputs), labels)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _synthetic(setup: Setup, spec, shard: int, rank: int, device, memory):
+    """This rank's shard of synthetic images and labels, on the device (seeded per rank)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(setup.seed + rank)
+    images = torch.randn(shard, spec.channels, spec.height, spec.width, generator=generator)
+    images = images.to(device=device, memory_format=memory)
+    labels = torch.randint(0, spec.classes, (shard,), generator=generator).to(device)
+    return images, labels
+
+
+def _epoch_record(setup: Setup, epoch: int, seconds: float, samples: int, rank: int) -> dict:
+    """One epoch's entry of the output, printed by rank 0 as train.py prints it."""
+    if rank == 0:
+        print(f"Epoch {epoch + 1}/{setup.epochs}: Time={seconds:.2f}s, "
+              f"Throughput={samples / seconds:.1f} samples/s", flush=True)
+    return {"epoch": epoch + 1, "time_s": seconds, "samples": samples,
+            "throughput": samples / seconds}
+
+
 def plain_worker(config: Path) -> None:
     """Train as a careful hand-written loop does; rank 0 writes per-epoch throughput to out."""
     import torch
@@ -190,7 +247,6 @@ def plain_worker(config: Path) -> None:
     if cuda:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
-
     spec = data_mod.SPECS[setup.dataset]
     torch.manual_seed(setup.seed)
     model = models.build_model(setup.model, models.InputSpec(
@@ -200,23 +256,13 @@ def plain_worker(config: Path) -> None:
     model = model.to(device=device, memory_format=memory)
     ddp = DistributedDataParallel(model, device_ids=[local] if cuda else None)
     forward = torch.compile(ddp) if setup.compile else ddp
-    if setup.optimizer == "sgd":  # train.py's sgd: momentum 0.9, as Olivia's train_ddp.py
-        optimizer: torch.optim.Optimizer = torch.optim.SGD(
-            ddp.parameters(), lr=setup.lr, momentum=0.9, weight_decay=WEIGHT_DECAY)
-    else:
-        optimizer = torch.optim.AdamW(ddp.parameters(), lr=setup.lr, weight_decay=WEIGHT_DECAY)
-    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
-    autocast = (torch.autocast(device.type, dtype=dtypes[setup.precision])
-                if setup.precision in dtypes else contextlib.nullcontext())
-    scaler = torch.amp.GradScaler(device.type) if setup.precision == "fp16" else None
+    optimizer = _optimizer(setup, ddp)
+    autocast, scaler = _precision(setup, device)
 
     micro = setup.batch_size // world
     shard = setup.samples // world  # what DistributedSampler(drop_last=True) gives each rank
     steps = shard // micro
-    generator = torch.Generator().manual_seed(setup.seed + rank)
-    images = torch.randn(shard, spec.channels, spec.height, spec.width, generator=generator)
-    images = images.to(device=device, memory_format=memory)
-    labels = torch.randint(0, spec.classes, (shard,), generator=generator).to(device)
+    images, labels = _synthetic(setup, spec, shard, rank, device, memory)
 
     def sync() -> None:
         if cuda:
@@ -231,26 +277,12 @@ def plain_worker(config: Path) -> None:
         for step in range(steps):
             index = order[step * micro:(step + 1) * micro]
             inputs = images[index].contiguous(memory_format=memory)
-            with autocast:
-                loss = torch.nn.functional.cross_entropy(forward(inputs), labels[index])
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            _step(forward, inputs, labels[index], optimizer, autocast, scaler)
         sync()
         elapsed = torch.tensor([time.perf_counter() - start], device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the epoch ends with the slowest rank
         seconds = float(elapsed)
-        samples = steps * micro * world
-        epochs.append({"epoch": epoch + 1, "time_s": seconds, "samples": samples,
-                       "throughput": samples / seconds})
-        if rank == 0:
-            print(f"Epoch {epoch + 1}/{setup.epochs}: Time={seconds:.2f}s, "
-                  f"Throughput={samples / seconds:.1f} samples/s", flush=True)
+        epochs.append(_epoch_record(setup, epoch, seconds, steps * micro * world, rank))
     if rank == 0:
         Path(setup.out).write_text(json.dumps(
             {"parameters": parameters, "precision": setup.precision, "epochs": epochs}, indent=2))
