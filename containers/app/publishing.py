@@ -76,7 +76,8 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
     def review(plan: publisher.PublishPlan, checks: dict, say: Say) -> dict:
         sha = plan.provenance.get("sha256")
         facts = (probing.known_facts(plan.image, plan.provenance)
-                 or probing.probe(runtime, plan.image, sha256=sha, arch=plan.provenance.get("arch")))
+                 or probing.probe(runtime, plan.image, sha256=sha,
+                                  arch=plan.provenance.get("arch")))
         stack = probing.summary(facts)
         findings = sitefit.judge(stack, site_name=plan.site.name, site_gpu=plan.site.gpus.kind,
                                  arches=site_arches(plan.site, project.targets),
