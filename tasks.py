@@ -103,11 +103,6 @@ def _no_dry(c, what: str) -> None:
         raise UsageError(f"invoke --dry: {what}")
 
 
-def _json(as_json: bool) -> dict[str, bool]:
-    """``as_json=True`` for the report functions only when asked, so their default stays."""
-    return {"as_json": True} if as_json else {}
-
-
 JSON_HELP = "print one JSON document (its shape: docs/results.md, JSON shapes) instead of " \
             "the table"
 NODES_HELP = ("inside a Slurm allocation: run on this many of its nodes (srun, one torchrun per "
@@ -174,13 +169,13 @@ WORKLOAD = flags.choice(tuple(registry.WORKLOADS))
 def check(c, target=None, json=False):
     """Validate manifests, env specs, definitions and site profiles."""
     target = flags.TARGET("--target", target)
-    app.check_inputs(_project(c), target=target, **_json(json))
+    app.check_inputs(_project(c), target=target, as_json=json)
 
 
 @_command(help={"json": JSON_HELP})
 def targets(c, json=False):
     """List image targets: site, arch, GPU kind, builder, image, built or not, inputs hash."""
-    app.targets_report(_project(c), **_json(json))
+    app.targets_report(_project(c), as_json=json)
 
 
 @_command(
@@ -373,6 +368,7 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
 
     Every option of invoke smoke / invoke train that changes the run is taken (the table
     RUN_OPTIONS); one that does not apply to the workload is refused in one line."""
+    values = dict(locals())  # the flags as given: the run options by their RUN_OPTIONS names
     if wait and not submit:
         raise UsageError("--wait follows a submitted job; add --submit", flag="--wait")
     if out or submit:
@@ -386,11 +382,8 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
     partition = flags.PARTITION("--partition", partition)
     launcher = flags.choice(LAUNCHERS)("--launcher", launcher)
     out = flags.OUT_FILE("--out", out)
-    given = {name: value for name, value in dict(
-        sizes=sizes, iters=iters, warmup=warmup, cycles=cycles, op=op, dtype=dtype, model=model,
-        model_size=model_size, epochs=epochs, batch_size=batch_size, samples=samples, lr=lr,
-        zero_stage=zero_stage, ds_config=ds_config, data=data, target_accuracy=target_accuracy,
-        compile=compile or None, timeout=timeout).items() if value is not None}
+    given = {name: values[name] for name in RUN_OPTIONS
+             if values[name] is not None and values[name] is not False}  # a switch left off
     options = registry.job_options(workload, gpus=gpus or 1, given=given)
     app.job(_project(c), target=target, workload=workload, site=site, nodes=nodes,
             gpus_per_node=gpus, time=time, account=account, partition=partition,
@@ -402,7 +395,7 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
 @_command(help={"json": JSON_HELP})
 def jobs(c, json=False):
     """The batch jobs this checkout submitted (results/jobs/index.jsonl): state and verdict."""
-    app.jobs_report(_project(c), **_json(json))
+    app.jobs_report(_project(c), as_json=json)
 
 
 @_command(
@@ -449,7 +442,7 @@ def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group
 def verify(c, dest=None, target=None, json=False):
     """Check published images: checksums, signatures, catalogue, latest and module files."""
     dest, target = flags.PUBLISHED_FOLDER("--dest", dest), flags.TARGET("--target", target)
-    app.verify(_project(c), dest=dest, target=target, **_json(json))
+    app.verify(_project(c), dest=dest, target=target, as_json=json)
 
 
 @_command(
@@ -467,7 +460,7 @@ def inspect_image(c, target=None, image=None, site=None, json=False):
 
     Exits non-zero when a site-fit rule finds an error (one line each above)."""
     target, site = flags.TARGET("--target", target), flags.SITE("--site", site)
-    app.inspect(_project(c), target=target, image=image, site=site, **_json(json))
+    app.inspect(_project(c), target=target, image=image, site=site, as_json=json)
 
 
 @_command(
@@ -484,7 +477,7 @@ def diff(c, old=None, new=None, json=False):
     if not old or not new:
         raise UsageError("name two images: invoke diff --old OLD --new NEW",
                          flag="--new" if old else "--old")
-    app.diff(_project(c), old=old, new=new, **_json(json))
+    app.diff(_project(c), old=old, new=new, as_json=json)
 
 
 @_command(

@@ -94,11 +94,12 @@ def site_for(project: Project, ref: ImageRef, site: str | None) -> Site:
     return project.current_site()
 
 
-def fit_findings(project: Project, report: dict, site: Site) -> list[sitefit.Finding]:
-    """The site-fit findings of an inspected image against ``site``."""
-    return sitefit.judge(report["stack"], site_name=site.name, site_gpu=site.gpus.kind,
+def fit_findings(project: Project, stack: dict, site: Site,
+                 probe_errors: object) -> list[sitefit.Finding]:
+    """The site-fit findings of an image's stack (and its probe's errors) against ``site``."""
+    return sitefit.judge(stack, site_name=site.name, site_gpu=site.gpus.kind,
                          arches=site_arches(site, project.targets), fit=site.fit,
-                         probe_errors=report["facts"].get("errors"), gpus=site.gpus)
+                         probe_errors=probe_errors, gpus=site.gpus)
 
 
 def inspect(project: Project, *, target: str | None = None, image: str | None = None,
@@ -115,7 +116,7 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
         say(f"reading {ref.image} (one {runtime.flavour} exec of its python)")
     report = probing.inspect_image(runtime, ref.image, target=ref.target)
     where = site_for(project, ref, site)
-    findings = fit_findings(project, report, where)
+    findings = fit_findings(project, report["stack"], where, report["facts"].get("errors"))
     report["site"] = where.name
     report["fit"] = [f.as_dict() for f in findings]
     if as_json:
@@ -200,10 +201,7 @@ def examine_built(project: Project):
             say(f"  {step.target.name} holds no torch: site fit not judged")
             return files
         site = project.site_of(step.target)
-        findings = sitefit.judge(stack, site_name=site.name, site_gpu=site.gpus.kind,
-                                 arches=site_arches(site, project.targets),
-                                 fit=site.fit, probe_errors=facts.get("errors"),
-                                 gpus=site.gpus)
+        findings = fit_findings(project, stack, site, facts.get("errors"))
         for finding in findings:
             say(f"  site fit ({site.name}): {finding.line()}")
         record["fit"] = {"site": site.name, "findings": [f.as_dict() for f in findings]}

@@ -13,6 +13,7 @@ import os
 import socket
 from pathlib import Path
 
+from containers.app.inspecting import fit_findings
 from containers.app.project import Project
 from containers.app.workloads import prove
 from containers.image.plan import chain_hashes
@@ -79,10 +80,7 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
                  or probing.probe(runtime, plan.image, sha256=sha,
                                   arch=plan.provenance.get("arch")))
         stack = probing.summary(facts)
-        findings = sitefit.judge(stack, site_name=plan.site.name, site_gpu=plan.site.gpus.kind,
-                                 arches=site_arches(plan.site, project.targets),
-                                 fit=plan.site.fit,
-                                 probe_errors=facts.get("errors"), gpus=plan.site.gpus)
+        findings = fit_findings(project, stack, plan.site, facts.get("errors"))
         for finding in findings:
             say(f"site fit ({plan.site.name}): {finding.line()}")
         problems = [f"site fit: {f.message}" for f in sitefit.errors(findings)]

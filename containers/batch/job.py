@@ -37,7 +37,7 @@ from containers import __version__, walltime
 from containers.batch.schedulers import (SCHEDULERS, Resources, Scheduler, directive,
                                          extra_directive)
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
-from containers.batch.runjob import run_lines, run_record, with_workdir
+from containers.batch.runjob import run_lines, run_record
 from containers.batch.script import SHELL_VARS, Script, command, ref, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
@@ -98,14 +98,13 @@ class JobRequest:
         return registry.kind_of(self.workload)
 
     def __post_init__(self) -> None:
-        kind = registry.kind_of(self.workload)
         flags.POSITIVE_INT("--nodes", self.nodes)
-        if kind.takes_command:
+        if self.kind.takes_command:
             object.__setattr__(self, "command", check_command(self.command))
         elif self.command:
             raise UsageError(f"a command after -- goes with --workload run, not --workload "
                              f"{self.workload}", flag="--")
-        if not kind.multinode and self.nodes != 1:
+        if not self.kind.multinode and self.nodes != 1:
             raise UsageError(f"a {self.workload} job runs on one node (got --nodes {self.nodes})",
                              flag="--nodes")
         if self.gpus_per_node is not None:
@@ -289,7 +288,8 @@ class Frame:
                          mem_per_gpu_gb=site.memory.per_gpu_gb,
                          gpu_request=self.partition.gpu_request or site.gpus.request,
                          gres_type=self.partition.gres_type or site.gpus.gres_type,
-                         **_extra(request))
+                         qos=request.qos, reservation=request.reservation,
+                         directives=request.directives)
 
 
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -315,13 +315,13 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
         return _build_job(target, site, settings=settings, request=request, frame=frame,
                           host_arch=host_arch, venv=venv, tool=tool)
     gpus = _ranks_per_node(request, site)
-    check_partition(site, frame.partition, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
-    check_qos(site, frame.qos, nodes=request.nodes, gpus_per_node=_gpus(site, gpus))
+    asked = gpus if site.gpus.kind != "none" else 0  # the scheduler's GPUs: none on CPU sites
+    check_partition(site, frame.partition, nodes=request.nodes, gpus_per_node=asked)
+    check_qos(site, frame.qos, nodes=request.nodes, gpus_per_node=asked)
     if (refusal := transport_refusal(site, request.nodes)) is not None:
         raise refusal
     run = job_run(target, site, settings=settings, request=request)
-    res = frame.resources(site, request, nodes=request.nodes, shape=run.shape,
-                          gpus=_gpus(site, gpus))
+    res = frame.resources(site, request, nodes=request.nodes, shape=run.shape, gpus=asked)
     scheduler = SCHEDULERS[site.scheduler]
     body = [f"cd {word(str(settings.root))}", "",
             *_module_lines(site.modules, site.transport.modules if request.nodes > 1 else ()),
@@ -332,14 +332,17 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
               "options": job_options(run.options) if run.options else {}}
     if run.command is not None:  # --workload run: the user's command, judged in the image
         body += run_lines(run.command, site=site, settings=settings, nodes=request.nodes,
-                          record=with_workdir(run_record(record, request.command),
-                                              request.workdir))
+                          record=run_record(record, request.command, request.workdir))
     else:
         body += _workload_lines(target, run.workload, settings=settings, record=record,
                                 judge=judge, host_arch=host_arch, venv=venv)
-    out_dir = str(run.workload.out_dir)
-    return _job(request, target, site, scheduler, run.launcher, res, frame.comments, body, run,
-                results=out_dir.replace(ref(scheduler.job_id_var), "{job_id}"))
+    size = (f"{request.nodes} node{'s' if request.nodes > 1 else ''} x {gpus} "
+            f"{'GPUs' if site.gpus.kind != 'none' else 'CPU ranks'}, launcher {run.launcher.name}")
+    return _render(request, target, site, frame, res, body, launcher=run.launcher,
+                   comments=[size, *([run.workload.cores_note] if run.workload.cores_note
+                                     else [])],
+                   results=str(run.workload.out_dir).replace(ref(scheduler.job_id_var),
+                                                             "{job_id}"))
 
 
 def transport_refusal(site: Site, nodes: int) -> ConfigError | None:
@@ -399,10 +402,7 @@ def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRe
     body = [f"cd {word(str(settings.root))}", "", *_module_lines(site.modules),
             *_build_body(target, site, root=settings.root, host_arch=host_arch, venv=venv,
                          tool=tool)]
-    scheduler = SCHEDULERS[site.scheduler]
-    script = Script(directives=scheduler.preamble(res), comments=frame.comments, body=body)
-    return Job(request=request, target=target, site=site, scheduler=scheduler,
-               launcher=None, resources=res, text=script.render(), results=None)
+    return _render(request, target, site, frame, res, body)
 
 
 def _workload_lines(target: Target, workload: Workload, *, settings: Settings, record: dict,
@@ -411,9 +411,6 @@ def _workload_lines(target: Target, workload: Workload, *, settings: Settings, r
     the launcher's step (its status kept), then the verdict as the launcher's host step."""
     out_dir = str(workload.out_dir)
     image_record = settings.provenance_path(target.name)
-    folders = (("INVOKE_CONTAINERS_IMAGES_DIR", settings.images_dir),
-               ("INVOKE_CONTAINERS_RESULTS_DIR", settings.results_dir),
-               ("INVOKE_CONTAINERS_PERFLOG_DIR", settings.perflog_dir))
     verdict = _verdict_in_image(target, workload, settings, judge, out_dir, host_arch=host_arch) \
         if judge is not None or target.arch != host_arch else \
         _invoke(["verdict", "--results", out_dir, "--exit-status", ref("status")],
@@ -430,18 +427,24 @@ def _workload_lines(target: Target, workload: Workload, *, settings: Settings, r
             "",
             "# The job's exit status is the verdict's (0 PASS, 2 sanity FAIL, 3 performance);",
             "# it reads and writes the folders this script was written for.",
-            *(f"export {name}={word(str(value))}" for name, value in folders), *verdict]
+            *(f"export {name}={word(value)}" for name, value in _folders(settings).items()),
+            *verdict]
 
 
-def _job(request: JobRequest, target: Target, site: Site, scheduler: Scheduler,
-         launcher: Launcher, res: Resources, comments: list[str], body: list[str], run: JobRun,
-         *, results: str) -> Job:
-    """A workload job's script put together: preamble, comments (its size, launcher, cores)."""
-    gpus = run.workload.launch.ranks_per_node
-    script = Script(directives=scheduler.preamble(res), comments=[
-        *comments, f"{request.nodes} node{'s' if request.nodes > 1 else ''} x {gpus} "
-        f"{'GPUs' if site.gpus.kind != 'none' else 'CPU ranks'}, launcher {launcher.name}",
-        *([run.workload.cores_note] if run.workload.cores_note else [])], body=body)
+def _folders(settings: Settings) -> dict[str, str]:
+    """The settings' folders as the variables ``invoke verdict`` reads them from."""
+    return {"INVOKE_CONTAINERS_IMAGES_DIR": str(settings.images_dir),
+            "INVOKE_CONTAINERS_RESULTS_DIR": str(settings.results_dir),
+            "INVOKE_CONTAINERS_PERFLOG_DIR": str(settings.perflog_dir)}
+
+
+def _render(request: JobRequest, target: Target, site: Site, frame: Frame, res: Resources,
+            body: list[str], *, launcher: Launcher | None = None, comments: Sequence[str] = (),
+            results: str | None = None) -> Job:
+    """The job's script put together: preamble, the frame's comments and ``comments``, body."""
+    scheduler = SCHEDULERS[site.scheduler]
+    script = Script(directives=scheduler.preamble(res), comments=[*frame.comments, *comments],
+                    body=body)
     return Job(request=request, target=target, site=site, scheduler=scheduler,
                launcher=launcher, resources=res, text=script.render(), results=results)
 
@@ -450,12 +453,6 @@ def _ranks_per_node(request: JobRequest, site: Site) -> int:
     """Ranks per node of a smoke or training job: ``--gpus-per-node``, else the site's GPUs per
     node, else 2 (CPU sites: 2 ranks, as smoke)."""
     return request.gpus_per_node or site.gpus.per_node or 2
-
-
-def _gpus(site: Site, ranks: int) -> int:
-    """The GPUs per node a job of ``ranks`` ranks per node asks the scheduler for (none on a CPU
-    site)."""
-    return ranks if site.gpus.kind != "none" else 0
 
 
 @dataclass(frozen=True)
@@ -485,26 +482,24 @@ def job_run(target: Target, site: Site, *, settings: Settings,
     placement = Placement(nodes=request.nodes, launcher=launcher,
                           rendezvous=scheduler.job_time_rendezvous() if meets else None,
                           cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
-    runtime = Runtime(binary=site.runtime, flavour=site.runtime, version="site")
+    common = dict(settings=settings, strict=False, placement=placement, environ=SHELL_VARS,
+                  runtime=Runtime(binary=site.runtime, flavour=site.runtime, version="site"),
+                  run_id=f"job{ref(scheduler.job_id_var)}")
+    planned, options = None, None
     if request.kind.takes_command:
-        planned = plan_command(target, site, settings=settings, runtime=runtime,
-                               command=request.command, ranks=gpus, timeout=0,
-                               run_id=f"job{ref(scheduler.job_id_var)}", environ=SHELL_VARS,
-                               strict=False, placement=placement)
+        planned = plan_command(target, site, command=request.command, ranks=gpus, timeout=0,
+                               **common)
         workload = planned.workload
-        if request.nccl_debug:
-            workload = workload.with_env({"NCCL_DEBUG": "INFO"})
-            planned = replace(planned, workload=workload)
-        return JobRun(kind=None, launcher=launcher, shape=shape, workload=workload,
-                      options=None, meets=meets, command=planned)
-    options = _options(request, gpus)
-    workload = plan_run(target, site, settings=settings, runtime=runtime, options=options,
-                        run_id=f"job{ref(scheduler.job_id_var)}", environ=SHELL_VARS,
-                        strict=False, placement=placement)
+    else:
+        # every host variable is left for the job's shell (SHELL_VARS)
+        options = request.kind.resized(request.workload, request.options, gpus=gpus)
+        assert options is not None  # a kind without options (run, build) plans no run here
+        workload = plan_run(target, site, options=options, **common)
     if request.nccl_debug:
         workload = workload.with_env({"NCCL_DEBUG": "INFO"})
-    return JobRun(kind=options.kind, launcher=launcher, shape=shape, workload=workload,
-                  options=options, meets=meets)
+    return JobRun(kind=options.kind if options else None, launcher=launcher, shape=shape,
+                  workload=workload, options=options, meets=meets,
+                  command=planned and replace(planned, workload=workload))
 
 
 def _module_lines(modules: tuple[str, ...], multinode: tuple[str, ...] = ()) -> list[str]:
@@ -517,11 +512,6 @@ def _module_lines(modules: tuple[str, ...], multinode: tuple[str, ...] = ()) -> 
            else "the modules the site's documentation requires")
     return [f"# Host modules: {why} (Lmod reads unset variables: not under set -u)",
             "set +u", "module load " + " ".join(word(m) for m in names), "set -u", ""]
-
-
-def _extra(request: JobRequest) -> dict:
-    """The request's ``--qos``, ``--reservation`` and ``--directive`` lines for the preamble."""
-    return dict(qos=request.qos, reservation=request.reservation, directives=request.directives)
 
 
 def job_options(options: SmokeOptions | TrainOptions) -> dict:
@@ -561,14 +551,6 @@ def _record_options(record: dict) -> Options | None:
             record["workload"], gpus=int(record["gpus_per_node"]), given=given)
     except (TypeError, UsageError) as exc:
         raise RecordOptionsError(f"options are not the job's: {exc}") from exc
-
-
-def _options(request: JobRequest, gpus: int) -> Options:
-    """The workload's options as ``invoke smoke``/``invoke train`` take them, for ``gpus`` ranks
-    per node; every host variable is left for the job's shell (:data:`SHELL_VARS`)."""
-    options = request.kind.resized(request.workload, request.options, gpus=gpus)
-    assert options is not None  # a kind without options (run, build) plans no run here
-    return options
 
 
 def _build_body(target: Target, site: Site, *, root: Path, host_arch: str,
@@ -643,11 +625,7 @@ def _verdict_in_image(target: Target, workload: Workload, settings: Settings,
                  out_dir, "--exit-status", ref("status")],
         binds=[f"{root}:{root}:ro", f"{folder}:{folder}:ro",
                f"{settings.images_dir}:{settings.images_dir}:ro", *writable],
-        env={"PYTHONPATH": f"{folder}:{root}",
-             **{name: str(value) for name, value in (
-                 ("INVOKE_CONTAINERS_IMAGES_DIR", settings.images_dir),
-                 ("INVOKE_CONTAINERS_RESULTS_DIR", settings.results_dir),
-                 ("INVOKE_CONTAINERS_PERFLOG_DIR", settings.perflog_dir))}})
+        env={"PYTHONPATH": f"{folder}:{root}", **_folders(settings)})
     return [
         f"# The image's own Python judges ({judge.arch}, Python {judge.python}; this checkout's "
         f"environment is {host_arch}),",

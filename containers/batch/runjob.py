@@ -59,10 +59,6 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
             "exec " + command([*workload.launcher.host_step(workload.launch), *judge])]
 
 
-def run_record(record: dict, words: Sequence[str]) -> dict:
-    """``job.json`` of a run job: the common keys and the command as its words."""
-    return {**record, "command": list(words)}
-
-
-def with_workdir(record: dict, workdir: str | None) -> dict:
-    return {**record, "workdir": workdir} if workdir else record
+def run_record(record: dict, words: Sequence[str], workdir: str | None = None) -> dict:
+    """``job.json`` of a run job: the common keys, the command as its words, where it runs."""
+    return {**record, "command": list(words), **({"workdir": workdir} if workdir else {})}

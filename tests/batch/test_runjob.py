@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from containers.batch.runjob import VERDICT_SCRIPT, run_lines, run_record, with_workdir
+from containers.batch.runjob import VERDICT_SCRIPT, run_lines, run_record
 from containers.host.runtime import assumed_runtime
 from containers.run.command import plan_command
 
@@ -19,7 +19,7 @@ def _lines(project, target: str, *, nodes: int = 1, workdir: str | None = None) 
     planned = plan_command(item, site, settings=project.settings,
                            runtime=assumed_runtime("apptainer"), command=["python", "t.py"],
                            ranks=1, run_id="t", timeout=0, environ=ENVIRON, strict=False)
-    record = with_workdir(run_record({"job": "t"}, planned.command), workdir)
+    record = run_record({"job": "t"}, planned.command, workdir)
     return run_lines(planned, site=site, settings=project.settings, record=record, nodes=nodes)
 
 
@@ -58,5 +58,5 @@ def test_the_job_record_holds_the_command_and_the_job_starts_in_its_workdir(
 
 def test_the_record_keeps_its_keys_and_no_workdir_adds_none() -> None:
     assert run_record({"a": 1}, ("x", "y")) == {"a": 1, "command": ["x", "y"]}
-    assert with_workdir({"a": 1}, None) == {"a": 1}
-    assert with_workdir({"a": 1}, "/w") == {"a": 1, "workdir": "/w"}
+    assert run_record({"a": 1}, ("x",), None) == {"a": 1, "command": ["x"]}
+    assert run_record({"a": 1}, ("x",), "/w") == {"a": 1, "command": ["x"], "workdir": "/w"}
