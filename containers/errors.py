@@ -88,8 +88,6 @@ class ImageMissing(ContainersError):
     """The image a command needs has not been built (or was removed)."""
 
     def __init__(self, image: Path | str, target: str, *, hint: str | None = None) -> None:
-        self.image = Path(image)
-        self.target = target
         super().__init__(f"image {image} is not built; "
                          + (hint or f"run: invoke build --target {target}"))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from containers.errors import on_disk
 
@@ -19,36 +20,30 @@ from containers.errors import on_disk
 MAX_TRIES = 1000
 
 
-def _names(stem: str):
-    yield stem
-    for n in range(2, MAX_TRIES + 1):
-        yield f"{stem}-{n}"
+def _claim(parent: Path, stem: str, suffix: str, create: Callable[[Path], object], *,
+           doing: str, what: str) -> str:
+    """``create`` (which fails with FileExistsError on a taken name) of ``<stem><suffix>``, else
+    ``<stem>-2<suffix>``, ...; the name claimed, without ``suffix``."""
+    with on_disk(doing, parent / f"{stem}{suffix}"):
+        parent.mkdir(parents=True, exist_ok=True)
+        for name in (stem, *(f"{stem}-{n}" for n in range(2, MAX_TRIES + 1))):
+            try:
+                create(parent / f"{name}{suffix}")
+            except FileExistsError:
+                continue
+            return name
+    raise FileExistsError(f"{MAX_TRIES} {what} named {parent / stem}{suffix} already")
 
 
 def claim_folder(parent: Path, stem: str) -> str:
     """Create ``parent/<stem>`` (or ``<stem>-N``) exclusively; the name that was claimed."""
-    with on_disk("create the results folder", parent / stem):
-        parent.mkdir(parents=True, exist_ok=True)
-        for name in _names(stem):
-            try:
-                os.mkdir(parent / name)
-            except FileExistsError:
-                continue
-            return name
-    raise FileExistsError(f"{MAX_TRIES} runs named {parent / stem} already")  # never in practice
+    return _claim(parent, stem, "", os.mkdir, doing="create the results folder", what="runs")
 
 
 def claim_file(parent: Path, stem: str, suffix: str) -> Path:
     """Create the empty file ``parent/<stem><suffix>`` (or ``<stem>-N<suffix>``) exclusively,
     so that an atomic write over it replaces only this run's own claim."""
-    with on_disk("create the file", parent / f"{stem}{suffix}"):
-        parent.mkdir(parents=True, exist_ok=True)
-        for name in _names(stem):
-            path = parent / f"{name}{suffix}"
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            except FileExistsError:
-                continue
-            os.close(fd)
-            return path
-    raise FileExistsError(f"{MAX_TRIES} files named {parent / stem}{suffix} already")
+    def create(path: Path) -> None:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    name = _claim(parent, stem, suffix, create, doing="create the file", what="files")
+    return parent / f"{name}{suffix}"

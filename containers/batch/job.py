@@ -253,12 +253,12 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
     if configured:
         return configured, (f"containers.accounts.{site.name}"
                             if settings.accounts.get(site.name) else "containers.account")
-    for var in ACCOUNT_VARS.get(site.scheduler, ()):
+    variables = ACCOUNT_VARS.get(site.scheduler, ())
+    for var in variables:
         if environ.get(var):
             return (None if var == "SBATCH_ACCOUNT" else environ[var]), var
     if not site.account_required:
         return None, ""
-    variables = ACCOUNT_VARS.get(site.scheduler, ())
     env = (f", or export {' or '.join(variables)}" if variables
            else f" ({site.scheduler} reads no account variable)")
     raise UsageError(f"site {site.name} requires an account (project) for its jobs: pass "
@@ -325,7 +325,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     scheduler = SCHEDULERS[site.scheduler]
     body = [f"cd {word(str(settings.root))}", "",
             *_module_lines(site.modules, site.transport.modules if request.nodes > 1 else ()),
-            *([*scheduler.rendezvous_lines(), ""] if run.meets else [])]
+            *([*scheduler.rendezvous.shell(), ""] if run.meets else [])]
     record = {"target": target.name, "site": site.name, "workload": request.workload,
               "nodes": request.nodes, "gpus_per_node": gpus, "launcher": run.launcher.name,
               "partition": frame.partition.name or None,
@@ -341,7 +341,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     return _render(request, target, site, frame, res, body, launcher=run.launcher,
                    comments=[size, *([run.workload.cores_note] if run.workload.cores_note
                                      else [])],
-                   results=str(run.workload.out_dir).replace(ref(scheduler.job_id_var),
+                   results=str(run.workload.out_dir).replace(ref(scheduler.rendezvous.job_id_var),
                                                              "{job_id}"))
 
 
@@ -480,11 +480,11 @@ def job_run(target: Target, site: Site, *, settings: Settings,
     shape = launcher.shape(site, gpus)
     meets = request.nodes > 1 or launcher.needs_rendezvous
     placement = Placement(nodes=request.nodes, launcher=launcher,
-                          rendezvous=scheduler.job_time_rendezvous() if meets else None,
+                          rendezvous=scheduler.rendezvous.at_job_time(ref) if meets else None,
                           cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
     common = dict(settings=settings, strict=False, placement=placement, environ=SHELL_VARS,
                   runtime=Runtime(binary=site.runtime, flavour=site.runtime, version="site"),
-                  run_id=f"job{ref(scheduler.job_id_var)}")
+                  run_id=f"job{ref(scheduler.rendezvous.job_id_var)}")
     planned, options = None, None
     if request.kind.takes_command:
         planned = plan_command(target, site, command=request.command, ranks=gpus, timeout=0,

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from containers.batch.script import ref, word
+from containers.batch.script import word
 from containers.errors import CommandFailed, ConfigError, UsageError
 from containers.inputs.flags import JOB_ID
-from containers.run.rendezvous import RENDEZVOUS, Rendezvous, SchedulerRendezvous
+from containers.run.rendezvous import RENDEZVOUS, SchedulerRendezvous
 
 #: What a directive value may contain: schedulers read directives with their own parsers, which do
 #: not all understand shell quoting, so such values are refused rather than quoted.
@@ -80,17 +80,6 @@ class Scheduler:
     @property
     def rendezvous(self) -> SchedulerRendezvous:
         return RENDEZVOUS[self.name]
-
-    @property
-    def job_id_var(self) -> str:
-        return self.rendezvous.job_id_var
-
-    def job_time_rendezvous(self) -> Rendezvous:
-        """The rendezvous as references to the variables :meth:`rendezvous_lines` set."""
-        return self.rendezvous.at_job_time(ref)
-
-    def rendezvous_lines(self) -> list[str]:
-        return self.rendezvous.shell()
 
     def preamble(self, res: Resources) -> list[str]:
         raise NotImplementedError

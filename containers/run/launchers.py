@@ -104,13 +104,13 @@ def torchrun_argv(launch: Launch) -> list[str]:
     return [launch.torchrun, *options, *program, launch.script, *launch.args]
 
 
-def srun_per_node(nodes: int, *, cpus_per_task: int | None = None) -> list[str]:
-    """One task per node; ``--cpus-per-task`` because srun no longer inherits it (Slurm 22.05+)
-    and torchrun's ranks would otherwise share one core; a failed node ends the step."""
-    argv = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1"]
-    if cpus_per_task:
-        argv.append(f"--cpus-per-task={cpus_per_task}")
-    return argv + ["--kill-on-bad-exit=1"]
+def srun(nodes: int, tasks_per_node: int, cpus_per_task: int | None, *more: str) -> list[str]:
+    """A job step of ``tasks_per_node`` tasks on each node; ``--cpus-per-task`` because srun no
+    longer inherits it (Slurm 22.05+) and torchrun's ranks would otherwise share one core; a
+    failed node ends the step."""
+    cpus = [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else []
+    return ["srun", f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}", *cpus, *more,
+            "--kill-on-bad-exit=1"]
 
 
 class Launcher:
@@ -134,8 +134,7 @@ class Launcher:
 
     def node_step(self, launch: Launch) -> list[str]:
         """One process per node of the job (Slurm: srun one task per node)."""
-        return [*srun_per_node(launch.nodes, cpus_per_task=launch.cpus_per_task),
-                *launch.step_options]
+        return [*srun(launch.nodes, 1, launch.cpus_per_task), *launch.step_options]
 
     def host_step(self, launch: Launch) -> list[str]:
         """Once, on the node the job script runs on: no launcher (the script is already there)."""
@@ -182,13 +181,10 @@ class SrunPerGpu(Launcher):
     def argv(self, launch: Launch) -> list[str]:
         if launch.rendezvous is None:
             raise ValueError("srun-per-gpu needs a rendezvous")  # a bug, not user input
-        prefix = ["srun", f"--nodes={launch.nodes}", f"--ntasks-per-node={launch.ranks_per_node}"]
-        if launch.cpus_per_task:
-            prefix.append(f"--cpus-per-task={launch.cpus_per_task}")
-        if launch.cpu_masks:
-            prefix.append("--cpu-bind=mask_cpu:"
-                          + ",".join(launch.cpu_masks[:launch.ranks_per_node]))
-        prefix += ["--kill-on-bad-exit=1", *launch.step_options]
+        masks = ",".join(launch.cpu_masks[:launch.ranks_per_node])
+        prefix = [*srun(launch.nodes, launch.ranks_per_node, launch.cpus_per_task,
+                        *([f"--cpu-bind=mask_cpu:{masks}"] if masks else [])),
+                  *launch.step_options]
         # Evaluated per task, inside the container: Slurm numbers the tasks.
         script = [launch.script, *launch.args]
         if any("\x00" in arg for arg in script):

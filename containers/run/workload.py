@@ -254,24 +254,21 @@ def first_failure(lines: Sequence[str]) -> tuple[int, int] | None:
     return None
 
 
+def _rank_records(out_dir: Path, prefix: str) -> list[dict]:
+    """The ranks' ``<prefix>-<RANK>.json`` objects (unreadable ones are left out, so they count
+    as missing)."""
+    found = (read_json_object(path) for path in out_dir.glob(f"{prefix}-*.json"))
+    return [record for record in found if record is not None]
+
+
 def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
-    """Each rank's ``device-<RANK>.json``, in rank order (unreadable ones are left out, so they
-    count as missing)."""
-    reports = []
-    for path in out_dir.glob("device-*.json"):
-        report = read_json_object(path)
-        if report is not None and isinstance(report.get("rank"), int):
-            reports.append(report)
-    return tuple(sorted(reports, key=lambda r: r["rank"]))
+    """Each rank's ``device-<RANK>.json``, in rank order."""
+    return tuple(sorted((r for r in _rank_records(out_dir, "device")
+                         if isinstance(r.get("rank"), int)), key=lambda r: r["rank"]))
 
 
 def finished_ranks(out_dir: Path) -> set[int]:
-    ranks = set()
-    for path in out_dir.glob("rank-*.json"):
-        record = read_json_object(path)
-        if record is not None and record.get("finished"):
-            ranks.add(int(record["rank"]))
-    return ranks
+    return {int(r["rank"]) for r in _rank_records(out_dir, "rank") if r.get("finished")}
 
 
 @dataclass(frozen=True)

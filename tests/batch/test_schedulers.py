@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from containers.batch.schedulers import SCHEDULERS, Pbs, Resources, Slurm, directive, short_name
-from containers.batch.script import word
+from containers.batch.script import ref, word
 from containers.errors import CommandFailed, ConfigError
 from containers.run.rendezvous import RENDEZVOUS
 
@@ -106,11 +106,10 @@ def test_a_job_id_is_checked_before_it_is_used(printed: str) -> None:
 def test_each_scheduler_owns_its_rendezvous() -> None:
     for name, scheduler in SCHEDULERS.items():
         assert scheduler.rendezvous is RENDEZVOUS[name]
-        assert scheduler.rendezvous_lines() == RENDEZVOUS[name].shell()
-        at_job_time = scheduler.job_time_rendezvous()
+        at_job_time = scheduler.rendezvous.at_job_time(ref)
         assert word(at_job_time.endpoint) == '"${MASTER_ADDR}:${MASTER_PORT}"'
-        assert word(at_job_time.id) == f'"${{{scheduler.job_id_var}}}"'
-    assert (SCHEDULERS["slurm"].job_id_var, SCHEDULERS["pbs"].job_id_var) == \
+        assert word(at_job_time.id) == f'"${{{scheduler.rendezvous.job_id_var}}}"'
+    assert (RENDEZVOUS["slurm"].job_id_var, RENDEZVOUS["pbs"].job_id_var) == \
         ("SLURM_JOB_ID", "PBS_JOBID")
 
 
