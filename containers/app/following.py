@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from containers.app.project import Project
+from containers.app.running import CommandExit
 from containers.batch import follow
 from containers.errors import ContainersError, StateError, VerdictFailed
 from containers.files import read_json_object, read_regular_json
@@ -26,12 +27,10 @@ from containers.report import Say, console, say_line as _print, table
 POLL_SECONDS = 3.0
 
 
-class JobVerdict(ContainersError):
+class JobVerdict(CommandExit):
     """A followed job's verdict was not a pass: the tool exits with the verdict's code."""
 
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.exit_code = code if 0 < code < 256 else 2
+    fallback = 2
 
 
 def ask(argv: list[str]) -> str | None:

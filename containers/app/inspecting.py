@@ -132,20 +132,17 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
 
 
 def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
-    stack = report["stack"]
-    rows = [(key, shown(stack.get(key))) for key in probing.STACK_KEYS]
-    rows.append(("size", human_bytes(report["size_bytes"])))
-    rows.append(("packages", f"{report['packages']['debian']} Debian, "
-                             f"{report['packages']['pip']} pip"))
-    sbom = report.get("sbom")
-    rows.append(("sbom", f"{sbom['path']} ({shown(sbom['counts'])})" if sbom else "none"))
-    record = report.get("provenance") or {}
-    rows.append(("provenance", f"inputs {shown(record.get('inputs_hash'))[:16]}, built "
-                               f"{shown(record.get('build_date'))}, sha256 "
-                               f"{shown(record.get('sha256'))[:12]}" if record else "none"))
-    for key, value in sorted(report["labels"].items()):
-        if key != "containers.pip-freeze":
-            rows.append((f"label {key}", shown(value)))
+    stack, sbom, record = report["stack"], report.get("sbom"), report.get("provenance") or {}
+    rows = [*((key, shown(stack.get(key))) for key in probing.STACK_KEYS),
+            ("size", human_bytes(report["size_bytes"])),
+            ("packages", f"{report['packages']['debian']} Debian, "
+                         f"{report['packages']['pip']} pip"),
+            ("sbom", f"{sbom['path']} ({shown(sbom['counts'])})" if sbom else "none"),
+            ("provenance", f"inputs {shown(record.get('inputs_hash'))[:16]}, built "
+                           f"{shown(record.get('build_date'))}, sha256 "
+                           f"{shown(record.get('sha256'))[:12]}" if record else "none"),
+            *((f"label {key}", shown(value)) for key, value in sorted(report["labels"].items())
+              if key != "containers.pip-freeze")]
     console().print(table(f"inspect {report['image']}", ["what", "value"], rows))
     if report.get("site"):
         say(f"site fit ({report['site']}):" if findings else

@@ -96,14 +96,12 @@ class Project:
             if sources:  # the command line: a mistyped INVOKE_CONTAINERS_* is an error too
                 raise_all(unknown_variables(os.environ, config))
             return cls(root=root, settings=load_settings(root, config), sources=sources)
-        except Problems as exc:
-            if not sources:
-                raise
-            raise Problems([_source_error(p, sources) if isinstance(p, ConfigError) else p
-                            for p in exc.problems]) from exc
         except ConfigError as exc:
             if not sources:
                 raise
+            if isinstance(exc, Problems):
+                raise Problems([_source_error(p, sources) if isinstance(p, ConfigError) else p
+                                for p in exc.problems]) from exc
             raise _source_error(exc, sources) from exc
 
     @cached_property

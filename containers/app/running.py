@@ -37,11 +37,14 @@ INTERRUPTED = 130
 
 
 class CommandExit(ContainersError):
-    """The user's command ended non-zero: the tool exits with the command's own status."""
+    """The user's command ended non-zero: the tool exits with the command's own status (one a
+    shell cannot carry: ``fallback``)."""
+
+    fallback = 1
 
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
-        self.exit_code = code if 0 < code < 256 else 1
+        self.exit_code = code if 0 < code < 256 else self.fallback
 
 
 def run_command(project: Project, *, target: str | None, command: Sequence[str],

@@ -21,7 +21,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from containers.errors import UsageError
 from containers.inputs.schema import is_env_name
@@ -98,14 +98,10 @@ def word(text: str) -> str:
     return "".join(pieces)
 
 
-def words(argv: Iterable[str]) -> list[str]:
-    return [word(a) for a in argv]
-
-
 def command(argv: Sequence[str]) -> str:
     """One shell command line from ``argv``; a long one is wrapped so each part reads on a line
     of its own (:func:`breaks`)."""
-    rendered = words(argv)
+    rendered = [word(arg) for arg in argv]
     line = " ".join(rendered)
     if len(line) <= WIDTH:
         return line
