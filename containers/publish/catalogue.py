@@ -288,15 +288,15 @@ def consistency_problems(catalogue: dict, folders: dict[str, TargetFolder]) -> l
             problems.append(f"{target}/{sif_name(version)}: not in the catalogue")
         if listed and pointer not in listed:
             problems.append(f"catalogue: {target} latest {pointer!r} is not a listed version")
-        if listed and found.latest_link != sif_name(pointer or ""):
-            what = (f"points to {found.latest_link!r}" if found.latest_link is not None
-                    else found.latest_not_link or "is missing")
-            problems.append(f"{target}/latest: {what}, the catalogue says "
-                            f"{sif_name(pointer or '')!r}")
-        if listed and found.default_link != f"{pointer}.lua":
-            what = (f"points to {found.default_link!r}" if found.default_link is not None
-                    else found.default_not_link or "is missing")
-            problems.append(f"modules/{target}/default: {what}, expected '{pointer}.lua'")
+        for link, wanted, points_to, not_link, says in (
+                (f"{target}/latest", sif_name(pointer or ""), found.latest_link,
+                 found.latest_not_link, "the catalogue says"),
+                (f"modules/{target}/default", f"{pointer}.lua", found.default_link,
+                 found.default_not_link, "expected")):
+            if listed and points_to != wanted:
+                what = (f"points to {points_to!r}" if points_to is not None
+                        else not_link or "is missing")
+                problems.append(f"{link}: {what}, {says} {wanted!r}")
         if listed and not found.has_exec:
             problems.append(f"{target}/bin/{target}-exec: missing")
     return problems

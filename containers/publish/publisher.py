@@ -443,17 +443,17 @@ def before_commit(step: str) -> None:
     """Called before each commit step (a rename); a fault-injection point for tests."""
 
 
-def free_space_problem(plan: PublishPlan, size: int) -> str | None:
-    """One line naming what publishing needs and what is free, when it does not fit."""
-    where = plan.folder if plan.folder.is_dir() else plan.dest
-    free = shutil.disk_usage(where).free
+def refuse_no_space(plan: PublishPlan) -> None:
+    """A :class:`StateError` naming what publishing needs and what is free, when it does not
+    fit."""
+    size = plan.image.stat().st_size
+    free = shutil.disk_usage(plan.folder if plan.folder.is_dir() else plan.dest).free
     need = size + SPACE_MARGIN
-    if free >= need:
-        return None
-    return (f"not enough free space in {plan.dest}: publishing {plan.target.name} "
-            f"{plan.version} needs {human_bytes(need)} (the image, {human_bytes(size)}, plus "
-            f"{human_bytes(SPACE_MARGIN)}) and {human_bytes(free)} is free; nothing was "
-            "published")
+    if free < need:
+        raise StateError(f"not enough free space in {plan.dest}: publishing {plan.target.name} "
+                         f"{plan.version} needs {human_bytes(need)} (the image, "
+                         f"{human_bytes(size)}, plus {human_bytes(SPACE_MARGIN)}) and "
+                         f"{human_bytes(free)} is free; nothing was published")
 
 
 def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
@@ -536,9 +536,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     sweep_temps(plan, say)
     before = cat.load(plan.dest / cat.CATALOGUE_NAME)
     replaced = _existing(plan, before)
-    problem = free_space_problem(plan, plan.image.stat().st_size)
-    if problem:
-        raise StateError(problem)
+    refuse_no_space(plan)
     when = utc_now()
     # Checked before the copy: a refused --keep must not cost a multi-GB copy.
     gone = _prune(plan, before, when)
@@ -631,11 +629,6 @@ def published_as(plan: PublishPlan, catalogue: dict) -> list[str]:
             and entry.get("version") != plan.version]
 
 
-def gpu_of(plan: PublishPlan) -> str:
-    """The GPU kind the image must be proven on: its target's, else its site's (none for CPU)."""
-    return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpus.kind
-
-
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             say: Say = say_line, review: Review | None = None) -> dict:
     """Check, copy, sign, checksum, catalogue and module-file one image; its catalogue entry.
@@ -650,17 +643,17 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             say(f"note: this build (sha256 {plan.provenance['sha256'][:12]}) is already "
                 f"published as {plan.target.name} {', '.join(same)}; publishing it again as "
                 f"{plan.version}")
-        problem = free_space_problem(plan, plan.image.stat().st_size)
-        if problem:
-            raise StateError(problem)
+        refuse_no_space(plan)
     key = signing.signing_key(runtime, plan.keysdir, plan.keyidx) if plan.sign else None
     if plan.skip_checks:
         checks = skipped(plan.target.name, say)
     else:
         checks = ensure_checks(runtime, target=plan.target, image=plan.image,
                                provenance=plan.provenance, results_dir=plan.results_dir,
-                               quick_check=quick_check, say=say,
-                               gpu=gpu_of(plan), gpus_here=gpu_kinds_here())
+                               quick_check=quick_check, say=say, gpus_here=gpu_kinds_here(),
+                               # proven on the target's GPU kind, else its site's (none: CPU)
+                               gpu=plan.target.gpu if plan.target.gpu != "none"
+                               else plan.site.gpus.kind)
         if (checks.get("smoke") or {}).get("performance_failed"):
             performance = checks["smoke"]["performance"]
             say(f"checks: performance {shown(performance.get('state') or 'fail').upper()} "

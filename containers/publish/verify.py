@@ -11,6 +11,7 @@ are only read as links): one is refused before any check, naming it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -92,11 +93,10 @@ def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime], *,
     if not path.is_file():
         return [], "-"  # reported by the consistency check
     problems = []
-    if show_progress:
-        with byte_progress(f"sha256 {entry['file']}", path.stat().st_size) as advance:
-            actual = sha256_file(path, progress=advance)
-    else:  # a JSON document is all that goes to stdout
-        actual = sha256_file(path)
+    # with --json, a JSON document is all that goes to stdout
+    with (byte_progress(f"sha256 {entry['file']}", path.stat().st_size) if show_progress
+          else contextlib.nullcontext(None)) as advance:
+        actual = sha256_file(path, progress=advance)
     if actual != entry["sha256"]:
         problems.append(f"{path}: sha256 {actual[:16]}... does not match the catalogue "
                         f"({entry['sha256'][:16]}...): the file is corrupt or was replaced")
