@@ -55,10 +55,6 @@ class SmokeOptions:
         return max(names.check_sizes(self.sizes, self.dtype))
 
     @property
-    def ops(self) -> list[str]:
-        return self.op.split(",")
-
-    @property
     def kind(self) -> "SmokeKind":
         return SMOKE
 

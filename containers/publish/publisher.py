@@ -259,15 +259,6 @@ def sweep_temps(plan: PublishPlan, say: Say) -> None:
                 path.unlink(missing_ok=True)
 
 
-def _module_spec(plan: PublishPlan, *, sha256: str, fingerprint: str | None,
-                 when: str) -> ModuleSpec:
-    return ModuleSpec(target=plan.target.name, version=plan.version,
-                      description=plan.target.description, image=str(plan.sif),
-                      bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
-                      gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
-                      sha256=sha256, signed_by=fingerprint, published=when)
-
-
 def refuse_links(plan: PublishPlan) -> None:
     """A :class:`StateError` naming the first link (or misplaced file) inside the publish folder
     that this publish would write, chmod or remove through: it never follows one."""
@@ -399,7 +390,6 @@ class Transaction:
         return path
 
     def install(self, temp: Path, final: Path, step: str) -> None:
-        """Commit step ``step``: rename ``temp`` over ``final``."""
         before_commit(step)
         backup = None
         if os.path.lexists(final):
@@ -549,8 +539,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
         say(f"pruning {plan.target.name} {version} (--keep {plan.keep})")
     catalogue = cat.without_versions(cat.with_entry(before, entry, now=when), plan.target.name,
                                      gone, now=when)
-    spec = _module_spec(plan, sha256=sha256, fingerprint=key and key.fingerprint, when=when)
-    staged = _stage(plan, tx, sha256=sha256, spec=spec, key=key, public=public, beside=beside,
+    staged = _stage(plan, tx, sha256=sha256, when=when, key=key, public=public, beside=beside,
                     catalogue=catalogue)
     for temp, final, step in staged:
         tx.install(temp, final, step)
@@ -569,7 +558,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     return entry
 
 
-def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, spec: ModuleSpec,
+def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
            key: signing.SigningKey | None, public: bytes, beside: list[tuple],
            catalogue: dict) -> list[tuple[Path, Path, str]]:
     """Every file of the publish written under a temp name beside its final one: ``(temp, final,
@@ -580,6 +569,11 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, spec: ModuleSpec,
     wrapper = tx.temp(write_temp(plan.exec_path, render_exec_wrapper(
         plan.target.name).encode()))  # no version's facts: each module file carries its own
     os.chmod(wrapper, plan.modes.dir)  # executable from its first moment under its final name
+    spec = ModuleSpec(target=plan.target.name, version=plan.version,
+                      description=plan.target.description, image=str(plan.sif),
+                      bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
+                      gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
+                      sha256=sha256, signed_by=key and key.fingerprint, published=when)
     return [  # (temp, final, commit step), in commit order: the catalogue last
         (tx.temp(write_temp(plan.checksum, cat.checksum_line(sha256, plan.version).encode())),
          plan.checksum, "checksum"),
@@ -622,13 +616,6 @@ def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]
     return files
 
 
-def published_as(plan: PublishPlan, catalogue: dict) -> list[str]:
-    """The other versions of this target that hold this very build (its sha256)."""
-    return [str(entry.get("version")) for entry in cat.entries(catalogue, plan.target.name)
-            if (entry.get("provenance") or {}).get("sha256") == plan.provenance["sha256"]
-            and entry.get("version") != plan.version]
-
-
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             say: Say = say_line, review: Review | None = None) -> dict:
     """Check, copy, sign, checksum, catalogue and module-file one image; its catalogue entry.
@@ -638,7 +625,9 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
         refuse_links(plan)
         catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
         _existing(plan, catalogue)
-        same = published_as(plan, catalogue)
+        same = [str(entry.get("version")) for entry in cat.entries(catalogue, plan.target.name)
+                if (entry.get("provenance") or {}).get("sha256") == plan.provenance["sha256"]
+                and entry.get("version") != plan.version]  # this very build, as other versions
         if same:
             say(f"note: this build (sha256 {plan.provenance['sha256'][:12]}) is already "
                 f"published as {plan.target.name} {', '.join(same)}; publishing it again as "
