@@ -42,7 +42,8 @@ LOCK_NAME = ".publish.lock"
 TEMP_SUFFIXES = TEMP_ENDINGS
 #: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).
 CATALOGUE_LIMIT = 64 << 20
-_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+#: A sha256 as hex digits, the way ``sha256sum`` writes it.
+SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _FINGERPRINT = re.compile(r"[0-9A-F]{16,64}\Z")
 
 
@@ -144,7 +145,7 @@ def entry_problem(target: str, entry: Any) -> str | None:
     for key, wanted in layout_files(target, entry["version"]).items():
         if entry.get(key) != wanted:
             return f"{key} {entry.get(key)!r} is not {wanted!r}"
-    if not isinstance(entry.get("sha256"), str) or not _SHA256.match(entry["sha256"]):
+    if not isinstance(entry.get("sha256"), str) or not SHA256.match(entry["sha256"]):
         return "sha256 is not 64 lower-case hexadecimal digits"
     size = entry.get("size_bytes")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:

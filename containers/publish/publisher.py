@@ -33,7 +33,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import re
 import shutil
 import socket
 import stat
@@ -48,6 +47,7 @@ from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folde
                               read_regular_json, sha256_file, temp_name, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
+from containers.image.inspect import sbom_path
 from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
 from containers.inputs.schema import check_name, is_env_name, name_problem
@@ -67,18 +67,15 @@ from containers.publish.page import render_page
 from containers.report import Say, human_bytes, say_line
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
-#: Beside each published image: its SBOM (as the build wrote it) and the diff against the
-#: version it replaced (``<version>.diff.json``); the catalogue page at the top.
-SBOM_SUFFIX = ".cdx.json"
+#: Beside each published image: its SBOM (as the build wrote it, :func:`sbom_path`) and the
+#: diff against the version it replaced (``<version>.diff.json``).
 DIFF_SUFFIX = ".diff.json"
-PAGE_NAME = cat.PAGE_NAME
 #: The caller's review of a version before it is published (site fit, diff against latest,
 #: release gate): (plan, checks, say) -> what the entry records ({"fit", "gate", "stack",
 #: "diff"}); raises VerdictFailed to refuse it.
 Review = Callable[["PublishPlan", dict, Say], dict]
 #: The most an image's build record may hold (its pip freeze is the bulk of it).
 PROVENANCE_LIMIT = 16 << 20
-_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 #: Free space a publish needs beyond the image's size: its checksum, module file, wrapper,
 #: catalogue (which keeps every version's pip freeze) and a signature, with room to spare.
 SPACE_MARGIN = 64 << 20
@@ -219,7 +216,7 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
         raise ImageMissing(image, target.name)
     provenance = read_provenance(record)
     sha256 = provenance.get("sha256")
-    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+    if not isinstance(sha256, str) or not cat.SHA256.match(sha256):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
     refuse_other_build(image, provenance, target.name, inputs_hash)
@@ -309,8 +306,7 @@ def _existing(plan: PublishPlan, catalogue: dict) -> dict | None:
 def _remove_version(plan: PublishPlan, version: str, say: Say) -> None:
     sif = plan.folder / cat.sif_name(version)
     for path in (plan.module_dir / f"{version}.lua", sif.with_name(sif.name + ".sha256"),
-                 sif.with_name(sif.name + SBOM_SUFFIX), sif.with_name(f"{version}{DIFF_SUFFIX}"),
-                 sif):
+                 sbom_path(sif), sif.with_name(f"{version}{DIFF_SUFFIX}"), sif):
         if path.exists():
             say(f"  removing {path}")
         path.unlink(missing_ok=True)
@@ -591,8 +587,9 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
                             (json.dumps(catalogue, indent=2) + "\n").encode())),
          plan.dest / cat.CATALOGUE_NAME, "catalogue"),
         # the page shows what the catalogue says: replaced right after it
-        (tx.temp(write_temp(plan.dest / PAGE_NAME, render_page(catalogue, plan.dest).encode())),
-         plan.dest / PAGE_NAME, "page"),
+        (tx.temp(write_temp(plan.dest / cat.PAGE_NAME,
+                            render_page(catalogue, plan.dest).encode())),
+         plan.dest / cat.PAGE_NAME, "page"),
     ]
 
 
@@ -601,10 +598,9 @@ def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]
     SBOM (copied as built) and the diff against the version it replaces as latest; each named
     in ``entry``, which also takes the review's site-fit findings and gate record."""
     files = []
-    sbom = plan.image.with_name(plan.image.name + SBOM_SUFFIX)
-    if sbom.is_file():
-        final = plan.sif.with_name(plan.sif.name + SBOM_SUFFIX)
-        files.append((final, read_regular(sbom, limit=PROVENANCE_LIMIT), "sbom"))
+    if sbom_path(plan.image).is_file():
+        final = sbom_path(plan.sif)
+        files.append((final, read_regular(sbom_path(plan.image), limit=PROVENANCE_LIMIT), "sbom"))
         entry["sbom_file"] = str(final.relative_to(plan.dest))
     if reviewed.get("diff") is not None:
         final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")

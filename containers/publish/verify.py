@@ -168,12 +168,11 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
         for entry in block["versions"]:
             found, signature = check_entry(dest, entry, runtime, show_progress=not as_json)
             entry_problems += found
-            images.append(image_report(dest, name, entry, block["latest"], found, signature,
-                                       problems))
-            rows.append((name, entry["version"], "yes" if entry["version"] == block["latest"]
-                         else "", human_bytes(entry["size_bytes"]), entry["sha256"][:16],
-                         signature, "skipped" if entry["checks"].get("skipped") else "passed",
-                         entry["published"], "FAILED" if found else "ok"))
+            image = image_report(dest, name, entry, block["latest"], found, signature, problems)
+            images.append(image)
+            rows.append((name, image["version"], "yes" if image["latest"] else "",
+                         human_bytes(image["size_bytes"]), image["sha256"][:16], signature,
+                         image["checks"], image["published"], "FAILED" if found else "ok"))
     problems += entry_problems
     problems += mode_problems([p for p in walk_nofollow(dest) if not p.is_symlink()], None)
     exposed = open_parent(dest)  # anyone could swap the whole folder for their own
