@@ -51,28 +51,28 @@ def snapshot(dest: Path) -> dict[str, cat.TargetFolder]:
             elif name.endswith(".sif.sha256"):
                 found.checksums.add(name[:-len(".sif.sha256")])
         latest = folder / "latest"
-        found.latest_link = os.readlink(latest) if latest.is_symlink() else None
-        found.latest_not_link = _not_a_link(latest)
+        found.latest_link, found.latest_not_link = _link_state(latest)
         modules = dest / "modules" / folder.name
         if modules.is_dir():
             found.modules = {p.stem for p in modules.glob("*.lua")}
             default = modules / "default"
-            found.default_link = os.readlink(default) if default.is_symlink() else None
-            found.default_not_link = _not_a_link(default)
+            found.default_link, found.default_not_link = _link_state(default)
         wrapper = folder / "bin" / exec_name(folder.name)
         found.has_exec = wrapper.is_file() and os.access(wrapper, os.X_OK)
         folders[folder.name] = found
     return folders
 
 
-def _not_a_link(path: Path) -> str | None:
-    """What ``path`` is when it is not a symlink, in words (``is missing``, ``is a folder, not
-    a link``), for a problem line; None when it is a link."""
+def _link_state(path: Path) -> tuple[str | None, str | None]:
+    """(where the link ``path`` points, None) or, when it is no link, (None, what it is in words
+    for a problem line: ``is missing``, ``is a folder, not a link``)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
-        return "is missing"
-    return None if stat.S_ISLNK(mode) else f"is {kind_of(mode)}, not a link"
+        return None, "is missing"
+    if stat.S_ISLNK(mode):
+        return os.readlink(path), None
+    return None, f"is {kind_of(mode)}, not a link"
 
 
 def _checksum_of(sums: Path) -> tuple[str, str] | None:
