@@ -18,11 +18,14 @@ from containers.files import FileRefused, open_append_regular, read_regular
 from containers.inputs.schema import check_name
 from containers.locking import file_lock
 from containers.prove import stack
+from containers.prove.smoke import op_of
 from containers.report import human_bytes, new_figure, save_figure
 
 LOG_NAME = "allreduce.jsonl"
 #: The most one log may hold (about 100,000 records): beyond it the file is not a perflog.
 LOG_LIMIT = 256 << 20
+#: One run on the history plot: (date, busbw at the reference size, passed).
+Point = tuple[datetime.datetime, float, bool]
 
 
 def log_path(perflog_dir: Path, *, site: str, partition: str | None) -> Path:
@@ -98,11 +101,6 @@ def _log_bytes(path: Path) -> bytes:
         raise StateError(f"cannot read the perflog: {os_failure(exc)}") from exc
 
 
-def op_of(record: dict) -> str:
-    """The collective a record measured (records written before ``--op`` are all_reduce's)."""
-    return str(record.get("op") or "all_reduce")
-
-
 def read(perflog_dir: Path, *, target: str | None = None,
          ops: Sequence[str] | None = None) -> list[dict]:
     """Every record (oldest first), optionally of one target and of some collectives;
@@ -129,8 +127,7 @@ def at_reference(record: dict) -> tuple[int, float] | None:
     """(bytes, busbw) at the record's reference size, or None when the run has no reference or
     did not measure that size: only such points may be plotted against the reference."""
     reference = (record.get("performance") or {}).get("reference")
-    if not isinstance(reference, dict) or \
-            str(reference.get("op") or "all_reduce") != op_of(record):
+    if not isinstance(reference, dict) or op_of(reference) != op_of(record):
         return None  # a reference of another collective never measures this one
     for row in record.get("results") or []:
         if row.get("op", op_of(record)) == op_of(record) and \
@@ -138,11 +135,6 @@ def at_reference(record: dict) -> tuple[int, float] | None:
                 isinstance(row.get("busbw_oop"), (int, float)):
             return row["bytes"], float(row["busbw_oop"])
     return None
-
-
-def verdict_word(state: object) -> str:
-    """One spelling for every verdict the history shows: PASS, FAIL, XFAIL, NO-REFERENCE…"""
-    return str(state or "").upper()
 
 
 def image_label(record: dict) -> str:
@@ -205,7 +197,7 @@ def history_json(records: Sequence[dict]) -> list[dict]:
             "bytes": size, "busbw": busbw,
             "reference": reference if isinstance(reference, dict) else None,
             "sanity": "PASS" if record.get("passed") else "FAIL",
-            "performance": verdict_word(performance.get("state")) or None,
+            "performance": str(performance.get("state") or "").upper() or None,
             "plotted": at_reference(record) is not None, "stack_changed": changed,
             "out_dir": record.get("out_dir")})
     return runs
@@ -220,18 +212,12 @@ def _reference_key(record: dict) -> tuple | None:
             reference.get("source") or "source not recorded")
 
 
-def plot_series(records: Sequence[dict]) -> dict[str, list[tuple[datetime.datetime, float,
-                                                                     bool]]]:
+def plot_series(records: Sequence[dict]) -> dict[str, list[Point]]:
     """The history plot's points per image version: (date, busbw at the reference size,
     passed), for the runs that measured their reference's size only."""
-    return _series([(record, point) for record in records
-                    if (point := at_reference(record)) is not None])
-
-
-def _series(measured: Sequence[tuple[dict, tuple[int, float]]]) -> \
-        dict[str, list[tuple[datetime.datetime, float, bool]]]:
-    """:func:`plot_series` of the records measured at their reference size, with that point."""
-    series: dict[str, list[tuple[datetime.datetime, float, bool]]] = {}
+    measured = [(record, point) for record in records
+                if (point := at_reference(record)) is not None]
+    series: dict[str, list[Point]] = {}
     several = len({op_of(record) for record, _ in measured}) > 1
     for record, point in measured:
         label = image_label(record) + (f" {op_of(record)}" if several else "")
@@ -265,7 +251,7 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
     fig, ax = new_figure((9, 4.8))
     measured = [(record, point) for record in records
                 if (point := at_reference(record)) is not None]
-    series = _series(measured)
+    series = plot_series(records)
     for record, point in measured:
         busbw, when = point[1], parse_date(record["date"])
         if id(record) in changed:  # the same image on a changed stack: mark the step's cause
@@ -273,12 +259,10 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
             ax.annotate("stack: " + "; ".join(changed[id(record)]), (when, busbw), fontsize=6,
                         rotation=90, va="bottom", color="tab:purple")
     for label, points in series.items():
-        xs = [p[0] for p in points]
-        ys = [p[1] for p in points]
-        ax.plot(xs, ys, "o-", label=label)
-        bad = [(x, y) for x, y, ok in points if not ok]
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=label)
+        bad = [p for p in points if not p[2]]
         if bad:
-            ax.plot([b[0] for b in bad], [b[1] for b in bad], "x", color="red", markersize=10)
+            ax.plot([p[0] for p in bad], [p[1] for p in bad], "x", color="red", markersize=10)
     plotted = [record for record, _ in measured]
     _plot_references(ax, plotted, series)
     left_out = len(records) - len(plotted)

@@ -26,6 +26,15 @@ class Judgement:
     def failed(self) -> bool:
         return self.state in ("fail", "xpass")
 
+    def record(self) -> dict:
+        """The judgement as ``verdict.json`` and the perflog hold it."""
+        reference = self.reference
+        return {"state": self.state, "message": self.message, "failed": self.failed,
+                "measured": self.measured, "reference": None if reference is None else {
+                    "op": reference.op, "bytes": reference.bytes, "value": reference.value,
+                    "lower": reference.lower, "upper": reference.upper, "unit": reference.unit,
+                    "xfail": reference.xfail, "source": reference.source}}
+
 
 def judge(reference: Reference | None, results: Sequence[dict]) -> Judgement:
     """Out-of-place busbw at the reference's size against its bounds."""

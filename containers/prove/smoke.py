@@ -55,10 +55,6 @@ class SmokeOptions:
         return max(names.check_sizes(self.sizes, self.dtype))
 
     @property
-    def ops(self) -> list[str]:
-        return self.op.split(",")
-
-    @property
     def kind(self) -> "SmokeKind":
         return SMOKE
 
@@ -75,7 +71,8 @@ def _rows(result: verdict.Result, op: str | None = None) -> list[dict]:
 
 
 def op_of(row: dict) -> str:
-    return row.get("op") or DEFAULT_OP
+    """The collective of a report row or perflog record (those before ``--op``: all_reduce)."""
+    return str(row.get("op") or DEFAULT_OP)
 
 
 def _modes(row: dict) -> list[dict]:
@@ -209,7 +206,7 @@ class SmokeKind(WorkloadKind):
             return judged[ops[0]]
         worst = min(judged.items(), key=lambda item: _RANK.index(item[1].state))
         state = worst[1].state
-        message = "; ".join(f"{op}: {verdict_word(j.state)}: {j.message}"
+        message = "; ".join(f"{op}: {j.state.upper()}: {j.message}"
                             for op, j in judged.items())
         return Judgement(state, message, measured=worst[1].measured,
                          reference=worst[1].reference)
@@ -217,10 +214,11 @@ class SmokeKind(WorkloadKind):
     def op_details(self, result: verdict.Result, op: str) -> dict:
         """One op's part of ``verdict.json`` and its perflog line: its own verdict, rows and
         judgement."""
-        rows = _rows(result, op)
         summary = _summary(result, op)
-        largest = rows[-1] if rows else None
-        judgement = self.op_performance(result, op)
+        results = [{"op": op, "bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
+                    "busbw_ip": (r.get("ip") or {}).get("busbw"),
+                    "wrong": sum(mode["wrong"] or 0 for mode in _modes(r)),
+                    "wrong_cycles": r.get("wrong_cycles") or []} for r in _rows(result, op)]
         others = [r for r in result.reasons
                   if not any(r in _op_reasons(result, other) for other in asked_ops(result))]
         return {
@@ -228,15 +226,9 @@ class SmokeKind(WorkloadKind):
             "busbw_factor": summary.get("busbw_factor"), "root": summary.get("root"),
             "unsupported": summary.get("unsupported"), "wrong_total": wrong_total(result, op),
             "passed": not others and not _op_reasons(result, op),
-            "performance": performance_record(judgement),
-            "results": [{"op": op, "bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
-                         "busbw_ip": (r.get("ip") or {}).get("busbw"),
-                         "wrong": sum(mode["wrong"] or 0 for mode in _modes(r)),
-                         "wrong_cycles": r.get("wrong_cycles") or []}
-                        for r in rows],
-            "largest": None if largest is None else {
-                "bytes": largest["bytes"], "busbw_oop": largest["oop"]["busbw"],
-                "busbw_ip": (largest.get("ip") or {}).get("busbw")},
+            "performance": self.op_performance(result, op).record(), "results": results,
+            "largest": {key: results[-1][key] for key in ("bytes", "busbw_oop", "busbw_ip")}
+            if results else None,
         }
 
     def details(self, result: verdict.Result) -> dict:
@@ -289,21 +281,6 @@ class SmokeKind(WorkloadKind):
 
 #: Judgement states from the worst (a run of several ops reports its worst op's).
 _RANK = ("fail", "xpass", "not-measured", "no-reference", "xfail", "not-judged", "pass")
-
-
-def verdict_word(state: str) -> str:
-    return state.upper()
-
-
-def performance_record(judgement: Judgement) -> dict:
-    """A judgement as ``verdict.json`` holds it (the shape :func:`verdict.record` writes)."""
-    reference = judgement.reference
-    return {"state": judgement.state, "message": judgement.message,
-            "failed": judgement.failed, "measured": judgement.measured,
-            "reference": None if reference is None else {
-                "op": reference.op, "bytes": reference.bytes, "value": reference.value,
-                "lower": reference.lower, "upper": reference.upper, "unit": reference.unit,
-                "xfail": reference.xfail, "source": reference.source}}
 
 
 SMOKE = SmokeKind()

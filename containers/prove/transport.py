@@ -16,15 +16,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 #: Lines NCCL/RCCL print when they fall back to TCP sockets.
-SOCKET_FALLBACK = (re.compile(r"NCCL INFO NET/Socket\b"),
-                   re.compile(r"NCCL INFO Using network Socket"))
+SOCKET_FALLBACK = re.compile(r"NCCL INFO (NET/Socket\b|Using network Socket)")
 #: Any line naming the network NCCL chose.
 NETWORK_LINE = re.compile(r"NCCL INFO (NET/\w+|Using network )")
 #: The errors NCCL/RCCL stop with when NCCL_NET names a network they cannot load: RCCL and older
 #: NCCL (net.cc: ``Error: network %s not found.``, also in PyTorch's "Last error"), newer NCCL
 #: (plugin/net.cc: ``Failed to initialize any NET plugin``).
-PLUGIN_FAILED = (re.compile(r"\bError: network (?P<net>.*?) ?not found\b"),
-                 re.compile(r"\bFailed to initialize any NET plugin\b"))
+PLUGIN_FAILED = re.compile(r"\bError: network (?P<net>.*?) ?not found\b"
+                           r"|\bFailed to initialize any NET plugin\b")
 #: NCCL/RCCL's own lines when the network plugin library did not load (``libnccl-net.so``, RCCL's
 #: ``librccl-net.so``), across versions: ``Could not find: …``, ``No plugin found (…)``,
 #: ``dlerror=…``, ``Plugin load returned …``, ``libnccl-net.so: <loader error>``. They also appear
@@ -77,11 +76,10 @@ def check_transport(lines: Sequence[str], *, expect: str, name: str,
     the NCCL_NET the run set, if any. NCCL/RCCL stopping for want of the network wins over every
     other line (a rank that failed to start is a failed run)."""
     for line in lines:
-        for pattern in PLUGIN_FAILED:
-            found = pattern.search(line)
-            if found:
-                named = (found.groupdict().get("net") or "").strip() or None
-                return _plugin_failure(lines, line, name=name, net=net or named)
+        found = PLUGIN_FAILED.search(line)
+        if found:
+            named = (found.group("net") or "").strip() or None
+            return _plugin_failure(lines, line, name=name, net=net or named)
     wanted = re.compile(expect)
     for line in lines:
         if wanted.search(line):
@@ -90,8 +88,7 @@ def check_transport(lines: Sequence[str], *, expect: str, name: str,
         unloaded = next((line for line in lines if PLUGIN_NOT_LOADED.search(line)), None)
         if unloaded is not None:
             return _plugin_failure(lines, unloaded, name=name, net=net)
-    fallback = next((line for line in lines if any(p.search(line) for p in SOCKET_FALLBACK)),
-                    None)
+    fallback = next((line for line in lines if SOCKET_FALLBACK.search(line)), None)
     if fallback is not None:
         return TransportCheck(
             False, f"NCCL/RCCL fell back to TCP sockets instead of {name}: the network plugin "

@@ -16,47 +16,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
-from typing import Protocol
 
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.facts import utc_now
 from containers.image import provenance
 from containers.inputs.sites import VISIBLE_DEVICES
 from containers.prove import devices, stack
+from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.prove.transport import TransportCheck, check_transport
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
-
-
-class Judge(Protocol):
-    """What the gates ask of a workload kind (:class:`containers.prove.kind.WorkloadKind`
-    implements it; the kinds build on this module, so it names them only by their shape)."""
-
-    name: str
-    script: str
-    report_name: str
-    program: str
-    logs_performance: bool
-
-    def failures(self, result: "Result") -> list[str]: ...
-
-    def report_reasons(self, result: "Result", *, settled: bool) -> list[str]: ...
-
-    def performance(self, result: "Result") -> Judgement | None: ...
-
-    def details(self, result: "Result") -> dict: ...
-
-    def write_reports(self, result: "Result") -> list[Path]: ...
-
-    def perflog_records(self, record: dict) -> list[dict]: ...
 
 
 @dataclass(frozen=True)
 class Result:
     """A finished run of a kind: the plan, what the run left, and (lazily) both gates."""
 
-    kind: Judge
+    kind: WorkloadKind
     plan: Workload
     outcome: Outcome
     partition: str | None = None
@@ -94,7 +70,7 @@ class Result:
         return not self.reasons and not (self.performance and self.performance.failed)
 
 
-def run(kind: Judge, workload: Workload, *, say: Say,
+def run(kind: WorkloadKind, workload: Workload, *, say: Say,
         partition: str | None = None) -> Result:
     """Run a planned workload of ``kind`` and keep what it left for the gates."""
     return Result(kind=kind, plan=workload, outcome=run_workload(workload, say=say),
@@ -125,21 +101,16 @@ def _run_reasons(result: Result) -> list[str]:
     return reasons + kind.report_reasons(result, settled=bool(reasons))
 
 
-def expectation(plan: Workload) -> devices.Expectation:
-    """What the plan promised about devices, for the device gate."""
-    site = plan.site
-    return devices.Expectation(
-        site=site.name, gpu=site.gpus.kind, ranks=plan.ranks, gpu_flag=site.gpu_flag,
-        visible_var=VISIBLE_DEVICES.get(site.gpus.kind),
-        rank_cores=tuple(plan.cores))
-
-
 def device_reasons(result: Result) -> list[str]:
     """On a site with GPUs, a run must prove it used them, rank by rank (its device reports);
     anywhere, pinned ranks must be on their cores. A CPU run would otherwise pass on a GPU site
     and prove nothing about it."""
-    backend = (result.report or {}).get("backend")
-    return devices.reasons(expectation(result.plan), result.outcome.devices, backend=backend)
+    plan, site = result.plan, result.plan.site
+    expect = devices.Expectation(
+        site=site.name, gpu=site.gpus.kind, ranks=plan.ranks, gpu_flag=site.gpu_flag,
+        visible_var=VISIBLE_DEVICES.get(site.gpus.kind), rank_cores=tuple(plan.cores))
+    return devices.reasons(expect, result.outcome.devices,
+                           backend=(result.report or {}).get("backend"))
 
 
 def arch_reasons(result: Result) -> list[str]:
@@ -196,7 +167,6 @@ def record(result: Result, *, image_record: dict) -> dict:
     ``image_record`` is the image's provenance; ``passed`` is the sanity gate.
     """
     plan, performance, report = result.plan, result.performance, result.report or {}
-    reference = performance.reference if performance else None
     return {
         "kind": result.kind.name,
         "target": plan.target.name,
@@ -219,13 +189,7 @@ def record(result: Result, *, image_record: dict) -> dict:
                               runtime=result.plan.launch.runtime),
         "passed": not result.reasons,
         "reasons": list(result.reasons),
-        "performance": None if performance is None else {
-            "state": performance.state, "message": performance.message,
-            "failed": performance.failed, "measured": performance.measured,
-            "reference": None if reference is None else {
-                "op": reference.op, "bytes": reference.bytes, "value": reference.value, "lower": reference.lower,
-                "upper": reference.upper, "unit": reference.unit, "xfail": reference.xfail,
-                "source": reference.source}},
+        "performance": None if performance is None else performance.record(),
         **result.kind.details(result),
         "seconds": round(result.outcome.seconds, 1),
         "date": utc_now(),

@@ -42,7 +42,8 @@ LOCK_NAME = ".publish.lock"
 TEMP_SUFFIXES = TEMP_ENDINGS
 #: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).
 CATALOGUE_LIMIT = 64 << 20
-_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+#: A sha256 as hex digits, the way ``sha256sum`` writes it.
+SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _FINGERPRINT = re.compile(r"[0-9A-F]{16,64}\Z")
 
 
@@ -144,7 +145,7 @@ def entry_problem(target: str, entry: Any) -> str | None:
     for key, wanted in layout_files(target, entry["version"]).items():
         if entry.get(key) != wanted:
             return f"{key} {entry.get(key)!r} is not {wanted!r}"
-    if not isinstance(entry.get("sha256"), str) or not _SHA256.match(entry["sha256"]):
+    if not isinstance(entry.get("sha256"), str) or not SHA256.match(entry["sha256"]):
         return "sha256 is not 64 lower-case hexadecimal digits"
     size = entry.get("size_bytes")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -288,15 +289,15 @@ def consistency_problems(catalogue: dict, folders: dict[str, TargetFolder]) -> l
             problems.append(f"{target}/{sif_name(version)}: not in the catalogue")
         if listed and pointer not in listed:
             problems.append(f"catalogue: {target} latest {pointer!r} is not a listed version")
-        if listed and found.latest_link != sif_name(pointer or ""):
-            what = (f"points to {found.latest_link!r}" if found.latest_link is not None
-                    else found.latest_not_link or "is missing")
-            problems.append(f"{target}/latest: {what}, the catalogue says "
-                            f"{sif_name(pointer or '')!r}")
-        if listed and found.default_link != f"{pointer}.lua":
-            what = (f"points to {found.default_link!r}" if found.default_link is not None
-                    else found.default_not_link or "is missing")
-            problems.append(f"modules/{target}/default: {what}, expected '{pointer}.lua'")
+        for link, wanted, points_to, not_link, says in (
+                (f"{target}/latest", sif_name(pointer or ""), found.latest_link,
+                 found.latest_not_link, "the catalogue says"),
+                (f"modules/{target}/default", f"{pointer}.lua", found.default_link,
+                 found.default_not_link, "expected")):
+            if listed and points_to != wanted:
+                what = (f"points to {points_to!r}" if points_to is not None
+                        else not_link or "is missing")
+                problems.append(f"{link}: {what}, {says} {wanted!r}")
         if listed and not found.has_exec:
             problems.append(f"{target}/bin/{target}-exec: missing")
     return problems

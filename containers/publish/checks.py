@@ -36,16 +36,13 @@ SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "devic
 VERDICT_LIMIT = 16 << 20
 
 
-def _ranks(record: dict) -> int:
-    ranks = record.get("ranks")
-    return ranks if isinstance(ranks, int) and not isinstance(ranks, bool) else 0
-
-
 def _proves(record: dict, gpu: str) -> bool:
     """Whether a passing verdict is of a run that could prove the image at all: 2 ranks or
     more, and for a GPU image every rank on that kind of GPU with backend nccl."""
-    return _ranks(record) >= 2 and (gpu == "none" or (record.get("backend") == "nccl"
-                                                      and record.get("device_kind") == gpu))
+    ranks = record.get("ranks")
+    return (isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 2
+            and (gpu == "none" or (record.get("backend") == "nccl"
+                                   and record.get("device_kind") == gpu)))
 
 
 def find_verdict(results_dir: Path, target: str, sha256: str, *,

@@ -88,18 +88,15 @@ def lines(result: Mapping) -> list[str]:
 
     out = [f"diff {result['old']} -> {result['new']}"]
     pkgs = result["packages"]
-    for key, version in pkgs["added"].items():
-        out.append(f"  + {key} {shown(version)}")
-    for key, version in pkgs["removed"].items():
-        out.append(f"  - {key} {shown(version)}")
+    for sign, change in (("+", "added"), ("-", "removed")):
+        out += [f"  {sign} {key} {shown(version)}" for key, version in pkgs[change].items()]
     for key, (was, now) in pkgs["changed"].items():
         out.append(f"  ~ {key} {shown(was)} -> {shown(now)}")
     if not any(pkgs.values()):
         out.append("  packages: no change")
-    for key, (was, now) in result["stack"].items():
-        out.append(f"  stack {key}: {shown(was)} -> {shown(now)}")
-    for key, (was, now) in result["labels"].items():
-        out.append(f"  label {key}: {shown(was)} -> {shown(now)}")
+    for what, part in (("stack", "stack"), ("label", "labels")):
+        out += [f"  {what} {key}: {shown(was)} -> {shown(now)}"
+                for key, (was, now) in result[part].items()]
     old_size, new_size = result["size_bytes"]
     out.append(f"  size: {human_bytes(old_size)} -> {human_bytes(new_size)} "
                f"({new_size - old_size:+d} B)")

@@ -81,10 +81,6 @@ def busbw_check(old: Mapping | None, new: Mapping | None) -> dict:
 
 
 # ------------------------------------------------------------------- the verdict's evidence
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _report_reasons(folder: Path, ranks: int) -> list[str]:
     """What the benchmark's own results JSON says against a pass."""
     report = read_json_object(folder / SMOKE_REPORT)
@@ -148,7 +144,7 @@ def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str,
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]
     ranks = record.get("ranks")
-    if not _whole(ranks) or not 2 <= ranks <= MOST_RANKS:
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or not 2 <= ranks <= MOST_RANKS:
         return [f"the verdict's ranks ({ranks!r}) are not a run of 2 or more ranks"]
     if record.get("sha256") != sha256:
         return [f"the verdict is of sha256 {str(record.get('sha256'))[:12]}, not {sha256[:12]}"]

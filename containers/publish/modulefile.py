@@ -31,7 +31,9 @@ import shlex
 from dataclasses import dataclass, field
 
 FAMILY = "container_image"
-_LUA_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: ``\ddd`` for every control character, the short escape where Lua has one.
+_LUA_ESCAPES = str.maketrans({chr(code): f"\\{code:03d}" for code in (*range(0x20), 0x7F)}
+                             | {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
 def lua_string(value: str) -> str:
@@ -42,15 +44,7 @@ def lua_string(value: str) -> str:
     through since Lua strings are byte strings. Long brackets (``[[...]]``) are avoided because
     a value containing ``]]`` would end them.
     """
-    out = []
-    for char in value:
-        if char in _LUA_ESCAPES:
-            out.append(_LUA_ESCAPES[char])
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\{ord(char):03d}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
+    return '"' + value.translate(_LUA_ESCAPES) + '"'
 
 
 def comment_text(value: str) -> str:

@@ -77,29 +77,33 @@ def expected_mode(path: Path, modes: Modes) -> int:
     return modes.dir if is_wrapper else modes.file
 
 
-def target_roots(dest: Path, target: str) -> list[Path]:
-    """The folders one publish of ``target`` owns, whole: its own, its modules', the keys."""
-    return [dest / target, dest / "modules" / target, dest / "keys"]
+def _publish_paths(dest: Path, target: str) -> list[Path]:
+    """What one publish of ``target`` writes, chmods or removes: the top files and ``modules``,
+    and the folders it owns whole (its own, its modules', the keys) with all they hold."""
+    paths = [dest / CATALOGUE_NAME, dest / PAGE_NAME, dest / LOCK_NAME, dest / "modules"]
+    for root in (dest / target, dest / "modules" / target, dest / "keys"):
+        paths += walk_nofollow(root)
+    return paths
+
+
+def _folders(dest: Path, target: str | None) -> list[Path]:
+    """The folders of the layout (the shared ones, and ``target``'s when named)."""
+    shared = [dest / "modules", dest / "keys"]
+    return shared if target is None else [
+        dest / target, dest / target / "bin", *shared, dest / "modules" / target]
 
 
 def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
     """The first thing inside ``dest`` that publish (of ``target``) or verify (``None``: the
     whole folder) must not go through, in one line naming it, else None: a link other than
     ``<t>/latest`` and ``modules/<t>/default``, or a file where the layout has a folder."""
-    if target is None:
-        paths = list(walk_nofollow(dest))[1:]
-    else:
-        top = [dest / CATALOGUE_NAME, dest / PAGE_NAME, dest / LOCK_NAME, dest / "modules"]
-        paths = top + [p for root in target_roots(dest, target) for p in walk_nofollow(root)]
+    paths = list(walk_nofollow(dest))[1:] if target is None else _publish_paths(dest, target)
     for path in paths:
         link = first_link(dest, path)
         if link is not None and not layout_link(dest, link):
             return (f"{link} is a symbolic link; nothing inside {dest} is reached through a "
                     "link: remove it (and check what it pointed to), or publish elsewhere")
-    folders = [dest / "modules", dest / "keys"]
-    if target is not None:
-        folders += [dest / target, dest / target / "bin", dest / "modules" / target]
-    for folder in folders:
+    for folder in _folders(dest, target):
         if os.path.lexists(folder) and not stat.S_ISDIR(folder.lstat().st_mode):
             return f"{folder} is {kind_of(folder.lstat().st_mode)}, where publish keeps a folder"
     return None
@@ -119,8 +123,7 @@ def open_parent(dest: Path) -> str | None:
 def open_folders(dest: Path, target: str) -> str | None:
     """The first folder one publish of ``target`` writes into that anyone may write (a file
     planted there would be published with the rest), else None."""
-    for folder in (dest / target, dest / target / "bin", dest / "modules",
-                   dest / "modules" / target, dest / "keys"):
+    for folder in _folders(dest, target):
         try:
             mode = os.lstat(folder).st_mode
         except FileNotFoundError:
@@ -134,10 +137,7 @@ def open_folders(dest: Path, target: str) -> str | None:
 def managed_paths(dest: Path, target: str) -> list[Path]:
     """What one publish owns: the target's folders and files, modules, keys and catalogue;
     never a link, nor anything reached through one (:func:`walk_nofollow`)."""
-    paths = [dest / CATALOGUE_NAME, dest / PAGE_NAME, dest / LOCK_NAME, dest / "modules"]
-    for root in target_roots(dest, target):
-        paths += walk_nofollow(root)
-    return [p for p in paths if os.path.lexists(p) and not p.is_symlink()
+    return [p for p in _publish_paths(dest, target) if os.path.lexists(p) and not p.is_symlink()
             and first_link(dest, p) is None]
 
 

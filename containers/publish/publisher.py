@@ -33,7 +33,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import re
 import shutil
 import socket
 import stat
@@ -48,6 +47,7 @@ from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folde
                               read_regular_json, sha256_file, temp_name, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
+from containers.image.inspect import sbom_path
 from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
 from containers.inputs.schema import check_name, is_env_name, name_problem
@@ -67,18 +67,15 @@ from containers.publish.page import render_page
 from containers.report import Say, human_bytes, say_line
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
-#: Beside each published image: its SBOM (as the build wrote it) and the diff against the
-#: version it replaced (``<version>.diff.json``); the catalogue page at the top.
-SBOM_SUFFIX = ".cdx.json"
+#: Beside each published image: its SBOM (as the build wrote it, :func:`sbom_path`) and the
+#: diff against the version it replaced (``<version>.diff.json``).
 DIFF_SUFFIX = ".diff.json"
-PAGE_NAME = cat.PAGE_NAME
 #: The caller's review of a version before it is published (site fit, diff against latest,
 #: release gate): (plan, checks, say) -> what the entry records ({"fit", "gate", "stack",
 #: "diff"}); raises VerdictFailed to refuse it.
 Review = Callable[["PublishPlan", dict, Say], dict]
 #: The most an image's build record may hold (its pip freeze is the bulk of it).
 PROVENANCE_LIMIT = 16 << 20
-_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 #: Free space a publish needs beyond the image's size: its checksum, module file, wrapper,
 #: catalogue (which keeps every version's pip freeze) and a signature, with room to spare.
 SPACE_MARGIN = 64 << 20
@@ -219,7 +216,7 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
         raise ImageMissing(image, target.name)
     provenance = read_provenance(record)
     sha256 = provenance.get("sha256")
-    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+    if not isinstance(sha256, str) or not cat.SHA256.match(sha256):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
     refuse_other_build(image, provenance, target.name, inputs_hash)
@@ -257,15 +254,6 @@ def sweep_temps(plan: PublishPlan, say: Say) -> None:
             if path.name.endswith(cat.TEMP_SUFFIXES):
                 say(f"removing leftover of an interrupted publish: {path}")
                 path.unlink(missing_ok=True)
-
-
-def _module_spec(plan: PublishPlan, *, sha256: str, fingerprint: str | None,
-                 when: str) -> ModuleSpec:
-    return ModuleSpec(target=plan.target.name, version=plan.version,
-                      description=plan.target.description, image=str(plan.sif),
-                      bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
-                      gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
-                      sha256=sha256, signed_by=fingerprint, published=when)
 
 
 def refuse_links(plan: PublishPlan) -> None:
@@ -318,8 +306,7 @@ def _existing(plan: PublishPlan, catalogue: dict) -> dict | None:
 def _remove_version(plan: PublishPlan, version: str, say: Say) -> None:
     sif = plan.folder / cat.sif_name(version)
     for path in (plan.module_dir / f"{version}.lua", sif.with_name(sif.name + ".sha256"),
-                 sif.with_name(sif.name + SBOM_SUFFIX), sif.with_name(f"{version}{DIFF_SUFFIX}"),
-                 sif):
+                 sbom_path(sif), sif.with_name(f"{version}{DIFF_SUFFIX}"), sif):
         if path.exists():
             say(f"  removing {path}")
         path.unlink(missing_ok=True)
@@ -399,7 +386,6 @@ class Transaction:
         return path
 
     def install(self, temp: Path, final: Path, step: str) -> None:
-        """Commit step ``step``: rename ``temp`` over ``final``."""
         before_commit(step)
         backup = None
         if os.path.lexists(final):
@@ -443,17 +429,17 @@ def before_commit(step: str) -> None:
     """Called before each commit step (a rename); a fault-injection point for tests."""
 
 
-def free_space_problem(plan: PublishPlan, size: int) -> str | None:
-    """One line naming what publishing needs and what is free, when it does not fit."""
-    where = plan.folder if plan.folder.is_dir() else plan.dest
-    free = shutil.disk_usage(where).free
+def refuse_no_space(plan: PublishPlan) -> None:
+    """A :class:`StateError` naming what publishing needs and what is free, when it does not
+    fit."""
+    size = plan.image.stat().st_size
+    free = shutil.disk_usage(plan.folder if plan.folder.is_dir() else plan.dest).free
     need = size + SPACE_MARGIN
-    if free >= need:
-        return None
-    return (f"not enough free space in {plan.dest}: publishing {plan.target.name} "
-            f"{plan.version} needs {human_bytes(need)} (the image, {human_bytes(size)}, plus "
-            f"{human_bytes(SPACE_MARGIN)}) and {human_bytes(free)} is free; nothing was "
-            "published")
+    if free < need:
+        raise StateError(f"not enough free space in {plan.dest}: publishing {plan.target.name} "
+                         f"{plan.version} needs {human_bytes(need)} (the image, "
+                         f"{human_bytes(size)}, plus {human_bytes(SPACE_MARGIN)}) and "
+                         f"{human_bytes(free)} is free; nothing was published")
 
 
 def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
@@ -536,9 +522,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     sweep_temps(plan, say)
     before = cat.load(plan.dest / cat.CATALOGUE_NAME)
     replaced = _existing(plan, before)
-    problem = free_space_problem(plan, plan.image.stat().st_size)
-    if problem:
-        raise StateError(problem)
+    refuse_no_space(plan)
     when = utc_now()
     # Checked before the copy: a refused --keep must not cost a multi-GB copy.
     gone = _prune(plan, before, when)
@@ -551,8 +535,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
         say(f"pruning {plan.target.name} {version} (--keep {plan.keep})")
     catalogue = cat.without_versions(cat.with_entry(before, entry, now=when), plan.target.name,
                                      gone, now=when)
-    spec = _module_spec(plan, sha256=sha256, fingerprint=key and key.fingerprint, when=when)
-    staged = _stage(plan, tx, sha256=sha256, spec=spec, key=key, public=public, beside=beside,
+    staged = _stage(plan, tx, sha256=sha256, when=when, key=key, public=public, beside=beside,
                     catalogue=catalogue)
     for temp, final, step in staged:
         tx.install(temp, final, step)
@@ -571,7 +554,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     return entry
 
 
-def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, spec: ModuleSpec,
+def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
            key: signing.SigningKey | None, public: bytes, beside: list[tuple],
            catalogue: dict) -> list[tuple[Path, Path, str]]:
     """Every file of the publish written under a temp name beside its final one: ``(temp, final,
@@ -582,6 +565,11 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, spec: ModuleSpec,
     wrapper = tx.temp(write_temp(plan.exec_path, render_exec_wrapper(
         plan.target.name).encode()))  # no version's facts: each module file carries its own
     os.chmod(wrapper, plan.modes.dir)  # executable from its first moment under its final name
+    spec = ModuleSpec(target=plan.target.name, version=plan.version,
+                      description=plan.target.description, image=str(plan.sif),
+                      bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
+                      gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
+                      sha256=sha256, signed_by=key and key.fingerprint, published=when)
     return [  # (temp, final, commit step), in commit order: the catalogue last
         (tx.temp(write_temp(plan.checksum, cat.checksum_line(sha256, plan.version).encode())),
          plan.checksum, "checksum"),
@@ -599,8 +587,9 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, spec: ModuleSpec,
                             (json.dumps(catalogue, indent=2) + "\n").encode())),
          plan.dest / cat.CATALOGUE_NAME, "catalogue"),
         # the page shows what the catalogue says: replaced right after it
-        (tx.temp(write_temp(plan.dest / PAGE_NAME, render_page(catalogue, plan.dest).encode())),
-         plan.dest / PAGE_NAME, "page"),
+        (tx.temp(write_temp(plan.dest / cat.PAGE_NAME,
+                            render_page(catalogue, plan.dest).encode())),
+         plan.dest / cat.PAGE_NAME, "page"),
     ]
 
 
@@ -609,10 +598,9 @@ def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]
     SBOM (copied as built) and the diff against the version it replaces as latest; each named
     in ``entry``, which also takes the review's site-fit findings and gate record."""
     files = []
-    sbom = plan.image.with_name(plan.image.name + SBOM_SUFFIX)
-    if sbom.is_file():
-        final = plan.sif.with_name(plan.sif.name + SBOM_SUFFIX)
-        files.append((final, read_regular(sbom, limit=PROVENANCE_LIMIT), "sbom"))
+    if sbom_path(plan.image).is_file():
+        final = sbom_path(plan.sif)
+        files.append((final, read_regular(sbom_path(plan.image), limit=PROVENANCE_LIMIT), "sbom"))
         entry["sbom_file"] = str(final.relative_to(plan.dest))
     if reviewed.get("diff") is not None:
         final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
@@ -624,18 +612,6 @@ def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]
     return files
 
 
-def published_as(plan: PublishPlan, catalogue: dict) -> list[str]:
-    """The other versions of this target that hold this very build (its sha256)."""
-    return [str(entry.get("version")) for entry in cat.entries(catalogue, plan.target.name)
-            if (entry.get("provenance") or {}).get("sha256") == plan.provenance["sha256"]
-            and entry.get("version") != plan.version]
-
-
-def gpu_of(plan: PublishPlan) -> str:
-    """The GPU kind the image must be proven on: its target's, else its site's (none for CPU)."""
-    return plan.target.gpu if plan.target.gpu != "none" else plan.site.gpus.kind
-
-
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             say: Say = say_line, review: Review | None = None) -> dict:
     """Check, copy, sign, checksum, catalogue and module-file one image; its catalogue entry.
@@ -645,22 +621,24 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
         refuse_links(plan)
         catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
         _existing(plan, catalogue)
-        same = published_as(plan, catalogue)
+        same = [str(entry.get("version")) for entry in cat.entries(catalogue, plan.target.name)
+                if (entry.get("provenance") or {}).get("sha256") == plan.provenance["sha256"]
+                and entry.get("version") != plan.version]  # this very build, as other versions
         if same:
             say(f"note: this build (sha256 {plan.provenance['sha256'][:12]}) is already "
                 f"published as {plan.target.name} {', '.join(same)}; publishing it again as "
                 f"{plan.version}")
-        problem = free_space_problem(plan, plan.image.stat().st_size)
-        if problem:
-            raise StateError(problem)
+        refuse_no_space(plan)
     key = signing.signing_key(runtime, plan.keysdir, plan.keyidx) if plan.sign else None
     if plan.skip_checks:
         checks = skipped(plan.target.name, say)
     else:
         checks = ensure_checks(runtime, target=plan.target, image=plan.image,
                                provenance=plan.provenance, results_dir=plan.results_dir,
-                               quick_check=quick_check, say=say,
-                               gpu=gpu_of(plan), gpus_here=gpu_kinds_here())
+                               quick_check=quick_check, say=say, gpus_here=gpu_kinds_here(),
+                               # proven on the target's GPU kind, else its site's (none: CPU)
+                               gpu=plan.target.gpu if plan.target.gpu != "none"
+                               else plan.site.gpus.kind)
         if (checks.get("smoke") or {}).get("performance_failed"):
             performance = checks["smoke"]["performance"]
             say(f"checks: performance {shown(performance.get('state') or 'fail').upper()} "

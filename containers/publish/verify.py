@@ -11,6 +11,7 @@ are only read as links): one is refused before any check, naming it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -50,28 +51,28 @@ def snapshot(dest: Path) -> dict[str, cat.TargetFolder]:
             elif name.endswith(".sif.sha256"):
                 found.checksums.add(name[:-len(".sif.sha256")])
         latest = folder / "latest"
-        found.latest_link = os.readlink(latest) if latest.is_symlink() else None
-        found.latest_not_link = _not_a_link(latest)
+        found.latest_link, found.latest_not_link = _link_state(latest)
         modules = dest / "modules" / folder.name
         if modules.is_dir():
             found.modules = {p.stem for p in modules.glob("*.lua")}
             default = modules / "default"
-            found.default_link = os.readlink(default) if default.is_symlink() else None
-            found.default_not_link = _not_a_link(default)
+            found.default_link, found.default_not_link = _link_state(default)
         wrapper = folder / "bin" / exec_name(folder.name)
         found.has_exec = wrapper.is_file() and os.access(wrapper, os.X_OK)
         folders[folder.name] = found
     return folders
 
 
-def _not_a_link(path: Path) -> str | None:
-    """What ``path`` is when it is not a symlink, in words (``is missing``, ``is a folder, not
-    a link``), for a problem line; None when it is a link."""
+def _link_state(path: Path) -> tuple[str | None, str | None]:
+    """(where the link ``path`` points, None) or, when it is no link, (None, what it is in words
+    for a problem line: ``is missing``, ``is a folder, not a link``)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
-        return "is missing"
-    return None if stat.S_ISLNK(mode) else f"is {kind_of(mode)}, not a link"
+        return None, "is missing"
+    if stat.S_ISLNK(mode):
+        return os.readlink(path), None
+    return None, f"is {kind_of(mode)}, not a link"
 
 
 def _checksum_of(sums: Path) -> tuple[str, str] | None:
@@ -92,11 +93,10 @@ def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime], *,
     if not path.is_file():
         return [], "-"  # reported by the consistency check
     problems = []
-    if show_progress:
-        with byte_progress(f"sha256 {entry['file']}", path.stat().st_size) as advance:
-            actual = sha256_file(path, progress=advance)
-    else:  # a JSON document is all that goes to stdout
-        actual = sha256_file(path)
+    # with --json, a JSON document is all that goes to stdout
+    with (byte_progress(f"sha256 {entry['file']}", path.stat().st_size) if show_progress
+          else contextlib.nullcontext(None)) as advance:
+        actual = sha256_file(path, progress=advance)
     if actual != entry["sha256"]:
         problems.append(f"{path}: sha256 {actual[:16]}... does not match the catalogue "
                         f"({entry['sha256'][:16]}...): the file is corrupt or was replaced")
@@ -168,12 +168,11 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
         for entry in block["versions"]:
             found, signature = check_entry(dest, entry, runtime, show_progress=not as_json)
             entry_problems += found
-            images.append(image_report(dest, name, entry, block["latest"], found, signature,
-                                       problems))
-            rows.append((name, entry["version"], "yes" if entry["version"] == block["latest"]
-                         else "", human_bytes(entry["size_bytes"]), entry["sha256"][:16],
-                         signature, "skipped" if entry["checks"].get("skipped") else "passed",
-                         entry["published"], "FAILED" if found else "ok"))
+            image = image_report(dest, name, entry, block["latest"], found, signature, problems)
+            images.append(image)
+            rows.append((name, image["version"], "yes" if image["latest"] else "",
+                         human_bytes(image["size_bytes"]), image["sha256"][:16], signature,
+                         image["checks"], image["published"], "FAILED" if found else "ok"))
     problems += entry_problems
     problems += mode_problems([p for p in walk_nofollow(dest) if not p.is_symlink()], None)
     exposed = open_parent(dest)  # anyone could swap the whole folder for their own
