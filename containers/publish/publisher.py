@@ -61,8 +61,7 @@ from containers.publish.diff import shown
 from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wrapper,
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
-                                            open_folders, open_parent, resolve_group, umask,
-                                            unsafe_layout)
+                                            open_parent, resolve_group, umask, unsafe_layout)
 from containers.publish.page import render_page
 from containers.report import Say, human_bytes, say_line
 
@@ -98,8 +97,8 @@ class PublishRequest:
     def __post_init__(self) -> None:
         if not self.target:
             raise UsageError("name the image target to publish", flag="--target")
-        if name_problem("target", self.target):
-            raise UsageError(name_problem("target", self.target), flag="--target")
+        if problem := name_problem("target", self.target):
+            raise UsageError(problem, flag="--target")
         if not self.dest:
             raise UsageError("name the site folder to publish into", flag="--dest")
         dest = Path(os.path.abspath(Path(self.dest).expanduser()))
@@ -259,8 +258,7 @@ def sweep_temps(plan: PublishPlan, say: Say) -> None:
 def refuse_links(plan: PublishPlan) -> None:
     """A :class:`StateError` naming the first link (or misplaced file) inside the publish folder
     that this publish would write, chmod or remove through: it never follows one."""
-    problem = unsafe_layout(plan.dest, plan.target.name) or open_folders(plan.dest,
-                                                                          plan.target.name)
+    problem = unsafe_layout(plan.dest, plan.target.name)
     if problem:
         raise StateError(problem)
     for link in (plan.folder / "latest", plan.module_dir / "default"):
@@ -271,12 +269,9 @@ def refuse_links(plan: PublishPlan) -> None:
 
 def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, checks: dict,
            key: signing.SigningKey | None, replaced: dict | None, when: str) -> dict:
-    def dest_rel(path: Path) -> str:
-        return str(path.relative_to(plan.dest))
-
     return {
-        "target": plan.target.name, "version": plan.version, "file": dest_rel(plan.sif),
-        "checksum_file": dest_rel(plan.checksum), "module": dest_rel(plan.module),
+        "target": plan.target.name, "version": plan.version,
+        **cat.layout_files(plan.target.name, plan.version),
         "sha256": sha256, "size_bytes": size, "signed": key is not None,
         "key_fingerprint": key.fingerprint if key else None,
         "key_user": key.user if key else None,
@@ -312,41 +307,29 @@ def _remove_version(plan: PublishPlan, version: str, say: Say) -> None:
         path.unlink(missing_ok=True)
 
 
-def in_use(plan: PublishPlan, catalogue: dict) -> dict[str, str]:
-    """The versions of this target that something points at, each with why: the catalogue's
-    ``latest``, a module ``default`` link set by hand to another version, and the versions the
+def _prune(plan: PublishPlan, before: dict) -> list[str]:
+    """The versions ``--keep`` removes once this version is published into the catalogue
+    ``before``. A version in use, as the folder was before this publish, is refused in one line
+    naming it, before anything is made: ``--keep`` never removes what users may be running. In
+    use: a module ``default`` link set by hand to a version other than the catalogue's
+    ``latest`` (the old latest is not in use once the new version is latest), the versions the
     catalogue pins (the target block's ``pinned`` list: versions queued jobs or a site's
     documentation rely on) and those the config pins (``containers.publish_pinned``)."""
-    block = catalogue["targets"].get(plan.target.name, {})
-    latest = block.get("latest")
-    uses: dict[str, str] = {latest: "latest"} if latest else {}
+    if plan.keep is None:
+        return []
+    # the versions once this one is published: a republished version moves to the end
+    versions = [e["version"] for e in cat.entries(before, plan.target.name)
+                if e["version"] != plan.version] + [plan.version]
+    gone = cat.select_prune(versions, keep=plan.keep, latest=plan.version)
+    uses: dict[str, str] = {}
     default = plan.module_dir / "default"
-    if default.is_symlink() and os.readlink(default).endswith(".lua"):
-        version = os.readlink(default)[:-len(".lua")]
-        if version != latest:
-            uses[version] = f"the module default: {default} points to it"
-    for version in cat.pinned(catalogue, plan.target.name):
+    linked = os.readlink(default) if default.is_symlink() else ""
+    if linked.endswith(".lua") and linked[:-len(".lua")] != cat.latest(before, plan.target.name):
+        uses[linked[:-len(".lua")]] = f"the module default: {default} points to it"
+    for version in cat.pinned(before, plan.target.name):
         uses[version] = f"pinned in {plan.dest / cat.CATALOGUE_NAME}"
     for version in plan.pinned:
         uses[version] = "pinned in the config: containers.publish_pinned"
-    return uses
-
-
-def _prune(plan: PublishPlan, before: dict, when: str) -> list[str]:
-    """The versions ``--keep`` removes once this version is published into the catalogue
-    ``before``. A version in use (:func:`in_use`, as the folder was before this publish) is
-    refused in one line naming it, before anything is made: ``--keep`` never removes what users
-    may be running."""
-    if plan.keep is None:
-        return []
-    # which versions go depends only on the new entry's target and version
-    catalogue = cat.with_entry(before, {"target": plan.target.name, "version": plan.version},
-                               now=when)
-    versions = [e["version"] for e in cat.entries(catalogue, plan.target.name)]
-    gone = cat.select_prune(versions, keep=plan.keep,
-                            latest=cat.latest(catalogue, plan.target.name))
-    uses = {v: why for v, why in in_use(plan, before).items() if why != "latest"}
-    # (the old latest is not in use once the new version is latest)
     blocked = [v for v in gone if v in uses]
     if blocked:
         raise StateError(f"--keep {plan.keep} would remove {plan.target.name} {blocked[0]}, "
@@ -399,7 +382,8 @@ class Transaction:
 
     def rollback(self) -> list[str]:
         """Undo every step, newest first; the problems met while undoing (none: all undone)."""
-        self._remove(self._temps)
+        for path in self._temps:  # first: a folder is removed only when empty
+            path.unlink(missing_ok=True)
         problems = []
         for undo in reversed(self._undo):
             try:
@@ -417,11 +401,7 @@ class Transaction:
     def done(self) -> None:
         """Committed (or rolled back): forget the undo steps, remove every temp and backup."""
         self._undo.clear()
-        self._remove(self._temps + self._backups)
-
-    @staticmethod
-    def _remove(paths: list[Path]) -> None:
-        for path in paths:
+        for path in self._temps + self._backups:
             path.unlink(missing_ok=True)
 
 
@@ -525,7 +505,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     refuse_no_space(plan)
     when = utc_now()
     # Checked before the copy: a refused --keep must not cost a multi-GB copy.
-    gone = _prune(plan, before, when)
+    gone = _prune(plan, before)
     public = signing.public_key(runtime, plan.keysdir, key.fingerprint) if key else b""
     sha256, size = _prepare(plan, runtime, tx, key, say)
     entry = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
@@ -559,37 +539,36 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
            catalogue: dict) -> list[tuple[Path, Path, str]]:
     """Every file of the publish written under a temp name beside its final one: ``(temp, final,
     commit step)`` in commit order, the catalogue last but for the page that shows it."""
+    def written(final: Path, data: bytes, step: str) -> tuple[Path, Path, str]:
+        return tx.temp(write_temp(final, data)), final, step
+
+    def link(final: Path, to: str) -> tuple[Path, Path, str]:
+        return tx.temp(temp_symlink(final, to)), final, final.name
+
     keyfile = plan.dest / "keys" / f"{key.fingerprint}.pgp" if key else None
     if keyfile is not None:
         tx.folder(keyfile.parent)
-    wrapper = tx.temp(write_temp(plan.exec_path, render_exec_wrapper(
-        plan.target.name).encode()))  # no version's facts: each module file carries its own
-    os.chmod(wrapper, plan.modes.dir)  # executable from its first moment under its final name
+    # no version's facts: each module file carries its own
+    wrapper = written(plan.exec_path, render_exec_wrapper(plan.target.name).encode(), "wrapper")
+    os.chmod(wrapper[0], plan.modes.dir)  # executable from its first moment under its final name
     spec = ModuleSpec(target=plan.target.name, version=plan.version,
                       description=plan.target.description, image=str(plan.sif),
                       bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
                       gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
                       sha256=sha256, signed_by=key and key.fingerprint, published=when)
     return [  # (temp, final, commit step), in commit order: the catalogue last
-        (tx.temp(write_temp(plan.checksum, cat.checksum_line(sha256, plan.version).encode())),
-         plan.checksum, "checksum"),
+        written(plan.checksum, cat.checksum_line(sha256, plan.version).encode(), "checksum"),
         (plan.temp, plan.sif, "image"),
-        (tx.temp(write_temp(plan.module, render_modulefile(spec).encode())), plan.module,
-         "module"),
-        (wrapper, plan.exec_path, "wrapper"),
-        *([(tx.temp(write_temp(keyfile, public)), keyfile, "key")] if keyfile else []),
-        *[(tx.temp(write_temp(final, data)), final, step) for final, data, step in beside],
-        (tx.temp(temp_symlink(plan.folder / "latest", plan.sif.name)), plan.folder / "latest",
-         "latest"),
-        (tx.temp(temp_symlink(plan.module_dir / "default", plan.module.name)),
-         plan.module_dir / "default", "default"),
-        (tx.temp(write_temp(plan.dest / cat.CATALOGUE_NAME,
-                            (json.dumps(catalogue, indent=2) + "\n").encode())),
-         plan.dest / cat.CATALOGUE_NAME, "catalogue"),
+        written(plan.module, render_modulefile(spec).encode(), "module"),
+        wrapper,
+        *([written(keyfile, public, "key")] if keyfile else []),
+        *[written(*file) for file in beside],
+        link(plan.folder / "latest", plan.sif.name),
+        link(plan.module_dir / "default", plan.module.name),
+        written(plan.dest / cat.CATALOGUE_NAME, (json.dumps(catalogue, indent=2) + "\n").encode(),
+                "catalogue"),
         # the page shows what the catalogue says: replaced right after it
-        (tx.temp(write_temp(plan.dest / cat.PAGE_NAME,
-                            render_page(catalogue, plan.dest).encode())),
-         plan.dest / cat.PAGE_NAME, "page"),
+        written(plan.dest / cat.PAGE_NAME, render_page(catalogue, plan.dest).encode(), "page"),
     ]
 
 
