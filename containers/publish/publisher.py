@@ -135,11 +135,8 @@ class PublishPlan:
     force: bool
     skip_checks: bool
     modes: Modes
-    keysdir: Path | None
-    keyidx: int
-    results_dir: Path
-    #: Versions of this target the config pins (``containers.publish_pinned``).
-    pinned: tuple[str, ...] = ()
+    #: Signing key, results folder and the versions it pins (``containers.publish_pinned``).
+    settings: Settings
 
     @property
     def folder(self) -> Path:
@@ -148,10 +145,6 @@ class PublishPlan:
     @property
     def sif(self) -> Path:
         return self.folder / cat.sif_name(self.version)
-
-    @property
-    def checksum(self) -> Path:
-        return self.sif.with_name(self.sif.name + ".sha256")
 
     @property
     def temp(self) -> Path:
@@ -232,10 +225,7 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
         version=request.version or cat.default_version(provenance), dest=request.dest,
         sign=request.sign, keep=request.keep, force=request.force,
         skip_checks=request.skip_checks,
-        modes=Modes.of(world_readable=settings.publish_world_readable, gid=gid),
-        keysdir=settings.sign_keysdir, keyidx=settings.sign_keyidx,
-        results_dir=settings.results_dir,
-        pinned=tuple(settings.publish_pinned.get(target.name, ())))
+        modes=Modes.of(world_readable=settings.publish_world_readable, gid=gid), settings=settings)
 
 
 # ------------------------------------------------------------------------------ file steps
@@ -268,8 +258,13 @@ def refuse_links(plan: PublishPlan) -> None:
 
 
 def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, checks: dict,
-           key: signing.SigningKey | None, replaced: dict | None, when: str) -> dict:
-    return {
+           key: signing.SigningKey | None, replaced: dict | None, when: str,
+           reviewed: dict) -> tuple[dict, list[tuple[Path, bytes, str]]]:
+    """The catalogue entry, and (final path, bytes, commit step) of what a version keeps beside
+    its image: the build's SBOM (copied as built) and the diff against the version it replaces
+    as latest, each named in the entry, which also takes the review's site-fit findings and
+    gate record."""
+    entry = {
         "target": plan.target.name, "version": plan.version,
         **cat.layout_files(plan.target.name, plan.version),
         "sha256": sha256, "size_bytes": size, "signed": key is not None,
@@ -283,6 +278,17 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "publisher_runtime": {"flavour": runtime.flavour, "version": runtime.version},
         "provenance": {k: v for k, v in plan.provenance.items() if k != "labels"},
     }
+    beside = []
+    if sbom_path(plan.image).is_file():
+        final = sbom_path(plan.sif)
+        beside.append((final, read_regular(sbom_path(plan.image), limit=PROVENANCE_LIMIT), "sbom"))
+        entry["sbom_file"] = str(final.relative_to(plan.dest))
+    if reviewed.get("diff") is not None:
+        final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
+        beside.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
+        entry["diff_file"] = str(final.relative_to(plan.dest))
+    entry.update({k: reviewed[k] for k in ("fit", "gate", "stack") if k in reviewed})
+    return entry, beside
 
 
 def _existing(plan: PublishPlan, catalogue: dict) -> dict | None:
@@ -328,7 +334,7 @@ def _prune(plan: PublishPlan, before: dict) -> list[str]:
         uses[linked[:-len(".lua")]] = f"the module default: {default} points to it"
     for version in cat.pinned(before, plan.target.name):
         uses[version] = f"pinned in {plan.dest / cat.CATALOGUE_NAME}"
-    for version in plan.pinned:
+    for version in plan.settings.publish_pinned.get(plan.target.name, ()):
         uses[version] = "pinned in the config: containers.publish_pinned"
     blocked = [v for v in gone if v in uses]
     if blocked:
@@ -482,8 +488,9 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
     sha256 = copied
     if key is not None:
         say(f"signing with key #{key.index} {key.fingerprint} ({key.user})")
-        signing.sign(runtime, plan.temp, keysdir=plan.keysdir, keyidx=plan.keyidx)
-        if key.fingerprint not in signing.signers(runtime, plan.temp, keysdir=plan.keysdir):
+        keysdir = plan.settings.sign_keysdir
+        signing.sign(runtime, plan.temp, keysdir=keysdir, keyidx=plan.settings.sign_keyidx)
+        if key.fingerprint not in signing.signers(runtime, plan.temp, keysdir=keysdir):
             raise VerdictFailed(f"{plan.temp}: the new signature is not by {key.fingerprint}")
         fsync_path(plan.temp)
         with byte_progress(f"sha256 {plan.sif.name}", plan.temp.stat().st_size) as advance:
@@ -506,11 +513,11 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     when = utc_now()
     # Checked before the copy: a refused --keep must not cost a multi-GB copy.
     gone = _prune(plan, before)
-    public = signing.public_key(runtime, plan.keysdir, key.fingerprint) if key else b""
+    public = signing.public_key(runtime, plan.settings.sign_keysdir, key.fingerprint) if key \
+        else b""
     sha256, size = _prepare(plan, runtime, tx, key, say)
-    entry = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
-                   replaced=replaced, when=when)
-    beside = _beside_files(plan, entry, reviewed)
+    entry, beside = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
+                           replaced=replaced, when=when, reviewed=reviewed)
     for version in gone:
         say(f"pruning {plan.target.name} {version} (--keep {plan.keep})")
     catalogue = cat.without_versions(cat.with_entry(before, entry, now=when), plan.target.name,
@@ -556,8 +563,9 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
                       bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
                       gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
                       sha256=sha256, signed_by=key and key.fingerprint, published=when)
+    checksum = plan.sif.with_name(plan.sif.name + ".sha256")
     return [  # (temp, final, commit step), in commit order: the catalogue last
-        written(plan.checksum, cat.checksum_line(sha256, plan.version).encode(), "checksum"),
+        written(checksum, cat.checksum_line(sha256, plan.version).encode(), "checksum"),
         (plan.temp, plan.sif, "image"),
         written(plan.module, render_modulefile(spec).encode(), "module"),
         wrapper,
@@ -570,25 +578,6 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
         # the page shows what the catalogue says: replaced right after it
         written(plan.dest / cat.PAGE_NAME, render_page(catalogue, plan.dest).encode(), "page"),
     ]
-
-
-def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]:
-    """(final path, bytes, commit step) of what a version keeps beside its image: the build's
-    SBOM (copied as built) and the diff against the version it replaces as latest; each named
-    in ``entry``, which also takes the review's site-fit findings and gate record."""
-    files = []
-    if sbom_path(plan.image).is_file():
-        final = sbom_path(plan.sif)
-        files.append((final, read_regular(sbom_path(plan.image), limit=PROVENANCE_LIMIT), "sbom"))
-        entry["sbom_file"] = str(final.relative_to(plan.dest))
-    if reviewed.get("diff") is not None:
-        final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
-        files.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
-        entry["diff_file"] = str(final.relative_to(plan.dest))
-    for key in ("fit", "gate", "stack"):
-        if key in reviewed:
-            entry[key] = reviewed[key]
-    return files
 
 
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
@@ -608,12 +597,13 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
                 f"published as {plan.target.name} {', '.join(same)}; publishing it again as "
                 f"{plan.version}")
         refuse_no_space(plan)
-    key = signing.signing_key(runtime, plan.keysdir, plan.keyidx) if plan.sign else None
+    key = signing.signing_key(runtime, plan.settings.sign_keysdir,
+                              plan.settings.sign_keyidx) if plan.sign else None
     if plan.skip_checks:
         checks = skipped(plan.target.name, say)
     else:
         checks = ensure_checks(runtime, target=plan.target, image=plan.image,
-                               provenance=plan.provenance, results_dir=plan.results_dir,
+                               provenance=plan.provenance, results_dir=plan.settings.results_dir,
                                quick_check=quick_check, say=say, gpus_here=gpu_kinds_here(),
                                # proven on the target's GPU kind, else its site's (none: CPU)
                                gpu=plan.target.gpu if plan.target.gpu != "none"
