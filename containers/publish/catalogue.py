@@ -32,14 +32,13 @@ from typing import Any, Iterable
 
 from containers.errors import StateError, UsageError
 from containers.files import FileRefused, read_regular_json
-from containers.inputs.schema import TEMP_ENDINGS, name_problem
+from containers.inputs.schema import name_problem
 
 FORMAT = 1
 CATALOGUE_NAME = "catalogue.json"
 #: The catalogue page (containers.publish.page), replaced right after the catalogue.
 PAGE_NAME = "index.html"
 LOCK_NAME = ".publish.lock"
-TEMP_SUFFIXES = TEMP_ENDINGS
 #: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).
 CATALOGUE_LIMIT = 64 << 20
 #: A sha256 as hex digits, the way ``sha256sum`` writes it.

@@ -95,7 +95,6 @@ def _help_text(spec: ModuleSpec) -> str:
 
 
 def render_modulefile(spec: ModuleSpec) -> str:
-    """The Lmod (Lua) module file for one published version."""
     q = lua_string
     lines = [
         f"-- {comment_text(spec.target + '/' + spec.version)}: published container image "
@@ -115,12 +114,10 @@ def render_modulefile(spec: ModuleSpec) -> str:
         f"setenv(\"CONTAINER_RUNTIME\", {q(spec.runtime)})",
         f"setenv(\"CONTAINER_GPU_FLAG\", {q(spec.gpu_flag or '')})",
     ]
-    for bind in spec.binds:
-        for name in ("SINGULARITY_BIND", "APPTAINER_BIND"):
-            lines.append(f"append_path({q(name)}, {q(bind)}, \",\")")
-    for key, value in spec.env.items():
-        for prefix in ("SINGULARITYENV_", "APPTAINERENV_"):
-            lines.append(f"setenv({q(prefix + key)}, {q(value)})")
+    lines += [f"append_path({q(name)}, {q(bind)}, \",\")" for bind in spec.binds
+              for name in ("SINGULARITY_BIND", "APPTAINER_BIND")]
+    lines += [f"setenv({q(prefix + key)}, {q(value)})" for key, value in spec.env.items()
+              for prefix in ("SINGULARITYENV_", "APPTAINERENV_")]
     lines.append(f"prepend_path(\"PATH\", {q(spec.bin_dir)})")
     return "\n".join(lines) + "\n"
 

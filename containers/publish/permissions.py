@@ -156,7 +156,6 @@ def _set_mode(path: Path, mode: int, gid: int | None) -> None:
 
 
 def apply_modes(paths: list[Path], modes: Modes) -> None:
-    """Give each path its expected mode (keeping a folder's setgid bit) and group."""
     for path in paths:
         _set_mode(path, expected_mode(path, modes), modes.gid)
 

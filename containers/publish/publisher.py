@@ -50,7 +50,7 @@ from containers.host.runtime import Runtime
 from containers.image.inspect import sbom_path
 from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
-from containers.inputs.schema import check_name, is_env_name, name_problem
+from containers.inputs.schema import TEMP_ENDINGS, check_name, is_env_name, name_problem
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.locking import file_lock
@@ -240,7 +240,7 @@ def sweep_temps(plan: PublishPlan, say: Say) -> None:
     folders = [plan.dest, plan.folder, plan.folder / "bin", plan.module_dir, plan.dest / "keys"]
     for folder in folders:
         for path in folder.glob(".*") if folder.is_dir() else ():
-            if path.name.endswith(cat.TEMP_SUFFIXES):
+            if path.name.endswith(TEMP_ENDINGS):
                 say(f"removing leftover of an interrupted publish: {path}")
                 path.unlink(missing_ok=True)
 
@@ -364,8 +364,7 @@ class Transaction:
         """Make ``path`` (and its missing parents) unless it is there; undone when empty."""
         if path.is_dir():
             return
-        if not path.parent.is_dir():
-            self.folder(path.parent)
+        self.folder(path.parent)
         path.mkdir()
         self.created.add(path)
         self._undo.append(lambda: path.rmdir() if not any(path.iterdir()) else None)
@@ -405,7 +404,6 @@ class Transaction:
         self.done()
 
     def done(self) -> None:
-        """Committed (or rolled back): forget the undo steps, remove every temp and backup."""
         self._undo.clear()
         for path in self._temps + self._backups:
             path.unlink(missing_ok=True)
