@@ -180,27 +180,13 @@ def read_provenance(record: Path) -> dict:
     return data
 
 
-def refuse_other_build(image: Path, provenance: dict, target: str,
-                       inputs_hash: str | None) -> None:
-    """A :class:`StateError` when the image's build record names another target (or none), or
-    when the target's inputs changed since it was built (``inputs_hash``: the inputs now; None
-    when the caller cannot tell): a version is published as what its target builds today."""
-    if provenance.get("target") != target:
-        raise StateError(f"{image}: its build record names target {provenance.get('target')}, "
-                         f"not {target}: rebuild it with invoke build --target {target} --force")
-    built = str(provenance.get("inputs_hash") or "")
-    if inputs_hash is not None and built != inputs_hash:
-        raise StateError(f"{image} is stale: it was built from inputs {built[:12] or 'unknown'},"
-                         f" the target's inputs are now {inputs_hash[:12]}; rebuild it with "
-                         f"invoke build --target {target} before publishing")
-
-
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
                  settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
     """The plan for ``request``: refuses a target name that breaks the name rule, an unbuilt
     image, one without a usable build record, one built as another target or from other inputs
-    than ``inputs_hash`` (the target's now), a site environment a module file cannot carry and
-    an unusable group, before any work."""
+    than ``inputs_hash`` (the target's now; None when the caller cannot tell: a version is
+    published as what its target builds today), a site environment a module file cannot carry
+    and an unusable group, before any work."""
     check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)
     record = settings.provenance_path(target.name)
@@ -211,7 +197,15 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     if not isinstance(sha256, str) or not cat.SHA256.match(sha256):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
-    refuse_other_build(image, provenance, target.name, inputs_hash)
+    if provenance.get("target") != target.name:
+        raise StateError(f"{image}: its build record names target {provenance.get('target')}, "
+                         f"not {target.name}: rebuild it with invoke build --target {target.name}"
+                         " --force")
+    built = str(provenance.get("inputs_hash") or "")
+    if inputs_hash is not None and built != inputs_hash:
+        raise StateError(f"{image} is stale: it was built from inputs {built[:12] or 'unknown'},"
+                         f" the target's inputs are now {inputs_hash[:12]}; rebuild it with "
+                         f"invoke build --target {target.name} before publishing")
     for key in site.env:
         if not is_env_name(key):
             raise ConfigError("not a usable environment variable name for a module file",
@@ -229,12 +223,6 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
 
 
 # ------------------------------------------------------------------------------ file steps
-def _copy_delay() -> Callable[[], None] | None:
-    """The fault-injection hook: ``CONTAINERS_PUBLISH_COPY_DELAY`` seconds after each chunk."""
-    delay = float(os.environ.get(COPY_DELAY_ENV) or 0)
-    return (lambda: time.sleep(delay)) if delay else None
-
-
 def sweep_temps(plan: PublishPlan, say: Say) -> None:
     """Remove what a killed publish left (we hold the lock, so none of it is in use)."""
     folders = [plan.dest, plan.folder, plan.folder / "bin", plan.module_dir, plan.dest / "keys"]
@@ -474,9 +462,11 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
     size = plan.image.stat().st_size
     say(f"copying {plan.image} -> {plan.temp} ({human_bytes(size)})")
     started = time.monotonic()
+    delay = float(os.environ.get(COPY_DELAY_ENV) or 0)  # the fault-injection hook, per chunk
     with byte_progress(f"copy {plan.sif.name}", size) as advance:
         copied = copy_hashing(plan.image, tx.temp(plan.temp), mode=plan.modes.file,
-                              after_chunk=_copy_delay(), progress=advance)
+                              progress=advance,
+                              after_chunk=(lambda: time.sleep(delay)) if delay else None)
     seconds = time.monotonic() - started
     say(f"copied in {seconds:.1f} s ({human_bytes(int(size / max(seconds, 1e-3)))}/s)")
     if copied != plan.provenance["sha256"]:
