@@ -50,13 +50,11 @@ def snapshot(dest: Path) -> dict[str, cat.TargetFolder]:
                 found.sifs.add(name[:-4])
             elif name.endswith(".sif.sha256"):
                 found.checksums.add(name[:-len(".sif.sha256")])
-        latest = folder / "latest"
-        found.latest_link, found.latest_not_link = _link_state(latest)
+        found.latest_link, found.latest_not_link = _link_state(folder / "latest")
         modules = dest / "modules" / folder.name
         if modules.is_dir():
             found.modules = {p.stem for p in modules.glob("*.lua")}
-            default = modules / "default"
-            found.default_link, found.default_not_link = _link_state(default)
+            found.default_link, found.default_not_link = _link_state(modules / "default")
         wrapper = folder / "bin" / exec_name(folder.name)
         found.has_exec = wrapper.is_file() and os.access(wrapper, os.X_OK)
         folders[folder.name] = found
