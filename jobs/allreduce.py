@@ -34,13 +34,10 @@ fails the run) rather than imitated.  Each call is bracketed on its own (CUDA/HI
 GPU, ``time.perf_counter`` on the CPU) and the brackets are summed.  Expect out-of-place and
 in-place numbers to be close: it is the same collective underneath.
 
-Exit status: 0 all good; 1 wrong values found, or an op this backend or rank count cannot run;
-2 bad command line; 3 any other error; 4 no usable GPU of the kind ``--expect-gpu`` names.  Every
-rank pins itself to its ``--rank-cores`` and writes ``OUT/device-<RANK>.json`` (what it runs on)
-before the process group exists; rank 0 prints one table per op and writes ``OUT/allreduce.json``
-(rewritten after every size; every row names its ``op``, and ``collectives`` holds each op's
-factor, #wrong and verdict); every rank writes ``OUT/rank-<RANK>.json`` once it has finished
-cleanly, so the launcher can tell which ranks did not finish.
+Exit status 1 means wrong values, or an op this backend or rank count cannot run; the others and
+the per-rank files are ``workload.py``'s.  Rank 0 prints one table per op and writes
+``OUT/allreduce.json`` (rewritten after every size; every row names its ``op``, and
+``collectives`` holds each op's factor, #wrong and verdict).
 """
 
 from __future__ import annotations
@@ -243,7 +240,7 @@ def make_record(nbytes: int, count: int, dtype_name: str, oop: dict[str, Any],
     """One table row / one element of the JSON ``results`` list; ``ip`` None: the op has no
     in-place form; ``root`` None: the op has none (the table prints -1, as nccl-tests)."""
     return {"op": op, "bytes": nbytes, "count": count, "type": dtype_name,
-            "redop": COLLECTIVES[op].redop, "root": COLLECTIVES[op].root(), "oop": oop, "ip": ip}
+            "redop": COLLECTIVES[op].redop, "root": COLLECTIVES[op].root, "oop": oop, "ip": ip}
 
 
 def row_modes(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -332,7 +329,7 @@ def format_op_header(op: Collective, world_size: int) -> str:
     """The line above an op's table: its name, bus factor and root (nccl-tests runs one
     binary per op; here one run prints one table per op)."""
     factor = op.factor(world_size)
-    root = f"  root {op.root()}" if op.rooted else ""
+    root = "" if op.root is None else f"  root {op.root}"
     inplace = "" if op.in_place else "  (no in-place form in torch: ip columns n/a)"
     value = "" if op.factor_text == "1" else f" = algbw * {factor:.4g}"
     return (f"# {op.name}: busbw = algbw * {op.factor_text}{value} at {world_size} "
@@ -344,24 +341,21 @@ def format_header(args: argparse.Namespace, sizes: list[int], env: DistEnv, back
     """nccl-tests' preamble (with nThread/nGpus), plus backend, versions and the rank map."""
     step = "list" if ":" not in args.sizes else f"{args.step_factor}(factor)"
     gpus = 1 if backend == "nccl" else 0
+    # e.g. "torch 2.13.0  cuda 12.8  nccl 2.27.5  driver 550.54.15"
+    versions = "  ".join(f"{name} {value}" for name, value in runtime_versions().items() if value)
     lines = [
         f"# {', '.join(args.op)} on torch.distributed (nccl-tests layout)",
         f"# nThread 1 nGpus {gpus} minBytes {min(sizes)} maxBytes {max(sizes)} step: {step} "
         f"warmup iters: {args.warmup} iters: {args.iters} agg iters: 1 "
         f"validation: {int(args.check)} graph: 0",
         f"# ranks {env.world_size}  nodes {nodes}  launcher {env.launcher}  backend {backend}  "
-        f"dtype {args.dtype}  cycles {args.cycles}  {runtime_summary()}",
+        f"dtype {args.dtype}  cycles {args.cycles}  {versions}",
         "# time: per-iteration mean on each rank, max over ranks; copy to the oop buffer untimed",
     ]
     if env.world_size == 1:
         lines.append(ONE_RANK_NOTE)
     lines += ["#", *devices.format_rank_lines(ranks), "#"]
     return "\n".join(lines)
-
-
-def runtime_summary() -> str:
-    """One header fragment such as ``torch 2.13.0  cuda 12.8  nccl 2.27.5  driver 550.54.15``."""
-    return "  ".join(f"{name} {value}" for name, value in runtime_versions().items() if value)
 
 
 def merge_result(previous: Optional[dict[str, Any]], record: dict[str, Any],
@@ -518,7 +512,7 @@ def op_summaries(report: dict[str, Any], ops: list[Collective], world_size: int,
         reason = refused.get(op.name)
         found[op.name] = {
             "factor": op.factor_text, "busbw_factor": round(op.factor(world_size), 6),
-            "root": op.root(), "in_place": op.in_place, "redop": op.redop, "check": checked,
+            "root": op.root, "in_place": op.in_place, "redop": op.redop, "check": checked,
             "unsupported": reason, "wrong_total": wrong, "avg_busbw": avg,
             "ok": reason is None and not wrong}
     return found

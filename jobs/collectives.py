@@ -118,7 +118,7 @@ class Collective:
     factor_text: str
     call: Callable[[Buffers, int, int], None]
     split: bool = False              # the size is the whole buffer, split over the ranks
-    rooted: bool = False
+    root: Optional[int] = None       # the root rank of broadcast and reduce
     sums: bool = False
     in_place: bool = True            # torch has an aliased in-place form
     min_ranks: int = 1
@@ -148,9 +148,6 @@ class Collective:
         if self.sums:
             return pattern_period(dtype, n)
         return min(MOVE_PERIOD, exact_integer_limit(dtype))
-
-    def root(self) -> Optional[int]:
-        return ROOT if self.rooted else None
 
     # -- buffers
     def buffers(self, mode: str, src: torch.Tensor, param: int, n: int, rank: int) -> Buffers:
@@ -221,9 +218,9 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
                                                   "reduce_scatter_tensor")(bufs.recv, bufs.send)),
     Collective("alltoall", "none", gather_factor, "(n-1)/n", split=True, in_place=False,
                call=lambda bufs, rank, n: dist.all_to_all_single(bufs.recv, bufs.send)),
-    Collective("broadcast", "none", one, "1", rooted=True,
+    Collective("broadcast", "none", one, "1", root=ROOT,
                call=lambda bufs, rank, n: dist.broadcast(bufs.send, src=ROOT)),
-    Collective("reduce", "sum", one, "1", rooted=True, sums=True,
+    Collective("reduce", "sum", one, "1", root=ROOT, sums=True,
                call=lambda bufs, rank, n: dist.reduce(bufs.send, dst=ROOT)),
     Collective("sendrecv", "none", one, "1", in_place=False, min_ranks=2,
                why_min_ranks="needs 2 ranks (torch.distributed does not send to its own rank)",

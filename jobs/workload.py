@@ -307,15 +307,9 @@ def finish(out: Path, env: distenv.DistEnv, *, teardown: bool, **fields: Any) ->
 
 def guarded_main(name: str, run: Callable[[distenv.DistEnv], int], *,
                  teardown: bool = True) -> int:
-    """Run ``run`` for this process's place in the job; turn what escapes into an exit status.
-    Without ``teardown`` the process ends here, through ``os._exit`` once its output is flushed
-    (see :func:`finish`), whatever the status.
-
-    A :class:`UsageError` is one line from rank 0 (every rank hits the same one), a
-    :class:`RankUsageError` one line from the rank that hit it; a :class:`NoGpu` is one line
-    from every rank without its GPU; anything else is a bug or a broken node, so it says which
-    rank on which host and keeps the traceback.
-    """
+    """Run ``run`` for this process's place in the job; turn what escapes into an exit status
+    (the module's doc says which). Without ``teardown`` the process ends here, through
+    ``os._exit`` once its output is flushed (see :func:`finish`), whatever the status."""
     status = _guarded(name, run, distenv.resolve_dist_env(os.environ))
     if not teardown:
         sys.stdout.flush()

@@ -68,7 +68,7 @@ def test_bytes_follow_nccl_tests():
 
 
 def test_roots_redops_and_in_place_forms():
-    table = {name: (op.redop, op.root(), op.in_place) for name, op in coll.COLLECTIVES.items()}
+    table = {name: (op.redop, op.root, op.in_place) for name, op in coll.COLLECTIVES.items()}
     assert table == {
         "all_reduce": ("sum", None, True), "all_gather": ("none", None, True),
         "reduce_scatter": ("sum", None, True), "alltoall": ("none", None, False),
