@@ -12,6 +12,7 @@ Python puts the running script's folder first on ``sys.path``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime
 import hashlib
@@ -139,12 +140,11 @@ def runtime_versions() -> dict[str, Optional[str]]:
         "nccl": None,
         "driver": driver_version(),
     }
-    if torch.cuda.is_available():
-        try:
+    # a version string is nice to have, never fatal
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available():
             nccl = torch.cuda.nccl.version()
             versions["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
-        except Exception:  # noqa: BLE001 - a version string is nice to have, never fatal
-            pass
     return versions
 
 
