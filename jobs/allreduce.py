@@ -432,8 +432,7 @@ def benchmark_size(op: Collective, size: int, args: argparse.Namespace, env: Dis
     del expected, src
 
     seconds = reduce_across_ranks(seconds, dist.ReduceOp.MAX, torch.float64, device)
-    wrong = [int(w) for w in reduce_across_ranks(local_wrong, dist.ReduceOp.SUM, torch.int64,
-                                                 device)]
+    wrong = reduce_across_ranks(local_wrong, dist.ReduceOp.SUM, torch.int64, device)
     made = [make_mode_record(op.bw_bytes(param, n, element), s, w if period else None, n,
                              op.factor(n)) for s, w in zip(seconds, wrong)]
     record = make_record(op.size_bytes(param, n, element), param, args.dtype, made[0],

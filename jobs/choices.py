@@ -79,11 +79,9 @@ def parse_sizes(spec: str, step_factor: int = 2) -> list[int]:
         low, high = parse_size(parts[0]), parse_size(parts[1])
         if low > high:
             raise ValueError(f"size range start {low} is above its end {high}")
-        sizes = []
-        size = low
-        while size <= high:
-            sizes.append(size)
-            size *= step_factor
+        sizes = [low]
+        while sizes[-1] * step_factor <= high:
+            sizes.append(sizes[-1] * step_factor)
         return sizes
     items = [item for item in spec.split(",") if item.strip()]
     if not items:

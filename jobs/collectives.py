@@ -152,8 +152,8 @@ class Collective:
     # -- buffers
     def buffers(self, mode: str, src: torch.Tensor, param: int, n: int, rank: int) -> Buffers:
         """``mode``'s buffers around ``src`` (this rank's untouched input)."""
-        single = self.name in ("all_reduce", "broadcast", "reduce")
-        if single:  # torch works in place on one tensor: oop refills it from src, untimed
+        if self.name in ("all_reduce", "broadcast", "reduce"):
+            # torch works in place on one tensor: oop refills it from src, untimed
             out = src.clone()
             return Buffers(src=src, send=out, recv=out, refill=mode == "oop")
         if mode == "oop":  # the call only reads its input: src itself (at most 3 buffers)
