@@ -15,47 +15,52 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
+
+from pydantic import ConfigDict, Field
 
 from containers.errors import ConfigError
 from containers.files import resolves_outside
 from containers.inputs.envspec import is_https
-from containers.inputs.schema import (Field, check_file_name, check_mapping, line_of, pick,
-                                      suggest)
+from containers.inputs.schema import (Bool, Declared, Str, StrList, StrMap, check_file_name,
+                                      line_of, pick, suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_file, read_input_text
 
 ARCHES = ("x86_64", "aarch64")
 GPU_KINDS = ("none", "cuda", "rocm")
 BUILDERS = ("apptainer", "cotainr")
 HOST_PATHS = ("warn", "forbid")
-FIELDS = (
-    Field("description", required=True),
-    Field("site", default="local"),
-    Field("arch", default="x86_64", choices=ARCHES),
-    Field("gpu", default="none", choices=GPU_KINDS),
-    Field("builder", default="apptainer", choices=BUILDERS),
-    Field("definition"),
-    Field("base"),
-    Field("base_image"),
-    Field("env"),
-    Field("build_args", "str_map", default={}),
-    Field("test", "bool", default=True),
-    # Package indexes the env spec may add with --extra-index-url (https only): see envspec.
-    Field("pip_extra_index_urls", "str_list", default=[]),
-    # %setup / %files lines reading host paths outside the build context: a warning in
-    # invoke check ("warn"), or an error for sites that forbid them ("forbid").
-    Field("host_paths", default="warn", choices=HOST_PATHS),
-    # The torch the base image provides (NGC images), when the env spec does not pin torch:
-    # what invoke check compares with each example's minimum (compat).
-    Field("torch"),
-    # The training examples this image is meant for. Left out: every example its environment
-    # can run (compat.example_plan); [] says none. Those named are checked against the image's
-    # torch and packages (an error when one cannot run); any other is refused at run time.
-    Field("examples", "str_list", default=[]),
-    # The torchrun command in the image, where it is not the site's (the site's profile names
-    # NGC's /usr/local/bin/torchrun on Olivia; an image with a venv has its own).
-    Field("torchrun"),
-)
+
+
+class Manifest(Declared):
+    """A target manifest as written in ``recipes/<target>.yaml``."""
+
+    model_config = ConfigDict(title="hpc-containers recipe manifest (recipes/<target>.yaml)")
+
+    description: Str
+    site: Str = "local"
+    arch: Literal[ARCHES] = "x86_64"
+    gpu: Literal[GPU_KINDS] = "none"
+    builder: Literal[BUILDERS] = "apptainer"
+    definition: Str | None = None
+    base: Str | None = None
+    base_image: Str | None = None
+    env: Str | None = None
+    build_args: StrMap = {}
+    test: Bool = True
+    pip_extra_index_urls: StrList = Field([], description="package indexes the env spec may "
+                                          "add with --extra-index-url (https only)")
+    host_paths: Literal[HOST_PATHS] = Field("warn", description="%setup / %files lines reading "
+                                            "host paths outside the build context: a warning "
+                                            "in invoke check (warn), or an error (forbid)")
+    torch: Str | None = Field(None, description="the torch the base image provides (NGC "
+                              "images), when the env spec does not pin torch: what invoke "
+                              "check compares with each example's minimum")
+    examples: StrList = Field([], description="the training examples this image is meant for "
+                              "(left out: every one its environment can run; [] says none); "
+                              "any other is refused at run time")
+    torchrun: Str | None = Field(None, description="the torchrun command in the image, where "
+                                 "it is not the site's (an image with a venv has its own)")
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,7 @@ def load_target(path: Path, *, root: Path) -> Target:
     """One manifest; its name is its file's stem, which must pass the name rule."""
     check_file_name("target", path)
     data = load_yaml_file(path)
-    values = check_mapping(data, FIELDS, what="target manifest", path=path)
+    values = dict(validate_model(Manifest, data, path=path, what="target manifest"))
     lines = {key: line_of(data, key) for key in data}
     if values["builder"] == "apptainer" and not values["definition"]:
         raise ConfigError("builder 'apptainer' needs a definition file", path=path,

@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from pydantic import ConfigDict, Field
+
 from containers.errors import ConfigError, raise_all
 from containers.inputs.flags import ACCOUNT, GROUP, NON_NEGATIVE_INT, TARGET
-from containers.inputs.schema import Field, check_mapping, name_problem, suggest
+from containers.inputs.schema import (Bool, Declared, Int, Str, StrMap, name_problem, suggest,
+                                      validate_model)
 
 #: mksquashfs's own gzip level, which Apptainer builds with when given no arguments.
 SQUASHFS_DEFAULT_LEVEL = 9
@@ -23,31 +26,34 @@ SQUASHFS_DEFAULT_LEVEL = 9
 #: a site whose runtime is not known to read zstd: publish checks it).
 SQUASHFS_CHOICES = ("auto", "zstd", "gzip")
 
-FIELDS = (
-    Field("images_dir", default="images"),
-    Field("results_dir", default="results"),
-    Field("perflog_dir", default="results/perflog"),
-    Field("tmp_dir", default="/var/tmp/containers-build"),
-    Field("cache_dir", default=""),
-    # A package cache shared by a group of admins, on purpose: the group's name (empty: the
-    # cache is this user's alone).
-    Field("cache_group", default=""),
-    Field("squashfs", default="auto"),
-    Field("squashfs_level", "int", default=SQUASHFS_DEFAULT_LEVEL),
-    Field("runtime", default="auto"),
-    Field("default_target", default="cpu"),
-    Field("jobs_mount", default="/opt/containers/jobs"),
-    Field("results_mount", default="/opt/containers/results"),
-    Field("sign_keysdir", default=""),
-    Field("sign_keyidx", "int", default=0),
-    Field("publish_group", default=""),
-    Field("publish_world_readable", "bool", default=True),
-    # Versions --keep never removes, per target (queued jobs or a site's docs rely on them).
-    Field("publish_pinned", "map", default={}),
-    # Batch jobs (invoke job): the project (account) to charge, for every site or per site.
-    Field("account", default=""),
-    Field("accounts", "str_map", default={}),
-)
+
+
+class SettingsFile(Declared):
+    """The ``containers:`` settings of an invoke config (``invoke.yaml``)."""
+
+    model_config = ConfigDict(title="hpc-containers settings (containers: in invoke.yaml)")
+
+    images_dir: Str = "images"
+    results_dir: Str = "results"
+    perflog_dir: Str = "results/perflog"
+    tmp_dir: Str = "/var/tmp/containers-build"
+    cache_dir: Str = ""
+    cache_group: Str = Field("", description="a package cache shared by a group of admins, on "
+                             "purpose: the group's name (empty: the cache is this user's alone)")
+    squashfs: Str = "auto"
+    squashfs_level: Int = SQUASHFS_DEFAULT_LEVEL
+    runtime: Str = "auto"
+    default_target: Str = "cpu"
+    jobs_mount: Str = "/opt/containers/jobs"
+    results_mount: Str = "/opt/containers/results"
+    sign_keysdir: Str = ""
+    sign_keyidx: Int = 0
+    publish_group: Str = ""
+    publish_world_readable: Bool = True
+    publish_pinned: dict[str, Any] = Field({}, description="versions --keep never removes, per "
+                                           "target (queued jobs or a site's docs rely on them)")
+    account: Str = Field("", description="the project (account) batch jobs charge")
+    accounts: StrMap = Field({}, description="the account per site, over account")
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,7 @@ def _flag_rules(values: dict) -> list[ConfigError]:
 
 
 #: Settings that are mappings: invoke reads ``INVOKE_CONTAINERS_<KEY>_<NAME>`` into them.
-_MAPS = tuple(f.name for f in FIELDS if f.kind in ("map", "str_map"))
+_MAPS = ("publish_pinned", "accounts")
 
 
 def unknown_variables(environ: Mapping[str, str], config: Mapping[str, Any] | None = None
@@ -148,7 +154,7 @@ def unknown_variables(environ: Mapping[str, str], config: Mapping[str, Any] | No
     (``INVOKE_CONTAINERS_IMAGE_DIR``) would leave the default in force; the same typo in a file
     is an unknown key, and so is this. A mapping's entry (``INVOKE_CONTAINERS_ACCOUNTS_LUMI``)
     is read only when a file already sets that entry (``config``: the merged settings)."""
-    known = [f.name for f in FIELDS]
+    known = list(SettingsFile.model_fields)
     found = []
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX):
@@ -187,8 +193,8 @@ UNSET_FOLDERS = ("cache_dir", "sign_keysdir")
 
 def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settings:
     """Settings from a plain mapping (the ``containers`` part of the invoke config)."""
-    values = check_mapping(dict(config or {}), FIELDS, what="containers settings",
-                           path="invoke.yaml", prefix="containers.")
+    values = dict(validate_model(SettingsFile, dict(config or {}), path="invoke.yaml",
+                                 what="containers settings", prefix="containers."))
 
     def resolve(value: str) -> Path:
         path = Path(value).expanduser()

@@ -25,15 +25,15 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Collection, Literal, Mapping
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
-                      PrivateAttr, Strict, ValidationInfo, WithJsonSchema, field_validator)
+from pydantic import (AfterValidator, BeforeValidator, Field, PrivateAttr, Strict,
+                      ValidationInfo, WithJsonSchema, field_validator)
 from pydantic.json_schema import SkipJsonSchema
 
 from containers import walltime
 from containers.errors import ConfigError
 from containers.inputs import references as refs
 from containers.inputs.references import Reference, parse_reference, select
-from containers.inputs.schema import (fields_json_schema, input_files, is_env_name, pick,
+from containers.inputs.schema import (Bool, Part, Str, input_files, is_env_name, pick,
                                       problem_at, suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_file
 
@@ -110,10 +110,8 @@ def _version(value: str) -> str:
     return value
 
 
-Str = Annotated[str, Strict()]
 Count = Annotated[int, Strict(), Field(ge=0)]
 Positive = Annotated[int, Strict(), Field(ge=1)]
-Bool = Annotated[bool, Strict()]
 Names = tuple[Str, ...]
 Time = Annotated[int, BeforeValidator(_time), WithJsonSchema(
     {"type": "string", "description": "HH:MM:SS, D-HH:MM:SS or MM:SS, in quotes"})]
@@ -124,12 +122,6 @@ EnvValue = Annotated[str, BeforeValidator(_env_value), WithJsonSchema(
 Env = dict[EnvName, EnvValue]
 Version = Annotated[str, Strict(), AfterValidator(_version)]
 Doc = Field
-
-
-class Part(BaseModel):
-    """A nested part of a profile: unknown keys are refused (most are typos), values frozen."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # ------------------------------------------------------------------------------- the parts
@@ -361,8 +353,7 @@ def _limits_or_empty(value: object) -> object:
 
 Partitions = Annotated[dict[str, Annotated[Partition, BeforeValidator(_limits_or_empty)]],
                        BeforeValidator(_partition_names)]
-ReferenceItem = Annotated[Reference, WithJsonSchema(
-    fields_json_schema(refs.FIELDS, title="reference"))]
+ReferenceItem = Annotated[Reference, WithJsonSchema(refs.Entry.model_json_schema())]
 
 
 # ---------------------------------------------------------------------------- the profile
