@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Literal, Mapping
 
 from pydantic import ConfigDict, Field
 
@@ -217,27 +217,32 @@ def _examples(names: list[str], *, path: Path, line: int | None) -> tuple[str, .
     return tuple(names)
 
 
+def base_names(targets: Mapping[str, Target], name: str) -> list[str]:
+    """``name`` and its bases, base-most first, as far as the chain goes: to a base that did not
+    load (listed all the same) or back to one already listed (a loop)."""
+    chain: list[str] = []
+    current: str | None = name
+    while current is not None and current not in chain:
+        chain.insert(0, current)
+        item = targets.get(current)
+        current = item.base if item is not None else None
+    return chain
+
+
 def base_problems(targets: dict[str, Target]) -> list[ConfigError]:
     """Every manifest whose ``base`` names no target, or whose base chain loops."""
     problems: list[ConfigError] = []
     for target in targets.values():
+        where = {"path": target.manifest, "line": target.line("base"), "key": "base"}
         if target.base is not None and target.base not in targets:
             problems.append(ConfigError(f"base target '{target.base}' does not exist"
-                                        f"{suggest(target.base, list(targets))}",
-                                        path=target.manifest, line=target.line("base"),
-                                        key="base"))
+                                        f"{suggest(target.base, list(targets))}", **where))
             continue
-        chain = [target.name]
-        current = target
-        while current.base is not None and current.base in targets:
-            if current.base in chain:
-                problems.append(ConfigError(f"base chain loops: "
-                                            f"{' -> '.join(chain + [current.base])}",
-                                            path=target.manifest, line=target.line("base"),
-                                            key="base"))
-                break
-            chain.append(current.base)
-            current = targets[current.base]
+        chain = base_names(targets, target.name)
+        first = targets.get(chain[0])
+        if first is not None and first.base is not None:  # the walk came back to a listed one
+            problems.append(ConfigError("base chain loops: " + " -> ".join(
+                [*reversed(chain), first.base]), **where))
     return problems
 
 
@@ -247,9 +252,4 @@ def get_target(targets: dict[str, Target], name: str) -> Target:
 
 def base_chain(targets: dict[str, Target], name: str) -> list[Target]:
     """The target and its bases, base-most first: the order they must be built in."""
-    chain: list[Target] = []
-    current: Target | None = get_target(targets, name)
-    while current is not None:
-        chain.insert(0, current)
-        current = targets[current.base] if current.base else None
-    return chain
+    return [targets[n] for n in base_names(targets, get_target(targets, name).name)]

@@ -23,7 +23,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Collection, Literal, Mapping
+from typing import Annotated, Any, Callable, Collection, Literal, Mapping
 
 from pydantic import (AfterValidator, BeforeValidator, Field, PrivateAttr, Strict,
                       ValidationInfo, WithJsonSchema, field_validator)
@@ -47,7 +47,6 @@ HOST_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]
 ARCH = {"cuda": re.compile(r"sm_\d{2,3}\Z"), "rocm": re.compile(r"gfx[0-9a-f]{3,4}\Z")}
 
 
-
 # ------------------------------------------------------------------------- value types
 def _time(value: object) -> int:
     """A time limit as Slurm writes it, in seconds; an unquoted 12:00:00 (a YAML number) is
@@ -60,18 +59,14 @@ def _time(value: object) -> int:
     return walltime.parse(value)
 
 
-def _bind(value: str) -> str:
-    problem = bind_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-def _env_name(name: str) -> str:
-    if not is_env_name(name):
-        raise ValueError(f"'{name}' is not an environment variable name (letters, digits and "
-                         "_, not starting with a digit)")
-    return name
+def _refuse(problem: Callable[[Any], str | None]) -> AfterValidator:
+    """A check that refuses a value for the reason ``problem`` gives (None: it is fine)."""
+    def check(value: Any) -> Any:
+        reason = problem(value)
+        if reason:
+            raise ValueError(reason)
+        return value
+    return AfterValidator(check)
 
 
 def _env_value(value: object) -> str:
@@ -83,31 +78,12 @@ def _env_value(value: object) -> str:
     return str(value)
 
 
-def _mask(value: str) -> str:
-    if not re.fullmatch(r"0x[0-9a-fA-F]+", value):
-        raise ValueError(f"'{value}' is not a hexadecimal CPU mask (0x…)")
-    return value
-
-
-def _pattern(value: str) -> str:
+def _pattern(value: str) -> str | None:
     try:
         re.compile(value)
     except re.error as exc:
-        raise ValueError(f"is not a valid regular expression: {exc}") from exc
-    return value
-
-
-def _network(value: str) -> str:
-    if not value.strip() or value != value.strip():
-        raise ValueError("must name the network (NCCL_NET compares it exactly: no empty value, "
-                         "no spaces at its ends)")
-    return value
-
-
-def _version(value: str) -> str:
-    if not re.match(r"\s*\d+(?:\.\d+)*", value):
-        raise ValueError(f"'{value}' is not a version (digits and dots)")
-    return value
+        return f"is not a valid regular expression: {exc}"
+    return None
 
 
 Count = Annotated[int, Strict(), Field(ge=0)]
@@ -115,12 +91,17 @@ Positive = Annotated[int, Strict(), Field(ge=1)]
 Names = tuple[Str, ...]
 Time = Annotated[int, BeforeValidator(_time), WithJsonSchema(
     {"type": "string", "description": "HH:MM:SS, D-HH:MM:SS or MM:SS, in quotes"})]
-Bind = Annotated[str, Strict(), AfterValidator(_bind)]
-EnvName = Annotated[str, AfterValidator(_env_name)]
+Bind = Annotated[str, Strict(), _refuse(lambda bind: bind_problem(bind))]
+EnvName = Annotated[str, _refuse(lambda name: None if is_env_name(name) else (
+    f"'{name}' is not an environment variable name (letters, digits and _, not starting with "
+    "a digit)"))]
 EnvValue = Annotated[str, BeforeValidator(_env_value), WithJsonSchema(
     {"type": ["string", "number", "boolean"]})]
 Env = dict[EnvName, EnvValue]
-Version = Annotated[str, Strict(), AfterValidator(_version)]
+Version = Annotated[str, Strict(), _refuse(lambda value: None if re.match(
+    r"\s*\d+(?:\.\d+)*", value) else f"'{value}' is not a version (digits and dots)")]
+Mask = Annotated[str, Strict(), _refuse(lambda value: None if re.fullmatch(
+    r"0x[0-9a-fA-F]+", value) else f"'{value}' is not a hexadecimal CPU mask (0x…)")]
 Doc = Field
 
 
@@ -246,9 +227,11 @@ class Transport(Part):
     container: host modules, binds and variables (applied to runs of 2+ nodes)."""
 
     name: Str | None = Doc(None, description="the transport's name in verdicts")
-    expect: Annotated[str, Strict(), AfterValidator(_pattern)] | None = Doc(
+    expect: Annotated[str, Strict(), _refuse(_pattern)] | None = Doc(
         None, description="regular expression a run's NCCL/RCCL log must match (the proof)")
-    net: Annotated[str, Strict(), AfterValidator(_network)] | None = Doc(
+    net: Annotated[str, Strict(), _refuse(lambda net: None if net.strip() == net != "" else (
+        "must name the network (NCCL_NET compares it exactly: no empty value, no spaces at its "
+        "ends)"))] | None = Doc(
         None, description="NCCL_NET for every run it applies to: fail instead of TCP sockets")
     from_nodes: Positive = Doc(1, description="it applies to runs of at least this many nodes")
     modules: Names = Doc((), description="host modules a multi-node job loads first")
@@ -270,14 +253,9 @@ class Transport(Part):
         return bool(self.expect) and nodes >= self.from_nodes
 
 
-def _word(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_]+", value):
-        raise ValueError(f"'{value}' is not a word (letters, digits, _): a job name is a "
-                         "directive value")
-    return value
-
-
-Word = Annotated[str, Strict(), AfterValidator(_word)]
+Word = Annotated[str, Strict(), _refuse(lambda value: None if re.fullmatch(
+    r"[A-Za-z0-9_]+", value) else f"'{value}' is not a word (letters, digits, _): a job name "
+    "is a directive value")]
 
 
 class Job(Part):
@@ -368,7 +346,7 @@ class Profile(Part):
     account_required: Bool = Doc(False, description="the scheduler refuses jobs without one")
     gpus: Gpus = Doc(Gpus(), description="the GPUs of a node")
     cores_per_node: Count = Doc(0, description="usable CPU cores per node")
-    cpu_bind: tuple[Annotated[str, Strict(), AfterValidator(_mask)], ...] = Doc(
+    cpu_bind: tuple[Mask, ...] = Doc(
         (), description="one CPU mask per GPU of a node, in GPU order (srun mask_cpu)")
     memory: Memory = Doc(Memory(), description="memory jobs request")
     partitions: Partitions = Doc({}, description="partitions and their limits (or a list of "

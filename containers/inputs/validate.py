@@ -19,7 +19,8 @@ from containers.inputs import compat
 from containers.inputs.definition import Definition, host_path_uses, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.names import EXAMPLES
-from containers.inputs.recipes import Target, base_problems, get_target, load_target
+from containers.inputs.recipes import (Target, base_names, base_problems, get_target,
+                                       load_target)
 from containers.inputs.schema import (candidate_files, check_file_name, check_input_file,
                                       check_name, suggest)
 from containers.inputs.sites import Site, load_site
@@ -202,7 +203,7 @@ def check_project(root: Path, *, target: str | None = None, tool_args: Collectio
     names = all_names = sorted({*report.targets, *failed_targets})
     if target is not None:
         get_target(dict.fromkeys(names), target)  # an unknown name is a --target error
-        names = _chain(report.targets, target)
+        names = base_names(report.targets, target)
     for name in names:
         report.add(failed_targets.get(name, []))
     # a base whose manifest failed exists: its own error says what is wrong
@@ -226,21 +227,9 @@ def check_project(root: Path, *, target: str | None = None, tool_args: Collectio
     return report
 
 
-def _chain(targets: Mapping[str, Target], name: str) -> list[str]:
-    """``name`` and its bases, base-most first, as far as they loaded (no loop, no KeyError:
-    a missing or looping base is reported by :func:`base_problems`)."""
-    chain: list[str] = []
-    current: str | None = name
-    while current is not None and current not in chain:
-        chain.insert(0, current)
-        item = targets.get(current)
-        current = item.base if item is not None else None
-    return chain
-
-
 def _chain_loaded(targets: Mapping[str, Target], name: str) -> bool:
     """Whether every base of ``name`` loaded and the chain ends (the planning checks need it)."""
-    chain = _chain(targets, name)
+    chain = base_names(targets, name)
     first = targets.get(chain[0])
     return all(n in targets for n in chain) and (first is None or first.base is None)
 
