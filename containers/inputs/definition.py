@@ -256,13 +256,10 @@ class Definition:
         """Every ``{{ NAME }}`` used, in order of first use."""
         return tuple(self.arg_lines)
 
-    def missing_args(self, given: dict[str, str]) -> list[str]:
-        """Arguments some stage uses without a value: not ``given`` (``--build-arg``, shared by
-        every stage) and not in that stage's own ``%arguments``."""
-        return list(self.missing_arg_lines(given))
-
     def missing_arg_lines(self, given: dict[str, str]) -> dict[str, int]:
-        """:meth:`missing_args` with the line of the first use that lacks a value."""
+        """Arguments some stage uses without a value, not ``given`` (``--build-arg``, shared by
+        every stage) and not in that stage's own ``%arguments``, with the line of the first use
+        that lacks one."""
         found: dict[str, int] = {}
         for stage in self.stages:
             for name, line in stage.missing_args(given).items():

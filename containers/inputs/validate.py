@@ -5,7 +5,7 @@ is valid on its own when it loads; these are the references between them.
 
 :func:`check_project` is ``invoke check``: it loads every manifest and site profile on its own
 (one bad file does not hide the others), runs every check on each, and returns every problem
-found, so a user fixes them all after one run. :func:`problems` is the same as a plain list.
+found, so a user fixes them all after one run.
 """
 
 from __future__ import annotations
@@ -65,31 +65,22 @@ def check_target(target: Target, sites: Mapping[str, Site | None], *,
                           path=target.definition, line=line, key=name)
 
 
-def host_path_problems(target: Target, definition: Definition | None = None
-                       ) -> list[ConfigError]:
-    """The ``%setup`` / ``%files`` lines of ``target``'s definition that read host paths
-    outside the build context, one :class:`ConfigError` each (a warning, unless the manifest
-    says ``host_paths: forbid``: then they are errors). ``definition`` is the target's, read
-    here when not given."""
-    if target.definition is None:
-        return []
-    if definition is None:
-        definition = read_definition(target.definition)
-    switch = ("the manifest forbids them (host_paths: forbid)" if target.host_paths == "forbid"
-              else "the image depends on the build machine; host_paths: forbid in the manifest "
-                   "makes this an error")
-    return [ConfigError(f"reads host paths outside the build context: {', '.join(use.paths)}; "
-                        f"{switch}", path=target.definition, line=use.line, key=use.section)
-            for use in host_path_uses(definition)]
-
-
 def host_path_policy(target: Target, definition: Definition | None = None
                      ) -> tuple[list[ConfigError], list[ConfigError]]:
-    """The manifest's ``host_paths`` rule applied to its definition: ``(errors, warnings)``,
-    the host path uses as errors under ``host_paths: forbid``, else as warnings. The one place
+    """The manifest's ``host_paths`` rule applied to its definition (read here when not given):
+    ``(errors, warnings)``, the ``%setup`` / ``%files`` lines that read host paths outside the
+    build context as errors under ``host_paths: forbid``, else as warnings. The one place
     ``invoke check`` and ``invoke build`` (through the plan) enforce it."""
-    uses = host_path_problems(target, definition)
-    return (uses, []) if target.host_paths == "forbid" else ([], uses)
+    if target.definition is None:
+        return [], []
+    forbid = target.host_paths == "forbid"
+    switch = ("the manifest forbids them (host_paths: forbid)" if forbid
+              else "the image depends on the build machine; host_paths: forbid in the manifest "
+                   "makes this an error")
+    uses = [ConfigError(f"reads host paths outside the build context: {', '.join(use.paths)}; "
+                        f"{switch}", path=target.definition, line=use.line, key=use.section)
+            for use in host_path_uses(definition or read_definition(target.definition))]
+    return (uses, []) if forbid else ([], uses)
 
 
 def check_inputs_of(target: Target, definition: Definition | None = None) -> EnvSpec | None:
@@ -290,11 +281,3 @@ def check_site(site: Site, targets: Collection[str]) -> None:
         raise ConfigError(f"default_target '{site.default_target}' is not a target"
                           f"{suggest(site.default_target, list(targets))}", path=site.path,
                           line=site.lines.get("default_target"), key="default_target")
-
-
-def problems(root: Path, *, target: str | None = None, tool_args: Collection[str] = (),
-             target_checks: Sequence[Callable[[Mapping[str, Target], str], object]] = (),
-             site_checks: Sequence[Callable[[Site], object]] = ()) -> list[ContainersError]:
-    """Every error :func:`check_project` finds, in the order found (files in name order)."""
-    return check_project(root, target=target, tool_args=tool_args, target_checks=target_checks,
-                         site_checks=site_checks).errors
