@@ -16,10 +16,10 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from pydantic import (BaseModel, ConfigDict, Strict, ValidationError, WrapValidator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Strict, ValidationError,
+                      WrapValidator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from containers.errors import ConfigError, UsageError, raise_all
@@ -158,13 +158,26 @@ class Declared(Part):
         return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
+def refuse(problem: Callable[[Any], str | None]) -> AfterValidator:
+    """A check that refuses a value for the reason ``problem`` gives (None: it is fine)."""
+    def check(value: Any) -> Any:
+        reason = problem(value)
+        if reason:
+            raise ValueError(reason)
+        return value
+    return AfterValidator(check)
+
+
 def _words(expected: str) -> WrapValidator:
-    """A container whose wrong value is named as a whole (``must be a list of strings``), not
-    by the first item that is wrong."""
+    """A container of the wrong type, or holding an item of the wrong type, named as a whole
+    (``must be a list of strings``), not by the first item that is wrong; an item's own rule
+    names the item."""
     def check(value: Any, handler: Any) -> Any:
         try:
             return handler(value)
-        except ValidationError:
+        except ValidationError as exc:
+            if any(e["type"] not in _EXPECTED for e in exc.errors()):
+                raise
             raise problem_at(f"must be {expected}, got {_type_name(value)}") from None
     return WrapValidator(check)
 
@@ -172,9 +185,10 @@ def _words(expected: str) -> WrapValidator:
 Str = Annotated[str, Strict()]
 Bool = Annotated[bool, Strict()]
 Int = Annotated[int, Strict()]
+Scalar = Str | Bool | Int | Annotated[float, Strict()]
 StrList = Annotated[list[Str], _words("a list of strings")]
-StrMap = Annotated[dict[str, Str | Bool | Int | Annotated[float, Strict()]],
-                   _words("a mapping of names to scalar values")]
+MAP_OF_SCALARS = _words("a mapping of names to scalar values")
+StrMap = Annotated[dict[str, Scalar], MAP_OF_SCALARS]
 
 
 def located(data: Any, loc: Sequence[str | int]) -> int | None:

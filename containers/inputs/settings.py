@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
-from pydantic import ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
-from containers.errors import ConfigError, raise_all
-from containers.inputs.flags import ACCOUNT, GROUP, NON_NEGATIVE_INT, TARGET
-from containers.inputs.schema import (Bool, Declared, Int, Str, StrMap, name_problem, suggest,
-                                      validate_model)
+from containers.errors import ConfigError
+from containers.inputs.flags import ACCOUNT, GROUP, NON_NEGATIVE_INT, TARGET, FlagType
+from containers.inputs.schema import (MAP_OF_SCALARS, Bool, Declared, Int, Scalar, Str,
+                                      name_problem, refuse, suggest, validate_model)
 
 #: mksquashfs's own gzip level, which Apptainer builds with when given no arguments.
 SQUASHFS_DEFAULT_LEVEL = 9
@@ -26,6 +26,42 @@ SQUASHFS_DEFAULT_LEVEL = 9
 #: a site whose runtime is not known to read zstd: publish checks it).
 SQUASHFS_CHOICES = ("auto", "zstd", "gzip")
 
+
+def _by_flag(rule: FlagType) -> AfterValidator:
+    """A setting that means what a flag means follows that flag's rule, checked when the
+    settings load: a bad one is named where it is set, not blamed on the flag when a job is
+    rendered."""
+    def check(value: Any) -> Any:
+        if value not in ("", None):
+            try:
+                rule.parse(value if isinstance(value, int) else str(value))
+            except ValueError as exc:
+                raise ValueError(f"{str(value)!r} {exc}") from None
+        return value
+    return AfterValidator(check)
+
+
+def _versions(value: Any) -> tuple[str, ...]:
+    """A target's pinned versions: file names in the publish folder, so the one name rule."""
+    if not isinstance(value, list):
+        raise ValueError("must be a list of version names")
+    for version in value:
+        problem = name_problem("version", version)
+        if problem:
+            raise ValueError(problem)
+    return tuple(value)
+
+
+Group = Annotated[Str, _by_flag(GROUP)]
+Account = Annotated[Str, _by_flag(ACCOUNT)]
+Runtime = Annotated[Str, refuse(lambda value: None if value in ("auto", "apptainer", "singularity")
+                                or Path(value).is_absolute()
+                                else "must be auto, apptainer, singularity or an absolute path")]
+Squashfs = Annotated[Str, refuse(lambda value: None if value in SQUASHFS_CHOICES else (
+    f"must be one of {', '.join(SQUASHFS_CHOICES)}, got {value!r}"))]
+Level = Annotated[Int, refuse(lambda level: None if 1 <= level <= SQUASHFS_DEFAULT_LEVEL else (
+    f"must be a gzip level from 1 (fastest) to {SQUASHFS_DEFAULT_LEVEL} (smallest, Apptainer's "
+    f"own), got {level}"))]
 
 
 class SettingsFile(Declared):
@@ -38,22 +74,24 @@ class SettingsFile(Declared):
     perflog_dir: Str = "results/perflog"
     tmp_dir: Str = "/var/tmp/containers-build"
     cache_dir: Str = ""
-    cache_group: Str = Field("", description="a package cache shared by a group of admins, on "
+    cache_group: Group = Field("", description="a package cache shared by a group of admins, on "
                              "purpose: the group's name (empty: the cache is this user's alone)")
-    squashfs: Str = "auto"
-    squashfs_level: Int = SQUASHFS_DEFAULT_LEVEL
-    runtime: Str = "auto"
-    default_target: Str = "cpu"
+    squashfs: Squashfs = "auto"
+    squashfs_level: Level = SQUASHFS_DEFAULT_LEVEL
+    runtime: Runtime = "auto"
+    default_target: Annotated[Str, _by_flag(TARGET)] = "cpu"
     jobs_mount: Str = "/opt/containers/jobs"
     results_mount: Str = "/opt/containers/results"
     sign_keysdir: Str = ""
-    sign_keyidx: Int = 0
-    publish_group: Str = ""
+    sign_keyidx: Annotated[Int, _by_flag(NON_NEGATIVE_INT)] = 0
+    publish_group: Group = ""
     publish_world_readable: Bool = True
-    publish_pinned: dict[str, Any] = Field({}, description="versions --keep never removes, per "
-                                           "target (queued jobs or a site's docs rely on them)")
-    account: Str = Field("", description="the project (account) batch jobs charge")
-    accounts: StrMap = Field({}, description="the account per site, over account")
+    publish_pinned: dict[str, Annotated[Any, AfterValidator(_versions)]] = Field(
+        {}, description="versions --keep never removes, per target (queued jobs or a site's "
+                        "docs rely on them)")
+    account: Account = Field("", description="the project (account) batch jobs charge")
+    accounts: Annotated[dict[str, Annotated[Scalar, _by_flag(ACCOUNT)]], MAP_OF_SCALARS] = Field(
+        {}, description="the account per site, over account")
 
 
 @dataclass(frozen=True)
@@ -102,45 +140,6 @@ class Settings:
 
     def provenance_path(self, target: str) -> Path:
         return self.images_dir / f"{target}.sif.json"
-
-
-def _pinned(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """``containers.publish_pinned``: target name to a list of version names, each checked by
-    the one name rule (the versions are file names in the publish folder)."""
-    pinned: dict[str, tuple[str, ...]] = {}
-    for target, versions in value.items():
-        key = f"containers.publish_pinned.{target}"
-        if isinstance(versions, str) or not isinstance(versions, list):
-            raise ConfigError("must be a list of version names", path="invoke.yaml", key=key)
-        for version in versions:
-            problem = name_problem("version", version)
-            if problem:
-                raise ConfigError(problem, path="invoke.yaml", key=key)
-        pinned[str(target)] = tuple(str(v) for v in versions)
-    return pinned
-
-
-#: Settings that mean what a flag means, each checked at load by that flag's type.
-_FLAG_RULES = {"account": ACCOUNT, "default_target": TARGET, "sign_keyidx": NON_NEGATIVE_INT,
-               "publish_group": GROUP, "cache_group": GROUP}
-
-
-def _flag_rules(values: dict) -> list[ConfigError]:
-    """Settings checked by the rule of the flag of the same meaning (``containers.account`` and
-    each ``containers.accounts.<site>`` as ``--account``, ``default_target`` as ``--target``,
-    ...), when they are loaded: a bad one is named where it is set, not blamed on the flag
-    when a job is rendered."""
-    found = []
-    checks = [(f"containers.{name}", values[name], rule) for name, rule in _FLAG_RULES.items()]
-    checks += [(f"containers.accounts.{site}", value, ACCOUNT)
-               for site, value in values["accounts"].items()]
-    for key, value, rule in checks:
-        if value not in ("", None):
-            try:
-                rule.parse(value if isinstance(value, int) else str(value))
-            except ValueError as exc:
-                found.append(ConfigError(f"{str(value)!r} {exc}", path="invoke.yaml", key=key))
-    return found
 
 
 #: Settings that are mappings: invoke reads ``INVOKE_CONTAINERS_<KEY>_<NAME>`` into them.
@@ -200,21 +199,7 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
         path = Path(value).expanduser()
         return path if path.is_absolute() else root / path
 
-    if values["runtime"] not in ("auto", "apptainer", "singularity") and \
-            not Path(values["runtime"]).is_absolute():
-        raise ConfigError("must be auto, apptainer, singularity or an absolute path",
-                          path="invoke.yaml", key="containers.runtime")
-    if not 1 <= values["squashfs_level"] <= SQUASHFS_DEFAULT_LEVEL:
-        raise ConfigError(f"must be a gzip level from 1 (fastest) to {SQUASHFS_DEFAULT_LEVEL} "
-                          f"(smallest, Apptainer's own), got {values['squashfs_level']}",
-                          path="invoke.yaml", key="containers.squashfs_level")
-    if values["squashfs"] not in SQUASHFS_CHOICES:
-        raise ConfigError(f"must be one of {', '.join(SQUASHFS_CHOICES)}, got "
-                          f"{values['squashfs']!r}", path="invoke.yaml", key="containers.squashfs")
-    raise_all(_flag_rules(values))
     folders = {key: resolve(values[key]) for key in FOLDERS}
     folders.update({key: resolve(values[key]) if values[key] else None for key in UNSET_FOLDERS})
-    return Settings(root=root, **{
-        **values, **folders, "publish_pinned": _pinned(values["publish_pinned"]),
-        "account": str(values["account"] or ""), "cache_group": str(values["cache_group"] or ""),
-        "accounts": {str(k): str(v) for k, v in values["accounts"].items() if v}})
+    return Settings(root=root, **{**values, **folders, "accounts": {
+        site: str(account) for site, account in values["accounts"].items() if account}})

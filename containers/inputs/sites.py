@@ -23,7 +23,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Callable, Collection, Literal, Mapping
+from typing import Annotated, Any, Collection, Literal, Mapping
 
 from pydantic import (AfterValidator, BeforeValidator, Field, PrivateAttr, Strict,
                       ValidationInfo, WithJsonSchema, field_validator)
@@ -34,7 +34,7 @@ from containers.errors import ConfigError
 from containers.inputs import references as refs
 from containers.inputs.references import Reference, parse_reference, select
 from containers.inputs.schema import (Bool, Part, Str, input_files, is_env_name, pick,
-                                      problem_at, suggest, validate_model)
+                                      problem_at, refuse, suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_file
 
 GpuRequest = Literal["gpus-per-node", "gres"]
@@ -59,16 +59,6 @@ def _time(value: object) -> int:
     return walltime.parse(value)
 
 
-def _refuse(problem: Callable[[Any], str | None]) -> AfterValidator:
-    """A check that refuses a value for the reason ``problem`` gives (None: it is fine)."""
-    def check(value: Any) -> Any:
-        reason = problem(value)
-        if reason:
-            raise ValueError(reason)
-        return value
-    return AfterValidator(check)
-
-
 def _env_value(value: object) -> str:
     if not isinstance(value, (str, int, float, bool)):
         raise ValueError("must be a scalar value (a string or a number)")
@@ -91,16 +81,16 @@ Positive = Annotated[int, Strict(), Field(ge=1)]
 Names = tuple[Str, ...]
 Time = Annotated[int, BeforeValidator(_time), WithJsonSchema(
     {"type": "string", "description": "HH:MM:SS, D-HH:MM:SS or MM:SS, in quotes"})]
-Bind = Annotated[str, Strict(), _refuse(lambda bind: bind_problem(bind))]
-EnvName = Annotated[str, _refuse(lambda name: None if is_env_name(name) else (
+Bind = Annotated[str, Strict(), refuse(lambda bind: bind_problem(bind))]
+EnvName = Annotated[str, refuse(lambda name: None if is_env_name(name) else (
     f"'{name}' is not an environment variable name (letters, digits and _, not starting with "
     "a digit)"))]
 EnvValue = Annotated[str, BeforeValidator(_env_value), WithJsonSchema(
     {"type": ["string", "number", "boolean"]})]
 Env = dict[EnvName, EnvValue]
-Version = Annotated[str, Strict(), _refuse(lambda value: None if re.match(
+Version = Annotated[str, Strict(), refuse(lambda value: None if re.match(
     r"\s*\d+(?:\.\d+)*", value) else f"'{value}' is not a version (digits and dots)")]
-Mask = Annotated[str, Strict(), _refuse(lambda value: None if re.fullmatch(
+Mask = Annotated[str, Strict(), refuse(lambda value: None if re.fullmatch(
     r"0x[0-9a-fA-F]+", value) else f"'{value}' is not a hexadecimal CPU mask (0x…)")]
 Doc = Field
 
@@ -227,9 +217,9 @@ class Transport(Part):
     container: host modules, binds and variables (applied to runs of 2+ nodes)."""
 
     name: Str | None = Doc(None, description="the transport's name in verdicts")
-    expect: Annotated[str, Strict(), _refuse(_pattern)] | None = Doc(
+    expect: Annotated[str, Strict(), refuse(_pattern)] | None = Doc(
         None, description="regular expression a run's NCCL/RCCL log must match (the proof)")
-    net: Annotated[str, Strict(), _refuse(lambda net: None if net.strip() == net != "" else (
+    net: Annotated[str, Strict(), refuse(lambda net: None if net.strip() == net != "" else (
         "must name the network (NCCL_NET compares it exactly: no empty value, no spaces at its "
         "ends)"))] | None = Doc(
         None, description="NCCL_NET for every run it applies to: fail instead of TCP sockets")
@@ -253,7 +243,7 @@ class Transport(Part):
         return bool(self.expect) and nodes >= self.from_nodes
 
 
-Word = Annotated[str, Strict(), _refuse(lambda value: None if re.fullmatch(
+Word = Annotated[str, Strict(), refuse(lambda value: None if re.fullmatch(
     r"[A-Za-z0-9_]+", value) else f"'{value}' is not a word (letters, digits, _): a job name "
     "is a directive value")]
 
