@@ -64,6 +64,7 @@ PIP_OPTION_RULE = (f"pip: entries are requirements; options allowed: "
 _SHORT_OPTIONS = {"-i": "--index-url", "-f": "--find-links", "-e": "--editable",
                   "-r": "--requirement", "-c": "--constraint"}
 _TORCH_PIN = re.compile(r"^(?:torch|pytorch)\s*(===?|~=|>=)\s*v?(\d+)\.(\d+)", re.IGNORECASE)
+_CONDA_TORCH_PIN = re.compile(r"^(?:torch|pytorch)\s*(==?|>=)\s*(\d+)\.(\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -108,15 +109,12 @@ class EnvSpec:
     def torch_pin(self) -> tuple[tuple[int, int], int | None] | None:
         """The lowest torch (major, minor) the spec can install and its line, from a ``torch==``,
         ``~=`` or ``>=`` entry (pip or Conda ``pytorch=``); None when torch is not pinned."""
-        for index, entry in enumerate(self.pip):
-            match = _TORCH_PIN.match(entry)
+        pins = [(_TORCH_PIN, entry, self.pip_line(i)) for i, entry in enumerate(self.pip)]
+        pins += [(_CONDA_TORCH_PIN, dep.spec.split("::")[-1], dep.line) for dep in self.conda]
+        for pattern, text, line in pins:
+            match = pattern.match(text)
             if match:
-                return (int(match.group(2)), int(match.group(3))), self.pip_line(index)
-        for dep in self.conda:
-            bare = dep.spec.split("::")[-1]
-            match = re.match(r"^(?:torch|pytorch)\s*(==?|>=)\s*(\d+)\.(\d+)", bare, re.I)
-            if match:
-                return (int(match.group(2)), int(match.group(3))), dep.line
+                return (int(match.group(2)), int(match.group(3))), line
         return None
 
     def installs(self, package: str) -> bool:

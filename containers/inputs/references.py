@@ -115,12 +115,10 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
         raise ConfigError(f"{values['bytes']} B is more than any GPU holds (at most "
                           f"{MAX_BYTES} B, 1 TiB): a run could never measure it",
                           path=path, line=line_of(item, "bytes"), key=prefix + "bytes")
-    return Reference(partition=values["partition"], nodes=values["nodes"],
-                     ranks_per_node=values["ranks_per_node"], bytes=values["bytes"],
-                     value=float(value), lower=None if lower is None else float(lower),
-                     upper=None if upper is None else float(upper), unit=unit,
-                     source=values["source"], gpu_model=values["gpu_model"],
-                     xfail=values["xfail"], op=values["op"])
+    del values["busbw"]
+    return Reference(**values, value=float(value), unit=unit,
+                     lower=None if lower is None else float(lower),
+                     upper=None if upper is None else float(upper))
 
 
 def select(references: Sequence[Reference], *, partition: str | None, nodes: int,

@@ -156,13 +156,6 @@ class Limits(Part):
         """The name it has in the profile (its key)."""
         return self._name
 
-    @classmethod
-    def named(cls, name: str, **values: Any):
-        """An instance that knows its name (the key it is filed under)."""
-        made = cls(**values)
-        made._name = name
-        return made
-
 
 class Partition(Limits):
     """One partition (queue) of a site and its documented limits."""
@@ -450,7 +443,11 @@ class Site(Profile):
     def partition(self, name: str | None) -> Partition:
         """``name``'s limits; a partition the profile does not describe (or no partition: the
         scheduler's default) has none."""
-        return self.partitions.get(name or "") or Partition.named(name or "")
+        if (name or "") in self.partitions:
+            return self.partitions[name or ""]
+        unknown = Partition()
+        unknown._name = name or ""
+        return unknown
 
     @property
     def gpu_flag(self) -> str | None:
