@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Mapping
+from typing import Annotated, Callable, Literal, Mapping
 
 from pydantic import ConfigDict, Field
 
@@ -23,13 +23,18 @@ from containers.errors import ConfigError
 from containers.files import resolves_outside
 from containers.inputs.envspec import is_https
 from containers.inputs.schema import (Bool, Declared, Str, StrList, StrMap, check_file_name,
-                                      line_of, pick, suggest, validate_model)
+                                      line_of, pick, refuse, suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_file, read_input_text
 
-ARCHES = ("x86_64", "aarch64")
-GPU_KINDS = ("none", "cuda", "rocm")
-BUILDERS = ("apptainer", "cotainr")
-HOST_PATHS = ("warn", "forbid")
+
+def _unknown_example(names: list[str]) -> str | None:
+    from containers.inputs.names import EXAMPLES  # the examples jobs/train.py knows
+    wrong = next((name for name in names if name not in EXAMPLES), None)
+    return None if wrong is None else f"'{wrong}' is not an example (one of {', '.join(EXAMPLES)})"
+
+
+TorchVersion = Annotated[Str, refuse(lambda torch: None if re.match(r"^\d+\.\d+", torch) else (
+    f"{torch!r} is not a torch version (e.g. 2.8.0)"))]
 
 
 class Manifest(Declared):
@@ -39,9 +44,9 @@ class Manifest(Declared):
 
     description: Str
     site: Str = "local"
-    arch: Literal[ARCHES] = "x86_64"
-    gpu: Literal[GPU_KINDS] = "none"
-    builder: Literal[BUILDERS] = "apptainer"
+    arch: Literal["x86_64", "aarch64"] = "x86_64"
+    gpu: Literal["none", "cuda", "rocm"] = "none"
+    builder: Literal["apptainer", "cotainr"] = "apptainer"
     definition: Str | None = None
     base: Str | None = None
     base_image: Str | None = None
@@ -50,15 +55,17 @@ class Manifest(Declared):
     test: Bool = True
     pip_extra_index_urls: StrList = Field([], description="package indexes the env spec may "
                                           "add with --extra-index-url (https only)")
-    host_paths: Literal[HOST_PATHS] = Field("warn", description="%setup / %files lines reading "
-                                            "host paths outside the build context: a warning "
-                                            "in invoke check (warn), or an error (forbid)")
-    torch: Str | None = Field(None, description="the torch the base image provides (NGC "
-                              "images), when the env spec does not pin torch: what invoke "
-                              "check compares with each example's minimum")
-    examples: StrList = Field([], description="the training examples this image is meant for "
-                              "(left out: every one its environment can run; [] says none); "
-                              "any other is refused at run time")
+    host_paths: Literal["warn", "forbid"] = Field(
+        "warn", description="%setup / %files lines reading host paths outside the build "
+                            "context: a warning in invoke check (warn), or an error (forbid)")
+    torch: TorchVersion | None = Field(
+        None, description="the torch the base image provides (NGC images), when the env spec "
+                          "does not pin torch: what invoke check compares with each example's "
+                          "minimum")
+    examples: Annotated[StrList, refuse(_unknown_example)] = Field(
+        [], description="the training examples this image is meant for (left out: every one "
+                        "its environment can run; [] says none); any other is refused at run "
+                        "time")
     torchrun: Str | None = Field(None, description="the torchrun command in the image, where "
                                  "it is not the site's (an image with a venv has its own)")
 
@@ -198,23 +205,10 @@ def load_target(path: Path, *, root: Path) -> Target:
                               "over http could have its packages swapped in transit)", path=path,
                               line=line_of(data["pip_extra_index_urls"], index),
                               key="pip_extra_index_urls")
-    if values["torch"] is not None and not re.match(r"^\d+\.\d+", str(values["torch"])):
-        raise ConfigError(f"{values['torch']!r} is not a torch version (e.g. 2.8.0)", path=path,
-                          line=lines.get("torch"), key="torch")
     return Target(name=path.stem, manifest=path, lines=lines, **{
         **values, **paths, "build_args": {str(k): str(v) for k, v in values["build_args"].items()},
         "pip_extra_index_urls": tuple(values["pip_extra_index_urls"]),
-        "examples": (_examples(values["examples"], path=path, line=lines.get("examples"))
-                     if "examples" in data else None)})
-
-
-def _examples(names: list[str], *, path: Path, line: int | None) -> tuple[str, ...]:
-    from containers.inputs.names import EXAMPLES  # the examples jobs/train.py knows
-    for name in names:
-        if name not in EXAMPLES:
-            raise ConfigError(f"'{name}' is not an example (one of {', '.join(EXAMPLES)})",
-                              path=path, line=line, key="examples")
-    return tuple(names)
+        "examples": tuple(values["examples"]) if "examples" in data else None})
 
 
 def base_names(targets: Mapping[str, Target], name: str) -> list[str]:

@@ -25,8 +25,8 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Collection, Literal, Mapping
 
-from pydantic import (AfterValidator, BeforeValidator, Field, PrivateAttr, Strict,
-                      ValidationInfo, WithJsonSchema, field_validator)
+from pydantic import (BeforeValidator, Field, PrivateAttr, Strict, ValidationInfo,
+                      WithJsonSchema, field_validator)
 from pydantic.json_schema import SkipJsonSchema
 
 from containers import walltime
