@@ -353,13 +353,6 @@ def shell_words(text: str) -> list[str]:
     return [re.sub(r"\0(\w+)\0", r"{{ \1 }}", word) for word in words]
 
 
-def _first_word(text: str) -> str:
-    """The first word of a ``%files`` line as Apptainer reads it (quotes group words; a
-    ``{{ ARG }}`` is one word, as Apptainer substitutes it before splitting)."""
-    words = shell_words(text)
-    return words[0] if words else text
-
-
 #: Commands whose arguments are text they print, not files they read (``printf '%s/x'``).
 _TEXT_COMMANDS = frozenset({"echo", "printf"})
 #: Where the programs every build host has live: running ``/usr/bin/env`` reads no host data.
@@ -400,7 +393,8 @@ def setup_paths(code: str) -> tuple[str, ...]:
         elif text and not redirect:
             path = None
         redirect = False
-        found += [path] if path else _escapes(word)
+        found += [path] if path else [  # from the build context or the image's root, out
+            match.group(0) for match in _ANCHORED.finditer(word) if climbs_out(match.group(2))]
     return tuple(found)
 
 
@@ -423,11 +417,6 @@ def climbs_out(rest: str) -> bool:
     return False
 
 
-def _escapes(code: str) -> list[str]:
-    """Paths in ``code`` that start at the build context or the image's root and climb out."""
-    return [match.group(0) for match in _ANCHORED.finditer(code) if climbs_out(match.group(2))]
-
-
 def host_path_uses(definition: Definition) -> list[HostPathUse]:
     """Every ``%setup`` / ``%files`` line (any stage) that reads a host path outside the build
     context: a ``%files`` source not under ``{{ BUILD_CONTEXT }}`` (``%files from <stage>``
@@ -439,7 +428,7 @@ def host_path_uses(definition: Definition) -> list[HostPathUse]:
     for section in definition.sections:
         if section.name == "files" and files_source_stage(section) is None:
             for number, text in _body_lines(section):
-                source = _first_word(text)
+                source = (shell_words(text) or [text])[0]  # as Apptainer splits the line
                 context = _CONTEXT_SOURCE.match(source)
                 if not context or climbs_out(source[context.end():]):
                     uses.append(HostPathUse("%files", number, (source,)))

@@ -28,14 +28,6 @@ from containers.inputs.sites import Site, load_site
 T = TypeVar("T")
 
 
-def check_site_names(site: Site) -> None:
-    """A site's name (its file's stem) and its partitions' names pass the one name rule."""
-    check_file_name("site", site.path)
-    for partition in site.partitions:
-        check_name("partition", partition, path=site.path, line=site.lines.get("partitions"),
-                   key="partitions")
-
-
 def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
     """The site a manifest names; a :class:`ConfigError` at its ``site:`` line when none has
     that name (the manifest is wrong, not a flag)."""
@@ -275,8 +267,12 @@ def example_findings(target: Target, env: EnvSpec | None = None, *,
 
 
 def check_site(site: Site, targets: Collection[str]) -> None:
-    """One site's own names and its default target (``targets``: the target names)."""
-    check_site_names(site)
+    """One site's own names (its file's stem, its partitions': the one name rule) and its
+    default target (``targets``: the target names)."""
+    check_file_name("site", site.path)
+    for partition in site.partitions:
+        check_name("partition", partition, path=site.path, line=site.lines.get("partitions"),
+                   key="partitions")
     if site.default_target and site.default_target not in targets:
         raise ConfigError(f"default_target '{site.default_target}' is not a target"
                           f"{suggest(site.default_target, list(targets))}", path=site.path,
