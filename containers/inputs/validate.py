@@ -149,23 +149,17 @@ def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[Contain
     built on it), not every command for every target."""
     targets, failed = load_each(root / "recipes", kind="target", root=root,
                                 load=lambda p: load_target(p, root=root))
-    changed = True
-    while changed:  # a target on a base that failed fails too, down every chain
-        changed = False
-        for problem in base_problems({n: t for n, t in targets.items()
-                                      if t.base not in failed}):
-            name = Path(problem.path).stem if problem.path else None
-            if name in targets:
-                failed[name] = [problem]
-                del targets[name]
-                changed = True
-        for name, item in list(targets.items()):
-            if item.base in failed:
-                failed[name] = [ConfigError(f"base target '{item.base}' is not usable: "
+    for problem in base_problems({n: t for n, t in targets.items() if t.base not in failed}):
+        failed[problem.path.stem] = [problem]
+        del targets[problem.path.stem]
+    for name in list(targets):  # a target on a base that failed fails too, down its chain
+        for link in base_names(targets, name)[1:]:
+            item = targets.get(link)
+            if item is not None and item.base in failed:
+                failed[link] = [ConfigError(f"base target '{item.base}' is not usable: "
                                             f"{failed[item.base][0]}", path=item.manifest,
                                             line=item.line("base"), key="base")]
-                del targets[name]
-                changed = True
+                del targets[link]
     return targets, failed
 
 
