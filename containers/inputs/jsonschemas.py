@@ -19,11 +19,11 @@ from typing import Any, Callable
 from containers.inputs.envspec import EnvFile
 from containers.inputs.recipes import Manifest
 from containers.inputs.settings import SettingsFile
-from containers.inputs.sites import profile_json_schema
+from containers.inputs.sites import Profile
 
 #: Each schema file and what makes it.
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
-    "site.schema.json": profile_json_schema,
+    "site.schema.json": Profile.model_json_schema,
     "recipe.schema.json": Manifest.model_json_schema,
     "env-spec.schema.json": EnvFile.model_json_schema,
     "settings.schema.json": SettingsFile.model_json_schema,

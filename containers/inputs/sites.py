@@ -25,7 +25,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Collection, Literal, Mapping
 
-from pydantic import (BeforeValidator, Field, PrivateAttr, Strict, ValidationInfo,
+from pydantic import (BeforeValidator, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo,
                       WithJsonSchema, field_validator)
 from pydantic.json_schema import SkipJsonSchema
 
@@ -313,13 +313,16 @@ def _limits_or_empty(value: object) -> object:
 
 
 Partitions = Annotated[dict[str, Annotated[Partition, BeforeValidator(_limits_or_empty)]],
-                       BeforeValidator(_partition_names)]
+                       BeforeValidator(_partition_names,
+                                       json_schema_input_type=dict[str, Partition] | list[str])]
 ReferenceItem = Annotated[Reference, WithJsonSchema(refs.Entry.model_json_schema())]
 
 
 # ---------------------------------------------------------------------------- the profile
 class Profile(Part):
     """A site profile as written in ``sites/<site>.yaml``."""
+
+    model_config = ConfigDict(title="hpc-containers site profile (sites/<site>.yaml)")
 
     description: Str = Doc(description="one line: the cluster, its GPUs and network")
     scheduler: Literal["none", "slurm", "pbs"] = Doc("none", description="batch scheduler")
@@ -490,17 +493,6 @@ def _key_lines(data: Any, prefix: str = "") -> dict[str, int]:
             if isinstance(value, dict):
                 lines.update(_key_lines(value, f"{prefix}{key}."))
     return lines
-
-
-def profile_json_schema() -> dict[str, Any]:
-    """The JSON Schema of a site profile, for editors (``schemas/site.schema.json``)."""
-    schema = Profile.model_json_schema()
-    schema["title"] = "hpc-containers site profile (sites/<site>.yaml)"
-    mapping = schema["properties"]["partitions"]
-    schema["properties"]["partitions"] = {  # or the older form: a list of names
-        "description": mapping.pop("description", ""), "default": mapping.pop("default", {}),
-        "anyOf": [mapping, {"type": "array", "items": {"type": "string"}}]}
-    return schema
 
 
 #: What makes Apptainer run code when it evaluates an environment value (``--env``,
