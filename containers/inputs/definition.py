@@ -225,7 +225,6 @@ class Definition:
 
     @property
     def sections(self) -> tuple[Section, ...]:
-        """Every section of every stage, in file order."""
         return tuple(s for stage in self.stages for s in stage.sections)
 
     def section(self, name: str) -> Section | None:

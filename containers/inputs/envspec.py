@@ -118,7 +118,6 @@ class EnvSpec:
         return None
 
     def installs(self, package: str) -> bool:
-        """Whether the spec names ``package`` (pip or Conda)."""
         names = {_requirement_name(e) for e in self.pip} | {d.name for d in self.conda}
         return package.lower() in names
 

@@ -44,7 +44,6 @@ def stale(folder: Path) -> list[str]:
 
 
 def write(folder: Path) -> list[str]:
-    """Write every schema file that is stale; their names."""
     changed = stale(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name in changed:

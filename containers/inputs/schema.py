@@ -128,11 +128,9 @@ def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
 
 def line_of(data: Any, key: str | int | None = None) -> int | None:
     """Best known line of a key or item in located YAML data."""
-    if isinstance(data, LocatedDict):
-        return data.line_of(str(key)) if key is not None else data.line
-    if isinstance(data, LocatedList):
-        return data.line_of(int(key)) if key is not None else data.line
-    return None
+    if not isinstance(data, (LocatedDict, LocatedList)):
+        return None
+    return data.line if key is None else data.line_of(key)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------- typed models (pydantic) at file:line:key

@@ -191,7 +191,6 @@ UNSET_FOLDERS = ("cache_dir", "sign_keysdir")
 
 
 def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settings:
-    """Settings from a plain mapping (the ``containers`` part of the invoke config)."""
     values = dict(validate_model(SettingsFile, dict(config or {}), path="invoke.yaml",
                                  what="containers settings", prefix="containers."))
 

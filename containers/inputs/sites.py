@@ -570,7 +570,6 @@ def get_site(sites: dict[str, Site], name: str) -> Site:
 
 def detect_site(sites: dict[str, Site], environ: Mapping[str, str] | None = None,
                 hostname: str | None = None) -> Site | None:
-    """The first site whose ``detect`` rules match this environment, if any."""
     environ = os.environ if environ is None else environ
     hostname = socket.gethostname() if hostname is None else hostname
     return next((s for s in sites.values() if s.matches(environ, hostname)), None)
