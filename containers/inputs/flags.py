@@ -70,10 +70,8 @@ def integer(low: int) -> Callable[[Any], int]:
 def _number(*, low: float = 0.0, high: float | None = None, what: str = "number") -> \
         Callable[[Any], float]:
     """A finite float above ``low`` (and at most ``high``): nan and inf are never a setting."""
-    if high is None:
-        allowed = f"more than {low:g}"
-    else:
-        allowed = f"a {what} in ({low:g}, {high:g}]"
+    span = f"> {low:g}" if high is None else f"in ({low:g}, {high:g}]"
+    allowed = f"more than {low:g}" if high is None else f"a {what} {span}"
 
     def parse(value: Any) -> float:
         try:
@@ -81,8 +79,7 @@ def _number(*, low: float = 0.0, high: float | None = None, what: str = "number"
                 raise ValueError
             number = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"takes a {what}" + (f" > {low:g}" if high is None else
-                                                  f" in ({low:g}, {high:g}]")) from None
+            raise ValueError(f"takes a {what} {span}") from None
         if not math.isfinite(number):
             raise ValueError(f"must be a finite {what}, {allowed}")
         if not number > low or (high is not None and number > high):
