@@ -16,7 +16,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Callable, Mapping, Sequence, TypeVar
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Strict, ValidationError,
                       WrapValidator, model_validator)
@@ -293,23 +293,12 @@ def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: s
         problems = []
         for error in sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden"):
             loc = [*error["loc"], *((error.get("ctx") or {}).get("at") or ())]
-            loc = _resolve(part for part in loc if part != "[key]")
+            loc = [part for part in loc if part != "[key]"]
             key = prefix + key_of(loc) if loc else prefix.rstrip(".")
             problems.append(ConfigError(_message(error, model, loc, what), path=path,
                                         line=located(data, loc), key=key or None))
         raise_all(sorted(problems, key=lambda p: p.line or 0))
         raise  # pragma: no cover - raise_all raised
-
-
-def _resolve(parts: Iterable[str | int]) -> list[str | int]:
-    """A key path with ``..`` (the key above) resolved."""
-    loc: list[str | int] = []
-    for part in parts:
-        if part == "..":
-            loc = loc[:-1]
-        else:
-            loc.append(part)
-    return loc
 
 
 def problem_at(reason: str, *at: str | int) -> Exception:

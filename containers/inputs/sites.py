@@ -104,10 +104,9 @@ class Gpus(Part):
     model: Str | None = Doc(None, description="GPU model (a reference may name it)")
     per_node: Count = Doc(0, validate_default=True, description="GPUs (ROCm: GCDs) per node")
     max_per_job: Count = Doc(0, description="GPUs one job may hold (0: no site-wide limit)")
+    arch_source: Str | None = Doc(None, description="where the architecture is documented")
     arch: Str | None = Doc(None, description="CUDA compute capability (sm_80) or gfx target "
                                              "(gfx90a) the image's kernels must cover")
-    arch_source: Str | None = Doc(None, validate_default=True,
-                                  description="where the architecture is documented")
     gres_type: Str | None = Doc(None, description="the GPU type in --gres=gpu:<type>:N")
     request: GpuRequest = Doc("gpus-per-node", description="how Slurm jobs ask for GPUs: "
                               "--gpus-per-node=N or --gres=gpu:<gres_type>:N")
@@ -119,19 +118,16 @@ class Gpus(Part):
             raise ValueError("a GPU site needs gpus.per_node > 0")
         return value
 
-    @field_validator("arch_source")
+    @field_validator("arch")
     @classmethod
-    def _arch_with_source(cls, value: str | None, info: ValidationInfo) -> str | None:
-        arch, kind = info.data.get("arch"), info.data.get("kind", "none")
-        if arch is None:
-            return value
-        if kind not in ARCH or not ARCH[kind].match(arch):
-            raise problem_at(f"'{arch}' is not a {kind} GPU architecture (sm_NN for cuda, "
-                             "gfxNNN for rocm)", "..", "arch")
-        if not value:
-            raise problem_at("a GPU architecture needs arch_source: the page that states it",
-                             "..", "arch")
-        return value
+    def _arch_with_source(cls, arch: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("kind", "none")
+        if arch is not None and (kind not in ARCH or not ARCH[kind].match(arch)):
+            raise ValueError(f"'{arch}' is not a {kind} GPU architecture (sm_NN for cuda, "
+                             "gfxNNN for rocm)")
+        if arch is not None and "arch_source" in info.data and not info.data["arch_source"]:
+            raise ValueError("a GPU architecture needs arch_source: the page that states it")
+        return arch
 
     @field_validator("request")
     @classmethod
