@@ -508,8 +508,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
                            replaced=replaced, when=when, reviewed=reviewed)
     for version in gone:
         say(f"pruning {plan.target.name} {version} (--keep {plan.keep})")
-    catalogue = cat.without_versions(cat.with_entry(before, entry, now=when), plan.target.name,
-                                     gone, now=when)
+    catalogue = cat.with_entry(before, entry, now=when, without=gone)
     staged = _stage(plan, tx, sha256=sha256, when=when, key=key, public=public, beside=beside,
                     catalogue=catalogue)
     for temp, final, step in staged:
