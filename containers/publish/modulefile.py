@@ -30,7 +30,6 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-FAMILY = "container_image"
 #: ``\ddd`` for every control character, the short escape where Lua has one.
 _LUA_ESCAPES = str.maketrans({chr(code): f"\\{code:03d}" for code in (*range(0x20), 0x7F)}
                              | {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
@@ -105,7 +104,7 @@ def render_modulefile(spec: ModuleSpec) -> str:
         f"whatis({q('Version: ' + spec.version)})",
         f"whatis({q('Description: ' + spec.description)})",
         f"whatis({q('Image: ' + spec.image)})",
-        f"family({q(FAMILY)})",
+        'family("container_image")',
         "",
         f"local sif = {q(spec.image)}",
         'setenv("SIF", sif)',
