@@ -30,13 +30,16 @@ Batches reach the model in one of two ways (``train_batches`` / ``val_batches``)
 
 * from a DataLoader over host tensors, each batch copied to the device (pinned, asynchronous);
 * device-resident (``--data-on-device``): the whole set lives on the device and each batch is an
-  ``index_select`` there: no DataLoader, no worker, no host-to-device copy per step.  The shard
-  of each rank and its order per epoch are exactly DistributedSampler's (``shard_order``), so
-  both ways train on the same batches in the same order for the same data.
+  ``index_select`` there: no DataLoader, no worker, no host-to-device copy per step.
+
+Both ways take the same order of indices (for training, each rank's shard and its order per
+epoch are exactly DistributedSampler's, ``shard_order``), so they train on the same batches in
+the same order for the same data.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import pickle
 import struct
@@ -46,7 +49,7 @@ from typing import Any, Callable, ClassVar, Iterator, Optional, Protocol, Sequen
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 DATASET_NAMES = ("cifar100", "mnist")
 
@@ -133,38 +136,6 @@ def collate_batch(batch: Any) -> Any:
     return batch
 
 
-class ShardSampler(Sampler[int]):
-    """Rank r takes indices r, r+W, r+2W, ... of a fixed order: a disjoint, exact validation shard.
-
-    Padded with the first indices (as DistributedSampler pads) only so every rank runs the same
-    number of batches, which FSDP and ZeRO-3 need (each forward all-gathers); the returned
-    ``weights`` mark padding with 0 so it is not counted twice in the metrics.
-    """
-
-    def __init__(self, size: int, rank: int, world_size: int) -> None:
-        self.size = size
-        self.rank = rank
-        self.world_size = world_size
-        self.per_rank = -(-size // world_size)
-
-    def positions(self) -> list[int]:
-        return [self.rank + i * self.world_size for i in range(self.per_rank)]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(pos % self.size for pos in self.positions())
-
-    def __len__(self) -> int:
-        return self.per_rank
-
-    def indices(self) -> torch.Tensor:
-        """The indices of ``__iter__`` as one tensor (for device-resident batches)."""
-        return torch.tensor([pos % self.size for pos in self.positions()], dtype=torch.long)
-
-    def weights(self) -> torch.Tensor:
-        """1 for a real sample of this shard, 0 for padding, in iteration order."""
-        return torch.tensor([1.0 if pos < self.size else 0.0 for pos in self.positions()])
-
-
 def shard_order(size: int, rank: int, world_size: int, seed: int, epoch: int) -> torch.Tensor:
     """This rank's training indices for ``epoch``: DistributedSampler's, as one tensor.
 
@@ -193,22 +164,39 @@ class Batches(Protocol):
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
 
 
+class OrderSampler(Sampler[int]):
+    """The DataLoader's sampler: the indices ``order(epoch)`` gives, as DeviceBatches cuts them."""
+
+    def __init__(self, order: Callable[[int], torch.Tensor]) -> None:
+        self.order = order
+        self.indices = order(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.indices = self.order(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices.tolist())
+
+    def __len__(self) -> int:
+        return self.indices.shape[0]
+
+
 class LoaderBatches:
     """A DataLoader over host tensors; each batch is copied to the device without waiting for it
     (pinned memory on a GPU, ``non_blocking``)."""
 
-    def __init__(self, dataset: ImageTensors, sampler: Sampler[int], micro_batch: int,
-                 device: torch.device, num_workers: int, drop_last: bool) -> None:
-        self.sampler = sampler
+    def __init__(self, dataset: ImageTensors, order: Callable[[int], torch.Tensor],
+                 micro_batch: int, drop_last: bool, device: torch.device,
+                 num_workers: int) -> None:
+        self.sampler = OrderSampler(order)
         self.device = device
         self.loader = DataLoader(
-            dataset, sampler=sampler, batch_size=micro_batch, drop_last=drop_last,
+            dataset, sampler=self.sampler, batch_size=micro_batch, drop_last=drop_last,
             collate_fn=collate_batch, num_workers=num_workers,
             pin_memory=device.type == "cuda", persistent_workers=num_workers > 0)
 
     def set_epoch(self, epoch: int) -> None:
-        if isinstance(self.sampler, DistributedSampler):
-            self.sampler.set_epoch(epoch)
+        self.sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -246,31 +234,40 @@ class DeviceBatches:
             yield self.dataset.take(self.indices[start:start + self.micro_batch])
 
 
+def batches(dataset: ImageTensors, order: Callable[[int], torch.Tensor], micro_batch: int,
+            drop_last: bool, *, device: torch.device, resident: bool,
+            num_workers: int) -> Batches:
+    """The batches of ``order(epoch)`` on ``device``: cut there (``resident``), else loaded."""
+    if resident:
+        return DeviceBatches(dataset, order, micro_batch, drop_last)
+    return LoaderBatches(dataset, order, micro_batch, drop_last, device, num_workers)
+
+
 def train_batches(dataset: ImageTensors, *, rank: int, world_size: int, seed: int,
                   micro_batch: int, device: torch.device, resident: bool,
                   num_workers: int) -> Batches:
     """This rank's shuffled training shard, whole batches only (``set_epoch`` reshuffles)."""
-    if resident:
-        return DeviceBatches(
-            dataset, lambda epoch: shard_order(len(dataset), rank, world_size, seed, epoch),
-            micro_batch, drop_last=True)
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
-                                 seed=seed, drop_last=True)
-    return LoaderBatches(dataset, sampler, micro_batch, device, num_workers, drop_last=True)
+    order = functools.partial(shard_order, len(dataset), rank, world_size, seed)
+    return batches(dataset, order, micro_batch, True, device=device, resident=resident,
+                   num_workers=num_workers)
 
 
 def val_batches(dataset: ImageTensors, *, rank: int, world_size: int, micro_batch: int,
                 device: torch.device, resident: bool,
                 num_workers: int) -> tuple[Batches, torch.Tensor]:
-    """This rank's exact validation shard (see ShardSampler) and its weights, on ``device``."""
-    shard = ShardSampler(len(dataset), rank, world_size)
-    weights = shard.weights().to(device=device, dtype=torch.float64)
-    if resident:
-        indices = shard.indices()
-        return DeviceBatches(dataset, lambda _epoch: indices, micro_batch,
-                             drop_last=False), weights
-    return LoaderBatches(dataset, shard, micro_batch, device, num_workers,
-                         drop_last=False), weights
+    """This rank's exact validation shard and its weights, on ``device``.
+
+    Rank r takes indices r, r+W, r+2W, ...: disjoint shards, padded with the first indices (as
+    DistributedSampler pads) only so every rank runs the same number of batches, which FSDP and
+    ZeRO-3 need (each forward all-gathers); the weights mark padding with 0 so it is not counted
+    twice in the metrics.
+    """
+    size = len(dataset)
+    positions = torch.arange(-(-size // world_size)) * world_size + rank
+    weights = (positions < size).to(device=device, dtype=torch.float64)
+    indices = positions % size
+    return batches(dataset, lambda _epoch: indices, micro_batch, False, device=device,
+                   resident=resident, num_workers=num_workers), weights
 
 
 def fits_on_device(nbytes: int, device: torch.device, share: float = 0.25) -> bool:

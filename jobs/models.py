@@ -43,6 +43,7 @@ publishes for its network, for comparison; never a pass criterion).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -53,7 +54,6 @@ from torch import nn
 import choices
 
 MODEL_NAMES = choices.MODELS
-SIZES = choices.MODEL_SIZES
 WRN_SIZE_RE = re.compile(choices.WIDERESNET_SIZE)
 
 
@@ -162,6 +162,18 @@ class BlockStack(nn.Module):
         """What the last block's output goes through before pooling."""
         return x
 
+    def stack(self, make_block: Callable[[int, int, int], nn.Module], in_planes: int,
+              stages: list[tuple[int, int]]) -> int:
+        """``blocks``: for each (width, count) stage, ``count`` blocks ``make_block(in, out,
+        stride)``, the first of each stage after the first striding 2; the last width."""
+        blocks = []
+        for stage, (planes, count) in enumerate(stages):
+            for index in range(count):
+                blocks.append(make_block(in_planes, planes, 2 if stage > 0 and index == 0 else 1))
+                in_planes = planes
+        self.blocks = nn.ModuleList(blocks)
+        return in_planes
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x)
         for block in self.blocks:
@@ -183,14 +195,8 @@ class WideResNet(BlockStack):
         per_group = (depth - 4) // 6
         widths = [16, 16 * width, 32 * width, 64 * width]
         self.stem = nn.Conv2d(spec.channels, widths[0], 3, padding=1, bias=False)
-        blocks = []
-        in_planes = widths[0]
-        for group, planes in enumerate(widths[1:]):
-            for index in range(per_group):
-                stride = 2 if group > 0 and index == 0 else 1
-                blocks.append(WideBasicBlock(in_planes, planes, stride, dropout))
-                in_planes = planes
-        self.blocks = nn.ModuleList(blocks)
+        in_planes = self.stack(functools.partial(WideBasicBlock, dropout=dropout), widths[0],
+                               [(planes, per_group) for planes in widths[1:]])
         self.bn = nn.BatchNorm2d(in_planes)
         self.head = nn.Linear(in_planes, spec.classes)
 
@@ -342,14 +348,8 @@ class ResNet(BlockStack):
         self.stem = nn.Sequential(
             nn.Conv2d(spec.channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
             nn.ReLU())
-        blocks = []
-        in_planes = width
-        for stage, count in enumerate(stages):
-            planes = width * 2**stage
-            for index in range(count):
-                blocks.append(BasicBlock(in_planes, planes, 2 if stage > 0 and index == 0 else 1))
-                in_planes = planes
-        self.blocks = nn.ModuleList(blocks)
+        in_planes = self.stack(BasicBlock, width,
+                               [(width * 2**stage, count) for stage, count in enumerate(stages)])
         self.head = nn.Linear(in_planes, spec.classes)
 
 
@@ -358,46 +358,24 @@ class ResNet(BlockStack):
 # ----------------------------------------------------------------------------------------------
 
 
-def _vit(spec: InputSpec, size: str) -> nn.Module:
-    patch, dim, depth, heads, mlp = VIT_PRESETS[_preset(size, "vit")]
-    return VisionTransformer(spec, patch, dim, depth, heads, mlp)
-
-
 def _wrn_shape(size: str) -> tuple[int, int]:
     """(depth, width) of a WRN preset or ``DEPTH-WIDTH`` size."""
     match = WRN_SIZE_RE.match(size)
     return (int(match.group(1)), int(match.group(2))) if match else WRN_PRESETS[size]
 
 
-def _wideresnet(spec: InputSpec, size: str) -> nn.Module:
-    if _preset(size, "wideresnet") == "olivia":
-        return OliviaWideResNet(spec)
-    return WideResNet(spec, *_wrn_shape(size))
-
-
-def _cnn(spec: InputSpec, size: str) -> nn.Module:
-    return ConvNet(spec, CNN_PRESETS[_preset(size, "cnn")])
-
-
-def _resnet(spec: InputSpec, size: str) -> nn.Module:
-    stages, width = RESNET_PRESETS[_preset(size, "resnet")]
-    return ResNet(spec, stages, width)
-
-
-def _preset(size: str, model: str) -> str:
-    return choices.check_model_size(model, size)
-
-
-BUILDERS: dict[str, Callable[[InputSpec, str], nn.Module]] = {
-    "vit": _vit, "wideresnet": _wideresnet, "cnn": _cnn, "resnet": _resnet,
-}
-
-
 def build_model(name: str, spec: InputSpec, size: str = "small") -> nn.Module:
     """The named model for inputs shaped like ``spec``; ValueError for an unknown name or size."""
-    if name not in BUILDERS:
+    if name not in MODEL_NAMES:
         raise ValueError(f"unknown model {name!r}: use one of {', '.join(MODEL_NAMES)}")
-    return BUILDERS[name](spec, size)
+    choices.check_model_size(name, size)
+    if name == "vit":
+        return VisionTransformer(spec, *VIT_PRESETS[size])
+    if name == "cnn":
+        return ConvNet(spec, CNN_PRESETS[size])
+    if name == "resnet":
+        return ResNet(spec, *RESNET_PRESETS[size])
+    return OliviaWideResNet(spec) if size == "olivia" else WideResNet(spec, *_wrn_shape(size))
 
 
 #: Where each seed network comes from, by (model, size): what the header names.

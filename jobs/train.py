@@ -300,19 +300,6 @@ def load_data(args: argparse.Namespace, dataset: str, device: torch.device, note
     return train_set, val_set, source, resident, why
 
 
-def published_figures(model: str, size: str) -> list[str]:
-    """What the seed's site publishes for this network (models.published_figures, where that
-    exists), printed for comparison only: other hardware, data pipeline and precision."""
-    figures = getattr(models, "published_figures", None)
-    return list(figures(model, size)) if callable(figures) else []
-
-
-def check_batch(args: argparse.Namespace, env: distenv.DistEnv) -> None:
-    if args.batch_size % env.world_size:
-        raise UsageError(f"--batch-size {args.batch_size} (global) is not divisible by the "
-                         f"world size {env.world_size}")
-
-
 # ----------------------------------------------------------------------------------------------
 # The run
 # ----------------------------------------------------------------------------------------------
@@ -329,8 +316,8 @@ class Prepared:
     lr: Optional[float]
     make_optimizer: Any
     model: torch.nn.Module
-    ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]]
-    plan: Optional[dsconfig.PrecisionPlan]
+    #: DeepSpeed's (config, path, what was changed, precision plan); None for ddp and fsdp.
+    ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any], dsconfig.PrecisionPlan]]
     channels_last: tuple[bool, str]
     train_set: data_mod.ImageTensors
     val_set: data_mod.ImageTensors
@@ -342,18 +329,20 @@ class Prepared:
 def prepare(args: argparse.Namespace, env: distenv.DistEnv) -> Prepared:
     placement = workload.place_rank(args, env)  # first: pinned before anything touches a GPU
     dataset = args.dataset or DEFAULT_DATASET[args.model]
-    check_batch(args, env)
+    if args.batch_size % env.world_size:
+        raise UsageError(f"--batch-size {args.batch_size} (global) is not divisible by the "
+                         f"world size {env.world_size}")
     device = placement.device
     precision = trainloop.resolve_precision(args.precision, device)
     make_optimizer, lr = make_optimizer_factory(args)
     notes: list[str] = list(getattr(args, "preset_notes", []))
     model = build_model(args, data_mod.SPECS[dataset])
-    ds_config, plan = None, None
+    ds_config = None
     if args.example == "deepspeed":
-        config, path, changes, plan = load_ds_config(
+        ds_config = load_ds_config(
             args, env, device.type != "cuda", trainloop.resolve_precision("auto", device),
             trainloop.has_batchnorm(model))
-        ds_config = (config, path, changes)
+        config, _path, _changes, plan = ds_config
         if plan.compute != plan.asked:
             notes.append(f"--precision {plan.asked}: {plan.reason}")
         precision = plan.compute
@@ -365,7 +354,7 @@ def prepare(args: argparse.Namespace, env: distenv.DistEnv) -> Prepared:
         raise UsageError(f"{len(train_set)} training samples are fewer than one global batch "
                          f"(--batch-size {args.batch_size}); raise --samples")
     return Prepared(placement=placement, dataset=dataset, precision=precision, lr=lr,
-                    make_optimizer=make_optimizer, model=model, ds_config=ds_config, plan=plan,
+                    make_optimizer=make_optimizer, model=model, ds_config=ds_config,
                     channels_last=channels_last, train_set=train_set, val_set=val_set,
                     source=source, resident=(resident, resident_why), notes=notes)
 
@@ -376,8 +365,7 @@ def new_report(args: argparse.Namespace, env: distenv.DistEnv, ready: Prepared,
     """The report as it stands before the first epoch (its results are filled in later)."""
     device = ready.placement.device
     hostnames = [info["hostname"] for info in ranks]
-    from_config = args.example == "deepspeed" and ready.ds_config and \
-        ready.ds_config[0].get("optimizer")
+    from_config = ready.ds_config and ready.ds_config[0].get("optimizer")
     report = TrainReport(
         example=args.example, model=args.model, model_size=args.model_size,
         model_name=models.describe_model(args.model, args.model_size), parameters=parameters,
@@ -397,7 +385,7 @@ def new_report(args: argparse.Namespace, env: distenv.DistEnv, ready: Prepared,
         fast_path_reasons={"channels_last": ready.channels_last[1],
                            "data_on_device": ready.resident[1]},
         mixed_precision="", mixed_precision_reason="",
-        published_figures=published_figures(args.model, args.model_size), notes=ready.notes,
+        published_figures=models.published_figures(args.model, args.model_size), notes=ready.notes,
         started=started)
     report.update(**strategy.describe())
     return report
@@ -430,10 +418,9 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     placement, device = ready.placement, ready.placement.device
     workload.join_group(env, placement.backend, args.timeout_s)
     ranks = devices.gather_ranks(placement.probe, device)
-    ctx = trainloop.RunContext(env=env, device=device, backend=placement.backend,
-                               precision=ready.precision, channels_last=ready.channels_last[0],
-                               compile=args.compile)
-    strategy = make_strategy(args, ctx, ready.ds_config, ready.plan)
+    ctx = trainloop.RunContext(env=env, device=device, precision=ready.precision,
+                               channels_last=ready.channels_last[0], compile=args.compile)
+    strategy = make_strategy(args, ctx, ready.ds_config)
     strategy.setup(ready.model, ready.make_optimizer)
     if strategy.compile_note:
         ready.notes.append(strategy.compile_note)
@@ -488,16 +475,11 @@ def require_deepspeed() -> None:
 
 
 def make_strategy(args: argparse.Namespace, ctx: trainloop.RunContext,
-                  ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]],
-                  plan: Optional[dsconfig.PrecisionPlan]) -> trainloop.Strategy:
-    if args.example == "ddp":
-        return trainloop.DDPStrategy(ctx)
-    if args.example == "fsdp":
-        return trainloop.FSDPStrategy(ctx)
-    assert ds_config is not None and plan is not None
-    config, path, changes = ds_config
-    return trainloop.DeepSpeedStrategy(ctx, config, path, changes, shm_comm=args.ds_shm_comm,
-                                       plan=plan)
+                  ds_config: Optional[tuple[Any, ...]]) -> trainloop.Strategy:
+    if args.example == "deepspeed":
+        assert ds_config is not None
+        return trainloop.DeepSpeedStrategy(ctx, *ds_config, shm_comm=args.ds_shm_comm)
+    return {"ddp": trainloop.DDPStrategy, "fsdp": trainloop.FSDPStrategy}[args.example](ctx)
 
 
 def on_off(value: bool) -> str:

@@ -99,14 +99,9 @@ def has_batchnorm(model: nn.Module) -> bool:
 class RunContext:
     env: DistEnv
     device: torch.device
-    backend: str
     precision: str  # what the forward computes in: fp32, bf16 or fp16
     channels_last: bool = False
     compile: bool = False
-
-    @property
-    def leader(self) -> bool:
-        return self.env.rank == 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -117,8 +112,9 @@ class RunContext:
 class Strategy:
     """The parts of training that depend on how the model is distributed."""
 
-    name = "base"
     syncs_buffers = True
+    #: How ``full_parameters`` sees the full model, for the consistency record.
+    consistency_method = "module parameters on each rank"
     channels_last_weights = True  # whether the wrapper takes channels_last parameters
 
     def __init__(self, ctx: RunContext) -> None:
@@ -133,7 +129,6 @@ class Strategy:
         self.mixed_precision = "none"
         self.mixed_precision_reason = "fp32"
         self.autocast_dtype: Optional[str] = None  # the dtype of torch.autocast, whoever opens it
-        self.opens_autocast = True  # False where the wrapper opens it itself (DeepSpeed)
         self.compile_note: Optional[str] = None
 
     # -- set up -----------------------------------------------------------------------------
@@ -161,14 +156,10 @@ class Strategy:
         return self.module
 
     # -- one step ---------------------------------------------------------------------------
-    def autocast(self) -> contextlib.AbstractContextManager:
-        if not self.opens_autocast or self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.ctx.device.type,
-                              dtype=DTYPES[self.autocast_dtype])
-
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        with self.autocast():
+        if self.autocast_dtype is None:
+            return self.runner(inputs)
+        with torch.autocast(device_type=self.ctx.device.type, dtype=DTYPES[self.autocast_dtype]):
             return self.runner(inputs)
 
     def step(self, loss: torch.Tensor) -> None:
@@ -181,9 +172,6 @@ class Strategy:
             loss.backward()
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-
-    def train(self, mode: bool) -> None:
-        self.module.train(mode)
 
     # -- after training ---------------------------------------------------------------------
     def full_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -198,8 +186,6 @@ class Strategy:
 class DDPStrategy(Strategy):
     """DistributedDataParallel: replicated model, gradients all-reduced in buckets during
     backward."""
-
-    name = "ddp"
 
     def setup(self, model: nn.Module, make_optimizer: OptimizerFactory) -> None:
         from torch.nn.parallel import DistributedDataParallel
@@ -230,8 +216,8 @@ class FSDPStrategy(Strategy):
     as DDP does.
     """
 
-    name = "fsdp"
     syncs_buffers = False
+    consistency_method = "DTensor.full_tensor() of every sharded parameter"
     channels_last_weights = False
 
     def setup(self, model: nn.Module, make_optimizer: OptimizerFactory) -> None:
@@ -283,24 +269,23 @@ class DeepSpeedStrategy(Strategy):
     """``deepspeed.initialize`` from a config dict; ZeRO stage, batch and precision come from the
     config, which ``dsconfig.fit_to_job`` wrote from the ``dsconfig.PrecisionPlan``."""
 
-    name = "deepspeed"
     syncs_buffers = False
     channels_last_weights = False
 
     def __init__(self, ctx: RunContext, config: dict[str, Any], config_path: str,
-                 changes: dict[str, Any], shm_comm: bool,
-                 plan: dsconfig.PrecisionPlan) -> None:
+                 changes: dict[str, Any], plan: dsconfig.PrecisionPlan, shm_comm: bool) -> None:
         super().__init__(ctx)
         self.config = config
         self.config_path = config_path
         self.changes = changes
         self.shm_comm = shm_comm
         self.accumulation = int(config.get("gradient_accumulation_steps", 1))
-        self.stage = int(config.get("zero_optimization", {}).get("stage", 0))
+        self.stage = dsconfig.zero_stage(config)
+        if self.stage == 3:
+            self.consistency_method = "deepspeed.zero.GatheredParameters per parameter"
         # DeepSpeed's own fp16/bf16 mode casts the parameters, and the inputs must match them;
-        # under its torch_autocast section the engine opens the autocast itself.
+        # under its torch_autocast section the engine opens the autocast itself (``forward``).
         self.input_dtype = DTYPES.get(plan.engine)
-        self.opens_autocast = False
         self.autocast_dtype = plan.autocast
         self.mixed_precision = plan.mixed_precision
         self.mixed_precision_reason = plan.reason
@@ -362,17 +347,6 @@ class DeepSpeedStrategy(Strategy):
             with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
                 yield name, param.data
 
-    def partitioned(self) -> tuple[int, int]:
-        """ZeRO-3: (parameter tensors kept only as shards between uses, "persistent" ones).
-
-        Parameters at or below ``stage3_param_persistence_threshold`` elements stay whole on
-        every rank during training (fewer tiny all-gathers) and are sharded only for the
-        optimizer; the rest are all-gathered for each forward and backward and freed after.
-        """
-        params = list(self.core_module().parameters())
-        persistent = sum(1 for p in params if getattr(p, "ds_persist", False))
-        return len(params) - persistent, persistent
-
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {
             **super().describe(),
@@ -383,8 +357,12 @@ class DeepSpeedStrategy(Strategy):
             "ds_shm_comm_op": self.shm_comm,
         }
         if self.stage == 3:
-            sharded, persistent = self.partitioned()
-            info["zero3_partitioned_params"] = sharded
+            # Parameters at or below ``stage3_param_persistence_threshold`` elements stay whole
+            # on every rank during training (fewer tiny all-gathers) and are sharded only for
+            # the optimizer; the rest are all-gathered for each forward and backward.
+            params = list(self.core_module().parameters())
+            persistent = sum(1 for p in params if getattr(p, "ds_persist", False))
+            info["zero3_partitioned_params"] = len(params) - persistent
             info["zero3_persistent_params"] = persistent
         return info
 
@@ -476,11 +454,6 @@ class EpochResult:
                 for key, value in self.__dict__.items()}
 
 
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
 def peak_memory(device: torch.device) -> dict[str, Optional[float]]:
     """Peak memory of every rank, max over ranks, in MiB: one small all-reduce.
 
@@ -530,10 +503,6 @@ class Trainer:
         val, weights = data_mod.val_batches(self.val_set, **common)
         return train, val, weights
 
-    def steps_per_epoch(self, batches: int) -> int:
-        """Micro-steps per rank: whole optimizer steps only (accumulation boundaries)."""
-        return (batches // self.strategy.accumulation) * self.strategy.accumulation
-
     def layout(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.ctx.channels_last:
             return inputs.contiguous(memory_format=torch.channels_last)
@@ -549,7 +518,7 @@ class Trainer:
         """
         device = self.ctx.device
         strategy = self.strategy
-        strategy.train(True)
+        strategy.module.train(True)
         stats = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
         first_step_s: Optional[float] = None
         distenv.sync(device)
@@ -576,7 +545,7 @@ class Trainer:
     def evaluate(self, batches: data_mod.Batches,
                  weights: torch.Tensor) -> tuple[torch.Tensor, float]:
         device = self.ctx.device
-        self.strategy.train(False)
+        self.strategy.module.train(False)
         stats = torch.zeros(3, dtype=torch.float64, device=device)
         start = time.perf_counter()
         with torch.no_grad(), eager():
@@ -590,22 +559,27 @@ class Trainer:
         distenv.sync(device)
         return distenv.all_reduce_sum(stats), time.perf_counter() - start
 
-    def first_step_samples(self) -> int:
-        """Samples of the first (compiling) micro-step over all ranks."""
-        return self.micro_batch * self.ctx.env.world_size
+    def throughput(self, samples: float, seconds: float, compile_s: list[float]) -> float:
+        """Global samples/s, leaving out each compiling first micro-step (its time, and its
+        samples over all ranks)."""
+        timed_s = seconds - sum(compile_s)
+        timed = samples - self.micro_batch * self.ctx.env.world_size * len(compile_s)
+        return timed / timed_s if timed_s > 0 else 0.0
 
     def run(self) -> None:
         settings = self.settings
         world = self.ctx.env.world_size
         train_batches, val_batches, weights = self.batches()
-        steps = self.steps_per_epoch(len(train_batches))
+        accumulation = self.strategy.accumulation
+        steps = len(train_batches) // accumulation * accumulation  # whole optimizer steps only
         if steps < 1:
             raise ValueError(f"{len(self.train_set)} training samples make no full step of "
                              f"global batch {settings.global_batch}")
         started = time.perf_counter()
         for epoch in range(settings.epochs):
             train_batches.set_epoch(epoch)  # a different shuffle each epoch, the same on all ranks
-            reset_peak_memory(self.ctx.device)
+            if self.ctx.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.ctx.device)
             train_stats, train_s, compile_s = self.train_epoch(
                 train_batches, steps, time_first_step=self.ctx.compile and epoch == 0)
             if not self.strategy.syncs_buffers:
@@ -614,9 +588,7 @@ class Trainer:
             memory = peak_memory(self.ctx.device)
             loss_sum, correct, count = train_stats.tolist()  # the epoch's one read of the sums
             v_loss, v_correct, v_count = val_stats.tolist()
-            timed = count - (self.first_step_samples() if compile_s is not None else 0)
-            timed_s = train_s - (compile_s or 0.0)
-            throughput = timed / timed_s if timed_s > 0 else 0.0
+            throughput = self.throughput(count, train_s, [] if compile_s is None else [compile_s])
             result = EpochResult(
                 epoch=epoch + 1, time_s=train_s, samples=int(count), throughput=throughput,
                 throughput_per_device=throughput / world,
@@ -660,9 +632,7 @@ class Trainer:
         samples = sum(e.samples for e in self.epochs)
         train_s = sum(e.time_s for e in self.epochs)
         compiling = [e.compile_s for e in self.epochs if e.compile_s is not None]
-        timed_s = train_s - sum(compiling)
-        timed = samples - self.first_step_samples() * len(compiling)
-        throughput = timed / timed_s if timed_s > 0 else 0.0
+        throughput = self.throughput(samples, train_s, compiling)
         target = self.settings.target_accuracy
         self.report.update(
             epochs_run=len(self.epochs),
@@ -677,7 +647,7 @@ class Trainer:
 
     def write_report(self) -> None:
         """Rank 0 writes ``train.json`` (atomically), the whole typed shape every time."""
-        if self.ctx.leader:
+        if self.ctx.env.rank == 0:
             distenv.write_json(self.settings.out / "train.json", self.report.as_dict())
 
     def check_consistency(self) -> dict[str, Any]:
@@ -687,12 +657,8 @@ class Trainer:
         buffers = distenv.Fingerprint().add_all(strategy.core_module().named_buffers())
         same_params, digests = distenv.compare_across_ranks(params.hexdigest())
         same_buffers, _ = distenv.compare_across_ranks(buffers.hexdigest())
-        method = {"ddp": "module parameters on each rank",
-                  "fsdp": "DTensor.full_tensor() of every sharded parameter",
-                  "deepspeed": "deepspeed.zero.GatheredParameters per parameter"
-                  if getattr(strategy, "stage", 0) == 3 else "module parameters on each rank"}
         return {
             "params_consistent": same_params, "buffers_consistent": same_buffers,
             "param_sha256": digests[0], "param_sha256_per_rank": digests,
             "param_checksum": params.checksum, "param_tensors": params.tensors,
-            "param_elements": params.elements, "method": method.get(strategy.name, "")}
+            "param_elements": params.elements, "method": strategy.consistency_method}
