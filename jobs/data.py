@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import math
 import pickle
 import struct
 from dataclasses import dataclass
@@ -60,7 +61,6 @@ class DataError(Exception):
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    name: str
     channels: int
     height: int
     width: int
@@ -71,9 +71,8 @@ class DatasetSpec:
 
 SPECS = {
     # Olivia's normalisation constants for CIFAR-100, torchvision's usual ones for MNIST.
-    "cifar100": DatasetSpec("cifar100", 3, 32, 32, 100, (0.5071, 0.4867, 0.4408),
-                            (0.2675, 0.2565, 0.2761)),
-    "mnist": DatasetSpec("mnist", 1, 28, 28, 10, (0.1307,), (0.3081,)),
+    "cifar100": DatasetSpec(3, 32, 32, 100, (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+    "mnist": DatasetSpec(1, 28, 28, 10, (0.1307,), (0.3081,)),
 }
 
 
@@ -123,9 +122,6 @@ class ImageTensors(Dataset):
     def take(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch at ``index`` (a long tensor on the data's device), normalised."""
         return self._prepare(self.images.index_select(0, index)), self.labels.index_select(0, index)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._prepare(self.images[index:index + 1])[0], self.labels[index]
 
     def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         return self.take(torch.as_tensor(indices, dtype=torch.long))
@@ -398,7 +394,6 @@ MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
-IDX_UBYTE = 0x08
 
 
 def read_idx(path: Path) -> torch.Tensor:
@@ -411,16 +406,14 @@ def read_idx(path: Path) -> torch.Tensor:
         raise DataError(f"{path}: cannot read ({err})") from err
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise DataError(f"{path}: not an idx file (bad magic number)")
-    if data[2] != IDX_UBYTE:
+    if data[2] != 0x08:
         raise DataError(f"{path}: idx element type 0x{data[2]:02x}, expected 0x08 (unsigned byte)")
     ndim = data[3]
     header = 4 + 4 * ndim
     if len(data) < header:
         raise DataError(f"{path}: truncated idx header")
     dims = struct.unpack(f">{ndim}I", data[4:header])
-    count = 1
-    for dim in dims:
-        count *= dim
+    count = math.prod(dims)
     if len(data) - header != count:
         raise DataError(f"{path}: idx header says {count} bytes of data, file has "
                         f"{len(data) - header}")

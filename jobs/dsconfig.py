@@ -72,19 +72,6 @@ def strip_trailing_commas(text: str) -> str:
     return _STRING_OR_TRAILING_COMMA.sub(lambda match: match.group(1) or " ", text)
 
 
-def parse_config_text(text: str, source: str) -> dict[str, Any]:
-    """Parse a config's text; ConfigError (file, line, column, problem) when it cannot be read."""
-    try:
-        value = json.loads(strip_trailing_commas(text))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{source}: line {err.lineno} column {err.colno}: {err.msg} "
-                          "(not valid JSON, even allowing trailing commas)") from err
-    if not isinstance(value, dict):
-        raise ConfigError(f"{source}: expected a JSON object {{...}} at the top level, found "
-                          f"{type(value).__name__}")
-    return dict(value)
-
-
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read and check a DeepSpeed config file; ConfigError with a one-line message otherwise."""
     path = Path(path)
@@ -94,7 +81,14 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: no such DeepSpeed config file") from err
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read ({err})") from err
-    config = parse_config_text(text, str(path))
+    try:
+        config = json.loads(strip_trailing_commas(text))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: line {err.lineno} column {err.colno}: {err.msg} "
+                          "(not valid JSON, even allowing trailing commas)") from err
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a JSON object {{...}} at the top level, found "
+                          f"{type(config).__name__}")
     check_config(config, str(path))
     return config
 

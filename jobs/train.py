@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +72,8 @@ CONV_MODELS = ("wideresnet", "cnn", "resnet")
 SWITCH = ("auto", "on", "off")
 DS_CONFIG_DIR = Path(__file__).resolve().parent / "ds_config"
 DEFAULT_LR = {"adamw": 1e-3, "sgd": 0.05}
+#: DeepSpeed's side of a job: (config as fitted, its path, what was changed, precision plan).
+DeepSpeedSetup = tuple[dict[str, Any], str, dict[str, Any], dsconfig.PrecisionPlan]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,17 +228,17 @@ def make_optimizer_factory(args: argparse.Namespace):
     return make, lr
 
 
-def load_ds_config(args: argparse.Namespace, env: distenv.DistEnv, on_cpu: bool,
-                   gpu_precision: str, batchnorm: bool) -> tuple[dict[str, Any], str,
-                                                                  dict[str, Any],
-                                                                  dsconfig.PrecisionPlan]:
-    """The DeepSpeed config for this job: (config, path, what was changed, precision plan)."""
+def load_ds_config(args: argparse.Namespace, env: distenv.DistEnv, device: torch.device,
+                   model: torch.nn.Module) -> DeepSpeedSetup:
+    """The DeepSpeed config for this job, fitted to it, and its precision plan."""
     path = args.ds_config or str(DS_CONFIG_DIR / f"zero{args.zero_stage or 1}.json")
+    on_cpu = device.type != "cuda"
     try:
         config = dsconfig.load_config(path)
         plan = dsconfig.plan_precision(
             config, None if args.precision == "auto" else args.precision, on_cpu=on_cpu,
-            gpu_default=gpu_precision, has_batchnorm=batchnorm)
+            gpu_default=trainloop.resolve_precision("auto", device),
+            has_batchnorm=trainloop.has_batchnorm(model))
         fitted, changes = dsconfig.fit_to_job(
             config, global_batch=args.batch_size, world_size=env.world_size, on_cpu=on_cpu,
             precision=plan, lr=args.lr, stage=args.zero_stage if args.ds_config else None)
@@ -316,8 +317,7 @@ class Prepared:
     lr: Optional[float]
     make_optimizer: Any
     model: torch.nn.Module
-    #: DeepSpeed's (config, path, what was changed, precision plan); None for ddp and fsdp.
-    ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any], dsconfig.PrecisionPlan]]
+    ds_config: Optional[DeepSpeedSetup]  # None for ddp and fsdp
     channels_last: tuple[bool, str]
     train_set: data_mod.ImageTensors
     val_set: data_mod.ImageTensors
@@ -339,9 +339,7 @@ def prepare(args: argparse.Namespace, env: distenv.DistEnv) -> Prepared:
     model = build_model(args, data_mod.SPECS[dataset])
     ds_config = None
     if args.example == "deepspeed":
-        ds_config = load_ds_config(
-            args, env, device.type != "cuda", trainloop.resolve_precision("auto", device),
-            trainloop.has_batchnorm(model))
+        ds_config = load_ds_config(args, env, device, model)
         config, _path, _changes, plan = ds_config
         if plan.compute != plan.asked:
             notes.append(f"--precision {plan.asked}: {plan.reason}")
@@ -366,7 +364,7 @@ def new_report(args: argparse.Namespace, env: distenv.DistEnv, ready: Prepared,
     device = ready.placement.device
     hostnames = [info["hostname"] for info in ranks]
     from_config = ready.ds_config and ready.ds_config[0].get("optimizer")
-    report = TrainReport(
+    return TrainReport(
         example=args.example, model=args.model, model_size=args.model_size,
         model_name=models.describe_model(args.model, args.model_size), parameters=parameters,
         dataset=ready.dataset, data=ready.source, train_samples=len(ready.train_set),
@@ -384,31 +382,24 @@ def new_report(args: argparse.Namespace, env: distenv.DistEnv, ready: Prepared,
                            compile=args.compile and strategy.compile_note is None),
         fast_path_reasons={"channels_last": ready.channels_last[1],
                            "data_on_device": ready.resident[1]},
-        mixed_precision="", mixed_precision_reason="",
         published_figures=models.published_figures(args.model, args.model_size), notes=ready.notes,
-        started=started)
-    report.update(**strategy.describe())
-    return report
+        started=started, **strategy.describe())
 
 
 def train_and_check(trainer: trainloop.Trainer, report: TrainReport, say) -> int:
     """The epochs, then (when they all ran) whether every rank holds the same model."""
-    status = EXIT_OK
     try:
         trainer.run()
     except trainloop.RunFailed as err:
         report.error = str(err)
         say(f"FAILED: {err}")
-        status = EXIT_FAILED
-    if trainer.epochs and status == EXIT_OK:
-        consistency = trainer.check_consistency()
-        report.consistency = consistency
-        report.params_consistent = consistency["params_consistent"]
-        if not consistency["params_consistent"]:
-            report.error = "parameters differ across ranks after training"
-            status = EXIT_FAILED
-        say(format_summary(report))
-    return status
+        return EXIT_FAILED
+    report.consistency = trainer.check_consistency()
+    report.params_consistent = report.consistency["params_consistent"]
+    if not report.params_consistent:
+        report.error = "parameters differ across ranks after training"
+    say(format_summary(report))
+    return EXIT_OK if report.params_consistent else EXIT_FAILED
 
 
 def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
@@ -418,25 +409,23 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     placement, device = ready.placement, ready.placement.device
     workload.join_group(env, placement.backend, args.timeout_s)
     ranks = devices.gather_ranks(placement.probe, device)
-    ctx = trainloop.RunContext(env=env, device=device, precision=ready.precision,
-                               channels_last=ready.channels_last[0], compile=args.compile)
+    ctx = trainloop.RunContext(
+        env=env, device=device, precision=ready.precision, channels_last=ready.channels_last[0],
+        compile=args.compile, epochs=args.epochs, global_batch=args.batch_size,
+        target_accuracy=args.target_accuracy, seed=args.seed, num_workers=args.num_workers,
+        out=Path(args.out), data_on_device=ready.resident[0])
     strategy = make_strategy(args, ctx, ready.ds_config)
     strategy.setup(ready.model, ready.make_optimizer)
     if strategy.compile_note:
         ready.notes.append(strategy.compile_note)
-    out = Path(args.out)
     report = new_report(args, env, ready, strategy, ranks, parameters, started)
-    settings = trainloop.TrainSettings(
-        epochs=args.epochs, global_batch=args.batch_size, target_accuracy=args.target_accuracy,
-        seed=args.seed, num_workers=args.num_workers, out=out, data_on_device=ready.resident[0])
 
     def say(line: str) -> None:
         if env.rank == 0:
             print(line, flush=True)
 
-    trainer = trainloop.Trainer(ctx=ctx, strategy=strategy, settings=settings,
-                                train_set=ready.train_set, val_set=ready.val_set,
-                                report=report, say=say)
+    trainer = trainloop.Trainer(ctx=ctx, strategy=strategy, train_set=ready.train_set,
+                                val_set=ready.val_set, report=report, say=say)
     report.micro_batch_size = trainer.micro_batch
     say(format_header(report))
     for note in report.notes:
@@ -452,7 +441,7 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     del trainer, strategy, ready
     gc.collect()
     dist.barrier()
-    workload.finish(out, env, teardown=not args.no_teardown, status=status)
+    workload.finish(ctx.out, env, teardown=not args.no_teardown, status=status)
     return status
 
 
@@ -468,14 +457,14 @@ def build_model(args: argparse.Namespace, spec: data_mod.DatasetSpec) -> torch.n
 
 def require_deepspeed() -> None:
     try:
-        importlib.import_module("deepspeed")
+        import deepspeed  # noqa: F401  (here, so that a missing one fails every rank at once)
     except ImportError as err:
         raise UsageError(f"--example deepspeed needs the deepspeed package, which this Python "
                          f"({sys.executable}) cannot import: {err}") from err
 
 
 def make_strategy(args: argparse.Namespace, ctx: trainloop.RunContext,
-                  ds_config: Optional[tuple[Any, ...]]) -> trainloop.Strategy:
+                  ds_config: Optional[DeepSpeedSetup]) -> trainloop.Strategy:
     if args.example == "deepspeed":
         assert ds_config is not None
         return trainloop.DeepSpeedStrategy(ctx, *ds_config, shm_comm=args.ds_shm_comm)

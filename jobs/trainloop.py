@@ -97,11 +97,20 @@ def has_batchnorm(model: nn.Module) -> bool:
 
 @dataclass
 class RunContext:
+    """One run's settings, which the strategy and the trainer share."""
+
     env: DistEnv
     device: torch.device
     precision: str  # what the forward computes in: fp32, bf16 or fp16
-    channels_last: bool = False
-    compile: bool = False
+    channels_last: bool
+    compile: bool
+    epochs: int
+    global_batch: int
+    target_accuracy: Optional[float]
+    seed: int
+    num_workers: int
+    out: Path
+    data_on_device: bool
 
 
 # ----------------------------------------------------------------------------------------------
@@ -136,14 +145,11 @@ class Strategy:
         raise NotImplementedError
 
     def place(self, model: nn.Module) -> None:
-        """Move the model to the device, its 4-d weights in channels_last when asked and the
-        wrapper takes them."""
         wanted = self.ctx.channels_last and self.channels_last_weights
         layout = torch.channels_last if wanted else torch.preserve_format
         model.to(self.ctx.device, memory_format=layout)
 
     def use_autocast(self, reason: str) -> None:
-        """Compute under torch.autocast in the run's precision (fp32: nothing to do)."""
         precision = self.ctx.precision
         if precision == "fp32":
             return
@@ -416,17 +422,6 @@ def disable_shm_comm_op() -> None:
 
 
 @dataclass
-class TrainSettings:
-    epochs: int
-    global_batch: int
-    target_accuracy: Optional[float]
-    seed: int
-    num_workers: int
-    out: Path
-    data_on_device: bool = False
-
-
-@dataclass
 class EpochResult:
     """One epoch as printed and recorded.  ``throughput`` (global samples/s) leaves out the first
     step when ``compile_s`` is set (that step compiled the model); ``throughput_per_device`` is it
@@ -467,11 +462,8 @@ def peak_memory(device: torch.device) -> dict[str, Optional[float]]:
                    torch.cuda.max_memory_reserved(device) / MIB]
     peaks = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
-    found = peaks.tolist()
-    on_gpu = device.type == "cuda"
-    return {"peak_rss_mb": found[0],
-            "max_memory_allocated_mb": found[1] if on_gpu else None,
-            "max_memory_reserved_mb": found[2] if on_gpu else None}
+    found = peaks.tolist() + [None, None]  # the GPU's two are None on the CPU
+    return dict(zip(("peak_rss_mb", "max_memory_allocated_mb", "max_memory_reserved_mb"), found))
 
 
 @dataclass
@@ -480,7 +472,6 @@ class Trainer:
 
     ctx: RunContext
     strategy: Strategy
-    settings: TrainSettings
     train_set: data_mod.ImageTensors
     val_set: data_mod.ImageTensors
     report: TrainReport
@@ -490,16 +481,15 @@ class Trainer:
 
     @property
     def micro_batch(self) -> int:
-        return self.settings.global_batch // (self.ctx.env.world_size * self.strategy.accumulation)
+        return self.ctx.global_batch // (self.ctx.env.world_size * self.strategy.accumulation)
 
     def batches(self) -> tuple[data_mod.Batches, data_mod.Batches, torch.Tensor]:
         """(training batches, validation batches, validation weights), on the device."""
-        env, settings = self.ctx.env, self.settings
+        ctx = self.ctx
         common: dict[str, Any] = {
-            "rank": env.rank, "world_size": env.world_size, "micro_batch": self.micro_batch,
-            "device": self.ctx.device, "resident": settings.data_on_device,
-            "num_workers": settings.num_workers}
-        train = data_mod.train_batches(self.train_set, seed=settings.seed, **common)
+            "rank": ctx.env.rank, "world_size": ctx.env.world_size, "micro_batch": self.micro_batch,
+            "device": ctx.device, "resident": ctx.data_on_device, "num_workers": ctx.num_workers}
+        train = data_mod.train_batches(self.train_set, seed=ctx.seed, **common)
         val, weights = data_mod.val_batches(self.val_set, **common)
         return train, val, weights
 
@@ -567,25 +557,25 @@ class Trainer:
         return timed / timed_s if timed_s > 0 else 0.0
 
     def run(self) -> None:
-        settings = self.settings
-        world = self.ctx.env.world_size
+        ctx = self.ctx
+        world = ctx.env.world_size
         train_batches, val_batches, weights = self.batches()
         accumulation = self.strategy.accumulation
         steps = len(train_batches) // accumulation * accumulation  # whole optimizer steps only
         if steps < 1:
             raise ValueError(f"{len(self.train_set)} training samples make no full step of "
-                             f"global batch {settings.global_batch}")
+                             f"global batch {ctx.global_batch}")
         started = time.perf_counter()
-        for epoch in range(settings.epochs):
+        for epoch in range(ctx.epochs):
             train_batches.set_epoch(epoch)  # a different shuffle each epoch, the same on all ranks
-            if self.ctx.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(self.ctx.device)
+            if ctx.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(ctx.device)
             train_stats, train_s, compile_s = self.train_epoch(
-                train_batches, steps, time_first_step=self.ctx.compile and epoch == 0)
+                train_batches, steps, time_first_step=ctx.compile and epoch == 0)
             if not self.strategy.syncs_buffers:
                 distenv.average_buffers(self.strategy.core_module())
             val_stats, val_s = self.evaluate(val_batches, weights)
-            memory = peak_memory(self.ctx.device)
+            memory = peak_memory(ctx.device)
             loss_sum, correct, count = train_stats.tolist()  # the epoch's one read of the sums
             v_loss, v_correct, v_count = val_stats.tolist()
             throughput = self.throughput(count, train_s, [] if compile_s is None else [compile_s])
@@ -605,13 +595,11 @@ class Trainer:
             dist.barrier()
             if not math.isfinite(result.loss):
                 raise RunFailed(f"training loss is {result.loss} at epoch {result.epoch}")
-            if settings.target_accuracy is not None and \
-                    result.val_accuracy >= settings.target_accuracy:
-                self.say(f"Target validation accuracy {settings.target_accuracy} reached at "
+            if ctx.target_accuracy is not None and result.val_accuracy >= ctx.target_accuracy:
+                self.say(f"Target validation accuracy {ctx.target_accuracy} reached at "
                          f"epoch {result.epoch}: stopping early")
                 break
-        total_s = time.perf_counter() - started
-        self.summarize(total_s)
+        self.summarize(time.perf_counter() - started)
 
     def format_epoch(self, result: EpochResult) -> str:
         compiled = "" if result.compile_s is None else f" (compile {result.compile_s:.2f}s)"
@@ -620,7 +608,7 @@ class Trainer:
         else:
             memory = (f"Peak GPU memory={result.max_memory_allocated_mb:.0f} MiB allocated, "
                       f"{result.max_memory_reserved_mb:.0f} MiB reserved")
-        return (f"Epoch {result.epoch}/{self.settings.epochs}: Time={result.time_s:.2f}s"
+        return (f"Epoch {result.epoch}/{self.ctx.epochs}: Time={result.time_s:.2f}s"
                 f"{compiled}, Loss={result.loss:.4f}, Accuracy={result.accuracy:.4f}, "
                 f"Val Loss={result.val_loss:.4f}, Val Accuracy={result.val_accuracy:.4f}, "
                 f"Throughput={result.throughput:.1f} samples/s "
@@ -633,7 +621,7 @@ class Trainer:
         train_s = sum(e.time_s for e in self.epochs)
         compiling = [e.compile_s for e in self.epochs if e.compile_s is not None]
         throughput = self.throughput(samples, train_s, compiling)
-        target = self.settings.target_accuracy
+        target = self.ctx.target_accuracy
         self.report.update(
             epochs_run=len(self.epochs),
             final=Final(loss=last.loss, accuracy=last.accuracy, val_loss=last.val_loss,
@@ -643,15 +631,14 @@ class Trainer:
             total_time_s=round(total_s, 6), throughput=throughput,
             throughput_per_device=throughput / self.ctx.env.world_size,
             reached_target=None if target is None else last.val_accuracy >= target,
-            early_stopped=len(self.epochs) < self.settings.epochs)
+            early_stopped=len(self.epochs) < self.ctx.epochs)
 
     def write_report(self) -> None:
         """Rank 0 writes ``train.json`` (atomically), the whole typed shape every time."""
         if self.ctx.env.rank == 0:
-            distenv.write_json(self.settings.out / "train.json", self.report.as_dict())
+            distenv.write_json(self.ctx.out / "train.json", self.report.as_dict())
 
     def check_consistency(self) -> dict[str, Any]:
-        """Fingerprint the full parameters (and buffers) on every rank and compare them."""
         strategy = self.strategy
         params = distenv.Fingerprint().add_all(strategy.full_parameters())
         buffers = distenv.Fingerprint().add_all(strategy.core_module().named_buffers())
