@@ -44,6 +44,7 @@ kind ``--expect-gpu`` names.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import sys
 from dataclasses import dataclass
@@ -71,7 +72,9 @@ DEFAULT_DATASET = {"cnn": "mnist", "vit": "cifar100", "wideresnet": "cifar100",
 CONV_MODELS = ("wideresnet", "cnn", "resnet")
 SWITCH = ("auto", "on", "off")
 DS_CONFIG_DIR = Path(__file__).resolve().parent / "ds_config"
-DEFAULT_LR = {"adamw": 1e-3, "sgd": 0.05}
+#: --optimizer: (class, default lr, its other settings); SGD's momentum is Olivia's example's.
+OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], float, dict[str, float]]] = {
+    "adamw": (torch.optim.AdamW, 1e-3, {}), "sgd": (torch.optim.SGD, 0.05, {"momentum": 0.9})}
 #: DeepSpeed's side of a job: (config as fitted, its path, what was changed, precision plan).
 DeepSpeedSetup = tuple[dict[str, Any], str, dict[str, Any], dsconfig.PrecisionPlan]
 
@@ -148,7 +151,7 @@ def add_how_flags(parser: argparse.ArgumentParser) -> None:
         help="learning rate (default: 1e-3 for adamw, 0.05 for sgd; for DeepSpeed the config "
         "file's optimizer.params.lr, which this overrides when given)")
     parser.add_argument(
-        "--optimizer", choices=sorted(DEFAULT_LR), default=None,
+        "--optimizer", choices=sorted(OPTIMIZERS), default=None,
         help="optimizer for ddp and fsdp, and for deepspeed when the config has no 'optimizer' "
         "section; sgd uses momentum 0.9 as Olivia's example (default: the seed preset's, e.g. "
         f"sgd with lr 0.01 for --model-size olivia, else {choices.TRAIN_DEFAULTS['optimizer']})")
@@ -215,17 +218,11 @@ def add_deepspeed_and_run_flags(parser: argparse.ArgumentParser) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def make_optimizer_factory(args: argparse.Namespace):
+def make_optimizer_factory(args: argparse.Namespace) -> tuple[trainloop.OptimizerFactory, float]:
     """A function from parameters to the --optimizer, so each strategy calls it after wrapping."""
-    lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
-
-    def make(parameters: Any) -> torch.optim.Optimizer:
-        if args.optimizer == "sgd":
-            return torch.optim.SGD(parameters, lr=lr, momentum=0.9,
-                                   weight_decay=args.weight_decay)
-        return torch.optim.AdamW(parameters, lr=lr, weight_decay=args.weight_decay)
-
-    return make, lr
+    kind, default_lr, settings = OPTIMIZERS[args.optimizer]
+    lr = args.lr if args.lr is not None else default_lr
+    return functools.partial(kind, lr=lr, weight_decay=args.weight_decay, **settings), lr
 
 
 def load_ds_config(args: argparse.Namespace, env: distenv.DistEnv, device: torch.device,
@@ -315,7 +312,7 @@ class Prepared:
     dataset: str
     precision: str
     lr: Optional[float]
-    make_optimizer: Any
+    make_optimizer: trainloop.OptimizerFactory
     model: torch.nn.Module
     ds_config: Optional[DeepSpeedSetup]  # None for ddp and fsdp
     channels_last: tuple[bool, str]
