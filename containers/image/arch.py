@@ -71,14 +71,15 @@ def elf_arch(header: bytes) -> str:
     return E_MACHINE[machine]
 
 
-def image_arch(runtime: Runtime, image: Path | str) -> str:
+def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -> str:
     """The architecture of ``image``, from the ELF header of a program in its files.
 
     Read from outside the image where it can be (a SIF with a squashfs root, ``unsquashfs`` on
     this host), so it holds for any image, shell or none, foreign or not; else from inside,
-    through the image's shell (a foreign image then needs emulation, as its build did)."""
+    through the image's shell (a foreign image then needs emulation, as its build did).
+    ``offset``: its root's, where the caller read it already (:func:`squashfs_offset`)."""
     try:
-        return _outside_arch(runtime, image)
+        return _outside_arch(runtime, image, offset)
     except (CommandFailed, NotElf, ValueError):
         pass
     argv = runtime.exec_argv(image=image, command=["sh", "-c", PROBE])
@@ -130,11 +131,11 @@ def compression_of(superblock: bytes) -> str:
     return COMPRESSIONS[ident]
 
 
-def image_compression(runtime: Runtime, image: Path | str) -> str:
+def image_compression(runtime: Runtime, image: Path | str, offset: int | None = None) -> str:
     """How the SIF ``image``'s root file system is compressed, read from its superblock: what a
     site's runtime must be able to read to mount it (publish checks it)."""
     with open(image, "rb") as sif:
-        sif.seek(squashfs_offset(runtime, image))
+        sif.seek(squashfs_offset(runtime, image) if offset is None else offset)
         return compression_of(sif.read(22))
 
 
@@ -174,9 +175,9 @@ def resolve(entries: dict[str, str | None], path: str, hops: int = 40) -> str | 
     return found if not parts and entries.get(found, "dir") is None else None
 
 
-def _outside_arch(runtime: Runtime, image: Path | str) -> str:
+def _outside_arch(runtime: Runtime, image: Path | str, at: int | None) -> str:
     """:func:`image_arch` from the SIF's squashfs, read from outside."""
-    offset = str(squashfs_offset(runtime, image))
+    offset = str(squashfs_offset(runtime, image) if at is None else at)
     entries = parse_listing(capture(["unsquashfs", "-o", offset, "-lls", str(image)],
                                     timeout=300))
     named = [resolve(entries, path) for path in PROGRAMS]

@@ -32,7 +32,7 @@ from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
-from containers.image.arch import image_arch, image_compression, image_python
+from containers.image.arch import image_arch, image_compression, image_python, squashfs_offset
 from containers.image.cache import PackageCache, in_use, usage
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
@@ -328,11 +328,12 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     try:
         record = build_record(step, runtime=runtime, seconds=time.time() - started)
         record["package_cache"] = cached  # how this build used it (None: it did not)
-        record["arch"] = checked_arch(step, runtime)
+        offset = squashfs_offset(runtime, step.partial)  # one `sif list` serves both readings
+        record["arch"] = checked_arch(step, runtime, offset)
         # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the
         # tool's own label carries the architecture read from the image's files.
         record["labels"][provenance.LABEL_PREFIX + "arch"] = record["arch"]
-        record["squashfs"] = image_compression(runtime, step.partial)  # what must read it
+        record["squashfs"] = image_compression(runtime, step.partial, offset)  # what reads it
         # The caller's last test of the built image (site fit), and the files it adds (SBOM):
         # it reads the image with its python, so an image without one is kept unexamined.
         record["python"] = image_python(runtime, step.partial)
@@ -378,11 +379,11 @@ def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
         atomic_write_text(step.image.with_name(step.image.name + suffix), text)
 
 
-def checked_arch(step: BuildStep, runtime: Runtime) -> str:
+def checked_arch(step: BuildStep, runtime: Runtime, offset: int | None = None) -> str:
     """The built image's real architecture (ELF header of a program in it, not Apptainer's
     build-arch label, which names the build host): it must be the target's, else the build
     fails."""
-    found = image_arch(runtime, step.partial)
+    found = image_arch(runtime, step.partial, offset)
     if found != step.target.arch:
         raise CommandFailed(f"{step.target.name} was built as {found}, but its recipe says "
                             f"{step.target.arch}; the image is not kept",
