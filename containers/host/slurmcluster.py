@@ -16,6 +16,7 @@ GPUs as GRES on stand-in devices, and a required account where the site requires
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -268,19 +269,15 @@ def _read_pid(path: Path, timeout: float = 15) -> int:
 def stop_pids(pids: Sequence[int], grace: float = 10) -> None:
     """SIGTERM each PID, SIGKILL those still alive after ``grace`` seconds."""
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.1)
     for pid in pids:
         if alive(pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def carrying(marker: str) -> list[int]:

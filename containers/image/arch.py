@@ -17,6 +17,7 @@ ELF program found in its ``bin`` folders.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
@@ -78,10 +79,8 @@ def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -
     this host), so it holds for any image, shell or none, foreign or not; else from inside,
     through the image's shell (a foreign image then needs emulation, as its build did).
     ``offset``: its root's, where the caller read it already (:func:`squashfs_offset`)."""
-    try:
+    with contextlib.suppress(CommandFailed, NotElf, ValueError):
         return _outside_arch(runtime, image, offset)
-    except (CommandFailed, NotElf, ValueError):
-        pass
     argv = runtime.exec_argv(image=image, command=["sh", "-c", PROBE])
     try:
         return elf_arch(bytes.fromhex(" ".join(capture(argv, timeout=300).split())))
@@ -233,10 +232,8 @@ def recorded_arch(record: Mapping, image: Path, runtime: Runtime | None = None) 
     if isinstance(arch, str) and arch in E_MACHINE.values():
         return arch
     if runtime is not None and Path(image).is_file():
-        try:
+        with contextlib.suppress(CommandFailed):
             return image_arch(runtime, image)
-        except CommandFailed:
-            pass
     raise StateError(f"{image}: its build record names no architecture and none could be read "
                      f"from its files; rebuild it (invoke build --force)")
 
