@@ -161,9 +161,8 @@ def supervise(args: Sequence[str]) -> int:
 
     Becomes a child subreaper and asks for SIGHUP when the tool dies: then every descendant is
     stopped within :data:`ORPHAN_GRACE` seconds; a SIGTERM or SIGINT (the tool's own stop)
-    stops them with ``grace``. Exits as the command
-    did (its exit code, or killed by the signal that killed it), or killed by the signal that
-    stopped it.
+    stops them with ``grace``. Exits as the command did (its exit code, or killed by the signal
+    that killed it), or killed by the signal that stopped it.
     """
     parent, grace, argv = int(args[0]), float(args[1]), list(args[3:])
 

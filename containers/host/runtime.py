@@ -129,18 +129,16 @@ def find_runtime(preferred: str = "auto") -> Runtime:
     ``preferred`` may also be a flavour name or a path to a binary (a site's own install).
     """
     names = list(FLAVOURS) if preferred == "auto" else [preferred]
-    tried = []
     for name in names:
         binary = shutil.which(name)
         if binary is None:
-            tried.append(name)
             continue
         try:
             flavour, version = parse_version(capture([binary, "--version"], timeout=30))
         except CommandFailed as exc:
             raise RuntimeNotFound(f"{binary} is on PATH but does not run: {exc}") from exc
         return Runtime(binary=binary, flavour=flavour, version=version)
-    raise RuntimeNotFound(f"no container runtime found (looked for {', '.join(tried)} on PATH); "
+    raise RuntimeNotFound(f"no container runtime found (looked for {', '.join(names)} on PATH); "
                           "install one with scripts/install-apptainer.sh or set "
                           "containers.runtime in invoke.yaml")
 
