@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from containers.errors import CommandFailed, StateError
+from containers.files import read_json_object
 from containers.inputs.sites import Site
 
 PACKAGES = ("slurm-wlm", "munge")
@@ -393,9 +394,8 @@ def save(cluster: SlurmCluster) -> Path:
 
 def load(root: Path) -> SlurmCluster | None:
     """The cluster recorded in ``root``, or None when there is none."""
-    try:
-        data = json.loads((root / STATE_FILE).read_text())
-    except (OSError, ValueError):
+    data = read_json_object(root / STATE_FILE)
+    if data is None:
         return None
     return SlurmCluster(root=root, conf=Path(data["conf"]), nodes=tuple(data["nodes"]),
                         pids={k: int(v) for k, v in data["pids"].items()})

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from containers.errors import CommandFailed, ImageMissing
+from containers.files import read_json_object
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 from containers.image import gpuarch, provenance
@@ -87,11 +88,8 @@ def record_path(image: Path) -> Path:
 def _sbom_components(image: Path) -> list[tuple[str, dict]] | None:
     """The components of the SBOM beside ``image``, each with its kind (``deb``, ``pypi``…,
     from its package URL); None when there is none, or it is not a JSON object."""
-    try:
-        data = json.loads(sbom_path(image).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
+    data = read_json_object(sbom_path(image))
+    if data is None:
         return None
     found = []
     for component in data.get("components", []):
