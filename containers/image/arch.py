@@ -83,7 +83,7 @@ def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -
         return _outside_arch(runtime, image, offset)
     argv = runtime.exec_argv(image=image, command=["sh", "-c", PROBE])
     try:
-        return elf_arch(bytes.fromhex(" ".join(capture(argv, timeout=300).split())))
+        return elf_arch(bytes.fromhex(capture(argv, timeout=300)))
     except (NotElf, ValueError) as exc:
         raise CommandFailed(f"cannot read the architecture of {image}: no ELF program found "
                             f"({exc})", argv=argv) from exc
@@ -182,16 +182,12 @@ def _outside_arch(runtime: Runtime, image: Path | str, at: int | None) -> str:
     named = [resolve(entries, path) for path in PROGRAMS]
     rest = [path for folder in PROGRAM_DIRS for path, link in entries.items()
             if link is None and path.startswith(folder) and "/" not in path[len(folder):]]
-    tried = 0
-    for path in dict.fromkeys([p for p in named if p] + rest):
+    tried = list(dict.fromkeys([p for p in named if p] + rest))[:50]
+    for path in tried:
         header = capture(["sh", "-c", _CAT, "sh", offset, str(image), path], timeout=120)
-        try:
-            return elf_arch(bytes.fromhex(" ".join(header.split())))
-        except (NotElf, ValueError):
-            tried += 1
-            if tried >= 50:
-                break
-    raise NotElf(f"no ELF program among the first {tried} files of {image}'s bin folders")
+        with contextlib.suppress(NotElf, ValueError):
+            return elf_arch(bytes.fromhex(header))  # fromhex skips the whitespace od prints
+    raise NotElf(f"no ELF program among the first {len(tried)} files of {image}'s bin folders")
 
 
 def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:
