@@ -296,17 +296,14 @@ def log_tail(root: Path) -> str:
                      for p in sorted((root / "log").glob("*.log")))
 
 
-def _reachable(root: Path) -> None:
-    """munged runs as user munge: every folder above ``root`` must let others through."""
-    for folder in [root, *root.parents]:
+def _prepare(root: Path) -> tuple[Path, Path]:
+    """The cluster's folders under ``root``; munged (user munge) must reach its own, so every
+    folder above it must let others through."""
+    for folder in root.parents:
         if folder.exists() and not folder.stat().st_mode & stat.S_IXOTH:
             raise StateError(f"{folder} is closed to other users, so munged (user munge) cannot "
-                             f"reach the cluster's folder {root}: choose one under /var/tmp")
-
-
-def _prepare(root: Path) -> tuple[Path, Path]:
-    """The cluster's folders under ``root``; munged (user munge) must reach its own."""
-    _reachable(root.parent)
+                             f"reach the cluster's folder {root.parent}: choose one under "
+                             "/var/tmp")
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
     for sub in ("state", "log"):
