@@ -137,13 +137,9 @@ def deferred(name: str) -> str:
 def _expanding(word: str) -> str:
     """``word`` quoted for a shell, its :func:`deferred` markers as ``${NAME}`` that expand
     there and everything else literal: double quotes, with single-quoted pieces for ``!``."""
-    pieces, at = [], 0
-    for match in _MARK.finditer(word):
-        pieces.append(_literal(word[at:match.start()]))
-        pieces.append("${%s}" % match.group(1))
-        at = match.end()
-    pieces.append(_literal(word[at:]))
-    return '"' + "".join(pieces) + '"'
+    pieces = _MARK.split(word)  # literal text at even places, variable names at odd ones
+    return '"' + "".join("${%s}" % piece if place % 2 else _literal(piece)
+                         for place, piece in enumerate(pieces)) + '"'
 
 
 def _literal(text: str) -> str:
