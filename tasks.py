@@ -324,37 +324,41 @@ def shell(c, target=None, dry_run=False):
     app.shell(_project(c), target=target, command=_remainder(c), dry_run=_dry(c, dry_run))
 
 
-@_command(
-    iterable=["directive"],
-    help={
-        "target": ("image the job runs (or builds); default: the detected site's default "
-                   "target", flags.TARGET),
-        "workload": ("what the job runs (run: your own command after --, through the site's "
-                     "launcher, with the device gate and a verdict)", WORKLOAD),
-        "site": ("the site whose scheduler, launcher, binds and environment the job uses; "
-                 "default: the target's own (the cpu image on a Slurm cluster: local-slurm)",
-                 flags.SITE),
-        "nodes": ("nodes (one for build)", flags.POSITIVE_INT),
-        "gpus_per_node": ("GPUs per node (default: all), or CPU ranks per node on CPU sites "
-                          "(default: 2)", flags.POSITIVE_INT),
-        "time": ("wall time; default: the workload's estimate (smoke 30 min, training 1 h, "
-                 "build 2 h) capped by the partition's limit", flags.TIME),
-        "account": ("account (project) to charge", flags.ACCOUNT),
-        "partition": ("partition or queue; default: the site's", flags.PARTITION),
-        "launcher": ("override the site's launch pattern", flags.choice(LAUNCHERS)),
-        "out": ("write the script to this file (atomically) instead of printing it",
-                flags.OUT_FILE),
-        "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
-        "wait": "with --submit: follow the job (its state changes), then print its verdict and "
-                "exit with the verdict's code",
-        "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
-        "qos": "quality of service (Slurm; Olivia's devel for short tests)",
-        "reservation": "run in this reservation (Slurm)",
-        "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
-                     "-l place=scatter (repeatable; checked)",
-        **JOB_OPTIONS,
-    },
-)
+#: invoke job's flags. JOB_CHECKED: those the task converts by their type here, in the order it
+#: checks them (the first bad one is the error), each named as app.job names it.
+JOB_FLAGS: dict[str, str | tuple[str, Any]] = {
+    "target": ("image the job runs (or builds); default: the detected site's default "
+               "target", flags.TARGET),
+    "workload": ("what the job runs (run: your own command after --, through the site's "
+                 "launcher, with the device gate and a verdict)", WORKLOAD),
+    "site": ("the site whose scheduler, launcher, binds and environment the job uses; "
+             "default: the target's own (the cpu image on a Slurm cluster: local-slurm)",
+             flags.SITE),
+    "nodes": ("nodes (one for build)", flags.POSITIVE_INT),
+    "gpus_per_node": ("GPUs per node (default: all), or CPU ranks per node on CPU sites "
+                      "(default: 2)", flags.POSITIVE_INT),
+    "time": ("wall time; default: the workload's estimate (smoke 30 min, training 1 h, "
+             "build 2 h) capped by the partition's limit", flags.TIME),
+    "account": ("account (project) to charge", flags.ACCOUNT),
+    "partition": ("partition or queue; default: the site's", flags.PARTITION),
+    "launcher": ("override the site's launch pattern", flags.choice(LAUNCHERS)),
+    "out": ("write the script to this file (atomically) instead of printing it",
+            flags.OUT_FILE),
+    "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
+    "wait": "with --submit: follow the job (its state changes), then print its verdict and "
+            "exit with the verdict's code",
+    "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
+    "qos": "quality of service (Slurm; Olivia's devel for short tests)",
+    "reservation": "run in this reservation (Slurm)",
+    "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
+                 "-l place=scatter (repeatable; checked)",
+    **JOB_OPTIONS,
+}
+JOB_CHECKED = ("workload", "target", "site", "nodes", "gpus_per_node", "time", "account",
+               "partition", "launcher", "out")
+
+
+@_command(iterable=["directive"], help=JOB_FLAGS)
 def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=None, time=None,
         account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
         sizes=None, iters=None, warmup=None, cycles=None, op=None, dtype=None, model=None,
@@ -371,20 +375,13 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
     if out or submit:
         _no_dry(c, "invoke job prints the script under --dry; --out and --submit write or "
                    "submit it, so they are refused")
-    workload = WORKLOAD("--workload", workload)
-    target, site = flags.TARGET("--target", target), flags.SITE("--site", site)
-    nodes = flags.POSITIVE_INT("--nodes", nodes)
-    gpus = flags.POSITIVE_INT("--gpus-per-node", gpus_per_node)
-    time, account = flags.TIME("--time", time), flags.ACCOUNT("--account", account)
-    partition = flags.PARTITION("--partition", partition)
-    launcher = flags.choice(LAUNCHERS)("--launcher", launcher)
-    out = flags.OUT_FILE("--out", out)
+    checked = {name: JOB_FLAGS[name][1]("--" + name.replace("_", "-"), values[name])
+               for name in JOB_CHECKED}
     given = {name: values[name] for name in RUN_OPTIONS
              if values[name] is not None and values[name] is not False}  # a switch left off
-    options = registry.job_options(workload, gpus=gpus or 1, given=given)
-    app.job(_project(c), target=target, workload=workload, site=site, nodes=nodes,
-            gpus_per_node=gpus, time=time, account=account, partition=partition,
-            launcher=launcher, out=out, submit=submit, nccl_debug=nccl_debug, options=options,
+    options = registry.job_options(checked["workload"], gpus=checked["gpus_per_node"] or 1,
+                                   given=given)
+    app.job(_project(c), **checked, submit=submit, nccl_debug=nccl_debug, options=options,
             qos=qos, reservation=reservation, directives=tuple(directive or ()),
             command=tuple(_remainder(c)), wait=wait)
 
