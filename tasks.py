@@ -306,7 +306,7 @@ def run(c, target=None, gpus="1", nodes="1", no_launcher=False, timeout=None, dr
     status is the command's; the log is kept under results/run/."""
     target = flags.TARGET("--target", target)
     gpus, nodes = flags.POSITIVE_INT("--gpus", gpus), flags.POSITIVE_INT("--nodes", nodes)
-    timeout = flags.SECONDS("--timeout", timeout) if timeout is not None else None
+    timeout = flags.SECONDS("--timeout", timeout)
     app.run_command(_project(c), target=target, command=_remainder(c), gpus=gpus, nodes=nodes,
                     launcher=not no_launcher, timeout=timeout, dry_run=_dry(c, dry_run))
 
