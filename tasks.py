@@ -151,17 +151,16 @@ RUN_OPTIONS: dict[str, tuple[str, Any]] = {
 }
 
 
-def run_options(kind: WorkloadKind | None, *,
-                prefix: bool = False) -> dict[str, tuple[str, Any]]:
-    """The RUN_OPTIONS that ``kind`` takes (None: all of them, each help prefixed with the
-    kinds it applies to)."""
-    return {name: (("/".join(registry.applies_to(name)) + ": " if prefix else "") + text, rule)
+def run_options(kind: WorkloadKind | None) -> dict[str, tuple[str, Any]]:
+    """The RUN_OPTIONS that ``kind`` takes (None: all of them, for invoke job, each help
+    prefixed with the kinds it applies to)."""
+    return {name: (("/".join(registry.applies_to(name)) + ": " if kind is None else "") + text,
+                   rule)
             for name, (text, rule) in RUN_OPTIONS.items()
             if kind is None or name in kind.run_options}
 
 
 SMOKE_OPTIONS, TRAIN_OPTIONS = run_options(SMOKE), run_options(TRAIN)
-JOB_OPTIONS = run_options(None, prefix=True)
 WORKLOAD = flags.choice(tuple(registry.WORKLOADS))
 
 
@@ -352,7 +351,7 @@ JOB_FLAGS: dict[str, str | tuple[str, Any]] = {
     "reservation": "run in this reservation (Slurm)",
     "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
                  "-l place=scatter (repeatable; checked)",
-    **JOB_OPTIONS,
+    **run_options(None),
 }
 JOB_CHECKED = ("workload", "target", "site", "nodes", "gpus_per_node", "time", "account",
                "partition", "launcher", "out")
