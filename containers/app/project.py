@@ -20,10 +20,9 @@ from containers.inputs.yamlsource import LocatedDict, load_yaml_file
 
 @dataclass(frozen=True)
 class ConfigSource:
-    """One layer of the invoke configuration: where it comes from (a file, or the environment)
-    and the values it sets, so an error in a setting names the layer that holds it."""
+    """One layer of the invoke configuration: the values it sets and its file (None: the
+    environment), so an error in a setting names the layer that holds it."""
 
-    where: str
     data: Mapping[str, Any]
     path: Path | None = None
 
@@ -39,8 +38,7 @@ def config_sources(config: Any) -> list[ConfigSource]:
         if not isinstance(data, Mapping) or not data:
             continue
         path = getattr(config, f"_{layer}_path", None) if layer != "env" else None
-        found.append(ConfigSource(where=str(path) if path else "environment", data=data,
-                                  path=Path(path) if path else None))
+        found.append(ConfigSource(data=data, path=Path(path) if path else None))
     return found
 
 
