@@ -97,9 +97,11 @@ class Project:
         except ConfigError as exc:
             if not sources:
                 raise
-            if isinstance(exc, Problems):
-                raise Problems([_source_error(p, sources) if isinstance(p, ConfigError) else p
-                                for p in exc.problems]) from exc
+            if isinstance(exc, Problems):  # named where they were set, so in file order again
+                raise Problems(sorted((_source_error(p, sources) if isinstance(p, ConfigError)
+                                       else p for p in exc.problems),
+                                      key=lambda p: (str(getattr(p, "path", "") or ""),
+                                                    getattr(p, "line", 0) or 0))) from exc
             raise _source_error(exc, sources) from exc
 
     @cached_property
