@@ -14,7 +14,7 @@ Three parts, as ReFrame splits them, put together here by one builder (:func:`pl
 
 The partition's documented limits (:class:`containers.inputs.sites.Partition`) decide the wall
 time (:func:`fit_time`: the workload's estimate capped by the limit; a ``--time`` beyond it is
-refused) and bound nodes and GPUs (:func:`check_partition`); the account comes from the flag, the
+refused) and bound nodes and GPUs (:func:`check_size`); the account comes from the flag, the
 settings or the scheduler's own variables (:func:`resolve_account`); a build job that the site
 cannot run is refused before anything is written
 (:func:`containers.image.plan.fakeroot_refusal`). A smoke or training job keeps its launcher's exit status and output and ends with ``invoke verdict`` on its results
@@ -199,45 +199,38 @@ def fit_time(request: JobRequest, site: Site, partition: Partition,
                 *(limit for _, limit, _ in limits if limit is not None)])
 
 
-def check_qos(site: Site, qos: Qos | None, *, nodes: int, gpus_per_node: int) -> None:
-    """Nodes and GPUs within the documented limits of the job's ``--qos``, refused in one line
-    as a partition limit is; a QoS the profile does not describe is the scheduler's to judge."""
-    if qos is None:
-        return
+def _over(site: Site, limits: Partition | Qos, *, nodes: int,
+          gpus_per_node: int) -> tuple[str, str | None] | None:
+    """The refusal (and its flag) of the first of a partition's or a QoS's limits the request
+    is over; None when it is within them all."""
+    what, source, per_node = (("QoS", f"; {limits.source}", None) if isinstance(limits, Qos)
+                              else ("partition", "", limits.gpus_per_node))
+    where = f"{what} {limits.name} of site {site.name} allows"
     total = nodes * gpus_per_node
-    where = f"QoS {qos.name} of site {site.name} allows"
-    if qos.max_nodes is not None and nodes > qos.max_nodes:
-        raise UsageError(f"--nodes {nodes} is more than {where} ({qos.max_nodes}; "
-                         f"{qos.source})", flag="--nodes")
-    if qos.max_gpus is not None and total > qos.max_gpus:
-        raise UsageError(f"{nodes} node(s) x {gpus_per_node} GPUs = {total} is more than "
-                         f"{where} per job ({qos.max_gpus}; {qos.source})", flag="--qos")
+    if limits.max_nodes is not None and nodes > limits.max_nodes:
+        return f"--nodes {nodes} is more than {where} ({limits.max_nodes}{source})", "--nodes"
+    if per_node is not None and gpus_per_node > per_node:
+        return (f"--gpus-per-node {gpus_per_node} is more than the nodes of partition "
+                f"{limits.name} have ({per_node})", "--gpus-per-node")
+    if limits.max_gpus is not None and total > limits.max_gpus:
+        return (f"{nodes} node(s) x {gpus_per_node} GPUs = {total} is more than {where} per "
+                f"job ({limits.max_gpus}{source})", "--qos" if what == "QoS" else None)
+    return None
 
 
-def check_partition(site: Site, partition: Partition, *, nodes: int, gpus_per_node: int) -> None:
-    """Nodes and GPUs within the partition's documented limits; a refusal names the limit and,
+def check_size(site: Site, partition: Partition, qos: Qos | None, *, nodes: int,
+               gpus_per_node: int) -> None:
+    """Nodes and GPUs within the partition's documented limits, then the ``--qos``'s (a QoS
+    the profile does not describe is the scheduler's to judge); a partition's refusal names,
     where one of the site's other partitions allows the request, that partition."""
-    total = nodes * gpus_per_node
-    problem: str | None = None
-    flag: str | None = None
-    if partition.max_nodes is not None and nodes > partition.max_nodes:
-        problem, flag = (f"--nodes {nodes} is more than partition {partition.name} of site "
-                         f"{site.name} allows ({partition.max_nodes})", "--nodes")
-    elif partition.gpus_per_node is not None and gpus_per_node > partition.gpus_per_node:
-        problem, flag = (f"--gpus-per-node {gpus_per_node} is more than the nodes of partition "
-                         f"{partition.name} have ({partition.gpus_per_node})", "--gpus-per-node")
-    elif partition.max_gpus is not None and total > partition.max_gpus:
-        problem, flag = (f"{nodes} node(s) x {gpus_per_node} GPUs = {total} is more than "
-                         f"partition {partition.name} of site {site.name} allows per job "
-                         f"({partition.max_gpus})", None)
-    if problem is None:
-        return
-    fits = [p for p in site.partitions.values() if p.name != partition.name
-            and (p.max_nodes is None or nodes <= p.max_nodes)
-            and (p.max_gpus is None or total <= p.max_gpus)
-            and (p.gpus_per_node is None or gpus_per_node <= p.gpus_per_node)]
-    hint = f"; partition {fits[0].name} allows it (--partition {fits[0].name})" if fits else ""
-    raise UsageError(problem + hint, flag=flag)
+    size = dict(nodes=nodes, gpus_per_node=gpus_per_node)
+    if (over := _over(site, partition, **size)) is not None:
+        fits = [p for p in site.partitions.values()
+                if p.name != partition.name and _over(site, p, **size) is None]
+        hint = f"; partition {fits[0].name} allows it (--partition {fits[0].name})" if fits else ""
+        raise UsageError(over[0] + hint, flag=over[1])
+    if qos is not None and (over := _over(site, qos, **size)) is not None:
+        raise UsageError(over[0], flag=over[1])
 
 
 def resolve_account(request: JobRequest, site: Site, settings: Settings,
@@ -316,8 +309,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                           host_arch=host_arch, venv=venv, tool=tool)
     gpus = _ranks_per_node(request, site)
     asked = gpus if site.gpus.kind != "none" else 0  # the scheduler's GPUs: none on CPU sites
-    check_partition(site, frame.partition, nodes=request.nodes, gpus_per_node=asked)
-    check_qos(site, frame.qos, nodes=request.nodes, gpus_per_node=asked)
+    check_size(site, frame.partition, frame.qos, nodes=request.nodes, gpus_per_node=asked)
     if (refusal := transport_refusal(site, request.nodes)) is not None:
         raise refusal
     run = job_run(target, site, settings=settings, request=request)
@@ -395,8 +387,7 @@ def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRe
     """A build job: one task on one node; no GPU on a partition without them (LUMI-C's small),
     else one (a build needs none, the partition may require one)."""
     gpus = 1 if site.gpus.per_node and frame.partition.gpus_per_node != 0 else 0
-    check_partition(site, frame.partition, nodes=1, gpus_per_node=gpus)
-    check_qos(site, frame.qos, nodes=1, gpus_per_node=gpus)
+    check_size(site, frame.partition, frame.qos, nodes=1, gpus_per_node=gpus)
     res = frame.resources(site, request, nodes=1, gpus=gpus,
                           shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
     body = [f"cd {word(str(settings.root))}", "", *_module_lines(site.modules),
@@ -414,8 +405,7 @@ def _workload_lines(target: Target, workload: Workload, *, settings: Settings, r
     verdict = _verdict_in_image(target, workload, settings, judge, out_dir, host_arch=host_arch) \
         if judge is not None or target.arch != host_arch else \
         _invoke(["verdict", "--results", out_dir, "--exit-status", ref("status")],
-                venv=venv, exec_=True,
-                prefix=workload.launcher.host_step(workload.launch))
+                venv=venv, exec_=True)
     return [f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
             "# What the verdict reads besides the ranks' files: the job, the image it ran",
             f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", json.dumps(record), "JOB",
@@ -638,12 +628,11 @@ def _verdict_in_image(target: Target, workload: Workload, settings: Settings,
         "    exit 2",
         "fi",
         command(["mkdir", "-p", *writable]),
-        "exec " + command([*workload.launcher.host_step(workload.launch), *judge_argv])]
+        "exec " + command(judge_argv)]
 
 
-def _invoke(args: list[str], *, venv: Path | None, exec_: bool = False,
-            prefix: Sequence[str] = ()) -> list[str]:
+def _invoke(args: list[str], *, venv: Path | None, exec_: bool = False) -> list[str]:
     """The line that runs ``invoke ARGS`` with this checkout's venv, on a node of this
     machine's architecture (other nodes: :func:`_verdict_in_image`, :func:`_build_by_node_python`)."""
     binary = str(venv / "bin" / "invoke") if venv is not None else "invoke"
-    return [("exec " if exec_ else "") + command([*prefix, binary, *args])]
+    return [("exec " if exec_ else "") + command([binary, *args])]

@@ -56,7 +56,7 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
             "# The verdict, by the image's own Python (no venv, pip or package index on the "
             "node);",
             "# the job's exit status is the verdict's (0, 2 for the gate, else the command's).",
-            "exec " + command([*workload.launcher.host_step(workload.launch), *judge])]
+            "exec " + command(judge)]
 
 
 def run_record(record: dict, words: Sequence[str], workdir: str | None = None) -> dict:

@@ -76,6 +76,7 @@ def directive(value: object, what: str) -> str:
 class Scheduler:
     name = ""
     submit_command = ""
+    submit_options: tuple[str, ...] = ()
 
     @property
     def rendezvous(self) -> SchedulerRendezvous:
@@ -93,14 +94,15 @@ class Scheduler:
         raise NotImplementedError
 
     def output_folder(self, res: Resources) -> Path:
-        """The folder the job's output file goes into."""
-        raise NotImplementedError
+        """The folder the job's output goes into: ``output`` up to its last ``/`` (Slurm names
+        a file in it, PBS the folder itself)."""
+        return Path(res.output.rpartition("/")[0])
 
     def output_of(self, res: Resources, job_id: str) -> str:
         raise NotImplementedError
 
     def submit_argv(self, script: Path) -> list[str]:
-        return [self.submit_command, str(script)]
+        return [self.submit_command, *self.submit_options, str(script)]
 
     def parse_job_id(self, stdout: str) -> str:
         """The id in the submit command's last line, checked (:data:`JOB_ID`): it becomes an
@@ -122,6 +124,7 @@ class Scheduler:
 class Slurm(Scheduler):
     name = "slurm"
     submit_command = "sbatch"
+    submit_options = ("--parsable",)
 
     def preamble(self, res: Resources) -> list[str]:
         gres = res.gpu_request == "gres" and res.gpus_per_node
@@ -143,14 +146,8 @@ class Slurm(Scheduler):
     def output_dir(self, folder: Path, name: str) -> str:
         return f"{folder}/{name}-%j.out"
 
-    def output_folder(self, res: Resources) -> Path:
-        return Path(res.output).parent
-
     def output_of(self, res: Resources, job_id: str) -> str:
         return res.output.replace("%j", job_id)
-
-    def submit_argv(self, script: Path) -> list[str]:
-        return ["sbatch", "--parsable", str(script)]
 
     def id_part(self, line: str) -> str:
         """``--parsable`` prints ``ID[;CLUSTER]``: a cluster that is not a name spoils the id."""
@@ -195,9 +192,6 @@ class Pbs(Scheduler):
 
     def output_dir(self, folder: Path, name: str) -> str:
         return f"{folder}/"
-
-    def output_folder(self, res: Resources) -> Path:
-        return Path(res.output)
 
     def output_of(self, res: Resources, job_id: str) -> str:
         return f"{res.output}{self.job_name(res.name)}.o{job_id.split('.')[0]}"

@@ -55,9 +55,6 @@ class ShellVars(Mapping[str, str]):
             raise KeyError(name)
         return ref(name)
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and is_env_name(name)
-
     def __iter__(self) -> Iterator[str]:
         return iter(())
 
@@ -106,15 +103,12 @@ def command(argv: Sequence[str]) -> str:
     if len(line) <= WIDTH:
         return line
     cuts = breaks(argv)
-    out: list[str] = []
-    current: list[str] = []
+    parts: list[list[str]] = [[]]
     for i, token in enumerate(rendered):
-        if i in cuts and current:
-            out.append(" ".join(current))
-            current = []
-        current.append(token)
-    out.append(" ".join(current))
-    return (" \\\n" + INDENT).join(out)
+        if i in cuts and parts[-1]:
+            parts.append([])
+        parts[-1].append(token)
+    return (" \\\n" + INDENT).join(" ".join(part) for part in parts)
 
 
 #: ``<runtime> exec`` options that take the next word as their value.
