@@ -77,6 +77,8 @@ class Scheduler:
     name = ""
     submit_command = ""
     submit_options: tuple[str, ...] = ()
+    #: The longest job name the scheduler takes (None: no limit).
+    name_length: int | None = None
 
     @property
     def rendezvous(self) -> SchedulerRendezvous:
@@ -88,7 +90,7 @@ class Scheduler:
     def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
         """The name the scheduler is given for a job called ``name`` (``short_names``: the
         site's shorter words, where the scheduler limits a name's length)."""
-        return name
+        return short_name(name, self.name_length, short_names or {}) if self.name_length else name
 
     def output_dir(self, folder: Path, name: str) -> str:
         raise NotImplementedError
@@ -161,7 +163,7 @@ class Pbs(Scheduler):
 
     name = "pbs"
     submit_command = "qsub"
-    NAME_LENGTH = 15  # older PBS servers refuse longer job names
+    name_length = 15  # older PBS servers refuse longer job names
 
     def preamble(self, res: Resources) -> list[str]:
         chunk = f"select={res.nodes}"
@@ -176,19 +178,12 @@ class Pbs(Scheduler):
             if value is not None:
                 raise UsageError(f"PBS has no {flag[2:]} directive (a reservation is a queue: "
                                  "--partition RESV); leave it out", flag=flag)
-        lines = [f"#PBS -N {directive(self.job_name(res.name), 'job name')}"]
-        if res.account:
-            lines.append(f"#PBS -A {directive(res.account, '--account')}")
-        if res.partition:
-            lines.append(f"#PBS -q {directive(res.partition, '--partition')}")
-        return lines + [f"#PBS -l {directive(chunk, 'select')}",
-                        f"#PBS -l walltime={directive(res.time, '--time')}",
-                        "#PBS -j oe",
-                        f"#PBS -o {directive(res.output, 'output folder')}",
-                        *(f"#PBS {extra_directive(text)}" for text in res.directives)]
-
-    def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
-        return short_name(name, self.NAME_LENGTH, short_names or {})
+        options = [("-N ", self.job_name(res.name), "job name"), ("-A ", res.account, "--account"),
+                   ("-q ", res.partition, "--partition"), ("-l ", chunk, "select"),
+                   ("-l walltime=", res.time, "--time")]
+        return [*(f"#PBS {key}{directive(value, what)}" for key, value, what in options if value),
+                "#PBS -j oe", f"#PBS -o {directive(res.output, 'output folder')}",
+                *(f"#PBS {extra_directive(text)}" for text in res.directives)]
 
     def output_dir(self, folder: Path, name: str) -> str:
         return f"{folder}/"

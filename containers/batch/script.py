@@ -79,20 +79,12 @@ def word(text: str) -> str:
                          "variable") from None
     if _MARK not in text:
         return shlex.quote(text)
-    parts = text.split(_MARK)
+    parts = text.split(_MARK)  # literal, name, literal, ... literal: the odd ones are names
     if len(parts) % 2 == 0 or not all(is_env_name(name) for name in parts[1::2]):
         raise ValueError(f"malformed variable reference in {text!r}")
-    literals, names = parts[0::2], parts[1::2]
-    if all(_DQ_SAFE.match(literal) for literal in literals):
-        inner = literals[0] + "".join(f"${{{name}}}{literal}"
-                                      for name, literal in zip(names, literals[1:]))
-        return f'"{inner}"'
-    pieces = [shlex.quote(literals[0])] if literals[0] else []
-    for name, literal in zip(names, literals[1:]):
-        pieces.append(f'"${{{name}}}"')
-        if literal:
-            pieces.append(shlex.quote(literal))
-    return "".join(pieces)
+    if all(_DQ_SAFE.match(literal) for literal in parts[0::2]):
+        return '"' + "".join(f"${{{p}}}" if i % 2 else p for i, p in enumerate(parts)) + '"'
+    return "".join(f'"${{{p}}}"' if i % 2 else shlex.quote(p) for i, p in enumerate(parts) if p)
 
 
 def command(argv: Sequence[str]) -> str:

@@ -267,10 +267,6 @@ def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
                          if isinstance(r.get("rank"), int)), key=lambda r: r["rank"]))
 
 
-def finished_ranks(out_dir: Path) -> set[int]:
-    return {int(r["rank"]) for r in _rank_records(out_dir, "rank") if r.get("finished")}
-
-
 @dataclass(frozen=True)
 class Logged:
     """What the steps of a run left: each step that ran (the last one failed, or all passed),
@@ -328,7 +324,9 @@ def collect(workload: Workload, *, returncode: int, timed_out: bool, lines: Sequ
     counts as none), the ranks that did not finish, torchrun's first failure in ``lines``, the
     device reports. Judging a batch run (which ran without this tool watching) starts here."""
     report = read_json_object(workload.out_dir / workload.report_name)
-    missing = sorted(set(range(workload.ranks)) - finished_ranks(workload.out_dir))
+    finished = {int(r["rank"]) for r in _rank_records(workload.out_dir, "rank")
+                if r.get("finished")}
+    missing = sorted(set(range(workload.ranks)) - finished)
     return Outcome(returncode=returncode, timed_out=timed_out, missing_ranks=missing,
                    report=report, seconds=seconds,
                    first_failure=first_failure(lines), lines=tuple(lines),
