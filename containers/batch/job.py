@@ -261,28 +261,19 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
 
 @dataclass(frozen=True)
 class Frame:
-    """What every job of a request has, whatever it runs: its name, output, partition, time and
-    account, and the header comments that say where each came from."""
+    """What every job of a request has, whatever it runs: its resources but their size (name,
+    output, partition, time, account, the site's GPU request), and the header comments that
+    say where each came from."""
 
-    name: str
-    output: str
+    resources: Resources
     partition: Partition
     qos: Qos | None
-    time: int
-    account: str | None
     comments: list[str]
 
-    def resources(self, site: Site, request: JobRequest, *, nodes: int, shape: Shape,
-                  gpus: int) -> Resources:
-        return Resources(name=self.name, nodes=nodes, tasks_per_node=shape.tasks_per_node,
-                         cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
-                         time=walltime.format(self.time), partition=self.partition.name or None,
-                         account=self.account, output=self.output, exclusive=shape.exclusive,
-                         mem_per_gpu_gb=site.memory.per_gpu_gb,
-                         gpu_request=self.partition.gpu_request or site.gpus.request,
-                         gres_type=self.partition.gres_type or site.gpus.gres_type,
-                         qos=request.qos, reservation=request.reservation,
-                         directives=request.directives)
+    def sized(self, *, nodes: int, shape: Shape, gpus: int) -> Resources:
+        return replace(self.resources, nodes=nodes, tasks_per_node=shape.tasks_per_node,
+                       cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
+                       exclusive=shape.exclusive)
 
 
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -313,7 +304,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     if (refusal := transport_refusal(site, request.nodes)) is not None:
         raise refusal
     run = job_run(target, site, settings=settings, request=request)
-    res = frame.resources(site, request, nodes=request.nodes, shape=run.shape, gpus=asked)
+    res = frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked)
     scheduler = SCHEDULERS[site.scheduler]
     body = [f"cd {word(str(settings.root))}", "",
             *_module_lines(site.modules, site.transport.modules if request.nodes > 1 else ()),
@@ -377,8 +368,13 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
                 f"its folder)",
                 f"partition {partition.name or '(the scheduler default)'}, time "
                 f"{walltime.format(time)}{limit}{source}"]
-    return Frame(name=name, output=output, partition=partition, qos=qos, time=time,
-                 account=account, comments=comments)
+    resources = Resources(name=name, time=walltime.format(time),
+                          partition=partition.name or None, account=account, output=output,
+                          mem_per_gpu_gb=site.memory.per_gpu_gb,
+                          gpu_request=partition.gpu_request or site.gpus.request,
+                          gres_type=partition.gres_type or site.gpus.gres_type, qos=request.qos,
+                          reservation=request.reservation, directives=request.directives)
+    return Frame(resources=resources, partition=partition, qos=qos, comments=comments)
 
 
 def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -388,8 +384,8 @@ def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRe
     else one (a build needs none, the partition may require one)."""
     gpus = 1 if site.gpus.per_node and frame.partition.gpus_per_node != 0 else 0
     check_size(site, frame.partition, frame.qos, nodes=1, gpus_per_node=gpus)
-    res = frame.resources(site, request, nodes=1, gpus=gpus,
-                          shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
+    res = frame.sized(nodes=1, gpus=gpus,
+                      shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
     body = [f"cd {word(str(settings.root))}", "", *_module_lines(site.modules),
             *_build_body(target, site, root=settings.root, host_arch=host_arch, venv=venv,
                          tool=tool)]

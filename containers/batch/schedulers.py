@@ -30,14 +30,15 @@ class Resources:
     so Slurm and PBS are given the same request."""
 
     name: str
-    nodes: int
-    tasks_per_node: int
-    cpus_per_task: int | None
-    gpus_per_node: int
     time: str
     partition: str | None
     account: str | None
     output: str
+    #: The size: one task on one node unless the job says more.
+    nodes: int = 1
+    tasks_per_node: int = 1
+    cpus_per_task: int | None = None
+    gpus_per_node: int = 0
     exclusive: bool = False
     mem_per_gpu_gb: int = 0
     #: Slurm: ``gpus-per-node`` (``--gpus-per-node=N``) or ``gres`` (``--gres=gpu:TYPE:N``).
