@@ -107,8 +107,7 @@ class JobRequest:
         if not self.kind.multinode and self.nodes != 1:
             raise UsageError(f"a {self.workload} job runs on one node (got --nodes {self.nodes})",
                              flag="--nodes")
-        if self.gpus_per_node is not None:
-            flags.POSITIVE_INT("--gpus-per-node", self.gpus_per_node)
+        flags.POSITIVE_INT("--gpus-per-node", self.gpus_per_node)  # None: the site's default
         if isinstance(self.time, str):
             try:
                 object.__setattr__(self, "time", walltime.parse(self.time))
@@ -301,8 +300,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     gpus = _ranks_per_node(request, site)
     asked = gpus if site.gpus.kind != "none" else 0  # the scheduler's GPUs: none on CPU sites
     check_size(site, frame.partition, frame.qos, nodes=request.nodes, gpus_per_node=asked)
-    if (refusal := transport_refusal(site, request.nodes)) is not None:
-        raise refusal
+    check_transport(site, request.nodes)
     run = job_run(target, site, settings=settings, request=request)
     res = frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked)
     scheduler = SCHEDULERS[site.scheduler]
@@ -328,18 +326,17 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                                                              "{job_id}"))
 
 
-def transport_refusal(site: Site, nodes: int) -> ConfigError | None:
+def check_transport(site: Site, nodes: int) -> None:
     """A job across nodes whose transport needs the host's network plugin and libfabric bound
     into the container, on a site whose profile binds none: it would stop at start-up (NCCL_NET
     names a network that cannot load), so it is refused before anything is written."""
     transport = site.transport
-    if not (transport.host_stack and transport.applies(nodes)) or transport.binds:
-        return None
-    return ConfigError(f"a {nodes}-node job on site {site.name} needs the host's network plugin "
-                       f"and libfabric bound into the container for its transport "
-                       f"({transport.name}), and the profile binds none "
-                       "(transport.binds): run on one node (--nodes 1), or add the binds",
-                       path=site.path, line=site.lines.get("transport"), key="transport")
+    if transport.host_stack and transport.applies(nodes) and not transport.binds:
+        raise ConfigError(f"a {nodes}-node job on site {site.name} needs the host's network "
+                          f"plugin and libfabric bound into the container for its transport "
+                          f"({transport.name}), and the profile binds none "
+                          "(transport.binds): run on one node (--nodes 1), or add the binds",
+                          path=site.path, line=site.lines.get("transport"), key="transport")
 
 
 def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
