@@ -38,7 +38,7 @@ from containers.batch.schedulers import (SCHEDULERS, Resources, Scheduler, direc
                                          extra_directive)
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
 from containers.batch.runjob import run_lines, run_record
-from containers.batch.script import SHELL_VARS, Script, command, ref, word
+from containers.batch.script import SHELL_VARS, command, ref, render, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
 from containers.image.plan import fakeroot_refusal
@@ -426,10 +426,9 @@ def _render(request: JobRequest, target: Target, site: Site, frame: Frame, res: 
             results: str | None = None) -> Job:
     """The job's script put together: preamble, the frame's comments and ``comments``, body."""
     scheduler = SCHEDULERS[site.scheduler]
-    script = Script(directives=scheduler.preamble(res), comments=[*frame.comments, *comments],
-                    body=body)
+    text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
     return Job(request=request, target=target, site=site, scheduler=scheduler,
-               launcher=launcher, resources=res, text=script.render(), results=results)
+               launcher=launcher, resources=res, text=text, results=results)
 
 
 def _ranks_per_node(request: JobRequest, site: Site) -> int:

@@ -11,7 +11,7 @@ characters that double quotes leave alone; any other literal text is single-quot
 a user's path or flag stays a literal ``$``, and a site's ``$SLURM_JOB_ID`` stays unexpanded in
 the script and expands on the compute node.
 
-:class:`Script` assembles shebang, scheduler directives, the strict-mode header with an ``ERR``
+:func:`render` assembles shebang, scheduler directives, the strict-mode header with an ``ERR``
 trap that names the failing command, and the body lines (ReFrame's single script builder).
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from containers.errors import UsageError
@@ -139,26 +138,14 @@ def _positional(argv: Sequence[str], start: int, value_options: Sequence[str]) -
     return None
 
 
-@dataclass
-class Script:
+def render(directives: Sequence[str], comments: Sequence[str], body: Sequence[str]) -> str:
     """A batch script: directives first (schedulers stop reading them at the first command),
     then a strict header whose ``ERR`` trap names the failing line and command, then the body."""
-
-    directives: list[str] = field(default_factory=list)
-    comments: list[str] = field(default_factory=list)
-    body: list[str] = field(default_factory=list)
-    shell: str = "/bin/bash"
-
-    def render(self) -> str:
-        lines = [f"#!{self.shell}", *self.directives, ""]
-        lines += [f"# {c}" if c else "#" for c in self.comments]
-        lines += [
-            "set -euo pipefail",
-            "trap 'echo \"job script: line $LINENO: $BASH_COMMAND (exit $?)\" >&2' ERR",
-            "",
-            *self.body,
-        ]
-        text = "\n".join(lines).rstrip("\n") + "\n"
-        if _MARK in text:
-            raise ValueError("a variable reference escaped rendering")  # a bug, not user input
-        return text
+    lines = ["#!/bin/bash", *directives, "", *(f"# {c}" if c else "#" for c in comments),
+             "set -euo pipefail",
+             "trap 'echo \"job script: line $LINENO: $BASH_COMMAND (exit $?)\" >&2' ERR",
+             "", *body]
+    text = "\n".join(lines).rstrip("\n") + "\n"
+    if _MARK in text:
+        raise ValueError("a variable reference escaped rendering")  # a bug, not user input
+    return text
