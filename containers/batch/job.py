@@ -392,7 +392,7 @@ def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRe
 def _workload_lines(target: Target, workload: Workload, *, settings: Settings, record: dict,
                     judge: JudgeEnv | None, host_arch: str, venv: Path | None) -> list[str]:
     """A smoke or training job's body after its rendezvous: the job record and the image's,
-    the launcher's step (its status kept), then the verdict as the launcher's host step."""
+    the launcher's step (its status kept), then the verdict."""
     out_dir = str(workload.out_dir)
     image_record = settings.provenance_path(target.name)
     verdict = _verdict_in_image(target, workload, settings, judge, out_dir, host_arch=host_arch) \

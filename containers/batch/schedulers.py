@@ -168,9 +168,8 @@ class Pbs(Scheduler):
 
     def preamble(self, res: Resources) -> list[str]:
         chunk = f"select={res.nodes}"
-        cpus = res.tasks_per_node * res.cpus_per_task if res.cpus_per_task else None
-        if cpus:
-            chunk += f":ncpus={cpus}"
+        if res.cpus_per_task:
+            chunk += f":ncpus={res.tasks_per_node * res.cpus_per_task}"
         if res.gpus_per_node:
             chunk += f":ngpus={res.gpus_per_node}"
             if res.mem_per_gpu_gb:
