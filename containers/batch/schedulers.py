@@ -80,6 +80,8 @@ class Scheduler:
     submit_options: tuple[str, ...] = ()
     #: The longest job name the scheduler takes (None: no limit).
     name_length: int | None = None
+    #: The output file in the job's output folder, or "" where the scheduler names it itself.
+    output_file = ""
 
     @property
     def rendezvous(self) -> SchedulerRendezvous:
@@ -94,7 +96,7 @@ class Scheduler:
         return short_name(name, self.name_length, short_names or {}) if self.name_length else name
 
     def output_dir(self, folder: Path, name: str) -> str:
-        raise NotImplementedError
+        return f"{folder}/{self.output_file.format(name=name)}"
 
     def output_folder(self, res: Resources) -> Path:
         """The folder the job's output goes into: ``output`` up to its last ``/`` (Slurm names
@@ -128,6 +130,7 @@ class Slurm(Scheduler):
     name = "slurm"
     submit_command = "sbatch"
     submit_options = ("--parsable",)
+    output_file = "{name}-%j.out"
 
     def preamble(self, res: Resources) -> list[str]:
         gres = res.gpu_request == "gres" and res.gpus_per_node
@@ -145,9 +148,6 @@ class Slurm(Scheduler):
         if res.exclusive:
             lines.append("#SBATCH --exclusive")
         return lines + [f"#SBATCH {extra_directive(text)}" for text in res.directives]
-
-    def output_dir(self, folder: Path, name: str) -> str:
-        return f"{folder}/{name}-%j.out"
 
     def output_of(self, res: Resources, job_id: str) -> str:
         return res.output.replace("%j", job_id)
@@ -184,9 +184,6 @@ class Pbs(Scheduler):
         return [*(f"#PBS {key}{directive(value, what)}" for key, value, what in options if value),
                 "#PBS -j oe", f"#PBS -o {directive(res.output, 'output folder')}",
                 *(f"#PBS {extra_directive(text)}" for text in res.directives)]
-
-    def output_dir(self, folder: Path, name: str) -> str:
-        return f"{folder}/"
 
     def output_of(self, res: Resources, job_id: str) -> str:
         return f"{res.output}{self.job_name(res.name)}.o{job_id.split('.')[0]}"
