@@ -56,7 +56,6 @@ from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.command import CommandRun, check_command, plan_command
 from containers.run.workload import Placement, Workload
 
-WORKLOADS = tuple(registry.WORKLOADS)
 #: The variables the scheduler's submit command reads an account from, when no flag or setting
 #: names one (sbatch reads SBATCH_ACCOUNT itself; SLURM_ACCOUNT is the current allocation's).
 #: PBS Pro's qsub reads none: ``-A`` in the script is the only way.
