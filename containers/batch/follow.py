@@ -65,7 +65,6 @@ def verdict_code(record: dict) -> int:
 
 
 def append_index(jobs_dir: Path, entry: dict) -> Path:
-    """One line for a submitted job in ``jobs_dir/index.jsonl``."""
     path = jobs_dir / INDEX
     jobs_dir.mkdir(parents=True, exist_ok=True)
     with open_append_regular(path) as handle:

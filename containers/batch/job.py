@@ -423,7 +423,6 @@ def _folders(settings: Settings) -> dict[str, str]:
 def _render(request: JobRequest, target: Target, site: Site, frame: Frame, res: Resources,
             body: list[str], *, launcher: Launcher | None = None, comments: Sequence[str] = (),
             results: str | None = None) -> Job:
-    """The job's script put together: preamble, the frame's comments and ``comments``, body."""
     scheduler = SCHEDULERS[site.scheduler]
     text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
     return Job(request=request, target=target, site=site, scheduler=scheduler,

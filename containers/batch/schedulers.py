@@ -122,7 +122,6 @@ class Scheduler:
                                 "job id", output=[stdout]) from None
 
     def id_part(self, line: str) -> str:
-        """The id in the submit command's last line."""
         return line
 
 

@@ -34,7 +34,6 @@ class Allocation:
 
 
 def current_allocation(environ: Mapping[str, str]) -> Allocation | None:
-    """The Slurm allocation this process runs in, or None outside one."""
     job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job_id:
         return None

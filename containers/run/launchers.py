@@ -200,7 +200,6 @@ TORCHRUN_ON = {"pbs": "mpiexec-torchrun"}
 
 
 def named(name: str, *, flag: str = "--launcher") -> Launcher:
-    """The launcher a flag names."""
     try:
         return LAUNCHERS[name]
     except KeyError as exc:

@@ -261,7 +261,6 @@ def _rank_records(out_dir: Path, prefix: str) -> list[dict]:
 
 
 def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
-    """Each rank's ``device-<RANK>.json``, in rank order."""
     return tuple(sorted((r for r in _rank_records(out_dir, "device")
                          if isinstance(r.get("rank"), int)), key=lambda r: r["rank"]))
 
