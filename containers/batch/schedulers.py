@@ -180,7 +180,8 @@ class Pbs(Scheduler):
         options = [("-N ", self.job_name(res.name), "job name"), ("-A ", res.account, "--account"),
                    ("-q ", res.partition, "--partition"), ("-l ", chunk, "select"),
                    ("-l walltime=", res.time, "--time")]
-        return [*(f"#PBS {key}{directive(value, what)}" for key, value, what in options if value),
+        return [*(f"#PBS {key}{directive(value, what)}" for key, value, what in options
+                  if value is not None),
                 "#PBS -j oe", f"#PBS -o {directive(res.output, 'output folder')}",
                 *(f"#PBS {extra_directive(text)}" for text in res.directives)]
 
