@@ -74,8 +74,7 @@ class CondaDep:
 
     @property
     def name(self) -> str:
-        bare = self.spec.split("::")[-1]
-        return re.split(r"[=<>!~\s\[]", bare, maxsplit=1)[0].lower()
+        return _package_name(self.spec.split("::")[-1])  # conda-forge::numpy>=1
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ class EnvSpec:
         return None
 
     def installs(self, package: str) -> bool:
-        names = {_requirement_name(e) for e in self.pip} | {d.name for d in self.conda}
+        names = {_package_name(e) for e in self.pip} | {d.name for d in self.conda}
         return package.lower() in names
 
     def check_venv_compatible(self) -> None:
@@ -132,7 +131,7 @@ class EnvSpec:
                     key="dependencies")
 
 
-def _requirement_name(entry: str) -> str:
+def _package_name(entry: str) -> str:
     return re.split(r"[=<>!~;@\s\[]", entry.strip(), maxsplit=1)[0].lower()
 
 
