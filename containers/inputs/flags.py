@@ -181,14 +181,15 @@ def _time(value: Any) -> str:
 TIME = FlagType(TIME_FORMS, _time)
 
 
-def word_rule(label: str, pattern: str, refusal: str) -> FlagType:
-    """A flag taking one word of ``pattern`` (a name a scheduler or the system knows), refused
-    with ``refusal``: never something that starts like an option or holds a space."""
-    rule = re.compile(pattern + r"\Z")
+def word_rule(label: str, pattern: str | Callable[[str], object], refusal: str) -> FlagType:
+    """A flag taking one word of ``pattern`` (a name a scheduler or the system knows; or one
+    the test ``pattern`` passes), refused with ``refusal``: never something that starts like an
+    option or holds a space."""
+    passes = re.compile(pattern + r"\Z").match if isinstance(pattern, str) else pattern
 
     def parse(value: Any) -> str:
         text = str(value)
-        if not rule.match(text):
+        if not passes(text):
             raise ValueError(refusal)
         return text
     return FlagType(label, parse)
@@ -279,12 +280,8 @@ JOB_ID = FlagType("job id", _job_id)
 
 def named(kind: str) -> FlagType:
     """A target, site, partition or version name: the one name rule of the inputs."""
-    def parse(value: Any) -> str:
-        text = str(value)
-        if name_problem(kind, text):  # the value shows after: "(got 'a/b')"
-            raise ValueError(f"is not a usable {kind} name: {NAME_RULE}")
-        return text
-    return FlagType(f"{kind} name", parse)
+    return word_rule(f"{kind} name", lambda text: not name_problem(kind, text),
+                     f"is not a usable {kind} name: {NAME_RULE}")
 
 
 TARGET = named("target")
