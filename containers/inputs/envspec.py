@@ -87,9 +87,6 @@ class EnvSpec:
     text: str
     pip_lines: tuple[int | None, ...] = ()
 
-    def pip_line(self, index: int) -> int | None:
-        return self.pip_lines[index] if index < len(self.pip_lines) else None
-
     def requirements_txt(self) -> str:
         """The ``pip:`` list as a requirements file; option lines (``--extra-index-url``) kept."""
         return "".join(line + "\n" for line in self.pip)
@@ -99,7 +96,7 @@ class EnvSpec:
         """Refuse every ``pip:`` entry that changes where packages come from (all at once, each
         with its line), except ``--extra-index-url`` naming one of ``extra_indexes`` (the https
         URLs the target's ``manifest`` allows in ``pip_extra_index_urls``)."""
-        problems = [ConfigError(message, path=self.path, line=self.pip_line(index),
+        problems = [ConfigError(message, path=self.path, line=self.pip_lines[index],
                                 key="dependencies.pip")
                     for index, entry in enumerate(self.pip)
                     if (message := pip_entry_problem(entry, extra_indexes, manifest=manifest))]
@@ -108,7 +105,7 @@ class EnvSpec:
     def torch_pin(self) -> tuple[tuple[int, int], int | None] | None:
         """The lowest torch (major, minor) the spec can install and its line, from a ``torch==``,
         ``~=`` or ``>=`` entry (pip or Conda ``pytorch=``); None when torch is not pinned."""
-        pins = [(_TORCH_PIN, entry, self.pip_line(i)) for i, entry in enumerate(self.pip)]
+        pins = [(_TORCH_PIN, entry, line) for entry, line in zip(self.pip, self.pip_lines)]
         pins += [(_CONDA_TORCH_PIN, dep.spec.split("::")[-1], dep.line) for dep in self.conda]
         for pattern, text, line in pins:
             match = pattern.match(text)
