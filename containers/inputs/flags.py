@@ -128,13 +128,10 @@ EXAMPLE = choice(names.EXAMPLES)
 ZERO_STAGE = choice(names.ZERO_STAGES)
 
 
-def _ops(value: Any) -> str:
-    """``--op``: the collectives as one canonical comma list (nccl-tests' order)."""
-    return ",".join(names.parse_ops(str(value)))
-
-
-#: ``--op`` of smoke and smoke jobs: which collectives the benchmark measures.
-OPS = FlagType(f"comma list of {', '.join(names.COLLECTIVES)}, or all", _ops)
+#: ``--op`` of smoke and smoke jobs: which collectives the benchmark measures, as one canonical
+#: comma list (nccl-tests' order).
+OPS = FlagType(f"comma list of {', '.join(names.COLLECTIVES)}, or all",
+               lambda value: ",".join(names.parse_ops(str(value))))
 
 
 #: What ``--sizes`` takes (checked with the dtype by :func:`sizes`).

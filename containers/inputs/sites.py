@@ -294,11 +294,8 @@ def _partition_names(value: object) -> object:
     return {name: {} for name in value}
 
 
-def _limits_or_empty(value: object) -> object:
-    return {} if value is None else value
-
-
-Partitions = Annotated[dict[str, Annotated[Partition, BeforeValidator(_limits_or_empty)]],
+Partitions = Annotated[dict[str, Annotated[Partition, BeforeValidator(  # name: (no limits)
+    lambda value: {} if value is None else value)]],
                        BeforeValidator(_partition_names,
                                        json_schema_input_type=dict[str, Partition] | list[str])]
 ReferenceItem = Annotated[Reference, WithJsonSchema(refs.Entry.model_json_schema())]
