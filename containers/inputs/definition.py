@@ -163,29 +163,24 @@ class Stage:
             raise ConfigError(f"unknown bootstrap agent '{agent}'"
                               f"{suggest(agent, BOOTSTRAP_AGENTS)}", path=path,
                               line=self.header_lines.get("bootstrap"), key="Bootstrap")
-        for section in self.sections:
-            _check_section(section, path=path, earlier=earlier)
-
-
-def _check_section(section: Section, *, path: Path | None, earlier: tuple[str, ...]) -> None:
-    """One section header as Apptainer's parser judges it, and ``%files from`` an earlier
-    stage."""
-    where = {"path": path, "line": section.line, "key": f"%{section.name}"}
-    if section.header_line[:1].isspace():
-        raise ConfigError(f"the line {section.header_line.strip()!r} starts with '%' after "
-                          "spaces: Apptainer reads it as a section header with no name "
-                          "(invalid section)", path=path, line=section.line,
-                          key=section.header_line.split()[0])
-    if section.name not in SECTIONS:
-        raise ConfigError(f"unknown section '%{section.name}'"
-                          f"{suggest(section.name, SECTIONS)}", **where)
-    if section.name in APP_SECTIONS and section.app is None:
-        raise ConfigError(f"'%{section.name}' names no app (%{section.name} NAME)", **where)
-    source = files_source_stage(section)
-    if source is not None and source not in earlier:
-        raise ConfigError(f"'%files from {source}': no earlier stage is named "
-                          f"'{source}'{suggest(source, earlier)}", path=path,
-                          line=section.line, key="%files")
+        for section in self.sections:  # each header as Apptainer's parser judges it
+            where = {"path": path, "line": section.line, "key": f"%{section.name}"}
+            if section.header_line[:1].isspace():
+                raise ConfigError(f"the line {section.header_line.strip()!r} starts with '%' "
+                                  "after spaces: Apptainer reads it as a section header with "
+                                  "no name (invalid section)", path=path, line=section.line,
+                                  key=section.header_line.split()[0])
+            if section.name not in SECTIONS:
+                raise ConfigError(f"unknown section '%{section.name}'"
+                                  f"{suggest(section.name, SECTIONS)}", **where)
+            if section.name in APP_SECTIONS and section.app is None:
+                raise ConfigError(f"'%{section.name}' names no app (%{section.name} NAME)",
+                                  **where)
+            source = files_source_stage(section)
+            if source is not None and source not in earlier:
+                raise ConfigError(f"'%files from {source}': no earlier stage is named "
+                                  f"'{source}'{suggest(source, earlier)}", path=path,
+                                  line=section.line, key="%files")
 
 
 def files_source_stage(section: Section) -> str | None:
