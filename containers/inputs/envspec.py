@@ -80,8 +80,6 @@ class CondaDep:
 @dataclass(frozen=True)
 class EnvSpec:
     path: Path
-    name: str | None
-    channels: tuple[str, ...]
     conda: tuple[CondaDep, ...]
     pip: tuple[str, ...]
     text: str
@@ -237,7 +235,7 @@ def load_env_spec(path: Path) -> EnvSpec:
     has."""
     text = read_input_text(path).replace("\r\n", "\n").replace("\r", "\n")
     data = load_yaml_text(text, path=path)
-    values = validate_model(EnvFile, data, path=path, what="environment spec")
+    validate_model(EnvFile, data, path=path, what="environment spec")
     deps = data["dependencies"]
     conda: list[CondaDep] = []
     pip: list[str] = []
@@ -256,8 +254,8 @@ def load_env_spec(path: Path) -> EnvSpec:
         else:
             raise ConfigError("each dependency must be a Conda spec string or a 'pip:' list",
                               path=path, line=line, key="dependencies")
-    return EnvSpec(path=path, name=values.name, channels=tuple(values.channels),
-                   conda=tuple(conda), pip=tuple(pip), text=text, pip_lines=tuple(pip_lines))
+    return EnvSpec(path=path, conda=tuple(conda), pip=tuple(pip), text=text,
+                   pip_lines=tuple(pip_lines))
 
 
 def load_target_env(target: EnvTarget) -> EnvSpec | None:
