@@ -52,15 +52,10 @@ def _got(value: Any) -> str:
 # ---------------------------------------------------------------------------------- numbers
 def integer(low: int) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
-        if isinstance(value, bool) or isinstance(value, float):
+        text = str(value).strip()
+        if isinstance(value, (bool, float)) or not re.fullmatch(r"[+-]?\d+", text):
             raise ValueError(f"takes a whole number >= {low}")
-        if isinstance(value, int):
-            number = value
-        else:
-            text = str(value).strip()
-            if not re.fullmatch(r"[+-]?\d+", text):
-                raise ValueError(f"takes a whole number >= {low}")
-            number = int(text)
+        number = int(text)
         if number < low:
             raise ValueError(f"must be at least {low}")
         return number
@@ -97,13 +92,13 @@ FRACTION = FlagType("fraction > 0 and <= 1", _number(high=1.0, what="fraction"))
 
 def _rank_list(value: Any) -> list[int]:
     """``1,2,4``: distinct rank counts, sorted."""
-    parts = [part for part in str(value).split(",") if part.strip()]
-    if not parts:
-        raise ValueError("takes a comma list of rank counts >= 1, e.g. 1,2,4")
     try:
-        return sorted({integer(1)(part) for part in parts})
+        ranks = sorted({integer(1)(part) for part in str(value).split(",") if part.strip()})
     except ValueError:
-        raise ValueError("takes a comma list of rank counts >= 1, e.g. 1,2,4") from None
+        ranks = []
+    if not ranks:
+        raise ValueError("takes a comma list of rank counts >= 1, e.g. 1,2,4")
+    return ranks
 
 
 RANK_LIST = FlagType("comma list of integers >= 1", _rank_list)
