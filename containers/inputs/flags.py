@@ -203,19 +203,14 @@ SCHEDULER_NAME = word_rule("name (letters, digits, _ . + -)", r"[A-Za-z0-9_][A-Z
 #: Options a job's preamble already sets, Slurm's and PBS Pro's, long and short, with the flag
 #: of this tool that sets them (None: the tool sets it alone). A ``--directive`` repeating one
 #: would override the checked value while the script's header described the original job.
-_OWN = {
-    "time": "--time", "t": "--time", "walltime": "--time",
-    "partition": "--partition", "p": "--partition", "q": "--partition",
-    "account": "--account", "A": "--account",
-    "nodes": "--nodes", "N": "--nodes", "select": "--nodes",
-    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "G": "--gpus-per-node",
-    "gres": "--gpus-per-node", "ntasks-per-node": "--gpus-per-node", "ntasks": "--gpus-per-node",
-    "n": "--gpus-per-node", "ngpus": "--gpus-per-node", "cpus-per-task": "--gpus-per-node",
-    "c": "--gpus-per-node", "ncpus": "--gpus-per-node", "mem-per-gpu": "--gpus-per-node",
-    "qos": "--qos", "reservation": "--reservation",
-    "job-name": None, "J": None, "output": None, "o": None, "error": None, "e": None,
-    "j": None, "chdir": None, "D": None, "exclusive": None,
-}
+_OWN = {option: flag for flag, options in {
+    "--time": ("time", "t", "walltime"), "--partition": ("partition", "p", "q"),
+    "--account": ("account", "A"), "--nodes": ("nodes", "N", "select"),
+    "--gpus-per-node": ("gpus-per-node", "gpus", "G", "gres", "ntasks-per-node", "ntasks", "n",
+                        "ngpus", "cpus-per-task", "c", "ncpus", "mem-per-gpu"),
+    "--qos": ("qos",), "--reservation": ("reservation",),
+    None: ("job-name", "J", "output", "o", "error", "e", "j", "chdir", "D", "exclusive"),
+}.items() for option in options}
 #: Options that would change who the job runs as, what it runs or what reaches its processes.
 _DANGEROUS = {"uid", "gid", "wrap", "export", "export-file", "get-user-env", "input", "i",
               "container", "container-id", "open-mode", "u", "S", "v", "V", "W", "k",
