@@ -184,6 +184,15 @@ def sync(device: torch.device) -> None:
     dist.barrier()
 
 
+def reduce_across_ranks(values: list[float], op: dist.ReduceOp, dtype: torch.dtype,
+                        device: torch.device) -> list[float]:
+    """Reduce a few host numbers over all ranks (MAX of times and memory peaks, SUM of wrong
+    counts)."""
+    tensor = torch.tensor(values, dtype=dtype, device=device)
+    dist.all_reduce(tensor, op=op)
+    return tensor.tolist()
+
+
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     """Element-wise sum over ranks (in place, and returned)."""
     dist.all_reduce(values, op=dist.ReduceOp.SUM)

@@ -24,7 +24,7 @@ tests cover it):
   non-contiguous parameters (torch 2.13: "FSDP does not support non-contiguous parameters yet";
   DeepSpeed 0.19.8's initial broadcast views each parameter as bytes, which needs a contiguous
   last dimension), so their weights stay NCHW and cuDNN takes the layout from the input.
-* device-resident data (``data.DeviceBatches``): no DataLoader, no copy per step.
+* device-resident data (``data.Batches``): no DataLoader, no copy per step.
 * no host synchronisation per step: the loss and the correct count are summed on the device
   and read once per epoch (the non-finite-loss check too).  What remains per step is the
   wrappers' own: an fp16 GradScaler reads its inf check, DeepSpeed may read its overflow flag.
@@ -460,9 +460,8 @@ def peak_memory(device: torch.device) -> dict[str, Optional[float]]:
     if device.type == "cuda":
         values += [torch.cuda.max_memory_allocated(device) / MIB,
                    torch.cuda.max_memory_reserved(device) / MIB]
-    peaks = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
-    found = peaks.tolist() + [None, None]  # the GPU's two are None on the CPU
+    found = distenv.reduce_across_ranks(values, dist.ReduceOp.MAX, torch.float64, device)
+    found += [None, None]  # the GPU's two are None on the CPU
     return dict(zip(("peak_rss_mb", "max_memory_allocated_mb", "max_memory_reserved_mb"), found))
 
 
