@@ -52,6 +52,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from models import InputSpec
+
 DATASET_NAMES = ("cifar100", "mnist")
 
 
@@ -60,11 +62,9 @@ class DataError(Exception):
 
 
 @dataclass(frozen=True)
-class DatasetSpec:
-    channels: int
-    height: int
-    width: int
-    classes: int
+class DatasetSpec(InputSpec):
+    """The models' input shape, and the normalisation the images get."""
+
     mean: tuple[float, ...]
     std: tuple[float, ...]
 
@@ -143,11 +143,6 @@ def shard_order(size: int, rank: int, world_size: int, seed: int, epoch: int) ->
     generator = torch.Generator().manual_seed(seed + epoch)
     order = torch.randperm(size, generator=generator)
     return order[rank:(size // world_size) * world_size:world_size]
-
-
-# ----------------------------------------------------------------------------------------------
-# Batches on the device
-# ----------------------------------------------------------------------------------------------
 
 
 class OrderSampler(Sampler[int]):
@@ -246,11 +241,6 @@ def fits_on_device(nbytes: int, device: torch.device, share: float = 0.25) -> bo
     return nbytes < share * free
 
 
-# ----------------------------------------------------------------------------------------------
-# Synthetic
-# ----------------------------------------------------------------------------------------------
-
-
 def synthetic_nbytes(spec: DatasetSpec, train_samples: int, val_samples: int) -> int:
     """Bytes of the synthetic set (float32 images, int64 labels), known before it exists."""
     return (train_samples + val_samples) * (spec.channels * spec.height * spec.width * 4 + 8)
@@ -283,11 +273,6 @@ def synthetic(spec: DatasetSpec, train_samples: int, val_samples: int, seed: int
     train = ImageTensors(images[:train_samples].clone(), labels[:train_samples].clone())
     val = ImageTensors(images[train_samples:].clone(), labels[train_samples:].clone())
     return train, val
-
-
-# ----------------------------------------------------------------------------------------------
-# CIFAR-100 (python pickles of numpy arrays)
-# ----------------------------------------------------------------------------------------------
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -356,10 +341,6 @@ def find_cifar100(root: Path) -> Path:
         "(the 'python version' archive cifar-100-python.tar.gz, extracted); nothing is downloaded")
 
 
-# ----------------------------------------------------------------------------------------------
-# MNIST (idx files)
-# ----------------------------------------------------------------------------------------------
-
 MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -419,11 +400,6 @@ def read_mnist_split(images_path: Path, labels_path: Path) -> tuple[torch.Tensor
     if labels.numel() and labels.max() >= 10:
         raise DataError(f"{labels_path}: labels outside 0..9")
     return images.unsqueeze(1), labels.long()
-
-
-# ----------------------------------------------------------------------------------------------
-# Entry point
-# ----------------------------------------------------------------------------------------------
 
 
 def load_dataset(name: str, data_dir: Optional[str], train_samples: int, val_samples: int,

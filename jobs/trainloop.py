@@ -113,11 +113,6 @@ class RunContext:
     data_on_device: bool
 
 
-# ----------------------------------------------------------------------------------------------
-# Strategies
-# ----------------------------------------------------------------------------------------------
-
-
 class Strategy:
     """The parts of training that depend on how the model is distributed."""
 
@@ -416,11 +411,6 @@ def disable_shm_comm_op() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-# ----------------------------------------------------------------------------------------------
-# The loop
-# ----------------------------------------------------------------------------------------------
-
-
 @dataclass
 class EpochResult:
     """One epoch as printed and recorded.  ``throughput`` (global samples/s) leaves out the first
@@ -639,12 +629,12 @@ class Trainer:
 
     def check_consistency(self) -> dict[str, Any]:
         strategy = self.strategy
-        params = distenv.Fingerprint().add_all(strategy.full_parameters())
-        buffers = distenv.Fingerprint().add_all(strategy.core_module().named_buffers())
-        same_params, digests = distenv.compare_across_ranks(params.hexdigest())
-        same_buffers, _ = distenv.compare_across_ranks(buffers.hexdigest())
+        params = distenv.fingerprint(strategy.full_parameters())
+        buffers = distenv.fingerprint(strategy.core_module().named_buffers())
+        same_params, digests = distenv.compare_across_ranks(params["sha256"])
+        same_buffers, _ = distenv.compare_across_ranks(buffers["sha256"])
         return {
             "params_consistent": same_params, "buffers_consistent": same_buffers,
             "param_sha256": digests[0], "param_sha256_per_rank": digests,
-            "param_checksum": params.checksum, "param_tensors": params.tensors,
-            "param_elements": params.elements, "method": strategy.consistency_method}
+            "param_checksum": params["checksum"], "param_tensors": params["tensors"],
+            "param_elements": params["elements"], "method": strategy.consistency_method}
