@@ -59,7 +59,7 @@ import devices
 import workload
 from collectives import COLLECTIVES, MAX_PATTERN_PERIOD, Buffers, Collective, rank_values
 # shared with train.py: both start the same way under every launcher
-from distenv import DistEnv, now_iso, runtime_versions, sync, write_json
+from distenv import DistEnv, now_iso, reduce_across_ranks, runtime_versions, sync, write_json
 
 EXIT_WRONG = workload.EXIT_FAILED
 FAULT_EXIT_CODE = 17
@@ -212,14 +212,6 @@ def count_wrong(op: Collective, bufs: Buffers, expected: Optional[torch.Tensor],
     if corrupt:
         bufs.recv[0] = -1
     return int((bufs.recv != expected).sum().item())
-
-
-def reduce_across_ranks(values: list[float], op: dist.ReduceOp, dtype: torch.dtype,
-                        device: torch.device) -> list[float]:
-    """Reduce a few host numbers over all ranks (MAX of times, SUM of wrong counts)."""
-    tensor = torch.tensor(values, dtype=dtype, device=device)
-    dist.all_reduce(tensor, op=op)
-    return tensor.tolist()
 
 
 def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],

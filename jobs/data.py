@@ -46,11 +46,13 @@ import pickle
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
+
+from models import InputSpec
 
 DATASET_NAMES = ("cifar100", "mnist")
 
@@ -60,11 +62,9 @@ class DataError(Exception):
 
 
 @dataclass(frozen=True)
-class DatasetSpec:
-    channels: int
-    height: int
-    width: int
-    classes: int
+class DatasetSpec(InputSpec):
+    """The models' input shape, and the normalisation the images get."""
+
     mean: tuple[float, ...]
     std: tuple[float, ...]
 
@@ -145,30 +145,17 @@ def shard_order(size: int, rank: int, world_size: int, seed: int, epoch: int) ->
     return order[rank:(size // world_size) * world_size:world_size]
 
 
-# ----------------------------------------------------------------------------------------------
-# Batches on the device
-# ----------------------------------------------------------------------------------------------
-
-
-class Batches(Protocol):
-    """What the trainer iterates: (inputs, labels) already on the training device."""
-
-    def set_epoch(self, epoch: int) -> None: ...
-
-    def __len__(self) -> int: ...
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
-
-
 class OrderSampler(Sampler[int]):
-    """The DataLoader's sampler: the indices ``order(epoch)`` gives, as DeviceBatches cuts them."""
+    """The indices ``order(epoch)`` gives, on ``device``: the DataLoader's sampler, and what
+    :class:`Batches` cuts on the device."""
 
-    def __init__(self, order: Callable[[int], torch.Tensor]) -> None:
+    def __init__(self, order: Callable[[int], torch.Tensor], device: torch.device) -> None:
         self.order = order
-        self.indices = order(0)
+        self.device = device
+        self.set_epoch(0)
 
     def set_epoch(self, epoch: int) -> None:
-        self.indices = self.order(epoch)
+        self.indices = self.order(epoch).to(self.device)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices.tolist())
@@ -177,16 +164,25 @@ class OrderSampler(Sampler[int]):
         return self.indices.shape[0]
 
 
-class LoaderBatches:
-    """A DataLoader over host tensors; each batch is copied to the device without waiting for it
-    (pinned memory on a GPU, ``non_blocking``)."""
+class Batches:
+    """What the trainer iterates: (inputs, labels) on the training device, in the order
+    ``order(epoch)`` gives.
+
+    ``resident``: cut on the device from a device-resident set, one small copy of the epoch's
+    indices per epoch, every step a slice and an ``index_select`` there, so nothing waits for
+    the host.  Else a DataLoader over host tensors, each batch copied to the device without
+    waiting for it (pinned memory on a GPU, ``non_blocking``).
+    """
 
     def __init__(self, dataset: ImageTensors, order: Callable[[int], torch.Tensor],
-                 micro_batch: int, drop_last: bool, device: torch.device,
+                 micro_batch: int, drop_last: bool, *, device: torch.device, resident: bool,
                  num_workers: int) -> None:
-        self.sampler = OrderSampler(order)
+        self.dataset = dataset
+        self.micro_batch = micro_batch
+        self.drop_last = drop_last
         self.device = device
-        self.loader = DataLoader(
+        self.sampler = OrderSampler(order, dataset.device)
+        self.loader = None if resident else DataLoader(
             dataset, sampler=self.sampler, batch_size=micro_batch, drop_last=drop_last,
             collate_fn=collate_batch, num_workers=num_workers,
             pin_memory=device.type == "cuda", persistent_workers=num_workers > 0)
@@ -195,48 +191,17 @@ class LoaderBatches:
         self.sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for inputs, labels in self.loader:
-            yield (inputs.to(self.device, non_blocking=True),
-                   labels.to(self.device, non_blocking=True))
-
-
-class DeviceBatches:
-    """Batches cut on the device from a device-resident set, in the order ``order(epoch)`` gives.
-
-    One small copy of the epoch's indices per epoch; every step is a slice and an
-    ``index_select`` on the device, so nothing waits for the host.
-    """
-
-    def __init__(self, dataset: ImageTensors, order: Callable[[int], torch.Tensor],
-                 micro_batch: int, drop_last: bool) -> None:
-        self.dataset = dataset
-        self.order = order
-        self.micro_batch = micro_batch
-        self.drop_last = drop_last
-        self.indices = order(0).to(dataset.device)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.indices = self.order(epoch).to(self.dataset.device)
-
-    def __len__(self) -> int:
-        whole, rest = divmod(self.indices.shape[0], self.micro_batch)
+        whole, rest = divmod(len(self.sampler), self.micro_batch)
         return whole + (1 if rest and not self.drop_last else 0)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for start in range(0, len(self) * self.micro_batch, self.micro_batch):
-            yield self.dataset.take(self.indices[start:start + self.micro_batch])
-
-
-def batches(dataset: ImageTensors, order: Callable[[int], torch.Tensor], micro_batch: int,
-            drop_last: bool, *, device: torch.device, resident: bool,
-            num_workers: int) -> Batches:
-    """The batches of ``order(epoch)`` on ``device``: cut there (``resident``), else loaded."""
-    if resident:
-        return DeviceBatches(dataset, order, micro_batch, drop_last)
-    return LoaderBatches(dataset, order, micro_batch, drop_last, device, num_workers)
+        if self.loader is None:
+            for start in range(0, len(self) * self.micro_batch, self.micro_batch):
+                yield self.dataset.take(self.sampler.indices[start:start + self.micro_batch])
+            return
+        for inputs, labels in self.loader:
+            yield (inputs.to(self.device, non_blocking=True),
+                   labels.to(self.device, non_blocking=True))
 
 
 def train_batches(dataset: ImageTensors, *, rank: int, world_size: int, seed: int,
@@ -244,7 +209,7 @@ def train_batches(dataset: ImageTensors, *, rank: int, world_size: int, seed: in
                   num_workers: int) -> Batches:
     """This rank's shuffled training shard, whole batches only (``set_epoch`` reshuffles)."""
     order = functools.partial(shard_order, len(dataset), rank, world_size, seed)
-    return batches(dataset, order, micro_batch, True, device=device, resident=resident,
+    return Batches(dataset, order, micro_batch, True, device=device, resident=resident,
                    num_workers=num_workers)
 
 
@@ -262,7 +227,7 @@ def val_batches(dataset: ImageTensors, *, rank: int, world_size: int, micro_batc
     positions = torch.arange(-(-size // world_size)) * world_size + rank
     weights = (positions < size).to(device=device, dtype=torch.float64)
     indices = positions % size
-    return batches(dataset, lambda _epoch: indices, micro_batch, False, device=device,
+    return Batches(dataset, lambda _epoch: indices, micro_batch, False, device=device,
                    resident=resident, num_workers=num_workers), weights
 
 
@@ -274,11 +239,6 @@ def fits_on_device(nbytes: int, device: torch.device, share: float = 0.25) -> bo
         return True
     free, _total = torch.cuda.mem_get_info(device)
     return nbytes < share * free
-
-
-# ----------------------------------------------------------------------------------------------
-# Synthetic
-# ----------------------------------------------------------------------------------------------
 
 
 def synthetic_nbytes(spec: DatasetSpec, train_samples: int, val_samples: int) -> int:
@@ -313,11 +273,6 @@ def synthetic(spec: DatasetSpec, train_samples: int, val_samples: int, seed: int
     train = ImageTensors(images[:train_samples].clone(), labels[:train_samples].clone())
     val = ImageTensors(images[train_samples:].clone(), labels[train_samples:].clone())
     return train, val
-
-
-# ----------------------------------------------------------------------------------------------
-# CIFAR-100 (python pickles of numpy arrays)
-# ----------------------------------------------------------------------------------------------
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -386,10 +341,6 @@ def find_cifar100(root: Path) -> Path:
         "(the 'python version' archive cifar-100-python.tar.gz, extracted); nothing is downloaded")
 
 
-# ----------------------------------------------------------------------------------------------
-# MNIST (idx files)
-# ----------------------------------------------------------------------------------------------
-
 MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -449,11 +400,6 @@ def read_mnist_split(images_path: Path, labels_path: Path) -> tuple[torch.Tensor
     if labels.numel() and labels.max() >= 10:
         raise DataError(f"{labels_path}: labels outside 0..9")
     return images.unsqueeze(1), labels.long()
-
-
-# ----------------------------------------------------------------------------------------------
-# Entry point
-# ----------------------------------------------------------------------------------------------
 
 
 def load_dataset(name: str, data_dir: Optional[str], train_samples: int, val_samples: int,

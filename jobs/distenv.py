@@ -184,6 +184,15 @@ def sync(device: torch.device) -> None:
     dist.barrier()
 
 
+def reduce_across_ranks(values: list[float], op: dist.ReduceOp, dtype: torch.dtype,
+                        device: torch.device) -> list[float]:
+    """Reduce a few host numbers over all ranks (MAX of times and memory peaks, SUM of wrong
+    counts)."""
+    tensor = torch.tensor(values, dtype=dtype, device=device)
+    dist.all_reduce(tensor, op=op)
+    return tensor.tolist()
+
+
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     """Element-wise sum over ranks (in place, and returned)."""
     dist.all_reduce(values, op=dist.ReduceOp.SUM)
@@ -205,34 +214,20 @@ def average_buffers(module: torch.nn.Module) -> None:
             buffer.div_(world)
 
 
-def tensor_bytes(tensor: torch.Tensor) -> bytes:
-    """The raw bytes of a tensor (copied to the CPU), without numpy."""
-    flat = tensor.detach().to("cpu").contiguous()
-    if flat.numel() == 0:
-        return b""
-    return ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size())
-
-
-class Fingerprint:
-    """sha256 over (name, dtype, shape, bytes) of tensors, plus a float64 sum for people to read."""
-
-    def __init__(self) -> None:
-        self.digest = hashlib.sha256()
-        self.checksum = 0.0
-        self.tensors = 0
-        self.elements = 0
-
-    def add_all(self, named: Iterable[tuple[str, torch.Tensor]]) -> "Fingerprint":
-        for name, tensor in named:
-            self.digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-            self.digest.update(tensor_bytes(tensor))
-            self.checksum += float(tensor.detach().double().sum())
-            self.tensors += 1
-            self.elements += tensor.numel()
-        return self
-
-    def hexdigest(self) -> str:
-        return self.digest.hexdigest()
+def fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, Any]:
+    """sha256 over (name, dtype, shape, raw bytes copied to the CPU, without numpy) of tensors,
+    plus a float64 sum for people to read, and how many tensors and elements went in."""
+    digest, checksum, tensors, elements = hashlib.sha256(), 0.0, 0, 0
+    for name, tensor in named:
+        flat = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        if flat.numel():
+            digest.update(ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size()))
+        checksum += float(tensor.detach().double().sum())
+        tensors += 1
+        elements += tensor.numel()
+    return {"sha256": digest.hexdigest(), "checksum": checksum, "tensors": tensors,
+            "elements": elements}
 
 
 def compare_across_ranks(value: Any) -> tuple[bool, list[Any]]:

@@ -63,10 +63,6 @@ class InputSpec:
     classes: int
 
 
-# ----------------------------------------------------------------------------------------------
-# Vision transformer (LUMI)
-# ----------------------------------------------------------------------------------------------
-
 VIT_PRESETS = {  # patch, dim, depth, heads, mlp
     "tiny": (4, 64, 2, 4, 128),
     "small": (4, 192, 6, 3, 768),
@@ -113,10 +109,6 @@ class VisionTransformer(nn.Module):
             x = block(x)
         return self.head(self.norm(x[:, 0]))
 
-
-# ----------------------------------------------------------------------------------------------
-# WideResNet: the standard WRN (presets, DEPTH-WIDTH) and Olivia's own network (olivia)
-# ----------------------------------------------------------------------------------------------
 
 WRN_PRESETS = {"tiny": (10, 1), "small": (16, 4), "base": (28, 10)}
 
@@ -272,10 +264,6 @@ class OliviaWideResNet(nn.Module):
         return self.fc(self.flat(self.pool(x)))
 
 
-# ----------------------------------------------------------------------------------------------
-# ConvNet (CSC)
-# ----------------------------------------------------------------------------------------------
-
 CNN_PRESETS = {"tiny": (8, 16), "small": (16, 32), "base": (32, 64)}
 
 
@@ -300,10 +288,6 @@ class ConvNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.flatten(self.features(x), 1))
 
-
-# ----------------------------------------------------------------------------------------------
-# ResNet (NCAR)
-# ----------------------------------------------------------------------------------------------
 
 RESNET_PRESETS = {  # blocks per stage, base width
     "tiny": ((1, 1, 1, 1), 16),
@@ -344,10 +328,6 @@ class ResNet(BlockStack):
                                [(width * 2**stage, count) for stage, count in enumerate(stages)])
         self.head = nn.Linear(in_planes, spec.classes)
 
-
-# ----------------------------------------------------------------------------------------------
-# Factory
-# ----------------------------------------------------------------------------------------------
 
 
 def _wrn_shape(size: str) -> tuple[int, int]:

@@ -79,11 +79,6 @@ OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], float, dict[str, float]
 DeepSpeedSetup = tuple[dict[str, Any], str, dict[str, Any], dsconfig.PrecisionPlan]
 
 
-# ----------------------------------------------------------------------------------------------
-# Command line
-# ----------------------------------------------------------------------------------------------
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line; every flag is documented because batch scripts are read by others."""
     parser = argparse.ArgumentParser(
@@ -213,11 +208,6 @@ def add_deepspeed_and_run_flags(parser: argparse.ArgumentParser) -> None:
         "(or SLURM_LOCALID)")
 
 
-# ----------------------------------------------------------------------------------------------
-# Building the pieces
-# ----------------------------------------------------------------------------------------------
-
-
 def make_optimizer_factory(args: argparse.Namespace) -> tuple[trainloop.OptimizerFactory, float]:
     """A function from parameters to the --optimizer, so each strategy calls it after wrapping."""
     kind, default_lr, settings = OPTIMIZERS[args.optimizer]
@@ -296,11 +286,6 @@ def load_data(args: argparse.Namespace, dataset: str, device: torch.device, note
             notes.append(f"--num-workers {args.num_workers} unused: the batches are cut on the "
                          "device")
     return train_set, val_set, source, resident, why
-
-
-# ----------------------------------------------------------------------------------------------
-# The run
-# ----------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -445,9 +430,8 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
 def build_model(args: argparse.Namespace, spec: data_mod.DatasetSpec) -> torch.nn.Module:
     """The model, seeded so that every rank starts from the same weights."""
     distenv.seed_everything(args.seed)
-    input_spec = models.InputSpec(spec.channels, spec.height, spec.width, spec.classes)
     try:
-        return models.build_model(args.model, input_spec, args.model_size)
+        return models.build_model(args.model, spec, args.model_size)
     except ValueError as err:
         raise UsageError(f"--model {args.model} --model-size {args.model_size}: {err}") from err
 

@@ -24,7 +24,7 @@ tests cover it):
   non-contiguous parameters (torch 2.13: "FSDP does not support non-contiguous parameters yet";
   DeepSpeed 0.19.8's initial broadcast views each parameter as bytes, which needs a contiguous
   last dimension), so their weights stay NCHW and cuDNN takes the layout from the input.
-* device-resident data (``data.DeviceBatches``): no DataLoader, no copy per step.
+* device-resident data (``data.Batches``): no DataLoader, no copy per step.
 * no host synchronisation per step: the loss and the correct count are summed on the device
   and read once per epoch (the non-finite-loss check too).  What remains per step is the
   wrappers' own: an fp16 GradScaler reads its inf check, DeepSpeed may read its overflow flag.
@@ -111,11 +111,6 @@ class RunContext:
     num_workers: int
     out: Path
     data_on_device: bool
-
-
-# ----------------------------------------------------------------------------------------------
-# Strategies
-# ----------------------------------------------------------------------------------------------
 
 
 class Strategy:
@@ -416,11 +411,6 @@ def disable_shm_comm_op() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
-# ----------------------------------------------------------------------------------------------
-# The loop
-# ----------------------------------------------------------------------------------------------
-
-
 @dataclass
 class EpochResult:
     """One epoch as printed and recorded.  ``throughput`` (global samples/s) leaves out the first
@@ -460,9 +450,8 @@ def peak_memory(device: torch.device) -> dict[str, Optional[float]]:
     if device.type == "cuda":
         values += [torch.cuda.max_memory_allocated(device) / MIB,
                    torch.cuda.max_memory_reserved(device) / MIB]
-    peaks = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
-    found = peaks.tolist() + [None, None]  # the GPU's two are None on the CPU
+    found = distenv.reduce_across_ranks(values, dist.ReduceOp.MAX, torch.float64, device)
+    found += [None, None]  # the GPU's two are None on the CPU
     return dict(zip(("peak_rss_mb", "max_memory_allocated_mb", "max_memory_reserved_mb"), found))
 
 
@@ -640,12 +629,12 @@ class Trainer:
 
     def check_consistency(self) -> dict[str, Any]:
         strategy = self.strategy
-        params = distenv.Fingerprint().add_all(strategy.full_parameters())
-        buffers = distenv.Fingerprint().add_all(strategy.core_module().named_buffers())
-        same_params, digests = distenv.compare_across_ranks(params.hexdigest())
-        same_buffers, _ = distenv.compare_across_ranks(buffers.hexdigest())
+        params = distenv.fingerprint(strategy.full_parameters())
+        buffers = distenv.fingerprint(strategy.core_module().named_buffers())
+        same_params, digests = distenv.compare_across_ranks(params["sha256"])
+        same_buffers, _ = distenv.compare_across_ranks(buffers["sha256"])
         return {
             "params_consistent": same_params, "buffers_consistent": same_buffers,
             "param_sha256": digests[0], "param_sha256_per_rank": digests,
-            "param_checksum": params.checksum, "param_tensors": params.tensors,
-            "param_elements": params.elements, "method": strategy.consistency_method}
+            "param_checksum": params["checksum"], "param_tensors": params["tensors"],
+            "param_elements": params["elements"], "method": strategy.consistency_method}

@@ -67,35 +67,24 @@ def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def _at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise ValueError(f"must be >= {low}, got {value}")
+def _checked(convert: Callable[[str], Any], holds: Callable[[Any], bool],
+             rule: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` that converts and refuses a value outside its range in one line."""
+
+    def parse(text: str) -> Any:
+        value = convert(text)
+        if not holds(value):
+            raise ValueError(f"must be {rule}, got {value}")
         return value
 
-    return parse
+    return argparse_type(parse)
 
 
-positive_int = argparse_type(_at_least(1))
-non_negative_int = argparse_type(_at_least(0))
-step_factor = argparse_type(_at_least(2))
-
-
-@argparse_type
-def fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"must be in (0, 1], got {value}")
-    return value
-
-
-@argparse_type
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError(f"must be > 0, got {value}")
-    return value
+positive_int = _checked(int, lambda value: value >= 1, ">= 1")
+non_negative_int = _checked(int, lambda value: value >= 0, ">= 0")
+step_factor = _checked(int, lambda value: value >= 2, ">= 2")
+fraction = _checked(float, lambda value: 0.0 < value <= 1.0, "in (0, 1]")
+positive_float = _checked(float, lambda value: value > 0, "> 0")
 
 
 def add_counts(parser: argparse.ArgumentParser,

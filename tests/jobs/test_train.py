@@ -429,13 +429,12 @@ def test_bad_model_choices(name, size, message):
 
 def test_fingerprint_detects_a_single_changed_element():
     tensors = [("a", torch.arange(6.0)), ("b", torch.ones(2, 2))]
-    first = distenv.Fingerprint().add_all(tensors)
-    second = distenv.Fingerprint().add_all([(n, t.clone()) for n, t in tensors])
-    assert first.hexdigest() == second.hexdigest() and first.checksum == 19.0
+    first = distenv.fingerprint(tensors)
+    second = distenv.fingerprint([(n, t.clone()) for n, t in tensors])
+    assert first["sha256"] == second["sha256"] and first["checksum"] == 19.0
     changed = tensors[1][1].clone()
     changed[1, 1] = 1.0000001
-    assert distenv.Fingerprint().add_all([tensors[0], ("b", changed)]).hexdigest() != \
-        first.hexdigest()
+    assert distenv.fingerprint([tensors[0], ("b", changed)])["sha256"] != first["sha256"]
 
 
 def test_precision_resolution_on_cpu():
