@@ -49,7 +49,8 @@ class Options(Protocol):
 
 # ---------------------------------------------------------------------------------- kinds
 class WorkloadKind:
-    """The part of a workload that is its own; subclasses fill in the class attributes."""
+    """The part of a workload that is its own: a kind with code of its own (smoke, train) is a
+    subclass; one that differs only in these attributes (run, build) is an instance given them."""
 
     #: The command and the verdict's ``kind``.
     name: str = ""
@@ -76,6 +77,9 @@ class WorkloadKind:
     builds_image: bool = False
     takes_command: bool = False
     multinode: bool = True
+
+    def __init__(self, **attributes: object) -> None:
+        vars(self).update(attributes)
 
     def make_options(self, workload: str, *, gpus: int, given: Mapping[str, object],
                      flag: str = "--workload") -> Options | None:

@@ -12,7 +12,7 @@ and a perflog line per op.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -184,8 +184,7 @@ class SmokeKind(WorkloadKind):
         if result.plan.ranks == 1:
             return Judgement("not-judged", "1 rank: no data crosses a link, so there is no "
                              "bandwidth to judge")
-        emulated = sorted({str(d["arch"]) for d in result.outcome.devices
-                           if d.get("arch") and d["arch"] != host_arch()})
+        emulated = [str(arch) for arch in result.archs if arch != host_arch()]
         if emulated:  # qemu-user: a correctness proof, never a bandwidth the site's nodes give
             return Judgement("no-reference", f"ranks ran as {', '.join(emulated)} under "
                              f"emulation on this {host_arch()} machine: the site's references "
@@ -232,7 +231,6 @@ class SmokeKind(WorkloadKind):
         }
 
     def details(self, result: verdict.Result) -> dict:
-        proof = result.transport
         ops = asked_ops(result)
         per_op = {op: self.op_details(result, op) for op in ops}
         first = per_op[ops[0]]
@@ -240,8 +238,7 @@ class SmokeKind(WorkloadKind):
             "wrong_total": wrong_total(result),
             "cycles": _cycles(result),
             "cycles_done": (result.report or {}).get("cycles_done"),
-            "transport": None if proof is None else {
-                "ok": proof.ok, "message": proof.message, "evidence": proof.evidence},
+            "transport": None if result.transport is None else asdict(result.transport),
             "ops": ops,
             "collectives": {op: {k: v for k, v in entry.items() if k != "results"}
                             for op, entry in per_op.items()},
