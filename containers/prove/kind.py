@@ -103,8 +103,8 @@ class WorkloadKind:
         return replace(options, gpus=gpus)  # type: ignore[type-var]
 
     def folder(self, options: Options) -> str:
-        """The results folder under ``results/``."""
-        return self.name
+        """The results folder under ``results/``: ``smoke``, ``train-ddp``."""
+        return self.title(options).replace(" ", "-")
 
     def title(self, options: Options) -> str:
         """How the run is announced: ``smoke``, ``train ddp``."""

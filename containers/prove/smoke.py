@@ -260,20 +260,13 @@ class SmokeKind(WorkloadKind):
         return lines or [record]
 
     def write_reports(self, result: verdict.Result) -> list[Path]:
-        if not _rows(result) or result.plan.ranks == 1:  # one rank: no bandwidth to plot
+        if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
-        made = []
-        for op in asked_ops(result):
-            rows = _rows(result, op)
-            if not rows:
-                continue
-            name = "allreduce.png" if op == DEFAULT_OP else f"{op}.png"
-            made.append(plot_busbw({**result.report, "results": rows},
-                                   result.plan.out_dir / name,
-                                   title=f"{op} busbw: {result.plan.target.name}, "
-                                         f"{result.plan.ranks} ranks, "
-                                         f"{result.report.get('backend', '?')}"))
-        return made
+        return [plot_busbw({**result.report, "results": rows}, result.plan.out_dir /
+                           ("allreduce.png" if op == DEFAULT_OP else f"{op}.png"),
+                           title=f"{op} busbw: {result.plan.target.name}, {result.plan.ranks} "
+                                 f"ranks, {result.report.get('backend', '?')}")
+                for op in asked_ops(result) if (rows := _rows(result, op))]
 
 
 #: Judgement states from the worst (a run of several ops reports its worst op's).

@@ -116,9 +116,6 @@ class TrainKind(WorkloadKind):
     def _resize(self, workload: str, options: TrainOptions, gpus: int) -> TrainOptions:
         return replace(options, example=workload, gpus=gpus)
 
-    def folder(self, options: TrainOptions) -> str:
-        return f"train-{options.example}"
-
     def title(self, options: TrainOptions) -> str:
         return f"train {options.example}"
 
@@ -167,15 +164,12 @@ class TrainKind(WorkloadKind):
 
     def details(self, result: verdict.Result) -> dict:
         report, _ = read_report(result)
-        return {key: getattr(report, key, None) for key in DETAILS}
+        return {key: getattr(report, key, None) for key in (
+            "example", "model_name", "epochs_run", "loss_first", "loss_last", "throughput",
+            "params_consistent")}
 
 
 TRAIN = TrainKind()
-
-
-#: The report's fields a verdict record carries.
-DETAILS = ("example", "model_name", "epochs_run", "loss_first", "loss_last", "throughput",
-           "params_consistent")
 
 
 def read_report(result: verdict.Result) -> tuple[Any, str | None]:
