@@ -160,14 +160,11 @@ class SmokeKind(WorkloadKind):
         return Invocation(args=args, env=dict(options.extra_env))
 
     def failures(self, result: verdict.Result) -> list[str]:
-        found = verdict.startup_failure(result)
         asked = asked_ops(result)
         # an op the report holds but the run did not ask for is judged too: its wrong values
         # are wrong values all the same
         extra = sorted({op_of(row) for row in _rows(result)} - set(asked))
-        for op in asked + extra:
-            found += _op_reasons(result, op)
-        return found
+        return [reason for op in asked + extra for reason in _op_reasons(result, op)]
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         reasons = []

@@ -145,8 +145,7 @@ class TrainKind(WorkloadKind):
 
     def failures(self, result: verdict.Result) -> list[str]:
         report, problem = read_report(result)
-        own = [problem] if problem else [report.error] if report and report.error else []
-        return verdict.startup_failure(result) + own
+        return [problem] if problem else [report.error] if report and report.error else []
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         report, _ = read_report(result)

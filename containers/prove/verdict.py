@@ -99,12 +99,14 @@ def _run_reasons(result: Result) -> list[str]:
     # The script's own one-line diagnosis (a bad flag, ds_config or data folder) says the most.
     reasons += [line.strip() for line in outcome.lines
                 if line.strip().startswith(f"{kind.script}: error:")][:1]
+    # A run that wrote no report because NCCL/RCCL's network stopped it (the plugin NCCL_NET
+    # names did not load): the same reason for every kind.
+    proof = result.transport if result.report is None else None
+    reasons += [proof.message] if proof is not None and not proof.ok else []
     reasons += kind.failures(result)
     # What the ranks ran on is judged even when the workload stopped early: a rank without its
     # GPU refuses to start, and its device report says why.
-    reasons += device_reasons(result)
-    reasons += arch_reasons(result)
-    reasons += network_reasons(result)
+    reasons += device_reasons(result) + arch_reasons(result) + network_reasons(result)
     if outcome.returncode != 0 and not outcome.timed_out and not reasons:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
     if result.report is None:
@@ -147,13 +149,6 @@ def network_reasons(result: Result) -> list[str]:
     return [f"NOT-PROVEN: site {site.name} declares no transport for multi-node runs "
             f"({site.path.name} has no transport:), so nothing "
             f"shows that this {plan.nodes}-node run used the site's network and not TCP sockets"]
-
-
-def startup_failure(result: Result) -> list[str]:
-    """Why a run that wrote no report stopped, when NCCL/RCCL's network is the cause (the
-    plugin NCCL_NET names did not load): the same reason for every kind."""
-    proof = result.transport if result.report is None else None
-    return [proof.message] if proof is not None and not proof.ok else []
 
 
 def record(result: Result, *, image_record: dict) -> dict:
