@@ -103,20 +103,6 @@ def _summary(result: verdict.Result, op: str) -> dict:
     return ((result.report or {}).get("collectives") or {}).get(op) or {}
 
 
-def _wrong_reason(result: verdict.Result, op: str) -> str | None:
-    wrong = wrong_total(result, op)
-    if not wrong:
-        return None
-    soak = _cycles(result) > 1
-    sizes = [f"{r['bytes']} B" + (f" (cycle{'s' if len(r['wrong_cycles']) > 1 else ''} "
-                                  f"{', '.join(map(str, r['wrong_cycles']))})"
-                                  if soak and r.get("wrong_cycles") else "")
-             for r in _rows(result, op) if any(mode["wrong"] for mode in _modes(r))]
-    exact = "the exact sum" if op in SUMMING else "the exact values each rank must hold"
-    return (f"{wrong} wrong values ({op} results differ from {exact}) at sizes "
-            f"{', '.join(sizes)}" + (f" in a soak of {_cycles(result)} cycles" if soak else ""))
-
-
 def _op_reasons(result: verdict.Result, op: str) -> list[str]:
     """What is wrong with one op's part of the run: refused by the backend, wrong values, or
     (once the run finished) not measured at all."""
@@ -124,9 +110,16 @@ def _op_reasons(result: verdict.Result, op: str) -> list[str]:
     refused = _summary(result, op).get("unsupported")
     if refused:
         reasons.append(f"{op}: {refused}")
-    wrong = _wrong_reason(result, op)
+    wrong, cycles = wrong_total(result, op), _cycles(result)
     if wrong:
-        reasons.append(wrong)
+        sizes = [f"{r['bytes']} B" + (f" (cycle{'s' if len(r['wrong_cycles']) > 1 else ''} "
+                                      f"{', '.join(map(str, r['wrong_cycles']))})"
+                                      if cycles > 1 and r.get("wrong_cycles") else "")
+                 for r in _rows(result, op) if any(mode["wrong"] for mode in _modes(r))]
+        exact = "the exact sum" if op in SUMMING else "the exact values each rank must hold"
+        reasons.append(f"{wrong} wrong values ({op} results differ from {exact}) at sizes "
+                       f"{', '.join(sizes)}" + (f" in a soak of {cycles} cycles" if cycles > 1
+                                                else ""))
     report = result.report or {}
     listed = report.get("ops")
     if not refused and report.get("finished") and not _rows(result, op) and \
