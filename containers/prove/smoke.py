@@ -223,7 +223,6 @@ class SmokeKind(WorkloadKind):
     def details(self, result: verdict.Result) -> dict:
         ops = asked_ops(result)
         per_op = {op: self.op_details(result, op) for op in ops}
-        first = per_op[ops[0]]
         return {
             "wrong_total": wrong_total(result),
             "cycles": _cycles(result),
@@ -233,7 +232,7 @@ class SmokeKind(WorkloadKind):
             "collectives": {op: {k: v for k, v in entry.items() if k != "results"}
                             for op, entry in per_op.items()},
             "results": [row for entry in per_op.values() for row in entry["results"]],
-            "largest": first["largest"],
+            "largest": per_op[ops[0]]["largest"],
         }
 
     def perflog_records(self, record: dict) -> list[dict]:

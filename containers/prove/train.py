@@ -132,15 +132,14 @@ class TrainKind(WorkloadKind):
                 args += [flag, str(value)]
         if options.compile:
             args.append("--compile")
-        binds = []
         if options.example == "deepspeed":
             args += ["--zero-stage", str(options.zero_stage or 1)]
-            if options.ds_config is not None:
-                binds.append(f"{options.ds_config.resolve()}:{DS_CONFIG_MOUNT}:ro")
-                args += ["--ds-config", DS_CONFIG_MOUNT]
-        if options.data is not None:
-            binds.append(f"{options.data.resolve()}:{DATA_MOUNT}:ro")
-            args += ["--data", DATA_MOUNT]
+        binds = []  # a ds_config is only ever given for deepspeed (deepspeed_only refuses it)
+        for path, mount, flag in ((options.ds_config, DS_CONFIG_MOUNT, "--ds-config"),
+                                  (options.data, DATA_MOUNT, "--data")):
+            if path is not None:
+                binds.append(f"{path.resolve()}:{mount}:ro")
+                args += [flag, mount]
         return Invocation(args=args, binds=binds)
 
     def failures(self, result: verdict.Result) -> list[str]:
