@@ -85,6 +85,8 @@ class WorkloadKind:
                      flag: str = "--workload") -> Options | None:
         """The options of a run of ``workload`` (a name of this kind) on ``gpus`` ranks per
         node from the plain values ``given`` (flags, a job's ``job.json``); None: no options."""
+        if self.options_type is not None:
+            return self.options_type(gpus=gpus, **given)
         if given:
             raise UsageError(f"--workload {workload} takes no run options (got "
                              f"{', '.join(sorted(given))})", flag=flag)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from containers.host.facts import host_arch
 from containers.inputs import flags, names
@@ -137,10 +136,6 @@ class SmokeKind(WorkloadKind):
     options_type = SmokeOptions
     run_options = ("sizes", "iters", "warmup", "cycles", "op", "dtype", "timeout")
     estimate = 30 * 60
-
-    def make_options(self, workload: str, *, gpus: int, given: Mapping[str, object],
-                     flag: str = "--workload") -> SmokeOptions:
-        return SmokeOptions(gpus=gpus, **given)  # type: ignore[arg-type]
 
     def launch(self, options: SmokeOptions, *, site: Site, settings: Settings,
                nodes: int) -> Invocation:
