@@ -88,7 +88,6 @@ class Result:
 
 def run(kind: WorkloadKind, workload: Workload, *, say: Say,
         partition: str | None = None) -> Result:
-    """Run a planned workload of ``kind`` and keep what it left for the gates."""
     return Result(kind=kind, plan=workload, outcome=run_workload(workload, say=say),
                   partition=partition)
 
