@@ -18,10 +18,8 @@ Measurement (see nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md``):
 * per size, ``--warmup`` untimed calls, then ``--iters`` timed calls, out-of-place then in-place;
 * the time of one iteration is the mean over the timed calls on a rank, and the reported time is
   the MAX of that over ranks (the slowest rank bounds the collective);
-* ``algbw = bytes / time`` and ``busbw = algbw * factor``, in GB/s (10^9 bytes per second); the
-  factor is the collective's (all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall (n-1)/n;
-  broadcast, reduce, sendrecv 1), and for all_gather, reduce_scatter and alltoall the size (and
-  the bytes) is the whole buffer, as nccl-tests reports them;
+* ``algbw = bytes / time`` and ``busbw = algbw * factor``, in GB/s (10^9 bytes per second), with
+  the collective's bytes and bus factor (``collectives.py``);
 * correctness is checked outside the timed region on freshly initialised data: every rank's
   output is compared element by element with the exact values that rank must hold (the output is
   poisoned first, so a call that writes nothing fails), and ``#wrong`` is the number of wrong
@@ -30,23 +28,16 @@ Measurement (see nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md``):
   now and then shows up as wrong values in some cycles only;
 * with one rank no data crosses a link, so algbw and busbw are not reported (``n/a``, JSON null).
 
-``torch.distributed.all_reduce``, ``broadcast`` and ``reduce`` only work in place.
-"Out-of-place" there means the result lands in a separate output buffer that is refilled from an
-untouched input buffer before every call; the copy is outside the timed bracket, so only the
-collective is timed.  all_gather and reduce_scatter have real out-of-place calls, and their
-in-place form aliases input and output at nccl-tests' offsets; alltoall and sendrecv have no
-in-place form in torch, so their in-place columns are n/a.  An op the backend does not have is
-reported in one line (and fails the run) rather than imitated.  Each call is bracketed on its
-own (CUDA/HIP events on the GPU, ``time.perf_counter`` on the CPU) and the brackets are summed.
-Expect out-of-place and in-place numbers to be close: it is the same collective underneath.
+Out-of-place and in-place are each op's buffers in ``collectives.py`` (alltoall and sendrecv have
+no in-place form in torch: n/a).  An op the backend does not have is reported in one line (and
+fails the run) rather than imitated.  Each call is bracketed on its own (CUDA/HIP events on the
+GPU, ``time.perf_counter`` on the CPU) and the brackets are summed.  Expect out-of-place and
+in-place numbers to be close: it is the same collective underneath.
 
-Exit status: 0 all good; 1 wrong values found, or an op this backend or rank count cannot run;
-2 bad command line; 3 any other error; 4 no usable GPU of the kind ``--expect-gpu`` names.  Every
-rank pins itself to its ``--rank-cores`` and writes ``OUT/device-<RANK>.json`` (what it runs on)
-before the process group exists; rank 0 prints one table per op and writes ``OUT/allreduce.json``
-(rewritten after every size; every row names its ``op``, and ``collectives`` holds each op's
-factor, #wrong and verdict); every rank writes ``OUT/rank-<RANK>.json`` once it has finished
-cleanly, so the launcher can tell which ranks did not finish.
+Exit status 1 means wrong values, or an op this backend or rank count cannot run; the others and
+the per-rank files are ``workload.py``'s.  Rank 0 prints one table per op and writes
+``OUT/allreduce.json`` (rewritten after every size; every row names its ``op``, and
+``collectives`` holds each op's factor, #wrong and verdict).
 """
 
 from __future__ import annotations
@@ -66,13 +57,9 @@ import torch.distributed as dist
 import choices
 import devices
 import workload
-# exact_integer_limit, expected_values and pattern_period are read here by the tests of the
-# all_reduce check, which predate the plug-ins
-from collectives import (COLLECTIVES, MAX_PATTERN_PERIOD, Buffers, Collective,  # noqa: F401
-                         exact_integer_limit, expected_values, pattern_period, rank_values)
+from collectives import COLLECTIVES, MAX_PATTERN_PERIOD, Buffers, Collective, rank_values
 # shared with train.py: both start the same way under every launcher
 from distenv import DistEnv, now_iso, runtime_versions, sync, write_json
-from workload import EXIT_OK
 
 EXIT_WRONG = workload.EXIT_FAILED
 FAULT_EXIT_CODE = 17
@@ -86,14 +73,6 @@ ONE_RANK_NOTE = ("# 1 rank: no data crosses a link, so algbw and busbw are not m
 # How torch's backends refuse a collective they lack ("ProcessGroupGloo does not support
 # reduce_scatter", "... is not implemented", "Unsupported ..."); any other error is a failure.
 UNSUPPORTED = re.compile(r"not support|unsupported|not implemented|no attribute", re.IGNORECASE)
-# The value a result buffer is filled with before a check: no pattern holds 0, so an element
-# the collective did not write is wrong.
-POISON = 0
-
-
-# ----------------------------------------------------------------------------------------------
-# Command line
-# ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -164,22 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ----------------------------------------------------------------------------------------------
-# Bandwidth model and check pattern
-# ----------------------------------------------------------------------------------------------
-
-
-def busbw_factor(world_size: int) -> float:
-    """nccl-tests' all_reduce bus factor 2(n-1)/n: makes busbw comparable across rank counts."""
-    if world_size < 1:
-        raise ValueError(f"world size must be >= 1, got {world_size}")
-    return 2.0 * (world_size - 1) / world_size
-
-
 def bandwidths(nbytes: int, seconds: float, world_size: int,
-               factor: Optional[float] = None) -> tuple[Optional[float], Optional[float]]:
+               factor: float) -> tuple[Optional[float], Optional[float]]:
     """Return (algbw, busbw) in GB/s (10^9) for one collective moving nbytes (its bw bytes) in
-    seconds; ``factor`` is its bus factor (default: all_reduce's).
+    seconds; ``factor`` is its bus factor.
 
     None for one rank: nothing crosses a link, so bytes over time measures a memory copy at best
     (one H100 "reached" 624,268 GB/s for 1 GiB), which no one should read as bandwidth.
@@ -189,12 +156,7 @@ def bandwidths(nbytes: int, seconds: float, world_size: int,
     if seconds <= 0:
         return 0.0, 0.0
     algbw = nbytes / seconds / 1e9
-    return algbw, algbw * (busbw_factor(world_size) if factor is None else factor)
-
-
-# ----------------------------------------------------------------------------------------------
-# Timing and check
-# ----------------------------------------------------------------------------------------------
+    return algbw, algbw * factor
 
 
 def time_collective(op: Collective, bufs: Buffers, iters: int, device: torch.device,
@@ -240,7 +202,7 @@ def count_wrong(op: Collective, bufs: Buffers, expected: Optional[torch.Tensor],
     that receives nothing, one element of its input before the call, so the root's result is
     wrong instead.
     """
-    bufs.recv.fill_(POISON)
+    bufs.recv.fill_(0)
     bufs.send.copy_(bufs.src)
     if corrupt and expected is None:
         bufs.send[0] = -1
@@ -260,13 +222,8 @@ def reduce_across_ranks(values: list[float], op: dist.ReduceOp, dtype: torch.dty
     return tensor.tolist()
 
 
-# ----------------------------------------------------------------------------------------------
-# Records, table and JSON
-# ----------------------------------------------------------------------------------------------
-
-
 def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
-                     world_size: int, factor: Optional[float] = None) -> dict[str, Any]:
+                     world_size: int, factor: float) -> dict[str, Any]:
     """One mode's numbers, rounded once here so the table and the JSON show the same values;
     ``nbytes`` is what algbw divides (the op's bw bytes), ``factor`` its bus factor."""
     algbw, busbw = bandwidths(nbytes, seconds, world_size, factor)
@@ -279,12 +236,11 @@ def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
 
 
 def make_record(nbytes: int, count: int, dtype_name: str, oop: dict[str, Any],
-                ip: Optional[dict[str, Any]], op: str = "all_reduce",
-                root: Optional[int] = None) -> dict[str, Any]:
+                ip: Optional[dict[str, Any]], op: str = "all_reduce") -> dict[str, Any]:
     """One table row / one element of the JSON ``results`` list; ``ip`` None: the op has no
     in-place form; ``root`` None: the op has none (the table prints -1, as nccl-tests)."""
     return {"op": op, "bytes": nbytes, "count": count, "type": dtype_name,
-            "redop": COLLECTIVES[op].redop, "root": root, "oop": oop, "ip": ip}
+            "redop": COLLECTIVES[op].redop, "root": COLLECTIVES[op].root, "oop": oop, "ip": ip}
 
 
 def row_modes(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -373,7 +329,7 @@ def format_op_header(op: Collective, world_size: int) -> str:
     """The line above an op's table: its name, bus factor and root (nccl-tests runs one
     binary per op; here one run prints one table per op)."""
     factor = op.factor(world_size)
-    root = f"  root {op.root()}" if op.rooted else ""
+    root = "" if op.root is None else f"  root {op.root}"
     inplace = "" if op.in_place else "  (no in-place form in torch: ip columns n/a)"
     value = "" if op.factor_text == "1" else f" = algbw * {factor:.4g}"
     return (f"# {op.name}: busbw = algbw * {op.factor_text}{value} at {world_size} "
@@ -385,24 +341,21 @@ def format_header(args: argparse.Namespace, sizes: list[int], env: DistEnv, back
     """nccl-tests' preamble (with nThread/nGpus), plus backend, versions and the rank map."""
     step = "list" if ":" not in args.sizes else f"{args.step_factor}(factor)"
     gpus = 1 if backend == "nccl" else 0
+    # e.g. "torch 2.13.0  cuda 12.8  nccl 2.27.5  driver 550.54.15"
+    versions = "  ".join(f"{name} {value}" for name, value in runtime_versions().items() if value)
     lines = [
         f"# {', '.join(args.op)} on torch.distributed (nccl-tests layout)",
         f"# nThread 1 nGpus {gpus} minBytes {min(sizes)} maxBytes {max(sizes)} step: {step} "
         f"warmup iters: {args.warmup} iters: {args.iters} agg iters: 1 "
         f"validation: {int(args.check)} graph: 0",
         f"# ranks {env.world_size}  nodes {nodes}  launcher {env.launcher}  backend {backend}  "
-        f"dtype {args.dtype}  cycles {args.cycles}  {runtime_summary()}",
+        f"dtype {args.dtype}  cycles {args.cycles}  {versions}",
         "# time: per-iteration mean on each rank, max over ranks; copy to the oop buffer untimed",
     ]
     if env.world_size == 1:
         lines.append(ONE_RANK_NOTE)
     lines += ["#", *devices.format_rank_lines(ranks), "#"]
     return "\n".join(lines)
-
-
-def runtime_summary() -> str:
-    """One header fragment such as ``torch 2.13.0  cuda 12.8  nccl 2.27.5  driver 550.54.15``."""
-    return "  ".join(f"{name} {value}" for name, value in runtime_versions().items() if value)
 
 
 def merge_result(previous: Optional[dict[str, Any]], record: dict[str, Any],
@@ -441,11 +394,6 @@ def failure_line(report: dict[str, Any], wrong_total: int) -> str:
     return f"# FAILED: {wrong_total} wrong values at sizes (B): {', '.join(bad)}"
 
 
-# ----------------------------------------------------------------------------------------------
-# The run
-# ----------------------------------------------------------------------------------------------
-
-
 def inject_mid_run_fault(fault: Optional[Fault], rank: int) -> None:
     """--fault die / hang: act on the faulty rank after the first size's warm-up."""
     if fault is None or fault.rank != rank or fault.kind not in ("die", "hang"):
@@ -462,8 +410,9 @@ def benchmark_size(op: Collective, size: int, args: argparse.Namespace, env: Dis
                    first: bool) -> tuple[dict[str, Any], int]:
     """One op at one size: warm up, time and check out-of-place, then in-place where the op has
     it; return the (reduced over ranks) record and this rank's #wrong."""
-    dtype, n, rank = DTYPES[args.dtype], env.world_size, env.rank
-    param = op.param_count(size // choices.DTYPES[args.dtype], n)
+    dtype, element = DTYPES[args.dtype], choices.DTYPES[args.dtype]
+    n, rank = env.world_size, env.rank
+    param = op.param_count(size // element, n)
     src = rank_values(rank, op.send_count(param, n), period or MAX_PATTERN_PERIOD, dtype, device)
     expected = op.expected(rank, n, param, period, dtype, device) if period else None
     corrupt = args.fault is not None and args.fault.corrupts(rank, cycle)
@@ -483,14 +432,11 @@ def benchmark_size(op: Collective, size: int, args: argparse.Namespace, env: Dis
     del expected, src
 
     seconds = reduce_across_ranks(seconds, dist.ReduceOp.MAX, torch.float64, device)
-    wrong = [int(w) for w in reduce_across_ranks(local_wrong, dist.ReduceOp.SUM, torch.int64,
-                                                 device)]
-    bw_bytes, factor = op.bw_bytes(param, n, choices.DTYPES[args.dtype]), op.factor(n)
-    made = [make_mode_record(bw_bytes, s, w if period else None, n, factor)
-            for s, w in zip(seconds, wrong)]
-    record = make_record(op.size_bytes(param, n, choices.DTYPES[args.dtype]), param, args.dtype,
-                         made[0], made[1] if len(made) > 1 else None, op=op.name,
-                         root=op.root())
+    wrong = reduce_across_ranks(local_wrong, dist.ReduceOp.SUM, torch.int64, device)
+    made = [make_mode_record(op.bw_bytes(param, n, element), s, w if period else None, n,
+                             op.factor(n)) for s, w in zip(seconds, wrong)]
+    record = make_record(op.size_bytes(param, n, element), param, args.dtype, made[0],
+                         made[1] if len(made) > 1 else None, op=op.name)
     return record, sum(local_wrong)
 
 
@@ -565,7 +511,7 @@ def op_summaries(report: dict[str, Any], ops: list[Collective], world_size: int,
         reason = refused.get(op.name)
         found[op.name] = {
             "factor": op.factor_text, "busbw_factor": round(op.factor(world_size), 6),
-            "root": op.root(), "in_place": op.in_place, "redop": op.redop, "check": checked,
+            "root": op.root, "in_place": op.in_place, "redop": op.redop, "check": checked,
             "unsupported": reason, "wrong_total": wrong, "avg_busbw": avg,
             "ok": reason is None and not wrong}
     return found
@@ -642,7 +588,7 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
 
     workload.finish(out, env, teardown=not args.no_teardown,
                     wrong=local_wrong if any(periods.values()) else None)
-    return EXIT_OK if ok else EXIT_WRONG
+    return workload.EXIT_OK if ok else EXIT_WRONG
 
 
 def main(argv: Optional[list[str]] = None) -> int:

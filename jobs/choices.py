@@ -50,18 +50,14 @@ BACKENDS = ("auto", "gloo", "nccl")
 #: GPUs ``cuda`` too, so the kind is told apart by the torch build.
 GPU_KINDS = ("none", "cuda", "rocm")
 
-CPULIST_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
-SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
     """Parse a byte size such as ``1024``, ``1K``, ``128M`` or ``1GiB`` (binary units)."""
-    match = SIZE_RE.match(text)
+    match = re.match(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", text, re.IGNORECASE)
     if not match:
         raise ValueError(f"not a byte size: {text!r} (use e.g. 1024, 1K, 128M, 1G)")
-    value = int(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
+    value = int(match.group(1)) * 1024 ** ("", "K", "M", "G").index(match.group(2).upper())
     if value <= 0:
         raise ValueError(f"byte size must be positive: {text!r}")
     return value
@@ -83,11 +79,9 @@ def parse_sizes(spec: str, step_factor: int = 2) -> list[int]:
         low, high = parse_size(parts[0]), parse_size(parts[1])
         if low > high:
             raise ValueError(f"size range start {low} is above its end {high}")
-        sizes = []
-        size = low
-        while size <= high:
-            sizes.append(size)
-            size *= step_factor
+        sizes = [low]
+        while sizes[-1] * step_factor <= high:
+            sizes.append(sizes[-1] * step_factor)
         return sizes
     items = [item for item in spec.split(",") if item.strip()]
     if not items:
@@ -143,7 +137,7 @@ def parse_cpulist(text: str) -> frozenset[int]:
     """
     cores: set[int] = set()
     for item in text.split(","):
-        match = CPULIST_RE.match(item.strip())
+        match = re.match(r"^(\d+)(?:-(\d+))?$", item.strip())
         if not match:
             raise ValueError(f"not a cpulist: {text!r} (use e.g. 0-3,8)")
         low = int(match.group(1))

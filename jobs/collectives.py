@@ -24,6 +24,7 @@ ranks are :data:`MOVE_PERIOD` apart). torch and the standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Optional
 
 import torch
@@ -38,13 +39,10 @@ MOVE_PERIOD = 251
 ROOT = 0
 
 
-# ----------------------------------------------------------------------------------- patterns
 def exact_integer_limit(dtype: torch.dtype) -> int:
     """Largest N such that every integer 0..N is exact in dtype (2^24, 2^11, 2^8 for
     fp32, fp16, bf16)."""
-    eps = torch.finfo(dtype).eps  # 2^-(significand bits - 1)
-    significand_bits = 1 - round(torch.log2(torch.tensor(eps, dtype=torch.float64)).item())
-    return 2**significand_bits
+    return round(2 / torch.finfo(dtype).eps)  # eps is 2^-(significand bits - 1)
 
 
 def pattern_period(dtype: torch.dtype, world_size: int) -> int:
@@ -74,16 +72,15 @@ def expected_values(world_size: int, count: int, period: int, dtype: torch.dtype
                     device: torch.device) -> torch.Tensor:
     """The exact element-wise sum of rank_values over all ranks (integer arithmetic, then cast)."""
     index = torch.arange(period, dtype=torch.int64, device=device)
-    total = torch.zeros(period, dtype=torch.int64, device=device)
-    for rank in range(world_size):
-        total += (index + rank) % period + 1
+    total = sum((index + rank) % period + 1 for rank in range(world_size))
     return _tiled(total.to(dtype), count)
 
 
-# ----------------------------------------------------------------------------------- factors
 def all_reduce_factor(n: int) -> float:
     """2(n-1)/n: each rank sends and receives (n-1)/n of the buffer twice (reduce-scatter,
     then all-gather)."""
+    if n < 1:
+        raise ValueError(f"world size must be >= 1, got {n}")
     return 2.0 * (n - 1) / n
 
 
@@ -97,7 +94,6 @@ def one(n: int) -> float:
     return 1.0
 
 
-# ----------------------------------------------------------------------------------- buffers
 @dataclass
 class Buffers:
     """One mode's tensors: ``send`` is read by the call, ``recv`` written (they may be one
@@ -120,8 +116,9 @@ class Collective:
     redop: str                       # "sum", or "none" for moving ops (nccl-tests prints none)
     factor: Callable[[int], float]
     factor_text: str
+    call: Callable[[Buffers, int, int], None]
     split: bool = False              # the size is the whole buffer, split over the ranks
-    rooted: bool = False
+    root: Optional[int] = None       # the root rank of broadcast and reduce
     sums: bool = False
     in_place: bool = True            # torch has an aliased in-place form
     min_ranks: int = 1
@@ -152,98 +149,80 @@ class Collective:
             return pattern_period(dtype, n)
         return min(MOVE_PERIOD, exact_integer_limit(dtype))
 
-    def root(self) -> Optional[int]:
-        return ROOT if self.rooted else None
-
     # -- buffers
     def buffers(self, mode: str, src: torch.Tensor, param: int, n: int, rank: int) -> Buffers:
         """``mode``'s buffers around ``src`` (this rank's untouched input)."""
-        single = self.name in ("all_reduce", "broadcast", "reduce")
-        if single:  # torch works in place on one tensor: oop refills it from src, untimed
+        if self.name in ("all_reduce", "broadcast", "reduce"):
+            # torch works in place on one tensor: oop refills it from src, untimed
             out = src.clone()
             return Buffers(src=src, send=out, recv=out, refill=mode == "oop")
         if mode == "oop":  # the call only reads its input: src itself (at most 3 buffers)
             recv = torch.empty(self.recv_count(param, n), dtype=src.dtype, device=src.device)
             return Buffers(src=src, send=src, recv=recv)
+        own = slice(rank * param, (rank + 1) * param)
         if self.name == "all_gather":  # nccl-tests: sendbuff = recvbuff + rank * count
             recv = torch.empty(param * n, dtype=src.dtype, device=src.device)
-            send = recv[rank * param:(rank + 1) * param]
-            send.copy_(src)
-            return Buffers(src=src, send=send, recv=recv)
+            recv[own] = src
+            return Buffers(src=src, send=recv[own], recv=recv)
         if self.name == "reduce_scatter":  # nccl-tests: recvbuff = sendbuff + rank * count
             send = src.clone()
-            return Buffers(src=src, send=send, recv=send[rank * param:(rank + 1) * param])
+            return Buffers(src=src, send=send, recv=send[own])
         raise ValueError(f"{self.name} has no in-place form in torch.distributed")
-
-    # -- the call
-    def call(self, bufs: Buffers, rank: int, n: int) -> None:
-        """One collective on ``bufs`` (blocking: gloo returns when done; NCCL enqueues)."""
-        name, send, recv = self.name, bufs.send, bufs.recv
-        if name == "all_reduce":
-            dist.all_reduce(send)
-        elif name == "broadcast":
-            dist.broadcast(send, src=ROOT)
-        elif name == "reduce":
-            dist.reduce(send, dst=ROOT)
-        elif name == "all_gather":
-            _gather_into(recv, send)
-        elif name == "reduce_scatter":
-            _scatter_into(recv, send)
-        elif name == "alltoall":
-            dist.all_to_all_single(recv, send)
-        elif name == "sendrecv":  # each rank sends to the next, receives from the previous
-            ops = [dist.P2POp(dist.isend, send, (rank + 1) % n),
-                   dist.P2POp(dist.irecv, recv, (rank - 1) % n)]
-            for work in dist.batch_isend_irecv(ops):
-                work.wait()
-        else:
-            raise ValueError(f"unknown collective {name}")
 
     # -- the check
     def expected(self, rank: int, n: int, param: int, period: int, dtype: torch.dtype,
                  device: torch.device) -> Optional[torch.Tensor]:
         """The exact values ``rank``'s ``recv`` must hold; None where it receives nothing."""
-        name = self.name
-        if name == "all_reduce":
+        name, own = self.name, slice(rank * param, (rank + 1) * param)
+        values = partial(rank_values, period=period, dtype=dtype, device=device)
+        if name == "all_reduce" or (name == "reduce" and rank == ROOT):
             return expected_values(n, param, period, dtype, device)
         if name == "reduce":
-            return expected_values(n, param, period, dtype, device) if rank == ROOT else None
+            return None
         if name == "broadcast":
-            return rank_values(ROOT, param, period, dtype, device)
+            return values(ROOT, param)
         if name == "all_gather":
-            return torch.cat([rank_values(peer, param, period, dtype, device)
-                              for peer in range(n)])
+            return torch.cat([values(peer, param) for peer in range(n)])
         if name == "reduce_scatter":
-            return expected_values(n, param * n, period, dtype, device)[
-                rank * param:(rank + 1) * param].contiguous()
+            return expected_values(n, param * n, period, dtype, device)[own]
         if name == "alltoall":  # part `rank` of every peer's input, in peer order
-            return torch.cat([rank_values(peer, param * n, period, dtype, device)[
-                rank * param:(rank + 1) * param] for peer in range(n)])
+            return torch.cat([values(peer, param * n)[own] for peer in range(n)])
         if name == "sendrecv":
-            return rank_values((rank - 1) % n, param, period, dtype, device)
+            return values((rank - 1) % n, param)
         raise ValueError(f"unknown collective {name}")
 
 
-def _gather_into(output: torch.Tensor, tensor: torch.Tensor) -> None:
-    """all_gather into one tensor; torch 2.13 renamed it ``all_gather_single`` (the old name
-    warns), older images have only ``all_gather_into_tensor``."""
-    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    fn(output, tensor)
+def _newest(name: str, old: str) -> Callable[..., None]:
+    """torch 2.13 renamed the one-tensor all_gather and reduce_scatter ``*_single`` (the old
+    names warn); older images have only ``all_gather_into_tensor`` / ``reduce_scatter_tensor``."""
+    return getattr(dist, name, None) or getattr(dist, old)
 
 
-def _scatter_into(output: torch.Tensor, tensor: torch.Tensor) -> None:
-    """reduce_scatter from one tensor (``reduce_scatter_single`` since torch 2.13)."""
-    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    fn(output, tensor)
+def _send_recv(bufs: Buffers, rank: int, n: int) -> None:
+    """Each rank sends to the next and receives from the previous."""
+    ops = [dist.P2POp(dist.isend, bufs.send, (rank + 1) % n),
+           dist.P2POp(dist.irecv, bufs.recv, (rank - 1) % n)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
 
 
+# call: one collective on (bufs, rank, ranks), blocking (gloo returns when done; NCCL enqueues)
 COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
-    Collective("all_reduce", "sum", all_reduce_factor, "2(n-1)/n", sums=True),
-    Collective("all_gather", "none", gather_factor, "(n-1)/n", split=True),
-    Collective("reduce_scatter", "sum", gather_factor, "(n-1)/n", split=True, sums=True),
-    Collective("alltoall", "none", gather_factor, "(n-1)/n", split=True, in_place=False),
-    Collective("broadcast", "none", one, "1", rooted=True),
-    Collective("reduce", "sum", one, "1", rooted=True, sums=True),
+    Collective("all_reduce", "sum", all_reduce_factor, "2(n-1)/n", sums=True,
+               call=lambda bufs, rank, n: dist.all_reduce(bufs.send)),
+    Collective("all_gather", "none", gather_factor, "(n-1)/n", split=True,
+               call=lambda bufs, rank, n: _newest("all_gather_single",
+                                                  "all_gather_into_tensor")(bufs.recv, bufs.send)),
+    Collective("reduce_scatter", "sum", gather_factor, "(n-1)/n", split=True, sums=True,
+               call=lambda bufs, rank, n: _newest("reduce_scatter_single",
+                                                  "reduce_scatter_tensor")(bufs.recv, bufs.send)),
+    Collective("alltoall", "none", gather_factor, "(n-1)/n", split=True, in_place=False,
+               call=lambda bufs, rank, n: dist.all_to_all_single(bufs.recv, bufs.send)),
+    Collective("broadcast", "none", one, "1", root=ROOT,
+               call=lambda bufs, rank, n: dist.broadcast(bufs.send, src=ROOT)),
+    Collective("reduce", "sum", one, "1", root=ROOT, sums=True,
+               call=lambda bufs, rank, n: dist.reduce(bufs.send, dst=ROOT)),
     Collective("sendrecv", "none", one, "1", in_place=False, min_ranks=2,
-               why_min_ranks="needs 2 ranks (torch.distributed does not send to its own rank)"),
+               why_min_ranks="needs 2 ranks (torch.distributed does not send to its own rank)",
+               call=_send_recv),
 )}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
@@ -28,21 +29,15 @@ from distenv import DistEnv, describe_device, gpu_index, runtime_versions
 #: The variables that limit which GPUs a process sees (CUDA; ROCm's runtime; HIP; older ROCm).
 VISIBLE_ENV = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
                "GPU_DEVICE_ORDINAL")
-ONLINE_CPUS = Path("/sys/devices/system/cpu/online")
-PROC_STATUS = Path("/proc/self/status")
 
 T = TypeVar("T")
-
-
-# ----------------------------------------------------------------------------------------------
-# CPU cores
-# ----------------------------------------------------------------------------------------------
 
 
 def machine_cores() -> frozenset[int]:
     """The cores this machine has online (not only those this process may use)."""
     try:
-        return choices.parse_cpulist(ONLINE_CPUS.read_text(encoding="ascii").strip())
+        online = Path("/sys/devices/system/cpu/online").read_text(encoding="ascii")
+        return choices.parse_cpulist(online.strip())
     except (OSError, ValueError):
         return frozenset(range(os.cpu_count() or 1))
 
@@ -76,22 +71,14 @@ def pin(cores: frozenset[int]) -> None:
                          f"{choices.format_cpulist(available)}")
 
 
-def cpus_allowed_list(status: Path = PROC_STATUS) -> Optional[str]:
+def cpus_allowed_list(status: Path = Path("/proc/self/status")) -> Optional[str]:
     """The kernel's ``Cpus_allowed_list`` of this process, or None where it cannot be read."""
     try:
-        lines = status.read_text(encoding="ascii", errors="replace").splitlines()
+        text = status.read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
-    for line in lines:
-        name, _, value = line.partition(":")
-        if name == "Cpus_allowed_list":
-            return value.strip()
-    return None
-
-
-# ----------------------------------------------------------------------------------------------
-# GPU and torch build
-# ----------------------------------------------------------------------------------------------
+    match = re.search(r"^Cpus_allowed_list:(.*)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else None
 
 
 def guarded(query: Callable[[], T], default: T) -> T:
@@ -149,11 +136,6 @@ def gpu_identity(index: int) -> dict[str, Any]:
         "uuid": None if uuid is None else str(uuid),
         "pci_bus_id": None if None in pci else "{:04x}:{:02x}:{:02x}.0".format(*pci),
     }
-
-
-# ----------------------------------------------------------------------------------------------
-# The probe
-# ----------------------------------------------------------------------------------------------
 
 
 def probe(env: DistEnv, device: torch.device, pinned: bool) -> dict[str, Any]:

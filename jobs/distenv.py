@@ -12,6 +12,7 @@ Python puts the running script's folder first on ``sys.path``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime
 import hashlib
@@ -105,19 +106,15 @@ def init_process_group(env: DistEnv, backend: str, timeout_s: int) -> None:
                             world_size=env.world_size, timeout=timeout)
 
 
-NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
-AMD_DRIVER = Path("/sys/module/amdgpu/version")
-NVIDIA_VERSION_RE = re.compile(r"Kernel Module\b.*?\s(\d+(?:\.\d+)+)\b")
-
-
 def parse_nvidia_driver(text: str) -> Optional[str]:
     """The version in ``/proc/driver/nvidia/version`` (``NVRM version: NVIDIA UNIX x86_64 Kernel
     Module  550.54.15  ...``, or ``... Open Kernel Module for x86_64  550.54.15 ...``)."""
-    match = NVIDIA_VERSION_RE.search(text)
+    match = re.search(r"Kernel Module\b.*?\s(\d+(?:\.\d+)+)\b", text)
     return match.group(1) if match else None
 
 
-def driver_version(nvidia: Path = NVIDIA_DRIVER, amd: Path = AMD_DRIVER) -> Optional[str]:
+def driver_version(nvidia: Path = Path("/proc/driver/nvidia/version"),
+                   amd: Path = Path("/sys/module/amdgpu/version")) -> Optional[str]:
     """The kernel driver's version (NVIDIA's, else amdgpu's), or None where neither is readable.
 
     A container brings its own CUDA/HIP runtime but shares the host's kernel driver; when the two
@@ -143,12 +140,11 @@ def runtime_versions() -> dict[str, Optional[str]]:
         "nccl": None,
         "driver": driver_version(),
     }
-    if torch.cuda.is_available():
-        try:
+    # a version string is nice to have, never fatal
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available():
             nccl = torch.cuda.nccl.version()
             versions["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
-        except Exception:  # noqa: BLE001 - a version string is nice to have, never fatal
-            pass
     return versions
 
 
@@ -226,16 +222,13 @@ class Fingerprint:
         self.tensors = 0
         self.elements = 0
 
-    def add(self, name: str, tensor: torch.Tensor) -> None:
-        self.digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        self.digest.update(tensor_bytes(tensor))
-        self.checksum += float(tensor.detach().double().sum())
-        self.tensors += 1
-        self.elements += tensor.numel()
-
     def add_all(self, named: Iterable[tuple[str, torch.Tensor]]) -> "Fingerprint":
         for name, tensor in named:
-            self.add(name, tensor)
+            self.digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+            self.digest.update(tensor_bytes(tensor))
+            self.checksum += float(tensor.detach().double().sum())
+            self.tensors += 1
+            self.elements += tensor.numel()
         return self
 
     def hexdigest(self) -> str:

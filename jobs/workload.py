@@ -54,11 +54,6 @@ class NoGpu(Exception):
     """``--expect-gpu`` named a GPU kind this rank does not have: one line, exit status 4."""
 
 
-# ----------------------------------------------------------------------------------------------
-# argparse value types: a ValueError becomes argparse's usage error (exit 2, the message shown)
-# ----------------------------------------------------------------------------------------------
-
-
 def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """``parse`` as an argparse ``type=``: its ValueError message becomes the usage error."""
 
@@ -148,11 +143,6 @@ def add_common_flags(parser: argparse.ArgumentParser, *, out: str, writes: str,
         "at teardown deadlocks in about one run in ten (default: tear down)")
 
 
-# ----------------------------------------------------------------------------------------------
-# Taking a place: cores, backend, device, device report
-# ----------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Placement:
     """Where a rank runs: its backend, its device, and its probe (``device-<RANK>.json``)."""
@@ -217,27 +207,19 @@ def join_group(env: distenv.DistEnv, backend: str, timeout_s: int) -> None:
     address says so first (it works only when every "node" is this host, as on a test cluster),
     and when joining then fails, that is the reason given, in one line from the rank."""
     loopback = loopback_reason(backend, os.environ)
-    if loopback is not None and not _is_loopback(os.environ.get("MASTER_ADDR")):
+    if loopback is None:
+        distenv.init_process_group(env, backend, timeout_s)
+        return
+    where = f"rank {env.rank} on {socket.gethostname()} {loopback}"
+    if not _is_loopback(os.environ.get("MASTER_ADDR")):
         # the first node is elsewhere: it can never reach this rank's loopback address
-        raise RankUsageError(f"rank {env.rank} on {socket.gethostname()} {loopback}")
-    if loopback is not None:
-        print(f"warning: rank {env.rank} on {socket.gethostname()} {loopback}",
-              file=sys.stderr, flush=True)
+        raise RankUsageError(where)
+    print(f"warning: {where}", file=sys.stderr, flush=True)
     try:
         distenv.init_process_group(env, backend, timeout_s)
     except Exception as err:  # noqa: BLE001 - gloo's refusal names no address
-        if loopback is None:
-            raise
-        raise RankUsageError(f"rank {env.rank} on {socket.gethostname()} {loopback}; joining "
-                             f"the process group failed: {str(err).splitlines()[0][:200]}"
-                             ) from err
-
-
-# ----------------------------------------------------------------------------------------------
-# The address a rank gives the other nodes
-# ----------------------------------------------------------------------------------------------
-#: ioctl that reads an interface's IPv4 address (linux/sockios.h).
-SIOCGIFADDR = 0x8915
+        raise RankUsageError(f"{where}; joining the process group failed: "
+                             f"{str(err).splitlines()[0][:200]}") from err
 
 
 def spans_nodes(environ: Any) -> bool:
@@ -256,8 +238,8 @@ def interface_ipv4(name: str) -> Optional[str]:
     import struct
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
-            packed = fcntl.ioctl(probe.fileno(), SIOCGIFADDR,
-                                 struct.pack("256s", name[:15].encode()))
+            # SIOCGIFADDR (linux/sockios.h): the interface's IPv4 address
+            packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
         except OSError:
             return None
     return socket.inet_ntoa(packed[20:24])
@@ -306,11 +288,6 @@ def loopback_reason(backend: str, environ: Any) -> Optional[str]:
     return None
 
 
-# ----------------------------------------------------------------------------------------------
-# Completion and failure
-# ----------------------------------------------------------------------------------------------
-
-
 def finish(out: Path, env: distenv.DistEnv, *, teardown: bool, **fields: Any) -> None:
     """Destroy the process group, then write ``OUT/rank-<RANK>.json``, last: the host counts
     the ranks that finished cleanly.
@@ -330,15 +307,9 @@ def finish(out: Path, env: distenv.DistEnv, *, teardown: bool, **fields: Any) ->
 
 def guarded_main(name: str, run: Callable[[distenv.DistEnv], int], *,
                  teardown: bool = True) -> int:
-    """Run ``run`` for this process's place in the job; turn what escapes into an exit status.
-    Without ``teardown`` the process ends here, through ``os._exit`` once its output is flushed
-    (see :func:`finish`), whatever the status.
-
-    A :class:`UsageError` is one line from rank 0 (every rank hits the same one), a
-    :class:`RankUsageError` one line from the rank that hit it; a :class:`NoGpu` is one line
-    from every rank without its GPU; anything else is a bug or a broken node, so it says which
-    rank on which host and keeps the traceback.
-    """
+    """Run ``run`` for this process's place in the job; turn what escapes into an exit status
+    (the module's doc says which). Without ``teardown`` the process ends here, through
+    ``os._exit`` once its output is flushed (see :func:`finish`), whatever the status."""
     status = _guarded(name, run, distenv.resolve_dist_env(os.environ))
     if not teardown:
         sys.stdout.flush()

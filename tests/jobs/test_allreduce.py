@@ -35,8 +35,10 @@ PATIENT = ("--monitor-interval", "5")
 
 ar = script("allreduce.py", "allreduce_job")
 choices = sibling("choices")
+coll = sibling("collectives")
 devices = sibling("devices")
 workload = sibling("workload")
+ALL_REDUCE = coll.COLLECTIVES["all_reduce"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -141,27 +143,27 @@ def test_main_rejects_bad_sizes_with_usage_status(capsys, monkeypatch, tmp_path)
 
 @pytest.mark.parametrize("ranks, factor", [(1, 0.0), (2, 1.0), (4, 1.5), (8, 1.75), (16, 1.875)])
 def test_busbw_factor(ranks, factor):
-    assert ar.busbw_factor(ranks) == pytest.approx(factor)
+    assert ALL_REDUCE.factor(ranks) == pytest.approx(factor)
 
 
 def test_busbw_factor_rejects_empty_world():
     with pytest.raises(ValueError):
-        ar.busbw_factor(0)
+        ALL_REDUCE.factor(0)
 
 
 def test_bandwidths_in_decimal_gigabytes():
-    algbw, busbw = ar.bandwidths(10**9, 1.0, 4)
+    algbw, busbw = ar.bandwidths(10**9, 1.0, 4, ALL_REDUCE.factor(4))
     assert algbw == pytest.approx(1.0) and busbw == pytest.approx(1.5)
-    algbw, busbw = ar.bandwidths(128 * 2**20, 0.001, 8)  # 128 MiB in 1 ms
+    algbw, busbw = ar.bandwidths(128 * 2**20, 0.001, 8, ALL_REDUCE.factor(8))  # 128 MiB in 1 ms
     assert algbw == pytest.approx(134.217728) and busbw == pytest.approx(134.217728 * 1.75)
-    assert ar.bandwidths(1024, 0.0, 2) == (0.0, 0.0)
+    assert ar.bandwidths(1024, 0.0, 2, 1.0) == (0.0, 0.0)
 
 
 def test_one_rank_has_no_bandwidth():
     """Nothing crosses a link: bytes over time would be a memory copy (624,268 GB/s on one H100
     for 1 GiB), not a bandwidth."""
-    assert ar.bandwidths(2**30, 1.72e-6, 1) == (None, None)
-    mode = ar.make_mode_record(2**30, 1.72e-6, 0, 1)
+    assert ar.bandwidths(2**30, 1.72e-6, 1, 0.0) == (None, None)
+    mode = ar.make_mode_record(2**30, 1.72e-6, 0, 1, 0.0)
     assert mode == {"time_us": 1.72, "algbw": None, "busbw": None, "wrong": 0}
     record = ar.make_record(2**30, 2**28, "float32", mode, mode)
     fields = ar.format_row(record).replace("|", " ").split()
@@ -177,20 +179,20 @@ def test_one_rank_has_no_bandwidth():
 
 
 def test_exact_integer_limits():
-    assert ar.exact_integer_limit(torch.float32) == 2**24
-    assert ar.exact_integer_limit(torch.float16) == 2**11
-    assert ar.exact_integer_limit(torch.bfloat16) == 2**8
+    assert coll.exact_integer_limit(torch.float32) == 2**24
+    assert coll.exact_integer_limit(torch.float16) == 2**11
+    assert coll.exact_integer_limit(torch.bfloat16) == 2**8
 
 
 @pytest.mark.parametrize("dtype_name", sorted(ar.DTYPES))
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4, 7, 8, 16, 64, 256])
 def test_pattern_sums_are_exact(dtype_name, ranks):
     dtype = ar.DTYPES[dtype_name]
-    period = ar.pattern_period(dtype, ranks)
-    assert period >= 1 and ranks * period <= ar.exact_integer_limit(dtype)
+    period = coll.pattern_period(dtype, ranks)
+    assert period >= 1 and ranks * period <= coll.exact_integer_limit(dtype)
     count = 1000
-    inputs = [ar.rank_values(r, count, period, dtype, torch.device("cpu")) for r in range(ranks)]
-    expected = ar.expected_values(ranks, count, period, dtype, torch.device("cpu"))
+    inputs = [coll.rank_values(r, count, period, dtype, torch.device("cpu")) for r in range(ranks)]
+    expected = coll.expected_values(ranks, count, period, dtype, torch.device("cpu"))
     assert expected.dtype == dtype and expected.shape == (count,)
     exact = torch.stack([x.double() for x in inputs]).sum(0)
     assert torch.equal(expected.double(), exact)
@@ -203,14 +205,14 @@ def test_pattern_sums_are_exact(dtype_name, ranks):
 
 
 def test_pattern_differs_between_ranks():
-    a = ar.rank_values(0, 64, 13, torch.float32, torch.device("cpu"))
-    b = ar.rank_values(1, 64, 13, torch.float32, torch.device("cpu"))
+    a = coll.rank_values(0, 64, 13, torch.float32, torch.device("cpu"))
+    b = coll.rank_values(1, 64, 13, torch.float32, torch.device("cpu"))
     assert not torch.equal(a, b) and bool((a > 0).all())
 
 
 def test_no_exact_pattern_for_bfloat16_beyond_256_ranks():
-    assert ar.pattern_period(torch.bfloat16, 257) == 0
-    assert ar.pattern_period(torch.float32, 4096) == 13
+    assert coll.pattern_period(torch.bfloat16, 257) == 0
+    assert coll.pattern_period(torch.float32, 4096) == 13
 
 
 # ----------------------------------------------------------------------------------------------
@@ -219,13 +221,13 @@ def test_no_exact_pattern_for_bfloat16_beyond_256_ranks():
 
 
 def _record(wrong=0):
-    oop = ar.make_mode_record(65536, 0.000123456, wrong, 4)
-    ip = ar.make_mode_record(65536, 0.0001, 0, 4)
+    oop = ar.make_mode_record(65536, 0.000123456, wrong, 4, 1.5)
+    ip = ar.make_mode_record(65536, 0.0001, 0, 4, 1.5)
     return ar.make_record(65536, 16384, "float32", oop, ip)
 
 
 def test_make_mode_record_rounds_once():
-    mode = ar.make_mode_record(65536, 0.000123456, 0, 4)
+    mode = ar.make_mode_record(65536, 0.000123456, 0, 4, 1.5)
     assert mode == {"time_us": 123.46, "algbw": 0.531, "busbw": 0.796, "wrong": 0}
 
 
@@ -240,7 +242,7 @@ def test_format_row_shows_the_json_values():
 
 
 def test_format_row_unchecked_shows_na():
-    oop = ar.make_mode_record(1024, 0.001, None, 2)
+    oop = ar.make_mode_record(1024, 0.001, None, 2, 1.0)
     row = ar.format_row(ar.make_record(1024, 256, "float32", oop, oop))
     assert row.split().count("N/A") == 2
 
@@ -286,7 +288,7 @@ def test_merge_result_keeps_last_timings_and_all_wrong_values():
     assert third["wrong_cycles"] == [2, 3] and third["oop"]["wrong"] == 4
     assert third["ip"]["time_us"] == _record()["ip"]["time_us"]
     assert bad["oop"]["wrong"] == 3 and "wrong_cycles" not in bad  # the cycle's own row is kept
-    unchecked = ar.make_mode_record(1024, 0.001, None, 2)
+    unchecked = ar.make_mode_record(1024, 0.001, None, 2, 1.0)
     row = ar.make_record(1024, 256, "float32", unchecked, unchecked)
     merged = ar.merge_result(ar.merge_result(None, row, 1), row, 2)
     assert merged["oop"]["wrong"] is None and merged["wrong_cycles"] == []
