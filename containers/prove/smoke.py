@@ -12,7 +12,7 @@ and a perflog line per op.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from containers.host.facts import host_arch
@@ -188,12 +188,9 @@ class SmokeKind(WorkloadKind):
         judged = {op: self.op_performance(result, op) for op in ops}
         if len(ops) == 1:
             return judged[ops[0]]
-        worst = min(judged.items(), key=lambda item: _RANK.index(item[1].state))
-        state = worst[1].state
-        message = "; ".join(f"{op}: {j.state.upper()}: {j.message}"
-                            for op, j in judged.items())
-        return Judgement(state, message, measured=worst[1].measured,
-                         reference=worst[1].reference)
+        worst = min(judged.values(), key=lambda judgement: _RANK.index(judgement.state))
+        return replace(worst, message="; ".join(f"{op}: {j.state.upper()}: {j.message}"
+                                                for op, j in judged.items()))
 
     def op_details(self, result: verdict.Result, op: str) -> dict:
         """One op's part of ``verdict.json`` and its perflog line: its own verdict, rows and
@@ -233,14 +230,12 @@ class SmokeKind(WorkloadKind):
     def perflog_records(self, record: dict) -> list[dict]:
         """One perflog line per op: the run's record with that op's rows, verdict and
         judgement, so each op has its history (``invoke smoke --history --op OP``)."""
-        lines = []
-        for op, entry in (record.get("collectives") or {}).items():
-            lines.append({**record, "op": op, "passed": entry["passed"],
-                          "performance": entry["performance"],
-                          "wrong_total": entry["wrong_total"], "largest": entry["largest"],
-                          "results": [r for r in record.get("results") or []
-                                      if r.get("op", DEFAULT_OP) == op],
-                          "collectives": None})
+        lines = [{**record, "op": op, "passed": entry["passed"],
+                  "performance": entry["performance"], "wrong_total": entry["wrong_total"],
+                  "largest": entry["largest"], "collectives": None,
+                  "results": [r for r in record.get("results") or []
+                              if r.get("op", DEFAULT_OP) == op]}
+                 for op, entry in (record.get("collectives") or {}).items()]
         return lines or [record]
 
     def write_reports(self, result: verdict.Result) -> list[Path]:
