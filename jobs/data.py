@@ -30,14 +30,18 @@ Batches reach the model in one of two ways (``train_batches`` / ``val_batches``)
 
 * from a DataLoader over host tensors, each batch copied to the device (pinned, asynchronous);
 * device-resident (``--data-on-device``): the whole set lives on the device and each batch is an
-  ``index_select`` there: no DataLoader, no worker, no host-to-device copy per step.  The shard
-  of each rank and its order per epoch are exactly DistributedSampler's (``shard_order``), so
-  both ways train on the same batches in the same order for the same data.
+  ``index_select`` there: no DataLoader, no worker, no host-to-device copy per step.
+
+Both ways take the same order of indices (for training, each rank's shard and its order per
+epoch are exactly DistributedSampler's, ``shard_order``), so they train on the same batches in
+the same order for the same data.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
+import math
 import pickle
 import struct
 from dataclasses import dataclass
@@ -46,7 +50,7 @@ from typing import Any, Callable, ClassVar, Iterator, Optional, Protocol, Sequen
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 DATASET_NAMES = ("cifar100", "mnist")
 
@@ -57,7 +61,6 @@ class DataError(Exception):
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    name: str
     channels: int
     height: int
     width: int
@@ -68,9 +71,8 @@ class DatasetSpec:
 
 SPECS = {
     # Olivia's normalisation constants for CIFAR-100, torchvision's usual ones for MNIST.
-    "cifar100": DatasetSpec("cifar100", 3, 32, 32, 100, (0.5071, 0.4867, 0.4408),
-                            (0.2675, 0.2565, 0.2761)),
-    "mnist": DatasetSpec("mnist", 1, 28, 28, 10, (0.1307,), (0.3081,)),
+    "cifar100": DatasetSpec(3, 32, 32, 100, (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+    "mnist": DatasetSpec(1, 28, 28, 10, (0.1307,), (0.3081,)),
 }
 
 
@@ -121,9 +123,6 @@ class ImageTensors(Dataset):
         """The batch at ``index`` (a long tensor on the data's device), normalised."""
         return self._prepare(self.images.index_select(0, index)), self.labels.index_select(0, index)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._prepare(self.images[index:index + 1])[0], self.labels[index]
-
     def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         return self.take(torch.as_tensor(indices, dtype=torch.long))
 
@@ -131,38 +130,6 @@ class ImageTensors(Dataset):
 def collate_batch(batch: Any) -> Any:
     """The DataLoader's collate for ImageTensors: the batch is already stacked."""
     return batch
-
-
-class ShardSampler(Sampler[int]):
-    """Rank r takes indices r, r+W, r+2W, ... of a fixed order: a disjoint, exact validation shard.
-
-    Padded with the first indices (as DistributedSampler pads) only so every rank runs the same
-    number of batches, which FSDP and ZeRO-3 need (each forward all-gathers); the returned
-    ``weights`` mark padding with 0 so it is not counted twice in the metrics.
-    """
-
-    def __init__(self, size: int, rank: int, world_size: int) -> None:
-        self.size = size
-        self.rank = rank
-        self.world_size = world_size
-        self.per_rank = -(-size // world_size)
-
-    def positions(self) -> list[int]:
-        return [self.rank + i * self.world_size for i in range(self.per_rank)]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(pos % self.size for pos in self.positions())
-
-    def __len__(self) -> int:
-        return self.per_rank
-
-    def indices(self) -> torch.Tensor:
-        """The indices of ``__iter__`` as one tensor (for device-resident batches)."""
-        return torch.tensor([pos % self.size for pos in self.positions()], dtype=torch.long)
-
-    def weights(self) -> torch.Tensor:
-        """1 for a real sample of this shard, 0 for padding, in iteration order."""
-        return torch.tensor([1.0 if pos < self.size else 0.0 for pos in self.positions()])
 
 
 def shard_order(size: int, rank: int, world_size: int, seed: int, epoch: int) -> torch.Tensor:
@@ -193,22 +160,39 @@ class Batches(Protocol):
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
 
 
+class OrderSampler(Sampler[int]):
+    """The DataLoader's sampler: the indices ``order(epoch)`` gives, as DeviceBatches cuts them."""
+
+    def __init__(self, order: Callable[[int], torch.Tensor]) -> None:
+        self.order = order
+        self.indices = order(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.indices = self.order(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices.tolist())
+
+    def __len__(self) -> int:
+        return self.indices.shape[0]
+
+
 class LoaderBatches:
     """A DataLoader over host tensors; each batch is copied to the device without waiting for it
     (pinned memory on a GPU, ``non_blocking``)."""
 
-    def __init__(self, dataset: ImageTensors, sampler: Sampler[int], micro_batch: int,
-                 device: torch.device, num_workers: int, drop_last: bool) -> None:
-        self.sampler = sampler
+    def __init__(self, dataset: ImageTensors, order: Callable[[int], torch.Tensor],
+                 micro_batch: int, drop_last: bool, device: torch.device,
+                 num_workers: int) -> None:
+        self.sampler = OrderSampler(order)
         self.device = device
         self.loader = DataLoader(
-            dataset, sampler=sampler, batch_size=micro_batch, drop_last=drop_last,
+            dataset, sampler=self.sampler, batch_size=micro_batch, drop_last=drop_last,
             collate_fn=collate_batch, num_workers=num_workers,
             pin_memory=device.type == "cuda", persistent_workers=num_workers > 0)
 
     def set_epoch(self, epoch: int) -> None:
-        if isinstance(self.sampler, DistributedSampler):
-            self.sampler.set_epoch(epoch)
+        self.sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -246,31 +230,40 @@ class DeviceBatches:
             yield self.dataset.take(self.indices[start:start + self.micro_batch])
 
 
+def batches(dataset: ImageTensors, order: Callable[[int], torch.Tensor], micro_batch: int,
+            drop_last: bool, *, device: torch.device, resident: bool,
+            num_workers: int) -> Batches:
+    """The batches of ``order(epoch)`` on ``device``: cut there (``resident``), else loaded."""
+    if resident:
+        return DeviceBatches(dataset, order, micro_batch, drop_last)
+    return LoaderBatches(dataset, order, micro_batch, drop_last, device, num_workers)
+
+
 def train_batches(dataset: ImageTensors, *, rank: int, world_size: int, seed: int,
                   micro_batch: int, device: torch.device, resident: bool,
                   num_workers: int) -> Batches:
     """This rank's shuffled training shard, whole batches only (``set_epoch`` reshuffles)."""
-    if resident:
-        return DeviceBatches(
-            dataset, lambda epoch: shard_order(len(dataset), rank, world_size, seed, epoch),
-            micro_batch, drop_last=True)
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
-                                 seed=seed, drop_last=True)
-    return LoaderBatches(dataset, sampler, micro_batch, device, num_workers, drop_last=True)
+    order = functools.partial(shard_order, len(dataset), rank, world_size, seed)
+    return batches(dataset, order, micro_batch, True, device=device, resident=resident,
+                   num_workers=num_workers)
 
 
 def val_batches(dataset: ImageTensors, *, rank: int, world_size: int, micro_batch: int,
                 device: torch.device, resident: bool,
                 num_workers: int) -> tuple[Batches, torch.Tensor]:
-    """This rank's exact validation shard (see ShardSampler) and its weights, on ``device``."""
-    shard = ShardSampler(len(dataset), rank, world_size)
-    weights = shard.weights().to(device=device, dtype=torch.float64)
-    if resident:
-        indices = shard.indices()
-        return DeviceBatches(dataset, lambda _epoch: indices, micro_batch,
-                             drop_last=False), weights
-    return LoaderBatches(dataset, shard, micro_batch, device, num_workers,
-                         drop_last=False), weights
+    """This rank's exact validation shard and its weights, on ``device``.
+
+    Rank r takes indices r, r+W, r+2W, ...: disjoint shards, padded with the first indices (as
+    DistributedSampler pads) only so every rank runs the same number of batches, which FSDP and
+    ZeRO-3 need (each forward all-gathers); the weights mark padding with 0 so it is not counted
+    twice in the metrics.
+    """
+    size = len(dataset)
+    positions = torch.arange(-(-size // world_size)) * world_size + rank
+    weights = (positions < size).to(device=device, dtype=torch.float64)
+    indices = positions % size
+    return batches(dataset, lambda _epoch: indices, micro_batch, False, device=device,
+                   resident=resident, num_workers=num_workers), weights
 
 
 def fits_on_device(nbytes: int, device: torch.device, share: float = 0.25) -> bool:
@@ -401,7 +394,6 @@ MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
-IDX_UBYTE = 0x08
 
 
 def read_idx(path: Path) -> torch.Tensor:
@@ -414,16 +406,14 @@ def read_idx(path: Path) -> torch.Tensor:
         raise DataError(f"{path}: cannot read ({err})") from err
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise DataError(f"{path}: not an idx file (bad magic number)")
-    if data[2] != IDX_UBYTE:
+    if data[2] != 0x08:
         raise DataError(f"{path}: idx element type 0x{data[2]:02x}, expected 0x08 (unsigned byte)")
     ndim = data[3]
     header = 4 + 4 * ndim
     if len(data) < header:
         raise DataError(f"{path}: truncated idx header")
     dims = struct.unpack(f">{ndim}I", data[4:header])
-    count = 1
-    for dim in dims:
-        count *= dim
+    count = math.prod(dims)
     if len(data) - header != count:
         raise DataError(f"{path}: idx header says {count} bytes of data, file has "
                         f"{len(data) - header}")

@@ -41,6 +41,7 @@ Mixed precision (``plan_precision``), decided here because the obvious choices f
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -58,51 +59,17 @@ class ConfigError(Exception):
     """A DeepSpeed config that cannot be read or used; the message names the file."""
 
 
+#: A JSON string (kept as it is; an unclosed one runs to the end), or a comma whose next
+#: non-blank character closes an object or an array (the trailing comma to remove).
+_STRING_OR_TRAILING_COMMA = re.compile(r'("(?:\\.|[^"\\])*"?)|,(?=[ \t\r\n]*[}\]])', re.DOTALL)
+
+
 def strip_trailing_commas(text: str) -> str:
-    """Remove commas that directly precede ``}`` or ``]`` (whitespace between), outside strings."""
-    out: list[str] = []
-    in_string = False
-    escaped = False
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if in_string:
-            out.append(char)
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-            out.append(char)
-        elif char == ",":
-            ahead = index + 1
-            while ahead < len(text) and text[ahead] in " \t\r\n":
-                ahead += 1
-            if ahead < len(text) and text[ahead] in "}]":
-                # Keep the whitespace (and so every later line and column) where it was.
-                out.append(" ")
-            else:
-                out.append(char)
-        else:
-            out.append(char)
-        index += 1
-    return "".join(out)
+    """Remove commas that directly precede ``}`` or ``]`` (whitespace between), outside strings.
 
-
-def parse_config_text(text: str, source: str) -> dict[str, Any]:
-    """Parse a config's text; ConfigError (file, line, column, problem) when it cannot be read."""
-    try:
-        value = json.loads(strip_trailing_commas(text))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{source}: line {err.lineno} column {err.colno}: {err.msg} "
-                          "(not valid JSON, even allowing trailing commas)") from err
-    if not isinstance(value, dict):
-        raise ConfigError(f"{source}: expected a JSON object {{...}} at the top level, found "
-                          f"{type(value).__name__}")
-    return dict(value)
+    Each comma becomes a space, so every later line and column stays where it was.
+    """
+    return _STRING_OR_TRAILING_COMMA.sub(lambda match: match.group(1) or " ", text)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -114,7 +81,14 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: no such DeepSpeed config file") from err
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read ({err})") from err
-    config = parse_config_text(text, str(path))
+    try:
+        config = json.loads(strip_trailing_commas(text))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: line {err.lineno} column {err.colno}: {err.msg} "
+                          "(not valid JSON, even allowing trailing commas)") from err
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a JSON object {{...}} at the top level, found "
+                          f"{type(config).__name__}")
     check_config(config, str(path))
     return config
 
@@ -241,53 +215,45 @@ def fit_to_job(config: dict[str, Any], *, global_batch: int, world_size: int,
     cfg = json.loads(json.dumps(config))  # deep copy, leaving the caller's dict alone
     changes: dict[str, Any] = {}
 
-    def put(section: Optional[str], key: str, value: Any) -> None:
-        target = cfg if section is None else cfg.setdefault(section, {})
-        old = target.get(key)
-        if old != value:
-            changes[key if section is None else f"{section}.{key}"] = [old, value]
-        target[key] = value
+    def put(key: str, value: Any) -> None:
+        """Set the dotted ``key`` (sections made as needed), recording a change."""
+        *sections, name = key.split(".")
+        target = cfg
+        for section in sections:
+            target = target.setdefault(section, {})
+        if target.get(name) != value:
+            changes[key] = [target.get(name), value]
+        target[name] = value
 
     accumulation = int(cfg.get("gradient_accumulation_steps", 1))
     if global_batch % (world_size * accumulation):
         raise ConfigError(
             f"--batch-size {global_batch} is not divisible by world size {world_size} x "
             f"gradient_accumulation_steps {accumulation}")
-    put(None, "train_batch_size", global_batch)
-    put(None, "train_micro_batch_size_per_gpu", global_batch // (world_size * accumulation))
-    put(None, "gradient_accumulation_steps", accumulation)
+    put("train_batch_size", global_batch)
+    put("train_micro_batch_size_per_gpu", global_batch // (world_size * accumulation))
+    put("gradient_accumulation_steps", accumulation)
     if stage is not None:
-        put("zero_optimization", "stage", stage)
+        put("zero_optimization.stage", stage)
     optimizer = cfg.get("optimizer")
-    if optimizer:
-        if lr is not None:
-            optimizer.setdefault("params", {})
-            put_params = optimizer["params"]
-            if put_params.get("lr") != lr:
-                changes["optimizer.params.lr"] = [put_params.get("lr"), lr]
-            put_params["lr"] = lr
-        if on_cpu and "adam" in str(optimizer.get("type", "")).lower():
-            params = optimizer.setdefault("params", {})
-            if params.get("torch_adam") is not True:
-                changes["optimizer.params.torch_adam"] = [params.get("torch_adam"), True]
-            params["torch_adam"] = True
+    if optimizer and lr is not None:
+        put("optimizer.params.lr", lr)
+    if optimizer and on_cpu and "adam" in str(optimizer.get("type", "")).lower():
+        put("optimizer.params.torch_adam", True)
     for key in HALF_SECTIONS:
         if key == precision.asked:
-            put(key, "enabled", precision.engine == key)
+            put(f"{key}.enabled", precision.engine == key)
         elif cfg.get(key, {}).get("enabled"):
-            put(key, "enabled", False)
+            put(f"{key}.enabled", False)
     if precision.autocast is not None:
-        put("torch_autocast", "enabled", True)
-        put("torch_autocast", "dtype", AUTOCAST_DTYPES[precision.autocast])
+        put("torch_autocast.enabled", True)
+        put("torch_autocast.dtype", AUTOCAST_DTYPES[precision.autocast])
     elif cfg.get("torch_autocast", {}).get("enabled"):
-        put("torch_autocast", "enabled", False)
+        put("torch_autocast.enabled", False)
     return cfg, changes
 
 
 def config_precision(config: dict[str, Any]) -> str:
     """The precision of DeepSpeed's own mode under this config: fp16, bf16 or fp32."""
-    if config.get("bf16", {}).get("enabled"):
-        return "bf16"
-    if config.get("fp16", {}).get("enabled"):
-        return "fp16"
-    return "fp32"
+    enabled = [key for key in ("bf16", "fp16") if config.get(key, {}).get("enabled")]
+    return enabled[0] if enabled else "fp32"

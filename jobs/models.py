@@ -53,14 +53,10 @@ from torch import nn
 import choices
 
 MODEL_NAMES = choices.MODELS
-SIZES = choices.MODEL_SIZES
-WRN_SIZE_RE = re.compile(choices.WIDERESNET_SIZE)
 
 
 @dataclass(frozen=True)
 class InputSpec:
-    """What the model is fed: image channels and side lengths, and the number of classes."""
-
     channels: int
     height: int
     width: int
@@ -84,7 +80,7 @@ class VisionTransformer(nn.Module):
     """ViT: conv patch embedding, [CLS] token, learned positions, pre-norm encoder layers."""
 
     def __init__(self, spec: InputSpec, patch: int, dim: int, depth: int, heads: int,
-                 mlp_dim: int, dropout: float = 0.0) -> None:
+                 mlp_dim: int) -> None:
         super().__init__()
         if spec.height % patch or spec.width % patch:
             raise ValueError(f"image {spec.height}x{spec.width} is not divisible into "
@@ -98,7 +94,7 @@ class VisionTransformer(nn.Module):
         # A ModuleList of layers rather than nn.TransformerEncoder: the latter warns about nested
         # tensors with norm_first, and FSDP wants the layers as separate units anyway.
         self.blocks = nn.ModuleList(
-            nn.TransformerEncoderLayer(dim, heads, dim_feedforward=mlp_dim, dropout=dropout,
+            nn.TransformerEncoderLayer(dim, heads, dim_feedforward=mlp_dim, dropout=0.0,
                                        activation="gelu", layer_norm_eps=VIT_LAYER_NORM_EPS,
                                        batch_first=True, norm_first=True)
             for _ in range(depth))
@@ -128,13 +124,12 @@ WRN_PRESETS = {"tiny": (10, 1), "small": (16, 4), "base": (28, 10)}
 class WideBasicBlock(nn.Module):
     """Pre-activation block: BN-ReLU-conv3x3-BN-ReLU-conv3x3, 1x1 conv shortcut on shape change."""
 
-    def __init__(self, in_planes: int, planes: int, stride: int, dropout: float) -> None:
+    def __init__(self, in_planes: int, planes: int, stride: int) -> None:
         super().__init__()
         self.bn1 = nn.BatchNorm2d(in_planes)
         self.conv1 = nn.Conv2d(in_planes, planes, 3, stride=stride, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
         self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1, bias=False)
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.shortcut = None
         if stride != 1 or in_planes != planes:
             self.shortcut = nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False)
@@ -143,7 +138,7 @@ class WideBasicBlock(nn.Module):
         out = torch.relu(self.bn1(x))
         skip = x if self.shortcut is None else self.shortcut(out)
         out = self.conv1(out)
-        out = self.conv2(self.dropout(torch.relu(self.bn2(out))))
+        out = self.conv2(torch.relu(self.bn2(out)))
         return out + skip
 
 
@@ -162,6 +157,18 @@ class BlockStack(nn.Module):
         """What the last block's output goes through before pooling."""
         return x
 
+    def stack(self, make_block: Callable[[int, int, int], nn.Module], in_planes: int,
+              stages: list[tuple[int, int]]) -> int:
+        """``blocks``: for each (width, count) stage, ``count`` blocks ``make_block(in, out,
+        stride)``, the first of each stage after the first striding 2; the last width."""
+        blocks = []
+        for stage, (planes, count) in enumerate(stages):
+            for index in range(count):
+                blocks.append(make_block(in_planes, planes, 2 if stage > 0 and index == 0 else 1))
+                in_planes = planes
+        self.blocks = nn.ModuleList(blocks)
+        return in_planes
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x)
         for block in self.blocks:
@@ -173,7 +180,7 @@ class WideResNet(BlockStack):
     """WRN-depth-width: three groups of (depth-4)/6 blocks at widths 16k, 32k, 64k (Zagoruyko &
     Komodakis); not Olivia's network, which is :class:`OliviaWideResNet`."""
 
-    def __init__(self, spec: InputSpec, depth: int, width: int, dropout: float = 0.0) -> None:
+    def __init__(self, spec: InputSpec, depth: int, width: int) -> None:
         super().__init__()
         if depth < 10 or (depth - 4) % 6:
             raise ValueError(f"WideResNet depth must be 6n+4 with n >= 1 (10, 16, 22, 28, ...), "
@@ -183,22 +190,13 @@ class WideResNet(BlockStack):
         per_group = (depth - 4) // 6
         widths = [16, 16 * width, 32 * width, 64 * width]
         self.stem = nn.Conv2d(spec.channels, widths[0], 3, padding=1, bias=False)
-        blocks = []
-        in_planes = widths[0]
-        for group, planes in enumerate(widths[1:]):
-            for index in range(per_group):
-                stride = 2 if group > 0 and index == 0 else 1
-                blocks.append(WideBasicBlock(in_planes, planes, stride, dropout))
-                in_planes = planes
-        self.blocks = nn.ModuleList(blocks)
+        in_planes = self.stack(WideBasicBlock, widths[0],
+                               [(planes, per_group) for planes in widths[1:]])
         self.bn = nn.BatchNorm2d(in_planes)
         self.head = nn.Linear(in_planes, spec.classes)
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.bn(x))  # pre-activation blocks leave the last BN-ReLU to here
-
-
-OLIVIA_WIDTHS = (16, 160, 320, 640)  # the guide's nChannels after the input's
 
 
 class CBRBlock(nn.Module):
@@ -249,7 +247,7 @@ class OliviaWideResNet(nn.Module):
                 raise ValueError(f"Olivia's WideResNet takes images of 28 to 55 pixels a side "
                                  f"(its fixed 7x7 average pool must leave 1x1), got "
                                  f"{spec.height}x{spec.width}")
-        stem, narrow, middle, wide = OLIVIA_WIDTHS
+        stem, narrow, middle, wide = 16, 160, 320, 640  # the guide's nChannels
         self.input_block = CBRBlock(spec.channels, stem)
         self.block1 = OliviaBlock(stem, narrow)
         self.block2 = OliviaBlock(narrow, narrow)
@@ -342,14 +340,8 @@ class ResNet(BlockStack):
         self.stem = nn.Sequential(
             nn.Conv2d(spec.channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
             nn.ReLU())
-        blocks = []
-        in_planes = width
-        for stage, count in enumerate(stages):
-            planes = width * 2**stage
-            for index in range(count):
-                blocks.append(BasicBlock(in_planes, planes, 2 if stage > 0 and index == 0 else 1))
-                in_planes = planes
-        self.blocks = nn.ModuleList(blocks)
+        in_planes = self.stack(BasicBlock, width,
+                               [(width * 2**stage, count) for stage, count in enumerate(stages)])
         self.head = nn.Linear(in_planes, spec.classes)
 
 
@@ -358,46 +350,24 @@ class ResNet(BlockStack):
 # ----------------------------------------------------------------------------------------------
 
 
-def _vit(spec: InputSpec, size: str) -> nn.Module:
-    patch, dim, depth, heads, mlp = VIT_PRESETS[_preset(size, "vit")]
-    return VisionTransformer(spec, patch, dim, depth, heads, mlp)
-
-
 def _wrn_shape(size: str) -> tuple[int, int]:
     """(depth, width) of a WRN preset or ``DEPTH-WIDTH`` size."""
-    match = WRN_SIZE_RE.match(size)
+    match = re.match(choices.WIDERESNET_SIZE, size)
     return (int(match.group(1)), int(match.group(2))) if match else WRN_PRESETS[size]
-
-
-def _wideresnet(spec: InputSpec, size: str) -> nn.Module:
-    if _preset(size, "wideresnet") == "olivia":
-        return OliviaWideResNet(spec)
-    return WideResNet(spec, *_wrn_shape(size))
-
-
-def _cnn(spec: InputSpec, size: str) -> nn.Module:
-    return ConvNet(spec, CNN_PRESETS[_preset(size, "cnn")])
-
-
-def _resnet(spec: InputSpec, size: str) -> nn.Module:
-    stages, width = RESNET_PRESETS[_preset(size, "resnet")]
-    return ResNet(spec, stages, width)
-
-
-def _preset(size: str, model: str) -> str:
-    return choices.check_model_size(model, size)
-
-
-BUILDERS: dict[str, Callable[[InputSpec, str], nn.Module]] = {
-    "vit": _vit, "wideresnet": _wideresnet, "cnn": _cnn, "resnet": _resnet,
-}
 
 
 def build_model(name: str, spec: InputSpec, size: str = "small") -> nn.Module:
     """The named model for inputs shaped like ``spec``; ValueError for an unknown name or size."""
-    if name not in BUILDERS:
+    if name not in MODEL_NAMES:
         raise ValueError(f"unknown model {name!r}: use one of {', '.join(MODEL_NAMES)}")
-    return BUILDERS[name](spec, size)
+    choices.check_model_size(name, size)
+    if name == "vit":
+        return VisionTransformer(spec, *VIT_PRESETS[size])
+    if name == "cnn":
+        return ConvNet(spec, CNN_PRESETS[size])
+    if name == "resnet":
+        return ResNet(spec, *RESNET_PRESETS[size])
+    return OliviaWideResNet(spec) if size == "olivia" else WideResNet(spec, *_wrn_shape(size))
 
 
 #: Where each seed network comes from, by (model, size): what the header names.

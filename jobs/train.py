@@ -44,8 +44,8 @@ kind ``--expect-gpu`` names.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
-import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +72,11 @@ DEFAULT_DATASET = {"cnn": "mnist", "vit": "cifar100", "wideresnet": "cifar100",
 CONV_MODELS = ("wideresnet", "cnn", "resnet")
 SWITCH = ("auto", "on", "off")
 DS_CONFIG_DIR = Path(__file__).resolve().parent / "ds_config"
-DEFAULT_LR = {"adamw": 1e-3, "sgd": 0.05}
+#: --optimizer: (class, default lr, its other settings); SGD's momentum is Olivia's example's.
+OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], float, dict[str, float]]] = {
+    "adamw": (torch.optim.AdamW, 1e-3, {}), "sgd": (torch.optim.SGD, 0.05, {"momentum": 0.9})}
+#: DeepSpeed's side of a job: (config as fitted, its path, what was changed, precision plan).
+DeepSpeedSetup = tuple[dict[str, Any], str, dict[str, Any], dsconfig.PrecisionPlan]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -147,7 +151,7 @@ def add_how_flags(parser: argparse.ArgumentParser) -> None:
         help="learning rate (default: 1e-3 for adamw, 0.05 for sgd; for DeepSpeed the config "
         "file's optimizer.params.lr, which this overrides when given)")
     parser.add_argument(
-        "--optimizer", choices=sorted(DEFAULT_LR), default=None,
+        "--optimizer", choices=sorted(OPTIMIZERS), default=None,
         help="optimizer for ddp and fsdp, and for deepspeed when the config has no 'optimizer' "
         "section; sgd uses momentum 0.9 as Olivia's example (default: the seed preset's, e.g. "
         f"sgd with lr 0.01 for --model-size olivia, else {choices.TRAIN_DEFAULTS['optimizer']})")
@@ -214,30 +218,24 @@ def add_deepspeed_and_run_flags(parser: argparse.ArgumentParser) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def make_optimizer_factory(args: argparse.Namespace):
+def make_optimizer_factory(args: argparse.Namespace) -> tuple[trainloop.OptimizerFactory, float]:
     """A function from parameters to the --optimizer, so each strategy calls it after wrapping."""
-    lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
-
-    def make(parameters: Any) -> torch.optim.Optimizer:
-        if args.optimizer == "sgd":
-            return torch.optim.SGD(parameters, lr=lr, momentum=0.9,
-                                   weight_decay=args.weight_decay)
-        return torch.optim.AdamW(parameters, lr=lr, weight_decay=args.weight_decay)
-
-    return make, lr
+    kind, default_lr, settings = OPTIMIZERS[args.optimizer]
+    lr = args.lr if args.lr is not None else default_lr
+    return functools.partial(kind, lr=lr, weight_decay=args.weight_decay, **settings), lr
 
 
-def load_ds_config(args: argparse.Namespace, env: distenv.DistEnv, on_cpu: bool,
-                   gpu_precision: str, batchnorm: bool) -> tuple[dict[str, Any], str,
-                                                                  dict[str, Any],
-                                                                  dsconfig.PrecisionPlan]:
-    """The DeepSpeed config for this job: (config, path, what was changed, precision plan)."""
+def load_ds_config(args: argparse.Namespace, env: distenv.DistEnv, device: torch.device,
+                   model: torch.nn.Module) -> DeepSpeedSetup:
+    """The DeepSpeed config for this job, fitted to it, and its precision plan."""
     path = args.ds_config or str(DS_CONFIG_DIR / f"zero{args.zero_stage or 1}.json")
+    on_cpu = device.type != "cuda"
     try:
         config = dsconfig.load_config(path)
         plan = dsconfig.plan_precision(
             config, None if args.precision == "auto" else args.precision, on_cpu=on_cpu,
-            gpu_default=gpu_precision, has_batchnorm=batchnorm)
+            gpu_default=trainloop.resolve_precision("auto", device),
+            has_batchnorm=trainloop.has_batchnorm(model))
         fitted, changes = dsconfig.fit_to_job(
             config, global_batch=args.batch_size, world_size=env.world_size, on_cpu=on_cpu,
             precision=plan, lr=args.lr, stage=args.zero_stage if args.ds_config else None)
@@ -300,19 +298,6 @@ def load_data(args: argparse.Namespace, dataset: str, device: torch.device, note
     return train_set, val_set, source, resident, why
 
 
-def published_figures(model: str, size: str) -> list[str]:
-    """What the seed's site publishes for this network (models.published_figures, where that
-    exists), printed for comparison only: other hardware, data pipeline and precision."""
-    figures = getattr(models, "published_figures", None)
-    return list(figures(model, size)) if callable(figures) else []
-
-
-def check_batch(args: argparse.Namespace, env: distenv.DistEnv) -> None:
-    if args.batch_size % env.world_size:
-        raise UsageError(f"--batch-size {args.batch_size} (global) is not divisible by the "
-                         f"world size {env.world_size}")
-
-
 # ----------------------------------------------------------------------------------------------
 # The run
 # ----------------------------------------------------------------------------------------------
@@ -327,10 +312,9 @@ class Prepared:
     dataset: str
     precision: str
     lr: Optional[float]
-    make_optimizer: Any
+    make_optimizer: trainloop.OptimizerFactory
     model: torch.nn.Module
-    ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]]
-    plan: Optional[dsconfig.PrecisionPlan]
+    ds_config: Optional[DeepSpeedSetup]  # None for ddp and fsdp
     channels_last: tuple[bool, str]
     train_set: data_mod.ImageTensors
     val_set: data_mod.ImageTensors
@@ -342,18 +326,18 @@ class Prepared:
 def prepare(args: argparse.Namespace, env: distenv.DistEnv) -> Prepared:
     placement = workload.place_rank(args, env)  # first: pinned before anything touches a GPU
     dataset = args.dataset or DEFAULT_DATASET[args.model]
-    check_batch(args, env)
+    if args.batch_size % env.world_size:
+        raise UsageError(f"--batch-size {args.batch_size} (global) is not divisible by the "
+                         f"world size {env.world_size}")
     device = placement.device
     precision = trainloop.resolve_precision(args.precision, device)
     make_optimizer, lr = make_optimizer_factory(args)
     notes: list[str] = list(getattr(args, "preset_notes", []))
     model = build_model(args, data_mod.SPECS[dataset])
-    ds_config, plan = None, None
+    ds_config = None
     if args.example == "deepspeed":
-        config, path, changes, plan = load_ds_config(
-            args, env, device.type != "cuda", trainloop.resolve_precision("auto", device),
-            trainloop.has_batchnorm(model))
-        ds_config = (config, path, changes)
+        ds_config = load_ds_config(args, env, device, model)
+        config, _path, _changes, plan = ds_config
         if plan.compute != plan.asked:
             notes.append(f"--precision {plan.asked}: {plan.reason}")
         precision = plan.compute
@@ -365,7 +349,7 @@ def prepare(args: argparse.Namespace, env: distenv.DistEnv) -> Prepared:
         raise UsageError(f"{len(train_set)} training samples are fewer than one global batch "
                          f"(--batch-size {args.batch_size}); raise --samples")
     return Prepared(placement=placement, dataset=dataset, precision=precision, lr=lr,
-                    make_optimizer=make_optimizer, model=model, ds_config=ds_config, plan=plan,
+                    make_optimizer=make_optimizer, model=model, ds_config=ds_config,
                     channels_last=channels_last, train_set=train_set, val_set=val_set,
                     source=source, resident=(resident, resident_why), notes=notes)
 
@@ -376,9 +360,8 @@ def new_report(args: argparse.Namespace, env: distenv.DistEnv, ready: Prepared,
     """The report as it stands before the first epoch (its results are filled in later)."""
     device = ready.placement.device
     hostnames = [info["hostname"] for info in ranks]
-    from_config = args.example == "deepspeed" and ready.ds_config and \
-        ready.ds_config[0].get("optimizer")
-    report = TrainReport(
+    from_config = ready.ds_config and ready.ds_config[0].get("optimizer")
+    return TrainReport(
         example=args.example, model=args.model, model_size=args.model_size,
         model_name=models.describe_model(args.model, args.model_size), parameters=parameters,
         dataset=ready.dataset, data=ready.source, train_samples=len(ready.train_set),
@@ -396,31 +379,24 @@ def new_report(args: argparse.Namespace, env: distenv.DistEnv, ready: Prepared,
                            compile=args.compile and strategy.compile_note is None),
         fast_path_reasons={"channels_last": ready.channels_last[1],
                            "data_on_device": ready.resident[1]},
-        mixed_precision="", mixed_precision_reason="",
-        published_figures=published_figures(args.model, args.model_size), notes=ready.notes,
-        started=started)
-    report.update(**strategy.describe())
-    return report
+        published_figures=models.published_figures(args.model, args.model_size), notes=ready.notes,
+        started=started, **strategy.describe())
 
 
 def train_and_check(trainer: trainloop.Trainer, report: TrainReport, say) -> int:
     """The epochs, then (when they all ran) whether every rank holds the same model."""
-    status = EXIT_OK
     try:
         trainer.run()
     except trainloop.RunFailed as err:
         report.error = str(err)
         say(f"FAILED: {err}")
-        status = EXIT_FAILED
-    if trainer.epochs and status == EXIT_OK:
-        consistency = trainer.check_consistency()
-        report.consistency = consistency
-        report.params_consistent = consistency["params_consistent"]
-        if not consistency["params_consistent"]:
-            report.error = "parameters differ across ranks after training"
-            status = EXIT_FAILED
-        say(format_summary(report))
-    return status
+        return EXIT_FAILED
+    report.consistency = trainer.check_consistency()
+    report.params_consistent = report.consistency["params_consistent"]
+    if not report.params_consistent:
+        report.error = "parameters differ across ranks after training"
+    say(format_summary(report))
+    return EXIT_OK if report.params_consistent else EXIT_FAILED
 
 
 def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
@@ -430,26 +406,23 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     placement, device = ready.placement, ready.placement.device
     workload.join_group(env, placement.backend, args.timeout_s)
     ranks = devices.gather_ranks(placement.probe, device)
-    ctx = trainloop.RunContext(env=env, device=device, backend=placement.backend,
-                               precision=ready.precision, channels_last=ready.channels_last[0],
-                               compile=args.compile)
-    strategy = make_strategy(args, ctx, ready.ds_config, ready.plan)
+    ctx = trainloop.RunContext(
+        env=env, device=device, precision=ready.precision, channels_last=ready.channels_last[0],
+        compile=args.compile, epochs=args.epochs, global_batch=args.batch_size,
+        target_accuracy=args.target_accuracy, seed=args.seed, num_workers=args.num_workers,
+        out=Path(args.out), data_on_device=ready.resident[0])
+    strategy = make_strategy(args, ctx, ready.ds_config)
     strategy.setup(ready.model, ready.make_optimizer)
     if strategy.compile_note:
         ready.notes.append(strategy.compile_note)
-    out = Path(args.out)
     report = new_report(args, env, ready, strategy, ranks, parameters, started)
-    settings = trainloop.TrainSettings(
-        epochs=args.epochs, global_batch=args.batch_size, target_accuracy=args.target_accuracy,
-        seed=args.seed, num_workers=args.num_workers, out=out, data_on_device=ready.resident[0])
 
     def say(line: str) -> None:
         if env.rank == 0:
             print(line, flush=True)
 
-    trainer = trainloop.Trainer(ctx=ctx, strategy=strategy, settings=settings,
-                                train_set=ready.train_set, val_set=ready.val_set,
-                                report=report, say=say)
+    trainer = trainloop.Trainer(ctx=ctx, strategy=strategy, train_set=ready.train_set,
+                                val_set=ready.val_set, report=report, say=say)
     report.micro_batch_size = trainer.micro_batch
     say(format_header(report))
     for note in report.notes:
@@ -465,7 +438,7 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     del trainer, strategy, ready
     gc.collect()
     dist.barrier()
-    workload.finish(out, env, teardown=not args.no_teardown, status=status)
+    workload.finish(ctx.out, env, teardown=not args.no_teardown, status=status)
     return status
 
 
@@ -481,23 +454,18 @@ def build_model(args: argparse.Namespace, spec: data_mod.DatasetSpec) -> torch.n
 
 def require_deepspeed() -> None:
     try:
-        importlib.import_module("deepspeed")
+        import deepspeed  # noqa: F401  (here, so that a missing one fails every rank at once)
     except ImportError as err:
         raise UsageError(f"--example deepspeed needs the deepspeed package, which this Python "
                          f"({sys.executable}) cannot import: {err}") from err
 
 
 def make_strategy(args: argparse.Namespace, ctx: trainloop.RunContext,
-                  ds_config: Optional[tuple[dict[str, Any], str, dict[str, Any]]],
-                  plan: Optional[dsconfig.PrecisionPlan]) -> trainloop.Strategy:
-    if args.example == "ddp":
-        return trainloop.DDPStrategy(ctx)
-    if args.example == "fsdp":
-        return trainloop.FSDPStrategy(ctx)
-    assert ds_config is not None and plan is not None
-    config, path, changes = ds_config
-    return trainloop.DeepSpeedStrategy(ctx, config, path, changes, shm_comm=args.ds_shm_comm,
-                                       plan=plan)
+                  ds_config: Optional[DeepSpeedSetup]) -> trainloop.Strategy:
+    if args.example == "deepspeed":
+        assert ds_config is not None
+        return trainloop.DeepSpeedStrategy(ctx, *ds_config, shm_comm=args.ds_shm_comm)
+    return {"ddp": trainloop.DDPStrategy, "fsdp": trainloop.FSDPStrategy}[args.example](ctx)
 
 
 def on_off(value: bool) -> str:

@@ -97,16 +97,20 @@ def has_batchnorm(model: nn.Module) -> bool:
 
 @dataclass
 class RunContext:
+    """One run's settings, which the strategy and the trainer share."""
+
     env: DistEnv
     device: torch.device
-    backend: str
     precision: str  # what the forward computes in: fp32, bf16 or fp16
-    channels_last: bool = False
-    compile: bool = False
-
-    @property
-    def leader(self) -> bool:
-        return self.env.rank == 0
+    channels_last: bool
+    compile: bool
+    epochs: int
+    global_batch: int
+    target_accuracy: Optional[float]
+    seed: int
+    num_workers: int
+    out: Path
+    data_on_device: bool
 
 
 # ----------------------------------------------------------------------------------------------
@@ -117,8 +121,9 @@ class RunContext:
 class Strategy:
     """The parts of training that depend on how the model is distributed."""
 
-    name = "base"
     syncs_buffers = True
+    #: How ``full_parameters`` sees the full model, for the consistency record.
+    consistency_method = "module parameters on each rank"
     channels_last_weights = True  # whether the wrapper takes channels_last parameters
 
     def __init__(self, ctx: RunContext) -> None:
@@ -133,7 +138,6 @@ class Strategy:
         self.mixed_precision = "none"
         self.mixed_precision_reason = "fp32"
         self.autocast_dtype: Optional[str] = None  # the dtype of torch.autocast, whoever opens it
-        self.opens_autocast = True  # False where the wrapper opens it itself (DeepSpeed)
         self.compile_note: Optional[str] = None
 
     # -- set up -----------------------------------------------------------------------------
@@ -141,14 +145,11 @@ class Strategy:
         raise NotImplementedError
 
     def place(self, model: nn.Module) -> None:
-        """Move the model to the device, its 4-d weights in channels_last when asked and the
-        wrapper takes them."""
         wanted = self.ctx.channels_last and self.channels_last_weights
         layout = torch.channels_last if wanted else torch.preserve_format
         model.to(self.ctx.device, memory_format=layout)
 
     def use_autocast(self, reason: str) -> None:
-        """Compute under torch.autocast in the run's precision (fp32: nothing to do)."""
         precision = self.ctx.precision
         if precision == "fp32":
             return
@@ -161,14 +162,10 @@ class Strategy:
         return self.module
 
     # -- one step ---------------------------------------------------------------------------
-    def autocast(self) -> contextlib.AbstractContextManager:
-        if not self.opens_autocast or self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.ctx.device.type,
-                              dtype=DTYPES[self.autocast_dtype])
-
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        with self.autocast():
+        if self.autocast_dtype is None:
+            return self.runner(inputs)
+        with torch.autocast(device_type=self.ctx.device.type, dtype=DTYPES[self.autocast_dtype]):
             return self.runner(inputs)
 
     def step(self, loss: torch.Tensor) -> None:
@@ -181,9 +178,6 @@ class Strategy:
             loss.backward()
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-
-    def train(self, mode: bool) -> None:
-        self.module.train(mode)
 
     # -- after training ---------------------------------------------------------------------
     def full_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -198,8 +192,6 @@ class Strategy:
 class DDPStrategy(Strategy):
     """DistributedDataParallel: replicated model, gradients all-reduced in buckets during
     backward."""
-
-    name = "ddp"
 
     def setup(self, model: nn.Module, make_optimizer: OptimizerFactory) -> None:
         from torch.nn.parallel import DistributedDataParallel
@@ -230,8 +222,8 @@ class FSDPStrategy(Strategy):
     as DDP does.
     """
 
-    name = "fsdp"
     syncs_buffers = False
+    consistency_method = "DTensor.full_tensor() of every sharded parameter"
     channels_last_weights = False
 
     def setup(self, model: nn.Module, make_optimizer: OptimizerFactory) -> None:
@@ -283,24 +275,23 @@ class DeepSpeedStrategy(Strategy):
     """``deepspeed.initialize`` from a config dict; ZeRO stage, batch and precision come from the
     config, which ``dsconfig.fit_to_job`` wrote from the ``dsconfig.PrecisionPlan``."""
 
-    name = "deepspeed"
     syncs_buffers = False
     channels_last_weights = False
 
     def __init__(self, ctx: RunContext, config: dict[str, Any], config_path: str,
-                 changes: dict[str, Any], shm_comm: bool,
-                 plan: dsconfig.PrecisionPlan) -> None:
+                 changes: dict[str, Any], plan: dsconfig.PrecisionPlan, shm_comm: bool) -> None:
         super().__init__(ctx)
         self.config = config
         self.config_path = config_path
         self.changes = changes
         self.shm_comm = shm_comm
         self.accumulation = int(config.get("gradient_accumulation_steps", 1))
-        self.stage = int(config.get("zero_optimization", {}).get("stage", 0))
+        self.stage = dsconfig.zero_stage(config)
+        if self.stage == 3:
+            self.consistency_method = "deepspeed.zero.GatheredParameters per parameter"
         # DeepSpeed's own fp16/bf16 mode casts the parameters, and the inputs must match them;
-        # under its torch_autocast section the engine opens the autocast itself.
+        # under its torch_autocast section the engine opens the autocast itself (``forward``).
         self.input_dtype = DTYPES.get(plan.engine)
-        self.opens_autocast = False
         self.autocast_dtype = plan.autocast
         self.mixed_precision = plan.mixed_precision
         self.mixed_precision_reason = plan.reason
@@ -362,17 +353,6 @@ class DeepSpeedStrategy(Strategy):
             with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
                 yield name, param.data
 
-    def partitioned(self) -> tuple[int, int]:
-        """ZeRO-3: (parameter tensors kept only as shards between uses, "persistent" ones).
-
-        Parameters at or below ``stage3_param_persistence_threshold`` elements stay whole on
-        every rank during training (fewer tiny all-gathers) and are sharded only for the
-        optimizer; the rest are all-gathered for each forward and backward and freed after.
-        """
-        params = list(self.core_module().parameters())
-        persistent = sum(1 for p in params if getattr(p, "ds_persist", False))
-        return len(params) - persistent, persistent
-
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {
             **super().describe(),
@@ -383,8 +363,12 @@ class DeepSpeedStrategy(Strategy):
             "ds_shm_comm_op": self.shm_comm,
         }
         if self.stage == 3:
-            sharded, persistent = self.partitioned()
-            info["zero3_partitioned_params"] = sharded
+            # Parameters at or below ``stage3_param_persistence_threshold`` elements stay whole
+            # on every rank during training (fewer tiny all-gathers) and are sharded only for
+            # the optimizer; the rest are all-gathered for each forward and backward.
+            params = list(self.core_module().parameters())
+            persistent = sum(1 for p in params if getattr(p, "ds_persist", False))
+            info["zero3_partitioned_params"] = len(params) - persistent
             info["zero3_persistent_params"] = persistent
         return info
 
@@ -438,17 +422,6 @@ def disable_shm_comm_op() -> None:
 
 
 @dataclass
-class TrainSettings:
-    epochs: int
-    global_batch: int
-    target_accuracy: Optional[float]
-    seed: int
-    num_workers: int
-    out: Path
-    data_on_device: bool = False
-
-
-@dataclass
 class EpochResult:
     """One epoch as printed and recorded.  ``throughput`` (global samples/s) leaves out the first
     step when ``compile_s`` is set (that step compiled the model); ``throughput_per_device`` is it
@@ -476,11 +449,6 @@ class EpochResult:
                 for key, value in self.__dict__.items()}
 
 
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
 def peak_memory(device: torch.device) -> dict[str, Optional[float]]:
     """Peak memory of every rank, max over ranks, in MiB: one small all-reduce.
 
@@ -494,11 +462,8 @@ def peak_memory(device: torch.device) -> dict[str, Optional[float]]:
                    torch.cuda.max_memory_reserved(device) / MIB]
     peaks = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
-    found = peaks.tolist()
-    on_gpu = device.type == "cuda"
-    return {"peak_rss_mb": found[0],
-            "max_memory_allocated_mb": found[1] if on_gpu else None,
-            "max_memory_reserved_mb": found[2] if on_gpu else None}
+    found = peaks.tolist() + [None, None]  # the GPU's two are None on the CPU
+    return dict(zip(("peak_rss_mb", "max_memory_allocated_mb", "max_memory_reserved_mb"), found))
 
 
 @dataclass
@@ -507,7 +472,6 @@ class Trainer:
 
     ctx: RunContext
     strategy: Strategy
-    settings: TrainSettings
     train_set: data_mod.ImageTensors
     val_set: data_mod.ImageTensors
     report: TrainReport
@@ -517,22 +481,17 @@ class Trainer:
 
     @property
     def micro_batch(self) -> int:
-        return self.settings.global_batch // (self.ctx.env.world_size * self.strategy.accumulation)
+        return self.ctx.global_batch // (self.ctx.env.world_size * self.strategy.accumulation)
 
     def batches(self) -> tuple[data_mod.Batches, data_mod.Batches, torch.Tensor]:
         """(training batches, validation batches, validation weights), on the device."""
-        env, settings = self.ctx.env, self.settings
+        ctx = self.ctx
         common: dict[str, Any] = {
-            "rank": env.rank, "world_size": env.world_size, "micro_batch": self.micro_batch,
-            "device": self.ctx.device, "resident": settings.data_on_device,
-            "num_workers": settings.num_workers}
-        train = data_mod.train_batches(self.train_set, seed=settings.seed, **common)
+            "rank": ctx.env.rank, "world_size": ctx.env.world_size, "micro_batch": self.micro_batch,
+            "device": ctx.device, "resident": ctx.data_on_device, "num_workers": ctx.num_workers}
+        train = data_mod.train_batches(self.train_set, seed=ctx.seed, **common)
         val, weights = data_mod.val_batches(self.val_set, **common)
         return train, val, weights
-
-    def steps_per_epoch(self, batches: int) -> int:
-        """Micro-steps per rank: whole optimizer steps only (accumulation boundaries)."""
-        return (batches // self.strategy.accumulation) * self.strategy.accumulation
 
     def layout(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.ctx.channels_last:
@@ -549,7 +508,7 @@ class Trainer:
         """
         device = self.ctx.device
         strategy = self.strategy
-        strategy.train(True)
+        strategy.module.train(True)
         stats = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
         first_step_s: Optional[float] = None
         distenv.sync(device)
@@ -576,7 +535,7 @@ class Trainer:
     def evaluate(self, batches: data_mod.Batches,
                  weights: torch.Tensor) -> tuple[torch.Tensor, float]:
         device = self.ctx.device
-        self.strategy.train(False)
+        self.strategy.module.train(False)
         stats = torch.zeros(3, dtype=torch.float64, device=device)
         start = time.perf_counter()
         with torch.no_grad(), eager():
@@ -590,33 +549,36 @@ class Trainer:
         distenv.sync(device)
         return distenv.all_reduce_sum(stats), time.perf_counter() - start
 
-    def first_step_samples(self) -> int:
-        """Samples of the first (compiling) micro-step over all ranks."""
-        return self.micro_batch * self.ctx.env.world_size
+    def throughput(self, samples: float, seconds: float, compile_s: list[float]) -> float:
+        """Global samples/s, leaving out each compiling first micro-step (its time, and its
+        samples over all ranks)."""
+        timed_s = seconds - sum(compile_s)
+        timed = samples - self.micro_batch * self.ctx.env.world_size * len(compile_s)
+        return timed / timed_s if timed_s > 0 else 0.0
 
     def run(self) -> None:
-        settings = self.settings
-        world = self.ctx.env.world_size
+        ctx = self.ctx
+        world = ctx.env.world_size
         train_batches, val_batches, weights = self.batches()
-        steps = self.steps_per_epoch(len(train_batches))
+        accumulation = self.strategy.accumulation
+        steps = len(train_batches) // accumulation * accumulation  # whole optimizer steps only
         if steps < 1:
             raise ValueError(f"{len(self.train_set)} training samples make no full step of "
-                             f"global batch {settings.global_batch}")
+                             f"global batch {ctx.global_batch}")
         started = time.perf_counter()
-        for epoch in range(settings.epochs):
+        for epoch in range(ctx.epochs):
             train_batches.set_epoch(epoch)  # a different shuffle each epoch, the same on all ranks
-            reset_peak_memory(self.ctx.device)
+            if ctx.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(ctx.device)
             train_stats, train_s, compile_s = self.train_epoch(
-                train_batches, steps, time_first_step=self.ctx.compile and epoch == 0)
+                train_batches, steps, time_first_step=ctx.compile and epoch == 0)
             if not self.strategy.syncs_buffers:
                 distenv.average_buffers(self.strategy.core_module())
             val_stats, val_s = self.evaluate(val_batches, weights)
-            memory = peak_memory(self.ctx.device)
+            memory = peak_memory(ctx.device)
             loss_sum, correct, count = train_stats.tolist()  # the epoch's one read of the sums
             v_loss, v_correct, v_count = val_stats.tolist()
-            timed = count - (self.first_step_samples() if compile_s is not None else 0)
-            timed_s = train_s - (compile_s or 0.0)
-            throughput = timed / timed_s if timed_s > 0 else 0.0
+            throughput = self.throughput(count, train_s, [] if compile_s is None else [compile_s])
             result = EpochResult(
                 epoch=epoch + 1, time_s=train_s, samples=int(count), throughput=throughput,
                 throughput_per_device=throughput / world,
@@ -633,13 +595,11 @@ class Trainer:
             dist.barrier()
             if not math.isfinite(result.loss):
                 raise RunFailed(f"training loss is {result.loss} at epoch {result.epoch}")
-            if settings.target_accuracy is not None and \
-                    result.val_accuracy >= settings.target_accuracy:
-                self.say(f"Target validation accuracy {settings.target_accuracy} reached at "
+            if ctx.target_accuracy is not None and result.val_accuracy >= ctx.target_accuracy:
+                self.say(f"Target validation accuracy {ctx.target_accuracy} reached at "
                          f"epoch {result.epoch}: stopping early")
                 break
-        total_s = time.perf_counter() - started
-        self.summarize(total_s)
+        self.summarize(time.perf_counter() - started)
 
     def format_epoch(self, result: EpochResult) -> str:
         compiled = "" if result.compile_s is None else f" (compile {result.compile_s:.2f}s)"
@@ -648,7 +608,7 @@ class Trainer:
         else:
             memory = (f"Peak GPU memory={result.max_memory_allocated_mb:.0f} MiB allocated, "
                       f"{result.max_memory_reserved_mb:.0f} MiB reserved")
-        return (f"Epoch {result.epoch}/{self.settings.epochs}: Time={result.time_s:.2f}s"
+        return (f"Epoch {result.epoch}/{self.ctx.epochs}: Time={result.time_s:.2f}s"
                 f"{compiled}, Loss={result.loss:.4f}, Accuracy={result.accuracy:.4f}, "
                 f"Val Loss={result.val_loss:.4f}, Val Accuracy={result.val_accuracy:.4f}, "
                 f"Throughput={result.throughput:.1f} samples/s "
@@ -660,10 +620,8 @@ class Trainer:
         samples = sum(e.samples for e in self.epochs)
         train_s = sum(e.time_s for e in self.epochs)
         compiling = [e.compile_s for e in self.epochs if e.compile_s is not None]
-        timed_s = train_s - sum(compiling)
-        timed = samples - self.first_step_samples() * len(compiling)
-        throughput = timed / timed_s if timed_s > 0 else 0.0
-        target = self.settings.target_accuracy
+        throughput = self.throughput(samples, train_s, compiling)
+        target = self.ctx.target_accuracy
         self.report.update(
             epochs_run=len(self.epochs),
             final=Final(loss=last.loss, accuracy=last.accuracy, val_loss=last.val_loss,
@@ -673,26 +631,21 @@ class Trainer:
             total_time_s=round(total_s, 6), throughput=throughput,
             throughput_per_device=throughput / self.ctx.env.world_size,
             reached_target=None if target is None else last.val_accuracy >= target,
-            early_stopped=len(self.epochs) < self.settings.epochs)
+            early_stopped=len(self.epochs) < self.ctx.epochs)
 
     def write_report(self) -> None:
         """Rank 0 writes ``train.json`` (atomically), the whole typed shape every time."""
-        if self.ctx.leader:
-            distenv.write_json(self.settings.out / "train.json", self.report.as_dict())
+        if self.ctx.env.rank == 0:
+            distenv.write_json(self.ctx.out / "train.json", self.report.as_dict())
 
     def check_consistency(self) -> dict[str, Any]:
-        """Fingerprint the full parameters (and buffers) on every rank and compare them."""
         strategy = self.strategy
         params = distenv.Fingerprint().add_all(strategy.full_parameters())
         buffers = distenv.Fingerprint().add_all(strategy.core_module().named_buffers())
         same_params, digests = distenv.compare_across_ranks(params.hexdigest())
         same_buffers, _ = distenv.compare_across_ranks(buffers.hexdigest())
-        method = {"ddp": "module parameters on each rank",
-                  "fsdp": "DTensor.full_tensor() of every sharded parameter",
-                  "deepspeed": "deepspeed.zero.GatheredParameters per parameter"
-                  if getattr(strategy, "stage", 0) == 3 else "module parameters on each rank"}
         return {
             "params_consistent": same_params, "buffers_consistent": same_buffers,
             "param_sha256": digests[0], "param_sha256_per_rank": digests,
             "param_checksum": params.checksum, "param_tensors": params.tensors,
-            "param_elements": params.elements, "method": method.get(strategy.name, "")}
+            "param_elements": params.elements, "method": strategy.consistency_method}

@@ -118,7 +118,7 @@ class TrainReport:
     finished: Optional[str] = None
 
     def update(self, **values: Any) -> None:
-        """Set fields by name (a strategy's ``describe()``); an unknown name is a bug here."""
+        """Set fields by name; an unknown name is a bug here."""
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -133,11 +133,6 @@ class TrainReport:
     def from_dict(cls, data: Any) -> "TrainReport":
         """The report a ``train.json`` holds; :class:`ReportError` naming what is off."""
         return _build(cls, data, "train.json")
-
-
-_NESTED = {"FastPath": FastPath, "Final": Final}
-_PLAIN = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
-          "list": (list,), "dict": (dict,)}
 
 
 def _build(cls: type, data: Any, where: str) -> Any:
@@ -161,11 +156,10 @@ def _value(hint: Any, value: Any, where: str) -> Any:
             return None
         raise ReportError(f"{where} is null")
     for option in options:
-        name = getattr(option, "__name__", str(option))
-        if name in _NESTED:
-            return _build(_NESTED[name], value, where)
-        allowed = _PLAIN.get(name, ())
-        if isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed):
+        if dataclasses.is_dataclass(option):
+            return _build(option, value, where)
+        allowed = (int, float) if option is float else (option,)  # JSON 3 reads as int
+        if isinstance(value, allowed) and not (isinstance(value, bool) and option is not bool):
             return value
-    names = ["null" if o is type(None) else getattr(o, "__name__", str(o)) for o in options]
+    names = ["null" if option is type(None) else option.__name__ for option in options]
     raise ReportError(f"{where} is {type(value).__name__}, not {' or '.join(names)}")

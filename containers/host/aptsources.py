@@ -46,38 +46,27 @@ def parse_deb822(text: str, path: Path) -> list[Source]:
     with a space or tab continues the field above (an inline ``Signed-By`` key, for one)."""
     sources: list[Source] = []
     fields: dict[str, str] = {}
-    key = ""
-    start = 0
-
-    def flush() -> None:
-        if fields:
-            sources.append(Source(
-                types=tuple(fields.get("types", "").split()),
-                uris=tuple(fields.get("uris", "").split()),
-                suites=tuple(fields.get("suites", "").split()),
-                enabled=fields.get("enabled", "yes").strip().lower() != "no",
-                path=path, line=start))
-        fields.clear()
-
-    for number, raw in enumerate(text.splitlines(), start=1):
+    key, start = "", 0
+    for number, raw in enumerate([*text.splitlines(), ""], start=1):  # "": the last ends
         if raw.startswith("#"):
             continue
         if not raw.strip():
-            flush()
-            key = ""
-            continue
-        if raw[0] in " \t":
-            if key:
+            if fields:
+                sources.append(Source(
+                    types=tuple(fields.get("types", "").split()),
+                    uris=tuple(fields.get("uris", "").split()),
+                    suites=tuple(fields.get("suites", "").split()),
+                    enabled=fields.get("enabled", "yes").strip().lower() != "no",
+                    path=path, line=start))
+            fields = {}
+        elif raw[0] in " \t":  # continues the field above (none after a blank line)
+            if fields:
                 fields[key] += "\n" + raw.strip()
-            continue
-        name, sep, value = raw.partition(":")
-        if not sep:
-            continue
-        if not fields:
-            start = number
-        key = name.strip().lower()
-        fields[key] = value.strip()
-    flush()
+        elif ":" in raw:
+            name, value = raw.split(":", 1)
+            start = start if fields else number
+            key = name.strip().lower()
+            fields[key] = value.strip()
     return sources
 
 

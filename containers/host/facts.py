@@ -5,6 +5,7 @@ fit (:func:`fit_problem`, pure, so it is tested without the machine it describes
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
@@ -130,19 +131,15 @@ def memory_available(proc: Path = Path("/proc"),
                      cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
     """Bytes new processes can still get: ``MemAvailable``, capped by a cgroup v2 limit."""
     found = None
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         for line in (proc / "meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 found = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
+    with contextlib.suppress(OSError, ValueError):
         limit = (cgroup / "memory.max").read_text().strip()
         if limit.isdigit():
             left = int(limit) - int((cgroup / "memory.current").read_text().strip())
             found = left if found is None else min(found, left)
-    except (OSError, ValueError):
-        pass
     return found
 
 

@@ -19,6 +19,7 @@ the command left running when the command itself exits.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shlex
@@ -94,10 +95,8 @@ def descendants(pid: int) -> list[int]:
 
 def _signal_all(procs: Sequence[psutil.Process], sig: signal.Signals) -> None:
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             proc.send_signal(sig)  # psutil refuses a PID that another process has reused
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
 
 
 def _wait_gone(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.Process]:
@@ -152,18 +151,9 @@ def _stop_descendants(grace: float) -> None:
     alive = _wait_gone(tree, grace)
     _signal_all([*alive, *_tree(me)], signal.SIGKILL)
     _wait_gone([*alive, *_tree(me)], grace)
-    _reap_all()
-
-
-def _reap_all() -> None:
-    """Collect every exited child (orphans re-parented to the subreaper included)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    with contextlib.suppress(ChildProcessError):  # none left to reap
+        while os.waitpid(-1, os.WNOHANG)[0]:  # 0: the children left are still running
+            pass
 
 
 def supervise(args: Sequence[str]) -> int:
@@ -171,9 +161,8 @@ def supervise(args: Sequence[str]) -> int:
 
     Becomes a child subreaper and asks for SIGHUP when the tool dies: then every descendant is
     stopped within :data:`ORPHAN_GRACE` seconds; a SIGTERM or SIGINT (the tool's own stop)
-    stops them with ``grace``. Exits as the command
-    did (its exit code, or killed by the signal that killed it), or killed by the signal that
-    stopped it.
+    stops them with ``grace``. Exits as the command did (its exit code, or killed by the signal
+    that killed it), or killed by the signal that stopped it.
     """
     parent, grace, argv = int(args[0]), float(args[1]), list(args[3:])
 

@@ -36,6 +36,11 @@ def build_arg(key: str, value: str) -> str:
     return pair
 
 
+def repeated(flag: str, values: Iterable[str]) -> list[str]:
+    """``flag`` before each of ``values`` (``--bind A --bind B``)."""
+    return [word for value in values for word in (flag, value)]
+
+
 def unsafe_characters(path: str, specials: str) -> str:
     """The characters of ``path`` that are in ``specials``, in order, each once."""
     return "".join(dict.fromkeys(c for c in path if c in specials))
@@ -65,26 +70,19 @@ class Runtime:
             argv.append("--fakeroot")
         if arch:  # the architecture pulled from a registry (docker/oras/library bootstraps)
             argv += ["--arch", arch]
-        for key, value in build_args.items():
-            argv += ["--build-arg", build_arg(key, value)]
-        for bind in binds:
-            argv += ["--bind", bind]
-        return argv + [str(output), str(spec)]
+        argv += repeated("--build-arg", (build_arg(k, v) for k, v in build_args.items()))
+        return argv + repeated("--bind", binds) + [str(output), str(spec)]
 
     def exec_argv(self, *, image: Path | str, command: Sequence[str], gpu_flag: str | None = None,
                   binds: Iterable[str] = (), env: Mapping[str, str] | None = None,
                   options: Iterable[str] = ()) -> list[str]:
-        argv = [self.binary, "exec", *options]
-        if gpu_flag:
-            argv.append(gpu_flag)
-        for bind in binds:
-            argv += ["--bind", bind]
-        for key, value in (env or {}).items():
-            argv += ["--env", f"{key}={value}"]
-        return argv + [str(image), *command]
+        return [self.binary, "exec", *options, *([gpu_flag] if gpu_flag else []),
+                *repeated("--bind", binds),
+                *repeated("--env", (f"{k}={v}" for k, v in (env or {}).items())),
+                str(image), *command]
 
     def test_argv(self, image: Path | str, binds: Iterable[str] = ()) -> list[str]:
-        return [self.binary, "test", *(w for b in binds for w in ("--bind", b)), str(image)]
+        return [self.binary, "test", *repeated("--bind", binds), str(image)]
 
     def inspect_argv(self, image: Path | str) -> list[str]:
         return [self.binary, "inspect", "--json", str(image)]
@@ -131,18 +129,16 @@ def find_runtime(preferred: str = "auto") -> Runtime:
     ``preferred`` may also be a flavour name or a path to a binary (a site's own install).
     """
     names = list(FLAVOURS) if preferred == "auto" else [preferred]
-    tried = []
     for name in names:
         binary = shutil.which(name)
         if binary is None:
-            tried.append(name)
             continue
         try:
             flavour, version = parse_version(capture([binary, "--version"], timeout=30))
         except CommandFailed as exc:
             raise RuntimeNotFound(f"{binary} is on PATH but does not run: {exc}") from exc
         return Runtime(binary=binary, flavour=flavour, version=version)
-    raise RuntimeNotFound(f"no container runtime found (looked for {', '.join(tried)} on PATH); "
+    raise RuntimeNotFound(f"no container runtime found (looked for {', '.join(names)} on PATH); "
                           "install one with scripts/install-apptainer.sh or set "
                           "containers.runtime in invoke.yaml")
 

@@ -16,6 +16,7 @@ GPUs as GRES on stand-in devices, and a required account where the site requires
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from containers.errors import CommandFailed, StateError
+from containers.files import read_json_object
 from containers.inputs.sites import Site
 
 PACKAGES = ("slurm-wlm", "munge")
@@ -62,16 +64,11 @@ def alive(pid: int) -> bool:
 
 
 def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
+    with contextlib.ExitStack() as open_sockets:  # all bound at once: no port given twice
+        sockets = [open_sockets.enter_context(socket.socket()) for _ in range(count)]
         for sock in sockets:
-            sock.close()
+            sock.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 @dataclass
@@ -268,19 +265,15 @@ def _read_pid(path: Path, timeout: float = 15) -> int:
 def stop_pids(pids: Sequence[int], grace: float = 10) -> None:
     """SIGTERM each PID, SIGKILL those still alive after ``grace`` seconds."""
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.1)
     for pid in pids:
         if alive(pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def carrying(marker: str) -> list[int]:
@@ -303,17 +296,14 @@ def log_tail(root: Path) -> str:
                      for p in sorted((root / "log").glob("*.log")))
 
 
-def _reachable(root: Path) -> None:
-    """munged runs as user munge: every folder above ``root`` must let others through."""
-    for folder in [root, *root.parents]:
+def _prepare(root: Path) -> tuple[Path, Path]:
+    """The cluster's folders under ``root``; munged (user munge) must reach its own, so every
+    folder above it must let others through."""
+    for folder in root.parents:
         if folder.exists() and not folder.stat().st_mode & stat.S_IXOTH:
             raise StateError(f"{folder} is closed to other users, so munged (user munge) cannot "
-                             f"reach the cluster's folder {root}: choose one under /var/tmp")
-
-
-def _prepare(root: Path) -> tuple[Path, Path]:
-    """The cluster's folders under ``root``; munged (user munge) must reach its own."""
-    _reachable(root.parent)
+                             f"reach the cluster's folder {root.parent}: choose one under "
+                             "/var/tmp")
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
     for sub in ("state", "log"):
@@ -401,9 +391,8 @@ def save(cluster: SlurmCluster) -> Path:
 
 def load(root: Path) -> SlurmCluster | None:
     """The cluster recorded in ``root``, or None when there is none."""
-    try:
-        data = json.loads((root / STATE_FILE).read_text())
-    except (OSError, ValueError):
+    data = read_json_object(root / STATE_FILE)
+    if data is None:
         return None
     return SlurmCluster(root=root, conf=Path(data["conf"]), nodes=tuple(data["nodes"]),
                         pids={k: int(v) for k, v in data["pids"].items()})

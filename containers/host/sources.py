@@ -70,22 +70,14 @@ class PipConfig:
 
     def pip_conf(self, *, cert_path: str | None) -> str:
         """A ``pip.conf`` equivalent to the host's, with the certificate at ``cert_path``."""
-        lines = ["[global]"]
-        if self.index_url:
-            lines.append(f"index-url = {self.index_url}")
-        if self.extra_index_urls:
-            lines.append("extra-index-url = " + " ".join(self.extra_index_urls))
-        if self.find_links:
-            lines.append("find-links = " + " ".join(self.find_links))
-        if self.trusted_hosts:
-            lines.append("trusted-host = " + " ".join(self.trusted_hosts))
-        if self.no_index:
-            lines.append("no-index = true")
-        if cert_path:
-            lines.append(f"cert = {cert_path}")
-        for key, value in sorted(self.extras.items()):
-            lines.append(f"{key} = {value}")
-        return "\n".join(lines) + "\n"
+        settings = [("index-url", self.index_url),
+                    ("extra-index-url", " ".join(self.extra_index_urls)),
+                    ("find-links", " ".join(self.find_links)),
+                    ("trusted-host", " ".join(self.trusted_hosts)),
+                    ("no-index", "true" if self.no_index else None), ("cert", cert_path)]
+        lines = [f"{k} = {v}" for k, v in settings if v]
+        lines += [f"{k} = {v}" for k, v in sorted(self.extras.items())]
+        return "\n".join(["[global]", *lines]) + "\n"
 
 
 _PASSED_ON = ("timeout", "default-timeout", "retries", "proxy")

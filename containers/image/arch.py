@@ -17,6 +17,7 @@ ELF program found in its ``bin`` folders.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
@@ -71,19 +72,18 @@ def elf_arch(header: bytes) -> str:
     return E_MACHINE[machine]
 
 
-def image_arch(runtime: Runtime, image: Path | str) -> str:
+def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -> str:
     """The architecture of ``image``, from the ELF header of a program in its files.
 
     Read from outside the image where it can be (a SIF with a squashfs root, ``unsquashfs`` on
     this host), so it holds for any image, shell or none, foreign or not; else from inside,
-    through the image's shell (a foreign image then needs emulation, as its build did)."""
-    try:
-        return _outside_arch(runtime, image)
-    except (CommandFailed, NotElf, ValueError):
-        pass
+    through the image's shell (a foreign image then needs emulation, as its build did).
+    ``offset``: its root's, where the caller read it already (:func:`squashfs_offset`)."""
+    with contextlib.suppress(CommandFailed, NotElf, ValueError):
+        return _outside_arch(runtime, image, offset)
     argv = runtime.exec_argv(image=image, command=["sh", "-c", PROBE])
     try:
-        return elf_arch(bytes.fromhex(" ".join(capture(argv, timeout=300).split())))
+        return elf_arch(bytes.fromhex(capture(argv, timeout=300)))
     except (NotElf, ValueError) as exc:
         raise CommandFailed(f"cannot read the architecture of {image}: no ELF program found "
                             f"({exc})", argv=argv) from exc
@@ -130,11 +130,11 @@ def compression_of(superblock: bytes) -> str:
     return COMPRESSIONS[ident]
 
 
-def image_compression(runtime: Runtime, image: Path | str) -> str:
+def image_compression(runtime: Runtime, image: Path | str, offset: int | None = None) -> str:
     """How the SIF ``image``'s root file system is compressed, read from its superblock: what a
     site's runtime must be able to read to mount it (publish checks it)."""
     with open(image, "rb") as sif:
-        sif.seek(squashfs_offset(runtime, image))
+        sif.seek(squashfs_offset(runtime, image) if offset is None else offset)
         return compression_of(sif.read(22))
 
 
@@ -174,24 +174,20 @@ def resolve(entries: dict[str, str | None], path: str, hops: int = 40) -> str | 
     return found if not parts and entries.get(found, "dir") is None else None
 
 
-def _outside_arch(runtime: Runtime, image: Path | str) -> str:
+def _outside_arch(runtime: Runtime, image: Path | str, at: int | None) -> str:
     """:func:`image_arch` from the SIF's squashfs, read from outside."""
-    offset = str(squashfs_offset(runtime, image))
+    offset = str(squashfs_offset(runtime, image) if at is None else at)
     entries = parse_listing(capture(["unsquashfs", "-o", offset, "-lls", str(image)],
                                     timeout=300))
     named = [resolve(entries, path) for path in PROGRAMS]
     rest = [path for folder in PROGRAM_DIRS for path, link in entries.items()
             if link is None and path.startswith(folder) and "/" not in path[len(folder):]]
-    tried = 0
-    for path in dict.fromkeys([p for p in named if p] + rest):
+    tried = list(dict.fromkeys([p for p in named if p] + rest))[:50]
+    for path in tried:
         header = capture(["sh", "-c", _CAT, "sh", offset, str(image), path], timeout=120)
-        try:
-            return elf_arch(bytes.fromhex(" ".join(header.split())))
-        except (NotElf, ValueError):
-            tried += 1
-            if tried >= 50:
-                break
-    raise NotElf(f"no ELF program among the first {tried} files of {image}'s bin folders")
+        with contextlib.suppress(NotElf, ValueError):
+            return elf_arch(bytes.fromhex(header))  # fromhex skips the whitespace od prints
+    raise NotElf(f"no ELF program among the first {len(tried)} files of {image}'s bin folders")
 
 
 def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:
@@ -232,10 +228,8 @@ def recorded_arch(record: Mapping, image: Path, runtime: Runtime | None = None) 
     if isinstance(arch, str) and arch in E_MACHINE.values():
         return arch
     if runtime is not None and Path(image).is_file():
-        try:
+        with contextlib.suppress(CommandFailed):
             return image_arch(runtime, image)
-        except CommandFailed:
-            pass
     raise StateError(f"{image}: its build record names no architecture and none could be read "
                      f"from its files; rebuild it (invoke build --force)")
 

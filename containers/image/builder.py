@@ -32,7 +32,7 @@ from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
-from containers.image.arch import image_arch, image_compression, image_python
+from containers.image.arch import image_arch, image_compression, image_python, squashfs_offset
 from containers.image.cache import PackageCache, in_use, usage
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
@@ -90,28 +90,30 @@ def _stage(step: BuildStep) -> None:
     context = step.workdir / "context"
     context.mkdir(parents=True, exist_ok=True)
     (step.workdir / "tmp").mkdir(exist_ok=True)
-    for name, text in step.staged.items():
+    # The snapshot store's name holds the base image's sha256: known only once it is built.
+    snapshot = step.env_snapshot.staged() if step.env_snapshot else {}
+    for name, content in [*step.staged.items(), *step.copied.items(), *snapshot.items()]:
         (context / name).parent.mkdir(parents=True, exist_ok=True)
-        (context / name).write_text(text, encoding="utf-8")
-    for name, source in step.copied.items():
-        (context / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, context / name)
+        if isinstance(content, Path):  # copied from the host
+            shutil.copyfile(content, context / name)
+        else:
+            (context / name).write_text(content, encoding="utf-8")
     for link, target in step.links.items():
         Path(link).parent.mkdir(parents=True, exist_ok=True)
         Path(link).symlink_to(target)
-    # The snapshot store's name holds the base image's sha256: known only once it is built.
-    for name, text in (step.env_snapshot.staged() if step.env_snapshot else {}).items():
-        (context / name).write_text(text, encoding="utf-8")
+
+
+def _partials(images_dir: Path) -> list[tuple[Path, str]]:
+    """The partial images in ``images_dir``, each with the target :data:`_PARTIAL` reads in its
+    name. A glob ``.<target>.sif.*.partial`` would also take target ``<target>.sif``'s partial
+    (``.<target>.sif.sif.<hash>.partial``), perhaps while that build is writing it."""
+    return [(path, match.group("target")) for path in sorted(images_dir.glob(".*.partial"))
+            if (match := _PARTIAL.match(path.name))]
 
 
 def stale_partials(step: BuildStep) -> list[Path]:
-    """The partial images an earlier, killed build of exactly this target left: names
-    :data:`_PARTIAL` reads as this target's. A glob ``.<target>.sif.*.partial`` would also take
-    target ``<target>.sif``'s partial (``.<target>.sif.sif.<hash>.partial``), perhaps while that
-    build is writing it."""
-    return sorted(path for path in step.image.parent.glob(".*.partial")
-                  if (match := _PARTIAL.match(path.name))
-                  and match.group("target") == step.target.name)
+    """The partial images an earlier, killed build of exactly this target left."""
+    return [path for path, target in _partials(step.image.parent) if target == step.target.name]
 
 
 def target_lock(images_dir: Path, target: str) -> Path:
@@ -147,14 +149,9 @@ def _ownerless_workdirs(tmp_dir: Path) -> list[Leftover]:
 
 
 def _ownerless_partials(images_dir: Path) -> list[Leftover]:
-    found = []
-    for path in sorted(images_dir.glob(".*.partial")) if images_dir.is_dir() else ():
-        match = _PARTIAL.match(path.name)
-        if match:
-            lock = target_lock(images_dir, match.group("target"))
-            if not held(lock):
-                found.append(Leftover(path, "partial image", holder(lock)))
-    return found
+    locks = [(path, target_lock(images_dir, target)) for path, target in _partials(images_dir)]
+    return [Leftover(path, "partial image", holder(lock)) for path, lock in locks
+            if not held(lock)]
 
 
 def leftovers(settings: Settings) -> list[Leftover]:
@@ -328,11 +325,12 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     try:
         record = build_record(step, runtime=runtime, seconds=time.time() - started)
         record["package_cache"] = cached  # how this build used it (None: it did not)
-        record["arch"] = checked_arch(step, runtime)
+        offset = squashfs_offset(runtime, step.partial)  # one `sif list` serves both readings
+        record["arch"] = checked_arch(step, runtime, offset)
         # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the
         # tool's own label carries the architecture read from the image's files.
         record["labels"][provenance.LABEL_PREFIX + "arch"] = record["arch"]
-        record["squashfs"] = image_compression(runtime, step.partial)  # what must read it
+        record["squashfs"] = image_compression(runtime, step.partial, offset)  # what reads it
         # The caller's last test of the built image (site fit), and the files it adds (SBOM):
         # it reads the image with its python, so an image without one is kept unexamined.
         record["python"] = image_python(runtime, step.partial)
@@ -378,11 +376,11 @@ def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
         atomic_write_text(step.image.with_name(step.image.name + suffix), text)
 
 
-def checked_arch(step: BuildStep, runtime: Runtime) -> str:
+def checked_arch(step: BuildStep, runtime: Runtime, offset: int | None = None) -> str:
     """The built image's real architecture (ELF header of a program in it, not Apptainer's
     build-arch label, which names the build host): it must be the target's, else the build
     fails."""
-    found = image_arch(runtime, step.partial)
+    found = image_arch(runtime, step.partial, offset)
     if found != step.target.arch:
         raise CommandFailed(f"{step.target.name} was built as {found}, but its recipe says "
                             f"{step.target.arch}; the image is not kept",

@@ -355,19 +355,3 @@ class SnapshotKey:
                 return None
         text = json.dumps({"inputs": self.parts, "base_sha256": base}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def debootstrap_env(cache: PackageCache, *, shim_dir: Path, debootstrap: str
-                    ) -> dict[str, str]:
-    """The environment that puts the debootstrap shim first on ``PATH`` for a build whose
-    base root comes from debootstrap (``PATH`` is expanded by the builder, as for cotainr)."""
-    return {"PATH": f"{shim_dir}:$PATH", "CONTAINERS_APT_CACHE": str(cache.apt),
-            "CONTAINERS_DEBOOTSTRAP": debootstrap}
-
-
-def cotainr_env(cache: PackageCache, flavour: str) -> dict[str, str]:
-    """What carries the pip cache into cotainr's ``singularity exec`` steps: a bind by the
-    runtime's own variable, and ``PIP_CACHE_DIR`` (the host's environment reaches the
-    container: cotainr passes no ``--cleanenv``)."""
-    bind_variable = "APPTAINER_BIND" if flavour == "apptainer" else "SINGULARITY_BIND"
-    return {bind_variable: f"{cache.pip}:{PIP_MOUNT}", "PIP_CACHE_DIR": f"{PIP_MOUNT}/pip"}

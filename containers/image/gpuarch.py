@@ -72,14 +72,13 @@ def parse_nvcc_flags(config: str) -> Compiled | None:
 def parse_fatbin_listing(text: str) -> Compiled:
     """``cuobjdump --list-elf`` / ``--list-ptx`` output (``ELF file 1: x.1.sm_80.cubin``,
     ``PTX file 1: x.1.sm_90.ptx``), as the probe writes it for ``libtorch_cuda.so``."""
-    sass, ptx = set(), set()
+    words = []
     for line in text.splitlines():
         match = re.match(r"\s*(ELF|PTX) file\s+\d+:\s*\S*?\.(sm_\d+[af]?)\.(?:cubin|ptx)\s*$",
                          line)
-        if match:
-            arch = match[2]
-            (sass.add(arch) if match[1] == "ELF" else ptx.add("compute_" + arch[3:]))
-    return parse_words([*sass, *ptx], "fatbinary of libtorch_cuda.so")
+        if match:  # PTX of sm_90 is compute_90
+            words.append(match[2] if match[1] == "ELF" else "compute_" + match[2][3:])
+    return parse_words(words, "fatbinary of libtorch_cuda.so")
 
 
 def from_torch_facts(torch: Mapping) -> Compiled | None:

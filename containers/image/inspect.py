@@ -15,10 +15,12 @@ torch imports without one.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
 from containers.errors import CommandFailed, ImageMissing
+from containers.files import read_json_object
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 from containers.image import gpuarch, provenance
@@ -31,14 +33,6 @@ PROBE_TIMEOUT = 300
 #: The stack in the order people read it; the keys :func:`summary` returns.
 STACK_KEYS = ("arch", "os", "glibc", "python", "torch", "build", "cuda", "cudnn", "hip", "rocm",
               "nccl", "nccl_linkage", "gpu_arches", "gpu_arches_source", "deepspeed")
-
-
-def probe_argv(runtime: Runtime, image: Path | str, *, arch: str | None = None) -> list[str]:
-    """The one command that reads an image: its own python runs the probe script (``arch``,
-    the image's recorded architecture: an emulated one gets its CPU description bound)."""
-    return runtime.exec_argv(image=image, command=["python3", "-c",
-                                                   PROBE.read_text(encoding="utf-8")],
-                             binds=emulated_binds(arch))
 
 
 def parse_probe(output: str) -> dict:
@@ -59,11 +53,13 @@ _SEEN: dict[str, dict] = {}
 
 def probe(runtime: Runtime, image: Path | str, *, sha256: str | None = None,
           arch: str | None = None) -> dict:
-    """The probe's facts of ``image`` (one ``apptainer exec``; none again for a ``sha256``
-    already read in this process)."""
+    """The probe's facts of ``image``: its own python runs the probe script (one ``apptainer
+    exec``; none again for a ``sha256`` already read in this process). ``arch``, the image's
+    recorded architecture: an emulated one gets its CPU description bound."""
     if sha256 and sha256 in _SEEN:
         return _SEEN[sha256]
-    argv = probe_argv(runtime, image, arch=arch)
+    argv = runtime.exec_argv(image=image, binds=emulated_binds(arch),
+                             command=["python3", "-c", PROBE.read_text(encoding="utf-8")])
     try:
         facts = parse_probe(capture(argv, timeout=PROBE_TIMEOUT))
     except CommandFailed as exc:  # one line: the runtime's reason, never the probe script
@@ -89,41 +85,31 @@ def record_path(image: Path) -> Path:
     return image.with_name(image.name + ".json")
 
 
-def sbom_counts(path: Path) -> dict | None:
-    """Components of the SBOM at ``path`` by kind (deb, pypi…); None when there is none."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def _sbom_components(image: Path) -> list[tuple[str, dict]] | None:
+    """The components of the SBOM beside ``image``, each with its kind (``deb``, ``pypi``…,
+    from its package URL); None when there is none, or it is not a JSON object."""
+    data = read_json_object(sbom_path(image))
+    if data is None:
         return None
-    counts: dict[str, int] = {}
-    for component in data.get("components", []) if isinstance(data, dict) else []:
+    found = []
+    for component in data.get("components", []):
         purl = str(component.get("purl") or "")
-        kind = purl[4:].split("/", 1)[0] if purl.startswith("pkg:") else "other"
-        counts[kind] = counts.get(kind, 0) + 1
-    return counts
+        found.append((purl[4:].split("/", 1)[0] if purl.startswith("pkg:") else "other",
+                      component))
+    return found
 
 
 def known_facts(image: Path, record: Mapping) -> dict | None:
     """The facts a build of this tool already recorded from the image (the stack in its build
     record, the packages in the SBOM beside it), so publish need not start the image again;
     None when either is missing (an image built before them: probe it)."""
-    stack = record.get("stack")
-    try:
-        data = json.loads(sbom_path(image).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    stack, components = record.get("stack"), _sbom_components(image)
+    if not isinstance(stack, dict) or components is None:
         return None
-    if not isinstance(stack, dict) or not isinstance(data, dict):
-        return None
-    found: dict = {"stack": stack, "debian_packages": [], "pip_packages": [],
-                   "labels": record.get("labels") or {}, "errors": record.get("probe_errors")}
-    for component in data.get("components", []):
-        purl = str(component.get("purl") or "")
-        item = {"name": component.get("name"), "version": component.get("version")}
-        if purl.startswith("pkg:deb/"):
-            found["debian_packages"].append(item)
-        elif purl.startswith("pkg:pypi/"):
-            found["pip_packages"].append(item)
-    return found
+    lists = {kind: [{"name": c.get("name"), "version": c.get("version")}
+                    for found, c in components if found == kind] for kind in ("deb", "pypi")}
+    return {"stack": stack, "debian_packages": lists["deb"], "pip_packages": lists["pypi"],
+            "labels": record.get("labels") or {}, "errors": record.get("probe_errors")}
 
 
 def summary(facts: Mapping) -> dict:
@@ -155,6 +141,7 @@ def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -
         raise ImageMissing(image, target or image.stem)
     record = provenance.read(record_path(image))
     facts = probe(runtime, image, sha256=record.get("sha256"), arch=record.get("arch"))
+    components = _sbom_components(image)
     return {
         "image": str(image), "target": target or record.get("target"),
         "size_bytes": image.stat().st_size,
@@ -162,7 +149,8 @@ def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -
         "labels": facts.get("labels") or {},
         "provenance": {k: v for k, v in record.items() if k not in ("labels", "pip_freeze",
                                                                    "inputs")} or None,
-        "sbom": {"path": str(sbom_path(image)), "counts": sbom_counts(sbom_path(image))}
+        "sbom": {"path": str(sbom_path(image)), "counts": None if components is None
+                 else dict(Counter(kind for kind, _ in components))}
         if sbom_path(image).is_file() else None,
         "packages": {"debian": len(facts.get("debian_packages") or []),
                      "pip": len(facts.get("pip_packages") or [])},

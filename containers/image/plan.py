@@ -23,6 +23,7 @@ from containers.errors import ConfigError, ContainersError, UsageError, raise_al
 from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsafe_characters
 from containers.host.sources import PipConfig
 from containers.image import cache as package_cache
+from containers.image.arch import DEBIAN_ARCH
 from containers.image.cache import PackageCache, SnapshotKey
 from containers.image.emulated import emulated_binds
 from containers.inputs.compat import as_built, has_torch
@@ -406,8 +407,8 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
     if debootstraps and host.debootstrap:
         shim_dir = workdir / "bin"
         links[str(shim_dir / "debootstrap")] = str(package_cache.SHIM)
-        env.update(package_cache.debootstrap_env(cache, shim_dir=shim_dir,
-                                                 debootstrap=host.debootstrap))
+        env = {"PATH": f"{shim_dir}:$PATH",  # expanded by the builder, as for cotainr
+               "CONTAINERS_APT_CACHE": str(cache.apt), "CONTAINERS_DEBOOTSTRAP": host.debootstrap}
         uses.append(f"debootstrap --cache-dir={cache.apt}")
     return CacheUse(binds=tuple(binds), staged=staged, links=links, env=env,
                     use="; ".join(uses), snapshot=snapshot)
@@ -447,7 +448,6 @@ REGISTRY_BOOTSTRAPS = ("docker", "oras", "library")
 def pulled_arch(target: Target, definition: Definition, host: HostFacts) -> str | None:
     """``--arch`` for a target of another architecture than the build host whose first stage
     pulls from a registry (else Apptainer pulls the host's architecture); None otherwise."""
-    from containers.image.arch import DEBIAN_ARCH  # no cycle: arch imports no plan
     bootstraps = {stage.bootstrap.lower() for stage in definition.stages}
     if target.arch == host.arch or not bootstraps & set(REGISTRY_BOOTSTRAPS):
         return None
@@ -461,7 +461,6 @@ def foreign_root_argv(target: Target, definition: Definition, user_args: Mapping
     definition's ``FOREIGN_ROOT``: a Debian root of the target's architecture (debootstrap
     --foreign from the host's mirror, second stage under emulation). Apptainer's own
     ``Bootstrap: debootstrap`` ignores ``--arch`` and would bootstrap the host's architecture."""
-    from containers.image.arch import DEBIAN_ARCH  # no cycle: arch imports no plan
     if not host.mirror:
         raise ConfigError("no Debian mirror found in this machine's apt sources for the foreign "
                           "root; pass --build-arg MIRROR=URL", path=target.definition,
@@ -487,17 +486,19 @@ def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *
         raise ConfigError("a cotainr target needs base_image (or --build-arg BASE_IMAGE=...)",
                           path=target.manifest, line=target.line("builder"), key="base_image")
     partial = common["partial"]
-    links = {}
+    links, path = {}, {}
     if host.runtime.flavour == "apptainer":
         shim = common["workdir"] / "bin"
         links[str(shim / "singularity")] = host.runtime.binary
-        env_vars = {**env_vars, "PATH": f"{shim}:$PATH",
-                    "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
-    else:
-        env_vars = {**env_vars, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
+        path = {"PATH": f"{shim}:$PATH"}
+    env_vars = {**env_vars, **path, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
     cache = host.package_cache
     if cache is not None:  # pip's cache only: see containers.image.cache for conda's
-        env_vars = {**env_vars, **package_cache.cotainr_env(cache, host.runtime.flavour)}
+        # A bind by the runtime's own variable and PIP_CACHE_DIR reach the pip of cotainr's
+        # singularity exec steps: the host's environment does (cotainr passes no --cleanenv).
+        bind = "APPTAINER_BIND" if host.runtime.flavour == "apptainer" else "SINGULARITY_BIND"
+        env_vars = {**env_vars, bind: f"{cache.pip}:{package_cache.PIP_MOUNT}",
+                    "PIP_CACHE_DIR": f"{package_cache.PIP_MOUNT}/pip"}
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test = COTAINR_TEST if has_torch(target, env) else COTAINR_PYTHON_TEST

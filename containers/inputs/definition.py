@@ -225,7 +225,6 @@ class Definition:
 
     @property
     def sections(self) -> tuple[Section, ...]:
-        """Every section of every stage, in file order."""
         return tuple(s for stage in self.stages for s in stage.sections)
 
     def section(self, name: str) -> Section | None:
@@ -256,13 +255,10 @@ class Definition:
         """Every ``{{ NAME }}`` used, in order of first use."""
         return tuple(self.arg_lines)
 
-    def missing_args(self, given: dict[str, str]) -> list[str]:
-        """Arguments some stage uses without a value: not ``given`` (``--build-arg``, shared by
-        every stage) and not in that stage's own ``%arguments``."""
-        return list(self.missing_arg_lines(given))
-
     def missing_arg_lines(self, given: dict[str, str]) -> dict[str, int]:
-        """:meth:`missing_args` with the line of the first use that lacks a value."""
+        """Arguments some stage uses without a value, not ``given`` (``--build-arg``, shared by
+        every stage) and not in that stage's own ``%arguments``, with the line of the first use
+        that lacks one."""
         found: dict[str, int] = {}
         for stage in self.stages:
             for name, line in stage.missing_args(given).items():
@@ -356,13 +352,6 @@ def shell_words(text: str) -> list[str]:
     return [re.sub(r"\0(\w+)\0", r"{{ \1 }}", word) for word in words]
 
 
-def _first_word(text: str) -> str:
-    """The first word of a ``%files`` line as Apptainer reads it (quotes group words; a
-    ``{{ ARG }}`` is one word, as Apptainer substitutes it before splitting)."""
-    words = shell_words(text)
-    return words[0] if words else text
-
-
 #: Commands whose arguments are text they print, not files they read (``printf '%s/x'``).
 _TEXT_COMMANDS = frozenset({"echo", "printf"})
 #: Where the programs every build host has live: running ``/usr/bin/env`` reads no host data.
@@ -403,7 +392,8 @@ def setup_paths(code: str) -> tuple[str, ...]:
         elif text and not redirect:
             path = None
         redirect = False
-        found += [path] if path else _escapes(word)
+        found += [path] if path else [  # from the build context or the image's root, out
+            match.group(0) for match in _ANCHORED.finditer(word) if climbs_out(match.group(2))]
     return tuple(found)
 
 
@@ -426,11 +416,6 @@ def climbs_out(rest: str) -> bool:
     return False
 
 
-def _escapes(code: str) -> list[str]:
-    """Paths in ``code`` that start at the build context or the image's root and climb out."""
-    return [match.group(0) for match in _ANCHORED.finditer(code) if climbs_out(match.group(2))]
-
-
 def host_path_uses(definition: Definition) -> list[HostPathUse]:
     """Every ``%setup`` / ``%files`` line (any stage) that reads a host path outside the build
     context: a ``%files`` source not under ``{{ BUILD_CONTEXT }}`` (``%files from <stage>``
@@ -442,7 +427,7 @@ def host_path_uses(definition: Definition) -> list[HostPathUse]:
     for section in definition.sections:
         if section.name == "files" and files_source_stage(section) is None:
             for number, text in _body_lines(section):
-                source = _first_word(text)
+                source = (shell_words(text) or [text])[0]  # as Apptainer splits the line
                 context = _CONTEXT_SOURCE.match(source)
                 if not context or climbs_out(source[context.end():]):
                     uses.append(HostPathUse("%files", number, (source,)))

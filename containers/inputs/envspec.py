@@ -18,13 +18,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Protocol
+from typing import Any, Collection, Protocol
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import ConfigDict
 
 from containers.errors import ConfigError, raise_all
-from containers.inputs.schema import Field, check_mapping, line_of
+from containers.inputs.schema import Declared, Str, StrList, StrMap, line_of, validate_model
 from containers.inputs.yamlsource import load_yaml_text, read_input_text
 
 
@@ -37,11 +38,18 @@ class EnvTarget(Protocol):
     manifest: Path
     pip_extra_index_urls: tuple[str, ...]
 
-FIELDS = (
-    Field("name"), Field("channels", "str_list", default=[]),
-    Field("dependencies", "list", required=True), Field("variables", "str_map", default={}),
-    Field("prefix"),
-)
+
+class EnvFile(Declared):
+    """An ``environment.yml`` as this tool reads it."""
+
+    model_config = ConfigDict(title="hpc-containers environment spec (envs/<name>.yml)")
+
+    name: Str | None = None
+    channels: StrList = []
+    dependencies: list[Any]
+    variables: StrMap = {}
+    prefix: Str | None = None
+
 #: Conda packages the venv builder gets from the base image itself.
 VENV_PROVIDED = frozenset({"python", "pip"})
 #: pip options an env spec may use: they choose among packages, not where packages come from.
@@ -56,6 +64,7 @@ PIP_OPTION_RULE = (f"pip: entries are requirements; options allowed: "
 _SHORT_OPTIONS = {"-i": "--index-url", "-f": "--find-links", "-e": "--editable",
                   "-r": "--requirement", "-c": "--constraint"}
 _TORCH_PIN = re.compile(r"^(?:torch|pytorch)\s*(===?|~=|>=)\s*v?(\d+)\.(\d+)", re.IGNORECASE)
+_CONDA_TORCH_PIN = re.compile(r"^(?:torch|pytorch)\s*(==?|>=)\s*(\d+)\.(\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -100,19 +109,15 @@ class EnvSpec:
     def torch_pin(self) -> tuple[tuple[int, int], int | None] | None:
         """The lowest torch (major, minor) the spec can install and its line, from a ``torch==``,
         ``~=`` or ``>=`` entry (pip or Conda ``pytorch=``); None when torch is not pinned."""
-        for index, entry in enumerate(self.pip):
-            match = _TORCH_PIN.match(entry)
+        pins = [(_TORCH_PIN, entry, self.pip_line(i)) for i, entry in enumerate(self.pip)]
+        pins += [(_CONDA_TORCH_PIN, dep.spec.split("::")[-1], dep.line) for dep in self.conda]
+        for pattern, text, line in pins:
+            match = pattern.match(text)
             if match:
-                return (int(match.group(2)), int(match.group(3))), self.pip_line(index)
-        for dep in self.conda:
-            bare = dep.spec.split("::")[-1]
-            match = re.match(r"^(?:torch|pytorch)\s*(==?|>=)\s*(\d+)\.(\d+)", bare, re.I)
-            if match:
-                return (int(match.group(2)), int(match.group(3))), dep.line
+                return (int(match.group(2)), int(match.group(3))), line
         return None
 
     def installs(self, package: str) -> bool:
-        """Whether the spec names ``package`` (pip or Conda)."""
         names = {_requirement_name(e) for e in self.pip} | {d.name for d in self.conda}
         return package.lower() in names
 
@@ -236,7 +241,7 @@ def load_env_spec(path: Path) -> EnvSpec:
     has."""
     text = read_input_text(path).replace("\r\n", "\n").replace("\r", "\n")
     data = load_yaml_text(text, path=path)
-    values = check_mapping(data, FIELDS, what="environment spec", path=path)
+    values = validate_model(EnvFile, data, path=path, what="environment spec")
     deps = data["dependencies"]
     conda: list[CondaDep] = []
     pip: list[str] = []
@@ -255,7 +260,7 @@ def load_env_spec(path: Path) -> EnvSpec:
         else:
             raise ConfigError("each dependency must be a Conda spec string or a 'pip:' list",
                               path=path, line=line, key="dependencies")
-    return EnvSpec(path=path, name=values["name"], channels=tuple(values["channels"]),
+    return EnvSpec(path=path, name=values.name, channels=tuple(values.channels),
                    conda=tuple(conda), pip=tuple(pip), text=text, pip_lines=tuple(pip_lines))
 
 

@@ -70,10 +70,8 @@ def integer(low: int) -> Callable[[Any], int]:
 def _number(*, low: float = 0.0, high: float | None = None, what: str = "number") -> \
         Callable[[Any], float]:
     """A finite float above ``low`` (and at most ``high``): nan and inf are never a setting."""
-    if high is None:
-        allowed = f"more than {low:g}"
-    else:
-        allowed = f"a {what} in ({low:g}, {high:g}]"
+    span = f"> {low:g}" if high is None else f"in ({low:g}, {high:g}]"
+    allowed = f"more than {low:g}" if high is None else f"a {what} {span}"
 
     def parse(value: Any) -> float:
         try:
@@ -81,8 +79,7 @@ def _number(*, low: float = 0.0, high: float | None = None, what: str = "number"
                 raise ValueError
             number = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"takes a {what}" + (f" > {low:g}" if high is None else
-                                                  f" in ({low:g}, {high:g}]")) from None
+            raise ValueError(f"takes a {what} {span}") from None
         if not math.isfinite(number):
             raise ValueError(f"must be a finite {what}, {allowed}")
         if not number > low or (high is not None and number > high):
@@ -297,39 +294,32 @@ VERSION = named("version")
 
 
 # ------------------------------------------------------------------------------------ paths
-def _out_file(value: Any) -> Path:
-    path = Path(str(value)).expanduser()
-    if not str(value).strip():
-        raise ValueError("takes a file path")
-    if path.is_dir():
-        raise ValueError("names a folder; it takes the file to write")
-    return path
+def _path(kind: str, *, exists: bool = False) -> Callable[[Any], Path]:
+    """A ``kind`` (file or folder) path: one that exists, or one to write (not blank, not the
+    other kind)."""
+    other = {"file": "a folder; it takes the file to write", "folder": "a file; it takes a folder"}
 
-
-def _dest_folder(value: Any) -> Path:
-    path = Path(str(value)).expanduser()
-    if not str(value).strip():
-        raise ValueError("takes a folder path")
-    if path.exists() and not path.is_dir():
-        raise ValueError("names a file; it takes a folder")
-    return path
-
-
-def _existing(kind: str) -> Callable[[Any], Path]:
     def parse(value: Any) -> Path:
         path = Path(str(value)).expanduser()
-        if not (path.is_file() if kind == "file" else path.is_dir()):
+        if exists and (path.is_file() if kind == "file" else path.is_dir()):
+            return path
+        if exists:
             raise ValueError(f"takes an existing {kind}")
+        if not str(value).strip():
+            raise ValueError(f"takes a {kind} path")
+        wrong = path.is_dir() if kind == "file" else path.exists() and not path.is_dir()
+        if wrong:
+            raise ValueError(f"names {other[kind]}")
         return path
     return parse
 
 
-OUT_FILE = FlagType("file to write (not a folder)", _out_file)
-DEST_FOLDER = FlagType("folder (made if missing; not a file)", _dest_folder)
+OUT_FILE = FlagType("file to write (not a folder)", _path("file"))
+DEST_FOLDER = FlagType("folder (made if missing; not a file)", _path("folder"))
 #: ``verify --dest``: the same folder, read only (verify makes nothing).
-PUBLISHED_FOLDER = FlagType("folder images were published to (not a file)", _dest_folder)
-EXISTING_FILE = FlagType("existing file", _existing("file"))
-EXISTING_FOLDER = FlagType("existing folder", _existing("folder"))
+PUBLISHED_FOLDER = FlagType("folder images were published to (not a file)", _path("folder"))
+EXISTING_FILE = FlagType("existing file", _path("file", exists=True))
+EXISTING_FOLDER = FlagType("existing folder", _path("folder", exists=True))
 
 
 def settle(options: object, **converted: Any) -> None:

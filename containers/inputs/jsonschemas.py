@@ -3,10 +3,10 @@
 yaml-language-server (VS Code's YAML extension, and editors that use it) reads a
 ``# yaml-language-server: $schema=../schemas/site.schema.json`` line at the top of a file and
 then completes keys, shows each key's doc and marks a wrong type as it is typed. The schemas are
-generated from the same declarations the loaders check with (:class:`containers.inputs.sites.
-Profile`, the manifest's and env spec's :class:`~containers.inputs.schema.Field` tuples), so
-they cannot drift: ``python -m containers.inputs.jsonschemas`` writes them, and a test fails
-when a file in ``schemas/`` is not what this module would write.
+generated from the same pydantic models the loaders check with (:class:`containers.inputs.sites.
+Profile`, :class:`~containers.inputs.recipes.Manifest`, ...), so they cannot drift: ``python -m
+containers.inputs.jsonschemas`` writes them, and a test fails when a file in ``schemas/`` is not
+what this module would write.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from containers.inputs import envspec, recipes
-from containers.inputs.schema import fields_json_schema
-from containers.inputs.sites import profile_json_schema
+from containers.inputs.envspec import EnvFile
+from containers.inputs.recipes import Manifest
+from containers.inputs.settings import SettingsFile
+from containers.inputs.sites import Profile
 
 #: Each schema file and what makes it.
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
-    "site.schema.json": profile_json_schema,
-    "recipe.schema.json": lambda: fields_json_schema(
-        recipes.FIELDS, title="hpc-containers recipe manifest (recipes/<target>.yaml)"),
-    "env-spec.schema.json": lambda: fields_json_schema(
-        envspec.FIELDS, title="hpc-containers environment spec (envs/<name>.yml)"),
+    "site.schema.json": Profile.model_json_schema,
+    "recipe.schema.json": Manifest.model_json_schema,
+    "env-spec.schema.json": EnvFile.model_json_schema,
+    "settings.schema.json": SettingsFile.model_json_schema,
 }
 
 
@@ -44,7 +44,6 @@ def stale(folder: Path) -> list[str]:
 
 
 def write(folder: Path) -> list[str]:
-    """Write every schema file that is stale; their names."""
     changed = stale(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name in changed:

@@ -15,47 +15,59 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Annotated, Callable, Literal, Mapping
+
+from pydantic import ConfigDict, Field
 
 from containers.errors import ConfigError
 from containers.files import resolves_outside
 from containers.inputs.envspec import is_https
-from containers.inputs.schema import (Field, check_file_name, check_mapping, line_of, pick,
-                                      suggest)
+from containers.inputs.schema import (Bool, Declared, Str, StrList, StrMap, check_file_name,
+                                      line_of, pick, refuse, suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_file, read_input_text
 
-ARCHES = ("x86_64", "aarch64")
-GPU_KINDS = ("none", "cuda", "rocm")
-BUILDERS = ("apptainer", "cotainr")
-HOST_PATHS = ("warn", "forbid")
-FIELDS = (
-    Field("description", required=True),
-    Field("site", default="local"),
-    Field("arch", default="x86_64", choices=ARCHES),
-    Field("gpu", default="none", choices=GPU_KINDS),
-    Field("builder", default="apptainer", choices=BUILDERS),
-    Field("definition"),
-    Field("base"),
-    Field("base_image"),
-    Field("env"),
-    Field("build_args", "str_map", default={}),
-    Field("test", "bool", default=True),
-    # Package indexes the env spec may add with --extra-index-url (https only): see envspec.
-    Field("pip_extra_index_urls", "str_list", default=[]),
-    # %setup / %files lines reading host paths outside the build context: a warning in
-    # invoke check ("warn"), or an error for sites that forbid them ("forbid").
-    Field("host_paths", default="warn", choices=HOST_PATHS),
-    # The torch the base image provides (NGC images), when the env spec does not pin torch:
-    # what invoke check compares with each example's minimum (compat).
-    Field("torch"),
-    # The training examples this image is meant for. Left out: every example its environment
-    # can run (compat.example_plan); [] says none. Those named are checked against the image's
-    # torch and packages (an error when one cannot run); any other is refused at run time.
-    Field("examples", "str_list", default=[]),
-    # The torchrun command in the image, where it is not the site's (the site's profile names
-    # NGC's /usr/local/bin/torchrun on Olivia; an image with a venv has its own).
-    Field("torchrun"),
-)
+
+def _unknown_example(names: list[str]) -> str | None:
+    from containers.inputs.names import EXAMPLES  # the examples jobs/train.py knows
+    wrong = next((name for name in names if name not in EXAMPLES), None)
+    return None if wrong is None else f"'{wrong}' is not an example (one of {', '.join(EXAMPLES)})"
+
+
+TorchVersion = Annotated[Str, refuse(lambda torch: None if re.match(r"^\d+\.\d+", torch) else (
+    f"{torch!r} is not a torch version (e.g. 2.8.0)"))]
+
+
+class Manifest(Declared):
+    """A target manifest as written in ``recipes/<target>.yaml``."""
+
+    model_config = ConfigDict(title="hpc-containers recipe manifest (recipes/<target>.yaml)")
+
+    description: Str
+    site: Str = "local"
+    arch: Literal["x86_64", "aarch64"] = "x86_64"
+    gpu: Literal["none", "cuda", "rocm"] = "none"
+    builder: Literal["apptainer", "cotainr"] = "apptainer"
+    definition: Str | None = None
+    base: Str | None = None
+    base_image: Str | None = None
+    env: Str | None = None
+    build_args: StrMap = {}
+    test: Bool = True
+    pip_extra_index_urls: StrList = Field([], description="package indexes the env spec may "
+                                          "add with --extra-index-url (https only)")
+    host_paths: Literal["warn", "forbid"] = Field(
+        "warn", description="%setup / %files lines reading host paths outside the build "
+                            "context: a warning in invoke check (warn), or an error (forbid)")
+    torch: TorchVersion | None = Field(
+        None, description="the torch the base image provides (NGC images), when the env spec "
+                          "does not pin torch: what invoke check compares with each example's "
+                          "minimum")
+    examples: Annotated[StrList, refuse(_unknown_example)] = Field(
+        [], description="the training examples this image is meant for (left out: every one "
+                        "its environment can run; [] says none); any other is refused at run "
+                        "time")
+    torchrun: Str | None = Field(None, description="the torchrun command in the image, where "
+                                 "it is not the site's (an image with a venv has its own)")
 
 
 @dataclass(frozen=True)
@@ -161,7 +173,7 @@ def load_target(path: Path, *, root: Path) -> Target:
     """One manifest; its name is its file's stem, which must pass the name rule."""
     check_file_name("target", path)
     data = load_yaml_file(path)
-    values = check_mapping(data, FIELDS, what="target manifest", path=path)
+    values = dict(validate_model(Manifest, data, path=path, what="target manifest"))
     lines = {key: line_of(data, key) for key in data}
     if values["builder"] == "apptainer" and not values["definition"]:
         raise ConfigError("builder 'apptainer' needs a definition file", path=path,
@@ -193,46 +205,38 @@ def load_target(path: Path, *, root: Path) -> Target:
                               "over http could have its packages swapped in transit)", path=path,
                               line=line_of(data["pip_extra_index_urls"], index),
                               key="pip_extra_index_urls")
-    if values["torch"] is not None and not re.match(r"^\d+\.\d+", str(values["torch"])):
-        raise ConfigError(f"{values['torch']!r} is not a torch version (e.g. 2.8.0)", path=path,
-                          line=lines.get("torch"), key="torch")
     return Target(name=path.stem, manifest=path, lines=lines, **{
         **values, **paths, "build_args": {str(k): str(v) for k, v in values["build_args"].items()},
         "pip_extra_index_urls": tuple(values["pip_extra_index_urls"]),
-        "examples": (_examples(values["examples"], path=path, line=lines.get("examples"))
-                     if "examples" in data else None)})
+        "examples": tuple(values["examples"]) if "examples" in data else None})
 
 
-def _examples(names: list[str], *, path: Path, line: int | None) -> tuple[str, ...]:
-    from containers.inputs.names import EXAMPLES  # the examples jobs/train.py knows
-    for name in names:
-        if name not in EXAMPLES:
-            raise ConfigError(f"'{name}' is not an example (one of {', '.join(EXAMPLES)})",
-                              path=path, line=line, key="examples")
-    return tuple(names)
+def base_names(targets: Mapping[str, Target], name: str) -> list[str]:
+    """``name`` and its bases, base-most first, as far as the chain goes: to a base that did not
+    load (listed all the same) or back to one already listed (a loop)."""
+    chain: list[str] = []
+    current: str | None = name
+    while current is not None and current not in chain:
+        chain.insert(0, current)
+        item = targets.get(current)
+        current = item.base if item is not None else None
+    return chain
 
 
 def base_problems(targets: dict[str, Target]) -> list[ConfigError]:
     """Every manifest whose ``base`` names no target, or whose base chain loops."""
     problems: list[ConfigError] = []
     for target in targets.values():
+        where = {"path": target.manifest, "line": target.line("base"), "key": "base"}
         if target.base is not None and target.base not in targets:
             problems.append(ConfigError(f"base target '{target.base}' does not exist"
-                                        f"{suggest(target.base, list(targets))}",
-                                        path=target.manifest, line=target.line("base"),
-                                        key="base"))
+                                        f"{suggest(target.base, list(targets))}", **where))
             continue
-        chain = [target.name]
-        current = target
-        while current.base is not None and current.base in targets:
-            if current.base in chain:
-                problems.append(ConfigError(f"base chain loops: "
-                                            f"{' -> '.join(chain + [current.base])}",
-                                            path=target.manifest, line=target.line("base"),
-                                            key="base"))
-                break
-            chain.append(current.base)
-            current = targets[current.base]
+        chain = base_names(targets, target.name)
+        first = targets.get(chain[0])
+        if first is not None and first.base is not None:  # the walk came back to a listed one
+            problems.append(ConfigError("base chain loops: " + " -> ".join(
+                [*reversed(chain), first.base]), **where))
     return problems
 
 
@@ -242,9 +246,4 @@ def get_target(targets: dict[str, Target], name: str) -> Target:
 
 def base_chain(targets: dict[str, Target], name: str) -> list[Target]:
     """The target and its bases, base-most first: the order they must be built in."""
-    chain: list[Target] = []
-    current: Target | None = get_target(targets, name)
-    while current is not None:
-        chain.insert(0, current)
-        current = targets[current.base] if current.base else None
-    return chain
+    return [targets[n] for n in base_names(targets, get_target(targets, name).name)]

@@ -13,9 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Collection, Sequence
 
+from pydantic import ConfigDict
+
 from containers.errors import ConfigError
 from containers.inputs import names
-from containers.inputs.schema import Field, check_mapping, line_of, suggest
+from containers.inputs.schema import Declared, Int, Str, line_of, suggest, validate_model
 
 #: The unit the benchmark reports busbw in (``allreduce.py``, as nccl-tests): a reference in
 #: another unit would compare numbers of different kinds.
@@ -24,17 +26,22 @@ UNITS = ("GB/s",)
 #: one (a typo, ``1e23``) could never be measured and would silently judge nothing.
 MAX_BYTES = 1 << 40
 
-FIELDS = (
-    Field("op", default="all_reduce"),
-    Field("partition", default="*"),
-    Field("nodes", "int", required=True),
-    Field("ranks_per_node", "int", required=True),
-    Field("bytes", "int", required=True),
-    Field("gpu_model"),
-    Field("busbw", "list", required=True),
-    Field("xfail"),
-    Field("source", required=True),
-)
+
+
+class Entry(Declared):
+    """A reference as a site profile writes it."""
+
+    model_config = ConfigDict(title="reference")
+
+    op: Str = "all_reduce"
+    partition: Str = "*"
+    nodes: Int
+    ranks_per_node: Int
+    bytes: Int
+    gpu_model: Str | None = None
+    busbw: list[Any]
+    xfail: Str | None = None
+    source: Str
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ class Reference:
 def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
     """One reference from YAML; thresholds validated as ReFrame validates them."""
     prefix = f"references[{index}]."
-    values = check_mapping(item, FIELDS, what="reference", path=path, prefix=prefix)
+    values = dict(validate_model(Entry, item, path=path, what="reference", prefix=prefix))
     spec = values["busbw"]
     line = line_of(item, "busbw")
 
@@ -108,12 +115,10 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
         raise ConfigError(f"{values['bytes']} B is more than any GPU holds (at most "
                           f"{MAX_BYTES} B, 1 TiB): a run could never measure it",
                           path=path, line=line_of(item, "bytes"), key=prefix + "bytes")
-    return Reference(partition=values["partition"], nodes=values["nodes"],
-                     ranks_per_node=values["ranks_per_node"], bytes=values["bytes"],
-                     value=float(value), lower=None if lower is None else float(lower),
-                     upper=None if upper is None else float(upper), unit=unit,
-                     source=values["source"], gpu_model=values["gpu_model"],
-                     xfail=values["xfail"], op=values["op"])
+    del values["busbw"]
+    return Reference(**values, value=float(value), unit=unit,
+                     lower=None if lower is None else float(lower),
+                     upper=None if upper is None else float(upper))
 
 
 def select(references: Sequence[Reference], *, partition: str | None, nodes: int,

@@ -1,8 +1,9 @@
 """Declarative checks for the hand-edited YAML inputs.
 
-Each input kind (manifest, env spec, site profile) declares its fields once; :func:`check_mapping`
-rejects unknown keys (suggesting the closest known one, since most are typos), missing required
-keys, wrong types and values outside a fixed set, always naming file, line and key.
+Each input kind (manifest, env spec, site profile, settings) declares its fields once, as a
+pydantic model; :func:`validate_model` rejects unknown keys (suggesting the closest known one,
+since most are typos), missing required keys, wrong types and values outside a fixed set, always
+naming file, line and key. The same models give the JSON Schemas editors read.
 
 Names (targets, versions, sites, partitions) become file names, module names and words in
 generated scripts, so they follow one strict rule, :func:`name_problem`, wherever they enter.
@@ -14,9 +15,12 @@ import difflib
 import re
 import types
 import typing
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Callable, Mapping, Sequence, TypeVar
+
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Strict, ValidationError,
+                      WrapValidator, model_validator)
+from pydantic_core import PydanticCustomError
 
 from containers.errors import ConfigError, UsageError, raise_all
 from containers.files import resolves_outside
@@ -99,39 +103,6 @@ def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
     return [check_input_file(p, kind=kind, root=root) for p in candidate_files(folder)]
 
 
-def _scalar(v: Any, *kinds: type) -> bool:
-    return isinstance(v, kinds) and not isinstance(v, bool)
-
-
-_STRING, _SCALARS = {"type": "string"}, {"type": ["string", "number", "boolean"]}
-#: Each kind of :class:`Field`: its check, what a message says it must be, its JSON Schema.
-KINDS: dict[str, tuple[Callable[[Any], bool], str, dict[str, Any]]] = {
-    "str": (lambda v: isinstance(v, str), "a string", _STRING),
-    "int": (lambda v: _scalar(v, int), "an integer", {"type": "integer"}),
-    "float": (lambda v: _scalar(v, int, float), "a number", {"type": "number"}),
-    "bool": (lambda v: isinstance(v, bool), "true or false", {"type": "boolean"}),
-    "str_list": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-                 "a list of strings", {"type": "array", "items": _STRING}),
-    "str_map": (lambda v: isinstance(v, dict)
-                and all(isinstance(x, (str, int, float, bool)) for x in v.values()),
-                "a mapping of names to scalar values",
-                {"type": "object", "additionalProperties": _SCALARS}),
-    "list": (lambda v: isinstance(v, list), "a list", {"type": "array"}),
-    "map": (lambda v: isinstance(v, dict), "a mapping", {"type": "object"}),
-}
-
-
-@dataclass(frozen=True)
-class Field:
-    """One allowed key of a mapping: its kind (a key of :data:`KINDS`), default and choices."""
-
-    name: str
-    kind: str = "str"
-    required: bool = False
-    default: Any = None
-    choices: tuple[Any, ...] | None = None
-
-
 def _type_name(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
@@ -157,56 +128,9 @@ def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
 
 def line_of(data: Any, key: str | int | None = None) -> int | None:
     """Best known line of a key or item in located YAML data."""
-    if isinstance(data, LocatedDict):
-        return data.line_of(str(key)) if key is not None else data.line
-    if isinstance(data, LocatedList):
-        return data.line_of(int(key)) if key is not None else data.line
-    return None
-
-
-def check_mapping(data: Any, fields: Sequence[Field], *, what: str, path: Any = None,
-                  prefix: str = "") -> dict[str, Any]:
-    """Validate one mapping against ``fields``; return a plain dict with defaults filled in.
-
-    Every problem is collected before anything is raised: one bad key is raised as itself, two or
-    more as :class:`~containers.errors.Problems` (each with its line and key), so a user sees them
-    all in one run.
-
-    ``prefix`` is prepended to key names in messages (``build_args.``) for nested mappings.
-    """
-    path = getattr(data, "path", None) or path
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what} must be a mapping", path=path, line=line_of(data),
-                          key=prefix.rstrip(".") or None)
-    known = {f.name: f for f in fields}
-    problems: list[ConfigError] = []
-    for key in data:
-        if key not in known:
-            problems.append(ConfigError(f"unknown key in {what}{suggest(key, list(known))}",
-                                        path=path, line=line_of(data, key), key=prefix + key))
-    result: dict[str, Any] = {}
-    for field in fields:
-        if field.name not in data or data[field.name] is None:
-            if field.required:
-                problems.append(ConfigError(f"required key missing from {what}", path=path,
-                                            line=line_of(data), key=prefix + field.name))
-            result[field.name] = field.default
-            continue
-        value = data[field.name]
-        check, expected, _ = KINDS[field.kind]
-        line = line_of(data, field.name)
-        if not check(value):
-            problems.append(ConfigError(f"must be {expected}, got {_type_name(value)}",
-                                        path=path, line=line, key=prefix + field.name))
-        elif field.choices is not None and value not in field.choices:
-            options = ", ".join(str(c) for c in field.choices)
-            problems.append(ConfigError(
-                f"'{value}' is not one of: {options}"
-                f"{suggest(str(value), [str(c) for c in field.choices])}", path=path, line=line,
-                key=prefix + field.name))
-        result[field.name] = value
-    raise_all(sorted(problems, key=lambda p: p.line or 0))  # every bad key, in file order
-    return result
+    if not isinstance(data, (LocatedDict, LocatedList)):
+        return None
+    return data.line if key is None else data.line_of(key)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------- typed models (pydantic) at file:line:key
@@ -214,6 +138,55 @@ def check_mapping(data: Any, fields: Sequence[Field], *, what: str, path: Any = 
 _EXPECTED = {"string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
              "float_type": "a number", "dict_type": "a mapping", "model_type": "a mapping",
              "list_type": "a list", "tuple_type": "a list", "int_from_float": "an integer"}
+
+
+class Part(BaseModel):
+    """A part of a hand-edited input: unknown keys are refused (most are typos), values frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Declared(Part):
+    """A manifest, env spec, reference or settings mapping, where ``key: null`` leaves the key
+    unset (its default; a required one missing), as a key left out does."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
+def refuse(problem: Callable[[Any], str | None]) -> AfterValidator:
+    """A check that refuses a value for the reason ``problem`` gives (None: it is fine)."""
+    def check(value: Any) -> Any:
+        reason = problem(value)
+        if reason:
+            raise ValueError(reason)
+        return value
+    return AfterValidator(check)
+
+
+def _words(expected: str) -> WrapValidator:
+    """A container of the wrong type, or holding an item of the wrong type, named as a whole
+    (``must be a list of strings``), not by the first item that is wrong; an item's own rule
+    names the item."""
+    def check(value: Any, handler: Any) -> Any:
+        try:
+            return handler(value)
+        except ValidationError as exc:
+            if any(e["type"] not in _EXPECTED for e in exc.errors()):
+                raise
+            raise problem_at(f"must be {expected}, got {_type_name(value)}") from None
+    return WrapValidator(check)
+
+
+Str = Annotated[str, Strict()]
+Bool = Annotated[bool, Strict()]
+Int = Annotated[int, Strict()]
+Scalar = Str | Bool | Int | Annotated[float, Strict()]
+StrList = Annotated[list[Str], _words("a list of strings")]
+MAP_OF_SCALARS = _words("a mapping of names to scalar values")
+StrMap = Annotated[dict[str, Scalar], MAP_OF_SCALARS]
 
 
 def located(data: Any, loc: Sequence[str | int]) -> int | None:
@@ -274,14 +247,16 @@ def _message(error: Mapping[str, Any], model: Any, loc: Sequence[str | int],
              what: str) -> str:
     """One pydantic error in this project's words (the hand-written checks' wording)."""
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    if not loc and kind in ("model_type", "dict_type"):
+        return f"{what} must be a mapping"
     if kind == "extra_forbidden":
         holder = _model_at(model, loc[:-1])
         known = list(holder.model_fields) if holder is not None else []
         return f"unknown key in {_what_at(model, loc[:-1], what)}{suggest(str(loc[-1]), known)}"
     if kind == "missing":
         return f"required key missing from {_what_at(model, loc[:-1], what)}"
-    if kind in _EXPECTED:
-        return f"must be {_EXPECTED[kind]}, got {_type_name(value)}"
+    if kind in _EXPECTED or (kind == "literal_error" and not isinstance(value, str)):
+        return f"must be {_EXPECTED.get(kind, 'a string')}, got {_type_name(value)}"
     if kind == "literal_error":
         options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         return f"'{value}' is not one of: {', '.join(options)}{suggest(str(value), options)}"
@@ -304,61 +279,29 @@ def _what_at(model: Any, loc: Sequence[str | int], what: str) -> str:
     return key_of(loc)
 
 
-def validate_model(model: type[T], data: Any, *, path: Any, what: str,
+def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: str = "",
                    context: Mapping[str, Any] | None = None) -> T:
     """``data`` (located YAML) validated by the pydantic ``model``; every problem becomes a
-    :class:`ConfigError` at file, line and key, all raised together in file order.
+    :class:`ConfigError` at file, line and key (after ``prefix``: ``containers.`` for a nested
+    mapping), all raised together in file order, unknown keys first on a line.
 
     A validator that knows a deeper key than the field it checks (a partition inside the
     ``partitions`` mapping) says so with :func:`problem_at`."""
-    from pydantic import ValidationError
     try:
         return model.model_validate(data, context={"raw": data, **(context or {})})
     except ValidationError as exc:
         problems = []
-        for error in exc.errors():
+        for error in sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden"):
             loc = [*error["loc"], *((error.get("ctx") or {}).get("at") or ())]
-            loc = _resolve(part for part in loc if part != "[key]")
+            loc = [part for part in loc if part != "[key]"]
+            key = prefix + key_of(loc) if loc else prefix.rstrip(".")
             problems.append(ConfigError(_message(error, model, loc, what), path=path,
-                                        line=located(data, loc), key=key_of(loc) or None))
+                                        line=located(data, loc), key=key or None))
         raise_all(sorted(problems, key=lambda p: p.line or 0))
         raise  # pragma: no cover - raise_all raised
-
-
-def _resolve(parts: Iterable[str | int]) -> list[str | int]:
-    """A key path with ``..`` (the key above) resolved."""
-    loc: list[str | int] = []
-    for part in parts:
-        if part == "..":
-            loc = loc[:-1]
-        else:
-            loc.append(part)
-    return loc
 
 
 def problem_at(reason: str, *at: str | int) -> Exception:
     """A validation problem at a key below the field being checked (``at``: keys and
     indexes), for :func:`validate_model` to name."""
-    from pydantic_core import PydanticCustomError
     return PydanticCustomError("site", "{reason}", {"reason": reason, "at": at})
-
-
-def fields_json_schema(fields: Sequence[Field], *, title: str,
-                       nested: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """The JSON Schema of a mapping declared as :class:`Field` tuples (manifests, env-spec
-    additions), for editors (yaml-language-server); ``nested`` gives the schema of a key whose
-    value is itself declared."""
-    properties: dict[str, Any] = {}
-    for field in fields:
-        spec = dict((nested or {}).get(field.name) or KINDS[field.kind][2])
-        if field.choices is not None:
-            spec["enum"] = list(field.choices)
-        if field.default not in (None, [], {}):
-            spec["default"] = field.default
-        properties[field.name] = spec
-    schema: dict[str, Any] = {"title": title, "type": "object", "properties": properties,
-                              "additionalProperties": False}
-    required = [f.name for f in fields if f.required]
-    if required:
-        schema["required"] = required
-    return schema

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
-from containers.errors import ConfigError, raise_all
-from containers.inputs.flags import ACCOUNT, GROUP, NON_NEGATIVE_INT, TARGET
-from containers.inputs.schema import Field, check_mapping, name_problem, suggest
+from pydantic import AfterValidator, ConfigDict, Field
+
+from containers.errors import ConfigError
+from containers.inputs.flags import ACCOUNT, GROUP, NON_NEGATIVE_INT, TARGET, FlagType
+from containers.inputs.schema import (MAP_OF_SCALARS, Bool, Declared, Int, Scalar, Str,
+                                      name_problem, refuse, suggest, validate_model)
 
 #: mksquashfs's own gzip level, which Apptainer builds with when given no arguments.
 SQUASHFS_DEFAULT_LEVEL = 9
@@ -23,31 +26,72 @@ SQUASHFS_DEFAULT_LEVEL = 9
 #: a site whose runtime is not known to read zstd: publish checks it).
 SQUASHFS_CHOICES = ("auto", "zstd", "gzip")
 
-FIELDS = (
-    Field("images_dir", default="images"),
-    Field("results_dir", default="results"),
-    Field("perflog_dir", default="results/perflog"),
-    Field("tmp_dir", default="/var/tmp/containers-build"),
-    Field("cache_dir", default=""),
-    # A package cache shared by a group of admins, on purpose: the group's name (empty: the
-    # cache is this user's alone).
-    Field("cache_group", default=""),
-    Field("squashfs", default="auto"),
-    Field("squashfs_level", "int", default=SQUASHFS_DEFAULT_LEVEL),
-    Field("runtime", default="auto"),
-    Field("default_target", default="cpu"),
-    Field("jobs_mount", default="/opt/containers/jobs"),
-    Field("results_mount", default="/opt/containers/results"),
-    Field("sign_keysdir", default=""),
-    Field("sign_keyidx", "int", default=0),
-    Field("publish_group", default=""),
-    Field("publish_world_readable", "bool", default=True),
-    # Versions --keep never removes, per target (queued jobs or a site's docs rely on them).
-    Field("publish_pinned", "map", default={}),
-    # Batch jobs (invoke job): the project (account) to charge, for every site or per site.
-    Field("account", default=""),
-    Field("accounts", "str_map", default={}),
-)
+
+def _by_flag(rule: FlagType) -> AfterValidator:
+    """A setting that means what a flag means follows that flag's rule, checked when the
+    settings load: a bad one is named where it is set, not blamed on the flag when a job is
+    rendered."""
+    def check(value: Any) -> Any:
+        if value not in ("", None):
+            try:
+                rule.parse(value if isinstance(value, int) else str(value))
+            except ValueError as exc:
+                raise ValueError(f"{str(value)!r} {exc}") from None
+        return value
+    return AfterValidator(check)
+
+
+def _versions(value: Any) -> tuple[str, ...]:
+    """A target's pinned versions: file names in the publish folder, so the one name rule."""
+    if not isinstance(value, list):
+        raise ValueError("must be a list of version names")
+    for version in value:
+        problem = name_problem("version", version)
+        if problem:
+            raise ValueError(problem)
+    return tuple(value)
+
+
+Group = Annotated[Str, _by_flag(GROUP)]
+Account = Annotated[Str, _by_flag(ACCOUNT)]
+Runtime = Annotated[Str, refuse(lambda value: None if value in ("auto", "apptainer", "singularity")
+                                or Path(value).is_absolute()
+                                else "must be auto, apptainer, singularity or an absolute path")]
+Squashfs = Annotated[Str, refuse(lambda value: None if value in SQUASHFS_CHOICES else (
+    f"must be one of {', '.join(SQUASHFS_CHOICES)}, got {value!r}"))]
+Level = Annotated[Int, refuse(lambda level: None if 1 <= level <= SQUASHFS_DEFAULT_LEVEL else (
+    f"must be a gzip level from 1 (fastest) to {SQUASHFS_DEFAULT_LEVEL} (smallest, Apptainer's "
+    f"own), got {level}"))]
+
+
+class SettingsFile(Declared):
+    """The ``containers:`` settings of an invoke config (``invoke.yaml``)."""
+
+    model_config = ConfigDict(title="hpc-containers settings (containers: in invoke.yaml)")
+
+    images_dir: Str = "images"
+    results_dir: Str = "results"
+    perflog_dir: Str = "results/perflog"
+    tmp_dir: Str = "/var/tmp/containers-build"
+    cache_dir: Str = ""
+    cache_group: Group = Field("", description="a package cache shared by a group of admins, on "
+                             "purpose: the group's name (empty: the cache is this user's alone)")
+    squashfs: Squashfs = "auto"
+    squashfs_level: Level = SQUASHFS_DEFAULT_LEVEL
+    runtime: Runtime = "auto"
+    default_target: Annotated[Str, _by_flag(TARGET)] = "cpu"
+    jobs_mount: Str = "/opt/containers/jobs"
+    results_mount: Str = "/opt/containers/results"
+    sign_keysdir: Str = ""
+    sign_keyidx: Annotated[Int, _by_flag(NON_NEGATIVE_INT)] = 0
+    publish_group: Group = ""
+    publish_world_readable: Bool = True
+    publish_pinned: dict[str, Annotated[Any, AfterValidator(_versions)]] = Field(
+        {}, description="versions --keep never removes, per target (queued jobs or a site's "
+                        "docs rely on them)")
+    account: Account = Field("", description="the project (account) batch jobs charge")
+    accounts: Annotated[dict[str, Annotated[Scalar, _by_flag(ACCOUNT)]], MAP_OF_SCALARS] = Field(
+        {}, description="the account per site, over account")
 
 
 @dataclass(frozen=True)
@@ -98,47 +142,8 @@ class Settings:
         return self.images_dir / f"{target}.sif.json"
 
 
-def _pinned(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """``containers.publish_pinned``: target name to a list of version names, each checked by
-    the one name rule (the versions are file names in the publish folder)."""
-    pinned: dict[str, tuple[str, ...]] = {}
-    for target, versions in value.items():
-        key = f"containers.publish_pinned.{target}"
-        if isinstance(versions, str) or not isinstance(versions, list):
-            raise ConfigError("must be a list of version names", path="invoke.yaml", key=key)
-        for version in versions:
-            problem = name_problem("version", version)
-            if problem:
-                raise ConfigError(problem, path="invoke.yaml", key=key)
-        pinned[str(target)] = tuple(str(v) for v in versions)
-    return pinned
-
-
-#: Settings that mean what a flag means, each checked at load by that flag's type.
-_FLAG_RULES = {"account": ACCOUNT, "default_target": TARGET, "sign_keyidx": NON_NEGATIVE_INT,
-               "publish_group": GROUP, "cache_group": GROUP}
-
-
-def _flag_rules(values: dict) -> list[ConfigError]:
-    """Settings checked by the rule of the flag of the same meaning (``containers.account`` and
-    each ``containers.accounts.<site>`` as ``--account``, ``default_target`` as ``--target``,
-    ...), when they are loaded: a bad one is named where it is set, not blamed on the flag
-    when a job is rendered."""
-    found = []
-    checks = [(f"containers.{name}", values[name], rule) for name, rule in _FLAG_RULES.items()]
-    checks += [(f"containers.accounts.{site}", value, ACCOUNT)
-               for site, value in values["accounts"].items()]
-    for key, value, rule in checks:
-        if value not in ("", None):
-            try:
-                rule.parse(value if isinstance(value, int) else str(value))
-            except ValueError as exc:
-                found.append(ConfigError(f"{str(value)!r} {exc}", path="invoke.yaml", key=key))
-    return found
-
-
 #: Settings that are mappings: invoke reads ``INVOKE_CONTAINERS_<KEY>_<NAME>`` into them.
-_MAPS = tuple(f.name for f in FIELDS if f.kind in ("map", "str_map"))
+_MAPS = ("publish_pinned", "accounts")
 
 
 def unknown_variables(environ: Mapping[str, str], config: Mapping[str, Any] | None = None
@@ -148,7 +153,7 @@ def unknown_variables(environ: Mapping[str, str], config: Mapping[str, Any] | No
     (``INVOKE_CONTAINERS_IMAGE_DIR``) would leave the default in force; the same typo in a file
     is an unknown key, and so is this. A mapping's entry (``INVOKE_CONTAINERS_ACCOUNTS_LUMI``)
     is read only when a file already sets that entry (``config``: the merged settings)."""
-    known = [f.name for f in FIELDS]
+    known = list(SettingsFile.model_fields)
     found = []
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX):
@@ -186,29 +191,14 @@ UNSET_FOLDERS = ("cache_dir", "sign_keysdir")
 
 
 def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settings:
-    """Settings from a plain mapping (the ``containers`` part of the invoke config)."""
-    values = check_mapping(dict(config or {}), FIELDS, what="containers settings",
-                           path="invoke.yaml", prefix="containers.")
+    values = dict(validate_model(SettingsFile, dict(config or {}), path="invoke.yaml",
+                                 what="containers settings", prefix="containers."))
 
     def resolve(value: str) -> Path:
         path = Path(value).expanduser()
         return path if path.is_absolute() else root / path
 
-    if values["runtime"] not in ("auto", "apptainer", "singularity") and \
-            not Path(values["runtime"]).is_absolute():
-        raise ConfigError("must be auto, apptainer, singularity or an absolute path",
-                          path="invoke.yaml", key="containers.runtime")
-    if not 1 <= values["squashfs_level"] <= SQUASHFS_DEFAULT_LEVEL:
-        raise ConfigError(f"must be a gzip level from 1 (fastest) to {SQUASHFS_DEFAULT_LEVEL} "
-                          f"(smallest, Apptainer's own), got {values['squashfs_level']}",
-                          path="invoke.yaml", key="containers.squashfs_level")
-    if values["squashfs"] not in SQUASHFS_CHOICES:
-        raise ConfigError(f"must be one of {', '.join(SQUASHFS_CHOICES)}, got "
-                          f"{values['squashfs']!r}", path="invoke.yaml", key="containers.squashfs")
-    raise_all(_flag_rules(values))
     folders = {key: resolve(values[key]) for key in FOLDERS}
     folders.update({key: resolve(values[key]) if values[key] else None for key in UNSET_FOLDERS})
-    return Settings(root=root, **{
-        **values, **folders, "publish_pinned": _pinned(values["publish_pinned"]),
-        "account": str(values["account"] or ""), "cache_group": str(values["cache_group"] or ""),
-        "accounts": {str(k): str(v) for k, v in values["accounts"].items() if v}})
+    return Settings(root=root, **{**values, **folders, "accounts": {
+        site: str(account) for site, account in values["accounts"].items() if account}})

@@ -25,16 +25,16 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Collection, Literal, Mapping
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
-                      PrivateAttr, Strict, ValidationInfo, WithJsonSchema, field_validator)
+from pydantic import (BeforeValidator, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo,
+                      WithJsonSchema, field_validator)
 from pydantic.json_schema import SkipJsonSchema
 
 from containers import walltime
 from containers.errors import ConfigError
 from containers.inputs import references as refs
 from containers.inputs.references import Reference, parse_reference, select
-from containers.inputs.schema import (fields_json_schema, input_files, is_env_name, pick,
-                                      problem_at, suggest, validate_model)
+from containers.inputs.schema import (Bool, Part, Str, input_files, is_env_name, pick,
+                                      problem_at, refuse, suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_file
 
 GpuRequest = Literal["gpus-per-node", "gres"]
@@ -45,7 +45,6 @@ VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES
 HOST_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|(\$))")
 #: A GPU architecture as compilers name it: CUDA compute capability or an AMD gfx target.
 ARCH = {"cuda": re.compile(r"sm_\d{2,3}\Z"), "rocm": re.compile(r"gfx[0-9a-f]{3,4}\Z")}
-
 
 
 # ------------------------------------------------------------------------- value types
@@ -60,20 +59,6 @@ def _time(value: object) -> int:
     return walltime.parse(value)
 
 
-def _bind(value: str) -> str:
-    problem = bind_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-def _env_name(name: str) -> str:
-    if not is_env_name(name):
-        raise ValueError(f"'{name}' is not an environment variable name (letters, digits and "
-                         "_, not starting with a digit)")
-    return name
-
-
 def _env_value(value: object) -> str:
     if not isinstance(value, (str, int, float, bool)):
         raise ValueError("must be a scalar value (a string or a number)")
@@ -83,53 +68,31 @@ def _env_value(value: object) -> str:
     return str(value)
 
 
-def _mask(value: str) -> str:
-    if not re.fullmatch(r"0x[0-9a-fA-F]+", value):
-        raise ValueError(f"'{value}' is not a hexadecimal CPU mask (0x…)")
-    return value
-
-
-def _pattern(value: str) -> str:
+def _pattern(value: str) -> str | None:
     try:
         re.compile(value)
     except re.error as exc:
-        raise ValueError(f"is not a valid regular expression: {exc}") from exc
-    return value
+        return f"is not a valid regular expression: {exc}"
+    return None
 
 
-def _network(value: str) -> str:
-    if not value.strip() or value != value.strip():
-        raise ValueError("must name the network (NCCL_NET compares it exactly: no empty value, "
-                         "no spaces at its ends)")
-    return value
-
-
-def _version(value: str) -> str:
-    if not re.match(r"\s*\d+(?:\.\d+)*", value):
-        raise ValueError(f"'{value}' is not a version (digits and dots)")
-    return value
-
-
-Str = Annotated[str, Strict()]
 Count = Annotated[int, Strict(), Field(ge=0)]
 Positive = Annotated[int, Strict(), Field(ge=1)]
-Bool = Annotated[bool, Strict()]
 Names = tuple[Str, ...]
 Time = Annotated[int, BeforeValidator(_time), WithJsonSchema(
     {"type": "string", "description": "HH:MM:SS, D-HH:MM:SS or MM:SS, in quotes"})]
-Bind = Annotated[str, Strict(), AfterValidator(_bind)]
-EnvName = Annotated[str, AfterValidator(_env_name)]
+Bind = Annotated[str, Strict(), refuse(lambda bind: bind_problem(bind))]
+EnvName = Annotated[str, refuse(lambda name: None if is_env_name(name) else (
+    f"'{name}' is not an environment variable name (letters, digits and _, not starting with "
+    "a digit)"))]
 EnvValue = Annotated[str, BeforeValidator(_env_value), WithJsonSchema(
     {"type": ["string", "number", "boolean"]})]
 Env = dict[EnvName, EnvValue]
-Version = Annotated[str, Strict(), AfterValidator(_version)]
+Version = Annotated[str, Strict(), refuse(lambda value: None if re.match(
+    r"\s*\d+(?:\.\d+)*", value) else f"'{value}' is not a version (digits and dots)")]
+Mask = Annotated[str, Strict(), refuse(lambda value: None if re.fullmatch(
+    r"0x[0-9a-fA-F]+", value) else f"'{value}' is not a hexadecimal CPU mask (0x…)")]
 Doc = Field
-
-
-class Part(BaseModel):
-    """A nested part of a profile: unknown keys are refused (most are typos), values frozen."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # ------------------------------------------------------------------------------- the parts
@@ -141,10 +104,9 @@ class Gpus(Part):
     model: Str | None = Doc(None, description="GPU model (a reference may name it)")
     per_node: Count = Doc(0, validate_default=True, description="GPUs (ROCm: GCDs) per node")
     max_per_job: Count = Doc(0, description="GPUs one job may hold (0: no site-wide limit)")
+    arch_source: Str | None = Doc(None, description="where the architecture is documented")
     arch: Str | None = Doc(None, description="CUDA compute capability (sm_80) or gfx target "
                                              "(gfx90a) the image's kernels must cover")
-    arch_source: Str | None = Doc(None, validate_default=True,
-                                  description="where the architecture is documented")
     gres_type: Str | None = Doc(None, description="the GPU type in --gres=gpu:<type>:N")
     request: GpuRequest = Doc("gpus-per-node", description="how Slurm jobs ask for GPUs: "
                               "--gpus-per-node=N or --gres=gpu:<gres_type>:N")
@@ -156,19 +118,16 @@ class Gpus(Part):
             raise ValueError("a GPU site needs gpus.per_node > 0")
         return value
 
-    @field_validator("arch_source")
+    @field_validator("arch")
     @classmethod
-    def _arch_with_source(cls, value: str | None, info: ValidationInfo) -> str | None:
-        arch, kind = info.data.get("arch"), info.data.get("kind", "none")
-        if arch is None:
-            return value
-        if kind not in ARCH or not ARCH[kind].match(arch):
-            raise problem_at(f"'{arch}' is not a {kind} GPU architecture (sm_NN for cuda, "
-                             "gfxNNN for rocm)", "..", "arch")
-        if not value:
-            raise problem_at("a GPU architecture needs arch_source: the page that states it",
-                             "..", "arch")
-        return value
+    def _arch_with_source(cls, arch: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("kind", "none")
+        if arch is not None and (kind not in ARCH or not ARCH[kind].match(arch)):
+            raise ValueError(f"'{arch}' is not a {kind} GPU architecture (sm_NN for cuda, "
+                             "gfxNNN for rocm)")
+        if arch is not None and "arch_source" in info.data and not info.data["arch_source"]:
+            raise ValueError("a GPU architecture needs arch_source: the page that states it")
+        return arch
 
     @field_validator("request")
     @classmethod
@@ -192,13 +151,6 @@ class Limits(Part):
     def name(self) -> str:
         """The name it has in the profile (its key)."""
         return self._name
-
-    @classmethod
-    def named(cls, name: str, **values: Any):
-        """An instance that knows its name (the key it is filed under)."""
-        made = cls(**values)
-        made._name = name
-        return made
 
 
 class Partition(Limits):
@@ -254,9 +206,11 @@ class Transport(Part):
     container: host modules, binds and variables (applied to runs of 2+ nodes)."""
 
     name: Str | None = Doc(None, description="the transport's name in verdicts")
-    expect: Annotated[str, Strict(), AfterValidator(_pattern)] | None = Doc(
+    expect: Annotated[str, Strict(), refuse(_pattern)] | None = Doc(
         None, description="regular expression a run's NCCL/RCCL log must match (the proof)")
-    net: Annotated[str, Strict(), AfterValidator(_network)] | None = Doc(
+    net: Annotated[str, Strict(), refuse(lambda net: None if net.strip() == net != "" else (
+        "must name the network (NCCL_NET compares it exactly: no empty value, no spaces at its "
+        "ends)"))] | None = Doc(
         None, description="NCCL_NET for every run it applies to: fail instead of TCP sockets")
     from_nodes: Positive = Doc(1, description="it applies to runs of at least this many nodes")
     modules: Names = Doc((), description="host modules a multi-node job loads first")
@@ -278,14 +232,9 @@ class Transport(Part):
         return bool(self.expect) and nodes >= self.from_nodes
 
 
-def _word(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_]+", value):
-        raise ValueError(f"'{value}' is not a word (letters, digits, _): a job name is a "
-                         "directive value")
-    return value
-
-
-Word = Annotated[str, Strict(), AfterValidator(_word)]
+Word = Annotated[str, Strict(), refuse(lambda value: None if re.fullmatch(
+    r"[A-Za-z0-9_]+", value) else f"'{value}' is not a word (letters, digits, _): a job name "
+    "is a directive value")]
 
 
 class Job(Part):
@@ -360,14 +309,16 @@ def _limits_or_empty(value: object) -> object:
 
 
 Partitions = Annotated[dict[str, Annotated[Partition, BeforeValidator(_limits_or_empty)]],
-                       BeforeValidator(_partition_names)]
-ReferenceItem = Annotated[Reference, WithJsonSchema(
-    fields_json_schema(refs.FIELDS, title="reference"))]
+                       BeforeValidator(_partition_names,
+                                       json_schema_input_type=dict[str, Partition] | list[str])]
+ReferenceItem = Annotated[Reference, WithJsonSchema(refs.Entry.model_json_schema())]
 
 
 # ---------------------------------------------------------------------------- the profile
 class Profile(Part):
     """A site profile as written in ``sites/<site>.yaml``."""
+
+    model_config = ConfigDict(title="hpc-containers site profile (sites/<site>.yaml)")
 
     description: Str = Doc(description="one line: the cluster, its GPUs and network")
     scheduler: Literal["none", "slurm", "pbs"] = Doc("none", description="batch scheduler")
@@ -377,7 +328,7 @@ class Profile(Part):
     account_required: Bool = Doc(False, description="the scheduler refuses jobs without one")
     gpus: Gpus = Doc(Gpus(), description="the GPUs of a node")
     cores_per_node: Count = Doc(0, description="usable CPU cores per node")
-    cpu_bind: tuple[Annotated[str, Strict(), AfterValidator(_mask)], ...] = Doc(
+    cpu_bind: tuple[Mask, ...] = Doc(
         (), description="one CPU mask per GPU of a node, in GPU order (srun mask_cpu)")
     memory: Memory = Doc(Memory(), description="memory jobs request")
     partitions: Partitions = Doc({}, description="partitions and their limits (or a list of "
@@ -491,7 +442,11 @@ class Site(Profile):
     def partition(self, name: str | None) -> Partition:
         """``name``'s limits; a partition the profile does not describe (or no partition: the
         scheduler's default) has none."""
-        return self.partitions.get(name or "") or Partition.named(name or "")
+        if (name or "") in self.partitions:
+            return self.partitions[name or ""]
+        unknown = Partition()
+        unknown._name = name or ""
+        return unknown
 
     @property
     def gpu_flag(self) -> str | None:
@@ -534,17 +489,6 @@ def _key_lines(data: Any, prefix: str = "") -> dict[str, int]:
             if isinstance(value, dict):
                 lines.update(_key_lines(value, f"{prefix}{key}."))
     return lines
-
-
-def profile_json_schema() -> dict[str, Any]:
-    """The JSON Schema of a site profile, for editors (``schemas/site.schema.json``)."""
-    schema = Profile.model_json_schema()
-    schema["title"] = "hpc-containers site profile (sites/<site>.yaml)"
-    mapping = schema["properties"]["partitions"]
-    schema["properties"]["partitions"] = {  # or the older form: a list of names
-        "description": mapping.pop("description", ""), "default": mapping.pop("default", {}),
-        "anyOf": [mapping, {"type": "array", "items": {"type": "string"}}]}
-    return schema
 
 
 #: What makes Apptainer run code when it evaluates an environment value (``--env``,
@@ -622,7 +566,6 @@ def get_site(sites: dict[str, Site], name: str) -> Site:
 
 def detect_site(sites: dict[str, Site], environ: Mapping[str, str] | None = None,
                 hostname: str | None = None) -> Site | None:
-    """The first site whose ``detect`` rules match this environment, if any."""
     environ = os.environ if environ is None else environ
     hostname = socket.gethostname() if hostname is None else hostname
     return next((s for s in sites.values() if s.matches(environ, hostname)), None)

@@ -5,7 +5,7 @@ is valid on its own when it loads; these are the references between them.
 
 :func:`check_project` is ``invoke check``: it loads every manifest and site profile on its own
 (one bad file does not hide the others), runs every check on each, and returns every problem
-found, so a user fixes them all after one run. :func:`problems` is the same as a plain list.
+found, so a user fixes them all after one run.
 """
 
 from __future__ import annotations
@@ -19,20 +19,13 @@ from containers.inputs import compat
 from containers.inputs.definition import Definition, host_path_uses, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
 from containers.inputs.names import EXAMPLES
-from containers.inputs.recipes import Target, base_problems, get_target, load_target
+from containers.inputs.recipes import (Target, base_names, base_problems, get_target,
+                                       load_target)
 from containers.inputs.schema import (candidate_files, check_file_name, check_input_file,
                                       check_name, suggest)
 from containers.inputs.sites import Site, load_site
 
 T = TypeVar("T")
-
-
-def check_site_names(site: Site) -> None:
-    """A site's name (its file's stem) and its partitions' names pass the one name rule."""
-    check_file_name("site", site.path)
-    for partition in site.partitions:
-        check_name("partition", partition, path=site.path, line=site.lines.get("partitions"),
-                   key="partitions")
 
 
 def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
@@ -64,31 +57,22 @@ def check_target(target: Target, sites: Mapping[str, Site | None], *,
                           path=target.definition, line=line, key=name)
 
 
-def host_path_problems(target: Target, definition: Definition | None = None
-                       ) -> list[ConfigError]:
-    """The ``%setup`` / ``%files`` lines of ``target``'s definition that read host paths
-    outside the build context, one :class:`ConfigError` each (a warning, unless the manifest
-    says ``host_paths: forbid``: then they are errors). ``definition`` is the target's, read
-    here when not given."""
-    if target.definition is None:
-        return []
-    if definition is None:
-        definition = read_definition(target.definition)
-    switch = ("the manifest forbids them (host_paths: forbid)" if target.host_paths == "forbid"
-              else "the image depends on the build machine; host_paths: forbid in the manifest "
-                   "makes this an error")
-    return [ConfigError(f"reads host paths outside the build context: {', '.join(use.paths)}; "
-                        f"{switch}", path=target.definition, line=use.line, key=use.section)
-            for use in host_path_uses(definition)]
-
-
 def host_path_policy(target: Target, definition: Definition | None = None
                      ) -> tuple[list[ConfigError], list[ConfigError]]:
-    """The manifest's ``host_paths`` rule applied to its definition: ``(errors, warnings)``,
-    the host path uses as errors under ``host_paths: forbid``, else as warnings. The one place
+    """The manifest's ``host_paths`` rule applied to its definition (read here when not given):
+    ``(errors, warnings)``, the ``%setup`` / ``%files`` lines that read host paths outside the
+    build context as errors under ``host_paths: forbid``, else as warnings. The one place
     ``invoke check`` and ``invoke build`` (through the plan) enforce it."""
-    uses = host_path_problems(target, definition)
-    return (uses, []) if target.host_paths == "forbid" else ([], uses)
+    if target.definition is None:
+        return [], []
+    forbid = target.host_paths == "forbid"
+    switch = ("the manifest forbids them (host_paths: forbid)" if forbid
+              else "the image depends on the build machine; host_paths: forbid in the manifest "
+                   "makes this an error")
+    uses = [ConfigError(f"reads host paths outside the build context: {', '.join(use.paths)}; "
+                        f"{switch}", path=target.definition, line=use.line, key=use.section)
+            for use in host_path_uses(definition or read_definition(target.definition))]
+    return (uses, []) if forbid else ([], uses)
 
 
 def check_inputs_of(target: Target, definition: Definition | None = None) -> EnvSpec | None:
@@ -165,23 +149,17 @@ def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[Contain
     built on it), not every command for every target."""
     targets, failed = load_each(root / "recipes", kind="target", root=root,
                                 load=lambda p: load_target(p, root=root))
-    changed = True
-    while changed:  # a target on a base that failed fails too, down every chain
-        changed = False
-        for problem in base_problems({n: t for n, t in targets.items()
-                                      if t.base not in failed}):
-            name = Path(problem.path).stem if problem.path else None
-            if name in targets:
-                failed[name] = [problem]
-                del targets[name]
-                changed = True
-        for name, item in list(targets.items()):
-            if item.base in failed:
-                failed[name] = [ConfigError(f"base target '{item.base}' is not usable: "
+    for problem in base_problems({n: t for n, t in targets.items() if t.base not in failed}):
+        failed[problem.path.stem] = [problem]
+        del targets[problem.path.stem]
+    for name in list(targets):  # a target on a base that failed fails too, down its chain
+        for link in base_names(targets, name)[1:]:
+            item = targets.get(link)
+            if item is not None and item.base in failed:
+                failed[link] = [ConfigError(f"base target '{item.base}' is not usable: "
                                             f"{failed[item.base][0]}", path=item.manifest,
                                             line=item.line("base"), key="base")]
-                del targets[name]
-                changed = True
+                del targets[link]
     return targets, failed
 
 
@@ -202,7 +180,7 @@ def check_project(root: Path, *, target: str | None = None, tool_args: Collectio
     names = all_names = sorted({*report.targets, *failed_targets})
     if target is not None:
         get_target(dict.fromkeys(names), target)  # an unknown name is a --target error
-        names = _chain(report.targets, target)
+        names = base_names(report.targets, target)
     for name in names:
         report.add(failed_targets.get(name, []))
     # a base whose manifest failed exists: its own error says what is wrong
@@ -226,21 +204,9 @@ def check_project(root: Path, *, target: str | None = None, tool_args: Collectio
     return report
 
 
-def _chain(targets: Mapping[str, Target], name: str) -> list[str]:
-    """``name`` and its bases, base-most first, as far as they loaded (no loop, no KeyError:
-    a missing or looping base is reported by :func:`base_problems`)."""
-    chain: list[str] = []
-    current: str | None = name
-    while current is not None and current not in chain:
-        chain.insert(0, current)
-        item = targets.get(current)
-        current = item.base if item is not None else None
-    return chain
-
-
 def _chain_loaded(targets: Mapping[str, Target], name: str) -> bool:
     """Whether every base of ``name`` loaded and the chain ends (the planning checks need it)."""
-    chain = _chain(targets, name)
+    chain = base_names(targets, name)
     first = targets.get(chain[0])
     return all(n in targets for n in chain) and (first is None or first.base is None)
 
@@ -295,17 +261,13 @@ def example_findings(target: Target, env: EnvSpec | None = None, *,
 
 
 def check_site(site: Site, targets: Collection[str]) -> None:
-    """One site's own names and its default target (``targets``: the target names)."""
-    check_site_names(site)
+    """One site's own names (its file's stem, its partitions': the one name rule) and its
+    default target (``targets``: the target names)."""
+    check_file_name("site", site.path)
+    for partition in site.partitions:
+        check_name("partition", partition, path=site.path, line=site.lines.get("partitions"),
+                   key="partitions")
     if site.default_target and site.default_target not in targets:
         raise ConfigError(f"default_target '{site.default_target}' is not a target"
                           f"{suggest(site.default_target, list(targets))}", path=site.path,
                           line=site.lines.get("default_target"), key="default_target")
-
-
-def problems(root: Path, *, target: str | None = None, tool_args: Collection[str] = (),
-             target_checks: Sequence[Callable[[Mapping[str, Target], str], object]] = (),
-             site_checks: Sequence[Callable[[Site], object]] = ()) -> list[ContainersError]:
-    """Every error :func:`check_project` finds, in the order found (files in name order)."""
-    return check_project(root, target=target, tool_args=tool_args, target_checks=target_checks,
-                         site_checks=site_checks).errors

@@ -122,5 +122,4 @@ def read_input_text(path: Path, *, limit: int = INPUT_LIMIT) -> str:
 
 
 def load_yaml_file(path: Path) -> Any:
-    """Read (:func:`read_input_text`) and parse one YAML file."""
     return load_yaml_text(read_input_text(path), path=path)

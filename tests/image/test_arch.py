@@ -183,6 +183,18 @@ def test_the_squashfs_compression_is_read_from_the_superblock() -> None:
             arch.compression_of(bad)
 
 
+def test_a_known_root_offset_reads_the_compression_without_listing_the_sif(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build reads its image's root offset once (``apptainer sif list``) for both the
+    architecture and the compression: given it, the superblock is read there directly."""
+    from containers.host.runtime import Runtime
+
+    image = tmp_path / "x.sif"
+    image.write_bytes(bytes(100) + b"hsqs" + bytes(16) + (6).to_bytes(2, "little") + bytes(74))
+    monkeypatch.setattr(arch, "capture", lambda argv, **kw: pytest.fail(f"ran {argv}"))
+    assert arch.image_compression(Runtime("apptainer", "apptainer", "1.4"), image, 100) == "zstd"
+
+
 def test_publish_is_refused_for_a_compression_the_site_cannot_mount(tmp_path: Path) -> None:
     """A build's zstd default published for a site whose runtime is known to read gzip only
     would not mount there: refused before anything is copied, checks skipped or not."""

@@ -298,9 +298,11 @@ def _built_step(tmp_path: Path, test_script: str) -> BuildStep:
 def read_image_faked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("containers.image.builder.build_record",
                         lambda step, runtime, seconds: {"labels": {}, "size_bytes": 6})
-    monkeypatch.setattr("containers.image.builder.checked_arch", lambda step, runtime: "x86_64")
+    monkeypatch.setattr("containers.image.builder.squashfs_offset", lambda runtime, image: 0)
+    monkeypatch.setattr("containers.image.builder.checked_arch",
+                        lambda step, runtime, offset: "x86_64")
     monkeypatch.setattr("containers.image.builder.image_compression",
-                        lambda runtime, image: "zstd")
+                        lambda runtime, image, offset: "zstd")
     monkeypatch.setattr("containers.image.builder.image_python",
                         lambda runtime, image: "/usr/bin/python3")
 

@@ -46,7 +46,7 @@ def test_build_args_defaults_and_render() -> None:
     assert definition.build_args == ("BASE", "EXTRA")
     assert definition.arg_lines == {"BASE": 2, "EXTRA": 12}
     assert definition.argument_defaults["BASE"].endswith("lumi-rocm-rocm-6.2.4.sif")
-    assert definition.missing_args({}) == ["EXTRA"]
+    assert list(definition.missing_arg_lines({})) == ["EXTRA"]
     rendered = definition.render({"EXTRA": "deepspeed"})
     assert "From: /appl/local/containers/sif-images/lumi-rocm-rocm-6.2.4.sif" in rendered
     assert "pip install deepspeed   #" in rendered
@@ -116,7 +116,7 @@ def test_multi_stage_definition_is_read_per_stage() -> None:
     assert definition.has_section("post")
     # a --build-arg serves every stage; a %arguments default only its own stage
     assert definition.build_args == ("BASE_IMAGE", "GREETING", "BUILD_CONTEXT")
-    assert definition.missing_args({"BASE_IMAGE": "/b.sif"}) == ["BUILD_CONTEXT"]
+    assert list(definition.missing_arg_lines({"BASE_IMAGE": "/b.sif"})) == ["BUILD_CONTEXT"]
     rendered = definition.render({"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/c"})
     assert "echo hello > /built.txt" in rendered and "grep -q hi /opt/built.txt" in rendered
     assert "grep -q bye" in definition.render({"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/c",
@@ -124,7 +124,8 @@ def test_multi_stage_definition_is_read_per_stage() -> None:
     # as Apptainer says, the build stage's default does not serve the final stage
     alone = parse_definition(MULTI_STAGE.replace("%arguments\n    GREETING=hi\n", ""),
                              path=Path("m.def"))
-    assert alone.missing_args({"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/c"}) == ["GREETING"]
+    assert list(alone.missing_arg_lines({"BASE_IMAGE": "/b.sif", "BUILD_CONTEXT": "/c"})) == \
+        ["GREETING"]
     with pytest.raises(ConfigError, match=r"m.def:21: GREETING: build argument \{\{ GREETING "
                                           r"\}\} has no value: .* a default in %arguments of "
                                           r"its stage"):

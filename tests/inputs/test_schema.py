@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 from containers.errors import ConfigError, Problems, UsageError
-from containers.inputs.schema import Field, check_mapping, check_name, name_problem, pick, suggest
+from containers.inputs.schema import (Declared, Int, Str, StrList, check_name, name_problem, pick,
+                                      suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_text
 
-FIELDS = (Field("name", required=True), Field("count", "int", default=1),
-          Field("mode", default="a", choices=("a", "b")), Field("tags", "str_list", default=[]))
+
+class Thing(Declared):
+    name: Str
+    count: Int = 1
+    mode: Literal["a", "b"] = "a"
+    tags: StrList = []
 
 
 def test_defaults_filled_and_values_kept() -> None:
-    data = load_yaml_text("name: x\ntags: [p, q]\n")
-    assert check_mapping(data, FIELDS, what="thing") == {"name": "x", "count": 1, "mode": "a",
-                                                         "tags": ["p", "q"]}
+    data = load_yaml_text("name: x\ntags: [p, q]\nmode: null\n")
+    assert dict(validate_model(Thing, data, path=None, what="thing")) == {
+        "name": "x", "count": 1, "mode": "a", "tags": ["p", "q"]}
 
 
 @pytest.mark.parametrize("text,message", [
@@ -27,14 +34,14 @@ def test_defaults_filled_and_values_kept() -> None:
 ])
 def test_each_problem_names_file_line_and_key(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
-        check_mapping(load_yaml_text(text), FIELDS, what="thing", path="f.yaml")
+        validate_model(Thing, load_yaml_text(text), what="thing", path="f.yaml")
     assert str(info.value).startswith(message)
 
 
 def test_every_bad_key_of_a_mapping_at_once() -> None:
     text = "cuont: 2\nmode: c\ntags: 3\n"
     with pytest.raises(Problems) as info:
-        check_mapping(load_yaml_text(text), FIELDS, what="thing", path="f.yaml")
+        validate_model(Thing, load_yaml_text(text), what="thing", path="f.yaml")
     assert str(info.value).splitlines() == [
         "f.yaml:1: cuont: unknown key in thing (did you mean 'count'?)",
         "f.yaml:1: name: required key missing from thing",
@@ -45,7 +52,7 @@ def test_every_bad_key_of_a_mapping_at_once() -> None:
 
 def test_bools_are_not_integers() -> None:
     with pytest.raises(ConfigError, match="count: must be an integer"):
-        check_mapping(load_yaml_text("name: x\ncount: true\n"), FIELDS, what="thing")
+        validate_model(Thing, load_yaml_text("name: x\ncount: true\n"), what="thing", path=None)
 
 
 def test_suggest_and_pick() -> None:

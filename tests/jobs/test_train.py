@@ -286,14 +286,17 @@ def test_synthetic_data_are_learnable():
     assert accuracy > 0.5  # chance is 0.1
 
 
-def test_shard_sampler_covers_every_sample_once():
+def test_validation_shards_cover_every_sample_once():
     size, world = 10, 4
+    dataset = data_mod.ImageTensors(torch.zeros(size, 1, 1, 1), torch.arange(size))  # label: index
     seen = []
     for rank in range(world):
-        sampler = data_mod.ShardSampler(size, rank, world)
-        indices, weights = list(sampler), sampler.weights().tolist()
-        assert len(indices) == len(sampler) == 3  # same number of batches on every rank
-        seen += [i for i, w in zip(indices, weights, strict=True) if w == 1.0]
+        batches, weights = data_mod.val_batches(dataset, rank=rank, world_size=world,
+                                                micro_batch=1, device=torch.device("cpu"),
+                                                resident=False, num_workers=0)
+        indices = [int(label) for _inputs, labels in batches for label in labels]
+        assert len(indices) == len(batches) == 3  # same number of batches on every rank
+        seen += [i for i, w in zip(indices, weights.tolist(), strict=True) if w == 1.0]
     assert sorted(seen) == list(range(size))
 
 

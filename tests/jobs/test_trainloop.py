@@ -255,16 +255,6 @@ def test_channels_last_auto_is_for_conv_nets_on_a_gpu():
     assert choose("cnn", gpu, "off") == (False, "off as asked")
 
 
-def test_published_figures_are_printed_when_models_has_them(monkeypatch):
-    monkeypatch.setattr(train_job.models, "published_figures",
-                        lambda model, size: [f"Site: ~1,000 img/s for {model} {size}"],
-                        raising=False)
-    assert train_job.published_figures("wideresnet", "olivia") == [
-        "Site: ~1,000 img/s for wideresnet olivia"]
-    monkeypatch.delattr(train_job.models, "published_figures")
-    assert train_job.published_figures("wideresnet", "olivia") == []  # older models.py
-
-
 def test_summary_shows_per_device_throughput_and_published_figures():
     report = trainreport.TrainReport.from_dict(train_report(
         consistency={"params_consistent": True, "buffers_consistent": True,
