@@ -61,7 +61,6 @@ def _ident(report: dict) -> str:
 
 
 def _grouped(reports: Iterable[dict], key: Callable[[dict], str]) -> list[tuple[str, list[dict]]]:
-    """The reports grouped by ``key`` (host, torch build, GPU), in the order of the keys."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for report in reports:
         groups[key(report)].append(report)

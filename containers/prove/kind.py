@@ -49,7 +49,8 @@ class Options(Protocol):
 
 # ---------------------------------------------------------------------------------- kinds
 class WorkloadKind:
-    """The part of a workload that is its own; subclasses fill in the class attributes."""
+    """The part of a workload that is its own: a kind with code of its own (smoke, train) is a
+    subclass; one that differs only in these attributes (run, build) is an instance given them."""
 
     #: The command and the verdict's ``kind``.
     name: str = ""
@@ -77,10 +78,15 @@ class WorkloadKind:
     takes_command: bool = False
     multinode: bool = True
 
+    def __init__(self, **attributes: object) -> None:
+        vars(self).update(attributes)
+
     def make_options(self, workload: str, *, gpus: int, given: Mapping[str, object],
                      flag: str = "--workload") -> Options | None:
         """The options of a run of ``workload`` (a name of this kind) on ``gpus`` ranks per
         node from the plain values ``given`` (flags, a job's ``job.json``); None: no options."""
+        if self.options_type is not None:
+            return self.options_type(gpus=gpus, **given)
         if given:
             raise UsageError(f"--workload {workload} takes no run options (got "
                              f"{', '.join(sorted(given))})", flag=flag)
@@ -99,8 +105,8 @@ class WorkloadKind:
         return replace(options, gpus=gpus)  # type: ignore[type-var]
 
     def folder(self, options: Options) -> str:
-        """The results folder under ``results/``."""
-        return self.name
+        """The results folder under ``results/``: ``smoke``, ``train-ddp``."""
+        return self.title(options).replace(" ", "-")
 
     def title(self, options: Options) -> str:
         """How the run is announced: ``smoke``, ``train ddp``."""

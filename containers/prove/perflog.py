@@ -105,12 +105,10 @@ def read(perflog_dir: Path, *, target: str | None = None,
          ops: Sequence[str] | None = None) -> list[dict]:
     """Every record (oldest first), optionally of one target and of some collectives;
     unreadable lines are skipped."""
-    records = []
-    for path in sorted(perflog_dir.rglob(LOG_NAME)) if perflog_dir.is_dir() else []:
-        for record in _records(_log_bytes(path)):
-            if (target is None or record.get("target") == target) and \
-                    (ops is None or op_of(record) in ops):
-                records.append(record)
+    paths = sorted(perflog_dir.rglob(LOG_NAME)) if perflog_dir.is_dir() else []
+    records = [record for path in paths for record in _records(_log_bytes(path))
+               if (target is None or record.get("target") == target)
+               and (ops is None or op_of(record) in ops)]
     return sorted(records, key=lambda r: parse_date(r["date"]))
 
 
@@ -247,23 +245,21 @@ def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
 
     Only runs that measured their reference's size are plotted: a quick run with small sizes
     is in the table, but its 256 KiB figure beside a 128 MiB reference would mislead."""
-    changed = {id(r): c for r, c in zip(records, stack_changes(records)) if c}
     fig, ax = new_figure((9, 4.8))
-    measured = [(record, point) for record in records
-                if (point := at_reference(record)) is not None]
     series = plot_series(records)
-    for record, point in measured:
-        busbw, when = point[1], parse_date(record["date"])
-        if id(record) in changed:  # the same image on a changed stack: mark the step's cause
+    for record, changed in zip(records, stack_changes(records)):
+        point = at_reference(record)
+        if changed and point:  # the same image on a changed stack: mark the step's cause
+            when = parse_date(record["date"])
             ax.axvline(when, color="tab:purple", linestyle=":", linewidth=1)
-            ax.annotate("stack: " + "; ".join(changed[id(record)]), (when, busbw), fontsize=6,
+            ax.annotate("stack: " + "; ".join(changed), (when, point[1]), fontsize=6,
                         rotation=90, va="bottom", color="tab:purple")
     for label, points in series.items():
         ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=label)
         bad = [p for p in points if not p[2]]
         if bad:
             ax.plot([p[0] for p in bad], [p[1] for p in bad], "x", color="red", markersize=10)
-    plotted = [record for record, _ in measured]
+    plotted = [record for record in records if at_reference(record) is not None]
     _plot_references(ax, plotted, series)
     left_out = len(records) - len(plotted)
     if not plotted:

@@ -28,12 +28,10 @@ class Judgement:
 
     def record(self) -> dict:
         """The judgement as ``verdict.json`` and the perflog hold it."""
-        reference = self.reference
         return {"state": self.state, "message": self.message, "failed": self.failed,
-                "measured": self.measured, "reference": None if reference is None else {
-                    "op": reference.op, "bytes": reference.bytes, "value": reference.value,
-                    "lower": reference.lower, "upper": reference.upper, "unit": reference.unit,
-                    "xfail": reference.xfail, "source": reference.source}}
+                "measured": self.measured, "reference": None if self.reference is None else {
+                    key: getattr(self.reference, key) for key in
+                    ("op", "bytes", "value", "lower", "upper", "unit", "xfail", "source")}}
 
 
 def judge(reference: Reference | None, results: Sequence[dict]) -> Judgement:

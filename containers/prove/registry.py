@@ -5,8 +5,8 @@ options type and the run options it takes (:attr:`WorkloadKind.run_options`), it
 estimate, who judges it, whether it makes the image or takes a command. The smoke benchmark
 and the training examples (one kind, three names: ``ddp``, ``deepspeed``, ``fsdp``) run through
 :func:`containers.prove.kind.plan`; a user's command (``run``) and an image build (``build``)
-are kinds with no run options of their own. A new kind is a :class:`WorkloadKind` subclass and
-one entry in :data:`WORKLOADS`.
+are kinds with no run options of their own. A new kind is a :class:`WorkloadKind` (a subclass
+where it has code of its own) and one entry in :data:`WORKLOADS`.
 """
 
 from __future__ import annotations
@@ -19,28 +19,12 @@ from containers.prove.kind import Options, WorkloadKind
 from containers.prove.smoke import SMOKE
 from containers.prove.train import EXAMPLES, TRAIN
 
-
-class RunKind(WorkloadKind):
-    """The user's own command (``invoke run``, ``--workload run``): no run options; a batch
-    job judges itself in the image (``jobs/runverdict.py``)."""
-
-    name = "run"
-    judge = "image"
-    takes_command = True
-
-
-class BuildKind(WorkloadKind):
-    """An image build as a batch job: one node, no image needed, no verdict."""
-
-    name = "build"
-    estimate = 2 * 3600
-    judge = None
-    builds_image = True
-    multinode = False
-
-
-RUN = RunKind()
-BUILD = BuildKind()
+#: The user's own command (``invoke run``, ``--workload run``): no run options; a batch job
+#: judges itself in the image (``jobs/runverdict.py``).
+RUN = WorkloadKind(name="run", judge="image", takes_command=True)
+#: An image build as a batch job: one node, no image needed, no verdict.
+BUILD = WorkloadKind(name="build", estimate=2 * 3600, judge=None, builds_image=True,
+                     multinode=False)
 
 #: Every workload name, in the order help and errors list them.
 WORKLOADS: dict[str, WorkloadKind] = {"smoke": SMOKE, **{name: TRAIN for name in EXAMPLES},

@@ -12,9 +12,8 @@ and a perflog line per op.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
 
 from containers.host.facts import host_arch
 from containers.inputs import flags, names
@@ -103,20 +102,6 @@ def _summary(result: verdict.Result, op: str) -> dict:
     return ((result.report or {}).get("collectives") or {}).get(op) or {}
 
 
-def _wrong_reason(result: verdict.Result, op: str) -> str | None:
-    wrong = wrong_total(result, op)
-    if not wrong:
-        return None
-    soak = _cycles(result) > 1
-    sizes = [f"{r['bytes']} B" + (f" (cycle{'s' if len(r['wrong_cycles']) > 1 else ''} "
-                                  f"{', '.join(map(str, r['wrong_cycles']))})"
-                                  if soak and r.get("wrong_cycles") else "")
-             for r in _rows(result, op) if any(mode["wrong"] for mode in _modes(r))]
-    exact = "the exact sum" if op in SUMMING else "the exact values each rank must hold"
-    return (f"{wrong} wrong values ({op} results differ from {exact}) at sizes "
-            f"{', '.join(sizes)}" + (f" in a soak of {_cycles(result)} cycles" if soak else ""))
-
-
 def _op_reasons(result: verdict.Result, op: str) -> list[str]:
     """What is wrong with one op's part of the run: refused by the backend, wrong values, or
     (once the run finished) not measured at all."""
@@ -124,9 +109,16 @@ def _op_reasons(result: verdict.Result, op: str) -> list[str]:
     refused = _summary(result, op).get("unsupported")
     if refused:
         reasons.append(f"{op}: {refused}")
-    wrong = _wrong_reason(result, op)
+    wrong, cycles = wrong_total(result, op), _cycles(result)
     if wrong:
-        reasons.append(wrong)
+        sizes = [f"{r['bytes']} B" + (f" (cycle{'s' if len(r['wrong_cycles']) > 1 else ''} "
+                                      f"{', '.join(map(str, r['wrong_cycles']))})"
+                                      if cycles > 1 and r.get("wrong_cycles") else "")
+                 for r in _rows(result, op) if any(mode["wrong"] for mode in _modes(r))]
+        exact = "the exact sum" if op in SUMMING else "the exact values each rank must hold"
+        reasons.append(f"{wrong} wrong values ({op} results differ from {exact}) at sizes "
+                       f"{', '.join(sizes)}" + (f" in a soak of {cycles} cycles" if cycles > 1
+                                                else ""))
     report = result.report or {}
     listed = report.get("ops")
     if not refused and report.get("finished") and not _rows(result, op) and \
@@ -145,10 +137,6 @@ class SmokeKind(WorkloadKind):
     run_options = ("sizes", "iters", "warmup", "cycles", "op", "dtype", "timeout")
     estimate = 30 * 60
 
-    def make_options(self, workload: str, *, gpus: int, given: Mapping[str, object],
-                     flag: str = "--workload") -> SmokeOptions:
-        return SmokeOptions(gpus=gpus, **given)  # type: ignore[arg-type]
-
     def launch(self, options: SmokeOptions, *, site: Site, settings: Settings,
                nodes: int) -> Invocation:
         args = ["--sizes", options.sizes, "--iters", str(options.iters),
@@ -160,14 +148,11 @@ class SmokeKind(WorkloadKind):
         return Invocation(args=args, env=dict(options.extra_env))
 
     def failures(self, result: verdict.Result) -> list[str]:
-        found = verdict.startup_failure(result)
         asked = asked_ops(result)
         # an op the report holds but the run did not ask for is judged too: its wrong values
         # are wrong values all the same
         extra = sorted({op_of(row) for row in _rows(result)} - set(asked))
-        for op in asked + extra:
-            found += _op_reasons(result, op)
-        return found
+        return [reason for op in asked + extra for reason in _op_reasons(result, op)]
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         reasons = []
@@ -184,8 +169,7 @@ class SmokeKind(WorkloadKind):
         if result.plan.ranks == 1:
             return Judgement("not-judged", "1 rank: no data crosses a link, so there is no "
                              "bandwidth to judge")
-        emulated = sorted({str(d["arch"]) for d in result.outcome.devices
-                           if d.get("arch") and d["arch"] != host_arch()})
+        emulated = [str(arch) for arch in result.archs if arch != host_arch()]
         if emulated:  # qemu-user: a correctness proof, never a bandwidth the site's nodes give
             return Judgement("no-reference", f"ranks ran as {', '.join(emulated)} under "
                              f"emulation on this {host_arch()} machine: the site's references "
@@ -204,12 +188,9 @@ class SmokeKind(WorkloadKind):
         judged = {op: self.op_performance(result, op) for op in ops}
         if len(ops) == 1:
             return judged[ops[0]]
-        worst = min(judged.items(), key=lambda item: _RANK.index(item[1].state))
-        state = worst[1].state
-        message = "; ".join(f"{op}: {j.state.upper()}: {j.message}"
-                            for op, j in judged.items())
-        return Judgement(state, message, measured=worst[1].measured,
-                         reference=worst[1].reference)
+        worst = min(judged.values(), key=lambda judgement: _RANK.index(judgement.state))
+        return replace(worst, message="; ".join(f"{op}: {j.state.upper()}: {j.message}"
+                                                for op, j in judged.items()))
 
     def op_details(self, result: verdict.Result, op: str) -> dict:
         """One op's part of ``verdict.json`` and its perflog line: its own verdict, rows and
@@ -232,51 +213,39 @@ class SmokeKind(WorkloadKind):
         }
 
     def details(self, result: verdict.Result) -> dict:
-        proof = result.transport
         ops = asked_ops(result)
         per_op = {op: self.op_details(result, op) for op in ops}
-        first = per_op[ops[0]]
         return {
             "wrong_total": wrong_total(result),
             "cycles": _cycles(result),
             "cycles_done": (result.report or {}).get("cycles_done"),
-            "transport": None if proof is None else {
-                "ok": proof.ok, "message": proof.message, "evidence": proof.evidence},
+            "transport": None if result.transport is None else asdict(result.transport),
             "ops": ops,
             "collectives": {op: {k: v for k, v in entry.items() if k != "results"}
                             for op, entry in per_op.items()},
             "results": [row for entry in per_op.values() for row in entry["results"]],
-            "largest": first["largest"],
+            "largest": per_op[ops[0]]["largest"],
         }
 
     def perflog_records(self, record: dict) -> list[dict]:
         """One perflog line per op: the run's record with that op's rows, verdict and
         judgement, so each op has its history (``invoke smoke --history --op OP``)."""
-        lines = []
-        for op, entry in (record.get("collectives") or {}).items():
-            lines.append({**record, "op": op, "passed": entry["passed"],
-                          "performance": entry["performance"],
-                          "wrong_total": entry["wrong_total"], "largest": entry["largest"],
-                          "results": [r for r in record.get("results") or []
-                                      if r.get("op", DEFAULT_OP) == op],
-                          "collectives": None})
+        lines = [{**record, "op": op, "passed": entry["passed"],
+                  "performance": entry["performance"], "wrong_total": entry["wrong_total"],
+                  "largest": entry["largest"], "collectives": None,
+                  "results": [r for r in record.get("results") or []
+                              if r.get("op", DEFAULT_OP) == op]}
+                 for op, entry in (record.get("collectives") or {}).items()]
         return lines or [record]
 
     def write_reports(self, result: verdict.Result) -> list[Path]:
-        if not _rows(result) or result.plan.ranks == 1:  # one rank: no bandwidth to plot
+        if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
-        made = []
-        for op in asked_ops(result):
-            rows = _rows(result, op)
-            if not rows:
-                continue
-            name = "allreduce.png" if op == DEFAULT_OP else f"{op}.png"
-            made.append(plot_busbw({**result.report, "results": rows},
-                                   result.plan.out_dir / name,
-                                   title=f"{op} busbw: {result.plan.target.name}, "
-                                         f"{result.plan.ranks} ranks, "
-                                         f"{result.report.get('backend', '?')}"))
-        return made
+        return [plot_busbw({**result.report, "results": rows}, result.plan.out_dir /
+                           ("allreduce.png" if op == DEFAULT_OP else f"{op}.png"),
+                           title=f"{op} busbw: {result.plan.target.name}, {result.plan.ranks} "
+                                 f"ranks, {result.report.get('backend', '?')}")
+                for op in asked_ops(result) if (rows := _rows(result, op))]
 
 
 #: Judgement states from the worst (a run of several ops reports its worst op's).

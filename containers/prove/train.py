@@ -116,9 +116,6 @@ class TrainKind(WorkloadKind):
     def _resize(self, workload: str, options: TrainOptions, gpus: int) -> TrainOptions:
         return replace(options, example=workload, gpus=gpus)
 
-    def folder(self, options: TrainOptions) -> str:
-        return f"train-{options.example}"
-
     def title(self, options: TrainOptions) -> str:
         return f"train {options.example}"
 
@@ -135,21 +132,19 @@ class TrainKind(WorkloadKind):
                 args += [flag, str(value)]
         if options.compile:
             args.append("--compile")
-        binds = []
         if options.example == "deepspeed":
             args += ["--zero-stage", str(options.zero_stage or 1)]
-            if options.ds_config is not None:
-                binds.append(f"{options.ds_config.resolve()}:{DS_CONFIG_MOUNT}:ro")
-                args += ["--ds-config", DS_CONFIG_MOUNT]
-        if options.data is not None:
-            binds.append(f"{options.data.resolve()}:{DATA_MOUNT}:ro")
-            args += ["--data", DATA_MOUNT]
+        binds = []  # a ds_config is only ever given for deepspeed (deepspeed_only refuses it)
+        for path, mount, flag in ((options.ds_config, DS_CONFIG_MOUNT, "--ds-config"),
+                                  (options.data, DATA_MOUNT, "--data")):
+            if path is not None:
+                binds.append(f"{path.resolve()}:{mount}:ro")
+                args += [flag, mount]
         return Invocation(args=args, binds=binds)
 
     def failures(self, result: verdict.Result) -> list[str]:
         report, problem = read_report(result)
-        own = [problem] if problem else [report.error] if report and report.error else []
-        return verdict.startup_failure(result) + own
+        return [problem] if problem else [report.error] if report and report.error else []
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         report, _ = read_report(result)
@@ -167,15 +162,12 @@ class TrainKind(WorkloadKind):
 
     def details(self, result: verdict.Result) -> dict:
         report, _ = read_report(result)
-        return {key: getattr(report, key, None) for key in DETAILS}
+        return {key: getattr(report, key, None) for key in (
+            "example", "model_name", "epochs_run", "loss_first", "loss_last", "throughput",
+            "params_consistent")}
 
 
 TRAIN = TrainKind()
-
-
-#: The report's fields a verdict record carries.
-DETAILS = ("example", "model_name", "epochs_run", "loss_first", "loss_last", "throughput",
-           "params_consistent")
 
 
 def read_report(result: verdict.Result) -> tuple[Any, str | None]:

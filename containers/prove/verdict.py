@@ -53,13 +53,29 @@ class Result:
 
     @cached_property
     def reasons(self) -> list[str]:
-        """The sanity gate: why the run is not correct, one line each; empty when it is."""
-        return sanity(self)
+        """The sanity gate: why the run is not correct, one line each (:attr:`given_reasons`
+        first); empty when it is."""
+        return list(self.given_reasons) + _run_reasons(self)
 
     @cached_property
     def transport(self) -> TransportCheck | None:
-        """The network transport's proof (:func:`transport_proof`), read from the log once."""
-        return transport_proof(self)
+        """The transport's proof where the site declares one for a run of this many nodes. A
+        run that stopped before its report (NCCL_NET refusing a missing plugin does that) is
+        still read for the plugin's failure; a gloo run (CPU) has no NCCL transport to prove."""
+        site, report = self.plan.site, self.report
+        if not site.transport.applies(self.plan.nodes):
+            return None
+        proof = check_transport(self.outcome.lines, expect=site.transport.expect or "",
+                                name=site.transport.name or site.transport.expect or "",
+                                net=site.transport.net)
+        if report is not None and report.get("backend") == "nccl":
+            return proof
+        return proof if proof.evidence is not None and not proof.ok else None
+
+    @cached_property
+    def archs(self) -> list[str]:
+        """The architectures the ranks ran as (``platform.machine()`` in each device report)."""
+        return sorted({d["arch"] for d in self.outcome.devices if d.get("arch")})
 
     @cached_property
     def performance(self) -> Judgement | None:
@@ -72,14 +88,8 @@ class Result:
 
 def run(kind: WorkloadKind, workload: Workload, *, say: Say,
         partition: str | None = None) -> Result:
-    """Run a planned workload of ``kind`` and keep what it left for the gates."""
     return Result(kind=kind, plan=workload, outcome=run_workload(workload, say=say),
                   partition=partition)
-
-
-def sanity(result: Result) -> list[str]:
-    """Why the run is not correct (empty when it is); :attr:`Result.given_reasons` first."""
-    return list(result.given_reasons) + _run_reasons(result)
 
 
 def _run_reasons(result: Result) -> list[str]:
@@ -88,12 +98,14 @@ def _run_reasons(result: Result) -> list[str]:
     # The script's own one-line diagnosis (a bad flag, ds_config or data folder) says the most.
     reasons += [line.strip() for line in outcome.lines
                 if line.strip().startswith(f"{kind.script}: error:")][:1]
+    # A run that wrote no report because NCCL/RCCL's network stopped it (the plugin NCCL_NET
+    # names did not load): the same reason for every kind.
+    proof = result.transport if result.report is None else None
+    reasons += [proof.message] if proof is not None and not proof.ok else []
     reasons += kind.failures(result)
     # What the ranks ran on is judged even when the workload stopped early: a rank without its
     # GPU refuses to start, and its device report says why.
-    reasons += device_reasons(result)
-    reasons += arch_reasons(result)
-    reasons += network_reasons(result)
+    reasons += device_reasons(result) + arch_reasons(result) + network_reasons(result)
     if outcome.returncode != 0 and not outcome.timed_out and not reasons:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
     if result.report is None:
@@ -118,10 +130,9 @@ def arch_reasons(result: Result) -> list[str]:
     its files when it was built): an aarch64 image proven by x86_64 ranks proves nothing."""
     recorded = provenance.read(result.plan.image.with_name(result.plan.image.name + ".json")
                                ).get("arch")
-    seen = sorted({str(d["arch"]) for d in result.outcome.devices if d.get("arch")})
-    if recorded and seen and seen != [recorded]:
-        return [f"ranks ran as {', '.join(seen)} but {result.plan.image.name} is recorded as "
-                f"{recorded}"]
+    if recorded and result.archs and result.archs != [recorded]:
+        return [f"ranks ran as {', '.join(map(str, result.archs))} but {result.plan.image.name} "
+                f"is recorded as {recorded}"]
     return []
 
 
@@ -137,28 +148,6 @@ def network_reasons(result: Result) -> list[str]:
     return [f"NOT-PROVEN: site {site.name} declares no transport for multi-node runs "
             f"({site.path.name} has no transport:), so nothing "
             f"shows that this {plan.nodes}-node run used the site's network and not TCP sockets"]
-
-
-def transport_proof(result: Result) -> TransportCheck | None:
-    """The transport's proof where the site declares one for a run of this many nodes. A run
-    that stopped before its report (NCCL_NET refusing a missing plugin does that) is still read
-    for the plugin's failure; a gloo run (CPU) has no NCCL transport to prove."""
-    site, report = result.plan.site, result.report
-    if not site.transport.applies(result.plan.nodes):
-        return None
-    proof = check_transport(result.outcome.lines, expect=site.transport.expect or "",
-                            name=site.transport.name or site.transport.expect or "",
-                            net=site.transport.net)
-    if report is not None and report.get("backend") == "nccl":
-        return proof
-    return proof if proof.evidence is not None and not proof.ok else None
-
-
-def startup_failure(result: Result) -> list[str]:
-    """Why a run that wrote no report stopped, when NCCL/RCCL's network is the cause (the
-    plugin NCCL_NET names did not load): the same reason for every kind."""
-    proof = result.transport if result.report is None else None
-    return [proof.message] if proof is not None and not proof.ok else []
 
 
 def record(result: Result, *, image_record: dict) -> dict:
@@ -179,7 +168,7 @@ def record(result: Result, *, image_record: dict) -> dict:
         # The image's architecture as its build record says (read from its files at build
         # time) and as its ranks saw it (platform.machine() in each device report).
         "image_arch": image_record.get("arch"),
-        "arch": sorted({d.get("arch") for d in result.outcome.devices if d.get("arch")}),
+        "arch": result.archs,
         "ranks": plan.ranks,
         "nodes": result.nodes,
         "backend": report.get("backend"),
