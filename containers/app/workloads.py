@@ -23,10 +23,11 @@ from containers.host.facts import Machine, fit_problem, gpu_memory, run_stamp, t
 from containers.image import provenance
 from containers.host.runtime import Runtime
 from containers.image.arch import check_arch, machine_arches, recorded_arch
+from containers.inputs import flags
 from containers.inputs.sites import HOST_VAR, Site
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
-from containers.prove.train import TrainOptions, parse_scaling, scaling_rows, with_ranks
+from containers.prove.train import TrainOptions, scaling_rows
 from containers.report import (Say, console, deferred, plot_scaling, say_line as _print,
                                show_command, table)
 from containers.run import allocation
@@ -53,8 +54,9 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
     """One training run, or one per rank count of ``scaling`` with a speedup report; the
     verdicts are checked once every run has finished and the report is written."""
     stamp = run_stamp()
-    counts = parse_scaling(scaling) if scaling else [options.gpus]
-    runs = [(with_ranks(options, n), f"{stamp}-{n}r" if scaling else stamp) for n in counts]
+    counts = flags.RANK_LIST("--scaling", scaling) if scaling else [options.gpus]
+    runs = [(dataclasses.replace(options, gpus=n), f"{stamp}-{n}r" if scaling else stamp)
+            for n in counts]
     results = _runs(project, target=target, runs=runs, dry_run=dry_run, nodes=nodes, force=force,
                     say=say)
     if dry_run:

@@ -182,11 +182,6 @@ def read_report(result: verdict.Result) -> tuple[Any, str | None]:
         return None, f"{exc} (not the report jobs/train.py writes)"
 
 
-def parse_scaling(text: str) -> list[int]:
-    """``--scaling 1,2,4``: the distinct rank counts, smallest first."""
-    return flags.RANK_LIST("--scaling", text)
-
-
 def scaling_rows(results: list[verdict.Result]) -> list[dict]:
     """Throughput, speedup and efficiency relative to the smallest rank count."""
     base = results[0]
@@ -200,7 +195,3 @@ def scaling_rows(results: list[verdict.Result]) -> list[dict]:
                      "efficiency": speedup / ideal if speedup else None,
                      "passed": not result.reasons, "out_dir": str(result.plan.out_dir)})
     return rows
-
-
-def with_ranks(options: TrainOptions, ranks: int) -> TrainOptions:
-    return replace(options, gpus=ranks)

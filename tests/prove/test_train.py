@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from containers.errors import UsageError, VerdictFailed
+from containers.inputs.flags import RANK_LIST
 from tests.fixtures.data import load_targets
 from containers.inputs.sites import load_site
 from containers.prove.kind import plan as plan_run
-from containers.prove.train import TRAIN, TrainOptions, parse_scaling, scaling_rows, with_ranks
+from containers.prove.train import TRAIN, TrainOptions, scaling_rows
 from containers.prove.verdict import Result, check
 from containers.run import allocation
 from containers.run.workload import Outcome
@@ -75,7 +77,7 @@ def test_bad_options_are_refused_when_made(values, message) -> None:
     assert TrainOptions(example="ddp", gpus=2, model="wideresnet", model_size="40-2").kind \
         is TRAIN
     with pytest.raises(UsageError, match="divide evenly over 3 ranks"):
-        with_ranks(TrainOptions(example="ddp", gpus=2), 3)  # a changed copy checks itself too
+        replace(TrainOptions(example="ddp", gpus=2), gpus=3)  # a changed copy checks itself
 
 
 def test_global_batch_divides_over_every_node(data_cpu, data_settings, data_runtime) -> None:
@@ -125,11 +127,11 @@ def test_verdicts_and_scaling(data_cpu, data_settings, data_runtime) -> None:
     assert [r["ranks"] for r in rows] == [1, 2, 4]
     assert [round(r["speedup"], 2) for r in rows] == [1.0, 1.8, 3.0]
     assert [round(r["efficiency"], 2) for r in rows] == [1.0, 0.9, 0.75]
-    assert parse_scaling("4,1,2,2") == [1, 2, 4]
+    assert RANK_LIST("--scaling", "4,1,2,2") == [1, 2, 4]  # invoke train --scaling
     for bad in ("1,two", "0,2", ","):
         with pytest.raises(UsageError, match=r"^--scaling takes a comma list of rank counts "
                                              r">= 1, e.g. 1,2,4 \(got '"):
-            parse_scaling(bad)
+            RANK_LIST("--scaling", bad)
 
 
 @pytest.mark.parametrize("change, reason", [
