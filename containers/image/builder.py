@@ -34,6 +34,7 @@ from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
 from containers.image.arch import image_arch, image_compression, image_python, squashfs_offset
 from containers.image.cache import PackageCache, in_use, usage
+from containers.image.emulated import emulated_binds
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
 from containers.locking import acquire, file_lock, folder_lock, held, holder, release
@@ -101,6 +102,7 @@ def _stage(step: BuildStep) -> None:
     for link, target in step.links.items():
         Path(link).parent.mkdir(parents=True, exist_ok=True)
         Path(link).symlink_to(target)
+    emulated_binds(step.target.arch)  # writes the CPU folder an emulated build's plan names
 
 
 def _partials(images_dir: Path) -> list[tuple[Path, str]]:

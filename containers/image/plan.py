@@ -344,7 +344,7 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
     staged.update(cached.staged)
     env_vars = {**env_vars, **cached.env}
     partial = common["partial"]
-    emulated = emulated_binds(target.arch, here=host.arch)  # %post and %test import torch
+    emulated = emulated_binds(target.arch, here=host.arch, write=False)  # %post/%test: torch
     build_argv = host.runtime.build_argv(
         output=partial, spec=target.definition, build_args=args,
         binds=[*(binds if "HOST_PATHS" in used else ()), *cached.binds, *emulated],
@@ -502,8 +502,9 @@ def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test = COTAINR_TEST if has_torch(target, env) else COTAINR_PYTHON_TEST
+    emulated = emulated_binds(target.arch, here=host.arch, write=False)  # named, not written
     test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", test],
-                                       binds=emulated_binds(target.arch, here=host.arch))
+                                       binds=emulated)
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=test_argv if target.test else None, env=env_vars, staged={},
                      copied={}, links=links, package_cache=cache,
