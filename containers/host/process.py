@@ -113,16 +113,23 @@ def _wait_gone(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.P
     return alive
 
 
+def terminate(procs: Sequence[psutil.Process], grace: float,
+              late: Callable[[], list[psutil.Process]] = list) -> list[psutil.Process]:
+    """SIGTERM ``procs``, wait up to ``grace`` seconds, then SIGKILL those left and those
+    ``late`` finds (started between the snapshot and the SIGTERM); returns the killed."""
+    _signal_all(procs, signal.SIGTERM)
+    left = [*_wait_gone(procs, grace), *late()]
+    _signal_all(left, signal.SIGKILL)
+    return left
+
+
 def stop_tree(proc: subprocess.Popen, *, grace: float = 10.0) -> None:
     """Stop ``proc`` and all its descendants: SIGTERM, up to ``grace`` seconds, then SIGKILL."""
     try:
         tree = [psutil.Process(proc.pid), *_tree(proc.pid)]
     except psutil.NoSuchProcess:
         tree = []
-    _signal_all(tree, signal.SIGTERM)
-    alive = _wait_gone(tree, grace)
-    # Kill what is left, and what was started between the snapshot and the SIGTERM.
-    _signal_all([*alive, *_tree(proc.pid)], signal.SIGKILL)
+    terminate(tree, grace, late=lambda: _tree(proc.pid))
     proc.wait()
 
 
@@ -135,22 +142,16 @@ def _prctl(option: int, value: int) -> None:
 
 
 class _Stop(Exception):
-    """Raised in the supervisor by a stop signal, so its main loop ends wherever it waits."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+    """Raised in the supervisor by a stop signal (its one argument), so its main loop ends
+    wherever it waits."""
 
 
 def _stop_descendants(grace: float) -> None:
     """SIGTERM every descendant of this process, wait up to ``grace``, SIGKILL the rest (and
     any that appeared meanwhile), then reap them: used by the supervisor, a subreaper."""
     me = os.getpid()
-    tree = _tree(me)
-    _signal_all(tree, signal.SIGTERM)
-    alive = _wait_gone(tree, grace)
-    _signal_all([*alive, *_tree(me)], signal.SIGKILL)
-    _wait_gone([*alive, *_tree(me)], grace)
+    killed = terminate(_tree(me), grace, late=lambda: _tree(me))
+    _wait_gone([*killed, *_tree(me)], grace)
     with contextlib.suppress(ChildProcessError):  # none left to reap
         while os.waitpid(-1, os.WNOHANG)[0]:  # 0: the children left are still running
             pass
@@ -188,8 +189,8 @@ def supervise(args: Sequence[str]) -> int:
             if pid == child:
                 break
     except _Stop as stop:
-        _stop_descendants(ORPHAN_GRACE if stop.signum == signal.SIGHUP else grace)
-        return _die_by(stop.signum)
+        _stop_descendants(ORPHAN_GRACE if stop.args[0] == signal.SIGHUP else grace)
+        return _die_by(stop.args[0])
     except FileNotFoundError:
         sys.stderr.write(f"command not found: {argv[0]}\n")
         return 127
