@@ -85,16 +85,11 @@ _PASSED_ON = ("timeout", "default-timeout", "retries", "proxy")
 
 def parse_pip_config_list(text: str) -> PipConfig:
     """Merge ``pip config list`` output (``scope.key='value'``) by pip's precedence."""
-    merged: dict[str, tuple[int, str]] = {}
-    for line in text.splitlines():
-        match = re.match(r"^(:env:|[\w-]+)\.([\w-]+)='(.*)'$", line.strip())
-        if not match:
-            continue
-        scope, key, value = match.groups()
-        rank = _SCOPES.index(scope) if scope in _SCOPES else 0
-        if key not in merged or merged[key][0] <= rank:
-            merged[key] = (rank, value)
-    values = {k: v for k, (_, v) in merged.items()}
+    found = [match.groups() for line in text.splitlines()
+             if (match := re.match(r"^(:env:|[\w-]+)\.([\w-]+)='(.*)'$", line.strip()))]
+    # A stable sort: of equal precedence the later line wins (an unknown scope ranks lowest).
+    ranked = sorted(found, key=lambda m: _SCOPES.index(m[0]) if m[0] in _SCOPES else 0)
+    values = {key: value for _, key, value in ranked}
     return PipConfig(
         index_url=values.get("index-url"),
         extra_index_urls=tuple(values.get("extra-index-url", "").split()),

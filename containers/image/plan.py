@@ -526,13 +526,10 @@ def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, 
                              cli_args=(cli_args or {}) if target.name == name else {},
                              base_step=previous, force=force and target.name == name)
         steps.append(previous)
-    needed = True
-    for index in range(len(steps) - 1, -1, -1):
-        if not needed:
-            steps[index] = replace(steps[index], action="not-needed")
-        elif steps[index].action == "up-to-date":
-            needed = False
-    return BuildPlan(steps=tuple(steps))
+    fresh = [index for index, step in enumerate(steps) if step.action == "up-to-date"]
+    below = fresh[-1] if fresh else 0  # the topmost up-to-date image needs none of its bases
+    return BuildPlan(steps=tuple(replace(step, action="not-needed") if index < below else step
+                                 for index, step in enumerate(steps)))
 
 
 def fakeroot_refusal(target: Target, site: Site) -> ConfigError | None:
