@@ -274,18 +274,11 @@ def stop_pids(pids: Sequence[int], grace: float = 10) -> None:
 
 
 def carrying(marker: str) -> list[int]:
-    """PIDs of processes whose environment holds ``marker`` (this cluster's SLURM_CONF)."""
-    found = []
-    needle = marker.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    """PIDs of processes whose environment holds ``marker`` (this cluster's SLURM_CONF); one
+    whose environment this user cannot read is not ours."""
+    key, _, value = marker.partition("=")
+    return [proc.pid for proc in psutil.process_iter(["environ"])
+            if proc.pid != os.getpid() and (proc.info["environ"] or {}).get(key) == value]
 
 
 def _prepare(root: Path) -> tuple[Path, Path]:

@@ -360,58 +360,52 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
                      if has_test else None,
                      env=env_vars, staged=staged if uses_context else {},
                      copied=copied if uses_context else {}, links=cached.links,
-                     package_cache=host.package_cache if cached.use else None,
-                     cache_use=cached.use, env_snapshot=cached.snapshot)
+                     package_cache=host.package_cache if cached.uses else None,
+                     cache_use="; ".join(cached.uses), env_snapshot=cached.snapshot)
 
 
-@dataclass(frozen=True)
+@dataclass
 class CacheUse:
     """What an Apptainer build adds to use the package cache: binds, staged files, links and
-    environment, and a line saying how (empty: this build fetches nothing the cache keeps)."""
+    environment, and the phrases saying how (none: this build fetches nothing the cache keeps)."""
 
-    binds: tuple[str, ...] = ()
-    staged: Mapping[str, str] = field(default_factory=dict)
-    links: Mapping[str, str] = field(default_factory=dict)
-    env: Mapping[str, str] = field(default_factory=dict)
-    use: str = ""
+    binds: list[str] = field(default_factory=list)
+    staged: dict[str, str] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    uses: list[str] = field(default_factory=list)
     snapshot: SnapshotKey | None = None
 
 
 def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Path,
-                        installs_pip: bool, foreign: bool, inputs: Mapping | None = None,
-                        base_image: Path | None = None) -> CacheUse:
+                        installs_pip: bool, foreign: bool, inputs: Mapping,
+                        base_image: Path | None) -> CacheUse:
     """How a definition's build reaches the package cache (:mod:`containers.image.cache`):
     pip's folder bound at ``/mnt`` with the marker the install script reads, when ``%post``
     runs that script; the debootstrap shim first on ``PATH``, when its root comes from
     debootstrap (``Bootstrap: debootstrap``, or the foreign root). None of it enters the
     inputs hash: binds, staged files and the environment are host plumbing."""
-    cache = host.package_cache
+    cache, found = host.package_cache, CacheUse()
     if cache is None:
-        return CacheUse()
-    binds: list[str] = []
-    staged: dict[str, str] = {}
-    links: dict[str, str] = {}
-    env: dict[str, str] = {}
-    uses: list[str] = []
-    snapshot = None
+        return found
     if installs_pip and definition.has_section("post"):
-        staged[package_cache.PIP_MARKER] = package_cache.PIP_MOUNT + "\n"
-        binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
-        uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
-        snapshot, why_not = env_snapshot_key(definition, inputs or {}, base_image)
+        found.staged[package_cache.PIP_MARKER] = package_cache.PIP_MOUNT + "\n"
+        found.binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
+        found.uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
+        snapshot, why_not = env_snapshot_key(definition, inputs, base_image)
         if snapshot is not None:
-            snapshot = replace(snapshot, root=cache.pip / package_cache.ENVS)
-        uses.append(f"environment snapshots ({cache.pip / package_cache.ENVS})" if snapshot else
-                    f"no environment snapshots ({why_not})")
+            found.snapshot = replace(snapshot, root=cache.pip / package_cache.ENVS)
+        found.uses.append(f"environment snapshots ({cache.pip / package_cache.ENVS})"
+                          if snapshot else f"no environment snapshots ({why_not})")
     debootstraps = foreign or definition.stages[0].bootstrap.lower() == "debootstrap"
     if debootstraps and host.debootstrap:
         shim_dir = workdir / "bin"
-        links[str(shim_dir / "debootstrap")] = str(package_cache.SHIM)
-        env = {"PATH": f"{shim_dir}:$PATH",  # expanded by the builder, as for cotainr
-               "CONTAINERS_APT_CACHE": str(cache.apt), "CONTAINERS_DEBOOTSTRAP": host.debootstrap}
-        uses.append(f"debootstrap --cache-dir={cache.apt}")
-    return CacheUse(binds=tuple(binds), staged=staged, links=links, env=env,
-                    use="; ".join(uses), snapshot=snapshot)
+        found.links[str(shim_dir / "debootstrap")] = str(package_cache.SHIM)
+        found.env = {"PATH": f"{shim_dir}:$PATH",  # expanded by the builder, as for cotainr
+                     "CONTAINERS_APT_CACHE": str(cache.apt),
+                     "CONTAINERS_DEBOOTSTRAP": host.debootstrap}
+        found.uses.append(f"debootstrap --cache-dir={cache.apt}")
+    return found
 
 
 _BASE_IMAGE_ARG = re.compile(r"\{\{\s*BASE_IMAGE\s*\}\}")
