@@ -184,21 +184,19 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     env = load_target_env(target)
     raise_all(example_findings(target, env)[0])  # the examples, judged as invoke check does
     user_args = {**target.build_args, **cli_args}
-    if target.builder == "cotainr":
-        unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
-        if unknown:
-            raise ConfigError(f"build argument '{unknown[0]}' does not apply to a cotainr target "
-                              f"(only BASE_IMAGE does)", path=target.manifest, key=unknown[0])
-        inputs = target_inputs(target, None, env, user_args, base_hash)
-        inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
-        return None, env, user_args, inputs, hash_inputs(inputs)
-    assert target.definition is not None
-    definition = read_definition(target.definition)
-    definition.validate()
-    raise_all(host_path_policy(target, definition)[0])  # host_paths: forbid, as check says
+    unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
+    if target.builder == "cotainr" and unknown:
+        raise ConfigError(f"build argument '{unknown[0]}' does not apply to a cotainr target "
+                          f"(only BASE_IMAGE does)", path=target.manifest, key=unknown[0])
+    # A cotainr target has no definition, an Apptainer one always has (the manifest's rule).
+    definition = None if target.definition is None else read_definition(target.definition)
+    if definition is not None:
+        definition.validate()
+        raise_all(host_path_policy(target, definition)[0])  # host_paths: forbid, as check says
     inputs = target_inputs(target, definition, env, user_args, base_hash)
-    scripts = definition_scripts(definition)
-    if scripts:
+    if definition is None:
+        inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
+    elif scripts := definition_scripts(definition):
         inputs["scripts"] = {name: read_input_text(path) for name, path in scripts.items()}
     return definition, env, user_args, inputs, hash_inputs(inputs)
 
