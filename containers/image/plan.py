@@ -261,9 +261,8 @@ def squashfs_env(settings: Settings, runtime: Runtime) -> dict[str, str]:
         raise ConfigError(f"{choice} at a level other than Apptainer's own gzip -9 is passed to "
                           f"mksquashfs through Apptainer, and the runtime is {runtime.label}",
                           path="invoke.yaml", key=f"containers.{key}")
-    if choice == "zstd":
-        return {"APPTAINER_MKSQUASHFS_ARGS": f"-comp zstd -Xcompression-level {ZSTD_LEVEL}"}
-    return {"APPTAINER_MKSQUASHFS_ARGS": f"-comp gzip -Xcompression-level {level}"}
+    level = ZSTD_LEVEL if choice == "zstd" else level  # the setting's level is gzip's
+    return {"APPTAINER_MKSQUASHFS_ARGS": f"-comp {choice} -Xcompression-level {level}"}
 
 
 def check_carried_paths(context: Path, binds: list[str]) -> None:
