@@ -150,17 +150,14 @@ def _ownerless_workdirs(tmp_dir: Path) -> list[Leftover]:
     return found
 
 
-def _ownerless_partials(images_dir: Path) -> list[Leftover]:
-    locks = [(path, target_lock(images_dir, target)) for path, target in _partials(images_dir)]
-    return [Leftover(path, "partial image", holder(lock)) for path, lock in locks
-            if not held(lock)]
-
-
 def leftovers(settings: Settings) -> list[Leftover]:
     """Work folders in ``tmp_dir`` and partial images in ``images_dir`` whose owner is gone
     (nobody holds their lock): what killed builds left. Reads only; ``invoke targets`` reports
     them and the next build removes them."""
-    return _ownerless_workdirs(settings.tmp_dir) + _ownerless_partials(settings.images_dir)
+    images = settings.images_dir
+    locks = [(path, target_lock(images, target)) for path, target in _partials(images)]
+    return _ownerless_workdirs(settings.tmp_dir) + [
+        Leftover(path, "partial image", holder(lock)) for path, lock in locks if not held(lock)]
 
 
 def _sweep(step: BuildStep, say: Say) -> None:

@@ -109,11 +109,6 @@ class BuildPlan:
         return tuple(s for s in self.steps if s.action == "build")
 
 
-def hash_inputs(inputs: Mapping) -> str:
-    """sha256 of the canonical JSON of ``inputs``: stable across runs and machines."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-
 def parse_build_args(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     """``["K=V", …]`` from the command line into a dict; a pair without ``=`` is a user error."""
     result: dict[str, str] = {}
@@ -198,7 +193,8 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
         inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
     elif scripts := definition_scripts(definition):
         inputs["scripts"] = {name: read_input_text(path) for name, path in scripts.items()}
-    return definition, env, user_args, inputs, hash_inputs(inputs)
+    canonical = json.dumps(inputs, sort_keys=True)  # the same hash on every run and machine
+    return definition, env, user_args, inputs, hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def chain_hashes(targets: Mapping[str, Target], name: str) -> dict[str, str]:
