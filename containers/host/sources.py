@@ -48,25 +48,20 @@ class PipConfig:
 
     def local_paths(self) -> list[str]:
         """Host folders the build must see (find-links folders and ``file://`` indexes)."""
-        paths: list[str] = []
+        paths: dict[str, None] = {}  # in order, each once
         indexes = {self.index_url, *self.extra_index_urls}
-        for location in (self.index_url, *self.extra_index_urls, *self.find_links):
-            if not location:
-                continue
+        for location in filter(None, (self.index_url, *self.extra_index_urls, *self.find_links)):
             parsed = urlparse(location)
-            if parsed.scheme == "file":
-                local = Path(unquote(parsed.path)).resolve()
-            elif parsed.scheme == "":
-                local = Path(location).resolve()
-            else:
+            if parsed.scheme not in ("file", ""):
                 continue
+            local = Path(unquote(parsed.path) if parsed.scheme else location).resolve()
             # A PEP 503 index folder named "simple" links its files relative to itself
             # ("../files/x.whl"), so the folder above it must be visible too.
             if location in indexes and local.name == "simple":
                 local = local.parent
-            if local.exists() and str(local) not in paths:
-                paths.append(str(local))
-        return paths
+            if local.exists():
+                paths[str(local)] = None
+        return list(paths)
 
     def pip_conf(self, *, cert_path: str | None) -> str:
         """A ``pip.conf`` equivalent to the host's, with the certificate at ``cert_path``."""
