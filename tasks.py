@@ -72,16 +72,17 @@ def _user_errors(body):
     return wrapper
 
 
-def _command(help: dict[str, str], types: dict[str, str | flags.FlagType] | None = None,
+def _command(help: dict[str, str | tuple[str, str | flags.FlagType]],
              **options: Any) -> Callable:
-    """``@task`` with no short flags, each flag's help ending in its type and default (read
-    from the signature), and user errors as one line."""
+    """``@task`` with no short flags, each flag's help ending in its type (``help``: text, or
+    ``(text, type)``; text when none is given) and default (read from the signature), and user
+    errors as one line."""
     def wrap(body: Callable) -> Callable:
         defaults = inspect.signature(body).parameters
         described = {}
-        for name, text in help.items():
+        for name, entry in help.items():
+            text, kind = entry if isinstance(entry, tuple) else (entry, "text")
             default = defaults[name].default
-            kind = (types or {}).get(name, "text")
             label = kind.label if isinstance(kind, flags.FlagType) else kind
             if isinstance(default, bool):
                 described[name] = f"{text} [switch]"
@@ -107,6 +108,7 @@ JSON_HELP = "print one JSON document (its shape: docs/results.md, JSON shapes) i
             "the table"
 NODES_HELP = ("inside a Slurm allocation: run on this many of its nodes (srun, one torchrun per "
               "node); --gpus is then per node")
+GPUS_HELP = "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU"
 FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or GPUs, message " \
              "buffers over its memory)"
 
@@ -149,23 +151,22 @@ RUN_OPTIONS: dict[str, tuple[str, Any]] = {
 }
 
 
-def run_options(kind: WorkloadKind | None, *, prefix: bool = False) -> dict[str, dict[str, Any]]:
-    """``{"help": ..., "types": ...}`` of the RUN_OPTIONS that ``kind`` takes (None: all of
-    them, each help prefixed with the kinds it applies to)."""
-    names = [name for name in RUN_OPTIONS if kind is None or name in kind.run_options]
-    return {"help": {name: ("/".join(registry.applies_to(name)) + ": " if prefix else "")
-                     + RUN_OPTIONS[name][0] for name in names},
-            "types": {name: RUN_OPTIONS[name][1] for name in names}}
+def run_options(kind: WorkloadKind | None) -> dict[str, tuple[str, Any]]:
+    """The RUN_OPTIONS that ``kind`` takes (None: all of them, for invoke job, each help
+    prefixed with the kinds it applies to)."""
+    return {name: (("/".join(registry.applies_to(name)) + ": " if kind is None else "") + text,
+                   rule)
+            for name, (text, rule) in RUN_OPTIONS.items()
+            if kind is None or name in kind.run_options}
 
 
 SMOKE_OPTIONS, TRAIN_OPTIONS = run_options(SMOKE), run_options(TRAIN)
-JOB_OPTIONS = run_options(None, prefix=True)
 WORKLOAD = flags.choice(tuple(registry.WORKLOADS))
 
 
-@_command(help={"target": "only this target (and what it needs); default: everything",
-                "json": JSON_HELP},
-          types={"target": flags.TARGET})
+@_command(help={"target": ("only this target (and what it needs); default: everything",
+                           flags.TARGET),
+                "json": JSON_HELP})
 def check(c, target=None, json=False):
     """Validate manifests, env specs, definitions and site profiles."""
     target = flags.TARGET("--target", target)
@@ -181,15 +182,14 @@ def targets(c, json=False):
 @_command(
     iterable=["build_arg"],
     help={
-        "target": "image target to build (recipes/<target>.yaml); bases are built first; "
-                  "default: containers.default_target",
+        "target": ("image target to build (recipes/<target>.yaml); bases are built first; "
+                   "default: containers.default_target", flags.TARGET),
         "force": "rebuild this target even if its inputs are unchanged",
         "dry_run": "print the plan and the exact commands, run nothing (also: invoke --dry)",
-        "build_arg": "KEY=VALUE build argument for the definition (repeatable)",
+        "build_arg": ("KEY=VALUE build argument for the definition (repeatable)", "KEY=VALUE"),
         "no_cache": "fetch every package afresh: no shared package cache (pip's, debootstrap's; "
                     "invoke cache shows and prunes it)",
     },
-    types={"target": flags.TARGET, "build_arg": "KEY=VALUE"},
 )
 def build(c, target=None, force=False, dry_run=False, build_arg=None, no_cache=False):
     """Build an image (and its bases) unless its inputs hash says it is up to date."""
@@ -210,19 +210,18 @@ def cache(c, prune=False):
 
 @_command(
     help={
-        "target": "image to test; default: the detected site's default target, else cpu",
-        "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
-        **SMOKE_OPTIONS["help"],
-        "op": SMOKE_OPTIONS["help"]["op"] + "; with --history: only their runs",
+        "target": ("image to test; default: the detected site's default target, else cpu",
+                   flags.TARGET),
+        "gpus": (GPUS_HELP, flags.POSITIVE_INT),
+        **SMOKE_OPTIONS,
+        "op": (SMOKE_OPTIONS["op"][0] + "; with --history: only their runs", flags.OPS),
         "dry_run": "print the exact exec command, run nothing (also: invoke --dry)",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
         "json": "with --history: print the history as one JSON document (docs/results.md, "
                 "JSON shapes)",
-        "nodes": NODES_HELP,
+        "nodes": (NODES_HELP, flags.POSITIVE_INT),
         "force": FORCE_HELP,
     },
-    types={"target": flags.TARGET, "gpus": flags.POSITIVE_INT, **SMOKE_OPTIONS["types"],
-           "nodes": flags.POSITIVE_INT},
 )
 def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", timeout="600",
           dtype="float32", cycles="1", op=None, dry_run=False, history=False, json=False,
@@ -246,17 +245,16 @@ def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", tim
 
 @_command(
     help={
-        "target": "image to train in; default: the detected site's default target, else cpu",
-        "example": "how the model is distributed",
-        **TRAIN_OPTIONS["help"],
-        "gpus": "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU",
-        "scaling": "rank counts (e.g. 1,2,4): run each, report speedup + PNG",
+        "target": ("image to train in; default: the detected site's default target, else cpu",
+                   flags.TARGET),
+        "example": ("how the model is distributed", flags.EXAMPLE),
+        **TRAIN_OPTIONS,
+        "gpus": (GPUS_HELP, flags.POSITIVE_INT),
+        "scaling": ("rank counts (e.g. 1,2,4): run each, report speedup + PNG", flags.RANK_LIST),
         "dry_run": "print the exact exec command(s), run nothing (also: invoke --dry)",
-        "nodes": NODES_HELP,
+        "nodes": (NODES_HELP, flags.POSITIVE_INT),
         "force": FORCE_HELP,
     },
-    types={"target": flags.TARGET, "example": flags.EXAMPLE, **TRAIN_OPTIONS["types"],
-           "gpus": flags.POSITIVE_INT, "scaling": flags.RANK_LIST, "nodes": flags.POSITIVE_INT},
 )
 def train(c, example="ddp", target=None, model=None, model_size=None, gpus="2", epochs="3",
           batch_size=None, lr=None, zero_stage=None, ds_config=None, data=None, samples=None,
@@ -288,16 +286,16 @@ def _remainder(c) -> list[str]:
 
 @_command(
     help={
-        "target": "image to run in; default: the detected site's default target, else cpu",
-        "gpus": "ranks on this node, started by the site's launcher (torchrun): one per GPU, "
-                "or CPU processes where there is no GPU",
-        "nodes": NODES_HELP,
+        "target": ("image to run in; default: the detected site's default target, else cpu",
+                   flags.TARGET),
+        "gpus": ("ranks on this node, started by the site's launcher (torchrun): one per GPU, "
+                 "or CPU processes where there is no GPU", flags.POSITIVE_INT),
+        "nodes": (NODES_HELP, flags.POSITIVE_INT),
         "no_launcher": "run the command as one process, without torchrun",
-        "timeout": "seconds before every process of the run is stopped; default: none",
+        "timeout": ("seconds before every process of the run is stopped; default: none",
+                    flags.SECONDS),
         "dry_run": "print the device gate and the exact exec command, run nothing",
     },
-    types={"target": flags.TARGET, "gpus": flags.POSITIVE_INT, "nodes": flags.POSITIVE_INT,
-           "timeout": flags.SECONDS},
 )
 def run(c, target=None, gpus="1", nodes="1", no_launcher=False, timeout=None, dry_run=False):
     """Your own command in the image, launched as the site's smoke runs are: invoke run -- CMD.
@@ -307,17 +305,17 @@ def run(c, target=None, gpus="1", nodes="1", no_launcher=False, timeout=None, dr
     status is the command's; the log is kept under results/run/."""
     target = flags.TARGET("--target", target)
     gpus, nodes = flags.POSITIVE_INT("--gpus", gpus), flags.POSITIVE_INT("--nodes", nodes)
-    timeout = flags.SECONDS("--timeout", timeout) if timeout is not None else None
+    timeout = flags.SECONDS("--timeout", timeout)
     app.run_command(_project(c), target=target, command=_remainder(c), gpus=gpus, nodes=nodes,
                     launcher=not no_launcher, timeout=timeout, dry_run=_dry(c, dry_run))
 
 
 @_command(
     help={
-        "target": "image to enter; default: the detected site's default target, else cpu",
+        "target": ("image to enter; default: the detected site's default target, else cpu",
+                   flags.TARGET),
         "dry_run": "print the exact exec command, run nothing",
     },
-    types={"target": flags.TARGET},
 )
 def shell(c, target=None, dry_run=False):
     """A shell in the image with the site's GPU flag, binds and environment (or -- CMD)."""
@@ -325,39 +323,41 @@ def shell(c, target=None, dry_run=False):
     app.shell(_project(c), target=target, command=_remainder(c), dry_run=_dry(c, dry_run))
 
 
-@_command(
-    iterable=["directive"],
-    help={
-        "target": "image the job runs (or builds); default: the detected site's default target",
-        "workload": "what the job runs (run: your own command after --, through the site's "
-                    "launcher, with the device gate and a verdict)",
-        "site": "the site whose scheduler, launcher, binds and environment the job uses; "
-                "default: the target's own (the cpu image on a Slurm cluster: local-slurm)",
-        "nodes": "nodes (one for build)",
-        "gpus_per_node": "GPUs per node (default: all), or CPU ranks per node on CPU sites "
-                         "(default: 2)",
-        "time": "wall time; default: the workload's estimate (smoke 30 min, training 1 h, "
-                "build 2 h) capped by the partition's limit",
-        "account": "account (project) to charge",
-        "partition": "partition or queue; default: the site's",
-        "launcher": "override the site's launch pattern",
-        "out": "write the script to this file (atomically) instead of printing it",
-        "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
-        "wait": "with --submit: follow the job (its state changes), then print its verdict and "
-                "exit with the verdict's code",
-        "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
-        "qos": "quality of service (Slurm; Olivia's devel for short tests)",
-        "reservation": "run in this reservation (Slurm)",
-        "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
-                     "-l place=scatter (repeatable; checked)",
-        **JOB_OPTIONS["help"],
-    },
-    types={"target": flags.TARGET, "workload": WORKLOAD, "site": flags.SITE,
-           "nodes": flags.POSITIVE_INT, "gpus_per_node": flags.POSITIVE_INT,
-           "time": flags.TIME, "account": flags.ACCOUNT, "partition": flags.PARTITION,
-           "launcher": flags.choice(LAUNCHERS), "out": flags.OUT_FILE,
-           **JOB_OPTIONS["types"]},
-)
+#: invoke job's flags. JOB_CHECKED: those the task converts by their type here, in the order it
+#: checks them (the first bad one is the error), each named as app.job names it.
+JOB_FLAGS: dict[str, str | tuple[str, Any]] = {
+    "target": ("image the job runs (or builds); default: the detected site's default "
+               "target", flags.TARGET),
+    "workload": ("what the job runs (run: your own command after --, through the site's "
+                 "launcher, with the device gate and a verdict)", WORKLOAD),
+    "site": ("the site whose scheduler, launcher, binds and environment the job uses; "
+             "default: the target's own (the cpu image on a Slurm cluster: local-slurm)",
+             flags.SITE),
+    "nodes": ("nodes (one for build)", flags.POSITIVE_INT),
+    "gpus_per_node": ("GPUs per node (default: all), or CPU ranks per node on CPU sites "
+                      "(default: 2)", flags.POSITIVE_INT),
+    "time": ("wall time; default: the workload's estimate (smoke 30 min, training 1 h, "
+             "build 2 h) capped by the partition's limit", flags.TIME),
+    "account": ("account (project) to charge", flags.ACCOUNT),
+    "partition": ("partition or queue; default: the site's", flags.PARTITION),
+    "launcher": ("override the site's launch pattern", flags.choice(LAUNCHERS)),
+    "out": ("write the script to this file (atomically) instead of printing it",
+            flags.OUT_FILE),
+    "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
+    "wait": "with --submit: follow the job (its state changes), then print its verdict and "
+            "exit with the verdict's code",
+    "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
+    "qos": "quality of service (Slurm; Olivia's devel for short tests)",
+    "reservation": "run in this reservation (Slurm)",
+    "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
+                 "-l place=scatter (repeatable; checked)",
+    **run_options(None),
+}
+JOB_CHECKED = ("workload", "target", "site", "nodes", "gpus_per_node", "time", "account",
+               "partition", "launcher", "out")
+
+
+@_command(iterable=["directive"], help=JOB_FLAGS)
 def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=None, time=None,
         account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
         sizes=None, iters=None, warmup=None, cycles=None, op=None, dtype=None, model=None,
@@ -374,20 +374,13 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
     if out or submit:
         _no_dry(c, "invoke job prints the script under --dry; --out and --submit write or "
                    "submit it, so they are refused")
-    workload = WORKLOAD("--workload", workload)
-    target, site = flags.TARGET("--target", target), flags.SITE("--site", site)
-    nodes = flags.POSITIVE_INT("--nodes", nodes)
-    gpus = flags.POSITIVE_INT("--gpus-per-node", gpus_per_node)
-    time, account = flags.TIME("--time", time), flags.ACCOUNT("--account", account)
-    partition = flags.PARTITION("--partition", partition)
-    launcher = flags.choice(LAUNCHERS)("--launcher", launcher)
-    out = flags.OUT_FILE("--out", out)
+    checked = {name: JOB_FLAGS[name][1]("--" + name.replace("_", "-"), values[name])
+               for name in JOB_CHECKED}
     given = {name: values[name] for name in RUN_OPTIONS
              if values[name] is not None and values[name] is not False}  # a switch left off
-    options = registry.job_options(workload, gpus=gpus or 1, given=given)
-    app.job(_project(c), target=target, workload=workload, site=site, nodes=nodes,
-            gpus_per_node=gpus, time=time, account=account, partition=partition,
-            launcher=launcher, out=out, submit=submit, nccl_debug=nccl_debug, options=options,
+    options = registry.job_options(checked["workload"], gpus=checked["gpus_per_node"] or 1,
+                                   given=given)
+    app.job(_project(c), **checked, submit=submit, nccl_debug=nccl_debug, options=options,
             qos=qos, reservation=reservation, directives=tuple(directive or ()),
             command=tuple(_remainder(c)), wait=wait)
 
@@ -400,24 +393,23 @@ def jobs(c, json=False):
 
 @_command(
     help={
-        "target": "image target to publish (its built images/<target>.sif)",
-        "dest": "site folder to publish into (catalogue.json, <target>/, modules/, keys/)",
-        "version": "version name; default: <build date>-<inputs hash>",
+        "target": ("image target to publish (its built images/<target>.sif)", flags.TARGET),
+        "dest": ("site folder to publish into (catalogue.json, <target>/, modules/, keys/)",
+                 flags.DEST_FOLDER),
+        "version": ("version name; default: <build date>-<inputs hash>", flags.VERSION),
         "sign": "sign the image with apptainer sign (keyring: containers.sign_keysdir, key "
                 "containers.sign_keyidx)",
-        "keep": "afterwards keep only the newest N versions of the target (never latest's); "
-                "0: keep all",
-        "group": "give published files to this group (default: containers.publish_group)",
+        "keep": ("afterwards keep only the newest N versions of the target (never latest's); "
+                 "0: keep all", flags.NON_NEGATIVE_INT),
+        "group": ("give published files to this group (default: containers.publish_group)",
+                  "group name"),
         "force": "replace a version that is already published (recorded in the catalogue)",
         "skip_checks": "publish without apptainer test and smoke checks (loud warning, "
                        "recorded in the catalogue)",
-        "accept_regression": "release anyway although the gate refuses it (busbw below "
-                             "latest's beyond the reference tolerance, or a site-fit error): "
-                             "say why; recorded in the catalogue with who and when",
+        "accept_regression": ("release anyway although the gate refuses it (busbw below "
+                              "latest's beyond the reference tolerance, or a site-fit error): "
+                              "say why; recorded in the catalogue with who and when", "reason"),
     },
-    types={"target": flags.TARGET, "dest": flags.DEST_FOLDER, "version": flags.VERSION,
-           "keep": flags.NON_NEGATIVE_INT, "group": "group name",
-           "accept_regression": "reason"},
 )
 def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group=None,
             force=False, skip_checks=False, accept_regression=None):
@@ -433,11 +425,10 @@ def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group
 
 @_command(
     help={
-        "dest": "site folder that invoke publish wrote",
-        "target": "only this target's images; default: all",
+        "dest": ("site folder that invoke publish wrote", flags.PUBLISHED_FOLDER),
+        "target": ("only this target's images; default: all", flags.TARGET),
         "json": JSON_HELP,
     },
-    types={"dest": flags.PUBLISHED_FOLDER, "target": flags.TARGET},
 )
 def verify(c, dest=None, target=None, json=False):
     """Check published images: checksums, signatures, catalogue, latest and module files."""
@@ -447,12 +438,13 @@ def verify(c, dest=None, target=None, json=False):
 
 @_command(
     help={
-        "target": "inspect this target's built image; default: the site's default target",
-        "image": "inspect this .sif, or a published version DEST:TARGET@VERSION (@latest too)",
-        "site": "judge the image against this site; default: its target's site",
+        "target": ("inspect this target's built image; default: the site's default target",
+                   flags.TARGET),
+        "image": ("inspect this .sif, or a published version DEST:TARGET@VERSION (@latest too)",
+                  "path or DEST:TARGET@VERSION"),
+        "site": ("judge the image against this site; default: its target's site", flags.SITE),
         "json": JSON_HELP,
     },
-    types={"target": flags.TARGET, "site": flags.SITE, "image": "path or DEST:TARGET@VERSION"},
     name="inspect",  # the function's own name would hide the inspect module used above
 )
 def inspect_image(c, target=None, image=None, site=None, json=False):
@@ -465,12 +457,11 @@ def inspect_image(c, target=None, image=None, site=None, json=False):
 
 @_command(
     help={
-        "old": "target, .sif path, or published DEST:TARGET@VERSION",
-        "new": "target, .sif path, or published DEST:TARGET@VERSION",
+        # flags, not positional arguments: invoke refuses -h on a task with positional ones
+        "old": ("target, .sif path, or published DEST:TARGET@VERSION", "image"),
+        "new": ("target, .sif path, or published DEST:TARGET@VERSION", "image"),
         "json": JSON_HELP,
     },
-    # flags, not positional arguments: invoke refuses -h on a task with positional ones
-    types={"old": "image", "new": "image"},
 )
 def diff(c, old=None, new=None, json=False):
     """What changed between two images: packages, stack, labels, size, latest smoke runs."""
@@ -482,10 +473,10 @@ def diff(c, old=None, new=None, json=False):
 
 @_command(
     help={
-        "results": "a batch job's results folder (job.json, the ranks' files, run.log)",
-        "exit_status": "the launcher's exit status in the job",
+        "results": ("a batch job's results folder (job.json, the ranks' files, run.log)",
+                    flags.EXISTING_FOLDER),
+        "exit_status": ("the launcher's exit status in the job", flags.NON_NEGATIVE_INT),
     },
-    types={"results": flags.EXISTING_FOLDER, "exit_status": flags.NON_NEGATIVE_INT},
 )
 def verdict(c, results=None, exit_status="0"):
     """Judge a finished batch run from its files: verdict.json (and the perflog line for smoke).
@@ -507,11 +498,10 @@ def verdict(c, results=None, exit_status="0"):
                  "the SLURM_CONF line jobs need",
         "stop": "stop it (its daemons and leftover job steps, by PID) and remove its folder",
         "status": "show its nodes, partitions, daemons and SLURM_CONF line",
-        "site": "with --start: shape it like this Slurm site (its partitions, limits, cores, "
-                "GPUs as GRES on stand-in devices, required account); default: nodes n1 and n2, "
-                "partition debug",
+        "site": ("with --start: shape it like this Slurm site (its partitions, limits, cores, "
+                 "GPUs as GRES on stand-in devices, required account); default: nodes n1 and "
+                 "n2, partition debug", flags.SITE),
     },
-    types={"site": flags.SITE},
 )
 def local_slurm(c, start=False, stop=False, status=False, site=None):
     """A two-node Slurm cluster on this machine, to try invoke job --submit --wait without one.

@@ -61,11 +61,6 @@ class Problems(ConfigError):
         super().__init__("\n".join([*lines, count]))
         self.detail = count
 
-    @property
-    def lines(self) -> list[str]:
-        """One line per problem (each is one line already; newlines inside one are folded)."""
-        return [" ".join(str(p).split("\n")) for p in self.problems]
-
 
 def flatten(problems: Sequence[ContainersError]) -> list[ContainersError]:
     """``problems`` with every :class:`Problems` replaced by the problems it holds."""
@@ -185,6 +180,7 @@ def describe(exc: ContainersError) -> tuple[str, int]:
     """The line a user sees for ``exc`` and the exit code: the single place errors print.
     :class:`Problems` gives one ``error:`` line per problem and then the count."""
     if isinstance(exc, Problems):
-        return "\n".join([*(f"error: {line}" for line in exc.lines),
+        # each problem is one line already; a newline inside one is folded
+        return "\n".join([*("error: " + str(p).replace("\n", " ") for p in exc.problems),
                           f"error: {exc.detail}"]), exc.exit_code
     return f"error: {exc}", exc.exit_code

@@ -32,7 +32,7 @@ def kind_of(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
 
 
-def _check_regular(info: os.stat_result, limit: int) -> None:
+def _check_regular(info: os.stat_result, limit: float = float("inf")) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise FileRefused(f"not a regular file ({kind_of(info.st_mode)})")
     if info.st_size > limit:
@@ -101,9 +101,7 @@ def open_append_regular(path: Path, *, mode: int = 0o644) -> BinaryIO:
     and the open is ``O_NONBLOCK``, so it never blocks. A link is followed, as ``open`` does."""
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise FileRefused(f"not a regular file ({kind_of(info.st_mode)})")
+        _check_regular(os.fstat(fd))
         os.set_blocking(fd, True)
         return os.fdopen(fd, "a+b")
     except BaseException:

@@ -18,12 +18,11 @@ from containers.files import read_regular
 
 
 def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
-            blocking: bool = True, shared: bool = False) -> int | None:
+            shared: bool = False) -> int:
     """An open descriptor holding an exclusive ``flock`` on ``path`` (created when missing),
-    with our PID written into it; ``on_wait`` is called once if we must wait. Not blocking:
-    None when another process holds it. ``shared``: a shared lock, which many hold at once
-    and an exclusive one waits for (no PID: there is no one holder). Give it back with
-    :func:`release`."""
+    with our PID written into it; ``on_wait`` is called once if we must wait. ``shared``: a
+    shared lock, which many hold at once and an exclusive one waits for (no PID: there is no
+    one holder). Give it back with :func:`release`."""
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -31,9 +30,6 @@ def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
-            if not blocking:
-                os.close(fd)
-                return None
             if on_wait is not None:
                 on_wait()
             fcntl.flock(fd, mode)
@@ -71,7 +67,6 @@ def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None,
     takes the new file's instead, so two holders never overlap."""
     while True:
         fd = acquire(path, on_wait=on_wait)
-        assert fd is not None
         if not remove or _is_current(fd, path):
             break
         release(fd)

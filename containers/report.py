@@ -134,18 +134,6 @@ def deferred(name: str) -> str:
     return f"\ue000{name}\ue001"
 
 
-def _expanding(word: str) -> str:
-    """``word`` quoted for a shell, its :func:`deferred` markers as ``${NAME}`` that expand
-    there and everything else literal: double quotes, with single-quoted pieces for ``!``."""
-    pieces, at = [], 0
-    for match in _MARK.finditer(word):
-        pieces.append(_literal(word[at:match.start()]))
-        pieces.append("${%s}" % match.group(1))
-        at = match.end()
-    pieces.append(_literal(word[at:]))
-    return '"' + "".join(pieces) + '"'
-
-
 def _literal(text: str) -> str:
     """``text`` literal inside double quotes (``!`` leaves them: history expansion)."""
     parts = text.split("!")
@@ -154,19 +142,21 @@ def _literal(text: str) -> str:
 
 
 def shell_word(word: str) -> str:
-    """One argv word as a shell reads it back: ``shlex.quote``, or where it holds a deferred
-    host variable, double quotes around ``${NAME}``."""
-    return _expanding(word) if _MARK.search(word) else shlex.quote(word)
-
-
-def _defer(match: re.Match) -> str:
-    return deferred(match.group(1) or match.group(2))
+    """One argv word as a shell reads it back: ``shlex.quote``, or where it holds a
+    :func:`deferred` host variable, double quotes in which each marker is a ``${NAME}`` that
+    expands there and everything else is literal (single-quoted pieces for ``!``)."""
+    if not _MARK.search(word):
+        return shlex.quote(word)
+    pieces = _MARK.split(word)  # literal text at even places, variable names at odd ones
+    return '"' + "".join("${%s}" % piece if place % 2 else _literal(piece)
+                         for place, piece in enumerate(pieces)) + '"'
 
 
 def show_command(argv: list[str], env: Mapping[str, str] | None = None) -> str:
     """The exact command as one line to paste into a shell. ``env`` values are the prefix the
     command runs with; a ``$VAR`` in one is the caller's variable, expanded when the command
     runs (``PATH=<shim>:$PATH``), so it is shown expanding: ``PATH="<shim>:${PATH}"``."""
-    prefix = " ".join(f"{key}={shell_word(_VAR.sub(_defer, value))}"
-                      for key, value in (env or {}).items())
+    prefix = " ".join(
+        f"{key}={shell_word(_VAR.sub(lambda m: deferred(m.group(1) or m.group(2)), value))}"
+        for key, value in (env or {}).items())
     return (prefix + " " if prefix else "") + " ".join(shell_word(str(word)) for word in argv)

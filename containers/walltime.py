@@ -24,18 +24,12 @@ def parse(text: str) -> int:
     if not match:
         raise ValueError(f"'{text}' is not a time (HH:MM:SS, D-HH:MM:SS or MM:SS)")
     days, first, second, third = match.groups()
-    if days is not None:  # D-HH, D-HH:MM, D-HH:MM:SS
-        hours, minutes, seconds = int(first), int(second or 0), int(third or 0)
-        if hours > 23:
-            raise ValueError(f"'{text}': hours after a day count must be 0-23")
-    elif third is not None:  # HH:MM:SS
-        hours, minutes, seconds = int(first), int(second), int(third)
-    elif second is not None:  # MM:SS
-        hours, minutes, seconds = 0, int(first), int(second)
-    else:  # minutes
-        hours, minutes, seconds = 0, int(first), 0
-    if (second is not None and minutes > 59 and (days is not None or third is not None)) \
-            or seconds > 59:
+    clock = days is not None or third is not None  # D-HH[:MM[:SS]] or HH:MM:SS, else [MM:]SS
+    hours, minutes, seconds = ((int(first), int(second or 0), int(third or 0)) if clock
+                               else (0, int(first), int(second or 0)))
+    if days is not None and hours > 23:
+        raise ValueError(f"'{text}': hours after a day count must be 0-23")
+    if (clock and minutes > 59) or seconds > 59:
         raise ValueError(f"'{text}': minutes and seconds must be 0-59")
     total = ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
     if total <= 0:

@@ -3,9 +3,9 @@
 Hand-written pages under ``docs/`` hold markers (``<!-- generated: tasks -->``); this module
 replaces each marker with Markdown made from the code itself: every invoke task and its flags
 (from the tasks' own help, as ``invoke <task> -h`` prints it), every field of the input files
-(from the loaders' field declarations, and from ``schemas/*.json`` where JSON Schemas exist),
-every site's facts with the comments that cite their sources, every module of ``containers/``
-and ``jobs/`` with its docstring's first sentence, and the error family.
+(from ``schemas/*.json``, the JSON Schemas of the loaders' models), every site's facts with the
+comments that cite their sources, every module of ``containers/`` and ``jobs/`` with its
+docstring's first sentence, and the error family.
 
 It is the MkDocs hook of ``mkdocs.yml`` (``on_page_markdown``), so every build regenerates it,
 and a script: ``python scripts/docs_reference.py tasks`` prints one generated block.
@@ -76,71 +76,6 @@ def tasks_markdown() -> str:
 
 # --- input fields ------------------------------------------------------------------------------
 
-#: (title, module, attribute, key prefix): the loaders' field declarations, in reading order.
-#: A section whose keys a JSON Schema in ``schemas/`` also gives (:data:`COVERED_BY`) is shown
-#: from the schema, which carries each key's doc, instead.
-FIELD_SECTIONS = (
-    ("Target manifest: `recipes/<target>.yaml`", "containers.inputs.recipes", "FIELDS", ""),
-    ("Env spec: `envs/<name>.yml` (the keys this tool reads)", "containers.inputs.envspec",
-     "FIELDS", ""),
-    ("Site profile: `sites/<site>.yaml`", "containers.inputs.sites", "FIELDS", ""),
-    ("Site profile: a partition", "containers.inputs.sites", "PARTITION_FIELDS",
-     "partitions.<name>."),
-    ("Site profile: detection", "containers.inputs.sites", "DETECT_FIELDS", "detect."),
-    ("Site profile: network transport", "containers.inputs.sites", "TRANSPORT_FIELDS",
-     "transport."),
-    ("Site profile: a reference value", "containers.inputs.references", "FIELDS",
-     "references[]."),
-    ("Site profile: what an image must fit", "containers.image.sitefit", "FIT_FIELDS", "fit."),
-    ("Site profile: fit, the driver", "containers.image.sitefit", "DRIVER_FIELDS",
-     "fit.driver."),
-    ("Site profile: fit, a version range (rocm, cuda, glibc)", "containers.image.sitefit",
-     "RANGE_FIELDS", "fit.<rocm|cuda|glibc>."),
-    ("Site profile: fit, NCCL", "containers.image.sitefit", "NCCL_FIELDS", "fit.nccl."),
-    ("Settings: `containers:` in `invoke.yaml`", "containers.inputs.settings", "FIELDS",
-     "containers."),
-)
-
-
-def field_comments(module: Any, attribute: str) -> dict[str, str]:
-    """The comment lines written just above each ``Field("name", ...)`` of ``attribute`` in
-    ``module``'s source: the field's documentation where the declaration has no ``doc``."""
-    source = inspect.getsource(module)
-    lines = source.splitlines()
-    found: dict[str, str] = {}
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Assign)
-                and any(getattr(t, "id", None) == attribute for t in node.targets)):
-            continue
-        for call in ast.walk(node.value):
-            if (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Field"
-                    and call.args and isinstance(call.args[0], ast.Constant)):
-                above, index = [], call.lineno - 2
-                while index >= 0 and lines[index].strip().startswith("#"):
-                    above.insert(0, lines[index].strip().lstrip("#").strip())
-                    index -= 1
-                if lines[call.lineno - 1].strip().startswith("Field("):
-                    found[call.args[0].value] = " ".join(above)
-    return found
-
-
-def field_rows(module_name: str, attribute: str, prefix: str) -> list[tuple[str, ...]] | None:
-    """One row per declared field, or None when the module declares no ``attribute``."""
-    module = importlib.import_module(module_name)
-    fields = getattr(module, attribute, None)
-    if fields is None:
-        return None
-    comments = field_comments(module, attribute)
-    rows = []
-    for field in fields:
-        doc = getattr(field, "doc", None) or comments.get(field.name, "")
-        default = "" if field.default in (None, "", [], {}) else f"`{json.dumps(field.default)}`"
-        choices = ", ".join(f"`{c}`" for c in field.choices) if field.choices else ""
-        rows.append((f"`{prefix}{field.name}`", field.kind, "yes" if field.required else "",
-                     default, choices, doc))
-    return rows
-
-
 def _resolve(node: dict, root: dict) -> dict:
     """``node`` with a local ``$ref`` (``#/$defs/X``) replaced by what it names."""
     ref = node.get("$ref", "")
@@ -199,39 +134,16 @@ def schema_rows(schema: dict, prefix: str = "", root: dict | None = None
     return rows
 
 
-#: Field declarations a schema file renders: (module, attribute) -> the schema file.
-COVERED_BY = {
-    ("containers.inputs.recipes", "FIELDS"): "recipe.schema.json",
-    ("containers.inputs.envspec", "FIELDS"): "env-spec.schema.json",
-    **{("containers.inputs.sites", name): "site.schema.json"
-       for name in ("FIELDS", "PARTITION_FIELDS", "DETECT_FIELDS", "TRANSPORT_FIELDS")},
-    ("containers.inputs.references", "FIELDS"): "site.schema.json",
-    **{("containers.image.sitefit", name): "site.schema.json"
-       for name in ("FIT_FIELDS", "DRIVER_FIELDS", "RANGE_FIELDS", "NCCL_FIELDS")},
-}
-
-#: Stable anchors (``inputs.md#site``) for the top-level sections, whichever source shows them.
-ANCHORS = {"containers.inputs.recipes": "recipe", "containers.inputs.envspec": "env-spec",
-           "containers.inputs.sites": "site", "containers.inputs.settings": "settings"}
-
 FIELD_HEADER = ("key", "type", "required", "default", "one of", "what it is")
 
 
 def inputs_markdown() -> str:
+    """One section per input file's JSON Schema (``schemas/*.json``), each key with its doc."""
     parts = []
-    for title, module, attribute, prefix in FIELD_SECTIONS:
-        covered = COVERED_BY.get((module, attribute))
-        if covered and (ROOT / "schemas" / covered).is_file():
-            continue
-        rows = field_rows(module, attribute, prefix)
-        if rows is not None:
-            anchor = ANCHORS.get(module) if attribute == "FIELDS" else None
-            parts.append(f"## {title}" + (f" {{#{anchor}}}" if anchor else "") + "\n\n"
-                         + table(FIELD_HEADER, rows))
     for path in sorted((ROOT / "schemas").glob("*.json")):
         schema = json.loads(path.read_text())
         title = schema.get("title") or path.stem
-        anchor = path.name.split(".")[0]  # site, recipe, env-spec: as the Field sections'
+        anchor = path.name.split(".")[0]  # site, recipe, env-spec, settings: stable links
         parts.append(f"## JSON Schema: {title} (`schemas/{path.name}`) {{#{anchor}}}\n\n"
                      + (schema.get("description", "") + "\n\n" if schema.get("description")
                         else "") + table(FIELD_HEADER, schema_rows(schema)))

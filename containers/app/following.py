@@ -42,8 +42,7 @@ def ask(argv: list[str]) -> str | None:
 
 
 def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float | None = None,
-             query: Callable[[list[str]], str | None] = ask,
-             timeout: float | None = None) -> str:
+             query: Callable[[list[str]], str | None] = ask) -> str:
     """Poll until the job has ended; each state change is said. The last state seen (or
     ``UNKNOWN`` when the scheduler no longer knows the job)."""
     last, started = None, time.monotonic()
@@ -59,8 +58,6 @@ def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float | None = None
                 return last or "UNKNOWN"
         elif state.upper() in follow.ENDED:
             return state
-        if timeout is not None and time.monotonic() - started > timeout:
-            raise StateError(f"job {job_id} still {last} after {timeout:.0f} s")
         time.sleep(POLL_SECONDS if poll is None else poll)
 
 

@@ -39,7 +39,7 @@ class ImageRef:
     image: Path
     target: str | None
     record: dict
-    smoke: dict | None  # the catalogue's smoke summary of a published version
+    smoke: dict | None = None  # the catalogue's smoke summary of a published version
 
 
 def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
@@ -63,13 +63,11 @@ def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
         if not path.is_file():
             raise UsageError(f"{spec}: no such image file", flag=flag)
         record = provenance.read(probing.record_path(path))
-        return ImageRef(name=str(path), image=path, target=record.get("target"),
-                        record=record, smoke=None)
+        return ImageRef(name=str(path), image=path, target=record.get("target"), record=record)
     target = project.target(spec)
     image = project.settings.image_path(target.name)
     return ImageRef(name=target.name, image=image, target=target.name,
-                    record=provenance.read(project.settings.provenance_path(target.name)),
-                    smoke=None)
+                    record=provenance.read(project.settings.provenance_path(target.name)))
 
 
 def latest_smoke(project: Project, ref: ImageRef) -> dict | None:

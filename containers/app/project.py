@@ -20,10 +20,9 @@ from containers.inputs.yamlsource import LocatedDict, load_yaml_file
 
 @dataclass(frozen=True)
 class ConfigSource:
-    """One layer of the invoke configuration: where it comes from (a file, or the environment)
-    and the values it sets, so an error in a setting names the layer that holds it."""
+    """One layer of the invoke configuration: the values it sets and its file (None: the
+    environment), so an error in a setting names the layer that holds it."""
 
-    where: str
     data: Mapping[str, Any]
     path: Path | None = None
 
@@ -39,8 +38,7 @@ def config_sources(config: Any) -> list[ConfigSource]:
         if not isinstance(data, Mapping) or not data:
             continue
         path = getattr(config, f"_{layer}_path", None) if layer != "env" else None
-        found.append(ConfigSource(where=str(path) if path else "environment", data=data,
-                                  path=Path(path) if path else None))
+        found.append(ConfigSource(data=data, path=Path(path) if path else None))
     return found
 
 
@@ -99,9 +97,11 @@ class Project:
         except ConfigError as exc:
             if not sources:
                 raise
-            if isinstance(exc, Problems):
-                raise Problems([_source_error(p, sources) if isinstance(p, ConfigError) else p
-                                for p in exc.problems]) from exc
+            if isinstance(exc, Problems):  # named where they were set, so in file order again
+                raise Problems(sorted((_source_error(p, sources) if isinstance(p, ConfigError)
+                                       else p for p in exc.problems),
+                                      key=lambda p: (str(getattr(p, "path", "") or ""),
+                                                    getattr(p, "line", 0) or 0))) from exc
             raise _source_error(exc, sources) from exc
 
     @cached_property

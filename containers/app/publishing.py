@@ -129,11 +129,10 @@ def _against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: d
 def _diff(plan: publisher.PublishPlan, runtime, old: dict, latest: str, facts: dict,
           checks: dict) -> dict:
     """The diff of latest's published image (its recorded facts, else a probe) and the new one."""
-    old_sha = (old.get("provenance") or {}).get("sha256")
-    old_facts = (probing.known_facts(plan.dest / old["file"],
-                                     {**(old.get("provenance") or {}), "stack": old.get("stack")})
-                 or probing.probe(runtime, plan.dest / old["file"], sha256=old_sha,
-                                   arch=(old.get("provenance") or {}).get("arch")))
+    record = old.get("provenance") or {}
+    old_facts = (probing.known_facts(plan.dest / old["file"], {**record, "stack": old.get("stack")})
+                 or probing.probe(runtime, plan.dest / old["file"], sha256=record.get("sha256"),
+                                  arch=record.get("arch")))
     return diffing.diff(
         diffing.side(f"{plan.target.name}@{latest}", old_facts,
                      size=old["size_bytes"], smoke=(old.get("checks") or {}).get("smoke")),

@@ -82,11 +82,10 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
         return records
     png = None
     if records and plot:
-        name = "+".join(ops) if ops and len(ops) < 3 else f"{len(ops or [])}-ops"
+        named = "" if not ops else "-op-" + ("+".join(ops) if len(ops) < 3 else f"{len(ops)}-ops")
         with on_disk("write the history plot", project.settings.perflog_dir):
             png = perflog.plot_history(records, project.settings.perflog_dir /
-                                       (f"history-{target or 'all'}.png" if not ops else
-                                        f"history-{target or 'all'}-op-{name}.png"),
+                                       f"history-{target or 'all'}{named}.png",
                                        title=f"{shown or 'collective'} busbw history: "
                                              f"{target or 'all targets'}")
     if as_json:
@@ -137,14 +136,10 @@ def machine_here(gpu: str) -> Callable[[bool], Machine]:
     runs of a command: ``machine(with_gpu_memory)``; each GPU's memory (nvidia-smi) is asked
     for once, and only by a run that needs it (one with a largest message size)."""
     @functools.cache
-    def base() -> Machine:
-        return this_machine(gpu, with_gpu_memory=False)
-
-    @functools.cache
     def machine(with_gpu_memory: bool) -> Machine:
         if with_gpu_memory and gpu == "cuda":
-            return dataclasses.replace(base(), gpu_memory=gpu_memory())
-        return base()
+            return dataclasses.replace(machine(False), gpu_memory=gpu_memory())
+        return this_machine(gpu, with_gpu_memory=False)
     return machine
 
 

@@ -25,18 +25,14 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 PBS_STATES = {"Q": "PENDING", "H": "HELD", "W": "WAITING", "R": "RUNNING", "E": "EXITING",
               "B": "RUNNING", "F": "FINISHED", "X": "FINISHED", "M": "MOVED", "S": "SUSPENDED"}
 INDEX = "index.jsonl"
-
-
-def state_argvs(scheduler: str, job_id: str) -> list[list[str]]:
-    """The commands that tell a job's state, tried in order until one answers."""
-    if scheduler == "pbs":
-        return [["qstat", "-x", "-f", job_id]]
-    return [["scontrol", "show", "job", "-o", job_id],
-            ["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id]]
+#: The commands (the job id follows) that tell a job's state, tried in order until one answers.
+STATE_COMMANDS = {"pbs": [("qstat", "-x", "-f")],
+                  "slurm": [("scontrol", "show", "job", "-o"),
+                            ("sacct", "-n", "-X", "-P", "-o", "State", "-j")]}
 
 
 def parse_state(scheduler: str, text: str) -> str | None:
-    """The job's state in words from one of :func:`state_argvs`' outputs, or None."""
+    """The job's state in words from one of :data:`STATE_COMMANDS`' outputs, or None."""
     if scheduler == "pbs":
         found = re.search(r"^\s*job_state\s*=\s*(\w)", text, flags=re.M)
         return PBS_STATES.get(found.group(1), found.group(1)) if found else None
@@ -49,8 +45,8 @@ def parse_state(scheduler: str, text: str) -> str | None:
 
 def job_state(scheduler: str, job_id: str, ask: Callable[[list[str]], str | None]) -> str | None:
     """The job's state; ``ask`` runs one argv and returns its output (None when it failed)."""
-    for argv in state_argvs(scheduler, job_id):
-        text = ask(argv)
+    for words in STATE_COMMANDS["pbs" if scheduler == "pbs" else "slurm"]:
+        text = ask([*words, job_id])
         state = parse_state(scheduler, text) if text else None
         if state:
             return state
@@ -69,7 +65,6 @@ def verdict_code(record: dict) -> int:
 
 
 def append_index(jobs_dir: Path, entry: dict) -> Path:
-    """One line for a submitted job in ``jobs_dir/index.jsonl``."""
     path = jobs_dir / INDEX
     jobs_dir.mkdir(parents=True, exist_ok=True)
     with open_append_regular(path) as handle:

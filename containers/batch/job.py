@@ -14,7 +14,7 @@ Three parts, as ReFrame splits them, put together here by one builder (:func:`pl
 
 The partition's documented limits (:class:`containers.inputs.sites.Partition`) decide the wall
 time (:func:`fit_time`: the workload's estimate capped by the limit; a ``--time`` beyond it is
-refused) and bound nodes and GPUs (:func:`check_partition`); the account comes from the flag, the
+refused) and bound nodes and GPUs (:func:`check_size`); the account comes from the flag, the
 settings or the scheduler's own variables (:func:`resolve_account`); a build job that the site
 cannot run is refused before anything is written
 (:func:`containers.image.plan.fakeroot_refusal`). A smoke or training job keeps its launcher's exit status and output and ends with ``invoke verdict`` on its results
@@ -38,7 +38,7 @@ from containers.batch.schedulers import (SCHEDULERS, Resources, Scheduler, direc
                                          extra_directive)
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
 from containers.batch.runjob import run_lines, run_record
-from containers.batch.script import SHELL_VARS, Script, command, ref, word
+from containers.batch.script import SHELL_VARS, command, ref, render, word
 from containers.errors import ConfigError, UsageError
 from containers.host.runtime import Runtime
 from containers.image.plan import fakeroot_refusal
@@ -56,7 +56,6 @@ from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.command import CommandRun, check_command, plan_command
 from containers.run.workload import Placement, Workload
 
-WORKLOADS = tuple(registry.WORKLOADS)
 #: The variables the scheduler's submit command reads an account from, when no flag or setting
 #: names one (sbatch reads SBATCH_ACCOUNT itself; SLURM_ACCOUNT is the current allocation's).
 #: PBS Pro's qsub reads none: ``-A`` in the script is the only way.
@@ -107,8 +106,7 @@ class JobRequest:
         if not self.kind.multinode and self.nodes != 1:
             raise UsageError(f"a {self.workload} job runs on one node (got --nodes {self.nodes})",
                              flag="--nodes")
-        if self.gpus_per_node is not None:
-            flags.POSITIVE_INT("--gpus-per-node", self.gpus_per_node)
+        flags.POSITIVE_INT("--gpus-per-node", self.gpus_per_node)  # None: the site's default
         if isinstance(self.time, str):
             try:
                 object.__setattr__(self, "time", walltime.parse(self.time))
@@ -199,45 +197,38 @@ def fit_time(request: JobRequest, site: Site, partition: Partition,
                 *(limit for _, limit, _ in limits if limit is not None)])
 
 
-def check_qos(site: Site, qos: Qos | None, *, nodes: int, gpus_per_node: int) -> None:
-    """Nodes and GPUs within the documented limits of the job's ``--qos``, refused in one line
-    as a partition limit is; a QoS the profile does not describe is the scheduler's to judge."""
-    if qos is None:
-        return
+def _over(site: Site, limits: Partition | Qos, *, nodes: int,
+          gpus_per_node: int) -> tuple[str, str | None] | None:
+    """The refusal (and its flag) of the first of a partition's or a QoS's limits the request
+    is over; None when it is within them all."""
+    what, source, per_node = (("QoS", f"; {limits.source}", None) if isinstance(limits, Qos)
+                              else ("partition", "", limits.gpus_per_node))
+    where = f"{what} {limits.name} of site {site.name} allows"
     total = nodes * gpus_per_node
-    where = f"QoS {qos.name} of site {site.name} allows"
-    if qos.max_nodes is not None and nodes > qos.max_nodes:
-        raise UsageError(f"--nodes {nodes} is more than {where} ({qos.max_nodes}; "
-                         f"{qos.source})", flag="--nodes")
-    if qos.max_gpus is not None and total > qos.max_gpus:
-        raise UsageError(f"{nodes} node(s) x {gpus_per_node} GPUs = {total} is more than "
-                         f"{where} per job ({qos.max_gpus}; {qos.source})", flag="--qos")
+    if limits.max_nodes is not None and nodes > limits.max_nodes:
+        return f"--nodes {nodes} is more than {where} ({limits.max_nodes}{source})", "--nodes"
+    if per_node is not None and gpus_per_node > per_node:
+        return (f"--gpus-per-node {gpus_per_node} is more than the nodes of partition "
+                f"{limits.name} have ({per_node})", "--gpus-per-node")
+    if limits.max_gpus is not None and total > limits.max_gpus:
+        return (f"{nodes} node(s) x {gpus_per_node} GPUs = {total} is more than {where} per "
+                f"job ({limits.max_gpus}{source})", "--qos" if what == "QoS" else None)
+    return None
 
 
-def check_partition(site: Site, partition: Partition, *, nodes: int, gpus_per_node: int) -> None:
-    """Nodes and GPUs within the partition's documented limits; a refusal names the limit and,
+def check_size(site: Site, partition: Partition, qos: Qos | None, *, nodes: int,
+               gpus_per_node: int) -> None:
+    """Nodes and GPUs within the partition's documented limits, then the ``--qos``'s (a QoS
+    the profile does not describe is the scheduler's to judge); a partition's refusal names,
     where one of the site's other partitions allows the request, that partition."""
-    total = nodes * gpus_per_node
-    problem: str | None = None
-    flag: str | None = None
-    if partition.max_nodes is not None and nodes > partition.max_nodes:
-        problem, flag = (f"--nodes {nodes} is more than partition {partition.name} of site "
-                         f"{site.name} allows ({partition.max_nodes})", "--nodes")
-    elif partition.gpus_per_node is not None and gpus_per_node > partition.gpus_per_node:
-        problem, flag = (f"--gpus-per-node {gpus_per_node} is more than the nodes of partition "
-                         f"{partition.name} have ({partition.gpus_per_node})", "--gpus-per-node")
-    elif partition.max_gpus is not None and total > partition.max_gpus:
-        problem, flag = (f"{nodes} node(s) x {gpus_per_node} GPUs = {total} is more than "
-                         f"partition {partition.name} of site {site.name} allows per job "
-                         f"({partition.max_gpus})", None)
-    if problem is None:
-        return
-    fits = [p for p in site.partitions.values() if p.name != partition.name
-            and (p.max_nodes is None or nodes <= p.max_nodes)
-            and (p.max_gpus is None or total <= p.max_gpus)
-            and (p.gpus_per_node is None or gpus_per_node <= p.gpus_per_node)]
-    hint = f"; partition {fits[0].name} allows it (--partition {fits[0].name})" if fits else ""
-    raise UsageError(problem + hint, flag=flag)
+    size = dict(nodes=nodes, gpus_per_node=gpus_per_node)
+    if (over := _over(site, partition, **size)) is not None:
+        fits = [p for p in site.partitions.values()
+                if p.name != partition.name and _over(site, p, **size) is None]
+        hint = f"; partition {fits[0].name} allows it (--partition {fits[0].name})" if fits else ""
+        raise UsageError(over[0] + hint, flag=over[1])
+    if qos is not None and (over := _over(site, qos, **size)) is not None:
+        raise UsageError(over[0], flag=over[1])
 
 
 def resolve_account(request: JobRequest, site: Site, settings: Settings,
@@ -268,28 +259,19 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
 
 @dataclass(frozen=True)
 class Frame:
-    """What every job of a request has, whatever it runs: its name, output, partition, time and
-    account, and the header comments that say where each came from."""
+    """What every job of a request has, whatever it runs: its resources but their size (name,
+    output, partition, time, account, the site's GPU request), and the header comments that
+    say where each came from."""
 
-    name: str
-    output: str
+    resources: Resources
     partition: Partition
     qos: Qos | None
-    time: int
-    account: str | None
     comments: list[str]
 
-    def resources(self, site: Site, request: JobRequest, *, nodes: int, shape: Shape,
-                  gpus: int) -> Resources:
-        return Resources(name=self.name, nodes=nodes, tasks_per_node=shape.tasks_per_node,
-                         cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
-                         time=walltime.format(self.time), partition=self.partition.name or None,
-                         account=self.account, output=self.output, exclusive=shape.exclusive,
-                         mem_per_gpu_gb=site.memory.per_gpu_gb,
-                         gpu_request=self.partition.gpu_request or site.gpus.request,
-                         gres_type=self.partition.gres_type or site.gpus.gres_type,
-                         qos=request.qos, reservation=request.reservation,
-                         directives=request.directives)
+    def sized(self, *, nodes: int, shape: Shape, gpus: int) -> Resources:
+        return replace(self.resources, nodes=nodes, tasks_per_node=shape.tasks_per_node,
+                       cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
+                       exclusive=shape.exclusive)
 
 
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -316,12 +298,10 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                           host_arch=host_arch, venv=venv, tool=tool)
     gpus = _ranks_per_node(request, site)
     asked = gpus if site.gpus.kind != "none" else 0  # the scheduler's GPUs: none on CPU sites
-    check_partition(site, frame.partition, nodes=request.nodes, gpus_per_node=asked)
-    check_qos(site, frame.qos, nodes=request.nodes, gpus_per_node=asked)
-    if (refusal := transport_refusal(site, request.nodes)) is not None:
-        raise refusal
+    check_size(site, frame.partition, frame.qos, nodes=request.nodes, gpus_per_node=asked)
+    check_transport(site, request.nodes)
     run = job_run(target, site, settings=settings, request=request)
-    res = frame.resources(site, request, nodes=request.nodes, shape=run.shape, gpus=asked)
+    res = frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked)
     scheduler = SCHEDULERS[site.scheduler]
     body = [f"cd {word(str(settings.root))}", "",
             *_module_lines(site.modules, site.transport.modules if request.nodes > 1 else ()),
@@ -345,18 +325,17 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                                                              "{job_id}"))
 
 
-def transport_refusal(site: Site, nodes: int) -> ConfigError | None:
+def check_transport(site: Site, nodes: int) -> None:
     """A job across nodes whose transport needs the host's network plugin and libfabric bound
     into the container, on a site whose profile binds none: it would stop at start-up (NCCL_NET
     names a network that cannot load), so it is refused before anything is written."""
     transport = site.transport
-    if not (transport.host_stack and transport.applies(nodes)) or transport.binds:
-        return None
-    return ConfigError(f"a {nodes}-node job on site {site.name} needs the host's network plugin "
-                       f"and libfabric bound into the container for its transport "
-                       f"({transport.name}), and the profile binds none "
-                       "(transport.binds): run on one node (--nodes 1), or add the binds",
-                       path=site.path, line=site.lines.get("transport"), key="transport")
+    if transport.host_stack and transport.applies(nodes) and not transport.binds:
+        raise ConfigError(f"a {nodes}-node job on site {site.name} needs the host's network "
+                          f"plugin and libfabric bound into the container for its transport "
+                          f"({transport.name}), and the profile binds none "
+                          "(transport.binds): run on one node (--nodes 1), or add the binds",
+                          path=site.path, line=site.lines.get("transport"), key="transport")
 
 
 def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -385,8 +364,13 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
                 f"its folder)",
                 f"partition {partition.name or '(the scheduler default)'}, time "
                 f"{walltime.format(time)}{limit}{source}"]
-    return Frame(name=name, output=output, partition=partition, qos=qos, time=time,
-                 account=account, comments=comments)
+    resources = Resources(name=name, time=walltime.format(time),
+                          partition=partition.name or None, account=account, output=output,
+                          mem_per_gpu_gb=site.memory.per_gpu_gb,
+                          gpu_request=partition.gpu_request or site.gpus.request,
+                          gres_type=partition.gres_type or site.gpus.gres_type, qos=request.qos,
+                          reservation=request.reservation, directives=request.directives)
+    return Frame(resources=resources, partition=partition, qos=qos, comments=comments)
 
 
 def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -395,10 +379,9 @@ def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRe
     """A build job: one task on one node; no GPU on a partition without them (LUMI-C's small),
     else one (a build needs none, the partition may require one)."""
     gpus = 1 if site.gpus.per_node and frame.partition.gpus_per_node != 0 else 0
-    check_partition(site, frame.partition, nodes=1, gpus_per_node=gpus)
-    check_qos(site, frame.qos, nodes=1, gpus_per_node=gpus)
-    res = frame.resources(site, request, nodes=1, gpus=gpus,
-                          shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
+    check_size(site, frame.partition, frame.qos, nodes=1, gpus_per_node=gpus)
+    res = frame.sized(nodes=1, gpus=gpus,
+                      shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
     body = [f"cd {word(str(settings.root))}", "", *_module_lines(site.modules),
             *_build_body(target, site, root=settings.root, host_arch=host_arch, venv=venv,
                          tool=tool)]
@@ -408,14 +391,13 @@ def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRe
 def _workload_lines(target: Target, workload: Workload, *, settings: Settings, record: dict,
                     judge: JudgeEnv | None, host_arch: str, venv: Path | None) -> list[str]:
     """A smoke or training job's body after its rendezvous: the job record and the image's,
-    the launcher's step (its status kept), then the verdict as the launcher's host step."""
+    the launcher's step (its status kept), then the verdict."""
     out_dir = str(workload.out_dir)
     image_record = settings.provenance_path(target.name)
     verdict = _verdict_in_image(target, workload, settings, judge, out_dir, host_arch=host_arch) \
         if judge is not None or target.arch != host_arch else \
         _invoke(["verdict", "--results", out_dir, "--exit-status", ref("status")],
-                venv=venv, exec_=True,
-                prefix=workload.launcher.host_step(workload.launch))
+                venv=venv, exec_=True)
     return [f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
             "# What the verdict reads besides the ranks' files: the job, the image it ran",
             f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", json.dumps(record), "JOB",
@@ -441,12 +423,10 @@ def _folders(settings: Settings) -> dict[str, str]:
 def _render(request: JobRequest, target: Target, site: Site, frame: Frame, res: Resources,
             body: list[str], *, launcher: Launcher | None = None, comments: Sequence[str] = (),
             results: str | None = None) -> Job:
-    """The job's script put together: preamble, the frame's comments and ``comments``, body."""
     scheduler = SCHEDULERS[site.scheduler]
-    script = Script(directives=scheduler.preamble(res), comments=[*frame.comments, *comments],
-                    body=body)
+    text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
     return Job(request=request, target=target, site=site, scheduler=scheduler,
-               launcher=launcher, resources=res, text=script.render(), results=results)
+               launcher=launcher, resources=res, text=text, results=results)
 
 
 def _ranks_per_node(request: JobRequest, site: Site) -> int:
@@ -638,12 +618,11 @@ def _verdict_in_image(target: Target, workload: Workload, settings: Settings,
         "    exit 2",
         "fi",
         command(["mkdir", "-p", *writable]),
-        "exec " + command([*workload.launcher.host_step(workload.launch), *judge_argv])]
+        "exec " + command(judge_argv)]
 
 
-def _invoke(args: list[str], *, venv: Path | None, exec_: bool = False,
-            prefix: Sequence[str] = ()) -> list[str]:
+def _invoke(args: list[str], *, venv: Path | None, exec_: bool = False) -> list[str]:
     """The line that runs ``invoke ARGS`` with this checkout's venv, on a node of this
     machine's architecture (other nodes: :func:`_verdict_in_image`, :func:`_build_by_node_python`)."""
     binary = str(venv / "bin" / "invoke") if venv is not None else "invoke"
-    return [("exec " if exec_ else "") + command([*prefix, binary, *args])]
+    return [("exec " if exec_ else "") + command([binary, *args])]

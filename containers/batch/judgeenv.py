@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from containers.errors import CommandFailed, ConfigError, on_disk
 from containers.host.process import run
@@ -90,10 +91,6 @@ def plan(root: Path, *, arch: str, python: str, reqs: Sequence[str] | None = Non
                     python=python, requirements=pinned, purpose=purpose)
 
 
-def _key(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def build_requirements(python: str, arch: str, *, pyproject: Path = PYPROJECT) -> tuple[str, ...]:
     """The closure of the tool's ``[project] dependencies`` (extras followed) for CPython
     ``python`` on Linux ``arch``, pinned as installed here, sorted: what ``invoke build``
@@ -110,7 +107,7 @@ def build_requirements(python: str, arch: str, *, pyproject: Path = PYPROJECT) -
         req, extra = todo.pop()
         if req.marker is not None and not req.marker.evaluate({**env, "extra": extra}):
             continue
-        key = _key(req.name)
+        key = canonicalize_name(req.name)
         try:
             dist = importlib.metadata.distribution(req.name)
         except importlib.metadata.PackageNotFoundError:

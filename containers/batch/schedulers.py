@@ -30,14 +30,15 @@ class Resources:
     so Slurm and PBS are given the same request."""
 
     name: str
-    nodes: int
-    tasks_per_node: int
-    cpus_per_task: int | None
-    gpus_per_node: int
     time: str
     partition: str | None
     account: str | None
     output: str
+    #: The size: one task on one node unless the job says more.
+    nodes: int = 1
+    tasks_per_node: int = 1
+    cpus_per_task: int | None = None
+    gpus_per_node: int = 0
     exclusive: bool = False
     mem_per_gpu_gb: int = 0
     #: Slurm: ``gpus-per-node`` (``--gpus-per-node=N``) or ``gres`` (``--gres=gpu:TYPE:N``).
@@ -76,6 +77,11 @@ def directive(value: object, what: str) -> str:
 class Scheduler:
     name = ""
     submit_command = ""
+    submit_options: tuple[str, ...] = ()
+    #: The longest job name the scheduler takes (None: no limit).
+    name_length: int | None = None
+    #: The output file in the job's output folder, or "" where the scheduler names it itself.
+    output_file = ""
 
     @property
     def rendezvous(self) -> SchedulerRendezvous:
@@ -87,20 +93,21 @@ class Scheduler:
     def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
         """The name the scheduler is given for a job called ``name`` (``short_names``: the
         site's shorter words, where the scheduler limits a name's length)."""
-        return name
+        return short_name(name, self.name_length, short_names or {}) if self.name_length else name
 
     def output_dir(self, folder: Path, name: str) -> str:
-        raise NotImplementedError
+        return f"{folder}/{self.output_file.format(name=name)}"
 
     def output_folder(self, res: Resources) -> Path:
-        """The folder the job's output file goes into."""
-        raise NotImplementedError
+        """The folder the job's output goes into: ``output`` up to its last ``/`` (Slurm names
+        a file in it, PBS the folder itself)."""
+        return Path(res.output.rpartition("/")[0])
 
     def output_of(self, res: Resources, job_id: str) -> str:
         raise NotImplementedError
 
     def submit_argv(self, script: Path) -> list[str]:
-        return [self.submit_command, str(script)]
+        return [self.submit_command, *self.submit_options, str(script)]
 
     def parse_job_id(self, stdout: str) -> str:
         """The id in the submit command's last line, checked (:data:`JOB_ID`): it becomes an
@@ -115,13 +122,14 @@ class Scheduler:
                                 "job id", output=[stdout]) from None
 
     def id_part(self, line: str) -> str:
-        """The id in the submit command's last line."""
         return line
 
 
 class Slurm(Scheduler):
     name = "slurm"
     submit_command = "sbatch"
+    submit_options = ("--parsable",)
+    output_file = "{name}-%j.out"
 
     def preamble(self, res: Resources) -> list[str]:
         gres = res.gpu_request == "gres" and res.gpus_per_node
@@ -140,17 +148,8 @@ class Slurm(Scheduler):
             lines.append("#SBATCH --exclusive")
         return lines + [f"#SBATCH {extra_directive(text)}" for text in res.directives]
 
-    def output_dir(self, folder: Path, name: str) -> str:
-        return f"{folder}/{name}-%j.out"
-
-    def output_folder(self, res: Resources) -> Path:
-        return Path(res.output).parent
-
     def output_of(self, res: Resources, job_id: str) -> str:
         return res.output.replace("%j", job_id)
-
-    def submit_argv(self, script: Path) -> list[str]:
-        return ["sbatch", "--parsable", str(script)]
 
     def id_part(self, line: str) -> str:
         """``--parsable`` prints ``ID[;CLUSTER]``: a cluster that is not a name spoils the id."""
@@ -164,13 +163,12 @@ class Pbs(Scheduler):
 
     name = "pbs"
     submit_command = "qsub"
-    NAME_LENGTH = 15  # older PBS servers refuse longer job names
+    name_length = 15  # older PBS servers refuse longer job names
 
     def preamble(self, res: Resources) -> list[str]:
         chunk = f"select={res.nodes}"
-        cpus = res.tasks_per_node * res.cpus_per_task if res.cpus_per_task else None
-        if cpus:
-            chunk += f":ncpus={cpus}"
+        if res.cpus_per_task:
+            chunk += f":ncpus={res.tasks_per_node * res.cpus_per_task}"
         if res.gpus_per_node:
             chunk += f":ngpus={res.gpus_per_node}"
             if res.mem_per_gpu_gb:
@@ -179,25 +177,13 @@ class Pbs(Scheduler):
             if value is not None:
                 raise UsageError(f"PBS has no {flag[2:]} directive (a reservation is a queue: "
                                  "--partition RESV); leave it out", flag=flag)
-        lines = [f"#PBS -N {directive(self.job_name(res.name), 'job name')}"]
-        if res.account:
-            lines.append(f"#PBS -A {directive(res.account, '--account')}")
-        if res.partition:
-            lines.append(f"#PBS -q {directive(res.partition, '--partition')}")
-        return lines + [f"#PBS -l {directive(chunk, 'select')}",
-                        f"#PBS -l walltime={directive(res.time, '--time')}",
-                        "#PBS -j oe",
-                        f"#PBS -o {directive(res.output, 'output folder')}",
-                        *(f"#PBS {extra_directive(text)}" for text in res.directives)]
-
-    def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
-        return short_name(name, self.NAME_LENGTH, short_names or {})
-
-    def output_dir(self, folder: Path, name: str) -> str:
-        return f"{folder}/"
-
-    def output_folder(self, res: Resources) -> Path:
-        return Path(res.output)
+        options = [("-N ", self.job_name(res.name), "job name"), ("-A ", res.account, "--account"),
+                   ("-q ", res.partition, "--partition"), ("-l ", chunk, "select"),
+                   ("-l walltime=", res.time, "--time")]
+        return [*(f"#PBS {key}{directive(value, what)}" for key, value, what in options
+                  if value is not None),
+                "#PBS -j oe", f"#PBS -o {directive(res.output, 'output folder')}",
+                *(f"#PBS {extra_directive(text)}" for text in res.directives)]
 
     def output_of(self, res: Resources, job_id: str) -> str:
         return f"{res.output}{self.job_name(res.name)}.o{job_id.split('.')[0]}"

@@ -11,7 +11,7 @@ characters that double quotes leave alone; any other literal text is single-quot
 a user's path or flag stays a literal ``$``, and a site's ``$SLURM_JOB_ID`` stays unexpanded in
 the script and expands on the compute node.
 
-:class:`Script` assembles shebang, scheduler directives, the strict-mode header with an ``ERR``
+:func:`render` assembles shebang, scheduler directives, the strict-mode header with an ``ERR``
 trap that names the failing command, and the body lines (ReFrame's single script builder).
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from containers.errors import UsageError
@@ -55,9 +54,6 @@ class ShellVars(Mapping[str, str]):
             raise KeyError(name)
         return ref(name)
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and is_env_name(name)
-
     def __iter__(self) -> Iterator[str]:
         return iter(())
 
@@ -82,20 +78,12 @@ def word(text: str) -> str:
                          "variable") from None
     if _MARK not in text:
         return shlex.quote(text)
-    parts = text.split(_MARK)
+    parts = text.split(_MARK)  # literal, name, literal, ... literal: the odd ones are names
     if len(parts) % 2 == 0 or not all(is_env_name(name) for name in parts[1::2]):
         raise ValueError(f"malformed variable reference in {text!r}")
-    literals, names = parts[0::2], parts[1::2]
-    if all(_DQ_SAFE.match(literal) for literal in literals):
-        inner = literals[0] + "".join(f"${{{name}}}{literal}"
-                                      for name, literal in zip(names, literals[1:]))
-        return f'"{inner}"'
-    pieces = [shlex.quote(literals[0])] if literals[0] else []
-    for name, literal in zip(names, literals[1:]):
-        pieces.append(f'"${{{name}}}"')
-        if literal:
-            pieces.append(shlex.quote(literal))
-    return "".join(pieces)
+    if all(_DQ_SAFE.match(literal) for literal in parts[0::2]):
+        return '"' + "".join(f"${{{p}}}" if i % 2 else p for i, p in enumerate(parts)) + '"'
+    return "".join(f'"${{{p}}}"' if i % 2 else shlex.quote(p) for i, p in enumerate(parts) if p)
 
 
 def command(argv: Sequence[str]) -> str:
@@ -106,15 +94,12 @@ def command(argv: Sequence[str]) -> str:
     if len(line) <= WIDTH:
         return line
     cuts = breaks(argv)
-    out: list[str] = []
-    current: list[str] = []
+    parts: list[list[str]] = [[]]
     for i, token in enumerate(rendered):
-        if i in cuts and current:
-            out.append(" ".join(current))
-            current = []
-        current.append(token)
-    out.append(" ".join(current))
-    return (" \\\n" + INDENT).join(out)
+        if i in cuts and parts[-1]:
+            parts.append([])
+        parts[-1].append(token)
+    return (" \\\n" + INDENT).join(" ".join(part) for part in parts)
 
 
 #: ``<runtime> exec`` options that take the next word as their value.
@@ -153,26 +138,14 @@ def _positional(argv: Sequence[str], start: int, value_options: Sequence[str]) -
     return None
 
 
-@dataclass
-class Script:
+def render(directives: Sequence[str], comments: Sequence[str], body: Sequence[str]) -> str:
     """A batch script: directives first (schedulers stop reading them at the first command),
     then a strict header whose ``ERR`` trap names the failing line and command, then the body."""
-
-    directives: list[str] = field(default_factory=list)
-    comments: list[str] = field(default_factory=list)
-    body: list[str] = field(default_factory=list)
-    shell: str = "/bin/bash"
-
-    def render(self) -> str:
-        lines = [f"#!{self.shell}", *self.directives, ""]
-        lines += [f"# {c}" if c else "#" for c in self.comments]
-        lines += [
-            "set -euo pipefail",
-            "trap 'echo \"job script: line $LINENO: $BASH_COMMAND (exit $?)\" >&2' ERR",
-            "",
-            *self.body,
-        ]
-        text = "\n".join(lines).rstrip("\n") + "\n"
-        if _MARK in text:
-            raise ValueError("a variable reference escaped rendering")  # a bug, not user input
-        return text
+    lines = ["#!/bin/bash", *directives, "", *(f"# {c}" if c else "#" for c in comments),
+             "set -euo pipefail",
+             "trap 'echo \"job script: line $LINENO: $BASH_COMMAND (exit $?)\" >&2' ERR",
+             "", *body]
+    text = "\n".join(lines).rstrip("\n") + "\n"
+    if _MARK in text:
+        raise ValueError("a variable reference escaped rendering")  # a bug, not user input
+    return text

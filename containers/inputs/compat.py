@@ -48,33 +48,18 @@ def _show(version: Version) -> str:
     return f"{version[0]}.{version[1]}"
 
 
-def _declared(target: Target) -> Version | None:
-    """The manifest's ``torch:`` (the base image's torch) as (major, minor); None when it has
-    none, or this build's arguments make it unknown (:func:`as_built`)."""
-    if target.torch is None or target.torch_unknown:
-        return None
-    major, minor = str(target.torch).split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where the image's torch version is said: the env spec's pin or the manifest's torch:."""
-
-    version: Version
-    path: Path
-    line: int | None
-
-
-def image_torch(target: Target, env: EnvSpec | None) -> Source | None:
-    """The lowest torch the image can have and where that is said, or None when unknown."""
+def image_torch(target: Target, env: EnvSpec | None
+                ) -> tuple[Version, Path, int | None] | None:
+    """The lowest torch the image can have and where that is said (file and line: the env
+    spec's pin or the manifest's ``torch:``), or None when unknown."""
     pin = env.torch_pin() if env is not None else None
     if pin is not None and env is not None:
-        return Source(pin[0], env.path, pin[1])
-    declared = _declared(target)
-    if declared is not None:
-        return Source(declared, target.manifest, target.line("torch"))
-    return None
+        return pin[0], env.path, pin[1]
+    if target.torch is None or target.torch_unknown:  # none, or unknown for this build (as_built)
+        return None
+    major, minor = str(target.torch).split(".")[:2]  # the base image's torch
+    return ((int(major), int("".join(c for c in minor if c.isdigit()) or 0)), target.manifest,
+            target.line("torch"))
 
 
 def check_example(target: Target, example: str, env: EnvSpec | None = None) -> str | None:
@@ -93,10 +78,11 @@ def check_example(target: Target, example: str, env: EnvSpec | None = None) -> s
     if found is None:
         return (f"target {target.name}: torch version unknown ({_unknown(target, env)}); "
                 f"example '{example}' needs torch >= {_show(need.torch)}")
-    if found.version < need.torch:
-        raise ConfigError(f"target {target.name} gets torch {_show(found.version)}, but example "
+    version, path, line = found
+    if version < need.torch:
+        raise ConfigError(f"target {target.name} gets torch {_show(version)}, but example "
                           f"'{example}' needs torch >= {_show(need.torch)} ({need.why})",
-                          path=found.path, line=found.line, key="torch")
+                          path=path, line=line, key="torch")
     return None
 
 

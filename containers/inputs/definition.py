@@ -142,12 +142,6 @@ class Stage:
             defaults[key.strip()] = value.strip().strip('"').strip("'")
         return defaults
 
-    def missing_args(self, given: dict[str, str]) -> dict[str, int]:
-        """The arguments this stage uses that neither ``given`` nor its defaults set, with the
-        line of their first use."""
-        defaults = self.argument_defaults
-        return {a: n for a, n in self.arg_lines.items() if a not in given and a not in defaults}
-
     def render(self, args: dict[str, str]) -> str:
         values = {**self.argument_defaults, **args}
         return _ARG_RE.sub(lambda m: values[m.group(1)], self.text)
@@ -169,29 +163,24 @@ class Stage:
             raise ConfigError(f"unknown bootstrap agent '{agent}'"
                               f"{suggest(agent, BOOTSTRAP_AGENTS)}", path=path,
                               line=self.header_lines.get("bootstrap"), key="Bootstrap")
-        for section in self.sections:
-            _check_section(section, path=path, earlier=earlier)
-
-
-def _check_section(section: Section, *, path: Path | None, earlier: tuple[str, ...]) -> None:
-    """One section header as Apptainer's parser judges it, and ``%files from`` an earlier
-    stage."""
-    where = {"path": path, "line": section.line, "key": f"%{section.name}"}
-    if section.header_line[:1].isspace():
-        raise ConfigError(f"the line {section.header_line.strip()!r} starts with '%' after "
-                          "spaces: Apptainer reads it as a section header with no name "
-                          "(invalid section)", path=path, line=section.line,
-                          key=section.header_line.split()[0])
-    if section.name not in SECTIONS:
-        raise ConfigError(f"unknown section '%{section.name}'"
-                          f"{suggest(section.name, SECTIONS)}", **where)
-    if section.name in APP_SECTIONS and section.app is None:
-        raise ConfigError(f"'%{section.name}' names no app (%{section.name} NAME)", **where)
-    source = files_source_stage(section)
-    if source is not None and source not in earlier:
-        raise ConfigError(f"'%files from {source}': no earlier stage is named "
-                          f"'{source}'{suggest(source, earlier)}", path=path,
-                          line=section.line, key="%files")
+        for section in self.sections:  # each header as Apptainer's parser judges it
+            where = {"path": path, "line": section.line, "key": f"%{section.name}"}
+            if section.header_line[:1].isspace():
+                raise ConfigError(f"the line {section.header_line.strip()!r} starts with '%' "
+                                  "after spaces: Apptainer reads it as a section header with "
+                                  "no name (invalid section)", path=path, line=section.line,
+                                  key=section.header_line.split()[0])
+            if section.name not in SECTIONS:
+                raise ConfigError(f"unknown section '%{section.name}'"
+                                  f"{suggest(section.name, SECTIONS)}", **where)
+            if section.name in APP_SECTIONS and section.app is None:
+                raise ConfigError(f"'%{section.name}' names no app (%{section.name} NAME)",
+                                  **where)
+            source = files_source_stage(section)
+            if source is not None and source not in earlier:
+                raise ConfigError(f"'%files from {source}': no earlier stage is named "
+                                  f"'{source}'{suggest(source, earlier)}", path=path,
+                                  line=section.line, key="%files")
 
 
 def files_source_stage(section: Section) -> str | None:
@@ -244,25 +233,23 @@ class Definition:
     @property
     def arg_lines(self) -> dict[str, int]:
         """Every ``{{ NAME }}`` used (any stage) and the line of its first use, in file order."""
-        found: dict[str, int] = {}
-        for stage in self.stages:
-            for name, line in stage.arg_lines.items():
-                found.setdefault(name, line)
-        return found
+        return self.missing_arg_lines(None)
 
     @property
     def build_args(self) -> tuple[str, ...]:
         """Every ``{{ NAME }}`` used, in order of first use."""
         return tuple(self.arg_lines)
 
-    def missing_arg_lines(self, given: dict[str, str]) -> dict[str, int]:
+    def missing_arg_lines(self, given: dict[str, str] | None) -> dict[str, int]:
         """Arguments some stage uses without a value, not ``given`` (``--build-arg``, shared by
         every stage) and not in that stage's own ``%arguments``, with the line of the first use
-        that lacks one."""
+        that lacks one; every argument used when ``given`` is None."""
         found: dict[str, int] = {}
         for stage in self.stages:
-            for name, line in stage.missing_args(given).items():
-                found.setdefault(name, line)
+            valued = {} if given is None else {**stage.argument_defaults, **given}
+            for name, line in stage.arg_lines.items():
+                if name not in valued:
+                    found.setdefault(name, line)
         return found
 
     def render(self, args: dict[str, str]) -> str:
@@ -457,35 +444,35 @@ def section_header(raw: str) -> tuple[str, str] | None:
     return name.lower(), bare[len(name):]
 
 
-class _Header:
-    """A stage's header lines read as Apptainer's ``doHeader`` reads them: blank and comment
-    lines skipped, ``#`` ends a value, a value ending in ``\\`` goes on in the next line."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-        self.lines: dict[str, int] = {}
-        self.pending: str | None = None
-
-    def read(self, raw: str, number: int, path: Path | None) -> None:
+def _header(lines: list[str], start: int, path: Path | None
+            ) -> tuple[dict[str, str], dict[str, int]]:
+    """A stage's header values and their lines, read as Apptainer's ``doHeader`` reads them:
+    blank and comment lines skipped, ``#`` ends a value, a value ending in ``\\`` goes on in the
+    next line."""
+    values: dict[str, str] = {}
+    numbers: dict[str, int] = {}
+    pending: str | None = None
+    for number, raw in enumerate(lines, start=start):
         stripped = raw.strip()
         if not stripped or stripped.startswith("#"):
-            self.pending = None
-            return
+            pending = None
+            continue
         text = stripped.split("#", 1)[0]
-        if self.pending is not None:
-            key, value = self.pending, self.values[self.pending] + text.strip()
+        if pending is not None:
+            key, value = pending, values[pending] + text.strip()
         else:
             if ":" not in text:
                 raise ConfigError(f"header line is not 'Key: value': {stripped!r}",
                                   path=path, line=number)
             key, value = (part.strip() for part in text.split(":", 1))
             key = key.lower()
-            self.lines[key] = number
-        self.pending = key if value.endswith("\\") else None
-        if self.pending is not None:
+            numbers[key] = number
+        pending = key if value.endswith("\\") else None
+        if pending is not None:
             value = value[:-1]
             value = value[:-2] + "\n" if value.endswith("\\n") else value
-        self.values[key] = value
+        values[key] = value
+    return values, numbers
 
 
 def parse_definition(text: str, *, path: Path | None = None) -> Definition:
@@ -496,34 +483,31 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
     a line whose first word starts with ``%`` begins a section."""
     stages: list[Stage] = []
     preamble: list[str] = []
-    header = _Header()
     sections: list[Section] = []
-    current: tuple[str, str, str, int] | None = None
+    current: Section | None = None
     body: list[str] = []
     start = 1
 
     def close_section() -> None:
         if current is not None:
-            sections.append(Section(current[0], current[1], current[2], "".join(body),
-                                    current[3]))
+            sections.append(replace(current, body="".join(body)))
 
     def close_stage() -> None:
         close_section()
-        stages.append(Stage("".join(preamble), header.values, header.lines, tuple(sections),
-                            start))
+        stages.append(Stage("".join(preamble), *_header(preamble, start, path),
+                            tuple(sections), start))
 
     for number, raw in enumerate(text.splitlines(keepends=True), start=1):
-        if _BOOTSTRAP_LINE.match(raw) and (header.values or current is not None):
+        if _BOOTSTRAP_LINE.match(raw) and (current is not None or any(
+                line.strip()[:1] not in ("", "#") for line in preamble)):
             close_stage()
-            preamble, header, sections = [], _Header(), []
-            current, body, start = None, [], number
+            preamble, sections, current, body, start = [], [], None, [], number
         found = section_header(raw)
         if found is not None:
             close_section()
-            current, body = (found[0], found[1], raw, number), []
+            current, body = Section(*found, raw, "", number), []
         elif current is None:
             preamble.append(raw)
-            header.read(raw, number, path)
         else:
             body.append(raw)
     close_stage()

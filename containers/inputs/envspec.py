@@ -74,22 +74,16 @@ class CondaDep:
 
     @property
     def name(self) -> str:
-        bare = self.spec.split("::")[-1]
-        return re.split(r"[=<>!~\s\[]", bare, maxsplit=1)[0].lower()
+        return _package_name(self.spec.split("::")[-1])  # conda-forge::numpy>=1
 
 
 @dataclass(frozen=True)
 class EnvSpec:
     path: Path
-    name: str | None
-    channels: tuple[str, ...]
     conda: tuple[CondaDep, ...]
     pip: tuple[str, ...]
     text: str
     pip_lines: tuple[int | None, ...] = ()
-
-    def pip_line(self, index: int) -> int | None:
-        return self.pip_lines[index] if index < len(self.pip_lines) else None
 
     def requirements_txt(self) -> str:
         """The ``pip:`` list as a requirements file; option lines (``--extra-index-url``) kept."""
@@ -100,7 +94,7 @@ class EnvSpec:
         """Refuse every ``pip:`` entry that changes where packages come from (all at once, each
         with its line), except ``--extra-index-url`` naming one of ``extra_indexes`` (the https
         URLs the target's ``manifest`` allows in ``pip_extra_index_urls``)."""
-        problems = [ConfigError(message, path=self.path, line=self.pip_line(index),
+        problems = [ConfigError(message, path=self.path, line=self.pip_lines[index],
                                 key="dependencies.pip")
                     for index, entry in enumerate(self.pip)
                     if (message := pip_entry_problem(entry, extra_indexes, manifest=manifest))]
@@ -109,7 +103,7 @@ class EnvSpec:
     def torch_pin(self) -> tuple[tuple[int, int], int | None] | None:
         """The lowest torch (major, minor) the spec can install and its line, from a ``torch==``,
         ``~=`` or ``>=`` entry (pip or Conda ``pytorch=``); None when torch is not pinned."""
-        pins = [(_TORCH_PIN, entry, self.pip_line(i)) for i, entry in enumerate(self.pip)]
+        pins = [(_TORCH_PIN, entry, line) for entry, line in zip(self.pip, self.pip_lines)]
         pins += [(_CONDA_TORCH_PIN, dep.spec.split("::")[-1], dep.line) for dep in self.conda]
         for pattern, text, line in pins:
             match = pattern.match(text)
@@ -118,7 +112,7 @@ class EnvSpec:
         return None
 
     def installs(self, package: str) -> bool:
-        names = {_requirement_name(e) for e in self.pip} | {d.name for d in self.conda}
+        names = {_package_name(e) for e in self.pip} | {d.name for d in self.conda}
         return package.lower() in names
 
     def check_venv_compatible(self) -> None:
@@ -132,7 +126,7 @@ class EnvSpec:
                     key="dependencies")
 
 
-def _requirement_name(entry: str) -> str:
+def _package_name(entry: str) -> str:
     return re.split(r"[=<>!~;@\s\[]", entry.strip(), maxsplit=1)[0].lower()
 
 
@@ -241,7 +235,7 @@ def load_env_spec(path: Path) -> EnvSpec:
     has."""
     text = read_input_text(path).replace("\r\n", "\n").replace("\r", "\n")
     data = load_yaml_text(text, path=path)
-    values = validate_model(EnvFile, data, path=path, what="environment spec")
+    validate_model(EnvFile, data, path=path, what="environment spec")
     deps = data["dependencies"]
     conda: list[CondaDep] = []
     pip: list[str] = []
@@ -260,8 +254,8 @@ def load_env_spec(path: Path) -> EnvSpec:
         else:
             raise ConfigError("each dependency must be a Conda spec string or a 'pip:' list",
                               path=path, line=line, key="dependencies")
-    return EnvSpec(path=path, name=values.name, channels=tuple(values.channels),
-                   conda=tuple(conda), pip=tuple(pip), text=text, pip_lines=tuple(pip_lines))
+    return EnvSpec(path=path, conda=tuple(conda), pip=tuple(pip), text=text,
+                   pip_lines=tuple(pip_lines))
 
 
 def load_target_env(target: EnvTarget) -> EnvSpec | None:

@@ -52,15 +52,10 @@ def _got(value: Any) -> str:
 # ---------------------------------------------------------------------------------- numbers
 def integer(low: int) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
-        if isinstance(value, bool) or isinstance(value, float):
+        text = str(value).strip()
+        if isinstance(value, (bool, float)) or not re.fullmatch(r"[+-]?\d+", text):
             raise ValueError(f"takes a whole number >= {low}")
-        if isinstance(value, int):
-            number = value
-        else:
-            text = str(value).strip()
-            if not re.fullmatch(r"[+-]?\d+", text):
-                raise ValueError(f"takes a whole number >= {low}")
-            number = int(text)
+        number = int(text)
         if number < low:
             raise ValueError(f"must be at least {low}")
         return number
@@ -97,13 +92,13 @@ FRACTION = FlagType("fraction > 0 and <= 1", _number(high=1.0, what="fraction"))
 
 def _rank_list(value: Any) -> list[int]:
     """``1,2,4``: distinct rank counts, sorted."""
-    parts = [part for part in str(value).split(",") if part.strip()]
-    if not parts:
-        raise ValueError("takes a comma list of rank counts >= 1, e.g. 1,2,4")
     try:
-        return sorted({integer(1)(part) for part in parts})
+        ranks = sorted({integer(1)(part) for part in str(value).split(",") if part.strip()})
     except ValueError:
-        raise ValueError("takes a comma list of rank counts >= 1, e.g. 1,2,4") from None
+        ranks = []
+    if not ranks:
+        raise ValueError("takes a comma list of rank counts >= 1, e.g. 1,2,4")
+    return ranks
 
 
 RANK_LIST = FlagType("comma list of integers >= 1", _rank_list)
@@ -128,13 +123,10 @@ EXAMPLE = choice(names.EXAMPLES)
 ZERO_STAGE = choice(names.ZERO_STAGES)
 
 
-def _ops(value: Any) -> str:
-    """``--op``: the collectives as one canonical comma list (nccl-tests' order)."""
-    return ",".join(names.parse_ops(str(value)))
-
-
-#: ``--op`` of smoke and smoke jobs: which collectives the benchmark measures.
-OPS = FlagType(f"comma list of {', '.join(names.COLLECTIVES)}, or all", _ops)
+#: ``--op`` of smoke and smoke jobs: which collectives the benchmark measures, as one canonical
+#: comma list (nccl-tests' order).
+OPS = FlagType(f"comma list of {', '.join(names.COLLECTIVES)}, or all",
+               lambda value: ",".join(names.parse_ops(str(value))))
 
 
 #: What ``--sizes`` takes (checked with the dtype by :func:`sizes`).
@@ -181,14 +173,15 @@ def _time(value: Any) -> str:
 TIME = FlagType(TIME_FORMS, _time)
 
 
-def word_rule(label: str, pattern: str, refusal: str) -> FlagType:
-    """A flag taking one word of ``pattern`` (a name a scheduler or the system knows), refused
-    with ``refusal``: never something that starts like an option or holds a space."""
-    rule = re.compile(pattern + r"\Z")
+def word_rule(label: str, pattern: str | Callable[[str], object], refusal: str) -> FlagType:
+    """A flag taking one word of ``pattern`` (a name a scheduler or the system knows; or one
+    the test ``pattern`` passes), refused with ``refusal``: never something that starts like an
+    option or holds a space."""
+    passes = re.compile(pattern + r"\Z").match if isinstance(pattern, str) else pattern
 
     def parse(value: Any) -> str:
         text = str(value)
-        if not rule.match(text):
+        if not passes(text):
             raise ValueError(refusal)
         return text
     return FlagType(label, parse)
@@ -210,19 +203,14 @@ SCHEDULER_NAME = word_rule("name (letters, digits, _ . + -)", r"[A-Za-z0-9_][A-Z
 #: Options a job's preamble already sets, Slurm's and PBS Pro's, long and short, with the flag
 #: of this tool that sets them (None: the tool sets it alone). A ``--directive`` repeating one
 #: would override the checked value while the script's header described the original job.
-_OWN = {
-    "time": "--time", "t": "--time", "walltime": "--time",
-    "partition": "--partition", "p": "--partition", "q": "--partition",
-    "account": "--account", "A": "--account",
-    "nodes": "--nodes", "N": "--nodes", "select": "--nodes",
-    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "G": "--gpus-per-node",
-    "gres": "--gpus-per-node", "ntasks-per-node": "--gpus-per-node", "ntasks": "--gpus-per-node",
-    "n": "--gpus-per-node", "ngpus": "--gpus-per-node", "cpus-per-task": "--gpus-per-node",
-    "c": "--gpus-per-node", "ncpus": "--gpus-per-node", "mem-per-gpu": "--gpus-per-node",
-    "qos": "--qos", "reservation": "--reservation",
-    "job-name": None, "J": None, "output": None, "o": None, "error": None, "e": None,
-    "j": None, "chdir": None, "D": None, "exclusive": None,
-}
+_OWN = {option: flag for flag, options in {
+    "--time": ("time", "t", "walltime"), "--partition": ("partition", "p", "q"),
+    "--account": ("account", "A"), "--nodes": ("nodes", "N", "select"),
+    "--gpus-per-node": ("gpus-per-node", "gpus", "G", "gres", "ntasks-per-node", "ntasks", "n",
+                        "ngpus", "cpus-per-task", "c", "ncpus", "mem-per-gpu"),
+    "--qos": ("qos",), "--reservation": ("reservation",),
+    None: ("job-name", "J", "output", "o", "error", "e", "j", "chdir", "D", "exclusive"),
+}.items() for option in options}
 #: Options that would change who the job runs as, what it runs or what reaches its processes.
 _DANGEROUS = {"uid", "gid", "wrap", "export", "export-file", "get-user-env", "input", "i",
               "container", "container-id", "open-mode", "u", "S", "v", "V", "W", "k",
@@ -279,12 +267,8 @@ JOB_ID = FlagType("job id", _job_id)
 
 def named(kind: str) -> FlagType:
     """A target, site, partition or version name: the one name rule of the inputs."""
-    def parse(value: Any) -> str:
-        text = str(value)
-        if name_problem(kind, text):  # the value shows after: "(got 'a/b')"
-            raise ValueError(f"is not a usable {kind} name: {NAME_RULE}")
-        return text
-    return FlagType(f"{kind} name", parse)
+    return word_rule(f"{kind} name", lambda text: not name_problem(kind, text),
+                     f"is not a usable {kind} name: {NAME_RULE}")
 
 
 TARGET = named("target")

@@ -40,7 +40,6 @@ check_sizes = choices.check_sizes
 COLLECTIVES: tuple[str, ...] = choices.COLLECTIVES
 parse_ops = choices.parse_ops
 check_model_size = choices.check_model_size
-GPU_KINDS: tuple[str, ...] = choices.GPU_KINDS
 parse_cpulist = choices.parse_cpulist
 format_cpulist = choices.format_cpulist
 preset_defaults = choices.preset_defaults

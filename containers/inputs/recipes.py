@@ -190,12 +190,8 @@ def load_target(path: Path, *, root: Path) -> Target:
     elif values["base_image"]:
         raise ConfigError("base_image is for cotainr targets; a definition names its base in "
                           "its header", path=path, line=lines.get("base_image"), key="base_image")
-    paths: dict[str, Path | None] = {}
-    for key in ("definition", "env"):
-        paths[key] = None
-        if values[key]:
-            paths[key] = project_file(values[key], root=root, manifest=path,
-                                      line=lines.get(key), key=key)
+    paths = {key: project_file(values[key], root=root, manifest=path, line=lines.get(key),
+                               key=key) if values[key] else None for key in ("definition", "env")}
     if paths["definition"] is not None:
         check_scripts(paths["definition"], root=root, manifest=path,
                       line=lines.get("definition"))

@@ -78,10 +78,10 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
     prefix = f"references[{index}]."
     values = dict(validate_model(Entry, item, path=path, what="reference", prefix=prefix))
     spec = values["busbw"]
-    line = line_of(item, "busbw")
 
-    def bad(message: str) -> ConfigError:
-        return ConfigError(message, path=path, line=line, key=prefix + "busbw")
+    def bad(message: str, key: str = "busbw") -> ConfigError:
+        return ConfigError(message, path=path, line=line_of(item, key),
+                           key=(prefix + key).rstrip("."))
 
     if len(spec) != 4 or not isinstance(spec[3], str):
         raise bad("must be [value, lower, upper, unit], e.g. [125.0, -0.05, null, GB/s]")
@@ -101,20 +101,16 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
         raise bad(f"upper tolerance {upper} is negative: the upper bound would be below the "
                   "lower one")
     if values["op"] not in names.COLLECTIVES:
-        raise ConfigError(f"unknown collective '{values['op']}'"
-                          f"{suggest(str(values['op']), names.COLLECTIVES)}; one of "
-                          f"{', '.join(names.COLLECTIVES)}", path=path,
-                          line=line_of(item, "op"), key=prefix + "op")
+        raise bad(f"unknown collective '{values['op']}'{suggest(values['op'], names.COLLECTIVES)}"
+                  f"; one of {', '.join(names.COLLECTIVES)}", "op")
     if values["nodes"] < 1 or values["ranks_per_node"] < 1 or values["bytes"] < 1:
-        raise ConfigError("nodes, ranks_per_node and bytes must be positive", path=path,
-                          line=line_of(item), key=prefix.rstrip("."))
+        raise bad("nodes, ranks_per_node and bytes must be positive", "")
     if unit not in UNITS:
         raise bad(f"unit '{unit}' is not what the benchmark measures: busbw is in "
                   f"{' or '.join(UNITS)}, so this reference would never judge a run")
     if values["bytes"] > MAX_BYTES:
-        raise ConfigError(f"{values['bytes']} B is more than any GPU holds (at most "
-                          f"{MAX_BYTES} B, 1 TiB): a run could never measure it",
-                          path=path, line=line_of(item, "bytes"), key=prefix + "bytes")
+        raise bad(f"{values['bytes']} B is more than any GPU holds (at most {MAX_BYTES} B, "
+                  "1 TiB): a run could never measure it", "bytes")
     del values["busbw"]
     return Reference(**values, value=float(value), unit=unit,
                      lower=None if lower is None else float(lower),

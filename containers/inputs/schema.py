@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from containers.errors import ConfigError, UsageError, raise_all
 from containers.files import resolves_outside
-from containers.inputs.yamlsource import LocatedDict, LocatedList
+from containers.inputs.yamlsource import Located
 
 T = TypeVar("T")
 _NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,63}\Z")
@@ -128,9 +128,9 @@ def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
 
 def line_of(data: Any, key: str | int | None = None) -> int | None:
     """Best known line of a key or item in located YAML data."""
-    if not isinstance(data, (LocatedDict, LocatedList)):
+    if not isinstance(data, Located):
         return None
-    return data.line if key is None else data.line_of(key)  # type: ignore[arg-type]
+    return data.line if key is None else data.line_of(key)
 
 
 # ----------------------------------------------------- typed models (pydantic) at file:line:key

@@ -23,7 +23,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Collection, Literal, Mapping
+from typing import Annotated, Any, Callable, Collection, Literal, Mapping
 
 from pydantic import (BeforeValidator, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo,
                       WithJsonSchema, field_validator)
@@ -95,6 +95,26 @@ Mask = Annotated[str, Strict(), refuse(lambda value: None if re.fullmatch(
 Doc = Field
 
 
+def after(field: str, problem: Callable[[Any, dict[str, Any]], str | None]) -> Any:
+    """A check of ``field`` against the fields declared before it (pydantic's ``info.data``):
+    ``problem(value, data)`` says why the value cannot stand, else None."""
+    def check(cls: type, value: Any, info: ValidationInfo) -> Any:
+        reason = problem(value, info.data)
+        if reason:
+            raise ValueError(reason)
+        return value
+    return field_validator(field)(check)
+
+
+def _arch_problem(arch: str | None, data: dict[str, Any]) -> str | None:
+    kind = data.get("kind", "none")
+    if arch is not None and (kind not in ARCH or not ARCH[kind].match(arch)):
+        return f"'{arch}' is not a {kind} GPU architecture (sm_NN for cuda, gfxNNN for rocm)"
+    if arch is not None and "arch_source" in data and not data["arch_source"]:
+        return "a GPU architecture needs arch_source: the page that states it"
+    return None
+
+
 # ------------------------------------------------------------------------------- the parts
 class Gpus(Part):
     """The GPUs of a node: kind, model, count, architecture, and how jobs ask for them."""
@@ -111,31 +131,12 @@ class Gpus(Part):
     request: GpuRequest = Doc("gpus-per-node", description="how Slurm jobs ask for GPUs: "
                               "--gpus-per-node=N or --gres=gpu:<gres_type>:N")
 
-    @field_validator("per_node")
-    @classmethod
-    def _some_gpus(cls, value: int, info: ValidationInfo) -> int:
-        if info.data.get("kind", "none") != "none" and value <= 0:
-            raise ValueError("a GPU site needs gpus.per_node > 0")
-        return value
-
-    @field_validator("arch")
-    @classmethod
-    def _arch_with_source(cls, arch: str | None, info: ValidationInfo) -> str | None:
-        kind = info.data.get("kind", "none")
-        if arch is not None and (kind not in ARCH or not ARCH[kind].match(arch)):
-            raise ValueError(f"'{arch}' is not a {kind} GPU architecture (sm_NN for cuda, "
-                             "gfxNNN for rocm)")
-        if arch is not None and "arch_source" in info.data and not info.data["arch_source"]:
-            raise ValueError("a GPU architecture needs arch_source: the page that states it")
-        return arch
-
-    @field_validator("request")
-    @classmethod
-    def _gres_needs_type(cls, value: str, info: ValidationInfo) -> str:
-        if value == "gres" and not info.data.get("gres_type"):
-            raise ValueError("request gres needs gres_type (the GPU type in "
-                             "--gres=gpu:<type>:N, e.g. v100)")
-        return value
+    _some_gpus = after("per_node", lambda count, data: "a GPU site needs gpus.per_node > 0"
+                       if data.get("kind", "none") != "none" and count <= 0 else None)
+    _arch_known = after("arch", _arch_problem)
+    _gres_needs_type = after("request", lambda request, data: (
+        "request gres needs gres_type (the GPU type in --gres=gpu:<type>:N, e.g. v100)"
+        if request == "gres" and not data.get("gres_type") else None))
 
 
 class Limits(Part):
@@ -165,13 +166,9 @@ class Partition(Limits):
     gpu_request: GpuRequest | None = Doc(None, description="gpus.request for this partition")
     gres_type: Str | None = Doc(None, description="gpus.gres_type for this partition")
 
-    @field_validator("default_time")
-    @classmethod
-    def _within_max(cls, value: int | None, info: ValidationInfo) -> int | None:
-        limit = info.data.get("max_time")
-        if value is not None and limit is not None and value > limit:
-            raise ValueError("is longer than max_time")
-        return value
+    _within_max = after("default_time", lambda time, data: "is longer than max_time" if (
+        time is not None and data.get("max_time") is not None and time > data["max_time"])
+        else None)
 
 
 class Qos(Limits):
@@ -193,12 +190,9 @@ class Memory(Part):
     source: Str | None = Doc(None, validate_default=True,
                              description="the page these figures come from")
 
-    @field_validator("source")
-    @classmethod
-    def _needs_source(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if not value and (info.data.get("per_gpu_gb") or info.data.get("default")):
-            raise ValueError("memory figures need their source (the page that states them)")
-        return value
+    _needs_source = after("source", lambda source, data: (
+        "memory figures need their source (the page that states them)"
+        if not source and (data.get("per_gpu_gb") or data.get("default")) else None))
 
 
 class Transport(Part):
@@ -220,12 +214,8 @@ class Transport(Part):
                            "host: a run it applies to needs binds that bring them in (a job "
                            "without them is refused, never written)")
 
-    @field_validator("expect")
-    @classmethod
-    def _named(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if bool(value) != bool(info.data.get("name")):
-            raise ValueError("a transport needs both name and expect (its proof)")
-        return value
+    _named = after("expect", lambda expect, data: "a transport needs both name and expect "
+                   "(its proof)" if bool(expect) != bool(data.get("name")) else None)
 
     def applies(self, nodes: int) -> bool:
         """Whether a run on ``nodes`` nodes must use (and prove) this transport."""
@@ -304,11 +294,8 @@ def _partition_names(value: object) -> object:
     return {name: {} for name in value}
 
 
-def _limits_or_empty(value: object) -> object:
-    return {} if value is None else value
-
-
-Partitions = Annotated[dict[str, Annotated[Partition, BeforeValidator(_limits_or_empty)]],
+Partitions = Annotated[dict[str, Annotated[Partition, BeforeValidator(  # name: (no limits)
+    lambda value: {} if value is None else value)]],
                        BeforeValidator(_partition_names,
                                        json_schema_input_type=dict[str, Partition] | list[str])]
 ReferenceItem = Annotated[Reference, WithJsonSchema(refs.Entry.model_json_schema())]
@@ -370,15 +357,10 @@ class Profile(Part):
             qos._name = name
         return value
 
-    @field_validator("cpu_bind")
-    @classmethod
-    def _one_mask_per_gpu(cls, value: tuple[str, ...], info: ValidationInfo
-                          ) -> tuple[str, ...]:
-        gpus = info.data.get("gpus")
-        if value and gpus is not None and gpus.kind != "none" and len(value) != gpus.per_node:
-            raise ValueError(f"one CPU mask per GPU: {len(value)} masks for {gpus.per_node} "
-                             "GPUs")
-        return value
+    _one_mask_per_gpu = after("cpu_bind", lambda masks, data: (
+        f"one CPU mask per GPU: {len(masks)} masks for {data['gpus'].per_node} GPUs"
+        if masks and data.get("gpus") is not None and data["gpus"].kind != "none"
+        and len(masks) != data["gpus"].per_node else None))
 
     @field_validator("default_partition", "build_partition")
     @classmethod

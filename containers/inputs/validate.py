@@ -204,13 +204,6 @@ def check_project(root: Path, *, target: str | None = None, tool_args: Collectio
     return report
 
 
-def _chain_loaded(targets: Mapping[str, Target], name: str) -> bool:
-    """Whether every base of ``name`` loaded and the chain ends (the planning checks need it)."""
-    chain = base_names(targets, name)
-    first = targets.get(chain[0])
-    return all(n in targets for n in chain) and (first is None or first.base is None)
-
-
 def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[str],
                   target_checks: Sequence[Callable[[Mapping[str, Target], str], object]],
                   examples: Sequence[str]) -> None:
@@ -228,8 +221,12 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
                                                definition=definition))
         env, problems = _value(lambda: check_inputs_of(target, definition))
         found += problems
-    chain_loaded = _chain_loaded(report.targets, target.name)
-    if chain_loaded:  # else a base's own error is reported, and this target is not ok either
+    # every base loaded and the chain ends (the planning checks need it); else a base's own
+    # error is reported, and this target is not ok either
+    chain = base_names(report.targets, target.name)
+    chain_loaded = all(n in report.targets for n in chain) and \
+        report.targets[chain[0]].base is None
+    if chain_loaded:
         for check in target_checks:
             found += _attempt(lambda: check(report.targets, target.name))
     if target.definition is not None and not found:

@@ -20,26 +20,23 @@ from containers.files import FileRefused, read_regular
 INPUT_LIMIT = 1 << 20
 
 
-class LocatedDict(dict):
-    """A dict that knows its file, its own line and the line of each key."""
+class Located:
+    """Knows its file, its own line and the line of each key (a mapping) or item (a list)."""
 
     path: Path | None = None
     line: int | None = None
-    key_lines: dict[str, int]
+    key_lines: dict[str | int, int]
 
-    def line_of(self, key: str) -> int | None:
+    def line_of(self, key: str | int) -> int | None:
         return self.key_lines.get(key, self.line)
 
 
-class LocatedList(list):
-    """A list that knows its file, its own line and the line of each item."""
+class LocatedDict(Located, dict):
+    pass
 
-    path: Path | None = None
-    line: int | None = None
-    item_lines: list[int]
 
-    def line_of(self, index: int) -> int | None:
-        return self.item_lines[index] if index < len(self.item_lines) else self.line
+class LocatedList(Located, list):
+    pass
 
 
 def _loader_for(path: Path | None) -> type[yaml.SafeLoader]:
@@ -66,7 +63,7 @@ def _loader_for(path: Path | None) -> type[yaml.SafeLoader]:
     def construct_sequence(loader: yaml.SafeLoader, node: yaml.SequenceNode) -> LocatedList:
         result = LocatedList(loader.construct_object(child, deep=True) for child in node.value)
         result.path, result.line = path, node.start_mark.line + 1
-        result.item_lines = [child.start_mark.line + 1 for child in node.value]
+        result.key_lines = {i: child.start_mark.line + 1 for i, child in enumerate(node.value)}
         return result
 
     _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)

@@ -32,14 +32,13 @@ from typing import Any, Iterable
 
 from containers.errors import StateError, UsageError
 from containers.files import FileRefused, read_regular_json
-from containers.inputs.schema import TEMP_ENDINGS, name_problem
+from containers.inputs.schema import name_problem
 
 FORMAT = 1
 CATALOGUE_NAME = "catalogue.json"
 #: The catalogue page (containers.publish.page), replaced right after the catalogue.
 PAGE_NAME = "index.html"
 LOCK_NAME = ".publish.lock"
-TEMP_SUFFIXES = TEMP_ENDINGS
 #: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).
 CATALOGUE_LIMIT = 64 << 20
 #: A sha256 as hex digits, the way ``sha256sum`` writes it.
@@ -225,23 +224,16 @@ def pinned(catalogue: dict, target: str) -> list[str]:
     return list(catalogue["targets"].get(target, {}).get("pinned", []))
 
 
-def with_entry(catalogue: dict, entry: dict, *, now: str) -> dict:
-    """A new catalogue with ``entry`` as its target's newest version and ``latest``; an entry of
-    the same version (a forced republish) is replaced, moving to the end."""
+def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str] = ()) -> dict:
+    """A new catalogue with ``entry`` as its target's newest version and ``latest``, less the
+    versions of that target ``without`` names (pruned); an entry of the same version (a forced
+    republish) is replaced, moving to the end."""
     result = copy.deepcopy(catalogue)
     block = result["targets"].setdefault(entry["target"], {"latest": None, "versions": []})
-    block["versions"] = [e for e in block["versions"] if e["version"] != entry["version"]]
+    gone = {entry["version"], *without}
+    block["versions"] = [e for e in block["versions"] if e["version"] not in gone]
     block["versions"].append(entry)
     block["latest"] = entry["version"]
-    result["updated"] = now
-    return result
-
-
-def without_versions(catalogue: dict, target: str, versions: Iterable[str], *, now: str) -> dict:
-    gone = set(versions)
-    result = copy.deepcopy(catalogue)
-    block = result["targets"][target]
-    block["versions"] = [e for e in block["versions"] if e["version"] not in gone]
     result["updated"] = now
     return result
 

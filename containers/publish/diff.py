@@ -50,7 +50,6 @@ def busbw(smoke: Mapping | None) -> dict | None:
 
 
 def side(name: str, facts: Mapping, *, size: int, smoke: Mapping | None) -> dict:
-    """One side of a diff: what :func:`diff` compares."""
     return {"name": name, "stack": summary(facts), "packages": packages(facts),
             "labels": {k: v for k, v in (facts.get("labels") or {}).items()
                        if k not in NOISY_LABELS},
@@ -63,7 +62,6 @@ def _changed(old: Mapping, new: Mapping) -> dict[str, list]:
 
 
 def diff(old: Mapping, new: Mapping) -> dict:
-    """Packages added, removed and changed; stack and label changes; sizes; smoke side by side."""
     before, after = old["packages"], new["packages"]
     return {
         "old": old["name"], "new": new["name"],
@@ -83,7 +81,6 @@ def diff(old: Mapping, new: Mapping) -> dict:
 
 
 def lines(result: Mapping) -> list[str]:
-    """The diff for people, one change a line."""
     from containers.report import human_bytes
 
     out = [f"diff {result['old']} -> {result['new']}"]

@@ -30,7 +30,6 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-FAMILY = "container_image"
 #: ``\ddd`` for every control character, the short escape where Lua has one.
 _LUA_ESCAPES = str.maketrans({chr(code): f"\\{code:03d}" for code in (*range(0x20), 0x7F)}
                              | {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
@@ -95,7 +94,6 @@ def _help_text(spec: ModuleSpec) -> str:
 
 
 def render_modulefile(spec: ModuleSpec) -> str:
-    """The Lmod (Lua) module file for one published version."""
     q = lua_string
     lines = [
         f"-- {comment_text(spec.target + '/' + spec.version)}: published container image "
@@ -106,7 +104,7 @@ def render_modulefile(spec: ModuleSpec) -> str:
         f"whatis({q('Version: ' + spec.version)})",
         f"whatis({q('Description: ' + spec.description)})",
         f"whatis({q('Image: ' + spec.image)})",
-        f"family({q(FAMILY)})",
+        'family("container_image")',
         "",
         f"local sif = {q(spec.image)}",
         'setenv("SIF", sif)',
@@ -115,12 +113,10 @@ def render_modulefile(spec: ModuleSpec) -> str:
         f"setenv(\"CONTAINER_RUNTIME\", {q(spec.runtime)})",
         f"setenv(\"CONTAINER_GPU_FLAG\", {q(spec.gpu_flag or '')})",
     ]
-    for bind in spec.binds:
-        for name in ("SINGULARITY_BIND", "APPTAINER_BIND"):
-            lines.append(f"append_path({q(name)}, {q(bind)}, \",\")")
-    for key, value in spec.env.items():
-        for prefix in ("SINGULARITYENV_", "APPTAINERENV_"):
-            lines.append(f"setenv({q(prefix + key)}, {q(value)})")
+    lines += [f"append_path({q(name)}, {q(bind)}, \",\")" for bind in spec.binds
+              for name in ("SINGULARITY_BIND", "APPTAINER_BIND")]
+    lines += [f"setenv({q(prefix + key)}, {q(value)})" for key, value in spec.env.items()
+              for prefix in ("SINGULARITYENV_", "APPTAINERENV_")]
     lines.append(f"prepend_path(\"PATH\", {q(spec.bin_dir)})")
     return "\n".join(lines) + "\n"
 

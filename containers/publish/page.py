@@ -125,7 +125,6 @@ def history_png(catalogue: Mapping) -> bytes | None:
 
 
 def render_page(catalogue: Mapping, dest: Path) -> str:
-    """The whole page for ``catalogue`` (published into ``dest``)."""
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>Published images: {_e(dest.name)}</title>",
              f"<style>{STYLE}</style></head><body>",

@@ -96,16 +96,24 @@ def _folders(dest: Path, target: str | None) -> list[Path]:
 def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
     """The first thing inside ``dest`` that publish (of ``target``) or verify (``None``: the
     whole folder) must not go through, in one line naming it, else None: a link other than
-    ``<t>/latest`` and ``modules/<t>/default``, or a file where the layout has a folder."""
+    ``<t>/latest`` and ``modules/<t>/default``, a file where the layout has a folder, or (for a
+    publish) a folder it writes into that anyone may write (a file planted there would be
+    published with the rest)."""
     paths = list(walk_nofollow(dest))[1:] if target is None else _publish_paths(dest, target)
     for path in paths:
         link = first_link(dest, path)
         if link is not None and not layout_link(dest, link):
             return (f"{link} is a symbolic link; nothing inside {dest} is reached through a "
                     "link: remove it (and check what it pointed to), or publish elsewhere")
-    for folder in _folders(dest, target):
-        if os.path.lexists(folder) and not stat.S_ISDIR(folder.lstat().st_mode):
-            return f"{folder} is {kind_of(folder.lstat().st_mode)}, where publish keeps a folder"
+    modes = {folder: os.lstat(folder).st_mode for folder in _folders(dest, target)
+             if os.path.lexists(folder)}
+    for folder, mode in modes.items():
+        if not stat.S_ISDIR(mode):
+            return f"{folder} is {kind_of(mode)}, where publish keeps a folder"
+    for folder, mode in modes.items():
+        if target is not None and mode & 0o002:
+            return (f"{folder} is world-writable (mode {stat.S_IMODE(mode):04o}): anyone could "
+                    "have put files there; check what it holds, chmod o-w it, then publish")
     return None
 
 
@@ -118,20 +126,6 @@ def open_parent(dest: Path) -> str | None:
     return (f"{folder} is world-writable without the sticky bit, so anyone could rename "
             f"{dest} and put their own in its place; publish under a folder only "
             "admins can write (or chmod +t it)")
-
-
-def open_folders(dest: Path, target: str) -> str | None:
-    """The first folder one publish of ``target`` writes into that anyone may write (a file
-    planted there would be published with the rest), else None."""
-    for folder in _folders(dest, target):
-        try:
-            mode = os.lstat(folder).st_mode
-        except FileNotFoundError:
-            continue
-        if stat.S_ISDIR(mode) and mode & 0o002:
-            return (f"{folder} is world-writable (mode {stat.S_IMODE(mode):04o}): anyone could "
-                    "have put files there; check what it holds, chmod o-w it, then publish")
-    return None
 
 
 def managed_paths(dest: Path, target: str) -> list[Path]:
@@ -162,7 +156,6 @@ def _set_mode(path: Path, mode: int, gid: int | None) -> None:
 
 
 def apply_modes(paths: list[Path], modes: Modes) -> None:
-    """Give each path its expected mode (keeping a folder's setgid bit) and group."""
     for path in paths:
         _set_mode(path, expected_mode(path, modes), modes.gid)
 

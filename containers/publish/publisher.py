@@ -50,7 +50,7 @@ from containers.host.runtime import Runtime
 from containers.image.inspect import sbom_path
 from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
-from containers.inputs.schema import check_name, is_env_name, name_problem
+from containers.inputs.schema import TEMP_ENDINGS, check_name, is_env_name, name_problem
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.locking import file_lock
@@ -61,8 +61,7 @@ from containers.publish.diff import shown
 from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wrapper,
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
-                                            open_folders, open_parent, resolve_group, umask,
-                                            unsafe_layout)
+                                            open_parent, resolve_group, umask, unsafe_layout)
 from containers.publish.page import render_page
 from containers.report import Say, human_bytes, say_line
 
@@ -98,8 +97,8 @@ class PublishRequest:
     def __post_init__(self) -> None:
         if not self.target:
             raise UsageError("name the image target to publish", flag="--target")
-        if name_problem("target", self.target):
-            raise UsageError(name_problem("target", self.target), flag="--target")
+        if problem := name_problem("target", self.target):
+            raise UsageError(problem, flag="--target")
         if not self.dest:
             raise UsageError("name the site folder to publish into", flag="--dest")
         dest = Path(os.path.abspath(Path(self.dest).expanduser()))
@@ -136,11 +135,8 @@ class PublishPlan:
     force: bool
     skip_checks: bool
     modes: Modes
-    keysdir: Path | None
-    keyidx: int
-    results_dir: Path
-    #: Versions of this target the config pins (``containers.publish_pinned``).
-    pinned: tuple[str, ...] = ()
+    #: Signing key, results folder and the versions it pins (``containers.publish_pinned``).
+    settings: Settings
 
     @property
     def folder(self) -> Path:
@@ -149,10 +145,6 @@ class PublishPlan:
     @property
     def sif(self) -> Path:
         return self.folder / cat.sif_name(self.version)
-
-    @property
-    def checksum(self) -> Path:
-        return self.sif.with_name(self.sif.name + ".sha256")
 
     @property
     def temp(self) -> Path:
@@ -188,27 +180,13 @@ def read_provenance(record: Path) -> dict:
     return data
 
 
-def refuse_other_build(image: Path, provenance: dict, target: str,
-                       inputs_hash: str | None) -> None:
-    """A :class:`StateError` when the image's build record names another target (or none), or
-    when the target's inputs changed since it was built (``inputs_hash``: the inputs now; None
-    when the caller cannot tell): a version is published as what its target builds today."""
-    if provenance.get("target") != target:
-        raise StateError(f"{image}: its build record names target {provenance.get('target')}, "
-                         f"not {target}: rebuild it with invoke build --target {target} --force")
-    built = str(provenance.get("inputs_hash") or "")
-    if inputs_hash is not None and built != inputs_hash:
-        raise StateError(f"{image} is stale: it was built from inputs {built[:12] or 'unknown'},"
-                         f" the target's inputs are now {inputs_hash[:12]}; rebuild it with "
-                         f"invoke build --target {target} before publishing")
-
-
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
                  settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
     """The plan for ``request``: refuses a target name that breaks the name rule, an unbuilt
     image, one without a usable build record, one built as another target or from other inputs
-    than ``inputs_hash`` (the target's now), a site environment a module file cannot carry and
-    an unusable group, before any work."""
+    than ``inputs_hash`` (the target's now; None when the caller cannot tell: a version is
+    published as what its target builds today), a site environment a module file cannot carry
+    and an unusable group, before any work."""
     check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)
     record = settings.provenance_path(target.name)
@@ -219,7 +197,15 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     if not isinstance(sha256, str) or not cat.SHA256.match(sha256):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
-    refuse_other_build(image, provenance, target.name, inputs_hash)
+    if provenance.get("target") != target.name:
+        raise StateError(f"{image}: its build record names target {provenance.get('target')}, "
+                         f"not {target.name}: rebuild it with invoke build --target {target.name}"
+                         " --force")
+    built = str(provenance.get("inputs_hash") or "")
+    if inputs_hash is not None and built != inputs_hash:
+        raise StateError(f"{image} is stale: it was built from inputs {built[:12] or 'unknown'},"
+                         f" the target's inputs are now {inputs_hash[:12]}; rebuild it with "
+                         f"invoke build --target {target.name} before publishing")
     for key in site.env:
         if not is_env_name(key):
             raise ConfigError("not a usable environment variable name for a module file",
@@ -233,25 +219,16 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
         version=request.version or cat.default_version(provenance), dest=request.dest,
         sign=request.sign, keep=request.keep, force=request.force,
         skip_checks=request.skip_checks,
-        modes=Modes.of(world_readable=settings.publish_world_readable, gid=gid),
-        keysdir=settings.sign_keysdir, keyidx=settings.sign_keyidx,
-        results_dir=settings.results_dir,
-        pinned=tuple(settings.publish_pinned.get(target.name, ())))
+        modes=Modes.of(world_readable=settings.publish_world_readable, gid=gid), settings=settings)
 
 
 # ------------------------------------------------------------------------------ file steps
-def _copy_delay() -> Callable[[], None] | None:
-    """The fault-injection hook: ``CONTAINERS_PUBLISH_COPY_DELAY`` seconds after each chunk."""
-    delay = float(os.environ.get(COPY_DELAY_ENV) or 0)
-    return (lambda: time.sleep(delay)) if delay else None
-
-
 def sweep_temps(plan: PublishPlan, say: Say) -> None:
     """Remove what a killed publish left (we hold the lock, so none of it is in use)."""
     folders = [plan.dest, plan.folder, plan.folder / "bin", plan.module_dir, plan.dest / "keys"]
     for folder in folders:
         for path in folder.glob(".*") if folder.is_dir() else ():
-            if path.name.endswith(cat.TEMP_SUFFIXES):
+            if path.name.endswith(TEMP_ENDINGS):
                 say(f"removing leftover of an interrupted publish: {path}")
                 path.unlink(missing_ok=True)
 
@@ -259,8 +236,7 @@ def sweep_temps(plan: PublishPlan, say: Say) -> None:
 def refuse_links(plan: PublishPlan) -> None:
     """A :class:`StateError` naming the first link (or misplaced file) inside the publish folder
     that this publish would write, chmod or remove through: it never follows one."""
-    problem = unsafe_layout(plan.dest, plan.target.name) or open_folders(plan.dest,
-                                                                          plan.target.name)
+    problem = unsafe_layout(plan.dest, plan.target.name)
     if problem:
         raise StateError(problem)
     for link in (plan.folder / "latest", plan.module_dir / "default"):
@@ -270,13 +246,15 @@ def refuse_links(plan: PublishPlan) -> None:
 
 
 def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, checks: dict,
-           key: signing.SigningKey | None, replaced: dict | None, when: str) -> dict:
-    def dest_rel(path: Path) -> str:
-        return str(path.relative_to(plan.dest))
-
-    return {
-        "target": plan.target.name, "version": plan.version, "file": dest_rel(plan.sif),
-        "checksum_file": dest_rel(plan.checksum), "module": dest_rel(plan.module),
+           key: signing.SigningKey | None, replaced: dict | None, when: str,
+           reviewed: dict) -> tuple[dict, list[tuple[Path, bytes, str]]]:
+    """The catalogue entry, and (final path, bytes, commit step) of what a version keeps beside
+    its image: the build's SBOM (copied as built) and the diff against the version it replaces
+    as latest, each named in the entry, which also takes the review's site-fit findings and
+    gate record."""
+    entry = {
+        "target": plan.target.name, "version": plan.version,
+        **cat.layout_files(plan.target.name, plan.version),
         "sha256": sha256, "size_bytes": size, "signed": key is not None,
         "key_fingerprint": key.fingerprint if key else None,
         "key_user": key.user if key else None,
@@ -288,6 +266,17 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "publisher_runtime": {"flavour": runtime.flavour, "version": runtime.version},
         "provenance": {k: v for k, v in plan.provenance.items() if k != "labels"},
     }
+    beside = []
+    if sbom_path(plan.image).is_file():
+        final = sbom_path(plan.sif)
+        beside.append((final, read_regular(sbom_path(plan.image), limit=PROVENANCE_LIMIT), "sbom"))
+        entry["sbom_file"] = str(final.relative_to(plan.dest))
+    if reviewed.get("diff") is not None:
+        final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
+        beside.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
+        entry["diff_file"] = str(final.relative_to(plan.dest))
+    entry.update({k: reviewed[k] for k in ("fit", "gate", "stack") if k in reviewed})
+    return entry, beside
 
 
 def _existing(plan: PublishPlan, catalogue: dict) -> dict | None:
@@ -312,41 +301,29 @@ def _remove_version(plan: PublishPlan, version: str, say: Say) -> None:
         path.unlink(missing_ok=True)
 
 
-def in_use(plan: PublishPlan, catalogue: dict) -> dict[str, str]:
-    """The versions of this target that something points at, each with why: the catalogue's
-    ``latest``, a module ``default`` link set by hand to another version, and the versions the
+def _prune(plan: PublishPlan, before: dict) -> list[str]:
+    """The versions ``--keep`` removes once this version is published into the catalogue
+    ``before``. A version in use, as the folder was before this publish, is refused in one line
+    naming it, before anything is made: ``--keep`` never removes what users may be running. In
+    use: a module ``default`` link set by hand to a version other than the catalogue's
+    ``latest`` (the old latest is not in use once the new version is latest), the versions the
     catalogue pins (the target block's ``pinned`` list: versions queued jobs or a site's
     documentation rely on) and those the config pins (``containers.publish_pinned``)."""
-    block = catalogue["targets"].get(plan.target.name, {})
-    latest = block.get("latest")
-    uses: dict[str, str] = {latest: "latest"} if latest else {}
-    default = plan.module_dir / "default"
-    if default.is_symlink() and os.readlink(default).endswith(".lua"):
-        version = os.readlink(default)[:-len(".lua")]
-        if version != latest:
-            uses[version] = f"the module default: {default} points to it"
-    for version in cat.pinned(catalogue, plan.target.name):
-        uses[version] = f"pinned in {plan.dest / cat.CATALOGUE_NAME}"
-    for version in plan.pinned:
-        uses[version] = "pinned in the config: containers.publish_pinned"
-    return uses
-
-
-def _prune(plan: PublishPlan, before: dict, when: str) -> list[str]:
-    """The versions ``--keep`` removes once this version is published into the catalogue
-    ``before``. A version in use (:func:`in_use`, as the folder was before this publish) is
-    refused in one line naming it, before anything is made: ``--keep`` never removes what users
-    may be running."""
     if plan.keep is None:
         return []
-    # which versions go depends only on the new entry's target and version
-    catalogue = cat.with_entry(before, {"target": plan.target.name, "version": plan.version},
-                               now=when)
-    versions = [e["version"] for e in cat.entries(catalogue, plan.target.name)]
-    gone = cat.select_prune(versions, keep=plan.keep,
-                            latest=cat.latest(catalogue, plan.target.name))
-    uses = {v: why for v, why in in_use(plan, before).items() if why != "latest"}
-    # (the old latest is not in use once the new version is latest)
+    # the versions once this one is published: a republished version moves to the end
+    versions = [e["version"] for e in cat.entries(before, plan.target.name)
+                if e["version"] != plan.version] + [plan.version]
+    gone = cat.select_prune(versions, keep=plan.keep, latest=plan.version)
+    uses: dict[str, str] = {}
+    default = plan.module_dir / "default"
+    linked = os.readlink(default) if default.is_symlink() else ""
+    if linked.endswith(".lua") and linked[:-len(".lua")] != cat.latest(before, plan.target.name):
+        uses[linked[:-len(".lua")]] = f"the module default: {default} points to it"
+    for version in cat.pinned(before, plan.target.name):
+        uses[version] = f"pinned in {plan.dest / cat.CATALOGUE_NAME}"
+    for version in plan.settings.publish_pinned.get(plan.target.name, ()):
+        uses[version] = "pinned in the config: containers.publish_pinned"
     blocked = [v for v in gone if v in uses]
     if blocked:
         raise StateError(f"--keep {plan.keep} would remove {plan.target.name} {blocked[0]}, "
@@ -375,8 +352,7 @@ class Transaction:
         """Make ``path`` (and its missing parents) unless it is there; undone when empty."""
         if path.is_dir():
             return
-        if not path.parent.is_dir():
-            self.folder(path.parent)
+        self.folder(path.parent)
         path.mkdir()
         self.created.add(path)
         self._undo.append(lambda: path.rmdir() if not any(path.iterdir()) else None)
@@ -399,7 +375,8 @@ class Transaction:
 
     def rollback(self) -> list[str]:
         """Undo every step, newest first; the problems met while undoing (none: all undone)."""
-        self._remove(self._temps)
+        for path in self._temps:  # first: a folder is removed only when empty
+            path.unlink(missing_ok=True)
         problems = []
         for undo in reversed(self._undo):
             try:
@@ -415,13 +392,8 @@ class Transaction:
         self.done()
 
     def done(self) -> None:
-        """Committed (or rolled back): forget the undo steps, remove every temp and backup."""
         self._undo.clear()
-        self._remove(self._temps + self._backups)
-
-    @staticmethod
-    def _remove(paths: list[Path]) -> None:
-        for path in paths:
+        for path in self._temps + self._backups:
             path.unlink(missing_ok=True)
 
 
@@ -490,9 +462,11 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
     size = plan.image.stat().st_size
     say(f"copying {plan.image} -> {plan.temp} ({human_bytes(size)})")
     started = time.monotonic()
+    delay = float(os.environ.get(COPY_DELAY_ENV) or 0)  # the fault-injection hook, per chunk
     with byte_progress(f"copy {plan.sif.name}", size) as advance:
         copied = copy_hashing(plan.image, tx.temp(plan.temp), mode=plan.modes.file,
-                              after_chunk=_copy_delay(), progress=advance)
+                              progress=advance,
+                              after_chunk=(lambda: time.sleep(delay)) if delay else None)
     seconds = time.monotonic() - started
     say(f"copied in {seconds:.1f} s ({human_bytes(int(size / max(seconds, 1e-3)))}/s)")
     if copied != plan.provenance["sha256"]:
@@ -502,8 +476,9 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
     sha256 = copied
     if key is not None:
         say(f"signing with key #{key.index} {key.fingerprint} ({key.user})")
-        signing.sign(runtime, plan.temp, keysdir=plan.keysdir, keyidx=plan.keyidx)
-        if key.fingerprint not in signing.signers(runtime, plan.temp, keysdir=plan.keysdir):
+        keysdir = plan.settings.sign_keysdir
+        signing.sign(runtime, plan.temp, keysdir=keysdir, keyidx=plan.settings.sign_keyidx)
+        if key.fingerprint not in signing.signers(runtime, plan.temp, keysdir=keysdir):
             raise VerdictFailed(f"{plan.temp}: the new signature is not by {key.fingerprint}")
         fsync_path(plan.temp)
         with byte_progress(f"sha256 {plan.sif.name}", plan.temp.stat().st_size) as advance:
@@ -525,16 +500,15 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     refuse_no_space(plan)
     when = utc_now()
     # Checked before the copy: a refused --keep must not cost a multi-GB copy.
-    gone = _prune(plan, before, when)
-    public = signing.public_key(runtime, plan.keysdir, key.fingerprint) if key else b""
+    gone = _prune(plan, before)
+    public = signing.public_key(runtime, plan.settings.sign_keysdir, key.fingerprint) if key \
+        else b""
     sha256, size = _prepare(plan, runtime, tx, key, say)
-    entry = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
-                   replaced=replaced, when=when)
-    beside = _beside_files(plan, entry, reviewed)
+    entry, beside = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
+                           replaced=replaced, when=when, reviewed=reviewed)
     for version in gone:
         say(f"pruning {plan.target.name} {version} (--keep {plan.keep})")
-    catalogue = cat.without_versions(cat.with_entry(before, entry, now=when), plan.target.name,
-                                     gone, now=when)
+    catalogue = cat.with_entry(before, entry, now=when, without=gone)
     staged = _stage(plan, tx, sha256=sha256, when=when, key=key, public=public, beside=beside,
                     catalogue=catalogue)
     for temp, final, step in staged:
@@ -559,57 +533,38 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
            catalogue: dict) -> list[tuple[Path, Path, str]]:
     """Every file of the publish written under a temp name beside its final one: ``(temp, final,
     commit step)`` in commit order, the catalogue last but for the page that shows it."""
+    def written(final: Path, data: bytes, step: str) -> tuple[Path, Path, str]:
+        return tx.temp(write_temp(final, data)), final, step
+
+    def link(final: Path, to: str) -> tuple[Path, Path, str]:
+        return tx.temp(temp_symlink(final, to)), final, final.name
+
     keyfile = plan.dest / "keys" / f"{key.fingerprint}.pgp" if key else None
     if keyfile is not None:
         tx.folder(keyfile.parent)
-    wrapper = tx.temp(write_temp(plan.exec_path, render_exec_wrapper(
-        plan.target.name).encode()))  # no version's facts: each module file carries its own
-    os.chmod(wrapper, plan.modes.dir)  # executable from its first moment under its final name
+    # no version's facts: each module file carries its own
+    wrapper = written(plan.exec_path, render_exec_wrapper(plan.target.name).encode(), "wrapper")
+    os.chmod(wrapper[0], plan.modes.dir)  # executable from its first moment under its final name
     spec = ModuleSpec(target=plan.target.name, version=plan.version,
                       description=plan.target.description, image=str(plan.sif),
                       bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
                       gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
                       sha256=sha256, signed_by=key and key.fingerprint, published=when)
+    checksum = plan.sif.with_name(plan.sif.name + ".sha256")
     return [  # (temp, final, commit step), in commit order: the catalogue last
-        (tx.temp(write_temp(plan.checksum, cat.checksum_line(sha256, plan.version).encode())),
-         plan.checksum, "checksum"),
+        written(checksum, cat.checksum_line(sha256, plan.version).encode(), "checksum"),
         (plan.temp, plan.sif, "image"),
-        (tx.temp(write_temp(plan.module, render_modulefile(spec).encode())), plan.module,
-         "module"),
-        (wrapper, plan.exec_path, "wrapper"),
-        *([(tx.temp(write_temp(keyfile, public)), keyfile, "key")] if keyfile else []),
-        *[(tx.temp(write_temp(final, data)), final, step) for final, data, step in beside],
-        (tx.temp(temp_symlink(plan.folder / "latest", plan.sif.name)), plan.folder / "latest",
-         "latest"),
-        (tx.temp(temp_symlink(plan.module_dir / "default", plan.module.name)),
-         plan.module_dir / "default", "default"),
-        (tx.temp(write_temp(plan.dest / cat.CATALOGUE_NAME,
-                            (json.dumps(catalogue, indent=2) + "\n").encode())),
-         plan.dest / cat.CATALOGUE_NAME, "catalogue"),
+        written(plan.module, render_modulefile(spec).encode(), "module"),
+        wrapper,
+        *([written(keyfile, public, "key")] if keyfile else []),
+        *[written(*file) for file in beside],
+        link(plan.folder / "latest", plan.sif.name),
+        link(plan.module_dir / "default", plan.module.name),
+        written(plan.dest / cat.CATALOGUE_NAME, (json.dumps(catalogue, indent=2) + "\n").encode(),
+                "catalogue"),
         # the page shows what the catalogue says: replaced right after it
-        (tx.temp(write_temp(plan.dest / cat.PAGE_NAME,
-                            render_page(catalogue, plan.dest).encode())),
-         plan.dest / cat.PAGE_NAME, "page"),
+        written(plan.dest / cat.PAGE_NAME, render_page(catalogue, plan.dest).encode(), "page"),
     ]
-
-
-def _beside_files(plan: PublishPlan, entry: dict, reviewed: dict) -> list[tuple]:
-    """(final path, bytes, commit step) of what a version keeps beside its image: the build's
-    SBOM (copied as built) and the diff against the version it replaces as latest; each named
-    in ``entry``, which also takes the review's site-fit findings and gate record."""
-    files = []
-    if sbom_path(plan.image).is_file():
-        final = sbom_path(plan.sif)
-        files.append((final, read_regular(sbom_path(plan.image), limit=PROVENANCE_LIMIT), "sbom"))
-        entry["sbom_file"] = str(final.relative_to(plan.dest))
-    if reviewed.get("diff") is not None:
-        final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
-        files.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
-        entry["diff_file"] = str(final.relative_to(plan.dest))
-    for key in ("fit", "gate", "stack"):
-        if key in reviewed:
-            entry[key] = reviewed[key]
-    return files
 
 
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
@@ -629,12 +584,13 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
                 f"published as {plan.target.name} {', '.join(same)}; publishing it again as "
                 f"{plan.version}")
         refuse_no_space(plan)
-    key = signing.signing_key(runtime, plan.keysdir, plan.keyidx) if plan.sign else None
+    key = signing.signing_key(runtime, plan.settings.sign_keysdir,
+                              plan.settings.sign_keyidx) if plan.sign else None
     if plan.skip_checks:
         checks = skipped(plan.target.name, say)
     else:
         checks = ensure_checks(runtime, target=plan.target, image=plan.image,
-                               provenance=plan.provenance, results_dir=plan.results_dir,
+                               provenance=plan.provenance, results_dir=plan.settings.results_dir,
                                quick_check=quick_check, say=say, gpus_here=gpu_kinds_here(),
                                # proven on the target's GPU kind, else its site's (none: CPU)
                                gpu=plan.target.gpu if plan.target.gpu != "none"

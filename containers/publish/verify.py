@@ -23,7 +23,7 @@ from containers.errors import CommandFailed, StateError, UsageError, VerdictFail
 from containers.files import (FileRefused, kind_of, not_a_folder, read_regular, sha256_file,
                              walk_nofollow)
 from containers.host.runtime import Runtime
-from containers.inputs.schema import name_problem
+from containers.inputs.schema import TEMP_ENDINGS, name_problem
 from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
 from containers.publish.modulefile import exec_name
@@ -44,19 +44,17 @@ def snapshot(dest: Path) -> dict[str, cat.TargetFolder]:
         for path in folder.iterdir():
             name = path.name
             if name.startswith("."):
-                if name.endswith(cat.TEMP_SUFFIXES):
+                if name.endswith(TEMP_ENDINGS):
                     found.temps.append(str(path))
             elif name.endswith(".sif") and path.is_file() and not path.is_symlink():
                 found.sifs.add(name[:-4])
             elif name.endswith(".sif.sha256"):
                 found.checksums.add(name[:-len(".sif.sha256")])
-        latest = folder / "latest"
-        found.latest_link, found.latest_not_link = _link_state(latest)
+        found.latest_link, found.latest_not_link = _link_state(folder / "latest")
         modules = dest / "modules" / folder.name
         if modules.is_dir():
             found.modules = {p.stem for p in modules.glob("*.lua")}
-            default = modules / "default"
-            found.default_link, found.default_not_link = _link_state(default)
+            found.default_link, found.default_not_link = _link_state(modules / "default")
         wrapper = folder / "bin" / exec_name(folder.name)
         found.has_exec = wrapper.is_file() and os.access(wrapper, os.X_OK)
         folders[folder.name] = found
@@ -116,7 +114,6 @@ def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime], *,
 
 def image_report(dest: Path, target: str, entry: dict, latest: str | None,
                  found: list[str], cell: str, folder_problems: list[str]) -> dict:
-    """One image's part of ``verify --json`` (see :func:`verify`)."""
     files = (entry["file"], entry["checksum_file"], entry["module"])
     own = [p for p in folder_problems if p.split(":", 1)[0] in files]
     path = dest / entry["file"]

@@ -16,11 +16,10 @@ from typing import Mapping
 from containers.errors import StateError, UsageError
 from containers.host.process import capture
 from containers.inputs import flags
-from containers.run.launchers import LAUNCHERS
-from containers.run.rendezvous import Query, Rendezvous, SlurmRendezvous
+from containers.run.rendezvous import RENDEZVOUS, Query, Rendezvous
 from containers.run.workload import Placement
 
-SLURM = SlurmRendezvous()
+SLURM = RENDEZVOUS["slurm"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,6 @@ class Allocation:
 
 
 def current_allocation(environ: Mapping[str, str]) -> Allocation | None:
-    """The Slurm allocation this process runs in, or None outside one."""
     job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job_id:
         return None
@@ -68,11 +66,10 @@ def check_nodes(nodes: int, allocation: Allocation | None) -> None:
 
 
 def placement(allocation: Allocation, nodes: int, *, query: Query = capture) -> Placement:
-    """One torchrun per node of the allocation, started by srun, meeting at the first node."""
-    return Placement(nodes=nodes, launcher=LAUNCHERS["torchrun"],
-                     rendezvous=SLURM.resolve(allocation.job_id, allocation.nodelist,
-                                              query=query),
-                     cpus_per_task=allocation.cpus_on_node)
+    """One torchrun per node of the allocation (the placement's launcher), started by srun,
+    meeting at the first node."""
+    rendezvous = SLURM.resolve(allocation.job_id, allocation.nodelist, query=query)
+    return Placement(nodes=nodes, rendezvous=rendezvous, cpus_per_task=allocation.cpus_on_node)
 
 
 def across_nodes(nodes: int, *, dry_run: bool = False,
@@ -82,7 +79,7 @@ def across_nodes(nodes: int, *, dry_run: bool = False,
     environ = os.environ if environ is None else environ
     found = current_allocation(environ)
     if dry_run and found is None and nodes > 1:
-        return Placement(nodes=nodes, launcher=LAUNCHERS["torchrun"], rendezvous=Rendezvous(
+        return Placement(nodes=nodes, rendezvous=Rendezvous(
             host="$FIRST_NODE_ADDR", port="$MASTER_PORT", id=f"${SLURM.job_id_var}"))
     check_nodes(nodes, found)
     if nodes == 1 or found is None:

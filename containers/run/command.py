@@ -56,9 +56,8 @@ def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Run
         raise UsageError("--no-launcher runs one process on this node; leave out --nodes",
                          flag="--no-launcher")
     workload = plan_workload(target, site, settings=settings, runtime=runtime, kind=KIND,
-                             script="", args=(), ranks=ranks if launcher else 1,
-                             timeout=timeout, run_id=run_id, report_name="", environ=environ,
-                             strict=strict, placement=placement, command=words)
+                             ranks=ranks if launcher else 1, timeout=timeout, run_id=run_id,
+                             environ=environ, strict=strict, placement=placement, command=words)
     if not launcher:
         workload = replace(workload, argv=workload.launch.exec_argv(list(words)))
     return CommandRun(workload=workload, gate=gate_argv(workload, settings) if gate else None,
@@ -90,8 +89,8 @@ def shell_argv(target: Target, site: Site, *, settings: Settings, runtime: Runti
     ``command`` (an interactive shell when it is empty)."""
     words = tuple(command) or INTERACTIVE
     planned = plan_workload(target, site, settings=settings, runtime=runtime, kind=KIND,
-                            script="", args=(), ranks=1, timeout=0, run_id=run_id,
-                            report_name="", environ=environ, command=check_command(words))
+                            ranks=1, timeout=0, run_id=run_id, environ=environ,
+                            command=check_command(words))
     # A shell writes no results: the run's results folder is not bound (it does not exist).
     binds = tuple(b for b in planned.launch.binds if not b.startswith(f"{planned.out_dir}:"))
     return replace(planned.launch, binds=binds).exec_argv(list(words))

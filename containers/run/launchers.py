@@ -17,9 +17,9 @@ srun-per-gpu       slurm      ``srun`` one task per GPU with the site's CPU mask
 mpiexec-torchrun   pbs        ``mpiexec`` one process per node, each running torchrun
 =================  =========  ==============================================================
 
-Each launcher also gives the prefix of a batch job's other steps (:meth:`Launcher.node_step`:
-one process per node, the device gate; :meth:`Launcher.host_step`: once, the verdict), and the
-site's ``job.step_options`` (sites/*.yaml) follow the launcher's own options in every step.
+Each launcher also gives the prefix of a batch job's step of one process per node (its device
+gate: :meth:`Launcher.node_step`; the verdict runs once, where the script runs, with no prefix),
+and the site's ``job.step_options`` (sites/*.yaml) follow the launcher's own options in every step.
 
 A site profile's ``launcher`` names one of these (:func:`for_site` checks it, naming the profile's
 line); ``torchrun`` on a PBS site means ``mpiexec-torchrun``, the same torchrun per node.
@@ -116,8 +116,7 @@ def srun(nodes: int, tasks_per_node: int, cpus_per_task: int | None, *more: str)
 class Launcher:
     """Starts the ranks of a run: :meth:`shape` sizes a job, :meth:`argv` is the command, and
     :meth:`node_step` the prefix of a job step of one process per node (a batch job's device
-    gate); :meth:`host_step` that of a step run once, where the job script runs (its verdict).
-    Nothing else writes a job step's prefix, so every step of a job starts the site's way."""
+    gate). Nothing else writes a job step's prefix, so every step of a job starts the site's way."""
 
     name = ""
     schedulers: tuple[str, ...] = ()
@@ -135,10 +134,6 @@ class Launcher:
     def node_step(self, launch: Launch) -> list[str]:
         """One process per node of the job (Slurm: srun one task per node)."""
         return [*srun(launch.nodes, 1, launch.cpus_per_task), *launch.step_options]
-
-    def host_step(self, launch: Launch) -> list[str]:
-        """Once, on the node the job script runs on: no launcher (the script is already there)."""
-        return []
 
 
 class Torchrun(Launcher):
@@ -205,7 +200,6 @@ TORCHRUN_ON = {"pbs": "mpiexec-torchrun"}
 
 
 def named(name: str, *, flag: str = "--launcher") -> Launcher:
-    """The launcher a flag names."""
     try:
         return LAUNCHERS[name]
     except KeyError as exc:

@@ -180,8 +180,8 @@ def pinned_cores(site: Site, *, ranks: int, launcher: Launcher) -> list[frozense
 
 
 def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
-                  kind: str, script: str, args: Sequence[str], ranks: int, timeout: float,
-                  run_id: str, report_name: str, extra_binds: Sequence[str] = (),
+                  kind: str, ranks: int, timeout: float, run_id: str, script: str = "",
+                  args: Sequence[str] = (), report_name: str = "", extra_binds: Sequence[str] = (),
                   extra_env: Mapping[str, str] | None = None,
                   environ: Mapping[str, str] | None = None, strict: bool = True,
                   placement: Placement | None = None,
@@ -198,8 +198,9 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
     (the site's multi-node binds and environment), and the results folder must be on a shared
     file system. Without one: torchrun on this node.
     """
-    nodes = placement.nodes if placement else 1
-    check_ranks(site, ranks, nodes=nodes, flag=placement.ranks_flag if placement else "--gpus")
+    place = placement or Placement(nodes=1, rendezvous=None)  # torchrun, on this node
+    nodes = place.nodes
+    check_ranks(site, ranks, nodes=nodes, flag=place.ranks_flag)
     out_dir = settings.results_dir / kind / f"{target.name}-{run_id}"
     environ = os.environ if environ is None else environ
     multinode = nodes > 1
@@ -213,7 +214,7 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
               if multinode}
     env = container_env(site, ranks=ranks, environ=environ, strict=strict,
                         extra={**across, **transport_env(site, nodes), **(extra_env or {})})
-    launcher = placement.launcher if placement else LAUNCHERS["torchrun"]
+    launcher = place.launcher
     if command is None:
         script = f"{settings.jobs_mount}/{script}"
         args = [*args, *device_args(site, ranks=ranks, launcher=launcher),
@@ -226,10 +227,8 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
         script, args = command[0], list(command[1:])
     launch = Launch(runtime=runtime, image=image, script=script, no_python=command is not None,
                     args=tuple(args), binds=tuple(binds), env=env, ranks_per_node=ranks,
-                    nodes=nodes, rendezvous=placement.rendezvous if placement else None,
-                    step=placement is not None,
-                    cpus_per_task=placement.cpus_per_task if placement else None,
-                    **ingredients(site, target.torchrun))
+                    nodes=nodes, rendezvous=place.rendezvous, step=placement is not None,
+                    cpus_per_task=place.cpus_per_task, **ingredients(site, target.torchrun))
     return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks * nodes,
                     argv=launcher.argv(launch), timeout=timeout, report_name=report_name,
                     launch=launch, launcher=launcher)
@@ -262,13 +261,8 @@ def _rank_records(out_dir: Path, prefix: str) -> list[dict]:
 
 
 def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
-    """Each rank's ``device-<RANK>.json``, in rank order."""
     return tuple(sorted((r for r in _rank_records(out_dir, "device")
                          if isinstance(r.get("rank"), int)), key=lambda r: r["rank"]))
-
-
-def finished_ranks(out_dir: Path) -> set[int]:
-    return {int(r["rank"]) for r in _rank_records(out_dir, "rank") if r.get("finished")}
 
 
 @dataclass(frozen=True)
@@ -328,7 +322,9 @@ def collect(workload: Workload, *, returncode: int, timed_out: bool, lines: Sequ
     counts as none), the ranks that did not finish, torchrun's first failure in ``lines``, the
     device reports. Judging a batch run (which ran without this tool watching) starts here."""
     report = read_json_object(workload.out_dir / workload.report_name)
-    missing = sorted(set(range(workload.ranks)) - finished_ranks(workload.out_dir))
+    finished = {int(r["rank"]) for r in _rank_records(workload.out_dir, "rank")
+                if r.get("finished")}
+    missing = sorted(set(range(workload.ranks)) - finished)
     return Outcome(returncode=returncode, timed_out=timed_out, missing_ranks=missing,
                    report=report, seconds=seconds,
                    first_failure=first_failure(lines), lines=tuple(lines),

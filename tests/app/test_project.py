@@ -7,7 +7,7 @@ import pytest
 from invoke import Config
 
 from containers.app.project import Project, config_sources
-from containers.errors import ConfigError, ContainersError
+from containers.errors import ConfigError, ContainersError, Problems
 from containers.host.runtime import Runtime
 from tests.fixtures import ROOT
 
@@ -22,6 +22,17 @@ def test_a_bad_setting_names_the_file_and_line_that_set_it(tmp_path) -> None:
     with pytest.raises(ConfigError) as refused:
         Project.load(ROOT, dict(config.containers), sources=sources)
     assert (refused.value.path, refused.value.line) == (user, 3)
+
+
+def test_several_bad_settings_are_each_named_in_file_order(tmp_path) -> None:
+    user = tmp_path / "invoke.yaml"
+    user.write_text("containers:\n  runtime: dockerx\n  squashfs: lz4\n")
+    config = Config(runtime_path=str(user))
+    config.load_runtime()
+    with pytest.raises(Problems) as refused:
+        Project.load(ROOT, dict(config.containers), sources=config_sources(config))
+    assert [(p.path, p.line, p.key) for p in refused.value.problems] == [
+        (user, 2, "containers.runtime"), (user, 3, "containers.squashfs")]
 
 
 def test_a_bad_manifest_stops_only_the_commands_that_name_it(factory_project) -> None:

@@ -20,6 +20,7 @@ from containers.errors import ConfigError, ContainersError, UsageError
 from containers.inputs import flags
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import Memory
+from containers.prove import registry
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
 from tests.fixtures.data import with_binds
@@ -85,7 +86,7 @@ def _bash_n(text: str, tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------ every site
 @pytest.mark.parametrize("site", SITES)
-@pytest.mark.parametrize("workload", batch.WORKLOADS)
+@pytest.mark.parametrize("workload", registry.WORKLOADS)
 def test_every_site_and_workload_renders_a_valid_script(data_job, tmp_path, site,
                                                         workload) -> None:
     if workload == "build" and site in CANNOT_BUILD:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from containers.batch.script import SHELL_VARS, WIDTH, Script, breaks, command, ref, word
+from containers.batch.script import SHELL_VARS, WIDTH, breaks, command, ref, render, word
 from containers.host.runtime import Runtime
 from containers.run.launchers import LAUNCHERS, Launch
 from containers.run.rendezvous import Rendezvous
@@ -72,11 +72,10 @@ def test_short_commands_and_plain_commands_stay_on_one_line() -> None:
 
 
 def test_script_renders_directives_header_and_body(tmp_path) -> None:
-    text = Script(directives=["#SBATCH --nodes=2"], comments=["hello", ""],
-                  body=["echo " + word(ref("SLURM_JOB_ID"))]).render()
+    text = render(["#SBATCH --nodes=2"], ["hello", ""], ["echo " + word(ref("SLURM_JOB_ID"))])
     assert text.startswith("#!/bin/bash\n#SBATCH --nodes=2\n\n# hello\n#\nset -euo pipefail\n")
     assert text.endswith('echo "${SLURM_JOB_ID}"\n')
     (tmp_path / "job.sh").write_text(text)
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")]).returncode == 0
     with pytest.raises(ValueError, match="escaped rendering"):
-        Script(body=[ref("X")]).render()
+        render([], [], [ref("X")])

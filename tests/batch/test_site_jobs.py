@@ -24,6 +24,7 @@ from containers.batch import job as batch
 from containers.batch.judgeenv import BUILD_PYTHONS, COMPLETE, JudgeEnv
 from containers.errors import ConfigError
 from containers.inputs.settings import load_settings
+from containers.prove import registry
 from tests.fixtures.data import with_binds
 
 TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
@@ -189,7 +190,7 @@ def expected(site, workload: str, *, nodes: int, launcher: str | None = None) ->
 
 def _cases():
     for site in TARGET:
-        for workload in batch.WORKLOADS:
+        for workload in registry.WORKLOADS:
             for nodes in (1, 2):
                 if nodes == 2 and (workload == "build" or site == "derecho"):
                     continue

@@ -18,6 +18,7 @@ import pytest
 from containers import walltime
 from containers.batch import job as batch, judgeenv
 from containers.errors import UsageError
+from containers.prove import registry
 from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import load_sites
@@ -60,7 +61,7 @@ def _test_only(cluster, text: str, tmp_path: Path, *flags: str):
 def test_every_rendered_script_is_accepted(shaped, tmp_path) -> None:
     site, cluster, render = shaped
     checked = []
-    for workload in batch.WORKLOADS:
+    for workload in registry.WORKLOADS:
         if workload == "build" and not site.fakeroot and SITES[site.name] != "lumi-rocm":
             continue  # refused before anything is written (test_job.py)
         for nodes in ((1,) if workload == "build" else (1, 2)):

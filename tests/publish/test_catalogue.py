@@ -66,7 +66,7 @@ def test_with_entry_appends_and_moves_latest_and_forced_republish_moves_to_end()
     assert [e["version"] for e in cat.entries(again, "cpu")] == ["b", "c", "a"]
     assert cat.find(again, "cpu", "a")["sha256"] == "1" * 64 and again["updated"] == "t2"
     assert cat.find(data, "cpu", "a")["sha256"] == "0" * 64, "the input is not modified"
-    fewer = cat.without_versions(again, "cpu", ["b"], now="t3")
+    fewer = cat.with_entry(data, {**_entry("a"), "sha256": "1" * 64}, now="t3", without=["b"])
     assert [e["version"] for e in cat.entries(fewer, "cpu")] == ["c", "a"]
 
 

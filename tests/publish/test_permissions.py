@@ -107,6 +107,21 @@ def test_nothing_reached_through_a_link_is_managed(tmp_path: Path) -> None:
     assert unsafe_layout(dest, "cpu") is None and unsafe_layout(dest) is None
 
 
+def test_a_world_writable_folder_is_refused_to_publish_not_to_verify(tmp_path: Path) -> None:
+    """A file planted in a folder anyone may write would be published with the rest; verify
+    reports world-writable files as problems instead (mode_problems)."""
+    (tmp_path / "cpu" / "bin").mkdir(parents=True)
+    (tmp_path / "keys").write_text("a file")
+    os.chmod(tmp_path / "cpu" / "bin", 0o777)
+    assert unsafe_layout(tmp_path, "cpu") == (f"{tmp_path}/keys is a file, where publish keeps "
+                                              "a folder"), "a misplaced file is named first"
+    (tmp_path / "keys").unlink()
+    assert unsafe_layout(tmp_path, "cpu") == (
+        f"{tmp_path}/cpu/bin is world-writable (mode 0777): anyone could have put files there; "
+        "check what it holds, chmod o-w it, then publish")
+    assert unsafe_layout(tmp_path) is None
+
+
 def test_apply_modes_never_follows_a_link_swapped_in(tmp_path: Path) -> None:
     target = tmp_path / "private"
     target.write_text("x")

@@ -100,13 +100,12 @@ def test_shapes_and_cores(data_world) -> None:
     ("mpiexec-torchrun", ["mpiexec", "-n", "2", "--ppn", "1"]),
 ])
 def test_every_launcher_gives_every_job_steps_prefix(name, prefix) -> None:
-    """One process per node (a job's device gate) and once on the job's node (its verdict):
-    each launcher's own way, the site's step options after its own."""
+    """One process per node (a job's device gate): each launcher's own way, the site's step
+    options after its own."""
     launch = _launch(nodes=2, rendezvous=RDZV, step=True, cpus_per_task=7,
                      step_options=("--x", "y"))
     launcher = LAUNCHERS[name]
     assert launcher.node_step(launch) == [*prefix, "--x", "y"]
-    assert launcher.host_step(launch) == []
     # the workload's own step starts with the same launcher word and the site's options
     argv = launcher.argv(launch)
     assert argv[0] == prefix[0] and argv[argv.index("singularity") - 2:][:2] == ["--x", "y"]
