@@ -113,16 +113,23 @@ def _wait_gone(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.P
     return alive
 
 
+def terminate(procs: Sequence[psutil.Process], grace: float,
+              late: Callable[[], list[psutil.Process]] = list) -> list[psutil.Process]:
+    """SIGTERM ``procs``, wait up to ``grace`` seconds, then SIGKILL those left and those
+    ``late`` finds (started between the snapshot and the SIGTERM); returns the killed."""
+    _signal_all(procs, signal.SIGTERM)
+    left = [*_wait_gone(procs, grace), *late()]
+    _signal_all(left, signal.SIGKILL)
+    return left
+
+
 def stop_tree(proc: subprocess.Popen, *, grace: float = 10.0) -> None:
     """Stop ``proc`` and all its descendants: SIGTERM, up to ``grace`` seconds, then SIGKILL."""
     try:
         tree = [psutil.Process(proc.pid), *_tree(proc.pid)]
     except psutil.NoSuchProcess:
         tree = []
-    _signal_all(tree, signal.SIGTERM)
-    alive = _wait_gone(tree, grace)
-    # Kill what is left, and what was started between the snapshot and the SIGTERM.
-    _signal_all([*alive, *_tree(proc.pid)], signal.SIGKILL)
+    terminate(tree, grace, late=lambda: _tree(proc.pid))
     proc.wait()
 
 
@@ -135,22 +142,16 @@ def _prctl(option: int, value: int) -> None:
 
 
 class _Stop(Exception):
-    """Raised in the supervisor by a stop signal, so its main loop ends wherever it waits."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+    """Raised in the supervisor by a stop signal (its one argument), so its main loop ends
+    wherever it waits."""
 
 
 def _stop_descendants(grace: float) -> None:
     """SIGTERM every descendant of this process, wait up to ``grace``, SIGKILL the rest (and
     any that appeared meanwhile), then reap them: used by the supervisor, a subreaper."""
     me = os.getpid()
-    tree = _tree(me)
-    _signal_all(tree, signal.SIGTERM)
-    alive = _wait_gone(tree, grace)
-    _signal_all([*alive, *_tree(me)], signal.SIGKILL)
-    _wait_gone([*alive, *_tree(me)], grace)
+    killed = terminate(_tree(me), grace, late=lambda: _tree(me))
+    _wait_gone([*killed, *_tree(me)], grace)
     with contextlib.suppress(ChildProcessError):  # none left to reap
         while os.waitpid(-1, os.WNOHANG)[0]:  # 0: the children left are still running
             pass
@@ -188,8 +189,8 @@ def supervise(args: Sequence[str]) -> int:
             if pid == child:
                 break
     except _Stop as stop:
-        _stop_descendants(ORPHAN_GRACE if stop.signum == signal.SIGHUP else grace)
-        return _die_by(stop.signum)
+        _stop_descendants(ORPHAN_GRACE if stop.args[0] == signal.SIGHUP else grace)
+        return _die_by(stop.args[0])
     except FileNotFoundError:
         sys.stderr.write(f"command not found: {argv[0]}\n")
         return 127
@@ -209,17 +210,11 @@ def _die_by(signum: int) -> int:
     return 128 + signum
 
 
-def supervised(argv: Sequence[str], *, grace: float = 10.0) -> list[str]:
-    """``argv`` under :func:`supervise`: what :func:`run` actually starts."""
-    return [sys.executable, "-c", _SUPERVISOR, _ROOT, str(os.getpid()), str(grace), "--",
-            *map(str, argv)]
-
-
-def _findable(argv0: str, env: Mapping[str, str] | None, cwd: Path | None) -> bool:
+def _findable(argv0: str, env: Mapping[str, str] | None) -> bool:
     """Whether ``argv0`` names a program to start (as ``execvp`` would find it): checked here,
     as under the supervisor a missing program is only its exit status."""
     if "/" in argv0:
-        return os.access(Path(cwd or ".") / argv0, os.X_OK)
+        return os.access(argv0, os.X_OK)
     path = (env if env is not None else os.environ).get("PATH")
     return shutil.which(argv0, path=path) is not None
 
@@ -231,10 +226,10 @@ class Running:
     teardown guarantees of :func:`run` hold for both ends."""
 
     def __init__(self, argv: list[str], proc: subprocess.Popen, on_line: LineSink | None,
-                 tail_lines: int, grace: float) -> None:
+                 grace: float) -> None:
         self.argv, self.proc, self.grace = argv, proc, grace
         self.started = time.monotonic()
-        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.tail: deque[str] = deque(maxlen=60)  # for the error message
         self.reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True)
         self.reader.start()
 
@@ -269,9 +264,8 @@ class Running:
         self.reader.join(timeout=5)
 
 
-def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-          on_line: LineSink | None = None, tail_lines: int = 60,
-          grace: float = 10.0) -> Running:
+def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+          on_line: LineSink | None = None, grace: float = 10.0) -> Running:
     """Start ``argv``, streaming each output line (stdout and stderr merged) to ``on_line``.
 
     The command gets its own session so a terminal Ctrl-C reaches us first and we tear the whole
@@ -280,25 +274,24 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Pat
     :data:`ORPHAN_GRACE` seconds.
     """
     argv = [str(a) for a in argv]
-    if not _findable(argv[0], env, cwd):
+    if not _findable(argv[0], env):
         raise CommandFailed(f"command not found: {argv[0]}", argv=argv)
+    supervised = [sys.executable, "-c", _SUPERVISOR, _ROOT, str(os.getpid()), str(grace), "--",
+                  *argv]
     try:
-        proc = subprocess.Popen(supervised(argv, grace=grace), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(supervised, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=dict(env) if env else None,
-                                cwd=cwd, start_new_session=True, text=True, errors="replace",
-                                bufsize=1)
+                                start_new_session=True, text=True, errors="replace", bufsize=1)
     except FileNotFoundError as exc:
         raise CommandFailed(f"command not found: {argv[0]}", argv=argv) from exc
-    return Running(argv, proc, on_line, tail_lines, grace)
+    return Running(argv, proc, on_line, grace)
 
 
-def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-        timeout: float | None = None, on_line: LineSink | None = None, tail_lines: int = 60,
+def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+        timeout: float | None = None, on_line: LineSink | None = None,
         grace: float = 10.0) -> Completed:
     """Run ``argv`` to its end (:func:`start`, then :meth:`Running.wait`)."""
-    return start(argv, env=env, cwd=cwd, on_line=on_line, tail_lines=tail_lines,
-                 grace=grace).wait(timeout)
+    return start(argv, env=env, on_line=on_line, grace=grace).wait(timeout)
 
 
 def capture(argv: Sequence[str], *, env: Mapping[str, str] | None = None,

@@ -129,10 +129,7 @@ def find_runtime(preferred: str = "auto") -> Runtime:
     ``preferred`` may also be a flavour name or a path to a binary (a site's own install).
     """
     names = list(FLAVOURS) if preferred == "auto" else [preferred]
-    for name in names:
-        binary = shutil.which(name)
-        if binary is None:
-            continue
+    for binary in filter(None, map(shutil.which, names)):
         try:
             flavour, version = parse_version(capture([binary, "--version"], timeout=30))
         except CommandFailed as exc:

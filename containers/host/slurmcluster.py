@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -30,8 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import psutil
+
 from containers.errors import CommandFailed, StateError
 from containers.files import read_json_object
+from containers.host.process import terminate
 from containers.inputs.sites import Site
 
 PACKAGES = ("slurm-wlm", "munge")
@@ -264,36 +266,19 @@ def _read_pid(path: Path, timeout: float = 15) -> int:
 
 def stop_pids(pids: Sequence[int], grace: float = 10) -> None:
     """SIGTERM each PID, SIGKILL those still alive after ``grace`` seconds."""
+    procs = []
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.1)
-    for pid in pids:
-        if alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.append(psutil.Process(pid))
+    terminate(procs, grace)
 
 
 def carrying(marker: str) -> list[int]:
-    """PIDs of processes whose environment holds ``marker`` (this cluster's SLURM_CONF)."""
-    found = []
-    needle = marker.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def log_tail(root: Path) -> str:
-    return "\n".join(f"--- {p.name}\n" + p.read_text()[-1500:]
-                     for p in sorted((root / "log").glob("*.log")))
+    """PIDs of processes whose environment holds ``marker`` (this cluster's SLURM_CONF); one
+    whose environment this user cannot read is not ours."""
+    key, _, value = marker.partition("=")
+    return [proc.pid for proc in psutil.process_iter(["environ"])
+            if proc.pid != os.getpid() and (proc.info["environ"] or {}).get(key) == value]
 
 
 def _prepare(root: Path) -> tuple[Path, Path]:
@@ -358,7 +343,9 @@ def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: 
         deadline = time.monotonic() + idle_timeout
         while not set(nodes) <= set(cluster.idle_nodes()):
             if time.monotonic() > deadline:
-                raise StateError("the local Slurm nodes did not become idle:\n" + log_tail(root))
+                raise StateError("the local Slurm nodes did not become idle:\n" + "\n".join(
+                    f"--- {log.name}\n" + log.read_text()[-1500:]
+                    for log in sorted((root / "log").glob("*.log"))))
             time.sleep(0.3)
     except BaseException:
         stop(cluster)

@@ -48,25 +48,20 @@ class PipConfig:
 
     def local_paths(self) -> list[str]:
         """Host folders the build must see (find-links folders and ``file://`` indexes)."""
-        paths: list[str] = []
+        paths: dict[str, None] = {}  # in order, each once
         indexes = {self.index_url, *self.extra_index_urls}
-        for location in (self.index_url, *self.extra_index_urls, *self.find_links):
-            if not location:
-                continue
+        for location in filter(None, (self.index_url, *self.extra_index_urls, *self.find_links)):
             parsed = urlparse(location)
-            if parsed.scheme == "file":
-                local = Path(unquote(parsed.path)).resolve()
-            elif parsed.scheme == "":
-                local = Path(location).resolve()
-            else:
+            if parsed.scheme not in ("file", ""):
                 continue
+            local = Path(unquote(parsed.path) if parsed.scheme else location).resolve()
             # A PEP 503 index folder named "simple" links its files relative to itself
             # ("../files/x.whl"), so the folder above it must be visible too.
             if location in indexes and local.name == "simple":
                 local = local.parent
-            if local.exists() and str(local) not in paths:
-                paths.append(str(local))
-        return paths
+            if local.exists():
+                paths[str(local)] = None
+        return list(paths)
 
     def pip_conf(self, *, cert_path: str | None) -> str:
         """A ``pip.conf`` equivalent to the host's, with the certificate at ``cert_path``."""
@@ -85,16 +80,11 @@ _PASSED_ON = ("timeout", "default-timeout", "retries", "proxy")
 
 def parse_pip_config_list(text: str) -> PipConfig:
     """Merge ``pip config list`` output (``scope.key='value'``) by pip's precedence."""
-    merged: dict[str, tuple[int, str]] = {}
-    for line in text.splitlines():
-        match = re.match(r"^(:env:|[\w-]+)\.([\w-]+)='(.*)'$", line.strip())
-        if not match:
-            continue
-        scope, key, value = match.groups()
-        rank = _SCOPES.index(scope) if scope in _SCOPES else 0
-        if key not in merged or merged[key][0] <= rank:
-            merged[key] = (rank, value)
-    values = {k: v for k, (_, v) in merged.items()}
+    found = [match.groups() for line in text.splitlines()
+             if (match := re.match(r"^(:env:|[\w-]+)\.([\w-]+)='(.*)'$", line.strip()))]
+    # A stable sort: of equal precedence the later line wins (an unknown scope ranks lowest).
+    ranked = sorted(found, key=lambda m: _SCOPES.index(m[0]) if m[0] in _SCOPES else 0)
+    values = {key: value for _, key, value in ranked}
     return PipConfig(
         index_url=values.get("index-url"),
         extra_index_urls=tuple(values.get("extra-index-url", "").split()),

@@ -34,6 +34,7 @@ from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance
 from containers.image.arch import image_arch, image_compression, image_python, squashfs_offset
 from containers.image.cache import PackageCache, in_use, usage
+from containers.image.emulated import emulated_binds
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
 from containers.locking import acquire, file_lock, folder_lock, held, holder, release
@@ -101,6 +102,7 @@ def _stage(step: BuildStep) -> None:
     for link, target in step.links.items():
         Path(link).parent.mkdir(parents=True, exist_ok=True)
         Path(link).symlink_to(target)
+    emulated_binds(step.target.arch)  # writes the CPU folder an emulated build's plan names
 
 
 def _partials(images_dir: Path) -> list[tuple[Path, str]]:
@@ -148,17 +150,14 @@ def _ownerless_workdirs(tmp_dir: Path) -> list[Leftover]:
     return found
 
 
-def _ownerless_partials(images_dir: Path) -> list[Leftover]:
-    locks = [(path, target_lock(images_dir, target)) for path, target in _partials(images_dir)]
-    return [Leftover(path, "partial image", holder(lock)) for path, lock in locks
-            if not held(lock)]
-
-
 def leftovers(settings: Settings) -> list[Leftover]:
     """Work folders in ``tmp_dir`` and partial images in ``images_dir`` whose owner is gone
     (nobody holds their lock): what killed builds left. Reads only; ``invoke targets`` reports
     them and the next build removes them."""
-    return _ownerless_workdirs(settings.tmp_dir) + _ownerless_partials(settings.images_dir)
+    images = settings.images_dir
+    locks = [(path, target_lock(images, target)) for path, target in _partials(images)]
+    return _ownerless_workdirs(settings.tmp_dir) + [
+        Leftover(path, "partial image", holder(lock)) for path, lock in locks if not held(lock)]
 
 
 def _sweep(step: BuildStep, say: Say) -> None:

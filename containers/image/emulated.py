@@ -46,14 +46,16 @@ def cpu_files(arch: str, cpus: int) -> dict[str, str]:
     return files
 
 
-def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None) -> Path:
-    """The folder for ``arch`` with this machine's CPU count, written when it is missing.
+def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None,
+               write: bool = True) -> Path:
+    """The folder for ``arch`` with this machine's CPU count, written when it is missing and
+    ``write`` (a planner only names it, so a ``--dry-run`` writes nothing: its executor writes).
 
     Written into a temporary sibling and renamed into place, so a concurrent build or run
     either sees the whole folder or writes its own identical one."""
     cpus = cpus or os.cpu_count() or 1
     folder = (root or default_cache_dir()) / "emulation" / f"{arch}-{cpus}cpu"
-    if (folder / "online").is_file():
+    if not write or (folder / "online").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -71,11 +73,11 @@ def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None) 
 
 
 def emulated_binds(arch: str | None, *, here: str | None = None,
-                   environ: Mapping[str, str] = os.environ) -> list[str]:
+                   environ: Mapping[str, str] = os.environ, write: bool = True) -> list[str]:
     """The binds an exec of an ``arch`` image needs on this machine: none for a native image
     or an architecture without a known identity (None: unknown, nothing is assumed), the CPU
-    folder over the sysfs one under emulation."""
+    folder over the sysfs one under emulation (``write``: see :func:`cpu_folder`)."""
     if arch is None or arch == (here or host_arch()) or arch not in MIDR:
         return []
     root = default_cache_dir(environ)
-    return [f"{cpu_folder(arch, root=root)}:{CPU_SYSFS}:ro"]
+    return [f"{cpu_folder(arch, root=root, write=write)}:{CPU_SYSFS}:ro"]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 from pathlib import Path
@@ -24,11 +25,9 @@ def gather_host(root: Path, images_dir: Path, runtime: Runtime, names: list[str]
     if pip.cert and not Path(pip.cert).is_file():
         pip = dataclasses.replace(pip, cert=None)
     mirror = mirror_override
-    if mirror is None:
-        try:
+    if mirror is None:  # only a debootstrap definition needs one; its render check says so
+        with contextlib.suppress(ConfigError):
             mirror = hostcfg.debian_mirror()
-        except ConfigError:
-            mirror = None  # only a debootstrap definition needs it; its render check says so
     return HostFacts(
         runtime=runtime, pip=pip, mirror=mirror, host_paths=tuple(pip.local_paths()),
         ca_certificates=tuple(hostcfg.extra_ca_certificates()),

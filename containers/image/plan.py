@@ -109,11 +109,6 @@ class BuildPlan:
         return tuple(s for s in self.steps if s.action == "build")
 
 
-def hash_inputs(inputs: Mapping) -> str:
-    """sha256 of the canonical JSON of ``inputs``: stable across runs and machines."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-
 def parse_build_args(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     """``["K=V", …]`` from the command line into a dict; a pair without ``=`` is a user error."""
     result: dict[str, str] = {}
@@ -184,23 +179,22 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     env = load_target_env(target)
     raise_all(example_findings(target, env)[0])  # the examples, judged as invoke check does
     user_args = {**target.build_args, **cli_args}
-    if target.builder == "cotainr":
-        unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
-        if unknown:
-            raise ConfigError(f"build argument '{unknown[0]}' does not apply to a cotainr target "
-                              f"(only BASE_IMAGE does)", path=target.manifest, key=unknown[0])
-        inputs = target_inputs(target, None, env, user_args, base_hash)
-        inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
-        return None, env, user_args, inputs, hash_inputs(inputs)
-    assert target.definition is not None
-    definition = read_definition(target.definition)
-    definition.validate()
-    raise_all(host_path_policy(target, definition)[0])  # host_paths: forbid, as check says
+    unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
+    if target.builder == "cotainr" and unknown:
+        raise ConfigError(f"build argument '{unknown[0]}' does not apply to a cotainr target "
+                          f"(only BASE_IMAGE does)", path=target.manifest, key=unknown[0])
+    # A cotainr target has no definition, an Apptainer one always has (the manifest's rule).
+    definition = None if target.definition is None else read_definition(target.definition)
+    if definition is not None:
+        definition.validate()
+        raise_all(host_path_policy(target, definition)[0])  # host_paths: forbid, as check says
     inputs = target_inputs(target, definition, env, user_args, base_hash)
-    scripts = definition_scripts(definition)
-    if scripts:
+    if definition is None:
+        inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
+    elif scripts := definition_scripts(definition):
         inputs["scripts"] = {name: read_input_text(path) for name, path in scripts.items()}
-    return definition, env, user_args, inputs, hash_inputs(inputs)
+    canonical = json.dumps(inputs, sort_keys=True)  # the same hash on every run and machine
+    return definition, env, user_args, inputs, hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def chain_hashes(targets: Mapping[str, Target], name: str) -> dict[str, str]:
@@ -263,9 +257,8 @@ def squashfs_env(settings: Settings, runtime: Runtime) -> dict[str, str]:
         raise ConfigError(f"{choice} at a level other than Apptainer's own gzip -9 is passed to "
                           f"mksquashfs through Apptainer, and the runtime is {runtime.label}",
                           path="invoke.yaml", key=f"containers.{key}")
-    if choice == "zstd":
-        return {"APPTAINER_MKSQUASHFS_ARGS": f"-comp zstd -Xcompression-level {ZSTD_LEVEL}"}
-    return {"APPTAINER_MKSQUASHFS_ARGS": f"-comp gzip -Xcompression-level {level}"}
+    level = ZSTD_LEVEL if choice == "zstd" else level  # the setting's level is gzip's
+    return {"APPTAINER_MKSQUASHFS_ARGS": f"-comp {choice} -Xcompression-level {level}"}
 
 
 def check_carried_paths(context: Path, binds: list[str]) -> None:
@@ -344,7 +337,7 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
     staged.update(cached.staged)
     env_vars = {**env_vars, **cached.env}
     partial = common["partial"]
-    emulated = emulated_binds(target.arch, here=host.arch)  # %post and %test import torch
+    emulated = emulated_binds(target.arch, here=host.arch, write=False)  # %post/%test: torch
     build_argv = host.runtime.build_argv(
         output=partial, spec=target.definition, build_args=args,
         binds=[*(binds if "HOST_PATHS" in used else ()), *cached.binds, *emulated],
@@ -360,58 +353,52 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
                      if has_test else None,
                      env=env_vars, staged=staged if uses_context else {},
                      copied=copied if uses_context else {}, links=cached.links,
-                     package_cache=host.package_cache if cached.use else None,
-                     cache_use=cached.use, env_snapshot=cached.snapshot)
+                     package_cache=host.package_cache if cached.uses else None,
+                     cache_use="; ".join(cached.uses), env_snapshot=cached.snapshot)
 
 
-@dataclass(frozen=True)
+@dataclass
 class CacheUse:
     """What an Apptainer build adds to use the package cache: binds, staged files, links and
-    environment, and a line saying how (empty: this build fetches nothing the cache keeps)."""
+    environment, and the phrases saying how (none: this build fetches nothing the cache keeps)."""
 
-    binds: tuple[str, ...] = ()
-    staged: Mapping[str, str] = field(default_factory=dict)
-    links: Mapping[str, str] = field(default_factory=dict)
-    env: Mapping[str, str] = field(default_factory=dict)
-    use: str = ""
+    binds: list[str] = field(default_factory=list)
+    staged: dict[str, str] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    uses: list[str] = field(default_factory=list)
     snapshot: SnapshotKey | None = None
 
 
 def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Path,
-                        installs_pip: bool, foreign: bool, inputs: Mapping | None = None,
-                        base_image: Path | None = None) -> CacheUse:
+                        installs_pip: bool, foreign: bool, inputs: Mapping,
+                        base_image: Path | None) -> CacheUse:
     """How a definition's build reaches the package cache (:mod:`containers.image.cache`):
     pip's folder bound at ``/mnt`` with the marker the install script reads, when ``%post``
     runs that script; the debootstrap shim first on ``PATH``, when its root comes from
     debootstrap (``Bootstrap: debootstrap``, or the foreign root). None of it enters the
     inputs hash: binds, staged files and the environment are host plumbing."""
-    cache = host.package_cache
+    cache, found = host.package_cache, CacheUse()
     if cache is None:
-        return CacheUse()
-    binds: list[str] = []
-    staged: dict[str, str] = {}
-    links: dict[str, str] = {}
-    env: dict[str, str] = {}
-    uses: list[str] = []
-    snapshot = None
+        return found
     if installs_pip and definition.has_section("post"):
-        staged[package_cache.PIP_MARKER] = package_cache.PIP_MOUNT + "\n"
-        binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
-        uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
-        snapshot, why_not = env_snapshot_key(definition, inputs or {}, base_image)
+        found.staged[package_cache.PIP_MARKER] = package_cache.PIP_MOUNT + "\n"
+        found.binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
+        found.uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
+        snapshot, why_not = env_snapshot_key(definition, inputs, base_image)
         if snapshot is not None:
-            snapshot = replace(snapshot, root=cache.pip / package_cache.ENVS)
-        uses.append(f"environment snapshots ({cache.pip / package_cache.ENVS})" if snapshot else
-                    f"no environment snapshots ({why_not})")
+            found.snapshot = replace(snapshot, root=cache.pip / package_cache.ENVS)
+        found.uses.append(f"environment snapshots ({cache.pip / package_cache.ENVS})"
+                          if snapshot else f"no environment snapshots ({why_not})")
     debootstraps = foreign or definition.stages[0].bootstrap.lower() == "debootstrap"
     if debootstraps and host.debootstrap:
         shim_dir = workdir / "bin"
-        links[str(shim_dir / "debootstrap")] = str(package_cache.SHIM)
-        env = {"PATH": f"{shim_dir}:$PATH",  # expanded by the builder, as for cotainr
-               "CONTAINERS_APT_CACHE": str(cache.apt), "CONTAINERS_DEBOOTSTRAP": host.debootstrap}
-        uses.append(f"debootstrap --cache-dir={cache.apt}")
-    return CacheUse(binds=tuple(binds), staged=staged, links=links, env=env,
-                    use="; ".join(uses), snapshot=snapshot)
+        found.links[str(shim_dir / "debootstrap")] = str(package_cache.SHIM)
+        found.env = {"PATH": f"{shim_dir}:$PATH",  # expanded by the builder, as for cotainr
+                     "CONTAINERS_APT_CACHE": str(cache.apt),
+                     "CONTAINERS_DEBOOTSTRAP": host.debootstrap}
+        found.uses.append(f"debootstrap --cache-dir={cache.apt}")
+    return found
 
 
 _BASE_IMAGE_ARG = re.compile(r"\{\{\s*BASE_IMAGE\s*\}\}")
@@ -502,8 +489,9 @@ def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test = COTAINR_TEST if has_torch(target, env) else COTAINR_PYTHON_TEST
+    emulated = emulated_binds(target.arch, here=host.arch, write=False)  # named, not written
     test_argv = host.runtime.exec_argv(image=partial, command=["python", "-c", test],
-                                       binds=emulated_binds(target.arch, here=host.arch))
+                                       binds=emulated)
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=test_argv if target.test else None, env=env_vars, staged={},
                      copied={}, links=links, package_cache=cache,
@@ -525,13 +513,10 @@ def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, 
                              cli_args=(cli_args or {}) if target.name == name else {},
                              base_step=previous, force=force and target.name == name)
         steps.append(previous)
-    needed = True
-    for index in range(len(steps) - 1, -1, -1):
-        if not needed:
-            steps[index] = replace(steps[index], action="not-needed")
-        elif steps[index].action == "up-to-date":
-            needed = False
-    return BuildPlan(steps=tuple(steps))
+    fresh = [index for index, step in enumerate(steps) if step.action == "up-to-date"]
+    below = fresh[-1] if fresh else 0  # the topmost up-to-date image needs none of its bases
+    return BuildPlan(steps=tuple(replace(step, action="not-needed") if index < below else step
+                                 for index, step in enumerate(steps)))
 
 
 def fakeroot_refusal(target: Target, site: Site) -> ConfigError | None:

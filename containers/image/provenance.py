@@ -61,13 +61,9 @@ def is_corrupt(path: Path) -> bool:
 
 def built_hashes(images_dir: Path, names: list[str]) -> dict[str, str]:
     """Inputs hash recorded beside each existing image (missing or unreadable: absent)."""
-    result: dict[str, str] = {}
-    for name in names:
-        image = images_dir / f"{name}.sif"
-        record = read(images_dir / f"{name}.sif.json", corrupt_ok=True)
-        if image.is_file() and record.get("inputs_hash"):
-            result[name] = record["inputs_hash"]
-    return result
+    records = {name: read(images_dir / f"{name}.sif.json", corrupt_ok=True) for name in names}
+    return {name: record["inputs_hash"] for name, record in records.items()
+            if (images_dir / f"{name}.sif").is_file() and record.get("inputs_hash")}
 
 
 def labels_of(runtime: Runtime, image: Path) -> dict[str, str]:

@@ -221,6 +221,24 @@ def test_a_full_disk_while_staging_is_one_line_and_leaves_nothing(tmp_path: Path
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("x-")] == []
 
 
+def test_a_build_of_an_emulated_image_writes_the_cpu_folder_its_plan_only_names(
+        tmp_path: Path, monkeypatch) -> None:
+    """The plan names the emulation folder (a --dry-run writes nothing, tests/image/test_plan);
+    the build writes it before anything runs."""
+    from containers.image.emulated import emulated_binds
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr("containers.image.emulated.host_arch", lambda: "x86_64")
+    step = dataclasses.replace(_failing_step(tmp_path, "x"), target=dataclasses.replace(
+        load_targets(ROOT)["cpu-arm64"], name="x"))
+    (bind,) = emulated_binds("aarch64", write=False)
+    folder = Path(bind.split(":")[0])
+    assert not folder.exists()
+    with pytest.raises(CommandFailed):
+        build_step(step, runtime=RUNTIME, say=lambda line: None)
+    assert (folder / "online").is_file()
+
+
 def test_build_output_is_plain_and_a_wrappers_traceback_is_folded(tmp_path: Path) -> None:
     """cotainr writes colour codes even into a pipe and ends a failed build in a Python
     traceback (measured: invoke build --target lumi-rocm off LUMI): the streamed lines carry

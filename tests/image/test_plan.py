@@ -73,6 +73,7 @@ def test_an_emulated_build_and_its_test_see_an_aarch64_cpu(data_root, data_setti
                       host=data_host(data_runtime)).steps[-1]
     assert here.build_argv[here.build_argv.index(bind) - 1] == "--bind"
     assert here.test_argv[:4] == ["apptainer", "test", "--bind", bind]
+    assert not (tmp_path / "hpc-containers").exists()  # named only: a --dry-run writes nothing
     native = plan_build(targets, "cpu-arm64", settings=data_settings,
                         host=data_host(data_runtime, arch="aarch64")).steps[-1]
     assert not any("/sys/devices/system/cpu" in word
