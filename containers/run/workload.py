@@ -206,7 +206,7 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
     multinode = nodes > 1
     binds = [f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
              f"{out_dir}:{settings.results_mount}", *extra_binds,
-             *(emulated_binds(target.arch, here=host) if placement is None else ()),
+             *(emulated_binds(target.arch, here=host, write=False) if placement is None else ()),
              *(expand(b, environ, strict=strict) for b in site.binds),
              *(expand(b, environ, strict=strict) for b in site.transport.binds if multinode)]
     image = settings.image_path(target.name)
@@ -311,6 +311,7 @@ def run_workload(workload: Workload, *, say: Say) -> Outcome:
     """Run it, streaming and logging its output; never leaves a rank running."""
     if not workload.image.is_file():
         raise ImageMissing(workload.image, workload.target.name)
+    emulated_binds(workload.target.arch)  # writes the CPU folder an emulated run's plan names
     logged = run_logged([(workload.argv, workload.timeout)], out_dir=workload.out_dir, say=say)
     return collect(workload, returncode=logged.last.returncode, timed_out=logged.last.timed_out,
                    lines=logged.lines, seconds=logged.seconds)

@@ -82,6 +82,7 @@ def test_ranks_this_machine_emulates_see_an_aarch64_cpu(data_world, data_setting
              if ":/sys/devices/system/cpu:" in b]
     assert sysfs == [f"{tmp_path}/hpc-containers/emulation/aarch64-{os.cpu_count()}cpu"
                      ":/sys/devices/system/cpu:ro"]
+    assert not (tmp_path / "hpc-containers").exists()  # a plan (a --dry-run) only names it
     native = _plan(data_world, data_settings, host="aarch64")
     placed = _plan(data_world, data_settings, host="x86_64", environ=EBROOT, placement=Placement(
         nodes=2, rendezvous=Rendezvous(host="h", port="20001", id="1")))
@@ -146,6 +147,16 @@ def test_a_read_only_results_folder_is_one_line(data_world, data_settings,
     factory_read_only(plan.out_dir.parent)
     with pytest.raises(StateError, match=rf"^cannot create the results folder: .*\({plan.out_dir}"):
         run_workload(plan, say=print)
+
+
+def test_an_emulated_run_writes_the_cpu_folder_its_plan_names(data_world, data_settings,
+                                                              tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    plan = _plan(data_world, data_settings, host="x86_64")
+    plan = dataclasses.replace(plan, image=Path(__file__), argv=["true"])  # nothing of it runs
+    run_workload(plan, say=print)
+    folder = tmp_path / "hpc-containers" / "emulation" / f"aarch64-{os.cpu_count()}cpu"
+    assert (folder / "online").is_file() or os.uname().machine == "aarch64"
 
 
 def test_results_a_user_replaced_with_a_fifo_or_device_count_as_missing(
