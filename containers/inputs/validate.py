@@ -149,7 +149,9 @@ def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[Contain
     built on it), not every command for every target."""
     targets, failed = load_each(root / "recipes", kind="target", root=root,
                                 load=lambda p: load_target(p, root=root))
-    for problem in base_problems({n: t for n, t in targets.items() if t.base not in failed}):
+    sound = {n: t for n, t in targets.items()  # no link of its chain failed to load
+             if not failed.keys() & set(base_names(targets, n))}
+    for problem in base_problems(sound):
         failed[problem.path.stem] = [problem]
         del targets[problem.path.stem]
     for name in list(targets):  # a target on a base that failed fails too, down its chain

@@ -277,3 +277,18 @@ def test_a_target_high_on_a_broken_chain_names_its_base_as_not_usable(factory_pr
         "c.yaml:2: base: base target 'nowhere' does not exist")
     for name, base in (("a", "b"), ("b", "d"), ("d", "c")):
         assert f"{name}.yaml:2: base: base target '{base}' is not usable: " in str(failed[name][0])
+
+
+def test_a_chain_on_a_manifest_that_did_not_load_names_each_base_as_not_usable(
+        factory_project) -> None:
+    """``z`` on ``y`` on ``x``, whose own manifest is bad: ``y`` exists, it is not usable."""
+    root = factory_project()
+    (root / "recipes" / "x.yaml").write_text("description: x\nbogus: 1\n"
+                                            "definition: recipes/cpu.def\n")
+    for name, base in (("y", "x"), ("z", "y")):
+        (root / "recipes" / f"{name}.yaml").write_text(
+            f"description: {name}\nbase: {base}\ndefinition: recipes/cpu.def\n")
+    targets, failed = validate.targets_apart(root)
+    assert not {"x", "y", "z"} & set(targets)
+    for name, base in (("y", "x"), ("z", "y")):
+        assert f"{name}.yaml:2: base: base target '{base}' is not usable: " in str(failed[name][0])
