@@ -175,12 +175,12 @@ class Collective:
         """The exact values ``rank``'s ``recv`` must hold; None where it receives nothing."""
         name, own = self.name, slice(rank * param, (rank + 1) * param)
         values = partial(rank_values, period=period, dtype=dtype, device=device)
-        if name == "all_reduce" or (name == "reduce" and rank == ROOT):
+        if name == "all_reduce" or (name == "reduce" and rank == self.root):
             return expected_values(n, param, period, dtype, device)
         if name == "reduce":
             return None
         if name == "broadcast":
-            return values(ROOT, param)
+            return values(self.root, param)
         if name == "all_gather":
             return torch.cat([values(peer, param) for peer in range(n)])
         if name == "reduce_scatter":

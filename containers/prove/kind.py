@@ -79,6 +79,9 @@ class WorkloadKind:
     multinode: bool = True
 
     def __init__(self, **attributes: object) -> None:
+        unknown = sorted(set(attributes) - set(dir(WorkloadKind)))
+        if unknown:  # a misspelt one would leave its default (who judges) silently in place
+            raise TypeError(f"not a WorkloadKind attribute: {', '.join(unknown)}")
         vars(self).update(attributes)
 
     def make_options(self, workload: str, *, gpus: int, given: Mapping[str, object],
@@ -106,7 +109,7 @@ class WorkloadKind:
 
     def folder(self, options: Options) -> str:
         """The results folder under ``results/``: ``smoke``, ``train-ddp``."""
-        return self.title(options).replace(" ", "-")
+        return self.name
 
     def title(self, options: Options) -> str:
         """How the run is announced: ``smoke``, ``train ddp``."""

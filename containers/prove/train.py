@@ -116,6 +116,9 @@ class TrainKind(WorkloadKind):
     def _resize(self, workload: str, options: TrainOptions, gpus: int) -> TrainOptions:
         return replace(options, example=workload, gpus=gpus)
 
+    def folder(self, options: TrainOptions) -> str:
+        return f"train-{options.example}"
+
     def title(self, options: TrainOptions) -> str:
         return f"train {options.example}"
 

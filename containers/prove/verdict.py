@@ -75,7 +75,7 @@ class Result:
     @cached_property
     def archs(self) -> list[str]:
         """The architectures the ranks ran as (``platform.machine()`` in each device report)."""
-        return sorted({d["arch"] for d in self.outcome.devices if d.get("arch")})
+        return sorted({str(d["arch"]) for d in self.outcome.devices if d.get("arch")})
 
     @cached_property
     def performance(self) -> Judgement | None:
@@ -131,7 +131,7 @@ def arch_reasons(result: Result) -> list[str]:
     recorded = provenance.read(result.plan.image.with_name(result.plan.image.name + ".json")
                                ).get("arch")
     if recorded and result.archs and result.archs != [recorded]:
-        return [f"ranks ran as {', '.join(map(str, result.archs))} but {result.plan.image.name} "
+        return [f"ranks ran as {', '.join(result.archs)} but {result.plan.image.name} "
                 f"is recorded as {recorded}"]
     return []
 

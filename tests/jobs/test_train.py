@@ -403,8 +403,7 @@ def test_mnist_missing_files_error_is_clear(tmp_path):
 @pytest.mark.parametrize("dataset", data_mod.DATASET_NAMES)
 def test_model_output_shapes(name, dataset):
     spec = data_mod.SPECS[dataset]
-    model = models.build_model(
-        name, models.InputSpec(spec.channels, spec.height, spec.width, spec.classes), "tiny")
+    model = models.build_model(name, spec, "tiny")  # a DatasetSpec is an InputSpec
     logits = model(torch.randn(2, spec.channels, spec.height, spec.width))
     assert logits.shape == (2, spec.classes)
     assert isinstance(model.fsdp_units, list)

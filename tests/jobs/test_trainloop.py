@@ -31,8 +31,7 @@ HAVE_CC = bool(shutil.which("cc") or shutil.which("gcc"))
 
 def tiny_model(name: str) -> torch.nn.Module:
     spec = data_mod.SPECS["cifar100"]
-    return models.build_model(
-        name, models.InputSpec(spec.channels, spec.height, spec.width, spec.classes), "tiny")
+    return models.build_model(name, spec, "tiny")  # a DatasetSpec is an InputSpec
 
 
 def indexed_set(size: int) -> "data_mod.ImageTensors":
