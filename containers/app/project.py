@@ -97,11 +97,13 @@ class Project:
         except ConfigError as exc:
             if not sources:
                 raise
-            if isinstance(exc, Problems):  # named where they were set, so in file order again
+            if isinstance(exc, Problems):  # named where set: by layer (the winning first), line
+                layers = [str(s.path) if s.path else "environment variable" for s in sources]
                 raise Problems(sorted((_source_error(p, sources) if isinstance(p, ConfigError)
-                                       else p for p in exc.problems),
-                                      key=lambda p: (str(getattr(p, "path", "") or ""),
-                                                    getattr(p, "line", 0) or 0))) from exc
+                                       else p for p in exc.problems), key=lambda p: (
+                    next((i for i, layer in enumerate(layers)
+                          if str(getattr(p, "path", "")).startswith(layer)), len(layers)),
+                    getattr(p, "line", 0) or 0))) from exc
             raise _source_error(exc, sources) from exc
 
     @cached_property

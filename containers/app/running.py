@@ -21,6 +21,7 @@ from containers.app.workloads import guard_run
 from containers.errors import ContainersError, ImageMissing, VerdictFailed, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import run_stamp
+from containers.image.emulated import emulated_binds
 from containers.inputs.recipes import Target
 from containers.report import Say, say_line as _print, show_command
 from containers.run import allocation
@@ -102,6 +103,7 @@ def _run(planned: CommandRun, *, timeout: float | None, say: Say) -> None:
     out, gate = planned.workload.out_dir, planned.gate
     log, shown = os.path.relpath(out / "run.log"), show_command(list(planned.command))
     started = time.monotonic()
+    emulated_binds(planned.workload.target.arch)  # writes the CPU folder the plan names
     try:
         logged = run_logged([*([(gate, GATE_TIMEOUT)] if gate else []),
                              (planned.workload.argv, timeout or None)], out_dir=out, say=say)
@@ -186,6 +188,7 @@ def shell(project: Project, *, target: str | None, command: Sequence[str] = (),
     image = project.settings.image_path(item.name)
     if not image.is_file():
         raise ImageMissing(image, item.name)
+    emulated_binds(item.arch)  # writes the CPU folder the plan names
     # The terminal is the user's: stdin, stdout and stderr are passed through, not captured.
     code = subprocess.call(argv)
     if code:

@@ -286,7 +286,6 @@ def in_use(cache: PackageCache | None) -> Iterator[None]:
                     os.chown(folder, -1, cache.gid)
                 os.chmod(folder, mode)  # not what the umask left
         fd = acquire(cache.root / LOCK, shared=True)
-    assert fd is not None  # blocking
     try:
         yield
     finally:
@@ -300,7 +299,6 @@ def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int
         return 0, 0
     with on_disk("prune the package cache", root):
         fd = acquire(root / LOCK, on_wait=on_wait)
-    assert fd is not None  # blocking
     try:
         removed = usage(root)
         with on_disk("prune the package cache", root):

@@ -35,6 +35,20 @@ def test_several_bad_settings_are_each_named_in_file_order(tmp_path) -> None:
         (user, 2, "containers.runtime"), (user, 3, "containers.squashfs")]
 
 
+def test_bad_settings_of_two_layers_come_layer_by_layer_the_winning_first(tmp_path) -> None:
+    (tmp_path / "project").mkdir()
+    project, user = tmp_path / "project" / "invoke.yaml", tmp_path / "zz-runtime.yaml"
+    project.write_text("containers:\n  images_dir: images\n  squashfs: lz4\n")
+    user.write_text("containers:\n  runtime: dockerx\n")
+    config = Config(project_location=str(tmp_path / "project"), runtime_path=str(user))
+    config.load_project()
+    config.load_runtime()
+    sources = config_sources(config)
+    with pytest.raises(Problems) as refused:
+        Project.load(ROOT, dict(config.containers), sources=sources)
+    assert [(p.path, p.line) for p in refused.value.problems] == [(user, 2), (project, 3)]
+
+
 def test_a_bad_manifest_stops_only_the_commands_that_name_it(factory_project) -> None:
     root = factory_project()
     (root / "recipes" / "broken.yaml").write_text("site: local\narch: x86_64\nbogus: 1\n")

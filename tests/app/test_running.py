@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import platform
 
 import pytest
 
@@ -81,3 +82,20 @@ def test_the_first_failing_ranks_status_is_the_exit_status() -> None:
     assert running.command_status(0, False, None) == 0
     assert running.command_status(1, True, (0, 7)) == 124
 
+
+
+def test_a_run_of_an_emulated_image_writes_the_cpu_folder_its_plan_names(
+        data_project, tmp_path, monkeypatch) -> None:
+    """The plan only names the folder (a dry run writes nothing); the run writes it before its
+    steps start, or apptainer would refuse a bind whose source is missing."""
+    if platform.machine() == "aarch64":
+        pytest.skip("an aarch64 image runs natively here: nothing is emulated")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    planned = plan_command(data_project.target("cpu-arm64"), data_project.sites["local"],
+                           settings=data_project.settings, runtime=assumed_runtime("apptainer"),
+                           command=["true"], ranks=1, run_id="t", timeout=0)
+    sysfs = [b.split(":")[0] for b in planned.workload.binds if ":/sys/devices/system/cpu:" in b]
+    assert len(sysfs) == 1 and not (tmp_path / "xdg").exists()
+    planned = dataclasses.replace(planned, gate=None, workload=dataclasses.replace(
+        planned.workload, argv=["test", "-f", f"{sysfs[0]}/online"]))
+    running._run(planned, timeout=None, say=print)  # raises unless the folder was there
