@@ -366,7 +366,7 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
                 f"{walltime.format(time)}{limit}{source}"]
     resources = Resources(name=name, time=walltime.format(time),
                           partition=partition.name or None, account=account, output=output,
-                          mem_per_gpu_gb=site.memory.per_gpu_gb,
+                          mem_per_gpu_gb=site.mem_per_gpu_gb(partition),
                           gpu_request=partition.gpu_request or site.gpus.request,
                           gres_type=partition.gres_type or site.gpus.gres_type, qos=request.qos,
                           reservation=request.reservation, directives=request.directives)

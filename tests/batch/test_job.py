@@ -662,8 +662,9 @@ def test_a_qos_caps_the_time_and_a_request_within_it_renders(data_job) -> None:
 
 
 @pytest.mark.parametrize("site, memory", [
-    # CSC bills requested memory; its ML guide reserves ~95G per V100 on Puhti
-    ("puhti", "--mem-per-gpu=95G"), ("mahti", "--mem-per-gpu=120G"),
+    # CSC bills requested memory; its ML guide reserves ~95G per V100 on Puhti, but a Puhti
+    # GPU node allocates 373 GiB: 4 x 93G is the most a full-node job can ask (issue 41)
+    ("puhti", "--mem-per-gpu=93G"), ("mahti", "--mem-per-gpu=120G"),
     ("lumi", "--mem-per-gpu=60G"), ("olivia", "--mem-per-gpu=110G")])
 def test_jobs_request_the_memory_their_site_documents(data_job, data_world, site,
                                                       memory) -> None:
@@ -671,6 +672,19 @@ def test_jobs_request_the_memory_their_site_documents(data_job, data_world, site
     job = data_job(site, "ddp", partition=MULTINODE.get(site))
     assert f"#SBATCH {memory}" in _directives(job.text)
     assert sites[site].memory.source  # every figure names its page
+    # never more than a node of the job's partition allocates
+    partition = sites[site].partition(job.resources.partition)
+    asked = job.resources.mem_per_gpu_gb * job.resources.gpus_per_node
+    assert partition.allocatable_gb and asked <= partition.allocatable_gb
+
+
+def test_a_site_built_in_code_that_over_asks_is_capped_at_its_share(data_job,
+                                                                   data_world) -> None:
+    """A profile that over-asks is refused as it loads; a site made in code (never checked)
+    still asks no more than a node allocates over its GPUs."""
+    puhti = data_world[1]["puhti"]
+    over = puhti.model_copy(update={"memory": Memory(per_gpu_gb=95, source="test")})
+    assert "#SBATCH --mem-per-gpu=93G" in _directives(data_job(over, "ddp").text)
 
 
 def test_each_site_states_its_gpu_architecture_with_its_source(data_world) -> None:
