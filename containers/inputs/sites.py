@@ -23,7 +23,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Callable, Collection, Literal, Mapping
+from typing import Annotated, Any, Callable, Collection, Iterable, Literal, Mapping
 
 from pydantic import (BeforeValidator, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo,
                       WithJsonSchema, field_validator, model_validator)
@@ -475,6 +475,23 @@ class Site(Profile):
         unknown._name = name or ""
         return unknown
 
+    def job_variables(self, *, multinode: bool) -> dict[str, list[str]]:
+        """The host variables the binds and environment of a job (``multinode``: across nodes,
+        the transport's too) name, each with the keys that name it: a batch job checks them
+        after its modules load, since an unset one would stop the launch under ``set -u``
+        with "unbound variable", naming neither the variable's source nor the module."""
+        scopes = [("binds", self.binds), ("env", self.env.values())]
+        if multinode:
+            scopes += [("transport.binds", self.transport.binds),
+                       ("transport.env", self.transport.env.values())]
+        found: dict[str, list[str]] = {}
+        for key, texts in scopes:
+            for name in host_variables(texts):
+                found.setdefault(name, [])
+                if key not in found[name]:
+                    found[name].append(key)
+        return found
+
     def mem_per_gpu_gb(self, partition: Partition) -> int:
         """The memory a job on ``partition`` asks per GPU: ``memory.per_gpu_gb`` (0: the
         scheduler's default), never more than the partition's nodes allocate per GPU (a
@@ -543,6 +560,18 @@ def code_in_value(value: str) -> str | None:
         return ("holds command substitution ($(...) or `...`), which Apptainer runs when the "
                 "container starts; write the value itself (a $NAME variable is fine)")
     return None
+
+
+def host_variables(texts: Iterable[str]) -> list[str]:
+    """The host variables ``texts`` name (``$VAR``, ``${VAR}``; ``$$`` is the container's
+    ``$``, no host variable), each once, in the order they first appear."""
+    names: list[str] = []
+    for text in texts:
+        for match in HOST_VAR.finditer(text):
+            name = match.group(1) or match.group(2)
+            if name and name not in names:
+                names.append(name)
+    return names
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:

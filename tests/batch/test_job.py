@@ -737,3 +737,25 @@ def test_an_aarch64_build_job_runs_the_nodes_python3(data_world, tmp_path) -> No
                                f"{found} invoke job prepared aarch64 packages for Python 3.11, "
                                "3.12, 3.13 (load a module of one of them in this script, before "
                                "the build)\n")
+
+
+def test_the_variables_binds_and_env_take_from_modules_are_checked_after_loading(
+        data_job, data_world, tmp_path) -> None:
+    """Any profile: where a job loads modules, each host variable its binds and environment
+    use is checked after the load, one quoted line naming the modules, the variable and the
+    keys (issue 41); a job that loads none (LUMI's $USER, $SLURM_JOB_ID) gets no check."""
+    derecho = data_world[1]["derecho"]
+    mpich = derecho.model_copy(update={
+        "env": {**derecho.env,
+                "LD_LIBRARY_PATH": "${CRAY_MPICH_DIR}/lib-abi-mpich:$$LD_LIBRARY_PATH"},
+        "binds": (*derecho.binds, "$CRAY_MPICH_DIR:/opt/mpich")})
+    text = data_job(mpich, "smoke", account="U1").text
+    _bash_n(text, tmp_path)
+    check = text[text.index("module load cuda apptainer\nset -u\n"):text.index("mpiexec ")]
+    assert "if [[ -z ${CRAY_MPICH_DIR:-} ]]; then\n    echo 'job script: module load cuda " \
+           "apptainer did not set CRAY_MPICH_DIR, which binds and env of sites/derecho.yaml " \
+           "use: load the module that sets it, or fix the profile' >&2\n    exit 2\nfi\n" in check
+    assert "LD_LIBRARY_PATH:-" not in check  # $$: the container's, no host variable
+    assert "did not set" not in data_job("derecho", "smoke", account="U1").text  # uses none
+    assert "did not set" not in data_job("lumi", "smoke").text  # no modules: nothing loaded
+    assert "did not set" not in data_job("olivia", "ddp").text  # one node: no network stack
