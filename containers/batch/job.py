@@ -303,8 +303,10 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     run = job_run(target, site, settings=settings, request=request)
     res = frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked)
     scheduler = SCHEDULERS[site.scheduler]
+    modules = _loaded(site, multinode=request.nodes > 1)
     body = [f"cd {word(str(settings.root))}", "",
-            *_module_lines(site.modules, site.transport.modules if request.nodes > 1 else ()),
+            *_module_lines(modules, multinode=request.nodes > 1 and bool(site.transport.modules)),
+            *_module_variable_lines(site, modules, multinode=request.nodes > 1),
             *([*scheduler.rendezvous.shell(), ""] if run.meets else [])]
     record = {"target": target.name, "site": site.name, "workload": request.workload,
               "nodes": request.nodes, "gpus_per_node": gpus, "launcher": run.launcher.name,
@@ -366,7 +368,7 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
                 f"{walltime.format(time)}{limit}{source}"]
     resources = Resources(name=name, time=walltime.format(time),
                           partition=partition.name or None, account=account, output=output,
-                          mem_per_gpu_gb=site.memory.per_gpu_gb,
+                          mem_per_gpu_gb=site.mem_per_gpu_gb(partition),
                           gpu_request=partition.gpu_request or site.gpus.request,
                           gres_type=partition.gres_type or site.gpus.gres_type, qos=request.qos,
                           reservation=request.reservation, directives=request.directives)
@@ -482,16 +484,43 @@ def job_run(target: Target, site: Site, *, settings: Settings,
                   command=planned and replace(planned, workload=workload))
 
 
-def _module_lines(modules: tuple[str, ...], multinode: tuple[str, ...] = ()) -> list[str]:
-    """``module load`` of the site's modules (every job) and, across nodes, of those its
-    multi-node binds name; Lmod reads unset variables, so not under ``set -u``."""
-    names = [*modules, *(m for m in multinode if m not in modules)]
+def _loaded(site: Site, *, multinode: bool) -> list[str]:
+    """The modules a job loads: the site's (every job) and, across nodes, those its multi-node
+    binds name."""
+    across = site.transport.modules if multinode else ()
+    return [*site.modules, *(m for m in across if m not in site.modules)]
+
+
+def _module_lines(names: Sequence[str], *, multinode: bool = False) -> list[str]:
+    """``module load`` of ``names`` (:func:`_loaded`); Lmod reads unset variables, so not under
+    ``set -u``."""
     if not names:
         return []
     why = ("the site's modules and those its multi-node binds name" if multinode
            else "the modules the site's documentation requires")
     return [f"# Host modules: {why} (Lmod reads unset variables: not under set -u)",
             "set +u", "module load " + " ".join(word(m) for m in names), "set -u", ""]
+
+
+def _module_variable_lines(site: Site, modules: Sequence[str], *,
+                           multinode: bool) -> list[str]:
+    """After ``module load``: each host variable the job's binds and environment use must be
+    set (not empty), else the job stops in one line naming the modules, the variable and the
+    profile's keys that use it, instead of "unbound variable" at the launch line."""
+    used = site.job_variables(multinode=multinode)
+    if not modules or not used:
+        return []
+    loaded = "module load " + " ".join(modules)
+    lines = ["# What the binds and environment below take from the host (its modules): each "
+             "must be set"]
+    for name, keys in used.items():
+        lines += [f"if [[ -z ${{{name}:-}} ]]; then",
+                  "    echo " + word(f"job script: {loaded} did not set {name}, which "
+                                    f"{' and '.join(keys)} of sites/{site.name}.yaml "
+                                    f"use{'s' if len(keys) == 1 else ''}: load the module "
+                                    "that sets it, or fix the profile") + " >&2",
+                  "    exit 2", "fi"]
+    return [*lines, ""]
 
 
 def job_options(options: SmokeOptions | TrainOptions) -> dict:

@@ -124,8 +124,11 @@ class SlurmCluster:
         return [line.strip().rstrip("*") for line in out.splitlines() if line.strip()]
 
 
-def base_lines(root: Path, ctld_port: int, slurmd_port: int, munge_socket: Path) -> list[str]:
-    """What every cluster's slurm.conf says: names, ports, paths, plugins."""
+def base_lines(root: Path, ctld_port: int, slurmd_port: int, munge_socket: Path, *,
+               memory: bool = False) -> list[str]:
+    """What every cluster's slurm.conf says: names, ports, paths, plugins; with ``memory``,
+    memory is a resource Slurm allocates (as at the sites), so a job asking more than a node
+    has is refused at submission."""
     controller = socket.gethostname().split(".")[0]
     return [
         "ClusterName=containers-test",
@@ -147,7 +150,7 @@ def base_lines(root: Path, ctld_port: int, slurmd_port: int, munge_socket: Path)
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
+        "SelectTypeParameters=" + ("CR_Core_Memory" if memory else "CR_Core"),
         "MpiDefault=none",
         "ReturnToService=2",
         "AccountingStorageType=accounting_storage/none",
@@ -200,9 +203,11 @@ def _site_node_lines(site: Site, root: Path, names: Sequence[str],
                      ports: Sequence[int]) -> tuple[list[str], list[str]]:
     """slurm.conf's node lines and gres.conf's lines: the site's cores, memory and GPUs (GRES
     ``gpu:<gres_type>:<count>`` on character devices that read as ``/dev/null``: slurmd counts
-    only GPUs that have a File)."""
+    only GPUs that have a File). A node has the memory a job can be given there (the largest of
+    the partitions' ``allocatable_gb``; each partition's own is its ``MaxMemPerNode``), so Slurm
+    itself refuses a job that asks more, as the site's would."""
     gpus, gpu_type = site.gpus.per_node, site.gpus.gres_type or site.name
-    memory_mb = max(site.memory.per_gpu_gb * gpus, 8) * 1024 + 1024
+    memory_mb = _node_memory_mb(site)
     nodes, gres = [], []
     for name, port in zip(names, ports):
         devices = root / "dev" / name
@@ -218,14 +223,24 @@ def _site_node_lines(site: Site, root: Path, names: Sequence[str],
     return nodes, gres
 
 
+def _node_memory_mb(site: Site) -> int:
+    """A node's RealMemory (MiB): the most any of the site's partitions allocates per node, or,
+    where the profile gives no figure, what its jobs ask with 1 GiB to spare (8 GiB at least)."""
+    figures = [part.allocatable_gb for part in site.partitions.values() if part.allocatable_gb]
+    if figures:
+        return max(figures) * 1024
+    return max(site.memory.per_gpu_gb * site.gpus.per_node, 8) * 1024 + 1024
+
+
 def site_conf_writer(site: Site) -> ConfWriter:
     """A slurm.conf shaped like ``site``'s profile: its partitions by name, each with the
-    profile's time limit (``MaxTime``) and node count (``MaxNodes``) enforced at submission, an
+    profile's time limit (``MaxTime``), node count (``MaxNodes``) and allocatable memory
+    (``MaxMemPerNode``) enforced at submission, an
     account required (:data:`TEST_ACCOUNT`) where the site requires one, and
     :data:`SITE_NODES` nodes (``<site>1``...) with the site's cores, memory and GPUs."""
     def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
         names = site_node_names(site)
-        lines = [*base_lines(root, ports[0], ports[1], munge_socket),
+        lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),
                  "GresTypes=gpu", "SlurmdParameters=config_overrides",
                  # As the sites do: a job beyond a partition's limits is refused at submission
                  # (without it, Slurm queues it to wait forever: PartitionTimeLimit).
@@ -240,6 +255,8 @@ def site_conf_writer(site: Site) -> ConfWriter:
                 f"PartitionName={part} Nodes={','.join(names)} "
                 f"MaxTime={minutes if minutes else 'INFINITE'} "
                 f"MaxNodes={limits.max_nodes or 'UNLIMITED'} "
+                + (f"MaxMemPerNode={limits.allocatable_gb * 1024} " if limits.allocatable_gb
+                   else "")
                 + ("Default=YES " if part == default else "") + "State=UP")
         if not site.partitions:  # a profile that lists none: Slurm's default partition
             lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES "

@@ -23,10 +23,10 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Callable, Collection, Literal, Mapping
+from typing import Annotated, Any, Callable, Collection, Iterable, Literal, Mapping
 
 from pydantic import (BeforeValidator, ConfigDict, Field, PrivateAttr, Strict, ValidationInfo,
-                      WithJsonSchema, field_validator)
+                      WithJsonSchema, field_validator, model_validator)
 from pydantic.json_schema import SkipJsonSchema
 
 from containers import walltime
@@ -165,10 +165,26 @@ class Partition(Limits):
     whole_nodes: Bool = Doc(False, description="jobs get (and are billed for) whole nodes")
     gpu_request: GpuRequest | None = Doc(None, description="gpus.request for this partition")
     gres_type: Str | None = Doc(None, description="gpus.gres_type for this partition")
+    allocatable_gb: Positive | None = Doc(None, description="memory a job can be given on "
+                                          "one node, in GB as Slurm's G and PBS's GB count "
+                                          "(1024^3 bytes): less than the node has")
+    allocatable_source: Str | None = Doc(None, validate_default=True, description="the page "
+                                         "that states allocatable_gb (or that none is "
+                                         "published, and why the figure is safe)")
 
     _within_max = after("default_time", lambda time, data: "is longer than max_time" if (
         time is not None and data.get("max_time") is not None and time > data["max_time"])
         else None)
+    _allocatable_cited = after("allocatable_source", lambda source, data: (
+        "allocatable_gb needs allocatable_source (the page that states it)"
+        if data.get("allocatable_gb") and not source else None))
+
+    def gpu_share(self, gpus_per_node: int) -> int | None:
+        """The most memory (GB) per GPU a job on all ``gpus_per_node`` GPUs of a node can ask
+        without asking more than a node allocates; None where the profile gives no figure."""
+        if self.allocatable_gb is None or gpus_per_node <= 0:
+            return None
+        return self.allocatable_gb // gpus_per_node
 
 
 class Qos(Limits):
@@ -370,6 +386,35 @@ class Profile(Part):
             raise ValueError(f"'{value}' is not one of the partitions{suggest(value, names)}")
         return value
 
+    @model_validator(mode="after")
+    def _memory_fits(self) -> Profile:
+        """A job asks ``memory.per_gpu_gb`` for each GPU of a node: more than a partition's
+        nodes allocate is a job the scheduler refuses (or holds forever), so such a profile is
+        refused, as is a GPU partition whose figure is missing (the ask cannot be checked)."""
+        per_gpu = self.memory.per_gpu_gb
+        if not per_gpu or self.gpus.kind == "none":
+            return self
+        for name, part in self.partitions.items():
+            gpus = self.gpus_in(part)
+            share = part.gpu_share(gpus)
+            if gpus and share is None:
+                raise problem_at(f"partition {name} has GPUs but no allocatable_gb, so "
+                                 f"memory.per_gpu_gb ({per_gpu}) cannot be checked against "
+                                 "what its nodes allocate: add the figure and its "
+                                 "allocatable_source", "partitions", name)
+            if share is not None and per_gpu > share:
+                raise problem_at(f"{per_gpu} GB per GPU x {gpus} GPUs = {per_gpu * gpus} GB is "
+                                 f"more than a node of partition {name} allocates "
+                                 f"({part.allocatable_gb} GB: {part.allocatable_source}); at "
+                                 f"most {share} per GPU", "memory", "per_gpu_gb")
+        return self
+
+    def gpus_in(self, partition: Partition) -> int:
+        """GPUs per node of ``partition``: its own count, else the site's (0 on CPU sites)."""
+        if self.gpus.kind == "none":
+            return 0
+        return self.gpus.per_node if partition.gpus_per_node is None else partition.gpus_per_node
+
     @field_validator("references", mode="before")
     @classmethod
     def _parse_references(cls, value: object, info: ValidationInfo) -> object:
@@ -429,6 +474,31 @@ class Site(Profile):
         unknown = Partition()
         unknown._name = name or ""
         return unknown
+
+    def job_variables(self, *, multinode: bool) -> dict[str, list[str]]:
+        """The host variables the binds and environment of a job (``multinode``: across nodes,
+        the transport's too) name, each with the keys that name it: a batch job checks them
+        after its modules load, since an unset one would stop the launch under ``set -u``
+        with "unbound variable", naming neither the variable's source nor the module."""
+        scopes = [("binds", self.binds), ("env", self.env.values())]
+        if multinode:
+            scopes += [("transport.binds", self.transport.binds),
+                       ("transport.env", self.transport.env.values())]
+        found: dict[str, list[str]] = {}
+        for key, texts in scopes:
+            for name in host_variables(texts):
+                found.setdefault(name, [])
+                if key not in found[name]:
+                    found[name].append(key)
+        return found
+
+    def mem_per_gpu_gb(self, partition: Partition) -> int:
+        """The memory a job on ``partition`` asks per GPU: ``memory.per_gpu_gb`` (0: the
+        scheduler's default), never more than the partition's nodes allocate per GPU (a
+        profile that says more is refused as it loads; one built in code is capped here)."""
+        share = partition.gpu_share(self.gpus_in(partition))
+        per_gpu = self.memory.per_gpu_gb
+        return min(per_gpu, share) if per_gpu and share is not None else per_gpu
 
     @property
     def gpu_flag(self) -> str | None:
@@ -490,6 +560,18 @@ def code_in_value(value: str) -> str | None:
         return ("holds command substitution ($(...) or `...`), which Apptainer runs when the "
                 "container starts; write the value itself (a $NAME variable is fine)")
     return None
+
+
+def host_variables(texts: Iterable[str]) -> list[str]:
+    """The host variables ``texts`` name (``$VAR``, ``${VAR}``; ``$$`` is the container's
+    ``$``, no host variable), each once, in the order they first appear."""
+    names: list[str] = []
+    for text in texts:
+        for match in HOST_VAR.finditer(text):
+            name = match.group(1) or match.group(2)
+            if name and name not in names:
+                names.append(name)
+    return names
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:

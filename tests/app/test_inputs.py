@@ -47,6 +47,27 @@ def test_a_bad_manifest_is_listed_invalid_and_check_reports_it(factory_project) 
     assert found == [(1, "description"), (3, "bogus")]  # every problem of the file at once
 
 
+def test_check_refuses_a_profile_that_asks_more_memory_than_a_node_allocates(
+        factory_project) -> None:
+    """Puhti's GPU nodes allocate 373 GB: 4 GPUs x 95 GB is refused in one line at the line
+    and key of the figure (issue 41)."""
+    root = factory_project()
+    puhti = root / "sites" / "puhti.yaml"
+    text = puhti.read_text()
+    puhti.write_text(text.replace("  per_gpu_gb: 93\n", "  per_gpu_gb: 95\n"))
+    line = text.splitlines().index("  per_gpu_gb: 93") + 1
+    project = Project.load(root, {"images_dir": str(root / "images")})
+    lines: list[str] = []
+    with pytest.raises(ContainersError) as refused:
+        check_inputs(project, as_json=True, say=lines.append)
+    found = [(e["line"], e["key"]) for e in json.loads(lines[0])["errors"]
+             if e["file"] == str(puhti)]
+    assert found == [(line, "memory.per_gpu_gb")]
+    assert f"puhti.yaml:{line}: memory.per_gpu_gb: 95 GB per GPU x 4 GPUs = 380 GB is more " \
+           "than a node of partition gputest allocates (373 GB" in str(refused.value)
+    assert "at most 93 per GPU" in str(refused.value) and "\n" not in str(refused.value)
+
+
 def test_the_shipped_inputs_check_clean(data_project) -> None:
     lines: list[str] = []
     check_inputs(data_project, say=lines.append)

@@ -662,8 +662,9 @@ def test_a_qos_caps_the_time_and_a_request_within_it_renders(data_job) -> None:
 
 
 @pytest.mark.parametrize("site, memory", [
-    # CSC bills requested memory; its ML guide reserves ~95G per V100 on Puhti
-    ("puhti", "--mem-per-gpu=95G"), ("mahti", "--mem-per-gpu=120G"),
+    # CSC bills requested memory; its ML guide reserves ~95G per V100 on Puhti, but a Puhti
+    # GPU node allocates 373 GiB: 4 x 93G is the most a full-node job can ask (issue 41)
+    ("puhti", "--mem-per-gpu=93G"), ("mahti", "--mem-per-gpu=120G"),
     ("lumi", "--mem-per-gpu=60G"), ("olivia", "--mem-per-gpu=110G")])
 def test_jobs_request_the_memory_their_site_documents(data_job, data_world, site,
                                                       memory) -> None:
@@ -671,6 +672,19 @@ def test_jobs_request_the_memory_their_site_documents(data_job, data_world, site
     job = data_job(site, "ddp", partition=MULTINODE.get(site))
     assert f"#SBATCH {memory}" in _directives(job.text)
     assert sites[site].memory.source  # every figure names its page
+    # never more than a node of the job's partition allocates
+    partition = sites[site].partition(job.resources.partition)
+    asked = job.resources.mem_per_gpu_gb * job.resources.gpus_per_node
+    assert partition.allocatable_gb and asked <= partition.allocatable_gb
+
+
+def test_a_site_built_in_code_that_over_asks_is_capped_at_its_share(data_job,
+                                                                   data_world) -> None:
+    """A profile that over-asks is refused as it loads; a site made in code (never checked)
+    still asks no more than a node allocates over its GPUs."""
+    puhti = data_world[1]["puhti"]
+    over = puhti.model_copy(update={"memory": Memory(per_gpu_gb=95, source="test")})
+    assert "#SBATCH --mem-per-gpu=93G" in _directives(data_job(over, "ddp").text)
 
 
 def test_each_site_states_its_gpu_architecture_with_its_source(data_world) -> None:
@@ -723,3 +737,25 @@ def test_an_aarch64_build_job_runs_the_nodes_python3(data_world, tmp_path) -> No
                                f"{found} invoke job prepared aarch64 packages for Python 3.11, "
                                "3.12, 3.13 (load a module of one of them in this script, before "
                                "the build)\n")
+
+
+def test_the_variables_binds_and_env_take_from_modules_are_checked_after_loading(
+        data_job, data_world, tmp_path) -> None:
+    """Any profile: where a job loads modules, each host variable its binds and environment
+    use is checked after the load, one quoted line naming the modules, the variable and the
+    keys (issue 41); a job that loads none (LUMI's $USER, $SLURM_JOB_ID) gets no check."""
+    derecho = data_world[1]["derecho"]
+    mpich = derecho.model_copy(update={
+        "env": {**derecho.env,
+                "LD_LIBRARY_PATH": "${CRAY_MPICH_DIR}/lib-abi-mpich:$$LD_LIBRARY_PATH"},
+        "binds": (*derecho.binds, "$CRAY_MPICH_DIR:/opt/mpich")})
+    text = data_job(mpich, "smoke", account="U1").text
+    _bash_n(text, tmp_path)
+    check = text[text.index("module load cuda apptainer\nset -u\n"):text.index("mpiexec ")]
+    assert "if [[ -z ${CRAY_MPICH_DIR:-} ]]; then\n    echo 'job script: module load cuda " \
+           "apptainer did not set CRAY_MPICH_DIR, which binds and env of sites/derecho.yaml " \
+           "use: load the module that sets it, or fix the profile' >&2\n    exit 2\nfi\n" in check
+    assert "LD_LIBRARY_PATH:-" not in check  # $$: the container's, no host variable
+    assert "did not set" not in data_job("derecho", "smoke", account="U1").text  # uses none
+    assert "did not set" not in data_job("lumi", "smoke").text  # no modules: nothing loaded
+    assert "did not set" not in data_job("olivia", "ddp").text  # one node: no network stack

@@ -12,7 +12,6 @@ test_slurm_run_jobs.py.)
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -71,7 +70,8 @@ def data_site_job(data_world, tmp_path):
         (root / folder).mkdir(parents=True)
     settings = load_settings(root, {"tmp_dir": str(tmp_path / "tmp")})
 
-    def run(site, workload: str, *, fail: str | None = None, python: str = "3.12", **request):
+    def run(site, workload: str, *, fail: str | None = None, python: str = "3.12",
+            unset: tuple[str, ...] = (), **request):
         where = sites[site] if isinstance(site, str) else site
         target = targets[TARGET[where.name]]
         foreign = target.arch != "x86_64"
@@ -89,7 +89,7 @@ def data_site_job(data_world, tmp_path):
                              host_arch="x86_64", site_arch=target.arch,
                              venv=tmp_path / "venv", environ={}, judge=judge, tool=tool)
         return execute(job.text, where, tmp_path, nodes=request.get("nodes", 1), fail=fail,
-                       python=python)
+                       python=python, unset=unset)
     return run
 
 
@@ -125,9 +125,10 @@ def _scheduler_env(site, folder: Path, nodes: int) -> dict[str, str]:
 
 
 def execute(text: str, site, folder: Path, *, nodes: int, fail: str | None,
-            python: str = "3.12") -> tuple[int, list[list[str]]]:
+            python: str = "3.12", unset: tuple[str, ...] = ()) -> tuple[int, list[list[str]]]:
     """The job run under bash with the site's shims (``python``: the version the node's
-    python3 says); its stderr is left in ``folder/job.err``."""
+    python3 says; ``unset``: variables the site's modules leave unset); its stderr is left in
+    ``folder/job.err``."""
     shims = _tools(site, folder)
     log = folder / "steps.jsonl"
     log.write_text("")
@@ -135,11 +136,10 @@ def execute(text: str, site, folder: Path, *, nodes: int, fail: str | None,
     script.write_text(text)
     # Lmod's module is a shell function that evaluates what its command prints; batch shells
     # get it from their environment (here BASH_ENV). The variables the site's binds name
-    # ($EBROOTNCCL, ...) are what its modules set.
+    # ($EBROOTNCCL, ...) are what its modules set (but those ``unset`` names).
     functions = folder / "lmod.sh"
     functions.write_text(f'module() {{ eval "$({shims}/module "$@")"; }}\n')
-    sets = sorted(set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)",
-                                 " ".join(site.transport.binds))))
+    sets = [name for name in site.job_variables(multinode=True) if name not in unset]
     env = {"PATH": f"{shims}:{folder / 'base'}", "HOME": str(folder), "USER": "alice",
            "SHIM_LOG": str(log), "BASH_ENV": str(functions), "SHIM_SETS": " ".join(sets),
            "SHIM_PYTHON": python,
@@ -283,3 +283,22 @@ def test_olivias_build_job_with_an_old_python3_fails_in_one_line(data_site_job,
     assert err.count("\n") == 1 and err.startswith(
         "build: FAIL: python3 on this node (after the site's modules) is 3.9; invoke job "
         "prepared aarch64 packages for Python 3.11, 3.12, 3.13"), err
+
+
+@pytest.mark.parametrize("workload", ["ddp", "run"])
+def test_a_variable_the_modules_leave_unset_stops_the_job_in_one_line(data_site_job, tmp_path,
+                                                                      workload) -> None:
+    """Olivia's 2-node job binds $EBROOTAWSMINOFIMINNCCL, which the NCCL module is to set:
+    where it does not, the job stops right after module load, naming the modules and the
+    variable (not "unbound variable" at the launch line); where it does, the job runs."""
+    command = {"command": COMMAND} if workload == "run" else {}
+    status, steps = data_site_job("olivia", workload, nodes=2,
+                                  unset=("EBROOTAWSMINOFIMINNCCL",), **command)
+    err = (tmp_path / "job.err").read_text()
+    assert status == 2 and step_names(steps) == ["module load"], steps
+    assert err == ("job script: module load NRIS/GPU NCCL/2.26.6-GCCcore-14.2.0-CUDA-12.8.0 "
+                   "did not set EBROOTAWSMINOFIMINNCCL, which transport.binds of "
+                   "sites/olivia.yaml uses: load the module that sets it, or fix the "
+                   "profile\n"), err
+    status, steps = data_site_job("olivia", workload, nodes=2, **command)
+    assert status == 0 and "workload" in step_names(steps), steps

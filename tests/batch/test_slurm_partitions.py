@@ -101,3 +101,22 @@ def test_a_missing_account_is_refused_by_slurm_and_by_the_tool(shaped, tmp_path)
     assert slurm.returncode != 0 and "account" in slurm.stderr.lower(), slurm.stderr
     other = _test_only(cluster, unknowing.text, tmp_path, "--account=someone_else")
     assert other.returncode != 0 and "account" in other.stderr.lower(), other.stderr
+
+
+def test_a_memory_over_ask_is_refused_by_slurm_and_the_rendered_job_accepted(shaped,
+                                                                            tmp_path) -> None:
+    """The nodes have what a node allocates (the partition's allocatable_gb), not its nominal
+    memory: one GB per GPU more than the partition's share is refused by Slurm itself (Puhti:
+    4 x 94G > 373 GiB), and the job the tool renders (its share, 93G there) is accepted."""
+    site, cluster, render = shaped
+    partition = site.partition(site.default_partition)
+    share = partition.gpu_share(site.gpus_in(partition))
+    assert share is not None and site.mem_per_gpu_gb(partition) <= share
+    job = render("ddp", account=TEST_ACCOUNT)
+    assert f"#SBATCH --mem-per-gpu={site.mem_per_gpu_gb(partition)}G\n" in job.text
+    accepted = _test_only(cluster, job.text, tmp_path)
+    assert accepted.returncode == 0 and "to start at" in accepted.stderr, accepted.stderr
+    over = _test_only(cluster, job.text, tmp_path, f"--mem-per-gpu={share + 1}G")
+    assert over.returncode != 0, over.stderr
+    assert "memory" in over.stderr.lower() or "node configuration" in over.stderr.lower(), \
+        over.stderr

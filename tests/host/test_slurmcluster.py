@@ -36,6 +36,9 @@ def test_site_shape_carries_partitions_gres_and_the_account_rule(tmp_path) -> No
     assert "PartitionName=standard-g " in text and "MaxTime=2880 " in text
     assert f"Gres=gpu:{site.gpus.gres_type or 'lumi'}:{site.gpus.per_node}" in text
     assert ("JobSubmitPlugins=lua" in text) == site.account_required
+    # memory is allocated, and a node has what LUMI-G allocates (480 of 512 GiB), not more
+    assert "SelectTypeParameters=CR_Core_Memory" in text
+    assert "RealMemory=491520 " in text and "MaxMemPerNode=491520 " in text
 
 
 def test_record_round_trip(tmp_path) -> None:

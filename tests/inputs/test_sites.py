@@ -277,6 +277,10 @@ def test_transport_net_forces_the_network(data_world, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------- partitions and hostile values
+#: A node of 4 CUDA GPUs (a profile's third line).
+_GPUS = "gpus: {kind: cuda, per_node: 4}\n"
+
+
 def _profile(tmp_path: Path, text: str) -> Path:
     (tmp_path / "sites").mkdir(exist_ok=True)
     path = tmp_path / "sites" / "x.yaml"
@@ -339,6 +343,16 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
                                                     "partition p (did you mean 'max_time'?)"),
     ("partitions: [a, 3]\n", "x.yaml:3: partitions: must be a list of partition names"),
     ("gpus:\n  request: gres\n", "x.yaml:4: gpus.request: request gres needs gres_type"),
+    # issue 41: jobs ask at most what a node allocates, and the figure names its page
+    (_GPUS + "memory:\n  per_gpu_gb: 95\n  source: guide\npartitions:\n  gpu:\n"
+     "    allocatable_gb: 373\n    allocatable_source: table\n",
+     "x.yaml:5: memory.per_gpu_gb: 95 GB per GPU x 4 GPUs = 380 GB is more than a node of "
+     "partition gpu allocates (373 GB: table); at most 93 per GPU"),
+    (_GPUS + "memory:\n  per_gpu_gb: 93\n  source: guide\npartitions:\n  gpu:\n"
+     "    max_nodes: 2\n", "x.yaml:8: partitions.gpu: partition gpu has GPUs but no "
+                          "allocatable_gb, so memory.per_gpu_gb (93) cannot be checked"),
+    ("partitions:\n  p:\n    allocatable_gb: 373\n",
+     "partitions.p.allocatable_source: allocatable_gb needs allocatable_source"),
 ])
 def test_bad_site_values_are_refused_at_load_with_file_line_and_key(tmp_path: Path, text: str,
                                                                      where: str) -> None:
@@ -421,3 +435,34 @@ def test_the_job_words_of_a_profile(tmp_path: Path) -> None:
             load_sites(tmp_path)
         assert refused.value.key == key and message in str(refused.value), str(refused.value)
         assert refused.value.line and "\n" not in str(refused.value)
+
+
+def test_a_job_asks_at_most_a_partitions_share_of_a_node(tmp_path: Path) -> None:
+    """The share per GPU is what a node allocates over its GPUs (373 GB / 4 = 93, rounded
+    down); a partition of fewer GPUs per node has a larger share, a CPU partition none."""
+    _profile(tmp_path, _GPUS + "memory:\n  per_gpu_gb: 93\n  source: guide\npartitions:\n"
+             "  gpu:\n    allocatable_gb: 373\n    allocatable_source: table\n"
+             "  two:\n    gpus_per_node: 2\n    allocatable_gb: 200\n"
+             "    allocatable_source: table\n  cpu:\n    gpus_per_node: 0\n")
+    site = load_sites(tmp_path)["x"]
+    assert site.partition("gpu").gpu_share(site.gpus_in(site.partition("gpu"))) == 93
+    assert site.partition("two").gpu_share(2) == 100 and site.partition("cpu").gpu_share(0) is None
+    assert site.mem_per_gpu_gb(site.partition("gpu")) == 93
+    # a site built in code (never checked as a profile) is capped all the same
+    over = site.model_copy(update={"memory": site.memory.model_copy(update={"per_gpu_gb": 95})})
+    assert over.mem_per_gpu_gb(over.partition("gpu")) == 93
+    assert over.mem_per_gpu_gb(over.partition(None)) == 95  # no figure: the profile's own
+
+
+def test_every_gpu_partition_of_the_shipped_sites_states_what_a_node_allocates() -> None:
+    shipped = load_sites(Path(__file__).resolve().parents[2])
+    figures = {(site.name, name): part.allocatable_gb for site in shipped.values()
+               for name, part in site.partitions.items() if site.gpus_in(part)}
+    assert figures == {("puhti", "gputest"): 373, ("puhti", "gpu"): 373,
+                       ("mahti", "gpusmall"): 490, ("mahti", "gpumedium"): 490,
+                       ("mahti", "gputest"): 490, ("lumi", "standard-g"): 480,
+                       ("lumi", "small-g"): 480, ("lumi", "dev-g"): 480,
+                       ("olivia", "accel"): 858, ("derecho", "main"): 480,
+                       ("derecho", "develop"): 235}
+    assert all(shipped[site].partition(name).allocatable_source for site, name in figures)
+    assert shipped["puhti"].memory.per_gpu_gb == 93  # 4 x 95 was 380 GB of a 373 GB node

@@ -92,7 +92,9 @@ def test_site_and_partition_names_follow_the_name_rule(factory_project) -> None:
     root = factory_project()
     profile = root / "sites" / "lumi.yaml"
     text = profile.read_text()
-    profile.write_text(text.replace("partitions:\n", "partitions:\n  '../../x': {}\n", 1))
+    # (with what a node allocates: a GPU partition without it is refused as the profile loads)
+    profile.write_text(text.replace("partitions:\n", "partitions:\n  '../../x': "
+                                    "{allocatable_gb: 480, allocatable_source: s}\n", 1))
     with pytest.raises(ConfigError) as info:  # when the profile loads, or when it is checked
         _check_sites(root)
     assert str(info.value).startswith(f"{profile}:{_line(profile, 'partitions:')}: partitions: "
