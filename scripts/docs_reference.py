@@ -8,13 +8,17 @@ comments that cite their sources, every module of ``containers/`` and ``jobs/`` 
 docstring's first sentence, and the error family.
 
 It is the MkDocs hook of ``mkdocs.yml`` (``on_page_markdown``), so every build regenerates it,
-and a script: ``python scripts/docs_reference.py tasks`` prints one generated block.
+and a script: ``python scripts/docs_reference.py tasks`` prints one generated block, and
+``python scripts/docs_reference.py --write`` refills the blocks in the pages themselves (up to
+``<!-- end generated: NAME -->``), which are committed so the reference reads whole where the
+repository is read; a test fails when they are not current.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import html
 import importlib
 import inspect
 import json
@@ -32,12 +36,30 @@ def importable() -> None:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
 
-MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
+#: A generated block: its opening marker, what was generated last (committed, so the page reads
+#: whole where the repository is read), and its closing marker.
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$\n?(?:(?:.*\n)*?<!-- end generated: \1 -->$)?",
+                    re.M)
+
+
+#: A Markdown code span: its text is shown as written, so it is never escaped.
+CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+
+
+def prose(text: str) -> str:
+    """``text`` with ``&``, ``<`` and ``>`` escaped outside code spans: a placeholder such as
+    ``<target>`` in a help text is shown, not read by the browser as a tag and lost."""
+    parts, last = [], 0
+    for span in CODE_SPAN.finditer(text):
+        parts += [html.escape(text[last:span.start()], quote=False), span.group(0)]
+        last = span.end()
+    return "".join(parts) + html.escape(text[last:], quote=False)
 
 
 def cell(text: object) -> str:
-    """``text`` made safe for one Markdown table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """``text`` made safe for one Markdown table cell: one line, pipes escaped, and what it
+    quotes kept (:func:`prose`)."""
+    return prose(" ".join(str(text).split())).replace("|", "\\|")
 
 
 def table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
@@ -68,7 +90,7 @@ def tasks_markdown() -> str:
     parts = []
     for name in sorted(collection.task_names):
         doc = inspect.cleandoc(collection[name].body.__doc__ or "")
-        parts.append(f"## invoke {name}\n\n{doc}\n\n"
+        parts.append(f"## invoke {name}\n\n{prose(doc)}\n\n"
                      + table(["flag", "what it does [type; default]"],
                              [(f"`{flag}`", text) for flag, text in flags[name]]))
     return "\n".join(parts)
@@ -258,8 +280,25 @@ def fill(markdown: str) -> str:
         name = match.group(1)
         if name not in GENERATORS:
             raise KeyError(f"unknown generated block {name!r}; known: {', '.join(GENERATORS)}")
-        return GENERATORS[name]()
+        return (f"<!-- generated: {name} -->\n{GENERATORS[name]().rstrip()}\n"
+                f"<!-- end generated: {name} -->")
     return MARKER.sub(replace, markdown)
+
+
+def pages() -> list[Path]:
+    """The docs pages that hold a generated block."""
+    return sorted(p for p in (ROOT / "docs").rglob("*.md") if MARKER.search(p.read_text()))
+
+
+def write_pages() -> list[Path]:
+    """Refill every page's generated blocks in place; the pages changed."""
+    changed = []
+    for page in pages():
+        text = page.read_text()
+        if fill(text) != text:
+            page.write_text(fill(text))
+            changed.append(page)
+    return changed
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
@@ -269,6 +308,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 if __name__ == "__main__":
     importable()
-    if len(sys.argv) != 2 or sys.argv[1] not in GENERATORS:
-        sys.exit(f"usage: {sys.argv[0]} {'|'.join(GENERATORS)}")
-    print(GENERATORS[sys.argv[1]]())
+    if sys.argv[1:] == ["--write"]:
+        for page in write_pages():
+            print(f"rewrote {page.relative_to(ROOT)}")
+    elif len(sys.argv) == 2 and sys.argv[1] in GENERATORS:
+        print(GENERATORS[sys.argv[1]]())
+    else:
+        sys.exit(f"usage: {sys.argv[0]} --write | {'|'.join(GENERATORS)}")

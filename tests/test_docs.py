@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,64 @@ def test_docs_build_strict_with_offline_search(site) -> None:
     index = (site / "index.html").read_text()
     assert "fonts.googleapis.com" not in index  # nothing fetched from elsewhere when read
     assert 'href="getting-started.html"' in index  # links that work from disk
+
+
+#: A placeholder a page quotes (``recipes/<target>.yaml``, ``--gres=gpu:v100:<N>``).
+PLACEHOLDER = re.compile(r"<([A-Za-z][^<>\n]*)>")
+GENERATED_PAGES = {"tasks": "reference/tasks.html", "inputs": "reference/inputs.html",
+                   "sites": "reference/sites.html", "layout": "reference/layout.html",
+                   "errors": "troubleshooting.html"}
+
+
+@pytest.mark.parametrize("block", sorted(GENERATED_PAGES))
+def test_no_generated_page_loses_a_placeholder(site, generator, block) -> None:
+    """What a generated block quotes in prose is escaped: a ``<target>`` outside a code span
+    would reach the browser as an unknown tag and vanish from the page."""
+    quoted = set(PLACEHOLDER.findall(html.unescape(generator.GENERATORS[block]())))
+    text = text_of(site / GENERATED_PAGES[block])
+    assert not sorted(name for name in quoted if f"<{name}>" not in text)
+
+
+def test_committed_reference_pages_are_current(generator) -> None:
+    """The generated blocks are committed filled, so the reference reads whole on a code host;
+    a change to a task's help, a field, a site fact or a module's docstring must refill them."""
+    assert generator.pages(), "no page holds a generated block"
+    stale = [page.relative_to(ROOT).as_posix() for page in generator.pages()
+             if generator.fill(page.read_text()) != page.read_text()]
+    assert not stale, f"run: python scripts/docs_reference.py --write ({', '.join(stale)})"
+
+
+def test_a_filled_block_is_refilled_not_repeated(generator) -> None:
+    once = generator.fill("# T\n\n<!-- generated: errors -->\n")
+    assert once.count("<!-- end generated: errors -->") == 1
+    assert generator.fill(once) == once
+    assert generator.fill(once.replace("| `", "| `Stale", 1)) == once
+
+
+def test_prose_escapes_outside_code_spans_only(generator) -> None:
+    assert generator.prose("recipes/<target>.yaml, `<target>` & ``a `<b>` c``") == \
+        "recipes/&lt;target&gt;.yaml, `<target>` &amp; ``a `<b>` c``"
+    assert generator.cell("--gres=gpu:v100:<N> | x") == "--gres=gpu:v100:&lt;N&gt; \\| x"
+
+
+def test_search_works_offline_in_a_real_browser(site, tmp_path) -> None:
+    """The built site opened from disk in headless Chromium with every network request refused
+    answers a search (``?q=`` opens the search with that query): the search worker runs from
+    our own stand-in (docs/assets/javascripts), no script is fetched from a CDN."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("chromium is not installed (./setup.sh test installs it)")
+    for page in site.rglob("*.html"):
+        assert "unpkg.com" not in page.read_text(), page
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}", "--proxy-server=127.0.0.1:9",
+            "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=10000",
+            "--dump-dom", (site / "index.html").as_uri() + "?q=apptainer"]
+    dom = subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout
+    found = re.search(r'class="md-search-result__meta">(\d+) matching documents?<', dom)
+    assert found and int(found.group(1)) > 5, dom[-2000:]
+    assert "md-search-result__item" in dom
 
 
 def test_nav_holds_every_page(site) -> None:
