@@ -276,6 +276,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         beside.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
         entry["diff_file"] = str(final.relative_to(plan.dest))
     entry.update({k: reviewed[k] for k in ("fit", "gate", "stack") if k in reviewed})
+    entry["driver_needed"] = cat.driver_needed(entry)
     return entry, beside
 
 
