@@ -77,7 +77,7 @@ def signing_key(runtime: Runtime, keysdir: Path, keyidx: int) -> SigningKey:
         found = f"it holds {len(keys)} secret keys" if keys else "it holds no secret key"
         env = [f"{k}={shlex.quote(v)}" for k, v in runtime.keyring_env(keysdir).items()]
         recipe = shlex.join(newpair_argv(runtime, name="NAME", email="EMAIL",
-                                         comment="image signing"))
+                                         comment="COMMENT"))
         raise ConfigError(
             f"no secret key #{keyidx} in the keyring {keysdir} ({found}); create one with: "
             f"{' '.join(env)} {recipe} (or set containers.sign_keysdir / sign_keyidx)",
