@@ -20,6 +20,7 @@ Sources (NVIDIA):
 
 from __future__ import annotations
 
+import ctypes
 import re
 import subprocess
 from pathlib import Path
@@ -103,6 +104,19 @@ def cuda_of_driver_api(version: Optional[int]) -> Optional[str]:
     if not version or version < 1000:
         return None
     return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def driver_api_cuda(library: str = "libcuda.so.1") -> Optional[str]:
+    """The newest CUDA the loaded driver library supports (``cuDriverGetVersion``, which needs
+    no GPU and no context: it answers where torch sees none), None where ``libcuda`` is absent
+    (no ``--nv``) or does not answer. torch has no public call for it."""
+    try:
+        version = ctypes.c_int()
+        if ctypes.CDLL(library).cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return cuda_of_driver_api(version.value)
 
 
 def parse_nvidia_driver(text: str) -> Optional[str]:

@@ -118,8 +118,7 @@ def node_driver(build: str) -> tuple[Optional[str], Optional[str]]:
     if build != "cuda":
         return None, None
     driver = cudadriver.nvidia_driver()
-    driver_cuda = cudadriver.cuda_of_driver_api(
-        guarded(lambda: int(torch._C._cuda_getDriverVersion()), None))
+    driver_cuda = cudadriver.driver_api_cuda()
     newest = driver_cuda or cudadriver.newest_cuda(driver)
     shown = (f"NVIDIA driver {driver or 'unknown'}"
              + (f" (CUDA {newest} at most)" if newest else "")

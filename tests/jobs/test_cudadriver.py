@@ -42,7 +42,11 @@ def test_fits_or_not_judged(cuda, driver, driver_cuda) -> None:
     assert cudadriver.misfit(cuda, driver, driver_cuda) is None
 
 
-def test_misfit_from_torchs_driver_api_number_alone() -> None:
+def test_driver_api_without_libcuda_is_unknown() -> None:
+    assert cudadriver.driver_api_cuda("libcuda-absent.so.1") is None
+
+
+def test_misfit_from_the_driver_api_number_alone() -> None:
     newest = cudadriver.cuda_of_driver_api(12080)
     assert newest == "12.8" and cudadriver.cuda_of_driver_api(0) is None
     assert cudadriver.misfit("13.0", None, newest).startswith(

@@ -157,14 +157,14 @@ def test_missing_gpu_says_why_and_what_it_saw(gpu_torch, monkeypatch, expect, bu
 @pytest.fixture
 def node_driver(monkeypatch, tmp_path):
     """Pretend the node's NVIDIA driver is ``driver`` (its /proc file) and torch's CUDA runtime
-    ``cuda``; torch's own driver query answers nothing (as on this GPU-less machine)."""
+    ``cuda``; the driver library answers nothing (as on this GPU-less machine)."""
     def pretend(driver: str, cuda: str) -> None:
         version = tmp_path / "nvidia-version"
         version.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver}  Tue\n")
         monkeypatch.setattr(cudadriver, "nvidia_driver", lambda: cudadriver.nvidia_driver_file(
             version))
         monkeypatch.setattr(torch.version, "cuda", cuda)
-        monkeypatch.setattr(torch._C, "_cuda_getDriverVersion", lambda: 0, raising=False)
+        monkeypatch.setattr(cudadriver, "driver_api_cuda", lambda: None)
     return pretend
 
 
