@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 import choices
-from distenv import DistEnv, describe_device, gpu_index, runtime_versions
+import cudadriver
+from distenv import DistEnv, amdgpu_driver, describe_device, gpu_index, runtime_versions
 
 #: The variables that limit which GPUs a process sees (CUDA; ROCm's runtime; HIP; older ROCm).
 VISIBLE_ENV = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
@@ -107,9 +108,28 @@ def visible_env() -> dict[str, str]:
     return {name: os.environ[name] for name in VISIBLE_ENV if name in os.environ}
 
 
+def node_driver(build: str) -> tuple[Optional[str], Optional[str]]:
+    """``(what the node's driver is, for the failure line; why it cannot run this torch's
+    runtime, or None)``: NVIDIA's driver and the newest CUDA it supports against
+    ``torch.version.cuda`` (:mod:`cudadriver`), amdgpu's version against ``torch.version.hip``."""
+    if build == "rocm":
+        amd = amdgpu_driver()
+        return f"amdgpu driver {amd or 'unknown'}, HIP {torch.version.hip}", None
+    if build != "cuda":
+        return None, None
+    driver = cudadriver.nvidia_driver()
+    driver_cuda = cudadriver.driver_api_cuda()
+    newest = driver_cuda or cudadriver.newest_cuda(driver)
+    shown = (f"NVIDIA driver {driver or 'unknown'}"
+             + (f" (CUDA {newest} at most)" if newest else "")
+             + f", CUDA runtime {torch.version.cuda}")
+    return shown, cudadriver.misfit(torch.version.cuda, driver, driver_cuda)
+
+
 def missing_gpu(expect_gpu: str, local_rank: int) -> Optional[str]:
     """Why this rank has no usable ``expect_gpu`` GPU (one line, what it saw), or None if it has
-    one or none was expected."""
+    one or none was expected. When torch sees no GPU because the node's driver is too old for
+    the image's CUDA runtime, the line says so first: the cause, not the symptom."""
     if expect_gpu == "none":
         return None
     build, count = torch_build(), visible_gpus()
@@ -121,9 +141,13 @@ def missing_gpu(expect_gpu: str, local_rank: int) -> Optional[str]:
         why = f"local rank {local_rank} has no GPU of its own"
     else:
         return None
+    driver, cause = node_driver(build)
+    if cause and count == 0:
+        why = f"torch sees no GPU because {cause}"
     shown = ", ".join(f"{name}={value!r}" for name, value in visible_env().items())
-    return (f"expected a {expect_gpu} GPU, but {why} (torch {torch.__version__}: {build} build, "
-            f"{count} GPUs visible, {shown or 'no visible-devices variable set'})")
+    return (f"expected a {expect_gpu} GPU, but {why} (torch {torch.__version__}"
+            f"{'; ' + driver if driver else ''}: {build} build, {count} GPUs visible, "
+            f"{shown or 'no visible-devices variable set'})")
 
 
 def gpu_identity(index: int) -> dict[str, Any]:

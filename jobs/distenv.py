@@ -19,13 +19,14 @@ import hashlib
 import json
 import os
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 import torch
 import torch.distributed as dist
+
+import cudadriver
 
 
 @dataclass(frozen=True)
@@ -106,28 +107,26 @@ def init_process_group(env: DistEnv, backend: str, timeout_s: int) -> None:
                             world_size=env.world_size, timeout=timeout)
 
 
-def parse_nvidia_driver(text: str) -> Optional[str]:
-    """The version in ``/proc/driver/nvidia/version`` (``NVRM version: NVIDIA UNIX x86_64 Kernel
-    Module  550.54.15  ...``, or ``... Open Kernel Module for x86_64  550.54.15 ...``)."""
-    match = re.search(r"Kernel Module\b.*?\s(\d+(?:\.\d+)+)\b", text)
-    return match.group(1) if match else None
+#: Where the amdgpu kernel module says its version (ROCm nodes).
+AMDGPU_VERSION_FILE = Path("/sys/module/amdgpu/version")
 
 
-def driver_version(nvidia: Path = Path("/proc/driver/nvidia/version"),
-                   amd: Path = Path("/sys/module/amdgpu/version")) -> Optional[str]:
+def amdgpu_driver(path: Path = AMDGPU_VERSION_FILE) -> Optional[str]:
+    """The amdgpu kernel driver's version, or None where it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip() or None
+    except OSError:
+        return None
+
+
+def driver_version(nvidia: Path = cudadriver.NVIDIA_VERSION_FILE,
+                   amd: Path = AMDGPU_VERSION_FILE) -> Optional[str]:
     """The kernel driver's version (NVIDIA's, else amdgpu's), or None where neither is readable.
 
     A container brings its own CUDA/HIP runtime but shares the host's kernel driver; when the two
     do not match, this is the number that explains it.
     """
-    for path, parse in ((nvidia, parse_nvidia_driver), (amd, lambda text: text.strip() or None)):
-        try:
-            version = parse(path.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            continue
-        if version:
-            return version
-    return None
+    return cudadriver.nvidia_driver_file(nvidia) or amdgpu_driver(amd)
 
 
 def runtime_versions() -> dict[str, Optional[str]]:

@@ -132,6 +132,8 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
 def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
     stack, sbom, record = report["stack"], report.get("sbom"), report.get("provenance") or {}
     rows = [*((key, shown(stack.get(key))) for key in probing.STACK_KEYS),
+            *([("driver needed", report["driver_needed"])] if report.get("driver_needed")
+              else []),
             ("size", human_bytes(report["size_bytes"])),
             ("packages", f"{report['packages']['debian']} Debian, "
                          f"{report['packages']['pip']} pip"),

@@ -8,6 +8,8 @@ variables are read under different prefixes (``APPTAINERENV_`` vs ``SINGULARITYE
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import shutil
 from dataclasses import dataclass
@@ -24,6 +26,45 @@ BIND_SPECIALS = ",:\n"
 #: Apptainer expands a ``%files`` source as a shell word (it escapes spaces only), so these
 #: characters would be interpreted (variables, quotes, globs, operators) instead of copied.
 FILES_SPECIALS = "$`\\'\"()&;|<>*?[]{}\t\n"
+
+
+@dataclass(frozen=True)
+class KeyringRule:
+    """Where a flavour keeps its local PGP keyring (``key``, ``sign``, ``verify``): the first
+    non-empty variable of ``variables``, else ``folder`` under its configuration folder (the
+    first non-empty of ``config_variables``, else ``config`` under the home folder: ``$HOME``
+    first where ``home_from_env``, else the account's)."""
+
+    variables: tuple[str, ...]
+    config_variables: tuple[str, ...]
+    config: str
+    folder: str
+    home_from_env: bool
+
+
+#: The keyring rule of each flavour, as its own source has it. Apptainer:
+#: ``syfs.DefaultLocalKeyDirPath`` reads ``GetenvLegacy("KEYSDIR", "SYPGPDIR")``
+#: (APPTAINER_KEYSDIR, else the older SINGULARITY_SYPGPDIR), else ``ConfigDir()/keys``, where
+#: ConfigDir is APPTAINER_CONFIGDIR / SINGULARITY_CONFIGDIR, else ``$HOME/.apptainer`` (the
+#: account's home when HOME is unset):
+#: https://github.com/apptainer/apptainer/blob/main/pkg/syfs/syfs.go and
+#: https://github.com/apptainer/apptainer/blob/main/internal/pkg/util/env/env.go (GetenvLegacy);
+#: ``apptainer help key``: "local keyring: '~/.apptainer/keys' if 'APPTAINER_KEYSDIR' is not
+#: set". SingularityCE: ``sypgp.dirPath`` reads SINGULARITY_SYPGPDIR, else ``ConfigDir()/sypgp``,
+#: ConfigDir being SINGULARITY_CONFIGDIR, else the account's home ``/.singularity``:
+#: https://github.com/sylabs/singularity/blob/main/pkg/syfs/syfs.go and pkg/sypgp/sypgp.go.
+KEYRING_RULES = {
+    "apptainer": KeyringRule(("APPTAINER_KEYSDIR", "SINGULARITY_SYPGPDIR"),
+                             ("APPTAINER_CONFIGDIR", "SINGULARITY_CONFIGDIR"), ".apptainer",
+                             "keys", home_from_env=True),
+    "singularity": KeyringRule(("SINGULARITY_SYPGPDIR",), ("SINGULARITY_CONFIGDIR",),
+                               ".singularity", "sypgp", home_from_env=False),
+}
+
+
+def first_set(environ: Mapping[str, str], names: Iterable[str]) -> str:
+    """The value of the first of ``names`` set to a non-empty value in ``environ`` ("" if none)."""
+    return next((environ[name] for name in names if environ.get(name)), "")
 
 
 def build_arg(key: str, value: str) -> str:
@@ -103,12 +144,25 @@ class Runtime:
         return [self.binary, "key", "import", str(key_file)]
 
     def keyring_env(self, keysdir: Path | str | None) -> dict[str, str]:
-        """Variables pointing sign/verify/key at ``keysdir`` (none: the runtime's default,
-        ``~/.apptainer/keys``). SingularityCE reads ``SINGULARITY_SYPGPDIR`` only."""
+        """Variables pointing sign/verify/key at ``keysdir`` (none: nothing set, so the runtime
+        follows :meth:`keysdir`'s rule). SingularityCE reads ``SINGULARITY_SYPGPDIR`` only."""
         if not keysdir:
             return {}
-        name = "APPTAINER_KEYSDIR" if self.flavour == "apptainer" else "SINGULARITY_SYPGPDIR"
-        return {name: str(keysdir)}
+        return {KEYRING_RULES[self.flavour].variables[0]: str(keysdir)}
+
+    def keysdir(self, environ: Mapping[str, str] | None = None) -> Path:
+        """The keyring folder this runtime reads when none is named, by its own rule
+        (:data:`KEYRING_RULES`) in ``environ`` (default: this process's), so that what is
+        signed and what is looked up afterwards come from one keyring."""
+        environ = os.environ if environ is None else environ
+        rule = KEYRING_RULES[self.flavour]
+        if named := first_set(environ, rule.variables):
+            return Path(named)
+        if config := first_set(environ, rule.config_variables):
+            return Path(config) / rule.folder
+        home = (environ.get("HOME") if rule.home_from_env else "") \
+            or pwd.getpwuid(os.getuid()).pw_dir
+        return Path(home) / rule.config / rule.folder
 
 
 def parse_version(text: str) -> tuple[str, str]:

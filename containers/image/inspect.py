@@ -25,6 +25,7 @@ from containers.host.process import capture
 from containers.host.runtime import Runtime
 from containers.image import gpuarch, provenance
 from containers.image.emulated import emulated_binds
+from containers.inputs import names
 
 PROBE = Path(__file__).with_name("probe_script.py")
 MARK = "@@probe@@"
@@ -134,6 +135,16 @@ def summary(facts: Mapping) -> dict:
     }
 
 
+def driver_needed(stack: Mapping) -> str | None:
+    """The NVIDIA driver a CUDA image's nodes need, from the CUDA runtime its torch records
+    (``jobs/cudadriver.py``'s table, the one the device gate judges nodes by): the NVIDIA sites
+    publish no driver version, so people are told what to ask for. None for other builds."""
+    if stack.get("build") != "cuda":
+        return None
+    return names.driver_needed(stack.get("cuda")) or \
+        f"unknown (no driver branch known for CUDA {stack.get('cuda')})"
+
+
 def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -> dict:
     """Everything ``invoke inspect`` reports of ``image``: the probe's facts, the flat stack,
     size, labels, its build record and its SBOM's counts."""
@@ -141,11 +152,12 @@ def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -
         raise ImageMissing(image, target or image.stem)
     record = provenance.read(record_path(image))
     facts = probe(runtime, image, sha256=record.get("sha256"), arch=record.get("arch"))
-    components = _sbom_components(image)
+    components, stack = _sbom_components(image), summary(facts)
     return {
         "image": str(image), "target": target or record.get("target"),
         "size_bytes": image.stat().st_size,
-        "stack": summary(facts),
+        "stack": stack,
+        "driver_needed": driver_needed(stack),
         "labels": facts.get("labels") or {},
         "provenance": {k: v for k, v in record.items() if k not in ("labels", "pip_freeze",
                                                                    "inputs")} or None,

@@ -43,3 +43,8 @@ check_model_size = choices.check_model_size
 parse_cpulist = choices.parse_cpulist
 format_cpulist = choices.format_cpulist
 preset_defaults = choices.preset_defaults
+
+#: Which NVIDIA driver runs which CUDA runtime (``jobs/cudadriver.py``): the device gate judges
+#: the node's driver with it, ``invoke inspect`` and the catalogue say what an image needs.
+cuda_driver = jobs_module("cudadriver")
+driver_needed = cuda_driver.driver_needed

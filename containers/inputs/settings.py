@@ -82,7 +82,9 @@ class SettingsFile(Declared):
     default_target: Annotated[Str, _by_flag(TARGET)] = "cpu"
     jobs_mount: Str = "/opt/containers/jobs"
     results_mount: Str = "/opt/containers/results"
-    sign_keysdir: Str = ""
+    sign_keysdir: Str = Field("", description="the PGP keyring invoke publish --sign uses "
+                              "(empty: the one the runtime reads, APPTAINER_KEYSDIR else "
+                              "~/.apptainer/keys)")
     sign_keyidx: Annotated[Int, _by_flag(NON_NEGATIVE_INT)] = 0
     publish_group: Group = ""
     publish_world_readable: Bool = True
@@ -106,9 +108,10 @@ class Settings:
     default_target: str
     jobs_mount: str
     results_mount: str
-    # Publishing (``invoke publish``): PGP keyring for ``apptainer sign`` (empty: the runtime's
-    # default, ~/.apptainer/keys), which secret key in it, the group that reads published files,
-    # and whether others may read them too (0644/0755) or only that group (0640/0750).
+    # Publishing (``invoke publish``): PGP keyring for ``apptainer sign`` (empty: the one the
+    # runtime reads by itself, APPTAINER_KEYSDIR else ~/.apptainer/keys: Runtime.keysdir),
+    # which secret key in it, the group that reads published files, and whether others may
+    # read them too (0644/0755) or only that group (0640/0750).
     sign_keysdir: Path | None = None
     sign_keyidx: int = 0
     publish_group: str = ""

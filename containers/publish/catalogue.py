@@ -32,6 +32,7 @@ from typing import Any, Iterable
 
 from containers.errors import StateError, UsageError
 from containers.files import FileRefused, read_regular_json
+from containers.image.inspect import driver_needed as stack_driver_needed
 from containers.inputs.schema import name_problem
 
 FORMAT = 1
@@ -44,6 +45,13 @@ CATALOGUE_LIMIT = 64 << 20
 #: A sha256 as hex digits, the way ``sha256sum`` writes it.
 SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _FINGERPRINT = re.compile(r"[0-9A-F]{16,64}\Z")
+
+
+def driver_needed(entry: Any) -> str | None:
+    """The NVIDIA driver series a published version's nodes need, derived from the CUDA runtime
+    its entry's stack records (so an entry written before this was recorded says it too)."""
+    stack = entry.get("stack") if isinstance(entry, dict) else None
+    return stack_driver_needed(stack) if isinstance(stack, dict) else None
 
 
 def validate_version(version: str) -> str:

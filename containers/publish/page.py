@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from containers.publish.catalogue import driver_needed
 from containers.report import human_bytes, new_figure, save_figure
 
 STYLE = """
@@ -43,6 +44,9 @@ def _stack(entry: Mapping) -> str:
             parts.append(f"{name} {stack[key]}".strip())
     if stack.get("nccl_linkage"):
         parts.append(f"{stack['nccl_linkage']} NCCL")
+    needed = driver_needed(entry)
+    if needed:
+        parts.append(f"needs {needed}")
     return "<br>".join(_e(p) for p in parts)
 
 

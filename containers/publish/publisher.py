@@ -276,6 +276,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         beside.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
         entry["diff_file"] = str(final.relative_to(plan.dest))
     entry.update({k: reviewed[k] for k in ("fit", "gate", "stack") if k in reviewed})
+    entry["driver_needed"] = cat.driver_needed(entry)
     return entry, beside
 
 
@@ -476,9 +477,8 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
     sha256 = copied
     if key is not None:
         say(f"signing with key #{key.index} {key.fingerprint} ({key.user})")
-        keysdir = plan.settings.sign_keysdir
-        signing.sign(runtime, plan.temp, keysdir=keysdir, keyidx=plan.settings.sign_keyidx)
-        if key.fingerprint not in signing.signers(runtime, plan.temp, keysdir=keysdir):
+        signing.sign(runtime, plan.temp, keysdir=key.keysdir, keyidx=key.index)
+        if key.fingerprint not in signing.signers(runtime, plan.temp, keysdir=key.keysdir):
             raise VerdictFailed(f"{plan.temp}: the new signature is not by {key.fingerprint}")
         fsync_path(plan.temp)
         with byte_progress(f"sha256 {plan.sif.name}", plan.temp.stat().st_size) as advance:
@@ -501,8 +501,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     when = utc_now()
     # Checked before the copy: a refused --keep must not cost a multi-GB copy.
     gone = _prune(plan, before)
-    public = signing.public_key(runtime, plan.settings.sign_keysdir, key.fingerprint) if key \
-        else b""
+    public = signing.public_key(key.keysdir, key.fingerprint) if key else b""
     sha256, size = _prepare(plan, runtime, tx, key, say)
     entry, beside = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
                            replaced=replaced, when=when, reviewed=reviewed)
@@ -584,7 +583,7 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
                 f"published as {plan.target.name} {', '.join(same)}; publishing it again as "
                 f"{plan.version}")
         refuse_no_space(plan)
-    key = signing.signing_key(runtime, plan.settings.sign_keysdir,
+    key = signing.signing_key(runtime, signing.keyring(runtime, plan.settings.sign_keysdir),
                               plan.settings.sign_keyidx) if plan.sign else None
     if plan.skip_checks:
         checks = skipped(plan.target.name, say)

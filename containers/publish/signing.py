@@ -1,10 +1,12 @@
 """PGP signing of published images with the runtime's own keyring, and checking signatures.
 
 ``apptainer sign`` and ``verify`` read the keyring from ``APPTAINER_KEYSDIR`` (SingularityCE:
-``SINGULARITY_SYPGPDIR``), so the keyring is chosen through the environment
-(:meth:`Runtime.keyring_env`). Nothing here reaches a key server: ``verify --local`` only, and
-keys are never pushed. A key with a passphrase cannot be used (``apptainer`` would prompt, and
-nothing answers): the error says so.
+``SINGULARITY_SYPGPDIR``). The keyring is resolved once, to a folder (:func:`keyring`:
+``containers.sign_keysdir``, else the folder the runtime itself would read,
+:meth:`Runtime.keysdir`), and every call names that folder: the key listed, the signature made,
+the signature checked and the public key exported all come from one keyring. Nothing here
+reaches a key server: ``verify --local`` only, and keys are never pushed. A key with a
+passphrase cannot be used (``apptainer`` would prompt, and nothing answers): the error says so.
 
 ``apptainer key export`` always prompts for a key index, so the public key published beside the
 images is exported from the keyring file (``pgp-public``, a plain OpenPGP keyring) by ``gpg``,
@@ -17,10 +19,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from containers.errors import CommandFailed, ConfigError, VerdictFailed
 from containers.host.process import capture
@@ -35,39 +39,53 @@ class SigningKey:
     index: int
     user: str
     fingerprint: str  # upper-case hex, as `apptainer key list` prints it
+    keysdir: Path  # the keyring it was listed from: signing and exporting read this one
 
 
-def parse_key_list(text: str) -> list[SigningKey]:
-    """The keys of ``apptainer key list [--secret]`` output, in index order."""
-    return [SigningKey(int(m.group(1)), m.group(2), m.group(3).upper())
+def parse_key_list(text: str, keysdir: Path) -> list[SigningKey]:
+    """The keys of ``apptainer key list [--secret]`` output of ``keysdir``, in index order."""
+    return [SigningKey(int(m.group(1)), m.group(2), m.group(3).upper(), keysdir)
             for m in _KEY_BLOCK.finditer(text)]
 
 
-def default_keysdir(runtime: Runtime) -> Path:
-    return Path.home() / (".apptainer/keys" if runtime.flavour == "apptainer"
-                          else ".singularity/sypgp")
+def keyring(runtime: Runtime, configured: Path | None,
+            environ: Mapping[str, str] | None = None) -> Path:
+    """The keyring folder publishing uses: ``containers.sign_keysdir`` when set, else the one
+    the runtime reads by itself (``APPTAINER_KEYSDIR``, else its default), resolved once so
+    that signing and every later look-up name the same folder."""
+    return configured or runtime.keysdir(environ)
 
 
-def _env(runtime: Runtime, keysdir: Path | None) -> dict[str, str]:
+def newpair_argv(runtime: Runtime, *, name: str, email: str, comment: str) -> list[str]:
+    """A passphrase-less key pair, never pushed: every value ``key newpair`` would otherwise
+    prompt for is given (``--comment`` too: without it Apptainer 1.4 asks for one)."""
+    return [runtime.binary, "key", "newpair", f"--name={name}", f"--email={email}",
+            f"--comment={comment}", "--password=", "--push=false"]
+
+
+def _env(runtime: Runtime, keysdir: Path) -> dict[str, str]:
     return {**os.environ, **runtime.keyring_env(keysdir)}
 
 
-def signing_key(runtime: Runtime, keysdir: Path | None, keyidx: int) -> SigningKey:
-    """The secret key that will sign, checked before anything is copied."""
-    where = keysdir or default_keysdir(runtime)
+def signing_key(runtime: Runtime, keysdir: Path, keyidx: int) -> SigningKey:
+    """The secret key of the keyring ``keysdir`` that will sign, checked before anything is
+    copied."""
     keys = parse_key_list(capture(runtime.key_list_argv(secret=True),
-                                  env=_env(runtime, keysdir), timeout=60))
+                                  env=_env(runtime, keysdir), timeout=60), keysdir)
     chosen = next((k for k in keys if k.index == keyidx), None)
     if chosen is None:
         found = f"it holds {len(keys)} secret keys" if keys else "it holds no secret key"
+        env = [f"{k}={shlex.quote(v)}" for k, v in runtime.keyring_env(keysdir).items()]
+        recipe = shlex.join(newpair_argv(runtime, name="NAME", email="EMAIL",
+                                         comment="COMMENT"))
         raise ConfigError(
-            f"no secret key #{keyidx} in the keyring {where} ({found}); create one with: "
-            f"{runtime.binary} key newpair --name=NAME --email=EMAIL --password= --push=false "
-            "(or set containers.sign_keysdir / sign_keyidx)", key="sign_keyidx")
+            f"no secret key #{keyidx} in the keyring {keysdir} ({found}); create one with: "
+            f"{' '.join(env)} {recipe} (or set containers.sign_keysdir / sign_keyidx)",
+            key="sign_keyidx")
     return chosen
 
 
-def sign(runtime: Runtime, image: Path, *, keysdir: Path | None, keyidx: int) -> None:
+def sign(runtime: Runtime, image: Path, *, keysdir: Path, keyidx: int) -> None:
     try:
         capture(runtime.sign_argv(image, keyidx=keyidx), env=_env(runtime, keysdir), timeout=600)
     except CommandFailed as exc:
@@ -79,7 +97,7 @@ def sign(runtime: Runtime, image: Path, *, keysdir: Path | None, keyidx: int) ->
         raise
 
 
-def signers(runtime: Runtime, image: Path, *, keysdir: Path | None) -> set[str]:
+def signers(runtime: Runtime, image: Path, *, keysdir: Path) -> set[str]:
     """Fingerprints (upper-case) whose signatures over ``image`` verify against ``keysdir``;
     a :class:`VerdictFailed` naming the image when there is none or one does not verify."""
     try:
@@ -118,11 +136,11 @@ def key_fingerprints(key_file: Path) -> list[str]:
     return fingerprints
 
 
-def public_key(runtime: Runtime, keysdir: Path | None, fingerprint: str) -> bytes:
+def public_key(keysdir: Path, fingerprint: str) -> bytes:
     """The public key ``fingerprint`` (with its user ids and signatures) out of the keyring's
     ``pgp-public`` file, exported by ``gpg`` from a copy so the keyring itself is never touched;
     a file ``apptainer key import`` takes."""
-    ring = (keysdir or default_keysdir(runtime)) / "pgp-public"
+    ring = keysdir / "pgp-public"
     if not ring.is_file():
         raise ConfigError("no public keyring here (create a key with apptainer key newpair)",
                           path=ring)

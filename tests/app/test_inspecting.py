@@ -10,6 +10,7 @@ import json
 import pytest
 
 from containers.errors import UsageError
+from containers.image import inspect as probing
 from containers.publish import catalogue as cat
 
 #: The module itself (``containers.app.inspecting``; the package exports its commands).
@@ -52,3 +53,15 @@ def test_a_published_version_is_read_from_the_catalogue(data_project, tmp_path) 
     assert inspecting.latest_smoke(data_project, ref) == {"passed": True}
     with pytest.raises(UsageError, match="lists no cpu v9"):
         inspecting.resolve(data_project, f"{dest}:cpu@v9", flag="--old")
+
+
+@pytest.mark.parametrize("cuda, series", [("13.0", "R580"), ("12.8", "R525")])
+def test_inspect_names_the_driver_series_an_image_needs(capsys, cuda, series) -> None:
+    stack = {"build": "cuda", "torch": "2.9.0", "cuda": cuda}
+    report = {"image": "x.sif", "stack": stack, "size_bytes": 1,
+              "driver_needed": probing.driver_needed(stack),
+              "packages": {"debian": 0, "pip": 0}, "sbom": None, "provenance": None,
+              "labels": {}}
+    inspecting.show(report, [], say=lambda line: None)
+    out = capsys.readouterr().out
+    assert "driver needed" in out and f"NVIDIA driver {series} or newer" in out, out

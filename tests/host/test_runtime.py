@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,30 @@ def test_build_argv_quotes_args_and_keeps_bind_paths() -> None:
     assert argv == ["apptainer", "build", "--force", "--notest", "--fakeroot",
                     "--build-arg", '"CTX=/a b,c"', "--build-arg", "X=1",
                     "--bind", "/my wheels", "/o.sif", "/x.def"]
+
+
+APPTAINER = Runtime("apptainer", "apptainer", "1.4.5")
+SINGULARITY = Runtime("singularity", "singularity", "4.1.3")
+
+
+@pytest.mark.parametrize("runtime, environ, expected", [
+    # Apptainer: APPTAINER_KEYSDIR, else the older SINGULARITY_SYPGPDIR, else CONFIGDIR/keys,
+    # else $HOME/.apptainer/keys (pkg/syfs DefaultLocalKeyDirPath)
+    (APPTAINER, {"APPTAINER_KEYSDIR": "/k", "SINGULARITY_SYPGPDIR": "/old", "HOME": "/h"}, "/k"),
+    (APPTAINER, {"APPTAINER_KEYSDIR": "", "SINGULARITY_SYPGPDIR": "/old", "HOME": "/h"}, "/old"),
+    (APPTAINER, {"SINGULARITY_CONFIGDIR": "/sc", "HOME": "/h"}, "/sc/keys"),
+    (APPTAINER, {"APPTAINER_CONFIGDIR": "/c", "SINGULARITY_CONFIGDIR": "/sc"}, "/c/keys"),
+    (APPTAINER, {"HOME": "/h"}, "/h/.apptainer/keys"),
+    # SingularityCE: SINGULARITY_SYPGPDIR only, else CONFIGDIR/sypgp (pkg/sypgp dirPath)
+    (SINGULARITY, {"APPTAINER_KEYSDIR": "/k", "SINGULARITY_SYPGPDIR": "/s"}, "/s"),
+    (SINGULARITY, {"APPTAINER_KEYSDIR": "/k", "SINGULARITY_CONFIGDIR": "/sc"}, "/sc/sypgp"),
+])
+def test_keysdir_follows_the_runtimes_own_rule(runtime, environ, expected) -> None:
+    assert runtime.keysdir(environ) == Path(expected)
+
+
+def test_keysdir_without_home_is_the_accounts_home() -> None:
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    assert APPTAINER.keysdir({}) == home / ".apptainer" / "keys"
+    assert SINGULARITY.keysdir({"HOME": "/elsewhere"}) == home / ".singularity" / "sypgp"
+

@@ -19,8 +19,8 @@ import pytest
 from tests.jobs.scripts import sibling
 
 torch = pytest.importorskip("torch")
-choices, devices, distenv, workload = (
-    sibling(name) for name in ("choices", "devices", "distenv", "workload"))
+choices, cudadriver, devices, distenv, gate, workload = (
+    sibling(name) for name in ("choices", "cudadriver", "devices", "distenv", "gate", "workload"))
 
 PROBE_KEYS = {"rank", "local_rank", "hostname", "pid", "device", "index", "name", "uuid",
               "pci_bus_id", "visible", "visible_env", "build", "torch", "cuda", "hip", "nccl",
@@ -115,7 +115,7 @@ def test_cpus_allowed_list(tmp_path) -> None:
 @pytest.mark.parametrize("text, version", [
     (NVIDIA_VERSION, "550.54.15"), (NVIDIA_OPEN_VERSION, "560.35.03"), ("garbage", None)])
 def test_parse_nvidia_driver(text, version) -> None:
-    assert distenv.parse_nvidia_driver(text) == version
+    assert cudadriver.parse_nvidia_driver(text) == version
 
 
 def test_driver_version_nvidia_then_amd(tmp_path) -> None:
@@ -152,6 +152,52 @@ def test_missing_gpu_says_why_and_what_it_saw(gpu_torch, monkeypatch, expect, bu
     text = devices.missing_gpu(expect, local_rank)
     assert text.startswith(f"expected a {expect} GPU, but {why} (")
     assert f"{build} build, {count} GPUs visible, CUDA_VISIBLE_DEVICES='0,1')" in text
+
+
+@pytest.fixture
+def node_driver(monkeypatch, tmp_path):
+    """Pretend the node's NVIDIA driver is ``driver`` (its /proc file) and torch's CUDA runtime
+    ``cuda``; the driver library answers nothing (as on this GPU-less machine)."""
+    def pretend(driver: str, cuda: str) -> None:
+        version = tmp_path / "nvidia-version"
+        version.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver}  Tue\n")
+        monkeypatch.setattr(cudadriver, "nvidia_driver", lambda: cudadriver.nvidia_driver_file(
+            version))
+        monkeypatch.setattr(torch.version, "cuda", cuda)
+        monkeypatch.setattr(cudadriver, "driver_api_cuda", lambda: None)
+    return pretend
+
+
+def test_the_gate_names_a_driver_too_old_for_the_cuda_runtime(gpu_torch, node_driver,
+                                                              capsys) -> None:
+    """A CUDA 13 image on an R570 node: the first line names the driver, the newest CUDA it
+    supports and the image's runtime, not only "torch sees no GPU"."""
+    gpu_torch("cuda", 0)
+    node_driver("570.86.15", "13.0")
+    assert gate.main(["--expect-gpu", "cuda", "--ranks", "4"]) == 2
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("device gate: FAIL on ")
+    assert ("(all of 4 local ranks): expected a cuda GPU, but torch sees no GPU because the "
+            "node's NVIDIA driver 570.86.15 supports CUDA 12.8 at most and the image's torch "
+            "uses the CUDA 13.0 runtime, which needs NVIDIA driver R580 or newer") in first
+    assert "; NVIDIA driver 570.86.15 (CUDA 12.8 at most), CUDA runtime 13.0: cuda build" in first
+
+
+def test_a_fitting_driver_is_shown_not_blamed(gpu_torch, node_driver) -> None:
+    gpu_torch("cuda", 0)
+    node_driver("570.86.15", "12.8")
+    text = devices.missing_gpu("cuda", 0)
+    assert text.startswith("expected a cuda GPU, but torch sees no GPU (torch ")
+    assert "NVIDIA driver 570.86.15 (CUDA 12.8 at most), CUDA runtime 12.8: cuda build" in text
+
+
+def test_rocm_names_the_amdgpu_driver(gpu_torch, monkeypatch, tmp_path) -> None:
+    gpu_torch("rocm", 0)
+    amd = tmp_path / "amdgpu-version"
+    amd.write_text("6.10.5\n")
+    monkeypatch.setattr(devices, "amdgpu_driver", lambda: distenv.amdgpu_driver(amd))
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133", raising=False)
+    assert "; amdgpu driver 6.10.5, HIP 6.2.41133: rocm build" in devices.missing_gpu("rocm", 0)
 
 
 @pytest.mark.parametrize("expect, count, local_rank", [

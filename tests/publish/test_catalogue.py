@@ -195,3 +195,14 @@ def test_consistency_names_every_problem() -> None:
     broken["targets"]["cpu"]["latest"] = "zz"
     assert "catalogue: cpu latest 'zz' is not a listed version" in \
         cat.consistency_problems(broken, {"cpu": _healthy(["a", "b"])})
+
+
+@pytest.mark.parametrize("stack, needed", [
+    ({"build": "cuda", "cuda": "13.0"}, "NVIDIA driver R580 or newer (CUDA 13.x, minor version "
+                                        "compatibility)"),
+    ({"build": "cuda", "cuda": "12.8"}, "NVIDIA driver R525 or newer (CUDA 12.x, minor version "
+                                        "compatibility)"),
+    ({"build": "cuda", "cuda": "99.0"}, "unknown (no driver branch known for CUDA 99.0)"),
+    ({"build": "rocm", "hip": "6.2"}, None), ({"build": "cpu"}, None), (None, None)])
+def test_an_entry_names_the_driver_series_its_cuda_runtime_needs(stack, needed) -> None:
+    assert cat.driver_needed({"version": "1", "stack": stack}) == needed

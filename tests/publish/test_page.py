@@ -31,3 +31,15 @@ def test_a_link_outside_the_folder_is_shown_as_text_never_linked(tmp_path: Path,
 def test_the_layouts_own_files_are_linked(tmp_path: Path) -> None:
     page = _page(tmp_path, sbom_file="cpu/1.sif.cdx.json", diff_file="cpu/1.diff.json")
     assert re.findall(r'href="([^"]*)"', page) == ["cpu/1.sif.cdx.json", "cpu/1.diff.json"]
+
+
+def test_each_version_names_the_nvidia_driver_it_needs(tmp_path: Path) -> None:
+    """Derived from the CUDA runtime the entry's stack records (jobs/cudadriver.py's table)."""
+    def stack(build: str, **versions: str) -> dict:
+        return {"torch": "2.9.0", "build": build, **versions}
+
+    assert "needs NVIDIA driver R580 or newer (CUDA 13.x" in _page(
+        tmp_path, stack=stack("cuda", cuda="13.0"))
+    assert "needs NVIDIA driver R525 or newer (CUDA 12.x" in _page(
+        tmp_path, stack=stack("cuda", cuda="12.8"))
+    assert "needs NVIDIA" not in _page(tmp_path, stack=stack("rocm", hip="6.2"))

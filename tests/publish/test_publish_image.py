@@ -28,7 +28,7 @@ from containers.inputs.settings import load_settings
 from containers.publish import catalogue as cat
 from containers.publish.modulefile import lua_string, render_modulefile
 from containers.publish.publisher import COPY_DELAY_ENV
-from containers.publish.signing import key_fingerprints, parse_key_list, signers
+from containers.publish.signing import key_fingerprints, newpair_argv, parse_key_list, signers
 from tests.fixtures import ROOT
 from tests.publish.standin import NASTY, module_spec as _spec
 
@@ -58,12 +58,13 @@ def _make_project(root: Path, images_dir: Path, *, extra: dict | None = None) ->
 def keyring(tmp_path_factory, real_runtime) -> Path:
     """A throwaway passphrase-less keypair (no network: never pushed)."""
     keys = tmp_path_factory.mktemp("keys") / "keyring"
-    # passphrase-less, never pushed to a key server
-    subprocess.run([real_runtime.binary, "key", "newpair", "--name=Test Site Admin",
-                    "--email=admin@example.org", "--comment=containers tests", "--password=",
-                    "--push=false", "--bit-length=2048"],
-                   env={**os.environ, **real_runtime.keyring_env(keys)}, check=True,
-                   stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    # passphrase-less, never pushed to a key server: the recipe the error message gives
+    made = subprocess.run([*newpair_argv(real_runtime, name="Test Site Admin",
+                                         email="admin@example.org", comment="containers tests"),
+                           "--bit-length=2048"],
+                          env={**os.environ, **real_runtime.keyring_env(keys)}, check=True,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert "Enter" not in made.stdout + made.stderr, "the recipe prompted"
     return keys
 
 
@@ -158,7 +159,7 @@ def test_publish_checks_copies_signs_and_catalogues(published, site_project, key
     assert entry["checks"]["skipped"] is False and entry["published_by"]
     key = parse_key_list(subprocess.run(real_runtime.key_list_argv(secret=True), check=True,
                                         env={**os.environ, **real_runtime.keyring_env(keyring)},
-                                        capture_output=True, text=True).stdout)[0]
+                                        capture_output=True, text=True).stdout, keyring)[0]
     assert entry["key_fingerprint"] == key.fingerprint
     # files: image (signed, so not the build's bytes), checksum, latest, module, wrapper, key
     sif = dest / "cpu" / "2.0.sif"
@@ -451,7 +452,8 @@ def test_signing_key_problems_are_clear_and_publish_nothing(site_project, real_r
         return app.Project(root=site_project.root, settings=settings)
 
     dest = tmp_path / "pub"
-    with pytest.raises(ConfigError, match=r"no secret key #0 in the keyring .*key newpair"):
+    with pytest.raises(ConfigError, match=r"no secret key #0 in the keyring .*key newpair"
+                                          r".* --comment="):
         publish(project_with(tmp_path / "empty-keyring"), target="cpu", dest=dest, sign=True,
                 version="1.0", say=lambda l: None)
     assert not dest.exists(), "refused before anything was written"
@@ -466,3 +468,30 @@ def test_signing_key_problems_are_clear_and_publish_nothing(site_project, real_r
                 say=lambda l: None)
     assert not (dest / "cpu").exists(), "rolled back: no image, no temp, no folder it made"
     assert not (dest / "catalogue.json").exists()
+
+
+def test_publish_with_only_apptainer_keysdir_signs_and_verifies(
+        site_project, keyring, real_runtime, tmp_path, monkeypatch) -> None:
+    """``containers.sign_keysdir`` unset: the keyring is the one Apptainer reads by itself
+    (``APPTAINER_KEYSDIR``), for the key listed, the signature and the public key exported;
+    a HOME whose ``~/.apptainer/keys`` is empty shows nothing is looked up there."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("APPTAINER_KEYSDIR", str(keyring))
+    for name in ("SINGULARITY_SYPGPDIR", "APPTAINER_CONFIGDIR", "SINGULARITY_CONFIGDIR"):
+        monkeypatch.delenv(name, raising=False)
+    settings = load_settings(site_project.root, {
+        "results_dir": str(site_project.settings.results_dir),
+        "images_dir": str(site_project.settings.images_dir)})
+    assert settings.sign_keysdir is None
+    project = app.Project(root=site_project.root, settings=settings)
+    dest = tmp_path / "pub"
+    lines: list[str] = []
+    entry = publish(project, target="cpu", dest=dest, version="1.0", sign=True,
+                    skip_checks=True, say=lines.append)
+    key = parse_key_list(subprocess.run(real_runtime.key_list_argv(secret=True), check=True,
+                                        capture_output=True, text=True).stdout, keyring)[0]
+    assert entry["signed"] is True and entry["key_fingerprint"] == key.fingerprint
+    assert key_fingerprints(dest / entry["public_key"]) == [key.fingerprint]
+    assert signers(real_runtime, dest / "cpu" / "1.0.sif", keysdir=keyring) == {key.fingerprint}
+    verify(project, dest=dest, say=lambda l: None)
+    assert not (tmp_path / "home" / ".apptainer" / "keys" / "pgp-secret").exists()

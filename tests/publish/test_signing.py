@@ -1,9 +1,10 @@
 """Unit tests of signing's pure parts and of the public-key export (real ``gpg`` with a throwaway
-home, a keyring of two keys in ``data/two-keys.asc``; no Apptainer: ``test_publish_image.py``
-signs and verifies for real)."""
+home, a keyring of two keys in ``data/two-keys.asc``); the documented key recipe run by the real
+Apptainer. ``test_publish_image.py`` signs and verifies for real."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import pytest
 
 from containers.errors import ConfigError
 from containers.host.runtime import Runtime
-from containers.publish.signing import key_fingerprints, parse_key_list, public_key
+from containers.publish.signing import (key_fingerprints, keyring, newpair_argv, parse_key_list,
+                                        public_key)
+from tests.fixtures import ROOT
 
 TWO_KEYS = Path(__file__).parent / "data" / "two-keys.asc"
 FIRST, SECOND = ("E3D02CEFF4EA164FBDA7180B8286BAE06F9F865A",
@@ -45,12 +48,27 @@ KEY_LIST = """Private key listing (/tmp/keys/pgp-secret):
 
 
 def test_parse_key_list() -> None:
-    keys = parse_key_list(KEY_LIST)
-    assert [(k.index, k.user, k.fingerprint) for k in keys] == [
+    keys = parse_key_list(KEY_LIST, Path("/tmp/keys"))
+    assert [(k.index, k.user, k.fingerprint, k.keysdir) for k in keys] == [
         (0, "Site Admin (containers) <admin@example.org>",
-         "3E1D619BF19EDB9AA692D1F2A1A731A140AB8DA0"),
-        (1, "Other <o@example.org>", "1A19EF8888B897856E7301734A1C1C40096AEE87")]
-    assert parse_key_list("Private key listing (/x):\n\n") == []
+         "3E1D619BF19EDB9AA692D1F2A1A731A140AB8DA0", Path("/tmp/keys")),
+        (1, "Other <o@example.org>", "1A19EF8888B897856E7301734A1C1C40096AEE87",
+         Path("/tmp/keys"))]
+    assert parse_key_list("Private key listing (/x):\n\n", Path("/x")) == []
+
+
+def test_unset_keyring_is_the_one_the_runtime_reads() -> None:
+    """containers.sign_keysdir unset: APPTAINER_KEYSDIR, else Apptainer's default; set: it."""
+    environ = {"APPTAINER_KEYSDIR": "/site/keys", "HOME": "/home/admin"}
+    assert keyring(RUNTIME, None, environ) == Path("/site/keys")
+    assert keyring(RUNTIME, None, {"HOME": "/home/admin"}) == Path("/home/admin/.apptainer/keys")
+    assert keyring(RUNTIME, Path("/configured"), environ) == Path("/configured")
+
+
+def test_newpair_recipe_answers_every_prompt() -> None:
+    argv = newpair_argv(RUNTIME, name="Site", email="a@example.org", comment="signing")
+    assert argv == ["apptainer", "key", "newpair", "--name=Site", "--email=a@example.org",
+                    "--comment=signing", "--password=", "--push=false"]
 
 
 def test_runtime_sign_and_verify_argv_never_reach_a_key_server() -> None:
@@ -76,7 +94,7 @@ def test_public_key_exports_exactly_one_key_and_leaves_the_keyring_alone(
     before = ring.read_bytes(), ring.stat().st_mtime_ns
     for fingerprint in (SECOND, FIRST.lower()):
         exported = tmp_path / "key.pgp"
-        exported.write_bytes(public_key(RUNTIME, data_keysdir, fingerprint))
+        exported.write_bytes(public_key(data_keysdir, fingerprint))
         assert key_fingerprints(exported) == [fingerprint.upper()]
         assert not exported.read_bytes().startswith(b"-----"), "binary, like the keyring"
     assert (ring.read_bytes(), ring.stat().st_mtime_ns) == before
@@ -86,8 +104,28 @@ def test_public_key_exports_exactly_one_key_and_leaves_the_keyring_alone(
 def test_public_key_not_in_the_keyring_names_the_keyring(data_keysdir: Path,
                                                          tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=f"public key {'AB' * 20} is not in the keyring") as err:
-        public_key(RUNTIME, data_keysdir, "AB" * 20)
+        public_key(data_keysdir, "AB" * 20)
     assert err.value.path == data_keysdir / "pgp-public"
     with pytest.raises(ConfigError, match="no public keyring here") as missing:
-        public_key(RUNTIME, tmp_path / "nowhere", FIRST)
+        public_key(tmp_path / "nowhere", FIRST)
     assert missing.value.path == tmp_path / "nowhere" / "pgp-public"
+
+
+@pytest.mark.apptainer
+def test_documented_key_recipe_runs_without_a_prompt(tmp_path: Path) -> None:
+    """The recipe in docs/publishing.md, run as printed (its keyring moved to a temp folder)
+    with no terminal: nothing is asked, and the keyring holds a secret key afterwards."""
+    page = (ROOT / "docs" / "publishing.md").read_text()
+    section = page[page.index("**Signing keys, first time.**"):]
+    start = section.index("```bash\n") + len("```bash\n")
+    block = section[start:section.index("\n```", start)]
+    assert "/root/publish-keys" in block and "key newpair" in block
+    keys = tmp_path / "keys"
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    env.pop("APPTAINER_KEYSDIR", None)
+    ran = subprocess.run(["bash", "-euc", block.replace("/root/publish-keys", str(keys))],
+                         env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "Enter" not in ran.stdout + ran.stderr, "the recipe prompted"
+    assert "Fingerprint:" in ran.stdout and (keys / "pgp-secret").is_file()
