@@ -63,7 +63,7 @@ def _steps_that_need_python_refuse(tmp_path: Path, name: str, image: Path) -> No
     --no-launcher runs, as it needs no Python."""
     project = app.Project.load(tmp_path / "project", {"images_dir": str(tmp_path / "images"),
                                                       "tmp_dir": str(tmp_path / "work")})
-    said = f"{os.path.relpath(image)} has no Python (its build record says so): "
+    said = f"{os.path.relpath(image)} has no Python 3 (its build record says so): "
     refusals = {
         "smoke needs torch": lambda say: app.prove(
             project, target=name, options=SmokeOptions(gpus=1, sizes="1K"), say=say),
