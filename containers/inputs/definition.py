@@ -13,9 +13,15 @@ files out of an earlier one with ``%files from <stage>``. A ``{{ ARG }}`` given 
 Apptainer reads them). The image is the last stage. The build passes the file to Apptainer
 unchanged, so stages cost the tool nothing but reading them right.
 
-``%setup`` runs on the build host as the building user and ``%files`` copies from the host: a
-line there that reads a host path outside the build context the tool stages makes the image
-depend on the build machine. :func:`host_path_uses` lists them for ``invoke check``.
+``%setup`` and ``%pre`` run on the build host as the building user, ``%files`` and ``%appfiles``
+copy from the host and a ``localimage`` stage starts from a host file: a line there that reads
+a host path outside the build context the tool stages makes the image depend on the build
+machine. :func:`host_path_uses` lists them for ``invoke check``.
+
+Lines are Apptainer's (pkg/build/types/parser/deffile.go scans with Go's ``bufio.ScanLines``):
+they end at ``\n`` only, and one ``\r`` before it is dropped (:func:`apptainer_lines`,
+:func:`line_text`). The checks must see every line Apptainer runs, so no other line break of
+Python's (form feed, ``\x85``, U+2028...) may start a section or a stage here.
 """
 
 from __future__ import annotations
@@ -594,8 +600,8 @@ def _header(lines: list[str], start: int, path: Path | None
             key, value = (part.strip(GO_SPACE) for part in text.split(":", 1))
             key = key.lower()
             if key in numbers:
-                raise ConfigError(f"header key '{key}' is given twice (lines {numbers[key]} and "
-                                  f"{number}); Apptainer uses only the last: give it once",
+                raise ConfigError(f"header key '{key}' is given twice (lines {numbers[key]} "
+                                  f"and {number}); Apptainer uses only the last: give it once",
                                   path=path, line=number, key=key)
             numbers[key] = number
         pending = key if value.endswith("\\") else None
@@ -609,10 +615,10 @@ def _header(lines: list[str], start: int, path: Path | None
 def parse_definition(text: str, *, path: Path | None = None) -> Definition:
     """Split ``text`` into stages, each a preamble and sections, without changing a byte.
 
-    As Apptainer does: lines end at ``\\n`` only (:func:`apptainer_lines`), ``bootstrap:`` at the
-    start of a line begins a new stage (once the current one has a header line or a section;
-    comments above the first are its preamble), and a line whose first word starts with ``%``
-    begins a section."""
+    As Apptainer does: lines end at ``\\n`` only (:func:`apptainer_lines`), ``bootstrap:`` at
+    the start of a line begins a new stage (once the current one has a header line or a
+    section; comments above the first are its preamble), and a line whose first word starts
+    with ``%`` begins a section."""
     stages: list[Stage] = []
     preamble: list[str] = []
     sections: list[Section] = []
