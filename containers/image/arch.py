@@ -89,14 +89,17 @@ def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -
                             f"({exc})", argv=argv) from exc
 
 
-#: Which python an image runs (``python3``, else ``python``, on its own PATH).
-_WHICH_PYTHON = "command -v python3 || command -v python"
+#: Which Python 3 an image runs (``python3`` on its own PATH): the probe, smoke and the examples
+#: all run ``python3``, so a ``python`` that is Python 2 (CentOS 7, old Horovod images) counts
+#: for nothing.
+_WHICH_PYTHON = "command -v python3"
 
 
 def image_python(runtime: Runtime, image: Path | str) -> str | None:
-    """The path of the python ``image`` runs, None when it has none (busybox, scratch, a base
-    with apt tools only): the steps that need one (probe, smoke, examples) then say so instead
-    of failing the build. An image without a shell has no python either."""
+    """The path of the ``python3`` ``image`` runs, None when it has none (busybox, scratch, a
+    base with apt tools only, an image with only Python 2): the steps that need one (probe,
+    smoke, examples) then say so instead of failing the build. An image without a shell has
+    no python either."""
     argv = runtime.exec_argv(image=image, command=["sh", "-c", _WHICH_PYTHON])
     try:
         found = capture(argv, timeout=300).strip().splitlines()

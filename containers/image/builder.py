@@ -334,8 +334,8 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
         # it reads the image with its python, so an image without one is kept unexamined.
         record["python"] = image_python(runtime, step.partial)
         if record["python"] is None:
-            say(f"==> {step.target.name}: the image has no python: not probed (no SBOM, no site "
-                "fit); smoke and examples cannot run in it")
+            say(f"==> {step.target.name}: the image has no Python 3 (python3): not probed (no "
+                "SBOM, no site fit); smoke and examples cannot run in it")
         extra = examine(step, runtime, record, say) if examine and record["python"] else {}
     except CommandFailed:
         if test is not None:

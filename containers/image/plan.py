@@ -341,7 +341,7 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
     build_argv = host.runtime.build_argv(
         output=partial, spec=target.definition, build_args=args,
         binds=[*(binds if "HOST_PATHS" in used else ()), *cached.binds, *emulated],
-        fakeroot=definition.has_section("post"), arch=pulled_arch(target, definition, host))
+        fakeroot=definition.runs_in_image, arch=pulled_arch(target, definition, host))
     if "FOREIGN_ROOT" in used:
         build_argv = foreign_root_argv(target, definition, user_args, host=host,
                                        context=context, root=args["FOREIGN_ROOT"],
@@ -381,7 +381,7 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
     cache, found = host.package_cache, CacheUse()
     if cache is None:
         return found
-    if installs_pip and definition.has_section("post"):
+    if installs_pip and definition.runs_in_image:
         found.staged[package_cache.PIP_MARKER] = package_cache.PIP_MOUNT + "\n"
         found.binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
         found.uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
@@ -520,15 +520,17 @@ def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, 
 
 
 def fakeroot_refusal(target: Target, site: Site) -> ConfigError | None:
-    """Why ``site`` cannot build ``target``, else None: an Apptainer definition with a
-    ``%post`` section needs ``--fakeroot``, which a site with ``fakeroot: false`` lacks (a
-    cotainr target needs none). The one rule for ``invoke build`` and build jobs (checked before
-    anything runs or is queued)."""
+    """Why ``site`` cannot build ``target``, else None: an Apptainer definition whose build
+    runs a script in the image (``%post`` or SCIF apps: :attr:`Definition.runs_in_image`) needs
+    ``--fakeroot``, which a site with ``fakeroot: false`` lacks (a cotainr target needs none).
+    The one rule for ``invoke build`` and build jobs (checked before anything runs or is
+    queued)."""
     if target.builder != "apptainer" or site.fakeroot or target.definition is None \
-            or not read_definition(target.definition).has_section("post"):
+            or not read_definition(target.definition).runs_in_image:
         return None
     return ConfigError(
-        f"{target.definition.name} has a %post section, which needs --fakeroot, and site "
+        f"{target.definition.name} has a %post or %app* section (Apptainer runs them in the "
+        f"image as it builds), which needs --fakeroot, and site "
         f"'{site.name}' has none; build it with a cotainr target (builder: cotainr) or on a "
         f"machine with fakeroot (invoke build --target {target.name} there), then copy "
         f"images/{target.name}.sif to the site", path=site.path,

@@ -13,9 +13,15 @@ files out of an earlier one with ``%files from <stage>``. A ``{{ ARG }}`` given 
 Apptainer reads them). The image is the last stage. The build passes the file to Apptainer
 unchanged, so stages cost the tool nothing but reading them right.
 
-``%setup`` runs on the build host as the building user and ``%files`` copies from the host: a
-line there that reads a host path outside the build context the tool stages makes the image
-depend on the build machine. :func:`host_path_uses` lists them for ``invoke check``.
+``%setup`` and ``%pre`` run on the build host as the building user, ``%files`` and ``%appfiles``
+copy from the host and a ``localimage`` stage starts from a host file: a line there that reads
+a host path outside the build context the tool stages makes the image depend on the build
+machine. :func:`host_path_uses` lists them for ``invoke check``.
+
+Lines are Apptainer's (pkg/build/types/parser/deffile.go scans with Go's ``bufio.ScanLines``):
+they end at ``\n`` only, and one ``\r`` before it is dropped (:func:`apptainer_lines`,
+:func:`line_text`). The checks must see every line Apptainer runs, so no other line break of
+Python's (form feed, ``\x85``, U+2028...) may start a section or a stage here.
 """
 
 from __future__ import annotations
@@ -53,6 +59,43 @@ BOOTSTRAP_AGENTS = (
     "library", "oras", "shub", "yum", "dnf", "zypper", "busybox", "arch", "scratch", "sif",
 )
 _ARG_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+#: What Go's ``unicode.IsSpace`` calls space: the separators of ``bufio.ScanWords`` and what
+#: ``strings.TrimSpace`` trims in deffile.go. Python's ``str.split()`` also splits at
+#: ``\x1c``-``\x1f``, which Go keeps in a word.
+GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + \
+    "\u2028\u2029\u202f\u205f\u3000"
+#: The blanks a POSIX shell splits a command at (``%setup`` and ``%pre`` run in one): form feed,
+#: ``\v`` or ``\x1c`` are part of a word there, so ``\f# ...`` is a command, not a comment.
+SHELL_BLANKS = " \t"
+#: An app name Apptainer can hold: it becomes a folder (``/scif/apps/NAME``), shell lines of the
+#: app's scripts (``SCIF_APPNAME=NAME``, unquoted) and variable names (apps.go), and ``..`` in it
+#: leaves ``/scif/apps`` (``%appinstall ../../etc`` installs in ``/etc``).
+APP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def apptainer_lines(text: str) -> list[str]:
+    """``text`` cut after each ``\n`` only, as Apptainer's ``bufio.ScanLines`` cuts it, each
+    line with its ``\n`` (so the lines join back to ``text``). ``str.splitlines`` also cuts at
+    form feed, ``\r``, ``\x0b``, ``\x1c``-``\x1e``, ``\x85`` and U+2028/2029: a ``%labels``
+    after a form feed in a ``%setup`` line would start a section here and hide the rest of
+    the line from the checks, while Apptainer runs it."""
+    pieces = text.split("\n")
+    lines = [piece + "\n" for piece in pieces[:-1]]
+    return lines + [pieces[-1]] if pieces[-1] else lines
+
+
+def line_text(raw: str) -> str:
+    """A line as Apptainer reads it: without its ``\n`` and one ``\r`` before it
+    (``bufio.ScanLines`` drops it, so a CRLF definition reads as an LF one)."""
+    line = raw[:-1] if raw.endswith("\n") else raw
+    return line[:-1] if line.endswith("\r") else line
+
+
+def first_word(line: str) -> str:
+    """The first word of ``line`` as ``bufio.ScanWords`` finds it (Go's spaces separate)."""
+    rest = line.lstrip(GO_SPACE)
+    end = next((at for at, char in enumerate(rest) if char in GO_SPACE), len(rest))
+    return rest[:end]
 
 
 @dataclass(frozen=True)
@@ -67,11 +110,30 @@ class Section:
 
     @property
     def app(self) -> str | None:
-        """The app a SCIF section belongs to (``%apprun NAME``); None for other sections and
-        for an app section without a name (which Apptainer refuses)."""
+        """The app a SCIF section belongs to as Apptainer names it (``parseTokenSection``: the
+        second of the header's words split at single spaces, so ``%apprun my app`` is app
+        ``my``); None for other sections and for an app section without a name (which
+        Apptainer refuses)."""
         if self.name not in APP_SECTIONS or not self.args.startswith(" "):
             return None
         return self.args[1:].split(" ", 1)[0]
+
+    def app_problem(self) -> str | None:
+        """Why Apptainer would not build this app section as written, else None: no name, a
+        name that is not a plain name (:data:`APP_NAME`: ``..``, ``/``, shell characters), or
+        words after the name that Apptainer drops (``%apprun my app`` names app ``my``)."""
+        name = self.app
+        if not name:
+            return f"'%{self.name}' names no app (%{self.name} NAME)"
+        if not APP_NAME.fullmatch(name):
+            return (f"app name {name!r} is not a plain name (letters, digits, '_', '.', '-'; "
+                    "not starting with '.' or '-'): Apptainer makes it a folder under "
+                    "/scif/apps and writes it into shell scripts")
+        rest = self.args[1:].split(" ", 1)[1:]
+        if rest and rest[0].strip(GO_SPACE):
+            return (f"'%{self.name}{self.args}' names app {name!r}: Apptainer drops "
+                    f"{rest[0].strip(GO_SPACE)!r} (an app name is one word)")
+        return None
 
 
 @dataclass(frozen=True)
@@ -123,7 +185,7 @@ class Stage:
     def arg_lines(self) -> dict[str, int]:
         """Each ``{{ NAME }}`` this stage uses and the line of its first use."""
         found: dict[str, int] = {}
-        for number, raw in enumerate(self.text.splitlines(), start=self.line):
+        for number, raw in enumerate(apptainer_lines(self.text), start=self.line):
             for match in _ARG_RE.finditer(raw):
                 found.setdefault(match.group(1), number)
         return found
@@ -134,12 +196,12 @@ class Stage:
         default serves only its own stage; a ``--build-arg`` serves every stage)."""
         defaults: dict[str, str] = {}
         section = self.section("arguments")
-        for raw in section.body.splitlines() if section is not None else ():
-            line = raw.strip()
+        for raw in apptainer_lines(section.body) if section is not None else ():
+            line = line_text(raw).strip(GO_SPACE)
             if not line or line.startswith("#") or "=" not in line:
                 continue
             key, value = line.split("=", 1)
-            defaults[key.strip()] = value.strip().strip('"').strip("'")
+            defaults[key.strip(GO_SPACE)] = value.strip(GO_SPACE).strip('"').strip("'")
         return defaults
 
     def render(self, args: dict[str, str]) -> str:
@@ -165,7 +227,7 @@ class Stage:
                               line=self.header_lines.get("bootstrap"), key="Bootstrap")
         for section in self.sections:  # each header as Apptainer's parser judges it
             where = {"path": path, "line": section.line, "key": f"%{section.name}"}
-            if section.header_line[:1].isspace():
+            if section.header_line[:1] in GO_SPACE:
                 raise ConfigError(f"the line {section.header_line.strip()!r} starts with '%' "
                                   "after spaces: Apptainer reads it as a section header with "
                                   "no name (invalid section)", path=path, line=section.line,
@@ -173,9 +235,9 @@ class Stage:
             if section.name not in SECTIONS:
                 raise ConfigError(f"unknown section '%{section.name}'"
                                   f"{suggest(section.name, SECTIONS)}", **where)
-            if section.name in APP_SECTIONS and section.app is None:
-                raise ConfigError(f"'%{section.name}' names no app (%{section.name} NAME)",
-                                  **where)
+            problem = section.app_problem() if section.name in APP_SECTIONS else None
+            if problem is not None:
+                raise ConfigError(problem, **where)
             source = files_source_stage(section)
             if source is not None and source not in earlier:
                 raise ConfigError(f"'%files from {source}': no earlier stage is named "
@@ -221,8 +283,18 @@ class Definition:
         return self.final.section(name)
 
     def has_section(self, name: str) -> bool:
-        """Whether any stage has ``%name`` (a ``%post`` in any stage needs --fakeroot)."""
+        """Whether any stage has ``%name``."""
         return any(s.name == name for s in self.sections)
+
+    @property
+    def runs_in_image(self) -> bool:
+        """Whether Apptainer's build runs a script inside the image (its post step), which
+        needs ``--fakeroot`` where root lacks a capability: a ``%post`` in any stage, or any
+        SCIF app section, as Apptainer adds an install step for every app it finds to the
+        stage's ``%post`` (``HandlePost`` of internal/pkg/build/apps/apps.go), even for an app
+        with only ``%appstart``. ``%test`` does not count: the build runs with ``--notest`` and
+        the tool tests the finished image."""
+        return any(s.name == "post" or s.name in APP_SECTIONS for s in self.sections)
 
     @property
     def argument_defaults(self) -> dict[str, str]:
@@ -300,28 +372,51 @@ class HostPathUse:
     paths: tuple[str, ...]
 
 
-def _body_lines(section: Section) -> list[tuple[int, str]]:
-    """``(line number, text)`` of each non-blank, non-comment line of a section's body."""
+def _body_lines(section: Section, blanks: str = GO_SPACE) -> list[tuple[int, str]]:
+    """``(line number, text)`` of each line of a section's body as Apptainer hands it on
+    (:func:`line_text`) that is not blank or a comment, without the ``blanks`` it starts with:
+    Go's spaces where Apptainer reads the line itself (``%files``), the shell's where a shell
+    does. Its end is kept: ``\\`` then a space is no continuation to the shell."""
     found = []
-    for offset, raw in enumerate(section.body.splitlines(), start=1):
-        text = raw.strip()
-        if text and not text.startswith("#"):
+    for offset, raw in enumerate(apptainer_lines(section.body), start=1):
+        text = line_text(raw).lstrip(blanks)
+        if text.strip(blanks) and not text.startswith("#"):
             found.append((section.line + offset, text))
     return found
 
 
 def _commands(section: Section) -> list[tuple[int, str]]:
-    """:func:`_body_lines` with a line ending in ``\\`` joined to the next, as the shell reads
-    one command; each with the number of its first line."""
+    """A shell section's lines (:func:`_body_lines` with the shell's blanks) with a line that
+    ends in an odd number of ``\\`` joined to the next, as the shell reads one command; each
+    with the number of its first line. ``\\`` then a space, or ``\\\\``, ends the line."""
     joined: list[tuple[int, str]] = []
     going_on = False
-    for number, text in _body_lines(section):
+    for number, text in _body_lines(section, SHELL_BLANKS):
         if going_on:
             joined[-1] = (joined[-1][0], joined[-1][1][:-1] + " " + text)
         else:
             joined.append((number, text))
-        going_on = text.endswith("\\")
+        going_on = (len(text) - len(text.rstrip("\\"))) % 2 == 1
     return joined
+
+
+def _without_comment(text: str) -> str:
+    """``text`` up to a shell comment: a ``#`` that starts a word (after a blank or an
+    operator), outside quotes. ``a#b`` is one word to the shell (shlex would cut it, and
+    hide ``; cat /etc/hostname`` after it)."""
+    quote, escaped = "", False
+    for at, char in enumerate(text):
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (at == 0 or text[at - 1] in SHELL_BLANKS + ";&|<>()"):
+            return text[:at]
+    return text
 
 
 def shell_words(text: str) -> list[str]:
@@ -329,9 +424,9 @@ def shell_words(text: str) -> list[str]:
     ``#`` starts a comment, ``; & | < > ( )`` are words of their own), a ``{{ ARG }}`` kept as
     one word (Apptainer substitutes it first) and written back as ``{{ NAME }}``. A line the
     shell would not finish (an open quote) is split at spaces."""
-    marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text)
+    marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", _without_comment(text))
     lexer = shlex.shlex(marked, posix=True, punctuation_chars=";&|<>()")
-    lexer.whitespace_split = True
+    lexer.whitespace_split, lexer.commenters = True, ""
     try:
         words = list(lexer)
     except ValueError:  # an unbalanced quote: read it as plain words
@@ -403,27 +498,64 @@ def climbs_out(rest: str) -> bool:
     return False
 
 
+def _outside_context(source: str) -> bool:
+    """Whether a file a build copies from the host, ``source``, is not in the build context
+    the tool stages (not under ``{{ BUILD_CONTEXT }}``, or climbing out of it)."""
+    context = _CONTEXT_SOURCE.match(source)
+    return not context or climbs_out(source[context.end():])
+
+
+def appfiles_source(text: str) -> str:
+    """The source of one ``%appfiles`` line as Apptainer takes it (``copyFiles`` of apps.go):
+    the line up to its first ``#``, trimmed, up to its first space; no quotes are read. A
+    ``{{ ARG }}`` is one word (Apptainer substitutes it before)."""
+    marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text.split("#", 1)[0])
+    word = marked.strip(GO_SPACE).split(" ", 1)[0]
+    return re.sub(r"\0(\w+)\0", r"{{ \1 }}", word)
+
+
+#: Where a ``Bootstrap: localimage`` base may come from without being a host file: the images
+#: the tool itself passes (its base target's image, the foreign root it makes).
+_TOOL_BASE = re.compile(r"\{\{\s*(BASE_IMAGE|FOREIGN_ROOT)\s*\}\}")
+
+
+def _base_use(stage: Stage) -> HostPathUse | None:
+    """A ``Bootstrap: localimage`` stage whose ``From:`` is a host file: not the image the tool
+    passes (:data:`_TOOL_BASE`) nor one in the build context."""
+    source = stage.header.get("from", "").strip(GO_SPACE)
+    if stage.bootstrap.lower() != "localimage" or _TOOL_BASE.fullmatch(source) \
+            or not _outside_context(source):
+        return None
+    return HostPathUse("From", stage.header_lines.get("from", stage.line), (source,))
+
+
 def host_path_uses(definition: Definition) -> list[HostPathUse]:
-    """Every ``%setup`` / ``%files`` line (any stage) that reads a host path outside the build
-    context: a ``%files`` source not under ``{{ BUILD_CONTEXT }}`` (``%files from <stage>``
-    copies between stages, not from the host), or an absolute or ``~`` path in ``%setup`` that
-    is not under ``$APPTAINER_ROOTFS`` (the image being built). A path that starts in either
-    and climbs out with ``..`` (:func:`climbs_out`) is a host path too. Here-document bodies of
-    %setup are read as lines too: a path there is as likely to be read."""
-    uses: list[HostPathUse] = []
+    """Every line (any stage) that reads a host path outside the build context: a ``%files``
+    or ``%appfiles`` source not under ``{{ BUILD_CONTEXT }}`` (``%files from <stage>`` copies
+    between stages, not from the host), a ``Bootstrap: localimage`` base the tool does not pass
+    (:func:`_base_use`), or an absolute or ``~`` path in ``%setup`` or ``%pre`` (both run on
+    the build host) that is not under ``$APPTAINER_ROOTFS`` (the image being built). A path
+    that starts in either and climbs out with ``..`` (:func:`climbs_out`) is a host path too.
+    Here-document bodies of a host script are read as lines too: a path there is as likely to
+    be read."""
+    uses = [use for stage in definition.stages if (use := _base_use(stage)) is not None]
     for section in definition.sections:
         if section.name == "files" and files_source_stage(section) is None:
             for number, text in _body_lines(section):
                 source = (shell_words(text) or [text])[0]  # as Apptainer splits the line
-                context = _CONTEXT_SOURCE.match(source)
-                if not context or climbs_out(source[context.end():]):
+                if _outside_context(source):
                     uses.append(HostPathUse("%files", number, (source,)))
-        elif section.name == "setup":
+        elif section.name == "appfiles":
+            for number, text in _body_lines(section):
+                source = appfiles_source(text)
+                if source and _outside_context(source):
+                    uses.append(HostPathUse("%appfiles", number, (source,)))
+        elif section.name in ("setup", "pre"):
             for number, code in _commands(section):
                 paths = setup_paths(code)
                 if paths:
-                    uses.append(HostPathUse("%setup", number, paths))
-    return uses
+                    uses.append(HostPathUse(f"%{section.name}", number, paths))
+    return sorted(uses, key=lambda use: use.line)
 
 
 #: Where Apptainer starts a new stage (``All`` in deffile.go): ``bootstrap:`` at a line's start.
@@ -433,11 +565,11 @@ _BOOTSTRAP_LINE = re.compile(r"^bootstrap:", re.IGNORECASE)
 def section_header(raw: str) -> tuple[str, str] | None:
     """``(name, args)`` when ``raw`` starts a section as Apptainer's scanner sees it (its first
     word starts with ``%``), else None. The name is Apptainer's (``getSectionName``): the text
-    after the leading ``%`` up to the first space, lower-cased, so ``%post`` with a tab after it or an indented
-    ``%post`` get a name Apptainer refuses; ``args`` is the rest of the line."""
-    line = raw.rstrip("\r\n")
-    words = line.split()
-    if not words or not words[0].startswith("%"):
+    after the leading ``%`` up to the first space, lower-cased, so ``%post`` with a tab after
+    it or an indented ``%post`` get a name Apptainer refuses; ``args`` is the rest of the line
+    (without the ``\\r`` of a CRLF line, which Apptainer drops)."""
+    line = line_text(raw)
+    if not first_word(line).startswith("%"):
         return None
     bare = line.lstrip("%")
     name = bare.split(" ", 1)[0]
@@ -448,24 +580,29 @@ def _header(lines: list[str], start: int, path: Path | None
             ) -> tuple[dict[str, str], dict[str, int]]:
     """A stage's header values and their lines, read as Apptainer's ``doHeader`` reads them:
     blank and comment lines skipped, ``#`` ends a value, a value ending in ``\\`` goes on in the
-    next line."""
+    next line. A key given twice is refused: Apptainer keeps the last (a second ``From:`` below
+    the one a manifest's base fills would silently replace the base)."""
     values: dict[str, str] = {}
     numbers: dict[str, int] = {}
     pending: str | None = None
     for number, raw in enumerate(lines, start=start):
-        stripped = raw.strip()
+        stripped = line_text(raw).strip(GO_SPACE)
         if not stripped or stripped.startswith("#"):
             pending = None
             continue
         text = stripped.split("#", 1)[0]
         if pending is not None:
-            key, value = pending, values[pending] + text.strip()
+            key, value = pending, values[pending] + text.strip(GO_SPACE)
         else:
             if ":" not in text:
                 raise ConfigError(f"header line is not 'Key: value': {stripped!r}",
                                   path=path, line=number)
-            key, value = (part.strip() for part in text.split(":", 1))
+            key, value = (part.strip(GO_SPACE) for part in text.split(":", 1))
             key = key.lower()
+            if key in numbers:
+                raise ConfigError(f"header key '{key}' is given twice (lines {numbers[key]} "
+                                  f"and {number}); Apptainer uses only the last: give it once",
+                                  path=path, line=number, key=key)
             numbers[key] = number
         pending = key if value.endswith("\\") else None
         if pending is not None:
@@ -478,9 +615,10 @@ def _header(lines: list[str], start: int, path: Path | None
 def parse_definition(text: str, *, path: Path | None = None) -> Definition:
     """Split ``text`` into stages, each a preamble and sections, without changing a byte.
 
-    As Apptainer does: ``bootstrap:`` at the start of a line begins a new stage (once the
-    current one has a header line or a section; comments above the first are its preamble), and
-    a line whose first word starts with ``%`` begins a section."""
+    As Apptainer does: lines end at ``\\n`` only (:func:`apptainer_lines`), ``bootstrap:`` at
+    the start of a line begins a new stage (once the current one has a header line or a
+    section; comments above the first are its preamble), and a line whose first word starts
+    with ``%`` begins a section."""
     stages: list[Stage] = []
     preamble: list[str] = []
     sections: list[Section] = []
@@ -497,9 +635,9 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
         stages.append(Stage("".join(preamble), *_header(preamble, start, path),
                             tuple(sections), start))
 
-    for number, raw in enumerate(text.splitlines(keepends=True), start=1):
+    for number, raw in enumerate(apptainer_lines(text), start=1):
         if _BOOTSTRAP_LINE.match(raw) and (current is not None or any(
-                line.strip()[:1] not in ("", "#") for line in preamble)):
+                line_text(line).strip(GO_SPACE)[:1] not in ("", "#") for line in preamble)):
             close_stage()
             preamble, sections, current, body, start = [], [], None, [], number
         found = section_header(raw)

@@ -327,7 +327,8 @@ class Profile(Part):
     scheduler: Literal["none", "slurm", "pbs"] = Doc("none", description="batch scheduler")
     runtime: Literal["apptainer", "singularity"] = Doc("apptainer",
                                                        description="container runtime")
-    fakeroot: Bool = Doc(True, description="builds with %post can run here (--fakeroot)")
+    fakeroot: Bool = Doc(True, description="builds with %post or %app* sections can run here "
+                                           "(--fakeroot)")
     account_required: Bool = Doc(False, description="the scheduler refuses jobs without one")
     gpus: Gpus = Doc(Gpus(), description="the GPUs of a node")
     cores_per_node: Count = Doc(0, description="usable CPU cores per node")

@@ -56,7 +56,7 @@ def lacking(record: Mapping, need: str, target: Target | None = None) -> str | N
     """Why the image lacks ``need`` (``python`` or ``torch``), as evidence says it, or None
     when it has it or nothing says. ``target``: its env spec is evidence of torch too."""
     if "python" in record and record["python"] is None:
-        return "has no Python (its build record says so)"
+        return "has no Python 3 (its build record says so)"
     if need != TORCH:
         return None
     names = _freeze_names(record.get("pip_freeze"))

@@ -520,7 +520,8 @@ def test_build_jobs_a_site_cannot_run_are_refused_before_anything_is_written(dat
     with pytest.raises(ConfigError) as refused:
         data_job("puhti", "build")
     message = str(refused.value)
-    assert "ngc.def has a %post section, which needs --fakeroot, and site 'puhti' has none" \
+    assert "ngc.def has a %post or %app* section (Apptainer runs them in the image as it " \
+           "builds), which needs --fakeroot, and site 'puhti' has none" \
         in message and "(invoke build --target puhti-cuda there)" in message
     assert refused.value.path == ROOT / "sites" / "puhti.yaml" and refused.value.key == "fakeroot"
     # cotainr targets need no fakeroot; Olivia's GPU nodes have it

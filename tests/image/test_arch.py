@@ -269,3 +269,21 @@ def test_a_submission_that_fails_leaves_no_script_behind(tmp_path: Path, monkeyp
         app.job(project, target="cpu", workload="smoke", site="local-slurm", submit=True,
                 out=mine, say=lambda line: None)
     assert mine.is_file()
+
+
+def test_only_python3_counts_as_the_image_python(tmp_path: Path, monkeypatch) -> None:
+    """An image whose only interpreter is Python 2 (``python``, ``python2``) has no python3:
+    the probe, smoke and examples run ``python3``, so it is kept as one without Python 3 rather
+    than probed and thrown away. The image's shell is faked by the host's, on a PATH of
+    scripts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("python", "python2"):
+        (bin_dir / name).write_text("#!/bin/sh\necho 'Python 2.7.18'\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setattr(Runtime, "exec_argv", lambda self, *, image, command, **_: [
+        "env", f"PATH={bin_dir}", "/bin/sh", *command[1:]])
+    assert arch.image_python(RUNTIME, tmp_path / "x.sif") is None
+    (bin_dir / "python3").write_text("#!/bin/sh\n")
+    (bin_dir / "python3").chmod(0o755)
+    assert arch.image_python(RUNTIME, tmp_path / "x.sif") == str(bin_dir / "python3")

@@ -1,8 +1,10 @@
-"""Integration: images without Python, and an HPCCM-style definition, built for real by the tool
-on the session's debian-base (``Bootstrap: localimage``; no package installs, seconds each).
+"""Integration: images without Python 3, an HPCCM-style definition and SCIF apps without %post,
+built for real by the tool on the session's debian-base (``Bootstrap: localimage``; no package
+installs, seconds each).
 
 The architecture is read from an ELF program in each image's files, whether it has a shell and
-python or neither; an image without python is kept, with one line saying it was not probed.
+python or neither; an image without python3 (none at all, or Python 2 only) is kept, with one
+line saying it was not probed.
 """
 
 from __future__ import annotations
@@ -42,17 +44,18 @@ def _build(root: Path, tmp_path: Path, name: str, base: Path) -> tuple[Path, dic
 
 #: A command each image without Python runs by itself (scratch-static's only program).
 OWN_COMMAND = {"scratch-static": ["/bin/ldconfig", "--version"],
-               "no-python": ["/bin/sh", "-c", "echo own-command-ran"]}
+               "no-python": ["/bin/sh", "-c", "echo own-command-ran"],
+               "python2-only": ["/bin/sh", "-c", "python --version; echo own-command-ran"]}
 
 
-@pytest.mark.parametrize("name", ["scratch-static", "no-python"])
+@pytest.mark.parametrize("name", ["scratch-static", "no-python", "python2-only"])
 def test_an_image_without_python_builds_and_is_kept(name: str, factory_project, tmp_path: Path,
                                                     debian_base_image: Path,
                                                     real_runtime: Runtime) -> None:
     image, record, lines = _build(factory_project(), tmp_path, name, debian_base_image)
     assert record["arch"] == "x86_64" and record["python"] is None
-    assert f"==> {name}: the image has no python: not probed (no SBOM, no site fit); smoke " \
-           "and examples cannot run in it" in lines
+    assert f"==> {name}: the image has no Python 3 (python3): not probed (no SBOM, no site " \
+           "fit); smoke and examples cannot run in it" in lines
     assert image_arch(real_runtime, image) == "x86_64" and image_python(real_runtime, image) is None
     _steps_that_need_python_refuse(tmp_path, name, image)
 
@@ -63,7 +66,7 @@ def _steps_that_need_python_refuse(tmp_path: Path, name: str, image: Path) -> No
     --no-launcher runs, as it needs no Python."""
     project = app.Project.load(tmp_path / "project", {"images_dir": str(tmp_path / "images"),
                                                       "tmp_dir": str(tmp_path / "work")})
-    said = f"{os.path.relpath(image)} has no Python (its build record says so): "
+    said = f"{os.path.relpath(image)} has no Python 3 (its build record says so): "
     refusals = {
         "smoke needs torch": lambda say: app.prove(
             project, target=name, options=SmokeOptions(gpus=1, sizes="1K"), say=say),
@@ -86,6 +89,7 @@ def _steps_that_need_python_refuse(tmp_path: Path, name: str, image: Path) -> No
     assert lines[0].startswith(f"run: {name} on site local, 1 rank (no launcher)")
     assert lines[-1].startswith("run: exit 0"), lines
     assert any("own-command-ran" in line or "ldconfig" in line for line in lines), lines
+    assert name != "python2-only" or any("Python 2.7.18" in line for line in lines), lines
 
 
 def test_the_arch_of_a_scratch_image_is_read_without_a_shell(factory_project, tmp_path: Path,
@@ -107,3 +111,21 @@ def test_hpccm_style_repeated_sections_build_as_apptainer_appends_them(
         "sh", "-c", 'echo "$TOOL_A $TOOL_B"; cat /opt/blocks']), capture_output=True, text=True,
         timeout=120, check=True).stdout.split("\n")
     assert env[:3] == ["/opt/tool-a /opt/tool-b", "first-block", "second-block"]
+
+
+def test_apps_without_post_build_with_fakeroot_and_run(factory_project, tmp_path: Path,
+                                                       debian_base_image: Path,
+                                                       real_runtime: Runtime) -> None:
+    """As Apptainer's examples/instances definition: %startscript and app sections, no %post.
+    Apptainer runs the apps' install step in the image, which as plain root fails here (root
+    lacks a capability: FACTS.md section 8); built with --fakeroot it is kept, and the app's
+    install step and runscript are in it."""
+    image, record, lines = _build(factory_project(), tmp_path, "apps-no-post", debian_base_image)
+    assert record["arch"] == "x86_64" and record["python"], lines[-20:]
+    ran = subprocess.run(real_runtime.exec_argv(image=image, command=[
+        "sh", "-c", "cat /scif/apps/greeter/installed.txt"]), capture_output=True, text=True,
+        timeout=120, check=True)
+    assert ran.stdout.strip().split("\n")[-1] == "installed"
+    app_run = subprocess.run([real_runtime.binary, "run", "--app", "greeter", str(image)],
+                             capture_output=True, text=True, timeout=120, check=True)
+    assert app_run.stdout.strip().split("\n")[-1] == "hello from greeter"

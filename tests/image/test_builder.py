@@ -338,9 +338,9 @@ def test_an_image_without_python_is_kept_unexamined(tmp_path: Path, read_image_f
     lines: list[str] = []
     record = build_step(step, runtime=RUNTIME, say=lines.append, examine=examine)
     assert step.image.read_text() == "image\n" and record["python"] is None
-    assert [line for line in lines if "no python" in line] == [
-        "==> x: the image has no python: not probed (no SBOM, no site fit); smoke and examples "
-        "cannot run in it"]
+    assert [line for line in lines if "no Python 3" in line] == [
+        "==> x: the image has no Python 3 (python3): not probed (no SBOM, no site fit); smoke "
+        "and examples cannot run in it"]
 
 
 def test_the_image_test_runs_while_the_image_is_examined(tmp_path: Path,

@@ -394,3 +394,20 @@ def test_an_ngc_tag_build_arg_plans_with_the_declared_torch_unknown(factory_proj
                       cli_args={"NGC_TAG": "24.10-py3"}).steps[-1]
     assert step.target.torch_unknown and step.target.torch_unknown.startswith(
         "--build-arg NGC_TAG=24.10-py3 builds on another base")
+
+
+FIXTURE_DEFINITIONS = Path(__file__).resolve().parents[1] / "fixtures" / "definitions"
+
+
+def test_apps_without_post_are_built_with_fakeroot(factory_project, data_settings,
+                                                   data_runtime) -> None:
+    """Apptainer runs an install step in the image for every app (its post step), as for a
+    %post: a definition with %app* sections and no %post gets --fakeroot all the same."""
+    root = factory_project()
+    shutil.copy(FIXTURE_DEFINITIONS / "apps-no-post.def", root / "recipes" / "apps.def")
+    (root / "recipes" / "apps.yaml").write_text("description: apps (test only)\n"
+                                                "definition: recipes/apps.def\n")
+    step = plan_build(load_targets(root), "apps", settings=data_settings,
+                      host=data_host(data_runtime),
+                      cli_args={"BASE_IMAGE": "/images/debian-base.sif"}).steps[0]
+    assert "--fakeroot" in step.build_argv

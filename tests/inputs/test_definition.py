@@ -273,3 +273,116 @@ def test_setup_is_judged_on_shell_words(line: str, paths: tuple[str, ...]) -> No
     else:
         expected.append((4, ("/etc/hosts",)))
     assert [(u.line, u.paths) for u in uses] == expected
+
+
+#: Line breaks of Python's ``str.splitlines`` that are not Apptainer's (it cuts at ``\n`` only).
+NOT_APPTAINER_BREAKS = ["\f", "\r", "\x0b", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("brk", NOT_APPTAINER_BREAKS)
+def test_a_setup_line_is_one_line_whatever_breaks_python_would_see(brk: str) -> None:
+    """The issue's reproduction: ``true <FF>%labels ;cat /etc/hostname > ...`` is one %setup
+    line to Apptainer, which runs ``cat``; the checks see it whole."""
+    text = ("Bootstrap: localimage\nFrom: {{ BASE_IMAGE }}\n%setup\n"
+            f'    true {brk}%labels ;cat /etc/hostname > "${{APPTAINER_ROOTFS}}/leak"\n')
+    definition = parse_definition(text)
+    definition.validate()
+    assert [s.name for s in definition.sections] == ["setup"] and definition.text == text
+    assert [(u.section, u.line, u.paths) for u in host_path_uses(definition)] == [
+        ("%setup", 4, ("/etc/hostname",))]
+
+
+@pytest.mark.parametrize("brk", NOT_APPTAINER_BREAKS)
+def test_bootstrap_after_a_break_apptainer_does_not_cut_is_no_stage(brk: str) -> None:
+    """One stage for Apptainer (its stages begin at ``bootstrap:`` after a ``\\n``), one here."""
+    text = ("Bootstrap: localimage\nFrom: {{ BASE_IMAGE }}\n%post\n"
+            f"    echo one{brk}Bootstrap: docker\n")
+    assert len(parse_definition(text).stages) == 1
+    assert len(parse_definition(text.replace(brk, "\n")).stages) == 2
+
+
+def test_crlf_reads_as_apptainer_reads_it() -> None:
+    """``bufio.ScanLines`` drops one ``\\r`` before each ``\\n``: header values, section names
+    and %files sources carry none; a second ``\\r`` stays (``%post\\r`` is no section)."""
+    text = ("Bootstrap: localimage\r\nFrom: {{ BASE_IMAGE }}\r\n%files\r\n"
+            "    /etc/passwd /opt/p\r\n%post\r\n    true\r\n")
+    definition = parse_definition(text, path=Path("c.def"))
+    definition.validate()
+    assert definition.header == {"bootstrap": "localimage", "from": "{{ BASE_IMAGE }}"}
+    assert [(s.name, s.args) for s in definition.sections] == [("files", ""), ("post", "")]
+    assert [u.paths for u in host_path_uses(definition)] == [("/etc/passwd",)]
+    assert definition.text == text
+    with pytest.raises(ConfigError, match=r"c.def:5: %post\r: unknown section"):
+        parse_definition(text.replace("%post\r\n", "%post\r\r\n"), path=Path("c.def")).validate()
+
+
+@pytest.mark.parametrize("lines, paths", [
+    # '#' inside a word is no comment to the shell: cat runs
+    (["true a#b ; cat /etc/hostname > x"], ("/etc/hostname",)),
+    # a form feed is no blank to the shell: '\f#' is a command, not a comment
+    (["\f# ; cat /etc/hostname > x"], ("/etc/hostname",)),
+    # '\\' then a space ends the line: the next line is its own command, not echo's text
+    (["echo hi \\ ", "/bin/cat /etc/hostname"], ("/etc/hostname",)),
+    (["echo hi \\\\", "/bin/cat /etc/hostname"], ("/etc/hostname",)),
+    (["# a comment \\", "cat /etc/hostname"], ("/etc/hostname",)),
+    (['echo "#" ; cat /etc/hostname'], ("/etc/hostname",)),
+    (["true # cat /etc/hostname"], ()),
+])
+def test_setup_comments_and_continuations_are_the_shells(lines: list[str], paths) -> None:
+    text = "Bootstrap: scratch\n%setup\n" + "".join(f"    {line}\n" for line in lines)
+    found = tuple(p for use in host_path_uses(parse_definition(text)) for p in use.paths)
+    assert found == paths
+
+
+@pytest.mark.parametrize("header, message", [
+    ("%apprun my app", r"d.def:2: %apprun: '%apprun my app' names app 'my': Apptainer drops "
+                       r"'app' \(an app name is one word\)"),
+    ("%appinstall ../../etc", r"d.def:2: %appinstall: app name '../../etc' is not a plain name"),
+    ("%appenv a;b", r"d.def:2: %appenv: app name 'a;b' is not a plain name"),
+    ("%apprun  two-spaces", r"d.def:2: %apprun: '%apprun' names no app"),
+])
+def test_app_names_apptainer_reads_otherwise_are_refused(header: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_definition(f"Bootstrap: scratch\n{header}\n    true\n",
+                         path=Path("d.def")).validate()
+    parse_definition("Bootstrap: scratch\n%apprun my-app.v2_1 \n    true\n").validate()
+
+
+def test_a_header_key_given_twice_is_refused() -> None:
+    """Apptainer keeps the last ``From:``: a second one under the manifest's base would be the
+    real base, unseen."""
+    text = ("Bootstrap: localimage\nFrom: {{ BASE_IMAGE }}\n# later\n"
+            "from: /root/host.sif\n%post\n    true\n")
+    with pytest.raises(ConfigError, match=r"^d.def:4: from: header key 'from' is given twice "
+                                          r"\(lines 2 and 4\); Apptainer uses only the last"):
+        parse_definition(text, path=Path("d.def"))
+
+
+def test_a_localimage_base_on_the_host_is_a_host_path() -> None:
+    text = "Bootstrap: localimage\nFrom: {}\n%post\n    true\n"
+    assert [(u.section, u.line, u.paths) for u in host_path_uses(parse_definition(
+        text.format("/root/host.sif")))] == [("From", 2, ("/root/host.sif",))]
+    for source in ("{{ BASE_IMAGE }}", "{{FOREIGN_ROOT}}", "{{ BUILD_CONTEXT }}/base.sif"):
+        assert host_path_uses(parse_definition(text.format(source))) == [], source
+    assert host_path_uses(parse_definition("Bootstrap: docker\nFrom: debian:12\n")) == []
+
+
+def test_appfiles_and_pre_are_checked_for_host_paths() -> None:
+    """%appfiles copies from the host as %files does (apps.go: the line up to '#', its first
+    word); %pre runs on the host as %setup does."""
+    text = ("Bootstrap: scratch\n%pre\n    cp /etc/shadow /tmp/x\n%appfiles tool\n"
+            "    /etc/passwd passwd\n    {{ BUILD_CONTEXT }}/tool.sh bin/tool.sh\n"
+            "    {{ BUILD_CONTEXT }}/../up#x y\n    # /etc/group group\n")
+    assert [(u.section, u.line, u.paths) for u in host_path_uses(parse_definition(text))] == [
+        ("%pre", 3, ("/etc/shadow", "/tmp/x")), ("%appfiles", 5, ("/etc/passwd",)),
+        ("%appfiles", 7, ("{{ BUILD_CONTEXT }}/../up",))]
+
+
+def test_apps_without_post_run_in_the_image() -> None:
+    """Apptainer adds an install step per app to %post (apps.go HandlePost), so a definition
+    with only app sections runs a script in the image (--fakeroot here), one with only labels
+    does not."""
+    assert read_definition(FIXTURES / "apps-no-post.def").runs_in_image
+    assert parse_definition("Bootstrap: scratch\n%appstart foo\n    true\n").runs_in_image
+    assert not parse_definition("Bootstrap: scratch\n%labels\n    a b\n%test\n true\n"
+                                ).runs_in_image

@@ -294,3 +294,41 @@ def test_a_chain_on_a_manifest_that_did_not_load_names_each_base_as_not_usable(
     assert not {"x", "y", "z"} & set(targets)
     for name, base in (("y", "x"), ("z", "y")):
         assert f"{name}.yaml:2: base: base target '{base}' is not usable: " in str(failed[name][0])
+
+
+def test_check_sees_a_setup_line_behind_a_form_feed(factory_project) -> None:
+    """The issue's reproduction: Apptainer cuts lines at \\n only, so ``cat /etc/hostname`` after
+    ``<FF>%labels`` runs in %setup; under host_paths: forbid ``invoke check`` refuses it."""
+    root = factory_project()
+    definition = root / "recipes" / "cpu.def"
+    definition.write_text(definition.read_text() + '\n%setup\n    true \f%labels ;cat '
+                          '/etc/hostname > "${APPTAINER_ROOTFS}/leak"\n')
+    manifest = root / "recipes" / "cpu.yaml"
+    manifest.write_text(manifest.read_text() + "host_paths: forbid\n")
+    report = validate.check_project(root, target="cpu", tool_args=TOOL_ARGS)
+    line = definition.read_text().split("\n").index(
+        '    true \f%labels ;cat /etc/hostname > "${APPTAINER_ROOTFS}/leak"') + 1
+    assert [str(e) for e in report.errors] == [
+        f"{definition}:{line}: %setup: reads host paths outside the build context: "
+        "/etc/hostname; the manifest forbids them (host_paths: forbid)"]
+
+
+def test_check_refuses_a_second_from_naming_a_host_image(factory_project) -> None:
+    """Apptainer builds from the last ``From:``: a second one below the manifest's base is
+    refused in one line, and a host image as the only base is a host path."""
+    root = factory_project()
+    definition = root / "recipes" / "cpu.def"
+    text = definition.read_text()
+    definition.write_text(text.replace("From: {{ BASE_IMAGE }}\n",
+                                       "From: {{ BASE_IMAGE }}\nFrom: /root/host.sif\n", 1))
+    manifest = root / "recipes" / "cpu.yaml"
+    manifest.write_text(manifest.read_text() + "host_paths: forbid\n")
+    report = validate.check_project(root, target="cpu", tool_args=TOOL_ARGS)
+    assert [str(e) for e in report.errors] == [
+        f"{definition}:3: from: header key 'from' is given twice (lines 2 and 3); Apptainer "
+        "uses only the last: give it once"]
+    definition.write_text(text.replace("From: {{ BASE_IMAGE }}\n", "From: /root/host.sif\n", 1))
+    report = validate.check_project(root, target="cpu", tool_args=TOOL_ARGS)
+    assert [str(e) for e in report.errors] == [
+        f"{definition}:2: From: reads host paths outside the build context: /root/host.sif; "
+        "the manifest forbids them (host_paths: forbid)"]

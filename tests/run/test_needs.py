@@ -20,7 +20,7 @@ from containers.run.rendezvous import Rendezvous
 from containers.run.workload import Placement
 
 ENVS = Path(__file__).resolve().parents[1] / "fixtures" / "envs"
-NO_PYTHON = "has no Python (its build record says so)"
+NO_PYTHON = "has no Python 3 (its build record says so)"
 
 
 def test_a_record_without_python_lacks_python_and_torch() -> None:
@@ -68,7 +68,7 @@ def test_an_env_spec_without_torch_refuses_smoke_in_one_line(factory_project,
 
 
 def test_a_python_less_record_refuses_by_path() -> None:
-    with pytest.raises(ImageLacks, match=r"^images/x.sif has no Python \(its build record says "
+    with pytest.raises(ImageLacks, match=r"^images/x.sif has no Python 3 \(its build record says "
                                          r"so\): invoke inspect needs python$"):
         refuse_lacking({"python": None}, image="images/x.sif", need=PYTHON,
                        doing="invoke inspect")
@@ -106,7 +106,7 @@ def test_invoke_run_on_a_gpu_site_image_without_python(factory_project, tmp_path
     image.parent.mkdir(parents=True)
     image.write_bytes(b"sif")
     project.settings.provenance_path("olivia-cuda").write_text(json.dumps({"python": None}))
-    with pytest.raises(ImageLacks, match=r"olivia-cuda.sif has no Python \(its build record "
+    with pytest.raises(ImageLacks, match=r"olivia-cuda.sif has no Python 3 \(its build record "
                                          r"says so\): invoke run's launcher \(torchrun\) needs "
                                          r"torch; --no-launcher runs"):
         app.run_command(project, target="olivia-cuda", command=["/bin/true"], dry_run=True,
@@ -114,7 +114,7 @@ def test_invoke_run_on_a_gpu_site_image_without_python(factory_project, tmp_path
     lines: list[str] = []
     app.run_command(project, target="olivia-cuda", command=["/bin/true"], launcher=False,
                     dry_run=True, say=lines.append)
-    assert lines[0] == (f"  no device gate: {os.path.relpath(image)} has no Python (its build "
+    assert lines[0] == (f"  no device gate: {os.path.relpath(image)} has no Python 3 (its build "
                         "record says so) (the gate is a Python program); the command starts "
                         "without it")
     assert not any(line.startswith("  gate ") for line in lines)
