@@ -163,7 +163,11 @@ class Pbs(Scheduler):
 
     name = "pbs"
     submit_command = "qsub"
-    name_length = 15  # older PBS servers refuse longer job names
+    #: PBS Pro's job names: PBS_MAXJOBNAME in src/include/pbs_ifl.h, 236 in PBS Pro 18
+    #: (PBSPro/pbspro, 2018) and 230 in OpenPBS since its job sequence numbers grew
+    #: (openpbs/openpbs); the smaller is taken. (The 15 characters of old PBS servers is
+    #: PBS_MAXQUEUENAME, a queue's name.)
+    name_length = 230
 
     def preamble(self, res: Resources) -> list[str]:
         chunk = f"select={res.nodes}"
