@@ -274,11 +274,19 @@ class Frame:
     partition: Partition
     qos: Qos | None
     comments: list[str]
+    #: GB per node a job on this partition must ask for with all of a node's ``node_gpus``
+    #: (the profile's ``job.ask_memory_gb``; 0: none asked).
+    node_memory_gb: int = 0
+    node_gpus: int = 0
 
     def sized(self, *, nodes: int, shape: Shape, gpus: int) -> Resources:
+        """The resources of a job of this size; on a partition of shared nodes, the memory of
+        the node's GPUs it takes (all of them: the whole figure)."""
+        memory = (self.node_memory_gb * min(gpus, self.node_gpus) // self.node_gpus
+                  if self.node_gpus and gpus else self.node_memory_gb)
         return replace(self.resources, nodes=nodes, tasks_per_node=shape.tasks_per_node,
                        cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
-                       exclusive=shape.exclusive)
+                       exclusive=shape.exclusive, mem_per_node_gb=memory)
 
 
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -402,7 +410,14 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
                           gpu_request=partition.gpu_request or site.gpus.request,
                           gres_type=partition.gres_type or site.gpus.gres_type, qos=request.qos,
                           reservation=request.reservation, directives=request.directives)
-    return Frame(resources=resources, partition=partition, qos=qos, comments=comments)
+    memory = site.job.ask_memory_gb.get(partition.name, 0)
+    if memory:
+        comments.append(f"partition {partition.name}: shared nodes, memory asked per node "
+                        f"(job.ask_memory_gb: {memory} GB with all a node's GPUs, else their "
+                        "share)")
+    return Frame(resources=resources, partition=partition, qos=qos, comments=comments,
+                 node_memory_gb=memory, node_gpus=partition.gpus_per_node
+                 if partition.gpus_per_node is not None else site.gpus.per_node)
 
 
 def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,

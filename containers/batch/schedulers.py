@@ -41,6 +41,9 @@ class Resources:
     gpus_per_node: int = 0
     exclusive: bool = False
     mem_per_gpu_gb: int = 0
+    #: Memory per node (GB) the job must ask for, where its partition's nodes are shared (wins
+    #: over ``mem_per_gpu_gb``).
+    mem_per_node_gb: int = 0
     #: Slurm: ``gpus-per-node`` (``--gpus-per-node=N``) or ``gres`` (``--gres=gpu:TYPE:N``).
     gpu_request: str = "gpus-per-node"
     gres_type: str | None = None
@@ -137,8 +140,10 @@ class Slurm(Scheduler):
                    ("ntasks-per-node", res.tasks_per_node), ("cpus-per-task", res.cpus_per_task),
                    ("gpus-per-node", None if gres else res.gpus_per_node or None),
                    ("gres", f"gpu:{res.gres_type}:{res.gpus_per_node}" if gres else None),
+                   ("mem", f"{res.mem_per_node_gb}G" if res.mem_per_node_gb else None),
                    ("mem-per-gpu", f"{res.mem_per_gpu_gb}G" if res.mem_per_gpu_gb
-                    and res.gpus_per_node else None), ("time", res.time),
+                    and res.gpus_per_node and not res.mem_per_node_gb else None),
+                   ("time", res.time),
                    ("partition", res.partition), ("account", res.account),
                    ("qos", res.qos), ("reservation", res.reservation),
                    ("output", res.output)]
@@ -175,8 +180,9 @@ class Pbs(Scheduler):
             chunk += f":ncpus={res.tasks_per_node * res.cpus_per_task}"
         if res.gpus_per_node:
             chunk += f":ngpus={res.gpus_per_node}"
-            if res.mem_per_gpu_gb:
-                chunk += f":mem={res.mem_per_gpu_gb * res.gpus_per_node}GB"
+        memory = res.mem_per_node_gb or res.mem_per_gpu_gb * res.gpus_per_node
+        if memory:
+            chunk += f":mem={memory}GB"
         for flag, value in (("--qos", res.qos), ("--reservation", res.reservation)):
             if value is not None:
                 raise UsageError(f"PBS has no {flag[2:]} directive (a reservation is a queue: "
