@@ -203,8 +203,8 @@ def short_name(name: str, length: int, short_names: Mapping[str, str]) -> str:
     """``name`` within ``length`` characters without cutting a word off mid-way: words
     (between ``-``) first take the site's short forms (its profile's ``job.short_names``),
     then the longest word loses letters from its end until the name fits, each word keeping at
-    least 3 (so ``smoke-derecho-cuda`` becomes ``smk-drc-cuda`` with Derecho's short forms,
-    every part still recognisable)."""
+    least 3 (so ``smoke-derecho-cuda`` within 15 becomes ``smk-drc-cuda`` with the short forms
+    ``smk`` and ``drc``, every part still recognisable)."""
     if len(name) <= length:
         return name
     words = [short_names.get(w, w) for w in name.split("-")]

@@ -4,7 +4,9 @@ A published image is used the way LUMI's container modules are used: ``module lo
 sets ``SIF`` (and ``CONTAINER_IMAGE``) to the image, the site's binds in ``SINGULARITY_BIND`` and
 ``APPTAINER_BIND`` (SingularityCE reads only ``SINGULARITY_*``; Apptainer prefers ``APPTAINER_*``
 and accepts both silently when they agree), the site's container environment in
-``SINGULARITYENV_X`` and ``APPTAINERENV_X``, and puts ``<dest>/<target>/bin`` on ``PATH``.
+``SINGULARITYENV_X`` and ``APPTAINERENV_X``, and puts ``<dest>/<target>/bin`` on ``PATH``. It
+first loads the host modules the site's jobs load (the profile's ``modules``: Derecho's ``cuda``
+and ``apptainer``, whose module puts the runtime on ``PATH``), with Lmod's ``depends_on``.
 
 The helper is a wrapper script, ``<target>-exec COMMAND...``, not an Lmod shell function: a
 script on PATH works from batch scripts, ``srun``, ``mpiexec``, non-bash shells and subprocesses,
@@ -130,7 +132,9 @@ def render_modulefile(spec: ModuleSpec) -> str:
 
 def render_exec_wrapper(target: str) -> str:
     """``<target>-exec COMMAND...``: run COMMAND in ``$SIF`` with the runtime and GPU flag of the
-    loaded module's version (``CONTAINER_RUNTIME``, ``CONTAINER_GPU_FLAG``)."""
+    loaded module's version (``CONTAINER_RUNTIME``, ``CONTAINER_GPU_FLAG``). A runtime that is
+    not on PATH is named in one line with the modules that bring it (``CONTAINER_MODULES``),
+    exit 127, rather than bash's "command not found" from the last line."""
     name = exec_name(target)
     return f"""#!/usr/bin/env bash
 # {comment_text(name)} COMMAND [ARGS...]: run COMMAND in the image of the loaded module
