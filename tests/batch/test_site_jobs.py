@@ -291,13 +291,16 @@ def test_derecho_across_nodes_with_a_plugin_runs_with_ncars_binds(data_world, da
 
 def test_derecho_across_nodes_over_sockets_records_the_choice(data_site_job,
                                                               tmp_path) -> None:
-    """--transport socket: the job runs, forcing NCCL's sockets, and its job.json (what the
-    verdict re-plans from) says so."""
-    status, steps = data_site_job("derecho", "smoke", nodes=2, transport="socket")
+    """--transport socket: the job runs, forcing NCCL's sockets; its job.json says so and its
+    verdict (the image's runverdict.py for a run job) is told the transport is degraded."""
+    status, steps = data_site_job("derecho", "run", nodes=2, transport="socket",
+                                  command=COMMAND)
     assert status == 0
     work = next(s for s in steps if step_names([s]) == ["workload"])
     assert "NCCL_NET=Socket" in work and "/usr/lib64:/host/lib64" not in work
-    records = list((tmp_path / "proj" / "results" / "smoke").glob("*/job.json"))
+    ran = steps[-1]  # the run verdict, in the image: told the transport was chosen, degraded
+    assert ran[ran.index("--transport-degraded") + 1].startswith("TCP sockets instead of OFI")
+    records = list((tmp_path / "proj" / "results" / "run").glob("*/job.json"))
     assert [json.loads(r.read_text())["transport"] for r in records] == ["socket"]
 
 
