@@ -28,6 +28,7 @@ from containers.inputs import flags
 from containers.prove import registry
 from containers.prove.kind import WorkloadKind
 from containers.prove.smoke import SMOKE, SmokeOptions
+from containers.prove.transport import CHOICES as TRANSPORTS
 from containers.prove.train import TRAIN, TrainOptions
 from containers.run.launchers import LAUNCHERS
 
@@ -347,6 +348,9 @@ JOB_FLAGS: dict[str, str | tuple[str, Any]] = {
     "wait": "with --submit: follow the job (its state changes), then print its verdict and "
             "exit with the verdict's code",
     "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
+    "transport": ("across nodes, NCCL's TCP sockets instead of the site's network transport "
+                  "(where no plugin for containers exists, as on Derecho): degraded, recorded "
+                  "in job.json and named by the verdict", flags.choice(TRANSPORTS)),
     "qos": "quality of service (Slurm; Olivia's devel for short tests)",
     "reservation": "run in this reservation (Slurm)",
     "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
@@ -354,7 +358,7 @@ JOB_FLAGS: dict[str, str | tuple[str, Any]] = {
     **run_options(None),
 }
 JOB_CHECKED = ("workload", "target", "site", "nodes", "gpus_per_node", "time", "account",
-               "partition", "launcher", "out")
+               "partition", "launcher", "out", "transport")
 
 
 @_command(iterable=["directive"], help=JOB_FLAGS)
@@ -363,7 +367,7 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
         sizes=None, iters=None, warmup=None, cycles=None, op=None, dtype=None, model=None,
         model_size=None, epochs=None, batch_size=None, samples=None, lr=None, zero_stage=None,
         ds_config=None, data=None, target_accuracy=None, compile=False, timeout=None,
-        qos=None, reservation=None, directive=None, wait=False):
+        qos=None, reservation=None, directive=None, wait=False, transport=None):
     """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit.
 
     Every option of invoke smoke / invoke train that changes the run is taken (the table

@@ -90,6 +90,8 @@ def judge(args: argparse.Namespace) -> tuple[dict, int]:
                                                              "exit_code": failure[1]},
               "device_gate": args.gate, "gate_lines": gate_lines, "expect_gpu": args.expect_gpu,
               "ranks": args.ranks, "stack": stack(), "transport": transport,
+              # a transport the job chose instead of the site's (invoke job --transport socket)
+              "degraded": args.transport_degraded,
               "reasons": reasons, "exit_code": code}
     return record, code
 
@@ -103,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=1)
     parser.add_argument("--transport-name")
     parser.add_argument("--transport-expect")
+    parser.add_argument("--transport-degraded", help="what the job's chosen transport gives up "
+                        "(it is not the site's): recorded and printed")
     args = parser.parse_args(argv)
     record, code = judge(args)
     path = Path(args.out) / "verdict.json"
@@ -110,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     print(f"verdict: {'PASS' if record['passed'] else 'FAIL'}"
+          + (f" (degraded transport: {record['degraded']})" if record["degraded"] else "")
           + "".join(f"\n  {reason}" for reason in record["reasons"]), flush=True)
     return code
 

@@ -125,6 +125,7 @@ def test_bad_flag_values_are_one_line_before_anything_runs(cli_project: Path, tm
     (["--account", "a b"], "--account takes an account name"),
     (["--workload", "ddp", "--model-size", "huge"], "--model-size: unknown size 'huge'"),
     (["--workload", "ddp", "--samples", "x"], "--samples takes a whole number >= 1 (got 'x')"),
+    (["--transport", "tcp"], "--transport must be one of socket (got 'tcp')"),
 ])
 def test_job_writes_no_script_for_a_bad_value(cli_project: Path, tmp_path: Path,
                                               args: list[str], message: str) -> None:

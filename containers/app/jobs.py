@@ -41,7 +41,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         out: str | Path | None = None, submit: bool = False, nccl_debug: bool = False,
         options: Options | None = None, qos: str | None = None,
         reservation: str | None = None, directives: tuple[str, ...] = (),
-        command: tuple[str, ...] = (), wait: bool = False,
+        command: tuple[str, ...] = (), wait: bool = False, transport: str | None = None,
         say: Say = _print) -> JobSubmission:
     """Render the batch job for a site; print it, write it (atomically) or submit it.
 
@@ -59,7 +59,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                                time=time, account=account, partition=partition,
                                launcher=launcher, nccl_debug=nccl_debug, options=options,
                                qos=qos, reservation=reservation, directives=tuple(directives),
-                               command=tuple(command),
+                               command=tuple(command), transport=transport,
                                workdir=os.getcwd() if kind_of(workload).takes_command
                                else None)
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None

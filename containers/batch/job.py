@@ -50,6 +50,7 @@ from containers.inputs.sites import Partition, Qos, Site
 from containers.prove import registry
 from containers.prove.kind import Options, WorkloadKind, plan as plan_run
 from containers.prove.smoke import SmokeOptions
+from containers.prove.transport import CHOICES as TRANSPORTS, sockets
 from containers.prove.train import TrainOptions
 from containers.run import launchers
 from containers.run.launchers import Launcher, Shape, cores_for
@@ -89,6 +90,9 @@ class JobRequest:
     #: runs in (where it was submitted from: its relative paths mean what they meant there).
     command: tuple[str, ...] = ()
     workdir: str | None = None
+    #: ``--transport socket``: NCCL's TCP sockets instead of the site's transport, chosen
+    #: explicitly (recorded in job.json; verdicts name it as degraded). None: the site's.
+    transport: str | None = None
 
     @property
     def kind(self) -> WorkloadKind:
@@ -119,6 +123,9 @@ class JobRequest:
         flags.ACCOUNT("--account", self.account)
         if self.launcher is not None:
             launchers.named(self.launcher)
+        if self.transport is not None and self.transport not in TRANSPORTS:
+            raise UsageError(f"--transport must be one of {', '.join(TRANSPORTS)} (got "
+                             f"{self.transport!r})", flag="--transport")
         flags.SCHEDULER_NAME("--qos", self.qos)
         flags.SCHEDULER_NAME("--reservation", self.reservation)
         object.__setattr__(self, "directives", tuple(
@@ -267,11 +274,19 @@ class Frame:
     partition: Partition
     qos: Qos | None
     comments: list[str]
+    #: GB per node a job on this partition must ask for with all of a node's ``node_gpus``
+    #: (the profile's ``job.ask_memory_gb``; 0: none asked).
+    node_memory_gb: int = 0
+    node_gpus: int = 0
 
     def sized(self, *, nodes: int, shape: Shape, gpus: int) -> Resources:
+        """The resources of a job of this size; on a partition of shared nodes, the memory of
+        the node's GPUs it takes (all of them: the whole figure)."""
+        memory = (self.node_memory_gb * min(gpus, self.node_gpus) // self.node_gpus
+                  if self.node_gpus and gpus else self.node_memory_gb)
         return replace(self.resources, nodes=nodes, tasks_per_node=shape.tasks_per_node,
                        cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
-                       exclusive=shape.exclusive)
+                       exclusive=shape.exclusive, mem_per_node_gb=memory)
 
 
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -290,6 +305,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     a build job on such a node runs ``invoke build`` with the node's own ``python3``.
     """
     _check_site(request, target, site, site_arch)
+    site = chosen_site(site, request)
     if request.kind.builds_image and (refusal := fakeroot_refusal(target, site)) is not None:
         raise refusal
     frame = job_frame(target, site, settings=settings, request=request, environ=environ or {})
@@ -311,7 +327,8 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     record = {"target": target.name, "site": site.name, "workload": request.workload,
               "nodes": request.nodes, "gpus_per_node": gpus, "launcher": run.launcher.name,
               "partition": frame.partition.name or None,
-              "options": job_options(run.options) if run.options else {}}
+              "options": job_options(run.options) if run.options else {},
+              **({"transport": request.transport} if request.transport else {})}
     if run.command is not None:  # --workload run: the user's command, judged in the image
         body += run_lines(run.command, site=site, settings=settings, nodes=request.nodes,
                           record=run_record(record, request.command, request.workdir))
@@ -322,22 +339,45 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
             f"{'GPUs' if site.gpus.kind != 'none' else 'CPU ranks'}, launcher {run.launcher.name}")
     return _render(request, target, site, frame, res, body, launcher=run.launcher,
                    comments=[size, *([run.workload.cores_note] if run.workload.cores_note
-                                     else [])],
+                                     else []),
+                             *([f"transport: {site.transport.degraded}"]
+                               if site.transport.degraded else [])],
                    results=str(run.workload.out_dir).replace(ref(scheduler.rendezvous.job_id_var),
                                                              "{job_id}"))
 
 
 def check_transport(site: Site, nodes: int) -> None:
     """A job across nodes whose transport needs the host's network plugin and libfabric bound
-    into the container, on a site whose profile binds none: it would stop at start-up (NCCL_NET
-    names a network that cannot load), so it is refused before anything is written."""
+    into the container, on a site whose profile binds none or says no plugin is published for
+    containers (``transport.unavailable``): it would stop at start-up (NCCL_NET names a network
+    that cannot load), so it is refused before anything is written, naming the way out."""
     transport = site.transport
-    if transport.host_stack and transport.applies(nodes) and not transport.binds:
+    if not (transport.host_stack and transport.applies(nodes)):
+        return
+    why = (transport.unavailable if transport.unavailable else None if transport.binds else
+           "the profile binds none (transport.binds)")
+    if why:
         raise ConfigError(f"a {nodes}-node job on site {site.name} needs the host's network "
                           f"plugin and libfabric bound into the container for its transport "
-                          f"({transport.name}), and the profile binds none "
-                          "(transport.binds): run on one node (--nodes 1), or add the binds",
+                          f"({transport.name}), and {why}: run on one node (--nodes 1), add "
+                          "them to the profile, or pass --transport socket for NCCL's TCP "
+                          "sockets (degraded; recorded in job.json, named by the verdict)",
                           path=site.path, line=site.lines.get("transport"), key="transport")
+
+
+def chosen_site(site: Site, request: JobRequest) -> Site:
+    """``site`` with the transport the request chose (``--transport socket``: NCCL's TCP
+    sockets, :func:`containers.prove.transport.sockets`), refused in one line where it does not
+    apply (one node, or a site that declares no transport across nodes); else ``site``."""
+    if request.transport is None:
+        return site
+    if not site.transport.applies(request.nodes):
+        where = (f"from {site.transport.from_nodes} nodes" if site.transport.expect
+                 else "and site " + site.name + " declares none (no transport: in its profile)")
+        raise UsageError(f"--transport {request.transport} replaces the site's network "
+                         f"transport, which applies to jobs across nodes {where}; this job has "
+                         f"{request.nodes} node(s): leave --transport out", flag="--transport")
+    return site.model_copy(update={"transport": sockets(site.transport)})
 
 
 def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -372,7 +412,14 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
                           gpu_request=partition.gpu_request or site.gpus.request,
                           gres_type=partition.gres_type or site.gpus.gres_type, qos=request.qos,
                           reservation=request.reservation, directives=request.directives)
-    return Frame(resources=resources, partition=partition, qos=qos, comments=comments)
+    memory = site.job.ask_memory_gb.get(partition.name, 0)
+    if memory:
+        comments.append(f"partition {partition.name}: shared nodes, memory asked per node "
+                        f"(job.ask_memory_gb: {memory} GB with all a node's GPUs, else their "
+                        "share)")
+    return Frame(resources=resources, partition=partition, qos=qos, comments=comments,
+                 node_memory_gb=memory, node_gpus=partition.gpus_per_node
+                 if partition.gpus_per_node is not None else site.gpus.per_node)
 
 
 def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
@@ -457,6 +504,7 @@ def job_run(target: Target, site: Site, *, settings: Settings,
     """The workload of a smoke or training job exactly as its script runs it: the plan the job
     renders and the plan ``invoke verdict`` judges the job's results by (pure)."""
     scheduler = SCHEDULERS[site.scheduler]
+    site = chosen_site(site, request)
     launcher = launchers.for_site(site, request.launcher)
     gpus = _ranks_per_node(request, site)
     shape = launcher.shape(site, gpus)
@@ -546,7 +594,7 @@ def request_from_record(record: dict) -> JobRequest:
     return JobRequest(workload=record["workload"], nodes=int(record["nodes"]),
                       gpus_per_node=int(record["gpus_per_node"]),
                       launcher=record.get("launcher"), partition=record.get("partition"),
-                      options=_record_options(record))
+                      options=_record_options(record), transport=record.get("transport"))
 
 
 def _record_options(record: dict) -> Options | None:

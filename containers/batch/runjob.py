@@ -47,7 +47,9 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
                "--expect-gpu", site.gpus.kind, "--ranks", str(workload.ranks)]
     if site.transport.applies(nodes) and site.transport.expect:
         verdict += ["--transport-name", site.transport.name or "the site's network",
-                    "--transport-expect", site.transport.expect]
+                    "--transport-expect", site.transport.expect,
+                    *(["--transport-degraded", site.transport.degraded]
+                      if site.transport.degraded else [])]
     binds = (f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
              f"{out_dir}:{settings.results_mount}")
     return [*lines,

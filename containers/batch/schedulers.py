@@ -41,6 +41,9 @@ class Resources:
     gpus_per_node: int = 0
     exclusive: bool = False
     mem_per_gpu_gb: int = 0
+    #: Memory per node (GB) the job must ask for, where its partition's nodes are shared (wins
+    #: over ``mem_per_gpu_gb``).
+    mem_per_node_gb: int = 0
     #: Slurm: ``gpus-per-node`` (``--gpus-per-node=N``) or ``gres`` (``--gres=gpu:TYPE:N``).
     gpu_request: str = "gpus-per-node"
     gres_type: str | None = None
@@ -137,8 +140,10 @@ class Slurm(Scheduler):
                    ("ntasks-per-node", res.tasks_per_node), ("cpus-per-task", res.cpus_per_task),
                    ("gpus-per-node", None if gres else res.gpus_per_node or None),
                    ("gres", f"gpu:{res.gres_type}:{res.gpus_per_node}" if gres else None),
+                   ("mem", f"{res.mem_per_node_gb}G" if res.mem_per_node_gb else None),
                    ("mem-per-gpu", f"{res.mem_per_gpu_gb}G" if res.mem_per_gpu_gb
-                    and res.gpus_per_node else None), ("time", res.time),
+                    and res.gpus_per_node and not res.mem_per_node_gb else None),
+                   ("time", res.time),
                    ("partition", res.partition), ("account", res.account),
                    ("qos", res.qos), ("reservation", res.reservation),
                    ("output", res.output)]
@@ -163,7 +168,11 @@ class Pbs(Scheduler):
 
     name = "pbs"
     submit_command = "qsub"
-    name_length = 15  # older PBS servers refuse longer job names
+    #: PBS Pro's job names: PBS_MAXJOBNAME in src/include/pbs_ifl.h, 236 in PBS Pro 18
+    #: (PBSPro/pbspro, 2018) and 230 in OpenPBS since its job sequence numbers grew
+    #: (openpbs/openpbs); the smaller is taken. (The 15 characters of old PBS servers is
+    #: PBS_MAXQUEUENAME, a queue's name.)
+    name_length = 230
 
     def preamble(self, res: Resources) -> list[str]:
         chunk = f"select={res.nodes}"
@@ -171,8 +180,9 @@ class Pbs(Scheduler):
             chunk += f":ncpus={res.tasks_per_node * res.cpus_per_task}"
         if res.gpus_per_node:
             chunk += f":ngpus={res.gpus_per_node}"
-            if res.mem_per_gpu_gb:
-                chunk += f":mem={res.mem_per_gpu_gb * res.gpus_per_node}GB"
+        memory = res.mem_per_node_gb or res.mem_per_gpu_gb * res.gpus_per_node
+        if memory:
+            chunk += f":mem={memory}GB"
         for flag, value in (("--qos", res.qos), ("--reservation", res.reservation)):
             if value is not None:
                 raise UsageError(f"PBS has no {flag[2:]} directive (a reservation is a queue: "
@@ -193,8 +203,8 @@ def short_name(name: str, length: int, short_names: Mapping[str, str]) -> str:
     """``name`` within ``length`` characters without cutting a word off mid-way: words
     (between ``-``) first take the site's short forms (its profile's ``job.short_names``),
     then the longest word loses letters from its end until the name fits, each word keeping at
-    least 3 (so ``smoke-derecho-cuda`` becomes ``smk-drc-cuda`` with Derecho's short forms,
-    every part still recognisable)."""
+    least 3 (so ``smoke-derecho-cuda`` within 15 becomes ``smk-drc-cuda`` with the short forms
+    ``smk`` and ``drc``, every part still recognisable)."""
     if len(name) <= length:
         return name
     words = [short_names.get(w, w) for w in name.split("-")]

@@ -229,6 +229,14 @@ class Transport(Part):
     host_stack: Bool = Doc(False, description="the network plugin and libfabric come from the "
                            "host: a run it applies to needs binds that bring them in (a job "
                            "without them is refused, never written)")
+    unavailable: Str | None = Doc(None, description="why a container cannot use this transport "
+                                  "here (no network plugin published for containers), with "
+                                  "its source: a job it applies to is refused, naming this, "
+                                  "unless it opts into TCP sockets (invoke job --transport "
+                                  "socket)")
+    #: What a transport chosen instead of the site's lacks (``invoke job --transport socket``):
+    #: verdicts name it; never set from a profile.
+    _degraded: str | None = PrivateAttr(None)
 
     _named = after("expect", lambda expect, data: "a transport needs both name and expect "
                    "(its proof)" if bool(expect) != bool(data.get("name")) else None)
@@ -236,6 +244,12 @@ class Transport(Part):
     def applies(self, nodes: int) -> bool:
         """Whether a run on ``nodes`` nodes must use (and prove) this transport."""
         return bool(self.expect) and nodes >= self.from_nodes
+
+    @property
+    def degraded(self) -> str | None:
+        """Why this transport is worse than the site's own, where a job chose it instead
+        (None: it is the site's)."""
+        return self._degraded
 
 
 Word = Annotated[str, Strict(), refuse(lambda value: None if re.fullmatch(
@@ -252,6 +266,11 @@ class Job(Part):
                                                         "scheduler limits in length")
     build_unset: tuple[EnvName, ...] = Doc((), description="variables a build job unsets (a "
                                            "site module's binds the new image lacks)")
+    ask_memory_gb: dict[Str, Positive] = Doc({}, description="GB per node a job on each of "
+                                             "these partitions (queues) must ask for: shared "
+                                             "nodes give a job only what it asks (PBS: mem= in "
+                                             "select); a job of some of a node's GPUs asks "
+                                             "their share")
 
 
 class Detect(Part):
@@ -372,6 +391,18 @@ class Profile(Part):
     def _qos_names(cls, value: dict[str, Qos]) -> dict[str, Qos]:
         for name, qos in value.items():
             qos._name = name
+        return value
+
+    @field_validator("job")
+    @classmethod
+    def _memory_of_partitions(cls, value: Job, info: ValidationInfo) -> Job:
+        """A queue the profile does not name would never be asked memory for: a typo there
+        would leave a shared queue's jobs without memory."""
+        names = _raw_names(info)
+        for name in value.ask_memory_gb:
+            if name not in names:
+                raise problem_at(f"'{name}' is not one of the partitions{suggest(name, names)}",
+                                 "ask_memory_gb", name)
         return value
 
     _one_mask_per_gpu = after("cpu_bind", lambda masks, data: (

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from containers.inputs.sites import Transport
+
 #: Lines NCCL/RCCL print when they fall back to TCP sockets.
 SOCKET_FALLBACK = re.compile(r"NCCL INFO (NET/Socket\b|Using network Socket)")
 #: Any line naming the network NCCL chose.
@@ -51,6 +53,31 @@ STACK = {
 }
 #: The network from NCCL's own transport lines, where no ``Using network`` line came.
 NETWORK_FALLBACK = re.compile(r"NCCL INFO NET/(IB|Socket)\b")
+
+
+#: ``invoke job --transport``: a transport a job may take instead of its site's.
+SOCKET = "socket"
+CHOICES = (SOCKET,)
+#: NCCL's own TCP sockets: NCCL_NET names them ("Socket"), so NCCL neither loads a plugin nor
+#: tries another network, and its debug output says so ("NCCL INFO Using network Socket").
+SOCKET_NET = "Socket"
+SOCKET_EXPECT = r"NCCL INFO Using network Socket\b"
+
+
+def sockets(site_transport: Transport) -> Transport:
+    """The transport of a job that opted into TCP sockets (``--transport socket``) instead of
+    ``site_transport``: NCCL_NET=Socket, proven by NCCL's "Using network Socket" line, none of
+    the site transport's binds, modules or variables, and :attr:`Transport.degraded` saying
+    what it gives up, which verdicts name."""
+    if site_transport.degraded:
+        return site_transport
+    name = site_transport.name or "the site's network"
+    chosen = Transport(name=f"TCP sockets (degraded: --transport socket, not {name})",
+                       expect=SOCKET_EXPECT, net=SOCKET_NET,
+                       from_nodes=site_transport.from_nodes)
+    chosen._degraded = (f"TCP sockets instead of {name} (invoke job --transport socket): "
+                        "slower, and no proof of the site's network")
+    return chosen
 
 
 @dataclass(frozen=True)

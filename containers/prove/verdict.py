@@ -178,6 +178,9 @@ def record(result: Result, *, image_record: dict) -> dict:
                               runtime=result.plan.launch.runtime),
         "passed": not result.reasons,
         "reasons": list(result.reasons),
+        # a transport the job chose instead of the site's (invoke job --transport socket)
+        "degraded": plan.site.transport.degraded
+        if plan.site.transport.applies(plan.nodes) else None,
         "performance": None if performance is None else performance.record(),
         **result.kind.details(result),
         "seconds": round(result.outcome.seconds, 1),
@@ -189,10 +192,13 @@ def record(result: Result, *, image_record: dict) -> dict:
 def gate_lines(record: dict) -> list[str]:
     """The gates as the terminal shows them, from the record (so it shows what was written)."""
     lines = []
-    transport = record.get("transport")
-    if transport is not None:
-        lines.append(f"transport:   {'ok' if transport['ok'] else 'FAIL'}: "
-                     f"{transport['message']}")
+    transport, degraded = record.get("transport"), record.get("degraded")
+    if transport is not None or degraded:
+        state = ("FAIL" if transport is not None and not transport["ok"]
+                 else "DEGRADED" if degraded else "ok")
+        said = [transport["message"]] if transport is not None else []
+        lines.append(f"transport:   {state}: " + "; ".join([*said, *([degraded] if degraded
+                                                                     else [])]))
     reasons = record["reasons"]
     lines.append("sanity:      " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
     ops = record.get("collectives") or {}
@@ -206,7 +212,8 @@ def gate_lines(record: dict) -> list[str]:
     if performance is not None:
         lines.append(f"performance: {performance['state'].upper()}: {performance['message']}")
     slow = performance is not None and performance["failed"]
-    lines.append("verdict: " + ("PASS" if record["passed"] and not slow else "FAIL"))
+    lines.append("verdict: " + ("PASS" if record["passed"] and not slow else "FAIL")
+                 + (" (degraded transport: see the transport line)" if degraded else ""))
     return lines
 
 

@@ -4,7 +4,9 @@ A published image is used the way LUMI's container modules are used: ``module lo
 sets ``SIF`` (and ``CONTAINER_IMAGE``) to the image, the site's binds in ``SINGULARITY_BIND`` and
 ``APPTAINER_BIND`` (SingularityCE reads only ``SINGULARITY_*``; Apptainer prefers ``APPTAINER_*``
 and accepts both silently when they agree), the site's container environment in
-``SINGULARITYENV_X`` and ``APPTAINERENV_X``, and puts ``<dest>/<target>/bin`` on ``PATH``.
+``SINGULARITYENV_X`` and ``APPTAINERENV_X``, and puts ``<dest>/<target>/bin`` on ``PATH``. It
+first loads the host modules the site's jobs load (the profile's ``modules``: Derecho's ``cuda``
+and ``apptainer``, whose module puts the runtime on ``PATH``), with Lmod's ``depends_on``.
 
 The helper is a wrapper script, ``<target>-exec COMMAND...``, not an Lmod shell function: a
 script on PATH works from batch scripts, ``srun``, ``mpiexec``, non-bash shells and subprocesses,
@@ -66,6 +68,9 @@ class ModuleSpec:
     gpu_flag: str | None
     binds: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    #: The host modules the site's jobs load (its profile's ``modules``: Derecho's ``cuda`` and
+    #: ``apptainer``), loaded with the image's: its runtime is one of them.
+    modules: tuple[str, ...] = ()
     sha256: str = ""
     signed_by: str | None = None  # key fingerprint
     published: str = ""
@@ -105,6 +110,8 @@ def render_modulefile(spec: ModuleSpec) -> str:
         f"whatis({q('Description: ' + spec.description)})",
         f"whatis({q('Image: ' + spec.image)})",
         'family("container_image")',
+        # the site's modules first: the runtime the wrapper runs comes from one of them
+        *(f"depends_on({q(name)})" for name in spec.modules),
         "",
         f"local sif = {q(spec.image)}",
         'setenv("SIF", sif)',
@@ -112,6 +119,8 @@ def render_modulefile(spec: ModuleSpec) -> str:
         # what <target>-exec runs this version with: this version's own, not the newest's
         f"setenv(\"CONTAINER_RUNTIME\", {q(spec.runtime)})",
         f"setenv(\"CONTAINER_GPU_FLAG\", {q(spec.gpu_flag or '')})",
+        # what <target>-exec names when the runtime is not on PATH
+        f"setenv(\"CONTAINER_MODULES\", {q(' '.join(spec.modules))})",
     ]
     lines += [f"append_path({q(name)}, {q(bind)}, \",\")" for bind in spec.binds
               for name in ("SINGULARITY_BIND", "APPTAINER_BIND")]
@@ -123,7 +132,9 @@ def render_modulefile(spec: ModuleSpec) -> str:
 
 def render_exec_wrapper(target: str) -> str:
     """``<target>-exec COMMAND...``: run COMMAND in ``$SIF`` with the runtime and GPU flag of the
-    loaded module's version (``CONTAINER_RUNTIME``, ``CONTAINER_GPU_FLAG``)."""
+    loaded module's version (``CONTAINER_RUNTIME``, ``CONTAINER_GPU_FLAG``). A runtime that is
+    not on PATH is named in one line with the modules that bring it (``CONTAINER_MODULES``),
+    exit 127, rather than bash's "command not found" from the last line."""
     name = exec_name(target)
     return f"""#!/usr/bin/env bash
 # {comment_text(name)} COMMAND [ARGS...]: run COMMAND in the image of the loaded module
@@ -144,6 +155,15 @@ fi
 if [[ $# -eq 0 ]]; then
     echo {shlex.quote(f"usage: {name} COMMAND [ARGS...]")} >&2
     exit 2
+fi
+if ! command -v "$CONTAINER_RUNTIME" >/dev/null 2>&1; then
+    missing={shlex.quote(f"{name}: ")}"$CONTAINER_RUNTIME"' not found on PATH: load '
+    if [[ -n ${{CONTAINER_MODULES:-}} ]]; then
+        echo "$missing"'the site'"'"'s modules first: module load '"$CONTAINER_MODULES" >&2
+    else
+        echo "$missing"'the module that provides it first (module load '"$CONTAINER_RUNTIME"')' >&2
+    fi
+    exit 127
 fi
 gpu=()
 if [[ -n ${{CONTAINER_GPU_FLAG:-}} ]]; then

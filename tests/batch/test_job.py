@@ -8,6 +8,7 @@ test_schedulers.py; launchers and rendezvous: tests/run/.)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,7 +24,7 @@ from containers.inputs.sites import Memory
 from containers.prove import registry
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
-from tests.fixtures.data import with_binds
+from tests.fixtures.data import with_plugin
 
 SITES = ("lumi", "olivia", "puhti", "mahti", "derecho", "local-slurm")
 TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
@@ -227,11 +228,13 @@ def test_olivia_multinode(data_job) -> None:
 
 
 def test_derecho_pbs(data_job, data_world) -> None:
-    # With the host's network stack bound in (a site admin's transport.binds), 2 nodes run.
-    derecho = with_binds(data_world[1]["derecho"], "/opt/x:/opt/x")
+    # Once a plugin for containers exists (a site admin's transport.binds), 2 nodes run with
+    # the binds of NCAR's own container example (FastEddy: /run, /opt/cray,
+    # /usr/lib64:/host/lib64, LD_LIBRARY_PATH ending in /host/lib64).
+    derecho = with_plugin(data_world[1]["derecho"], "/glade/u/apps/ofi/lib")
     job = data_job(derecho, "smoke", nodes=2, account="UXYZ0001")
     assert _directives(job.text, "#PBS") == [
-        "#PBS -N smk-drc-cuda", "#PBS -A UXYZ0001", "#PBS -q main",
+        "#PBS -N smoke-derecho-cuda", "#PBS -A UXYZ0001", "#PBS -q main",
         "#PBS -l select=2:ncpus=64:ngpus=4", "#PBS -l walltime=00:30:00", "#PBS -j oe",
         "#PBS -o /proj/results/jobs/"]
     assert "#SBATCH" not in job.text and "scontrol" not in job.text
@@ -239,12 +242,15 @@ def test_derecho_pbs(data_job, data_world) -> None:
     launch = _launch(job.text)
     assert launch.startswith("mpiexec -n 2 --ppn 1 --cpu-bind none apptainer exec --nv "
                              "--bind /proj/jobs:/opt/containers/jobs:ro ")
-    assert "--bind /opt/x:/opt/x " in launch
+    assert ("--bind /glade --bind /run --bind /opt/cray --bind /usr/lib64:/host/lib64 "
+            "--bind /glade/u/apps/ofi/lib:/opt/aws-ofi-nccl/lib ") in launch
     assert ("--env NCCL_SOCKET_IFNAME=hsn --env NCCL_CROSS_NIC=1 "
             "--env NCCL_NCHANNELS_PER_NET_PEER=4 --env FI_CXI_DISABLE_HOST_REGISTER=1 "
             "--env FI_MR_CACHE_MONITOR=userfaultfd --env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
             # across nodes: the transport's settings, its proof's debug lines, NCCL_NET forced
-            "--env FI_CXI_DEFAULT_CQ_SIZE=131072 --env NCCL_DEBUG=INFO "
+            "--env FI_CXI_DEFAULT_CQ_SIZE=131072 "
+            "--env 'LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib:/opt/cray/libfabric/1.15.2.0/lib64:"
+            "$LD_LIBRARY_PATH:/host/lib64' --env NCCL_DEBUG=INFO "
             "--env NCCL_DEBUG_SUBSYS=INIT,NET --env 'NCCL_NET=AWS Libfabric' "
             "/proj/images/derecho-cuda.sif torchrun --nnodes=2 --nproc-per-node=4 "
             '--rdzv-backend=c10d "--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" '
@@ -255,13 +261,60 @@ def test_derecho_pbs(data_job, data_world) -> None:
     derecho = job.site.model_copy(update={"memory": Memory(per_gpu_gb=120, source="test")})
     assert "#PBS -l select=2:ncpus=64:ngpus=4:mem=480GB\n" in \
         data_job(derecho, nodes=2, account="UXYZ0001").text
-    assert job.output_of("4242.desched1") == "/proj/results/jobs/smk-drc-cuda.o4242"
-    # The full name stays readable in the header.
-    assert "job name smk-drc-cuda (smoke-derecho-cuda)" in job.text
+    # PBS Pro takes 236 characters (OpenPBS 230): the name is whole, not cut to 15.
+    assert job.output_of("4242.desched1") == "/proj/results/jobs/smoke-derecho-cuda.o4242"
+    assert "job name" not in job.text
     # NCAR: "ensure that you have the cuda module loaded ... or nodes may lock up"; its
     # container pages load apptainer.
     assert "set +u\nmodule load cuda apptainer\nset -u\n" in job.text
     assert job.text.index("module load cuda") < job.text.index("mpiexec ")
+
+
+def test_derecho_across_nodes_over_sockets_only_when_asked(data_job, data_world) -> None:
+    """Without a plugin for containers, --transport socket is the one way across nodes: NCCL's
+    TCP sockets forced (NCCL_NET=Socket), none of the OFI transport's binds or variables, the
+    choice in the header and in job.json, and the verdict's re-plan (request_from_record ->
+    job_run) judges that transport, marked degraded."""
+    job = data_job("derecho", "smoke", nodes=2, account="U1", transport="socket")
+    launch = _launch(job.text)
+    assert "--env NCCL_NET=Socket " in launch and "AWS Libfabric" not in launch
+    assert "/host/lib64" not in launch and "FI_CXI_DEFAULT_CQ_SIZE" not in launch
+    assert "--bind /glade " in launch and "--bind /opt/cray" not in launch
+    assert ("# transport: TCP sockets instead of OFI (aws-ofi-nccl) over cxi (invoke job "
+            "--transport socket): slower, and no proof of the site's network\n") in job.text
+    record = json.loads(job.text.split("<<'JOB'\n")[1].split("\nJOB\n")[0])
+    assert record["transport"] == "socket"
+    request = batch.request_from_record(record)
+    assert request.transport == "socket"
+    site = batch.job_run(job.target, data_world[1]["derecho"], settings=load_settings(
+        Path("/proj"), {}), request=request).workload.site
+    assert site.transport.net == "Socket" and site.transport.degraded
+    assert site.transport.expect == r"NCCL INFO Using network Socket\b"
+    # the site's own transport is untouched, and a job that asks nothing records nothing
+    assert data_world[1]["derecho"].transport.degraded is None
+    assert '"transport"' not in data_job("derecho", "smoke", account="U1").text
+
+
+def test_a_host_stack_without_binds_is_refused(data_job, data_world) -> None:
+    bare = data_world[1]["derecho"].model_copy(update={"transport": data_world[1][
+        "derecho"].transport.model_copy(update={"binds": (), "unavailable": None})})
+    with pytest.raises(ConfigError, match=r"over cxi\), and the profile binds none "
+                       r"\(transport.binds\): run on one node"):
+        data_job(bare, "smoke", nodes=2, account="U1")
+
+
+@pytest.mark.parametrize("partition, gpus, chunk", [
+    ("develop", 4, "select=1:ncpus=64:ngpus=4:mem=235GB"),
+    ("develop", 1, "select=1:ncpus=16:ngpus=1:mem=58GB"),
+    ("main", 4, "select=1:ncpus=64:ngpus=4")])
+def test_derecho_develop_asks_memory(data_job, partition, gpus, chunk) -> None:
+    """NCAR: develop's nodes are shared and "jobs in this queue should specify memory required
+    via -l select=...:mem=5GB up to 235GB" (pbs/charging/): a job of some of the GPUs asks
+    their share; main gives whole nodes and is asked none."""
+    text = data_job("derecho", "smoke", account="U1", partition=partition,
+                    gpus_per_node=gpus).text
+    assert f"#PBS -l {chunk}\n" in text
+    assert ("shared nodes, memory asked per node" in text) == (partition == "develop")
 
 
 @pytest.mark.parametrize("site, partition, cpus, gres", [
@@ -366,11 +419,23 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
     ("derecho", dict(workload="smoke", launcher="srun-per-gpu", account="U1"), UsageError,
      "launcher srun-per-gpu needs a slurm site; derecho schedules with pbs"),
     ("lumi", dict(workload="smoke", launcher="mpirun"), UsageError, "--launcher must be one of"),
-    # Derecho across nodes: its transport's plugin is the host's, and the profile binds none
+    # Derecho across nodes: its transport's plugin is the host's, and NCAR publishes none
     ("derecho", dict(workload="run", nodes=2, account="U1", command=("python", "t.py")),
      ConfigError, "a 2-node job on site derecho needs the host's network plugin and libfabric "
-     "bound into the container for its transport (OFI (aws-ofi-nccl) over cxi), and the "
-     "profile binds none (transport.binds): run on one node (--nodes 1), or add the binds"),
+     "bound into the container for its transport (OFI (aws-ofi-nccl) over cxi), and NCAR "
+     "publishes no aws-ofi-nccl plugin for containers on Derecho (no NCCL or aws-ofi-nccl "
+     "module in NCAR/spack-derecho; "),
+    ("derecho", dict(workload="smoke", nodes=2, account="U1"), ConfigError,
+     ": run on one node (--nodes 1), add them to the profile, or pass --transport socket for "
+     "NCCL's TCP sockets (degraded; recorded in job.json, named by the verdict)"),
+    # --transport socket replaces a transport across nodes: not on one node, nor on a CPU site
+    ("derecho", dict(workload="smoke", account="U1", transport="socket"), UsageError,
+     "--transport socket replaces the site's network transport, which applies to jobs across "
+     "nodes from 2 nodes; this job has 1 node(s): leave --transport out"),
+    ("local-slurm", dict(workload="smoke", nodes=2, transport="socket"), UsageError,
+     "and site local-slurm declares none (no transport: in its profile)"),
+    ("lumi", dict(workload="smoke", nodes=2, transport="tcp"), UsageError,
+     "--transport must be one of socket (got 'tcp')"),
 ])
 def test_refusals(data_job, site, request_, error, message) -> None:
     with pytest.raises(error) as refused:

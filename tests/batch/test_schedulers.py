@@ -35,10 +35,21 @@ def test_pbs_select_chunk_per_node() -> None:
     pbs = Pbs()
     res = Resources(**{**RES.__dict__, "name": "a-very-long-job-name", "output": "/out/"})
     assert pbs.preamble(res) == [
-        "#PBS -N a-ver-lon-job", "#PBS -A proj_1", "#PBS -q gpu",
+        "#PBS -N a-very-long-job-name", "#PBS -A proj_1", "#PBS -q gpu",
         "#PBS -l select=2:ncpus=16:ngpus=4:mem=240GB", "#PBS -l walltime=00:30:00", "#PBS -j oe",
         "#PBS -o /out/"]
-    assert pbs.output_of(res, "4242.desched1") == "/out/a-ver-lon-job.o4242"
+    assert pbs.output_of(res, "4242.desched1") == "/out/a-very-long-job-name.o4242"
+
+
+def test_memory_per_node_is_asked_as_is() -> None:
+    """A shared queue's memory per node (job.ask_memory_gb) is the chunk's mem=, in the place
+    of the per-GPU figure; Slurm asks it with --mem=, never with --mem-per-gpu beside it."""
+    res = Resources(**{**RES.__dict__, "mem_per_node_gb": 235, "output": "/out/"})
+    assert "#PBS -l select=2:ncpus=16:ngpus=4:mem=235GB" in Pbs().preamble(res)
+    lines = Slurm().preamble(res)
+    assert "#SBATCH --mem=235G" in lines and not any("mem-per-gpu" in line for line in lines)
+    cpu = Resources(**{**res.__dict__, "gpus_per_node": 0})
+    assert "#PBS -l select=2:ncpus=16:mem=235GB" in Pbs().preamble(cpu)
 
 
 def test_slurm_gres_syntax() -> None:
@@ -52,30 +63,28 @@ def test_slurm_gres_syntax() -> None:
     assert not any("gres" in line or "gpus" in line for line in Slurm().preamble(none))
 
 
-#: Derecho's profile's short forms (sites/derecho.yaml, job.short_names).
-DERECHO_SHORT = {"smoke": "smk", "build": "bld", "deepspeed": "ds", "derecho": "drc"}
-
-
-def test_short_forms_come_from_the_site_profile(data_world) -> None:
-    _, sites = data_world
-    assert sites["derecho"].job.short_names == DERECHO_SHORT
-    # without the site's words a long name still fits, word by word
-    assert Pbs().job_name("smoke-derecho-cuda") == "smok-derec-cuda"
+def test_pbs_job_names_are_not_cut_at_15_characters() -> None:
+    """PBS Pro takes job names of 236 characters (PBS_MAXJOBNAME in pbs_ifl.h; OpenPBS 230):
+    a Derecho job keeps its whole name; only a name longer than that is shortened, word by
+    word (15 is a queue's name, PBS_MAXQUEUENAME)."""
+    assert Pbs.name_length == 230
+    for name in ("smoke-derecho-cuda", "deepspeed-derecho-cuda", "x" * 230):
+        assert Pbs().job_name(name) == name
+    long = "-".join(["smoke"] * 50)  # 299 characters
+    assert len(Pbs().job_name(long)) == 230 and Pbs().job_name(long).startswith("smo-")
 
 
 @pytest.mark.parametrize("name, short", [
     ("smoke-cpu", "smoke-cpu"),                     # fits: unchanged
-    ("smoke-derecho-cuda", "smk-drc-cuda"),          # was cut to smoke-derecho-c
+    ("smoke-derecho-cuda", "smk-drc-cuda"),
     ("deepspeed-derecho-cuda", "ds-drc-cuda"),
-    ("build-derecho-cuda", "bld-drc-cuda"),
-    ("fsdp-derecho-cuda", "fsdp-drc-cuda"),
     ("ddp-mysite-gpuimage", "ddp-mysit-gpuim"),      # unknown words lose letters evenly
 ])
-def test_pbs_job_names_stay_meaningful_within_15_characters(name, short) -> None:
-    """The short forms are the site's (its profile's job.short_names), not the code's."""
-    assert short_name(name, 15, DERECHO_SHORT) == short
-    assert len(short) <= 15 and Pbs().job_name(name, DERECHO_SHORT) == short
-    # every word keeps its start: nothing is cut off mid-way to a one-letter stub
+def test_short_names_stay_meaningful(name, short) -> None:
+    """Where a scheduler limits names, a site's short forms (job.short_names) come first, then
+    the longest word loses letters; no word is cut to a one-letter stub."""
+    words = {"smoke": "smk", "deepspeed": "ds", "derecho": "drc"}
+    assert short_name(name, 15, words) == short
     assert all(len(word) >= 2 for word in short.split("-"))
 
 

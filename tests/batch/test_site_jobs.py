@@ -24,12 +24,15 @@ from containers.batch.judgeenv import BUILD_PYTHONS, COMPLETE, JudgeEnv
 from containers.errors import ConfigError
 from containers.inputs.settings import load_settings
 from containers.prove import registry
-from tests.fixtures.data import with_binds
+from tests.fixtures.data import with_plugin
 
 TARGET = {"lumi": "lumi-rocm", "olivia": "olivia-cuda", "puhti": "puhti-cuda",
           "mahti": "mahti-cuda", "derecho": "derecho-cuda", "local-slurm": "cpu"}
 #: Where a 2-node job goes when the default partition is a one-node one.
 MULTINODE = {"mahti": "gpumedium"}
+#: What a 2-node job asks beyond its size: Derecho has no network plugin for containers
+#: (transport.unavailable), so across nodes it runs only over TCP sockets, asked for.
+ACROSS = {"derecho": {"transport": "socket"}}
 LAUNCHER_TOOLS = {"slurm": ("srun", "scontrol"), "pbs": ("mpiexec",)}
 #: What the basic tools of a job script are; nothing else of this machine is on its PATH.
 BASE_TOOLS = ("sed", "mkdir", "cat", "cp", "tee", "uname", "hostname", "rm")
@@ -192,7 +195,7 @@ def _cases():
     for site in TARGET:
         for workload in registry.WORKLOADS:
             for nodes in (1, 2):
-                if nodes == 2 and (workload == "build" or site == "derecho"):
+                if nodes == 2 and workload == "build":
                     continue
                 if workload == "build" and site in ("puhti", "mahti", "derecho"):
                     continue  # refused before anything is written (no fakeroot): test_job.py
@@ -206,6 +209,8 @@ def test_every_sites_job_runs_its_steps_in_order(data_world, data_site_job, site
     extra = {"command": COMMAND} if workload == "run" else {}
     if nodes > 1 and site in MULTINODE:
         extra["partition"] = MULTINODE[site]
+    if nodes > 1:
+        extra.update(ACROSS.get(site, {}))
     status, steps = data_site_job(site, workload, nodes=nodes, **extra)
     assert status == 0, steps
     assert step_names(steps) == expected(where, workload, nodes=nodes), steps
@@ -218,8 +223,10 @@ def test_every_sites_job_runs_its_steps_in_order(data_world, data_site_job, site
     assert launcher[0] == ("mpiexec" if where.scheduler == "pbs" else "srun")
     assert f"--nodes={nodes}" in launcher or ["-n", str(nodes)] == launcher[1:3]
     assert all(word in launcher for word in where.job.step_options)
-    if nodes > 1:  # the rendezvous the job's shell found: the first node's address
-        assert f"--rdzv-endpoint={NODE_ADDR}:24242" in work
+    if nodes > 1:  # the rendezvous the job's shell found: the first node's address (PBS:
+        # the node file's first line)
+        first = "n1" if where.scheduler == "pbs" else NODE_ADDR
+        assert f"--rdzv-endpoint={first}:24242" in work
     if workload == "run":  # the user's command, as its words, after torchrun's --no-python
         assert work[-len(COMMAND):] == list(COMMAND) and "--no-python" in work
 
@@ -263,14 +270,38 @@ def test_derecho_across_nodes_is_refused_not_written(data_site_job) -> None:
         data_site_job("derecho", "run", nodes=2, command=COMMAND)
 
 
-def test_derecho_across_nodes_with_the_binds_runs(data_world, data_site_job) -> None:
-    derecho = with_binds(data_world[1]["derecho"], "/opt/cray/libfabric:/opt/libfabric")
-    status, steps = data_site_job(derecho, "run", nodes=2, command=COMMAND)
+@pytest.mark.parametrize("workload", ["run", "smoke"])
+def test_derecho_across_nodes_with_a_plugin_runs_with_ncars_binds(data_world, data_site_job,
+                                                                  workload) -> None:
+    """Once a plugin for containers exists, a 2-node Derecho job runs with the binds and
+    library path of NCAR's own container example (FastEddy) and NCCL_NET forcing the plugin."""
+    derecho = with_plugin(data_world[1]["derecho"], "/glade/u/apps/ofi/lib")
+    extra = {"command": COMMAND} if workload == "run" else {}
+    status, steps = data_site_job(derecho, workload, nodes=2, **extra)
     assert status == 0
-    assert step_names(steps) == ["module load", "mpiexec", "gate", "mpiexec", "workload",
-                                 "verdict"]
-    assert "/opt/cray/libfabric:/opt/libfabric" in steps[4]
-    assert "--rdzv-endpoint=n1:24242" in steps[4]  # PBS: the node file's first line
+    assert step_names(steps) == expected(derecho, workload, nodes=2), steps
+    work = next(s for s in steps if step_names([s]) == ["workload"])
+    binds = [work[i + 1] for i, word in enumerate(work) if word == "--bind"]
+    assert binds[-4:] == ["/run", "/opt/cray", "/usr/lib64:/host/lib64",
+                          "/glade/u/apps/ofi/lib:/opt/aws-ofi-nccl/lib"]
+    assert ("LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib:/opt/cray/libfabric/1.15.2.0/lib64:"
+            "$LD_LIBRARY_PATH:/host/lib64") in work  # $: the image's own, in the container
+    assert "NCCL_NET=AWS Libfabric" in work and "--rdzv-endpoint=n1:24242" in work
+
+
+def test_derecho_across_nodes_over_sockets_records_the_choice(data_site_job,
+                                                              tmp_path) -> None:
+    """--transport socket: the job runs, forcing NCCL's sockets; its job.json says so and its
+    verdict (the image's runverdict.py for a run job) is told the transport is degraded."""
+    status, steps = data_site_job("derecho", "run", nodes=2, transport="socket",
+                                  command=COMMAND)
+    assert status == 0
+    work = next(s for s in steps if step_names([s]) == ["workload"])
+    assert "NCCL_NET=Socket" in work and "/usr/lib64:/host/lib64" not in work
+    ran = steps[-1]  # the run verdict, in the image: told the transport was chosen, degraded
+    assert ran[ran.index("--transport-degraded") + 1].startswith("TCP sockets instead of OFI")
+    records = list((tmp_path / "proj" / "results" / "run").glob("*/job.json"))
+    assert [json.loads(r.read_text())["transport"] for r in records] == ["socket"]
 
 
 def test_olivias_build_job_with_an_old_python3_fails_in_one_line(data_site_job,

@@ -419,6 +419,8 @@ def test_the_job_words_of_a_profile(tmp_path: Path) -> None:
     _profile(tmp_path, "job:\n  step_options: [--cpu-bind, none]\n  short_names: {smoke: smk}\n"
                        "  build_unset: [SINGULARITY_BIND]\n")
     job = load_sites(tmp_path)["x"].job
+    assert load_sites(Path(__file__).resolve().parents[2])["derecho"].job.ask_memory_gb == {
+        "develop": 235}
     assert (job.step_options, job.short_names, job.build_unset) == (
         ("--cpu-bind", "none"), {"smoke": "smk"}, ("SINGULARITY_BIND",))
     assert load_sites(Path(__file__).resolve().parents[2])["puhti"].job.step_options == ()
@@ -429,7 +431,13 @@ def test_the_job_words_of_a_profile(tmp_path: Path) -> None:
              "'s k' is not a word"),
             ("job:\n  short_names: {\"s k\": smk}\n", "job.short_names.s k",
              "'s k' is not a word"),
-            ("job:\n  step_option: [x]\n", "job.step_option", "step_options")):
+            ("job:\n  step_option: [x]\n", "job.step_option", "step_options"),
+            # a queue of shared nodes that is not one of the partitions: its jobs would ask none
+            ("partitions: [develop]\njob:\n  ask_memory_gb: {devlop: 235}\n",
+             "job.ask_memory_gb.devlop", "'devlop' is not one of the partitions (did you mean "
+             "'develop'?)"),
+            ("partitions: [develop]\njob:\n  ask_memory_gb: {develop: 0}\n",
+             "job.ask_memory_gb.develop", "must be at least 1 (got 0)")):
         _profile(tmp_path, text)
         with pytest.raises(ConfigError) as refused:
             load_sites(tmp_path)

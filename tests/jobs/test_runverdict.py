@@ -38,6 +38,21 @@ def test_a_passing_command(tmp_path) -> None:
     assert record["stack"]["torch"]
 
 
+def test_a_degraded_transport_is_recorded_and_said(tmp_path, capsys) -> None:
+    """A job that chose TCP sockets (invoke job --transport socket): proven by NCCL's line,
+    passed, and named degraded in verdict.json and the printed verdict."""
+    record, code = _judge(tmp_path, "NCCL INFO Using network Socket\n", "--exit-status", "0",
+                          "--gate", "none", "--transport-name", "TCP sockets",
+                          "--transport-expect", r"NCCL INFO Using network Socket\b",
+                          "--transport-degraded", "TCP sockets instead of cxi")
+    assert (record["passed"], code, record["transport"]["proven"]) == (True, 0, True)
+    assert record["degraded"] == "TCP sockets instead of cxi"
+    assert capsys.readouterr().out.startswith(
+        "verdict: PASS (degraded transport: TCP sockets instead of cxi)")
+    assert _judge(tmp_path, "hello\n", "--exit-status", "0", "--gate", "none")[0][
+        "degraded"] is None
+
+
 def test_the_first_failing_ranks_exit_status_is_the_jobs(tmp_path) -> None:
     record, code = _judge(tmp_path, ROOT_CAUSE, "--exit-status", "1", "--gate", "none")
     assert code == 7 and record["exit_status"] == 7 and not record["passed"]

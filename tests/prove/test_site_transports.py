@@ -19,7 +19,7 @@ from containers.prove import verdict
 from containers.prove.smoke import SMOKE
 from containers.run.workload import Outcome
 from tests.fixtures import ROOT
-from tests.fixtures.data import with_binds
+from tests.fixtures.data import with_plugin
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "transport_logs"
 ROW = {"bytes": 16 << 20, "oop": {"busbw": 2.0, "wrong": 0}, "ip": {"busbw": 2.1, "wrong": 0}}
@@ -39,11 +39,13 @@ def _job(name: str, settings, *, nodes: int = 2, site=None) -> batch.Job:
                           request=request, host_arch="x86_64", environ={})
 
 
-def _result(name: str, settings, lines: tuple[str, ...], *, site=None) -> verdict.Result:
+def _result(name: str, settings, lines: tuple[str, ...], *, site=None,
+            transport: str | None = None) -> verdict.Result:
     target, _, _ = SITES[name]
     where = site or load_sites(ROOT)[name]
     request = batch.JobRequest(workload="smoke", nodes=2, account="proj1",
-                               partition="gpumedium" if name == "mahti" else None)
+                               partition="gpumedium" if name == "mahti" else None,
+                               transport=transport)
     run = batch.job_run(load_targets(ROOT)[target], where, settings=settings, request=request)
     outcome = Outcome(returncode=0, timed_out=False, missing_ranks=[], seconds=1.0,
                       report=REPORT, lines=lines)
@@ -56,7 +58,7 @@ def test_the_two_node_script_forces_the_sites_network(name: str, data_settings) 
     if site.transport.host_stack:  # Derecho: refused until its profile binds the host's stack
         with pytest.raises(ConfigError, match="needs the host's network plugin"):
             _job(name, data_settings)
-        site = with_binds(site, "/opt/libfabric:/opt/libfabric")
+        site = with_plugin(site, "/opt/aws-ofi-nccl/lib")
     job = _job(name, data_settings, site=site)
     _, _, net = SITES[name]
     assert f"NCCL_NET={net}" in job.text or f"NCCL_NET='{net}'" in job.text, job.text
@@ -93,3 +95,31 @@ def test_a_gpu_site_without_a_declared_transport_is_not_proven(data_settings) ->
     assert not verdict.network_reasons(replace(result, plan=one))
     cpu = bare.model_copy(update={"gpus": Gpus()})
     assert not verdict.network_reasons(replace(result, plan=replace(result.plan, site=cpu)))
+
+
+def test_sockets_chosen_prove_sockets_and_the_verdict_names_them_degraded(data_settings) -> None:
+    """A Derecho job that opted into TCP sockets (--transport socket; no plugin for
+    containers there) passes on a log that shows NCCL used them, and its verdict says, in the
+    record, the transport line and the last line, that the transport was degraded; a log of
+    another network does not prove the sockets it asked for."""
+    lines = tuple(LOGS.joinpath("socket-fallback.log").read_text().splitlines())
+    result = _result("derecho", data_settings, lines, transport="socket")
+    assert result.transport is not None and result.transport.ok, result.transport
+    assert not [r for r in result.reasons if "transport" in r or "TCP" in r or "NCCL" in r]
+    # (no device reports here: the record is shown as a run that passed otherwise)
+    record = {**verdict.record(result, image_record={}), "passed": True, "reasons": []}
+    assert record["degraded"].startswith("TCP sockets instead of OFI (aws-ofi-nccl) over cxi")
+    shown = verdict.gate_lines(record)
+    assert shown[0].startswith("transport:   DEGRADED: transport TCP sockets (degraded: "
+                               "--transport socket, not OFI (aws-ofi-nccl) over cxi) confirmed; "
+                               "TCP sockets instead of"), shown
+    assert shown[-1] == "verdict: PASS (degraded transport: see the transport line)"
+    other = _result("derecho", data_settings,
+                    tuple(LOGS.joinpath("cxi-proven.log").read_text().splitlines()),
+                    transport="socket")
+    assert not other.transport.ok and other.transport.message in other.reasons
+    # the site's own transport: no degraded mark
+    plugin = with_plugin(load_sites(ROOT)["derecho"], "/opt/aws-ofi-nccl/lib")
+    cxi = _result("derecho", data_settings,
+                  tuple(LOGS.joinpath("cxi-proven.log").read_text().splitlines()), site=plugin)
+    assert verdict.record(cxi, image_record={})["degraded"] is None

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from containers.inputs.sites import load_sites
 from containers.publish.modulefile import (comment_text, lua_string, render_exec_wrapper,
                                            render_modulefile)
+from tests.fixtures import ROOT
 from tests.publish.standin import NASTY, module_spec as _spec
 
 
@@ -76,7 +81,7 @@ def test_exec_wrapper_runs_the_loaded_versions_runtime_and_flag(tmp_path: Path) 
 
 #: Lmod's functions as no-ops, so plain Lua can run a module file and show what it would run.
 LMOD_STUBS = ("for _, name in ipairs({'help', 'whatis', 'family', 'setenv', 'append_path', "
-              "'prepend_path'}) do _G[name] = function() end end\n")
+              "'prepend_path', 'depends_on'}) do _G[name] = function() end end\n")
 
 
 def test_comment_text_keeps_comments_on_one_line() -> None:
@@ -106,3 +111,46 @@ def test_exec_wrapper_quoting_holds_even_for_a_hostile_name(tmp_path: Path) -> N
                             env={k: v for k, v in os.environ.items() if k != "SIF"})
     assert result.returncode == 1 and "load a module first" in result.stderr
     assert not pwned.exists(), "a name ran code from the exec wrapper"
+
+
+def test_modulefile_loads_the_modules_the_sites_jobs_load() -> None:
+    """Derecho's jobs load cuda and apptainer (the profile's modules): its module file loads
+    them too, before anything else, so <target>-exec finds apptainer; a site without modules
+    loads none."""
+    modules = load_sites(ROOT)["derecho"].modules
+    assert modules == ("cuda", "apptainer")
+    lines = render_modulefile(_spec(runtime="apptainer", modules=modules)).splitlines()
+    loads = [line for line in lines if line.startswith("depends_on(")]
+    assert loads == ['depends_on("cuda")', 'depends_on("apptainer")']
+    assert lines.index(loads[-1]) < lines.index('setenv("SIF", sif)')
+    assert 'setenv("CONTAINER_MODULES", "cuda apptainer")' in lines
+    assert "depends_on" not in render_modulefile(_spec())
+    hostile = render_modulefile(_spec(modules=(NASTY,)))
+    assert f"depends_on({lua_string(NASTY)})" in hostile.splitlines()
+
+
+def _bash_only(tmp_path: Path) -> Path:
+    """A PATH folder with bash and nothing else (no container runtime)."""
+    folder = tmp_path / "path"
+    folder.mkdir()
+    (folder / "bash").symlink_to(shutil.which("bash"))
+    return folder
+
+
+@pytest.mark.parametrize("modules, says", [
+    ("cuda apptainer", "derecho-cuda-exec: apptainer not found on PATH: load the site's "
+                       "modules first: module load cuda apptainer\n"),
+    ("", "derecho-cuda-exec: apptainer not found on PATH: load the module that provides it "
+         "first (module load apptainer)\n")])
+def test_exec_wrapper_names_a_missing_runtime_in_one_line(tmp_path: Path, modules: str,
+                                                          says: str) -> None:
+    """Without the runtime on PATH the wrapper stops (127, as a shell does for a missing
+    command) with one line naming the runtime and the modules to load, instead of bash's
+    "apptainer: command not found" halfway through."""
+    script = tmp_path / "derecho-cuda-exec"
+    script.write_text(render_exec_wrapper("derecho-cuda"))
+    script.chmod(0o755)
+    env = {"PATH": str(_bash_only(tmp_path)), "SIF": "/i.sif", "CONTAINER_RUNTIME": "apptainer",
+           "CONTAINER_GPU_FLAG": "--nv", "CONTAINER_MODULES": modules}
+    result = subprocess.run([str(script), "true"], capture_output=True, text=True, env=env)
+    assert (result.returncode, result.stderr, result.stdout) == (127, says, "")
