@@ -82,6 +82,16 @@ def busbw_check(old: Mapping | None, new: Mapping | None) -> dict:
     return {**figures, "note": None, "regression": None}
 
 
+def torch_mismatch(build: str | None, gpu: str, site: str) -> str | None:
+    """Why the image's torch cannot serve ``gpu`` (the target's or its site's GPU kind), or None:
+    a CPU-only torch on a CUDA site runs, slowly and on no GPU, which the site fit only warns of
+    at build; a published image must be the build its GPUs need."""
+    if gpu == "none" or build == gpu:
+        return None
+    return (f"torch in the image is a {build or 'missing'} build; {site}'s GPUs need a {gpu} "
+            "build")
+
+
 # ------------------------------------------------------------------- the verdict's evidence
 #: The labels that tell one build from another (the target, its inputs, the tool's build date and
 #: Apptainer's own, to the second). Each rank reads them inside the image it runs in
