@@ -187,7 +187,7 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     definition = None if target.definition is None else read_definition(target.definition)
     if definition is not None:
         definition.validate()
-        raise_all(host_path_policy(target, definition)[0])  # host_paths: forbid, as check says
+    raise_all(host_path_policy(target, definition, env)[0])  # host_paths: forbid, as check says
     inputs = target_inputs(target, definition, env, user_args, base_hash)
     if definition is None:
         inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
