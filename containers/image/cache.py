@@ -242,6 +242,29 @@ def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
     return None
 
 
+def _ancestor_problem(top: Path, *, uid: int, gid: int | None) -> str | None:
+    """The first folder above ``top`` (as written and as it resolves) in which someone else
+    could rename ``top`` away and put their own in its place, as words after "is in": one
+    owned by another user (a folder's owner may rename what is in it, sticky bit or not, and
+    may change its mode), or one writable by a group without the sticky bit, unless that is the
+    cache's own group (``containers.cache_group``). Root's folders are trusted: root can do
+    anything anyway."""
+    folders = dict.fromkeys([*top.parents, *Path(os.path.realpath(top)).parents])
+    for folder in folders:
+        try:
+            info = os.stat(folder)
+        except OSError:
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if info.st_uid not in (0, uid):
+            return (f"{folder}, owned by uid {info.st_uid} (who could put their own folder in "
+                    "its place)")
+        if mode & 0o020 and not mode & stat.S_ISVTX and info.st_gid != gid:
+            return (f"{folder}, writable by group {info.st_gid} without the sticky bit (its "
+                    "members could put their own folder in its place)")
+    return None
+
+
 def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
                   gid: int | None = None) -> str:
     """Why the cache folder ``top`` is not safe to trust (empty: it is, or it does not exist
@@ -259,6 +282,9 @@ def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
     if above is not None:
         return (f"{top} is in {above}, which is world-writable without the sticky bit (anyone "
                 "could put their own folder in its place)")
+    ancestor = _ancestor_problem(top, uid=uid, gid=gid)
+    if ancestor:
+        return f"{top} is in {ancestor}"
     root = top / "packages"
     below = (root, *(root / part for part in PARTS)) if parts else ()
     for folder in below:

@@ -319,3 +319,29 @@ def test_a_shared_cache_for_a_group_only_when_set_up_on_purpose(tmp_path: Path) 
         gather_cache(top, use=True, group=group)
     with pytest.raises(ConfigError, match="containers.cache_group: no group 'no-such-group'"):
         gather_cache(top, use=True, group="no-such-group")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_cache_folder_under_another_users_folder_is_refused(tmp_path: Path) -> None:
+    """Its owner may rename what is in it, sticky bit or not."""
+    theirs = tmp_path / "theirs"
+    (theirs / "C").mkdir(parents=True, mode=0o700)
+    theirs.chmod(0o1755)
+    os.chown(theirs, 65534, -1)
+    with pytest.raises(ConfigError, match=rf"{theirs}, owned by uid 65534 \(who could put"):
+        gather_cache(theirs / "C", use=True)
+    os.chown(theirs, os.getuid(), -1)
+    assert gather_cache(theirs / "C", use=True).root == theirs / "C" / "packages"
+
+
+def test_a_cache_folder_under_a_group_writable_folder_is_only_the_cache_groups(
+        tmp_path: Path) -> None:
+    group = grp.getgrgid(os.getgid()).gr_name
+    project = tmp_path / "project"
+    (project / "C").mkdir(parents=True, mode=0o700)
+    project.chmod(0o2770)
+    with pytest.raises(ConfigError, match=rf"{project}, writable by group {os.getgid()} without "
+                                          "the sticky bit"):
+        gather_cache(project / "C", use=True)
+    (project / "C").chmod(0o2770)  # a group's cache in that group's project folder
+    assert gather_cache(project / "C", use=True, group=group) is not None

@@ -339,6 +339,8 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
                                                     "partition p (did you mean 'max_time'?)"),
     ("partitions: [a, 3]\n", "x.yaml:3: partitions: must be a list of partition names"),
     ("gpus:\n  request: gres\n", "x.yaml:4: gpus.request: request gres needs gres_type"),
+    # a runtime that reads no compression mounts no image
+    ("squashfs:\n  reads: []\n", "x.yaml:4: squashfs.reads: must name at least one"),
 ])
 def test_bad_site_values_are_refused_at_load_with_file_line_and_key(tmp_path: Path, text: str,
                                                                      where: str) -> None:
