@@ -13,6 +13,7 @@ formats the map with the same helpers).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -162,6 +163,23 @@ def gpu_identity(index: int) -> dict[str, Any]:
     }
 
 
+#: Where Apptainer keeps an image's labels inside it (its ``/.singularity.d`` metadata folder; the
+#: labels ``apptainer inspect`` shows, checked with ``apptainer exec IMAGE cat`` on Apptainer 1.4).
+LABELS = Path("/.singularity.d/labels.json")
+
+
+def image_labels(path: Path = LABELS) -> Optional[dict[str, str]]:
+    """The labels of the image this rank runs in, as it reads them from inside: the publish gate
+    ties the run to the image by them (None outside an image, or where they do not read)."""
+    try:
+        labels = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(labels, dict):
+        return None
+    return {str(key): value for key, value in labels.items() if isinstance(value, str)}
+
+
 def probe(env: DistEnv, device: torch.device, pinned: bool) -> dict[str, Any]:
     """What this rank runs on: ``OUT/device-<RANK>.json``, and its entry in the report's ranks.
 
@@ -180,7 +198,7 @@ def probe(env: DistEnv, device: torch.device, pinned: bool) -> dict[str, Any]:
         "visible": visible_gpus(), "visible_env": visible_env(), "build": torch_build(),
         **runtime_versions(),
         "cores": choices.format_cpulist(os.sched_getaffinity(0)),
-        "cpus_allowed_list": cpus_allowed_list(), "pinned": pinned,
+        "cpus_allowed_list": cpus_allowed_list(), "pinned": pinned, "image": image_labels(),
     }
 
 

@@ -80,6 +80,10 @@ def release_review(project: Project, runtime, accept: str | None) -> publisher.R
                  or probing.probe(runtime, plan.image, sha256=sha,
                                   arch=plan.provenance.get("arch")))
         stack = probing.summary(facts)
+        mismatch = gating.torch_mismatch(stack.get("build"), plan.gpu, plan.site.name)
+        if mismatch:  # what the image is: never skipped, never accepted
+            raise VerdictFailed(f"not publishing {plan.target.name} {plan.version}: {mismatch}"
+                                " (--skip-checks skips the smoke, not what the image is)")
         findings = fit_findings(project, stack, plan.site, facts.get("errors"))
         for finding in findings:
             say(f"site fit ({plan.site.name}): {finding.line()}")

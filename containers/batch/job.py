@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from containers import __version__, walltime
-from containers.batch.schedulers import (SCHEDULERS, Resources, Scheduler, directive,
-                                         extra_directive)
+from containers.batch.schedulers import SCHEDULERS, Resources, Scheduler, directive
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
 from containers.batch.runjob import run_lines, run_record
 from containers.batch.script import SHELL_VARS, command, ref, render, word
@@ -129,7 +128,7 @@ class JobRequest:
         flags.SCHEDULER_NAME("--qos", self.qos)
         flags.SCHEDULER_NAME("--reservation", self.reservation)
         object.__setattr__(self, "directives", tuple(
-            flags.DIRECTIVE("--directive", extra_directive(text)) for text in self.directives))
+            flags.DIRECTIVE("--directive", text) for text in self.directives))
 
 
 # ------------------------------------------------------------------------------------- the job

@@ -16,12 +16,10 @@ from typing import Mapping
 
 from containers.batch.script import word
 from containers.errors import CommandFailed, ConfigError, UsageError
-from containers.inputs.flags import JOB_ID
+from containers.inputs.directives import VALUE
+from containers.inputs.flags import DIRECTIVE, JOB_ID
 from containers.run.rendezvous import RENDEZVOUS, SchedulerRendezvous
 
-#: What a directive value may contain: schedulers read directives with their own parsers, which do
-#: not all understand shell quoting, so such values are refused rather than quoted.
-DIRECTIVE_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
 
 
 @dataclass(frozen=True)
@@ -53,25 +51,16 @@ class Resources:
     directives: tuple[str, ...] = ()
 
 
-#: A ``--directive`` line: an option and at most one value, as a batch directive carries it.
-EXTRA_DIRECTIVE = re.compile(r"(--[a-z][a-z-]*(=[A-Za-z0-9_@%+=:,./-]+)?"
-                             r"|-[A-Za-z]( [A-Za-z0-9_@%+=:,./-]+)?)\Z")
-
-
 def extra_directive(text: str) -> str:
-    """A ``--directive`` as the preamble writes it after ``#SBATCH``/``#PBS``; refused in one
-    line unless it is one option (``--constraint=hbm``, ``-l place=scatter``)."""
-    if not EXTRA_DIRECTIVE.match(text):
-        raise UsageError(f"{text!r} is not one scheduler option such as --constraint=hbm or "
-                         "-l place=scatter (one line; letters, digits and _ @ % + = : , . / - "
-                         "in its value)", flag="--directive")
-    return text
+    """A ``--directive`` as the preamble writes it after ``#SBATCH``/``#PBS``, checked again by
+    the one directive grammar (a :class:`Resources` may be made without a request)."""
+    return DIRECTIVE("--directive", text)
 
 
 def directive(value: object, what: str) -> str:
     """``value`` as a directive word; refused when a scheduler's parser could misread it."""
     text = str(value)
-    if not DIRECTIVE_SAFE.match(text):
+    if not VALUE.match(text):
         raise ConfigError(f"{what} '{text}' has characters a batch directive cannot carry "
                           "(letters, digits and _ @ % + = : , . / - only)")
     return word(text)  # shlex.quote, which leaves such a value as it is

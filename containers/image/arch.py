@@ -109,13 +109,17 @@ def image_python(runtime: Runtime, image: Path | str) -> str | None:
 
 
 def squashfs_offset(runtime: Runtime, image: Path | str) -> int:
-    """Where the root file system (squashfs) starts in the SIF ``image``."""
+    """Where the root file system (squashfs) starts in the SIF ``image``; :class:`StateError`
+    in one line when ``sif list`` shows none (an empty listing, a SIF of another kind)."""
     listing = capture([runtime.binary, "sif", "list", str(image)], timeout=60)
     for line in listing.splitlines():
         cells = [cell.strip() for cell in line.split("|")]
-        if len(cells) == 5 and cells[4].startswith("FS (Squashfs"):
-            return int(cells[3].split("-")[0])
-    raise ValueError(f"{image} has no squashfs partition")
+        start = cells[3].split("-")[0] if len(cells) == 5 else ""
+        if cells[-1].startswith("FS (Squashfs") and start.isdigit():
+            return int(start)
+    shown = " ".join(listing.split())[:120] or "nothing"
+    raise StateError(f"{image}: {runtime.binary} sif list shows no squashfs root file system "
+                     f"(it printed: {shown}); it is not an image this tool can read")
 
 
 #: squashfs superblock compression ids (``squashfs_fs.h``: ZLIB 1 ... ZSTD 6) by name.
@@ -138,7 +142,11 @@ def image_compression(runtime: Runtime, image: Path | str, offset: int | None = 
     site's runtime must be able to read to mount it (publish checks it)."""
     with open(image, "rb") as sif:
         sif.seek(squashfs_offset(runtime, image) if offset is None else offset)
-        return compression_of(sif.read(22))
+        superblock = sif.read(22)
+    try:
+        return compression_of(superblock)
+    except ValueError as exc:
+        raise StateError(f"{image}: its root file system is {exc}") from None
 
 
 def parse_listing(text: str) -> dict[str, str | None]:

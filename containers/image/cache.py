@@ -9,9 +9,10 @@ inside an image and never part of an inputs hash: a build with the cache, withou
 
 How each builder reaches it:
 
-- pip in ``%post`` (definitions that run ``recipes/scripts/install-python-packages.sh``): the
-  ``pip`` folder is bound at :data:`PIP_MOUNT` (``apptainer build --bind``; ``/mnt`` exists in
-  every base image we build on, and a bind destination must exist) and the staged context file
+- pip in ``%post`` (definitions that run ``recipes/scripts/install-python-packages.sh`` and
+  make their bind destinations from ``HOST_PATHS`` in ``%setup``): the ``pip`` folder is bound
+  at :data:`PIP_MOUNT` (``apptainer build --bind``; the tool adds it to ``HOST_PATHS`` so
+  ``%setup`` makes it, since a bind destination must exist) and the staged context file
   :data:`PIP_MARKER` names it to the script. A venv install (``cpu``, ``rocm.def``) runs
   ``pip download`` into its ``downloads`` folder and then installs with ``--no-index`` from
   exactly the files that resolution chose: pip fetches only what is not there yet and checks a
@@ -32,8 +33,8 @@ How each builder reaches it:
   folder. Apptainer finds debootstrap on the caller's ``PATH`` (its ``binary path`` setting
   starts with ``$PATH``).
 - cotainr: it runs every step as ``singularity exec`` of its sandbox without ``--cleanenv``, so
-  ``APPTAINER_BIND`` and ``PIP_CACHE_DIR`` in its environment reach the pip that ``conda env
-  create`` runs. Conda's own package cache is not shared: cotainr ends every build with ``conda
+  ``APPTAINER_BIND`` (at :data:`COTAINR_PIP_MOUNT`) and ``PIP_CACHE_DIR`` in its environment
+  reach the pip that ``conda env create`` runs. Conda's own package cache is not shared: cotainr ends every build with ``conda
   clean -y -a`` (cotainr/cli.py, cotainr/pack.py ``cleanup_unused_files``), which would empty
   it, and it downloads the Miniforge installer afresh each time (pack.py
   ``_download_miniforge_installer``), which nothing outside cotainr can redirect.
@@ -78,9 +79,17 @@ from containers.locking import acquire, release
 
 #: The tool's own folder under ``$XDG_CACHE_HOME`` (the project's package name).
 TOOL_NAME = "hpc-containers"
-#: Where the pip cache appears inside an Apptainer build (must exist in the image: it does in
-#: every Debian, Ubuntu and RHEL-family root).
-PIP_MOUNT = "/mnt"
+#: Where the pip cache appears inside an Apptainer build: a folder of its own, which the
+#: definition's ``%setup`` makes with the other bind destinations (``HOST_PATHS``; a bind's
+#: destination must exist, and only an empty folder of that name stays in the image). Not
+#: ``/mnt``: that is where users bind their own folders, a local Conda channel among them.
+PIP_MOUNT = "/var/cache/containers-pip"
+#: Where it appears in cotainr's steps. cotainr runs each as ``singularity exec --writable``
+#: of its sandbox (cotainr/container.py), where Apptainer cannot make a missing mount point,
+#: so this is a folder every root has: ``/media``, which FHS 3.0 requires in ``/``
+#: (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s02.html) and builds leave alone;
+#: ``/mnt`` stays free for the user's own binds there.
+COTAINR_PIP_MOUNT = "/media"
 #: The staged build-context file that names the pip cache folder to the install script.
 PIP_MARKER = "pip-cache-dir"
 #: The staged build-context file naming the install script's environment-snapshot store
@@ -242,6 +251,29 @@ def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
     return None
 
 
+def _ancestor_problem(top: Path, *, uid: int, gid: int | None) -> str | None:
+    """The first folder above ``top`` (as written and as it resolves) in which someone else
+    could rename ``top`` away and put their own in its place, as words after "is in": one
+    owned by another user (a folder's owner may rename what is in it, sticky bit or not, and
+    may change its mode), or one writable by a group without the sticky bit, unless that is the
+    cache's own group (``containers.cache_group``). Root's folders are trusted: root can do
+    anything anyway."""
+    folders = dict.fromkeys([*top.parents, *Path(os.path.realpath(top)).parents])
+    for folder in folders:
+        try:
+            info = os.stat(folder)
+        except OSError:
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if info.st_uid not in (0, uid):
+            return (f"{folder}, owned by uid {info.st_uid} (who could put their own folder in "
+                    "its place)")
+        if mode & 0o020 and not mode & stat.S_ISVTX and info.st_gid != gid:
+            return (f"{folder}, writable by group {info.st_gid} without the sticky bit (its "
+                    "members could put their own folder in its place)")
+    return None
+
+
 def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
                   gid: int | None = None) -> str:
     """Why the cache folder ``top`` is not safe to trust (empty: it is, or it does not exist
@@ -259,6 +291,9 @@ def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
     if above is not None:
         return (f"{top} is in {above}, which is world-writable without the sticky bit (anyone "
                 "could put their own folder in its place)")
+    ancestor = _ancestor_problem(top, uid=uid, gid=gid)
+    if ancestor:
+        return f"{top} is in {ancestor}"
     root = top / "packages"
     below = (root, *(root / part for part in PARTS)) if parts else ()
     for folder in below:

@@ -187,7 +187,7 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     definition = None if target.definition is None else read_definition(target.definition)
     if definition is not None:
         definition.validate()
-        raise_all(host_path_policy(target, definition)[0])  # host_paths: forbid, as check says
+    raise_all(host_path_policy(target, definition, env)[0])  # host_paths: forbid, as check says
     inputs = target_inputs(target, definition, env, user_args, base_hash)
     if definition is None:
         inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
@@ -323,17 +323,20 @@ def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
     copied.update(definition_scripts(definition))
     if cert:
         copied[cert] = Path(host.pip.cert)
-    args = _build_args(target, definition, user_args, cli_args, host=host, base_step=base_step,
-                       common=common, context=context, binds=binds)
     used = set(definition.build_args)
     uses_context = "BUILD_CONTEXT" in used or "FOREIGN_ROOT" in used
     check_carried_paths(context if uses_context else Path("/"),
                         binds if "HOST_PATHS" in used else [])
+    installs_pip = uses_context and "HOST_PATHS" in used and "install-python-packages.sh" in copied
     cached = apptainer_cache_use(definition, host, workdir=common["workdir"],
-                                 installs_pip=uses_context and "install-python-packages.sh"
-                                 in copied, foreign="FOREIGN_ROOT" in used,
+                                 installs_pip=installs_pip, foreign="FOREIGN_ROOT" in used,
                                  inputs=common["inputs"],
                                  base_image=base_step.image if base_step else None)
+    # the pip cache's mount point, made by %setup with the host paths' (HOST_PATHS), with the
+    # cache or without it, so both ways build the same files
+    mount = [package_cache.PIP_MOUNT] if installs_pip else []
+    args = _build_args(target, definition, user_args, cli_args, host=host, base_step=base_step,
+                       common=common, context=context, binds=[*binds, *mount])
     staged.update(cached.staged)
     env_vars = {**env_vars, **cached.env}
     partial = common["partial"]
@@ -374,8 +377,8 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
                         installs_pip: bool, foreign: bool, inputs: Mapping,
                         base_image: Path | None) -> CacheUse:
     """How a definition's build reaches the package cache (:mod:`containers.image.cache`):
-    pip's folder bound at ``/mnt`` with the marker the install script reads, when ``%post``
-    runs that script; the debootstrap shim first on ``PATH``, when its root comes from
+    pip's folder bound at its own mount point (made by ``%setup`` from ``HOST_PATHS``) with the
+    marker the install script reads, when ``%post`` runs that script; the debootstrap shim first on ``PATH``, when its root comes from
     debootstrap (``Bootstrap: debootstrap``, or the foreign root). None of it enters the
     inputs hash: binds, staged files and the environment are host plumbing."""
     cache, found = host.package_cache, CacheUse()
@@ -484,8 +487,8 @@ def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *
         # A bind by the runtime's own variable and PIP_CACHE_DIR reach the pip of cotainr's
         # singularity exec steps: the host's environment does (cotainr passes no --cleanenv).
         bind = "APPTAINER_BIND" if host.runtime.flavour == "apptainer" else "SINGULARITY_BIND"
-        env_vars = {**env_vars, bind: f"{cache.pip}:{package_cache.PIP_MOUNT}",
-                    "PIP_CACHE_DIR": f"{package_cache.PIP_MOUNT}/pip"}
+        env_vars = {**env_vars, bind: f"{cache.pip}:{package_cache.COTAINR_PIP_MOUNT}",
+                    "PIP_CACHE_DIR": f"{package_cache.COTAINR_PIP_MOUNT}/pip"}
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test = COTAINR_TEST if has_torch(target, env) else COTAINR_PYTHON_TEST
@@ -495,8 +498,9 @@ def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=test_argv if target.test else None, env=env_vars, staged={},
                      copied={}, links=links, package_cache=cache,
-                     cache_use=(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT} in "
-                                f"cotainr's steps; not conda's)" if cache else ""))
+                     cache_use=(f"pip ({cache.pip} bound at "
+                                f"{package_cache.COTAINR_PIP_MOUNT} in cotainr's steps; not "
+                                "conda's)" if cache else ""))
 
 
 def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, host: HostFacts,

@@ -84,6 +84,11 @@ class EnvSpec:
     pip: tuple[str, ...]
     text: str
     pip_lines: tuple[int | None, ...] = ()
+    #: The file's ``channels:`` with their lines.
+    channels: tuple[tuple[str, int | None], ...] = ()
+    #: The file's ``prefix:`` line (None: it has none), which no builder uses: see
+    #: :meth:`prefix_warning`.
+    prefix_line: int | None = None
 
     def requirements_txt(self) -> str:
         """The ``pip:`` list as a requirements file; option lines (``--extra-index-url``) kept."""
@@ -99,6 +104,37 @@ class EnvSpec:
                     for index, entry in enumerate(self.pip)
                     if (message := pip_entry_problem(entry, extra_indexes, manifest=manifest))]
         raise_all(problems)
+
+    def all_channels(self) -> list[tuple[str, int | None]]:
+        """Every channel Conda would read: ``channels:`` and those named in a dependency
+        (``https://host/channel::numpy``, ``conda-forge::numpy``), with their lines."""
+        named = [(dep.spec.rsplit("::", 1)[0], dep.line) for dep in self.conda if "::" in dep.spec]
+        return [*self.channels, *named]
+
+    def check_channels(self) -> None:
+        """Refuse every channel packages could be swapped on the way from (``http://``, another
+        scheme, credentials in the URL) or that is no local folder (``file://host/x``), all at
+        once, each with its line; as pip's ``http://`` URLs are refused."""
+        raise_all([ConfigError(message, path=self.path, line=line, key="channels")
+                   for channel, line in self.all_channels()
+                   if (message := channel_problem(channel))])
+
+    def local_channels(self) -> list[tuple[str, int | None]]:
+        """The ``file://`` channels: folders of the build host, which the manifest's
+        ``host_paths`` rule judges as it judges a definition's host paths."""
+        return [(channel, line) for channel, line in self.all_channels()
+                if channel.lower().startswith("file:")]
+
+    def prefix_warning(self) -> ConfigError | None:
+        """``prefix:`` is ignored, said as a warning rather than refused: cotainr installs the
+        file with ``conda env create -f FILE -n NAME`` (cotainr/pack.py ``add_environment``),
+        and a name on the command line decides where Conda puts the environment; the venv
+        builder reads only the ``pip:`` list. So a ``prefix: /etc/evil`` writes nothing there,
+        but the file says something the image does not do."""
+        if self.prefix_line is None:
+            return None
+        return ConfigError("is ignored: cotainr creates the environment by name (conda env "
+                           "create -n), the venv builder installs only the pip: list; remove it", path=self.path, line=self.prefix_line, key="prefix")
 
     def torch_pin(self) -> tuple[tuple[int, int], int | None] | None:
         """The lowest torch (major, minor) the spec can install and its line, from a ``torch==``,
@@ -174,6 +210,27 @@ def _source_problem(text: str) -> str | None:
     return None
 
 
+def channel_problem(channel: str) -> str | None:
+    """Why a Conda channel may not be used, else None: a channel's name (``conda-forge``,
+    resolved by Conda over https), an https URL without credentials, or a ``file://`` folder of
+    the build host (judged by ``host_paths``: :meth:`EnvSpec.local_channels`)."""
+    if not _SCHEME.match(channel):
+        return None
+    if channel.lower().startswith("file:"):
+        try:
+            parts = urlsplit(channel)
+        except ValueError:
+            parts = None
+        if parts is None or parts.netloc not in ("", "localhost") or \
+                not parts.path.startswith("/"):
+            return f"channel {channel!r} is not a folder of the build host (file:///path)"
+        return None
+    if not is_https(channel):
+        return (f"channel {channel!r} is not an https URL without credentials: packages from "
+                "it could be swapped in transit")
+    return None
+
+
 def _requirement_problem(text: str) -> str | None:
     """Why a plain entry is not a requirement as pip reads one (PEP 508, by ``packaging``,
     pip's own parser), else None; per-requirement options (``--hash=...``) are pip's to read."""
@@ -216,6 +273,10 @@ def pip_entry_problem(entry: str, extra_indexes: Collection[str] = (), *,
     option, value = _split_option(text)
     if option in PIP_SAFE_OPTIONS:
         return None
+    if option == "--editable" and _SCHEME.match(value):
+        return (f"--editable {value} is an editable install of a checkout pip clones during the "
+                "build (the image would hold a development copy, not the package); name it as "
+                "a requirement instead (pkg @ git+https://...); " + PIP_OPTION_RULE)
     if option != PIP_EXTRA_INDEX:
         return f"{option} {_REFUSED.get(option, 'is not an option an env spec may set')}; " \
                f"{PIP_OPTION_RULE}"
@@ -254,8 +315,13 @@ def load_env_spec(path: Path) -> EnvSpec:
         else:
             raise ConfigError("each dependency must be a Conda spec string or a 'pip:' list",
                               path=path, line=line, key="dependencies")
+    channels = data.get("channels") or []
     return EnvSpec(path=path, conda=tuple(conda), pip=tuple(pip), text=text,
-                   pip_lines=tuple(pip_lines))
+                   pip_lines=tuple(pip_lines),
+                   channels=tuple((str(c).strip(), line_of(channels, i))
+                                  for i, c in enumerate(channels)),
+                   prefix_line=(line_of(data, "prefix") or line_of(data)) if "prefix" in data
+                   else None)
 
 
 def load_target_env(target: EnvTarget) -> EnvSpec | None:
@@ -269,4 +335,5 @@ def load_target_env(target: EnvTarget) -> EnvSpec | None:
     if target.builder == "apptainer":
         spec.check_venv_compatible()
     spec.check_pip_options(target.pip_extra_index_urls, manifest=target.manifest)
+    spec.check_channels()
     return spec

@@ -21,6 +21,7 @@ from typing import Any, Callable, Collection
 from containers import walltime
 from containers.errors import UsageError
 from containers.inputs import names
+from containers.inputs.directives import scheduler_option
 from containers.inputs.schema import NAME_RULE, name_problem
 
 
@@ -200,52 +201,10 @@ SCHEDULER_NAME = word_rule("name (letters, digits, _ . + -)", r"[A-Za-z0-9_][A-Z
 
 
 # ------------------------------------------------------------------------------ directives
-#: Options a job's preamble already sets, Slurm's and PBS Pro's, long and short, with the flag
-#: of this tool that sets them (None: the tool sets it alone). A ``--directive`` repeating one
-#: would override the checked value while the script's header described the original job.
-_OWN = {option: flag for flag, options in {
-    "--time": ("time", "t", "walltime"), "--partition": ("partition", "p", "q"),
-    "--account": ("account", "A"), "--nodes": ("nodes", "N", "select"),
-    "--gpus-per-node": ("gpus-per-node", "gpus", "G", "gres", "ntasks-per-node", "ntasks", "n",
-                        "ngpus", "cpus-per-task", "c", "ncpus", "mem-per-gpu"),
-    "--qos": ("qos",), "--reservation": ("reservation",),
-    None: ("job-name", "J", "output", "o", "error", "e", "j", "chdir", "D", "exclusive"),
-}.items() for option in options}
-#: Options that would change who the job runs as, what it runs or what reaches its processes.
-_DANGEROUS = {"uid", "gid", "wrap", "export", "export-file", "get-user-env", "input", "i",
-              "container", "container-id", "open-mode", "u", "S", "v", "V", "W", "k",
-              "propagate", "prolog", "epilog", "task-prolog", "task-epilog", "bb", "bbf",
-              "burst-buffer"}
-#: One option: ``--name[=value]`` (Slurm) or ``-X[ value]`` (PBS ``-l key=value``); a value
-#: of safe characters that does not itself start like an option.
-_VALUE = r"[A-Za-z0-9_@%+=:,./][A-Za-z0-9_@%+=:,./-]*"
-_DIRECTIVE = re.compile(rf"(?:--(?P<long>[a-z][a-z-]*)(?:=(?P<lvalue>{_VALUE}))?"
-                        rf"|-(?P<short>[A-Za-z])(?: (?P<svalue>{_VALUE}))?)\Z")
-
-
-def _directive(value: Any) -> str:
-    """One scheduler option for the preamble, which the tool does not set itself."""
-    text = str(value)
-    match = _DIRECTIVE.match(text)
-    if not match:
-        raise ValueError("takes one scheduler option such as --constraint=hbm or -l "
-                         "place=scatter, on one line (letters, digits and _ @ % + = : , . / - "
-                         "in its value, which does not start with -)")
-    name = match["long"] or match["short"]
-    if match["short"] == "l":  # PBS resources: -l walltime=..., -l select=...
-        name = re.split(r"[=:]", match["svalue"] or "")[0]
-    if name in _DANGEROUS:
-        raise ValueError(f"refuses {name}: it would change who the job runs as, what it runs "
-                         "or what reaches its processes")
-    if name in _OWN:
-        own = _OWN[name]
-        raise ValueError(f"names {name}, which the tool sets" + (f": use {own}" if own else
-                         " itself (the script, its output and its name are the tool's)"))
-    return text
-
-
 #: ``--directive``: one more option for the job's preamble.
-DIRECTIVE = FlagType("one scheduler option, e.g. --constraint=hbm", _directive)
+#: The one directive grammar (:mod:`containers.inputs.directives`), used by the request and the
+#: render too.
+DIRECTIVE = FlagType("one scheduler option, e.g. --constraint=hbm", scheduler_option)
 
 
 #: A batch job's id as sbatch (``1234``) or qsub (``1234.server``, an array's ``1234[].server``)

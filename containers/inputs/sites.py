@@ -315,7 +315,10 @@ class Squashfs(Part):
     gzip, which every runtime and kernel reads, unless a source says more. Publish refuses an
     image in another (a build's default is zstd where the runtime is Apptainer)."""
 
-    reads: tuple[Literal["gzip", "lzma", "lzo", "xz", "lz4", "zstd"], ...] = Doc(
+    reads: Annotated[tuple[Literal["gzip", "lzma", "lzo", "xz", "lz4", "zstd"], ...],
+                     refuse(lambda reads: None if reads else (
+                         "must name at least one compression (a runtime that reads none "
+                         "mounts no image; leave squashfs out for gzip)"))] = Doc(
         ("gzip",), description="compressions the site's runtime reads")
     source: Str | None = Doc(None, description="where that is documented or measured")
 

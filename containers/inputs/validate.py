@@ -17,7 +17,7 @@ from typing import Callable, Collection, Mapping, Sequence, TypeVar
 from containers.errors import ConfigError, ContainersError, flatten
 from containers.inputs import compat
 from containers.inputs.definition import Definition, host_path_uses, read_definition
-from containers.inputs.envspec import EnvSpec, load_target_env
+from containers.inputs.envspec import EnvSpec, load_env_spec, load_target_env
 from containers.inputs.names import EXAMPLES
 from containers.inputs.recipes import (Target, base_names, base_problems, get_target,
                                        load_target)
@@ -57,22 +57,30 @@ def check_target(target: Target, sites: Mapping[str, Site | None], *,
                           path=target.definition, line=line, key=name)
 
 
-def host_path_policy(target: Target, definition: Definition | None = None
-                     ) -> tuple[list[ConfigError], list[ConfigError]]:
-    """The manifest's ``host_paths`` rule applied to its definition (read here when not given):
-    ``(errors, warnings)``, the ``%setup`` / ``%files`` lines that read host paths outside the
-    build context as errors under ``host_paths: forbid``, else as warnings. The one place
-    ``invoke check`` and ``invoke build`` (through the plan) enforce it."""
-    if target.definition is None:
-        return [], []
+def host_path_policy(target: Target, definition: Definition | None = None,
+                     env: EnvSpec | None = None) -> tuple[list[ConfigError], list[ConfigError]]:
+    """The manifest's ``host_paths`` rule applied to its definition and env spec (read here when
+    not given): ``(errors, warnings)``, the ``%setup`` / ``%files`` lines that read host paths
+    outside the build context and the env spec's ``file://`` Conda channels (folders of the build
+    host), as errors under ``host_paths: forbid``, else as warnings; and the env spec's ignored
+    ``prefix:`` as a warning. The one place ``invoke check`` and ``invoke build`` (through the
+    plan) enforce it."""
     forbid = target.host_paths == "forbid"
     switch = ("the manifest forbids them (host_paths: forbid)" if forbid
               else "the image depends on the build machine; host_paths: forbid in the manifest "
                    "makes this an error")
-    uses = [ConfigError(f"reads host paths outside the build context: {', '.join(use.paths)}; "
-                        f"{switch}", path=target.definition, line=use.line, key=use.section)
-            for use in host_path_uses(definition or read_definition(target.definition))]
-    return (uses, []) if forbid else ([], uses)
+    uses = [] if target.definition is None else [
+        ConfigError(f"reads host paths outside the build context: {', '.join(use.paths)}; "
+                    f"{switch}", path=target.definition, line=use.line, key=use.section)
+        for use in host_path_uses(definition or read_definition(target.definition))]
+    spec = env if env is not None or target.env is None else load_env_spec(target.env)
+    if spec is not None:
+        uses += [ConfigError(f"reads host paths outside the build context: Conda channel "
+                             f"{channel}; {switch}", path=spec.path, line=line, key="channels")
+                 for channel, line in spec.local_channels()]
+    errors, warnings = (uses, []) if forbid else ([], uses)
+    ignored = spec.prefix_warning() if spec is not None else None
+    return errors, warnings + ([ignored] if ignored else [])
 
 
 def check_inputs_of(target: Target, definition: Definition | None = None) -> EnvSpec | None:
@@ -231,8 +239,8 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
     if chain_loaded:
         for check in target_checks:
             found += _attempt(lambda: check(report.targets, target.name))
-    if target.definition is not None and not found:
-        errors, warnings = host_path_policy(target, definition)
+    if not found:
+        errors, warnings = host_path_policy(target, definition, env)
         found += errors
         report.warn(warnings)
     if not found:

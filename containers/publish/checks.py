@@ -9,8 +9,9 @@ have written that verdict.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Callable, Collection
+from typing import Callable, Collection, Mapping
 
 from containers.errors import CommandFailed, PerformanceFailed, VerdictFailed
 from containers.files import read_json_object
@@ -51,16 +52,29 @@ def find_verdict(results_dir: Path, target: str, sha256: str, *,
     (for a GPU image (``gpu`` cuda or rocm, the target's or its site's), only one whose every
     rank ran on that kind of GPU with backend nccl: a CPU run, a run on the other vendor's GPUs,
     or a verdict written before ranks reported their devices proves nothing about it), or a
-    failure of any run of it. A newer failure outvotes an older pass: the caller refuses it."""
+    failure of any run of it. A newer failure outvotes an older pass: the caller refuses it.
+    A verdict of this image without a date (or with one that is not a UTC time) cannot be
+    ranked, so it could hide a newer failure: :class:`VerdictFailed` names it."""
     best: tuple[Path, dict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
         record = read_json_object(path, limit=VERDICT_LIMIT)
-        if (record is not None and record.get("target") == target
-                and record.get("sha256") == sha256
-                and (record.get("passed") is not True or _proves(record, gpu))
-                and (best is None or str(record.get("date")) > str(best[1].get("date")))):
+        if record is None or record.get("target") != target or record.get("sha256") != sha256:
+            continue
+        if not _dated(record.get("date")):
+            raise VerdictFailed(f"not publishing {target}: {path} has no date "
+                                f"({record.get('date')!r}), so it cannot be ranked against "
+                                "this image's other smokes; remove it or run the smoke again")
+        if ((record.get("passed") is not True or _proves(record, gpu))
+                and (best is None or record["date"] > best[1]["date"])):
             best = (path, record)
     return best
+
+
+def _dated(value: object) -> bool:
+    """Whether ``value`` is a UTC time as verdicts write it (``2026-11-21T05:00:00Z``), so
+    comparing two as text orders them in time."""
+    return isinstance(value, str) and re.fullmatch(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", value) is not None
 
 
 def _one_line(items: object) -> str:
@@ -72,7 +86,8 @@ def _one_line(items: object) -> str:
     return line[:400].rsplit(" ", 1)[0] + " ... (the rest in the verdict file)"
 
 
-def refuse_unproven(found: tuple[Path, dict], *, target: str, sha256: str, gpu: str) -> None:
+def refuse_unproven(found: tuple[Path, dict], *, target: str, sha256: str, gpu: str,
+                    labels: Mapping | None = None) -> None:
     """:class:`VerdictFailed` when the newest verdict of the image failed, or says it passed
     while its run's own files (:func:`containers.publish.gate.evidence_reasons`) do not."""
     path, record = found
@@ -81,7 +96,7 @@ def refuse_unproven(found: tuple[Path, dict], *, target: str, sha256: str, gpu: 
         raise VerdictFailed(f"not publishing {target}: the newest smoke of this image (sha256 "
                             f"{sha256[:12]}) FAILED ({path}, {record.get('date')}): {why}; "
                             "fix it and run the smoke again")
-    reasons = evidence_reasons(path, record, sha256=sha256, gpu=gpu)
+    reasons = evidence_reasons(path, record, sha256=sha256, gpu=gpu, labels=labels)
     if reasons:
         raise VerdictFailed(f"not publishing {target}: {path} says passed but its run's own "
                             f"files do not: {_one_line(reasons)}; run the smoke again")
@@ -141,7 +156,8 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
             "shared results folder), then publish again; or publish with --skip-checks, which "
             "the catalogue records")
     if found is not None:
-        refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu)
+        refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
+                        labels=provenance.get("labels"))
     test = apptainer_test(runtime, target, image,
                           tested_at_build=found is not None and provenance.get("tested") is True,
                           build_date=provenance.get("build_date"), say=say)
@@ -164,6 +180,7 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
                else "(was it rebuilt meanwhile?)")
         raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "
                             f"no smoke verdict for this image's sha256 {why}")
-    refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu)
+    refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
+                        labels=provenance.get("labels"))
     return {"skipped": False, "apptainer_test": test,
             "smoke": smoke_summary(*found, run_now=True)}

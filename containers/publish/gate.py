@@ -11,17 +11,21 @@ the catalogue entry records who accepted what, when and why.
 Before any of that, the smoke verdict the checks found is not taken at its word:
 :func:`evidence_reasons` re-derives it from the files its run left beside it (each rank's
 ``rank-<N>.json``, the benchmark's results JSON, the run's log, the device reports, the image
-record a batch job copied) and the image's sha256, so a verdict edited by hand, or one whose run
-timed out or lost a rank, proves nothing.
+record a batch job copied, which a job's folder must hold) and the image: each rank records the
+labels it read inside the image it ran in, and those must be this image's, so a verdict edited by
+hand (its ``sha256`` made another image's), or one whose run timed out or lost a rank, proves
+nothing. Each file is read as a typed record (``wrong_total: false`` is no count).
 
 Pure apart from reading the run's folder: plain summaries in, reasons out.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from containers.batch.job import IMAGE_RECORD, JOB_RECORD
 from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import kind_of
 from containers.publish.diff import shown
@@ -30,8 +34,6 @@ from containers.run.workload import first_failure, read_device_reports
 #: What a smoke run leaves beside its verdict: the benchmark's results JSON, and its log.
 SMOKE_REPORT = "allreduce.json"
 RUN_LOG = "run.log"
-#: A batch job's copy of the image's build record at launch.
-IMAGE_RECORD = "image.json"
 #: More ranks than any verdict of this tool holds: a record claiming more is not one.
 MOST_RANKS = 1 << 16
 
@@ -80,20 +82,96 @@ def busbw_check(old: Mapping | None, new: Mapping | None) -> dict:
     return {**figures, "note": None, "regression": None}
 
 
+def torch_mismatch(build: str | None, gpu: str, site: str) -> str | None:
+    """Why the image's torch cannot serve ``gpu`` (the target's or its site's GPU kind), or None:
+    a CPU-only torch on a CUDA site runs, slowly and on no GPU, which the site fit only warns of
+    at build; a published image must be the build its GPUs need."""
+    if gpu == "none" or build == gpu:
+        return None
+    return (f"torch in the image is a {build or 'missing'} build; {site}'s GPUs need a {gpu} "
+            "build")
+
+
 # ------------------------------------------------------------------- the verdict's evidence
+#: The labels that tell one build from another (the target, its inputs, the tool's build date and
+#: Apptainer's own, to the second). Each rank reads them inside the image it runs in
+#: (``/.singularity.d/labels.json``, jobs/devices.py) into its ``device-<N>.json``; the image's
+#: build record holds the same labels, read from the built image.
+IDENTITY_LABELS = ("containers.target", "containers.inputs-hash", "containers.build-date",
+                   "org.label-schema.build-date")
+
+
+def identity(labels: object) -> dict[str, str]:
+    """The identity labels among ``labels`` (empty where it is not a mapping of text)."""
+    if not isinstance(labels, Mapping):
+        return {}
+    return {k: labels[k] for k in IDENTITY_LABELS if isinstance(labels.get(k), str)}
+
+
+class Refused(ValueError):
+    """A record of the run that does not say what a pass needs; its message says why."""
+
+
+def _field(record: Mapping, key: str, kind: type, what: str) -> object:
+    """``record[key]`` when it is exactly of ``kind`` (a bool is no int here), else
+    :class:`Refused`: a loosely typed record (``wrong_total: false``) proves nothing."""
+    value = record.get(key)
+    if type(value) is not kind:
+        raise Refused(f"{what} has {key} {value!r}, not a {kind.__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class SmokeResults:
+    """The benchmark's results JSON (``allreduce.json``, jobs/allreduce.py), read strictly."""
+
+    ok: bool
+    finished: str
+    wrong_total: int
+    world_size: int
+    #: Every mode's count of wrong values, size by size (None: the mode was not checked).
+    wrong: tuple[int | None, ...]
+
+    @classmethod
+    def read(cls, path: Path) -> "SmokeResults":
+        report = read_json_object(path)
+        if report is None:
+            raise Refused(f"no readable {path.name} (the benchmark's results)")
+        rows = report.get("results", [])
+        if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
+            raise Refused(f"{path.name} has results that are not a list of rows")
+        wrong = tuple(_mode_wrong(mode, path.name) for row in rows for mode in
+                      (row.get("oop"), row.get("ip")) if mode is not None)
+        return cls(ok=_field(report, "ok", bool, path.name),
+                   finished=_field(report, "finished", str, path.name),
+                   wrong_total=_field(report, "wrong_total", int, path.name),
+                   world_size=_field(report, "world_size", int, path.name), wrong=wrong)
+
+
+def _mode_wrong(mode: object, name: str) -> int | None:
+    """One mode's ``wrong``: a count, or None where values were not checked."""
+    if not isinstance(mode, Mapping):
+        raise Refused(f"{name} has a result row that is not a record")
+    value = mode.get("wrong")
+    if value is not None and type(value) is not int:
+        raise Refused(f"{name} has a row whose wrong is {value!r}, not a count")
+    return value
+
+
 def _report_reasons(folder: Path, ranks: int) -> list[str]:
     """What the benchmark's own results JSON says against a pass."""
-    report = read_json_object(folder / SMOKE_REPORT)
-    if report is None:
-        return [f"no readable {SMOKE_REPORT} (the benchmark's results)"]
+    try:
+        report = SmokeResults.read(folder / SMOKE_REPORT)
+    except Refused as exc:
+        return [str(exc)]
     reasons = []
-    if report.get("ok") is not True or not report.get("finished"):
+    if not report.ok or not report.finished:
         reasons.append(f"{SMOKE_REPORT} says the benchmark did not finish correctly")
-    if report.get("wrong_total") != 0:
-        reasons.append(f"{SMOKE_REPORT} counts {report.get('wrong_total')} wrong values")
-    if report.get("world_size") != ranks:
-        reasons.append(f"{SMOKE_REPORT} has {report.get('world_size')} ranks, the verdict "
-                       f"{ranks}")
+    if report.wrong_total != 0 or any(report.wrong):
+        counted = max(report.wrong_total, sum(w or 0 for w in report.wrong))
+        reasons.append(f"{SMOKE_REPORT} counts {counted} wrong values")
+    if report.world_size != ranks:
+        reasons.append(f"{SMOKE_REPORT} has {report.world_size} ranks, the verdict {ranks}")
     return reasons
 
 
@@ -101,8 +179,9 @@ def _rank_reasons(folder: Path, ranks: int) -> list[str]:
     """Every rank must have written its ``rank-<N>.json`` saying it finished."""
     missing = []
     for rank in range(ranks):
-        record = read_json_object(folder / f"rank-{rank}.json")
-        if not (record and record.get("rank") == rank and record.get("finished")):
+        record = read_json_object(folder / f"rank-{rank}.json") or {}
+        if not (type(record.get("rank")) is int and record["rank"] == rank
+                and record.get("finished") not in (None, False, "")):
             missing.append(str(rank))
     if not missing:
         return []
@@ -123,30 +202,53 @@ def _log_reasons(folder: Path) -> list[str]:
             if line.lstrip().startswith("# FAILED")][:1]
 
 
-def _image_reasons(folder: Path, sha256: str, gpu: str) -> list[str]:
-    """The run's image record (a batch job's copy) and its devices must be this image's."""
-    reasons = []
-    if (folder / IMAGE_RECORD).exists():
-        ran = read_json_object(folder / IMAGE_RECORD)
-        if not ran or ran.get("sha256") != sha256:
-            reasons.append(f"its {IMAGE_RECORD} is not of this image (sha256 {sha256[:12]})")
-    if gpu != "none" and kind_of(read_device_reports(folder)) != gpu:
+def _record_reasons(folder: Path, sha256: str) -> list[str]:
+    """A batch job copies the image's build record at launch (``image.json``): a job's results
+    folder (its ``job.json``) without it, or with another image's, is not of this image."""
+    if not (folder / IMAGE_RECORD).exists():
+        return [f"the batch job left no {IMAGE_RECORD} (the image it launched)"] \
+            if (folder / JOB_RECORD).exists() else []
+    ran = read_json_object(folder / IMAGE_RECORD) or {}
+    if ran.get("sha256") != sha256:
+        return [f"its {IMAGE_RECORD} is not of this image (sha256 {sha256[:12]})"]
+    return []
+
+
+def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: str,
+                   labels: Mapping | None) -> list[str]:
+    """The run must have run in this image: every rank's device report carries the identity
+    labels it read inside its image, and they must be this image's (a verdict's sha256 is one
+    edit away from another image's; the ranks' reports are the run's own); and on GPUs."""
+    reasons = _record_reasons(folder, sha256)
+    wanted = identity(labels)
+    reports = {r["rank"]: r for r in read_device_reports(folder)}
+    if not wanted:
+        reasons.append("the image's build record has no labels to tie a run to (rebuild it)")
+    else:
+        strangers = [str(rank) for rank in range(ranks)
+                     if identity((reports.get(rank) or {}).get("image")) != wanted]
+        if strangers:
+            reasons.append(f"ranks {', '.join(strangers[:8])} did not record running in this "
+                           f"image (its labels {wanted.get('containers.build-date') or ''} "
+                           "in their device reports)")
+    if gpu != "none" and kind_of(tuple(reports.values())) != gpu:
         reasons.append(f"its device reports do not show every rank on a {gpu} GPU")
     return reasons
 
 
-def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str,
-                     gpu: str = "none") -> list[str]:
-    """Why the run beside ``verdict`` does not bear out a pass of the image ``sha256`` (empty:
-    it does). Read from the run's own files, never from the verdict's claims: a results folder
-    is writable by whoever runs smokes, and a verdict is only as good as the run behind it."""
+def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: str = "none",
+                     labels: Mapping | None = None) -> list[str]:
+    """Why the run beside ``verdict`` does not bear out a pass of the image ``sha256`` whose
+    labels are ``labels`` (empty: it does). Read from the run's own files, never from the
+    verdict's claims: a results folder is writable by whoever runs smokes, and a verdict is only
+    as good as the run behind it."""
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]
     ranks = record.get("ranks")
-    if not isinstance(ranks, int) or isinstance(ranks, bool) or not 2 <= ranks <= MOST_RANKS:
+    if type(ranks) is not int or not 2 <= ranks <= MOST_RANKS:
         return [f"the verdict's ranks ({ranks!r}) are not a run of 2 or more ranks"]
     if record.get("sha256") != sha256:
         return [f"the verdict is of sha256 {str(record.get('sha256'))[:12]}, not {sha256[:12]}"]
     return (_rank_reasons(folder, ranks) + _report_reasons(folder, ranks)
-            + _log_reasons(folder) + _image_reasons(folder, sha256, gpu))
+            + _log_reasons(folder) + _image_reasons(folder, ranks, sha256, gpu, labels))

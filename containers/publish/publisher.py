@@ -48,6 +48,7 @@ from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folde
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
 from containers.image.inspect import sbom_path
+from containers.image.provenance import LABEL_PREFIX
 from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
 from containers.inputs.schema import TEMP_ENDINGS, check_name, is_env_name, name_problem
@@ -139,6 +140,11 @@ class PublishPlan:
     settings: Settings
 
     @property
+    def gpu(self) -> str:
+        """The GPU kind the image must run on: the target's, else its site's (none: CPU)."""
+        return self.target.gpu if self.target.gpu != "none" else self.site.gpus.kind
+
+    @property
     def folder(self) -> Path:
         return self.dest / self.target.name
 
@@ -201,6 +207,7 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
         raise StateError(f"{image}: its build record names target {provenance.get('target')}, "
                          f"not {target.name}: rebuild it with invoke build --target {target.name}"
                          " --force")
+    _refuse_other_label(image, provenance, target.name)
     built = str(provenance.get("inputs_hash") or "")
     if inputs_hash is not None and built != inputs_hash:
         raise StateError(f"{image} is stale: it was built from inputs {built[:12] or 'unknown'},"
@@ -220,6 +227,20 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
         sign=request.sign, keep=request.keep, force=request.force,
         skip_checks=request.skip_checks,
         modes=Modes.of(world_readable=settings.publish_world_readable, gid=gid), settings=settings)
+
+
+def _refuse_other_label(image: Path, provenance: dict, target: str) -> None:
+    """The image's own ``containers.target`` label (read from it at build, in its record) must
+    name the target it is published as: a record edited to another target's name, or an image
+    built from a definition that names another target, is not this target's image. An image
+    without the label (a definition that sets none, a cotainr build) is judged by its record."""
+    labels = provenance.get("labels")
+    label = labels.get(LABEL_PREFIX + "target") if isinstance(labels, dict) else None
+    if label is not None and label != target:
+        raise StateError(f"{image}: its label {LABEL_PREFIX}target says {label!r}, not "
+                         f"{target!r}: not this target's image (its definition's %labels must "
+                         f"say containers.target {{{{ TARGET }}}}); rebuild it with invoke build "
+                         f"--target {target} --force")
 
 
 # ------------------------------------------------------------------------------ file steps
@@ -592,9 +613,7 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
         checks = ensure_checks(runtime, target=plan.target, image=plan.image,
                                provenance=plan.provenance, results_dir=plan.settings.results_dir,
                                quick_check=quick_check, say=say, gpus_here=gpu_kinds_here(),
-                               # proven on the target's GPU kind, else its site's (none: CPU)
-                               gpu=plan.target.gpu if plan.target.gpu != "none"
-                               else plan.site.gpus.kind)
+                               gpu=plan.gpu)
         if (checks.get("smoke") or {}).get("performance_failed"):
             performance = checks["smoke"]["performance"]
             say(f"checks: performance {shown(performance.get('state') or 'fail').upper()} "

@@ -71,9 +71,9 @@ def test_a_first_version_has_nothing_to_compare_with(tmp_path) -> None:
     assert lines == ["gate: no published latest of cpu to compare with"]
 
 
-def test_skip_checks_still_judges_the_gpu_architecture(tmp_path) -> None:
-    """--skip-checks skips the smoke (it needs the site's GPUs), never the site fit, which reads
-    the image's record: a CUDA 13 build without sm_70 is not published for Puhti's V100s."""
+def _built(tmp_path, name: str, **record):
+    """A project whose ``name`` image is the stand-in, with a build record of ``record`` over a
+    fresh CUDA build's (the stand-in's bytes, so no Apptainer runs)."""
     import json
     from containers import app
     from containers.image.plan import chain_hashes
@@ -84,15 +84,23 @@ def test_skip_checks_still_judges_the_gpu_architecture(tmp_path) -> None:
                                       "results_dir": str(tmp_path / "results")})
     images = project.settings.images_dir
     images.mkdir()
-    name = "puhti-cuda-pip"
     project.settings.image_path(name).write_bytes(IMAGE)
     stack = dict(STACK, torch="2.14.1+cu130", build="cuda", cuda="13.0", nccl="2.30.7",
                  nccl_linkage="dynamic", gpu_arches="sm_75 sm_80 sm_90",
                  gpu_arches_source="fatbinary of libtorch_cuda.so")
     project.settings.provenance_path(name).write_text(json.dumps({
         "target": name, "sha256": SHA, "arch": "x86_64", "squashfs": "gzip",
-        "inputs_hash": chain_hashes(project.targets, name)[name], "stack": stack}))
+        "inputs_hash": chain_hashes(project.targets, name)[name], "stack": stack, **record}))
     (images / f"{name}.sif.cdx.json").write_text('{"components": []}\n')
+    return project
+
+
+def test_skip_checks_still_judges_the_gpu_architecture(tmp_path) -> None:
+    """--skip-checks skips the smoke (it needs the site's GPUs), never the site fit, which reads
+    the image's record: a CUDA 13 build without sm_70 is not published for Puhti's V100s."""
+    from containers import app
+    name = "puhti-cuda-pip"
+    project = _built(tmp_path, name)
     lines: list[str] = []
     with pytest.raises(VerdictFailed, match=r"not publishing puhti-cuda-pip 1.0: site fit: .*"
                                             r"sm_75 sm_80 sm_90.*sm_70"):
@@ -100,3 +108,28 @@ def test_skip_checks_still_judges_the_gpu_architecture(tmp_path) -> None:
                     skip_checks=True, say=lines.append)
     assert not (tmp_path / "pub" / name).exists()
     assert any("the site fit is judged" in line for line in lines)
+
+
+def test_a_cpu_only_torch_is_never_published_for_a_cuda_site(tmp_path) -> None:
+    """Not a warning, not with --skip-checks, not with --accept-regression: what the image is."""
+    from containers import app
+    from tests.publish.standin import STACK
+    project = _built(tmp_path, "mahti-cuda-pip", stack=dict(STACK, build="cpu"))
+    with pytest.raises(VerdictFailed) as refused:
+        app.publish(project, target="mahti-cuda-pip", dest=tmp_path / "pub", version="1.0",
+                    skip_checks=True, accept_regression="it is fine", say=[].append)
+    assert str(refused.value) == (
+        "not publishing mahti-cuda-pip 1.0: torch in the image is a cpu build; mahti's GPUs need "
+        "a cuda build (--skip-checks skips the smoke, not what the image is)")
+    assert not (tmp_path / "pub" / "mahti-cuda-pip").exists()
+
+
+def test_an_image_labelled_as_another_target_is_refused(tmp_path) -> None:
+    from containers import app
+    from containers.errors import StateError
+    project = _built(tmp_path, "mahti-cuda-pip", labels={"containers.target": "cpu"})
+    with pytest.raises(StateError, match=r"its label containers.target says 'cpu', not "
+                                         r"'mahti-cuda-pip': not this target's image"):
+        app.publish(project, target="mahti-cuda-pip", dest=tmp_path / "pub", version="1.0",
+                    skip_checks=True, say=[].append)
+    assert not (tmp_path / "pub").exists()

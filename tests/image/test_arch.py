@@ -287,3 +287,23 @@ def test_only_python3_counts_as_the_image_python(tmp_path: Path, monkeypatch) ->
     (bin_dir / "python3").write_text("#!/bin/sh\n")
     (bin_dir / "python3").chmod(0o755)
     assert arch.image_python(RUNTIME, tmp_path / "x.sif") == str(bin_dir / "python3")
+
+
+@pytest.mark.parametrize("listing", ["", "ID  |GROUP   |LINK    |SIF POSITION (start-end)  |TYPE\n"
+                                         "1   |1       |NONE    |32768-33000               |"
+                                         "Def.FILE\n", "garbage | x"])
+def test_a_sif_without_a_squashfs_root_is_one_line(tmp_path: Path, monkeypatch,
+                                                   listing: str) -> None:
+    """An empty (or foreign) ``sif list`` was a traceback; it is one line naming the image."""
+    from containers.errors import StateError
+    from containers.host.runtime import Runtime
+    image = tmp_path / "x.sif"
+    image.write_bytes(bytes(64))
+    monkeypatch.setattr(arch, "capture", lambda argv, **kw: listing)
+    runtime = Runtime("apptainer", "apptainer", "1.4")
+    with pytest.raises(StateError) as refused:
+        arch.squashfs_offset(runtime, image)
+    assert str(refused.value).startswith(f"{image}: apptainer sif list shows no squashfs root")
+    assert "\n" not in str(refused.value)
+    with pytest.raises(StateError, match="its root file system is not a squashfs superblock"):
+        arch.image_compression(runtime, image, 0)

@@ -36,8 +36,11 @@ def test_cpu_build_binds_pip_cache_and_stages_its_marker(data_root, data_setting
                             host=cached_host(data_runtime, tmp_path))
     base, cpu = with_cache.steps
     pip_dir = tmp_path / "packages" / "pip"
-    assert cpu.build_argv[-6:-2] == ["--bind", "/srv/wheels", "--bind", f"{pip_dir}:/mnt"]
-    assert cpu.staged[package_cache.PIP_MARKER] == "/mnt\n"
+    mount = "/var/cache/containers-pip"  # not /mnt, where users bind their own (a channel)
+    assert cpu.build_argv[-6:-2] == ["--bind", "/srv/wheels", "--bind", f"{pip_dir}:{mount}"]
+    assert cpu.staged[package_cache.PIP_MARKER] == f"{mount}\n"
+    # %setup makes the mount point with the host paths', with the cache or without it
+    assert f"HOST_PATHS=/srv/wheels:{mount}" in cpu.build_argv
     assert cpu.package_cache is not None and cpu.cache_use.startswith("pip (")
     assert "PATH" not in cpu.env  # localimage: no debootstrap in this build
 
@@ -55,7 +58,9 @@ def test_cpu_build_binds_pip_cache_and_stages_its_marker(data_root, data_setting
     for step in without.steps:
         assert step.package_cache is None and step.cache_use == ""
         assert package_cache.PIP_MARKER not in step.staged and step.links == {}
-        assert "/mnt" not in " ".join(step.build_argv) and "PATH" not in step.env
+        assert "--bind /tmp" not in " ".join(step.build_argv) and "PATH" not in step.env
+        assert ":/mnt" not in " ".join(step.build_argv)
+    assert f"HOST_PATHS=/srv/wheels:{mount}" in without.steps[-1].build_argv
 
 
 def test_no_debootstrap_on_the_host_means_no_shim(data_root, data_settings, data_runtime,
@@ -74,8 +79,9 @@ def test_cotainr_build_carries_pip_cache_through_its_environment(
     plan = plan_build(load_targets(data_root), "lumi-rocm", settings=data_settings, host=host)
     step = plan.steps[-1]
     assert step.target.builder == "cotainr"
-    assert step.env[variable] == f"{tmp_path / 'packages' / 'pip'}:/mnt"
-    assert step.env["PIP_CACHE_DIR"] == "/mnt/pip"
+    # /media: a folder every root has (cotainr's --writable exec cannot make one); not /mnt
+    assert step.env[variable] == f"{tmp_path / 'packages' / 'pip'}:/media"
+    assert step.env["PIP_CACHE_DIR"] == "/media/pip"
     assert "not conda's" in step.cache_use
     plain = plan_build(load_targets(data_root), "lumi-rocm", settings=data_settings,
                        host=data_host(runtime)).steps[-1]
@@ -319,3 +325,29 @@ def test_a_shared_cache_for_a_group_only_when_set_up_on_purpose(tmp_path: Path) 
         gather_cache(top, use=True, group=group)
     with pytest.raises(ConfigError, match="containers.cache_group: no group 'no-such-group'"):
         gather_cache(top, use=True, group="no-such-group")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_cache_folder_under_another_users_folder_is_refused(tmp_path: Path) -> None:
+    """Its owner may rename what is in it, sticky bit or not."""
+    theirs = tmp_path / "theirs"
+    (theirs / "C").mkdir(parents=True, mode=0o700)
+    theirs.chmod(0o1755)
+    os.chown(theirs, 65534, -1)
+    with pytest.raises(ConfigError, match=rf"{theirs}, owned by uid 65534 \(who could put"):
+        gather_cache(theirs / "C", use=True)
+    os.chown(theirs, os.getuid(), -1)
+    assert gather_cache(theirs / "C", use=True).root == theirs / "C" / "packages"
+
+
+def test_a_cache_folder_under_a_group_writable_folder_is_only_the_cache_groups(
+        tmp_path: Path) -> None:
+    group = grp.getgrgid(os.getgid()).gr_name
+    project = tmp_path / "project"
+    (project / "C").mkdir(parents=True, mode=0o700)
+    project.chmod(0o2770)
+    with pytest.raises(ConfigError, match=rf"{project}, writable by group {os.getgid()} without "
+                                          "the sticky bit"):
+        gather_cache(project / "C", use=True)
+    (project / "C").chmod(0o2770)  # a group's cache in that group's project folder
+    assert gather_cache(project / "C", use=True, group=group) is not None

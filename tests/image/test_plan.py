@@ -104,7 +104,7 @@ def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime)
     assert cpu.build_argv[-4:] == ["--bind", "/srv/wheels",
                                    str(images / f".cpu.sif.{cpu.short_hash}.partial"),
                                    str(data_root / "recipes" / "cpu.def")]
-    assert "HOST_PATHS=/srv/wheels" in cpu.build_argv
+    assert "HOST_PATHS=/srv/wheels:/var/cache/containers-pip" in cpu.build_argv  # + the pip mount
     assert cpu.test_argv == ["apptainer", "test", str(cpu.partial)]
     assert cpu.env == {"APPTAINER_TMPDIR": str(data_settings.tmp_dir / f"cpu-{cpu.short_hash}" /
                                                "tmp"),
@@ -192,7 +192,7 @@ def test_paths_with_spaces_and_quotes_survive(tmp_path: Path, data_root, data_ru
     args = _build_args(cpu.build_argv)
     assert args["BUILD_CONTEXT"] == str(context)
     assert args["BASE_IMAGE"] == str(settings.images_dir / "debian-base.sif")
-    assert args["HOST_PATHS"].split(":") == wheels
+    assert args["HOST_PATHS"].split(":") == [*wheels, "/var/cache/containers-pip"]
     assert f'"BUILD_CONTEXT={context}"' in cpu.build_argv  # the comma: CSV-quoted for Apptainer
     assert cpu.build_argv[-6:-2] == ["--bind", wheels[0], "--bind", wheels[1]]
 

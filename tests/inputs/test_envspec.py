@@ -111,3 +111,55 @@ def test_torch_pin_and_installs(tmp_path: Path) -> None:
     assert env.installs("deepspeed") and not env.installs("torchvision")
     assert load_env_spec(_spec(tmp_path, "torch")).torch_pin() is None  # unpinned: unknown
     assert load_env_spec(_spec(tmp_path, "torch>=2.6")).torch_pin() == ((2, 6), 4)
+
+
+@pytest.mark.parametrize("entry", ["-e git+https://host.example/x.git#egg=x",
+                                   "--editable=git+https://host.example/x.git#egg=x"])
+def test_an_editable_vcs_install_is_refused_for_what_it_is(tmp_path: Path, entry: str) -> None:
+    """Not "a source tree outside the image" (that is ``-e .``): an editable clone."""
+    with pytest.raises(ConfigError) as info:
+        load_env_spec(_spec(tmp_path, entry)).check_pip_options()
+    assert "is an editable install of a checkout pip clones" in str(info.value)
+    assert "source tree outside the image" not in str(info.value)
+
+
+# --------------------------------------------------------------------- Conda channels, prefix
+def _conda(tmp_path: Path, text: str) -> Path:
+    spec = tmp_path / "env.yml"
+    spec.write_text(text + "dependencies:\n  - python=3.11\n")
+    return spec
+
+
+@pytest.mark.parametrize("channel, message", [
+    ("http://conda.example.org/main", "is not an https URL without credentials"),
+    ("https://user:pw@conda.example.org/main", "is not an https URL without credentials"),
+    ("ftp://conda.example.org/main", "is not an https URL without credentials"),
+    ("file://otherhost/srv/channel", "is not a folder of the build host"),
+])
+def test_a_channel_packages_could_be_swapped_on_is_refused(tmp_path: Path, channel: str,
+                                                          message: str) -> None:
+    spec = _conda(tmp_path, f"channels:\n  - conda-forge\n  - {channel}\n")
+    with pytest.raises(ConfigError) as info:
+        load_env_spec(spec).check_channels()
+    assert str(info.value).startswith(f"{spec}:3: channels: channel {channel!r} ")
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_channel_named_in_a_dependency_is_checked_too(tmp_path: Path) -> None:
+    spec = tmp_path / "env.yml"
+    spec.write_text("dependencies:\n  - http://conda.example.org/main::numpy\n")
+    with pytest.raises(ConfigError, match=r":2: channels: channel 'http://conda.example.org/main'"):
+        load_env_spec(spec).check_channels()
+
+
+def test_named_https_and_local_channels_pass_and_local_ones_are_listed(tmp_path: Path) -> None:
+    env = load_env_spec(_conda(tmp_path, "channels:\n  - conda-forge\n  - https://c.example/x\n"
+                                         "  - file:///srv/channel\n"))
+    env.check_channels()
+    assert env.local_channels() == [("file:///srv/channel", 4)]
+
+
+def test_a_prefix_is_reported_as_ignored(tmp_path: Path) -> None:
+    env = load_env_spec(_conda(tmp_path, "prefix: /etc/evil\n"))
+    assert str(env.prefix_warning()).startswith(f"{env.path}:1: prefix: is ignored: cotainr ")
+    assert load_env_spec(_conda(tmp_path, "")).prefix_warning() is None

@@ -111,7 +111,12 @@ def test_a_directive_the_tool_does_not_set_passes(text: str) -> None:
     ("--gres=gpu:8", "--gpus-per-node"), ("--ntasks-per-node=8", "--gpus-per-node"),
     ("--qos=high", "--qos"), ("--reservation=r", "--reservation"),
     ("-l walltime=99:00:00", "--time"), ("-l select=9:ngpus=4", "--nodes"),
-    ("-q big", "--partition"),
+    ("-q big", "--partition"), ("-q big", "--qos"),
+    # sbatch's getopt_long takes a unique prefix of a long option as the option
+    ("--parti=big", "--partition"), ("--accou=other", "--account"), ("--reserv=r", "--reservation"),
+    ("--ntasks-per-n=8", "--gpus-per-node"), ("--tasks-per-node=8", "--gpus-per-node"),
+    ("--qo=high", "--qos"), ("-l Walltime=1:00:00", "--time"),
+    ("-l place=scatter,walltime=99:00:00", "--time"),
 ])
 def test_a_directive_for_an_option_the_tool_sets_names_the_tools_flag(text: str,
                                                                        own: str) -> None:
@@ -132,6 +137,49 @@ def test_a_dangerous_or_tool_owned_directive_is_refused(text: str) -> None:
     with pytest.raises(UsageError) as refused:
         flags.DIRECTIVE("--directive", text)
     assert str(refused.value).startswith("--directive ") and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("text, reads", [
+    ("--outp=/etc/x", "--output"), ("--chd=/", "--chdir"), ("--job-n=x", "--job-name"),
+    ("--accou=x", "--account"), ("--parti=x", "--partition"), ("--ntasks-per-n=8",
+                                                                 "--ntasks-per-node"),
+    ("--wr=id", "--wrap"), ("--export-f=/x", "--export-file"), ("--ui=0", "--uid"),
+    ("--get=1", "--get-user-env"), ("--o=/x", None), ("--gpu=1", None), ("--ex=x", None),
+])
+def test_a_directive_abbreviated_as_sbatch_reads_it_is_refused_in_one_line(
+        text: str, reads: str | None) -> None:
+    """sbatch reads a unique prefix as the whole option (Slurm 22.05, getopt_long); an
+    ambiguous one is refused as sbatch refuses it."""
+    with pytest.raises(UsageError) as refused:
+        flags.DIRECTIVE("--directive", text)
+    message = str(refused.value)
+    assert message.startswith("--directive ") and "\n" not in message
+    assert f"(sbatch reads {reads})" in message if reads else "option whole" in message
+
+
+@pytest.mark.parametrize("text", ["--constraint=hbm", "--constr=hbm", "--mail-t=END",
+                                  "--hin=nomultithread", "-x n3"])
+def test_a_unique_prefix_of_an_option_the_tool_does_not_set_passes(text: str) -> None:
+    assert flags.DIRECTIVE("--directive", text) == text
+
+
+@pytest.mark.parametrize("text", ["--nosuch=1", "-y 1", "-l", "--f=1"])
+def test_an_option_neither_scheduler_has_is_refused(text: str) -> None:
+    with pytest.raises(UsageError, match="^--directive "):
+        flags.DIRECTIVE("--directive", text)
+
+
+def test_the_request_the_flag_and_the_render_use_one_directive_grammar() -> None:
+    """A Resources made in code (no request) is checked by the same rule at render."""
+    from containers.batch.schedulers import SCHEDULERS, Resources
+    res = Resources(name="j", time="01:00:00", partition=None, account=None, output="o/j-%j.out",
+                    directives=("--outp=/etc/x",))
+    for scheduler in SCHEDULERS.values():
+        with pytest.raises(UsageError) as rendered:
+            scheduler.preamble(res)
+        with pytest.raises(UsageError) as flagged:
+            flags.DIRECTIVE("--directive", "--outp=/etc/x")
+        assert str(rendered.value) == str(flagged.value)
 
 
 @pytest.mark.parametrize("text", ["--qos=--x", "--constraint=-x", "--qos --x", "--x=a b",

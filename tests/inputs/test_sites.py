@@ -353,6 +353,8 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
                           "allocatable_gb, so memory.per_gpu_gb (93) cannot be checked"),
     ("partitions:\n  p:\n    allocatable_gb: 373\n",
      "partitions.p.allocatable_source: allocatable_gb needs allocatable_source"),
+    # a runtime that reads no compression mounts no image
+    ("squashfs:\n  reads: []\n", "x.yaml:4: squashfs.reads: must name at least one"),
 ])
 def test_bad_site_values_are_refused_at_load_with_file_line_and_key(tmp_path: Path, text: str,
                                                                      where: str) -> None:

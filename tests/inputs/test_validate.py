@@ -208,6 +208,32 @@ def test_host_paths_warn_or_fail_as_the_manifest_says(factory_project) -> None:
         "/etc/ssl/private/site.key; the manifest forbids them (host_paths: forbid)"]
 
 
+def test_conda_channels_and_prefix_of_a_cotainr_env_spec(factory_project) -> None:
+    """http:// channels are refused as pip's http:// URLs are; a file:// channel is a folder of
+    the build host, judged by host_paths like a definition's host paths; prefix: is ignored."""
+    root = factory_project()
+    spec = root / "envs" / "lumi-rocm.yml"
+    text = spec.read_text()
+    spec.write_text(text.replace("channels:\n", "prefix: /etc/evil\nchannels:\n"
+                                 "  - file:///etc\n", 1))
+    line = spec.read_text().splitlines().index("  - file:///etc") + 1
+    report = validate.check_project(root, target="lumi-rocm", tool_args=TOOL_ARGS)
+    assert report.errors == [] and "lumi-rocm" in report.ok_targets
+    warned = {w.key: str(w) for w in report.warnings}
+    assert warned["channels"] == (
+        f"{spec}:{line}: channels: reads host paths outside the build context: Conda channel "
+        "file:///etc; the image depends on the build machine; host_paths: forbid in the "
+        "manifest makes this an error")
+    assert warned["prefix"].startswith(f"{spec}:{line - 2}: prefix: is ignored")
+    manifest = root / "recipes" / "lumi-rocm.yaml"
+    manifest.write_text(manifest.read_text() + "host_paths: forbid\n")
+    report = validate.check_project(root, target="lumi-rocm", tool_args=TOOL_ARGS)
+    assert [e.key for e in report.errors] == ["channels"]
+    spec.write_text(text.replace("channels:\n", "channels:\n  - http://conda.example.org/c\n"))
+    report = validate.check_project(root, target="lumi-rocm", tool_args=TOOL_ARGS)
+    assert "channel 'http://conda.example.org/c' is not an https URL" in str(report.errors[0])
+
+
 def test_check_finds_the_torch_mismatch_and_pip_sources(factory_project) -> None:
     root = factory_project()
     spec = root / "envs" / "lumi-rocm.yml"

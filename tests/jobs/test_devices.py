@@ -24,7 +24,7 @@ choices, cudadriver, devices, distenv, gate, workload = (
 
 PROBE_KEYS = {"rank", "local_rank", "hostname", "pid", "device", "index", "name", "uuid",
               "pci_bus_id", "visible", "visible_env", "build", "torch", "cuda", "hip", "nccl",
-              "driver", "cores", "cpus_allowed_list", "pinned", "arch"}
+              "driver", "cores", "cpus_allowed_list", "pinned", "arch", "image"}
 ENV = distenv.DistEnv(1, 2, 1, "torchrun")
 NVIDIA_VERSION = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 "
                   "22:23:56 UTC 2024\nGCC version:  gcc version 12.3.0 (GCC)\n")
@@ -103,6 +103,17 @@ def test_gpu_identity_never_raises(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_properties", broken)
     monkeypatch.setattr(torch.cuda, "get_device_name", broken)
     assert devices.gpu_identity(0) == {"name": None, "uuid": None, "pci_bus_id": None}
+
+
+def test_a_rank_records_the_labels_of_the_image_it_runs_in(tmp_path) -> None:
+    """The publish gate ties a run to its image by these (Apptainer's labels.json inside it)."""
+    labels = tmp_path / "labels.json"
+    labels.write_text('{"containers.build-date": "2026-11-21T05:27:24Z", "n": 1}')
+    assert devices.image_labels(labels) == {"containers.build-date": "2026-11-21T05:27:24Z"}
+    assert devices.image_labels(tmp_path / "absent") is None
+    labels.write_text("[1]")
+    assert devices.image_labels(labels) is None
+    assert "image" in devices.probe(ENV, torch.device("cpu"), pinned=False)
 
 
 def test_cpus_allowed_list(tmp_path) -> None:

@@ -25,6 +25,10 @@ RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")
 NASTY = 'say "hi" \\ it\'s ]] end\nnext\tline\x01'
 IMAGE = os.urandom(50_000)
 SHA = hashlib.sha256(IMAGE).hexdigest()
+#: The identity labels the stand-in image carries, as its ranks read them inside it.
+LABELS = {"containers.target": "cpu", "containers.inputs-hash": "1e9c228c71566f9d",
+          "containers.build-date": "2026-11-21T05:27:24Z",
+          "org.label-schema.build-date": "Saturday_21_November_2026_05:27:30_UTC"}
 #: The stack a build records for the cpu image (containers.image.inspect.summary's keys).
 STACK = {"arch": host_arch(), "os": "Debian GNU/Linux 12 (bookworm)", "glibc": "2.36",
          "python": "3.11.2", "torch": "2.13.0+cpu", "build": "cpu", "cuda": None, "cudnn": None,
@@ -50,7 +54,7 @@ class Built:
         settings.provenance_path("cpu").write_text(json.dumps({
             "target": "cpu", "sha256": SHA, "build_date": "2026-11-21T05:27:24Z",
             "arch": host_arch(), "squashfs": "gzip", "inputs_hash": "1e9c228c71566f9d",
-            "labels": {"dropped": "from the catalogue"}, "stack": STACK}))
+            "labels": {"dropped": "from the catalogue", **LABELS}, "stack": STACK}))
         # what a build read from the image (the stack above, the SBOM): publish's site fit
         # judges those without starting the stand-in
         settings.images_dir.joinpath("cpu.sif.cdx.json").write_text('{"components": []}\n')
@@ -76,10 +80,13 @@ class Built:
         return run
 
 
-def smoke_run(folder: Path, *, sha256: str, evidence: bool = True, **record) -> Path:
+def smoke_run(folder: Path, *, sha256: str, evidence: bool = True,
+              labels: dict[str, str] | None = None, **record) -> Path:
     """A smoke run's folder as ``invoke smoke`` leaves it: its ``verdict.json`` (``record``
     over a passing 2-rank CPU verdict of ``sha256``) and, with ``evidence``, the files the gate
-    re-derives it from (each rank's file, the results JSON and the log, all agreeing)."""
+    re-derives it from (each rank's file and device report, which holds the ``labels`` it read
+    inside its image (:data:`LABELS` unless given), the results JSON and the log, all
+    agreeing)."""
     verdict = {"target": "cpu", "sha256": sha256, "passed": True, "ranks": 2,
                "date": "2026-11-21T05:00:00Z", "reasons": [], **record}
     folder.mkdir(parents=True, exist_ok=True)
@@ -88,6 +95,9 @@ def smoke_run(folder: Path, *, sha256: str, evidence: bool = True, **record) -> 
         for rank in range(ranks):
             (folder / f"rank-{rank}.json").write_text(json.dumps(
                 {"rank": rank, "finished": "2026-11-21T05:00:00Z"}))
+            (folder / f"device-{rank}.json").write_text(json.dumps(
+                {"rank": rank, "device": "cpu", "build": "cpu",
+                 "image": LABELS if labels is None else labels}))
         (folder / "allreduce.json").write_text(json.dumps(
             {"world_size": ranks, "ok": True, "wrong_total": 0,
              "finished": "2026-11-21T05:00:00Z"}))

@@ -17,7 +17,7 @@ from containers.inputs.recipes import Target
 from tests.fixtures.data import load_targets
 from containers.publish.checks import ensure_checks, find_verdict, skipped
 from tests.fixtures import ROOT
-from tests.publish.standin import smoke_run
+from tests.publish.standin import LABELS, smoke_run
 
 SHA = "ab" * 32
 RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")
@@ -68,7 +68,7 @@ def test_a_gpu_image_is_proven_only_by_a_run_on_its_kind_of_gpu(tmp_path: Path) 
 def _ensure(results: Path, target: Target, quick_check, lines: list[str],
             gpu: str = "none", gpus_here: tuple[str, ...] = ()) -> dict:
     return ensure_checks(RUNTIME, target=target, image=results / "cpu.sif",
-                         provenance={"sha256": SHA}, results_dir=results,
+                         provenance={"sha256": SHA, "labels": LABELS}, results_dir=results,
                          quick_check=quick_check, say=lines.append, gpu=gpu,
                          gpus_here=gpus_here)
 
@@ -256,7 +256,7 @@ def test_a_gpu_verdict_needs_device_reports_on_that_gpu(tmp_path, data_target) -
         _ensure(tmp_path, data_target, lambda say: None, [], gpu="cuda", gpus_here=("cuda",))
     for rank in (0, 1):
         (path.parent / f"device-{rank}.json").write_text(json.dumps(
-            {"rank": rank, "device": "cuda", "build": "cuda"}))
+            {"rank": rank, "device": "cuda", "build": "cuda", "image": LABELS}))
     assert _ensure(tmp_path, data_target, lambda say: None, [], gpu="cuda")["smoke"]["passed"]
 
 
@@ -268,3 +268,65 @@ def test_long_verdict_reasons_are_cut_at_a_word_and_say_so() -> None:
     line = _one_line(["word " * 200])
     assert line.endswith(" ... (the rest in the verdict file)")
     assert line.split(" ... ")[0].endswith("word") and len(line) < 450
+
+
+# ------------------------------------------- the run is bound to the image by its own files
+def _refused(results: Path, target: Target, gpu: str = "none") -> str:
+    with pytest.raises(VerdictFailed) as refused:
+        _ensure(results, target, lambda say: None, [], gpu=gpu)
+    assert "\n" not in str(refused.value)
+    return str(refused.value)
+
+
+def test_another_images_pass_with_its_sha256_edited_refuses(tmp_path, data_target) -> None:
+    """Image A's real run, its verdict's sha256 made B's: its ranks read A's labels inside A."""
+    other = {**LABELS, "containers.build-date": "2026-11-20T01:00:00Z",
+             "org.label-schema.build-date": "Friday_20_November_2026_01:00:09_UTC"}
+    _write_verdict(tmp_path, "image-a", labels=other)
+    assert "ranks 0, 1 did not record running in this image" in _refused(tmp_path, data_target)
+
+
+@pytest.mark.parametrize("labels", [{}, {"containers.target": "cpu"}])
+def test_a_run_whose_ranks_did_not_record_the_image_refuses(tmp_path, data_target,
+                                                            labels) -> None:
+    _write_verdict(tmp_path, "unsaid", labels=labels)
+    assert "did not record running in this image" in _refused(tmp_path, data_target)
+
+
+def test_an_image_whose_record_has_no_labels_proves_nothing(tmp_path, data_target) -> None:
+    _write_verdict(tmp_path, "run")
+    with pytest.raises(VerdictFailed, match="has no labels to tie a run to"):
+        ensure_checks(RUNTIME, target=data_target, image=tmp_path / "cpu.sif",
+                      provenance={"sha256": SHA}, results_dir=tmp_path,
+                      quick_check=lambda say: None, say=[].append)
+
+
+@pytest.mark.parametrize("date", [None, "", "yesterday", 5])
+def test_a_verdict_without_a_date_is_refused_not_ranked_newest(tmp_path, data_target,
+                                                               date) -> None:
+    _write_verdict(tmp_path, "failed", passed=False, date="2026-11-21T06:00:00Z")
+    path = _write_verdict(tmp_path, "undated", date=date)
+    message = _refused(tmp_path, data_target)
+    assert f"{path} has no date" in message
+
+
+@pytest.mark.parametrize("report, why", [
+    ({"wrong_total": False}, "wrong_total False, not a int"),
+    ({"ok": 1}, "ok 1, not a bool"),
+    ({"world_size": 2.0}, "world_size 2.0, not a int"),
+    ({"results": [{"oop": {"wrong": 5}, "ip": {"wrong": 0}}]}, "counts 5 wrong values"),
+    ({"results": [{"oop": {"wrong": "0"}}]}, "a row whose wrong is '0', not a count"),
+])
+def test_the_results_json_is_read_as_a_typed_record(tmp_path, data_target, report, why) -> None:
+    path = _write_verdict(tmp_path, "run")
+    results = {"world_size": 2, "ok": True, "wrong_total": 0, "finished": "x", **report}
+    (path.parent / "allreduce.json").write_text(json.dumps(results))
+    assert why in _refused(tmp_path, data_target)
+
+
+def test_a_batch_run_without_its_image_record_refuses(tmp_path, data_target) -> None:
+    path = _write_verdict(tmp_path, "job")
+    (path.parent / "job.json").write_text("{}")
+    assert "the batch job left no image.json" in _refused(tmp_path, data_target)
+    (path.parent / "image.json").write_text(json.dumps({"sha256": SHA}))
+    assert _ensure(tmp_path, data_target, lambda say: None, [])["smoke"]["passed"]
