@@ -54,16 +54,12 @@ from containers.prove.train import TrainOptions
 from containers.run import launchers
 from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.command import CommandRun, check_command, plan_command
-from containers.run.workload import Placement, Workload
+from containers.run.workload import IMAGE_RECORD, JOB_RECORD, Placement, Workload
 
 #: The variables the scheduler's submit command reads an account from, when no flag or setting
 #: names one (sbatch reads SBATCH_ACCOUNT itself; SLURM_ACCOUNT is the current allocation's).
 #: PBS Pro's qsub reads none: ``-A`` in the script is the only way.
 ACCOUNT_VARS = {"slurm": ("SBATCH_ACCOUNT", "SLURM_ACCOUNT"), "pbs": ()}
-#: What a workload job leaves in its results folder for ``invoke verdict``: the job (target,
-#: site, workload, nodes, GPUs, launcher, partition) and the image's provenance at launch.
-JOB_RECORD = "job.json"
-IMAGE_RECORD = "image.json"
 _KINDS = {"none": "CPUs (no GPU)", "cuda": "NVIDIA (CUDA) GPUs", "rocm": "AMD (ROCm) GPUs"}
 
 

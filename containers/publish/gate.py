@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from containers.batch.job import IMAGE_RECORD, JOB_RECORD
 from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import kind_of
 from containers.publish.diff import shown
-from containers.run.workload import first_failure, read_device_reports
+from containers.run.workload import (IMAGE_RECORD, JOB_RECORD, first_failure,
+                                      read_device_reports)
 
 #: What a smoke run leaves beside its verdict: the benchmark's results JSON, and its log.
 SMOKE_REPORT = "allreduce.json"

@@ -33,6 +33,11 @@ from containers.run.layout import check_ranks
 from containers.run.rendezvous import Rendezvous
 
 Say = Callable[[str], None]
+#: What a workload job leaves in its results folder for ``invoke verdict``: the job (target,
+#: site, workload, nodes, GPUs, launcher, partition) and the image's provenance at launch.
+JOB_RECORD = "job.json"
+IMAGE_RECORD = "image.json"
+
 #: What makes NCCL/RCCL name its network transport (and its versions) in the output.
 TRANSPORT_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
