@@ -236,6 +236,16 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: str,
     return reasons
 
 
+def _degraded(folder: Path, record: Mapping) -> str | None:
+    """The degraded transport the run chose (``invoke job --transport socket``), from the
+    verdict or from the job's own record, whichever says so: either is enough to refuse."""
+    said = record.get("degraded")
+    if said:
+        return str(said)
+    chosen = (read_json_object(folder / JOB_RECORD) or {}).get("transport")
+    return f"--transport {chosen}" if chosen else None
+
+
 def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: str = "none",
                      labels: Mapping | None = None) -> list[str]:
     """Why the run beside ``verdict`` does not bear out a pass of the image ``sha256`` whose
@@ -250,5 +260,10 @@ def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: str = 
         return [f"the verdict's ranks ({ranks!r}) are not a run of 2 or more ranks"]
     if record.get("sha256") != sha256:
         return [f"the verdict is of sha256 {str(record.get('sha256'))[:12]}, not {sha256[:12]}"]
+    degraded = _degraded(folder, record)
+    if degraded:
+        return [f"the run chose a degraded transport ({degraded}): it proves the image over TCP "
+                "sockets, not over the site's network; prove it on one node or over the site's "
+                "transport"]
     return (_rank_reasons(folder, ranks) + _report_reasons(folder, ranks)
             + _log_reasons(folder) + _image_reasons(folder, ranks, sha256, gpu, labels))

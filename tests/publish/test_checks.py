@@ -330,3 +330,16 @@ def test_a_batch_run_without_its_image_record_refuses(tmp_path, data_target) -> 
     assert "the batch job left no image.json" in _refused(tmp_path, data_target)
     (path.parent / "image.json").write_text(json.dumps({"sha256": SHA}))
     assert _ensure(tmp_path, data_target, lambda say: None, [])["smoke"]["passed"]
+
+
+def test_a_run_over_a_degraded_transport_is_no_proof(tmp_path, data_target) -> None:
+    """``invoke job --transport socket`` proves the image over TCP, not over the site's
+    network: neither its verdict's word nor its job record may let it publish the image."""
+    _write_verdict(tmp_path, "said", degraded="TCP sockets instead of Slingshot")
+    assert "chose a degraded transport (TCP sockets instead of Slingshot)" in \
+        _refused(tmp_path, data_target)
+    quiet = tmp_path / "quiet"
+    path = _write_verdict(quiet, "unsaid")
+    (path.parent / "job.json").write_text(json.dumps({"transport": "socket"}))
+    (path.parent / "image.json").write_text(json.dumps({"sha256": SHA}))
+    assert "chose a degraded transport (--transport socket)" in _refused(quiet, data_target)
