@@ -124,6 +124,12 @@ def _cell(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _folder(results: object) -> str:
+    """The results folder's own name: what tells apart two jobs of one id (two clusters, or one
+    restarted: job ids start again at 1), as the job's stamp and scheduler are part of it."""
+    return Path(results).name if isinstance(results, str) and results else "-"
+
+
 def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -> list[dict]:
     """The jobs this checkout submitted, newest last, with their state now and verdict."""
     rows = [row for row in map(_row, _index(project)) if row is not None]
@@ -133,9 +139,11 @@ def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -
     if not rows:
         say("no jobs submitted from this checkout yet (invoke job --submit adds one)")
         return rows
-    console().print(table(f"jobs ({len(rows)})", ("job", "workload", "target", "site",
-                                                   "submitted", "state", "verdict"),
+    console().print(table(f"jobs ({len(rows)})", ("job", "scheduler", "workload", "target",
+                                                   "site", "submitted", "results", "state",
+                                                   "verdict"),
                           [(r["job_id"], *(_cell(r.get(key)) for key in (
-                              "workload", "target", "site", "submitted")), r["state"],
-                            r["verdict"] or "-") for r in rows]))
+                              "scheduler", "workload", "target", "site", "submitted")),
+                            _folder(r.get("results")), r["state"], r["verdict"] or "-")
+                           for r in rows]))
     return rows

@@ -123,7 +123,7 @@ def _submit(project: Project, planned: batch.Job, script: Path | None, *, index:
     jobs_dir = project.settings.results_dir / "jobs"
     claimed = script is None
     if script is None:
-        script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
+        script = claim_file(jobs_dir, f"{planned.name}-{planned.stamp or run_stamp()}", ".sh")
     _write(script, planned.text)
     try:
         job_id = planned.scheduler.parse_job_id(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from containers import app
 from containers.errors import StateError
 from containers.host import slurmcluster
+from containers.host.facts import host_arch
 from tests.fixtures import ROOT
 from tests.fixtures.slurm import ensure_installed
 
@@ -86,3 +89,55 @@ def test_start_run_a_job_and_stop_by_pid(folder) -> None:
     assert said[-1].startswith("stopped the local Slurm cluster (PIDs ")
     assert not any(slurmcluster.alive(pid) for pid in cluster.pids.values())
     assert not folder.exists()
+
+
+def _stand_in_project(tmp_path: Path) -> app.Project:
+    """The real project with a stand-in cpu image (bytes no runtime starts, its record naming
+    this machine's architecture): a smoke job then fails in its launcher and its verdict says
+    so, which is evidence enough to see it kept."""
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "cpu.sif").write_bytes(b"not an image")
+    (images / "cpu.sif.json").write_text(json.dumps({"arch": host_arch()}))
+    return app.Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
+                                   "perflog_dir": str(tmp_path / "results" / "perflog"),
+                                   "images_dir": str(images)})
+
+
+def _job_on_a_fresh_cluster(project: app.Project, folder: Path, monkeypatch) -> tuple:
+    """``invoke local-slurm --start``, one smoke job to its end, ``--stop``: its submission and
+    the controller's word on it."""
+    app.local_slurm(project, action="start", say=lambda line: None)
+    monkeypatch.setenv("SLURM_CONF", str(folder / "slurm.conf"))
+    try:
+        submitted = app.job(project, target="cpu", site="local-slurm", workload="smoke",
+                            submit=True, say=lambda line: None)
+        info = slurmcluster.load(folder).wait(submitted.job_id, timeout=120)
+    finally:
+        app.local_slurm(project, action="stop", say=lambda line: None)
+    return submitted, info
+
+
+@pytest.mark.slurm
+def test_a_restarted_cluster_job_1_leaves_the_first_job_1s_evidence(folder, tmp_path,
+                                                                      monkeypatch) -> None:
+    """Issue 41: a second local cluster starts its job ids at 1 again; the second job 1 gets
+    its own output and results folder, and the first one's log and verdict are kept."""
+    ensure_installed()
+    project = _stand_in_project(tmp_path)
+    first, _ = _job_on_a_fresh_cluster(project, folder, monkeypatch)
+    kept = {name: (Path(first.job.results_of(first.job_id)) / name).read_text()
+            for name in ("run.log", "verdict.json")}
+    time.sleep(1.1)  # the stamp names the second
+    again, info = _job_on_a_fresh_cluster(project, folder, monkeypatch)
+    assert first.job_id == again.job_id == "1", "both clusters begin at job 1"
+    assert info["JobState"] == "FAILED"  # the stand-in image: the verdict's exit 2
+    folders = [Path(s.job.results_of(s.job_id)) for s in (first, again)]
+    assert folders[0] != folders[1]
+    assert {name: (folders[0] / name).read_text() for name in kept} == kept
+    for results in folders:
+        assert json.loads((results / "verdict.json").read_text())["passed"] is False
+        assert "run.log" in os.listdir(results)
+    assert first.job.output_of("1") != again.job.output_of("1")
+    rows = app.jobs_report(project, as_json=True, say=lambda line: None)
+    assert [(r["job_id"], r["results"]) for r in rows] == [("1", str(f)) for f in folders]
