@@ -21,7 +21,9 @@ from containers.host.runtime import assumed_runtime
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from containers.run.command import plan_command
+from containers import app
 from tests.fixtures import ROOT
+from tests.fixtures.images import stand_in_image
 
 #: The module itself (``containers.app.running``; the package exports its commands).
 running = importlib.import_module("containers.app.running")
@@ -191,3 +193,26 @@ def test_the_scanner_finds_what_a_shell_leaves_single_quoted() -> None:
     """Comments, double quotes and a backslash-escaped quote open no single-quoted string."""
     text = "# it's a comment\necho 'a $X' \"b '$Y'\" \\'c\n"
     assert single_quoted(text) == ["a $X"]
+
+
+@pytest.mark.slurm
+@pytest.mark.apptainer
+def test_a_dry_runs_lines_run_as_shown_in_an_allocation(slurm_cluster, tmp_path,
+                                                        monkeypatch) -> None:
+    """The printed lines of the CPU target's dry run across two nodes, run as they are inside
+    ``salloc`` on the local cluster: the rendezvous lines find the first node, and both nodes'
+    torchrun (a stand-in that prints its arguments) get its address and port."""
+    images = tmp_path / "images"
+    images.mkdir()
+    stand_in_image(images / "cpu.sif")
+    project = app.Project.load(ROOT, {"images_dir": str(images),
+                                      "results_dir": str(tmp_path / "results")})
+    text = _dry(project, monkeypatch, "run", "cpu", nodes=2, gpus=2)
+    ran = slurm_cluster.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "bash", "-euo",
+                             "pipefail", "-c", text], timeout=120, check=False)
+    assert ran.returncode == 0, ran.stdout + ran.stderr + text
+    assert f"rendezvous: {slurm_cluster.node_addr}:" in ran.stdout
+    started = [line for line in ran.stdout.splitlines() if line.startswith("torchrun ")]
+    assert len(started) == 2, ran.stdout
+    assert all(f"--rdzv-endpoint={slurm_cluster.node_addr}:2" in line
+               and "--no-python python t.py" in line for line in started), started
