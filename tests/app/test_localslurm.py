@@ -16,8 +16,8 @@ import pytest
 from containers import app
 from containers.errors import StateError
 from containers.host import slurmcluster
-from containers.host.facts import host_arch
 from tests.fixtures import ROOT
+from tests.fixtures.images import stand_in_image
 from tests.fixtures.slurm import ensure_installed
 
 
@@ -92,13 +92,12 @@ def test_start_run_a_job_and_stop_by_pid(folder) -> None:
 
 
 def _stand_in_project(tmp_path: Path) -> app.Project:
-    """The real project with a stand-in cpu image (bytes no runtime starts, its record naming
-    this machine's architecture): a smoke job then fails in its launcher and its verdict says
-    so, which is evidence enough to see it kept."""
+    """The real project with a stand-in cpu image (:func:`stand_in_image`: its torchrun starts
+    no ranks): a smoke job then finds no rank's results and its verdict says so, which is
+    evidence enough to see it kept."""
     images = tmp_path / "images"
     images.mkdir()
-    (images / "cpu.sif").write_bytes(b"not an image")
-    (images / "cpu.sif.json").write_text(json.dumps({"arch": host_arch()}))
+    stand_in_image(images / "cpu.sif")
     return app.Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
                                    "perflog_dir": str(tmp_path / "results" / "perflog"),
                                    "images_dir": str(images)})
@@ -119,6 +118,7 @@ def _job_on_a_fresh_cluster(project: app.Project, folder: Path, monkeypatch) -> 
 
 
 @pytest.mark.slurm
+@pytest.mark.apptainer
 def test_a_restarted_cluster_job_1_leaves_the_first_job_1s_evidence(folder, tmp_path,
                                                                       monkeypatch) -> None:
     """Issue 41: a second local cluster starts its job ids at 1 again; the second job 1 gets
@@ -139,5 +139,7 @@ def test_a_restarted_cluster_job_1_leaves_the_first_job_1s_evidence(folder, tmp_
         assert json.loads((results / "verdict.json").read_text())["passed"] is False
         assert "run.log" in os.listdir(results)
     assert first.job.output_of("1") != again.job.output_of("1")
+    # both clusters are gone: their controllers are asked nothing (each would time out)
+    monkeypatch.setattr("containers.app.following.ask", lambda argv: None)
     rows = app.jobs_report(project, as_json=True, say=lambda line: None)
     assert [(r["job_id"], r["results"]) for r in rows] == [("1", str(f)) for f in folders]
