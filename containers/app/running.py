@@ -58,7 +58,7 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
-    placement = allocation.across_nodes(nodes, dry_run=dry_run)
+    placement = allocation.across_nodes(nodes, dry_run=dry_run, scheduler=site.scheduler)
 
     def planned_as(run_id: str, strict: bool = True, gate: bool = True) -> CommandRun:
         return plan_command(item, site, settings=project.settings, runtime=runtime,

@@ -178,7 +178,7 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
-    placement = allocation.across_nodes(nodes, dry_run=dry_run)
+    placement = allocation.across_nodes(nodes, dry_run=dry_run, scheduler=site.scheduler)
     partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
     here = placement is None and (not dry_run or site.name == project.current_site().name)
     machine = machine_here(site.gpus.kind)  # probed only if a run is checked, once for them all

@@ -158,7 +158,7 @@ def _dry(project, monkeypatch, what: str, target: str, **options) -> str:
     ("run", "lumi-rocm", {"nodes": 2, "gpus": 8}), ("run", "lumi-rocm", {}),
     ("smoke", "lumi-rocm", {}), ("train", "lumi-rocm", {"nodes": 2}),
     ("shell", "lumi-rocm", {}), ("run", "cpu", {"nodes": 2, "gpus": 2}),
-    ("train", "cpu", {}),
+    ("train", "cpu", {}), ("run", "derecho-cuda", {"nodes": 2, "gpus": 4}),
 ])
 def test_a_dry_run_prints_lines_a_shell_runs(data_project, monkeypatch, what, target,
                                              options) -> None:
@@ -170,9 +170,12 @@ def test_a_dry_run_prints_lines_a_shell_runs(data_project, monkeypatch, what, ta
     assert checked.returncode == 0, checked.stderr + text
     assert not [s for s in single_quoted(text) if "$" in s], text
     assert "FIRST_NODE_ADDR" not in text
-    if options.get("nodes", 1) > 1:
-        assign = text.index('head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST"')
-        assert assign < text.index("\nexport MASTER_ADDR MASTER_PORT\n") < text.index("srun ")
+    if options.get("nodes", 1) > 1:  # the first node as the site's scheduler gives it
+        first, launch = (('MASTER_ADDR=$(sed -n 1p "$PBS_NODEFILE")', "mpiexec ")
+                         if target == "derecho-cuda" else
+                         ('head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST"', "srun "))
+        assert text.index(first) < text.index("\nexport MASTER_ADDR MASTER_PORT\n") \
+            < text.index(launch)
         assert '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}"' in text
     if target == "lumi-rocm" and what != "shell":
         assert '"MIOPEN_USER_DB_PATH=/tmp/' in text and '-miopen-cache-${SLURM_JOB_ID}"' in text

@@ -12,6 +12,7 @@ from containers.report import deferred
 from containers.run import allocation
 from containers.run.allocation import Allocation, check_nodes, current_allocation, placement
 from containers.run.launchers import LAUNCHERS
+from containers.run.rendezvous import RENDEZVOUS
 from containers.run.workload import plan_workload
 
 ALLOC = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "nid[1-2]",
@@ -51,6 +52,10 @@ def test_allocation_detection_and_limits() -> None:
     assert planned.nodes == 2 and planned.rendezvous.id == deferred("SLURM_JOB_ID")
     assert planned.rendezvous.endpoint == f"{deferred('MASTER_ADDR')}:{deferred('MASTER_PORT')}"
     assert allocation.shown_lines(planned) == allocation.SLURM.shell()
+    on_pbs = allocation.across_nodes(2, dry_run=True, environ={}, scheduler="pbs")
+    assert on_pbs.launcher is LAUNCHERS["mpiexec-torchrun"]
+    assert on_pbs.rendezvous.id == deferred("PBS_JOBID")
+    assert allocation.shown_lines(on_pbs) == RENDEZVOUS["pbs"].shell()
     assert allocation.shown_lines(None) == [] == allocation.shown_lines(
         placement(current_allocation(ALLOC), 2, query=_scontrol))
 
