@@ -115,7 +115,8 @@ def _row(entry: dict) -> dict | None:
         record = read_json_object(Path(entry["results"]) / "verdict.json")
         if record is not None:
             verdict = "PASS" if follow.verdict_code(record) == 0 else "FAIL"
-    state = follow.job_state(scheduler, job_id, ask)
+    at = entry.get("scheduler_submitted")
+    state = follow.job_state(scheduler, job_id, ask, submitted=at if isinstance(at, str) else None)
     return {**entry, "job_id": job_id, "state": state or "ended", "verdict": verdict}
 
 

@@ -104,17 +104,18 @@ def _stand_in_project(tmp_path: Path) -> app.Project:
 
 
 def _job_on_a_fresh_cluster(project: app.Project, folder: Path, monkeypatch) -> tuple:
-    """``invoke local-slurm --start``, one smoke job to its end, ``--stop``: its submission and
-    the controller's word on it."""
+    """``invoke local-slurm --start``, one smoke job to its end, ``invoke jobs`` while the
+    cluster still runs, ``--stop``: the submission, the controller's word on it, the rows."""
     app.local_slurm(project, action="start", say=lambda line: None)
     monkeypatch.setenv("SLURM_CONF", str(folder / "slurm.conf"))
     try:
         submitted = app.job(project, target="cpu", site="local-slurm", workload="smoke",
                             submit=True, say=lambda line: None)
         info = slurmcluster.load(folder).wait(submitted.job_id, timeout=120)
+        rows = app.jobs_report(project, as_json=True, say=lambda line: None)
     finally:
         app.local_slurm(project, action="stop", say=lambda line: None)
-    return submitted, info
+    return submitted, info, rows
 
 
 @pytest.mark.slurm
@@ -125,11 +126,11 @@ def test_a_restarted_cluster_job_1_leaves_the_first_job_1s_evidence(folder, tmp_
     its own output and results folder, and the first one's log and verdict are kept."""
     ensure_installed()
     project = _stand_in_project(tmp_path)
-    first, _ = _job_on_a_fresh_cluster(project, folder, monkeypatch)
+    first, _, _ = _job_on_a_fresh_cluster(project, folder, monkeypatch)
     kept = {name: (Path(first.job.results_of(first.job_id)) / name).read_text()
             for name in ("run.log", "verdict.json")}
     time.sleep(1.1)  # the stamp names the second
-    again, info = _job_on_a_fresh_cluster(project, folder, monkeypatch)
+    again, info, rows = _job_on_a_fresh_cluster(project, folder, monkeypatch)
     assert first.job_id == again.job_id == "1", "both clusters begin at job 1"
     assert info["JobState"] == "FAILED"  # the stand-in image: the verdict's exit 2
     folders = [Path(s.job.results_of(s.job_id)) for s in (first, again)]
@@ -139,7 +140,9 @@ def test_a_restarted_cluster_job_1_leaves_the_first_job_1s_evidence(folder, tmp_
         assert json.loads((results / "verdict.json").read_text())["passed"] is False
         assert "run.log" in os.listdir(results)
     assert first.job.output_of("1") != again.job.output_of("1")
-    # both clusters are gone: their controllers are asked nothing (each would time out)
-    monkeypatch.setattr("containers.app.following.ask", lambda argv: None)
-    rows = app.jobs_report(project, as_json=True, say=lambda line: None)
-    assert [(r["job_id"], r["results"]) for r in rows] == [("1", str(f)) for f in folders]
+    # invoke jobs on the second cluster: two rows "1", each with its own folder and verdict;
+    # the first job 1 has ended (the controller's job 1 was submitted at another time)
+    assert [(r["job_id"], r["results"], r["verdict"]) for r in rows] == [
+        ("1", str(f), "FAIL") for f in folders]
+    assert rows[0]["state"] == "ended" and rows[1]["state"] == "FAILED"
+    assert rows[0]["scheduler_submitted"] != rows[1]["scheduler_submitted"] is not None
