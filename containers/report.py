@@ -152,6 +152,17 @@ def shell_word(word: str) -> str:
                          for place, piece in enumerate(pieces)) + '"'
 
 
+def comment(text: str) -> str:
+    """Prose in what a dry run prints, as shell comments: a dry run's output is lines a shell
+    runs as shown (its commands, the lines that set what they read), so all of it pastes."""
+    return "\n".join(f"# {line.strip()}".rstrip() for line in str(text).splitlines() or [""])
+
+
+def commenting(say: Say) -> Say:
+    """``say`` for the prose of a dry run: each line a shell comment (:func:`comment`)."""
+    return lambda line: say(comment(line))
+
+
 def show_command(argv: list[str], env: Mapping[str, str] | None = None) -> str:
     """The exact command as one line to paste into a shell. ``env`` values are the prefix the
     command runs with; a ``$VAR`` in one is the caller's variable, expanded when the command

@@ -168,7 +168,7 @@ def test_invoke_dry_never_acts(cli_project: Path, tmp_path: Path) -> None:
     assert any(line.startswith("step 2/2: cpu [build]") for line in build.stdout.splitlines())
     smoke = _invoke(cli_project, "--dry", "smoke", "--gpus", "1")
     assert smoke.returncode == 0, smoke.stderr
-    assert "  run  " in smoke.stdout and "allreduce.py" in smoke.stdout
+    assert "\n# run\n" in smoke.stdout and "allreduce.py" in smoke.stdout
     assert not (tmp_path / "images").exists() and not (tmp_path / "work").exists()
     assert not (tmp_path / "results").exists()
 
@@ -285,8 +285,8 @@ def test_dry_run_lines_paste_into_a_shell(cli_project: Path) -> None:
                             "--dry-run"], cwd=cli_project, env=env, capture_output=True,
                            text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
-    (line,) = [ln[len("  run  "):] for ln in shown.stdout.splitlines()
-               if ln.startswith("  run  ")]
+    shown_lines = shown.stdout.splitlines()
+    line = shown_lines[shown_lines.index("# run") + 1]
     assert subprocess.run(["bash", "-n", "-c", line]).returncode == 0
     # A stand-in for singularity prints its arguments as the shell passes them.
     pasted = subprocess.run(

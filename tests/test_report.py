@@ -6,7 +6,7 @@ import re
 import shlex
 import subprocess
 
-from containers.report import console, deferred, human_bytes, show_command, table
+from containers.report import comment, console, deferred, human_bytes, show_command, table
 
 
 def test_human_bytes() -> None:
@@ -50,3 +50,11 @@ def test_tables_are_plain_text_when_not_a_terminal() -> None:
     with out.capture() as captured:
         out.print(table("t", ("a", "b"), [("x", 1)]))
     assert not re.search("[\u2500-\u257f]", captured.get()), captured.get()
+
+
+def test_a_dry_runs_prose_is_shell_comments() -> None:
+    """Every line of it, so an output with a line of prose pastes as a whole."""
+    text = comment("run: cpu on site local\n  no device gate: it's missing $(rm -rf x)\n")
+    assert text == "# run: cpu on site local\n# no device gate: it's missing $(rm -rf x)"
+    assert comment("") == "#"
+    assert subprocess.run(["bash", "-c", text + "\nexit 3"]).returncode == 3

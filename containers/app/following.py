@@ -115,13 +115,20 @@ def _row(entry: dict) -> dict | None:
         record = read_json_object(Path(entry["results"]) / "verdict.json")
         if record is not None:
             verdict = "PASS" if follow.verdict_code(record) == 0 else "FAIL"
-    state = follow.job_state(scheduler, job_id, ask)
+    at = entry.get("scheduler_submitted")
+    state = follow.job_state(scheduler, job_id, ask, submitted=at if isinstance(at, str) else None)
     return {**entry, "job_id": job_id, "state": state or "ended", "verdict": verdict}
 
 
 def _cell(value: object) -> str:
     """An index value as a table shows it: text as it is, anything else empty."""
     return value if isinstance(value, str) else ""
+
+
+def _folder(results: object) -> str:
+    """The results folder's own name: what tells apart two jobs of one id (two clusters, or one
+    restarted: job ids start again at 1), as the job's stamp and scheduler are part of it."""
+    return Path(results).name if isinstance(results, str) and results else "-"
 
 
 def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -> list[dict]:
@@ -133,9 +140,11 @@ def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -
     if not rows:
         say("no jobs submitted from this checkout yet (invoke job --submit adds one)")
         return rows
-    console().print(table(f"jobs ({len(rows)})", ("job", "workload", "target", "site",
-                                                   "submitted", "state", "verdict"),
+    console().print(table(f"jobs ({len(rows)})", ("job", "scheduler", "workload", "target",
+                                                   "site", "submitted", "results", "state",
+                                                   "verdict"),
                           [(r["job_id"], *(_cell(r.get(key)) for key in (
-                              "workload", "target", "site", "submitted")), r["state"],
-                            r["verdict"] or "-") for r in rows]))
+                              "scheduler", "workload", "target", "site", "submitted")),
+                            _folder(r.get("results")), r["state"], r["verdict"] or "-")
+                           for r in rows]))
     return rows

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from containers.app.following import follow_job
+from containers.app.following import ask, follow_job
 from containers.app.project import Project
 from containers.batch import follow, job as batch, judgeenv
 from containers.errors import ImageMissing, UsageError, on_disk
@@ -123,7 +123,7 @@ def _submit(project: Project, planned: batch.Job, script: Path | None, *, index:
     jobs_dir = project.settings.results_dir / "jobs"
     claimed = script is None
     if script is None:
-        script = claim_file(jobs_dir, f"{planned.name}-{run_stamp()}", ".sh")
+        script = claim_file(jobs_dir, f"{planned.name}-{planned.stamp or run_stamp()}", ".sh")
     _write(script, planned.text)
     try:
         job_id = planned.scheduler.parse_job_id(
@@ -140,7 +140,9 @@ def _submit(project: Project, planned: batch.Job, script: Path | None, *, index:
         follow.append_index(jobs_dir, {
             "job_id": job_id, "scheduler": planned.scheduler.name, **index,
             "script": str(script), "output": planned.output_of(job_id), "results": results,
-            "submitted": datetime.datetime.now().isoformat(timespec="seconds")})
+            "submitted": datetime.datetime.now().isoformat(timespec="seconds"),
+            # the scheduler's own: what tells this job from a restarted cluster's of its id
+            "scheduler_submitted": follow.submitted_at(planned.scheduler.name, job_id, ask)})
     return JobSubmission(job=planned, script=script, job_id=job_id)
 
 

@@ -17,17 +17,17 @@ from dataclasses import replace
 from typing import Sequence
 
 from containers.app.project import Project
-from containers.app.workloads import guard_run
+from containers.app.workloads import guard_run, say_plan, shown_environ
 from containers.errors import ContainersError, ImageMissing, VerdictFailed, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import run_stamp
 from containers.image.emulated import emulated_binds
 from containers.inputs.recipes import Target
-from containers.report import Say, say_line as _print, show_command
+from containers.report import Say, commenting, say_line as _print, show_command
 from containers.run import allocation
 from containers.run.command import KIND, CommandRun, plan_command, shell_argv
 from containers.run.needs import PYTHON, check_image, command_need, image_lacking
-from containers.run.workload import first_failure, run_logged
+from containers.run.workload import Placement, first_failure, run_logged
 from containers.unique import claim_folder
 
 
@@ -58,15 +58,16 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
-    placement = allocation.across_nodes(nodes, dry_run=dry_run)
+    placement = allocation.across_nodes(nodes, dry_run=dry_run, scheduler=site.scheduler)
 
     def planned_as(run_id: str, strict: bool = True, gate: bool = True) -> CommandRun:
         return plan_command(item, site, settings=project.settings, runtime=runtime,
                             command=command, ranks=gpus, run_id=run_id, timeout=timeout or 0,
-                            launcher=launcher, placement=placement, strict=strict, gate=gate)
+                            launcher=launcher, placement=placement, strict=strict, gate=gate,
+                            environ=shown_environ(site) if dry_run else None)
 
     planned = _fit_image(project, item, planned_as(run_stamp(), strict=not dry_run),
-                         launcher=launcher, say=say)
+                         launcher=launcher, say=commenting(say) if dry_run else say)
     if not dry_run:  # refused before its folder is claimed: nothing is left behind
         guard_run(project, item.name, runtime)
         if not planned.workload.image.is_file():
@@ -77,23 +78,23 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
             planned = planned_as(claimed.removeprefix(f"{item.name}-"),
                                  gate=planned.gate is not None)
     _announce(planned, target=item.name, site=site.name, launcher=launcher, dry_run=dry_run,
-              say=say)
+              placement=placement, say=say)
     if not dry_run:
         _run(planned, timeout=timeout, say=say)
     return 0
 
 
 def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dry_run: bool,
-              say: Say) -> None:
-    """The run as it will start: ranks, where its log goes, the exact gate and command."""
+              placement: Placement | None, say: Say) -> None:
+    """The run as it will start: ranks, where its log goes, the exact gate and command (a dry
+    run: as lines a shell runs, :func:`say_plan`)."""
     workload = planned.workload
     ranks = workload.ranks if launcher else 1
-    say(f"run: {target} on site {site}, {ranks} rank{'s' * (ranks != 1)}"
-        + ("" if launcher else " (no launcher)")
-        + ("" if dry_run else f", log in {os.path.relpath(workload.out_dir / 'run.log')}"))
-    if planned.gate:
-        say(f"  gate {show_command(planned.gate)}")
-    say(f"  run  {show_command(workload.argv)}")
+    say_plan(say, f"run: {target} on site {site}, {ranks} rank{'s' * (ranks != 1)}"
+             + ("" if launcher else " (no launcher)")
+             + ("" if dry_run else f", log in {os.path.relpath(workload.out_dir / 'run.log')}"),
+             [*([("gate", planned.gate)] if planned.gate else []), ("run", workload.argv)],
+             dry_run=dry_run, placement=placement, folder=workload.out_dir)
 
 
 def _run(planned: CommandRun, *, timeout: float | None, say: Say) -> None:
@@ -180,7 +181,7 @@ def shell(project: Project, *, target: str | None, command: Sequence[str] = (),
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
     argv = shell_argv(item, site, settings=project.settings, runtime=runtime, command=command,
-                      run_id=run_stamp(), environ=None if not dry_run else dict(os.environ))
+                      run_id=run_stamp(), environ=shown_environ(site) if dry_run else None)
     if dry_run:
         say(show_command(argv))
         return 0

@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import json
 import os
-import re
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -28,8 +27,8 @@ from containers.inputs.sites import HOST_VAR, Site
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
 from containers.prove.train import TrainOptions, scaling_rows
-from containers.report import (Say, console, deferred, plot_scaling, say_line as _print,
-                               show_command, table)
+from containers.report import (Say, comment, commenting, console, deferred, plot_scaling,
+                               say_line as _print, show_command, table)
 from containers.run import allocation
 from containers.run.needs import TORCH, check_image
 from containers.run.workload import Placement, Workload
@@ -103,7 +102,7 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
     return records
 
 
-def _shown_environ(site: Site) -> dict[str, str]:
+def shown_environ(site: Site) -> dict[str, str]:
     """A dry run's host environment: this one, plus a :func:`deferred` marker for each variable
     the site's values name that is unset here (``$SLURM_JOB_ID`` outside a job), so the shown
     command expands it where it is pasted, as the real run expands it where it runs. A ``$$``
@@ -118,19 +117,32 @@ def _shown_environ(site: Site) -> dict[str, str]:
     return environ
 
 
-def _shown_argv(workload: Workload, placement: Placement | None) -> list[str]:
-    """The argv as a dry run shows it: a placeholder the dry run put for what only an
-    allocation knows (``$FIRST_NODE_ADDR``, ``$SLURM_JOB_ID``) expands where it is pasted."""
-    found = {} if placement is None or placement.rendezvous is None else {
-        text: deferred(text[1:]) for text in (placement.rendezvous.host,
-                                              str(placement.rendezvous.port),
-                                              str(placement.rendezvous.id))
-        if re.fullmatch(r"\$[A-Za-z_][A-Za-z0-9_]*", text)}
-    argv = list(workload.argv)
-    for placeholder, marker in found.items():
-        argv = [re.sub(re.escape(placeholder) + r"(?![A-Za-z0-9_])", marker, word)
-                for word in argv]
-    return argv
+def say_plan(say: Say, header: str, steps: Sequence[tuple[str, list[str]]], *,
+             dry_run: bool, placement: Placement | None, notes: Sequence[str] = (),
+             folder: Path | None = None) -> None:
+    """A run as it starts: the header, each step's command, the notes. A dry run prints lines
+    a shell runs as shown: the header and notes as comments, then the lines that set what the
+    commands read from an allocation (:func:`allocation.shown_lines`), the results ``folder``
+    the commands bind made (a dry run makes nothing), then each command, its variables in
+    double quotes (:func:`show_command`), so its output pastes into ``salloc``."""
+    if not dry_run:
+        say(header)
+        for label, argv in steps:
+            say(f"  {label:<4} {show_command(argv)}")
+        for note in notes:
+            say(f"  {note}")
+        return
+    say(comment(header))
+    for note in notes:
+        say(comment(note))
+    for line in allocation.shown_lines(placement):
+        say(line)
+    if folder is not None:
+        say(comment("the results folder the run binds (a real run claims a new one)"))
+        say(show_command(["mkdir", "-p", str(folder)]))
+    for label, argv in steps:
+        say(comment(label))
+        say(show_command(argv))
 
 
 def machine_here(gpu: str) -> Callable[[bool], Machine]:
@@ -166,7 +178,7 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
-    placement = allocation.across_nodes(nodes, dry_run=dry_run)
+    placement = allocation.across_nodes(nodes, dry_run=dry_run, scheduler=site.scheduler)
     partition = os.environ.get("SLURM_JOB_PARTITION") or site.default_partition
     here = placement is None and (not dry_run or site.name == project.current_site().name)
     machine = machine_here(site.gpus.kind)  # probed only if a run is checked, once for them all
@@ -180,21 +192,22 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
         planned = functools.partial(plan, item, site, settings=project.settings,
                                     runtime=runtime, options=options, strict=not dry_run,
                                     placement=placement,
-                                    environ=_shown_environ(site) if dry_run else None)
+                                    environ=shown_environ(site) if dry_run else None)
         workload = planned(run_id=run_id)
         if here:
-            check_fits(workload, options, site, machine=machine, force=force, say=say)
+            check_fits(workload, options, site, machine=machine, force=force,
+                       say=commenting(say) if dry_run else say)
         if not dry_run:  # two runs started in the same second never share a folder
             if not workload.image.is_file():  # refused before a folder is claimed for it
                 raise ImageMissing(workload.image, item.name)
             claimed = claim_folder(workload.out_dir.parent, workload.out_dir.name)
             if claimed != workload.out_dir.name:
                 workload = planned(run_id=claimed.removeprefix(f"{item.name}-"))
-        say(f"{kind.title(options)}: {item.name} on site {site.name}, {workload.ranks} ranks, "
-            f"results in {os.path.relpath(workload.out_dir)}")
-        say(f"  run  {show_command(_shown_argv(workload, placement))}")
-        if workload.cores_note:
-            say(f"  {workload.cores_note}")
+        say_plan(say, f"{kind.title(options)}: {item.name} on site {site.name}, "
+                 f"{workload.ranks} ranks, results in {os.path.relpath(workload.out_dir)}",
+                 [("run", workload.argv)], dry_run=dry_run, placement=placement,
+                 notes=[workload.cores_note] if workload.cores_note else [],
+                 folder=workload.out_dir)
         if dry_run:
             done.append(workload)
             continue

@@ -28,7 +28,11 @@ INDEX = "index.jsonl"
 #: The commands (the job id follows) that tell a job's state, tried in order until one answers.
 STATE_COMMANDS = {"pbs": [("qstat", "-x", "-f")],
                   "slurm": [("scontrol", "show", "job", "-o"),
-                            ("sacct", "-n", "-X", "-P", "-o", "State", "-j")]}
+                            ("sacct", "-n", "-X", "-P", "-o", "State,Submit", "-j")]}
+#: Where each answer of :data:`STATE_COMMANDS` says when the scheduler accepted the job
+#: (scontrol's ``SubmitTime=``, sacct's field after the ``|``, PBS's ``ctime``).
+SUBMIT_TIME = {"pbs": re.compile(r"^\s*ctime\s*=\s*(.+?)\s*$", re.M),
+               "slurm": re.compile(r"\bSubmitTime=(\S+)|^[^|\n]*\|(\S+)\s*$", re.M)}
 
 
 def parse_state(scheduler: str, text: str) -> str | None:
@@ -39,18 +43,39 @@ def parse_state(scheduler: str, text: str) -> str | None:
     found = re.search(r"\bJobState=(\w+)", text)
     if found:
         return found.group(1)
-    words = text.split()
-    return words[0].upper() if words else None  # sacct: "CANCELLED by 0" -> CANCELLED
+    words = text.split("|")[0].split()
+    return words[0].upper() if words else None  # sacct: "CANCELLED by 0|…" -> CANCELLED
 
 
-def job_state(scheduler: str, job_id: str, ask: Callable[[list[str]], str | None]) -> str | None:
-    """The job's state; ``ask`` runs one argv and returns its output (None when it failed)."""
+def parse_submitted(scheduler: str, text: str) -> str | None:
+    """When the scheduler accepted the job, as one of :data:`STATE_COMMANDS`' outputs says it
+    (None where it does not): with the job id, what tells a job from a restarted cluster's."""
+    found = SUBMIT_TIME["pbs" if scheduler == "pbs" else "slurm"].search(text)
+    return next((group for group in found.groups() if group), None) if found else None
+
+
+def job_state(scheduler: str, job_id: str, ask: Callable[[list[str]], str | None], *,
+              submitted: str | None = None) -> str | None:
+    """The job's state; ``ask`` runs one argv and returns its output (None when it failed).
+    ``submitted``: the submit time the scheduler gave the job when this tool submitted it
+    (:func:`submitted_at`); a job of that id the scheduler submitted at another time is
+    another job (job ids start again at 1 on a restarted cluster), so this one's state is
+    unknown (None: it has ended)."""
     for words in STATE_COMMANDS["pbs" if scheduler == "pbs" else "slurm"]:
         text = ask([*words, job_id])
         state = parse_state(scheduler, text) if text else None
         if state:
-            return state
+            said = parse_submitted(scheduler, text or "")
+            return None if submitted and said and said != submitted else state
     return None
+
+
+def submitted_at(scheduler: str, job_id: str,
+                 ask: Callable[[list[str]], str | None]) -> str | None:
+    """The submit time the scheduler records for a job just submitted (its first state
+    command's answer), for the index: None when it does not answer."""
+    text = ask([*STATE_COMMANDS["pbs" if scheduler == "pbs" else "slurm"][0], job_id])
+    return parse_submitted(scheduler, text) if text else None
 
 
 def verdict_code(record: dict) -> int:

@@ -36,9 +36,10 @@ from typing import Mapping, Sequence
 from containers import __version__, walltime
 from containers.batch.schedulers import SCHEDULERS, Resources, Scheduler, directive
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
-from containers.batch.runjob import run_lines, run_record
+from containers.batch.runjob import folder_lines, run_lines, run_record
 from containers.batch.script import SHELL_VARS, command, ref, render, word
 from containers.errors import ConfigError, UsageError
+from containers.host.facts import run_stamp
 from containers.host.runtime import Runtime
 from containers.image.plan import fakeroot_refusal
 from containers.inputs import flags
@@ -140,6 +141,9 @@ class Job:
     resources: Resources
     text: str
     results: str | None  # the results folder, with the job id as ``{job_id}``
+    #: When it was rendered (``YYYYmmdd-HHMMSS``): part of its output's, results' and script's
+    #: names, so a job id that repeats (another cluster, a restarted one) names new files.
+    stamp: str = ""
 
     @property
     def name(self) -> str:
@@ -287,9 +291,13 @@ class Frame:
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
              host_arch: str, site_arch: str | None = None, venv: Path | None = None,
              environ: Mapping[str, str] | None = None, judge: JudgeEnv | None = None,
-             tool: Sequence[JudgeEnv] = ()) -> Job:
+             tool: Sequence[JudgeEnv] = (), stamp: str | None = None) -> Job:
     """The whole batch job, rendered: pure (nothing is run; only ``environ``, the submitting
     shell's variables, is read, for the account rules).
+
+    ``stamp`` (default: now, :func:`run_stamp`) goes into the names of the job's output and
+    results folder beside the scheduler and the job id: a job id is unique only within one
+    cluster's life, so the id alone would name another cluster's (or a restarted one's) files.
 
     ``host_arch`` and ``venv`` (this tool's Python environment) decide how a build job finds
     ``invoke`` on the build node; ``site_arch`` is the architecture of the site's nodes.
@@ -303,15 +311,17 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
     site = chosen_site(site, request)
     if request.kind.builds_image and (refusal := fakeroot_refusal(target, site)) is not None:
         raise refusal
-    frame = job_frame(target, site, settings=settings, request=request, environ=environ or {})
+    stamp = stamp or run_stamp()
+    frame = job_frame(target, site, settings=settings, request=request, environ=environ or {},
+                      stamp=stamp)
     if request.kind.builds_image:
         return _build_job(target, site, settings=settings, request=request, frame=frame,
-                          host_arch=host_arch, venv=venv, tool=tool)
+                          host_arch=host_arch, venv=venv, tool=tool, stamp=stamp)
     gpus = _ranks_per_node(request, site)
     asked = gpus if site.gpus.kind != "none" else 0  # the scheduler's GPUs: none on CPU sites
     check_size(site, frame.partition, frame.qos, nodes=request.nodes, gpus_per_node=asked)
     check_transport(site, request.nodes)
-    run = job_run(target, site, settings=settings, request=request)
+    run = job_run(target, site, settings=settings, request=request, stamp=stamp)
     res = frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked)
     scheduler = SCHEDULERS[site.scheduler]
     modules = _loaded(site, multinode=request.nodes > 1)
@@ -332,7 +342,7 @@ def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequ
                                 judge=judge, host_arch=host_arch, venv=venv)
     size = (f"{request.nodes} node{'s' if request.nodes > 1 else ''} x {gpus} "
             f"{'GPUs' if site.gpus.kind != 'none' else 'CPU ranks'}, launcher {run.launcher.name}")
-    return _render(request, target, site, frame, res, body, launcher=run.launcher,
+    return _render(request, target, site, frame, res, body, stamp=stamp, launcher=run.launcher,
                    comments=[size, *([run.workload.cores_note] if run.workload.cores_note
                                      else []),
                              *([f"transport: {site.transport.degraded}"]
@@ -376,14 +386,15 @@ def chosen_site(site: Site, request: JobRequest) -> Site:
 
 
 def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
-              environ: Mapping[str, str]) -> Frame:
+              environ: Mapping[str, str], stamp: str) -> Frame:
     """The job's name (shortened with the site's words where its scheduler limits names),
-    output, partition, time and account, and the header comments that say so."""
+    output (named with ``stamp`` too: job ids repeat across clusters), partition, time and
+    account, and the header comments that say so."""
     scheduler = SCHEDULERS[site.scheduler]
     full_name = f"{request.workload}-{target.name}"
     directive(full_name, "job name")
     name = scheduler.job_name(full_name, site.job.short_names)
-    output = scheduler.output_dir(settings.results_dir / "jobs", name)
+    output = scheduler.output_dir(settings.results_dir / "jobs", f"{name}-{stamp}")
     partition = site.partition(request.partition or (site.build_partition
                                                      if request.kind.builds_image else None)
                                or site.default_partition)
@@ -419,7 +430,7 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
 
 def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
                frame: Frame, host_arch: str, venv: Path | None,
-               tool: Sequence[JudgeEnv]) -> Job:
+               tool: Sequence[JudgeEnv], stamp: str) -> Job:
     """A build job: one task on one node; no GPU on a partition without them (LUMI-C's small),
     else one (a build needs none, the partition may require one)."""
     gpus = 1 if site.gpus.per_node and frame.partition.gpus_per_node != 0 else 0
@@ -429,7 +440,7 @@ def _build_job(target: Target, site: Site, *, settings: Settings, request: JobRe
     body = [f"cd {word(str(settings.root))}", "", *_module_lines(site.modules),
             *_build_body(target, site, root=settings.root, host_arch=host_arch, venv=venv,
                          tool=tool)]
-    return _render(request, target, site, frame, res, body)
+    return _render(request, target, site, frame, res, body, stamp=stamp)
 
 
 def _workload_lines(target: Target, workload: Workload, *, settings: Settings, record: dict,
@@ -442,7 +453,7 @@ def _workload_lines(target: Target, workload: Workload, *, settings: Settings, r
         if judge is not None or target.arch != host_arch else \
         _invoke(["verdict", "--results", out_dir, "--exit-status", ref("status")],
                 venv=venv, exec_=True)
-    return [f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
+    return [*folder_lines(workload.out_dir), "",
             "# What the verdict reads besides the ranks' files: the job, the image it ran",
             f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", json.dumps(record), "JOB",
             f"if [[ -f {word(str(image_record))} ]]; then",
@@ -465,12 +476,12 @@ def _folders(settings: Settings) -> dict[str, str]:
 
 
 def _render(request: JobRequest, target: Target, site: Site, frame: Frame, res: Resources,
-            body: list[str], *, launcher: Launcher | None = None, comments: Sequence[str] = (),
-            results: str | None = None) -> Job:
+            body: list[str], *, stamp: str, launcher: Launcher | None = None,
+            comments: Sequence[str] = (), results: str | None = None) -> Job:
     scheduler = SCHEDULERS[site.scheduler]
     text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
     return Job(request=request, target=target, site=site, scheduler=scheduler,
-               launcher=launcher, resources=res, text=text, results=results)
+               launcher=launcher, resources=res, text=text, results=results, stamp=stamp)
 
 
 def _ranks_per_node(request: JobRequest, site: Site) -> int:
@@ -494,10 +505,11 @@ class JobRun:
     command: CommandRun | None = None
 
 
-def job_run(target: Target, site: Site, *, settings: Settings,
-            request: JobRequest) -> JobRun:
+def job_run(target: Target, site: Site, *, settings: Settings, request: JobRequest,
+            stamp: str = "") -> JobRun:
     """The workload of a smoke or training job exactly as its script runs it: the plan the job
-    renders and the plan ``invoke verdict`` judges the job's results by (pure)."""
+    renders and the plan ``invoke verdict`` judges the job's results by (pure). Its results
+    folder is ``<target>-<stamp>-<scheduler>-job<id>`` (:func:`job_run_id`)."""
     scheduler = SCHEDULERS[site.scheduler]
     site = chosen_site(site, request)
     launcher = launchers.for_site(site, request.launcher)
@@ -509,7 +521,7 @@ def job_run(target: Target, site: Site, *, settings: Settings,
                           cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
     common = dict(settings=settings, strict=False, placement=placement, environ=SHELL_VARS,
                   runtime=Runtime(binary=site.runtime, flavour=site.runtime, version="site"),
-                  run_id=f"job{ref(scheduler.rendezvous.job_id_var)}")
+                  run_id=job_run_id(scheduler, stamp))
     planned, options = None, None
     if request.kind.takes_command:
         planned = plan_command(target, site, command=request.command, ranks=gpus, timeout=0,
@@ -525,6 +537,16 @@ def job_run(target: Target, site: Site, *, settings: Settings,
     return JobRun(kind=options.kind if options else None, launcher=launcher, shape=shape,
                   workload=workload, options=options, meets=meets,
                   command=planned and replace(planned, workload=workload))
+
+
+def job_run_id(scheduler: Scheduler, stamp: str) -> str:
+    """What names a job's results folder after its target: when it was rendered, the scheduler
+    and the job id (expanded by the job's shell). A job id is unique only within one cluster's
+    life (a restarted cluster starts again at 1): with the stamp, two clusters' job 1 never
+    share a folder, and a script submitted again after a restart finds its folder taken
+    (:func:`containers.batch.runjob.folder_lines` refuses it)."""
+    return "-".join([*([stamp] if stamp else []), scheduler.name,
+                     f"job{ref(scheduler.rendezvous.job_id_var)}"])
 
 
 def _loaded(site: Site, *, multinode: bool) -> list[str]:

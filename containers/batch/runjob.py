@@ -11,6 +11,7 @@ start together share nothing but their own results folders.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Sequence
 
 from containers.batch.script import command, ref, word
@@ -31,7 +32,7 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
     log = word(out_dir + "/run.log")
     workdir = record.get("workdir")
     lines = [*([f"cd {word(workdir)}"] if workdir else []),
-             f"mkdir -p {word(out_dir)}", f"echo {word('results: ' + out_dir)}", "",
+             *folder_lines(workload.out_dir), "",
              "# What the verdict reads besides the log: the job and its command",
              f"cat > {word(out_dir + '/job.json')} <<'JOB'", json.dumps(record), "JOB", "",
              "status=0", "gate=none"]
@@ -58,6 +59,20 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
             "# the job's exit status is the verdict's (0, 2 for the gate, else the command's).",
             "exec " + command(workload.launch.runtime.exec_argv(
                 image=workload.image, command=["python3", *verdict], binds=binds))]
+
+
+def folder_lines(out_dir: Path) -> list[str]:
+    """The job's results folder made new (``mkdir`` without ``-p``), or the job stopped in one
+    line: an existing folder is another job's evidence (a script submitted again after a
+    cluster restart, when job ids start again at 1), never written into or appended to."""
+    folder = str(out_dir)
+    refusal = (f"job: FAIL: the results folder {folder} exists: it holds another job's "
+               "results (job ids repeat after a cluster restart), which this job does not "
+               "overwrite; write the script again (invoke job) and submit that")
+    return [f"mkdir -p {word(str(out_dir.parent))}",
+            f"if ! mkdir {word(folder)}; then",
+            f"    echo {word(refusal)} >&2", "    exit 2", "fi",
+            f"echo {word('results: ' + folder)}"]
 
 
 def run_record(record: dict, words: Sequence[str], workdir: str | None = None) -> dict:

@@ -16,7 +16,9 @@ from typing import Mapping
 from containers.errors import StateError, UsageError
 from containers.host.process import capture
 from containers.inputs import flags
-from containers.run.rendezvous import RENDEZVOUS, Query, Rendezvous
+from containers.report import deferred
+from containers.run.launchers import LAUNCHERS, TORCHRUN_ON
+from containers.run.rendezvous import RENDEZVOUS, Query
 from containers.run.workload import Placement
 
 SLURM = RENDEZVOUS["slurm"]
@@ -73,15 +75,32 @@ def placement(allocation: Allocation, nodes: int, *, query: Query = capture) -> 
 
 
 def across_nodes(nodes: int, *, dry_run: bool = False,
-                 environ: Mapping[str, str] | None = None) -> Placement | None:
+                 environ: Mapping[str, str] | None = None,
+                 scheduler: str = "slurm") -> Placement | None:
     """``--nodes M``: one torchrun per node of the Slurm allocation we are in, through srun
-    (None: this node only). A dry run outside an allocation shows the variables it would use."""
+    (None: this node only). A dry run outside an allocation shows the variables it would use,
+    set by the lines :func:`shown_lines` prints before the launch, in a job of the site's
+    ``scheduler`` (PBS: started by mpiexec, meeting at the node file's first node)."""
     environ = os.environ if environ is None else environ
     found = current_allocation(environ)
     if dry_run and found is None and nodes > 1:
-        return Placement(nodes=nodes, rendezvous=Rendezvous(
-            host="$FIRST_NODE_ADDR", port="$MASTER_PORT", id=f"${SLURM.job_id_var}"))
+        rendezvous = RENDEZVOUS.get(scheduler, SLURM)
+        return Placement(nodes=nodes, rendezvous=rendezvous.at_job_time(deferred),
+                         launcher=LAUNCHERS[TORCHRUN_ON.get(rendezvous.scheduler, "torchrun")])
     check_nodes(nodes, found)
     if nodes == 1 or found is None:
         return None
     return placement(found, nodes)
+
+
+def shown_lines(placement: Placement | None) -> list[str]:
+    """What a dry run across nodes planned outside an allocation prints before its launch: the
+    lines that set the variables its rendezvous names (the first node's address the way the
+    scheduler gives it: Slurm's ``scontrol show hostnames "$SLURM_JOB_NODELIST"``, PBS's first
+    line of ``$PBS_NODEFILE``; the port from the job id), the same lines a batch script runs
+    (:meth:`SchedulerRendezvous.shell`), so the printed launch runs as shown inside the job.
+    None for any other run: its values are literal."""
+    for rendezvous in RENDEZVOUS.values():
+        if placement is not None and placement.rendezvous == rendezvous.at_job_time(deferred):
+            return rendezvous.shell()
+    return []

@@ -122,3 +122,22 @@ def test_a_bad_entry_hides_no_other_job(tmp_path: Path) -> None:
     assert [row["job_id"] for row in rows] == ["101", "102", "104"]
     assert [row["verdict"] for row in rows] == [None, "PASS", None]
     assert json.loads(said[-1])["jobs"][1]["verdict"] == "PASS"
+
+
+def test_two_clusters_job_1_are_two_rows(data_project, tmp_path, monkeypatch, capsys) -> None:
+    """Job ids repeat across clusters and restarts: the table names each job's own results
+    folder (stamp, scheduler and id), and each row reads its own verdict; an entry written
+    before the folders were stamped still reads."""
+    monkeypatch.setattr("containers.app.following.ask", lambda argv: None)
+    jobs = data_project.settings.results_dir / "jobs"
+    for name, passed in (("cpu-20260101-120000-slurm-job1", True),
+                         ("cpu-20260101-130000-slurm-job1", False), ("cpu-job1", True)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "verdict.json").write_text(json.dumps({"passed": passed}))
+        follow.append_index(jobs, {"job_id": "1", "scheduler": "slurm", "workload": "smoke",
+                                   "results": str(tmp_path / name)})
+    rows = jobs_report(data_project, say=lambda line: None)
+    assert [r["verdict"] for r in rows] == ["PASS", "FAIL", "PASS"]
+    shown = capsys.readouterr().out
+    assert "cpu-20260101-120000-slurm-job1" in shown and "cpu-20260101-130000-slurm-job1" in shown
+    assert "cpu-job1" in shown and "scheduler" in shown

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from containers import app
 from containers.errors import StateError
 from containers.host import slurmcluster
 from tests.fixtures import ROOT
+from tests.fixtures.images import stand_in_image
 from tests.fixtures.slurm import ensure_installed
 
 
@@ -86,3 +89,60 @@ def test_start_run_a_job_and_stop_by_pid(folder) -> None:
     assert said[-1].startswith("stopped the local Slurm cluster (PIDs ")
     assert not any(slurmcluster.alive(pid) for pid in cluster.pids.values())
     assert not folder.exists()
+
+
+def _stand_in_project(tmp_path: Path) -> app.Project:
+    """The real project with a stand-in cpu image (:func:`stand_in_image`: its torchrun starts
+    no ranks): a smoke job then finds no rank's results and its verdict says so, which is
+    evidence enough to see it kept."""
+    images = tmp_path / "images"
+    images.mkdir()
+    stand_in_image(images / "cpu.sif")
+    return app.Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
+                                   "perflog_dir": str(tmp_path / "results" / "perflog"),
+                                   "images_dir": str(images)})
+
+
+def _job_on_a_fresh_cluster(project: app.Project, folder: Path, monkeypatch) -> tuple:
+    """``invoke local-slurm --start``, one smoke job to its end, ``invoke jobs`` while the
+    cluster still runs, ``--stop``: the submission, the controller's word on it, the rows."""
+    app.local_slurm(project, action="start", say=lambda line: None)
+    monkeypatch.setenv("SLURM_CONF", str(folder / "slurm.conf"))
+    try:
+        submitted = app.job(project, target="cpu", site="local-slurm", workload="smoke",
+                            submit=True, say=lambda line: None)
+        info = slurmcluster.load(folder).wait(submitted.job_id, timeout=120)
+        rows = app.jobs_report(project, as_json=True, say=lambda line: None)
+    finally:
+        app.local_slurm(project, action="stop", say=lambda line: None)
+    return submitted, info, rows
+
+
+@pytest.mark.slurm
+@pytest.mark.apptainer
+def test_a_restarted_cluster_job_1_leaves_the_first_job_1s_evidence(folder, tmp_path,
+                                                                      monkeypatch) -> None:
+    """Issue 41: a second local cluster starts its job ids at 1 again; the second job 1 gets
+    its own output and results folder, and the first one's log and verdict are kept."""
+    ensure_installed()
+    project = _stand_in_project(tmp_path)
+    first, _, _ = _job_on_a_fresh_cluster(project, folder, monkeypatch)
+    kept = {name: (Path(first.job.results_of(first.job_id)) / name).read_text()
+            for name in ("run.log", "verdict.json")}
+    time.sleep(1.1)  # the stamp names the second
+    again, info, rows = _job_on_a_fresh_cluster(project, folder, monkeypatch)
+    assert first.job_id == again.job_id == "1", "both clusters begin at job 1"
+    assert info["JobState"] == "FAILED"  # the stand-in image: the verdict's exit 2
+    folders = [Path(s.job.results_of(s.job_id)) for s in (first, again)]
+    assert folders[0] != folders[1]
+    assert {name: (folders[0] / name).read_text() for name in kept} == kept
+    for results in folders:
+        assert json.loads((results / "verdict.json").read_text())["passed"] is False
+        assert "run.log" in os.listdir(results)
+    assert first.job.output_of("1") != again.job.output_of("1")
+    # invoke jobs on the second cluster: two rows "1", each with its own folder and verdict;
+    # the first job 1 has ended (the controller's job 1 was submitted at another time)
+    assert [(r["job_id"], r["results"], r["verdict"]) for r in rows] == [
+        ("1", str(f), "FAIL") for f in folders]
+    assert rows[0]["state"] == "ended" and rows[1]["state"] == "FAILED"
+    assert rows[0]["scheduler_submitted"] != rows[1]["scheduler_submitted"] is not None

@@ -9,13 +9,21 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
 import platform
+import subprocess
+import sys
 
 import pytest
 
 from containers.errors import VerdictFailed
 from containers.host.runtime import assumed_runtime
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
 from containers.run.command import plan_command
+from containers import app
+from tests.fixtures import ROOT
+from tests.fixtures.images import stand_in_image
 
 #: The module itself (``containers.app.running``; the package exports its commands).
 running = importlib.import_module("containers.app.running")
@@ -25,13 +33,14 @@ def test_the_dry_run_shows_the_gate_on_a_gpu_site(data_project) -> None:
     lines: list[str] = []
     assert running.run_command(data_project, target="lumi-rocm", command=["python", "x.py"],
                                gpus=8, dry_run=True, say=lines.append) == 0
-    assert lines[0] == "run: lumi-rocm on site lumi, 8 ranks"
-    assert lines[1].startswith("  gate ") and "gate.py" in lines[1]
-    assert lines[2].startswith("  run  ") and lines[2].endswith("python x.py")
+    assert lines[0] == "# run: lumi-rocm on site lumi, 8 ranks"
+    assert lines[2].startswith("mkdir -p ") and lines[3] == "# gate"
+    assert lines[4].startswith("singularity exec ") and "gate.py" in lines[4]
+    assert lines[5] == "# run" and lines[6].endswith("python x.py")
     lines.clear()
     running.run_command(data_project, target="cpu", command=["true"], launcher=False,
                         dry_run=True, say=lines.append)
-    assert lines[0] == "run: cpu on site local, 1 rank (no launcher)" and len(lines) == 2
+    assert lines[0] == "# run: cpu on site local, 1 rank (no launcher)" and len(lines) == 5
 
 
 def _planned(project, gate: str | None, command: str):
@@ -99,3 +108,118 @@ def test_a_run_of_an_emulated_image_writes_the_cpu_folder_its_plan_names(
     planned = dataclasses.replace(planned, gate=None, workload=dataclasses.replace(
         planned.workload, argv=["test", "-f", f"{sysfs[0]}/online"]))
     running._run(planned, timeout=None, say=print)  # raises unless the folder was there
+
+
+def single_quoted(text: str) -> list[str]:
+    """The single-quoted strings of shell ``text``, comments left out: a ``$`` in one is
+    printed for the shell to leave alone, which a pasted dry run must not do to a host
+    variable."""
+    found: list[str] = []
+    i, state, start = 0, "", 0
+    while i < len(text):
+        char = text[i]
+        if not state and char == "#" and (i == 0 or text[i - 1] in " \t\n"):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        if char == "\\" and state != "'":
+            i += 2
+            continue
+        if not state and char in "'\"":
+            state, start = char, i + 1
+        elif state and char == state:
+            if state == "'":
+                found.append(text[start:i])
+            state = ""
+        i += 1
+    return found
+
+
+def _dry(project, monkeypatch, what: str, target: str, **options) -> str:
+    """What ``invoke <what> --dry-run`` prints, outside any allocation."""
+    for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
+    lines: list[str] = []
+    if what == "run":
+        running.run_command(project, target=target, command=["python", "t.py"], dry_run=True,
+                            say=lines.append, **options)
+    elif what == "shell":
+        running.shell(project, target=target, dry_run=True, say=lines.append)
+    else:
+        workloads = importlib.import_module("containers.app.workloads")
+        options = {"options": SmokeOptions(gpus=2)} if what == "smoke" else {
+            "options": TrainOptions(example="ddp", gpus=2), **options}
+        getattr(workloads, "prove" if what == "smoke" else "train")(
+            project, target=target, dry_run=True, say=lines.append, **options)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("what, target, options", [
+    ("run", "lumi-rocm", {"nodes": 2, "gpus": 8}), ("run", "lumi-rocm", {}),
+    ("smoke", "lumi-rocm", {}), ("train", "lumi-rocm", {"nodes": 2}),
+    ("shell", "lumi-rocm", {}), ("run", "cpu", {"nodes": 2, "gpus": 2}),
+    ("train", "cpu", {}), ("run", "derecho-cuda", {"nodes": 2, "gpus": 4}),
+])
+def test_a_dry_run_prints_lines_a_shell_runs(data_project, monkeypatch, what, target,
+                                             options) -> None:
+    """Issue 41: every line is shell (prose as comments), host variables expand where it is
+    pasted (none single-quoted), and a run across nodes first sets the rendezvous it names the
+    way Slurm gives the first node, in the lines a batch script runs."""
+    text = _dry(data_project, monkeypatch, what, target, **options)
+    checked = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr + text
+    # a profile's $$VAR is the container's variable: quoted so the host shell leaves it alone
+    container = tuple(f"{name}=" for site in data_project.sites.values()
+                      for name, value in {**site.env, **site.transport.env}.items()
+                      if "$$" in value)
+    assert not [s for s in single_quoted(text) if "$" in s and not s.startswith(container)], text
+    assert "FIRST_NODE_ADDR" not in text
+    if options.get("nodes", 1) > 1:  # the first node as the site's scheduler gives it
+        first, launch = (('MASTER_ADDR=$(sed -n 1p "$PBS_NODEFILE")', "mpiexec ")
+                         if target == "derecho-cuda" else
+                         ('head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST"', "srun "))
+        assert text.index(first) < text.index("\nexport MASTER_ADDR MASTER_PORT\n") \
+            < text.index(launch)
+        assert '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}"' in text
+    if target == "lumi-rocm" and what != "shell":
+        assert '"MIOPEN_USER_DB_PATH=/tmp/' in text and '-miopen-cache-${SLURM_JOB_ID}"' in text
+
+
+def test_invoke_run_dry_run_for_lumi_pastes() -> None:
+    """The command line itself (the issue's case): ``invoke run --dry-run`` across nodes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")}
+    shown = subprocess.run([sys.executable, "-m", "invoke", "run", "--target", "lumi-rocm",
+                            "--nodes", "2", "--gpus", "8", "--dry-run", "--", "python", "t.py"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert subprocess.run(["bash", "-n"], input=shown.stdout, text=True).returncode == 0
+    assert not [s for s in single_quoted(shown.stdout) if "$" in s], shown.stdout
+
+
+def test_the_scanner_finds_what_a_shell_leaves_single_quoted() -> None:
+    """Comments, double quotes and a backslash-escaped quote open no single-quoted string."""
+    text = "# it's a comment\necho 'a $X' \"b '$Y'\" \\'c\n"
+    assert single_quoted(text) == ["a $X"]
+
+
+@pytest.mark.slurm
+@pytest.mark.apptainer
+def test_a_dry_runs_lines_run_as_shown_in_an_allocation(slurm_cluster, tmp_path,
+                                                        monkeypatch) -> None:
+    """The printed lines of the CPU target's dry run across two nodes, run as they are inside
+    ``salloc`` on the local cluster: the rendezvous lines find the first node, and both nodes'
+    torchrun (a stand-in that prints its arguments) get its address and port."""
+    images = tmp_path / "images"
+    images.mkdir()
+    stand_in_image(images / "cpu.sif")
+    project = app.Project.load(ROOT, {"images_dir": str(images),
+                                      "results_dir": str(tmp_path / "results")})
+    text = _dry(project, monkeypatch, "run", "cpu", nodes=2, gpus=2)
+    ran = slurm_cluster.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "bash", "-euo",
+                             "pipefail", "-c", text], timeout=120, check=False)
+    assert ran.returncode == 0, ran.stdout + ran.stderr + text
+    assert f"rendezvous: {slurm_cluster.node_addr}:" in ran.stdout
+    started = [line for line in ran.stdout.splitlines() if line.startswith("torchrun ")]
+    assert len(started) == 2, ran.stdout
+    assert all(f"--rdzv-endpoint={slurm_cluster.node_addr}:2" in line
+               and "--no-python python t.py" in line for line in started), started

@@ -35,6 +35,8 @@ CANNOT_BUILD = ("puhti", "mahti", "derecho")
 MULTINODE = {"mahti": "gpumedium"}
 #: Sites whose profile binds no network stack its transport needs across nodes: refused.
 ONE_NODE = ("derecho",)
+#: When the jobs of these tests were rendered (it names their output and results folders).
+STAMP = "20260101-120000"
 LUMI_MASKS = ("0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000,"
               "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000")
 
@@ -50,7 +52,8 @@ def data_job(data_world, tmp_path):
 
     def render(site: str, workload: str = "smoke", *, target: str | None = None,
                host_arch: str = "x86_64", venv: Path | None = Path("/proj/.venv"),
-               environ: dict | None = None, config: dict | None = None, **request):
+               environ: dict | None = None, config: dict | None = None, stamp: str = STAMP,
+               **request):
         settings = load_settings(Path("/proj"), {"tmp_dir": str(tmp_path), **(config or {})})
         where = sites[site] if isinstance(site, str) else site
         item = targets[target or TARGET[where.name]]
@@ -59,7 +62,7 @@ def data_job(data_world, tmp_path):
                               request=batch.JobRequest(workload=workload, **request),
                               host_arch=host_arch, site_arch=home.arch if home else None,
                               venv=venv, environ={"SBATCH_ACCOUNT": "proj_env"}
-                              if environ is None else environ)
+                              if environ is None else environ, stamp=stamp)
     return render
 
 
@@ -138,12 +141,13 @@ def test_lumi_torchrun_per_node(data_job) -> None:
         "#SBATCH --cpus-per-task=56", "#SBATCH --gpus-per-node=8", "#SBATCH --mem-per-gpu=60G",
         "#SBATCH --time=00:30:00", "#SBATCH --partition=standard-g",
         "#SBATCH --account=project_465000001",
-        "#SBATCH --output=/proj/results/jobs/smoke-lumi-rocm-%j.out"]
+        "#SBATCH --output=/proj/results/jobs/smoke-lumi-rocm-20260101-120000-%j.out"]
     launch = _launch(job.text)
     assert launch.startswith(
         "srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=56 --kill-on-bad-exit=1 "
         "singularity exec --rocm --bind /proj/jobs:/opt/containers/jobs:ro "
-        '--bind "/proj/results/smoke/lumi-rocm-job${SLURM_JOB_ID}:/opt/containers/results" '
+        '--bind "/proj/results/smoke/lumi-rocm-20260101-120000-slurm-job${SLURM_JOB_ID}'
+        ':/opt/containers/results" '
         "--bind /var/spool/slurmd --bind /opt/cray --bind /usr/lib64/libcxi.so.1 --bind /pfs "
         "--bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl "
         "--env NCCL_SOCKET_IFNAME=hsn --env NCCL_NET_GDR_LEVEL=3 --env CXI_FORK_SAFE=1 "
@@ -167,8 +171,8 @@ def test_lumi_torchrun_per_node(data_job) -> None:
             in job.text)
     assert "NodeAddr=" in job.text.split("srun ")[0]
     assert "MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))\n" in job.text
-    assert job.results == "/proj/results/smoke/lumi-rocm-job{job_id}"
-    assert job.output_of("77") == "/proj/results/jobs/smoke-lumi-rocm-77.out"
+    assert job.results == "/proj/results/smoke/lumi-rocm-20260101-120000-slurm-job{job_id}"
+    assert job.output_of("77") == "/proj/results/jobs/smoke-lumi-rocm-20260101-120000-77.out"
 
 
 def test_lumi_one_task_per_gcd_with_masks(data_job) -> None:
@@ -200,7 +204,8 @@ def test_olivia_multinode(data_job) -> None:
         "#SBATCH --job-name=ddp-olivia-cuda", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
         "#SBATCH --cpus-per-task=288", "#SBATCH --gpus-per-node=4", "#SBATCH --mem-per-gpu=110G",
         "#SBATCH --time=01:00:00",
-        "#SBATCH --partition=accel", "#SBATCH --output=/proj/results/jobs/ddp-olivia-cuda-%j.out"]
+        "#SBATCH --partition=accel",
+        "#SBATCH --output=/proj/results/jobs/ddp-olivia-cuda-20260101-120000-%j.out"]
     text = job.text
     assert ("set +u\nmodule load NRIS/GPU NCCL/2.26.6-GCCcore-14.2.0-CUDA-12.8.0\nset -u\n"
             in text)
@@ -358,11 +363,13 @@ def test_local_slurm_job(data_job) -> None:
     job = data_job("local-slurm", "smoke", nodes=2, gpus_per_node=2)
     assert _directives(job.text) == [
         "#SBATCH --job-name=smoke-cpu", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
-        "#SBATCH --time=00:30:00", "#SBATCH --output=/proj/results/jobs/smoke-cpu-%j.out"]
+        "#SBATCH --time=00:30:00",
+        "#SBATCH --output=/proj/results/jobs/smoke-cpu-20260101-120000-%j.out"]
     assert _launch(job.text).startswith(
         "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 apptainer exec "
         "--bind /proj/jobs:/opt/containers/jobs:ro "
-        '--bind "/proj/results/smoke/cpu-job${SLURM_JOB_ID}:/opt/containers/results" '
+        '--bind "/proj/results/smoke/cpu-20260101-120000-slurm-job${SLURM_JOB_ID}'
+        ':/opt/containers/results" '
         "/proj/images/cpu.sif torchrun --nnodes=2 --nproc-per-node=2 ")
     assert "--partition=debug" in data_job("local-slurm", "smoke", partition="debug").text
 
@@ -599,7 +606,8 @@ def test_build_jobs_a_site_cannot_run_are_refused_before_anything_is_written(dat
 
 def test_the_header_says_where_the_output_goes(data_job) -> None:
     job = data_job("lumi", "smoke")
-    assert ("# submit: sbatch FILE; output: /proj/results/jobs/smoke-lumi-rocm-%j.out "
+    assert ("# submit: sbatch FILE; output: "
+            "/proj/results/jobs/smoke-lumi-rocm-20260101-120000-%j.out "
             "(invoke job made its folder)") in job.text
     assert job.output_folder == Path("/proj/results/jobs")
     assert data_job("derecho", "smoke", account="U1").output_folder == Path("/proj/results/jobs")
@@ -653,7 +661,7 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     import json
     job = data_job("lumi", "smoke", nodes=2, account="project_465000001")
     text = job.text
-    out = '"/proj/results/smoke/lumi-rocm-job${SLURM_JOB_ID}'
+    out = '"/proj/results/smoke/lumi-rocm-20260101-120000-slurm-job${SLURM_JOB_ID}'
     record = json.loads(text.split("<<'JOB'\n")[1].split("\nJOB\n")[0])
     assert record == {"target": "lumi-rocm", "site": "lumi", "workload": "smoke", "nodes": 2,
                       "gpus_per_node": 8, "launcher": "torchrun", "partition": "standard-g",
@@ -825,3 +833,18 @@ def test_the_variables_binds_and_env_take_from_modules_are_checked_after_loading
     assert "did not set" not in data_job("derecho", "smoke", account="U1").text  # uses none
     assert "did not set" not in data_job("lumi", "smoke").text  # no modules: nothing loaded
     assert "did not set" not in data_job("olivia", "ddp").text  # one node: no network stack
+
+
+def test_a_job_id_that_repeats_names_new_files(data_job) -> None:
+    """Job ids start again at 1 on another cluster or a restarted one: the output and results
+    folder are named by when the job was rendered and the scheduler too, and the script makes
+    its folder new or stops (an existing one is another job's evidence)."""
+    first, again = data_job("local-slurm"), data_job("local-slurm", stamp="20260101-120500")
+    assert first.results_of("1") == "/proj/results/smoke/cpu-20260101-120000-slurm-job1"
+    assert again.results_of("1") == "/proj/results/smoke/cpu-20260101-120500-slurm-job1"
+    assert first.output_of("1") != again.output_of("1")
+    out = '"/proj/results/smoke/cpu-20260101-120000-slurm-job${SLURM_JOB_ID}"'
+    assert f"if ! mkdir {out}; then" in first.text
+    assert f"mkdir -p {out}" not in first.text and ">>" not in first.text
+    now = data_job("local-slurm", stamp="")  # none given: now
+    assert re.fullmatch(r"\d{8}-\d{6}", now.stamp) and now.stamp in now.results_of("1")

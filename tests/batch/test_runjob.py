@@ -5,8 +5,10 @@ verdict by the image's own Python, whose exit status is the job's."""
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 
-from containers.batch.runjob import VERDICT_SCRIPT, run_lines, run_record
+from containers.batch.runjob import VERDICT_SCRIPT, folder_lines, run_lines, run_record
 from containers.host.runtime import assumed_runtime
 from containers.run.command import plan_command
 
@@ -60,3 +62,17 @@ def test_the_record_keeps_its_keys_and_no_workdir_adds_none() -> None:
     assert run_record({"a": 1}, ("x", "y")) == {"a": 1, "command": ["x", "y"]}
     assert run_record({"a": 1}, ("x",), None) == {"a": 1, "command": ["x"]}
     assert run_record({"a": 1}, ("x",), "/w") == {"a": 1, "command": ["x"], "workdir": "/w"}
+
+
+def test_a_results_folder_that_exists_stops_the_job_and_is_left_alone(tmp_path) -> None:
+    """A job id repeats after a cluster restart: the second job finds the first one's folder,
+    says so in one line and exits 2, and the first job's log is left as it was."""
+    out = tmp_path / "smoke" / "cpu-20260101-120000-slurm-job1"
+    script = "\n".join(["set -euo pipefail", *folder_lines(out),
+                        f"echo first > {shlex.quote(str(out / 'run.log'))}"])
+    first = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert first.returncode == 0 and first.stdout == f"results: {out}\n", first.stderr
+    again = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert again.returncode == 2
+    assert f"job: FAIL: the results folder {out} exists: it holds another job's" in again.stderr
+    assert (out / "run.log").read_text() == "first\n"

@@ -8,9 +8,11 @@ import pytest
 
 from containers.errors import ConfigError, StateError, UsageError
 from containers.host.runtime import assumed_runtime
+from containers.report import deferred
 from containers.run import allocation
 from containers.run.allocation import Allocation, check_nodes, current_allocation, placement
 from containers.run.launchers import LAUNCHERS
+from containers.run.rendezvous import RENDEZVOUS
 from containers.run.workload import plan_workload
 
 ALLOC = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "nid[1-2]",
@@ -46,8 +48,16 @@ def test_allocation_detection_and_limits() -> None:
     assert allocation.across_nodes(1, environ=ALLOC) is None
     assert allocation.across_nodes(1, environ={}) is None
     planned = allocation.across_nodes(2, dry_run=True, environ={})
-    assert planned.nodes == 2 and planned.rendezvous.id == "$SLURM_JOB_ID"
-    assert planned.rendezvous.endpoint == "$FIRST_NODE_ADDR:$MASTER_PORT"
+    # a dry run outside an allocation: the variables the lines it prints set, as they expand
+    assert planned.nodes == 2 and planned.rendezvous.id == deferred("SLURM_JOB_ID")
+    assert planned.rendezvous.endpoint == f"{deferred('MASTER_ADDR')}:{deferred('MASTER_PORT')}"
+    assert allocation.shown_lines(planned) == allocation.SLURM.shell()
+    on_pbs = allocation.across_nodes(2, dry_run=True, environ={}, scheduler="pbs")
+    assert on_pbs.launcher is LAUNCHERS["mpiexec-torchrun"]
+    assert on_pbs.rendezvous.id == deferred("PBS_JOBID")
+    assert allocation.shown_lines(on_pbs) == RENDEZVOUS["pbs"].shell()
+    assert allocation.shown_lines(None) == [] == allocation.shown_lines(
+        placement(current_allocation(ALLOC), 2, query=_scontrol))
 
 
 def test_placement_is_srun_per_node_at_the_first_nodes_address() -> None:
