@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import jinja2
 
 from containers.publish.catalogue import driver_needed
-from containers.publish.diff import shown
+from containers.publish.diff import shown, where_run
 from containers.publish.modulefile import EXAMPLE_COMMAND, by_hand, exec_name
 from containers.report import human_bytes, new_figure, save_figure
 
@@ -97,9 +97,8 @@ def _verdict(state: str, text: str, date: object = None, notes: list[str] | None
 
 def _smoke_verdict(smoke: Mapping) -> list[dict]:
     """The smoke run a version was proven by: where it ran, its collectives, its busbw."""
-    where = (f"{shown(smoke.get('ranks'))} ranks on {shown(smoke.get('nodes'))} node(s) of site "
-             f"{shown(smoke.get('site'))}"
-             + (f", partition {smoke['partition']}" if smoke.get("partition") else "")
+    where = (f"{shown(smoke.get('ranks'))} ranks on {shown(smoke.get('nodes'))} node(s), "
+             f"{where_run(smoke)}"
              + (f", {smoke['backend']} on {shown(smoke.get('device_kind'))}"
                 if smoke.get("backend") else ""))
     ops = smoke.get("ops")
@@ -132,7 +131,7 @@ def verdicts(entry: Mapping) -> list[dict]:
         found.append(_verdict("none", "apptainer test: the definition has no %test"))
     else:
         found.append(_verdict("pass" if test["passed"] else "fail", "apptainer test "
-                              f"{'PASS' if test['passed'] else 'FAIL'} ({shown(test.get('how'))})",
+                              f"{'PASS' if test['passed'] else 'FAIL'}, {shown(test.get('how'))}",
                               test.get("date")))
     if checks.get("smoke"):
         found += _smoke_verdict(checks["smoke"])

@@ -111,8 +111,8 @@ def test_the_page_shows_the_stack_dated_verdicts_and_links_checksum_key_and_diff
     for fact in ("2.9.0+cu128 (cuda build)", "12.8", "2.27.3 (shared library)",
                  "sm_70 sm_80 sm_90", "NVIDIA driver R525 or newer (CUDA 12.x)", "9 GiB"):
         assert fact in seen, fact
-    assert "apptainer test PASS (run now) (2026-11-24 23:10 UTC)" in seen
-    assert "smoke PASS: 4 ranks on 1 node(s) of site puhti, nccl on cuda (2026-11-24 " \
+    assert "apptainer test PASS, run now (2026-11-24 23:10 UTC)" in seen
+    assert "smoke PASS: 4 ranks on 1 node(s), site puhti, nccl on cuda (2026-11-24 " \
            "23:00 UTC)" in seen
     assert "regression accepted: slower <node> (2026-11-25 01:59 UTC)" in seen
     links = re.findall(r'href="([^"#][^"]*)"', text)
