@@ -33,7 +33,8 @@ def _entry(version: str, **changes) -> dict:
     """A catalogue entry as publish writes one (signed, for site puhti), with the publisher's
     user and host where publish records them."""
     base = {"target": "puhti-cuda", "version": version, "description": "Puhti V100: NGC torch",
-            "file": f"puhti-cuda/{version}.sif", "checksum_file": f"puhti-cuda/{version}.sif.sha256",
+            "file": f"puhti-cuda/{version}.sif",
+            "checksum_file": f"puhti-cuda/{version}.sif.sha256",
             "module": f"modules/puhti-cuda/{version}.lua", "sha256": "ab" * 32,
             "size_bytes": 9 << 30, "signed": True, "key_fingerprint": FINGERPRINT,
             "public_key": f"keys/{FINGERPRINT}.pgp", "site": "puhti",
@@ -136,6 +137,11 @@ def test_the_diff_is_a_readable_page_that_links_back(tmp_path: Path) -> None:
     assert "9 GiB → 9 GiB (+4096 B)" in seen
     assert "../index.html#puhti-cuda@2.0" in page.read_text()
     assert htmlcheck.problems(page, tmp_path) == []  # its back link's id exists
+    side = diffing.side("puhti-cuda@1.0", {"stack": CUDA_STACK}, size=1, smoke=None)
+    same = htmlcheck.text_of(render_diff_page(diffing.diff(side, {**side, "name": "puhti-cuda@3"}),
+                                              target="puhti-cuda", version="3"))
+    assert "No package was added, removed or changed." in same and "Added" not in same
+    assert "No change to torch" in same and "no verdict" in same
 
 
 def test_every_value_is_escaped_and_no_publisher_user_or_host_is_shown(tmp_path: Path) -> None:
