@@ -37,12 +37,19 @@ TorchVersion = Annotated[Str, refuse(lambda torch: None if re.match(r"^\d+\.\d+"
     f"{torch!r} is not a torch version (e.g. 2.8.0)"))]
 
 
+#: What an image is, in one line: ``module whatis`` and the catalogue page show it as such.
+OneLine = Annotated[Str, refuse(lambda text: None if text.strip() and len(text.splitlines()) == 1
+                                else "must be one line of text (not empty, no line breaks)")]
+
+
 class Manifest(Declared):
     """A target manifest as written in ``recipes/<target>.yaml``."""
 
     model_config = ConfigDict(title="hpc-containers recipe manifest (recipes/<target>.yaml)")
 
-    description: Str
+    description: OneLine = Field(description="one line: what the image is (torch for which "
+                                 "GPUs, from what), shown by module whatis and on the catalogue "
+                                 "page")
     site: Str = "local"
     arch: Literal["x86_64", "aarch64"] = "x86_64"
     gpu: Literal["none", "cuda", "rocm"] = "none"

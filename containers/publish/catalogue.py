@@ -15,6 +15,7 @@ Layout under ``<dest>``::
     <target>/<version>.sif.sha256      `sha256sum -c` line, made after signing
     <target>/<version>.sif.cdx.json    the build's CycloneDX SBOM (when the build wrote one)
     <target>/<version>.diff.json       what changed since the latest it replaced
+    <target>/<version>.diff.html       the same, as a page (linked from index.html)
     <target>/latest -> <version>.sif   relative symlink, replaced atomically
     <target>/bin/<target>-exec         run a command in the loaded module's image
     modules/<target>/<version>.lua     Lmod module file; modules/<target>/default -> <version>.lua

@@ -28,6 +28,14 @@ def shown(value: object) -> str:
     return str(value)
 
 
+def where_run(run: Mapping | None) -> str:
+    """Where a smoke run ran, as people read it: ``site lumi, partition standard-g``, or the
+    site alone when it names no partition (never ``local/-``)."""
+    run = run or {}
+    partition = run.get("partition")
+    return f"site {shown(run.get('site'))}" + (f", partition {partition}" if partition else "")
+
+
 def packages(facts: Mapping) -> dict[str, str]:
     """``deb:NAME`` / ``pip:NAME`` -> version, for every package the image holds."""
     found = {f"deb:{p['name']}": str(p.get("version"))
@@ -103,6 +111,6 @@ def lines(result: Mapping) -> list[str]:
         else:
             out.append(f"  smoke ({label}): {'PASS' if smoke['passed'] else 'FAIL'}, busbw "
                        f"{shown(smoke['busbw'])} GB/s at {shown(smoke['bytes'])} B "
-                       f"({shown(smoke['site'])}/{shown(smoke['partition'])}, "
+                       f"({where_run(smoke)}, "
                        f"{shown(smoke['ranks'])} ranks, {shown(smoke['date'])})")
     return out

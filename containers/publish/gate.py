@@ -27,7 +27,7 @@ from typing import Mapping
 
 from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import kind_of
-from containers.publish.diff import shown
+from containers.publish.diff import shown, where_run
 from containers.run.workload import (IMAGE_RECORD, JOB_RECORD, first_failure,
                                       read_device_reports)
 
@@ -77,8 +77,7 @@ def busbw_check(old: Mapping | None, new: Mapping | None) -> dict:
         return {**figures, "note": None, "regression": (
             f"busbw fell from {before[0]:g} to {after[0]:g} GB/s at {after[1].get('bytes')} B "
             f"({drop:.0%} lower; the reference allows {-float(lower):.0%}) on "
-            f"{shown((new or {}).get('site'))}/{shown((new or {}).get('partition'))}, "
-            f"{shown((new or {}).get('ranks'))} ranks")}
+            f"{where_run(new)}, {shown((new or {}).get('ranks'))} ranks")}
     return {**figures, "note": None, "regression": None}
 
 

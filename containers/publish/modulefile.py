@@ -76,12 +76,23 @@ class ModuleSpec:
     published: str = ""
 
 
+#: The command the module help and the catalogue page show running in an image.
+EXAMPLE_COMMAND = "python -c 'import torch; print(torch.__version__)'"
+
+
 def exec_name(target: str) -> str:
     return f"{target}-exec"
 
 
+def by_hand(runtime: str, gpu_flag: str | None, command: str = "COMMAND") -> str:
+    """The runtime's own command for ``command`` in the loaded module's image (``$SIF``, whose
+    binds and environment the module set): what ``<target>-exec`` runs, written out, for the
+    module help and the catalogue page alike."""
+    words = [runtime, "exec", *([gpu_flag] if gpu_flag else [])]
+    return " ".join(shlex.quote(word) for word in words) + f' "$SIF" {command}'
+
+
 def _help_text(spec: ModuleSpec) -> str:
-    gpu = f"{spec.gpu_flag} " if spec.gpu_flag else ""
     lines = [
         f"{spec.target} {spec.version}: {spec.description}",
         "",
@@ -90,8 +101,8 @@ def _help_text(spec: ModuleSpec) -> str:
         f"Published: {spec.published}",
         "",
         "Run a command in the image (site binds and environment applied):",
-        f"  {exec_name(spec.target)} python -c 'import torch; print(torch.__version__)'",
-        f"or by hand: {spec.runtime} exec {gpu}$SIF COMMAND",
+        f"  {exec_name(spec.target)} {EXAMPLE_COMMAND}",
+        f"or by hand: {by_hand(spec.runtime, spec.gpu_flag)}",
     ]
     if spec.binds:
         lines.append("Binds: " + ",".join(spec.binds))

@@ -1,98 +1,202 @@
-"""The catalogue page: ``<dest>/index.html``, what is published, for people with a browser.
+"""The catalogue page (``<dest>/index.html``) and each version's diff page, for people with a
+browser: what is published, read like a site's software library.
 
-One self-contained static file: inline CSS, the busbw history plot embedded as a PNG data URI,
-links only to files beside it (each version's SBOM and diff), no script and nothing fetched
-from anywhere, so it reads the same from a file system, a web server or an air-gapped site.
-Rendered from the catalogue alone (pure but for matplotlib drawing the plot); publish replaces
-it atomically right after the catalogue.
+Per image: what it is (the manifest's description, kept in each catalogue entry), and per
+version how to use it (``module load NAME/VERSION``, the ``<target>-exec`` wrapper and the
+site's own ``apptainer exec`` line with its GPU flag), its size, stack (torch, CUDA/ROCm,
+NCCL/RCCL, GPU architectures, the NVIDIA driver series it needs), its verdicts with their dates,
+and links to its checksum file, signing key, SBOM and the readable diff against the version it
+replaced (``<target>/<version>.diff.html``, written by publish beside the JSON).
+
+Pure: this module turns the catalogue (or one diff) into plain view data, and Jinja2 templates
+(``templates/``, package data) turn that into HTML with autoescaping on, so every value the
+catalogue holds (a file others may edit, a description from a recipe) reaches the page as text,
+never markup. Each page is one self-contained static file: inline CSS, the busbw history plot
+as a PNG data URI, links only to files of the publish folder, no script and nothing fetched, so
+it reads the same from a file system, a web server or an air-gapped site. Who published (the
+catalogue's ``published_by``, a gate acceptance's ``by``: the publisher's user and host) stays
+in ``catalogue.json`` for admins and never reaches a page.
 """
 
 from __future__ import annotations
 
 import base64
-import html
+import functools
 import io
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
+
+import jinja2
 
 from containers.publish.catalogue import driver_needed
+from containers.publish.diff import shown, where_run
+from containers.publish.modulefile import EXAMPLE_COMMAND, by_hand, exec_name
 from containers.report import human_bytes, new_figure, save_figure
-
-STYLE = """
-body { font-family: sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin-bottom: 2em; font-size: 0.9em; }
-th, td { border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
-th { background: #eee; }
-.pass { color: #060; } .fail { color: #a00; } .warn { color: #a60; }
-code { font-size: 0.95em; }
-"""
-
-
-def _e(value: object) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _stack(entry: Mapping) -> str:
-    stack = entry.get("stack") or {}
-    if not stack:
-        return "-"
-    parts = [f"torch {stack.get('torch')} ({stack.get('build')})"]
-    for key, name in (("cuda", "CUDA"), ("hip", "HIP"), ("rocm", "ROCm"), ("nccl", "NCCL/RCCL"),
-                      ("python", "Python"), ("glibc", "glibc"), ("arch", "")):
-        if stack.get(key):
-            parts.append(f"{name} {stack[key]}".strip())
-    if stack.get("nccl_linkage"):
-        parts.append(f"{stack['nccl_linkage']} NCCL")
-    needed = driver_needed(entry)
-    if needed:
-        parts.append(f"needs {needed}")
-    return "<br>".join(_e(p) for p in parts)
-
-
-def _verdicts(entry: Mapping) -> str:
-    checks = entry.get("checks") or {}
-    if checks.get("skipped"):
-        return '<span class="fail">checks skipped (--skip-checks)</span>'
-    lines = []
-    test = checks.get("apptainer_test") or {}
-    if test.get("passed") is not None:
-        lines.append(f"apptainer test: {'PASS' if test['passed'] else 'FAIL'}")
-    smoke = checks.get("smoke") or {}
-    if smoke:
-        performance = smoke.get("performance") or {}
-        lines.append(f"smoke: {'PASS' if smoke.get('passed') else 'FAIL'} "
-                     f"({smoke.get('ranks')} ranks on {smoke.get('site')}"
-                     f"/{smoke.get('partition') or '-'})")
-        if performance.get("measured") is not None:
-            lines.append(f"busbw {performance['measured']} GB/s "
-                         f"({str(performance.get('state', '')).upper()})")
-    out = [f'<span class="pass">{_e(line)}</span>' for line in lines]
-    for finding in entry.get("fit") or []:
-        if finding.get("level") in ("error", "warning"):
-            out.append(f'<span class="warn">site fit {_e(finding["level"])}: '
-                       f'{_e(finding.get("message"))}</span>')
-    accepted = (entry.get("gate") or {}).get("accepted")
-    if accepted:
-        out.append(f'<span class="fail">accepted regression: {_e(accepted.get("why"))} '
-                   f'(by {_e(accepted.get("by"))}, {_e(accepted.get("date"))}; '
-                   f'{_e("; ".join(accepted.get("problems") or []))})</span>')
-    return "<br>".join(out) or "-"
-
 
 #: A file of the publish folder as the catalogue names one (``cpu/1.0.sif.cdx.json``): relative,
 #: plain names, no ``..``, so no scheme (``javascript:``), host or absolute path gets a link.
 _OWN_FILE = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)*\Z")
+_UTC = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(?::\d\d(?:\.\d+)?)?Z\Z")
 
 
-def _link(path: object, text: str) -> str:
-    """A link to a file of the publish folder; anything else the catalogue names (it is a file
-    others may have edited) is shown as text, never linked."""
+@functools.cache
+def _templates() -> jinja2.Environment:
+    """The one template environment: autoescape on for every template (not by file name, so a
+    template renamed or added cannot turn it off), ``None`` shown as ``-``, and a name a
+    template uses that the view lacks is an error, not an empty string."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("containers.publish", "templates"), autoescape=True,
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True, finalize=lambda value: "-" if value is None else value)
+
+
+def when(value: object) -> str | None:
+    """A recorded UTC time as people read it (``2026-11-25 02:00 UTC``); anything else as is."""
+    if value is None:
+        return None
+    match = _UTC.match(str(value))
+    return f"{match[1]} {match[2]} UTC" if match else str(value)
+
+
+def link(path: object, text: str) -> dict:
+    """A link to a file of the publish folder, relative to it; anything else the catalogue names
+    (it is a file others may have edited) is shown as text, never linked."""
     if not path:
-        return "-"
+        return {"href": None, "text": None}
     if not isinstance(path, str) or not _OWN_FILE.match(path):
-        return f"<code>{_e(path)}</code> (not a file of this folder)"
-    return f'<a href="{_e(path)}">{_e(text)}</a>'
+        return {"href": None, "text": f"{path} (not a file of this folder)"}
+    return {"href": path, "text": text}
+
+
+# ------------------------------------------------------------------------ one version's facts
+def stack_rows(entry: Mapping) -> list[tuple[str, str]]:
+    """(what, value) of the image's stack, GPU parts first; only what the build recorded."""
+    stack = entry.get("stack") if isinstance(entry.get("stack"), Mapping) else {}
+    if not stack:
+        return [("stack", "not recorded (published with --skip-checks or by an older tool)")]
+    build = stack.get("build")
+    collective = "RCCL" if build == "rocm" else "NCCL"
+    linkage = f" ({stack['nccl_linkage']} library)" if stack.get("nccl_linkage") else ""
+    gpu = build in ("cuda", "rocm")
+    rows = [("torch", f"{shown(stack.get('torch'))} ({shown(build)} build)"),
+            ("CUDA", stack.get("cuda")), ("cuDNN", stack.get("cudnn")),
+            ("ROCm", stack.get("rocm")), ("HIP", stack.get("hip")),
+            (collective, stack.get("nccl") and f"{stack['nccl']}{linkage}"),
+            ("GPU architectures", stack.get("gpu_arches") or ("not recorded" if gpu else None)),
+            ("driver needed", entry.get("driver_needed") or driver_needed(dict(entry))),
+            ("DeepSpeed", stack.get("deepspeed")), ("Python", stack.get("python")),
+            ("OS", stack.get("os") and f"{stack['os']}, glibc {shown(stack.get('glibc'))}"),
+            ("CPU", stack.get("arch"))]
+    return [(what, str(value)) for what, value in rows if value]
+
+
+def _verdict(state: str, text: str, date: object = None, notes: list[str] | None = None) -> dict:
+    return {"state": state, "text": text, "date": when(date), "notes": notes or []}
+
+
+def _smoke_verdict(smoke: Mapping) -> list[dict]:
+    """The smoke run a version was proven by: where it ran, its collectives, its busbw."""
+    where = (f"{shown(smoke.get('ranks'))} ranks on {shown(smoke.get('nodes'))} node(s), "
+             f"{where_run(smoke)}"
+             + (f", {smoke['backend']} on {shown(smoke.get('device_kind'))}"
+                if smoke.get("backend") else ""))
+    ops = smoke.get("ops")
+    notes = [f"collectives: {shown(ops)}"] if ops else []
+    found = [_verdict("pass" if smoke.get("passed") else "fail",
+                      f"smoke {'PASS' if smoke.get('passed') else 'FAIL'}: {where}",
+                      smoke.get("date"), notes)]
+    performance = smoke.get("performance") if isinstance(smoke.get("performance"), Mapping) \
+        else {}
+    if performance.get("measured") is not None:
+        state = str(performance.get("state") or "unjudged")
+        size = (performance.get("reference") or {}).get("bytes")
+        found.append(_verdict("pass" if state == "pass" else "warn",
+                              f"busbw {performance['measured']} GB/s"
+                              + (f" at {human_bytes(size)}" if isinstance(size, int) else "")
+                              + f": performance {state.upper()}", smoke.get("date")))
+    return found
+
+
+def verdicts(entry: Mapping) -> list[dict]:
+    """Every verdict a version was published with, each with its date; who accepted a
+    regression is left out (a user and host name), why and when are kept."""
+    checks = entry.get("checks") if isinstance(entry.get("checks"), Mapping) else {}
+    if checks.get("skipped"):
+        return [_verdict("fail", "checks skipped (--skip-checks): no apptainer test, no smoke "
+                         "run", entry.get("published"))]
+    found = []
+    test = checks.get("apptainer_test") or {}
+    if test.get("passed") is None:
+        found.append(_verdict("none", "apptainer test: the definition has no %test"))
+    else:
+        found.append(_verdict("pass" if test["passed"] else "fail", "apptainer test "
+                              f"{'PASS' if test['passed'] else 'FAIL'}, {shown(test.get('how'))}",
+                              test.get("date")))
+    if checks.get("smoke"):
+        found += _smoke_verdict(checks["smoke"])
+    for finding in entry.get("fit") or []:
+        if finding.get("level") in ("error", "warning"):
+            found.append(_verdict("warn", f"site fit {finding['level']}: "
+                                          f"{shown(finding.get('message'))}"))
+    accepted = (entry.get("gate") or {}).get("accepted")
+    if accepted:
+        found.append(_verdict("fail", f"regression accepted: {shown(accepted.get('why'))}",
+                              accepted.get("date"), list(accepted.get("problems") or [])))
+    return found
+
+
+def commands(target: str, entry: Mapping) -> list[str]:
+    """How a user runs this version: load its module, then the wrapper or the site's runtime
+    with its GPU flag (recorded per entry: a version published before that has only the
+    wrapper, which reads them from its module)."""
+    lines = [f"module load {target}/{entry['version']}",
+             f"{exec_name(target)} {EXAMPLE_COMMAND}"]
+    runs = entry.get("site_runtime")
+    if isinstance(runs, Mapping) and isinstance(runs.get("runtime"), str):
+        gpu_flag = runs.get("gpu_flag")
+        lines.append(by_hand(runs["runtime"], gpu_flag if isinstance(gpu_flag, str) else None,
+                             EXAMPLE_COMMAND))
+    return lines
+
+
+def files(entry: Mapping, dest: Path) -> dict:
+    """The version's image, its checksum, signature and what is kept beside it, as links."""
+    fingerprint = entry.get("key_fingerprint")
+    against = (entry.get("gate") or {}).get("against")
+    return {
+        "image": str(dest / str(entry.get("file"))) if entry.get("file") else None,
+        "sha256": entry.get("sha256"),
+        "checksum": link(entry.get("checksum_file"), "sha256sum -c file"),
+        "signed": bool(entry.get("signed")),
+        "fingerprint": fingerprint,
+        "key": link(entry.get("public_key"), "public key"),
+        "sbom": link(entry.get("sbom_file"), "CycloneDX SBOM"),
+        "diff_page": link(entry.get("diff_page"), f"what changed since {against}" if against
+                          else "what changed since the previous latest"),
+        "diff_json": link(entry.get("diff_file"), "as JSON"),
+    }
+
+
+def version_view(target: str, entry: Mapping, *, latest: str | None, dest: Path) -> dict:
+    """Everything the page shows of one published version."""
+    return {"version": entry["version"], "anchor": f"{target}@{entry['version']}",
+            "latest": entry["version"] == latest, "published": when(entry.get("published")),
+            "site": entry.get("site"), "size": human_bytes(entry.get("size_bytes") or 0),
+            "commands": commands(target, entry), "stack": stack_rows(entry),
+            "verdicts": verdicts(entry), "files": files(entry, dest)}
+
+
+def image_view(target: str, block: Mapping, dest: Path) -> dict:
+    """One image: what it is (the newest version's description) and its versions, newest
+    first."""
+    versions = list(block.get("versions", []))
+    described = [e.get("description") for e in versions if e.get("description")]
+    latest = block.get("latest")
+    return {"name": target, "anchor": f"image-{target}",
+            "description": described[-1] if described else None, "latest": latest,
+            "versions": [version_view(target, e, latest=latest, dest=dest)
+                         for e in reversed(versions)]}
 
 
 def history_png(catalogue: Mapping) -> bytes | None:
@@ -129,36 +233,43 @@ def history_png(catalogue: Mapping) -> bytes | None:
 
 
 def render_page(catalogue: Mapping, dest: Path) -> str:
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>Published images: {_e(dest.name)}</title>",
-             f"<style>{STYLE}</style></head><body>",
-             f"<h1>Published images</h1><p>Folder <code>{_e(dest)}</code>, catalogue "
-             f"updated {_e(catalogue.get('updated'))}. Load one with <code>module use "
-             f"{_e(dest / 'modules')}</code>.</p>"]
-    for target, block in sorted(catalogue.get("targets", {}).items()):
-        parts.append(f'<h2 id="{_e(target)}">{_e(target)}</h2>')
-        parts.append("<table><tr><th>version</th><th>published</th><th>stack</th><th>size</th>"
-                     "<th>signature</th><th>verdicts</th><th>SBOM</th><th>diff</th></tr>")
-        for entry in reversed(block.get("versions", [])):
-            version = entry["version"]
-            latest = " (latest)" if version == block.get("latest") else ""
-            signed = (f"signed by {_e(entry.get('key_fingerprint'))}" if entry.get("signed")
-                      else "unsigned")
-            parts.append(
-                f"<tr><td><code>{_e(version)}</code>{_e(latest)}</td>"
-                f"<td>{_e(entry.get('published'))}<br>{_e(entry.get('published_by'))}</td>"
-                f"<td>{_stack(entry)}</td><td>{_e(human_bytes(entry.get('size_bytes') or 0))}"
-                f"</td><td>{signed}</td><td>{_verdicts(entry)}</td>"
-                f"<td>{_link(entry.get('sbom_file'), 'CycloneDX')}</td>"
-                f"<td>{_link(entry.get('diff_file'), 'against previous latest')}</td></tr>")
-        parts.append("</table>")
+    """``<dest>/index.html`` for ``catalogue``: every image, newest version first."""
     png = history_png(catalogue)
-    parts.append("<h2>busbw history</h2>")
-    if png is None:
-        parts.append("<p>No published version has a smoke busbw at a reference size yet.</p>")
-    else:
-        data = base64.b64encode(png).decode("ascii")
-        parts.append(f'<img alt="busbw history of published versions" '
-                     f'src="data:image/png;base64,{data}">')
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    view = {"dest": str(dest), "modules": str(dest / "modules"),
+            "updated": when(catalogue.get("updated")),
+            "images": [image_view(target, block, dest) for target, block
+                       in sorted(catalogue.get("targets", {}).items())],
+            "history": png and "data:image/png;base64," + base64.b64encode(png).decode("ascii")}
+    return _templates().get_template("catalogue.html").render(view)
+
+
+# ------------------------------------------------------------------------------ the diff page
+def _smoke_side(smoke: Any) -> dict | None:
+    if not isinstance(smoke, Mapping):
+        return None
+    size = smoke.get("bytes")
+    return {"passed": "PASS" if smoke.get("passed") else "FAIL",
+            "busbw": smoke.get("busbw"), "size": human_bytes(size) if isinstance(size, int)
+            else None, "state": smoke.get("state"), "site": smoke.get("site"),
+            "partition": smoke.get("partition"), "ranks": smoke.get("ranks"),
+            "nodes": smoke.get("nodes"), "date": when(smoke.get("date"))}
+
+
+def render_diff_page(result: Mapping, *, target: str, version: str) -> str:
+    """``<dest>/<target>/<version>.diff.html``: :func:`containers.publish.diff.diff`'s result
+    as tables, linked from the version on the catalogue page and back to it."""
+    old_size, new_size = result["size_bytes"]
+    packages = result["packages"]
+    view = {"old": result["old"], "new": result["new"], "target": target, "version": version,
+            "back": f"../index.html#{target}@{version}",
+            "json": f"{version}.diff.json",
+            "added": [(k, shown(v)) for k, v in packages["added"].items()],
+            "removed": [(k, shown(v)) for k, v in packages["removed"].items()],
+            "changed": [(k, shown(was), shown(now)) for k, (was, now)
+                        in packages["changed"].items()],
+            "stack": [(k, shown(was), shown(now)) for k, (was, now) in result["stack"].items()],
+            "labels": [(k, shown(was), shown(now)) for k, (was, now)
+                       in result["labels"].items()],
+            "size": (human_bytes(old_size), human_bytes(new_size), f"{new_size - old_size:+d} B"),
+            "smoke": [_smoke_side(side) for side in result["smoke"]]}
+    return _templates().get_template("diff.html").render(view)

@@ -63,13 +63,15 @@ from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wr
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             open_parent, resolve_group, umask, unsafe_layout)
-from containers.publish.page import render_page
+from containers.publish.page import render_diff_page, render_page
 from containers.report import Say, human_bytes, say_line
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
 #: Beside each published image: its SBOM (as the build wrote it, :func:`sbom_path`) and the
-#: diff against the version it replaced (``<version>.diff.json``).
+#: diff against the version it replaced (``<version>.diff.json``), with the same diff as a page
+#: people read (``<version>.diff.html``, linked from the catalogue page).
 DIFF_SUFFIX = ".diff.json"
+DIFF_PAGE_SUFFIX = ".diff.html"
 #: The caller's review of a version before it is published (site fit, diff against latest,
 #: release gate): (plan, checks, say) -> what the entry records ({"fit", "gate", "stack",
 #: "diff"}); raises VerdictFailed to refuse it.
@@ -271,10 +273,12 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
            reviewed: dict) -> tuple[dict, list[tuple[Path, bytes, str]]]:
     """The catalogue entry, and (final path, bytes, commit step) of what a version keeps beside
     its image: the build's SBOM (copied as built) and the diff against the version it replaces
-    as latest, each named in the entry, which also takes the review's site-fit findings and
-    gate record."""
+    as latest (JSON, and a page), each named in the entry, which also takes the review's
+    site-fit findings and gate record. The recipe's description and the site's runtime and GPU
+    flag are kept so the catalogue page says what the image is and how to run it."""
     entry = {
         "target": plan.target.name, "version": plan.version,
+        "description": plan.target.description,
         **cat.layout_files(plan.target.name, plan.version),
         "sha256": sha256, "size_bytes": size, "signed": key is not None,
         "key_fingerprint": key.fingerprint if key else None,
@@ -283,6 +287,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "checks": checks, "forced": replaced is not None,
         "replaced_sha256": replaced.get("sha256") if replaced else None,
         "site": plan.site.name, "published": when,
+        "site_runtime": {"runtime": plan.site.runtime, "gpu_flag": plan.site.gpu_flag},
         "published_by": f"{getpass.getuser()}@{socket.gethostname()}",
         "publisher_runtime": {"flavour": runtime.flavour, "version": runtime.version},
         "provenance": {k: v for k, v in plan.provenance.items() if k != "labels"},
@@ -296,6 +301,10 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
         beside.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
         entry["diff_file"] = str(final.relative_to(plan.dest))
+        page = plan.sif.with_name(f"{plan.version}{DIFF_PAGE_SUFFIX}")
+        beside.append((page, render_diff_page(reviewed["diff"], target=plan.target.name,
+                                              version=plan.version).encode(), "diff page"))
+        entry["diff_page"] = str(page.relative_to(plan.dest))
     entry.update({k: reviewed[k] for k in ("fit", "gate", "stack") if k in reviewed})
     entry["driver_needed"] = cat.driver_needed(entry)
     return entry, beside
@@ -317,7 +326,8 @@ def _existing(plan: PublishPlan, catalogue: dict) -> dict | None:
 def _remove_version(plan: PublishPlan, version: str, say: Say) -> None:
     sif = plan.folder / cat.sif_name(version)
     for path in (plan.module_dir / f"{version}.lua", sif.with_name(sif.name + ".sha256"),
-                 sbom_path(sif), sif.with_name(f"{version}{DIFF_SUFFIX}"), sif):
+                 sbom_path(sif), sif.with_name(f"{version}{DIFF_SUFFIX}"),
+                 sif.with_name(f"{version}{DIFF_PAGE_SUFFIX}"), sif):
         if path.exists():
             say(f"  removing {path}")
         path.unlink(missing_ok=True)

@@ -282,6 +282,24 @@ def test_package_source_and_host_path_keys_are_checked(factory_project, key: str
         load_targets(root)
 
 
+@pytest.mark.parametrize("value", ['""', '"  "', '"CPU torch\\nfor CI"', "|\n  two\n  lines"])
+def test_a_description_is_one_line(factory_project, value: str) -> None:
+    """The description is what module whatis and the catalogue page say the image is."""
+    root = factory_project()
+    manifest = root / "recipes" / "cpu.yaml"
+    lines = manifest.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.startswith("description:")]
+    manifest.write_text(f"description: {value}\n" + "".join(kept))
+    with pytest.raises(ConfigError, match=rf"^{manifest}:1: description: must be one line"):
+        load_targets(root)
+
+
+def test_every_shipped_target_says_what_it_is_in_one_line(data_root) -> None:
+    targets = load_targets(data_root)
+    assert targets and all(t.description.strip() and "\n" not in t.description
+                           for t in targets.values())
+
+
 def test_lumi_manifests_allow_exactly_the_rocm_index_their_env_spec_adds(data_root) -> None:
     targets = load_targets(data_root)
     for name in ("lumi-rocm", "lumi-rocm-def"):

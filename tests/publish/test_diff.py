@@ -19,7 +19,7 @@ def test_no_python_none_or_dict_text_in_the_lines() -> None:
     assert "None" not in text and "{" not in text and "'" not in text, text
     assert "  stack cuda: - -> 12.4" in text and "  stack nccl: 2.21 -> -" in text
     assert "  label x: k 1 -> k 2" in text
-    assert "  smoke (old): PASS, busbw - GB/s at - B (local/-, 2 ranks, -)" in text
+    assert "  smoke (old): PASS, busbw - GB/s at - B (site local, 2 ranks, -)" in text
 
 
 def test_shown() -> None:

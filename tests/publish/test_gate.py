@@ -21,6 +21,9 @@ def test_busbw_below_the_tolerance_is_a_regression() -> None:
     assert result["regression"].startswith("busbw fell from 100 to 94 GB/s at 134217728 B "
                                            "(6% lower; the reference allows 5%)")
     assert result["floor"] == 95.0
+    assert result["regression"].endswith(" on site lumi, partition standard-g, 16 ranks")
+    alone = gate.busbw_check(smoke(100.0, partition=None), smoke(94.0, partition=None))
+    assert alone["regression"].endswith(" on site lumi, 16 ranks")  # never "lumi/-"
 
 
 def test_busbw_within_the_tolerance_passes() -> None:

@@ -38,13 +38,13 @@ def test_modulefile_sets_image_binds_env_and_path() -> None:
     assert 'prepend_path("PATH", "/appl/containers/lumi-rocm/bin")' in lines
     assert 'family("container_image")' in lines
     assert any(l.startswith("help(") for l in lines) and "whatis(\"Version: 1.0\")" in lines
-    assert "singularity exec --rocm $SIF COMMAND" in text
+    assert 'singularity exec --rocm \\"$SIF\\" COMMAND' in text  # a Lua string's quotes
     assert "\n" not in lua_string(NASTY), "no raw newline can end a Lua string early"
 
 
 def test_modulefile_without_binds_or_env_sets_none() -> None:
     text = render_modulefile(_spec(binds=(), env={}, gpu_flag=None, runtime="apptainer"))
-    assert "BIND" not in text and "ENV_" not in text and "apptainer exec $SIF" in text
+    assert "BIND" not in text and "ENV_" not in text and 'apptainer exec \\"$SIF\\"' in text
 
 
 def test_exec_wrapper_runs_the_loaded_versions_runtime_and_flag(tmp_path: Path) -> None:

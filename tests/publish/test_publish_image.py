@@ -30,6 +30,7 @@ from containers.publish.modulefile import lua_string, render_modulefile
 from containers.publish.publisher import COPY_DELAY_ENV
 from containers.publish.signing import key_fingerprints, newpair_argv, parse_key_list, signers
 from tests.fixtures import ROOT
+from tests.publish import htmlcheck
 from tests.publish.standin import NASTY, module_spec as _spec
 
 pytestmark = [pytest.mark.apptainer]
@@ -172,8 +173,13 @@ def test_publish_checks_copies_signs_and_catalogues(published, site_project, key
     assert signers(real_runtime, sif, keysdir=keyring) == {key.fingerprint}
     assert key_fingerprints(dest / entry["public_key"]) == [key.fingerprint]
     assert _published_files(dest) == [
-        "1.0.sif", "1.0.sif.sha256", "2.0.diff.json", "2.0.sif", "2.0.sif.sha256", "bin",
-        "latest"]
+        "1.0.sif", "1.0.sif.sha256", "2.0.diff.html", "2.0.diff.json", "2.0.sif",
+        "2.0.sif.sha256", "bin", "latest"]
+    # the page: the signing key's fingerprint, and links to the files publish wrote
+    page = (dest / "index.html").read_text()
+    assert f'href="{entry["public_key"]}"' in page and 'href="cpu/1.0.sif.sha256"' in page
+    assert f"signed by key {key.fingerprint}" in htmlcheck.text_of(page)
+    assert htmlcheck.problems(dest / "index.html", dest) == []
     # permissions: world-readable defaults, nothing world-writable
     for path in [dest, *dest.rglob("*")]:
         if path.is_symlink():
@@ -358,7 +364,8 @@ def test_prune_keeps_newest_and_latest(site_project, tmp_path) -> None:
     assert "pruning cpu 2 (--keep 1)" in result.stdout
     data = _catalogue(dest)
     assert [e["version"] for e in cat.entries(data, "cpu")] == ["3"]
-    assert _published_files(dest) == ["3.diff.json", "3.sif", "3.sif.sha256", "bin", "latest"]
+    assert _published_files(dest) == ["3.diff.html", "3.diff.json", "3.sif", "3.sif.sha256",
+                                      "bin", "latest"]
     assert sorted(p.name for p in (dest / "modules" / "cpu").iterdir()) == ["3.lua", "default"]
     verify(site_project, dest=dest, say=lambda l: None)
 

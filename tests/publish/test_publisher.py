@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import getpass
 import grp
 import json
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -19,12 +21,13 @@ from pathlib import Path
 import pytest
 
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
-from containers.publish import catalogue as cat, publisher
+from containers.publish import catalogue as cat, diff as diffing, publisher
 from containers.publish.publisher import COPY_DELAY_ENV, PublishRequest, publish
 from containers.image.plan import chain_hashes
 from tests.fixtures.data import load_targets
 from tests.fixtures import ROOT
-from tests.publish.standin import IMAGE, RUNTIME, SHA, Built
+from tests.publish import htmlcheck
+from tests.publish.standin import IMAGE, RUNTIME, SHA, Built, no_quick_check
 from tests.test_progress import on_a_terminal
 
 
@@ -119,6 +122,40 @@ def test_publish_copies_checksums_catalogues_and_links(data_built: Built) -> Non
             wanted = 0o755 if path.is_dir() or path.name == "cpu-exec" else 0o644
             assert stat.S_IMODE(path.stat().st_mode) == wanted, path
     assert not list(dest.rglob(".*")), "no temp left, and no lock file either"
+
+
+def _reviewed_with_a_diff(plan, checks, say) -> dict:
+    """A review (as the app's) whose diff against the current latest says one package moved."""
+    def side(version: str, numpy: str) -> dict:
+        return diffing.side(f"cpu@{version}", {"pip_packages": [
+            {"name": "numpy", "version": numpy}]}, size=len(IMAGE), smoke=None)
+    return {"diff": diffing.diff(side("1.0", "2.0.0"), side(plan.version, "2.1.0"))}
+
+
+def test_publish_writes_a_page_users_browse_and_a_diff_page(data_built: Built) -> None:
+    """The page of a real publish sequence (stand-in image): the recipe's description, a
+    ``module load`` line per version, the site's runtime line, links that resolve to the
+    checksum files and the diff page; well formed, and no publisher user or host."""
+    data_built.publish(version="1.0", skip_checks=True)
+    entry = publish(data_built.plan(version="2.0", skip_checks=True), RUNTIME,
+                    quick_check=no_quick_check, say=[].append, review=_reviewed_with_a_diff)
+    dest = data_built.dest
+    assert entry["description"] == data_built.target.description
+    assert entry["site_runtime"] == {"runtime": "apptainer", "gpu_flag": None}
+    assert entry["diff_page"] == "cpu/2.0.diff.html"
+    page = (dest / cat.PAGE_NAME).read_text()
+    seen = htmlcheck.text_of(page)
+    assert data_built.target.description in seen
+    assert [line for line in seen.splitlines() if line.startswith("module load cpu/")] == \
+        ["module load cpu/2.0", "module load cpu/1.0"]
+    assert seen.count('apptainer exec "$SIF" python -c') == 2  # the local site: no GPU flag
+    assert 'href="cpu/1.0.sif.sha256"' in page and 'href="cpu/2.0.diff.html"' in page
+    assert f"{getpass.getuser()}@" not in page and socket.gethostname() not in seen.split()
+    for written in (dest / cat.PAGE_NAME, dest / "cpu" / "2.0.diff.html"):
+        assert htmlcheck.problems(written, dest) == []
+    data_built.publish(version="3.0", skip_checks=True, keep=1)  # prunes the diff page too
+    assert not (dest / "cpu" / "2.0.diff.html").exists()
+    assert htmlcheck.problems(dest / cat.PAGE_NAME, dest) == []
 
 
 def test_publish_refuses_a_version_twice_unless_forced(data_built: Built) -> None:

@@ -10,11 +10,13 @@ publish reads), with busbw figures chosen so the second is a regression.
 from __future__ import annotations
 
 import base64
+import getpass
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import zipfile
 from pathlib import Path
@@ -29,6 +31,7 @@ from containers.errors import CommandFailed, VerdictFailed
 from containers.image import inspect as probing, provenance, sbom
 from containers.prove.smoke import SmokeOptions
 from containers.publish import catalogue as cat
+from tests.publish import htmlcheck
 from tests.publish.standin import smoke_run
 from tests.fixtures import ROOT
 from tests.publish.test_publish_image import _make_project
@@ -213,24 +216,32 @@ def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
 
 
 def _page_in_a_real_browser(dest: Path, tmp_path: Path) -> None:
-    """Debian's chromium (./setup.sh test installs it), headless, in a network namespace of
-    its own with only loopback: the page must render from the file alone."""
+    """The page as publish wrote it: well formed (every link resolving to a file publish
+    wrote: the checksums, the diff page), saying what the image is and how to load each
+    version, naming no publisher user or host; then in Debian's chromium (./setup.sh test
+    installs it), headless, in a network namespace of its own with only loopback: it must
+    render from the file alone. The screenshot is kept for people to look at."""
     page = (dest / "index.html").read_text()
-    refs = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page)
-    assert refs and all(not re.match(r"[a-z][a-z0-9+.-]*:", r) or r.startswith("data:")
-                        for r in refs), refs
+    for written in (dest / "index.html", dest / "cpu" / "2.0.diff.html"):
+        assert htmlcheck.problems(written, dest) == []
+    seen = htmlcheck.text_of(page)
+    assert cat.find(cat.load(dest / "catalogue.json"), "cpu", "2.0")["description"] in seen
+    assert "module load cpu/2.0" in seen and "module load cpu/1.0" in seen
+    assert 'href="cpu/2.0.sif.sha256"' in page and 'href="cpu/2.0.diff.html"' in page
+    assert f"{getpass.getuser()}@" not in page and socket.gethostname() not in seen.split()
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is missing: ./setup.sh test installs it"
     shot = tmp_path / "catalogue-page.png"
     browse = ["unshare", "--net", chromium, "--headless", "--no-sandbox", "--disable-gpu",
-              "--window-size=1400,1600", f"file://{dest / 'index.html'}"]
+              "--window-size=1200,1600", f"file://{dest / 'index.html'}"]
     result = subprocess.run(browse[:-1] + [f"--screenshot={shot}", browse[-1]],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and shot.stat().st_size > 10_000, result.stderr[-2000:]
     dom = subprocess.run(browse[:-1] + ["--dump-dom", browse[-1]], capture_output=True,
                          text=True, timeout=120)
-    assert "<code>2.0</code> (latest)" in dom.stdout and "<code>1.0</code>" in dom.stdout
-    assert "accepted regression: CI runner is slower" in dom.stdout
+    assert 'id="cpu@2.0"' in dom.stdout and 'id="cpu@1.0"' in dom.stdout
+    assert dom.stdout.index('id="cpu@2.0"') < dom.stdout.index('id="cpu@1.0"')
+    assert "regression accepted: CI runner is slower" in dom.stdout
     print(f"catalogue page screenshot: {shot}")
 
 
