@@ -25,6 +25,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import ConfigDict
 
 from containers.errors import ConfigError, raise_all
+from containers.inputs.builders import builder_of
 from containers.inputs.schema import Declared, Str, StrList, StrMap, line_of, validate_model
 from containers.inputs.yamlsource import load_yaml_text, read_input_text
 
@@ -326,14 +327,13 @@ def load_env_spec(path: Path) -> EnvSpec:
 
 def load_target_env(target: EnvTarget) -> EnvSpec | None:
     """``target``'s env spec, checked as every use of it needs (None when it has none): it fits
-    the venv builder (an ``apptainer`` target), and no ``pip:`` entry changes where packages come
+    the target's builder (:meth:`~containers.inputs.builders.Builder.check_env`), and no ``pip:`` entry changes where packages come
     from beyond what the manifest allows (requirements.txt and cotainr's Conda pip step take the
     pip list as written)."""
     if target.env is None:
         return None
     spec = load_env_spec(target.env)
-    if target.builder == "apptainer":
-        spec.check_venv_compatible()
+    builder_of(target).check_env(spec)
     spec.check_pip_options(target.pip_extra_index_urls, manifest=target.manifest)
     spec.check_channels()
     return spec
