@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Mapping
 
 from containers.app.inspecting import examine_built
 from containers.app.project import Project
-from containers.errors import ConfigError, UsageError
+from containers.errors import ConfigError
 from containers.host.facts import host_arch
 from containers.image import builder
 from containers.image.cache import gather_cache
 from containers.image.arch import emulation
 from containers.image.gather import gather_host
 from containers.image.plan import BuildPlan, BuildStep, fakeroot_refusal, plan_build
+from containers.inputs.builders import builder_of
 from containers.inputs.recipes import Target
 from containers.inputs.validate import example_findings, host_path_policy
 from containers.report import Say, say_line as _print, show_command
@@ -43,19 +43,9 @@ def foreign_build(item: Target, *, dry_run: bool) -> str | None:
 
 
 def missing_base_image(step: BuildStep) -> None:
-    """A cotainr target's base image, when it is a path here, must exist before cotainr runs
-    (its traceback would say so after a while, through singularity): one line naming where the
-    path was set. A ``docker://``-style reference is left to cotainr."""
-    base = step.inputs.get("base_image") if step.target.builder == "cotainr" else None
-    if not base or "://" in base or Path(base).is_file():
-        return
-    given = base != step.target.base_image  # from --build-arg, not the manifest
-    message = (f"base image {base} is not a file on this machine: build {step.target.name} on "
-               f"site {step.target.site}, where it is, or pass --build-arg BASE_IMAGE=PATH")
-    if given:
-        raise UsageError(message, flag="--build-arg BASE_IMAGE")
-    raise ConfigError(message, path=step.target.manifest, line=step.target.line("base_image"),
-                      key="base_image")
+    """The step's base image must be here before its builder runs
+    (:meth:`~containers.inputs.builders.Builder.check_base_image`)."""
+    builder_of(step.target).check_base_image(step.target, step.inputs)
 
 
 def cache_line(step: BuildStep, *, no_cache: bool) -> str:

@@ -3,29 +3,26 @@
 Publishing itself (:mod:`containers.publish`) takes plain values; this gathers them from the
 project (target, site, settings, runtime) and hands over the one check it cannot run on its own:
 a quick 2-rank smoke of the image through :func:`containers.app.workloads.prove`, which writes
-the ``verdict.json`` publishing then finds by the image's sha256.
+the ``verdict.json`` publishing then finds by the image's sha256. The release decision is
+:mod:`containers.publish.decision`'s; this hands it the site-fit rule with the project's targets.
 """
 
 from __future__ import annotations
 
-import getpass
 import os
-import socket
 from pathlib import Path
 
 from containers.app.inspecting import fit_findings
 from containers.app.project import Project
 from containers.app.workloads import prove
-from containers.image.plan import chain_hashes
+from containers.errors import UsageError
+from containers.host.runtime import Runtime
 from containers.image.arch import (check_arch, check_compression, image_compression,
                                      recorded_arch, site_arches)
+from containers.image.plan import chain_hashes
 from containers.inputs.recipes import Target
 from containers.prove.smoke import SmokeOptions
-from containers.errors import UsageError, VerdictFailed
-from containers.host.facts import utc_now
-from containers.image import inspect as probing, sitefit
-from containers.publish import catalogue as cat, diff as diffing, gate as gating, publisher, \
-    verify as checking
+from containers.publish import decision, publisher, verify as checking
 from containers.publish.checks import QuickCheck
 from containers.report import Say, say_line as _print
 
@@ -68,97 +65,11 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
                              review=release_review(project, runtime, accept_regression))
 
 
-def release_review(project: Project, runtime, accept: str | None) -> publisher.Review:
-    """The release gate publish runs once the checks passed (:mod:`containers.publish.gate`):
-    the new image's site fit, the diff against the current ``latest`` (printed, and kept beside
-    the version), and its smoke busbw against latest's. A fit error or a busbw regression
-    refuses the version unless ``accept`` (``--accept-regression WHY``) says why it may go out;
-    the entry records the findings and who accepted what."""
-    def review(plan: publisher.PublishPlan, checks: dict, say: Say) -> dict:
-        sha = plan.provenance.get("sha256")
-        facts = (probing.known_facts(plan.image, plan.provenance)
-                 or probing.probe(runtime, plan.image, sha256=sha,
-                                  arch=plan.provenance.get("arch")))
-        stack = probing.summary(facts)
-        mismatch = gating.torch_mismatch(stack.get("build"), plan.gpu, plan.site.name)
-        if mismatch:  # what the image is: never skipped, never accepted
-            raise VerdictFailed(f"not publishing {plan.target.name} {plan.version}: {mismatch}"
-                                " (--skip-checks skips the smoke, not what the image is)")
-        findings = fit_findings(project, stack, plan.site, facts.get("errors"))
-        for finding in findings:
-            say(f"site fit ({plan.site.name}): {finding.line()}")
-        problems = [f"site fit: {f.message}" for f in sitefit.errors(findings)]
-        result: dict = {"fit": [f.as_dict() for f in findings], "stack": stack}
-        if plan.skip_checks:  # the fit reads the image (no GPU needed): never skipped
-            say("gate: the diff and busbw comparison are skipped with the checks "
-                "(--skip-checks); the site fit is judged")
-            result["gate"] = {"skipped": True, **accepted(plan, problems, accept, say)}
-            return result
-        gate_record, diff, regressions = _against_latest(plan, runtime, facts, checks, say)
-        if diff is not None:
-            result["diff"] = diff
-        problems += regressions
-        result["gate"] = {**gate_record, **accepted(plan, problems, accept, say)}
-        return result
-    return review
-
-
-def _against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: dict,
-                    say: Say) -> tuple[dict, dict | None, list[str]]:
-    """The new image against the catalogue's current ``latest`` of its target: the gate's
-    record, the diff of the two images' facts (None where there is no latest, or its image is
-    gone) and the busbw regression, if any."""
-    before = cat.load(plan.dest / cat.CATALOGUE_NAME)
-    latest = cat.latest(before, plan.target.name)
-    old = cat.find(before, plan.target.name, latest) if latest else None
-    gate_record: dict = {"against": latest}
-    if old is None:
-        say(f"gate: no published latest of {plan.target.name} to compare with")
-        return gate_record, None, []
-    diff = None
-    if (plan.dest / old["file"]).is_file():
-        diff = _diff(plan, runtime, old, latest, facts, checks)
-        for line in diffing.lines(diff):
-            say(f"gate: {line}")
-    else:
-        say(f"gate: {plan.target.name} {latest}'s image is not in {plan.dest}: no diff")
-    busbw = gating.busbw_check((old.get("checks") or {}).get("smoke"), checks.get("smoke"))
-    gate_record["busbw"] = busbw
-    if busbw["regression"]:
-        return gate_record, diff, [busbw["regression"]]
-    say(f"gate: busbw {busbw.get('note') or 'within the reference tolerance'}")
-    return gate_record, diff, []
-
-
-def _diff(plan: publisher.PublishPlan, runtime, old: dict, latest: str, facts: dict,
-          checks: dict) -> dict:
-    """The diff of latest's published image (its recorded facts, else a probe) and the new one."""
-    record = old.get("provenance") or {}
-    old_facts = (probing.known_facts(plan.dest / old["file"], {**record, "stack": old.get("stack")})
-                 or probing.probe(runtime, plan.dest / old["file"], sha256=record.get("sha256"),
-                                  arch=record.get("arch")))
-    return diffing.diff(
-        diffing.side(f"{plan.target.name}@{latest}", old_facts,
-                     size=old["size_bytes"], smoke=(old.get("checks") or {}).get("smoke")),
-        diffing.side(f"{plan.target.name}@{plan.version}", facts,
-                     size=plan.image.stat().st_size, smoke=checks.get("smoke")))
-
-
-def accepted(plan: publisher.PublishPlan, problems: list[str], accept: str | None,
-             say: Say) -> dict:
-    """The gate's verdict on ``problems``: none, nothing to record; some, refused unless
-    ``accept`` says why, and then who accepted what, when (the catalogue keeps it)."""
-    if not problems:
-        return {}
-    if not accept:
-        raise VerdictFailed(
-            f"not publishing {plan.target.name} {plan.version}: " + "; ".join(problems)
-            + "; publish with --accept-regression \"WHY\" to release it anyway "
-            "(recorded in the catalogue)")
-    record = {"why": accept, "problems": problems,
-              "by": f"{getpass.getuser()}@{socket.gethostname()}", "date": utc_now()}
-    say(f"gate: ACCEPTED by {record['by']}: {accept} ({'; '.join(problems)})")
-    return {"accepted": record}
+def release_review(project: Project, runtime: Runtime, accept: str | None) -> publisher.Review:
+    """The release gate (:func:`containers.publish.decision.release_review`), judging the site
+    fit with the project's targets."""
+    return decision.release_review(
+        runtime, accept, fit=lambda stack, site, errors: fit_findings(project, stack, site, errors))
 
 
 def verify(project: Project, *, dest: Path | str | None, target: str | None = None,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from packaging.utils import canonicalize_name
 
 from containers.errors import CommandFailed, ConfigError, on_disk
 from containers.host.process import run
+from containers.inputs.versions import major_minor
 
 #: What ``import tasks`` and :mod:`containers.app.judging` import beyond the standard library
 #: (invoke, PyYAML, rich, psutil, pydantic for the site profiles; matplotlib for the smoke
@@ -151,8 +151,8 @@ def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None
             name, _, version = bare.partition("=")
             if name.strip().lower() == "python":
                 found = version.lstrip("=")
-    match = re.match(r"\s*(\d+)\.(\d+)", str(found or ""))
-    return f"{match.group(1)}.{match.group(2)}" if match else None
+    pair = major_minor(found)
+    return f"{pair[0]}.{pair[1]}" if pair else None
 
 
 Runner = Callable[[list[str]], int]

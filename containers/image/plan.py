@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from containers import __version__
 from containers.errors import ConfigError, ContainersError, UsageError, raise_all
@@ -26,6 +26,7 @@ from containers.image import cache as package_cache
 from containers.image.arch import DEBIAN_ARCH
 from containers.image.cache import PackageCache, SnapshotKey
 from containers.image.emulated import emulated_binds
+from containers.inputs.builders import APPTAINER, COTAINR, Builder, builder_of
 from containers.inputs.compat import as_built, has_torch
 from containers.inputs.definition import Definition, read_definition
 from containers.inputs.envspec import EnvSpec, load_target_env
@@ -67,6 +68,20 @@ class HostFacts:
     #: its shim runs with ``--cache-dir`` (None: none here, so no shim).
     package_cache: PackageCache | None = None
     debootstrap: str | None = None
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What a builder's plan step builds from: the target as built, its definition (None for a
+    builder without one), env spec, build arguments (the user's and the command line's) and the
+    base target's step."""
+
+    target: Target
+    definition: Definition | None
+    env: EnvSpec | None
+    user_args: Mapping[str, str]
+    cli_args: Mapping[str, str]
+    base: BuildStep | None
 
 
 @dataclass(frozen=True)
@@ -179,19 +194,16 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     env = load_target_env(target)
     raise_all(example_findings(target, env)[0])  # the examples, judged as invoke check does
     user_args = {**target.build_args, **cli_args}
-    unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
-    if target.builder == "cotainr" and unknown:
-        raise ConfigError(f"build argument '{unknown[0]}' does not apply to a cotainr target "
-                          f"(only BASE_IMAGE does)", path=target.manifest, key=unknown[0])
+    builder = builder_of(target)
+    builder.check_build_args(target, cli_args)
     # A cotainr target has no definition, an Apptainer one always has (the manifest's rule).
     definition = None if target.definition is None else read_definition(target.definition)
     if definition is not None:
         definition.validate()
     raise_all(host_path_policy(target, definition, env)[0])  # host_paths: forbid, as check says
-    inputs = target_inputs(target, definition, env, user_args, base_hash)
-    if definition is None:
-        inputs["base_image"] = user_args.get("BASE_IMAGE", target.base_image)
-    elif scripts := definition_scripts(definition):
+    inputs = {**target_inputs(target, definition, env, user_args, base_hash),
+              **builder.base_inputs(target, user_args)}
+    if definition is not None and (scripts := definition_scripts(definition)):
         inputs["scripts"] = {name: read_input_text(path) for name, path in scripts.items()}
     canonical = json.dumps(inputs, sort_keys=True)  # the same hash on every run and machine
     return definition, env, user_args, inputs, hashlib.sha256(canonical.encode()).hexdigest()
@@ -228,11 +240,9 @@ def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: 
                   partial=partial, workdir=workdir,
                   inspect_argv=host.runtime.inspect_argv(partial),
                   action="up-to-date" if up_to_date else "build", forced=force)
-    if definition is None:
-        return _cotainr_step(target, env, inputs["base_image"], host=host, env_vars=env_vars,
-                             common=common)
-    return _apptainer_step(target, definition, env, user_args, cli_args, host=host,
-                           base_step=base_step, env_vars=env_vars, common=common)
+    return PLAN_STEPS[builder_of(target)](
+        StepInputs(target, definition, env, user_args, cli_args, base_step),
+        host=host, env_vars=env_vars, common=common)
 
 
 #: zstd's level for builds, measured side by side (benchmarks/squashfs.py, one run each, 2
@@ -309,10 +319,13 @@ def _build_args(target: Target, definition: Definition, user_args: Mapping[str, 
     return args
 
 
-def _apptainer_step(target: Target, definition: Definition, env: EnvSpec | None,
-                    user_args: Mapping[str, str], cli_args: Mapping[str, str], *,
-                    host: HostFacts, base_step: BuildStep | None, env_vars: dict[str, str],
+def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str],
                     common: dict) -> BuildStep:
+    """``apptainer build`` of the definition, with its build context staged and the package
+    cache bound where the definition reaches it."""
+    target, definition, env, base_step = given.target, given.definition, given.env, given.base
+    user_args, cli_args = given.user_args, given.cli_args
+    assert definition is not None and target.definition is not None
     context = common["workdir"] / "context"
     binds = list(host.host_paths)
     cert = "pip-cert.pem" if host.pip.cert else None
@@ -466,11 +479,12 @@ COTAINR_TEST = "import torch; print('torch', torch.__version__, 'ok')"
 COTAINR_PYTHON_TEST = "import sys; print('python', sys.version.split()[0], 'ok')"
 
 
-def _cotainr_step(target: Target, env: EnvSpec | None, base_image: str | None, *,
-                  host: HostFacts, env_vars: dict[str, str], common: dict) -> BuildStep:
+def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str],
+                  common: dict) -> BuildStep:
     """cotainr always calls ``singularity``: where only Apptainer exists, a ``singularity`` link
     to it is put first on cotainr's PATH. Its prompt for an existing output never fires, as the
     output is always a fresh temp path (and stdin is closed, so it could not hang anyway)."""
+    target, env, base_image = given.target, given.env, common["inputs"]["base_image"]
     assert env is not None and target.env is not None
     if not base_image:
         raise ConfigError("a cotainr target needs base_image (or --build-arg BASE_IMAGE=...)",
@@ -523,19 +537,14 @@ def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, 
                                  for index, step in enumerate(steps)))
 
 
+#: Each builder's plan step (the rest of what a builder owns is in its registry,
+#: :mod:`containers.inputs.builders`, which the layer rule keeps from naming image-stage code).
+PLAN_STEPS: dict[Builder, Callable[..., BuildStep]] = {APPTAINER: _apptainer_step,
+                                                       COTAINR: _cotainr_step}
+
+
 def fakeroot_refusal(target: Target, site: Site) -> ConfigError | None:
-    """Why ``site`` cannot build ``target``, else None: an Apptainer definition whose build
-    runs a script in the image (``%post`` or SCIF apps: :attr:`Definition.runs_in_image`) needs
-    ``--fakeroot``, which a site with ``fakeroot: false`` lacks (a cotainr target needs none).
-    The one rule for ``invoke build`` and build jobs (checked before anything runs or is
-    queued)."""
-    if target.builder != "apptainer" or site.fakeroot or target.definition is None \
-            or not read_definition(target.definition).runs_in_image:
-        return None
-    return ConfigError(
-        f"{target.definition.name} has a %post or %app* section (Apptainer runs them in the "
-        f"image as it builds), which needs --fakeroot, and site "
-        f"'{site.name}' has none; build it with a cotainr target (builder: cotainr) or on a "
-        f"machine with fakeroot (invoke build --target {target.name} there), then copy "
-        f"images/{target.name}.sif to the site", path=site.path,
-        line=site.lines.get("fakeroot"), key="fakeroot")
+    """Why ``site`` cannot build ``target``, else None (its builder's rule:
+    :meth:`~containers.inputs.builders.Builder.fakeroot_refusal`). The one rule for ``invoke
+    build`` and build jobs (checked before anything runs or is queued)."""
+    return builder_of(target).fakeroot_refusal(target, site)

@@ -22,12 +22,12 @@ is shown and kept in the catalogue, ``info`` says what was not checked.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Sequence
 
 from containers.image import gpuarch
 from containers.inputs.sites import Fit, Gpus, Nccl, Range
+from containers.inputs.versions import compare_at, release
 
 
 @dataclass(frozen=True)
@@ -43,32 +43,20 @@ class Finding:
         return asdict(self)
 
 
-def version(text: str | None) -> tuple[int, ...] | None:
-    """``6.2.41133-dd7f95766`` -> (6, 2, 41133); None when it starts with no number."""
-    match = re.match(r"\s*(\d+(?:\.\d+)*)", str(text or ""))
-    return tuple(int(p) for p in match.group(1).split(".")) if match else None
-
-
-def _cmp(value: tuple[int, ...], bound: tuple[int, ...]) -> int:
-    """Compare at the bound's precision: 6.2.4 is within a max of 6.2."""
-    cut = value[:len(bound)] + (0,) * max(0, len(bound) - len(value))
-    return (cut > bound) - (cut < bound)
-
-
 def _range(rule: str, what: str, found: str | None, spec: Range | None,
            site: str) -> Iterable[Finding]:
     if not spec:
         yield Finding("info", rule, f"{site} states no {what} range: not checked")
         return
     low, high = spec.min, spec.max
-    value = version(found)
+    value = release(found)
     if value is None:
         yield Finding("warning", rule, f"the image's {what} version is unknown ({found!r})")
         return
-    if high is not None and _cmp(value, version(str(high))) > 0:
+    if high is not None and compare_at(value, release(str(high))) > 0:
         yield Finding("error", rule, f"the image's {what} {found} is above {site}'s supported "
                                      f"{what} (at most {high}; {spec.source})")
-    if low is not None and _cmp(value, version(str(low))) < 0:
+    if low is not None and compare_at(value, release(str(low))) < 0:
         yield Finding("error", rule, f"the image's {what} {found} is below {site}'s supported "
                                      f"{what} (at least {low}; {spec.source})")
     if low is None and high is None:
@@ -103,10 +91,10 @@ def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str
         found += _range("cuda", "CUDA", stack.get("cuda"), fit.cuda, site_name)
     glibc = fit.glibc
     if glibc and glibc.min is not None:
-        image_glibc = version(stack.get("glibc"))
+        image_glibc = release(stack.get("glibc"))
         if image_glibc is None:
             found.append(Finding("error", "glibc", "the image's glibc could not be read"))
-        elif _cmp(image_glibc, version(glibc.min)) < 0:
+        elif compare_at(image_glibc, release(glibc.min)) < 0:
             found.append(Finding("error", "glibc", f"the image's glibc {stack.get('glibc')} is "
                                                    f"below {glibc.min}, which the libraries "
                                                    f"{site_name} binds in need "

@@ -18,7 +18,10 @@ from typing import Collection, Iterable, Mapping
 from containers.errors import ConfigError
 from containers.inputs.envspec import EnvSpec, load_env_spec
 from containers.inputs.recipes import Target
+from containers.inputs.versions import major_minor
 
+#: A torch release as the examples' needs compare it: (major, minor). A pre-release counts as
+#: its release (NGC's ``2.6.0a0+ecf3bae`` has 2.6's APIs), so no PEP 440 ordering applies.
 Version = tuple[int, int]
 
 
@@ -57,9 +60,8 @@ def image_torch(target: Target, env: EnvSpec | None
         return pin[0], env.path, pin[1]
     if target.torch is None or target.torch_unknown:  # none, or unknown for this build (as_built)
         return None
-    major, minor = str(target.torch).split(".")[:2]  # the base image's torch
-    return ((int(major), int("".join(c for c in minor if c.isdigit()) or 0)), target.manifest,
-            target.line("torch"))
+    version = major_minor(target.torch)  # the base image's torch (its manifest says X.Y...)
+    return None if version is None else (version, target.manifest, target.line("torch"))
 
 
 def check_example(target: Target, example: str, env: EnvSpec | None = None) -> str | None:

@@ -22,10 +22,13 @@ from typing import Any, Collection, Protocol
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from pydantic import ConfigDict
 
 from containers.errors import ConfigError, raise_all
+from containers.inputs.builders import builder_of
 from containers.inputs.schema import Declared, Str, StrList, StrMap, line_of, validate_model
+from containers.inputs.versions import major_minor
 from containers.inputs.yamlsource import load_yaml_text, read_input_text
 
 
@@ -63,8 +66,11 @@ PIP_OPTION_RULE = (f"pip: entries are requirements; options allowed: "
                    "pip_extra_index_urls (package sources are the build host's pip.conf)")
 _SHORT_OPTIONS = {"-i": "--index-url", "-f": "--find-links", "-e": "--editable",
                   "-r": "--requirement", "-c": "--constraint"}
-_TORCH_PIN = re.compile(r"^(?:torch|pytorch)\s*(===?|~=|>=)\s*v?(\d+)\.(\d+)", re.IGNORECASE)
-_CONDA_TORCH_PIN = re.compile(r"^(?:torch|pytorch)\s*(==?|>=)\s*(\d+)\.(\d+)", re.IGNORECASE)
+#: The names torch goes by, and the pip operators whose version is the lowest torch allowed.
+_TORCH_NAMES = frozenset({"torch", "pytorch"})
+_FLOOR_OPERATORS = frozenset({"==", "===", "~=", ">="})
+#: A Conda match spec's torch floor: ``pytorch=2.5.1=<build>``, ``pytorch>=2.1`` (not PEP 508).
+_CONDA_TORCH_PIN = re.compile(r"^(?:torch|pytorch)\s*(?:==?|>=)\s*([^\s,|=]+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -138,14 +144,12 @@ class EnvSpec:
 
     def torch_pin(self) -> tuple[tuple[int, int], int | None] | None:
         """The lowest torch (major, minor) the spec can install and its line, from a ``torch==``,
-        ``~=`` or ``>=`` entry (pip or Conda ``pytorch=``); None when torch is not pinned."""
-        pins = [(_TORCH_PIN, entry, line) for entry, line in zip(self.pip, self.pip_lines)]
-        pins += [(_CONDA_TORCH_PIN, dep.spec.split("::")[-1], dep.line) for dep in self.conda]
-        for pattern, text, line in pins:
-            match = pattern.match(text)
-            if match:
-                return (int(match.group(2)), int(match.group(3))), line
-        return None
+        ``===``, ``~=`` or ``>=`` entry (pip, read by ``packaging``, or Conda ``pytorch=``);
+        None when torch is not pinned. A local or pre-release version counts by its release
+        (``2.7.1+rocm6.3`` is 2.7)."""
+        pins = [(_pip_torch_floor(entry), line) for entry, line in zip(self.pip, self.pip_lines)]
+        pins += [(_conda_torch_floor(dep.spec.split("::")[-1]), dep.line) for dep in self.conda]
+        return next(((floor, line) for floor, line in pins if floor is not None), None)
 
     def installs(self, package: str) -> bool:
         names = {_package_name(e) for e in self.pip} | {d.name for d in self.conda}
@@ -231,12 +235,35 @@ def channel_problem(channel: str) -> str | None:
     return None
 
 
+def _requirement_text(entry: str) -> str:
+    """A ``pip:`` entry without its per-requirement options (``--hash=...``: pip's to read)."""
+    return re.split(r"\s+(?=--?[A-Za-z])", entry, maxsplit=1)[0]
+
+
+def _pip_torch_floor(entry: str) -> tuple[int, int] | None:
+    """The lowest torch a ``pip:`` entry allows, None when it pins none (another package, an
+    option line, an entry :meth:`EnvSpec.check_pip_options` refuses)."""
+    try:
+        requirement = Requirement(_requirement_text(entry))
+    except InvalidRequirement:
+        return None
+    if canonicalize_name(requirement.name) not in _TORCH_NAMES:
+        return None
+    floors = [major_minor(spec.version) for spec in requirement.specifier
+              if spec.operator in _FLOOR_OPERATORS]
+    return max((floor for floor in floors if floor is not None), default=None)
+
+
+def _conda_torch_floor(spec: str) -> tuple[int, int] | None:
+    match = _CONDA_TORCH_PIN.match(spec)
+    return major_minor(match.group(1)) if match else None
+
+
 def _requirement_problem(text: str) -> str | None:
     """Why a plain entry is not a requirement as pip reads one (PEP 508, by ``packaging``,
     pip's own parser), else None; per-requirement options (``--hash=...``) are pip's to read."""
-    requirement = re.split(r"\s+(?=--?[A-Za-z])", text, maxsplit=1)[0]
     try:
-        Requirement(requirement)
+        Requirement(_requirement_text(text))
     except InvalidRequirement as exc:
         reason = " ".join(str(exc).split())[:160]
         return f"{text!r} is not a requirement pip can read ({reason})"
@@ -326,14 +353,13 @@ def load_env_spec(path: Path) -> EnvSpec:
 
 def load_target_env(target: EnvTarget) -> EnvSpec | None:
     """``target``'s env spec, checked as every use of it needs (None when it has none): it fits
-    the venv builder (an ``apptainer`` target), and no ``pip:`` entry changes where packages come
+    the target's builder (:meth:`~containers.inputs.builders.Builder.check_env`), and no ``pip:`` entry changes where packages come
     from beyond what the manifest allows (requirements.txt and cotainr's Conda pip step take the
     pip list as written)."""
     if target.env is None:
         return None
     spec = load_env_spec(target.env)
-    if target.builder == "apptainer":
-        spec.check_venv_compatible()
+    builder_of(target).check_env(spec)
     spec.check_pip_options(target.pip_extra_index_urls, manifest=target.manifest)
     spec.check_channels()
     return spec

@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field
 
 from containers.errors import ConfigError
 from containers.files import resolves_outside
+from containers.inputs.builders import BUILDERS
 from containers.inputs.envspec import is_https
 from containers.inputs.schema import (Bool, Declared, Str, StrList, StrMap, check_file_name,
                                       line_of, pick, refuse, suggest, validate_model)
@@ -53,7 +54,7 @@ class Manifest(Declared):
     site: Str = "local"
     arch: Literal["x86_64", "aarch64"] = "x86_64"
     gpu: Literal["none", "cuda", "rocm"] = "none"
-    builder: Literal["apptainer", "cotainr"] = "apptainer"
+    builder: Literal[tuple(BUILDERS)] = next(iter(BUILDERS))  # type: ignore[valid-type]
     definition: Str | None = None
     base: Str | None = None
     base_image: Str | None = None
@@ -182,21 +183,8 @@ def load_target(path: Path, *, root: Path) -> Target:
     data = load_yaml_file(path)
     values = dict(validate_model(Manifest, data, path=path, what="target manifest"))
     lines = {key: line_of(data, key) for key in data}
-    if values["builder"] == "apptainer" and not values["definition"]:
-        raise ConfigError("builder 'apptainer' needs a definition file", path=path,
-                          line=line_of(data), key="definition")
-    if values["builder"] == "cotainr":
-        for key in ("env", "base_image"):
-            if not values[key]:
-                raise ConfigError(f"builder 'cotainr' needs {key}", path=path,
-                                  line=line_of(data), key=key)
-        for key in ("definition", "base"):
-            if values[key]:
-                raise ConfigError(f"builder 'cotainr' takes no {key} (it builds from base_image "
-                                  f"and the env spec)", path=path, line=lines.get(key), key=key)
-    elif values["base_image"]:
-        raise ConfigError("base_image is for cotainr targets; a definition names its base in "
-                          "its header", path=path, line=lines.get("base_image"), key="base_image")
+    BUILDERS[values["builder"]].check_manifest(values, path=path, line=line_of(data),
+                                               lines=lines)
     paths = {key: project_file(values[key], root=root, manifest=path, line=lines.get(key),
                                key=key) if values[key] else None for key in ("definition", "env")}
     if paths["definition"] is not None:

@@ -25,14 +25,15 @@ import functools
 import io
 import re
 from pathlib import Path
-from typing import Any, Mapping
-
-import jinja2
+from typing import TYPE_CHECKING, Any, Mapping
 
 from containers.publish.catalogue import driver_needed
 from containers.publish.diff import shown, where_run
 from containers.publish.modulefile import EXAMPLE_COMMAND, by_hand, exec_name
 from containers.report import human_bytes, new_figure, save_figure
+
+if TYPE_CHECKING:  # imported where a page is rendered: judging a job on a node never needs it
+    import jinja2
 
 #: A file of the publish folder as the catalogue names one (``cpu/1.0.sif.cdx.json``): relative,
 #: plain names, no ``..``, so no scheme (``javascript:``), host or absolute path gets a link.
@@ -41,10 +42,12 @@ _UTC = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(?::\d\d(?:\.\d+)?)?Z\Z")
 
 
 @functools.cache
-def _templates() -> jinja2.Environment:
+def _templates() -> "jinja2.Environment":
     """The one template environment: autoescape on for every template (not by file name, so a
     template renamed or added cannot turn it off), ``None`` shown as ``-``, and a name a
     template uses that the view lacks is an error, not an empty string."""
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.PackageLoader("containers.publish", "templates"), autoescape=True,
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,

@@ -98,28 +98,35 @@ class PublishRequest:
     skip_checks: bool = False
 
     def __post_init__(self) -> None:
+        """The flags' own rules, without looking at the disk (the folder as it is there:
+        :func:`check_dest`, which :func:`plan_publish` runs first)."""
         if not self.target:
             raise UsageError("name the image target to publish", flag="--target")
         if problem := name_problem("target", self.target):
             raise UsageError(problem, flag="--target")
         if not self.dest:
             raise UsageError("name the site folder to publish into", flag="--dest")
-        dest = Path(os.path.abspath(Path(self.dest).expanduser()))
-        object.__setattr__(self, "dest", dest)
-        problem = not_a_folder(dest)
-        if problem:
-            raise UsageError(problem, flag="--dest")
+        object.__setattr__(self, "dest", Path(os.path.abspath(Path(self.dest).expanduser())))
         if self.version is not None:
             cat.validate_version(self.version)
         GROUP("--group", self.group)
         if self.keep is not None and self.keep < 1:
             raise UsageError(f"must be at least 1 (got {self.keep})", flag="--keep")
-        if dest.exists() and stat.S_IMODE(dest.stat().st_mode) & 0o002:
-            raise UsageError(f"{dest} is world-writable: anyone could replace published images; "
-                             "publish into a folder only admins can write", flag="--dest")
-        problem = open_parent(dest)
-        if problem:
-            raise UsageError(problem, flag="--dest")
+
+
+def check_dest(dest: Path) -> None:
+    """Refuse, in one line naming ``--dest``, a folder publishing cannot safely write into: a
+    file (or one below a file), a world-writable folder (anyone could replace published images)
+    or one under a world-writable parent without the sticky bit (anyone could swap it)."""
+    problem = not_a_folder(dest)
+    if problem:
+        raise UsageError(problem, flag="--dest")
+    if dest.exists() and stat.S_IMODE(dest.stat().st_mode) & 0o002:
+        raise UsageError(f"{dest} is world-writable: anyone could replace published images; "
+                         "publish into a folder only admins can write", flag="--dest")
+    problem = open_parent(dest)
+    if problem:
+        raise UsageError(problem, flag="--dest")
 
 
 # ------------------------------------------------------------------------------------ plan
@@ -194,7 +201,9 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     image, one without a usable build record, one built as another target or from other inputs
     than ``inputs_hash`` (the target's now; None when the caller cannot tell: a version is
     published as what its target builds today), a site environment a module file cannot carry
-    and an unusable group, before any work."""
+    and an unusable group, before any work; first, a ``--dest`` it cannot write into safely
+    (:func:`check_dest`)."""
+    check_dest(request.dest)
     check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)
     record = settings.provenance_path(target.name)

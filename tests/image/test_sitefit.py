@@ -81,12 +81,6 @@ def test_a_rocm_build_on_a_cuda_site_and_an_unreadable_torch_are_errors() -> Non
     assert "torch" in _errors(_judge(facts, "puhti"))
 
 
-def test_versions_compare_at_the_bounds_precision() -> None:
-    assert sitefit.version("6.2.41133-dd7f95766") == (6, 2, 41133)
-    assert sitefit.version("none") is None
-    assert sitefit._cmp((7, 0, 2), (7, 0)) == 0 and sitefit._cmp((7, 1), (7, 0)) == 1
-
-
 def test_a_fit_bound_that_is_no_version_names_file_line_and_key(tmp_path: Path) -> None:
     folder = tmp_path / "sites"
     folder.mkdir()

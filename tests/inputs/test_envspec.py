@@ -113,6 +113,28 @@ def test_torch_pin_and_installs(tmp_path: Path) -> None:
     assert load_env_spec(_spec(tmp_path, "torch>=2.6")).torch_pin() == ((2, 6), 4)
 
 
+@pytest.mark.parametrize("entry, floor", [
+    ("torch==2.7.1+rocm6.3", (2, 7)), ("torch===2.7.1+rocm6.3", (2, 7)), ("Torch==v2.1", (2, 1)),
+    ("torch~=2.5.0", (2, 5)), ("torch==2.7.*", (2, 7)), ("pytorch>=2.4", (2, 4)),
+    ("torch>=2.4,<2.8", (2, 4)), ("torch<2.8,>=2.4", (2, 4)),  # the old reader saw only the first
+    ("torch==2.6.0a0+ecf3bae", (2, 6)), ("torch==2.1.0 --hash=sha256:" + "0" * 64, (2, 1)),
+    ("torch<2.8", None), ("torch>=2", None), ("torchvision==0.20.1", None),
+])
+def test_torch_pin_reads_each_pip_form(tmp_path: Path, entry: str, floor) -> None:
+    found = load_env_spec(_spec(tmp_path, entry)).torch_pin()
+    assert (found[0] if found else None) == floor
+
+
+def test_torch_pin_reads_a_conda_pin(tmp_path: Path) -> None:
+    spec = tmp_path / "env.yml"
+    for entry, floor in [("pytorch=2.5.1=py3.11_cuda", (2, 5)),
+                         ("conda-forge::pytorch>=2.1", (2, 1)), ("pytorch==2.3", (2, 3)),
+                         ("pytorch", None), ("pytorch=2.*", None)]:
+        spec.write_text(f"dependencies:\n  - {entry}\n")
+        found = load_env_spec(spec).torch_pin()
+        assert (found[0] if found else None) == floor, entry
+
+
 @pytest.mark.parametrize("entry", ["-e git+https://host.example/x.git#egg=x",
                                    "--editable=git+https://host.example/x.git#egg=x"])
 def test_an_editable_vcs_install_is_refused_for_what_it_is(tmp_path: Path, entry: str) -> None:

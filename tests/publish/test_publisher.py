@@ -22,7 +22,8 @@ import pytest
 
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
 from containers.publish import catalogue as cat, diff as diffing, publisher
-from containers.publish.publisher import COPY_DELAY_ENV, PublishRequest, publish
+from containers.publish.publisher import (COPY_DELAY_ENV, PublishRequest, check_dest,
+                                          plan_publish, publish)
 from containers.image.plan import chain_hashes
 from tests.fixtures.data import load_targets
 from tests.fixtures import ROOT
@@ -50,7 +51,7 @@ def test_request_normalises_dest_and_checks_each_flag_once(tmp_path: Path,
     (tmp_path / "open").mkdir()
     os.chmod(tmp_path / "open", 0o777)
     with pytest.raises(UsageError, match="^--dest: .*open is world-writable"):
-        PublishRequest(target="cpu", dest="open")
+        check_dest(PublishRequest(target="cpu", dest="open").dest)
 
 
 # ---------------------------------------------------------------------------------- plan
@@ -468,8 +469,11 @@ def test_a_full_disk_while_publishing_rolls_back_and_a_retry_works(
 def test_dest_naming_a_file_is_one_line(tmp_path: Path) -> None:
     afile = tmp_path / "afile"
     afile.write_text("x")
+    request = PublishRequest(target="cpu", dest=afile)  # the request reads no disk
     with pytest.raises(UsageError, match=f"^--dest: {afile} is a file, not a folder$"):
-        PublishRequest(target="cpu", dest=afile)
+        check_dest(request.dest)
+    with pytest.raises(UsageError, match=f"^--dest: {afile} is a file, not a folder$"):
+        plan_publish(request, target=None, site=None, settings=None)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------- --keep
@@ -606,9 +610,9 @@ def test_a_dest_anyone_could_swap_or_write_into_is_refused(data_built: Built,
     os.chmod(shared, 0o777)
     with pytest.raises(UsageError, match=rf"^--dest: {shared} is world-writable without the "
                                          "sticky bit"):
-        PublishRequest(target="cpu", dest=str(shared / "pub"))
+        check_dest(PublishRequest(target="cpu", dest=str(shared / "pub")).dest)
     os.chmod(shared, 0o1777)  # sticky, as /tmp: only the owner renames its entries
-    PublishRequest(target="cpu", dest=str(shared / "pub"))
+    check_dest(PublishRequest(target="cpu", dest=str(shared / "pub")).dest)
     data_built.publish(version="1.0", skip_checks=True)
     dest = data_built.dest
     os.chmod(dest / "cpu", 0o777)

@@ -1,0 +1,40 @@
+"""Version strings as the tool compares them, read by ``packaging`` (PEP 440) in one place.
+
+What is compared is a version's release numbers: ``2.7.1+rocm6.3`` (a local version) and NGC's
+``2.6.0a0+ecf3bae`` (a pre-release that already carries 2.6's APIs) are torch 2.7 and 2.6. A
+string PEP 440 does not read (ROCm's ``6.2.41133-dd7f95766``, a driver's ``550.54.15 (beta)``)
+is read by its leading numbers, as the tools that print it mean them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from packaging.version import InvalidVersion, Version
+
+_LEADING = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
+
+
+def release(text: object) -> tuple[int, ...] | None:
+    """The release numbers of ``text`` (``2.7.1+rocm6.3`` -> (2, 7, 1), ``2.7.*`` -> (2, 7)),
+    None when it starts with no number."""
+    value = str(text if text is not None else "").strip()
+    try:
+        return Version(value).release
+    except InvalidVersion:
+        match = _LEADING.match(value)
+        return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def major_minor(text: object) -> tuple[int, int] | None:
+    """``(major, minor)`` of ``text``, None unless it starts with both (``2`` or ``2.*`` says
+    no minor: what it allows is not known to the minor)."""
+    found = release(text)
+    return (found[0], found[1]) if found is not None and len(found) > 1 else None
+
+
+def compare_at(value: tuple[int, ...], bound: tuple[int, ...]) -> int:
+    """-1, 0 or 1 as ``value`` is below, within or above ``bound`` read at the bound's precision
+    (6.2.4 is within a bound of 6.2; 6 is 6.0)."""
+    cut = value[:len(bound)] + (0,) * max(0, len(bound) - len(value))
+    return (cut > bound) - (cut < bound)

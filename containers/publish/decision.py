@@ -1,0 +1,119 @@
+"""The release decision: whether a checked image may go out as a new version of its target.
+
+Its evidence is :mod:`containers.publish.gate`'s (busbw against the current latest, what torch
+build the image is) and the image's site fit; this module weighs it: a fit error or a busbw
+regression refuses the version unless ``--accept-regression WHY`` says why it may go out, and the
+catalogue entry records the findings and who accepted what. ``invoke publish``
+(:mod:`containers.app.publishing`) only hands in the runtime, the reason and the fit rule.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from typing import Callable
+
+from containers.errors import VerdictFailed
+from containers.host.facts import utc_now
+from containers.host.runtime import Runtime
+from containers.image import inspect as probing, sitefit
+from containers.inputs.sites import Site
+from containers.publish import catalogue as cat, diff as diffing, gate as gating, publisher
+from containers.report import Say
+
+#: The site-fit findings of an image's stack (and its probe's errors) against a site.
+Fit = Callable[[dict, Site, object], list[sitefit.Finding]]
+
+
+def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> publisher.Review:
+    """The release gate publish runs once the checks passed (the evidence:
+    :mod:`containers.publish.gate`): the new image's site fit (``fit``), the diff against the
+    current ``latest`` (printed, and kept beside the version), and its smoke busbw against
+    latest's. A fit error or a busbw regression refuses the version unless ``accept``
+    (``--accept-regression WHY``) says why it may go out; the entry records the findings and
+    who accepted what."""
+    def review(plan: publisher.PublishPlan, checks: dict, say: Say) -> dict:
+        sha = plan.provenance.get("sha256")
+        facts = (probing.known_facts(plan.image, plan.provenance)
+                 or probing.probe(runtime, plan.image, sha256=sha,
+                                  arch=plan.provenance.get("arch")))
+        stack = probing.summary(facts)
+        mismatch = gating.torch_mismatch(stack.get("build"), plan.gpu, plan.site.name)
+        if mismatch:  # what the image is: never skipped, never accepted
+            raise VerdictFailed(f"not publishing {plan.target.name} {plan.version}: {mismatch}"
+                                " (--skip-checks skips the smoke, not what the image is)")
+        findings = fit(stack, plan.site, facts.get("errors"))
+        for finding in findings:
+            say(f"site fit ({plan.site.name}): {finding.line()}")
+        problems = [f"site fit: {f.message}" for f in sitefit.errors(findings)]
+        result: dict = {"fit": [f.as_dict() for f in findings], "stack": stack}
+        if plan.skip_checks:  # the fit reads the image (no GPU needed): never skipped
+            say("gate: the diff and busbw comparison are skipped with the checks "
+                "(--skip-checks); the site fit is judged")
+            result["gate"] = {"skipped": True, **accepted(plan, problems, accept, say)}
+            return result
+        gate_record, diff, regressions = against_latest(plan, runtime, facts, checks, say)
+        if diff is not None:
+            result["diff"] = diff
+        problems += regressions
+        result["gate"] = {**gate_record, **accepted(plan, problems, accept, say)}
+        return result
+    return review
+
+
+def against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: dict,
+                    say: Say) -> tuple[dict, dict | None, list[str]]:
+    """The new image against the catalogue's current ``latest`` of its target: the gate's
+    record, the diff of the two images' facts (None where there is no latest, or its image is
+    gone) and the busbw regression, if any."""
+    before = cat.load(plan.dest / cat.CATALOGUE_NAME)
+    latest = cat.latest(before, plan.target.name)
+    old = cat.find(before, plan.target.name, latest) if latest else None
+    gate_record: dict = {"against": latest}
+    if old is None:
+        say(f"gate: no published latest of {plan.target.name} to compare with")
+        return gate_record, None, []
+    diff = None
+    if (plan.dest / old["file"]).is_file():
+        diff = _diff(plan, runtime, old, latest, facts, checks)
+        for line in diffing.lines(diff):
+            say(f"gate: {line}")
+    else:
+        say(f"gate: {plan.target.name} {latest}'s image is not in {plan.dest}: no diff")
+    busbw = gating.busbw_check((old.get("checks") or {}).get("smoke"), checks.get("smoke"))
+    gate_record["busbw"] = busbw
+    if busbw["regression"]:
+        return gate_record, diff, [busbw["regression"]]
+    say(f"gate: busbw {busbw.get('note') or 'within the reference tolerance'}")
+    return gate_record, diff, []
+
+
+def _diff(plan: publisher.PublishPlan, runtime: Runtime, old: dict, latest: str, facts: dict,
+          checks: dict) -> dict:
+    """The diff of latest's published image (its recorded facts, else a probe) and the new one."""
+    record = old.get("provenance") or {}
+    old_facts = (probing.known_facts(plan.dest / old["file"], {**record, "stack": old.get("stack")})
+                 or probing.probe(runtime, plan.dest / old["file"], sha256=record.get("sha256"),
+                                  arch=record.get("arch")))
+    return diffing.diff(
+        diffing.side(f"{plan.target.name}@{latest}", old_facts,
+                     size=old["size_bytes"], smoke=(old.get("checks") or {}).get("smoke")),
+        diffing.side(f"{plan.target.name}@{plan.version}", facts,
+                     size=plan.image.stat().st_size, smoke=checks.get("smoke")))
+
+
+def accepted(plan: publisher.PublishPlan, problems: list[str], accept: str | None,
+             say: Say) -> dict:
+    """The gate's verdict on ``problems``: none, nothing to record; some, refused unless
+    ``accept`` says why, and then who accepted what, when (the catalogue keeps it)."""
+    if not problems:
+        return {}
+    if not accept:
+        raise VerdictFailed(
+            f"not publishing {plan.target.name} {plan.version}: " + "; ".join(problems)
+            + "; publish with --accept-regression \"WHY\" to release it anyway "
+            "(recorded in the catalogue)")
+    record = {"why": accept, "problems": problems,
+              "by": f"{getpass.getuser()}@{socket.gethostname()}", "date": utc_now()}
+    say(f"gate: ACCEPTED by {record['by']}: {accept} ({'; '.join(problems)})")
+    return {"accepted": record}
