@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from containers.files import atomic_write_text, sha256_file
+from containers.files import atomic_write_text, copy_hashing, replace_into, sha256_file
 from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
@@ -96,9 +96,9 @@ def _stage(step: BuildStep) -> None:
     for name, content in [*step.staged.items(), *step.copied.items(), *snapshot.items()]:
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, Path):  # copied from the host
-            shutil.copyfile(content, context / name)
+            copy_hashing(content, context / name)
         else:
-            (context / name).write_text(content, encoding="utf-8")
+            atomic_write_text(context / name, content)
     for link, target in step.links.items():
         Path(link).parent.mkdir(parents=True, exist_ok=True)
         Path(link).symlink_to(target)
@@ -368,7 +368,7 @@ def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
     old ones go first, so no record ever describes another image than the one beside it."""
     for suffix in (".json", *extra):
         step.image.with_name(step.image.name + suffix).unlink(missing_ok=True)
-    os.replace(step.partial, step.image)
+    replace_into(step.partial, step.image)
     atomic_write_text(step.image.with_name(step.image.name + ".json"),
                       json.dumps(record, indent=2) + "\n")
     for suffix, text in extra.items():

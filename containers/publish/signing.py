@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from containers.errors import CommandFailed, ConfigError, VerdictFailed
+from containers.files import copy_hashing
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 
@@ -128,7 +128,7 @@ def public_key(runtime: Runtime, keysdir: Path | None, fingerprint: str) -> byte
                           path=ring)
     with tempfile.TemporaryDirectory(prefix="containers-gpg-") as name:
         home = Path(name)
-        shutil.copyfile(ring, home / "pgp-public")
+        copy_hashing(ring, home / "pgp-public")
         out = home / "key.pgp"
         try:
             capture(_gpg(home, "--keyring", str(home / "pgp-public"), "--output", str(out),
