@@ -213,7 +213,7 @@ def test_a_full_disk_while_staging_is_one_line_and_leaves_nothing(tmp_path: Path
     def full(source, dest, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("containers.image.builder.shutil.copyfile", full)
+    monkeypatch.setattr("containers.image.builder.copy_hashing", full)
     with pytest.raises(StateError, match=r"^cannot stage the build context of x: the disk is "
                                          r"full \(.*x-c0ffee"):
         build_step(step, runtime=RUNTIME, say=lambda line: None)
