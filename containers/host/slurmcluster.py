@@ -194,7 +194,7 @@ def two_node_conf(root: Path, ports: list[int], munge_socket: Path) -> Path:
                      f"CPUs={cpus} State=UNKNOWN")
     lines.append("PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP")
     conf = root / "slurm.conf"
-    conf.write_text("\n".join(lines) + "\n")
+    atomic_write_text(conf, "\n".join(lines) + "\n")
     return conf
 
 
@@ -268,12 +268,12 @@ def site_conf_writer(site: Site) -> ConfWriter:
         if not site.partitions:  # a profile that lists none: Slurm's default partition
             lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES "
                          "MaxTime=INFINITE State=UP")
-        (root / "gres.conf").write_text("".join(line + "\n" for line in gres))
+        atomic_write_text(root / "gres.conf", "".join(line + "\n" for line in gres))
         if site.account_required:  # slurmctld reads job_submit.lua beside slurm.conf
             lines.append("JobSubmitPlugins=lua")
-            (root / "job_submit.lua").write_text(_REQUIRE_ACCOUNT)
+            atomic_write_text(root / "job_submit.lua", _REQUIRE_ACCOUNT)
         conf = root / "slurm.conf"
-        conf.write_text("\n".join(lines) + "\n")
+        atomic_write_text(conf, "\n".join(lines) + "\n")
         return conf
     return write
 

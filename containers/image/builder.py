@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from containers.files import atomic_write_text, copy_hashing, replace_into, sha256_file
+from containers.files import (atomic_write_text, copy_hashing, refuse_replacing, replace_into,
+                              sha256_file)
 from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
@@ -365,7 +366,9 @@ def _cache_after(step: BuildStep, cache: PackageCache, say: Say) -> dict:
 
 def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
     """The tested image in its place, then its record and the files the examine added: the
-    old ones go first, so no record ever describes another image than the one beside it."""
+    old ones go first, so no record ever describes another image than the one beside it. A
+    link, device or another user's file at the image's name is refused before any of it."""
+    refuse_replacing(step.image)
     for suffix in (".json", *extra):
         step.image.with_name(step.image.name + suffix).unlink(missing_ok=True)
     replace_into(step.partial, step.image)
