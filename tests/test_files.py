@@ -15,6 +15,7 @@ from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text
                               create_replacing, first_link, fsync_path, open_append_regular,
                               read_json_object, read_regular, resolves_outside, sha256_file,
                               temp_symlink, walk_nofollow)
+from tests.fixtures.disks import PLANTED
 from tests.inputs.test_recipes import bounded
 
 
@@ -136,63 +137,45 @@ def test_links_are_found_not_followed(tmp_path: Path) -> None:
 
 # --- what a write never goes through nor replaces (issue 42, item 1)
 
-@pytest.fixture
-def victim(tmp_path_factory) -> Path:
-    """A file outside the folder written to, standing for ``/etc/passwd``."""
-    path = tmp_path_factory.mktemp("elsewhere") / "passwd"
-    path.write_text("root:x:0:0\n")
-    return path
+WRITERS = {"atomic": lambda path: atomic_write_text(path, "new\n", mode=0o755),
+           "create": lambda path: create_replacing(path).close(),
+           "append": lambda path: open_append_regular(path).close()}
 
 
-def _planted(folder: Path, kind: str, victim: Path) -> Path:
-    """``folder/out`` as a hostile user leaves it: a link to a file elsewhere, a link to
-    ``/dev/null``, a FIFO, or a file of another user."""
-    path = folder / "out"
-    if kind == "link":
-        path.symlink_to(victim)
-    elif kind == "devnull":
-        path.symlink_to("/dev/null")
-    elif kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.write_text("theirs\n")
-        os.chown(path, 65534, 65534)
-    return path
-
-
-REFUSALS = {"link": r"is a symbolic link; refusing to write through it",
-            "devnull": r"is a symbolic link; refusing to write through it",
-            "fifo": r"is a FIFO, not a regular file; refusing to replace it",
-            "other": r"is a file that belongs to .*uid 65534.*, not to you .*refusing to replace"}
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
-
-
-@pytest.mark.parametrize("kind", [*REFUSALS][:3] + [pytest.param("other", marks=needs_root)])
-@pytest.mark.parametrize("write", ["atomic", "create", "append"])
+@pytest.mark.parametrize("write", list(WRITERS))
 def test_a_planted_destination_is_refused_in_one_line_and_left_alone(
-        tmp_path: Path, victim: Path, kind: str, write: str) -> None:
-    path = _planted(tmp_path, kind, victim)
-    before = os.lstat(path)
-    writers = {"atomic": lambda: atomic_write_text(path, "new\n", mode=0o755),
-               "create": lambda: create_replacing(path).close(),
-               "append": lambda: open_append_regular(path).close()}
-    refusal = REFUSALS[kind].replace("replace", "append to") if write == "append" else \
-        REFUSALS[kind]
-    with pytest.raises(WriteRefused, match=rf"^{path} {refusal}") as caught:
-        writers[write]()
-    assert "\n" not in str(caught.value)
-    after = os.lstat(path)
-    assert (after.st_ino, after.st_mode, after.st_uid) == (before.st_ino, before.st_mode,
-                                                           before.st_uid)
-    assert victim.read_text() == "root:x:0:0\n"
-    assert Path("/dev/null").is_char_device()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "no temp is left"
+        tmp_path: Path, factory_planted, write: str) -> None:
+    planted = factory_planted(tmp_path)
+    for kind, path in planted.paths.items():
+        refusal = PLANTED[kind].replace("to replace", "to append to") if write == "append" \
+            else PLANTED[kind]
+        with pytest.raises(WriteRefused, match=f"^{path} {refusal}") as caught:
+            WRITERS[write](path)
+        assert "\n" not in str(caught.value)
+    planted.untouched()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in planted.paths.values()), "no temp is left"
 
 
-def test_a_planted_file_is_refused_at_the_rename_too(tmp_path: Path, victim: Path,
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+@pytest.mark.parametrize("write", list(WRITERS))
+def test_another_users_file_is_not_replaced(tmp_path: Path, write: str) -> None:
+    path = tmp_path / "theirs"
+    path.write_text("theirs\n")
+    os.chown(path, 65534, 65534)
+    doing = "append to" if write == "append" else "replace"
+    with pytest.raises(WriteRefused, match=f"^{path} is a file that belongs to .*uid 65534.*, "
+                                           f"not to you .*; refusing to {doing} it"):
+        WRITERS[write](path)
+    assert path.read_text() == "theirs\n" and path.stat().st_uid == 65534
+
+
+def test_a_planted_file_is_refused_at_the_rename_too(tmp_path: Path, tmp_path_factory,
                                                      monkeypatch) -> None:
     """A link swapped in while the temp is written is refused when it is to be renamed over."""
     path = tmp_path / "out"
+    victim = tmp_path_factory.mktemp("elsewhere") / "passwd"
+    victim.write_text("root:x:0:0\n")
     real = files.write_temp
 
     def swap(*args, **kwargs) -> Path:

@@ -288,6 +288,7 @@ def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
                 and record.get("inputs_hash") == step.inputs_hash:
             say(f"==> {step.target.name}: built meanwhile by another build ({step.short_hash})")
             return record
+        refuse_replacing(step.image)  # before hours of building, and again at the rename
         _sweep(step, say)
         with work_folder(step) as own:
             try:

@@ -4,14 +4,13 @@ before a script is written (its image, of the nodes' architecture) and who judge
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 
 import pytest
 
 from containers.app.jobs import _foreign, job
 from containers.errors import ImageMissing, UsageError, WriteRefused, describe
 from containers.host.facts import host_arch
+from tests.fixtures.disks import PLANTED
 
 
 def test_the_script_is_printed_and_its_output_folder_made(data_project) -> None:
@@ -35,23 +34,15 @@ def test_out_writes_an_executable_script_and_refuses_a_folder(data_project, tmp_
 
 
 def test_out_never_writes_through_a_link_nor_into_a_device(data_project, tmp_path,
-                                                          tmp_path_factory) -> None:
+                                                          factory_planted) -> None:
     """``ln -s /etc/passwd j.sh; invoke job --out j.sh`` replaced the system file, and ``--out``
     a FIFO or ``/dev/null`` made the device a 0755 file: each is refused in one line."""
-    victim = tmp_path_factory.mktemp("etc") / "passwd"
-    victim.write_text("root:x:0:0\n")
-    (tmp_path / "j.sh").symlink_to(victim)
-    (tmp_path / "null.sh").symlink_to("/dev/null")
-    os.mkfifo(tmp_path / "fifo.sh")
-    for name, why in (("j.sh", "is a symbolic link; refusing to write through it"),
-                      ("null.sh", "is a symbolic link; refusing to write through it"),
-                      ("fifo.sh", "is a FIFO, not a regular file; refusing to replace it")):
-        with pytest.raises(WriteRefused, match=f"^{tmp_path / name} {why}") as caught:
-            job(data_project, target="cpu", workload="smoke", site="local-slurm",
-                out=tmp_path / name)
+    planted = factory_planted(tmp_path)
+    for kind, path in planted.paths.items():
+        with pytest.raises(WriteRefused, match=f"^{path} {PLANTED[kind]}") as caught:
+            job(data_project, target="cpu", workload="smoke", site="local-slurm", out=path)
         assert describe(caught.value)[0].count("\n") == 0
-    assert victim.read_text() == "root:x:0:0\n" and Path("/dev/null").is_char_device()
-    assert (tmp_path / "fifo.sh").is_fifo() and (tmp_path / "j.sh").is_symlink()
+    planted.untouched()
 
 
 def test_a_submission_needs_the_image_unless_it_builds_it(data_project) -> None:

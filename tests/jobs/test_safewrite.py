@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.disks import PLANTED
 from tests.jobs.scripts import sibling
 
 safewrite = sibling("safewrite")
@@ -15,21 +16,15 @@ distenv_write = sibling("distenv").write_json
 
 
 def test_a_rank_report_is_never_written_through_a_link_or_into_a_device(
-        tmp_path: Path, tmp_path_factory) -> None:
-    victim = tmp_path_factory.mktemp("elsewhere") / "passwd"
-    victim.write_text("root:x:0:0\n")
-    (tmp_path / "rank-0.json").symlink_to(victim)
-    (tmp_path / "rank-1.json").symlink_to("/dev/null")
-    os.mkfifo(tmp_path / "verdict.json")
-    for name, why in (("rank-0.json", "is a symbolic link; refusing to write through it"),
-                      ("rank-1.json", "is a symbolic link; refusing to write through it"),
-                      ("verdict.json", "is not a regular file; refusing to replace it")):
-        with pytest.raises(safewrite.WriteRefused, match=f"^{tmp_path / name} {why}$"):
-            distenv_write(tmp_path / name, {"rank": 0})
-    assert victim.read_text() == "root:x:0:0\n" and Path("/dev/null").is_char_device()
-    assert (tmp_path / "verdict.json").is_fifo()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0.json", "rank-1.json",
-                                                          "verdict.json"]
+        tmp_path: Path, factory_planted) -> None:
+    planted = factory_planted(tmp_path)
+    why = {**PLANTED, "fifo": "is not a regular file; refusing to replace it"}
+    for kind, path in planted.paths.items():
+        with pytest.raises(safewrite.WriteRefused, match=f"^{path} {why[kind]}$"):
+            distenv_write(path, {"rank": 0})
+    planted.untouched()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in planted.paths.values()), "no temp is left"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
