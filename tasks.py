@@ -21,10 +21,11 @@ from typing import Any, Callable
 from invoke import Exit, task
 
 from containers import app
-from containers.app.project import config_sources
+from containers.app.project import settings_of
 from containers.errors import ContainersError, UsageError, describe
 from containers.image.plan import parse_build_args
 from containers.inputs import flags
+from containers.inputs.settings import environment_settings
 from containers.prove import registry
 from containers.prove.kind import WorkloadKind
 from containers.prove.smoke import SMOKE, SmokeOptions
@@ -36,16 +37,18 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _project(c) -> app.Project:
-    settings = c.config.get("containers", None) or {}
-    return app.Project.load(ROOT, {key: settings[key] for key in settings},
-                            sources=config_sources(c.config))
+    settings, sources = settings_of(c.config)
+    return app.Project.load(ROOT, settings, sources=sources)
 
 
 def _quiet_broken_pipe(kind, value, traceback, previous=sys.excepthook) -> None:
     """invoke prints ``-h`` and ``--list`` itself, outside every task: a reader that went away
     (``invoke smoke -h | head``) ends it quietly with 141, as cat does, not with a traceback.
-    Any other exception goes to the hook that was there."""
+    invoke also casts the ``INVOKE_*`` variables of the keys a file declares before any task
+    runs (``INVOKE_CONTAINERS_SQUASHFS_LEVEL=abc`` is its ValueError): that is said in one line
+    by the tool's own reading of them. Any other exception goes to the hook that was there."""
     if not issubclass(kind, BrokenPipeError):
+        _environment_error()
         previous(kind, value, traceback)
         return
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -53,6 +56,16 @@ def _quiet_broken_pipe(kind, value, traceback, previous=sys.excepthook) -> None:
 
 
 sys.excepthook = _quiet_broken_pipe
+
+
+def _environment_error() -> None:
+    """Exit with the one line of a bad ``INVOKE_CONTAINERS_*`` variable, if there is one."""
+    try:
+        environment_settings(os.environ)
+    except ContainersError as exc:
+        message, code = describe(exc)
+        print(message, file=sys.stderr)
+        os._exit(code)
 
 
 def _user_errors(body):

@@ -91,6 +91,13 @@ class StateError(ContainersError):
     """What is on disk is not in the state the command needs (and the message says why)."""
 
 
+class WriteRefused(StateError):
+    """A file the tool was to write is there already as something it must not replace: a
+    symbolic link (written through, ``ln -s /etc/passwd job.sh`` would replace the system
+    file), a device, FIFO, socket or folder (renamed over, ``/dev/null`` would become a regular
+    file), or another user's file. Raised before anything is written."""
+
+
 class RuntimeNotFound(ContainersError):
     """Neither apptainer nor singularity could be found or run."""
 

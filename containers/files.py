@@ -4,6 +4,13 @@ A reader of any file this tool writes (an image's provenance, a verdict, a catal
 image) sees the old content or the new, never half of it: everything is written to a temp name in
 the same folder, fsynced and renamed. Symlinks are swapped the same way: a new link under a temp
 name renamed over the old one, so the name always points somewhere.
+
+Every write goes through :func:`replace_into` (or :func:`atomic_write_bytes`, which uses it): the
+destination, when it exists, must be a regular file of the user running the tool. A link there
+is never written through, and a device, FIFO, socket, folder or another user's file is never
+replaced: :func:`refuse_replacing` says so in one line (:class:`WriteRefused`) before anything
+is written, so a site admin running as root cannot be made to overwrite ``/etc/passwd`` or turn
+``/dev/null`` into a file.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ import os
 import stat
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
+
+from containers.errors import WriteRefused
 
 COPY_CHUNK = 8 << 20
 _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
@@ -96,12 +105,17 @@ def read_regular_text(path: Path, *, limit: int = RESULT_LIMIT) -> str:
 
 
 def open_append_regular(path: Path, *, mode: int = 0o644) -> BinaryIO:
-    """``path`` opened to read and append (created if missing), if it is a regular file: a FIFO
-    or a device planted there is refused (:class:`FileRefused`) before anything is written,
-    and the open is ``O_NONBLOCK``, so it never blocks. A link is followed, as ``open`` does."""
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    """``path`` opened to read and append (created if missing), if it is a regular file of
+    ours: a link, a FIFO, a device or another user's file planted there is refused
+    (:class:`WriteRefused`) before anything is written; the open is ``O_NOFOLLOW`` and
+    ``O_NONBLOCK`` (it never blocks) and checked again on the descriptor."""
+    refuse_replacing(path, doing="append to")
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW
+                 | os.O_CLOEXEC, mode)
     try:
-        _check_regular(os.fstat(fd))
+        why = _not_ours(os.fstat(fd))
+        if why:
+            raise WriteRefused(f"{path} is {why}; refusing to append to it")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "a+b")
     except BaseException:
@@ -186,15 +200,73 @@ def temp_name(path: Path, kind: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{kind}")
 
 
-def write_temp(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a new temp file beside ``path`` (:func:`temp_name`), fsynced; the
-    temp's path. Renaming it over ``path`` is the caller's commit; removing it, its undo."""
+def _owner(uid: int) -> str:
+    """``alice (uid 1000)``, or ``uid 1000`` when the uid has no name here."""
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def refuse_replacing(path: Path, *, doing: str = "replace") -> None:
+    """Raise :class:`WriteRefused` when ``path`` exists and is not a regular file of ours (a
+    link, a device, a FIFO, a socket, a folder, or another user's file, root running or not);
+    nothing when it is missing or ours to ``doing`` (``replace``, ``append to``). ``lstat``: a
+    link is judged as itself, never followed."""
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    why = _not_ours(info)
+    if why:
+        verb = "write through" if stat.S_ISLNK(info.st_mode) else doing
+        raise WriteRefused(f"{path} is {why}; refusing to {verb} it (move it away, or name "
+                           "another file)")
+
+
+def _not_ours(info: os.stat_result) -> str | None:
+    """Why a file of ``info`` (from ``lstat`` or ``fstat``) is not ours to write, else None."""
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{kind_of(info.st_mode)}, not a regular file"
+    if info.st_uid != os.geteuid():
+        return (f"a file that belongs to {_owner(info.st_uid)}, not to you "
+                f"({_owner(os.geteuid())})")
+    return None
+
+
+def replace_into(temp: Path, path: Path) -> None:
+    """Rename ``temp`` over ``path``, if :func:`refuse_replacing` lets ``path`` be replaced:
+    the one commit of every file this tool writes (records, scripts, images, published files).
+    A rename replaces the name, never what a link there points to."""
+    refuse_replacing(path)
+    os.replace(temp, path)
+
+
+def _open_temp(path: Path, mode: int | None) -> tuple[Path, int]:
+    """A new temp file beside ``path`` (:func:`temp_name`, ``O_EXCL``, never through a link)
+    and its descriptor; ``mode``: its permissions exactly, set before any byte is written (else
+    0666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(path)
     tmp.unlink(missing_ok=True)  # a stale temp (or a link planted there) is never written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600 if mode is not None else 0o666)
+    if mode is not None:
+        os.fchmod(fd, mode)
+    return tmp, fd
+
+
+def write_temp(path: Path, data: bytes, *, mode: int | None = None) -> Path:
+    """Write ``data`` to a new temp file beside ``path`` (:func:`_open_temp`), fsynced; the
+    temp's path. Renaming it over ``path`` (:func:`replace_into`) is the caller's commit;
+    removing it, its undo."""
+    tmp = temp_name(path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o666)
+        tmp, fd = _open_temp(path, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -212,18 +284,37 @@ def _name_in(exc: BaseException, path: Path) -> None:
         exc.filename = str(path)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` through a temp file in the same folder, fsync, rename: readers
-    see the old file or the new one, never a half-written one."""
-    tmp = write_temp(path, data)
+    see the old file or the new one, never a half-written one. What is at ``path`` is checked
+    (:func:`refuse_replacing`) before the temp is made and again at the rename. ``mode``: as
+    :func:`write_temp` takes it."""
+    refuse_replacing(path)
+    tmp = write_temp(path, data, mode=mode)
     try:
-        os.replace(tmp, path)
+        replace_into(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def create_replacing(path: Path) -> BinaryIO:
+    """A new, empty file at ``path``, open for writing: made under a temp name and renamed into
+    place at once (:func:`replace_into`), for a log that grows while a run goes on (readers
+    may follow it) but must never be written through a link or into a device."""
+    refuse_replacing(path)
+    tmp, fd = _open_temp(path, None)
+    handle = os.fdopen(fd, "wb")
+    try:
+        replace_into(tmp, path)
+    except BaseException:
+        handle.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return handle
 
 
 def sha256_file(path: Path, *, progress: Callable[[int], None] | None = None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import shlex
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from containers.files import atomic_write_bytes
 
 T = TypeVar("T")
 
@@ -61,9 +64,12 @@ def save_figure(fig: Any, into: T) -> T:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    if isinstance(into, Path):
-        into.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(into, format="png")
+    if isinstance(into, Path):  # through the one write path: never into a link or a device
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+        atomic_write_bytes(into, buffer.getvalue())
+    else:
+        fig.savefig(into, format="png")
     plt.close(fig)
     return into
 

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 import cudadriver
+import safewrite
 
 
 @dataclass(frozen=True)
@@ -155,15 +156,9 @@ def describe_device(device: torch.device) -> str:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON atomically (temp file, then os.replace) so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """Write JSON atomically (temp file, then os.replace) so a reader never sees half a file,
+    never through a link nor over a device or another user's file (:mod:`safewrite`)."""
+    safewrite.write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def now_iso() -> str:

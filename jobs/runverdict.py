@@ -19,6 +19,8 @@ import stat
 import sys
 from pathlib import Path
 
+import safewrite
+
 MAX_LOG = 64 << 20  # the tail read for the proofs; a log can be large
 
 
@@ -110,9 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     record, code = judge(args)
     path = Path(args.out) / "verdict.json"
-    tmp = path.with_name(f".verdict.json.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    safewrite.write_text(path, json.dumps(record, indent=2) + "\n")
     print(f"verdict: {'PASS' if record['passed'] else 'FAIL'}"
           + (f" (degraded transport: {record['degraded']})" if record["degraded"] else "")
           + "".join(f"\n  {reason}" for reason in record["reasons"]), flush=True)

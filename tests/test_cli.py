@@ -210,6 +210,27 @@ def test_a_bad_setting_is_reported_in_the_file_that_has_it(cli_project: Path,
         "error: environment variable INVOKE_CONTAINERS_ACCOUNT: containers.account: 'bad name;x'")
 
 
+@pytest.mark.parametrize("variable, line", [
+    ("INVOKE_CONTAINERS_SQUASHFS=lz4", "error: environment variable INVOKE_CONTAINERS_SQUASHFS: "
+     "containers.squashfs: must be one of auto, zstd, gzip, got 'lz4'"),
+    ("INVOKE_CONTAINERS_SQUASHFS_LEVEL=abc", "error: environment variable "
+     "INVOKE_CONTAINERS_SQUASHFS_LEVEL: containers.squashfs_level: 'abc' is not a whole number"),
+])
+def test_every_settings_variable_is_read_and_a_bad_one_is_one_line(cli_project: Path, variable,
+                                                                   line) -> None:
+    """``squashfs`` is not declared in this project's invoke.yaml, so invoke never read its
+    variable (ignored without a word); ``squashfs_level`` is, and invoke's own cast of ``abc``
+    was a traceback before any task ran."""
+    assert "squashfs:" not in (cli_project / "invoke.yaml").read_text()
+    name, _, value = variable.partition("=")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), name: value}
+    with open(cli_project / "invoke.yaml", "a") as config:
+        config.write("  squashfs_level: 9\n")
+    result = subprocess.run([sys.executable, "-m", "invoke", "targets"], cwd=cli_project,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert _one_line_error(result) == line
+
+
 def test_json_documents_parse_and_tables_are_plain_when_piped(cli_project: Path,
                                                              tmp_path: Path) -> None:
     targets = _invoke(cli_project, "targets", "--json")

@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from containers import files
+from containers.errors import WriteRefused
 from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text, copy_hashing,
-                              first_link, fsync_path, read_json_object, read_regular,
-                              resolves_outside, sha256_file, temp_symlink, walk_nofollow)
+                              create_replacing, first_link, fsync_path, open_append_regular,
+                              read_json_object, read_regular, resolves_outside, sha256_file,
+                              temp_symlink, walk_nofollow)
+from tests.fixtures.disks import PLANTED
 from tests.inputs.test_recipes import bounded
 
 
@@ -129,3 +133,71 @@ def test_links_are_found_not_followed(tmp_path: Path) -> None:
     assert resolves_outside(base / "a" / "file", base) is None
     assert resolves_outside(base / "a" / "link" / "secret", base) == tmp_path / "out" / "secret"
     assert resolves_outside(base / ".." / "out", base) == tmp_path / "out"
+
+
+# --- what a write never goes through nor replaces (issue 42, item 1)
+
+WRITERS = {"atomic": lambda path: atomic_write_text(path, "new\n", mode=0o755),
+           "create": lambda path: create_replacing(path).close(),
+           "append": lambda path: open_append_regular(path).close()}
+
+
+@pytest.mark.parametrize("write", list(WRITERS))
+def test_a_planted_destination_is_refused_in_one_line_and_left_alone(
+        tmp_path: Path, factory_planted, write: str) -> None:
+    planted = factory_planted(tmp_path)
+    for kind, path in planted.paths.items():
+        refusal = PLANTED[kind].replace("to replace", "to append to") if write == "append" \
+            else PLANTED[kind]
+        with pytest.raises(WriteRefused, match=f"^{path} {refusal}") as caught:
+            WRITERS[write](path)
+        assert "\n" not in str(caught.value)
+    planted.untouched()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in planted.paths.values()), "no temp is left"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+@pytest.mark.parametrize("write", list(WRITERS))
+def test_another_users_file_is_not_replaced(tmp_path: Path, write: str) -> None:
+    path = tmp_path / "theirs"
+    path.write_text("theirs\n")
+    os.chown(path, 65534, 65534)
+    doing = "append to" if write == "append" else "replace"
+    with pytest.raises(WriteRefused, match=f"^{path} is a file that belongs to .*uid 65534.*, "
+                                           f"not to you .*; refusing to {doing} it"):
+        WRITERS[write](path)
+    assert path.read_text() == "theirs\n" and path.stat().st_uid == 65534
+
+
+def test_a_planted_file_is_refused_at_the_rename_too(tmp_path: Path, tmp_path_factory,
+                                                     monkeypatch) -> None:
+    """A link swapped in while the temp is written is refused when it is to be renamed over."""
+    path = tmp_path / "out"
+    victim = tmp_path_factory.mktemp("elsewhere") / "passwd"
+    victim.write_text("root:x:0:0\n")
+    real = files.write_temp
+
+    def swap(*args, **kwargs) -> Path:
+        temp = real(*args, **kwargs)
+        path.symlink_to(victim)
+        return temp
+
+    monkeypatch.setattr(files, "write_temp", swap)
+    with pytest.raises(WriteRefused, match="symbolic link"):
+        atomic_write_text(path, "new\n")
+    assert victim.read_text() == "root:x:0:0\n" and path.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_our_own_file_is_replaced_atomically_with_the_mode_asked(tmp_path: Path) -> None:
+    path = tmp_path / "job.sh"
+    path.write_text("old\n")
+    old_inode = path.stat().st_ino
+    atomic_write_text(path, "new\n", mode=0o755)
+    assert path.read_text() == "new\n" and path.stat().st_ino != old_inode
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
+    with create_replacing(tmp_path / "run.log") as log:
+        log.write(b"line\n")
+    assert (tmp_path / "run.log").read_bytes() == b"line\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh", "run.log"]

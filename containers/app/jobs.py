@@ -48,8 +48,8 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     Whichever it does, the folder the job's output goes to exists afterwards (schedulers do
     not create it, and a job whose output folder is missing dies without a log). ``time`` is
     seconds or a time as ``--time`` takes it."""
-    script = Path(out).resolve() if out else None
-    if script is not None and script.is_dir():
+    script = Path(os.path.abspath(out)) if out else None  # a link named is refused, not followed
+    if script is not None and script.is_dir() and not script.is_symlink():
         raise UsageError(f"--out {out} is a folder; name the script file to write (e.g. "
                          f"{Path(out) / 'job.sh'})", flag="--out")
     item = project.target(target or project.default_target())
@@ -112,8 +112,7 @@ def _not_ready(item: Target, text: str, *, submit: bool) -> str:
 
 def _write(script: Path, text: str) -> None:
     with on_disk("write the job script", script):
-        atomic_write_text(script, text)
-        script.chmod(0o755)
+        atomic_write_text(script, text, mode=0o755)
 
 
 def _submit(project: Project, planned: batch.Job, script: Path | None, *, index: dict,

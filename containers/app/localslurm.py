@@ -3,8 +3,9 @@
 Starts (``--start``) the two-node cluster the test suite uses (:mod:`containers.host.slurmcluster`)
 or, with ``--site S``, one shaped like a site profile (its partitions and their limits, its cores
 and GPUs as GRES, its required account), and records it in one folder; ``--status`` shows it;
-``--stop`` stops it by the PIDs it recorded. Jobs reach it through ``SLURM_CONF``, which
-``--start`` prints as a line to paste (or ``eval``).
+``--stop`` stops it by the PIDs it recorded, once the record is known to be this user's own and
+each PID its daemon (:func:`containers.host.slurmcluster.daemons`). Jobs reach it through
+``SLURM_CONF``, which ``--start`` prints as a line to paste (or ``eval``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shlex
 from pathlib import Path
 
 from containers.app.project import Project
-from containers.errors import StateError
+from containers.errors import CommandFailed, StateError
 from containers.host import slurmcluster
 from containers.inputs.sites import get_site
 from containers.report import Say, say_line as _print
@@ -25,13 +26,19 @@ DEFAULT_ROOT = Path("/var/tmp/containers-local-slurm")
 
 
 def _running(root: Path) -> slurmcluster.SlurmCluster | None:
-    """The recorded cluster when its controller is still alive."""
+    """The recorded cluster while one of its daemons still runs (a record that is not this
+    user's, or names a PID that is not its daemon, is refused: :func:`slurmcluster.load`,
+    :func:`slurmcluster.daemons`)."""
     cluster = slurmcluster.load(root)
-    return cluster if cluster and any(map(slurmcluster.alive, cluster.pids.values())) else None
+    return cluster if cluster and slurmcluster.daemons(cluster) else None
 
 
 def _describe(cluster: slurmcluster.SlurmCluster, say: Say) -> None:
-    say(f"nodes: {', '.join(cluster.nodes)}; partitions: {', '.join(cluster.partitions())}")
+    try:
+        partitions = ", ".join(cluster.partitions(timeout=slurmcluster.CLIENT_TIMEOUT))
+    except CommandFailed as exc:  # a controller that does not answer: say so, do not wait
+        partitions = f"unknown ({exc})"
+    say(f"nodes: {', '.join(cluster.nodes)}; partitions: {partitions}")
     say("daemons (PIDs): " + ", ".join(f"{k} {v}" for k, v in cluster.pids.items()))
     say(f"folder: {cluster.root} (logs in {cluster.root / 'log'})")
     say("jobs reach it through SLURM_CONF:")
@@ -58,7 +65,7 @@ def local_slurm(project: Project, *, action: str, site: str | None = None,
         if found:
             raise StateError(f"a local Slurm cluster is already running (in {root}); "
                              "stop it first: invoke local-slurm --stop")
-        if root.exists():  # a stopped or crashed cluster's leftovers: its daemons are gone
+        if os.path.lexists(root):  # a stopped or crashed cluster's leftovers (checked by load)
             slurmcluster.stop(slurmcluster.load(root) or slurmcluster.SlurmCluster(
                 root=root, conf=root / "slurm.conf"))
         _start(project, root, site, say)

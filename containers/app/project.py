@@ -13,7 +13,7 @@ from containers.errors import (ConfigError, ContainersError, Problems, RuntimeNo
 from containers.host.runtime import Runtime, assumed_runtime, find_runtime
 from containers.inputs import validate
 from containers.inputs.recipes import Target, get_target
-from containers.inputs.settings import Settings, load_settings, unknown_variables
+from containers.inputs.settings import Settings, environment_settings, load_settings
 from containers.inputs.sites import Site, detect_site, get_site, load_sites
 from containers.inputs.yamlsource import LocatedDict, load_yaml_file
 
@@ -27,14 +27,29 @@ class ConfigSource:
     path: Path | None = None
 
 
-def config_sources(config: Any) -> list[ConfigSource]:
+def settings_of(config: Any, environ: Mapping[str, str] | None = None
+                ) -> tuple[dict[str, Any], list[ConfigSource]]:
+    """The ``containers`` settings of an invoke ``Config`` and the layers they come from
+    (:func:`config_sources`), with every ``INVOKE_CONTAINERS_*`` variable read by its setting's
+    own type (:func:`environment_settings`): invoke reads only the keys a file declares and
+    casts ``false`` to true, so its reading is replaced. The ``-f`` runtime file still wins
+    over a variable, as in invoke."""
+    merged = dict(config.get("containers", None) or {})
+    runtime = (getattr(config, "_runtime", None) or {}).get("containers") or {}
+    env = {key: value for key, value in environment_settings(
+        os.environ if environ is None else environ, merged).items() if key not in runtime}
+    return {**merged, **env}, config_sources(config, env={"containers": env} if env else {})
+
+
+def config_sources(config: Any, env: Mapping[str, Any] | None = None) -> list[ConfigSource]:
     """The layers of an invoke ``Config`` that set values, the one that wins first: the
-    ``-f`` runtime file, ``INVOKE_*`` variables, the project's ``invoke.yaml``, the user's and
-    the system's files. invoke merges them and keeps no record of which set a key, but it keeps
-    each layer's data and path (``_runtime``, ``_runtime_path``, …), which this reads."""
+    ``-f`` runtime file, ``INVOKE_*`` variables (``env``: as :func:`settings_of` read them;
+    else invoke's), the project's ``invoke.yaml``, the user's and the system's files. invoke
+    merges them and keeps no record of which set a key, but it keeps each layer's data and path
+    (``_runtime``, ``_runtime_path``, …), which this reads."""
     found = []
     for layer in ("runtime", "env", "project", "user", "system"):
-        data = getattr(config, f"_{layer}", None)
+        data = env if layer == "env" and env is not None else getattr(config, f"_{layer}", None)
         if not isinstance(data, Mapping) or not data:
             continue
         path = getattr(config, f"_{layer}_path", None) if layer != "env" else None
@@ -91,8 +106,6 @@ class Project:
         """``config``: the ``containers`` settings; ``sources``: the layers they were merged
         from (:func:`config_sources`), so a bad one is reported in the file that has it."""
         try:
-            if sources:  # the command line: a mistyped INVOKE_CONTAINERS_* is an error too
-                raise_all(unknown_variables(os.environ, config))
             return cls(root=root, settings=load_settings(root, config), sources=sources)
         except ConfigError as exc:
             if not sources:

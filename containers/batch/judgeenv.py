@@ -24,6 +24,7 @@ import hashlib
 import importlib.metadata
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import tomllib
@@ -35,6 +36,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from containers.errors import CommandFailed, ConfigError, on_disk
+from containers.files import atomic_write_text
 from containers.host.process import run
 from containers.inputs.versions import major_minor
 
@@ -181,7 +183,7 @@ def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
         if code != 0:
             raise CommandFailed(" ".join(argv), argv=argv, returncode=code)
         _node_scripts(tmp / "bin")
-        (tmp / COMPLETE).write_text("\n".join(judge.requirements) + "\n", encoding="utf-8")
+        atomic_write_text(tmp / COMPLETE, "\n".join(judge.requirements) + "\n")
         try:
             os.rename(tmp, folder)
         except OSError:  # another submit renamed its copy first (the target is not empty)
@@ -197,7 +199,10 @@ def _node_scripts(folder: Path) -> None:
     """The console scripts pip wrote (``bin/cotainr``) name this machine's Python in their
     ``#!`` line, which the node cannot run: they run the node's ``python3`` instead."""
     for script in sorted(folder.glob("*")) if folder.is_dir() else ():
+        if script.is_symlink() or not script.is_file():
+            continue
         text = script.read_text(encoding="utf-8", errors="replace")
         first, newline, rest = text.partition("\n")
         if first.startswith("#!") and "python" in first:
-            script.write_text("#!/usr/bin/env python3" + newline + rest, encoding="utf-8")
+            atomic_write_text(script, "#!/usr/bin/env python3" + newline + rest,
+                              mode=stat.S_IMODE(script.stat().st_mode))

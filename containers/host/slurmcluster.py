@@ -9,6 +9,13 @@ accounting database), on free ports picked at start. It is stopped by the PIDs i
 then by the PIDs of processes still carrying its ``SLURM_CONF`` (job steps that outlived their
 slurmd); nothing is stopped by name.
 
+Its record (``cluster.json``) lives in a fixed folder anyone could create first, and ``--stop``
+runs as root: a record is read only from a folder and file of the user reading it that nobody
+else may write (:func:`trust_problem`), it must name the cluster's own ``slurm.conf``, and a PID
+in it is signalled only while it is that daemon: the recorded program, with the cluster's own
+config in its argv and, where recorded, the same start time (:func:`daemons`). Anything else
+is refused in one line before any process is signalled.
+
 Two shapes: :func:`two_node_conf` (nodes ``n1`` and ``n2``, partition ``debug``, as the tests'
 batch jobs use it) and :func:`site_conf_writer` (a site profile's partitions, limits, cores and
 GPUs as GRES on stand-in devices, and a required account where the site requires one).
@@ -32,7 +39,7 @@ from typing import Callable, Sequence
 import psutil
 
 from containers.errors import CommandFailed, StateError
-from containers.files import read_json_object
+from containers.files import atomic_write_text, read_json_object, swappable_parent
 from containers.host.process import terminate
 from containers.inputs.sites import Site
 
@@ -46,6 +53,12 @@ TEST_ACCOUNT = "proj_1"
 SITE_NODES = 2
 #: What the command's cluster records about itself, in its folder.
 STATE_FILE = "cluster.json"
+
+#: The daemon programs a record may name (``slurmd-<node>`` is a slurmd).
+DAEMONS = ("munged", "slurmctld", "slurmd", "slurmdbd")
+#: Seconds a status call (sinfo, squeue) may take: a controller that does not answer must not
+#: hold ``--status`` or ``--stop``.
+CLIENT_TIMEOUT = 10
 
 #: Writes a slurm.conf into a root folder, for the given ports and munge socket.
 ConfWriter = Callable[[Path, list[int], Path], Path]
@@ -82,6 +95,13 @@ class SlurmCluster:
     nodes: tuple[str, ...] = ("n1", "n2")
     node_addr: str = "127.0.0.1"
     pids: dict[str, int] = field(default_factory=dict)
+    #: Each daemon's start time (``psutil``'s ``create_time``), where recorded: a PID reused
+    #: since by another process of the same program and argv is told apart by it.
+    started: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.root / "munge-socket" / "munge.socket"
 
     @property
     def env(self) -> dict[str, str]:
@@ -89,8 +109,12 @@ class SlurmCluster:
 
     def run(self, argv: list[str], *, timeout: float = 60, check: bool = True,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        result = subprocess.run(argv, env={**self.env, **(env or {})}, capture_output=True,
-                                text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        try:
+            result = subprocess.run(argv, env={**self.env, **(env or {})}, capture_output=True,
+                                    text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise CommandFailed(f"{argv[0]} gave no answer in {timeout:.0f} s",
+                                argv=argv) from exc
         if check and result.returncode != 0:
             raise CommandFailed(argv[0], argv=argv, returncode=result.returncode,
                                 output=(result.stdout + result.stderr).splitlines())
@@ -119,8 +143,8 @@ class SlurmCluster:
         out = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout
         return [line.split()[0] for line in out.splitlines() if line.split()[1:] == ["idle"]]
 
-    def partitions(self) -> list[str]:
-        out = self.run(["sinfo", "-h", "-o", "%P"], check=False).stdout
+    def partitions(self, *, timeout: float = 60) -> list[str]:
+        out = self.run(["sinfo", "-h", "-o", "%P"], check=False, timeout=timeout).stdout
         return [line.strip().rstrip("*") for line in out.splitlines() if line.strip()]
 
 
@@ -173,7 +197,7 @@ def two_node_conf(root: Path, ports: list[int], munge_socket: Path) -> Path:
                      f"CPUs={cpus} State=UNKNOWN")
     lines.append("PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP")
     conf = root / "slurm.conf"
-    conf.write_text("\n".join(lines) + "\n")
+    atomic_write_text(conf, "\n".join(lines) + "\n")
     return conf
 
 
@@ -261,12 +285,12 @@ def site_conf_writer(site: Site) -> ConfWriter:
         if not site.partitions:  # a profile that lists none: Slurm's default partition
             lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES "
                          "MaxTime=INFINITE State=UP")
-        (root / "gres.conf").write_text("".join(line + "\n" for line in gres))
+        atomic_write_text(root / "gres.conf", "".join(line + "\n" for line in gres))
         if site.account_required:  # slurmctld reads job_submit.lua beside slurm.conf
             lines.append("JobSubmitPlugins=lua")
-            (root / "job_submit.lua").write_text(_REQUIRE_ACCOUNT)
+            atomic_write_text(root / "job_submit.lua", _REQUIRE_ACCOUNT)
         conf = root / "slurm.conf"
-        conf.write_text("\n".join(lines) + "\n")
+        atomic_write_text(conf, "\n".join(lines) + "\n")
         return conf
     return write
 
@@ -351,12 +375,12 @@ def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: 
     conf = write_conf(root, free_ports(ports), munge_socket)
     cluster = SlurmCluster(root=root, conf=conf, nodes=nodes)
     try:
-        cluster.pids["munged"] = _start_munge(munge_dir, munge_socket)
+        _recorded(cluster, "munged", _start_munge(munge_dir, munge_socket))
         cluster.run(["slurmctld", "-f", str(conf)])
-        cluster.pids["slurmctld"] = _read_pid(root / "slurmctld.pid")
+        _recorded(cluster, "slurmctld", _read_pid(root / "slurmctld.pid"))
         for node in nodes:
             cluster.run(["slurmd", "-f", str(conf), "-N", node])
-            cluster.pids[f"slurmd-{node}"] = _read_pid(root / f"slurmd-{node}.pid")
+            _recorded(cluster, f"slurmd-{node}", _read_pid(root / f"slurmd-{node}.pid"))
         deadline = time.monotonic() + idle_timeout
         while not set(nodes) <= set(cluster.idle_nodes()):
             if time.monotonic() > deadline:
@@ -370,33 +394,135 @@ def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: 
     return cluster
 
 
+def _recorded(cluster: SlurmCluster, name: str, pid: int) -> None:
+    """Note daemon ``name``'s PID and start time in ``cluster``."""
+    cluster.pids[name] = pid
+    with contextlib.suppress(psutil.Error):
+        cluster.started[name] = psutil.Process(pid).create_time()
+
+
+def _program(name: str) -> str:
+    """The program a record's daemon ``name`` runs: ``slurmd-n1`` -> ``slurmd``."""
+    return "slurmd" if name.startswith("slurmd-") else name
+
+
+def _stranger(cluster: SlurmCluster, name: str, proc: psutil.Process) -> str | None:
+    """Why the live process ``proc`` is not ``cluster``'s daemon ``name``, else None: another
+    program, an argv without the cluster's own config (``-f <root>/slurm.conf``, munged's
+    ``--socket=<root>/munge-socket/munge.socket``), or another start time than recorded."""
+    argv = proc.cmdline()
+    program = _program(name)
+    own = f"--socket={cluster.munge_socket}" if program == "munged" else str(cluster.conf)
+    if program not in DAEMONS or not argv or os.path.basename(argv[0]) != program:
+        return f"is {_few_words(argv)!r}, not {program}"
+    if own not in argv:
+        return f"is a {program} without this cluster's {own} in its command line"
+    started = cluster.started.get(name)
+    if started is not None and abs(proc.create_time() - started) > 1:
+        return f"started at another time than the {program} the record names"
+    return None
+
+
+def _few_words(argv: Sequence[str]) -> str:
+    """A command line in a few words, for a refusal (at most 80 characters)."""
+    text = " ".join(argv) or "a process without a command line"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:
+    """The recorded daemons still running, by name (an exited one is left out: nothing to
+    stop). A :class:`StateError` when a recorded PID is alive as anything but that daemon of
+    this cluster: the record is stale or planted, and no PID of it is signalled."""
+    found = {}
+    for name, pid in cluster.pids.items():
+        try:
+            proc = psutil.Process(pid)
+            why = _stranger(cluster, name, proc)
+        except psutil.NoSuchProcess:  # a zombie too: exited
+            continue
+        except psutil.AccessDenied:
+            why = "cannot be read by this user"
+        if why:
+            raise StateError(f"{cluster.root / STATE_FILE} names PID {pid} as {name}, but PID "
+                             f"{pid} {why}; refusing to signal it (if the cluster is gone, "
+                             f"remove {cluster.root})")
+        found[name] = proc
+    return found
+
+
 def stop(cluster: SlurmCluster) -> None:
     """Cancel the cluster's jobs, stop its daemons and leftover job steps by PID (munged last),
-    and remove its folder."""
-    if alive(cluster.pids.get("slurmctld", 0) or -1):
-        jobs = cluster.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
-        if jobs:
-            cluster.run(["scancel", *jobs], check=False)
-    munged = cluster.pids.get("munged")
-    stop_pids([p for name, p in cluster.pids.items() if name != "munged"])
+    and remove its folder. Only PIDs :func:`daemons` recognises are signalled."""
+    running = daemons(cluster)
+    if "slurmctld" in running:
+        with contextlib.suppress(CommandFailed):
+            jobs = cluster.run(["squeue", "-h", "-o", "%i"], check=False,
+                               timeout=CLIENT_TIMEOUT).stdout.split()
+            if jobs:
+                cluster.run(["scancel", *jobs], check=False, timeout=CLIENT_TIMEOUT)
+    munged = running.pop("munged", None)
+    terminate(list(running.values()), 10)
     stop_pids(carrying(f"SLURM_CONF={cluster.conf}"))  # job steps that outlived their slurmd
     if munged:
-        stop_pids([munged])
+        terminate([munged], 10)
     shutil.rmtree(cluster.root, ignore_errors=True)
 
 
 def save(cluster: SlurmCluster) -> Path:
     """Record the cluster in its folder, so another command can find and stop it."""
     path = cluster.root / STATE_FILE
-    path.write_text(json.dumps({"conf": str(cluster.conf), "nodes": list(cluster.nodes),
-                                "pids": cluster.pids}, indent=1) + "\n")
+    atomic_write_text(path, json.dumps({"conf": str(cluster.conf), "nodes": list(cluster.nodes),
+                                        "pids": cluster.pids, "started": cluster.started},
+                                       indent=1) + "\n", mode=0o644)
     return path
 
 
+def trust_problem(path: Path) -> str | None:
+    """Why ``path`` (the cluster's folder or its record) cannot be trusted by this user, else
+    None (also when missing): a link, another user's, writable by group or others, or in a
+    folder where anyone may swap it (:func:`containers.files.swappable_parent`)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if info.st_uid != os.geteuid():
+        return f"{path} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
+    if info.st_mode & 0o022:
+        return f"{path} is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
+    swappable = swappable_parent(path)
+    if swappable is not None:
+        return f"{swappable} is writable by anyone without the sticky bit"
+    return None
+
+
+def check_folder(root: Path) -> None:
+    """A :class:`StateError` when the cluster's folder, or its record, is not this user's
+    alone (:func:`trust_problem`): nothing in it is read, signalled or removed then."""
+    for path in (root, root / STATE_FILE):
+        why = trust_problem(path)
+        if why:
+            raise StateError(f"{why}; refusing to use the local Slurm cluster's record in "
+                             f"{root} (someone else may have planted it: check it, remove it)")
+
+
 def load(root: Path) -> SlurmCluster | None:
-    """The cluster recorded in ``root``, or None when there is none."""
+    """The cluster recorded in ``root``, or None when there is none; a record this user does
+    not own alone (:func:`check_folder`), or one not shaped as :func:`save` writes it, is a
+    :class:`StateError`."""
+    check_folder(root)
     data = read_json_object(root / STATE_FILE)
     if data is None:
         return None
-    return SlurmCluster(root=root, conf=Path(data["conf"]), nodes=tuple(data["nodes"]),
-                        pids={k: int(v) for k, v in data["pids"].items()})
+    conf, nodes, pids = data.get("conf"), data.get("nodes"), data.get("pids")
+    started = data.get("started", {})
+    if (conf != str(root / "slurm.conf") or not isinstance(nodes, list)
+            or not all(isinstance(n, str) for n in nodes) or not isinstance(pids, dict)
+            or not all(type(p) is int and p > 0 for p in pids.values())
+            or not isinstance(started, dict)
+            or not all(isinstance(t, (int, float)) for t in started.values())):
+        raise StateError(f"{root / STATE_FILE} is not a record this tool wrote (conf "
+                         f"{root / 'slurm.conf'}, nodes, PIDs); refusing to use it")
+    return SlurmCluster(root=root, conf=Path(conf), nodes=tuple(nodes), pids=dict(pids),
+                        started={k: float(v) for k, v in started.items()})

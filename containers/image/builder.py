@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from containers.files import atomic_write_text, sha256_file
+from containers.files import (atomic_write_text, copy_hashing, refuse_replacing, replace_into,
+                              sha256_file)
 from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
@@ -96,9 +97,9 @@ def _stage(step: BuildStep) -> None:
     for name, content in [*step.staged.items(), *step.copied.items(), *snapshot.items()]:
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, Path):  # copied from the host
-            shutil.copyfile(content, context / name)
+            copy_hashing(content, context / name)
         else:
-            (context / name).write_text(content, encoding="utf-8")
+            atomic_write_text(context / name, content)
     for link, target in step.links.items():
         Path(link).parent.mkdir(parents=True, exist_ok=True)
         Path(link).symlink_to(target)
@@ -287,6 +288,7 @@ def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
                 and record.get("inputs_hash") == step.inputs_hash:
             say(f"==> {step.target.name}: built meanwhile by another build ({step.short_hash})")
             return record
+        refuse_replacing(step.image)  # before hours of building, and again at the rename
         _sweep(step, say)
         with work_folder(step) as own:
             try:
@@ -365,10 +367,12 @@ def _cache_after(step: BuildStep, cache: PackageCache, say: Say) -> dict:
 
 def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
     """The tested image in its place, then its record and the files the examine added: the
-    old ones go first, so no record ever describes another image than the one beside it."""
+    old ones go first, so no record ever describes another image than the one beside it. A
+    link, device or another user's file at the image's name is refused before any of it."""
+    refuse_replacing(step.image)
     for suffix in (".json", *extra):
         step.image.with_name(step.image.name + suffix).unlink(missing_ok=True)
-    os.replace(step.partial, step.image)
+    replace_into(step.partial, step.image)
     atomic_write_text(step.image.with_name(step.image.name + ".json"),
                       json.dumps(record, indent=2) + "\n")
     for suffix, text in extra.items():

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
+from containers.files import atomic_write_text
 from containers.host.facts import host_arch
 from containers.image.cache import default_cache_dir
 
@@ -61,8 +62,7 @@ def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None,
     work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         for name, text in cpu_files(arch, cpus).items():
-            (work / name).parent.mkdir(parents=True, exist_ok=True)
-            (work / name).write_text(text, encoding="ascii")
+            atomic_write_text(work / name, text)
         os.replace(work, folder)
     except OSError:
         if not (folder / "online").is_file():

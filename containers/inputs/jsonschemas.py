@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from containers.files import atomic_write_text
 from containers.inputs.envspec import EnvFile
 from containers.inputs.recipes import Manifest
 from containers.inputs.settings import SettingsFile
@@ -47,7 +48,7 @@ def write(folder: Path) -> list[str]:
     changed = stale(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name in changed:
-        (folder / name).write_text(render(name))
+        atomic_write_text(folder / name, render(name))
     return changed
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Mapping
 
 from pydantic import AfterValidator, ConfigDict, Field
 
-from containers.errors import ConfigError
+from containers.errors import ConfigError, raise_all
 from containers.inputs.flags import ACCOUNT, GROUP, NON_NEGATIVE_INT, TARGET, FlagType
 from containers.inputs.schema import (MAP_OF_SCALARS, Bool, Declared, Int, Scalar, Str,
                                       name_problem, refuse, suggest, validate_model)
@@ -145,47 +145,82 @@ class Settings:
         return self.images_dir / f"{target}.sif.json"
 
 
-#: Settings that are mappings: invoke reads ``INVOKE_CONTAINERS_<KEY>_<NAME>`` into them.
+#: Settings that are mappings: ``INVOKE_CONTAINERS_<KEY>`` sets the whole mapping (a YAML flow
+#: mapping) and ``INVOKE_CONTAINERS_<KEY>_<NAME>`` one entry.
 _MAPS = ("publish_pinned", "accounts")
-
-
-def unknown_variables(environ: Mapping[str, str], config: Mapping[str, Any] | None = None
-                      ) -> list[ConfigError]:
-    """``INVOKE_CONTAINERS_*`` variables that name no setting. invoke reads only variables
-    that match a key it knows and ignores the rest in silence, so a typo
-    (``INVOKE_CONTAINERS_IMAGE_DIR``) would leave the default in force; the same typo in a file
-    is an unknown key, and so is this. A mapping's entry (``INVOKE_CONTAINERS_ACCOUNTS_LUMI``)
-    is read only when a file already sets that entry (``config``: the merged settings)."""
-    known = list(SettingsFile.model_fields)
-    found = []
-    for name in sorted(environ):
-        if not name.startswith(ENV_PREFIX):
-            continue
-        key = name[len(ENV_PREFIX):].lower()
-        if key in known:
-            continue
-        mapping = next((m for m in _MAPS if key.startswith(m + "_")), None)
-        if mapping is not None:
-            entry = key[len(mapping) + 1:]
-            entries = (config or {}).get(mapping) or {}
-            if any(str(k).lower() == entry for k in entries):
-                continue
-            found.append(ConfigError(
-                f"invoke reads it only into a containers.{mapping} entry a file already sets, "
-                f"and none sets '{entry}', so it would be ignored: set containers.{mapping}."
-                f"{entry} in invoke.yaml instead", path=f"environment variable {name}"))
-            continue
-        close = suggest(key, known)
-        hint = f" (did you mean {ENV_PREFIX}{close.split(chr(39))[1].upper()}?)" if close else ""
-        found.append(ConfigError(
-            f"names no setting, so invoke would ignore it{hint}; the settings: "
-            f"{', '.join(ENV_PREFIX + k.upper() for k in known)}",
-            path=f"environment variable {name}"))
-    return found
-
-
-#: The prefix of the variables invoke reads into ``containers:`` settings.
+#: The prefix of the variables read into ``containers:`` settings.
 ENV_PREFIX = "INVOKE_CONTAINERS_"
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0", "")
+
+
+def _env_value(key: str, text: str) -> Any:
+    """The value of setting ``key`` that the variable text ``text`` stands for, by the
+    setting's declared default's type: invoke casts by the project file's values, so a key the
+    file does not declare was never read (``INVOKE_CONTAINERS_SQUASHFS``) and ``false`` read
+    as true; this reads every setting the same way. A ValueError says why ``text`` is not one."""
+    default = SettingsFile.model_fields[key].default
+    if isinstance(default, bool):
+        if text.strip().lower() not in _TRUE + _FALSE:
+            raise ValueError(f"{text!r} is not true or false")
+        return text.strip().lower() in _TRUE
+    if isinstance(default, int):
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise ValueError(f"{text!r} is not a whole number") from None
+    if isinstance(default, dict):
+        return _yaml_value(text, mapping=True)
+    return text
+
+
+def _yaml_value(text: str, *, mapping: bool = False) -> Any:
+    """``text`` read as YAML (a mapping's ``{lumi: p1}``, an entry's list ``[v1, v2]``)."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{text!r} is not YAML ({str(exc).splitlines()[0]})") from None
+    if mapping and not isinstance(value, dict):
+        raise ValueError(f"{text!r} is not a mapping such as {{lumi: project_1}}")
+    return value
+
+
+def _unknown(name: str, key: str) -> ConfigError:
+    known = list(SettingsFile.model_fields)
+    close = suggest(key, known)
+    hint = f" (did you mean {ENV_PREFIX}{close.split(chr(39))[1].upper()}?)" if close else ""
+    return ConfigError(f"names no setting, so it would be ignored{hint}; the settings: "
+                       f"{', '.join(ENV_PREFIX + k.upper() for k in known)}",
+                       path=f"environment variable {name}")
+
+
+def environment_settings(environ: Mapping[str, str], config: Mapping[str, Any] | None = None,
+                         ) -> dict[str, Any]:
+    """The settings the ``INVOKE_CONTAINERS_*`` variables of ``environ`` set, each read by its
+    type (:func:`_env_value`), a mapping's entries (``INVOKE_CONTAINERS_ACCOUNTS_LUMI``) laid
+    over ``config``'s mapping. Every setting of :class:`SettingsFile` is reachable so; a
+    variable that names none, or holds no value of its setting's type, is a
+    :class:`ConfigError` naming it (all of them at once: :func:`raise_all`)."""
+    known = list(SettingsFile.model_fields)
+    found: dict[str, Any] = {}
+    problems: list[ConfigError] = []
+    for name in sorted(n for n in environ if n.startswith(ENV_PREFIX)):
+        key = name[len(ENV_PREFIX):].lower()
+        mapping = next((m for m in _MAPS if key.startswith(m + "_")), None)
+        try:
+            if key in known:
+                found[key] = _env_value(key, environ[name])
+            elif mapping is not None:
+                base = found.get(mapping, (config or {}).get(mapping) or {})
+                found[mapping] = {**base, key[len(mapping) + 1:]: _yaml_value(environ[name])}
+            else:
+                problems.append(_unknown(name, key))
+        except ValueError as exc:
+            problems.append(ConfigError(str(exc), path=f"environment variable {name}",
+                                        key=f"containers.{key}"))
+    raise_all(problems)
+    return found
 
 
 #: Settings that are folders (relative to the project root), and those that may be unset (empty).

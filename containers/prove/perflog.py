@@ -55,11 +55,7 @@ def append(perflog_dir: Path, record: dict) -> Path:
     with on_disk("append to the perflog", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(path.with_name(path.name + ".lock")):
-            try:
-                handle = open_append_regular(path)
-            except FileRefused as exc:
-                raise StateError(f"perflog {path} is {exc}; move it away") from exc
-            with handle:
+            with open_append_regular(path) as handle:
                 if not _ends_a_line(handle):
                     line = b"\n" + line
                 handle.write(line)

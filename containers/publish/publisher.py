@@ -44,7 +44,8 @@ from typing import Callable
 from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
                                os_failure)
 from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folder, read_regular,
-                              read_regular_json, sha256_file, temp_name, temp_symlink, write_temp)
+                              read_regular_json, refuse_replacing, sha256_file, temp_name,
+                              temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
 from containers.image.inspect import sbom_path
@@ -403,7 +404,12 @@ class Transaction:
         return path
 
     def install(self, temp: Path, final: Path, step: str) -> None:
+        """Rename ``temp`` over ``final``, keeping the old one to undo. A file never replaces
+        a link, a device or another user's file (:func:`refuse_replacing`); a link (``latest``)
+        replaces the link :func:`refuse_links` found there."""
         before_commit(step)
+        if not temp.is_symlink():
+            refuse_replacing(final)
         backup = None
         if os.path.lexists(final):
             backup = temp_name(final, "old.tmp")
@@ -550,6 +556,9 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     catalogue = cat.with_entry(before, entry, now=when, without=gone)
     staged = _stage(plan, tx, sha256=sha256, when=when, key=key, public=public, beside=beside,
                     catalogue=catalogue)
+    for temp, final, _ in staged:  # every refusal before the first rename
+        if not temp.is_symlink():
+            refuse_replacing(final)
     for temp, final, step in staged:
         tx.install(temp, final, step)
     tx.commit()  # what follows never undoes the publish

@@ -20,13 +20,13 @@ import json
 import os
 import re
 import shlex
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from containers.errors import CommandFailed, ConfigError, VerdictFailed
+from containers.files import copy_hashing
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 
@@ -146,7 +146,7 @@ def public_key(keysdir: Path, fingerprint: str) -> bytes:
                           path=ring)
     with tempfile.TemporaryDirectory(prefix="containers-gpg-") as name:
         home = Path(name)
-        shutil.copyfile(ring, home / "pgp-public")
+        copy_hashing(ring, home / "pgp-public")
         out = home / "key.pgp"
         try:
             capture(_gpg(home, "--keyring", str(home / "pgp-public"), "--output", str(out),

@@ -11,6 +11,7 @@ plan their workload here too, with a placement of their own.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from containers.errors import ImageMissing, on_disk
-from containers.files import read_json_object
+from containers.files import create_replacing, read_json_object
 from containers.host.facts import host_arch
 from containers.host.process import Completed, run
 from containers.host.runtime import Runtime
@@ -294,7 +295,7 @@ def run_logged(steps: Sequence[tuple[Sequence[str], float | None]], *, out_dir: 
     stopped (:func:`containers.host.process.run`)."""
     with on_disk("create the results folder", out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
-        log = open(out_dir / "run.log", "w", encoding="utf-8")
+        log = io.TextIOWrapper(create_replacing(out_dir / "run.log"), encoding="utf-8")
     lines: list[str] = []
     done: list[Completed] = []
     started = time.monotonic()

@@ -8,8 +8,9 @@ import dataclasses
 import pytest
 
 from containers.app.jobs import _foreign, job
-from containers.errors import ImageMissing, UsageError
+from containers.errors import ImageMissing, UsageError, WriteRefused, describe
 from containers.host.facts import host_arch
+from tests.fixtures.disks import PLANTED
 
 
 def test_the_script_is_printed_and_its_output_folder_made(data_project) -> None:
@@ -30,6 +31,18 @@ def test_out_writes_an_executable_script_and_refuses_a_folder(data_project, tmp_
     assert done.script == tmp_path / "job.sh" and done.script.stat().st_mode & 0o111
     assert "train.py --example ddp" in done.script.read_text()
     assert lines[-1].startswith("wrote ") and lines[-1].endswith("(sbatch it to run)")
+
+
+def test_out_never_writes_through_a_link_nor_into_a_device(data_project, tmp_path,
+                                                          factory_planted) -> None:
+    """``ln -s /etc/passwd j.sh; invoke job --out j.sh`` replaced the system file, and ``--out``
+    a FIFO or ``/dev/null`` made the device a 0755 file: each is refused in one line."""
+    planted = factory_planted(tmp_path)
+    for kind, path in planted.paths.items():
+        with pytest.raises(WriteRefused, match=f"^{path} {PLANTED[kind]}") as caught:
+            job(data_project, target="cpu", workload="smoke", site="local-slurm", out=path)
+        assert describe(caught.value)[0].count("\n") == 0
+    planted.untouched()
 
 
 def test_a_submission_needs_the_image_unless_it_builds_it(data_project) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from containers import app
-from containers.errors import StateError
+from containers.errors import StateError, describe
 from containers.host import slurmcluster
 from tests.fixtures import ROOT
 from tests.fixtures.images import stand_in_image
@@ -49,6 +49,40 @@ def test_status_and_stop_when_none_runs(folder) -> None:
     said: list[str] = []
     app.local_slurm(project, action="stop", say=said.append)
     assert said == [f"no local Slurm cluster is running (in {folder}); nothing to stop"]
+
+
+def test_a_planted_record_is_refused_by_every_action_and_nothing_is_signalled(folder) -> None:
+    """``--stop`` as root killed the PIDs of a cluster.json anyone can plant in the fixed
+    folder, and ``--status`` hung on it: each action refuses it in one line, at once."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        folder.mkdir(mode=0o755)
+        (folder / "cluster.json").write_text(json.dumps({
+            "conf": str(folder / "slurm.conf"), "nodes": ["n1"],
+            "pids": {"slurmctld": sleeper.pid, "munged": sleeper.pid}}))
+        (folder / "slurm.conf").write_text("SlurmctldHost=nowhere(192.0.2.1)\n")
+        project = app.Project.load(ROOT, {})
+        for action in ("stop", "status", "start"):
+            began = time.monotonic()
+            with pytest.raises(StateError, match=rf"PID {sleeper.pid} is 'sleep 60', not "
+                                                 "slurmctld; refusing to signal it") as caught:
+                app.local_slurm(project, action=action)
+            assert time.monotonic() - began < 5 and describe(caught.value)[0].count("\n") == 0
+        assert sleeper.poll() is None and (folder / "cluster.json").is_file()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_a_folder_of_another_user_is_neither_read_nor_removed(folder) -> None:
+    folder.mkdir(mode=0o755)
+    (folder / "slurm.conf").write_text("theirs\n")
+    os.chown(folder, 65534, 65534)
+    for action in ("stop", "start"):
+        with pytest.raises(StateError, match=f"^{folder} belongs to uid 65534"):
+            app.local_slurm(app.Project.load(ROOT, {}), action=action)
+    assert (folder / "slurm.conf").read_text() == "theirs\n"
 
 
 def test_a_site_without_slurm_is_refused(folder) -> None:

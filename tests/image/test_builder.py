@@ -213,7 +213,7 @@ def test_a_full_disk_while_staging_is_one_line_and_leaves_nothing(tmp_path: Path
     def full(source, dest, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("containers.image.builder.shutil.copyfile", full)
+    monkeypatch.setattr("containers.image.builder.copy_hashing", full)
     with pytest.raises(StateError, match=r"^cannot stage the build context of x: the disk is "
                                          r"full \(.*x-c0ffee"):
         build_step(step, runtime=RUNTIME, say=lambda line: None)
@@ -397,3 +397,23 @@ def test_an_interrupt_while_examining_stops_the_image_test(tmp_path: Path,
     import psutil
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not step.image.exists() and not step.partial.exists()
+
+
+def test_the_built_image_never_replaces_a_link_or_a_device(tmp_path: Path,
+                                                           tmp_path_factory) -> None:
+    """``images/x.sif`` planted as a link (to a file elsewhere, or to /dev/null): the tested
+    image is not renamed over it, and what it points to is untouched (issue 42, item 1)."""
+    from containers.errors import WriteRefused
+    from containers.image.builder import _install
+
+    victim = tmp_path_factory.mktemp("elsewhere") / "passwd"
+    victim.write_text("root:x:0:0\n")
+    for target in (victim, Path("/dev/null")):
+        step = _failing_step(tmp_path, "x")
+        step.partial.write_bytes(b"image")
+        step.image.unlink(missing_ok=True)
+        step.image.symlink_to(target)
+        with pytest.raises(WriteRefused, match=f"^{step.image} is a symbolic link; refusing"):
+            _install(step, {"sha256": "x"}, {})
+        assert step.image.is_symlink() and step.partial.read_bytes() == b"image"
+    assert victim.read_text() == "root:x:0:0\n" and Path("/dev/null").is_char_device()

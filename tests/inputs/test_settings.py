@@ -6,9 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
-from containers.errors import ConfigError
-from containers.inputs.settings import load_settings, unknown_variables
+from containers.app.project import Project, settings_of
+from containers.errors import ConfigError, Problems
+from containers.inputs.settings import SettingsFile, environment_settings, load_settings
+from tests.fixtures import ROOT
 
 
 def test_defaults_resolve_under_the_root(tmp_path: Path) -> None:
@@ -65,16 +68,74 @@ def test_pinned_versions_are_lists_of_version_names(tmp_path, value, message) ->
 
 
 def test_a_mistyped_invoke_variable_is_an_error_as_in_a_file() -> None:
-    """invoke ignores INVOKE_CONTAINERS_* names it does not know in silence: each is named."""
+    """invoke ignores INVOKE_CONTAINERS_* names it does not know in silence: each is named,
+    with the likely name; a mapping's entry is read whether or not a file sets it."""
     environ = {"INVOKE_CONTAINERS_IMAGE_DIR": "/x", "INVOKE_CONTAINERS_RUNTIME": "auto",
-               "INVOKE_CONTAINERS_ACCOUNTS_LUMI": "p1", "INVOKE_CONTAINERS_ACCOUNTS_MAHTI": "p2",
+               "INVOKE_CONTAINERS_FOO": "1", "INVOKE_CONTAINERS_ACCOUNTS_LUMI": "p1",
                "INVOKE_OTHER": "x", "PATH": "/bin"}
-    problems = unknown_variables(environ, {"accounts": {"mahti": "p0"}})
-    assert [str(p).split(":")[0] for p in problems] == [
-        "environment variable INVOKE_CONTAINERS_ACCOUNTS_LUMI",
+    with pytest.raises(Problems) as refused:
+        environment_settings(environ)
+    assert [str(p).split(":")[0] for p in refused.value.problems] == [
+        "environment variable INVOKE_CONTAINERS_FOO",
         "environment variable INVOKE_CONTAINERS_IMAGE_DIR"]
-    assert "(did you mean INVOKE_CONTAINERS_IMAGES_DIR?)" in str(problems[1])
-    assert "set containers.accounts.lumi in invoke.yaml instead" in str(problems[0])
+    assert "names no setting, so it would be ignored; the settings: " in str(
+        refused.value.problems[0])
+    assert "(did you mean INVOKE_CONTAINERS_IMAGES_DIR?)" in str(refused.value.problems[1])
+    del environ["INVOKE_CONTAINERS_FOO"], environ["INVOKE_CONTAINERS_IMAGE_DIR"]
+    assert environment_settings(environ, {"accounts": {"mahti": "p0"}}) == {
+        "runtime": "auto", "accounts": {"mahti": "p0", "lumi": "p1"}}
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("PUBLISH_WORLD_READABLE", "maybe", "'maybe' is not true or false"),
+    ("SQUASHFS_LEVEL", "abc", "'abc' is not a whole number"),
+    ("ACCOUNTS", "lumi", "'lumi' is not a mapping such as {lumi: project_1}"),
+])
+def test_a_variable_not_of_its_settings_type_is_one_line(name, text, message) -> None:
+    with pytest.raises(ConfigError, match=re.escape(
+            f"environment variable INVOKE_CONTAINERS_{name}: containers.{name.lower()}: "
+            f"{message}")):
+        environment_settings({f"INVOKE_CONTAINERS_{name}": text})
+
+
+#: A value other than the default for each setting: (the variable's text, the value in a file).
+#: A string setting not named here takes a path; a setting of another type must be named.
+SAMPLES = {"squashfs": ("gzip", "gzip"), "squashfs_level": ("1", 1),
+           "runtime": ("/opt/apptainer/bin/apptainer", "/opt/apptainer/bin/apptainer"),
+           "default_target": ("cpu-arm64", "cpu-arm64"), "sign_keyidx": ("2", 2),
+           "publish_world_readable": ("false", False), "cache_group": ("root", "root"),
+           "publish_group": ("root", "root"), "account": ("project_1", "project_1"),
+           "publish_pinned": ("{cpu: [2026.11.21-1e9c228c]}", {"cpu": ["2026.11.21-1e9c228c"]}),
+           "accounts": ("{lumi: project_2}", {"lumi": "project_2"})}
+
+
+@pytest.mark.parametrize("key", list(SettingsFile.model_fields))
+def test_every_setting_is_reachable_by_its_variable(tmp_path: Path, key: str,
+                                                    monkeypatch) -> None:
+    """``INVOKE_CONTAINERS_SQUASHFS=gzip`` was ignored (invoke reads only the keys a file
+    declares) and ``..._PUBLISH_WORLD_READABLE=false`` read as true: through invoke's own
+    config loading, each variable sets its setting as the same value in a file does."""
+    from invoke import Config
+
+    default = SettingsFile.model_fields[key].default
+    text, value = SAMPLES.get(key) or (("/elsewhere/" + key, "/elsewhere/" + key)
+                                       if isinstance(default, str) else SAMPLES[key])
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "invoke.yaml").write_text("containers:\n  images_dir: images\n")
+    monkeypatch.setenv(f"INVOKE_CONTAINERS_{key.upper()}", text)
+    config = Config(project_location=str(project))
+    config.load_project()
+    config.load_shell_env()
+    settings, sources = settings_of(config)
+    got = Project.load(project, settings, sources=sources).settings
+    assert got == load_settings(project, {key: value}) != load_settings(project, {})
+
+
+def test_invoke_yaml_declares_every_setting_with_its_default() -> None:
+    """The project file admins read is the model's list of settings, defaults included."""
+    declared = yaml.safe_load((ROOT / "invoke.yaml").read_text())["containers"]
+    assert declared == {key: field.default for key, field in SettingsFile.model_fields.items()}
 
 
 @pytest.mark.parametrize("config, key", [({"account": "bad name;x"}, "containers.account"),

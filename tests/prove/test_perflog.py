@@ -143,14 +143,16 @@ def test_a_fifo_or_device_as_a_perflog_is_refused_in_one_line(tmp_path: Path) ->
     os.mkfifo(path)
     with pytest.raises(StateError, match=rf"^perflog {path} is not a regular file \(a FIFO\)"):
         perflog.read(tmp_path)
-    with pytest.raises(StateError, match=rf"^perflog {path} is not a regular file \(a FIFO\)"):
+    with pytest.raises(StateError, match=rf"^{path} is a FIFO, not a regular file; refusing to "
+                                         "append to it"):
         perflog.append(tmp_path, _record("2026-11-01T10:00:00Z", "a" * 64, 131.0))
     path.unlink()
     path.symlink_to("/dev/zero")
     with pytest.raises(StateError, match=r"is not a regular file \(a device\)"):
         perflog.read(tmp_path)
-    with pytest.raises(StateError, match=r"is not a regular file \(a device\)"):
+    with pytest.raises(StateError, match=r"is a symbolic link; refusing to write through it"):
         perflog.append(tmp_path, _record("2026-11-01T10:00:00Z", "a" * 64, 131.0))
+    assert Path("/dev/zero").is_char_device()
 
 
 def test_a_read_only_perflog_folder_is_one_line(tmp_path: Path, factory_read_only) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
+from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
+                               WriteRefused)
 from containers.publish import catalogue as cat, diff as diffing, publisher
 from containers.publish.publisher import (COPY_DELAY_ENV, PublishRequest, check_dest,
                                           plan_publish, publish)
@@ -355,6 +356,33 @@ def test_keep_never_removes_outside_dest_for_a_hostile_catalogue(data_built: Bui
                                          "'../../x' is not a usable version name")
     assert victim.read_text() == "not yours"
     assert not (data_built.dest / "cpu" / "3.sif").exists()
+
+
+@pytest.mark.parametrize("planted", ["fifo", pytest.param("other", marks=pytest.mark.skipif(
+    os.geteuid() != 0, reason="chown to another uid needs root"))])
+def test_publish_never_replaces_a_fifo_or_another_users_file(data_built: Built,
+                                                             planted: str) -> None:
+    """A FIFO or another user's file where publish writes one of its files (the page) is
+    refused in one line before anything is renamed into place, and left as it was."""
+    data_built.publish(version="1.0", skip_checks=True)
+    catalogue = data_built.dest / cat.PAGE_NAME
+    before = _tree(data_built.dest)
+    catalogue.unlink()
+    if planted == "fifo":
+        os.mkfifo(catalogue, 0o644)
+        why = "is a FIFO, not a regular file; refusing to replace it"
+    else:
+        catalogue.write_text("{}")
+        os.chown(catalogue, 65534, 65534)
+        why = "is a file that belongs to .*uid 65534.*; refusing to replace it"
+    with pytest.raises(WriteRefused, match=f"^{catalogue} {why}"):
+        data_built.publish(version="2.0", skip_checks=True)
+    assert catalogue.is_fifo() if planted == "fifo" else catalogue.stat().st_uid == 65534
+    assert not (data_built.dest / "cpu" / "2.0.sif").exists()
+    assert os.readlink(data_built.dest / "cpu" / "latest") == "1.0.sif"
+    catalogue.unlink()  # _tree reads every file: not a FIFO
+    assert _tree(data_built.dest) == {
+        k: v for k, v in before.items() if k != cat.PAGE_NAME}
 
 
 def test_latest_that_is_not_a_link_is_refused(data_built: Built) -> None:
