@@ -85,7 +85,7 @@ def test_standard_library_only() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported <= {"__future__", "re", "typing"}
+    assert imported <= {"__future__", "difflib", "re", "typing"}
 
 
 @pytest.mark.parametrize("text, cores", [
