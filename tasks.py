@@ -10,15 +10,20 @@ its type and default. There are no short flags: ``-h`` is help on every task.
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from invoke import Exit, task
+from invoke.exceptions import ParseError
+from invoke.main import program as _program
+from invoke.parser import Parser
 
 from containers import app
 from containers.app.project import settings_of
@@ -26,6 +31,7 @@ from containers.errors import ContainersError, UsageError, describe
 from containers.image.plan import parse_build_args
 from containers.inputs import flags
 from containers.inputs.settings import environment_settings
+from containers.inputs.schema import suggest
 from containers.prove import registry
 from containers.prove.kind import WorkloadKind
 from containers.prove.smoke import SMOKE, SmokeOptions
@@ -66,6 +72,47 @@ def _environment_error() -> None:
         message, code = describe(exc)
         print(message, file=sys.stderr)
         os._exit(code)
+
+
+#: invoke's own line for a word that is no task, flag or value where it stands.
+UNKNOWN_WORD = re.compile(r"No idea what (?P<word>'[^\n]*'|\"[^\n]*\") is!")
+
+
+def did_you_mean(error: ParseError, parser: Parser) -> ParseError:
+    """invoke's ``No idea what 'smok' is!`` with the likely name, still one line: a word with a
+    dash is compared with the flags of the task it follows and invoke's own, any other word
+    with the task names; with nothing close, where the names are listed. Other parse errors
+    (a flag without its value) are returned as they are."""
+    match = UNKNOWN_WORD.fullmatch(str(error))
+    if match is None:
+        return error
+    word, context = ast.literal_eval(match["word"]), error.context
+    if word.startswith("-"):
+        task = context.name if context is not None and context.name else None
+        names = [*(context.flags if task else ()), *(context.inverse_flags if task else ()),
+                 *parser.initial.flags]
+        where = f"invoke {task} -h lists its flags" if task else "invoke -h lists them"
+    else:
+        names, where = list(parser.contexts), "invoke --list shows the tasks"
+    return ParseError(f"{error}{suggest(word, names) or f' ({where})'}", context)
+
+
+def _suggesting(parse_tasks: Callable[[], None]) -> Callable[[], None]:
+    """invoke's program prints a parse error's text itself (``Program.run``) and exits 1; the
+    program that loaded these tasks parses their words in its ``parse_tasks`` step, so that step
+    re-raises with :func:`did_you_mean`. Users keep running the plain ``invoke`` command."""
+    @functools.wraps(parse_tasks)
+    def wrapper() -> None:
+        try:
+            parse_tasks()
+        except ParseError as exc:
+            raise did_you_mean(exc, _program.parser) from None
+    wrapper.suggests = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+if not getattr(_program.parse_tasks, "suggests", False):
+    _program.parse_tasks = _suggesting(_program.parse_tasks)
 
 
 def _user_errors(body):

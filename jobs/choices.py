@@ -9,8 +9,9 @@ path (``containers.inputs.names``), the scripts import it as a sibling (``import
 
 from __future__ import annotations
 
+import difflib
 import re
-from typing import Iterable
+from typing import Iterable, Sequence
 
 #: The training examples (``train.py --example``): how the model is distributed.
 EXAMPLES = ("ddp", "deepspeed", "fsdp")
@@ -98,17 +99,37 @@ def check_sizes(spec: str, dtype: str, step_factor: int = 2) -> list[int]:
     return sizes
 
 
+def suggest(word: str, candidates: Sequence[str]) -> str:
+    """A ``" (did you mean 'x'?)"`` suffix for a likely typo, or an empty string: the one
+    did-you-mean of the tool (flag values, input keys, task and flag names, op names)."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _op_key(name: str) -> str:
+    """An op name without case, ``_`` or ``-``: nccl-tests' binaries (``all_reduce_perf``),
+    this tool's own files (``allreduce.py``) and prose (``all-reduce``) name one collective."""
+    return re.sub(r"[-_]", "", name.lower())
+
+
+#: Every spelling :func:`parse_ops` takes, by :func:`_op_key`, and the canonical name it means.
+OP_SPELLINGS = {_op_key(name): name for name in COLLECTIVES}
+
+
 def parse_ops(text: str) -> list[str]:
     """``--op``: a comma list of :data:`COLLECTIVES` (each once, kept in nccl-tests' order),
-    or ``all``."""
+    or ``all``. ``allreduce``, ``All-Gather``, ``reducescatter`` are their canonical names
+    (what the results are named by); an unknown name is refused with the likely one."""
     names = [item.strip() for item in str(text).split(",") if item.strip()]
-    if names == ["all"]:
+    if [name.lower() for name in names] == ["all"]:
         return list(COLLECTIVES)
-    unknown = [name for name in names if name not in COLLECTIVES]
+    found = [OP_SPELLINGS.get(_op_key(name)) for name in names]
+    unknown = [name for name, op in zip(names, found) if op is None]
     if not names or unknown:
-        raise ValueError(f"unknown collective {', '.join(map(repr, unknown)) or repr(text)}: use "
-                         f"a comma list of {', '.join(COLLECTIVES)}, or all")
-    return [name for name in COLLECTIVES if name in names]
+        named = [f"{name!r}{suggest(name, [*COLLECTIVES, 'all'])}" for name in unknown]
+        raise ValueError(f"unknown collective {', '.join(named) or repr(text)}: use a comma "
+                         f"list of {', '.join(COLLECTIVES)}, or all")
+    return [name for name in COLLECTIVES if name in found]
 
 
 def preset_defaults(model: str | None, size: str | None) -> dict[str, object]:

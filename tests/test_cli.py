@@ -346,6 +346,55 @@ def test_check_ok_and_bad_manifest_is_one_line(cli_project: Path) -> None:
     assert "Traceback" not in bad.stderr + bad.stdout
 
 
+def _typo(name: str) -> str:
+    """A one-key slip of ``name``: its last letter typed twice."""
+    return name + name[-1]
+
+
+def test_every_task_and_flag_typo_gets_the_likely_name() -> None:
+    """For every task and every flag of it, invoke's "No idea what ... is!" names the one meant."""
+    from invoke import Program
+    from invoke.parser import ParseError, Parser, ParserContext
+
+    contexts = copy.deepcopy(Collection.from_module(tasks)).to_contexts()
+    parser = Parser(initial=ParserContext(args=Program().core_args()), contexts=contexts)
+
+    def error(*argv: str) -> str:
+        with pytest.raises(ParseError) as caught:
+            parser.parse_argv(list(argv))
+        return str(tasks.did_you_mean(caught.value, parser))
+
+    for context in contexts:
+        assert error(_typo(context.name)) == (f"No idea what '{_typo(context.name)}' is! "
+                                              f"(did you mean '{context.name}'?)")
+        for flag in context.flags:
+            assert error(context.name, _typo(flag)).endswith(f"(did you mean '{flag}'?)"), flag
+    assert error("smoke", "--zzzzzz") == ("No idea what '--zzzzzz' is! "
+                                          "(invoke smoke -h lists its flags)")
+    assert error("qqqqq") == "No idea what 'qqqqq' is! (invoke --list shows the tasks)"
+
+
+@pytest.mark.parametrize("args, meant", [(["smok"], "'smoke'"),
+                                         (["smoke", "--opp", "all"], "'--op'"),
+                                         (["--dryy", "smoke"], "'--dry'")])
+def test_a_mistyped_task_or_flag_is_one_line_naming_the_likely_one(cli_project: Path, args,
+                                                                    meant) -> None:
+    result = _invoke(cli_project, *args)
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert result.stderr.strip().splitlines() == [
+        f"No idea what '{args[-2] if len(args) > 2 else args[0]}' is! (did you mean {meant}?)"]
+
+
+def test_op_takes_the_names_the_tools_files_use(cli_project: Path) -> None:
+    """``--op allreduce`` (allreduce.py, allreduce.json) runs all_reduce, by its canonical name."""
+    result = _invoke(cli_project, "smoke", "--op", "allreduce,allgather", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert " --op all_reduce,all_gather " in result.stdout
+    result = _invoke(cli_project, "smoke", "--op", "alreduce", "--dry-run")
+    assert _one_line_error(result).startswith("error: --op unknown collective 'alreduce' (did "
+                                              "you mean 'all_reduce'?)")
+
+
 def test_unknown_target_and_bad_build_arg(cli_project: Path) -> None:
     result = _invoke(cli_project, "build", "--target", "cpuu", "--dry-run")
     assert result.returncode == 1

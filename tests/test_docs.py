@@ -211,6 +211,28 @@ def test_an_unknown_generated_block_fails_the_build(generator) -> None:
         generator.fill("<!-- generated: nope -->")
 
 
+def _anchor(heading: str) -> str:
+    """A heading's anchor as MkDocs and code hosts make it (lower case, punctuation dropped)."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).strip().replace(" ", "-")
+
+
+def test_readme_links_open_pages_with_their_text() -> None:
+    """The README is read where the repository is read: each of its links opens a file there
+    that holds its text (a generated block committed filled, not a marker alone), and a link to
+    a section names one of the page's headings."""
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert len(local) > 10, local
+    for link in local:
+        path, _, anchor = link.partition("#")
+        text = (ROOT / path).read_text()
+        assert len(re.sub(r"<!--.*?-->", "", text, flags=re.S).split()) > 100, link
+        for block in re.findall(r"<!-- generated: (\w+) -->", text):
+            assert f"<!-- end generated: {block} -->" in text, f"{link}: {block} is not filled"
+        headings = {_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+        assert not anchor or anchor in headings, link
+
+
 def test_readme_is_a_few_screens() -> None:
     readme = (ROOT / "README.md").read_text()
     assert len(readme.encode()) < 12_000

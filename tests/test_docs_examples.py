@@ -27,6 +27,10 @@ from tests.fixtures import ROOT
 FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>bash|console)[^\n]*\n"
                    r"(?P<body>.*?)^(?P=indent)```", re.M | re.S)
 MARK = re.compile(r"<!-- example: (?P<mark>[a-z ]+) -->\s*$")
+#: A YAML block that is (a part of) a file the page's examples need: ``<!-- example: file
+#: sites/example.yaml -->`` on the line above it.
+FILE_BLOCK = re.compile(r"^<!-- example: file (?P<path>[\w./-]+) -->\n(?P<indent>[ ]*)```yaml"
+                        r"[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
 #: Task words whose runs need the image (unless only planned with --dry-run or --history).
 IMAGE_TASKS = {"run", "shell", "smoke", "train"}
 #: Where the local-slurm page says the cluster lives; a run gives it a temp folder instead.
@@ -134,11 +138,13 @@ def _check(parser: Parser, args: list[str]) -> str | None:
 
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
 def test_every_invoke_command_parses(block: Block, parser: Parser) -> None:
-    """The task and each of its flags exist, with a value where the flag takes one."""
+    """The task and each of its flags exist, with a value where the flag takes one; except a
+    typo the block shows refused (its output holds invoke's line for it: ``No idea what ...``)."""
     for command in block.commands():
         for args in invocations(command):
             problem = _check(parser, args)
-            assert problem is None, f"{block}: invoke {shlex.join(args)}: {problem}"
+            shown = problem is not None and block.lang == "console" and problem in block.body
+            assert problem is None or shown, f"{block}: invoke {shlex.join(args)}: {problem}"
 
 
 def test_a_stale_flag_fails_the_check(parser: Parser) -> None:
@@ -169,12 +175,37 @@ def _expected(lines: list[str]) -> list[re.Pattern]:
     return [re.compile(".*".join(map(re.escape, line.split("…")))) for line in lines]
 
 
-def _run_console(block: Block, env: dict[str, str]) -> None:
+def page_files(source: str) -> dict[str, str]:
+    """The files a page's ``example: file`` blocks make: each block appended to its file, in the
+    order of the page (a site profile written in parts, one per section)."""
+    files: dict[str, str] = {}
+    for match in FILE_BLOCK.finditer((ROOT / source).read_text()):
+        body = "\n".join(line[len(match["indent"]):] for line in match["body"].splitlines())
+        files[match["path"]] = files.get(match["path"], "") + body + "\n"
+    return files
+
+
+def _where(block: Block, request) -> Path:
+    """Where a block runs: the checkout, or for a page with files, a copy of the project's inputs
+    with the page's files added (a new file each: a page never edits a real input)."""
+    files = page_files(block.source)
+    if not files:
+        return ROOT
+    tmp = request.getfixturevalue("tmp_path")
+    root = request.getfixturevalue("factory_cli_project")(images_dir=tmp / "images",
+                                                          tmp_dir=tmp / "work")
+    for path, text in files.items():
+        assert not (root / path).exists(), f"{block.source} would replace {path}"
+        (root / path).write_text(text)
+    return root
+
+
+def _run_console(block: Block, env: dict[str, str], cwd: Path = ROOT) -> None:
     """Each ``$ command`` runs; every output line written under it must appear, in order."""
     chunks = re.split(r"^\$ ", block.body, flags=re.M)[1:]
     for chunk in chunks:
         command, *expected = chunk.rstrip("\n").split("\n")
-        result = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True,
+        result = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True,
                                 text=True, timeout=600)
         got = (result.stdout + result.stderr).splitlines()
         position = 0
@@ -185,8 +216,8 @@ def _run_console(block: Block, env: dict[str, str]) -> None:
                                          + f"\nnot: {pattern.pattern}")
 
 
-def _run_bash(block: Block, env: dict[str, str], body: str) -> None:
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=ROOT, env=env,
+def _run_bash(block: Block, env: dict[str, str], body: str, cwd: Path = ROOT) -> None:
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=cwd, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, (f"{block} exited {result.returncode}:\n"
                                     f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
@@ -196,11 +227,28 @@ def _run_bash(block: Block, env: dict[str, str], body: str) -> None:
 def test_run_examples(block: Block, tmp_path: Path, request) -> None:
     if _needs_image(block):
         request.getfixturevalue("cpu_image")
-    env = _env(tmp_path / "results")
+    env, cwd = _env(tmp_path / "results"), _where(block, request)
     if block.lang == "console":
-        _run_console(block, env)
+        _run_console(block, env, cwd)
     else:
-        _run_bash(block, env, block.body)
+        _run_bash(block, env, block.body, cwd)
+
+
+ADDING_A_SITE = "docs/adding-a-site.md"
+
+
+def test_adding_a_site_example_passes_check(request) -> None:
+    """The profile and manifest the page builds, joined as it says, are a valid site and target
+    (its run block shows their ok lines and runs its jobs' commands)."""
+    assert set(page_files(ADDING_A_SITE)) == {"sites/example.yaml", "recipes/example-cuda.yaml"}
+    assert [b for b in BLOCKS if b.source == ADDING_A_SITE and b.mark == "run"]
+    block = Block(ADDING_A_SITE, 0, "console", "", "run")
+    check = subprocess.run([sys.executable, "-m", "invoke", "check"], cwd=_where(block, request),
+                           env=_env(request.getfixturevalue("tmp_path") / "results"),
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert re.search(r"^ok  site   example +sites/example\.yaml$", check.stdout, re.M)
+    assert re.search(r"^ok  target example-cuda +recipes/example-cuda\.yaml$", check.stdout, re.M)
 
 
 @pytest.mark.slurm

@@ -39,6 +39,7 @@ DTYPES: tuple[str, ...] = tuple(choices.DTYPES)
 check_sizes = choices.check_sizes
 COLLECTIVES: tuple[str, ...] = choices.COLLECTIVES
 parse_ops = choices.parse_ops
+suggest = choices.suggest
 check_model_size = choices.check_model_size
 parse_cpulist = choices.parse_cpulist
 format_cpulist = choices.format_cpulist

@@ -11,7 +11,6 @@ generated scripts, so they follow one strict rule, :func:`name_problem`, whereve
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -24,6 +23,7 @@ from pydantic_core import PydanticCustomError
 
 from containers.errors import ConfigError, UsageError, raise_all
 from containers.files import resolves_outside
+from containers.inputs import names
 from containers.inputs.yamlsource import Located
 
 T = TypeVar("T")
@@ -111,10 +111,9 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def suggest(word: str, candidates: Sequence[str]) -> str:
-    """A ``" (did you mean 'x'?)"`` suffix for a likely typo, or an empty string."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+#: A ``" (did you mean 'x'?)"`` suffix for a likely typo, or an empty string (the one
+#: did-you-mean, shared with the scripts: jobs/choices.py).
+suggest = names.suggest
 
 
 def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:

@@ -52,6 +52,23 @@ def test_check_sizes_needs_one_element() -> None:
         choices.check_sizes("2:4", "float32")
 
 
+@pytest.mark.parametrize("text, ops", [
+    ("allreduce", ["all_reduce"]), ("all-reduce", ["all_reduce"]), ("All_Reduce", ["all_reduce"]),
+    ("allgather,reducescatter", ["all_gather", "reduce_scatter"]),
+    ("sendrecv, all-to-all", ["alltoall", "sendrecv"]), ("ALL", list(choices.COLLECTIVES)),
+])
+def test_op_names_as_the_tools_own_files_spell_them(text, ops) -> None:
+    """allreduce.py, allreduce.json and nccl-tests' all_reduce_perf name one collective: each
+    spelling is taken and becomes the canonical name the results are filed under."""
+    assert choices.parse_ops(text) == ops
+
+
+def test_an_unknown_op_gets_the_likely_one() -> None:
+    with pytest.raises(ValueError, match="unknown collective 'alreduce' \\(did you mean "
+                                         "'all_reduce'\\?\\), 'bogus': use a comma list of "):
+        choices.parse_ops("alreduce,bogus")
+
+
 def test_check_model_size() -> None:
     assert choices.check_model_size("cnn", "tiny") == "tiny"
     assert choices.check_model_size("wideresnet", "40-2") == "40-2"
@@ -68,7 +85,7 @@ def test_standard_library_only() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported <= {"__future__", "re", "typing"}
+    assert imported <= {"__future__", "difflib", "re", "typing"}
 
 
 @pytest.mark.parametrize("text, cores", [
