@@ -154,16 +154,20 @@ def describe_device(device: torch.device) -> str:
     return "cpu"
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON atomically (temp file, then os.replace) so a reader never sees half a file."""
+def write_text(path: Path, text: str) -> None:
+    """Write text atomically (temp file, then os.replace) so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
+        handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically (:func:`write_text`)."""
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def now_iso() -> str:
