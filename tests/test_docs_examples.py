@@ -255,7 +255,7 @@ def test_captured_smoke_output_has_todays_shape(cpu_image, tmp_path: Path) -> No
     run = subprocess.run([sys.executable, "-m", *SMOKE], cwd=ROOT, env=_env(results),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode in (0, 3), run.stdout + run.stderr  # 3: slower than the reference
-    png = next(results.glob("smoke/*/allreduce.png"))
+    png = next(results.glob("smoke/*/all_reduce.png"))
     table = _table(run.stdout + run.stderr)
     if os.environ.get("DOCS_REFRESH") == "1":
         shutil.copyfile(png, ASSETS / "allreduce-cpu.png")

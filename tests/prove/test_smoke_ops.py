@@ -169,9 +169,11 @@ def test_a_batch_smoke_job_is_judged_per_op(batch_run) -> None:
     record, failure, lines = _judge(project, folder)
     assert failure is None and record["ops"] == ["all_reduce", "alltoall"], record["reasons"]
     assert any(line.startswith("  alltoall:") and "PASS (0 wrong" in line for line in lines)
-    assert (folder / "alltoall.png").is_file() and (folder / "allreduce.png").is_file()
+    assert (folder / "alltoall.png").is_file() and (folder / "all_reduce.png").is_file()
     logged = perflog.read(project.settings.perflog_dir)
     assert [line["op"] for line in logged] == ["all_reduce", "alltoall"]
+    assert sorted(p.name for p in project.settings.perflog_dir.rglob("*.jsonl")) == \
+        ["all_reduce.jsonl", "alltoall.jsonl"]  # one log per collective, as its results
 
     bad = {**alltoall, "oop": {**oop, "wrong": 3}, "wrong_cycles": [1]}
     write({"job.json": _job_options("all_reduce,alltoall"),
