@@ -29,8 +29,8 @@ Measurement (see nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md``):
 * with one rank no data crosses a link, so algbw and busbw are not reported (``n/a``, JSON null).
 
 Out-of-place and in-place are each op's buffers in ``collectives.py`` (alltoall and sendrecv run
-in place on one buffer and are not checked there, as in nccl-tests: ``#wrong`` N/A).  An op the backend does not have is reported in one line (and
-fails the run) rather than imitated.  Each call is bracketed on its own (CUDA/HIP events on the
+in place on one buffer and are not checked there, as in nccl-tests: ``#wrong`` N/A).  An op
+the backend does not have is reported in one line (and fails the run) rather than imitated.  Each call is bracketed on its own (CUDA/HIP events on the
 GPU, ``time.perf_counter`` on the CPU) and the brackets are summed.  Expect out-of-place and
 in-place numbers to be close: it is the same collective underneath.
 

@@ -1,5 +1,5 @@
-"""``allreduce.py --op all`` read by the tools sites run on nccl-tests output (``jobs/nccltests.py``):
-the real output of a 2-rank gloo run, parsed by a strict nccl-tests row expression, a
+"""``allreduce.py --op all`` read by the tools sites run on nccl-tests output
+(``jobs/nccltests.py``): the real output of a 2-rank gloo run, parsed by a strict nccl-tests row expression, a
 ReFrame-style extraction of ``# Avg bus bandwidth`` and superbenchmark's parser algorithm
 (``tests/jobs/nccl_consumers.py``), each collective's table and files on their own.
 """
