@@ -266,3 +266,6 @@ def test_captured_smoke_output_has_todays_shape(cpu_image, tmp_path: Path) -> No
               if line.startswith("#") and ("#wrong" in line or "(B)" in line)]
     assert header and all(line in shown for line in header), "\n".join(header)
     assert any(line.startswith("verdict: ") for line in shown)
+    for line in ("# Collective test starting: all_reduce_perf",  # today's per-op block
+                 "# Collective test concluded: all_reduce_perf"):
+        assert line in shown and line in table.splitlines()

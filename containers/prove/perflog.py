@@ -121,7 +121,8 @@ def read(perflog_dir: Path, *, target: str | None = None,
     """Every record (oldest first), optionally of one target and of some collectives, from
     each collective's log and the old log of all of them; unreadable lines are skipped."""
     logs = [OLD_LOG_NAME, *map(log_name, ops if ops is not None else names.COLLECTIVES)]
-    paths = sorted(path for name in logs for path in perflog_dir.rglob(name)) \
+    # log by log in the collectives' order, so one run's lines (one date) keep that order
+    paths = [path for name in logs for path in sorted(perflog_dir.rglob(name))] \
         if perflog_dir.is_dir() else []
     records = [record for path in paths for record in _records(_log_bytes(path))
                if (target is None or record.get("target") == target)

@@ -182,6 +182,9 @@ def test_each_collective_has_its_log_and_the_old_log_of_all_is_still_read(tmp_pa
         _record("2026-11-01T10:00:00Z", "a" * 64, 131.0),
         {**_record("2026-11-01T11:00:00Z", "a" * 64, 50.0), "op": "alltoall"})))
     assert [r.get("op") for r in perflog.read(tmp_path)] == [None, "alltoall", "all_gather"]
+    again = {**gather, "op": "all_reduce"}  # one run's lines (one date) in the ops' order
+    perflog.append(tmp_path, again)
+    assert [r.get("op") for r in perflog.read(tmp_path)][-2:] == ["all_reduce", "all_gather"]
     assert [r["op"] for r in perflog.read(tmp_path, ops=["alltoall", "all_gather"])] == \
         ["alltoall", "all_gather"]
     with pytest.raises(StateError, match="unknown collective 'allgather'"):
