@@ -243,7 +243,7 @@ def _table(output: str) -> str:
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("# all_reduce on"))
     return "\n".join(line for line in lines[start:]
-                     if not line.startswith(("plot:", "json:", "perflog:"))) + "\n"
+                     if not line.startswith(("plot:", "json:", "table:", "perflog:"))) + "\n"
 
 
 @pytest.mark.apptainer

@@ -239,6 +239,15 @@ class SmokeKind(WorkloadKind):
                  for op, entry in (record.get("collectives") or {}).items()]
         return lines or [record]
 
+    def report_files(self, result: verdict.Result) -> list[tuple[str, Path]]:
+        """The report of every op, then each op's own: its part of it and its nccl-tests table
+        (those the benchmark wrote: an older harness wrote none)."""
+        out = result.plan.out_dir
+        own = [(word, out / f"{op}.{ext}") for op in asked_ops(result)
+               for word, ext in (("json", "json"), ("table", "txt"))]
+        return super().report_files(result) + [(word, path) for word, path in own
+                                               if path.is_file()]
+
     def write_reports(self, result: verdict.Result) -> list[Path]:
         if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []

@@ -165,9 +165,13 @@ def test_a_batch_smoke_job_is_judged_per_op(batch_run) -> None:
     reduce_row = {**ROW, "op": "all_reduce", "oop": oop, "ip": ip}
     alltoall = {**ROW, "op": "alltoall", "oop": oop, "ip": None}
     write({"job.json": _job_options("all_reduce,alltoall"),
-           "allreduce.json": _report([reduce_row, alltoall])})
+           "allreduce.json": _report([reduce_row, alltoall]), "alltoall.json": {}})
+    (folder / "alltoall.txt").write_text("# Collective test starting: alltoall_perf\n")
     record, failure, lines = _judge(project, folder)
     assert failure is None and record["ops"] == ["all_reduce", "alltoall"], record["reasons"]
+    listed = [line.split(": ")[0] + ": " + Path(line.split(": ")[1]).name for line in lines
+              if line.startswith(("json: ", "table: "))]
+    assert listed == ["json: allreduce.json", "json: alltoall.json", "table: alltoall.txt"]
     assert any(line.startswith("  alltoall:") and "PASS (0 wrong" in line for line in lines)
     assert (folder / "alltoall.png").is_file() and (folder / "all_reduce.png").is_file()
     logged = perflog.read(project.settings.perflog_dir)
