@@ -24,20 +24,23 @@ Measurement (see nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md``):
   output is compared element by element with the exact values that rank must hold (the output is
   poisoned first, so a call that writes nothing fails), and ``#wrong`` is the number of wrong
   elements summed over ranks;
-* ``--cycles N`` repeats the whole sweep N times (nccl-tests' ``-N``): a link that corrupts data
-  now and then shows up as wrong values in some cycles only;
+* ``--cycles N`` repeats each op's sweep N times (nccl-tests' ``-N``: its rows repeat in the
+  op's table): a link that corrupts data now and then shows up as wrong values in some cycles;
 * with one rank no data crosses a link, so algbw and busbw are not reported (``n/a``, JSON null).
 
-Out-of-place and in-place are each op's buffers in ``collectives.py`` (alltoall and sendrecv have
-no in-place form in torch: n/a).  An op the backend does not have is reported in one line (and
-fails the run) rather than imitated.  Each call is bracketed on its own (CUDA/HIP events on the
+Out-of-place and in-place are each op's buffers in ``collectives.py`` (alltoall and sendrecv run
+in place on one buffer and are not checked there, as in nccl-tests: ``#wrong`` N/A).  An op
+the backend does not have is reported in one line (and fails the run) rather than imitated.  Each call is bracketed on its own (CUDA/HIP events on the
 GPU, ``time.perf_counter`` on the CPU) and the brackets are summed.  Expect out-of-place and
 in-place numbers to be close: it is the same collective underneath.
 
 Exit status 1 means wrong values, or an op this backend or rank count cannot run; the others and
-the per-rank files are ``workload.py``'s.  Rank 0 prints one table per op and writes
-``OUT/allreduce.json`` (rewritten after every size; every row names its ``op``, and
-``collectives`` holds each op's factor, #wrong and verdict).
+the per-rank files are ``workload.py``'s.  Rank 0 prints one nccl-tests table per op
+(``nccltests.py``: its header, rows, ``# Avg bus bandwidth`` and ``Collective test concluded``
+line; all else on ``#`` lines) and writes ``OUT/allreduce.json``, every op's report (rewritten
+after every size; every row names its ``op``, and ``collectives`` holds each op's factor, #wrong
+and verdict), and per op ``OUT/<op>.json`` (its part of that report) and ``OUT/<op>.txt`` (the
+preamble and its table: what its nccl-tests binary prints, for the scripts sites run on that).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -56,15 +59,19 @@ import torch.distributed as dist
 
 import choices
 import devices
+import nccltests
 import workload
 from collectives import COLLECTIVES, MAX_PATTERN_PERIOD, Buffers, Collective, rank_values
 # shared with train.py: both start the same way under every launcher
-from distenv import DistEnv, now_iso, reduce_across_ranks, runtime_versions, sync, write_json
+from distenv import (DistEnv, now_iso, reduce_across_ranks, runtime_versions, sync, write_json,
+                     write_text)
 
 EXIT_WRONG = workload.EXIT_FAILED
 FAULT_EXIT_CODE = 17
 
 BENCHMARK = "all_reduce"
+#: The combined report of every op, as this tool reads it (each op also has ``<op>.json``).
+REPORT = "allreduce.json"
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in choices.DTYPES}
 FAULT_KINDS = ("die", "hang", "corrupt")
 MODES = ("oop", "ip")
@@ -128,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dtype", choices=sorted(DTYPES), default="float32",
         help="element type (default: %(default)s)")
-    workload.add_common_flags(parser, out="allreduce-results", writes="allreduce.json",
+    workload.add_common_flags(parser, out="allreduce-results", writes=REPORT,
                               timeout_s=300)
     parser.add_argument(
         "--check", action=argparse.BooleanOptionalAction, default=True,
@@ -229,65 +236,16 @@ def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
 
 def make_record(nbytes: int, count: int, dtype_name: str, oop: dict[str, Any],
                 ip: Optional[dict[str, Any]], op: str = "all_reduce") -> dict[str, Any]:
-    """One table row / one element of the JSON ``results`` list; ``ip`` None: the op has no
-    in-place form; ``root`` None: the op has none (the table prints -1, as nccl-tests)."""
+    """One table row / one element of the JSON ``results`` list; ``root`` None: the op has
+    none (the table prints -1, as nccl-tests)."""
     return {"op": op, "bytes": nbytes, "count": count, "type": dtype_name,
             "redop": COLLECTIVES[op].redop, "root": COLLECTIVES[op].root, "oop": oop, "ip": ip}
 
 
 def row_modes(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The modes a row measured (no in-place one for alltoall and sendrecv)."""
+    """The modes a row measured (both, but a report of an older harness has no in-place
+    alltoall or sendrecv)."""
     return [record[mode] for mode in MODES if record.get(mode) is not None]
-
-
-# nccl-tests' own layout (its src/common.cu): the same columns, widths, two-space separators
-# and type names, so the parsers sites run on nccl-tests output (ReFrame checks' regular
-# expressions, awk over "size count type redop root time algbw busbw #wrong") read these rows;
-# everything this harness adds is on "#" comment lines, which those parsers skip.
-_KEY_COLUMNS = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 8),
-                ("redop", "", 6), ("root", "", 6))
-_MODE_COLUMNS = (("time", "(us)", 7), ("algbw", "(GB/s)", 6), ("busbw", "(GB/s)", 6),
-                 ("#wrong", "", 6))
-#: torch's dtype names as nccl-tests prints them (its test_typenames).
-NCCL_TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16",
-                   "float64": "double", "int8": "int8", "uint8": "uint8", "int32": "int32",
-                   "int64": "int64"}
-
-
-def _columns(values: list[str], columns: tuple) -> str:
-    return "  ".join(f"{value:>{col[2]}}" for value, col in zip(values, columns))
-
-
-def format_table_header() -> str:
-    """nccl-tests' column header: a banner, the names, then the units (comment lines)."""
-    keys = [_columns([col[row] for col in _KEY_COLUMNS], _KEY_COLUMNS) for row in (0, 1)]
-    modes = [_columns([col[row] for col in _MODE_COLUMNS], _MODE_COLUMNS) for row in (0, 1)]
-    width = len(modes[0])
-    banner = " " * len(keys[0]) + "  " + "out-of-place".center(width) + "  " + \
-        "in-place".center(width)
-    return "\n".join(("#" + line[1:]).rstrip() for line in (
-        banner, *(keys[row] + "  " + modes[row] + "  " + modes[row] for row in (0, 1))))
-
-
-def _number(value: Optional[float], digits: int = 2) -> str:
-    return "N/A" if value is None else f"{value:.{digits}f}"
-
-
-def _format_mode(mode: Optional[dict[str, Any]]) -> str:
-    if mode is None:  # no in-place form in torch: every column N/A, as nccl-tests writes it
-        return _columns(["N/A"] * len(_MODE_COLUMNS), _MODE_COLUMNS)
-    wrong = "N/A" if mode["wrong"] is None else str(mode["wrong"])
-    return _columns([_number(mode["time_us"]), _number(mode["algbw"]),
-                     _number(mode["busbw"]), wrong], _MODE_COLUMNS)
-
-
-def format_row(record: dict[str, Any]) -> str:
-    """One result row, as nccl-tests prints it, aligned under format_table_header()."""
-    root = -1 if record.get("root") is None else record["root"]
-    keys = _columns([str(record["bytes"]), str(record["count"]),
-                     NCCL_TYPE_NAMES.get(record["type"], record["type"]), record["redop"],
-                     str(root)], _KEY_COLUMNS)
-    return f"{keys}  {_format_mode(record['oop'])}  {_format_mode(record.get('ip'))}"
 
 
 def summarize(records: list[dict[str, Any]],
@@ -295,7 +253,8 @@ def summarize(records: list[dict[str, Any]],
     """(total #wrong or None when unchecked, mean busbw over all rows and both modes, or None
     when there is no busbw: one rank).
 
-    The mean is nccl-tests' "Avg bus bandwidth"; it is dominated by small messages.
+    The mean is nccl-tests' "Avg bus bandwidth" (over one collective's rows, as each of its
+    binaries averages its own); it is dominated by small messages.
     """
     modes = [mode for record in records for mode in row_modes(record)]
     wrong_total = sum(mode["wrong"] or 0 for mode in modes) if check else None
@@ -303,29 +262,19 @@ def summarize(records: list[dict[str, Any]],
     return wrong_total, round(sum(busbw) / len(busbw), 3) if busbw else None
 
 
-def format_footer(wrong_total: Optional[int], avg_busbw: Optional[float]) -> str:
-    """The nccl-tests footer, with a reminder that the average is not a verdict on bandwidth."""
-    if wrong_total is None:
-        bounds = "N/A (check disabled)"
-    else:
-        bounds = f"{wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}"
-    return "\n".join([
-        f"# Out of bounds values : {bounds}",
-        f"# Avg bus bandwidth    : {_number(avg_busbw, 3)}",
-        "#   (mean over all sizes and both modes, dominated by small messages: read the busbw of",
-        "#    the largest size instead; the average is not a pass criterion)",
-    ])
-
-
-def format_op_header(op: Collective, world_size: int) -> str:
-    """The line above an op's table: its name, bus factor and root (nccl-tests runs one
-    binary per op; here one run prints one table per op)."""
+def op_notes(op: Collective, world_size: int) -> list[str]:
+    """What this harness says about one op above its table: its bus factor and root, and an
+    in-place result that is not checked (nccl-tests runs one binary per op; here one run
+    prints one table per op)."""
     factor = op.factor(world_size)
     root = "" if op.root is None else f"  root {op.root}"
-    inplace = "" if op.in_place else "  (no in-place form in torch: ip columns n/a)"
     value = "" if op.factor_text == "1" else f" = algbw * {factor:.4g}"
-    return (f"# {op.name}: busbw = algbw * {op.factor_text}{value} at {world_size} "
-            f"rank{'s' if world_size != 1 else ''}{root}{inplace}")
+    notes = [f"busbw = algbw * {op.factor_text}{value} at {world_size} "
+             f"rank{'s' if world_size != 1 else ''}{root}"]
+    if not op.checks_in_place:
+        notes.append("in-place runs on one buffer, as nccl-tests runs it, and is not checked "
+                     "there either (#wrong N/A)")
+    return notes
 
 
 def format_header(args: argparse.Namespace, sizes: list[int], env: DistEnv, backend: str,
@@ -359,8 +308,8 @@ def merge_result(previous: Optional[dict[str, Any]], record: dict[str, Any],
     wrong_cycles = list(previous["wrong_cycles"]) if previous else []
     if any(record[mode]["wrong"] for mode in present):
         wrong_cycles.append(cycle)
-    if previous and record["oop"]["wrong"] is not None:
-        for mode in present:
+    for mode in present:  # a mode not checked (in-place alltoall, sendrecv) stays None
+        if previous and record[mode]["wrong"] is not None:
             row[mode]["wrong"] += previous[mode]["wrong"]
     row["wrong_cycles"] = wrong_cycles
     return row
@@ -368,7 +317,7 @@ def merge_result(previous: Optional[dict[str, Any]], record: dict[str, Any],
 
 def _wrong_text(record: dict[str, Any]) -> str:
     return ", ".join(f"{mode} {record[mode]['wrong']}" for mode in MODES
-                     if record.get(mode) is not None)
+                     if (record.get(mode) or {}).get("wrong") is not None)
 
 
 def failure_line(report: dict[str, Any], wrong_total: int) -> str:
@@ -400,17 +349,17 @@ def inject_mid_run_fault(fault: Optional[Fault], rank: int) -> None:
 def benchmark_size(op: Collective, size: int, args: argparse.Namespace, env: DistEnv,
                    device: torch.device, period: int, cycle: int,
                    first: bool) -> tuple[dict[str, Any], int]:
-    """One op at one size: warm up, time and check out-of-place, then in-place where the op has
-    it; return the (reduced over ranks) record and this rank's #wrong."""
+    """One op at one size: warm up, time and check out-of-place, then in-place (checked where
+    nccl-tests checks it); return the (reduced over ranks) record and this rank's #wrong."""
     dtype, element = DTYPES[args.dtype], choices.DTYPES[args.dtype]
     n, rank = env.world_size, env.rank
     param = op.param_count(size // element, n)
     src = rank_values(rank, op.send_count(param, n), period or MAX_PATTERN_PERIOD, dtype, device)
     expected = op.expected(rank, n, param, period, dtype, device) if period else None
     corrupt = args.fault is not None and args.fault.corrupts(rank, cycle)
-    modes = [mode for mode in MODES if mode == "oop" or op.in_place]
+    checked = [bool(period) and (mode == "oop" or op.checks_in_place) for mode in MODES]
     seconds, local_wrong = [], []
-    for mode in modes:
+    for mode, check in zip(MODES, checked):
         bufs = op.buffers(mode, src, param, n, rank)
         if mode == "oop" and args.warmup:
             time_collective(op, bufs, args.warmup, device, rank, n)
@@ -419,16 +368,15 @@ def benchmark_size(op: Collective, size: int, args: argparse.Namespace, env: Dis
         sync(device)
         seconds.append(time_collective(op, bufs, args.iters, device, rank, n))
         # Checked on fresh input after the timing, outside it, as nccl-tests does per mode.
-        local_wrong.append(count_wrong(op, bufs, expected, rank, n, corrupt) if period else 0)
+        local_wrong.append(count_wrong(op, bufs, expected, rank, n, corrupt) if check else 0)
         del bufs
     del expected, src
 
     seconds = reduce_across_ranks(seconds, dist.ReduceOp.MAX, torch.float64, device)
     wrong = reduce_across_ranks(local_wrong, dist.ReduceOp.SUM, torch.int64, device)
-    made = [make_mode_record(op.bw_bytes(param, n, element), s, w if period else None, n,
-                             op.factor(n)) for s, w in zip(seconds, wrong)]
-    record = make_record(op.size_bytes(param, n, element), param, args.dtype, made[0],
-                         made[1] if len(made) > 1 else None, op=op.name)
+    made = [make_mode_record(op.bw_bytes(param, n, element), s, w if check else None, n,
+                             op.factor(n)) for s, w, check in zip(seconds, wrong, checked)]
+    record = make_record(op.size_bytes(param, n, element), param, args.dtype, *made, op=op.name)
     return record, sum(local_wrong)
 
 
@@ -456,45 +404,89 @@ def unsupported(op: Collective, env: DistEnv, device: torch.device,
     return reason
 
 
-def run_cycles(args: argparse.Namespace, env: DistEnv, sizes: list[int], device: torch.device,
-               runnable: list[tuple[Collective, int]], report: dict[str, Any],
-               out: Path) -> int:
-    """Sweep every op of ``runnable`` (with its check period) over every size ``--cycles``
-    times, filling ``report`` (rewritten after every size on rank 0, so a run that dies midway
-    leaves what it measured); return this rank's #wrong."""
-    leader = env.rank == 0
-    local_wrong = 0
-    for cycle in range(1, args.cycles + 1):
-        if leader and args.cycles > 1:
-            print(f"# cycle {cycle}/{args.cycles}", flush=True)
-        rows: list[dict[str, Any]] = []
-        report["cycle_results"].append({"cycle": cycle, "results": rows})
-        for op, period in runnable:
-            if leader:
-                print(format_op_header(op, env.world_size), flush=True)
-            for size in sizes:
-                index = len(rows)
-                record, wrong = benchmark_size(op, size, args, env, device, period, cycle,
-                                               first=cycle == 1 and index == 0)
+@dataclass
+class Sweep:
+    """What every op's sweep needs, and rank 0's output: one nccl-tests table per op on stdout,
+    and per op ``OUT/<op>.txt`` (the run's preamble and that table: what the op's nccl-tests
+    binary prints) and ``OUT/<op>.json`` (its part of the report), besides the combined
+    ``OUT/allreduce.json`` that this tool reads."""
+
+    args: argparse.Namespace
+    env: DistEnv
+    sizes: list[int]
+    device: torch.device
+    report: dict[str, Any]
+    out: Path
+    preamble: str = ""
+    shown: list[str] = field(default_factory=list)
+
+    def show(self, text: str) -> None:
+        """Print on rank 0, and keep it for the op's own text file."""
+        if self.env.rank == 0:
+            print(text, flush=True)
+            self.shown.append(text)
+
+    def cycle_rows(self, cycle: int) -> list[dict[str, Any]]:
+        """Cycle ``cycle``'s rows (every op's, in op order), started by the first op."""
+        entries = self.report["cycle_results"]
+        if len(entries) < cycle:
+            entries.append({"cycle": cycle, "results": []})
+        return entries[cycle - 1]["results"]
+
+    def measure(self, op: Collective, period: int, number: int, notes: list[str]) -> int:
+        """Op ``number`` of the run: its table, ``--cycles`` sweeps over the sizes (nccl-tests'
+        -N repeats the rows in one table), its footer and files; return this rank's #wrong.
+        ``report`` is rewritten after every size, so a run that dies midway leaves what it
+        measured."""
+        self.shown = []
+        self.show(nccltests.opening(op.name, notes))
+        local_wrong, results = 0, self.report["results"]
+        for cycle in range(1, self.args.cycles + 1):
+            if self.args.cycles > 1:
+                self.show(f"# cycle {cycle}/{self.args.cycles}")
+            rows = self.cycle_rows(cycle)
+            for position, size in enumerate(self.sizes):
+                index = number * len(self.sizes) + position
+                record, wrong = benchmark_size(op, size, self.args, self.env, self.device,
+                                               period, cycle, first=cycle == 1 and index == 0)
                 local_wrong += wrong
                 rows.append(record)  # every rank: all of them exit with the same verdict
-                results = report["results"]
                 if cycle == 1:
                     results.append(merge_result(None, record, cycle))
                 else:
                     results[index] = merge_result(results[index], record, cycle)
-                if leader:
-                    print(format_row(record), flush=True)
-                    write_json(out / "allreduce.json", report)  # partial: finished stays null
-        report["cycles_done"] = cycle
-    return local_wrong
+                self.show(nccltests.row(record))
+                if self.env.rank == 0:  # partial: finished stays null
+                    write_json(self.out / REPORT, self.report)
+        summary = op_summaries(self.report, [op], self.env.world_size, {},
+                               {op.name: period})[op.name]
+        self.show(nccltests.footer(op.name, summary["wrong_total"], summary["avg_busbw"]))
+        if self.env.rank == 0:
+            write_text(self.out / f"{op.name}.txt", "\n".join([self.preamble, *self.shown, ""]))
+            write_json(self.out / f"{op.name}.json", op_report(self.report, op.name, summary))
+        return local_wrong
+
+
+def op_report(report: dict[str, Any], name: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """One op's part of the report, for ``OUT/<op>.json``: the same record (one reader reads
+    both) with only its rows and summary, finished when the op is."""
+    def mine(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [row for row in rows if row["op"] == name]
+    return {**report, "benchmark": name, "ops": [name], "results": mine(report["results"]),
+            "cycle_results": [{**entry, "results": mine(entry["results"])}
+                              for entry in report["cycle_results"]],
+            "collectives": {name: summary}, "wrong_total": summary["wrong_total"],
+            "avg_busbw": summary["avg_busbw"], "ok": summary["ok"],
+            "cycles_done": report["cycles"] if summary["unsupported"] is None else 0,
+            "finished": now_iso()}
 
 
 def op_summaries(report: dict[str, Any], ops: list[Collective], world_size: int,
                  refused: dict[str, str], periods: dict[str, int]) -> dict[str, dict[str, Any]]:
-    """Per op: its bus factor (as text and at this rank count), root, in-place form, whether it
-    was checked, and, once measured, its #wrong, average busbw and verdict; an op the backend
-    refused carries the reason and is not ok."""
+    """Per op: its bus factor (as text and at this rank count), root, whether its in-place
+    result is checked, whether it was checked at all, and, once measured, its #wrong, average
+    busbw (nccl-tests' Avg bus bandwidth) and verdict; an op the backend refused carries the
+    reason and is not ok."""
     found = {}
     for op in ops:
         rows = [row for row in report["results"] if row["op"] == op.name]
@@ -503,24 +495,16 @@ def op_summaries(report: dict[str, Any], ops: list[Collective], world_size: int,
         reason = refused.get(op.name)
         found[op.name] = {
             "factor": op.factor_text, "busbw_factor": round(op.factor(world_size), 6),
-            "root": op.root, "in_place": op.in_place, "redop": op.redop, "check": checked,
-            "unsupported": reason, "wrong_total": wrong, "avg_busbw": avg,
-            "ok": reason is None and not wrong}
+            "root": op.root, "in_place": True, "in_place_checked": checked and op.checks_in_place,
+            "redop": op.redop, "check": checked, "unsupported": reason, "wrong_total": wrong,
+            "avg_busbw": avg, "ok": reason is None and not wrong}
     return found
 
 
-def print_header(args: argparse.Namespace, sizes: list[int], env: DistEnv, backend: str,
-                 ranks: list[dict[str, Any]], hostnames: list[str], ops: list[Any],
-                 refused: dict[str, str], periods: dict[str, int]) -> None:
-    """Rank 0's header: the run, each op refused or left unchecked and why, the table head."""
-    print(format_header(args, sizes, env, backend, ranks, len(hostnames)), flush=True)
-    for op in ops:
-        if op.name in refused:
-            print(f"# {op.name}: {refused[op.name]}", flush=True)
-        elif args.check and not periods[op.name]:
-            print(f"# {op.name}: check disabled: {args.dtype} cannot hold exact sums over "
-                  f"{env.world_size} ranks", flush=True)
-    print(format_table_header(), flush=True)
+def notes_of(op: Collective, args: argparse.Namespace, world_size: int, period: int) -> list[str]:
+    """The notes above an op's table: :func:`op_notes`, and a check the dtype cannot do."""
+    unchecked = [f"check disabled: {args.dtype} cannot hold exact sums over {world_size} ranks"]
+    return op_notes(op, world_size) + (unchecked if args.check and not period else [])
 
 
 def run(args: argparse.Namespace, env: DistEnv) -> int:
@@ -545,10 +529,6 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
     refused = {op.name: reason for op in ops
                if (reason := unsupported(op, env, device, dtype)) is not None}
     periods = {op.name: op.period(dtype, env.world_size) if args.check else 0 for op in ops}
-    runnable = [(op, periods[op.name]) for op in ops if op.name not in refused]
-    if leader:
-        print_header(args, sizes, env, backend, ranks, hostnames, ops, refused, periods)
-
     report: dict[str, Any] = {
         "benchmark": BENCHMARK if args.op == [BENCHMARK] else "collectives", "ops": args.op,
         "world_size": env.world_size, "nodes": len(hostnames),
@@ -560,27 +540,47 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
         "ok": False, "started": started, "finished": None,
     }
     report["collectives"] = op_summaries(report, ops, env.world_size, refused, periods)
+    sweep = Sweep(args, env, sizes, device, report, out,
+                  preamble=format_header(args, sizes, env, backend, ranks, len(hostnames)))
     if leader:  # exists from the start, so a run that dies early still leaves its context
-        write_json(out / "allreduce.json", report)
+        print(sweep.preamble, flush=True)
+        for name, reason in refused.items():
+            print(f"# {name}: {reason}", flush=True)
+        write_json(out / REPORT, report)
 
-    local_wrong = run_cycles(args, env, sizes, device, runnable, report, out)
-    wrong_total, avg_busbw = summarize(report["results"], any(periods.values()))
+    runnable = [op for op in ops if op.name not in refused]
+    local_wrong = sum(sweep.measure(op, periods[op.name], number,
+                                    notes_of(op, args, env.world_size, periods[op.name]))
+                      for number, op in enumerate(runnable))
+    report["cycles_done"] = args.cycles if runnable else 0
+    wrong_total = summarize(report["results"], any(periods.values()))[0]
     ok = not wrong_total and not refused
     if leader:
-        print(format_footer(wrong_total, avg_busbw), flush=True)
-        messages = [f"# FAILED: {name}: {reason}" for name, reason in refused.items()]
-        if wrong_total:
-            messages.append(failure_line(report, wrong_total))
-        for message in messages:
-            print(message, flush=True)
-            print(message.lstrip("# "), file=sys.stderr, flush=True)
-        report.update(wrong_total=wrong_total, avg_busbw=avg_busbw, ok=ok, finished=now_iso(),
-                      collectives=op_summaries(report, ops, env.world_size, refused, periods))
-        write_json(out / "allreduce.json", report)
-
+        conclude(report, ops, refused, periods, out)
     workload.finish(out, env, teardown=not args.no_teardown,
                     wrong=local_wrong if any(periods.values()) else None)
     return workload.EXIT_OK if ok else EXIT_WRONG
+
+
+def conclude(report: dict[str, Any], ops: list[Collective], refused: dict[str, str],
+             periods: dict[str, int], out: Path) -> None:
+    """Rank 0's end of the run: the note on the averages, what failed (stdout and stderr),
+    the final report and a file per refused op."""
+    wrong_total, avg_busbw = summarize(report["results"], any(periods.values()))
+    print(nccltests.AVG_NOTE, flush=True)
+    messages = [f"# FAILED: {name}: {reason}" for name, reason in refused.items()]
+    if wrong_total:
+        messages.append(failure_line(report, wrong_total))
+    for message in messages:
+        print(message, flush=True)
+        print(message.lstrip("# "), file=sys.stderr, flush=True)
+    summaries = op_summaries(report, ops, report["world_size"], refused, periods)
+    # nccl-tests' average is one collective's: several ops have one each, in ``collectives``
+    report.update(wrong_total=wrong_total, avg_busbw=avg_busbw if len(ops) == 1 else None,
+                  ok=not wrong_total and not refused, finished=now_iso(), collectives=summaries)
+    write_json(out / REPORT, report)
+    for name in refused:
+        write_json(out / f"{name}.json", op_report(report, name, summaries[name]))
 
 
 def main(argv: Optional[list[str]] = None) -> int:

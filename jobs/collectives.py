@@ -11,7 +11,8 @@ A plug-in says only what is its own:
   its bus factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall (n-1)/n; broadcast,
   reduce, sendrecv 1), so busbw compares with a link's speed at any rank count;
 * its buffers out-of-place and in-place (in-place aliases input and output at nccl-tests'
-  offsets; torch has no aliased alltoall or sendrecv, so those have no in-place form here);
+  offsets; alltoall and sendrecv run in place on one buffer, as nccl-tests runs them, and, as
+  there, their in-place values are not checked: ``#wrong`` N/A, its ``reportErrors = 0``);
 * the call, and the EXACT values each rank must hold afterwards (none where a rank receives
   nothing: reduce's non-root ranks).
 
@@ -113,14 +114,14 @@ class Collective:
     values each rank must hold after it."""
 
     name: str
-    redop: str                       # "sum", or "none" for moving ops (nccl-tests prints none)
+    redop: str                       # as nccl-tests prints it: "none" where it passes none
     factor: Callable[[int], float]
     factor_text: str
     call: Callable[[Buffers, int, int], None]
     split: bool = False              # the size is the whole buffer, split over the ranks
     root: Optional[int] = None       # the root rank of broadcast and reduce
     sums: bool = False
-    in_place: bool = True            # torch has an aliased in-place form
+    checks_in_place: bool = True     # the aliased in-place result is checked (nccl-tests)
     min_ranks: int = 1
     why_min_ranks: str = ""
 
@@ -167,7 +168,9 @@ class Collective:
         if self.name == "reduce_scatter":  # nccl-tests: recvbuff = sendbuff + rank * count
             send = src.clone()
             return Buffers(src=src, send=send, recv=send[own])
-        raise ValueError(f"{self.name} has no in-place form in torch.distributed")
+        # alltoall, sendrecv: one buffer read and written (nccl-tests: offsets 0, unchecked)
+        both = src.clone()  # their send and receive counts are equal
+        return Buffers(src=src, send=both, recv=both)
 
     # -- the check
     def expected(self, rank: int, n: int, param: int, period: int, dtype: torch.dtype,
@@ -216,13 +219,14 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
     Collective("reduce_scatter", "sum", gather_factor, "(n-1)/n", split=True, sums=True,
                call=lambda bufs, rank, n: _newest("reduce_scatter_single",
                                                   "reduce_scatter_tensor")(bufs.recv, bufs.send)),
-    Collective("alltoall", "none", gather_factor, "(n-1)/n", split=True, in_place=False,
+    Collective("alltoall", "none", gather_factor, "(n-1)/n", split=True, checks_in_place=False,
                call=lambda bufs, rank, n: dist.all_to_all_single(bufs.recv, bufs.send)),
     Collective("broadcast", "none", one, "1", root=ROOT,
                call=lambda bufs, rank, n: dist.broadcast(bufs.send, src=ROOT)),
     Collective("reduce", "sum", one, "1", root=ROOT, sums=True,
                call=lambda bufs, rank, n: dist.reduce(bufs.send, dst=ROOT)),
-    Collective("sendrecv", "none", one, "1", in_place=False, min_ranks=2,
+    # nccl-tests' sendrecv prints the -o op it was given (sum by default), though none applies
+    Collective("sendrecv", "sum", one, "1", checks_in_place=False, min_ranks=2,
                why_min_ranks="needs 2 ranks (torch.distributed does not send to its own rank)",
                call=_send_recv),
 )}

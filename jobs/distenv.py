@@ -155,10 +155,15 @@ def describe_device(device: torch.device) -> str:
     return "cpu"
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON atomically (temp file, then os.replace) so a reader never sees half a file,
+def write_text(path: Path, text: str) -> None:
+    """Write text atomically (temp file, then os.replace) so a reader never sees half a file,
     never through a link nor over a device or another user's file (:mod:`safewrite`)."""
-    safewrite.write_text(path, json.dumps(data, indent=2) + "\n")
+    safewrite.write_text(path, text)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically (:func:`write_text`)."""
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def now_iso() -> str:

@@ -291,7 +291,7 @@ def _table(output: str) -> str:
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("# all_reduce on"))
     return "\n".join(line for line in lines[start:]
-                     if not line.startswith(("plot:", "json:", "perflog:"))) + "\n"
+                     if not line.startswith(("plot:", "json:", "table:", "perflog:"))) + "\n"
 
 
 @pytest.mark.apptainer
@@ -303,7 +303,7 @@ def test_captured_smoke_output_has_todays_shape(cpu_image, tmp_path: Path) -> No
     run = subprocess.run([sys.executable, "-m", *SMOKE], cwd=ROOT, env=_env(results),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode in (0, 3), run.stdout + run.stderr  # 3: slower than the reference
-    png = next(results.glob("smoke/*/allreduce.png"))
+    png = next(results.glob("smoke/*/all_reduce.png"))
     table = _table(run.stdout + run.stderr)
     if os.environ.get("DOCS_REFRESH") == "1":
         shutil.copyfile(png, ASSETS / "allreduce-cpu.png")
@@ -314,3 +314,6 @@ def test_captured_smoke_output_has_todays_shape(cpu_image, tmp_path: Path) -> No
               if line.startswith("#") and ("#wrong" in line or "(B)" in line)]
     assert header and all(line in shown for line in header), "\n".join(header)
     assert any(line.startswith("verdict: ") for line in shown)
+    for line in ("# Collective test starting: all_reduce_perf",  # today's per-op block
+                 "# Collective test concluded: all_reduce_perf"):
+        assert line in shown and line in table.splitlines()

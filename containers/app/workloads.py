@@ -233,7 +233,8 @@ def _record(project: Project, result: verdict.Result, *, say: Say) -> None:
     with on_disk("write the run's reports", out):
         for path in result.kind.write_reports(result):
             say(f"plot: {os.path.relpath(path)}")
-    say(f"json: {os.path.relpath(out / result.kind.report_name)}")
+    for word, path in result.kind.report_files(result):
+        say(f"{word}: {os.path.relpath(path)}")
     record = verdict.record(result, image_record=provenance.read(
         project.settings.provenance_path(result.plan.target.name)))
     with on_disk("write the verdict", out / "verdict.json"):

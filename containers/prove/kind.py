@@ -140,6 +140,10 @@ class WorkloadKind:
         """Files made from the report besides the verdict (plots)."""
         return []
 
+    def report_files(self, result: "Result") -> list[tuple[str, Path]]:
+        """The reports the workload wrote, each with the word the run lists it by (``json``)."""
+        return [("json", result.plan.out_dir / self.report_name)]
+
     def perflog_records(self, record: dict) -> list[dict]:
         """The perflog lines of a run's verdict record (smoke: one per collective)."""
         return [record]

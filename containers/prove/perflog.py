@@ -1,4 +1,6 @@
-"""The performance history: one JSON line per smoke run and collective, per site and partition.
+"""The performance history: one JSON line per smoke run and collective, per site and partition,
+in one log per collective (``<site>/<partition>/<op>.jsonl``, named as its results and plots are;
+the one ``allreduce.jsonl`` of every op that earlier versions wrote is still read).
 
 Like ReFrame's perflogs, each record carries what it was judged against (the reference and its
 tolerances) and the image it ran (inputs hash, build date), so a verdict can be rebuilt from the log
@@ -15,26 +17,38 @@ from typing import BinaryIO, Iterator, Sequence
 
 from containers.errors import StateError, on_disk, os_failure
 from containers.files import FileRefused, open_append_regular, read_regular
+from containers.inputs import names
 from containers.inputs.schema import check_name
 from containers.locking import file_lock
 from containers.prove import stack
 from containers.prove.smoke import op_of
 from containers.report import human_bytes, new_figure, save_figure
 
-LOG_NAME = "allreduce.jsonl"
+#: The one log of every collective that versions before per-op logs wrote; still read.
+OLD_LOG_NAME = "allreduce.jsonl"
 #: The most one log may hold (about 100,000 records): beyond it the file is not a perflog.
 LOG_LIMIT = 256 << 20
 #: One run on the history plot: (date, busbw at the reference size, passed).
 Point = tuple[datetime.datetime, float, bool]
 
 
-def log_path(perflog_dir: Path, *, site: str, partition: str | None) -> Path:
-    """``<perflog_dir>/<site>/<partition>/allreduce.jsonl``; both names pass the name rule (a
+def log_name(op: str) -> str:
+    """One collective's log (``all_reduce.jsonl``): a collective this tool knows, so the name
+    is one of a fixed few."""
+    if op not in names.COLLECTIVES:
+        raise StateError(f"perflog record of unknown collective {op!r}; one of "
+                         f"{', '.join(names.COLLECTIVES)}")
+    return f"{op}.jsonl"
+
+
+def log_path(perflog_dir: Path, *, site: str, partition: str | None,
+             op: str = "all_reduce") -> Path:
+    """``<perflog_dir>/<site>/<partition>/<op>.jsonl``; both names pass the name rule (a
     partition comes from ``SLURM_JOB_PARTITION``: ``../..`` in it must not write elsewhere)."""
     check_name("site", site, key="site")
     if partition is not None:
         check_name("partition", partition, key="partition")
-    return perflog_dir / site / (partition or "default") / LOG_NAME
+    return perflog_dir / site / (partition or "default") / log_name(op)
 
 
 def _ends_a_line(handle: BinaryIO) -> bool:
@@ -50,7 +64,8 @@ def append(perflog_dir: Path, record: dict) -> Path:
     """Append one record under a lock, so concurrent runs never interleave a line. A file whose
     last line was torn (a run killed mid-write, a full disk) gets its newline first, so the new
     record starts a line of its own instead of being glued to the torn one and lost with it."""
-    path = log_path(perflog_dir, site=record["site"], partition=record.get("partition"))
+    path = log_path(perflog_dir, site=record["site"], partition=record.get("partition"),
+                    op=op_of(record))
     line = json.dumps(record, sort_keys=True).encode("utf-8") + b"\n"
     with on_disk("append to the perflog", path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,9 +114,12 @@ def _log_bytes(path: Path) -> bytes:
 
 def read(perflog_dir: Path, *, target: str | None = None,
          ops: Sequence[str] | None = None) -> list[dict]:
-    """Every record (oldest first), optionally of one target and of some collectives;
-    unreadable lines are skipped."""
-    paths = sorted(perflog_dir.rglob(LOG_NAME)) if perflog_dir.is_dir() else []
+    """Every record (oldest first), optionally of one target and of some collectives, from
+    each collective's log and the old log of all of them; unreadable lines are skipped."""
+    logs = [OLD_LOG_NAME, *map(log_name, ops if ops is not None else names.COLLECTIVES)]
+    # log by log in the collectives' order, so one run's lines (one date) keep that order
+    paths = [path for name in logs for path in sorted(perflog_dir.rglob(name))] \
+        if perflog_dir.is_dir() else []
     records = [record for path in paths for record in _records(_log_bytes(path))
                if (target is None or record.get("target") == target)
                and (ops is None or op_of(record) in ops)]

@@ -6,8 +6,9 @@ measured (or refused by the backend, which fails), no ``#wrong`` values; and for
 sizes done and, where the site declares its network transport, NCCL/RCCL's debug output proves
 it was used (a silent TCP fallback fails). Its performance is judged per op: out-of-place busbw
 at the reference size within the tolerance of the site's reference FOR THAT OP. The benchmark
-writes ``allreduce.json``; the host adds ``verdict.json`` (with each op's verdict), a PNG per op
-and a perflog line per op.
+prints one nccl-tests table per op and writes ``allreduce.json`` (every op: what this module
+reads) and per op ``<op>.json`` and ``<op>.txt``; the host adds ``verdict.json`` (with each op's
+verdict), ``<op>.png`` and a line in the op's perflog ``<op>.jsonl``.
 """
 
 from __future__ import annotations
@@ -238,11 +239,20 @@ class SmokeKind(WorkloadKind):
                  for op, entry in (record.get("collectives") or {}).items()]
         return lines or [record]
 
+    def report_files(self, result: verdict.Result) -> list[tuple[str, Path]]:
+        """The report of every op, then each op's own: its part of it and its nccl-tests table
+        (those the benchmark wrote: an older harness wrote none)."""
+        out = result.plan.out_dir
+        own = [(word, out / f"{op}.{ext}") for op in asked_ops(result)
+               for word, ext in (("json", "json"), ("table", "txt"))]
+        return super().report_files(result) + [(word, path) for word, path in own
+                                               if path.is_file()]
+
     def write_reports(self, result: verdict.Result) -> list[Path]:
         if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
         return [plot_busbw({**result.report, "results": rows}, result.plan.out_dir /
-                           ("allreduce.png" if op == DEFAULT_OP else f"{op}.png"),
+                           f"{op}.png",
                            title=f"{op} busbw: {result.plan.target.name}, {result.plan.ranks} "
                                  f"ranks, {result.report.get('backend', '?')}")
                 for op in asked_ops(result) if (rows := _rows(result, op))]

@@ -219,7 +219,7 @@ def test_the_jobs_judge_line_runs_in_the_real_image_with_no_index(data_world, tm
     code, record, out = judged()
     assert code == 0 and record["passed"] is True, out
     assert record["sha256"] == IMAGE["sha256"] and "verdict: PASS" in out
-    assert (folder / "allreduce.png").is_file()  # matplotlib came from the judge folder
+    assert (folder / "all_reduce.png").is_file()  # matplotlib came from the judge folder
     assert list((tmp_path / "perflog").rglob("*")), "no perflog line"
     code, record, out = judged(drop="rank-1.json")
     assert code == 2 and record["passed"] is False, out

@@ -26,9 +26,9 @@ def test_perflog_accumulates_and_renders(tmp_path: Path) -> None:
                    _record("2026-11-02T10:00:00Z", "a" * 64, 129.5),
                    _record("2026-11-03T10:00:00Z", "b" * 64, 97.0, passed=False)):
         path = perflog.append(tmp_path, record)
-    assert path == tmp_path / "lumi" / "standard-g" / "allreduce.jsonl"
+    assert path == tmp_path / "lumi" / "standard-g" / "all_reduce.jsonl"
     assert len(path.read_text().splitlines()) == 3
-    (tmp_path / "lumi" / "standard-g" / "allreduce.jsonl").open("a").write("not json\n")
+    path.open("a").write("not json\n")
     records = perflog.read(tmp_path, target="lumi-rocm")
     assert [r["date"][:10] for r in records] == ["2026-11-01", "2026-11-02", "2026-11-03"]
     assert perflog.read(tmp_path, target="cpu") == []
@@ -98,7 +98,7 @@ def test_a_perflog_never_lands_outside_its_folder(tmp_path: Path, site, partitio
         perflog.append(tmp_path / "perflog", record)
     assert not (tmp_path / "perflog").exists()
     record.update(site="lumi", partition=None)  # no partition: the log of the default one
-    assert perflog.append(tmp_path, record) == tmp_path / "lumi" / "default" / perflog.LOG_NAME
+    assert perflog.append(tmp_path, record) == tmp_path / "lumi" / "default" / "all_reduce.jsonl"
 
 
 def test_only_runs_at_the_reference_size_are_plotted_with_band_and_source(
@@ -171,3 +171,23 @@ def test_history_into_a_read_only_perflog_folder_is_one_line(data_root: Path, tm
     project = app.Project.load(data_root, {"perflog_dir": str(perflog_dir)})
     with pytest.raises(StateError, match=r"^cannot write the history plot: "):
         app.smoke_history(project, target=None, say=lambda line: None)
+
+
+def test_each_collective_has_its_log_and_the_old_log_of_all_is_still_read(tmp_path: Path) -> None:
+    """Logs named per collective, as its results (``<op>.json``) and plots (``<op>.png``) are;
+    the one ``allreduce.jsonl`` of every op that earlier versions wrote still reads, by op."""
+    gather = {**_record("2026-11-02T10:00:00Z", "a" * 64, 60.0), "op": "all_gather"}
+    assert perflog.append(tmp_path, gather) == tmp_path / "lumi" / "standard-g" / \
+        "all_gather.jsonl"
+    old = tmp_path / "lumi" / "standard-g" / perflog.OLD_LOG_NAME
+    old.write_text("".join(json.dumps(record) + "\n" for record in (
+        _record("2026-11-01T10:00:00Z", "a" * 64, 131.0),
+        {**_record("2026-11-01T11:00:00Z", "a" * 64, 50.0), "op": "alltoall"})))
+    assert [r.get("op") for r in perflog.read(tmp_path)] == [None, "alltoall", "all_gather"]
+    again = {**gather, "op": "all_reduce"}  # one run's lines (one date) in the ops' order
+    perflog.append(tmp_path, again)
+    assert [r.get("op") for r in perflog.read(tmp_path)][-2:] == ["all_reduce", "all_gather"]
+    assert [r["op"] for r in perflog.read(tmp_path, ops=["alltoall", "all_gather"])] == \
+        ["alltoall", "all_gather"]
+    with pytest.raises(StateError, match="unknown collective 'allgather'"):
+        perflog.append(tmp_path, {**gather, "op": "allgather"})

@@ -47,7 +47,7 @@ def test_smoke_passes(cpu_image, smoke_project, ranks) -> None:
     assert [r["bytes"] for r in report["results"]] == [4096 << i for i in range(11)]
     assert all(r["oop"]["busbw"] > 0 and r["ip"]["busbw"] > 0 for r in report["results"])
     out = result.plan.out_dir
-    assert (out / "allreduce.png").stat().st_size > 10_000
+    assert (out / "all_reduce.png").stat().st_size > 10_000
     assert sorted(p.name for p in out.glob("rank-*.json")) == [f"rank-{i}.json"
                                                                 for i in range(ranks)]
     assert any(line.startswith("# Out of bounds values : 0") for line in lines)

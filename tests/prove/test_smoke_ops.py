@@ -27,8 +27,9 @@ def test_op_option_is_a_canonical_list() -> None:
     assert SmokeOptions(gpus=2).op == "all_reduce"
     assert SmokeOptions(gpus=2, op="all").op == ALL
     assert SmokeOptions(gpus=2, op="reduce, all_gather").op == "all_gather,reduce"
-    with pytest.raises(UsageError, match="--op unknown collective 'allreduce'"):
-        SmokeOptions(gpus=2, op="allreduce")
+    assert SmokeOptions(gpus=2, op="allreduce").op == "all_reduce"  # the files' spelling
+    with pytest.raises(UsageError, match="--op unknown collective 'allreduse'"):
+        SmokeOptions(gpus=2, op="allreduse")
 
 
 def test_references_are_keyed_by_op() -> None:
@@ -165,13 +166,19 @@ def test_a_batch_smoke_job_is_judged_per_op(batch_run) -> None:
     reduce_row = {**ROW, "op": "all_reduce", "oop": oop, "ip": ip}
     alltoall = {**ROW, "op": "alltoall", "oop": oop, "ip": None}
     write({"job.json": _job_options("all_reduce,alltoall"),
-           "allreduce.json": _report([reduce_row, alltoall])})
+           "allreduce.json": _report([reduce_row, alltoall]), "alltoall.json": {}})
+    (folder / "alltoall.txt").write_text("# Collective test starting: alltoall_perf\n")
     record, failure, lines = _judge(project, folder)
     assert failure is None and record["ops"] == ["all_reduce", "alltoall"], record["reasons"]
+    listed = [line.split(": ")[0] + ": " + Path(line.split(": ")[1]).name for line in lines
+              if line.startswith(("json: ", "table: "))]
+    assert listed == ["json: allreduce.json", "json: alltoall.json", "table: alltoall.txt"]
     assert any(line.startswith("  alltoall:") and "PASS (0 wrong" in line for line in lines)
-    assert (folder / "alltoall.png").is_file() and (folder / "allreduce.png").is_file()
+    assert (folder / "alltoall.png").is_file() and (folder / "all_reduce.png").is_file()
     logged = perflog.read(project.settings.perflog_dir)
     assert [line["op"] for line in logged] == ["all_reduce", "alltoall"]
+    assert sorted(p.name for p in project.settings.perflog_dir.rglob("*.jsonl")) == \
+        ["all_reduce.jsonl", "alltoall.jsonl"]  # one log per collective, as its results
 
     bad = {**alltoall, "oop": {**oop, "wrong": 3}, "wrong_cycles": [1]}
     write({"job.json": _job_options("all_reduce,alltoall"),
