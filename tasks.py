@@ -16,21 +16,23 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from invoke import Exit, task
 
+# Only what the flags' help needs is imported here: ``invoke --list`` and ``-h`` import this
+# file and run no task. ``app`` imports each command's modules on first use (its docstring).
 from containers import app
-from containers.app.project import config_sources
 from containers.errors import ContainersError, UsageError, describe
-from containers.image.plan import parse_build_args
 from containers.inputs import flags
 from containers.prove import registry
-from containers.prove.kind import WorkloadKind
 from containers.prove.smoke import SMOKE, SmokeOptions
 from containers.prove.transport import CHOICES as TRANSPORTS
 from containers.prove.train import TRAIN, TrainOptions
 from containers.run.launchers import LAUNCHERS
+
+if TYPE_CHECKING:
+    from containers.prove.kind import WorkloadKind
 
 ROOT = Path(__file__).resolve().parent
 
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parent
 def _project(c) -> app.Project:
     settings = c.config.get("containers", None) or {}
     return app.Project.load(ROOT, {key: settings[key] for key in settings},
-                            sources=config_sources(c.config))
+                            sources=app.config_sources(c.config))
 
 
 def _quiet_broken_pipe(kind, value, traceback, previous=sys.excepthook) -> None:
@@ -194,6 +196,7 @@ def targets(c, json=False):
 )
 def build(c, target=None, force=False, dry_run=False, build_arg=None, no_cache=False):
     """Build an image (and its bases) unless its inputs hash says it is up to date."""
+    from containers.image.plan import parse_build_args  # the planner: only when building
     target = flags.TARGET("--target", target)
     build_args = parse_build_args(build_arg or [])
     project = _project(c)

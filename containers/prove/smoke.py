@@ -14,15 +14,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from containers.host.facts import host_arch
 from containers.inputs import flags, names
-from containers.inputs.settings import Settings
-from containers.inputs.sites import Site
-from containers.prove import verdict
 from containers.prove.kind import Invocation, WorkloadKind
 from containers.prove.performance import Judgement, judge
 from containers.report import plot_busbw
+
+if TYPE_CHECKING:  # the kind is declared when the command line starts (invoke --list): light
+    from containers.inputs.settings import Settings
+    from containers.inputs.sites import Site
+    from containers.prove import verdict
 
 
 @dataclass(frozen=True)
