@@ -27,14 +27,14 @@ class FileRefused(ValueError):
     StateError), naming the file."""
 
 
-def kind_of(mode: int) -> str:
+def file_type(mode: int) -> str:
     """What a file of ``mode`` is, in words (``a FIFO``), for a refusal."""
     return next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
 
 
 def _check_regular(info: os.stat_result, limit: float = float("inf")) -> None:
     if not stat.S_ISREG(info.st_mode):
-        raise FileRefused(f"not a regular file ({kind_of(info.st_mode)})")
+        raise FileRefused(f"not a regular file ({file_type(info.st_mode)})")
     if info.st_size > limit:
         raise FileRefused(f"larger than {limit} bytes ({info.st_size})")
 
@@ -123,7 +123,7 @@ def not_a_folder(path: Path) -> str | None:
         if os.path.lexists(part):
             if part.is_dir():
                 return None
-            return f"{part} is {kind_of(os.lstat(part).st_mode)}, not a folder"
+            return f"{part} is {file_type(os.lstat(part).st_mode)}, not a folder"
     return None
 
 

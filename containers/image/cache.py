@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from containers.errors import ConfigError, ContainersError, on_disk
-from containers.files import kind_of, swappable_parent
+from containers.files import file_type, swappable_parent
 from containers.host.runtime import BIND_SPECIALS, unsafe_characters
 from containers.image import provenance
 from containers.locking import acquire, release
@@ -236,7 +236,7 @@ def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
     if stat.S_ISLNK(info.st_mode):
         return f"is a link (to {os.readlink(folder)})"
     if not stat.S_ISDIR(info.st_mode):
-        return f"is {kind_of(info.st_mode)}, not a folder"
+        return f"is {file_type(info.st_mode)}, not a folder"
     if gid is None and info.st_uid != uid:
         return f"is owned by uid {info.st_uid}, not this user ({uid})"
     if gid is None and mode & 0o022:
