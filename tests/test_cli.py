@@ -485,7 +485,7 @@ def test_job_refuses_a_command_word_that_is_not_utf8(cli_project: Path, tmp_path
 
 #: What ``invoke --list``, ``-h`` and the flags' help must not load: the pydantic models of the
 #: inputs, the planners and every command's module (they load on first use, through ``app``).
-HEAVY = ("pydantic", "containers.inputs.schema", "containers.inputs.sites",
+HEAVY = ("pydantic", "rich", "containers.inputs.schema", "containers.inputs.sites",
          "containers.inputs.settings", "containers.inputs.recipes", "containers.inputs.envspec",
          "containers.inputs.compat", "containers.inputs.validate", "containers.inputs.references",
          "containers.image.", "containers.run.workload", "containers.prove.verdict",
