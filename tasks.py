@@ -18,31 +18,34 @@ import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from invoke import Exit, task
 from invoke.exceptions import ParseError
 from invoke.main import program as _program
 from invoke.parser import Parser
 
+# Only what the flags' help needs is imported here: ``invoke --list`` and ``-h`` import this
+# file and run no task. ``app`` imports each command's modules on first use (its docstring).
 from containers import app
-from containers.app.project import settings_of
 from containers.errors import ContainersError, UsageError, describe
-from containers.image.plan import parse_build_args
 from containers.inputs import flags
-from containers.inputs.settings import environment_settings
-from containers.inputs.schema import suggest
+from containers.inputs.names import suggest
 from containers.prove import registry
-from containers.prove.kind import WorkloadKind
 from containers.prove.smoke import SMOKE, SmokeOptions
 from containers.prove.transport import CHOICES as TRANSPORTS
 from containers.prove.train import TRAIN, TrainOptions
 from containers.run.launchers import LAUNCHERS
 
+if TYPE_CHECKING:
+    from containers.prove.kind import WorkloadKind
+
 ROOT = Path(__file__).resolve().parent
 
 
 def _project(c) -> app.Project:
+    from containers.app.project import settings_of  # the settings model: only when a task runs
+
     settings, sources = settings_of(c.config)
     return app.Project.load(ROOT, settings, sources=sources)
 
@@ -66,6 +69,8 @@ sys.excepthook = _quiet_broken_pipe
 
 def _environment_error() -> None:
     """Exit with the one line of a bad ``INVOKE_CONTAINERS_*`` variable, if there is one."""
+    from containers.inputs.settings import environment_settings  # the model: only on an error
+
     try:
         environment_settings(os.environ)
     except ContainersError as exc:
@@ -254,6 +259,7 @@ def targets(c, json=False):
 )
 def build(c, target=None, force=False, dry_run=False, build_arg=None, no_cache=False):
     """Build an image (and its bases) unless its inputs hash says it is up to date."""
+    from containers.image.plan import parse_build_args  # the planner: only when building
     target = flags.TARGET("--target", target)
     build_args = parse_build_args(build_arg or [])
     project = _project(c)

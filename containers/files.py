@@ -36,14 +36,14 @@ class FileRefused(ValueError):
     StateError), naming the file."""
 
 
-def kind_of(mode: int) -> str:
+def file_type(mode: int) -> str:
     """What a file of ``mode`` is, in words (``a FIFO``), for a refusal."""
     return next((name for test, name in _KINDS if test(mode)), "an unknown kind of file")
 
 
 def _check_regular(info: os.stat_result, limit: float = float("inf")) -> None:
     if not stat.S_ISREG(info.st_mode):
-        raise FileRefused(f"not a regular file ({kind_of(info.st_mode)})")
+        raise FileRefused(f"not a regular file ({file_type(info.st_mode)})")
     if info.st_size > limit:
         raise FileRefused(f"larger than {limit} bytes ({info.st_size})")
 
@@ -137,7 +137,7 @@ def not_a_folder(path: Path) -> str | None:
         if os.path.lexists(part):
             if part.is_dir():
                 return None
-            return f"{part} is {kind_of(os.lstat(part).st_mode)}, not a folder"
+            return f"{part} is {file_type(os.lstat(part).st_mode)}, not a folder"
     return None
 
 
@@ -231,7 +231,7 @@ def _not_ours(info: os.stat_result) -> str | None:
     if stat.S_ISLNK(info.st_mode):
         return "a symbolic link"
     if not stat.S_ISREG(info.st_mode):
-        return f"{kind_of(info.st_mode)}, not a regular file"
+        return f"{file_type(info.st_mode)}, not a regular file"
     if info.st_uid != os.geteuid():
         return (f"a file that belongs to {_owner(info.st_uid)}, not to you "
                 f"({_owner(os.geteuid())})")

@@ -515,7 +515,7 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
     try:  # before the process group exists, so every rank refuses at once
         sizes = choices.check_sizes(args.sizes, args.dtype, args.step_factor)
     except ValueError as err:
-        raise workload.UsageError(f"--sizes: {err}") from err
+        raise workload.ScriptUsageError(f"--sizes: {err}") from err
 
     backend, device = placement.backend, placement.device
     workload.join_group(env, backend, args.timeout_s)

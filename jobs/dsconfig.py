@@ -55,7 +55,7 @@ AUTOCAST_NAMES = {"bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16",
                   "float16": "fp16", "fp16": "fp16", "half": "fp16", "torch.float16": "fp16"}
 
 
-class ConfigError(Exception):
+class DsConfigError(Exception):
     """A DeepSpeed config that cannot be read or used; the message names the file."""
 
 
@@ -73,22 +73,22 @@ def strip_trailing_commas(text: str) -> str:
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """Read and check a DeepSpeed config file; ConfigError with a one-line message otherwise."""
+    """Read and check a DeepSpeed config file; DsConfigError with a one-line message otherwise."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as err:
-        raise ConfigError(f"{path}: no such DeepSpeed config file") from err
+        raise DsConfigError(f"{path}: no such DeepSpeed config file") from err
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read ({err})") from err
+        raise DsConfigError(f"{path}: cannot read ({err})") from err
     try:
         config = json.loads(strip_trailing_commas(text))
     except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: line {err.lineno} column {err.colno}: {err.msg} "
-                          "(not valid JSON, even allowing trailing commas)") from err
+        raise DsConfigError(f"{path}: line {err.lineno} column {err.colno}: {err.msg} "
+                            "(not valid JSON, even allowing trailing commas)") from err
     if not isinstance(config, dict):
-        raise ConfigError(f"{path}: expected a JSON object {{...}} at the top level, found "
-                          f"{type(config).__name__}")
+        raise DsConfigError(f"{path}: expected a JSON object {{...}} at the top level, found "
+                            f"{type(config).__name__}")
     check_config(config, str(path))
     return config
 
@@ -96,8 +96,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
 def _section(config: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     value = config.get(key, {})
     if not isinstance(value, dict):
-        raise ConfigError(f"{source}: {key!r} must be an object {{...}}, found "
-                          f"{type(value).__name__}")
+        raise DsConfigError(f"{source}: {key!r} must be an object {{...}}, found "
+                            f"{type(value).__name__}")
     return value
 
 
@@ -106,25 +106,25 @@ def check_config(config: dict[str, Any], source: str) -> None:
     zero = _section(config, "zero_optimization", source)
     stage = zero.get("stage", 0)
     if isinstance(stage, bool) or stage not in ZERO_STAGES:
-        raise ConfigError(f"{source}: zero_optimization.stage must be one of 0, 1, 2, 3, found "
-                          f"{stage!r}")
+        raise DsConfigError(f"{source}: zero_optimization.stage must be one of 0, 1, 2, 3, found "
+                            f"{stage!r}")
     for key in ("train_batch_size", "train_micro_batch_size_per_gpu",
                 "gradient_accumulation_steps"):
         value = config.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value < 1):
-            raise ConfigError(f"{source}: {key} must be a positive integer, found {value!r}")
+            raise DsConfigError(f"{source}: {key} must be a positive integer, found {value!r}")
     optimizer = _section(config, "optimizer", source)
     if optimizer and not isinstance(optimizer.get("type"), str):
-        raise ConfigError(f"{source}: optimizer.type must be a string such as \"Adam\"")
+        raise DsConfigError(f"{source}: optimizer.type must be a string such as \"Adam\"")
     if "params" in optimizer and not isinstance(optimizer["params"], dict):
-        raise ConfigError(f"{source}: optimizer.params must be an object {{...}}")
+        raise DsConfigError(f"{source}: optimizer.params must be an object {{...}}")
     for key in (*HALF_SECTIONS, "torch_autocast"):
         _section(config, key, source)
     autocast = config.get("torch_autocast", {})
     if autocast.get("enabled") and str(autocast.get("dtype", "float16")) not in AUTOCAST_NAMES:
-        raise ConfigError(f"{source}: torch_autocast.dtype must be bfloat16 or float16, found "
-                          f"{autocast.get('dtype')!r}")
+        raise DsConfigError(f"{source}: torch_autocast.dtype must be bfloat16 or float16, found "
+                            f"{autocast.get('dtype')!r}")
 
 
 def zero_stage(config: dict[str, Any]) -> int:
@@ -227,7 +227,7 @@ def fit_to_job(config: dict[str, Any], *, global_batch: int, world_size: int,
 
     accumulation = int(cfg.get("gradient_accumulation_steps", 1))
     if global_batch % (world_size * accumulation):
-        raise ConfigError(
+        raise DsConfigError(
             f"--batch-size {global_batch} is not divisible by world size {world_size} x "
             f"gradient_accumulation_steps {accumulation}")
     put("train_batch_size", global_batch)

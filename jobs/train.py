@@ -63,7 +63,7 @@ import models
 import trainloop
 import workload
 from trainreport import FastPath, TrainReport
-from workload import EXIT_FAILED, EXIT_OK, UsageError
+from workload import EXIT_FAILED, EXIT_OK, ScriptUsageError
 
 DEFAULT_DATASET = {"cnn": "mnist", "vit": "cifar100", "wideresnet": "cifar100",
                    "resnet": "cifar100"}
@@ -229,8 +229,8 @@ def load_ds_config(args: argparse.Namespace, env: distenv.DistEnv, device: torch
         fitted, changes = dsconfig.fit_to_job(
             config, global_batch=args.batch_size, world_size=env.world_size, on_cpu=on_cpu,
             precision=plan, lr=args.lr, stage=args.zero_stage if args.ds_config else None)
-    except dsconfig.ConfigError as err:
-        raise UsageError(str(err)) from err
+    except dsconfig.DsConfigError as err:
+        raise ScriptUsageError(str(err)) from err
     return fitted, path, changes, plan
 
 
@@ -273,7 +273,7 @@ def load_data(args: argparse.Namespace, dataset: str, device: torch.device, note
             dataset, args.data, args.samples, args.val_samples, args.seed,
             device=device if resident and synthetic else torch.device("cpu"))
     except data_mod.DataError as err:
-        raise UsageError(str(err)) from err
+        raise ScriptUsageError(str(err)) from err
     if resident and not synthetic:
         if args.data_on_device == "auto" and not data_mod.fits_on_device(
                 train_set.nbytes + val_set.nbytes, device):
@@ -312,8 +312,8 @@ def prepare(args: argparse.Namespace, env: distenv.DistEnv) -> Prepared:
     placement = workload.place_rank(args, env)  # first: pinned before anything touches a GPU
     dataset = args.dataset or DEFAULT_DATASET[args.model]
     if args.batch_size % env.world_size:
-        raise UsageError(f"--batch-size {args.batch_size} (global) is not divisible by the "
-                         f"world size {env.world_size}")
+        raise ScriptUsageError(f"--batch-size {args.batch_size} (global) is not divisible by the "
+                               f"world size {env.world_size}")
     device = placement.device
     precision = trainloop.resolve_precision(args.precision, device)
     make_optimizer, lr = make_optimizer_factory(args)
@@ -331,8 +331,8 @@ def prepare(args: argparse.Namespace, env: distenv.DistEnv) -> Prepared:
     channels_last = choose_channels_last(args, device)
     train_set, val_set, source, resident, resident_why = load_data(args, dataset, device, notes)
     if len(train_set) < args.batch_size:
-        raise UsageError(f"{len(train_set)} training samples are fewer than one global batch "
-                         f"(--batch-size {args.batch_size}); raise --samples")
+        raise ScriptUsageError(f"{len(train_set)} training samples are fewer than one global batch "
+                               f"(--batch-size {args.batch_size}); raise --samples")
     return Prepared(placement=placement, dataset=dataset, precision=precision, lr=lr,
                     make_optimizer=make_optimizer, model=model, ds_config=ds_config,
                     channels_last=channels_last, train_set=train_set, val_set=val_set,
@@ -433,15 +433,16 @@ def build_model(args: argparse.Namespace, spec: data_mod.DatasetSpec) -> torch.n
     try:
         return models.build_model(args.model, spec, args.model_size)
     except ValueError as err:
-        raise UsageError(f"--model {args.model} --model-size {args.model_size}: {err}") from err
+        raise ScriptUsageError(
+            f"--model {args.model} --model-size {args.model_size}: {err}") from err
 
 
 def require_deepspeed() -> None:
     try:
         import deepspeed  # noqa: F401  (here, so that a missing one fails every rank at once)
     except ImportError as err:
-        raise UsageError(f"--example deepspeed needs the deepspeed package, which this Python "
-                         f"({sys.executable}) cannot import: {err}") from err
+        raise ScriptUsageError(f"--example deepspeed needs the deepspeed package, which this "
+                               f"Python ({sys.executable}) cannot import: {err}") from err
 
 
 def make_strategy(args: argparse.Namespace, ctx: trainloop.RunContext,

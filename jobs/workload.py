@@ -41,11 +41,14 @@ EPILOG = ("Exit status: 0 ok, 1 {failed}, 2 bad command line, config or data, 3 
           "4 no usable GPU of the kind --expect-gpu names.")
 
 
-class UsageError(Exception):
-    """A bad flag, config file or data folder: one line on stderr from rank 0, exit status 2."""
+class ScriptUsageError(Exception):
+    """A bad flag, config file or data folder: one line on stderr from rank 0, exit status 2.
+
+    The script's own, named apart from the engine's ``containers.errors.UsageError``: jobs/ runs
+    in the images with torch only and never imports ``containers``."""
 
 
-class RankUsageError(UsageError):
+class RankUsageError(ScriptUsageError):
     """A usage error only this rank hits (its own entry of ``--rank-cores``): the others may not
     see it, so this rank prints it itself."""
 
@@ -153,7 +156,7 @@ def pin_rank(rank_cores: Optional[list[frozenset[int]]], env: distenv.DistEnv) -
     try:
         devices.check_cores_exist(rank_cores)
     except ValueError as err:
-        raise UsageError(f"--rank-cores: {err}") from err
+        raise ScriptUsageError(f"--rank-cores: {err}") from err
     if env.local_rank >= len(rank_cores):
         raise RankUsageError(
             f"--rank-cores: rank {env.rank} (local rank {env.local_rank}) has no entry: the map "
@@ -175,8 +178,8 @@ def place_rank(args: argparse.Namespace, env: distenv.DistEnv) -> Placement:
     """
     pinned = pin_rank(args.rank_cores, env)
     if args.expect_gpu != "none" and args.backend == "gloo":
-        raise UsageError(f"--backend gloo contradicts --expect-gpu {args.expect_gpu}: the GPUs "
-                         "would sit idle while the run passes on the CPU")
+        raise ScriptUsageError(f"--backend gloo contradicts --expect-gpu {args.expect_gpu}: the "
+                               "GPUs would sit idle while the run passes on the CPU")
     missing = devices.missing_gpu(args.expect_gpu, env.local_rank)
     backend, device = "none", torch.device("cpu")
     try:
@@ -310,7 +313,7 @@ def guarded_main(name: str, run: Callable[[distenv.DistEnv], int], *,
 def _guarded(name: str, run: Callable[[distenv.DistEnv], int], env: distenv.DistEnv) -> int:
     try:
         return run(env)
-    except UsageError as err:
+    except ScriptUsageError as err:
         if env.rank == 0 or isinstance(err, RankUsageError):
             print(f"{name}: error: {err}", file=sys.stderr, flush=True)
         return EXIT_USAGE

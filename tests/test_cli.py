@@ -551,3 +551,39 @@ def test_job_refuses_a_command_word_that_is_not_utf8(cli_project: Path, tmp_path
         "error: 'caf\\xe9' holds bytes that are not UTF-8, and a job script is UTF-8 text: "
         "pass such a value through a file or an environment variable")
     assert not script.exists()
+
+
+#: What ``invoke --list``, ``-h`` and the flags' help must not load: the pydantic models of the
+#: inputs, the planners and every command's module (they load on first use, through ``app``).
+HEAVY = ("pydantic", "rich", "containers.inputs.schema", "containers.inputs.sites",
+         "containers.inputs.settings", "containers.inputs.recipes", "containers.inputs.envspec",
+         "containers.inputs.compat", "containers.inputs.validate", "containers.inputs.references",
+         "containers.image.", "containers.run.workload", "containers.prove.verdict",
+         "containers.batch.", "containers.publish.", "containers.app.")
+
+
+def _loaded_by(code: str) -> list[str]:
+    """The modules a fresh Python holds after running ``code`` in the checkout."""
+    done = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\nprint(*sys.modules)"],
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.split()
+
+
+def test_importing_tasks_loads_no_models_and_no_command_modules() -> None:
+    """invoke --list and -h import tasks.py and run no task: they pay only for the flags."""
+    heavy = [name for name in _loaded_by("import tasks")
+             if name.startswith(HEAVY) or name in ("pydantic", "containers.image")]
+    assert heavy == []
+    # the check can fail: running a command's code loads them
+    assert "pydantic" in _loaded_by("import tasks\nfrom containers import app\napp.Project")
+
+
+def test_app_names_stay_the_commands_after_their_modules_load() -> None:
+    """``containers.app`` loads a command's module on first use; importing the module
+    ``containers.app.build`` leaves ``app.build`` the function, as before the facade."""
+    code = ("import containers.app.build\nfrom containers import app\nimport inspect\n"
+            "assert inspect.isfunction(app.build) and inspect.isfunction(app.job), app.build\n"
+            "assert sorted(app.__all__) == sorted(name for name in app.__all__ "
+            "if hasattr(app, name))")
+    assert "containers.app.build" in _loaded_by(code)

@@ -1,5 +1,5 @@
 """The package's shape, enforced: each stage imports only the stages before it, and nothing in
-the engine imports the application layer. (The layout is described in README's Layout section.)"""
+the engine imports the application layer. (The layout: docs/architecture.md, The layout.)"""
 
 from __future__ import annotations
 

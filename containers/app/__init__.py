@@ -4,21 +4,69 @@ This is the impure edge: it gathers host facts, calls the pure planners of the e
 executes. No engine module imports it. Functions take ``say`` for output so tests can capture it.
 
 Each module's first line names the commands it serves (the layout page lists them).
+
+The package is a lazy facade: ``app.build`` imports :mod:`containers.app.build` (and the engine
+it needs) on first use, not when ``tasks.py`` is imported. ``invoke --list`` and ``-h`` import
+``tasks.py`` to read every task's flags and run no command, so they no longer pay for loading
+every command's modules and the pydantic models of the inputs (issue 44, part 7;
+``benchmarks/startup.py`` measures it; tests/app/test_init.py pins it).
 """
 
-from containers.app.build import build
-from containers.app.caching import package_cache
-from containers.app.following import jobs_report
-from containers.app.inputs import check_inputs, targets_report
-from containers.app.inspecting import diff, inspect
-from containers.app.jobs import JobSubmission, job
-from containers.app.judging import judge_results
-from containers.app.localslurm import local_slurm
-from containers.app.project import Project
-from containers.app.publishing import publish, verify
-from containers.app.running import run_command, shell
-from containers.app.workloads import prove, smoke_history, train
+from __future__ import annotations
 
-__all__ = ["Project", "build", "package_cache", "check_inputs", "targets_report", "job",
-           "JobSubmission", "judge_results", "prove", "smoke_history", "train", "publish",
-           "verify", "inspect", "diff", "run_command", "shell", "jobs_report", "local_slurm"]
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+#: Each name the package exports -> its module under ``containers.app``.
+HOMES = {"Project": "project", "config_sources": "project", "build": "build",
+         "package_cache": "caching", "check_inputs": "inputs", "targets_report": "inputs",
+         "job": "jobs", "JobSubmission": "jobs", "judge_results": "judging",
+         "prove": "workloads", "smoke_history": "workloads", "train": "workloads",
+         "publish": "publishing", "verify": "publishing", "inspect": "inspecting",
+         "diff": "inspecting", "run_command": "running", "shell": "running",
+         "jobs_report": "following", "local_slurm": "localslurm"}
+
+__all__ = list(HOMES)
+
+if TYPE_CHECKING:  # the names as readers and type checkers see them; at run time, on first use
+    from containers.app.build import build
+    from containers.app.caching import package_cache
+    from containers.app.following import jobs_report
+    from containers.app.inputs import check_inputs, targets_report
+    from containers.app.inspecting import diff, inspect
+    from containers.app.jobs import JobSubmission, job
+    from containers.app.judging import judge_results
+    from containers.app.localslurm import local_slurm
+    from containers.app.project import Project, config_sources
+    from containers.app.publishing import publish, verify
+    from containers.app.running import run_command, shell
+    from containers.app.workloads import prove, smoke_history, train
+
+
+def __getattr__(name: str) -> Any:
+    """An exported name, its module imported the first time it is asked for (PEP 562)."""
+    if name not in HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(HOMES))
+
+
+class _Facade(types.ModuleType):
+    """The package module, keeping its exported names for the functions: importing the module
+    ``containers.app.build`` would otherwise bind the name ``build`` to that module (as Python
+    binds every submodule to its package), and ``app.build(...)`` would call a module."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in HOMES and isinstance(value, types.ModuleType):
+            return  # the module stays in sys.modules; the name is the function's
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Facade

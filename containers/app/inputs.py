@@ -1,7 +1,7 @@
 """``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid.
 
-Both print a table or lines for people, or with ``as_json`` one JSON document for programs (the
-shapes are documented in the README): ``check`` reports every problem of every file in one run.
+Both print a table or lines for people, or with ``as_json`` one JSON document for programs (its
+shape: docs/results.md, JSON shapes): ``check`` reports every problem of every file in one run.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
                   plot: bool = True, ops: Sequence[str] | None = None,
                   say: Say = _print) -> list[dict]:
     """The perflog as a table and a PNG (only runs measured at their reference size are
-    plotted), or with ``as_json`` one JSON document on stdout (the README documents it);
+    plotted), or with ``as_json`` one JSON document on stdout (docs/results.md, JSON shapes);
     ``ops``: only these collectives' lines (default: every one); ``plot`` False
     (``invoke --dry``) writes no PNG."""
     records = perflog.read(project.settings.perflog_dir, target=target, ops=ops)

@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from containers.errors import ConfigError, ContainersError, on_disk
-from containers.files import kind_of, swappable_parent
+from containers.files import file_type, swappable_parent
 from containers.host.runtime import BIND_SPECIALS, unsafe_characters
 from containers.image import provenance
 from containers.locking import acquire, release
@@ -122,11 +122,15 @@ def package_cache_dir(cache_dir: Path | None, environ: Mapping[str, str] = os.en
 
 @dataclass(frozen=True)
 class PackageCache:
-    """The package cache as a build plan sees it: where it is and how big it was when planned."""
+    """The package cache as a build plan sees it: where it is, and how big once counted.
+
+    ``bytes`` and ``files`` are None until counted: walking the cache (~20k files, seconds on a
+    big one) is paid only where a size is shown or recorded (:meth:`describe`, a build step),
+    never by a build with nothing to do."""
 
     root: Path
-    bytes: int = 0
-    files: int = 0
+    bytes: int | None = None
+    files: int | None = None
     #: The group that shares the cache (``containers.cache_group``); None: this user's alone.
     gid: int | None = None
 
@@ -140,9 +144,10 @@ class PackageCache:
 
     def describe(self) -> str:
         from containers.report import human_bytes  # report imports rich: only when shown
-        if not self.files:
+        size, files = usage(self.root) if self.bytes is None else (self.bytes, self.files)
+        if not files:
             return f"{self.root} (empty: this build fills it)"
-        return f"{self.root} ({human_bytes(self.bytes)} in {self.files} files)"
+        return f"{self.root} ({human_bytes(size)} in {files} files)"
 
 
 def usage(folder: Path) -> tuple[int, int]:
@@ -177,7 +182,7 @@ def usage(folder: Path) -> tuple[int, int]:
 
 def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "",
                  environ: Mapping[str, str] = os.environ) -> PackageCache | None:
-    """The package cache a build will use (its size now), or None with ``use=False``
+    """The package cache a build will use (not yet counted), or None with ``use=False``
     (``--no-cache``). The cache folder (the setting's, which Apptainer also gets as its own
     cache; else the default) and every folder the tool makes in it are checked first
     (:func:`cache_problem`), even with ``--no-cache`` when the setting names the folder. A path
@@ -202,8 +207,7 @@ def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "",
         raise ConfigError(f"the package cache {str(root)!r} holds {bad!r}, which apptainer "
                           f"--bind cannot carry; choose another folder (or build with "
                           f"--no-cache)", path="invoke.yaml", key="containers.cache_dir")
-    size, files = usage(root)
-    return PackageCache(root=root, bytes=size, files=files, gid=gid)
+    return PackageCache(root=root, gid=gid)  # counted where shown: nothing to build, no walk
 
 
 def cache_gid(group: str) -> int | None:
@@ -236,7 +240,7 @@ def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
     if stat.S_ISLNK(info.st_mode):
         return f"is a link (to {os.readlink(folder)})"
     if not stat.S_ISDIR(info.st_mode):
-        return f"is {kind_of(info.st_mode)}, not a folder"
+        return f"is {file_type(info.st_mode)}, not a folder"
     if gid is None and info.st_uid != uid:
         return f"is owned by uid {info.st_uid}, not this user ({uid})"
     if gid is None and mode & 0o022:

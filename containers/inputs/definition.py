@@ -4,7 +4,7 @@ Definitions stay plain Apptainer files (``apptainer build --build-arg-file`` wor
 this tool), so the tool must never rewrite them: :class:`Definition` keeps the header and every
 section byte for byte (``definition.text == original``), finds ``{{ ARG }}`` build arguments and their
 ``%arguments`` defaults, and reports unknown sections and unset arguments. spython's recipe parser is
-not used because it reorders and reformats sections (see the README).
+not used because it reorders and reformats sections (docs/building.md, Targets).
 
 A definition may have several stages (Apptainer's multi-stage builds): each starts with its own
 ``Bootstrap:`` header (and a ``Stage: name``), has its own sections, and a later stage copies

@@ -22,7 +22,6 @@ from containers import walltime
 from containers.errors import UsageError
 from containers.inputs import names
 from containers.inputs.directives import scheduler_option
-from containers.inputs.schema import NAME_RULE, name_problem
 
 
 @dataclass(frozen=True)
@@ -226,8 +225,8 @@ JOB_ID = FlagType("job id", _job_id)
 
 def named(kind: str) -> FlagType:
     """A target, site, partition or version name: the one name rule of the inputs."""
-    return word_rule(f"{kind} name", lambda text: not name_problem(kind, text),
-                     f"is not a usable {kind} name: {NAME_RULE}")
+    return word_rule(f"{kind} name", lambda text: not names.name_problem(kind, text),
+                     f"is not a usable {kind} name: {names.NAME_RULE}")
 
 
 TARGET = named("target")

@@ -1,35 +1,22 @@
-"""The names the host and the workload scripts agree on, read from ``jobs/choices.py``.
+"""The names the host and the workload scripts agree on, and the rules for the names inputs give.
 
 The scripts run inside the images and cannot import this package, so the shared list lives
-with them (standard library only, no torch) and the host loads that very file: a new example,
-model or dtype is added in one place. The file is ``jobs/choices.py`` of the checkout this
-package runs from: the folder every run binds into the container (``settings.jobs_dir``).
+with them (``jobs/choices.py``, standard library only, no torch) and the host loads that very
+file (:mod:`containers.jobsfiles`): a new example, model or dtype is added in one place.
+
+The name rule of targets, sites, partitions and versions (:func:`name_problem`) and the
+did-you-mean of a refusal (:func:`suggest`) live here too, beside the names, with no pydantic:
+the command line's flag types use them when ``tasks.py`` is imported (``invoke --list``), and
+:mod:`containers.inputs.schema` offers them to the models.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
+import re
+from typing import Any
 
-JOBS_DIR = Path(__file__).resolve().parents[2] / "jobs"
+from containers.jobsfiles import choices, cudadriver
 
-
-def jobs_module(name: str) -> ModuleType:
-    """``jobs/<name>.py`` as a module of its own (standard library only: it is loaded here and
-    runs in the images), e.g. the names both sides agree on, the training report's shape."""
-    path = JOBS_DIR / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"containers_jobs_{name}", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    # registered before it runs: dataclasses resolve the module's own names through it
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-choices = jobs_module("choices")
 
 EXAMPLES: tuple[str, ...] = choices.EXAMPLES
 MODELS: tuple[str, ...] = choices.MODELS
@@ -47,5 +34,46 @@ preset_defaults = choices.preset_defaults
 
 #: Which NVIDIA driver runs which CUDA runtime (``jobs/cudadriver.py``): the device gate judges
 #: the node's driver with it, ``invoke inspect`` and the catalogue say what an image needs.
-cuda_driver = jobs_module("cudadriver")
-driver_needed = cuda_driver.driver_needed
+driver_needed = cudadriver.driver_needed
+
+
+# ---------------------------------------------------------------------- names inputs give
+_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,63}\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: Names the publish layout gives its own files and folders (``DEST/modules``, ``DEST/keys``,
+#: ``DEST/<t>/bin``, ``latest``, ``default``, the catalogue): no target or version may take one.
+RESERVED_NAMES = ("bin", "catalogue.json", "default", "keys", "latest", "modules")
+#: Endings of temp files (``.partial``, ``.tmp``), which publish and build sweep away.
+TEMP_ENDINGS = (".partial", ".tmp")
+NAME_RULE = ("1-64 letters, digits and . _ + -, not starting with - or ., not ending in "
+             + " or ".join(TEMP_ENDINGS) + ", and not " + ", ".join(RESERVED_NAMES))
+
+
+def is_env_name(name: str) -> bool:
+    """Whether ``name`` is a shell (environment) variable name: letters, digits and ``_``, not
+    starting with a digit."""
+    return bool(_ENV_NAME.match(name))
+
+
+def name_problem(kind: str, name: object) -> str | None:
+    """Why ``name`` cannot be a ``kind`` name (target, version, site, partition), else None.
+
+    The one rule for every name that becomes a path or a word in a generated file: a newline, a
+    slash or ``..`` in one would run code from a module file or write outside the publish
+    folder. The message quotes the name with ``repr``, so it stays one line."""
+    if not isinstance(name, str):
+        return f"{kind} name must be a string, got {type_name(name)}"
+    if (not _NAME.match(name) or name.lower() in RESERVED_NAMES
+            or name.endswith(TEMP_ENDINGS)):
+        return f"{name!r} is not a usable {kind} name: {NAME_RULE}"
+    return None
+
+
+def type_name(value: Any) -> str:
+    """How a refusal names a value's type: a mapping, a list, int, ..."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+

@@ -6,7 +6,7 @@ since most are typos), missing required keys, wrong types and values outside a f
 naming file, line and key. The same models give the JSON Schemas editors read.
 
 Names (targets, versions, sites, partitions) become file names, module names and words in
-generated scripts, so they follow one strict rule, :func:`name_problem`, wherever they enter.
+generated scripts, so they follow one strict rule, :func:`name_problem` (in :mod:`containers.inputs.names`), wherever they enter.
 """
 
 from __future__ import annotations
@@ -23,39 +23,12 @@ from pydantic_core import PydanticCustomError
 
 from containers.errors import ConfigError, UsageError, raise_all
 from containers.files import resolves_outside
-from containers.inputs import names
+# the name rule and suggest live with the names (no pydantic there); offered here as before
+from containers.inputs.names import (NAME_RULE, RESERVED_NAMES, TEMP_ENDINGS, is_env_name,
+                                     name_problem, suggest, type_name)
 from containers.inputs.yamlsource import Located
 
 T = TypeVar("T")
-_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]{0,63}\Z")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-#: Names the publish layout gives its own files and folders (``DEST/modules``, ``DEST/keys``,
-#: ``DEST/<t>/bin``, ``latest``, ``default``, the catalogue): no target or version may take one.
-RESERVED_NAMES = ("bin", "catalogue.json", "default", "keys", "latest", "modules")
-#: Endings of temp files (``.partial``, ``.tmp``), which publish and build sweep away.
-TEMP_ENDINGS = (".partial", ".tmp")
-NAME_RULE = ("1-64 letters, digits and . _ + -, not starting with - or ., not ending in "
-             + " or ".join(TEMP_ENDINGS) + ", and not " + ", ".join(RESERVED_NAMES))
-
-
-def is_env_name(name: str) -> bool:
-    """Whether ``name`` is a shell (environment) variable name: letters, digits and ``_``, not
-    starting with a digit."""
-    return bool(_ENV_NAME.match(name))
-
-
-def name_problem(kind: str, name: object) -> str | None:
-    """Why ``name`` cannot be a ``kind`` name (target, version, site, partition), else None.
-
-    The one rule for every name that becomes a path or a word in a generated file: a newline, a
-    slash or ``..`` in one would run code from a module file or write outside the publish
-    folder. The message quotes the name with ``repr``, so it stays one line."""
-    if not isinstance(name, str):
-        return f"{kind} name must be a string, got {_type_name(name)}"
-    if (not _NAME.match(name) or name.lower() in RESERVED_NAMES
-            or name.endswith(TEMP_ENDINGS)):
-        return f"{name!r} is not a usable {kind} name: {NAME_RULE}"
-    return None
 
 
 def check_name(kind: str, name: object, *, path: Any = None, line: int | None = None,
@@ -101,19 +74,6 @@ def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
     """The ``*.yaml`` files of ``folder``, one per ``kind`` (target, site), sorted by name,
     each checked by :func:`check_input_file` (the first bad one raises)."""
     return [check_input_file(p, kind=kind, root=root) for p in candidate_files(folder)]
-
-
-def _type_name(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return type(value).__name__
-
-
-#: A ``" (did you mean 'x'?)"`` suffix for a likely typo, or an empty string (the one
-#: did-you-mean, shared with the scripts: jobs/choices.py).
-suggest = names.suggest
 
 
 def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
@@ -175,7 +135,7 @@ def _words(expected: str) -> WrapValidator:
         except ValidationError as exc:
             if any(e["type"] not in _EXPECTED for e in exc.errors()):
                 raise
-            raise problem_at(f"must be {expected}, got {_type_name(value)}") from None
+            raise problem_at(f"must be {expected}, got {type_name(value)}") from None
     return WrapValidator(check)
 
 
@@ -255,7 +215,7 @@ def _message(error: Mapping[str, Any], model: Any, loc: Sequence[str | int],
     if kind == "missing":
         return f"required key missing from {_what_at(model, loc[:-1], what)}"
     if kind in _EXPECTED or (kind == "literal_error" and not isinstance(value, str)):
-        return f"must be {_EXPECTED.get(kind, 'a string')}, got {_type_name(value)}"
+        return f"must be {_EXPECTED.get(kind, 'a string')}, got {type_name(value)}"
     if kind == "literal_error":
         options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         return f"'{value}' is not one of: {', '.join(options)}{suggest(str(value), options)}"

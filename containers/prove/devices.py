@@ -164,7 +164,7 @@ def summary(reports: Sequence[dict]) -> list[dict]:
     return [{key: report.get(key) for key in keys} for report in reports]
 
 
-def kind_of(reports: Sequence[dict]) -> str | None:
+def device_kind(reports: Sequence[dict]) -> str | None:
     """The one device kind every rank ran on (``cuda``, ``rocm`` or ``cpu``), else None: what
     publishing compares with the target's GPU kind."""
     kinds = {("cpu" if r.get("device") != "cuda" else str(r.get("build"))) for r in reports}

@@ -16,16 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Protocol
 
 from containers.errors import UsageError
-from containers.host.runtime import Runtime
-from containers.inputs import compat
-from containers.inputs.recipes import Target
-from containers.inputs.settings import Settings
-from containers.inputs.sites import Site
-from containers.prove.performance import Judgement
-from containers.run.workload import Placement, Workload, plan_workload
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the kinds are declared when the command line starts (invoke --list): light
+    from containers.host.runtime import Runtime
+    from containers.inputs.recipes import Target
+    from containers.inputs.settings import Settings
+    from containers.inputs.sites import Site
+    from containers.prove.performance import Judgement
     from containers.prove.verdict import Result
+    from containers.run.workload import Placement, Workload
 
 
 @dataclass(frozen=True)
@@ -153,6 +152,10 @@ def plan(target: Target, site: Site, *, settings: Settings, runtime: Runtime, op
          run_id: str, environ: Mapping[str, str] | None = None, strict: bool = True,
          placement: Placement | None = None) -> Workload:
     """The exact run of ``options`` (its kind's script) on ``site``; nothing is executed."""
+    # here, not at the top: declaring a kind (invoke --list, -h) loads no models and no planner
+    from containers.inputs import compat
+    from containers.run.workload import plan_workload
+
     kind = options.kind
     example = getattr(options, "example", None)
     if example:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from containers.errors import UsageError
-from containers.inputs.schema import suggest
+from containers.inputs.names import suggest
 from containers.prove.kind import Options, WorkloadKind
 from containers.prove.smoke import SMOKE
 from containers.prove.train import EXAMPLES, TRAIN

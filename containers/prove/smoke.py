@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from containers.host.facts import host_arch
 from containers.inputs import flags, names
-from containers.inputs.settings import Settings
-from containers.inputs.sites import Site
-from containers.prove import verdict
 from containers.prove.kind import Invocation, WorkloadKind
 from containers.prove.performance import Judgement, judge
-from containers.report import plot_busbw
+
+if TYPE_CHECKING:  # the kind is declared when the command line starts (invoke --list): light
+    from containers.inputs.settings import Settings
+    from containers.inputs.sites import Site
+    from containers.prove import verdict
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,8 @@ class SmokeKind(WorkloadKind):
         if result.plan.ranks == 1:
             return Judgement("not-judged", "1 rank: no data crosses a link, so there is no "
                              "bandwidth to judge")
+        from containers.host.facts import host_arch  # here: the kind is declared at start-up
+
         emulated = [str(arch) for arch in result.archs if arch != host_arch()]
         if emulated:  # qemu-user: a correctness proof, never a bandwidth the site's nodes give
             return Judgement("no-reference", f"ranks ran as {', '.join(emulated)} under "
@@ -249,6 +252,8 @@ class SmokeKind(WorkloadKind):
                                                if path.is_file()]
 
     def write_reports(self, result: verdict.Result) -> list[Path]:
+        from containers.report import plot_busbw  # rich and matplotlib: not at start-up
+
         if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
         return [plot_busbw({**result.report, "results": rows}, result.plan.out_dir /

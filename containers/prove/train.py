@@ -11,20 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from containers.errors import UsageError
 from containers.inputs import flags, names
-from containers.inputs.settings import Settings
-from containers.inputs.sites import Site
-from containers.prove import verdict
+from containers.jobsfiles import trainreport
 from containers.prove.kind import Invocation, WorkloadKind
+
+if TYPE_CHECKING:  # the kind is declared when the command line starts (invoke --list): light
+    from containers.inputs.settings import Settings
+    from containers.inputs.sites import Site
+    from containers.prove import verdict
 
 DATA_MOUNT = "/opt/containers/data"
 DS_CONFIG_MOUNT = "/opt/containers/ds_config.json"
 EXAMPLES = names.EXAMPLES  # batch jobs name their training workloads by these
 #: The training report's one shape, from the very file the workload writes it with.
-trainreport = names.jobs_module("trainreport")
 TrainReport = trainreport.TrainReport
 #: The global batch when neither the flag nor a seed preset sets it: small enough for CPU ranks.
 DEFAULT_BATCH = 64

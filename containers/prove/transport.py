@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from containers.inputs.sites import Transport
+if TYPE_CHECKING:  # CHOICES is a flag's choices when the command line starts (invoke --list)
+    from containers.inputs.sites import Transport
 
 #: Lines NCCL/RCCL print when they fall back to TCP sockets.
 SOCKET_FALLBACK = re.compile(r"NCCL INFO (NET/Socket\b|Using network Socket)")
@@ -69,6 +70,8 @@ def sockets(site_transport: Transport) -> Transport:
     ``site_transport``: NCCL_NET=Socket, proven by NCCL's "Using network Socket" line, none of
     the site transport's binds, modules or variables, and :attr:`Transport.degraded` saying
     what it gives up, which verdicts name."""
+    from containers.inputs.sites import Transport  # the model: here, not at the command's start
+
     if site_transport.degraded:
         return site_transport
     name = site_transport.name or "the site's network"

@@ -172,7 +172,7 @@ def record(result: Result, *, image_record: dict) -> dict:
         "ranks": plan.ranks,
         "nodes": result.nodes,
         "backend": report.get("backend"),
-        "device_kind": devices.kind_of(result.outcome.devices),
+        "device_kind": devices.device_kind(result.outcome.devices),
         "devices": devices.summary(result.outcome.devices),
         "stack": stack.of_run(result.outcome.devices, result.outcome.lines,
                               runtime=result.plan.launch.runtime),

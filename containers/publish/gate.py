@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Mapping
 
 from containers.files import read_json_object, read_regular_text
-from containers.prove.devices import kind_of
+from containers.prove.devices import device_kind
 from containers.publish.diff import shown, where_run
 from containers.run.workload import (IMAGE_RECORD, JOB_RECORD, first_failure,
                                       read_device_reports)
@@ -230,7 +230,7 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: str,
             reasons.append(f"ranks {', '.join(strangers[:8])} did not record running in this "
                            f"image (its labels {wanted.get('containers.build-date') or ''} "
                            "in their device reports)")
-    if gpu != "none" and kind_of(tuple(reports.values())) != gpu:
+    if gpu != "none" and device_kind(tuple(reports.values())) != gpu:
         reasons.append(f"its device reports do not show every rank on a {gpu} GPU")
     return reasons
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from containers.errors import ConfigError, ContainersError, StateError, UsageError
-from containers.files import first_link, kind_of, swappable_parent, walk_nofollow
+from containers.files import first_link, file_type, swappable_parent, walk_nofollow
 from containers.publish.catalogue import CATALOGUE_NAME, LOCK_NAME, PAGE_NAME, layout_link
 from containers.publish.modulefile import exec_name
 
@@ -109,7 +109,7 @@ def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
              if os.path.lexists(folder)}
     for folder, mode in modes.items():
         if not stat.S_ISDIR(mode):
-            return f"{folder} is {kind_of(mode)}, where publish keeps a folder"
+            return f"{folder} is {file_type(mode)}, where publish keeps a folder"
     for folder, mode in modes.items():
         if target is not None and mode & 0o002:
             return (f"{folder} is world-writable (mode {stat.S_IMODE(mode):04o}): anyone could "

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from containers.errors import CommandFailed, StateError, UsageError, VerdictFailed
-from containers.files import (FileRefused, kind_of, not_a_folder, read_regular, sha256_file,
+from containers.files import (FileRefused, file_type, not_a_folder, read_regular, sha256_file,
                              walk_nofollow)
 from containers.host.runtime import Runtime
 from containers.inputs.schema import TEMP_ENDINGS, name_problem
@@ -70,7 +70,7 @@ def _link_state(path: Path) -> tuple[str | None, str | None]:
         return None, "is missing"
     if stat.S_ISLNK(mode):
         return os.readlink(path), None
-    return None, f"is {kind_of(mode)}, not a link"
+    return None, f"is {file_type(mode)}, not a link"
 
 
 def _checksum_of(sums: Path) -> tuple[str, str] | None:

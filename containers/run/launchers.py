@@ -30,13 +30,15 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from containers.errors import ConfigError, UsageError
-from containers.host.runtime import Runtime
-from containers.inputs.schema import suggest
-from containers.inputs.sites import VISIBLE_DEVICES, Site
+from containers.inputs.names import suggest
 from containers.run.rendezvous import ADDR_VAR, PORT_VAR, Rendezvous
+
+if TYPE_CHECKING:  # LAUNCHERS is a flag's choices when the command line starts (invoke --list)
+    from containers.host.runtime import Runtime
+    from containers.inputs.sites import Site
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,8 @@ def for_site(site: Site, override: str | None = None) -> Launcher:
 
 def ingredients(site: Site, torchrun: str | None = None) -> dict:
     """The site's part of a :class:`Launch` (``torchrun``: the image's own, over the site's)."""
+    from containers.inputs.sites import VISIBLE_DEVICES  # the models: not at the command's start
+
     return dict(gpu_flag=site.gpu_flag, torchrun=torchrun or site.torchrun,
                 cpu_masks=site.cpu_bind,
                 visible_devices=VISIBLE_DEVICES.get(site.gpus.kind),

@@ -17,6 +17,7 @@ import pytest
 
 from containers.errors import ConfigError
 from containers.image import cache as package_cache
+from containers.image import cache as cache_module
 from containers.image.cache import PackageCache, cache_problem, gather_cache, in_use, prune, usage
 from containers.image.plan import plan_build
 from tests.fixtures.data import load_targets
@@ -98,7 +99,8 @@ def test_where_the_cache_is(tmp_path: Path) -> None:
     assert package_cache.default_cache_dir(relative) == (
         Path("~/.cache").expanduser() / "hpc-containers")
     setting = gather_cache(tmp_path / "cache", use=True, environ=xdg)
-    assert setting.root == tmp_path / "cache" / "packages" and setting.files == 0
+    assert setting.root == tmp_path / "cache" / "packages" and setting.files is None
+    assert setting.describe() == f"{setting.root} (empty: this build fills it)"
     assert "empty: this build fills it" in setting.describe()
 
 
@@ -351,3 +353,16 @@ def test_a_cache_folder_under_a_group_writable_folder_is_only_the_cache_groups(
         gather_cache(project / "C", use=True)
     (project / "C").chmod(0o2770)  # a group's cache in that group's project folder
     assert gather_cache(project / "C", use=True, group=group) is not None
+
+
+def test_gathering_the_cache_does_not_count_it(tmp_path: Path, monkeypatch) -> None:
+    """An unchanged build plans with the cache and never shows its size: no walk of its files
+    (seconds on a big cache); a plan line that shows it counts it then."""
+    root = tmp_path / "cache" / "packages"
+    (root / "pip").mkdir(parents=True)
+    (root / "pip" / "wheel").write_bytes(b"x" * 2048)
+    walked = []
+    monkeypatch.setattr(cache_module, "usage", lambda folder: walked.append(folder) or (2048, 1))
+    cache = gather_cache(tmp_path / "cache", use=True)
+    assert walked == [] and cache.bytes is None
+    assert cache.describe() == f"{root} (2 KiB in 1 files)" and walked == [root]

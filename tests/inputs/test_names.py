@@ -16,7 +16,6 @@ def _flag_choices(parser, flag: str) -> tuple:
 
 
 def test_host_reads_the_checkouts_jobs_choices() -> None:
-    assert names.JOBS_DIR == ROOT / "jobs"
     assert names.choices.__file__ == str(ROOT / "jobs" / "choices.py")
     assert EXAMPLES == names.EXAMPLES == ("ddp", "deepspeed", "fsdp")
     assert names.DTYPES == ("float32", "float16", "bfloat16")

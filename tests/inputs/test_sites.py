@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -173,7 +173,7 @@ def test_arch_and_fakeroot_refusals(data_root, monkeypatch) -> None:
     project = app.Project.load(data_root, {})
     # Without emulation of aarch64: the plan is still shown, with where to build it (a build
     # job); a real build is refused in one line naming what to install.
-    monkeypatch.setattr(sys.modules["containers.app.build"], "emulation",
+    monkeypatch.setattr(importlib.import_module("containers.app.build"), "emulation",
                         lambda arch: "binfmt_misc is not mounted: install qemu-user-static")
     lines: list[str] = []
     plan = app.build(project, target="olivia-cuda", dry_run=True, say=lines.append)

@@ -263,7 +263,8 @@ def test_place_rank_refuses_without_the_expected_gpu(tmp_path, gpu_torch) -> Non
 
 
 def test_place_rank_refuses_gloo_with_an_expected_gpu(tmp_path) -> None:
-    with pytest.raises(workload.UsageError, match="--backend gloo contradicts --expect-gpu cuda"):
+    with pytest.raises(workload.ScriptUsageError,
+                       match="--backend gloo contradicts --expect-gpu cuda"):
         workload.place_rank(_args(tmp_path, expect_gpu="cuda", backend="gloo"), ENV)
 
 
@@ -286,7 +287,7 @@ def test_pin_rank_without_an_entry_is_this_ranks_error(restore_affinity) -> None
 
 def test_pin_rank_refuses_cores_the_machine_lacks(restore_affinity) -> None:
     here = choices.format_cpulist(restore_affinity)
-    with pytest.raises(workload.UsageError) as caught:
+    with pytest.raises(workload.ScriptUsageError) as caught:
         workload.pin_rank([frozenset(restore_affinity), frozenset({4095})], ENV)
     assert not isinstance(caught.value, workload.RankUsageError)  # every rank sees it: rank 0
     assert str(caught.value).startswith("--rank-cores: local rank 1 asks for cores 4095, which ")

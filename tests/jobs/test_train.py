@@ -173,7 +173,7 @@ def test_lumi_config_with_trailing_commas_is_read(tmp_path):
 def test_bad_config_gives_one_line_naming_file_and_position(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{\n  "train_batch_size": 32\n  "zero_optimization": {"stage": 2}\n}\n')
-    with pytest.raises(dsconfig.ConfigError) as caught:
+    with pytest.raises(dsconfig.DsConfigError) as caught:
         dsconfig.load_config(path)
     message = str(caught.value)
     assert "\n" not in message
@@ -190,13 +190,13 @@ def test_bad_config_gives_one_line_naming_file_and_position(tmp_path):
 def test_config_semantic_errors_name_the_key(tmp_path, text, expected):
     path = tmp_path / "c.json"
     path.write_text(text)
-    with pytest.raises(dsconfig.ConfigError, match=expected) as caught:
+    with pytest.raises(dsconfig.DsConfigError, match=expected) as caught:
         dsconfig.load_config(path)
     assert str(caught.value).startswith(str(path))
 
 
 def test_missing_config_file(tmp_path):
-    with pytest.raises(dsconfig.ConfigError, match="no such DeepSpeed config file"):
+    with pytest.raises(dsconfig.DsConfigError, match="no such DeepSpeed config file"):
         dsconfig.load_config(tmp_path / "nope.json")
 
 
@@ -239,7 +239,7 @@ def test_fit_to_job_keeps_accumulation_and_sets_gpu_precision():
     assert fitted["optimizer"]["params"] == {"lr": 0.01}  # no torch_adam forced on GPU
     assert dsconfig.config_precision(fitted) == "bf16"
     assert changes["optimizer.params.lr"] == [1, 0.01]
-    with pytest.raises(dsconfig.ConfigError, match="not divisible by world size 4 x "
+    with pytest.raises(dsconfig.DsConfigError, match="not divisible by world size 4 x "
                        "gradient_accumulation_steps 2"):
         dsconfig.fit_to_job({"gradient_accumulation_steps": 2}, global_batch=12, world_size=4,
                             on_cpu=True, precision=plan, lr=None, stage=None)

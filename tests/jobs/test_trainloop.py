@@ -175,7 +175,7 @@ def test_deepspeed_precision_auto_keeps_the_configs_choice():
     kept = dsconfig.plan_precision(own, None, on_cpu=False, gpu_default="bf16",
                                    has_batchnorm=False)
     assert (kept.engine, kept.autocast) == ("fp32", "fp16")
-    with pytest.raises(dsconfig.ConfigError, match="torch_autocast.dtype must be"):
+    with pytest.raises(dsconfig.DsConfigError, match="torch_autocast.dtype must be"):
         dsconfig.check_config({"torch_autocast": {"enabled": True, "dtype": "int8"}}, "c.json")
 
 

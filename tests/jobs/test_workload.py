@@ -55,7 +55,7 @@ def test_common_flags() -> None:
 
 def test_usage_error_is_one_line_from_rank_0_only(rank, capsys) -> None:
     def bad(env):
-        raise workload.UsageError("--sizes: no sizes given")
+        raise workload.ScriptUsageError("--sizes: no sizes given")
 
     rank(0)
     assert workload.guarded_main("job.py", bad) == workload.EXIT_USAGE

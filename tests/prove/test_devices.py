@@ -32,7 +32,7 @@ OLIVIA = devices.Expectation(site="olivia", gpu="cuda", ranks=2, gpu_flag="--nv"
 
 def test_two_ranks_on_their_own_gcds_pass() -> None:
     assert devices.reasons(LUMI, [_mi250x(0), _mi250x(1)], backend="nccl") == []
-    assert devices.kind_of([_mi250x(0), _mi250x(1)]) == "rocm"
+    assert devices.device_kind([_mi250x(0), _mi250x(1)]) == "rocm"
 
 
 def test_ranks_on_the_cpu_fail_naming_the_usual_causes() -> None:
@@ -44,7 +44,7 @@ def test_ranks_on_the_cpu_fail_naming_the_usual_causes() -> None:
         "usual causes: the runtime's --rocm flag missing, the driver libraries not found in "
         "the container, ROCR_VISIBLE_DEVICES empty or wrong, or an image built for the other "
         "GPU vendor or for CPUs only"]
-    assert devices.kind_of([_mi250x(0, **cpu)]) == "cpu"
+    assert devices.device_kind([_mi250x(0, **cpu)]) == "cpu"
 
 
 def test_a_cpu_only_torch_fails_as_a_build_problem() -> None:

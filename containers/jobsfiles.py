@@ -1,0 +1,43 @@
+"""The one place the engine loads files of ``jobs/`` (by path): the edges from the host into the
+scripts that run inside the images.
+
+Why by path, not ``import jobs.choices``: ``jobs/`` is not a package of this project. Its
+scripts run inside the images, where the folder is bound alone (``settings.jobs_mount``) and
+each script imports its neighbours as top-level siblings (``import choices``) with the image's
+own Python, torch only and no ``containers``; making the folder a package would change those
+imports in every image. The host must also read the very files a run binds (this checkout's
+``jobs/``, not an installed copy), so a rule both sides apply is written once, in ``jobs/``.
+
+Only standard-library files are loaded here (no torch on the host). Each edge is a name below;
+no other module loads a ``jobs/`` file by path (tests/test_jobsfiles.py checks it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+#: This checkout's ``jobs/``: the folder every run binds into the container.
+JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs"
+
+
+def load(name: str) -> ModuleType:
+    """``jobs/<name>.py`` as a module of its own, ``containers_jobs_<name>``."""
+    path = JOBS_DIR / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"containers_jobs_{name}", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    # registered before it runs: dataclasses resolve the module's own names through it
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+#: The names, size and cpulist syntax host and scripts agree on (``containers.inputs.names``).
+choices = load("choices")
+#: Which NVIDIA driver runs which CUDA runtime (the device gate; ``invoke inspect``).
+cudadriver = load("cudadriver")
+#: The training report's shape, written by ``jobs/train.py``, read by ``containers.prove.train``.
+trainreport = load("trainreport")
