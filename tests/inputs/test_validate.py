@@ -105,6 +105,14 @@ def test_site_and_partition_names_follow_the_name_rule(factory_project) -> None:
         _check_sites(root)
 
 
+def _forbidding(root: Path, target: str) -> list[str]:
+    """``invoke check`` of ``target`` once its manifest says ``host_paths: forbid``: its errors."""
+    manifest = root / "recipes" / f"{target}.yaml"
+    manifest.write_text(manifest.read_text() + "host_paths: forbid\n")
+    return [str(e) for e in validate.check_project(root, target=target,
+                                                   tool_args=TOOL_ARGS).errors]
+
+
 def _plant_three_errors(root: Path) -> tuple[Path, Path]:
     """Two bad keys in a manifest, one bad reference value in a site profile."""
     manifest = root / "recipes" / "cpu.yaml"
@@ -200,10 +208,7 @@ def test_host_paths_warn_or_fail_as_the_manifest_says(factory_project) -> None:
         f"{definition}:{line}: %files: reads host paths outside the build context: "
         "/etc/ssl/private/site.key; the image depends on the build machine; host_paths: forbid "
         "in the manifest makes this an error"]
-    manifest = root / "recipes" / "cpu.yaml"
-    manifest.write_text(manifest.read_text() + "host_paths: forbid\n")
-    report = validate.check_project(root, target="cpu", tool_args=TOOL_ARGS)
-    assert [str(e) for e in report.errors] == [
+    assert _forbidding(root, "cpu") == [
         f"{definition}:{line}: %files: reads host paths outside the build context: "
         "/etc/ssl/private/site.key; the manifest forbids them (host_paths: forbid)"]
 
@@ -347,10 +352,7 @@ def test_check_refuses_a_second_from_naming_a_host_image(factory_project) -> Non
     text = definition.read_text()
     definition.write_text(text.replace("From: {{ BASE_IMAGE }}\n",
                                        "From: {{ BASE_IMAGE }}\nFrom: /root/host.sif\n", 1))
-    manifest = root / "recipes" / "cpu.yaml"
-    manifest.write_text(manifest.read_text() + "host_paths: forbid\n")
-    report = validate.check_project(root, target="cpu", tool_args=TOOL_ARGS)
-    assert [str(e) for e in report.errors] == [
+    assert _forbidding(root, "cpu") == [
         f"{definition}:3: from: header key 'from' is given twice (lines 2 and 3); Apptainer "
         "uses only the last: give it once"]
     definition.write_text(text.replace("From: {{ BASE_IMAGE }}\n", "From: /root/host.sif\n", 1))
