@@ -71,14 +71,14 @@ def test_qos_reservation_and_directives_reach_the_preamble(ctx, tmp_path) -> Non
 
 
 @pytest.mark.parametrize("args, message", [
-    (dict(directive=["--x=$(id)"]), "error: --directive: '--x=$(id)' is not one scheduler "
-     "option"),
-    (dict(directive=["--a=1\n#SBATCH --b"]), "error: --directive: '--a=1\\n#SBATCH --b' is "
-     "not one scheduler option"),
-    (dict(directive=["--time=9-00:00:00"]), "error: --directive names time, which the tool "
+    (dict(directive=["--x=$(id)"]), "error: --directive takes one scheduler option such as "
+     "--constraint=hbm or -l place=scatter, on one line"),
+    (dict(directive=["--a=1\n#SBATCH --b"]), "error: --directive takes one scheduler option "
+     "such as --constraint=hbm or -l place=scatter, on one line"),
+    (dict(directive=["--time=9-00:00:00"]), "error: --directive names --time, which the tool "
      "sets: use --time (got '--time=9-00:00:00')"),
     (dict(directive=["--export=ALL,LD_PRELOAD=/tmp/x.so"]), "error: --directive refuses "
-     "export"),
+     "--export: it would change who the job runs as"),
     (dict(qos="de vel"), "error: --qos takes a name: 1-64 letters, digits and _ . + - (not "
      "starting with . or -) (got 'de vel')"),
     (dict(qos="--x"), "error: --qos takes a name"),
