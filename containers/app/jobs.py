@@ -62,7 +62,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                                launcher=launcher, nccl_debug=nccl_debug, options=options,
                                qos=qos, reservation=reservation, directives=tuple(directives),
                                command=tuple(command), transport=transport,
-                               workdir=kind.workdir(os.getcwd()), kind=kind)
+                               workdir=kind.workdir(os.getcwd), kind=kind)
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
     judge = _judge_env(project, item, kind)
     tool = judgeenv.build_plans(project.settings.root, arch=item.arch) \

@@ -57,8 +57,8 @@ def loaded_modules(site: Site, *, multinode: bool) -> list[str]:
 
 
 def module_lines(names: Sequence[str], *, multinode: bool = False) -> list[str]:
-    """``module load`` of ``names`` (:func:`loaded_modules`); Lmod reads unset variables, so not under
-    ``set -u``."""
+    """``module load`` of ``names`` (:func:`loaded_modules`); Lmod reads unset variables, so
+    not under ``set -u``."""
     if not names:
         return []
     why = ("the site's modules and those its multi-node binds name" if multinode
@@ -177,6 +177,7 @@ def verdict_in_image(target: Target, workload: Workload, settings: Settings,
 
 def _invoke(args: list[str], *, venv: Path | None, exec_: bool = False) -> list[str]:
     """The line that runs ``invoke ARGS`` with this checkout's venv, on a node of this
-    machine's architecture (other nodes: :func:`verdict_in_image`, :func:`_build_by_node_python`)."""
+    machine's architecture (other nodes: :func:`verdict_in_image`,
+    :func:`_build_by_node_python`)."""
     binary = str(venv / "bin" / "invoke") if venv is not None else "invoke"
     return [("exec " if exec_ else "") + command([binary, *args])]

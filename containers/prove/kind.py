@@ -143,9 +143,10 @@ class WorkloadKind:
             raise UsageError(f"a {workload} job runs on one node (got --nodes {nodes})",
                              flag="--nodes")
 
-    def workdir(self, cwd: str) -> str | None:
-        """The folder a job runs its command in (the submitting one); None: no command."""
-        return cwd if self.takes_command else None
+    def workdir(self, cwd: Callable[[], str]) -> str | None:
+        """The folder a job runs its command in (the submitting one, ``cwd()``, asked only
+        then); None: no command."""
+        return cwd() if self.takes_command else None
 
     def arch_hint(self, target: Target) -> str:
         """What an image of another architecture than the site's nodes can do about it."""

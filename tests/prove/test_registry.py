@@ -110,7 +110,7 @@ def test_each_kind_picks_its_job_body() -> None:
 def test_what_a_kinds_job_needs_is_asked_of_the_kind(tmp_path) -> None:
     smoke, run, build = SMOKE, registry.RUN, registry.BUILD
     assert [k.needs_image for k in (smoke, run, build)] == [True, True, False]
-    assert [k.workdir("/here") for k in (smoke, run, build)] == [None, "/here", None]
+    assert [k.workdir(lambda: "/here") for k in (smoke, run, build)] == [None, "/here", None]
     assert [k.needs_node_tool("aarch64", "x86_64") for k in (smoke, run, build)] == [
         False, False, True]
     assert not build.needs_node_tool("x86_64", "x86_64")
