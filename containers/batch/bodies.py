@@ -49,6 +49,7 @@ def _folders(settings: Settings) -> dict[str, str]:
             "INVOKE_CONTAINERS_RESULTS_DIR": str(settings.results_dir),
             "INVOKE_CONTAINERS_PERFLOG_DIR": str(settings.perflog_dir)}
 
+
 def loaded_modules(site: Site, *, multinode: bool) -> list[str]:
     """The modules a job loads: the site's (every job) and, across nodes, those its multi-node
     binds name."""
@@ -86,6 +87,7 @@ def module_variable_lines(site: Site, modules: Sequence[str], *,
                                     "that sets it, or fix the profile") + " >&2",
                   "    exit 2", "fi"]
     return [*lines, ""]
+
 
 def build_body(target: Target, site: Site, *, root: Path, host_arch: str,
                 venv: Path | None, tool: Sequence[JudgeEnv]) -> list[str]:

@@ -40,6 +40,7 @@ class Frame:
                        cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
                        exclusive=shape.exclusive, mem_per_node_gb=memory)
 
+
 def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
               environ: Mapping[str, str], stamp: str) -> Frame:
     """The job's name (shortened with the site's words where its scheduler limits names),

@@ -91,6 +91,7 @@ class Job:
     def results_of(self, job_id: str) -> str | None:
         return None if self.results is None else self.results.replace("{job_id}", job_id)
 
+
 def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
              host_arch: str, site_arch: str | None = None, venv: Path | None = None,
              environ: Mapping[str, str] | None = None, judge: JudgeEnv | None = None,

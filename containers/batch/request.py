@@ -75,6 +75,7 @@ class JobRequest:
         object.__setattr__(self, "directives", tuple(
             flags.DIRECTIVE("--directive", text) for text in self.directives))
 
+
 def job_options(options: SmokeOptions | TrainOptions) -> dict:
     """The options a job's verdict re-plans its run with (``job.json``): the plain values only
     (ranks, nodes and the example are the job's own keys)."""

@@ -24,6 +24,7 @@ from containers.prove.transport import sockets
 ACCOUNT_VARS = {"slurm": ("SBATCH_ACCOUNT", "SLURM_ACCOUNT"), "pbs": ()}
 _KINDS = {"none": "CPUs (no GPU)", "cuda": "NVIDIA (CUDA) GPUs", "rocm": "AMD (ROCm) GPUs"}
 
+
 def check_site(request: JobRequest, target: Target, site: Site, site_arch: str | None) -> None:
     """What the request, the image and the site must agree on."""
     if site.scheduler not in SCHEDULERS:
@@ -122,6 +123,7 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
     raise UsageError(f"site {site.name} requires an account (project) for its jobs: pass "
                      f"--account NAME, set containers.accounts.{site.name} (or "
                      f"containers.account) in invoke.yaml{env}")
+
 
 def check_transport(site: Site, nodes: int) -> None:
     """A job across nodes whose transport needs the host's network plugin and libfabric bound
