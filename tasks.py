@@ -448,11 +448,12 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
                for name in JOB_CHECKED}
     given = {name: values[name] for name in RUN_OPTIONS
              if values[name] is not None and values[name] is not False}  # a switch left off
+    kind = registry.kind_of(checked["workload"])  # once: handed down as the object
     options = registry.job_options(checked["workload"], gpus=checked["gpus_per_node"] or 1,
-                                   given=given)
+                                   given=given, kind=kind)
     app.job(_project(c), **checked, submit=submit, nccl_debug=nccl_debug, options=options,
             qos=qos, reservation=reservation, directives=tuple(directive or ()),
-            command=tuple(_remainder(c)), wait=wait)
+            command=tuple(_remainder(c)), wait=wait, kind=kind)
 
 
 @_command(help={"json": JSON_HELP})

@@ -20,7 +20,7 @@ from containers.host.process import capture
 from containers.inputs.envspec import load_target_env
 from containers.inputs.recipes import Target
 from containers.inputs.sites import Site, get_site
-from containers.prove.kind import Options
+from containers.prove.kind import Options, WorkloadKind
 from containers.prove.registry import kind_of
 from containers.report import Say, say_line as _print
 from containers.unique import claim_file
@@ -42,16 +42,18 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         options: Options | None = None, qos: str | None = None,
         reservation: str | None = None, directives: tuple[str, ...] = (),
         command: tuple[str, ...] = (), wait: bool = False, transport: str | None = None,
-        say: Say = _print) -> JobSubmission:
+        kind: WorkloadKind | None = None, say: Say = _print) -> JobSubmission:
     """Render the batch job for a site; print it, write it (atomically) or submit it.
 
     Whichever it does, the folder the job's output goes to exists afterwards (schedulers do
     not create it, and a job whose output folder is missing dies without a log). ``time`` is
-    seconds or a time as ``--time`` takes it."""
+    seconds or a time as ``--time`` takes it; ``kind`` is the workload's, resolved by the
+    task (else here, once)."""
     script = Path(os.path.abspath(out)) if out else None  # a link named is refused, not followed
     if script is not None and script.is_dir() and not script.is_symlink():
         raise UsageError(f"--out {out} is a folder; name the script file to write (e.g. "
                          f"{Path(out) / 'job.sh'})", flag="--out")
+    kind = kind or kind_of(workload)
     item = project.target(target or project.default_target())
     where = get_site(project.sites, site) if site else project.site_of(item)
     home = project.targets.get(where.default_target or "")
@@ -60,12 +62,11 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                                launcher=launcher, nccl_debug=nccl_debug, options=options,
                                qos=qos, reservation=reservation, directives=tuple(directives),
                                command=tuple(command), transport=transport,
-                               workdir=os.getcwd() if kind_of(workload).takes_command
-                               else None)
+                               workdir=kind.workdir(os.getcwd), kind=kind)
     venv = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
-    judge = _judge_env(project, item, workload)
+    judge = _judge_env(project, item, kind)
     tool = judgeenv.build_plans(project.settings.root, arch=item.arch) \
-        if kind_of(workload).builds_image and item.arch != host_arch() else ()
+        if kind.needs_node_tool(item.arch, host_arch()) else ()
     planned = batch.plan_job(item, where, settings=project.settings, request=request,
                              host_arch=host_arch(), site_arch=home.arch if home else None,
                              venv=venv, environ=os.environ, judge=judge, tool=tool)
@@ -75,10 +76,10 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         say(planned.text.rstrip("\n"))
         return JobSubmission(job=planned)
     text = planned.text
-    if judge is None and _foreign(item, workload):
+    if judge is None and kind.judged_off_host(item.arch, host_arch()):
         text = _not_ready(item, text, submit=submit)
     if submit:  # every refusal before a script exists: none is left that looks ready to run
-        _check_submittable(project, item, where, workload)
+        kind.before_submit(lambda: _check_image(project, item, where))
     for packages in [*([judge] if judge is not None else []), *tool]:
         judgeenv.prepare(packages, say=say)  # made here, so the node needs no package index
     if not submit:
@@ -145,11 +146,10 @@ def _submit(project: Project, planned: batch.Job, script: Path | None, *, index:
     return JobSubmission(job=planned, script=script, job_id=job_id)
 
 
-def _check_submittable(project: Project, item: Target, where: Site, workload: str) -> None:
-    """What a submission needs that a written script does not: the image itself, of the
-    architecture of the site's nodes (from its build record, not its name)."""
-    if kind_of(workload).builds_image:
-        return
+def _check_image(project: Project, item: Target, where: Site) -> None:
+    """What a submission of a job that runs the image needs that a written script does not:
+    the image itself, of the architecture of the site's nodes (from its build record, not its
+    name)."""
     image = project.settings.image_path(item.name)
     if not image.is_file():
         raise ImageMissing(os.path.relpath(image), item.name, hint=(
@@ -161,17 +161,11 @@ def _check_submittable(project: Project, item: Target, where: Site, workload: st
                image=os.path.relpath(image), where=f"site {where.name}", doing="submitting")
 
 
-def _foreign(item: Target, workload: str) -> bool:
-    """A job this checkout judges (smoke, training) whose nodes are of another architecture
-    than this machine: this checkout's environment cannot judge there (a build job has no
-    verdict; a run job judges with jobs/runverdict.py)."""
-    return kind_of(workload).judge == "checkout" and item.arch != host_arch()
-
-
-def _judge_env(project: Project, item: Target, workload: str) -> judgeenv.JudgeEnv | None:
-    """Where a foreign job's verdict gets its packages for the image's Python (None: this
-    checkout's environment judges, or the image's Python is unknown)."""
-    if not _foreign(item, workload):
+def _judge_env(project: Project, item: Target, kind: WorkloadKind) -> judgeenv.JudgeEnv | None:
+    """Where the verdict of a job this checkout judges on nodes of another architecture gets
+    its packages for the image's Python (None: this checkout's environment judges, or the
+    image's Python is unknown)."""
+    if not kind.judged_off_host(item.arch, host_arch()):
         return None
     record = provenance.read(project.settings.provenance_path(item.name), corrupt_ok=True)
     env = load_target_env(item)

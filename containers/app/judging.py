@@ -21,6 +21,7 @@ from pathlib import Path
 from containers.app.project import Project
 from containers.app.workloads import _record
 from containers.batch import job as batch
+from containers.batch.request import RECORD_KEYS, RecordOptionsError, request_from_record
 from containers.errors import StateError, VerdictFailed
 from containers.files import read_regular_json, read_regular_text
 from containers.image import provenance
@@ -28,7 +29,7 @@ from containers.inputs.sites import get_site
 from containers.prove import verdict
 from containers.prove.registry import WORKLOADS
 from containers.report import Say, say_line as _print
-from containers.run.workload import collect
+from containers.run.workload import IMAGE_RECORD, JOB_RECORD, collect
 
 
 def judge_results(project: Project, *, results: str | Path, exit_status: int,
@@ -42,8 +43,8 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     item = project.target(job["target"])
     site = get_site(project.sites, job["site"])
     try:
-        request = batch.request_from_record(job)
-    except batch.RecordOptionsError as exc:
+        request = request_from_record(job)
+    except RecordOptionsError as exc:
         # the job's options (job.json) are not an object, or values the tool refuses
         raise VerdictFailed(f"verdict FAILED: job.json {exc}") from exc
     run = batch.job_run(item, site, settings=project.settings, request=request)
@@ -56,7 +57,7 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
             lines = read_regular_text(log).splitlines()
         except (OSError, ValueError) as exc:  # a FIFO, a device, a huge file: no log to read
             raise VerdictFailed(f"verdict FAILED: {log} is unreadable ({exc})") from exc
-        seconds = max(0.0, log.stat().st_mtime - (folder / batch.JOB_RECORD).stat().st_mtime)
+        seconds = max(0.0, log.stat().st_mtime - (folder / JOB_RECORD).stat().st_mtime)
     outcome = collect(workload, returncode=int(exit_status), timed_out=False, lines=lines,
                       seconds=seconds)
     result = verdict.Result(
@@ -72,31 +73,26 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
 
 def _job_record(folder: Path) -> dict:
     """The ``job.json`` the job script wrote; a folder without one is not a job's results."""
-    path = folder / batch.JOB_RECORD
+    path = folder / JOB_RECORD
     try:
         record = read_regular_json(path)
     except (OSError, ValueError) as exc:
         raise VerdictFailed(f"verdict FAILED: {path} is missing or unreadable ({exc}); "
                             "--results must name a results folder a batch job wrote") from exc
-    if not isinstance(record, dict) or any(key not in record for key in batch.RECORD_KEYS):
+    if not isinstance(record, dict) or any(key not in record for key in RECORD_KEYS):
         raise VerdictFailed(f"verdict FAILED: {path} does not describe a job (needs "
-                            f"{', '.join(batch.RECORD_KEYS)})")
+                            f"{', '.join(RECORD_KEYS)})")
     return record
 
 
 def _check_judged_here(folder: Path, workload: object) -> None:
-    """Only a kind this checkout judges (:attr:`WorkloadKind.judge`) is judged here: a run job
-    judges itself in the image, a build job has no verdict, an unknown name is no job's."""
+    """Only a kind this checkout judges is judged here (the kind refuses the others,
+    :meth:`WorkloadKind.check_judged_here`); an unknown name is no job's."""
     kind = WORKLOADS.get(workload) if isinstance(workload, str) else None
     if kind is None:
-        raise VerdictFailed(f"verdict FAILED: {folder / batch.JOB_RECORD} names workload "
+        raise VerdictFailed(f"verdict FAILED: {folder / JOB_RECORD} names workload "
                             f"{workload!r}, none the tool knows ({', '.join(WORKLOADS)})")
-    if kind.judge == "image":
-        raise VerdictFailed(f"verdict FAILED: {folder} is a {workload} job's; the job judges "
-                            "itself (jobs/runverdict.py writes its verdict.json)")
-    if kind.judge != "checkout":
-        raise VerdictFailed(f"verdict FAILED: {folder} is a {workload} job's, which has no "
-                            "verdict")
+    kind.check_judged_here(folder, workload)
 
 
 def image_reasons(project: Project, target: str, folder: Path) -> list[str]:
@@ -104,12 +100,12 @@ def image_reasons(project: Project, target: str, folder: Path) -> list[str]:
     provenance at launch (``image.json``); none, another target's, or another sha256 than the
     image's now fails (a verdict is only worth its image's checksum)."""
     try:
-        ran = provenance.read(folder / batch.IMAGE_RECORD)
+        ran = provenance.read(folder / IMAGE_RECORD)
     except StateError as exc:
         return [f"{exc.args[0].split(';')[0]}: these results cannot be tied to an image"]
     now = provenance.read(project.settings.provenance_path(target))
     if not ran.get("sha256"):
-        return [f"the run left no record of its image ({batch.IMAGE_RECORD}): these results "
+        return [f"the run left no record of its image ({IMAGE_RECORD}): these results "
                 "cannot be tied to an image"]
     if ran.get("target") not in (None, target):
         return [f"results of another image: the run used target {ran.get('target')}'s, "

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
-from containers.errors import UsageError
+from containers.errors import UsageError, VerdictFailed
 
 if TYPE_CHECKING:  # the kinds are declared when the command line starts (invoke --list): light
     from containers.host.runtime import Runtime
@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the kinds are declared when the command line starts (invoke
     from containers.inputs.sites import Site
     from containers.prove.performance import Judgement
     from containers.prove.verdict import Result
+    from containers.run.command import CommandRun
     from containers.run.workload import Placement, Workload
 
 
@@ -44,6 +45,17 @@ class Options(Protocol):
 
     @property
     def kind(self) -> "WorkloadKind": ...
+
+
+class JobBodies(Protocol):
+    """What a batch job's planner (:mod:`containers.batch.job`) offers a kind, which picks the
+    job it is: the planner never asks a kind what it is."""
+
+    def build(self) -> Any: ...
+
+    def command(self) -> Any: ...
+
+    def workload(self) -> Any: ...
 
 
 # ---------------------------------------------------------------------------------- kinds
@@ -105,6 +117,77 @@ class WorkloadKind:
 
     def _resize(self, workload: str, options: Options, gpus: int) -> Options:
         return replace(options, gpus=gpus)  # type: ignore[type-var]
+
+    # ------------------------------------------------------- what a job of this kind needs
+    @property
+    def needs_image(self) -> bool:
+        """Whether a job of this kind runs the built image (a build makes it instead)."""
+        return not self.builds_image
+
+    def before_submit(self, check_image: Callable[[], None]) -> None:
+        """What a submission of a job of this kind checks first: the image it runs
+        (``check_image``), where it runs one."""
+        if self.needs_image:
+            check_image()
+
+    def checked_command(self, workload: str, command: Sequence[str]) -> tuple[str, ...]:
+        """The user's command after ``--`` as this kind takes it: none (refused when given)."""
+        if command:
+            raise UsageError(f"a command after -- goes with --workload run, not --workload "
+                             f"{workload}", flag="--")
+        return ()
+
+    def check_nodes(self, workload: str, nodes: int) -> None:
+        """A kind that runs on one node refuses more."""
+        if not self.multinode and nodes != 1:
+            raise UsageError(f"a {workload} job runs on one node (got --nodes {nodes})",
+                             flag="--nodes")
+
+    def workdir(self, cwd: Callable[[], str]) -> str | None:
+        """The folder a job runs its command in (the submitting one, ``cwd()``, asked only
+        then); None: no command."""
+        return cwd() if self.takes_command else None
+
+    def arch_hint(self, target: Target) -> str:
+        """What an image of another architecture than the site's nodes can do about it."""
+        return (f"; build it on an {target.arch} machine (invoke build --target "
+                f"{target.name} there)" if self.builds_image else "")
+
+    def partition_of(self, site: Site) -> str | None:
+        """The partition a job of this kind goes to when none is named (None: the site's)."""
+        return site.build_partition if self.builds_image else None
+
+    def needs_node_tool(self, target_arch: str, host_arch: str) -> bool:
+        """Whether a job on ``target_arch`` nodes needs this tool's packages prepared for the
+        node's Python (a build on nodes this checkout's environment cannot run on)."""
+        return self.builds_image and target_arch != host_arch
+
+    def judged_off_host(self, target_arch: str, host_arch: str) -> bool:
+        """Whether this checkout judges a job of this kind on ``target_arch`` nodes, where its
+        own environment cannot run (the verdict then runs with the image's Python)."""
+        return self.judge == "checkout" and target_arch != host_arch
+
+    def check_judged_here(self, folder: Path, workload: str) -> None:
+        """Refuse, in one line, to judge results (``folder``) this checkout does not judge."""
+        if self.judge == "image":
+            raise VerdictFailed(f"verdict FAILED: {folder} is a {workload} job's; the job "
+                                "judges itself (jobs/runverdict.py writes its verdict.json)")
+        if self.judge != "checkout":
+            raise VerdictFailed(f"verdict FAILED: {folder} is a {workload} job's, which has "
+                                "no verdict")
+
+    def job_body(self, jobs: JobBodies) -> Any:
+        """The batch job of this kind, by what the planner offers: a run of its script."""
+        return jobs.workload()
+
+    def plan_in_job(self, target: Target, site: Site, *, workload: str,
+                    options: Options | None, command: Sequence[str], ranks: int,
+                    **common: Any) -> tuple[Workload, Options | None, CommandRun | None]:
+        """The run inside a batch job (``common``: :func:`plan`'s placement and the rest):
+        the workload, its options and, for a command, the planned command."""
+        sized = self.resized(workload, options, gpus=ranks)
+        assert sized is not None  # a kind without options plans its own (run) or none (build)
+        return plan(target, site, options=sized, **common), sized, None
 
     def folder(self, options: Options) -> str:
         """The results folder under ``results/``: ``smoke``, ``train-ddp``."""

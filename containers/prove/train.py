@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from containers.errors import UsageError
 from containers.inputs import flags, names
@@ -92,6 +92,15 @@ class TrainOptions:
         return TRAIN
 
 
+def _no_args(options: TrainOptions) -> list[str]:
+    return []
+
+
+#: The arguments only one example takes, by its name (the others take none of their own).
+EXAMPLE_ARGS: dict[str, Callable[[TrainOptions], list[str]]] = {
+    "deepspeed": lambda options: ["--zero-stage", str(options.zero_stage or 1)]}
+
+
 def divides(batch_size: int, ranks: int) -> None:
     if batch_size % ranks:
         raise UsageError(f"--batch-size {batch_size} is the global batch; it must divide "
@@ -137,8 +146,7 @@ class TrainKind(WorkloadKind):
                 args += [flag, str(value)]
         if options.compile:
             args.append("--compile")
-        if options.example == "deepspeed":
-            args += ["--zero-stage", str(options.zero_stage or 1)]
+        args += EXAMPLE_ARGS.get(options.example, _no_args)(options)
         binds = []  # a ds_config is only ever given for deepspeed (deepspeed_only refuses it)
         for path, mount, flag in ((options.ds_config, DS_CONFIG_MOUNT, "--ds-config"),
                                   (options.data, DATA_MOUNT, "--data")):

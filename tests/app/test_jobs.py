@@ -3,13 +3,10 @@ before a script is written (its image, of the nodes' architecture) and who judge
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from containers.app.jobs import _foreign, job
+from containers.app.jobs import job
 from containers.errors import ImageMissing, UsageError, WriteRefused, describe
-from containers.host.facts import host_arch
 from tests.fixtures.disks import PLANTED
 
 
@@ -50,14 +47,3 @@ def test_a_submission_needs_the_image_unless_it_builds_it(data_project) -> None:
     with pytest.raises(ImageMissing, match="--workload build --submit"):
         job(data_project, target="cpu", workload="smoke", site="local-slurm", submit=True)
     assert not list((data_project.settings.results_dir / "jobs").glob("*.sh"))
-
-
-def test_who_judges_is_the_workload_kinds(data_project) -> None:
-    """Only a kind this checkout judges (smoke, training) on nodes of another architecture is
-    foreign: a run job judges itself in the image, a build job has no verdict."""
-    other = "aarch64" if host_arch() == "x86_64" else "x86_64"
-    item = dataclasses.replace(data_project.target("cpu"), arch=other)
-    assert [_foreign(item, w) for w in ("smoke", "fsdp", "run", "build")] == [
-        True, True, False, False]
-    here = data_project.target("cpu")
-    assert not any(_foreign(here, w) for w in ("smoke", "ddp", "run", "build"))

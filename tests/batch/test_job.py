@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from containers.batch import job as batch, judgeenv
+from containers.batch.bodies import NODE_PYTHON
+from containers.batch.request import request_from_record
 from containers.errors import ConfigError, ContainersError, UsageError
-from containers.inputs import flags
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import Memory
 from containers.prove import registry
@@ -289,7 +290,7 @@ def test_derecho_across_nodes_over_sockets_only_when_asked(data_job, data_world)
             "--transport socket): slower, and no proof of the site's network\n") in job.text
     record = json.loads(job.text.split("<<'JOB'\n")[1].split("\nJOB\n")[0])
     assert record["transport"] == "socket"
-    request = batch.request_from_record(record)
+    request = request_from_record(record)
     assert request.transport == "socket"
     site = batch.job_run(job.target, data_world[1]["derecho"], settings=load_settings(
         Path("/proj"), {}), request=request).workload.site
@@ -681,7 +682,7 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     assert text.index("status=0\n") < text.index("srun ") < text.index("exec ")
     # The plan the verdict judges by is the plan the script runs.
     run = batch.job_run(job.target, job.site, settings=load_settings(Path("/proj"), {}),
-                        request=batch.request_from_record(record))
+                        request=request_from_record(record))
     assert run.workload.ranks == 16 and run.workload.nodes == 2 and run.kind.name == "smoke"
     # Another architecture: the image's own Python runs the verdict, never a venv made on the
     # node (tests/batch/test_judgeenv.py); unprepared, the job fails closed
@@ -689,27 +690,6 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     assert "venv" not in olivia and "verdict: FAIL: the Python of" in olivia
     # Build jobs have no verdict to write
     assert "verdict" not in data_job("lumi", "build").text
-
-
-# ------------------------------------------------------------- one validation layer
-@pytest.mark.parametrize("account", ["proj@x", "-proj", "a b", "."])
-def test_the_request_refuses_an_account_as_the_flag_does(account: str) -> None:
-    """``--account proj@x`` and ``-proj`` are refused by the request as by the flag (one rule:
-    :data:`containers.inputs.flags.ACCOUNT`), whoever builds it."""
-    with pytest.raises(UsageError) as refused:
-        batch.JobRequest(workload="smoke", account=account)
-    with pytest.raises(UsageError) as flagged:
-        flags.ACCOUNT("--account", account)
-    assert str(refused.value) == str(flagged.value)
-
-
-def test_the_request_refuses_a_directive_for_an_option_the_tool_sets() -> None:
-    with pytest.raises(UsageError, match="^--directive .*use --time"):
-        batch.JobRequest(workload="smoke", directives=("--time=9-00:00:00",))
-    with pytest.raises(UsageError, match=r"^--qos .*\(got '--x'\)"):
-        batch.JobRequest(workload="smoke", qos="--x")
-    assert batch.JobRequest(workload="smoke", directives=("--constraint=hbm",)).directives == (
-        "--constraint=hbm",)
 
 
 # ------------------------------------------------ each site's documented facts in its jobs
@@ -790,7 +770,7 @@ def test_an_aarch64_build_job_runs_the_nodes_python3(data_world, tmp_path) -> No
                          tool=tool)
     code = "\n".join(line for line in job.text.splitlines() if not line.lstrip().startswith("#"))
     assert not re.search(r"\bpip\b", code) and "venv" not in code and "/bin/invoke" not in code
-    assert f"node_python=$({batch.NODE_PYTHON} 2>/dev/null)" in code
+    assert f"node_python=$({NODE_PYTHON} 2>/dev/null)" in code
     for env in tool:
         assert f"    {env.python}) packages={env.folder} ;;\n" in code
         assert env.folder.parent == Path("/proj/.buildenv") and env.arch == "aarch64"

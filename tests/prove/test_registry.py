@@ -3,14 +3,17 @@ options, estimate and judge; commands ask it instead of comparing names."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import fields
+from typing import Iterator
 
 import pytest
 
-from containers.errors import UsageError
+from containers.errors import UsageError, VerdictFailed
 from containers.prove import registry
 from containers.prove.smoke import SMOKE, SmokeOptions
 from containers.prove.train import EXAMPLES, TRAIN, TrainOptions
+from tests.fixtures import ROOT
 
 
 def test_every_workload_name_has_its_kind() -> None:
@@ -83,3 +86,119 @@ def test_resized_keeps_given_options_of_the_kind_else_defaults() -> None:
 def test_a_kind_without_options_refuses_given_values() -> None:
     with pytest.raises(UsageError, match="--workload run takes no run options"):
         registry.RUN.make_options("run", gpus=1, given={"iters": 3})
+
+
+# ------------------------------------------------------- each kind answers for itself
+class _Bodies:
+    """A planner that says which job a kind picked."""
+
+    def build(self) -> str:
+        return "build"
+
+    def command(self) -> str:
+        return "command"
+
+    def workload(self) -> str:
+        return "workload"
+
+
+def test_each_kind_picks_its_job_body() -> None:
+    assert [registry.kind_of(n).job_body(_Bodies()) for n in ("smoke", "ddp", "run", "build")] \
+        == ["workload", "workload", "command", "build"]
+
+
+def test_what_a_kinds_job_needs_is_asked_of_the_kind(tmp_path) -> None:
+    smoke, run, build = SMOKE, registry.RUN, registry.BUILD
+    assert [k.needs_image for k in (smoke, run, build)] == [True, True, False]
+    assert [k.workdir(lambda: "/here") for k in (smoke, run, build)] == [None, "/here", None]
+    assert [k.needs_node_tool("aarch64", "x86_64") for k in (smoke, run, build)] == [
+        False, False, True]
+    assert not build.needs_node_tool("x86_64", "x86_64")
+    assert [k.judged_off_host("aarch64", "x86_64") for k in (smoke, TRAIN, run, build)] == [
+        True, True, False, False]
+    assert not SMOKE.judged_off_host("x86_64", "x86_64")
+    checked: list[str] = []
+    for kind in (smoke, build):
+        kind.before_submit(lambda: checked.append(kind.name))
+    assert checked == ["smoke"]
+
+
+def test_only_a_kind_this_checkout_judges_is_judged_here(tmp_path) -> None:
+    SMOKE.check_judged_here(tmp_path, "smoke")
+    with pytest.raises(VerdictFailed, match="is a run job's; the job judges itself"):
+        registry.RUN.check_judged_here(tmp_path, "run")
+    with pytest.raises(VerdictFailed, match="is a build job's, which has no verdict"):
+        registry.BUILD.check_judged_here(tmp_path, "build")
+
+
+def test_deepspeed_alone_takes_its_zero_stage() -> None:
+    from containers.prove.train import EXAMPLE_ARGS
+
+    assert list(EXAMPLE_ARGS) == ["deepspeed"]
+    assert EXAMPLE_ARGS["deepspeed"](TrainOptions(example="deepspeed", gpus=1)) == [
+        "--zero-stage", "1"]
+
+
+# ------------------------------------------ no code outside the kinds decides on a kind
+#: The kinds' own files: the only places a kind's flags or a workload's name decide anything.
+KIND_FILES = {"containers/prove/kind.py", "containers/prove/registry.py",
+              "containers/prove/smoke.py", "containers/prove/train.py"}
+#: A kind's flags and needs, which callers ask the kind about instead of reading.
+FLAGS = {"builds_image", "takes_command", "multinode", "judge", "needs_image"}
+#: What a workload's name travels as.
+NAMES = {"workload", "example"}
+
+
+def _tests(tree: ast.AST) -> Iterator[ast.AST]:
+    """The expressions of ``tree`` that decide: conditions, and every comparison."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.IfExp, ast.While, ast.Assert)):
+            yield node.test
+        elif isinstance(node, ast.comprehension):
+            yield from node.ifs
+        elif isinstance(node, (ast.Compare, ast.BoolOp)):
+            yield node
+
+
+def _named(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id in NAMES) or \
+        (isinstance(node, ast.Attribute) and node.attr in NAMES)
+
+
+def kind_branches(source: str) -> set[tuple[int, int]]:
+    """Where ``source`` decides on a kind's flag (read, not called) or compares a workload's
+    name with a string literal: (line, column) of each."""
+    tree = ast.parse(source)
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    found = set()
+    for test in _tests(tree):
+        for node in ast.walk(test):
+            if isinstance(node, ast.Attribute) and node.attr in FLAGS and id(node) not in called:
+                found.add((node.lineno, node.col_offset))
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in sides) \
+                        and any(_named(s) for s in sides):
+                    found.add((node.lineno, node.col_offset))
+    return found
+
+
+def test_the_counter_finds_each_way_of_deciding_on_a_kind() -> None:
+    source = ("if kind.builds_image: pass\n"
+              "x = 1 if request.kind.takes_command else 2\n"
+              "ok = kind.judge == 'checkout' and not kind.multinode\n"
+              "if options.example == 'deepspeed': pass\n"
+              "same = workload != 'build'\n"
+              "fine = kind.needs_node_tool(a, b) or sitefit.judge(stack)\n")
+    assert len(kind_branches(source)) == 6
+
+
+def test_no_code_outside_the_kinds_branches_on_a_kind() -> None:
+    """Adding a workload kind touches its kind's file (and its test), never its callers."""
+    found = {}
+    for path in [ROOT / "tasks.py", *sorted((ROOT / "containers").rglob("*.py"))]:
+        name = path.relative_to(ROOT).as_posix()
+        if name not in KIND_FILES:
+            found.update({f"{name}:{line}": col for line, col in
+                          kind_branches(path.read_text(encoding="utf-8"))})
+    assert not found, f"branches on a kind's flags or name outside the kinds: {sorted(found)}"

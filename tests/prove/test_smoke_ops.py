@@ -201,6 +201,7 @@ def test_a_smoke_job_carries_its_ops(data_root, data_settings) -> None:
     """``invoke job --workload smoke --op all``: the script runs every op and job.json names
     them, so the job's verdict re-plans the same run."""
     from containers.batch import job as batch
+    from containers.batch.request import request_from_record
 
     target = load_targets(data_root)["cpu"]
     site = load_site(data_root / "sites" / "local-slurm.yaml")
@@ -211,5 +212,5 @@ def test_a_smoke_job_carries_its_ops(data_root, data_settings) -> None:
     record = json.loads(made.text.split("<<'JOB'\n")[1].split("\nJOB\n")[0])
     assert record["options"]["op"] == ALL
     again = batch.job_run(target, site, settings=data_settings,
-                          request=batch.request_from_record(record))
+                          request=request_from_record(record))
     assert again.options.op == ALL and "--op" in again.workload.args

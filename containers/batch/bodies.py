@@ -1,0 +1,185 @@
+"""The shell lines of a batch job's body: a smoke or training job's run and verdict
+(:func:`workload_lines`, the verdict by the image's Python where this checkout's environment
+cannot run: :func:`verdict_in_image`), a build job's ``invoke build`` (:func:`build_body`, by the
+node's own ``python3`` on another architecture), and the host modules a job loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from containers.batch.judgeenv import COMPLETE, JudgeEnv
+from containers.batch.runjob import folder_lines
+from containers.batch.script import command, ref, word
+from containers.inputs.recipes import Target
+from containers.inputs.settings import Settings
+from containers.inputs.sites import Site
+from containers.run.workload import IMAGE_RECORD, JOB_RECORD, Workload
+
+
+def workload_lines(target: Target, workload: Workload, *, settings: Settings, record: dict,
+                    judge: JudgeEnv | None, host_arch: str, venv: Path | None) -> list[str]:
+    """A smoke or training job's body after its rendezvous: the job record and the image's,
+    the launcher's step (its status kept), then the verdict."""
+    out_dir = str(workload.out_dir)
+    image_record = settings.provenance_path(target.name)
+    verdict = verdict_in_image(target, workload, settings, judge, out_dir, host_arch=host_arch) \
+        if judge is not None or target.arch != host_arch else \
+        _invoke(["verdict", "--results", out_dir, "--exit-status", ref("status")],
+                venv=venv, exec_=True)
+    return [*folder_lines(workload.out_dir), "",
+            "# What the verdict reads besides the ranks' files: the job, the image it ran",
+            f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", json.dumps(record), "JOB",
+            f"if [[ -f {word(str(image_record))} ]]; then",
+            f"    cp {word(str(image_record))} {word(out_dir + '/' + IMAGE_RECORD)}", "fi", "",
+            "# The launcher's exit status is kept (not fatal here): the verdict judges it",
+            "status=0",
+            command(workload.argv) + f" 2>&1 | tee {word(out_dir + '/run.log')} || status=$?",
+            "",
+            "# The job's exit status is the verdict's (0 PASS, 2 sanity FAIL, 3 performance);",
+            "# it reads and writes the folders this script was written for.",
+            *(f"export {name}={word(value)}" for name, value in _folders(settings).items()),
+            *verdict]
+
+
+def _folders(settings: Settings) -> dict[str, str]:
+    """The settings' folders as the variables ``invoke verdict`` reads them from."""
+    return {"INVOKE_CONTAINERS_IMAGES_DIR": str(settings.images_dir),
+            "INVOKE_CONTAINERS_RESULTS_DIR": str(settings.results_dir),
+            "INVOKE_CONTAINERS_PERFLOG_DIR": str(settings.perflog_dir)}
+
+
+def loaded_modules(site: Site, *, multinode: bool) -> list[str]:
+    """The modules a job loads: the site's (every job) and, across nodes, those its multi-node
+    binds name."""
+    across = site.transport.modules if multinode else ()
+    return [*site.modules, *(m for m in across if m not in site.modules)]
+
+
+def module_lines(names: Sequence[str], *, multinode: bool = False) -> list[str]:
+    """``module load`` of ``names`` (:func:`loaded_modules`); Lmod reads unset variables, so
+    not under ``set -u``."""
+    if not names:
+        return []
+    why = ("the site's modules and those its multi-node binds name" if multinode
+           else "the modules the site's documentation requires")
+    return [f"# Host modules: {why} (Lmod reads unset variables: not under set -u)",
+            "set +u", "module load " + " ".join(word(m) for m in names), "set -u", ""]
+
+
+def module_variable_lines(site: Site, modules: Sequence[str], *,
+                           multinode: bool) -> list[str]:
+    """After ``module load``: each host variable the job's binds and environment use must be
+    set (not empty), else the job stops in one line naming the modules, the variable and the
+    profile's keys that use it, instead of "unbound variable" at the launch line."""
+    used = site.job_variables(multinode=multinode)
+    if not modules or not used:
+        return []
+    loaded = "module load " + " ".join(modules)
+    lines = ["# What the binds and environment below take from the host (its modules): each "
+             "must be set"]
+    for name, keys in used.items():
+        lines += [f"if [[ -z ${{{name}:-}} ]]; then",
+                  "    echo " + word(f"job script: {loaded} did not set {name}, which "
+                                    f"{' and '.join(keys)} of sites/{site.name}.yaml "
+                                    f"use{'s' if len(keys) == 1 else ''}: load the module "
+                                    "that sets it, or fix the profile") + " >&2",
+                  "    exit 2", "fi"]
+    return [*lines, ""]
+
+
+def build_body(target: Target, site: Site, *, root: Path, host_arch: str,
+                venv: Path | None, tool: Sequence[JudgeEnv]) -> list[str]:
+    unset = (["# Binds the site's modules set in the submitting shell name mount points that",
+              "# the image being built lacks: the build would fail on them (job.build_unset).",
+              "unset " + " ".join(site.job.build_unset)] if site.job.build_unset else [])
+    return [
+        *unset,
+        f'echo "building {target.name} on $(hostname) ($(uname -m))"',
+        *(_invoke(["build", "--target", target.name], venv=venv) if target.arch == host_arch
+          else _build_by_node_python(target, root=root, host_arch=host_arch, tool=tool)),
+    ]
+
+
+#: The node's ``python3`` as ``X.Y`` (what the folder of :func:`_build_by_node_python` is for).
+NODE_PYTHON = "python3 -c 'import sys; print(f\"{sys.version_info[0]}.{sys.version_info[1]}\")'"
+
+
+def _build_by_node_python(target: Target, *, root: Path, host_arch: str,
+                          tool: Sequence[JudgeEnv]) -> list[str]:
+    """``invoke build`` by the node's own ``python3`` (the site's modules loaded) with this
+    checkout and the tool's packages prepared on the login node for that Python's version,
+    picked at run time (which Python a node has is not a site fact): no venv, pip or package
+    index on the node, and jobs that start together only read. One line says why when the
+    node's Python is none of those prepared."""
+    versions = ", ".join(env.python for env in tool) or "none"
+    found = "python3 on this node (after the site's modules) is "
+    fix = (f"; invoke job prepared {target.arch} packages for Python {versions} (load a "
+           "module of one of them in this script, before the build)")
+    return [
+        f"# This checkout's .venv is for {host_arch}; the node is {target.arch}: its own python3 "
+        "builds, with the packages",
+        "# invoke job prepared on the login node for its version (no venv, pip or package "
+        "index on this node).",
+        f"node_python=$({NODE_PYTHON} 2>/dev/null) || node_python='not there or does not run'",
+        'case $node_python in',
+        *(f"    {env.python}) packages={word(str(env.folder))} ;;" for env in tool),
+        "    *) echo " + word("build: FAIL: " + found) + '"$node_python"' + word(fix) + " >&2",
+        "       exit 2 ;;",
+        "esac",
+        'if [[ ! -f $packages/' + COMPLETE + ' ]]; then',
+        "    echo " + word("build: FAIL: ") + '"$packages"' + word(
+            " is not prepared (invoke job --out or --submit prepares it on the login node)")
+        + " >&2",
+        "    exit 2",
+        "fi",
+        f'export PATH="$packages/bin:$PATH" PYTHONPATH="$packages":{word(str(root))}',
+        "exec " + command(["python3", "-m", "invoke", "--search-root", str(root), "build",
+                           "--target", target.name])]
+
+
+def verdict_in_image(target: Target, workload: Workload, settings: Settings,
+                      judge: JudgeEnv | None, out_dir: str, *, host_arch: str) -> list[str]:
+    """``invoke verdict`` by the image's own Python: this checkout bound read-only at its own
+    path, the verdict's packages prepared for the image's Python on the login node (no venv,
+    pip or package index on the node; jobs that start together only read them), the folders
+    the verdict writes bound read-write. Judging runs no container runtime and reads only the
+    results, the image's build record and this checkout."""
+    if judge is None:  # which Python the image has was not known when this was rendered
+        return ["# The verdict needs packages prepared for the image's Python, which was "
+                "unknown when this was rendered.",
+                "echo " + word(f"verdict: FAIL: the Python of {target.name}'s image was unknown "
+                               "when this script was rendered (no stack.python in its build "
+                               "record, no python= in its env spec)") + " >&2",
+                "exit 2"]
+    root, folder = str(settings.root), str(judge.folder)
+    writable = [str(settings.results_dir), str(settings.perflog_dir)]
+    judge_argv = workload.launch.runtime.exec_argv(
+        image=workload.image,
+        command=["python3", "-m", "invoke", "--search-root", root, "verdict", "--results",
+                 out_dir, "--exit-status", ref("status")],
+        binds=[f"{root}:{root}:ro", f"{folder}:{folder}:ro",
+               f"{settings.images_dir}:{settings.images_dir}:ro", *writable],
+        env={"PYTHONPATH": f"{folder}:{root}", **_folders(settings)})
+    return [
+        f"# The image's own Python judges ({judge.arch}, Python {judge.python}; this checkout's "
+        f"environment is {host_arch}),",
+        "# with this checkout read-only and the packages invoke verdict imports, made by "
+        "invoke job",
+        "# on the login node: no venv, pip or package index on this node.",
+        f"if [[ ! -f {word(folder + '/' + COMPLETE)} ]]; then",
+        "    echo " + word(f"verdict: FAIL: {folder} is not prepared (invoke job --out or "
+                              "--submit prepares it on the login node)") + " >&2",
+        "    exit 2",
+        "fi",
+        command(["mkdir", "-p", *writable]),
+        "exec " + command(judge_argv)]
+
+
+def _invoke(args: list[str], *, venv: Path | None, exec_: bool = False) -> list[str]:
+    """The line that runs ``invoke ARGS`` with this checkout's venv, on a node of this
+    machine's architecture (other nodes: :func:`verdict_in_image`,
+    :func:`_build_by_node_python`)."""
+    binary = str(venv / "bin" / "invoke") if venv is not None else "invoke"
+    return [("exec " if exec_ else "") + command([binary, *args])]

@@ -1,0 +1,83 @@
+"""What every batch job of a request has, whatever it runs (:class:`Frame`): its name, output,
+partition, time and account, and the header comments that say where each came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from containers import __version__, walltime
+from containers.batch.request import JobRequest
+from containers.batch.schedulers import SCHEDULERS, Resources, directive
+from containers.batch.siterules import fit_time, resolve_account
+from containers.inputs.recipes import Target
+from containers.inputs.settings import Settings
+from containers.inputs.sites import Partition, Qos, Site
+from containers.run.launchers import Shape
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What every job of a request has, whatever it runs: its resources but their size (name,
+    output, partition, time, account, the site's GPU request), and the header comments that
+    say where each came from."""
+
+    resources: Resources
+    partition: Partition
+    qos: Qos | None
+    comments: list[str]
+    #: GB per node a job on this partition must ask for with all of a node's ``node_gpus``
+    #: (the profile's ``job.ask_memory_gb``; 0: none asked).
+    node_memory_gb: int = 0
+    node_gpus: int = 0
+
+    def sized(self, *, nodes: int, shape: Shape, gpus: int) -> Resources:
+        """The resources of a job of this size; on a partition of shared nodes, the memory of
+        the node's GPUs it takes (all of them: the whole figure)."""
+        memory = (self.node_memory_gb * min(gpus, self.node_gpus) // self.node_gpus
+                  if self.node_gpus and gpus else self.node_memory_gb)
+        return replace(self.resources, nodes=nodes, tasks_per_node=shape.tasks_per_node,
+                       cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
+                       exclusive=shape.exclusive, mem_per_node_gb=memory)
+
+
+def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
+              environ: Mapping[str, str], stamp: str) -> Frame:
+    """The job's name (shortened with the site's words where its scheduler limits names),
+    output (named with ``stamp`` too: job ids repeat across clusters), partition, time and
+    account, and the header comments that say so."""
+    scheduler = SCHEDULERS[site.scheduler]
+    full_name = f"{request.workload}-{target.name}"
+    directive(full_name, "job name")
+    name = scheduler.job_name(full_name, site.job.short_names)
+    output = scheduler.output_dir(settings.results_dir / "jobs", f"{name}-{stamp}")
+    partition = site.partition(request.partition or request.kind.partition_of(site)
+                               or site.default_partition)
+    qos = site.qos.get(request.qos or "")
+    time = fit_time(request, site, partition, qos)
+    account, account_from = resolve_account(request, site, settings, environ)
+    limit = f" (partition limit {walltime.format(partition.max_time)})" \
+        if partition.max_time else ""
+    source = (f", account from {account_from}" if account_from else "") + \
+        (" (sbatch reads it at submission)" if account_from == "SBATCH_ACCOUNT" else "")
+    comments = [f"invoke job: {request.workload} of image {target.name} on site {site.name} "
+                f"(hpc-containers {__version__})"
+                + (f", job name {name} ({full_name})" if name != full_name else ""),
+                f"submit: {scheduler.submit_command} FILE; output: {output} (invoke job made "
+                f"its folder)",
+                f"partition {partition.name or '(the scheduler default)'}, time "
+                f"{walltime.format(time)}{limit}{source}"]
+    resources = Resources(name=name, time=walltime.format(time),
+                          partition=partition.name or None, account=account, output=output,
+                          mem_per_gpu_gb=site.mem_per_gpu_gb(partition),
+                          gpu_request=partition.gpu_request or site.gpus.request,
+                          gres_type=partition.gres_type or site.gpus.gres_type, qos=request.qos,
+                          reservation=request.reservation, directives=request.directives)
+    memory = site.job.ask_memory_gb.get(partition.name, 0)
+    if memory:
+        comments.append(f"partition {partition.name}: shared nodes, memory asked per node "
+                        f"(job.ask_memory_gb: {memory} GB with all a node's GPUs, else their "
+                        "share)")
+    return Frame(resources=resources, partition=partition, qos=qos, comments=comments,
+                 node_memory_gb=memory, node_gpus=partition.gpus_per_node
+                 if partition.gpus_per_node is not None else site.gpus.per_node)
