@@ -21,13 +21,13 @@ Pure apart from reading the run's folder: plain summaries in, reasons out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import device_kind
 from containers.publish.diff import shown, where_run
+from containers.records import Refused, read_smoke
 from containers.run.workload import (IMAGE_RECORD, JOB_RECORD, first_failure,
                                       read_device_reports)
 
@@ -107,60 +107,10 @@ def identity(labels: object) -> dict[str, str]:
     return {k: labels[k] for k in IDENTITY_LABELS if isinstance(labels.get(k), str)}
 
 
-class Refused(ValueError):
-    """A record of the run that does not say what a pass needs; its message says why."""
-
-
-def _field(record: Mapping, key: str, kind: type, what: str) -> object:
-    """``record[key]`` when it is exactly of ``kind`` (a bool is no int here), else
-    :class:`Refused`: a loosely typed record (``wrong_total: false``) proves nothing."""
-    value = record.get(key)
-    if type(value) is not kind:
-        raise Refused(f"{what} has {key} {value!r}, not a {kind.__name__}")
-    return value
-
-
-@dataclass(frozen=True)
-class SmokeResults:
-    """The benchmark's results JSON (``allreduce.json``, jobs/allreduce.py), read strictly."""
-
-    ok: bool
-    finished: str
-    wrong_total: int
-    world_size: int
-    #: Every mode's count of wrong values, size by size (None: the mode was not checked).
-    wrong: tuple[int | None, ...]
-
-    @classmethod
-    def read(cls, path: Path) -> "SmokeResults":
-        report = read_json_object(path)
-        if report is None:
-            raise Refused(f"no readable {path.name} (the benchmark's results)")
-        rows = report.get("results", [])
-        if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
-            raise Refused(f"{path.name} has results that are not a list of rows")
-        wrong = tuple(_mode_wrong(mode, path.name) for row in rows for mode in
-                      (row.get("oop"), row.get("ip")) if mode is not None)
-        return cls(ok=_field(report, "ok", bool, path.name),
-                   finished=_field(report, "finished", str, path.name),
-                   wrong_total=_field(report, "wrong_total", int, path.name),
-                   world_size=_field(report, "world_size", int, path.name), wrong=wrong)
-
-
-def _mode_wrong(mode: object, name: str) -> int | None:
-    """One mode's ``wrong``: a count, or None where values were not checked."""
-    if not isinstance(mode, Mapping):
-        raise Refused(f"{name} has a result row that is not a record")
-    value = mode.get("wrong")
-    if value is not None and type(value) is not int:
-        raise Refused(f"{name} has a row whose wrong is {value!r}, not a count")
-    return value
-
-
 def _report_reasons(folder: Path, ranks: int) -> list[str]:
     """What the benchmark's own results JSON says against a pass."""
     try:
-        report = SmokeResults.read(folder / SMOKE_REPORT)
+        report = read_smoke(folder / SMOKE_REPORT)
     except Refused as exc:
         return [str(exc)]
     reasons = []
