@@ -35,6 +35,7 @@ from containers.errors import StateError, UsageError
 from containers.files import FileRefused, read_regular_json
 from containers.image.inspect import driver_needed as stack_driver_needed
 from containers.inputs.schema import name_problem
+from containers.records import CatalogueEntry
 
 FORMAT = 1
 CATALOGUE_NAME = "catalogue.json"
@@ -215,12 +216,14 @@ def layout_link(dest: Path, path: Path) -> bool:
     return len(parts) == 3 and parts[0] == "modules" and parts[2] == "default"
 
 
-def entries(catalogue: dict, target: str) -> list[dict]:
-    return catalogue["targets"].get(target, {}).get("versions", [])
+def entries(catalogue: dict, target: str) -> list[CatalogueEntry]:
+    """The versions of ``target`` in a catalogue :func:`load` checked, oldest first."""
+    return [CatalogueEntry.of(entry, source=f"catalogue entry of {target}")
+            for entry in catalogue["targets"].get(target, {}).get("versions", [])]
 
 
-def find(catalogue: dict, target: str, version: str) -> dict | None:
-    return next((e for e in entries(catalogue, target) if e["version"] == version), None)
+def find(catalogue: dict, target: str, version: str) -> CatalogueEntry | None:
+    return next((e for e in entries(catalogue, target) if e.version == version), None)
 
 
 def latest(catalogue: dict, target: str) -> str | None:
@@ -275,7 +278,7 @@ def consistency_problems(catalogue: dict, folders: dict[str, TargetFolder]) -> l
     """Every way the folder and the catalogue disagree, one line each, naming the file."""
     problems: list[str] = []
     for target in sorted(set(catalogue["targets"]) | set(folders)):
-        listed = [e["version"] for e in entries(catalogue, target)]
+        listed = [e.version for e in entries(catalogue, target)]
         found = folders.get(target, TargetFolder())
         pointer = latest(catalogue, target)
         for version in listed:
