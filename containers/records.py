@@ -64,8 +64,6 @@ class Record(Mapping[str, Any]):
     SCHEMA: ClassVar[int] = 2
     #: What a refusal calls the record (``the image record``).
     WHAT: ClassVar[str] = "record"
-    #: The keys a file must have to be this record at all.
-    REQUIRED: ClassVar[tuple[str, ...]] = ()
 
     schema: int = 1
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -80,9 +78,6 @@ class Record(Mapping[str, Any]):
         if type(schema) is not int or not 1 <= schema <= cls.SCHEMA:
             raise Malformed(f"{source}: key {SCHEMA_KEY!r} is {schema!r}; this checkout reads "
                             f"{cls.WHAT} versions 1 to {cls.SCHEMA}")
-        missing = [key for key in cls.REQUIRED if key not in data]
-        if missing:
-            raise Malformed(f"{source}: the {cls.WHAT} has no key {missing[0]!r}")
         values = {}
         for spec in fields(cls):
             if "kinds" not in spec.metadata:
@@ -161,21 +156,37 @@ class BuildRecord(Record):
 @dataclass(frozen=True, eq=False)
 class JobRecord(Record):
     """A batch job's ``job.json`` (written by its script, rendered by containers/batch/job.py;
-    read by its verdict, containers/app/judging.py): the request the job ran."""
+    read by its verdict, containers/app/judging.py): the request the job ran. Its values are
+    checked where the request is made again from it (an unknown workload or site, options the
+    workload does not take: each refused in the verdict's words), so they are not typed here.
+    It is version 1, written without ``schema`` (a file without one is version 1): it is a line
+    of the rendered job script, which a version field would change; a later version writes
+    its number as every record does."""
 
+    SCHEMA: ClassVar[int] = 1
     WHAT: ClassVar[str] = "job record"
+    #: The keys every ``job.json`` has (``launcher``, ``partition``, ``transport`` and
+    #: ``options`` may be missing); its verdict refuses a file without one.
     REQUIRED: ClassVar[tuple[str, ...]] = ("target", "site", "workload", "nodes",
                                            "gpus_per_node")
 
-    target: str = _key((str,), "")
-    site: str = _key((str,), "")
+    target: str | None = _key((object,))
+    site: str | None = _key((object,))
     workload: Any = _key((object,))
-    nodes: int | str = _key((int, str), 0)
-    gpus_per_node: int | str = _key((int, str), 0)
-    launcher: str | None = _key((str,))
-    partition: str | None = _key((str,))
-    transport: str | None = _key((str,))
+    nodes: int | str | None = _key((object,))
+    gpus_per_node: int | str | None = _key((object,))
+    launcher: str | None = _key((object,))
+    partition: str | None = _key((object,))
+    transport: str | None = _key((object,))
     options: Any = _key((object,))
+
+    def as_json(self) -> str:
+        """The one line the job script writes (``cat > job.json``), as version 1 wrote it."""
+        return json.dumps(dict(self.raw))
+
+    def missing(self) -> list[str]:
+        """The keys of :data:`REQUIRED` this record lacks: none, or it describes no job."""
+        return [key for key in self.REQUIRED if key not in self.raw]
 
 
 @dataclass(frozen=True, eq=False)

@@ -28,7 +28,6 @@ against Slurm partitions shaped like each site's.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -56,6 +55,7 @@ from containers.run import launchers
 from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.command import CommandRun, check_command, plan_command
 from containers.run.workload import IMAGE_RECORD, JOB_RECORD, Placement, Workload
+from containers.records import JobRecord
 
 #: The variables the scheduler's submit command reads an account from, when no flag or setting
 #: names one (sbatch reads SBATCH_ACCOUNT itself; SLURM_ACCOUNT is the current allocation's).
@@ -455,7 +455,8 @@ def _workload_lines(target: Target, workload: Workload, *, settings: Settings, r
                 venv=venv, exec_=True)
     return [*folder_lines(workload.out_dir), "",
             "# What the verdict reads besides the ranks' files: the job, the image it ran",
-            f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", json.dumps(record), "JOB",
+            f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", JobRecord.of(record).as_json(),
+            "JOB",
             f"if [[ -f {word(str(image_record))} ]]; then",
             f"    cp {word(str(image_record))} {word(out_dir + '/' + IMAGE_RECORD)}", "fi", "",
             "# The launcher's exit status is kept (not fatal here): the verdict judges it",
@@ -597,32 +598,35 @@ def job_options(options: SmokeOptions | TrainOptions) -> dict:
 
 
 #: The keys every ``job.json`` has (``launcher``, ``partition`` and ``options`` may be missing).
-RECORD_KEYS = ("target", "site", "workload", "nodes", "gpus_per_node")
+RECORD_KEYS = JobRecord.REQUIRED
 
 
 class RecordOptionsError(ValueError):
     """The options of a ``job.json`` are not an object, or not options its workload takes."""
 
 
-def request_from_record(record: dict) -> JobRequest:
+def request_from_record(given: Mapping) -> JobRequest:
     """The request a job's ``job.json`` (as :func:`plan_job` writes it) describes, options
     included, so its verdict re-plans the run the job ran (:func:`job_run`). A missing key of
     :data:`RECORD_KEYS` raises KeyError; bad options raise :class:`RecordOptionsError`."""
-    return JobRequest(workload=record["workload"], nodes=int(record["nodes"]),
-                      gpus_per_node=int(record["gpus_per_node"]),
-                      launcher=record.get("launcher"), partition=record.get("partition"),
-                      options=_record_options(record), transport=record.get("transport"))
+    record = JobRecord.view(given, source=JOB_RECORD)
+    if record.missing():
+        raise KeyError(record.missing()[0])
+    return JobRequest(workload=record.workload, nodes=int(record.nodes),
+                      gpus_per_node=int(record.gpus_per_node),
+                      launcher=record.launcher, partition=record.partition,
+                      options=_record_options(record), transport=record.transport)
 
 
-def _record_options(record: dict) -> Options | None:
-    given = record.get("options")
+def _record_options(record: JobRecord) -> Options | None:
+    given = record.options
     if given is None:
         return None
     if not isinstance(given, dict):
         raise RecordOptionsError("options are not an object")
     try:
-        return registry.kind_of(record["workload"]).make_options(
-            record["workload"], gpus=int(record["gpus_per_node"]), given=given)
+        return registry.kind_of(record.workload).make_options(
+            record.workload, gpus=int(record.gpus_per_node), given=given)
     except (TypeError, UsageError) as exc:
         raise RecordOptionsError(f"options are not the job's: {exc}") from exc
 

@@ -27,7 +27,7 @@ from typing import Mapping
 from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import device_kind
 from containers.publish.diff import shown, where_run
-from containers.records import Refused, read_smoke
+from containers.records import BuildRecord, JobRecord, Refused, Verdict, read_smoke
 from containers.run.workload import (IMAGE_RECORD, JOB_RECORD, first_failure,
                                       read_device_reports)
 
@@ -157,8 +157,9 @@ def _record_reasons(folder: Path, sha256: str) -> list[str]:
     if not (folder / IMAGE_RECORD).exists():
         return [f"the batch job left no {IMAGE_RECORD} (the image it launched)"] \
             if (folder / JOB_RECORD).exists() else []
-    ran = read_json_object(folder / IMAGE_RECORD) or {}
-    if ran.get("sha256") != sha256:
+    ran = BuildRecord.of(read_json_object(folder / IMAGE_RECORD) or {},
+                         source=folder / IMAGE_RECORD)
+    if ran.sha256 != sha256:
         return [f"its {IMAGE_RECORD} is not of this image (sha256 {sha256[:12]})"]
     return []
 
@@ -188,10 +189,11 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: str,
 def _degraded(folder: Path, record: Mapping) -> str | None:
     """The degraded transport the run chose (``invoke job --transport socket``), from the
     verdict or from the job's own record, whichever says so: either is enough to refuse."""
-    said = record.get("degraded")
+    said = Verdict.view(record, source=folder).degraded
     if said:
         return str(said)
-    chosen = (read_json_object(folder / JOB_RECORD) or {}).get("transport")
+    chosen = JobRecord.of(read_json_object(folder / JOB_RECORD) or {},
+                          source=folder / JOB_RECORD).transport
     return f"--transport {chosen}" if chosen else None
 
 
@@ -204,11 +206,12 @@ def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: str = 
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]
-    ranks = record.get("ranks")
+    record = Verdict.view(record, source=verdict)
+    ranks = record.ranks
     if type(ranks) is not int or not 2 <= ranks <= MOST_RANKS:
         return [f"the verdict's ranks ({ranks!r}) are not a run of 2 or more ranks"]
-    if record.get("sha256") != sha256:
-        return [f"the verdict is of sha256 {str(record.get('sha256'))[:12]}, not {sha256[:12]}"]
+    if record.sha256 != sha256:
+        return [f"the verdict is of sha256 {str(record.sha256)[:12]}, not {sha256[:12]}"]
     degraded = _degraded(folder, record)
     if degraded:
         return [f"the run chose a degraded transport ({degraded}): it proves the image over TCP "
