@@ -150,7 +150,7 @@ class BuildRecord(Record):
     labels: dict | None = _key((object,))
     stack: dict | None = _key((object,))
     squashfs: str | None = _key((str,))
-    probe_errors: list | None = _key((list,))
+    probe_errors: dict | None = _key((dict,))
 
 
 @dataclass(frozen=True, eq=False)

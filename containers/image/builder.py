@@ -370,11 +370,12 @@ def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
     """The tested image in its place, then its record and the files the examine added: the
     old ones go first, so no record ever describes another image than the one beside it. A
     link, device or another user's file at the image's name is refused before any of it."""
+    made = BuildRecord.of(record, source=step.image)  # checked before anything is replaced
     refuse_replacing(step.image)
     for suffix in (".json", *extra):
         step.image.with_name(step.image.name + suffix).unlink(missing_ok=True)
     replace_into(step.partial, step.image)
-    records.write(step.image.with_name(step.image.name + ".json"), record, BuildRecord)
+    records.write(step.image.with_name(step.image.name + ".json"), made, BuildRecord)
     for suffix, text in extra.items():
         atomic_write_text(step.image.with_name(step.image.name + suffix), text)
 
