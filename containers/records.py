@@ -56,6 +56,13 @@ def _typed(value: Any, kinds: tuple[type, ...]) -> bool:
     return isinstance(value, kinds)
 
 
+def schema_problem(schema: object, newest: int, what: str) -> str | None:
+    """Why a file's ``schema`` value is none this checkout reads (1 to ``newest``), else None."""
+    if type(schema) is int and 1 <= schema <= newest:
+        return None
+    return f"is {schema!r}; this checkout reads {what} versions 1 to {newest}"
+
+
 @dataclass(frozen=True, eq=False)
 class Record(Mapping[str, Any]):
     """The fields every record shares, and the reading and writing of any record."""
@@ -75,9 +82,9 @@ class Record(Mapping[str, Any]):
         if not isinstance(data, Mapping):
             raise Malformed(f"{source}: the {cls.WHAT} is not a JSON object")
         schema = data.get(SCHEMA_KEY, 1)
-        if type(schema) is not int or not 1 <= schema <= cls.SCHEMA:
-            raise Malformed(f"{source}: key {SCHEMA_KEY!r} is {schema!r}; this checkout reads "
-                            f"{cls.WHAT} versions 1 to {cls.SCHEMA}")
+        problem = schema_problem(schema, cls.SCHEMA, cls.WHAT)
+        if problem:
+            raise Malformed(f"{source}: key {SCHEMA_KEY!r} {problem}")
         values = {}
         for spec in fields(cls):
             if "kinds" not in spec.metadata:
@@ -220,22 +227,39 @@ class Verdict(Record):
 class CatalogueEntry(Record):
     """One published version in ``catalogue.json`` (containers/publish/publisher.py makes it;
     the catalogue, its page, verify and the gate read it). The catalogue's own check
-    (containers/publish/catalogue.py, ``entry_problem``) refuses an entry whose names, sha256,
-    size or checks are not what publish writes, in its words; this reader types the rest."""
+    (containers/publish/catalogue.py, ``entry_problem``) refuses, in its words and naming the
+    catalogue, an entry whose names, sha256, size, checks or signature are not what publish
+    writes; the page and verify read the rest defensively. So this reader types nothing
+    itself: it names the keys, refusing only a newer ``schema``."""
 
     WHAT: ClassVar[str] = "catalogue entry"
 
-    target: str | None = _key((str,))
-    version: str | None = _key((str,))
-    file: str | None = _key((str,))
-    sha256: str | None = _key((str,))
-    size_bytes: int | None = _key((int,))
-    signed: bool | None = _key((bool,))
-    published: str | None = _key((str,))
-    checks: dict | None = _key((dict,))
-    provenance: dict | None = _key((object,))
-    stack: dict | None = _key((object,))
-    gate: dict | None = _key((object,))
+    target: Any = _key((object,))
+    version: Any = _key((object,))
+    description: Any = _key((object,))
+    file: Any = _key((object,))
+    checksum_file: Any = _key((object,))
+    module: Any = _key((object,))
+    sha256: Any = _key((object,))
+    size_bytes: Any = _key((object,))
+    signed: Any = _key((object,))
+    key_fingerprint: Any = _key((object,))
+    key_user: Any = _key((object,))
+    public_key: Any = _key((object,))
+    checks: Any = _key((object,))
+    forced: Any = _key((object,))
+    replaced_sha256: Any = _key((object,))
+    site: Any = _key((object,))
+    published: Any = _key((object,))
+    site_runtime: Any = _key((object,))
+    provenance: Any = _key((object,))
+    stack: Any = _key((object,))
+    fit: Any = _key((object,))
+    gate: Any = _key((object,))
+    driver_needed: Any = _key((object,))
+    sbom_file: Any = _key((object,))
+    diff_file: Any = _key((object,))
+    diff_page: Any = _key((object,))
 
 
 class Refused(ValueError):
@@ -268,6 +292,9 @@ class SmokeReport:
     the image by jobs/allreduce.py (which imports nothing of this package, so it writes the
     same keys itself) and read strictly here."""
 
+    #: The version jobs/allreduce.py writes (REPORT_SCHEMA); a report without one is version 1.
+    SCHEMA: ClassVar[int] = 2
+
     ok: bool
     finished: str
     wrong_total: int
@@ -278,6 +305,9 @@ class SmokeReport:
     @classmethod
     def of(cls, report: Mapping, name: str) -> "SmokeReport":
         """``report`` (the file ``name``'s object) read strictly, or :class:`Refused`."""
+        problem = schema_problem(report.get(SCHEMA_KEY, 1), cls.SCHEMA, "smoke report")
+        if problem:
+            raise Refused(f"{name}: {SCHEMA_KEY} {problem}")
         rows = report.get("results", [])
         if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
             raise Refused(f"{name} has results that are not a list of rows")

@@ -628,7 +628,7 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
         catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
         _existing(plan, catalogue)
         same = [str(entry.version) for entry in cat.entries(catalogue, plan.target.name)
-                if (entry.provenance or {}).get("sha256") == plan.provenance.sha256
+                if BuildRecord.view(entry.provenance or {}).sha256 == plan.provenance.sha256
                 and entry.version != plan.version]  # this very build, as other versions
         if same:
             say(f"note: this build (sha256 {plan.provenance.sha256[:12]}) is already "
