@@ -102,11 +102,14 @@ class Record(Mapping[str, Any]):
         """``data`` as this record: itself when it is one, else read as :meth:`of` reads."""
         return data if isinstance(data, cls) else cls.of(data, source=source)
 
+    def as_dict(self) -> dict[str, Any]:
+        """What the writer writes: ``schema`` first, then every key as read or made."""
+        return {SCHEMA_KEY: self.SCHEMA,
+                **{k: v for k, v in self.raw.items() if k != SCHEMA_KEY}}
+
     def as_json(self) -> str:
-        """The text the writer writes: ``schema`` first, then every key as read or made."""
-        return json.dumps({SCHEMA_KEY: self.SCHEMA,
-                           **{k: v for k, v in self.raw.items() if k != SCHEMA_KEY}},
-                          indent=2) + "\n"
+        """The text of a record file (:func:`write`)."""
+        return json.dumps(self.as_dict(), indent=2) + "\n"
 
     def __getitem__(self, key: str) -> Any:
         return self.raw[key]

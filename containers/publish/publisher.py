@@ -319,7 +319,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         entry["diff_page"] = str(page.relative_to(plan.dest))
     entry.update({k: reviewed[k] for k in ("fit", "gate", "stack") if k in reviewed})
     entry["driver_needed"] = cat.driver_needed(entry)
-    return entry, beside
+    return CatalogueEntry.of(entry, source=plan.dest / cat.CATALOGUE_NAME).as_dict(), beside
 
 
 def _existing(plan: PublishPlan, catalogue: dict) -> CatalogueEntry | None:
