@@ -13,7 +13,11 @@ What the count covers, honestly: an expression counts as one of the records when
   always names a catalogue entry) or annotated with a record type;
 - the ``provenance`` key of a record (a catalogue entry's copy of the build record).
 Reads with a computed key (``record.get(k) for k in SMOKE_KEYS``) and reads of a record after
-it was handed to a function under another parameter name are not seen. The count is the same
+it was handed to a function under another parameter name are not seen. Not counted either: a
+run's report as the run collected it (``result.report``: the smoke report for smoke, the
+training report for train), which containers/prove/smoke.py reads while the run may have left
+it partial; counting ``.report`` too finds 8 keyed reads of the smoke report there (and 2 of
+either report in prove/verdict.py), 10 on the base commit's tree as well. The count is the same
 function run on the base commit's tree and on this one.
 """
 
