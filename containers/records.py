@@ -37,10 +37,10 @@ class Malformed(StateError, ValueError):
     and the key in one line."""
 
 
-def _key(kinds: tuple[type, ...], default: Any = None, *, key: str | None = None) -> Any:
-    """A record field read from ``key`` (the attribute's name by default), refused unless one of
-    ``kinds`` (None always passes: the key was absent or null); ``default`` when absent."""
-    return field(default=default, metadata={"kinds": kinds, "key": key})
+def _key(kinds: tuple[type, ...], default: Any = None) -> Any:
+    """A record field read from the key of its name, refused unless one of ``kinds`` (None
+    always passes: the key was absent or null); ``default`` when absent."""
+    return field(default=default, metadata={"kinds": kinds})
 
 
 def _kind_names(kinds: tuple[type, ...]) -> str:
@@ -89,10 +89,9 @@ class Record(Mapping[str, Any]):
         for spec in fields(cls):
             if "kinds" not in spec.metadata:
                 continue
-            key = spec.metadata["key"] or spec.name
-            value = data.get(key, spec.default if spec.default is not MISSING else None)
+            value = data.get(spec.name, None if spec.default is MISSING else spec.default)
             if not _typed(value, spec.metadata["kinds"]):
-                raise Malformed(f"{source}: key {key!r} is {value!r}, not "
+                raise Malformed(f"{source}: key {spec.name!r} is {value!r}, not "
                                 f"{_kind_names(spec.metadata['kinds'])}")
             values[spec.name] = value
         return cls(schema=schema, raw=dict(data), **values)
@@ -126,7 +125,7 @@ def write(path: Path, record: Record | Mapping[str, Any], kind: type[Record]) ->
     atomically (:func:`~containers.files.atomic_write_text`); the record as written."""
     made = record if isinstance(record, kind) else kind.of(record, source=path)
     atomic_write_text(path, made.as_json())
-    return made
+    return kind.of(made.as_dict(), source=path)
 
 
 def parse(text: str | bytes, kind: type[R], *, source: str | Path) -> R:
