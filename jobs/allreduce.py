@@ -72,6 +72,9 @@ FAULT_EXIT_CODE = 17
 BENCHMARK = "all_reduce"
 #: The combined report of every op, as this tool reads it (each op also has ``<op>.json``).
 REPORT = "allreduce.json"
+#: The smoke report's version (containers/records.py: SmokeReport reads it; this file imports
+#: nothing of the engine, so the number is kept equal to records.SmokeReport.SCHEMA by a test).
+REPORT_SCHEMA = 2
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in choices.DTYPES}
 FAULT_KINDS = ("die", "hang", "corrupt")
 MODES = ("oop", "ip")
@@ -530,7 +533,7 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
                if (reason := unsupported(op, env, device, dtype)) is not None}
     periods = {op.name: op.period(dtype, env.world_size) if args.check else 0 for op in ops}
     report: dict[str, Any] = {
-        "benchmark": BENCHMARK if args.op == [BENCHMARK] else "collectives", "ops": args.op,
+        "schema": REPORT_SCHEMA, "benchmark": BENCHMARK if args.op == [BENCHMARK] else "collectives", "ops": args.op,
         "world_size": env.world_size, "nodes": len(hostnames),
         "backend": backend, "device": device.type, "expect_gpu": args.expect_gpu,
         "dtype": args.dtype, "torch_version": torch.__version__, "runtime": runtime_versions(),

@@ -26,7 +26,7 @@ ALLOWED = {
 
 
 def part_of(module: str) -> str:
-    """``containers.run.workload`` -> ``run``; top-level modules (errors, files, …) -> ``shared``."""
+    """``containers.run.workload`` -> ``run``; top-level modules (errors, files, records, …) -> ``shared``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else "shared"
 

@@ -22,6 +22,7 @@ from containers.errors import ContainersError, StateError, VerdictFailed
 from containers.files import read_json_object, read_regular_json
 from containers.host.process import capture
 from containers.inputs.flags import JOB_ID
+from containers.records import Verdict
 from containers.report import Say, console, say_line as _print, table
 
 POLL_SECONDS = 3.0
@@ -61,7 +62,7 @@ def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float | None = None
         time.sleep(POLL_SECONDS if poll is None else poll)
 
 
-def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) -> dict:
+def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) -> Verdict:
     """The job's ``verdict.json``; refused in one line when it is missing (fail closed)."""
     if results is None:
         raise VerdictFailed(f"job {job_id} ended {state}; a build job writes no verdict "
@@ -74,7 +75,7 @@ def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) ->
                             f"{os.path.relpath(output)}") from None
     if not isinstance(record, dict):
         raise VerdictFailed(f"job {job_id}: verdict.json is not an object")
-    return record
+    return Verdict.of(record, source=results / "verdict.json")
 
 
 def follow_job(scheduler: str, job_id: str, *, results: Path | None, output: str,
@@ -84,7 +85,7 @@ def follow_job(scheduler: str, job_id: str, *, results: Path | None, output: str
     record = verdict_of(results, job_id=job_id, state=state, output=output)
     code = follow.verdict_code(record)
     say(f"verdict: {'PASS' if code == 0 else 'FAIL'} (exit {code})"
-        + "".join(f"\n  {reason}" for reason in record.get("reasons") or []))
+        + "".join(f"\n  {reason}" for reason in record.reasons or []))
     if code:
         raise JobVerdict(f"job {job_id}: verdict FAIL (exit {code}); "
                          f"{os.path.relpath(results / 'verdict.json')}", code)
@@ -112,9 +113,11 @@ def _row(entry: dict) -> dict | None:
         else "slurm"
     verdict = None
     if isinstance(entry.get("results"), str) and entry["results"]:
-        record = read_json_object(Path(entry["results"]) / "verdict.json")
+        path = Path(entry["results"]) / "verdict.json"
+        record = read_json_object(path)
         if record is not None:
-            verdict = "PASS" if follow.verdict_code(record) == 0 else "FAIL"
+            code = follow.verdict_code(Verdict.of(record, source=path))
+            verdict = "PASS" if code == 0 else "FAIL"
     at = entry.get("scheduler_submitted")
     state = follow.job_state(scheduler, job_id, ask, submitted=at if isinstance(at, str) else None)
     return {**entry, "job_id": job_id, "state": state or "ended", "verdict": verdict}

@@ -24,6 +24,7 @@ from containers.inputs.sites import Site
 from containers.publish import catalogue as cat, diff as diffing
 from containers.publish.diff import shown
 from containers.publish.checks import find_verdict, smoke_summary
+from containers.records import BuildRecord
 from containers.report import Say, console, human_bytes, say_line as _print, table
 from containers.run.needs import PYTHON, refuse_lacking
 
@@ -38,7 +39,7 @@ class ImageRef:
     name: str
     image: Path
     target: str | None
-    record: dict
+    record: BuildRecord
     smoke: dict | None = None  # the catalogue's smoke summary of a published version
 
 
@@ -55,15 +56,16 @@ def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
         if entry is None:
             raise UsageError(f"{spec}: {dest / cat.CATALOGUE_NAME} lists no {match['target']} "
                              f"{match['version']}", flag=flag)
-        return ImageRef(name=f"{match['target']}@{version}", image=dest / entry["file"],
-                        target=match["target"], record=entry.get("provenance") or {},
-                        smoke=(entry.get("checks") or {}).get("smoke"))
+        return ImageRef(name=f"{match['target']}@{version}", image=dest / entry.file,
+                        target=match["target"],
+                        record=BuildRecord.of(entry.provenance or {}, source=spec),
+                        smoke=(entry.checks or {}).get("smoke"))
     path = Path(spec)
     if spec.endswith(".sif") or os.sep in spec or path.is_file():
         if not path.is_file():
             raise UsageError(f"{spec}: no such image file", flag=flag)
         record = provenance.read(probing.record_path(path))
-        return ImageRef(name=str(path), image=path, target=record.get("target"), record=record)
+        return ImageRef(name=str(path), image=path, target=record.target, record=record)
     target = project.target(spec)
     image = project.settings.image_path(target.name)
     return ImageRef(name=target.name, image=image, target=target.name,
@@ -75,7 +77,7 @@ def latest_smoke(project: Project, ref: ImageRef) -> dict | None:
     verdict in the results folder that names its sha256."""
     if ref.smoke is not None or ref.target is None:
         return ref.smoke
-    sha = ref.record.get("sha256") or sha256_file(ref.image)
+    sha = ref.record.sha256 or sha256_file(ref.image)
     found = find_verdict(project.settings.results_dir, ref.target, sha)
     return smoke_summary(*found, run_now=False) if found else None
 
@@ -130,7 +132,8 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
 
 
 def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
-    stack, sbom, record = report["stack"], report.get("sbom"), report.get("provenance") or {}
+    stack, sbom = report["stack"], report.get("sbom")
+    record = BuildRecord.view(report.get("provenance") or {}, source=report["image"])
     rows = [*((key, shown(stack.get(key))) for key in probing.STACK_KEYS),
             *([("driver needed", report["driver_needed"])] if report.get("driver_needed")
               else []),
@@ -138,9 +141,9 @@ def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
             ("packages", f"{report['packages']['debian']} Debian, "
                          f"{report['packages']['pip']} pip"),
             ("sbom", f"{sbom['path']} ({shown(sbom['counts'])})" if sbom else "none"),
-            ("provenance", f"inputs {shown(record.get('inputs_hash'))[:16]}, built "
-                           f"{shown(record.get('build_date'))}, sha256 "
-                           f"{shown(record.get('sha256'))[:12]}" if record else "none"),
+            ("provenance", f"inputs {shown(record.inputs_hash)[:16]}, built "
+                           f"{shown(record.build_date)}, sha256 "
+                           f"{shown(record.sha256)[:12]}" if record else "none"),
             *((f"label {key}", shown(value)) for key, value in sorted(report["labels"].items())
               if key != "containers.pip-freeze")]
     console().print(table(f"inspect {report['image']}", ["what", "value"], rows))
@@ -163,8 +166,8 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
         refuse_lacking(ref.record, image=ref.image, need=PYTHON, doing="invoke diff")
         if not as_json:
             say(f"reading {ref.image} (one {runtime.flavour} exec of its python)")
-        facts = probing.probe(runtime, ref.image, sha256=ref.record.get("sha256"),
-                             arch=ref.record.get("arch"))
+        facts = probing.probe(runtime, ref.image, sha256=ref.record.sha256,
+                             arch=ref.record.arch)
         sides.append(diffing.side(ref.name, facts, size=ref.image.stat().st_size,
                                   smoke=latest_smoke(project, ref)))
     result = diffing.diff(*sides)
@@ -186,8 +189,8 @@ def examine_built(project: Project):
 
     def examine(step, runtime, record: dict, say: Say) -> dict:
         say(f"==> examining {step.target.name}: SBOM and site fit (one probe of the image)")
-        facts = probing.probe(runtime, step.partial, sha256=record.get("sha256"),
-                             arch=record.get("arch"))
+        built = BuildRecord.view(record, source=step.image)  # the record being written
+        facts = probing.probe(runtime, step.partial, sha256=built.sha256, arch=built.arch)
         files = {probing.SBOM_SUFFIX: sbom.render(sbom.make(facts, record))}
         stack = probing.summary(facts)
         record["stack"] = stack  # read back by publish with the SBOM (probing.known_facts)

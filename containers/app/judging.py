@@ -28,6 +28,7 @@ from containers.image import provenance
 from containers.inputs.sites import get_site
 from containers.prove import verdict
 from containers.prove.registry import WORKLOADS
+from containers.records import JobRecord
 from containers.report import Say, say_line as _print
 from containers.run.workload import IMAGE_RECORD, JOB_RECORD, collect
 
@@ -39,9 +40,9 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     (:func:`containers.prove.verdict.check`: exit 2 for sanity, 3 for performance)."""
     folder = Path(results).resolve()
     job = _job_record(folder)
-    _check_judged_here(folder, job["workload"])
-    item = project.target(job["target"])
-    site = get_site(project.sites, job["site"])
+    _check_judged_here(folder, job.workload)
+    item = project.target(job.target)
+    site = get_site(project.sites, job.site)
     try:
         request = request_from_record(job)
     except RecordOptionsError as exc:
@@ -62,7 +63,7 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
                       seconds=seconds)
     result = verdict.Result(
         kind=run.kind, plan=workload, outcome=outcome,
-        partition=os.environ.get("SLURM_JOB_PARTITION") or job.get("partition"),
+        partition=os.environ.get("SLURM_JOB_PARTITION") or job.partition,
         given_reasons=tuple(image_reasons(project, item.name, folder)))
     say(f"{run.kind.name}: judging {os.path.relpath(folder)} ({item.name} on site {site.name}, "
         f"{workload.ranks} ranks, launcher exit status {exit_status})")
@@ -71,17 +72,18 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     return result
 
 
-def _job_record(folder: Path) -> dict:
+def _job_record(folder: Path) -> JobRecord:
     """The ``job.json`` the job script wrote; a folder without one is not a job's results."""
     path = folder / JOB_RECORD
     try:
-        record = read_regular_json(path)
+        data = read_regular_json(path)
     except (OSError, ValueError) as exc:
         raise VerdictFailed(f"verdict FAILED: {path} is missing or unreadable ({exc}); "
                             "--results must name a results folder a batch job wrote") from exc
-    if not isinstance(record, dict) or any(key not in record for key in RECORD_KEYS):
+    record = JobRecord.of(data, source=path) if isinstance(data, dict) else None
+    if record is None or record.missing():
         raise VerdictFailed(f"verdict FAILED: {path} does not describe a job (needs "
-                            f"{', '.join(RECORD_KEYS)})")
+                            f"{', '.join(JobRecord.REQUIRED)})")
     return record
 
 
@@ -104,13 +106,13 @@ def image_reasons(project: Project, target: str, folder: Path) -> list[str]:
     except StateError as exc:
         return [f"{exc.args[0].split(';')[0]}: these results cannot be tied to an image"]
     now = provenance.read(project.settings.provenance_path(target))
-    if not ran.get("sha256"):
+    if not ran.sha256:
         return [f"the run left no record of its image ({IMAGE_RECORD}): these results "
                 "cannot be tied to an image"]
-    if ran.get("target") not in (None, target):
-        return [f"results of another image: the run used target {ran.get('target')}'s, "
+    if ran.target not in (None, target):
+        return [f"results of another image: the run used target {ran.target}'s, "
                 f"not {target}'s"]
-    if ran.get("sha256") != now.get("sha256"):
-        return [f"results of another image: the run used sha256 {str(ran['sha256'])[:12]}, "
-                f"images/{target}.sif is now {str(now.get('sha256') or 'missing')[:12]}"]
+    if ran.sha256 != now.sha256:
+        return [f"results of another image: the run used sha256 {str(ran.sha256)[:12]}, "
+                f"images/{target}.sif is now {str(now.sha256 or 'missing')[:12]}"]
     return []

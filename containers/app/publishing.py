@@ -58,7 +58,7 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
                site_arches(site, project.targets), image=os.path.relpath(plan.image),
                where=f"site {site.name}", doing="publishing")
     if plan.image.is_file():  # a missing image is the publisher's to refuse
-        check_compression(plan.provenance.get("squashfs")
+        check_compression(plan.provenance.squashfs
                           or image_compression(runtime, plan.image), site,
                           image=os.path.relpath(plan.image), target=item.name)
     return publisher.publish(plan, runtime, quick_check=quick_smoke(project, item), say=say,

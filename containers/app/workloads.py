@@ -27,6 +27,8 @@ from containers.inputs.sites import HOST_VAR, Site
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
 from containers.prove.train import TrainOptions, scaling_rows
+from containers import records
+from containers.records import Verdict
 from containers.report import (Say, comment, commenting, console, deferred, plot_scaling,
                                say_line as _print, show_command, table)
 from containers.run import allocation
@@ -238,13 +240,13 @@ def _record(project: Project, result: verdict.Result, *, say: Say) -> None:
     record = verdict.record(result, image_record=provenance.read(
         project.settings.provenance_path(result.plan.target.name)))
     with on_disk("write the verdict", out / "verdict.json"):
-        atomic_write_text(out / "verdict.json", json.dumps(record, indent=2) + "\n")
-    if result.kind.logs_performance:
+        written = records.write(out / "verdict.json", record, Verdict)
+    if result.kind.logs_performance:  # the perflog keeps the record as made (no schema)
         for line in result.kind.perflog_records(record):
             path = perflog.append(project.settings.perflog_dir, line)
             say(f"perflog: {os.path.relpath(path)}"
-                + (f" ({line['op']})" if len(record.get("collectives") or {}) > 1 else ""))
-    for line in verdict.gate_lines(record):
+                + (f" ({line['op']})" if len(written.collectives or {}) > 1 else ""))
+    for line in verdict.gate_lines(written):
         say(line)
 
 

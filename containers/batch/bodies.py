@@ -5,7 +5,6 @@ node's own ``python3`` on another architecture), and the host modules a job load
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -15,6 +14,7 @@ from containers.batch.script import command, ref, word
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
+from containers.records import JobRecord
 from containers.run.workload import IMAGE_RECORD, JOB_RECORD, Workload
 
 
@@ -30,7 +30,8 @@ def workload_lines(target: Target, workload: Workload, *, settings: Settings, re
                 venv=venv, exec_=True)
     return [*folder_lines(workload.out_dir), "",
             "# What the verdict reads besides the ranks' files: the job, the image it ran",
-            f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", json.dumps(record), "JOB",
+            f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", JobRecord.of(record).as_json(),
+            "JOB",
             f"if [[ -f {word(str(image_record))} ]]; then",
             f"    cp {word(str(image_record))} {word(out_dir + '/' + IMAGE_RECORD)}", "fi", "",
             "# The launcher's exit status is kept (not fatal here): the verdict judges it",

@@ -14,9 +14,10 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from containers.files import open_append_regular, read_regular_text
+from containers.records import Verdict
 
 #: States after which a job does nothing more (Slurm's and PBS's).
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -78,14 +79,15 @@ def submitted_at(scheduler: str, job_id: str,
     return parse_submitted(scheduler, text) if text else None
 
 
-def verdict_code(record: dict) -> int:
+def verdict_code(given: Mapping) -> int:
     """The exit status a job's ``verdict.json`` stands for: its own ``exit_code`` where it has
     one (a run job), else 0 passed, 3 correct but slow, 2 failed."""
-    if isinstance(record.get("exit_code"), int):
-        return record["exit_code"]
-    if record.get("passed") is not True:
+    record = Verdict.view(given)
+    if isinstance(record.exit_code, int):
+        return record.exit_code
+    if record.passed is not True:
         return 2
-    performance = record.get("performance") or {}
+    performance = record.performance or {}
     return 3 if isinstance(performance, dict) and performance.get("state") == "fail" else 0
 
 

@@ -39,6 +39,7 @@ from containers.errors import CommandFailed, ConfigError, on_disk
 from containers.files import atomic_write_text
 from containers.host.process import run
 from containers.inputs.versions import major_minor
+from containers.records import BuildRecord
 
 #: What ``import tasks`` and :mod:`containers.app.judging` import beyond the standard library
 #: (invoke, PyYAML, rich, psutil, pydantic for the site profiles; matplotlib for the smoke
@@ -145,7 +146,7 @@ def pip_argv(into: Path, judge: JudgeEnv) -> list[str]:
 def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None:
     """The image's Python as ``X.Y``: the build record's ``stack.python``, else the env spec's
     ``python=`` pin (its Conda dependencies); None when neither says."""
-    stack = record.get("stack")
+    stack = BuildRecord.view(record).stack
     found = stack.get("python") if isinstance(stack, Mapping) else None
     if not found:
         for spec in conda_specs:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from containers import walltime
 from containers.errors import UsageError
@@ -15,7 +16,9 @@ from containers.prove.kind import Options, WorkloadKind
 from containers.prove.smoke import SmokeOptions
 from containers.prove.transport import CHOICES as TRANSPORTS
 from containers.prove.train import TrainOptions
+from containers.records import JobRecord
 from containers.run import launchers
+from containers.run.workload import JOB_RECORD
 
 
 @dataclass(frozen=True)
@@ -85,31 +88,34 @@ def job_options(options: SmokeOptions | TrainOptions) -> dict:
 
 
 #: The keys every ``job.json`` has (``launcher``, ``partition`` and ``options`` may be missing).
-RECORD_KEYS = ("target", "site", "workload", "nodes", "gpus_per_node")
+RECORD_KEYS = JobRecord.REQUIRED
 
 
 class RecordOptionsError(ValueError):
     """The options of a ``job.json`` are not an object, or not options its workload takes."""
 
 
-def request_from_record(record: dict) -> JobRequest:
+def request_from_record(given: Mapping) -> JobRequest:
     """The request a job's ``job.json`` (as :func:`plan_job` writes it) describes, options
     included, so its verdict re-plans the run the job ran (:func:`job_run`). A missing key of
     :data:`RECORD_KEYS` raises KeyError; bad options raise :class:`RecordOptionsError`."""
-    return JobRequest(workload=record["workload"], nodes=int(record["nodes"]),
-                      gpus_per_node=int(record["gpus_per_node"]),
-                      launcher=record.get("launcher"), partition=record.get("partition"),
-                      options=_record_options(record), transport=record.get("transport"))
+    record = JobRecord.view(given, source=JOB_RECORD)
+    if record.missing():
+        raise KeyError(record.missing()[0])
+    return JobRequest(workload=record.workload, nodes=int(record.nodes),
+                      gpus_per_node=int(record.gpus_per_node),
+                      launcher=record.launcher, partition=record.partition,
+                      options=_record_options(record), transport=record.transport)
 
 
-def _record_options(record: dict) -> Options | None:
-    given = record.get("options")
+def _record_options(record: JobRecord) -> Options | None:
+    given = record.options
     if given is None:
         return None
     if not isinstance(given, dict):
         raise RecordOptionsError("options are not an object")
     try:
-        return registry.kind_of(record["workload"]).make_options(
-            record["workload"], gpus=int(record["gpus_per_node"]), given=given)
+        return registry.kind_of(record.workload).make_options(
+            record.workload, gpus=int(record.gpus_per_node), given=given)
     except (TypeError, UsageError) as exc:
         raise RecordOptionsError(f"options are not the job's: {exc}") from exc

@@ -10,7 +10,6 @@ start together share nothing but their own results folders.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -18,6 +17,7 @@ from containers.batch.script import command, ref, word
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.run.command import CommandRun
+from containers.records import JobRecord
 
 VERDICT_SCRIPT = "runverdict.py"
 
@@ -34,7 +34,8 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
     lines = [*([f"cd {word(workdir)}"] if workdir else []),
              *folder_lines(workload.out_dir), "",
              "# What the verdict reads besides the log: the job and its command",
-             f"cat > {word(out_dir + '/job.json')} <<'JOB'", json.dumps(record), "JOB", "",
+             f"cat > {word(out_dir + '/job.json')} <<'JOB'", JobRecord.of(record).as_json(),
+             "JOB", "",
              "status=0", "gate=none"]
     if planned.gate:
         lines += ["# The device gate: every node's ranks must see a GPU of the site's kind",

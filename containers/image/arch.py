@@ -26,6 +26,7 @@ from containers.errors import CommandFailed, StateError
 from containers.host.facts import host_arch
 from containers.host.process import capture
 from containers.host.runtime import Runtime
+from containers.records import BuildRecord
 
 if TYPE_CHECKING:
     from containers.inputs.recipes import Target
@@ -235,7 +236,7 @@ def recorded_arch(record: Mapping, image: Path, runtime: Runtime | None = None) 
 
     A record from before the tool recorded it: read from the image's files now when a runtime
     is given; otherwise (or when that fails) refuse, as a guard must not guess."""
-    arch = record.get("arch")
+    arch = BuildRecord.view(record, source=image).arch
     if isinstance(arch, str) and arch in E_MACHINE.values():
         return arch
     if runtime is not None and Path(image).is_file():

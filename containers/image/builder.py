@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import json
 import os
 import re
 import shutil
@@ -38,6 +37,8 @@ from containers.image.cache import PackageCache, in_use, usage
 from containers.image.emulated import emulated_binds
 from containers.image.plan import BuildPlan, BuildStep
 from containers.inputs.settings import Settings
+from containers import records
+from containers.records import BuildRecord
 from containers.locking import acquire, file_lock, folder_lock, held, holder, release
 from containers.progress import phase_line
 from containers.report import human_bytes
@@ -285,7 +286,7 @@ def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
         record = provenance.read(step.image.with_name(step.image.name + ".json"),
                                  corrupt_ok=True)  # this build writes it again
         if not step.forced and step.image.is_file() \
-                and record.get("inputs_hash") == step.inputs_hash:
+                and record.inputs_hash == step.inputs_hash:
             say(f"==> {step.target.name}: built meanwhile by another build ({step.short_hash})")
             return record
         refuse_replacing(step.image)  # before hours of building, and again at the rename
@@ -369,12 +370,12 @@ def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
     """The tested image in its place, then its record and the files the examine added: the
     old ones go first, so no record ever describes another image than the one beside it. A
     link, device or another user's file at the image's name is refused before any of it."""
+    made = BuildRecord.of(record, source=step.image)  # checked before anything is replaced
     refuse_replacing(step.image)
     for suffix in (".json", *extra):
         step.image.with_name(step.image.name + suffix).unlink(missing_ok=True)
     replace_into(step.partial, step.image)
-    atomic_write_text(step.image.with_name(step.image.name + ".json"),
-                      json.dumps(record, indent=2) + "\n")
+    records.write(step.image.with_name(step.image.name + ".json"), made, BuildRecord)
     for suffix, text in extra.items():
         atomic_write_text(step.image.with_name(step.image.name + suffix), text)
 

@@ -385,7 +385,7 @@ class SnapshotKey:
         base = None
         if self.base_record is not None:
             try:
-                base = provenance.read(self.base_record).get("sha256")
+                base = provenance.read(self.base_record).sha256
             except ContainersError:
                 return None
             if not isinstance(base, str) or len(base) != 64:

@@ -151,16 +151,16 @@ def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -
     if not image.is_file():
         raise ImageMissing(image, target or image.stem)
     record = provenance.read(record_path(image))
-    facts = probe(runtime, image, sha256=record.get("sha256"), arch=record.get("arch"))
+    facts = probe(runtime, image, sha256=record.sha256, arch=record.arch)
     components, stack = _sbom_components(image), summary(facts)
     return {
-        "image": str(image), "target": target or record.get("target"),
+        "image": str(image), "target": target or record.target,
         "size_bytes": image.stat().st_size,
         "stack": stack,
         "driver_needed": driver_needed(stack),
         "labels": facts.get("labels") or {},
-        "provenance": {k: v for k, v in record.items() if k not in ("labels", "pip_freeze",
-                                                                   "inputs")} or None,
+        "provenance": {k: v for k, v in record.items()
+                       if k not in ("labels", "pip_freeze", "inputs", "schema")} or None,
         "sbom": {"path": str(sbom_path(image)), "counts": None if components is None
                  else dict(Counter(kind for kind, _ in components))}
         if sbom_path(image).is_file() else None,

@@ -15,6 +15,7 @@ from containers.errors import CommandFailed, StateError
 from containers.files import FileRefused, read_regular
 from containers.host.process import capture
 from containers.host.runtime import Runtime
+from containers.records import BuildRecord, Malformed
 
 LABEL_PREFIX = "containers."
 
@@ -23,27 +24,31 @@ LABEL_PREFIX = "containers."
 RECORD_LIMIT = 16 << 20
 
 
-def read(path: Path, *, corrupt_ok: bool = False) -> dict:
-    """The record at ``path``; an empty dict when there is none. A record that is there but
-    cannot be trusted (not JSON, not an object, not a regular file, too large: read with
+def read(path: Path, *, corrupt_ok: bool = False) -> BuildRecord:
+    """The record at ``path`` (:class:`~containers.records.BuildRecord`); an empty one when
+    there is none. A record that is there but cannot be trusted (not JSON, not an object, a
+    value of the wrong type, not a regular file, too large: read with
     :func:`~containers.files.read_regular`, so a FIFO never hangs) is a :class:`StateError`
     naming it: a verdict must never name a null sha256 as what it proved. ``corrupt_ok``: treat
     such a record as none (a build, which replaces it; the up-to-date check, which rebuilds)."""
     try:
         data = json.loads(read_regular(path, limit=RECORD_LIMIT).decode("utf-8"))
         problem = None if isinstance(data, dict) else "not a JSON object"
+        record = BuildRecord.of(data if problem is None else {}, source=path)
     except FileNotFoundError:
-        return {}
+        return BuildRecord()
     except FileRefused as exc:
-        data, problem = {}, str(exc)
+        problem = str(exc)
+    except Malformed as exc:
+        problem = str(exc).removeprefix(f"{path}: ")
     except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON
-        data, problem = {}, f"not JSON ({type(exc).__name__})"
+        problem = f"not JSON ({type(exc).__name__})"
     except OSError as exc:
-        data, problem = {}, exc.strerror or str(exc)
+        problem = exc.strerror or str(exc)
     if problem is None:
-        return data
+        return record
     if corrupt_ok:
-        return {}
+        return BuildRecord()
     image = path.name.removesuffix(".json")
     raise StateError(f"the image record {path} is unreadable: {problem}; rebuild the image "
                      f"(invoke build --target {image.removesuffix('.sif')} --force) to write it "
@@ -62,8 +67,8 @@ def is_corrupt(path: Path) -> bool:
 def built_hashes(images_dir: Path, names: list[str]) -> dict[str, str]:
     """Inputs hash recorded beside each existing image (missing or unreadable: absent)."""
     records = {name: read(images_dir / f"{name}.sif.json", corrupt_ok=True) for name in names}
-    return {name: record["inputs_hash"] for name, record in records.items()
-            if (images_dir / f"{name}.sif").is_file() and record.get("inputs_hash")}
+    return {name: record.inputs_hash for name, record in records.items()
+            if (images_dir / f"{name}.sif").is_file() and record.inputs_hash}
 
 
 def labels_of(runtime: Runtime, image: Path) -> dict[str, str]:

@@ -15,6 +15,7 @@ The record carries the image's sha256 and inputs hash from its provenance, so a 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 from functools import cached_property
 
 from containers.errors import PerformanceFailed, VerdictFailed
@@ -25,6 +26,7 @@ from containers.prove import devices, stack
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.prove.transport import TransportCheck, check_transport
+from containers.records import BuildRecord, Verdict
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
 
 
@@ -129,7 +131,7 @@ def arch_reasons(result: Result) -> list[str]:
     """Every rank must have run as the architecture the image's build record names (read from
     its files when it was built): an aarch64 image proven by x86_64 ranks proves nothing."""
     recorded = provenance.read(result.plan.image.with_name(result.plan.image.name + ".json")
-                               ).get("arch")
+                               ).arch
     if recorded and result.archs and result.archs != [recorded]:
         return [f"ranks ran as {', '.join(result.archs)} but {result.plan.image.name} "
                 f"is recorded as {recorded}"]
@@ -150,24 +152,25 @@ def network_reasons(result: Result) -> list[str]:
             f"shows that this {plan.nodes}-node run used the site's network and not TCP sockets"]
 
 
-def record(result: Result, *, image_record: dict) -> dict:
+def record(result: Result, *, image_record: Mapping) -> dict:
     """The run in one record (``verdict.json``): what ran, on which image, both gates.
 
     ``image_record`` is the image's provenance; ``passed`` is the sanity gate.
     """
     plan, performance, report = result.plan, result.performance, result.report or {}
+    image = BuildRecord.view(image_record)
     return {
         "kind": result.kind.name,
         "target": plan.target.name,
         "site": plan.site.name,
         "partition": result.partition,
         "image": str(plan.image),
-        "inputs_hash": image_record.get("inputs_hash"),
-        "sha256": image_record.get("sha256"),
-        "build_date": image_record.get("build_date"),
+        "inputs_hash": image.inputs_hash,
+        "sha256": image.sha256,
+        "build_date": image.build_date,
         # The image's architecture as its build record says (read from its files at build
         # time) and as its ranks saw it (platform.machine() in each device report).
-        "image_arch": image_record.get("arch"),
+        "image_arch": image.arch,
         "arch": result.archs,
         "ranks": plan.ranks,
         "nodes": result.nodes,
@@ -189,30 +192,30 @@ def record(result: Result, *, image_record: dict) -> dict:
     }
 
 
-def gate_lines(record: dict) -> list[str]:
+def gate_lines(given: Mapping) -> list[str]:
     """The gates as the terminal shows them, from the record (so it shows what was written)."""
-    lines = []
-    transport, degraded = record.get("transport"), record.get("degraded")
+    record, lines = Verdict.view(given), []
+    transport, degraded = record.transport, record.degraded
     if transport is not None or degraded:
         state = ("FAIL" if transport is not None and not transport["ok"]
                  else "DEGRADED" if degraded else "ok")
         said = [transport["message"]] if transport is not None else []
         lines.append(f"transport:   {state}: " + "; ".join([*said, *([degraded] if degraded
                                                                      else [])]))
-    reasons = record["reasons"]
+    reasons = record.reasons
     lines.append("sanity:      " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
-    ops = record.get("collectives") or {}
+    ops = record.collectives or {}
     if len(ops) > 1:  # several collectives (smoke --op): each one's own verdict
         for op, entry in ops.items():
             judged = (entry.get("performance") or {}).get("state") or "not judged"
             lines.append(f"  {op + ':':<16} {'PASS' if entry['passed'] else 'FAIL'} "
                          f"({entry['wrong_total']} wrong, busbw factor {entry['factor']}, "
                          f"performance {judged.upper()})")
-    performance = record["performance"]
+    performance = record.performance
     if performance is not None:
         lines.append(f"performance: {performance['state'].upper()}: {performance['message']}")
     slow = performance is not None and performance["failed"]
-    lines.append("verdict: " + ("PASS" if record["passed"] and not slow else "FAIL")
+    lines.append("verdict: " + ("PASS" if record.passed and not slow else "FAIL")
                  + (" (degraded transport: see the transport line)" if degraded else ""))
     return lines
 

@@ -29,12 +29,13 @@ import datetime
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from containers.errors import StateError, UsageError
 from containers.files import FileRefused, read_regular_json
 from containers.image.inspect import driver_needed as stack_driver_needed
 from containers.inputs.schema import name_problem
+from containers.records import BuildRecord, CatalogueEntry
 
 FORMAT = 1
 CATALOGUE_NAME = "catalogue.json"
@@ -51,7 +52,7 @@ _FINGERPRINT = re.compile(r"[0-9A-F]{16,64}\Z")
 def driver_needed(entry: Any) -> str | None:
     """The NVIDIA driver series a published version's nodes need, derived from the CUDA runtime
     its entry's stack records (so an entry written before this was recorded says it too)."""
-    stack = entry.get("stack") if isinstance(entry, dict) else None
+    stack = CatalogueEntry.view(entry).stack if isinstance(entry, dict) else None
     return stack_driver_needed(stack) if isinstance(stack, dict) else None
 
 
@@ -64,16 +65,17 @@ def validate_version(version: str) -> str:
     return version
 
 
-def default_version(provenance: dict) -> str:
+def default_version(record: Mapping) -> str:
     """``<build date>-<inputs hash[:8]>``, e.g. ``2026.11.21-1e9c228c``: sorts by date, and the
     same build always gets the same version, so publishing it twice is caught."""
-    date = str(provenance.get("build_date") or "")[:10]
+    provenance = BuildRecord.view(record)
+    date = str(provenance.build_date or "")[:10]
     try:
         day = datetime.date.fromisoformat(date).strftime("%Y.%m.%d")
     except ValueError as exc:
         raise StateError("the image's provenance has no usable build_date; give --version") \
             from exc
-    inputs = str(provenance.get("inputs_hash") or "")[:8]
+    inputs = str(provenance.inputs_hash or "")[:8]
     version = f"{day}-{inputs}" if inputs else day
     if name_problem("version", version):
         raise StateError(f"the image's provenance makes no usable version ({version!r}: its "
@@ -126,16 +128,16 @@ def layout_files(target: str, version: str) -> dict[str, str]:
             "module": f"modules/{target}/{version}.lua"}
 
 
-def _signature_problem(entry: dict) -> str | None:
-    if entry.get("signed") is False:
+def _signature_problem(entry: CatalogueEntry) -> str | None:
+    if entry.signed is False:
         return None
-    if entry.get("signed") is not True:
+    if entry.signed is not True:
         return "signed is not true or false"
-    fingerprint = entry.get("key_fingerprint")
+    fingerprint = entry.key_fingerprint
     if not isinstance(fingerprint, str) or not _FINGERPRINT.match(fingerprint):
         return "key_fingerprint is not an upper-case hexadecimal fingerprint"
-    if entry.get("public_key") != f"keys/{fingerprint}.pgp":
-        return f"public_key {entry.get('public_key')!r} is not 'keys/{fingerprint}.pgp'"
+    if entry.public_key != f"keys/{fingerprint}.pgp":
+        return f"public_key {entry.public_key!r} is not 'keys/{fingerprint}.pgp'"
     return None
 
 
@@ -145,20 +147,21 @@ def entry_problem(target: str, entry: Any) -> str | None:
     publish writes: a version passing the name rule and the files the layout derives from it."""
     if not isinstance(entry, dict):
         return "not a mapping"
-    if entry.get("target") != target:
-        return f"target {entry.get('target')!r} is not {target!r}"
-    problem = name_problem("version", entry.get("version"))
+    entry = CatalogueEntry.view(entry)
+    if entry.target != target:
+        return f"target {entry.target!r} is not {target!r}"
+    problem = name_problem("version", entry.version)
     if problem:
         return problem
-    for key, wanted in layout_files(target, entry["version"]).items():
-        if entry.get(key) != wanted:
-            return f"{key} {entry.get(key)!r} is not {wanted!r}"
-    if not isinstance(entry.get("sha256"), str) or not SHA256.match(entry["sha256"]):
+    for key, wanted in layout_files(target, entry.version).items():
+        if getattr(entry, key) != wanted:
+            return f"{key} {getattr(entry, key)!r} is not {wanted!r}"
+    if not isinstance(entry.sha256, str) or not SHA256.match(entry.sha256):
         return "sha256 is not 64 lower-case hexadecimal digits"
-    size = entry.get("size_bytes")
+    size = entry.size_bytes
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         return "size_bytes is not a whole number of bytes"
-    if not isinstance(entry.get("checks"), dict) or not isinstance(entry.get("published"), str):
+    if not isinstance(entry.checks, dict) or not isinstance(entry.published, str):
         return "checks is not a mapping or published is not a date"
     return _signature_problem(entry)
 
@@ -215,12 +218,14 @@ def layout_link(dest: Path, path: Path) -> bool:
     return len(parts) == 3 and parts[0] == "modules" and parts[2] == "default"
 
 
-def entries(catalogue: dict, target: str) -> list[dict]:
-    return catalogue["targets"].get(target, {}).get("versions", [])
+def entries(catalogue: dict, target: str) -> list[CatalogueEntry]:
+    """The versions of ``target`` in a catalogue :func:`load` checked, oldest first."""
+    return [CatalogueEntry.of(entry, source=f"catalogue entry of {target}")
+            for entry in catalogue["targets"].get(target, {}).get("versions", [])]
 
 
-def find(catalogue: dict, target: str, version: str) -> dict | None:
-    return next((e for e in entries(catalogue, target) if e["version"] == version), None)
+def find(catalogue: dict, target: str, version: str) -> CatalogueEntry | None:
+    return next((e for e in entries(catalogue, target) if e.version == version), None)
 
 
 def latest(catalogue: dict, target: str) -> str | None:
@@ -237,12 +242,13 @@ def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str]
     """A new catalogue with ``entry`` as its target's newest version and ``latest``, less the
     versions of that target ``without`` names (pruned); an entry of the same version (a forced
     republish) is replaced, moving to the end."""
-    result = copy.deepcopy(catalogue)
-    block = result["targets"].setdefault(entry["target"], {"latest": None, "versions": []})
-    gone = {entry["version"], *without}
-    block["versions"] = [e for e in block["versions"] if e["version"] not in gone]
-    block["versions"].append(entry)
-    block["latest"] = entry["version"]
+    result, made = copy.deepcopy(catalogue), CatalogueEntry.view(entry)
+    block = result["targets"].setdefault(made.target, {"latest": None, "versions": []})
+    gone = {made.version, *without}
+    block["versions"] = [e for e in block["versions"]
+                         if CatalogueEntry.view(e).version not in gone]
+    block["versions"].append(dict(entry))
+    block["latest"] = made.version
     result["updated"] = now
     return result
 
@@ -275,7 +281,7 @@ def consistency_problems(catalogue: dict, folders: dict[str, TargetFolder]) -> l
     """Every way the folder and the catalogue disagree, one line each, naming the file."""
     problems: list[str] = []
     for target in sorted(set(catalogue["targets"]) | set(folders)):
-        listed = [e["version"] for e in entries(catalogue, target)]
+        listed = [e.version for e in entries(catalogue, target)]
         found = folders.get(target, TargetFolder())
         pointer = latest(catalogue, target)
         for version in listed:

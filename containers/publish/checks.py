@@ -22,6 +22,7 @@ from containers.image.emulated import emulated_binds
 from containers.inputs.recipes import Target
 from containers.prove.devices import VENDOR
 from containers.publish.gate import evidence_reasons
+from containers.records import BuildRecord, Verdict
 from containers.report import Say
 
 # Runs a short smoke of the image (its output through the given ``Say``); raises
@@ -37,17 +38,16 @@ SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "devic
 VERDICT_LIMIT = 16 << 20
 
 
-def _proves(record: dict, gpu: str) -> bool:
+def _proves(record: Verdict, gpu: str) -> bool:
     """Whether a passing verdict is of a run that could prove the image at all: 2 ranks or
     more, and for a GPU image every rank on that kind of GPU with backend nccl."""
-    ranks = record.get("ranks")
+    ranks = record.ranks
     return (isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 2
-            and (gpu == "none" or (record.get("backend") == "nccl"
-                                   and record.get("device_kind") == gpu)))
+            and (gpu == "none" or (record.backend == "nccl" and record.device_kind == gpu)))
 
 
 def find_verdict(results_dir: Path, target: str, sha256: str, *,
-                 gpu: str = "none") -> tuple[Path, dict] | None:
+                 gpu: str = "none") -> tuple[Path, Verdict] | None:
     """The newest smoke verdict of exactly this image that counts: a pass of 2 ranks or more
     (for a GPU image (``gpu`` cuda or rocm, the target's or its site's), only one whose every
     rank ran on that kind of GPU with backend nccl: a CPU run, a run on the other vendor's GPUs,
@@ -55,17 +55,18 @@ def find_verdict(results_dir: Path, target: str, sha256: str, *,
     failure of any run of it. A newer failure outvotes an older pass: the caller refuses it.
     A verdict of this image without a date (or with one that is not a UTC time) cannot be
     ranked, so it could hide a newer failure: :class:`VerdictFailed` names it."""
-    best: tuple[Path, dict] | None = None
+    best: tuple[Path, Verdict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
-        record = read_json_object(path, limit=VERDICT_LIMIT)
-        if record is None or record.get("target") != target or record.get("sha256") != sha256:
+        data = read_json_object(path, limit=VERDICT_LIMIT)
+        record = None if data is None else Verdict.of(data, source=path)
+        if record is None or record.target != target or record.sha256 != sha256:
             continue
-        if not _dated(record.get("date")):
+        if not _dated(record.date):
             raise VerdictFailed(f"not publishing {target}: {path} has no date "
-                                f"({record.get('date')!r}), so it cannot be ranked against "
+                                f"({record.date!r}), so it cannot be ranked against "
                                 "this image's other smokes; remove it or run the smoke again")
-        if ((record.get("passed") is not True or _proves(record, gpu))
-                and (best is None or record["date"] > best[1]["date"])):
+        if ((record.passed is not True or _proves(record, gpu))
+                and (best is None or record.date > best[1].date)):
             best = (path, record)
     return best
 
@@ -86,15 +87,15 @@ def _one_line(items: object) -> str:
     return line[:400].rsplit(" ", 1)[0] + " ... (the rest in the verdict file)"
 
 
-def refuse_unproven(found: tuple[Path, dict], *, target: str, sha256: str, gpu: str,
+def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gpu: str,
                     labels: Mapping | None = None) -> None:
     """:class:`VerdictFailed` when the newest verdict of the image failed, or says it passed
     while its run's own files (:func:`containers.publish.gate.evidence_reasons`) do not."""
     path, record = found
-    if record.get("passed") is not True:
-        why = _one_line(record.get("reasons")) or "no reason recorded"
+    if record.passed is not True:
+        why = _one_line(record.reasons) or "no reason recorded"
         raise VerdictFailed(f"not publishing {target}: the newest smoke of this image (sha256 "
-                            f"{sha256[:12]}) FAILED ({path}, {record.get('date')}): {why}; "
+                            f"{sha256[:12]}) FAILED ({path}, {record.date}): {why}; "
                             "fix it and run the smoke again")
     reasons = evidence_reasons(path, record, sha256=sha256, gpu=gpu, labels=labels)
     if reasons:
@@ -102,11 +103,10 @@ def refuse_unproven(found: tuple[Path, dict], *, target: str, sha256: str, gpu: 
                             f"files do not: {_one_line(reasons)}; run the smoke again")
 
 
-def smoke_summary(path: Path, record: dict, *, run_now: bool) -> dict:
+def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
     """What the catalogue keeps of a smoke verdict: enough to judge it without the file; a
     performance FAIL is carried as ``performance_failed`` so a listing shows it at a glance."""
-    performance = record.get("performance")
-    performance = performance if isinstance(performance, dict) else {}
+    performance = record.performance if isinstance(record.performance, dict) else {}
     return {**{k: record.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now,
             "performance_failed": bool(performance.get("failed"))}
 
@@ -139,13 +139,14 @@ def skipped(target: str, say: Say) -> dict:
     return {"skipped": True, "apptainer_test": None, "smoke": None}
 
 
-def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: dict,
+def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: Mapping,
                   results_dir: Path, quick_check: QuickCheck, say: Say,
                   gpu: str = "none", gpus_here: Collection[str] = ()) -> dict:
     """The checks record for the catalogue; :class:`VerdictFailed` when one fails. ``gpu``: the
     GPU kind the image is for (none, cuda, rocm); only a run on that kind proves it
     (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
-    sha = provenance["sha256"]
+    provenance = BuildRecord.view(provenance, source=image)
+    sha = provenance.sha256
     found = find_verdict(results_dir, target.name, sha, gpu=gpu)
     if found is None and gpu != "none" and gpu not in gpus_here:
         raise VerdictFailed(
@@ -157,10 +158,10 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
             "the catalogue records")
     if found is not None:
         refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
-                        labels=provenance.get("labels"))
+                        labels=provenance.labels)
     test = apptainer_test(runtime, target, image,
-                          tested_at_build=found is not None and provenance.get("tested") is True,
-                          build_date=provenance.get("build_date"), say=say)
+                          tested_at_build=found is not None and provenance.tested is True,
+                          build_date=provenance.build_date, say=say)
     if found is not None:
         say(f"checks: passing smoke verdict for this image (sha256 {sha[:12]}): {found[0]}")
         return {"skipped": False, "apptainer_test": test,
@@ -181,6 +182,6 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
         raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "
                             f"no smoke verdict for this image's sha256 {why}")
     refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
-                        labels=provenance.get("labels"))
+                        labels=provenance.labels)
     return {"skipped": False, "apptainer_test": test,
             "smoke": smoke_summary(*found, run_now=True)}

@@ -21,13 +21,13 @@ Pure apart from reading the run's folder: plain summaries in, reasons out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import device_kind
 from containers.publish.diff import shown, where_run
+from containers.records import BuildRecord, JobRecord, Refused, Verdict, read_smoke
 from containers.run.workload import (IMAGE_RECORD, JOB_RECORD, first_failure,
                                       read_device_reports)
 
@@ -107,60 +107,10 @@ def identity(labels: object) -> dict[str, str]:
     return {k: labels[k] for k in IDENTITY_LABELS if isinstance(labels.get(k), str)}
 
 
-class Refused(ValueError):
-    """A record of the run that does not say what a pass needs; its message says why."""
-
-
-def _field(record: Mapping, key: str, kind: type, what: str) -> object:
-    """``record[key]`` when it is exactly of ``kind`` (a bool is no int here), else
-    :class:`Refused`: a loosely typed record (``wrong_total: false``) proves nothing."""
-    value = record.get(key)
-    if type(value) is not kind:
-        raise Refused(f"{what} has {key} {value!r}, not a {kind.__name__}")
-    return value
-
-
-@dataclass(frozen=True)
-class SmokeResults:
-    """The benchmark's results JSON (``allreduce.json``, jobs/allreduce.py), read strictly."""
-
-    ok: bool
-    finished: str
-    wrong_total: int
-    world_size: int
-    #: Every mode's count of wrong values, size by size (None: the mode was not checked).
-    wrong: tuple[int | None, ...]
-
-    @classmethod
-    def read(cls, path: Path) -> "SmokeResults":
-        report = read_json_object(path)
-        if report is None:
-            raise Refused(f"no readable {path.name} (the benchmark's results)")
-        rows = report.get("results", [])
-        if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
-            raise Refused(f"{path.name} has results that are not a list of rows")
-        wrong = tuple(_mode_wrong(mode, path.name) for row in rows for mode in
-                      (row.get("oop"), row.get("ip")) if mode is not None)
-        return cls(ok=_field(report, "ok", bool, path.name),
-                   finished=_field(report, "finished", str, path.name),
-                   wrong_total=_field(report, "wrong_total", int, path.name),
-                   world_size=_field(report, "world_size", int, path.name), wrong=wrong)
-
-
-def _mode_wrong(mode: object, name: str) -> int | None:
-    """One mode's ``wrong``: a count, or None where values were not checked."""
-    if not isinstance(mode, Mapping):
-        raise Refused(f"{name} has a result row that is not a record")
-    value = mode.get("wrong")
-    if value is not None and type(value) is not int:
-        raise Refused(f"{name} has a row whose wrong is {value!r}, not a count")
-    return value
-
-
 def _report_reasons(folder: Path, ranks: int) -> list[str]:
     """What the benchmark's own results JSON says against a pass."""
     try:
-        report = SmokeResults.read(folder / SMOKE_REPORT)
+        report = read_smoke(folder / SMOKE_REPORT)
     except Refused as exc:
         return [str(exc)]
     reasons = []
@@ -207,8 +157,9 @@ def _record_reasons(folder: Path, sha256: str) -> list[str]:
     if not (folder / IMAGE_RECORD).exists():
         return [f"the batch job left no {IMAGE_RECORD} (the image it launched)"] \
             if (folder / JOB_RECORD).exists() else []
-    ran = read_json_object(folder / IMAGE_RECORD) or {}
-    if ran.get("sha256") != sha256:
+    ran = BuildRecord.of(read_json_object(folder / IMAGE_RECORD) or {},
+                         source=folder / IMAGE_RECORD)
+    if ran.sha256 != sha256:
         return [f"its {IMAGE_RECORD} is not of this image (sha256 {sha256[:12]})"]
     return []
 
@@ -238,10 +189,11 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: str,
 def _degraded(folder: Path, record: Mapping) -> str | None:
     """The degraded transport the run chose (``invoke job --transport socket``), from the
     verdict or from the job's own record, whichever says so: either is enough to refuse."""
-    said = record.get("degraded")
+    said = Verdict.view(record, source=folder).degraded
     if said:
         return str(said)
-    chosen = (read_json_object(folder / JOB_RECORD) or {}).get("transport")
+    chosen = JobRecord.of(read_json_object(folder / JOB_RECORD) or {},
+                          source=folder / JOB_RECORD).transport
     return f"--transport {chosen}" if chosen else None
 
 
@@ -254,11 +206,12 @@ def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: str = 
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]
-    ranks = record.get("ranks")
+    record = Verdict.view(record, source=verdict)
+    ranks = record.ranks
     if type(ranks) is not int or not 2 <= ranks <= MOST_RANKS:
         return [f"the verdict's ranks ({ranks!r}) are not a run of 2 or more ranks"]
-    if record.get("sha256") != sha256:
-        return [f"the verdict is of sha256 {str(record.get('sha256'))[:12]}, not {sha256[:12]}"]
+    if record.sha256 != sha256:
+        return [f"the verdict is of sha256 {str(record.sha256)[:12]}, not {sha256[:12]}"]
     degraded = _degraded(folder, record)
     if degraded:
         return [f"the run chose a degraded transport ({degraded}): it proves the image over TCP "

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from containers.publish.catalogue import driver_needed
 from containers.publish.diff import shown, where_run
 from containers.publish.modulefile import EXAMPLE_COMMAND, by_hand, exec_name
+from containers.records import CatalogueEntry
 from containers.report import human_bytes, new_figure, save_figure
 
 if TYPE_CHECKING:  # imported where a page is rendered: judging a job on a node never needs it
@@ -75,7 +76,8 @@ def link(path: object, text: str) -> dict:
 # ------------------------------------------------------------------------ one version's facts
 def stack_rows(entry: Mapping) -> list[tuple[str, str]]:
     """(what, value) of the image's stack, GPU parts first; only what the build recorded."""
-    stack = entry.get("stack") if isinstance(entry.get("stack"), Mapping) else {}
+    entry = CatalogueEntry.view(entry)
+    stack = entry.stack if isinstance(entry.stack, Mapping) else {}
     if not stack:
         return [("stack", "not recorded (published with --skip-checks or by an older tool)")]
     build = stack.get("build")
@@ -87,7 +89,7 @@ def stack_rows(entry: Mapping) -> list[tuple[str, str]]:
             ("ROCm", stack.get("rocm")), ("HIP", stack.get("hip")),
             (collective, stack.get("nccl") and f"{stack['nccl']}{linkage}"),
             ("GPU architectures", stack.get("gpu_arches") or ("not recorded" if gpu else None)),
-            ("driver needed", entry.get("driver_needed") or driver_needed(dict(entry))),
+            ("driver needed", entry.driver_needed or driver_needed(dict(entry))),
             ("DeepSpeed", stack.get("deepspeed")), ("Python", stack.get("python")),
             ("OS", stack.get("os") and f"{stack['os']}, glibc {shown(stack.get('glibc'))}"),
             ("CPU", stack.get("arch"))]
@@ -124,10 +126,11 @@ def _smoke_verdict(smoke: Mapping) -> list[dict]:
 def verdicts(entry: Mapping) -> list[dict]:
     """Every verdict a version was published with, each with its date; who accepted a
     regression is left out (a user and host name), why and when are kept."""
-    checks = entry.get("checks") if isinstance(entry.get("checks"), Mapping) else {}
+    entry = CatalogueEntry.view(entry)
+    checks = entry.checks if isinstance(entry.checks, Mapping) else {}
     if checks.get("skipped"):
         return [_verdict("fail", "checks skipped (--skip-checks): no apptainer test, no smoke "
-                         "run", entry.get("published"))]
+                         "run", entry.published)]
     found = []
     test = checks.get("apptainer_test") or {}
     if test.get("passed") is None:
@@ -138,11 +141,11 @@ def verdicts(entry: Mapping) -> list[dict]:
                               test.get("date")))
     if checks.get("smoke"):
         found += _smoke_verdict(checks["smoke"])
-    for finding in entry.get("fit") or []:
+    for finding in entry.fit or []:
         if finding.get("level") in ("error", "warning"):
             found.append(_verdict("warn", f"site fit {finding['level']}: "
                                           f"{shown(finding.get('message'))}"))
-    accepted = (entry.get("gate") or {}).get("accepted")
+    accepted = (entry.gate or {}).get("accepted")
     if accepted:
         found.append(_verdict("fail", f"regression accepted: {shown(accepted.get('why'))}",
                               accepted.get("date"), list(accepted.get("problems") or [])))
@@ -153,9 +156,10 @@ def commands(target: str, entry: Mapping) -> list[str]:
     """How a user runs this version: load its module, then the wrapper or the site's runtime
     with its GPU flag (recorded per entry: a version published before that has only the
     wrapper, which reads them from its module)."""
-    lines = [f"module load {target}/{entry['version']}",
+    entry = CatalogueEntry.view(entry)
+    lines = [f"module load {target}/{entry.version}",
              f"{exec_name(target)} {EXAMPLE_COMMAND}"]
-    runs = entry.get("site_runtime")
+    runs = entry.site_runtime
     if isinstance(runs, Mapping) and isinstance(runs.get("runtime"), str):
         gpu_flag = runs.get("gpu_flag")
         lines.append(by_hand(runs["runtime"], gpu_flag if isinstance(gpu_flag, str) else None,
@@ -165,27 +169,29 @@ def commands(target: str, entry: Mapping) -> list[str]:
 
 def files(entry: Mapping, dest: Path) -> dict:
     """The version's image, its checksum, signature and what is kept beside it, as links."""
-    fingerprint = entry.get("key_fingerprint")
-    against = (entry.get("gate") or {}).get("against")
+    entry = CatalogueEntry.view(entry)
+    fingerprint = entry.key_fingerprint
+    against = (entry.gate or {}).get("against")
     return {
-        "image": str(dest / str(entry.get("file"))) if entry.get("file") else None,
-        "sha256": entry.get("sha256"),
-        "checksum": link(entry.get("checksum_file"), "sha256sum -c file"),
-        "signed": bool(entry.get("signed")),
+        "image": str(dest / str(entry.file)) if entry.file else None,
+        "sha256": entry.sha256,
+        "checksum": link(entry.checksum_file, "sha256sum -c file"),
+        "signed": bool(entry.signed),
         "fingerprint": fingerprint,
-        "key": link(entry.get("public_key"), "public key"),
-        "sbom": link(entry.get("sbom_file"), "CycloneDX SBOM"),
-        "diff_page": link(entry.get("diff_page"), f"what changed since {against}" if against
+        "key": link(entry.public_key, "public key"),
+        "sbom": link(entry.sbom_file, "CycloneDX SBOM"),
+        "diff_page": link(entry.diff_page, f"what changed since {against}" if against
                           else "what changed since the previous latest"),
-        "diff_json": link(entry.get("diff_file"), "as JSON"),
+        "diff_json": link(entry.diff_file, "as JSON"),
     }
 
 
 def version_view(target: str, entry: Mapping, *, latest: str | None, dest: Path) -> dict:
     """Everything the page shows of one published version."""
-    return {"version": entry["version"], "anchor": f"{target}@{entry['version']}",
-            "latest": entry["version"] == latest, "published": when(entry.get("published")),
-            "site": entry.get("site"), "size": human_bytes(entry.get("size_bytes") or 0),
+    entry = CatalogueEntry.view(entry)
+    return {"version": entry.version, "anchor": f"{target}@{entry.version}",
+            "latest": entry.version == latest, "published": when(entry.published),
+            "site": entry.site, "size": human_bytes(entry.size_bytes or 0),
             "commands": commands(target, entry), "stack": stack_rows(entry),
             "verdicts": verdicts(entry), "files": files(entry, dest)}
 

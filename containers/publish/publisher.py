@@ -65,6 +65,7 @@ from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wr
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             open_parent, resolve_group, umask, unsafe_layout)
 from containers.publish.page import render_diff_page, render_page
+from containers.records import BuildRecord, CatalogueEntry
 from containers.report import Say, human_bytes, say_line
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
@@ -138,7 +139,7 @@ class PublishPlan:
     target: Target
     site: Site
     image: Path
-    provenance: dict
+    provenance: BuildRecord
     version: str
     dest: Path
     sign: bool
@@ -179,21 +180,22 @@ class PublishPlan:
         return self.folder / "bin" / exec_name(self.target.name)
 
 
-def read_provenance(record: Path) -> dict:
-    """The build record beside an image ({} when there is none); one that cannot be read, is
-    not JSON or not a JSON object is a one-line :class:`StateError` naming it."""
+def read_provenance(record: Path) -> BuildRecord:
+    """The build record beside an image (empty when there is none); one that cannot be read, is
+    not JSON or not a JSON object is a one-line :class:`StateError` naming it (in publish's
+    words; a value of the wrong type: :class:`~containers.records.Malformed`)."""
     rebuild = "rebuild the image with invoke build --force"
     try:
         data = read_regular_json(record, limit=PROVENANCE_LIMIT)
     except FileNotFoundError:
-        return {}
+        return BuildRecord()
     except (FileRefused, OSError) as exc:
         raise StateError(f"{record}: cannot read the build record: {exc}; {rebuild}") from exc
     except ValueError as exc:
         raise StateError(f"{record}: the build record is not valid JSON; {rebuild}") from exc
     if not isinstance(data, dict):
         raise StateError(f"{record}: the build record is not a JSON object; {rebuild}")
-    return data
+    return BuildRecord.of(data, source=record)
 
 
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
@@ -211,16 +213,16 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     if not image.is_file():
         raise ImageMissing(image, target.name)
     provenance = read_provenance(record)
-    sha256 = provenance.get("sha256")
+    sha256 = provenance.sha256
     if not isinstance(sha256, str) or not cat.SHA256.match(sha256):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
-    if provenance.get("target") != target.name:
-        raise StateError(f"{image}: its build record names target {provenance.get('target')}, "
+    if provenance.target != target.name:
+        raise StateError(f"{image}: its build record names target {provenance.target}, "
                          f"not {target.name}: rebuild it with invoke build --target {target.name}"
                          " --force")
     _refuse_other_label(image, provenance, target.name)
-    built = str(provenance.get("inputs_hash") or "")
+    built = str(provenance.inputs_hash or "")
     if inputs_hash is not None and built != inputs_hash:
         raise StateError(f"{image} is stale: it was built from inputs {built[:12] or 'unknown'},"
                          f" the target's inputs are now {inputs_hash[:12]}; rebuild it with "
@@ -241,12 +243,12 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
         modes=Modes.of(world_readable=settings.publish_world_readable, gid=gid), settings=settings)
 
 
-def _refuse_other_label(image: Path, provenance: dict, target: str) -> None:
+def _refuse_other_label(image: Path, provenance: BuildRecord, target: str) -> None:
     """The image's own ``containers.target`` label (read from it at build, in its record) must
     name the target it is published as: a record edited to another target's name, or an image
     built from a definition that names another target, is not this target's image. An image
     without the label (a definition that sets none, a cotainr build) is judged by its record."""
-    labels = provenance.get("labels")
+    labels = provenance.labels
     label = labels.get(LABEL_PREFIX + "target") if isinstance(labels, dict) else None
     if label is not None and label != target:
         raise StateError(f"{image}: its label {LABEL_PREFIX}target says {label!r}, not "
@@ -279,7 +281,7 @@ def refuse_links(plan: PublishPlan) -> None:
 
 
 def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, checks: dict,
-           key: signing.SigningKey | None, replaced: dict | None, when: str,
+           key: signing.SigningKey | None, replaced: CatalogueEntry | None, when: str,
            reviewed: dict) -> tuple[dict, list[tuple[Path, bytes, str]]]:
     """The catalogue entry, and (final path, bytes, commit step) of what a version keeps beside
     its image: the build's SBOM (copied as built) and the diff against the version it replaces
@@ -295,7 +297,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "key_user": key.user if key else None,
         "public_key": f"keys/{key.fingerprint}.pgp" if key else None,
         "checks": checks, "forced": replaced is not None,
-        "replaced_sha256": replaced.get("sha256") if replaced else None,
+        "replaced_sha256": replaced.sha256 if replaced else None,
         "site": plan.site.name, "published": when,
         "site_runtime": {"runtime": plan.site.runtime, "gpu_flag": plan.site.gpu_flag},
         "published_by": f"{getpass.getuser()}@{socket.gethostname()}",
@@ -317,10 +319,10 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         entry["diff_page"] = str(page.relative_to(plan.dest))
     entry.update({k: reviewed[k] for k in ("fit", "gate", "stack") if k in reviewed})
     entry["driver_needed"] = cat.driver_needed(entry)
-    return entry, beside
+    return CatalogueEntry.of(entry, source=plan.dest / cat.CATALOGUE_NAME).as_dict(), beside
 
 
-def _existing(plan: PublishPlan, catalogue: dict) -> dict | None:
+def _existing(plan: PublishPlan, catalogue: dict) -> CatalogueEntry | None:
     """The entry this publish would replace; refused unless ``--force``."""
     entry = cat.find(catalogue, plan.target.name, plan.version)
     if entry is None and plan.sif.exists() and not plan.force:
@@ -330,7 +332,7 @@ def _existing(plan: PublishPlan, catalogue: dict) -> dict | None:
     if entry is not None and not plan.force:
         raise StateError(f"{plan.target.name} {plan.version} is already published "
                          f"({plan.sif}); give another --version, or --force to replace it")
-    return entry if entry is not None else ({} if plan.sif.exists() else None)
+    return entry if entry is not None else (CatalogueEntry() if plan.sif.exists() else None)
 
 
 def _remove_version(plan: PublishPlan, version: str, say: Say) -> None:
@@ -354,8 +356,8 @@ def _prune(plan: PublishPlan, before: dict) -> list[str]:
     if plan.keep is None:
         return []
     # the versions once this one is published: a republished version moves to the end
-    versions = [e["version"] for e in cat.entries(before, plan.target.name)
-                if e["version"] != plan.version] + [plan.version]
+    versions = [e.version for e in cat.entries(before, plan.target.name)
+                if e.version != plan.version] + [plan.version]
     gone = cat.select_prune(versions, keep=plan.keep, latest=plan.version)
     uses: dict[str, str] = {}
     default = plan.module_dir / "default"
@@ -516,9 +518,9 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
                               after_chunk=(lambda: time.sleep(delay)) if delay else None)
     seconds = time.monotonic() - started
     say(f"copied in {seconds:.1f} s ({human_bytes(int(size / max(seconds, 1e-3)))}/s)")
-    if copied != plan.provenance["sha256"]:
+    if copied != plan.provenance.sha256:
         raise StateError(f"{plan.image} does not match its build record (sha256 "
-                         f"{copied[:12]}, recorded {plan.provenance['sha256'][:12]}); "
+                         f"{copied[:12]}, recorded {plan.provenance.sha256[:12]}); "
                          f"rebuild it: invoke build --target {plan.target.name} --force")
     sha256 = copied
     if key is not None:
@@ -625,11 +627,11 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
         refuse_links(plan)
         catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
         _existing(plan, catalogue)
-        same = [str(entry.get("version")) for entry in cat.entries(catalogue, plan.target.name)
-                if (entry.get("provenance") or {}).get("sha256") == plan.provenance["sha256"]
-                and entry.get("version") != plan.version]  # this very build, as other versions
+        same = [str(entry.version) for entry in cat.entries(catalogue, plan.target.name)
+                if BuildRecord.view(entry.provenance or {}).sha256 == plan.provenance.sha256
+                and entry.version != plan.version]  # this very build, as other versions
         if same:
-            say(f"note: this build (sha256 {plan.provenance['sha256'][:12]}) is already "
+            say(f"note: this build (sha256 {plan.provenance.sha256[:12]}) is already "
                 f"published as {plan.target.name} {', '.join(same)}; publishing it again as "
                 f"{plan.version}")
         refuse_no_space(plan)

@@ -28,6 +28,7 @@ from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
 from containers.publish.modulefile import exec_name
 from containers.publish.permissions import mode_problems, open_parent, unsafe_layout
+from containers.records import CatalogueEntry
 from containers.report import Say, console, human_bytes, say_line, table
 
 COLUMNS = ("target", "version", "latest", "size", "sha256", "signature", "checks", "published",
@@ -87,46 +88,48 @@ def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime], *,
     """Problems with one published version (checksum, checksum file, signature); its
     signature cell for the table ("-" when the image is missing, "unsigned", "FAILED" or the
     key's last 16 hex digits)."""
-    path = dest / entry["file"]
+    entry = CatalogueEntry.view(entry)
+    path = dest / entry.file
     if not path.is_file():
         return [], "-"  # reported by the consistency check
     problems = []
     # with --json, a JSON document is all that goes to stdout
-    with (byte_progress(f"sha256 {entry['file']}", path.stat().st_size) if show_progress
+    with (byte_progress(f"sha256 {entry.file}", path.stat().st_size) if show_progress
           else contextlib.nullcontext(None)) as advance:
         actual = sha256_file(path, progress=advance)
-    if actual != entry["sha256"]:
+    if actual != entry.sha256:
         problems.append(f"{path}: sha256 {actual[:16]}... does not match the catalogue "
-                        f"({entry['sha256'][:16]}...): the file is corrupt or was replaced")
-    sums = dest / entry["checksum_file"]
-    if sums.is_file() and _checksum_of(sums) != (entry["sha256"], path.name):
-        problems.append(f"{sums}: does not say '{entry['sha256'][:16]}...  {path.name}'")
-    if not entry.get("signed"):
+                        f"({entry.sha256[:16]}...): the file is corrupt or was replaced")
+    sums = dest / entry.checksum_file
+    if sums.is_file() and _checksum_of(sums) != (entry.sha256, path.name):
+        problems.append(f"{sums}: does not say '{entry.sha256[:16]}...  {path.name}'")
+    if not entry.signed:
         return problems, "unsigned"
     try:
-        signing.verify_with_key(runtime(), path, dest / entry["public_key"],
-                                entry["key_fingerprint"])
+        signing.verify_with_key(runtime(), path, dest / entry.public_key,
+                                entry.key_fingerprint)
     except (VerdictFailed, CommandFailed) as exc:
         problems.append(str(exc))
         return problems, "FAILED"
-    return problems, entry["key_fingerprint"][-16:]
+    return problems, entry.key_fingerprint[-16:]
 
 
 def image_report(dest: Path, target: str, entry: dict, latest: str | None,
                  found: list[str], cell: str, folder_problems: list[str]) -> dict:
-    files = (entry["file"], entry["checksum_file"], entry["module"])
+    entry = CatalogueEntry.view(entry)
+    files = (entry.file, entry.checksum_file, entry.module)
     own = [p for p in folder_problems if p.split(":", 1)[0] in files]
-    path = dest / entry["file"]
+    path = dest / entry.file
     return {
-        "target": target, "version": entry["version"], "path": str(path),
-        "latest": entry["version"] == latest, "size_bytes": entry["size_bytes"],
-        "sha256": entry["sha256"],
+        "target": target, "version": entry.version, "path": str(path),
+        "latest": entry.version == latest, "size_bytes": entry.size_bytes,
+        "sha256": entry.sha256,
         "sha256_ok": path.is_file() and not any(p.startswith(f"{path}: sha256") for p in found),
         "signature": {"-": "missing", "unsigned": "unsigned", "FAILED": "failed"}.get(cell, "ok"),
-        "key_fingerprint": entry.get("key_fingerprint"),
-        "module_ok": (dest / entry["module"]).is_file(),
-        "checks": "skipped" if entry["checks"].get("skipped") else "passed",
-        "published": entry["published"], "problems": own + found,
+        "key_fingerprint": entry.key_fingerprint,
+        "module_ok": (dest / entry.module).is_file(),
+        "checks": "skipped" if entry.checks.get("skipped") else "passed",
+        "published": entry.published, "problems": own + found,
     }
 
 
