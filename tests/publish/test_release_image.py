@@ -131,7 +131,7 @@ def test_build_examine_writes_a_valid_sbom_with_torch(real_project, real_runtime
     added package, the inputs hash) and the stack it records for publish."""
     record = {"target": "cpu", "inputs_hash": "f" * 64, "sha256": LAYER_SHA}
     lines: list[str] = []
-    files = examine_built(real_project)(SimpleNamespace(partial=layer_image,
+    files = examine_built(real_project)(SimpleNamespace(partial=layer_image, image=layer_image,
                                                         target=real_project.target("cpu")),
                                         real_runtime, record, lines.append)
     text = files[probing.SBOM_SUFFIX]
@@ -147,7 +147,7 @@ def test_build_examine_writes_a_valid_sbom_with_torch(real_project, real_runtime
     assert not any("ERROR" in line for line in lines), lines
     # the same image for Olivia's aarch64 GPU nodes: the build fails, naming why
     with pytest.raises(CommandFailed) as refused:
-        examine_built(real_project)(SimpleNamespace(partial=layer_image,
+        examine_built(real_project)(SimpleNamespace(partial=layer_image, image=layer_image,
                                                     target=real_project.target("olivia-cuda")),
                                     real_runtime, dict(record), lines.append)
     assert "does not fit site olivia: the image is x86_64; olivia's nodes run aarch64" in \
@@ -172,9 +172,10 @@ def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
     for suffix in ("", ".json"):  # the built image and record, linked (no copy)
         os.link(cpu_image.with_name(cpu_image.name + suffix), images / f"cpu.sif{suffix}")
     project = _make_project(tmp_path / "project", images)
-    record = provenance.read(images / "cpu.sif.json")
+    record = dict(provenance.read(images / "cpu.sif.json"))  # as the builder holds it
     record.pop("stack", None)
     files = examine_built(project)(SimpleNamespace(partial=images / "cpu.sif",
+                                                   image=images / "cpu.sif",
                                                    target=project.target("cpu")),
                                    real_runtime, record, lambda line: None)
     (images / "cpu.sif.cdx.json").write_text(files[probing.SBOM_SUFFIX])  # as a build does
