@@ -147,7 +147,7 @@ def test_a_missing_architecture_is_refused_by_build_and_publish(tmp_path, real_p
     record = provenance.read(image.with_name(image.name + ".json"))
     lines: list[str] = []
     with pytest.raises(CommandFailed) as refused:
-        examine_built(real_project)(SimpleNamespace(partial=image,
+        examine_built(real_project)(SimpleNamespace(partial=image, image=image,
                                                     target=real_project.target("puhti-cuda-pip")),
                                     real_runtime, dict(record), lines.append)
     message = str(refused.value)
