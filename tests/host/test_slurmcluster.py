@@ -92,6 +92,10 @@ def sleeper():
     import subprocess
 
     proc = subprocess.Popen(["sleep", "60"])
+    deadline = time.monotonic() + 10
+    # Popen can return while the kernel still swaps the image: its command line reads empty
+    while psutil.Process(proc.pid).cmdline() != ["sleep", "60"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     yield proc
     proc.kill()
     proc.wait()
@@ -102,8 +106,12 @@ def _fake_daemon(program: str, *argv: str):
     import subprocess
     import sys
 
-    return subprocess.Popen([program, "-c", "import time; time.sleep(60)", *argv],
+    proc = subprocess.Popen([program, "-c", "import time; time.sleep(60)", *argv],
                             executable=sys.executable)
+    deadline = time.monotonic() + 10
+    while psutil.Process(proc.pid).cmdline()[:1] != [program] and time.monotonic() < deadline:
+        time.sleep(0.01)  # its command line is set once the kernel has swapped the image
+    return proc
 
 
 def _plant(root, pids: dict, **extra) -> None:
@@ -133,7 +141,6 @@ def test_only_the_clusters_own_daemon_started_when_recorded_is_stopped(tmp_path)
     other = _fake_daemon("slurmctld", "-f", "/etc/slurm/slurm.conf")
     ours = _fake_daemon("slurmctld", "-f", conf)
     try:
-        time.sleep(0.3)  # the command lines are set
         _plant(root, {"slurmctld": other.pid})
         with pytest.raises(StateError, match="is a slurmctld without this cluster's "
                                              f"{conf} in its command line"):
