@@ -587,3 +587,24 @@ def test_app_names_stay_the_commands_after_their_modules_load() -> None:
             "assert sorted(app.__all__) == sorted(name for name in app.__all__ "
             "if hasattr(app, name))")
     assert "containers.app.build" in _loaded_by(code)
+
+
+def test_a_second_listing_is_the_kept_one_until_an_input_changes(
+        cli_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    time.sleep(2.1)  # the copied project settles: a file changed within 2 s is never trusted
+    first = json.loads(_invoke(cli_project, "targets", "--json").stdout)
+    (store,) = (tmp_path / "xdg" / "hpc-containers").glob("targets-*.json")
+    kept = json.loads(store.read_text())
+    kept["listing"]["rows"][0]["state"] = "as kept"  # marks what a kept listing shows
+    store.write_text(json.dumps(kept))
+    second = json.loads(_invoke(cli_project, "targets", "--json").stdout)
+    assert second[0]["state"] == "as kept" and second[1:] == first[1:]
+    env_spec = cli_project / "envs" / "cpu.yml"
+    env_spec.write_text(env_spec.read_text() + "# edited\n")
+    third = {row["target"]: row for row in
+             json.loads(_invoke(cli_project, "targets", "--json").stdout)}
+    assert "as kept" not in {row["state"] for row in third.values()}
+    before = {row["target"]: row for row in first}
+    assert third["cpu"]["inputs_hash"] != before["cpu"]["inputs_hash"]
+    assert third["debian-base"] == before["debian-base"]

@@ -18,13 +18,9 @@ from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
 from containers.inputs import validate
 from containers.inputs.definition import read_definition
 from containers.inputs.recipes import Target
-from containers.report import Say, console, say_line as _print, table
+from containers.app.targetlist import TARGET_COLUMNS, Listing, show
+from containers.report import Say, say_line as _print
 from containers.run import launchers
-
-#: The columns of ``invoke targets``; with ``--json`` each target is an object with these keys.
-TARGET_COLUMNS = ("target", "site", "arch", "gpu", "builder", "from", "image", "state",
-                  "inputs_hash")
-
 
 def _runtime_line(project: Project) -> str:
     runtime = project.runtime(required=False)
@@ -79,17 +75,18 @@ def target_rows(project: Project) -> list[dict[str, str]]:
     return sorted(rows, key=lambda row: row["target"])
 
 
+def target_listing(project: Project) -> Listing:
+    """What ``invoke targets`` shows, read afresh: the runtime, the rows, and what killed builds
+    left (:func:`containers.app.targetlist.listing` keeps it for the next time)."""
+    return Listing(runtime_line=_runtime_line(project), rows=target_rows(project),
+                   leftovers=[leftover.describe()
+                              for leftover in builder.leftovers(project.settings)],
+                   residue=builder.has_residue(project.settings))
+
+
 def targets_report(project: Project, *, as_json: bool = False, say: Say = _print) -> None:
     """The targets table (and what killed builds left behind), or a JSON list of the rows."""
-    rows = target_rows(project)
-    if as_json:
-        say(json.dumps(rows, indent=2))
-        return
-    say(_runtime_line(project))
-    console().print(table("Image targets", [c.replace("_", " ") for c in TARGET_COLUMNS],
-                          [tuple(row.values()) for row in rows]))
-    for leftover in builder.leftovers(project.settings):
-        say(f"{leftover.describe()}; the next build removes it")
+    show(target_listing(project), as_json=as_json, say=say)
 
 
 def _problem(error: ContainersError) -> dict[str, Any]:

@@ -162,6 +162,15 @@ def leftovers(settings: Settings) -> list[Leftover]:
         Leftover(path, "partial image", holder(lock)) for path, lock in locks if not held(lock)]
 
 
+def has_residue(settings: Settings) -> bool:
+    """Whether any build, running or killed, has a work folder in ``tmp_dir`` or a partial
+    image in ``images_dir``: whether it is left over depends on its lock's holder, which no
+    file's stat tells, so a listing that saw one is not kept."""
+    tmp_dir = settings.tmp_dir
+    return bool(_partials(settings.images_dir)) or tmp_dir.is_dir() and any(
+        _WORKDIR.match(path.name) for path in tmp_dir.iterdir())
+
+
 def _sweep(step: BuildStep, say: Say) -> None:
     """Remove this target's stale partial images (we hold its lock) and every work folder in
     ``tmp_dir`` whose owner is gone, naming each: never one a live build holds."""
