@@ -25,15 +25,20 @@ def parser(doc: str, *, out_name: str) -> argparse.ArgumentParser:
     return parsed
 
 
-def run_checked(argv: list[str], *, label: str, timeout: float = 1800, env=None) -> list[str]:
-    """Run ``argv`` showing its output prefixed by ``label``; fail the benchmark on error."""
+def run_shown(argv: list[str], *, label: str, timeout: float, env=None):
+    """Run ``argv`` showing each output line prefixed by ``label``: (its result, its lines)."""
     lines: list[str] = []
 
     def on_line(line: str) -> None:
         lines.append(line)
         print(f"[{label}] {line}", flush=True)
 
-    result = run(argv, timeout=timeout, on_line=on_line, env=env)
+    return run(argv, timeout=timeout, on_line=on_line, env=env), lines
+
+
+def run_checked(argv: list[str], *, label: str, timeout: float = 1800, env=None) -> list[str]:
+    """Run ``argv`` showing its output prefixed by ``label``; fail the benchmark on error."""
+    result, lines = run_shown(argv, label=label, timeout=timeout, env=env)
     if not result.ok:
         raise SystemExit(f"benchmark step '{label}' failed (exit {result.returncode})")
     return lines

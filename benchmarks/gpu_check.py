@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from containers.host.process import run  # noqa: E402
+from common import run_shown  # noqa: E402
 from containers.inputs.names import COLLECTIVES  # noqa: E402
 from containers.inputs.sites import Site, load_sites  # noqa: E402
 from containers.prove import verdict  # noqa: E402
@@ -116,14 +116,8 @@ def run_logged(argv: list[str], *, out_dir: Path, timeout: float, label: str,
                env: dict[str, str]) -> tuple[int, bool, list[str], float]:
     """Run ``argv`` showing its output prefixed by ``label`` and keeping it in ``run.log``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    lines: list[str] = []
-
-    def on_line(line: str) -> None:
-        lines.append(line)
-        print(f"[{label}] {line}", flush=True)
-
     start = time.monotonic()
-    result = run(argv, timeout=timeout, on_line=on_line, env={**os.environ, **env})
+    result, lines = run_shown(argv, label=label, timeout=timeout, env={**os.environ, **env})
     (out_dir / "run.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return result.returncode, bool(result.timed_out), lines, time.monotonic() - start
 
