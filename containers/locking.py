@@ -8,13 +8,16 @@ the lock file, so a report can say whose a leftover was.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from containers.files import read_regular
+from containers.errors import WriteRefused
+from containers.files import file_type, read_regular, refuse_replacing
 
 
 def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
@@ -25,21 +28,38 @@ def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
     one holder). Give it back with :func:`release`."""
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = _open_lock(path)
     try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO opens without blocking when read-write
+            refuse_replacing(path, doing="lock")
+            raise WriteRefused(f"{path} is {file_type(info.st_mode)}, not a regular file; "
+                               "refusing to lock it (move it away, or name another file)")
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             if on_wait is not None:
                 on_wait()
             fcntl.flock(fd, mode)
-        if not shared:
+        # the PID goes only into a lock file of ours with one name: never into another user's
+        # file or a hard link planted as the lock (it is still locked: that needs no write)
+        if not shared and info.st_uid == os.geteuid() and info.st_nlink == 1:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file at ``path`` opened (created when missing), never through a link."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR):
+            refuse_replacing(path, doing="lock")  # says what it is, in the one wording
+        raise
 
 
 def release(fd: int) -> None:

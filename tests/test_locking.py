@@ -8,7 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from containers.locking import file_lock, holder
+import pytest
+
+from containers.errors import WriteRefused
+from containers.locking import file_lock, held, holder
 
 HOLD = """
 import sys, time
@@ -76,3 +79,36 @@ with file_lock(Path(sys.argv[1]), remove=True):
     busy.unlink()
     print("ok", flush=True)
 """
+
+
+@pytest.mark.parametrize("planted", ["fifo", "folder", "link"])
+def test_a_lock_path_that_is_no_regular_file_is_refused_in_one_line(tmp_path: Path,
+                                                                    planted: str) -> None:
+    lock, victim = tmp_path / ".cpu.lock", tmp_path / "victim"
+    victim.write_text("precious\n")
+    {"fifo": lambda: os.mkfifo(lock), "folder": lock.mkdir,
+     "link": lambda: lock.symlink_to(victim)}[planted]()
+    with pytest.raises(WriteRefused) as refused:
+        with file_lock(lock):
+            pass
+    said = str(refused.value)
+    assert str(lock) in said and "\n" not in said
+    assert ("symbolic link" if planted == "link" else "not a regular file") in said
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("planted", ["hard link", "another user's file"])
+def test_a_lock_file_not_ours_alone_is_locked_but_never_written(tmp_path: Path,
+                                                               planted: str) -> None:
+    lock, victim = tmp_path / ".cpu.lock", tmp_path / "victim"
+    victim.write_text("precious\n")
+    if planted == "hard link":
+        os.link(victim, lock)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making another user's file needs root")
+        lock.write_text("precious\n")
+        os.chown(lock, 65534, 65534)
+    with file_lock(lock):
+        assert held(lock)
+    assert lock.read_text() == "precious\n" and victim.read_text() == "precious\n"

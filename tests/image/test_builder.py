@@ -385,7 +385,9 @@ def test_an_interrupt_while_examining_stops_the_image_test(tmp_path: Path,
 
     def examine(step: BuildStep, runtime: Runtime, record: dict, say) -> dict:
         deadline = time.monotonic() + 20
-        while not (tmp_path / "test.pid").is_file() and time.monotonic() < deadline:
+        pid_file = tmp_path / "test.pid"  # made by the shell's redirection before echo writes
+        while not (pid_file.is_file() and pid_file.read_text().endswith("\n")) \
+                and time.monotonic() < deadline:
             time.sleep(0.05)
         raise KeyboardInterrupt
 
