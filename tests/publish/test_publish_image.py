@@ -127,8 +127,8 @@ def _catalogue(dest: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------------- publish
-def test_publish_checks_copies_signs_and_catalogues(published, site_project, keyring,
-                                                    real_runtime) -> None:
+def test_publish_runs_the_checks_once_and_catalogues_both_versions(published,
+                                                                   site_project) -> None:
     dest, first, second = published["dest"], published["first"], published["second"]
     lines = published["lines"]
     provenance = json.loads(site_project.settings.provenance_path("cpu").read_text())
@@ -158,9 +158,20 @@ def test_publish_checks_copies_signs_and_catalogues(published, site_project, key
     assert entry["provenance"]["pip_freeze"] == provenance["pip_freeze"]
     assert entry["signed"] is True and entry["forced"] is False
     assert entry["checks"]["skipped"] is False and entry["published_by"]
-    key = parse_key_list(subprocess.run(real_runtime.key_list_argv(secret=True), check=True,
-                                        env={**os.environ, **real_runtime.keyring_env(keyring)},
-                                        capture_output=True, text=True).stdout, keyring)[0]
+
+
+def _signing_key(real_runtime, keyring):
+    return parse_key_list(subprocess.run(real_runtime.key_list_argv(secret=True), check=True,
+                                         env={**os.environ, **real_runtime.keyring_env(keyring)},
+                                         capture_output=True, text=True).stdout, keyring)[0]
+
+
+def test_publish_signs_checksums_and_links_the_image(published, site_project, keyring,
+                                                     real_runtime) -> None:
+    dest = published["dest"]
+    provenance = json.loads(site_project.settings.provenance_path("cpu").read_text())
+    entry = _catalogue(dest)["targets"]["cpu"]["versions"][1]
+    key = _signing_key(real_runtime, keyring)
     assert entry["key_fingerprint"] == key.fingerprint
     # files: image (signed, so not the build's bytes), checksum, latest, module, wrapper, key
     sif = dest / "cpu" / "2.0.sif"
@@ -175,6 +186,13 @@ def test_publish_checks_copies_signs_and_catalogues(published, site_project, key
     assert _published_files(dest) == [
         "1.0.sif", "1.0.sif.sha256", "2.0.diff.html", "2.0.diff.json", "2.0.sif",
         "2.0.sif.sha256", "bin", "latest"]
+
+
+def test_publish_writes_the_page_and_permissions_verify_accepts(published, site_project,
+                                                                keyring, real_runtime) -> None:
+    dest = published["dest"]
+    entry = _catalogue(dest)["targets"]["cpu"]["versions"][1]
+    key = _signing_key(real_runtime, keyring)
     # the page: the signing key's fingerprint, and links to the files publish wrote
     page = (dest / "index.html").read_text()
     assert f'href="{entry["public_key"]}"' in page and 'href="cpu/1.0.sif.sha256"' in page
