@@ -282,10 +282,6 @@ class Definition:
         """The final stage's ``%name`` section: what the image gets."""
         return self.final.section(name)
 
-    def has_section(self, name: str) -> bool:
-        """Whether any stage has ``%name``."""
-        return any(s.name == name for s in self.sections)
-
     @property
     def runs_in_image(self) -> bool:
         """Whether Apptainer's build runs a script inside the image (its post step), which

@@ -92,10 +92,6 @@ class TrainOptions:
         return TRAIN
 
 
-def _no_args(options: TrainOptions) -> list[str]:
-    return []
-
-
 #: The arguments only one example takes, by its name (the others take none of their own).
 EXAMPLE_ARGS: dict[str, Callable[[TrainOptions], list[str]]] = {
     "deepspeed": lambda options: ["--zero-stage", str(options.zero_stage or 1)]}
@@ -146,7 +142,7 @@ class TrainKind(WorkloadKind):
                 args += [flag, str(value)]
         if options.compile:
             args.append("--compile")
-        args += EXAMPLE_ARGS.get(options.example, _no_args)(options)
+        args += EXAMPLE_ARGS.get(options.example, lambda _: [])(options)
         binds = []  # a ds_config is only ever given for deepspeed (deepspeed_only refuses it)
         for path, mount, flag in ((options.ds_config, DS_CONFIG_MOUNT, "--ds-config"),
                                   (options.data, DATA_MOUNT, "--data")):
