@@ -445,7 +445,6 @@ class Profile(Part):
         return self
 
     def gpus_in(self, partition: Partition) -> int:
-        """GPUs per node of ``partition``: its own count, else the site's (0 on CPU sites)."""
         if self.gpus.kind == "none":
             return 0
         return self.gpus.per_node if partition.gpus_per_node is None else partition.gpus_per_node
@@ -520,11 +519,9 @@ class Site(Profile):
             scopes += [("transport.binds", self.transport.binds),
                        ("transport.env", self.transport.env.values())]
         found: dict[str, list[str]] = {}
-        for key, texts in scopes:
+        for key, texts in scopes:  # each scope once, each name once per scope
             for name in host_variables(texts):
-                found.setdefault(name, [])
-                if key not in found[name]:
-                    found[name].append(key)
+                found.setdefault(name, []).append(key)
         return found
 
     def mem_per_gpu_gb(self, partition: Partition) -> int:
@@ -600,13 +597,9 @@ def code_in_value(value: str) -> str | None:
 def host_variables(texts: Iterable[str]) -> list[str]:
     """The host variables ``texts`` name (``$VAR``, ``${VAR}``; ``$$`` is the container's
     ``$``, no host variable), each once, in the order they first appear."""
-    names: list[str] = []
-    for text in texts:
-        for match in HOST_VAR.finditer(text):
-            name = match.group(1) or match.group(2)
-            if name and name not in names:
-                names.append(name)
-    return names
+    names = (match.group(1) or match.group(2) for text in texts
+             for match in HOST_VAR.finditer(text))
+    return list(dict.fromkeys(name for name in names if name))
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
