@@ -293,8 +293,7 @@ class Definition:
 
     @property
     def argument_defaults(self) -> dict[str, str]:
-        """The final stage's ``%arguments`` defaults (each stage has its own:
-        :meth:`Stage.argument_defaults`)."""
+        """The final stage's ``%arguments`` defaults: each stage has its own."""
         return self.final.argument_defaults
 
     @property

@@ -24,8 +24,8 @@ from pydantic_core import PydanticCustomError
 from containers.errors import ConfigError, UsageError, raise_all
 from containers.files import resolves_outside
 # the name rule and suggest live with the names (no pydantic there); offered here as before
-from containers.inputs.names import (NAME_RULE, RESERVED_NAMES, TEMP_ENDINGS, is_env_name,
-                                     name_problem, suggest, type_name)
+from containers.inputs.names import (NAME_RULE, TEMP_ENDINGS, is_env_name, name_problem,
+                                     suggest, type_name)
 from containers.inputs.yamlsource import Located
 
 T = TypeVar("T")
@@ -77,7 +77,6 @@ def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
 
 
 def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
-    """``items[name]``, or a :class:`UsageError` naming the flag, the likely name and all names."""
     try:
         return items[name]
     except KeyError as exc:
@@ -86,7 +85,6 @@ def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
 
 
 def line_of(data: Any, key: str | int | None = None) -> int | None:
-    """Best known line of a key or item in located YAML data."""
     if not isinstance(data, Located):
         return None
     return data.line if key is None else data.line_of(key)

@@ -180,8 +180,7 @@ class Partition(Limits):
         if data.get("allocatable_gb") and not source else None))
 
     def gpu_share(self, gpus_per_node: int) -> int | None:
-        """The most memory (GB) per GPU a job on all ``gpus_per_node`` GPUs of a node can ask
-        without asking more than a node allocates; None where the profile gives no figure."""
+        """GB per GPU that keeps a job on a whole node within what a node allocates."""
         if self.allocatable_gb is None or gpus_per_node <= 0:
             return None
         return self.allocatable_gb // gpus_per_node
@@ -538,8 +537,7 @@ class Site(Profile):
         return GPU_FLAGS[self.gpus.kind]
 
     def matches(self, environ: Mapping[str, str], hostname: str) -> bool:
-        """True when any ``detect`` rule holds: a ``NAME`` or ``NAME=VALUE`` in the environment,
-        or a host-name pattern. A site with no rules never matches."""
+        """Whether a ``detect`` rule holds; a site with no rules never matches."""
         for rule in self.detect.env:
             name, sep, wanted = rule.partition("=")
             if name in environ and (not sep or environ[name] == wanted):
