@@ -236,8 +236,7 @@ def _what_at(model: Any, loc: Sequence[str | int], what: str) -> str:
     return key_of(loc)
 
 
-def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: str = "",
-                   context: Mapping[str, Any] | None = None) -> T:
+def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: str = "") -> T:
     """``data`` (located YAML) validated by the pydantic ``model``; every problem becomes a
     :class:`ConfigError` at file, line and key (after ``prefix``: ``containers.`` for a nested
     mapping), all raised together in file order, unknown keys first on a line.
@@ -245,7 +244,7 @@ def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: s
     A validator that knows a deeper key than the field it checks (a partition inside the
     ``partitions`` mapping) says so with :func:`problem_at`."""
     try:
-        return model.model_validate(data, context={"raw": data, **(context or {})})
+        return model.model_validate(data, context={"raw": data})
     except ValidationError as exc:
         problems = []
         for error in sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden"):
