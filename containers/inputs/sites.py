@@ -9,12 +9,10 @@ Environment values may name host variables (``/tmp/$USER-miopen-cache-$SLURM_JOB
 expanded on the host when a command is planned (:func:`expand`), since an argv reaches the
 container without a shell.
 
-A profile is nested as ReFrame nests a system: ``gpus`` (kind, count, architecture),
-``partitions`` and ``qos`` (their documented limits), ``memory``, ``transport`` (what a run
-across nodes needs and proves), ``detect``, ``references`` and ``fit``. Each key is declared
-once, below, as a typed field of a pydantic model: its type, default, rule and doc, from which
-the loader's checks and ``schemas/site.schema.json`` (what editors read) follow. The profile is
-read once; every problem is reported at file, line and key (:func:`load_site`).
+A profile is nested as ReFrame nests a system (:class:`Profile` and its parts). Each key is
+declared once, below, as a typed field of a pydantic model: its type, default, rule and doc, from
+which the loader's checks and ``schemas/site.schema.json`` (what editors read) follow. The profile
+is read once; every problem is reported at file, line and key (:func:`load_site`).
 """
 from __future__ import annotations
 
