@@ -83,7 +83,6 @@ class TrainOptions:
 
     @property
     def global_batch(self) -> int:
-        """The batch the run uses: as given, else the seed preset's, else the default."""
         preset = names.preset_defaults(self.model, self.model_size).get("batch_size")
         return self.batch_size or (int(preset) if isinstance(preset, int) else DEFAULT_BATCH)
 
