@@ -36,7 +36,6 @@ def _claim(parent: Path, stem: str, suffix: str, create: Callable[[Path], object
 
 
 def claim_folder(parent: Path, stem: str) -> str:
-    """Create ``parent/<stem>`` (or ``<stem>-N``) exclusively; the name that was claimed."""
     return _claim(parent, stem, "", os.mkdir, doing="create the results folder", what="runs")
 
 

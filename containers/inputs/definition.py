@@ -241,8 +241,7 @@ class Stage:
             source = files_source_stage(section)
             if source is not None and source not in earlier:
                 raise ConfigError(f"'%files from {source}': no earlier stage is named "
-                                  f"'{source}'{suggest(source, earlier)}", path=path,
-                                  line=section.line, key="%files")
+                                  f"'{source}'{suggest(source, earlier)}", **where)
 
 
 def files_source_stage(section: Section) -> str | None:
@@ -282,10 +281,6 @@ class Definition:
         """The final stage's ``%name`` section: what the image gets."""
         return self.final.section(name)
 
-    def has_section(self, name: str) -> bool:
-        """Whether any stage has ``%name``."""
-        return any(s.name == name for s in self.sections)
-
     @property
     def runs_in_image(self) -> bool:
         """Whether Apptainer's build runs a script inside the image (its post step), which
@@ -298,8 +293,7 @@ class Definition:
 
     @property
     def argument_defaults(self) -> dict[str, str]:
-        """The final stage's ``%arguments`` defaults (each stage has its own:
-        :meth:`Stage.argument_defaults`)."""
+        """The final stage's ``%arguments`` defaults: each stage has its own."""
         return self.final.argument_defaults
 
     @property
@@ -377,12 +371,10 @@ def _body_lines(section: Section, blanks: str = GO_SPACE) -> list[tuple[int, str
     (:func:`line_text`) that is not blank or a comment, without the ``blanks`` it starts with:
     Go's spaces where Apptainer reads the line itself (``%files``), the shell's where a shell
     does. Its end is kept: ``\\`` then a space is no continuation to the shell."""
-    found = []
-    for offset, raw in enumerate(apptainer_lines(section.body), start=1):
-        text = line_text(raw).lstrip(blanks)
-        if text.strip(blanks) and not text.startswith("#"):
-            found.append((section.line + offset, text))
-    return found
+    lines = ((section.line + offset, line_text(raw).lstrip(blanks))
+             for offset, raw in enumerate(apptainer_lines(section.body), start=1))
+    return [(number, text) for number, text in lines
+            if text.strip(blanks) and not text.startswith("#")]
 
 
 def _commands(section: Section) -> list[tuple[int, str]]:

@@ -156,7 +156,6 @@ class EnvSpec:
         return package.lower() in names
 
     def check_venv_compatible(self) -> None:
-        """Refuse Conda-only packages on the venv path, naming the first one and its line."""
         for dep in self.conda:
             if dep.name not in VENV_PROVIDED:
                 raise ConfigError(

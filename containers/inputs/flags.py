@@ -62,11 +62,10 @@ def integer(low: int) -> Callable[[Any], int]:
     return parse
 
 
-def _number(*, low: float = 0.0, high: float | None = None, what: str = "number") -> \
-        Callable[[Any], float]:
-    """A finite float above ``low`` (and at most ``high``): nan and inf are never a setting."""
-    span = f"> {low:g}" if high is None else f"in ({low:g}, {high:g}]"
-    allowed = f"more than {low:g}" if high is None else f"a {what} {span}"
+def _number(*, high: float | None = None, what: str = "number") -> Callable[[Any], float]:
+    """A finite float above 0 (and at most ``high``): nan and inf are never a setting."""
+    span = "> 0" if high is None else f"in (0, {high:g}]"
+    allowed = "more than 0" if high is None else f"a {what} {span}"
 
     def parse(value: Any) -> float:
         try:
@@ -77,7 +76,7 @@ def _number(*, low: float = 0.0, high: float | None = None, what: str = "number"
             raise ValueError(f"takes a {what} {span}") from None
         if not math.isfinite(number):
             raise ValueError(f"must be a finite {what}, {allowed}")
-        if not number > low or (high is not None and number > high):
+        if not number > 0 or (high is not None and number > high):
             raise ValueError(f"must be {allowed}")
         return number
     return parse

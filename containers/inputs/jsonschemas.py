@@ -38,8 +38,6 @@ def render(name: str) -> str:
 
 
 def stale(folder: Path) -> list[str]:
-    """The schema files in ``folder`` that are missing or differ from what :func:`render`
-    writes."""
     return [name for name in SCHEMAS
             if not (folder / name).is_file() or (folder / name).read_text() != render(name)]
 

@@ -27,7 +27,6 @@ UNITS = ("GB/s",)
 MAX_BYTES = 1 << 40
 
 
-
 class Entry(Declared):
     """A reference as a site profile writes it."""
 

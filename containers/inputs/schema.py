@@ -24,8 +24,8 @@ from pydantic_core import PydanticCustomError
 from containers.errors import ConfigError, UsageError, raise_all
 from containers.files import resolves_outside
 # the name rule and suggest live with the names (no pydantic there); offered here as before
-from containers.inputs.names import (NAME_RULE, RESERVED_NAMES, TEMP_ENDINGS, is_env_name,
-                                     name_problem, suggest, type_name)
+from containers.inputs.names import (NAME_RULE, TEMP_ENDINGS, is_env_name, name_problem,
+                                     suggest, type_name)
 from containers.inputs.yamlsource import Located
 
 T = TypeVar("T")
@@ -77,7 +77,6 @@ def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
 
 
 def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
-    """``items[name]``, or a :class:`UsageError` naming the flag, the likely name and all names."""
     try:
         return items[name]
     except KeyError as exc:
@@ -86,7 +85,6 @@ def pick(items: Mapping[str, T], name: str, *, what: str, flag: str) -> T:
 
 
 def line_of(data: Any, key: str | int | None = None) -> int | None:
-    """Best known line of a key or item in located YAML data."""
     if not isinstance(data, Located):
         return None
     return data.line if key is None else data.line_of(key)
@@ -238,8 +236,7 @@ def _what_at(model: Any, loc: Sequence[str | int], what: str) -> str:
     return key_of(loc)
 
 
-def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: str = "",
-                   context: Mapping[str, Any] | None = None) -> T:
+def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: str = "") -> T:
     """``data`` (located YAML) validated by the pydantic ``model``; every problem becomes a
     :class:`ConfigError` at file, line and key (after ``prefix``: ``containers.`` for a nested
     mapping), all raised together in file order, unknown keys first on a line.
@@ -247,7 +244,7 @@ def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: s
     A validator that knows a deeper key than the field it checks (a partition inside the
     ``partitions`` mapping) says so with :func:`problem_at`."""
     try:
-        return model.model_validate(data, context={"raw": data, **(context or {})})
+        return model.model_validate(data, context={"raw": data})
     except ValidationError as exc:
         problems = []
         for error in sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden"):

@@ -9,12 +9,10 @@ Environment values may name host variables (``/tmp/$USER-miopen-cache-$SLURM_JOB
 expanded on the host when a command is planned (:func:`expand`), since an argv reaches the
 container without a shell.
 
-A profile is nested as ReFrame nests a system: ``gpus`` (kind, count, architecture),
-``partitions`` and ``qos`` (their documented limits), ``memory``, ``transport`` (what a run
-across nodes needs and proves), ``detect``, ``references`` and ``fit``. Each key is declared
-once, below, as a typed field of a pydantic model: its type, default, rule and doc, from which
-the loader's checks and ``schemas/site.schema.json`` (what editors read) follow. The profile is
-read once; every problem is reported at file, line and key (:func:`load_site`).
+A profile is nested as ReFrame nests a system (:class:`Profile` and its parts). Each key is
+declared once, below, as a typed field of a pydantic model: its type, default, rule and doc, from
+which the loader's checks and ``schemas/site.schema.json`` (what editors read) follow. The profile
+is read once; every problem is reported at file, line and key (:func:`load_site`).
 """
 from __future__ import annotations
 
@@ -180,8 +178,7 @@ class Partition(Limits):
         if data.get("allocatable_gb") and not source else None))
 
     def gpu_share(self, gpus_per_node: int) -> int | None:
-        """The most memory (GB) per GPU a job on all ``gpus_per_node`` GPUs of a node can ask
-        without asking more than a node allocates; None where the profile gives no figure."""
+        """GB per GPU that keeps a job on a whole node within what a node allocates."""
         if self.allocatable_gb is None or gpus_per_node <= 0:
             return None
         return self.allocatable_gb // gpus_per_node
@@ -445,7 +442,6 @@ class Profile(Part):
         return self
 
     def gpus_in(self, partition: Partition) -> int:
-        """GPUs per node of ``partition``: its own count, else the site's (0 on CPU sites)."""
         if self.gpus.kind == "none":
             return 0
         return self.gpus.per_node if partition.gpus_per_node is None else partition.gpus_per_node
@@ -520,11 +516,9 @@ class Site(Profile):
             scopes += [("transport.binds", self.transport.binds),
                        ("transport.env", self.transport.env.values())]
         found: dict[str, list[str]] = {}
-        for key, texts in scopes:
+        for key, texts in scopes:  # each scope once, each name once per scope
             for name in host_variables(texts):
-                found.setdefault(name, [])
-                if key not in found[name]:
-                    found[name].append(key)
+                found.setdefault(name, []).append(key)
         return found
 
     def mem_per_gpu_gb(self, partition: Partition) -> int:
@@ -541,8 +535,7 @@ class Site(Profile):
         return GPU_FLAGS[self.gpus.kind]
 
     def matches(self, environ: Mapping[str, str], hostname: str) -> bool:
-        """True when any ``detect`` rule holds: a ``NAME`` or ``NAME=VALUE`` in the environment,
-        or a host-name pattern. A site with no rules never matches."""
+        """Whether a ``detect`` rule holds; a site with no rules never matches."""
         for rule in self.detect.env:
             name, sep, wanted = rule.partition("=")
             if name in environ and (not sep or environ[name] == wanted):
@@ -600,13 +593,9 @@ def code_in_value(value: str) -> str | None:
 def host_variables(texts: Iterable[str]) -> list[str]:
     """The host variables ``texts`` name (``$VAR``, ``${VAR}``; ``$$`` is the container's
     ``$``, no host variable), each once, in the order they first appear."""
-    names: list[str] = []
-    for text in texts:
-        for match in HOST_VAR.finditer(text):
-            name = match.group(1) or match.group(2)
-            if name and name not in names:
-                names.append(name)
-    return names
+    names = (match.group(1) or match.group(2) for text in texts
+             for match in HOST_VAR.finditer(text))
+    return list(dict.fromkeys(name for name in names if name))
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:

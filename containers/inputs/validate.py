@@ -175,8 +175,7 @@ def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[Contain
 
 def check_project(root: Path, *, target: str | None = None, tool_args: Collection[str] = (),
                   target_checks: Sequence[Callable[[Mapping[str, Target], str], object]] = (),
-                  site_checks: Sequence[Callable[[Site], object]] = (),
-                  examples: Sequence[str] = EXAMPLES) -> CheckReport:
+                  site_checks: Sequence[Callable[[Site], object]] = ()) -> CheckReport:
     """Check every input (or ``target``, its bases and every site) and report every problem.
 
     ``target_checks`` and ``site_checks`` are the app's further checks (the inputs hash of a
@@ -199,7 +198,7 @@ def check_project(root: Path, *, target: str | None = None, tool_args: Collectio
     for name in names:
         if name in report.targets:
             _check_target(report, report.targets[name], tool_args=tool_args,
-                          target_checks=target_checks, examples=examples)
+                          target_checks=target_checks)
     for name in sorted({*report.sites, *failed_sites}):
         if name in failed_sites:
             report.add(failed_sites[name])
@@ -215,8 +214,7 @@ def check_project(root: Path, *, target: str | None = None, tool_args: Collectio
 
 
 def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[str],
-                  target_checks: Sequence[Callable[[Mapping[str, Target], str], object]],
-                  examples: Sequence[str]) -> None:
+                  target_checks: Sequence[Callable[[Mapping[str, Target], str], object]]) -> None:
     found: list[ContainersError] = []
     # a site whose profile failed still exists: its own error says what is wrong
     known_sites = {**dict.fromkeys(report.failed_sites), **report.sites}
@@ -245,7 +243,7 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
         report.warn(warnings)
     if not found:
         def examples_fit() -> None:  # the judgement invoke build's plan makes too
-            errors, warnings, infos = example_findings(target, env, known=examples)
+            errors, warnings, infos = example_findings(target, env)
             report.warn(warnings)
             report.infos += infos
             found.extend(errors)
@@ -254,15 +252,14 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
         report.ok_targets.append(target.name)
 
 
-def example_findings(target: Target, env: EnvSpec | None = None, *,
-                     known: Sequence[str] = EXAMPLES
+def example_findings(target: Target, env: EnvSpec | None = None
                      ) -> tuple[list[ConfigError], list[ConfigError], list[str]]:
     """The errors, warnings (torch unknown) and ``info`` line of ``target``'s examples, as
     ``invoke check`` and ``invoke build`` (its plan, ``--dry-run`` too) both report them; none
     for a target with neither an env spec nor a declared torch (an OS base)."""
     if target.env is None and target.torch is None:
         return [], [], []
-    plan = compat.example_plan(target, env, known=known)
+    plan = compat.example_plan(target, env, known=EXAMPLES)
     return (plan.errors, [ConfigError(note, path=target.manifest, key="torch")
                           for note in plan.notes], [plan.info] if plan.info else [])
 

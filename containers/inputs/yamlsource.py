@@ -72,7 +72,6 @@ def _loader_for(path: Path | None) -> type[yaml.SafeLoader]:
 
 
 def load_yaml_text(text: str, *, path: Path | None = None) -> Any:
-    """Parse YAML text; syntax errors become a :class:`ConfigError` at the right line."""
     try:
         return yaml.load(text, Loader=_loader_for(path))  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:

@@ -12,8 +12,8 @@ silence.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Callable, Iterable, Sequence
 
 from containers.inputs import names
@@ -61,10 +61,7 @@ def _ident(report: dict) -> str:
 
 
 def _grouped(reports: Iterable[dict], key: Callable[[dict], str]) -> list[tuple[str, list[dict]]]:
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for report in reports:
-        groups[key(report)].append(report)
-    return sorted(groups.items())
+    return [(name, list(group)) for name, group in groupby(sorted(reports, key=key), key=key)]
 
 
 def _host(report: dict) -> str:

@@ -64,7 +64,6 @@ WORKLOADS: dict[str, WorkloadKind] = {"smoke": SMOKE, **{name: TRAIN for name in
 
 
 def kind_of(workload: str, *, flag: str = "--workload") -> WorkloadKind:
-    """The kind of a workload name; an unknown name is refused in one line."""
     try:
         return WORKLOADS[workload]
     except KeyError:
@@ -73,7 +72,6 @@ def kind_of(workload: str, *, flag: str = "--workload") -> WorkloadKind:
 
 
 def applies_to(option: str) -> list[str]:
-    """The kinds (by name, each once) whose options take the run option ``option``."""
     return list(dict.fromkeys(kind.name for kind in WORKLOADS.values()
                               if option in kind.run_options))
 

@@ -83,17 +83,12 @@ class TrainOptions:
 
     @property
     def global_batch(self) -> int:
-        """The batch the run uses: as given, else the seed preset's, else the default."""
         preset = names.preset_defaults(self.model, self.model_size).get("batch_size")
         return self.batch_size or (int(preset) if isinstance(preset, int) else DEFAULT_BATCH)
 
     @property
     def kind(self) -> "TrainKind":
         return TRAIN
-
-
-def _no_args(options: TrainOptions) -> list[str]:
-    return []
 
 
 #: The arguments only one example takes, by its name (the others take none of their own).
@@ -146,7 +141,7 @@ class TrainKind(WorkloadKind):
                 args += [flag, str(value)]
         if options.compile:
             args.append("--compile")
-        args += EXAMPLE_ARGS.get(options.example, _no_args)(options)
+        args += EXAMPLE_ARGS.get(options.example, lambda _: [])(options)
         binds = []  # a ds_config is only ever given for deepspeed (deepspeed_only refuses it)
         for path, mount, flag in ((options.ds_config, DS_CONFIG_MOUNT, "--ds-config"),
                                   (options.data, DATA_MOUNT, "--data")):

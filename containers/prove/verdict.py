@@ -143,8 +143,7 @@ def network_reasons(result: Result) -> list[str]:
     would tell its fast network from NCCL's silent fallback to TCP sockets, so it is NOT-PROVEN
     (a failed sanity gate, which publish refuses) until the profile says what the logs must
     show (``transport:``)."""
-    plan = result.plan
-    site = plan.site
+    plan, site = result.plan, result.plan.site
     if site.gpus.kind == "none" or plan.nodes < 2 or site.transport.expect:
         return []
     return [f"NOT-PROVEN: site {site.name} declares no transport for multi-node runs "

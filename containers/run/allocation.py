@@ -52,7 +52,6 @@ def current_allocation(environ: Mapping[str, str]) -> Allocation | None:
 
 
 def check_nodes(nodes: int, allocation: Allocation | None) -> None:
-    """Refuse a node count the allocation cannot give, in one line."""
     flags.POSITIVE_INT("--nodes", nodes)
     if nodes == 1:
         return

@@ -34,7 +34,6 @@ class CommandRun:
 
 
 def check_command(command: Sequence[str], *, flag: str = "--") -> tuple[str, ...]:
-    """The words after ``--``; refused in one line when there are none."""
     words = tuple(command)
     if not words or not words[0].strip():
         raise UsageError("name the command to run after -- (e.g. -- python train.py)",

@@ -5,17 +5,8 @@ script in the image and its arguments, ranks per node, nodes, the rendezvous, th
 CPU masks and visible-devices variable) and returns one argv. ``invoke smoke``/``invoke train`` on
 one node, ``--nodes M`` inside a Slurm allocation and batch scripts use the same objects; only the
 ingredients differ (a batch script's rendezvous is made of references to the job's shell
-variables, which :mod:`containers.batch.script` writes as such).
-
-=================  =========  ==============================================================
-name               scheduler  ranks start as
-=================  =========  ==============================================================
-torchrun           none,      one torchrun per node: ``--standalone`` on one node, c10d
-                   slurm      rendezvous across nodes; in a job step ``srun`` one task per node
-srun-per-gpu       slurm      ``srun`` one task per GPU with the site's CPU masks, no torchrun:
-                              rank and device from ``SLURM_PROCID``/``SLURM_LOCALID``
-mpiexec-torchrun   pbs        ``mpiexec`` one process per node, each running torchrun
-=================  =========  ==============================================================
+variables, which :mod:`containers.batch.script` writes as such). Each launcher's class says how
+it starts the ranks; docs/launchers.md has them side by side.
 
 Each launcher also gives the prefix of a batch job's step of one process per node (its device
 gate: :meth:`Launcher.node_step`; the verdict runs once, where the script runs, with no prefix),

@@ -90,7 +90,6 @@ def image_lacking(target: Target, settings: Settings, need: str) -> str | None:
 
 def check_image(target: Target, settings: Settings, *, need: str, doing: str,
                 hint: str = "") -> None:
-    """Raise :class:`ImageLacks` when ``target``'s built image lacks ``need`` for ``doing``."""
     lacks = image_lacking(target, settings, need)
     if lacks:
         raise ImageLacks.of(lacks, need=need, doing=doing, hint=hint)

@@ -113,7 +113,6 @@ def test_multi_stage_definition_is_read_per_stage() -> None:
         ("arguments", ""), ("files", " from build"), ("files", ""), ("post", ""), ("test", "")]
     assert definition.final is final and definition.header["stage"] == "final"
     assert definition.section("test") is final.section("test")
-    assert definition.has_section("post")
     # a --build-arg serves every stage; a %arguments default only its own stage
     assert definition.build_args == ("BASE_IMAGE", "GREETING", "BUILD_CONTEXT")
     assert list(definition.missing_arg_lines({"BASE_IMAGE": "/b.sif"})) == ["BUILD_CONTEXT"]
