@@ -327,3 +327,35 @@ def read_smoke(path: Path) -> SmokeReport:
     if report is None:
         raise Refused(f"no readable {path.name} (the benchmark's results)")
     return SmokeReport.of(report, path.name)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """A workload's report as its run left it, read by the judging of that run: the benchmark
+    rewrites ``allreduce.json`` after each size, so a run that died midway left part of one
+    (or none); what is absent reads as its default here and the kind's rules say what is
+    missing. :class:`SmokeReport` is the strict reader of a finished benchmark's file."""
+
+    #: The mapping as read (None: no report), for what takes the whole (a plot of the rows).
+    raw: Mapping[str, Any] | None
+    backend: Any = None
+    nodes: int = 1
+    finished: Any = None
+    rows: tuple[Mapping[str, Any], ...] = ()
+    cycles: int = 1
+    cycles_done: Any = None
+    collectives: Mapping[str, Any] = field(default_factory=dict)
+    #: The ops the benchmark lists as measured (None: a report that lists none).
+    ops: list | None = None
+
+    @classmethod
+    def of(cls, report: Mapping[str, Any] | None) -> "RunReport":
+        if not report:
+            return cls(raw=report)
+        listed = report.get("ops")
+        return cls(raw=report, backend=report.get("backend"),
+                   nodes=int(report.get("nodes") or 1), finished=report.get("finished"),
+                   rows=tuple(report.get("results", [])), cycles=int(report.get("cycles") or 1),
+                   cycles_done=report.get("cycles_done"),
+                   collectives=report.get("collectives") or {},
+                   ops=listed if isinstance(listed, list) else None)

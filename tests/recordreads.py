@@ -6,19 +6,18 @@ What the count covers, honestly: an expression counts as one of the records when
   ``verdict.record``, ``verdict_of``, ``_job_record``, ``read_smoke``, a record type's ``of`` or
   ``view``, or ``read_json_object``/``read_regular_json`` of a path naming ``verdict.json``,
   ``IMAGE_RECORD``, ``JOB_RECORD``, ``SMOKE_REPORT`` or ``allreduce.json``;
-- an attribute ``.provenance`` (a publish plan's build record) or ``.record`` (an image ref's);
+- an attribute ``.provenance`` (a publish plan's build record), ``.record`` (an image ref's) or
+  ``.report`` (a run's report as it left it: the smoke report for smoke, read through
+  ``records.RunReport`` as ``result.run_report``);
 - a name bound, in the same function, to one of these (``x = ...``, ``x = ... or {}``), the
   loop name over ``cat.entries(...)``, the names unpacked from ``find_verdict``'s ``found``,
   or a parameter named ``provenance``, ``image_record`` (in publish/ also ``entry``: there it
   always names a catalogue entry) or annotated with a record type;
 - the ``provenance`` key of a record (a catalogue entry's copy of the build record).
 Reads with a computed key (``record.get(k) for k in SMOKE_KEYS``) and reads of a record after
-it was handed to a function under another parameter name are not seen. Not counted either: a
-run's report as the run collected it (``result.report``: the smoke report for smoke, the
-training report for train), which containers/prove/smoke.py reads while the run may have left
-it partial; counting ``.report`` too finds 8 keyed reads of the smoke report there (and 2 of
-either report in prove/verdict.py), 10 on the base commit's tree as well. The count is the same
-function run on the base commit's tree and on this one.
+it was handed to a function under another parameter name are not seen. The count is the same
+function run on the base commit's tree and on this one (``.report`` counted since the run's
+report got its reader: 10 keyed reads in prove/smoke.py and prove/verdict.py before it).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ READERS = {"read_provenance", "verdict_of", "_job_record", "read_smoke", "find_v
 QUALIFIED = {("provenance", "read"), ("cat", "find"), ("verdict", "record")}
 RECORD_TYPES = {"BuildRecord", "CatalogueEntry", "JobRecord", "Verdict", "SmokeReport"}
 FILE_NAMES = ("verdict.json", "IMAGE_RECORD", "JOB_RECORD", "SMOKE_REPORT", "allreduce.json")
-ATTRS = {"provenance", "record"}
+ATTRS = {"provenance", "record", "report"}
 PARAMS = {"provenance", "image_record"}
 #: In publish/, ``entry`` always names a catalogue entry (the convention this count relies on).
 PUBLISH_PARAMS = {"entry"}

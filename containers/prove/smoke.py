@@ -67,7 +67,7 @@ DEFAULT_OP = "all_reduce"
 
 def _rows(result: verdict.Result, op: str | None = None) -> list[dict]:
     """The report's rows (of one op when named; every row says its op)."""
-    rows = list(result.report.get("results", [])) if result.report else []
+    rows = list(result.run_report.rows)
     return rows if op is None else [row for row in rows if op_of(row) == op]
 
 
@@ -79,10 +79,6 @@ def op_of(row: dict) -> str:
 def _modes(row: dict) -> list[dict]:
     """The modes a row measured (alltoall and sendrecv have no in-place form: ``ip`` null)."""
     return [row[mode] for mode in ("oop", "ip") if isinstance(row.get(mode), dict)]
-
-
-def _cycles(result: verdict.Result) -> int:
-    return int((result.report or {}).get("cycles") or 1)
 
 
 def asked_ops(result: verdict.Result) -> list[str]:
@@ -101,7 +97,7 @@ def wrong_total(result: verdict.Result, op: str | None = None) -> int:
 
 
 def _summary(result: verdict.Result, op: str) -> dict:
-    return ((result.report or {}).get("collectives") or {}).get(op) or {}
+    return result.run_report.collectives.get(op) or {}
 
 
 def _op_reasons(result: verdict.Result, op: str) -> list[str]:
@@ -111,7 +107,7 @@ def _op_reasons(result: verdict.Result, op: str) -> list[str]:
     refused = _summary(result, op).get("unsupported")
     if refused:
         reasons.append(f"{op}: {refused}")
-    wrong, cycles = wrong_total(result, op), _cycles(result)
+    wrong, cycles = wrong_total(result, op), result.run_report.cycles
     if wrong:
         sizes = [f"{r['bytes']} B" + (f" (cycle{'s' if len(r['wrong_cycles']) > 1 else ''} "
                                       f"{', '.join(map(str, r['wrong_cycles']))})"
@@ -121,10 +117,9 @@ def _op_reasons(result: verdict.Result, op: str) -> list[str]:
         reasons.append(f"{wrong} wrong values ({op} results differ from {exact}) at sizes "
                        f"{', '.join(sizes)}" + (f" in a soak of {cycles} cycles" if cycles > 1
                                                 else ""))
-    report = result.report or {}
-    listed = report.get("ops")
-    if not refused and report.get("finished") and not _rows(result, op) and \
-            (_rows(result) or (isinstance(listed, list) and op not in listed)):
+    listed = result.run_report.ops
+    if not refused and result.run_report.finished and not _rows(result, op) and \
+            (_rows(result) or (listed is not None and op not in listed)):
         reasons.append(f"{op} was asked for but the benchmark measured none of it")
     return reasons
 
@@ -158,7 +153,7 @@ class SmokeKind(WorkloadKind):
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         reasons = []
-        if not result.report.get("finished") and not settled:
+        if not result.run_report.finished and not settled:
             reasons.append("the benchmark did not complete its sizes")
         proof = result.transport
         if proof is not None and not proof.ok:
@@ -221,8 +216,8 @@ class SmokeKind(WorkloadKind):
         per_op = {op: self.op_details(result, op) for op in ops}
         return {
             "wrong_total": wrong_total(result),
-            "cycles": _cycles(result),
-            "cycles_done": (result.report or {}).get("cycles_done"),
+            "cycles": result.run_report.cycles,
+            "cycles_done": result.run_report.cycles_done,
             "transport": None if result.transport is None else asdict(result.transport),
             "ops": ops,
             "collectives": {op: {k: v for k, v in entry.items() if k != "results"}
@@ -256,10 +251,11 @@ class SmokeKind(WorkloadKind):
 
         if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
-        return [plot_busbw({**result.report, "results": rows}, result.plan.out_dir /
+        report = result.run_report
+        return [plot_busbw({**(report.raw or {}), "results": rows}, result.plan.out_dir /
                            f"{op}.png",
                            title=f"{op} busbw: {result.plan.target.name}, {result.plan.ranks} "
-                                 f"ranks, {result.report.get('backend', '?')}")
+                                 f"ranks, {report.backend or '?'}")
                 for op in asked_ops(result) if (rows := _rows(result, op))]
 
 

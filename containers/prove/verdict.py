@@ -26,7 +26,7 @@ from containers.prove import devices, stack
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.prove.transport import TransportCheck, check_transport
-from containers.records import BuildRecord, Verdict
+from containers.records import BuildRecord, RunReport, Verdict
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
 
 
@@ -45,13 +45,18 @@ class Result:
     def report(self) -> dict | None:
         return self.outcome.report
 
+    @cached_property
+    def run_report(self) -> RunReport:
+        """The report read as its run left it (partial when the run died midway)."""
+        return RunReport.of(self.outcome.report)
+
     @property
     def nodes(self) -> int:
         """Nodes the run spanned: the placement's (one torchrun per node, even where nodes
         share a host name), else the distinct host names the workload saw."""
         if self.plan.nodes > 1:
             return self.plan.nodes
-        return int(self.report.get("nodes") or 1) if self.report else 1
+        return self.run_report.nodes
 
     @cached_property
     def reasons(self) -> list[str]:
@@ -64,13 +69,13 @@ class Result:
         """The transport's proof where the site declares one for a run of this many nodes. A
         run that stopped before its report (NCCL_NET refusing a missing plugin does that) is
         still read for the plugin's failure; a gloo run (CPU) has no NCCL transport to prove."""
-        site, report = self.plan.site, self.report
+        site = self.plan.site
         if not site.transport.applies(self.plan.nodes):
             return None
         proof = check_transport(self.outcome.lines, expect=site.transport.expect or "",
                                 name=site.transport.name or site.transport.expect or "",
                                 net=site.transport.net)
-        if report is not None and report.get("backend") == "nccl":
+        if self.report is not None and self.run_report.backend == "nccl":
             return proof
         return proof if proof.evidence is not None and not proof.ok else None
 
@@ -124,7 +129,7 @@ def device_reasons(result: Result) -> list[str]:
         site=site.name, gpu=site.gpus.kind, ranks=plan.ranks, gpu_flag=site.gpu_flag,
         visible_var=VISIBLE_DEVICES.get(site.gpus.kind), rank_cores=tuple(plan.cores))
     return devices.reasons(expect, result.outcome.devices,
-                           backend=(result.report or {}).get("backend"))
+                           backend=result.run_report.backend)
 
 
 def arch_reasons(result: Result) -> list[str]:
@@ -156,7 +161,7 @@ def record(result: Result, *, image_record: Mapping) -> dict:
 
     ``image_record`` is the image's provenance; ``passed`` is the sanity gate.
     """
-    plan, performance, report = result.plan, result.performance, result.report or {}
+    plan, performance = result.plan, result.performance
     image = BuildRecord.view(image_record)
     return {
         "kind": result.kind.name,
@@ -173,7 +178,7 @@ def record(result: Result, *, image_record: Mapping) -> dict:
         "arch": result.archs,
         "ranks": plan.ranks,
         "nodes": result.nodes,
-        "backend": report.get("backend"),
+        "backend": result.run_report.backend,
         "device_kind": devices.device_kind(result.outcome.devices),
         "devices": devices.summary(result.outcome.devices),
         "stack": stack.of_run(result.outcome.devices, result.outcome.lines,
