@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from containers.errors import WriteRefused
+from containers.errors import StateError, WriteRefused
 
 COPY_CHUNK = 8 << 20
 _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
@@ -85,6 +85,23 @@ def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
         return json.loads(read_regular(path, limit=limit).decode("utf-8"))
     except RecursionError as exc:  # nested past reason: as bad as no JSON
         raise ValueError(f"{path}: nested too deeply") from exc
+
+
+def read_json_state(path: Path, *, limit: int, missing: object, unreadable: str,
+                    invalid: str) -> object:
+    """The JSON value of a state file one command keeps for the next (a catalogue, a build
+    record), ``missing`` when there is none yet. Any other failure stops the command: a
+    :class:`StateError` naming the file, worded by the caller's templates (``unreadable`` takes
+    ``{exc}``, ``invalid`` takes ``{detail}``, the parser's first line)."""
+    try:
+        return read_regular_json(path, limit=limit)
+    except FileNotFoundError:
+        return missing
+    except (FileRefused, OSError) as exc:
+        raise StateError(f"{path}: " + unreadable.format(exc=exc)) from exc
+    except ValueError as exc:
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise StateError(f"{path}: " + invalid.format(detail=detail)) from exc
 
 
 def read_json_object(path: Path, *, limit: int = RESULT_LIMIT) -> dict | None:

@@ -43,8 +43,8 @@ from typing import Callable
 
 from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
                                os_failure)
-from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folder, read_regular,
-                              read_regular_json, refuse_replacing, sha256_file, temp_name,
+from containers.files import (copy_hashing, fsync_path, not_a_folder, read_json_state,
+                              read_regular, refuse_replacing, sha256_file, temp_name,
                               temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
@@ -185,14 +185,9 @@ def read_provenance(record: Path) -> BuildRecord:
     not JSON or not a JSON object is a one-line :class:`StateError` naming it (in publish's
     words; a value of the wrong type: :class:`~containers.records.Malformed`)."""
     rebuild = "rebuild the image with invoke build --force"
-    try:
-        data = read_regular_json(record, limit=PROVENANCE_LIMIT)
-    except FileNotFoundError:
-        return BuildRecord()
-    except (FileRefused, OSError) as exc:
-        raise StateError(f"{record}: cannot read the build record: {exc}; {rebuild}") from exc
-    except ValueError as exc:
-        raise StateError(f"{record}: the build record is not valid JSON; {rebuild}") from exc
+    data = read_json_state(record, limit=PROVENANCE_LIMIT, missing={},
+                           unreadable="cannot read the build record: {exc}; " + rebuild,
+                           invalid="the build record is not valid JSON; " + rebuild)
     if not isinstance(data, dict):
         raise StateError(f"{record}: the build record is not a JSON object; {rebuild}")
     return BuildRecord.of(data, source=record)
