@@ -159,9 +159,9 @@ def not_a_folder(path: Path) -> str | None:
 
 
 def swappable_parent(path: Path) -> Path | None:
-    """The first folder above ``path`` that is world-writable without the sticky bit, else None: in such a folder anyone may
-    rename ``path`` away and put their own in its place (``/tmp`` has the bit: there only an
-    entry's owner may rename it)."""
+    """The first folder above ``path`` that is world-writable without the sticky bit, else
+    None: in it anyone may rename ``path`` away and put their own in its place (``/tmp`` has
+    the bit: there only an entry's owner may rename it)."""
     for folder in (path, *path.parents):
         try:
             mode = os.stat(folder).st_mode

@@ -256,9 +256,9 @@ def _node_memory_mb(site: Site) -> int:
 def site_conf_writer(site: Site) -> ConfWriter:
     """A slurm.conf shaped like ``site``'s profile: its partitions by name, each with the
     profile's time limit (``MaxTime``), node count (``MaxNodes``) and allocatable memory
-    (``MaxMemPerNode``) enforced at submission, an
-    account required (:data:`TEST_ACCOUNT`) where the site requires one, and
-    :data:`SITE_NODES` nodes (``<site>1``...) with the site's cores, memory and GPUs."""
+    (``MaxMemPerNode``) enforced at submission, an account required (:data:`TEST_ACCOUNT`)
+    where the site requires one, and :data:`SITE_NODES` nodes (``<site>1``...) with the
+    site's cores, memory and GPUs."""
     def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
         names = site_node_names(site)
         lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),
