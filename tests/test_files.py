@@ -13,8 +13,8 @@ from containers import files
 from containers.errors import StateError, WriteRefused
 from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text, copy_hashing,
                               create_replacing, first_link, fsync_path, open_append_regular,
-                              read_json_object, read_json_state, read_regular, resolves_outside, sha256_file,
-                              temp_symlink, walk_nofollow)
+                              read_json_object, read_json_state, read_regular, resolves_outside,
+                              sha256_file, temp_symlink, walk_nofollow)
 from tests.fixtures.disks import PLANTED
 from tests.inputs.test_recipes import bounded
 
