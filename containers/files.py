@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from containers.errors import WriteRefused
+from containers.errors import StateError, WriteRefused
 
 COPY_CHUNK = 8 << 20
 _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
@@ -87,6 +87,23 @@ def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
         raise ValueError(f"{path}: nested too deeply") from exc
 
 
+def read_json_state(path: Path, *, limit: int, missing: object, unreadable: str,
+                    invalid: str) -> object:
+    """The JSON value of a state file one command keeps for the next (a catalogue, a build
+    record), ``missing`` when there is none yet. Any other failure stops the command: a
+    :class:`StateError` naming the file, worded by the caller's templates (``unreadable`` takes
+    ``{exc}``, ``invalid`` takes ``{detail}``, the parser's first line)."""
+    try:
+        return read_regular_json(path, limit=limit)
+    except FileNotFoundError:
+        return missing
+    except (FileRefused, OSError) as exc:
+        raise StateError(f"{path}: " + unreadable.format(exc=exc)) from exc
+    except ValueError as exc:
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise StateError(f"{path}: " + invalid.format(detail=detail)) from exc
+
+
 def read_json_object(path: Path, *, limit: int = RESULT_LIMIT) -> dict | None:
     """The JSON object in ``path``, or None when it is missing, unreadable, not JSON or not an
     object: a results folder is shared and a killed run leaves files cut short, so one bad
@@ -142,9 +159,9 @@ def not_a_folder(path: Path) -> str | None:
 
 
 def swappable_parent(path: Path) -> Path | None:
-    """The first folder above ``path`` that is world-writable without the sticky bit, else None: in such a folder anyone may
-    rename ``path`` away and put their own in its place (``/tmp`` has the bit: there only an
-    entry's owner may rename it)."""
+    """The first folder above ``path`` that is world-writable without the sticky bit, else
+    None: in it anyone may rename ``path`` away and put their own in its place (``/tmp`` has
+    the bit: there only an entry's owner may rename it)."""
     for folder in (path, *path.parents):
         try:
             mode = os.stat(folder).st_mode

@@ -13,9 +13,10 @@ records had versions: version 1, read as it is. A file whose value is of the wro
 whose ``schema`` is newer than this checkout knows, is refused in one line naming the file and
 the key (:class:`Malformed`): a record nobody can trust proves nothing.
 
-A record compares equal to the mapping it was read from, and reads as that read-only mapping it was made from, for the few functions that take
-any mapping (an SBOM made from the record, the record embedded in a catalogue entry); code that
-reads one key of a record uses its attribute (tests/test_records.py counts the keyed reads left).
+A record compares equal to, and reads as, the read-only mapping it was made from, for the few
+functions that take any mapping (an SBOM made from the record, the record embedded in a
+catalogue entry); code that reads one key of a record uses its attribute (tests/test_records.py
+counts the keyed reads left).
 """
 
 from __future__ import annotations
@@ -41,10 +42,6 @@ def _key(kinds: tuple[type, ...], default: Any = None) -> Any:
     """A record field read from the key of its name, refused unless one of ``kinds`` (None
     always passes: the key was absent or null); ``default`` when absent."""
     return field(default=default, metadata={"kinds": kinds})
-
-
-def _kind_names(kinds: tuple[type, ...]) -> str:
-    return " or ".join(kind.__name__ for kind in kinds)
 
 
 def _typed(value: Any, kinds: tuple[type, ...]) -> bool:
@@ -91,8 +88,8 @@ class Record(Mapping[str, Any]):
                 continue
             value = data.get(spec.name, None if spec.default is MISSING else spec.default)
             if not _typed(value, spec.metadata["kinds"]):
-                raise Malformed(f"{source}: key {spec.name!r} is {value!r}, not "
-                                f"{_kind_names(spec.metadata['kinds'])}")
+                names = " or ".join(kind.__name__ for kind in spec.metadata["kinds"])
+                raise Malformed(f"{source}: key {spec.name!r} is {value!r}, not {names}")
             values[spec.name] = value
         return cls(schema=schema, raw=dict(data), **values)
 
@@ -107,7 +104,6 @@ class Record(Mapping[str, Any]):
                 **{k: v for k, v in self.raw.items() if k != SCHEMA_KEY}}
 
     def as_json(self) -> str:
-        """The text of a record file (:func:`write`)."""
         return json.dumps(self.as_dict(), indent=2) + "\n"
 
     def __getitem__(self, key: str) -> Any:

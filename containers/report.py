@@ -41,11 +41,11 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) 
 
 
 def human_bytes(count: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if count < 1024:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.4g} {unit}"
         count /= 1024
-    return f"{count} B"
+    return f"{count:.4g} GiB"
 
 
 def new_figure(size: tuple[float, float], *, dpi: int = 110) -> tuple[Any, Any]:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from containers import files
-from containers.errors import WriteRefused
+from containers.errors import StateError, WriteRefused
 from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text, copy_hashing,
                               create_replacing, first_link, fsync_path, open_append_regular,
-                              read_json_object, read_regular, resolves_outside, sha256_file,
-                              temp_symlink, walk_nofollow)
+                              read_json_object, read_json_state, read_regular, resolves_outside,
+                              sha256_file, temp_symlink, walk_nofollow)
 from tests.fixtures.disks import PLANTED
 from tests.inputs.test_recipes import bounded
 
@@ -114,6 +114,24 @@ def test_read_json_object_is_none_for_anything_but_a_json_object(tmp_path: Path)
     for name in ("list", "cut", "deep", "fifo", "missing"):
         assert read_json_object(tmp_path / f"{name}.json") is None, name
     assert read_json_object(tmp_path / "ok.json", limit=4) is None  # larger than the limit
+
+
+def test_a_state_file_missing_is_the_default_and_unusable_is_one_line_in_the_callers_words(
+        tmp_path: Path) -> None:
+    def read(path: Path) -> object:
+        return read_json_state(path, limit=64, missing="none", unreadable="cannot read: {exc}",
+                               invalid="not JSON ({detail}); fix it")
+
+    path = tmp_path / "state.json"
+    assert read(path) == "none"
+    path.write_text("[1]")
+    assert read(path) == [1]
+    path.write_text("{")
+    with pytest.raises(StateError, match=r"state.json: not JSON \(Expecting .*\); fix it\Z"):
+        read(path)
+    path.write_text("1" * 65)
+    with pytest.raises(StateError, match=r"state.json: cannot read: larger than 64 bytes"):
+        read(path)
 
 
 def test_links_are_found_not_followed(tmp_path: Path) -> None:

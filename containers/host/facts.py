@@ -54,12 +54,8 @@ def gpu_kinds_here(dev: Path = Path("/dev")) -> set[str]:
     """The GPU kinds whose device files this machine has: ``cuda`` (``/dev/nvidia0``, …),
     ``rocm`` (``/dev/kfd``). A login node usually has neither, so a check that needs the
     target's GPUs can say up front that it cannot run here."""
-    kinds = set()
-    if gpu_count("cuda", dev):
-        kinds.add("cuda")
-    if (dev / "kfd").exists():
-        kinds.add("rocm")
-    return kinds
+    found = {"cuda": bool(gpu_count("cuda", dev)), "rocm": (dev / "kfd").exists()}
+    return {kind for kind, here in found.items() if here}
 
 
 # ------------------------------------------------------------------- what a run here can use

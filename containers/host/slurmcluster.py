@@ -120,15 +120,12 @@ class SlurmCluster:
                                 output=(result.stdout + result.stderr).splitlines())
         return result
 
-    def job_info(self, job_id: str) -> dict[str, str]:
-        text = self.run(["scontrol", "show", "job", "-o", job_id]).stdout
-        return dict(re.findall(r"(\w+)=(\S*)", text))
-
     def wait(self, job_id: str, *, timeout: float = 180) -> dict[str, str]:
         """Poll until the job ends; on timeout cancel it and fail with what it printed."""
         deadline = time.monotonic() + timeout
         while True:
-            info = self.job_info(job_id)
+            text = self.run(["scontrol", "show", "job", "-o", job_id]).stdout
+            info = dict(re.findall(r"(\w+)=(\S*)", text))
             if info.get("JobState") in TERMINAL:
                 return info
             if time.monotonic() > deadline:
@@ -259,9 +256,9 @@ def _node_memory_mb(site: Site) -> int:
 def site_conf_writer(site: Site) -> ConfWriter:
     """A slurm.conf shaped like ``site``'s profile: its partitions by name, each with the
     profile's time limit (``MaxTime``), node count (``MaxNodes``) and allocatable memory
-    (``MaxMemPerNode``) enforced at submission, an
-    account required (:data:`TEST_ACCOUNT`) where the site requires one, and
-    :data:`SITE_NODES` nodes (``<site>1``...) with the site's cores, memory and GPUs."""
+    (``MaxMemPerNode``) enforced at submission, an account required (:data:`TEST_ACCOUNT`)
+    where the site requires one, and :data:`SITE_NODES` nodes (``<site>1``...) with the
+    site's cores, memory and GPUs."""
     def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
         names = site_node_names(site)
         lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),
@@ -414,19 +411,15 @@ def _stranger(cluster: SlurmCluster, name: str, proc: psutil.Process) -> str | N
     program = _program(name)
     own = f"--socket={cluster.munge_socket}" if program == "munged" else str(cluster.conf)
     if program not in DAEMONS or not argv or os.path.basename(argv[0]) != program:
-        return f"is {_few_words(argv)!r}, not {program}"
+        words = " ".join(argv) or "a process without a command line"
+        shown = words if len(words) <= 80 else words[:77] + "..."  # a few words, for a refusal
+        return f"is {shown!r}, not {program}"
     if own not in argv:
         return f"is a {program} without this cluster's {own} in its command line"
     started = cluster.started.get(name)
     if started is not None and abs(proc.create_time() - started) > 1:
         return f"started at another time than the {program} the record names"
     return None
-
-
-def _few_words(argv: Sequence[str]) -> str:
-    """A command line in a few words, for a refusal (at most 80 characters)."""
-    text = " ".join(argv) or "a process without a command line"
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:

@@ -12,8 +12,6 @@ kernel drops a dead process's locks) and is swept by the next build (:func:`left
 
 from __future__ import annotations
 
-import dataclasses
-
 import os
 import re
 import shutil
@@ -41,9 +39,8 @@ from containers import records
 from containers.records import BuildRecord
 from containers.locking import acquire, file_lock, folder_lock, held, holder, release
 from containers.progress import phase_line
-from containers.report import human_bytes
+from containers.report import Say, human_bytes
 
-Say = Callable[[str], None]
 #: A last test of a built image before it is kept: (step, runtime, its record, say) -> files to
 #: write beside the image, by suffix ({".cdx.json": sbom}); raises CommandFailed to refuse it.
 Examine = Callable[[BuildStep, Runtime, dict, Say], dict]
@@ -320,7 +317,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     with in_use(cache), phase_line(f"{step.target.name}: build") as show:
         if cache is not None:  # measured now: a base built before this step has added to it
             before = usage(cache.root)
-            cache = dataclasses.replace(cache, bytes=before[0], files=before[1])
+            cache = replace(cache, bytes=before[0], files=before[1])
             say(f"==> package cache: {step.cache_use}; {cache.describe()}")
         run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
             f"{step.target.builder} build of {step.target.name}")  # cotainr's is not apptainer's

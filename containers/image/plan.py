@@ -391,9 +391,9 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
                         base_image: Path | None) -> CacheUse:
     """How a definition's build reaches the package cache (:mod:`containers.image.cache`):
     pip's folder bound at its own mount point (made by ``%setup`` from ``HOST_PATHS``) with the
-    marker the install script reads, when ``%post`` runs that script; the debootstrap shim first on ``PATH``, when its root comes from
-    debootstrap (``Bootstrap: debootstrap``, or the foreign root). None of it enters the
-    inputs hash: binds, staged files and the environment are host plumbing."""
+    marker the install script reads, when ``%post`` runs that script; the debootstrap shim
+    first on ``PATH``, when its root comes from debootstrap (``Bootstrap: debootstrap``, or the
+    foreign root). None of it enters the inputs hash: it is host plumbing."""
     cache, found = host.package_cache, CacheUse()
     if cache is None:
         return found

@@ -26,6 +26,15 @@ def elf_machine(path):
     return E_MACHINE.get(struct.unpack(order + "H", head[18:20])[0], "unknown")
 
 
+def section_headers(data, order="<"):
+    """A 64-bit ELF file's section headers (name, type, flags, addr, offset, size, link, ...)
+    and the index of the one holding their names: what both readers below walk."""
+    shoff, = struct.unpack_from(order + "Q", data, 0x28)
+    size, count, names = struct.unpack_from(order + "HHH", data, 0x3A)
+    return [struct.unpack_from(order + "IIQQQQIIQQ", data, shoff + i * size)
+            for i in range(count)], names
+
+
 def elf_needed(path):
     """The DT_NEEDED names of a 64-bit ELF shared object (which libraries it loads)."""
     with open(path, "rb") as handle:
@@ -33,10 +42,7 @@ def elf_needed(path):
     if data[:4] != b"\x7fELF" or data[4] != 2:
         return None
     order = "<" if data[5] == 1 else ">"
-    shoff, = struct.unpack_from(order + "Q", data, 0x28)
-    shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
-    sections = [struct.unpack_from(order + "IIQQQQIIQQ", data, shoff + i * shentsize)
-                for i in range(shnum)]
+    sections = section_headers(data, order)[0]
     for sh in sections:
         if sh[1] != 6:  # SHT_DYNAMIC
             continue
@@ -58,9 +64,7 @@ def fatbin_listing(path):
     ``cuobjdump --list-elf --list-ptx`` does, without the CUDA toolkit or a GPU."""
     with open(path, "rb") as handle:
         data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    size, count, names = struct.unpack_from("<HHH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * size) for i in range(count)]
+    sections, names = section_headers(data)
     table, seen, kinds = sections[names][4], set(), {1: "PTX", 2: "ELF"}
     for sh in sections:
         if data[table + sh[0]:data.find(b"\0", table + sh[0])] != b".nv_fatbin":

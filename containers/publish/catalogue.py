@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from containers.errors import StateError, UsageError
-from containers.files import FileRefused, read_regular_json
+from containers.files import read_json_state
 from containers.image.inspect import driver_needed as stack_driver_needed
 from containers.inputs.schema import name_problem
 from containers.records import BuildRecord, CatalogueEntry
@@ -105,20 +105,11 @@ def empty() -> dict:
 def load(path: Path) -> dict:
     """The catalogue at ``path`` (an empty one when there is none yet), checked
     (:func:`check_format`); anything unusable is a one-line :class:`StateError` naming it."""
-    try:
-        data = read_regular_json(path, limit=CATALOGUE_LIMIT)
-    except FileNotFoundError:
-        return empty()
-    except (FileRefused, OSError) as exc:
-        raise StateError(f"{path}: cannot read the catalogue: {exc}") from exc
-    except ValueError as exc:
-        raise StateError(f"{path}: catalogue is not valid JSON ({_one_line(exc)}); fix or "
-                         "restore it before publishing") from exc
+    data = read_json_state(path, limit=CATALOGUE_LIMIT, missing=empty(),
+                           unreadable="cannot read the catalogue: {exc}",
+                           invalid="catalogue is not valid JSON ({detail}); fix or restore it "
+                                   "before publishing")
     return check_format(data, path=str(path))
-
-
-def _one_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def layout_files(target: str, version: str) -> dict[str, str]:

@@ -74,9 +74,8 @@ def link(path: object, text: str) -> dict:
 
 
 # ------------------------------------------------------------------------ one version's facts
-def stack_rows(entry: Mapping) -> list[tuple[str, str]]:
+def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
     """(what, value) of the image's stack, GPU parts first; only what the build recorded."""
-    entry = CatalogueEntry.view(entry)
     stack = entry.stack if isinstance(entry.stack, Mapping) else {}
     if not stack:
         return [("stack", "not recorded (published with --skip-checks or by an older tool)")]
@@ -123,10 +122,9 @@ def _smoke_verdict(smoke: Mapping) -> list[dict]:
     return found
 
 
-def verdicts(entry: Mapping) -> list[dict]:
+def verdicts(entry: CatalogueEntry) -> list[dict]:
     """Every verdict a version was published with, each with its date; who accepted a
     regression is left out (a user and host name), why and when are kept."""
-    entry = CatalogueEntry.view(entry)
     checks = entry.checks if isinstance(entry.checks, Mapping) else {}
     if checks.get("skipped"):
         return [_verdict("fail", "checks skipped (--skip-checks): no apptainer test, no smoke "
@@ -152,11 +150,10 @@ def verdicts(entry: Mapping) -> list[dict]:
     return found
 
 
-def commands(target: str, entry: Mapping) -> list[str]:
+def commands(target: str, entry: CatalogueEntry) -> list[str]:
     """How a user runs this version: load its module, then the wrapper or the site's runtime
     with its GPU flag (recorded per entry: a version published before that has only the
     wrapper, which reads them from its module)."""
-    entry = CatalogueEntry.view(entry)
     lines = [f"module load {target}/{entry.version}",
              f"{exec_name(target)} {EXAMPLE_COMMAND}"]
     runs = entry.site_runtime
@@ -167,9 +164,8 @@ def commands(target: str, entry: Mapping) -> list[str]:
     return lines
 
 
-def files(entry: Mapping, dest: Path) -> dict:
+def files(entry: CatalogueEntry, dest: Path) -> dict:
     """The version's image, its checksum, signature and what is kept beside it, as links."""
-    entry = CatalogueEntry.view(entry)
     fingerprint = entry.key_fingerprint
     against = (entry.gate or {}).get("against")
     return {

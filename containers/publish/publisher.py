@@ -43,8 +43,8 @@ from typing import Callable
 
 from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
                                os_failure)
-from containers.files import (FileRefused, copy_hashing, fsync_path, not_a_folder, read_regular,
-                              read_regular_json, refuse_replacing, sha256_file, temp_name,
+from containers.files import (copy_hashing, fsync_path, not_a_folder, read_json_state,
+                              read_regular, refuse_replacing, sha256_file, temp_name,
                               temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
@@ -185,14 +185,9 @@ def read_provenance(record: Path) -> BuildRecord:
     not JSON or not a JSON object is a one-line :class:`StateError` naming it (in publish's
     words; a value of the wrong type: :class:`~containers.records.Malformed`)."""
     rebuild = "rebuild the image with invoke build --force"
-    try:
-        data = read_regular_json(record, limit=PROVENANCE_LIMIT)
-    except FileNotFoundError:
-        return BuildRecord()
-    except (FileRefused, OSError) as exc:
-        raise StateError(f"{record}: cannot read the build record: {exc}; {rebuild}") from exc
-    except ValueError as exc:
-        raise StateError(f"{record}: the build record is not valid JSON; {rebuild}") from exc
+    data = read_json_state(record, limit=PROVENANCE_LIMIT, missing={},
+                           unreadable="cannot read the build record: {exc}; " + rebuild,
+                           invalid="the build record is not valid JSON; " + rebuild)
     if not isinstance(data, dict):
         raise StateError(f"{record}: the build record is not a JSON object; {rebuild}")
     return BuildRecord.of(data, source=record)
@@ -200,12 +195,9 @@ def read_provenance(record: Path) -> BuildRecord:
 
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
                  settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
-    """The plan for ``request``: refuses a target name that breaks the name rule, an unbuilt
-    image, one without a usable build record, one built as another target or from other inputs
-    than ``inputs_hash`` (the target's now; None when the caller cannot tell: a version is
-    published as what its target builds today), a site environment a module file cannot carry
-    and an unusable group, before any work; first, a ``--dest`` it cannot write into safely
-    (:func:`check_dest`)."""
+    """The plan for ``request``, refusing before any work what publishing could not finish.
+    ``inputs_hash``: the target's now (None when the caller cannot tell); a version is published
+    as what its target builds today, so an image built from other inputs is stale."""
     check_dest(request.dest)
     check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)
@@ -213,8 +205,7 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     if not image.is_file():
         raise ImageMissing(image, target.name)
     provenance = read_provenance(record)
-    sha256 = provenance.sha256
-    if not isinstance(sha256, str) or not cat.SHA256.match(sha256):
+    if not isinstance(provenance.sha256, str) or not cat.SHA256.match(provenance.sha256):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
     if provenance.target != target.name:
@@ -231,10 +222,8 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
         if not is_env_name(key):
             raise ConfigError("not a usable environment variable name for a module file",
                               path=site.path, line=site.lines.get("env"), key=key)
-    if request.group is None:
-        gid = resolve_group(settings.publish_group, named_by="containers.publish_group")
-    else:
-        gid = resolve_group(request.group, named_by="--group")
+    gid = (resolve_group(settings.publish_group, named_by="containers.publish_group")
+           if request.group is None else resolve_group(request.group, named_by="--group"))
     return PublishPlan(
         target=target, site=site, image=image, provenance=provenance,
         version=request.version or cat.default_version(provenance), dest=request.dest,
@@ -451,8 +440,7 @@ def before_commit(step: str) -> None:
 
 
 def refuse_no_space(plan: PublishPlan) -> None:
-    """A :class:`StateError` naming what publishing needs and what is free, when it does not
-    fit."""
+    """Refused before the copy: a full disk half-way through a multi-GB copy wastes it."""
     size = plan.image.stat().st_size
     free = shutil.disk_usage(plan.folder if plan.folder.is_dir() else plan.dest).free
     need = size + SPACE_MARGIN
@@ -620,8 +608,8 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
 
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             say: Say = say_line, review: Review | None = None) -> dict:
-    """Check, copy, sign, checksum, catalogue and module-file one image; its catalogue entry.
-    ``quick_check`` runs a short smoke of the image when no passing verdict for it exists."""
+    """Publish one image; its catalogue entry. ``quick_check`` runs a short smoke of the image
+    when no passing verdict for it exists."""
     say(f"publish: {plan.target.name} {plan.version} -> {plan.sif}")
     if plan.dest.is_dir():  # early, friendly refusals; checked again under the lock
         refuse_links(plan)

@@ -83,12 +83,11 @@ def _checksum_of(sums: Path) -> tuple[str, str] | None:
         return None
 
 
-def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime], *,
+def check_entry(dest: Path, entry: CatalogueEntry, runtime: Callable[[], Runtime], *,
                 show_progress: bool = True) -> tuple[list[str], str]:
     """Problems with one published version (checksum, checksum file, signature); its
     signature cell for the table ("-" when the image is missing, "unsigned", "FAILED" or the
     key's last 16 hex digits)."""
-    entry = CatalogueEntry.view(entry)
     path = dest / entry.file
     if not path.is_file():
         return [], "-"  # reported by the consistency check
@@ -114,9 +113,8 @@ def check_entry(dest: Path, entry: dict, runtime: Callable[[], Runtime], *,
     return problems, entry.key_fingerprint[-16:]
 
 
-def image_report(dest: Path, target: str, entry: dict, latest: str | None,
+def image_report(dest: Path, target: str, entry: CatalogueEntry, latest: str | None,
                  found: list[str], cell: str, folder_problems: list[str]) -> dict:
-    entry = CatalogueEntry.view(entry)
     files = (entry.file, entry.checksum_file, entry.module)
     own = [p for p in folder_problems if p.split(":", 1)[0] in files]
     path = dest / entry.file
@@ -165,7 +163,7 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
     runtime = functools.cache(runtime)
     rows, images, entry_problems = [], [], []
     for name, block in sorted(catalogue["targets"].items()):
-        for entry in block["versions"]:
+        for entry in cat.entries(catalogue, name):
             found, signature = check_entry(dest, entry, runtime, show_progress=not as_json)
             entry_problems += found
             image = image_report(dest, name, entry, block["latest"], found, signature, problems)
