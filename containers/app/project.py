@@ -8,6 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from containers.batch.job import JobNeeds
 from containers.errors import (ConfigError, ContainersError, Problems, RuntimeNotFound,
                                raise_all)
 from containers.host.runtime import Runtime, assumed_runtime, find_runtime
@@ -170,3 +171,14 @@ class Project:
         if dry_run and site.name != self.current_site().name:
             return assumed_runtime(site.runtime)
         return self.runtime(required=not dry_run, flavour=site.runtime)
+
+    def job_needs(self, target: str | None, site: str | None, *, host_arch: str,
+                  venv: Path | None) -> JobNeeds:
+        """What a job of ``target`` (else the default one) on ``site`` (else the target's own)
+        is planned from, resolved once: the site's nodes have its default target's
+        architecture."""
+        item = self.target(target or self.default_target())
+        where = get_site(self.sites, site) if site else self.site_of(item)
+        home = self.targets.get(where.default_target or "")
+        return JobNeeds(target=item, site=where, settings=self.settings, host_arch=host_arch,
+                        site_arch=home.arch if home else None, venv=venv)

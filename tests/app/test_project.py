@@ -65,3 +65,15 @@ def test_the_default_target_and_the_runtime_for_another_site(data_project) -> No
     planned = data_project.runtime_for(lumi, dry_run=True)
     assert isinstance(planned, Runtime) and planned.flavour == lumi.runtime
     assert data_project.site_of(data_project.target("cpu")).name == "local"
+
+
+def test_a_jobs_needs_are_resolved_once(data_project) -> None:
+    """The target named (else the default), the site named (else the target's own), and the
+    architecture of that site's nodes: its default target's."""
+    needs = data_project.job_needs("olivia-cuda", None, host_arch="x86_64", venv=None)
+    assert (needs.target.name, needs.site.name, needs.site_arch) == (
+        "olivia-cuda", "olivia", "aarch64")
+    needs = data_project.job_needs("cpu", "olivia", host_arch="x86_64", venv=None)
+    assert (needs.site.name, needs.site_arch, needs.host_arch) == ("olivia", "aarch64", "x86_64")
+    with pytest.raises(ContainersError, match="no-such-target"):
+        data_project.job_needs("no-such-target", None, host_arch="x86_64", venv=None)

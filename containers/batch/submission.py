@@ -1,0 +1,116 @@
+"""A batch job from what it needs (:class:`~containers.batch.job.JobNeeds`) to its delivery:
+planned with the packages its nodes need (:func:`plan`), then printed, written or submitted and
+added to the index ``invoke jobs`` reads (:func:`deliver`)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from containers.batch import follow, judgeenv
+from containers.batch.job import Job, JobNeeds, JobRequest, plan_job
+from containers.errors import UsageError, on_disk
+from containers.files import atomic_write_text
+from containers.host.facts import run_stamp
+from containers.host.process import capture
+from containers.inputs.recipes import Target
+from containers.report import Say
+from containers.unique import claim_file
+
+Ask = Callable[[list[str]], "str | None"]
+
+
+@dataclass(frozen=True)
+class JobSubmission:
+    """A rendered batch job, where its script was written, and its job id once submitted."""
+
+    job: Job
+    script: Path | None = None
+    job_id: str | None = None
+
+
+def plan(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str]) -> Job:
+    """The job with what its nodes need: the verdict's packages for the image's Python where
+    this checkout's environment cannot judge there; the tool's where a build runs there."""
+    kind, target, host = request.kind, needs.target, needs.host_arch
+    judge = (judgeenv.of_image(target, needs.settings)
+             if kind.judged_off_host(target.arch, host) else None)
+    tool = (judgeenv.build_plans(needs.settings.root, arch=target.arch)
+            if kind.needs_node_tool(target.arch, host) else ())
+    return plan_job(needs, request, environ=environ, judge=judge, tool=tool)
+
+
+def deliver(job: Job, *, script: Path | None, submit: bool, jobs_dir: Path,
+            check_image: Callable[[], None], ask: Ask, say: Say) -> JobSubmission:
+    """Print the job, write it (atomically) or submit it. Whichever it does, the folder the
+    job's output goes to exists afterwards (schedulers do not create it, and a job whose output
+    folder is missing dies without a log); every refusal comes before a script exists."""
+    with on_disk("create the job's output folder", job.output_folder):
+        job.output_folder.mkdir(parents=True, exist_ok=True)
+    if script is None and not submit:
+        say(job.text.rstrip("\n"))
+        return JobSubmission(job=job)
+    text = job.text if job.ready else _not_ready(job.target, job.text, submit=submit)
+    if submit:  # none is left that looks ready to run
+        job.request.kind.before_submit(check_image)
+    for packages in job.packages:
+        judgeenv.prepare(packages, say=say)  # made here, so the node needs no package index
+    if not submit:
+        assert script is not None
+        _write(script, text)
+        say(f"wrote {os.path.relpath(script)} ({job.scheduler.submit_command} it to run)")
+        return JobSubmission(job=job, script=script)
+    return _submit(job, script, jobs_dir=jobs_dir, ask=ask, say=say)
+
+
+def _not_ready(item: Target, text: str, *, submit: bool) -> str:
+    """A job whose verdict runs in an image whose Python is not known yet: a submission is
+    refused; a script written for reading before the build says so at its top."""
+    unknown = (f"the verdict of {item.name}'s jobs runs in the image on its {item.arch} "
+               "nodes, and neither the image's build record (stack.python) nor its env spec "
+               "(python=) says which Python it has")
+    if submit:
+        raise UsageError(f"not submitted: {unknown}: build the image first, or pin python= "
+                         "in its env spec", flag="--submit")
+    head, _, rest = text.partition("\n")
+    return (f"{head}\n# NOT READY TO SUBMIT: {unknown}; build the image, then write this "
+            f"script again (invoke job ... --out) or submit it (--submit)\n{rest}")
+
+
+def _write(script: Path, text: str) -> None:
+    with on_disk("write the job script", script):
+        atomic_write_text(script, text, mode=0o755)
+
+
+def _submit(job: Job, script: Path | None, *, jobs_dir: Path, ask: Ask,
+            say: Say) -> JobSubmission:
+    """Write the script (a claimed name under ``jobs_dir`` unless ``--out`` named one), submit
+    it, and add the job to the index ``invoke jobs`` reads."""
+    claimed = script is None
+    if script is None:
+        script = claim_file(jobs_dir, f"{job.name}-{job.stamp or run_stamp()}", ".sh")
+    _write(script, job.text)
+    try:
+        job_id = job.scheduler.parse_job_id(
+            capture(job.scheduler.submit_argv(script), timeout=120))
+    except BaseException:
+        if claimed:  # not submitted: the tool's own name for it is not left behind
+            script.unlink(missing_ok=True)
+        raise
+    results = job.results_of(job_id)
+    say(f"submitted job {job_id}: output {os.path.relpath(job.output_of(job_id))}"
+        + (f", results {os.path.relpath(results)}" if results else "")
+        + f", script {os.path.relpath(script)}")
+    with on_disk("add the job to the index", jobs_dir):
+        follow.append_index(jobs_dir, {
+            "job_id": job_id, "scheduler": job.scheduler.name,
+            "workload": job.request.workload, "target": job.target.name,
+            "site": job.site.name, "script": str(script), "output": job.output_of(job_id),
+            "results": results,
+            "submitted": datetime.datetime.now().isoformat(timespec="seconds"),
+            # the scheduler's own: what tells this job from a restarted cluster's of its id
+            "scheduler_submitted": follow.submitted_at(job.scheduler.name, job_id, ask)})
+    return JobSubmission(job=job, script=script, job_id=job_id)
