@@ -18,7 +18,7 @@ from containers.batch.submission import JobSubmission
 from containers.errors import ImageMissing, UsageError
 from containers.host.facts import host_arch
 from containers.image import provenance
-from containers.image.arch import check_arch, recorded_arch, site_arches
+from containers.image.arch import check_arch, recorded_arch
 from containers.prove.kind import Options, WorkloadKind
 from containers.prove.registry import kind_of
 from containers.report import Say, say_line as _print
@@ -40,7 +40,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
         raise UsageError(f"--out {out} is a folder; name the script file to write (e.g. "
                          f"{Path(out) / 'job.sh'})", flag="--out")
     kind = kind or kind_of(workload)
-    needs = project.job_needs(target, site, host_arch=host_arch(),
+    needs = project.job_needs(target, site, kind=kind, host_arch=host_arch(),
                               venv=Path(sys.prefix) if sys.prefix != sys.base_prefix else None)
     request = batch.JobRequest(workload=workload, nodes=int(nodes), gpus_per_node=gpus_per_node,
                                time=time, account=account, partition=partition,
@@ -48,7 +48,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                                qos=qos, reservation=reservation, directives=tuple(directives),
                                command=tuple(command), transport=transport,
                                workdir=kind.workdir(os.getcwd), kind=kind)
-    planned = submission.plan(needs, request, environ=os.environ)
+    planned = batch.plan_job(needs, request, environ=os.environ)
     done = submission.deliver(planned, script=script, submit=submit,
                               jobs_dir=project.settings.results_dir / "jobs",
                               check_image=lambda: _check_image(project, needs), ask=ask, say=say)
@@ -63,7 +63,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
 def _check_image(project: Project, needs: JobNeeds) -> None:
     """What a submission of a job that runs the image needs that a written script does not:
     the image itself, of the architecture of the site's nodes (from its build record, not its
-    name)."""
+    name; the site has a scheduler, so its nodes' are its default target's)."""
     item, where = needs.target, needs.site
     image = project.settings.image_path(item.name)
     if not image.is_file():
@@ -72,5 +72,5 @@ def _check_image(project: Project, needs: JobNeeds) -> None:
             "--workload build --submit)"))
     record = provenance.read(project.settings.provenance_path(item.name))
     check_arch(recorded_arch(record, image, project.runtime(required=False)),
-               site_arches(where, project.targets),
+               (needs.site_arch,) if needs.site_arch else None,
                image=os.path.relpath(image), where=f"site {where.name}", doing="submitting")

@@ -65,8 +65,10 @@ class JobNeeds:
     """What a job is planned from, resolved once (:meth:`Project.job_needs
     <containers.app.project.Project.job_needs>`): the target, the site, the settings, the
     architecture of this machine (``host_arch``) and of the site's nodes (``site_arch``, its
-    default target's; None: unknown), and this tool's Python environment (``venv``; None:
-    none). ``host_arch`` and ``venv`` decide how a build job finds ``invoke`` on its node."""
+    default target's; None: unknown), this tool's Python environment (``venv``; None: none),
+    and the package folders (:mod:`containers.batch.judgeenv`) a node of another architecture
+    needs: the verdict's for the image's Python (``judge``; None: this checkout judges, or that
+    Python is unknown) and the tool's for a build, one folder per Python (``tool``)."""
 
     target: Target
     site: Site
@@ -74,6 +76,8 @@ class JobNeeds:
     host_arch: str
     site_arch: str | None = None
     venv: Path | None = None
+    judge: JudgeEnv | None = None
+    tool: tuple[JudgeEnv, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,6 @@ class Job:
 
 
 def plan_job(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str] | None = None,
-             judge: JudgeEnv | None = None, tool: Sequence[JudgeEnv] = (),
              stamp: str | None = None) -> Job:
     """The whole batch job, rendered: pure (nothing is run; only ``environ``, the submitting
     shell's variables, is read, for the account rules).
@@ -122,16 +125,10 @@ def plan_job(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str]
     ``stamp`` (default: now, :func:`run_stamp`) goes into the names of the job's output and
     results folder beside the scheduler and the job id: a job id is unique only within one
     cluster's life, so the id alone would name another cluster's (or a restarted one's) files.
-    ``judge`` (the verdict's packages for the image's Python) makes a smoke or training job
-    judge with the image's own Python; it is needed where the target's architecture is not
-    ``host_arch`` (this checkout's environment cannot run there); ``tool`` (the tool's
-    packages, one folder per Python, :func:`judgeenv.build_plans`) is how a build job on such a
-    node runs ``invoke build`` with the node's own ``python3``.
     """
     check_site(request, needs.target, needs.site, needs.site_arch)
     planner = JobPlanner(needs=replace(needs, site=chosen_site(needs.site, request)),
-                         request=request, environ=environ or {}, judge=judge, tool=tuple(tool),
-                         stamp=stamp or run_stamp())
+                         request=request, environ=environ or {}, stamp=stamp or run_stamp())
     return request.kind.job_body(planner)
 
 
@@ -143,8 +140,6 @@ class JobPlanner:
     needs: JobNeeds
     request: JobRequest
     environ: Mapping[str, str]
-    judge: JudgeEnv | None
-    tool: tuple[JudgeEnv, ...]
     stamp: str
 
     def frame(self) -> Frame:
@@ -164,7 +159,7 @@ class JobPlanner:
                           shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
         body = [f"cd {word(str(settings.root))}", "", *module_lines(site.modules),
                 *build_body(target, site, root=settings.root, host_arch=self.needs.host_arch,
-                            venv=self.needs.venv, tool=self.tool)]
+                            venv=self.needs.venv, tool=self.needs.tool)]
         return self._render(frame, res, body)
 
     def command(self) -> Job:
@@ -178,7 +173,7 @@ class JobPlanner:
         """A smoke or training job: its run, then its verdict."""
         return self._run_job(lambda run, record: workload_lines(
             self.needs.target, run.workload, settings=self.needs.settings, record=record,
-            judge=self.judge, host_arch=self.needs.host_arch, venv=self.needs.venv))
+            judge=self.needs.judge, host_arch=self.needs.host_arch, venv=self.needs.venv))
 
     def _run_job(self, lines: Callable[[JobRun, dict], list[str]]) -> Job:
         """A job that runs the image on its nodes: the site's size rules, the run's plan, the
@@ -222,16 +217,16 @@ class JobPlanner:
     def _render(self, frame: Frame, res: Resources, body: list[str], *,
                 launcher: Launcher | None = None, comments: Sequence[str] = (),
                 results: str | None = None) -> Job:
-        """The job's script, with the package folders its nodes need: the verdict's (None where
-        the image's Python is unknown: not ready, when it judges off this machine) and the
-        tool's."""
-        site, target, judge = self.needs.site, self.needs.target, self.judge
+        """The job's script, with the package folders its nodes need (not ready: its verdict
+        runs with an image Python that is not known yet)."""
+        site, target, judge = self.needs.site, self.needs.target, self.needs.judge
         scheduler = SCHEDULERS[site.scheduler]
         text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
         off_host = self.request.kind.judged_off_host(target.arch, self.needs.host_arch)
         return Job(request=self.request, target=target, site=site, scheduler=scheduler,
                    launcher=launcher, resources=res, text=text, results=results,
-                   stamp=self.stamp, packages=(*([judge] if judge is not None else []), *self.tool),
+                   stamp=self.stamp,
+                   packages=(*([judge] if judge is not None else []), *self.needs.tool),
                    ready=judge is not None or not off_host)
 
 

@@ -1,6 +1,5 @@
-"""A batch job from what it needs (:class:`~containers.batch.job.JobNeeds`) to its delivery:
-planned with the packages its nodes need (:func:`plan`), then printed, written or submitted and
-added to the index ``invoke jobs`` reads (:func:`deliver`)."""
+"""A planned batch job delivered (:func:`deliver`): printed, written or submitted (its nodes'
+package folders prepared first), a submission added to the index ``invoke jobs`` reads."""
 
 from __future__ import annotations
 
@@ -8,10 +7,10 @@ import datetime
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
 from containers.batch import follow, judgeenv
-from containers.batch.job import Job, JobNeeds, JobRequest, plan_job
+from containers.batch.job import Job
 from containers.errors import UsageError, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import run_stamp
@@ -19,8 +18,6 @@ from containers.host.process import capture
 from containers.inputs.recipes import Target
 from containers.report import Say
 from containers.unique import claim_file
-
-Ask = Callable[[list[str]], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -32,19 +29,8 @@ class JobSubmission:
     job_id: str | None = None
 
 
-def plan(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str]) -> Job:
-    """The job with what its nodes need: the verdict's packages for the image's Python where
-    this checkout's environment cannot judge there; the tool's where a build runs there."""
-    kind, target, host = request.kind, needs.target, needs.host_arch
-    judge = (judgeenv.of_image(target, needs.settings)
-             if kind.judged_off_host(target.arch, host) else None)
-    tool = (judgeenv.build_plans(needs.settings.root, arch=target.arch)
-            if kind.needs_node_tool(target.arch, host) else ())
-    return plan_job(needs, request, environ=environ, judge=judge, tool=tool)
-
-
 def deliver(job: Job, *, script: Path | None, submit: bool, jobs_dir: Path,
-            check_image: Callable[[], None], ask: Ask, say: Say) -> JobSubmission:
+            check_image: Callable[[], None], ask: follow.Ask, say: Say) -> JobSubmission:
     """Print the job, write it (atomically) or submit it. Whichever it does, the folder the
     job's output goes to exists afterwards (schedulers do not create it, and a job whose output
     folder is missing dies without a log); every refusal comes before a script exists."""
@@ -85,7 +71,7 @@ def _write(script: Path, text: str) -> None:
         atomic_write_text(script, text, mode=0o755)
 
 
-def _submit(job: Job, script: Path | None, *, jobs_dir: Path, ask: Ask,
+def _submit(job: Job, script: Path | None, *, jobs_dir: Path, ask: follow.Ask,
             say: Say) -> JobSubmission:
     """Write the script (a claimed name under ``jobs_dir`` unless ``--out`` named one), submit
     it, and add the job to the index ``invoke jobs`` reads."""

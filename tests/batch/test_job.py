@@ -766,8 +766,8 @@ def test_an_aarch64_build_job_runs_the_nodes_python3(data_world, tmp_path) -> No
     tool = judgeenv.build_plans(Path("/proj"), arch="aarch64")
     job = batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], sites["olivia"],
                          settings=load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)}),
-                         host_arch="x86_64", site_arch="aarch64", venv=Path("/proj/.venv")),
-                         batch.JobRequest(workload="build", account="p"), tool=tool)
+                         host_arch="x86_64", site_arch="aarch64", venv=Path("/proj/.venv"),
+                         tool=tool), batch.JobRequest(workload="build", account="p"))
     code = "\n".join(line for line in job.text.splitlines() if not line.lstrip().startswith("#"))
     assert not re.search(r"\bpip\b", code) and "venv" not in code and "/bin/invoke" not in code
     assert f"node_python=$({NODE_PYTHON} 2>/dev/null)" in code

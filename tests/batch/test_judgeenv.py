@@ -30,9 +30,9 @@ def _render(data_world, tmp_path, *, target: str, site: str, judge, host: str = 
     targets, sites = data_world
     settings = settings or load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)})
     return batch.plan_job(batch.JobNeeds(targets[target], sites[site], settings=settings,
-                          host_arch=host, site_arch=targets[target].arch, venv=Path("/proj/.venv")),
-                          batch.JobRequest(workload="smoke"), environ={"SBATCH_ACCOUNT": "p"},
-                          judge=judge)
+                          host_arch=host, site_arch=targets[target].arch, venv=Path("/proj/.venv"),
+                          judge=judge), batch.JobRequest(workload="smoke"),
+                          environ={"SBATCH_ACCOUNT": "p"})
 
 
 def _code(text: str) -> str:
@@ -48,9 +48,9 @@ def test_an_aarch64_job_rendered_on_x86_64_judges_in_its_image(data_world, tmp_p
     targets, sites = data_world
     made = batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], sites["olivia"],
                           settings=load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)}),
-                          host_arch="x86_64", site_arch="aarch64", venv=Path("/proj/.venv")),
-                          batch.JobRequest(workload=workload), environ={"SBATCH_ACCOUNT": "p"},
-                          judge=judge)
+                          host_arch="x86_64", site_arch="aarch64", venv=Path("/proj/.venv"),
+                          judge=judge), batch.JobRequest(workload=workload),
+                          environ={"SBATCH_ACCOUNT": "p"})
     text = made.text
     code = _code(text)
     assert not re.search(r"\bpip\b", code) and "venv" not in code and "/bin/invoke" not in code

@@ -46,8 +46,8 @@ def shaped(request, tmp_path_factory):
     def render(workload: str, *, on=None, **kw) -> batch.Job:
         return batch.plan_job(batch.JobNeeds(targets[SITES[site.name]], on or site,
                               settings=settings, host_arch="x86_64", site_arch=arch,
-                              venv=ROOT / ".venv"), batch.JobRequest(workload=workload, **kw),
-                              environ={}, judge=judge)
+                              venv=ROOT / ".venv", judge=judge),
+                              batch.JobRequest(workload=workload, **kw), environ={})
     with site_shaped_cluster(site) as cluster:
         yield site, cluster, render
 

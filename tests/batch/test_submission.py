@@ -1,6 +1,5 @@
-"""A job from what it needs to its delivery (containers/batch/submission.py): what its nodes
-need planned beside it, a submission that writes, submits and indexes, a refusal before any
-script exists."""
+"""A planned job delivered (containers/batch/submission.py): the package folders its nodes need
+planned with it, a submission that writes, submits and indexes, a refusal before any script."""
 
 from __future__ import annotations
 
@@ -9,13 +8,14 @@ import json
 import pytest
 
 from containers.batch import follow, judgeenv, submission
-from containers.batch.job import JobRequest
+from containers.batch.job import JobRequest, plan_job
 from containers.errors import UsageError
 
 
 def _planned(project, target: str, workload: str, site: str | None = None):
-    needs = project.job_needs(target, site, host_arch="x86_64", venv=None)
-    return submission.plan(needs, JobRequest(workload=workload), environ={"SBATCH_ACCOUNT": "p"})
+    request = JobRequest(workload=workload)
+    needs = project.job_needs(target, site, kind=request.kind, host_arch="x86_64", venv=None)
+    return plan_job(needs, request, environ={"SBATCH_ACCOUNT": "p"})
 
 
 def test_the_plan_carries_the_packages_its_nodes_need(data_project) -> None:
