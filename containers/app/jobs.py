@@ -1,8 +1,6 @@
 """``invoke job``: render a site's batch job; print it, write it or submit it, then follow it.
-
-The command only sequences the steps, each owned below it: what the job needs
-(:meth:`Project.job_needs`), its plan and its delivery (:mod:`containers.batch.submission`),
-and following the submitted job (:mod:`containers.app.following`)."""
+The command only sequences the steps, each owned below it: the job's needs, plan, delivery
+(:mod:`containers.batch.submission`) and following (:mod:`containers.app.following`)."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from containers.app.following import ask, follow_job
+from containers.app.following import follow_job
 from containers.app.project import Project
 from containers.batch import job as batch, submission
 from containers.batch.job import JobNeeds
@@ -51,7 +49,7 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
     planned = batch.plan_job(needs, request, environ=os.environ)
     done = submission.deliver(planned, script=script, submit=submit,
                               jobs_dir=project.settings.results_dir / "jobs",
-                              check_image=lambda: _check_image(project, needs), ask=ask, say=say)
+                              check_image=lambda: _check_image(project, needs), say=say)
     if wait and done.job_id is not None:
         results = done.job.results_of(done.job_id)
         follow_job(done.job.scheduler.name, done.job_id, say=say,

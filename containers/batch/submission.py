@@ -1,5 +1,5 @@
-"""A planned batch job delivered (:func:`deliver`): printed, written or submitted (its nodes'
-package folders prepared first), a submission added to the index ``invoke jobs`` reads."""
+"""A planned batch job delivered: printed, written or submitted (its nodes' package folders
+prepared first), a submission added to the index ``invoke jobs`` reads. See :func:`deliver`."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class JobSubmission:
 
 
 def deliver(job: Job, *, script: Path | None, submit: bool, jobs_dir: Path,
-            check_image: Callable[[], None], ask: follow.Ask, say: Say) -> JobSubmission:
+            check_image: Callable[[], None], say: Say) -> JobSubmission:
     """Print the job, write it (atomically) or submit it. Whichever it does, the folder the
     job's output goes to exists afterwards (schedulers do not create it, and a job whose output
     folder is missing dies without a log); every refusal comes before a script exists."""
@@ -49,7 +49,7 @@ def deliver(job: Job, *, script: Path | None, submit: bool, jobs_dir: Path,
         _write(script, text)
         say(f"wrote {os.path.relpath(script)} ({job.scheduler.submit_command} it to run)")
         return JobSubmission(job=job, script=script)
-    return _submit(job, script, jobs_dir=jobs_dir, ask=ask, say=say)
+    return _submit(job, script, jobs_dir=jobs_dir, say=say)
 
 
 def _not_ready(item: Target, text: str, *, submit: bool) -> str:
@@ -71,8 +71,7 @@ def _write(script: Path, text: str) -> None:
         atomic_write_text(script, text, mode=0o755)
 
 
-def _submit(job: Job, script: Path | None, *, jobs_dir: Path, ask: follow.Ask,
-            say: Say) -> JobSubmission:
+def _submit(job: Job, script: Path | None, *, jobs_dir: Path, say: Say) -> JobSubmission:
     """Write the script (a claimed name under ``jobs_dir`` unless ``--out`` named one), submit
     it, and add the job to the index ``invoke jobs`` reads."""
     claimed = script is None
@@ -98,5 +97,5 @@ def _submit(job: Job, script: Path | None, *, jobs_dir: Path, ask: follow.Ask,
             "results": results,
             "submitted": datetime.datetime.now().isoformat(timespec="seconds"),
             # the scheduler's own: what tells this job from a restarted cluster's of its id
-            "scheduler_submitted": follow.submitted_at(job.scheduler.name, job_id, ask)})
+            "scheduler_submitted": follow.submitted_at(job.scheduler.name, job_id, follow.ask)})
     return JobSubmission(job=job, script=script, job_id=job_id)

@@ -37,12 +37,12 @@ def test_a_submission_writes_submits_and_indexes_the_job(data_project, monkeypat
     submitted: list[list[str]] = []
     monkeypatch.setattr(submission, "capture",
                         lambda argv, **kw: submitted.append(argv) or "42")
+    monkeypatch.setattr(follow, "ask", lambda argv: None)  # no scheduler to ask its time
     checked: list[bool] = []
     jobs_dir = data_project.settings.results_dir / "jobs"
     done = submission.deliver(_planned(data_project, "cpu", "smoke", "local-slurm"),
                               script=None, submit=True, jobs_dir=jobs_dir,
-                              check_image=lambda: checked.append(True),
-                              ask=lambda argv: None, say=lambda line: None)
+                              check_image=lambda: checked.append(True), say=lambda line: None)
     assert done.job_id == "42" and checked == [True] and done.script.parent == jobs_dir
     assert submitted == [[*submitted[0][:-1], str(done.script)]]
     [entry] = follow.read_index(jobs_dir)
@@ -56,6 +56,5 @@ def test_an_unready_job_is_refused_before_any_script_exists(data_project) -> Non
     jobs_dir = data_project.settings.results_dir / "jobs"
     with pytest.raises(UsageError, match="not submitted: .*stack.python"):
         submission.deliver(planned, script=None, submit=True, jobs_dir=jobs_dir,
-                           check_image=lambda: None, ask=lambda argv: None,
-                           say=lambda line: None)
+                           check_image=lambda: None, say=lambda line: None)
     assert not list(jobs_dir.glob("*.sh")) and planned.output_folder.is_dir()
