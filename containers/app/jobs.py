@@ -11,12 +11,9 @@ from pathlib import Path
 from containers.app.following import follow_job
 from containers.app.project import Project
 from containers.batch import job as batch, submission
-from containers.batch.job import JobNeeds
 from containers.batch.submission import JobSubmission
-from containers.errors import ImageMissing, UsageError
+from containers.errors import UsageError
 from containers.host.facts import host_arch
-from containers.image import provenance
-from containers.image.arch import check_arch, recorded_arch
 from containers.prove.kind import Options, WorkloadKind
 from containers.prove.registry import kind_of
 from containers.report import Say, say_line as _print
@@ -47,28 +44,11 @@ def job(project: Project, *, target: str | None, workload: str, site: str | None
                                command=tuple(command), transport=transport,
                                workdir=kind.workdir(os.getcwd), kind=kind)
     planned = batch.plan_job(needs, request, environ=os.environ)
-    done = submission.deliver(planned, script=script, submit=submit,
-                              jobs_dir=project.settings.results_dir / "jobs",
-                              check_image=lambda: _check_image(project, needs), say=say)
+    done = submission.deliver(planned, needs, script=script, submit=submit, say=say,
+                              runtime=lambda: project.runtime(required=False))
     if wait and done.job_id is not None:
         results = done.job.results_of(done.job_id)
         follow_job(done.job.scheduler.name, done.job_id, say=say,
                    results=Path(results) if results else None,
                    output=done.job.output_of(done.job_id))
     return done
-
-
-def _check_image(project: Project, needs: JobNeeds) -> None:
-    """What a submission of a job that runs the image needs that a written script does not:
-    the image itself, of the architecture of the site's nodes (from its build record, not its
-    name; the site has a scheduler, so its nodes' are its default target's)."""
-    item, where = needs.target, needs.site
-    image = project.settings.image_path(item.name)
-    if not image.is_file():
-        raise ImageMissing(os.path.relpath(image), item.name, hint=(
-            f"build it first (on a login node, or as a job: invoke job --target {item.name} "
-            "--workload build --submit)"))
-    record = provenance.read(project.settings.provenance_path(item.name))
-    check_arch(recorded_arch(record, image, project.runtime(required=False)),
-               (needs.site_arch,) if needs.site_arch else None,
-               image=os.path.relpath(image), where=f"site {where.name}", doing="submitting")

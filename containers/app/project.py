@@ -183,10 +183,10 @@ class Project:
         item = self.target(target or self.default_target())
         where = get_site(self.sites, site) if site else self.site_of(item)
         home = self.targets.get(where.default_target or "")
-        judge = (judgeenv.of_image(item, self.settings)
-                 if kind.judged_off_host(item.arch, host_arch) else None)
-        tool = (judgeenv.build_plans(self.settings.root, arch=item.arch)
-                if kind.needs_node_tool(item.arch, host_arch) else ())
+        off_host, builds = (kind.judged_off_host(item.arch, host_arch),
+                            kind.needs_node_tool(item.arch, host_arch))
+        judge = judgeenv.of_image(item, self.settings) if off_host else None
+        tool = judgeenv.build_plans(self.settings.root, arch=item.arch) if builds else ()
         return JobNeeds(target=item, site=where, settings=self.settings, host_arch=host_arch,
                         site_arch=home.arch if home else None, venv=venv, judge=judge,
                         tool=tool)

@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Callable
 
 from containers.batch import follow, judgeenv
-from containers.batch.job import Job
-from containers.errors import UsageError, on_disk
+from containers.batch.job import Job, JobNeeds
+from containers.errors import ImageMissing, UsageError, on_disk
 from containers.files import atomic_write_text
 from containers.host.facts import run_stamp
 from containers.host.process import capture
+from containers.host.runtime import Runtime
+from containers.image import provenance
+from containers.image.arch import check_arch, recorded_arch
 from containers.inputs.recipes import Target
 from containers.report import Say
 from containers.unique import claim_file
@@ -29,11 +32,12 @@ class JobSubmission:
     job_id: str | None = None
 
 
-def deliver(job: Job, *, script: Path | None, submit: bool, jobs_dir: Path,
-            check_image: Callable[[], None], say: Say) -> JobSubmission:
+def deliver(job: Job, needs: JobNeeds, *, script: Path | None, submit: bool,
+            runtime: Callable[[], Runtime], say: Say) -> JobSubmission:
     """Print the job, write it (atomically) or submit it. Whichever it does, the folder the
     job's output goes to exists afterwards (schedulers do not create it, and a job whose output
-    folder is missing dies without a log); every refusal comes before a script exists."""
+    folder is missing dies without a log); every refusal comes before a script exists.
+    ``runtime``: the one that reads an old image's architecture, asked only then."""
     with on_disk("create the job's output folder", job.output_folder):
         job.output_folder.mkdir(parents=True, exist_ok=True)
     if script is None and not submit:
@@ -41,7 +45,7 @@ def deliver(job: Job, *, script: Path | None, submit: bool, jobs_dir: Path,
         return JobSubmission(job=job)
     text = job.text if job.ready else _not_ready(job.target, job.text, submit=submit)
     if submit:  # none is left that looks ready to run
-        job.request.kind.before_submit(check_image)
+        job.request.kind.before_submit(lambda: check_image(needs, runtime))
     for packages in job.packages:
         judgeenv.prepare(packages, say=say)  # made here, so the node needs no package index
     if not submit:
@@ -49,7 +53,23 @@ def deliver(job: Job, *, script: Path | None, submit: bool, jobs_dir: Path,
         _write(script, text)
         say(f"wrote {os.path.relpath(script)} ({job.scheduler.submit_command} it to run)")
         return JobSubmission(job=job, script=script)
-    return _submit(job, script, jobs_dir=jobs_dir, say=say)
+    return _submit(job, script, jobs_dir=needs.settings.results_dir / "jobs", say=say)
+
+
+def check_image(needs: JobNeeds, runtime: Callable[[], Runtime]) -> None:
+    """What a submission of a job that runs the image needs that a written script does not:
+    the image itself, of the architecture of the site's nodes (from its build record, not its
+    name; the site has a scheduler, so its nodes' are its default target's)."""
+    item, settings = needs.target, needs.settings
+    image = settings.image_path(item.name)
+    if not image.is_file():
+        raise ImageMissing(os.path.relpath(image), item.name, hint=(
+            f"build it first (on a login node, or as a job: invoke job --target {item.name} "
+            "--workload build --submit)"))
+    record = provenance.read(settings.provenance_path(item.name))
+    check_arch(recorded_arch(record, image, runtime()),
+               (needs.site_arch,) if needs.site_arch else None,
+               image=os.path.relpath(image), where=f"site {needs.site.name}", doing="submitting")
 
 
 def _not_ready(item: Target, text: str, *, submit: bool) -> str:
