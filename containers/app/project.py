@@ -189,4 +189,4 @@ class Project:
         tool = judgeenv.build_plans(self.settings.root, arch=item.arch) if builds else ()
         return JobNeeds(target=item, site=where, settings=self.settings, host_arch=host_arch,
                         site_arch=home.arch if home else None, venv=venv, judge=judge,
-                        tool=tool)
+                        tool=tool, ready=judge is not None or not off_host)

@@ -68,7 +68,7 @@ class JobNeeds:
     default target's; None: unknown), this tool's Python environment (``venv``; None: none),
     and the package folders (:mod:`containers.batch.judgeenv`) a node of another architecture
     needs: the verdict's for the image's Python (``judge``; None: this checkout judges, or that
-    Python is unknown) and the tool's for a build, one folder per Python (``tool``)."""
+    Python is unknown: then not ``ready``) and the tool's for a build, one per Python (``tool``)."""
 
     target: Target
     site: Site
@@ -78,12 +78,17 @@ class JobNeeds:
     venv: Path | None = None
     judge: JudgeEnv | None = None
     tool: tuple[JudgeEnv, ...] = ()
+    ready: bool = True
+
+    @property
+    def packages(self) -> tuple[JudgeEnv, ...]:
+        """The package folders to prepare before the job runs."""
+        return tuple(env for env in (self.judge, *self.tool) if env is not None)
 
 
 @dataclass(frozen=True)
 class Job:
-    """A rendered batch job: the script text, where its output and results go, and the package
-    folders (:mod:`containers.batch.judgeenv`) its nodes need prepared before it runs."""
+    """A rendered batch job: the script text and where its output and results go."""
 
     request: JobRequest
     target: Target
@@ -96,9 +101,6 @@ class Job:
     #: When it was rendered (``YYYYmmdd-HHMMSS``): part of its output's, results' and script's
     #: names, so a job id that repeats (another cluster, a restarted one) names new files.
     stamp: str = ""
-    packages: tuple[JudgeEnv, ...] = ()
-    #: False: its verdict runs with the image's Python, which is not known yet (no packages).
-    ready: bool = True
 
     @property
     def name(self) -> str:
@@ -217,17 +219,12 @@ class JobPlanner:
     def _render(self, frame: Frame, res: Resources, body: list[str], *,
                 launcher: Launcher | None = None, comments: Sequence[str] = (),
                 results: str | None = None) -> Job:
-        """The job's script, with the package folders its nodes need (not ready: its verdict
-        runs with an image Python that is not known yet)."""
-        site, target, judge = self.needs.site, self.needs.target, self.needs.judge
+        site = self.needs.site
         scheduler = SCHEDULERS[site.scheduler]
         text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
-        off_host = self.request.kind.judged_off_host(target.arch, self.needs.host_arch)
-        return Job(request=self.request, target=target, site=site, scheduler=scheduler,
-                   launcher=launcher, resources=res, text=text, results=results,
-                   stamp=self.stamp,
-                   packages=(*([judge] if judge is not None else []), *self.needs.tool),
-                   ready=judge is not None or not off_host)
+        return Job(request=self.request, target=self.needs.target, site=site,
+                   scheduler=scheduler, launcher=launcher, resources=res, text=text,
+                   results=results, stamp=self.stamp)
 
 
 def _ranks_per_node(request: JobRequest, site: Site) -> int:

@@ -43,10 +43,10 @@ def deliver(job: Job, needs: JobNeeds, *, script: Path | None, submit: bool,
     if script is None and not submit:
         say(job.text.rstrip("\n"))
         return JobSubmission(job=job)
-    text = job.text if job.ready else _not_ready(job.target, job.text, submit=submit)
+    text = job.text if needs.ready else _not_ready(job.target, job.text, submit=submit)
     if submit:  # none is left that looks ready to run
         job.request.kind.before_submit(lambda: check_image(needs, runtime))
-    for packages in job.packages:
+    for packages in needs.packages:
         judgeenv.prepare(packages, say=say)  # made here, so the node needs no package index
     if not submit:
         assert script is not None

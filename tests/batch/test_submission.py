@@ -18,19 +18,19 @@ def _planned(project, target: str, workload: str, site: str | None = None):
     return needs, plan_job(needs, request, environ={"SBATCH_ACCOUNT": "p"})
 
 
-def test_the_plan_carries_the_packages_its_nodes_need(data_project) -> None:
+def test_the_needs_carry_the_packages_its_nodes_need(data_project) -> None:
     """An aarch64 smoke job from x86_64: not ready while its image's Python is unknown, then
     the verdict's packages for it; a build there: the tool's, one folder per Python."""
-    unknown = _planned(data_project, "olivia-cuda", "smoke")[1]
+    unknown = _planned(data_project, "olivia-cuda", "smoke")[0]
     assert unknown.packages == () and not unknown.ready
     record = data_project.settings.provenance_path("olivia-cuda")
     record.parent.mkdir(parents=True)
     record.write_text(json.dumps({"target": "olivia-cuda", "stack": {"python": "3.12.3"}}))
-    [judge] = _planned(data_project, "olivia-cuda", "smoke")[1].packages
+    [judge] = _planned(data_project, "olivia-cuda", "smoke")[0].packages
     assert (judge.arch, judge.python) == ("aarch64", "3.12")
-    build = _planned(data_project, "olivia-cuda", "build")[1]
+    build = _planned(data_project, "olivia-cuda", "build")[0]
     assert build.ready and [env.python for env in build.packages] == list(judgeenv.BUILD_PYTHONS)
-    assert _planned(data_project, "cpu", "smoke", "local-slurm")[1].packages == ()
+    assert _planned(data_project, "cpu", "smoke", "local-slurm")[0].packages == ()
 
 
 def test_a_submission_writes_submits_and_indexes_the_job(data_project, monkeypatch) -> None:
