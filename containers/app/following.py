@@ -11,71 +11,23 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
-from typing import Callable
 
 from containers.app.project import Project
 from containers.app.running import CommandExit
 from containers.batch import follow
-from containers.errors import ContainersError, StateError, VerdictFailed
-from containers.files import read_json_object, read_regular_json
-from containers.host.process import capture
+from containers.batch.follow import ask, verdict_of, wait_for
+from containers.errors import StateError
+from containers.files import read_json_object
 from containers.inputs.flags import JOB_ID
 from containers.records import Verdict
 from containers.report import Say, console, say_line as _print, table
-
-POLL_SECONDS = 3.0
 
 
 class JobVerdict(CommandExit):
     """A followed job's verdict was not a pass: the tool exits with the verdict's code."""
 
     fallback = 2
-
-
-def ask(argv: list[str]) -> str | None:
-    """One state query's output, None when the tool is missing or it failed."""
-    try:
-        return capture(argv, timeout=60)
-    except ContainersError:
-        return None
-
-
-def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float | None = None,
-             query: Callable[[list[str]], str | None] = ask) -> str:
-    """Poll until the job has ended; each state change is said. The last state seen (or
-    ``UNKNOWN`` when the scheduler no longer knows the job)."""
-    last, started = None, time.monotonic()
-    misses = 0
-    while True:
-        state = follow.job_state(scheduler, job_id, query)
-        if state != last and state is not None:
-            say(f"job {job_id}: {state} ({time.monotonic() - started:.0f} s)")
-            last = state
-        if state is None:
-            misses += 1
-            if misses >= 3:  # forgotten by the scheduler: it has ended
-                return last or "UNKNOWN"
-        elif state.upper() in follow.ENDED:
-            return state
-        time.sleep(POLL_SECONDS if poll is None else poll)
-
-
-def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) -> Verdict:
-    """The job's ``verdict.json``; refused in one line when it is missing (fail closed)."""
-    if results is None:
-        raise VerdictFailed(f"job {job_id} ended {state}; a build job writes no verdict "
-                            f"(output: {os.path.relpath(output)})")
-    try:
-        record = read_regular_json(results / "verdict.json")
-    except (OSError, ValueError) as exc:
-        raise VerdictFailed(f"job {job_id} ended {state} without a readable verdict.json in "
-                            f"{os.path.relpath(results)} ({exc.__class__.__name__}); its output: "
-                            f"{os.path.relpath(output)}") from None
-    if not isinstance(record, dict):
-        raise VerdictFailed(f"job {job_id}: verdict.json is not an object")
-    return Verdict.of(record, source=results / "verdict.json")
 
 
 def follow_job(scheduler: str, job_id: str, *, results: Path | None, output: str,

@@ -8,6 +8,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from containers.batch import judgeenv
+from containers.batch.job import JobNeeds
 from containers.errors import (ConfigError, ContainersError, Problems, RuntimeNotFound,
                                raise_all)
 from containers.host.runtime import Runtime, assumed_runtime, find_runtime
@@ -16,6 +18,7 @@ from containers.inputs.recipes import Target, get_target
 from containers.inputs.settings import Settings, environment_settings, load_settings
 from containers.inputs.sites import Site, detect_site, get_site, load_sites
 from containers.inputs.yamlsource import LocatedDict, load_yaml_file
+from containers.prove.kind import WorkloadKind
 
 
 @dataclass(frozen=True)
@@ -170,3 +173,20 @@ class Project:
         if dry_run and site.name != self.current_site().name:
             return assumed_runtime(site.runtime)
         return self.runtime(required=not dry_run, flavour=site.runtime)
+
+    def job_needs(self, target: str | None, site: str | None, *, kind: WorkloadKind,
+                  host_arch: str, venv: Path | None) -> JobNeeds:
+        """What a job of ``kind`` and ``target`` (else the default one) on ``site`` (else the
+        target's own) is planned from, resolved once: the site's nodes have its default
+        target's architecture; nodes that this checkout's environment cannot run on get the
+        verdict's packages for the image's Python, or for a build the tool's."""
+        item = self.target(target or self.default_target())
+        where = get_site(self.sites, site) if site else self.site_of(item)
+        home = self.targets.get(where.default_target or "")
+        off_host, builds = (kind.judged_off_host(item.arch, host_arch),
+                            kind.needs_node_tool(item.arch, host_arch))
+        judge = judgeenv.of_image(item, self.settings) if off_host else None
+        tool = judgeenv.build_plans(self.settings.root, arch=item.arch) if builds else ()
+        return JobNeeds(target=item, site=where, settings=self.settings, host_arch=host_arch,
+                        site_arch=home.arch if home else None, venv=venv, judge=judge,
+                        tool=tool, ready=judge is not None or not off_host)

@@ -13,11 +13,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from containers.files import open_append_regular, read_regular_text
+from containers.errors import ContainersError, VerdictFailed
+from containers.files import open_append_regular, read_regular_json, read_regular_text
+from containers.host.process import capture
 from containers.records import Verdict
+from containers.report import Say
 
 #: States after which a job does nothing more (Slurm's and PBS's).
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -26,6 +30,9 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 PBS_STATES = {"Q": "PENDING", "H": "HELD", "W": "WAITING", "R": "RUNNING", "E": "EXITING",
               "B": "RUNNING", "F": "FINISHED", "X": "FINISHED", "M": "MOVED", "S": "SUSPENDED"}
 INDEX = "index.jsonl"
+POLL_SECONDS = 3.0
+#: Runs one state query's argv: its output, None when it failed.
+Ask = Callable[[list[str]], "str | None"]
 #: The commands (the job id follows) that tell a job's state, tried in order until one answers.
 STATE_COMMANDS = {"pbs": [("qstat", "-x", "-f")],
                   "slurm": [("scontrol", "show", "job", "-o"),
@@ -55,7 +62,15 @@ def parse_submitted(scheduler: str, text: str) -> str | None:
     return next((group for group in found.groups() if group), None) if found else None
 
 
-def job_state(scheduler: str, job_id: str, ask: Callable[[list[str]], str | None], *,
+def ask(argv: list[str]) -> str | None:
+    """One state query's output, None when the tool is missing or it failed."""
+    try:
+        return capture(argv, timeout=60)
+    except ContainersError:
+        return None
+
+
+def job_state(scheduler: str, job_id: str, ask: Ask, *,
               submitted: str | None = None) -> str | None:
     """The job's state; ``ask`` runs one argv and returns its output (None when it failed).
     ``submitted``: the submit time the scheduler gave the job when this tool submitted it
@@ -71,12 +86,31 @@ def job_state(scheduler: str, job_id: str, ask: Callable[[list[str]], str | None
     return None
 
 
-def submitted_at(scheduler: str, job_id: str,
-                 ask: Callable[[list[str]], str | None]) -> str | None:
+def submitted_at(scheduler: str, job_id: str, ask: Ask) -> str | None:
     """The submit time the scheduler records for a job just submitted (its first state
     command's answer), for the index: None when it does not answer."""
     text = ask([*STATE_COMMANDS["pbs" if scheduler == "pbs" else "slurm"][0], job_id])
     return parse_submitted(scheduler, text) if text else None
+
+
+def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float | None = None,
+             query: Ask = ask) -> str:
+    """Poll until the job has ended; each state change is said. The last state seen (or
+    ``UNKNOWN`` when the scheduler no longer knows the job)."""
+    last, started = None, time.monotonic()
+    misses = 0
+    while True:
+        state = job_state(scheduler, job_id, query)
+        if state != last and state is not None:
+            say(f"job {job_id}: {state} ({time.monotonic() - started:.0f} s)")
+            last = state
+        if state is None:
+            misses += 1
+            if misses >= 3:  # forgotten by the scheduler: it has ended
+                return last or "UNKNOWN"
+        elif state.upper() in ENDED:
+            return state
+        time.sleep(POLL_SECONDS if poll is None else poll)
 
 
 def verdict_code(given: Mapping) -> int:
@@ -89,6 +123,22 @@ def verdict_code(given: Mapping) -> int:
         return 2
     performance = record.performance or {}
     return 3 if isinstance(performance, dict) and performance.get("state") == "fail" else 0
+
+
+def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) -> Verdict:
+    """The job's ``verdict.json``; refused in one line when it is missing (fail closed)."""
+    if results is None:
+        raise VerdictFailed(f"job {job_id} ended {state}; a build job writes no verdict "
+                            f"(output: {os.path.relpath(output)})")
+    try:
+        record = read_regular_json(results / "verdict.json")
+    except (OSError, ValueError) as exc:
+        raise VerdictFailed(f"job {job_id} ended {state} without a readable verdict.json in "
+                            f"{os.path.relpath(results)} ({exc.__class__.__name__}); its output: "
+                            f"{os.path.relpath(output)}") from None
+    if not isinstance(record, dict):
+        raise VerdictFailed(f"job {job_id}: verdict.json is not an object")
+    return Verdict.of(record, source=results / "verdict.json")
 
 
 def append_index(jobs_dir: Path, entry: dict) -> Path:

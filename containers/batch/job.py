@@ -55,10 +55,37 @@ from containers.run.command import CommandRun
 from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.workload import Placement, Workload
 
-__all__ = ["Job", "JobRequest", "JobRun", "job_run", "plan_job"]  # JobRequest: batch.JobRequest
+#: JobRequest and JobNeeds: batch.JobRequest, batch.JobNeeds
+__all__ = ["Job", "JobNeeds", "JobRequest", "JobRun", "job_run", "plan_job"]
 
 
 # ------------------------------------------------------------------------------------- the job
+@dataclass(frozen=True)
+class JobNeeds:
+    """What a job is planned from, resolved once (:meth:`Project.job_needs
+    <containers.app.project.Project.job_needs>`): the target, the site, the settings, the
+    architecture of this machine (``host_arch``) and of the site's nodes (``site_arch``, its
+    default target's; None: unknown), this tool's Python environment (``venv``; None: none),
+    and the package folders (:mod:`containers.batch.judgeenv`) a node of another architecture
+    needs: the verdict's for the image's Python (``judge``; None: this checkout judges, or that
+    Python is unknown: then not ``ready``) and the tool's for a build, one per Python (``tool``)."""
+
+    target: Target
+    site: Site
+    settings: Settings
+    host_arch: str
+    site_arch: str | None = None
+    venv: Path | None = None
+    judge: JudgeEnv | None = None
+    tool: tuple[JudgeEnv, ...] = ()
+    ready: bool = True
+
+    @property
+    def packages(self) -> tuple[JudgeEnv, ...]:
+        """The package folders to prepare before the job runs."""
+        return tuple(env for env in (self.judge, *self.tool) if env is not None)
+
+
 @dataclass(frozen=True)
 class Job:
     """A rendered batch job: the script text and where its output and results go."""
@@ -92,30 +119,18 @@ class Job:
         return None if self.results is None else self.results.replace("{job_id}", job_id)
 
 
-def plan_job(target: Target, site: Site, *, settings: Settings, request: JobRequest,
-             host_arch: str, site_arch: str | None = None, venv: Path | None = None,
-             environ: Mapping[str, str] | None = None, judge: JudgeEnv | None = None,
-             tool: Sequence[JudgeEnv] = (), stamp: str | None = None) -> Job:
+def plan_job(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str] | None = None,
+             stamp: str | None = None) -> Job:
     """The whole batch job, rendered: pure (nothing is run; only ``environ``, the submitting
     shell's variables, is read, for the account rules).
 
     ``stamp`` (default: now, :func:`run_stamp`) goes into the names of the job's output and
     results folder beside the scheduler and the job id: a job id is unique only within one
     cluster's life, so the id alone would name another cluster's (or a restarted one's) files.
-
-    ``host_arch`` and ``venv`` (this tool's Python environment) decide how a build job finds
-    ``invoke`` on the build node; ``site_arch`` is the architecture of the site's nodes.
-    ``judge`` (the verdict's packages for the image's Python, :mod:`containers.batch.judgeenv`)
-    makes a smoke or training job judge with the image's own Python; it is needed where the
-    target's architecture is not ``host_arch`` (this checkout's environment cannot run there);
-    ``tool`` (the tool's packages, one folder per Python, :func:`judgeenv.build_plans`) is how
-    a build job on such a node runs ``invoke build`` with the node's own ``python3``.
     """
-    check_site(request, target, site, site_arch)
-    planner = JobPlanner(target=target, site=chosen_site(site, request), settings=settings,
-                         request=request, host_arch=host_arch, venv=venv,
-                         environ=environ or {}, judge=judge, tool=tool,
-                         stamp=stamp or run_stamp())
+    check_site(request, needs.target, needs.site, needs.site_arch)
+    planner = JobPlanner(needs=replace(needs, site=chosen_site(needs.site, request)),
+                         request=request, environ=environ or {}, stamp=stamp or run_stamp())
     return request.kind.job_body(planner)
 
 
@@ -124,57 +139,55 @@ class JobPlanner:
     """What :func:`plan_job` was given, and the jobs a kind picks from
     (:meth:`containers.prove.kind.WorkloadKind.job_body`): a build, a command, a workload run."""
 
-    target: Target
-    site: Site
-    settings: Settings
+    needs: JobNeeds
     request: JobRequest
-    host_arch: str
-    venv: Path | None
     environ: Mapping[str, str]
-    judge: JudgeEnv | None
-    tool: Sequence[JudgeEnv]
     stamp: str
 
     def frame(self) -> Frame:
-        return job_frame(self.target, self.site, settings=self.settings, request=self.request,
-                         environ=self.environ, stamp=self.stamp)
+        return job_frame(self.needs.target, self.needs.site, settings=self.needs.settings,
+                         request=self.request, environ=self.environ, stamp=self.stamp)
 
     def build(self) -> Job:
         """A build job: one task on one node; no GPU on a partition without them (LUMI-C's
         small), else one (a build needs none, the partition may require one)."""
-        if (refusal := fakeroot_refusal(self.target, self.site)) is not None:
+        target, site, settings = self.needs.target, self.needs.site, self.needs.settings
+        if (refusal := fakeroot_refusal(target, site)) is not None:
             raise refusal
-        frame, site = self.frame(), self.site
+        frame = self.frame()
         gpus = 1 if site.gpus.per_node and frame.partition.gpus_per_node != 0 else 0
         check_size(site, frame.partition, frame.qos, nodes=1, gpus_per_node=gpus)
         res = frame.sized(nodes=1, gpus=gpus,
                           shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
-        body = [f"cd {word(str(self.settings.root))}", "", *module_lines(site.modules),
-                *build_body(self.target, site, root=self.settings.root,
-                            host_arch=self.host_arch, venv=self.venv, tool=self.tool)]
-        return _render(self.request, self.target, site, frame, res, body, stamp=self.stamp)
+        body = [f"cd {word(str(settings.root))}", "", *module_lines(site.modules),
+                *build_body(target, site, root=settings.root, host_arch=self.needs.host_arch,
+                            venv=self.needs.venv, tool=self.needs.tool)]
+        return self._render(frame, res, body)
 
     def command(self) -> Job:
         """``--workload run``: the user's command, judged in the image."""
         return self._run_job(lambda run, record: run_lines(
-            run.command, site=self.site, settings=self.settings, nodes=self.request.nodes,
+            run.command, site=self.needs.site, settings=self.needs.settings,
+            nodes=self.request.nodes,
             record=run_record(record, self.request.command, self.request.workdir)))
 
     def workload(self) -> Job:
         """A smoke or training job: its run, then its verdict."""
         return self._run_job(lambda run, record: workload_lines(
-            self.target, run.workload, settings=self.settings, record=record,
-            judge=self.judge, host_arch=self.host_arch, venv=self.venv))
+            self.needs.target, run.workload, settings=self.needs.settings, record=record,
+            judge=self.needs.judge, host_arch=self.needs.host_arch, venv=self.needs.venv))
 
     def _run_job(self, lines: Callable[[JobRun, dict], list[str]]) -> Job:
         """A job that runs the image on its nodes: the site's size rules, the run's plan, the
         body's head (modules, rendezvous), the run's ``lines`` after it."""
-        target, site, request, frame = self.target, self.site, self.request, self.frame()
+        target, site, request = self.needs.target, self.needs.site, self.request
+        frame = self.frame()
         gpus = _ranks_per_node(request, site)
         asked = gpus if site.gpus.kind != "none" else 0  # the scheduler's: none on CPU sites
         check_size(site, frame.partition, frame.qos, nodes=request.nodes, gpus_per_node=asked)
         check_transport(site, request.nodes)
-        run = job_run(target, site, settings=self.settings, request=request, stamp=self.stamp)
+        run = job_run(target, site, settings=self.needs.settings, request=request,
+                      stamp=self.stamp)
         record = {"target": target.name, "site": site.name, "workload": request.workload,
                   "nodes": request.nodes, "gpus_per_node": gpus, "launcher": run.launcher.name,
                   "partition": frame.partition.name or None,
@@ -185,33 +198,33 @@ class JobPlanner:
                 f"{'GPUs' if site.gpus.kind != 'none' else 'CPU ranks'}, launcher "
                 f"{run.launcher.name}")
         job_id = ref(SCHEDULERS[site.scheduler].rendezvous.job_id_var)
-        return _render(request, target, site, frame,
-                       frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked), body,
-                       stamp=self.stamp, launcher=run.launcher,
-                       comments=[size, *([run.workload.cores_note] if run.workload.cores_note
-                                         else []),
-                                 *([f"transport: {site.transport.degraded}"]
-                                   if site.transport.degraded else [])],
-                       results=str(run.workload.out_dir).replace(job_id, "{job_id}"))
+        return self._render(frame, frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked),
+                            body, launcher=run.launcher,
+                            comments=[size, *([run.workload.cores_note]
+                                              if run.workload.cores_note else []),
+                                      *([f"transport: {site.transport.degraded}"]
+                                        if site.transport.degraded else [])],
+                            results=str(run.workload.out_dir).replace(job_id, "{job_id}"))
 
     def _head(self, run: JobRun) -> list[str]:
         """The body's first lines: the checkout, the host modules (and the variables the binds
         take from them), the rendezvous where the ranks meet."""
-        site, multinode = self.site, self.request.nodes > 1
+        site, multinode = self.needs.site, self.request.nodes > 1
         modules = loaded_modules(site, multinode=multinode)
-        return [f"cd {word(str(self.settings.root))}", "",
+        return [f"cd {word(str(self.needs.settings.root))}", "",
                 *module_lines(modules, multinode=multinode and bool(site.transport.modules)),
                 *module_variable_lines(site, modules, multinode=multinode),
                 *([*SCHEDULERS[site.scheduler].rendezvous.shell(), ""] if run.meets else [])]
 
-
-def _render(request: JobRequest, target: Target, site: Site, frame: Frame, res: Resources,
-            body: list[str], *, stamp: str, launcher: Launcher | None = None,
-            comments: Sequence[str] = (), results: str | None = None) -> Job:
-    scheduler = SCHEDULERS[site.scheduler]
-    text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
-    return Job(request=request, target=target, site=site, scheduler=scheduler,
-               launcher=launcher, resources=res, text=text, results=results, stamp=stamp)
+    def _render(self, frame: Frame, res: Resources, body: list[str], *,
+                launcher: Launcher | None = None, comments: Sequence[str] = (),
+                results: str | None = None) -> Job:
+        site = self.needs.site
+        scheduler = SCHEDULERS[site.scheduler]
+        text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
+        return Job(request=self.request, target=self.needs.target, site=site,
+                   scheduler=scheduler, launcher=launcher, resources=res, text=text,
+                   results=results, stamp=self.stamp)
 
 
 def _ranks_per_node(request: JobRequest, site: Site) -> int:

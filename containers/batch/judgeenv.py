@@ -38,6 +38,10 @@ from packaging.utils import canonicalize_name
 from containers.errors import CommandFailed, ConfigError, on_disk
 from containers.files import atomic_write_text
 from containers.host.process import run
+from containers.image import provenance
+from containers.inputs.envspec import load_target_env
+from containers.inputs.recipes import Target
+from containers.inputs.settings import Settings
 from containers.inputs.versions import major_minor
 from containers.records import BuildRecord
 
@@ -156,6 +160,15 @@ def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None
                 found = version.lstrip("=")
     pair = major_minor(found)
     return f"{pair[0]}.{pair[1]}" if pair else None
+
+
+def of_image(target: Target, settings: Settings) -> JudgeEnv | None:
+    """The verdict's packages for the Python of ``target``'s image (its build record's, else
+    its env spec's pin), for a job judged on its nodes; None when neither says."""
+    record = provenance.read(settings.provenance_path(target.name), corrupt_ok=True)
+    env = load_target_env(target)
+    python = image_python(record, tuple(dep.spec for dep in env.conda) if env else ())
+    return None if python is None else plan(settings.root, arch=target.arch, python=python)
 
 
 Runner = Callable[[list[str]], int]

@@ -40,8 +40,8 @@ def check_site(request: JobRequest, target: Target, site: Site, site_arch: str |
         where = request.kind.arch_hint(target)
         raise UsageError(f"target {target.name} is {target.arch} but site {site.name}'s "
                          f"nodes are {site_arch}{where}")
-    if request.partition is not None and site.partitions and \
-            request.partition not in site.partitions:
+    if (request.partition is not None and site.partitions
+            and request.partition not in site.partitions):
         raise UsageError(f"unknown partition '{request.partition}' for site {site.name}"
                          f"{suggest(request.partition, site.partitions)}; known: "
                          f"{', '.join(site.partitions)}", flag="--partition")

@@ -9,7 +9,10 @@ from invoke import Config
 from containers.app.project import Project, config_sources
 from containers.errors import ConfigError, ContainersError, Problems
 from containers.host.runtime import Runtime
+from containers.prove.registry import kind_of
 from tests.fixtures import ROOT
+
+SMOKE = kind_of("smoke")
 
 
 def test_a_bad_setting_names_the_file_and_line_that_set_it(tmp_path) -> None:
@@ -65,3 +68,17 @@ def test_the_default_target_and_the_runtime_for_another_site(data_project) -> No
     planned = data_project.runtime_for(lumi, dry_run=True)
     assert isinstance(planned, Runtime) and planned.flavour == lumi.runtime
     assert data_project.site_of(data_project.target("cpu")).name == "local"
+
+
+def test_a_jobs_needs_are_resolved_once(data_project) -> None:
+    """The target named (else the default), the site named (else the target's own), and the
+    architecture of that site's nodes: its default target's."""
+    needs = data_project.job_needs("olivia-cuda", None, kind=SMOKE, host_arch="x86_64", venv=None)
+    assert (needs.target.name, needs.site.name, needs.site_arch) == (
+        "olivia-cuda", "olivia", "aarch64")
+    needs = data_project.job_needs("cpu", "olivia", kind=SMOKE, host_arch="x86_64",
+                                   venv=None)
+    assert (needs.site.name, needs.site_arch, needs.host_arch) == ("olivia", "aarch64", "x86_64")
+    with pytest.raises(ContainersError, match="no-such-target"):
+        data_project.job_needs("no-such-target", None, kind=SMOKE, host_arch="x86_64",
+                               venv=None)

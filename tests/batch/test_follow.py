@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from containers.app import following
 from containers.batch import follow
 from containers.errors import VerdictFailed
 
@@ -61,9 +60,8 @@ def test_wait_says_each_state_change_and_stops_when_it_ends() -> None:
     answers = iter(["JobState=PENDING", "JobState=PENDING", "JobState=RUNNING",
                     "JobState=COMPLETED"])
     said: list[str] = []
-    state = following.wait_for("slurm", "7", say=said.append, poll=0,
-                               query=lambda argv: next(answers) if argv[0] == "scontrol"
-                               else None)
+    state = follow.wait_for("slurm", "7", say=said.append, poll=0,
+                            query=lambda argv: next(answers) if argv[0] == "scontrol" else None)
     assert state == "COMPLETED"
     assert [line.split(" (")[0] for line in said] == ["job 7: PENDING", "job 7: RUNNING",
                                                       "job 7: COMPLETED"]
@@ -71,10 +69,10 @@ def test_wait_says_each_state_change_and_stops_when_it_ends() -> None:
 
 def test_a_job_that_ended_without_a_verdict_fails_closed(tmp_path) -> None:
     with pytest.raises(VerdictFailed, match="ended COMPLETED without a readable verdict.json"):
-        following.verdict_of(tmp_path, job_id="7", state="COMPLETED", output="out")
+        follow.verdict_of(tmp_path, job_id="7", state="COMPLETED", output="out")
     (tmp_path / "verdict.json").write_text(json.dumps([1]))
     with pytest.raises(VerdictFailed, match="not an object"):
-        following.verdict_of(tmp_path, job_id="7", state="COMPLETED", output="out")
+        follow.verdict_of(tmp_path, job_id="7", state="COMPLETED", output="out")
 
 
 def test_the_index_keeps_one_line_per_job(tmp_path) -> None:

@@ -59,10 +59,10 @@ def data_job(data_world, tmp_path):
         where = sites[site] if isinstance(site, str) else site
         item = targets[target or TARGET[where.name]]
         home = targets.get(where.default_target or "")
-        return batch.plan_job(item, where, settings=settings,
-                              request=batch.JobRequest(workload=workload, **request),
-                              host_arch=host_arch, site_arch=home.arch if home else None,
-                              venv=venv, environ={"SBATCH_ACCOUNT": "proj_env"}
+        return batch.plan_job(batch.JobNeeds(item, where, settings=settings, host_arch=host_arch,
+                              site_arch=home.arch if home else None, venv=venv),
+                              batch.JobRequest(workload=workload, **request),
+                              environ={"SBATCH_ACCOUNT": "proj_env"}
                               if environ is None else environ, stamp=stamp)
     return render
 
@@ -381,9 +381,10 @@ def test_a_literal_dollar_in_a_path_stays_literal(data_world, tmp_path) -> None:
     data = tmp_path / "data$HOME"
     data.mkdir()
     settings = load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)})
-    job = batch.plan_job(targets["cpu"], sites["local-slurm"], settings=settings,
-                         request=batch.JobRequest(workload="ddp", options=TrainOptions(
-                             example="ddp", gpus=2, data=data)), host_arch="x86_64")
+    job = batch.plan_job(batch.JobNeeds(targets["cpu"], sites["local-slurm"], settings=settings,
+                         host_arch="x86_64"),
+                         batch.JobRequest(workload="ddp", options=TrainOptions(
+                             example="ddp", gpus=2, data=data)))
     assert f"--bind '{data}:/opt/containers/data:ro'" in job.text
 
 
@@ -475,8 +476,8 @@ def test_unsafe_directive_values_are_refused(data_world, tmp_path) -> None:
     settings = load_settings(tmp_path / "my checkout", {})
     with pytest.raises(ConfigError, match="--output '.*my checkout.*' has characters a batch "
                                           "directive cannot carry"):
-        batch.plan_job(targets["cpu"], sites["local-slurm"], settings=settings,
-                       request=batch.JobRequest(workload="smoke"), host_arch="x86_64")
+        batch.plan_job(batch.JobNeeds(targets["cpu"], sites["local-slurm"], settings=settings,
+                       host_arch="x86_64"), batch.JobRequest(workload="smoke"))
 
 
 # ----------------------------------------------------------------------------------- profiles
@@ -763,11 +764,10 @@ def test_an_aarch64_build_job_runs_the_nodes_python3(data_world, tmp_path) -> No
     version; none prepared for it is one line naming what it found and what was prepared."""
     targets, sites = data_world
     tool = judgeenv.build_plans(Path("/proj"), arch="aarch64")
-    job = batch.plan_job(targets["olivia-cuda"], sites["olivia"],
+    job = batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], sites["olivia"],
                          settings=load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)}),
-                         request=batch.JobRequest(workload="build", account="p"),
                          host_arch="x86_64", site_arch="aarch64", venv=Path("/proj/.venv"),
-                         tool=tool)
+                         tool=tool), batch.JobRequest(workload="build", account="p"))
     code = "\n".join(line for line in job.text.splitlines() if not line.lstrip().startswith("#"))
     assert not re.search(r"\bpip\b", code) and "venv" not in code and "/bin/invoke" not in code
     assert f"node_python=$({NODE_PYTHON} 2>/dev/null)" in code

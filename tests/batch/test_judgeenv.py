@@ -29,10 +29,10 @@ def _render(data_world, tmp_path, *, target: str, site: str, judge, host: str = 
             settings=None):
     targets, sites = data_world
     settings = settings or load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)})
-    return batch.plan_job(targets[target], sites[site], settings=settings,
-                          request=batch.JobRequest(workload="smoke"), host_arch=host,
-                          site_arch=targets[target].arch, venv=Path("/proj/.venv"),
-                          environ={"SBATCH_ACCOUNT": "p"}, judge=judge)
+    return batch.plan_job(batch.JobNeeds(targets[target], sites[site], settings=settings,
+                          host_arch=host, site_arch=targets[target].arch, venv=Path("/proj/.venv"),
+                          judge=judge), batch.JobRequest(workload="smoke"),
+                          environ={"SBATCH_ACCOUNT": "p"})
 
 
 def _code(text: str) -> str:
@@ -46,11 +46,11 @@ def test_an_aarch64_job_rendered_on_x86_64_judges_in_its_image(data_world, tmp_p
                                                                 workload) -> None:
     judge = judgeenv.plan(Path("/proj"), arch="aarch64", python="3.12")
     targets, sites = data_world
-    made = batch.plan_job(targets["olivia-cuda"], sites["olivia"],
+    made = batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], sites["olivia"],
                           settings=load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)}),
-                          request=batch.JobRequest(workload=workload), host_arch="x86_64",
-                          site_arch="aarch64", venv=Path("/proj/.venv"),
-                          environ={"SBATCH_ACCOUNT": "p"}, judge=judge)
+                          host_arch="x86_64", site_arch="aarch64", venv=Path("/proj/.venv"),
+                          judge=judge), batch.JobRequest(workload=workload),
+                          environ={"SBATCH_ACCOUNT": "p"})
     text = made.text
     code = _code(text)
     assert not re.search(r"\bpip\b", code) and "venv" not in code and "/bin/invoke" not in code

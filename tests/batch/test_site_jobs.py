@@ -86,11 +86,10 @@ def data_site_job(data_world, tmp_path):
         for env in (judge, *tool) if judge else ():
             env.folder.mkdir(parents=True, exist_ok=True)
             (env.folder / COMPLETE).write_text("")
-        job = batch.plan_job(target, where, settings=settings,
-                             request=batch.JobRequest(workload=workload, account="proj_1",
-                                                      **request),
-                             host_arch="x86_64", site_arch=target.arch,
-                             venv=tmp_path / "venv", environ={}, judge=judge, tool=tool)
+        job = batch.plan_job(batch.JobNeeds(target, where, settings=settings, host_arch="x86_64",
+                             site_arch=target.arch, venv=tmp_path / "venv", judge=judge, tool=tool),
+                             batch.JobRequest(workload=workload, account="proj_1", **request),
+                             environ={})
         return execute(job.text, where, tmp_path, nodes=request.get("nodes", 1), fail=fail,
                        python=python, unset=unset)
     return run

@@ -44,10 +44,10 @@ def shaped(request, tmp_path_factory):
     judge = judgeenv.plan(settings.root, arch=arch, python="3.12") if arch != "x86_64" else None
 
     def render(workload: str, *, on=None, **kw) -> batch.Job:
-        return batch.plan_job(targets[SITES[site.name]], on or site, settings=settings,
-                              request=batch.JobRequest(workload=workload, **kw),
-                              host_arch="x86_64", site_arch=arch,
-                              venv=ROOT / ".venv", environ={}, judge=judge)
+        return batch.plan_job(batch.JobNeeds(targets[SITES[site.name]], on or site,
+                              settings=settings, host_arch="x86_64", site_arch=arch,
+                              venv=ROOT / ".venv", judge=judge),
+                              batch.JobRequest(workload=workload, **kw), environ={})
     with site_shaped_cluster(site) as cluster:
         yield site, cluster, render
 

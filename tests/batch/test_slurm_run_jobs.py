@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from containers import app
-from containers.app import following
 from containers.batch import follow
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
@@ -37,7 +36,7 @@ def run_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> app.Project:
     """The real project and image, results in a temp folder, Slurm clients aimed at the test
     cluster, and every package index setting pointed at nothing (the job inherits them)."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    monkeypatch.setattr(following, "POLL_SECONDS", 0.5)
+    monkeypatch.setattr(follow, "POLL_SECONDS", 0.5)
     for name, value in (("PIP_INDEX_URL", "http://127.0.0.1:9/nothing"),
                         ("PIP_EXTRA_INDEX_URL", ""), ("PIP_FIND_LINKS", str(tmp_path / "none")),
                         ("PIP_NO_INDEX", "1"), ("PIP_CONFIG_FILE", "/dev/null")):

@@ -235,10 +235,10 @@ def test_submit_is_refused_from_the_recorded_arch(tmp_path: Path, monkeypatch) -
     """``invoke job --submit`` checks the record before sbatch sees the script: nothing is
     submitted for an image of another architecture than the site's nodes."""
     from containers import app
-    import containers.app.jobs as app_jobs
+    import containers.batch.submission as submission
     project = _recorded_cpu_image(tmp_path, "s390x")
     submitted: list = []
-    monkeypatch.setattr(app_jobs, "capture", lambda argv, **kw: submitted.append(argv) or "1")
+    monkeypatch.setattr(submission, "capture", lambda argv, **kw: submitted.append(argv) or "1")
     lines: list[str] = []
     with pytest.raises(StateError, match=r"s390x image \(its build record\).*not submitting it"):
         app.job(project, target="cpu", workload="smoke", site="local-slurm", submit=True,
@@ -254,11 +254,12 @@ def test_a_submission_that_fails_leaves_no_script_behind(tmp_path: Path, monkeyp
     from containers import app
     from containers.errors import CommandFailed
     import containers.app.jobs as app_jobs
+    import containers.batch.submission as submission
     project = _recorded_cpu_image(tmp_path, "x86_64")
 
     def refuse(argv, **kw):
         raise CommandFailed("sbatch", returncode=1, output=["sbatch: error: invalid partition"])
-    monkeypatch.setattr(app_jobs, "capture", refuse)
+    monkeypatch.setattr(submission, "capture", refuse)
     monkeypatch.setattr(app_jobs, "host_arch", lambda: "x86_64")
     with pytest.raises(CommandFailed):
         app.job(project, target="cpu", workload="smoke", site="local-slurm", submit=True,

@@ -35,8 +35,8 @@ def _job(name: str, settings, *, nodes: int = 2, site=None) -> batch.Job:
     where = site or load_sites(ROOT)[name]
     request = batch.JobRequest(workload="smoke", nodes=nodes, account="proj1",
                                partition="gpumedium" if name == "mahti" else None)
-    return batch.plan_job(load_targets(ROOT)[target], where, settings=settings,
-                          request=request, host_arch="x86_64", environ={})
+    return batch.plan_job(batch.JobNeeds(load_targets(ROOT)[target], where, settings=settings,
+                          host_arch="x86_64"), request, environ={})
 
 
 def _result(name: str, settings, lines: tuple[str, ...], *, site=None,

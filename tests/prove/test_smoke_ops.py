@@ -206,8 +206,8 @@ def test_a_smoke_job_carries_its_ops(data_root, data_settings) -> None:
     target = load_targets(data_root)["cpu"]
     site = load_site(data_root / "sites" / "local-slurm.yaml")
     request = batch.JobRequest(workload="smoke", options=SmokeOptions(gpus=2, op="all"))
-    made = batch.plan_job(target, site, settings=data_settings, request=request,
-                          host_arch="x86_64", environ={})
+    made = batch.plan_job(batch.JobNeeds(target, site, settings=data_settings, host_arch="x86_64"),
+                          request, environ={})
     assert f" --op {ALL} " in made.text
     record = json.loads(made.text.split("<<'JOB'\n")[1].split("\nJOB\n")[0])
     assert record["options"]["op"] == ALL
