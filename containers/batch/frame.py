@@ -27,7 +27,7 @@ class Frame:
     qos: Qos | None
     comments: list[str]
     #: GB per node a job on this partition must ask for with all of a node's ``node_gpus``
-    #: (the profile's ``job.ask_memory_gb``; 0: none asked).
+    #: (a partition of ``shared_nodes``: its ``allocatable_gb``; 0: none asked).
     node_memory_gb: int = 0
     node_gpus: int = 0
 
@@ -73,10 +73,10 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
                           gpu_request=partition.gpu_request or site.gpus.request,
                           gres_type=partition.gres_type or site.gpus.gres_type, qos=request.qos,
                           reservation=request.reservation, directives=request.directives)
-    memory = site.job.ask_memory_gb.get(partition.name, 0)
+    memory = partition.allocatable_gb or 0 if partition.shared_nodes else 0
     if memory:
         comments.append(f"partition {partition.name}: shared nodes, memory asked per node "
-                        f"(job.ask_memory_gb: {memory} GB with all a node's GPUs, else their "
+                        f"(allocatable_gb: {memory} GB with all a node's GPUs, else their "
                         "share)")
     return Frame(resources=resources, partition=partition, qos=qos, comments=comments,
                  node_memory_gb=memory, node_gpus=partition.gpus_per_node

@@ -169,6 +169,9 @@ class Partition(Limits):
     allocatable_source: Str | None = Doc(None, validate_default=True, description="the page "
                                          "that states allocatable_gb (or that none is "
                                          "published, and why the figure is safe)")
+    shared_nodes: Bool = Doc(False, description="jobs share nodes and get only the memory they "
+                             "ask for (PBS: mem= in select): a job asks allocatable_gb with all "
+                             "of a node's GPUs, else their share")
 
     _within_max = after("default_time", lambda time, data: "is longer than max_time" if (
         time is not None and data.get("max_time") is not None and time > data["max_time"])
@@ -176,6 +179,11 @@ class Partition(Limits):
     _allocatable_cited = after("allocatable_source", lambda source, data: (
         "allocatable_gb needs allocatable_source (the page that states it)"
         if data.get("allocatable_gb") and not source else None))
+    _shared_asks = after("shared_nodes", lambda shared, data: (
+        "a partition of shared nodes needs allocatable_gb: its jobs ask for their memory"
+        if shared and not data.get("allocatable_gb") else
+        "a partition cannot have both whole_nodes and shared_nodes"
+        if shared and data.get("whole_nodes") else None))
 
     def gpu_share(self, gpus_per_node: int) -> int | None:
         """GB per GPU that keeps a job on a whole node within what a node allocates."""
@@ -263,11 +271,7 @@ class Job(Part):
                                                         "scheduler limits in length")
     build_unset: tuple[EnvName, ...] = Doc((), description="variables a build job unsets (a "
                                            "site module's binds the new image lacks)")
-    ask_memory_gb: dict[Str, Positive] = Doc({}, description="GB per node a job on each of "
-                                             "these partitions (queues) must ask for: shared "
-                                             "nodes give a job only what it asks (PBS: mem= in "
-                                             "select); a job of some of a node's GPUs asks "
-                                             "their share")
+
 
 
 class Detect(Part):
@@ -391,18 +395,6 @@ class Profile(Part):
     def _qos_names(cls, value: dict[str, Qos]) -> dict[str, Qos]:
         for name, qos in value.items():
             qos._name = name
-        return value
-
-    @field_validator("job")
-    @classmethod
-    def _memory_of_partitions(cls, value: Job, info: ValidationInfo) -> Job:
-        """A queue the profile does not name would never be asked memory for: a typo there
-        would leave a shared queue's jobs without memory."""
-        names = _raw_names(info)
-        for name in value.ask_memory_gb:
-            if name not in names:
-                raise problem_at(f"'{name}' is not one of the partitions{suggest(name, names)}",
-                                 "ask_memory_gb", name)
         return value
 
     _one_mask_per_gpu = after("cpu_bind", lambda masks, data: (

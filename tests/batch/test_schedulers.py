@@ -42,7 +42,7 @@ def test_pbs_select_chunk_per_node() -> None:
 
 
 def test_memory_per_node_is_asked_as_is() -> None:
-    """A shared queue's memory per node (job.ask_memory_gb) is the chunk's mem=, in the place
+    """A shared queue's memory per node (a shared_nodes partition's allocatable_gb) is the chunk's mem=, in the place
     of the per-GPU figure; Slurm asks it with --mem=, never with --mem-per-gpu beside it."""
     res = Resources(**{**RES.__dict__, "mem_per_node_gb": 235, "output": "/out/"})
     assert "#PBS -l select=2:ncpus=16:ngpus=4:mem=235GB" in Pbs().preamble(res)

@@ -421,8 +421,6 @@ def test_the_job_words_of_a_profile(tmp_path: Path) -> None:
     _profile(tmp_path, "job:\n  step_options: [--cpu-bind, none]\n  short_names: {smoke: smk}\n"
                        "  build_unset: [SINGULARITY_BIND]\n")
     job = load_sites(tmp_path)["x"].job
-    assert load_sites(Path(__file__).resolve().parents[2])["derecho"].job.ask_memory_gb == {
-        "develop": 235}
     assert (job.step_options, job.short_names, job.build_unset) == (
         ("--cpu-bind", "none"), {"smoke": "smk"}, ("SINGULARITY_BIND",))
     assert load_sites(Path(__file__).resolve().parents[2])["puhti"].job.step_options == ()
@@ -433,18 +431,30 @@ def test_the_job_words_of_a_profile(tmp_path: Path) -> None:
              "'s k' is not a word"),
             ("job:\n  short_names: {\"s k\": smk}\n", "job.short_names.s k",
              "'s k' is not a word"),
-            ("job:\n  step_option: [x]\n", "job.step_option", "step_options"),
-            # a queue of shared nodes that is not one of the partitions: its jobs would ask none
-            ("partitions: [develop]\njob:\n  ask_memory_gb: {devlop: 235}\n",
-             "job.ask_memory_gb.devlop", "'devlop' is not one of the partitions (did you mean "
-             "'develop'?)"),
-            ("partitions: [develop]\njob:\n  ask_memory_gb: {develop: 0}\n",
-             "job.ask_memory_gb.develop", "must be at least 1 (got 0)")):
+            ("job:\n  step_option: [x]\n", "job.step_option", "step_options")):
         _profile(tmp_path, text)
         with pytest.raises(ConfigError) as refused:
             load_sites(tmp_path)
         assert refused.value.key == key and message in str(refused.value), str(refused.value)
         assert refused.value.line and "\n" not in str(refused.value)
+
+
+def test_a_partition_of_shared_nodes_asks_its_allocatable_memory(tmp_path: Path) -> None:
+    """Derecho's develop queue shares nodes: its jobs ask allocatable_gb, declared once (the
+    partition's figure, not a second one); a shared partition without the figure, or one
+    that is also whole_nodes, is refused in one line at its key."""
+    develop = load_sites(Path(__file__).resolve().parents[2])["derecho"].partition("develop")
+    assert (develop.shared_nodes, develop.allocatable_gb) == (True, 235)
+    for text, message in (
+            ("partitions:\n  develop: {shared_nodes: true}\n",
+             "a partition of shared nodes needs allocatable_gb"),
+            ("partitions:\n  develop: {shared_nodes: true, whole_nodes: true, allocatable_gb: 235,"
+             " allocatable_source: x}\n", "cannot have both whole_nodes and shared_nodes")):
+        _profile(tmp_path, text)
+        with pytest.raises(ConfigError) as refused:
+            load_sites(tmp_path)
+        assert refused.value.key == "partitions.develop.shared_nodes", str(refused.value)
+        assert message in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_a_job_asks_at_most_a_partitions_share_of_a_node(tmp_path: Path) -> None:
