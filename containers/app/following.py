@@ -16,7 +16,7 @@ from pathlib import Path
 from containers.app.project import Project
 from containers.app.running import CommandExit
 from containers.batch import follow
-from containers.batch.follow import ask, verdict_of, wait_for
+from containers.batch.follow import verdict_of, wait_for
 from containers.errors import StateError
 from containers.files import read_json_object
 from containers.inputs.flags import JOB_ID
@@ -54,9 +54,10 @@ def _index(project: Project) -> list[dict]:
                          "job --submit starts a new one)") from None
 
 
-def _row(entry: dict) -> dict | None:
+def _row(entry: dict, queries: dict[str, follow.Queries]) -> dict | None:
     """An index entry with its state now and its verdict; None for an entry no job of this
-    tool wrote (its id is not one sbatch or qsub prints), so it hides no other job."""
+    tool wrote (its id is not one sbatch or qsub prints), so it hides no other job. A job the
+    scheduler no longer knows has ended; one whose scheduler did not answer is unknown."""
     try:
         job_id = JOB_ID.parse(entry.get("job_id"))
     except ValueError:
@@ -71,8 +72,11 @@ def _row(entry: dict) -> dict | None:
             code = follow.verdict_code(Verdict.of(record, source=path))
             verdict = "PASS" if code == 0 else "FAIL"
     at = entry.get("scheduler_submitted")
-    state = follow.job_state(scheduler, job_id, ask, submitted=at if isinstance(at, str) else None)
-    return {**entry, "job_id": job_id, "state": state or "ended", "verdict": verdict}
+    asked = queries[scheduler]
+    state = follow.job_state(scheduler, job_id, asked,
+                             submitted=at if isinstance(at, str) else None)
+    unknown = "unknown" if asked.silent else "ended"
+    return {**entry, "job_id": job_id, "state": state or unknown, "verdict": verdict}
 
 
 def _cell(value: object) -> str:
@@ -88,9 +92,11 @@ def _folder(results: object) -> str:
 
 def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -> list[dict]:
     """The jobs this checkout submitted, newest last, with their state now and verdict."""
-    rows = [row for row in map(_row, _index(project)) if row is not None]
+    queries = {"slurm": follow.Queries(), "pbs": follow.Queries()}
+    rows = [row for row in (_row(entry, queries) for entry in _index(project)) if row is not None]
+    unanswered = {name: asked.silent for name, asked in queries.items() if asked.silent}
     if as_json:
-        say(json.dumps({"jobs": rows}, indent=2))
+        say(json.dumps({"jobs": rows, "unanswered": unanswered}, indent=2))
         return rows
     if not rows:
         say("no jobs submitted from this checkout yet (invoke job --submit adds one)")
@@ -102,4 +108,6 @@ def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -
                               "scheduler", "workload", "target", "site", "submitted")),
                             _folder(r.get("results")), r["state"], r["verdict"] or "-")
                            for r in rows]))
+    for name, why in unanswered.items():
+        say(f"state unknown of the {name} jobs: {why}")
     return rows

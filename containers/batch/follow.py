@@ -2,8 +2,9 @@
 scheduler, and a small index of the jobs this checkout submitted.
 
 The state is asked with the scheduler's own tools (Slurm's ``scontrol show job -o``, falling back
-to ``sacct`` once the controller has forgotten the job; PBS's ``qstat -x -f``); a job whose state
-cannot be read any more counts as ended, and its verdict then decides. The index is one JSON line
+to ``sacct`` once the controller has forgotten the job; PBS's ``qstat -x -f``); a job the
+scheduler answers for and no longer knows has ended, and its verdict then decides; a scheduler
+that does not answer leaves its jobs' state unknown (:class:`Queries`). The index is one JSON line
 per submitted job in ``results/jobs/index.jsonl`` (appended with ``O_APPEND``, one write per
 line, so jobs submitted together do not mix their lines).
 """
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from containers.errors import ContainersError, VerdictFailed
+from containers.errors import CommandFailed, ContainersError, VerdictFailed
 from containers.files import open_append_regular, read_regular_json, read_regular_text
 from containers.host.process import capture
 from containers.records import Verdict
@@ -60,6 +61,32 @@ def parse_submitted(scheduler: str, text: str) -> str | None:
     (None where it does not): with the job id, what tells a job from a restarted cluster's."""
     found = SUBMIT_TIME["pbs" if scheduler == "pbs" else "slurm"].search(text)
     return next((group for group in found.groups() if group), None) if found else None
+
+
+#: What a scheduler's tools say when its server cannot be reached (Slurm's client library;
+#: PBS's qstat): no answer, as a timeout is.
+UNREACHABLE = re.compile(r"Unable to contact slurm controller|cannot connect to server", re.I)
+
+
+class Queries:
+    """The state queries of one listing (``invoke jobs``): a scheduler that did not answer one
+    (timed out, its tool missing, its server unreachable) is asked no more, so a listing of
+    many jobs waits for it once, not once a job; ``silent`` says why. Its jobs' state is then
+    unknown, never "ended": that would be a guess."""
+
+    def __init__(self, timeout: float = 60) -> None:
+        self.timeout = timeout
+        self.silent: str | None = None
+
+    def __call__(self, argv: list[str]) -> str | None:
+        if self.silent is not None:
+            return None
+        try:
+            return capture(argv, timeout=self.timeout)
+        except CommandFailed as exc:
+            if exc.returncode is None or UNREACHABLE.search("\n".join(exc.output)):
+                self.silent = str(exc)
+            return None
 
 
 def ask(argv: list[str]) -> str | None:

@@ -13,7 +13,7 @@ import pytest
 from containers import app
 from containers.app.following import JobVerdict, follow_job, jobs_report, verdict_of, wait_for
 from containers.batch import follow
-from containers.errors import StateError, VerdictFailed
+from containers.errors import CommandFailed, StateError, VerdictFailed
 from containers.inputs.settings import load_settings
 from tests.fixtures import ROOT
 
@@ -56,7 +56,7 @@ def test_a_missing_or_odd_verdict_fails_closed(tmp_path) -> None:
 
 
 def test_follow_job_exits_with_the_verdicts_code(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr("containers.app.following.ask", _answers("COMPLETED"))
+    monkeypatch.setattr(follow, "capture", lambda argv, **kwargs: "JobId=7 JobState=COMPLETED")
     (tmp_path / "verdict.json").write_text(json.dumps(
         {"passed": False, "reasons": ["the loss did not fall"]}))
     lines: list[str] = []
@@ -69,9 +69,15 @@ def test_follow_job_exits_with_the_verdicts_code(tmp_path, monkeypatch) -> None:
                       poll=0) == {"passed": True}
 
 
+def _no_such_job(argv: list[str], **kwargs) -> str:
+    """A scheduler that answers and knows none of the jobs (scontrol: exit 1)."""
+    raise CommandFailed(" ".join(argv), argv=argv, returncode=1,
+                        output=["slurm_load_jobs error: Invalid job id specified"])
+
+
 def test_jobs_report_reads_the_index_and_each_verdict(data_project, tmp_path,
                                                       monkeypatch) -> None:
-    monkeypatch.setattr("containers.app.following.ask", lambda argv: None)  # no scheduler
+    monkeypatch.setattr(follow, "capture", _no_such_job)
     results = tmp_path / "r"
     results.mkdir()
     (results / "verdict.json").write_text(json.dumps({"passed": True}))
@@ -128,7 +134,7 @@ def test_two_clusters_job_1_are_two_rows(data_project, tmp_path, monkeypatch, ca
     """Job ids repeat across clusters and restarts: the table names each job's own results
     folder (stamp, scheduler and id), and each row reads its own verdict; an entry written
     before the folders were stamped still reads."""
-    monkeypatch.setattr("containers.app.following.ask", lambda argv: None)
+    monkeypatch.setattr(follow, "capture", _no_such_job)
     jobs = data_project.settings.results_dir / "jobs"
     for name, passed in (("cpu-20260101-120000-slurm-job1", True),
                          ("cpu-20260101-130000-slurm-job1", False), ("cpu-job1", True)):
@@ -141,3 +147,36 @@ def test_two_clusters_job_1_are_two_rows(data_project, tmp_path, monkeypatch, ca
     shown = capsys.readouterr().out
     assert "cpu-20260101-120000-slurm-job1" in shown and "cpu-20260101-130000-slurm-job1" in shown
     assert "cpu-job1" in shown and "scheduler" in shown
+
+
+@pytest.mark.parametrize("silence", [
+    CommandFailed("scontrol show job -o 1 timed out after 60s", argv=["scontrol"]),
+    CommandFailed("scontrol show job -o 1", argv=["scontrol"], returncode=1, output=[
+        "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"])])
+def test_a_scheduler_that_does_not_answer_is_asked_once_and_its_jobs_are_unknown(
+        data_project, monkeypatch, silence: CommandFailed) -> None:
+    """A controller that is down (or a query that times out) is waited for once per listing,
+    not once per job, and its jobs are "unknown", never "ended" (a guess); the listing says
+    why, in its table's last line and in the JSON document."""
+    asked: list[list[str]] = []
+
+    def silent(argv: list[str], **kwargs) -> str:
+        asked.append(argv)
+        raise silence
+
+    monkeypatch.setattr(follow, "capture", silent)
+    jobs = data_project.settings.results_dir / "jobs"
+    for job_id in ("21", "22", "23"):
+        follow.append_index(jobs, {"job_id": job_id, "scheduler": "slurm", "results": None})
+    lines: list[str] = []
+    rows = jobs_report(data_project, say=lines.append)
+    assert len(asked) == 1 and [row["state"] for row in rows] == ["unknown"] * 3
+    assert lines[-1].startswith("state unknown of the slurm jobs: scontrol show job -o 1")
+    document = json.loads(_listed_json(data_project))
+    assert set(document["unanswered"]) == {"slurm"}
+
+
+def _listed_json(project) -> str:
+    said: list[str] = []
+    jobs_report(project, as_json=True, say=said.append)
+    return said[-1]
