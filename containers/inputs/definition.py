@@ -13,10 +13,7 @@ files out of an earlier one with ``%files from <stage>``. A ``{{ ARG }}`` given 
 Apptainer reads them). The image is the last stage. The build passes the file to Apptainer
 unchanged, so stages cost the tool nothing but reading them right.
 
-``%setup`` and ``%pre`` run on the build host as the building user, ``%files`` and ``%appfiles``
-copy from the host and a ``localimage`` stage starts from a host file: a line there that reads
-a host path outside the build context the tool stages makes the image depend on the build
-machine. :func:`host_path_uses` lists them for ``invoke check``.
+What a definition reads on the build host is judged by :mod:`containers.inputs.hostpaths`.
 
 Lines are Apptainer's (pkg/build/types/parser/deffile.go scans with Go's ``bufio.ScanLines``):
 they end at ``\n`` only, and one ``\r`` before it is dropped (:func:`apptainer_lines`,
@@ -28,7 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -64,9 +60,6 @@ _ARG_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 #: ``\x1c``-``\x1f``, which Go keeps in a word.
 GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + \
     "\u2028\u2029\u202f\u205f\u3000"
-#: The blanks a POSIX shell splits a command at (``%setup`` and ``%pre`` run in one): form feed,
-#: ``\v`` or ``\x1c`` are part of a word there, so ``\f# ...`` is a command, not a comment.
-SHELL_BLANKS = " \t"
 #: An app name Apptainer can hold: it becomes a folder (``/scif/apps/NAME``), shell lines of the
 #: app's scripts (``SCIF_APPNAME=NAME``, unquoted) and variable names (apps.go), and ``..`` in it
 #: leaves ``/scif/apps`` (``%appinstall ../../etc`` installs in ``/etc``).
@@ -341,213 +334,6 @@ class Definition:
                                       path=self.path, line=stage.header_lines.get("stage"),
                                       key="Stage")
                 names.append(stage.name)
-
-
-#: Paths a %setup script may name without reading the build host: the image's root as Apptainer
-#: passes it, and the null and standard streams.
-_SETUP_SAFE = ("/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr")
-_CONTEXT_SOURCE = re.compile(r"^\{\{\s*BUILD_CONTEXT\s*\}\}")
-#: A build argument written in a line (``{{ BUILD_CONTEXT }}``): Apptainer substitutes it before
-#: it splits a %files line into words, so it is read here as one word, not as ``{{``.
-_ARG_PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
-#: Folders a path may start from without being a host path: the build context (``%files`` and
-#: ``%setup``) and the image's root as Apptainer passes it to %setup. A path from them that climbs
-#: out (``{{ BUILD_CONTEXT }}/../../etc/shadow``) is a host path all the same.
-_ANCHORED = re.compile(r"(\{\{\s*BUILD_CONTEXT\s*\}\}|\$\{?(?:APPTAINER|SINGULARITY)_ROOTFS\}?)"
-                       r"""([^\s'";|&<>()]*)""")
-
-
-@dataclass(frozen=True)
-class HostPathUse:
-    """A ``%setup`` or ``%files`` line that reads host paths outside the build context."""
-
-    section: str
-    line: int
-    paths: tuple[str, ...]
-
-
-def _body_lines(section: Section, blanks: str = GO_SPACE) -> list[tuple[int, str]]:
-    """``(line number, text)`` of each line of a section's body as Apptainer hands it on
-    (:func:`line_text`) that is not blank or a comment, without the ``blanks`` it starts with:
-    Go's spaces where Apptainer reads the line itself (``%files``), the shell's where a shell
-    does. Its end is kept: ``\\`` then a space is no continuation to the shell."""
-    lines = ((section.line + offset, line_text(raw).lstrip(blanks))
-             for offset, raw in enumerate(apptainer_lines(section.body), start=1))
-    return [(number, text) for number, text in lines
-            if text.strip(blanks) and not text.startswith("#")]
-
-
-def _commands(section: Section) -> list[tuple[int, str]]:
-    """A shell section's lines (:func:`_body_lines` with the shell's blanks) with a line that
-    ends in an odd number of ``\\`` joined to the next, as the shell reads one command; each
-    with the number of its first line. ``\\`` then a space, or ``\\\\``, ends the line."""
-    joined: list[tuple[int, str]] = []
-    going_on = False
-    for number, text in _body_lines(section, SHELL_BLANKS):
-        if going_on:
-            joined[-1] = (joined[-1][0], joined[-1][1][:-1] + " " + text)
-        else:
-            joined.append((number, text))
-        going_on = (len(text) - len(text.rstrip("\\"))) % 2 == 1
-    return joined
-
-
-def _without_comment(text: str) -> str:
-    """``text`` up to a shell comment: a ``#`` that starts a word (after a blank or an
-    operator), outside quotes. ``a#b`` is one word to the shell (shlex would cut it, and
-    hide ``; cat /etc/hostname`` after it)."""
-    quote, escaped = "", False
-    for at, char in enumerate(text):
-        if escaped:
-            escaped = False
-        elif char == "\\" and quote != "'":
-            escaped = True
-        elif quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char == "#" and (at == 0 or text[at - 1] in SHELL_BLANKS + ";&|<>()"):
-            return text[:at]
-    return text
-
-
-def shell_words(text: str) -> list[str]:
-    """``text`` split into shell words as the shell reads them (quotes group and are removed,
-    ``#`` starts a comment, ``; & | < > ( )`` are words of their own), a ``{{ ARG }}`` kept as
-    one word (Apptainer substitutes it first) and written back as ``{{ NAME }}``. A line the
-    shell would not finish (an open quote) is split at spaces."""
-    marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", _without_comment(text))
-    lexer = shlex.shlex(marked, posix=True, punctuation_chars=";&|<>()")
-    lexer.whitespace_split, lexer.commenters = True, ""
-    try:
-        words = list(lexer)
-    except ValueError:  # an unbalanced quote: read it as plain words
-        words = marked.split()
-    return [re.sub(r"\0(\w+)\0", r"{{ \1 }}", word) for word in words]
-
-
-#: Commands whose arguments are text they print, not files they read (``printf '%s/x'``).
-_TEXT_COMMANDS = frozenset({"echo", "printf"})
-#: Where the programs every build host has live: running ``/usr/bin/env`` reads no host data.
-_SYSTEM_PROGRAMS = ("/bin/", "/usr/bin/", "/sbin/", "/usr/sbin/")
-_OPERATOR = re.compile(r"^[;&|()]+$")
-_REDIRECT = re.compile(r"^[<>&]+$")
-_ASSIGNMENT = re.compile(r"^-{0,2}[A-Za-z_][\w.-]*=(.*)$")
-
-
-def _host_path(word: str) -> str | None:
-    """``word`` (or the value of ``--opt=value`` / ``NAME=value``) when it names a path of the
-    build host: absolute or under ``~``, not a standard stream."""
-    assigned = _ASSIGNMENT.match(word)
-    value = assigned.group(1) if assigned else word
-    if value.startswith(("/", "~/")) and value not in (*_SETUP_SAFE, "/", "~/"):
-        return value
-    return None
-
-
-def setup_paths(code: str) -> tuple[str, ...]:
-    """The host paths one ``%setup`` command line reads or writes, judged on its shell words:
-    an absolute or ``~`` word, a redirection's target, a path from the build context or the
-    image's root that climbs out (:func:`climbs_out`). Text is not a path: a quoted URL is one
-    word that does not start with ``/``, and what ``echo``/``printf`` print is data."""
-    found: list[str] = []
-    command, text, redirect = True, False, False
-    for word in shell_words(code):
-        if _OPERATOR.match(word):
-            command, text, redirect = True, False, False
-            continue
-        if _REDIRECT.match(word):
-            redirect = True
-            continue
-        path = _host_path(word)
-        if command and not _ASSIGNMENT.match(word):
-            command, text = False, word.rsplit("/", 1)[-1] in _TEXT_COMMANDS
-            path = None if path and path.startswith(_SYSTEM_PROGRAMS) else path
-        elif text and not redirect:
-            path = None
-        redirect = False
-        found += [path] if path else [  # from the build context or the image's root, out
-            match.group(0) for match in _ANCHORED.finditer(word) if climbs_out(match.group(2))]
-    return tuple(found)
-
-
-def climbs_out(rest: str) -> bool:
-    """Whether ``rest``, the part of a path after an anchor folder (``{{ BUILD_CONTEXT }}``),
-    names something outside that folder: a ``..`` that climbs above it, or a sibling name
-    glued to it (``{{ BUILD_CONTEXT }}-other``)."""
-    if not rest:
-        return False
-    if not rest.startswith("/"):  # a variable (``${dir}``) joins a path below; a name, beside
-        return re.match(r"[\w.-]", rest) is not None
-    depth = 0
-    for part in rest.split("/"):
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                return True
-        elif part not in ("", "."):
-            depth += 1
-    return False
-
-
-def _outside_context(source: str) -> bool:
-    """Whether a file a build copies from the host, ``source``, is not in the build context
-    the tool stages (not under ``{{ BUILD_CONTEXT }}``, or climbing out of it)."""
-    context = _CONTEXT_SOURCE.match(source)
-    return not context or climbs_out(source[context.end():])
-
-
-def appfiles_source(text: str) -> str:
-    """The source of one ``%appfiles`` line as Apptainer takes it (``copyFiles`` of apps.go):
-    the line up to its first ``#``, trimmed, up to its first space; no quotes are read. A
-    ``{{ ARG }}`` is one word (Apptainer substitutes it before)."""
-    marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text.split("#", 1)[0])
-    word = marked.strip(GO_SPACE).split(" ", 1)[0]
-    return re.sub(r"\0(\w+)\0", r"{{ \1 }}", word)
-
-
-#: Where a ``Bootstrap: localimage`` base may come from without being a host file: the images
-#: the tool itself passes (its base target's image, the foreign root it makes).
-_TOOL_BASE = re.compile(r"\{\{\s*(BASE_IMAGE|FOREIGN_ROOT)\s*\}\}")
-
-
-def _base_use(stage: Stage) -> HostPathUse | None:
-    """A ``Bootstrap: localimage`` stage whose ``From:`` is a host file: not the image the tool
-    passes (:data:`_TOOL_BASE`) nor one in the build context."""
-    source = stage.header.get("from", "").strip(GO_SPACE)
-    if stage.bootstrap.lower() != "localimage" or _TOOL_BASE.fullmatch(source) \
-            or not _outside_context(source):
-        return None
-    return HostPathUse("From", stage.header_lines.get("from", stage.line), (source,))
-
-
-def host_path_uses(definition: Definition) -> list[HostPathUse]:
-    """Every line (any stage) that reads a host path outside the build context: a ``%files``
-    or ``%appfiles`` source not under ``{{ BUILD_CONTEXT }}`` (``%files from <stage>`` copies
-    between stages, not from the host), a ``Bootstrap: localimage`` base the tool does not pass
-    (:func:`_base_use`), or an absolute or ``~`` path in ``%setup`` or ``%pre`` (both run on
-    the build host) that is not under ``$APPTAINER_ROOTFS`` (the image being built). A path
-    that starts in either and climbs out with ``..`` (:func:`climbs_out`) is a host path too.
-    Here-document bodies of a host script are read as lines too: a path there is as likely to
-    be read."""
-    uses = [use for stage in definition.stages if (use := _base_use(stage)) is not None]
-    for section in definition.sections:
-        if section.name == "files" and files_source_stage(section) is None:
-            for number, text in _body_lines(section):
-                source = (shell_words(text) or [text])[0]  # as Apptainer splits the line
-                if _outside_context(source):
-                    uses.append(HostPathUse("%files", number, (source,)))
-        elif section.name == "appfiles":
-            for number, text in _body_lines(section):
-                source = appfiles_source(text)
-                if source and _outside_context(source):
-                    uses.append(HostPathUse("%appfiles", number, (source,)))
-        elif section.name in ("setup", "pre"):
-            for number, code in _commands(section):
-                paths = setup_paths(code)
-                if paths:
-                    uses.append(HostPathUse(f"%{section.name}", number, paths))
-    return sorted(uses, key=lambda use: use.line)
 
 
 #: Where Apptainer starts a new stage (``All`` in deffile.go): ``bootstrap:`` at a line's start.

@@ -16,7 +16,8 @@ from typing import Callable, Collection, Mapping, Sequence, TypeVar
 
 from containers.errors import ConfigError, ContainersError, flatten
 from containers.inputs import compat
-from containers.inputs.definition import Definition, host_path_uses, read_definition
+from containers.inputs.definition import Definition, read_definition
+from containers.inputs.hostpaths import host_path_uses
 from containers.inputs.envspec import EnvSpec, load_env_spec, load_target_env
 from containers.inputs.names import EXAMPLES
 from containers.inputs.recipes import (Target, base_names, base_problems, get_target,
