@@ -16,7 +16,7 @@ from pathlib import Path
 
 from containers.app.project import Project
 from containers.errors import CommandFailed, StateError
-from containers.host import slurmcluster
+from containers.host import slurmcluster, slurmconf
 from containers.inputs.sites import get_site
 from containers.report import Say, say_line as _print
 
@@ -77,10 +77,9 @@ def _start(project: Project, root: Path, site: str | None, say: Say) -> None:
         if profile.scheduler != "slurm":
             raise StateError(f"site {site} has scheduler {profile.scheduler}, not slurm: the "
                              "local cluster takes the shape of a Slurm site")
-        write, nodes = (slurmcluster.site_conf_writer(profile),
-                        slurmcluster.site_node_names(profile))
+        write, nodes = slurmconf.site_conf_writer(profile), slurmconf.site_node_names(profile)
     else:
-        write, nodes = slurmcluster.two_node_conf, ("n1", "n2")
+        write, nodes = slurmconf.two_node_conf, ("n1", "n2")
     say(f"starting munged, slurmctld and {len(nodes)} slurmd in {root} …")
     cluster = slurmcluster.start(root, write, nodes=nodes, ports=len(nodes) + 1)
     slurmcluster.save(cluster)

@@ -16,9 +16,7 @@ in it is signalled only while it is that daemon: the recorded program, with the 
 config in its argv and, where recorded, the same start time (:func:`daemons`). Anything else
 is refused in one line before any process is signalled.
 
-Two shapes: :func:`two_node_conf` (nodes ``n1`` and ``n2``, partition ``debug``, as the tests'
-batch jobs use it) and :func:`site_conf_writer` (a site profile's partitions, limits, cores and
-GPUs as GRES on stand-in devices, and a required account where the site requires one).
+Its ``slurm.conf`` comes from one of :mod:`containers.host.slurmconf`'s two shapes.
 """
 
 from __future__ import annotations
@@ -34,23 +32,19 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import psutil
 
 from containers.errors import CommandFailed, StateError
 from containers.files import atomic_write_text, read_json_object, swappable_parent
 from containers.host.process import terminate
-from containers.inputs.sites import Site
+from containers.host.slurmconf import ConfWriter
 
 PACKAGES = ("slurm-wlm", "munge")
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "salloc")
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
-#: The one account a site-shaped cluster of a site that requires one accepts.
-TEST_ACCOUNT = "proj_1"
-#: Nodes started per site-shaped cluster: enough for the 2-node jobs.
-SITE_NODES = 2
 #: What the command's cluster records about itself, in its folder.
 STATE_FILE = "cluster.json"
 
@@ -60,8 +54,6 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "slurmdbd")
 #: hold ``--status`` or ``--stop``.
 CLIENT_TIMEOUT = 10
 
-#: Writes a slurm.conf into a root folder, for the given ports and munge socket.
-ConfWriter = Callable[[Path, list[int], Path], Path]
 
 
 def missing_programs() -> list[str]:
@@ -143,153 +135,6 @@ class SlurmCluster:
     def partitions(self, *, timeout: float = 60) -> list[str]:
         out = self.run(["sinfo", "-h", "-o", "%P"], check=False, timeout=timeout).stdout
         return [line.strip().rstrip("*") for line in out.splitlines() if line.strip()]
-
-
-def base_lines(root: Path, ctld_port: int, slurmd_port: int, munge_socket: Path, *,
-               memory: bool = False) -> list[str]:
-    """What every cluster's slurm.conf says: names, ports, paths, plugins; with ``memory``,
-    memory is a resource Slurm allocates (as at the sites), so a job asking more than a node
-    has is refused at submission."""
-    controller = socket.gethostname().split(".")[0]
-    return [
-        "ClusterName=containers-test",
-        f"SlurmctldHost={controller}(127.0.0.1)",
-        f"SlurmctldPort={ctld_port}",
-        f"SlurmdPort={slurmd_port}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={munge_socket}",
-        f"StateSaveLocation={root}/state",
-        f"SlurmdSpoolDir={root}/spool-%n",
-        f"SlurmctldPidFile={root}/slurmctld.pid",
-        f"SlurmdPidFile={root}/slurmd-%n.pid",
-        f"SlurmctldLogFile={root}/log/slurmctld.log",
-        f"SlurmdLogFile={root}/log/slurmd-%n.log",
-        # No cgroups: what works in a container or a CI machine without systemd's delegation.
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=" + ("CR_Core_Memory" if memory else "CR_Core"),
-        "MpiDefault=none",
-        "ReturnToService=2",
-        "AccountingStorageType=accounting_storage/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "JobCompType=jobcomp/filetxt",
-        f"JobCompLoc={root}/jobcomp.txt",
-        "MinJobAge=600",  # finished jobs stay visible to scontrol while they are read
-        "InactiveLimit=0",
-        "KillWait=5",
-    ]
-
-
-def two_node_conf(root: Path, ports: list[int], munge_socket: Path) -> Path:
-    """The two-node cluster: n1 and n2, both this machine, one partition ``debug``."""
-    node_ports = ports[1:]
-    lines = base_lines(root, ports[0], node_ports[0], munge_socket)
-    cpus = os.cpu_count() or 1
-    for name, port in zip(("n1", "n2"), node_ports):
-        lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
-                     f"CPUs={cpus} State=UNKNOWN")
-    lines.append("PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP")
-    conf = root / "slurm.conf"
-    atomic_write_text(conf, "\n".join(lines) + "\n")
-    return conf
-
-
-#: A job naming no account, or another one, is refused by slurmctld itself. Partition
-#: ``AllowAccounts`` cannot do it without slurmdbd (22.05 then refuses every job, or, with
-#: EnforcePartLimits=NO, none), so a job_submit/lua script does, as sites' own submit filters do.
-_REQUIRE_ACCOUNT = f"""\
-function slurm_job_submit(job_desc, part_list, submit_uid)
-    if job_desc.account ~= "{TEST_ACCOUNT}" then
-        slurm.log_user("this cluster requires an account: --account={TEST_ACCOUNT}")
-        return slurm.ESLURM_INVALID_ACCOUNT
-    end
-    return slurm.SUCCESS
-end
-
-function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-    return slurm.SUCCESS
-end
-"""
-
-
-def site_node_names(site: Site) -> tuple[str, ...]:
-    return tuple(f"{site.name}{i}" for i in range(1, SITE_NODES + 1))
-
-
-def _site_node_lines(site: Site, root: Path, names: Sequence[str],
-                     ports: Sequence[int]) -> tuple[list[str], list[str]]:
-    """slurm.conf's node lines and gres.conf's lines: the site's cores, memory and GPUs (GRES
-    ``gpu:<gres_type>:<count>`` on character devices that read as ``/dev/null``: slurmd counts
-    only GPUs that have a File). A node has the memory a job can be given there (the largest of
-    the partitions' ``allocatable_gb``; each partition's own is its ``MaxMemPerNode``), so Slurm
-    itself refuses a job that asks more, as the site's would."""
-    gpus, gpu_type = site.gpus.per_node, site.gpus.gres_type or site.name
-    memory_mb = _node_memory_mb(site)
-    nodes, gres = [], []
-    for name, port in zip(names, ports):
-        devices = root / "dev" / name
-        devices.mkdir(parents=True)
-        for index in range(gpus):
-            os.mknod(devices / f"gpu{index}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
-        nodes.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 "
-                     f"Port={port} CPUs={site.cores_per_node or 2} RealMemory={memory_mb} "
-                     + (f"Gres=gpu:{gpu_type}:{gpus} " if gpus else "") + "State=UNKNOWN")
-        if gpus:
-            gres.append(f"NodeName={name} Name=gpu Type={gpu_type} "
-                        f"File={devices}/gpu[0-{gpus - 1}]")
-    return nodes, gres
-
-
-def _node_memory_mb(site: Site) -> int:
-    """A node's RealMemory (MiB): the most any of the site's partitions allocates per node, or,
-    where the profile gives no figure, what its jobs ask with 1 GiB to spare (8 GiB at least)."""
-    figures = [part.allocatable_gb for part in site.partitions.values() if part.allocatable_gb]
-    if figures:
-        return max(figures) * 1024
-    return max(site.memory.per_gpu_gb * site.gpus.per_node, 8) * 1024 + 1024
-
-
-def site_conf_writer(site: Site) -> ConfWriter:
-    """A slurm.conf shaped like ``site``'s profile: its partitions by name, each with the
-    profile's time limit (``MaxTime``), node count (``MaxNodes``) and allocatable memory
-    (``MaxMemPerNode``) enforced at submission, an account required (:data:`TEST_ACCOUNT`)
-    where the site requires one, and :data:`SITE_NODES` nodes (``<site>1``...) with the
-    site's cores, memory and GPUs."""
-    def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
-        names = site_node_names(site)
-        lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),
-                 "GresTypes=gpu", "SlurmdParameters=config_overrides",
-                 # As the sites do: a job beyond a partition's limits is refused at submission
-                 # (without it, Slurm queues it to wait forever: PartitionTimeLimit).
-                 "EnforcePartLimits=ALL"]
-        nodes, gres = _site_node_lines(site, root, names, ports[1:])
-        lines += nodes
-        default = site.default_partition or next(iter(site.partitions), None)
-        for part in site.partitions:
-            limits = site.partition(part)
-            minutes = -(-limits.max_time // 60) if limits.max_time else None
-            lines.append(
-                f"PartitionName={part} Nodes={','.join(names)} "
-                f"MaxTime={minutes if minutes else 'INFINITE'} "
-                f"MaxNodes={limits.max_nodes or 'UNLIMITED'} "
-                + (f"MaxMemPerNode={limits.allocatable_gb * 1024} " if limits.allocatable_gb
-                   else "")
-                + ("Default=YES " if part == default else "") + "State=UP")
-        if not site.partitions:  # a profile that lists none: Slurm's default partition
-            lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES "
-                         "MaxTime=INFINITE State=UP")
-        atomic_write_text(root / "gres.conf", "".join(line + "\n" for line in gres))
-        if site.account_required:  # slurmctld reads job_submit.lua beside slurm.conf
-            lines.append("JobSubmitPlugins=lua")
-            atomic_write_text(root / "job_submit.lua", _REQUIRE_ACCOUNT)
-        conf = root / "slurm.conf"
-        atomic_write_text(conf, "\n".join(lines) + "\n")
-        return conf
-    return write
 
 
 def _read_pid(path: Path, timeout: float = 15) -> int:

@@ -1,0 +1,40 @@
+"""The slurm.conf of a cluster on this machine, both shapes, written without starting it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from containers.host import slurmconf
+from containers.inputs.sites import load_sites
+from tests.fixtures import ROOT
+
+
+def test_two_node_conf(tmp_path) -> None:
+    conf = slurmconf.two_node_conf(tmp_path, [7001, 7002, 7003], tmp_path / "munge.socket")
+    text = conf.read_text()
+    assert "SlurmctldPort=7001" in text and "SlurmdPort=7002" in text
+    assert "NodeName=n1 " in text and "NodeName=n2 " in text and "Port=7003" in text
+    assert "PartitionName=debug Nodes=n1,n2 Default=YES" in text
+    assert f"AuthInfo=socket={tmp_path / 'munge.socket'}" in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="stand-in GPU devices are made with mknod (root)")
+def test_site_shape_without_partitions_gets_a_default_one(tmp_path) -> None:
+    site = load_sites(ROOT)["local-slurm"]
+    assert not site.partitions
+    text = slurmconf.site_conf_writer(site)(tmp_path, [1, 2, 3], tmp_path / "s").read_text()
+    assert "PartitionName=debug Nodes=local-slurm1,local-slurm2 Default=YES" in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="stand-in GPU devices are made with mknod (root)")
+def test_site_shape_carries_partitions_gres_and_the_account_rule(tmp_path) -> None:
+    site = load_sites(ROOT)["lumi"]
+    text = slurmconf.site_conf_writer(site)(tmp_path, [1, 2, 3], tmp_path / "s").read_text()
+    assert "PartitionName=standard-g " in text and "MaxTime=2880 " in text
+    assert f"Gres=gpu:{site.gpus.gres_type or 'lumi'}:{site.gpus.per_node}" in text
+    assert ("JobSubmitPlugins=lua" in text) == site.account_required
+    # memory is allocated, and a node has what LUMI-G allocates (480 of 512 GiB), not more
+    assert "SelectTypeParameters=CR_Core_Memory" in text
+    assert "RealMemory=491520 " in text and "MaxMemPerNode=491520 " in text
