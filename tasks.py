@@ -263,7 +263,7 @@ def targets(c, json=False):
 )
 def build(c, target=None, force=False, dry_run=False, build_arg=None, no_cache=False):
     """Build an image (and its bases) unless its inputs hash says it is up to date."""
-    from containers.image.plan import parse_build_args  # the planner: only when building
+    from containers.image.identity import parse_build_args  # the planner: only when building
     target = flags.TARGET("--target", target)
     build_args = parse_build_args(build_arg or [])
     project = _project(c)

@@ -14,7 +14,7 @@ from typing import Any
 from containers.app.project import Project
 from containers.errors import ConfigError, ContainersError, raise_all
 from containers.image import builder, provenance
-from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
+from containers.image.identity import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
 from containers.inputs import validate
 from containers.inputs.definition import read_definition
 from containers.inputs.recipes import Target

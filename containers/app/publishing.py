@@ -19,7 +19,7 @@ from containers.errors import UsageError
 from containers.host.runtime import Runtime
 from containers.image.arch import (check_arch, check_compression, image_compression,
                                      recorded_arch, site_arches)
-from containers.image.plan import chain_hashes
+from containers.image.identity import chain_hashes
 from containers.inputs.recipes import Target
 from containers.prove.smoke import SmokeOptions
 from containers.publish import decision, publisher, verify as checking

@@ -87,7 +87,8 @@ def test_no_recorded_architecture_and_none_readable_is_refused(tmp_path: Path) -
 import containers.app.build  # noqa: E402
 app_build = sys.modules["containers.app.build"]
 from containers.host.runtime import Runtime  # noqa: E402
-from containers.image.plan import HostFacts, chain_hashes, plan_build  # noqa: E402
+from containers.image.identity import chain_hashes  # noqa: E402
+from containers.image.plan import HostFacts, plan_build  # noqa: E402
 from tests.fixtures.data import load_targets  # noqa: E402
 from containers.inputs.settings import load_settings  # noqa: E402
 from containers.inputs.sites import load_sites  # noqa: E402

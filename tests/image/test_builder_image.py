@@ -20,7 +20,8 @@ from containers.host.facts import host_arch
 from containers.host.process import descendants
 from containers.host.sources import PipConfig
 from containers.image import builder, provenance
-from containers.image.plan import HostFacts, chain_hashes, plan_build
+from containers.image.identity import chain_hashes
+from containers.image.plan import HostFacts, plan_build
 from containers.inputs.definition import read_definition
 from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings

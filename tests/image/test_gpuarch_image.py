@@ -24,7 +24,7 @@ from containers.app.inspecting import examine_built
 from containers.app.publishing import release_review
 from containers.errors import CommandFailed, ContainersError, StateError, VerdictFailed
 from containers.image import provenance
-from containers.image.plan import chain_hashes
+from containers.image.identity import chain_hashes
 from containers.prove.smoke import SmokeOptions
 from containers.publish import publisher
 from containers.prove.train import TrainOptions

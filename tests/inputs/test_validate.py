@@ -11,7 +11,7 @@ import pytest
 from containers.app.inputs import check_inputs, targets_report
 from containers.app.project import Project
 from containers.errors import ConfigError, Problems, UsageError
-from containers.image.plan import CONTEXT_ARGS, PROVENANCE_ARGS
+from containers.image.identity import CONTEXT_ARGS, PROVENANCE_ARGS
 from containers.inputs import validate
 from tests.fixtures.data import load_targets
 from containers.inputs.sites import load_sites

@@ -52,7 +52,7 @@ def _built(tmp_path, name: str, **record):
     fresh CUDA build's (the stand-in's bytes, so no Apptainer runs)."""
     import json
     from containers import app
-    from containers.image.plan import chain_hashes
+    from containers.image.identity import chain_hashes
     from tests.fixtures import ROOT
     from tests.publish.standin import IMAGE, SHA, STACK
 

@@ -25,7 +25,7 @@ from containers.errors import (ConfigError, ImageMissing, StateError, UsageError
 from containers.publish import catalogue as cat, diff as diffing, publisher
 from containers.publish.publisher import (COPY_DELAY_ENV, PublishRequest, check_dest,
                                           plan_publish, publish)
-from containers.image.plan import chain_hashes
+from containers.image.identity import chain_hashes
 from tests.fixtures.data import load_targets
 from tests.fixtures import ROOT
 from tests.publish import htmlcheck
