@@ -81,7 +81,8 @@ def target_listing(project: Project) -> Listing:
     return Listing(runtime_line=_runtime_line(project), rows=target_rows(project),
                    leftovers=[leftover.describe()
                               for leftover in builder.leftovers(project.settings)],
-                   residue=builder.has_residue(project.settings))
+                   residue=builder.has_residue(project.settings),
+                   folders=[str(project.settings.images_dir), str(project.settings.tmp_dir)])
 
 
 def targets_report(project: Project, *, as_json: bool = False, say: Say = _print) -> None:

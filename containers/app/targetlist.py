@@ -50,6 +50,9 @@ class Listing:
     rows: list[dict[str, str]]
     leftovers: list[str] = field(default_factory=list)
     residue: bool = False
+    #: Folders whose entries decide the listing even where it did not list them (a folder
+    #: that is missing now: the images folder, the builds' work folder), watched all the same.
+    folders: list[str] = field(default_factory=list)
 
 
 def show(listing: Listing, *, as_json: bool = False, say: Say = _print) -> None:
@@ -75,7 +78,7 @@ def listing(config: Mapping[str, Any], root: Path, compute: Callable[[], Listing
         return Listing(**kept["listing"])
     with _recording() as seen:
         fresh = compute()
-    read = _stats(seen)
+    read = _stats(seen, fresh.folders)
     if read is not None and not fresh.residue and not fresh.leftovers:
         try:
             store.parent.mkdir(parents=True, exist_ok=True)
@@ -172,12 +175,12 @@ def _recording() -> Iterator[_Seen]:
         _ACTIVE.remove(seen)
 
 
-def _stats(seen: _Seen) -> dict[str, list[int] | None] | None:
+def _stats(seen: _Seen, folders: list[str]) -> dict[str, list[int] | None] | None:
     """The stat of every file and folder the listing read (and of the runtime it asked for its
     version, and the folders of PATH that found it), or None when the listing cannot be kept."""
     if seen.wrote or any(len(argv) != 2 or argv[1] != "--version" for argv in seen.programs):
         return None
-    paths = {p for p in seen.paths if not _own_code(p)}
+    paths = {p for p in seen.paths if not _own_code(p)} | set(folders)
     for argv in seen.programs:
         paths.add(shutil.which(argv[0]) or argv[0])
     paths.update(p for p in os.environ.get("PATH", "").split(os.pathsep) if p)

@@ -146,3 +146,15 @@ def test_the_kept_listing_is_outside_the_checkout(inputs: Inputs, tmp_path: Path
     listed(inputs)
     assert not [p for p in inputs.root.rglob("*") if "targets" in p.name]
     assert list((tmp_path / "xdg" / "hpc-containers").glob("targets-*.json"))
+
+
+def test_a_watched_folder_that_appears_reads_afresh(inputs: Inputs, tmp_path: Path) -> None:
+    """The builds' work folder is missing at the first listing (nothing lists it then); a
+    killed build makes it later: the next listing must look, not show what was kept."""
+    work = tmp_path / "work"
+    listed(inputs, folders=[str(work)])
+    listed(inputs, folders=[str(work)])
+    assert inputs.calls == 1
+    work.mkdir()
+    listed(inputs, folders=[str(work)])
+    assert inputs.calls == 2
