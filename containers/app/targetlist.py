@@ -73,9 +73,9 @@ def listing(config: Mapping[str, Any], root: Path, compute: Callable[[], Listing
     for the next time when it can be (a cache that cannot be read or written is no error)."""
     key = _key(config, root, environ)
     store = _store(root, environ)
-    kept = read_json_object(store) if store.is_file() else None
-    if kept and kept.get("key") == key and _unchanged(kept.get("read", {})):
-        return Listing(**kept["listing"])
+    kept = _kept(store, key)
+    if kept is not None:
+        return kept
     with _recording() as seen:
         fresh = compute()
     read = _stats(seen, fresh.folders)
@@ -87,6 +87,18 @@ def listing(config: Mapping[str, Any], root: Path, compute: Callable[[], Listing
         except OSError:
             pass  # a read-only home lists anew each time; that is all it costs
     return fresh
+
+
+def _kept(store: Path, key: Mapping[str, Any]) -> Listing | None:
+    """The listing kept in ``store`` when it was kept under ``key`` and nothing it read has
+    changed; None for anything else, an unreadable or hand-edited store included."""
+    try:
+        kept = read_json_object(store) if store.is_file() else None
+        if kept and kept.get("key") == key and _unchanged(kept.get("read", {})):
+            return Listing(**kept["listing"])
+    except (OSError, TypeError, ValueError, AttributeError):
+        pass  # listed afresh, and kept anew
+    return None
 
 
 def _store(root: Path, environ: Mapping[str, str]) -> Path:

@@ -135,11 +135,13 @@ def test_an_unreadable_kept_listing_or_a_read_only_cache_is_no_error(
     (store,) = (tmp_path / "xdg" / "hpc-containers").glob("targets-*.json")
     store.write_text("{not json")
     assert listed(inputs).rows and inputs.calls == 2
-    json.loads(store.read_text())  # written anew
+    kept = json.loads(store.read_text())  # written anew
+    store.write_text(json.dumps({**kept, "listing": {"rows": 7, "other": 1}}))
+    assert listed(inputs).rows and inputs.calls == 3, "a hand-edited store: listed afresh"
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache folder would be")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
-    assert listed(inputs).rows and listed(inputs).rows and inputs.calls == 4
+    assert listed(inputs).rows and listed(inputs).rows and inputs.calls == 5
 
 
 def test_the_kept_listing_is_outside_the_checkout(inputs: Inputs, tmp_path: Path) -> None:
