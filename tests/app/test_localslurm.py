@@ -18,6 +18,7 @@ from containers.errors import StateError, describe
 from containers.host import slurmcluster
 from tests.fixtures import ROOT
 from tests.fixtures.images import stand_in_image
+from tests.fixtures.procs import launched
 from tests.fixtures.slurm import ensure_installed
 
 
@@ -54,7 +55,7 @@ def test_status_and_stop_when_none_runs(folder) -> None:
 def test_a_planted_record_is_refused_by_every_action_and_nothing_is_signalled(folder) -> None:
     """``--stop`` as root killed the PIDs of a cluster.json anyone can plant in the fixed
     folder, and ``--status`` hung on it: each action refuses it in one line, at once."""
-    sleeper = subprocess.Popen(["sleep", "60"])
+    sleeper = launched(["sleep", "60"])
     try:
         folder.mkdir(mode=0o755)
         (folder / "cluster.json").write_text(json.dumps({

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import time
+import sys
 
 import psutil
 import pytest
 
 from containers.errors import StateError
 from containers.host import slurmcluster
+from tests.fixtures.procs import launched
 
 
 def test_record_round_trip(tmp_path) -> None:
@@ -58,13 +59,7 @@ def test_the_job_steps_left_are_found_by_their_slurm_conf_and_stopped(tmp_path) 
 @pytest.fixture
 def sleeper():
     """A process of the test's own (``sleep 60``) that a planted record names."""
-    import subprocess
-
-    proc = subprocess.Popen(["sleep", "60"])
-    deadline = time.monotonic() + 10
-    # Popen can return while the kernel still swaps the image: its command line reads empty
-    while psutil.Process(proc.pid).cmdline() != ["sleep", "60"] and time.monotonic() < deadline:
-        time.sleep(0.01)
+    proc = launched(["sleep", "60"])
     yield proc
     proc.kill()
     proc.wait()
@@ -72,15 +67,8 @@ def sleeper():
 
 def _fake_daemon(program: str, *argv: str):
     """A process whose command line reads ``program ARGV...`` (Python sleeping under that name)."""
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([program, "-c", "import time; time.sleep(60)", *argv],
-                            executable=sys.executable)
-    deadline = time.monotonic() + 10
-    while psutil.Process(proc.pid).cmdline()[:1] != [program] and time.monotonic() < deadline:
-        time.sleep(0.01)  # its command line is set once the kernel has swapped the image
-    return proc
+    return launched([program, "-c", "import time; time.sleep(60)", *argv], reads=[program],
+                    executable=sys.executable)
 
 
 def _plant(root, pids: dict, **extra) -> None:
