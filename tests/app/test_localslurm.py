@@ -118,6 +118,9 @@ def test_start_run_a_job_and_stop_by_pid(folder) -> None:
         assert "nodes: n1, n2; partitions: debug" in said
         with pytest.raises(StateError, match="already running"):
             app.local_slurm(project, action="start")
+        shown: list[str] = []
+        app.local_slurm(project, action="status", say=shown.append)
+        assert shown[0] == "nodes: n1, n2; partitions: debug"
         job = cluster.run(["sbatch", "--parsable", "--nodes=2", "-o", str(folder / "out.txt"),
                            "--wrap", "srun hostname"]).stdout.strip()
         assert cluster.wait(job, timeout=120)["JobState"] == "COMPLETED"
@@ -169,7 +172,8 @@ def test_stop_ends_the_job_steps_and_spares_the_users_processes(folder) -> None:
         assert (stopped.returncode, stopped.stderr) == (0, ""), stopped
         assert "stopped the local Slurm cluster" in stopped.stdout and "job steps" in stopped.stdout
         assert _ended(step) and not folder.exists()
-        assert slurmcluster.steps(slurmcluster.SlurmCluster(root=folder, conf=folder)) == []
+        gone = slurmcluster.SlurmCluster(root=folder, conf=folder / "slurm.conf")
+        assert slurmcluster.steps(gone) == []  # no slurmstepd of it is left
         assert bystander.poll() is None
         assert [p.cmdline() for p in psutil.Process(bystander.pid).children()] == [["sleep", "301"]]
     finally:
