@@ -571,7 +571,8 @@ def verdict(c, results=None, exit_status="0"):
     help={
         "start": "start it: munged, slurmctld and two slurmd on this machine (root), and print "
                  "the SLURM_CONF line jobs need",
-        "stop": "stop it (its daemons and leftover job steps, by PID) and remove its folder",
+        "stop": "stop it (its job steps, then its daemons by PID; also one cut off half way) "
+                "and remove its folder",
         "status": "show its nodes, partitions, daemons and SLURM_CONF line",
         "site": ("with --start: shape it like this Slurm site (its partitions, limits, cores, "
                  "GPUs as GRES on stand-in devices, required account); default: nodes n1 and "

@@ -3,8 +3,8 @@
 Starts (``--start``) the two-node cluster the test suite uses (:mod:`containers.host.slurmcluster`)
 or, with ``--site S``, one shaped like a site profile (its partitions and their limits, its cores
 and GPUs as GRES, its required account), and records it in one folder; ``--status`` shows it;
-``--stop`` stops it by the PIDs it recorded, once the record is known to be this user's own and
-each PID its daemon (:func:`containers.host.slurmcluster.daemons`). Jobs reach it through
+``--stop`` stops its job steps and daemons (:func:`containers.host.slurmcluster.stop`), and
+finishes a stop cut off half way, which ``--status`` and ``--start`` name. Jobs reach it through
 ``SLURM_CONF``, which ``--start`` prints as a line to paste (or ``eval``).
 """
 
@@ -25,12 +25,33 @@ from containers.report import Say, say_line as _print
 DEFAULT_ROOT = Path("/var/tmp/containers-local-slurm")
 
 
-def _running(root: Path) -> slurmcluster.SlurmCluster | None:
-    """The recorded cluster while one of its daemons still runs (a record that is not this
-    user's, or names a PID that is not its daemon, is refused: :func:`slurmcluster.load`,
-    :func:`slurmcluster.daemons`)."""
+def _found(root: Path) -> tuple[slurmcluster.SlurmCluster | None, dict[str, list[int]]]:
+    """The cluster in ``root`` (leftovers without a record too) and what of it still runs, by
+    name: each recorded daemon, then ``job steps``. A record that is not this user's, or names
+    a PID that is not its daemon, is refused (:func:`slurmcluster.load`, ``daemons``)."""
     cluster = slurmcluster.load(root)
-    return cluster if cluster and slurmcluster.daemons(cluster) else None
+    if cluster is None and os.path.lexists(root):
+        cluster = slurmcluster.SlurmCluster(root=root, conf=root / "slurm.conf")
+    if cluster is None:
+        return None, {}
+    running = {name: [proc.pid] for name, proc in slurmcluster.daemons(cluster).items()}
+    steps = [proc.pid for proc in slurmcluster.steps(cluster)]
+    return cluster, {**running, **({"job steps": steps} if steps else {})}
+
+
+def _listing(running: dict[str, list[int]]) -> str:
+    return ", ".join(f"{name} (PID{'s' * (len(pids) > 1)} {', '.join(map(str, pids))})"
+                     for name, pids in running.items())
+
+
+def _half_stopped(cluster: slurmcluster.SlurmCluster, running: dict[str, list[int]]) -> str | None:
+    """Why ``cluster`` is neither running whole nor stopped (a stop cut off half way), else None."""
+    gone = [name for name in cluster.pids if name not in running]
+    if not running or (cluster.pids and not gone):
+        return None
+    return (f"the local Slurm cluster in {cluster.root} is half-stopped: "
+            + (f"{', '.join(gone)} exited, " if gone else "")
+            + f"still running: {_listing(running)}; finish stopping it: invoke local-slurm --stop")
 
 
 def _describe(cluster: slurmcluster.SlurmCluster, say: Say) -> None:
@@ -49,25 +70,28 @@ def local_slurm(project: Project, *, action: str, site: str | None = None,
                 say: Say = _print) -> None:
     """``action``: start, stop or status."""
     root = Path(os.environ.get("CONTAINERS_LOCAL_SLURM_DIR", DEFAULT_ROOT))
-    found = _running(root)
-    if action == "status":
-        if not found:
-            raise StateError(f"no local Slurm cluster is running (in {root}); "
-                             "start one: invoke local-slurm --start")
-        _describe(found, say)
-    elif action == "stop":
-        if not found:
+    cluster, running = _found(root)
+    half = _half_stopped(cluster, running) if cluster else None
+    if action == "stop":
+        if cluster is None:
             say(f"no local Slurm cluster is running (in {root}); nothing to stop")
             return
-        slurmcluster.stop(found)
-        say(f"stopped the local Slurm cluster (PIDs {', '.join(map(str, found.pids.values()))})")
+        slurmcluster.stop(cluster)
+        say(f"stopped the local Slurm cluster in {root}: "
+            + (_listing(running) or "nothing ran; removed its folder"))
+    elif half:
+        raise StateError(half)
+    elif action == "status":
+        if not running:
+            raise StateError(f"no local Slurm cluster is running (in {root}); "
+                             "start one: invoke local-slurm --start")
+        _describe(cluster, say)
     else:
-        if found:
+        if running:
             raise StateError(f"a local Slurm cluster is already running (in {root}); "
                              "stop it first: invoke local-slurm --stop")
-        if os.path.lexists(root):  # a stopped or crashed cluster's leftovers (checked by load)
-            slurmcluster.stop(slurmcluster.load(root) or slurmcluster.SlurmCluster(
-                root=root, conf=root / "slurm.conf"))
+        if cluster:  # a stopped or crashed cluster's leftovers
+            slurmcluster.stop(cluster)
         _start(project, root, site, say)
 
 

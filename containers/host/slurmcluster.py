@@ -1,22 +1,10 @@
 """A real Slurm cluster on this machine: Debian's slurm-wlm and munge, nodes that are all this host.
 
-The same cluster serves the test suite (``tests/fixtures/slurm.py``) and users who want to try
-``invoke job --submit --wait`` without a cluster (``invoke local-slurm --start``). Everything it
-makes lives in one folder (``slurm.conf``, a private munge key and socket, state, logs, the
-daemons' PID files) and every client call goes through ``SLURM_CONF``, so the machine's own Slurm
-or munge set-up is never touched. The daemons run as root (``SlurmUser=root``: no cgroups, no
-accounting database), on free ports picked at start. It is stopped by the PIDs its daemons wrote,
-then by the PIDs of processes still carrying its ``SLURM_CONF`` (job steps that outlived their
-slurmd); nothing is stopped by name.
-
-Its record (``cluster.json``) lives in a fixed folder anyone could create first, and ``--stop``
-runs as root: a record is read only from a folder and file of the user reading it that nobody
-else may write (:func:`trust_problem`), it must name the cluster's own ``slurm.conf``, and a PID
-in it is signalled only while it is that daemon: the recorded program, with the cluster's own
-config in its argv and, where recorded, the same start time (:func:`daemons`). Anything else
-is refused in one line before any process is signalled.
-
-Its ``slurm.conf`` comes from one of :mod:`containers.host.slurmconf`'s two shapes.
+It serves the tests (``tests/fixtures/slurm.py``) and ``invoke local-slurm``. All it makes lives
+in one folder (``slurm.conf``, a private munge key and socket, state, logs, the record), and its
+clients go through ``SLURM_CONF``, so the machine's own Slurm and munge are never touched. Its
+daemons (root) are stopped only by recorded PIDs still recognised as them (:func:`daemons`, in
+a record :func:`trust_problem` finds sound), its job steps only by their tie to it (:func:`steps`).
 """
 
 from __future__ import annotations
@@ -32,7 +20,6 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import psutil
 
@@ -145,23 +132,6 @@ def _read_pid(path: Path, timeout: float = 15) -> int:
         except (OSError, ValueError, IndexError):
             time.sleep(0.1)
     raise StateError(f"no PID in {path} after {timeout:.0f} s")
-
-
-def stop_pids(pids: Sequence[int], grace: float = 10) -> None:
-    """SIGTERM each PID, SIGKILL those still alive after ``grace`` seconds."""
-    procs = []
-    for pid in pids:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            procs.append(psutil.Process(pid))
-    terminate(procs, grace)
-
-
-def carrying(marker: str) -> list[int]:
-    """PIDs of processes whose environment holds ``marker`` (this cluster's SLURM_CONF); one
-    whose environment this user cannot read is not ours."""
-    key, _, value = marker.partition("=")
-    return [proc.pid for proc in psutil.process_iter(["environ"])
-            if proc.pid != os.getpid() and (proc.info["environ"] or {}).get(key) == value]
 
 
 def _prepare(root: Path) -> tuple[Path, Path]:
@@ -288,9 +258,30 @@ def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:
     return found
 
 
+def steps(cluster: SlurmCluster) -> list[psutil.Process]:
+    """The cluster's job steps still running: each root ``slurmstepd`` of this machine's Slurm
+    holding a socket in the cluster's folder (its node's spool, where only root may bind), and
+    every process under it; slurmd re-parents its slurmstepds to init, so they are not found
+    under it. Never the caller or one of its parents (a stop run from inside a job)."""
+    program = shutil.which("slurmstepd")
+    if not program:
+        return []
+    exe, inside = os.path.realpath(program), f"{cluster.root}{os.sep}"
+    mine = {os.getpid(), *(proc.pid for proc in psutil.Process().parents())}
+    found = []
+    for proc in psutil.process_iter(["exe", "uids"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.info["exe"] == exe and proc.info["uids"].real == 0 and any(
+                    str(sock.laddr).startswith(inside) for sock in proc.net_connections("unix")):
+                found += [proc, *proc.children(recursive=True)]
+    return [proc for proc in found if proc.pid not in mine]
+
+
 def stop(cluster: SlurmCluster) -> None:
-    """Cancel the cluster's jobs, stop its daemons and leftover job steps by PID (munged last),
-    and remove its folder. Only PIDs :func:`daemons` recognises are signalled."""
+    """Cancel the cluster's jobs, stop its job steps (:func:`steps`), then its daemons one by
+    one in the reverse of their start (munged last), and remove its folder. Only what
+    :func:`daemons` and :func:`steps` recognise is signalled; an interrupted stop, run again,
+    finishes."""
     running = daemons(cluster)
     if "slurmctld" in running:
         with contextlib.suppress(CommandFailed):
@@ -298,11 +289,9 @@ def stop(cluster: SlurmCluster) -> None:
                                timeout=CLIENT_TIMEOUT).stdout.split()
             if jobs:
                 cluster.run(["scancel", *jobs], check=False, timeout=CLIENT_TIMEOUT)
-    munged = running.pop("munged", None)
-    terminate(list(running.values()), 10)
-    stop_pids(carrying(f"SLURM_CONF={cluster.conf}"))  # job steps that outlived their slurmd
-    if munged:
-        terminate([munged], 10)
+    terminate(steps(cluster), 10, late=lambda: steps(cluster))
+    for proc in reversed(list(running.values())):
+        terminate([proc], 10)
     shutil.rmtree(cluster.root, ignore_errors=True)
 
 

@@ -1,16 +1,19 @@
-"""``invoke local-slurm``: the real cluster started, used by a job, and stopped by its PIDs."""
+"""``invoke local-slurm``: the real cluster started, used by a job, and stopped: its daemons by
+their PIDs, its job steps by their tie to it, nothing else."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from containers import app
@@ -115,15 +118,101 @@ def test_start_run_a_job_and_stop_by_pid(folder) -> None:
         assert "nodes: n1, n2; partitions: debug" in said
         with pytest.raises(StateError, match="already running"):
             app.local_slurm(project, action="start")
+        shown: list[str] = []
+        app.local_slurm(project, action="status", say=shown.append)
+        assert shown[0] == "nodes: n1, n2; partitions: debug"
         job = cluster.run(["sbatch", "--parsable", "--nodes=2", "-o", str(folder / "out.txt"),
                            "--wrap", "srun hostname"]).stdout.strip()
         assert cluster.wait(job, timeout=120)["JobState"] == "COMPLETED"
         assert len((folder / "out.txt").read_text().split()) == 2  # a task on each node
     finally:
         app.local_slurm(project, action="stop", say=said.append)
-    assert said[-1].startswith("stopped the local Slurm cluster (PIDs ")
+    assert said[-1].startswith(f"stopped the local Slurm cluster in {folder}: munged (PID ")
     assert not any(slurmcluster.alive(pid) for pid in cluster.pids.values())
     assert not folder.exists()
+
+
+def _job_process(cluster: slurmcluster.SlurmCluster, seconds: int) -> psutil.Process:
+    """The running process of a batch job ``sleep SECONDS``, once Slurm has started it."""
+    job = cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap",
+                       f"sleep {seconds}"]).stdout.strip()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for proc in psutil.process_iter(["cmdline", "environ"]):
+            if proc.info["cmdline"] == ["sleep", str(seconds)] \
+                    and (proc.info["environ"] or {}).get("SLURM_JOB_ID") == job:
+                return proc
+        time.sleep(0.3)
+    pytest.fail(f"job {job} (sleep {seconds}) did not start in 60 s")
+
+
+def _ended(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.slurm
+def test_stop_ends_the_job_steps_and_spares_the_users_processes(folder) -> None:
+    """Issue 48: ``--stop`` signalled every process carrying the cluster's SLURM_CONF, which
+    users export: it killed their ``sleep``, the ``timeout`` running it and the ``timeout``
+    running the stop itself, cutting the stop off half way. Only the job's own process (under
+    the cluster's slurmstepd) ends, and no slurmstepd of the cluster is left."""
+    ensure_installed()
+    project = app.Project.load(ROOT, {})
+    app.local_slurm(project, action="start", say=lambda line: None)
+    user_env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
+    bystander = launched(["timeout", "300", "sleep", "301"], env=user_env)
+    try:
+        step = _job_process(slurmcluster.load(folder), 302)
+        stopped = subprocess.run(["timeout", "120", sys.executable, "-m", "invoke",
+                                  "local-slurm", "--stop"], env=user_env, cwd=ROOT,
+                                 capture_output=True, text=True)
+        assert (stopped.returncode, stopped.stderr) == (0, ""), stopped
+        assert "stopped the local Slurm cluster" in stopped.stdout and "job steps" in stopped.stdout
+        assert _ended(step) and not folder.exists()
+        gone = slurmcluster.SlurmCluster(root=folder, conf=folder / "slurm.conf")
+        assert slurmcluster.steps(gone) == []  # no slurmstepd of it is left
+        assert bystander.poll() is None
+        assert [p.cmdline() for p in psutil.Process(bystander.pid).children()] == [["sleep", "301"]]
+    finally:
+        for proc in psutil.Process(bystander.pid).children():
+            proc.kill()
+        bystander.kill()
+        bystander.wait()
+        app.local_slurm(project, action="stop", say=lambda line: None)
+
+
+@pytest.mark.slurm
+def test_a_half_stopped_cluster_is_named_so_and_a_second_stop_finishes_it(folder) -> None:
+    """A stop cut off after the Slurm daemons left munged, a job step and the record: ``--status``
+    said nothing ran and ``--start`` refused until a second ``--stop``. Each now names what
+    still runs and that ``--stop`` finishes it, and it does."""
+    ensure_installed()
+    project = app.Project.load(ROOT, {})
+    app.local_slurm(project, action="start", say=lambda line: None)
+    cluster = slurmcluster.load(folder)
+    step = _job_process(cluster, 303)
+    try:
+        for name in ("slurmctld", "slurmd-n1", "slurmd-n2"):
+            os.kill(cluster.pids[name], signal.SIGKILL)
+        while any(slurmcluster.alive(cluster.pids[n]) for n in cluster.pids if n != "munged"):
+            time.sleep(0.1)
+        half = (rf"^the local Slurm cluster in {folder} is half-stopped: slurmctld, slurmd-n1, "
+                rf"slurmd-n2 exited, still running: munged \(PID {cluster.pids['munged']}\), "
+                r"job steps \(PIDs [\d, ]+\); finish stopping it: invoke local-slurm --stop$")
+        for action in ("status", "start"):
+            with pytest.raises(StateError, match=half):
+                app.local_slurm(project, action=action)
+        assert not _ended(step)
+    finally:
+        said: list[str] = []
+        app.local_slurm(project, action="stop", say=said.append)
+    assert said[0].startswith(f"stopped the local Slurm cluster in {folder}: munged (PID ")
+    assert _ended(step) and not slurmcluster.alive(cluster.pids["munged"]) and not folder.exists()
+    with pytest.raises(StateError, match="no local Slurm cluster is running"):
+        app.local_slurm(project, action="status")
 
 
 def _stand_in_project(tmp_path: Path) -> app.Project:

@@ -29,31 +29,6 @@ def test_alive_is_false_for_a_finished_process() -> None:
     assert not slurmcluster.alive(2 ** 22 + 1)
 
 
-def test_the_job_steps_left_are_found_by_their_slurm_conf_and_stopped(tmp_path) -> None:
-    """What :func:`slurmcluster.stop` does after the daemons: a process still carrying this
-    cluster's SLURM_CONF is found (not one of another cluster's) and stopped by its PID, even
-    one that ignores SIGTERM."""
-    import subprocess
-    import sys
-
-    conf = tmp_path / "slurm.conf"
-    ignores_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
-                   "print(flush=True); time.sleep(60)"
-    steps = [subprocess.Popen([sys.executable, "-c", ignores_term], stdout=subprocess.PIPE,
-                              env={**os.environ, "SLURM_CONF": str(path)})
-             for path in (conf, tmp_path / "other.conf")]
-    try:
-        for step in steps:
-            step.stdout.readline()  # its handler is set
-        assert slurmcluster.carrying(f"SLURM_CONF={conf}") == [steps[0].pid]
-        slurmcluster.stop_pids([steps[0].pid], grace=0.5)
-        assert steps[0].wait(timeout=5) == -9 and steps[1].poll() is None
-    finally:
-        for step in steps:
-            step.kill()
-            step.wait()
-
-
 # --- a record anyone could plant (issue 42, item 3)
 
 @pytest.fixture
