@@ -185,7 +185,7 @@ def on_disk(doing: str, path: Path | str | None = None) -> Iterator[None]:
 
 #: The most characters of one word (a name, a path, a value) and of one line an error shows:
 #: what the user gave is echoed, and a 120 KB name must not fill the terminal.
-WORD_LIMIT, LINE_LIMIT = 160, 2000
+WORD_LIMIT, LINE_LIMIT = 300, 2000
 _LONG_WORD = re.compile(r"\S{%d,}" % (WORD_LIMIT + 1))
 
 
