@@ -28,7 +28,7 @@ from invoke.parser import Parser
 # Only what the flags' help needs is imported here: ``invoke --list`` and ``-h`` import this
 # file and run no task. ``app`` imports each command's modules on first use (its docstring).
 from containers import app
-from containers.errors import ContainersError, UsageError, describe
+from containers.errors import ContainersError, UsageError, describe, readable
 from containers.inputs import flags
 from containers.inputs.names import suggest
 from containers.prove import registry
@@ -105,13 +105,15 @@ def did_you_mean(error: ParseError, parser: Parser) -> ParseError:
 def _suggesting(parse_tasks: Callable[[], None]) -> Callable[[], None]:
     """invoke's program prints a parse error's text itself (``Program.run``) and exits 1; the
     program that loaded these tasks parses their words in its ``parse_tasks`` step, so that step
-    re-raises with :func:`did_you_mean`. Users keep running the plain ``invoke`` command."""
+    re-raises with :func:`did_you_mean`, cut as the tool's own errors are (``readable``). Users
+    keep running the plain ``invoke`` command."""
     @functools.wraps(parse_tasks)
     def wrapper() -> None:
         try:
             parse_tasks()
         except ParseError as exc:
-            raise did_you_mean(exc, _program.parser) from None
+            found = did_you_mean(exc, _program.parser)
+            raise ParseError(readable(str(found)), found.context) from None
     wrapper.suggests = True  # type: ignore[attr-defined]
     return wrapper
 

@@ -183,11 +183,34 @@ def on_disk(doing: str, path: Path | str | None = None) -> Iterator[None]:
         raise StateError(f"cannot {doing}: {os_failure(exc)}") from exc
 
 
+#: The most characters of one word (a name, a path, a value) and of one line an error shows:
+#: what the user gave is echoed, and a 120 KB name must not fill the terminal.
+WORD_LIMIT, LINE_LIMIT = 300, 2000
+_LONG_WORD = re.compile(r"\S{%d,}" % (WORD_LIMIT + 1))
+
+
+def _middle_cut(text: str, limit: int) -> str:
+    """``text`` of at most ``limit`` characters and the size of what was cut from its middle."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]}…[{len(text) - 2 * keep} characters cut]…{text[-keep:]}"
+
+
+def readable(text: str) -> str:
+    """``text`` with each word longer than :data:`WORD_LIMIT` and then each line longer than
+    :data:`LINE_LIMIT` cut in its middle: both ends of what was echoed stay readable."""
+    return "\n".join(_middle_cut(_LONG_WORD.sub(lambda m: _middle_cut(m[0], WORD_LIMIT), line),
+                                 LINE_LIMIT) for line in text.split("\n"))
+
+
 def describe(exc: ContainersError) -> tuple[str, int]:
-    """The line a user sees for ``exc`` and the exit code: the single place errors print.
-    :class:`Problems` gives one ``error:`` line per problem and then the count."""
+    """The line a user sees for ``exc`` and the exit code: the single place errors print, cut
+    to a readable length (:func:`readable`). :class:`Problems` gives one ``error:`` line per
+    problem and then the count."""
     if isinstance(exc, Problems):
         # each problem is one line already; a newline inside one is folded
-        return "\n".join([*("error: " + str(p).replace("\n", " ") for p in exc.problems),
-                          f"error: {exc.detail}"]), exc.exit_code
-    return f"error: {exc}", exc.exit_code
+        lines = [*("error: " + str(p).replace("\n", " ") for p in exc.problems),
+                 f"error: {exc.detail}"]
+        return readable("\n".join(lines)), exc.exit_code
+    return readable(f"error: {exc}"), exc.exit_code

@@ -77,14 +77,46 @@ def read_regular(path: Path, *, limit: int) -> bytes:
 RESULT_LIMIT = 256 << 20
 
 
+#: The deepest a JSON or YAML value the tool reads may nest. Python walks nesting by recursion
+#: (a copy, a dump, a model's check), which ends near 1,000 frames, two or more per level: a
+#: deeper value is refused at its reader, in one line naming the file, before anything walks it.
+MAX_DEPTH = 100
+
+
+class TooDeep(ValueError):
+    """A JSON or YAML value nested deeper than :data:`MAX_DEPTH` levels."""
+
+    def __init__(self) -> None:
+        super().__init__(f"nested deeper than {MAX_DEPTH} levels")
+
+
+def check_depth(value: object) -> object:
+    """``value`` when it nests at most :data:`MAX_DEPTH` levels, else :class:`TooDeep`; walked
+    level by level, without recursion."""
+    layer = [value]
+    for _ in range(MAX_DEPTH + 1):
+        layer = [child for item in layer if isinstance(item, (dict, list))
+                 for child in (item.values() if isinstance(item, dict) else item)]
+        if not layer:
+            return value
+    raise TooDeep()
+
+
+def json_value(text: str | bytes) -> object:
+    """``text`` read as JSON: the one JSON reader of the tool. ``ValueError`` for bad UTF-8,
+    bad JSON and :class:`TooDeep` (the parser's own recursion ends there too)."""
+    try:
+        return check_depth(json.loads(text.decode("utf-8") if isinstance(text, bytes) else text))
+    except RecursionError as exc:
+        raise TooDeep() from exc
+
+
 def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
     """The JSON value in ``path``, read by :func:`read_regular` (a regular file of at most
     ``limit`` bytes). Raises ``OSError``, or ``ValueError`` (:class:`FileRefused` is one; so are
-    bad UTF-8 and bad JSON), so ``except (OSError, ValueError)`` covers every way to fail."""
-    try:
-        return json.loads(read_regular(path, limit=limit).decode("utf-8"))
-    except RecursionError as exc:  # nested past reason: as bad as no JSON
-        raise ValueError(f"{path}: nested too deeply") from exc
+    bad UTF-8, bad JSON and :class:`TooDeep`), so ``except (OSError, ValueError)`` covers every
+    way to fail."""
+    return json_value(read_regular(path, limit=limit))
 
 
 def read_json_state(path: Path, *, limit: int, missing: object, unreadable: str,

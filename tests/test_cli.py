@@ -385,6 +385,44 @@ def test_a_mistyped_task_or_flag_is_one_line_naming_the_likely_one(cli_project: 
         f"No idea what '{args[-2] if len(args) > 2 else args[0]}' is! (did you mean {meant}?)"]
 
 
+def test_a_120_kb_word_is_echoed_cut_to_a_readable_line(cli_project: Path) -> None:
+    """A task name or a flag value of 120 KB: the one line says it, showing both ends of the
+    word and how much was cut, whether invoke's parser or the tool refuses it."""
+    word = "a" * 120_000
+    cut = f"{'a' * 149}…[119702 characters cut]…{'a' * 149}"
+    unknown = _invoke(cli_project, word)
+    assert unknown.returncode == 1 and unknown.stdout == "", unknown.stdout
+    assert unknown.stderr.strip().splitlines() == [
+        f"No idea what '{cut}' is! (invoke --list shows the tasks)"]
+    refused = _one_line_error(_invoke(cli_project, "build", "--target", word, "--dry-run"))
+    assert len(refused) < 600
+    assert refused.endswith(f"(got '{'a' * 149}…[119703 characters cut]…{'a' * 148}')")
+
+
+def test_json_nested_past_reason_is_one_line_naming_the_file(cli_project: Path,
+                                                             tmp_path: Path) -> None:
+    """A 5,000-deep line of the jobs index, a 900-deep key in a catalogue entry: one line
+    naming the file (and the line), not a RecursionError traceback."""
+    index = tmp_path / "results" / "jobs" / "index.jsonl"
+    index.parent.mkdir(parents=True)
+    index.write_text('{"job_id": "12", "a": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    assert _one_line_error(_invoke(cli_project, "jobs")) == (
+        f"error: {index}:1: nested deeper than 100 levels; the tool writes no such line: "
+        "remove it or move the index away")
+    entry = {"target": "cpu", "version": "2026.01.01-abcdef12", "sha256": "0" * 64,
+             "size_bytes": 1, "checks": {}, "published": "2026-01-01", "signed": False,
+             "file": "cpu/2026.01.01-abcdef12.sif", "module": "modules/cpu/2026.01.01-abcdef12.lua",
+             "checksum_file": "cpu/2026.01.01-abcdef12.sif.sha256", "deep": 0}
+    text = json.dumps({"format": 1, "updated": None, "targets": {"cpu": {"versions": [entry]}}})
+    catalogue = tmp_path / "dest" / "catalogue.json"
+    catalogue.parent.mkdir()
+    catalogue.write_text(text.replace('"deep": 0', '"deep": ' + '{"k": ' * 900 + "1" + "}" * 900))
+    verify = _invoke(cli_project, "verify", "--dest", str(catalogue.parent))
+    assert _one_line_error(verify, code=2) == (
+        f"error: {catalogue}: catalogue is not valid JSON (nested deeper than 100 levels); fix "
+        "or restore it before publishing")
+
+
 def test_op_takes_the_names_the_tools_files_use(cli_project: Path) -> None:
     """``--op allreduce`` (allreduce.py, allreduce.json) runs all_reduce, by its canonical name."""
     result = _invoke(cli_project, "smoke", "--op", "allreduce,allgather", "--dry-run")

@@ -6,7 +6,7 @@ import pytest
 
 from containers.errors import (CommandFailed, ConfigError, ContainersError, ImageMissing,
                                PerformanceFailed, Problems, StateError, UsageError, VerdictFailed,
-                               describe, raise_all)
+                               describe, raise_all, readable)
 
 
 def test_exit_codes_per_kind() -> None:
@@ -74,3 +74,20 @@ def test_a_build_failing_in_post_quotes_the_tools_own_error_not_only_the_exit_st
         "satisfies the requirement nosuchpkg==9.9 (from versions: none) | ERROR: No matching "
         "distribution found for nosuchpkg==9.9 | FATAL:   While performing build: while running "
         "engine: exit status 1")
+
+
+def test_an_echoed_value_is_cut_to_a_readable_length() -> None:
+    """A 120 KB name given as a flag is echoed by its refusal: the line shows both ends of it
+    and how much was cut, and every other word whole."""
+    name = "a" * 60_000 + "b" * 60_000
+    line, code = describe(UsageError(f"is not a usable target name (got {name!r})",
+                                     flag="--target"))
+    assert code == 1 and len(line) < 500 and "\n" not in line
+    assert line.startswith("error: --target: is not a usable target name (got 'aaaa")
+    assert line.endswith("bbbb')") and "…[119703 characters cut]…" in line
+    many, _ = describe(Problems([ConfigError("x " * 5000, path="a.yaml"),
+                                 ConfigError("bad key", path="b.yaml", key="k" * 300)]))
+    assert [len(text) < 2100 for text in many.splitlines()] == [True, True, True]
+    assert many.splitlines()[1].startswith("error: b.yaml: kkk") and "characters cut" in many
+    short = "error: recipes/a.yaml:2: defintion: unknown key"
+    assert readable(short) == short and readable("a\nb") == "a\nb"

@@ -11,10 +11,11 @@ import pytest
 
 from containers import files
 from containers.errors import StateError, WriteRefused
-from containers.files import (FileRefused, atomic_write_bytes, atomic_write_text, copy_hashing,
-                              create_replacing, first_link, fsync_path, open_append_regular,
-                              read_json_object, read_json_state, read_regular, resolves_outside,
-                              sha256_file, temp_symlink, walk_nofollow)
+from containers.files import (MAX_DEPTH, FileRefused, TooDeep, atomic_write_bytes,
+                              atomic_write_text, copy_hashing, create_replacing, first_link,
+                              fsync_path, json_value, open_append_regular, read_json_object,
+                              read_json_state, read_regular, resolves_outside, sha256_file,
+                              temp_symlink, walk_nofollow)
 from tests.fixtures.disks import PLANTED
 from tests.inputs.test_recipes import bounded
 
@@ -132,6 +133,28 @@ def test_a_state_file_missing_is_the_default_and_unusable_is_one_line_in_the_cal
     path.write_text("1" * 65)
     with pytest.raises(StateError, match=r"state.json: cannot read: larger than 64 bytes"):
         read(path)
+
+
+def nested(depth: int) -> str:
+    """A JSON object ``depth`` levels deep under one key."""
+    return '{"k": ' * depth + "1" + "}" * depth
+
+
+def test_json_nested_past_reason_is_refused_before_anything_walks_it(tmp_path: Path) -> None:
+    """900 levels parse, and then a copy, a dump or a model's check of them recurses past
+    Python's limit (a catalogue entry made publish end in a RecursionError): every JSON read
+    refuses them, as a state file's one line naming it."""
+    assert json_value(nested(MAX_DEPTH)) and json_value(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH)
+    for text in (nested(MAX_DEPTH + 1), nested(900), "[" * 5000 + "]" * 5000, "[" * 100_000):
+        with pytest.raises(TooDeep, match=f"nested deeper than {MAX_DEPTH} levels"):
+            json_value(text)
+    path = tmp_path / "state.json"
+    path.write_text(nested(900))
+    assert read_json_object(path) is None
+    with pytest.raises(StateError, match=rf"state.json: not JSON \(nested deeper than "
+                                         rf"{MAX_DEPTH} levels\)\Z"):
+        read_json_state(path, limit=1 << 20, missing=None, unreadable="{exc}",
+                        invalid="not JSON ({detail})")
 
 
 def test_links_are_found_not_followed(tmp_path: Path) -> None:

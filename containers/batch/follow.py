@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from containers.errors import CommandFailed, ContainersError, VerdictFailed
-from containers.files import open_append_regular, read_regular_json, read_regular_text
+from containers.errors import CommandFailed, ContainersError, StateError, VerdictFailed
+from containers.files import (TooDeep, json_value, open_append_regular, read_regular_json,
+                              read_regular_text)
 from containers.host.process import capture
 from containers.records import Verdict
 from containers.report import Say
@@ -180,14 +181,19 @@ def append_index(jobs_dir: Path, entry: dict) -> Path:
 
 
 def read_index(jobs_dir: Path) -> list[dict]:
-    """The index's entries, oldest first (a line that is not a JSON object is skipped)."""
+    """The index's entries, oldest first. A line that is not a JSON object is skipped (a killed
+    append leaves one torn); one nested past reading is no line the tool wrote: one line naming
+    the file and the line."""
     path = jobs_dir / INDEX
     if not path.exists():
         return []
     entries = []
-    for line in read_regular_text(path).splitlines():
+    for number, line in enumerate(read_regular_text(path).splitlines(), start=1):
         try:
-            entry = json.loads(line)
+            entry = json_value(line)
+        except TooDeep as exc:
+            raise StateError(f"{path}:{number}: {exc}; the tool writes no such line: remove "
+                             "it or move the index away") from None
         except ValueError:
             continue
         if isinstance(entry, dict) and entry.get("job_id"):

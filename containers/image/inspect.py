@@ -14,13 +14,12 @@ torch imports without one.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
 from containers.errors import CommandFailed, ImageMissing
-from containers.files import read_json_object
+from containers.files import json_value, read_json_object
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 from containers.image import gpuarch, provenance
@@ -41,7 +40,7 @@ def parse_probe(output: str) -> dict:
     ``%environment`` may print before it); :class:`ValueError` when there is none."""
     for line in reversed(output.splitlines()):
         if line.startswith(MARK):
-            data = json.loads(line[len(MARK):])
+            data = json_value(line[len(MARK):])
             if isinstance(data, dict) and data.get("probe") == 1:
                 return data
     raise ValueError("the probe printed no result")

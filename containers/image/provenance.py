@@ -8,11 +8,10 @@ verdicts name the sha256 they proved.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from containers.errors import CommandFailed, StateError
-from containers.files import FileRefused, read_regular
+from containers.files import FileRefused, TooDeep, json_value, read_regular_json
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 from containers.records import BuildRecord, Malformed
@@ -32,16 +31,16 @@ def read(path: Path, *, corrupt_ok: bool = False) -> BuildRecord:
     naming it: a verdict must never name a null sha256 as what it proved. ``corrupt_ok``: treat
     such a record as none (a build, which replaces it; the up-to-date check, which rebuilds)."""
     try:
-        data = json.loads(read_regular(path, limit=RECORD_LIMIT).decode("utf-8"))
+        data = read_regular_json(path, limit=RECORD_LIMIT)
         problem = None if isinstance(data, dict) else "not a JSON object"
         record = BuildRecord.of(data if problem is None else {}, source=path)
     except FileNotFoundError:
         return BuildRecord()
-    except FileRefused as exc:
+    except (FileRefused, TooDeep) as exc:
         problem = str(exc)
     except Malformed as exc:
         problem = str(exc).removeprefix(f"{path}: ")
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON
+    except ValueError as exc:  # not UTF-8, not JSON
         problem = f"not JSON ({type(exc).__name__})"
     except OSError as exc:
         problem = exc.strerror or str(exc)
@@ -74,7 +73,7 @@ def built_hashes(images_dir: Path, names: list[str]) -> dict[str, str]:
 def labels_of(runtime: Runtime, image: Path) -> dict[str, str]:
     argv = runtime.inspect_argv(image)
     try:
-        data = json.loads(capture(argv))
+        data = json_value(capture(argv))
     except ValueError as exc:
         raise CommandFailed(f"{runtime.flavour} inspect of {image} printed no JSON",
                             argv=argv) from exc

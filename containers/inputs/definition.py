@@ -54,6 +54,16 @@ BOOTSTRAP_AGENTS = (
     "debootstrap", "localimage", "docker", "docker-archive", "docker-daemon", "oci", "oci-archive",
     "library", "oras", "shub", "yum", "dnf", "zypper", "busybox", "arch", "scratch", "sif",
 )
+#: Bootstraps whose base is the ``From:`` value (each conveyor of Apptainer's
+#: internal/pkg/build/sources reads ``Header["from"]``: conveyorPacker_oci.go, _local.go,
+#: _library.go, _oras.go, _shub.go; no parser check asks for it), and what Apptainer 1.4.5 does
+#: without one (measured with ``apptainer build``): ``filepath.Clean("")`` is ``.``.
+FROM_AGENTS = {
+    **dict.fromkeys(("docker", "docker-archive", "docker-daemon", "oci-archive", "library",
+                     "oras", "shub"), "fails to fetch an empty reference"),
+    "oci": "reads the working folder as an OCI layout",
+    "localimage": "builds the working folder as the image",
+}
 _ARG_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 #: What Go's ``unicode.IsSpace`` calls space: the separators of ``bufio.ScanWords`` and what
 #: ``strings.TrimSpace`` trims in deffile.go. Python's ``str.split()`` also splits at
@@ -203,8 +213,9 @@ class Stage:
 
     def validate(self, *, path: Path | None, earlier: tuple[str, ...]) -> None:
         """Refuse what Apptainer refuses: an unknown header keyword or section (at parse time),
-        an app section without an app name, no bootstrap agent, ``%files from`` a stage that is
-        not an earlier one (named in ``earlier``). A repeated section is valid: Apptainer
+        an app section without an app name, no bootstrap agent, no ``From:`` where the agent
+        takes its base from it (:data:`FROM_AGENTS`), ``%files from`` a stage that is not an
+        earlier one (named in ``earlier``). A repeated section is valid: Apptainer
         appends it to the first (:meth:`section`)."""
         for key, number in self.header_lines.items():
             if key not in HEADER_KEYS and re.sub(r"\d+$", "", key) != "otherurl":
@@ -218,6 +229,11 @@ class Stage:
             raise ConfigError(f"unknown bootstrap agent '{agent}'"
                               f"{suggest(agent, BOOTSTRAP_AGENTS)}", path=path,
                               line=self.header_lines.get("bootstrap"), key="Bootstrap")
+        if agent in FROM_AGENTS and not self.header.get("from", "").strip(GO_SPACE):
+            raise ConfigError(f"'Bootstrap: {agent}' takes its base from 'From:', and this "
+                              f"stage has none: Apptainer {FROM_AGENTS[agent]}", path=path,
+                              line=self.header_lines.get("from", self.header_lines.get(
+                                  "bootstrap")), key="From")
         for section in self.sections:  # each header as Apptainer's parser judges it
             where = {"path": path, "line": section.line, "key": f"%{section.name}"}
             if section.header_line[:1] in GO_SPACE:

@@ -11,6 +11,7 @@ this module judges its lines: a shell's words for ``%setup``/``%pre``, Apptainer
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 from dataclasses import dataclass
@@ -123,14 +124,32 @@ def _host_path(word: str) -> str | None:
     return None
 
 
+#: Builtins that change the shell's folder: after one that leaves the image's root, a relative
+#: path (``cd / && cat etc/hostname``) names a host file.
+_CD_COMMANDS = frozenset({"cd", "pushd"})
+
+
+def _cd_outside(command: str, words: list[str]) -> str | None:
+    """``cd DIR`` when ``DIR``, the first of ``words`` (what follows ``cd``) that is no option,
+    is not the image's root or the build context (:data:`_ANCHORED`; one climbing out of them
+    is a host path as any word is): ``/``, a relative or ``~`` folder, ``-`` (the folder
+    before) or none (home) leave the image for the host."""
+    words = list(itertools.takewhile(lambda w: not (_OPERATOR.match(w) or _REDIRECT.match(w)),
+                                     words))
+    target = next((word for word in words if word == "-" or not word.startswith("-")), "~")
+    return None if _ANCHORED.fullmatch(target) else f"{command} {target}"
+
+
 def setup_paths(code: str) -> tuple[str, ...]:
     """The host paths one ``%setup`` command line reads or writes, judged on its shell words:
     an absolute or ``~`` word, a redirection's target, a path from the build context or the
-    image's root that climbs out (:func:`climbs_out`). Text is not a path: a quoted URL is one
-    word that does not start with ``/``, and what ``echo``/``printf`` print is data."""
+    image's root that climbs out (:func:`climbs_out`), a ``cd`` out of both
+    (:func:`_cd_outside`). Text is not a path: a quoted URL is one word that does not start
+    with ``/``, and what ``echo``/``printf`` print is data."""
     found: list[str] = []
     command, text, redirect = True, False, False
-    for word in shell_words(code):
+    words = shell_words(code)
+    for at, word in enumerate(words):
         if _OPERATOR.match(word):
             command, text, redirect = True, False, False
             continue
@@ -141,6 +160,8 @@ def setup_paths(code: str) -> tuple[str, ...]:
         if command and not _ASSIGNMENT.match(word):
             command, text = False, word.rsplit("/", 1)[-1] in _TEXT_COMMANDS
             path = None if path and path.startswith(_SYSTEM_PROGRAMS) else path
+            if word in _CD_COMMANDS:  # its folder is judged here, not as a path it reads
+                path, text = _cd_outside(word, words[at + 1:]), True
         elif text and not redirect:
             path = None
         redirect = False

@@ -175,12 +175,13 @@ def _env_value(key: str, text: str) -> Any:
 
 def _yaml_value(text: str, *, mapping: bool = False) -> Any:
     """``text`` read as YAML (a mapping's ``{lumi: p1}``, an entry's list ``[v1, v2]``)."""
-    import yaml
+    from containers.inputs.yamlsource import load_yaml_text  # yaml: only for a YAML value
 
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{text!r} is not YAML ({str(exc).splitlines()[0]})") from None
+        value = load_yaml_text(text)
+    except ConfigError as exc:
+        raise ValueError(f"{text!r} is not YAML ({exc.detail.removeprefix('invalid YAML: ')})"
+                         ) from None
     if mapping and not isinstance(value, dict):
         raise ValueError(f"{text!r} is not a mapping such as {{lumi: project_1}}")
     return value

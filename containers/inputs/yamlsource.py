@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from containers.errors import ConfigError
-from containers.files import FileRefused, read_regular
+from containers.files import FileRefused, TooDeep, check_depth, read_regular
 
 #: The most an input file (manifest, env spec, definition, site profile, script) may hold.
 INPUT_LIMIT = 1 << 20
@@ -72,8 +72,10 @@ def _loader_for(path: Path | None) -> type[yaml.SafeLoader]:
 
 
 def load_yaml_text(text: str, *, path: Path | None = None) -> Any:
+    """``text`` read as YAML: the one YAML reader of the tool; any failure, a value nested past
+    :data:`~containers.files.MAX_DEPTH` too, is one :class:`ConfigError` naming ``path``."""
     try:
-        return yaml.load(text, Loader=_loader_for(path))  # noqa: S506 - a SafeLoader subclass
+        return check_depth(yaml.load(text, Loader=_loader_for(path)))  # noqa: S506 - safe
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -86,8 +88,8 @@ def load_yaml_text(text: str, *, path: Path | None = None) -> Any:
     except yaml.YAMLError as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ConfigError(f"invalid YAML: {first}", path=path) from exc
-    except RecursionError as exc:
-        raise ConfigError("invalid YAML: nested too deeply", path=path) from exc
+    except (TooDeep, RecursionError) as exc:
+        raise ConfigError(f"invalid YAML: {TooDeep()}", path=path) from exc
 
 
 def decode_input(data: bytes, *, path: Path) -> str:

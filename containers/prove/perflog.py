@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator, Sequence
 
 from containers.errors import StateError, on_disk, os_failure
-from containers.files import FileRefused, open_append_regular, read_regular
+from containers.files import FileRefused, json_value, open_append_regular, read_regular
 from containers.inputs import names
 from containers.inputs.schema import check_name
 from containers.locking import file_lock
@@ -94,8 +94,8 @@ def _records(data: bytes) -> Iterator[dict]:
     a torn tail), each a JSON object with a good date; anything else is skipped."""
     for raw in data.split(b"\n")[:-1]:
         try:
-            record = json.loads(raw)
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past reason
+            record = json_value(raw)
+        except ValueError:  # not JSON, not UTF-8, or nested past reason
             continue
         if isinstance(record, dict) and parse_date(record.get("date")) is not None:
             yield record

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from containers.batch import follow
-from containers.errors import VerdictFailed
+from containers.errors import StateError, VerdictFailed
 
 
 @pytest.mark.parametrize("scheduler, text, state", [
@@ -82,3 +82,11 @@ def test_the_index_keeps_one_line_per_job(tmp_path) -> None:
         handle.write("{torn")
     follow.append_index(tmp_path, {"job_id": "3", "workload": "run"})
     assert [e["job_id"] for e in follow.read_index(tmp_path)] == ["1", "2", "3"]
+
+
+def test_an_index_line_nested_past_reason_is_one_line_naming_the_file_and_line(tmp_path) -> None:
+    follow.append_index(tmp_path, {"job_id": "1", "workload": "run"})
+    with open(tmp_path / follow.INDEX, "a") as handle:
+        handle.write('{"job_id": "2", "a": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    with pytest.raises(StateError, match=rf"^{tmp_path / follow.INDEX}:2: nested deeper than "):
+        follow.read_index(tmp_path)

@@ -196,6 +196,24 @@ def test_what_apptainer_refuses_at_parse_time_is_refused(text: str, message: str
         parse_definition(text, path=Path("d.def")).validate()
 
 
+@pytest.mark.parametrize("text, message", [
+    # a multi-stage definition whose second stage names no base: Apptainer 1.4.5 builds the
+    # working folder as the image
+    ("Bootstrap: docker\nFrom: debian:12\nStage: build\n%post\n true\n"
+     "Bootstrap: localimage\nStage: final\n%files from build\n /a /a\n",
+     r"d.def:6: From: 'Bootstrap: localimage' takes its base from 'From:', and this stage has "
+     r"none: Apptainer builds the working folder as the image"),
+    ("Bootstrap: docker\n%labels\n a b\n", r"d.def:1: From: 'Bootstrap: docker' takes its base "
+     r"from 'From:', and this stage has none: Apptainer fails to fetch an empty reference"),
+    ("Bootstrap: oci\nFrom:  # nothing\n", r"d.def:2: From: .* Apptainer reads the working "
+     r"folder as an OCI layout"),
+])
+def test_a_stage_without_the_from_its_bootstrap_takes_is_refused(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_definition(text, path=Path("d.def")).validate()
+    parse_definition("Bootstrap: scratch\n%labels\n a b\n").validate()  # no base to name
+
+
 def test_what_apptainer_accepts_in_a_header_and_sections() -> None:
     text = ("Bootstrap: docker # a comment\nFrom: debian:12\nOtherURL1: https://x\n"
             "Include: a \\\n  b\n%pre\n echo\n%apprun one\n x\n%apprun one\n y\n")

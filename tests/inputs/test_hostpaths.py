@@ -117,3 +117,23 @@ def test_appfiles_and_pre_are_checked_for_host_paths() -> None:
     assert [(u.section, u.line, u.paths) for u in host_path_uses(parse_definition(text))] == [
         ("%pre", 3, ("/etc/shadow", "/tmp/x")), ("%appfiles", 5, ("/etc/passwd",)),
         ("%appfiles", 7, ("{{ BUILD_CONTEXT }}/../up",))]
+
+
+@pytest.mark.parametrize("line, paths", [
+    # a relative path after a cd out of the image reads the host: the cd is the host path
+    ('cd / && cat etc/hostname > "$APPTAINER_ROOTFS/etc/built-on"', ("cd /",)),
+    ("(cd /etc; cat hostname) > \"$APPTAINER_ROOTFS/x\"", ("cd /etc",)),
+    ("cd -P .. && cat x", ("cd ..",)),
+    ("cd && cat .ssh/id_rsa", ("cd ~",)),  # home
+    ("cd - > /dev/null", ("cd -",)),
+    ('pushd "$HOME"', ("pushd $HOME",)),
+    ('cd "${APPTAINER_ROOTFS}/../.." && cat etc/shadow', ("${APPTAINER_ROOTFS}/../..",)),
+    # into the image's root or the build context (or below): no host folder
+    ('cd "$APPTAINER_ROOTFS" && ln -s usr/lib lib64', ()),
+    ("cd ${SINGULARITY_ROOTFS}/opt; tar xf {{ BUILD_CONTEXT }}/t.tar", ()),
+    ("cd -- {{ BUILD_CONTEXT }}/sub && cp a \"$APPTAINER_ROOTFS/a\"", ()),
+    ("echo cd /", ()),
+])
+def test_setup_changing_folder_out_of_the_image_is_a_host_path(line: str, paths) -> None:
+    text = f"Bootstrap: scratch\n%setup\n    {line}\n"
+    assert [u.paths for u in host_path_uses(parse_definition(text))] == ([paths] if paths else [])

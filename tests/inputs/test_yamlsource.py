@@ -78,7 +78,11 @@ def test_a_byte_that_is_not_utf8_names_the_line(tmp_path) -> None:
 @pytest.mark.parametrize("text,line,message", [
     ("a: 1\nb: \x01\n", 2, "invalid YAML: character #x0001: special characters are not "
                             "allowed"),
-    ("[" * 100_000, None, "invalid YAML: nested too deeply"),
+    ("[" * 100_000, None, "invalid YAML: nested deeper than 100 levels"),
+    # parsed, but a model's check or a copy of it would recurse past Python's limit
+    ("a:\n" + "".join(" " * n + "- \n" for n in range(1, 150)), None,
+     "invalid YAML: nested deeper than 100 levels"),
+    ("[" * 250 + "]" * 250, None, "invalid YAML: nested deeper than 100 levels"),
 ])
 def test_yaml_the_reader_refuses_is_one_line(tmp_path, text: str, line, message: str) -> None:
     with pytest.raises(ConfigError) as refused:
