@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -252,11 +253,11 @@ def test_the_way_is_walked_as_the_kernel_walks_it(tmp_path: Path) -> None:
     """A link, or ``..`` after one, leads on from where the link points; a loop ends."""
     ways = Ways(tmp_path)
     (ways.elsewhere / "up").symlink_to("../sticky/theirs")
-    assert files.unsafe_way(ways.site / "up" / "x") == (
-        f"{ways.site / 'up' / 'x'}: {ways.link} is a link owned by nobody (uid 65534) in a "
-        "world-writable folder (mode 1777): they could re-point it at any time")
+    assert re.fullmatch(f"{ways.site / 'up' / 'x'}: {ways.refusals[ways.link]}",
+                        files.unsafe_way(ways.site / "up" / "x"))
     assert "open is world-writable without" in files.unsafe_way(ways.mine / ".." / "open" / "x")
     assert files.unsafe_way(ways.mine / "up" / ".." / "x") is not None
     (tmp_path / "loop").symlink_to("loop")
-    assert files.unsafe_way(tmp_path / "loop" / "x").endswith("loop leads through more than 40 links")
+    assert files.unsafe_way(tmp_path / "loop" / "x").endswith("loop leads through more than 40 "
+                                                             "links")
     assert files.unsafe_way(ways.mine / "missing" / "x") is None
