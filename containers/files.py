@@ -1,17 +1,11 @@
 """File primitives every stage shares: atomic writes, fsync, hashing, symlink swaps.
 
-A reader of any file this tool writes (an image's provenance, a verdict, a catalogue, a published
-image) sees the old content or the new, never half of it: everything is written to a temp name in
-the same folder, fsynced and renamed. Symlinks are swapped the same way: a new link under a temp
-name renamed over the old one, so the name always points somewhere.
-
-Every write goes through :func:`replace_into` (or :func:`atomic_write_bytes`, which uses it): the
-destination, when it exists, must be a regular file of the user running the tool. A link there
-is never written through, and a device, FIFO, socket, folder or another user's file is never
-replaced: :func:`refuse_replacing` says so in one line (:class:`WriteRefused`) before anything
-is written, so a site admin running as root cannot be made to overwrite ``/etc/passwd`` or turn
-``/dev/null`` into a file.
-"""
+Every file is written to a temp name in its folder, fsynced and renamed (links are swapped the
+same way), so a reader sees the old content or the new. Before anything is written,
+:func:`refuse_replacing` refuses in one line (:class:`WriteRefused`) a destination that is not a
+regular file of the user's, and (:func:`unsafe_way`) a way to it through a folder someone else
+could change: root cannot be made to overwrite ``/etc/passwd``, turn ``/dev/null`` into a file,
+or write where another user's link points."""
 
 from __future__ import annotations
 
