@@ -17,8 +17,10 @@ data across a link, so the collectives' bandwidth is then shown as n/a and not j
 ``--device cpu`` runs the same stages on gloo CPU ranks with the GPU expectation off: the tests
 run it, so the script is known to work before a GPU is there. Results: OUT/<stage>/ (each run's
 own files and ``run.log``), ``OUT/gpu-check.json`` and the table on stdout; exit status 0 when
-every stage passed, 1 otherwise. Needs the project's Python packages (``containers``) and torch;
-DeepSpeed only for its stage (a missing DeepSpeed fails that stage, saying so). Usage::
+every stage passed, 1 otherwise, 2 when OUT is refused (the package's write rule,
+``containers.files.unsafe_way``). The stages' TMPDIR is the check's own, removed at its end.
+Needs the project's Python packages (``containers``) and torch; DeepSpeed only for its stage (a
+missing DeepSpeed fails that stage, saying so). Usage::
 
     benchmarks/gpu_check.sh                       # NVIDIA GPUs: every one of them
     python benchmarks/gpu_check.py --device cpu --ranks 2 --out /tmp/gpu-check   # the CPU form
@@ -31,14 +33,21 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
+from unittest.mock import patch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from common import run_shown  # noqa: E402
+from containers.errors import WriteRefused  # noqa: E402
+from containers.files import atomic_write_text, refuse_unsafe_way  # noqa: E402
+from containers.image.builder import sigterm_as_exit  # noqa: E402
 from containers.inputs.names import COLLECTIVES  # noqa: E402
 from containers.inputs.sites import Site, load_sites  # noqa: E402
 from containers.prove import verdict  # noqa: E402
@@ -118,7 +127,7 @@ def run_logged(argv: list[str], *, out_dir: Path, timeout: float, label: str,
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     result, lines = run_shown(argv, label=label, timeout=timeout, env={**os.environ, **env})
-    (out_dir / "run.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(out_dir / "run.log", "\n".join(lines) + "\n")
     return result.returncode, bool(result.timed_out), lines, time.monotonic() - start
 
 
@@ -212,16 +221,36 @@ def detected_ranks(device: str) -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+@contextmanager
+def own_tmpdir() -> Iterator[None]:
+    """TMPDIR, for every stage, a folder of this check's own, removed at its end, stopped
+    (SIGTERM) or not: torchrun leaves a ``torchelastic_*`` log folder in TMPDIR per run."""
+    with sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp, \
+            patch.dict(os.environ, TMPDIR=tmp):
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     ranks = args.ranks or detected_ranks(args.device)
-    args.out = args.out.resolve()
-    stages: list[Stage] = []
+    args.out = Path(os.path.abspath(args.out))  # links on the way are the write rule's to judge
     wanted = [name.strip() for name in args.stages.split(",") if name.strip()]
     unknown = sorted(set(wanted) - {"gate", "smoke", *EXAMPLES})
     if unknown:
         print(f"gpu_check: unknown stage(s) {', '.join(unknown)}", file=sys.stderr)
         return 2
+    try:
+        refuse_unsafe_way(args.out)
+    except WriteRefused as exc:
+        print(f"gpu_check: --out {exc}", file=sys.stderr)
+        return 2
+    with own_tmpdir():
+        return summarise(args, run_stages(args, wanted, ranks), ranks)
+
+
+def run_stages(args: argparse.Namespace, wanted: list[str], ranks: int) -> list[Stage]:
+    """Every stage ``wanted``, in order, and the rows of what this machine cannot run."""
+    stages: list[Stage] = []
     if ranks < 1:
         stages.append(Stage("device gate", reasons=[
             "torch sees no CUDA GPU here (torch.cuda.is_available() is False)"]))
@@ -230,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         stages += [gate_stage(args, ranks) if name == "gate"
                    else workload_stage(args, site, ranks, name) for name in wanted]
         stages += not_run(ranks) if "smoke" in wanted else []
-    return summarise(args, stages, ranks)
+    return stages
 
 
 def summarise(args: argparse.Namespace, stages: list[Stage], ranks: int) -> int:
@@ -241,10 +270,9 @@ def summarise(args: argparse.Namespace, stages: list[Stage], ranks: int) -> int:
                           ["stage", "verdict", "s", "figures", "why not"], rows))
     ran = [s for s in stages if s.verdict != "NOT RUN"]
     passed = all(s.verdict == "PASS" for s in ran) and bool(ran)
-    args.out.mkdir(parents=True, exist_ok=True)
     record = {"device": args.device, "ranks": ranks, "passed": passed,
               "stages": [s.__dict__ for s in stages]}
-    (args.out / "gpu-check.json").write_text(json.dumps(record, indent=2) + "\n")
+    atomic_write_text(args.out / "gpu-check.json", json.dumps(record, indent=2) + "\n")
     skipped = f", {len(stages) - len(ran)} not run (see above)" if len(ran) < len(stages) else ""
     print(f"gpu check: {'PASS' if passed else 'FAIL'} ({sum(s.verdict == 'PASS' for s in ran)} "
           f"of {len(ran)} stages passed{skipped}); json: {args.out / 'gpu-check.json'}")

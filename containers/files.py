@@ -1,17 +1,11 @@
 """File primitives every stage shares: atomic writes, fsync, hashing, symlink swaps.
 
-A reader of any file this tool writes (an image's provenance, a verdict, a catalogue, a published
-image) sees the old content or the new, never half of it: everything is written to a temp name in
-the same folder, fsynced and renamed. Symlinks are swapped the same way: a new link under a temp
-name renamed over the old one, so the name always points somewhere.
-
-Every write goes through :func:`replace_into` (or :func:`atomic_write_bytes`, which uses it): the
-destination, when it exists, must be a regular file of the user running the tool. A link there
-is never written through, and a device, FIFO, socket, folder or another user's file is never
-replaced: :func:`refuse_replacing` says so in one line (:class:`WriteRefused`) before anything
-is written, so a site admin running as root cannot be made to overwrite ``/etc/passwd`` or turn
-``/dev/null`` into a file.
-"""
+Every file is written to a temp name in its folder, fsynced and renamed (links are swapped the
+same way), so a reader sees the old content or the new. Before anything is written,
+:func:`refuse_replacing` refuses in one line (:class:`WriteRefused`) a destination that is not a
+regular file of the user's, and (:func:`unsafe_way`) a way to it through a folder someone else
+could change: root cannot be made to overwrite ``/etc/passwd``, turn ``/dev/null`` into a file,
+or write where another user's link points."""
 
 from __future__ import annotations
 
@@ -190,18 +184,63 @@ def not_a_folder(path: Path) -> str | None:
     return None
 
 
-def swappable_parent(path: Path) -> Path | None:
-    """The first folder above ``path`` that is world-writable without the sticky bit, else
-    None: in it anyone may rename ``path`` away and put their own in its place (``/tmp`` has
-    the bit: there only an entry's owner may rename it)."""
-    for folder in (path, *path.parents):
-        try:
-            mode = os.stat(folder).st_mode
-        except FileNotFoundError:
-            continue
-        if folder != path and mode & 0o002 and not mode & stat.S_ISVTX:
-            return folder
+#: Links one walk follows before it calls the path a loop (the kernel's own limit).
+_MAX_LINKS = 40
+
+
+def _open_to_others(folder: str, info: os.stat_result) -> str | None:
+    """Why anyone could rename what is in ``folder`` (world-writable, no sticky bit), else None."""
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o002 and not mode & stat.S_ISVTX:
+        return (f"{folder} is world-writable without the sticky bit (mode {mode:04o}): anyone "
+                "could put their own in place of what is in it")
     return None
+
+
+def _repointable(link: str, info: os.stat_result, folder: os.stat_result) -> str | None:
+    """Why ``link`` (``info``, in a folder of ``folder``) could be re-pointed by someone else,
+    else None: a link in a world-writable folder is followed only when it is the user's own, or
+    root's in root's folder (``fs.protected_symlinks``: the follower's or the folder owner's;
+    the cache's rule: never another user's)."""
+    trusted = info.st_uid == os.geteuid() or info.st_uid == folder.st_uid == 0
+    if trusted or not folder.st_mode & 0o002:
+        return None
+    return (f"{link} is a link owned by {_owner(info.st_uid)} in a world-writable folder "
+            f"(mode {stat.S_IMODE(folder.st_mode):04o}): they could re-point it at any time")
+
+
+def unsafe_way(path: Path) -> str | None:
+    """Why what is written at or in ``path`` could land where someone else chooses, in one line
+    naming ``path`` and the folder or link, else None. Every folder on the way (``path`` too,
+    when a folder) is walked as the kernel walks it (``lstat`` at each step, links followed):
+    none may be world-writable without the sticky bit, and no link may be another user's in a
+    world-writable folder (:func:`_repointable`), whatever the machine's
+    ``fs.protected_symlinks``. What does not exist yet is made by this tool, in a folder checked."""
+    todo = list((Path.cwd() / path).parts[1:])  # ".." after a link is the kernel's to read
+    here, links = "/", 0
+    while True:
+        try:
+            folder = os.stat(here)
+            why = _open_to_others(here, folder)
+            if why or not todo:
+                return f"{path}: {why}" if why else None
+            nxt = os.path.normpath(os.path.join(here, todo.pop(0)))
+            info = os.lstat(nxt)
+        except OSError:  # missing (made by this tool), or unreachable (the write fails too)
+            return None
+        if not stat.S_ISLNK(info.st_mode):
+            if not stat.S_ISDIR(info.st_mode):
+                return None  # the write fails on its own, naming the file in the way
+            here = nxt
+            continue
+        links += 1
+        why = _repointable(nxt, info, folder) or (
+            f"{nxt} leads through more than {_MAX_LINKS} links" if links > _MAX_LINKS else None)
+        if why:
+            return f"{path}: {why}"
+        target = os.readlink(nxt)
+        here = "/" if os.path.isabs(target) else here
+        todo[:0] = Path(target).parts[1 if os.path.isabs(target) else 0:]
 
 
 def first_link(base: Path, path: Path) -> Path | None:
@@ -259,11 +298,21 @@ def _owner(uid: int) -> str:
         return f"uid {uid}"
 
 
+def refuse_unsafe_way(path: Path) -> None:
+    """Raise :class:`WriteRefused` when a file at ``path`` could land where someone else
+    chooses (:func:`unsafe_way`)."""
+    way = unsafe_way(path)
+    if way:
+        raise WriteRefused(f"{way}; refusing to write there")
+
+
 def refuse_replacing(path: Path, *, doing: str = "replace") -> None:
     """Raise :class:`WriteRefused` when ``path`` exists and is not a regular file of ours (a
     link, a device, a FIFO, a socket, a folder, or another user's file, root running or not);
     nothing when it is missing or ours to ``doing`` (``replace``, ``append to``). ``lstat``: a
-    link is judged as itself, never followed."""
+    link is judged as itself, never followed. First, the folders on the way
+    (:func:`refuse_unsafe_way`): every writer comes here before it makes a temp or a folder."""
+    refuse_unsafe_way(path)
     try:
         info = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -312,7 +361,9 @@ def _open_temp(path: Path, mode: int | None) -> tuple[Path, int]:
 def write_temp(path: Path, data: bytes, *, mode: int | None = None) -> Path:
     """Write ``data`` to a new temp file beside ``path`` (:func:`_open_temp`), fsynced; the
     temp's path. Renaming it over ``path`` (:func:`replace_into`) is the caller's commit;
-    removing it, its undo."""
+    removing it, its undo. What is at ``path``, and the way to it, are checked first
+    (:func:`refuse_replacing`)."""
+    refuse_replacing(path)
     tmp = temp_name(path)
     try:
         tmp, fd = _open_temp(path, mode)
@@ -338,7 +389,6 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
     see the old file or the new one, never a half-written one. What is at ``path`` is checked
     (:func:`refuse_replacing`) before the temp is made and again at the rename. ``mode``: as
     :func:`write_temp` takes it."""
-    refuse_replacing(path)
     tmp = write_temp(path, data, mode=mode)
     try:
         replace_into(tmp, path)
@@ -384,6 +434,7 @@ def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = CO
     ``mode``, fsync it, and return the sha256 of the bytes read: a copy checked against a
     recorded hash in the same pass that makes it. ``progress`` is told each chunk's size;
     ``after_chunk`` runs after each chunk (a fault-injection hook)."""
+    refuse_replacing(dest)
     digest = hashlib.sha256()
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
@@ -405,7 +456,9 @@ def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = CO
 
 def temp_symlink(link: Path, target: str) -> Path:
     """A new symlink to ``target`` under ``link``'s temp name (:func:`temp_name`): renaming it
-    over ``link`` swaps the link atomically."""
+    over ``link`` swaps the link atomically. The way to it is checked first
+    (:func:`refuse_unsafe_way`)."""
+    refuse_unsafe_way(link)
     temp = temp_name(link)
     temp.unlink(missing_ok=True)
     os.symlink(target, temp)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from containers.errors import on_disk
+from containers.files import refuse_unsafe_way
 
 #: More runs than this in one second under one name means something else is wrong.
 MAX_TRIES = 1000
@@ -23,7 +24,9 @@ MAX_TRIES = 1000
 def _claim(parent: Path, stem: str, suffix: str, create: Callable[[Path], object], *,
            doing: str, what: str) -> str:
     """``create`` (which fails with FileExistsError on a taken name) of ``<stem><suffix>``, else
-    ``<stem>-2<suffix>``, ...; the name claimed, without ``suffix``."""
+    ``<stem>-2<suffix>``, ...; the name claimed, without ``suffix``. Nothing is made on a way
+    someone else controls (:func:`containers.files.refuse_unsafe_way`)."""
+    refuse_unsafe_way(parent / f"{stem}{suffix}")
     with on_disk(doing, parent / f"{stem}{suffix}"):
         parent.mkdir(parents=True, exist_ok=True)
         for name in (stem, *(f"{stem}-{n}" for n in range(2, MAX_TRIES + 1))):

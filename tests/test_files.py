@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from containers.files import (MAX_DEPTH, FileRefused, TooDeep, atomic_write_byte
                               fsync_path, json_value, open_append_regular, read_json_object,
                               read_json_state, read_regular, resolves_outside, sha256_file,
                               temp_symlink, walk_nofollow)
-from tests.fixtures.disks import PLANTED
+from tests.fixtures.disks import PLANTED, Ways
 from tests.inputs.test_recipes import bounded
 
 
@@ -242,3 +243,44 @@ def test_our_own_file_is_replaced_atomically_with_the_mode_asked(tmp_path: Path)
         log.write(b"line\n")
     assert (tmp_path / "run.log").read_bytes() == b"line\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh", "run.log"]
+
+
+# --- one write rule for the whole way (issue 48, part 2)
+
+WAY_WRITERS = {**WRITERS, "copy": lambda path: copy_hashing(Path(__file__), path),
+               "link": lambda path: temp_symlink(path, "1.sif")}
+
+
+@pytest.mark.parametrize("write", list(WAY_WRITERS))
+def test_no_write_goes_through_a_folder_someone_else_controls(tmp_path: Path,
+                                                               write: str) -> None:
+    """Another uid's link in a sticky world-writable folder (that user may re-point it at any
+    time) and a folder anyone may write without the sticky bit: each writer refuses in one line
+    naming the file and the link or folder, nothing is made; a link of root's in root's sticky
+    folder, or another uid's in a folder only root may write (a site's /scratch), is followed."""
+    ways = Ways(tmp_path)
+    for folder, refusal in ways.refusals.items():
+        path = folder / "deeper" / "j.sh"
+        with pytest.raises(WriteRefused, match=f"^{path}: {refusal}.*; refusing to write there$"
+                           ) as caught:
+            WAY_WRITERS[write](path)
+        assert "\n" not in str(caught.value)
+    ways.untouched()
+    for link in (ways.mine, ways.site):
+        WAY_WRITERS[write](link / f"{link.name}.sh")
+    assert {p.name for p in ways.elsewhere.iterdir()} >= (
+        set() if write == "link" else {"mine.sh", "scratch.sh"})
+
+
+def test_the_way_is_walked_as_the_kernel_walks_it(tmp_path: Path) -> None:
+    """A link, or ``..`` after one, leads on from where the link points; a loop ends."""
+    ways = Ways(tmp_path)
+    (ways.elsewhere / "up").symlink_to("../sticky/theirs")
+    assert re.fullmatch(f"{ways.site / 'up' / 'x'}: {ways.refusals[ways.link]}",
+                        files.unsafe_way(ways.site / "up" / "x"))
+    assert "open is world-writable without" in files.unsafe_way(ways.mine / ".." / "open" / "x")
+    assert files.unsafe_way(ways.mine / "up" / ".." / "x") is not None
+    (tmp_path / "loop").symlink_to("loop")
+    assert files.unsafe_way(tmp_path / "loop" / "x").endswith("loop leads through more than 40 "
+                                                             "links")
+    assert files.unsafe_way(ways.mine / "missing" / "x") is None

@@ -11,7 +11,9 @@ from containers import app
 from containers.app import workloads
 from containers.inputs.settings import load_settings
 from containers.prove.smoke import SmokeOptions
+from containers.errors import WriteRefused
 from containers.unique import claim_file, claim_folder
+from tests.fixtures.disks import Ways
 
 
 def test_claim_folder_gives_each_caller_its_own(tmp_path: Path) -> None:
@@ -34,6 +36,21 @@ def test_claim_file_never_hands_out_an_existing_file(tmp_path: Path) -> None:
     second = claim_file(tmp_path, "job-1", ".sh")
     assert (first.name, second.name) == ("job-1-2.sh", "job-1-3.sh")
     assert (tmp_path / "job-1.sh").read_text() == "someone else's script"
+
+
+def test_nothing_is_claimed_on_a_way_someone_else_controls(tmp_path: Path) -> None:
+    """A results folder reached through another user's link in a sticky world-writable folder,
+    or in a folder anyone may write: refused in one line, nothing made; a site's link is
+    followed."""
+    ways = Ways(tmp_path)
+    for folder, refusal in ways.refusals.items():
+        for claim in (lambda: claim_folder(folder / "smoke", "cpu-1"),
+                      lambda: claim_file(folder / "jobs", "job-1", ".sh")):
+            with pytest.raises(WriteRefused, match=f": {refusal}"):
+                claim()
+    ways.untouched()
+    assert claim_folder(ways.site / "smoke", "cpu-1") == "cpu-1"
+    assert (ways.elsewhere / "smoke" / "cpu-1").is_dir()
 
 
 def test_two_smoke_runs_in_the_same_second_get_two_folders(tmp_path, monkeypatch) -> None:

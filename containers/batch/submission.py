@@ -12,7 +12,7 @@ from typing import Callable
 from containers.batch import follow, judgeenv
 from containers.batch.job import Job, JobNeeds
 from containers.errors import ImageMissing, UsageError, on_disk
-from containers.files import atomic_write_text
+from containers.files import atomic_write_text, refuse_replacing, refuse_unsafe_way
 from containers.host.facts import run_stamp
 from containers.host.process import capture
 from containers.host.runtime import Runtime
@@ -38,6 +38,9 @@ def deliver(job: Job, needs: JobNeeds, *, script: Path | None, submit: bool,
     job's output goes to exists afterwards (schedulers do not create it, and a job whose output
     folder is missing dies without a log); every refusal comes before a script exists.
     ``runtime``: the one that reads an old image's architecture, asked only then."""
+    refuse_unsafe_way(job.output_folder)
+    if script is not None:
+        refuse_replacing(script)  # before any folder is made
     with on_disk("create the job's output folder", job.output_folder):
         job.output_folder.mkdir(parents=True, exist_ok=True)
     if script is None and not submit:

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 
 from containers.errors import CommandFailed, StateError
-from containers.files import atomic_write_text, read_json_object, swappable_parent
+from containers.files import atomic_write_text, read_json_object, unsafe_way
 from containers.host.process import terminate
 from containers.host.slurmconf import ConfWriter
 
@@ -307,7 +307,7 @@ def save(cluster: SlurmCluster) -> Path:
 def trust_problem(path: Path) -> str | None:
     """Why ``path`` (the cluster's folder or its record) cannot be trusted by this user, else
     None (also when missing): a link, another user's, writable by group or others, or in a
-    folder where anyone may swap it (:func:`containers.files.swappable_parent`)."""
+    folder where anyone may swap it (:func:`containers.files.unsafe_way`)."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -318,10 +318,7 @@ def trust_problem(path: Path) -> str | None:
         return f"{path} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
     if info.st_mode & 0o022:
         return f"{path} is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
-    swappable = swappable_parent(path)
-    if swappable is not None:
-        return f"{swappable} is writable by anyone without the sticky bit"
-    return None
+    return unsafe_way(path)
 
 
 def check_folder(root: Path) -> None:

@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from containers.errors import ConfigError, ContainersError, on_disk
-from containers.files import file_type, swappable_parent
+from containers.files import file_type, unsafe_way
 from containers.host.runtime import BIND_SPECIALS, unsafe_characters
 from containers.image import provenance
 from containers.locking import acquire, release
@@ -291,10 +291,9 @@ def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
     problem = _folder_problem(top, uid=uid, gid=gid)
     if problem:
         return f"{top} {problem}"
-    above = swappable_parent(top)
-    if above is not None:
-        return (f"{top} is in {above}, which is world-writable without the sticky bit (anyone "
-                "could put their own folder in its place)")
+    above = unsafe_way(top)
+    if above:
+        return above
     ancestor = _ancestor_problem(top, uid=uid, gid=gid)
     if ancestor:
         return f"{top} is in {ancestor}"

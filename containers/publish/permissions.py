@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from containers.errors import ConfigError, ContainersError, StateError, UsageError
-from containers.files import first_link, file_type, swappable_parent, walk_nofollow
+from containers.files import first_link, file_type, unsafe_way, walk_nofollow
 from containers.publish.catalogue import CATALOGUE_NAME, LOCK_NAME, PAGE_NAME, layout_link
 from containers.publish.modulefile import exec_name
 
@@ -118,14 +118,10 @@ def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
 
 
 def open_parent(dest: Path) -> str | None:
-    """Why anyone could swap ``dest`` for a folder of their own, else None
-    (:func:`containers.files.swappable_parent`)."""
-    folder = swappable_parent(dest)
-    if folder is None:
-        return None
-    return (f"{folder} is world-writable without the sticky bit, so anyone could rename "
-            f"{dest} and put their own in its place; publish under a folder only "
-            "admins can write (or chmod +t it)")
+    """Why someone else could swap ``dest`` for a folder of their own, else None
+    (:func:`containers.files.unsafe_way`)."""
+    why = unsafe_way(dest)
+    return f"{why}; publish under a folder only admins can write" if why else None
 
 
 def managed_paths(dest: Path, target: str) -> list[Path]:

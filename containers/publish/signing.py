@@ -4,7 +4,8 @@
 ``SINGULARITY_SYPGPDIR``). The keyring is resolved once, to a folder (:func:`keyring`:
 ``containers.sign_keysdir``, else the folder the runtime itself would read,
 :meth:`Runtime.keysdir`), and every call names that folder: the key listed, the signature made,
-the signature checked and the public key exported all come from one keyring. Nothing here
+the signature checked and the public key exported all come from one keyring, used only when
+it is the user's alone, as the package cache is (:func:`keyring_problem`). Nothing here
 reaches a key server: ``verify --local`` only, and keys are never pushed. A key with a
 passphrase cannot be used (``apptainer`` would prompt, and nothing answers): the error says so.
 
@@ -20,15 +21,17 @@ import json
 import os
 import re
 import shlex
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from containers.errors import CommandFailed, ConfigError, VerdictFailed
-from containers.files import copy_hashing
+from containers.files import copy_hashing, file_type
 from containers.host.process import capture
 from containers.host.runtime import Runtime
+from containers.image.cache import cache_problem
 
 _KEY_BLOCK = re.compile(r"^(\d+)\)\s+User:\s*(.*?)\s*$.*?^\s+Fingerprint:\s*([0-9A-Fa-f]+)",
                         re.MULTILINE | re.DOTALL)
@@ -48,12 +51,40 @@ def parse_key_list(text: str, keysdir: Path) -> list[SigningKey]:
             for m in _KEY_BLOCK.finditer(text)]
 
 
+#: The keyring's files, as Apptainer names them in its keys folder.
+RINGS = ("pgp-public", "pgp-secret")
+
+
 def keyring(runtime: Runtime, configured: Path | None,
             environ: Mapping[str, str] | None = None) -> Path:
     """The keyring folder publishing uses: ``containers.sign_keysdir`` when set, else the one
     the runtime reads by itself (``APPTAINER_KEYSDIR``, else its default), resolved once so
-    that signing and every later look-up name the same folder."""
-    return configured or runtime.keysdir(environ)
+    that signing and every later look-up name the same folder; refused in one line when
+    :func:`keyring_problem` finds why."""
+    keysdir = configured or runtime.keysdir(environ)
+    problem = keyring_problem(keysdir)
+    if problem:
+        raise ConfigError(f"{problem}: refusing to sign with it or publish its key (whoever can "
+                          "change a keyring chooses what is signed as the site's); use a "
+                          "keyring only you can write", key="sign_keysdir")
+    return keysdir
+
+
+def keyring_problem(keysdir: Path) -> str:
+    """Why ``keysdir`` is not the user's alone (empty: it is, or it does not exist yet), held as
+    the package cache is (:func:`containers.image.cache.cache_problem`), and its key files
+    likewise: regular files of this user's that nobody else may write."""
+    problem = cache_problem(keysdir, parts=False)
+    for ring in () if problem else (keysdir / name for name in RINGS):
+        try:
+            info = os.lstat(ring)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() \
+                or info.st_mode & 0o022:
+            return (f"{ring} is {file_type(info.st_mode)} of uid {info.st_uid}, mode "
+                    f"{stat.S_IMODE(info.st_mode):04o}, not a file only this user may write")
+    return problem
 
 
 def newpair_argv(runtime: Runtime, *, name: str, email: str, comment: str) -> list[str]:

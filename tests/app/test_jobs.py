@@ -7,7 +7,7 @@ import pytest
 
 from containers.app.jobs import job
 from containers.errors import ImageMissing, UsageError, WriteRefused, describe
-from tests.fixtures.disks import PLANTED
+from tests.fixtures.disks import PLANTED, Ways
 
 
 def test_the_script_is_printed_and_its_output_folder_made(data_project) -> None:
@@ -40,6 +40,22 @@ def test_out_never_writes_through_a_link_nor_into_a_device(data_project, tmp_pat
             job(data_project, target="cpu", workload="smoke", site="local-slurm", out=path)
         assert describe(caught.value)[0].count("\n") == 0
     planted.untouched()
+
+
+def test_out_never_goes_through_a_folder_someone_else_controls(data_project, tmp_path) -> None:
+    """``--out DIR/lnk/j.sh``, where ``lnk`` is another user's link in a sticky world-writable
+    folder, or ``--out DIR/j.sh`` in a folder anyone may write: refused in one line naming the
+    link or folder, before anything is made; a site's own link is followed."""
+    ways = Ways(tmp_path)
+    for folder, refusal in ways.refusals.items():
+        with pytest.raises(WriteRefused, match=f"^{folder / 'j.sh'}: {refusal}") as caught:
+            job(data_project, target="cpu", workload="smoke", site="local-slurm",
+                out=folder / "j.sh")
+        assert describe(caught.value)[0].count("\n") == 0
+    ways.untouched()
+    done = job(data_project, target="cpu", workload="smoke", site="local-slurm",
+               out=ways.site / "j.sh", say=lambda line: None)
+    assert (ways.elsewhere / "j.sh").is_file() and done.script == ways.site / "j.sh"
 
 
 def test_a_submission_needs_the_image_unless_it_builds_it(data_project) -> None:

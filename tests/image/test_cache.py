@@ -21,6 +21,7 @@ from containers.image import cache as cache_module
 from containers.image.cache import PackageCache, cache_problem, gather_cache, in_use, prune, usage
 from containers.image.plan import plan_build
 from tests.fixtures.data import load_targets
+from tests.fixtures.disks import Ways
 from tests.image.test_plan import data_host
 
 
@@ -305,6 +306,16 @@ def test_a_cache_folder_under_a_folder_anyone_may_rename_in_is_refused(tmp_path:
         gather_cache(shared / "C", use=True)
     shared.chmod(0o1777)  # /tmp's mode: only the owner renames an entry
     assert gather_cache(shared / "C", use=True).root == shared / "C" / "packages"
+
+
+def test_a_cache_through_a_link_someone_else_controls_is_refused(tmp_path: Path) -> None:
+    """The cache's root through another user's link in a sticky world-writable folder (they
+    could re-point it at a cache of their own): refused; a site's own link is followed."""
+    ways = Ways(tmp_path)
+    with pytest.raises(ConfigError, match=f"{ways.link / 'C'}: {ways.refusals[ways.link]}"):
+        gather_cache(ways.link / "C", use=True)
+    ways.untouched()
+    assert gather_cache(ways.site / "C", use=True).root == ways.site / "C" / "packages"
 
 
 def test_a_shared_cache_for_a_group_only_when_set_up_on_purpose(tmp_path: Path) -> None:

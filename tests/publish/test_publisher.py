@@ -28,6 +28,7 @@ from containers.publish.publisher import (COPY_DELAY_ENV, PublishRequest, check_
 from containers.image.identity import chain_hashes
 from tests.fixtures.data import load_targets
 from tests.fixtures import ROOT
+from tests.fixtures.disks import Ways
 from tests.publish import htmlcheck
 from tests.publish.standin import IMAGE, RUNTIME, SHA, Built, no_quick_check
 from tests.test_progress import on_a_terminal
@@ -636,8 +637,8 @@ def test_a_dest_anyone_could_swap_or_write_into_is_refused(data_built: Built,
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
-    with pytest.raises(UsageError, match=rf"^--dest: {shared} is world-writable without the "
-                                         "sticky bit"):
+    with pytest.raises(UsageError, match=rf"^--dest: {shared / 'pub'}: {shared} is "
+                                         "world-writable without the sticky bit"):
         check_dest(PublishRequest(target="cpu", dest=str(shared / "pub")).dest)
     os.chmod(shared, 0o1777)  # sticky, as /tmp: only the owner renames its entries
     check_dest(PublishRequest(target="cpu", dest=str(shared / "pub")).dest)
@@ -647,3 +648,17 @@ def test_a_dest_anyone_could_swap_or_write_into_is_refused(data_built: Built,
     with pytest.raises(StateError, match=rf"^{dest / 'cpu'} is world-writable \(mode 0777\)"):
         data_built.publish(version="2.0", skip_checks=True)
     assert not (dest / "cpu" / "2.0.sif").exists()
+
+
+def test_a_dest_through_a_link_someone_else_controls_is_refused(data_built: Built,
+                                                                tmp_path: Path) -> None:
+    """``--dest DIR/lnk/site``, ``lnk`` another user's link in a sticky world-writable folder
+    (they may re-point it at any time), or a site under a folder anyone may write: refused in
+    one line before anything is written; a site's own link (/scratch) is followed."""
+    ways = Ways(tmp_path / "ways")
+    for folder, refusal in ways.refusals.items():
+        with pytest.raises(UsageError, match=f"^--dest: {folder / 'site'}: {refusal}"):
+            data_built.publish(version="1.0", skip_checks=True, dest=folder / "site")
+    ways.untouched()
+    data_built.publish(version="1.0", skip_checks=True, dest=ways.site / "site")
+    assert (ways.elsewhere / "site" / "cpu" / "1.0.sif").read_bytes() == IMAGE

@@ -15,6 +15,8 @@ from containers.host.runtime import Runtime
 from containers.publish.signing import (key_fingerprints, keyring, newpair_argv, parse_key_list,
                                         public_key)
 from tests.fixtures import ROOT
+from tests.fixtures.disks import OTHER_UID
+from tests.publish.standin import Built
 
 TWO_KEYS = Path(__file__).parent / "data" / "two-keys.asc"
 FIRST, SECOND = ("E3D02CEFF4EA164FBDA7180B8286BAE06F9F865A",
@@ -63,6 +65,28 @@ def test_unset_keyring_is_the_one_the_runtime_reads() -> None:
     assert keyring(RUNTIME, None, environ) == Path("/site/keys")
     assert keyring(RUNTIME, None, {"HOME": "/home/admin"}) == Path("/home/admin/.apptainer/keys")
     assert keyring(RUNTIME, Path("/configured"), environ) == Path("/configured")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a keyring of another uid needs root to make")
+@pytest.mark.parametrize("flaw", ["another user's", "anyone may write", "a ring anyone may write"])
+def test_a_keyring_not_the_users_alone_is_refused(data_built: Built, data_keysdir: Path,
+                                                  monkeypatch, flaw: str) -> None:
+    """A keyring (APPTAINER_KEYSDIR) another user owns, or anyone may write, was used and its
+    public key published as the site's: refused in one line before a key is listed; the
+    user's own is used."""
+    monkeypatch.setenv("APPTAINER_KEYSDIR", str(data_keysdir))
+    assert keyring(RUNTIME, None) == data_keysdir
+    {"another user's": lambda: os.chown(data_keysdir, OTHER_UID, OTHER_UID),
+     "anyone may write": lambda: data_keysdir.chmod(0o777),
+     "a ring anyone may write": lambda: (data_keysdir / "pgp-public").chmod(0o666)}[flaw]()
+    words = {"another user's": f"{data_keysdir} is owned by uid {OTHER_UID}, not this user",
+             "anyone may write": f"{data_keysdir} is writable by its group or others",
+             "a ring anyone may write": f"{data_keysdir / 'pgp-public'} is a file of uid 0, "
+                                        "mode 0666, not a file only this user may write"}
+    with pytest.raises(ConfigError, match=f"^sign_keysdir: {words[flaw]}.*: refusing to sign "
+                                          "with it or publish its key") as caught:
+        data_built.publish(version="1.0", skip_checks=True, sign=True)
+    assert "\n" not in str(caught.value) and not data_built.dest.exists()
 
 
 def test_newpair_recipe_answers_every_prompt() -> None:
