@@ -242,11 +242,7 @@ def check(c, target=None, json=False):
 @_command(help={"json": JSON_HELP})
 def targets(c, json=False):
     """List image targets: site, arch, GPU kind, builder, image, built or not, inputs hash."""
-    from containers.app import targetlist  # the inputs load only when something they read changed
-
-    listing = targetlist.listing(c.config.get("containers") or {}, ROOT,
-                                 lambda: app.target_listing(_project(c)))
-    targetlist.show(listing, as_json=json)
+    app.list_targets(c.config.get("containers") or {}, ROOT, lambda: _project(c), as_json=json)
 
 
 @_command(

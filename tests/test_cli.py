@@ -592,7 +592,6 @@ def test_app_names_stay_the_commands_after_their_modules_load() -> None:
 def test_a_second_listing_is_the_kept_one_until_an_input_changes(
         cli_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    time.sleep(2.1)  # the copied project settles: a file changed within 2 s is never trusted
     first = json.loads(_invoke(cli_project, "targets", "--json").stdout)
     (store,) = (tmp_path / "xdg" / "hpc-containers").glob("targets-*.json")
     kept = json.loads(store.read_text())
@@ -608,3 +607,38 @@ def test_a_second_listing_is_the_kept_one_until_an_input_changes(
     before = {row["target"]: row for row in first}
     assert third["cpu"]["inputs_hash"] != before["cpu"]["inputs_hash"]
     assert third["debian-base"] == before["debian-base"]
+
+
+@pytest.mark.parametrize("store_is", ["another user's", "a link", "a FIFO", "250 MB"])
+def test_a_kept_listing_not_the_users_alone_is_neither_trusted_nor_a_failure(
+        cli_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        store_is: str) -> None:
+    """Issue 48, part 4: another user's listing was shown; a link, a FIFO or another user's
+    file to be rewritten made ``invoke targets`` fail (rc 1); a 250 MB one was read whole."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    first = json.loads(_invoke(cli_project, "targets", "--json").stdout)
+    (store,) = (tmp_path / "xdg" / "hpc-containers").glob("targets-*.json")
+    kept = json.loads(store.read_text())
+    kept["listing"]["rows"][0]["state"] = "as kept"
+    store.write_text(json.dumps(kept))
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(store.read_text())
+    if store_is == "another user's":
+        os.chown(store, 65534, 65534)
+    else:
+        store.unlink()
+    if store_is == "a link":
+        store.symlink_to(elsewhere)
+    elif store_is == "a FIFO":
+        os.mkfifo(store)
+    elif store_is == "250 MB":
+        with open(store, "wb") as big:
+            big.truncate(250 << 20)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    listed = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "invoke",
+                             "targets", "--json"], cwd=cli_project, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == first
+    assert int(listed.stderr.splitlines()[-1]) < 200_000  # KB at most: nothing read whole
+    assert "as kept" in elsewhere.read_text()  # the link's target is not written
