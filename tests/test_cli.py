@@ -642,3 +642,47 @@ def test_a_kept_listing_not_the_users_alone_is_neither_trusted_nor_a_failure(
     assert json.loads(listed.stdout) == first
     assert int(listed.stderr.splitlines()[-1]) < 200_000  # KB at most: nothing read whole
     assert "as kept" in elsewhere.read_text()  # the link's target is not written
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose PATH finds an ``sbatch`` that only records that it was called."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {folder}/called\necho 7\n')
+    (folder / "sbatch").chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{folder}:{os.environ['PATH']}"}
+    return env, folder / "called"
+
+
+def _job(cli_project: Path, env: dict[str, str], *words: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", "job", "--site", "local-slurm",
+                           "--workload", "build", *words], cwd=cli_project, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_fake_sbatch_sees_a_submitted_job(cli_project: Path, fake_sbatch) -> None:
+    env, called = fake_sbatch
+    assert _job(cli_project, env, "--submit").returncode == 0 and called.exists()
+
+
+@pytest.mark.parametrize("words, flag", [
+    (["--directive=--submit"], "--directive"), (["--directive", "--submit"], "--directive"),
+    (["--directive=--constraint=x", "--directive", "--submit"], "--directive"),
+    (["--qos=--submit"], "--qos"), (["--account", "--submit"], "--account")])
+def test_a_value_spelled_like_a_flag_of_the_task_is_never_that_flag(
+        cli_project: Path, fake_sbatch, words: list[str], flag: str) -> None:
+    """Issue 48, part 7: ``--directive=--submit`` was invoke's ``--submit`` and ran sbatch; a
+    flag that waits for its value takes the next word as it, whatever it is spelled like."""
+    env, called = fake_sbatch
+    result = _job(cli_project, env, *words)
+    said = result.stdout + result.stderr
+    assert "Traceback" not in said and not called.exists(), said
+    # refused as that flag's value, or (a scheduler option the tool takes) in the script
+    assert re.search(rf"^error: {flag}\b.*--submit|^#SBATCH .*--submit", said, re.M), said
+
+
+def test_a_build_arg_spelled_like_a_flag_is_a_build_arg(cli_project: Path) -> None:
+    """``--build-arg --dry-run`` was a dry run; it is a build argument, refused in one line."""
+    assert _one_line_error(_invoke(cli_project, "build", "--build-arg", "--dry-run")) == \
+        "error: --build-arg: '--dry-run' is not KEY=VALUE"
