@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # measured as users run it: with bytecode
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        # its own builds' work folder: another user's build there is a listing not kept
+        env["INVOKE_CONTAINERS_TMP_DIR"] = str(Path(tmp) / "work")
         folders = {**checkouts, "one-task": Path(tmp) / "one-task"}
         folders["one-task"].mkdir()
         (folders["one-task"] / "tasks.py").write_text(ONE_TASK)

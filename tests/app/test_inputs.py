@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -217,3 +218,20 @@ def test_a_store_that_cannot_be_read_or_written_costs_only_the_time(
     assert listed.loads == 2 and listed() == first
     assert elsewhere.read_text() == "{}"
     assert listed.loads == (2 if what == "huge" else 3)
+
+
+def test_a_kept_listing_loads_no_model_and_reads_nothing_afresh(listed: Listed) -> None:
+    """What makes the kept listing fast: shown without the inputs' or the records' models (a
+    project that loads would divide by zero)."""
+    first = listed()
+    code = (f"import json, sys\nfrom pathlib import Path\n"
+            f"from containers.app.inputs import list_targets\n"
+            f"list_targets({listed.config!r}, Path({str(listed.root)!r}), lambda: 1 / 0, "
+            f"as_json=True)\nprint(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), cwd=os.getcwd(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    *shown, modules = done.stdout.splitlines()
+    assert {row["target"]: row for row in json.loads("\n".join(shown))} == first
+    assert [m for m in json.loads(modules) if m == "pydantic" or m.startswith(
+        ("containers.inputs", "containers.records", "yaml"))] == []
