@@ -24,6 +24,7 @@ from invoke import Exit, task
 from invoke.exceptions import ParseError
 from invoke.main import program as _program
 from invoke.parser import Parser
+from invoke.parser.parser import ParseMachine
 
 # Only what the flags' help needs is imported here: ``invoke --list`` and ``-h`` import this
 # file and run no task. ``app`` imports each command's modules on first use (its docstring).
@@ -120,6 +121,26 @@ def _suggesting(parse_tasks: Callable[[], None]) -> Callable[[], None]:
 
 if not getattr(_program.parse_tasks, "suggests", False):
     _program.parse_tasks = _suggesting(_program.parse_tasks)
+
+
+def _value_first(handle: Callable[[ParseMachine, str], None]
+                 ) -> Callable[[ParseMachine, str], None]:
+    """A flag that waits for its value takes the next word as it, as getopt does: invoke's
+    parser took a word spelled like one of the task's own flags as that flag, so ``invoke job
+    --directive=--submit`` (or ``--directive --submit``) submitted the job."""
+    @functools.wraps(handle)
+    def wrapper(machine: ParseMachine, token: str) -> None:
+        if (machine.current_state != "unknown" and machine.waiting_for_flag_value
+                and not machine.flag.optional):
+            machine.see_value(token)
+        else:
+            handle(machine, token)
+    wrapper.value_first = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+if not getattr(ParseMachine.handle, "value_first", False):
+    ParseMachine.handle = _value_first(ParseMachine.handle)  # every parse of every task
 
 
 def _user_errors(body):
@@ -244,11 +265,7 @@ def check(c, target=None, json=False):
 @_command(help={"json": JSON_HELP})
 def targets(c, json=False):
     """List image targets: site, arch, GPU kind, builder, image, built or not, inputs hash."""
-    from containers.app import targetlist  # the inputs load only when something they read changed
-
-    listing = targetlist.listing(c.config.get("containers") or {}, ROOT,
-                                 lambda: app.target_listing(_project(c)))
-    targetlist.show(listing, as_json=json)
+    app.list_targets(c.config.get("containers") or {}, ROOT, lambda: _project(c), as_json=json)
 
 
 @_command(

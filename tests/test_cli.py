@@ -630,7 +630,6 @@ def test_app_names_stay_the_commands_after_their_modules_load() -> None:
 def test_a_second_listing_is_the_kept_one_until_an_input_changes(
         cli_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    time.sleep(2.1)  # the copied project settles: a file changed within 2 s is never trusted
     first = json.loads(_invoke(cli_project, "targets", "--json").stdout)
     (store,) = (tmp_path / "xdg" / "hpc-containers").glob("targets-*.json")
     kept = json.loads(store.read_text())
@@ -646,3 +645,82 @@ def test_a_second_listing_is_the_kept_one_until_an_input_changes(
     before = {row["target"]: row for row in first}
     assert third["cpu"]["inputs_hash"] != before["cpu"]["inputs_hash"]
     assert third["debian-base"] == before["debian-base"]
+
+
+@pytest.mark.parametrize("store_is", ["another user's", "a link", "a FIFO", "250 MB"])
+def test_a_kept_listing_not_the_users_alone_is_neither_trusted_nor_a_failure(
+        cli_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        store_is: str) -> None:
+    """Issue 48, part 4: another user's listing was shown; a link, a FIFO or another user's
+    file to be rewritten made ``invoke targets`` fail (rc 1); a 250 MB one was read whole."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    first = json.loads(_invoke(cli_project, "targets", "--json").stdout)
+    (store,) = (tmp_path / "xdg" / "hpc-containers").glob("targets-*.json")
+    kept = json.loads(store.read_text())
+    kept["listing"]["rows"][0]["state"] = "as kept"
+    store.write_text(json.dumps(kept))
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(store.read_text())
+    if store_is == "another user's":
+        os.chown(store, 65534, 65534)
+    else:
+        store.unlink()
+    if store_is == "a link":
+        store.symlink_to(elsewhere)
+    elif store_is == "a FIFO":
+        os.mkfifo(store)
+    elif store_is == "250 MB":
+        with open(store, "wb") as big:
+            big.truncate(250 << 20)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    listed = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "invoke",
+                             "targets", "--json"], cwd=cli_project, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == first
+    assert int(listed.stderr.splitlines()[-1]) < 200_000  # KB at most: nothing read whole
+    assert "as kept" in elsewhere.read_text()  # the link's target is not written
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose PATH finds an ``sbatch`` that only records that it was called."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {folder}/called\necho 7\n')
+    (folder / "sbatch").chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{folder}:{os.environ['PATH']}"}
+    return env, folder / "called"
+
+
+def _job(cli_project: Path, env: dict[str, str], *words: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", "job", "--site", "local-slurm",
+                           "--workload", "build", *words], cwd=cli_project, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_fake_sbatch_sees_a_submitted_job(cli_project: Path, fake_sbatch) -> None:
+    env, called = fake_sbatch
+    assert _job(cli_project, env, "--submit").returncode == 0 and called.exists()
+
+
+@pytest.mark.parametrize("words, flag", [
+    (["--directive=--submit"], "--directive"), (["--directive", "--submit"], "--directive"),
+    (["--directive=--constraint=x", "--directive", "--submit"], "--directive"),
+    (["--qos=--submit"], "--qos"), (["--account", "--submit"], "--account")])
+def test_a_value_spelled_like_a_flag_of_the_task_is_never_that_flag(
+        cli_project: Path, fake_sbatch, words: list[str], flag: str) -> None:
+    """Issue 48, part 7: ``--directive=--submit`` was invoke's ``--submit`` and ran sbatch; a
+    flag that waits for its value takes the next word as it, whatever it is spelled like."""
+    env, called = fake_sbatch
+    result = _job(cli_project, env, *words)
+    said = result.stdout + result.stderr
+    assert "Traceback" not in said and not called.exists(), said
+    # refused as that flag's value, or (a scheduler option the tool takes) in the script
+    assert re.search(rf"^error: {flag}\b.*--submit|^#SBATCH .*--submit", said, re.M), said
+
+
+def test_a_build_arg_spelled_like_a_flag_is_a_build_arg(cli_project: Path) -> None:
+    """``--build-arg --dry-run`` was a dry run; it is a build argument, refused in one line."""
+    assert _one_line_error(_invoke(cli_project, "build", "--build-arg", "--dry-run")) == \
+        "error: --build-arg: '--dry-run' is not KEY=VALUE"

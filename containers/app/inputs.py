@@ -2,35 +2,153 @@
 
 Both print a table or lines for people, or with ``as_json`` one JSON document for programs (its
 shape: docs/results.md, JSON shapes): ``check`` reports every problem of every file in one run.
+``targets`` shows the last listing again while every file it read holds the same content.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
+import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from containers.app.project import Project
 from containers.errors import ConfigError, ContainersError, raise_all
-from containers.image import builder, provenance
-from containers.image.identity import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
-from containers.inputs import validate
-from containers.inputs.definition import read_definition
-from containers.inputs.recipes import Target
-from containers.app.targetlist import TARGET_COLUMNS, Listing, show
-from containers.report import Say, say_line as _print
-from containers.run import launchers
+from containers.files import atomic_write_text, read_regular, read_regular_json
+from containers.image.cache import cache_problem, default_cache_dir
+from containers.report import Say, console, say_line as _print, table
 
-def _runtime_line(project: Project) -> str:
+if TYPE_CHECKING:  # loaded when a listing is read afresh, not to show a kept one
+    from containers.app.project import Project
+    from containers.inputs import validate
+    from containers.inputs.recipes import Target
+
+#: The columns of ``invoke targets``; with ``--json`` each target is an object with these keys.
+TARGET_COLUMNS = ("target", "site", "arch", "gpu", "builder", "from", "image", "state",
+                  "inputs_hash")
+#: A file up to this size is known by its content; a larger one (an image, the runtime's
+#: program) by its size and times. Also the most a kept listing may hold.
+CONTENT_LIMIT = 4 << 20
+#: Variables a shell changes on its own that nothing the listing reads depends on.
+SHELL_BOOKKEEPING = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "COLUMNS", "LINES"})
+#: The tool's own code: a listing is kept for the code that made it.
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What ``invoke targets`` shows: the runtime line, one row per target, what killed builds
+    left, and the files and folders it was read from (none: it is not kept)."""
+
+    runtime_line: str
+    rows: list[dict[str, str]]
+    leftovers: list[str] = field(default_factory=list)
+    depends: list[str] = field(default_factory=list)
+
+
+def show(listing: Listing, *, as_json: bool = False, say: Say = _print) -> None:
+    """The targets table and the leftovers, or with ``as_json`` the rows as one JSON list."""
+    if as_json:
+        say(json.dumps(listing.rows, indent=2))
+        return
+    say(listing.runtime_line)
+    console().print(table("Image targets", [c.replace("_", " ") for c in TARGET_COLUMNS],
+                          [tuple(row.values()) for row in listing.rows]))
+    for leftover in listing.leftovers:
+        say(f"{leftover}; the next build removes it")
+
+
+def list_targets(config: Mapping[str, Any], root: Path, project: Callable[[], Project], *,
+                 as_json: bool = False, environ: Mapping[str, str] = os.environ,
+                 say: Say = _print) -> None:
+    """``invoke targets``: the kept listing when its settings, environment and the content of
+    everything it read are the same, else one read afresh and kept for the next time (a cache
+    that cannot be read, trusted or written costs only the time)."""
+    store = default_cache_dir(environ) / ("targets-" + _sha(str(root.resolve()))[:16] + ".json")
+    env = {k: v for k, v in environ.items() if k not in SHELL_BOOKKEEPING}
+    key = _sha(json.dumps([config, env, os.getcwd(), sys.version], sort_keys=True, default=str))
+    kept = _kept(store, key)
+    if kept is None:
+        kept = target_listing(project())
+        if kept.depends:
+            _keep(store, key, kept, root)
+    show(kept, as_json=as_json, say=say)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _digest(path: str) -> str | None:
+    """What ``path`` holds now: a folder its names, a file its content (a large one its size
+    and times), None when it cannot be read."""
+    try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            return _sha("\0".join(sorted(os.listdir(path))))
+        if stat.S_ISREG(info.st_mode) and info.st_size <= CONTENT_LIMIT:
+            return hashlib.sha256(read_regular(Path(path), limit=CONTENT_LIMIT)).hexdigest()
+    except (OSError, ValueError):
+        return None
+    return f"{info.st_mode} {info.st_size} {info.st_mtime_ns} {info.st_ctime_ns} {info.st_ino}"
+
+
+def _kept(store: Path, key: str) -> Listing | None:
+    """The listing kept in ``store`` under ``key`` while what it read holds the same content;
+    None when there is none, it is not the user's alone, or it does not read as one."""
+    try:
+        info = store.lstat()
+        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
+                or info.st_mode & 0o022 or cache_problem(store.parent, parts=False)):
+            return None
+        kept = read_regular_json(store, limit=CONTENT_LIMIT)
+        listing = Listing(**kept["listing"])
+        fresh = kept["key"] == key and all(_digest(p) == d for p, d in kept["state"].items())
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    shaped = all(isinstance(v, str) for v in [listing.runtime_line, *listing.leftovers]) and all(
+        isinstance(r, dict) and tuple(r) == TARGET_COLUMNS and all(isinstance(v, str)
+                                                                   for v in r.values())
+        for r in listing.rows)
+    return listing if fresh and shaped else None
+
+
+def _keep(store: Path, key: str, listing: Listing, root: Path) -> None:
+    """Keep ``listing`` with the digest of what it read and of the tool's code (its modules
+    and their folders, the tasks file, the folders packages are installed in), in the user's
+    own cache folder only."""
+    code = sorted(PACKAGE.rglob("*.py"))
+    tool = [*map(str, code), *sorted({str(p.parent) for p in code}), str(root / "tasks.py"),
+            *(p for p in sys.path if p.endswith("-packages") and os.path.isdir(p))]
+    state = {path: _digest(path) for path in [*listing.depends, *tool]}
+    try:
+        store.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not cache_problem(store.parent, parts=False):
+            atomic_write_text(store, json.dumps({"key": key, "state": state,
+                                                 "listing": asdict(listing)}))
+    except (OSError, ContainersError):
+        pass  # listed afresh next time: that is all it costs
+
+
+def _runtime_line(project: Project) -> tuple[str, list[str]]:
+    """The runtime line, and what it depends on: the program (by its size and times) and the
+    folders of PATH, where another may appear."""
     runtime = project.runtime(required=False)
-    return f"runtime: {runtime.label if runtime.version != 'unknown' else 'none found on PATH'}"
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    if runtime.version == "unknown":
+        return "runtime: none found on PATH", path
+    return f"runtime: {runtime.label}", [runtime.binary, *path]
 
 
 def starts_from(target: Target) -> str:
     """What a target's image starts from, so a user can tell a registry-based image (NGC,
     ROCm: ``docker://...``) from one this tool builds from the package index on its own base
     (``target debian-base``)."""
+    from containers.inputs.definition import read_definition
+
     if target.base:
         return f"target {target.base}"
     if target.base_image:
@@ -48,45 +166,84 @@ def starts_from(target: Target) -> str:
     return f"{header.get('bootstrap', '?')}: {source}".rstrip(": ")
 
 
+def _state(project: Project, name: str, current: str, recorded: str | None) -> str:
+    """Whether the image of ``name`` is current: its record's inputs hash against ``current``."""
+    from containers.image import provenance
+
+    image = project.settings.image_path(name)
+    if recorded:
+        return "built" if recorded == current else "stale"
+    if not image.is_file():
+        return "not built"
+    if provenance.is_corrupt(project.settings.provenance_path(name)):
+        return "built (record unreadable: rebuild with --force)"
+    return "built (no record)"
+
+
 def target_rows(project: Project) -> list[dict[str, str]]:
-    """One row per target: where it runs, how it is built, and whether its image is current."""
+    """One row per target: where it runs, how it is built, and whether its image is current
+    (each inputs hash computed once, bases included)."""
+    from containers.image import provenance
+    from containers.image.identity import chain_hashes
+
+    recorded = provenance.built_hashes(project.settings.images_dir, list(project.targets))
+    known: dict[str, str] = {}
     rows = []
     for name, target in sorted(project.targets.items()):
-        image = project.settings.image_path(name)
-        recorded = provenance.built_hashes(project.settings.images_dir, [name]).get(name)
         try:
-            current = chain_hashes(project.targets, name)[name]
+            current = chain_hashes(project.targets, name, known)[name]
         except ContainersError as exc:
             current, state = "", f"invalid: {exc}"
         else:
-            corrupt = image.is_file() and provenance.is_corrupt(
-                project.settings.provenance_path(name))
-            state = ("built" if recorded == current else "stale" if recorded
-                     else "built (record unreadable: rebuild with --force)" if corrupt
-                     else "built (no record)" if image.is_file() else "not built")
-        rows.append(dict(zip(TARGET_COLUMNS, (
-            name, target.site, target.arch, target.gpu, target.builder, starts_from(target),
-            os.path.relpath(image, Path.cwd()), state, current[:12]))))
+            state = _state(project, name, current, recorded.get(name))
+        rows.append(_row(project, name, (target.site, target.arch, target.gpu, target.builder,
+                                         starts_from(target)), state, current))
     for name, problems in sorted(project.target_problems.items()):  # listed, not hidden
-        image = project.settings.image_path(name)
-        rows.append(dict(zip(TARGET_COLUMNS, (
-            name, "?", "?", "?", "?", "?", os.path.relpath(image, Path.cwd()),
-            f"invalid: {' '.join(str(problems[0]).split())}", ""))))
+        rows.append(_row(project, name, ("?",) * 5,
+                         f"invalid: {' '.join(str(problems[0]).split())}", ""))
     return sorted(rows, key=lambda row: row["target"])
 
 
+def _row(project: Project, name: str, facts: tuple[str, ...], state: str, current: str
+         ) -> dict[str, str]:
+    image = os.path.relpath(project.settings.image_path(name), Path.cwd())
+    return dict(zip(TARGET_COLUMNS, (name, *facts, image, state, current[:12])))
+
+
+def _read_from(project: Project) -> list[str]:
+    """The files and folders a listing reads: the manifests and their folder, each target's
+    definition, the scripts beside it, its env spec, the image records and folders, and the
+    builds' work folder."""
+    settings = project.settings
+    files = {settings.provenance_path(name) for name in project.targets}
+    folders = {project.root / "recipes", settings.images_dir, settings.tmp_dir}
+    for target in project.targets.values():
+        files.update(p for p in (target.manifest, target.definition, target.env) if p)
+        if target.definition is not None:
+            scripts = target.definition.parent / "scripts"
+            folders.add(scripts)
+            files.update(scripts.iterdir() if scripts.is_dir() else ())
+    return sorted(map(str, files | folders))
+
+
 def target_listing(project: Project) -> Listing:
-    """What ``invoke targets`` shows, read afresh: the runtime, the rows, and what killed builds
-    left (:func:`containers.app.targetlist.listing` keeps it for the next time)."""
-    return Listing(runtime_line=_runtime_line(project), rows=target_rows(project),
-                   leftovers=[leftover.describe()
-                              for leftover in builder.leftovers(project.settings)],
-                   residue=builder.has_residue(project.settings),
-                   folders=[str(project.settings.images_dir), str(project.settings.tmp_dir)])
+    """What ``invoke targets`` shows, read afresh, and what it was read from: nothing when it
+    cannot be kept (an invalid target, whose fix may be a file it never read; work that builds
+    left, whose owner no file tells)."""
+    from containers.image import builder
+
+    rows = target_rows(project)
+    runtime_line, runtime = _runtime_line(project)
+    leftovers = [leftover.describe() for leftover in builder.leftovers(project.settings)]
+    keep = not (leftovers or builder.has_residue(project.settings)
+                or any(row["state"].startswith("invalid") for row in rows))
+    return Listing(runtime_line=runtime_line, rows=rows, leftovers=leftovers,
+                   depends=[*_read_from(project), *runtime] if keep else [])
 
 
 def targets_report(project: Project, *, as_json: bool = False, say: Say = _print) -> None:
-    """The targets table (and what killed builds left behind), or a JSON list of the rows."""
+    """The targets table (and what killed builds left behind), or a JSON list of the rows,
+    read afresh."""
     show(target_listing(project), as_json=as_json, say=say)
 
 
@@ -105,6 +262,10 @@ def check_inputs(project: Project, *, target: str | None = None, as_json: bool =
     at once: the ok lines (or the JSON document), then every error raised together as
     :class:`~containers.errors.Problems` (exit 1); warnings (host paths, an unknown torch) are
     shown and do not fail the check."""
+    from containers.image.identity import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
+    from containers.inputs import validate
+    from containers.run import launchers
+
     report = validate.check_project(
         project.root, target=target, tool_args=(*CONTEXT_ARGS, *PROVENANCE_ARGS),
         # the inputs hash of a target's base chain reads and checks each base's inputs too
@@ -123,7 +284,7 @@ def check_inputs(project: Project, *, target: str | None = None, as_json: bool =
 
 
 def _say_report(project: Project, report: validate.CheckReport, say: Say) -> None:
-    say(_runtime_line(project))
+    say(_runtime_line(project)[0])
     for name in report.ok_targets:
         say(f"ok  target {name:<14} {os.path.relpath(report.targets[name].manifest)}")
     for name in report.ok_sites:

@@ -6,10 +6,8 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from containers.batch import judgeenv
-from containers.batch.job import JobNeeds
 from containers.errors import (ConfigError, ContainersError, Problems, RuntimeNotFound,
                                raise_all)
 from containers.host.runtime import Runtime, assumed_runtime, find_runtime
@@ -18,7 +16,10 @@ from containers.inputs.recipes import Target, get_target
 from containers.inputs.settings import Settings, environment_settings, load_settings
 from containers.inputs.sites import Site, detect_site, get_site, load_sites
 from containers.inputs.yamlsource import LocatedDict, load_yaml_file
-from containers.prove.kind import WorkloadKind
+
+if TYPE_CHECKING:
+    from containers.batch.job import JobNeeds
+    from containers.prove.kind import WorkloadKind
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,9 @@ class Project:
         target's own) is planned from, resolved once: the site's nodes have its default
         target's architecture; nodes that this checkout's environment cannot run on get the
         verdict's packages for the image's Python, or for a build the tool's."""
+        from containers.batch import judgeenv
+        from containers.batch.job import JobNeeds
+
         item = self.target(target or self.default_target())
         where = get_site(self.sites, site) if site else self.site_of(item)
         home = self.targets.get(where.default_target or "")

@@ -74,7 +74,6 @@ from typing import Callable, Iterator, Mapping
 from containers.errors import ConfigError, ContainersError, on_disk
 from containers.files import file_type, unsafe_way
 from containers.host.runtime import BIND_SPECIALS, unsafe_characters
-from containers.image import provenance
 from containers.locking import acquire, release
 
 #: The tool's own folder under ``$XDG_CACHE_HOME`` (the project's package name).
@@ -381,6 +380,8 @@ class SnapshotKey:
     def resolve(self) -> str | None:
         """The store's name, or None when the base's record gives no sha256 (then the build
         installs without snapshots)."""
+        from containers.image import provenance  # the record model: not for invoke targets
+
         base = None
         if self.base_record is not None:
             try:

@@ -108,11 +108,15 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
     canonical = json.dumps(inputs, sort_keys=True)  # the same hash on every run and machine
     return definition, env, user_args, inputs, hashlib.sha256(canonical.encode()).hexdigest()
 
-def chain_hashes(targets: Mapping[str, Target], name: str) -> dict[str, str]:
-    """Inputs hash of ``name`` and each of its bases, without touching the host."""
+def chain_hashes(targets: Mapping[str, Target], name: str,
+                 known: dict[str, str] | None = None) -> dict[str, str]:
+    """Inputs hash of ``name`` and each of its bases, without touching the host; ``known``
+    holds hashes computed before (of the same targets), and gets these."""
     hashes: dict[str, str] = {}
+    known = {} if known is None else known
     base_hash = None
     for target in base_chain(dict(targets), name):
-        base_hash = describe_inputs(target, cli_args={}, base_hash=base_hash)[4]
-        hashes[target.name] = base_hash
+        if target.name not in known:
+            known[target.name] = describe_inputs(target, cli_args={}, base_hash=base_hash)[4]
+        base_hash = hashes[target.name] = known[target.name]
     return hashes
