@@ -234,16 +234,16 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
 
 def _refuse_other_label(image: Path, provenance: BuildRecord, target: str) -> None:
     """The image's own ``containers.target`` label (read from it at build, in its record) must
-    name the target it is published as: a record edited to another target's name, or an image
-    built from a definition that names another target, is not this target's image. An image
-    without the label (a definition that sets none, a cotainr build) is judged by its record."""
-    labels = provenance.labels
-    label = labels.get(LABEL_PREFIX + "target") if isinstance(labels, dict) else None
-    if label is not None and label != target:
+    name the target it is published as, where the image carries this build's own labels (its
+    inputs-hash label is the record's): a record edited to another target's name is not this
+    target's image. Labels a base passed on (a cotainr image, an image built before the tool
+    labelled every build) name the base's build: the record judges it."""
+    labels = provenance.labels if isinstance(provenance.labels, dict) else {}
+    label = labels.get(LABEL_PREFIX + "target")
+    if label != target and labels.get(LABEL_PREFIX + "inputs-hash") == provenance.inputs_hash:
         raise StateError(f"{image}: its label {LABEL_PREFIX}target says {label!r}, not "
-                         f"{target!r}: not this target's image (its definition's %labels must "
-                         f"say containers.target {{{{ TARGET }}}}); rebuild it with invoke build "
-                         f"--target {target} --force")
+                         f"{target!r}, and its build record was edited to say otherwise: "
+                         f"rebuild it with invoke build --target {target} --force")
 
 
 # ------------------------------------------------------------------------------ file steps
