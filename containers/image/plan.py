@@ -64,6 +64,9 @@ class HostFacts:
     #: its shim runs with ``--cache-dir`` (None: none here, so no shim).
     package_cache: PackageCache | None = None
     debootstrap: str | None = None
+    #: The caller's environment: a variable a step sets for the runtime (a bind) adds to the
+    #: user's own there, never replaces it.
+    environ: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -421,11 +424,12 @@ def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str
     env_vars = {**env_vars, **path, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
     cache = host.package_cache
     if cache is not None:  # pip's cache only: see containers.image.cache for conda's
-        # A bind by the runtime's own variable and PIP_CACHE_DIR reach the pip of cotainr's
-        # singularity exec steps: the host's environment does (cotainr passes no --cleanenv).
-        bind = "APPTAINER_BIND" if host.runtime.flavour == "apptainer" else "SINGULARITY_BIND"
-        env_vars = {**env_vars, bind: f"{cache.pip}:{package_cache.COTAINR_PIP_MOUNT}",
-                    "PIP_CACHE_DIR": f"{package_cache.COTAINR_PIP_MOUNT}/pip"}
+        # A bind by the runtime's own variables (the user's binds kept) and PIP_CACHE_DIR reach
+        # the pip of cotainr's singularity exec steps: the host's environment does (cotainr
+        # passes no --cleanenv).
+        binds = host.runtime.bind_env(host.environ,
+                                      [f"{cache.pip}:{package_cache.COTAINR_PIP_MOUNT}"])
+        env_vars = {**env_vars, **binds, "PIP_CACHE_DIR": f"{package_cache.COTAINR_PIP_MOUNT}/pip"}
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test = COTAINR_TEST if has_torch(target, env) else COTAINR_PYTHON_TEST
