@@ -64,7 +64,7 @@ from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wr
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             open_parent, resolve_group, umask, unsafe_layout)
-from containers.publish.page import render_diff_page, render_page
+from containers.publish.page import batch_example, render_diff_page, render_page
 from containers.records import BuildRecord, CatalogueEntry
 from containers.report import Say, human_bytes, say_line
 
@@ -279,7 +279,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
     flag are kept so the catalogue page says what the image is and how to run it."""
     entry = {
         "target": plan.target.name, "version": plan.version,
-        "description": plan.target.description,
+        "description": plan.target.description, "license": plan.target.license,
         **cat.layout_files(plan.target.name, plan.version),
         "sha256": sha256, "size_bytes": size, "signed": key is not None,
         "key_fingerprint": key.fingerprint if key else None,
@@ -292,6 +292,8 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "published_by": f"{getpass.getuser()}@{socket.gethostname()}",
         "publisher_runtime": {"flavour": runtime.flavour, "version": runtime.version},
         "provenance": {k: v for k, v in plan.provenance.items() if k != "labels"},
+        "batch_example": batch_example(plan.site, target=plan.target.name, version=plan.version,
+                                       dest=plan.dest, stack=plan.provenance.stack or {}),
     }
     beside = []
     if sbom_path(plan.image).is_file():
