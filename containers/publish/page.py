@@ -86,7 +86,9 @@ def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
     collective = "RCCL" if build == "rocm" else "NCCL"
     linkage = f" ({stack['nccl_linkage']} library)" if stack.get("nccl_linkage") else ""
     gpu = build in ("cuda", "rocm")
-    rows = [("torch", f"{shown(stack.get('torch'))} ({shown(build)} build)"),
+    torch = (f"{stack['torch']} ({shown(build)} build)" if stack.get("torch")
+             else "none: the image holds no torch")
+    rows = [("torch", torch),
             ("CUDA", stack.get("cuda")), ("cuDNN", stack.get("cudnn")),
             ("ROCm", stack.get("rocm")), ("HIP", stack.get("hip")),
             (collective, stack.get("nccl") and f"{stack['nccl']}{linkage}"),

@@ -251,6 +251,7 @@ def test_each_version_says_how_to_use_it_as_a_batch_job_and_how_to_build_on_it(
     seen = htmlcheck.text_of(page.read_text())
     assert "no collective proof: no torch" in seen and "License: not stated" in seen
     assert "puhti-cuda-exec cat /etc/os-release" in seen and "import torch" not in seen
+    assert "none: the image holds no torch" in seen
 
 
 def test_a_page_without_busbw_history_has_no_such_section(tmp_path: Path) -> None:
