@@ -26,10 +26,8 @@ import functools
 import io
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from containers.batch.schedulers import SCHEDULERS, Resources
-from containers.inputs.sites import Site
 from containers.publish.catalogue import driver_needed
 from containers.publish.diff import shown, where_run
 from containers.publish.modulefile import EXAMPLE_COMMAND, by_hand, exec_name
@@ -181,25 +179,14 @@ def commands(target: str, entry: CatalogueEntry) -> list[str]:
     return lines
 
 
-def batch_example(site: Site, *, target: str, version: str, dest: Path,
-                  stack: Mapping) -> list[str] | None:
+def batch_job(preamble: Sequence[str] | None, *, target: str, version: str, dest: Path,
+              stack: Mapping) -> list[str] | None:
     """The batch job a user pastes to run this version at its site (kept in its catalogue
-    entry): the site's scheduler directives for one node of its default partition with all its
-    GPUs, the module, and the wrapper; None where the site has no scheduler."""
-    if site.scheduler not in SCHEDULERS:
+    entry): the site's directives (``preamble``: :func:`containers.batch.frame.example_preamble`),
+    the module, and the wrapper; None where the site has no scheduler."""
+    if preamble is None:
         return None
-    scheduler = SCHEDULERS[site.scheduler]
-    partition = site.partition(site.default_partition)
-    gpus = site.gpus_in(partition)
-    memory = partition.allocatable_gb or 0 if partition.shared_nodes else 0
-    resources = Resources(
-        name=target, time="00:30:00", partition=partition.name or None,
-        account="YOUR_PROJECT" if site.account_required else None,
-        output=scheduler.output_dir(Path("."), f"{target}-job"), gpus_per_node=gpus,
-        mem_per_gpu_gb=site.mem_per_gpu_gb(partition), mem_per_node_gb=memory,
-        gpu_request=partition.gpu_request or site.gpus.request,
-        gres_type=partition.gres_type or site.gpus.gres_type)
-    return ["#!/bin/bash", *scheduler.preamble(resources), f"module use {dest / 'modules'}",
+    return ["#!/bin/bash", *preamble, f"module use {dest / 'modules'}",
             f"module load {target}/{version}", f"{exec_name(target)} {example_command(stack)}"]
 
 

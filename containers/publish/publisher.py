@@ -64,7 +64,7 @@ from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wr
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             open_parent, resolve_group, umask, unsafe_layout)
-from containers.publish.page import batch_example, render_diff_page, render_page
+from containers.publish.page import batch_job, render_diff_page, render_page
 from containers.records import BuildRecord, CatalogueEntry
 from containers.report import Say, human_bytes, say_line
 
@@ -149,6 +149,8 @@ class PublishPlan:
     modes: Modes
     #: Signing key, results folder and the versions it pins (``containers.publish_pinned``).
     settings: Settings
+    #: The site's directives of the batch job the catalogue page shows (None: no scheduler).
+    batch_preamble: tuple[str, ...] | None = None
 
     @property
     def gpu(self) -> str:
@@ -292,8 +294,9 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "published_by": f"{getpass.getuser()}@{socket.gethostname()}",
         "publisher_runtime": {"flavour": runtime.flavour, "version": runtime.version},
         "provenance": {k: v for k, v in plan.provenance.items() if k != "labels"},
-        "batch_example": batch_example(plan.site, target=plan.target.name, version=plan.version,
-                                       dest=plan.dest, stack=plan.provenance.stack or {}),
+        "batch_example": batch_job(plan.batch_preamble, target=plan.target.name,
+                                   version=plan.version, dest=plan.dest,
+                                   stack=plan.provenance.stack or {}),
     }
     beside = []
     if sbom_path(plan.image).is_file():
