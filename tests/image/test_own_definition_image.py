@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -62,8 +63,12 @@ def own(tmp_path_factory, debian_base_image: Path, real_runtime) -> SimpleNamesp
     channel = top / "channel"
     channel.mkdir()
     (channel / "channel-note").write_text("read through the bind\n")
-    project = app.Project.load(root, {"images_dir": str(images), "tmp_dir": str(top / "work"),
-                                      "results_dir": str(top / "results")})
+    settings = {"images_dir": str(images), "tmp_dir": str(top / "work"),
+                "results_dir": str(top / "results")}
+    shutil.copy(ROOT / "tasks.py", root / "tasks.py")  # `invoke inspect` as a user runs it
+    (root / "invoke.yaml").write_text("containers:\n" + "".join(
+        f"  {key}: {value}\n" for key, value in settings.items()))
+    project = app.Project.load(root, settings)
     lines: list[str] = []
     with pytest.MonkeyPatch.context() as env:
         env.delenv("APPTAINER_BIND", raising=False)
@@ -106,11 +111,15 @@ def test_a_users_bind_reaches_invoke_run_beside_the_runs_own(own, monkeypatch) -
 
 
 def test_inspect_judges_it_as_the_build_did(own) -> None:
-    """Exit 0 (no VerdictFailed), saying the fit is not judged, as the build said."""
+    """Exit 0, saying the fit is not judged, as the build said."""
     lines: list[str] = []
     report = app.inspect(own.project, target="mine", say=lines.append)
     assert report["fit"] == [{"level": "info", "rule": "torch", "message": NO_TORCH}]
     assert any(NO_TORCH in line for line in lines)
+    done = subprocess.run([sys.executable, "-m", "invoke", "inspect", "--target", "mine"],
+                          cwd=own.project.root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and NO_TORCH in done.stdout + done.stderr, done.stderr
 
 
 def test_it_publishes_with_and_without_the_checks_and_its_page_reads_in_a_browser(
