@@ -100,6 +100,21 @@ def test_a_cpu_only_torch_is_never_published_for_a_cuda_site(tmp_path) -> None:
     assert not (tmp_path / "pub" / "mahti-cuda-pip").exists()
 
 
+def test_an_image_without_torch_is_published_for_a_gpu_site(tmp_path) -> None:
+    """Not "torch in the image is a missing build": an R image for LUMI holds no torch at all,
+    and is judged as its build judged it (site fit not judged)."""
+    from containers import app
+    from containers.image.sitefit import NO_TORCH
+    from tests.publish.standin import STACK
+    name = "mahti-cuda-pip"
+    project = _built(tmp_path, name, stack=dict(STACK, build=None, torch=None),
+                     probe_errors={"torch": "ModuleNotFoundError: No module named 'torch'"})
+    lines: list[str] = []
+    entry = app.publish(project, target=name, dest=tmp_path / "pub", version="1.0",
+                        skip_checks=True, say=lines.append)
+    assert entry["fit"] == [{"level": "info", "rule": "torch", "message": NO_TORCH}]
+
+
 def test_an_image_labelled_by_its_build_as_another_target_is_refused(tmp_path) -> None:
     """Its labels are its own build's (their inputs hash is the record's): the record was
     edited to another target's name."""
