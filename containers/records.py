@@ -258,6 +258,8 @@ class CatalogueEntry(Record):
     sbom_file: Any = _key((object,))
     diff_file: Any = _key((object,))
     diff_page: Any = _key((object,))
+    license: Any = _key((object,))
+    batch_example: Any = _key((object,))
 
 
 class Refused(ValueError):

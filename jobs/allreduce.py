@@ -26,7 +26,8 @@ Measurement (see nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md``):
   elements summed over ranks;
 * ``--cycles N`` repeats each op's sweep N times (nccl-tests' ``-N``: its rows repeat in the
   op's table): a link that corrupts data now and then shows up as wrong values in some cycles;
-* with one rank no data crosses a link, so algbw and busbw are not reported (``n/a``, JSON null).
+* with one rank no data crosses a link: algbw and busbw are printed as nccl-tests prints them
+  (numbers: a memory copy's rate, times the op's bus factor at 1 rank), and judged by nothing.
 
 Out-of-place and in-place are each op's buffers in ``collectives.py`` (alltoall and sendrecv run
 in place on one buffer and are not checked there, as in nccl-tests: ``#wrong`` N/A).  An op
@@ -78,8 +79,8 @@ REPORT_SCHEMA = 2
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in choices.DTYPES}
 FAULT_KINDS = ("die", "hang", "corrupt")
 MODES = ("oop", "ip")
-ONE_RANK_NOTE = ("# 1 rank: no data crosses a link, so algbw and busbw are not meaningful "
-                 "(shown as N/A)")
+ONE_RANK_NOTE = ("# 1 rank: no data crosses a link, so algbw and busbw measure no link "
+                 "(printed as nccl-tests prints them; judged by nothing)")
 # How torch's backends refuse a collective they lack ("ProcessGroupGloo does not support
 # reduce_scatter", "... is not implemented", "Unsupported ..."); any other error is a failure.
 UNSUPPORTED = re.compile(r"not support|unsupported|not implemented|no attribute", re.IGNORECASE)
@@ -153,16 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def bandwidths(nbytes: int, seconds: float, world_size: int,
-               factor: float) -> tuple[Optional[float], Optional[float]]:
+def bandwidths(nbytes: int, seconds: float, factor: float) -> tuple[float, float]:
     """Return (algbw, busbw) in GB/s (10^9) for one collective moving nbytes (its bw bytes) in
-    seconds; ``factor`` is its bus factor.
-
-    None for one rank: nothing crosses a link, so bytes over time measures a memory copy at best
-    (one H100 "reached" 624,268 GB/s for 1 GiB), which no one should read as bandwidth.
-    """
-    if world_size == 1:
-        return None, None
+    seconds; ``factor`` is its bus factor. One rank gets numbers too, as nccl-tests prints them
+    (strict readers of its tables take nothing else): no link is crossed, so they measure a
+    memory copy at best (one H100 "reached" 624,268 GB/s algbw for 1 GiB) and no verdict reads
+    them (the smoke's judgement of one rank is "not judged")."""
     if seconds <= 0:
         return 0.0, 0.0
     algbw = nbytes / seconds / 1e9
@@ -225,14 +222,14 @@ def count_wrong(op: Collective, bufs: Buffers, expected: Optional[torch.Tensor],
 
 
 def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
-                     world_size: int, factor: float) -> dict[str, Any]:
+                     factor: float) -> dict[str, Any]:
     """One mode's numbers, rounded once here so the table and the JSON show the same values;
     ``nbytes`` is what algbw divides (the op's bw bytes), ``factor`` its bus factor."""
-    algbw, busbw = bandwidths(nbytes, seconds, world_size, factor)
+    algbw, busbw = bandwidths(nbytes, seconds, factor)
     return {
         "time_us": round(seconds * 1e6, 2),
-        "algbw": None if algbw is None else round(algbw, 3),
-        "busbw": None if busbw is None else round(busbw, 3),
+        "algbw": round(algbw, 3),
+        "busbw": round(busbw, 3),
         "wrong": wrong,
     }
 
@@ -254,7 +251,7 @@ def row_modes(record: dict[str, Any]) -> list[dict[str, Any]]:
 def summarize(records: list[dict[str, Any]],
               check: bool) -> tuple[Optional[int], Optional[float]]:
     """(total #wrong or None when unchecked, mean busbw over all rows and both modes, or None
-    when there is no busbw: one rank).
+    when there is no row).
 
     The mean is nccl-tests' "Avg bus bandwidth" (over one collective's rows, as each of its
     binaries averages its own); it is dominated by small messages.
@@ -377,7 +374,7 @@ def benchmark_size(op: Collective, size: int, args: argparse.Namespace, env: Dis
 
     seconds = reduce_across_ranks(seconds, dist.ReduceOp.MAX, torch.float64, device)
     wrong = reduce_across_ranks(local_wrong, dist.ReduceOp.SUM, torch.int64, device)
-    made = [make_mode_record(op.bw_bytes(param, n, element), s, w if check else None, n,
+    made = [make_mode_record(op.bw_bytes(param, n, element), s, w if check else None,
                              op.factor(n)) for s, w, check in zip(seconds, wrong, checked)]
     record = make_record(op.size_bytes(param, n, element), param, args.dtype, *made, op=op.name)
     return record, sum(local_wrong)

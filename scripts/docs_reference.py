@@ -166,8 +166,8 @@ def inputs_markdown() -> str:
         schema = json.loads(path.read_text())
         title = schema.get("title") or path.stem
         anchor = path.name.split(".")[0]  # site, recipe, env-spec, settings: stable links
-        parts.append(f"## JSON Schema: {title} (`schemas/{path.name}`) {{#{anchor}}}\n\n"
-                     + (schema.get("description", "") + "\n\n" if schema.get("description")
+        parts.append(f"## JSON Schema: {prose(title)} (`schemas/{path.name}`) {{#{anchor}}}\n\n"
+                     + (prose(schema["description"]) + "\n\n" if schema.get("description")
                         else "") + table(FIELD_HEADER, schema_rows(schema)))
     return "\n".join(parts)
 

@@ -56,7 +56,11 @@ def site(tmp_path_factory) -> Path:
 
 def text_of(page: Path) -> str:
     """A built page's text: tags removed, entities decoded (so `--gpus` reads as written)."""
-    return html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+    return text_of_html(page.read_text())
+
+
+def text_of_html(markup: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
 
 
 def test_docs_build_strict_with_offline_search(site) -> None:
@@ -82,6 +86,21 @@ def test_no_generated_page_loses_a_placeholder(site, generator, block) -> None:
     quoted = set(PLACEHOLDER.findall(html.unescape(generator.GENERATORS[block]())))
     text = text_of(site / GENERATED_PAGES[block])
     assert not sorted(name for name in quoted if f"<{name}>" not in text)
+
+
+@pytest.mark.parametrize("block", sorted(GENERATED_PAGES))
+def test_no_generated_heading_loses_a_placeholder(site, generator, block) -> None:
+    """A heading keeps its placeholders too (the recipe schema's title, "recipe manifest
+    (recipes/<target>.yaml)", once read "recipes/.yaml" in the page and its table of contents):
+    each heading's own text is compared, since the same word elsewhere on the page hides a loss."""
+    written = [html.unescape(line.lstrip("#").strip()) for line in
+               generator.GENERATORS[block]().splitlines() if re.match(r"#+ ", line)]
+    built = re.findall(r"<h([1-6])[^>]*>(.*?)</h\1>", (site / GENERATED_PAGES[block]).read_text(),
+                       re.S)
+    shown = " ".join(text_of_html(inner) for _, inner in built)
+    lost = [heading for heading in written for name in PLACEHOLDER.findall(heading)
+            if f"<{name}>" not in shown]
+    assert not lost
 
 
 def test_committed_reference_pages_are_current(generator) -> None:

@@ -13,7 +13,8 @@ from containers.image import builder
 from containers.image.cache import gather_cache
 from containers.image.arch import emulation
 from containers.image.gather import gather_host
-from containers.image.plan import BuildPlan, BuildStep, fakeroot_refusal, plan_build
+from containers.image.plan import (STAGED_DEFINITION, BuildPlan, BuildStep, fakeroot_refusal,
+                                     plan_build)
 from containers.inputs.builders import builder_of
 from containers.inputs.recipes import Target
 from containers.inputs.validate import example_findings, host_path_policy
@@ -95,6 +96,8 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
             continue
         say(f"  work   {step.workdir}-XXXXXXXX (made fresh for this build; the paths below "
             f"show it as {step.workdir.name})")
+        if step.definition is not None:
+            say(f"  stage  {step.workdir / STAGED_DEFINITION} ({step.target.definition}, labelled)")
         for name in sorted([*step.staged, *step.copied]):
             say(f"  stage  {step.workdir / 'context' / name}")
         for link, target in sorted(step.links.items()):

@@ -183,7 +183,7 @@ def examine_built(project: Project):
     """The build's last test of an image (:data:`containers.image.builder.Examine`): one probe
     of the built image; its SBOM (written beside the record) and its site fit, whose errors
     fail the build, so an image that cannot run at its site is never kept. An image without
-    torch (a base image) gets its SBOM only."""
+    torch (a base image) is not judged (:func:`~containers.image.sitefit.holds_no_torch`)."""
     from containers.errors import CommandFailed
     from containers.image import sbom
 
@@ -196,10 +196,6 @@ def examine_built(project: Project):
         record["stack"] = stack  # read back by publish with the SBOM (probing.known_facts)
         if facts.get("errors"):
             record["probe_errors"] = facts["errors"]
-        if stack["build"] is None and (facts.get("errors") or {}).get("torch", "").startswith(
-                "ModuleNotFoundError"):
-            say(f"  {step.target.name} holds no torch: site fit not judged")
-            return files
         site = project.site_of(step.target)
         findings = fit_findings(project, stack, site, facts.get("errors"))
         for finding in findings:

@@ -10,11 +10,13 @@ the ``verdict.json`` publishing then finds by the image's sha256. The release de
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from containers.app.inspecting import fit_findings
 from containers.app.project import Project
 from containers.app.workloads import prove
+from containers.batch.frame import example_preamble
 from containers.errors import UsageError
 from containers.host.runtime import Runtime
 from containers.image.arch import (check_arch, check_compression, image_compression,
@@ -53,6 +55,8 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
     site = project.site_of(item)
     plan = publisher.plan_publish(request, target=item, site=site, settings=project.settings,
                                   inputs_hash=chain_hashes(project.targets, item.name)[item.name])
+    preamble = example_preamble(site, item.name)
+    plan = replace(plan, batch_preamble=tuple(preamble) if preamble is not None else None)
     runtime = project.runtime(flavour=site.runtime)
     check_arch(recorded_arch(plan.provenance, plan.image, runtime),
                site_arches(site, project.targets), image=os.path.relpath(plan.image),

@@ -4,6 +4,7 @@ partition, time and account, and the header comments that say where each came fr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Mapping
 
 from containers import __version__, walltime
@@ -39,6 +40,25 @@ class Frame:
         return replace(self.resources, nodes=nodes, tasks_per_node=shape.tasks_per_node,
                        cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
                        exclusive=shape.exclusive, mem_per_node_gb=memory)
+
+
+def example_preamble(site: Site, name: str) -> list[str] | None:
+    """The directives of a job for one node of ``site``'s default partition with all its GPUs,
+    for 30 minutes (``YOUR_PROJECT`` where the site needs an account): what the catalogue page
+    gives users to paste; None where the site has no scheduler."""
+    if site.scheduler not in SCHEDULERS:
+        return None
+    scheduler = SCHEDULERS[site.scheduler]
+    partition = site.partition(site.default_partition)
+    return scheduler.preamble(Resources(
+        name=name, time="00:30:00", partition=partition.name or None,
+        account="YOUR_PROJECT" if site.account_required else None,
+        output=scheduler.output_dir(Path("."), f"{name}-job"),
+        gpus_per_node=site.gpus_in(partition),
+        mem_per_gpu_gb=site.mem_per_gpu_gb(partition),
+        mem_per_node_gb=partition.allocatable_gb or 0 if partition.shared_nodes else 0,
+        gpu_request=partition.gpu_request or site.gpus.request,
+        gres_type=partition.gres_type or site.gpus.gres_type))
 
 
 def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,

@@ -62,6 +62,13 @@ KEYRING_RULES = {
 }
 
 
+#: The variables each flavour reads binds from, preferred first: Apptainer reads SINGULARITY_BIND
+#: only where APPTAINER_BIND is unset, and with both set keeps APPTAINER_BIND alone ("have
+#: different values, using the latter"; FACTS.md section 11).
+BIND_VARIABLES = {"apptainer": ("APPTAINER_BIND", "SINGULARITY_BIND"),
+                  "singularity": ("SINGULARITY_BIND",)}
+
+
 def first_set(environ: Mapping[str, str], names: Iterable[str]) -> str:
     """The value of the first of ``names`` set to a non-empty value in ``environ`` ("" if none)."""
     return next((environ[name] for name in names if environ.get(name)), "")
@@ -121,6 +128,13 @@ class Runtime:
                 *repeated("--bind", binds),
                 *repeated("--env", (f"{k}={v}" for k, v in (env or {}).items())),
                 str(image), *command]
+
+    def bind_env(self, environ: Mapping[str, str], binds: Iterable[str]) -> dict[str, str]:
+        """The bind variables of a step that adds ``binds`` to the user's own (what this
+        runtime reads from ``environ``), set under every name it reads, so it drops neither."""
+        names = BIND_VARIABLES[self.flavour]
+        value = ",".join(filter(None, (first_set(environ, names), *binds)))
+        return {name: value for name in names}
 
     def test_argv(self, image: Path | str, binds: Iterable[str] = ()) -> list[str]:
         return [self.binary, "test", *repeated("--bind", binds), str(image)]

@@ -33,7 +33,7 @@ from containers.image import provenance
 from containers.image.arch import image_arch, image_compression, image_python, squashfs_offset
 from containers.image.cache import PackageCache, in_use, usage
 from containers.image.emulated import emulated_binds
-from containers.image.plan import BuildPlan, BuildStep
+from containers.image.plan import STAGED_DEFINITION, BuildPlan, BuildStep
 from containers.inputs.settings import Settings
 from containers import records
 from containers.records import BuildRecord
@@ -98,6 +98,8 @@ def _stage(step: BuildStep) -> None:
             copy_hashing(content, context / name)
         else:
             atomic_write_text(context / name, content)
+    if step.definition is not None:
+        atomic_write_text(step.workdir / STAGED_DEFINITION, step.definition)
     for link, target in step.links.items():
         Path(link).parent.mkdir(parents=True, exist_ok=True)
         Path(link).symlink_to(target)
@@ -259,8 +261,11 @@ def serial(say: Say) -> Say:
 
 def build_record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
     """The provenance of ``step``'s freshly built (and tested) ``.partial`` image (here, not in
-    :mod:`~containers.image.provenance`: that module reads records and knows no plan)."""
+    :mod:`~containers.image.provenance`: that module reads records and knows no plan). Its
+    identity is this build's (``step.labels``); ``labels`` are the image's, as it carries them
+    (a cotainr image: its base's identity labels, which its runs read inside it)."""
     labels = provenance.labels_of(runtime, step.partial)
+    own = {key.removeprefix(provenance.LABEL_PREFIX): value for key, value in step.labels.items()}
     return {
         "target": step.target.name,
         "image": str(step.image),
@@ -270,8 +275,8 @@ def build_record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
         "definition": str(step.target.definition),
         "env_spec": str(step.target.env) if step.target.env else None,
         "tool_version": step.inputs["tool_version"],
-        "git_revision": labels.get(provenance.LABEL_PREFIX + "git-revision", "unknown"),
-        "build_date": labels.get(provenance.LABEL_PREFIX + "build-date", ""),
+        "git_revision": own.get("git-revision", "unknown"),
+        "build_date": own.get("build-date", ""),
         "runtime": {"flavour": runtime.flavour, "version": runtime.version},
         "pip_freeze": labels.get(provenance.LABEL_PREFIX + "pip-freeze", "").split(),
         "labels": labels,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shutil
 from pathlib import Path
 
@@ -35,4 +36,5 @@ def gather_host(root: Path, images_dir: Path, runtime: Runtime, names: list[str]
         build_date=utc_now(),
         arch=host_arch(), cotainr=cotainr_binary(),
         built_hashes=provenance.built_hashes(images_dir, names),
-        package_cache=package_cache, debootstrap=shutil.which("debootstrap"))
+        package_cache=package_cache, debootstrap=shutil.which("debootstrap"),
+        environ=dict(os.environ))

@@ -24,6 +24,7 @@ from containers.image.arch import DEBIAN_ARCH
 from containers.image.cache import PackageCache, SnapshotKey
 from containers.image.emulated import emulated_binds
 from containers.image.identity import CONTEXT_ARGS, definition_scripts, describe_inputs
+from containers.image.provenance import LABEL_PREFIX
 from containers.inputs.builders import APPTAINER, COTAINR, Builder, builder_of
 from containers.inputs.compat import as_built, has_torch
 from containers.inputs.definition import Definition
@@ -36,6 +37,9 @@ from containers.inputs.sites import Site
 CONTEXT_MOUNT = "/opt/build-context"
 #: How HOST_PATHS joins the bound host folders: as PATH does, since no bind path holds a colon.
 HOST_PATHS_SEPARATOR = ":"
+#: The definition Apptainer builds from, in the build's work folder: the target's own file with
+#: the tool's labels added (:func:`labelled`); the file itself is never written.
+STAGED_DEFINITION = "definition.def"
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,9 @@ class HostFacts:
     #: its shim runs with ``--cache-dir`` (None: none here, so no shim).
     package_cache: PackageCache | None = None
     debootstrap: str | None = None
+    #: The caller's environment: a variable a step sets for the runtime (a bind) adds to the
+    #: user's own there, never replaces it.
+    environ: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,10 @@ class BuildStep:
     cache_use: str = ""
     #: Names the store of environment snapshots this build may reuse and add to (None: none).
     env_snapshot: SnapshotKey | None = None
+    #: The tool's own labels of this build (:func:`own_labels`), and the definition staged
+    #: with them (:data:`STAGED_DEFINITION`; None: a builder without a definition).
+    labels: dict[str, str] = field(default_factory=dict)
+    definition: str | None = None
 
     @property
     def short_hash(self) -> str:
@@ -134,12 +145,29 @@ def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: 
     if settings.cache_dir:
         env_vars["APPTAINER_CACHEDIR"] = str(settings.cache_dir)
     common = dict(target=target, inputs_hash=inputs_hash, inputs=inputs, image=image,
-                  partial=partial, workdir=workdir,
+                  partial=partial, workdir=workdir, labels=own_labels(target, inputs_hash, host),
                   inspect_argv=host.runtime.inspect_argv(partial),
                   action="up-to-date" if up_to_date else "build", forced=force)
     return PLAN_STEPS[builder_of(target)](
         StepInputs(target, definition, env, user_args, cli_args, base_step),
         host=host, env_vars=env_vars, common=common)
+
+
+def own_labels(target: Target, inputs_hash: str, host: HostFacts) -> dict[str, str]:
+    """The identity of an image from its own build (target, inputs hash, tool, revision, build
+    date), whatever its base's labels say: an image built on another inherits them all."""
+    labels = {"target": target.name, "inputs-hash": inputs_hash, "tool-version": __version__,
+              "git-revision": host.git_revision, "build-date": host.build_date}
+    return {LABEL_PREFIX + key: value for key, value in labels.items() if value}
+
+
+def labelled(definition: Definition, labels: Mapping[str, str]) -> str:
+    """``definition``'s text with a ``%labels`` section of ``labels`` after it: Apptainer adds a
+    repeated section to the final stage's, and the build's ``--force`` puts these over the
+    labels a base image carries."""
+    text = definition.text
+    return (text + ("\n" if text and not text.endswith("\n") else "") + "%labels\n"
+            + "".join(f"    {key} {value}\n" for key, value in labels.items()))
 
 
 #: zstd's level for builds, measured side by side (benchmarks/squashfs.py, one run each, 2
@@ -252,7 +280,7 @@ def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, s
     partial = common["partial"]
     emulated = emulated_binds(target.arch, here=host.arch, write=False)  # %post/%test: torch
     build_argv = host.runtime.build_argv(
-        output=partial, spec=target.definition, build_args=args,
+        output=partial, spec=common["workdir"] / STAGED_DEFINITION, build_args=args,
         binds=[*(binds if "HOST_PATHS" in used else ()), *cached.binds, *emulated],
         fakeroot=definition.runs_in_image, arch=pulled_arch(target, definition, host))
     if "FOREIGN_ROOT" in used:
@@ -266,6 +294,7 @@ def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, s
                      if has_test else None,
                      env=env_vars, staged=staged if uses_context else {},
                      copied=copied if uses_context else {}, links=cached.links,
+                     definition=labelled(definition, common["labels"]),
                      package_cache=host.package_cache if cached.uses else None,
                      cache_use="; ".join(cached.uses), env_snapshot=cached.snapshot)
 
@@ -395,11 +424,12 @@ def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str
     env_vars = {**env_vars, **path, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
     cache = host.package_cache
     if cache is not None:  # pip's cache only: see containers.image.cache for conda's
-        # A bind by the runtime's own variable and PIP_CACHE_DIR reach the pip of cotainr's
-        # singularity exec steps: the host's environment does (cotainr passes no --cleanenv).
-        bind = "APPTAINER_BIND" if host.runtime.flavour == "apptainer" else "SINGULARITY_BIND"
-        env_vars = {**env_vars, bind: f"{cache.pip}:{package_cache.COTAINR_PIP_MOUNT}",
-                    "PIP_CACHE_DIR": f"{package_cache.COTAINR_PIP_MOUNT}/pip"}
+        # A bind by the runtime's own variables (the user's binds kept) and PIP_CACHE_DIR reach
+        # the pip of cotainr's singularity exec steps: the host's environment does (cotainr
+        # passes no --cleanenv).
+        binds = host.runtime.bind_env(host.environ,
+                                      [f"{cache.pip}:{package_cache.COTAINR_PIP_MOUNT}"])
+        env_vars = {**env_vars, **binds, "PIP_CACHE_DIR": f"{package_cache.COTAINR_PIP_MOUNT}/pip"}
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test = COTAINR_TEST if has_torch(target, env) else COTAINR_PYTHON_TEST

@@ -64,11 +64,26 @@ def _range(rule: str, what: str, found: str | None, spec: Range | None,
                                     "not checked")
 
 
+#: What the build, inspect and publish say of an image without torch (a base, an R image).
+NO_TORCH = "the image holds no torch: site fit not judged"
+
+
+def holds_no_torch(stack: Mapping, probe_errors: Mapping | None) -> bool:
+    """Whether the image has no torch at all (its import found no module), as opposed to a
+    torch that is there and fails to import (an error of the image)."""
+    error = (probe_errors or {}).get("torch")
+    return stack.get("build") is None and isinstance(error, str) \
+        and error.startswith("ModuleNotFoundError")
+
+
 def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str] | None,
           fit: Fit, probe_errors: Mapping | None = None,
           gpus: Gpus | None = None) -> list[Finding]:
     """Every finding of an image (its flat stack, :func:`containers.image.inspect.summary`)
-    against a site (its GPU kind, architectures and ``fit`` block), one line each."""
+    against a site (its GPU kind, architectures and ``fit`` block), one line each; an image
+    without torch is not judged (:func:`holds_no_torch`), at build, inspect and publish alike."""
+    if holds_no_torch(stack, probe_errors):
+        return [Finding("info", "torch", NO_TORCH)]
     found: list[Finding] = []
     arch = stack.get("arch")
     if not arch:

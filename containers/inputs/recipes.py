@@ -51,6 +51,9 @@ class Manifest(Declared):
     description: OneLine = Field(description="one line: what the image is (torch for which "
                                  "GPUs, from what), shown by module whatis and on the catalogue "
                                  "page")
+    license: OneLine | None = Field(None, description="the image's license as people should "
+                                    "read it (an SPDX expression, e.g. GPL-2.0-or-later AND "
+                                    "BSD-3-Clause), shown on the catalogue page")
     site: Str = "local"
     arch: Literal["x86_64", "aarch64"] = "x86_64"
     gpu: Literal["none", "cuda", "rocm"] = "none"
@@ -104,6 +107,7 @@ class Target:
     torch_unknown: str | None = None
     #: The image's torchrun, over the site's ``torchrun`` (None: the site's).
     torchrun: str | None = None
+    license: str | None = None
     lines: dict[str, int] = field(default_factory=dict, compare=False)
 
     def line(self, key: str) -> int | None:

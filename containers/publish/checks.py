@@ -19,6 +19,7 @@ from containers.host.facts import utc_now
 from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.image.emulated import emulated_binds
+from containers.image.sitefit import holds_no_torch
 from containers.inputs.recipes import Target
 from containers.prove.devices import VENDOR
 from containers.publish.gate import evidence_reasons
@@ -34,6 +35,8 @@ QuickCheck = Callable[[Say], None]
 SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "device_kind",
               "wrong_total", "cycles", "largest", "transport", "performance", "stack", "seconds",
               "date", "ops", "collectives")
+#: What an image without torch was published with instead of a smoke (the catalogue's words).
+NO_TORCH_PROOF = "no collective proof: no torch"
 #: The most a verdict.json may hold; a larger one (or a FIFO) is not a verdict of this tool.
 VERDICT_LIMIT = 16 << 20
 
@@ -139,6 +142,20 @@ def skipped(target: str, say: Say) -> dict:
     return {"skipped": True, "apptainer_test": None, "smoke": None}
 
 
+def without_torch(target: Target, provenance: BuildRecord, say: Say) -> dict:
+    """The checks of an image without torch, which no smoke can prove (its collectives need
+    torch): its own ``%test``, passed at build, is the proof; without one, none (refused)."""
+    if provenance.tested is not True:
+        raise VerdictFailed(f"not publishing {target.name}: it holds no torch, so no smoke can "
+                            "prove it, and its build ran no %test: give its definition a %test "
+                            "that checks what the image is for, or publish with --skip-checks "
+                            "(recorded)")
+    say(f"checks: {target.name} holds no torch ({NO_TORCH_PROOF}); its %test passed at build")
+    return {"skipped": False, "smoke": None, "proof": NO_TORCH_PROOF,
+            "apptainer_test": {"passed": True, "how": "at build (provenance)",
+                               "date": provenance.build_date}}
+
+
 def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: Mapping,
                   results_dir: Path, quick_check: QuickCheck, say: Say,
                   gpu: str = "none", gpus_here: Collection[str] = ()) -> dict:
@@ -146,6 +163,8 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     GPU kind the image is for (none, cuda, rocm); only a run on that kind proves it
     (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
     provenance = BuildRecord.view(provenance, source=image)
+    if holds_no_torch(provenance.stack or {}, provenance.probe_errors):
+        return without_torch(target, provenance, say)
     sha = provenance.sha256
     found = find_verdict(results_dir, target.name, sha, gpu=gpu)
     if found is None and gpu != "none" and gpu not in gpus_here:

@@ -1,9 +1,10 @@
 """The catalogue page (``<dest>/index.html``) and each version's diff page, for people with a
 browser: what is published, read like a site's software library.
 
-Per image: what it is (the manifest's description, kept in each catalogue entry), and per
-version how to use it (``module load NAME/VERSION``, the ``<target>-exec`` wrapper and the
-site's own ``apptainer exec`` line with its GPU flag), its size, stack (torch, CUDA/ROCm,
+Per image: what it is (the manifest's description and license, kept in each catalogue entry), and
+per version how to use it (``module load NAME/VERSION``, the ``<target>-exec`` wrapper and the
+site's own ``apptainer exec`` line with its GPU flag, a batch job for its site to paste, a
+definition that builds on it), its size, stack (torch, CUDA/ROCm,
 NCCL/RCCL, GPU architectures, the NVIDIA driver series it needs), its verdicts with their dates,
 and links to its checksum file, signing key, SBOM and the readable diff against the version it
 replaced (``<target>/<version>.diff.html``, written by publish beside the JSON).
@@ -25,7 +26,7 @@ import functools
 import io
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from containers.publish.catalogue import driver_needed
 from containers.publish.diff import shown, where_run
@@ -83,7 +84,9 @@ def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
     collective = "RCCL" if build == "rocm" else "NCCL"
     linkage = f" ({stack['nccl_linkage']} library)" if stack.get("nccl_linkage") else ""
     gpu = build in ("cuda", "rocm")
-    rows = [("torch", f"{shown(stack.get('torch'))} ({shown(build)} build)"),
+    torch = (f"{stack['torch']} ({shown(build)} build)" if stack.get("torch")
+             else "none: the image holds no torch")
+    rows = [("torch", torch),
             ("CUDA", stack.get("cuda")), ("cuDNN", stack.get("cudnn")),
             ("ROCm", stack.get("rocm")), ("HIP", stack.get("hip")),
             (collective, stack.get("nccl") and f"{stack['nccl']}{linkage}"),
@@ -139,6 +142,8 @@ def verdicts(entry: CatalogueEntry) -> list[dict]:
                               test.get("date")))
     if checks.get("smoke"):
         found += _smoke_verdict(checks["smoke"])
+    elif checks.get("proof"):  # what an image without torch was published with instead
+        found.append(_verdict("none", str(checks["proof"])))
     for finding in entry.fit or []:
         if finding.get("level") in ("error", "warning"):
             found.append(_verdict("warn", f"site fit {finding['level']}: "
@@ -150,18 +155,47 @@ def verdicts(entry: CatalogueEntry) -> list[dict]:
     return found
 
 
+#: What the examples run in an image without torch (an R image, a base): it reads the image.
+PLAIN_COMMAND = "cat /etc/os-release"
+
+
+def example_command(stack: object) -> str:
+    """The command the page's examples run: torch's version where the image has torch."""
+    without = isinstance(stack, Mapping) and stack and not stack.get("torch")
+    return PLAIN_COMMAND if without else EXAMPLE_COMMAND
+
+
 def commands(target: str, entry: CatalogueEntry) -> list[str]:
     """How a user runs this version: load its module, then the wrapper or the site's runtime
     with its GPU flag (recorded per entry: a version published before that has only the
     wrapper, which reads them from its module)."""
-    lines = [f"module load {target}/{entry.version}",
-             f"{exec_name(target)} {EXAMPLE_COMMAND}"]
+    command = example_command(entry.stack)
+    lines = [f"module load {target}/{entry.version}", f"{exec_name(target)} {command}"]
     runs = entry.site_runtime
     if isinstance(runs, Mapping) and isinstance(runs.get("runtime"), str):
         gpu_flag = runs.get("gpu_flag")
         lines.append(by_hand(runs["runtime"], gpu_flag if isinstance(gpu_flag, str) else None,
-                             EXAMPLE_COMMAND))
+                             command))
     return lines
+
+
+def batch_job(preamble: Sequence[str] | None, *, target: str, version: str, dest: Path,
+              stack: Mapping) -> list[str] | None:
+    """The batch job a user pastes to run this version at its site (kept in its catalogue
+    entry): the site's directives (``preamble``: :func:`containers.batch.frame.example_preamble`),
+    the module, and the wrapper; None where the site has no scheduler."""
+    if preamble is None:
+        return None
+    return ["#!/bin/bash", *preamble, f"module use {dest / 'modules'}",
+            f"module load {target}/{version}", f"{exec_name(target)} {example_command(stack)}"]
+
+
+def base_definition(entry: CatalogueEntry, dest: Path) -> str | None:
+    """A definition that builds on this version (``apptainer build mine.sif mine.def``)."""
+    if not isinstance(entry.file, str) or not _OWN_FILE.match(entry.file):
+        return None
+    return (f"Bootstrap: localimage\nFrom: {dest / entry.file}\n\n%post\n"
+            "    # what your image adds, e.g. apt-get install -y ... or pip install ...\n")
 
 
 def files(entry: CatalogueEntry, dest: Path) -> dict:
@@ -189,17 +223,21 @@ def version_view(target: str, entry: Mapping, *, latest: str | None, dest: Path)
             "latest": entry.version == latest, "published": when(entry.published),
             "site": entry.site, "size": human_bytes(entry.size_bytes or 0),
             "commands": commands(target, entry), "stack": stack_rows(entry),
+            "batch": entry.batch_example if isinstance(entry.batch_example, list) else None,
+            "base_definition": base_definition(entry, dest),
             "verdicts": verdicts(entry), "files": files(entry, dest)}
 
 
 def image_view(target: str, block: Mapping, dest: Path) -> dict:
-    """One image: what it is (the newest version's description) and its versions, newest
-    first."""
+    """One image: what it is (the newest version's description and license) and its versions,
+    newest first."""
     versions = list(block.get("versions", []))
     described = [e.get("description") for e in versions if e.get("description")]
+    licensed = [e.get("license") for e in versions if e.get("license")]
     latest = block.get("latest")
     return {"name": target, "anchor": f"image-{target}",
-            "description": described[-1] if described else None, "latest": latest,
+            "description": described[-1] if described else None,
+            "license": licensed[-1] if licensed else None, "latest": latest,
             "versions": [version_view(target, e, latest=latest, dest=dest)
                          for e in reversed(versions)]}
 

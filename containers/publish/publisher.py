@@ -64,7 +64,7 @@ from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wr
                                            render_modulefile)
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             open_parent, resolve_group, umask, unsafe_layout)
-from containers.publish.page import render_diff_page, render_page
+from containers.publish.page import batch_job, render_diff_page, render_page
 from containers.records import BuildRecord, CatalogueEntry
 from containers.report import Say, human_bytes, say_line
 
@@ -149,6 +149,8 @@ class PublishPlan:
     modes: Modes
     #: Signing key, results folder and the versions it pins (``containers.publish_pinned``).
     settings: Settings
+    #: The site's directives of the batch job the catalogue page shows (None: no scheduler).
+    batch_preamble: tuple[str, ...] | None = None
 
     @property
     def gpu(self) -> str:
@@ -234,16 +236,16 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
 
 def _refuse_other_label(image: Path, provenance: BuildRecord, target: str) -> None:
     """The image's own ``containers.target`` label (read from it at build, in its record) must
-    name the target it is published as: a record edited to another target's name, or an image
-    built from a definition that names another target, is not this target's image. An image
-    without the label (a definition that sets none, a cotainr build) is judged by its record."""
-    labels = provenance.labels
-    label = labels.get(LABEL_PREFIX + "target") if isinstance(labels, dict) else None
-    if label is not None and label != target:
+    name the target it is published as, where the image carries this build's own labels (its
+    inputs-hash label is the record's): a record edited to another target's name is not this
+    target's image. Labels a base passed on (a cotainr image, an image built before the tool
+    labelled every build) name the base's build: the record judges it."""
+    labels = provenance.labels if isinstance(provenance.labels, dict) else {}
+    label = labels.get(LABEL_PREFIX + "target")
+    if label != target and labels.get(LABEL_PREFIX + "inputs-hash") == provenance.inputs_hash:
         raise StateError(f"{image}: its label {LABEL_PREFIX}target says {label!r}, not "
-                         f"{target!r}: not this target's image (its definition's %labels must "
-                         f"say containers.target {{{{ TARGET }}}}); rebuild it with invoke build "
-                         f"--target {target} --force")
+                         f"{target!r}, and its build record was edited to say otherwise: "
+                         f"rebuild it with invoke build --target {target} --force")
 
 
 # ------------------------------------------------------------------------------ file steps
@@ -279,7 +281,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
     flag are kept so the catalogue page says what the image is and how to run it."""
     entry = {
         "target": plan.target.name, "version": plan.version,
-        "description": plan.target.description,
+        "description": plan.target.description, "license": plan.target.license,
         **cat.layout_files(plan.target.name, plan.version),
         "sha256": sha256, "size_bytes": size, "signed": key is not None,
         "key_fingerprint": key.fingerprint if key else None,
@@ -292,6 +294,9 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "published_by": f"{getpass.getuser()}@{socket.gethostname()}",
         "publisher_runtime": {"flavour": runtime.flavour, "version": runtime.version},
         "provenance": {k: v for k, v in plan.provenance.items() if k != "labels"},
+        "batch_example": batch_job(plan.batch_preamble, target=plan.target.name,
+                                   version=plan.version, dest=plan.dest,
+                                   stack=plan.provenance.stack or {}),
     }
     beside = []
     if sbom_path(plan.image).is_file():

@@ -110,6 +110,10 @@ def test_every_site_and_workload_renders_a_valid_script(data_job, tmp_path, site
         assert "set -euo pipefail\n" in text and "' ERR\n" in text
         assert "\x00" not in text
         assert "cd /proj\n" in text
+        # the job's binds and environment go by flag, which the runtime adds to the user's
+        # APPTAINER_BIND / SINGULARITY_BIND and APPTAINERENV_*: no job assigns one of them
+        assert not re.search(r"^\s*(export\s+)?(APPTAINER|SINGULARITY)(_BIND|ENV_\w*)=", text,
+                             re.M), text
         assert text.count("srun ") == 0 if site == "derecho" else text.count("mpiexec ") == 0
         if workload == "run":
             gpu_site = site not in ("local-slurm",)

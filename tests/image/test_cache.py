@@ -83,12 +83,33 @@ def test_cotainr_build_carries_pip_cache_through_its_environment(
     assert step.target.builder == "cotainr"
     # /media: a folder every root has (cotainr's --writable exec cannot make one); not /mnt
     assert step.env[variable] == f"{tmp_path / 'packages' / 'pip'}:/media"
+    assert step.env["SINGULARITY_BIND"] == step.env[variable]  # one value: Apptainer warns of two
     assert step.env["PIP_CACHE_DIR"] == "/media/pip"
     assert "not conda's" in step.cache_use
     plain = plan_build(load_targets(data_root), "lumi-rocm", settings=data_settings,
                        host=data_host(runtime)).steps[-1]
     assert variable not in plain.env and "PIP_CACHE_DIR" not in plain.env
     assert plain.inputs_hash == step.inputs_hash
+
+
+@pytest.mark.parametrize("flavour", ["apptainer", "singularity"])
+def test_cotainr_build_keeps_the_users_binds(flavour, data_root, data_settings, data_runtime,
+                                             tmp_path: Path) -> None:
+    """A user's own bind (cotainr's documented way to reach a local conda channel at /mnt) is
+    kept before the cache's, under every name the runtime reads: Apptainer, given both
+    APPTAINER_BIND and SINGULARITY_BIND, reads only the first."""
+    runtime = replace(data_runtime, flavour=flavour, binary=flavour)
+    cache = f"{tmp_path / 'packages' / 'pip'}:/media"
+    for environ, users in (({"SINGULARITY_BIND": "/x:/mnt"}, "/x:/mnt"),
+                           ({"APPTAINER_BIND": "/a", "SINGULARITY_BIND": "/s"},
+                            "/a" if flavour == "apptainer" else "/s")):
+        host = cached_host(runtime, tmp_path, environ=environ)
+        step = plan_build(load_targets(data_root), "lumi-rocm", settings=data_settings,
+                          host=host).steps[-1]
+        names = ["APPTAINER_BIND", "SINGULARITY_BIND"] if flavour == "apptainer" \
+            else ["SINGULARITY_BIND"]
+        assert {k: v for k, v in step.env.items() if k.endswith("_BIND")} == \
+            {name: f"{users},{cache}" for name in names}
 
 
 def test_where_the_cache_is(tmp_path: Path) -> None:

@@ -98,13 +98,13 @@ def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime)
         "--build-arg", "GIT_REVISION=abc123", "--build-arg", "BUILD_DATE=2026-11-21T00:00:00Z",
         "--build-arg", "MIRROR=http://mirror.example/debian",
         str(images / f".debian-base.sif.{base.short_hash}.partial"),
-        str(data_root / "recipes" / "debian-base.def")]
+        str(base.workdir / "definition.def")]
     context = data_settings.tmp_dir / f"cpu-{cpu.short_hash}" / "context"
     assert f"BUILD_CONTEXT={context}" in cpu.build_argv
     assert f"BASE_IMAGE={images / 'debian-base.sif'}" in cpu.build_argv
     assert cpu.build_argv[-4:] == ["--bind", "/srv/wheels",
                                    str(images / f".cpu.sif.{cpu.short_hash}.partial"),
-                                   str(data_root / "recipes" / "cpu.def")]
+                                   str(cpu.workdir / "definition.def")]
     assert "HOST_PATHS=/srv/wheels:/var/cache/containers-pip" in cpu.build_argv  # + the pip mount
     assert cpu.test_argv == ["apptainer", "test", str(cpu.partial)]
     assert cpu.env == {"APPTAINER_TMPDIR": str(data_settings.tmp_dir / f"cpu-{cpu.short_hash}" /
@@ -245,8 +245,15 @@ def test_multi_stage_definition_is_planned_and_passed_through(factory_project, d
     step = plan_build(load_targets(root), "multistage", settings=data_settings,
                       host=data_host(data_runtime),
                       cli_args={"BASE_IMAGE": "/images/debian-base.sif"}).steps[0]
-    # the file itself is the spec: Apptainer reads the stages, the tool rewrites nothing
-    assert step.build_argv[-1] == str(definition) and definition.read_bytes() == original
+    # Apptainer reads the stages of the file as written, the tool's labels after them (to the
+    # final stage's); the file itself is left as it is
+    labels = ("%labels\n    containers.target multistage\n"
+              f"    containers.inputs-hash {step.inputs_hash}\n    containers.tool-version 0.1.0\n"
+              "    containers.git-revision abc123\n"
+              "    containers.build-date 2026-11-21T00:00:00Z\n")
+    assert step.build_argv[-1] == str(step.workdir / "definition.def")
+    assert step.definition == original.decode() + labels
+    assert definition.read_bytes() == original
     assert step.inputs["definition"] == original.decode()
     assert "--fakeroot" in step.build_argv  # the build stage has a %post
     assert step.test_argv == ["apptainer", "test", str(step.partial)]  # the final stage's %test

@@ -98,3 +98,18 @@ def test_parse_probe_skips_what_the_image_prints_first() -> None:
     assert probing.parse_probe(out)["arch"] == "x86_64"
     with pytest.raises(ValueError):
         probing.parse_probe("no result\n")
+
+
+def test_an_image_without_torch_is_not_judged_one_whose_torch_breaks_is() -> None:
+    """As the build keeps it (a base, an R image): inspect and publish say the same, never
+    "torch could not be imported"; a torch that is there and fails to import is an error."""
+    stack = {"arch": "x86_64", "build": None, "glibc": "2.36"}
+    missing = {"torch": "ModuleNotFoundError: No module named 'torch'"}
+    site = load_sites(ROOT)["lumi"]
+    found = sitefit.judge(stack, site_name="lumi", site_gpu="rocm", arches=["x86_64"],
+                          fit=site.fit, probe_errors=missing)
+    assert found == [sitefit.Finding("info", "torch", sitefit.NO_TORCH)]
+    broken = {"torch": "ImportError: libamdhip64.so: cannot open shared object file"}
+    assert "torch could not be imported in the image" in _errors(sitefit.judge(
+        stack, site_name="lumi", site_gpu="rocm", arches=["x86_64"], fit=site.fit,
+        probe_errors=broken)).values()

@@ -155,7 +155,7 @@ def test_in_place_aliases_at_nccl_tests_offsets(name):
 
 def test_an_old_report_without_in_place_reads_as_na_and_not_counted():
     """A row of a report an older harness wrote (no in-place alltoall: ``ip`` null)."""
-    oop = ar.make_mode_record(4096, 0.001, 2, 4, 0.75)
+    oop = ar.make_mode_record(4096, 0.001, 2, 0.75)
     record = ar.make_record(4096, 256, "float32", oop, None, op="alltoall")
     assert record["redop"] == "none" and record["root"] is None
     fields = nt.row(record).replace("|", " ").split()

@@ -343,3 +343,28 @@ def test_a_run_over_a_degraded_transport_is_no_proof(tmp_path, data_target) -> N
     (path.parent / "job.json").write_text(json.dumps({"transport": "socket"}))
     (path.parent / "image.json").write_text(json.dumps({"sha256": SHA}))
     assert "chose a degraded transport (--transport socket)" in _refused(quiet, data_target)
+
+
+def test_an_image_without_torch_is_proven_by_its_own_test_or_not_at_all(tmp_path,
+                                                                        data_target) -> None:
+    """No smoke can run in it (its collectives need torch), so no quick check is tried: its
+    %test, passed at build, is the proof; an image whose build ran none is refused."""
+    bare = {"sha256": SHA, "stack": {"build": None, "torch": None},
+            "probe_errors": {"torch": "ModuleNotFoundError: No module named 'torch'"},
+            "build_date": "2026-12-06T06:00:00Z"}
+
+    def no_smoke(say) -> None:
+        raise AssertionError("a smoke was tried in an image without torch")
+
+    lines: list[str] = []
+    checks = ensure_checks(RUNTIME, target=data_target, image=tmp_path / "x.sif",
+                           provenance={**bare, "tested": True}, results_dir=tmp_path,
+                           quick_check=no_smoke, say=lines.append)
+    assert checks == {"skipped": False, "smoke": None, "proof": "no collective proof: no torch",
+                      "apptainer_test": {"passed": True, "how": "at build (provenance)",
+                                         "date": "2026-12-06T06:00:00Z"}}
+    with pytest.raises(VerdictFailed, match="holds no torch, so no smoke can prove it, and its "
+                                            "build ran no %test"):
+        ensure_checks(RUNTIME, target=data_target, image=tmp_path / "x.sif",
+                      provenance={**bare, "tested": False}, results_dir=tmp_path,
+                      quick_check=no_smoke, say=[].append)

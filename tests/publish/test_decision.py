@@ -3,6 +3,7 @@ found, refused unless accepted with a reason, and the acceptance recorded."""
 
 from __future__ import annotations
 
+import json
 import getpass
 from types import SimpleNamespace
 
@@ -50,7 +51,6 @@ def test_a_first_version_has_nothing_to_compare_with(tmp_path) -> None:
 def _built(tmp_path, name: str, **record):
     """A project whose ``name`` image is the stand-in, with a build record of ``record`` over a
     fresh CUDA build's (the stand-in's bytes, so no Apptainer runs)."""
-    import json
     from containers import app
     from containers.image.identity import chain_hashes
     from tests.fixtures import ROOT
@@ -100,15 +100,48 @@ def test_a_cpu_only_torch_is_never_published_for_a_cuda_site(tmp_path) -> None:
     assert not (tmp_path / "pub" / "mahti-cuda-pip").exists()
 
 
-def test_an_image_labelled_as_another_target_is_refused(tmp_path) -> None:
+def test_an_image_without_torch_is_published_for_a_gpu_site(tmp_path) -> None:
+    """Not "torch in the image is a missing build": an R image for LUMI holds no torch at all,
+    and is judged as its build judged it (site fit not judged)."""
+    from containers import app
+    from containers.image.sitefit import NO_TORCH
+    from tests.publish.standin import STACK
+    name = "mahti-cuda-pip"
+    project = _built(tmp_path, name, stack=dict(STACK, build=None, torch=None),
+                     probe_errors={"torch": "ModuleNotFoundError: No module named 'torch'"})
+    lines: list[str] = []
+    entry = app.publish(project, target=name, dest=tmp_path / "pub", version="1.0",
+                        skip_checks=True, say=lines.append)
+    assert entry["fit"] == [{"level": "info", "rule": "torch", "message": NO_TORCH}]
+
+
+def test_an_image_labelled_by_its_build_as_another_target_is_refused(tmp_path) -> None:
+    """Its labels are its own build's (their inputs hash is the record's): the record was
+    edited to another target's name."""
     from containers import app
     from containers.errors import StateError
-    project = _built(tmp_path, "mahti-cuda-pip", labels={"containers.target": "cpu"})
+    name = "mahti-cuda-pip"
+    project = _built(tmp_path, name)
+    record = json.loads(project.settings.provenance_path(name).read_text())
+    record["labels"] = {"containers.target": "cpu",
+                        "containers.inputs-hash": record["inputs_hash"]}
+    project.settings.provenance_path(name).write_text(json.dumps(record))
     with pytest.raises(StateError, match=r"its label containers.target says 'cpu', not "
-                                         r"'mahti-cuda-pip': not this target's image"):
-        app.publish(project, target="mahti-cuda-pip", dest=tmp_path / "pub", version="1.0",
+                                         r"'mahti-cuda-pip', and its build record was edited"):
+        app.publish(project, target=name, dest=tmp_path / "pub", version="1.0",
                     skip_checks=True, say=[].append)
     assert not (tmp_path / "pub").exists()
+
+
+def test_labels_a_base_passed_on_do_not_name_the_image(tmp_path) -> None:
+    """An image built on another (its own definition on debian-base, a cotainr image) carries
+    the base's labels: its record, the tool's own, says what it is, and it is published."""
+    from containers import app
+    project = _built(tmp_path, "mahti-cuda-pip", labels={
+        "containers.target": "debian-base", "containers.inputs-hash": "0" * 64})
+    app.publish(project, target="mahti-cuda-pip", dest=tmp_path / "pub", version="1.0",
+                skip_checks=True, say=[].append)
+    assert (tmp_path / "pub" / "mahti-cuda-pip").is_dir()
 
 
 def _review(monkeypatch, accept: str | None, lines: list[str]) -> dict:

@@ -218,3 +218,46 @@ def test_the_templates_ship_with_the_package() -> None:
                        (folder / "templates").iterdir())
     assert {"catalogue.html", "diff.html"} <= {Path(t).name for t in templates}
     assert [t for t in templates if not any(fnmatch(t, p) for p in patterns)] == []
+
+
+def test_each_version_says_how_to_use_it_as_a_batch_job_and_how_to_build_on_it(
+        tmp_path: Path) -> None:
+    """What a user pastes: the site's batch job for the version, its license, and a
+    definition with the image as its base; an image without torch runs a command that needs
+    none, and says it was published with no collective proof."""
+    from containers.batch.frame import example_preamble
+    from containers.inputs.sites import load_sites
+    from containers.publish.page import batch_job
+
+    def batch_example(site, *, target: str, **given) -> list[str] | None:
+        return batch_job(example_preamble(site, target), target=target, **given)
+    sites = load_sites(ROOT)
+    job = batch_example(sites["puhti"], target="puhti-cuda", version="2.0", dest=tmp_path,
+                        stack=CUDA_STACK)
+    assert job[:2] == ["#!/bin/bash", "#SBATCH --job-name=puhti-cuda"]
+    assert job[-3:] == [f"module use {tmp_path / 'modules'}", "module load puhti-cuda/2.0",
+                        "puhti-cuda-exec python -c 'import torch; print(torch.__version__)'"]
+    assert batch_example(sites["local"], target="x", version="1", dest=tmp_path,
+                         stack={}) is None  # no scheduler: the module lines say it all
+    page = _published(tmp_path, _entry("1.0", license="BSD-3-Clause AND GPL-2.0-or-later",
+                                       batch_example=job))
+    seen = htmlcheck.text_of(page.read_text())
+    assert "License: BSD-3-Clause AND GPL-2.0-or-later" in seen
+    assert "As a batch job at puhti" in seen and "\n".join(job) in seen
+    assert f"Bootstrap: localimage\nFrom: {tmp_path / 'puhti-cuda/1.0.sif'}\n" in seen
+    bare = dict(CUDA_STACK, torch=None, build=None)
+    page = _published(tmp_path, _entry("1.0", stack=bare, checks={
+        "skipped": False, "smoke": None, "proof": "no collective proof: no torch",
+        "apptainer_test": {"passed": True, "how": "at build (provenance)", "date": None}}))
+    seen = htmlcheck.text_of(page.read_text())
+    assert "no collective proof: no torch" in seen and "License: not stated" in seen
+    assert "puhti-cuda-exec cat /etc/os-release" in seen and "import torch" not in seen
+    assert "none: the image holds no torch" in seen
+
+
+def test_a_page_without_busbw_history_has_no_such_section(tmp_path: Path) -> None:
+    """A reference section with nothing in it is left out, not said to be empty."""
+    cpu = _entry("1.0", checks={"skipped": True})
+    text = _published(tmp_path, cpu).read_text()
+    assert "busbw history" not in text and "busbw-history" not in text
+    assert "busbw history" in _two_versions(tmp_path / "two")[1]
