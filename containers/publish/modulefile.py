@@ -1,12 +1,12 @@
 """Lmod module files and the exec wrapper for published images: pure rendering, no I/O.
 
 A published image is used the way LUMI's container modules are used: ``module load cpu/<version>``
-sets ``SIF`` (and ``CONTAINER_IMAGE``) to the image, the site's binds in ``SINGULARITY_BIND`` and
-``APPTAINER_BIND`` (SingularityCE reads only ``SINGULARITY_*``; Apptainer prefers ``APPTAINER_*``
-and accepts both silently when they agree), the site's container environment in
-``SINGULARITYENV_X`` and ``APPTAINERENV_X``, and puts ``<dest>/<target>/bin`` on ``PATH``. It
-first loads the host modules the site's jobs load (the profile's ``modules``: Derecho's ``cuda``
-and ``apptainer``, whose module puts the runtime on ``PATH``), with Lmod's ``depends_on``.
+sets ``SIF`` (and ``CONTAINER_IMAGE``) to the image, the site's binds after the user's own in
+every bind variable the runtime reads, the site's container environment in ``SINGULARITYENV_X``
+and ``APPTAINERENV_X`` (``pushenv``: unload gives the user's values back), and puts
+``<dest>/<target>/bin`` on ``PATH``. It first loads the host modules the site's jobs load (the
+profile's ``modules``: Derecho's ``cuda`` and ``apptainer``, whose module puts the runtime on
+``PATH``), with Lmod's ``depends_on``.
 
 The helper is a wrapper script, ``<target>-exec COMMAND...``, not an Lmod shell function: a
 script on PATH works from batch scripts, ``srun``, ``mpiexec``, non-bash shells and subprocesses,
@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+
+from containers.host.runtime import BIND_VARIABLES
 
 #: ``\ddd`` for every control character, the short escape where Lua has one.
 _LUA_ESCAPES = str.maketrans({chr(code): f"\\{code:03d}" for code in (*range(0x20), 0x7F)}
@@ -109,6 +111,22 @@ def _help_text(spec: ModuleSpec) -> str:
     return "\n".join(lines)
 
 
+def _bind_lines(runtime: str, binds: tuple[str, ...]) -> list[str]:
+    """Lua that adds ``binds`` after the user's own binds (the first set of the variables the
+    runtime reads, as :meth:`Runtime.bind_env` does) under every one of them: appending to each
+    would leave Apptainer, which keeps APPTAINER_BIND alone, without a user's SINGULARITY_BIND.
+    ``pushenv`` so that unload gives back what the user had."""
+    if not binds:
+        return []
+    names = BIND_VARIABLES[runtime]
+    return ["local binds = {" + ", ".join(map(lua_string, binds)) + "}",
+            "for _, name in ipairs({" + ", ".join(map(lua_string, names)) + "}) do",
+            '    local own = os.getenv(name) or ""',
+            '    if own ~= "" then table.insert(binds, 1, own) break end',
+            "end",
+            *(f'pushenv({lua_string(name)}, table.concat(binds, ","))' for name in names)]
+
+
 def render_modulefile(spec: ModuleSpec) -> str:
     q = lua_string
     lines = [
@@ -133,9 +151,9 @@ def render_modulefile(spec: ModuleSpec) -> str:
         # what <target>-exec names when the runtime is not on PATH
         f"setenv(\"CONTAINER_MODULES\", {q(' '.join(spec.modules))})",
     ]
-    lines += [f"append_path({q(name)}, {q(bind)}, \",\")" for bind in spec.binds
-              for name in ("SINGULARITY_BIND", "APPTAINER_BIND")]
-    lines += [f"setenv({q(prefix + key)}, {q(value)})" for key, value in spec.env.items()
+    lines += _bind_lines(spec.runtime, spec.binds)
+    # pushenv, not setenv: unload gives back what the user had set, not nothing
+    lines += [f"pushenv({q(prefix + key)}, {q(value)})" for key, value in spec.env.items()
               for prefix in ("SINGULARITYENV_", "APPTAINERENV_")]
     lines.append(f"prepend_path(\"PATH\", {q(spec.bin_dir)})")
     return "\n".join(lines) + "\n"

@@ -27,14 +27,19 @@ def test_modulefile_sets_image_binds_env_and_path() -> None:
     lines = text.splitlines()
     assert 'local sif = "/appl/containers/lumi-rocm/1.0.sif"' in lines
     assert 'setenv("SIF", sif)' in lines and 'setenv("CONTAINER_IMAGE", sif)' in lines
-    for name in ("SINGULARITY_BIND", "APPTAINER_BIND"):
-        assert [l for l in lines if l.startswith(f'append_path("{name}"')] == [
-            f'append_path("{name}", "/var/spool/slurmd", ",")',
-            f'append_path("{name}", "/opt/cray", ",")',
-            f'append_path("{name}", "/pfs:/pfs:ro", ",")']
+    assert 'local binds = {"/var/spool/slurmd", "/opt/cray", "/pfs:/pfs:ro"}' in lines
+    # SingularityCE reads SINGULARITY_BIND alone; Apptainer both, APPTAINER_BIND first
+    assert [l for l in lines if "_BIND" in l] == [
+        'for _, name in ipairs({"SINGULARITY_BIND"}) do',
+        'pushenv("SINGULARITY_BIND", table.concat(binds, ","))']
+    apptainer = render_modulefile(_spec(runtime="apptainer")).splitlines()
+    assert [l for l in apptainer if "_BIND" in l] == [
+        'for _, name in ipairs({"APPTAINER_BIND", "SINGULARITY_BIND"}) do',
+        'pushenv("APPTAINER_BIND", table.concat(binds, ","))',
+        'pushenv("SINGULARITY_BIND", table.concat(binds, ","))']
     for prefix in ("SINGULARITYENV_", "APPTAINERENV_"):
-        assert f'setenv("{prefix}NCCL_SOCKET_IFNAME", "hsn")' in lines
-        assert f'setenv("{prefix}WEIRD", {lua_string(NASTY)})' in lines
+        assert f'pushenv("{prefix}NCCL_SOCKET_IFNAME", "hsn")' in lines
+        assert f'pushenv("{prefix}WEIRD", {lua_string(NASTY)})' in lines
     assert 'prepend_path("PATH", "/appl/containers/lumi-rocm/bin")' in lines
     assert 'family("container_image")' in lines
     assert any(l.startswith("help(") for l in lines) and "whatis(\"Version: 1.0\")" in lines
@@ -80,7 +85,7 @@ def test_exec_wrapper_runs_the_loaded_versions_runtime_and_flag(tmp_path: Path) 
 
 
 #: Lmod's functions as no-ops, so plain Lua can run a module file and show what it would run.
-LMOD_STUBS = ("for _, name in ipairs({'help', 'whatis', 'family', 'setenv', 'append_path', "
+LMOD_STUBS = ("for _, name in ipairs({'help', 'whatis', 'family', 'setenv', 'pushenv', "
               "'prepend_path', 'depends_on'}) do _G[name] = function() end end\n")
 
 
@@ -154,3 +159,45 @@ def test_exec_wrapper_names_a_missing_runtime_in_one_line(tmp_path: Path, module
            "CONTAINER_GPU_FLAG": "--nv", "CONTAINER_MODULES": modules}
     result = subprocess.run([str(script), "true"], capture_output=True, text=True, env=env)
     assert (result.returncode, result.stderr, result.stdout) == (127, says, "")
+
+
+#: Lmod's shell setup, where the machine has Lmod (./setup.sh installs Debian's).
+LMOD_INIT = Path(os.environ.get("LMOD_PKG", "/usr/share/lmod/lmod"), "init", "bash")
+#: What a user set before loading the module, each printed as bash's ``declare -p`` does.
+USERS_OWN = ("SINGULARITY_BIND", "APPTAINER_BIND", "SINGULARITYENV_GREETING",
+             "APPTAINERENV_GREETING", "SINGULARITYENV_MINE")
+
+
+@pytest.mark.apptainer
+def test_module_keeps_the_users_binds_and_unloads_to_them(tmp_path: Path, cpu_image: Path,
+                                                          real_runtime) -> None:
+    """A user who set only SINGULARITY_BIND (and SINGULARITYENV_*) loads the module: the image
+    sees the user's bind and the site's (Apptainer reads APPTAINER_BIND alone once the module
+    sets it) and the user's variables; ``module unload`` gives the user's variables back."""
+    for name, text in (("user", "the user's"), ("site", "the site's")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "file").write_text(text)
+    modules = tmp_path / "modules" / "cpu"
+    modules.mkdir(parents=True)
+    (modules / "1.0.lua").write_text(render_modulefile(_spec(
+        target="cpu", image=str(cpu_image), runtime="apptainer", gpu_flag=None,
+        binds=(f"{tmp_path / 'site'}:/srv",), env={"GREETING": "site"})))
+    show = " ".join(f"declare -p {name} 2>/dev/null || echo unset {name};" for name in USERS_OWN)
+    script = f"""set -e
+source {LMOD_INIT}
+{show}
+module use {tmp_path / 'modules'}
+module load cpu/1.0
+{real_runtime.binary} exec "$SIF" sh -c 'echo "$(cat /mnt/file) + $(cat /srv/file) + $GREETING + $MINE"'
+module unload cpu
+{show}"""
+    env = {**os.environ, "SINGULARITY_BIND": f"{tmp_path / 'user'}:/mnt",
+           "SINGULARITYENV_GREETING": "mine", "SINGULARITYENV_MINE": "kept"}
+    for name in ("APPTAINER_BIND", "APPTAINERENV_GREETING"):
+        env.pop(name, None)
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines, count = result.stdout.splitlines(), len(USERS_OWN)
+    assert lines[count] == "the user's + the site's + site + kept", result.stdout + result.stderr
+    assert lines[count + 1:] == lines[:count], "module unload gives the user's variables back"
