@@ -120,3 +120,28 @@ def test_a_memory_over_ask_is_refused_by_slurm_and_the_rendered_job_accepted(sha
     assert over.returncode != 0, over.stderr
     assert "memory" in over.stderr.lower() or "node configuration" in over.stderr.lower(), \
         over.stderr
+
+
+def test_a_constraint_expression_reaches_sbatch_as_written(tmp_path) -> None:
+    """Issue 49: -C gpu and a quoted constraint expression in #SBATCH lines read by sbatch as
+    the expression (nodes with both features accept it; a feature none has is refused)."""
+    targets, sites = load_targets(ROOT), load_sites(ROOT)
+    mahti = sites["mahti"]
+    site = mahti.model_copy(update={"job": mahti.job.model_copy(update={
+        "gpu_directives": ("-C gpu&hbm80g",)})})
+    settings = load_settings(tmp_path, {})
+
+    def text(*directives: str) -> str:
+        return batch.plan_job(batch.JobNeeds(targets["mahti-cuda"], site, settings=settings,
+                                             host_arch="x86_64", site_arch="x86_64"),
+                              batch.JobRequest(workload="smoke", account=TEST_ACCOUNT,
+                                               directives=directives), environ={}).text
+    assert "#SBATCH -C 'gpu&hbm80g'\n" in text()
+    with site_shaped_cluster(site) as cluster:
+        accepted = _test_only(cluster, text("--constraint=[gpu|hbm80g]"), tmp_path)
+        plain = _test_only(cluster, text(), tmp_path)
+        refused = _test_only(cluster, text("--constraint=gpu&hbm80g&bigmem"), tmp_path)
+    for result in (accepted, plain):
+        assert result.returncode == 0 and "to start at" in result.stderr, result.stderr
+    assert refused.returncode != 0 and "Invalid feature specification" in refused.stderr, \
+        refused.stderr

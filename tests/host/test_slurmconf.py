@@ -33,8 +33,26 @@ def test_site_shape_carries_partitions_gres_and_the_account_rule(tmp_path) -> No
     site = load_sites(ROOT)["lumi"]
     text = slurmconf.site_conf_writer(site)(tmp_path, [1, 2, 3], tmp_path / "s").read_text()
     assert "PartitionName=standard-g " in text and "MaxTime=2880 " in text
-    assert f"Gres=gpu:{site.gpus.gres_type or 'lumi'}:{site.gpus.per_node}" in text
+    # GRES typed by the GPU model (MI250X (GCD)), not the site
+    assert f"Gres=gpu:mi250x:{site.gpus.per_node}" in text and not site.gpus.gres_type
     assert ("JobSubmitPlugins=lua" in text) == site.account_required
     # memory is allocated, and a node has what LUMI-G allocates (480 of 512 GiB), not more
     assert "SelectTypeParameters=CR_Core_Memory" in text
     assert "RealMemory=491520 " in text and "MaxMemPerNode=491520 " in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="stand-in GPU devices are made with mknod (root)")
+def test_site_shape_has_the_features_its_required_constraints_name(tmp_path) -> None:
+    """Nodes carry every feature the profile's required lines name; the submit filter refuses
+    a job without them (GPU jobs only, for gpu_directives), after the account."""
+    site = load_sites(ROOT)["olivia"]
+    site = site.model_copy(update={"job": site.job.model_copy(update={
+        "directives": ("--constraint=cpu_ok",), "gpu_directives": ("-C gpu&hbm80g",)})})
+    assert slurmconf.required_features(site) == {
+        "cpu_ok": ("--constraint=cpu_ok", ""), "gpu": ("-C gpu&hbm80g", "gpu"),
+        "hbm80g": ("-C gpu&hbm80g", "gpu")}
+    text = slurmconf.site_conf_writer(site)(tmp_path, [1, 2, 3], tmp_path / "s").read_text()
+    assert " Feature=cpu_ok,gpu,hbm80g Gres=gpu:gh200:4 " in text
+    lua = (tmp_path / "job_submit.lua").read_text()
+    assert lua.index("job_desc.account") < lua.index('"cpu_ok"') < lua.index('"hbm80g"')
+    assert lua.count("tres_per_node") == 2  # the GPU jobs' two features
