@@ -10,6 +10,7 @@ daemons that read it are :mod:`containers.host.slurmcluster`'s.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -24,6 +25,8 @@ from containers.inputs.sites import Site
 TEST_ACCOUNT = "proj_1"
 #: Nodes started per site-shaped cluster: enough for the 2-node jobs.
 SITE_NODES = 2
+#: Ports a site-shaped cluster takes: slurmctld's, each node's, slurmdbd's.
+SITE_PORTS = SITE_NODES + 2
 #: Writes a slurm.conf into a root folder, for the given ports and munge socket.
 ConfWriter = Callable[[Path, list[int], Path], Path]
 
@@ -180,12 +183,41 @@ def _node_memory_mb(site: Site) -> int:
     return max(site.memory.per_gpu_gb * site.gpus.per_node, 8) * 1024 + 1024
 
 
+def _accounting(site: Site, root: Path, dbd_port: int, munge_socket: Path) -> list[str]:
+    """Where ``site`` declares QoS, Slurm enforces them only with accounting: slurm.conf's
+    lines for slurmdbd (on ``dbd_port``, over MariaDB's socket), the slurmdbd.conf beside it
+    (slurmdbd reads it from SLURM_CONF's folder), and ``accounting.json``: the sacctmgr calls
+    that make the cluster, the account, each QoS with its time and node limits (refused at
+    submission: DenyOnLimit) and this user with the default QoS."""
+    if not site.qos:
+        return []
+    atomic_write_text(root / "slurmdbd.conf", "\n".join([
+        "AuthType=auth/munge", f"AuthInfo=socket={munge_socket}", "DbdHost=localhost",
+        f"DbdPort={dbd_port}", "SlurmUser=root", f"PidFile={root}/slurmdbd.pid",
+        f"LogFile={root}/log/slurmdbd.log", "StorageType=accounting_storage/mysql",
+        "StorageHost=localhost", "StorageUser=root", "StorageLoc=slurm_acct_db"]) + "\n",
+                      mode=0o600)
+    add = ["sacctmgr", "-i", "add"]
+    calls = [[*add, "cluster", "containers-test"], [*add, "account", TEST_ACCOUNT]]
+    for name, qos in site.qos.items():  # GPUs per job: the tool's check (a gres/gpu TRES
+        # is known to slurmdbd only once slurmctld has registered, after these calls)
+        calls.append([*add, "qos", name, "Flags=DenyOnLimit",
+                      *([f"MaxWall={-(-qos.max_time // 60)}"] if qos.max_time else []),
+                      *([f"MaxTRESPerJob=node={qos.max_nodes}"] if qos.max_nodes else [])])
+    calls.append([*add, "user", "root", f"Account={TEST_ACCOUNT}", f"QOS={','.join(site.qos)}",
+                  *([f"DefaultQOS={site.default_qos}"] if site.default_qos else [])])
+    atomic_write_text(root / "accounting.json", json.dumps(calls) + "\n")
+    return ["AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=localhost", f"AccountingStoragePort={dbd_port}",
+            "AccountingStorageEnforce=associations,limits,qos"]
+
+
 def site_conf_writer(site: Site) -> ConfWriter:
     """A slurm.conf shaped like ``site``'s profile: its partitions by name, each with the
     profile's time limit (``MaxTime``), node count (``MaxNodes``) and allocatable memory
     (``MaxMemPerNode``) enforced at submission, an account required (:data:`TEST_ACCOUNT`)
-    where the site requires one, and :data:`SITE_NODES` nodes (``<site>1``...) with the
-    site's cores, memory and GPUs."""
+    where the site requires one, its QoS enforced through slurmdbd (:func:`_accounting`), and
+    :data:`SITE_NODES` nodes (``<site>1``...) with the site's CPUs, memory and GPUs."""
     def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
         names = site_node_names(site)
         lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),
@@ -195,6 +227,9 @@ def site_conf_writer(site: Site) -> ConfWriter:
                  "EnforcePartLimits=ALL"]
         nodes, gres = _site_node_lines(site, root, names, ports[1:])
         lines += nodes
+        accounting = _accounting(site, root, ports[-1], munge_socket)
+        lines = [line for line in lines if not (accounting and line.startswith(
+            "AccountingStorageType="))] + accounting
         default = site.default_partition or next(iter(site.partitions), None)
         for part in site.partitions:
             limits = site.partition(part)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -51,8 +52,26 @@ def test_site_shape_has_the_features_its_required_constraints_name(tmp_path) -> 
     assert slurmconf.required_features(site) == {
         "cpu_ok": ("--constraint=cpu_ok", ""), "gpu": ("-C gpu&hbm80g", "gpu"),
         "hbm80g": ("-C gpu&hbm80g", "gpu")}
-    text = slurmconf.site_conf_writer(site)(tmp_path, [1, 2, 3], tmp_path / "s").read_text()
+    text = slurmconf.site_conf_writer(site)(tmp_path, [1, 2, 3, 4], tmp_path / "s").read_text()
     assert " Feature=cpu_ok,gpu,hbm80g Gres=gpu:gh200:4 " in text
     lua = (tmp_path / "job_submit.lua").read_text()
     assert lua.index("job_desc.account") < lua.index('"cpu_ok"') < lua.index('"hbm80g"')
     assert lua.count("tres_per_node") == 2  # the GPU jobs' two features
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="stand-in GPU devices are made with mknod (root)")
+def test_a_site_with_qos_is_shaped_with_accounting(tmp_path) -> None:
+    """QoS need slurmdbd: its conf (mode 0600, as slurmdbd demands) beside slurm.conf, and the
+    sacctmgr calls that make each QoS with its limits and the user's default QoS."""
+    site = load_sites(ROOT)["olivia"].model_copy(update={"default_qos": "devel"})
+    text = slurmconf.site_conf_writer(site)(tmp_path, [1, 2, 3, 4], tmp_path / "s").read_text()
+    assert "AccountingStorageType=accounting_storage/slurmdbd\n" in text
+    assert "AccountingStoragePort=4\n" in text and "accounting_storage/none" not in text
+    assert "DbdPort=4\n" in (tmp_path / "slurmdbd.conf").read_text()
+    assert (tmp_path / "slurmdbd.conf").stat().st_mode & 0o777 == 0o600
+    calls = json.loads((tmp_path / "accounting.json").read_text())
+    assert ["sacctmgr", "-i", "add", "qos", "devel", "Flags=DenyOnLimit", "MaxWall=120"] in calls
+    assert calls[-1][-1] == "DefaultQOS=devel"
+    lumi = load_sites(ROOT)["lumi"]  # no QoS: no accounting
+    assert "accounting_storage/none" in slurmconf.site_conf_writer(lumi)(
+        tmp_path / "l", [1, 2, 3, 4], tmp_path / "s").read_text()
