@@ -87,5 +87,6 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
         comments.append(f"QoS {qos_name}: the site's default (default_qos; --qos for another)")
     return Frame(resources=resources, partition=partition, qos=qos, comments=comments,
                  gpu_directives=(*site.job.directives, *site.job.gpu_directives,
-                                 *request.directives), node_memory_gb=memory, node_gpus=partition.gpus_per_node
+                                 *request.directives), node_memory_gb=memory,
+                 node_gpus=partition.gpus_per_node
                  if partition.gpus_per_node is not None else site.gpus.per_node)

@@ -5,7 +5,8 @@ The same cluster serves the test suite (``tests/fixtures/slurm.py``) and users w
 makes lives in one folder (``slurm.conf``, a private munge key and socket, state, logs, the
 daemons' PID files) and every client call goes through ``SLURM_CONF``, so the machine's own Slurm
 or munge set-up is never touched. The daemons run as root (``SlurmUser=root``: no cgroups; a
-private MariaDB and slurmdbd only where a site's QoS need them), on free ports picked at start. It is stopped by the PIDs its daemons wrote,
+private MariaDB and slurmdbd only where a site's QoS need them), on free ports picked at start.
+It is stopped by the PIDs its daemons wrote,
 then by the PIDs of processes still carrying its ``SLURM_CONF`` (job steps that outlived their
 slurmd); nothing is stopped by name.
 
