@@ -252,6 +252,35 @@ def test_adding_a_site_example_passes_check(request) -> None:
 
 
 @pytest.mark.slurm
+def test_adding_a_site_example_is_refused_and_accepted_as_its_slurm_would(request,
+                                                                         tmp_path: Path) -> None:
+    """The site the page builds from its own blocks requires -C gpu of its GPU jobs and has a
+    default QoS: its 2-node job carries both with no flag of the user's, the Slurm shaped like
+    the site (node features, its submit filter) accepts it, and refuses it without the
+    constraint."""
+    from containers.inputs.sites import load_site
+    from tests.fixtures.slurm import TEST_ACCOUNT, site_shaped_cluster
+
+    root = _where(Block(ADDING_A_SITE, 0, "console", "", "run"), request)
+    job = subprocess.run([sys.executable, "-m", "invoke", "job", "--target", "example-cuda",
+                          "--nodes", "2", "--partition", "gpu", "--account", TEST_ACCOUNT],
+                         cwd=root, env=_env(tmp_path / "results"), capture_output=True,
+                         text=True, timeout=120)
+    lines = job.stdout.splitlines()
+    assert job.returncode == 0 and {"#SBATCH -C gpu", "#SBATCH --qos=debug"} <= set(lines), \
+        job.stdout + job.stderr
+    with_it, without = tmp_path / "with.sh", tmp_path / "without.sh"
+    with_it.write_text(job.stdout)
+    without.write_text("\n".join(line for line in lines if line != "#SBATCH -C gpu") + "\n")
+    with site_shaped_cluster(load_site(root / "sites" / "example.yaml")) as cluster:
+        accepted = cluster.run(["sbatch", "--test-only", str(with_it)], check=False)
+        refused = cluster.run(["sbatch", "--test-only", str(without)], check=False)
+    assert accepted.returncode == 0 and "to start at" in accepted.stderr, accepted.stderr
+    assert refused.returncode != 0 and "requires the constraint gpu" in refused.stderr, \
+        refused.stderr
+
+
+@pytest.mark.slurm
 @pytest.mark.apptainer
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.mark == "run slurm"], ids=str)
 def test_run_examples_on_the_local_slurm(block: Block, tmp_path: Path, request) -> None:

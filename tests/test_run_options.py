@@ -72,9 +72,9 @@ def test_qos_reservation_and_directives_reach_the_preamble(ctx, tmp_path) -> Non
 
 @pytest.mark.parametrize("args, message", [
     (dict(directive=["--x=$(id)"]), "error: --directive takes one scheduler option such as "
-     "--constraint=hbm or -l place=scatter, on one line"),
+     "--constraint=gpu, -C gpu or -l place=scatter, on one line"),
     (dict(directive=["--a=1\n#SBATCH --b"]), "error: --directive takes one scheduler option "
-     "such as --constraint=hbm or -l place=scatter, on one line"),
+     "such as --constraint=gpu, -C gpu or -l place=scatter, on one line"),
     (dict(directive=["--time=9-00:00:00"]), "error: --directive names --time, which the tool "
      "sets: use --time (got '--time=9-00:00:00')"),
     (dict(directive=["--export=ALL,LD_PRELOAD=/tmp/x.so"]), "error: --directive refuses "

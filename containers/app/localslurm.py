@@ -105,7 +105,7 @@ def _start(project: Project, root: Path, site: str | None, say: Say) -> None:
     else:
         write, nodes = slurmconf.two_node_conf, ("n1", "n2")
     say(f"starting munged, slurmctld and {len(nodes)} slurmd in {root} …")
-    cluster = slurmcluster.start(root, write, nodes=nodes, ports=len(nodes) + 1)
+    cluster = slurmcluster.start(root, write, nodes=nodes, ports=len(nodes) + 2)  # + slurmdbd
     slurmcluster.save(cluster)
     say("local Slurm cluster started" + (f", shaped like {site}" if site else ""))
     _describe(cluster, say)

@@ -52,10 +52,10 @@ def _folders(settings: Settings) -> dict[str, str]:
 
 
 def loaded_modules(site: Site, *, multinode: bool) -> list[str]:
-    """The modules a job loads: the site's (every job) and, across nodes, those its multi-node
-    binds name."""
+    """The modules a job loads: the site's and its runtime's (every job) and, across nodes,
+    those its multi-node binds name."""
     across = site.transport.modules if multinode else ()
-    return [*site.modules, *(m for m in across if m not in site.modules)]
+    return [*site.job_modules, *(m for m in across if m not in site.job_modules)]
 
 
 def module_lines(names: Sequence[str], *, multinode: bool = False) -> list[str]:

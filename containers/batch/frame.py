@@ -31,6 +31,8 @@ class Frame:
     #: (a partition of ``shared_nodes``: its ``allocatable_gb``; 0: none asked).
     node_memory_gb: int = 0
     node_gpus: int = 0
+    #: The extra lines of a job that asks for GPUs (the site's ``job.gpu_directives`` too).
+    gpu_directives: tuple[str, ...] = ()
 
     def sized(self, *, nodes: int, shape: Shape, gpus: int) -> Resources:
         """The resources of a job of this size; on a partition of shared nodes, the memory of
@@ -39,7 +41,8 @@ class Frame:
                   if self.node_gpus and gpus else self.node_memory_gb)
         return replace(self.resources, nodes=nodes, tasks_per_node=shape.tasks_per_node,
                        cpus_per_task=shape.cpus_per_task, gpus_per_node=gpus,
-                       exclusive=shape.exclusive, mem_per_node_gb=memory)
+                       exclusive=shape.exclusive, mem_per_node_gb=memory,
+                       directives=self.gpu_directives if gpus else self.resources.directives)
 
 
 def example_preamble(site: Site, name: str) -> list[str] | None:
@@ -73,7 +76,8 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
     output = scheduler.output_dir(settings.results_dir / "jobs", f"{name}-{stamp}")
     partition = site.partition(request.partition or request.kind.partition_of(site)
                                or site.default_partition)
-    qos = site.qos.get(request.qos or "")
+    qos_name = request.qos or site.default_qos  # the QoS the job really gets
+    qos = site.qos.get(qos_name or "")
     time = fit_time(request, site, partition, qos)
     account, account_from = resolve_account(request, site, settings, environ)
     limit = f" (partition limit {walltime.format(partition.max_time)})" \
@@ -91,13 +95,18 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
                           partition=partition.name or None, account=account, output=output,
                           mem_per_gpu_gb=site.mem_per_gpu_gb(partition),
                           gpu_request=partition.gpu_request or site.gpus.request,
-                          gres_type=partition.gres_type or site.gpus.gres_type, qos=request.qos,
-                          reservation=request.reservation, directives=request.directives)
+                          gres_type=partition.gres_type or site.gpus.gres_type, qos=qos_name,
+                          reservation=request.reservation,
+                          directives=(*site.job.directives, *request.directives))
     memory = partition.allocatable_gb or 0 if partition.shared_nodes else 0
     if memory:
         comments.append(f"partition {partition.name}: shared nodes, memory asked per node "
                         f"(allocatable_gb: {memory} GB with all a node's GPUs, else their "
                         "share)")
+    if qos_name and not request.qos:
+        comments.append(f"QoS {qos_name}: the site's default (default_qos; --qos for another)")
     return Frame(resources=resources, partition=partition, qos=qos, comments=comments,
-                 node_memory_gb=memory, node_gpus=partition.gpus_per_node
+                 gpu_directives=(*site.job.directives, *site.job.gpu_directives,
+                                 *request.directives), node_memory_gb=memory,
+                 node_gpus=partition.gpus_per_node
                  if partition.gpus_per_node is not None else site.gpus.per_node)

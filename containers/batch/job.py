@@ -159,7 +159,7 @@ class JobPlanner:
         check_size(site, frame.partition, frame.qos, nodes=1, gpus_per_node=gpus)
         res = frame.sized(nodes=1, gpus=gpus,
                           shape=Shape(tasks_per_node=1, cpus_per_task=cores_for(site, 1)))
-        body = [f"cd {word(str(settings.root))}", "", *module_lines(site.modules),
+        body = [f"cd {word(str(settings.root))}", "", *module_lines(site.job_modules),
                 *build_body(target, site, root=settings.root, host_arch=self.needs.host_arch,
                             venv=self.needs.venv, tool=self.needs.tool)]
         return self._render(frame, res, body)

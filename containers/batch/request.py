@@ -38,6 +38,7 @@ class JobRequest:
     options: SmokeOptions | TrainOptions | None = None
     qos: str | None = None
     reservation: str | None = None
+    #: ``--directive``: checked for the site's scheduler where the preamble is written.
     directives: tuple[str, ...] = ()
     #: ``--workload run``: the user's command, as its words (after ``--``), and the folder it
     #: runs in (where it was submitted from: its relative paths mean what they meant there).
@@ -75,8 +76,6 @@ class JobRequest:
                              f"{self.transport!r})", flag="--transport")
         flags.SCHEDULER_NAME("--qos", self.qos)
         flags.SCHEDULER_NAME("--reservation", self.reservation)
-        object.__setattr__(self, "directives", tuple(
-            flags.DIRECTIVE("--directive", text) for text in self.directives))
 
 
 def job_options(options: SmokeOptions | TrainOptions) -> dict:

@@ -17,7 +17,8 @@ from typing import Mapping
 from containers.batch.script import word
 from containers.errors import CommandFailed, ConfigError, UsageError
 from containers.inputs.directives import VALUE
-from containers.inputs.flags import DIRECTIVE, JOB_ID
+from containers.inputs.flags import JOB_ID
+from containers.inputs.flags import directive as directive_flag
 from containers.run.rendezvous import RENDEZVOUS, SchedulerRendezvous
 
 
@@ -45,16 +46,18 @@ class Resources:
     #: Slurm: ``gpus-per-node`` (``--gpus-per-node=N``) or ``gres`` (``--gres=gpu:TYPE:N``).
     gpu_request: str = "gpus-per-node"
     gres_type: str | None = None
-    #: ``--qos``, ``--reservation`` and ``--directive`` lines (Slurm; a directive on PBS too).
+    #: ``--qos``, ``--reservation`` (Slurm) and the extra lines: the profile's ``job.directives``
+    #: (and ``gpu_directives`` on a job with GPUs), then ``--directive``.
     qos: str | None = None
     reservation: str | None = None
     directives: tuple[str, ...] = ()
 
 
-def extra_directive(text: str) -> str:
-    """A ``--directive`` as the preamble writes it after ``#SBATCH``/``#PBS``, checked again by
-    the one directive grammar (a :class:`Resources` may be made without a request)."""
-    return DIRECTIVE("--directive", text)
+def extra_directive(text: str, scheduler: str) -> str:
+    """A ``--directive`` (or a profile's ``job.directives``, checked as it loaded) as the
+    preamble writes it after ``#SBATCH``/``#PBS``: the one directive grammar's check, for the
+    job's scheduler, is made here, where the scheduler is known."""
+    return directive_flag(scheduler)("--directive", text)
 
 
 def directive(value: object, what: str) -> str:
@@ -140,7 +143,7 @@ class Slurm(Scheduler):
                  if value is not None]
         if res.exclusive:
             lines.append("#SBATCH --exclusive")
-        return lines + [f"#SBATCH {extra_directive(text)}" for text in res.directives]
+        return lines + [f"#SBATCH {extra_directive(text, self.name)}" for text in res.directives]
 
     def output_of(self, res: Resources, job_id: str) -> str:
         return res.output.replace("%j", job_id)
@@ -182,7 +185,7 @@ class Pbs(Scheduler):
         return [*(f"#PBS {key}{directive(value, what)}" for key, value, what in options
                   if value is not None),
                 "#PBS -j oe", f"#PBS -o {directive(res.output, 'output folder')}",
-                *(f"#PBS {extra_directive(text)}" for text in res.directives)]
+                *(f"#PBS {extra_directive(text, self.name)}" for text in res.directives)]
 
     def output_of(self, res: Resources, job_id: str) -> str:
         return f"{res.output}{self.job_name(res.name)}.o{job_id.split('.')[0]}"

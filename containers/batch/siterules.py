@@ -49,11 +49,13 @@ def check_site(request: JobRequest, target: Target, site: Site, site_arch: str |
 
 def fit_time(request: JobRequest, site: Site, partition: Partition,
              qos: Qos | None = None) -> int:
-    """The job's wall time: ``--time`` if it is within the partition's (and the QoS's) limit
-    (else refused, naming the limit), otherwise the workload's estimate capped by them."""
+    """The job's wall time: ``--time`` if it is within the partition's (and the QoS's: the one
+    typed, else the site's default) limit (else refused, naming the limit), otherwise the
+    workload's estimate capped by them."""
     limits = [(f"partition {partition.name}", partition.max_time, "")]
     if qos is not None:
-        limits.append((f"QoS {qos.name}", qos.max_time, f"; {qos.source}"))
+        default = "" if request.qos else " (its default_qos: --qos names another)"
+        limits.append((f"QoS {qos.name}{default}", qos.max_time, f"; {qos.source}"))
     if isinstance(request.time, int):
         for what, limit, source in limits:
             if limit is not None and request.time > limit:

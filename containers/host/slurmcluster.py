@@ -2,7 +2,8 @@
 
 It serves the tests (``tests/fixtures/slurm.py``) and ``invoke local-slurm``. All it makes lives
 in one folder (``slurm.conf``, a private munge key and socket, state, logs, the record), and its
-clients go through ``SLURM_CONF``, so the machine's own Slurm and munge are never touched. Its
+clients go through ``SLURM_CONF`` (a private MariaDB and slurmdbd only where a site's QoS
+need them), so the machine's own Slurm and munge are never touched. Its
 daemons (root) are stopped only by recorded PIDs still recognised as them (:func:`daemons`, in
 a record :func:`trust_problem` finds sound), its job steps only by their tie to it (:func:`steps`).
 """
@@ -17,9 +18,11 @@ import shutil
 import socket
 import stat
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -36,7 +39,15 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 STATE_FILE = "cluster.json"
 
 #: The daemon programs a record may name (``slurmd-<node>`` is a slurmd).
-DAEMONS = ("munged", "slurmctld", "slurmd", "slurmdbd")
+DAEMONS = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd")
+#: What a site-shaped cluster with QoS needs besides: Slurm enforces QoS only with accounting.
+ACCOUNTING_PACKAGES = ("mariadb-server", "slurmdbd")
+#: Slurm 22.05's persistent connections to slurmdbd (slurmctld's, sacctmgr's) ignore
+#: ``AuthInfo=socket=`` and use munge's default socket, /run/munge/munge.socket.2: such a process
+#: runs in a private mount namespace where that path leads to the cluster's own munged (``$1``),
+#: so the machine's /run is never touched.
+_MUNGE_NAMESPACE = ('mount -t tmpfs tmpfs /run && mkdir /run/munge && '
+                    'ln -s "$1" /run/munge/munge.socket.2 && shift && exec "$@"')
 #: Seconds a status call (sinfo, squeue) may take: a controller that does not answer must not
 #: hold ``--status`` or ``--stop``.
 CLIENT_TIMEOUT = 10
@@ -85,6 +96,18 @@ class SlurmCluster:
     @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    @property
+    def accounting(self) -> bool:
+        """Whether it enforces QoS through slurmdbd (its writer wrote a slurmdbd.conf)."""
+        return (self.root / "slurmdbd.conf").is_file()
+
+    def with_munge(self, argv: list[str]) -> list[str]:
+        """``argv`` as it must run to reach slurmdbd (:data:`_MUNGE_NAMESPACE`)."""
+        if not self.accounting:
+            return argv
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                _MUNGE_NAMESPACE, "sh", str(self.munge_socket), *argv]
 
     def run(self, argv: list[str], *, timeout: float = 60, check: bool = True,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -174,8 +197,9 @@ def _start_munge(munge_dir: Path, munge_socket: Path) -> int:
 
 def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: int,
           idle_timeout: float = 30) -> SlurmCluster:
-    """Start munged, slurmctld and a slurmd per node of ``nodes`` for the slurm.conf that
-    ``write_conf`` writes into the fresh folder ``root``, and wait until every node is idle.
+    """Start munged, (where the slurm.conf enforces QoS) MariaDB and slurmdbd, slurmctld and a
+    slurmd per node of ``nodes`` for the slurm.conf that ``write_conf`` writes into the fresh
+    folder ``root``, and wait until every node is idle.
     On any failure what was started is stopped again (by PID) and the folder removed."""
     if os.geteuid() != 0:
         raise StateError("the local Slurm cluster runs its daemons as root; run as root")
@@ -188,22 +212,59 @@ def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: 
     cluster = SlurmCluster(root=root, conf=conf, nodes=nodes)
     try:
         _recorded(cluster, "munged", _start_munge(munge_dir, munge_socket))
-        cluster.run(["slurmctld", "-f", str(conf)])
+        if cluster.accounting:
+            _start_accounting(cluster)
+        cluster.run(cluster.with_munge(["slurmctld", "-f", str(conf)]))
         _recorded(cluster, "slurmctld", _read_pid(root / "slurmctld.pid"))
         for node in nodes:
             cluster.run(["slurmd", "-f", str(conf), "-N", node])
             _recorded(cluster, f"slurmd-{node}", _read_pid(root / f"slurmd-{node}.pid"))
-        deadline = time.monotonic() + idle_timeout
-        while not set(nodes) <= set(cluster.idle_nodes()):
-            if time.monotonic() > deadline:
-                raise StateError("the local Slurm nodes did not become idle:\n" + "\n".join(
-                    f"--- {log.name}\n" + log.read_text()[-1500:]
-                    for log in sorted((root / "log").glob("*.log"))))
-            time.sleep(0.3)
+        _until(lambda: set(nodes) <= set(cluster.idle_nodes()), idle_timeout,
+               "the local Slurm nodes did not become idle", root)
     except BaseException:
         stop(cluster)
         raise
     return cluster
+
+
+def _start_accounting(cluster: SlurmCluster, timeout: float = 60) -> None:
+    """A private MariaDB (its own folder and socket, no network), slurmdbd over it, and the
+    sacctmgr calls its writer recorded (``accounting.json``): the cluster, account and QoS."""
+    missing = [p for p in ("mariadbd", "mariadb-install-db", "slurmdbd") if not shutil.which(p)]
+    if missing:
+        raise StateError(f"QoS are enforced only with accounting, and {', '.join(missing)} "
+                         f"is missing: apt-get install {' '.join(ACCOUNTING_PACKAGES)} "
+                         "(./setup.sh env does)")
+    root, data, sock = cluster.root, cluster.root / "mysql", cluster.root / "mysql.sock"
+    cluster.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+                 "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=120)
+    database = subprocess.Popen(
+        ["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={sock}", "--user=root",
+         "--skip-networking", f"--pid-file={root / 'mariadbd.pid'}",
+         f"--log-error={root / 'log' / 'mariadbd.log'}"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    threading.Thread(target=database.wait, daemon=True).start()  # reaped when it stops
+    _recorded(cluster, "mariadbd", database.pid)
+    _until(sock.exists, timeout, "MariaDB made no socket", root)
+    cluster.run(cluster.with_munge(["slurmdbd"]), env={"MYSQL_UNIX_PORT": str(sock)})
+    _recorded(cluster, "slurmdbd", _read_pid(root / "slurmdbd.pid"))
+    calls = json.loads((root / "accounting.json").read_text())
+    _until(lambda: cluster.run(cluster.with_munge(calls[0]), check=False).returncode == 0,
+           timeout, "slurmdbd did not answer sacctmgr", root)
+    for argv in calls[1:]:
+        cluster.run(cluster.with_munge(argv))
+
+
+def _until(ready: Callable[[], bool], timeout: float, what: str, root: Path) -> None:
+    """Wait until ``ready()``; else a StateError with the cluster's logs."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise StateError(f"{what} in {timeout:.0f} s:\n" + "\n".join(
+                f"--- {log.name}\n" + log.read_text(errors="replace")[-1500:]
+                for log in sorted((root / "log").glob("*.log"))))
+        time.sleep(0.3)
 
 
 def _recorded(cluster: SlurmCluster, name: str, pid: int) -> None:
@@ -224,12 +285,16 @@ def _stranger(cluster: SlurmCluster, name: str, proc: psutil.Process) -> str | N
     ``--socket=<root>/munge-socket/munge.socket``), or another start time than recorded."""
     argv = proc.cmdline()
     program = _program(name)
-    own = f"--socket={cluster.munge_socket}" if program == "munged" else str(cluster.conf)
+    own = {"munged": f"--socket={cluster.munge_socket}",
+           "mariadbd": f"--datadir={cluster.root / 'mysql'}"}.get(program, str(cluster.conf))
     if program not in DAEMONS or not argv or os.path.basename(argv[0]) != program:
         words = " ".join(argv) or "a process without a command line"
         shown = words if len(words) <= 80 else words[:77] + "..."  # a few words, for a refusal
         return f"is {shown!r}, not {program}"
-    if own not in argv:
+    if program == "slurmdbd":  # it takes no config in its argv: SLURM_CONF names it
+        if proc.environ().get("SLURM_CONF") != own:
+            return f"is a slurmdbd without this cluster's SLURM_CONF={own}"
+    elif own not in argv:
         return f"is a {program} without this cluster's {own} in its command line"
     started = cluster.started.get(name)
     if started is not None and abs(proc.create_time() - started) > 1:

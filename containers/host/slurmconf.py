@@ -2,14 +2,17 @@
 
 :func:`two_node_conf`: nodes ``n1`` and ``n2``, partition ``debug``, as the tests' batch jobs
 use it. :func:`site_conf_writer`: a site profile's partitions with their limits enforced at
-submission, its cores, memory and GPUs (GRES on stand-in devices), and a required account where
-the site requires one, so a job the site would refuse is refused here by Slurm itself. The
+submission, its CPUs, memory, GPUs (GRES typed by the GPU model, on stand-in devices) and the
+node features its required constraints name, and a submit filter requiring the account and
+constraints the site requires, so a job the site would refuse is refused here by Slurm itself. The
 daemons that read it are :mod:`containers.host.slurmcluster`'s.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import stat
 from pathlib import Path
@@ -22,6 +25,8 @@ from containers.inputs.sites import Site
 TEST_ACCOUNT = "proj_1"
 #: Nodes started per site-shaped cluster: enough for the 2-node jobs.
 SITE_NODES = 2
+#: Ports a site-shaped cluster takes: slurmctld's, each node's, slurmdbd's.
+SITE_PORTS = SITE_NODES + 2
 #: Writes a slurm.conf into a root folder, for the given ports and munge socket.
 ConfWriter = Callable[[Path, list[int], Path], Path]
 
@@ -79,22 +84,64 @@ def two_node_conf(root: Path, ports: list[int], munge_socket: Path) -> Path:
     return conf
 
 
-#: A job naming no account, or another one, is refused by slurmctld itself. Partition
-#: ``AllowAccounts`` cannot do it without slurmdbd (22.05 then refuses every job, or, with
-#: EnforcePartLimits=NO, none), so a job_submit/lua script does, as sites' own submit filters do.
-_REQUIRE_ACCOUNT = f"""\
+#: A job the site would refuse at submission is refused by slurmctld itself, by a job_submit/lua
+#: filter as sites' own are: one naming no account or another (partition ``AllowAccounts``
+#: cannot do it without slurmdbd: 22.05 then refuses every job, or, with EnforcePartLimits=NO,
+#: none), one without a constraint the site requires (of GPU jobs: GPUs asked per node or job).
+_SUBMIT_FILTER = """\
 function slurm_job_submit(job_desc, part_list, submit_uid)
-    if job_desc.account ~= "{TEST_ACCOUNT}" then
-        slurm.log_user("this cluster requires an account: --account={TEST_ACCOUNT}")
-        return slurm.ESLURM_INVALID_ACCOUNT
-    end
-    return slurm.SUCCESS
+{checks}    return slurm.SUCCESS
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     return slurm.SUCCESS
 end
 """
+_ACCOUNT_CHECK = f"""\
+    if job_desc.account ~= "{TEST_ACCOUNT}" then
+        slurm.log_user("this cluster requires an account: --account={TEST_ACCOUNT}")
+        return slurm.ESLURM_INVALID_ACCOUNT
+    end
+"""
+_FEATURE_CHECK = """\
+    if {gpu_only}not string.find(job_desc.features or "", "{name}", 1, true) then
+        slurm.log_user("this cluster requires the constraint {name}{of}: {line}")
+        return slurm.ERROR
+    end
+"""
+_GPU_JOB = ('string.find((job_desc.tres_per_node or "") .. (job_desc.tres_per_job or "") .. '
+            '(job_desc.tres_per_task or ""), "gpu", 1, true) and ')
+#: A constraint in a profile's required lines (sbatch -C / --constraint), and its feature names.
+_CONSTRAINT = re.compile(r"(?:-C |--constraint=)(?P<expr>\S+)\Z")
+_FEATURE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def required_features(site: Site) -> dict[str, tuple[str, str]]:
+    """The node features the profile's required constraints name, each with the line that
+    names it and whether only GPU jobs must ask for it ("gpu") or every job ("")."""
+    found: dict[str, tuple[str, str]] = {}
+    for scope, lines in (("", site.job.directives), ("gpu", site.job.gpu_directives)):
+        for line in lines:
+            match = _CONSTRAINT.match(line)
+            for name in _FEATURE.findall(match["expr"]) if match else ():
+                found.setdefault(name, (line, scope))
+    return found
+
+
+def _submit_filter(site: Site) -> str | None:
+    """The job_submit.lua of ``site``'s shape, or None where it refuses nothing."""
+    checks = _ACCOUNT_CHECK if site.account_required else ""
+    for name, (line, scope) in required_features(site).items():
+        checks += _FEATURE_CHECK.format(name=name, line=line, gpu_only=_GPU_JOB if scope else "",
+                                        of=" of GPU jobs" if scope else "")
+    return _SUBMIT_FILTER.format(checks=checks) if checks else None
+
+
+def gres_type(site: Site) -> str:
+    """The GPU type a node's GRES names: the profile's ``gres_type``, else the GPU model's
+    first word (``A100 40GB``: ``a100``), as sites name them."""
+    model = _FEATURE.match(site.gpus.model or "")
+    return site.gpus.gres_type or (model[0].lower() if model else "gpu")
 
 
 def site_node_names(site: Site) -> tuple[str, ...]:
@@ -108,8 +155,9 @@ def _site_node_lines(site: Site, root: Path, names: Sequence[str],
     only GPUs that have a File). A node has the memory a job can be given there (the largest of
     the partitions' ``allocatable_gb``; each partition's own is its ``MaxMemPerNode``), so Slurm
     itself refuses a job that asks more, as the site's would."""
-    gpus, gpu_type = site.gpus.per_node, site.gpus.gres_type or site.name
+    gpus, gpu_type = site.gpus.per_node, gres_type(site)
     memory_mb = _node_memory_mb(site)
+    features = ",".join(required_features(site))
     nodes, gres = [], []
     for name, port in zip(names, ports):
         devices = root / "dev" / name
@@ -117,7 +165,8 @@ def _site_node_lines(site: Site, root: Path, names: Sequence[str],
         for index in range(gpus):
             os.mknod(devices / f"gpu{index}", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
         nodes.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 "
-                     f"Port={port} CPUs={site.cores_per_node or 2} RealMemory={memory_mb} "
+                     f"Port={port} CPUs={site.cpus_per_node or 2} RealMemory={memory_mb} "
+                     + (f"Feature={features} " if features else "")
                      + (f"Gres=gpu:{gpu_type}:{gpus} " if gpus else "") + "State=UNKNOWN")
         if gpus:
             gres.append(f"NodeName={name} Name=gpu Type={gpu_type} "
@@ -134,12 +183,41 @@ def _node_memory_mb(site: Site) -> int:
     return max(site.memory.per_gpu_gb * site.gpus.per_node, 8) * 1024 + 1024
 
 
+def _accounting(site: Site, root: Path, dbd_port: int, munge_socket: Path) -> list[str]:
+    """Where ``site`` declares QoS, Slurm enforces them only with accounting: slurm.conf's
+    lines for slurmdbd (on ``dbd_port``, over MariaDB's socket), the slurmdbd.conf beside it
+    (slurmdbd reads it from SLURM_CONF's folder), and ``accounting.json``: the sacctmgr calls
+    that make the cluster, the account, each QoS with its time and node limits (refused at
+    submission: DenyOnLimit) and this user with the default QoS."""
+    if not site.qos:
+        return []
+    atomic_write_text(root / "slurmdbd.conf", "\n".join([
+        "AuthType=auth/munge", f"AuthInfo=socket={munge_socket}", "DbdHost=localhost",
+        f"DbdPort={dbd_port}", "SlurmUser=root", f"PidFile={root}/slurmdbd.pid",
+        f"LogFile={root}/log/slurmdbd.log", "StorageType=accounting_storage/mysql",
+        "StorageHost=localhost", "StorageUser=root", "StorageLoc=slurm_acct_db"]) + "\n",
+                      mode=0o600)
+    add = ["sacctmgr", "-i", "add"]
+    calls = [[*add, "cluster", "containers-test"], [*add, "account", TEST_ACCOUNT]]
+    for name, qos in site.qos.items():  # GPUs per job: the tool's check (a gres/gpu TRES
+        # is known to slurmdbd only once slurmctld has registered, after these calls)
+        calls.append([*add, "qos", name, "Flags=DenyOnLimit",
+                      *([f"MaxWall={-(-qos.max_time // 60)}"] if qos.max_time else []),
+                      *([f"MaxTRESPerJob=node={qos.max_nodes}"] if qos.max_nodes else [])])
+    calls.append([*add, "user", "root", f"Account={TEST_ACCOUNT}", f"QOS={','.join(site.qos)}",
+                  *([f"DefaultQOS={site.default_qos}"] if site.default_qos else [])])
+    atomic_write_text(root / "accounting.json", json.dumps(calls) + "\n")
+    return ["AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=localhost", f"AccountingStoragePort={dbd_port}",
+            "AccountingStorageEnforce=associations,limits,qos"]
+
+
 def site_conf_writer(site: Site) -> ConfWriter:
     """A slurm.conf shaped like ``site``'s profile: its partitions by name, each with the
     profile's time limit (``MaxTime``), node count (``MaxNodes``) and allocatable memory
     (``MaxMemPerNode``) enforced at submission, an account required (:data:`TEST_ACCOUNT`)
-    where the site requires one, and :data:`SITE_NODES` nodes (``<site>1``...) with the
-    site's cores, memory and GPUs."""
+    where the site requires one, its QoS enforced through slurmdbd (:func:`_accounting`), and
+    :data:`SITE_NODES` nodes (``<site>1``...) with the site's CPUs, memory and GPUs."""
     def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
         names = site_node_names(site)
         lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),
@@ -149,6 +227,9 @@ def site_conf_writer(site: Site) -> ConfWriter:
                  "EnforcePartLimits=ALL"]
         nodes, gres = _site_node_lines(site, root, names, ports[1:])
         lines += nodes
+        accounting = _accounting(site, root, ports[-1], munge_socket)
+        lines = [line for line in lines if not (accounting and line.startswith(
+            "AccountingStorageType="))] + accounting
         default = site.default_partition or next(iter(site.partitions), None)
         for part in site.partitions:
             limits = site.partition(part)
@@ -164,9 +245,10 @@ def site_conf_writer(site: Site) -> ConfWriter:
             lines.append(f"PartitionName=debug Nodes={','.join(names)} Default=YES "
                          "MaxTime=INFINITE State=UP")
         atomic_write_text(root / "gres.conf", "".join(line + "\n" for line in gres))
-        if site.account_required:  # slurmctld reads job_submit.lua beside slurm.conf
+        lua = _submit_filter(site)
+        if lua:  # slurmctld reads job_submit.lua beside slurm.conf
             lines.append("JobSubmitPlugins=lua")
-            atomic_write_text(root / "job_submit.lua", _REQUIRE_ACCOUNT)
+            atomic_write_text(root / "job_submit.lua", lua)
         conf = root / "slurm.conf"
         atomic_write_text(conf, "\n".join(lines) + "\n")
         return conf

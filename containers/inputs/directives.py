@@ -1,149 +1,120 @@
-"""The one directive grammar: what ``--directive`` may add to a job's ``#SBATCH``/``#PBS`` lines.
+"""The one directive grammar: what a job's extra ``#SBATCH``/``#PBS`` lines may say (``invoke job
+--directive`` and a profile's ``job.directives``), judged for the site's scheduler.
 
-A scheduler reads a directive the way its command line reads an option, so a name is matched here
-the way sbatch and qsub match it, not as written:
-
-* sbatch reads ``#SBATCH`` lines with ``getopt_long``, which takes any unique prefix of a long
-  option (``--outp=`` is ``--output=``, ``--chd=`` is ``--chdir=``); a prefix of two or more
-  options is refused by sbatch as ambiguous and here too. :data:`SBATCH_LONG` is sbatch's whole
-  long-option table, the options ``getopt_long`` matches a prefix against;
-* qsub (PBS Pro) takes single-letter options only (``qsub --version`` aside), and ``-l`` a list of
-  ``resource=value`` pairs separated by commas; resource names are matched whole.
-
-:func:`scheduler_option` is used at the flag (``flags.DIRECTIVE``), the request (``JobRequest``)
-and the render (``Scheduler.preamble``), so the three never disagree; :data:`VALUE` is the one rule
-for what a directive's value may hold, the tool's own values included.
+The tool refuses only what it sets itself or what would take the job out of its hands; any other
+option, known or not, passes to the scheduler, which judges it (``sbatch --test-only``). sbatch
+reads ``#SBATCH`` lines with ``getopt_long``, which takes a unique prefix of a long option as the
+option (``--outp=`` is ``--output=``), so a prefix of a refused option is refused too. sbatch
+reads shell quoting in those lines, so values are quoted (``--constraint='gpu&hbm80g'``); qsub
+(single letters; ``-l`` resources matched whole) does not, so PBS values keep the plain rule.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 
-#: sbatch's long options, Slurm 22.05.8 as installed here (Debian slurm-client 22.05.8-4): every
-#: option ``man sbatch`` documents, plus the four its ``getopt_long`` table holds undocumented
-#: (``cluster``, ``context``, ``ntasks-per-tres``, ``tasks-per-node``), which sbatch itself lists
-#: when a prefix is ambiguous (``sbatch --t`` prints "option '--t' is ambiguous; possibilities:
-#: '--tasks-per-node' '--test-only' ..."; run for every letter a-z).
-SBATCH_LONG = tuple("""
-account acctg-freq array batch bb bbf begin chdir cluster cluster-constraint clusters comment
-constraint container context contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu
-cpus-per-task deadline delay-boot dependency distribution error exclude exclusive export
-export-file extra-node-info get-user-env gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket
-gpus-per-task gres gres-flags help hint hold ignore-pbs input job-name kill-on-invalid-dep licenses
-mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus network nice no-kill
-no-requeue nodefile nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node
-ntasks-per-socket ntasks-per-tres open-mode output overcommit oversubscribe parsable partition
-power prefer priority profile propagate qos quiet reboot requeue reservation signal
-sockets-per-node spread-job switches tasks-per-node test-only thread-spec threads-per-core time
-time-min tmp uid usage use-min-nodes verbose version wait wait-all-nodes wckey wrap
-""".split())
-#: sbatch's short options and the long option each is (``man sbatch``, Slurm 22.05).
-SBATCH_SHORT = dict(zip("ABCDFGHJLMNOQSVWabcdehikmnopqstvwx", """
-account extra-node-info constraint chdir nodefile gpus hold job-name licenses clusters nodes
-overcommit quiet core-spec version wait array begin cpus-per-task dependency error help input
-no-kill distribution ntasks output partition qos oversubscribe time verbose nodelist exclude
-""".split()))
-#: qsub's options as PBS Pro's qsub(1B) names them
-#: (https://github.com/openpbs/openpbs/blob/master/doc/man1/qsub.1B): the attribute each sets.
-QSUB_SHORT = {"a": "execution time", "A": "account", "c": "checkpoint", "C": "directive prefix",
-              "e": "error path", "f": "foreground", "G": "GUI session", "h": "hold",
-              "I": "interactive", "j": "join", "J": "array range", "k": "keep", "l": "resources",
-              "m": "mail events", "M": "mail users", "N": "job name", "o": "output path",
-              "p": "priority", "P": "project", "q": "queue", "r": "rerunnable", "R": "remove",
-              "S": "shell", "u": "user list", "v": "variable list", "V": "whole environment",
-              "W": "additional attributes", "X": "X11", "z": "quiet"}
+#: Refused sbatch options (long names as in ``man sbatch`` of Slurm 26.05, SchedMD/slurm tag
+#: slurm-26-05-3-1, doc/man/man1/sbatch.1, plus ``tasks-per-node`` and ``ntasks-per-tres`` of
+#: its getopt table, src/common/slurm_opt.c): the tool's flag that sets each, "" where only the
+#: tool sets it, None where it would change who or what the job runs.
+SLURM_REFUSED: dict[str, str | None] = {
+    "time": "--time", "time-min": "--time", "partition": "--partition", "account": "--account",
+    "nodes": "--nodes", "qos": "--qos", "reservation": "--reservation",
+    **dict.fromkeys("gpus gpus-per-node gpus-per-task gres ntasks ntasks-per-node tasks-per-node "
+                    "ntasks-per-gpu ntasks-per-tres cpus-per-task mem-per-gpu".split(),
+                    "--gpus-per-node"),
+    **dict.fromkeys("job-name output error chdir exclusive parsable test-only help usage version "
+                    "quiet".split(), ""),
+    **dict.fromkeys("uid gid wrap export export-file get-user-env input container open-mode "
+                    "propagate bb bbf".split(), None)}
+#: sbatch options whose whole name begins a refused one (getopt_long takes a whole name first).
+SLURM_WHOLE = ("mem",)
+#: sbatch's short options that are refused ones (Slurm 26.05, as above); other letters pass.
+SBATCH_SHORT = dict(zip("ADGJNQVcehinopqt", "account chdir gpus job-name nodes quiet version "
+                        "cpus-per-task error help input ntasks output partition qos time".split()))
+#: Refused qsub options (PBS Pro's qsub(1B), openpbs/openpbs doc/man1/qsub.1B): what each sets,
+#: and as above the tool's flag, "" or None.
+PBS_REFUSED: dict[str, tuple[str, str | None]] = {
+    "A": ("account", "--account"), "q": ("queue", "--partition"), "N": ("job name", ""),
+    "o": ("output path", ""), "e": ("error path", ""), "j": ("join", ""), "R": ("remove", ""),
+    "z": ("quiet", ""), "C": ("directive prefix", ""), "u": ("user list", None),
+    "S": ("shell", None), "v": ("variable list", None), "V": ("whole environment", None),
+    "W": ("additional attributes", None), "k": ("keep", None), "I": ("interactive", None),
+    "G": ("GUI session", None), "X": ("X11", None)}
+#: ``-l`` resources the tool sets (PBS resource names are matched whole, in any case).
+PBS_RESOURCES = {"walltime": "--time", "select": "--nodes", "nodes": "--nodes",
+                 **dict.fromkeys(("ngpus", "ncpus", "mpiprocs"), "--gpus-per-node")}
 
-#: What the tool sets itself, by sbatch long option, qsub attribute or PBS ``-l`` resource, with
-#: the tool's flag that sets it ("" where only the tool sets it). A directive repeating one would
-#: override the checked value while the script's header described the original job.
-_OWN = {name: flag for flag, names in {
-    "--time": ("time", "time-min", "walltime"),
-    "--partition": ("partition", "queue"), "--account": ("account",),
-    "--nodes": ("nodes", "select"),
-    "--gpus-per-node": ("gpus", "gpus-per-node", "gpus-per-task", "gres", "ntasks",
-                        "ntasks-per-node", "tasks-per-node", "ntasks-per-gpu", "ntasks-per-tres",
-                        "cpus-per-task", "mem-per-gpu", "ngpus", "ncpus", "mpiprocs"),
-    "--qos": ("qos",), "--reservation": ("reservation",),
-    "": ("job-name", "job name", "output", "output path", "error", "error path", "join",
-         "remove", "chdir", "exclusive", "parsable", "test-only", "help", "usage", "version",
-         "quiet", "directive prefix"),
-}.items() for name in names}
-#: What would change who the job runs as, what it runs or what reaches its processes.
-_DANGEROUS = {"uid", "gid", "wrap", "export", "export-file", "get-user-env", "input", "container",
-              "open-mode", "propagate", "bb", "bbf", "user list", "shell", "variable list",
-              "whole environment", "additional attributes", "keep", "interactive", "GUI session",
-              "X11"}
-
-#: What a directive's value may hold: schedulers read directives with their own parsers, which
-#: do not all understand shell quoting, so other characters are refused rather than quoted.
+#: What a PBS directive's value (and any value the tool writes itself) may hold: qsub reads no
+#: shell quoting, so other characters are refused rather than quoted.
 VALUE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
-_WORD = r"[A-Za-z0-9_@%+=:,./][A-Za-z0-9_@%+=:,./-]*"  # a VALUE that does not start like -x
-_OPTION = re.compile(rf"(?:--(?P<long>[a-z][a-z-]*)(?:=(?P<lvalue>{_WORD}))?"
-                     rf"|-(?P<short>[A-Za-z])(?: (?P<svalue>{_WORD}))?)\Z")
+#: What a Slurm directive's value may hold: sbatch reads quotes, so constraint expressions
+#: (``gpu&hbm80g``, ``[a*2|b*4]``) pass, quoted; no spaces, quotes, backslashes, ``$`` or
+#: backticks (what a shell would expand, were the line copied into one) or controls.
+SLURM_VALUE = re.compile(r"[!#%&(-\[\]-_a-~]+\Z")
+_OPTION = re.compile(r"(?:--(?P<long>[a-z][a-z-]*)(?:=(?P<lvalue>\S+))?"
+                     r"|-(?P<short>[A-Za-z])(?: (?P<svalue>\S+))?)\Z")
+_SHAPE = ("takes one scheduler option such as --constraint=gpu, -C gpu or -l place=scatter, on "
+          "one line (a value that does not start with -{chars})")
 
 
-def sbatch_long(prefix: str) -> str:
-    """The sbatch long option ``--prefix`` is, as ``getopt_long`` resolves it: itself when whole,
-    else the one option it begins; ValueError when it begins none or several (sbatch refuses
-    those too)."""
-    if prefix in SBATCH_LONG:
-        return prefix
-    matches = [name for name in SBATCH_LONG if name.startswith(prefix)]
-    if not matches:
-        raise ValueError(f"names --{prefix}, which is not an sbatch option (Slurm 22.05)")
-    if len(matches) > 1:
-        raise ValueError(f"names --{prefix}, which sbatch reads as any of --"
-                         + ", --".join(matches[:6]) + (", ..." if len(matches) > 6 else "")
-                         + ": write the option whole")
-    return matches[0]
-
-
-def _meanings(match: re.Match[str]) -> list[tuple[str, str]]:
-    """What the option means to the schedulers that read it, as (what it is, name to check)."""
-    if match["long"]:
-        name = sbatch_long(match["long"])
-        return [(f"--{name}" if name == match["long"] else f"--{match['long']} (sbatch reads "
-                 f"--{name})", name)]
-    letter = match["short"]
-    if letter == "l":  # PBS resources: -l name=value[,name=value ...], names whole
-        return [(f"-l {name}", name.lower()) for name in
-                (pair.partition("=")[0] for pair in (match["svalue"] or "").split(","))]
-    meanings = [(f"-{letter} (sbatch --{long})", long) for long in [SBATCH_SHORT.get(letter)]
-                if long]
-    return meanings + [(f"-{letter} (qsub: {what})", what) for what in [QSUB_SHORT.get(letter)]
-                       if what]
-
-
-def scheduler_option(value: object) -> str:
-    """``value`` as one extra scheduler option for a job's preamble, or ValueError saying why
-    not: not one option with a safe value, an option neither scheduler has, an ambiguous
-    prefix, or an option the tool sets itself or that changes who or what the job runs."""
+def scheduler_option(value: object, scheduler: str) -> str:
+    """``value`` as the text of one more ``#SBATCH``/``#PBS`` line of a ``scheduler`` job, its
+    value quoted where sbatch reads quotes; ValueError saying why not: not one option with a
+    value the scheduler reads as written, or an option (or prefix) the tool refuses."""
     text = str(value)
     match = _OPTION.match(text)
-    if not match:
-        raise ValueError("takes one scheduler option such as --constraint=hbm or -l "
-                         "place=scatter, on one line (letters, digits and _ @ % + = : , . / - "
-                         "in its value, which does not start with -)")
-    if match["short"] == "l" and not match["svalue"]:
-        raise ValueError("takes -l with its resources (-l place=scatter)")
-    meanings = _meanings(match)
-    if not meanings:
-        raise ValueError(f"names -{match['short']}, which is neither an sbatch nor a qsub option")
-    reasons = [reason for reason in map(_refusal, meanings) if reason]
-    if reasons:
-        raise ValueError("; ".join(dict.fromkeys(reasons)))
-    return text
+    rule = SLURM_VALUE if scheduler == "slurm" else VALUE
+    given = match and (match["lvalue"] or match["svalue"])
+    if not match or (given and (given.startswith("-") or not rule.match(given))):
+        raise ValueError(_SHAPE.format(chars="" if scheduler == "slurm" else
+                                       "; letters, digits and _ @ % + = : , . / -"))
+    refusal = (_slurm_refusal if scheduler == "slurm" else _pbs_refusal)(match)
+    if refusal:
+        raise ValueError(refusal)
+    if not given or scheduler != "slurm":
+        return text
+    return text[:len(text) - len(given)] + shlex.quote(given)
 
 
-def _refusal(meaning: tuple[str, str]) -> str:
-    """Why the tool does not let a directive have this meaning ("" where it may)."""
-    shown, name = meaning
-    if name in _DANGEROUS:
+def _slurm_refusal(match: re.Match[str]) -> str:
+    """Why sbatch must not read this option here ("" where it may)."""
+    if match["short"]:
+        name = SBATCH_SHORT.get(match["short"])
+        return _refusal(f"-{match['short']} (sbatch --{name})", SLURM_REFUSED[name]) if name \
+            else ""
+    name = match["long"]
+    if name in SLURM_REFUSED:
+        return _refusal(f"--{name}", SLURM_REFUSED[name])
+    begun = [whole for whole in SLURM_REFUSED if whole.startswith(name)]
+    if not begun or name in SLURM_WHOLE:
+        return ""
+    if len(begun) > 1:
+        return (f"names --{name}, which sbatch reads as any of --" + ", --".join(begun)
+                + " or refuses: write the option whole")
+    return _refusal(f"--{name} (sbatch reads --{begun[0]})", SLURM_REFUSED[begun[0]])
+
+
+def _pbs_refusal(match: re.Match[str]) -> str:
+    """Why qsub must not read this option here ("" where it may)."""
+    letter = match["short"]
+    if not letter:
+        return f"names --{match['long']}: qsub takes single-letter options (-l place=scatter)"
+    if letter != "l":
+        what, flag = PBS_REFUSED.get(letter, ("", ""))
+        return _refusal(f"-{letter} (qsub: {what})", flag) if what else ""
+    if not match["svalue"]:
+        return "takes -l with its resources (-l place=scatter)"
+    names = (pair.partition("=")[0].lower() for pair in match["svalue"].split(","))
+    return "; ".join(dict.fromkeys(_refusal(f"-l {name}", PBS_RESOURCES[name])
+                                   for name in names if name in PBS_RESOURCES))
+
+
+def _refusal(shown: str, flag: str | None) -> str:
+    if flag is None:
         return (f"refuses {shown}: it would change who the job runs as, what it runs or what "
                 "reaches its processes")
-    if name not in _OWN:
-        return ""
-    own = _OWN[name]
     return f"names {shown}, which the tool sets" + (
-        f": use {own}" if own else " itself (the script, its output, its name and what sbatch "
+        f": use {flag}" if flag else " itself (the script, its output, its name and what sbatch "
         "or qsub prints are the tool's)")

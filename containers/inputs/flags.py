@@ -199,10 +199,12 @@ SCHEDULER_NAME = word_rule("name (letters, digits, _ . + -)", r"[A-Za-z0-9_][A-Z
 
 
 # ------------------------------------------------------------------------------ directives
-#: ``--directive``: one more option for the job's preamble.
-#: The one directive grammar (:mod:`containers.inputs.directives`), used by the request and the
-#: render too.
-DIRECTIVE = FlagType("one scheduler option, e.g. --constraint=hbm", scheduler_option)
+def directive(scheduler: str) -> FlagType:
+    """``--directive``: one more option for a ``scheduler`` job's preamble, by the one directive
+    grammar (:mod:`containers.inputs.directives`), which a profile's ``job.directives`` meet
+    too."""
+    return FlagType("one scheduler option, e.g. --constraint=gpu",
+                    lambda text: scheduler_option(text, scheduler))
 
 
 #: A batch job's id as sbatch (``1234``) or qsub (``1234.server``, an array's ``1234[].server``)

@@ -30,6 +30,7 @@ from pydantic.json_schema import SkipJsonSchema
 from containers import walltime
 from containers.errors import ConfigError
 from containers.inputs import references as refs
+from containers.inputs.directives import scheduler_option
 from containers.inputs.references import Reference, parse_reference, select
 from containers.inputs.schema import (Bool, Part, Str, input_files, is_env_name, pick,
                                       problem_at, refuse, suggest, validate_model)
@@ -230,7 +231,9 @@ class Transport(Part):
     from_nodes: Positive = Doc(1, description="it applies to runs of at least this many nodes")
     modules: Names = Doc((), description="host modules a multi-node job loads first")
     binds: tuple[Bind, ...] = Doc((), description="binds of a multi-node run (SRC[:DST[:OPTS]])")
-    env: Env = Doc({}, description="variables of a multi-node run ($$: a $ for the container)")
+    env: Env = Doc({}, description="variables of a multi-node run, and of any run it applies to "
+                   "(the network's own: a --transport socket job sends none; $$: a $ for the "
+                   "container)")
     host_stack: Bool = Doc(False, description="the network plugin and libfabric come from the "
                            "host: a run it applies to needs binds that bring them in (a job "
                            "without them is refused, never written)")
@@ -271,6 +274,10 @@ class Job(Part):
                                                         "scheduler limits in length")
     build_unset: tuple[EnvName, ...] = Doc((), description="variables a build job unsets (a "
                                            "site module's binds the new image lacks)")
+    directives: Names = Doc((), description="scheduler options every job carries, as the "
+                            "site's documentation writes them (-C gpu, --constraint=gpu&hbm80g)")
+    gpu_directives: Names = Doc((), description="scheduler options every job that asks for "
+                                "GPUs carries (after directives)")
 
 
 
@@ -348,13 +355,22 @@ class Profile(Part):
 
     description: Str = Doc(description="one line: the cluster, its GPUs and network")
     scheduler: Literal["none", "slurm", "pbs"] = Doc("none", description="batch scheduler")
-    runtime: Literal["apptainer", "singularity"] = Doc("apptainer",
-                                                       description="container runtime")
+    runtime: Literal["apptainer", "singularity"] = Doc("apptainer", description="the "
+                                                       "container runtime jobs call")
+    runtime_module: Str | None = Doc(None, description="the host module that provides the "
+                                     "runtime on the nodes: every batch job loads it (after "
+                                     "modules)")
+    offered_runtimes: Names = Doc((), description="the container runtimes the site's nodes "
+                                  "offer, as its documentation names them (podman-hpc, "
+                                  "shifter, ...); empty: the runtime above")
     fakeroot: Bool = Doc(True, description="builds with %post or %app* sections can run here "
                                            "(--fakeroot)")
     account_required: Bool = Doc(False, description="the scheduler refuses jobs without one")
     gpus: Gpus = Doc(Gpus(), description="the GPUs of a node")
-    cores_per_node: Count = Doc(0, description="usable CPU cores per node")
+    cores_per_node: Count = Doc(0, description="usable CPU cores per node (physical cores)")
+    threads_per_core: Positive = Doc(1, description="hardware threads per core (SMT): the "
+                                     "scheduler counts each as a CPU (--cpus-per-task, PBS "
+                                     "ncpus)")
     cpu_bind: tuple[Mask, ...] = Doc(
         (), description="one CPU mask per GPU of a node, in GPU order (srun mask_cpu)")
     memory: Memory = Doc(Memory(), description="memory jobs request")
@@ -364,6 +380,8 @@ class Profile(Part):
     build_partition: Str | None = Doc(None, description="where build jobs go (default: "
                                                         "default_partition)")
     qos: dict[str, Qos] = Doc({}, description="qualities of service and their limits")
+    default_qos: Str | None = Doc(None, description="the QoS a job gets when it names none "
+                                  "(one of qos): every job carries it and is checked against it")
     modules: Names = Doc((), description="host modules every batch job loads")
     job: Job = Doc(Job(), description="the site's own words in its batch jobs")
     launcher: Str = Doc("torchrun", description="one of containers.run.launchers.LAUNCHERS")
@@ -401,6 +419,34 @@ class Profile(Part):
         f"one CPU mask per GPU: {len(masks)} masks for {data['gpus'].per_node} GPUs"
         if masks and data.get("gpus") is not None and data["gpus"].kind != "none"
         and len(masks) != data["gpus"].per_node else None))
+
+    _runtime_offered = after("offered_runtimes", lambda offered, data: (
+        f"the site offers {', '.join(offered)}, not {data.get('runtime', 'apptainer')}, which "
+        "the tool's jobs run: name the module that provides it (runtime_module)"
+        if offered and data.get("runtime", "apptainer") not in offered
+        and not data.get("runtime_module") else None))
+
+    @field_validator("job")
+    @classmethod
+    def _directives_read(cls, job: Job, info: ValidationInfo) -> Job:
+        """Every line the profile requires is one the scheduler reads and the tool allows."""
+        for key in ("directives", "gpu_directives"):
+            for index, text in enumerate(getattr(job, key)):
+                try:
+                    scheduler_option(text, info.data.get("scheduler", "none"))
+                except ValueError as exc:
+                    raise problem_at(f"'{text}' {exc}", key, index) from None
+        return job
+
+    @field_validator("default_qos")
+    @classmethod
+    def _a_qos(cls, value: str | None, info: ValidationInfo) -> str | None:
+        names = list(info.data.get("qos") or {})
+        if value is not None and info.data.get("scheduler") != "slurm":
+            raise ValueError("only Slurm sites have a QoS (PBS: a queue is a partition)")
+        if value is not None and value not in names:
+            raise ValueError(f"'{value}' is not one of qos{suggest(value, names)}")
+        return value
 
     @field_validator("default_partition", "build_partition")
     @classmethod
@@ -520,6 +566,17 @@ class Site(Profile):
         share = partition.gpu_share(self.gpus_in(partition))
         per_gpu = self.memory.per_gpu_gb
         return min(per_gpu, share) if per_gpu and share is not None else per_gpu
+
+    @property
+    def cpus_per_node(self) -> int:
+        """A node's CPUs as the scheduler counts them: each hardware thread of each core."""
+        return self.cores_per_node * self.threads_per_core
+
+    @property
+    def job_modules(self) -> tuple[str, ...]:
+        """The host modules every batch job loads: the site's, then its runtime's."""
+        extra = self.runtime_module
+        return (*self.modules, *([extra] if extra and extra not in self.modules else []))
 
     @property
     def gpu_flag(self) -> str | None:

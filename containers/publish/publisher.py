@@ -592,7 +592,7 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
                       description=plan.target.description, image=str(plan.sif),
                       bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
                       gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
-                      modules=plan.site.modules,
+                      modules=plan.site.job_modules,
                       sha256=sha256, signed_by=key and key.fingerprint, published=when)
     checksum = plan.sif.with_name(plan.sif.name + ".sha256")
     return [  # (temp, final, commit step), in commit order: the catalogue last

@@ -73,12 +73,13 @@ class Shape:
 
 
 def cores_for(site: Site, gpus: int) -> int | None:
-    """The cores that go with ``gpus`` of a node's GPUs (all of them on CPU sites)."""
-    if not site.cores_per_node:
+    """The CPUs, as the scheduler counts them (hardware threads), that go with ``gpus`` of a
+    node's GPUs (all of them on CPU sites)."""
+    if not site.cpus_per_node:
         return None
     if not site.gpus.per_node:
-        return site.cores_per_node
-    return max(1, site.cores_per_node * gpus // site.gpus.per_node)
+        return site.cpus_per_node
+    return max(1, site.cpus_per_node * gpus // site.gpus.per_node)
 
 
 def torchrun_argv(launch: Launch) -> list[str]:
@@ -162,8 +163,8 @@ class SrunPerGpu(Launcher):
     binds_cores = True
 
     def shape(self, site: Site, gpus: int) -> Shape:
-        cpus = site.cores_per_node // site.gpus.per_node if site.gpus.per_node else None
-        return Shape(tasks_per_node=gpus, cpus_per_task=cpus or None,
+        cpus = cores_for(site, 1) if site.gpus.per_node else None
+        return Shape(tasks_per_node=gpus, cpus_per_task=cpus,
                      exclusive=bool(site.cpu_bind))  # CPU masks hold only on whole nodes
 
     def argv(self, launch: Launch) -> list[str]:

@@ -217,7 +217,7 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
              *(expand(b, environ, strict=strict) for b in site.transport.binds if multinode)]
     image = settings.image_path(target.name)
     across = {k: expand(v, environ, strict=strict) for k, v in site.transport.env.items()
-              if multinode}
+              if multinode or site.transport.applies(nodes)}
     env = container_env(site, ranks=ranks, environ=environ, strict=strict,
                         extra={**across, **transport_env(site, nodes), **(extra_env or {})})
     launcher = place.launcher

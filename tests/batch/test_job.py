@@ -21,7 +21,7 @@ from containers.batch.bodies import NODE_PYTHON
 from containers.batch.request import request_from_record
 from containers.errors import ConfigError, ContainersError, UsageError
 from containers.inputs.settings import load_settings
-from containers.inputs.sites import Memory
+from containers.inputs.sites import Memory, Qos
 from containers.prove import registry
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
@@ -155,12 +155,14 @@ def test_lumi_torchrun_per_node(data_job) -> None:
         ':/opt/containers/results" '
         "--bind /var/spool/slurmd --bind /opt/cray --bind /usr/lib64/libcxi.so.1 --bind /pfs "
         "--bind /scratch --bind /projappl --bind /project --bind /flash --bind /appl "
-        "--env NCCL_SOCKET_IFNAME=hsn --env NCCL_NET_GDR_LEVEL=3 --env CXI_FORK_SAFE=1 "
-        "--env CXI_FORK_SAFE_HP=1 --env FI_CXI_DISABLE_CQ_HUGETLB=1 "
+        "--env NCCL_SOCKET_IFNAME=hsn "
         # MIOpen's cache in node-local /tmp, expanded on the compute node
         '--env "MIOPEN_USER_DB_PATH=/tmp/${USER}-miopen-cache-${SLURM_JOB_ID}" '
         '--env "MIOPEN_CUSTOM_CACHE_DIR=/tmp/${USER}-miopen-cache-${SLURM_JOB_ID}" '
-        "--env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 --env NCCL_DEBUG=INFO "
+        "--env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+        # the network's own settings (transport.env)
+        "--env NCCL_NET_GDR_LEVEL=3 --env CXI_FORK_SAFE=1 --env CXI_FORK_SAFE_HP=1 "
+        "--env FI_CXI_DISABLE_CQ_HUGETLB=1 --env NCCL_DEBUG=INFO "
         # the transport enforced: RCCL stops rather than fall back to TCP sockets
         "--env NCCL_DEBUG_SUBSYS=INIT,NET --env 'NCCL_NET=AWS Libfabric' "
         "/proj/images/lumi-rocm.sif "
@@ -254,10 +256,10 @@ def test_derecho_pbs(data_job, data_world) -> None:
                              "--bind /proj/jobs:/opt/containers/jobs:ro ")
     assert ("--bind /glade --bind /run --bind /opt/cray --bind /usr/lib64:/host/lib64 "
             "--bind /glade/u/apps/ofi/lib:/opt/aws-ofi-nccl/lib ") in launch
-    assert ("--env NCCL_SOCKET_IFNAME=hsn --env NCCL_CROSS_NIC=1 "
-            "--env NCCL_NCHANNELS_PER_NET_PEER=4 --env FI_CXI_DISABLE_HOST_REGISTER=1 "
-            "--env FI_MR_CACHE_MONITOR=userfaultfd --env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+    assert ("--env NCCL_SOCKET_IFNAME=hsn --env TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
             # across nodes: the transport's settings, its proof's debug lines, NCCL_NET forced
+            "--env NCCL_CROSS_NIC=1 --env NCCL_NCHANNELS_PER_NET_PEER=4 "
+            "--env FI_CXI_DISABLE_HOST_REGISTER=1 --env FI_MR_CACHE_MONITOR=userfaultfd "
             "--env FI_CXI_DEFAULT_CQ_SIZE=131072 "
             "--env 'LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib:/opt/cray/libfabric/1.15.2.0/lib64:"
             "$LD_LIBRARY_PATH:/host/lib64' --env NCCL_DEBUG=INFO "
@@ -289,6 +291,8 @@ def test_derecho_across_nodes_over_sockets_only_when_asked(data_job, data_world)
     launch = _launch(job.text)
     assert "--env NCCL_NET=Socket " in launch and "AWS Libfabric" not in launch
     assert "/host/lib64" not in launch and "FI_CXI_DEFAULT_CQ_SIZE" not in launch
+    # nor the fast network's tuning (transport.env): it does nothing over sockets
+    assert not re.search(r"FI_CXI_|FI_MR_CACHE|NCCL_CROSS_NIC|NCCL_NCHANNELS", job.text)
     assert "--bind /glade " in launch and "--bind /opt/cray" not in launch
     assert ("# transport: TCP sockets instead of OFI (aws-ofi-nccl) over cxi (invoke job "
             "--transport socket): slower, and no proof of the site's network\n") in job.text
@@ -832,3 +836,66 @@ def test_a_job_id_that_repeats_names_new_files(data_job) -> None:
     assert f"mkdir -p {out}" not in first.text and ">>" not in first.text
     now = data_job("local-slurm", stamp="")  # none given: now
     assert re.fullmatch(r"\d{8}-\d{6}", now.stamp) and now.stamp in now.results_of("1")
+
+
+# ------------------------------------------------- what a site requires of every job (issue 49)
+def _required(site, **more):
+    """``site`` requiring ``-C gpu`` on every GPU job, a line on every job, and a 30-minute
+    default QoS (NERSC's shape: debug by default, regular when named)."""
+    qos = {"debug": Qos(max_time="00:30:00", max_nodes=8, source="policy page"),
+           "regular": Qos(source="policy page")}
+    for name, item in qos.items():
+        item._name = name
+    job = site.job.model_copy(update={"directives": ("--mail-type=NONE",),
+                                      "gpu_directives": ("-C gpu",)})
+    return site.model_copy(update={"qos": qos, "default_qos": "debug", "job": job, **more})
+
+
+def test_a_site_requirement_and_default_qos_are_carried_with_no_flag(data_job,
+                                                                     data_world) -> None:
+    site = _required(data_world[1]["olivia"])
+    lines = _directives(data_job(site, "smoke", nodes=2).text)
+    assert "#SBATCH --qos=debug" in lines and lines[-2:] == [
+        "#SBATCH --mail-type=NONE", "#SBATCH -C gpu"]
+    assert "# QoS debug: the site's default (default_qos; --qos for another)" in \
+        data_job(site, "smoke", nodes=2).text
+    # a job with no GPUs carries the every-job line only
+    cpu = _directives(data_job(_required(data_world[1]["local-slurm"]), "smoke").text)
+    assert "#SBATCH --mail-type=NONE" in cpu and "#SBATCH -C gpu" not in cpu
+
+
+def test_a_job_is_checked_against_the_qos_it_will_get(data_job, data_world) -> None:
+    site = _required(data_world[1]["olivia"])
+    with pytest.raises(UsageError) as refused:
+        data_job(site, "smoke", nodes=2, time="01:00:00")
+    assert str(refused.value) == (
+        "--time 01:00:00 is more than QoS debug (its default_qos: --qos names another) of site "
+        "olivia allows (00:30:00; policy page)")
+    assert "#SBATCH --qos=regular" in data_job(site, "smoke", nodes=2, time="01:00:00",
+                                               qos="regular").text
+    # with no --time, the estimate is capped by the default QoS
+    assert "#SBATCH --time=00:30:00" in data_job(site, "ddp", nodes=2).text
+    with pytest.raises(UsageError, match="--nodes 3 is more than QoS debug"):
+        data_job(site.model_copy(update={"qos": {**site.qos, "debug": site.qos["debug"]
+                                                 .model_copy(update={"max_nodes": 2})}}),
+                 "smoke", nodes=3)
+
+
+def test_cpus_are_counted_as_the_scheduler_counts_them(data_job, data_world) -> None:
+    """Two hardware threads per core: Slurm's --cpus-per-task and PBS's ncpus count both."""
+    olivia = data_world[1]["olivia"].model_copy(update={"cores_per_node": 64,
+                                                        "threads_per_core": 2})
+    assert "#SBATCH --cpus-per-task=128\n" in data_job(olivia, "smoke").text
+    assert "#SBATCH --cpus-per-task=64\n" in data_job(olivia, "smoke", gpus_per_node=2).text
+    derecho = data_world[1]["derecho"].model_copy(update={"threads_per_core": 2})
+    assert ":ncpus=128:" in data_job(derecho, "smoke", account="U1").text
+    lumi = data_world[1]["lumi"].model_copy(update={"threads_per_core": 2,
+                                                    "launcher": "srun-per-gpu"})
+    assert "--cpus-per-task=14 " in _launch(data_job(lumi, "smoke").text)
+
+
+def test_a_runtime_module_is_loaded_by_every_job(data_job, data_world) -> None:
+    site = data_world[1]["olivia"].model_copy(update={"runtime_module": "apptainer/1.3"})
+    text = data_job(site, "smoke").text
+    assert "module load apptainer/1.3\n" in text
+    assert "module load apptainer/1.3\n" in data_job(site, "build").text

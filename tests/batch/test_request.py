@@ -25,13 +25,10 @@ def test_the_request_refuses_an_account_as_the_flag_does(account: str) -> None:
     assert str(refused.value) == str(flagged.value)
 
 
-def test_the_request_refuses_a_directive_for_an_option_the_tool_sets() -> None:
-    with pytest.raises(UsageError, match="^--directive .*use --time"):
-        JobRequest(workload="smoke", directives=("--time=9-00:00:00",))
+def test_the_request_refuses_a_qos_that_is_an_option() -> None:
+    """(A directive is judged where the site's scheduler is known: test_directives.py.)"""
     with pytest.raises(UsageError, match=r"^--qos .*\(got '--x'\)"):
         JobRequest(workload="smoke", qos="--x")
-    assert JobRequest(workload="smoke", directives=("--constraint=hbm",)).directives == (
-        "--constraint=hbm",)
 
 
 def test_the_kind_is_resolved_once_and_a_given_one_is_kept() -> None:

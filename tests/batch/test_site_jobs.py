@@ -214,7 +214,7 @@ def test_every_sites_job_runs_its_steps_in_order(data_world, data_site_job, site
     assert status == 0, steps
     assert step_names(steps) == expected(where, workload, nodes=nodes), steps
     modules = [m for s in steps if s[0] == "module" for m in s[2:]]
-    assert modules == [*where.modules, *(where.transport.modules if nodes > 1 else ())]
+    assert modules == [*where.job_modules, *(where.transport.modules if nodes > 1 else ())]
     if workload == "build":
         return
     work = next(s for s in steps if step_names([s]) == ["workload"])
@@ -234,7 +234,7 @@ def test_a_failing_gate_stops_the_command(data_world, data_site_job) -> None:
     for site in ("lumi", "derecho", "olivia"):
         status, steps = data_site_job(site, "run", fail="/gate.py", command=COMMAND)
         step = "mpiexec" if site == "derecho" else "srun"
-        head = ["module load"] if data_world[1][site].modules else []
+        head = ["module load"] if data_world[1][site].job_modules else []
         assert step_names(steps) == [*head, step, "gate", "verdict"], steps
         assert not any(COMMAND[1] in s for s in steps)
         verdict = steps[-1]

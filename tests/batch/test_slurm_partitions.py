@@ -21,7 +21,7 @@ from containers.errors import UsageError
 from containers.prove import registry
 from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
-from containers.inputs.sites import load_sites
+from containers.inputs.sites import Qos, load_sites
 from tests.fixtures import ROOT
 from tests.fixtures.slurm import TEST_ACCOUNT, site_shaped_cluster
 
@@ -120,3 +120,62 @@ def test_a_memory_over_ask_is_refused_by_slurm_and_the_rendered_job_accepted(sha
     assert over.returncode != 0, over.stderr
     assert "memory" in over.stderr.lower() or "node configuration" in over.stderr.lower(), \
         over.stderr
+
+
+def test_a_constraint_expression_reaches_sbatch_as_written(tmp_path) -> None:
+    """Issue 49: -C gpu and a quoted constraint expression in #SBATCH lines read by sbatch as
+    the expression (nodes with both features accept it; a feature none has is refused)."""
+    targets, sites = load_targets(ROOT), load_sites(ROOT)
+    mahti = sites["mahti"]
+    site = mahti.model_copy(update={"job": mahti.job.model_copy(update={
+        "gpu_directives": ("-C gpu&hbm80g",)})})
+    settings = load_settings(tmp_path, {})
+
+    def text(*directives: str) -> str:
+        return batch.plan_job(batch.JobNeeds(targets["mahti-cuda"], site, settings=settings,
+                                             host_arch="x86_64", site_arch="x86_64"),
+                              batch.JobRequest(workload="smoke", account=TEST_ACCOUNT,
+                                               directives=directives), environ={}).text
+    assert "#SBATCH -C 'gpu&hbm80g'\n" in text()
+    with site_shaped_cluster(site) as cluster:
+        accepted = _test_only(cluster, text("--constraint=[gpu|hbm80g]"), tmp_path)
+        plain = _test_only(cluster, text(), tmp_path)
+        refused = _test_only(cluster, text("--constraint=gpu&hbm80g&bigmem"), tmp_path)
+    for result in (accepted, plain):
+        assert result.returncode == 0 and "to start at" in result.stderr, result.stderr
+    assert refused.returncode != 0 and "Invalid feature specification" in refused.stderr, \
+        refused.stderr
+
+
+def test_the_sites_qos_are_enforced_through_slurmdbd(tmp_path) -> None:
+    """Issue 49: a site's QoS (time and node limits) enforced by Slurm itself through slurmdbd
+    and a private MariaDB: the tool's job under the default QoS is accepted, one over its time
+    or nodes refused by Slurm as by the tool, another QoS's longer limit taken, an unknown QoS
+    refused."""
+    targets, sites = load_targets(ROOT), load_sites(ROOT)
+    olivia = sites["olivia"]
+    debug = Qos(max_time="00:30:00", max_nodes=1, source="a 30-minute default")
+    debug._name = "debug"
+    site = olivia.model_copy(update={"qos": {"debug": debug, **olivia.qos},
+                                     "default_qos": "debug"})
+    settings = load_settings(tmp_path, {})
+    judge = judgeenv.plan(settings.root, arch="aarch64", python="3.12")
+    job = batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], site, settings=settings,
+                                        host_arch="x86_64", site_arch="aarch64", judge=judge),
+                         batch.JobRequest(workload="smoke", account=TEST_ACCOUNT), environ={})
+    assert "#SBATCH --qos=debug\n" in job.text
+    with pytest.raises(UsageError, match="QoS debug"):
+        batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], site, settings=settings,
+                                      host_arch="x86_64", site_arch="aarch64", judge=judge),
+                       batch.JobRequest(workload="smoke", account=TEST_ACCOUNT, time="01:00:00"),
+                       environ={})
+    with site_shaped_cluster(site) as cluster:
+        results = {flags: _test_only(cluster, job.text, tmp_path, *flags) for flags in (
+            (), ("--time=60",), ("--nodes=2",), ("--qos=devel", "--time=60"),
+            ("--qos=nonexistent",))}
+    said = {flags: result.stderr for flags, result in results.items()}
+    assert results[()].returncode == 0 and "to start at" in said[()], said
+    assert "QOSMaxWallDurationPerJobLimit" in said[("--time=60",)], said
+    assert "QOSMaxNodePerJobLimit" in said[("--nodes=2",)], said
+    assert results[("--qos=devel", "--time=60")].returncode == 0, said
+    assert "Invalid qos specification" in said[("--qos=nonexistent",)], said

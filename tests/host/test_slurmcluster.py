@@ -40,10 +40,10 @@ def sleeper():
     proc.wait()
 
 
-def _fake_daemon(program: str, *argv: str):
+def _fake_daemon(program: str, *argv: str, **popen: object):
     """A process whose command line reads ``program ARGV...`` (Python sleeping under that name)."""
     return launched([program, "-c", "import time; time.sleep(60)", *argv], reads=[program],
-                    executable=sys.executable)
+                    executable=sys.executable, **popen)
 
 
 def _plant(root, pids: dict, **extra) -> None:
@@ -87,6 +87,29 @@ def test_only_the_clusters_own_daemon_started_when_recorded_is_stopped(tmp_path)
         assert ours.wait(timeout=15) == -15 and other.poll() is None and not root.exists()
     finally:
         for proc in (other, ours):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_accounting_daemons_are_known_by_their_data_and_slurm_conf(tmp_path) -> None:
+    """mariadbd by its own --datadir; slurmdbd, which takes no config in its argv, by the
+    SLURM_CONF it runs with: another's is refused, not signalled."""
+    root = tmp_path / "c"
+    conf = str(root / "slurm.conf")
+    mariadbd = _fake_daemon("mariadbd", "--datadir=/var/lib/mysql")
+    slurmdbd = _fake_daemon("slurmdbd", env={**os.environ, "SLURM_CONF": "/etc/slurm/x.conf"})
+    ours = _fake_daemon("slurmdbd", env={**os.environ, "SLURM_CONF": conf})
+    try:
+        for name, proc, why in (("mariadbd", mariadbd, f"--datadir={root / 'mysql'}"),
+                                ("slurmdbd", slurmdbd, f"SLURM_CONF={conf}")):
+            _plant(root, {name: proc.pid})
+            with pytest.raises(StateError, match=f"is a {name} without this cluster's {why}"):
+                slurmcluster.stop(slurmcluster.load(root))
+        _plant(root, {"slurmdbd": ours.pid})
+        slurmcluster.stop(slurmcluster.load(root))
+        assert ours.wait(timeout=15) == -15 and mariadbd.poll() is None is slurmdbd.poll()
+    finally:
+        for proc in (mariadbd, slurmdbd, ours):
             proc.kill()
             proc.wait()
 

@@ -58,11 +58,12 @@ def test_lumi_smoke_command(data_world, data_settings) -> None:
         "/var/spool/slurmd", "/opt/cray", "/usr/lib64/libcxi.so.1", "/pfs", "/scratch",
         "/projappl", "/project", "/flash", "/appl"]
     assert _option_values(argv, "--env") == [
-        "NCCL_SOCKET_IFNAME=hsn", "NCCL_NET_GDR_LEVEL=3", "CXI_FORK_SAFE=1",
-        "CXI_FORK_SAFE_HP=1", "FI_CXI_DISABLE_CQ_HUGETLB=1",
-        "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242",
+        "NCCL_SOCKET_IFNAME=hsn", "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242",
         "MIOPEN_CUSTOM_CACHE_DIR=/tmp/alice-miopen-cache-4242",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "ROCR_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
+        # the network's own (transport.env: its transport applies from one node)
+        "NCCL_NET_GDR_LEVEL=3", "CXI_FORK_SAFE=1", "CXI_FORK_SAFE_HP=1",
+        "FI_CXI_DISABLE_CQ_HUGETLB=1",
         # LUMI declares its transport: RCCL must print which network it used, and must use
         # the aws-ofi-rccl plugin's or stop (no silent fallback to TCP sockets).
         "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET", "NCCL_NET=AWS Libfabric"]
@@ -101,7 +102,7 @@ def test_olivia_train_command(data_world, data_settings) -> None:
     argv = plan.argv
     assert argv[:3] == ["apptainer", "exec", "--nv"] and "--rocm" not in argv
     assert _option_values(argv, "--env") == [
-        "NCCL_PROTO=^LL128", "NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3", "NCCL_CROSS_NIC=1",
+        "NCCL_PROTO=^LL128", "NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "CUDA_VISIBLE_DEVICES=0,1,2,3"]
     image = str(data_settings.images_dir / "olivia-cuda.sif")
     assert argv[argv.index(image) + 1] == "/usr/local/bin/torchrun"
@@ -118,9 +119,8 @@ def test_olivia_train_command(data_world, data_settings) -> None:
 @pytest.mark.parametrize("site, env", [
     ("puhti", ["TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]),
     ("mahti", ["TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]),
-    ("derecho", ["NCCL_SOCKET_IFNAME=hsn", "NCCL_CROSS_NIC=1", "NCCL_NCHANNELS_PER_NET_PEER=4",
-                 "FI_CXI_DISABLE_HOST_REGISTER=1", "FI_MR_CACHE_MONITOR=userfaultfd",
-                 "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]),
+    # one node: NVLink, none of the network's variables (transport.env, from 2 nodes)
+    ("derecho", ["NCCL_SOCKET_IFNAME=hsn", "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]),
 ])
 def test_nvidia_x86_sites(data_world, data_settings, site, env) -> None:
     targets, sites = data_world
@@ -143,7 +143,8 @@ def test_build_commands_for_gpu_targets(data_world, data_settings) -> None:
     (ngc,) = plan_build(targets, "puhti-cuda", settings=data_settings, host=_host(apptainer)).steps
     assert ngc.build_argv[:5] == ["apptainer", "build", "--force", "--notest", "--fakeroot"]
     assert "NGC_TAG=25.06-py3" in ngc.build_argv and "TARGET=puhti-cuda" in ngc.build_argv
-    assert ngc.build_argv[-1].endswith("recipes/ngc.def")
+    assert ngc.build_argv[-1].endswith("/definition.def")  # the staged copy, with its labels
+    assert ngc.target.definition.name == "ngc.def"
     mahti = plan_build(targets, "mahti-cuda", settings=data_settings, host=_host(apptainer))
     assert mahti.steps[0].target.definition == ngc.target.definition  # one shared definition
     assert mahti.steps[0].inputs_hash != ngc.inputs_hash
@@ -307,10 +308,27 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
     assert shipped["puhti"].partition("gputest").max_time == 15 * 60
     assert shipped["puhti"].gpus.gres_type == "v100" and shipped["mahti"].gpus.gres_type == "a100"
     assert shipped["lumi"].partition("standard-g").whole_nodes
-    assert shipped["derecho"].modules == ("cuda", "apptainer")
+    assert shipped["derecho"].job_modules == ("cuda", "apptainer")
     assert all(shipped[s].account_required for s in ("lumi", "puhti", "mahti", "olivia",
                                                      "derecho"))
     assert not shipped["local-slurm"].account_required
+
+
+def test_a_site_states_what_every_job_needs_and_its_runtime(tmp_path: Path) -> None:
+    """Slurm's own spellings in job.directives; a default QoS that names one of qos (a PBS
+    site has none); a site offering another runtime passes with the module that provides
+    Apptainer."""
+    _profile(tmp_path, "qos:\n  debug: {max_time: '00:30:00', source: p}\ndefault_qos: debug\n"
+                       "job:\n  gpu_directives: ['-C gpu&hbm80g']\noffered_runtimes: [shifter]\n"
+                       "runtime_module: apptainer\nthreads_per_core: 2\ncores_per_node: 64\n")
+    site = load_sites(tmp_path)["x"]
+    assert (site.default_qos, site.job.gpu_directives) == ("debug", ("-C gpu&hbm80g",))
+    assert (site.job_modules, site.cpus_per_node) == (("apptainer",), 128)
+    path = tmp_path / "sites" / "x.yaml"
+    path.write_text(path.read_text().replace("scheduler: slurm", "scheduler: pbs")
+                    .replace("'-C gpu&hbm80g'", "'-l place=scatter'"))
+    with pytest.raises(ConfigError, match="default_qos: only Slurm sites have a QoS"):
+        load_sites(tmp_path)
 
 
 @pytest.mark.parametrize("text, where", [
@@ -342,6 +360,17 @@ def test_partitions_as_data_and_the_older_list_of_names(tmp_path: Path) -> None:
     ("partitions:\n  p:\n    max_tme: '1:00:00'\n", "partitions.p.max_tme: unknown key in "
                                                     "partition p (did you mean 'max_time'?)"),
     ("partitions: [a, 3]\n", "x.yaml:3: partitions: must be a list of partition names"),
+    # issue 49: what a site requires of every job, its default QoS, its runtime
+    ("qos:\n  debug: {source: p}\ndefault_qos: regular\n",
+     "x.yaml:5: default_qos: 'regular' is not one of qos"),
+    ("job:\n  directives: [--constraint=gpu, --time=1]\n",
+     "x.yaml:4: job.directives[1]: '--time=1' names --time, which the tool sets: use --time"),
+    ("job:\n  gpu_directives: ['-C a b']\n", "x.yaml:4: job.gpu_directives[0]: '-C a b' "
+                                               "takes one scheduler option"),
+    ("offered_runtimes: [podman-hpc, shifter]\n", "x.yaml:3: offered_runtimes: the site "
+     "offers podman-hpc, shifter, not apptainer, which the tool's jobs run: name the module "
+     "that provides it (runtime_module)"),
+    ("threads_per_core: 0\n", "x.yaml:3: threads_per_core: must be at least 1"),
     ("gpus:\n  request: gres\n", "x.yaml:4: gpus.request: request gres needs gres_type"),
     # issue 41: jobs ask at most what a node allocates, and the figure names its page
     (_GPUS + "memory:\n  per_gpu_gb: 95\n  source: guide\npartitions:\n  gpu:\n"

@@ -119,10 +119,10 @@ def test_exec_wrapper_quoting_holds_even_for_a_hostile_name(tmp_path: Path) -> N
 
 
 def test_modulefile_loads_the_modules_the_sites_jobs_load() -> None:
-    """Derecho's jobs load cuda and apptainer (the profile's modules): its module file loads
+    """Derecho's jobs load cuda and apptainer (modules and runtime_module): its module file loads
     them too, before anything else, so <target>-exec finds apptainer; a site without modules
     loads none."""
-    modules = load_sites(ROOT)["derecho"].modules
+    modules = load_sites(ROOT)["derecho"].job_modules
     assert modules == ("cuda", "apptainer")
     lines = render_modulefile(_spec(runtime="apptainer", modules=modules)).splitlines()
     loads = [line for line in lines if line.startswith("depends_on(")]

@@ -92,9 +92,10 @@ def test_plan_refuses_a_site_env_name_a_module_cannot_set(data_built: Built) -> 
 
 
 def test_published_module_loads_the_sites_job_modules(data_built: Built) -> None:
-    """The module file loads what the site's jobs load (profile ``modules``; Derecho: cuda and
-    apptainer), and names them for the wrapper."""
-    data_built.site = data_built.site.model_copy(update={"modules": ("cuda", "apptainer")})
+    """The module file loads what the site's jobs load (``modules``, then ``runtime_module``:
+    Derecho's cuda and apptainer), and names them for the wrapper."""
+    data_built.site = data_built.site.model_copy(update={"modules": ("cuda",),
+                                                         "runtime_module": "apptainer"})
     publish(data_built.plan(version="1.0"), RUNTIME,
             quick_check=data_built.quick_check_writing_verdict(), say=lambda line: None)
     lines = (data_built.dest / "modules" / "cpu" / "1.0.lua").read_text().splitlines()
