@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Mapping
 
 from containers.errors import CommandFailed, ConfigError, VerdictFailed
-from containers.files import copy_hashing, file_type
+from containers.files import copy_hashing, file_type, not_yours_alone
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 from containers.image.cache import cache_problem
@@ -80,10 +80,10 @@ def keyring_problem(keysdir: Path) -> str:
             info = os.lstat(ring)
         except FileNotFoundError:
             continue
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() \
-                or info.st_mode & 0o022:
-            return (f"{ring} is {file_type(info.st_mode)} of uid {info.st_uid}, mode "
-                    f"{stat.S_IMODE(info.st_mode):04o}, not a file only this user may write")
+        why = not_yours_alone(ring, info, uid=os.getuid()) or (
+            None if stat.S_ISREG(info.st_mode) else f"is {file_type(info.st_mode)}, not a file")
+        if why:
+            return f"{ring} {why}"
     return problem
 
 
