@@ -70,7 +70,8 @@ def test_own_distributed_script_and_a_failing_one(cpu_image, factory_cli_project
     # the two ranks share one pipe: their lines may arrive interleaved
     assert sorted(re.findall(r"own: rank \d of 2 sum \d", done.stdout)) == [
         "own: rank 0 of 2 sum 3", "own: rank 1 of 2 sum 3"]
-    assert "torchrun --standalone --nproc-per-node=2 --no-python python own.py" in done.stdout
+    assert ("torchrun --standalone --nproc-per-node=2 --log-dir=/opt/containers/results/"
+            "torchelastic --no-python python own.py") in done.stdout
     (status,) = (tmp_path / "results" / "run").glob("cpu-*/status.json")
     assert json.loads(status.read_text())["exit_status"] == 0
     assert "own: rank 0 of 2 sum 3" in (status.parent / "run.log").read_text()
