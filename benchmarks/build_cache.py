@@ -43,6 +43,7 @@ import yaml
 from common import ROOT, report
 
 from containers import app
+from containers.files import atomic_write_text
 from containers.host.runtime import Runtime
 from containers.image.cache import package_cache_dir, usage
 from containers.report import new_figure, save_figure
@@ -85,7 +86,7 @@ def add_package(spec: Path, package: str) -> None:
     if any(str(entry).split("=")[0].strip().lower() == package.lower() for entry in pip):
         raise SystemExit(f"{spec} already lists {package}: choose another --package")
     pip.append(package)
-    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    atomic_write_text(spec, yaml.safe_dump(data, sort_keys=False))
 
 
 def copy_inputs(source: Path, dest: Path) -> Path:

@@ -10,6 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from containers.errors import WriteRefused  # noqa: E402
+from containers.files import atomic_write_text  # noqa: E402
 from containers.host.process import run  # noqa: E402
 from containers.report import console, table  # noqa: E402
 
@@ -46,7 +48,11 @@ def run_checked(argv: list[str], *, label: str, timeout: float = 1800, env=None)
 
 def report(title: str, columns: list[str], rows: list[list[object]], out: Path,
            data: dict) -> None:
+    """The table, and its JSON mirror written to ``out`` by the package's rule (a refusal is
+    one line, exit 1)."""
     console().print(table(title, columns, rows))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2) + "\n")
+    try:
+        atomic_write_text(out, json.dumps(data, indent=2) + "\n")
+    except WriteRefused as exc:
+        raise SystemExit(f"benchmark: --out {exc}") from None
     print(f"json: {out}")

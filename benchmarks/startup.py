@@ -44,6 +44,8 @@ from typing import Any
 
 from common import ROOT, report
 
+from containers.files import atomic_write_text
+
 #: A tasks file with one task: what invoke itself costs.
 ONE_TASK = 'from invoke import task\n\n\n@task\ndef hello(c):\n    """Say hello."""\n'
 #: case -> (the invoke arguments, where it runs: the project or the one-task folder).
@@ -183,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
         env["INVOKE_CONTAINERS_TMP_DIR"] = str(Path(tmp) / "work")
         folders = {**checkouts, "one-task": Path(tmp) / "one-task"}
         folders["one-task"].mkdir()
-        (folders["one-task"] / "tasks.py").write_text(ONE_TASK)
+        atomic_write_text(folders["one-task"] / "tasks.py", ONE_TASK)
         if args.images is not None:
             staged = Path(tmp) / "images"
             staged.mkdir()

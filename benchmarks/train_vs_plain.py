@@ -44,6 +44,7 @@ from typing import Any, Optional
 
 from common import ROOT, report, run_checked
 
+from containers.files import atomic_write_text
 from containers.host.process import run
 from containers.report import new_figure, save_figure
 
@@ -284,7 +285,7 @@ def plain_worker(config: Path) -> None:
         seconds = float(elapsed)
         epochs.append(_epoch_record(setup, epoch, seconds, steps * micro * world, rank))
     if rank == 0:
-        Path(setup.out).write_text(json.dumps(
+        atomic_write_text(Path(setup.out), json.dumps(
             {"parameters": parameters, "precision": setup.precision, "epochs": epochs}, indent=2))
     # As train.py does: free DDP's objects (reference cycles) and gloo's pending work while the
     # process group is alive; released at interpreter exit they can abort a finished rank
@@ -386,7 +387,7 @@ def measure(setup: Setup, offered: set[str], repeat: int, tmp: Path) -> dict[str
                                "optimizer": record["optimizer"], "lr": record["lr"],
                                "out": str(folder / "plain.json")})
         config = folder / "plain-setup.json"
-        config.write_text(json.dumps(asdict(plain_setup)))
+        atomic_write_text(config, json.dumps(asdict(plain_setup)))
         run_checked([*torchrun(setup.ranks), str(Path(__file__).resolve()), "--worker",
                      str(config)],
                     label=f"plain {label}")

@@ -243,6 +243,21 @@ def unsafe_way(path: Path) -> str | None:
         todo[:0] = Path(target).parts[1 if os.path.isabs(target) else 0:]
 
 
+def not_yours_alone(path: Path, info: os.stat_result, *, uid: int | None = None) -> str | None:
+    """Why ``path`` (``info``, from ``lstat``) is not the user's alone, as words after its name,
+    else None: a link, another user's, or writable by its group or others. The one rule for
+    what the tool trusts: the package cache, a signing keyring, the local cluster's record."""
+    uid = os.geteuid() if uid is None else uid
+    mode = stat.S_IMODE(info.st_mode)
+    if stat.S_ISLNK(info.st_mode):
+        return f"is a link (to {os.readlink(path)})"
+    if info.st_uid != uid:
+        return f"is owned by uid {info.st_uid}, not this user ({uid})"
+    if mode & 0o022:
+        return f"is writable by its group or others (mode {mode:o})"
+    return None
+
+
 def first_link(base: Path, path: Path) -> Path | None:
     """The first folder or file of ``path`` below ``base`` that is a symbolic link (``lstat``
     at every level; ``base`` itself is the caller's choice and not checked), else None."""

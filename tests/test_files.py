@@ -284,3 +284,24 @@ def test_the_way_is_walked_as_the_kernel_walks_it(tmp_path: Path) -> None:
     assert files.unsafe_way(tmp_path / "loop" / "x").endswith("loop leads through more than 40 "
                                                              "links")
     assert files.unsafe_way(ways.mine / "missing" / "x") is None
+
+
+def test_yours_alone_is_one_rule_for_files_folders_and_links(tmp_path: Path) -> None:
+    """The cache, a signing keyring and the local cluster's record trust by one rule."""
+    folder, record, link = tmp_path / "d", tmp_path / "d" / "r.json", tmp_path / "l"
+    folder.mkdir(mode=0o700)
+    record.write_text("{}")
+    record.chmod(0o600)
+    link.symlink_to(folder)
+
+    def why(path: Path, uid: int | None = None) -> str | None:
+        return files.not_yours_alone(path, os.lstat(path), uid=uid)
+
+    assert why(folder) is None and why(record) is None
+    assert why(link) == f"is a link (to {folder})"
+    assert why(record, os.geteuid() + 1) == (f"is owned by uid {os.geteuid()}, not this user "
+                                             f"({os.geteuid() + 1})")
+    record.chmod(0o620)
+    folder.chmod(0o707)
+    assert why(record) == "is writable by its group or others (mode 620)"
+    assert why(folder) == "is writable by its group or others (mode 707)"

@@ -27,7 +27,7 @@ from typing import Callable
 import psutil
 
 from containers.errors import CommandFailed, StateError
-from containers.files import atomic_write_text, read_json_object, unsafe_way
+from containers.files import atomic_write_text, not_yours_alone, read_json_object, unsafe_way
 from containers.host.process import terminate
 from containers.host.slurmconf import ConfWriter
 
@@ -371,19 +371,13 @@ def save(cluster: SlurmCluster) -> Path:
 
 def trust_problem(path: Path) -> str | None:
     """Why ``path`` (the cluster's folder or its record) cannot be trusted by this user, else
-    None (also when missing): a link, another user's, writable by group or others, or in a
-    folder where anyone may swap it (:func:`containers.files.unsafe_way`)."""
+    None (also when missing): not the user's alone (:func:`containers.files.not_yours_alone`,
+    the cache's rule), or in a folder where anyone may swap it (:func:`~.unsafe_way`)."""
     try:
-        info = os.lstat(path)
+        why = not_yours_alone(path, os.lstat(path))
     except FileNotFoundError:
         return None
-    if stat.S_ISLNK(info.st_mode):
-        return f"{path} is a symbolic link"
-    if info.st_uid != os.geteuid():
-        return f"{path} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
-    if info.st_mode & 0o022:
-        return f"{path} is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
-    return unsafe_way(path)
+    return f"{path} {why}" if why else unsafe_way(path)
 
 
 def check_folder(root: Path) -> None:

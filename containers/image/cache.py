@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from containers.errors import ConfigError, ContainersError, on_disk
-from containers.files import file_type, unsafe_way
+from containers.files import file_type, not_yours_alone, unsafe_way
 from containers.host.runtime import BIND_SPECIALS, unsafe_characters
 from containers.locking import acquire, release
 
@@ -235,20 +235,16 @@ def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
         return None
     except OSError as error:
         return f"cannot be read ({error.strerror})"
-    mode = stat.S_IMODE(info.st_mode)
-    if stat.S_ISLNK(info.st_mode):
-        return f"is a link (to {os.readlink(folder)})"
-    if not stat.S_ISDIR(info.st_mode):
+    if not stat.S_ISDIR(info.st_mode) and not stat.S_ISLNK(info.st_mode):
         return f"is {file_type(info.st_mode)}, not a folder"
-    if gid is None and info.st_uid != uid:
-        return f"is owned by uid {info.st_uid}, not this user ({uid})"
-    if gid is None and mode & 0o022:
-        return f"is writable by its group or others (mode {mode:o})"
-    if gid is not None and info.st_gid != gid:
+    if gid is None or stat.S_ISLNK(info.st_mode):
+        return not_yours_alone(folder, info, uid=uid)
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_gid != gid:
         return f"belongs to gid {info.st_gid}, not the cache group's ({gid})"
-    if gid is not None and mode & 0o002:
+    if mode & 0o002:
         return f"is writable by others (mode {mode:o})"
-    if gid is not None and mode & 0o020 and not mode & stat.S_ISGID:
+    if mode & 0o020 and not mode & stat.S_ISGID:
         return (f"is group-writable without the set-group-ID bit (mode {mode:o}): chmod g+s it, "
                 "so what is made in it stays the group's")
     return None

@@ -17,7 +17,6 @@ a published image against the key the catalogue names, whatever their own keyrin
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -27,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from containers.errors import CommandFailed, ConfigError, VerdictFailed
-from containers.files import copy_hashing, file_type
+from containers.files import copy_hashing, file_type, json_value, not_yours_alone
 from containers.host.process import capture
 from containers.host.runtime import Runtime
 from containers.image.cache import cache_problem
@@ -80,10 +81,10 @@ def keyring_problem(keysdir: Path) -> str:
             info = os.lstat(ring)
         except FileNotFoundError:
             continue
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() \
-                or info.st_mode & 0o022:
-            return (f"{ring} is {file_type(info.st_mode)} of uid {info.st_uid}, mode "
-                    f"{stat.S_IMODE(info.st_mode):04o}, not a file only this user may write")
+        why = not_yours_alone(ring, info, uid=os.getuid()) or (
+            None if stat.S_ISREG(info.st_mode) else f"is {file_type(info.st_mode)}, not a file")
+        if why:
+            return f"{ring} {why}"
     return problem
 
 
@@ -128,6 +129,26 @@ def sign(runtime: Runtime, image: Path, *, keysdir: Path, keyidx: int) -> None:
         raise
 
 
+class _Signer(BaseModel):
+    """One signer in ``verify --json``'s report, as far as it is read (strict: a value of another
+    type is refused, never coerced)."""
+
+    model_config = ConfigDict(strict=True)
+    Fingerprint: str
+    KeyCheck: bool = False
+    DataCheck: bool = False
+
+
+class _SignerKey(BaseModel):
+    model_config = ConfigDict(strict=True)
+    Signer: _Signer
+
+
+class _Verified(BaseModel):
+    model_config = ConfigDict(strict=True)
+    SignerKeys: list[_SignerKey] | None = None
+
+
 def signers(runtime: Runtime, image: Path, *, keysdir: Path) -> set[str]:
     """Fingerprints (upper-case) whose signatures over ``image`` verify against ``keysdir``;
     a :class:`VerdictFailed` naming the image when there is none or one does not verify."""
@@ -135,9 +156,18 @@ def signers(runtime: Runtime, image: Path, *, keysdir: Path) -> set[str]:
         out = capture(runtime.verify_argv(image), env=_env(runtime, keysdir), timeout=600)
     except CommandFailed as exc:
         raise VerdictFailed(f"{image}: signature check failed: {exc}") from exc
-    data = json.loads(out or "{}")
-    found = {s["Signer"]["Fingerprint"].upper() for s in data.get("SignerKeys") or []
-             if s.get("Signer", {}).get("KeyCheck") and s["Signer"].get("DataCheck")}
+    try:
+        report = _Verified.model_validate(json_value(out or "{}"))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise VerdictFailed(f"{image}: signature check failed: {runtime.flavour} verify's report "
+                            f"has {'.'.join(map(str, error['loc'])) or 'no object'}: "
+                            f"{error['msg']}") from None
+    except ValueError as exc:
+        raise VerdictFailed(f"{image}: signature check failed: {runtime.flavour} verify printed "
+                            f"no JSON report ({exc})") from None
+    found = {key.Signer.Fingerprint.upper() for key in report.SignerKeys or ()
+             if key.Signer.KeyCheck and key.Signer.DataCheck}
     if not found:
         raise VerdictFailed(f"{image}: no valid signature")
     return found

@@ -21,7 +21,7 @@ from typing import Callable
 
 from containers.errors import CommandFailed, StateError, UsageError, VerdictFailed
 from containers.files import (FileRefused, file_type, not_a_folder, read_regular, sha256_file,
-                             walk_nofollow)
+                             unsafe_way, walk_nofollow)
 from containers.host.runtime import Runtime
 from containers.inputs.schema import TEMP_ENDINGS, name_problem
 from containers.progress import byte_progress
@@ -172,8 +172,10 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
                          human_bytes(image["size_bytes"]), image["sha256"][:16], signature,
                          image["checks"], image["published"], "FAILED" if found else "ok"))
     problems += entry_problems
-    problems += mode_problems([p for p in walk_nofollow(dest) if not p.is_symlink()], None)
     exposed = open_parent(dest)  # anyone could swap the whole folder for their own
+    paths = [p for p in walk_nofollow(dest) if not p.is_symlink()]
+    own = exposed and not unsafe_way(dest.parent)  # DEST itself: named once, by open_parent
+    problems += mode_problems(paths[1:] if own else paths, None)
     if exposed:
         problems.append(exposed)
     temps = [temp for folder in folders.values() for temp in folder.temps]

@@ -56,6 +56,9 @@ class Launch:
     no_python: bool = False
     #: What the site adds to each job step of its launcher (``job.step_options``: PALS' binding)
     step_options: tuple[str, ...] = ()
+    #: torchrun's ``--log-dir``, a folder of the run's own (torchrun's default is a new
+    #: ``torchelastic_*`` folder in TMPDIR, which Apptainer shares with the host, left there)
+    log_dir: str | None = None
 
     def exec_argv(self, command: Sequence[str], *,
                   env: Mapping[str, str] | None = None) -> list[str]:
@@ -94,6 +97,7 @@ def torchrun_argv(launch: Launch) -> list[str]:
         options = [f"--nnodes={launch.nodes}", f"--nproc-per-node={launch.ranks_per_node}",
                    "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv.endpoint}",
                    f"--rdzv-id={rdzv.id}"]
+    options += [f"--log-dir={launch.log_dir}"] if launch.log_dir else []
     program = ["--no-python"] if launch.no_python else []
     return [launch.torchrun, *options, *program, launch.script, *launch.args]
 

@@ -38,6 +38,8 @@ Say = Callable[[str], None]
 #: site, workload, nodes, GPUs, launcher, partition) and the image's provenance at launch.
 JOB_RECORD = "job.json"
 IMAGE_RECORD = "image.json"
+#: torchrun's logs (a failed rank's ``error.json``) in the results folder, never in /tmp.
+LOGS = "torchelastic"
 
 #: What makes NCCL/RCCL name its network transport (and its versions) in the output.
 TRANSPORT_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
@@ -234,7 +236,8 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
     launch = Launch(runtime=runtime, image=image, script=script, no_python=command is not None,
                     args=tuple(args), binds=tuple(binds), env=env, ranks_per_node=ranks,
                     nodes=nodes, rendezvous=place.rendezvous, step=placement is not None,
-                    cpus_per_task=place.cpus_per_task, **ingredients(site, target.torchrun))
+                    cpus_per_task=place.cpus_per_task, log_dir=f"{settings.results_mount}/{LOGS}",
+                    **ingredients(site, target.torchrun))
     return Workload(target=target, site=site, image=image, out_dir=out_dir, ranks=ranks * nodes,
                     argv=launcher.argv(launch), timeout=timeout, report_name=report_name,
                     launch=launch, launcher=launcher)

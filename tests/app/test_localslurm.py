@@ -84,7 +84,7 @@ def test_a_folder_of_another_user_is_neither_read_nor_removed(folder) -> None:
     (folder / "slurm.conf").write_text("theirs\n")
     os.chown(folder, 65534, 65534)
     for action in ("stop", "start"):
-        with pytest.raises(StateError, match=f"^{folder} belongs to uid 65534"):
+        with pytest.raises(StateError, match=f"^{folder} is owned by uid 65534"):
             app.local_slurm(app.Project.load(ROOT, {}), action=action)
     assert (folder / "slurm.conf").read_text() == "theirs\n"
 

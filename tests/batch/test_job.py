@@ -168,6 +168,7 @@ def test_lumi_torchrun_per_node(data_job) -> None:
         "/proj/images/lumi-rocm.sif "
         "torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d "
         '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" "--rdzv-id=${SLURM_JOB_ID}" '
+        "--log-dir=/opt/containers/results/torchelastic "
         "/opt/containers/jobs/allreduce.py --sizes 1K:128M")
     # One torchrun per node: each rank pins itself to its GCD's cores, and the header says so.
     assert launch.endswith("--expect-gpu rocm --backend nccl --rank-cores "
@@ -232,11 +233,13 @@ def test_olivia_multinode(data_job) -> None:
     assert ("/proj/images/olivia-cuda.sif /usr/local/bin/torchrun --nnodes=2 "
             "--nproc-per-node=4 --rdzv-backend=c10d "
             '"--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" "--rdzv-id=${SLURM_JOB_ID}" '
+            "--log-dir=/opt/containers/results/torchelastic "
             "/opt/containers/jobs/train.py --example ddp") in launch
     # One node: no multi-node binds, modules or rendezvous.
     single = data_job("olivia", "ddp", nodes=1).text
     assert "EBROOT" not in single and "module load" not in single and "FI_PROVIDER" not in single
-    assert "/usr/local/bin/torchrun --standalone --nproc-per-node=4 " in _launch(single)
+    assert ("/usr/local/bin/torchrun --standalone --nproc-per-node=4 "
+            "--log-dir=/opt/containers/results/torchelastic ") in _launch(single)
 
 
 def test_derecho_pbs(data_job, data_world) -> None:
@@ -266,7 +269,8 @@ def test_derecho_pbs(data_job, data_world) -> None:
             "--env NCCL_DEBUG_SUBSYS=INIT,NET --env 'NCCL_NET=AWS Libfabric' "
             "/proj/images/derecho-cuda.sif torchrun --nnodes=2 --nproc-per-node=4 "
             '--rdzv-backend=c10d "--rdzv-endpoint=${MASTER_ADDR}:${MASTER_PORT}" '
-            '"--rdzv-id=${PBS_JOBID}" /opt/containers/jobs/allreduce.py') in launch
+            '"--rdzv-id=${PBS_JOBID}" --log-dir=/opt/containers/results/torchelastic '
+            "/opt/containers/jobs/allreduce.py") in launch
     assert job.scheduler.submit_argv(Path("j.sh")) == ["qsub", "j.sh"]
     # With a memory per GPU in the profile, the chunk carries it per node (NCAR's own script
     # asks for mem=480GB per 4-GPU node).

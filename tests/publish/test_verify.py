@@ -170,3 +170,18 @@ def test_verify_flags_a_dest_anyone_could_swap(data_built: Built) -> None:
             verify(dest, runtime=_no_runtime, say=lambda line: None)
     finally:
         os.chmod(dest.parent, 0o755)
+
+
+@pytest.mark.parametrize("sticky", [0, 0o1000])
+def test_a_world_writable_dest_is_one_problem(data_built: Built, sticky: int) -> None:
+    """A DEST anyone may write was named twice: by the mode check and by the way's rule."""
+    dest = _publish_two(data_built)
+    os.chmod(dest, 0o777 | sticky)
+    try:
+        with pytest.raises(VerdictFailed, match=f"^verify found 1 problem.s. in {dest}: ") as \
+                failed:
+            verify(dest, runtime=_no_runtime, say=lambda line: None)
+    finally:
+        os.chmod(dest, 0o755)
+    assert ("world-writable without the sticky bit" if not sticky
+            else f"{dest}: world-writable (mode 1777)") in str(failed.value)

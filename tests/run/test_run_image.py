@@ -38,9 +38,24 @@ dist.barrier()
 """
 
 
-def _invoke(*args: str, cwd: Path, root: Path = ROOT) -> subprocess.CompletedProcess:
+def _invoke(*args: str, cwd: Path, root: Path = ROOT,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([str(Path(sys.executable).parent / "invoke"), "-r", str(root), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=600)
+                          cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_torchrun_leaves_nothing_in_tmpdir(cpu_image, factory_cli_project, tmp_path) -> None:
+    """Apptainer shares TMPDIR with the image: torchrun's logs go to the results folder, not
+    to a ``torchelastic_*`` folder left there by every run."""
+    root = factory_cli_project(images_dir=cpu_image.parent, results_dir=tmp_path / "results")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = _invoke("smoke", "--gpus", "2", "--sizes", "1K:4K", "--iters", "2", cwd=tmp_path,
+                   root=root, env={**os.environ, "TMPDIR": str(tmp)})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(tmp.iterdir()) == []
+    (logs,) = (tmp_path / "results" / "smoke").glob("cpu-*/torchelastic")
+    assert logs.is_dir()
 
 
 def test_own_distributed_script_and_a_failing_one(cpu_image, factory_cli_project,
@@ -55,7 +70,8 @@ def test_own_distributed_script_and_a_failing_one(cpu_image, factory_cli_project
     # the two ranks share one pipe: their lines may arrive interleaved
     assert sorted(re.findall(r"own: rank \d of 2 sum \d", done.stdout)) == [
         "own: rank 0 of 2 sum 3", "own: rank 1 of 2 sum 3"]
-    assert "torchrun --standalone --nproc-per-node=2 --no-python python own.py" in done.stdout
+    assert ("torchrun --standalone --nproc-per-node=2 --log-dir=/opt/containers/results/"
+            "torchelastic --no-python python own.py") in done.stdout
     (status,) = (tmp_path / "results" / "run").glob("cpu-*/status.json")
     assert json.loads(status.read_text())["exit_status"] == 0
     assert "own: rank 0 of 2 sum 3" in (status.parent / "run.log").read_text()

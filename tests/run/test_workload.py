@@ -37,7 +37,8 @@ def test_one_node_is_torchrun_standalone_with_no_prefix(data_world, data_setting
     assert plan.argv[:3] == ["apptainer", "exec", "--nv"]
     assert plan.argv[plan.argv.index(image):] == [
         image, "/usr/local/bin/torchrun", "--standalone", "--nproc-per-node=4",
-        "/opt/containers/jobs/allreduce.py", "--iters", "5",
+        "--log-dir=/opt/containers/results/torchelastic", "/opt/containers/jobs/allreduce.py",
+        "--iters", "5",
         "--expect-gpu", "cuda", "--backend", "nccl"]
     # Olivia's network stack is bound in only across nodes: one node neither forces nor
     # proves the transport; two nodes do both.
