@@ -1,25 +1,10 @@
 """A lossless reader for Apptainer definition files.
 
-Definitions stay plain Apptainer files (``apptainer build --build-arg-file`` works on them without
-this tool), so the tool must never rewrite them: :class:`Definition` keeps the header and every
-section byte for byte (``definition.text == original``), finds ``{{ ARG }}`` build arguments and their
-``%arguments`` defaults, and reports unknown sections and unset arguments. spython's recipe parser is
-not used because it reorders and reformats sections (docs/building.md, Targets).
-
-A definition may have several stages (Apptainer's multi-stage builds): each starts with its own
-``Bootstrap:`` header (and a ``Stage: name``), has its own sections, and a later stage copies
-files out of an earlier one with ``%files from <stage>``. A ``{{ ARG }}`` given with
-``--build-arg`` serves every stage, while a ``%arguments`` default serves only its own stage (as
-Apptainer reads them). The image is the last stage. The build passes the file to Apptainer
-unchanged, so stages cost the tool nothing but reading them right.
-
-What a definition reads on the build host is judged by :mod:`containers.inputs.hostpaths`.
-
-Lines are Apptainer's (pkg/build/types/parser/deffile.go scans with Go's ``bufio.ScanLines``):
-they end at ``\n`` only, and one ``\r`` before it is dropped (:func:`apptainer_lines`,
-:func:`line_text`). The checks must see every line Apptainer runs, so no other line break of
-Python's (form feed, ``\x85``, U+2028...) may start a section or a stage here.
-"""
+The tool never rewrites a definition: :class:`Definition` keeps every stage's header and
+sections byte for byte (``definition.text == original``), finds ``{{ ARG }}`` build arguments and
+their ``%arguments`` defaults, and reports unknown sections and unset arguments. Lines are split
+as Apptainer splits them (:func:`apptainer_lines`), so the checks see every line it runs.
+Stages, and why not spython: docs/architecture.md (Definitions)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
 """Conda environment specs (standard ``environment.yml``) as the image's package list.
 
-The same file serves both builders: cotainr installs it whole with Conda; the Apptainer venv path
-installs only its ``pip:`` list on the base image's Python, so Conda packages beyond ``python`` and
-``pip`` are refused there with a clear message instead of being dropped silently.
-
-Where packages come from is the build host's choice (its pip.conf: index, mirror, find-links,
-certificate), not the env spec's: the ``pip:`` list is copied into the image's requirements file,
-so an option line there could swap the index for every package (``--index-url``), trust a host
-without TLS (``--trusted-host``, an ``http://`` index), or read files from outside the checkout
-(``-r``, ``-c``, ``-e``, ``--find-links``). :meth:`EnvSpec.check_pip_options` refuses all of them,
-except an ``--extra-index-url`` over https that the manifest names in ``pip_extra_index_urls``
-(LUMI's ROCm wheels). The rule is :data:`PIP_OPTION_RULE`.
-"""
+cotainr installs the file whole with Conda; the Apptainer venv path installs only its ``pip:``
+list, so other Conda packages are refused there rather than dropped. Where packages come from is
+the build host's choice, so :meth:`EnvSpec.check_pip_options` refuses pip option lines
+(:data:`PIP_OPTION_RULE`) except an https ``--extra-index-url`` the manifest names."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """The option types of the command line: one place per kind of flag value.
 
-Every flag value reaches the tool as text (``invoke`` is told no types, so it never casts and a
-bad value never ends in its traceback). Each type here turns that text into the value the
-options carry, or refuses it with ONE line naming the flag and what it takes; the options
-classes (``SmokeOptions``, ``TrainOptions``) and ``tasks.py`` use the same types, so a rule is
-written once and a value is checked on the host before anything runs or is written.
-
-A type is a :class:`FlagType`: ``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is what
-``--help`` shows as the flag's type.
-"""
+Every flag value arrives as text (``invoke`` is told no types, so it never casts). A
+:class:`FlagType` turns it into the value the options carry or refuses it in ONE line naming the
+flag; ``tasks.py`` and the options classes share these types, so a rule is written once.
+``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is the type ``--help`` shows."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """What a definition reads on the build host, outside the build context the tool stages.
 
-``%setup`` and ``%pre`` run on the build host as the building user, ``%files`` and ``%appfiles``
-copy from the host and a ``localimage`` stage starts from a host file: a line there that reads
-a host path outside the build context makes the image depend on the build machine (and, under
-``host_paths: forbid``, is refused). :func:`host_path_uses` lists them for ``invoke check``.
-The definition is read by :mod:`containers.inputs.definition` exactly as Apptainer reads it;
-this module judges its lines: a shell's words for ``%setup``/``%pre``, Apptainer's for
-``%files``.
-"""
+``%setup``/``%pre`` (shell words), ``%files``/``%appfiles`` (Apptainer's) and a ``localimage``
+stage can read host paths, which makes the image depend on the build machine (refused under
+``host_paths: forbid``). :func:`host_path_uses` lists them for ``invoke check``."""
 
 from __future__ import annotations
 

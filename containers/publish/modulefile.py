@@ -1,31 +1,10 @@
 """Lmod module files and the exec wrapper for published images: pure rendering, no I/O.
 
-A published image is used the way LUMI's container modules are used: ``module load cpu/<version>``
-sets ``SIF`` (and ``CONTAINER_IMAGE``) to the image, the site's binds after the user's own in
-every bind variable the runtime reads, the site's container environment in ``SINGULARITYENV_X``
-and ``APPTAINERENV_X`` (``pushenv``: unload gives the user's values back), and puts
-``<dest>/<target>/bin`` on ``PATH``. It first loads the host modules the site's jobs load (the
-profile's ``modules``: Derecho's ``cuda`` and ``apptainer``, whose module puts the runtime on
-``PATH``), with Lmod's ``depends_on``.
-
-The helper is a wrapper script, ``<target>-exec COMMAND...``, not an Lmod shell function: a
-script on PATH works from batch scripts, ``srun``, ``mpiexec``, non-bash shells and subprocesses,
-whereas a shell function exists only in the interactive shell that loaded the module. The script
-is the same for every version of a target and holds no fact of any version: the image
-(``$SIF``), the runtime binary (``$CONTAINER_RUNTIME``) and the GPU flag
-(``$CONTAINER_GPU_FLAG``) come from the loaded module, which each version writes for itself, so
-publishing a new version (or a changed site profile) never changes what an older one runs.
-
-Site environment values are written as they are: a ``$VAR`` in one (``$SLURM_JOB_ID``) is
-expanded by the runtime when the container starts, so it takes the job's value, not the
-publisher's.
-
-Every value that reaches Lua goes through :func:`lua_string`; every value that reaches the shell
-script goes through :func:`shlex.quote`; every value in a comment of either goes through
-:func:`comment_text`, since a newline would end the comment and run the rest as code. Target and
-version names are checked by the one name rule before they get here (publish refuses others);
-this quoting holds even for a name that was not.
-"""
+``module load <target>/<version>`` sets ``SIF``, the site's binds and environment, and puts the
+``<target>-exec`` wrapper on ``PATH`` (docs/publishing.md). The wrapper holds no fact of any
+version: each module file sets what it runs, so a new version never changes an older one.
+Every value reaching Lua goes through :func:`lua_string`, the shell through :func:`shlex.quote`,
+a comment through :func:`comment_text`: the quoting holds even for a name the name rule missed."""
 
 from __future__ import annotations
 

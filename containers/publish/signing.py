@@ -1,19 +1,10 @@
 """PGP signing of published images with the runtime's own keyring, and checking signatures.
 
-``apptainer sign`` and ``verify`` read the keyring from ``APPTAINER_KEYSDIR`` (SingularityCE:
-``SINGULARITY_SYPGPDIR``). The keyring is resolved once, to a folder (:func:`keyring`:
-``containers.sign_keysdir``, else the folder the runtime itself would read,
-:meth:`Runtime.keysdir`), and every call names that folder: the key listed, the signature made,
-the signature checked and the public key exported all come from one keyring, used only when
-it is the user's alone, as the package cache is (:func:`keyring_problem`). Nothing here
-reaches a key server: ``verify --local`` only, and keys are never pushed. A key with a
-passphrase cannot be used (``apptainer`` would prompt, and nothing answers): the error says so.
-
-``apptainer key export`` always prompts for a key index, so the public key published beside the
-images is exported from the keyring file (``pgp-public``, a plain OpenPGP keyring) by ``gpg``,
-with a throwaway home. ``verify`` imports that file into a throwaway keyring, so anyone can check
-a published image against the key the catalogue names, whatever their own keyring holds.
-"""
+The keyring is resolved once, to a folder (:func:`keyring`), used only while it is the user's
+alone (:func:`keyring_problem`), and named by every call. No key server is reached (``verify
+--local``; keys are never pushed); a key with a passphrase is refused, as nothing would answer
+the prompt. The public key is exported with ``gpg`` and a throwaway home, since ``apptainer key
+export`` always prompts (docs/publishing.md)."""
 
 from __future__ import annotations
 
