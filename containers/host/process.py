@@ -278,7 +278,6 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         timeout: float | None = None, on_line: LineSink | None = None,
         grace: float = 10.0) -> Completed:
-    """Run ``argv`` to its end (:func:`start`, then :meth:`Running.wait`)."""
     return start(argv, env=env, on_line=on_line, grace=grace).wait(timeout)
 
 

@@ -138,8 +138,7 @@ def _submit_filter(site: Site) -> str | None:
 
 
 def gres_type(site: Site) -> str:
-    """The GPU type a node's GRES names: the profile's ``gres_type``, else the GPU model's
-    first word (``A100 40GB``: ``a100``), as sites name them."""
+    """Else the GPU model's first word (``A100 40GB``: ``a100``), as sites name them."""
     model = _FEATURE.match(site.gpus.model or "")
     return site.gpus.gres_type or (model[0].lower() if model else "gpu")
 

@@ -64,7 +64,6 @@ def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def package_cache_dir(cache_dir: Path | None, environ: Mapping[str, str] = os.environ) -> Path:
-    """The package cache's root for the ``containers.cache_dir`` setting (None: the default)."""
     return (cache_dir or default_cache_dir(environ)) / "packages"
 
 

@@ -28,7 +28,6 @@ class Compiled:
     source: str
 
     def words(self) -> str:
-        """One line, the way the stack keeps it: ``sm_80 sm_90 compute_90``."""
         return " ".join((*self.sass, *self.ptx, *self.gfx))
 
 
@@ -47,9 +46,7 @@ def parse_words(words: str | Sequence[str], source: str) -> Compiled:
 
 
 def parse_nvcc_flags(config: str) -> Compiled | None:
-    """The ``-gencode`` flags in ``torch.__config__.show()``: its ``NVCC architecture flags``
-    line (``-gencode;arch=compute_80,code=sm_80;...``) or, in newer builds, its build settings'
-    ``CUDA_FLAGS`` (``-gencode arch=compute_80,code=sm_80 ...``); None when it has neither."""
+    """From the ``NVCC architecture flags`` line or, in newer builds, ``CUDA_FLAGS``."""
     codes = ",".join(GENCODE.findall(config))
     return parse_words(codes.replace(",", " "), "torch.__config__.show()") if codes else None
 

@@ -97,8 +97,6 @@ class ExamplePlan:
 
 
 def has_torch(target: Target, env: EnvSpec | None) -> bool:
-    """Whether the image will have torch: the env spec installs it, or the manifest declares
-    the base image's (``torch:``)."""
     return target.torch is not None or (env is not None and (env.installs("torch")
                                                              or env.installs("pytorch")))
 

@@ -62,19 +62,15 @@ APP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 def apptainer_lines(text: str) -> list[str]:
-    """``text`` cut after each ``\n`` only, as Apptainer's ``bufio.ScanLines`` cuts it, each
-    line with its ``\n`` (so the lines join back to ``text``). ``str.splitlines`` also cuts at
-    form feed, ``\r``, ``\x0b``, ``\x1c``-``\x1e``, ``\x85`` and U+2028/2029: a ``%labels``
-    after a form feed in a ``%setup`` line would start a section here and hide the rest of
-    the line from the checks, while Apptainer runs it."""
+    """Cut as Apptainer's ``bufio.ScanLines`` cuts: ``str.splitlines`` also cuts at form feed,
+    ``\x85``, U+2028..., so a ``%labels`` after a form feed would hide a line Apptainer runs."""
     pieces = text.split("\n")
     lines = [piece + "\n" for piece in pieces[:-1]]
     return lines + [pieces[-1]] if pieces[-1] else lines
 
 
 def line_text(raw: str) -> str:
-    """A line as Apptainer reads it: without its ``\n`` and one ``\r`` before it
-    (``bufio.ScanLines`` drops it, so a CRLF definition reads as an LF one)."""
+    """As ``bufio.ScanLines`` reads it: a CRLF definition reads as an LF one."""
     line = raw[:-1] if raw.endswith("\n") else raw
     return line[:-1] if line.endswith("\r") else line
 
@@ -98,10 +94,7 @@ class Section:
 
     @property
     def app(self) -> str | None:
-        """The app a SCIF section belongs to as Apptainer names it (``parseTokenSection``: the
-        second of the header's words split at single spaces, so ``%apprun my app`` is app
-        ``my``); None for other sections and for an app section without a name (which
-        Apptainer refuses)."""
+        """As Apptainer's ``parseTokenSection`` names it: ``%apprun my app`` is app ``my``."""
         if self.name not in APP_SECTIONS or not self.args.startswith(" "):
             return None
         return self.args[1:].split(" ", 1)[0]
@@ -136,7 +129,6 @@ class Stage:
 
     @property
     def name(self) -> str | None:
-        """The ``Stage:`` name (what ``%files from <stage>`` refers to), if it has one."""
         return self.header.get("stage")
 
     @property
@@ -259,12 +251,10 @@ class Definition:
 
     @property
     def final(self) -> Stage:
-        """The stage that becomes the image (its %test, %environment, %runscript count)."""
         return self.stages[-1]
 
     @property
     def header(self) -> dict[str, str]:
-        """The final stage's header: the image's own base."""
         return self.final.header
 
     @property
@@ -272,22 +262,17 @@ class Definition:
         return tuple(s for stage in self.stages for s in stage.sections)
 
     def section(self, name: str) -> Section | None:
-        """The final stage's ``%name`` section: what the image gets."""
         return self.final.section(name)
 
     @property
     def runs_in_image(self) -> bool:
-        """Whether Apptainer's build runs a script inside the image (its post step), which
-        needs ``--fakeroot`` where root lacks a capability: a ``%post`` in any stage, or any
-        SCIF app section, as Apptainer adds an install step for every app it finds to the
-        stage's ``%post`` (``HandlePost`` of internal/pkg/build/apps/apps.go), even for an app
-        with only ``%appstart``. ``%test`` does not count: the build runs with ``--notest`` and
-        the tool tests the finished image."""
+        """Whether the build runs a script in the image (needing ``--fakeroot`` without root's
+        capabilities): Apptainer adds an install step to ``%post`` for every app (``HandlePost``
+        of apps.go); ``%test`` does not count, as the build runs with ``--notest``."""
         return any(s.name == "post" or s.name in APP_SECTIONS for s in self.sections)
 
     @property
     def argument_defaults(self) -> dict[str, str]:
-        """The final stage's ``%arguments`` defaults: each stage has its own."""
         return self.final.argument_defaults
 
     @property
@@ -297,7 +282,6 @@ class Definition:
 
     @property
     def build_args(self) -> tuple[str, ...]:
-        """Every ``{{ NAME }}`` used, in order of first use."""
         return tuple(self.arg_lines)
 
     def missing_arg_lines(self, given: dict[str, str] | None) -> dict[str, int]:

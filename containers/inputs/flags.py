@@ -195,9 +195,7 @@ SCHEDULER_NAME = word_rule("name (letters, digits, _ . + -)", r"[A-Za-z0-9_][A-Z
 
 # ------------------------------------------------------------------------------ directives
 def directive(scheduler: str) -> FlagType:
-    """``--directive``: one more option for a ``scheduler`` job's preamble, by the one directive
-    grammar (:mod:`containers.inputs.directives`), which a profile's ``job.directives`` meet
-    too."""
+    """By the one directive grammar, which a profile's ``job.directives`` meet too."""
     return FlagType("one scheduler option, e.g. --constraint=gpu",
                     lambda text: scheduler_option(text, scheduler))
 
@@ -261,15 +259,12 @@ EXISTING_FOLDER = FlagType("existing folder", _path("folder", exists=True))
 
 
 def settle(options: object, **converted: Any) -> None:
-    """Store converted values on a frozen options object from its ``__post_init__``: options
-    made from the command line's text hold numbers afterwards, as made in code."""
+    """For a frozen options object's ``__post_init__``: options made from text hold numbers."""
     for name, value in converted.items():
         object.__setattr__(options, name, value)
 
 
 def settle_by(options: object, **types: Callable[[str, Any], Any]) -> None:
-    """:func:`settle` each named field through its option type, under the flag the field is
-    given by (``batch_size`` -> ``--batch-size``), in the order named: the first bad value is the
-    one refused, as on the command line."""
+    """In the order named, so the first bad value is the one refused, as on the command line."""
     settle(options, **{name: option_type("--" + name.replace("_", "-"), getattr(options, name))
                        for name, option_type in types.items()})

@@ -41,10 +41,8 @@ class HostPathUse:
 
 
 def _body_lines(section: Section, blanks: str = GO_SPACE) -> list[tuple[int, str]]:
-    """``(line number, text)`` of each line of a section's body as Apptainer hands it on
-    (:func:`line_text`) that is not blank or a comment, without the ``blanks`` it starts with:
-    Go's spaces where Apptainer reads the line itself (``%files``), the shell's where a shell
-    does. Its end is kept: ``\\`` then a space is no continuation to the shell."""
+    """``blanks``: Go's spaces where Apptainer reads the line (``%files``), else the shell's.
+    A line's end is kept: ``\\`` then a space is no continuation to the shell."""
     lines = ((section.line + offset, line_text(raw).lstrip(blanks))
              for offset, raw in enumerate(apptainer_lines(section.body), start=1))
     return [(number, text) for number, text in lines
@@ -185,16 +183,14 @@ def climbs_out(rest: str) -> bool:
 
 
 def _outside_context(source: str) -> bool:
-    """Whether a file a build copies from the host, ``source``, is not in the build context
-    the tool stages (not under ``{{ BUILD_CONTEXT }}``, or climbing out of it)."""
+    """Whether ``source`` is not under ``{{ BUILD_CONTEXT }}``, or climbs out of it."""
     context = _CONTEXT_SOURCE.match(source)
     return not context or climbs_out(source[context.end():])
 
 
 def appfiles_source(text: str) -> str:
-    """The source of one ``%appfiles`` line as Apptainer takes it (``copyFiles`` of apps.go):
-    the line up to its first ``#``, trimmed, up to its first space; no quotes are read. A
-    ``{{ ARG }}`` is one word (Apptainer substitutes it before)."""
+    """As Apptainer's ``copyFiles`` (apps.go) takes it: no quotes are read, and a ``{{ ARG }}``
+    is one word (Apptainer substitutes it before)."""
     marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text.split("#", 1)[0])
     word = marked.strip(GO_SPACE).split(" ", 1)[0]
     return re.sub(r"\0(\w+)\0", r"{{ \1 }}", word)

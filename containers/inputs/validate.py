@@ -85,10 +85,7 @@ def host_path_policy(target: Target, definition: Definition | None = None,
 
 
 def check_inputs_of(target: Target, definition: Definition | None = None) -> EnvSpec | None:
-    """A target's own inputs: its definition parses and is valid, its env spec loads, fits the
-    venv builder, and adds no package source the manifest does not allow
-    (:func:`~containers.inputs.envspec.load_target_env`). ``definition`` is the target's, read
-    here when not given; the env spec checked is returned (None when the target has none)."""
+    """``definition``: the target's, read here when not given. Returns the env spec checked."""
     if target.definition is not None:
         (definition or read_definition(target.definition)).validate()
     return load_target_env(target)

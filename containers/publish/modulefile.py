@@ -19,20 +19,13 @@ _LUA_ESCAPES = str.maketrans({chr(code): f"\\{code:03d}" for code in (*range(0x2
 
 
 def lua_string(value: str) -> str:
-    """A double-quoted Lua string literal for ``value``, safe for any text.
-
-    Backslash, quote and control characters are escaped (``\\ddd`` for the rarer ones, three
-    digits so a following digit cannot join the escape); other bytes, UTF-8 included, pass
-    through since Lua strings are byte strings. Long brackets (``[[...]]``) are avoided because
-    a value containing ``]]`` would end them.
-    """
+    """``\\ddd`` escapes take three digits, so a following digit cannot join one; no long
+    brackets (``[[...]]``), which a ``]]`` in the value would end."""
     return '"' + value.translate(_LUA_ESCAPES) + '"'
 
 
 def comment_text(value: str) -> str:
-    """``value`` safe inside a one-line comment of Lua or bash: every character that is not
-    printable (a newline, a carriage return, other controls) is written as its escape
-    (``\\n``), so the comment cannot end early."""
+    """Non-printable characters as escapes (``\\n``), so a comment cannot end early."""
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in value)
 
 
@@ -66,9 +59,7 @@ def exec_name(target: str) -> str:
 
 
 def by_hand(runtime: str, gpu_flag: str | None, command: str = "COMMAND") -> str:
-    """The runtime's own command for ``command`` in the loaded module's image (``$SIF``, whose
-    binds and environment the module set): what ``<target>-exec`` runs, written out, for the
-    module help and the catalogue page alike."""
+    """What ``<target>-exec`` runs, written out for the module help and the catalogue page."""
     words = [runtime, "exec", *([gpu_flag] if gpu_flag else [])]
     return " ".join(shlex.quote(word) for word in words) + f' "$SIF" {command}'
 

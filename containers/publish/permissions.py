@@ -111,15 +111,13 @@ def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
 
 
 def open_parent(dest: Path) -> str | None:
-    """Why someone else could swap ``dest`` for a folder of their own, else None
-    (:func:`containers.files.unsafe_way`)."""
+    """Why someone else could swap ``dest`` for a folder of their own, else None."""
     why = unsafe_way(dest)
     return f"{why}; publish under a folder only admins can write" if why else None
 
 
 def managed_paths(dest: Path, target: str) -> list[Path]:
-    """What one publish owns: the target's folders and files, modules, keys and catalogue;
-    never a link, nor anything reached through one (:func:`walk_nofollow`)."""
+    """What one publish owns, never a link nor anything reached through one."""
     return [p for p in _publish_paths(dest, target) if os.path.lexists(p) and not p.is_symlink()
             and first_link(dest, p) is None]
 

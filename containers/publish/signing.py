@@ -80,8 +80,7 @@ def keyring_problem(keysdir: Path) -> str:
 
 
 def newpair_argv(runtime: Runtime, *, name: str, email: str, comment: str) -> list[str]:
-    """A passphrase-less key pair, never pushed: every value ``key newpair`` would otherwise
-    prompt for is given (``--comment`` too: without it Apptainer 1.4 asks for one)."""
+    """Every value ``key newpair`` would prompt for (Apptainer 1.4 asks for a comment too)."""
     return [runtime.binary, "key", "newpair", f"--name={name}", f"--email={email}",
             f"--comment={comment}", "--password=", "--push=false"]
 
@@ -166,8 +165,7 @@ def signers(runtime: Runtime, image: Path, *, keysdir: Path) -> set[str]:
 
 # ---------------------------------------------------------- public key out of a keyring (gpg)
 def _gpg(home: Path, *args: str) -> list[str]:
-    """``gpg`` with a throwaway home (no agent, no user config, no key server) and no keyring
-    but the ones ``args`` name."""
+    """A throwaway home: no agent, user config, key server, or keyring but those named."""
     return ["gpg", "--homedir", str(home), "--batch", "--quiet", "--no-autostart",
             "--no-default-keyring", *args]
 
