@@ -3,7 +3,7 @@
 The impure edge: it gathers host facts, calls the pure planners, prints and executes; functions
 take ``say`` for output. No engine module imports it. It is a lazy facade (``app.build``
 imports :mod:`containers.app.build` on first use), so ``invoke --list`` pays for no command's
-modules (tests/app/test_init.py pins it). Each module's first line names the commands it serves."""
+modules (tests/test_cli.py pins it). Each module's first line names the commands it serves."""
 
 from __future__ import annotations
 
