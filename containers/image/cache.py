@@ -129,12 +129,9 @@ def usage(folder: Path) -> tuple[int, int]:
 
 def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "",
                  environ: Mapping[str, str] = os.environ) -> PackageCache | None:
-    """The package cache a build will use (not yet counted), or None with ``use=False``
-    (``--no-cache``). The cache folder (the setting's, which Apptainer also gets as its own
-    cache; else the default) and every folder the tool makes in it are checked first
-    (:func:`cache_problem`), even with ``--no-cache`` when the setting names the folder. A path
-    Apptainer's ``--bind`` cannot carry, or a folder not safe to trust, is one line naming the
-    setting. ``group``: ``containers.cache_group``, a cache shared by that group on purpose."""
+    """The package cache a build will use (not yet counted), or None with ``use=False``.
+    Checked even with ``--no-cache`` when the setting names the folder, as Apptainer gets it as
+    its own cache. ``group``: ``containers.cache_group``, a cache a group shares on purpose."""
     top = cache_dir or default_cache_dir(environ)
     if not use and cache_dir is None:
         return None
@@ -223,13 +220,10 @@ def _ancestor_problem(top: Path, *, uid: int, gid: int | None) -> str | None:
 
 def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
                   gid: int | None = None) -> str:
-    """Why the cache folder ``top`` is not safe to trust (empty: it is, or it does not exist
-    yet), beginning with its name: itself, a folder above it anyone may rename it in, and with
-    ``parts`` every folder the tool makes in it (``packages`` and its parts; what pip and the
-    install scripts make inside ``pip``, a private folder, they make as this user).
+    """Why the cache folder ``top`` (and with ``parts`` every folder the tool makes in it) is
+    not safe to trust, beginning with its name; empty: it is, or it does not exist yet.
     pip never checks a wheel it built and cached again: someone who can write the cache could
-    choose what a build installs, so a folder another user owns or others may write, or a link
-    (a build would make its folders wherever it points), is refused rather than trusted."""
+    choose what a build installs."""
     uid = os.getuid() if uid is None else uid
     problem = _folder_problem(top, uid=uid, gid=gid)
     if problem:

@@ -336,10 +336,8 @@ def load_env_spec(path: Path) -> EnvSpec:
 
 
 def load_target_env(target: EnvTarget) -> EnvSpec | None:
-    """``target``'s env spec, checked as every use of it needs (None when it has none): it fits
-    the target's builder (:meth:`~containers.inputs.builders.Builder.check_env`), and no ``pip:`` entry changes where packages come
-    from beyond what the manifest allows (requirements.txt and cotainr's Conda pip step take the
-    pip list as written)."""
+    """``target``'s env spec (None when it has none), checked as every use of it needs:
+    requirements.txt and cotainr's Conda pip step take the pip list as written."""
     if target.env is None:
         return None
     spec = load_env_spec(target.env)

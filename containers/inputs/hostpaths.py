@@ -123,10 +123,8 @@ _CD_COMMANDS = frozenset({"cd", "pushd"})
 
 
 def _cd_outside(command: str, words: list[str]) -> str | None:
-    """``cd DIR`` when ``DIR``, the first of ``words`` (what follows ``cd``) that is no option,
-    is not the image's root or the build context (:data:`_ANCHORED`; one climbing out of them
-    is a host path as any word is): ``/``, a relative or ``~`` folder, ``-`` (the folder
-    before) or none (home) leave the image for the host."""
+    """``cd DIR`` when ``DIR`` is not the image's root or the build context: ``/``, a relative
+    or ``~`` folder, ``-`` (the folder before) or none (home) leave the image for the host."""
     words = list(itertools.takewhile(lambda w: not (_OPERATOR.match(w) or _REDIRECT.match(w)),
                                      words))
     target = next((word for word in words if word == "-" or not word.startswith("-")), "~")
@@ -212,14 +210,9 @@ def _base_use(stage: Stage) -> HostPathUse | None:
 
 
 def host_path_uses(definition: Definition) -> list[HostPathUse]:
-    """Every line (any stage) that reads a host path outside the build context: a ``%files``
-    or ``%appfiles`` source not under ``{{ BUILD_CONTEXT }}`` (``%files from <stage>`` copies
-    between stages, not from the host), a ``Bootstrap: localimage`` base the tool does not pass
-    (:func:`_base_use`), or an absolute or ``~`` path in ``%setup`` or ``%pre`` (both run on
-    the build host) that is not under ``$APPTAINER_ROOTFS`` (the image being built). A path
-    that starts in either and climbs out with ``..`` (:func:`climbs_out`) is a host path too.
-    Here-document bodies of a host script are read as lines too: a path there is as likely to
-    be read."""
+    """Every line (any stage) that reads a host path outside the build context.
+    ``%files from <stage>`` copies between stages, not from the host; here-document bodies of a
+    host script are read as lines too, as a path there is as likely to be read."""
     uses = [use for stage in definition.stages if (use := _base_use(stage)) is not None]
     for section in definition.sections:
         if section.name == "files" and files_source_stage(section) is None:
