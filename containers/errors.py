@@ -162,8 +162,7 @@ class PerformanceFailed(ContainersError):
 
 
 def os_failure(exc: OSError) -> str:
-    """An OSError in words, with the file it concerns: ``the disk is full (/x)``,
-    ``Read-only file system (/x)``."""
+    """``the disk is full (/x)``, ``Read-only file system (/x)``."""
     what = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
     return what + (f" ({exc.filename})" if exc.filename else "")
 
@@ -198,8 +197,7 @@ def _middle_cut(text: str, limit: int) -> str:
 
 
 def readable(text: str) -> str:
-    """``text`` with each word longer than :data:`WORD_LIMIT` and then each line longer than
-    :data:`LINE_LIMIT` cut in its middle: both ends of what was echoed stay readable."""
+    """Long words, then long lines, cut in their middle: both ends of what was echoed stay."""
     return "\n".join(_middle_cut(_LONG_WORD.sub(lambda m: _middle_cut(m[0], WORD_LIMIT), line),
                                  LINE_LIMIT) for line in text.split("\n"))
 

@@ -1,16 +1,9 @@
 """The one place the engine loads files of ``jobs/`` (by path): the edges from the host into the
 scripts that run inside the images.
 
-Why by path, not ``import jobs.choices``: ``jobs/`` is not a package of this project. Its
-scripts run inside the images, where the folder is bound alone (``settings.jobs_mount``) and
-each script imports its neighbours as top-level siblings (``import choices``) with the image's
-own Python, torch only and no ``containers``; making the folder a package would change those
-imports in every image. The host must also read the very files a run binds (this checkout's
-``jobs/``, not an installed copy), so a rule both sides apply is written once, in ``jobs/``.
-
-Only standard-library files are loaded here (no torch on the host). Each edge is a name below;
-no other module loads a ``jobs/`` file by path (tests/test_jobsfiles.py checks it).
-"""
+``jobs/`` is not a package: in an image its scripts import each other as top-level siblings,
+and the host must read the very files a run binds. Only standard-library files are loaded here;
+no other module loads a ``jobs/`` file by path (tests/test_jobsfiles.py checks it)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """The application layer: what each command does, as plain functions ``tasks.py`` calls.
 
-This is the impure edge: it gathers host facts, calls the pure planners of the engine, prints and
-executes. No engine module imports it. Functions take ``say`` for output so tests can capture it.
-
-Each module's first line names the commands it serves (the layout page lists them).
-
-The package is a lazy facade: ``app.build`` imports :mod:`containers.app.build` (and the engine
-it needs) on first use, not when ``tasks.py`` is imported. ``invoke --list`` and ``-h`` import
-``tasks.py`` to read every task's flags and run no command, so they no longer pay for loading
-every command's modules and the pydantic models of the inputs (issue 44, part 7;
-``benchmarks/startup.py`` measures it; tests/app/test_init.py pins it).
-"""
+The impure edge: it gathers host facts, calls the pure planners, prints and executes; functions
+take ``say`` for output. No engine module imports it. It is a lazy facade (``app.build``
+imports :mod:`containers.app.build` on first use), so ``invoke --list`` pays for no command's
+modules (tests/test_cli.py pins it). Each module's first line names the commands it serves."""
 
 from __future__ import annotations
 

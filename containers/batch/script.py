@@ -1,19 +1,10 @@
 """Shell script text: the one place where this tool writes shell instead of argv.
 
-Batch jobs are scripts, so here every value becomes a shell word with :func:`word`, which is
-``shlex.quote`` except for one thing: references to variables that must expand when the JOB runs
-(``$SLURM_JOB_ID``, the rendezvous address, a site value such as
-``/tmp/$USER-miopen-cache-$SLURM_JOB_ID``). Those travel through the ordinary argv-building code
-(:mod:`containers.run.workload`, :meth:`Runtime.exec_argv`) as :func:`ref` markers: a variable name
-between NUL characters, which can never occur in a real argument, path or environment value. Only
-:func:`word` turns a marker into ``${NAME}``, inside double quotes and next to nothing but
-characters that double quotes leave alone; any other literal text is single-quoted. So a ``$`` in
-a user's path or flag stays a literal ``$``, and a site's ``$SLURM_JOB_ID`` stays unexpanded in
-the script and expands on the compute node.
-
-:func:`render` assembles shebang, scheduler directives, the strict-mode header with an ``ERR``
-trap that names the failing command, and the body lines (ReFrame's single script builder).
-"""
+Every value becomes a shell word with :func:`word` (``shlex.quote``), except a :func:`ref`
+marker (a variable name between NUL characters, which no real argument holds): it becomes
+``${NAME}``, so ``$SLURM_JOB_ID`` expands on the compute node while a ``$`` in a user's path
+stays literal. :func:`render` assembles shebang, scheduler directives, the strict-mode header
+with an ``ERR`` trap naming the failing command, and the body (ReFrame's single script builder)."""
 
 from __future__ import annotations
 

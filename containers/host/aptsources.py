@@ -1,16 +1,9 @@
 """The build host's Debian mirror, read from its apt sources: the one parser of them.
 
-Two callers share it: :mod:`containers.host.sources` (the mirror ``debootstrap`` builds from) and
-``scripts/install-apptainer.sh``, which runs before the project's venv exists and therefore calls
-this file with the system Python (``python3 containers/host/aptsources.py [--suite S]``). So it
-uses the standard library only and imports nothing from the package.
-
-The rules: deb822 ``*.sources`` files of ``sources.list.d`` first (sorted), then the one-line
-``sources.list`` and ``sources.list.d/*.list``. A source counts when it is enabled, of type ``deb``
-(not ``deb-src``) and serves the suite asked for exactly (default: the host's own release, from
-``/etc/os-release``), so security and updates archives (``bookworm-security``) and third-party
-repositories never match. Its first URI is the mirror.
-"""
+``scripts/install-apptainer.sh`` runs this file with the system Python before the venv exists,
+so it uses the standard library only. deb822 ``*.sources`` files come first, then one-line
+``*.list`` files; a source counts when enabled, of type ``deb`` and serving exactly the suite
+asked for (default: the host's release), so security and third-party archives never match."""
 
 from __future__ import annotations
 

@@ -1,21 +1,9 @@
 """The one place that starts external processes: argv lists, streamed output, clean teardown.
 
-Workloads under ``apptainer exec … torchrun`` form a tree: torchrun starts each rank in a session
-of its own (``start_new_session``), so killing our process group alone would orphan hung ranks.
-:func:`stop_tree` therefore snapshots every descendant with psutil (parent links, whatever
-session or group a process is in), asks them to stop (SIGTERM lets torchrun tear its ranks down),
-waits up to a grace period, then SIGKILLs whatever is left, including processes that appeared
-meanwhile. Only processes this module started, and their descendants, are ever signalled.
-
-That covers a stop we decide on. When the tool itself is killed (``kill -KILL`` of its process
-group), nothing of ours runs: so every command starts under a small supervisor
-(:func:`supervise`, this module run by the same Python) that is a child subreaper (orphans of the
-command, such as Apptainer's fakeroot helper and debootstrap, are re-parented to it, whatever
-session they made) and asks the kernel for SIGHUP when the tool dies (``PR_SET_PDEATHSIG``). On
-that signal it stops its whole tree (SIGTERM, a short grace, SIGKILL) and exits; on the tool's
-own SIGTERM (:func:`stop_tree`) it does the same with the tool's grace; and it stops whatever
-the command left running when the command itself exits.
-"""
+Only processes this module started, and their descendants, are ever signalled. :func:`stop_tree`
+stops a whole tree (torchrun's ranks sit in sessions of their own); every command runs under
+:func:`supervise`, a subreaper that stops the tree when the tool itself dies
+(docs/architecture.md, Processes)."""
 
 from __future__ import annotations
 
@@ -290,7 +278,6 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         timeout: float | None = None, on_line: LineSink | None = None,
         grace: float = 10.0) -> Completed:
-    """Run ``argv`` to its end (:func:`start`, then :meth:`Running.wait`)."""
     return start(argv, env=env, on_line=on_line, grace=grace).wait(timeout)
 
 

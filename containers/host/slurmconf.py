@@ -138,8 +138,7 @@ def _submit_filter(site: Site) -> str | None:
 
 
 def gres_type(site: Site) -> str:
-    """The GPU type a node's GRES names: the profile's ``gres_type``, else the GPU model's
-    first word (``A100 40GB``: ``a100``), as sites name them."""
+    """Else the GPU model's first word (``A100 40GB``: ``a100``), as sites name them."""
     model = _FEATURE.match(site.gpus.model or "")
     return site.gpus.gres_type or (model[0].lower() if model else "gpu")
 
@@ -213,11 +212,8 @@ def _accounting(site: Site, root: Path, dbd_port: int, munge_socket: Path) -> li
 
 
 def site_conf_writer(site: Site) -> ConfWriter:
-    """A slurm.conf shaped like ``site``'s profile: its partitions by name, each with the
-    profile's time limit (``MaxTime``), node count (``MaxNodes``) and allocatable memory
-    (``MaxMemPerNode``) enforced at submission, an account required (:data:`TEST_ACCOUNT`)
-    where the site requires one, its QoS enforced through slurmdbd (:func:`_accounting`), and
-    :data:`SITE_NODES` nodes (``<site>1``...) with the site's CPUs, memory and GPUs."""
+    """A slurm.conf shaped like ``site``'s profile, whose limits (time, nodes, memory, account,
+    QoS) Slurm enforces at submission as the site's would."""
     def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
         names = site_node_names(site)
         lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),

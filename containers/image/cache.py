@@ -2,61 +2,10 @@
 build host so the next build of an image whose env spec changed by one package does not fetch
 everything again.
 
-Where: ``<containers.cache_dir>/packages`` (``INVOKE_CONTAINERS_CACHE_DIR``); with no
-``cache_dir`` set, ``$XDG_CACHE_HOME/hpc-containers/packages`` (``~/.cache/...``). Never
-inside an image and never part of an inputs hash: a build with the cache, without it
-(``invoke build --no-cache``) or with someone else's, installs the same files.
-
-How each builder reaches it:
-
-- pip in ``%post`` (definitions that run ``recipes/scripts/install-python-packages.sh`` and
-  make their bind destinations from ``HOST_PATHS`` in ``%setup``): the ``pip`` folder is bound
-  at :data:`PIP_MOUNT` (``apptainer build --bind``; the tool adds it to ``HOST_PATHS`` so
-  ``%setup`` makes it, since a bind destination must exist) and the staged context file
-  :data:`PIP_MARKER` names it to the script. A venv install (``cpu``, ``rocm.def``) runs
-  ``pip download`` into its ``downloads`` folder and then installs with ``--no-index`` from
-  exactly the files that resolution chose: pip fetches only what is not there yet and checks a
-  file that is against the index's hash, whatever caching headers the index or a proxy sends (a
-  TLS-intercepting proxy that strips them, as here, leaves pip's own HTTP cache empty). Without
-  the marker (``--no-cache``) the same two steps use a folder of the build. A ``system`` install
-  (NGC, whose own torch pip must resolve against) uses pip's own cache (``PIP_CACHE_DIR``) only.
-  The SIF is made from the root folder on disk, which a bind never writes to, so nothing of the
-  cache lands in the image.
-- environment snapshots (a venv install): the venv an install produced, kept in the ``pip``
-  folder's ``envs/<key>`` and restored by a later build whose resolution holds every file it
-  was installed from (``recipes/scripts/venv-snapshot.py``). :class:`SnapshotKey` names the
-  store: every input but the env spec, and the base by content; the script checks a restored
-  copy against the snapshot's manifest, file by file, before pip adds the rest.
-- debootstrap (``Bootstrap: debootstrap``, which Apptainer runs on the host, and the foreign
-  root of ``recipes/scripts/foreign-root.sh``): a ``debootstrap`` shim first on ``PATH``
-  (``scripts/debootstrap-cached.sh``) runs the real one with ``--cache-dir`` on the ``apt``
-  folder. Apptainer finds debootstrap on the caller's ``PATH`` (its ``binary path`` setting
-  starts with ``$PATH``).
-- cotainr: it runs every step as ``singularity exec`` of its sandbox without ``--cleanenv``, so
-  ``APPTAINER_BIND`` (at :data:`COTAINR_PIP_MOUNT`) and ``PIP_CACHE_DIR`` in its environment
-  reach the pip that ``conda env create`` runs. Conda's own package cache is not shared: cotainr ends every build with ``conda
-  clean -y -a`` (cotainr/cli.py, cotainr/pack.py ``cleanup_unused_files``), which would empty
-  it, and it downloads the Miniforge installer afresh each time (pack.py
-  ``_download_miniforge_installer``), which nothing outside cotainr can redirect.
-
-Trust and concurrency: pip checks every download, a cached one too, against the hash the index
-gives (``#sha256=`` on the link; ``pip._internal.operations.prepare``), so a corrupt entry is
-refused and fetched again; a wheel it built from an sdist, or a file copied from the host's own
-find-links folders (which carry no hash), it does not check again, so the cache is used only
-while this user alone can write it (:func:`cache_problem`; folders are made ``0700``), or, set
-up on purpose, a group of admins (``containers.cache_group``: group-owned, set-group-ID). pip
-writes its own cache entries to a temporary name first and renames them
-(``pip._internal.network.cache``), so concurrent pips share that; ``pip download`` copies a new
-file straight to its final name, so the install script holds ``flock`` on the downloads folder
-while it runs. debootstrap re-checks a cached ``.deb`` against the checksum of the signed
-``Packages`` file and fetches it again when it differs, but writes a download straight to its
-final name: two concurrent debootstraps could read each other's half-written file, so the shim
-holds an exclusive ``flock`` on ``apt/.lock`` while debootstrap runs (a lock, not a per-build
-copy: the lock costs a wait only when two base images bootstrap at the same moment, a copy costs
-every build a copy). Every build holds a shared lock on :data:`LOCK` for as long as it runs, and
-``invoke cache --prune`` an exclusive one, so a prune waits for running builds and a build never
-sees its cache vanish mid-way.
-"""
+Never inside an image and never part of an inputs hash: a build with the cache, without it
+(``invoke build --no-cache``) or with someone else's installs the same files. How each builder
+reaches it is in docs/building.md; why it must be the user's alone and how builds share it
+safely, in docs/architecture.md (The package cache)."""
 
 from __future__ import annotations
 
@@ -115,7 +64,6 @@ def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def package_cache_dir(cache_dir: Path | None, environ: Mapping[str, str] = os.environ) -> Path:
-    """The package cache's root for the ``containers.cache_dir`` setting (None: the default)."""
     return (cache_dir or default_cache_dir(environ)) / "packages"
 
 
@@ -181,12 +129,9 @@ def usage(folder: Path) -> tuple[int, int]:
 
 def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "",
                  environ: Mapping[str, str] = os.environ) -> PackageCache | None:
-    """The package cache a build will use (not yet counted), or None with ``use=False``
-    (``--no-cache``). The cache folder (the setting's, which Apptainer also gets as its own
-    cache; else the default) and every folder the tool makes in it are checked first
-    (:func:`cache_problem`), even with ``--no-cache`` when the setting names the folder. A path
-    Apptainer's ``--bind`` cannot carry, or a folder not safe to trust, is one line naming the
-    setting. ``group``: ``containers.cache_group``, a cache shared by that group on purpose."""
+    """The package cache a build will use (not yet counted), or None with ``use=False``.
+    Checked even with ``--no-cache`` when the setting names the folder, as Apptainer gets it as
+    its own cache. ``group``: ``containers.cache_group``, a cache a group shares on purpose."""
     top = cache_dir or default_cache_dir(environ)
     if not use and cache_dir is None:
         return None
@@ -275,13 +220,10 @@ def _ancestor_problem(top: Path, *, uid: int, gid: int | None) -> str | None:
 
 def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
                   gid: int | None = None) -> str:
-    """Why the cache folder ``top`` is not safe to trust (empty: it is, or it does not exist
-    yet), beginning with its name: itself, a folder above it anyone may rename it in, and with
-    ``parts`` every folder the tool makes in it (``packages`` and its parts; what pip and the
-    install scripts make inside ``pip``, a private folder, they make as this user).
+    """Why the cache folder ``top`` (and with ``parts`` every folder the tool makes in it) is
+    not safe to trust, beginning with its name; empty: it is, or it does not exist yet.
     pip never checks a wheel it built and cached again: someone who can write the cache could
-    choose what a build installs, so a folder another user owns or others may write, or a link
-    (a build would make its folders wherever it points), is refused rather than trusted."""
+    choose what a build installs."""
     uid = os.getuid() if uid is None else uid
     problem = _folder_problem(top, uid=uid, gid=gid)
     if problem:

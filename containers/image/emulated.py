@@ -1,17 +1,10 @@
 """What a process of another architecture needs from the host to run here under qemu-user.
 
-qemu-user runs an aarch64 program on this x86_64 kernel, but the kernel's sysfs still describes
-x86_64 CPUs: ``/sys/devices/system/cpu/cpuN/regs/identification/midr_el1`` does not exist. The
-oneDNN inside PyTorch's aarch64 wheels (xbyak_aarch64) reads that register file as torch is
-imported and ends the process when it cannot ("Can't open MIDR_EL1 sysfs entry", then SIGSEGV
-under qemu 7.2), so any step that imports torch in an emulated aarch64 image dies: DeepSpeed's
-setup.py during the build, the image's ``%test``, the tool's probe, the smoke ranks.
-
-The fix is a folder that describes the CPUs as an aarch64 kernel would, bound read-only over
-``/sys/devices/system/cpu`` for every exec of an emulated image, and only then (a native run
-must see its real CPUs). The folder is written once per architecture and CPU count under the
-tool's cache folder: small, rewritten atomically, never inside an image.
-"""
+oneDNN in PyTorch's aarch64 wheels reads ``midr_el1`` from sysfs as torch is imported and dies
+without it, as under qemu-user on an x86_64 kernel (docs/cuda-images.md). So every exec of an
+emulated image, and only such an exec, binds read-only over ``/sys/devices/system/cpu`` a folder
+that describes the CPUs as an aarch64 kernel would, written once per architecture and CPU count
+under the tool's cache folder."""
 
 from __future__ import annotations
 

@@ -1,25 +1,10 @@
 """Which GPUs an image's torch can run on, read without a GPU.
 
-The failure users meet most with a GPU image is not a build error but a run error on the site:
-"no kernel image is available for execution on the device" (CUDA) or "invalid device function"
-(HIP), when torch was not compiled for the site's GPU. PyTorch drops old architectures from its
-builds over time (the package index's CUDA 12.8 builds have no sm_70: a V100 cannot run them), so
-this is read from every image and judged against the site's GPUs before anything runs there.
-
-The evidence, in the order trusted (the probe, :mod:`containers.image.probe_script`, reads all):
-
-- the fatbinary in ``libtorch_cuda.so`` (what ``cuobjdump --list-elf``/``--list-ptx`` lists:
-  the kernels actually shipped, read from the file's ``.nv_fatbin`` section);
-- ``torch._C._cuda_getArchFlags()`` (what ``torch.cuda.get_arch_list()`` returns on a GPU;
-  also the gfx targets of a ROCm build);
-- the ``NVCC architecture flags`` line of ``torch.__config__.show()``.
-
-A CUDA kernel compiled for ``sm_XY`` (SASS) runs on GPUs of the same major version ``X`` and a
-minor version of at least ``Y``; ``sm_XYa`` only on ``X.Y`` itself. PTX (``compute_XY``) is
-compiled by the driver at first use on any GPU of at least ``X.Y``: it runs, slowly at start and
-without the newer GPU's features, so PTX-only coverage is a warning, never a pass. A ROCm code
-object runs only on its own gfx target.
-"""
+torch built without the site's GPU fails only on the site ("no kernel image is available"), so
+every image's kernels are read (the fatbinary, torch's arch list, its NVCC flags: the evidence
+and its order are in docs/cuda-images.md) and judged against the site's GPUs. SASS ``sm_XY``
+runs on ``X.Z`` for ``Z >= Y``, ``sm_XYa`` on ``X.Y`` only; PTX only is a warning, never a pass;
+a ROCm code object runs only on its own gfx target."""
 
 from __future__ import annotations
 
@@ -43,7 +28,6 @@ class Compiled:
     source: str
 
     def words(self) -> str:
-        """One line, the way the stack keeps it: ``sm_80 sm_90 compute_90``."""
         return " ".join((*self.sass, *self.ptx, *self.gfx))
 
 
@@ -62,9 +46,7 @@ def parse_words(words: str | Sequence[str], source: str) -> Compiled:
 
 
 def parse_nvcc_flags(config: str) -> Compiled | None:
-    """The ``-gencode`` flags in ``torch.__config__.show()``: its ``NVCC architecture flags``
-    line (``-gencode;arch=compute_80,code=sm_80;...``) or, in newer builds, its build settings'
-    ``CUDA_FLAGS`` (``-gencode arch=compute_80,code=sm_80 ...``); None when it has neither."""
+    """From the ``NVCC architecture flags`` line or, in newer builds, ``CUDA_FLAGS``."""
     codes = ",".join(GENCODE.findall(config))
     return parse_words(codes.replace(",", " "), "torch.__config__.show()") if codes else None
 

@@ -162,9 +162,8 @@ def own_labels(target: Target, inputs_hash: str, host: HostFacts) -> dict[str, s
 
 
 def labelled(definition: Definition, labels: Mapping[str, str]) -> str:
-    """``definition``'s text with a ``%labels`` section of ``labels`` after it: Apptainer adds a
-    repeated section to the final stage's, and the build's ``--force`` puts these over the
-    labels a base image carries."""
+    """Apptainer adds a repeated section to the final stage's, and the build's ``--force`` puts
+    these over the labels a base image carries."""
     text = definition.text
     return (text + ("\n" if text and not text.endswith("\n") else "") + "%labels\n"
             + "".join(f"    {key} {value}\n" for key, value in labels.items()))
@@ -471,7 +470,5 @@ PLAN_STEPS: dict[Builder, Callable[..., BuildStep]] = {APPTAINER: _apptainer_ste
 
 
 def fakeroot_refusal(target: Target, site: Site) -> ConfigError | None:
-    """Why ``site`` cannot build ``target``, else None (its builder's rule:
-    :meth:`~containers.inputs.builders.Builder.fakeroot_refusal`). The one rule for ``invoke
-    build`` and build jobs (checked before anything runs or is queued)."""
+    """The one rule for ``invoke build`` and build jobs, checked before anything runs."""
     return builder_of(target).fakeroot_refusal(target, site)

@@ -1,14 +1,9 @@
 """An image's software bill of materials: CycloneDX JSON, written by every build beside its record.
 
-Made with cyclonedx-python-lib (the CycloneDX project's own Python library: the model, the JSON
-serialiser and the schema it validates against), so the file is the standard's and not this
-tool's idea of it. What goes in comes from the image itself (:mod:`containers.image.inspect`'s
-probe): every installed Debian package (``pkg:deb/<os>/<name>@<version>?arch=…&distro=…``) and
-every pip distribution (``pkg:pypi/<name>@<version>``); the image is the BOM's subject (a
-``container`` component named after its target), its base image a component of its own, and the
-tool's inputs hash, arch, tool version and git revision are properties, so an SBOM can be traced
-back to the build record beside it.
-"""
+Made with cyclonedx-python-lib, so the file is the standard's. Its content comes from the image
+(:mod:`containers.image.inspect`'s probe): every Debian package and pip distribution as a purl,
+the image and its base as components, and the inputs hash, arch, tool version and git revision
+as properties that trace it back to the build record."""
 
 from __future__ import annotations
 

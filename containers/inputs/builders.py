@@ -146,5 +146,4 @@ BUILDERS: dict[str, Builder] = {builder.name: builder for builder in (APPTAINER,
 
 
 def builder_of(target: Any) -> Builder:
-    """The builder of ``target`` (anything with a ``builder`` name the manifest validated)."""
     return BUILDERS[target.builder]

@@ -1,13 +1,9 @@
 """Whether a training example can run on a target's image: its torch against the example's needs.
 
-The examples (``jobs/train.py --example``) use torch APIs that appeared in known releases, and
-DeepSpeed pins the torch it supports. An image whose torch is older fails only inside a job,
-after it queued (an ImportError on a compute node). The torch an image will have is known before
-it is built: the env spec's pin (``torch==2.7.1+rocm6.3``), or for an image that keeps its base
-image's torch (NGC), the version its manifest declares in ``torch:``. Comparing the two is pure:
-:func:`check_example` raises one line naming the env spec and the example, or says the torch is
-unknown (a note, never a failure: the tool cannot know what a base image holds).
-"""
+An image whose torch is too old fails only in a job, after it queued. The torch is known before
+the build (the env spec's pin, or the manifest's ``torch:`` for a base image's torch), so
+:func:`check_example` compares purely: one line naming the env spec and the example, or a note
+that the torch is unknown (never a failure)."""
 
 from __future__ import annotations
 
@@ -101,8 +97,6 @@ class ExamplePlan:
 
 
 def has_torch(target: Target, env: EnvSpec | None) -> bool:
-    """Whether the image will have torch: the env spec installs it, or the manifest declares
-    the base image's (``torch:``)."""
     return target.torch is not None or (env is not None and (env.installs("torch")
                                                              or env.installs("pytorch")))
 

@@ -1,25 +1,10 @@
 """A lossless reader for Apptainer definition files.
 
-Definitions stay plain Apptainer files (``apptainer build --build-arg-file`` works on them without
-this tool), so the tool must never rewrite them: :class:`Definition` keeps the header and every
-section byte for byte (``definition.text == original``), finds ``{{ ARG }}`` build arguments and their
-``%arguments`` defaults, and reports unknown sections and unset arguments. spython's recipe parser is
-not used because it reorders and reformats sections (docs/building.md, Targets).
-
-A definition may have several stages (Apptainer's multi-stage builds): each starts with its own
-``Bootstrap:`` header (and a ``Stage: name``), has its own sections, and a later stage copies
-files out of an earlier one with ``%files from <stage>``. A ``{{ ARG }}`` given with
-``--build-arg`` serves every stage, while a ``%arguments`` default serves only its own stage (as
-Apptainer reads them). The image is the last stage. The build passes the file to Apptainer
-unchanged, so stages cost the tool nothing but reading them right.
-
-What a definition reads on the build host is judged by :mod:`containers.inputs.hostpaths`.
-
-Lines are Apptainer's (pkg/build/types/parser/deffile.go scans with Go's ``bufio.ScanLines``):
-they end at ``\n`` only, and one ``\r`` before it is dropped (:func:`apptainer_lines`,
-:func:`line_text`). The checks must see every line Apptainer runs, so no other line break of
-Python's (form feed, ``\x85``, U+2028...) may start a section or a stage here.
-"""
+The tool never rewrites a definition: :class:`Definition` keeps every stage's header and
+sections byte for byte (``definition.text == original``), finds ``{{ ARG }}`` build arguments and
+their ``%arguments`` defaults, and reports unknown sections and unset arguments. Lines are split
+as Apptainer splits them (:func:`apptainer_lines`), so the checks see every line it runs.
+Stages, and why not spython: docs/architecture.md (Definitions)."""
 
 from __future__ import annotations
 
@@ -77,19 +62,15 @@ APP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 def apptainer_lines(text: str) -> list[str]:
-    """``text`` cut after each ``\n`` only, as Apptainer's ``bufio.ScanLines`` cuts it, each
-    line with its ``\n`` (so the lines join back to ``text``). ``str.splitlines`` also cuts at
-    form feed, ``\r``, ``\x0b``, ``\x1c``-``\x1e``, ``\x85`` and U+2028/2029: a ``%labels``
-    after a form feed in a ``%setup`` line would start a section here and hide the rest of
-    the line from the checks, while Apptainer runs it."""
+    """Cut as Apptainer's ``bufio.ScanLines`` cuts: ``str.splitlines`` also cuts at form feed,
+    ``\x85``, U+2028..., so a ``%labels`` after a form feed would hide a line Apptainer runs."""
     pieces = text.split("\n")
     lines = [piece + "\n" for piece in pieces[:-1]]
     return lines + [pieces[-1]] if pieces[-1] else lines
 
 
 def line_text(raw: str) -> str:
-    """A line as Apptainer reads it: without its ``\n`` and one ``\r`` before it
-    (``bufio.ScanLines`` drops it, so a CRLF definition reads as an LF one)."""
+    """As ``bufio.ScanLines`` reads it: a CRLF definition reads as an LF one."""
     line = raw[:-1] if raw.endswith("\n") else raw
     return line[:-1] if line.endswith("\r") else line
 
@@ -113,10 +94,7 @@ class Section:
 
     @property
     def app(self) -> str | None:
-        """The app a SCIF section belongs to as Apptainer names it (``parseTokenSection``: the
-        second of the header's words split at single spaces, so ``%apprun my app`` is app
-        ``my``); None for other sections and for an app section without a name (which
-        Apptainer refuses)."""
+        """As Apptainer's ``parseTokenSection`` names it: ``%apprun my app`` is app ``my``."""
         if self.name not in APP_SECTIONS or not self.args.startswith(" "):
             return None
         return self.args[1:].split(" ", 1)[0]
@@ -151,7 +129,6 @@ class Stage:
 
     @property
     def name(self) -> str | None:
-        """The ``Stage:`` name (what ``%files from <stage>`` refers to), if it has one."""
         return self.header.get("stage")
 
     @property
@@ -274,12 +251,10 @@ class Definition:
 
     @property
     def final(self) -> Stage:
-        """The stage that becomes the image (its %test, %environment, %runscript count)."""
         return self.stages[-1]
 
     @property
     def header(self) -> dict[str, str]:
-        """The final stage's header: the image's own base."""
         return self.final.header
 
     @property
@@ -287,22 +262,17 @@ class Definition:
         return tuple(s for stage in self.stages for s in stage.sections)
 
     def section(self, name: str) -> Section | None:
-        """The final stage's ``%name`` section: what the image gets."""
         return self.final.section(name)
 
     @property
     def runs_in_image(self) -> bool:
-        """Whether Apptainer's build runs a script inside the image (its post step), which
-        needs ``--fakeroot`` where root lacks a capability: a ``%post`` in any stage, or any
-        SCIF app section, as Apptainer adds an install step for every app it finds to the
-        stage's ``%post`` (``HandlePost`` of internal/pkg/build/apps/apps.go), even for an app
-        with only ``%appstart``. ``%test`` does not count: the build runs with ``--notest`` and
-        the tool tests the finished image."""
+        """Whether the build runs a script in the image (needing ``--fakeroot`` without root's
+        capabilities): Apptainer adds an install step to ``%post`` for every app (``HandlePost``
+        of apps.go); ``%test`` does not count, as the build runs with ``--notest``."""
         return any(s.name == "post" or s.name in APP_SECTIONS for s in self.sections)
 
     @property
     def argument_defaults(self) -> dict[str, str]:
-        """The final stage's ``%arguments`` defaults: each stage has its own."""
         return self.final.argument_defaults
 
     @property
@@ -312,7 +282,6 @@ class Definition:
 
     @property
     def build_args(self) -> tuple[str, ...]:
-        """Every ``{{ NAME }}`` used, in order of first use."""
         return tuple(self.arg_lines)
 
     def missing_arg_lines(self, given: dict[str, str] | None) -> dict[str, int]:

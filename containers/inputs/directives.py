@@ -1,13 +1,10 @@
 """The one directive grammar: what a job's extra ``#SBATCH``/``#PBS`` lines may say (``invoke job
 --directive`` and a profile's ``job.directives``), judged for the site's scheduler.
 
-The tool refuses only what it sets itself or what would take the job out of its hands; any other
-option, known or not, passes to the scheduler, which judges it (``sbatch --test-only``). sbatch
-reads ``#SBATCH`` lines with ``getopt_long``, which takes a unique prefix of a long option as the
-option (``--outp=`` is ``--output=``), so a prefix of a refused option is refused too. sbatch
-reads shell quoting in those lines, so values are quoted (``--constraint='gpu&hbm80g'``); qsub
-(single letters; ``-l`` resources matched whole) does not, so PBS values keep the plain rule.
-"""
+Only what the tool sets itself, or what would take the job out of its hands, is refused; any
+other option passes to the scheduler to judge. sbatch takes a unique prefix of a long option
+(``getopt_long``), so a prefix of a refused one is refused too; sbatch reads shell quoting, so
+its values are quoted, while qsub's keep the plain rule."""
 
 from __future__ import annotations
 

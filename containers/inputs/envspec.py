@@ -1,17 +1,9 @@
 """Conda environment specs (standard ``environment.yml``) as the image's package list.
 
-The same file serves both builders: cotainr installs it whole with Conda; the Apptainer venv path
-installs only its ``pip:`` list on the base image's Python, so Conda packages beyond ``python`` and
-``pip`` are refused there with a clear message instead of being dropped silently.
-
-Where packages come from is the build host's choice (its pip.conf: index, mirror, find-links,
-certificate), not the env spec's: the ``pip:`` list is copied into the image's requirements file,
-so an option line there could swap the index for every package (``--index-url``), trust a host
-without TLS (``--trusted-host``, an ``http://`` index), or read files from outside the checkout
-(``-r``, ``-c``, ``-e``, ``--find-links``). :meth:`EnvSpec.check_pip_options` refuses all of them,
-except an ``--extra-index-url`` over https that the manifest names in ``pip_extra_index_urls``
-(LUMI's ROCm wheels). The rule is :data:`PIP_OPTION_RULE`.
-"""
+cotainr installs the file whole with Conda; the Apptainer venv path installs only its ``pip:``
+list, so other Conda packages are refused there rather than dropped. Where packages come from is
+the build host's choice, so :meth:`EnvSpec.check_pip_options` refuses pip option lines
+(:data:`PIP_OPTION_RULE`) except an https ``--extra-index-url`` the manifest names."""
 
 from __future__ import annotations
 
@@ -118,35 +110,28 @@ class EnvSpec:
         return [*self.channels, *named]
 
     def check_channels(self) -> None:
-        """Refuse every channel packages could be swapped on the way from (``http://``, another
-        scheme, credentials in the URL) or that is no local folder (``file://host/x``), all at
-        once, each with its line; as pip's ``http://`` URLs are refused."""
+        """Refuse, all at once, every channel packages could be swapped on the way from, as
+        pip's ``http://`` URLs are refused."""
         raise_all([ConfigError(message, path=self.path, line=line, key="channels")
                    for channel, line in self.all_channels()
                    if (message := channel_problem(channel))])
 
     def local_channels(self) -> list[tuple[str, int | None]]:
-        """The ``file://`` channels: folders of the build host, which the manifest's
-        ``host_paths`` rule judges as it judges a definition's host paths."""
+        """Folders of the build host, judged by the manifest's ``host_paths`` rule."""
         return [(channel, line) for channel, line in self.all_channels()
                 if channel.lower().startswith("file:")]
 
     def prefix_warning(self) -> ConfigError | None:
-        """``prefix:`` is ignored, said as a warning rather than refused: cotainr installs the
-        file with ``conda env create -f FILE -n NAME`` (cotainr/pack.py ``add_environment``),
-        and a name on the command line decides where Conda puts the environment; the venv
-        builder reads only the ``pip:`` list. So a ``prefix: /etc/evil`` writes nothing there,
-        but the file says something the image does not do."""
+        """A warning, not a refusal: a ``prefix:`` writes nothing (cotainr/pack.py passes
+        ``-n NAME``), but the file says something the image does not do."""
         if self.prefix_line is None:
             return None
         return ConfigError("is ignored: cotainr creates the environment by name (conda env "
                            "create -n), the venv builder installs only the pip: list; remove it", path=self.path, line=self.prefix_line, key="prefix")
 
     def torch_pin(self) -> tuple[tuple[int, int], int | None] | None:
-        """The lowest torch (major, minor) the spec can install and its line, from a ``torch==``,
-        ``===``, ``~=`` or ``>=`` entry (pip, read by ``packaging``, or Conda ``pytorch=``);
-        None when torch is not pinned. A local or pre-release version counts by its release
-        (``2.7.1+rocm6.3`` is 2.7)."""
+        """The lowest torch (major, minor) the spec can install, and its line; a local or
+        pre-release version counts by its release (``2.7.1+rocm6.3`` is 2.7)."""
         pins = [(_pip_torch_floor(entry), line) for entry, line in zip(self.pip, self.pip_lines)]
         pins += [(_conda_torch_floor(dep.spec.split("::")[-1]), dep.line) for dep in self.conda]
         return next(((floor, line) for floor, line in pins if floor is not None), None)
@@ -351,10 +336,8 @@ def load_env_spec(path: Path) -> EnvSpec:
 
 
 def load_target_env(target: EnvTarget) -> EnvSpec | None:
-    """``target``'s env spec, checked as every use of it needs (None when it has none): it fits
-    the target's builder (:meth:`~containers.inputs.builders.Builder.check_env`), and no ``pip:`` entry changes where packages come
-    from beyond what the manifest allows (requirements.txt and cotainr's Conda pip step take the
-    pip list as written)."""
+    """``target``'s env spec (None when it has none), checked as every use of it needs:
+    requirements.txt and cotainr's Conda pip step take the pip list as written."""
     if target.env is None:
         return None
     spec = load_env_spec(target.env)

@@ -1,14 +1,9 @@
 """The option types of the command line: one place per kind of flag value.
 
-Every flag value reaches the tool as text (``invoke`` is told no types, so it never casts and a
-bad value never ends in its traceback). Each type here turns that text into the value the
-options carry, or refuses it with ONE line naming the flag and what it takes; the options
-classes (``SmokeOptions``, ``TrainOptions``) and ``tasks.py`` use the same types, so a rule is
-written once and a value is checked on the host before anything runs or is written.
-
-A type is a :class:`FlagType`: ``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is what
-``--help`` shows as the flag's type.
-"""
+Every flag value arrives as text (``invoke`` is told no types, so it never casts). A
+:class:`FlagType` turns it into the value the options carry or refuses it in ONE line naming the
+flag; ``tasks.py`` and the options classes share these types, so a rule is written once.
+``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is the type ``--help`` shows."""
 
 from __future__ import annotations
 
@@ -200,9 +195,7 @@ SCHEDULER_NAME = word_rule("name (letters, digits, _ . + -)", r"[A-Za-z0-9_][A-Z
 
 # ------------------------------------------------------------------------------ directives
 def directive(scheduler: str) -> FlagType:
-    """``--directive``: one more option for a ``scheduler`` job's preamble, by the one directive
-    grammar (:mod:`containers.inputs.directives`), which a profile's ``job.directives`` meet
-    too."""
+    """By the one directive grammar, which a profile's ``job.directives`` meet too."""
     return FlagType("one scheduler option, e.g. --constraint=gpu",
                     lambda text: scheduler_option(text, scheduler))
 
@@ -266,15 +259,12 @@ EXISTING_FOLDER = FlagType("existing folder", _path("folder", exists=True))
 
 
 def settle(options: object, **converted: Any) -> None:
-    """Store converted values on a frozen options object from its ``__post_init__``: options
-    made from the command line's text hold numbers afterwards, as made in code."""
+    """For a frozen options object's ``__post_init__``: options made from text hold numbers."""
     for name, value in converted.items():
         object.__setattr__(options, name, value)
 
 
 def settle_by(options: object, **types: Callable[[str, Any], Any]) -> None:
-    """:func:`settle` each named field through its option type, under the flag the field is
-    given by (``batch_size`` -> ``--batch-size``), in the order named: the first bad value is the
-    one refused, as on the command line."""
+    """In the order named, so the first bad value is the one refused, as on the command line."""
     settle(options, **{name: option_type("--" + name.replace("_", "-"), getattr(options, name))
                        for name, option_type in types.items()})

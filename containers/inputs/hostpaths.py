@@ -1,13 +1,8 @@
 """What a definition reads on the build host, outside the build context the tool stages.
 
-``%setup`` and ``%pre`` run on the build host as the building user, ``%files`` and ``%appfiles``
-copy from the host and a ``localimage`` stage starts from a host file: a line there that reads
-a host path outside the build context makes the image depend on the build machine (and, under
-``host_paths: forbid``, is refused). :func:`host_path_uses` lists them for ``invoke check``.
-The definition is read by :mod:`containers.inputs.definition` exactly as Apptainer reads it;
-this module judges its lines: a shell's words for ``%setup``/``%pre``, Apptainer's for
-``%files``.
-"""
+``%setup``/``%pre`` (shell words), ``%files``/``%appfiles`` (Apptainer's) and a ``localimage``
+stage can read host paths, which makes the image depend on the build machine (refused under
+``host_paths: forbid``). :func:`host_path_uses` lists them for ``invoke check``."""
 
 from __future__ import annotations
 
@@ -46,10 +41,8 @@ class HostPathUse:
 
 
 def _body_lines(section: Section, blanks: str = GO_SPACE) -> list[tuple[int, str]]:
-    """``(line number, text)`` of each line of a section's body as Apptainer hands it on
-    (:func:`line_text`) that is not blank or a comment, without the ``blanks`` it starts with:
-    Go's spaces where Apptainer reads the line itself (``%files``), the shell's where a shell
-    does. Its end is kept: ``\\`` then a space is no continuation to the shell."""
+    """``blanks``: Go's spaces where Apptainer reads the line (``%files``), else the shell's.
+    A line's end is kept: ``\\`` then a space is no continuation to the shell."""
     lines = ((section.line + offset, line_text(raw).lstrip(blanks))
              for offset, raw in enumerate(apptainer_lines(section.body), start=1))
     return [(number, text) for number, text in lines
@@ -130,10 +123,8 @@ _CD_COMMANDS = frozenset({"cd", "pushd"})
 
 
 def _cd_outside(command: str, words: list[str]) -> str | None:
-    """``cd DIR`` when ``DIR``, the first of ``words`` (what follows ``cd``) that is no option,
-    is not the image's root or the build context (:data:`_ANCHORED`; one climbing out of them
-    is a host path as any word is): ``/``, a relative or ``~`` folder, ``-`` (the folder
-    before) or none (home) leave the image for the host."""
+    """``cd DIR`` when ``DIR`` is not the image's root or the build context: ``/``, a relative
+    or ``~`` folder, ``-`` (the folder before) or none (home) leave the image for the host."""
     words = list(itertools.takewhile(lambda w: not (_OPERATOR.match(w) or _REDIRECT.match(w)),
                                      words))
     target = next((word for word in words if word == "-" or not word.startswith("-")), "~")
@@ -190,16 +181,14 @@ def climbs_out(rest: str) -> bool:
 
 
 def _outside_context(source: str) -> bool:
-    """Whether a file a build copies from the host, ``source``, is not in the build context
-    the tool stages (not under ``{{ BUILD_CONTEXT }}``, or climbing out of it)."""
+    """Whether ``source`` is not under ``{{ BUILD_CONTEXT }}``, or climbs out of it."""
     context = _CONTEXT_SOURCE.match(source)
     return not context or climbs_out(source[context.end():])
 
 
 def appfiles_source(text: str) -> str:
-    """The source of one ``%appfiles`` line as Apptainer takes it (``copyFiles`` of apps.go):
-    the line up to its first ``#``, trimmed, up to its first space; no quotes are read. A
-    ``{{ ARG }}`` is one word (Apptainer substitutes it before)."""
+    """As Apptainer's ``copyFiles`` (apps.go) takes it: no quotes are read, and a ``{{ ARG }}``
+    is one word (Apptainer substitutes it before)."""
     marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text.split("#", 1)[0])
     word = marked.strip(GO_SPACE).split(" ", 1)[0]
     return re.sub(r"\0(\w+)\0", r"{{ \1 }}", word)
@@ -221,14 +210,9 @@ def _base_use(stage: Stage) -> HostPathUse | None:
 
 
 def host_path_uses(definition: Definition) -> list[HostPathUse]:
-    """Every line (any stage) that reads a host path outside the build context: a ``%files``
-    or ``%appfiles`` source not under ``{{ BUILD_CONTEXT }}`` (``%files from <stage>`` copies
-    between stages, not from the host), a ``Bootstrap: localimage`` base the tool does not pass
-    (:func:`_base_use`), or an absolute or ``~`` path in ``%setup`` or ``%pre`` (both run on
-    the build host) that is not under ``$APPTAINER_ROOTFS`` (the image being built). A path
-    that starts in either and climbs out with ``..`` (:func:`climbs_out`) is a host path too.
-    Here-document bodies of a host script are read as lines too: a path there is as likely to
-    be read."""
+    """Every line (any stage) that reads a host path outside the build context.
+    ``%files from <stage>`` copies between stages, not from the host; here-document bodies of a
+    host script are read as lines too, as a path there is as likely to be read."""
     uses = [use for stage in definition.stages if (use := _base_use(stage)) is not None]
     for section in definition.sections:
         if section.name == "files" and files_source_stage(section) is None:

@@ -1,13 +1,8 @@
 """JSON Schema files of the hand-edited inputs, for editors (``schemas/*.json``).
 
-yaml-language-server (VS Code's YAML extension, and editors that use it) reads a
-``# yaml-language-server: $schema=../schemas/site.schema.json`` line at the top of a file and
-then completes keys, shows each key's doc and marks a wrong type as it is typed. The schemas are
-generated from the same pydantic models the loaders check with (:class:`containers.inputs.sites.
-Profile`, :class:`~containers.inputs.recipes.Manifest`, ...), so they cannot drift: ``python -m
+Generated from the pydantic models the loaders check with, so they cannot drift: ``python -m
 containers.inputs.jsonschemas`` writes them, and a test fails when a file in ``schemas/`` is not
-what this module would write.
-"""
+what this module would write. Editors read them through yaml-language-server's ``$schema`` line."""
 
 from __future__ import annotations
 

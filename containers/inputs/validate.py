@@ -60,12 +60,9 @@ def check_target(target: Target, sites: Mapping[str, Site | None], *,
 
 def host_path_policy(target: Target, definition: Definition | None = None,
                      env: EnvSpec | None = None) -> tuple[list[ConfigError], list[ConfigError]]:
-    """The manifest's ``host_paths`` rule applied to its definition and env spec (read here when
-    not given): ``(errors, warnings)``, the ``%setup`` / ``%files`` lines that read host paths
-    outside the build context and the env spec's ``file://`` Conda channels (folders of the build
-    host), as errors under ``host_paths: forbid``, else as warnings; and the env spec's ignored
-    ``prefix:`` as a warning. The one place ``invoke check`` and ``invoke build`` (through the
-    plan) enforce it."""
+    """The manifest's ``host_paths`` rule on its definition and env spec (read here when not
+    given) as ``(errors, warnings)``: the one place ``invoke check`` and ``invoke build``
+    (through the plan) enforce it."""
     forbid = target.host_paths == "forbid"
     switch = ("the manifest forbids them (host_paths: forbid)" if forbid
               else "the image depends on the build machine; host_paths: forbid in the manifest "
@@ -85,10 +82,7 @@ def host_path_policy(target: Target, definition: Definition | None = None,
 
 
 def check_inputs_of(target: Target, definition: Definition | None = None) -> EnvSpec | None:
-    """A target's own inputs: its definition parses and is valid, its env spec loads, fits the
-    venv builder, and adds no package source the manifest does not allow
-    (:func:`~containers.inputs.envspec.load_target_env`). ``definition`` is the target's, read
-    here when not given; the env spec checked is returned (None when the target has none)."""
+    """``definition``: the target's, read here when not given. Returns the env spec checked."""
     if target.definition is not None:
         (definition or read_definition(target.definition)).validate()
     return load_target_env(target)

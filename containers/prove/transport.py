@@ -1,13 +1,9 @@
 """Which network NCCL/RCCL really used, read from its ``NCCL_DEBUG=INFO`` output.
 
-A Slingshot site whose RCCL cannot load the aws-ofi plugin does not fail: it falls back to TCP
-sockets and runs at a few GB/s. CSCS's regression checks therefore assert the plugin's line
-(``NET/OFI Selected provider is cxi``); a site profile declares the line it expects and this module
-tells a proven transport from a silent fallback. A profile that also names the network
-(``transport.net``) makes every run set ``NCCL_NET``: then NCCL/RCCL refuse the fallback and stop
-at start-up (``Error: network AWS Libfabric not found.``, ``Failed to initialize any NET plugin``),
-and this module names that failure. :func:`stack_from_log` reads the versions the same lines show.
-"""
+A Slingshot site whose RCCL cannot load the aws-ofi plugin falls back to TCP sockets silently;
+a profile declares the line it expects (``NET/OFI Selected provider is cxi``) and this module
+tells a proven transport from a fallback. With ``transport.net`` every run sets ``NCCL_NET``,
+and this module names the start-up failure that follows. :func:`stack_from_log` reads versions."""
 
 from __future__ import annotations
 

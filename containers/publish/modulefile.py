@@ -1,31 +1,10 @@
 """Lmod module files and the exec wrapper for published images: pure rendering, no I/O.
 
-A published image is used the way LUMI's container modules are used: ``module load cpu/<version>``
-sets ``SIF`` (and ``CONTAINER_IMAGE``) to the image, the site's binds after the user's own in
-every bind variable the runtime reads, the site's container environment in ``SINGULARITYENV_X``
-and ``APPTAINERENV_X`` (``pushenv``: unload gives the user's values back), and puts
-``<dest>/<target>/bin`` on ``PATH``. It first loads the host modules the site's jobs load (the
-profile's ``modules``: Derecho's ``cuda`` and ``apptainer``, whose module puts the runtime on
-``PATH``), with Lmod's ``depends_on``.
-
-The helper is a wrapper script, ``<target>-exec COMMAND...``, not an Lmod shell function: a
-script on PATH works from batch scripts, ``srun``, ``mpiexec``, non-bash shells and subprocesses,
-whereas a shell function exists only in the interactive shell that loaded the module. The script
-is the same for every version of a target and holds no fact of any version: the image
-(``$SIF``), the runtime binary (``$CONTAINER_RUNTIME``) and the GPU flag
-(``$CONTAINER_GPU_FLAG``) come from the loaded module, which each version writes for itself, so
-publishing a new version (or a changed site profile) never changes what an older one runs.
-
-Site environment values are written as they are: a ``$VAR`` in one (``$SLURM_JOB_ID``) is
-expanded by the runtime when the container starts, so it takes the job's value, not the
-publisher's.
-
-Every value that reaches Lua goes through :func:`lua_string`; every value that reaches the shell
-script goes through :func:`shlex.quote`; every value in a comment of either goes through
-:func:`comment_text`, since a newline would end the comment and run the rest as code. Target and
-version names are checked by the one name rule before they get here (publish refuses others);
-this quoting holds even for a name that was not.
-"""
+``module load <target>/<version>`` sets ``SIF``, the site's binds and environment, and puts the
+``<target>-exec`` wrapper on ``PATH`` (docs/publishing.md). The wrapper holds no fact of any
+version: each module file sets what it runs, so a new version never changes an older one.
+Every value reaching Lua goes through :func:`lua_string`, the shell through :func:`shlex.quote`,
+a comment through :func:`comment_text`: the quoting holds even for a name the name rule missed."""
 
 from __future__ import annotations
 
@@ -40,20 +19,13 @@ _LUA_ESCAPES = str.maketrans({chr(code): f"\\{code:03d}" for code in (*range(0x2
 
 
 def lua_string(value: str) -> str:
-    """A double-quoted Lua string literal for ``value``, safe for any text.
-
-    Backslash, quote and control characters are escaped (``\\ddd`` for the rarer ones, three
-    digits so a following digit cannot join the escape); other bytes, UTF-8 included, pass
-    through since Lua strings are byte strings. Long brackets (``[[...]]``) are avoided because
-    a value containing ``]]`` would end them.
-    """
+    """``\\ddd`` escapes take three digits, so a following digit cannot join one; no long
+    brackets (``[[...]]``), which a ``]]`` in the value would end."""
     return '"' + value.translate(_LUA_ESCAPES) + '"'
 
 
 def comment_text(value: str) -> str:
-    """``value`` safe inside a one-line comment of Lua or bash: every character that is not
-    printable (a newline, a carriage return, other controls) is written as its escape
-    (``\\n``), so the comment cannot end early."""
+    """Non-printable characters as escapes (``\\n``), so a comment cannot end early."""
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in value)
 
 
@@ -87,9 +59,7 @@ def exec_name(target: str) -> str:
 
 
 def by_hand(runtime: str, gpu_flag: str | None, command: str = "COMMAND") -> str:
-    """The runtime's own command for ``command`` in the loaded module's image (``$SIF``, whose
-    binds and environment the module set): what ``<target>-exec`` runs, written out, for the
-    module help and the catalogue page alike."""
+    """What ``<target>-exec`` runs, written out for the module help and the catalogue page."""
     words = [runtime, "exec", *([gpu_flag] if gpu_flag else [])]
     return " ".join(shlex.quote(word) for word in words) + f' "$SIF" {command}'
 

@@ -1,16 +1,9 @@
 """Permissions of published files: who may read them, and a check that nobody else may write.
 
-Published images are shared by a whole site, so a file anyone can write is a file anyone can
-replace: publish gives every file it owns its configured mode and group (world-readable
-0644/0755, or group-only 0640/0750), creates them under a matching umask so none is ever briefly
-too open, and re-checks afterwards; ``verify`` flags anything world-writable.
-
-Nothing inside the publish folder is reached through a link: a folder swapped for a link to
-elsewhere (``DEST/modules/<t>`` -> ``/etc``) would make publish write there and re-chmod (with
-``--group``, re-chown) what it holds. :func:`unsafe_layout` finds such links (``lstat`` at every
-level, never following one) before publish or verify touch anything, and modes are set through
-descriptors opened ``O_NOFOLLOW``.
-"""
+Publish gives every file it owns its configured mode and group, creates them under a matching
+umask so none is ever briefly too open, and re-checks; ``verify`` flags anything world-writable.
+Nothing in the publish folder is reached through a link: :func:`unsafe_layout` finds links
+(``lstat`` at every level) first, and modes are set through descriptors opened ``O_NOFOLLOW``."""
 
 from __future__ import annotations
 
@@ -118,15 +111,13 @@ def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
 
 
 def open_parent(dest: Path) -> str | None:
-    """Why someone else could swap ``dest`` for a folder of their own, else None
-    (:func:`containers.files.unsafe_way`)."""
+    """Why someone else could swap ``dest`` for a folder of their own, else None."""
     why = unsafe_way(dest)
     return f"{why}; publish under a folder only admins can write" if why else None
 
 
 def managed_paths(dest: Path, target: str) -> list[Path]:
-    """What one publish owns: the target's folders and files, modules, keys and catalogue;
-    never a link, nor anything reached through one (:func:`walk_nofollow`)."""
+    """What one publish owns, never a link nor anything reached through one."""
     return [p for p in _publish_paths(dest, target) if os.path.lexists(p) and not p.is_symlink()
             and first_link(dest, p) is None]
 

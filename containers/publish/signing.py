@@ -1,19 +1,10 @@
 """PGP signing of published images with the runtime's own keyring, and checking signatures.
 
-``apptainer sign`` and ``verify`` read the keyring from ``APPTAINER_KEYSDIR`` (SingularityCE:
-``SINGULARITY_SYPGPDIR``). The keyring is resolved once, to a folder (:func:`keyring`:
-``containers.sign_keysdir``, else the folder the runtime itself would read,
-:meth:`Runtime.keysdir`), and every call names that folder: the key listed, the signature made,
-the signature checked and the public key exported all come from one keyring, used only when
-it is the user's alone, as the package cache is (:func:`keyring_problem`). Nothing here
-reaches a key server: ``verify --local`` only, and keys are never pushed. A key with a
-passphrase cannot be used (``apptainer`` would prompt, and nothing answers): the error says so.
-
-``apptainer key export`` always prompts for a key index, so the public key published beside the
-images is exported from the keyring file (``pgp-public``, a plain OpenPGP keyring) by ``gpg``,
-with a throwaway home. ``verify`` imports that file into a throwaway keyring, so anyone can check
-a published image against the key the catalogue names, whatever their own keyring holds.
-"""
+The keyring is resolved once, to a folder (:func:`keyring`), used only while it is the user's
+alone (:func:`keyring_problem`), and named by every call. No key server is reached (``verify
+--local``; keys are never pushed); a key with a passphrase is refused, as nothing would answer
+the prompt. The public key is exported with ``gpg`` and a throwaway home, since ``apptainer key
+export`` always prompts (docs/publishing.md)."""
 
 from __future__ import annotations
 
@@ -89,8 +80,7 @@ def keyring_problem(keysdir: Path) -> str:
 
 
 def newpair_argv(runtime: Runtime, *, name: str, email: str, comment: str) -> list[str]:
-    """A passphrase-less key pair, never pushed: every value ``key newpair`` would otherwise
-    prompt for is given (``--comment`` too: without it Apptainer 1.4 asks for one)."""
+    """Every value ``key newpair`` would prompt for (Apptainer 1.4 asks for a comment too)."""
     return [runtime.binary, "key", "newpair", f"--name={name}", f"--email={email}",
             f"--comment={comment}", "--password=", "--push=false"]
 
@@ -175,8 +165,7 @@ def signers(runtime: Runtime, image: Path, *, keysdir: Path) -> set[str]:
 
 # ---------------------------------------------------------- public key out of a keyring (gpg)
 def _gpg(home: Path, *args: str) -> list[str]:
-    """``gpg`` with a throwaway home (no agent, no user config, no key server) and no keyring
-    but the ones ``args`` name."""
+    """A throwaway home: no agent, user config, key server, or keyring but those named."""
     return ["gpg", "--homedir", str(home), "--batch", "--quiet", "--no-autostart",
             "--no-default-keyring", *args]
 

@@ -1,13 +1,9 @@
 """Where the ranks of a multi-node run meet: the first node of the job and a port from the job id.
 
-One class per scheduler owns this. Each answers twice from the same constants and the same
-commands: :meth:`resolve` in Python, for ``invoke smoke --nodes M`` inside an allocation, and
-:meth:`shell` as the lines a batch script runs on the first node before launching (there are no
-scheduler tools inside the containers, so the address is always found on the host). The tests run
-both on the same inputs and require the same answer.
-
-The port is ``PORT_BASE + job number % PORT_SPAN``, so two jobs sharing a node do not collide.
-"""
+One class per scheduler answers twice from the same constants: :meth:`resolve` in Python
+(``invoke smoke --nodes M`` in an allocation) and :meth:`shell` as a batch script's lines (no
+scheduler tools run inside the containers); tests require both to agree. The port is
+``PORT_BASE + job number % PORT_SPAN``, so two jobs sharing a node do not collide."""
 
 from __future__ import annotations
 
