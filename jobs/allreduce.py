@@ -46,6 +46,7 @@ preamble and its table: what its nccl-tests binary prints, for the scripts sites
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -161,7 +162,7 @@ def bandwidths(nbytes: int, seconds: float, world_size: int,
     None for one rank: nothing crosses a link, so bytes over time measures a memory copy at best
     (one H100 "reached" 624,268 GB/s for 1 GiB), which no one should read as bandwidth.
     """
-    if world_size == 1:
+    if world_size == 1 or not math.isfinite(seconds):  # a broken timer: no figure, never NaN
         return None, None
     if seconds <= 0:
         return 0.0, 0.0
@@ -230,7 +231,7 @@ def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
     ``nbytes`` is what algbw divides (the op's bw bytes), ``factor`` its bus factor."""
     algbw, busbw = bandwidths(nbytes, seconds, world_size, factor)
     return {
-        "time_us": round(seconds * 1e6, 2),
+        "time_us": round(seconds * 1e6, 2) if math.isfinite(seconds) else None,
         "algbw": None if algbw is None else round(algbw, 3),
         "busbw": None if busbw is None else round(busbw, 3),
         "wrong": wrong,

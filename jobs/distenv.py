@@ -163,7 +163,7 @@ def write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write JSON atomically (:func:`write_text`)."""
-    write_text(path, json.dumps(data, indent=2) + "\n")
+    write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def now_iso() -> str:

@@ -58,7 +58,7 @@ def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
                              f"{match['version']}", flag=flag)
         return ImageRef(name=f"{match['target']}@{version}", image=dest / entry.file,
                         target=match["target"],
-                        record=BuildRecord.of(entry.provenance or {}, source=spec),
+                        record=BuildRecord.view(entry.provenance or {}, source=spec),
                         smoke=(entry.checks or {}).get("smoke"))
     path = Path(spec)
     if spec.endswith(".sif") or os.sep in spec or path.is_file():

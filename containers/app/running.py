@@ -170,7 +170,7 @@ def _status(out, command: Sequence[str], *, returncode: int | None, gate: int | 
               {"rank": first_failure[0], "exit_code": first_failure[1]},
               "seconds": round(seconds, 3)}
     with on_disk("write the run's status", out / "status.json"):
-        atomic_write_text(out / "status.json", json.dumps(record, indent=2) + "\n")
+        atomic_write_text(out / "status.json", json.dumps(record, indent=2, allow_nan=False) + "\n")
 
 
 def shell(project: Project, *, target: str | None, command: Sequence[str] = (),

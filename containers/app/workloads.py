@@ -256,7 +256,7 @@ def _scaling_report(project: Project, results: list[verdict.Result], *,
     name = results[0].plan.target.name
     out = project.settings.results_dir / options.kind.folder(options) / f"{name}-{stamp}-scaling"
     atomic_write_text(out / "scaling.json", json.dumps(
-        {"target": name, "example": options.example, "rows": rows}, indent=2) + "\n")
+        {"target": name, "example": options.example, "rows": rows}, indent=2, allow_nan=False) + "\n")
     console().print(table(
         f"scaling: {options.example} on {name}", ("ranks", "samples/s", "speedup",
                                                   "efficiency", "verdict"),

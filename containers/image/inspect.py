@@ -26,6 +26,7 @@ from containers.host.runtime import Runtime
 from containers.image import gpuarch, provenance
 from containers.image.emulated import emulated_binds
 from containers.inputs import names
+from containers.records import BuildRecord
 
 PROBE = Path(__file__).with_name("probe_script.py")
 MARK = "@@probe@@"
@@ -100,17 +101,17 @@ def _sbom_components(image: Path) -> list[tuple[str, dict]] | None:
     return found
 
 
-def known_facts(image: Path, record: Mapping) -> dict | None:
+def known_facts(image: Path, record: BuildRecord) -> dict | None:
     """The facts a build of this tool already recorded from the image (the stack in its build
     record, the packages in the SBOM beside it), so publish need not start the image again;
     None when either is missing (an image built before them: probe it)."""
-    stack, components = record.get("stack"), _sbom_components(image)
-    if not isinstance(stack, dict) or components is None:
+    stack, components = record.stack, _sbom_components(image)
+    if stack is None or components is None:
         return None
     lists = {kind: [{"name": c.get("name"), "version": c.get("version")}
                     for found, c in components if found == kind] for kind in ("deb", "pypi")}
     return {"stack": stack, "debian_packages": lists["deb"], "pip_packages": lists["pypi"],
-            "labels": record.get("labels") or {}, "errors": record.get("probe_errors")}
+            "labels": record.labels or {}, "errors": record.probe_errors}
 
 
 def summary(facts: Mapping) -> dict:

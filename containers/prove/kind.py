@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the kinds are declared when the command line starts (invoke
     from containers.prove.performance import Judgement
     from containers.prove.verdict import Result
     from containers.run.command import CommandRun
+    from containers.records import RunReport
     from containers.run.workload import Placement, Workload
 
 
@@ -213,6 +214,12 @@ class WorkloadKind:
     def performance(self, result: "Result") -> Judgement | None:
         """The performance gate; None: this kind's performance is not judged."""
         return None
+
+    def read_report(self, data: dict, *, source: str) -> RunReport:
+        """The report as its run left it (partial when the run died midway)."""
+        from containers.records import RunReport  # pydantic: not at start-up
+
+        return RunReport.of(data, source=source)
 
     def details(self, result: "Result") -> dict:
         """The kind's own fields of ``verdict.json``."""

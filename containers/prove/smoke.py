@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from containers.files import read_json_object
 from containers.inputs import flags, names
 from containers.prove.kind import Invocation, WorkloadKind
 from containers.prove.performance import Judgement, judge
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # the kind is declared when the command line starts (invoke -
     from containers.inputs.settings import Settings
     from containers.inputs.sites import Site
     from containers.prove import verdict
+    from containers.records import OpSummary, SmokeReport
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,13 @@ SUMMING = ("all_reduce", "reduce_scatter", "reduce")
 DEFAULT_OP = "all_reduce"
 
 
+def _report(result: verdict.Result) -> SmokeReport:
+    return result.run_report  # type: ignore[return-value]  # SmokeKind.report_type
+
+
 def _rows(result: verdict.Result, op: str | None = None) -> list[dict]:
-    """The report's rows (of one op when named; every row says its op)."""
-    rows = list(result.run_report.rows)
-    return rows if op is None else [row for row in rows if op_of(row) == op]
+    """The report's rows (of one op when named), as the plot and the judge take them."""
+    return [row.model_dump() for row in _report(result).rows(op)]
 
 
 def op_of(row: dict) -> str:
@@ -96,15 +101,21 @@ def wrong_total(result: verdict.Result, op: str | None = None) -> int:
     return sum(mode["wrong"] or 0 for row in _rows(result, op) for mode in _modes(row))
 
 
-def _summary(result: verdict.Result, op: str) -> dict:
-    return result.run_report.collectives.get(op) or {}
+def _summary(result: verdict.Result, op: str) -> OpSummary:
+    return _summary_of(_report(result), op)
+
+
+def _summary_of(report: SmokeReport, op: str) -> OpSummary:
+    from containers.records import OpSummary  # pydantic: not at start-up
+
+    return report.collectives.get(op) or OpSummary()
 
 
 def _op_reasons(result: verdict.Result, op: str) -> list[str]:
     """What is wrong with one op's part of the run: refused by the backend, wrong values, or
     (once the run finished) not measured at all."""
     reasons = []
-    refused = _summary(result, op).get("unsupported")
+    refused = _summary(result, op).unsupported
     if refused:
         reasons.append(f"{op}: {refused}")
     wrong, cycles = wrong_total(result, op), result.run_report.cycles
@@ -117,9 +128,7 @@ def _op_reasons(result: verdict.Result, op: str) -> list[str]:
         reasons.append(f"{wrong} wrong values ({op} results differ from {exact}) at sizes "
                        f"{', '.join(sizes)}" + (f" in a soak of {cycles} cycles" if cycles > 1
                                                 else ""))
-    listed = result.run_report.ops
-    if not refused and result.run_report.finished and not _rows(result, op) and \
-            (_rows(result) or (listed is not None and op not in listed)):
+    if not refused and result.run_report.finished and not _rows(result, op):
         reasons.append(f"{op} was asked for but the benchmark measured none of it")
     return reasons
 
@@ -144,12 +153,19 @@ class SmokeKind(WorkloadKind):
             args += ["--fault", options.fault]
         return Invocation(args=args, env=dict(options.extra_env))
 
+    def read_report(self, data: dict, *, source: str) -> SmokeReport:
+        from containers.records import SmokeReport  # pydantic: not at start-up
+
+        return SmokeReport.of(data, source=source)
+
     def failures(self, result: verdict.Result) -> list[str]:
         asked = asked_ops(result)
         # an op the report holds but the run did not ask for is judged too: its wrong values
         # are wrong values all the same
         extra = sorted({op_of(row) for row in _rows(result)} - set(asked))
-        return [reason for op in asked + extra for reason in _op_reasons(result, op)]
+        return [reason for op in asked + extra for reason in _op_reasons(result, op)] + \
+            (run_file_reasons(result.plan.out_dir, _report(result), result.plan.ranks)
+             if result.run_report.finished else [])
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         reasons = []
@@ -202,9 +218,9 @@ class SmokeKind(WorkloadKind):
         others = [r for r in result.reasons
                   if not any(r in _op_reasons(result, other) for other in asked_ops(result))]
         return {
-            "op": op, "factor": summary.get("factor"),
-            "busbw_factor": summary.get("busbw_factor"), "root": summary.get("root"),
-            "unsupported": summary.get("unsupported"), "wrong_total": wrong_total(result, op),
+            "op": op, "factor": summary.factor, "busbw_factor": summary.busbw_factor,
+            "root": summary.root, "unsupported": summary.unsupported,
+            "wrong_total": wrong_total(result, op),
             "passed": not others and not _op_reasons(result, op),
             "performance": self.op_performance(result, op).record(), "results": results,
             "largest": {key: results[-1][key] for key in ("bytes", "busbw_oop", "busbw_ip")}
@@ -252,11 +268,76 @@ class SmokeKind(WorkloadKind):
         if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
         report = result.run_report
-        return [plot_busbw({**(report.raw or {}), "results": rows}, result.plan.out_dir /
+        return [plot_busbw({**report.as_dict(), "results": rows}, result.plan.out_dir /
                            f"{op}.png",
                            title=f"{op} busbw: {result.plan.target.name}, {result.plan.ranks} "
                                  f"ranks, {report.backend or '?'}")
                 for op in asked_ops(result) if (rows := _rows(result, op))]
+
+
+# ------------------------------------------------- the run's files, read strictly (and the gate)
+def read_smoke(folder: Path, name: str) -> SmokeReport | str:
+    """``folder/name`` as a smoke report, or why it is none (one line naming it)."""
+    from containers.records import Malformed
+
+    data = read_json_object(folder / name)
+    if data is None:
+        return f"no readable {name}"
+    try:
+        return SMOKE.read_report(data, source=name)
+    except Malformed as exc:
+        return str(exc)
+
+
+def _op_file_reasons(folder: Path, report: SmokeReport, op: str) -> list[str]:
+    """The op's own ``<op>.json`` (offered to nccl-tests' readers) must say what the combined
+    report says of it."""
+    summary, name = _summary_of(report, op), f"{op}.json"
+    if summary.unsupported or (report.schema_version < 2 and not (folder / name).exists()):
+        return []  # a refused op's file says so; an older harness wrote none
+    own = read_smoke(folder, name)
+    if isinstance(own, str):
+        return [own]
+    if not own.ok or own.wrong_total != summary.wrong_total:
+        return [f"{name}: key 'ok' is {own.ok}, 'wrong_total' {own.wrong_total}, but "
+                f"{SmokeKind.report_name} counts {summary.wrong_total} wrong {op} values"]
+    if own.rows() != report.rows(op):
+        return [f"{name}: key 'results' differs from {SmokeKind.report_name}'s {op} rows"]
+    return []
+
+
+def _rank_reasons(folder: Path, report: SmokeReport) -> list[str]:
+    """Each rank's own count of wrong values (``rank-<N>.json``) must add up to the report's."""
+    counts = {rank: (read_json_object(folder / f"rank-{rank}.json") or {}).get("wrong")
+              for rank in range(report.world_size or 0)}
+    older = report.schema_version < 2 and None in counts.values()  # ranks kept no count
+    if report.wrong_total is None or older:
+        return []
+    bad = [rank for rank, n in counts.items() if type(n) is not int or n < 0]
+    if bad:
+        return [f"rank-{rank}.json: key 'wrong' is {counts[rank]!r}, not a count"
+                for rank in bad[:4]]
+    if sum(counts.values()) == report.wrong_total:
+        return []
+    said = [rank for rank, n in counts.items() if n] or list(counts)
+    return [f"rank-{rank}.json: key 'wrong' is {counts[rank]}, but {SmokeKind.report_name} "
+            f"counts {report.wrong_total} wrong values over all ranks" for rank in said[:4]]
+
+
+def run_file_reasons(folder: Path, report: SmokeReport, ranks: int) -> list[str]:
+    """What a finished benchmark's files say against a pass, each in one line naming the file
+    and key: no size measured, a missing busbw, an op file not ok or not the report's, a rank
+    whose own count of wrong values is not the report's (``invoke verdict`` and the gate)."""
+    name = SmokeKind.report_name
+    if not report.results:
+        return [f"{name}: key 'results' is empty: the benchmark measured no size"]
+    unmeasured = [row.bytes for row in report.results
+                  if ranks > 1 and any(mode is not None and mode.busbw is None
+                                       for mode in (row.oop, row.ip))]
+    reasons = [f"{name}: key 'results' has no busbw at {unmeasured[0]} B"] if unmeasured else []
+    ops = list(report.collectives) or sorted({row.op for row in report.results})
+    return reasons + [reason for op in ops for reason in _op_file_reasons(folder, report, op)] \
+        + _rank_reasons(folder, report)
 
 
 #: Judgement states from the worst (a run of several ops reports its worst op's).

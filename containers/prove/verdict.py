@@ -26,7 +26,7 @@ from containers.prove import devices, stack
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.prove.transport import TransportCheck, check_transport
-from containers.records import BuildRecord, RunReport, Verdict
+from containers.records import BuildRecord, Malformed, RunReport, Verdict
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
 
 
@@ -46,9 +46,17 @@ class Result:
         return self.outcome.report
 
     @cached_property
+    def _read(self) -> tuple[RunReport, list[str]]:
+        """The report read as its run left it, and why it is none (one line naming it)."""
+        try:
+            return self.kind.read_report(self.outcome.report or {},
+                                         source=self.kind.report_name), []
+        except Malformed as exc:
+            return self.kind.read_report({}, source=self.kind.report_name), [str(exc)]
+
+    @property
     def run_report(self) -> RunReport:
-        """The report read as its run left it (partial when the run died midway)."""
-        return RunReport.of(self.outcome.report)
+        return self._read[0]
 
     @property
     def nodes(self) -> int:
@@ -109,7 +117,7 @@ def _run_reasons(result: Result) -> list[str]:
     # names did not load): the same reason for every kind.
     proof = result.transport if result.report is None else None
     reasons += [proof.message] if proof is not None and not proof.ok else []
-    reasons += kind.failures(result)
+    reasons += result._read[1] + kind.failures(result)
     # What the ranks ran on is judged even when the workload stopped early: a rank without its
     # GPU refuses to start, and its device report says why.
     reasons += device_reasons(result) + arch_reasons(result) + network_reasons(result)
@@ -201,9 +209,9 @@ def gate_lines(given: Mapping) -> list[str]:
     record, lines = Verdict.view(given), []
     transport, degraded = record.transport, record.degraded
     if transport is not None or degraded:
-        state = ("FAIL" if transport is not None and not transport["ok"]
+        state = ("FAIL" if transport is not None and not transport.ok
                  else "DEGRADED" if degraded else "ok")
-        said = [transport["message"]] if transport is not None else []
+        said = [transport.message] if transport is not None else []
         lines.append(f"transport:   {state}: " + "; ".join([*said, *([degraded] if degraded
                                                                      else [])]))
     reasons = record.reasons
@@ -211,14 +219,14 @@ def gate_lines(given: Mapping) -> list[str]:
     ops = record.collectives or {}
     if len(ops) > 1:  # several collectives (smoke --op): each one's own verdict
         for op, entry in ops.items():
-            judged = (entry.get("performance") or {}).get("state") or "not judged"
-            lines.append(f"  {op + ':':<16} {'PASS' if entry['passed'] else 'FAIL'} "
-                         f"({entry['wrong_total']} wrong, busbw factor {entry['factor']}, "
+            judged = entry.performance.state if entry.performance else "not judged"
+            lines.append(f"  {op + ':':<16} {'PASS' if entry.passed else 'FAIL'} "
+                         f"({entry.wrong_total} wrong, busbw factor {entry.factor}, "
                          f"performance {judged.upper()})")
     performance = record.performance
     if performance is not None:
-        lines.append(f"performance: {performance['state'].upper()}: {performance['message']}")
-    slow = performance is not None and performance["failed"]
+        lines.append(f"performance: {performance.state.upper()}: {performance.message}")
+    slow = performance is not None and performance.failed
     lines.append("verdict: " + ("PASS" if record.passed and not slow else "FAIL")
                  + (" (degraded transport: see the transport line)" if degraded else ""))
     return lines

@@ -35,7 +35,7 @@ from containers.errors import StateError, UsageError
 from containers.files import read_json_state
 from containers.image.inspect import driver_needed as stack_driver_needed
 from containers.inputs.schema import name_problem
-from containers.records import BuildRecord, CatalogueEntry
+from containers.records import BuildRecord, CatalogueEntry, Malformed
 
 FORMAT = 1
 CATALOGUE_NAME = "catalogue.json"
@@ -136,9 +136,10 @@ def entry_problem(target: str, entry: Any) -> str | None:
     """Why one catalogue entry of ``target`` cannot be trusted, else None. Every name in it
     becomes a path that is read, hashed or removed (``--keep``), so each must be exactly what
     publish writes: a version passing the name rule and the files the layout derives from it."""
-    if not isinstance(entry, dict):
-        return "not a mapping"
-    entry = CatalogueEntry.view(entry)
+    try:
+        entry = CatalogueEntry.of(entry)
+    except Malformed as exc:
+        return exc.problem
     if entry.target != target:
         return f"target {entry.target!r} is not {target!r}"
     problem = name_problem("version", entry.version)
@@ -149,10 +150,9 @@ def entry_problem(target: str, entry: Any) -> str | None:
             return f"{key} {getattr(entry, key)!r} is not {wanted!r}"
     if not isinstance(entry.sha256, str) or not SHA256.match(entry.sha256):
         return "sha256 is not 64 lower-case hexadecimal digits"
-    size = entry.size_bytes
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+    if entry.size_bytes is None:
         return "size_bytes is not a whole number of bytes"
-    if not isinstance(entry.checks, dict) or not isinstance(entry.published, str):
+    if entry.checks is None or entry.published is None:
         return "checks is not a mapping or published is not a date"
     return _signature_problem(entry)
 

@@ -106,9 +106,9 @@ def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gp
 def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
     """What the catalogue keeps of a smoke verdict: enough to judge it without the file; a
     performance FAIL is carried as ``performance_failed`` so a listing shows it at a glance."""
-    performance = record.performance if isinstance(record.performance, dict) else {}
-    return {**{k: record.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now,
-            "performance_failed": bool(performance.get("failed"))}
+    data = record.as_dict()
+    return {**{k: data.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now,
+            "performance_failed": bool(record.performance and record.performance.failed)}
 
 
 def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,

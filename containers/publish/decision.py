@@ -91,8 +91,9 @@ def against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: di
 def _diff(plan: publisher.PublishPlan, runtime: Runtime, old: CatalogueEntry, latest: str,
           facts: dict, checks: dict) -> dict:
     """The diff of latest's published image (its recorded facts, else a probe) and the new one."""
-    record = BuildRecord.of(old.provenance or {}, source=f"{old.version}'s provenance")
-    old_facts = (probing.known_facts(plan.dest / old.file, {**record, "stack": old.stack})
+    record = BuildRecord.view(old.provenance or {}, source=f"{old.version}'s provenance")
+    old_facts = (probing.known_facts(plan.dest / old.file,
+                                     record.model_copy(update={"stack": old.stack}))
                  or probing.probe(runtime, plan.dest / old.file, sha256=record.sha256,
                                   arch=record.arch))
     return diffing.diff(

@@ -27,7 +27,8 @@ from typing import Mapping
 from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import device_kind
 from containers.publish.diff import shown, where_run
-from containers.records import BuildRecord, JobRecord, Refused, Verdict, read_smoke
+from containers.prove.smoke import read_smoke, run_file_reasons
+from containers.records import BuildRecord, JobRecord, Verdict
 from containers.run.workload import (IMAGE_RECORD, JOB_RECORD, first_failure,
                                       read_device_reports)
 
@@ -109,19 +110,18 @@ def identity(labels: object) -> dict[str, str]:
 
 def _report_reasons(folder: Path, ranks: int) -> list[str]:
     """What the benchmark's own results JSON says against a pass."""
-    try:
-        report = read_smoke(folder / SMOKE_REPORT)
-    except Refused as exc:
-        return [str(exc)]
+    report = read_smoke(folder, SMOKE_REPORT)
+    if isinstance(report, str):
+        return [report]
     reasons = []
     if not report.ok or not report.finished:
         reasons.append(f"{SMOKE_REPORT} says the benchmark did not finish correctly")
-    if report.wrong_total != 0 or any(report.wrong):
-        counted = max(report.wrong_total, sum(w or 0 for w in report.wrong))
-        reasons.append(f"{SMOKE_REPORT} counts {counted} wrong values")
+    if report.wrong_total != 0 or report.wrong():
+        reasons.append(f"{SMOKE_REPORT} counts {max(report.wrong_total or 0, report.wrong())} "
+                       "wrong values")
     if report.world_size != ranks:
         reasons.append(f"{SMOKE_REPORT} has {report.world_size} ranks, the verdict {ranks}")
-    return reasons
+    return reasons + run_file_reasons(folder, report, ranks)
 
 
 def _rank_reasons(folder: Path, ranks: int) -> list[str]:

@@ -291,7 +291,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "site_runtime": {"runtime": plan.site.runtime, "gpu_flag": plan.site.gpu_flag},
         "published_by": f"{getpass.getuser()}@{socket.gethostname()}",
         "publisher_runtime": {"flavour": runtime.flavour, "version": runtime.version},
-        "provenance": {k: v for k, v in plan.provenance.items() if k != "labels"},
+        "provenance": {k: v for k, v in plan.provenance.as_dict().items() if k != "labels"},
     }
     beside = []
     if sbom_path(plan.image).is_file():
@@ -300,7 +300,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         entry["sbom_file"] = str(final.relative_to(plan.dest))
     if reviewed.get("diff") is not None:
         final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
-        beside.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
+        beside.append((final, (json.dumps(reviewed["diff"], indent=2, allow_nan=False) + "\n").encode(), "diff"))
         entry["diff_file"] = str(final.relative_to(plan.dest))
         page = plan.sif.with_name(f"{plan.version}{DIFF_PAGE_SUFFIX}")
         beside.append((page, render_diff_page(reviewed["diff"], target=plan.target.name,
@@ -599,7 +599,7 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
         *[written(*file) for file in beside],
         link(plan.folder / "latest", plan.sif.name),
         link(plan.module_dir / "default", plan.module.name),
-        written(plan.dest / cat.CATALOGUE_NAME, (json.dumps(catalogue, indent=2) + "\n").encode(),
+        written(plan.dest / cat.CATALOGUE_NAME, (json.dumps(catalogue, indent=2, allow_nan=False) + "\n").encode(),
                 "catalogue"),
         # the page shows what the catalogue says: replaced right after it
         written(plan.dest / cat.PAGE_NAME, render_page(catalogue, plan.dest).encode(), "page"),

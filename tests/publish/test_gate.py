@@ -3,7 +3,13 @@ tolerance is a regression; unlike runs are not compared and say why), on plain d
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 from containers.publish import gate
+from tests.publish.standin import LABELS, SHA, smoke_report, smoke_run
 
 
 def smoke(measured: float, **changes) -> dict:
@@ -35,3 +41,40 @@ def test_unlike_runs_or_missing_figures_are_not_compared_and_say_why() -> None:
     assert result["regression"] is None and result["note"] == \
         "not compared: the runs differ in nodes, ranks"
     assert "the current latest has no busbw" in gate.busbw_check(None, smoke(1.0))["note"]
+
+
+# ------------------------------------------------- every file of the run, read strictly
+def _rewrite(folder: Path, name: str, **changes) -> None:
+    (folder / name).write_text(json.dumps({**json.loads((folder / name).read_text()),
+                                           **changes}))
+
+
+def _nan_busbw(folder: Path, value: str) -> None:
+    text = (folder / "allreduce.json").read_text()
+    (folder / "allreduce.json").write_text(text.replace('"busbw": 1.0', f'"busbw": {value}', 1))
+
+
+@pytest.mark.parametrize("spoil, why", [
+    (lambda f: [_rewrite(f, name, results=[]) for name in ("allreduce.json", "all_reduce.json")],
+     "allreduce.json: key 'results' is empty: the benchmark measured no size"),
+    (lambda f: _nan_busbw(f, "NaN"),
+     "allreduce.json: key 'results.0.oop.busbw' is not a finite number"),
+    (lambda f: _nan_busbw(f, "Infinity"),
+     "allreduce.json: key 'results.0.oop.busbw' is not a finite number"),
+    (lambda f: _nan_busbw(f, "null"), "allreduce.json: key 'results' has no busbw at 1024 B"),
+    (lambda f: _rewrite(f, "all_reduce.json", ok=False, wrong_total=4),
+     "all_reduce.json: key 'ok' is False, 'wrong_total' 4, but allreduce.json counts 0 wrong "
+     "all_reduce values"),
+    (lambda f: _rewrite(f, "rank-1.json", wrong=3),
+     "rank-1.json: key 'wrong' is 3, but allreduce.json counts 0 wrong values over all ranks"),
+    (lambda f: _rewrite(f, "all_reduce.json", results=smoke_report(2)["results"][:1]),
+     "all_reduce.json: key 'results' differs from allreduce.json's all_reduce rows"),
+    (lambda f: (f / "all_reduce.json").unlink(), "no readable all_reduce.json"),
+])
+def test_the_gate_refuses_a_run_whose_files_prove_nothing(tmp_path: Path, spoil, why) -> None:
+    """Issue 48's reproductions: each file of a passing 2-rank run spoiled in one way."""
+    path = smoke_run(tmp_path / "run", sha256=SHA)
+    record = json.loads(path.read_text())
+    assert gate.evidence_reasons(path, record, sha256=SHA, labels=LABELS) == []
+    spoil(path.parent)
+    assert why in gate.evidence_reasons(path, record, sha256=SHA, labels=LABELS)
