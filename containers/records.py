@@ -55,18 +55,17 @@ def _problem(exc: ValidationError) -> str:
 
 
 class Model(BaseModel):
-    """What every record and its parts share: frozen, strict, finite, unknown keys kept."""
+    """Every record and its parts: frozen, strict, finite, unknown keys kept."""
 
     model_config = ConfigDict(frozen=True, extra="allow", strict=True, allow_inf_nan=False,
                               populate_by_name=True)
 
 
 class Record(Model):
-    """A file of its own: versioned, read by :meth:`of`, written by :func:`write`."""
+    """A file of its own: read by :meth:`of`, written by :func:`write`, in version
+    :attr:`SCHEMA` (a newer one is refused); a refusal calls it :attr:`WHAT`."""
 
-    #: The version this checkout writes; a file of a newer one is refused.
     SCHEMA: ClassVar[int] = 2
-    #: What a refusal calls the record (``the image record``).
     WHAT: ClassVar[str] = "record"
 
     schema_: PositiveInt = Field(1, alias=SCHEMA_KEY)
@@ -74,7 +73,9 @@ class Record(Model):
 
     @classmethod
     def of(cls: type[R], data: object, *, source: str | Path = "a record") -> R:
-        """``data`` (a file's parsed JSON, or what a writer was given) as this record."""
+        """``data`` (a file's parsed JSON, what a writer was given, or a record) as this one."""
+        if isinstance(data, cls):
+            return data
         if not isinstance(data, Mapping):
             raise Malformed(source, f"the {cls.WHAT} is not a JSON object")
         schema = data.get(SCHEMA_KEY, 1)
@@ -91,15 +92,6 @@ class Record(Model):
         made._order = tuple(data)
         return made
 
-    @classmethod
-    def view(cls: type[R], data: object, *, source: str | Path = "a record") -> R:
-        """``data`` as this record: itself when it is one, else read as :meth:`of` reads."""
-        return data if isinstance(data, cls) else cls.of(data, source=source)
-
-    @property
-    def schema_version(self) -> int:
-        return self.schema_
-
     def as_dict(self) -> dict[str, Any]:
         """What the writer writes: ``schema`` first, then every key given, in its order."""
         given = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
@@ -108,30 +100,25 @@ class Record(Model):
         return {SCHEMA_KEY: self.SCHEMA, **ordered, **given}
 
     def as_json(self) -> str:
-        return json.dumps(self.as_dict(), indent=2, allow_nan=False) + "\n"
+        return json_text(self.as_dict())
+
+
+def json_text(data: object) -> str:
+    """JSON as the tool writes its files: indented, never a NaN or Infinity (ValueError)."""
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
 def write(path: Path, record: Record | Mapping[str, Any], kind: type[R]) -> R:
     """Write ``record`` (a ``kind``, or the mapping that makes one, checked first) to ``path``
     atomically; the record as written."""
-    made = kind.view(record, source=path)
+    made = kind.of(record, source=path)
     atomic_write_text(path, made.as_json())
     return kind.of(made.as_dict(), source=path)
 
 
-def parse(text: str | bytes, kind: type[R], *, source: str | Path) -> R:
-    """A file's text as a ``kind``; not JSON is :class:`Malformed` naming ``source``."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON
-        raise Malformed(source, f"the {kind.WHAT} is not JSON ({type(exc).__name__})") from exc
-    return kind.of(data, source=source)
-
-
 # ------------------------------------------------------------------------------- the records
 class BuildRecord(Record):
-    """An image's build record (``images/<target>.sif.json``), written by the build
-    (containers/image/builder.py), read through :mod:`containers.image.provenance`."""
+    """``images/<target>.sif.json``: containers/image/builder.py writes it, provenance reads it."""
 
     WHAT: ClassVar[str] = "image record"
 
@@ -212,8 +199,7 @@ class OpVerdict(Model):
 
 
 class Verdict(Record):
-    """A run's ``verdict.json`` (containers/prove/verdict.py makes it, containers/app writes
-    it; publish looks it up by the image's sha256)."""
+    """A run's ``verdict.json`` (containers/prove/verdict.py makes it; publish finds it)."""
 
     WHAT: ClassVar[str] = "verdict"
 
@@ -240,10 +226,8 @@ class Verdict(Record):
 
 
 class CatalogueEntry(Record):
-    """One published version in ``catalogue.json`` (containers/publish/publisher.py makes it;
-    the catalogue, its page, verify and the gate read it). The catalogue's own check
-    (containers/publish/catalogue.py, ``entry_problem``) refuses names and a signature that are
-    not what publish writes."""
+    """One version in ``catalogue.json`` (publisher.py makes it); catalogue.py's
+    ``entry_problem`` refuses names and a signature other than publish writes."""
 
     WHAT: ClassVar[str] = "catalogue entry"
 
@@ -312,8 +296,7 @@ class OpSummary(Model):
 
 
 class RunReport(Record):
-    """A workload's report as its run left it, what every kind's judging reads of it: a run
-    that died midway left part of one, so what is absent reads as its default."""
+    """What every kind's judging reads of its report, partial when the run died midway."""
 
     WHAT: ClassVar[str] = "report"
 
@@ -323,9 +306,8 @@ class RunReport(Record):
 
 
 class SmokeReport(RunReport):
-    """The benchmark's ``allreduce.json`` (rewritten after each size) and each op's
-    ``<op>.json``, written in the image by jobs/allreduce.py (which imports nothing of this
-    package: its REPORT_SCHEMA is kept equal to :attr:`SCHEMA`)."""
+    """``allreduce.json`` and each ``<op>.json``, written in the image by jobs/allreduce.py
+    (which imports nothing of this package: its REPORT_SCHEMA is kept equal to SCHEMA)."""
 
     WHAT: ClassVar[str] = "smoke report"
 
@@ -343,7 +325,7 @@ class SmokeReport(RunReport):
         """The rows, of one op when named."""
         return [row for row in self.results if op is None or row.op == op]
 
-    def wrong(self) -> int:
-        """Wrong values over every row and mode."""
-        return sum(mode.wrong or 0 for row in self.results for mode in (row.oop, row.ip)
+    def wrong(self, op: str | None = None) -> int:
+        """Wrong values over every row and mode (of one op when named)."""
+        return sum(mode.wrong or 0 for row in self.rows(op) for mode in (row.oop, row.ip)
                    if mode is not None)

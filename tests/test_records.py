@@ -26,7 +26,7 @@ MODELS = (BuildRecord, CatalogueEntry, JobRecord, Verdict, SmokeReport)
 
 def test_todays_build_record_reads_as_version_1() -> None:
     record = provenance.read(FIXTURES / "cpu.sif.json")
-    assert (record.schema_version, record.target, record.sha256, record.arch) == \
+    assert (record.schema_, record.target, record.sha256, record.arch) == \
         (1, "cpu", SHA, "x86_64")
     assert (record.tested, record.squashfs, record.stack["python"]) == (True, "gzip", "3.11.9")
     assert record.as_dict()["fit"] == {"site": "local", "findings": []}, "unknown keys are kept"
@@ -35,16 +35,16 @@ def test_todays_build_record_reads_as_version_1() -> None:
 
 def test_todays_job_record_reads_and_renders_as_it_was_written() -> None:
     text = (FIXTURES / "job.json").read_text().strip()
-    record = records.parse(text, JobRecord, source="job.json")
-    assert (record.schema_version, record.workload, record.nodes, record.transport) == \
+    record = JobRecord.of(json.loads(text), source="job.json")
+    assert (record.schema_, record.workload, record.nodes, record.transport) == \
         (1, "smoke", 1, "socket")
     assert record.missing() == [] and JobRecord.of({"target": "cpu"}).missing()[0] == "site"
     assert record.as_json() == text, "the job script's line is version 1's, byte for byte"
 
 
 def test_todays_verdict_reads() -> None:
-    record = records.parse((FIXTURES / "verdict.json").read_text(), Verdict, source="v")
-    assert (record.schema_version, record.kind, record.sha256, record.ranks, record.passed) == \
+    record = Verdict.of(json.loads((FIXTURES / "verdict.json").read_text()), source="v")
+    assert (record.schema_, record.kind, record.sha256, record.ranks, record.passed) == \
         (1, "smoke", SHA, 2, True)
     assert record.collectives["all_reduce"].wrong_total == 0 and record.reasons == []
     assert record.performance.state == "pass"
@@ -54,7 +54,7 @@ def test_todays_catalogue_entry_reads() -> None:
     data = cat.load(FIXTURES / "catalogue.json")
     entry = cat.find(data, "cpu", "2026.11.21-1e9c228c")
     assert isinstance(entry, CatalogueEntry)
-    assert (entry.schema_version, entry.file, entry.sha256, entry.signed) == \
+    assert (entry.schema_, entry.file, entry.sha256, entry.signed) == \
         (1, "cpu/2026.11.21-1e9c228c.sif", SHA, False)
     assert entry.provenance.tested is True
 
@@ -71,8 +71,7 @@ def test_the_writer_adds_the_version_first_and_keeps_every_key(tmp_path: Path) -
     written = records.write(tmp_path / "verdict.json", data, Verdict)
     again = json.loads((tmp_path / "verdict.json").read_text())
     assert list(again) == ["schema", *data] and again == {"schema": Verdict.SCHEMA, **data}
-    assert records.parse((tmp_path / "verdict.json").read_text(), Verdict,
-                         source="v").sha256 == written.sha256 == SHA
+    assert Verdict.of(again, source="v").sha256 == written.sha256 == SHA
 
 
 @pytest.mark.parametrize("model", MODELS)

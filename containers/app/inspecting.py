@@ -58,7 +58,7 @@ def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
                              f"{match['version']}", flag=flag)
         return ImageRef(name=f"{match['target']}@{version}", image=dest / entry.file,
                         target=match["target"],
-                        record=BuildRecord.view(entry.provenance or {}, source=spec),
+                        record=BuildRecord.of(entry.provenance or {}, source=spec),
                         smoke=(entry.checks or {}).get("smoke"))
     path = Path(spec)
     if spec.endswith(".sif") or os.sep in spec or path.is_file():
@@ -133,7 +133,7 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
 
 def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
     stack, sbom = report["stack"], report.get("sbom")
-    record = BuildRecord.view(report.get("provenance") or {}, source=report["image"])
+    record = BuildRecord.of(report.get("provenance") or {}, source=report["image"])
     rows = [*((key, shown(stack.get(key))) for key in probing.STACK_KEYS),
             *([("driver needed", report["driver_needed"])] if report.get("driver_needed")
               else []),
@@ -189,7 +189,7 @@ def examine_built(project: Project):
 
     def examine(step, runtime, record: dict, say: Say) -> dict:
         say(f"==> examining {step.target.name}: SBOM and site fit (one probe of the image)")
-        built = BuildRecord.view(record, source=step.image)  # the record being written
+        built = BuildRecord.of(record, source=step.image)  # the record being written
         facts = probing.probe(runtime, step.partial, sha256=built.sha256, arch=built.arch)
         files = {probing.SBOM_SUFFIX: sbom.render(sbom.make(facts, record))}
         stack = probing.summary(facts)

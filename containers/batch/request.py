@@ -99,7 +99,7 @@ def request_from_record(given: Mapping) -> JobRequest:
     """The request a job's ``job.json`` (as :func:`plan_job` writes it) describes, options
     included, so its verdict re-plans the run the job ran (:func:`job_run`). A missing key of
     :data:`RECORD_KEYS` raises KeyError; bad options raise :class:`RecordOptionsError`."""
-    record = JobRecord.view(given, source=JOB_RECORD)
+    record = JobRecord.of(given, source=JOB_RECORD)
     if record.missing():
         raise KeyError(record.missing()[0])
     return JobRequest(workload=record.workload, nodes=int(record.nodes),
@@ -112,8 +112,6 @@ def _record_options(record: JobRecord) -> Options | None:
     given = record.options
     if given is None:
         return None
-    if not isinstance(given, dict):
-        raise RecordOptionsError("options are not an object")
     try:
         return registry.kind_of(record.workload).make_options(
             record.workload, gpus=int(record.gpus_per_node), given=given)

@@ -32,15 +32,14 @@ def read(path: Path, *, corrupt_ok: bool = False) -> BuildRecord:
     naming it: a verdict must never name a null sha256 as what it proved. ``corrupt_ok``: treat
     such a record as none (a build, which replaces it; the up-to-date check, which rebuilds)."""
     try:
-        data = json.loads(read_regular(path, limit=RECORD_LIMIT).decode("utf-8"))
-        problem = None if isinstance(data, dict) else "not a JSON object"
-        record = BuildRecord.of(data if problem is None else {}, source=path)
+        record = BuildRecord.of(json.loads(read_regular(path, limit=RECORD_LIMIT)), source=path)
+        problem = None
     except FileNotFoundError:
         return BuildRecord()
     except FileRefused as exc:
         problem = str(exc)
     except Malformed as exc:
-        problem = str(exc).removeprefix(f"{path}: ")
+        problem = exc.problem
     except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON
         problem = f"not JSON ({type(exc).__name__})"
     except OSError as exc:

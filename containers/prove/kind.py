@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # the kinds are declared when the command line starts (invoke
     from containers.prove.performance import Judgement
     from containers.prove.verdict import Result
     from containers.run.command import CommandRun
-    from containers.records import RunReport
     from containers.run.workload import Placement, Workload
 
 
@@ -69,6 +68,8 @@ class WorkloadKind:
     #: The script in ``jobs/``, and the report it writes in its results folder.
     script: str = ""
     report_name: str = ""
+    #: Its reader: a model of :mod:`containers.records` (named: pydantic is not for start-up).
+    report_type: str = "RunReport"
     #: How a reason names the script ("the benchmark exited with code 3").
     program: str = ""
     #: Whether each run's verdict record is appended to the performance log.
@@ -214,12 +215,6 @@ class WorkloadKind:
     def performance(self, result: "Result") -> Judgement | None:
         """The performance gate; None: this kind's performance is not judged."""
         return None
-
-    def read_report(self, data: dict, *, source: str) -> RunReport:
-        """The report as its run left it (partial when the run died midway)."""
-        from containers.records import RunReport  # pydantic: not at start-up
-
-        return RunReport.of(data, source=source)
 
     def details(self, result: "Result") -> dict:
         """The kind's own fields of ``verdict.json``."""

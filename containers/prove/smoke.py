@@ -1,14 +1,10 @@
 """``invoke smoke``: the collective benchmark across ranks inside an image, as a workload kind.
 
-``--op`` picks the collectives (all_reduce by default); the benchmark measures each in one run
-and every row of its report names its op. Its own sanity rules, per op: every op asked for was
-measured (or refused by the backend, which fails), no ``#wrong`` values; and for the run: all
-sizes done and, where the site declares its network transport, NCCL/RCCL's debug output proves
-it was used (a silent TCP fallback fails). Its performance is judged per op: out-of-place busbw
-at the reference size within the tolerance of the site's reference FOR THAT OP. The benchmark
-prints one nccl-tests table per op and writes ``allreduce.json`` (every op: what this module
-reads) and per op ``<op>.json`` and ``<op>.txt``; the host adds ``verdict.json`` (with each op's
-verdict), ``<op>.png`` and a line in the op's perflog ``<op>.jsonl``.
+``--op`` picks the collectives; every row of the report names its op. Sanity, per op: measured
+(or refused by the backend, which fails), no ``#wrong`` values, its ``<op>.json`` the report's
+part; for the run: sizes done, each rank's count of wrong values the report's, the site's
+transport proven. Performance, per op: out-of-place busbw at the reference size against the
+site's reference for that op. The host adds ``verdict.json``, ``<op>.png`` and perflog lines.
 """
 
 from __future__ import annotations
@@ -67,13 +63,9 @@ SUMMING = ("all_reduce", "reduce_scatter", "reduce")
 DEFAULT_OP = "all_reduce"
 
 
-def _report(result: verdict.Result) -> SmokeReport:
-    return result.run_report  # type: ignore[return-value]  # SmokeKind.report_type
-
-
 def _rows(result: verdict.Result, op: str | None = None) -> list[dict]:
     """The report's rows (of one op when named), as the plot and the judge take them."""
-    return [row.model_dump() for row in _report(result).rows(op)]
+    return [row.model_dump() for row in result.run_report.rows(op)]
 
 
 def op_of(row: dict) -> str:
@@ -101,11 +93,7 @@ def wrong_total(result: verdict.Result, op: str | None = None) -> int:
     return sum(mode["wrong"] or 0 for row in _rows(result, op) for mode in _modes(row))
 
 
-def _summary(result: verdict.Result, op: str) -> OpSummary:
-    return _summary_of(_report(result), op)
-
-
-def _summary_of(report: SmokeReport, op: str) -> OpSummary:
+def _summary(report: SmokeReport, op: str) -> OpSummary:
     from containers.records import OpSummary  # pydantic: not at start-up
 
     return report.collectives.get(op) or OpSummary()
@@ -115,7 +103,7 @@ def _op_reasons(result: verdict.Result, op: str) -> list[str]:
     """What is wrong with one op's part of the run: refused by the backend, wrong values, or
     (once the run finished) not measured at all."""
     reasons = []
-    refused = _summary(result, op).unsupported
+    refused = _summary(result.run_report, op).unsupported
     if refused:
         reasons.append(f"{op}: {refused}")
     wrong, cycles = wrong_total(result, op), result.run_report.cycles
@@ -153,10 +141,7 @@ class SmokeKind(WorkloadKind):
             args += ["--fault", options.fault]
         return Invocation(args=args, env=dict(options.extra_env))
 
-    def read_report(self, data: dict, *, source: str) -> SmokeReport:
-        from containers.records import SmokeReport  # pydantic: not at start-up
-
-        return SmokeReport.of(data, source=source)
+    report_type = "SmokeReport"
 
     def failures(self, result: verdict.Result) -> list[str]:
         asked = asked_ops(result)
@@ -164,7 +149,7 @@ class SmokeKind(WorkloadKind):
         # are wrong values all the same
         extra = sorted({op_of(row) for row in _rows(result)} - set(asked))
         return [reason for op in asked + extra for reason in _op_reasons(result, op)] + \
-            (run_file_reasons(result.plan.out_dir, _report(result), result.plan.ranks)
+            (run_file_reasons(result.plan.out_dir, result.run_report, result.plan.ranks)
              if result.run_report.finished else [])
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
@@ -210,7 +195,7 @@ class SmokeKind(WorkloadKind):
     def op_details(self, result: verdict.Result, op: str) -> dict:
         """One op's part of ``verdict.json`` and its perflog line: its own verdict, rows and
         judgement."""
-        summary = _summary(result, op)
+        summary = _summary(result.run_report, op)
         results = [{"op": op, "bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
                     "busbw_ip": (r.get("ip") or {}).get("busbw"),
                     "wrong": sum(mode["wrong"] or 0 for mode in _modes(r)),
@@ -278,13 +263,13 @@ class SmokeKind(WorkloadKind):
 # ------------------------------------------------- the run's files, read strictly (and the gate)
 def read_smoke(folder: Path, name: str) -> SmokeReport | str:
     """``folder/name`` as a smoke report, or why it is none (one line naming it)."""
-    from containers.records import Malformed
+    from containers.records import Malformed, SmokeReport
 
     data = read_json_object(folder / name)
     if data is None:
         return f"no readable {name}"
     try:
-        return SMOKE.read_report(data, source=name)
+        return SmokeReport.of(data, source=name)
     except Malformed as exc:
         return str(exc)
 
@@ -292,15 +277,16 @@ def read_smoke(folder: Path, name: str) -> SmokeReport | str:
 def _op_file_reasons(folder: Path, report: SmokeReport, op: str) -> list[str]:
     """The op's own ``<op>.json`` (offered to nccl-tests' readers) must say what the combined
     report says of it."""
-    summary, name = _summary_of(report, op), f"{op}.json"
-    if summary.unsupported or (report.schema_version < 2 and not (folder / name).exists()):
+    name = f"{op}.json"
+    if _summary(report, op).unsupported or (report.schema_ < 2 and not (folder / name).exists()):
         return []  # a refused op's file says so; an older harness wrote none
     own = read_smoke(folder, name)
     if isinstance(own, str):
         return [own]
-    if not own.ok or own.wrong_total != summary.wrong_total:
+    counted = report.wrong(op)
+    if (own.wrong_total or 0) != counted or (not own.ok and not counted):
         return [f"{name}: key 'ok' is {own.ok}, 'wrong_total' {own.wrong_total}, but "
-                f"{SmokeKind.report_name} counts {summary.wrong_total} wrong {op} values"]
+                f"{SmokeKind.report_name} counts {counted} wrong {op} values"]
     if own.rows() != report.rows(op):
         return [f"{name}: key 'results' differs from {SmokeKind.report_name}'s {op} rows"]
     return []
@@ -310,17 +296,12 @@ def _rank_reasons(folder: Path, report: SmokeReport) -> list[str]:
     """Each rank's own count of wrong values (``rank-<N>.json``) must add up to the report's."""
     counts = {rank: (read_json_object(folder / f"rank-{rank}.json") or {}).get("wrong")
               for rank in range(report.world_size or 0)}
-    older = report.schema_version < 2 and None in counts.values()  # ranks kept no count
-    if report.wrong_total is None or older:
+    counted = all(type(n) is int and n >= 0 for n in counts.values())
+    if report.wrong_total is None or (report.schema_ < 2 and None in counts.values()) or \
+            (counted and sum(counts.values()) == report.wrong_total):  # older ranks kept none
         return []
-    bad = [rank for rank, n in counts.items() if type(n) is not int or n < 0]
-    if bad:
-        return [f"rank-{rank}.json: key 'wrong' is {counts[rank]!r}, not a count"
-                for rank in bad[:4]]
-    if sum(counts.values()) == report.wrong_total:
-        return []
-    said = [rank for rank, n in counts.items() if n] or list(counts)
-    return [f"rank-{rank}.json: key 'wrong' is {counts[rank]}, but {SmokeKind.report_name} "
+    said = [rank for rank, n in counts.items() if n != 0] or list(counts)
+    return [f"rank-{rank}.json: key 'wrong' is {counts[rank]!r}, but {SmokeKind.report_name} "
             f"counts {report.wrong_total} wrong values over all ranks" for rank in said[:4]]
 
 

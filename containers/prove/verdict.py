@@ -1,15 +1,10 @@
-"""The two gates every workload run goes through, kept apart as a site regression suite keeps
-them, and the record of both (``verdict.json``).
+"""The two gates every workload run goes through, kept apart, and their record (``verdict.json``).
 
-* sanity: nothing timed out, every rank finished, the script exited 0 without an error of its
-  own, its report was written, on a GPU site every rank's device report shows it used a GPU of
-  its own with a torch built for it and backend nccl (:mod:`containers.prove.devices`), pinned
-  ranks ran on their cores, and the kind's rules on that report hold (smoke: no ``#wrong``
-  values and the site's network transport proven; train: the loss fell and the ranks agree);
+* sanity: nothing timed out, every rank finished, the script exited 0, its report was written
+  and reads as one, on a GPU site every rank used a GPU of its own (:mod:`.devices`), pinned ranks
+  ran on their cores, and the kind's rules on its report hold;
 * performance: against the site's references where the kind is judged (smoke), else not judged.
-
-The record carries the image's sha256 and inputs hash from its provenance, so a later step
-(publishing) can tell whether THIS image passed.
+The record carries the image's sha256 and inputs hash: publish tells whether THIS image passed.
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ from containers.prove import devices, stack
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.prove.transport import TransportCheck, check_transport
+from containers import records
 from containers.records import BuildRecord, Malformed, RunReport, Verdict
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
 
@@ -47,12 +43,13 @@ class Result:
 
     @cached_property
     def _read(self) -> tuple[RunReport, list[str]]:
-        """The report read as its run left it, and why it is none (one line naming it)."""
+        """The report as its run left it (partial when the run died midway), and why it is
+        none (one line naming it)."""
+        read = getattr(records, self.kind.report_type).of
         try:
-            return self.kind.read_report(self.outcome.report or {},
-                                         source=self.kind.report_name), []
+            return read(self.outcome.report or {}, source=self.kind.report_name), []
         except Malformed as exc:
-            return self.kind.read_report({}, source=self.kind.report_name), [str(exc)]
+            return read({}), [str(exc)]
 
     @property
     def run_report(self) -> RunReport:
@@ -170,7 +167,7 @@ def record(result: Result, *, image_record: Mapping) -> dict:
     ``image_record`` is the image's provenance; ``passed`` is the sanity gate.
     """
     plan, performance = result.plan, result.performance
-    image = BuildRecord.view(image_record)
+    image = BuildRecord.of(image_record)
     return {
         "kind": result.kind.name,
         "target": plan.target.name,
@@ -206,7 +203,7 @@ def record(result: Result, *, image_record: Mapping) -> dict:
 
 def gate_lines(given: Mapping) -> list[str]:
     """The gates as the terminal shows them, from the record (so it shows what was written)."""
-    record, lines = Verdict.view(given), []
+    record, lines = Verdict.of(given), []
     transport, degraded = record.transport, record.degraded
     if transport is not None or degraded:
         state = ("FAIL" if transport is not None and not transport.ok

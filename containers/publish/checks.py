@@ -41,8 +41,7 @@ VERDICT_LIMIT = 16 << 20
 def _proves(record: Verdict, gpu: str) -> bool:
     """Whether a passing verdict is of a run that could prove the image at all: 2 ranks or
     more, and for a GPU image every rank on that kind of GPU with backend nccl."""
-    ranks = record.ranks
-    return (isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 2
+    return ((record.ranks or 0) >= 2
             and (gpu == "none" or (record.backend == "nccl" and record.device_kind == gpu)))
 
 
@@ -145,7 +144,7 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     """The checks record for the catalogue; :class:`VerdictFailed` when one fails. ``gpu``: the
     GPU kind the image is for (none, cuda, rocm); only a run on that kind proves it
     (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
-    provenance = BuildRecord.view(provenance, source=image)
+    provenance = BuildRecord.of(provenance, source=image)
     sha = provenance.sha256
     found = find_verdict(results_dir, target.name, sha, gpu=gpu)
     if found is None and gpu != "none" and gpu not in gpus_here:

@@ -34,7 +34,7 @@ def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> publish
     (``--accept-regression WHY``) says why it may go out; the entry records the findings and
     who accepted what."""
     def review(plan: publisher.PublishPlan, checks: dict, say: Say) -> dict:
-        built = BuildRecord.view(plan.provenance, source=plan.image)
+        built = BuildRecord.of(plan.provenance, source=plan.image)
         facts = (probing.known_facts(plan.image, built)
                  or probing.probe(runtime, plan.image, sha256=built.sha256, arch=built.arch))
         stack = probing.summary(facts)
@@ -91,7 +91,7 @@ def against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: di
 def _diff(plan: publisher.PublishPlan, runtime: Runtime, old: CatalogueEntry, latest: str,
           facts: dict, checks: dict) -> dict:
     """The diff of latest's published image (its recorded facts, else a probe) and the new one."""
-    record = BuildRecord.view(old.provenance or {}, source=f"{old.version}'s provenance")
+    record = BuildRecord.of(old.provenance or {}, source=f"{old.version}'s provenance")
     old_facts = (probing.known_facts(plan.dest / old.file,
                                      record.model_copy(update={"stack": old.stack}))
                  or probing.probe(runtime, plan.dest / old.file, sha256=record.sha256,

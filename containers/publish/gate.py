@@ -1,22 +1,10 @@
 """The release gate: a new version must not be slower than the one it replaces, nor misfit its site.
 
-``invoke publish`` compares the new image's smoke (its catalogue summary,
-:func:`containers.publish.checks.smoke_summary`) with the current ``latest``'s. The busbw both
-measured at the reference size is compared only when the runs are alike (same site, partition,
-nodes and ranks, same reference size): a regression is a new busbw below the old one by more
-than the reference's own tolerance (its ``lower`` fraction, e.g. -0.05). A site-fit error
-(:mod:`containers.image.sitefit`) refuses too. ``--accept-regression WHY`` publishes anyway and
-the catalogue entry records who accepted what, when and why.
-
-Before any of that, the smoke verdict the checks found is not taken at its word:
-:func:`evidence_reasons` re-derives it from the files its run left beside it (each rank's
-``rank-<N>.json``, the benchmark's results JSON, the run's log, the device reports, the image
-record a batch job copied, which a job's folder must hold) and the image: each rank records the
-labels it read inside the image it ran in, and those must be this image's, so a verdict edited by
-hand (its ``sha256`` made another image's), or one whose run timed out or lost a rank, proves
-nothing. Each file is read as a typed record (``wrong_total: false`` is no count).
-
-Pure apart from reading the run's folder: plain summaries in, reasons out.
+:func:`busbw_check` compares the new image's smoke busbw with the current ``latest``'s where the
+runs are alike (site, partition, nodes, ranks, reference size), within the reference's ``lower``
+tolerance. :func:`evidence_reasons` re-derives a smoke verdict from the files its run left (rank
+files, the benchmark's reports read strictly, the log, the device reports and their image labels,
+a job's image record): a verdict edited by hand proves nothing (docs/release-gate.md).
 """
 
 from __future__ import annotations
@@ -189,7 +177,7 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: str,
 def _degraded(folder: Path, record: Mapping) -> str | None:
     """The degraded transport the run chose (``invoke job --transport socket``), from the
     verdict or from the job's own record, whichever says so: either is enough to refuse."""
-    said = Verdict.view(record, source=folder).degraded
+    said = Verdict.of(record, source=folder).degraded
     if said:
         return str(said)
     chosen = JobRecord.of(read_json_object(folder / JOB_RECORD) or {},
@@ -206,9 +194,9 @@ def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: str = 
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]
-    record = Verdict.view(record, source=verdict)
+    record = Verdict.of(record, source=verdict)
     ranks = record.ranks
-    if type(ranks) is not int or not 2 <= ranks <= MOST_RANKS:
+    if ranks is None or not 2 <= ranks <= MOST_RANKS:
         return [f"the verdict's ranks ({ranks!r}) are not a run of 2 or more ranks"]
     if record.sha256 != sha256:
         return [f"the verdict is of sha256 {str(record.sha256)[:12]}, not {sha256[:12]}"]

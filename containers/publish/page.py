@@ -76,7 +76,7 @@ def link(path: object, text: str) -> dict:
 # ------------------------------------------------------------------------ one version's facts
 def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
     """(what, value) of the image's stack, GPU parts first; only what the build recorded."""
-    stack = entry.stack if isinstance(entry.stack, Mapping) else {}
+    stack = entry.stack or {}
     if not stack:
         return [("stack", "not recorded (published with --skip-checks or by an older tool)")]
     build = stack.get("build")
@@ -88,7 +88,7 @@ def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
             ("ROCm", stack.get("rocm")), ("HIP", stack.get("hip")),
             (collective, stack.get("nccl") and f"{stack['nccl']}{linkage}"),
             ("GPU architectures", stack.get("gpu_arches") or ("not recorded" if gpu else None)),
-            ("driver needed", entry.driver_needed or driver_needed(dict(entry))),
+            ("driver needed", entry.driver_needed or driver_needed(entry.stack)),
             ("DeepSpeed", stack.get("deepspeed")), ("Python", stack.get("python")),
             ("OS", stack.get("os") and f"{stack['os']}, glibc {shown(stack.get('glibc'))}"),
             ("CPU", stack.get("arch"))]
@@ -125,7 +125,7 @@ def _smoke_verdict(smoke: Mapping) -> list[dict]:
 def verdicts(entry: CatalogueEntry) -> list[dict]:
     """Every verdict a version was published with, each with its date; who accepted a
     regression is left out (a user and host name), why and when are kept."""
-    checks = entry.checks if isinstance(entry.checks, Mapping) else {}
+    checks = entry.checks or {}
     if checks.get("skipped"):
         return [_verdict("fail", "checks skipped (--skip-checks): no apptainer test, no smoke "
                          "run", entry.published)]
@@ -156,11 +156,9 @@ def commands(target: str, entry: CatalogueEntry) -> list[str]:
     wrapper, which reads them from its module)."""
     lines = [f"module load {target}/{entry.version}",
              f"{exec_name(target)} {EXAMPLE_COMMAND}"]
-    runs = entry.site_runtime
-    if isinstance(runs, Mapping) and isinstance(runs.get("runtime"), str):
-        gpu_flag = runs.get("gpu_flag")
-        lines.append(by_hand(runs["runtime"], gpu_flag if isinstance(gpu_flag, str) else None,
-                             EXAMPLE_COMMAND))
+    runs = entry.site_runtime or {}
+    if runs.get("runtime"):
+        lines.append(by_hand(runs["runtime"], runs.get("gpu_flag"), EXAMPLE_COMMAND))
     return lines
 
 
@@ -184,7 +182,7 @@ def files(entry: CatalogueEntry, dest: Path) -> dict:
 
 def version_view(target: str, entry: Mapping, *, latest: str | None, dest: Path) -> dict:
     """Everything the page shows of one published version."""
-    entry = CatalogueEntry.view(entry)
+    entry = CatalogueEntry.of(entry)
     return {"version": entry.version, "anchor": f"{target}@{entry.version}",
             "latest": entry.version == latest, "published": when(entry.published),
             "site": entry.site, "size": human_bytes(entry.size_bytes or 0),

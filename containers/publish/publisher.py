@@ -31,7 +31,6 @@ injection hook, so tests can kill a publish while it is copying.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import shutil
 import socket
@@ -65,7 +64,7 @@ from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wr
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             open_parent, resolve_group, umask, unsafe_layout)
 from containers.publish.page import render_diff_page, render_page
-from containers.records import BuildRecord, CatalogueEntry
+from containers.records import BuildRecord, CatalogueEntry, json_text
 from containers.report import Say, human_bytes, say_line
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
@@ -205,7 +204,7 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     if not image.is_file():
         raise ImageMissing(image, target.name)
     provenance = read_provenance(record)
-    if not isinstance(provenance.sha256, str) or not cat.SHA256.match(provenance.sha256):
+    if not cat.SHA256.match(provenance.sha256 or ""):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
     if provenance.target != target.name:
@@ -300,14 +299,14 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         entry["sbom_file"] = str(final.relative_to(plan.dest))
     if reviewed.get("diff") is not None:
         final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
-        beside.append((final, (json.dumps(reviewed["diff"], indent=2, allow_nan=False) + "\n").encode(), "diff"))
+        beside.append((final, json_text(reviewed["diff"]).encode(), "diff"))
         entry["diff_file"] = str(final.relative_to(plan.dest))
         page = plan.sif.with_name(f"{plan.version}{DIFF_PAGE_SUFFIX}")
         beside.append((page, render_diff_page(reviewed["diff"], target=plan.target.name,
                                               version=plan.version).encode(), "diff page"))
         entry["diff_page"] = str(page.relative_to(plan.dest))
     entry.update({k: reviewed[k] for k in ("fit", "gate", "stack") if k in reviewed})
-    entry["driver_needed"] = cat.driver_needed(entry)
+    entry["driver_needed"] = cat.driver_needed(entry.get("stack"))
     return CatalogueEntry.of(entry, source=plan.dest / cat.CATALOGUE_NAME).as_dict(), beside
 
 
@@ -599,7 +598,7 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
         *[written(*file) for file in beside],
         link(plan.folder / "latest", plan.sif.name),
         link(plan.module_dir / "default", plan.module.name),
-        written(plan.dest / cat.CATALOGUE_NAME, (json.dumps(catalogue, indent=2, allow_nan=False) + "\n").encode(),
+        written(plan.dest / cat.CATALOGUE_NAME, json_text(catalogue).encode(),
                 "catalogue"),
         # the page shows what the catalogue says: replaced right after it
         written(plan.dest / cat.PAGE_NAME, render_page(catalogue, plan.dest).encode(), "page"),
@@ -616,7 +615,7 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
         catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
         _existing(plan, catalogue)
         same = [str(entry.version) for entry in cat.entries(catalogue, plan.target.name)
-                if BuildRecord.view(entry.provenance or {}).sha256 == plan.provenance.sha256
+                if BuildRecord.of(entry.provenance or {}).sha256 == plan.provenance.sha256
                 and entry.version != plan.version]  # this very build, as other versions
         if same:
             say(f"note: this build (sha256 {plan.provenance.sha256[:12]}) is already "

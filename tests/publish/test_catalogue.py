@@ -209,4 +209,4 @@ def test_consistency_names_every_problem() -> None:
     ({"build": "cuda", "cuda": "99.0"}, "unknown (no driver branch known for CUDA 99.0)"),
     ({"build": "rocm", "hip": "6.2"}, None), ({"build": "cpu"}, None), (None, None)])
 def test_an_entry_names_the_driver_series_its_cuda_runtime_needs(stack, needed) -> None:
-    assert cat.driver_needed({"version": "1", "stack": stack}) == needed
+    assert cat.driver_needed(stack) == needed

@@ -192,7 +192,7 @@ def test_publish_prunes_to_keep_but_never_latest(data_built: Built) -> None:
     data_built.publish(lines, version="3", skip_checks=True, keep=1)
     assert "pruning cpu 1 (--keep 1)" in lines and "pruning cpu 2 (--keep 1)" in lines
     dest = data_built.dest
-    assert [e["version"] for e in cat.entries(cat.load(dest / cat.CATALOGUE_NAME), "cpu")] == ["3"]
+    assert [e.version for e in cat.entries(cat.load(dest / cat.CATALOGUE_NAME), "cpu")] == ["3"]
     assert sorted(p.name for p in (dest / "cpu").iterdir()) == [
         "3.sif", "3.sif.cdx.json", "3.sif.sha256", "bin", "latest"]
     assert sorted(p.name for p in (dest / "modules" / "cpu").iterdir()) == ["3.lua", "default"]
@@ -271,8 +271,15 @@ def test_a_build_record_that_is_not_a_json_object_is_named(data_built: Built, te
 
 
 def test_a_build_record_with_a_bad_sha256_is_refused_before_copying(data_built: Built) -> None:
-    _record(data_built, '{"sha256": 5, "build_date": "2026-11-21"}')
+    _record(data_built, '{"sha256": "5", "build_date": "2026-11-21"}')
     with pytest.raises(StateError, match="has no provenance record with a sha256"):
+        data_built.publish(version="1.0", skip_checks=True)
+    path = _record(data_built, '{"sha256": 5, "build_date": "2026-11-21"}')
+    with pytest.raises(StateError, match=f"^{path}: key 'sha256': Input should be a valid "
+                                         "string \\(got 5\\)$"):
+        data_built.publish(version="1.0", skip_checks=True)
+    path = _record(data_built, '{"sha256": "%s", "arch": NaN}' % ("a" * 64))
+    with pytest.raises(StateError, match=f"^{path}: key 'arch' is not a finite number$"):
         data_built.publish(version="1.0", skip_checks=True)
     record = _record(data_built, "{")
     with pytest.raises(StateError, match=f"^{record}: the build record is not valid JSON"):
