@@ -160,6 +160,17 @@ def test_bandwidths_in_decimal_gigabytes():
     assert ar.bandwidths(1024, 0.0, 2, 1.0) == (0.0, 0.0)
 
 
+def test_a_broken_timer_gives_no_figure_and_no_nan_is_written(tmp_path: Path):
+    """A non-finite time (a NaN from a broken timer) is no figure (null, which the verdict and
+    the release gate refuse in a multi-rank run), and the harness never writes a bare NaN."""
+    for seconds in (float("nan"), float("inf")):
+        assert ar.make_mode_record(1024, seconds, 0, 2, 1.0) == \
+            {"time_us": None, "algbw": None, "busbw": None, "wrong": 0}
+    with pytest.raises(ValueError):
+        ar.write_json(tmp_path / "x.json", {"busbw": float("nan")})
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_one_rank_has_no_bandwidth():
     """Nothing crosses a link: bytes over time would be a memory copy (624,268 GB/s on one H100
     for 1 GiB), not a bandwidth."""
