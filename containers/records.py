@@ -50,8 +50,8 @@ def _problem(exc: ValidationError) -> str:
     """Pydantic's first error as ``key 'a.b': <its words> (got <value>)``."""
     error = exc.errors()[0]
     where = ".".join(str(part) for part in error["loc"])
-    shown = repr(error.get("input"))
-    return f"key {where!r}: {error['msg']} (got {shown[:60]})"
+    shown = "" if error["type"] == "missing" else f" (got {repr(error.get('input'))[:60]})"
+    return f"key {where!r}: {error['msg']}{shown}"
 
 
 class Model(BaseModel):
@@ -136,6 +136,8 @@ class BuildRecord(Record):
     squashfs: Text = None
     probe_errors: Optional[dict[str, str]] = None
     pip_freeze: Optional[list[str]] = None
+    #: The image's Python (None: it has none; absent: not recorded).
+    python: Text = None
 
 
 class JobRecord(Record):
@@ -145,17 +147,14 @@ class JobRecord(Record):
 
     SCHEMA: ClassVar[int] = 1
     WHAT: ClassVar[str] = "job record"
-    #: The keys every ``job.json`` has; its verdict refuses a file without one.
-    REQUIRED: ClassVar[tuple[str, ...]] = ("target", "site", "workload", "nodes",
-                                           "gpus_per_node")
 
-    target: Text = None
-    site: Text = None
-    workload: Text = None
-    #: The request's words as the job was asked (``--nodes 2`` or a Slurm range): checked
-    #: where the request is made again from them.
-    nodes: Optional[int | str] = None
-    gpus_per_node: Optional[int | str] = None
+    target: str
+    site: str
+    workload: str
+    #: The request's words (a count, or text from an older job): checked as the request is
+    #: made again from them.
+    nodes: int | str
+    gpus_per_node: int | str
     launcher: Text = None
     partition: Text = None
     transport: Text = None
@@ -168,9 +167,12 @@ class JobRecord(Record):
         data.pop(SCHEMA_KEY)
         return json.dumps(data, allow_nan=False)
 
-    def missing(self) -> list[str]:
-        """The keys of :data:`REQUIRED` this record lacks: none, or it describes no job."""
-        return [key for key in self.REQUIRED if key not in self.model_fields_set]
+
+class Reference(Model):
+    """The site's reference a judgement used (containers/inputs/references.py)."""
+
+    bytes: Count = None
+    lower: Optional[float] = None
 
 
 class Judged(Model):
@@ -180,6 +182,7 @@ class Judged(Model):
     message: str = ""
     failed: bool = False
     measured: Optional[NonNegativeFloat] = None
+    reference: Optional[Reference] = None
 
 
 class Transport(Model):
@@ -198,31 +201,70 @@ class OpVerdict(Model):
     performance: Optional[Judged] = None
 
 
-class Verdict(Record):
+class SmokeSummary(Model):
+    """A run as the catalogue keeps its smoke (containers/publish/checks.py, ``smoke_summary``)."""
+
+    passed: Optional[bool] = None
+    site: Text = None
+    partition: Text = None
+    ranks: Count = None
+    nodes: Count = None
+    backend: Text = None
+    device_kind: Text = None
+    ops: Optional[list[str]] = None
+    performance: Optional[Judged] = None
+    wrong_total: Count = None
+    seconds: Optional[NonNegativeFloat] = None
+    date: Text = None
+
+
+class Verdict(Record, SmokeSummary):
     """A run's ``verdict.json`` (containers/prove/verdict.py makes it; publish finds it)."""
 
     WHAT: ClassVar[str] = "verdict"
 
     kind: Text = None
     target: Text = None
-    site: Text = None
-    partition: Text = None
     sha256: Text = None
-    ranks: Count = None
-    nodes: Count = None
-    backend: Text = None
-    device_kind: Text = None
-    passed: Optional[bool] = None
     exit_code: Optional[int] = None
     reasons: list[str] = []
     degraded: Text = None
     transport: Optional[Transport] = None
-    performance: Optional[Judged] = None
     collectives: Optional[dict[str, OpVerdict]] = None
-    wrong_total: Count = None
-    seconds: Optional[NonNegativeFloat] = None
-    date: Text = None
     out_dir: Text = None
+
+
+class ImageTest(Model):
+    """``apptainer test`` as publish records it (``passed`` None: the definition has none)."""
+
+    passed: Optional[bool] = None
+    how: Text = None
+    date: Text = None
+
+
+class Checks(Model):
+    """What publish checked before a version went out (containers/publish/checks.py)."""
+
+    skipped: bool = False
+    apptainer_test: Optional[ImageTest] = None
+    smoke: Optional[SmokeSummary] = None
+
+
+class Accepted(Model):
+    """Who accepted a release gate's problems, when and why (containers/publish/decision.py)."""
+
+    why: Text = None
+    by: Text = None
+    date: Text = None
+    problems: list[str] = []
+
+
+class GateRecord(Model):
+    """The release gate's record: the version compared against, and what was accepted."""
+
+    against: Text = None
+    skipped: bool = False
+    accepted: Optional[Accepted] = None
 
 
 class CatalogueEntry(Record):
@@ -243,8 +285,7 @@ class CatalogueEntry(Record):
     key_fingerprint: Text = None
     key_user: Text = None
     public_key: Text = None
-    #: The checks publish ran (containers/publish/checks.py): each its own summary.
-    checks: Optional[dict[str, object]] = None
+    checks: Optional[Checks] = None
     forced: Optional[bool] = None
     replaced_sha256: Text = None
     site: Text = None
@@ -254,8 +295,7 @@ class CatalogueEntry(Record):
     stack: Optional[dict[str, Optional[str]]] = None
     #: The site fit's findings (containers/image/sitefit.py, ``Finding.as_dict``).
     fit: Optional[list[dict[str, object]]] = None
-    #: The release gate's record (containers/publish/gate.py): figures and notes.
-    gate: Optional[dict[str, object]] = None
+    gate: Optional[GateRecord] = None
     driver_needed: Text = None
     sbom_file: Text = None
     diff_file: Text = None

@@ -160,7 +160,7 @@ def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -
         "stack": stack,
         "driver_needed": driver_needed(stack),
         "labels": facts.get("labels") or {},
-        "provenance": {k: v for k, v in record.items()
+        "provenance": {k: v for k, v in record.as_dict().items()
                        if k not in ("labels", "pip_freeze", "inputs", "schema")} or None,
         "sbom": {"path": str(sbom_path(image)), "counts": None if components is None
                  else dict(Counter(kind for kind, _ in components))}

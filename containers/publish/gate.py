@@ -16,9 +16,9 @@ from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import device_kind
 from containers.publish.diff import shown, where_run
 from containers.prove.smoke import read_smoke, run_file_reasons
-from containers.records import BuildRecord, JobRecord, Verdict
+from containers.records import BuildRecord, JobRecord, Reference, SmokeSummary, Verdict
 from containers.run.workload import (IMAGE_RECORD, JOB_RECORD, first_failure,
-                                      read_device_reports)
+                                      read_device_reports, unfinished_ranks)
 
 #: What a smoke run leaves beside its verdict: the benchmark's results JSON, and its log.
 SMOKE_REPORT = "allreduce.json"
@@ -30,43 +30,39 @@ MOST_RANKS = 1 << 16
 ALIKE = ("site", "partition", "nodes", "ranks")
 
 
-def _measured(smoke: Mapping | None) -> tuple[float, Mapping] | None:
-    performance = (smoke or {}).get("performance")
-    if not isinstance(performance, Mapping):
+def _measured(smoke: SmokeSummary | None) -> tuple[float, Reference] | None:
+    performance = smoke.performance if smoke else None
+    if performance is None or performance.measured is None or performance.reference is None:
         return None
-    measured, reference = performance.get("measured"), performance.get("reference")
-    if not isinstance(measured, (int, float)) or isinstance(measured, bool) \
-            or not isinstance(reference, Mapping):
-        return None
-    return float(measured), reference
+    return performance.measured, performance.reference
 
 
-def busbw_check(old: Mapping | None, new: Mapping | None) -> dict:
+def busbw_check(old: SmokeSummary | None, new: SmokeSummary | None) -> dict:
     """``{"regression": reason or None, "note": why not compared or None, ...figures}``."""
     before, after = _measured(old), _measured(new)
     if before is None or after is None:
         which = "the current latest" if before is None else "the new version"
         return {"regression": None, "note": f"not compared: {which} has no busbw at a "
                                             "reference size"}
-    unlike = [k for k in ALIKE if (old or {}).get(k) != (new or {}).get(k)]
-    if before[1].get("bytes") != after[1].get("bytes"):
+    unlike = [k for k in ALIKE if getattr(old, k) != getattr(new, k)]
+    if before[1].bytes != after[1].bytes:
         unlike.append("reference size")
     if unlike:
         return {"regression": None, "note": "not compared: the runs differ in "
                                             + ", ".join(unlike)}
-    lower = after[1].get("lower")
-    if not isinstance(lower, (int, float)) or isinstance(lower, bool):
+    lower = after[1].lower
+    if lower is None:
         return {"regression": None, "note": "not compared: the reference has no lower "
                                             "tolerance"}
-    floor = before[0] * (1 + float(lower))
+    floor = before[0] * (1 + lower)
     figures = {"old_busbw": before[0], "new_busbw": after[0], "floor": round(floor, 6),
-               "tolerance": float(lower), "bytes": after[1].get("bytes")}
+               "tolerance": lower, "bytes": after[1].bytes}
     if after[0] < floor:
         drop = (before[0] - after[0]) / before[0] if before[0] else 0.0
         return {**figures, "note": None, "regression": (
-            f"busbw fell from {before[0]:g} to {after[0]:g} GB/s at {after[1].get('bytes')} B "
-            f"({drop:.0%} lower; the reference allows {-float(lower):.0%}) on "
-            f"{where_run(new)}, {shown((new or {}).get('ranks'))} ranks")}
+            f"busbw fell from {before[0]:g} to {after[0]:g} GB/s at {after[1].bytes} B "
+            f"({drop:.0%} lower; the reference allows {-lower:.0%}) on "
+            f"{where_run(new.site, new.partition)}, {shown(new.ranks)} ranks")}
     return {**figures, "note": None, "regression": None}
 
 
@@ -114,16 +110,9 @@ def _report_reasons(folder: Path, ranks: int) -> list[str]:
 
 def _rank_reasons(folder: Path, ranks: int) -> list[str]:
     """Every rank must have written its ``rank-<N>.json`` saying it finished."""
-    missing = []
-    for rank in range(ranks):
-        record = read_json_object(folder / f"rank-{rank}.json") or {}
-        if not (type(record.get("rank")) is int and record["rank"] == rank
-                and record.get("finished") not in (None, False, "")):
-            missing.append(str(rank))
-    if not missing:
-        return []
-    shown = ", ".join(missing[:8]) + (", ..." if len(missing) > 8 else "")
-    return [f"ranks that did not finish: {shown} (of {ranks})"]
+    missing = unfinished_ranks(folder, ranks)
+    shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+    return [f"ranks that did not finish: {shown} (of {ranks})"] if missing else []
 
 
 def _log_reasons(folder: Path) -> list[str]:
@@ -180,8 +169,8 @@ def _degraded(folder: Path, record: Mapping) -> str | None:
     said = Verdict.of(record, source=folder).degraded
     if said:
         return str(said)
-    chosen = JobRecord.of(read_json_object(folder / JOB_RECORD) or {},
-                          source=folder / JOB_RECORD).transport
+    job = read_json_object(folder / JOB_RECORD)
+    chosen = job and JobRecord.of(job, source=folder / JOB_RECORD).transport
     return f"--transport {chosen}" if chosen else None
 
 

@@ -42,12 +42,12 @@ from typing import Callable
 
 from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
                                os_failure)
-from containers.files import (copy_hashing, fsync_path, not_a_folder, read_json_state,
-                              read_regular, refuse_replacing, sha256_file, temp_name,
-                              temp_symlink, write_temp)
+from containers.files import (copy_hashing, fsync_path, not_a_folder, read_regular,
+                              refuse_replacing, sha256_file, temp_name, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
 from containers.image.inspect import sbom_path
+from containers.image import provenance as image_provenance
 from containers.image.provenance import LABEL_PREFIX
 from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
@@ -179,19 +179,6 @@ class PublishPlan:
         return self.folder / "bin" / exec_name(self.target.name)
 
 
-def read_provenance(record: Path) -> BuildRecord:
-    """The build record beside an image (empty when there is none); one that cannot be read, is
-    not JSON or not a JSON object is a one-line :class:`StateError` naming it (in publish's
-    words; a value of the wrong type: :class:`~containers.records.Malformed`)."""
-    rebuild = "rebuild the image with invoke build --force"
-    data = read_json_state(record, limit=PROVENANCE_LIMIT, missing={},
-                           unreadable="cannot read the build record: {exc}; " + rebuild,
-                           invalid="the build record is not valid JSON; " + rebuild)
-    if not isinstance(data, dict):
-        raise StateError(f"{record}: the build record is not a JSON object; {rebuild}")
-    return BuildRecord.of(data, source=record)
-
-
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
                  settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
     """The plan for ``request``, refusing before any work what publishing could not finish.
@@ -203,7 +190,7 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     record = settings.provenance_path(target.name)
     if not image.is_file():
         raise ImageMissing(image, target.name)
-    provenance = read_provenance(record)
+    provenance = image_provenance.read(record)
     if not cat.SHA256.match(provenance.sha256 or ""):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")

@@ -326,9 +326,14 @@ def test_the_results_json_is_read_as_a_typed_record(tmp_path, data_target, repor
     assert why in _refused(tmp_path, data_target)
 
 
+#: A batch job's ``job.json`` (containers/batch/job.py writes it).
+JOB = {"target": "cpu", "site": "local-slurm", "workload": "smoke", "nodes": 1,
+       "gpus_per_node": 2}
+
+
 def test_a_batch_run_without_its_image_record_refuses(tmp_path, data_target) -> None:
     path = _write_verdict(tmp_path, "job")
-    (path.parent / "job.json").write_text("{}")
+    (path.parent / "job.json").write_text(json.dumps(JOB))
     assert "the batch job left no image.json" in _refused(tmp_path, data_target)
     (path.parent / "image.json").write_text(json.dumps({"sha256": SHA}))
     assert _ensure(tmp_path, data_target, lambda say: None, [])["smoke"]["passed"]
@@ -342,6 +347,6 @@ def test_a_run_over_a_degraded_transport_is_no_proof(tmp_path, data_target) -> N
         _refused(tmp_path, data_target)
     quiet = tmp_path / "quiet"
     path = _write_verdict(quiet, "unsaid")
-    (path.parent / "job.json").write_text(json.dumps({"transport": "socket"}))
+    (path.parent / "job.json").write_text(json.dumps({**JOB, "transport": "socket"}))
     (path.parent / "image.json").write_text(json.dumps({"sha256": SHA}))
     assert "chose a degraded transport (--transport socket)" in _refused(quiet, data_target)

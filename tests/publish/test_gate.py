@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from containers.publish import gate
+from containers.records import SmokeSummary
 from tests.publish.standin import LABELS, SHA, smoke_report, smoke_run
 
 
@@ -22,25 +23,30 @@ def smoke(measured: float, **changes) -> dict:
     return {**base, **changes}
 
 
+def summary(measured: float, **changes) -> SmokeSummary:
+    """:func:`smoke` as the catalogue entry's reader gives it."""
+    return SmokeSummary.model_validate(smoke(measured, **changes))
+
+
 def test_busbw_below_the_tolerance_is_a_regression() -> None:
-    result = gate.busbw_check(smoke(100.0), smoke(94.0))
+    result = gate.busbw_check(summary(100.0), summary(94.0))
     assert result["regression"].startswith("busbw fell from 100 to 94 GB/s at 134217728 B "
                                            "(6% lower; the reference allows 5%)")
     assert result["floor"] == 95.0
     assert result["regression"].endswith(" on site lumi, partition standard-g, 16 ranks")
-    alone = gate.busbw_check(smoke(100.0, partition=None), smoke(94.0, partition=None))
+    alone = gate.busbw_check(summary(100.0, partition=None), summary(94.0, partition=None))
     assert alone["regression"].endswith(" on site lumi, 16 ranks")  # never "lumi/-"
 
 
 def test_busbw_within_the_tolerance_passes() -> None:
-    assert gate.busbw_check(smoke(100.0), smoke(95.5))["regression"] is None
+    assert gate.busbw_check(summary(100.0), summary(95.5))["regression"] is None
 
 
 def test_unlike_runs_or_missing_figures_are_not_compared_and_say_why() -> None:
-    result = gate.busbw_check(smoke(100.0), smoke(10.0, ranks=8, nodes=1))
+    result = gate.busbw_check(summary(100.0), summary(10.0, ranks=8, nodes=1))
     assert result["regression"] is None and result["note"] == \
         "not compared: the runs differ in nodes, ranks"
-    assert "the current latest has no busbw" in gate.busbw_check(None, smoke(1.0))["note"]
+    assert "the current latest has no busbw" in gate.busbw_check(None, summary(1.0))["note"]
 
 
 # ------------------------------------------------- every file of the run, read strictly

@@ -17,7 +17,7 @@ from containers.publish import diff as diffing
 from containers.publish.page import render_diff_page, render_page
 from tests.fixtures import ROOT
 from tests.publish import htmlcheck
-from tests.publish.test_gate import smoke
+from tests.publish.test_gate import smoke, summary
 
 FINGERPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"
 HOSTILE = '<script>alert("x")</script> & <b>bold</b>'
@@ -74,11 +74,11 @@ def _two_versions(dest: Path, **second) -> tuple[Path, str]:
     """Two versions of puhti-cuda, the second with a diff page against the first."""
     old = diffing.side("puhti-cuda@1.0", {"stack": CUDA_STACK, "pip_packages": [
         {"name": "numpy", "version": "2.0.0"}, {"name": "mpi4py", "version": "4.0"}]},
-        size=9 << 30, smoke=smoke(100.0))
+        size=9 << 30, smoke=summary(100.0))
     new = diffing.side("puhti-cuda@2.0", {"stack": {**CUDA_STACK, "torch": "2.9.1+cu128"},
                                           "pip_packages": [{"name": "numpy", "version": "2.1.0"},
                                                            {"name": "<evil>", "version": "1"}]},
-                       size=(9 << 30) + 4096, smoke=smoke(90.0))
+                       size=(9 << 30) + 4096, smoke=summary(90.0))
     result = diffing.diff(old, new)
     page = _published(dest, _entry("1.0"), _entry(
         "2.0", diff_file="puhti-cuda/2.0.diff.json", diff_page="puhti-cuda/2.0.diff.html",
