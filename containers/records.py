@@ -11,17 +11,19 @@ naming the file and the dotted key (:class:`Malformed`).
 from __future__ import annotations
 
 import json
-import math
+import reprlib
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional, TypeVar
 
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt,
-                      PrivateAttr, ValidationError)
+from pydantic import (BaseModel, ConfigDict, Field, JsonValue, NonNegativeFloat, NonNegativeInt,
+                      PositiveInt, ValidationError)
 
 from containers.errors import StateError
 from containers.files import atomic_write_text
 
 SCHEMA_KEY = "schema"
+#: The tags pydantic puts in the location of an error inside a JSON value.
+JSON_TAGS = ("list", "dict", "str", "int", "float", "bool")
 R = TypeVar("R", bound="Record")
 Count = Optional[NonNegativeInt]
 Text = Optional[str]
@@ -35,30 +37,22 @@ class Malformed(StateError, ValueError):
         self.problem = problem
 
 
-def nonfinite(value: object, at: str = "") -> str | None:
-    """The dotted key of the first NaN or Infinity in ``value`` (JSON data), else None: keys
-    no model declares are kept as read, and must be finite too."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return at or "."
-    items = value.items() if isinstance(value, Mapping) else \
-        enumerate(value) if isinstance(value, (list, tuple)) else ()
-    return next((found for key, item in items
-                 if (found := nonfinite(item, f"{at}.{key}" if at else str(key)))), None)
-
-
 def _problem(exc: ValidationError) -> str:
-    """Pydantic's first error as ``key 'a.b': <its words> (got <value>)``."""
+    """Pydantic's first error as ``key 'a.b': <its words> (got <value>)`` (less the type tags
+    a JSON value's location carries: ``x.list.1.dict.y.float`` is ``x.1.y``)."""
     error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"])
-    shown = "" if error["type"] == "missing" else f" (got {repr(error.get('input'))[:60]})"
+    where = ".".join(str(part) for part in error["loc"] if part not in JSON_TAGS)[:80]
+    shown = "" if error["type"] == "missing" else f" (got {reprlib.repr(error.get('input'))})"
     return f"key {where!r}: {error['msg']}{shown}"
 
 
 class Model(BaseModel):
-    """Every record and its parts: frozen, strict, finite, unknown keys kept."""
+    """Every record and its parts: frozen, strict, finite, unknown keys kept (as JSON values:
+    a NaN is refused there too)."""
 
     model_config = ConfigDict(frozen=True, extra="allow", strict=True, allow_inf_nan=False,
                               populate_by_name=True)
+    __pydantic_extra__: dict[str, JsonValue]
 
 
 class Record(Model):
@@ -69,7 +63,6 @@ class Record(Model):
     WHAT: ClassVar[str] = "record"
 
     schema_: PositiveInt = Field(1, alias=SCHEMA_KEY)
-    _order: tuple[str, ...] = PrivateAttr(())
 
     @classmethod
     def of(cls: type[R], data: object, *, source: str | Path = "a record") -> R:
@@ -82,22 +75,16 @@ class Record(Model):
         if type(schema) is not int or not 1 <= schema <= cls.SCHEMA:
             raise Malformed(source, f"key {SCHEMA_KEY!r} is {schema!r}; this checkout reads "
                                     f"{cls.WHAT} versions 1 to {cls.SCHEMA}")
-        where = nonfinite(data)
-        if where:
-            raise Malformed(source, f"key {where!r} is not a finite number")
         try:
-            made = cls.model_validate(data)
+            return cls.model_validate(data)
         except ValidationError as exc:
             raise Malformed(source, _problem(exc)) from None
-        made._order = tuple(data)
-        return made
 
     def as_dict(self) -> dict[str, Any]:
-        """What the writer writes: ``schema`` first, then every key given, in its order."""
-        given = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        given.pop(SCHEMA_KEY, None)
-        ordered = {key: given.pop(key) for key in self._order if key in given}
-        return {SCHEMA_KEY: self.SCHEMA, **ordered, **given}
+        """What the writer writes: ``schema`` first, then every key given (declared ones in
+        their order, then the rest as read)."""
+        return {SCHEMA_KEY: self.SCHEMA, **self.model_dump(
+            mode="json", by_alias=True, exclude_unset=True, exclude={"schema_"})}
 
     def as_json(self) -> str:
         return json_text(self.as_dict())
@@ -157,15 +144,13 @@ class JobRecord(Record):
     gpus_per_node: int | str
     launcher: Text = None
     partition: Text = None
-    transport: Text = None
     #: The workload's own options, typed by its options type when the request is made again.
-    options: Optional[dict[str, object]] = None
+    options: Optional[dict[str, JsonValue]] = None
+    transport: Text = None
 
     def as_json(self) -> str:
         """The one line the job script writes (``cat > job.json``), as version 1 wrote it."""
-        data = self.as_dict()
-        data.pop(SCHEMA_KEY)
-        return json.dumps(data, allow_nan=False)
+        return json.dumps(self.model_dump(mode="json", exclude_unset=True), allow_nan=False)
 
 
 class Reference(Model):
@@ -294,7 +279,7 @@ class CatalogueEntry(Record):
     provenance: Optional[BuildRecord] = None
     stack: Optional[dict[str, Optional[str]]] = None
     #: The site fit's findings (containers/image/sitefit.py, ``Finding.as_dict``).
-    fit: Optional[list[dict[str, object]]] = None
+    fit: Optional[list[dict[str, JsonValue]]] = None
     gate: Optional[GateRecord] = None
     driver_needed: Text = None
     sbom_file: Text = None

@@ -32,8 +32,7 @@ def read(path: Path, *, corrupt_ok: bool = False) -> BuildRecord:
     naming it: a verdict must never name a null sha256 as what it proved. ``corrupt_ok``: treat
     such a record as none (a build, which replaces it; the up-to-date check, which rebuilds)."""
     try:
-        record = BuildRecord.of(json.loads(read_regular(path, limit=RECORD_LIMIT)), source=path)
-        problem = None
+        return BuildRecord.of(json.loads(read_regular(path, limit=RECORD_LIMIT)), source=path)
     except FileNotFoundError:
         return BuildRecord()
     except FileRefused as exc:
@@ -44,8 +43,6 @@ def read(path: Path, *, corrupt_ok: bool = False) -> BuildRecord:
         problem = f"not JSON ({type(exc).__name__})"
     except OSError as exc:
         problem = exc.strerror or str(exc)
-    if problem is None:
-        return record
     if corrupt_ok:
         return BuildRecord()
     image = path.name.removesuffix(".json")

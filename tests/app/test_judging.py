@@ -98,7 +98,7 @@ def test_a_batch_run_gets_the_verdict_an_interactive_run_gets(batch_run) -> None
     ({"allreduce.json": {**REPORT, "results": []}}, 0,
      "allreduce.json: key 'results' is empty: the benchmark measured no size"),
     ({"allreduce.json": {**REPORT, "results": [{**ROW, "oop": {"busbw": float("nan")}}]}}, 0,
-     "allreduce.json: key 'results.0.oop.busbw' is not a finite number"),
+     "allreduce.json: key 'results.0.oop.busbw': Input should be a finite number (got nan)"),
     ({"all_reduce.json": {**REPORT, "ok": False, "wrong_total": 4}}, 0,
      "all_reduce.json: key 'ok' is False, 'wrong_total' 4, but allreduce.json counts 0 wrong "
      "all_reduce values"),

@@ -99,7 +99,8 @@ def _with(entry: dict, target: str = "cpu") -> dict:
     ({"checks": []}, "entry 1", "key 'checks': Input should be a valid dictionary"),
     ({"schema": 99}, "entry 1 (version '2')", "key 'schema' is 99; this checkout reads "
                                               "catalogue entry versions 1 to 2"),
-    ({"provenance": {"arch": float("nan")}}, "entry 1", "key 'provenance.arch' is not a finite"),
+    ({"provenance": {"build_seconds": float("nan")}}, "entry 1",
+     "key 'provenance.build_seconds': Input should be a finite number (got nan)"),
     ({"signed": True, "key_fingerprint": "AB" * 20, "public_key": "keys/../../x.pgp"},
      "entry 1", "public_key 'keys/../../x.pgp' is not 'keys/" + "AB" * 20 + ".pgp'"),
     ({"version": "1", **cat.layout_files("cpu", "1")}, "entry 1 (version '1')", "listed twice"),

@@ -64,9 +64,9 @@ def _nan_busbw(folder: Path, value: str) -> None:
     (lambda f: [_rewrite(f, name, results=[]) for name in ("allreduce.json", "all_reduce.json")],
      "allreduce.json: key 'results' is empty: the benchmark measured no size"),
     (lambda f: _nan_busbw(f, "NaN"),
-     "allreduce.json: key 'results.0.oop.busbw' is not a finite number"),
+     "allreduce.json: key 'results.0.oop.busbw': Input should be a finite number (got nan)"),
     (lambda f: _nan_busbw(f, "Infinity"),
-     "allreduce.json: key 'results.0.oop.busbw' is not a finite number"),
+     "allreduce.json: key 'results.0.oop.busbw': Input should be a finite number (got inf)"),
     (lambda f: _nan_busbw(f, "null"), "allreduce.json: key 'results' has no busbw at 1024 B"),
     (lambda f: _rewrite(f, "all_reduce.json", ok=False, wrong_total=4),
      "all_reduce.json: key 'ok' is False, 'wrong_total' 4, but allreduce.json counts 0 wrong "
