@@ -51,9 +51,10 @@ def _freeze_names(freeze: list[str] | None) -> set[str] | None:
     return {m.group(0).lower().replace("_", "-") for word in freeze if (m := _NAME.match(word))}
 
 
-def lacking(record: BuildRecord, need: str, target: Target | None = None) -> str | None:
+def lacking(record: BuildRecord | dict, need: str, target: Target | None = None) -> str | None:
     """Why the image lacks ``need`` (``python`` or ``torch``), as evidence says it, or None
     when it has it or nothing says. ``target``: its env spec is evidence of torch too."""
+    record = BuildRecord.of(record)
     if "python" in record.model_fields_set and record.python is None:
         return "has no Python 3 (its build record says so)"
     if need != TORCH:
@@ -68,7 +69,7 @@ def lacking(record: BuildRecord, need: str, target: Target | None = None) -> str
     return None
 
 
-def refuse_lacking(record: BuildRecord, *, image: Path | str, need: str, doing: str) -> None:
+def refuse_lacking(record: BuildRecord | dict, *, image: Path | str, need: str, doing: str) -> None:
     """Raise :class:`ImageLacks` (``images/x.sif has no Python (its build record says so):
     invoke inspect needs python``) when ``image``'s record says it lacks ``need``."""
     reason = lacking(record, need)
