@@ -2,10 +2,10 @@
 
 A file one stage writes and another reads (build record, catalogue entry, ``job.json``,
 ``verdict.json``, the benchmark's ``allreduce.json`` and ``<op>.json``) is read here, strictly
-typed: numbers finite, sizes and counts not negative. Keys a newer version added are kept and
-written back (``extra="allow"``), in the order read, ``schema`` first. A file without ``schema``
-is version 1; one of a newer version, or a value of the wrong type, is refused in one line
-naming the file and the dotted key (:class:`Malformed`).
+typed: numbers finite, sizes and counts not negative. Keys a newer version added are kept (as
+JSON values) and written back, ``schema`` first. A file without ``schema`` is version 1; one of
+a newer version, or a value of the wrong type, is refused in one line naming the file and the
+dotted key, in pydantic's words for the type (:class:`Malformed`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from containers.errors import StateError
 from containers.files import atomic_write_text
 
 SCHEMA_KEY = "schema"
-#: The tags pydantic puts in the location of an error inside a JSON value.
-JSON_TAGS = ("list", "dict", "str", "int", "float", "bool")
 R = TypeVar("R", bound="Record")
 Count = Optional[NonNegativeInt]
 Text = Optional[str]
@@ -41,7 +39,8 @@ def _problem(exc: ValidationError) -> str:
     """Pydantic's first error as ``key 'a.b': <its words> (got <value>)`` (less the type tags
     a JSON value's location carries: ``x.list.1.dict.y.float`` is ``x.1.y``)."""
     error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"] if part not in JSON_TAGS)[:80]
+    tags = ("list", "dict", "str", "int", "float", "bool")
+    where = ".".join(str(part) for part in error["loc"] if part not in tags)[:80]
     shown = "" if error["type"] == "missing" else f" (got {reprlib.repr(error.get('input'))})"
     return f"key {where!r}: {error['msg']}{shown}"
 
@@ -73,8 +72,8 @@ class Record(Model):
             raise Malformed(source, f"the {cls.WHAT} is not a JSON object")
         schema = data.get(SCHEMA_KEY, 1)
         if type(schema) is not int or not 1 <= schema <= cls.SCHEMA:
-            raise Malformed(source, f"key {SCHEMA_KEY!r} is {schema!r}; this checkout reads "
-                                    f"{cls.WHAT} versions 1 to {cls.SCHEMA}")
+            raise Malformed(source, f"key {SCHEMA_KEY!r} is {reprlib.repr(schema)}; this "
+                                    f"checkout reads {cls.WHAT} versions 1 to {cls.SCHEMA}")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
