@@ -170,9 +170,10 @@ class Judged(Model):
 
 
 class Transport(Model):
-    """The transport's proof as a verdict holds it (containers/prove/transport.py)."""
+    """The transport's proof as a smoke verdict holds it (containers/prove/transport.py; a run
+    job's, jobs/runverdict.py, says ``proven`` instead)."""
 
-    ok: bool
+    ok: Optional[bool] = None
     message: str = ""
 
 

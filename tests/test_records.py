@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -171,3 +173,13 @@ def test_a_record_nested_too_deep_is_one_line() -> None:
     with pytest.raises(Malformed, match=r"^catalogue.json: key 'checks\.smoke\.x\.a\.a[.a]*': "
                                         "Recursion error - maximum validation depth exceeded"):
         CatalogueEntry.of(deep, source="catalogue.json")
+
+
+def test_a_run_jobs_verdict_reads(tmp_path: Path) -> None:
+    """jobs/runverdict.py writes it in the image, in its own shape (``transport.proven``)."""
+    out = subprocess.run([sys.executable, str(ROOT / "jobs" / "runverdict.py"), "--out",
+                          str(tmp_path), "--exit-status", "0", "--gate", "none",
+                          "--transport-name", "Slingshot", "--transport-expect", "cxi"],
+                         capture_output=True, text=True, check=False)
+    record = Verdict.of(json.loads((tmp_path / "verdict.json").read_text()), source="v")
+    assert (record.kind, record.passed, record.exit_code) == ("run", False, 2), out.stdout
