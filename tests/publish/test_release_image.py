@@ -157,7 +157,7 @@ def test_build_examine_writes_a_valid_sbom_with_torch(real_project, real_runtime
 def _verdict(project: app.Project, name: str, sha: str, busbw: float, date: str) -> None:
     """A passing 2-rank smoke verdict of the image, as `invoke smoke` writes it (its ranks'
     device reports carry the labels they read inside the image, its build record's)."""
-    labels = provenance.read(project.settings.provenance_path("cpu"))["labels"]
+    labels = provenance.read(project.settings.provenance_path("cpu")).labels
     smoke_run(project.settings.results_dir / "smoke" / name, sha256=sha, labels=labels,
               kind="smoke", site="local", partition=None, nodes=1, backend="gloo",
               device_kind="cpu", wrong_total=0, cycles=1, date=date,
