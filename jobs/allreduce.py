@@ -47,6 +47,7 @@ preamble and its table: what its nccl-tests binary prints, for the scripts sites
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -154,12 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def bandwidths(nbytes: int, seconds: float, factor: float) -> tuple[float, float]:
+def bandwidths(nbytes: int, seconds: float,
+               factor: float) -> tuple[Optional[float], Optional[float]]:
     """Return (algbw, busbw) in GB/s (10^9) for one collective moving nbytes (its bw bytes) in
     seconds; ``factor`` is its bus factor. One rank gets numbers too, as nccl-tests prints them
     (strict readers of its tables take nothing else): no link is crossed, so they measure a
     memory copy at best (one H100 "reached" 624,268 GB/s algbw for 1 GiB) and no verdict reads
-    them (the smoke's judgement of one rank is "not judged")."""
+    them (the smoke's judgement of one rank is "not judged"). A broken timer: none, never NaN."""
+    if not math.isfinite(seconds):
+        return None, None
     if seconds <= 0:
         return 0.0, 0.0
     algbw = nbytes / seconds / 1e9
@@ -227,9 +231,9 @@ def make_mode_record(nbytes: int, seconds: float, wrong: Optional[int],
     ``nbytes`` is what algbw divides (the op's bw bytes), ``factor`` its bus factor."""
     algbw, busbw = bandwidths(nbytes, seconds, factor)
     return {
-        "time_us": round(seconds * 1e6, 2),
-        "algbw": round(algbw, 3),
-        "busbw": round(busbw, 3),
+        "time_us": round(seconds * 1e6, 2) if math.isfinite(seconds) else None,
+        "algbw": None if algbw is None else round(algbw, 3),
+        "busbw": None if busbw is None else round(busbw, 3),
         "wrong": wrong,
     }
 

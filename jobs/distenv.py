@@ -17,6 +17,7 @@ import ctypes
 import datetime
 import hashlib
 import json
+import math
 import os
 import random
 from dataclasses import dataclass
@@ -161,9 +162,19 @@ def write_text(path: Path, text: str) -> None:
     safewrite.write_text(path, text)
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or Infinity made None (JSON null): strict JSON readers refuse
+    them, and a figure that is not a number is no figure (the host judges a null)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    return [finite(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON atomically (:func:`write_text`)."""
-    write_text(path, json.dumps(data, indent=2) + "\n")
+    """Write JSON atomically (:func:`write_text`), never a NaN (:func:`finite`)."""
+    write_text(path, json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
 def now_iso() -> str:

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     record, code = judge(args)
     path = Path(args.out) / "verdict.json"
-    safewrite.write_text(path, json.dumps(record, indent=2) + "\n")
+    safewrite.write_text(path, json.dumps(record, indent=2, allow_nan=False) + "\n")
     print(f"verdict: {'PASS' if record['passed'] else 'FAIL'}"
           + (f" (degraded transport: {record['degraded']})" if record["degraded"] else "")
           + "".join(f"\n  {reason}" for reason in record["reasons"]), flush=True)

@@ -24,7 +24,7 @@ from containers.inputs.sites import Site
 from containers.publish import catalogue as cat, diff as diffing
 from containers.publish.diff import shown
 from containers.publish.checks import find_verdict, smoke_summary
-from containers.records import BuildRecord
+from containers.records import BuildRecord, Checks, SmokeSummary
 from containers.report import Say, console, human_bytes, say_line as _print, table
 from containers.run.needs import PYTHON, refuse_lacking
 
@@ -40,7 +40,7 @@ class ImageRef:
     image: Path
     target: str | None
     record: BuildRecord
-    smoke: dict | None = None  # the catalogue's smoke summary of a published version
+    smoke: SmokeSummary | None = None  # the catalogue's smoke summary of a published version
 
 
 def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
@@ -59,7 +59,7 @@ def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
         return ImageRef(name=f"{match['target']}@{version}", image=dest / entry.file,
                         target=match["target"],
                         record=BuildRecord.of(entry.provenance or {}, source=spec),
-                        smoke=(entry.checks or {}).get("smoke"))
+                        smoke=(entry.checks or Checks()).smoke)
     path = Path(spec)
     if spec.endswith(".sif") or os.sep in spec or path.is_file():
         if not path.is_file():
@@ -72,14 +72,14 @@ def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
                     record=provenance.read(project.settings.provenance_path(target.name)))
 
 
-def latest_smoke(project: Project, ref: ImageRef) -> dict | None:
+def latest_smoke(project: Project, ref: ImageRef) -> SmokeSummary | None:
     """The latest passing smoke of exactly this image: its catalogue entry's, else the newest
     verdict in the results folder that names its sha256."""
     if ref.smoke is not None or ref.target is None:
         return ref.smoke
     sha = ref.record.sha256 or sha256_file(ref.image)
     found = find_verdict(project.settings.results_dir, ref.target, sha)
-    return smoke_summary(*found, run_now=False) if found else None
+    return SmokeSummary.model_validate(smoke_summary(*found, run_now=False)) if found else None
 
 
 def site_for(project: Project, ref: ImageRef, site: str | None) -> Site:
@@ -133,7 +133,7 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
 
 def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
     stack, sbom = report["stack"], report.get("sbom")
-    record = BuildRecord.view(report.get("provenance") or {}, source=report["image"])
+    record = BuildRecord.of(report.get("provenance") or {}, source=report["image"])
     rows = [*((key, shown(stack.get(key))) for key in probing.STACK_KEYS),
             *([("driver needed", report["driver_needed"])] if report.get("driver_needed")
               else []),
@@ -189,7 +189,7 @@ def examine_built(project: Project):
 
     def examine(step, runtime, record: dict, say: Say) -> dict:
         say(f"==> examining {step.target.name}: SBOM and site fit (one probe of the image)")
-        built = BuildRecord.view(record, source=step.image)  # the record being written
+        built = BuildRecord.of(record, source=step.image)  # the record being written
         facts = probing.probe(runtime, step.partial, sha256=built.sha256, arch=built.arch)
         files = {probing.SBOM_SUFFIX: sbom.render(sbom.make(facts, record))}
         stack = probing.summary(facts)

@@ -21,14 +21,14 @@ from pathlib import Path
 from containers.app.project import Project
 from containers.app.workloads import _record
 from containers.batch import job as batch
-from containers.batch.request import RECORD_KEYS, RecordOptionsError, request_from_record
+from containers.batch.request import RecordOptionsError, request_from_record
 from containers.errors import StateError, VerdictFailed
 from containers.files import read_regular_json, read_regular_text
 from containers.image import provenance
 from containers.inputs.sites import get_site
 from containers.prove import verdict
 from containers.prove.registry import WORKLOADS
-from containers.records import JobRecord
+from containers.records import JobRecord, Malformed
 from containers.report import Say, say_line as _print
 from containers.run.workload import IMAGE_RECORD, JOB_RECORD, collect
 
@@ -80,11 +80,10 @@ def _job_record(folder: Path) -> JobRecord:
     except (OSError, ValueError) as exc:
         raise VerdictFailed(f"verdict FAILED: {path} is missing or unreadable ({exc}); "
                             "--results must name a results folder a batch job wrote") from exc
-    record = JobRecord.of(data, source=path) if isinstance(data, dict) else None
-    if record is None or record.missing():
-        raise VerdictFailed(f"verdict FAILED: {path} does not describe a job (needs "
-                            f"{', '.join(JobRecord.REQUIRED)})")
-    return record
+    try:
+        return JobRecord.of(data, source=path)
+    except Malformed as exc:
+        raise VerdictFailed(f"verdict FAILED: {exc}: it describes no job") from None
 
 
 def _check_judged_here(folder: Path, workload: object) -> None:

@@ -9,7 +9,6 @@ and ``status.json`` beside the log records it.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
@@ -20,6 +19,7 @@ from containers.app.project import Project
 from containers.app.workloads import guard_run, say_plan, shown_environ
 from containers.errors import ContainersError, ImageMissing, VerdictFailed, on_disk
 from containers.files import atomic_write_text
+from containers.records import json_text
 from containers.host.facts import run_stamp
 from containers.image.emulated import emulated_binds
 from containers.inputs.recipes import Target
@@ -170,7 +170,7 @@ def _status(out, command: Sequence[str], *, returncode: int | None, gate: int | 
               {"rank": first_failure[0], "exit_code": first_failure[1]},
               "seconds": round(seconds, 3)}
     with on_disk("write the run's status", out / "status.json"):
-        atomic_write_text(out / "status.json", json.dumps(record, indent=2) + "\n")
+        atomic_write_text(out / "status.json", json_text(record))
 
 
 def shell(project: Project, *, target: str | None, command: Sequence[str] = (),

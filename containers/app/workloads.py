@@ -255,8 +255,8 @@ def _scaling_report(project: Project, results: list[verdict.Result], *,
     rows = scaling_rows(results)
     name = results[0].plan.target.name
     out = project.settings.results_dir / options.kind.folder(options) / f"{name}-{stamp}-scaling"
-    atomic_write_text(out / "scaling.json", json.dumps(
-        {"target": name, "example": options.example, "rows": rows}, indent=2) + "\n")
+    atomic_write_text(out / "scaling.json", records.json_text(
+        {"target": name, "example": options.example, "rows": rows}))
     console().print(table(
         f"scaling: {options.example} on {name}", ("ranks", "samples/s", "speedup",
                                                   "efficiency", "verdict"),

@@ -144,13 +144,12 @@ def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float | None = None
 def verdict_code(given: Mapping) -> int:
     """The exit status a job's ``verdict.json`` stands for: its own ``exit_code`` where it has
     one (a run job), else 0 passed, 3 correct but slow, 2 failed."""
-    record = Verdict.view(given)
+    record = Verdict.of(given)
     if isinstance(record.exit_code, int):
         return record.exit_code
     if record.passed is not True:
         return 2
-    performance = record.performance or {}
-    return 3 if isinstance(performance, dict) and performance.get("state") == "fail" else 0
+    return 3 if record.performance is not None and record.performance.state == "fail" else 0
 
 
 def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) -> Verdict:
@@ -176,7 +175,7 @@ def append_index(jobs_dir: Path, entry: dict) -> Path:
         handle.seek(0, os.SEEK_END)
         torn = handle.tell() > 0 and (handle.seek(-1, os.SEEK_END), handle.read(1))[1] != b"\n"
         handle.write(("\n" if torn else "").encode()  # a torn line stays a line of its own
-                     + (json.dumps(entry, sort_keys=True) + "\n").encode())
+                     + (json.dumps(entry, sort_keys=True, allow_nan=False) + "\n").encode())
     return path
 
 

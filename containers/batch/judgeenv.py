@@ -150,8 +150,7 @@ def pip_argv(into: Path, judge: JudgeEnv) -> list[str]:
 def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None:
     """The image's Python as ``X.Y``: the build record's ``stack.python``, else the env spec's
     ``python=`` pin (its Conda dependencies); None when neither says."""
-    stack = BuildRecord.view(record).stack
-    found = stack.get("python") if isinstance(stack, Mapping) else None
+    found = (BuildRecord.of(record).stack or {}).get("python")
     if not found:
         for spec in conda_specs:
             bare = spec.split("::")[-1].strip()

@@ -86,21 +86,15 @@ def job_options(options: SmokeOptions | TrainOptions) -> dict:
             if key not in ("gpus", "example") and isinstance(value, (str, int, float, bool, Path))}
 
 
-#: The keys every ``job.json`` has (``launcher``, ``partition`` and ``options`` may be missing).
-RECORD_KEYS = JobRecord.REQUIRED
-
-
 class RecordOptionsError(ValueError):
-    """The options of a ``job.json`` are not an object, or not options its workload takes."""
+    """The options of a ``job.json`` are not options its workload takes."""
 
 
 def request_from_record(given: Mapping) -> JobRequest:
     """The request a job's ``job.json`` (as :func:`plan_job` writes it) describes, options
-    included, so its verdict re-plans the run the job ran (:func:`job_run`). A missing key of
-    :data:`RECORD_KEYS` raises KeyError; bad options raise :class:`RecordOptionsError`."""
-    record = JobRecord.view(given, source=JOB_RECORD)
-    if record.missing():
-        raise KeyError(record.missing()[0])
+    included, so its verdict re-plans the run the job ran (:func:`job_run`); bad options raise
+    :class:`RecordOptionsError`."""
+    record = JobRecord.of(given, source=JOB_RECORD)
     return JobRequest(workload=record.workload, nodes=int(record.nodes),
                       gpus_per_node=int(record.gpus_per_node),
                       launcher=record.launcher, partition=record.partition,
@@ -111,8 +105,6 @@ def _record_options(record: JobRecord) -> Options | None:
     given = record.options
     if given is None:
         return None
-    if not isinstance(given, dict):
-        raise RecordOptionsError("options are not an object")
     try:
         return registry.kind_of(record.workload).make_options(
             record.workload, gpus=int(record.gpus_per_node), given=given)

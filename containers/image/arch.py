@@ -236,8 +236,8 @@ def recorded_arch(record: Mapping, image: Path, runtime: Runtime | None = None) 
 
     A record from before the tool recorded it: read from the image's files now when a runtime
     is given; otherwise (or when that fails) refuse, as a guard must not guess."""
-    arch = BuildRecord.view(record, source=image).arch
-    if isinstance(arch, str) and arch in E_MACHINE.values():
+    arch = BuildRecord.of(record, source=image).arch
+    if arch in E_MACHINE.values():
         return arch
     if runtime is not None and Path(image).is_file():
         with contextlib.suppress(CommandFailed):

@@ -299,7 +299,7 @@ def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
         if not step.forced and step.image.is_file() \
                 and record.inputs_hash == step.inputs_hash:
             say(f"==> {step.target.name}: built meanwhile by another build ({step.short_hash})")
-            return record
+            return record.as_dict()
         refuse_replacing(step.image)  # before hours of building, and again at the rename
         _sweep(step, say)
         with work_folder(step) as own:

@@ -25,6 +25,7 @@ from containers.host.runtime import Runtime
 from containers.image import gpuarch, provenance
 from containers.image.emulated import emulated_binds
 from containers.inputs import names
+from containers.records import BuildRecord
 
 PROBE = Path(__file__).with_name("probe_script.py")
 MARK = "@@probe@@"
@@ -99,17 +100,17 @@ def _sbom_components(image: Path) -> list[tuple[str, dict]] | None:
     return found
 
 
-def known_facts(image: Path, record: Mapping) -> dict | None:
+def known_facts(image: Path, record: BuildRecord) -> dict | None:
     """The facts a build of this tool already recorded from the image (the stack in its build
     record, the packages in the SBOM beside it), so publish need not start the image again;
     None when either is missing (an image built before them: probe it)."""
-    stack, components = record.get("stack"), _sbom_components(image)
-    if not isinstance(stack, dict) or components is None:
+    stack, components = record.stack, _sbom_components(image)
+    if stack is None or components is None:
         return None
     lists = {kind: [{"name": c.get("name"), "version": c.get("version")}
                     for found, c in components if found == kind] for kind in ("deb", "pypi")}
     return {"stack": stack, "debian_packages": lists["deb"], "pip_packages": lists["pypi"],
-            "labels": record.get("labels") or {}, "errors": record.get("probe_errors")}
+            "labels": record.labels or {}, "errors": record.probe_errors}
 
 
 def summary(facts: Mapping) -> dict:
@@ -158,7 +159,7 @@ def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -
         "stack": stack,
         "driver_needed": driver_needed(stack),
         "labels": facts.get("labels") or {},
-        "provenance": {k: v for k, v in record.items()
+        "provenance": {k: v for k, v in record.as_dict().items()
                        if k not in ("labels", "pip_freeze", "inputs", "schema")} or None,
         "sbom": {"path": str(sbom_path(image)), "counts": None if components is None
                  else dict(Counter(kind for kind, _ in components))}

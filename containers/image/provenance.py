@@ -31,21 +31,17 @@ def read(path: Path, *, corrupt_ok: bool = False) -> BuildRecord:
     naming it: a verdict must never name a null sha256 as what it proved. ``corrupt_ok``: treat
     such a record as none (a build, which replaces it; the up-to-date check, which rebuilds)."""
     try:
-        data = read_regular_json(path, limit=RECORD_LIMIT)
-        problem = None if isinstance(data, dict) else "not a JSON object"
-        record = BuildRecord.of(data if problem is None else {}, source=path)
+        return BuildRecord.of(read_regular_json(path, limit=RECORD_LIMIT), source=path)
     except FileNotFoundError:
         return BuildRecord()
     except (FileRefused, TooDeep) as exc:
         problem = str(exc)
     except Malformed as exc:
-        problem = str(exc).removeprefix(f"{path}: ")
+        problem = exc.problem
     except ValueError as exc:  # not UTF-8, not JSON
         problem = f"not JSON ({type(exc).__name__})"
     except OSError as exc:
         problem = exc.strerror or str(exc)
-    if problem is None:
-        return record
     if corrupt_ok:
         return BuildRecord()
     image = path.name.removesuffix(".json")

@@ -68,6 +68,8 @@ class WorkloadKind:
     #: The script in ``jobs/``, and the report it writes in its results folder.
     script: str = ""
     report_name: str = ""
+    #: Its reader: a model of :mod:`containers.records` (named: pydantic is not for start-up).
+    report_type: str = "RunReport"
     #: How a reason names the script ("the benchmark exited with code 3").
     program: str = ""
     #: Whether each run's verdict record is appended to the performance log.

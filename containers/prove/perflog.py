@@ -66,7 +66,7 @@ def append(perflog_dir: Path, record: dict) -> Path:
     record starts a line of its own instead of being glued to the torn one and lost with it."""
     path = log_path(perflog_dir, site=record["site"], partition=record.get("partition"),
                     op=op_of(record))
-    line = json.dumps(record, sort_keys=True).encode("utf-8") + b"\n"
+    line = json.dumps(record, sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
     with on_disk("append to the perflog", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(path.with_name(path.name + ".lock")):

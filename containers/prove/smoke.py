@@ -1,14 +1,10 @@
 """``invoke smoke``: the collective benchmark across ranks inside an image, as a workload kind.
 
-``--op`` picks the collectives (all_reduce by default); the benchmark measures each in one run
-and every row of its report names its op. Its own sanity rules, per op: every op asked for was
-measured (or refused by the backend, which fails), no ``#wrong`` values; and for the run: all
-sizes done and, where the site declares its network transport, NCCL/RCCL's debug output proves
-it was used (a silent TCP fallback fails). Its performance is judged per op: out-of-place busbw
-at the reference size within the tolerance of the site's reference FOR THAT OP. The benchmark
-prints one nccl-tests table per op and writes ``allreduce.json`` (every op: what this module
-reads) and per op ``<op>.json`` and ``<op>.txt``; the host adds ``verdict.json`` (with each op's
-verdict), ``<op>.png`` and a line in the op's perflog ``<op>.jsonl``.
+``--op`` picks the collectives; every row of the report names its op. Sanity, per op: measured
+(or refused by the backend, which fails), no ``#wrong`` values, its ``<op>.json`` the report's
+part; for the run: sizes done, each rank's count of wrong values the report's, the site's
+transport proven. Performance, per op: out-of-place busbw at the reference size against the
+site's reference for that op. The host adds ``verdict.json``, ``<op>.png`` and perflog lines.
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from containers.files import read_json_object
 from containers.inputs import flags, names
 from containers.prove.kind import Invocation, WorkloadKind
 from containers.prove.performance import Judgement, judge
@@ -25,6 +22,7 @@ if TYPE_CHECKING:  # the kind is declared when the command line starts (invoke -
     from containers.inputs.settings import Settings
     from containers.inputs.sites import Site
     from containers.prove import verdict
+    from containers.records import OpSummary, SmokeReport
 
 
 @dataclass(frozen=True)
@@ -66,9 +64,8 @@ DEFAULT_OP = "all_reduce"
 
 
 def _rows(result: verdict.Result, op: str | None = None) -> list[dict]:
-    """The report's rows (of one op when named; every row says its op)."""
-    rows = list(result.run_report.rows)
-    return rows if op is None else [row for row in rows if op_of(row) == op]
+    """The report's rows (of one op when named), as the plot and the judge take them."""
+    return [row.model_dump() for row in result.run_report.rows(op)]
 
 
 def op_of(row: dict) -> str:
@@ -96,15 +93,17 @@ def wrong_total(result: verdict.Result, op: str | None = None) -> int:
     return sum(mode["wrong"] or 0 for row in _rows(result, op) for mode in _modes(row))
 
 
-def _summary(result: verdict.Result, op: str) -> dict:
-    return result.run_report.collectives.get(op) or {}
+def _summary(report: SmokeReport, op: str) -> OpSummary:
+    from containers.records import OpSummary  # pydantic: not at start-up
+
+    return report.collectives.get(op) or OpSummary()
 
 
 def _op_reasons(result: verdict.Result, op: str) -> list[str]:
     """What is wrong with one op's part of the run: refused by the backend, wrong values, or
     (once the run finished) not measured at all."""
     reasons = []
-    refused = _summary(result, op).get("unsupported")
+    refused = _summary(result.run_report, op).unsupported
     if refused:
         reasons.append(f"{op}: {refused}")
     wrong, cycles = wrong_total(result, op), result.run_report.cycles
@@ -117,9 +116,7 @@ def _op_reasons(result: verdict.Result, op: str) -> list[str]:
         reasons.append(f"{wrong} wrong values ({op} results differ from {exact}) at sizes "
                        f"{', '.join(sizes)}" + (f" in a soak of {cycles} cycles" if cycles > 1
                                                 else ""))
-    listed = result.run_report.ops
-    if not refused and result.run_report.finished and not _rows(result, op) and \
-            (_rows(result) or (listed is not None and op not in listed)):
+    if not refused and result.run_report.finished and not _rows(result, op):
         reasons.append(f"{op} was asked for but the benchmark measured none of it")
     return reasons
 
@@ -144,12 +141,16 @@ class SmokeKind(WorkloadKind):
             args += ["--fault", options.fault]
         return Invocation(args=args, env=dict(options.extra_env))
 
+    report_type = "SmokeReport"
+
     def failures(self, result: verdict.Result) -> list[str]:
         asked = asked_ops(result)
         # an op the report holds but the run did not ask for is judged too: its wrong values
         # are wrong values all the same
         extra = sorted({op_of(row) for row in _rows(result)} - set(asked))
-        return [reason for op in asked + extra for reason in _op_reasons(result, op)]
+        return [reason for op in asked + extra for reason in _op_reasons(result, op)] + \
+            (run_file_reasons(result.plan.out_dir, result.run_report, result.plan.ranks)
+             if result.run_report.finished else [])
 
     def report_reasons(self, result: verdict.Result, *, settled: bool) -> list[str]:
         reasons = []
@@ -194,7 +195,7 @@ class SmokeKind(WorkloadKind):
     def op_details(self, result: verdict.Result, op: str) -> dict:
         """One op's part of ``verdict.json`` and its perflog line: its own verdict, rows and
         judgement."""
-        summary = _summary(result, op)
+        summary = _summary(result.run_report, op)
         results = [{"op": op, "bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
                     "busbw_ip": (r.get("ip") or {}).get("busbw"),
                     "wrong": sum(mode["wrong"] or 0 for mode in _modes(r)),
@@ -202,9 +203,9 @@ class SmokeKind(WorkloadKind):
         others = [r for r in result.reasons
                   if not any(r in _op_reasons(result, other) for other in asked_ops(result))]
         return {
-            "op": op, "factor": summary.get("factor"),
-            "busbw_factor": summary.get("busbw_factor"), "root": summary.get("root"),
-            "unsupported": summary.get("unsupported"), "wrong_total": wrong_total(result, op),
+            "op": op, "factor": summary.factor, "busbw_factor": summary.busbw_factor,
+            "root": summary.root, "unsupported": summary.unsupported,
+            "wrong_total": wrong_total(result, op),
             "passed": not others and not _op_reasons(result, op),
             "performance": self.op_performance(result, op).record(), "results": results,
             "largest": {key: results[-1][key] for key in ("bytes", "busbw_oop", "busbw_ip")}
@@ -252,11 +253,72 @@ class SmokeKind(WorkloadKind):
         if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
         report = result.run_report
-        return [plot_busbw({**(report.raw or {}), "results": rows}, result.plan.out_dir /
+        return [plot_busbw({**report.as_dict(), "results": rows}, result.plan.out_dir /
                            f"{op}.png",
                            title=f"{op} busbw: {result.plan.target.name}, {result.plan.ranks} "
                                  f"ranks, {report.backend or '?'}")
                 for op in asked_ops(result) if (rows := _rows(result, op))]
+
+
+# ------------------------------------------------- the run's files, read strictly (and the gate)
+def read_smoke(folder: Path, name: str) -> SmokeReport | str:
+    """``folder/name`` as a smoke report, or why it is none (one line naming it)."""
+    from containers.records import Malformed, SmokeReport
+
+    data = read_json_object(folder / name)
+    if data is None:
+        return f"no readable {name}"
+    try:
+        return SmokeReport.of(data, source=name)
+    except Malformed as exc:
+        return str(exc)
+
+
+def _op_file_reasons(folder: Path, report: SmokeReport, op: str) -> list[str]:
+    """The op's own ``<op>.json`` (offered to nccl-tests' readers) must say what the combined
+    report says of it."""
+    name = f"{op}.json"
+    if _summary(report, op).unsupported or (report.schema_ < 2 and not (folder / name).exists()):
+        return []  # a refused op's file says so; an older harness wrote none
+    own = read_smoke(folder, name)
+    if isinstance(own, str):
+        return [own]
+    counted = report.wrong(op)
+    if (own.wrong_total or 0) != counted or (not own.ok and not counted):
+        return [f"{name}: key 'ok' is {own.ok}, 'wrong_total' {own.wrong_total}, but "
+                f"{SmokeKind.report_name} counts {counted} wrong {op} values"]
+    if own.rows() != report.rows(op):
+        return [f"{name}: key 'results' differs from {SmokeKind.report_name}'s {op} rows"]
+    return []
+
+
+def _rank_reasons(folder: Path, report: SmokeReport) -> list[str]:
+    """Each rank's own count of wrong values (``rank-<N>.json``) must add up to the report's."""
+    counts = {rank: (read_json_object(folder / f"rank-{rank}.json") or {}).get("wrong")
+              for rank in range(report.world_size or 0)}
+    counted = all(type(n) is int and n >= 0 for n in counts.values())
+    if report.wrong_total is None or (report.schema_ < 2 and None in counts.values()) or \
+            (counted and sum(counts.values()) == report.wrong_total):  # older ranks kept none
+        return []
+    said = [rank for rank, n in counts.items() if n != 0] or list(counts)
+    return [f"rank-{rank}.json: key 'wrong' is {counts[rank]!r}, but {SmokeKind.report_name} "
+            f"counts {report.wrong_total} wrong values over all ranks" for rank in said[:4]]
+
+
+def run_file_reasons(folder: Path, report: SmokeReport, ranks: int) -> list[str]:
+    """What a finished benchmark's files say against a pass, each in one line naming the file
+    and key: no size measured, a missing busbw, an op file not ok or not the report's, a rank
+    whose own count of wrong values is not the report's (``invoke verdict`` and the gate)."""
+    name = SmokeKind.report_name
+    if not report.results:
+        return [f"{name}: key 'results' is empty: the benchmark measured no size"]
+    unmeasured = [row.bytes for row in report.results
+                  if ranks > 1 and any(mode is not None and mode.busbw is None
+                                       for mode in (row.oop, row.ip))]
+    reasons = [f"{name}: key 'results' has no busbw at {unmeasured[0]} B"] if unmeasured else []
+    ops = list(report.collectives) or sorted({row.op for row in report.results})
+    return reasons + [reason for op in ops for reason in _op_file_reasons(folder, report, op)] \
+        + _rank_reasons(folder, report)
 
 
 #: Judgement states from the worst (a run of several ops reports its worst op's).

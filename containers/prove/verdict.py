@@ -1,15 +1,10 @@
-"""The two gates every workload run goes through, kept apart as a site regression suite keeps
-them, and the record of both (``verdict.json``).
+"""The two gates every workload run goes through, kept apart, and their record (``verdict.json``).
 
-* sanity: nothing timed out, every rank finished, the script exited 0 without an error of its
-  own, its report was written, on a GPU site every rank's device report shows it used a GPU of
-  its own with a torch built for it and backend nccl (:mod:`containers.prove.devices`), pinned
-  ranks ran on their cores, and the kind's rules on that report hold (smoke: no ``#wrong``
-  values and the site's network transport proven; train: the loss fell and the ranks agree);
+* sanity: nothing timed out, every rank finished, the script exited 0, its report was written
+  and reads as one, on a GPU site every rank used a GPU of its own (:mod:`.devices`), pinned ranks
+  ran on their cores, and the kind's rules on its report hold;
 * performance: against the site's references where the kind is judged (smoke), else not judged.
-
-The record carries the image's sha256 and inputs hash from its provenance, so a later step
-(publishing) can tell whether THIS image passed.
+The record carries the image's sha256 and inputs hash: publish tells whether THIS image passed.
 """
 
 from __future__ import annotations
@@ -26,7 +21,8 @@ from containers.prove import devices, stack
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
 from containers.prove.transport import TransportCheck, check_transport
-from containers.records import BuildRecord, RunReport, Verdict
+from containers import records
+from containers.records import BuildRecord, Malformed, RunReport, Verdict
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
 
 
@@ -46,9 +42,18 @@ class Result:
         return self.outcome.report
 
     @cached_property
+    def _read(self) -> tuple[RunReport, list[str]]:
+        """The report as its run left it (partial when the run died midway), and why it is
+        none (one line naming it)."""
+        read = getattr(records, self.kind.report_type).of
+        try:
+            return read(self.outcome.report or {}, source=self.kind.report_name), []
+        except Malformed as exc:
+            return read({}), [str(exc)]
+
+    @property
     def run_report(self) -> RunReport:
-        """The report read as its run left it (partial when the run died midway)."""
-        return RunReport.of(self.outcome.report)
+        return self._read[0]
 
     @property
     def nodes(self) -> int:
@@ -109,7 +114,7 @@ def _run_reasons(result: Result) -> list[str]:
     # names did not load): the same reason for every kind.
     proof = result.transport if result.report is None else None
     reasons += [proof.message] if proof is not None and not proof.ok else []
-    reasons += kind.failures(result)
+    reasons += result._read[1] + kind.failures(result)
     # What the ranks ran on is judged even when the workload stopped early: a rank without its
     # GPU refuses to start, and its device report says why.
     reasons += device_reasons(result) + arch_reasons(result) + network_reasons(result)
@@ -162,7 +167,7 @@ def record(result: Result, *, image_record: Mapping) -> dict:
     ``image_record`` is the image's provenance; ``passed`` is the sanity gate.
     """
     plan, performance = result.plan, result.performance
-    image = BuildRecord.view(image_record)
+    image = BuildRecord.of(image_record)
     return {
         "kind": result.kind.name,
         "target": plan.target.name,
@@ -198,12 +203,12 @@ def record(result: Result, *, image_record: Mapping) -> dict:
 
 def gate_lines(given: Mapping) -> list[str]:
     """The gates as the terminal shows them, from the record (so it shows what was written)."""
-    record, lines = Verdict.view(given), []
+    record, lines = Verdict.of(given), []
     transport, degraded = record.transport, record.degraded
     if transport is not None or degraded:
-        state = ("FAIL" if transport is not None and not transport["ok"]
+        state = ("FAIL" if transport is not None and not transport.ok
                  else "DEGRADED" if degraded else "ok")
-        said = [transport["message"]] if transport is not None else []
+        said = [transport.message] if transport is not None else []
         lines.append(f"transport:   {state}: " + "; ".join([*said, *([degraded] if degraded
                                                                      else [])]))
     reasons = record.reasons
@@ -211,14 +216,14 @@ def gate_lines(given: Mapping) -> list[str]:
     ops = record.collectives or {}
     if len(ops) > 1:  # several collectives (smoke --op): each one's own verdict
         for op, entry in ops.items():
-            judged = (entry.get("performance") or {}).get("state") or "not judged"
-            lines.append(f"  {op + ':':<16} {'PASS' if entry['passed'] else 'FAIL'} "
-                         f"({entry['wrong_total']} wrong, busbw factor {entry['factor']}, "
+            judged = entry.performance.state if entry.performance else "not judged"
+            lines.append(f"  {op + ':':<16} {'PASS' if entry.passed else 'FAIL'} "
+                         f"({entry.wrong_total} wrong, busbw factor {entry.factor}, "
                          f"performance {judged.upper()})")
     performance = record.performance
     if performance is not None:
-        lines.append(f"performance: {performance['state'].upper()}: {performance['message']}")
-    slow = performance is not None and performance["failed"]
+        lines.append(f"performance: {performance.state.upper()}: {performance.message}")
+    slow = performance is not None and performance.failed
     lines.append("verdict: " + ("PASS" if record.passed and not slow else "FAIL")
                  + (" (degraded transport: see the transport line)" if degraded else ""))
     return lines

@@ -2,24 +2,10 @@
 
 Data: versions, the catalogue's shape and updates, pruning choices, and the consistency rules
 ``invoke verify`` applies to a snapshot of the folder; :func:`load` is its one reader (the writer
-is :mod:`containers.publish.publisher`). The catalogue is the source of truth for what is
-published: a version exists for users once its entry is written, and it is written last,
-atomically, under the publish lock (``.publish.lock``).
-
-Layout under ``<dest>``::
-
-    catalogue.json                     every target, its versions (oldest first), `latest`
-                                       and an optional `pinned` list (kept by --keep)
-    index.html                         the catalogue page (self-contained, no script)
-    <target>/<version>.sif             the image (read-only for users)
-    <target>/<version>.sif.sha256      `sha256sum -c` line, made after signing
-    <target>/<version>.sif.cdx.json    the build's CycloneDX SBOM (when the build wrote one)
-    <target>/<version>.diff.json       what changed since the latest it replaced
-    <target>/<version>.diff.html       the same, as a page (linked from index.html)
-    <target>/latest -> <version>.sif   relative symlink, replaced atomically
-    <target>/bin/<target>-exec         run a command in the loaded module's image
-    modules/<target>/<version>.lua     Lmod module file; modules/<target>/default -> <version>.lua
-    keys/<FINGERPRINT>.pgp             public key that signed images (for `apptainer key import`)
+is :mod:`containers.publish.publisher`). A version exists for users once its entry is written,
+last, atomically, under the publish lock (``.publish.lock``). The layout, besides
+``<target>/<version>.sif.cdx.json`` (the SBOM) and an optional ``pinned`` list kept by
+``--keep``, is the one docs/publishing.md draws.
 """
 
 from __future__ import annotations
@@ -35,7 +21,7 @@ from containers.errors import StateError, UsageError
 from containers.files import read_json_state
 from containers.image.inspect import driver_needed as stack_driver_needed
 from containers.inputs.schema import name_problem
-from containers.records import BuildRecord, CatalogueEntry
+from containers.records import BuildRecord, CatalogueEntry, Malformed
 
 FORMAT = 1
 CATALOGUE_NAME = "catalogue.json"
@@ -49,11 +35,10 @@ SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _FINGERPRINT = re.compile(r"[0-9A-F]{16,64}\Z")
 
 
-def driver_needed(entry: Any) -> str | None:
-    """The NVIDIA driver series a published version's nodes need, derived from the CUDA runtime
-    its entry's stack records (so an entry written before this was recorded says it too)."""
-    stack = CatalogueEntry.view(entry).stack if isinstance(entry, dict) else None
-    return stack_driver_needed(stack) if isinstance(stack, dict) else None
+def driver_needed(stack: Mapping | None) -> str | None:
+    """The NVIDIA driver series a version's nodes need, from the CUDA runtime its stack
+    records (so an entry written before this was recorded says it too)."""
+    return stack_driver_needed(stack) if stack else None
 
 
 def validate_version(version: str) -> str:
@@ -68,7 +53,7 @@ def validate_version(version: str) -> str:
 def default_version(record: Mapping) -> str:
     """``<build date>-<inputs hash[:8]>``, e.g. ``2026.11.21-1e9c228c``: sorts by date, and the
     same build always gets the same version, so publishing it twice is caught."""
-    provenance = BuildRecord.view(record)
+    provenance = BuildRecord.of(record)
     date = str(provenance.build_date or "")[:10]
     try:
         day = datetime.date.fromisoformat(date).strftime("%Y.%m.%d")
@@ -122,10 +107,10 @@ def layout_files(target: str, version: str) -> dict[str, str]:
 def _signature_problem(entry: CatalogueEntry) -> str | None:
     if entry.signed is False:
         return None
-    if entry.signed is not True:
+    if entry.signed is None:
         return "signed is not true or false"
-    fingerprint = entry.key_fingerprint
-    if not isinstance(fingerprint, str) or not _FINGERPRINT.match(fingerprint):
+    fingerprint = entry.key_fingerprint or ""
+    if not _FINGERPRINT.match(fingerprint):
         return "key_fingerprint is not an upper-case hexadecimal fingerprint"
     if entry.public_key != f"keys/{fingerprint}.pgp":
         return f"public_key {entry.public_key!r} is not 'keys/{fingerprint}.pgp'"
@@ -136,9 +121,10 @@ def entry_problem(target: str, entry: Any) -> str | None:
     """Why one catalogue entry of ``target`` cannot be trusted, else None. Every name in it
     becomes a path that is read, hashed or removed (``--keep``), so each must be exactly what
     publish writes: a version passing the name rule and the files the layout derives from it."""
-    if not isinstance(entry, dict):
-        return "not a mapping"
-    entry = CatalogueEntry.view(entry)
+    try:
+        entry = CatalogueEntry.of(entry)
+    except Malformed as exc:
+        return exc.problem
     if entry.target != target:
         return f"target {entry.target!r} is not {target!r}"
     problem = name_problem("version", entry.version)
@@ -147,12 +133,11 @@ def entry_problem(target: str, entry: Any) -> str | None:
     for key, wanted in layout_files(target, entry.version).items():
         if getattr(entry, key) != wanted:
             return f"{key} {getattr(entry, key)!r} is not {wanted!r}"
-    if not isinstance(entry.sha256, str) or not SHA256.match(entry.sha256):
+    if not SHA256.match(entry.sha256 or ""):
         return "sha256 is not 64 lower-case hexadecimal digits"
-    size = entry.size_bytes
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+    if entry.size_bytes is None:
         return "size_bytes is not a whole number of bytes"
-    if not isinstance(entry.checks, dict) or not isinstance(entry.published, str):
+    if entry.checks is None or entry.published is None:
         return "checks is not a mapping or published is not a date"
     return _signature_problem(entry)
 
@@ -233,11 +218,11 @@ def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str]
     """A new catalogue with ``entry`` as its target's newest version and ``latest``, less the
     versions of that target ``without`` names (pruned); an entry of the same version (a forced
     republish) is replaced, moving to the end."""
-    result, made = copy.deepcopy(catalogue), CatalogueEntry.view(entry)
+    result, made = copy.deepcopy(catalogue), CatalogueEntry.of(entry)
     block = result["targets"].setdefault(made.target, {"latest": None, "versions": []})
     gone = {made.version, *without}
     block["versions"] = [e for e in block["versions"]
-                         if CatalogueEntry.view(e).version not in gone]
+                         if CatalogueEntry.of(e).version not in gone]
     block["versions"].append(dict(entry))
     block["latest"] = made.version
     result["updated"] = now

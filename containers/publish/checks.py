@@ -44,8 +44,7 @@ VERDICT_LIMIT = 16 << 20
 def _proves(record: Verdict, gpu: str) -> bool:
     """Whether a passing verdict is of a run that could prove the image at all: 2 ranks or
     more, and for a GPU image every rank on that kind of GPU with backend nccl."""
-    ranks = record.ranks
-    return (isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 2
+    return ((record.ranks or 0) >= 2
             and (gpu == "none" or (record.backend == "nccl" and record.device_kind == gpu)))
 
 
@@ -109,9 +108,9 @@ def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gp
 def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
     """What the catalogue keeps of a smoke verdict: enough to judge it without the file; a
     performance FAIL is carried as ``performance_failed`` so a listing shows it at a glance."""
-    performance = record.performance if isinstance(record.performance, dict) else {}
-    return {**{k: record.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now,
-            "performance_failed": bool(performance.get("failed"))}
+    data = record.as_dict()
+    return {**{k: data.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now,
+            "performance_failed": bool(record.performance and record.performance.failed)}
 
 
 def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,
@@ -162,7 +161,7 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     """The checks record for the catalogue; :class:`VerdictFailed` when one fails. ``gpu``: the
     GPU kind the image is for (none, cuda, rocm); only a run on that kind proves it
     (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
-    provenance = BuildRecord.view(provenance, source=image)
+    provenance = BuildRecord.of(provenance, source=image)
     if holds_no_torch(provenance.stack or {}, provenance.probe_errors):
         return without_torch(target, provenance, say)
     sha = provenance.sha256

@@ -19,7 +19,7 @@ from containers.host.runtime import Runtime
 from containers.image import inspect as probing, sitefit
 from containers.inputs.sites import Site
 from containers.publish import catalogue as cat, diff as diffing, gate as gating, publisher
-from containers.records import BuildRecord, CatalogueEntry
+from containers.records import BuildRecord, CatalogueEntry, Checks, SmokeSummary
 from containers.report import Say
 
 #: The site-fit findings of an image's stack (and its probe's errors) against a site.
@@ -34,7 +34,7 @@ def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> publish
     (``--accept-regression WHY``) says why it may go out; the entry records the findings and
     who accepted what."""
     def review(plan: publisher.PublishPlan, checks: dict, say: Say) -> dict:
-        built = BuildRecord.view(plan.provenance, source=plan.image)
+        built = BuildRecord.of(plan.provenance, source=plan.image)
         facts = (probing.known_facts(plan.image, built)
                  or probing.probe(runtime, plan.image, sha256=built.sha256, arch=built.arch))
         stack = probing.summary(facts)
@@ -74,14 +74,14 @@ def against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: di
     if old is None:
         say(f"gate: no published latest of {plan.target.name} to compare with")
         return gate_record, None, []
-    diff = None
+    diff, smokes = None, ((old.checks or Checks()).smoke, Checks.model_validate(checks).smoke)
     if (plan.dest / old.file).is_file():
-        diff = _diff(plan, runtime, old, latest, facts, checks)
+        diff = _diff(plan, runtime, old, latest, facts, smokes)
         for line in diffing.lines(diff):
             say(f"gate: {line}")
     else:
         say(f"gate: {plan.target.name} {latest}'s image is not in {plan.dest}: no diff")
-    busbw = gating.busbw_check((old.checks or {}).get("smoke"), checks.get("smoke"))
+    busbw = gating.busbw_check(*smokes)
     gate_record["busbw"] = busbw
     if busbw["regression"]:
         return gate_record, diff, [busbw["regression"]]
@@ -90,17 +90,18 @@ def against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: di
 
 
 def _diff(plan: publisher.PublishPlan, runtime: Runtime, old: CatalogueEntry, latest: str,
-          facts: dict, checks: dict) -> dict:
+          facts: dict, smokes: tuple[SmokeSummary | None, SmokeSummary | None]) -> dict:
     """The diff of latest's published image (its recorded facts, else a probe) and the new one."""
     record = BuildRecord.of(old.provenance or {}, source=f"{old.version}'s provenance")
-    old_facts = (probing.known_facts(plan.dest / old.file, {**record, "stack": old.stack})
+    old_facts = (probing.known_facts(plan.dest / old.file,
+                                     record.model_copy(update={"stack": old.stack}))
                  or probing.probe(runtime, plan.dest / old.file, sha256=record.sha256,
                                   arch=record.arch))
     return diffing.diff(
         diffing.side(f"{plan.target.name}@{latest}", old_facts,
-                     size=old.size_bytes, smoke=(old.checks or {}).get("smoke")),
+                     size=old.size_bytes, smoke=smokes[0]),
         diffing.side(f"{plan.target.name}@{plan.version}", facts,
-                     size=plan.image.stat().st_size, smoke=checks.get("smoke")))
+                     size=plan.image.stat().st_size, smoke=smokes[1]))
 
 
 def accepted(plan: publisher.PublishPlan, problems: list[str], accept: str | None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from containers.image.inspect import summary
+from containers.records import Judged, SmokeSummary
 
 #: Labels that differ on every build and say nothing about what is inside.
 NOISY_LABELS = ("org.label-schema.build-date", "containers.build-date", "containers.pip-freeze",
@@ -28,12 +29,10 @@ def shown(value: object) -> str:
     return str(value)
 
 
-def where_run(run: Mapping | None) -> str:
+def where_run(site: object, partition: object) -> str:
     """Where a smoke run ran, as people read it: ``site lumi, partition standard-g``, or the
     site alone when it names no partition (never ``local/-``)."""
-    run = run or {}
-    partition = run.get("partition")
-    return f"site {shown(run.get('site'))}" + (f", partition {partition}" if partition else "")
+    return f"site {shown(site)}" + (f", partition {partition}" if partition else "")
 
 
 def packages(facts: Mapping) -> dict[str, str]:
@@ -45,19 +44,19 @@ def packages(facts: Mapping) -> dict[str, str]:
     return found
 
 
-def busbw(smoke: Mapping | None) -> dict | None:
+def busbw(smoke: SmokeSummary | None) -> dict | None:
     """The busbw a smoke summary measured at its reference size, with where it ran."""
-    if not smoke:
+    if smoke is None:
         return None
-    performance = smoke.get("performance") if isinstance(smoke.get("performance"), dict) else {}
-    reference = performance.get("reference") or {}
-    return {"passed": smoke.get("passed"), "state": performance.get("state"),
-            "busbw": performance.get("measured"), "bytes": reference.get("bytes"),
-            "site": smoke.get("site"), "partition": smoke.get("partition"),
-            "ranks": smoke.get("ranks"), "nodes": smoke.get("nodes"), "date": smoke.get("date")}
+    performance = smoke.performance or Judged(state="")
+    return {"passed": smoke.passed, "state": performance.state or None,
+            "busbw": performance.measured,
+            "bytes": performance.reference.bytes if performance.reference else None,
+            "site": smoke.site, "partition": smoke.partition, "ranks": smoke.ranks,
+            "nodes": smoke.nodes, "date": smoke.date}
 
 
-def side(name: str, facts: Mapping, *, size: int, smoke: Mapping | None) -> dict:
+def side(name: str, facts: Mapping, *, size: int, smoke: SmokeSummary | None) -> dict:
     return {"name": name, "stack": summary(facts), "packages": packages(facts),
             "labels": {k: v for k, v in (facts.get("labels") or {}).items()
                        if k not in NOISY_LABELS},
@@ -111,6 +110,6 @@ def lines(result: Mapping) -> list[str]:
         else:
             out.append(f"  smoke ({label}): {'PASS' if smoke['passed'] else 'FAIL'}, busbw "
                        f"{shown(smoke['busbw'])} GB/s at {shown(smoke['bytes'])} B "
-                       f"({where_run(smoke)}, "
+                       f"({where_run(smoke.get('site'), smoke.get('partition'))}, "
                        f"{shown(smoke['ranks'])} ranks, {shown(smoke['date'])})")
     return out

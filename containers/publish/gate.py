@@ -1,22 +1,10 @@
 """The release gate: a new version must not be slower than the one it replaces, nor misfit its site.
 
-``invoke publish`` compares the new image's smoke (its catalogue summary,
-:func:`containers.publish.checks.smoke_summary`) with the current ``latest``'s. The busbw both
-measured at the reference size is compared only when the runs are alike (same site, partition,
-nodes and ranks, same reference size): a regression is a new busbw below the old one by more
-than the reference's own tolerance (its ``lower`` fraction, e.g. -0.05). A site-fit error
-(:mod:`containers.image.sitefit`) refuses too. ``--accept-regression WHY`` publishes anyway and
-the catalogue entry records who accepted what, when and why.
-
-Before any of that, the smoke verdict the checks found is not taken at its word:
-:func:`evidence_reasons` re-derives it from the files its run left beside it (each rank's
-``rank-<N>.json``, the benchmark's results JSON, the run's log, the device reports, the image
-record a batch job copied, which a job's folder must hold) and the image: each rank records the
-labels it read inside the image it ran in, and those must be this image's, so a verdict edited by
-hand (its ``sha256`` made another image's), or one whose run timed out or lost a rank, proves
-nothing. Each file is read as a typed record (``wrong_total: false`` is no count).
-
-Pure apart from reading the run's folder: plain summaries in, reasons out.
+:func:`busbw_check` compares the new image's smoke busbw with the current ``latest``'s where the
+runs are alike (site, partition, nodes, ranks, reference size), within the reference's ``lower``
+tolerance. :func:`evidence_reasons` re-derives a smoke verdict from the files its run left (rank
+files, the benchmark's reports read strictly, the log, the device reports and their image labels,
+a job's image record): a verdict edited by hand proves nothing (docs/release-gate.md).
 """
 
 from __future__ import annotations
@@ -27,9 +15,10 @@ from typing import Mapping
 from containers.files import read_json_object, read_regular_text
 from containers.prove.devices import device_kind
 from containers.publish.diff import shown, where_run
-from containers.records import BuildRecord, JobRecord, Refused, Verdict, read_smoke
+from containers.prove.smoke import read_smoke, run_file_reasons
+from containers.records import BuildRecord, JobRecord, Reference, SmokeSummary, Verdict
 from containers.run.workload import (IMAGE_RECORD, JOB_RECORD, first_failure,
-                                      read_device_reports)
+                                      read_device_reports, unfinished_ranks)
 
 #: What a smoke run leaves beside its verdict: the benchmark's results JSON, and its log.
 SMOKE_REPORT = "allreduce.json"
@@ -41,43 +30,39 @@ MOST_RANKS = 1 << 16
 ALIKE = ("site", "partition", "nodes", "ranks")
 
 
-def _measured(smoke: Mapping | None) -> tuple[float, Mapping] | None:
-    performance = (smoke or {}).get("performance")
-    if not isinstance(performance, Mapping):
+def _measured(smoke: SmokeSummary | None) -> tuple[float, Reference] | None:
+    performance = smoke.performance if smoke else None
+    if performance is None or performance.measured is None or performance.reference is None:
         return None
-    measured, reference = performance.get("measured"), performance.get("reference")
-    if not isinstance(measured, (int, float)) or isinstance(measured, bool) \
-            or not isinstance(reference, Mapping):
-        return None
-    return float(measured), reference
+    return performance.measured, performance.reference
 
 
-def busbw_check(old: Mapping | None, new: Mapping | None) -> dict:
+def busbw_check(old: SmokeSummary | None, new: SmokeSummary | None) -> dict:
     """``{"regression": reason or None, "note": why not compared or None, ...figures}``."""
     before, after = _measured(old), _measured(new)
     if before is None or after is None:
         which = "the current latest" if before is None else "the new version"
         return {"regression": None, "note": f"not compared: {which} has no busbw at a "
                                             "reference size"}
-    unlike = [k for k in ALIKE if (old or {}).get(k) != (new or {}).get(k)]
-    if before[1].get("bytes") != after[1].get("bytes"):
+    unlike = [k for k in ALIKE if getattr(old, k) != getattr(new, k)]
+    if before[1].bytes != after[1].bytes:
         unlike.append("reference size")
     if unlike:
         return {"regression": None, "note": "not compared: the runs differ in "
                                             + ", ".join(unlike)}
-    lower = after[1].get("lower")
-    if not isinstance(lower, (int, float)) or isinstance(lower, bool):
+    lower = after[1].lower
+    if lower is None:
         return {"regression": None, "note": "not compared: the reference has no lower "
                                             "tolerance"}
-    floor = before[0] * (1 + float(lower))
+    floor = before[0] * (1 + lower)
     figures = {"old_busbw": before[0], "new_busbw": after[0], "floor": round(floor, 6),
-               "tolerance": float(lower), "bytes": after[1].get("bytes")}
+               "tolerance": lower, "bytes": after[1].bytes}
     if after[0] < floor:
         drop = (before[0] - after[0]) / before[0] if before[0] else 0.0
         return {**figures, "note": None, "regression": (
-            f"busbw fell from {before[0]:g} to {after[0]:g} GB/s at {after[1].get('bytes')} B "
-            f"({drop:.0%} lower; the reference allows {-float(lower):.0%}) on "
-            f"{where_run(new)}, {shown((new or {}).get('ranks'))} ranks")}
+            f"busbw fell from {before[0]:g} to {after[0]:g} GB/s at {after[1].bytes} B "
+            f"({drop:.0%} lower; the reference allows {-lower:.0%}) on "
+            f"{where_run(new.site, new.partition)}, {shown(new.ranks)} ranks")}
     return {**figures, "note": None, "regression": None}
 
 
@@ -109,33 +94,25 @@ def identity(labels: object) -> dict[str, str]:
 
 def _report_reasons(folder: Path, ranks: int) -> list[str]:
     """What the benchmark's own results JSON says against a pass."""
-    try:
-        report = read_smoke(folder / SMOKE_REPORT)
-    except Refused as exc:
-        return [str(exc)]
+    report = read_smoke(folder, SMOKE_REPORT)
+    if isinstance(report, str):
+        return [report]
     reasons = []
     if not report.ok or not report.finished:
         reasons.append(f"{SMOKE_REPORT} says the benchmark did not finish correctly")
-    if report.wrong_total != 0 or any(report.wrong):
-        counted = max(report.wrong_total, sum(w or 0 for w in report.wrong))
-        reasons.append(f"{SMOKE_REPORT} counts {counted} wrong values")
+    if report.wrong_total != 0 or report.wrong():
+        reasons.append(f"{SMOKE_REPORT} counts {max(report.wrong_total or 0, report.wrong())} "
+                       "wrong values")
     if report.world_size != ranks:
         reasons.append(f"{SMOKE_REPORT} has {report.world_size} ranks, the verdict {ranks}")
-    return reasons
+    return reasons + run_file_reasons(folder, report, ranks)
 
 
 def _rank_reasons(folder: Path, ranks: int) -> list[str]:
     """Every rank must have written its ``rank-<N>.json`` saying it finished."""
-    missing = []
-    for rank in range(ranks):
-        record = read_json_object(folder / f"rank-{rank}.json") or {}
-        if not (type(record.get("rank")) is int and record["rank"] == rank
-                and record.get("finished") not in (None, False, "")):
-            missing.append(str(rank))
-    if not missing:
-        return []
-    shown = ", ".join(missing[:8]) + (", ..." if len(missing) > 8 else "")
-    return [f"ranks that did not finish: {shown} (of {ranks})"]
+    missing = unfinished_ranks(folder, ranks)
+    shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+    return [f"ranks that did not finish: {shown} (of {ranks})"] if missing else []
 
 
 def _log_reasons(folder: Path) -> list[str]:
@@ -189,11 +166,11 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: str,
 def _degraded(folder: Path, record: Mapping) -> str | None:
     """The degraded transport the run chose (``invoke job --transport socket``), from the
     verdict or from the job's own record, whichever says so: either is enough to refuse."""
-    said = Verdict.view(record, source=folder).degraded
+    said = Verdict.of(record, source=folder).degraded
     if said:
         return str(said)
-    chosen = JobRecord.of(read_json_object(folder / JOB_RECORD) or {},
-                          source=folder / JOB_RECORD).transport
+    job = read_json_object(folder / JOB_RECORD)
+    chosen = job and JobRecord.of(job, source=folder / JOB_RECORD).transport
     return f"--transport {chosen}" if chosen else None
 
 
@@ -206,9 +183,9 @@ def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: str = 
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]
-    record = Verdict.view(record, source=verdict)
+    record = Verdict.of(record, source=verdict)
     ranks = record.ranks
-    if type(ranks) is not int or not 2 <= ranks <= MOST_RANKS:
+    if ranks is None or not 2 <= ranks <= MOST_RANKS:
         return [f"the verdict's ranks ({ranks!r}) are not a run of 2 or more ranks"]
     if record.sha256 != sha256:
         return [f"the verdict is of sha256 {str(record.sha256)[:12]}, not {sha256[:12]}"]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from containers.publish.catalogue import driver_needed
 from containers.publish.diff import shown, where_run
 from containers.publish.modulefile import EXAMPLE_COMMAND, by_hand, exec_name
-from containers.records import CatalogueEntry
+from containers.records import CatalogueEntry, Checks, ImageTest, SmokeSummary
 from containers.report import human_bytes, new_figure, save_figure
 
 if TYPE_CHECKING:  # imported where a page is rendered: judging a job on a node never needs it
@@ -77,7 +77,7 @@ def link(path: object, text: str) -> dict:
 # ------------------------------------------------------------------------ one version's facts
 def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
     """(what, value) of the image's stack, GPU parts first; only what the build recorded."""
-    stack = entry.stack if isinstance(entry.stack, Mapping) else {}
+    stack = entry.stack or {}
     if not stack:
         return [("stack", "not recorded (published with --skip-checks or by an older tool)")]
     build = stack.get("build")
@@ -91,7 +91,7 @@ def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
             ("ROCm", stack.get("rocm")), ("HIP", stack.get("hip")),
             (collective, stack.get("nccl") and f"{stack['nccl']}{linkage}"),
             ("GPU architectures", stack.get("gpu_arches") or ("not recorded" if gpu else None)),
-            ("driver needed", entry.driver_needed or driver_needed(dict(entry))),
+            ("driver needed", entry.driver_needed or driver_needed(entry.stack)),
             ("DeepSpeed", stack.get("deepspeed")), ("Python", stack.get("python")),
             ("OS", stack.get("os") and f"{stack['os']}, glibc {shown(stack.get('glibc'))}"),
             ("CPU", stack.get("arch"))]
@@ -102,56 +102,49 @@ def _verdict(state: str, text: str, date: object = None, notes: list[str] | None
     return {"state": state, "text": text, "date": when(date), "notes": notes or []}
 
 
-def _smoke_verdict(smoke: Mapping) -> list[dict]:
+def _smoke_verdict(smoke: SmokeSummary) -> list[dict]:
     """The smoke run a version was proven by: where it ran, its collectives, its busbw."""
-    where = (f"{shown(smoke.get('ranks'))} ranks on {shown(smoke.get('nodes'))} node(s), "
-             f"{where_run(smoke)}"
-             + (f", {smoke['backend']} on {shown(smoke.get('device_kind'))}"
-                if smoke.get("backend") else ""))
-    ops = smoke.get("ops")
-    notes = [f"collectives: {shown(ops)}"] if ops else []
-    found = [_verdict("pass" if smoke.get("passed") else "fail",
-                      f"smoke {'PASS' if smoke.get('passed') else 'FAIL'}: {where}",
-                      smoke.get("date"), notes)]
-    performance = smoke.get("performance") if isinstance(smoke.get("performance"), Mapping) \
-        else {}
-    if performance.get("measured") is not None:
-        state = str(performance.get("state") or "unjudged")
-        size = (performance.get("reference") or {}).get("bytes")
-        found.append(_verdict("pass" if state == "pass" else "warn",
-                              f"busbw {performance['measured']} GB/s"
-                              + (f" at {human_bytes(size)}" if isinstance(size, int) else "")
-                              + f": performance {state.upper()}", smoke.get("date")))
+    where = (f"{shown(smoke.ranks)} ranks on {shown(smoke.nodes)} node(s), "
+             f"{where_run(smoke.site, smoke.partition)}"
+             + (f", {smoke.backend} on {shown(smoke.device_kind)}" if smoke.backend else ""))
+    notes = [f"collectives: {shown(smoke.ops)}"] if smoke.ops else []
+    found = [_verdict("pass" if smoke.passed else "fail",
+                      f"smoke {'PASS' if smoke.passed else 'FAIL'}: {where}", smoke.date, notes)]
+    performance = smoke.performance
+    if performance is not None and performance.measured is not None:
+        size = performance.reference.bytes if performance.reference else None
+        found.append(_verdict("pass" if performance.state == "pass" else "warn",
+                              f"busbw {performance.measured} GB/s"
+                              + (f" at {human_bytes(size)}" if size is not None else "")
+                              + f": performance {performance.state.upper()}", smoke.date))
     return found
 
 
 def verdicts(entry: CatalogueEntry) -> list[dict]:
     """Every verdict a version was published with, each with its date; who accepted a
     regression is left out (a user and host name), why and when are kept."""
-    checks = entry.checks if isinstance(entry.checks, Mapping) else {}
-    if checks.get("skipped"):
+    checks = entry.checks or Checks()
+    if checks.skipped:
         return [_verdict("fail", "checks skipped (--skip-checks): no apptainer test, no smoke "
                          "run", entry.published)]
-    found = []
-    test = checks.get("apptainer_test") or {}
-    if test.get("passed") is None:
-        found.append(_verdict("none", "apptainer test: the definition has no %test"))
+    test = checks.apptainer_test or ImageTest()
+    if test.passed is None:
+        found = [_verdict("none", "apptainer test: the definition has no %test")]
     else:
-        found.append(_verdict("pass" if test["passed"] else "fail", "apptainer test "
-                              f"{'PASS' if test['passed'] else 'FAIL'}, {shown(test.get('how'))}",
-                              test.get("date")))
-    if checks.get("smoke"):
-        found += _smoke_verdict(checks["smoke"])
-    elif checks.get("proof"):  # what an image without torch was published with instead
-        found.append(_verdict("none", str(checks["proof"])))
+        found = [_verdict("pass" if test.passed else "fail", "apptainer test "
+                          f"{'PASS' if test.passed else 'FAIL'}, {shown(test.how)}", test.date)]
+    if checks.smoke:
+        found += _smoke_verdict(checks.smoke)
+    elif checks.proof:  # what an image without torch was published with instead
+        found.append(_verdict("none", checks.proof))
     for finding in entry.fit or []:
         if finding.get("level") in ("error", "warning"):
             found.append(_verdict("warn", f"site fit {finding['level']}: "
                                           f"{shown(finding.get('message'))}"))
-    accepted = (entry.gate or {}).get("accepted")
+    accepted = entry.gate.accepted if entry.gate else None
     if accepted:
-        found.append(_verdict("fail", f"regression accepted: {shown(accepted.get('why'))}",
-                              accepted.get("date"), list(accepted.get("problems") or [])))
+        found.append(_verdict("fail", f"regression accepted: {shown(accepted.why)}",
+                              accepted.date, accepted.problems))
     return found
 
 
@@ -171,11 +164,9 @@ def commands(target: str, entry: CatalogueEntry) -> list[str]:
     wrapper, which reads them from its module)."""
     command = example_command(entry.stack)
     lines = [f"module load {target}/{entry.version}", f"{exec_name(target)} {command}"]
-    runs = entry.site_runtime
-    if isinstance(runs, Mapping) and isinstance(runs.get("runtime"), str):
-        gpu_flag = runs.get("gpu_flag")
-        lines.append(by_hand(runs["runtime"], gpu_flag if isinstance(gpu_flag, str) else None,
-                             command))
+    runs = entry.site_runtime or {}
+    if runs.get("runtime"):
+        lines.append(by_hand(runs["runtime"], runs.get("gpu_flag"), command))
     return lines
 
 
@@ -201,7 +192,7 @@ def base_definition(entry: CatalogueEntry, dest: Path) -> str | None:
 def files(entry: CatalogueEntry, dest: Path) -> dict:
     """The version's image, its checksum, signature and what is kept beside it, as links."""
     fingerprint = entry.key_fingerprint
-    against = (entry.gate or {}).get("against")
+    against = entry.gate.against if entry.gate else None
     return {
         "image": str(dest / str(entry.file)) if entry.file else None,
         "sha256": entry.sha256,
@@ -218,12 +209,12 @@ def files(entry: CatalogueEntry, dest: Path) -> dict:
 
 def version_view(target: str, entry: Mapping, *, latest: str | None, dest: Path) -> dict:
     """Everything the page shows of one published version."""
-    entry = CatalogueEntry.view(entry)
+    entry = CatalogueEntry.of(entry)
     return {"version": entry.version, "anchor": f"{target}@{entry.version}",
             "latest": entry.version == latest, "published": when(entry.published),
             "site": entry.site, "size": human_bytes(entry.size_bytes or 0),
             "commands": commands(target, entry), "stack": stack_rows(entry),
-            "batch": entry.batch_example if isinstance(entry.batch_example, list) else None,
+            "batch": entry.batch_example,
             "base_definition": base_definition(entry, dest),
             "verdicts": verdicts(entry), "files": files(entry, dest)}
 

@@ -31,7 +31,6 @@ injection hook, so tests can kill a publish while it is copying.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import shutil
 import socket
@@ -43,12 +42,12 @@ from typing import Callable
 
 from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
                                os_failure)
-from containers.files import (copy_hashing, fsync_path, not_a_folder, read_json_state,
-                              read_regular, refuse_replacing, sha256_file, temp_name,
-                              temp_symlink, write_temp)
+from containers.files import (copy_hashing, fsync_path, not_a_folder, read_regular,
+                              refuse_replacing, sha256_file, temp_name, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
 from containers.image.inspect import sbom_path
+from containers.image import provenance as image_provenance
 from containers.image.provenance import LABEL_PREFIX
 from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
@@ -65,7 +64,7 @@ from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wr
 from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
                                             open_parent, resolve_group, umask, unsafe_layout)
 from containers.publish.page import batch_job, render_diff_page, render_page
-from containers.records import BuildRecord, CatalogueEntry
+from containers.records import BuildRecord, CatalogueEntry, json_text
 from containers.report import Say, human_bytes, say_line
 
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
@@ -182,19 +181,6 @@ class PublishPlan:
         return self.folder / "bin" / exec_name(self.target.name)
 
 
-def read_provenance(record: Path) -> BuildRecord:
-    """The build record beside an image (empty when there is none); one that cannot be read, is
-    not JSON or not a JSON object is a one-line :class:`StateError` naming it (in publish's
-    words; a value of the wrong type: :class:`~containers.records.Malformed`)."""
-    rebuild = "rebuild the image with invoke build --force"
-    data = read_json_state(record, limit=PROVENANCE_LIMIT, missing={},
-                           unreadable="cannot read the build record: {exc}; " + rebuild,
-                           invalid="the build record is not valid JSON; " + rebuild)
-    if not isinstance(data, dict):
-        raise StateError(f"{record}: the build record is not a JSON object; {rebuild}")
-    return BuildRecord.of(data, source=record)
-
-
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
                  settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
     """The plan for ``request``, refusing before any work what publishing could not finish.
@@ -206,8 +192,8 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
     record = settings.provenance_path(target.name)
     if not image.is_file():
         raise ImageMissing(image, target.name)
-    provenance = read_provenance(record)
-    if not isinstance(provenance.sha256, str) or not cat.SHA256.match(provenance.sha256):
+    provenance = image_provenance.read(record)
+    if not cat.SHA256.match(provenance.sha256 or ""):
         raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
                          f"it with invoke build --target {target.name} --force")
     if provenance.target != target.name:
@@ -293,7 +279,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "site_runtime": {"runtime": plan.site.runtime, "gpu_flag": plan.site.gpu_flag},
         "published_by": f"{getpass.getuser()}@{socket.gethostname()}",
         "publisher_runtime": {"flavour": runtime.flavour, "version": runtime.version},
-        "provenance": {k: v for k, v in plan.provenance.items() if k != "labels"},
+        "provenance": {k: v for k, v in plan.provenance.as_dict().items() if k != "labels"},
         "batch_example": batch_job(plan.batch_preamble, target=plan.target.name,
                                    version=plan.version, dest=plan.dest,
                                    stack=plan.provenance.stack or {}),
@@ -305,14 +291,14 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         entry["sbom_file"] = str(final.relative_to(plan.dest))
     if reviewed.get("diff") is not None:
         final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
-        beside.append((final, (json.dumps(reviewed["diff"], indent=2) + "\n").encode(), "diff"))
+        beside.append((final, json_text(reviewed["diff"]).encode(), "diff"))
         entry["diff_file"] = str(final.relative_to(plan.dest))
         page = plan.sif.with_name(f"{plan.version}{DIFF_PAGE_SUFFIX}")
         beside.append((page, render_diff_page(reviewed["diff"], target=plan.target.name,
                                               version=plan.version).encode(), "diff page"))
         entry["diff_page"] = str(page.relative_to(plan.dest))
     entry.update({k: reviewed[k] for k in ("fit", "gate", "stack") if k in reviewed})
-    entry["driver_needed"] = cat.driver_needed(entry)
+    entry["driver_needed"] = cat.driver_needed(entry.get("stack"))
     return CatalogueEntry.of(entry, source=plan.dest / cat.CATALOGUE_NAME).as_dict(), beside
 
 
@@ -604,7 +590,7 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
         *[written(*file) for file in beside],
         link(plan.folder / "latest", plan.sif.name),
         link(plan.module_dir / "default", plan.module.name),
-        written(plan.dest / cat.CATALOGUE_NAME, (json.dumps(catalogue, indent=2) + "\n").encode(),
+        written(plan.dest / cat.CATALOGUE_NAME, json_text(catalogue).encode(),
                 "catalogue"),
         # the page shows what the catalogue says: replaced right after it
         written(plan.dest / cat.PAGE_NAME, render_page(catalogue, plan.dest).encode(), "page"),
@@ -621,7 +607,7 @@ def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
         catalogue = cat.load(plan.dest / cat.CATALOGUE_NAME)
         _existing(plan, catalogue)
         same = [str(entry.version) for entry in cat.entries(catalogue, plan.target.name)
-                if BuildRecord.view(entry.provenance or {}).sha256 == plan.provenance.sha256
+                if BuildRecord.of(entry.provenance or {}).sha256 == plan.provenance.sha256
                 and entry.version != plan.version]  # this very build, as other versions
         if same:
             say(f"note: this build (sha256 {plan.provenance.sha256[:12]}) is already "

@@ -126,7 +126,7 @@ def image_report(dest: Path, target: str, entry: CatalogueEntry, latest: str | N
         "signature": {"-": "missing", "unsigned": "unsigned", "FAILED": "failed"}.get(cell, "ok"),
         "key_fingerprint": entry.key_fingerprint,
         "module_ok": (dest / entry.module).is_file(),
-        "checks": "skipped" if entry.checks.get("skipped") else "passed",
+        "checks": "skipped" if entry.checks.skipped else "passed",
         "published": entry.published, "problems": own + found,
     }
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Mapping
 
 from containers.errors import UsageError
 from containers.image import provenance
@@ -26,6 +25,7 @@ from containers.inputs.compat import has_torch
 from containers.inputs.envspec import load_env_spec
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
+from containers.records import BuildRecord
 from containers.run.launchers import Torchrun
 from containers.run.workload import Workload
 
@@ -44,22 +44,22 @@ class ImageLacks(UsageError):
         return cls(f"{lacks}: {doing} needs {need}" + (f"; {hint}" if hint else ""))
 
 
-def _freeze_names(freeze: object) -> set[str] | None:
+def _freeze_names(freeze: list[str] | None) -> set[str] | None:
     """The distributions a record's pip freeze names (None: it made none)."""
-    if not isinstance(freeze, list) or not freeze:
+    if not freeze:
         return None
-    return {m.group(0).lower().replace("_", "-") for word in freeze
-            if isinstance(word, str) and (m := _NAME.match(word))}
+    return {m.group(0).lower().replace("_", "-") for word in freeze if (m := _NAME.match(word))}
 
 
-def lacking(record: Mapping, need: str, target: Target | None = None) -> str | None:
+def lacking(record: BuildRecord | dict, need: str, target: Target | None = None) -> str | None:
     """Why the image lacks ``need`` (``python`` or ``torch``), as evidence says it, or None
     when it has it or nothing says. ``target``: its env spec is evidence of torch too."""
-    if "python" in record and record["python"] is None:
+    record = BuildRecord.of(record)
+    if "python" in record.model_fields_set and record.python is None:
         return "has no Python 3 (its build record says so)"
     if need != TORCH:
         return None
-    names = _freeze_names(record.get("pip_freeze"))
+    names = _freeze_names(record.pip_freeze)
     if names is not None:
         return None if TORCH in names else "has no torch (its build record's pip freeze lists none)"
     if target is not None and target.env is not None:
@@ -69,7 +69,7 @@ def lacking(record: Mapping, need: str, target: Target | None = None) -> str | N
     return None
 
 
-def refuse_lacking(record: Mapping, *, image: Path | str, need: str, doing: str) -> None:
+def refuse_lacking(record: BuildRecord | dict, *, image: Path | str, need: str, doing: str) -> None:
     """Raise :class:`ImageLacks` (``images/x.sif has no Python (its build record says so):
     invoke inspect needs python``) when ``image``'s record says it lacks ``need``."""
     reason = lacking(record, need)

@@ -269,6 +269,14 @@ def _rank_records(out_dir: Path, prefix: str) -> list[dict]:
     return [record for record in found if record is not None]
 
 
+def unfinished_ranks(out_dir: Path, ranks: int) -> list[int]:
+    """The ranks whose own ``rank-<N>.json`` does not say they finished."""
+    found = {rank: read_json_object(out_dir / f"rank-{rank}.json") or {} for rank in range(ranks)}
+    return [rank for rank, record in found.items() if not (
+        type(record.get("rank")) is int and record["rank"] == rank
+        and record.get("finished") not in (None, False, ""))]
+
+
 def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
     return tuple(sorted((r for r in _rank_records(out_dir, "device")
                          if isinstance(r.get("rank"), int)), key=lambda r: r["rank"]))
@@ -332,9 +340,7 @@ def collect(workload: Workload, *, returncode: int, timed_out: bool, lines: Sequ
     counts as none), the ranks that did not finish, torchrun's first failure in ``lines``, the
     device reports. Judging a batch run (which ran without this tool watching) starts here."""
     report = read_json_object(workload.out_dir / workload.report_name)
-    finished = {int(r["rank"]) for r in _rank_records(workload.out_dir, "rank")
-                if r.get("finished")}
-    missing = sorted(set(range(workload.ranks)) - finished)
+    missing = unfinished_ranks(workload.out_dir, workload.ranks)
     return Outcome(returncode=returncode, timed_out=timed_out, missing_ranks=missing,
                    report=report, seconds=seconds,
                    first_failure=first_failure(lines), lines=tuple(lines),

@@ -20,7 +20,8 @@ inspecting = importlib.import_module("containers.app.inspecting")
 def test_a_target_resolves_to_its_image_and_site(data_project) -> None:
     ref = inspecting.resolve(data_project, "lumi-rocm", flag="--target")
     assert (ref.name, ref.target) == ("lumi-rocm", "lumi-rocm")
-    assert ref.image == data_project.settings.image_path("lumi-rocm") and ref.record == {}
+    assert ref.image == data_project.settings.image_path("lumi-rocm")
+    assert ref.record.sha256 is None  # not built: an empty record
     assert inspecting.site_for(data_project, ref, None).name == "lumi"
     assert inspecting.site_for(data_project, ref, "local").name == "local"
     with pytest.raises(UsageError, match="no site profile sites/nowhere.yaml"):
@@ -48,9 +49,9 @@ def test_a_published_version_is_read_from_the_catalogue(data_project, tmp_path) 
     catalogue = cat.with_entry(cat.empty(), entry, now="2026-11-20")
     (dest / cat.CATALOGUE_NAME).write_text(json.dumps(catalogue))
     ref = inspecting.resolve(data_project, f"{dest}:cpu@latest", flag="--old")
-    assert (ref.name, ref.image, ref.record) == ("cpu@v2", dest / entry["file"],
-                                                 {"sha256": "ab" * 32})
-    assert inspecting.latest_smoke(data_project, ref) == {"passed": True}
+    assert (ref.name, ref.image, ref.record.sha256) == ("cpu@v2", dest / entry["file"],
+                                                        "ab" * 32)
+    assert inspecting.latest_smoke(data_project, ref).passed is True
     with pytest.raises(UsageError, match="lists no cpu v9"):
         inspecting.resolve(data_project, f"{dest}:cpu@v9", flag="--old")
 

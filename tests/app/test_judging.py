@@ -16,7 +16,12 @@ from containers.publish.checks import find_verdict
 from tests.fixtures import ROOT
 
 IMAGE = {"inputs_hash": "a" * 64, "sha256": "b" * 64, "build_date": "2026-11-20T10:00:00Z"}
-ROW = {"bytes": 16 << 20, "oop": {"busbw": 2.0, "wrong": 0}, "ip": {"busbw": 2.1, "wrong": 0}}
+ROW = {"op": "all_reduce", "bytes": 16 << 20, "oop": {"algbw": 2.0, "busbw": 2.0, "wrong": 0},
+       "ip": {"algbw": 2.1, "busbw": 2.1, "wrong": 0}}
+#: What jobs/allreduce.py leaves of a clean 2-rank run (its all_reduce.json holds the same).
+REPORT = {"schema": 2, "backend": "gloo", "nodes": 1, "world_size": 2, "ok": True,
+          "finished": "x", "wrong_total": 0, "ops": ["all_reduce"], "results": [ROW],
+          "collectives": {"all_reduce": {"wrong_total": 0, "ok": True}}}
 
 
 @pytest.fixture
@@ -34,10 +39,9 @@ def batch_run(tmp_path):
         "job.json": {"target": "cpu", "site": "local-slurm", "workload": "smoke", "nodes": 1,
                      "gpus_per_node": 2, "launcher": "torchrun", "partition": None},
         "image.json": {"target": "cpu", **IMAGE},
-        "rank-0.json": {"rank": 0, "finished": True},
-        "rank-1.json": {"rank": 1, "finished": True},
-        "allreduce.json": {"backend": "gloo", "nodes": 1, "finished": "x", "results": [
-            {**ROW, "oop": {**ROW["oop"], "algbw": 2.0}, "ip": {**ROW["ip"], "algbw": 2.1}}]},
+        "rank-0.json": {"rank": 0, "wrong": 0, "finished": True},
+        "rank-1.json": {"rank": 1, "wrong": 0, "finished": True},
+        "allreduce.json": REPORT, "all_reduce.json": REPORT,
     }
 
     def write(changes: dict | None = None) -> None:
@@ -90,6 +94,18 @@ def test_a_batch_run_gets_the_verdict_an_interactive_run_gets(batch_run) -> None
     ({"image.json": {"target": "lumi-rocm", **IMAGE}}, 0,
      "results of another image: the run used target lumi-rocm's, not cpu's"),
     ({"allreduce.json": None}, 0, "no allreduce.json was written"),
+    # issue 48: the files a run left that prove nothing
+    ({"allreduce.json": {**REPORT, "results": []}}, 0,
+     "allreduce.json: key 'results' is empty: the benchmark measured no size"),
+    ({"allreduce.json": {**REPORT, "results": [{**ROW, "oop": {"busbw": float("nan")}}]}}, 0,
+     "allreduce.json: key 'results.0.oop.busbw': Input should be a finite number (got nan)"),
+    ({"all_reduce.json": {**REPORT, "ok": False, "wrong_total": 4}}, 0,
+     "all_reduce.json: key 'ok' is False, 'wrong_total' 4, but allreduce.json counts 0 wrong "
+     "all_reduce values"),
+    ({"rank-1.json": {"rank": 1, "wrong": 3, "finished": True}}, 0,
+     "rank-1.json: key 'wrong' is 3, but allreduce.json counts 0 wrong values over all ranks"),
+    ({"all_reduce.json": {**REPORT, "results": [{**ROW, "bytes": 8}]}}, 0,
+     "all_reduce.json: key 'results' differs from allreduce.json's all_reduce rows"),
 ])
 def test_a_batch_verdict_fails_closed(batch_run, overrides, status, reason) -> None:
     project, folder, write = batch_run

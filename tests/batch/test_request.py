@@ -11,6 +11,7 @@ from containers.errors import UsageError
 from containers.inputs import flags
 from containers.prove import registry
 from containers.prove.train import TrainOptions
+from containers.records import Malformed
 
 
 # ------------------------------------------------------------- one validation layer
@@ -53,7 +54,8 @@ def test_a_record_gives_back_its_request_with_its_options() -> None:
               "gpus_per_node": 4, "launcher": "torchrun", "options": job_options(options)}
     request = request_from_record(record)
     assert (request.nodes, request.launcher, request.options) == (2, "torchrun", options)
-    with pytest.raises(RecordOptionsError, match="options are not an object"):
+    with pytest.raises(Malformed, match="^job.json: key 'options': Input should be a valid "
+                                        "dictionary"):
         request_from_record({**record, "options": [1]})
     with pytest.raises(RecordOptionsError, match="options are not the job's"):
         request_from_record({**record, "options": {"iters": 3}})

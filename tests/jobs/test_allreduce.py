@@ -161,6 +161,17 @@ def test_bandwidths_in_decimal_gigabytes():
     assert ar.bandwidths(1024, 0.0, 1.0) == (0.0, 0.0)
 
 
+def test_a_broken_timer_gives_no_figure_and_no_nan_is_written(tmp_path: Path):
+    """A non-finite time (a NaN from a broken timer) is no figure (null, which the verdict and
+    the release gate refuse in a multi-rank run), and the harness never writes a bare NaN (a
+    diverged loss in train.json is null too, and the run fails on it)."""
+    for seconds in (float("nan"), float("inf")):
+        assert ar.make_mode_record(1024, seconds, 0, 1.0) == \
+            {"time_us": None, "algbw": None, "busbw": None, "wrong": 0}
+    ar.write_json(tmp_path / "x.json", {"busbw": float("nan"), "rows": [{"t": float("inf")}]})
+    assert json.loads((tmp_path / "x.json").read_text()) == {"busbw": None, "rows": [{"t": None}]}
+
+
 def test_one_rank_prints_numbers_as_nccl_tests_does():
     """Nothing crosses a link (bytes over time is a memory copy's rate: 624,268 GB/s on one
     H100 for 1 GiB), yet nccl-tests prints numbers there, and strict readers of its tables take

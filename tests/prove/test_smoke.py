@@ -79,9 +79,14 @@ def test_options_check_themselves(values, message) -> None:
     assert made.largest_size == 128 << 20
 
 
+#: One size measured, as the benchmark writes a row.
+ROW = {"op": "all_reduce", "bytes": 1024, "oop": {"busbw": 1.0, "wrong": 0},
+       "ip": {"busbw": 1.0, "wrong": 0}}
+
+
 def _result(plan, **kw) -> Result:
     base = dict(returncode=0, timed_out=False, missing_ranks=[], seconds=1.0,
-                report={"wrong_total": 0, "results": [], "finished": "2026-11-21T00:00:00"})
+                report={"wrong_total": 0, "results": [ROW], "finished": "2026-11-21T00:00:00"})
     return Result(kind=SMOKE, plan=plan, outcome=Outcome(**{**base, **kw}))
 
 
@@ -96,7 +101,10 @@ def test_verdicts(data_root, data_settings, data_runtime) -> None:
                       options=SmokeOptions(gpus=2, timeout=30), run_id="r")
     assert verdict(_result(plan)) == [] and _result(plan).ok
     check(_result(plan))
-    row = {"bytes": 1024, "oop": {"wrong": 3}, "ip": {"wrong": 0}}
+    empty = {"wrong_total": 0, "results": [], "finished": "2026-11-21T00:00:00"}
+    assert "allreduce.json: key 'results' is empty: the benchmark measured no size" in \
+        verdict(_result(plan, report=empty))
+    row = {"bytes": 1024, "oop": {"busbw": 1.0, "wrong": 3}, "ip": {"busbw": 1.0, "wrong": 0}}
     wrong = _result(plan, returncode=1, report={"wrong_total": 3, "results": [row],
                                                  "finished": "2026-11-21T00:00:01"})
     assert verdict(wrong) == ["3 wrong values (all_reduce results differ from the exact sum) "

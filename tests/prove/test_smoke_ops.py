@@ -166,13 +166,16 @@ def test_a_batch_smoke_job_is_judged_per_op(batch_run) -> None:
     reduce_row = {**ROW, "op": "all_reduce", "oop": oop, "ip": ip}
     alltoall = {**ROW, "op": "alltoall", "oop": oop, "ip": None}
     write({"job.json": _job_options("all_reduce,alltoall"),
-           "allreduce.json": _report([reduce_row, alltoall]), "alltoall.json": {}})
+           "allreduce.json": _report([reduce_row, alltoall]),
+           "all_reduce.json": {"ok": True, "results": [reduce_row]},
+           "alltoall.json": {"ok": True, "results": [alltoall]}})
     (folder / "alltoall.txt").write_text("# Collective test starting: alltoall_perf\n")
     record, failure, lines = _judge(project, folder)
     assert failure is None and record["ops"] == ["all_reduce", "alltoall"], record["reasons"]
     listed = [line.split(": ")[0] + ": " + Path(line.split(": ")[1]).name for line in lines
               if line.startswith(("json: ", "table: "))]
-    assert listed == ["json: allreduce.json", "json: alltoall.json", "table: alltoall.txt"]
+    assert listed == ["json: allreduce.json", "json: all_reduce.json", "json: alltoall.json",
+                      "table: alltoall.txt"]
     assert any(line.startswith("  alltoall:") and "PASS (0 wrong" in line for line in lines)
     assert (folder / "alltoall.png").is_file() and (folder / "all_reduce.png").is_file()
     logged = perflog.read(project.settings.perflog_dir)
@@ -182,7 +185,8 @@ def test_a_batch_smoke_job_is_judged_per_op(batch_run) -> None:
 
     bad = {**alltoall, "oop": {**oop, "wrong": 3}, "wrong_cycles": [1]}
     write({"job.json": _job_options("all_reduce,alltoall"),
-           "allreduce.json": _report([reduce_row, bad])})
+           "allreduce.json": _report([reduce_row, bad]),
+           "alltoall.json": {"ok": False, "wrong_total": 3, "results": [bad]}})
     record, failure, _ = _judge(project, folder)
     assert failure is not None and failure.exit_code == 2
     assert record["reasons"] == ["3 wrong values (alltoall results differ from the exact values "

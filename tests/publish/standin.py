@@ -94,17 +94,28 @@ def smoke_run(folder: Path, *, sha256: str, evidence: bool = True,
     if evidence and isinstance(ranks, int):
         for rank in range(ranks):
             (folder / f"rank-{rank}.json").write_text(json.dumps(
-                {"rank": rank, "finished": "2026-11-21T05:00:00Z"}))
+                {"rank": rank, "wrong": 0, "finished": "2026-11-21T05:00:00Z"}))
             (folder / f"device-{rank}.json").write_text(json.dumps(
                 {"rank": rank, "device": "cpu", "build": "cpu",
                  "image": LABELS if labels is None else labels}))
-        (folder / "allreduce.json").write_text(json.dumps(
-            {"world_size": ranks, "ok": True, "wrong_total": 0,
-             "finished": "2026-11-21T05:00:00Z"}))
+        for name in ("allreduce.json", "all_reduce.json"):
+            (folder / name).write_text(json.dumps(smoke_report(ranks)))
         (folder / "run.log").write_text("# Out of bounds values : 0 OK\n")
     path = folder / "verdict.json"
     path.write_text(json.dumps(verdict))
     return path
+
+
+def smoke_report(ranks: int, **changes) -> dict:
+    """A finished 2-size all_reduce report as jobs/allreduce.py writes it (its ``<op>.json``
+    holds the same, being the only op)."""
+    rows = [{"op": "all_reduce", "bytes": size, "oop": {"time_us": 9.0, "algbw": 1.0,
+                                                        "busbw": 1.0, "wrong": 0},
+             "ip": {"time_us": 9.0, "algbw": 1.0, "busbw": 1.0, "wrong": 0},
+             "wrong_cycles": []} for size in (1024, 2048)]
+    return {"schema": 2, "ops": ["all_reduce"], "world_size": ranks, "ok": True,
+            "wrong_total": 0, "results": rows, "finished": "2026-11-21T05:00:00Z",
+            "collectives": {"all_reduce": {"wrong_total": 0, "ok": True}}, **changes}
 
 
 def no_quick_check(say: Say) -> None:

@@ -60,14 +60,14 @@ def test_with_entry_appends_and_moves_latest_and_forced_republish_moves_to_end()
     data = cat.empty()
     for version in ("a", "b", "c"):
         data = cat.with_entry(data, _entry(version), now="t")
-    assert [e["version"] for e in cat.entries(data, "cpu")] == ["a", "b", "c"]
+    assert [e.version for e in cat.entries(data, "cpu")] == ["a", "b", "c"]
     assert cat.latest(data, "cpu") == "c"
     again = cat.with_entry(data, {**_entry("a"), "sha256": "1" * 64}, now="t2")
-    assert [e["version"] for e in cat.entries(again, "cpu")] == ["b", "c", "a"]
-    assert cat.find(again, "cpu", "a")["sha256"] == "1" * 64 and again["updated"] == "t2"
-    assert cat.find(data, "cpu", "a")["sha256"] == "0" * 64, "the input is not modified"
+    assert [e.version for e in cat.entries(again, "cpu")] == ["b", "c", "a"]
+    assert cat.find(again, "cpu", "a").sha256 == "1" * 64 and again["updated"] == "t2"
+    assert cat.find(data, "cpu", "a").sha256 == "0" * 64, "the input is not modified"
     fewer = cat.with_entry(data, {**_entry("a"), "sha256": "1" * 64}, now="t3", without=["b"])
-    assert [e["version"] for e in cat.entries(fewer, "cpu")] == ["c", "a"]
+    assert [e.version for e in cat.entries(fewer, "cpu")] == ["c", "a"]
 
 
 def test_catalogue_format_is_checked() -> None:
@@ -87,15 +87,20 @@ def _with(entry: dict, target: str = "cpu") -> dict:
 @pytest.mark.parametrize("change,where,why", [
     ({"version": "../../x"}, "entry 1 (version '../../x')", "'../../x' is not a usable version"),
     ({"version": "a\nb"}, "entry 1 (version 'a\\nb')", "is not a usable version"),
-    ({"version": 7}, "entry 1 (version 7)", "version name must be a string"),
+    ({"version": 7}, "entry 1 (version 7)", "key 'version': Input should be a valid string"),
     ({"file": "../../etc/passwd"}, "entry 1 (version '2')",
      "file '../../etc/passwd' is not 'cpu/2.sif'"),
     ({"module": "modules/cpu/../../x.lua"}, "entry 1", "module 'modules/cpu/../../x.lua' is not"),
     ({"checksum_file": "/etc/shadow"}, "entry 1", "checksum_file '/etc/shadow' is not"),
     ({"target": "gpu"}, "entry 1", "target 'gpu' is not 'cpu'"),
     ({"sha256": None}, "entry 1", "sha256 is not 64"),
-    ({"size_bytes": "big"}, "entry 1", "size_bytes is not"),
-    ({"checks": []}, "entry 1", "checks is not a mapping"),
+    ({"size_bytes": "big"}, "entry 1", "key 'size_bytes': Input should be a valid integer"),
+    ({"size_bytes": -1}, "entry 1", "key 'size_bytes': Input should be greater than or equal"),
+    ({"checks": []}, "entry 1", "key 'checks': Input should be a valid dictionary"),
+    ({"schema": 99}, "entry 1 (version '2')", "key 'schema' is 99; this checkout reads "
+                                              "catalogue entry versions 1 to 2"),
+    ({"provenance": {"build_seconds": float("nan")}}, "entry 1",
+     "key 'provenance.build_seconds': Input should be a finite number (got nan)"),
     ({"signed": True, "key_fingerprint": "AB" * 20, "public_key": "keys/../../x.pgp"},
      "entry 1", "public_key 'keys/../../x.pgp' is not 'keys/" + "AB" * 20 + ".pgp'"),
     ({"version": "1", **cat.layout_files("cpu", "1")}, "entry 1 (version '1')", "listed twice"),
@@ -205,4 +210,4 @@ def test_consistency_names_every_problem() -> None:
     ({"build": "cuda", "cuda": "99.0"}, "unknown (no driver branch known for CUDA 99.0)"),
     ({"build": "rocm", "hip": "6.2"}, None), ({"build": "cpu"}, None), (None, None)])
 def test_an_entry_names_the_driver_series_its_cuda_runtime_needs(stack, needed) -> None:
-    assert cat.driver_needed({"version": "1", "stack": stack}) == needed
+    assert cat.driver_needed(stack) == needed

@@ -17,7 +17,7 @@ from containers.inputs.recipes import Target
 from tests.fixtures.data import load_targets
 from containers.publish.checks import ensure_checks, find_verdict, skipped
 from tests.fixtures import ROOT
-from tests.publish.standin import LABELS, smoke_run
+from tests.publish.standin import LABELS, smoke_report, smoke_run
 
 SHA = "ab" * 32
 RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")
@@ -301,7 +301,7 @@ def test_an_image_whose_record_has_no_labels_proves_nothing(tmp_path, data_targe
                       quick_check=lambda say: None, say=[].append)
 
 
-@pytest.mark.parametrize("date", [None, "", "yesterday", 5])
+@pytest.mark.parametrize("date", [None, "", "yesterday"])
 def test_a_verdict_without_a_date_is_refused_not_ranked_newest(tmp_path, data_target,
                                                                date) -> None:
     _write_verdict(tmp_path, "failed", passed=False, date="2026-11-21T06:00:00Z")
@@ -311,22 +311,29 @@ def test_a_verdict_without_a_date_is_refused_not_ranked_newest(tmp_path, data_ta
 
 
 @pytest.mark.parametrize("report, why", [
-    ({"wrong_total": False}, "wrong_total False, not a int"),
-    ({"ok": 1}, "ok 1, not a bool"),
-    ({"world_size": 2.0}, "world_size 2.0, not a int"),
-    ({"results": [{"oop": {"wrong": 5}, "ip": {"wrong": 0}}]}, "counts 5 wrong values"),
-    ({"results": [{"oop": {"wrong": "0"}}]}, "a row whose wrong is '0', not a count"),
+    ({"wrong_total": False}, "allreduce.json: key 'wrong_total': Input should be a valid "
+                             "integer (got False)"),
+    ({"ok": 1}, "allreduce.json: key 'ok': Input should be a valid boolean (got 1)"),
+    ({"world_size": 2.0}, "allreduce.json: key 'world_size': Input should be a valid integer"),
+    ({"results": [{"bytes": 8, "oop": {"wrong": 5}, "ip": {"wrong": 0}}]},
+     "counts 5 wrong values"),
+    ({"results": [{"bytes": 8, "oop": {"wrong": "0"}}]},
+     "allreduce.json: key 'results.0.oop.wrong': Input should be a valid integer"),
 ])
 def test_the_results_json_is_read_as_a_typed_record(tmp_path, data_target, report, why) -> None:
     path = _write_verdict(tmp_path, "run")
-    results = {"world_size": 2, "ok": True, "wrong_total": 0, "finished": "x", **report}
-    (path.parent / "allreduce.json").write_text(json.dumps(results))
+    (path.parent / "allreduce.json").write_text(json.dumps(smoke_report(2, **report)))
     assert why in _refused(tmp_path, data_target)
+
+
+#: A batch job's ``job.json`` (containers/batch/job.py writes it).
+JOB = {"target": "cpu", "site": "local-slurm", "workload": "smoke", "nodes": 1,
+       "gpus_per_node": 2}
 
 
 def test_a_batch_run_without_its_image_record_refuses(tmp_path, data_target) -> None:
     path = _write_verdict(tmp_path, "job")
-    (path.parent / "job.json").write_text("{}")
+    (path.parent / "job.json").write_text(json.dumps(JOB))
     assert "the batch job left no image.json" in _refused(tmp_path, data_target)
     (path.parent / "image.json").write_text(json.dumps({"sha256": SHA}))
     assert _ensure(tmp_path, data_target, lambda say: None, [])["smoke"]["passed"]
@@ -340,7 +347,7 @@ def test_a_run_over_a_degraded_transport_is_no_proof(tmp_path, data_target) -> N
         _refused(tmp_path, data_target)
     quiet = tmp_path / "quiet"
     path = _write_verdict(quiet, "unsaid")
-    (path.parent / "job.json").write_text(json.dumps({"transport": "socket"}))
+    (path.parent / "job.json").write_text(json.dumps({**JOB, "transport": "socket"}))
     (path.parent / "image.json").write_text(json.dumps({"sha256": SHA}))
     assert "chose a degraded transport (--transport socket)" in _refused(quiet, data_target)
 

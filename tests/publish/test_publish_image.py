@@ -355,7 +355,7 @@ def test_interrupted_publish_leaves_nothing_under_final_names(site_project, tmp_
     publish(site_project, target="cpu", dest=dest, version="2.0", say=lines.append)
     assert f"removing leftover of an interrupted publish: {temps[0]}" in lines
     assert not list((dest / "cpu").glob(".*"))
-    assert [e["version"] for e in cat.entries(_catalogue(dest), "cpu")] == ["1.0", "2.0"]
+    assert [e.version for e in cat.entries(_catalogue(dest), "cpu")] == ["1.0", "2.0"]
     verify(site_project, dest=dest, say=lambda l: None)
 
 
@@ -368,7 +368,7 @@ def test_parallel_publishes_are_serialised(site_project, tmp_path) -> None:
     assert [proc.returncode for proc in procs] == [0, 0], "\n".join(outputs)
     assert any("waiting for another publish to finish" in out for out in outputs), outputs
     data = _catalogue(dest)
-    assert sorted(e["version"] for e in cat.entries(data, "cpu")) == ["a", "b"]
+    assert sorted(e.version for e in cat.entries(data, "cpu")) == ["a", "b"]
     assert os.readlink(dest / "cpu" / "latest") == f"{data['targets']['cpu']['latest']}.sif"
     verify(site_project, dest=dest, say=lambda l: None)
 
@@ -383,7 +383,7 @@ def test_prune_keeps_newest_and_latest(site_project, tmp_path) -> None:
     assert "pruning cpu 1 (--keep 1)" in result.stdout
     assert "pruning cpu 2 (--keep 1)" in result.stdout
     data = _catalogue(dest)
-    assert [e["version"] for e in cat.entries(data, "cpu")] == ["3"]
+    assert [e.version for e in cat.entries(data, "cpu")] == ["3"]
     assert _published_files(dest) == ["3.diff.html", "3.diff.json", "3.sif", "3.sif.sha256",
                                       "bin", "latest"]
     assert sorted(p.name for p in (dest / "modules" / "cpu").iterdir()) == ["3.lua", "default"]
@@ -442,7 +442,7 @@ def test_skip_checks_is_loud_and_recorded(tmp_path, real_project, cpu_image) -> 
                     skip_checks=True, say=lines.append)
     assert any(l.startswith("WARNING: --skip-checks: cpu is published WITHOUT") for l in lines)
     assert entry["checks"] == {"skipped": True, "apptainer_test": None, "smoke": None}
-    assert cat.find(_catalogue(tmp_path / "pub"), "cpu", "1.0")["checks"]["skipped"] is True
+    assert cat.find(_catalogue(tmp_path / "pub"), "cpu", "1.0").checks.skipped is True
     assert not (project.settings.results_dir / "smoke").exists(), "no checks were run"
 
 

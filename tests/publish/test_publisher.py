@@ -194,7 +194,7 @@ def test_publish_prunes_to_keep_but_never_latest(data_built: Built) -> None:
     data_built.publish(lines, version="3", skip_checks=True, keep=1)
     assert "pruning cpu 1 (--keep 1)" in lines and "pruning cpu 2 (--keep 1)" in lines
     dest = data_built.dest
-    assert [e["version"] for e in cat.entries(cat.load(dest / cat.CATALOGUE_NAME), "cpu")] == ["3"]
+    assert [e.version for e in cat.entries(cat.load(dest / cat.CATALOGUE_NAME), "cpu")] == ["3"]
     assert sorted(p.name for p in (dest / "cpu").iterdir()) == [
         "3.sif", "3.sif.cdx.json", "3.sif.sha256", "bin", "latest"]
     assert sorted(p.name for p in (dest / "modules" / "cpu").iterdir()) == ["3.lua", "default"]
@@ -267,17 +267,31 @@ def _record(built: Built, text: str) -> Path:
 @pytest.mark.parametrize("text", ["[]", '"sha"', "null", "7"])
 def test_a_build_record_that_is_not_a_json_object_is_named(data_built: Built, text: str) -> None:
     record = _record(data_built, text)
-    with pytest.raises(StateError, match=f"^{record}: the build record is not a JSON object; "
-                                         "rebuild"):
+    with pytest.raises(StateError, match=f"^the image record {record} is unreadable: the image "
+                                         "record is not a JSON object; rebuild"):
         data_built.plan(version="1.0")
 
 
+def test_a_build_record_with_a_nan_arch_is_never_published(data_built: Built) -> None:
+    """Issue 48: ``arch: NaN`` published, and catalogue.json got a bare NaN."""
+    path = data_built.settings.provenance_path("cpu")
+    _record(data_built, json.dumps({**json.loads(path.read_text()), "arch": float("nan")}))
+    with pytest.raises(StateError, match=f"^the image record {path} is unreadable: key 'arch': "
+                                         "Input should be a valid string \\(got nan\\); rebuild"):
+        data_built.publish(version="1.0", skip_checks=True)
+    assert not data_built.dest.exists()
+
+
 def test_a_build_record_with_a_bad_sha256_is_refused_before_copying(data_built: Built) -> None:
-    _record(data_built, '{"sha256": 5, "build_date": "2026-11-21"}')
+    _record(data_built, '{"sha256": "5", "build_date": "2026-11-21"}')
     with pytest.raises(StateError, match="has no provenance record with a sha256"):
         data_built.publish(version="1.0", skip_checks=True)
+    path = _record(data_built, '{"sha256": 5, "build_date": "2026-11-21"}')
+    with pytest.raises(StateError, match=f"^the image record {path} is unreadable: key 'sha256': "
+                                         "Input should be a valid string \\(got 5\\); rebuild"):
+        data_built.publish(version="1.0", skip_checks=True)
     record = _record(data_built, "{")
-    with pytest.raises(StateError, match=f"^{record}: the build record is not valid JSON"):
+    with pytest.raises(StateError, match=f"^the image record {record} is unreadable: not JSON"):
         data_built.plan(version="1.0")
     assert not data_built.dest.exists()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from containers.publish import diff as diffing
 from containers.publish.page import render_page
 from tests.fixtures import ROOT
-from tests.publish.test_gate import smoke
+from tests.publish.test_gate import smoke, summary
 
 FACTS = json.loads((ROOT / "tests" / "fixtures" / "image_facts" / "lumi-rocm.json").read_text())
 
@@ -21,7 +21,7 @@ def test_diff_names_added_removed_changed_packages_and_stack() -> None:
     new["pip_packages"] = [{"name": "torch", "version": "2.9.1+rocm7.1"},
                            {"name": "numpy", "version": "2.1.0"}]
     new["torch"]["version"] = "2.9.1+rocm7.1"
-    result = diffing.diff(diffing.side("old", FACTS, size=10, smoke=smoke(100.0)),
+    result = diffing.diff(diffing.side("old", FACTS, size=10, smoke=summary(100.0)),
                           diffing.side("new", new, size=12, smoke=None))
     assert result["packages"] == {"added": {"pip:numpy": "2.1.0"},
                                   "removed": {"pip:deepspeed": "0.17.1"},

@@ -157,7 +157,7 @@ def test_build_examine_writes_a_valid_sbom_with_torch(real_project, real_runtime
 def _verdict(project: app.Project, name: str, sha: str, busbw: float, date: str) -> None:
     """A passing 2-rank smoke verdict of the image, as `invoke smoke` writes it (its ranks'
     device reports carry the labels they read inside the image, its build record's)."""
-    labels = provenance.read(project.settings.provenance_path("cpu"))["labels"]
+    labels = provenance.read(project.settings.provenance_path("cpu")).labels
     smoke_run(project.settings.results_dir / "smoke" / name, sha256=sha, labels=labels,
               kind="smoke", site="local", partition=None, nodes=1, backend="gloo",
               device_kind="cpu", wrong_total=0, cycles=1, date=date,
@@ -196,7 +196,7 @@ def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
            "allows 30%)" in str(refused.value)
     assert "--accept-regression" in str(refused.value)
     assert any(line.startswith("gate: diff cpu@1.0 -> cpu@2.0") for line in lines), lines
-    assert [e["version"] for e in cat.entries(cat.load(dest / "catalogue.json"), "cpu")] == \
+    assert [e.version for e in cat.entries(cat.load(dest / "catalogue.json"), "cpu")] == \
         ["1.0"] and not (dest / "cpu" / "2.0.sif").exists()
 
     second = app.publish(project, target="cpu", dest=dest, version="2.0",
@@ -204,7 +204,8 @@ def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
                          say=lambda l: None)
     accepted = second["gate"]["accepted"]
     assert accepted["why"] == "CI runner is slower; checked by hand" and "@" in accepted["by"]
-    assert cat.find(cat.load(dest / "catalogue.json"), "cpu", "2.0")["gate"] == second["gate"]
+    kept = cat.find(cat.load(dest / "catalogue.json"), "cpu", "2.0").gate
+    assert kept.model_dump(exclude_unset=True) == second["gate"]
     assert json.loads((dest / second["diff_file"]).read_text())["packages"] == \
         {"added": {}, "removed": {}, "changed": {}}
     # published versions by name: the same build, so no package changes; busbw side by side
@@ -226,7 +227,7 @@ def _page_in_a_real_browser(dest: Path, tmp_path: Path) -> None:
     for written in (dest / "index.html", dest / "cpu" / "2.0.diff.html"):
         assert htmlcheck.problems(written, dest) == []
     seen = htmlcheck.text_of(page)
-    assert cat.find(cat.load(dest / "catalogue.json"), "cpu", "2.0")["description"] in seen
+    assert cat.find(cat.load(dest / "catalogue.json"), "cpu", "2.0").description in seen
     assert "module load cpu/2.0" in seen and "module load cpu/1.0" in seen
     assert 'href="cpu/2.0.sif.sha256"' in page and 'href="cpu/2.0.diff.html"' in page
     assert f"{getpass.getuser()}@" not in page and socket.gethostname() not in seen.split()
