@@ -241,11 +241,10 @@ def _record(project: Project, result: verdict.Result, *, say: Say) -> None:
         project.settings.provenance_path(result.plan.target.name)))
     with on_disk("write the verdict", out / "verdict.json"):
         written = records.write(out / "verdict.json", record, Verdict)
-    if result.kind.logs_performance:  # the perflog keeps the record as made (no schema)
-        for line in result.kind.perflog_records(record):
-            path = perflog.append(project.settings.perflog_dir, line)
-            say(f"perflog: {os.path.relpath(path)}"
-                + (f" ({line['op']})" if len(written.collectives or {}) > 1 else ""))
+    for line in result.kind.perflog_records(record):  # kept as made (no schema)
+        path = perflog.append(project.settings.perflog_dir, line)
+        say(f"perflog: {os.path.relpath(path)}"
+            + (f" ({line['op']})" if len(written.collectives or {}) > 1 else ""))
     for line in verdict.gate_lines(written):
         say(line)
 

@@ -22,6 +22,7 @@ from containers.prove import registry
 from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import load_sites
+from containers.prove.registry import kind_of
 from tests.fixtures import ROOT
 from tests.fixtures.slurm import TEST_ACCOUNT, site_shaped_cluster
 
@@ -47,7 +48,7 @@ def shaped(request, tmp_path_factory):
         return batch.plan_job(batch.JobNeeds(targets[SITES[site.name]], on or site,
                               settings=settings, host_arch="x86_64", site_arch=arch,
                               venv=ROOT / ".venv", judge=judge),
-                              batch.JobRequest(workload=workload, **kw), environ={})
+                              batch.JobRequest(kind=kind_of(workload), **kw), environ={})
     with site_shaped_cluster(site) as cluster:
         yield site, cluster, render
 
