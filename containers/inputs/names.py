@@ -13,9 +13,35 @@ the command line's flag types use them when ``tasks.py`` is imported (``invoke -
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Any
 
 from containers.jobsfiles import choices, cudadriver
+
+
+class Gpu(StrEnum):
+    """A GPU vendor stack as sites, targets and torch builds name it; each member carries what
+    depends on it: Apptainer's flag, the variable that limits which GPUs a process sees, the
+    pattern of its architectures (sm_NN, gfxNNN) and its vendor as people name it."""
+
+    flag: str | None
+    visible_devices: str | None
+    arch: re.Pattern | None
+    vendor: str
+
+    NONE = "none", None, None, None, "no"
+    CUDA = "cuda", "--nv", "CUDA_VISIBLE_DEVICES", r"sm_\d{2,3}\Z", "NVIDIA (CUDA)"
+    ROCM = "rocm", "--rocm", "ROCR_VISIBLE_DEVICES", r"gfx[0-9a-f]{3,4}\Z", "AMD (ROCm)"
+
+    def __new__(cls, value: str, *facts: Any) -> "Gpu":
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.flag, member.visible_devices, arch, member.vendor = facts
+        member.arch = re.compile(arch) if arch else None
+        return member
+
+    def __repr__(self) -> str:  # a refusal lists the kinds as inputs spell them
+        return repr(self.value)
 
 
 EXAMPLES: tuple[str, ...] = choices.EXAMPLES

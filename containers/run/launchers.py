@@ -226,9 +226,7 @@ def for_site(site: Site, override: str | None = None) -> Launcher:
 
 def ingredients(site: Site, torchrun: str | None = None) -> dict:
     """The site's part of a :class:`Launch` (``torchrun``: the image's own, over the site's)."""
-    from containers.inputs.sites import VISIBLE_DEVICES  # the models: not at the command's start
-
-    return dict(gpu_flag=site.gpu_flag, torchrun=torchrun or site.torchrun,
+    return dict(gpu_flag=site.gpus.kind.flag, torchrun=torchrun or site.torchrun,
                 cpu_masks=site.cpu_bind,
-                visible_devices=VISIBLE_DEVICES.get(site.gpus.kind),
+                visible_devices=site.gpus.kind.visible_devices,
                 step_options=site.job.step_options)
