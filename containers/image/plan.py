@@ -155,11 +155,11 @@ def squashfs_env(settings: Settings, runtime: Runtime) -> dict[str, str]:
     explicit choice is refused there rather than ignored."""
     choice, level = settings.squashfs, settings.squashfs_level
     if choice == "auto":  # a gzip level set on its own keeps meaning gzip at that level
-        fast = runtime.flavour == "apptainer" and level == SQUASHFS_DEFAULT_LEVEL
+        fast = runtime.own.mksquashfs_args and level == SQUASHFS_DEFAULT_LEVEL
         choice = "zstd" if fast else "gzip"
     if choice == "gzip" and level == SQUASHFS_DEFAULT_LEVEL:
         return {}
-    if runtime.flavour != "apptainer":
+    if not runtime.own.mksquashfs_args:
         key = "squashfs" if choice != "gzip" else "squashfs_level"
         raise ConfigError(f"{choice} at a level other than Apptainer's own gzip -9 is passed to "
                           f"mksquashfs through Apptainer, and the runtime is {runtime.label}",
@@ -388,7 +388,7 @@ def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str
                           path=target.manifest, line=target.line("builder"), key="base_image")
     partial = common["partial"]
     links, path = {}, {}
-    if host.runtime.flavour == "apptainer":
+    if host.runtime.own.singularity_link:
         shim = common["workdir"] / "bin"
         links[str(shim / "singularity")] = host.runtime.binary
         path = {"PATH": f"{shim}:$PATH"}
@@ -397,9 +397,9 @@ def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str
     if cache is not None:  # pip's cache only: see containers.image.cache for conda's
         # A bind by the runtime's own variable and PIP_CACHE_DIR reach the pip of cotainr's
         # singularity exec steps: the host's environment does (cotainr passes no --cleanenv).
-        bind = "APPTAINER_BIND" if host.runtime.flavour == "apptainer" else "SINGULARITY_BIND"
-        env_vars = {**env_vars, bind: f"{cache.pip}:{package_cache.COTAINR_PIP_MOUNT}",
-                    "PIP_CACHE_DIR": f"{package_cache.COTAINR_PIP_MOUNT}/pip"}
+        mount = package_cache.COTAINR_PIP_MOUNT
+        env_vars = {**env_vars, host.runtime.own.bind_variable: f"{cache.pip}:{mount}",
+                    "PIP_CACHE_DIR": f"{mount}/pip"}
     build_argv = [host.cotainr, "build", str(partial), f"--base-image={base_image}",
                   f"--conda-env={target.env}", "--accept-licenses"]
     test = COTAINR_TEST if has_torch(target, env) else COTAINR_PYTHON_TEST

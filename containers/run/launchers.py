@@ -117,6 +117,13 @@ class Launcher:
     needs_rendezvous = False
     #: Binds each rank to its cores itself (srun's --cpu-bind), so the workloads need no map.
     binds_cores = False
+    #: The launcher whose ranks this one starts on its schedulers, where that one cannot.
+    stands_for = ""
+
+    def on(self, scheduler: str) -> Launcher:
+        """This launcher on ``scheduler``: one that stands for it there, else itself."""
+        return next((other for other in LAUNCHERS.values()
+                     if other.stands_for == self.name and scheduler in other.schedulers), self)
 
     def shape(self, site: Site, gpus: int) -> Shape:
         return Shape(tasks_per_node=1, cpus_per_task=cores_for(site, gpus))
@@ -148,6 +155,7 @@ class MpiexecTorchrun(Torchrun):
 
     name = "mpiexec-torchrun"
     schedulers = ("pbs",)
+    stands_for = "torchrun"
 
     def node_step(self, launch: Launch) -> list[str]:
         return ["mpiexec", "-n", str(launch.nodes), "--ppn", "1", *launch.step_options]
@@ -188,8 +196,6 @@ class SrunPerGpu(Launcher):
 
 LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in
                                   (Torchrun(), SrunPerGpu(), MpiexecTorchrun())}
-#: What ``torchrun`` means on a scheduler whose job steps another launcher starts.
-TORCHRUN_ON = {"pbs": "mpiexec-torchrun"}
 
 
 def named(name: str, *, flag: str = "--launcher") -> Launcher:
@@ -212,8 +218,7 @@ def for_site(site: Site, override: str | None = None) -> Launcher:
                           f"{suggest(site.launcher, list(LAUNCHERS))}; known: "
                           f"{', '.join(LAUNCHERS)}", path=site.path,
                           line=site.lines.get("launcher"), key="launcher")
-    if launcher.name == "torchrun" and site.scheduler in TORCHRUN_ON:
-        launcher = LAUNCHERS[TORCHRUN_ON[site.scheduler]]
+    launcher = launcher.on(site.scheduler)
     if site.scheduler not in launcher.schedulers:
         message = (f"launcher {launcher.name} needs a {' or '.join(launcher.schedulers)} site; "
                    f"{site.name} schedules with {site.scheduler}")
