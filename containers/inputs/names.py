@@ -1,13 +1,10 @@
 """The names the host and the workload scripts agree on, and the rules for the names inputs give.
 
 The scripts run inside the images and cannot import this package, so the shared list lives
-with them (``jobs/choices.py``, standard library only, no torch) and the host loads that very
-file (:mod:`containers.jobsfiles`): a new example, model or dtype is added in one place.
-
-The name rule of targets, sites, partitions and versions (:func:`name_problem`) and the
-did-you-mean of a refusal (:func:`suggest`) live here too, beside the names, with no pydantic:
-the command line's flag types use them when ``tasks.py`` is imported (``invoke --list``), and
-:mod:`containers.inputs.schema` offers them to the models.
+with them (``jobs/choices.py``, standard library only) and the host loads that very file
+(:mod:`containers.jobsfiles`). The name rule (:func:`name_problem`), the did-you-mean of a
+refusal (:func:`suggest`) and the GPU kinds (:class:`Gpu`) live here too, with no pydantic:
+the flag types use them when ``tasks.py`` is imported (``invoke --list``).
 """
 
 from __future__ import annotations

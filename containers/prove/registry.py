@@ -33,7 +33,6 @@ class PlainKind(WorkloadKind):
         if given:
             raise UsageError(f"--workload {self.workload} takes no run options (got "
                              f"{', '.join(sorted(given))})", flag=flag)
-        return None
 
     def resized(self, options: Options | None, *, gpus: int) -> None:
         return None

@@ -1,19 +1,11 @@
 """The launchers: how the ranks of a planned workload start, as argv. One registry for all runs.
 
-A launcher takes the ingredients of a planned run (:class:`Launch`: the runtime's exec pieces, the
-script in the image and its arguments, ranks per node, nodes, the rendezvous, the site's torchrun,
-CPU masks and visible-devices variable) and returns one argv. ``invoke smoke``/``invoke train`` on
-one node, ``--nodes M`` inside a Slurm allocation and batch scripts use the same objects; only the
-ingredients differ (a batch script's rendezvous is made of references to the job's shell
-variables, which :mod:`containers.batch.script` writes as such). Each launcher's class says how
-it starts the ranks; docs/launchers.md has them side by side.
-
-Each launcher also gives the prefix of a batch job's step of one process per node (its device
-gate: :meth:`Launcher.node_step`; the verdict runs once, where the script runs, with no prefix),
-and the site's ``job.step_options`` (sites/*.yaml) follow the launcher's own options in every step.
-
-A site profile's ``launcher`` names one of these (:func:`for_site` checks it, naming the profile's
-line); ``torchrun`` on a PBS site means ``mpiexec-torchrun``, the same torchrun per node.
+A launcher takes a planned run's ingredients (:class:`Launch`) and returns one argv; one node,
+``--nodes M`` in an allocation and batch scripts use the same objects with other ingredients.
+It also gives the prefix of a batch job's step of one process per node (:meth:`node_step`),
+followed by the site's ``job.step_options``. A site profile's ``launcher`` names one
+(:func:`for_site` checks it); one may stand for another on its schedulers (``torchrun`` on PBS
+is ``mpiexec-torchrun``). docs/launchers.md has them side by side.
 """
 
 from __future__ import annotations
