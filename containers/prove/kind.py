@@ -1,7 +1,9 @@
 """A workload kind: what is particular to one workload name (``smoke``, each training example,
-a user's command, an image build), and the one plan and run path the script kinds share
-(:mod:`containers.run.workload`), judged by the same gates (:mod:`containers.prove.verdict`).
-A kind's options object names it (``options.kind``), so one application function runs any.
+a user's command, an image build), and the one plan and run path the script kinds share.
+
+They start the same way (:mod:`containers.run.workload`) and are judged by the same gates
+(:mod:`containers.prove.verdict`). A kind's options object names it (``options.kind``), so one
+application function runs any.
 """
 
 from __future__ import annotations
