@@ -35,7 +35,7 @@ from containers.inputs.names import suggest
 from containers.prove import registry
 from containers.prove.smoke import SMOKE, SmokeOptions
 from containers.prove.transport import CHOICES as TRANSPORTS
-from containers.prove.train import TRAIN, TrainOptions
+from containers.prove.train import TRAINS, TrainOptions
 from containers.run.launchers import LAUNCHERS
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ def run_options(kind: WorkloadKind | None) -> dict[str, tuple[str, Any]]:
             if kind is None or name in kind.run_options}
 
 
-SMOKE_OPTIONS, TRAIN_OPTIONS = run_options(SMOKE), run_options(TRAIN)
+SMOKE_OPTIONS, TRAIN_OPTIONS = run_options(SMOKE), run_options(TRAINS["ddp"])
 WORKLOAD = flags.choice(tuple(registry.WORKLOADS))
 
 
@@ -471,9 +471,8 @@ def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=No
                for name in JOB_CHECKED}
     given = {name: values[name] for name in RUN_OPTIONS
              if values[name] is not None and values[name] is not False}  # a switch left off
-    kind = registry.kind_of(checked["workload"])  # once: handed down as the object
-    options = registry.job_options(checked["workload"], gpus=checked["gpus_per_node"] or 1,
-                                   given=given, kind=kind)
+    kind = registry.kind_of(checked.pop("workload"))  # once: handed down as the object
+    options = registry.job_options(kind, gpus=checked["gpus_per_node"] or 1, given=given)
     app.job(_project(c), **checked, submit=submit, nccl_debug=nccl_debug, options=options,
             qos=qos, reservation=reservation, directives=tuple(directive or ()),
             command=tuple(_remainder(c)), wait=wait, kind=kind)

@@ -20,7 +20,7 @@ import tasks
 from tests.fixtures.procs import at_a_terminal
 from containers.host.process import descendants
 from containers.prove.smoke import SMOKE
-from containers.prove.train import TRAIN
+from containers.prove.train import TRAINS
 from tests.fixtures import ROOT
 
 
@@ -568,7 +568,7 @@ def test_invoke_job_takes_every_run_option_of_smoke_and_train() -> None:
                 .get_arguments()}
 
     job = flags_of("job")
-    for kind in (SMOKE, TRAIN):
+    for kind in (SMOKE, TRAINS["ddp"]):
         own = {name for name in flags_of(kind.name) if name not in launch_only}
         table = {name for name in tasks.RUN_OPTIONS if name in kind.run_options}
         assert own == table == set(kind.run_options), kind.name

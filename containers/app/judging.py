@@ -27,6 +27,7 @@ from containers.files import read_regular_json, read_regular_text
 from containers.image import provenance
 from containers.inputs.sites import get_site
 from containers.prove import verdict
+from containers.prove.kind import WorkloadKind
 from containers.prove.registry import WORKLOADS
 from containers.records import JobRecord, Malformed
 from containers.report import Say, say_line as _print
@@ -40,11 +41,11 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     (:func:`containers.prove.verdict.check`: exit 2 for sanity, 3 for performance)."""
     folder = Path(results).resolve()
     job = _job_record(folder)
-    _check_judged_here(folder, job.workload)
+    kind = _judged_here(folder, job.workload)
     item = project.target(job.target)
     site = get_site(project.sites, job.site)
     try:
-        request = request_from_record(job)
+        request = request_from_record(job, kind)
     except RecordOptionsError as exc:
         # the job's options (job.json) are not an object, or values the tool refuses
         raise VerdictFailed(f"verdict FAILED: job.json {exc}") from exc
@@ -86,14 +87,15 @@ def _job_record(folder: Path) -> JobRecord:
         raise VerdictFailed(f"verdict FAILED: {exc}: it describes no job") from None
 
 
-def _check_judged_here(folder: Path, workload: object) -> None:
-    """Only a kind this checkout judges is judged here (the kind refuses the others,
-    :meth:`WorkloadKind.check_judged_here`); an unknown name is no job's."""
+def _judged_here(folder: Path, workload: object) -> WorkloadKind:
+    """The kind of the job's ``workload``, one this checkout judges (the kind refuses the
+    others, :meth:`WorkloadKind.check_judged_here`); an unknown name is no job's."""
     kind = WORKLOADS.get(workload) if isinstance(workload, str) else None
     if kind is None:
         raise VerdictFailed(f"verdict FAILED: {folder / JOB_RECORD} names workload "
                             f"{workload!r}, none the tool knows ({', '.join(WORKLOADS)})")
-    kind.check_judged_here(folder, workload)
+    kind.check_judged_here(folder)
+    return kind
 
 
 def image_reasons(project: Project, target: str, folder: Path) -> list[str]:

@@ -23,7 +23,7 @@ from containers.image import provenance
 from containers.host.runtime import Runtime
 from containers.image.arch import check_arch, machine_arches, recorded_arch
 from containers.inputs import flags
-from containers.inputs.sites import HOST_VAR, Site
+from containers.inputs.sites import HOST_VAR, Gpu, Site
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
 from containers.prove.train import TrainOptions, scaling_rows
@@ -147,13 +147,13 @@ def say_plan(say: Say, header: str, steps: Sequence[tuple[str, list[str]]], *,
         say(show_command(argv))
 
 
-def machine_here(gpu: str) -> Callable[[bool], Machine]:
+def machine_here(gpu: Gpu) -> Callable[[bool], Machine]:
     """This machine as :func:`check_fits` reads it, probed once (on first use) for all the
     runs of a command: ``machine(with_gpu_memory)``; each GPU's memory (nvidia-smi) is asked
     for once, and only by a run that needs it (one with a largest message size)."""
     @functools.cache
     def machine(with_gpu_memory: bool) -> Machine:
-        if with_gpu_memory and gpu == "cuda":
+        if with_gpu_memory and gpu == Gpu.CUDA:
             return dataclasses.replace(machine(False), gpu_memory=gpu_memory())
         return this_machine(gpu, with_gpu_memory=False)
     return machine
@@ -241,11 +241,10 @@ def _record(project: Project, result: verdict.Result, *, say: Say) -> None:
         project.settings.provenance_path(result.plan.target.name)))
     with on_disk("write the verdict", out / "verdict.json"):
         written = records.write(out / "verdict.json", record, Verdict)
-    if result.kind.logs_performance:  # the perflog keeps the record as made (no schema)
-        for line in result.kind.perflog_records(record):
-            path = perflog.append(project.settings.perflog_dir, line)
-            say(f"perflog: {os.path.relpath(path)}"
-                + (f" ({line['op']})" if len(written.collectives or {}) > 1 else ""))
+    for line in result.kind.perflog_records(record):  # kept as made (no schema)
+        path = perflog.append(project.settings.perflog_dir, line)
+        say(f"perflog: {os.path.relpath(path)}"
+            + (f" ({line['op']})" if len(written.collectives or {}) > 1 else ""))
     for line in verdict.gate_lines(written):
         say(line)
 

@@ -267,8 +267,7 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
                   run_id=job_run_id(scheduler, stamp))
     # every host variable is left for the job's shell (SHELL_VARS)
     workload, options, planned = request.kind.plan_in_job(
-        target, site, workload=request.workload, options=request.options,
-        command=request.command, ranks=gpus, **common)
+        target, site, options=request.options, command=request.command, ranks=gpus, **common)
     if request.nccl_debug:
         workload = workload.with_env({"NCCL_DEBUG": "INFO"})
     return JobRun(kind=options.kind if options else None, launcher=launcher, shape=shape,

@@ -4,14 +4,13 @@ the run the job ran."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping
 
 from containers import walltime
 from containers.errors import UsageError
 from containers.inputs import flags
-from containers.prove import registry
 from containers.prove.kind import Options, WorkloadKind
 from containers.prove.smoke import SmokeOptions
 from containers.prove.transport import CHOICES as TRANSPORTS
@@ -26,7 +25,9 @@ class JobRequest:
     """What ``invoke job`` was asked for; None means the site's default. Checks its own values
     (the site's limits are checked where the site is known: :func:`plan_job`)."""
 
-    workload: str
+    #: What the workload is (:mod:`containers.prove.registry`), resolved once where its name
+    #: comes in (the task, a job's ``job.json``): the job asks it, never the name.
+    kind: WorkloadKind
     nodes: int = 1
     gpus_per_node: int | None = None
     #: Seconds, or a time as ``--time`` takes it (:func:`walltime.parse`), made seconds here.
@@ -47,17 +48,15 @@ class JobRequest:
     #: ``--transport socket``: NCCL's TCP sockets instead of the site's transport, chosen
     #: explicitly (recorded in job.json; verdicts name it as degraded). None: the site's.
     transport: str | None = None
-    #: What the workload is (:mod:`containers.prove.registry`), resolved once where the name
-    #: comes in (the task; here when not given): the job asks it, never the name.
-    kind: WorkloadKind = field(default=None, compare=False, repr=False)  # type: ignore
+
+    @property
+    def workload(self) -> str:
+        return self.kind.workload
 
     def __post_init__(self) -> None:
-        if self.kind is None:
-            object.__setattr__(self, "kind", registry.kind_of(self.workload))
         flags.POSITIVE_INT("--nodes", self.nodes)
-        object.__setattr__(self, "command", self.kind.checked_command(self.workload,
-                                                                      self.command))
-        self.kind.check_nodes(self.workload, self.nodes)
+        object.__setattr__(self, "command", self.kind.checked_command(self.command))
+        self.kind.check_nodes(self.nodes)
         flags.POSITIVE_INT("--gpus-per-node", self.gpus_per_node)  # None: the site's default
         if isinstance(self.time, str):
             try:
@@ -90,23 +89,22 @@ class RecordOptionsError(ValueError):
     """The options of a ``job.json`` are not options its workload takes."""
 
 
-def request_from_record(given: Mapping) -> JobRequest:
-    """The request a job's ``job.json`` (as :func:`plan_job` writes it) describes, options
-    included, so its verdict re-plans the run the job ran (:func:`job_run`); bad options raise
+def request_from_record(given: Mapping, kind: WorkloadKind) -> JobRequest:
+    """The request a job's ``job.json`` (of ``kind``) describes, options included, so its
+    verdict re-plans the run the job ran (:func:`job_run`); bad options raise
     :class:`RecordOptionsError`."""
     record = JobRecord.of(given, source=JOB_RECORD)
-    return JobRequest(workload=record.workload, nodes=int(record.nodes),
+    return JobRequest(kind=kind, nodes=int(record.nodes),
                       gpus_per_node=int(record.gpus_per_node),
                       launcher=record.launcher, partition=record.partition,
-                      options=_record_options(record), transport=record.transport)
+                      options=_record_options(record, kind), transport=record.transport)
 
 
-def _record_options(record: JobRecord) -> Options | None:
+def _record_options(record: JobRecord, kind: WorkloadKind) -> Options | None:
     given = record.options
     if given is None:
         return None
     try:
-        return registry.kind_of(record.workload).make_options(
-            record.workload, gpus=int(record.gpus_per_node), given=given)
+        return kind.make_options(gpus=int(record.gpus_per_node), given=given)
     except (TypeError, UsageError) as exc:
         raise RecordOptionsError(f"options are not the job's: {exc}") from exc

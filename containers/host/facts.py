@@ -16,6 +16,7 @@ from pathlib import Path
 
 from containers.errors import CommandFailed
 from containers.host.process import capture
+from containers.inputs.names import Gpu
 from containers.report import human_bytes
 
 
@@ -50,11 +51,11 @@ def cotainr_binary() -> str:
     return shutil.which("cotainr") or (str(beside) if beside.is_file() else "cotainr")
 
 
-def gpu_kinds_here(dev: Path = Path("/dev")) -> set[str]:
+def gpu_kinds_here(dev: Path = Path("/dev")) -> set[Gpu]:
     """The GPU kinds whose device files this machine has: ``cuda`` (``/dev/nvidia0``, …),
     ``rocm`` (``/dev/kfd``). A login node usually has neither, so a check that needs the
     target's GPUs can say up front that it cannot run here."""
-    found = {"cuda": bool(gpu_count("cuda", dev)), "rocm": (dev / "kfd").exists()}
+    found = {Gpu.CUDA: bool(gpu_count(Gpu.CUDA, dev)), Gpu.ROCM: (dev / "kfd").exists()}
     return {kind for kind, here in found.items() if here}
 
 
@@ -83,7 +84,7 @@ RANK_OVERHEAD = 512 << 20
 BUFFERS_PER_RANK = 3
 
 
-def fit_problem(*, ranks: int, largest: int | None, gpu: str, machine: Machine) -> str | None:
+def fit_problem(*, ranks: int, largest: int | None, gpu: Gpu, machine: Machine) -> str | None:
     """Why ``ranks`` ranks holding ``BUFFERS_PER_RANK`` messages of ``largest`` bytes cannot
     run on ``machine`` (one line, naming the flag that asks for it), else None.
 
@@ -91,7 +92,7 @@ def fit_problem(*, ranks: int, largest: int | None, gpu: str, machine: Machine) 
     ranks to the GPUs this machine shows and, where known, to each GPU's memory. ``largest``
     None: the workload's memory is not estimated (training), only its ranks are checked."""
     need = (BUFFERS_PER_RANK * largest) if largest else 0
-    if gpu == "none":
+    if gpu == Gpu.NONE:
         if machine.cores and ranks > machine.cores * CPU_RANKS_PER_CORE:
             return (f"--gpus {ranks}: {ranks} CPU ranks on {machine.cores} core"
                     f"{'s' if machine.cores != 1 else ''} is more than {CPU_RANKS_PER_CORE} per "
@@ -112,7 +113,7 @@ def fit_problem(*, ranks: int, largest: int | None, gpu: str, machine: Machine) 
     return None
 
 
-def this_machine(gpu: str, *, with_gpu_memory: bool = True) -> Machine:
+def this_machine(gpu: Gpu, *, with_gpu_memory: bool = True) -> Machine:
     """The cores this process may use, the memory available, and GPUs of kind ``gpu``;
     ``with_gpu_memory`` False leaves each GPU's memory unknown (nvidia-smi is not asked)."""
     try:
@@ -120,7 +121,7 @@ def this_machine(gpu: str, *, with_gpu_memory: bool = True) -> Machine:
     except (AttributeError, OSError):
         cores = os.cpu_count()
     return Machine(cores=cores, memory=memory_available(), gpus=gpu_count(gpu),
-                   gpu_memory=gpu_memory() if with_gpu_memory and gpu == "cuda" else None)
+                   gpu_memory=gpu_memory() if with_gpu_memory and gpu == Gpu.CUDA else None)
 
 
 def memory_available(proc: Path = Path("/proc"),
@@ -139,12 +140,12 @@ def memory_available(proc: Path = Path("/proc"),
     return found
 
 
-def gpu_count(gpu: str, dev: Path = Path("/dev")) -> int | None:
+def gpu_count(gpu: Gpu, dev: Path = Path("/dev")) -> int | None:
     """GPU device files of kind ``gpu``: ``/dev/nvidia<N>`` (cuda), ``/dev/dri/renderD*``
     (rocm: one per GCD); None for ``none``."""
-    if gpu == "cuda":
+    if gpu == Gpu.CUDA:
         return sum(1 for p in dev.glob("nvidia[0-9]*") if p.name[len("nvidia"):].isdigit())
-    if gpu == "rocm":
+    if gpu == Gpu.ROCM:
         return len(list(dev.glob("dri/renderD*"))) if (dev / "kfd").exists() else 0
     return None
 

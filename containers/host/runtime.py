@@ -19,7 +19,6 @@ from typing import Iterable, Mapping, Sequence
 from containers.errors import CommandFailed, RuntimeNotFound
 from containers.host.process import capture
 
-FLAVOURS = ("apptainer", "singularity")
 #: ``--bind`` splits its value at commas (several binds) and colons (source:destination:options),
 #: so a bound path cannot hold either; newlines cannot be written into a definition line.
 BIND_SPECIALS = ",:\n"
@@ -29,20 +28,26 @@ FILES_SPECIALS = "$`\\'\"()&;|<>*?[]{}\t\n"
 
 
 @dataclass(frozen=True)
-class KeyringRule:
-    """Where a flavour keeps its local PGP keyring (``key``, ``sign``, ``verify``): the first
-    non-empty variable of ``variables``, else ``folder`` under its configuration folder (the
-    first non-empty of ``config_variables``, else ``config`` under the home folder: ``$HOME``
-    first where ``home_from_env``, else the account's)."""
+class Flavour:
+    """What a runtime flavour does its own way. Its local PGP keyring (``key``, ``sign``,
+    ``verify``): the first non-empty variable of ``variables``, else ``folder`` under its
+    configuration folder (the first non-empty of ``config_variables``, else ``config`` under the
+    home folder: ``$HOME`` first where ``home_from_env``, else the account's)."""
 
     variables: tuple[str, ...]
     config_variables: tuple[str, ...]
     config: str
     folder: str
     home_from_env: bool
+    #: The variable of binds every call of the runtime adds (cotainr's exec steps read it).
+    bind_variable: str
+    #: Whether it takes mksquashfs options from ``APPTAINER_MKSQUASHFS_ARGS`` (zstd, levels).
+    mksquashfs_args: bool
+    #: Whether it answers to ``singularity`` (what cotainr calls) only through a link.
+    singularity_link: bool
 
 
-#: The keyring rule of each flavour, as its own source has it. Apptainer:
+#: Each flavour, by the name ``--version`` reports; its keyring as its own source has it. Apptainer:
 #: ``syfs.DefaultLocalKeyDirPath`` reads ``GetenvLegacy("KEYSDIR", "SYPGPDIR")``
 #: (APPTAINER_KEYSDIR, else the older SINGULARITY_SYPGPDIR), else ``ConfigDir()/keys``, where
 #: ConfigDir is APPTAINER_CONFIGDIR / SINGULARITY_CONFIGDIR, else ``$HOME/.apptainer`` (the
@@ -53,12 +58,14 @@ class KeyringRule:
 #: set". SingularityCE: ``sypgp.dirPath`` reads SINGULARITY_SYPGPDIR, else ``ConfigDir()/sypgp``,
 #: ConfigDir being SINGULARITY_CONFIGDIR, else the account's home ``/.singularity``:
 #: https://github.com/sylabs/singularity/blob/main/pkg/syfs/syfs.go and pkg/sypgp/sypgp.go.
-KEYRING_RULES = {
-    "apptainer": KeyringRule(("APPTAINER_KEYSDIR", "SINGULARITY_SYPGPDIR"),
-                             ("APPTAINER_CONFIGDIR", "SINGULARITY_CONFIGDIR"), ".apptainer",
-                             "keys", home_from_env=True),
-    "singularity": KeyringRule(("SINGULARITY_SYPGPDIR",), ("SINGULARITY_CONFIGDIR",),
-                               ".singularity", "sypgp", home_from_env=False),
+FLAVOURS = {
+    "apptainer": Flavour(("APPTAINER_KEYSDIR", "SINGULARITY_SYPGPDIR"),
+                         ("APPTAINER_CONFIGDIR", "SINGULARITY_CONFIGDIR"), ".apptainer", "keys",
+                         home_from_env=True, bind_variable="APPTAINER_BIND",
+                         mksquashfs_args=True, singularity_link=True),
+    "singularity": Flavour(("SINGULARITY_SYPGPDIR",), ("SINGULARITY_CONFIGDIR",), ".singularity",
+                           "sypgp", home_from_env=False, bind_variable="SINGULARITY_BIND",
+                           mksquashfs_args=False, singularity_link=False),
 }
 
 
@@ -105,6 +112,10 @@ class Runtime:
     @property
     def label(self) -> str:
         return f"{self.flavour} {self.version} ({self.binary})"
+
+    @property
+    def own(self) -> Flavour:
+        return FLAVOURS[self.flavour]
 
     def build_argv(self, *, output: Path, spec: Path | str, build_args: Mapping[str, str],
                    binds: Iterable[str] = (), fakeroot: bool = False,
@@ -162,14 +173,14 @@ class Runtime:
         follows :meth:`keysdir`'s rule). SingularityCE reads ``SINGULARITY_SYPGPDIR`` only."""
         if not keysdir:
             return {}
-        return {KEYRING_RULES[self.flavour].variables[0]: str(keysdir)}
+        return {self.own.variables[0]: str(keysdir)}
 
     def keysdir(self, environ: Mapping[str, str] | None = None) -> Path:
         """The keyring folder this runtime reads when none is named, by its own rule
-        (:data:`KEYRING_RULES`) in ``environ`` (default: this process's), so that what is
+        (:data:`FLAVOURS`) in ``environ`` (default: this process's), so that what is
         signed and what is looked up afterwards come from one keyring."""
         environ = os.environ if environ is None else environ
-        rule = KEYRING_RULES[self.flavour]
+        rule = self.own
         if named := first_set(environ, rule.variables):
             return Path(named)
         if config := first_set(environ, rule.config_variables):

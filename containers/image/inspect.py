@@ -26,6 +26,7 @@ from containers.image import gpuarch, provenance
 from containers.image.emulated import emulated_binds
 from containers.inputs import names
 from containers.records import BuildRecord
+from containers.inputs.names import Gpu
 
 PROBE = Path(__file__).with_name("probe_script.py")
 MARK = "@@probe@@"
@@ -120,7 +121,8 @@ def summary(facts: Mapping) -> dict:
     torch = facts.get("torch") or {}
     pips = {p["name"].lower(): p["version"] for p in facts.get("pip_packages") or []}
     os_info = facts.get("os") or {}
-    compiled = gpuarch.from_torch_facts(torch) if torch.get("build") in ("cuda", "rocm") else None
+    gpu = torch.get("build") in (Gpu.CUDA, Gpu.ROCM)
+    compiled = gpuarch.from_torch_facts(torch) if gpu else None
     return {
         "arch": facts.get("arch"),
         "os": os_info.get("pretty_name") or os_info.get("id"),
@@ -139,7 +141,7 @@ def driver_needed(stack: Mapping) -> str | None:
     """The NVIDIA driver a CUDA image's nodes need, from the CUDA runtime its torch records
     (``jobs/cudadriver.py``'s table, the one the device gate judges nodes by): the NVIDIA sites
     publish no driver version, so people are told what to ask for. None for other builds."""
-    if stack.get("build") != "cuda":
+    if stack.get("build") != Gpu.CUDA:
         return None
     return names.driver_needed(stack.get("cuda")) or \
         f"unknown (no driver branch known for CUDA {stack.get('cuda')})"

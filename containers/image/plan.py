@@ -182,11 +182,11 @@ def squashfs_env(settings: Settings, runtime: Runtime) -> dict[str, str]:
     explicit choice is refused there rather than ignored."""
     choice, level = settings.squashfs, settings.squashfs_level
     if choice == "auto":  # a gzip level set on its own keeps meaning gzip at that level
-        fast = runtime.flavour == "apptainer" and level == SQUASHFS_DEFAULT_LEVEL
+        fast = runtime.own.mksquashfs_args and level == SQUASHFS_DEFAULT_LEVEL
         choice = "zstd" if fast else "gzip"
     if choice == "gzip" and level == SQUASHFS_DEFAULT_LEVEL:
         return {}
-    if runtime.flavour != "apptainer":
+    if not runtime.own.mksquashfs_args:
         key = "squashfs" if choice != "gzip" else "squashfs_level"
         raise ConfigError(f"{choice} at a level other than Apptainer's own gzip -9 is passed to "
                           f"mksquashfs through Apptainer, and the runtime is {runtime.label}",
@@ -416,7 +416,7 @@ def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str
                           path=target.manifest, line=target.line("builder"), key="base_image")
     partial = common["partial"]
     links, path = {}, {}
-    if host.runtime.flavour == "apptainer":
+    if host.runtime.own.singularity_link:
         shim = common["workdir"] / "bin"
         links[str(shim / "singularity")] = host.runtime.binary
         path = {"PATH": f"{shim}:$PATH"}

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Sequence
 
 from containers.image import gpuarch
-from containers.inputs.sites import Fit, Gpus, Nccl, Range
+from containers.inputs.sites import Fit, Gpu, Gpus, Nccl, Range
 from containers.inputs.versions import compare_at, release
 
 
@@ -76,7 +76,7 @@ def holds_no_torch(stack: Mapping, probe_errors: Mapping | None) -> bool:
         and error.startswith("ModuleNotFoundError")
 
 
-def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str] | None,
+def judge(stack: Mapping, *, site_name: str, site_gpu: Gpu, arches: Sequence[str] | None,
           fit: Fit, probe_errors: Mapping | None = None,
           gpus: Gpus | None = None) -> list[Finding]:
     """Every finding of an image (its flat stack, :func:`containers.image.inspect.summary`)
@@ -94,15 +94,15 @@ def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str
     build = stack.get("build")
     if build is None:
         found.append(Finding("error", "torch", "torch could not be imported in the image"))
-    elif site_gpu != "none" and build != site_gpu:
+    elif site_gpu != Gpu.NONE and build != site_gpu:
         level = "warning" if build == "cpu" else "error"
         found.append(Finding(level, "gpu", f"torch is a {build} build; {site_name}'s GPUs "
                                            f"need a {site_gpu} build"))
-    if build == "rocm":  # the image's /opt/rocm and the HIP torch was built with (and ships)
+    if build == Gpu.ROCM:  # the image's /opt/rocm and the HIP torch was built with (and ships)
         for what, value in (("ROCm", stack.get("rocm")), ("torch's HIP", stack.get("hip"))):
             if value or what == "ROCm" and not stack.get("hip"):
                 found += _range("rocm", what, value, fit.rocm, site_name)
-    if build == "cuda":
+    if build == Gpu.CUDA:
         found += _range("cuda", "CUDA", stack.get("cuda"), fit.cuda, site_name)
     glibc = fit.glibc
     if glibc and glibc.min is not None:
@@ -114,11 +114,11 @@ def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str
                                                    f"below {glibc.min}, which the libraries "
                                                    f"{site_name} binds in need "
                                                    f"({glibc.source})"))
-    elif site_gpu != "none":
+    elif site_gpu != Gpu.NONE:
         why = f" ({glibc.source})" if glibc else ""
         found.append(Finding("info", "glibc", f"{site_name} states no glibc its bound libraries "
                                               f"need{why}: not checked"))
-    if build in ("cuda", "rocm"):
+    if build in (Gpu.CUDA, Gpu.ROCM):
         found += _nccl(stack, fit.nccl, site_name)
         found += gpu_arch_findings(stack, gpus, site_name)
     for key, error in sorted((probe_errors or {}).items()):
@@ -127,7 +127,7 @@ def judge(stack: Mapping, *, site_name: str, site_gpu: str, arches: Sequence[str
 
 
 def _nccl(stack: Mapping, spec: Nccl | None, site: str) -> list[Finding]:
-    name = "RCCL" if stack.get("build") == "rocm" else "NCCL"
+    name = "RCCL" if stack.get("build") == Gpu.ROCM else "NCCL"
     if not stack.get("nccl"):
         return [Finding("warning", "nccl", f"torch reports no {name} version")]
     found: list[Finding] = []

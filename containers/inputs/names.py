@@ -1,21 +1,44 @@
 """The names the host and the workload scripts agree on, and the rules for the names inputs give.
 
 The scripts run inside the images and cannot import this package, so the shared list lives
-with them (``jobs/choices.py``, standard library only, no torch) and the host loads that very
-file (:mod:`containers.jobsfiles`): a new example, model or dtype is added in one place.
-
-The name rule of targets, sites, partitions and versions (:func:`name_problem`) and the
-did-you-mean of a refusal (:func:`suggest`) live here too, beside the names, with no pydantic:
-the command line's flag types use them when ``tasks.py`` is imported (``invoke --list``), and
-:mod:`containers.inputs.schema` offers them to the models.
+with them (``jobs/choices.py``, standard library only) and the host loads that very file
+(:mod:`containers.jobsfiles`). The name rule (:func:`name_problem`), the did-you-mean of a
+refusal (:func:`suggest`) and the GPU kinds (:class:`Gpu`) live here too, with no pydantic:
+the flag types use them when ``tasks.py`` is imported (``invoke --list``).
 """
 
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Any
 
 from containers.jobsfiles import choices, cudadriver
+
+
+class Gpu(StrEnum):
+    """A GPU vendor stack as sites, targets and torch builds name it; each member carries what
+    depends on it: Apptainer's flag, the variable that limits which GPUs a process sees, the
+    pattern of its architectures (sm_NN, gfxNNN) and its vendor as people name it."""
+
+    flag: str | None
+    visible_devices: str | None
+    arch: re.Pattern | None
+    vendor: str
+
+    NONE = "none", None, None, None, "no"
+    CUDA = "cuda", "--nv", "CUDA_VISIBLE_DEVICES", r"sm_\d{2,3}\Z", "NVIDIA (CUDA)"
+    ROCM = "rocm", "--rocm", "ROCR_VISIBLE_DEVICES", r"gfx[0-9a-f]{3,4}\Z", "AMD (ROCm)"
+
+    def __new__(cls, value: str, *facts: Any) -> "Gpu":
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.flag, member.visible_devices, arch, member.vendor = facts
+        member.arch = re.compile(arch) if arch else None
+        return member
+
+    def __repr__(self) -> str:  # a refusal lists the kinds as inputs spell them
+        return repr(self.value)
 
 
 EXAMPLES: tuple[str, ...] = choices.EXAMPLES

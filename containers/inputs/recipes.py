@@ -23,8 +23,9 @@ from containers.errors import ConfigError
 from containers.files import resolves_outside
 from containers.inputs.builders import BUILDERS
 from containers.inputs.envspec import is_https
-from containers.inputs.schema import (Bool, Declared, Str, StrList, StrMap, check_file_name,
-                                      line_of, pick, refuse, suggest, validate_model)
+from containers.inputs.names import Gpu
+from containers.inputs.schema import (Bool, Declared, GpuKind, Str, StrList, StrMap,
+                                      check_file_name, line_of, pick, refuse, suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_file, read_input_text
 
 
@@ -56,7 +57,7 @@ class Manifest(Declared):
                                     "BSD-3-Clause), shown on the catalogue page")
     site: Str = "local"
     arch: Literal["x86_64", "aarch64"] = "x86_64"
-    gpu: Literal["none", "cuda", "rocm"] = "none"
+    gpu: GpuKind = Gpu.NONE
     builder: Literal[tuple(BUILDERS)] = next(iter(BUILDERS))  # type: ignore[valid-type]
     definition: Str | None = None
     base: Str | None = None
@@ -90,7 +91,7 @@ class Target:
     description: str
     site: str
     arch: str
-    gpu: str
+    gpu: Gpu
     builder: str
     definition: Path | None
     base: str | None

@@ -15,7 +15,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Callable, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Callable, Literal, Mapping, Sequence, TypeVar
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Strict, ValidationError,
                       WrapValidator, model_validator)
@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 from containers.errors import ConfigError, UsageError, raise_all
 from containers.files import resolves_outside
 # the name rule and suggest live with the names (no pydantic there); offered here as before
-from containers.inputs.names import (NAME_RULE, TEMP_ENDINGS, is_env_name, name_problem,
+from containers.inputs.names import (NAME_RULE, TEMP_ENDINGS, Gpu, is_env_name, name_problem,
                                      suggest, type_name)
 from containers.inputs.yamlsource import Located
 
@@ -139,6 +139,8 @@ def _words(expected: str) -> WrapValidator:
 
 Str = Annotated[str, Strict()]
 Bool = Annotated[bool, Strict()]
+#: A GPU kind as inputs spell it (none, cuda, rocm); the model holds the member.
+GpuKind = Literal[tuple(Gpu)]  # type: ignore[valid-type]
 Int = Annotated[int, Strict()]
 Scalar = Str | Bool | Int | Annotated[float, Strict()]
 StrList = Annotated[list[Str], _words("a list of strings")]

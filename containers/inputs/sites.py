@@ -31,19 +31,15 @@ from containers import walltime
 from containers.errors import ConfigError
 from containers.inputs import references as refs
 from containers.inputs.directives import scheduler_option
+from containers.inputs.names import Gpu
 from containers.inputs.references import Reference, parse_reference, select
-from containers.inputs.schema import (Bool, Part, Str, input_files, is_env_name, pick,
+from containers.inputs.schema import (Bool, GpuKind, Part, Str, input_files, is_env_name, pick,
                                       problem_at, refuse, suggest, validate_model)
 from containers.inputs.yamlsource import load_yaml_file
 
 GpuRequest = Literal["gpus-per-node", "gres"]
-GPU_FLAGS = {"none": None, "cuda": "--nv", "rocm": "--rocm"}
-#: The variable that limits which GPUs a process sees, per GPU kind.
-VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
 #: A host variable in a site value (``$VAR``, ``${VAR}``), or ``$$``: a ``$`` for the container.
 HOST_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|(\$))")
-#: A GPU architecture as compilers name it: CUDA compute capability or an AMD gfx target.
-ARCH = {"cuda": re.compile(r"sm_\d{2,3}\Z"), "rocm": re.compile(r"gfx[0-9a-f]{3,4}\Z")}
 
 
 # ------------------------------------------------------------------------- value types
@@ -106,8 +102,8 @@ def after(field: str, problem: Callable[[Any, dict[str, Any]], str | None]) -> A
 
 
 def _arch_problem(arch: str | None, data: dict[str, Any]) -> str | None:
-    kind = data.get("kind", "none")
-    if arch is not None and (kind not in ARCH or not ARCH[kind].match(arch)):
+    kind = data.get("kind", Gpu.NONE)
+    if arch is not None and (kind.arch is None or not kind.arch.match(arch)):
         return f"'{arch}' is not a {kind} GPU architecture (sm_NN for cuda, gfxNNN for rocm)"
     if arch is not None and "arch_source" in data and not data["arch_source"]:
         return "a GPU architecture needs arch_source: the page that states it"
@@ -118,8 +114,8 @@ def _arch_problem(arch: str | None, data: dict[str, Any]) -> str | None:
 class Gpus(Part):
     """The GPUs of a node: kind, model, count, architecture, and how jobs ask for them."""
 
-    kind: Literal["none", "cuda", "rocm"] = Doc("none", description="GPU vendor stack: cuda "
-                                                "(--nv), rocm (--rocm) or none (CPU ranks)")
+    kind: GpuKind = Doc(Gpu.NONE, description="GPU vendor stack: cuda (--nv), rocm (--rocm) or "
+                        "none (CPU ranks)")
     model: Str | None = Doc(None, description="GPU model (a reference may name it)")
     per_node: Count = Doc(0, validate_default=True, description="GPUs (ROCm: GCDs) per node")
     max_per_job: Count = Doc(0, description="GPUs one job may hold (0: no site-wide limit)")
@@ -131,7 +127,7 @@ class Gpus(Part):
                               "--gpus-per-node=N or --gres=gpu:<gres_type>:N")
 
     _some_gpus = after("per_node", lambda count, data: "a GPU site needs gpus.per_node > 0"
-                       if data.get("kind", "none") != "none" and count <= 0 else None)
+                       if data.get("kind", Gpu.NONE) != Gpu.NONE and count <= 0 else None)
     _arch_known = after("arch", _arch_problem)
     _gres_needs_type = after("request", lambda request, data: (
         "request gres needs gres_type (the GPU type in --gres=gpu:<type>:N, e.g. v100)"
@@ -417,7 +413,7 @@ class Profile(Part):
 
     _one_mask_per_gpu = after("cpu_bind", lambda masks, data: (
         f"one CPU mask per GPU: {len(masks)} masks for {data['gpus'].per_node} GPUs"
-        if masks and data.get("gpus") is not None and data["gpus"].kind != "none"
+        if masks and data.get("gpus") is not None and data["gpus"].kind != Gpu.NONE
         and len(masks) != data["gpus"].per_node else None))
 
     _runtime_offered = after("offered_runtimes", lambda offered, data: (
@@ -462,7 +458,7 @@ class Profile(Part):
         nodes allocate is a job the scheduler refuses (or holds forever), so such a profile is
         refused, as is a GPU partition whose figure is missing (the ask cannot be checked)."""
         per_gpu = self.memory.per_gpu_gb
-        if not per_gpu or self.gpus.kind == "none":
+        if not per_gpu or self.gpus.kind == Gpu.NONE:
             return self
         for name, part in self.partitions.items():
             gpus = self.gpus_in(part)
@@ -480,7 +476,7 @@ class Profile(Part):
         return self
 
     def gpus_in(self, partition: Partition) -> int:
-        if self.gpus.kind == "none":
+        if self.gpus.kind == Gpu.NONE:
             return 0
         return self.gpus.per_node if partition.gpus_per_node is None else partition.gpus_per_node
 
@@ -509,7 +505,7 @@ class Profile(Part):
                 raise problem_at(f"partition '{ref.partition}' is not one of the site's "
                                  f"partitions{suggest(ref.partition, names)} (or * for any), "
                                  "so this reference would never apply", index, "partition")
-            if gpus is not None and gpus.kind != "none" and 0 < gpus.per_node \
+            if gpus is not None and gpus.kind != Gpu.NONE and 0 < gpus.per_node \
                     < ref.ranks_per_node:
                 raise problem_at(f"ranks_per_node {ref.ranks_per_node} is more than the site's "
                                  f"{gpus.per_node} GPUs per node (one rank per GPU), so this "
@@ -577,11 +573,6 @@ class Site(Profile):
         """The host modules every batch job loads: the site's, then its runtime's."""
         extra = self.runtime_module
         return (*self.modules, *([extra] if extra and extra not in self.modules else []))
-
-    @property
-    def gpu_flag(self) -> str | None:
-        """``--nv`` for CUDA, ``--rocm`` for ROCm, nothing for CPU sites: never both."""
-        return GPU_FLAGS[self.gpus.kind]
 
     def matches(self, environ: Mapping[str, str], hostname: str) -> bool:
         """Whether a ``detect`` rule holds; a site with no rules never matches."""

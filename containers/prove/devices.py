@@ -17,10 +17,8 @@ from itertools import groupby
 from typing import Callable, Iterable, Sequence
 
 from containers.inputs import names
+from containers.inputs.names import Gpu
 
-#: The torch build a GPU kind of a site profile needs.
-BUILD_FOR = {"cuda": "cuda", "rocm": "rocm"}
-VENDOR = {"cuda": "NVIDIA (CUDA)", "rocm": "AMD (ROCm)"}
 
 
 @dataclass(frozen=True)
@@ -28,7 +26,7 @@ class Expectation:
     """What the site's profile and the plan promise about the run's devices."""
 
     site: str
-    gpu: str  # none, cuda or rocm
+    gpu: Gpu
     ranks: int
     gpu_flag: str | None = None  # --nv / --rocm
     visible_var: str | None = None  # CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES
@@ -72,7 +70,7 @@ def reasons(expect: Expectation, reports: Sequence[dict], *, backend: str | None
     """The sanity gate on devices: one line per cause; empty when the GPUs were really used
     (or the site has none, where only the cores are checked)."""
     found = core_reasons(expect, reports)
-    if expect.gpu not in BUILD_FOR:
+    if expect.gpu == Gpu.NONE:
         return found
     missing = sorted(set(range(expect.ranks)) - {r["rank"] for r in reports})
     if missing:
@@ -90,7 +88,7 @@ def reasons(expect: Expectation, reports: Sequence[dict], *, backend: str | None
     found += sharing_reasons(expect, [r for r in reports if r.get("device") == "cuda"])
     if backend is not None and backend != "nccl" and not on_cpu:
         found.append(f"the ranks ran with backend {backend}, not nccl "
-                     f"({'RCCL' if expect.gpu == 'rocm' else 'NCCL'}): the GPU collectives "
+                     f"({'RCCL' if expect.gpu == Gpu.ROCM else 'NCCL'}): the GPU collectives "
                      "were not tested")
     return found
 
@@ -99,14 +97,15 @@ def build_reasons(expect: Expectation, reports: Sequence[dict]) -> list[str]:
     """A CPU-only torch, or one built for the other vendor: the image cannot use these GPUs."""
     found = []
     for build, group in _grouped(reports, lambda r: str(r.get("build") or "unknown")):
-        if build == BUILD_FOR[expect.gpu]:
+        if build == expect.gpu:  # the torch build a site's GPU kind needs is its namesake
             continue
         torch = "/".join(sorted({str(r.get("torch")) for r in group}))
         if build == "cpu":
             what = f"torch {torch} is a CPU-only build: the image was built for CPUs only"
-        elif build in VENDOR:
-            what = (f"torch {torch} is built for {VENDOR[build]}, but site {expect.site} has "
-                    f"{VENDOR[expect.gpu]} GPUs: the image was built for the other GPU vendor")
+        elif build in (Gpu.CUDA, Gpu.ROCM):
+            what = (f"torch {torch} is built for {Gpu(build).vendor}, but site {expect.site} has "
+                    f"{Gpu(expect.gpu).vendor} GPUs: the image was built for the other GPU "
+                    "vendor")
         else:
             what = f"the torch build is not reported ({build})"
         found.append(f"{_ranks(group)}: {what}")

@@ -1,12 +1,9 @@
-"""A workload kind: what is particular to ``invoke smoke`` (the all_reduce benchmark) or to
-``invoke train`` (the DDP / DeepSpeed / FSDP examples), and the one plan and run path they share.
+"""A workload kind: what is particular to one workload name (``smoke``, each training example,
+a user's command, an image build), and the one plan and run path the script kinds share.
 
-Both start the same way (:mod:`containers.run.workload`: the exec argv, torchrun, the rank files,
-the timeout) and are judged by the same gates (:mod:`containers.prove.verdict`). A kind says only
-what is its own: the script in ``jobs/`` and the report it writes, the arguments, binds and
-environment its options become, the sanity rules that read that report, and whether its
-performance is judged. Its options object names it (``options.kind``), so one application function
-runs either.
+They start the same way (:mod:`containers.run.workload`) and are judged by the same gates
+(:mod:`containers.prove.verdict`). A kind's options object names it (``options.kind``), so one
+application function runs any.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
-from containers.errors import UsageError, VerdictFailed
+from containers.errors import UsageError
 
 if TYPE_CHECKING:  # the kinds are declared when the command line starts (invoke --list): light
     from containers.host.runtime import Runtime
@@ -60,8 +57,9 @@ class JobBodies(Protocol):
 
 # ---------------------------------------------------------------------------------- kinds
 class WorkloadKind:
-    """The part of a workload that is its own: a kind with code of its own (smoke, train) is a
-    subclass; one that differs only in these attributes (run, build) is an instance given them."""
+    """A workload name's kind: by default a run of a script in the image, with options, on one
+    or more nodes, judged by this checkout. A kind that differs overrides the method that says
+    so (:mod:`containers.prove.registry`: a user's command, an image build)."""
 
     #: The command and the verdict's ``kind``.
     name: str = ""
@@ -72,122 +70,77 @@ class WorkloadKind:
     report_type: str = "RunReport"
     #: How a reason names the script ("the benchmark exited with code 3").
     program: str = ""
-    #: Whether each run's verdict record is appended to the performance log.
-    logs_performance: bool = False
     #: The type of its options (None: the kind takes no run options), and the names of the run
     #: options (``tasks.RUN_OPTIONS``) that type takes: ``invoke job`` refuses the others.
     options_type: type | None = None
     run_options: tuple[str, ...] = ()
-    #: The wall time a batch job of this kind is expected to need (seconds), before any
-    #: partition's limit caps it.
+    #: The seconds a batch job of this kind asks for when ``--time`` is not given.
     estimate: int = 3600
-    #: Who judges a batch job of this kind: ``checkout`` (``invoke verdict`` in this
-    #: checkout's environment, on the image's architecture), ``image`` (the job judges itself
-    #: with the image's Python: ``jobs/runverdict.py``) or None (no verdict: a build).
-    judge: str | None = "checkout"
-    #: Whether the job makes the image (a build) rather than runs it, takes the user's command
-    #: after ``--``, and may span several nodes.
-    builds_image: bool = False
-    takes_command: bool = False
-    multinode: bool = True
 
-    def __init__(self, **attributes: object) -> None:
-        unknown = sorted(set(attributes) - set(dir(WorkloadKind)))
-        if unknown:  # a misspelt one would leave its default (who judges) silently in place
-            raise TypeError(f"not a WorkloadKind attribute: {', '.join(unknown)}")
-        vars(self).update(attributes)
+    @property
+    def workload(self) -> str:
+        """The name ``--workload`` takes for this kind (and ``job.json`` records)."""
+        return self.name
 
-    def make_options(self, workload: str, *, gpus: int, given: Mapping[str, object],
+    def make_options(self, *, gpus: int, given: Mapping[str, object],
                      flag: str = "--workload") -> Options | None:
-        """The options of a run of ``workload`` (a name of this kind) on ``gpus`` ranks per
-        node from the plain values ``given`` (flags, a job's ``job.json``); None: no options."""
-        if self.options_type is not None:
-            return self.options_type(gpus=gpus, **given)
-        if given:
-            raise UsageError(f"--workload {workload} takes no run options (got "
-                             f"{', '.join(sorted(given))})", flag=flag)
-        return None
+        """The options of a run on ``gpus`` ranks per node from flags or a ``job.json``."""
+        return self.options_type(gpus=gpus, **given)
 
-    def resized(self, workload: str, options: Options | None, *, gpus: int) -> Options | None:
-        """``options`` (the given ones when of this kind's type, else its defaults) for a run of
-        ``workload`` on ``gpus`` ranks per node."""
-        if self.options_type is None:
-            return None
-        if isinstance(options, self.options_type):
-            return self._resize(workload, options, gpus)
-        return self.make_options(workload, gpus=gpus, given={})
-
-    def _resize(self, workload: str, options: Options, gpus: int) -> Options:
-        return replace(options, gpus=gpus)  # type: ignore[type-var]
+    def resized(self, options: Options | None, *, gpus: int) -> Options | None:
+        """``options`` if of this kind's type, else its defaults, on ``gpus`` ranks per node."""
+        if isinstance(options, self.options_type):  # type: ignore[arg-type]
+            return replace(options, gpus=gpus)  # type: ignore[type-var]
+        return self.make_options(gpus=gpus, given={})
 
     # ------------------------------------------------------- what a job of this kind needs
-    @property
-    def needs_image(self) -> bool:
-        """Whether a job of this kind runs the built image (a build makes it instead)."""
-        return not self.builds_image
-
     def before_submit(self, check_image: Callable[[], None]) -> None:
-        """What a submission of a job of this kind checks first: the image it runs
-        (``check_image``), where it runs one."""
-        if self.needs_image:
-            check_image()
+        """What a submission of a job of this kind checks first: the image it runs."""
+        check_image()
 
-    def checked_command(self, workload: str, command: Sequence[str]) -> tuple[str, ...]:
+    def checked_command(self, command: Sequence[str]) -> tuple[str, ...]:
         """The user's command after ``--`` as this kind takes it: none (refused when given)."""
         if command:
             raise UsageError(f"a command after -- goes with --workload run, not --workload "
-                             f"{workload}", flag="--")
+                             f"{self.workload}", flag="--")
         return ()
 
-    def check_nodes(self, workload: str, nodes: int) -> None:
+    def check_nodes(self, nodes: int) -> None:
         """A kind that runs on one node refuses more."""
-        if not self.multinode and nodes != 1:
-            raise UsageError(f"a {workload} job runs on one node (got --nodes {nodes})",
-                             flag="--nodes")
 
     def workdir(self, cwd: Callable[[], str]) -> str | None:
-        """The folder a job runs its command in (the submitting one, ``cwd()``, asked only
-        then); None: no command."""
-        return cwd() if self.takes_command else None
+        """The folder a job runs its command in (``cwd()``, asked only then); None: none."""
+        return None
 
     def arch_hint(self, target: Target) -> str:
         """What an image of another architecture than the site's nodes can do about it."""
-        return (f"; build it on an {target.arch} machine (invoke build --target "
-                f"{target.name} there)" if self.builds_image else "")
+        return ""
 
     def partition_of(self, site: Site) -> str | None:
         """The partition a job of this kind goes to when none is named (None: the site's)."""
-        return site.build_partition if self.builds_image else None
+        return None
 
     def needs_node_tool(self, target_arch: str, host_arch: str) -> bool:
-        """Whether a job on ``target_arch`` nodes needs this tool's packages prepared for the
-        node's Python (a build on nodes this checkout's environment cannot run on)."""
-        return self.builds_image and target_arch != host_arch
+        """Whether a job on ``target_arch`` nodes needs this tool's packages for their Python."""
+        return False
 
     def judged_off_host(self, target_arch: str, host_arch: str) -> bool:
-        """Whether this checkout judges a job of this kind on ``target_arch`` nodes, where its
-        own environment cannot run (the verdict then runs with the image's Python)."""
-        return self.judge == "checkout" and target_arch != host_arch
+        """Whether this checkout judges it on nodes its own environment cannot run on."""
+        return target_arch != host_arch
 
-    def check_judged_here(self, folder: Path, workload: str) -> None:
+    def check_judged_here(self, folder: Path) -> None:
         """Refuse, in one line, to judge results (``folder``) this checkout does not judge."""
-        if self.judge == "image":
-            raise VerdictFailed(f"verdict FAILED: {folder} is a {workload} job's; the job "
-                                "judges itself (jobs/runverdict.py writes its verdict.json)")
-        if self.judge != "checkout":
-            raise VerdictFailed(f"verdict FAILED: {folder} is a {workload} job's, which has "
-                                "no verdict")
 
     def job_body(self, jobs: JobBodies) -> Any:
         """The batch job of this kind, by what the planner offers: a run of its script."""
         return jobs.workload()
 
-    def plan_in_job(self, target: Target, site: Site, *, workload: str,
-                    options: Options | None, command: Sequence[str], ranks: int,
+    def plan_in_job(self, target: Target, site: Site, *, options: Options | None,
+                    command: Sequence[str], ranks: int,
                     **common: Any) -> tuple[Workload, Options | None, CommandRun | None]:
         """The run inside a batch job (``common``: :func:`plan`'s placement and the rest):
         the workload, its options and, for a command, the planned command."""
-        sized = self.resized(workload, options, gpus=ranks)
+        sized = self.resized(options, gpus=ranks)
         assert sized is not None  # a kind without options plans its own (run) or none (build)
         return plan(target, site, options=sized, **common), sized, None
 
@@ -229,8 +182,8 @@ class WorkloadKind:
         return [("json", result.plan.out_dir / self.report_name)]
 
     def perflog_records(self, record: dict) -> list[dict]:
-        """The perflog lines of a run's verdict record (smoke: one per collective)."""
-        return [record]
+        """The perflog lines of a run's verdict record (none: its performance is not logged)."""
+        return []
 
 
 def plan(target: Target, site: Site, *, settings: Settings, runtime: Runtime, options: Options,

@@ -1,23 +1,22 @@
-"""The workloads a command or a batch job can name, each mapped to the kind that owns it.
+"""The workloads a command or a batch job can name, each one kind object.
 
-``invoke job --workload NAME`` and ``invoke verdict`` ask this registry, never the name: its
-options type and the run options it takes (:attr:`WorkloadKind.run_options`), its time
-estimate, who judges it, whether it makes the image or takes a command. The smoke benchmark
-and the training examples (one kind, three names: ``ddp``, ``deepspeed``, ``fsdp``) run through
-:func:`containers.prove.kind.plan`; a user's command (``run``) and an image build (``build``)
-are kinds with no run options of their own. A new kind is a :class:`WorkloadKind` (a subclass
-where it has code of its own) and one entry in :data:`WORKLOADS`.
+``invoke job --workload NAME`` and ``invoke verdict`` resolve the name here once and ask the
+kind, never the name. Smoke and each training example (``ddp``, ``deepspeed``, ``fsdp``) run a
+script (:func:`containers.prove.kind.plan`); a user's command (``run``) and an image build
+(``build``) are kinds with no run options. A new kind is a :class:`WorkloadKind` subclass
+that overrides where it differs, and one entry in :data:`WORKLOADS`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from containers.errors import UsageError
+from containers.errors import UsageError, VerdictFailed
 from containers.inputs.names import suggest
 from containers.prove.kind import JobBodies, Options, WorkloadKind
 from containers.prove.smoke import SMOKE
-from containers.prove.train import EXAMPLES, TRAIN
+from containers.prove.train import TRAINS
 
 if TYPE_CHECKING:
     from containers.inputs.recipes import Target
@@ -26,49 +25,95 @@ if TYPE_CHECKING:
     from containers.run.workload import Workload
 
 
-class RunKind(WorkloadKind):
-    """The user's own command: the words after ``--``, planned as ``invoke run`` plans them."""
+class PlainKind(WorkloadKind):
+    """A kind with no run options (any given are refused) that this checkout does not judge."""
 
-    def checked_command(self, workload: str, command: Sequence[str]) -> tuple[str, ...]:
+    def make_options(self, *, gpus: int, given: Mapping[str, object],
+                     flag: str = "--workload") -> None:
+        if given:
+            raise UsageError(f"--workload {self.workload} takes no run options (got "
+                             f"{', '.join(sorted(given))})", flag=flag)
+
+    def resized(self, options: Options | None, *, gpus: int) -> None:
+        return None
+
+    def judged_off_host(self, target_arch: str, host_arch: str) -> bool:
+        return False
+
+
+class RunKind(PlainKind):
+    """The user's own command (the words after ``--``), planned as ``invoke run`` plans it; a
+    batch job of it judges itself in the image (``jobs/runverdict.py``)."""
+
+    name = "run"
+
+    def checked_command(self, command: Sequence[str]) -> tuple[str, ...]:
         from containers.run.command import check_command  # here: declaring a kind stays light
         return check_command(command)
+
+    def workdir(self, cwd: Callable[[], str]) -> str | None:
+        return cwd()
+
+    def check_judged_here(self, folder: Path) -> None:
+        raise VerdictFailed(f"verdict FAILED: {folder} is a run job's; the job judges itself "
+                            "(jobs/runverdict.py writes its verdict.json)")
 
     def job_body(self, jobs: JobBodies) -> Any:
         return jobs.command()
 
-    def plan_in_job(self, target: Target, site: Site, *, workload: str,
-                    options: Options | None, command: Sequence[str], ranks: int,
+    def plan_in_job(self, target: Target, site: Site, *, options: Options | None,
+                    command: Sequence[str], ranks: int,
                     **common: Any) -> tuple[Workload, Options | None, CommandRun | None]:
         from containers.run.command import plan_command
         planned = plan_command(target, site, command=command, ranks=ranks, timeout=0, **common)
         return planned.workload, None, planned
 
 
-class BuildKind(WorkloadKind):
-    """An image build as a batch job: ``invoke build`` on a node of the image's architecture."""
+class BuildKind(PlainKind):
+    """An image build as a batch job: ``invoke build`` on one node of the image's
+    architecture; it needs no image and has no verdict."""
+
+    name = "build"
+    estimate = 2 * 3600
+
+    def before_submit(self, check_image: Callable[[], None]) -> None:
+        pass  # a build makes the image it would check
+
+    def check_nodes(self, nodes: int) -> None:
+        if nodes != 1:
+            raise UsageError(f"a build job runs on one node (got --nodes {nodes})",
+                             flag="--nodes")
+
+    def arch_hint(self, target: Target) -> str:
+        return (f"; build it on an {target.arch} machine (invoke build --target "
+                f"{target.name} there)")
+
+    def partition_of(self, site: Site) -> str | None:
+        return site.build_partition
+
+    def needs_node_tool(self, target_arch: str, host_arch: str) -> bool:
+        return target_arch != host_arch
+
+    def check_judged_here(self, folder: Path) -> None:
+        raise VerdictFailed(f"verdict FAILED: {folder} is a build job's, which has no verdict")
 
     def job_body(self, jobs: JobBodies) -> Any:
         return jobs.build()
 
 
-#: The user's own command (``invoke run``, ``--workload run``): no run options; a batch job
-#: judges itself in the image (``jobs/runverdict.py``).
-RUN = RunKind(name="run", judge="image", takes_command=True)
-#: An image build as a batch job: one node, no image needed, no verdict.
-BUILD = BuildKind(name="build", estimate=2 * 3600, judge=None, builds_image=True,
-                  multinode=False)
+RUN, BUILD = RunKind(), BuildKind()
 
-#: Every workload name, in the order help and errors list them.
-WORKLOADS: dict[str, WorkloadKind] = {"smoke": SMOKE, **{name: TRAIN for name in EXAMPLES},
-                                      "run": RUN, "build": BUILD}
+#: Every workload name's kind, in the order help and errors list them.
+WORKLOADS: dict[str, WorkloadKind] = {kind.workload: kind
+                                      for kind in (SMOKE, *TRAINS.values(), RUN, BUILD)}
 
 
-def kind_of(workload: str, *, flag: str = "--workload") -> WorkloadKind:
+def kind_of(name: str, *, flag: str = "--workload") -> WorkloadKind:
     try:
-        return WORKLOADS[workload]
+        return WORKLOADS[name]
     except KeyError:
-        raise UsageError(f"{flag} must be one of {', '.join(WORKLOADS)} (got '{workload}')"
-                         f"{suggest(workload, WORKLOADS)}", flag=flag) from None
+        raise UsageError(f"{flag} must be one of {', '.join(WORKLOADS)} (got '{name}')"
+                         f"{suggest(name, WORKLOADS)}", flag=flag) from None
 
 
 def applies_to(option: str) -> list[str]:
@@ -76,15 +121,12 @@ def applies_to(option: str) -> list[str]:
                               if option in kind.run_options))
 
 
-def job_options(workload: str, *, gpus: int, given: Mapping[str, Any],
-                kind: WorkloadKind | None = None) -> Options | None:
-    """The options of ``invoke job --workload WORKLOAD`` (of ``kind``, where the caller resolved
-    it) from the run options ``given`` (by their names in ``tasks.RUN_OPTIONS``); one its kind
-    does not take is refused in one line."""
-    kind = kind or kind_of(workload)
+def job_options(kind: WorkloadKind, *, gpus: int, given: Mapping[str, Any]) -> Options | None:
+    """The options of ``invoke job --workload`` ``kind`` from the run options ``given`` (by
+    their names in ``tasks.RUN_OPTIONS``); one the kind does not take is refused in one line."""
     for name in given:
         if name not in kind.run_options:
             raise UsageError(f"applies to {' and '.join(applies_to(name))} jobs, not "
-                             f"--workload {workload}; leave it out",
+                             f"--workload {kind.workload}; leave it out",
                              flag="--" + name.replace("_", "-"))
-    return kind.make_options(workload, gpus=gpus, given=given)
+    return kind.make_options(gpus=gpus, given=given)

@@ -126,7 +126,6 @@ class SmokeKind(WorkloadKind):
     script = "allreduce.py"
     report_name = "allreduce.json"
     program = "the benchmark"
-    logs_performance = True
     options_type = SmokeOptions
     run_options = ("sizes", "iters", "warmup", "cycles", "op", "dtype", "timeout")
     estimate = 30 * 60

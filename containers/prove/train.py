@@ -88,7 +88,7 @@ class TrainOptions:
 
     @property
     def kind(self) -> "TrainKind":
-        return TRAIN
+        return TRAINS[self.example]
 
 
 #: The arguments only one example takes, by its name (the others take none of their own).
@@ -112,15 +112,22 @@ class TrainKind(WorkloadKind):
              "ds_config", "data", "target_accuracy", "compile", "timeout")
     estimate = 3600
 
-    def make_options(self, workload: str, *, gpus: int, given: Mapping[str, Any],
-                     flag: str = "--workload") -> TrainOptions:
-        """The example is the workload's name: a refusal names the flag that chose it."""
-        deepspeed_only(workload, example_flag=flag, zero_stage=given.get("zero_stage"),
-                       ds_config=given.get("ds_config"))
-        return TrainOptions(example=workload, gpus=gpus, **given)
+    def __init__(self, example: str) -> None:
+        self.example = example
 
-    def _resize(self, workload: str, options: TrainOptions, gpus: int) -> TrainOptions:
-        return replace(options, example=workload, gpus=gpus)
+    @property
+    def workload(self) -> str:
+        return self.example
+
+    def make_options(self, *, gpus: int, given: Mapping[str, Any],
+                     flag: str = "--workload") -> TrainOptions:
+        """A refusal names the flag that chose the example."""
+        deepspeed_only(self.example, example_flag=flag, zero_stage=given.get("zero_stage"),
+                       ds_config=given.get("ds_config"))
+        return TrainOptions(example=self.example, gpus=gpus, **given)
+
+    def resized(self, options: Any, *, gpus: int) -> TrainOptions:
+        return replace(super().resized(options, gpus=gpus), example=self.example)  # type: ignore
 
     def folder(self, options: TrainOptions) -> str:
         return f"train-{options.example}"
@@ -175,7 +182,8 @@ class TrainKind(WorkloadKind):
             "params_consistent")}
 
 
-TRAIN = TrainKind()
+#: The kind of each training example, by its name.
+TRAINS = {example: TrainKind(example) for example in EXAMPLES}
 
 
 def read_report(result: verdict.Result) -> tuple[Any, str | None]:

@@ -16,7 +16,7 @@ from functools import cached_property
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.facts import utc_now
 from containers.image import provenance
-from containers.inputs.sites import VISIBLE_DEVICES
+from containers.inputs.names import Gpu
 from containers.prove import devices, stack
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
@@ -131,8 +131,8 @@ def device_reasons(result: Result) -> list[str]:
     and prove nothing about it."""
     plan, site = result.plan, result.plan.site
     expect = devices.Expectation(
-        site=site.name, gpu=site.gpus.kind, ranks=plan.ranks, gpu_flag=site.gpu_flag,
-        visible_var=VISIBLE_DEVICES.get(site.gpus.kind), rank_cores=tuple(plan.cores))
+        site=site.name, gpu=site.gpus.kind, ranks=plan.ranks, gpu_flag=site.gpus.kind.flag,
+        visible_var=site.gpus.kind.visible_devices, rank_cores=tuple(plan.cores))
     return devices.reasons(expect, result.outcome.devices,
                            backend=result.run_report.backend)
 
@@ -154,7 +154,7 @@ def network_reasons(result: Result) -> list[str]:
     (a failed sanity gate, which publish refuses) until the profile says what the logs must
     show (``transport:``)."""
     plan, site = result.plan, result.plan.site
-    if site.gpus.kind == "none" or plan.nodes < 2 or site.transport.expect:
+    if site.gpus.kind == Gpu.NONE or plan.nodes < 2 or site.transport.expect:
         return []
     return [f"NOT-PROVEN: site {site.name} declares no transport for multi-node runs "
             f"({site.path.name} has no transport:), so nothing "

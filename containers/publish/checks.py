@@ -20,8 +20,8 @@ from containers.host.process import run
 from containers.host.runtime import Runtime
 from containers.image.emulated import emulated_binds
 from containers.image.sitefit import holds_no_torch
+from containers.inputs.names import Gpu
 from containers.inputs.recipes import Target
-from containers.prove.devices import VENDOR
 from containers.publish.gate import evidence_reasons
 from containers.records import BuildRecord, Verdict
 from containers.report import Say
@@ -41,15 +41,15 @@ NO_TORCH_PROOF = "no collective proof: no torch"
 VERDICT_LIMIT = 16 << 20
 
 
-def _proves(record: Verdict, gpu: str) -> bool:
+def _proves(record: Verdict, gpu: Gpu) -> bool:
     """Whether a passing verdict is of a run that could prove the image at all: 2 ranks or
     more, and for a GPU image every rank on that kind of GPU with backend nccl."""
     return ((record.ranks or 0) >= 2
-            and (gpu == "none" or (record.backend == "nccl" and record.device_kind == gpu)))
+            and (gpu == Gpu.NONE or (record.backend == "nccl" and record.device_kind == gpu)))
 
 
 def find_verdict(results_dir: Path, target: str, sha256: str, *,
-                 gpu: str = "none") -> tuple[Path, Verdict] | None:
+                 gpu: Gpu = Gpu.NONE) -> tuple[Path, Verdict] | None:
     """The newest smoke verdict of exactly this image that counts: a pass of 2 ranks or more
     (for a GPU image (``gpu`` cuda or rocm, the target's or its site's), only one whose every
     rank ran on that kind of GPU with backend nccl: a CPU run, a run on the other vendor's GPUs,
@@ -89,7 +89,7 @@ def _one_line(items: object) -> str:
     return line[:400].rsplit(" ", 1)[0] + " ... (the rest in the verdict file)"
 
 
-def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gpu: str,
+def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gpu: Gpu,
                     labels: Mapping | None = None) -> None:
     """:class:`VerdictFailed` when the newest verdict of the image failed, or says it passed
     while its run's own files (:func:`containers.publish.gate.evidence_reasons`) do not."""
@@ -157,7 +157,7 @@ def without_torch(target: Target, provenance: BuildRecord, say: Say) -> dict:
 
 def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: Mapping,
                   results_dir: Path, quick_check: QuickCheck, say: Say,
-                  gpu: str = "none", gpus_here: Collection[str] = ()) -> dict:
+                  gpu: Gpu = Gpu.NONE, gpus_here: Collection[Gpu] = ()) -> dict:
     """The checks record for the catalogue; :class:`VerdictFailed` when one fails. ``gpu``: the
     GPU kind the image is for (none, cuda, rocm); only a run on that kind proves it
     (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
@@ -166,14 +166,14 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
         return without_torch(target, provenance, say)
     sha = provenance.sha256
     found = find_verdict(results_dir, target.name, sha, gpu=gpu)
-    if found is None and gpu != "none" and gpu not in gpus_here:
+    if found is None and gpu != Gpu.NONE and gpu not in gpus_here:
         raise VerdictFailed(
             f"not publishing {target.name}: no passing smoke verdict of this image (sha256 "
-            f"{sha[:12]}) on {VENDOR[gpu]} GPUs in {results_dir / 'smoke'}, and this machine "
-            f"has no {VENDOR[gpu]} GPUs to run one: run `invoke job --target {target.name} "
-            "--workload smoke --submit` on the site's GPU nodes (its verdict lands in the "
-            "shared results folder), then publish again; or publish with --skip-checks, which "
-            "the catalogue records")
+            f"{sha[:12]}) on {Gpu(gpu).vendor} GPUs in {results_dir / 'smoke'}, and this "
+            f"machine has no {Gpu(gpu).vendor} GPUs to run one: run `invoke job --target "
+            f"{target.name} --workload smoke --submit` on the site's GPU nodes (its verdict "
+            "lands in the shared results folder), then publish again; or publish with "
+            "--skip-checks, which the catalogue records")
     if found is not None:
         refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
                         labels=provenance.labels)
@@ -194,8 +194,8 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
         say(f"checks: WARNING: {exc}")
     found = find_verdict(results_dir, target.name, sha, gpu=gpu)
     if found is None:
-        why = (f"whose ranks ran on {VENDOR[gpu]} GPUs (run the smoke on the site's GPU "
-               "nodes, e.g. as a batch job, then publish)" if gpu != "none"
+        why = (f"whose ranks ran on {Gpu(gpu).vendor} GPUs (run the smoke on the site's GPU "
+               "nodes, e.g. as a batch job, then publish)" if gpu != Gpu.NONE
                else "(was it rebuilt meanwhile?)")
         raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "
                             f"no smoke verdict for this image's sha256 {why}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from containers.files import read_json_object, read_regular_text
+from containers.inputs.names import Gpu
 from containers.prove.devices import device_kind
 from containers.publish.diff import shown, where_run
 from containers.prove.smoke import read_smoke, run_file_reasons
@@ -66,11 +67,11 @@ def busbw_check(old: SmokeSummary | None, new: SmokeSummary | None) -> dict:
     return {**figures, "note": None, "regression": None}
 
 
-def torch_mismatch(build: str | None, gpu: str, site: str) -> str | None:
+def torch_mismatch(build: str | None, gpu: Gpu, site: str) -> str | None:
     """Why the image's torch cannot serve ``gpu`` (the target's or its site's GPU kind), or None:
     a CPU-only torch on a CUDA site runs, slowly and on no GPU, which the site fit only warns of
     at build; a published image must be the build its GPUs need."""
-    if gpu == "none" or build == gpu:
+    if gpu == Gpu.NONE or build == gpu:
         return None
     return (f"torch in the image is a {build or 'missing'} build; {site}'s GPUs need a {gpu} "
             "build")
@@ -141,7 +142,7 @@ def _record_reasons(folder: Path, sha256: str) -> list[str]:
     return []
 
 
-def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: str,
+def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: Gpu,
                    labels: Mapping | None) -> list[str]:
     """The run must have run in this image: every rank's device report carries the identity
     labels it read inside its image, and they must be this image's (a verdict's sha256 is one
@@ -158,7 +159,7 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: str,
             reasons.append(f"ranks {', '.join(strangers[:8])} did not record running in this "
                            f"image (its labels {wanted.get('containers.build-date') or ''} "
                            "in their device reports)")
-    if gpu != "none" and device_kind(tuple(reports.values())) != gpu:
+    if gpu != Gpu.NONE and device_kind(tuple(reports.values())) != gpu:
         reasons.append(f"its device reports do not show every rank on a {gpu} GPU")
     return reasons
 
@@ -174,7 +175,7 @@ def _degraded(folder: Path, record: Mapping) -> str | None:
     return f"--transport {chosen}" if chosen else None
 
 
-def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: str = "none",
+def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: Gpu = Gpu.NONE,
                      labels: Mapping | None = None) -> list[str]:
     """Why the run beside ``verdict`` does not bear out a pass of the image ``sha256`` whose
     labels are ``labels`` (empty: it does). Read from the run's own files, never from the

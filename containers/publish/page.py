@@ -28,6 +28,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from containers.inputs.names import Gpu
 from containers.publish.catalogue import driver_needed
 from containers.publish.diff import shown, where_run
 from containers.publish.modulefile import EXAMPLE_COMMAND, by_hand, exec_name
@@ -81,9 +82,9 @@ def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
     if not stack:
         return [("stack", "not recorded (published with --skip-checks or by an older tool)")]
     build = stack.get("build")
-    collective = "RCCL" if build == "rocm" else "NCCL"
+    collective = "RCCL" if build == Gpu.ROCM else "NCCL"
     linkage = f" ({stack['nccl_linkage']} library)" if stack.get("nccl_linkage") else ""
-    gpu = build in ("cuda", "rocm")
+    gpu = build in (Gpu.CUDA, Gpu.ROCM)
     torch = (f"{stack['torch']} ({shown(build)} build)" if stack.get("torch")
              else "none: the image holds no torch")
     rows = [("torch", torch),

@@ -53,7 +53,7 @@ from containers.inputs.flags import GROUP
 from containers.inputs.recipes import Target
 from containers.inputs.schema import TEMP_ENDINGS, check_name, is_env_name, name_problem
 from containers.inputs.settings import Settings
-from containers.inputs.sites import Site
+from containers.inputs.sites import Gpu, Site
 from containers.locking import file_lock
 from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
@@ -152,9 +152,9 @@ class PublishPlan:
     batch_preamble: tuple[str, ...] | None = None
 
     @property
-    def gpu(self) -> str:
+    def gpu(self) -> Gpu:
         """The GPU kind the image must run on: the target's, else its site's (none: CPU)."""
-        return self.target.gpu if self.target.gpu != "none" else self.site.gpus.kind
+        return self.target.gpu if self.target.gpu != Gpu.NONE else self.site.gpus.kind
 
     @property
     def folder(self) -> Path:
@@ -276,7 +276,7 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         "checks": checks, "forced": replaced is not None,
         "replaced_sha256": replaced.sha256 if replaced else None,
         "site": plan.site.name, "published": when,
-        "site_runtime": {"runtime": plan.site.runtime, "gpu_flag": plan.site.gpu_flag},
+        "site_runtime": {"runtime": plan.site.runtime, "gpu_flag": plan.site.gpus.kind.flag},
         "published_by": f"{getpass.getuser()}@{socket.gethostname()}",
         "publisher_runtime": {"flavour": runtime.flavour, "version": runtime.version},
         "provenance": {k: v for k, v in plan.provenance.as_dict().items() if k != "labels"},
@@ -577,8 +577,8 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
     spec = ModuleSpec(target=plan.target.name, version=plan.version,
                       description=plan.target.description, image=str(plan.sif),
                       bin_dir=str(plan.exec_path.parent), runtime=plan.site.runtime,
-                      gpu_flag=plan.site.gpu_flag, binds=plan.site.binds, env=dict(plan.site.env),
-                      modules=plan.site.job_modules,
+                      gpu_flag=plan.site.gpus.kind.flag, binds=plan.site.binds,
+                      env=dict(plan.site.env), modules=plan.site.job_modules,
                       sha256=sha256, signed_by=key and key.fingerprint, published=when)
     checksum = plan.sif.with_name(plan.sif.name + ".sha256")
     return [  # (temp, final, commit step), in commit order: the catalogue last

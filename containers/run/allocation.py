@@ -17,7 +17,7 @@ from containers.errors import StateError, UsageError
 from containers.host.process import capture
 from containers.inputs import flags
 from containers.report import deferred
-from containers.run.launchers import LAUNCHERS, TORCHRUN_ON
+from containers.run.launchers import LAUNCHERS
 from containers.run.rendezvous import RENDEZVOUS, Query
 from containers.run.workload import Placement
 
@@ -85,7 +85,7 @@ def across_nodes(nodes: int, *, dry_run: bool = False,
     if dry_run and found is None and nodes > 1:
         rendezvous = RENDEZVOUS.get(scheduler, SLURM)
         return Placement(nodes=nodes, rendezvous=rendezvous.at_job_time(deferred),
-                         launcher=LAUNCHERS[TORCHRUN_ON.get(rendezvous.scheduler, "torchrun")])
+                         launcher=LAUNCHERS["torchrun"].on(rendezvous.scheduler))
     check_nodes(nodes, found)
     if nodes == 1 or found is None:
         return None

@@ -17,7 +17,7 @@ from containers.errors import UsageError
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
-from containers.inputs.sites import Site
+from containers.inputs.sites import Gpu, Site
 from containers.run.workload import Placement, Workload, plan_workload
 
 KIND = "run"
@@ -68,7 +68,7 @@ def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
     steps are: :meth:`~containers.run.launchers.Launcher.node_step`; with the run's flags, binds
     and environment), or None where the site has no GPUs to check."""
     site, launch = workload.site, workload.launch
-    if site.gpus.kind == "none":
+    if site.gpus.kind == Gpu.NONE:
         return None
     probe = ["python3", f"{settings.jobs_mount}/{GATE_SCRIPT}", "--expect-gpu", site.gpus.kind,
              "--ranks", str(launch.ranks_per_node)]

@@ -1,19 +1,11 @@
 """The launchers: how the ranks of a planned workload start, as argv. One registry for all runs.
 
-A launcher takes the ingredients of a planned run (:class:`Launch`: the runtime's exec pieces, the
-script in the image and its arguments, ranks per node, nodes, the rendezvous, the site's torchrun,
-CPU masks and visible-devices variable) and returns one argv. ``invoke smoke``/``invoke train`` on
-one node, ``--nodes M`` inside a Slurm allocation and batch scripts use the same objects; only the
-ingredients differ (a batch script's rendezvous is made of references to the job's shell
-variables, which :mod:`containers.batch.script` writes as such). Each launcher's class says how
-it starts the ranks; docs/launchers.md has them side by side.
-
-Each launcher also gives the prefix of a batch job's step of one process per node (its device
-gate: :meth:`Launcher.node_step`; the verdict runs once, where the script runs, with no prefix),
-and the site's ``job.step_options`` (sites/*.yaml) follow the launcher's own options in every step.
-
-A site profile's ``launcher`` names one of these (:func:`for_site` checks it, naming the profile's
-line); ``torchrun`` on a PBS site means ``mpiexec-torchrun``, the same torchrun per node.
+A launcher takes a planned run's ingredients (:class:`Launch`) and returns one argv; one node,
+``--nodes M`` in an allocation and batch scripts use the same objects with other ingredients.
+It also gives the prefix of a batch job's step of one process per node (:meth:`node_step`),
+followed by the site's ``job.step_options``. A site profile's ``launcher`` names one
+(:func:`for_site` checks it); one may stand for another on its schedulers (``torchrun`` on PBS
+is ``mpiexec-torchrun``). docs/launchers.md has them side by side.
 """
 
 from __future__ import annotations
@@ -122,6 +114,13 @@ class Launcher:
     needs_rendezvous = False
     #: Binds each rank to its cores itself (srun's --cpu-bind), so the workloads need no map.
     binds_cores = False
+    #: The launcher whose ranks this one starts on its schedulers, where that one cannot.
+    stands_for = ""
+
+    def on(self, scheduler: str) -> Launcher:
+        """This launcher on ``scheduler``: one that stands for it there, else itself."""
+        return next((other for other in LAUNCHERS.values()
+                     if other.stands_for == self.name and scheduler in other.schedulers), self)
 
     def shape(self, site: Site, gpus: int) -> Shape:
         return Shape(tasks_per_node=1, cpus_per_task=cores_for(site, gpus))
@@ -153,6 +152,7 @@ class MpiexecTorchrun(Torchrun):
 
     name = "mpiexec-torchrun"
     schedulers = ("pbs",)
+    stands_for = "torchrun"
 
     def node_step(self, launch: Launch) -> list[str]:
         return ["mpiexec", "-n", str(launch.nodes), "--ppn", "1", *launch.step_options]
@@ -193,8 +193,6 @@ class SrunPerGpu(Launcher):
 
 LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in
                                   (Torchrun(), SrunPerGpu(), MpiexecTorchrun())}
-#: What ``torchrun`` means on a scheduler whose job steps another launcher starts.
-TORCHRUN_ON = {"pbs": "mpiexec-torchrun"}
 
 
 def named(name: str, *, flag: str = "--launcher") -> Launcher:
@@ -217,8 +215,7 @@ def for_site(site: Site, override: str | None = None) -> Launcher:
                           f"{suggest(site.launcher, list(LAUNCHERS))}; known: "
                           f"{', '.join(LAUNCHERS)}", path=site.path,
                           line=site.lines.get("launcher"), key="launcher")
-    if launcher.name == "torchrun" and site.scheduler in TORCHRUN_ON:
-        launcher = LAUNCHERS[TORCHRUN_ON[site.scheduler]]
+    launcher = launcher.on(site.scheduler)
     if site.scheduler not in launcher.schedulers:
         message = (f"launcher {launcher.name} needs a {' or '.join(launcher.schedulers)} site; "
                    f"{site.name} schedules with {site.scheduler}")
@@ -231,9 +228,7 @@ def for_site(site: Site, override: str | None = None) -> Launcher:
 
 def ingredients(site: Site, torchrun: str | None = None) -> dict:
     """The site's part of a :class:`Launch` (``torchrun``: the image's own, over the site's)."""
-    from containers.inputs.sites import VISIBLE_DEVICES  # the models: not at the command's start
-
-    return dict(gpu_flag=site.gpu_flag, torchrun=torchrun or site.torchrun,
+    return dict(gpu_flag=site.gpus.kind.flag, torchrun=torchrun or site.torchrun,
                 cpu_masks=site.cpu_bind,
-                visible_devices=VISIBLE_DEVICES.get(site.gpus.kind),
+                visible_devices=site.gpus.kind.visible_devices,
                 step_options=site.job.step_options)

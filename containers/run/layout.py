@@ -10,13 +10,13 @@ which, so the message names what the user typed.
 from __future__ import annotations
 
 from containers.errors import ConfigError
-from containers.inputs.sites import Site
+from containers.inputs.sites import Gpu, Site
 
 
 def check_ranks(site: Site, ranks: int, *, nodes: int = 1, flag: str = "--gpus") -> None:
     """Ranks per node within what a node has (GPU sites), and the GPUs of the whole run within
     the site's per-job limit; the message names the profile line that sets the limit."""
-    if site.gpus.kind == "none":
+    if site.gpus.kind == Gpu.NONE:
         return
     if site.gpus.per_node and ranks > site.gpus.per_node:
         raise ConfigError(f"{site.name} nodes have {site.gpus.per_node} GPUs; {flag} {ranks} is "

@@ -27,7 +27,7 @@ from containers.host.runtime import Runtime
 from containers.image.emulated import emulated_binds
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
-from containers.inputs.sites import VISIBLE_DEVICES, Site, expand
+from containers.inputs.sites import Gpu, Site, expand
 from containers.run import affinity
 from containers.run.launchers import LAUNCHERS, Launch, Launcher, ingredients
 from containers.run.layout import check_ranks
@@ -141,7 +141,7 @@ def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict:
     which (Slurm sets ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` for partial nodes).
     """
     env = {key: expand(value, environ, strict=strict) for key, value in site.env.items()}
-    visible = VISIBLE_DEVICES.get(site.gpus.kind)
+    visible = site.gpus.kind.visible_devices
     if visible and visible not in environ and visible not in env:
         env[visible] = ",".join(str(i) for i in range(ranks))
     return {**env, **(extra or {})}
@@ -164,7 +164,7 @@ def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
     each GPU to its cores and the run fills the node, the cores each local rank pins itself to
     (a launcher that binds tasks itself, srun per GPU, needs no map)."""
     args = ["--expect-gpu", site.gpus.kind,
-            "--backend", "nccl" if site.gpus.kind != "none" else "gloo"]
+            "--backend", "nccl" if site.gpus.kind != Gpu.NONE else "gloo"]
     cores = pinned_cores(site, ranks=ranks, launcher=launcher)
     if cores:
         args += ["--rank-cores", affinity.rank_cores_arg(cores)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from containers.batch.frame import example_preamble, job_frame
 from containers.batch.request import JobRequest
 from containers.inputs.settings import load_settings
+from containers.prove.registry import kind_of
 from containers.run.launchers import Shape
 
 
@@ -13,7 +14,7 @@ def _frame(data_world, tmp_path, workload: str, **request):
     targets, sites = data_world
     return job_frame(targets["lumi-rocm"], sites["lumi"],
                      settings=load_settings(tmp_path, {}),
-                     request=JobRequest(workload=workload, **request),
+                     request=JobRequest(kind=kind_of(workload), **request),
                      environ={"SBATCH_ACCOUNT": "p"}, stamp="20260101-120000")
 
 

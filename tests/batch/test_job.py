@@ -23,6 +23,7 @@ from containers.errors import ConfigError, ContainersError, UsageError
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import Memory, Qos
 from containers.prove import registry
+from containers.prove.registry import kind_of
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
 from tests.fixtures.data import with_plugin
@@ -61,7 +62,7 @@ def data_job(data_world, tmp_path):
         home = targets.get(where.default_target or "")
         return batch.plan_job(batch.JobNeeds(item, where, settings=settings, host_arch=host_arch,
                               site_arch=home.arch if home else None, venv=venv),
-                              batch.JobRequest(workload=workload, **request),
+                              batch.JobRequest(kind=kind_of(workload), **request),
                               environ={"SBATCH_ACCOUNT": "proj_env"}
                               if environ is None else environ, stamp=stamp)
     return render
@@ -302,7 +303,7 @@ def test_derecho_across_nodes_over_sockets_only_when_asked(data_job, data_world)
             "--transport socket): slower, and no proof of the site's network\n") in job.text
     record = json.loads(job.text.split("<<'JOB'\n")[1].split("\nJOB\n")[0])
     assert record["transport"] == "socket"
-    request = request_from_record(record)
+    request = request_from_record(record, kind_of(record["workload"]))
     assert request.transport == "socket"
     site = batch.job_run(job.target, data_world[1]["derecho"], settings=load_settings(
         Path("/proj"), {}), request=request).workload.site
@@ -395,7 +396,7 @@ def test_a_literal_dollar_in_a_path_stays_literal(data_world, tmp_path) -> None:
     settings = load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)})
     job = batch.plan_job(batch.JobNeeds(targets["cpu"], sites["local-slurm"], settings=settings,
                          host_arch="x86_64"),
-                         batch.JobRequest(workload="ddp", options=TrainOptions(
+                         batch.JobRequest(kind=kind_of("ddp"), options=TrainOptions(
                              example="ddp", gpus=2, data=data)))
     assert f"--bind '{data}:/opt/containers/data:ro'" in job.text
 
@@ -489,7 +490,7 @@ def test_unsafe_directive_values_are_refused(data_world, tmp_path) -> None:
     with pytest.raises(ConfigError, match="--output '.*my checkout.*' has characters a batch "
                                           "directive cannot carry"):
         batch.plan_job(batch.JobNeeds(targets["cpu"], sites["local-slurm"], settings=settings,
-                       host_arch="x86_64"), batch.JobRequest(workload="smoke"))
+                       host_arch="x86_64"), batch.JobRequest(kind=kind_of("smoke")))
 
 
 # ----------------------------------------------------------------------------------- profiles
@@ -655,7 +656,7 @@ def test_app_job_refuses_a_folder_as_out(tmp_path) -> None:
     from containers import app
     project = app.Project.load(ROOT, {"results_dir": str(tmp_path / "results")})
     with pytest.raises(UsageError, match="--out .* is a folder; name the script file to write"):
-        app.job(project, target="cpu", site="local-slurm", workload="smoke", out=tmp_path,
+        app.job(project, target="cpu", site="local-slurm", kind=kind_of("smoke"), out=tmp_path,
                 say=lambda line: None)
     assert not (tmp_path / "results").exists()  # refused before anything is made
 
@@ -666,7 +667,7 @@ def test_app_job_into_a_read_only_results_folder_is_one_line(tmp_path, factory_r
     results = factory_read_only(tmp_path / "results")
     project = app.Project.load(ROOT, {"results_dir": str(results)})
     with pytest.raises(StateError, match=r"^cannot create the job's output folder: .*results/"):
-        app.job(project, target="cpu", site="local-slurm", workload="smoke",
+        app.job(project, target="cpu", site="local-slurm", kind=kind_of("smoke"),
                 out=tmp_path / "job.sh", say=lambda line: None)
     assert not (tmp_path / "job.sh").exists()
 
@@ -695,7 +696,7 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     assert text.index("status=0\n") < text.index("srun ") < text.index("exec ")
     # The plan the verdict judges by is the plan the script runs.
     run = batch.job_run(job.target, job.site, settings=load_settings(Path("/proj"), {}),
-                        request=request_from_record(record))
+                        request=request_from_record(record, kind_of(record["workload"])))
     assert run.workload.ranks == 16 and run.workload.nodes == 2 and run.kind.name == "smoke"
     # Another architecture: the image's own Python runs the verdict, never a venv made on the
     # node (tests/batch/test_judgeenv.py); unprepared, the job fails closed
@@ -779,7 +780,7 @@ def test_an_aarch64_build_job_runs_the_nodes_python3(data_world, tmp_path) -> No
     job = batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], sites["olivia"],
                          settings=load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)}),
                          host_arch="x86_64", site_arch="aarch64", venv=Path("/proj/.venv"),
-                         tool=tool), batch.JobRequest(workload="build", account="p"))
+                         tool=tool), batch.JobRequest(kind=kind_of("build"), account="p"))
     code = "\n".join(line for line in job.text.splitlines() if not line.lstrip().startswith("#"))
     assert not re.search(r"\bpip\b", code) and "venv" not in code and "/bin/invoke" not in code
     assert f"node_python=$({NODE_PYTHON} 2>/dev/null)" in code

@@ -19,6 +19,7 @@ from containers.batch import job as batch, judgeenv
 from containers.errors import CommandFailed
 from containers.host.facts import host_arch
 from containers.inputs.settings import load_settings
+from containers.prove.registry import kind_of
 from tests.fixtures import ROOT
 
 IMAGE = {"target": "cpu", "inputs_hash": "a" * 64, "sha256": "b" * 64,
@@ -31,7 +32,7 @@ def _render(data_world, tmp_path, *, target: str, site: str, judge, host: str = 
     settings = settings or load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)})
     return batch.plan_job(batch.JobNeeds(targets[target], sites[site], settings=settings,
                           host_arch=host, site_arch=targets[target].arch, venv=Path("/proj/.venv"),
-                          judge=judge), batch.JobRequest(workload="smoke"),
+                          judge=judge), batch.JobRequest(kind=kind_of("smoke")),
                           environ={"SBATCH_ACCOUNT": "p"})
 
 
@@ -49,7 +50,7 @@ def test_an_aarch64_job_rendered_on_x86_64_judges_in_its_image(data_world, tmp_p
     made = batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], sites["olivia"],
                           settings=load_settings(Path("/proj"), {"tmp_dir": str(tmp_path)}),
                           host_arch="x86_64", site_arch="aarch64", venv=Path("/proj/.venv"),
-                          judge=judge), batch.JobRequest(workload=workload),
+                          judge=judge), batch.JobRequest(kind=kind_of(workload)),
                           environ={"SBATCH_ACCOUNT": "p"})
     text = made.text
     code = _code(text)
@@ -241,25 +242,25 @@ def test_invoke_job_prepares_the_folder_when_it_writes_a_foreign_job(tmp_path,
     script = tmp_path / "job.sh"
     # with no Python known, the script is written for reading, its header saying what is
     # missing; submitting is refused in one line
-    jobs.job(project, target="olivia-cuda", workload="smoke", account="p", out=script,
+    jobs.job(project, target="olivia-cuda", kind=kind_of("smoke"), account="p", out=script,
              say=lambda _: None)
     assert script.read_text().split("\n")[1].startswith(
         "# NOT READY TO SUBMIT: the verdict of olivia-cuda's jobs runs in the image on its "
         "aarch64 nodes") and prepared == []
     with pytest.raises(UsageError, match=r"^--submit: not submitted: .*stack\.python"):
-        jobs.job(project, target="olivia-cuda", workload="smoke", account="p", submit=True,
+        jobs.job(project, target="olivia-cuda", kind=kind_of("smoke"), account="p", submit=True,
                  say=lambda _: None)
     script.unlink()
     (tmp_path / "images").mkdir()
     (tmp_path / "images" / "olivia-cuda.sif.json").write_text(
         json.dumps({"target": "olivia-cuda", "stack": {"python": "3.12.3"}}))
-    jobs.job(project, target="olivia-cuda", workload="smoke", account="p", out=script,
+    jobs.job(project, target="olivia-cuda", kind=kind_of("smoke"), account="p", out=script,
              say=lambda _: None)
     [judge] = prepared
     assert (judge.arch, judge.python) == ("aarch64", "3.12")
     assert judge.folder.parent == ROOT / ".judge" and str(judge.folder) in script.read_text()
     prepared.clear()
-    jobs.job(project, target="olivia-cuda", workload="build", account="p",
+    jobs.job(project, target="olivia-cuda", kind=kind_of("build"), account="p",
              out=tmp_path / "build.sh", say=lambda _: None)
     # a build job: the tool's packages, one folder per Python the node may have
     assert [(env.arch, env.python) for env in prepared] == \
@@ -268,7 +269,7 @@ def test_invoke_job_prepares_the_folder_when_it_writes_a_foreign_job(tmp_path,
     assert all(env.folder.parent == ROOT / ".buildenv" and str(env.folder) in text
                for env in prepared)
     prepared.clear()
-    jobs.job(project, target="olivia-cuda", workload="build", account="p",
+    jobs.job(project, target="olivia-cuda", kind=kind_of("build"), account="p",
              say=lambda _: None)
     assert prepared == []  # printed only: nothing is made
 

@@ -10,6 +10,7 @@ from containers.batch.request import (JobRequest, RecordOptionsError, job_option
 from containers.errors import UsageError
 from containers.inputs import flags
 from containers.prove import registry
+from containers.prove.registry import kind_of
 from containers.prove.train import TrainOptions
 from containers.records import Malformed
 
@@ -20,7 +21,7 @@ def test_the_request_refuses_an_account_as_the_flag_does(account: str) -> None:
     """``--account proj@x`` and ``-proj`` are refused by the request as by the flag (one rule:
     :data:`containers.inputs.flags.ACCOUNT`), whoever builds it."""
     with pytest.raises(UsageError) as refused:
-        JobRequest(workload="smoke", account=account)
+        JobRequest(kind=kind_of("smoke"), account=account)
     with pytest.raises(UsageError) as flagged:
         flags.ACCOUNT("--account", account)
     assert str(refused.value) == str(flagged.value)
@@ -29,33 +30,33 @@ def test_the_request_refuses_an_account_as_the_flag_does(account: str) -> None:
 def test_the_request_refuses_a_qos_that_is_an_option() -> None:
     """(A directive is judged where the site's scheduler is known: test_directives.py.)"""
     with pytest.raises(UsageError, match=r"^--qos .*\(got '--x'\)"):
-        JobRequest(workload="smoke", qos="--x")
+        JobRequest(kind=kind_of("smoke"), qos="--x")
 
 
-def test_the_kind_is_resolved_once_and_a_given_one_is_kept() -> None:
-    assert JobRequest(workload="fsdp").kind is registry.TRAIN
-    given = registry.RunKind(name="run", judge="image", takes_command=True)
-    request = JobRequest(workload="run", kind=given, command=("hostname",))
-    assert request.kind is given and request == JobRequest(workload="run", command=("hostname",))
+def test_the_request_names_its_kinds_workload() -> None:
+    assert JobRequest(kind=kind_of("fsdp")).workload == "fsdp"
+    assert JobRequest(kind=registry.RUN, command=("hostname",)).workload == "run"
 
 
 def test_the_kind_decides_the_command_and_the_nodes() -> None:
-    assert JobRequest(workload="run", command=("python", "x.py")).command == ("python", "x.py")
+    assert JobRequest(kind=registry.RUN, command=("python", "x.py")).command == (
+        "python", "x.py")
     with pytest.raises(UsageError, match="a command after -- goes with --workload run, not "
                                          "--workload smoke"):
-        JobRequest(workload="smoke", command=("hostname",))
+        JobRequest(kind=kind_of("smoke"), command=("hostname",))
     with pytest.raises(UsageError, match=r"a build job runs on one node \(got --nodes 2\)"):
-        JobRequest(workload="build", nodes=2)
+        JobRequest(kind=kind_of("build"), nodes=2)
 
 
 def test_a_record_gives_back_its_request_with_its_options() -> None:
     options = TrainOptions(example="ddp", gpus=4, epochs=3)
     record = {"target": "cpu", "site": "local-slurm", "workload": "ddp", "nodes": 2,
               "gpus_per_node": 4, "launcher": "torchrun", "options": job_options(options)}
-    request = request_from_record(record)
+    ddp = kind_of("ddp")
+    request = request_from_record(record, ddp)
     assert (request.nodes, request.launcher, request.options) == (2, "torchrun", options)
     with pytest.raises(Malformed, match="^job.json: key 'options': Input should be a valid "
                                         "dictionary"):
-        request_from_record({**record, "options": [1]})
+        request_from_record({**record, "options": [1]}, ddp)
     with pytest.raises(RecordOptionsError, match="options are not the job's"):
-        request_from_record({**record, "options": {"iters": 3}})
+        request_from_record({**record, "options": {"iters": 3}}, ddp)

@@ -21,7 +21,8 @@ def _lines(project, target: str, *, nodes: int = 1, workdir: str | None = None) 
     planned = plan_command(item, site, settings=project.settings,
                            runtime=assumed_runtime("apptainer"), command=["python", "t.py"],
                            ranks=1, run_id="t", timeout=0, environ=ENVIRON, strict=False)
-    record = run_record({"job": "t"}, planned.command, workdir)
+    record = run_record({"target": target, "site": site.name, "workload": "run", "nodes": nodes,
+                         "gpus_per_node": 1}, planned.command, workdir)
     return run_lines(planned, site=site, settings=project.settings, record=record, nodes=nodes)
 
 
@@ -54,7 +55,8 @@ def test_the_job_record_holds_the_command_and_the_job_starts_in_its_workdir(
     lines = _lines(data_project, "cpu", workdir="/proj/my dir")
     assert lines[0] == "cd '/proj/my dir'"
     record = json.loads(lines[lines.index("JOB") - 1])
-    assert record == {"job": "t", "command": ["python", "t.py"], "workdir": "/proj/my dir"}
+    assert record == {"target": "cpu", "site": "local", "workload": "run", "nodes": 1,
+                      "gpus_per_node": 1, "command": ["python", "t.py"], "workdir": "/proj/my dir"}
     assert not _lines(data_project, "cpu")[0].startswith("cd ")
 
 

@@ -88,7 +88,7 @@ def data_site_job(data_world, tmp_path):
             (env.folder / COMPLETE).write_text("")
         job = batch.plan_job(batch.JobNeeds(target, where, settings=settings, host_arch="x86_64",
                              site_arch=target.arch, venv=tmp_path / "venv", judge=judge, tool=tool),
-                             batch.JobRequest(workload=workload, account="proj_1", **request),
+                             batch.JobRequest(kind=registry.kind_of(workload), account="proj_1", **request),
                              environ={})
         return execute(job.text, where, tmp_path, nodes=request.get("nodes", 1), fail=fail,
                        python=python, unset=unset)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from containers import app
+from containers.prove.registry import kind_of
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
@@ -51,7 +52,7 @@ def _ranks(results: Path) -> list[dict]:
 
 
 def test_two_node_smoke_job(slurm_project, slurm_cluster) -> None:
-    submitted, output = _submit(slurm_project, slurm_cluster, workload="smoke", nodes=2,
+    submitted, output = _submit(slurm_project, slurm_cluster, kind=kind_of("smoke"), nodes=2,
                                 gpus_per_node=2, options=SmokeOptions(gpus=2, **SMALL_SMOKE))
     assert f"rendezvous: {slurm_cluster.node_addr}:" in output  # the first node's NodeAddr
     results = Path(submitted.job.results_of(submitted.job_id))
@@ -74,7 +75,7 @@ def test_two_node_smoke_job(slurm_project, slurm_cluster) -> None:
 
 def test_two_node_smoke_job_one_task_per_rank(slurm_project, slurm_cluster) -> None:
     """The srun-per-gpu pattern: no torchrun; rank and local rank from Slurm inside."""
-    submitted, output = _submit(slurm_project, slurm_cluster, workload="smoke", nodes=2,
+    submitted, output = _submit(slurm_project, slurm_cluster, kind=kind_of("smoke"), nodes=2,
                                 gpus_per_node=2, launcher="srun-per-gpu",
                                 options=SmokeOptions(gpus=2, **SMALL_SMOKE))
     report = json.loads((Path(submitted.job.results_of(submitted.job_id))
@@ -86,7 +87,7 @@ def test_two_node_smoke_job_one_task_per_rank(slurm_project, slurm_cluster) -> N
 
 def test_two_node_ddp_training_job(slurm_project, slurm_cluster) -> None:
     submitted, output = _submit(
-        slurm_project, slurm_cluster, workload="ddp", nodes=2, gpus_per_node=1,
+        slurm_project, slurm_cluster, kind=kind_of("ddp"), nodes=2, gpus_per_node=1,
         options=TrainOptions(example="ddp", gpus=1, model="cnn", model_size="tiny", epochs=2,
                              samples=1024, batch_size=32))
     report = json.loads((Path(submitted.job.results_of(submitted.job_id))
@@ -101,7 +102,7 @@ def test_two_node_ddp_training_job(slurm_project, slurm_cluster) -> None:
 
 def test_build_job_runs_invoke_build_on_a_compute_node(slurm_project, slurm_cluster) -> None:
     # cpu_image made the image current, so the job's build is the no-op it must be here.
-    _, output = _submit(slurm_project, slurm_cluster, workload="build")
+    _, output = _submit(slurm_project, slurm_cluster, kind=kind_of("build"))
     assert "building cpu on " in output
     assert "cpu is up to date: nothing to build" in output
 

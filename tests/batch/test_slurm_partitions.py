@@ -22,6 +22,7 @@ from containers.prove import registry
 from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from containers.inputs.sites import Qos, load_sites
+from containers.prove.registry import kind_of
 from tests.fixtures import ROOT
 from tests.fixtures.slurm import TEST_ACCOUNT, site_shaped_cluster
 
@@ -47,7 +48,7 @@ def shaped(request, tmp_path_factory):
         return batch.plan_job(batch.JobNeeds(targets[SITES[site.name]], on or site,
                               settings=settings, host_arch="x86_64", site_arch=arch,
                               venv=ROOT / ".venv", judge=judge),
-                              batch.JobRequest(workload=workload, **kw), environ={})
+                              batch.JobRequest(kind=kind_of(workload), **kw), environ={})
     with site_shaped_cluster(site) as cluster:
         yield site, cluster, render
 
@@ -134,7 +135,7 @@ def test_a_constraint_expression_reaches_sbatch_as_written(tmp_path) -> None:
     def text(*directives: str) -> str:
         return batch.plan_job(batch.JobNeeds(targets["mahti-cuda"], site, settings=settings,
                                              host_arch="x86_64", site_arch="x86_64"),
-                              batch.JobRequest(workload="smoke", account=TEST_ACCOUNT,
+                              batch.JobRequest(kind=kind_of("smoke"), account=TEST_ACCOUNT,
                                                directives=directives), environ={}).text
     assert "#SBATCH -C 'gpu&hbm80g'\n" in text()
     with site_shaped_cluster(site) as cluster:
@@ -162,12 +163,12 @@ def test_the_sites_qos_are_enforced_through_slurmdbd(tmp_path) -> None:
     judge = judgeenv.plan(settings.root, arch="aarch64", python="3.12")
     job = batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], site, settings=settings,
                                         host_arch="x86_64", site_arch="aarch64", judge=judge),
-                         batch.JobRequest(workload="smoke", account=TEST_ACCOUNT), environ={})
+                         batch.JobRequest(kind=kind_of("smoke"), account=TEST_ACCOUNT), environ={})
     assert "#SBATCH --qos=debug\n" in job.text
     with pytest.raises(UsageError, match="QoS debug"):
         batch.plan_job(batch.JobNeeds(targets["olivia-cuda"], site, settings=settings,
                                       host_arch="x86_64", site_arch="aarch64", judge=judge),
-                       batch.JobRequest(workload="smoke", account=TEST_ACCOUNT, time="01:00:00"),
+                       batch.JobRequest(kind=kind_of("smoke"), account=TEST_ACCOUNT, time="01:00:00"),
                        environ={})
     with site_shaped_cluster(site) as cluster:
         results = {flags: _test_only(cluster, job.text, tmp_path, *flags) for flags in (

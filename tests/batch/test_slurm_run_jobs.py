@@ -12,6 +12,7 @@ import pytest
 
 from containers import app
 from containers.batch import follow
+from containers.prove.registry import kind_of
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
 
@@ -51,7 +52,7 @@ def run_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> app.Project:
 
 def test_own_script_on_two_nodes_followed_to_its_verdict(run_project) -> None:
     lines: list[str] = []
-    submitted = app.job(run_project, target="cpu", site="local-slurm", workload="run",
+    submitted = app.job(run_project, target="cpu", site="local-slurm", kind=kind_of("run"),
                         nodes=2, gpus_per_node=2, submit=True, wait=True, say=lines.append,
                         command=("python", "own.py", HOSTILE))
     assert any(line.startswith(f"job {submitted.job_id}: COMPLETED") for line in lines), lines
@@ -74,7 +75,7 @@ def test_own_script_on_two_nodes_followed_to_its_verdict(run_project) -> None:
 
 def test_a_deepspeed_job_runs_the_zero_stage_it_was_given(run_project) -> None:
     lines: list[str] = []
-    submitted = app.job(run_project, target="cpu", site="local-slurm", workload="deepspeed",
+    submitted = app.job(run_project, target="cpu", site="local-slurm", kind=kind_of("deepspeed"),
                         nodes=1, gpus_per_node=2, submit=True, wait=True, say=lines.append,
                         options=TrainOptions(example="deepspeed", gpus=2, zero_stage=2,
                                              model="cnn", model_size="tiny", epochs=1,

@@ -10,10 +10,11 @@ import pytest
 from containers.batch import follow, judgeenv, submission
 from containers.batch.job import JobRequest, plan_job
 from containers.errors import UsageError
+from containers.prove.registry import kind_of
 
 
 def _planned(project, target: str, workload: str, site: str | None = None):
-    request = JobRequest(workload=workload)
+    request = JobRequest(kind=kind_of(workload))
     needs = project.job_needs(target, site, kind=request.kind, host_arch="x86_64", venv=None)
     return needs, plan_job(needs, request, environ={"SBATCH_ACCOUNT": "p"})
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import os
 import pwd
+import re
 from pathlib import Path
 
 import pytest
 
 from containers.errors import RuntimeNotFound
-from containers.host.runtime import Runtime, build_arg, find_runtime, parse_version
+from containers.host.runtime import FLAVOURS, Runtime, build_arg, find_runtime, parse_version
+from tests.fixtures import ROOT
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -94,3 +96,15 @@ def test_keysdir_without_home_is_the_accounts_home() -> None:
     assert APPTAINER.keysdir({}) == home / ".apptainer" / "keys"
     assert SINGULARITY.keysdir({"HOME": "/elsewhere"}) == home / ".singularity" / "sypgp"
 
+
+
+def test_each_flavour_owns_what_differs_and_nothing_compares_its_name() -> None:
+    apptainer, singularity = (Runtime(binary=name, flavour=name, version="1")
+                              for name in FLAVOURS)
+    assert (apptainer.own.bind_variable, singularity.own.bind_variable) == (
+        "APPTAINER_BIND", "SINGULARITY_BIND")
+    assert apptainer.own.mksquashfs_args and apptainer.own.singularity_link
+    assert not singularity.own.mksquashfs_args and not singularity.own.singularity_link
+    found = [path.name for path in (ROOT / "containers").rglob("*.py")
+             if re.search(r"flavour\s*[!=]=|==\s*\S*flavour\b", path.read_text())]
+    assert not found, f"a runtime flavour's name compared: {found}"

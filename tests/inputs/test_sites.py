@@ -238,7 +238,7 @@ def test_site_detection_rules(tmp_path: Path) -> None:
         "description: a cluster\ngpus: {kind: rocm, per_node: 8}\ndefault_target: big-rocm\n"
         "detect:\n  env: [CLUSTER_NAME=big]\n  hostname: ['uan*']\n")
     sites = load_sites(tmp_path)
-    assert sites["big"].gpu_flag == "--rocm"
+    assert sites["big"].gpus.kind.flag == "--rocm"
     assert detect_site(sites, {"CLUSTER_NAME": "big"}, "laptop").name == "big"
     assert detect_site(sites, {}, "uan01").name == "big"
     assert detect_site(sites, {"CLUSTER_NAME": "other"}, "laptop") is None

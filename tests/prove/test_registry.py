@@ -12,13 +12,15 @@ import pytest
 from containers.errors import UsageError, VerdictFailed
 from containers.prove import registry
 from containers.prove.smoke import SMOKE, SmokeOptions
-from containers.prove.train import EXAMPLES, TRAIN, TrainOptions
+from containers.prove.train import EXAMPLES, TRAINS, TrainOptions
 from tests.fixtures import ROOT
 
 
 def test_every_workload_name_has_its_kind() -> None:
     assert list(registry.WORKLOADS) == ["smoke", *EXAMPLES, "run", "build"]
     assert {registry.kind_of(name).name for name in EXAMPLES} == {"train"}
+    assert [registry.kind_of(name).workload for name in registry.WORKLOADS] == \
+        list(registry.WORKLOADS)
     assert registry.kind_of("run") is registry.RUN and registry.kind_of("build") is registry.BUILD
 
 
@@ -30,7 +32,7 @@ def test_an_unknown_workload_is_refused_with_a_suggestion() -> None:
 
 def test_a_kinds_run_options_are_fields_of_its_options_type() -> None:
     """The run options a kind takes are exactly ones its options type has a field for."""
-    for kind in {id(k): k for k in registry.WORKLOADS.values()}.values():
+    for kind in registry.WORKLOADS.values():
         if kind.options_type is None:
             assert kind.run_options == ()
             continue
@@ -43,22 +45,18 @@ def test_applies_to_names_the_kinds_that_take_an_option(option, kinds) -> None:
     assert registry.applies_to(option) == kinds
 
 
-def test_estimates_and_judges_are_the_kinds() -> None:
+def test_estimates_are_the_kinds() -> None:
     assert [registry.kind_of(n).estimate for n in ("smoke", "ddp", "run", "build")] == \
         [1800, 3600, 3600, 7200]
-    assert [registry.kind_of(n).judge for n in ("smoke", "fsdp", "run", "build")] == \
-        ["checkout", "checkout", "image", None]
-    assert registry.BUILD.builds_image and not registry.BUILD.multinode
-    assert registry.RUN.takes_command and not SMOKE.takes_command
 
 
 def test_job_options_are_made_by_the_kind() -> None:
-    smoke = registry.job_options("smoke", gpus=4, given={"iters": "7"})
+    smoke = registry.job_options(SMOKE, gpus=4, given={"iters": "7"})
     assert smoke == SmokeOptions(gpus=4, iters=7)
-    train = registry.job_options("deepspeed", gpus=2, given={"zero_stage": "2"})
+    train = registry.job_options(TRAINS["deepspeed"], gpus=2, given={"zero_stage": "2"})
     assert train == TrainOptions(example="deepspeed", gpus=2, zero_stage=2)
-    assert registry.job_options("run", gpus=1, given={}) is None
-    assert registry.job_options("build", gpus=1, given={}) is None
+    assert registry.job_options(registry.RUN, gpus=1, given={}) is None
+    assert registry.job_options(registry.BUILD, gpus=1, given={}) is None
 
 
 @pytest.mark.parametrize("workload, given, message", [
@@ -69,23 +67,23 @@ def test_job_options_are_made_by_the_kind() -> None:
 ])
 def test_job_options_refuse_what_the_kind_does_not_take(workload, given, message) -> None:
     with pytest.raises(UsageError, match=message):
-        registry.job_options(workload, gpus=1, given=given)
+        registry.job_options(registry.kind_of(workload), gpus=1, given=given)
 
 
 def test_resized_keeps_given_options_of_the_kind_else_defaults() -> None:
     given = TrainOptions(example="ddp", gpus=1, epochs=5)
-    assert TRAIN.resized("fsdp", given, gpus=4) == TrainOptions(example="fsdp", gpus=4,
-                                                                epochs=5)
-    assert TRAIN.resized("ddp", SmokeOptions(gpus=1), gpus=2) == \
+    assert TRAINS["fsdp"].resized(given, gpus=4) == TrainOptions(example="fsdp", gpus=4,
+                                                                 epochs=5)
+    assert TRAINS["ddp"].resized(SmokeOptions(gpus=1), gpus=2) == \
         TrainOptions(example="ddp", gpus=2)
-    assert SMOKE.resized("smoke", SmokeOptions(gpus=1, iters=3), gpus=8) == \
+    assert SMOKE.resized(SmokeOptions(gpus=1, iters=3), gpus=8) == \
         SmokeOptions(gpus=8, iters=3)
-    assert registry.RUN.resized("run", None, gpus=2) is None
+    assert registry.RUN.resized(None, gpus=2) is None
 
 
 def test_a_kind_without_options_refuses_given_values() -> None:
     with pytest.raises(UsageError, match="--workload run takes no run options"):
-        registry.RUN.make_options("run", gpus=1, given={"iters": 3})
+        registry.RUN.make_options(gpus=1, given={"iters": 3})
 
 
 # ------------------------------------------------------- each kind answers for itself
@@ -109,26 +107,25 @@ def test_each_kind_picks_its_job_body() -> None:
 
 def test_what_a_kinds_job_needs_is_asked_of_the_kind(tmp_path) -> None:
     smoke, run, build = SMOKE, registry.RUN, registry.BUILD
-    assert [k.needs_image for k in (smoke, run, build)] == [True, True, False]
     assert [k.workdir(lambda: "/here") for k in (smoke, run, build)] == [None, "/here", None]
     assert [k.needs_node_tool("aarch64", "x86_64") for k in (smoke, run, build)] == [
         False, False, True]
     assert not build.needs_node_tool("x86_64", "x86_64")
-    assert [k.judged_off_host("aarch64", "x86_64") for k in (smoke, TRAIN, run, build)] == [
+    assert [k.judged_off_host("aarch64", "x86_64") for k in (smoke, TRAINS["ddp"], run, build)] == [
         True, True, False, False]
     assert not SMOKE.judged_off_host("x86_64", "x86_64")
     checked: list[str] = []
-    for kind in (smoke, build):
+    for kind in (smoke, run, build):
         kind.before_submit(lambda: checked.append(kind.name))
-    assert checked == ["smoke"]
+    assert checked == ["smoke", "run"]
 
 
 def test_only_a_kind_this_checkout_judges_is_judged_here(tmp_path) -> None:
-    SMOKE.check_judged_here(tmp_path, "smoke")
+    SMOKE.check_judged_here(tmp_path)
     with pytest.raises(VerdictFailed, match="is a run job's; the job judges itself"):
-        registry.RUN.check_judged_here(tmp_path, "run")
+        registry.RUN.check_judged_here(tmp_path)
     with pytest.raises(VerdictFailed, match="is a build job's, which has no verdict"):
-        registry.BUILD.check_judged_here(tmp_path, "build")
+        registry.BUILD.check_judged_here(tmp_path)
 
 
 def test_deepspeed_alone_takes_its_zero_stage() -> None:
@@ -202,3 +199,43 @@ def test_no_code_outside_the_kinds_branches_on_a_kind() -> None:
             found.update({f"{name}:{line}": col for line, col in
                           kind_branches(path.read_text(encoding="utf-8"))})
     assert not found, f"branches on a kind's flags or name outside the kinds: {sorted(found)}"
+
+
+def workload_names_typed_str(source: str) -> list[int]:
+    """The lines of ``source`` where a parameter or a dataclass field named ``workload`` is
+    typed ``str``: a name handed down where its kind should be."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.arguments):
+            named = [a for a in (*node.posonlyargs, *node.args, *node.kwonlyargs)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            named = [ast.arg(arg=node.target.id, annotation=node.annotation,
+                             lineno=node.lineno)]
+        else:
+            continue
+        found += [a.lineno for a in named if a.arg == "workload" and a.annotation is not None
+                  and ast.unparse(a.annotation).strip("'\"") == "str"]
+    return found
+
+
+def test_the_counter_finds_a_workload_name_typed_str() -> None:
+    source = ("def f(workload: str): pass\n"
+              "def g(*, x: int, workload: 'str' = 's'): pass\n"
+              "class R:\n    workload: str\n"
+              "def h(kind: Kind, workload: Kind): pass\n")
+    assert workload_names_typed_str(source) == [1, 2, 4]
+
+
+def test_a_kind_is_handed_down_never_its_name() -> None:
+    """A kind is resolved once where its name comes in (:func:`registry.kind_of`)."""
+    found = [f"{path.relative_to(ROOT)}:{line}"
+             for path in [ROOT / "tasks.py", *sorted((ROOT / "containers").rglob("*.py"))]
+             # a record's field is the name as its JSON file holds it, read where it is resolved
+             if path != ROOT / "containers" / "records.py"
+             for line in workload_names_typed_str(path.read_text(encoding="utf-8"))]
+    assert not found, f"workload names typed str: {found}"
+
+
+def test_a_kind_differs_by_override_not_by_flags() -> None:
+    for kind in registry.WORKLOADS.values():
+        assert not FLAGS & set(dir(kind)), kind.workload

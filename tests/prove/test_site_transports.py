@@ -16,6 +16,7 @@ from containers.errors import ConfigError
 from tests.fixtures.data import load_targets
 from containers.inputs.sites import Gpus, Transport, load_sites
 from containers.prove import verdict
+from containers.prove.registry import kind_of
 from containers.prove.smoke import SMOKE
 from containers.run.workload import Outcome
 from tests.fixtures import ROOT
@@ -33,7 +34,7 @@ SITES = {"derecho": ("derecho-cuda", "cxi-proven.log", "AWS Libfabric"),
 def _job(name: str, settings, *, nodes: int = 2, site=None) -> batch.Job:
     target, _, _ = SITES.get(name, ("lumi-rocm", None, None))
     where = site or load_sites(ROOT)[name]
-    request = batch.JobRequest(workload="smoke", nodes=nodes, account="proj1",
+    request = batch.JobRequest(kind=kind_of("smoke"), nodes=nodes, account="proj1",
                                partition="gpumedium" if name == "mahti" else None)
     return batch.plan_job(batch.JobNeeds(load_targets(ROOT)[target], where, settings=settings,
                           host_arch="x86_64"), request, environ={})
@@ -43,7 +44,7 @@ def _result(name: str, settings, lines: tuple[str, ...], *, site=None,
             transport: str | None = None) -> verdict.Result:
     target, _, _ = SITES[name]
     where = site or load_sites(ROOT)[name]
-    request = batch.JobRequest(workload="smoke", nodes=2, account="proj1",
+    request = batch.JobRequest(kind=kind_of("smoke"), nodes=2, account="proj1",
                                partition="gpumedium" if name == "mahti" else None,
                                transport=transport)
     run = batch.job_run(load_targets(ROOT)[target], where, settings=settings, request=request)

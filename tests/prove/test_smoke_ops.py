@@ -15,6 +15,7 @@ from containers.inputs.sites import load_site
 from containers.inputs.yamlsource import load_yaml_text
 from containers.prove import perflog
 from containers.prove.kind import plan as plan_run
+from containers.prove.registry import kind_of
 from containers.prove.smoke import SMOKE, SmokeOptions
 from containers.prove.verdict import Result, gate_lines
 from containers.run.workload import Outcome
@@ -209,12 +210,12 @@ def test_a_smoke_job_carries_its_ops(data_root, data_settings) -> None:
 
     target = load_targets(data_root)["cpu"]
     site = load_site(data_root / "sites" / "local-slurm.yaml")
-    request = batch.JobRequest(workload="smoke", options=SmokeOptions(gpus=2, op="all"))
+    request = batch.JobRequest(kind=kind_of("smoke"), options=SmokeOptions(gpus=2, op="all"))
     made = batch.plan_job(batch.JobNeeds(target, site, settings=data_settings, host_arch="x86_64"),
                           request, environ={})
     assert f" --op {ALL} " in made.text
     record = json.loads(made.text.split("<<'JOB'\n")[1].split("\nJOB\n")[0])
     assert record["options"]["op"] == ALL
     again = batch.job_run(target, site, settings=data_settings,
-                          request=request_from_record(record))
+                          request=request_from_record(record, kind_of(record["workload"])))
     assert again.options.op == ALL and "--op" in again.workload.args

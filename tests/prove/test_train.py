@@ -12,7 +12,7 @@ from containers.inputs.flags import RANK_LIST
 from tests.fixtures.data import load_targets
 from containers.inputs.sites import load_site
 from containers.prove.kind import plan as plan_run
-from containers.prove.train import TRAIN, TrainOptions, scaling_rows
+from containers.prove.train import TRAINS, TrainOptions, scaling_rows
 from containers.prove.verdict import Result, check
 from containers.run import allocation
 from containers.run.workload import Outcome
@@ -77,7 +77,7 @@ def test_bad_options_are_refused_when_made(values, message) -> None:
     assert str(info.value) == message
     assert info.value.flag == message.split()[0].rstrip(":")
     assert TrainOptions(example="ddp", gpus=2, model="wideresnet", model_size="40-2").kind \
-        is TRAIN
+        is TRAINS["ddp"]
     with pytest.raises(UsageError, match="divide evenly over 3 ranks"):
         replace(TrainOptions(example="ddp", gpus=2), gpus=3)  # a changed copy checks itself
 
@@ -98,7 +98,7 @@ def test_global_batch_divides_over_every_node(data_cpu, data_settings, data_runt
 
 def _result(plan, report, **outcome) -> Result:
     base = dict(returncode=0, timed_out=False, missing_ranks=[], seconds=1.0, report=report)
-    return Result(kind=TRAIN, plan=plan, outcome=Outcome(**{**base, **outcome}))
+    return Result(kind=TRAINS["ddp"], plan=plan, outcome=Outcome(**{**base, **outcome}))
 
 
 def verdict(result: Result) -> list[str]:
@@ -150,7 +150,7 @@ def test_a_report_not_of_the_typed_shape_fails_saying_why(data_cpu, data_setting
                     options=TrainOptions(example="ddp", gpus=2))
     (found,) = verdict(_result(plan, train_report(**change)))
     assert found == f"{reason} (not the report jobs/train.py writes)"
-    assert TRAIN.details(_result(plan, train_report(**change)))["throughput"] is None
+    assert TRAINS["ddp"].details(_result(plan, train_report(**change)))["throughput"] is None
 
 
 def test_a_missing_key_fails_naming_it(data_cpu, data_settings, data_runtime) -> None:

@@ -13,7 +13,7 @@ from containers.inputs.sites import load_site
 from containers.prove import verdict
 from containers.prove.kind import plan
 from containers.prove.smoke import SMOKE, SmokeOptions
-from containers.prove.train import TRAIN, TrainOptions
+from containers.prove.train import TRAINS, TrainOptions
 from containers.run.workload import Outcome, collect
 from tests.fixtures.reports import train_report
 
@@ -44,7 +44,8 @@ def _outcome(report, **kw) -> Outcome:
 def test_train_verdict_has_the_smoke_shape(data_plans) -> None:
     smoke = verdict.Result(SMOKE, data_plans(SmokeOptions(gpus=2)), _outcome(
         {"backend": "gloo", "nodes": 1, "results": [ROW], "finished": "x"}), partition="p")
-    train = verdict.Result(TRAIN, data_plans(TrainOptions(example="fsdp", gpus=2)), _outcome(
+    fsdp = TrainOptions(example="fsdp", gpus=2)
+    train = verdict.Result(fsdp.kind, data_plans(fsdp), _outcome(
         train_report(example="fsdp", throughput=9.5)))
     records = [verdict.record(result, image_record=IMAGE) for result in (smoke, train)]
     common = {"kind", "target", "site", "partition", "image", "inputs_hash", "sha256",
@@ -67,7 +68,7 @@ def test_train_verdict_has_the_smoke_shape(data_plans) -> None:
 
 def test_gates_and_exit_codes(data_plans) -> None:
     train_plan = data_plans(TrainOptions(example="ddp", gpus=2))
-    usage = verdict.Result(TRAIN, train_plan, _outcome(None, returncode=2, lines=(
+    usage = verdict.Result(TRAINS["ddp"], train_plan, _outcome(None, returncode=2, lines=(
         "noise", "train.py: error: --data /x: no such folder", "train.py: error: again")))
     assert usage.reasons == ["train.py: error: --data /x: no such folder"]
     record = verdict.record(usage, image_record={})
@@ -125,7 +126,7 @@ GCDS = tuple(_gcd(rank) for rank in range(8))
 
 @pytest.mark.parametrize("kind,options,report", [
     (SMOKE, SmokeOptions(gpus=8), SMOKE_REPORT),
-    (TRAIN, TrainOptions(example="ddp", gpus=8), TRAIN_REPORT),
+    (TRAINS["ddp"], TrainOptions(example="ddp", gpus=8), TRAIN_REPORT),
 ])
 def test_a_gpu_site_passes_only_on_its_gpus(data_gpu_plans, kind, options, report) -> None:
     workload = data_gpu_plans(options)
@@ -202,8 +203,8 @@ def test_a_cpu_site_runs_on_gloo(data_plans) -> None:
 def test_training_that_stopped_for_want_of_the_network_plugin_says_so(data_gpu_plans) -> None:
     workload = data_gpu_plans(TrainOptions(example="ddp", gpus=8))
     stopped = ("nid005001:1:1 [0] NCCL WARN Error: network AWS Libfabric not found.",)
-    found = verdict.Result(TRAIN, workload, _outcome(None, returncode=1, lines=stopped,
-                                                     devices=GCDS)).reasons
+    found = verdict.Result(TRAINS["ddp"], workload, _outcome(None, returncode=1, lines=stopped,
+                                                            devices=GCDS)).reasons
     assert found == [
         "OFI (aws-ofi-rccl) over cxi: NCCL/RCCL could not load the network plugin 'AWS "
         "Libfabric' (NCCL_NET='AWS Libfabric' forbids the TCP fallback): usual causes: missing "

@@ -78,9 +78,10 @@ def test_smoke_across_nodes_plans_srun_and_torchrun(data_world, data_settings) -
     assert plan.argv[:6] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=56",
                              "--kill-on-bad-exit=1", "singularity"]
     image = plan.argv.index(str(data_settings.images_dir / "lumi-rocm.sif"))
-    assert plan.argv[image + 1:image + 8] == [
+    assert plan.argv[image + 1:image + 9] == [
         "torchrun", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
-        "--rdzv-endpoint=10.1.2.3:24242", "--rdzv-id=4242", "/opt/containers/jobs/allreduce.py"]
+        "--rdzv-endpoint=10.1.2.3:24242", "--rdzv-id=4242",
+        "--log-dir=/opt/containers/results/torchelastic", "/opt/containers/jobs/allreduce.py"]
     assert (plan.ranks, plan.nodes) == (16, 2)
     assert "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242" in plan.argv
     # Olivia across nodes: the multi-node binds/env, expanded from the job's environment.

@@ -119,6 +119,9 @@ def test_registry_and_site_resolution(data_world) -> None:
     assert launchers.for_site(sites["derecho"]) is LAUNCHERS["mpiexec-torchrun"]
     # torchrun on a PBS site: one torchrun per node, started by mpiexec.
     assert launchers.for_site(sites["derecho"], "torchrun") is LAUNCHERS["mpiexec-torchrun"]
+    torchrun, per_gpu = LAUNCHERS["torchrun"], LAUNCHERS["srun-per-gpu"]
+    assert (torchrun.on("pbs"), torchrun.on("slurm"), per_gpu.on("pbs")) == (
+        LAUNCHERS["mpiexec-torchrun"], torchrun, per_gpu)
     assert launchers.for_site(sites["lumi"], "srun-per-gpu") is LAUNCHERS["srun-per-gpu"]
     assert launchers.for_site(sites["local"]) is LAUNCHERS["torchrun"]
     for site in sites.values():  # every profile in the checkout names a launcher that fits

@@ -24,8 +24,8 @@ from containers.inputs.settings import load_settings
 from containers.inputs.sites import load_sites
 from containers.prove import verdict
 from containers.prove.kind import plan
-from containers.prove.smoke import SMOKE, SmokeOptions
-from containers.prove.train import TRAIN, TrainOptions
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
 from containers.run.rendezvous import Rendezvous
 from containers.run.workload import Placement, collect
 from tests.fixtures import ROOT
@@ -119,8 +119,7 @@ def _run(nodes: tuple[str, str], tmp_path: Path, options, *, interface: bool = T
     lines = [line for out in outputs for line in out.splitlines()]
     status = next((p.returncode for p in procs if p.returncode), 0)
     outcome = collect(workload, returncode=status, timed_out=False, lines=lines, seconds=1.0)
-    kind = SMOKE if isinstance(options, SmokeOptions) else TRAIN
-    return verdict.Result(kind, workload, outcome)
+    return verdict.Result(options.kind, workload, outcome)
 
 
 def _runtime():
