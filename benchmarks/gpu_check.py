@@ -51,6 +51,7 @@ from containers.image.builder import sigterm_as_exit  # noqa: E402
 from containers.inputs.names import COLLECTIVES  # noqa: E402
 from containers.inputs.sites import Site, load_sites  # noqa: E402
 from containers.prove import verdict  # noqa: E402
+from containers.inputs.names import Gpu  # noqa: E402
 from containers.prove.kind import WorkloadKind  # noqa: E402
 from containers.prove.registry import WORKLOADS  # noqa: E402
 from containers.report import console, table  # noqa: E402
@@ -101,9 +102,9 @@ def machine_site(sites: dict[str, Site], device: str, ranks: int) -> Site:
     """What this machine is, as a site profile: the tool's own ``local`` profile with this
     machine's GPUs (kind and count), and no references (a workstation's bandwidth has none)."""
     local = sites["local"]
-    kind = "cuda" if device == "cuda" else "none"
+    kind = Gpu.CUDA if device == "cuda" else Gpu.NONE
     gpus = local.gpus.model_copy(update={"kind": kind,
-                                         "per_node": ranks if kind != "none" else 0})
+                                         "per_node": ranks if kind != Gpu.NONE else 0})
     return local.model_copy(update={"gpus": gpus, "references": ()})
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from containers.prove.registry import kind_of
 from containers.prove.smoke import SmokeOptions
 from tests.batch.test_slurm_jobs import _submit, slurm_project  # noqa: F401  (the fixture)
 
@@ -16,7 +17,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.distributed]
 
 def test_smoke_job_of_several_ops_is_judged_per_op(slurm_project, slurm_cluster) -> None:
     ops = ["all_gather", "sendrecv"]
-    submitted, output = _submit(slurm_project, slurm_cluster, workload="smoke", nodes=1,
+    submitted, output = _submit(slurm_project, slurm_cluster, kind=kind_of("smoke"), nodes=1,
                                 gpus_per_node=2,
                                 options=SmokeOptions(gpus=2, sizes="4K,16K", iters=2, warmup=1,
                                                      timeout=120.0, op=",".join(ops)))

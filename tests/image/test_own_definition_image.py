@@ -134,7 +134,7 @@ def test_it_publishes_with_and_without_the_checks_and_its_page_reads_in_a_browse
     assert entry["checks"]["apptainer_test"]["passed"] is True
     assert entry["license"] == "GPL-2.0-or-later"
     assert "#SBATCH --nodes=1" in entry["batch_example"]
-    assert cat.find(cat.load(skipped / "catalogue.json"), "mine", "1.0")["checks"]["skipped"]
+    assert cat.find(cat.load(skipped / "catalogue.json"), "mine", "1.0").checks.skipped
     page = checked / "index.html"
     assert htmlcheck.problems(page, checked) == []
     seen = htmlcheck.text_of(page.read_text())
