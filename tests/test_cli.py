@@ -17,6 +17,7 @@ import pytest
 from invoke import Collection
 
 import tasks
+from tests.fixtures.disks import plant_in_place
 from tests.fixtures.procs import at_a_terminal
 from containers.host.process import descendants
 from containers.prove.smoke import SMOKE
@@ -647,7 +648,7 @@ def test_a_second_listing_is_the_kept_one_until_an_input_changes(
     assert third["debian-base"] == before["debian-base"]
 
 
-@pytest.mark.parametrize("store_is", ["another user's", "a link", "a FIFO", "250 MB"])
+@pytest.mark.parametrize("store_is", ["another user's", "link", "FIFO", "huge"])
 def test_a_kept_listing_not_the_users_alone_is_neither_trusted_nor_a_failure(
         cli_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         store_is: str) -> None:
@@ -661,17 +662,7 @@ def test_a_kept_listing_not_the_users_alone_is_neither_trusted_nor_a_failure(
     store.write_text(json.dumps(kept))
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text(store.read_text())
-    if store_is == "another user's":
-        os.chown(store, 65534, 65534)
-    else:
-        store.unlink()
-    if store_is == "a link":
-        store.symlink_to(elsewhere)
-    elif store_is == "a FIFO":
-        os.mkfifo(store)
-    elif store_is == "250 MB":
-        with open(store, "wb") as big:
-            big.truncate(250 << 20)
+    plant_in_place(store, store_is, elsewhere)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     listed = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "invoke",
                              "targets", "--json"], cwd=cli_project, env=env,

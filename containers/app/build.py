@@ -92,25 +92,8 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
     for number, step in enumerate(plan.steps, start=1):
         say(f"step {number}/{len(plan.steps)}: {step.target.name} [{step.action}] "
             f"inputs {step.short_hash} -> {os.path.relpath(step.image)}")
-        if step.action != "build":
-            continue
-        say(f"  work   {step.workdir}-XXXXXXXX (made fresh for this build; the paths below "
-            f"show it as {step.workdir.name})")
-        if step.definition is not None:
-            say(f"  stage  {step.workdir / STAGED_DEFINITION} ({step.target.definition}, labelled)")
-        for name in sorted([*step.staged, *step.copied]):
-            say(f"  stage  {step.workdir / 'context' / name}")
-        for link, target in sorted(step.links.items()):
-            say(f"  link   {link} -> {target}")
-        say(cache_line(step, no_cache=no_cache))
-        say(f"  run    {show_command(step.build_argv, step.env)}")
-        if step.test_argv:
-            say(f"  run    {show_command(step.test_argv, step.env)}")
-        say(f"  run    {show_command(step.inspect_argv)}")
-        say(f"  probe  {step.image.name}'s python runs containers/image/probe_script.py (one "
-            f"exec): its SBOM, and its fit to site {step.target.site} (an error fails the build)")
-        say(f"  rename {os.path.relpath(step.partial)} -> {os.path.relpath(step.image)} "
-            f"(+ {os.path.relpath(step.image)}.json, .cdx.json)")
+        if step.action == "build":
+            _describe_build(step, no_cache=no_cache, say=say)
     if not dry_run:
         for step in plan.pending:
             missing_base_image(step)
@@ -120,3 +103,24 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
         return plan
     builder.execute(plan, runtime=runtime, say=say, examine=examine_built(project))
     return plan
+
+
+def _describe_build(step: BuildStep, *, no_cache: bool, say: Say) -> None:
+    """What a build step will do, as the commands it runs (``--dry-run`` shows only this)."""
+    say(f"  work   {step.workdir}-XXXXXXXX (made fresh for this build; the paths below "
+        f"show it as {step.workdir.name})")
+    if step.definition is not None:
+        say(f"  stage  {step.workdir / STAGED_DEFINITION} ({step.target.definition}, labelled)")
+    for name in sorted([*step.staged, *step.copied]):
+        say(f"  stage  {step.workdir / 'context' / name}")
+    for link, target in sorted(step.links.items()):
+        say(f"  link   {link} -> {target}")
+    say(cache_line(step, no_cache=no_cache))
+    say(f"  run    {show_command(step.build_argv, step.env)}")
+    if step.test_argv:
+        say(f"  run    {show_command(step.test_argv, step.env)}")
+    say(f"  run    {show_command(step.inspect_argv)}")
+    say(f"  probe  {step.image.name}'s python runs containers/image/probe_script.py (one "
+        f"exec): its SBOM, and its fit to site {step.target.site} (an error fails the build)")
+    say(f"  rename {os.path.relpath(step.partial)} -> {os.path.relpath(step.image)} "
+        f"(+ {os.path.relpath(step.image)}.json, .cdx.json)")

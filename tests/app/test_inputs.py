@@ -16,6 +16,7 @@ import pytest
 from containers.app.inputs import TARGET_COLUMNS, check_inputs, list_targets, targets_report
 from containers.app.project import Project
 from containers.errors import ContainersError
+from tests.fixtures.disks import plant_in_place
 
 
 def _rows(project) -> dict[str, dict]:
@@ -201,19 +202,13 @@ def test_a_store_that_cannot_be_read_or_written_costs_only_the_time(
     written through), a FIFO, or a file where the folder would be is left as it is."""
     listed()
     store = listed.store()
-    store.unlink()
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text("{}")
-    if what == "link":
-        store.symlink_to(elsewhere)
-    elif what == "FIFO":
-        os.mkfifo(store)
-    elif what == "huge":
-        with open(store, "wb") as big:
-            big.truncate(250 << 20)  # sparse: read whole, it would take 250 MB
-    else:
+    if what == "a file for its folder":
         shutil.rmtree(listed.store_dir)
         listed.store_dir.write_text("")
+    else:
+        plant_in_place(store, what, elsewhere)
     first = listed()
     assert listed.loads == 2 and listed() == first
     assert elsewhere.read_text() == "{}"
