@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from containers.errors import ConfigError, ContainersError, raise_all
-from containers.files import atomic_write_text, read_regular, read_regular_json
+from containers.files import atomic_write_text, not_yours_alone, read_regular, read_regular_json
 from containers.image.cache import cache_problem, default_cache_dir
 from containers.report import Say, console, say_line as _print, table
 
@@ -101,8 +101,8 @@ def _kept(store: Path, key: str) -> Listing | None:
     None when there is none, it is not the user's alone, or it does not read as one."""
     try:
         info = store.lstat()
-        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
-                or info.st_mode & 0o022 or cache_problem(store.parent, parts=False)):
+        if (not stat.S_ISREG(info.st_mode) or not_yours_alone(store, info)
+                or cache_problem(store.parent, parts=False)):
             return None
         kept = read_regular_json(store, limit=CONTENT_LIMIT)
         listing = Listing(**kept["listing"])
