@@ -17,6 +17,7 @@ from containers.app.project import Project
 from containers.app.running import CommandExit
 from containers.batch import follow
 from containers.batch.follow import verdict_of, wait_for
+from containers.batch.schedulers import SCHEDULERS, Scheduler
 from containers.errors import StateError
 from containers.files import read_json_object
 from containers.inputs.flags import JOB_ID
@@ -30,7 +31,7 @@ class JobVerdict(CommandExit):
     fallback = 2
 
 
-def follow_job(scheduler: str, job_id: str, *, results: Path | None, output: str,
+def follow_job(scheduler: Scheduler, job_id: str, *, results: Path | None, output: str,
                say: Say = _print, poll: float | None = None) -> dict:
     """Wait for the job, print its verdict, raise :class:`JobVerdict` unless it passed."""
     state = wait_for(scheduler, job_id, say=say, poll=poll)
@@ -62,8 +63,6 @@ def _row(entry: dict, queries: dict[str, follow.Queries]) -> dict | None:
         job_id = JOB_ID.parse(entry.get("job_id"))
     except ValueError:
         return None
-    scheduler = entry.get("scheduler") if entry.get("scheduler") in ("slurm", "pbs") \
-        else "slurm"
     verdict = None
     if isinstance(entry.get("results"), str) and entry["results"]:
         path = Path(entry["results"]) / "verdict.json"
@@ -72,9 +71,8 @@ def _row(entry: dict, queries: dict[str, follow.Queries]) -> dict | None:
             code = follow.verdict_code(Verdict.of(record, source=path))
             verdict = "PASS" if code == 0 else "FAIL"
     at = entry.get("scheduler_submitted")
-    asked = queries[scheduler]
-    state = follow.job_state(scheduler, job_id, asked,
-                             submitted=at if isinstance(at, str) else None)
+    asked = queries.get(str(entry.get("scheduler"))) or queries["slurm"]  # older entries
+    state = asked.scheduler.job_state(job_id, asked, submitted=at if isinstance(at, str) else None)
     unknown = "unknown" if asked.silent else "ended"
     return {**entry, "job_id": job_id, "state": state or unknown, "verdict": verdict}
 
@@ -92,7 +90,7 @@ def _folder(results: object) -> str:
 
 def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -> list[dict]:
     """The jobs this checkout submitted, newest last, with their state now and verdict."""
-    queries = {"slurm": follow.Queries(), "pbs": follow.Queries()}
+    queries = {name: follow.Queries(scheduler) for name, scheduler in SCHEDULERS.items()}
     rows = [row for row in (_row(entry, queries) for entry in _index(project)) if row is not None]
     unanswered = {name: asked.silent for name, asked in queries.items() if asked.silent}
     if as_json:

@@ -46,7 +46,7 @@ def job(project: Project, *, target: str | None, kind: WorkloadKind, site: str |
                               runtime=lambda: project.runtime(required=False))
     if wait and done.job_id is not None:
         results = done.job.results_of(done.job_id)
-        follow_job(done.job.scheduler.name, done.job_id, say=say,
+        follow_job(done.job.scheduler, done.job_id, say=say,
                    results=Path(results) if results else None,
                    output=done.job.output_of(done.job_id))
     return done

@@ -22,7 +22,8 @@ from containers.app.project import Project
 from containers.app.workloads import _record
 from containers.batch import job as batch
 from containers.batch.request import RecordOptionsError, request_from_record
-from containers.errors import StateError, VerdictFailed
+from containers.batch.schedulers import scheduler_of
+from containers.errors import ConfigError, StateError, VerdictFailed
 from containers.files import read_regular_json, read_regular_text
 from containers.image import provenance
 from containers.inputs.sites import get_site
@@ -44,6 +45,10 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     kind = _judged_here(folder, job.workload)
     item = project.target(job.target)
     site = get_site(project.sites, job.site)
+    try:
+        scheduler_of(site, ": no batch job ran there")
+    except ConfigError as exc:
+        raise VerdictFailed(f"verdict FAILED: {folder / JOB_RECORD}: site: {exc}") from None
     try:
         request = request_from_record(job, kind)
     except RecordOptionsError as exc:

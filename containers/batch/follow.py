@@ -1,8 +1,7 @@
 """Following a submitted job (``invoke job --submit --wait``, ``invoke jobs``): its state from the
 scheduler, and a small index of the jobs this checkout submitted.
 
-The state is asked with the scheduler's own tools (Slurm's ``scontrol show job -o``, falling back
-to ``sacct`` once the controller has forgotten the job; PBS's ``qstat -x -f``); a job the
+The state is asked with the scheduler's own tools (:meth:`Scheduler.job_state`); a job the
 scheduler answers for and no longer knows has ended, and its verdict then decides; a scheduler
 that does not answer leaves its jobs' state unknown (:class:`Queries`). The index is one JSON line
 per submitted job in ``results/jobs/index.jsonl`` (appended with ``O_APPEND``, one write per
@@ -13,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
+from containers.batch.schedulers import Ask, Scheduler
 from containers.errors import CommandFailed, ContainersError, StateError, VerdictFailed
 from containers.files import (TooDeep, json_value, open_append_regular, read_regular_json,
                               read_regular_text)
@@ -28,64 +27,27 @@ from containers.report import Say
 #: States after which a job does nothing more (Slurm's and PBS's).
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
          "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED", "ENDED", "FINISHED"}
-#: PBS's one-letter job states, in words.
-PBS_STATES = {"Q": "PENDING", "H": "HELD", "W": "WAITING", "R": "RUNNING", "E": "EXITING",
-              "B": "RUNNING", "F": "FINISHED", "X": "FINISHED", "M": "MOVED", "S": "SUSPENDED"}
 INDEX = "index.jsonl"
 POLL_SECONDS = 3.0
-#: Runs one state query's argv: its output, None when it failed.
-Ask = Callable[[list[str]], "str | None"]
-#: The commands (the job id follows) that tell a job's state, tried in order until one answers.
-STATE_COMMANDS = {"pbs": [("qstat", "-x", "-f")],
-                  "slurm": [("scontrol", "show", "job", "-o"),
-                            ("sacct", "-n", "-X", "-P", "-o", "State,Submit", "-j")]}
-#: Where each answer of :data:`STATE_COMMANDS` says when the scheduler accepted the job
-#: (scontrol's ``SubmitTime=``, sacct's field after the ``|``, PBS's ``ctime``).
-SUBMIT_TIME = {"pbs": re.compile(r"^\s*ctime\s*=\s*(.+?)\s*$", re.M),
-               "slurm": re.compile(r"\bSubmitTime=(\S+)|^[^|\n]*\|(\S+)\s*$", re.M)}
-
-
-def parse_state(scheduler: str, text: str) -> str | None:
-    """The job's state in words from one of :data:`STATE_COMMANDS`' outputs, or None."""
-    if scheduler == "pbs":
-        found = re.search(r"^\s*job_state\s*=\s*(\w)", text, flags=re.M)
-        return PBS_STATES.get(found.group(1), found.group(1)) if found else None
-    found = re.search(r"\bJobState=(\w+)", text)
-    if found:
-        return found.group(1)
-    words = text.split("|")[0].split()
-    return words[0].upper() if words else None  # sacct: "CANCELLED by 0|…" -> CANCELLED
-
-
-def parse_submitted(scheduler: str, text: str) -> str | None:
-    """When the scheduler accepted the job, as one of :data:`STATE_COMMANDS`' outputs says it
-    (None where it does not): with the job id, what tells a job from a restarted cluster's."""
-    found = SUBMIT_TIME["pbs" if scheduler == "pbs" else "slurm"].search(text)
-    return next((group for group in found.groups() if group), None) if found else None
-
-
-#: What a scheduler's tools say when its server cannot be reached (Slurm's client library;
-#: PBS's qstat): no answer, as a timeout is.
-UNREACHABLE = re.compile(r"Unable to contact slurm controller|cannot connect to server", re.I)
 
 
 class Queries:
-    """The state queries of one listing (``invoke jobs``): a scheduler that did not answer one
-    (timed out, its tool missing, its server unreachable) is asked no more, so a listing of
-    many jobs waits for it once, not once a job; ``silent`` says why. Its jobs' state is then
+    """The state queries of one listing (``invoke jobs``) to one scheduler: one that did not
+    answer (timed out, its tool missing, its server unreachable) is asked no more, so a listing
+    of many jobs waits for it once, not once a job; ``silent`` says why. Its jobs' state is then
     unknown, never "ended": that would be a guess."""
 
-    def __init__(self, timeout: float = 60) -> None:
-        self.timeout = timeout
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
         self.silent: str | None = None
 
     def __call__(self, argv: list[str]) -> str | None:
         if self.silent is not None:
             return None
         try:
-            return capture(argv, timeout=self.timeout)
+            return capture(argv, timeout=60)
         except CommandFailed as exc:
-            if exc.returncode is None or UNREACHABLE.search("\n".join(exc.output)):
+            if exc.returncode is None or self.scheduler.unreachable.search("\n".join(exc.output)):
                 self.silent = str(exc)
             return None
 
@@ -98,37 +60,14 @@ def ask(argv: list[str]) -> str | None:
         return None
 
 
-def job_state(scheduler: str, job_id: str, ask: Ask, *,
-              submitted: str | None = None) -> str | None:
-    """The job's state; ``ask`` runs one argv and returns its output (None when it failed).
-    ``submitted``: the submit time the scheduler gave the job when this tool submitted it
-    (:func:`submitted_at`); a job of that id the scheduler submitted at another time is
-    another job (job ids start again at 1 on a restarted cluster), so this one's state is
-    unknown (None: it has ended)."""
-    for words in STATE_COMMANDS["pbs" if scheduler == "pbs" else "slurm"]:
-        text = ask([*words, job_id])
-        state = parse_state(scheduler, text) if text else None
-        if state:
-            said = parse_submitted(scheduler, text or "")
-            return None if submitted and said and said != submitted else state
-    return None
-
-
-def submitted_at(scheduler: str, job_id: str, ask: Ask) -> str | None:
-    """The submit time the scheduler records for a job just submitted (its first state
-    command's answer), for the index: None when it does not answer."""
-    text = ask([*STATE_COMMANDS["pbs" if scheduler == "pbs" else "slurm"][0], job_id])
-    return parse_submitted(scheduler, text) if text else None
-
-
-def wait_for(scheduler: str, job_id: str, *, say: Say, poll: float | None = None,
+def wait_for(scheduler: Scheduler, job_id: str, *, say: Say, poll: float | None = None,
              query: Ask = ask) -> str:
     """Poll until the job has ended; each state change is said. The last state seen (or
     ``UNKNOWN`` when the scheduler no longer knows the job)."""
     last, started = None, time.monotonic()
     misses = 0
     while True:
-        state = job_state(scheduler, job_id, query)
+        state = scheduler.job_state(job_id, query)
         if state != last and state is not None:
             say(f"job {job_id}: {state} ({time.monotonic() - started:.0f} s)")
             last = state

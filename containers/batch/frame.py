@@ -9,7 +9,7 @@ from typing import Mapping
 
 from containers import __version__, walltime
 from containers.batch.request import JobRequest
-from containers.batch.schedulers import SCHEDULERS, Resources, directive
+from containers.batch.schedulers import SCHEDULERS, Resources, directive, scheduler_of
 from containers.batch.siterules import fit_time, resolve_account
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
@@ -49,9 +49,8 @@ def example_preamble(site: Site, name: str) -> list[str] | None:
     """The directives of a job for one node of ``site``'s default partition with all its GPUs,
     for 30 minutes (``YOUR_PROJECT`` where the site needs an account): what the catalogue page
     gives users to paste; None where the site has no scheduler."""
-    if site.scheduler not in SCHEDULERS:
+    if (scheduler := SCHEDULERS.get(site.scheduler)) is None:
         return None
-    scheduler = SCHEDULERS[site.scheduler]
     partition = site.partition(site.default_partition)
     return scheduler.preamble(Resources(
         name=name, time="00:30:00", partition=partition.name or None,
@@ -69,7 +68,7 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
     """The job's name (shortened with the site's words where its scheduler limits names),
     output (named with ``stamp`` too: job ids repeat across clusters), partition, time and
     account, and the header comments that say so."""
-    scheduler = SCHEDULERS[site.scheduler]
+    scheduler = scheduler_of(site)
     full_name = f"{request.workload}-{target.name}"
     directive(full_name, "job name")
     name = scheduler.job_name(full_name, site.job.short_names)

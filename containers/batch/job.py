@@ -40,7 +40,7 @@ from containers.batch.frame import Frame, job_frame
 from containers.batch.judgeenv import JudgeEnv
 from containers.batch.request import JobRequest, job_options
 from containers.batch.runjob import run_lines, run_record
-from containers.batch.schedulers import SCHEDULERS, Resources, Scheduler
+from containers.batch.schedulers import Resources, Scheduler, scheduler_of
 from containers.batch.script import SHELL_VARS, ref, render, word
 from containers.batch.siterules import check_site, check_size, check_transport, chosen_site
 from containers.host.facts import run_stamp
@@ -197,7 +197,7 @@ class JobPlanner:
         size = (f"{request.nodes} node{'s' if request.nodes > 1 else ''} x {gpus} "
                 f"{'GPUs' if site.gpus.kind != 'none' else 'CPU ranks'}, launcher "
                 f"{run.launcher.name}")
-        job_id = ref(SCHEDULERS[site.scheduler].rendezvous.job_id_var)
+        job_id = ref(scheduler_of(site).rendezvous.job_id_var)
         return self._render(frame, frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked),
                             body, launcher=run.launcher,
                             comments=[size, *([run.workload.cores_note]
@@ -214,13 +214,13 @@ class JobPlanner:
         return [f"cd {word(str(self.needs.settings.root))}", "",
                 *module_lines(modules, multinode=multinode and bool(site.transport.modules)),
                 *module_variable_lines(site, modules, multinode=multinode),
-                *([*SCHEDULERS[site.scheduler].rendezvous.shell(), ""] if run.meets else [])]
+                *([*scheduler_of(site).rendezvous.shell(), ""] if run.meets else [])]
 
     def _render(self, frame: Frame, res: Resources, body: list[str], *,
                 launcher: Launcher | None = None, comments: Sequence[str] = (),
                 results: str | None = None) -> Job:
         site = self.needs.site
-        scheduler = SCHEDULERS[site.scheduler]
+        scheduler = scheduler_of(site)
         text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
         return Job(request=self.request, target=self.needs.target, site=site,
                    scheduler=scheduler, launcher=launcher, resources=res, text=text,
@@ -253,7 +253,7 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
     """The workload of a smoke or training job exactly as its script runs it: the plan the job
     renders and the plan ``invoke verdict`` judges the job's results by (pure). Its results
     folder is ``<target>-<stamp>-<scheduler>-job<id>`` (:func:`job_run_id`)."""
-    scheduler = SCHEDULERS[site.scheduler]
+    scheduler = scheduler_of(site)
     site = chosen_site(site, request)
     launcher = launchers.for_site(site, request.launcher)
     gpus = _ranks_per_node(request, site)

@@ -1,10 +1,10 @@
 """Batch schedulers (Slurm, PBS Pro): a job's directives, its rendezvous lines, how to submit it.
 
 A scheduler returns the preamble (``#SBATCH`` / ``#PBS`` lines) for the :class:`Resources` a job
-asks for, where the job's output goes, and the submit command and how to read the job id it
-prints. The rendezvous (the first node's address and a port from the job id) belongs to the
-scheduler's :class:`~containers.run.rendezvous.SchedulerRendezvous`, which ``invoke smoke
---nodes`` uses too.
+asks for, where the job's output goes, the submit command and how to read the job id it prints,
+and how to ask a job's state (and when it was submitted) with its own tools. The rendezvous
+belongs to the scheduler's :class:`~containers.run.rendezvous.SchedulerRendezvous`, which
+``invoke smoke --nodes`` uses too.
 """
 
 from __future__ import annotations
@@ -12,15 +12,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from containers.batch.script import word
 from containers.errors import CommandFailed, ConfigError, UsageError
 from containers.inputs.directives import VALUE
 from containers.inputs.flags import JOB_ID
 from containers.inputs.flags import directive as directive_flag
+from containers.inputs.sites import Site
 from containers.run.rendezvous import RENDEZVOUS, SchedulerRendezvous
 
+#: Runs one state query's argv: its output, None when it failed.
+Ask = Callable[[list[str]], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -53,13 +56,6 @@ class Resources:
     directives: tuple[str, ...] = ()
 
 
-def extra_directive(text: str, scheduler: str) -> str:
-    """A ``--directive`` (or a profile's ``job.directives``, checked as it loaded) as the
-    preamble writes it after ``#SBATCH``/``#PBS``: the one directive grammar's check, for the
-    job's scheduler, is made here, where the scheduler is known."""
-    return directive_flag(scheduler)("--directive", text)
-
-
 def directive(value: object, what: str) -> str:
     """``value`` as a directive word; refused when a scheduler's parser could misread it."""
     text = str(value)
@@ -77,6 +73,14 @@ class Scheduler:
     name_length: int | None = None
     #: The output file in the job's output folder, or "" where the scheduler names it itself.
     output_file = ""
+    #: The variables its submit command reads an account from, where no flag or setting names one.
+    account_vars: tuple[str, ...] = ()
+    #: The commands (the job id follows) that tell a job's state, tried in order until one answers.
+    state_commands: tuple[tuple[str, ...], ...] = ()
+    #: Where an answer of :attr:`state_commands` says when the scheduler accepted the job.
+    submit_time: re.Pattern[str]
+    #: What its tools say when its server cannot be reached: no answer, as a timeout is.
+    unreachable: re.Pattern[str]
 
     @property
     def rendezvous(self) -> SchedulerRendezvous:
@@ -84,6 +88,10 @@ class Scheduler:
 
     def preamble(self, res: Resources) -> list[str]:
         raise NotImplementedError
+
+    def extra(self, text: str) -> str:
+        """A ``--directive`` or profile ``job.directives`` line, by this scheduler's grammar."""
+        return directive_flag(self.name)("--directive", text)
 
     def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
         """The name the scheduler is given for a job called ``name`` (``short_names``: the
@@ -119,12 +127,43 @@ class Scheduler:
     def id_part(self, line: str) -> str:
         return line
 
+    def parse_state(self, text: str) -> str | None:  # from a state command's output
+        raise NotImplementedError
+
+    def parse_submitted(self, text: str) -> str | None:
+        found = self.submit_time.search(text)
+        return next((group for group in found.groups() if group), None) if found else None
+
+    def job_state(self, job_id: str, ask: Ask, *, submitted: str | None = None) -> str | None:
+        """The job's state, or None. ``submitted``: the time :meth:`submitted_at` read when the
+        tool submitted it; a job of its id submitted at another time is another job (ids start
+        again at 1 on a restarted cluster), so this one's state is unknown."""
+        for words in self.state_commands:
+            text = ask([*words, job_id])
+            state = self.parse_state(text) if text else None
+            if state:
+                said = self.parse_submitted(text or "")
+                return None if submitted and said and said != submitted else state
+        return None
+
+    def submitted_at(self, job_id: str, ask: Ask) -> str | None:
+        """The submit time of a job just submitted, for the jobs index (see :meth:`job_state`)."""
+        text = ask([*self.state_commands[0], job_id])
+        return self.parse_submitted(text) if text else None
+
 
 class Slurm(Scheduler):
     name = "slurm"
     submit_command = "sbatch"
     submit_options = ("--parsable",)
     output_file = "{name}-%j.out"
+    #: sbatch reads SBATCH_ACCOUNT itself; SLURM_ACCOUNT is the current allocation's.
+    account_vars = ("SBATCH_ACCOUNT", "SLURM_ACCOUNT")
+    #: ``scontrol``, then ``sacct`` once the controller has forgotten the job.
+    state_commands = (("scontrol", "show", "job", "-o"),
+                      ("sacct", "-n", "-X", "-P", "-o", "State,Submit", "-j"))
+    submit_time = re.compile(r"\bSubmitTime=(\S+)|^[^|\n]*\|(\S+)\s*$", re.M)
+    unreachable = re.compile("Unable to contact slurm controller", re.I)
 
     def preamble(self, res: Resources) -> list[str]:
         gres = res.gpu_request == "gres" and res.gpus_per_node
@@ -143,7 +182,7 @@ class Slurm(Scheduler):
                  if value is not None]
         if res.exclusive:
             lines.append("#SBATCH --exclusive")
-        return lines + [f"#SBATCH {extra_directive(text, self.name)}" for text in res.directives]
+        return lines + [f"#SBATCH {self.extra(text)}" for text in res.directives]
 
     def output_of(self, res: Resources, job_id: str) -> str:
         return res.output.replace("%j", job_id)
@@ -152,6 +191,13 @@ class Slurm(Scheduler):
         """``--parsable`` prints ``ID[;CLUSTER]``: a cluster that is not a name spoils the id."""
         job_id, _, cluster = line.partition(";")
         return job_id if re.fullmatch(r"[A-Za-z0-9_-]*", cluster) else line
+
+    def parse_state(self, text: str) -> str | None:
+        found = re.search(r"\bJobState=(\w+)", text)
+        if found:
+            return found.group(1)
+        words = text.split("|")[0].split()
+        return words[0].upper() if words else None  # sacct: "CANCELLED by 0|…" -> CANCELLED
 
 
 class Pbs(Scheduler):
@@ -165,6 +211,12 @@ class Pbs(Scheduler):
     #: (openpbs/openpbs); the smaller is taken. (The 15 characters of old PBS servers is
     #: PBS_MAXQUEUENAME, a queue's name.)
     name_length = 230
+    state_commands = (("qstat", "-x", "-f"),)
+    submit_time = re.compile(r"^\s*ctime\s*=\s*(.+?)\s*$", re.M)
+    unreachable = re.compile("cannot connect to server", re.I)
+    #: qstat's one-letter job states, in words.
+    STATES = {"Q": "PENDING", "H": "HELD", "W": "WAITING", "R": "RUNNING", "E": "EXITING",
+              "B": "RUNNING", "F": "FINISHED", "X": "FINISHED", "M": "MOVED", "S": "SUSPENDED"}
 
     def preamble(self, res: Resources) -> list[str]:
         chunk = f"select={res.nodes}"
@@ -185,10 +237,14 @@ class Pbs(Scheduler):
         return [*(f"#PBS {key}{directive(value, what)}" for key, value, what in options
                   if value is not None),
                 "#PBS -j oe", f"#PBS -o {directive(res.output, 'output folder')}",
-                *(f"#PBS {extra_directive(text, self.name)}" for text in res.directives)]
+                *(f"#PBS {self.extra(text)}" for text in res.directives)]
 
     def output_of(self, res: Resources, job_id: str) -> str:
         return f"{res.output}{self.job_name(res.name)}.o{job_id.split('.')[0]}"
+
+    def parse_state(self, text: str) -> str | None:
+        found = re.search(r"^\s*job_state\s*=\s*(\w)", text, flags=re.M)
+        return self.STATES.get(found.group(1), found.group(1)) if found else None
 
 
 def short_name(name: str, length: int, short_names: Mapping[str, str]) -> str:
@@ -213,3 +269,13 @@ def short_name(name: str, length: int, short_names: Mapping[str, str]) -> str:
 
 
 SCHEDULERS: dict[str, Scheduler] = {"slurm": Slurm(), "pbs": Pbs()}
+
+
+def scheduler_of(site: Site, hint: str = "") -> Scheduler:
+    """The site's scheduler; a site with none (``scheduler: none``) is refused in one line that
+    names its profile's key (``hint`` says what to do instead)."""
+    if site.scheduler not in SCHEDULERS:
+        raise ConfigError(f"site {site.name} has no batch scheduler (scheduler: "
+                          f"{site.scheduler}){hint}", path=site.path,
+                          line=site.lines.get("scheduler"), key="scheduler")
+    return SCHEDULERS[site.scheduler]

@@ -10,7 +10,7 @@ from typing import Mapping
 
 from containers import walltime
 from containers.batch.request import JobRequest
-from containers.batch.schedulers import SCHEDULERS
+from containers.batch.schedulers import scheduler_of
 from containers.errors import ConfigError, UsageError
 from containers.inputs.recipes import Target
 from containers.inputs.schema import suggest
@@ -18,21 +18,14 @@ from containers.inputs.settings import Settings
 from containers.inputs.sites import Partition, Qos, Site
 from containers.prove.transport import sockets
 
-#: The variables the scheduler's submit command reads an account from, when no flag or setting
-#: names one (sbatch reads SBATCH_ACCOUNT itself; SLURM_ACCOUNT is the current allocation's).
-#: PBS Pro's qsub reads none: ``-A`` in the script is the only way.
-ACCOUNT_VARS = {"slurm": ("SBATCH_ACCOUNT", "SLURM_ACCOUNT"), "pbs": ()}
 _KINDS = {"none": "CPUs (no GPU)", "cuda": "NVIDIA (CUDA) GPUs", "rocm": "AMD (ROCm) GPUs"}
 
 
 def check_site(request: JobRequest, target: Target, site: Site, site_arch: str | None) -> None:
     """What the request, the image and the site must agree on."""
-    if site.scheduler not in SCHEDULERS:
-        hint = (" (for a Slurm cluster of CPU nodes: --site local-slurm)"
-                if site.gpus.kind == "none" else "")
-        raise ConfigError(f"site {site.name} has no batch scheduler (scheduler: "
-                          f"{site.scheduler}); name a site that has one with --site{hint}",
-                          path=site.path, line=site.lines.get("scheduler"), key="scheduler")
+    scheduler_of(site, "; name a site that has one with --site" + (
+        " (for a Slurm cluster of CPU nodes: --site local-slurm)"
+        if site.gpus.kind == "none" else ""))
     if target.gpu != site.gpus.kind:
         raise UsageError(f"target {target.name} is an image for {_KINDS[target.gpu]} but "
                          f"site {site.name} has {_KINDS[site.gpus.kind]}")
@@ -105,16 +98,16 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
                     environ: Mapping[str, str]) -> tuple[str | None, str]:
     """The account the job charges and where it came from: ``--account``, else
     ``containers.accounts.<site>``, else ``containers.account``, else the scheduler's own
-    variables (:data:`ACCOUNT_VARS`). ``SBATCH_ACCOUNT`` is left to sbatch, which reads it at
-    submission (None is returned with it). A site that requires an account and gets none is
-    refused in one line that says the ways to set it."""
+    variables (:attr:`Scheduler.account_vars`; PBS Pro's qsub reads none: ``-A`` only).
+    ``SBATCH_ACCOUNT`` is left to sbatch, which reads it at submission (None is returned). A
+    site that requires an account and gets none is refused in one line saying how to set it."""
     if request.account:
         return request.account, "--account"
     configured = settings.account_for(site.name)
     if configured:
         return configured, (f"containers.accounts.{site.name}"
                             if settings.accounts.get(site.name) else "containers.account")
-    variables = ACCOUNT_VARS.get(site.scheduler, ())
+    variables = scheduler_of(site).account_vars
     for var in variables:
         if environ.get(var):
             return (None if var == "SBATCH_ACCOUNT" else environ[var]), var

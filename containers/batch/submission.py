@@ -120,5 +120,5 @@ def _submit(job: Job, script: Path | None, *, jobs_dir: Path, say: Say) -> JobSu
             "results": results,
             "submitted": datetime.datetime.now().isoformat(timespec="seconds"),
             # the scheduler's own: what tells this job from a restarted cluster's of its id
-            "scheduler_submitted": follow.submitted_at(job.scheduler.name, job_id, follow.ask)})
+            "scheduler_submitted": job.scheduler.submitted_at(job_id, follow.ask)})
     return JobSubmission(job=job, script=script, job_id=job_id)

@@ -13,9 +13,12 @@ import pytest
 from containers import app
 from containers.app.following import JobVerdict, follow_job, jobs_report, verdict_of, wait_for
 from containers.batch import follow
+from containers.batch.schedulers import SCHEDULERS
 from containers.errors import CommandFailed, StateError, VerdictFailed
 from containers.inputs.settings import load_settings
 from tests.fixtures import ROOT
+
+SLURM = SCHEDULERS["slurm"]
 
 
 def _answers(*states: str | None):
@@ -32,7 +35,7 @@ def _answers(*states: str | None):
 
 def test_each_state_change_is_said_once_until_the_job_ends() -> None:
     lines: list[str] = []
-    state = wait_for("slurm", "7", say=lines.append, poll=0,
+    state = wait_for(SLURM, "7", say=lines.append, poll=0,
                      query=_answers("PENDING", "PENDING", "RUNNING", "COMPLETED"))
     assert state == "COMPLETED"
     assert [line.split(" (")[0] for line in lines] == [
@@ -40,9 +43,9 @@ def test_each_state_change_is_said_once_until_the_job_ends() -> None:
 
 
 def test_a_job_the_scheduler_forgot_has_ended() -> None:
-    assert wait_for("slurm", "7", say=lambda _: None, poll=0,
+    assert wait_for(SLURM, "7", say=lambda _: None, poll=0,
                     query=_answers("RUNNING", None)) == "RUNNING"
-    assert wait_for("slurm", "7", say=lambda _: None, poll=0, query=_answers(None)) == "UNKNOWN"
+    assert wait_for(SLURM, "7", say=lambda _: None, poll=0, query=_answers(None)) == "UNKNOWN"
 
 
 def test_a_missing_or_odd_verdict_fails_closed(tmp_path) -> None:
@@ -61,11 +64,11 @@ def test_follow_job_exits_with_the_verdicts_code(tmp_path, monkeypatch) -> None:
         {"passed": False, "reasons": ["the loss did not fall"]}))
     lines: list[str] = []
     with pytest.raises(JobVerdict) as failed:
-        follow_job("slurm", "7", results=tmp_path, output="out", say=lines.append, poll=0)
+        follow_job(SLURM, "7", results=tmp_path, output="out", say=lines.append, poll=0)
     assert failed.value.exit_code == 2
     assert "verdict: FAIL (exit 2)\n  the loss did not fall" in lines
     (tmp_path / "verdict.json").write_text(json.dumps({"passed": True}))
-    assert follow_job("slurm", "7", results=tmp_path, output="out", say=lines.append,
+    assert follow_job(SLURM, "7", results=tmp_path, output="out", say=lines.append,
                       poll=0).passed is True
 
 

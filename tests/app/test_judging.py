@@ -124,6 +124,19 @@ def test_a_folder_no_job_wrote_is_refused(batch_run, tmp_path) -> None:
     assert "job.json is missing or unreadable" in str(failure)
 
 
+def test_a_job_json_naming_a_site_with_no_scheduler_is_one_line(batch_run) -> None:
+    """No batch job ran on a site without a scheduler (``local``): the refusal names the
+    job.json, its key and the site profile's, never a KeyError."""
+    project, folder, write = batch_run
+    write({"job.json": {"target": "cpu", "site": "local", "workload": "smoke", "nodes": 1,
+                        "gpus_per_node": 2}})
+    record, failure, _ = _judge(project, folder)
+    assert failure is not None and record is None
+    assert str(failure) == (f"verdict FAILED: {folder / 'job.json'}: site: {ROOT}/sites/"
+                            "local.yaml:3: scheduler: site local has no batch scheduler "
+                            "(scheduler: none): no batch job ran there")
+
+
 @pytest.mark.parametrize("workload, message", [
     ("run", "is a run job's; the job judges itself (jobs/runverdict.py writes its verdict.json)"),
     ("build", "is a build job's, which has no verdict"),

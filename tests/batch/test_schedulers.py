@@ -1,5 +1,6 @@
 """Batch schedulers: the directives a job's resources become, where output goes, submitting and
-reading the job id back, and the rendezvous each scheduler's jobs use."""
+reading the job id back, a job's state and submit time from each scheduler's tools, and the
+rendezvous each scheduler's jobs use."""
 
 from __future__ import annotations
 
@@ -110,6 +111,44 @@ def test_a_job_id_is_checked_before_it_is_used(printed: str) -> None:
         with pytest.raises(CommandFailed) as refused:
             scheduler.parse_job_id(printed)
         assert "not a job id" in str(refused.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("scheduler, text, state", [
+    ("slurm", "JobId=7 JobName=run-cpu UserId=root(0) JobState=RUNNING Reason=None", "RUNNING"),
+    ("slurm", "CANCELLED by 0\n", "CANCELLED"),
+    ("slurm", "", None),
+    ("pbs", "Job Id: 12.derecho\n    Job_Name = run-cpu\n    job_state = F\n", "FINISHED"),
+    ("pbs", "Job Id: 12.derecho\n    job_state = Q\n", "PENDING"),
+])
+def test_states_are_read_from_each_schedulers_tools(scheduler, text, state) -> None:
+    assert SCHEDULERS[scheduler].parse_state(text) == state
+
+
+@pytest.mark.parametrize("scheduler, text, submitted", [
+    ("slurm", "JobId=1 JobState=RUNNING SubmitTime=2026-11-27T22:41:10 EligibleTime=x",
+     "2026-11-27T22:41:10"),
+    ("slurm", "CANCELLED by 0|2026-11-27T22:41:11\n", "2026-11-27T22:41:11"),  # sacct
+    ("pbs", "Job Id: 1.d\n    ctime = Fri Nov 27 22:41:10 2026\n    job_state = R\n",
+     "Fri Nov 27 22:41:10 2026"),
+    ("slurm", "JobId=1 JobState=RUNNING", None),
+])
+def test_submit_times_are_read_from_each_schedulers_tools(scheduler, text, submitted) -> None:
+    assert SCHEDULERS[scheduler].parse_submitted(text) == submitted
+    assert SCHEDULERS[scheduler].parse_state(text) in ("RUNNING", "CANCELLED")
+
+
+def test_a_restarted_clusters_job_of_the_same_id_is_another_job() -> None:
+    """Job ids start again at 1 on a restarted cluster: the job this tool submitted at another
+    time has ended, whatever the new job 1 is doing; an entry without the time (written by an
+    earlier version) takes the scheduler's word as before."""
+    def ask(argv: list[str]) -> str | None:
+        return "JobId=1 JobState=RUNNING SubmitTime=2026-11-27T22:41:16" \
+            if argv[0] == "scontrol" else None
+    slurm = SCHEDULERS["slurm"]
+    assert slurm.job_state("1", ask, submitted="2026-11-27T22:41:10") is None
+    assert slurm.job_state("1", ask, submitted="2026-11-27T22:41:16") == "RUNNING"
+    assert slurm.job_state("1", ask) == "RUNNING"
+    assert slurm.submitted_at("1", ask) == "2026-11-27T22:41:16"
 
 
 def test_each_scheduler_owns_its_rendezvous() -> None:
