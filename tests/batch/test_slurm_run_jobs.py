@@ -69,6 +69,7 @@ def test_own_script_on_two_nodes_followed_to_its_verdict(run_project) -> None:
     assert not Path("/tmp/pwned").exists()
     (entry,) = follow.read_index(run_project.settings.results_dir / "jobs")
     assert entry["job_id"] == submitted.job_id and entry["workload"] == "run"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", entry["scheduler_submitted"])
     listed = app.jobs_report(run_project, as_json=True, say=lambda text: None)
     assert [(r["job_id"], r["verdict"]) for r in listed] == [(submitted.job_id, "PASS")]
 
