@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from containers.inputs.names import Gpu
 from containers.publish.catalogue import driver_needed
+from containers.publish.checks import proof_of
 from containers.publish.diff import shown, where_run
 from containers.publish.modulefile import EXAMPLE_COMMAND, by_hand, exec_name
 from containers.records import CatalogueEntry, Checks, ImageTest, SmokeSummary
@@ -138,6 +139,8 @@ def verdicts(entry: CatalogueEntry) -> list[dict]:
         found += _smoke_verdict(checks.smoke)
     elif checks.proof:  # what an image without torch was published with instead
         found.append(_verdict("none", checks.proof))
+        if checks.run:  # the passing run of a command that proved it
+            found.append(_verdict("pass", proof_of(checks.run), checks.run.date))
     for finding in entry.fit or []:
         if finding.get("level") in ("error", "warning"):
             found.append(_verdict("warn", f"site fit {finding['level']}: "
