@@ -221,11 +221,11 @@ def proof_of(run: RunStatus) -> str:
     return f"proof: the run of `{show_command(run.command)}` (exit {run.exit_status})"
 
 
-def without_torch(runtime: Runtime, target: Target, image: Path, provenance: BuildRecord, *,
-                  results_dir: Path, say: Say) -> dict:
+def without_torch(target: Target, provenance: BuildRecord, *, results_dir: Path,
+                  say: Say) -> dict:
     """The checks of an image without torch, which no smoke can prove (its collectives need
     torch): its own ``%test`` passed at build, else a passing ``invoke run`` of this very image
-    (:func:`find_run`; its ``%test``, if any, runs now too); without either, refused."""
+    (:func:`find_run`); without either, refused."""
     checks = {"skipped": False, "smoke": None, "proof": NO_TORCH_PROOF}
     if provenance.tested is True:
         say(f"checks: {target.name} holds no torch ({NO_TORCH_PROOF}); its %test passed at build")
@@ -241,10 +241,10 @@ def without_torch(runtime: Runtime, target: Target, image: Path, provenance: Bui
             "then publish again (or give its definition a %test, or publish with "
             "--skip-checks, recorded)" + _not_counted(why_not))
     path, run = found
-    test = apptainer_test(runtime, target, image, tested_at_build=False, build_date=None, say=say)
     say(f"checks: {target.name} holds no torch ({NO_TORCH_PROOF}); {proof_of(run)} on "
         f"{run.date} ({path})")
-    return {**checks, "apptainer_test": test, "run": {**run.as_dict(), "file": str(path)}}
+    return {**checks, "apptainer_test": {"passed": None, "how": "its build ran no %test"},
+            "run": {**run.as_dict(), "file": str(path)}}
 
 
 def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: Mapping,
@@ -255,8 +255,7 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
     provenance = BuildRecord.of(provenance, source=image)
     if holds_no_torch(provenance.stack or {}, provenance.probe_errors):
-        return without_torch(runtime, target, image, provenance, results_dir=results_dir,
-                             say=say)
+        return without_torch(target, provenance, results_dir=results_dir, say=say)
     sha = provenance.sha256
     found = find_verdict(results_dir, target.name, sha, gpu=gpu)
     if found is None and gpu != Gpu.NONE and gpu not in gpus_here:

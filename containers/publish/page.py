@@ -131,7 +131,7 @@ def verdicts(entry: CatalogueEntry) -> list[dict]:
                          "run", entry.published)]
     test = checks.apptainer_test or ImageTest()
     if test.passed is None:
-        found = [_verdict("none", "apptainer test: the definition has no %test")]
+        found = [_verdict("none", f"apptainer test: {test.how or 'the definition has no %test'}")]
     else:
         found = [_verdict("pass" if test.passed else "fail", "apptainer test "
                           f"{'PASS' if test.passed else 'FAIL'}, {shown(test.how)}", test.date)]

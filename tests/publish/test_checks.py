@@ -442,7 +442,7 @@ def test_the_newest_run_of_a_command_decides_and_the_catalogue_names_it(tmp_path
     lines: list[str] = []
     checks = _bare_checks(tmp_path, data_target, lines)
     assert checks["proof"] == "no collective proof: no torch" and checks["smoke"] is None
-    assert checks["apptainer_test"] == {"passed": None, "how": "the definition has no %test"}
+    assert checks["apptainer_test"] == {"passed": None, "how": "its build ran no %test"}
     assert (checks["run"]["command"], checks["run"]["date"], checks["run"]["file"]) == \
         (["check", "it"], "2026-12-06T06:00:00Z", str(proof))
     assert lines[-1].endswith("proof: the run of `check it` (exit 0) on 2026-12-06T06:00:00Z "

@@ -262,9 +262,13 @@ def test_an_image_proven_by_a_run_names_its_command_and_date(tmp_path: Path) -> 
            "file": "/x/results/run/puhti-cuda-1/status.json"}
     page = _published(tmp_path, _entry("1.0", stack=dict(CUDA_STACK, torch=None, build=None),
                                        checks={"skipped": False, "smoke": None, "run": run,
-                                               "proof": "no collective proof: no torch"}))
+                                               "proof": "no collective proof: no torch",
+                                               "apptainer_test": {
+                                                   "passed": None,
+                                                   "how": "its build ran no %test"}}))
     seen = htmlcheck.text_of(page.read_text())
     assert "no collective proof: no torch" in seen
+    assert "apptainer test: its build ran no %test" in seen
     assert "proof: the run of `sh -c 'Rscript --version'` (exit 0)" in seen
     assert "2026-12-06 07:00 UTC" in seen
 
