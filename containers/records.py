@@ -243,7 +243,7 @@ class RunStatus(Record):
 
 
 class ImageTest(Model):
-    """``apptainer test`` as publish records it (``passed`` None: the definition has none)."""
+    """``apptainer test`` as publish records it (``passed`` None: none ran; ``how`` says why)."""
 
     passed: Optional[bool] = None
     how: Text = None
