@@ -1,11 +1,11 @@
 """The records that cross modules: frozen pydantic models, one reader and one writer each.
 
 A file one stage writes and another reads (build record, catalogue entry, ``job.json``,
-``verdict.json``, the benchmark's ``allreduce.json`` and ``<op>.json``) is read here, strictly
-typed: numbers finite, sizes and counts not negative. Keys a newer version added are kept (as
-JSON values) and written back, ``schema`` first. A file without ``schema`` is version 1; one of
-a newer version, or a value of the wrong type, is refused in one line naming the file and the
-dotted key, in pydantic's words for the type (:class:`Malformed`).
+``verdict.json``, ``invoke run``'s ``status.json``, the benchmark's ``allreduce.json`` and
+``<op>.json``) is read here, strictly typed: numbers finite, sizes and counts not negative. Keys
+a newer version added are kept (as JSON values) and written back, ``schema`` first. A file
+without ``schema`` is version 1; a newer version, or a value of the wrong type, is refused in
+one line naming the file and the dotted key, in pydantic's words (:class:`Malformed`).
 """
 
 from __future__ import annotations
@@ -94,11 +94,13 @@ def json_text(data: object) -> str:
     return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
-def write(path: Path, record: Record | Mapping[str, Any], kind: type[R]) -> R:
+def write(path: Path, record: Record | Mapping[str, Any], kind: type[R], *,
+          mode: int | None = None) -> R:
     """Write ``record`` (a ``kind``, or the mapping that makes one, checked first) to ``path``
-    atomically; the record as written."""
+    atomically (``mode``: as :func:`~containers.files.atomic_write_text` takes it); the record
+    as written."""
     made = kind.of(record, source=path)
-    atomic_write_text(path, made.as_json())
+    atomic_write_text(path, made.as_json(), mode=mode)
     return kind.of(made.as_dict(), source=path)
 
 
@@ -219,8 +221,29 @@ class Verdict(Record, SmokeSummary):
     out_dir: Text = None
 
 
+class RunStatus(Record):
+    """``invoke run``'s ``status.json`` (containers/app/running.py): what ran, on which image
+    (its sha256, as its build record says), and how it ended; publish takes a passing one as
+    the proof of an image without torch (containers/publish/checks.py)."""
+
+    WHAT: ClassVar[str] = "run status"
+
+    kind: Text = None
+    target: Text = None
+    sha256: Text = None
+    command: list[str] = []
+    #: None: the command never started (its device gate failed).
+    exit_status: Optional[int] = None
+    interrupted: bool = False
+    device_gate: Text = None
+    first_failure: Optional[dict[str, int]] = None
+    seconds: Optional[NonNegativeFloat] = None
+    #: When it ended (UTC, as verdicts write it).
+    date: Text = None
+
+
 class ImageTest(Model):
-    """``apptainer test`` as publish records it (``passed`` None: the definition has none)."""
+    """``apptainer test`` as publish records it (``passed`` None: none ran; ``how`` says why)."""
 
     passed: Optional[bool] = None
     how: Text = None
@@ -235,6 +258,9 @@ class Checks(Model):
     smoke: Optional[SmokeSummary] = None
     #: What an image without torch was published on instead of a collective proof.
     proof: Text = None
+    #: The passing ``invoke run`` of this image that proved it, where its build ran no %test
+    #: (and where its ``status.json`` was: ``file``).
+    run: Optional[RunStatus] = None
 
 
 class Accepted(Model):

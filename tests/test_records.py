@@ -17,13 +17,13 @@ import pytest
 from containers import records
 from containers.image import provenance
 from containers.publish import catalogue as cat
-from containers.records import (BuildRecord, CatalogueEntry, JobRecord, Malformed, SmokeReport,
-                                Verdict)
+from containers.records import (BuildRecord, CatalogueEntry, JobRecord, Malformed, RunStatus,
+                                SmokeReport, Verdict)
 from tests.fixtures import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "records"
 SHA = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
-MODELS = (BuildRecord, CatalogueEntry, JobRecord, Verdict, SmokeReport)
+MODELS = (BuildRecord, CatalogueEntry, JobRecord, Verdict, SmokeReport, RunStatus)
 
 
 def test_todays_build_record_reads_as_version_1() -> None:
@@ -51,6 +51,13 @@ def test_todays_verdict_reads() -> None:
         (1, "smoke", SHA, 2, True)
     assert record.collectives["all_reduce"].wrong_total == 0 and record.reasons == []
     assert record.performance.state == "pass"
+
+
+def test_a_run_status_from_before_runs_named_their_image_reads() -> None:
+    """It reads (version 1) and names no image, so it proves none (publish's rule)."""
+    record = RunStatus.of(json.loads((FIXTURES / "status.json").read_text()), source="s")
+    assert (record.schema_, record.command, record.exit_status, record.sha256, record.date) == \
+        (1, ["python", "-c", "print(1)"], 0, None, None)
 
 
 def test_todays_catalogue_entry_reads() -> None:
@@ -98,6 +105,9 @@ def test_records_are_frozen_models_not_mappings(model: type) -> None:
     (SmokeReport, {"results": [{"bytes": 8, "oop": {"busbw": -1.0}}]}, "results.0.oop.busbw"),
     (SmokeReport, {"results": [{"oop": {}}]}, "results.0.bytes"),
     (JobRecord, {**json.loads((FIXTURES / "job.json").read_text()), "options": []}, "options"),
+    (RunStatus, {"exit_status": "0"}, "exit_status"),
+    (RunStatus, {"command": "true"}, "command"),
+    (CatalogueEntry, {"checks": {"run": {"sha256": 5}}}, "checks.run.sha256"),
 ])
 def test_a_wrong_type_is_one_line_naming_file_and_key(model: type, data: dict,
                                                        key: str) -> None:

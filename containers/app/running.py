@@ -4,7 +4,8 @@ the way the site's smoke runs are (:mod:`containers.run.command`).
 The device gate runs first on GPU sites (exit 2 in one line, before the command); then the
 command, its output streamed and kept in ``results/run/<target>-<stamp>/run.log`` (a folder
 claimed exclusively); the exit status is the command's (torchrun's: its first failing rank's),
-and ``status.json`` beside the log records it.
+and ``status.json`` beside the log records it with the image's sha256 (publish's proof of an
+image without torch).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Sequence
 from containers.app.project import Project
 from containers.app.workloads import guard_run, say_plan, shown_environ
 from containers.errors import ContainersError, ImageMissing, VerdictFailed, on_disk
-from containers.files import atomic_write_text
-from containers.records import json_text
-from containers.host.facts import run_stamp
+from containers.records import BuildRecord, RunStatus, write
+from containers.host.facts import run_stamp, utc_now
+from containers.image import provenance
 from containers.image.emulated import emulated_binds
 from containers.inputs.recipes import Target
 from containers.report import Say, commenting, say_line as _print, show_command
@@ -80,7 +81,8 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
     _announce(planned, target=item.name, site=site.name, launcher=launcher, dry_run=dry_run,
               placement=placement, say=say)
     if not dry_run:
-        _run(planned, timeout=timeout, say=say)
+        _run(planned, image=provenance.read(project.settings.provenance_path(item.name)),
+             timeout=timeout, say=say)
     return 0
 
 
@@ -97,10 +99,10 @@ def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dr
              dry_run=dry_run, placement=placement, folder=workload.out_dir)
 
 
-def _run(planned: CommandRun, *, timeout: float | None, say: Say) -> None:
+def _run(planned: CommandRun, *, image: BuildRecord, timeout: float | None, say: Say) -> None:
     """The gate, then the command, through the one run-and-log path; ``status.json`` records
-    how it ended (a Ctrl-C included: recorded as interrupted, then it stops the tool), and a
-    failure raises with the reason the log gives."""
+    how it ended (a Ctrl-C included: recorded as interrupted, then it stops the tool) on
+    ``image`` (its build record), and a failure raises with the reason the log gives."""
     out, gate = planned.workload.out_dir, planned.gate
     log, shown = os.path.relpath(out / "run.log"), show_command(list(planned.command))
     started = time.monotonic()
@@ -109,19 +111,19 @@ def _run(planned: CommandRun, *, timeout: float | None, say: Say) -> None:
         logged = run_logged([*([(gate, GATE_TIMEOUT)] if gate else []),
                              (planned.workload.argv, timeout or None)], out_dir=out, say=say)
     except KeyboardInterrupt:  # Ctrl-C: the log says so, and so does status.json
-        _status(out, planned.command, returncode=INTERRUPTED, gate=0 if gate else None,
+        _status(planned, image, returncode=INTERRUPTED, gate=0 if gate else None,
                 seconds=time.monotonic() - started, interrupted=True)
         raise
     if gate and len(logged.steps) == 1 and not logged.last.ok:
         code = 124 if logged.last.timed_out else logged.last.returncode
-        _status(out, planned.command, returncode=None, gate=code, seconds=logged.seconds)
+        _status(planned, image, returncode=None, gate=code, seconds=logged.seconds)
         said = [ln for ln in logged.lines if ln.startswith("device gate: FAIL")]
         raise VerdictFailed(
             (said[-1] if said else f"device gate: the probe in the image failed (exit {code})")
             + f"; {shown} was not started (log: {log})")
     completed, failure = logged.last, first_failure(logged.lines)
     code = command_status(completed.returncode, completed.timed_out, failure)
-    _status(out, planned.command, returncode=code, gate=0 if gate else None,
+    _status(planned, image, returncode=code, gate=0 if gate else None,
             seconds=logged.seconds, first_failure=failure)
     if code == 0:
         say(f"run: exit 0 ({completed.seconds:.1f} s)")
@@ -160,17 +162,21 @@ def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher:
     return planned
 
 
-def _status(out, command: Sequence[str], *, returncode: int | None, gate: int | None,
-            seconds: float, first_failure: tuple[int, int] | None = None,
+def _status(planned: CommandRun, image: BuildRecord, *, returncode: int | None,
+            gate: int | None, seconds: float, first_failure: tuple[int, int] | None = None,
             interrupted: bool = False) -> None:
-    record = {"kind": KIND, "command": list(command), "exit_status": returncode,
+    """``status.json`` (:class:`RunStatus`), the user's alone (mode 0644): publish takes a
+    proof only from such a file."""
+    path = planned.workload.out_dir / "status.json"
+    record = {"kind": KIND, "target": planned.workload.target.name, "sha256": image.sha256,
+              "command": list(planned.command), "exit_status": returncode,
               "interrupted": interrupted,
               "device_gate": None if gate is None else ("pass" if gate == 0 else "fail"),
               "first_failure": None if first_failure is None else
               {"rank": first_failure[0], "exit_code": first_failure[1]},
-              "seconds": round(seconds, 3)}
-    with on_disk("write the run's status", out / "status.json"):
-        atomic_write_text(out / "status.json", json_text(record))
+              "seconds": round(seconds, 3), "date": utc_now()}
+    with on_disk("write the run's status", path):
+        write(path, record, RunStatus, mode=0o644)
 
 
 def shell(project: Project, *, target: str | None, command: Sequence[str] = (),

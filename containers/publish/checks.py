@@ -4,17 +4,19 @@ Two checks: ``apptainer test`` (the definition's ``%test``) and a passing 2-rank
 this exact image. The smoke verdict is looked up by the image's sha256 among the ``verdict.json``
 files the smoke runs wrote; when there is none, the caller's ``quick_check`` runs one now (the
 application layer knows how to run a smoke; publishing only needs it done), and it must then
-have written that verdict.
+have written that verdict. An image without torch is proven by its ``%test`` passed at build,
+else by a passing ``invoke run`` of it (its ``status.json``, found by the same sha256).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Callable, Collection, Mapping
 
 from containers.errors import CommandFailed, PerformanceFailed, VerdictFailed
-from containers.files import read_json_object
+from containers.files import not_yours_alone, read_json_object, read_regular_json
 from containers.host.facts import utc_now
 from containers.host.process import run
 from containers.host.runtime import Runtime
@@ -23,8 +25,9 @@ from containers.image.sitefit import holds_no_torch
 from containers.inputs.names import Gpu
 from containers.inputs.recipes import Target
 from containers.publish.gate import evidence_reasons
-from containers.records import BuildRecord, Verdict
-from containers.report import Say
+from containers.records import BuildRecord, Malformed, RunStatus, Verdict
+from containers.report import Say, show_command
+from containers.run.command import KIND as RUN_KIND
 
 # Runs a short smoke of the image (its output through the given ``Say``); raises
 # VerdictFailed when it is wrong, PerformanceFailed when it is only slow.
@@ -39,6 +42,10 @@ SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "devic
 NO_TORCH_PROOF = "no collective proof: no torch"
 #: The most a verdict.json may hold; a larger one (or a FIFO) is not a verdict of this tool.
 VERDICT_LIMIT = 16 << 20
+#: The most an ``invoke run``'s status.json may hold (its command's words, a few numbers).
+STATUS_LIMIT = 1 << 20
+#: The records found but not counted that a refusal lists, before "and N more".
+LISTED = 5
 
 
 def _proves(record: Verdict, gpu: Gpu) -> bool:
@@ -141,18 +148,103 @@ def skipped(target: str, say: Say) -> dict:
     return {"skipped": True, "apptainer_test": None, "smoke": None}
 
 
-def without_torch(target: Target, provenance: BuildRecord, say: Say) -> dict:
+def _read_status(path: Path) -> RunStatus | str:
+    """The run record at ``path``, or why it is none: not the user's alone (the one rule for
+    what the tool trusts, :func:`containers.files.not_yours_alone`), unreadable, or invalid."""
+    try:
+        why = not_yours_alone(path, os.lstat(path))
+        return f"it {why}" if why else RunStatus.of(
+            read_regular_json(path, limit=STATUS_LIMIT), source=path)
+    except Malformed as exc:
+        return f"it does not validate: {exc.problem}"
+    except (OSError, ValueError) as exc:
+        return f"it is unreadable: {exc}"
+
+
+def _not_of_image(record: RunStatus, target: str, sha256: str | None) -> str | None:
+    """Why a valid run record is not of exactly this image, else None."""
+    if not record.sha256:
+        return "it names no image (written before runs recorded their image's sha256)"
+    if not sha256 or record.sha256 != sha256:
+        return f"a run of another image (sha256 {record.sha256[:12]})"
+    return None if record.target == target else f"a run of target {record.target!r}"
+
+
+def _not_passed(record: RunStatus) -> str | None:
+    """Why a run of this image proves nothing, else None."""
+    if record.exit_status is None:
+        return "its device gate failed: the command never started"
+    if record.exit_status != 0 or record.interrupted:
+        return (f"it ended with exit {record.exit_status}"
+                + (" (interrupted)" if record.interrupted else ""))
+    if not _dated(record.date):
+        return f"it has no date ({record.date!r}), so it cannot be ranked"
+    return None
+
+
+def find_run(results_dir: Path, target: str, sha256: str | None
+             ) -> tuple[tuple[Path, RunStatus] | None, list[str]]:
+    """The newest passing ``invoke run`` of exactly this image (``run/<target>-*/status.json``)
+    whose command has no newer run that did not pass (an undated run counts as the newest:
+    it could be), and, when there is none, why each record found is no proof."""
+    ran: list[tuple[Path, RunStatus]] = []
+    why_not: list[str] = []
+    for path in sorted((results_dir / RUN_KIND).glob(f"{target}-*/status.json")):
+        record = _read_status(path)
+        why = record if isinstance(record, str) else _not_of_image(record, target, sha256)
+        if why:
+            why_not.append(f"{path}: {why}")
+        else:
+            ran.append((path, record))
+    ran.sort(key=lambda item: (not _dated(item[1].date), item[1].date or ""))
+    newest = {tuple(record.command): path for path, record in ran}
+    for path, record in reversed(ran):
+        later = newest[tuple(record.command)]
+        why = _not_passed(record) or (None if later == path else
+                                      f"the same command's newer run ({later}) is no proof")
+        if why is None:
+            return (path, record), []
+        why_not.append(f"{path}: {why}")
+    return None, why_not
+
+
+def _not_counted(why_not: list[str]) -> str:
+    """The records a refusal found, each with why it is no proof (the first :data:`LISTED`)."""
+    if not why_not:
+        return ""
+    more = f"; and {len(why_not) - LISTED} more" if len(why_not) > LISTED else ""
+    return f"; found, not counted: {'; '.join(why_not[:LISTED])}{more}"
+
+
+def proof_of(run: RunStatus) -> str:
+    """A passing run's proof in the catalogue's words."""
+    return f"proof: the run of `{show_command(run.command)}` (exit {run.exit_status})"
+
+
+def without_torch(target: Target, provenance: BuildRecord, *, results_dir: Path,
+                  say: Say) -> dict:
     """The checks of an image without torch, which no smoke can prove (its collectives need
-    torch): its own ``%test``, passed at build, is the proof; without one, none (refused)."""
-    if provenance.tested is not True:
-        raise VerdictFailed(f"not publishing {target.name}: it holds no torch, so no smoke can "
-                            "prove it, and its build ran no %test: give its definition a %test "
-                            "that checks what the image is for, or publish with --skip-checks "
-                            "(recorded)")
-    say(f"checks: {target.name} holds no torch ({NO_TORCH_PROOF}); its %test passed at build")
-    return {"skipped": False, "smoke": None, "proof": NO_TORCH_PROOF,
-            "apptainer_test": {"passed": True, "how": "at build (provenance)",
-                               "date": provenance.build_date}}
+    torch): its own ``%test`` passed at build, else a passing ``invoke run`` of this very image
+    (:func:`find_run`); without either, refused."""
+    checks = {"skipped": False, "smoke": None, "proof": NO_TORCH_PROOF}
+    if provenance.tested is True:
+        say(f"checks: {target.name} holds no torch ({NO_TORCH_PROOF}); its %test passed at build")
+        return {**checks, "apptainer_test": {"passed": True, "how": "at build (provenance)",
+                                             "date": provenance.build_date}}
+    found, why_not = find_run(results_dir, target.name, provenance.sha256)
+    if found is None:
+        raise VerdictFailed(
+            f"not publishing {target.name}: it holds no torch, so no smoke can prove it; its "
+            f"build ran no %test, and no passing run of this image (sha256 "
+            f"{str(provenance.sha256)[:12]}) is in {results_dir / RUN_KIND}: run `invoke run "
+            f"--target {target.name} --no-launcher -- <a command that checks the image>`, "
+            "then publish again (or give its definition a %test, or publish with "
+            "--skip-checks, recorded)" + _not_counted(why_not))
+    path, run = found
+    say(f"checks: {target.name} holds no torch ({NO_TORCH_PROOF}); {proof_of(run)} on "
+        f"{run.date} ({path})")
+    return {**checks, "apptainer_test": {"passed": None, "how": "its build ran no %test"},
+            "run": {**run.as_dict(), "file": str(path)}}
 
 
 def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: Mapping,
@@ -163,7 +255,7 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
     provenance = BuildRecord.of(provenance, source=image)
     if holds_no_torch(provenance.stack or {}, provenance.probe_errors):
-        return without_torch(target, provenance, say)
+        return without_torch(target, provenance, results_dir=results_dir, say=say)
     sha = provenance.sha256
     found = find_verdict(results_dir, target.name, sha, gpu=gpu)
     if found is None and gpu != Gpu.NONE and gpu not in gpus_here:

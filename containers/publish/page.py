@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from containers.inputs.names import Gpu
 from containers.publish.catalogue import driver_needed
+from containers.publish.checks import proof_of
 from containers.publish.diff import shown, where_run
 from containers.publish.modulefile import EXAMPLE_COMMAND, by_hand, exec_name
 from containers.records import CatalogueEntry, Checks, ImageTest, SmokeSummary
@@ -130,7 +131,7 @@ def verdicts(entry: CatalogueEntry) -> list[dict]:
                          "run", entry.published)]
     test = checks.apptainer_test or ImageTest()
     if test.passed is None:
-        found = [_verdict("none", "apptainer test: the definition has no %test")]
+        found = [_verdict("none", f"apptainer test: {test.how or 'the definition has no %test'}")]
     else:
         found = [_verdict("pass" if test.passed else "fail", "apptainer test "
                           f"{'PASS' if test.passed else 'FAIL'}, {shown(test.how)}", test.date)]
@@ -138,6 +139,8 @@ def verdicts(entry: CatalogueEntry) -> list[dict]:
         found += _smoke_verdict(checks.smoke)
     elif checks.proof:  # what an image without torch was published with instead
         found.append(_verdict("none", checks.proof))
+        if checks.run:  # the passing run of a command that proved it
+            found.append(_verdict("pass", proof_of(checks.run), checks.run.date))
     for finding in entry.fit or []:
         if finding.get("level") in ("error", "warning"):
             found.append(_verdict("warn", f"site fit {finding['level']}: "

@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ import pytest
 
 from containers.errors import VerdictFailed
 from containers.host.runtime import assumed_runtime
+from containers.records import BuildRecord, RunStatus
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from containers.run.command import plan_command
@@ -53,6 +55,10 @@ def _planned(project, gate: str | None, command: str):
                                gate=None if gate is None else ["sh", "-c", gate])
 
 
+#: The image's build record a run is handed (what its status.json names).
+IMAGE = BuildRecord(target="cpu", sha256="ab" * 32)
+
+
 def _status(planned) -> dict:
     return json.loads((planned.workload.out_dir / "status.json").read_text())
 
@@ -63,7 +69,7 @@ def test_a_failed_gate_leaves_the_command_unstarted(data_project, tmp_path) -> N
                        f"touch {marker}")
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as failed:
-        running._run(planned, timeout=None, say=lines.append)
+        running._run(planned, image=IMAGE, timeout=None, say=lines.append)
     assert str(failed.value).startswith("device gate: FAIL no GPU; sh -c 'touch ")
     assert "was not started" in str(failed.value) and not marker.exists()
     assert _status(planned)["device_gate"] == "fail" and _status(planned)["exit_status"] is None
@@ -74,13 +80,32 @@ def test_the_command_exits_with_its_own_status(data_project) -> None:
     planned = _planned(data_project, "echo gate ok", "echo working; exit 5")
     lines: list[str] = []
     with pytest.raises(running.CommandExit) as failed:
-        running._run(planned, timeout=None, say=lines.append)
+        running._run(planned, image=IMAGE, timeout=None, say=lines.append)
     assert failed.value.exit_code == 5 and ": exit 5; log: " in str(failed.value)
     assert lines == ["gate ok", "working"]
     assert (_status(planned)["device_gate"], _status(planned)["exit_status"]) == ("pass", 5)
     passing = _planned(data_project, None, "echo done")
-    running._run(passing, timeout=None, say=lines.append)
+    running._run(passing, image=IMAGE, timeout=None, say=lines.append)
     assert lines[-1].startswith("run: exit 0 (") and _status(passing)["device_gate"] is None
+
+
+def test_the_status_names_the_image_that_ran_in_a_record_of_the_users_alone(
+        data_project) -> None:
+    """Publish takes a passing run as the proof of an image without torch: its status.json
+    says which image (the build record's sha256) and target ran what, and when; mode 0644
+    whatever the umask, as publish trusts only a file of the user's alone."""
+    planned = _planned(data_project, None, "true")
+    old = os.umask(0o002)
+    try:
+        running._run(planned, image=IMAGE, timeout=None, say=[].append)
+    finally:
+        os.umask(old)
+    path = planned.workload.out_dir / "status.json"
+    record = RunStatus.of(json.loads(path.read_text()), source=path)
+    assert (record.target, record.sha256, record.command, record.exit_status) == \
+        ("cpu", "ab" * 32, ["sh", "-c", "true"], 0)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record.date)
+    assert path.stat().st_mode & 0o777 == 0o644
 
 
 def test_the_first_failing_ranks_status_is_the_exit_status() -> None:
@@ -107,7 +132,7 @@ def test_a_run_of_an_emulated_image_writes_the_cpu_folder_its_plan_names(
     assert len(sysfs) == 1 and not (tmp_path / "xdg").exists()
     planned = dataclasses.replace(planned, gate=None, workload=dataclasses.replace(
         planned.workload, argv=["test", "-f", f"{sysfs[0]}/online"]))
-    running._run(planned, timeout=None, say=print)  # raises unless the folder was there
+    running._run(planned, image=IMAGE, timeout=None, say=print)  # raises unless it was there
 
 
 def single_quoted(text: str) -> list[str]:

@@ -1,8 +1,9 @@
 """A definition of the user's own, as a site admin writes one on the tool's debian-base: built
 once for the module (no torch: seconds) with a bind of the user's own (``SINGULARITY_BIND``)
 that its ``%post`` reads, then read, inspected and published as the tool's own images are, and
-its catalogue page opened in a real headless Chromium. A cotainr build step (its sandbox exec,
-through cotainr's own code) gets the user's bind beside the package cache's.
+its catalogue page opened in a real headless Chromium; rebuilt once without its ``%test``, it
+publishes on a real ``invoke run`` of it. A cotainr build step (its sandbox exec, through
+cotainr's own code) gets the user's bind beside the package cache's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from containers import app
+from containers.errors import VerdictFailed
 from containers.image import provenance
 from containers.image.cache import PackageCache
 from containers.image.plan import plan_build
@@ -42,6 +44,8 @@ From: {base}
 %test
     grep -qx 'read through the bind' /opt/note
 """
+#: The same image without its %test (nor the bind): its build runs none.
+UNTESTED = DEFINITION.split("%test")[0].replace("cp /mnt/channel-note", "echo plain >")
 MANIFEST = ("description: an admin's own image on debian-base (no torch)\n"
             "license: GPL-2.0-or-later\nsite: local-slurm\ndefinition: recipes/mine.def\n")
 
@@ -165,6 +169,47 @@ def _in_chromium(page: Path, tmp_path: Path, batch: list[str]) -> None:
     assert "#SBATCH --job-name=mine" in dom and "GPL-2.0-or-later" in dom
     assert 'id="busbw-history"' not in dom
     print(f"catalogue page screenshot: {shot}")
+
+
+def test_without_a_test_a_run_of_this_very_image_proves_it(own, tmp_path,
+                                                           debian_base_image) -> None:
+    """The admin drops the %test and rebuilds (in a copy: the module's image stays): their run
+    of the image before (another sha256) is no proof, and publish says what to do; a real
+    ``invoke run`` of the new image is, and the catalogue names its command."""
+    root, images = tmp_path / "project", tmp_path / "images"
+    shutil.copytree(own.project.root, root)
+    images.mkdir()
+    (images / "debian-base.sif").symlink_to(debian_base_image)
+    shutil.copy(debian_base_image.with_name("debian-base.sif.json"), images)
+    for name in ("mine.sif", "mine.sif.json"):  # the image as it was before the rebuild
+        os.link(own.image.with_name(name), images / name)
+    settings = {"images_dir": str(images), "tmp_dir": str(tmp_path / "work"),
+                "results_dir": str(tmp_path / "results")}
+    (root / "invoke.yaml").write_text("containers:\n" + "".join(
+        f"  {key}: {value}\n" for key, value in settings.items()))
+    app.run_command(app.Project.load(root, settings), target="mine", command=["true"],
+                    launcher=False, say=[].append)
+    (root / "recipes" / "mine.def").write_text(UNTESTED.format(base=images / "debian-base.sif"))
+    project = app.Project.load(root, settings)
+    app.build(project, target="mine", say=[].append)
+    rebuilt = provenance.read(images / "mine.sif.json")
+    assert rebuilt.tested is False and rebuilt.sha256 != own.record.sha256
+    with pytest.raises(VerdictFailed) as refused:
+        app.publish(project, target="mine", dest=tmp_path / "pub", version="1.0", say=[].append)
+    assert f"a run of another image (sha256 {own.record.sha256[:12]})" in str(refused.value)
+    assert "run `invoke run --target mine --no-launcher -- <a command" in str(refused.value)
+    check = ["grep", "-qx", "plain", "/opt/note"]
+    done = subprocess.run([sys.executable, "-m", "invoke", "run", "--target", "mine",
+                           "--no-launcher", "--", *check], cwd=root, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    entry = app.publish(project, target="mine", dest=tmp_path / "pub", version="1.0",
+                        say=[].append)
+    assert (entry["checks"]["run"]["command"], entry["checks"]["run"]["sha256"]) == \
+        (check, rebuilt.sha256)
+    seen = htmlcheck.text_of((tmp_path / "pub" / "index.html").read_text())
+    assert "no collective proof: no torch" in seen
+    assert "proof: the run of `grep -qx plain /opt/note` (exit 0)" in seen
 
 
 def test_a_users_bind_reaches_a_cotainr_build_step(tmp_path, monkeypatch, data_root,

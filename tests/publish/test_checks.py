@@ -15,7 +15,8 @@ from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.runtime import Runtime
 from containers.inputs.recipes import Target
 from tests.fixtures.data import load_targets
-from containers.publish.checks import ensure_checks, find_verdict, skipped
+from containers.publish.checks import ensure_checks, find_run, find_verdict, skipped
+from containers.records import Checks
 from tests.fixtures import ROOT
 from tests.publish.standin import LABELS, smoke_report, smoke_run
 
@@ -352,26 +353,98 @@ def test_a_run_over_a_degraded_transport_is_no_proof(tmp_path, data_target) -> N
     assert "chose a degraded transport (--transport socket)" in _refused(quiet, data_target)
 
 
-def test_an_image_without_torch_is_proven_by_its_own_test_or_not_at_all(tmp_path,
-                                                                        data_target) -> None:
-    """No smoke can run in it (its collectives need torch), so no quick check is tried: its
-    %test, passed at build, is the proof; an image whose build ran none is refused."""
-    bare = {"sha256": SHA, "stack": {"build": None, "torch": None},
-            "probe_errors": {"torch": "ModuleNotFoundError: No module named 'torch'"},
-            "build_date": "2026-12-06T06:00:00Z"}
+#: The build record of an image without torch (its build ran no %test unless said).
+BARE = {"sha256": SHA, "stack": {"build": None, "torch": None}, "tested": False,
+        "probe_errors": {"torch": "ModuleNotFoundError: No module named 'torch'"},
+        "build_date": "2026-12-06T06:00:00Z"}
 
-    def no_smoke(say) -> None:
-        raise AssertionError("a smoke was tried in an image without torch")
 
-    lines: list[str] = []
-    checks = ensure_checks(RUNTIME, target=data_target, image=tmp_path / "x.sif",
-                           provenance={**bare, "tested": True}, results_dir=tmp_path,
-                           quick_check=no_smoke, say=lines.append)
+def _no_smoke(say) -> None:
+    raise AssertionError("a smoke was tried in an image without torch")
+
+
+def _bare_checks(tmp_path: Path, target: Target, lines: list[str] | None = None,
+                 **provenance) -> dict:
+    return ensure_checks(RUNTIME, target=target, image=tmp_path / "x.sif",
+                         provenance={**BARE, **provenance}, results_dir=tmp_path,
+                         quick_check=_no_smoke, say=[].append if lines is None else lines.append)
+
+
+def _write_run(results: Path, name: str, *, mode: int = 0o644, **fields) -> Path:
+    """An ``invoke run``'s status.json in ``results/run/cpu-<name>/``, as the run writes it
+    (these fields over a passing run of ``true`` on this image)."""
+    path = results / "run" / f"cpu-{name}" / "status.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"schema": 2, "kind": "run", "target": "cpu", "sha256": SHA,
+                                "command": ["true"], "exit_status": 0, "interrupted": False,
+                                "device_gate": None, "seconds": 0.1,
+                                "date": "2026-12-06T07:00:00Z", **fields}))
+    path.chmod(mode)
+    return path
+
+
+def test_an_image_without_torch_is_proven_by_its_own_test_at_build(tmp_path,
+                                                                   data_target) -> None:
+    """No smoke can run in it (its collectives need torch), so no quick check is tried."""
+    checks = _bare_checks(tmp_path, data_target, tested=True)
     assert checks == {"skipped": False, "smoke": None, "proof": "no collective proof: no torch",
                       "apptainer_test": {"passed": True, "how": "at build (provenance)",
                                          "date": "2026-12-06T06:00:00Z"}}
-    with pytest.raises(VerdictFailed, match="holds no torch, so no smoke can prove it, and its "
-                                            "build ran no %test"):
-        ensure_checks(RUNTIME, target=data_target, image=tmp_path / "x.sif",
-                      provenance={**bare, "tested": False}, results_dir=tmp_path,
-                      quick_check=no_smoke, say=[].append)
+
+
+def test_without_a_test_at_build_only_a_passing_run_of_this_very_image_proves_it(
+        tmp_path, data_target) -> None:
+    with pytest.raises(VerdictFailed) as refused:
+        _bare_checks(tmp_path, data_target)
+    said = str(refused.value)
+    assert "holds no torch, so no smoke can prove it; its build ran no %test" in said
+    assert "run `invoke run --target cpu --no-launcher -- <a command that checks" in said
+    assert "found, not counted" not in said
+    nothing = {
+        "other-image": _write_run(tmp_path, "other-image", sha256="cd" * 32),
+        "old": _write_run(tmp_path, "old", sha256=None, target=None),
+        "failed": _write_run(tmp_path, "failed", exit_status=1),
+        "gate": _write_run(tmp_path, "gate", exit_status=None, device_gate="fail"),
+        "stopped": _write_run(tmp_path, "stopped", exit_status=130, interrupted=True),
+        "undated": _write_run(tmp_path, "undated", command=["x"], date=None),
+        "invalid": _write_run(tmp_path, "invalid", exit_status="0"),
+        "others": _write_run(tmp_path, "others", mode=0o664),
+    }
+    (tmp_path / "run" / "cpu-link").mkdir()
+    (tmp_path / "run" / "cpu-link" / "status.json").symlink_to(nothing["others"])
+    (tmp_path / "run" / "cpu-broken").mkdir()
+    (tmp_path / "run" / "cpu-broken" / "status.json").write_text("{")
+    assert find_run(tmp_path, "cpu", SHA)[0] is None
+    reasons = dict(line.split(": ", 1) for line in find_run(tmp_path, "cpu", SHA)[1])
+    for name, why in [("other-image", "a run of another image (sha256 cdcdcdcdcdcd)"),
+                      ("old", "it names no image"), ("failed", "it ended with exit 1"),
+                      ("gate", "its device gate failed: the command never started"),
+                      ("stopped", "it ended with exit 130 (interrupted)"),
+                      ("undated", "it has no date (None)"),
+                      ("invalid", "it does not validate: key 'exit_status': Input should be a "
+                                  "valid integer"),
+                      ("others", "it is writable by its group or others (mode 664)"),
+                      ("link", "it is a link"), ("broken", "it is unreadable")]:
+        assert reasons[str(tmp_path / "run" / f"cpu-{name}" / "status.json")].startswith(why)
+    with pytest.raises(VerdictFailed, match=r"found, not counted: .*cpu-broken.*; and 5 more$"):
+        _bare_checks(tmp_path, data_target)
+
+
+def test_the_newest_run_of_a_command_decides_and_the_catalogue_names_it(tmp_path,
+                                                                        data_target) -> None:
+    """A command whose newest run failed proves nothing (an older pass of it is outvoted);
+    another command's passing run does, and the checks record names it and its date."""
+    _write_run(tmp_path, "a", date="2026-12-06T07:00:00Z")
+    newer = _write_run(tmp_path, "b", date="2026-12-06T08:00:00Z", exit_status=1)
+    assert f"the same command's newer run ({newer}) is no proof" in "\n".join(
+        find_run(tmp_path, "cpu", SHA)[1])
+    proof = _write_run(tmp_path, "c", command=["check", "it"], date="2026-12-06T06:00:00Z")
+    lines: list[str] = []
+    checks = _bare_checks(tmp_path, data_target, lines)
+    assert checks["proof"] == "no collective proof: no torch" and checks["smoke"] is None
+    assert checks["apptainer_test"] == {"passed": None, "how": "its build ran no %test"}
+    assert (checks["run"]["command"], checks["run"]["date"], checks["run"]["file"]) == \
+        (["check", "it"], "2026-12-06T06:00:00Z", str(proof))
+    assert lines[-1].endswith("proof: the run of `check it` (exit 0) on 2026-12-06T06:00:00Z "
+                              f"({proof})")
+    assert Checks.model_validate(checks).run.command == ["check", "it"]

@@ -255,6 +255,24 @@ def test_each_version_says_how_to_use_it_as_a_batch_job_and_how_to_build_on_it(
     assert "none: the image holds no torch" in seen
 
 
+def test_an_image_proven_by_a_run_names_its_command_and_date(tmp_path: Path) -> None:
+    """Without a %test at build, the passing ``invoke run`` that proved it is on the page."""
+    run = {"schema": 2, "target": "puhti-cuda", "sha256": "ab" * 32, "exit_status": 0,
+           "command": ["sh", "-c", "Rscript --version"], "date": "2026-12-06T07:00:00Z",
+           "file": "/x/results/run/puhti-cuda-1/status.json"}
+    page = _published(tmp_path, _entry("1.0", stack=dict(CUDA_STACK, torch=None, build=None),
+                                       checks={"skipped": False, "smoke": None, "run": run,
+                                               "proof": "no collective proof: no torch",
+                                               "apptainer_test": {
+                                                   "passed": None,
+                                                   "how": "its build ran no %test"}}))
+    seen = htmlcheck.text_of(page.read_text())
+    assert "no collective proof: no torch" in seen
+    assert "apptainer test: its build ran no %test" in seen
+    assert "proof: the run of `sh -c 'Rscript --version'` (exit 0)" in seen
+    assert "2026-12-06 07:00 UTC" in seen
+
+
 def test_a_page_without_busbw_history_has_no_such_section(tmp_path: Path) -> None:
     """A reference section with nothing in it is left out, not said to be empty."""
     cpu = _entry("1.0", checks={"skipped": True})
