@@ -72,7 +72,9 @@ case "${1:-env}" in
             apt-get update -qq
             apt-get install -y -qq chromium >/dev/null
         fi
-        exec python -m pytest "$@"
+        # Two workers keep both cores of a 2-core machine busy while one waits on Slurm or
+        # emulation; what shares one thing of the machine runs in one (tests/conftest.py).
+        exec python -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@"
         ;;
     env) say "ready: . .venv/bin/activate; invoke --list" ;;
     *) echo "usage: $0 smoke|test|env" >&2; exit 2 ;;
