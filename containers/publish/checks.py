@@ -121,11 +121,14 @@ def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
 
 
 def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,
-                   build_date: str | None, say: Say) -> dict:
+                   build_ran_none: bool, build_date: str | None, say: Say) -> dict:
     """``apptainer test`` of ``image``, unless the build already ran it (its provenance says
-    so); :class:`VerdictFailed` when it fails."""
+    so) or ran none: of an image with no ``%test`` it exits 0, which is no pass.
+    :class:`VerdictFailed` when it fails."""
     if not target.test:
         return {"passed": None, "how": "the definition has no %test"}
+    if build_ran_none:
+        return {"passed": None, "how": "its build ran no %test"}
     if tested_at_build:
         return {"passed": True, "how": "at build (provenance)", "date": build_date}
     argv = runtime.test_argv(image, binds=emulated_binds(target.arch))
@@ -271,7 +274,7 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
                         labels=provenance.labels)
     test = apptainer_test(runtime, target, image,
                           tested_at_build=found is not None and provenance.tested is True,
-                          build_date=provenance.build_date, say=say)
+                          build_ran_none=provenance.tested is False, build_date=provenance.build_date, say=say)
     if found is not None:
         say(f"checks: passing smoke verdict for this image (sha256 {sha[:12]}): {found[0]}")
         return {"skipped": False, "apptainer_test": test,

@@ -88,6 +88,19 @@ def test_an_existing_verdict_is_reused_without_a_quick_check(tmp_path, data_targ
     assert checks["smoke"]["ranks"] == 2 and checks["smoke"]["passed"] is True
 
 
+def test_a_build_that_ran_no_test_is_no_test_pass(tmp_path) -> None:
+    """``apptainer test`` of an image with no %test exits 0: the build's own word that it ran
+    none (``tested: false``) is recorded, and no test is started to "pass" now."""
+    _write_verdict(tmp_path, "earlier")
+    target = load_targets(ROOT)["cpu"]  # its manifest asks for the test
+    checks = ensure_checks(
+        Runtime(binary=str(tmp_path / "no-such-apptainer"), flavour="apptainer",
+                version="1.4.5"), target=target, image=tmp_path / "cpu.sif",
+        provenance={"sha256": SHA, "labels": LABELS, "tested": False}, results_dir=tmp_path,
+        quick_check=lambda say: None, say=lambda line: None)
+    assert checks["apptainer_test"] == {"passed": None, "how": "its build ran no %test"}
+
+
 def test_the_quick_check_runs_when_there_is_no_verdict(tmp_path, data_target) -> None:
     def quick(say) -> None:
         say("smoke running")
