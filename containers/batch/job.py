@@ -1,31 +1,9 @@
 """Batch jobs (``invoke job``): a complete Slurm or PBS script for a site, a workload and a size.
 
-Three parts, as ReFrame splits them, put together here by one builder (:func:`plan_job`):
-
-* the **scheduler** (:mod:`containers.batch.schedulers`) gives the preamble (``#SBATCH`` /
-  ``#PBS`` lines), the shell lines that find the rendezvous and how to submit;
-* the **launcher** is the site's entry of the one registry (:mod:`containers.run.launchers`) that
-  interactive runs use too; it sizes the job (tasks and CPUs per node) and starts the ranks;
-* the **workload** is planned by the same code as ``invoke smoke`` and ``invoke train``
-  (:func:`containers.prove.kind.plan`, for a smoke or a training kind), with a
-  placement whose rendezvous, job id and site values are shell variable references
-  (:mod:`containers.batch.script`), so the script expands them on the compute node; or, for
-  ``build``, ``invoke build`` on a node of the image's architecture.
-
-:func:`plan_job` only assembles: the request checks its own values (:mod:`.request`), the
-site's rules refuse what the site cannot run (:mod:`.siterules`: partition limits on time, nodes
-and GPUs, the account, the transport across nodes), the frame names the job and its resources
-(:mod:`.frame`), and the workload's kind picks its job (:meth:`WorkloadKind.job_body`: a build,
-the user's command, or a run of its script) from :class:`JobPlanner`, whose bodies are made of
-:mod:`.bodies`' lines. A build job that the site cannot run is refused before anything is
-written (:func:`containers.image.plan.fakeroot_refusal`). A smoke or training job keeps its
-launcher's exit status and output and ends with ``invoke verdict`` on its results
-(:mod:`containers.app.judging`), so a job writes the verdict an interactive run writes.
-
-Only site profile values, explicit flags and settings reach a script (of the caller's
-environment, only ``SLURM_ACCOUNT`` where nothing else names an account); every value is quoted;
-the tests run ``bash -n`` on the script of every site and workload and ``sbatch --test-only``
-against Slurm partitions shaped like each site's.
+:func:`plan_job` assembles three parts, as ReFrame splits them: the scheduler's preamble, the
+site's launcher (which sizes the job and starts the ranks) and the workload, planned by the same
+code as an interactive run with shell variables for what only the node knows. Only site values,
+flags and settings reach a script, every value quoted; docs/architecture.md says who checks what.
 """
 
 from __future__ import annotations

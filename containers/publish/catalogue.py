@@ -1,11 +1,9 @@
 """The published-images catalogue (``<dest>/catalogue.json``) and the layout it describes.
 
 Data: versions, the catalogue's shape and updates, pruning choices, and the consistency rules
-``invoke verify`` applies to a snapshot of the folder; :func:`load` is its one reader (the writer
-is :mod:`containers.publish.publisher`). A version exists for users once its entry is written,
-last, atomically, under the publish lock (``.publish.lock``). The layout, besides
-``<target>/<version>.sif.cdx.json`` (the SBOM) and an optional ``pinned`` list kept by
-``--keep``, is the one docs/publishing.md draws.
+``invoke verify`` applies to a snapshot of the folder; :func:`load` is its one reader. A version
+exists for users once its entry is written, last, atomically, under the publish lock. The layout
+is the one docs/publishing.md draws.
 """
 
 from __future__ import annotations

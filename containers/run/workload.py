@@ -1,12 +1,9 @@
 """Running a torch.distributed workload inside an image, on this node or across the nodes of a
 job (a :class:`Placement`): the shared launch path.
 
-``invoke smoke`` and ``invoke train`` differ only in the script, its arguments and how they judge
-the result. Both get here: the exact ``<runtime> exec … torchrun …`` argv (site GPU flag, binds and
-environment, ``jobs/`` and the run's results folder bound in) from a launcher of
-:mod:`containers.run.launchers`, a log of the run, the per-rank ``rank-<N>.json`` completion files,
-torchrun's first failed rank, and a timeout that stops every process of the run. Batch scripts
-plan their workload here too, with a placement of their own.
+``invoke smoke``, ``invoke train`` and batch scripts all plan here: the exact ``<runtime> exec …
+torchrun …`` argv from a launcher, a log of the run, the per-rank ``rank-<N>.json`` completion
+files, torchrun's first failed rank, and a timeout that stops every process of the run.
 """
 
 from __future__ import annotations
