@@ -26,6 +26,10 @@ CATALOGUE_NAME = "catalogue.json"
 #: The catalogue page (containers.publish.page), replaced right after the catalogue.
 PAGE_NAME = "index.html"
 LOCK_NAME = ".publish.lock"
+#: Beside each published image: its SBOM, and the diff against the version it replaced as JSON
+#: and as a page people read (linked from the catalogue page).
+DIFF_SUFFIX = ".diff.json"
+DIFF_PAGE_SUFFIX = ".diff.html"
 #: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).
 CATALOGUE_LIMIT = 64 << 20
 #: A sha256 as hex digits, the way ``sha256sum`` writes it.
@@ -230,7 +234,7 @@ def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str]
 def select_prune(versions: list[str], *, keep: int, latest: str | None) -> list[str]:
     """Versions to remove so the newest ``keep`` remain (``versions`` oldest first); the one
     ``latest`` points to is never removed, even when it is not among the newest. ``keep`` is
-    at least 1 (checked once, by :class:`~containers.publish.publisher.PublishRequest`)."""
+    at least 1 (checked once, by :class:`~containers.publish.planning.PublishRequest`)."""
     newest = set(versions[-keep:])
     return [v for v in versions if v not in newest and v != latest]
 
