@@ -70,16 +70,12 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
 
 
 def release_review(project: Project, runtime: Runtime, accept: str | None) -> planning.Review:
-    """The release gate (:func:`containers.publish.decision.release_review`), judging the site
-    fit with the project's targets."""
     return decision.release_review(
         runtime, accept, fit=lambda stack, site, errors: fit_findings(project, stack, site, errors))
 
 
 def verify(project: Project, *, dest: Path | str | None, target: str | None = None,
            as_json: bool = False, say: Say = _print) -> list[tuple]:
-    """Check every published image in ``dest`` and its catalogue; the table's rows. With
-    ``as_json``, one JSON document on stdout instead of the table (its shape:
-    :func:`containers.publish.verify.verify`)."""
+    """Check every published image in ``dest``; the rows (``as_json``: one JSON document)."""
     return checking.verify(dest or "", runtime=project.runtime, target=target,
                            as_json=as_json, say=say)

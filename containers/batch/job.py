@@ -60,7 +60,6 @@ class JobNeeds:
 
     @property
     def packages(self) -> tuple[JudgeEnv, ...]:
-        """The package folders to prepare before the job runs."""
         return tuple(env for env in (self.judge, *self.tool) if env is not None)
 
 
@@ -99,13 +98,8 @@ class Job:
 
 def plan_job(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str] | None = None,
              stamp: str | None = None) -> Job:
-    """The whole batch job, rendered: pure (nothing is run; only ``environ``, the submitting
-    shell's variables, is read, for the account rules).
-
-    ``stamp`` (default: now, :func:`run_stamp`) goes into the names of the job's output and
-    results folder beside the scheduler and the job id: a job id is unique only within one
-    cluster's life, so the id alone would name another cluster's (or a restarted one's) files.
-    """
+    """The whole batch job, rendered: pure (only ``environ``, the submitting shell's variables, is
+    read, for the account rules); ``stamp`` names its folders (:func:`job_run_id` says why)."""
     check_site(request, needs.target, needs.site, needs.site_arch)
     planner = JobPlanner(needs=replace(needs, site=chosen_site(needs.site, request)),
                          request=request, environ=environ or {}, stamp=stamp or run_stamp())
@@ -206,8 +200,7 @@ class JobPlanner:
 
 
 def _ranks_per_node(request: JobRequest, site: Site) -> int:
-    """Ranks per node of a smoke or training job: ``--gpus-per-node``, else the site's GPUs per
-    node, else 2 (CPU sites: 2 ranks, as smoke)."""
+    """CPU sites get 2 ranks, as smoke."""
     return request.gpus_per_node or site.gpus.per_node or 2
 
 

@@ -75,5 +75,4 @@ def folder_lines(out_dir: Path) -> list[str]:
 
 
 def run_record(record: dict, words: Sequence[str], workdir: str | None = None) -> dict:
-    """``job.json`` of a run job: the common keys, the command as its words, where it runs."""
     return {**record, "command": list(words), **({"workdir": workdir} if workdir else {})}

@@ -137,7 +137,6 @@ class Limits(Part):
 
     @property
     def name(self) -> str:
-        """The name it has in the profile (its key)."""
         return self._name
 
 
@@ -557,7 +556,7 @@ class Site(Profile):
 
     @property
     def cpus_per_node(self) -> int:
-        """A node's CPUs as the scheduler counts them: each hardware thread of each core."""
+        """Each hardware thread of each core, as the scheduler counts CPUs."""
         return self.cores_per_node * self.threads_per_core
 
     @property

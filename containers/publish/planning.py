@@ -96,7 +96,6 @@ class PublishPlan:
 
     @property
     def gpu(self) -> Gpu:
-        """The GPU kind the image must run on: the target's, else its site's (none: CPU)."""
         return self.target.gpu if self.target.gpu != Gpu.NONE else self.site.gpus.kind
 
     @property
