@@ -41,7 +41,7 @@ def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> Review:
         stack = probing.summary(facts)
         mismatch = None if sitefit.holds_no_torch(stack, facts.get("errors")) else \
             gating.torch_mismatch(stack.get("build"), plan.gpu, plan.site.name)
-        if mismatch:  # a torch for other GPUs; an image without torch is judged by its %test  # what the image is: never skipped, never accepted
+        if mismatch:  # a torch for other GPUs (none: judged by its %test); never accepted
             raise VerdictFailed(f"not publishing {plan.target.name} {plan.version}: {mismatch}"
                                 " (--skip-checks skips the smoke, not what the image is)")
         findings = fit(stack, plan.site, facts.get("errors"))

@@ -17,12 +17,8 @@ from containers.report import Say
 
 def to_prune(plan: PublishPlan, before: dict) -> list[str]:
     """The versions ``--keep`` removes once this version is published into the catalogue
-    ``before``. A version in use, as the folder was before this publish, is refused in one line
-    naming it, before anything is made: ``--keep`` never removes what users may be running. In
-    use: a module ``default`` link set by hand to a version other than the catalogue's
-    ``latest`` (the old latest is not in use once the new version is latest), the versions the
-    catalogue pins (the target block's ``pinned`` list: versions queued jobs or a site's
-    documentation rely on) and those the config pins (``containers.publish_pinned``)."""
+    ``before``; one in use is refused in one line naming why (the old latest is not in use once
+    the new version is latest; pinned: versions queued jobs or a site's documentation rely on)."""
     if plan.keep is None:
         return []
     # the versions once this one is published: a republished version moves to the end

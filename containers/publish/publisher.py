@@ -73,11 +73,8 @@ def refuse_links(plan: PublishPlan) -> None:
 def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, checks: dict,
            key: signing.SigningKey | None, replaced: CatalogueEntry | None, when: str,
            reviewed: dict) -> tuple[dict, list[tuple[Path, bytes, str]]]:
-    """The catalogue entry, and (final path, bytes, commit step) of what a version keeps beside
-    its image: the build's SBOM (copied as built) and the diff against the version it replaces
-    as latest (JSON, and a page), each named in the entry, which also takes the review's
-    site-fit findings and gate record. The recipe's description and the site's runtime and GPU
-    flag are kept so the catalogue page says what the image is and how to run it."""
+    """The catalogue entry, with the review's findings, and ``(final path, bytes, commit step)`` of
+    what a version keeps beside its image (its SBOM, the diff against the latest it replaces)."""
     entry = {
         "target": plan.target.name, "version": plan.version,
         "description": plan.target.description, "license": plan.target.license,
