@@ -1,11 +1,9 @@
 """The one error family of the tool, and the one place that turns an error into what a user sees.
 
-Every user-facing failure is a :class:`ContainersError`. The command line catches it once
-(:func:`describe` gives the line and the exit code) and prints one line with no traceback. A
-builtin exception escaping means a bug. Each kind's docstring says when it is raised and
-its ``exit_code`` what the exit status is (the troubleshooting page lists them from there).
-
-Causes are chained (``raise … from exc``) so ``--debug`` style tracebacks keep them.
+Every user-facing failure is a :class:`ContainersError`, caught once by the command line
+(:func:`describe` gives the line and the exit code) and printed as one line with no traceback; a
+builtin exception escaping means a bug. Each kind's docstring says when it is raised and its
+``exit_code`` the exit status (the troubleshooting page lists them from there).
 """
 
 from __future__ import annotations

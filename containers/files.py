@@ -106,10 +106,8 @@ def json_value(text: str | bytes) -> object:
 
 
 def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
-    """The JSON value in ``path``, read by :func:`read_regular` (a regular file of at most
-    ``limit`` bytes). Raises ``OSError``, or ``ValueError`` (:class:`FileRefused` is one; so are
-    bad UTF-8, bad JSON and :class:`TooDeep`), so ``except (OSError, ValueError)`` covers every
-    way to fail."""
+    """The JSON value in ``path`` (:func:`read_regular`); every way to fail (bad UTF-8 or JSON,
+    :class:`TooDeep`, :class:`FileRefused`) is an ``OSError`` or a ``ValueError``."""
     return json_value(read_regular(path, limit=limit))
 
 

@@ -1,11 +1,9 @@
 """Names no other run can have: a results folder or a script file claimed exclusively.
 
-Runs are named by the second they start (``results/smoke/<target>-<stamp>``,
-``results/jobs/<job>-<stamp>.sh``). Two runs started in the same second would otherwise share
-one folder and overwrite each other's rank files, log and verdict (and publish trusts that
-verdict), or write the same script. So the name is claimed with an exclusive create (``mkdir``
-or ``O_EXCL``, atomic on every POSIX file system, NFS and Lustre included): the first run gets
-``<stem>``, the next ``<stem>-2``, and so on.
+Runs are named by the second they start; two started in the same second would share a folder and
+overwrite each other's rank files and verdict. So the name is claimed with an exclusive create
+(``mkdir`` or ``O_EXCL``, atomic on every POSIX file system, NFS and Lustre included): the first
+run gets ``<stem>``, the next ``<stem>-2``, and so on.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Wall-clock time limits as batch schedulers write them, read into seconds and back.
 
-One parser for every time rule (``--time``, a partition's limits in a site profile, a workload's
-estimate), so a limit compares with a request as numbers, never as text. A shared module: site
-profiles (inputs) and command-line flags read times as batch jobs (batch) do. The forms accepted are
-Slurm's (``sbatch --time``): ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` and a
-bare number of minutes; PBS's ``walltime=HH:MM:SS`` is one of them. Zero is refused: schedulers
-read it as "no limit" or refuse it, and neither is what a user meant.
+One parser for every time rule (``--time``, a partition's limits, a workload's estimate), so a
+limit compares with a request as numbers. The forms are Slurm's (``MM:SS``, ``HH:MM:SS``, ``D-HH``,
+``D-HH:MM``, ``D-HH:MM:SS``, bare minutes); PBS's ``walltime=HH:MM:SS`` is one of them. Zero is
+refused: schedulers read it as "no limit" or refuse it, and neither is what a user meant.
 """
 
 from __future__ import annotations

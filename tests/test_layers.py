@@ -102,3 +102,31 @@ def test_the_mirror_check_can_fail(tmp_path: Path) -> None:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
     assert missing_tests(tmp_path / "package", tmp_path / "tests") == ["d.py", "run/b.py"]
+
+
+#: Modules whose docstring still runs long, in files other work of issue 51 is changing: this
+#: set only shrinks.
+LONG_DOCSTRINGS_LEFT = {"batch/follow.py", "image/builder.py", "image/plan.py", "records.py"}
+
+
+def long_docstrings(package: Path, most: int = 8) -> list[str]:
+    """The modules whose docstring spans more than ``most`` lines, quotes included: a longer
+    explanation belongs in docs/architecture.md."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        first = ast.parse(path.read_text()).body[:1]
+        if first and isinstance(first[0], ast.Expr) and isinstance(first[0].value, ast.Constant) \
+                and first[0].end_lineno - first[0].lineno >= most:
+            found.append(str(path.relative_to(package)))
+    return found
+
+
+def test_module_docstrings_are_at_most_eight_lines() -> None:
+    assert set(long_docstrings(PACKAGE)) <= LONG_DOCSTRINGS_LEFT
+
+
+def test_the_docstring_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "a.py").write_text('"""One.\n' + "more\n" * 7 + '"""\n')
+    (tmp_path / "b.py").write_text('"""One.\n' + "more\n" * 6 + '"""\nx = 1\n')
+    assert long_docstrings(tmp_path) == ["run/a.py"]

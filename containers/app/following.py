@@ -78,7 +78,6 @@ def _row(entry: dict, queries: dict[str, follow.Queries]) -> dict | None:
 
 
 def _cell(value: object) -> str:
-    """An index value as a table shows it: text as it is, anything else empty."""
     return value if isinstance(value, str) else ""
 
 

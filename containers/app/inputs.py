@@ -242,8 +242,7 @@ def target_listing(project: Project) -> Listing:
 
 
 def targets_report(project: Project, *, as_json: bool = False, say: Say = _print) -> None:
-    """The targets table (and what killed builds left behind), or a JSON list of the rows,
-    read afresh."""
+    """The targets table (and what killed builds left behind), or its rows as JSON, read afresh."""
     show(target_listing(project), as_json=as_json, say=say)
 
 

@@ -1,15 +1,9 @@
 """``invoke verdict``: judge a finished batch run from the files it left, as an interactive run is
 judged, and write the same ``verdict.json`` (and, for smoke, the perflog line).
 
-A smoke or training job (``invoke job``) runs its launcher with no tool watching, keeps the
-launcher's exit status and its output (``run.log``), then runs this on the node: the job's plan is
-re-made from the ``job.json`` the script wrote (:func:`containers.batch.job.job_run`, the code that
-rendered it), the ranks' files are read back (:func:`containers.run.workload.collect`) and both
-gates are judged. So ``invoke publish`` can use a proof made in a job.
-
-It fails closed: no ``job.json`` (not a job's results folder), missing rank files, a nonzero
-launcher status, and results of another image (the provenance the job copied at launch,
-``image.json``, missing or not the image's now) all FAIL, each with its reason.
+The job's plan is re-made from the ``job.json`` its script wrote and the ranks' files are read
+back, so ``invoke publish`` can use a proof made in a job. It fails closed: no ``job.json``,
+missing rank files, a nonzero launcher status or results of another image each FAIL, saying why.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """``invoke local-slurm``: a real Slurm cluster on this machine, to try batch jobs without one.
 
-Starts (``--start``) the two-node cluster the test suite uses (:mod:`containers.host.slurmcluster`)
-or, with ``--site S``, one shaped like a site profile (its partitions and their limits, its cores
-and GPUs as GRES, its required account), and records it in one folder; ``--status`` shows it;
-``--stop`` stops its job steps and daemons (:func:`containers.host.slurmcluster.stop`), and
-finishes a stop cut off half way, which ``--status`` and ``--start`` name. Jobs reach it through
-``SLURM_CONF``, which ``--start`` prints as a line to paste (or ``eval``).
+``--start`` starts the two-node cluster the tests use, or with ``--site S`` one shaped like a
+site profile (partitions, limits, cores, GPUs as GRES, its account), recorded in one folder;
+``--status`` shows it; ``--stop`` stops its job steps and daemons, finishing a stop cut off half
+way. Jobs reach it through ``SLURM_CONF``, which ``--start`` prints as a line to paste.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from containers.image.arch import (check_arch, check_compression, image_compress
 from containers.image.identity import chain_hashes
 from containers.inputs.recipes import Target
 from containers.prove.smoke import SmokeOptions
-from containers.publish import decision, publisher, verify as checking
+from containers.publish import decision, planning, publisher, verify as checking
 from containers.publish.checks import QuickCheck
 from containers.report import Say, say_line as _print
 
@@ -48,12 +48,12 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
     if accept_regression is not None and not accept_regression.strip():
         raise UsageError("say why the regression is accepted (it is recorded)",
                          flag="--accept-regression")
-    request = publisher.PublishRequest(target=target or "", dest=dest or "", version=version,
+    request = planning.PublishRequest(target=target or "", dest=dest or "", version=version,
                                        sign=sign, keep=keep, group=group, force=force,
                                        skip_checks=skip_checks)
     item = project.target(request.target)
     site = project.site_of(item)
-    plan = publisher.plan_publish(request, target=item, site=site, settings=project.settings,
+    plan = planning.plan_publish(request, target=item, site=site, settings=project.settings,
                                   inputs_hash=chain_hashes(project.targets, item.name)[item.name])
     preamble = example_preamble(site, item.name)
     plan = replace(plan, batch_preamble=tuple(preamble) if preamble is not None else None)
@@ -69,17 +69,13 @@ def publish(project: Project, *, target: str | None, dest: Path | str | None,
                              review=release_review(project, runtime, accept_regression))
 
 
-def release_review(project: Project, runtime: Runtime, accept: str | None) -> publisher.Review:
-    """The release gate (:func:`containers.publish.decision.release_review`), judging the site
-    fit with the project's targets."""
+def release_review(project: Project, runtime: Runtime, accept: str | None) -> planning.Review:
     return decision.release_review(
         runtime, accept, fit=lambda stack, site, errors: fit_findings(project, stack, site, errors))
 
 
 def verify(project: Project, *, dest: Path | str | None, target: str | None = None,
            as_json: bool = False, say: Say = _print) -> list[tuple]:
-    """Check every published image in ``dest`` and its catalogue; the table's rows. With
-    ``as_json``, one JSON document on stdout instead of the table (its shape:
-    :func:`containers.publish.verify.verify`)."""
+    """Check every published image in ``dest``; the rows (``as_json``: one JSON document)."""
     return checking.verify(dest or "", runtime=project.runtime, target=target,
                            as_json=as_json, say=say)

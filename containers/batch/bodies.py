@@ -52,8 +52,7 @@ def _folders(settings: Settings) -> dict[str, str]:
 
 
 def loaded_modules(site: Site, *, multinode: bool) -> list[str]:
-    """The modules a job loads: the site's and its runtime's (every job) and, across nodes,
-    those its multi-node binds name."""
+    """Across nodes, the modules the multi-node binds name come too."""
     across = site.transport.modules if multinode else ()
     return [*site.job_modules, *(m for m in across if m not in site.job_modules)]
 

@@ -1,31 +1,9 @@
 """Batch jobs (``invoke job``): a complete Slurm or PBS script for a site, a workload and a size.
 
-Three parts, as ReFrame splits them, put together here by one builder (:func:`plan_job`):
-
-* the **scheduler** (:mod:`containers.batch.schedulers`) gives the preamble (``#SBATCH`` /
-  ``#PBS`` lines), the shell lines that find the rendezvous and how to submit;
-* the **launcher** is the site's entry of the one registry (:mod:`containers.run.launchers`) that
-  interactive runs use too; it sizes the job (tasks and CPUs per node) and starts the ranks;
-* the **workload** is planned by the same code as ``invoke smoke`` and ``invoke train``
-  (:func:`containers.prove.kind.plan`, for a smoke or a training kind), with a
-  placement whose rendezvous, job id and site values are shell variable references
-  (:mod:`containers.batch.script`), so the script expands them on the compute node; or, for
-  ``build``, ``invoke build`` on a node of the image's architecture.
-
-:func:`plan_job` only assembles: the request checks its own values (:mod:`.request`), the
-site's rules refuse what the site cannot run (:mod:`.siterules`: partition limits on time, nodes
-and GPUs, the account, the transport across nodes), the frame names the job and its resources
-(:mod:`.frame`), and the workload's kind picks its job (:meth:`WorkloadKind.job_body`: a build,
-the user's command, or a run of its script) from :class:`JobPlanner`, whose bodies are made of
-:mod:`.bodies`' lines. A build job that the site cannot run is refused before anything is
-written (:func:`containers.image.plan.fakeroot_refusal`). A smoke or training job keeps its
-launcher's exit status and output and ends with ``invoke verdict`` on its results
-(:mod:`containers.app.judging`), so a job writes the verdict an interactive run writes.
-
-Only site profile values, explicit flags and settings reach a script (of the caller's
-environment, only ``SLURM_ACCOUNT`` where nothing else names an account); every value is quoted;
-the tests run ``bash -n`` on the script of every site and workload and ``sbatch --test-only``
-against Slurm partitions shaped like each site's.
+:func:`plan_job` assembles three parts, as ReFrame splits them: the scheduler's preamble, the
+site's launcher (which sizes the job and starts the ranks) and the workload, planned by the same
+code as an interactive run with shell variables for what only the node knows. Only site values,
+flags and settings reach a script, every value quoted; docs/architecture.md says who checks what.
 """
 
 from __future__ import annotations
@@ -82,7 +60,6 @@ class JobNeeds:
 
     @property
     def packages(self) -> tuple[JudgeEnv, ...]:
-        """The package folders to prepare before the job runs."""
         return tuple(env for env in (self.judge, *self.tool) if env is not None)
 
 
@@ -121,13 +98,8 @@ class Job:
 
 def plan_job(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str] | None = None,
              stamp: str | None = None) -> Job:
-    """The whole batch job, rendered: pure (nothing is run; only ``environ``, the submitting
-    shell's variables, is read, for the account rules).
-
-    ``stamp`` (default: now, :func:`run_stamp`) goes into the names of the job's output and
-    results folder beside the scheduler and the job id: a job id is unique only within one
-    cluster's life, so the id alone would name another cluster's (or a restarted one's) files.
-    """
+    """The whole batch job, rendered: pure (only ``environ``, the submitting shell's variables, is
+    read, for the account rules); ``stamp`` names its folders (:func:`job_run_id` says why)."""
     check_site(request, needs.target, needs.site, needs.site_arch)
     planner = JobPlanner(needs=replace(needs, site=chosen_site(needs.site, request)),
                          request=request, environ=environ or {}, stamp=stamp or run_stamp())
@@ -228,8 +200,7 @@ class JobPlanner:
 
 
 def _ranks_per_node(request: JobRequest, site: Site) -> int:
-    """Ranks per node of a smoke or training job: ``--gpus-per-node``, else the site's GPUs per
-    node, else 2 (CPU sites: 2 ranks, as smoke)."""
+    """CPU sites get 2 ranks, as smoke."""
     return request.gpus_per_node or site.gpus.per_node or 2
 
 

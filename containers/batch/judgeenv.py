@@ -1,21 +1,10 @@
 """The packages ``invoke verdict`` (or ``invoke build``) imports, for a Python on a compute node
 of another architecture than the submitting machine's.
 
-A smoke or training job on such a node (Olivia's aarch64 nodes, submitted from an x86_64 login
-node) cannot use this checkout's ``.venv``, and the node has no package index, no ``pip`` we may
-rely on and no Python version we may assume. So the job judges with the image's ``python3``
-(known to be there), the checkout bound read-only, and the few third-party packages judging
-imports (:data:`JUDGE_PACKAGES`), downloaded once on the login node as wheels for the node's
-architecture and the image's Python (:func:`prepare`) into a folder under the checkout whose
-name holds the architecture, the Python version and a hash of the pinned list
-(:func:`judge_dir`). It is filled in a temporary folder and renamed into place, so two submits
-at once never see half a folder: one rename wins, the other discards its copy.
-
-A build job on such a node has no image yet, so it runs the node's own ``python3`` (the site's
-modules loaded) with the tool's whole runtime closure (:func:`build_requirements`: pyproject's
-``[project] dependencies`` and theirs, pinned as installed here), prepared the same way under
-:data:`BUILD_FOLDER`, once per CPython minor version the tool supports (:data:`BUILD_PYTHONS`):
-which one the node has is not a site fact, so the job picks the folder at run time.
+Such a node cannot use this checkout's ``.venv`` and has no package index we may rely on, so the
+packages are downloaded once on the login node as wheels for the node (:func:`prepare`) into a
+folder named for what it serves (:func:`plan`), filled under a temp name and renamed into
+place. docs/architecture.md says which Python runs them.
 """
 
 from __future__ import annotations

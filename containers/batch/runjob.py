@@ -1,11 +1,9 @@
 """``invoke job --workload run -- CMD``: a user's own command as a batch job, launched as the
-site's smoke jobs are (the same launcher, shape, rendezvous lines, binds and environment), with
-the device gate first and a ``verdict.json`` at the end.
+site's smoke jobs are, with the device gate first and a ``verdict.json`` at the end.
 
 The verdict needs nothing on the compute node but the image and the shared file system: the
-image's own Python runs ``jobs/runverdict.py`` (torch only, bound read-only like every workload
-script), so no virtual environment, no pip and no package index are needed there, and jobs that
-start together share nothing but their own results folders.
+image's own Python runs ``jobs/runverdict.py`` (torch only, bound read-only), so no virtual
+environment, pip or package index is needed there.
 """
 
 from __future__ import annotations
@@ -77,5 +75,4 @@ def folder_lines(out_dir: Path) -> list[str]:
 
 
 def run_record(record: dict, words: Sequence[str], workdir: str | None = None) -> dict:
-    """``job.json`` of a run job: the common keys, the command as its words, where it runs."""
     return {**record, "command": list(words), **({"workdir": workdir} if workdir else {})}

@@ -77,7 +77,6 @@ BIND_VARIABLES = {"apptainer": ("APPTAINER_BIND", "SINGULARITY_BIND"),
 
 
 def first_set(environ: Mapping[str, str], names: Iterable[str]) -> str:
-    """The value of the first of ``names`` set to a non-empty value in ``environ`` ("" if none)."""
     return next((environ[name] for name in names if environ.get(name)), "")
 
 
@@ -92,12 +91,10 @@ def build_arg(key: str, value: str) -> str:
 
 
 def repeated(flag: str, values: Iterable[str]) -> list[str]:
-    """``flag`` before each of ``values`` (``--bind A --bind B``)."""
     return [word for value in values for word in (flag, value)]
 
 
 def unsafe_characters(path: str, specials: str) -> str:
-    """The characters of ``path`` that are in ``specials``, in order, each once."""
     return "".join(dict.fromkeys(c for c in path if c in specials))
 
 

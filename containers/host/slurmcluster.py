@@ -1,11 +1,9 @@
 """A real Slurm cluster on this machine: Debian's slurm-wlm and munge, nodes that are all this host.
 
-It serves the tests (``tests/fixtures/slurm.py``) and ``invoke local-slurm``. All it makes lives
-in one folder (``slurm.conf``, a private munge key and socket, state, logs, the record), and its
-clients go through ``SLURM_CONF`` (a private MariaDB and slurmdbd only where a site's QoS
-need them), so the machine's own Slurm and munge are never touched. Its
-daemons (root) are stopped only by recorded PIDs still recognised as them (:func:`daemons`, in
-a record :func:`trust_problem` finds sound), its job steps only by their tie to it (:func:`steps`).
+It serves the tests and ``invoke local-slurm``. All it makes lives in one folder (``slurm.conf``,
+a private munge key and socket, state, logs, the record), reached through ``SLURM_CONF``, so the
+machine's own Slurm and munge are never touched. Its daemons are stopped only by recorded PIDs
+still recognised as them (:func:`daemons`), its job steps only by their tie to it (:func:`steps`).
 """
 
 from __future__ import annotations

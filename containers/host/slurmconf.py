@@ -1,11 +1,9 @@
 """The slurm.conf of a cluster on this machine, in one of two shapes.
 
-:func:`two_node_conf`: nodes ``n1`` and ``n2``, partition ``debug``, as the tests' batch jobs
-use it. :func:`site_conf_writer`: a site profile's partitions with their limits enforced at
-submission, its CPUs, memory, GPUs (GRES typed by the GPU model, on stand-in devices) and the
-node features its required constraints name, and a submit filter requiring the account and
-constraints the site requires, so a job the site would refuse is refused here by Slurm itself. The
-daemons that read it are :mod:`containers.host.slurmcluster`'s.
+:func:`two_node_conf`: nodes ``n1`` and ``n2``, partition ``debug``, for the tests' batch jobs.
+:func:`site_conf_writer`: a site profile's partitions, limits, CPUs, memory, GPUs (typed GRES on
+stand-in devices) and node features, with a submit filter requiring the site's account and
+constraints, so a job the site would refuse is refused here by Slurm itself.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """An image's real architecture, read from its files, and whether this host can run another one.
 
-Apptainer's own ``org.label-schema.build-arch`` label is the BUILD HOST's architecture, not the
-image's: a SIF built on x86_64 from an arm64 root is labelled ``amd64`` (apptainer/apptainer#2774).
-So the tool reads the architecture from the ELF header of a program inside the image and records
-that in the build record; every guard trusts the record, never a name. Every image has some ELF
-program, not every image has Python (busybox, scratch, a base with apt tools only): the program
-read is the image's shell (``/bin/sh``, following its links), else its python, else the first
-ELF program found in its ``bin`` folders.
-
-- :func:`elf_arch` is pure: the first bytes of an ELF file -> ``x86_64`` / ``aarch64`` / ...
-- :func:`image_arch` reads those bytes from a built image's own files: from outside, in its
-  squashfs partition (``apptainer sif list`` + ``unsquashfs -o``: no exec, so no shell and no
-  emulation needed), else by a shell inside it (``apptainer exec … head``).
-- :func:`emulation` says whether binfmt_misc runs ``arch`` binaries here (qemu-user-static).
+Apptainer's ``build-arch`` label names the build host, not the image (apptainer/apptainer#2774),
+so the architecture is read from the ELF header of a program inside the image (its shell, else
+its python, else the first program of its ``bin`` folders), from outside in its squashfs
+partition where it can be (no exec, no emulation), and recorded in the build record; every guard
+trusts the record. :func:`emulation` says whether binfmt_misc runs other binaries here.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """What an image holds, read from the image itself: ``invoke inspect``'s facts.
 
 One ``apptainer exec IMAGE python3 -c <probe>`` (:mod:`containers.image.probe_script`) reads
-everything from inside: the architecture (ELF header of its python, never a target's name or
-Apptainer's build-arch label, apptainer#2774), OS and glibc, Python, the Debian and pip
-packages, torch's build and runtimes (CUDA/HIP), NCCL/RCCL's version and whether torch loads it
-dynamically, ROCm's version and the image's labels. The files beside the image add its size,
-its build record (provenance) and its SBOM's package counts. No GPU is needed: a CUDA or ROCm
-torch imports without one.
-
-:func:`summary` is the flat stack (torch, build, CUDA/HIP, NCCL, Python, glibc…) that
-``inspect``, ``diff`` and the catalogue page show.
+everything from inside, with no GPU needed (architecture, OS, glibc, Python, packages, torch's
+build and runtimes, NCCL/RCCL, labels); the files beside the image add its size, build record and
+SBOM counts. :func:`summary` is the flat stack ``inspect``, ``diff`` and the catalogue page show.
 """
 
 from __future__ import annotations

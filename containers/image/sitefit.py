@@ -1,23 +1,10 @@
 """Whether an image fits a site: the mismatches users report most, seen without a GPU.
 
-A site profile's ``fit:`` block (:class:`containers.inputs.sites.Fit`, checked when the profile
-is loaded) states, each with its source, what the site's nodes provide::
-
-    fit:
-      driver: {value: "...", source: "..."}                 # shown, not judged
-      rocm:   {min: "5.7", max: "6.2", source: "..."}       # runtimes the driver supports
-      cuda:   {min: "12.0", max: "12.8", source: "..."}
-      glibc:  {min: "2.31", source: "..."}                  # needed by the host libraries bound in
-      nccl:   {plugin: "aws-ofi-rccl", min: "2.12", max: null, dynamic: true, source: "..."}
-
-and the GPUs' architecture comes from the profile's ``gpus:`` (``arch: sm_70`` with its
-``arch_source``): torch in the image must carry kernels for it (:mod:`gpuarch`).
-
-A bound a site does not publish is ``null`` with a source saying so; it is then not judged, and
-the finding says that (fail closed means saying what was not checked, never inventing a limit).
-:func:`judge` turns an image's facts (:mod:`containers.image.inspect`) and the site's into
-findings, one line each: ``error`` fails the build's test step and blocks publish, ``warning``
-is shown and kept in the catalogue, ``info`` says what was not checked.
+:func:`judge` compares an image's facts (:mod:`containers.image.inspect`) with the site profile's
+``fit:`` block and GPU architecture (docs/adding-a-site.md), one finding a line: ``error`` fails
+the build's test step and blocks publish, ``warning`` is shown and kept in the catalogue,
+``info`` says what was not checked (a bound the site does not publish: fail closed means saying
+so, never inventing a limit).
 """
 
 from __future__ import annotations

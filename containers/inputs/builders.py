@@ -1,11 +1,9 @@
 """The builder registry: how an image is built from a target's inputs (an Apptainer definition,
 or cotainr from a base image and a Conda env spec).
 
-Each builder owns what differs between them: the manifest keys it needs and refuses, the rule its
-env spec must meet, the build arguments it takes, its base image, whether its build needs
-``--fakeroot``, and (in the image stage, :data:`containers.image.plan.PLAN_STEPS`, which the layer
-rule keeps out of this stage) its plan step. Code elsewhere asks :func:`builder_of` and calls what
-the builder offers; it never compares a builder's name (a test counts such comparisons).
+Each builder owns what differs between them (docs/architecture.md lists it); its plan step lives
+in the image stage (:data:`containers.image.plan.PLAN_STEPS`). Code elsewhere asks
+:func:`builder_of` and calls what the builder offers, never comparing a builder's name.
 """
 
 from __future__ import annotations

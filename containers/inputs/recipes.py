@@ -1,13 +1,9 @@
 """Image targets: ``recipes/<target>.yaml`` manifests, validated into :class:`Target` objects.
 
-A manifest says WHAT to build (builder, definition, env spec, base target, build arguments) and
-for which site, architecture and GPU kind; paths in it are relative to the project root.
-
-The files a manifest names (definition, env spec, and the ``scripts/`` a definition runs) must be
-the project's own: a path or link leading out of the project is refused, so no host file (say
-``/etc/shadow``) is ever read, hashed, staged into a build or quoted in an error. Each is checked
-here, when targets load, to be a regular UTF-8 file of bounded size (``invoke check`` reads every
-one).
+A manifest says WHAT to build and for which site, architecture and GPU kind. The files it names
+(definition, env spec, a definition's ``scripts/``) must be the project's own regular UTF-8 files
+of bounded size: a path or link leading out of the project is refused when targets load, so no
+host file is ever read, hashed, staged into a build or quoted in an error.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Declarative checks for the hand-edited YAML inputs.
 
-Each input kind (manifest, env spec, site profile, settings) declares its fields once, as a
-pydantic model; :func:`validate_model` rejects unknown keys (suggesting the closest known one,
-since most are typos), missing required keys, wrong types and values outside a fixed set, always
-naming file, line and key. The same models give the JSON Schemas editors read.
-
-Names (targets, versions, sites, partitions) become file names, module names and words in
-generated scripts, so they follow one strict rule, :func:`name_problem` (in :mod:`containers.inputs.names`), wherever they enter.
+Each input kind declares its fields once, as a pydantic model; :func:`validate_model` rejects
+unknown keys (suggesting the closest known one), missing keys, wrong types and values outside a
+fixed set, naming file, line and key. The same models give the JSON Schemas editors read. Names
+that become paths follow one rule (:func:`containers.inputs.names.name_problem`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Site profiles: ``sites/<site>.yaml``, every fact about WHERE images run.
 
-Scheduler, partitions, GPUs and usable cores per node, CPU binding, runtime flavour, build
-capability, GPU flag, binds, environment, launch pattern and reference bandwidths live in data, not
-in code, so a new cluster is a new YAML file. A site may say how to recognise it from the
-environment (``detect``) so ``invoke smoke`` on a login or compute node picks the right target.
-
-Environment values may name host variables (``/tmp/$USER-miopen-cache-$SLURM_JOB_ID``): they are
-expanded on the host when a command is planned (:func:`expand`), since an argv reaches the
-container without a shell.
-
-A profile is nested as ReFrame nests a system (:class:`Profile` and its parts). Each key is
-declared once, below, as a typed field of a pydantic model: its type, default, rule and doc, from
-which the loader's checks and ``schemas/site.schema.json`` (what editors read) follow. The profile
-is read once; every problem is reported at file, line and key (:func:`load_site`).
+Scheduler, partitions, GPUs, cores, binds, environment, launch pattern and references live in
+data, so a new cluster is a new YAML file. A profile is nested as ReFrame nests a system
+(:class:`Profile`); each key is one typed field, from which the checks and
+``schemas/site.schema.json`` follow. Environment values may name host variables, expanded when a
+command is planned (:func:`expand`), since an argv reaches the container without a shell.
 """
 from __future__ import annotations
 
@@ -145,7 +137,6 @@ class Limits(Part):
 
     @property
     def name(self) -> str:
-        """The name it has in the profile (its key)."""
         return self._name
 
 
@@ -565,7 +556,7 @@ class Site(Profile):
 
     @property
     def cpus_per_node(self) -> int:
-        """A node's CPUs as the scheduler counts them: each hardware thread of each core."""
+        """Each hardware thread of each core, as the scheduler counts CPUs."""
         return self.cores_per_node * self.threads_per_core
 
     @property

@@ -1,11 +1,9 @@
 """Checks that span files: a manifest's site must have a profile, a site's default target must
-exist, every ``{{ ARG }}`` of a definition must get a value; and the names that become paths
-(site and partition names: perflog folders, batch scripts) follow the one name rule. Each file
-is valid on its own when it loads; these are the references between them.
+exist, every ``{{ ARG }}`` of a definition must get a value, and names that become paths follow
+the one name rule. Each file is valid on its own when it loads; these are the references between.
 
-:func:`check_project` is ``invoke check``: it loads every manifest and site profile on its own
-(one bad file does not hide the others), runs every check on each, and returns every problem
-found, so a user fixes them all after one run.
+:func:`check_project` is ``invoke check``: it loads every file on its own (one bad file does not
+hide the others) and returns every problem found, so a user fixes them all after one run.
 """
 
 from __future__ import annotations

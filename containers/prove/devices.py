@@ -1,13 +1,9 @@
 """What each rank ran on, from the device reports the workloads write, and the GPU gate.
 
-Every rank of ``allreduce.py`` / ``train.py`` probes its device before it joins the process group
-and writes ``device-<RANK>.json``: device kind, index, name, UUID or PCI bus id, how many GPUs it
-saw and through which visible-devices variables, the torch build (CUDA, ROCm or CPU), the CUDA/HIP,
-driver and NCCL/RCCL versions, and its CPU cores. On a site with GPUs a PASS must rest on those
-reports: a rank on the CPU, a CPU-only or other-vendor torch, two ranks on one GPU, fewer GPUs
-than ranks or cores other than the site's map each fail the sanity gate with a line of its own
-that names the usual causes. No report at all fails too: a GPU site's proof never rests on
-silence.
+Every rank writes ``device-<RANK>.json`` before it joins the process group. On a site with GPUs
+a PASS must rest on those reports: a rank on the CPU, a torch of another vendor, two ranks on one
+GPU, fewer GPUs than ranks or cores other than the site's map each fail the sanity gate with a
+line that names the usual causes, and no report at all fails too.
 """
 
 from __future__ import annotations

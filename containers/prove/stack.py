@@ -1,10 +1,8 @@
 """The software stack a run ran on, and what changed between two runs of one image.
 
-A site's busbw can drop with the same image when the driver, the network plugin or libfabric is
-upgraded under it. So every verdict (and so every perflog record and catalogue entry) names its
-stack: from the ranks' device reports (torch and its build, CUDA or HIP, driver, NCCL/RCCL, the
-device names), from NCCL/RCCL's debug lines where the run printed them (network plugin, libfabric,
-the network used) and from the host (the container runtime and its version). ``smoke --history``
+A site's busbw can drop with the same image when the driver, network plugin or libfabric is
+upgraded under it, so every verdict (and perflog record and catalogue entry) names its stack: from
+the ranks' device reports, NCCL/RCCL's debug lines and the host's runtime. ``smoke --history``
 compares consecutive runs of an image and names what changed.
 """
 

@@ -1,11 +1,9 @@
 """The published-images catalogue (``<dest>/catalogue.json``) and the layout it describes.
 
 Data: versions, the catalogue's shape and updates, pruning choices, and the consistency rules
-``invoke verify`` applies to a snapshot of the folder; :func:`load` is its one reader (the writer
-is :mod:`containers.publish.publisher`). A version exists for users once its entry is written,
-last, atomically, under the publish lock (``.publish.lock``). The layout, besides
-``<target>/<version>.sif.cdx.json`` (the SBOM) and an optional ``pinned`` list kept by
-``--keep``, is the one docs/publishing.md draws.
+``invoke verify`` applies to a snapshot of the folder; :func:`load` is its one reader. A version
+exists for users once its entry is written, last, atomically, under the publish lock. The layout
+is the one docs/publishing.md draws.
 """
 
 from __future__ import annotations
@@ -28,6 +26,10 @@ CATALOGUE_NAME = "catalogue.json"
 #: The catalogue page (containers.publish.page), replaced right after the catalogue.
 PAGE_NAME = "index.html"
 LOCK_NAME = ".publish.lock"
+#: Beside each published image: its SBOM, and the diff against the version it replaced as JSON
+#: and as a page people read (linked from the catalogue page).
+DIFF_SUFFIX = ".diff.json"
+DIFF_PAGE_SUFFIX = ".diff.html"
 #: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).
 CATALOGUE_LIMIT = 64 << 20
 #: A sha256 as hex digits, the way ``sha256sum`` writes it.
@@ -232,7 +234,7 @@ def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str]
 def select_prune(versions: list[str], *, keep: int, latest: str | None) -> list[str]:
     """Versions to remove so the newest ``keep`` remain (``versions`` oldest first); the one
     ``latest`` points to is never removed, even when it is not among the newest. ``keep`` is
-    at least 1 (checked once, by :class:`~containers.publish.publisher.PublishRequest`)."""
+    at least 1 (checked once, by :class:`~containers.publish.planning.PublishRequest`)."""
     newest = set(versions[-keep:])
     return [v for v in versions if v not in newest and v != latest]
 

@@ -18,7 +18,8 @@ from containers.host.facts import utc_now
 from containers.host.runtime import Runtime
 from containers.image import inspect as probing, sitefit
 from containers.inputs.sites import Site
-from containers.publish import catalogue as cat, diff as diffing, gate as gating, publisher
+from containers.publish import catalogue as cat, diff as diffing, gate as gating
+from containers.publish.planning import PublishPlan, Review
 from containers.records import BuildRecord, CatalogueEntry, Checks, SmokeSummary
 from containers.report import Say
 
@@ -26,21 +27,21 @@ from containers.report import Say
 Fit = Callable[[dict, Site, object], list[sitefit.Finding]]
 
 
-def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> publisher.Review:
+def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> Review:
     """The release gate publish runs once the checks passed (the evidence:
     :mod:`containers.publish.gate`): the new image's site fit (``fit``), the diff against the
     current ``latest`` (printed, and kept beside the version), and its smoke busbw against
     latest's. A fit error or a busbw regression refuses the version unless ``accept``
     (``--accept-regression WHY``) says why it may go out; the entry records the findings and
     who accepted what."""
-    def review(plan: publisher.PublishPlan, checks: dict, say: Say) -> dict:
+    def review(plan: PublishPlan, checks: dict, say: Say) -> dict:
         built = BuildRecord.of(plan.provenance, source=plan.image)
         facts = (probing.known_facts(plan.image, built)
                  or probing.probe(runtime, plan.image, sha256=built.sha256, arch=built.arch))
         stack = probing.summary(facts)
         mismatch = None if sitefit.holds_no_torch(stack, facts.get("errors")) else \
             gating.torch_mismatch(stack.get("build"), plan.gpu, plan.site.name)
-        if mismatch:  # a torch for other GPUs; an image without torch is judged by its %test  # what the image is: never skipped, never accepted
+        if mismatch:  # a torch for other GPUs (none: judged by its %test); never accepted
             raise VerdictFailed(f"not publishing {plan.target.name} {plan.version}: {mismatch}"
                                 " (--skip-checks skips the smoke, not what the image is)")
         findings = fit(stack, plan.site, facts.get("errors"))
@@ -62,7 +63,7 @@ def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> publish
     return review
 
 
-def against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: dict,
+def against_latest(plan: PublishPlan, runtime, facts: dict, checks: dict,
                     say: Say) -> tuple[dict, dict | None, list[str]]:
     """The new image against the catalogue's current ``latest`` of its target: the gate's
     record, the diff of the two images' facts (None where there is no latest, or its image is
@@ -89,7 +90,7 @@ def against_latest(plan: publisher.PublishPlan, runtime, facts: dict, checks: di
     return gate_record, diff, []
 
 
-def _diff(plan: publisher.PublishPlan, runtime: Runtime, old: CatalogueEntry, latest: str,
+def _diff(plan: PublishPlan, runtime: Runtime, old: CatalogueEntry, latest: str,
           facts: dict, smokes: tuple[SmokeSummary | None, SmokeSummary | None]) -> dict:
     """The diff of latest's published image (its recorded facts, else a probe) and the new one."""
     record = BuildRecord.of(old.provenance or {}, source=f"{old.version}'s provenance")
@@ -104,7 +105,7 @@ def _diff(plan: publisher.PublishPlan, runtime: Runtime, old: CatalogueEntry, la
                      size=plan.image.stat().st_size, smoke=smokes[1]))
 
 
-def accepted(plan: publisher.PublishPlan, problems: list[str], accept: str | None,
+def accepted(plan: PublishPlan, problems: list[str], accept: str | None,
              say: Say) -> dict:
     """The gate's verdict on ``problems``: none, nothing to record; some, refused unless
     ``accept`` says why, and then who accepted what, when (the catalogue keeps it)."""

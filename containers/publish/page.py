@@ -1,22 +1,10 @@
 """The catalogue page (``<dest>/index.html``) and each version's diff page, for people with a
-browser: what is published, read like a site's software library.
-
-Per image: what it is (the manifest's description and license, kept in each catalogue entry), and
-per version how to use it (``module load NAME/VERSION``, the ``<target>-exec`` wrapper and the
-site's own ``apptainer exec`` line with its GPU flag, a batch job for its site to paste, a
-definition that builds on it), its size, stack (torch, CUDA/ROCm,
-NCCL/RCCL, GPU architectures, the NVIDIA driver series it needs), its verdicts with their dates,
-and links to its checksum file, signing key, SBOM and the readable diff against the version it
-replaced (``<target>/<version>.diff.html``, written by publish beside the JSON).
+browser: what is published, read like a site's software library (docs/publishing.md).
 
 Pure: this module turns the catalogue (or one diff) into plain view data, and Jinja2 templates
-(``templates/``, package data) turn that into HTML with autoescaping on, so every value the
-catalogue holds (a file others may edit, a description from a recipe) reaches the page as text,
-never markup. Each page is one self-contained static file: inline CSS, the busbw history plot
-as a PNG data URI, links only to files of the publish folder, no script and nothing fetched, so
-it reads the same from a file system, a web server or an air-gapped site. Who published (the
-catalogue's ``published_by``, a gate acceptance's ``by``: the publisher's user and host) stays
-in ``catalogue.json`` for admins and never reaches a page.
+(``templates/``) with autoescaping on turn that into HTML, so a value others may edit reaches the
+page as text, never markup. Each page is one self-contained static file (no script, nothing
+fetched), and who published stays in ``catalogue.json``, never on a page.
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """``invoke publish``: shared images for a whole site, safely (``verify`` checks the result).
 
-Publishing refuses an image that has not passed its checks (:mod:`containers.publish.checks`:
-``apptainer test`` and a 2-rank smoke run, found as a passing ``verdict.json`` for the image's
-exact sha256, or run now by the caller's ``quick_check``), then, under ``<dest>/.publish.lock``
-so concurrent publishes are serialised:
-
-1. copies the image to a temp name in the target folder, hashing as it reads (the copy must
-   match the build's sha256), fsyncs, signs the temp copy (so a signed version never appears
-   unsigned), writes the ``sha256sum`` file of the final bytes, then renames it into place;
-2. writes the Lmod module file and the ``<target>-exec`` wrapper, then the catalogue (atomic,
-   the source of truth), then moves ``latest`` and the module ``default`` (atomic symlinks);
-3. prunes to ``--keep N`` versions (never the one ``latest`` names), and sets and re-checks
-   permissions (group as configured, never world-writable).
-
-A publish killed at any point leaves every final name either old or complete: only temp files
-(``.<name>.<pid>.partial`` / ``.tmp``), which ``verify`` ignores and the next publish removes.
-The layout is described in :mod:`containers.publish.catalogue`. Nothing inside ``<dest>`` is
-reached through a link (:func:`containers.publish.permissions.unsafe_layout`, checked before the
-first write), and every name that becomes a path (target, version, and each one read back from
-the catalogue) passes the one name rule first.
-
-Everything here takes plain values (a :class:`PublishRequest`, the Target, Site and Settings, a
-Runtime, a ``quick_check`` function): the application layer gathers them from the project, so
-publishing sits below it and knows nothing of projects or how a smoke run is started.
-
-``CONTAINERS_PUBLISH_COPY_DELAY`` (seconds per 8 MiB chunk) slows the copy down: a fault
-injection hook, so tests can kill a publish while it is copying.
+An image that has not passed its checks (:mod:`containers.publish.checks`) is refused; then, under
+``<dest>/.publish.lock``, every file of the version is prepared under a temporary name and
+committed by renames, the catalogue last, so a publish killed at any point leaves every final
+name old or complete. It takes plain values (a plan, a Runtime, a ``quick_check`` function) and
+knows nothing of projects; docs/architecture.md and docs/publishing.md say the rest.
 """
 
 from __future__ import annotations
@@ -34,49 +13,34 @@ import getpass
 import os
 import shutil
 import socket
-import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
-                               os_failure)
-from containers.files import (copy_hashing, fsync_path, not_a_folder, read_regular,
-                              refuse_replacing, sha256_file, temp_name, temp_symlink, write_temp)
+from containers.errors import StateError, VerdictFailed, os_failure
+from containers.files import (copy_hashing, fsync_path, read_regular, refuse_replacing,
+                              sha256_file, temp_symlink, write_temp)
 from containers.host.facts import gpu_kinds_here, utc_now
 from containers.host.runtime import Runtime
 from containers.image.inspect import sbom_path
-from containers.image import provenance as image_provenance
-from containers.image.provenance import LABEL_PREFIX
-from containers.inputs.flags import GROUP
-from containers.inputs.recipes import Target
-from containers.inputs.schema import TEMP_ENDINGS, check_name, is_env_name, name_problem
-from containers.inputs.settings import Settings
-from containers.inputs.sites import Gpu, Site
+from containers.inputs.schema import TEMP_ENDINGS
 from containers.locking import file_lock
 from containers.progress import byte_progress
 from containers.publish import catalogue as cat, signing
 from containers.publish.checks import QuickCheck, ensure_checks, skipped
 from containers.publish.diff import shown
-from containers.publish.modulefile import (ModuleSpec, exec_name, render_exec_wrapper,
-                                           render_modulefile)
-from containers.publish.permissions import (Modes, apply_modes, managed_paths, mode_problems,
-                                            open_parent, resolve_group, umask, unsafe_layout)
+from containers.publish.modulefile import ModuleSpec, render_exec_wrapper, render_modulefile
 from containers.publish.page import batch_job, render_diff_page, render_page
+from containers.publish.permissions import apply_modes, managed_paths, mode_problems, umask, \
+    unsafe_layout
+from containers.publish.planning import PublishPlan, Review
+from containers.publish.pruning import remove_version, to_prune
+from containers.publish.transaction import Transaction
 from containers.records import BuildRecord, CatalogueEntry, json_text
 from containers.report import Say, human_bytes, say_line
 
+#: Seconds to sleep per 8 MiB chunk of the copy: a fault-injection hook, so tests can kill a
+#: publish while it is copying.
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
-#: Beside each published image: its SBOM (as the build wrote it, :func:`sbom_path`) and the
-#: diff against the version it replaced (``<version>.diff.json``), with the same diff as a page
-#: people read (``<version>.diff.html``, linked from the catalogue page).
-DIFF_SUFFIX = ".diff.json"
-DIFF_PAGE_SUFFIX = ".diff.html"
-#: The caller's review of a version before it is published (site fit, diff against latest,
-#: release gate): (plan, checks, say) -> what the entry records ({"fit", "gate", "stack",
-#: "diff"}); raises VerdictFailed to refuse it.
-Review = Callable[["PublishPlan", dict, Say], dict]
 #: The most an image's build record may hold (its pip freeze is the bulk of it).
 PROVENANCE_LIMIT = 16 << 20
 #: Free space a publish needs beyond the image's size: its checksum, module file, wrapper,
@@ -84,157 +48,6 @@ PROVENANCE_LIMIT = 16 << 20
 SPACE_MARGIN = 64 << 20
 
 
-# ---------------------------------------------------------------------------- the request
-@dataclass(frozen=True)
-class PublishRequest:
-    """What ``invoke publish`` was asked, checked once, here, before anything is looked at."""
-
-    target: str
-    dest: Path
-    version: str | None = None
-    sign: bool = False
-    keep: int | None = None
-    group: str | None = None
-    force: bool = False
-    skip_checks: bool = False
-
-    def __post_init__(self) -> None:
-        """The flags' own rules, without looking at the disk (the folder as it is there:
-        :func:`check_dest`, which :func:`plan_publish` runs first)."""
-        if not self.target:
-            raise UsageError("name the image target to publish", flag="--target")
-        if problem := name_problem("target", self.target):
-            raise UsageError(problem, flag="--target")
-        if not self.dest:
-            raise UsageError("name the site folder to publish into", flag="--dest")
-        object.__setattr__(self, "dest", Path(os.path.abspath(Path(self.dest).expanduser())))
-        if self.version is not None:
-            cat.validate_version(self.version)
-        GROUP("--group", self.group)
-        if self.keep is not None and self.keep < 1:
-            raise UsageError(f"must be at least 1 (got {self.keep})", flag="--keep")
-
-
-def check_dest(dest: Path) -> None:
-    """Refuse, in one line naming ``--dest``, a folder publishing cannot safely write into: a
-    file (or one below a file), a world-writable folder (anyone could replace published images)
-    or one under a world-writable parent without the sticky bit (anyone could swap it)."""
-    problem = not_a_folder(dest)
-    if problem:
-        raise UsageError(problem, flag="--dest")
-    if dest.exists() and stat.S_IMODE(dest.stat().st_mode) & 0o002:
-        raise UsageError(f"{dest} is world-writable: anyone could replace published images; "
-                         "publish into a folder only admins can write", flag="--dest")
-    problem = open_parent(dest)
-    if problem:
-        raise UsageError(problem, flag="--dest")
-
-
-# ------------------------------------------------------------------------------------ plan
-@dataclass(frozen=True)
-class PublishPlan:
-    """Where everything goes and what will be done; computed before anything is touched."""
-
-    target: Target
-    site: Site
-    image: Path
-    provenance: BuildRecord
-    version: str
-    dest: Path
-    sign: bool
-    keep: int | None
-    force: bool
-    skip_checks: bool
-    modes: Modes
-    #: Signing key, results folder and the versions it pins (``containers.publish_pinned``).
-    settings: Settings
-    #: The site's directives of the batch job the catalogue page shows (None: no scheduler).
-    batch_preamble: tuple[str, ...] | None = None
-
-    @property
-    def gpu(self) -> Gpu:
-        """The GPU kind the image must run on: the target's, else its site's (none: CPU)."""
-        return self.target.gpu if self.target.gpu != Gpu.NONE else self.site.gpus.kind
-
-    @property
-    def folder(self) -> Path:
-        return self.dest / self.target.name
-
-    @property
-    def sif(self) -> Path:
-        return self.folder / cat.sif_name(self.version)
-
-    @property
-    def temp(self) -> Path:
-        return temp_name(self.sif, "partial")
-
-    @property
-    def module_dir(self) -> Path:
-        return self.dest / "modules" / self.target.name
-
-    @property
-    def module(self) -> Path:
-        return self.module_dir / f"{self.version}.lua"
-
-    @property
-    def exec_path(self) -> Path:
-        return self.folder / "bin" / exec_name(self.target.name)
-
-
-def plan_publish(request: PublishRequest, *, target: Target, site: Site,
-                 settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
-    """The plan for ``request``, refusing before any work what publishing could not finish.
-    ``inputs_hash``: the target's now (None when the caller cannot tell); a version is published
-    as what its target builds today, so an image built from other inputs is stale."""
-    check_dest(request.dest)
-    check_name("target", target.name, path=target.manifest.parent, key="target")
-    image = settings.image_path(target.name)
-    record = settings.provenance_path(target.name)
-    if not image.is_file():
-        raise ImageMissing(image, target.name)
-    provenance = image_provenance.read(record)
-    if not cat.SHA256.match(provenance.sha256 or ""):
-        raise StateError(f"{image} has no provenance record with a sha256 ({record}); rebuild "
-                         f"it with invoke build --target {target.name} --force")
-    if provenance.target != target.name:
-        raise StateError(f"{image}: its build record names target {provenance.target}, "
-                         f"not {target.name}: rebuild it with invoke build --target {target.name}"
-                         " --force")
-    _refuse_other_label(image, provenance, target.name)
-    built = str(provenance.inputs_hash or "")
-    if inputs_hash is not None and built != inputs_hash:
-        raise StateError(f"{image} is stale: it was built from inputs {built[:12] or 'unknown'},"
-                         f" the target's inputs are now {inputs_hash[:12]}; rebuild it with "
-                         f"invoke build --target {target.name} before publishing")
-    for key in site.env:
-        if not is_env_name(key):
-            raise ConfigError("not a usable environment variable name for a module file",
-                              path=site.path, line=site.lines.get("env"), key=key)
-    gid = (resolve_group(settings.publish_group, named_by="containers.publish_group")
-           if request.group is None else resolve_group(request.group, named_by="--group"))
-    return PublishPlan(
-        target=target, site=site, image=image, provenance=provenance,
-        version=request.version or cat.default_version(provenance), dest=request.dest,
-        sign=request.sign, keep=request.keep, force=request.force,
-        skip_checks=request.skip_checks,
-        modes=Modes.of(world_readable=settings.publish_world_readable, gid=gid), settings=settings)
-
-
-def _refuse_other_label(image: Path, provenance: BuildRecord, target: str) -> None:
-    """The image's own ``containers.target`` label (read from it at build, in its record) must
-    name the target it is published as, where the image carries this build's own labels (its
-    inputs-hash label is the record's): a record edited to another target's name is not this
-    target's image. Labels a base passed on (a cotainr image, an image built before the tool
-    labelled every build) name the base's build: the record judges it."""
-    labels = provenance.labels if isinstance(provenance.labels, dict) else {}
-    label = labels.get(LABEL_PREFIX + "target")
-    if label != target and labels.get(LABEL_PREFIX + "inputs-hash") == provenance.inputs_hash:
-        raise StateError(f"{image}: its label {LABEL_PREFIX}target says {label!r}, not "
-                         f"{target!r}, and its build record was edited to say otherwise: "
-                         f"rebuild it with invoke build --target {target} --force")
-
-
-# ------------------------------------------------------------------------------ file steps
 def sweep_temps(plan: PublishPlan, say: Say) -> None:
     """Remove what a killed publish left (we hold the lock, so none of it is in use)."""
     folders = [plan.dest, plan.folder, plan.folder / "bin", plan.module_dir, plan.dest / "keys"]
@@ -260,11 +73,8 @@ def refuse_links(plan: PublishPlan) -> None:
 def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, checks: dict,
            key: signing.SigningKey | None, replaced: CatalogueEntry | None, when: str,
            reviewed: dict) -> tuple[dict, list[tuple[Path, bytes, str]]]:
-    """The catalogue entry, and (final path, bytes, commit step) of what a version keeps beside
-    its image: the build's SBOM (copied as built) and the diff against the version it replaces
-    as latest (JSON, and a page), each named in the entry, which also takes the review's
-    site-fit findings and gate record. The recipe's description and the site's runtime and GPU
-    flag are kept so the catalogue page says what the image is and how to run it."""
+    """The catalogue entry, with the review's findings, and ``(final path, bytes, commit step)`` of
+    what a version keeps beside its image (its SBOM, the diff against the latest it replaces)."""
     entry = {
         "target": plan.target.name, "version": plan.version,
         "description": plan.target.description, "license": plan.target.license,
@@ -290,10 +100,10 @@ def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, check
         beside.append((final, read_regular(sbom_path(plan.image), limit=PROVENANCE_LIMIT), "sbom"))
         entry["sbom_file"] = str(final.relative_to(plan.dest))
     if reviewed.get("diff") is not None:
-        final = plan.sif.with_name(f"{plan.version}{DIFF_SUFFIX}")
+        final = plan.sif.with_name(f"{plan.version}{cat.DIFF_SUFFIX}")
         beside.append((final, json_text(reviewed["diff"]).encode(), "diff"))
         entry["diff_file"] = str(final.relative_to(plan.dest))
-        page = plan.sif.with_name(f"{plan.version}{DIFF_PAGE_SUFFIX}")
+        page = plan.sif.with_name(f"{plan.version}{cat.DIFF_PAGE_SUFFIX}")
         beside.append((page, render_diff_page(reviewed["diff"], target=plan.target.name,
                                               version=plan.version).encode(), "diff page"))
         entry["diff_page"] = str(page.relative_to(plan.dest))
@@ -313,121 +123,6 @@ def _existing(plan: PublishPlan, catalogue: dict) -> CatalogueEntry | None:
         raise StateError(f"{plan.target.name} {plan.version} is already published "
                          f"({plan.sif}); give another --version, or --force to replace it")
     return entry if entry is not None else (CatalogueEntry() if plan.sif.exists() else None)
-
-
-def _remove_version(plan: PublishPlan, version: str, say: Say) -> None:
-    sif = plan.folder / cat.sif_name(version)
-    for path in (plan.module_dir / f"{version}.lua", sif.with_name(sif.name + ".sha256"),
-                 sbom_path(sif), sif.with_name(f"{version}{DIFF_SUFFIX}"),
-                 sif.with_name(f"{version}{DIFF_PAGE_SUFFIX}"), sif):
-        if path.exists():
-            say(f"  removing {path}")
-        path.unlink(missing_ok=True)
-
-
-def _prune(plan: PublishPlan, before: dict) -> list[str]:
-    """The versions ``--keep`` removes once this version is published into the catalogue
-    ``before``. A version in use, as the folder was before this publish, is refused in one line
-    naming it, before anything is made: ``--keep`` never removes what users may be running. In
-    use: a module ``default`` link set by hand to a version other than the catalogue's
-    ``latest`` (the old latest is not in use once the new version is latest), the versions the
-    catalogue pins (the target block's ``pinned`` list: versions queued jobs or a site's
-    documentation rely on) and those the config pins (``containers.publish_pinned``)."""
-    if plan.keep is None:
-        return []
-    # the versions once this one is published: a republished version moves to the end
-    versions = [e.version for e in cat.entries(before, plan.target.name)
-                if e.version != plan.version] + [plan.version]
-    gone = cat.select_prune(versions, keep=plan.keep, latest=plan.version)
-    uses: dict[str, str] = {}
-    default = plan.module_dir / "default"
-    linked = os.readlink(default) if default.is_symlink() else ""
-    if linked.endswith(".lua") and linked[:-len(".lua")] != cat.latest(before, plan.target.name):
-        uses[linked[:-len(".lua")]] = f"the module default: {default} points to it"
-    for version in cat.pinned(before, plan.target.name):
-        uses[version] = f"pinned in {plan.dest / cat.CATALOGUE_NAME}"
-    for version in plan.settings.publish_pinned.get(plan.target.name, ()):
-        uses[version] = "pinned in the config: containers.publish_pinned"
-    blocked = [v for v in gone if v in uses]
-    if blocked:
-        raise StateError(f"--keep {plan.keep} would remove {plan.target.name} {blocked[0]}, "
-                         f"which is in use ({uses[blocked[0]]}); nothing was published or "
-                         "removed: keep more versions, or unpin it first")
-    return gone
-
-
-class Transaction:
-    """Everything one publish makes, so a failure anywhere undoes exactly that.
-
-    Files are first written under temp names (:meth:`temp`); :meth:`install` renames one over
-    its final name, keeping what was there as a hard link (no space needed) until
-    :meth:`done`; :meth:`rollback` puts every final name back as it was, removes the folders
-    this run created (when empty) and every temp. Failures while undoing are collected, so one
-    bad step does not stop the others."""
-
-    def __init__(self) -> None:
-        self._undo: list[Callable[[], None]] = []
-        self._temps: list[Path] = []
-        self._backups: list[Path] = []
-        self.created: set[Path] = set()
-        self.committed = False
-
-    def folder(self, path: Path) -> None:
-        """Make ``path`` (and its missing parents) unless it is there; undone when empty."""
-        if path.is_dir():
-            return
-        self.folder(path.parent)
-        path.mkdir()
-        self.created.add(path)
-        self._undo.append(lambda: path.rmdir() if not any(path.iterdir()) else None)
-
-    def temp(self, path: Path) -> Path:
-        self._temps.append(path)
-        return path
-
-    def install(self, temp: Path, final: Path, step: str) -> None:
-        """Rename ``temp`` over ``final``, keeping the old one to undo. A file never replaces
-        a link, a device or another user's file (:func:`refuse_replacing`); a link (``latest``)
-        replaces the link :func:`refuse_links` found there."""
-        before_commit(step)
-        if not temp.is_symlink():
-            refuse_replacing(final)
-        backup = None
-        if os.path.lexists(final):
-            backup = temp_name(final, "old.tmp")
-            self._backups.append(backup)
-            backup.unlink(missing_ok=True)
-            os.link(final, backup, follow_symlinks=False)
-        os.replace(temp, final)
-        self._undo.append(lambda: os.replace(backup, final) if backup
-                          else final.unlink(missing_ok=True))
-
-    def rollback(self) -> list[str]:
-        """Undo every step, newest first; the problems met while undoing (none: all undone)."""
-        for path in self._temps:  # first: a folder is removed only when empty
-            path.unlink(missing_ok=True)
-        problems = []
-        for undo in reversed(self._undo):
-            try:
-                undo()
-            except OSError as exc:
-                problems.append(str(exc))
-        self.done()
-        return problems
-
-    def commit(self) -> None:
-        """Every final name is in place: nothing is undone from now on."""
-        self.committed = True
-        self.done()
-
-    def done(self) -> None:
-        self._undo.clear()
-        for path in self._temps + self._backups:
-            path.unlink(missing_ok=True)
-
-
-def before_commit(step: str) -> None:
-    """Called before each commit step (a rename); a fault-injection point for tests."""
 
 
 def refuse_no_space(plan: PublishPlan) -> None:
@@ -527,7 +222,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     refuse_no_space(plan)
     when = utc_now()
     # Checked before the copy: a refused --keep must not cost a multi-GB copy.
-    gone = _prune(plan, before)
+    gone = to_prune(plan, before)
     public = signing.public_key(key.keysdir, key.fingerprint) if key else b""
     sha256, size = _prepare(plan, runtime, tx, key, say)
     entry, beside = _entry(plan, runtime, sha256=sha256, size=size, checks=checks, key=key,
@@ -547,7 +242,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
         fsync_path(folder)
     say(f"published {plan.sif} (sha256 {sha256})")
     for version in gone:
-        _remove_version(plan, version, say)
+        remove_version(plan, version, say)
     # an existing folder's own mode is the site's business
     paths = [plan.dest] * (plan.dest in tx.created) + managed_paths(plan.dest, plan.target.name)
     apply_modes(paths, plan.modes)

@@ -1,12 +1,9 @@
 """``invoke verify``: check a publish folder as a user would trust it.
 
-Every published image's bytes against the catalogue's sha256 and its ``.sha256`` file, each
-signature against the key the catalogue names (imported from ``keys/`` into a throwaway keyring,
-so the checker's own keyring does not matter), the folder against the catalogue
-(:func:`containers.publish.catalogue.consistency_problems`), and nothing world-writable.
-Leftovers of an interrupted publish are noted, not failed: no final name refers to them.
-Nothing is read through a link inside the folder (other than ``latest`` and ``default``, which
-are only read as links): one is refused before any check, naming it.
+Every image's bytes against the catalogue and its ``.sha256`` file, each signature against the
+key the catalogue names (in a throwaway keyring), the folder against the catalogue, and nothing
+world-writable. Leftovers of an interrupted publish are noted, not failed; a link inside the
+folder (other than ``latest`` and ``default``) is refused before any check, naming it.
 """
 
 from __future__ import annotations

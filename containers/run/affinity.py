@@ -1,11 +1,9 @@
 """Which cores each local rank of a node runs on, from a site profile's CPU masks.
 
-LUMI's guides bind each rank to the seven cores next to its GCD (``srun --cpu-bind=mask_cpu:…``).
-With one torchrun per node Slurm cannot do that: it starts one task, and torchrun's ranks inherit
-the whole node. So the same map goes to the workloads as ``--rank-cores`` (local ranks separated by
-``:``, each a Linux cpulist such as ``49-55``), and each rank pins itself before it touches its GPU.
-The workloads read the map with ``jobs/choices.py``'s cpulist helpers, the same ones this module
-formats with, so both sides agree on the text.
+With one torchrun per node Slurm cannot bind each rank to the cores next to its GPU (LUMI's
+``--cpu-bind=mask_cpu``): it starts one task. So the map goes to the workloads as
+``--rank-cores`` (local ranks separated by ``:``, each a Linux cpulist such as ``49-55``) and each
+rank pins itself before it touches its GPU, reading it with ``jobs/choices.py``'s helpers.
 """
 
 from __future__ import annotations

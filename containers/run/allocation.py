@@ -94,11 +94,8 @@ def across_nodes(nodes: int, *, dry_run: bool = False,
 
 def shown_lines(placement: Placement | None) -> list[str]:
     """What a dry run across nodes planned outside an allocation prints before its launch: the
-    lines that set the variables its rendezvous names (the first node's address the way the
-    scheduler gives it: Slurm's ``scontrol show hostnames "$SLURM_JOB_NODELIST"``, PBS's first
-    line of ``$PBS_NODEFILE``; the port from the job id), the same lines a batch script runs
-    (:meth:`SchedulerRendezvous.shell`), so the printed launch runs as shown inside the job.
-    None for any other run: its values are literal."""
+    lines a batch script runs to set what its rendezvous names (:meth:`SchedulerRendezvous.shell`),
+    so the printed launch runs as shown inside the job; none for any other run."""
     for rendezvous in RENDEZVOUS.values():
         if placement is not None and placement.rendezvous == rendezvous.at_job_time(deferred):
             return rendezvous.shell()

@@ -1,11 +1,9 @@
 """A user's own command through the site's launch path (``invoke run``/``invoke shell``).
 
-The command is planned as a workload of kind ``run`` (:func:`~containers.run.workload.
-plan_workload` with ``command``): the same runtime GPU flag, binds, environment, transport
-variables and launcher a smoke run gets, so ``torch.distributed.init_process_group()`` just works
-in the user's script; torchrun starts the command with ``--no-python``. On GPU sites a device
-gate (``jobs/gate.py``, one process per node) runs first with the same flags and environment: a
-rank that would find no GPU of the site's kind fails the run in one line before the command starts.
+The command is planned as a workload of kind ``run``: the same GPU flag, binds, environment,
+transport variables and launcher a smoke run gets, so ``init_process_group()`` just works; torchrun
+starts it with ``--no-python``. On GPU sites a device gate (``jobs/gate.py``) runs first: a rank
+that would find no GPU of the site's kind fails the run in one line before the command starts.
 """
 
 from __future__ import annotations

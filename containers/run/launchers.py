@@ -1,11 +1,9 @@
 """The launchers: how the ranks of a planned workload start, as argv. One registry for all runs.
 
-A launcher takes a planned run's ingredients (:class:`Launch`) and returns one argv; one node,
-``--nodes M`` in an allocation and batch scripts use the same objects with other ingredients.
-It also gives the prefix of a batch job's step of one process per node (:meth:`node_step`),
-followed by the site's ``job.step_options``. A site profile's ``launcher`` names one
-(:func:`for_site` checks it); one may stand for another on its schedulers (``torchrun`` on PBS
-is ``mpiexec-torchrun``). docs/launchers.md has them side by side.
+A launcher takes a planned run's ingredients (:class:`Launch`) and returns one argv, for one node,
+an allocation or a batch script alike, and the prefix of a batch step of one process per node
+(:meth:`node_step`). A site profile's ``launcher`` names one (:func:`for_site` checks it); one
+may stand for another on its schedulers. docs/launchers.md has them side by side.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """What a run needs from its image (Python, torch), judged before anything starts.
 
-``invoke smoke`` and the training examples run ``jobs/`` scripts under torchrun: they need the
-image's Python and its torch; ``invoke run``'s launcher (torchrun) needs them too, the device gate
-and a rank that pins its cores need Python, ``invoke inspect`` reads the image with its Python; a
-command run with ``--no-launcher`` needs neither. Without this judgement such a run on an image
-without Python (busybox, scratch, an OS base) fails inside the container, rank by rank, with an
-exec error that does not say why.
-
-The evidence, in order: the build record (``"python": null`` where the build found none; its pip
-freeze, where the build made one, lists torch or not), then the target's env spec (whether it
-installs torch, or the manifest declares the base image's). Missing evidence is no refusal: a
-record from before the tool recorded Python says nothing, and the run itself says what it lacks.
+Without it a run on an image without Python fails inside the container, rank by rank, with an
+exec error that does not say why. The evidence, in order: the build record (``"python": null``,
+its pip freeze), then the target's env spec. Missing evidence is no refusal: an old record says
+nothing, and the run itself says what it lacks (docs/your-own-inputs.md).
 """
 
 from __future__ import annotations

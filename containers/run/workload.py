@@ -1,12 +1,9 @@
 """Running a torch.distributed workload inside an image, on this node or across the nodes of a
 job (a :class:`Placement`): the shared launch path.
 
-``invoke smoke`` and ``invoke train`` differ only in the script, its arguments and how they judge
-the result. Both get here: the exact ``<runtime> exec … torchrun …`` argv (site GPU flag, binds and
-environment, ``jobs/`` and the run's results folder bound in) from a launcher of
-:mod:`containers.run.launchers`, a log of the run, the per-rank ``rank-<N>.json`` completion files,
-torchrun's first failed rank, and a timeout that stops every process of the run. Batch scripts
-plan their workload here too, with a placement of their own.
+``invoke smoke``, ``invoke train`` and batch scripts all plan here: the exact ``<runtime> exec …
+torchrun …`` argv from a launcher, a log of the run, the per-rank ``rank-<N>.json`` completion
+files, torchrun's first failed rank, and a timeout that stops every process of the run.
 """
 
 from __future__ import annotations
@@ -61,12 +58,8 @@ class Placement:
 
 @dataclass(frozen=True)
 class Workload:
-    """A planned run: the argv, its ranks, its timeout and where its results land.
-
-    ``launch`` is what went into ``argv`` (the runtime's exec pieces, the script and its
-    arguments, nodes, rendezvous) and ``launcher`` what made it; ``ranks`` counts every rank of
-    the run: ranks per node times nodes.
-    """
+    """A planned run: the argv, its ranks (per node times nodes), its timeout and where its results
+    land; ``launch`` is what went into ``argv`` and ``launcher`` what made it."""
 
     target: Target
     site: Site
@@ -135,11 +128,8 @@ class Outcome:
 
 def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict: bool,
                   extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The site's environment for the container, host variables expanded.
-
-    On GPU sites the ranks see the first ``ranks`` devices unless the allocation already says
-    which (Slurm sets ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` for partial nodes).
-    """
+    """The site's environment for the container, host variables expanded; on GPU sites the ranks
+    see the first ``ranks`` devices unless the allocation already says which (partial nodes)."""
     env = {key: expand(value, environ, strict=strict) for key, value in site.env.items()}
     visible = site.gpus.kind.visible_devices
     if visible and visible not in environ and visible not in env:

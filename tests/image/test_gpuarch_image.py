@@ -26,7 +26,7 @@ from containers.errors import CommandFailed, ContainersError, StateError, Verdic
 from containers.image import provenance
 from containers.image.identity import chain_hashes
 from containers.prove.smoke import SmokeOptions
-from containers.publish import publisher
+from containers.publish import planning
 from containers.prove.train import TrainOptions
 from tests.fixtures.images import built
 from tests.publish.test_publish_image import _make_project
@@ -161,8 +161,8 @@ def test_a_missing_architecture_is_refused_by_build_and_publish(tmp_path, real_p
                                          "to read gzip only"):
         app.publish(project, target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0",
                     say=lines.append)
-    plan = publisher.plan_publish(
-        publisher.PublishRequest(target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0"),
+    plan = planning.plan_publish(
+        planning.PublishRequest(target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0"),
         target=project.target("puhti-cuda-pip"), site=project.sites["puhti"],
         settings=project.settings,
         inputs_hash=chain_hashes(project.targets, "puhti-cuda-pip")["puhti-cuda-pip"])

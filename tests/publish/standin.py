@@ -16,7 +16,9 @@ from tests.fixtures.data import load_targets
 from containers.inputs.settings import Settings, load_settings
 from containers.inputs.sites import Site, load_sites
 from containers.publish.modulefile import ModuleSpec
-from containers.publish.publisher import PublishPlan, PublishRequest, plan_publish, publish
+from containers.publish import catalogue as cat
+from containers.publish.planning import PublishPlan, PublishRequest, plan_publish
+from containers.publish.publisher import publish
 from containers.report import Say
 from tests.fixtures import ROOT
 
@@ -132,3 +134,17 @@ def module_spec(**changes) -> ModuleSpec:
                 env={"NCCL_SOCKET_IFNAME": "hsn", "WEIRD": NASTY}, sha256="ab" * 32,
                 signed_by="F" * 40, published="2026-11-21T00:00:00Z")
     return ModuleSpec(**{**base, **changes})
+
+
+def tree(dest: Path) -> dict[str, object]:
+    """Every name under ``dest`` with its bytes (a file) or its target (a link): a snapshot a
+    failed publish must leave exactly as it was (the lock file aside)."""
+    found: dict[str, object] = {}
+    for path in sorted(dest.rglob("*")):
+        name = str(path.relative_to(dest))
+        if path.name == cat.LOCK_NAME:
+            continue
+        found[name] = (os.readlink(path) if path.is_symlink() else
+                       "folder" if path.is_dir() else path.read_bytes())
+    return found
+

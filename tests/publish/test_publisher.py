@@ -1,6 +1,6 @@
-"""Unit tests of the publish request, plan and sequence, on a small stand-in image file (no
-Apptainer: unsigned, and the checks are the caller's function). The real image, signing, Lmod
-and killed publishes are in ``test_publish_image.py``."""
+"""Unit tests of the publish sequence, on a small stand-in image file (no Apptainer: unsigned,
+and the checks are the caller's function). The real image, signing, Lmod and killed publishes
+are in ``test_publish_image.py``."""
 
 from __future__ import annotations
 
@@ -20,75 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from containers.errors import (ConfigError, ImageMissing, StateError, UsageError, VerdictFailed,
-                               WriteRefused)
+from containers.errors import ConfigError, StateError, UsageError, VerdictFailed, WriteRefused
 from containers.publish import catalogue as cat, diff as diffing, publisher
-from containers.publish.publisher import (COPY_DELAY_ENV, PublishRequest, check_dest,
-                                          plan_publish, publish)
+from containers.publish.planning import PublishRequest, check_dest
+from containers.publish.publisher import COPY_DELAY_ENV, publish
 from containers.image.identity import chain_hashes
 from tests.fixtures.data import load_targets
 from tests.fixtures import ROOT
 from tests.fixtures.disks import Ways
 from tests.publish import htmlcheck
-from tests.publish.standin import IMAGE, RUNTIME, SHA, Built, no_quick_check
+from tests.publish.standin import IMAGE, RUNTIME, SHA, Built, no_quick_check, tree
 from tests.test_progress import on_a_terminal
-
-
-# ------------------------------------------------------------------------------- request
-def test_request_normalises_dest_and_checks_each_flag_once(tmp_path: Path,
-                                                           monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    assert PublishRequest(target="cpu", dest="pub").dest == tmp_path / "pub"
-    assert PublishRequest(target="cpu", dest="pub", keep=1).keep == 1
-    with pytest.raises(UsageError, match=r"^--group is not a group name.*\(got '-x'\)$"):
-        PublishRequest(target="cpu", dest="pub", group="-x")  # the flag's own type
-    refusals = {"--keep": dict(keep=0), "--version": dict(version="../evil"),
-                "--target": dict(target=""), "--dest": dict(dest="")}
-    for flag, change in refusals.items():
-        with pytest.raises(UsageError) as refused:
-            PublishRequest(**{"target": "cpu", "dest": "pub", **change})
-        assert refused.value.flag == flag and str(refused.value).startswith(f"{flag}: ")
-    with pytest.raises(UsageError, match="^--keep: must be at least 1 .got -2.$"):
-        PublishRequest(target="cpu", dest="pub", keep=-2)
-    (tmp_path / "open").mkdir()
-    os.chmod(tmp_path / "open", 0o777)
-    with pytest.raises(UsageError, match="^--dest: .*open is world-writable"):
-        check_dest(PublishRequest(target="cpu", dest="open").dest)
-
-
-# ---------------------------------------------------------------------------------- plan
-def test_plan_places_everything_and_defaults_the_version(data_built: Built) -> None:
-    plan = data_built.plan()
-    assert plan.version == "2026.11.21-1e9c228c"
-    assert plan.sif == data_built.dest / "cpu" / "2026.11.21-1e9c228c.sif"
-    assert plan.module == data_built.dest / "modules" / "cpu" / "2026.11.21-1e9c228c.lua"
-    assert plan.exec_path == data_built.dest / "cpu" / "bin" / "cpu-exec"
-    assert plan.temp.name == f".{plan.sif.name}.{os.getpid()}.partial"
-    assert (plan.modes.file, plan.modes.gid) == (0o644, None)
-    assert not data_built.dest.exists(), "planning touches nothing"
-
-
-def test_plan_refuses_unbuilt_unrecorded_and_bad_groups(data_built: Built) -> None:
-    data_built.settings.provenance_path("cpu").write_text("{}")
-    with pytest.raises(StateError, match="has no provenance record with a sha256"):
-        data_built.plan(version="1")
-    data_built.settings.image_path("cpu").unlink()
-    with pytest.raises(ImageMissing, match="is not built; run: invoke build --target cpu"):
-        data_built.plan(version="1")
-
-
-def test_plan_refuses_a_group_naming_where_it_came_from(data_built: Built) -> None:
-    with pytest.raises(UsageError, match="^--group: group 'no-such-group-here' does not exist"):
-        data_built.plan(group="no-such-group-here")
-    data_built.settings = dataclasses.replace(data_built.settings, publish_group="nope-x")
-    with pytest.raises(ConfigError, match="containers.publish_group: group 'nope-x'"):
-        data_built.plan()
-
-
-def test_plan_refuses_a_site_env_name_a_module_cannot_set(data_built: Built) -> None:
-    data_built.site = data_built.site.model_copy(update={"env": {"BAD-NAME": "x"}})
-    with pytest.raises(ConfigError, match="BAD-NAME: not a usable environment variable name"):
-        data_built.plan()
 
 
 def test_published_module_loads_the_sites_job_modules(data_built: Built) -> None:
@@ -187,19 +129,6 @@ def test_publish_refuses_a_file_the_catalogue_does_not_know(data_built: Built) -
         data_built.publish(version="3.0", skip_checks=True)
 
 
-def test_publish_prunes_to_keep_but_never_latest(data_built: Built) -> None:
-    for version in ("1", "2"):
-        data_built.publish(version=version, skip_checks=True)
-    lines: list[str] = []
-    data_built.publish(lines, version="3", skip_checks=True, keep=1)
-    assert "pruning cpu 1 (--keep 1)" in lines and "pruning cpu 2 (--keep 1)" in lines
-    dest = data_built.dest
-    assert [e.version for e in cat.entries(cat.load(dest / cat.CATALOGUE_NAME), "cpu")] == ["3"]
-    assert sorted(p.name for p in (dest / "cpu").iterdir()) == [
-        "3.sif", "3.sif.cdx.json", "3.sif.sha256", "bin", "latest"]
-    assert sorted(p.name for p in (dest / "modules" / "cpu").iterdir()) == ["3.lua", "default"]
-
-
 def test_a_copy_that_does_not_match_the_build_record_is_refused(data_built: Built) -> None:
     data_built.settings.image_path("cpu").write_bytes(IMAGE + b"changed since the build")
     with pytest.raises(StateError, match="does not match its build record"):
@@ -235,27 +164,6 @@ def test_republishing_the_same_build_under_a_new_version_is_said(data_built: Bui
     data_built.publish(lines, version="2.0", skip_checks=True)
     assert (f"note: this build (sha256 {SHA[:12]}) is already published as cpu 1.0; "
             "publishing it again as 2.0") in lines
-
-
-def test_an_image_whose_record_names_another_target_is_refused(data_built: Built) -> None:
-    record = data_built.settings.provenance_path("cpu")
-    for named in ({"target": "gpu"}, {"target": None}):
-        record.write_text(json.dumps({**json.loads(record.read_text()), **named}))
-        with pytest.raises(StateError) as refused:
-            data_built.plan()
-        assert str(refused.value) == (
-            f"{data_built.settings.image_path('cpu')}: its build record names target "
-            f"{named['target']}, not cpu: rebuild it with invoke build --target cpu --force")
-
-
-def test_an_image_built_from_other_inputs_than_now_is_refused(data_built: Built) -> None:
-    assert data_built.plan(inputs_hash="1e9c228c71566f9d").version.endswith("1e9c228c")
-    with pytest.raises(StateError) as refused:
-        data_built.plan(inputs_hash="99" * 32)
-    assert str(refused.value) == (
-        f"{data_built.settings.image_path('cpu')} is stale: it was built from inputs "
-        "1e9c228c7156, the target's inputs are now 999999999999; rebuild it with invoke build "
-        "--target cpu before publishing")
 
 
 def _record(built: Built, text: str) -> Path:
@@ -343,37 +251,6 @@ def test_publish_never_follows_a_link_inside_dest(data_built: Built, tmp_path: P
     assert (elsewhere / "private").read_text() == "secret"
 
 
-def test_keep_never_prunes_through_a_link(data_built: Built, tmp_path: Path) -> None:
-    for version in ("1", "2"):
-        data_built.publish(version=version, skip_checks=True)
-    folder = data_built.dest / "cpu"
-    elsewhere = tmp_path / "elsewhere"
-    shutil.copytree(folder, elsewhere, symlinks=True)
-    shutil.rmtree(folder)
-    folder.symlink_to(elsewhere)
-    with pytest.raises(StateError, match=f"^{folder} is a symbolic link"):
-        data_built.publish(version="3", skip_checks=True, keep=1)
-    assert (elsewhere / "1.sif").exists() and not (elsewhere / "3.sif").exists()
-
-
-def test_keep_never_removes_outside_dest_for_a_hostile_catalogue(data_built: Built,
-                                                                  tmp_path: Path) -> None:
-    for version in ("1", "2"):
-        data_built.publish(version=version, skip_checks=True)
-    path = data_built.dest / cat.CATALOGUE_NAME
-    data = json.loads(path.read_text())
-    victim = tmp_path / "x.sif"  # what pub/cpu/../../x.sif names
-    victim.write_text("not yours")
-    data["targets"]["cpu"]["versions"][0]["version"] = "../../x"
-    path.write_text(json.dumps(data))
-    with pytest.raises(StateError) as refused:
-        data_built.publish(version="3", skip_checks=True, keep=1)
-    assert str(refused.value).startswith(f"{path}: target 'cpu' entry 0 (version '../../x'): "
-                                         "'../../x' is not a usable version name")
-    assert victim.read_text() == "not yours"
-    assert not (data_built.dest / "cpu" / "3.sif").exists()
-
-
 @pytest.mark.parametrize("planted", ["fifo", pytest.param("other", marks=pytest.mark.skipif(
     os.geteuid() != 0, reason="chown to another uid needs root"))])
 def test_publish_never_replaces_a_fifo_or_another_users_file(data_built: Built,
@@ -382,7 +259,7 @@ def test_publish_never_replaces_a_fifo_or_another_users_file(data_built: Built,
     refused in one line before anything is renamed into place, and left as it was."""
     data_built.publish(version="1.0", skip_checks=True)
     catalogue = data_built.dest / cat.PAGE_NAME
-    before = _tree(data_built.dest)
+    before = tree(data_built.dest)
     catalogue.unlink()
     if planted == "fifo":
         os.mkfifo(catalogue, 0o644)
@@ -397,7 +274,7 @@ def test_publish_never_replaces_a_fifo_or_another_users_file(data_built: Built,
     assert not (data_built.dest / "cpu" / "2.0.sif").exists()
     assert os.readlink(data_built.dest / "cpu" / "latest") == "1.0.sif"
     catalogue.unlink()  # _tree reads every file: not a FIFO
-    assert _tree(data_built.dest) == {
+    assert tree(data_built.dest) == {
         k: v for k, v in before.items() if k != cat.PAGE_NAME}
 
 
@@ -410,54 +287,7 @@ def test_latest_that_is_not_a_link_is_refused(data_built: Built) -> None:
         data_built.publish(version="2", skip_checks=True)
 
 
-# ------------------------------------------------------------------- all or nothing (item 10)
-def _tree(dest: Path) -> dict[str, object]:
-    """Every name under ``dest`` with its bytes (a file) or its target (a link): a snapshot a
-    failed publish must leave exactly as it was (the lock file aside)."""
-    found: dict[str, object] = {}
-    for path in sorted(dest.rglob("*")):
-        name = str(path.relative_to(dest))
-        if path.name == cat.LOCK_NAME:
-            continue
-        found[name] = (os.readlink(path) if path.is_symlink() else
-                       "folder" if path.is_dir() else path.read_bytes())
-    return found
-
-
-COMMIT_STEPS = ("checksum", "image", "module", "wrapper", "latest", "default", "catalogue")
-
-
-@pytest.mark.parametrize("failing", COMMIT_STEPS)
-def test_a_failure_at_any_commit_step_leaves_dest_as_it_was_and_a_retry_works(
-        data_built: Built, monkeypatch, failing: str) -> None:
-    data_built.publish(version="1.0", skip_checks=True)
-    before = _tree(data_built.dest)
-
-    def fault(step: str) -> None:
-        if step == failing:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(data_built.dest))
-
-    monkeypatch.setattr(publisher, "before_commit", fault)
-    with pytest.raises(StateError, match=f"^publishing cpu 2.0 to {data_built.dest} failed: the "
-                                         "disk is full .*; everything this publish made was "
-                                         "removed$"):
-        data_built.publish(version="2.0", skip_checks=True)
-    assert _tree(data_built.dest) == before
-    monkeypatch.setattr(publisher, "before_commit", lambda step: None)
-    entry = data_built.publish(version="2.0", skip_checks=True)  # not "already published"
-    assert entry["version"] == "2.0" and os.readlink(data_built.dest / "cpu" / "latest") == \
-        "2.0.sif"
-
-
-def test_a_failed_forced_republish_puts_the_old_version_back(data_built: Built,
-                                                             monkeypatch) -> None:
-    data_built.publish(version="1.0", skip_checks=True)
-    before = _tree(data_built.dest)
-    monkeypatch.setattr(publisher, "before_commit", lambda step: (_ for _ in ()).throw(
-        OSError(errno.EIO, "I/O error")) if step == "catalogue" else None)
-    with pytest.raises(StateError, match="failed: I/O error"):
-        data_built.publish(version="1.0", skip_checks=True, force=True)
-    assert _tree(data_built.dest) == before
+# ------------------------------------------------------------------------- all or nothing
 
 
 def test_too_little_free_space_is_refused_before_any_copy(data_built: Built,
@@ -508,64 +338,6 @@ def test_a_full_disk_while_publishing_rolls_back_and_a_retry_works(
     data_built.settings.provenance_path("cpu").write_text(json.dumps(record))
     entry = data_built.publish(dest=dest, version="1.0", skip_checks=True)
     assert entry["version"] == "1.0" and (dest / "cpu" / "1.0.sif").read_bytes() == IMAGE
-
-
-def test_dest_naming_a_file_is_one_line(tmp_path: Path) -> None:
-    afile = tmp_path / "afile"
-    afile.write_text("x")
-    request = PublishRequest(target="cpu", dest=afile)  # the request reads no disk
-    with pytest.raises(UsageError, match=f"^--dest: {afile} is a file, not a folder$"):
-        check_dest(request.dest)
-    with pytest.raises(UsageError, match=f"^--dest: {afile} is a file, not a folder$"):
-        plan_publish(request, target=None, site=None, settings=None)  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------------------------- --keep
-def test_keep_names_every_file_it_removes(data_built: Built) -> None:
-    for version in ("1", "2"):
-        data_built.publish(version=version, skip_checks=True)
-    lines: list[str] = []
-    data_built.publish(lines, version="3", skip_checks=True, keep=2)
-    dest = data_built.dest
-    assert "pruning cpu 1 (--keep 2)" in lines
-    for path in (dest / "modules/cpu/1.lua", dest / "cpu/1.sif.sha256", dest / "cpu/1.sif"):
-        assert f"  removing {path}" in lines and not path.exists()
-
-
-@pytest.mark.parametrize("pin", ["catalogue", "default", "config"])
-def test_keep_refuses_to_remove_a_version_in_use(data_built: Built, pin: str) -> None:
-    for version in ("1", "2"):
-        data_built.publish(version=version, skip_checks=True)
-    dest = data_built.dest
-    if pin == "catalogue":
-        data = json.loads((dest / cat.CATALOGUE_NAME).read_text())
-        data["targets"]["cpu"]["pinned"] = ["1"]
-        (dest / cat.CATALOGUE_NAME).write_text(json.dumps(data))
-        why = f"pinned in {dest / cat.CATALOGUE_NAME}"
-    elif pin == "config":
-        data_built.settings = dataclasses.replace(data_built.settings,
-                                                  publish_pinned={"cpu": ("1",)})
-        why = "pinned in the config: containers.publish_pinned"
-    else:
-        os.remove(dest / "modules/cpu/default")
-        os.symlink("1.lua", dest / "modules/cpu/default")
-        why = f"the module default: {dest / 'modules/cpu/default'} points to it"
-    before = _tree(dest)
-    with pytest.raises(StateError, match=re.escape(
-            f"--keep 1 would remove cpu 1, which is in use ({why}); nothing was published or "
-            "removed: keep more versions, or unpin it first")):
-        data_built.publish(version="3", skip_checks=True, keep=1)
-    assert _tree(dest) == before
-
-
-def test_a_pinned_version_that_breaks_the_name_rule_is_refused(data_built: Built) -> None:
-    data_built.publish(version="1", skip_checks=True)
-    path = data_built.dest / cat.CATALOGUE_NAME
-    data = json.loads(path.read_text())
-    data["targets"]["cpu"]["pinned"] = ["../../etc"]
-    path.write_text(json.dumps(data))
-    with pytest.raises(StateError, match="target 'cpu': pinned: "):
-        data_built.publish(version="2", skip_checks=True, keep=1)
 
 
 # ------------------------------------------------------------------------ the command line
