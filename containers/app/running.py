@@ -1,11 +1,9 @@
 """``invoke run -- CMD`` and ``invoke shell``: a researcher's own command in the image, launched
 the way the site's smoke runs are (:mod:`containers.run.command`).
 
-The device gate runs first on GPU sites (exit 2 in one line, before the command); then the
-command, its output streamed and kept in ``results/run/<target>-<stamp>/run.log`` (a folder
-claimed exclusively); the exit status is the command's (torchrun's: its first failing rank's),
-and ``status.json`` beside the log records it with the image's sha256 (publish's proof of an
-image without torch).
+The device gate runs first on GPU sites; the command's output is kept in
+``results/run/<target>-<stamp>/run.log``, its exit status is the command's, and ``status.json``
+records it with the image's sha256 (publish's proof of an image without torch).
 """
 
 from __future__ import annotations

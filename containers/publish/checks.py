@@ -1,11 +1,9 @@
 """The checks an image passes before it is published, and their record in the catalogue.
 
-Two checks: ``apptainer test`` (the definition's ``%test``) and a passing 2-rank smoke run of
-this exact image. The smoke verdict is looked up by the image's sha256 among the ``verdict.json``
-files the smoke runs wrote; when there is none, the caller's ``quick_check`` runs one now (the
-application layer knows how to run a smoke; publishing only needs it done), and it must then
-have written that verdict. An image without torch is proven by its ``%test`` passed at build,
-else by a passing ``invoke run`` of it (its ``status.json``, found by the same sha256).
+``apptainer test`` (the definition's ``%test``) and a passing 2-rank smoke of this exact image,
+found by its sha256 among the smoke verdicts or run now by the caller's ``quick_check``. An image
+without torch is proven by its ``%test`` passed at build, else by a passing ``invoke run`` of it
+(its ``status.json``, found by the same sha256).
 """
 
 from __future__ import annotations
