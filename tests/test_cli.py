@@ -20,6 +20,7 @@ import tasks
 from tests.fixtures.disks import plant_in_place
 from tests.fixtures.procs import at_a_terminal
 from containers.host.process import descendants
+from containers.prove import registry
 from containers.prove.smoke import SMOKE
 from containers.prove.train import TRAINS
 from tests.fixtures import ROOT
@@ -140,7 +141,8 @@ def test_out_folder_and_dest_file_are_refused_by_kind(cli_project: Path, tmp_pat
     folder = tmp_path / "folder"
     folder.mkdir()
     assert _one_line_error(_invoke(cli_project, "job", "--out", str(folder))) == \
-        f"error: --out names a folder; it takes the file to write (got '{folder}')"
+        f"error: --out {folder} is a folder; name the script file to write (e.g. " \
+        f"{folder / 'job.sh'})"
     file = tmp_path / "file"
     file.write_text("x")
     for task in ("publish", "verify"):
@@ -558,8 +560,8 @@ def test_verify_dest_help_promises_nothing_verify_does_not_do(cli_project: Path)
 
 
 def test_invoke_job_takes_every_run_option_of_smoke_and_train() -> None:
-    """Every flag of invoke smoke / invoke train that changes the run comes from the one table
-    (tasks.RUN_OPTIONS) that invoke job takes too, with the same help and type."""
+    """Every flag of invoke smoke / invoke train that changes the run is declared once, on its
+    kind's options type, and invoke job takes it too, with the same help and type."""
     collection = Collection.from_module(tasks)
     launch_only = {"target", "gpus", "nodes", "dry_run", "force", "history", "json", "example",
                    "scaling"}
@@ -570,10 +572,13 @@ def test_invoke_job_takes_every_run_option_of_smoke_and_train() -> None:
 
     job = flags_of("job")
     for kind in (SMOKE, TRAINS["ddp"]):
-        own = {name for name in flags_of(kind.name) if name not in launch_only}
-        table = {name for name in tasks.RUN_OPTIONS if name in kind.run_options}
-        assert own == table == set(kind.run_options), kind.name
-        assert table <= set(job)
+        own = flags_of(kind.name)
+        assert {name for name in own if name not in launch_only} == set(kind.run_options)
+        for name, (option, _) in kind.run_options.items():
+            assert own[name].help.startswith(option.help), name
+            assert job[name].help.startswith(f"{'/'.join(registry.applies_to(name))}: "
+                                              f"{option.help}"), name
+            assert job[name].default in (None, False), name  # left out: the kind's own
 
 
 def test_job_refuses_a_command_word_that_is_not_utf8(cli_project: Path, tmp_path: Path) -> None:

@@ -656,7 +656,8 @@ def test_app_job_refuses_a_folder_as_out(tmp_path) -> None:
     from containers import app
     project = app.Project.load(ROOT, {"results_dir": str(tmp_path / "results")})
     with pytest.raises(UsageError, match="--out .* is a folder; name the script file to write"):
-        app.job(project, target="cpu", site="local-slurm", kind=kind_of("smoke"), out=tmp_path,
+        app.job(project, batch.JobRequest(kind=kind_of("smoke")), target="cpu",
+                site="local-slurm", out=tmp_path,
                 say=lambda line: None)
     assert not (tmp_path / "results").exists()  # refused before anything is made
 
@@ -667,8 +668,8 @@ def test_app_job_into_a_read_only_results_folder_is_one_line(tmp_path, factory_r
     results = factory_read_only(tmp_path / "results")
     project = app.Project.load(ROOT, {"results_dir": str(results)})
     with pytest.raises(StateError, match=r"^cannot create the job's output folder: .*results/"):
-        app.job(project, target="cpu", site="local-slurm", kind=kind_of("smoke"),
-                out=tmp_path / "job.sh", say=lambda line: None)
+        app.job(project, batch.JobRequest(kind=kind_of("smoke")), target="cpu",
+                site="local-slurm", out=tmp_path / "job.sh", say=lambda line: None)
     assert not (tmp_path / "job.sh").exists()
 
 
