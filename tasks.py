@@ -15,9 +15,11 @@ import os
 import re
 import shlex
 import sys
+import types
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import invoke.parser.parser
 from invoke import Exit, task
 from invoke.exceptions import ParseError
 from invoke.main import program as _program
@@ -113,28 +115,43 @@ def _suggesting(parse_tasks: Callable[[], None]) -> Callable[[], None]:
     return wrapper
 
 
-if not getattr(_program.parse_tasks, "suggests", False):
-    _program.parse_tasks = _suggesting(_program.parse_tasks)
+def _value_first_machine(**settings: Any) -> ParseMachine:
+    """invoke's parse machine, but a flag that waits for its value takes the next word as it,
+    as getopt does: invoke's took a word spelled like one of the task's own flags as that flag,
+    so ``invoke job --directive=--submit`` (or ``--directive --submit``) submitted the job."""
+    machine = ParseMachine(**settings)
+    handle = machine.handle
 
-
-def _value_first(handle: Callable[[ParseMachine, str], None]
-                 ) -> Callable[[ParseMachine, str], None]:
-    """A flag that waits for its value takes the next word as it, as getopt does: invoke's
-    parser took a word spelled like one of the task's own flags as that flag, so ``invoke job
-    --directive=--submit`` (or ``--directive --submit``) submitted the job."""
-    @functools.wraps(handle)
-    def wrapper(machine: ParseMachine, token: str) -> None:
+    def value_first(token: str) -> None:
         if (machine.current_state != "unknown" and machine.waiting_for_flag_value
                 and not machine.flag.optional):
             machine.see_value(token)
         else:
-            handle(machine, token)
-    wrapper.value_first = True  # type: ignore[attr-defined]
-    return wrapper
+            handle(token)
+    machine.handle = value_first  # type: ignore[method-assign]
+    return machine
 
 
-if not getattr(ParseMachine.handle, "value_first", False):
-    ParseMachine.handle = _value_first(ParseMachine.handle)  # every parse of every task
+#: invoke's own ``Parser.parse_argv``, run by :func:`_value_first_machine`: it names its
+#: machine by a global of its module, so this copy of it reads that name from globals of its own.
+_parse_argv = types.FunctionType(Parser.parse_argv.__code__, {
+    **vars(invoke.parser.parser), "ParseMachine": _value_first_machine})
+
+
+def _value_first(make_parser: Callable[[], Parser]) -> Callable[[], Parser]:
+    """The parser the ``invoke`` program makes for these tasks, parsing by
+    :func:`_value_first_machine` (only that parser: invoke's classes stay as they are)."""
+    @functools.wraps(make_parser)
+    def made() -> Parser:
+        parser = make_parser()
+        parser.parse_argv = functools.partial(_parse_argv, parser)  # type: ignore[method-assign]
+        return parser
+    return made
+
+
+if not getattr(_program.parse_tasks, "suggests", False):
+    _program.parse_tasks = _suggesting(_program.parse_tasks)
+    _program._make_parser = _value_first(_program._make_parser)
 
 
 def _text(default: Any) -> Any:
@@ -172,7 +189,7 @@ def _command(help: dict[str, str | tuple[str, str | flags.FlagType]],
         signature = inspect.Signature([*own.values(), *(
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
             for name, (_, _, default) in table.items() if name not in own)])
-        types = {name: kind for name, (_, kind, _) in table.items()
+        typed = {name: kind for name, (_, kind, _) in table.items()
                  if name in own and isinstance(kind, flags.FlagType)}
 
         @functools.wraps(body)
@@ -180,7 +197,7 @@ def _command(help: dict[str, str | tuple[str, str | flags.FlagType]],
             try:
                 bound = signature.bind(c, *args, **kwargs)
                 bound.apply_defaults()
-                given = {name: types[name](flags.flag_of(name), value) if name in types
+                given = {name: typed[name](flags.flag_of(name), value) if name in typed
                          else value for name, value in list(bound.arguments.items())[1:]}
                 return body(c, **given)
             except ContainersError as exc:
