@@ -234,9 +234,6 @@ FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or 
              "buffers over its memory)"
 
 
-WORKLOAD = flags.choice(tuple(registry.WORKLOADS))
-
-
 @_command(help={"target": ("only this target (and what it needs); default: everything",
                            flags.TARGET),
                 "json": JSON_HELP})
@@ -377,7 +374,8 @@ def shell(c, target=None, dry_run=False):
     iterable=["directive"],
     help={
         "workload": ("what the job runs (run: your own command after --, through the site's "
-                     "launcher, with the device gate and a verdict)", WORKLOAD),
+                     "launcher, with the device gate and a verdict)",
+                     flags.choice(tuple(registry.WORKLOADS))),
         "target": ("image the job runs (or builds); default: the detected site's default "
                    "target", flags.TARGET),
         "site": ("the site whose scheduler, launcher, binds and environment the job uses; "

@@ -49,12 +49,12 @@ def prove(project: Project, *, target: str | None, options: Options, dry_run: bo
 
 
 def train(project: Project, *, target: str | None, options: TrainOptions,
-          scaling: Sequence[int] = (), dry_run: bool = False, nodes: int = 1,
+          scaling: Sequence[int] | None = None, dry_run: bool = False, nodes: int = 1,
           force: bool = False, say: Say = _print) -> list[verdict.Result | Workload]:
     """One training run, or one per rank count of ``scaling`` with a speedup report; the
     verdicts are checked once every run has finished and the report is written."""
     stamp = run_stamp()
-    counts = list(scaling) or [options.gpus]
+    counts = scaling or [options.gpus]
     runs = [(dataclasses.replace(options, gpus=n), f"{stamp}-{n}r" if scaling else stamp)
             for n in counts]
     results = _runs(project, target=target, runs=runs, dry_run=dry_run, nodes=nodes, force=force,

@@ -4,7 +4,7 @@ re-plans the run the job ran."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -77,11 +77,11 @@ class JobRequest:
 
 
 def job_options(options: SmokeOptions | TrainOptions) -> dict:
-    """The options a job's verdict re-plans its run with (``job.json``): the plain values only
-    (ranks, nodes and the example are the job's own keys)."""
+    """The options a job's verdict re-plans its run with (``job.json``): its kind's run options
+    that have a value (ranks, nodes and the example are the job's own keys)."""
+    values = {name: getattr(options, name) for name in options.kind.run_options}
     return {key: str(value.resolve()) if isinstance(value, Path) else value
-            for key, value in asdict(options).items()
-            if key not in ("gpus", "example") and isinstance(value, (str, int, float, bool, Path))}
+            for key, value in values.items() if isinstance(value, (str, int, float, bool, Path))}
 
 
 class RecordOptionsError(ValueError):

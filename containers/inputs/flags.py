@@ -1,9 +1,9 @@
-"""The option types of the command line: one place per kind of flag value.
+"""The option types of the command line, one per kind of flag value, and each flag's one
+declaration (:class:`Option`, on the field of the request it fills).
 
 Every flag value arrives as text (``invoke`` is told no types, so it never casts). A
-:class:`FlagType` turns it into the value the options carry or refuses it in ONE line naming the
-flag; ``tasks.py`` and the options classes share these types, so a rule is written once.
-``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is the type ``--help`` shows."""
+:class:`FlagType` turns it into the value the request carries or refuses it in ONE line naming
+the flag: ``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is the type ``--help`` shows."""
 
 from __future__ import annotations
 

@@ -26,6 +26,9 @@ def test_a_dry_run_shows_each_kinds_command(data_project) -> None:
     runs = workloads.train(data_project, target="cpu", scaling=[1, 2], dry_run=True,
                            options=TrainOptions(example="fsdp", gpus=2), say=lines.append)
     assert [run.ranks for run in runs] == [1, 2]
+    (one,) = workloads.train(data_project, target="cpu", dry_run=True, say=lines.append,
+                             options=TrainOptions(example="ddp", gpus=2))
+    assert one.ranks == 2
     assert not data_project.settings.results_dir.exists()
 
 
