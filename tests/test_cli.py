@@ -725,7 +725,7 @@ def test_only_this_programs_parser_takes_a_value_first() -> None:
     from invoke import Parser, ParserContext
 
     def parser() -> Parser:
-        contexts = Collection.from_module(tasks).to_contexts()
+        contexts = copy.deepcopy(Collection.from_module(tasks)).to_contexts()  # invoke pops help
         return Parser(initial=ParserContext(), contexts=contexts)
 
     words = ["job", "--directive", "--submit"]
