@@ -1,12 +1,10 @@
 """Command line of the image build system: ``invoke --list`` shows the tasks.
 
-Thin on purpose: each task converts its flags through the option types of
-:mod:`containers.inputs.flags` (so a bad value is one line before anything runs or is written),
-turns them into a call into :mod:`containers.app`, and maps the tool's one error family to a
-one-line message and a non-zero exit (``invoke.Exit``). Flags are declared without types for
-invoke (their defaults are text), so invoke never casts a value itself; each flag's help says
-its type and default. There are no short flags: ``-h`` is help on every task.
-"""
+Thin on purpose: each flag is declared once, on the request it fills (``SmokeOptions``,
+``TrainOptions``, ``JobRequest``: :func:`containers.inputs.flags.option`) or here for a task's
+own; one typed conversion refuses a bad value in one line before anything runs. Defaults reach
+invoke as text, so invoke never casts; each flag's help says its type and default. There are
+no short flags: ``-h`` is help on every task. User errors are one line and a non-zero exit."""
 
 from __future__ import annotations
 
@@ -17,9 +15,11 @@ import os
 import re
 import shlex
 import sys
+import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Mapping
 
+import invoke.parser.parser
 from invoke import Exit, task
 from invoke.exceptions import ParseError
 from invoke.main import program as _program
@@ -32,14 +32,10 @@ from containers import app
 from containers.errors import ContainersError, UsageError, describe, readable
 from containers.inputs import flags
 from containers.inputs.names import suggest
+from containers.batch.request import JobRequest
 from containers.prove import registry
-from containers.prove.smoke import SMOKE, SmokeOptions
-from containers.prove.transport import CHOICES as TRANSPORTS
-from containers.prove.train import TRAINS, TrainOptions
-from containers.run.launchers import LAUNCHERS
-
-if TYPE_CHECKING:
-    from containers.prove.kind import WorkloadKind
+from containers.prove.smoke import SmokeOptions
+from containers.prove.train import TrainOptions
 
 ROOT = Path(__file__).resolve().parent
 
@@ -119,66 +115,103 @@ def _suggesting(parse_tasks: Callable[[], None]) -> Callable[[], None]:
     return wrapper
 
 
-if not getattr(_program.parse_tasks, "suggests", False):
-    _program.parse_tasks = _suggesting(_program.parse_tasks)
+def _value_first_machine(**settings: Any) -> ParseMachine:
+    """invoke's parse machine, but a flag that waits for its value takes the next word as it,
+    as getopt does: invoke's took a word spelled like one of the task's own flags as that flag,
+    so ``invoke job --directive=--submit`` (or ``--directive --submit``) submitted the job."""
+    machine = ParseMachine(**settings)
+    handle = machine.handle
 
-
-def _value_first(handle: Callable[[ParseMachine, str], None]
-                 ) -> Callable[[ParseMachine, str], None]:
-    """A flag that waits for its value takes the next word as it, as getopt does: invoke's
-    parser took a word spelled like one of the task's own flags as that flag, so ``invoke job
-    --directive=--submit`` (or ``--directive --submit``) submitted the job."""
-    @functools.wraps(handle)
-    def wrapper(machine: ParseMachine, token: str) -> None:
+    def value_first(token: str) -> None:
         if (machine.current_state != "unknown" and machine.waiting_for_flag_value
                 and not machine.flag.optional):
             machine.see_value(token)
         else:
-            handle(machine, token)
-    wrapper.value_first = True  # type: ignore[attr-defined]
-    return wrapper
+            handle(token)
+    machine.handle = value_first  # type: ignore[method-assign]
+    return machine
 
 
-if not getattr(ParseMachine.handle, "value_first", False):
-    ParseMachine.handle = _value_first(ParseMachine.handle)  # every parse of every task
+#: invoke's own ``Parser.parse_argv``, run by :func:`_value_first_machine`: it names its
+#: machine by a global of its module, so this copy of it reads that name from globals of its own.
+_parse_argv = types.FunctionType(Parser.parse_argv.__code__, {
+    **vars(invoke.parser.parser), "ParseMachine": _value_first_machine})
 
 
-def _user_errors(body):
-    """One clear line and a non-zero exit for user errors; tracebacks only for real bugs."""
-    @functools.wraps(body)
-    def wrapper(c, *args, **kwargs):
-        try:
-            return body(c, *args, **kwargs)
-        except ContainersError as exc:
-            message, code = describe(exc)
-            raise Exit(message, code=code) from exc
-        except KeyboardInterrupt:
-            raise Exit("interrupted", code=130) from None
-        except BrokenPipeError:
-            # The reader went away (`invoke build --dry-run | head`): stop quietly, as cat does.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise Exit(code=141) from None
-    return wrapper
+def _value_first(make_parser: Callable[[], Parser]) -> Callable[[], Parser]:
+    """The parser the ``invoke`` program makes for these tasks, parsing by
+    :func:`_value_first_machine` (only that parser: invoke's classes stay as they are)."""
+    @functools.wraps(make_parser)
+    def made() -> Parser:
+        parser = make_parser()
+        parser.parse_argv = functools.partial(_parse_argv, parser)  # type: ignore[method-assign]
+        return parser
+    return made
+
+
+if not getattr(_program.parse_tasks, "suggests", False):
+    _program.parse_tasks = _suggesting(_program.parse_tasks)
+    _program._make_parser = _value_first(_program._make_parser)
+
+
+def _text(default: Any) -> Any:
+    """A default as invoke is given it: text, so it casts nothing (None and switches stay)."""
+    if default is None or isinstance(default, bool):
+        return default
+    return format(default, "g") if isinstance(default, float) else str(default)
+
+
+def _described(text: str, kind: str | flags.FlagType | None, default: Any) -> str:
+    """A flag's help ending in its type and default."""
+    if isinstance(default, bool):
+        return f"{text} [switch]"
+    label = kind.label if isinstance(kind, flags.FlagType) else kind or "text"
+    shown = "" if default in (None, "") else f"; default: {default}"
+    return f"{text} [{label}{shown}]"
 
 
 def _command(help: dict[str, str | tuple[str, str | flags.FlagType]],
+             takes: Mapping[str, tuple[flags.Option, Any]] | None = None,
              **options: Any) -> Callable:
-    """``@task`` with no short flags, each flag's help ending in its type (``help``: text, or
-    ``(text, type)``; text when none is given) and default (read from the signature), and user
-    errors as one line."""
+    """``@task`` with no short flags and user errors as one line. The body's own flags have
+    their help here (text, or ``(text, type)``) and reach it converted by their type; the
+    options ``takes`` declares (:func:`containers.inputs.flags.declared`) are flags too, from
+    their declaration, and reach the body's ``**given`` as text for the request they fill,
+    which checks them (an entry of ``help`` may say more of one)."""
     def wrap(body: Callable) -> Callable:
-        defaults = inspect.signature(body).parameters
-        described = {}
+        own = {name: p for name, p in inspect.signature(body).parameters.items()
+               if p.kind is not p.VAR_KEYWORD}
+        table = {name: (option.help, option.type, _text(default))
+                 for name, (option, default) in (takes or {}).items() if name not in own}
         for name, entry in help.items():
-            text, kind = entry if isinstance(entry, tuple) else (entry, "text")
-            default = defaults[name].default
-            label = kind.label if isinstance(kind, flags.FlagType) else kind
-            if isinstance(default, bool):
-                described[name] = f"{text} [switch]"
-            else:
-                shown = "" if default in (None, "") else f"; default: {default}"
-                described[name] = f"{text} [{label}{shown}]"
-        return task(help=described, auto_shortflags=False, **options)(_user_errors(body))
+            text, kind = entry if isinstance(entry, tuple) else (entry, None)
+            table[name] = (text, kind, own[name].default if name in own else table[name][2])
+        signature = inspect.Signature([*own.values(), *(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+            for name, (_, _, default) in table.items() if name not in own)])
+        typed = {name: kind for name, (_, kind, _) in table.items()
+                 if name in own and isinstance(kind, flags.FlagType)}
+
+        @functools.wraps(body)
+        def wrapper(c, *args, **kwargs):
+            try:
+                bound = signature.bind(c, *args, **kwargs)
+                bound.apply_defaults()
+                given = {name: typed[name](flags.flag_of(name), value) if name in typed
+                         else value for name, value in list(bound.arguments.items())[1:]}
+                return body(c, **given)
+            except ContainersError as exc:
+                message, code = describe(exc)
+                raise Exit(message, code=code) from exc
+            except KeyboardInterrupt:
+                raise Exit("interrupted", code=130) from None
+            except BrokenPipeError:
+                # The reader went away (`invoke build --dry-run | head`): stop quietly.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise Exit(code=141) from None
+        wrapper.__signature__ = signature  # type: ignore[attr-defined]
+        described = {name: _described(*entry) for name, entry in table.items()}
+        return task(help=described, auto_shortflags=False, **options)(wrapper)
     return wrap
 
 
@@ -197,60 +230,8 @@ JSON_HELP = "print one JSON document (its shape: docs/results.md, JSON shapes) i
             "the table"
 NODES_HELP = ("inside a Slurm allocation: run on this many of its nodes (srun, one torchrun per "
               "node); --gpus is then per node")
-GPUS_HELP = "ranks on this node: one per GPU, or CPU processes (gloo) where there is no GPU"
 FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or GPUs, message " \
              "buffers over its memory)"
-
-
-#: The one table of the options that change a smoke or training run: flag -> (help, type). Which
-#: workloads each applies to is their kind's (``WorkloadKind.run_options`` in the registry,
-#: containers.prove.registry). invoke smoke, invoke train and invoke job all take their help and
-#: types from it (SmokeOptions, TrainOptions check every value), so a run option added here is
-#: one that a batch job takes too.
-RUN_OPTIONS: dict[str, tuple[str, Any]] = {
-    "sizes": ("message sizes MIN:MAX in bytes (K/M/G suffixes), doubling; or a comma list",
-              flags.SIZES_LABEL),
-    "iters": ("timed iterations per size", flags.POSITIVE_INT),
-    "warmup": ("untimed warm-up iterations per size", flags.NON_NEGATIVE_INT),
-    "cycles": ("repeat the whole sweep this many times (a corruption soak, nccl-tests' -N); any "
-               "wrong value in any cycle fails, naming the cycles and sizes", flags.POSITIVE_INT),
-    "op": ("the collectives to measure, each with its nccl-tests table, bus factor, check and "
-           "verdict (comma list, or all; default: all_reduce)", flags.OPS),
-    "dtype": ("element type", flags.DTYPE),
-    "model": ("the network; default: cnn", flags.MODEL),
-    "model_size": ("a preset (tiny: seconds per epoch on a CPU; small, the default; base) or a "
-                   "seed's own network: wideresnet olivia, vit lumi; wideresnet also takes "
-                   "DEPTH-WIDTH such as 40-2", flags.MODEL_SIZE_LABEL),
-    "epochs": ("training epochs", flags.POSITIVE_INT),
-    "batch_size": ("GLOBAL batch size, split evenly over the ranks of all nodes (default: the "
-                   "seed preset's, e.g. 256 for --model-size olivia, else 64)",
-                   flags.POSITIVE_INT),
-    "samples": ("synthetic training samples", flags.POSITIVE_INT),
-    "lr": ("learning rate (default: the workload's)", flags.POSITIVE_FLOAT),
-    "zero_stage": ("DeepSpeed ZeRO stage (the deepspeed example only; default: 1)",
-                   flags.ZERO_STAGE),
-    "ds_config": ("DeepSpeed config file (JSON; trailing commas accepted; the deepspeed "
-                  "example only)", flags.EXISTING_FILE),
-    "data": ("local folder with CIFAR-100 (cifar-100-python/) or MNIST files, bound read-only; "
-             "default: synthetic data shaped like the dataset", flags.EXISTING_FOLDER),
-    "target_accuracy": ("stop early once validation accuracy reaches this", flags.FRACTION),
-    "compile": ("torch.compile the model (its compile time is reported apart from the epochs)",
-                "switch"),
-    "timeout": ("seconds before every rank is stopped and the run fails", flags.SECONDS),
-}
-
-
-def run_options(kind: WorkloadKind | None) -> dict[str, tuple[str, Any]]:
-    """The RUN_OPTIONS that ``kind`` takes (None: all of them, for invoke job, each help
-    prefixed with the kinds it applies to)."""
-    return {name: (("/".join(registry.applies_to(name)) + ": " if kind is None else "") + text,
-                   rule)
-            for name, (text, rule) in RUN_OPTIONS.items()
-            if kind is None or name in kind.run_options}
-
-
-SMOKE_OPTIONS, TRAIN_OPTIONS = run_options(SMOKE), run_options(TRAINS["ddp"])
-WORKLOAD = flags.choice(tuple(registry.WORKLOADS))
 
 
 @_command(help={"target": ("only this target (and what it needs); default: everything",
@@ -258,7 +239,6 @@ WORKLOAD = flags.choice(tuple(registry.WORKLOADS))
                 "json": JSON_HELP})
 def check(c, target=None, json=False):
     """Validate manifests, env specs, definitions and site profiles."""
-    target = flags.TARGET("--target", target)
     app.check_inputs(_project(c), target=target, as_json=json)
 
 
@@ -283,7 +263,6 @@ def targets(c, json=False):
 def build(c, target=None, force=False, dry_run=False, build_arg=None, no_cache=False):
     """Build an image (and its bases) unless its inputs hash says it is up to date."""
     from containers.image.identity import parse_build_args  # the planner: only when building
-    target = flags.TARGET("--target", target)
     build_args = parse_build_args(build_arg or [])
     project = _project(c)
     app.build(project, target=target or project.settings.default_target, force=force,
@@ -302,9 +281,8 @@ def cache(c, prune=False):
     help={
         "target": ("image to test; default: the detected site's default target, else cpu",
                    flags.TARGET),
-        "gpus": (GPUS_HELP, flags.POSITIVE_INT),
-        **SMOKE_OPTIONS,
-        "op": (SMOKE_OPTIONS["op"][0] + "; with --history: only their runs", flags.OPS),
+        "op": (flags.declared(SmokeOptions)["op"][0].help + "; with --history: only their runs",
+               flags.OPS),
         "dry_run": "print the exact exec command, run nothing (also: invoke --dry)",
         "history": "show earlier runs (perflog) as a table and a PNG instead of running",
         "json": "with --history: print the history as one JSON document (docs/results.md, "
@@ -312,23 +290,19 @@ def cache(c, prune=False):
         "nodes": (NODES_HELP, flags.POSITIVE_INT),
         "force": FORCE_HELP,
     },
+    takes=flags.declared(SmokeOptions),
 )
-def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", timeout="600",
-          dtype="float32", cycles="1", op=None, dry_run=False, history=False, json=False,
-          nodes="1", force=False):
+def smoke(c, target=None, dry_run=False, history=False, json=False, nodes="1", force=False,
+          **given):
     """Collective benchmark inside the image (nccl-tests style): algbw, busbw, #wrong, verdict."""
-    target = flags.TARGET("--target", target)
-    op = flags.OPS("--op", op)
     if json and not history:
         raise UsageError("--json goes with --history; a run writes its JSON report and "
                          "prints where (json: ...)", flag="--json")
+    options = SmokeOptions(**given)
     if history:
         app.smoke_history(_project(c), target=target, as_json=json, plot=not c.config.run.dry,
-                          ops=op.split(",") if op else None)
+                          ops=options.op.split(",") if given["op"] else None)
         return
-    options = SmokeOptions(gpus=gpus, sizes=sizes, iters=iters, warmup=warmup, timeout=timeout,
-                           dtype=dtype, cycles=cycles, op=op or "all_reduce")
-    nodes = flags.POSITIVE_INT("--nodes", nodes)
     app.prove(_project(c), target=target, options=options, dry_run=_dry(c, dry_run),
               nodes=nodes, force=force)
 
@@ -337,29 +311,16 @@ def smoke(c, target=None, gpus="2", sizes="1K:128M", iters="20", warmup="5", tim
     help={
         "target": ("image to train in; default: the detected site's default target, else cpu",
                    flags.TARGET),
-        "example": ("how the model is distributed", flags.EXAMPLE),
-        **TRAIN_OPTIONS,
-        "gpus": (GPUS_HELP, flags.POSITIVE_INT),
         "scaling": ("rank counts (e.g. 1,2,4): run each, report speedup + PNG", flags.RANK_LIST),
         "dry_run": "print the exact exec command(s), run nothing (also: invoke --dry)",
         "nodes": (NODES_HELP, flags.POSITIVE_INT),
         "force": FORCE_HELP,
     },
+    takes=flags.declared(TrainOptions),
 )
-def train(c, example="ddp", target=None, model=None, model_size=None, gpus="2", epochs="3",
-          batch_size=None, lr=None, zero_stage=None, ds_config=None, data=None, samples=None,
-          target_accuracy=None, scaling=None, compile=False, timeout="1800", dry_run=False,
-          nodes="1", force=False):
+def train(c, target=None, scaling=None, dry_run=False, nodes="1", force=False, **given):
     """Train the DDP / DeepSpeed / FSDP example inside the image; loss, throughput, verdict."""
-    target = flags.TARGET("--target", target)
-    options = TrainOptions(
-        example=example, gpus=gpus, model=model, model_size=model_size, epochs=epochs,
-        batch_size=batch_size, lr=lr, zero_stage=zero_stage, ds_config=ds_config, data=data,
-        samples=samples, target_accuracy=target_accuracy, compile=bool(compile),
-        timeout=timeout)
-    flags.RANK_LIST("--scaling", scaling)
-    nodes = flags.POSITIVE_INT("--nodes", nodes)
-    app.train(_project(c), target=target, options=options, scaling=scaling,
+    app.train(_project(c), target=target, options=TrainOptions(**given), scaling=scaling,
               dry_run=_dry(c, dry_run), nodes=nodes, force=force)
 
 
@@ -393,9 +354,6 @@ def run(c, target=None, gpus="1", nodes="1", no_launcher=False, timeout=None, dr
     The site's GPU flag, binds, environment and launcher (torch.distributed's variables set for
     every rank); on GPU sites a device gate first (exit 2 before the command starts). The exit
     status is the command's; the log is kept under results/run/."""
-    target = flags.TARGET("--target", target)
-    gpus, nodes = flags.POSITIVE_INT("--gpus", gpus), flags.POSITIVE_INT("--nodes", nodes)
-    timeout = flags.SECONDS("--timeout", timeout)
     app.run_command(_project(c), target=target, command=_remainder(c), gpus=gpus, nodes=nodes,
                     launcher=not no_launcher, timeout=timeout, dry_run=_dry(c, dry_run))
 
@@ -409,73 +367,53 @@ def run(c, target=None, gpus="1", nodes="1", no_launcher=False, timeout=None, dr
 )
 def shell(c, target=None, dry_run=False):
     """A shell in the image with the site's GPU flag, binds and environment (or -- CMD)."""
-    target = flags.TARGET("--target", target)
     app.shell(_project(c), target=target, command=_remainder(c), dry_run=_dry(c, dry_run))
 
 
-#: invoke job's flags. JOB_CHECKED: those the task converts by their type here, in the order it
-#: checks them (the first bad one is the error), each named as app.job names it.
-JOB_FLAGS: dict[str, str | tuple[str, Any]] = {
-    "target": ("image the job runs (or builds); default: the detected site's default "
-               "target", flags.TARGET),
-    "workload": ("what the job runs (run: your own command after --, through the site's "
-                 "launcher, with the device gate and a verdict)", WORKLOAD),
-    "site": ("the site whose scheduler, launcher, binds and environment the job uses; "
-             "default: the target's own (the cpu image on a Slurm cluster: local-slurm)",
-             flags.SITE),
-    "nodes": ("nodes (one for build)", flags.POSITIVE_INT),
-    "gpus_per_node": ("GPUs per node (default: all), or CPU ranks per node on CPU sites "
-                      "(default: 2)", flags.POSITIVE_INT),
-    "time": ("wall time; default: the workload's estimate (smoke 30 min, training 1 h, "
-             "build 2 h) capped by the partition's limit", flags.TIME),
-    "account": ("account (project) to charge", flags.ACCOUNT),
-    "partition": ("partition or queue; default: the site's", flags.PARTITION),
-    "launcher": ("override the site's launch pattern", flags.choice(LAUNCHERS)),
-    "out": ("write the script to this file (atomically) instead of printing it",
-            flags.OUT_FILE),
-    "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
-    "wait": "with --submit: follow the job (its state changes), then print its verdict and "
-            "exit with the verdict's code",
-    "nccl_debug": "NCCL_DEBUG=INFO in the container (which transport NCCL/RCCL picked)",
-    "transport": ("across nodes, NCCL's TCP sockets instead of the site's network transport "
-                  "(where no plugin for containers exists, as on Derecho): degraded, recorded "
-                  "in job.json and named by the verdict", flags.choice(TRANSPORTS)),
-    "qos": "quality of service (Slurm; Olivia's devel for short tests)",
-    "reservation": "run in this reservation (Slurm)",
-    "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
-                 "-l place=scatter (repeatable; checked)",
-    **run_options(None),
-}
-JOB_CHECKED = ("workload", "target", "site", "nodes", "gpus_per_node", "time", "account",
-               "partition", "launcher", "out", "transport")
-
-
-@_command(iterable=["directive"], help=JOB_FLAGS)
-def job(c, workload="smoke", target=None, site=None, nodes="1", gpus_per_node=None, time=None,
-        account=None, partition=None, launcher=None, out=None, submit=False, nccl_debug=False,
-        sizes=None, iters=None, warmup=None, cycles=None, op=None, dtype=None, model=None,
-        model_size=None, epochs=None, batch_size=None, samples=None, lr=None, zero_stage=None,
-        ds_config=None, data=None, target_accuracy=None, compile=False, timeout=None,
-        qos=None, reservation=None, directive=None, wait=False, transport=None):
+@_command(
+    iterable=["directive"],
+    help={
+        "workload": ("what the job runs (run: your own command after --, through the site's "
+                     "launcher, with the device gate and a verdict)",
+                     flags.choice(tuple(registry.WORKLOADS))),
+        "target": ("image the job runs (or builds); default: the detected site's default "
+                   "target", flags.TARGET),
+        "site": ("the site whose scheduler, launcher, binds and environment the job uses; "
+                 "default: the target's own (the cpu image on a Slurm cluster: local-slurm)",
+                 flags.SITE),
+        "out": ("write the script to this file (atomically) instead of printing it",
+                "file to write (not a folder)"),
+        "submit": "submit it (sbatch or qsub) and print the job id and where output goes",
+        "wait": "with --submit: follow the job (its state changes), then print its verdict and "
+                "exit with the verdict's code",
+        "directive": "one more scheduler option for the preamble, e.g. --constraint=hbm or "
+                     "-l place=scatter (repeatable; checked)",
+        # a run option's help names the workloads it applies to; left out, it is the kind's
+        **{name: ("/".join(registry.applies_to(name)) + ": " + option.help, option.type)
+           for name, option in registry.RUN_OPTIONS.items()},
+    },
+    takes={**flags.declared(JobRequest), **{
+        name: (option, False if option.type is None else None)
+        for name, option in registry.RUN_OPTIONS.items()}},
+)
+def job(c, workload="smoke", target=None, site=None, out=None, submit=False, wait=False,
+        directive=None, **given):
     """Batch job for a site (Slurm or PBS): smoke, training or an image build; print or submit.
 
-    Every option of invoke smoke / invoke train that changes the run is taken (the table
-    RUN_OPTIONS); one that does not apply to the workload is refused in one line."""
-    values = dict(locals())  # the flags as given: the run options by their RUN_OPTIONS names
+    Every option of invoke smoke / invoke train that changes the run is taken; one that does
+    not apply to the workload is refused in one line."""
     if wait and not submit:
         raise UsageError("--wait follows a submitted job; add --submit", flag="--wait")
     if out or submit:
         _no_dry(c, "invoke job prints the script under --dry; --out and --submit write or "
                    "submit it, so they are refused")
-    checked = {name: JOB_FLAGS[name][1]("--" + name.replace("_", "-"), values[name])
-               for name in JOB_CHECKED}
-    given = {name: values[name] for name in RUN_OPTIONS
-             if values[name] is not None and values[name] is not False}  # a switch left off
-    kind = registry.kind_of(checked.pop("workload"))  # once: handed down as the object
-    options = registry.job_options(kind, gpus=checked["gpus_per_node"] or 1, given=given)
-    app.job(_project(c), **checked, submit=submit, nccl_debug=nccl_debug, options=options,
-            qos=qos, reservation=reservation, directives=tuple(directive or ()),
-            command=tuple(_remainder(c)), wait=wait, kind=kind)
+    kind = registry.kind_of(workload)  # once: handed down as the object
+    run = {name: given.pop(name) for name in registry.RUN_OPTIONS}
+    request = JobRequest(kind=kind, **given, directives=tuple(directive or ()),
+                         options={name: value for name, value in run.items()
+                                  if value is not None and value is not False},
+                         command=tuple(_remainder(c)), workdir=kind.workdir(os.getcwd))
+    app.job(_project(c), request, target=target, site=site, out=out, submit=submit, wait=wait)
 
 
 @_command(help={"json": JSON_HELP})
@@ -509,8 +447,6 @@ def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group
     """Publish a checked image for a site: copy, checksum, sign, catalogue, Lmod module file."""
     _no_dry(c, "publish has no dry run (it copies, signs and catalogues); leave out --dry, or "
                "see what is published with invoke verify")
-    target, dest = flags.TARGET("--target", target), flags.DEST_FOLDER("--dest", dest)
-    version, keep = flags.VERSION("--version", version), flags.NON_NEGATIVE_INT("--keep", keep)
     app.publish(_project(c), target=target, dest=dest, version=version, sign=sign,
                 keep=keep or None, group=group, force=force, skip_checks=skip_checks,
                 accept_regression=accept_regression)
@@ -525,7 +461,6 @@ def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group
 )
 def verify(c, dest=None, target=None, json=False):
     """Check published images: checksums, signatures, catalogue, latest and module files."""
-    dest, target = flags.PUBLISHED_FOLDER("--dest", dest), flags.TARGET("--target", target)
     app.verify(_project(c), dest=dest, target=target, as_json=json)
 
 
@@ -544,7 +479,6 @@ def inspect_image(c, target=None, image=None, site=None, json=False):
     """What an image holds (read from the image itself) and whether it fits its site.
 
     Exits non-zero when a site-fit rule finds an error (one line each above)."""
-    target, site = flags.TARGET("--target", target), flags.SITE("--site", site)
     app.inspect(_project(c), target=target, image=image, site=site, as_json=json)
 
 
@@ -579,9 +513,7 @@ def verdict(c, results=None, exit_status="0"):
     _no_dry(c, "verdict writes verdict.json and has no dry run")
     if results is None:
         raise UsageError("--results: name the results folder of a batch job", flag="--results")
-    folder = flags.EXISTING_FOLDER("--results", results)
-    app.judge_results(_project(c), results=folder,
-                      exit_status=flags.NON_NEGATIVE_INT("--exit-status", exit_status))
+    app.judge_results(_project(c), results=results, exit_status=exit_status)
 
 
 # --- invoke local-slurm: a Slurm cluster on this machine, to try batch jobs (docs/local-slurm.md)
@@ -608,4 +540,4 @@ def local_slurm(c, start=False, stop=False, status=False, site=None):
         raise UsageError("name one of --start, --stop or --status", flag="--start")
     if site and not start:
         raise UsageError("goes with --start", flag="--site")
-    app.local_slurm(_project(c), action=actions[0], site=flags.SITE("--site", site))
+    app.local_slurm(_project(c), action=actions[0], site=site)

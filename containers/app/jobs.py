@@ -14,33 +14,20 @@ from containers.batch import job as batch, submission
 from containers.batch.submission import JobSubmission
 from containers.errors import UsageError
 from containers.host.facts import host_arch
-from containers.prove.kind import Options, WorkloadKind
 from containers.report import Say, say_line as _print
 
 
-def job(project: Project, *, target: str | None, kind: WorkloadKind, site: str | None = None,
-        nodes: int = 1, gpus_per_node: int | None = None, time: str | int | None = None,
-        account: str | None = None, partition: str | None = None, launcher: str | None = None,
-        out: str | Path | None = None, submit: bool = False, nccl_debug: bool = False,
-        options: Options | None = None, qos: str | None = None,
-        reservation: str | None = None, directives: tuple[str, ...] = (),
-        command: tuple[str, ...] = (), wait: bool = False, transport: str | None = None,
-        say: Say = _print) -> JobSubmission:
+def job(project: Project, request: batch.JobRequest, *, target: str | None,
+        site: str | None = None, out: str | Path | None = None, submit: bool = False,
+        wait: bool = False, say: Say = _print) -> JobSubmission:
     """Render the batch job for a site; print it, write it (atomically) or submit it, and with
-    ``wait`` follow the submitted job to its verdict. ``time`` is seconds or a time as
-    ``--time`` takes it; ``kind`` is the workload's, resolved by the task."""
+    ``wait`` follow the submitted job to its verdict."""
     script = Path(os.path.abspath(out)) if out else None  # a link named is refused, not followed
     if script is not None and script.is_dir() and not script.is_symlink():
         raise UsageError(f"--out {out} is a folder; name the script file to write (e.g. "
                          f"{Path(out) / 'job.sh'})", flag="--out")
-    needs = project.job_needs(target, site, kind=kind, host_arch=host_arch(),
+    needs = project.job_needs(target, site, kind=request.kind, host_arch=host_arch(),
                               venv=Path(sys.prefix) if sys.prefix != sys.base_prefix else None)
-    request = batch.JobRequest(kind=kind, nodes=int(nodes), gpus_per_node=gpus_per_node,
-                               time=time, account=account, partition=partition,
-                               launcher=launcher, nccl_debug=nccl_debug, options=options,
-                               qos=qos, reservation=reservation, directives=tuple(directives),
-                               command=tuple(command), transport=transport,
-                               workdir=kind.workdir(os.getcwd))
     planned = batch.plan_job(needs, request, environ=os.environ)
     done = submission.deliver(planned, needs, script=script, submit=submit, say=say,
                               runtime=lambda: project.runtime(required=False))

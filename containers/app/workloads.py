@@ -22,7 +22,6 @@ from containers.host.facts import Machine, fit_problem, gpu_memory, run_stamp, t
 from containers.image import provenance
 from containers.host.runtime import Runtime
 from containers.image.arch import check_arch, machine_arches, recorded_arch
-from containers.inputs import flags
 from containers.inputs.sites import HOST_VAR, Gpu, Site
 from containers.prove import perflog, verdict
 from containers.prove.kind import Options, plan
@@ -50,12 +49,12 @@ def prove(project: Project, *, target: str | None, options: Options, dry_run: bo
 
 
 def train(project: Project, *, target: str | None, options: TrainOptions,
-          scaling: str | None = None, dry_run: bool = False, nodes: int = 1,
+          scaling: Sequence[int] | None = None, dry_run: bool = False, nodes: int = 1,
           force: bool = False, say: Say = _print) -> list[verdict.Result | Workload]:
     """One training run, or one per rank count of ``scaling`` with a speedup report; the
     verdicts are checked once every run has finished and the report is written."""
     stamp = run_stamp()
-    counts = flags.RANK_LIST("--scaling", scaling) if scaling else [options.gpus]
+    counts = scaling or [options.gpus]
     runs = [(dataclasses.replace(options, gpus=n), f"{stamp}-{n}r" if scaling else stamp)
             for n in counts]
     results = _runs(project, target=target, runs=runs, dry_run=dry_run, nodes=nodes, force=force,

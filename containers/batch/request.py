@@ -1,44 +1,55 @@
-"""What ``invoke job`` is asked for (:class:`JobRequest`, checking its own values) and the
-request a job's ``job.json`` describes (:func:`request_from_record`), so a job's verdict re-plans
-the run the job ran."""
+"""What ``invoke job`` is asked for (:class:`JobRequest`, which declares and checks its flags)
+and the request a job's ``job.json`` describes (:func:`request_from_record`), so a job's verdict
+re-plans the run the job ran."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from containers import walltime
 from containers.errors import UsageError
 from containers.inputs import flags
+from containers.prove import registry
 from containers.prove.kind import Options, WorkloadKind
 from containers.prove.smoke import SmokeOptions
 from containers.prove.transport import CHOICES as TRANSPORTS
 from containers.prove.train import TrainOptions
-from containers.records import JobRecord
 from containers.run import launchers
-from containers.run.workload import JOB_RECORD
+
+if TYPE_CHECKING:  # the flags are declared when the command line starts (invoke --list): light
+    from containers.records import JobRecord
 
 
 @dataclass(frozen=True)
 class JobRequest:
-    """What ``invoke job`` was asked for; None means the site's default. Checks its own values
-    (the site's limits are checked where the site is known: :func:`plan_job`)."""
+    """What ``invoke job`` was asked for, its flags declared here; None means the site's
+    default. Checks its own values (the site's limits where the site is known:
+    :func:`plan_job`)."""
 
     #: What the workload is (:mod:`containers.prove.registry`), resolved once where its name
     #: comes in (the task, a job's ``job.json``): the job asks it, never the name.
     kind: WorkloadKind
-    nodes: int = 1
-    gpus_per_node: int | None = None
-    #: Seconds, or a time as ``--time`` takes it (:func:`walltime.parse`), made seconds here.
-    time: int | str | None = None
-    account: str | None = None
-    partition: str | None = None
-    launcher: str | None = None
-    nccl_debug: bool = False
-    options: SmokeOptions | TrainOptions | None = None
-    qos: str | None = None
-    reservation: str | None = None
+    nodes: int = flags.option("nodes (one for build)", flags.POSITIVE_INT, 1)
+    gpus_per_node: int | None = flags.option("GPUs per node (default: all), or CPU ranks per "
+                                             "node on CPU sites (default: 2)", flags.POSITIVE_INT)
+    #: Seconds (given as seconds, or as a time ``--time`` takes).
+    time: int | None = flags.option("wall time; default: the workload's estimate (smoke 30 min, "
+                                    "training 1 h, build 2 h) capped by the partition's limit",
+                                    flags.TIME)
+    account: str | None = flags.option("account (project) to charge", flags.ACCOUNT)
+    partition: str | None = flags.option("partition or queue; default: the site's",
+                                         flags.PARTITION)
+    launcher: str | None = flags.option("override the site's launch pattern",
+                                        flags.choice(launchers.LAUNCHERS))
+    nccl_debug: bool = flags.option("NCCL_DEBUG=INFO in the container (which transport "
+                                    "NCCL/RCCL picked)", default=False)
+    #: The kind's options, or the run options given by name (made into them here, by the kind).
+    options: SmokeOptions | TrainOptions | Mapping[str, object] | None = None
+    qos: str | None = flags.option("quality of service (Slurm; Olivia's devel for short tests)",
+                                   flags.SCHEDULER_NAME)
+    reservation: str | None = flags.option("run in this reservation (Slurm)",
+                                           flags.SCHEDULER_NAME)
     #: ``--directive``: checked for the site's scheduler where the preamble is written.
     directives: tuple[str, ...] = ()
     #: ``--workload run``: the user's command, as its words (after ``--``), and the folder it
@@ -47,42 +58,30 @@ class JobRequest:
     workdir: str | None = None
     #: ``--transport socket``: NCCL's TCP sockets instead of the site's transport, chosen
     #: explicitly (recorded in job.json; verdicts name it as degraded). None: the site's.
-    transport: str | None = None
+    transport: str | None = flags.option(
+        "across nodes, NCCL's TCP sockets instead of the site's network transport (where no "
+        "plugin for containers exists, as on Derecho): degraded, recorded in job.json and "
+        "named by the verdict", flags.choice(TRANSPORTS))
 
     @property
     def workload(self) -> str:
         return self.kind.workload
 
     def __post_init__(self) -> None:
-        flags.POSITIVE_INT("--nodes", self.nodes)
+        flags.check(self)
         object.__setattr__(self, "command", self.kind.checked_command(self.command))
         self.kind.check_nodes(self.nodes)
-        flags.POSITIVE_INT("--gpus-per-node", self.gpus_per_node)  # None: the site's default
-        if isinstance(self.time, str):
-            try:
-                object.__setattr__(self, "time", walltime.parse(self.time))
-            except ValueError as exc:
-                raise UsageError(f"--time {exc} (e.g. 01:30:00)", flag="--time") from exc
-        elif self.time is not None and (isinstance(self.time, bool) or self.time <= 0):
-            raise UsageError(f"--time must be more than zero (got {self.time!r})",
-                             flag="--time")
-        # the flag types' rules, whoever builds the request (one validation layer)
-        flags.ACCOUNT("--account", self.account)
-        if self.launcher is not None:
-            launchers.named(self.launcher)
-        if self.transport is not None and self.transport not in TRANSPORTS:
-            raise UsageError(f"--transport must be one of {', '.join(TRANSPORTS)} (got "
-                             f"{self.transport!r})", flag="--transport")
-        flags.SCHEDULER_NAME("--qos", self.qos)
-        flags.SCHEDULER_NAME("--reservation", self.reservation)
+        if isinstance(self.options, Mapping):
+            object.__setattr__(self, "options", registry.job_options(
+                self.kind, gpus=self.gpus_per_node or 1, given=self.options))
 
 
 def job_options(options: SmokeOptions | TrainOptions) -> dict:
-    """The options a job's verdict re-plans its run with (``job.json``): the plain values only
-    (ranks, nodes and the example are the job's own keys)."""
+    """The options a job's verdict re-plans its run with (``job.json``): its kind's run options
+    that have a value (ranks, nodes and the example are the job's own keys)."""
+    values = {name: getattr(options, name) for name in options.kind.run_options}
     return {key: str(value.resolve()) if isinstance(value, Path) else value
-            for key, value in asdict(options).items()
-            if key not in ("gpus", "example") and isinstance(value, (str, int, float, bool, Path))}
+            for key, value in values.items() if isinstance(value, (str, int, float, bool, Path))}
 
 
 class RecordOptionsError(ValueError):
@@ -93,6 +92,9 @@ def request_from_record(given: Mapping, kind: WorkloadKind) -> JobRequest:
     """The request a job's ``job.json`` (of ``kind``) describes, options included, so its
     verdict re-plans the run the job ran (:func:`job_run`); bad options raise
     :class:`RecordOptionsError`."""
+    from containers.records import JobRecord
+    from containers.run.workload import JOB_RECORD
+
     record = JobRecord.of(given, source=JOB_RECORD)
     return JobRequest(kind=kind, nodes=int(record.nodes),
                       gpus_per_node=int(record.gpus_per_node),

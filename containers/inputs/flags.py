@@ -1,12 +1,13 @@
-"""The option types of the command line: one place per kind of flag value.
+"""The option types of the command line, one per kind of flag value, and each flag's one
+declaration (:class:`Option`, on the field of the request it fills).
 
 Every flag value arrives as text (``invoke`` is told no types, so it never casts). A
-:class:`FlagType` turns it into the value the options carry or refuses it in ONE line naming the
-flag; ``tasks.py`` and the options classes share these types, so a rule is written once.
-``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is the type ``--help`` shows."""
+:class:`FlagType` turns it into the value the request carries or refuses it in ONE line naming
+the flag: ``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is the type ``--help`` shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -125,6 +126,7 @@ OPS = FlagType(f"comma list of {', '.join(names.COLLECTIVES)}, or all",
 
 #: What ``--sizes`` takes (checked with the dtype by :func:`sizes`).
 SIZES_LABEL = "byte sizes MIN:MAX or A,B,C (K/M/G suffixes)"
+SIZES = FlagType(SIZES_LABEL, str)
 
 
 def sizes(flag: str, value: str, dtype: str) -> str:
@@ -147,23 +149,26 @@ def model_size(flag: str, value: str | None, model: str | None) -> str | None:
         raise UsageError(f"{flag}: {exc}", flag=flag) from None
 
 
-MODEL_SIZE_LABEL = "tiny, small, base, or a seed's size (wideresnet: olivia or DEPTH-WIDTH)"
+#: What ``--model-size`` takes (checked with the model by :func:`model_size`).
+MODEL_SIZE = FlagType("tiny, small, base, or a seed's size (wideresnet: olivia or DEPTH-WIDTH)",
+                      str)
 
 
 # ------------------------------------------------------------------------------ words, time
 TIME_FORMS = "HH:MM:SS, D-HH:MM:SS, MM:SS or minutes"
 
 
-def _time(value: Any) -> str:
-    """The value stays the text the schedulers read; :mod:`containers.walltime` checks it."""
+def _time(value: Any) -> int:
+    """Seconds: given (a number), or read from a time as the schedulers take it."""
     try:
-        walltime.parse(str(value))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        return walltime.parse(str(value))
     except ValueError:
         raise ValueError(f"must be a time above zero: {TIME_FORMS}") from None
-    return str(value).strip()
 
 
-#: ``--time``: a wall time as the schedulers read it.
+#: ``--time``: a wall time in seconds, or as the schedulers read it.
 TIME = FlagType(TIME_FORMS, _time)
 
 
@@ -250,7 +255,6 @@ def _path(kind: str, *, exists: bool = False) -> Callable[[Any], Path]:
     return parse
 
 
-OUT_FILE = FlagType("file to write (not a folder)", _path("file"))
 DEST_FOLDER = FlagType("folder (made if missing; not a file)", _path("folder"))
 #: ``verify --dest``: the same folder, read only (verify makes nothing).
 PUBLISHED_FOLDER = FlagType("folder images were published to (not a file)", _path("folder"))
@@ -258,13 +262,39 @@ EXISTING_FILE = FlagType("existing file", _path("file", exists=True))
 EXISTING_FOLDER = FlagType("existing folder", _path("folder", exists=True))
 
 
-def settle(options: object, **converted: Any) -> None:
-    """For a frozen options object's ``__post_init__``: options made from text hold numbers."""
-    for name, value in converted.items():
-        object.__setattr__(options, name, value)
+@dataclass(frozen=True)
+class Option:
+    """One flag, declared once on the field of the request it fills (:func:`option`): its help
+    and type (None: a switch); the field gives its name and default."""
+
+    help: str
+    type: FlagType | None = None
+    #: False: ``invoke job`` sets the field by a flag of its own (``--gpus-per-node``,
+    #: ``--workload``), so it is no run option of a job.
+    in_job: bool = True
+
+    def field(self, default: Any = None) -> Any:
+        return dataclasses.field(default=default, metadata={"option": self})
 
 
-def settle_by(options: object, **types: Callable[[str, Any], Any]) -> None:
-    """In the order named, so the first bad value is the one refused, as on the command line."""
-    settle(options, **{name: option_type("--" + name.replace("_", "-"), getattr(options, name))
-                       for name, option_type in types.items()})
+def option(help: str, type: FlagType | None = None, default: Any = None) -> Any:
+    return Option(help, type).field(default)
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def declared(cls: type) -> dict[str, tuple[Option, Any]]:
+    """The options a request dataclass declares: name -> (option, default), in field order."""
+    return {f.name: (f.metadata["option"], f.default) for f in dataclasses.fields(cls)
+            if "option" in f.metadata}
+
+
+def check(request: object) -> None:
+    """For a frozen request's ``__post_init__``: each declared value, text or typed, through its
+    type, in field order (the first bad one is refused), as the command line gives them."""
+    for name, (declaration, _) in declared(type(request)).items():
+        if declaration.type is not None:
+            object.__setattr__(request, name,
+                               declaration.type(flag_of(name), getattr(request, name)))

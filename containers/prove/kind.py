@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from containers.errors import UsageError
+from containers.inputs import flags
 
 if TYPE_CHECKING:  # the kinds are declared when the command line starts (invoke --list): light
     from containers.host.runtime import Runtime
@@ -23,6 +24,12 @@ if TYPE_CHECKING:  # the kinds are declared when the command line starts (invoke
     from containers.prove.verdict import Result
     from containers.run.command import CommandRun
     from containers.run.workload import Placement, Workload
+
+
+#: The options every kind's options type declares (with its own default).
+GPUS = flags.Option("ranks on this node: one per GPU, or CPU processes (gloo) where there is no "
+                    "GPU", flags.POSITIVE_INT, in_job=False)
+TIMEOUT = flags.Option("seconds before every rank is stopped and the run fails", flags.SECONDS)
 
 
 @dataclass(frozen=True)
@@ -70,10 +77,8 @@ class WorkloadKind:
     report_type: str = "RunReport"
     #: How a reason names the script ("the benchmark exited with code 3").
     program: str = ""
-    #: The type of its options (None: the kind takes no run options), and the names of the run
-    #: options (``tasks.RUN_OPTIONS``) that type takes: ``invoke job`` refuses the others.
+    #: The type of its options (None: the kind takes no run options), which declares them.
     options_type: type | None = None
-    run_options: tuple[str, ...] = ()
     #: The seconds a batch job of this kind asks for when ``--time`` is not given.
     estimate: int = 3600
 
@@ -81,6 +86,13 @@ class WorkloadKind:
     def workload(self) -> str:
         """The name ``--workload`` takes for this kind (and ``job.json`` records)."""
         return self.name
+
+    @property
+    def run_options(self) -> dict[str, tuple[flags.Option, Any]]:
+        """The options ``invoke job`` takes for this kind: its options type's, but those the
+        job sets by flags of its own; it refuses the others."""
+        declared = flags.declared(self.options_type) if self.options_type else {}
+        return {name: entry for name, entry in declared.items() if entry[0].in_job}
 
     def make_options(self, *, gpus: int, given: Mapping[str, object],
                      flag: str = "--workload") -> Options | None:

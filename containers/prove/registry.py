@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from containers.errors import UsageError, VerdictFailed
+from containers.inputs import flags
 from containers.inputs.names import suggest
 from containers.prove.kind import JobBodies, Options, WorkloadKind
 from containers.prove.smoke import SMOKE
@@ -116,6 +117,11 @@ def kind_of(name: str, *, flag: str = "--workload") -> WorkloadKind:
                          f"{suggest(name, WORKLOADS)}", flag=flag) from None
 
 
+#: Every kind's run options (those ``invoke job`` takes), by name.
+RUN_OPTIONS: dict[str, flags.Option] = {name: option for kind in WORKLOADS.values()
+                                        for name, (option, _) in kind.run_options.items()}
+
+
 def applies_to(option: str) -> list[str]:
     return list(dict.fromkeys(kind.name for kind in WORKLOADS.values()
                               if option in kind.run_options))
@@ -123,10 +129,10 @@ def applies_to(option: str) -> list[str]:
 
 def job_options(kind: WorkloadKind, *, gpus: int, given: Mapping[str, Any]) -> Options | None:
     """The options of ``invoke job --workload`` ``kind`` from the run options ``given`` (by
-    their names in ``tasks.RUN_OPTIONS``); one the kind does not take is refused in one line."""
+    name, as text or values); one the kind does not take is refused in one line."""
     for name in given:
         if name not in kind.run_options:
             raise UsageError(f"applies to {' and '.join(applies_to(name))} jobs, not "
                              f"--workload {kind.workload}; leave it out",
-                             flag="--" + name.replace("_", "-"))
+                             flag=flags.flag_of(name))
     return kind.make_options(gpus=gpus, given=given)

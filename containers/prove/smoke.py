@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from containers.files import read_json_object
 from containers.inputs import flags, names
-from containers.prove.kind import Invocation, WorkloadKind
+from containers.prove.kind import GPUS, TIMEOUT, Invocation, WorkloadKind
 from containers.prove.performance import Judgement, judge
 
 if TYPE_CHECKING:  # the kind is declared when the command line starts (invoke --list): light
@@ -27,25 +27,28 @@ if TYPE_CHECKING:  # the kind is declared when the command line starts (invoke -
 
 @dataclass(frozen=True)
 class SmokeOptions:
-    """``invoke smoke``'s flags, checked when made (the benchmark's own rules, ``jobs/choices``)."""
+    """``invoke smoke``'s options, checked when made (the benchmark's rules, ``jobs/choices``)."""
 
-    gpus: int
-    sizes: str = "1K:128M"
-    iters: int = 20
-    warmup: int = 5
-    timeout: float = 600.0
-    dtype: str = "float32"
-    cycles: int = 1
+    gpus: int = GPUS.field(2)
+    sizes: str = flags.option("message sizes MIN:MAX in bytes (K/M/G suffixes), doubling; or a "
+                              "comma list", flags.SIZES, "1K:128M")
+    iters: int = flags.option("timed iterations per size", flags.POSITIVE_INT, 20)
+    warmup: int = flags.option("untimed warm-up iterations per size", flags.NON_NEGATIVE_INT, 5)
+    timeout: float = TIMEOUT.field(600)
+    dtype: str = flags.option("element type", flags.DTYPE, "float32")
+    cycles: int = flags.option("repeat the whole sweep this many times (a corruption soak, "
+                               "nccl-tests' -N); any wrong value in any cycle fails, naming the "
+                               "cycles and sizes", flags.POSITIVE_INT, 1)
+    #: The collectives, a canonical comma list (``all`` becomes every one; None: all_reduce).
+    op: str = flags.option("the collectives to measure, each with its nccl-tests table, bus "
+                           "factor, check and verdict (comma list, or all; default: all_reduce)",
+                           flags.OPS)
     fault: str | None = None
-    #: The collectives, a canonical comma list (``--op``; ``all`` becomes every one).
-    op: str = "all_reduce"
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """Text (from the command line) or numbers: each through its option type."""
-        flags.settle_by(self, gpus=flags.POSITIVE_INT, iters=flags.POSITIVE_INT,
-                        warmup=flags.NON_NEGATIVE_INT, cycles=flags.POSITIVE_INT,
-                        timeout=flags.SECONDS, dtype=flags.DTYPE, op=flags.OPS)
+        flags.check(self)
+        object.__setattr__(self, "op", self.op or DEFAULT_OP)
         flags.sizes("--sizes", self.sizes, self.dtype)
 
     @property
@@ -127,7 +130,6 @@ class SmokeKind(WorkloadKind):
     report_name = "allreduce.json"
     program = "the benchmark"
     options_type = SmokeOptions
-    run_options = ("sizes", "iters", "warmup", "cycles", "op", "dtype", "timeout")
     estimate = 30 * 60
 
     def launch(self, options: SmokeOptions, *, site: Site, settings: Settings,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from containers.errors import UsageError
 from containers.inputs import flags, names
 from containers.jobsfiles import trainreport
-from containers.prove.kind import Invocation, WorkloadKind
+from containers.prove.kind import GPUS, TIMEOUT, Invocation, WorkloadKind
 
 if TYPE_CHECKING:  # the kind is declared when the command line starts (invoke --list): light
     from containers.inputs.settings import Settings
@@ -37,7 +37,7 @@ def deepspeed_only(example: str, *, example_flag: str = "--example", **given: An
     example but deepspeed, naming the flag the user chose the example with (``invoke job``
     calls it ``--workload``)."""
     for name, value in given.items():
-        flag = "--" + name.replace("_", "-")
+        flag = flags.flag_of(name)
         if value is not None and example != "deepspeed":
             raise UsageError(f"{flag} applies to {example_flag} deepspeed, not {example_flag} "
                              f"{example}; leave it out", flag=flag)
@@ -45,39 +45,47 @@ def deepspeed_only(example: str, *, example_flag: str = "--example", **given: An
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """``invoke train``'s flags, checked when made (the script's own rules, ``jobs/choices``).
+    """``invoke train``'s run options, checked when made (the script's rules, ``jobs/choices``).
 
     ``batch_size`` is the GLOBAL batch: it must divide over the ``gpus`` ranks of a node here,
     and over every rank of every node once a run spans several (see :meth:`TrainKind.launch`).
     Left out, it is the seed preset's (Olivia's 256), else :data:`DEFAULT_BATCH`.
     """
 
-    example: str
-    gpus: int
-    model: str | None = None
-    model_size: str | None = None
-    epochs: int = 3
-    batch_size: int | None = None
-    lr: float | None = None
-    zero_stage: int | None = None  # None: DeepSpeed's stage 1 (for --example deepspeed)
-    ds_config: Path | None = None
-    data: Path | None = None
-    samples: int | None = None
-    target_accuracy: float | None = None
-    compile: bool = False
-    timeout: float = 1800.0
+    example: str = flags.Option("how the model is distributed", flags.EXAMPLE,
+                                in_job=False).field("ddp")
+    gpus: int = GPUS.field(2)
+    model: str | None = flags.option("the network; default: cnn", flags.MODEL)
+    model_size: str | None = flags.option(
+        "a preset (tiny: seconds per epoch on a CPU; small, the default; base) or a seed's own "
+        "network: wideresnet olivia, vit lumi; wideresnet also takes DEPTH-WIDTH such as 40-2",
+        flags.MODEL_SIZE)
+    epochs: int = flags.option("training epochs", flags.POSITIVE_INT, 3)
+    batch_size: int | None = flags.option(
+        "GLOBAL batch size, split evenly over the ranks of all nodes (default: the seed "
+        "preset's, e.g. 256 for --model-size olivia, else 64)", flags.POSITIVE_INT)
+    lr: float | None = flags.option("learning rate (default: the workload's)",
+                                    flags.POSITIVE_FLOAT)
+    #: None: DeepSpeed's stage 1 (for --example deepspeed).
+    zero_stage: int | None = flags.option("DeepSpeed ZeRO stage (the deepspeed example only; "
+                                          "default: 1)", flags.ZERO_STAGE)
+    ds_config: Path | None = flags.option("DeepSpeed config file (JSON; trailing commas "
+                                          "accepted; the deepspeed example only)",
+                                          flags.EXISTING_FILE)
+    data: Path | None = flags.option("local folder with CIFAR-100 (cifar-100-python/) or MNIST "
+                                     "files, bound read-only; default: synthetic data shaped "
+                                     "like the dataset", flags.EXISTING_FOLDER)
+    samples: int | None = flags.option("synthetic training samples", flags.POSITIVE_INT)
+    target_accuracy: float | None = flags.option("stop early once validation accuracy reaches "
+                                                 "this", flags.FRACTION)
+    compile: bool = flags.option("torch.compile the model (its compile time is reported apart "
+                                 "from the epochs)", default=False)
+    timeout: float = TIMEOUT.field(1800)
 
     def __post_init__(self) -> None:
-        """Text (from the command line) or values: each through its option type."""
-        model = flags.MODEL("--model", self.model)
-        flags.settle(
-            self, example=flags.EXAMPLE("--example", self.example), model=model,
-            model_size=flags.model_size("--model-size", self.model_size, model))
-        flags.settle_by(
-            self, zero_stage=flags.ZERO_STAGE, gpus=flags.POSITIVE_INT, epochs=flags.POSITIVE_INT,
-            batch_size=flags.POSITIVE_INT, samples=flags.POSITIVE_INT, lr=flags.POSITIVE_FLOAT,
-            timeout=flags.SECONDS, target_accuracy=flags.FRACTION,
-            ds_config=flags.EXISTING_FILE, data=flags.EXISTING_FOLDER)
+        flags.check(self)
+        object.__setattr__(self, "model_size",
+                           flags.model_size("--model-size", self.model_size, self.model))
         divides(self.global_batch, self.gpus)
         deepspeed_only(self.example, zero_stage=self.zero_stage, ds_config=self.ds_config)
 
@@ -108,8 +116,6 @@ class TrainKind(WorkloadKind):
     report_name = "train.json"
     program = "the training"
     options_type = TrainOptions
-    run_options = ("model", "model_size", "epochs", "batch_size", "samples", "lr", "zero_stage",
-             "ds_config", "data", "target_accuracy", "compile", "timeout")
     estimate = 3600
 
     def __init__(self, example: str) -> None:

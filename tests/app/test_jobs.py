@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from containers.app.jobs import job
+from containers.batch.request import JobRequest
 from containers.errors import ImageMissing, UsageError, WriteRefused, describe
 from containers.prove.registry import kind_of
 from tests.fixtures.disks import PLANTED, Ways
@@ -13,7 +14,7 @@ from tests.fixtures.disks import PLANTED, Ways
 
 def test_the_script_is_printed_and_its_output_folder_made(data_project) -> None:
     lines: list[str] = []
-    done = job(data_project, target="cpu", kind=kind_of("smoke"), site="local-slurm",
+    done = job(data_project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
                say=lines.append)
     assert done.script is None and done.job_id is None
     assert lines[0].startswith("#!/bin/bash") and "#SBATCH" in lines[0]
@@ -22,9 +23,10 @@ def test_the_script_is_printed_and_its_output_folder_made(data_project) -> None:
 
 def test_out_writes_an_executable_script_and_refuses_a_folder(data_project, tmp_path) -> None:
     with pytest.raises(UsageError, match="is a folder; name the script file to write"):
-        job(data_project, target="cpu", kind=kind_of("smoke"), site="local-slurm", out=tmp_path)
+        job(data_project, JobRequest(kind=kind_of("smoke")), target="cpu",
+            site="local-slurm", out=tmp_path)
     lines: list[str] = []
-    done = job(data_project, target="cpu", kind=kind_of("ddp"), site="local-slurm",
+    done = job(data_project, JobRequest(kind=kind_of("ddp")), target="cpu", site="local-slurm",
                out=tmp_path / "job.sh", say=lines.append)
     assert done.script == tmp_path / "job.sh" and done.script.stat().st_mode & 0o111
     assert "train.py --example ddp" in done.script.read_text()
@@ -38,7 +40,8 @@ def test_out_never_writes_through_a_link_nor_into_a_device(data_project, tmp_pat
     planted = factory_planted(tmp_path)
     for kind, path in planted.paths.items():
         with pytest.raises(WriteRefused, match=f"^{path} {PLANTED[kind]}") as caught:
-            job(data_project, target="cpu", kind=kind_of("smoke"), site="local-slurm", out=path)
+            job(data_project, JobRequest(kind=kind_of("smoke")), target="cpu",
+                site="local-slurm", out=path)
         assert describe(caught.value)[0].count("\n") == 0
     planted.untouched()
 
@@ -50,11 +53,11 @@ def test_out_never_goes_through_a_folder_someone_else_controls(data_project, tmp
     ways = Ways(tmp_path)
     for folder, refusal in ways.refusals.items():
         with pytest.raises(WriteRefused, match=f"^{folder / 'j.sh'}: {refusal}") as caught:
-            job(data_project, target="cpu", kind=kind_of("smoke"), site="local-slurm",
+            job(data_project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
                 out=folder / "j.sh")
         assert describe(caught.value)[0].count("\n") == 0
     ways.untouched()
-    done = job(data_project, target="cpu", kind=kind_of("smoke"), site="local-slurm",
+    done = job(data_project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
                out=ways.site / "j.sh", say=lambda line: None)
     assert (ways.elsewhere / "j.sh").is_file() and done.script == ways.site / "j.sh"
 
@@ -62,5 +65,6 @@ def test_out_never_goes_through_a_folder_someone_else_controls(data_project, tmp
 def test_a_submission_needs_the_image_unless_it_builds_it(data_project) -> None:
     """Refused before any script exists; a build job makes the image, so it is not asked."""
     with pytest.raises(ImageMissing, match="--workload build --submit"):
-        job(data_project, target="cpu", kind=kind_of("smoke"), site="local-slurm", submit=True)
+        job(data_project, JobRequest(kind=kind_of("smoke")), target="cpu",
+            site="local-slurm", submit=True)
     assert not list((data_project.settings.results_dir / "jobs").glob("*.sh"))

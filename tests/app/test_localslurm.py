@@ -19,6 +19,7 @@ import pytest
 from containers import app
 from containers.errors import StateError, describe
 from containers.host import slurmcluster
+from containers.batch.request import JobRequest
 from containers.prove.registry import kind_of
 from tests.fixtures import ROOT
 from tests.fixtures.images import stand_in_image
@@ -234,8 +235,8 @@ def _job_on_a_fresh_cluster(project: app.Project, folder: Path, monkeypatch) -> 
     app.local_slurm(project, action="start", say=lambda line: None)
     monkeypatch.setenv("SLURM_CONF", str(folder / "slurm.conf"))
     try:
-        submitted = app.job(project, target="cpu", site="local-slurm", kind=kind_of("smoke"),
-                            submit=True, say=lambda line: None)
+        submitted = app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu",
+                            site="local-slurm", submit=True, say=lambda line: None)
         info = slurmcluster.load(folder).wait(submitted.job_id, timeout=120)
         rows = app.jobs_report(project, as_json=True, say=lambda line: None)
     finally:

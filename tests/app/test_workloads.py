@@ -23,9 +23,12 @@ def test_a_dry_run_shows_each_kinds_command(data_project) -> None:
                               dry_run=True, say=lines.append)
     assert lines[0].startswith("# smoke: cpu on site local, 2 ranks, results in ")
     assert "/opt/containers/jobs/allreduce.py" in lines[-1] and planned.ranks == 2
-    runs = workloads.train(data_project, target="cpu", scaling="1,2", dry_run=True,
+    runs = workloads.train(data_project, target="cpu", scaling=[1, 2], dry_run=True,
                            options=TrainOptions(example="fsdp", gpus=2), say=lines.append)
     assert [run.ranks for run in runs] == [1, 2]
+    (one,) = workloads.train(data_project, target="cpu", dry_run=True, say=lines.append,
+                             options=TrainOptions(example="ddp", gpus=2))
+    assert one.ranks == 2
     assert not data_project.settings.results_dir.exists()
 
 

@@ -423,10 +423,11 @@ def test_no_caller_environment_reaches_the_script(data_job, monkeypatch) -> None
     ("lumi", dict(workload="train"), UsageError,
      "--workload must be one of smoke, ddp, deepspeed, fsdp, run, build (got 'train')"),
     ("lumi", dict(workload="smoke", nodes=0), UsageError, "--nodes must be at least 1 (got 0)"),
-    ("lumi", dict(workload="smoke", time="1h"), UsageError, "--time '1h' is not a time"),
+    ("lumi", dict(workload="smoke", time="1h"), UsageError, "--time must be a time above zero"),
     ("lumi", dict(workload="smoke", time="00:61:00"), UsageError,
-     "--time '00:61:00': minutes and seconds must be 0-59"),
-    ("lumi", dict(workload="smoke", time="00:00:00"), UsageError, "--time '00:00:00' is zero"),
+     "--time must be a time above zero: HH:MM:SS, D-HH:MM:SS, MM:SS or minutes (got '00:61:00')"),
+    ("lumi", dict(workload="smoke", time="00:00:00"), UsageError,
+     "--time must be a time above zero: HH:MM:SS, D-HH:MM:SS, MM:SS or minutes (got '00:00:00')"),
     ("olivia", dict(workload="smoke", nodes=9), UsageError,
      "9 node(s) x 4 GPUs = 36 is more than partition accel of site olivia allows per job (32)"),
     ("olivia", dict(workload="smoke", gpus_per_node=8), ConfigError,
@@ -656,7 +657,8 @@ def test_app_job_refuses_a_folder_as_out(tmp_path) -> None:
     from containers import app
     project = app.Project.load(ROOT, {"results_dir": str(tmp_path / "results")})
     with pytest.raises(UsageError, match="--out .* is a folder; name the script file to write"):
-        app.job(project, target="cpu", site="local-slurm", kind=kind_of("smoke"), out=tmp_path,
+        app.job(project, batch.JobRequest(kind=kind_of("smoke")), target="cpu",
+                site="local-slurm", out=tmp_path,
                 say=lambda line: None)
     assert not (tmp_path / "results").exists()  # refused before anything is made
 
@@ -667,8 +669,8 @@ def test_app_job_into_a_read_only_results_folder_is_one_line(tmp_path, factory_r
     results = factory_read_only(tmp_path / "results")
     project = app.Project.load(ROOT, {"results_dir": str(results)})
     with pytest.raises(StateError, match=r"^cannot create the job's output folder: .*results/"):
-        app.job(project, target="cpu", site="local-slurm", kind=kind_of("smoke"),
-                out=tmp_path / "job.sh", say=lambda line: None)
+        app.job(project, batch.JobRequest(kind=kind_of("smoke")), target="cpu",
+                site="local-slurm", out=tmp_path / "job.sh", say=lambda line: None)
     assert not (tmp_path / "job.sh").exists()
 
 

@@ -242,26 +242,26 @@ def test_invoke_job_prepares_the_folder_when_it_writes_a_foreign_job(tmp_path,
     script = tmp_path / "job.sh"
     # with no Python known, the script is written for reading, its header saying what is
     # missing; submitting is refused in one line
-    jobs.job(project, target="olivia-cuda", kind=kind_of("smoke"), account="p", out=script,
-             say=lambda _: None)
+    jobs.job(project, batch.JobRequest(kind=kind_of("smoke"), account="p"),
+             target="olivia-cuda", out=script, say=lambda _: None)
     assert script.read_text().split("\n")[1].startswith(
         "# NOT READY TO SUBMIT: the verdict of olivia-cuda's jobs runs in the image on its "
         "aarch64 nodes") and prepared == []
     with pytest.raises(UsageError, match=r"^--submit: not submitted: .*stack\.python"):
-        jobs.job(project, target="olivia-cuda", kind=kind_of("smoke"), account="p", submit=True,
-                 say=lambda _: None)
+        jobs.job(project, batch.JobRequest(kind=kind_of("smoke"), account="p"),
+                 target="olivia-cuda", submit=True, say=lambda _: None)
     script.unlink()
     (tmp_path / "images").mkdir()
     (tmp_path / "images" / "olivia-cuda.sif.json").write_text(
         json.dumps({"target": "olivia-cuda", "stack": {"python": "3.12.3"}}))
-    jobs.job(project, target="olivia-cuda", kind=kind_of("smoke"), account="p", out=script,
-             say=lambda _: None)
+    jobs.job(project, batch.JobRequest(kind=kind_of("smoke"), account="p"),
+             target="olivia-cuda", out=script, say=lambda _: None)
     [judge] = prepared
     assert (judge.arch, judge.python) == ("aarch64", "3.12")
     assert judge.folder.parent == ROOT / ".judge" and str(judge.folder) in script.read_text()
     prepared.clear()
-    jobs.job(project, target="olivia-cuda", kind=kind_of("build"), account="p",
-             out=tmp_path / "build.sh", say=lambda _: None)
+    jobs.job(project, batch.JobRequest(kind=kind_of("build"), account="p"),
+             target="olivia-cuda", out=tmp_path / "build.sh", say=lambda _: None)
     # a build job: the tool's packages, one folder per Python the node may have
     assert [(env.arch, env.python) for env in prepared] == \
         [("aarch64", python) for python in judgeenv.BUILD_PYTHONS]
@@ -269,8 +269,8 @@ def test_invoke_job_prepares_the_folder_when_it_writes_a_foreign_job(tmp_path,
     assert all(env.folder.parent == ROOT / ".buildenv" and str(env.folder) in text
                for env in prepared)
     prepared.clear()
-    jobs.job(project, target="olivia-cuda", kind=kind_of("build"), account="p",
-             say=lambda _: None)
+    jobs.job(project, batch.JobRequest(kind=kind_of("build"), account="p"),
+             target="olivia-cuda", say=lambda _: None)
     assert prepared == []  # printed only: nothing is made
 
 

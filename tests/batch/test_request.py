@@ -11,6 +11,7 @@ from containers.errors import UsageError
 from containers.inputs import flags
 from containers.prove import registry
 from containers.prove.registry import kind_of
+from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from containers.records import Malformed
 
@@ -25,6 +26,17 @@ def test_the_request_refuses_an_account_as_the_flag_does(account: str) -> None:
     with pytest.raises(UsageError) as flagged:
         flags.ACCOUNT("--account", account)
     assert str(refused.value) == str(flagged.value)
+
+
+def test_the_request_turns_the_flags_text_into_its_values_once() -> None:
+    """invoke job hands its flags over as invoke gives them (text): the request's declarations
+    convert each, and the run options given by name become the kind's options."""
+    request = JobRequest(kind=kind_of("smoke"), nodes="2", gpus_per_node="4", time="01:30:00",
+                         options={"iters": "7"})
+    assert (request.nodes, request.gpus_per_node, request.time) == (2, 4, 5400)
+    assert request.options == SmokeOptions(gpus=4, iters=7)
+    with pytest.raises(UsageError, match="^--nodes takes a whole number >= 1 \\(got 'two'\\)"):
+        JobRequest(kind=kind_of("smoke"), nodes="two")
 
 
 def test_the_request_refuses_a_qos_that_is_an_option() -> None:

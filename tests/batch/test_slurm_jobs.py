@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from containers import app
+from containers.batch.request import JobRequest
 from containers.prove.registry import kind_of
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
@@ -36,8 +37,8 @@ def slurm_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> app.Projec
 
 def _submit(project: app.Project, slurm_cluster, **kwargs) -> tuple[app.JobSubmission, str]:
     lines: list[str] = []
-    submitted = app.job(project, target="cpu", site="local-slurm", submit=True,
-                        say=lines.append, **kwargs)
+    submitted = app.job(project, JobRequest(**kwargs), target="cpu", site="local-slurm",
+                        submit=True, say=lines.append)
     assert submitted.job_id and any(f"submitted job {submitted.job_id}: output" in line
                                     for line in lines), lines
     info = slurm_cluster.wait(submitted.job_id)

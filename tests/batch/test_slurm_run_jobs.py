@@ -12,6 +12,7 @@ import pytest
 
 from containers import app
 from containers.batch import follow
+from containers.batch.request import JobRequest
 from containers.prove.registry import kind_of
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
@@ -52,9 +53,10 @@ def run_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> app.Project:
 
 def test_own_script_on_two_nodes_followed_to_its_verdict(run_project) -> None:
     lines: list[str] = []
-    submitted = app.job(run_project, target="cpu", site="local-slurm", kind=kind_of("run"),
-                        nodes=2, gpus_per_node=2, submit=True, wait=True, say=lines.append,
-                        command=("python", "own.py", HOSTILE))
+    request = JobRequest(kind=kind_of("run"), nodes=2, gpus_per_node=2,
+                         command=("python", "own.py", HOSTILE), workdir=str(Path.cwd()))
+    submitted = app.job(run_project, request, target="cpu", site="local-slurm", submit=True,
+                        wait=True, say=lines.append)
     assert any(line.startswith(f"job {submitted.job_id}: COMPLETED") for line in lines), lines
     assert "verdict: PASS (exit 0)" in lines
     results = Path(submitted.job.results_of(submitted.job_id))
@@ -76,11 +78,12 @@ def test_own_script_on_two_nodes_followed_to_its_verdict(run_project) -> None:
 
 def test_a_deepspeed_job_runs_the_zero_stage_it_was_given(run_project) -> None:
     lines: list[str] = []
-    submitted = app.job(run_project, target="cpu", site="local-slurm", kind=kind_of("deepspeed"),
-                        nodes=1, gpus_per_node=2, submit=True, wait=True, say=lines.append,
-                        options=TrainOptions(example="deepspeed", gpus=2, zero_stage=2,
-                                             model="cnn", model_size="tiny", epochs=1,
-                                             samples=256))
+    request = JobRequest(kind=kind_of("deepspeed"), nodes=1, gpus_per_node=2,
+                         options=TrainOptions(example="deepspeed", gpus=2, zero_stage=2,
+                                              model="cnn", model_size="tiny", epochs=1,
+                                              samples=256))
+    submitted = app.job(run_project, request, target="cpu", site="local-slurm", submit=True,
+                        wait=True, say=lines.append)
     results = Path(submitted.job.results_of(submitted.job_id))
     record = json.loads((results / "job.json").read_text())
     assert record["options"]["zero_stage"] == 2

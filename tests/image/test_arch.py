@@ -10,6 +10,7 @@ import pytest
 
 from containers.errors import ConfigError, StateError
 from containers.image import arch
+from containers.batch.request import JobRequest
 from containers.prove.registry import kind_of
 
 #: First 20 bytes of /usr/bin/python3.11 in images/cpu.sif (Debian bookworm amd64).
@@ -243,7 +244,8 @@ def test_submit_is_refused_from_the_recorded_arch(tmp_path: Path, monkeypatch) -
     monkeypatch.setattr(submission, "capture", lambda argv, **kw: submitted.append(argv) or "1")
     lines: list[str] = []
     with pytest.raises(StateError, match=r"s390x image \(its build record\).*not submitting it"):
-        app.job(project, target="cpu", kind=kind_of("smoke"), site="local-slurm", submit=True,
+        app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
+                submit=True,
                 say=lines.append)
     assert submitted == []
     # refused before any script exists: none is left (or announced) that looks ready to sbatch
@@ -264,12 +266,14 @@ def test_a_submission_that_fails_leaves_no_script_behind(tmp_path: Path, monkeyp
     monkeypatch.setattr(submission, "capture", refuse)
     monkeypatch.setattr(app_jobs, "host_arch", lambda: "x86_64")
     with pytest.raises(CommandFailed):
-        app.job(project, target="cpu", kind=kind_of("smoke"), site="local-slurm", submit=True,
+        app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
+                submit=True,
                 say=lambda line: None)
     assert not list((tmp_path / "results" / "jobs").glob("*.sh"))
     mine = tmp_path / "mine.sh"
     with pytest.raises(CommandFailed):
-        app.job(project, target="cpu", kind=kind_of("smoke"), site="local-slurm", submit=True,
+        app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
+                submit=True,
                 out=mine, say=lambda line: None)
     assert mine.is_file()
 

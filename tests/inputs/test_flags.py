@@ -20,7 +20,7 @@ TIME = flags.TIME
     (flags.FRACTION, "0.25", 0.25), (flags.DTYPE, "bfloat16", "bfloat16"),
     (flags.ZERO_STAGE, "3", 3), (flags.ZERO_STAGE, 2, 2), (flags.MODEL, "vit", "vit"),
     (flags.EXAMPLE, "fsdp", "fsdp"), (flags.RANK_LIST, "4,1,2,2", [1, 2, 4]),
-    (TIME, "01:30:00", "01:30:00"), (TIME, "1-00", "1-00"),
+    (TIME, "01:30:00", 5400), (TIME, "1-00", 86400), (TIME, 600, 600),
     (flags.ACCOUNT, "project_462000131", "project_462000131"), (flags.TARGET, "lumi-rocm",
                                                                 "lumi-rocm"),
     (flags.POSITIVE_INT, None, None),
@@ -85,10 +85,6 @@ def test_sizes_and_model_sizes_check_against_their_partner() -> None:
 def test_paths_are_checked_by_kind_only(tmp_path: Path) -> None:
     file = tmp_path / "f"
     file.write_text("x")
-    assert flags.OUT_FILE("--out", str(tmp_path / "new.sh")) == tmp_path / "new.sh"
-    assert flags.OUT_FILE("--out", str(file)) == file  # replaced atomically by the writer
-    with pytest.raises(UsageError, match="^--out names a folder; it takes the file to write"):
-        flags.OUT_FILE("--out", str(tmp_path))
     assert flags.DEST_FOLDER("--dest", str(tmp_path / "missing")) == tmp_path / "missing"
     with pytest.raises(UsageError, match="^--dest names a file; it takes a folder"):
         flags.DEST_FOLDER("--dest", str(file))
@@ -112,18 +108,20 @@ def test_a_job_id_is_what_sbatch_or_qsub_print() -> None:
             flags.JOB_ID("--job", bad)
 
 
-def test_settle_by_converts_each_field_under_its_flag_name_first_bad_value_first() -> None:
+def test_check_converts_each_declared_field_under_its_flag_name_first_bad_value_first() -> None:
     from dataclasses import dataclass
 
     @dataclass(frozen=True)
     class Options:
-        batch_size: object = "8"
-        timeout: object = "90"
+        batch_size: object = flags.option("global batch", flags.POSITIVE_INT, "8")
+        timeout: object = flags.option("seconds", flags.SECONDS, "90")
+        note: object = "left as given"
 
         def __post_init__(self) -> None:
-            flags.settle_by(self, batch_size=flags.POSITIVE_INT, timeout=flags.SECONDS)
+            flags.check(self)
 
-    assert (Options().batch_size, Options().timeout) == (8, 90.0)
+    assert (Options().batch_size, Options().timeout, Options().note) == (8, 90.0, "left as given")
+    assert list(flags.declared(Options)) == ["batch_size", "timeout"]
     with pytest.raises(UsageError) as refused:
         Options(batch_size="0", timeout="soon")
     assert refused.value.flag == "--batch-size"
