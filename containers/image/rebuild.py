@@ -23,7 +23,7 @@ from typing import Iterator
 from containers.errors import ContainersError
 from containers.files import atomic_write_text
 from containers.host.process import capture, run
-from containers.host.runtime import Runtime
+from containers.host.runtime import BIND_VARIABLES, Runtime
 from containers.image.arch import squashfs_offset
 from containers.image.plan import CONTEXT_MOUNT, BuildStep
 from containers.inputs.definition import parse_definition
@@ -90,8 +90,9 @@ class Kept:
                                  binds=step.binds, env={"APPTAINER_LABELS": BUILD_LABELS},
                                  options=["--writable", "--contain", "--no-home", "--cleanenv",
                                           "--pwd", "/"])
-        run(argv, env=env, on_line=self.say).check(f"%post in the kept root of "
-                                                   f"{step.target.name}")
+        own = {k: v for k, v in env.items() if k not in BIND_VARIABLES[runtime.flavour]}
+        run(argv, env=own, on_line=self.say).check(f"%post in the kept root of "
+                                                   f"{step.target.name}")  # no user's binds
         added = labels.read_text().splitlines()
         labels.unlink()
         self._metadata(step, runtime, added)
@@ -169,7 +170,8 @@ def held(step: BuildStep, say: Say) -> Iterator[Kept | None]:
         yield None
         return
     folder = step.package_cache.roots / key
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700 if step.package_cache.gid is None else 0o2770)  # as cache.in_use
     with file_lock(folder / ".lock", on_wait=lambda: say("waiting for another build of the "
                                                           "same kept root…")):
         for stale in folder.glob("work-*"):
