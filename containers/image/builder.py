@@ -326,7 +326,8 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
             cache = replace(cache, bytes=before[0], files=before[1])
             say(f"==> package cache: {step.cache_use}; {cache.describe()}")
         with phase_line(f"{step.target.name}: build") as show:
-            made_from = rebuild.made_with(kept, step, runtime, env)
+            made_from = rebuild.made_with(kept, step, runtime, env,
+                                          _stream(step, "post", say, show))
             if made_from is None:
                 run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
                     f"{step.target.builder} build of {step.target.name}")  # cotainr's: own

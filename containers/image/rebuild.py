@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from pydantic import ValidationError
+
 from containers.errors import ContainersError
 from containers.files import atomic_write_text
 from containers.host.process import capture, run
@@ -28,6 +30,7 @@ from containers.image.arch import squashfs_offset
 from containers.image.plan import CONTEXT_MOUNT, BuildStep
 from containers.inputs.definition import parse_definition
 from containers.locking import file_lock
+from containers.records import Model
 from containers.report import Say
 
 #: What a kept root's folder holds: the root, and what it was made from with its manifest.
@@ -47,6 +50,13 @@ def manifest(root: Path) -> str:
     return hashlib.sha256("\0".join(sorted(listing.split("\0"))).encode()).hexdigest()
 
 
+class KeptRoot(Model):
+    """``kept.json`` beside a kept root: the image it is, and its :func:`manifest`."""
+
+    sha256: str
+    manifest: str
+
+
 @dataclass
 class Kept:
     """The kept root of one key, held (its lock) for one build: :meth:`rebuild` makes the image
@@ -60,24 +70,27 @@ class Kept:
         """The sha256 of the image the kept root is, when it passes its manifest; else None
         (a root that fails is removed, said)."""
         try:
-            kept = json.loads((self.folder / KEPT).read_text())
-        except (OSError, ValueError):
+            kept = KeptRoot.model_validate_json((self.folder / KEPT).read_bytes())
+        except (OSError, ValidationError):
             return None
-        if not isinstance(kept, dict) or kept.get("manifest") != manifest(self.folder / ROOT):
+        if kept.manifest != manifest(self.folder / ROOT):
             self.say("==> kept root: does not match its manifest: removed, full build")
             self.discard(self.folder / ROOT)
             (self.folder / KEPT).unlink(missing_ok=True)
             return None
-        return kept.get("sha256")
+        return kept.sha256
 
-    def rebuild(self, step: BuildStep, runtime: Runtime, env: dict[str, str]) -> str | None:
-        """``step.partial`` made from the kept root; the sha256 of the image it was, or None
-        (none kept, or it fails its check: the caller builds in full)."""
+    def rebuild(self, step: BuildStep, runtime: Runtime, env: dict[str, str],
+                on_line: Say) -> str | None:
+        """``step.partial`` made from the kept root (``%post``'s lines to ``on_line``); the
+        sha256 of the image it was, or None (none kept, or it fails its check: the caller
+        builds in full)."""
         made_from = self._made_from()
         if made_from is None:
             self.say("==> kept root: none for these inputs yet: full build")
             return None
         self.say(f"==> kept root: rebuilding from the image {made_from[:12]}")
+        started = time.monotonic()
         self.work = Path(tempfile.mkdtemp(prefix="work-", dir=self.folder))
         self.work.rmdir()
         run(["cp", "-al", str(self.folder / ROOT), str(self.work)]).check("cp -al of the kept root")
@@ -91,12 +104,15 @@ class Kept:
                                  options=["--writable", "--contain", "--no-home", "--cleanenv",
                                           "--pwd", "/"])
         own = {k: v for k, v in env.items() if k not in BIND_VARIABLES[runtime.flavour]}
-        run(argv, env=own, on_line=self.say).check(f"%post in the kept root of "
+        run(argv, env=own, on_line=on_line).check(f"%post in the kept root of "
                                                    f"{step.target.name}")  # no user's binds
         added = labels.read_text().splitlines()
         labels.unlink()
         self._metadata(step, runtime, added)
+        post_s = time.monotonic() - started
         write_sif(self.work, step, runtime, env)
+        self.say(f"==> kept root: linked and %post {post_s:.1f} s, squashed and assembled "
+                 f"{time.monotonic() - started - post_s:.1f} s")
         return made_from
 
     def _metadata(self, step: BuildStep, runtime: Runtime, added: list[str]) -> None:
@@ -124,12 +140,12 @@ class Kept:
             offset = squashfs_offset(runtime, step.partial)
             run(["unsquashfs", "-no-progress", "-quiet", "-o", str(offset), "-d",
                  str(self.work), str(step.partial)]).check("unsquashfs of the built image")
-        made = {"sha256": sha256, "manifest": manifest(self.work)}
+        made = KeptRoot(sha256=sha256, manifest=manifest(self.work))
         (self.folder / KEPT).unlink(missing_ok=True)  # no manifest names a root being replaced
         self.discard(self.folder / ROOT)
         os.rename(self.work, self.folder / ROOT)
         self.work = None
-        atomic_write_text(self.folder / KEPT, json.dumps(made) + "\n")
+        atomic_write_text(self.folder / KEPT, made.model_dump_json() + "\n")
         self.say(f"==> kept root: this build's, for the next change of its env spec "
                  f"({self.folder})")
 
@@ -184,14 +200,14 @@ def held(step: BuildStep, say: Say) -> Iterator[Kept | None]:
                 Kept.discard(kept.work)
 
 
-def made_with(kept: Kept | None, step: BuildStep, runtime: Runtime, env: dict[str, str]
-              ) -> str | None:
+def made_with(kept: Kept | None, step: BuildStep, runtime: Runtime, env: dict[str, str],
+              on_line: Say) -> str | None:
     """The rebuild from the kept root when there is one; a failure there is said and the
     caller builds in full (``None``), as it does with nothing kept."""
     if kept is None:
         return None
     try:
-        return kept.rebuild(step, runtime, env)
+        return kept.rebuild(step, runtime, env, on_line)
     except (ContainersError, OSError) as error:
         kept.say(f"==> kept root: the rebuild failed ({error}): full build")
         if kept.work is not None:
