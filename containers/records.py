@@ -126,6 +126,9 @@ class BuildRecord(Record):
     pip_freeze: Optional[list[str]] = None
     #: The image's Python (None: it has none; absent: not recorded).
     python: Text = None
+    #: How the image was made: ``full`` (an Apptainer build), or the sha256 of the earlier
+    #: image whose kept root it was rebuilt from (containers/image/rebuild.py).
+    made_from: Text = None
 
 
 class JobRecord(Record):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from containers.app.project import Project
-from containers.image.cache import ENVS, PARTS, package_cache_dir, prune as prune_cache, usage
+from containers.image.cache import PARTS, package_cache_dir, prune as prune_cache, usage
 from containers.report import Say, human_bytes, say_line as _print
 
 
@@ -18,8 +18,7 @@ def package_cache(project: Project, *, prune: bool = False, say: Say = _print) -
     for part in PARTS:
         size, files = usage(root / part)
         say(f"  {part:<4} {human_bytes(size):>10} in {files} files")
-    stores = sorted((root / "pip" / ENVS).glob("*/*/wheels.txt"))  # not a fresh venv
-    if stores:
-        size, files = usage(root / "pip" / ENVS)
-        say(f"  of pip, environment snapshots: {len(stores)} ({human_bytes(size)}), "
-            f"{root / 'pip' / ENVS}")
+    kept = sorted((root / "roots").glob("*/root"))
+    if kept:
+        say(f"  of roots, kept root file systems: {len(kept)} (one per target's inputs but its "
+            f"env spec), {root / 'roots'}")

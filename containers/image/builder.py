@@ -29,7 +29,7 @@ from containers.files import (atomic_write_text, copy_hashing, refuse_replacing,
 from containers.host.process import run, start
 from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
-from containers.image import provenance
+from containers.image import provenance, rebuild
 from containers.image.arch import image_arch, image_compression, image_python, squashfs_offset
 from containers.image.cache import PackageCache, in_use, usage
 from containers.image.emulated import emulated_binds
@@ -90,9 +90,7 @@ def _stage(step: BuildStep) -> None:
     context = step.workdir / "context"
     context.mkdir(parents=True, exist_ok=True)
     (step.workdir / "tmp").mkdir(exist_ok=True)
-    # The snapshot store's name holds the base image's sha256: known only once it is built.
-    snapshot = step.env_snapshot.staged() if step.env_snapshot else {}
-    for name, content in [*step.staged.items(), *step.copied.items(), *snapshot.items()]:
+    for name, content in [*step.staged.items(), *step.copied.items()]:
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, Path):  # copied from the host
             copy_hashing(content, context / name)
@@ -197,7 +195,9 @@ def _rebased(step: BuildStep, folder: Path) -> BuildStep:
     return replace(step, workdir=folder, build_argv=[move(a) for a in step.build_argv],
                    test_argv=[move(a) for a in step.test_argv] if step.test_argv else None,
                    env={k: move(v) for k, v in step.env.items()},
-                   links={move(k): move(v) for k, v in step.links.items()})
+                   links={move(k): move(v) for k, v in step.links.items()},
+                   binds=tuple(move(b) for b in step.binds),
+                   rendered=move(step.rendered) if step.rendered is not None else None)
 
 
 @contextmanager
@@ -311,7 +311,8 @@ def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
 
 def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
               examine: Examine | None = None) -> dict:
-    """Stage, build, test, record and rename, in the build's own work folder."""
+    """Stage, build (from the kept root where there is one), test, record and rename, in the
+    build's own work folder."""
     # Step variables may extend the caller's (PATH=<shim>:$PATH for cotainr).
     env = {**os.environ, **{k: os.path.expandvars(v) for k, v in step.env.items()}}
     started = time.time()
@@ -319,14 +320,34 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
         _stage(step)  # a full disk or a read-only tmp_dir: one line; work_folder removes it all
     say(f"==> building {step.target.name} ({step.short_hash}) in {step.workdir}")
     cache = step.package_cache
-    with in_use(cache), phase_line(f"{step.target.name}: build") as show:
+    with in_use(cache), rebuild.held(step, say) as kept:
         if cache is not None:  # measured now: a base built before this step has added to it
             before = usage(cache.root)
             cache = replace(cache, bytes=before[0], files=before[1])
             say(f"==> package cache: {step.cache_use}; {cache.describe()}")
-        run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
-            f"{step.target.builder} build of {step.target.name}")  # cotainr's is not apptainer's
-    cached = None if cache is None else _cache_after(step, cache, say)
+        with phase_line(f"{step.target.name}: build") as show:
+            made_from = rebuild.made_with(kept, step, runtime, env,
+                                          _stream(step, "post", say, show))
+            if made_from is None:
+                run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
+                    f"{step.target.builder} build of {step.target.name}")  # cotainr's: own
+        record, extra = _tested(step, runtime=runtime, env=env, say=say, examine=examine)
+        # how the image was made: in full, or from the kept root of the image with this sha256
+        record["made_from"] = made_from or "full"
+        if kept is not None:
+            kept.keep(step, runtime, record["sha256"])
+        record["package_cache"] = None if cache is None else _cache_after(step, cache, say)
+    record["build_seconds"] = round(time.time() - started, 1)
+    _install(step, record, extra)
+    say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
+        f"{record['build_seconds']:.0f} s)")
+    return record
+
+
+def _tested(step: BuildStep, *, runtime: Runtime, env: dict[str, str], say: Say,
+            examine: Examine | None) -> tuple[dict, dict[str, str]]:
+    """The built ``.partial`` image tested, read and examined: its record, and the files the
+    examine adds beside it."""
     # The image's own %test and the tool's reading of it (arch, probe) are independent execs
     # of the finished image: they run side by side (~3 s of a rebuild here). A failed test is
     # the verdict reported, whatever the reading found; an interrupt stops both.
@@ -336,8 +357,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
         test = start(step.test_argv, env=env, on_line=_stream(step, "test", say))
     what = f"{runtime.flavour} test of {step.target.name}"
     try:
-        record = build_record(step, runtime=runtime, seconds=time.time() - started)
-        record["package_cache"] = cached  # how this build used it (None: it did not)
+        record = build_record(step, runtime=runtime, seconds=0.0)
         offset = squashfs_offset(runtime, step.partial)  # one `sif list` serves both readings
         record["arch"] = checked_arch(step, runtime, offset)
         # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the
@@ -361,11 +381,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
         raise
     if test is not None:
         test.wait().check(what)
-    record["build_seconds"] = round(time.time() - started, 1)
-    _install(step, record, extra)
-    say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
-        f"{record['build_seconds']:.0f} s)")
-    return record
+    return record, extra
 
 
 def _cache_after(step: BuildStep, cache: PackageCache, say: Say) -> dict:

@@ -40,17 +40,10 @@ PIP_MOUNT = "/var/cache/containers-pip"
 COTAINR_PIP_MOUNT = "/media"
 #: The staged build-context file that names the pip cache folder to the install script.
 PIP_MARKER = "pip-cache-dir"
-#: The staged build-context file naming the install script's environment-snapshot store
-#: (``<pip>/envs/<key>``, see ``recipes/scripts/venv-snapshot.py``).
-SNAPSHOT_MARKER = "env-snapshot-key"
-#: The staged build-context file holding the store's path on the host (for ``%setup``).
-SNAPSHOT_STORE = "env-snapshot-store"
-#: The folder of the ``pip`` part that holds the environment snapshots, one store per key.
-ENVS = "envs"
 #: The lock every build holds shared and a prune holds exclusively.
 LOCK = ".lock"
 #: The parts of the cache, each a folder under the cache root.
-PARTS = ("pip", "apt")
+PARTS = ("pip", "apt", "roots")
 #: The debootstrap shim: the tool's own script, in the checkout beside its package.
 SHIM = Path(__file__).resolve().parents[2] / "scripts" / "debootstrap-cached.sh"
 
@@ -89,6 +82,11 @@ class PackageCache:
     def apt(self) -> Path:
         return self.root / "apt"
 
+    @property
+    def roots(self) -> Path:
+        """The root file systems full builds kept (:mod:`containers.image.rebuild`)."""
+        return self.root / "roots"
+
     def describe(self) -> str:
         from containers.report import human_bytes  # report imports rich: only when shown
         size, files = usage(self.root) if self.bytes is None else (self.bytes, self.files)
@@ -100,7 +98,7 @@ class PackageCache:
 def usage(folder: Path) -> tuple[int, int]:
     """(bytes, files) of the regular files under ``folder`` (symlinks not followed); (0, 0)
     when it does not exist. Files that vanish while we count (a concurrent pip) are skipped.
-    Every build counts the cache before and after (an environment snapshot is ~20k files):
+    Every build counts the cache before and after (a kept root is ~30k files):
     ``os.scandir`` reads the file types with the names, so only files cost a stat."""
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
@@ -290,34 +288,18 @@ def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int
 
 
 @dataclass(frozen=True)
-class SnapshotKey:
-    """What names a store of environment snapshots (the venvs earlier builds installed): every
-    input of the build but its env spec, and its base by content. The base may not be built
-    when the plan is made, so its sha256 is read from its build record when the build is staged
-    (:meth:`resolve`). A snapshot is then only ever offered to a build of the same definition,
-    arguments and scripts on the very same base image; which snapshot fits the build's
-    resolution the install script decides, by the sha256 of every file it installs."""
+class RootKey:
+    """What names a kept root file system (:mod:`containers.image.rebuild`): every input of the
+    build but its env spec, and its base by content. The base may not be built when the plan is
+    made, so its sha256 is read from its build record when the build starts (:meth:`resolve`).
+    A root is then only ever reused by a build of the same definition, arguments, scripts and
+    host folders on the very same base image."""
 
     parts: Mapping[str, object]
     base_record: Path | None = None
-    #: The host folder of the stores (``<pip>/envs``): ``%setup`` links from it.
-    root: Path | None = None
-
-    def staged(self) -> dict[str, str]:
-        """The build-context files that name the store: its key (for ``%post``, which sees
-        the cache at :data:`PIP_MOUNT`) and its host path (for ``%setup``, which runs on the
-        host). Nothing when the base gives no sha256: no snapshots."""
-        key = self.resolve()
-        if not key:
-            return {}
-        files = {SNAPSHOT_MARKER: f"{key}\n"}
-        if self.root is not None:
-            files[SNAPSHOT_STORE] = f"{self.root / key}\n"
-        return files
 
     def resolve(self) -> str | None:
-        """The store's name, or None when the base's record gives no sha256 (then the build
-        installs without snapshots)."""
+        """The key, or None when the base's record gives no sha256 (then the build is full)."""
         from containers.image import provenance  # the record model: not for invoke targets
 
         base = None

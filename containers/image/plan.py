@@ -21,13 +21,13 @@ from containers.host.runtime import BIND_SPECIALS, FILES_SPECIALS, Runtime, unsa
 from containers.host.sources import PipConfig
 from containers.image import cache as package_cache
 from containers.image.arch import DEBIAN_ARCH
-from containers.image.cache import PackageCache, SnapshotKey
+from containers.image.cache import PackageCache, RootKey
 from containers.image.emulated import emulated_binds
 from containers.image.identity import CONTEXT_ARGS, definition_scripts, describe_inputs
 from containers.image.provenance import LABEL_PREFIX
 from containers.inputs.builders import APPTAINER, COTAINR, Builder, builder_of
 from containers.inputs.compat import as_built, has_torch
-from containers.inputs.definition import Definition
+from containers.inputs.definition import Definition, parse_definition
 from containers.inputs.envspec import EnvSpec
 from containers.inputs.recipes import Target, base_chain
 from containers.inputs.settings import SQUASHFS_DEFAULT_LEVEL, Settings
@@ -106,8 +106,12 @@ class BuildStep:
     #: keeps, or with --no-cache); see :mod:`containers.image.cache`.
     package_cache: PackageCache | None = None
     cache_use: str = ""
-    #: Names the store of environment snapshots this build may reuse and add to (None: none).
-    env_snapshot: SnapshotKey | None = None
+    #: Names the kept root file system this build may rebuild from and keep (None: none).
+    kept_root: RootKey | None = None
+    #: The build's ``--bind`` sources and destinations, and its definition as Apptainer
+    #: renders it (a rebuild from a kept root runs its ``%post`` with them).
+    binds: tuple[str, ...] = ()
+    rendered: str | None = None
     #: The tool's own labels of this build (:func:`own_labels`), and the definition staged
     #: with them (:data:`STAGED_DEFINITION`; None: a builder without a definition).
     labels: dict[str, str] = field(default_factory=dict)
@@ -278,24 +282,28 @@ def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, s
     env_vars = {**env_vars, **cached.env}
     partial = common["partial"]
     emulated = emulated_binds(target.arch, here=host.arch, write=False)  # %post/%test: torch
+    all_binds = (*(binds if "HOST_PATHS" in used else ()), *cached.binds, *emulated)
     build_argv = host.runtime.build_argv(
         output=partial, spec=common["workdir"] / STAGED_DEFINITION, build_args=args,
-        binds=[*(binds if "HOST_PATHS" in used else ()), *cached.binds, *emulated],
-        fakeroot=definition.runs_in_image, arch=pulled_arch(target, definition, host))
+        binds=all_binds, fakeroot=definition.runs_in_image,
+        arch=pulled_arch(target, definition, host))
     if "FOREIGN_ROOT" in used:
         build_argv = foreign_root_argv(target, definition, user_args, host=host,
                                        context=context, root=args["FOREIGN_ROOT"],
                                        build_argv=build_argv)
     # The image is the definition's last stage: only its %test runs (apptainer test).
     has_test = target.test and definition.final.section("test") is not None
+    staged_text = labelled(definition, common["labels"])
     return BuildStep(**common, build_argv=build_argv,
                      test_argv=host.runtime.test_argv(partial, binds=emulated)
                      if has_test else None,
                      env=env_vars, staged=staged if uses_context else {},
                      copied=copied if uses_context else {}, links=cached.links,
-                     definition=labelled(definition, common["labels"]),
+                     definition=staged_text, binds=all_binds,
+                     rendered=parse_definition(staged_text).render(args),
                      package_cache=host.package_cache if cached.uses else None,
-                     cache_use="; ".join(cached.uses), env_snapshot=cached.snapshot)
+                     cache_use="; ".join(cached.uses),
+                     kept_root=cached.kept_root if args.get("VENV") != "system" else None)
 
 
 @dataclass
@@ -308,7 +316,7 @@ class CacheUse:
     links: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     uses: list[str] = field(default_factory=list)
-    snapshot: SnapshotKey | None = None
+    kept_root: RootKey | None = None
 
 
 def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Path,
@@ -326,11 +334,9 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
         found.staged[package_cache.PIP_MARKER] = package_cache.PIP_MOUNT + "\n"
         found.binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
         found.uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
-        snapshot, why_not = env_snapshot_key(definition, inputs, base_image)
-        if snapshot is not None:
-            found.snapshot = replace(snapshot, root=cache.pip / package_cache.ENVS)
-        found.uses.append(f"environment snapshots ({cache.pip / package_cache.ENVS})"
-                          if snapshot else f"no environment snapshots ({why_not})")
+        found.kept_root, why_not = kept_root_key(definition, inputs, base_image, host.host_paths)
+        found.uses.append(f"kept root file systems ({cache.roots})"
+                          if found.kept_root else f"no kept root file system ({why_not})")
     debootstraps = foreign or definition.stages[0].bootstrap.lower() == "debootstrap"
     if debootstraps and host.debootstrap:
         shim_dir = workdir / "bin"
@@ -345,13 +351,34 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
 _BASE_IMAGE_ARG = re.compile(r"\{\{\s*BASE_IMAGE\s*\}\}")
 
 
-def env_snapshot_key(definition: Definition, inputs: Mapping, base_image: Path | None
-                     ) -> tuple[SnapshotKey | None, str]:
-    """The key of the environment snapshots a build may use, or (None, why not). Only a base
+#: The only ``%files`` line and the commands of the ``%post`` a rebuild from a kept root
+#: replays: the build context copied in, the env spec installed into a venv, the context
+#: removed. A definition whose final stage does anything else is always built in full.
+REPLAYED_FILES = ['"{{ BUILD_CONTEXT }}" ' + CONTEXT_MOUNT]
+REPLAYED_POST = re.compile(r"set -eu|sh /opt/build-context/install-python-packages\.sh "
+                           r"\"\{\{ VENV \}\}\"|rm -rf /opt/build-context")
+
+
+def _replay_problem(definition: Definition) -> str:
+    """Why a rebuild from a kept root could not replay the final stage (empty: it can)."""
+    commands = {name: [line.strip() for line in section.body.splitlines()
+                       if line.strip() and not line.strip().startswith("#")]
+                for name in ("files", "post")
+                if (section := definition.final.section(name)) is not None}
+    if commands.get("files") != REPLAYED_FILES:
+        return "its %files is not the build context alone"
+    if not all(REPLAYED_POST.fullmatch(line) for line in commands.get("post", ["?"])):
+        return "its %post does more than install the env spec into a venv"
+    return ""
+
+
+def kept_root_key(definition: Definition, inputs: Mapping, base_image: Path | None,
+                  host_paths: tuple[str, ...] = ()) -> tuple[RootKey | None, str]:
+    """The key of the kept root a build may rebuild from, or (None, why not). Only a base
     named by content qualifies: the target's own base image of the chain (its record's sha256)
     or a registry image pinned by digest. A tag, a debootstrap or any other local image could
-    hold other files under the same name, and a venv installed there is not one installed
-    here."""
+    hold other files under the same name. The host folders ``%setup`` made mount points for
+    are part of the key: a root holds them."""
     for number, stage in enumerate(definition.stages, start=1):
         source = stage.header.get("from", "").strip()
         agent = stage.bootstrap.lower()
@@ -363,9 +390,12 @@ def env_snapshot_key(definition: Definition, inputs: Mapping, base_image: Path |
         where = f"stage {number}'s" if len(definition.stages) > 1 else "the"
         return None, (f"{where} base, {agent or '?'} {source or '(none)'}, is not named by "
                       "content")
+    problem = _replay_problem(definition)
+    if problem:
+        return None, problem
     parts = {key: value for key, value in inputs.items() if key not in ("env", "base")}
     record = base_image.with_name(base_image.name + ".json") if base_image else None
-    return SnapshotKey(parts=parts, base_record=record), ""
+    return RootKey(parts={**parts, "host_paths": list(host_paths)}, base_record=record), ""
 
 
 #: Bootstraps that pull an image from a registry, where ``apptainer build --arch`` picks the

@@ -144,7 +144,7 @@ def project_file(value: str, *, root: Path, manifest: Path, line: int | None, ke
 def named_scripts(text: str, folder: Path,
                   check: Callable[[Path, str], None] = lambda script, by: None) -> dict[str, Path]:
     """The files of ``folder`` (a definition's ``scripts/``) that ``text`` names, and those
-    they name in turn (the install script runs ``venv-snapshot.py``): what a build stages and
+    they name in turn: what a build stages and
     hashes. ``check(script, named_by)`` sees each before it is read."""
     found = sorted(folder.iterdir()) if folder.is_dir() else []
     seen: set[str] = set()

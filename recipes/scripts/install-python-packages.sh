@@ -6,6 +6,9 @@
 #   sh install-python-packages.sh system      into the image's own python3, keeping its torch
 #                                             (NGC builds torch from source: pip must not replace it)
 set -eu
+# The same modes whoever runs it: apptainer build's %post (umask 002) or a rebuild's exec (the
+# caller's umask).
+umask 022
 ctx=$(cd "$(dirname "$0")" && pwd)
 target=${1:?usage: install-python-packages.sh VENV_DIR|system}
 labels=${APPTAINER_LABELS:-${SINGULARITY_LABELS:-/dev/null}}
@@ -56,76 +59,55 @@ else
     if [ -n "$cache" ] && command -v flock >/dev/null; then
         lock="flock $downloads/.lock"
     fi
-    # With the cache, a venv an earlier build installed from a subset of exactly the files this
-    # resolution chooses replaces the new one, and pip installs only the rest (venv-snapshot.py
-    # says when and why it may). The tool stages the snapshot key only for a base it can name
-    # by content. The likeliest snapshot comes ahead, beside the venv: hard-linked by the
-    # definition's %setup where it can (the host sees the root and the cache as plain folders;
-    # here they are two mounts, which links cannot cross) and checked here while the venv is
-    # made and pip downloads, else copied and checked meanwhile.
-    snapshots= prefetching= ahead="$target.prefetch"
-    if [ -n "$cache" ] && [ -s "$ctx/env-snapshot-key" ]; then
-        snapshots="$cache/envs/$(cat "$ctx/env-snapshot-key")"
-        if [ ! -e "$ahead/source" ]; then
-            python3 "$ctx/venv-snapshot.py" prefetch "$snapshots" "$ahead" \
-                > "$ctx/prefetch.log" 2>&1 &
-            prefetching=$!
-        elif [ ! -e "$ahead/problem" ]; then
-            python3 "$ctx/venv-snapshot.py" check "$ahead" > "$ctx/prefetch.log" 2>&1 &
-            prefetching=$!
-        fi
-    elif [ -n "$cache" ]; then
-        echo "environment snapshot: none for this build (its base is not named by content)"
-    fi
-    # The venv pip downloads with: the one an earlier build of this key made, when %setup
-    # linked it and it passes its check (python3 -m venv unpacks pip and setuptools: ~2 s),
-    # else a new one, kept for the next build.
-    fresh="$ahead/fresh"
-    if [ -d "$fresh/venv" ]; then
-        python3 "$ctx/venv-snapshot.py" check "$fresh"
-    fi
-    if [ -d "$fresh/venv" ] && [ -e "$fresh/problem" ] && [ ! -s "$fresh/problem" ]; then
-        mv "$fresh/venv" "$target"
-        echo "environment snapshot: the venv pip starts from is the kept fresh one (linked, checked)"
-    else
-        python3 -m venv "$target"
-        if [ -n "$snapshots" ]; then
-            replace=
-            if [ -s "$fresh/problem" ]; then
-                echo "environment snapshot: the kept fresh venv $(cat "$fresh/problem"): replaced"
-                replace=replace
-            fi
-            python3 "$ctx/venv-snapshot.py" keep-fresh "$snapshots" "$target" $replace
-        fi
-    fi
+    # A rebuild from a kept root (containers/image/rebuild.py) runs this again over the venv
+    # it made: pip then changes only what this resolution changes (it writes every file it
+    # installs to a new inode, so the kept root's hard-linked files stay as they were).
+    [ -x "$target/bin/python" ] || python3 -m venv "$target"
     python="$target/bin/python"
     freeze="$target/pip-freeze.txt"
     { $lock "$python" -m pip download --progress-bar off -d "$downloads" \
           -r "$ctx/requirements.txt"
       echo $? > "$ctx/download.status"; } 2>&1 | tee "$ctx/download.log"
-    if [ -n "$prefetching" ]; then
-        wait "$prefetching" || echo "environment snapshot: the work ahead failed (exit $?)"
-        cat "$ctx/prefetch.log"
-    fi
     [ "$(cat "$ctx/download.status")" = 0 ] || exit 1
     sed -n -e 's/^ *Saved //p' -e 's/^ *File was already downloaded //p' "$ctx/download.log" |
         while IFS= read -r file; do
             ln "$file" "$ctx/wheelhouse/" 2>/dev/null || cp "$file" "$ctx/wheelhouse/"
         done
     echo "install: $(ls "$ctx/wheelhouse" | wc -l) downloaded files, nothing else (--no-index)"
-    if [ -n "$snapshots" ]; then
-        # 0: restored; 3: none applies, the new venv untouched; anything else (a snapshot that
-        # failed its check, a crash): whatever is there goes, and a new venv is made.
-        python3 "$ctx/venv-snapshot.py" restore "$snapshots" "$ctx/wheelhouse" "$target" \
-            "$ahead" || [ $? = 3 ] || { rm -rf "$target"; python3 -m venv "$target"; }
-    fi
-    rm -rf "$ahead"
+    # Exactly the versions downloaded, as constraints: an installed one that differs is
+    # replaced, one no longer chosen removed (the installer's own pip, setuptools and wheel
+    # stay), and the venv checked to hold this resolution.
+    cat > "$ctx/resolution.py" <<'PY'
+import os, re, sys
+def name(text):
+    return re.sub(r"[-_.]+", "-", text).lower()
+if sys.argv[1] == "pins":  # name==version of each downloaded file
+    for file in sorted(os.listdir(sys.argv[2])):
+        stem = re.sub(r"(\.tar\.gz|\.zip|\.whl)$", "", file)
+        parts = stem.split("-") if file.endswith(".whl") else stem.rsplit("-", 1)
+        print("%s==%s" % (name(parts[0]), parts[1]))
+    sys.exit()
+pins = dict(line.strip().split("==", 1) for line in open(sys.argv[2]))
+have = dict(line.strip().split("==", 1) for line in sys.stdin if "==" in line)
+have = {name(key): value for key, value in have.items()}
+if sys.argv[1] == "extra":
+    print(" ".join(sorted(set(have) - set(pins) - {"pip", "setuptools", "wheel"})))
+else:
+    wrong = sorted(key for key in set(pins) | set(have) - {"pip", "setuptools", "wheel"}
+                   if pins.get(key) != have.get(key))
+    if wrong:
+        sys.exit("the venv does not hold exactly the downloaded versions of: " + " ".join(wrong))
+PY
+    "$python" "$ctx/resolution.py" pins "$ctx/wheelhouse" > "$ctx/pins.txt"
     # The venv's __pycache__ folders are removed below: compiling them first only costs time.
     "$python" -m pip install --progress-bar off --no-compile --no-index \
-        --find-links "$ctx/wheelhouse" -r "$ctx/requirements.txt"
+        --find-links "$ctx/wheelhouse" -r "$ctx/requirements.txt" -c "$ctx/pins.txt"
+    extra=$("$python" -m pip freeze --all | "$python" "$ctx/resolution.py" extra "$ctx/pins.txt")
+    [ -z "$extra" ] || "$python" -m pip uninstall -y $extra
+    "$python" -m pip freeze --all | "$python" "$ctx/resolution.py" check "$ctx/pins.txt"
 fi
-# A new file, not the old one rewritten: a restored venv's files may be hard links to the
-# cache's, which nothing here may change in place (venv-snapshot.py).
+# A new file, not the old one rewritten: in a rebuild the venv's files are hard links to the
+# kept root's, which nothing here may change in place.
 "$python" -m pip freeze > "$freeze.new"
 mv -f "$freeze.new" "$freeze"
 echo "containers.pip-freeze $(tr '\n' ' ' < "$freeze")" >> "$labels"
@@ -137,7 +119,4 @@ if [ -d /usr/local/share/ca-certificates/build-host ]; then
 fi
 if [ "$target" != system ]; then
     find "$target" -name __pycache__ -prune -exec rm -rf {} +
-    if [ -n "$snapshots" ]; then
-        python3 "$ctx/venv-snapshot.py" save "$snapshots" "$ctx/wheelhouse" "$target"
-    fi
 fi

@@ -96,8 +96,7 @@ def test_spaces_in_context_base_image_and_bound_host_path(
     setup, files = cpu_def.section("setup"), cpu_def.section("files")
     assert setup is not None and files is not None
     (root / "recipes" / "tiny.def").write_text(
-        "Bootstrap: localimage\nFrom: {{ BASE_IMAGE }}\n\n%arguments\n    HOST_PATHS=\n"
-        "    VENV=/opt/venv\n\n"  # cpu.def's %setup names the venv (its snapshot goes beside it)
+        "Bootstrap: localimage\nFrom: {{ BASE_IMAGE }}\n\n%arguments\n    HOST_PATHS=\n\n"
         + setup.header_line + setup.body + files.header_line + files.body + TINY_POST)
     (root / "recipes" / "tiny.yaml").write_text(
         f"description: paths with spaces\narch: {host_arch()}\nbuilder: apptainer\n"

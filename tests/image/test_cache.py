@@ -203,83 +203,70 @@ def test_debootstrap_shim_runs_the_real_one_with_the_cache(tmp_path: Path) -> No
     assert missing.returncode != 0 and "CONTAINERS_APT_CACHE" in missing.stderr
 
 
-def test_environment_snapshots_are_keyed_by_the_base_image_content(
+def test_kept_roots_are_keyed_by_the_base_image_content(
         data_root, data_settings, data_runtime, factory_project, tmp_path: Path) -> None:
-    """cpu's venv snapshots are named by every input but the env spec and by its base's sha256,
-    read from the base's record once the base is built: another env spec keeps the store,
-    another base image (same inputs, other bytes) or definition changes it."""
+    """cpu's kept root is named by every input but the env spec, its host folders, and its
+    base's sha256, read from the base's record once the base is built: another env spec keeps
+    the key, another base image (same inputs, other bytes) or definition changes it."""
     targets = load_targets(data_root)
     host = cached_host(data_runtime, tmp_path)
     cpu = plan_build(targets, "cpu", settings=data_settings, host=host).steps[-1]
-    assert cpu.env_snapshot is not None
-    assert f"environment snapshots ({tmp_path / 'packages' / 'pip' / 'envs'})" in cpu.cache_use
-    assert cpu.env_snapshot.base_record == data_settings.images_dir / "debian-base.sif.json"
-    # the base is not built: no store, nothing staged, no snapshot
-    assert cpu.env_snapshot.resolve() is None and cpu.env_snapshot.staged() == {}
-    record = cpu.env_snapshot.base_record
+    assert cpu.kept_root is not None
+    assert f"kept root file systems ({tmp_path / 'packages' / 'roots'})" in cpu.cache_use
+    assert cpu.kept_root.base_record == data_settings.images_dir / "debian-base.sif.json"
+    assert cpu.kept_root.resolve() is None  # the base is not built: no key
+    record = cpu.kept_root.base_record
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text('{"sha256": "' + "a" * 64 + '"}')
-    key = cpu.env_snapshot.resolve()
+    key = cpu.kept_root.resolve()
     assert key and len(key) == 32
-    envs = tmp_path / "packages" / "pip" / "envs"
-    assert cpu.env_snapshot.staged() == {package_cache.SNAPSHOT_MARKER: f"{key}\n",
-                                         package_cache.SNAPSHOT_STORE: f"{envs / key}\n"}
-    assert "env" not in cpu.env_snapshot.parts and "base" not in cpu.env_snapshot.parts
+    assert "env" not in cpu.kept_root.parts and "base" not in cpu.kept_root.parts
+    assert cpu.kept_root.parts["host_paths"] == list(host.host_paths)
     changed = factory_project()  # the cpu env spec gains a package
     spec = changed / "envs" / "cpu.yml"
     spec.write_text(spec.read_text() + "      - six\n")
     cpu2 = plan_build(load_targets(changed), "cpu", settings=data_settings,
                       host=host).steps[-1]
-    assert cpu2.inputs_hash != cpu.inputs_hash and cpu2.env_snapshot.resolve() == key
+    assert cpu2.inputs_hash != cpu.inputs_hash and cpu2.kept_root.resolve() == key
     record.write_text('{"sha256": "' + "b" * 64 + '"}')
-    assert cpu.env_snapshot.resolve() not in (None, key)
-    other = replace(cpu.env_snapshot, parts={**cpu.env_snapshot.parts, "definition": "x"})
-    assert other.resolve() != cpu.env_snapshot.resolve()
+    assert cpu.kept_root.resolve() not in (None, key)
+    other = replace(cpu.kept_root, parts={**cpu.kept_root.parts, "definition": "x"})
+    assert other.resolve() != cpu.kept_root.resolve()
     record.write_text("{not json")
-    assert cpu.env_snapshot.resolve() is None  # unreadable record: no snapshots, not a crash
+    assert cpu.kept_root.resolve() is None  # unreadable record: a full build, not a crash
 
 
-def test_a_base_not_named_by_content_gets_no_snapshots(data_root, data_settings, data_runtime,
-                                                       tmp_path: Path) -> None:
-    """rocm.def starts from a registry tag: what it names can change, so a venv installed on
-    it is never offered to a later build; a digest-pinned From may be."""
-    from containers.image.plan import env_snapshot_key
+#: A definition's final stage as a rebuild from a kept root replays it (cpu.def's).
+REPLAYABLE = ('\n%files\n    "{{ BUILD_CONTEXT }}" /opt/build-context\n%post\n    set -eu\n'
+              '    sh /opt/build-context/install-python-packages.sh "{{ VENV }}"\n'
+              '    rm -rf /opt/build-context\n')
+
+
+def test_only_a_base_named_by_content_and_a_replayable_post_get_a_kept_root(
+        data_root, data_settings, data_runtime, tmp_path: Path) -> None:
+    """rocm.def starts from a registry tag: what it names can change, so its root is never
+    reused; a digest-pinned From may be, when its %files and %post are what a rebuild replays
+    (anything more in them: always a full build)."""
+    from containers.image.plan import kept_root_key
     from containers.inputs.definition import parse_definition
     targets = load_targets(data_root)
     host = cached_host(data_runtime, tmp_path)
     rocm = plan_build(targets, "lumi-rocm-def", settings=data_settings, host=host).steps[-1]
-    assert rocm.env_snapshot is None
-    assert "no environment snapshots (the base, docker rocm/dev-ubuntu-24.04:" in rocm.cache_use
+    assert rocm.kept_root is None
+    assert "no kept root file system (the base, docker rocm/dev-ubuntu-24.04:" in rocm.cache_use
     assert "is not named by content)" in rocm.cache_use
-    pinned = parse_definition("Bootstrap: docker\nFrom: rocm/x@sha256:" + "c" * 64 +
-                              "\n%post\n    true\n")
-    key, why = env_snapshot_key(pinned, {"definition": "d", "env": "e"}, None)
+    pinned = "Bootstrap: docker\nFrom: rocm/x@sha256:" + "c" * 64 + "\n"
+    key, why = kept_root_key(parse_definition(pinned + REPLAYABLE), {"definition": "d",
+                                                                     "env": "e"}, None)
     assert key is not None and why == "" and key.base_record is None and "env" not in key.parts
-    tagged = parse_definition("Bootstrap: localimage\nFrom: /some/where.sif\n%post\n    true\n")
-    assert env_snapshot_key(tagged, {}, tmp_path / "base.sif")[0] is None
-
-
-def test_invoke_cache_counts_the_environment_snapshots(tmp_path: Path) -> None:
-    from containers.app.caching import package_cache as show
-    from types import SimpleNamespace
-    root = tmp_path / "packages"
-    project = SimpleNamespace(settings=SimpleNamespace(cache_dir=tmp_path))
-    lines: list[str] = []
-    show(project, say=lines.append)
-    assert not any("snapshots" in line for line in lines)  # none yet: no line
-    for name in ("a", "b", "fresh"):
-        kept = root / "pip" / "envs" / "key" / name
-        (kept / "venv").mkdir(parents=True)
-        (kept / "venv" / "f").write_bytes(b"x" * 1000)
-        (kept / "manifest.txt").write_text("f ...\n")
-        if name != "fresh":  # the venv python3 -m venv made: not a snapshot
-            (kept / "wheels.txt").write_text("abc  torch.whl\n")
-    (root / "pip" / "envs" / "key" / ".tmp-c-1").mkdir()  # a build still writing: not counted
-    lines.clear()
-    show(project, say=lines.append)
-    [line] = [line for line in lines if "snapshots" in line]
-    assert line.startswith("  of pip, environment snapshots: 2 (")
-    assert line.endswith(str(root / "pip" / "envs"))
+    more = parse_definition(pinned + REPLAYABLE + "    touch /x\n")
+    assert kept_root_key(more, {}, None) == (
+        None, "its %post does more than install the env spec into a venv")
+    files = parse_definition(pinned + REPLAYABLE.replace("/opt/build-context\n%post",
+                                                         "/opt/build-context\n    a /b\n%post"))
+    assert kept_root_key(files, {}, None) == (None, "its %files is not the build context alone")
+    tagged = parse_definition("Bootstrap: localimage\nFrom: /some/where.sif\n" + REPLAYABLE)
+    assert kept_root_key(tagged, {}, tmp_path / "base.sif")[0] is None
 
 
 # ------------------------------------------------------------- the cache folder itself

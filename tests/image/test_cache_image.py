@@ -1,5 +1,6 @@
 """The package cache with the real Apptainer: a cached download that went bad is checked against
-the index's hash, refused and fetched again, and the image is what it would have been.
+the index's hash, refused and fetched again, and the image is what it would have been; a rebuild
+from a kept root file system holds exactly what a clean build holds.
 
 The ``cpu`` recipe with a one-package env spec (no torch: seconds, not minutes) on the session's
 debian-base, linked into a folder of the test's own, with a cache of the test's own.
@@ -7,14 +8,18 @@ debian-base, linked into a folder of the test's own, with a cache of the test's 
 
 from __future__ import annotations
 
+import importlib
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from containers import app
+from tests.fixtures import ROOT
 
 pytestmark = pytest.mark.apptainer
 
@@ -64,79 +69,66 @@ def test_a_corrupt_cached_download_is_fetched_again(tmp_path: Path, factory_proj
     assert freeze.startswith("idna==") and len(freeze.splitlines()) == 1
 
 
-#: Run by the image's python3: every entry under /opt/venv, with the sha256 of each file.
-VENV_DIGEST = r"""
-import hashlib, os
-for parent, dirs, names in sorted(os.walk("/opt/venv")):
-    for name in sorted(dirs + names):
-        path = os.path.join(parent, name)
-        if os.path.islink(path):
-            print("l", os.readlink(path), path)
-        elif os.path.isfile(path):
-            print("f", hashlib.sha256(open(path, "rb").read()).hexdigest(),
-                  oct(os.stat(path).st_mode), path)
-        else:
-            print("d", path)
-"""
+def load_benchmark():
+    """benchmarks/build_cache.py, whose reading of an image's content this test shares."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module("build_cache")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
 
 
-def test_a_rebuild_restores_the_snapshot_and_pip_adds_only_the_new_package(
-        tmp_path: Path, factory_project, debian_base_image: Path, real_runtime) -> None:
-    """The env spec gains a package: the rebuild restores the venv the first build installed
-    (its one file a subset of this resolution's two), pip installs only the new package, and
-    the venv is, file for file, the one a --no-cache build installs. A snapshot whose files no
-    longer match its manifest is thrown away and everything is installed again."""
-    root = tiny_cpu_project(factory_project(), ["idna"])
-    images = tmp_path / "images"
+@pytest.fixture(scope="module")
+def rebuilt(tmp_path_factory: pytest.TempPathFactory, debian_base_image: Path,
+            real_runtime) -> dict:
+    """One build pair for the module: ``idna`` built in full, then ``idna`` + ``six`` rebuilt
+    from the root the first build kept, then the same inputs built clean (--no-cache)."""
+    tmp = tmp_path_factory.mktemp("rebuilt")
+    root = tmp / "project"
+    for folder in ("recipes", "envs", "sites", "jobs"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    tiny_cpu_project(root, ["idna"])
+    images = tmp / "images"
     images.mkdir()
     (images / "debian-base.sif").symlink_to(debian_base_image)
     shutil.copy(debian_base_image.with_name("debian-base.sif.json"), images)
-    config = {"images_dir": str(images), "cache_dir": str(tmp_path / "cache"),
-              "tmp_dir": str(tmp_path / "work")}
-    first: list[str] = []
-    app.build(app.Project.load(root, config), target="cpu", say=first.append)
-    assert any("environment snapshot: none yet" in line for line in first)
-    assert any("environment snapshot: " in line and " kept (1 files" in line for line in first)
-    assert any("environment snapshot: the fresh venv kept for later builds" in line
-               for line in first)
+    config = {"images_dir": str(images), "cache_dir": str(tmp / "cache"),
+              "tmp_dir": str(tmp / "work")}
+    bench = load_benchmark()
+    found: dict = {"roots": tmp / "cache" / "packages" / "roots"}
+    for name, packages, options in (("full", ["idna"], {}), ("rebuilt", ["idna", "six"], {}),
+                                    ("clean", ["idna", "six"], {"force": True,
+                                                                "no_cache": True})):
+        cpu_pip_list(root, packages)
+        log: list[str] = []
+        app.build(app.Project.load(root, config), target="cpu", say=log.append, **options)
+        found[name] = {"log": "\n".join(log),
+                       "record": json.loads((images / "cpu.sif.json").read_text()),
+                       "content": bench.content(images / "cpu.sif", real_runtime)}
+    found["compared"] = bench.compared
+    return found
 
-    cpu_pip_list(root, ["idna", "six"])
-    project = app.Project.load(root, config)
-    warm: list[str] = []
-    app.build(project, target="cpu", say=warm.append)
-    log = "\n".join(warm)
-    # the cache and the build's root share tmp_path's filesystem: linked, not copied
-    assert ("restored (linked ahead of %post and checked): installed from 1 of this "
-            "build's 2 files") in log, log[-3000:]
-    assert "Installing collected packages: six\n" in log + "\n"
-    assert "not kept again: one kept covers all but 1 of these 2 files" in log
-    # pip started from the venv the first build made (linked, checked), not a new one
-    assert "the venv pip starts from is the kept fresh one (linked, checked)" in log
 
-    def venv_of(image: Path) -> str:
-        return subprocess.run(real_runtime.exec_argv(image=image, command=[
-            "python3", "-c", VENV_DIGEST]), capture_output=True, text=True, timeout=300,
-            check=True).stdout
-    restored = venv_of(images / "cpu.sif")
-    app.build(project, target="cpu", force=True, no_cache=True, say=lambda line: None)
-    fresh = venv_of(images / "cpu.sif")
-    assert " /opt/venv/lib/python3.11/site-packages/six.py" in fresh
-    assert restored == fresh
+def test_a_full_build_keeps_its_root(rebuilt: dict) -> None:
+    full = rebuilt["full"]
+    assert "kept root: none for these inputs yet: full build" in full["log"], full["log"][-3000:]
+    assert full["record"]["made_from"] == "full"
+    [kept] = rebuilt["roots"].glob("*/root")
+    assert (kept / "opt" / "venv" / "bin" / "python").exists()
+    assert not list(rebuilt["roots"].glob("*/work-*"))  # nothing left of the builds' work
 
-    [kept] = [wheels.parent / "venv" for wheels in
-              (tmp_path / "cache" / "packages" / "pip" / "envs").glob("*/*/wheels.txt")]
-    (idna,) = kept.glob("lib/python3.11/site-packages/idna/core.py")
-    idna.write_text(idna.read_text().replace("def ", "def  ", 1))  # a file that changed
-    [fresh_cfg] = (tmp_path / "cache" / "packages" / "pip" / "envs").glob(
-        "*/fresh/venv/pyvenv.cfg")
-    fresh_cfg.write_text(fresh_cfg.read_text() + "# changed\n")  # and one of the fresh venv
-    again: list[str] = []
-    app.build(project, target="cpu", force=True, say=again.append)
-    log = "\n".join(again)
-    assert "does not match its manifest" in log and "thrown away, installing all" in log, \
-        log[-3000:]
-    assert "the kept fresh venv does not match its manifest (2 entries differ, first: " \
-           "pyvenv.cfg): replaced" in log, log[-3000:]
-    assert "# changed" not in fresh_cfg.read_text()  # kept again, as python3 -m venv made it
-    assert not kept.exists()
-    assert venv_of(images / "cpu.sif") == fresh
+
+def test_a_rebuild_is_made_from_the_kept_root_and_equals_a_clean_build(rebuilt: dict) -> None:
+    """The env spec gains a package: the image is rebuilt from the kept root (pip installs
+    only ``six``), its record names the image it came from, and it holds exactly what a clean
+    build of the same inputs holds: every entry of the root file system, ``pip freeze``,
+    labels but dates, the definition but its work folder."""
+    again, clean = rebuilt["rebuilt"], rebuilt["clean"]
+    assert again["record"]["made_from"] == rebuilt["full"]["record"]["sha256"], again["log"][-3000:]
+    assert "Installing collected packages: six\n" in again["log"] + "\n"
+    assert clean["record"]["made_from"] == "full"
+    assert any(line.startswith("six==") for line in again["content"]["pip_freeze"])
+    assert len(clean["content"]["files"]) > 1000
+    assert rebuilt["compared"](again["content"], clean["content"]) == []
+    assert again["record"]["labels"]["containers.pip-freeze"].split() == \
+        clean["record"]["pip_freeze"]

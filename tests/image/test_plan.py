@@ -113,10 +113,10 @@ def test_order_hashes_and_exact_commands(data_root, data_settings, data_runtime)
     assert cpu.staged["requirements.txt"].splitlines()[0] == "torch==2.13.0"
     assert "cert = /opt/build-context/pip-cert.pem" in cpu.staged["pip.conf"]
     assert "find-links = /srv/wheels" in cpu.staged["pip.conf"]
-    # the install script, and the helper it runs (named by the script, not the definition)
+    # the install script the definition names
     assert set(cpu.copied) == {"ca-certificates/site.crt", "pip-cert.pem",
-                               "install-python-packages.sh", "venv-snapshot.py"}
-    assert set(cpu.inputs["scripts"]) == {"install-python-packages.sh", "venv-snapshot.py"}
+                               "install-python-packages.sh"}
+    assert set(cpu.inputs["scripts"]) == {"install-python-packages.sh"}
     assert base.staged == {} and base.copied == {}  # debian-base uses no build context
 
 

@@ -150,8 +150,8 @@ def test_a_script_linked_out_of_the_project_is_refused(factory_project, tmp_path
 
 def test_a_script_a_script_runs_linked_out_of_the_project_is_refused(factory_project,
                                                                       tmp_path) -> None:
-    """Scripts are staged and hashed when a script the definition runs names them (the install
-    script runs venv-snapshot.py): the same rule holds for them, checked before they are read."""
+    """Scripts are staged and hashed when a script the definition runs names them: the same
+    rule holds for them, checked before they are read."""
     root = factory_project()
     scripts = root / "recipes" / "scripts"
     (scripts / "outer.sh").write_text("#!/bin/sh\nsh \"$(dirname \"$0\")/inner.sh\"\n")

@@ -1,0 +1,217 @@
+"""Rebuilds at the floor: an image made from the root file system a full build kept.
+
+A full build of a venv-install target keeps its root in the package cache (``roots/<key>``, the
+key being every input but the env spec). A later build of the key hard-links it, runs the
+definition's ``%post`` again in the copy (pip changes only the venv, unlinking what it replaces)
+and writes the image with ``mksquashfs`` and ``apptainer sif``: no copy of the tree as in
+``apptainer build``. The image equals a clean build's (tests/image/test_cache_image.py). A kept
+root whose stat manifest changed is thrown away: a full build follows, never a wrong image."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from pydantic import ValidationError
+
+from containers.errors import ContainersError
+from containers.files import atomic_write_text
+from containers.host.process import capture, run
+from containers.host.runtime import BIND_VARIABLES, Runtime
+from containers.image.arch import squashfs_offset
+from containers.image.plan import CONTEXT_MOUNT, BuildStep
+from containers.inputs.definition import parse_definition
+from containers.locking import file_lock
+from containers.records import Model
+from containers.report import Say
+
+#: What a kept root's folder holds: the root, and what it was made from with its manifest.
+ROOT, KEPT = "root", "kept.json"
+#: The file ``%post`` adds labels to (``APPTAINER_LABELS``), as ``apptainer build`` names it.
+BUILD_LABELS = "/.build.labels"
+#: ``apptainer sif add --partarch`` of each architecture the tool builds.
+PARTARCH = {"x86_64": "2", "aarch64": "4"}
+
+
+def manifest(root: Path) -> str:
+    """The sha256 of every entry's path, type, mode, owner, size, mtime and link target under
+    ``root`` (``find``, sorted): a file rewritten in place through a hard link changes its
+    mtime. Hashing every byte would cost more than the rebuild's floor."""
+    listing = capture(["find", str(root), "-printf", "%P\t%y\t%m\t%U\t%G\t%s\t%T@\t%l\\0"],
+                      timeout=600)
+    return hashlib.sha256("\0".join(sorted(listing.split("\0"))).encode()).hexdigest()
+
+
+class KeptRoot(Model):
+    """``kept.json`` beside a kept root: the image it is, and its :func:`manifest`."""
+
+    sha256: str
+    manifest: str
+
+
+@dataclass
+class Kept:
+    """The kept root of one key, held (its lock) for one build: :meth:`rebuild` makes the image
+    from it, :meth:`keep` puts this build's root in its place."""
+
+    folder: Path
+    say: Say
+    work: Path | None = None
+
+    def _made_from(self) -> str | None:
+        """The sha256 of the image the kept root is, when it passes its manifest; else None
+        (a root that fails is removed, said)."""
+        try:
+            kept = KeptRoot.model_validate_json((self.folder / KEPT).read_bytes())
+        except (OSError, ValidationError):
+            return None
+        if kept.manifest != manifest(self.folder / ROOT):
+            self.say("==> kept root: does not match its manifest: removed, full build")
+            self.discard(self.folder / ROOT)
+            (self.folder / KEPT).unlink(missing_ok=True)
+            return None
+        return kept.sha256
+
+    def rebuild(self, step: BuildStep, runtime: Runtime, env: dict[str, str],
+                on_line: Say) -> str | None:
+        """``step.partial`` made from the kept root (``%post``'s lines to ``on_line``); the
+        sha256 of the image it was, or None (none kept, or it fails its check: the caller
+        builds in full)."""
+        made_from = self._made_from()
+        if made_from is None:
+            self.say("==> kept root: none for these inputs yet: full build")
+            return None
+        self.say(f"==> kept root: rebuilding from the image {made_from[:12]}")
+        started = time.monotonic()
+        self.work = Path(tempfile.mkdtemp(prefix="work-", dir=self.folder))
+        self.work.rmdir()
+        run(["cp", "-al", str(self.folder / ROOT), str(self.work)]).check("cp -al of the kept root")
+        shutil.copytree(step.workdir / "context", self.work / CONTEXT_MOUNT.lstrip("/"))
+        labels = self.work / BUILD_LABELS.lstrip("/")
+        labels.touch()
+        post = parse_definition(step.rendered or "").section("post")
+        assert post is not None  # plan.kept_root_key: only a definition with one
+        argv = runtime.exec_argv(image=self.work, command=["/bin/sh", "-e", "-c", post.body],
+                                 binds=step.binds, env={"APPTAINER_LABELS": BUILD_LABELS},
+                                 options=["--writable", "--contain", "--no-home", "--cleanenv",
+                                          "--pwd", "/"])
+        own = {k: v for k, v in env.items() if k not in BIND_VARIABLES[runtime.flavour]}
+        run(argv, env=own, on_line=on_line).check(f"%post in the kept root of "
+                                                   f"{step.target.name}")  # no user's binds
+        added = labels.read_text().splitlines()
+        labels.unlink()
+        self._metadata(step, runtime, added)
+        post_s = time.monotonic() - started
+        write_sif(self.work, step, runtime, env)
+        self.say(f"==> kept root: linked and %post {post_s:.1f} s, squashed and assembled "
+                 f"{time.monotonic() - started - post_s:.1f} s")
+        return made_from
+
+    def _metadata(self, step: BuildStep, runtime: Runtime, added: list[str]) -> None:
+        """Labels and definition as ``apptainer build`` writes them into ``/.singularity.d``:
+        the kept labels with this build's own, those ``%post`` added, and the build date."""
+        meta = self.work / ".singularity.d"
+        labels = json.loads((meta / "labels.json").read_text())
+        labels.update(step.labels)
+        labels.update((key, value.strip()) for key, _, value in
+                      (line.strip().partition(" ") for line in added) if key)
+        labels["org.label-schema.build-date"] = time.strftime(
+            "%A_%-d_%B_%Y_%-H:%M:%S_%Z", time.gmtime()).replace("GMT", "UTC")
+        for name, text in (("labels.json", json.dumps(labels, indent="\t", sort_keys=True)),
+                           ("Singularity", step.rendered)):
+            (meta / name).unlink()  # a new file: the old one may be the kept root's too
+            atomic_write_text(meta / name, text)
+            (meta / name).chmod(0o644)
+
+    def keep(self, step: BuildStep, runtime: Runtime, sha256: str) -> None:
+        """This build's root as the key's kept root (only the newest is kept): the rebuilt
+        one, or the built image's unpacked."""
+        if self.work is None:
+            self.work = Path(tempfile.mkdtemp(prefix="work-", dir=self.folder))
+            self.work.rmdir()
+            offset = squashfs_offset(runtime, step.partial)
+            run(["unsquashfs", "-no-progress", "-quiet", "-o", str(offset), "-d",
+                 str(self.work), str(step.partial)]).check("unsquashfs of the built image")
+        made = KeptRoot(sha256=sha256, manifest=manifest(self.work))
+        (self.folder / KEPT).unlink(missing_ok=True)  # no manifest names a root being replaced
+        self.discard(self.folder / ROOT)
+        os.rename(self.work, self.folder / ROOT)
+        self.work = None
+        atomic_write_text(self.folder / KEPT, made.model_dump_json() + "\n")
+        self.say(f"==> kept root: this build's, for the next change of its env spec "
+                 f"({self.folder})")
+
+    @staticmethod
+    def discard(path: Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_sif(root: Path, step: BuildStep, runtime: Runtime, env: dict[str, str]) -> None:
+    """``step.partial`` from ``root``: squashed at the build's settings (Apptainer's own argv:
+    ``-noappend`` and its gzip unless ``APPTAINER_MKSQUASHFS_ARGS`` says otherwise), then the
+    SIF objects ``apptainer build`` writes (definition, inspect metadata, root partition)."""
+    squashfs, metadata = step.workdir / "root.squashfs", step.workdir / "inspect-metadata.json"
+    options = env.get("APPTAINER_MKSQUASHFS_ARGS", "-comp gzip").split()
+    run(["mksquashfs", str(root), str(squashfs), "-noappend", *options]).check("mksquashfs")
+    atomic_write_text(metadata, capture([runtime.binary, "inspect", "--all", "--json",
+                                         str(root)]))
+    atomic_write_text(step.workdir / "definition.rendered", step.rendered or "")
+    sif = [runtime.binary, "sif"]
+    run([*sif, "new", str(step.partial)]).check("apptainer sif new")
+    for argv in (["--datatype", "1", "--groupid", "1", str(step.workdir / "definition.rendered")],
+                 ["--datatype", "6", "--groupid", "1", "--filename", metadata.name,
+                  str(metadata)],
+                 ["--datatype", "4", "--parttype", "2", "--partfs", "1", "--partarch",
+                  PARTARCH[step.target.arch], "--groupid", "1", str(squashfs)]):
+        run([*sif, "add", *argv[:-1], str(step.partial), argv[-1]]).check("apptainer sif add")
+    squashfs.unlink()
+
+
+@contextmanager
+def held(step: BuildStep, say: Say) -> Iterator[Kept | None]:
+    """The kept root of ``step``'s key, locked for this build (another build of the key waits),
+    with what a killed build left removed; None where the build keeps none: no key (the base
+    is not built or not named by content), no package cache, or not run as root (the root's
+    owners, /etc/shadow's group among them, would be lost unpacking it as another user)."""
+    key = step.kept_root.resolve() if step.kept_root and step.package_cache else None
+    if key is None or os.geteuid() != 0:
+        yield None
+        return
+    folder = step.package_cache.roots / key
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700 if step.package_cache.gid is None else 0o2770)  # as cache.in_use
+    with file_lock(folder / ".lock", on_wait=lambda: say("waiting for another build of the "
+                                                          "same kept root…")):
+        for stale in folder.glob("work-*"):
+            Kept.discard(stale)
+        kept = Kept(folder, say)
+        try:
+            yield kept
+        finally:
+            if kept.work is not None:
+                Kept.discard(kept.work)
+
+
+def made_with(kept: Kept | None, step: BuildStep, runtime: Runtime, env: dict[str, str],
+              on_line: Say) -> str | None:
+    """The rebuild from the kept root when there is one; a failure there is said and the
+    caller builds in full (``None``), as it does with nothing kept."""
+    if kept is None:
+        return None
+    try:
+        return kept.rebuild(step, runtime, env, on_line)
+    except (ContainersError, OSError) as error:
+        kept.say(f"==> kept root: the rebuild failed ({error}): full build")
+        if kept.work is not None:
+            Kept.discard(kept.work)
+            kept.work = None
+        step.partial.unlink(missing_ok=True)
+        return None
