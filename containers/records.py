@@ -1,11 +1,9 @@
 """The records that cross modules: frozen pydantic models, one reader and one writer each.
 
-A file one stage writes and another reads (build record, catalogue entry, ``job.json``,
-``verdict.json``, ``invoke run``'s ``status.json``, the benchmark's ``allreduce.json`` and
-``<op>.json``) is read here, strictly typed: numbers finite, sizes and counts not negative. Keys
-a newer version added are kept (as JSON values) and written back, ``schema`` first. A file
-without ``schema`` is version 1; a newer version, or a value of the wrong type, is refused in
-one line naming the file and the dotted key, in pydantic's words (:class:`Malformed`).
+A file one stage writes and another reads is read here strictly typed (numbers finite, sizes not
+negative). Keys a newer version added are kept and written back; a file without ``schema`` is
+version 1; a newer version or a wrong type is refused in one line naming the file and the dotted
+key (:class:`Malformed`).
 """
 
 from __future__ import annotations

@@ -104,11 +104,6 @@ def test_the_mirror_check_can_fail(tmp_path: Path) -> None:
     assert missing_tests(tmp_path / "package", tmp_path / "tests") == ["d.py", "run/b.py"]
 
 
-#: Modules whose docstring still runs long, in files other work of issue 51 is changing: this
-#: set only shrinks.
-LONG_DOCSTRINGS_LEFT = {"batch/follow.py", "image/builder.py", "image/plan.py", "records.py"}
-
-
 def long_docstrings(package: Path, most: int = 8) -> list[str]:
     """The modules whose docstring spans more than ``most`` lines, quotes included: a longer
     explanation belongs in docs/architecture.md."""
@@ -122,7 +117,7 @@ def long_docstrings(package: Path, most: int = 8) -> list[str]:
 
 
 def test_module_docstrings_are_at_most_eight_lines() -> None:
-    assert set(long_docstrings(PACKAGE)) <= LONG_DOCSTRINGS_LEFT
+    assert long_docstrings(PACKAGE) == []
 
 
 def test_the_docstring_check_can_fail(tmp_path: Path) -> None:

@@ -1,11 +1,8 @@
 """Following a submitted job (``invoke job --submit --wait``, ``invoke jobs``): its state from the
-scheduler, and a small index of the jobs this checkout submitted.
-
-The state is asked with the scheduler's own tools (:meth:`Scheduler.job_state`); a job the
-scheduler answers for and no longer knows has ended, and its verdict then decides; a scheduler
-that does not answer leaves its jobs' state unknown (:class:`Queries`). The index is one JSON line
-per submitted job in ``results/jobs/index.jsonl`` (appended with ``O_APPEND``, one write per
-line, so jobs submitted together do not mix their lines).
+scheduler's own tools (:meth:`Scheduler.job_state`), and the index of the jobs this checkout
+submitted (one JSON line per job in ``results/jobs/index.jsonl``, one ``O_APPEND`` write each).
+A job the scheduler no longer knows has ended and its verdict decides; a scheduler that does not
+answer leaves its jobs' state unknown (:class:`Queries`), never "ended".
 """
 
 from __future__ import annotations

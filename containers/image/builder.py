@@ -1,13 +1,9 @@
 """Executing a :class:`~containers.image.plan.BuildPlan`: stage, build, test, record, rename.
 
-An image appears under its final name only after its build AND its ``apptainer test`` passed;
-until then it is a ``.partial`` file beside it. Staged context and Apptainer's temp folder live in
-a work folder of this build alone: ``<tmp_dir>/<target>-<hash>-<random>`` (the plan's
-``<target>-<hash>`` plus a unique ending, so two checkouts sharing ``tmp_dir`` never share one),
-which holds an owner lock (:data:`OWNER_LOCK`, with our PID) for as long as the build runs. Both
-are removed on success, failure, Ctrl-C or SIGTERM. A killed (SIGKILL) build's children die with
-it (:func:`containers.host.process.supervise`); what it leaves on disk has no live owner (the
-kernel drops a dead process's locks) and is swept by the next build (:func:`leftovers`).
+An image appears under its final name only after its build and its ``apptainer test`` passed.
+Each build works in a folder of its own holding an owner lock (:data:`OWNER_LOCK`) while it runs,
+removed on success, failure, Ctrl-C or SIGTERM; what a SIGKILL leaves has no live owner and is
+swept by the next build (:func:`leftovers`).
 """
 
 from __future__ import annotations

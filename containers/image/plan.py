@@ -1,11 +1,8 @@
 """Build planning: pure functions from targets and host facts to an ordered :class:`BuildPlan`.
 
-The plan is data: every command as an argv list, every staged file with its content, the inputs
-hash of each image. ``invoke build --dry-run`` prints it; a real build prints the same plan and then
-executes it (:mod:`containers.image.builder`), so what is shown is exactly what runs.
-
-Each step carries its image's inputs hash (:mod:`containers.image.identity`): an image whose
-recorded hash matches is up to date and is not rebuilt.
+The plan is data (argv lists, staged files, each image's inputs hash): ``invoke build --dry-run``
+prints it and a build executes exactly it (:mod:`containers.image.builder`). An image whose
+recorded inputs hash matches is up to date and is not rebuilt.
 """
 
 from __future__ import annotations
