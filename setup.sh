@@ -72,9 +72,12 @@ case "${1:-env}" in
             apt-get update -qq
             apt-get install -y -qq chromium >/dev/null
         fi
-        # Two workers keep both cores of a 2-core machine busy while one waits on Slurm or
-        # emulation; what shares one thing of the machine runs in one (tests/conftest.py).
-        exec python -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@"
+        # TEST_WORKERS=N: N workers (pytest-xdist); what shares one thing of the machine runs
+        # in one (tests/conftest.py). One process by default (docs/tests.md says why).
+        if [[ -n "${TEST_WORKERS:-}" ]]; then
+            exec python -m pytest -n "$TEST_WORKERS" --dist loadgroup "$@"
+        fi
+        exec python -m pytest "$@"
         ;;
     env) say "ready: . .venv/bin/activate; invoke --list" ;;
     *) echo "usage: $0 smoke|test|env" >&2; exit 2 ;;

@@ -95,7 +95,7 @@ def test_scaling_report(cpu_image, train_project) -> None:
     lines: list[str] = []
     options = TrainOptions(example="ddp", gpus=1, model_size="tiny", epochs=2, samples=1024,
                            batch_size=64, timeout=600)
-    results = app.train(train_project, target="cpu", options=options, scaling="1,2",
+    results = app.train(train_project, target="cpu", options=options, scaling=[1, 2],
                         say=lines.append)
     assert [r.plan.ranks for r in results] == [1, 2]
     (folder,) = (train_project.settings.results_dir / "train-ddp").glob("cpu-*-scaling")
