@@ -298,7 +298,7 @@ class RootKey:
     parts: Mapping[str, object]
     base_record: Path | None = None
 
-    def resolve(self) -> str | None:
+    def digest(self) -> str | None:
         """The key, or None when the base's record gives no sha256 (then the build is full)."""
         from containers.image import provenance  # the record model: not for invoke targets
 

@@ -181,7 +181,7 @@ def held(step: BuildStep, say: Say) -> Iterator[Kept | None]:
     with what a killed build left removed; None where the build keeps none: no key (the base
     is not built or not named by content), no package cache, or not run as root (the root's
     owners, /etc/shadow's group among them, would be lost unpacking it as another user)."""
-    key = step.kept_root.resolve() if step.kept_root and step.package_cache else None
+    key = step.kept_root.digest() if step.kept_root and step.package_cache else None
     if key is None or os.geteuid() != 0:
         yield None
         return

@@ -214,11 +214,11 @@ def test_kept_roots_are_keyed_by_the_base_image_content(
     assert cpu.kept_root is not None
     assert f"kept root file systems ({tmp_path / 'packages' / 'roots'})" in cpu.cache_use
     assert cpu.kept_root.base_record == data_settings.images_dir / "debian-base.sif.json"
-    assert cpu.kept_root.resolve() is None  # the base is not built: no key
+    assert cpu.kept_root.digest() is None  # the base is not built: no key
     record = cpu.kept_root.base_record
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text('{"sha256": "' + "a" * 64 + '"}')
-    key = cpu.kept_root.resolve()
+    key = cpu.kept_root.digest()
     assert key and len(key) == 32
     assert "env" not in cpu.kept_root.parts and "base" not in cpu.kept_root.parts
     assert cpu.kept_root.parts["host_paths"] == list(host.host_paths)
@@ -227,13 +227,13 @@ def test_kept_roots_are_keyed_by_the_base_image_content(
     spec.write_text(spec.read_text() + "      - six\n")
     cpu2 = plan_build(load_targets(changed), "cpu", settings=data_settings,
                       host=host).steps[-1]
-    assert cpu2.inputs_hash != cpu.inputs_hash and cpu2.kept_root.resolve() == key
+    assert cpu2.inputs_hash != cpu.inputs_hash and cpu2.kept_root.digest() == key
     record.write_text('{"sha256": "' + "b" * 64 + '"}')
-    assert cpu.kept_root.resolve() not in (None, key)
+    assert cpu.kept_root.digest() not in (None, key)
     other = replace(cpu.kept_root, parts={**cpu.kept_root.parts, "definition": "x"})
-    assert other.resolve() != cpu.kept_root.resolve()
+    assert other.digest() != cpu.kept_root.digest()
     record.write_text("{not json")
-    assert cpu.kept_root.resolve() is None  # unreadable record: a full build, not a crash
+    assert cpu.kept_root.digest() is None  # unreadable record: a full build, not a crash
 
 
 #: A definition's final stage as a rebuild from a kept root replays it (cpu.def's).
