@@ -291,7 +291,7 @@ def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int
 class RootKey:
     """What names a kept root file system (:mod:`containers.image.rebuild`): every input of the
     build but its env spec, and its base by content. The base may not be built when the plan is
-    made, so its sha256 is read from its build record when the build starts (:meth:`resolve`).
+    made, so its sha256 is read from its build record when the build starts (:meth:`digest`).
     A root is then only ever reused by a build of the same definition, arguments, scripts and
     host folders on the very same base image."""
 
