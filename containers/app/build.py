@@ -53,7 +53,7 @@ def cache_line(step: BuildStep, *, no_cache: bool) -> str:
     """The plan's line on the package cache of one build: used (how, where, its size when
     planned) or why not."""
     if step.package_cache is not None:
-        return f"  cache  {step.cache_use}; {step.package_cache.describe()}"
+        return f"  cache  {step.cache_use}"
     if no_cache:
         return "  cache  not used (--no-cache): every package is fetched afresh"
     return "  cache  not used: this build fetches nothing the package cache keeps"

@@ -8,6 +8,7 @@ extra CA certificates from ``/usr/local/share/ca-certificates``.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -73,6 +74,17 @@ class PipConfig:
         lines = [f"{k} = {v}" for k, v in settings if v]
         lines += [f"{k} = {v}" for k, v in sorted(self.extras.items())]
         return "\n".join(["[global]", *lines]) + "\n"
+
+    def uv_toml(self) -> str:
+        """The same package sources for uv, which reads no ``pip.conf``. pip weighs every index
+        alike, uv by default only the first that has the package: ``unsafe-best-match`` is pip's
+        way. The certificate, timeout and proxy reach uv from ``pip.conf`` (the install script)."""
+        settings = {"index-url": self.index_url, "extra-index-url": list(self.extra_index_urls),
+                    "find-links": list(self.find_links),
+                    "allow-insecure-host": list(self.trusted_hosts), "no-index": self.no_index,
+                    "index-strategy": "unsafe-best-match"}
+        return "".join(f"{key} = {json.dumps(value)}\n"  # JSON's strings and lists are TOML's
+                       for key, value in settings.items() if value)
 
 
 _PASSED_ON = ("timeout", "default-timeout", "retries", "proxy")

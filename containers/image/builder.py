@@ -27,7 +27,7 @@ from containers.host.runtime import Runtime
 from containers.errors import CommandFailed, on_disk, plain
 from containers.image import provenance, rebuild
 from containers.image.arch import image_arch, image_compression, image_python, squashfs_offset
-from containers.image.cache import PackageCache, in_use, usage
+from containers.image.cache import in_use
 from containers.image.emulated import emulated_binds
 from containers.image.plan import STAGED_DEFINITION, BuildPlan, BuildStep
 from containers.inputs.settings import Settings
@@ -35,7 +35,7 @@ from containers import records
 from containers.records import BuildRecord
 from containers.locking import acquire, file_lock, folder_lock, held, holder, release
 from containers.progress import phase_line
-from containers.report import Say, human_bytes
+from containers.report import Say
 
 #: A last test of a built image before it is kept: (step, runtime, its record, say) -> files to
 #: write beside the image, by suffix ({".cdx.json": sbom}); raises CommandFailed to refuse it.
@@ -317,10 +317,8 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
     say(f"==> building {step.target.name} ({step.short_hash}) in {step.workdir}")
     cache = step.package_cache
     with in_use(cache), rebuild.held(step, say) as kept:
-        if cache is not None:  # measured now: a base built before this step has added to it
-            before = usage(cache.root)
-            cache = replace(cache, bytes=before[0], files=before[1])
-            say(f"==> package cache: {step.cache_use}; {cache.describe()}")
+        if cache is not None:  # its size: invoke cache (a walk of ~1M files costs seconds)
+            say(f"==> package cache: {step.cache_use}")
         with phase_line(f"{step.target.name}: build") as show:
             made_from = rebuild.made_with(kept, step, runtime, env,
                                           _stream(step, "post", say, show))
@@ -332,7 +330,8 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
         record["made_from"] = made_from or "full"
         if kept is not None:
             kept.keep(step, runtime, record["sha256"])
-        record["package_cache"] = None if cache is None else _cache_after(step, cache, say)
+        record["package_cache"] = None if cache is None else {"use": step.cache_use,
+                                                              "folder": str(cache.root)}
     record["build_seconds"] = round(time.time() - started, 1)
     _install(step, record, extra)
     say(f"==> {step.target.name}: {step.image} ({record['size_bytes'] / 1e6:.0f} MB, "
@@ -378,15 +377,6 @@ def _tested(step: BuildStep, *, runtime: Runtime, env: dict[str, str], say: Say,
     if test is not None:
         test.wait().check(what)
     return record, extra
-
-
-def _cache_after(step: BuildStep, cache: PackageCache, say: Say) -> dict:
-    """How this build used the package cache (its record's ``package_cache``), said too."""
-    after = usage(cache.root)
-    say(f"==> package cache now {human_bytes(after[0])} in {after[1]} files "
-        f"({human_bytes(max(after[0] - cache.bytes, 0))} added by this build)")
-    return {"use": step.cache_use, "folder": str(cache.root), "bytes_before": cache.bytes,
-            "bytes_after": after[0], "files_after": after[1]}
 
 
 def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:

@@ -62,15 +62,10 @@ def package_cache_dir(cache_dir: Path | None, environ: Mapping[str, str] = os.en
 
 @dataclass(frozen=True)
 class PackageCache:
-    """The package cache as a build plan sees it: where it is, and how big once counted.
-
-    ``bytes`` and ``files`` are None until counted: walking the cache (~20k files, seconds on a
-    big one) is paid only where a size is shown or recorded (:meth:`describe`, a build step),
-    never by a build with nothing to do."""
+    """The package cache as a build plan sees it. A build never counts it (a walk of its files
+    costs seconds on a big one): ``invoke cache`` shows its parts and sizes."""
 
     root: Path
-    bytes: int | None = None
-    files: int | None = None
     #: The group that shares the cache (``containers.cache_group``); None: this user's alone.
     gid: int | None = None
 
@@ -87,18 +82,10 @@ class PackageCache:
         """The root file systems full builds kept (:mod:`containers.image.rebuild`)."""
         return self.root / "roots"
 
-    def describe(self) -> str:
-        from containers.report import human_bytes  # report imports rich: only when shown
-        size, files = usage(self.root) if self.bytes is None else (self.bytes, self.files)
-        if not files:
-            return f"{self.root} (empty: this build fills it)"
-        return f"{self.root} ({human_bytes(size)} in {files} files)"
-
 
 def usage(folder: Path) -> tuple[int, int]:
     """(bytes, files) of the regular files under ``folder`` (symlinks not followed); (0, 0)
     when it does not exist. Files that vanish while we count (a concurrent pip) are skipped.
-    Every build counts the cache before and after (a kept root is ~30k files):
     ``os.scandir`` reads the file types with the names, so only files cost a stat."""
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
@@ -149,7 +136,7 @@ def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "",
         raise ConfigError(f"the package cache {str(root)!r} holds {bad!r}, which apptainer "
                           f"--bind cannot carry; choose another folder (or build with "
                           f"--no-cache)", path="invoke.yaml", key="containers.cache_dir")
-    return PackageCache(root=root, gid=gid)  # counted where shown: nothing to build, no walk
+    return PackageCache(root=root, gid=gid)
 
 
 def cache_gid(group: str) -> int | None:

@@ -254,7 +254,8 @@ def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, s
     context = common["workdir"] / "context"
     binds = list(host.host_paths)
     cert = "pip-cert.pem" if host.pip.cert else None
-    staged = {"pip.conf": host.pip.pip_conf(cert_path=f"{CONTEXT_MOUNT}/{cert}" if cert else None)}
+    staged = {"pip.conf": host.pip.pip_conf(cert_path=f"{CONTEXT_MOUNT}/{cert}" if cert else None),
+              "uv.toml": host.pip.uv_toml()}
     if env is not None:
         staged["requirements.txt"] = env.requirements_txt()
     copied = {f"ca-certificates/{c.name}": c for c in host.ca_certificates}

@@ -36,16 +36,47 @@ export DS_BUILD_OPS="${DS_BUILD_OPS:-0}"
 export PYTHONHASHSEED=0
 cd /  # pip names files under the working folder relative to it; below, every path is absolute
 
-if [ "$target" = system ]; then
-    # The image's own torch stays (NGC builds it from source): pip resolves against what is
-    # installed, so only pip's own cache (where the index allows caching) is shared here.
-    python=python3
-    "$python" -m pip freeze | grep -i -E '^(torch|torchvision|torchaudio|triton)==' \
-        > "$ctx/constraints.txt" || true
-    export PIP_CONSTRAINT="$ctx/constraints.txt"
-    freeze=/opt/pip-freeze.txt
-    "$python" -m pip install --progress-bar off -r "$ctx/requirements.txt"
-else
+# uv, a pinned release taken from the site's index as pip sees it, resolves in about a second
+# from its cache and installs without pip's per-file Python work; pip serves where uv cannot.
+UV_VERSION=0.13.9
+find_uv() {
+    if grep -q -E -e '--(require-)?hash' "$ctx/requirements.txt"; then
+        echo "installer: pip (the env spec pins hashes, which pip checks as written)" >&2
+        return 1
+    fi
+    home=${cache:+$cache/uv-bin/$UV_VERSION-$(uname -m)}
+    home=${home:-$ctx/uv-bin}
+    if [ ! -x "$home/bin/uv" ]; then
+        if ! "$python" -m pip install -q --progress-bar off --no-compile --target "$home.$$" \
+                "uv==$UV_VERSION" >&2; then
+            rm -rf "$home.$$"
+            echo "installer: pip (uv $UV_VERSION is not on this site's package index)" >&2
+            return 1
+        fi
+        mv -T "$home.$$" "$home" 2>/dev/null || rm -rf "$home.$$"  # another build's came first
+    fi
+    echo "installer: uv $UV_VERSION" >&2
+    echo "$home/bin/uv"
+}
+
+# uv reads no pip.conf: the tool staged uv.toml with the same sources; the certificate, timeout
+# and proxy come from pip.conf. The resolution is fresh (compile), then the venv holds exactly
+# it (sync): a rebuild resolves as a clean build would, whatever the venv held before.
+install_with_uv() {
+    conf() { sed -n "s/^$1 = //p" "$ctx/pip.conf"; }
+    export UV_CONFIG_FILE="$ctx/uv.toml" UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
+        UV_NO_PROGRESS=1 UV_CACHE_DIR="${cache:+$cache/uv}"
+    UV_CACHE_DIR=${UV_CACHE_DIR:-$ctx/uv-cache}
+    [ -z "$(conf cert)" ] || export SSL_CERT_FILE="$(conf cert)"
+    [ -z "$(conf timeout)$(conf default-timeout)" ] ||
+        export UV_HTTP_TIMEOUT="$(conf timeout)$(conf default-timeout)"
+    [ -z "$(conf proxy)" ] || export HTTPS_PROXY="$(conf proxy)" HTTP_PROXY="$(conf proxy)"
+    "$uv" pip compile --quiet --python "$python" --no-header -o "$ctx/pins.txt" \
+        "$ctx/requirements.txt"
+    "$uv" pip sync --python "$python" "$ctx/pins.txt"
+}
+
+install_with_pip() {
     # Download first, then install from exactly the files this resolution chose (--no-index).
     # The download folder is the cache's when there is one: pip checks a file already there
     # against the index's hash and fetches it again when it differs, and fetches only what is
@@ -59,12 +90,6 @@ else
     if [ -n "$cache" ] && command -v flock >/dev/null; then
         lock="flock $downloads/.lock"
     fi
-    # A rebuild from a kept root (containers/image/rebuild.py) runs this again over the venv
-    # it made: pip then changes only what this resolution changes (it writes every file it
-    # installs to a new inode, so the kept root's hard-linked files stay as they were).
-    [ -x "$target/bin/python" ] || python3 -m venv "$target"
-    python="$target/bin/python"
-    freeze="$target/pip-freeze.txt"
     { $lock "$python" -m pip download --progress-bar off -d "$downloads" \
           -r "$ctx/requirements.txt"
       echo $? > "$ctx/download.status"; } 2>&1 | tee "$ctx/download.log"
@@ -105,6 +130,29 @@ PY
     extra=$("$python" -m pip freeze --all | "$python" "$ctx/resolution.py" extra "$ctx/pins.txt")
     [ -z "$extra" ] || "$python" -m pip uninstall -y $extra
     "$python" -m pip freeze --all | "$python" "$ctx/resolution.py" check "$ctx/pins.txt"
+}
+
+if [ "$target" = system ]; then
+    # The image's own torch stays (NGC builds it from source): pip resolves against what is
+    # installed, so only pip's own cache (where the index allows caching) is shared here.
+    python=python3
+    "$python" -m pip freeze | grep -i -E '^(torch|torchvision|torchaudio|triton)==' \
+        > "$ctx/constraints.txt" || true
+    export PIP_CONSTRAINT="$ctx/constraints.txt"
+    freeze=/opt/pip-freeze.txt
+    "$python" -m pip install --progress-bar off -r "$ctx/requirements.txt"
+else
+    # A rebuild from a kept root (containers/image/rebuild.py) runs this again over the venv
+    # it made: the installer then changes only what this resolution changes (it writes every
+    # file it installs to a new inode, so the kept root's hard-linked files stay as they were).
+    [ -x "$target/bin/python" ] || python3 -m venv "$target"
+    python="$target/bin/python"
+    freeze="$target/pip-freeze.txt"
+    if uv=$(find_uv); then
+        install_with_uv
+    else
+        install_with_pip
+    fi
 fi
 # A new file, not the old one rewritten: in a rebuild the venv's files are hard links to the
 # kept root's, which nothing here may change in place.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,21 @@ def test_pip_config_precedence_and_local_paths(tmp_path: Path) -> None:
         "[global]", "index-url = https://proxy.example/pypi/simple",
         f"extra-index-url = file://{index} https://mirror.example/simple",
         f"find-links = {wheels}", "cert = /ctx/cert.pem", "default-timeout = 180"]
+
+
+def test_uv_gets_the_same_sources_as_pip() -> None:
+    """uv reads no pip.conf: uv.toml names the same indexes, links and trusted hosts, weighed
+    as pip weighs them (every index alike), and parses as TOML whatever a path holds."""
+    config = parse_pip_config_list(
+        "global.index-url='https://proxy.example/pypi/simple'\n"
+        "global.extra-index-url='file:///srv/a\"b/simple https://mirror.example/simple'\n"
+        "global.find-links='/srv/wheels'\n"
+        "global.trusted-host='proxy.example:8443'\n"
+        "global.no-index='true'\n")
+    assert tomllib.loads(config.uv_toml()) == {
+        "index-url": "https://proxy.example/pypi/simple",
+        "extra-index-url": ['file:///srv/a"b/simple', "https://mirror.example/simple"],
+        "find-links": ["/srv/wheels"], "allow-insecure-host": ["proxy.example:8443"],
+        "no-index": True, "index-strategy": "unsafe-best-match"}
+    assert tomllib.loads(parse_pip_config_list("").uv_toml()) == {
+        "index-strategy": "unsafe-best-match"}

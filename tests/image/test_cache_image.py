@@ -1,6 +1,6 @@
-"""The package cache with the real Apptainer: a cached download that went bad is checked against
-the index's hash, refused and fetched again, and the image is what it would have been; a rebuild
-from a kept root file system holds exactly what a clean build holds.
+"""The package cache with the real Apptainer: on a site whose index has no uv, pip installs and a
+cached download that went bad is refused by the index's hash and fetched again; uv installs
+elsewhere, and a rebuild from a kept root file system holds exactly what a clean build holds.
 
 The ``cpu`` recipe with a one-package env spec (no torch: seconds, not minutes) on the session's
 debian-base, linked into a folder of the test's own, with a cache of the test's own.
@@ -8,6 +8,7 @@ debian-base, linked into a folder of the test's own, with a cache of the test's 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import shutil
@@ -40,9 +41,28 @@ def tiny_cpu_project(root: Path, packages: list[str]) -> Path:
     return root
 
 
-def test_a_corrupt_cached_download_is_fetched_again(tmp_path: Path, factory_project,
-                                                    debian_base_image: Path,
-                                                    real_runtime) -> None:
+def site_index_without_uv(folder: Path) -> str:
+    """A site's own package index (PEP 503, sha256 in each link) holding ``idna`` alone: no
+    uv there, so the install script falls back to pip."""
+    wheels = folder / "files"
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d",
+                    str(wheels), "idna"], check=True, timeout=300)
+    (wheel,) = wheels.glob("idna-*.whl")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (folder / "simple" / "idna").mkdir(parents=True)
+    (folder / "simple" / "idna" / "index.html").write_text(
+        f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>\n')
+    return (folder / "simple").as_uri()
+
+
+def test_pip_serves_a_site_without_uv_and_refetches_a_corrupt_download(
+        tmp_path: Path, factory_project, debian_base_image: Path, real_runtime,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The site's index, as the build host's pip config names it, has no uv: pip installs,
+    and its cached download that went bad is refused by the index's hash and fetched again."""
+    monkeypatch.setenv("PIP_INDEX_URL", site_index_without_uv(tmp_path / "site"))
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
     root = tiny_cpu_project(factory_project(), ["idna"])
     images = tmp_path / "images"
     images.mkdir()
@@ -53,6 +73,7 @@ def test_a_corrupt_cached_download_is_fetched_again(tmp_path: Path, factory_proj
                                       "tmp_dir": str(tmp_path / "work")})
     first: list[str] = []
     app.build(project, target="cpu", say=first.append)
+    assert "installer: pip (uv 0.13.9 is not on this site's package index)" in "\n".join(first)
     downloads = tmp_path / "cache" / "packages" / "pip" / "downloads"
     (wheel,) = downloads.glob("idna-*.whl")
     good = wheel.read_bytes()
@@ -119,13 +140,14 @@ def test_a_full_build_keeps_its_root(rebuilt: dict) -> None:
 
 
 def test_a_rebuild_is_made_from_the_kept_root_and_equals_a_clean_build(rebuilt: dict) -> None:
-    """The env spec gains a package: the image is rebuilt from the kept root (pip installs
+    """The env spec gains a package: the image is rebuilt from the kept root (uv installs
     only ``six``), its record names the image it came from, and it holds exactly what a clean
     build of the same inputs holds: every entry of the root file system, ``pip freeze``,
     labels but dates, the definition but its work folder."""
     again, clean = rebuilt["rebuilt"], rebuilt["clean"]
     assert again["record"]["made_from"] == rebuilt["full"]["record"]["sha256"], again["log"][-3000:]
-    assert "Installing collected packages: six\n" in again["log"] + "\n"
+    assert "installer: uv 0.13.9" in rebuilt["full"]["log"], rebuilt["full"]["log"][-3000:]
+    assert "Installed 1 package" in again["log"] and " + six==" in again["log"], again["log"]
     assert clean["record"]["made_from"] == "full"
     assert any(line.startswith("six==") for line in again["content"]["pip_freeze"])
     assert len(clean["content"]["files"]) > 1000

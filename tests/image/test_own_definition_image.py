@@ -222,7 +222,7 @@ def test_a_users_bind_reaches_a_cotainr_build_step(tmp_path, monkeypatch, data_r
     channel = tmp_path / "channel"
     channel.mkdir()
     (channel / "note").write_text("a local conda channel\n")
-    cache = PackageCache(root=tmp_path / "packages", bytes=0, files=0)
+    cache = PackageCache(root=tmp_path / "packages")
     host = data_host(real_runtime, package_cache=cache,
                      environ={"SINGULARITY_BIND": f"{channel}:/mnt"})
     step = plan_build(load_targets(data_root), "lumi-rocm", settings=data_settings,
