@@ -13,12 +13,19 @@ ctx=$(cd "$(dirname "$0")" && pwd)
 target=${1:?usage: install-python-packages.sh VENV_DIR|system}
 labels=${APPTAINER_LABELS:-${SINGULARITY_LABELS:-/dev/null}}
 
-if ls "$ctx"/ca-certificates/*.crt >/dev/null 2>&1 && command -v update-ca-certificates >/dev/null; then
-    mkdir -p /usr/local/share/ca-certificates/build-host
-    cp "$ctx"/ca-certificates/*.crt /usr/local/share/ca-certificates/build-host/
-    update-ca-certificates >/dev/null
-fi
 export PIP_CONFIG_FILE="$ctx/pip.conf" PIP_DISABLE_PIP_VERSION_CHECK=1
+conf() { sed -n "s/^$1 = //p" "$ctx/pip.conf"; }
+# The build host's extra CA certificates (a TLS-intercepting proxy's) reach the installers in a
+# bundle of the build context beside the image's own roots: the image's trust store is never
+# touched (a shared image does not carry the build host's trust anchors; and no
+# update-ca-certificates, a minute each way under emulation).
+cert=$(conf cert)
+if [ -z "$cert" ] && ls "$ctx"/ca-certificates/*.crt >/dev/null 2>&1; then
+    cert="$ctx/ca-bundle.pem"
+    cat /etc/ssl/certs/ca-certificates.crt "$ctx"/ca-certificates/*.crt > "$cert" 2>/dev/null ||
+        cat "$ctx"/ca-certificates/*.crt > "$cert"
+    export PIP_CERT="$cert"
+fi
 # The build host's shared package cache, when the tool bound one: it stages this file only then
 # (invoke build --no-cache does not). The definition, the inputs hash and what is installed are
 # the same either way: only where downloaded files are kept differs.
@@ -59,15 +66,16 @@ find_uv() {
     echo "$home/bin/uv"
 }
 
-# uv reads no pip.conf: the tool staged uv.toml with the same sources; the certificate, timeout
-# and proxy come from pip.conf. The resolution is fresh (compile), then the venv holds exactly
+# uv reads no pip.conf: the tool staged uv.toml with the same sources; timeout and proxy come
+# from pip.conf. The resolution is fresh (compile), then the venv holds exactly
 # it (sync): a rebuild resolves as a clean build would, whatever the venv held before.
 install_with_uv() {
-    conf() { sed -n "s/^$1 = //p" "$ctx/pip.conf"; }
     export UV_CONFIG_FILE="$ctx/uv.toml" UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
         UV_NO_PROGRESS=1 UV_CACHE_DIR="${cache:+$cache/uv}"
     UV_CACHE_DIR=${UV_CACHE_DIR:-$ctx/uv-cache}
-    [ -z "$(conf cert)" ] || export SSL_CERT_FILE="$(conf cert)"
+    # uv trusts its own roots unless told: pip's certificates, else the image's
+    [ ! -f "${cert:-/etc/ssl/certs/ca-certificates.crt}" ] ||
+        export SSL_CERT_FILE="${cert:-/etc/ssl/certs/ca-certificates.crt}"
     [ -z "$(conf timeout)$(conf default-timeout)" ] ||
         export UV_HTTP_TIMEOUT="$(conf timeout)$(conf default-timeout)"
     [ -z "$(conf proxy)" ] || export HTTPS_PROXY="$(conf proxy)" HTTP_PROXY="$(conf proxy)"
@@ -160,11 +168,6 @@ fi
 mv -f "$freeze.new" "$freeze"
 echo "containers.pip-freeze $(tr '\n' ' ' < "$freeze")" >> "$labels"
 
-# The build host's trust anchors do not belong in a shared image.
-if [ -d /usr/local/share/ca-certificates/build-host ]; then
-    rm -rf /usr/local/share/ca-certificates/build-host
-    update-ca-certificates --fresh >/dev/null
-fi
 if [ "$target" != system ]; then
     find "$target" -name __pycache__ -prune -exec rm -rf {} +
 fi

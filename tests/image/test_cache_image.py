@@ -117,17 +117,41 @@ def rebuilt(tmp_path_factory: pytest.TempPathFactory, debian_base_image: Path,
               "tmp_dir": str(tmp / "work")}
     bench = load_benchmark()
     found: dict = {"roots": tmp / "cache" / "packages" / "roots"}
-    for name, packages, options in (("full", ["idna"], {}), ("rebuilt", ["idna", "six"], {}),
-                                    ("clean", ["idna", "six"], {"force": True,
-                                                                "no_cache": True})):
-        cpu_pip_list(root, packages)
-        log: list[str] = []
-        app.build(app.Project.load(root, config), target="cpu", say=log.append, **options)
-        found[name] = {"log": "\n".join(log),
-                       "record": json.loads((images / "cpu.sif.json").read_text()),
-                       "content": bench.content(images / "cpu.sif", real_runtime)}
+    with pytest.MonkeyPatch.context() as patch:
+        # no certificate in pip's config: the host's extra CA certificates (on this machine the
+        # TLS-intercepting egress proxy's, without which uv cannot reach the index) are all
+        # the installers get
+        patch.setenv("PIP_CERT", "")
+        for name, packages, options in (("full", ["idna"], {}),
+                                        ("rebuilt", ["idna", "six"], {}),
+                                        ("clean", ["idna", "six"], {"force": True,
+                                                                    "no_cache": True})):
+            found[name] = _built(root, config, packages, options, bench, real_runtime)
     found["compared"] = bench.compared
     return found
+
+
+def _built(root: Path, config: dict, packages: list[str], options: dict, bench,
+           runtime) -> dict:
+    cpu_pip_list(root, packages)
+    images = Path(config["images_dir"])
+    log: list[str] = []
+    app.build(app.Project.load(root, config), target="cpu", say=log.append, **options)
+    return {"log": "\n".join(log), "record": json.loads((images / "cpu.sif.json").read_text()),
+            "content": bench.content(images / "cpu.sif", runtime),
+            "trusts": subprocess.run(runtime.exec_argv(image=images / "cpu.sif", command=[
+                "cat", "/etc/ssl/certs/ca-certificates.crt"]), capture_output=True, text=True,
+                timeout=120, check=True).stdout}
+
+
+def test_the_build_hosts_certificates_stay_out_of_the_image(rebuilt: dict) -> None:
+    """They reached the installers (the builds passed through the proxy), not the image."""
+    extra = sorted(Path("/usr/local/share/ca-certificates").rglob("*.crt"))
+    bodies = ["".join(crt.read_text().split("-----")[2].split()) for crt in extra]
+    for name in ("full", "rebuilt", "clean"):
+        trusted = "".join(rebuilt[name]["trusts"].split())
+        assert "BEGIN CERTIFICATE" in rebuilt[name]["trusts"]
+        assert not [body for body in bodies if body in trusted], name
 
 
 def test_a_full_build_keeps_its_root(rebuilt: dict) -> None:
