@@ -79,8 +79,9 @@ install_with_uv() {
     [ -z "$(conf timeout)$(conf default-timeout)" ] ||
         export UV_HTTP_TIMEOUT="$(conf timeout)$(conf default-timeout)"
     [ -z "$(conf proxy)" ] || export HTTPS_PROXY="$(conf proxy)" HTTP_PROXY="$(conf proxy)"
-    "$uv" pip compile --quiet --python "$python" --no-header -o "$ctx/pins.txt" \
-        "$ctx/requirements.txt"
+    # the env spec's own --extra-index-url and build options kept for sync to find the files
+    "$uv" pip compile --quiet --python "$python" --no-header --emit-index-url \
+        --emit-find-links --emit-build-options -o "$ctx/pins.txt" "$ctx/requirements.txt"
     "$uv" pip sync --python "$python" "$ctx/pins.txt"
 }
 
