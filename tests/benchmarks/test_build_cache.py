@@ -56,3 +56,21 @@ def test_benchmark_rebuilds_with_the_cache_and_the_same_content(
     assert out.with_suffix(".png").stat().st_size > 0
     # every repetition's folder (images, cache, work) is gone
     assert not list(tmp_path.glob("bench-build-cache-*"))
+
+
+@pytest.mark.cuda_images
+def test_benchmark_of_a_cuda_image(tmp_path: Path, debian_base_image: Path) -> None:
+    """The long tier: mahti-cuda-pip (torch's 3 GB CUDA build from the index), the project's
+    own env spec; its rebuild is made from the kept root, its floor measured beside it."""
+    out = tmp_path / "bench" / "build_cache.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "build_cache.py"), "--target",
+         "mahti-cuda-pip", "--bases", str(debian_base_image.parent), "--package", "six",
+         "--repeat", "1", "--skip-no-cache", "--tmp", str(tmp_path), "--out", str(out),
+         "--settle-s", "0"],
+        capture_output=True, text=True, timeout=3600, env=clean_env(), cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = json.loads(out.read_text())["runs"][0]
+    assert len(run["warm_made_from"]) == 64 and run["seconds"]["floor"] > 0
+    assert any(line.startswith("torch==2.14.1") for line in run["pip_freeze"])
+    assert any(line.startswith("six==") for line in run["pip_freeze"])
