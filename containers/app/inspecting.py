@@ -187,6 +187,8 @@ def examine_built(project: Project):
     from containers.errors import CommandFailed
     from containers.image import sbom
 
+    sbom.preload()
+
     def examine(step, runtime, record: dict, say: Say) -> dict:
         say(f"==> examining {step.target.name}: SBOM and site fit (one probe of the image)")
         built = BuildRecord.of(record, source=step.image)  # the record being written
