@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 #: Each name the package exports -> its module under ``containers.app``.
 HOMES = {"Project": "project", "config_sources": "project", "build": "build",
-         "package_cache": "caching", "check_inputs": "inputs", "targets_report": "inputs",
-         "list_targets": "inputs",
+         "package_cache": "caching", "check_inputs": "inputs", "list_targets": "inputs",
          "job": "jobs", "JobSubmission": "jobs", "judge_results": "judging",
          "prove": "workloads", "smoke_history": "workloads", "train": "workloads",
          "publish": "publishing", "verify": "publishing", "inspect": "inspecting",
@@ -28,7 +27,7 @@ if TYPE_CHECKING:  # the names as readers and type checkers see them; at run tim
     from containers.app.build import build
     from containers.app.caching import package_cache
     from containers.app.following import jobs_report
-    from containers.app.inputs import check_inputs, list_targets, targets_report
+    from containers.app.inputs import check_inputs, list_targets
     from containers.app.inspecting import diff, inspect
     from containers.app.jobs import JobSubmission, job
     from containers.app.judging import judge_results

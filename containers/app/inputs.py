@@ -241,11 +241,6 @@ def target_listing(project: Project) -> Listing:
                    depends=[*_read_from(project), *runtime] if keep else [])
 
 
-def targets_report(project: Project, *, as_json: bool = False, say: Say = _print) -> None:
-    """The targets table (and what killed builds left behind), or its rows as JSON, read afresh."""
-    show(target_listing(project), as_json=as_json, say=say)
-
-
 def _problem(error: ContainersError) -> dict[str, Any]:
     """An error or warning as JSON: where (file, line, key: null when not known) and what."""
     if isinstance(error, ConfigError):

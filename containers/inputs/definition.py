@@ -142,24 +142,13 @@ class Stage:
     def section(self, name: str, app: str | None = None) -> Section | None:
         """``%name`` as Apptainer reads it (``parseTokenSection``): every ``%name`` of this stage
         (of app ``app`` for a SCIF section) appended in file order, with the last arguments
-        given; line and header of the first. None when the stage has none. ``%files`` groups by
-        arguments instead: :meth:`files_groups`."""
+        given; line and header of the first. None when the stage has none."""
         found = [s for s in self.sections
                  if s.name == name and (app is None or s.app == app)]
         if len(found) < 2:
             return found[0] if found else None
         args = next((s.args for s in reversed(found) if s.args.strip()), found[0].args)
         return replace(found[0], args=args, body="".join(s.body for s in found))
-
-    def files_groups(self) -> list[tuple[str, list[Section]]]:
-        """The ``%files`` sections grouped as Apptainer merges them: those with the same
-        arguments (``%files``, ``%files from build``) form one list of copies, in order of
-        first appearance."""
-        groups: dict[str, list[Section]] = {}
-        for section in self.sections:
-            if section.name == "files":
-                groups.setdefault(section.args.strip(), []).append(section)
-        return list(groups.items())
 
     @property
     def arg_lines(self) -> dict[str, int]:
