@@ -167,11 +167,9 @@ def os_failure(exc: OSError) -> str:
 
 @contextmanager
 def on_disk(doing: str, path: Path | str | None = None) -> Iterator[None]:
-    """Turn an OSError of a write or a folder made on the user's disk (a read-only or full file
-    system, a folder without write permission) into one :class:`StateError` line saying what
-    the tool was doing (``cannot create the results folder /r: Read-only file system (/r)``).
-    Wrap only the file operations themselves, never a subprocess or a check that expects an
-    OSError of its own."""
+    """An OSError of a write on the user's disk as one :class:`StateError` line saying what the
+    tool was doing (``cannot create the results folder /r: Read-only file system (/r)``); wrap
+    only file operations, never a subprocess or a check expecting an OSError of its own."""
     try:
         yield
     except OSError as exc:
@@ -201,9 +199,8 @@ def readable(text: str) -> str:
 
 
 def describe(exc: ContainersError) -> tuple[str, int]:
-    """The line a user sees for ``exc`` and the exit code: the single place errors print, cut
-    to a readable length (:func:`readable`). :class:`Problems` gives one ``error:`` line per
-    problem and then the count."""
+    """The line a user sees for ``exc`` (cut to a readable length) and the exit code: the
+    single place errors print."""
     if isinstance(exc, Problems):
         # each problem is one line already; a newline inside one is folded
         lines = [*("error: " + str(p).replace("\n", " ") for p in exc.problems),

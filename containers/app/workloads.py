@@ -38,9 +38,8 @@ from containers.unique import claim_folder
 
 def prove(project: Project, *, target: str | None, options: Options, dry_run: bool = False,
           nodes: int = 1, force: bool = False, say: Say = _print) -> verdict.Result | Workload:
-    """One run of ``options``' kind; raises :class:`VerdictFailed` (sanity) or
-    :class:`PerformanceFailed` once its verdict is written. ``force``: run even what this
-    machine cannot fit (:func:`~containers.host.facts.fit_problem`)."""
+    """One run of ``options``' kind; raises :class:`VerdictFailed` or :class:`PerformanceFailed`
+    once its verdict is written. ``force``: run even what this machine cannot fit."""
     (outcome,) = _runs(project, target=target, runs=[(options, run_stamp())], dry_run=dry_run,
                        nodes=nodes, force=force, say=say)
     if isinstance(outcome, verdict.Result):
@@ -71,10 +70,8 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
 def smoke_history(project: Project, *, target: str | None, as_json: bool = False,
                   plot: bool = True, ops: Sequence[str] | None = None,
                   say: Say = _print) -> list[dict]:
-    """The perflog as a table and a PNG (only runs measured at their reference size are
-    plotted), or with ``as_json`` one JSON document on stdout (docs/results.md, JSON shapes);
-    ``ops``: only these collectives' lines (default: every one); ``plot`` False
-    (``invoke --dry``) writes no PNG."""
+    """The perflog as a table and a PNG (``plot`` False: none), or with ``as_json`` one JSON
+    document; ``ops``: only these collectives' lines."""
     records = perflog.read(project.settings.perflog_dir, target=target, ops=ops)
     shown = ", ".join(ops) if ops else None
     if not records and not as_json:  # nothing recorded yet is an answer, not an error
@@ -104,10 +101,9 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
 
 
 def shown_environ(site: Site) -> dict[str, str]:
-    """A dry run's host environment: this one, plus a :func:`deferred` marker for each variable
-    the site's values name that is unset here (``$SLURM_JOB_ID`` outside a job), so the shown
-    command expands it where it is pasted, as the real run expands it where it runs. A ``$$``
-    (a ``$`` for the container) is no host variable and stays literal."""
+    """A dry run's host environment: this one, and a :func:`deferred` marker for each variable
+    the site names that is unset here (``$SLURM_JOB_ID``), so the shown command expands it
+    where it is pasted."""
     environ = dict(os.environ)
     for text in (*site.env.values(), *site.binds, *site.transport.binds,
                  *site.transport.env.values()):
@@ -121,11 +117,9 @@ def shown_environ(site: Site) -> dict[str, str]:
 def say_plan(say: Say, header: str, steps: Sequence[tuple[str, list[str]]], *,
              dry_run: bool, placement: Placement | None, notes: Sequence[str] = (),
              folder: Path | None = None) -> None:
-    """A run as it starts: the header, each step's command, the notes. A dry run prints lines
-    a shell runs as shown: the header and notes as comments, then the lines that set what the
-    commands read from an allocation (:func:`allocation.shown_lines`), the results ``folder``
-    the commands bind made (a dry run makes nothing), then each command, its variables in
-    double quotes (:func:`show_command`), so its output pastes into ``salloc``."""
+    """A run as it starts: the header, each step's command, the notes. A dry run prints what
+    pastes into ``salloc``: prose as comments, the allocation's variables, the results
+    ``folder`` made, then each command, its variables in double quotes."""
     if not dry_run:
         say(header)
         for label, argv in steps:
@@ -147,9 +141,8 @@ def say_plan(say: Say, header: str, steps: Sequence[tuple[str, list[str]]], *,
 
 
 def machine_here(gpu: Gpu) -> Callable[[bool], Machine]:
-    """This machine as :func:`check_fits` reads it, probed once (on first use) for all the
-    runs of a command: ``machine(with_gpu_memory)``; each GPU's memory (nvidia-smi) is asked
-    for once, and only by a run that needs it (one with a largest message size)."""
+    """This machine as :func:`check_fits` reads it, probed on first use for all of a command's
+    runs; GPU memory (nvidia-smi) only when a run asks ``machine(True)``."""
     @functools.cache
     def machine(with_gpu_memory: bool) -> Machine:
         if with_gpu_memory and gpu == Gpu.CUDA:

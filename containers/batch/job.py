@@ -40,13 +40,10 @@ __all__ = ["Job", "JobNeeds", "JobRequest", "JobRun", "job_run", "plan_job"]
 # ------------------------------------------------------------------------------------- the job
 @dataclass(frozen=True)
 class JobNeeds:
-    """What a job is planned from, resolved once (:meth:`Project.job_needs
-    <containers.app.project.Project.job_needs>`): the target, the site, the settings, the
-    architecture of this machine (``host_arch``) and of the site's nodes (``site_arch``, its
-    default target's; None: unknown), this tool's Python environment (``venv``; None: none),
-    and the package folders (:mod:`containers.batch.judgeenv`) a node of another architecture
-    needs: the verdict's for the image's Python (``judge``; None: this checkout judges, or that
-    Python is unknown: then not ``ready``) and the tool's for a build, one per Python (``tool``)."""
+    """What a job is planned from, resolved once (``Project.job_needs``); ``site_arch``: its
+    nodes' (None: unknown); ``judge`` and ``tool``: the package folders a node of another
+    architecture needs (:mod:`containers.batch.judgeenv`; ``judge`` None: this checkout judges,
+    or the image's Python is unknown, then not ``ready``)."""
 
     target: Target
     site: Site
@@ -221,9 +218,8 @@ class JobRun:
 
 def job_run(target: Target, site: Site, *, settings: Settings, request: JobRequest,
             stamp: str = "") -> JobRun:
-    """The workload of a smoke or training job exactly as its script runs it: the plan the job
-    renders and the plan ``invoke verdict`` judges the job's results by (pure). Its results
-    folder is ``<target>-<stamp>-<scheduler>-job<id>`` (:func:`job_run_id`)."""
+    """The workload of a job exactly as its script runs it: what it renders and what ``invoke
+    verdict`` judges its results by (pure)."""
     scheduler = scheduler_of(site)
     site = chosen_site(site, request)
     launcher = launchers.for_site(site, request.launcher)
@@ -247,10 +243,8 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
 
 
 def job_run_id(scheduler: Scheduler, stamp: str) -> str:
-    """What names a job's results folder after its target: when it was rendered, the scheduler
-    and the job id (expanded by the job's shell). A job id is unique only within one cluster's
-    life (a restarted cluster starts again at 1): with the stamp, two clusters' job 1 never
-    share a folder, and a script submitted again after a restart finds its folder taken
-    (:func:`containers.batch.runjob.folder_lines` refuses it)."""
+    """A results folder's name after its target: stamp, scheduler and job id (expanded by the
+    job's shell). Job ids restart with a cluster: with the stamp two clusters' job 1 never
+    share a folder (and a resubmitted script finds its folder taken)."""
     return "-".join([*([stamp] if stamp else []), scheduler.name,
                      f"job{ref(scheduler.rendezvous.job_id_var)}"])

@@ -146,13 +146,9 @@ def _stop_descendants(grace: float) -> None:
 
 
 def supervise(args: Sequence[str]) -> int:
-    """``<tool pid> <grace> -- argv...``: run argv and tie its whole tree to the tool's life.
-
-    Becomes a child subreaper and asks for SIGHUP when the tool dies: then every descendant is
-    stopped within :data:`ORPHAN_GRACE` seconds; a SIGTERM or SIGINT (the tool's own stop)
-    stops them with ``grace``. Exits as the command did (its exit code, or killed by the signal
-    that killed it), or killed by the signal that stopped it.
-    """
+    """``<tool pid> <grace> -- argv...``: run argv, its whole tree tied to the tool's life (a
+    child subreaper; SIGHUP when the tool dies stops it within :data:`ORPHAN_GRACE` seconds,
+    SIGTERM or SIGINT within ``grace``); exits as the command did, or by the stopping signal."""
     parent, grace, argv = int(args[0]), float(args[1]), list(args[3:])
 
     stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -208,10 +204,8 @@ def _findable(argv0: str, env: Mapping[str, str] | None) -> bool:
 
 
 class Running:
-    """A command :func:`start` started: :meth:`wait` for its result, or :meth:`stop` it.
-
-    Lets the caller do other work meanwhile (a build tests its image while it probes it); the
-    teardown guarantees of :func:`run` hold for both ends."""
+    """A command :func:`start` started, so the caller works meanwhile (a build tests its image
+    while it probes it); :meth:`wait` and :meth:`stop` keep :func:`run`'s teardown guarantees."""
 
     def __init__(self, argv: list[str], proc: subprocess.Popen, on_line: LineSink | None,
                  grace: float) -> None:
@@ -254,13 +248,9 @@ class Running:
 
 def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
           on_line: LineSink | None = None, grace: float = 10.0) -> Running:
-    """Start ``argv``, streaming each output line (stdout and stderr merged) to ``on_line``.
-
-    The command gets its own session so a terminal Ctrl-C reaches us first and we tear the whole
-    tree down ourselves; on timeout or interrupt nothing it started is left running, and under
-    its supervisor (:func:`supervise`) nothing outlives a SIGKILL of the tool by more than
-    :data:`ORPHAN_GRACE` seconds.
-    """
+    """Start ``argv``, each output line (stdout and stderr merged) to ``on_line``. Its own
+    session: a terminal's Ctrl-C reaches us first and we stop the whole tree ourselves; under
+    :func:`supervise` nothing outlives a SIGKILL of the tool by more than :data:`ORPHAN_GRACE`."""
     argv = [str(a) for a in argv]
     if not _findable(argv[0], env):
         raise CommandFailed(f"command not found: {argv[0]}", argv=argv)

@@ -29,10 +29,9 @@ FILES_SPECIALS = "$`\\'\"()&;|<>*?[]{}\t\n"
 
 @dataclass(frozen=True)
 class Flavour:
-    """What a runtime flavour does its own way. Its local PGP keyring (``key``, ``sign``,
-    ``verify``): the first non-empty variable of ``variables``, else ``folder`` under its
-    configuration folder (the first non-empty of ``config_variables``, else ``config`` under the
-    home folder: ``$HOME`` first where ``home_from_env``, else the account's)."""
+    """What a runtime flavour does its own way: where its PGP keyring is (the first non-empty
+    of ``variables``, else ``folder`` in its configuration folder: the first of
+    ``config_variables``, else ``config`` in the home, ``$HOME`` first where ``home_from_env``)."""
 
     variables: tuple[str, ...]
     config_variables: tuple[str, ...]
@@ -117,10 +116,8 @@ class Runtime:
     def build_argv(self, *, output: Path, spec: Path | str, build_args: Mapping[str, str],
                    binds: Iterable[str] = (), fakeroot: bool = False,
                    arch: str | None = None) -> list[str]:
-        """``--force`` because labels inherited from a base image are otherwise kept over the
-        definition's own (Apptainer warns "already exists and force option is false"); the
-        output is always a fresh temp path, so nothing else is forced. ``--notest`` because the
-        builder runs ``apptainer test`` on the finished image itself."""
+        """``--force``: else a base image's labels win over the definition's (the output is a
+        fresh temp path); ``--notest``: the builder tests the finished image itself."""
         argv = [self.binary, "build", "--force", "--notest"]
         if fakeroot:
             argv.append("--fakeroot")
@@ -173,9 +170,8 @@ class Runtime:
         return {self.own.variables[0]: str(keysdir)}
 
     def keysdir(self, environ: Mapping[str, str] | None = None) -> Path:
-        """The keyring folder this runtime reads when none is named, by its own rule
-        (:data:`FLAVOURS`) in ``environ`` (default: this process's), so that what is
-        signed and what is looked up afterwards come from one keyring."""
+        """The keyring folder this runtime reads when none is named, in ``environ``: what is
+        signed and what is looked up later come from one keyring."""
         environ = os.environ if environ is None else environ
         rule = self.own
         if named := first_set(environ, rule.variables):
@@ -188,11 +184,8 @@ class Runtime:
 
 
 def parse_version(text: str) -> tuple[str, str]:
-    """``(flavour, version)`` from ``--version`` output of Apptainer or SingularityCE.
-
-    Apptainer prints ``apptainer version 1.4.5``; SingularityCE ``singularity-ce version 4.1.3``;
-    Apptainer's ``singularity`` compatibility link also says ``apptainer``.
-    """
+    """``(flavour, version)`` from ``apptainer version 1.4.5`` or ``singularity-ce version
+    4.1.3`` (Apptainer's ``singularity`` link says ``apptainer``)."""
     match = re.search(r"(apptainer|singularity)(?:-?ce)?\s+version\s+(\S+)", text, re.I)
     if not match:
         raise RuntimeNotFound(f"cannot read a runtime version from: {text.strip()[:80]!r}")
@@ -200,10 +193,7 @@ def parse_version(text: str) -> tuple[str, str]:
 
 
 def find_runtime(preferred: str = "auto") -> Runtime:
-    """The runtime to use: ``auto`` tries ``apptainer`` then ``singularity`` on PATH.
-
-    ``preferred`` may also be a flavour name or a path to a binary (a site's own install).
-    """
+    """``auto``: ``apptainer`` then ``singularity`` on PATH; else a flavour name or a path."""
     names = list(FLAVOURS) if preferred == "auto" else [preferred]
     for binary in filter(None, map(shutil.which, names)):
         try:

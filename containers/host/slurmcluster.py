@@ -195,10 +195,8 @@ def _start_munge(munge_dir: Path, munge_socket: Path) -> int:
 
 def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: int,
           idle_timeout: float = 30) -> SlurmCluster:
-    """Start munged, (where the slurm.conf enforces QoS) MariaDB and slurmdbd, slurmctld and a
-    slurmd per node of ``nodes`` for the slurm.conf that ``write_conf`` writes into the fresh
-    folder ``root``, and wait until every node is idle.
-    On any failure what was started is stopped again (by PID) and the folder removed."""
+    """Start munged, (where QoS is enforced) MariaDB and slurmdbd, slurmctld and a slurmd per
+    node in the fresh folder ``root``, until every node is idle; a failure stops what started."""
     if os.geteuid() != 0:
         raise StateError("the local Slurm cluster runs its daemons as root; run as root")
     missing = missing_programs()
@@ -278,9 +276,8 @@ def _program(name: str) -> str:
 
 
 def _stranger(cluster: SlurmCluster, name: str, proc: psutil.Process) -> str | None:
-    """Why the live process ``proc`` is not ``cluster``'s daemon ``name``, else None: another
-    program, an argv without the cluster's own config (``-f <root>/slurm.conf``, munged's
-    ``--socket=<root>/munge-socket/munge.socket``), or another start time than recorded."""
+    """Why the live ``proc`` is not ``cluster``'s daemon ``name`` (another program, an argv
+    without the cluster's own config, another start time than recorded), else None."""
     argv = proc.cmdline()
     program = _program(name)
     own = {"munged": f"--socket={cluster.munge_socket}",
@@ -301,9 +298,8 @@ def _stranger(cluster: SlurmCluster, name: str, proc: psutil.Process) -> str | N
 
 
 def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:
-    """The recorded daemons still running, by name (an exited one is left out: nothing to
-    stop). A :class:`StateError` when a recorded PID is alive as anything but that daemon of
-    this cluster: the record is stale or planted, and no PID of it is signalled."""
+    """The recorded daemons still running, by name; a :class:`StateError` (and no PID
+    signalled) when a recorded PID is alive as anything else: the record is stale or planted."""
     found = {}
     for name, pid in cluster.pids.items():
         try:
@@ -322,10 +318,9 @@ def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:
 
 
 def steps(cluster: SlurmCluster) -> list[psutil.Process]:
-    """The cluster's job steps still running: each root ``slurmstepd`` of this machine's Slurm
-    holding a socket in the cluster's folder (its node's spool, where only root may bind), and
-    every process under it; slurmd re-parents its slurmstepds to init, so they are not found
-    under it. Never the caller or one of its parents (a stop run from inside a job)."""
+    """The cluster's running job steps: each root ``slurmstepd`` holding a socket in its
+    folder (slurmd re-parents them to init) and every process under it, never the caller or
+    one of its parents (a stop run from inside a job)."""
     program = shutil.which("slurmstepd")
     if not program:
         return []
@@ -341,10 +336,8 @@ def steps(cluster: SlurmCluster) -> list[psutil.Process]:
 
 
 def stop(cluster: SlurmCluster) -> None:
-    """Cancel the cluster's jobs, stop its job steps (:func:`steps`), then its daemons one by
-    one in the reverse of their start (munged last), and remove its folder. Only what
-    :func:`daemons` and :func:`steps` recognise is signalled; an interrupted stop, run again,
-    finishes."""
+    """Cancel the jobs, stop the steps, then the daemons in the reverse of their start, and
+    remove the folder; only what :func:`daemons` and :func:`steps` recognise is signalled."""
     running = daemons(cluster)
     if "slurmctld" in running:
         with contextlib.suppress(CommandFailed):
@@ -368,9 +361,8 @@ def save(cluster: SlurmCluster) -> Path:
 
 
 def trust_problem(path: Path) -> str | None:
-    """Why ``path`` (the cluster's folder or its record) cannot be trusted by this user, else
-    None (also when missing): not the user's alone (:func:`containers.files.not_yours_alone`,
-    the cache's rule), or in a folder where anyone may swap it (:func:`~.unsafe_way`)."""
+    """Why ``path`` (the folder or its record) cannot be trusted: not the user's alone, or in a
+    folder where anyone may swap it; None also when missing."""
     try:
         why = not_yours_alone(path, os.lstat(path))
     except FileNotFoundError:
@@ -389,9 +381,8 @@ def check_folder(root: Path) -> None:
 
 
 def load(root: Path) -> SlurmCluster | None:
-    """The cluster recorded in ``root``, or None when there is none; a record this user does
-    not own alone (:func:`check_folder`), or one not shaped as :func:`save` writes it, is a
-    :class:`StateError`."""
+    """The cluster recorded in ``root``, or None; a record not the user's alone, or not shaped
+    as :func:`save` writes it, is a :class:`StateError`."""
     check_folder(root)
     data = read_json_object(root / STATE_FILE)
     if data is None:

@@ -1,10 +1,8 @@
 """An image's real architecture, read from its files, and whether this host can run another one.
 
-Apptainer's ``build-arch`` label names the build host, not the image (apptainer/apptainer#2774),
-so the architecture is read from the ELF header of a program inside the image (its shell, else
-its python, else the first program of its ``bin`` folders), from outside in its squashfs
-partition where it can be (no exec, no emulation), and recorded in the build record; every guard
-trusts the record. :func:`emulation` says whether binfmt_misc runs other binaries here.
+Apptainer's ``build-arch`` label names the build host (apptainer/apptainer#2774), so the ELF
+header of a program in the image is read (from outside, in its squashfs, where it can be) and
+recorded in the build record, which every guard trusts.
 """
 
 from __future__ import annotations
@@ -50,10 +48,8 @@ class NotElf(ValueError):
 
 
 def elf_arch(header: bytes) -> str:
-    """The architecture of the ELF file whose first bytes are ``header`` (at least 20).
-
-    Fails (:class:`NotElf`) on anything else rather than guess: a wrong architecture recorded
-    would let a guard pass an image that cannot run."""
+    """The architecture of the ELF file whose first bytes are ``header``; :class:`NotElf`
+    rather than a guess, which would let a guard pass an image that cannot run."""
     if len(header) < 20 or header[:4] != b"\x7fELF":
         raise NotElf("not an ELF file (no \\x7fELF magic)")
     order = {1: "little", 2: "big"}.get(header[5])
@@ -66,12 +62,9 @@ def elf_arch(header: bytes) -> str:
 
 
 def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -> str:
-    """The architecture of ``image``, from the ELF header of a program in its files.
-
-    Read from outside the image where it can be (a SIF with a squashfs root, ``unsquashfs`` on
-    this host), so it holds for any image, shell or none, foreign or not; else from inside,
-    through the image's shell (a foreign image then needs emulation, as its build did).
-    ``offset``: its root's, where the caller read it already (:func:`squashfs_offset`)."""
+    """The architecture of ``image``: from outside where it can be (a squashfs root and
+    ``unsquashfs``: any image, shell or none), else through its shell (a foreign one needs
+    emulation). ``offset``: its root's, where the caller read it (:func:`squashfs_offset`)."""
     with contextlib.suppress(CommandFailed, NotElf, ValueError):
         return _outside_arch(runtime, image, offset)
     argv = runtime.exec_argv(image=image, command=["sh", "-c", PROBE])
@@ -89,10 +82,8 @@ _WHICH_PYTHON = "command -v python3"
 
 
 def image_python(runtime: Runtime, image: Path | str) -> str | None:
-    """The path of the ``python3`` ``image`` runs, None when it has none (busybox, scratch, a
-    base with apt tools only, an image with only Python 2): the steps that need one (probe,
-    smoke, examples) then say so instead of failing the build. An image without a shell has
-    no python either."""
+    """The path of the ``python3`` ``image`` runs, None when it has none (busybox, scratch, no
+    shell, Python 2 only): the steps that need one then say so instead of failing the build."""
     argv = runtime.exec_argv(image=image, command=["sh", "-c", _WHICH_PYTHON])
     try:
         found = capture(argv, timeout=300).strip().splitlines()
@@ -195,9 +186,8 @@ def _outside_arch(runtime: Runtime, image: Path | str, at: int | None) -> str:
 
 
 def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:
-    """None when this host runs ``arch`` binaries through qemu-user (binfmt_misc entry present
-    and enabled, with the ``F`` flag so it works inside containers); else one line saying why
-    not and what to install."""
+    """None when this host runs ``arch`` binaries through qemu-user (an enabled binfmt_misc
+    entry with the ``F`` flag, for containers); else one line saying why not and what to do."""
     name = QEMU_NAME.get(arch)
     fix = ("install Debian's qemu-user-static and binfmt-support, mount binfmt_misc "
            f"(mount -t binfmt_misc binfmt_misc {binfmt_dir}) and run update-binfmts --enable "
@@ -224,10 +214,8 @@ def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:
 
 # ------------------------------------------------------------------------------ the guard
 def recorded_arch(record: Mapping, image: Path, runtime: Runtime | None = None) -> str:
-    """The architecture ``image``'s build record names (written from its files at build time).
-
-    A record from before the tool recorded it: read from the image's files now when a runtime
-    is given; otherwise (or when that fails) refuse, as a guard must not guess."""
+    """The architecture ``image``'s build record names; an older record's is read from the
+    image now where a runtime is given, else refused (a guard must not guess)."""
     arch = BuildRecord.of(record, source=image).arch
     if arch in E_MACHINE.values():
         return arch
@@ -245,9 +233,8 @@ def machine_arches(here: str | None = None, binfmt_dir: Path = BINFMT_DIR) -> tu
 
 
 def site_arches(site: Site, targets: Mapping[str, Target]) -> tuple[str, ...] | None:
-    """The architectures ``site``'s nodes run: this machine's for a site without a scheduler
-    (the local machine), else its default target's (a site's images are built for its nodes);
-    None when the profile cannot tell."""
+    """The architectures ``site``'s nodes run: this machine's without a scheduler, else its
+    default target's; None when the profile cannot tell."""
     if site.scheduler == "none":
         return machine_arches()
     home = targets.get(site.default_target or "")
@@ -268,9 +255,8 @@ def check_arch(arch: str, arches: tuple[str, ...] | None, *, image: Path | str, 
 
 
 def check_compression(found: str, site: Site, *, image: str, target: str) -> None:
-    """Refuse in one line publishing an image whose root file system ``site``'s runtime cannot
-    mount (a build's zstd default, where the site is known to read gzip only), with the build
-    that makes one it can: the smoke evidence must then be of that image."""
+    """Refuse publishing an image whose root ``site``'s runtime cannot mount (zstd where it
+    reads gzip only), naming the build that makes one it can."""
     reads = site.squashfs.reads
     if found in reads:
         return

@@ -146,9 +146,8 @@ def _ownerless_workdirs(tmp_dir: Path) -> list[Leftover]:
 
 
 def leftovers(settings: Settings) -> list[Leftover]:
-    """Work folders in ``tmp_dir`` and partial images in ``images_dir`` whose owner is gone
-    (nobody holds their lock): what killed builds left. Reads only; ``invoke targets`` reports
-    them and the next build removes them."""
+    """What killed builds left (work folders and partial images whose lock nobody holds);
+    reads only: ``invoke targets`` reports them, the next build removes them."""
     images = settings.images_dir
     locks = [(path, target_lock(images, target)) for path, target in _partials(images)]
     return _ownerless_workdirs(settings.tmp_dir) + [
@@ -156,9 +155,8 @@ def leftovers(settings: Settings) -> list[Leftover]:
 
 
 def has_residue(settings: Settings) -> bool:
-    """Whether any build, running or killed, has a work folder in ``tmp_dir`` or a partial
-    image in ``images_dir``: whether it is left over depends on its lock's holder, which no
-    file's stat tells, so a listing that saw one is not kept."""
+    """Whether any build, running or killed, has a work folder or a partial image: a listing
+    that saw one is not kept (whether it is left over, no file's stat tells)."""
     tmp_dir = settings.tmp_dir
     return bool(_partials(settings.images_dir)) or tmp_dir.is_dir() and any(
         _WORKDIR.match(path.name) for path in tmp_dir.iterdir())
@@ -180,9 +178,8 @@ def _sweep(step: BuildStep, say: Say) -> None:
 
 
 def _rebased(step: BuildStep, folder: Path) -> BuildStep:
-    """``step`` with its planned work folder replaced by ``folder`` in every path that names
-    it (argv, environment, links): the plan is pure and shows ``<target>-<hash>``; the build
-    runs in its own ``<target>-<hash>-<random>``."""
+    """``step`` working in ``folder`` (``<target>-<hash>-<random>``) instead of the pure plan's
+    ``<target>-<hash>``, in every path that names it."""
     old = re.compile(re.escape(str(step.workdir)) + r"(?![A-Za-z0-9._+-])")
 
     def move(text: str) -> str:
@@ -218,10 +215,9 @@ def work_folder(step: BuildStep) -> Iterator[BuildStep]:
 
 def _stream(step: BuildStep, label: str, say: Say,
             show: Callable[[str], None] = lambda phase: None) -> Callable[[str], None]:
-    """Each output line, prefixed with target, phase and elapsed time, without terminal escape
-    codes (cotainr writes colour even into a pipe). A Python traceback (cotainr's own, when its
-    build fails) is folded to one line: its last line, the exception, follows it, and the
-    tool's error line names what failed."""
+    """Each output line, prefixed with target, phase and elapsed time, without escape codes
+    (cotainr writes colour into a pipe); a Python traceback is folded to one line (its last
+    line, the exception, follows, and the tool's error line names what failed)."""
     started = time.monotonic()
     state = {"phase": label, "traceback": 0}
 
@@ -256,10 +252,8 @@ def serial(say: Say) -> Say:
 
 
 def build_record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
-    """The provenance of ``step``'s freshly built (and tested) ``.partial`` image (here, not in
-    :mod:`~containers.image.provenance`: that module reads records and knows no plan). Its
-    identity is this build's (``step.labels``); ``labels`` are the image's, as it carries them
-    (a cotainr image: its base's identity labels, which its runs read inside it)."""
+    """The record of ``step``'s built and tested ``.partial`` image: its identity is this
+    build's (``step.labels``), its ``labels`` the image's own (a cotainr image: its base's)."""
     labels = provenance.labels_of(runtime, step.partial)
     own = {key.removeprefix(provenance.LABEL_PREFIX): value for key, value in step.labels.items()}
     return {
@@ -390,9 +384,8 @@ def _cache_after(step: BuildStep, cache: PackageCache, say: Say) -> dict:
 
 
 def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
-    """The tested image in its place, then its record and the files the examine added: the
-    old ones go first, so no record ever describes another image than the one beside it. A
-    link, device or another user's file at the image's name is refused before any of it."""
+    """The tested image in its place, then its record and the examine's files; the old ones go
+    first, so no record ever describes another image than the one beside it."""
     made = BuildRecord.of(record, source=step.image)  # checked before anything is replaced
     refuse_replacing(step.image)
     for suffix in (".json", *extra):
@@ -404,9 +397,7 @@ def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
 
 
 def checked_arch(step: BuildStep, runtime: Runtime, offset: int | None = None) -> str:
-    """The built image's real architecture (ELF header of a program in it, not Apptainer's
-    build-arch label, which names the build host): it must be the target's, else the build
-    fails."""
+    """The built image's real architecture (:func:`image_arch`); not the target's fails."""
     found = image_arch(runtime, step.partial, offset)
     if found != step.target.arch:
         raise CommandFailed(f"{step.target.name} was built as {found}, but its recipe says "

@@ -94,9 +94,8 @@ class EnvSpec:
 
     def check_pip_options(self, extra_indexes: Collection[str] = (), *,
                           manifest: Path | None = None) -> None:
-        """Refuse every ``pip:`` entry that changes where packages come from (all at once, each
-        with its line), except ``--extra-index-url`` naming one of ``extra_indexes`` (the https
-        URLs the target's ``manifest`` allows in ``pip_extra_index_urls``)."""
+        """Refuse, all at once, every ``pip:`` entry that changes where packages come from but
+        an ``--extra-index-url`` the manifest allows (``extra_indexes``)."""
         problems = [ConfigError(message, path=self.path, line=self.pip_lines[index],
                                 key="dependencies.pip")
                     for index, entry in enumerate(self.pip)
@@ -173,10 +172,9 @@ _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
 
 
 def _source_problem(text: str) -> str | None:
-    """Why a requirement that names its own source (``pkg @ URL``, a bare URL, a local path) may
-    not be used, else None: only https URLs without credentials are accepted. The URL is found
-    as pip finds it (the ``@`` that follows a package name, else the whole entry) and parsed, so
-    ``git+ssh://git@host/x`` or ``https://user:pw@host/t.whl`` is not mistaken for a name."""
+    """Why a requirement naming its own source (``pkg @ URL``, a URL, a path) may not be used:
+    only https URLs without credentials, found as pip finds them (``git+ssh://git@host/x`` is
+    not a name), are accepted."""
     if text.startswith((".", "/", "~")):
         return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
     spec = text.split(";", 1)[0].strip()
@@ -199,9 +197,8 @@ def _source_problem(text: str) -> str | None:
 
 
 def channel_problem(channel: str) -> str | None:
-    """Why a Conda channel may not be used, else None: a channel's name (``conda-forge``,
-    resolved by Conda over https), an https URL without credentials, or a ``file://`` folder of
-    the build host (judged by ``host_paths``: :meth:`EnvSpec.local_channels`)."""
+    """Why a Conda channel may not be used, else None: allowed are a name (Conda resolves it
+    over https), an https URL without credentials, a ``file://`` folder (judged by host_paths)."""
     if not _SCHEME.match(channel):
         return None
     if channel.lower().startswith("file:"):
@@ -274,10 +271,8 @@ _REFUSED = {"--index-url": "replaces the package index for every package",
 
 def pip_entry_problem(entry: str, extra_indexes: Collection[str] = (), *,
                       manifest: Path | None = None) -> str | None:
-    """Why one ``pip:`` entry may not go into the image's requirements file, else None.
-
-    Options are read as pip reads them (``--opt value``, ``--opt=value``, short forms); a
-    requirement that names its own source is checked by :func:`_source_problem`."""
+    """Why one ``pip:`` entry may not go into the image's requirements file, else None;
+    options are read as pip reads them (``--opt value``, ``--opt=value``, short forms)."""
     text = entry.strip()
     if not text.startswith("-"):
         return _source_problem(text)
@@ -302,9 +297,7 @@ def pip_entry_problem(entry: str, extra_indexes: Collection[str] = (), *,
 
 
 def load_env_spec(path: Path) -> EnvSpec:
-    """Read once (:func:`read_input_text`: a regular UTF-8 file of bounded size), so the text
-    hashed is the text checked; newlines as text mode reads them, as the inputs hash always
-    has."""
+    """Read once, so the text hashed is the text checked (newlines as text mode reads them)."""
     text = read_input_text(path).replace("\r\n", "\n").replace("\r", "\n")
     data = load_yaml_text(text, path=path)
     validate_model(EnvFile, data, path=path, what="environment spec")

@@ -50,9 +50,8 @@ def _body_lines(section: Section, blanks: str = GO_SPACE) -> list[tuple[int, str
 
 
 def _commands(section: Section) -> list[tuple[int, str]]:
-    """A shell section's lines (:func:`_body_lines` with the shell's blanks) with a line that
-    ends in an odd number of ``\\`` joined to the next, as the shell reads one command; each
-    with the number of its first line. ``\\`` then a space, or ``\\\\``, ends the line."""
+    """A shell section's commands (a line ending in an odd number of ``\\`` joined to the
+    next), each with the number of its first line."""
     joined: list[tuple[int, str]] = []
     going_on = False
     for number, text in _body_lines(section, SHELL_BLANKS):
@@ -84,10 +83,8 @@ def _without_comment(text: str) -> str:
 
 
 def shell_words(text: str) -> list[str]:
-    """``text`` split into shell words as the shell reads them (quotes group and are removed,
-    ``#`` starts a comment, ``; & | < > ( )`` are words of their own), a ``{{ ARG }}`` kept as
-    one word (Apptainer substitutes it first) and written back as ``{{ NAME }}``. A line the
-    shell would not finish (an open quote) is split at spaces."""
+    """``text`` as the shell's words (``; & | < > ( )`` words of their own), a ``{{ ARG }}``
+    one word (Apptainer substitutes it first); a line with an open quote is split at spaces."""
     marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", _without_comment(text))
     lexer = shlex.shlex(marked, posix=True, punctuation_chars=";&|<>()")
     lexer.whitespace_split, lexer.commenters = True, ""
@@ -132,11 +129,9 @@ def _cd_outside(command: str, words: list[str]) -> str | None:
 
 
 def setup_paths(code: str) -> tuple[str, ...]:
-    """The host paths one ``%setup`` command line reads or writes, judged on its shell words:
-    an absolute or ``~`` word, a redirection's target, a path from the build context or the
-    image's root that climbs out (:func:`climbs_out`), a ``cd`` out of both
-    (:func:`_cd_outside`). Text is not a path: a quoted URL is one word that does not start
-    with ``/``, and what ``echo``/``printf`` print is data."""
+    """The host paths one ``%setup`` command line reads or writes: an absolute or ``~`` word,
+    a redirection's target, a path climbing out of the build context or the image's root, a
+    ``cd`` out of both; what ``echo``/``printf`` print is data."""
     found: list[str] = []
     command, text, redirect = True, False, False
     words = shell_words(code)
@@ -162,9 +157,8 @@ def setup_paths(code: str) -> tuple[str, ...]:
 
 
 def climbs_out(rest: str) -> bool:
-    """Whether ``rest``, the part of a path after an anchor folder (``{{ BUILD_CONTEXT }}``),
-    names something outside that folder: a ``..`` that climbs above it, or a sibling name
-    glued to it (``{{ BUILD_CONTEXT }}-other``)."""
+    """Whether ``rest``, a path's part after an anchor folder, climbs above it (``..``) or
+    names a sibling glued to it (``{{ BUILD_CONTEXT }}-other``)."""
     if not rest:
         return False
     if not rest.startswith("/"):  # a variable (``${dir}``) joins a path below; a name, beside
@@ -210,9 +204,8 @@ def _base_use(stage: Stage) -> HostPathUse | None:
 
 
 def host_path_uses(definition: Definition) -> list[HostPathUse]:
-    """Every line (any stage) that reads a host path outside the build context.
-    ``%files from <stage>`` copies between stages, not from the host; here-document bodies of a
-    host script are read as lines too, as a path there is as likely to be read."""
+    """Every line (any stage) that reads a host path outside the build context
+    (``%files from <stage>`` copies between stages; here-document bodies count as lines)."""
     uses = [use for stage in definition.stages if (use := _base_use(stage)) is not None]
     for section in definition.sections:
         if section.name == "files" and files_source_stage(section) is None:

@@ -39,9 +39,8 @@ def check_name(kind: str, name: object, *, path: Any = None, line: int | None = 
 
 
 def check_file_name(kind: str, path: Path) -> str:
-    """The ``kind`` name a file gives by its stem (``recipes/<target>.yaml``); a
-    :class:`ConfigError` naming the file when the stem breaks the rule. A name that cannot be
-    printed on one line is shown quoted, beside its folder."""
+    """The ``kind`` name a file's stem gives; a :class:`ConfigError` naming the file (quoted,
+    where it cannot be printed on one line) when the stem breaks the rule."""
     problem = name_problem(kind, path.stem)
     if problem is None:
         return path.stem
@@ -121,9 +120,8 @@ def refuse(problem: Callable[[Any], str | None]) -> AfterValidator:
 
 
 def _words(expected: str) -> WrapValidator:
-    """A container of the wrong type, or holding an item of the wrong type, named as a whole
-    (``must be a list of strings``), not by the first item that is wrong; an item's own rule
-    names the item."""
+    """A container of the wrong type, or with an item of the wrong type, named as a whole
+    (``must be a list of strings``); an item's own rule names the item."""
     def check(value: Any, handler: Any) -> Any:
         try:
             return handler(value)
@@ -236,12 +234,9 @@ def _what_at(model: Any, loc: Sequence[str | int], what: str) -> str:
 
 
 def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: str = "") -> T:
-    """``data`` (located YAML) validated by the pydantic ``model``; every problem becomes a
-    :class:`ConfigError` at file, line and key (after ``prefix``: ``containers.`` for a nested
-    mapping), all raised together in file order, unknown keys first on a line.
-
-    A validator that knows a deeper key than the field it checks (a partition inside the
-    ``partitions`` mapping) says so with :func:`problem_at`."""
+    """``data`` (located YAML) validated by ``model``; every problem a :class:`ConfigError` at
+    file, line and key (after ``prefix``), all raised together in file order. A validator names
+    a deeper key than its field's with :func:`problem_at`."""
     try:
         return model.model_validate(data, context={"raw": data})
     except ValidationError as exc:

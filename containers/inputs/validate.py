@@ -39,9 +39,8 @@ def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
 
 def check_target(target: Target, sites: Mapping[str, Site | None], *,
                  tool_args: Collection[str], definition: Definition | None = None) -> None:
-    """``tool_args`` are the build arguments the tool fills itself (context, provenance);
-    ``sites`` by name (None for a profile that failed to load: it exists, with its own error);
-    ``definition`` is the target's, read here when not given."""
+    """``tool_args``: the build arguments the tool fills itself; ``sites``: None for a profile
+    that failed to load (it exists, with its own error)."""
     site_of(target, sites)
     if target.definition is None:
         return
@@ -58,9 +57,8 @@ def check_target(target: Target, sites: Mapping[str, Site | None], *,
 
 def host_path_policy(target: Target, definition: Definition | None = None,
                      env: EnvSpec | None = None) -> tuple[list[ConfigError], list[ConfigError]]:
-    """The manifest's ``host_paths`` rule on its definition and env spec (read here when not
-    given) as ``(errors, warnings)``: the one place ``invoke check`` and ``invoke build``
-    (through the plan) enforce it."""
+    """The manifest's ``host_paths`` rule on its definition and env spec as ``(errors,
+    warnings)``: the one place ``invoke check`` and ``invoke build`` enforce it."""
     forbid = target.host_paths == "forbid"
     switch = ("the manifest forbids them (host_paths: forbid)" if forbid
               else "the image depends on the build machine; host_paths: forbid in the manifest "
@@ -144,10 +142,8 @@ def load_each(folder: Path, *, kind: str, root: Path, load: Callable[[Path], T]
 
 
 def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[ContainersError]]]:
-    """Every manifest loaded on its own: the targets that are usable, and the problems of each
-    that is not (its own manifest, or a base target that is missing, loops or is itself not
-    usable). One bad manifest then stops only the commands that need it (and the targets
-    built on it), not every command for every target."""
+    """Every manifest loaded on its own: the usable targets, and the problems of each other
+    one (its own, or its base's), so a bad manifest stops only the commands that need it."""
     targets, failed = load_each(root / "recipes", kind="target", root=root,
                                 load=lambda p: load_target(p, root=root))
     sound = {n: t for n, t in targets.items()  # no link of its chain failed to load
@@ -169,10 +165,8 @@ def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[Contain
 def check_project(root: Path, *, target: str | None = None, tool_args: Collection[str] = (),
                   target_checks: Sequence[Callable[[Mapping[str, Target], str], object]] = (),
                   site_checks: Sequence[Callable[[Site], object]] = ()) -> CheckReport:
-    """Check every input (or ``target``, its bases and every site) and report every problem.
-
-    ``target_checks`` and ``site_checks`` are the app's further checks (the inputs hash of a
-    base chain, a site's launcher), each run on every target or site and caught alone."""
+    """Check every input (or ``target``, its bases and every site) and report every problem;
+    ``target_checks`` and ``site_checks`` (the app's) run on each target or site, caught alone."""
     report = CheckReport()
     report.targets, failed_targets = load_each(root / "recipes", kind="target", root=root,
                                                load=lambda p: load_target(p, root=root))
@@ -247,9 +241,8 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
 
 def example_findings(target: Target, env: EnvSpec | None = None
                      ) -> tuple[list[ConfigError], list[ConfigError], list[str]]:
-    """The errors, warnings (torch unknown) and ``info`` line of ``target``'s examples, as
-    ``invoke check`` and ``invoke build`` (its plan, ``--dry-run`` too) both report them; none
-    for a target with neither an env spec nor a declared torch (an OS base)."""
+    """The errors, warnings and ``info`` line of ``target``'s examples, as ``invoke check`` and
+    ``invoke build`` report them; none for an OS base (no env spec, no declared torch)."""
     if target.env is None and target.torch is None:
         return [], [], []
     plan = compat.example_plan(target, env, known=EXAMPLES)

@@ -1,9 +1,7 @@
 """A workload kind: what is particular to one workload name (``smoke``, each training example,
 a user's command, an image build), and the one plan and run path the script kinds share.
 
-They start the same way (:mod:`containers.run.workload`) and are judged by the same gates
-(:mod:`containers.prove.verdict`). A kind's options object names it (``options.kind``), so one
-application function runs any.
+A kind's options object names it (``options.kind``), so one application function runs any.
 """
 
 from __future__ import annotations
@@ -64,9 +62,8 @@ class JobBodies(Protocol):
 
 # ---------------------------------------------------------------------------------- kinds
 class WorkloadKind:
-    """A workload name's kind: by default a run of a script in the image, with options, on one
-    or more nodes, judged by this checkout. A kind that differs overrides the method that says
-    so (:mod:`containers.prove.registry`: a user's command, an image build)."""
+    """By default a run of a script in the image, with options, judged by this checkout; a kind
+    that differs overrides the method that says so (:mod:`containers.prove.registry`)."""
 
     #: The command and the verdict's ``kind``.
     name: str = ""

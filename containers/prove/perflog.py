@@ -61,9 +61,8 @@ def _ends_a_line(handle: BinaryIO) -> bool:
 
 
 def append(perflog_dir: Path, record: dict) -> Path:
-    """Append one record under a lock, so concurrent runs never interleave a line. A file whose
-    last line was torn (a run killed mid-write, a full disk) gets its newline first, so the new
-    record starts a line of its own instead of being glued to the torn one and lost with it."""
+    """Append one record under a lock (concurrent runs never interleave a line); a torn last
+    line gets its newline first, so the new record is not glued to it and lost with it."""
     path = log_path(perflog_dir, site=record["site"], partition=record.get("partition"),
                     op=op_of(record))
     line = json.dumps(record, sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
@@ -169,9 +168,7 @@ def stack_changes(records: Sequence[dict]) -> list[list[str]]:
 
 
 def history_rows(records: Sequence[dict]) -> list[list[object]]:
-    """The table of :data:`HISTORY_COLUMNS`: the runs of :func:`history_json` formatted, sizes
-    in IEC units, and whether the run is on the plot (only runs measured at their reference
-    size are)."""
+    """The runs of :func:`history_json` as the table of :data:`HISTORY_COLUMNS`."""
     rows = []
     for run in history_json(records):
         size, busbw, reference = run["bytes"], run["busbw"], run["reference"]
@@ -254,11 +251,8 @@ def _plot_references(ax, plotted: Sequence[dict], series: dict) -> None:
 
 
 def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
-    """busbw at the reference size over time, one line per image version; each reference a
-    dashed line with its tolerance band shaded and its source in the legend.
-
-    Only runs that measured their reference's size are plotted: a quick run with small sizes
-    is in the table, but its 256 KiB figure beside a 128 MiB reference would mislead."""
+    """busbw at the reference size over time, one line per image version, each reference a
+    dashed line in its tolerance band; a run at other sizes only (a quick one) would mislead."""
     fig, ax = new_figure((9, 4.8))
     series = plot_series(records)
     for record, changed in zip(records, stack_changes(records)):

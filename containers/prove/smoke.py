@@ -308,8 +308,7 @@ def _rank_reasons(folder: Path, report: SmokeReport) -> list[str]:
 
 def run_file_reasons(folder: Path, report: SmokeReport, ranks: int) -> list[str]:
     """What a finished benchmark's files say against a pass, each in one line naming the file
-    and key: no size measured, a missing busbw, an op file not ok or not the report's, a rank
-    whose own count of wrong values is not the report's (``invoke verdict`` and the gate)."""
+    and key (``invoke verdict`` and the gate)."""
     name = SmokeKind.report_name
     if not report.results:
         return [f"{name}: key 'results' is empty: the benchmark measured no size"]

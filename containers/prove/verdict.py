@@ -71,9 +71,8 @@ class Result:
 
     @cached_property
     def transport(self) -> TransportCheck | None:
-        """The transport's proof where the site declares one for a run of this many nodes. A
-        run that stopped before its report (NCCL_NET refusing a missing plugin does that) is
-        still read for the plugin's failure; a gloo run (CPU) has no NCCL transport to prove."""
+        """The transport's proof where the site declares one for this many nodes (a run stopped
+        before its report is still read for a plugin's failure; a gloo run has none)."""
         site = self.plan.site
         if not site.transport.applies(self.plan.nodes):
             return None
@@ -126,9 +125,8 @@ def _run_reasons(result: Result) -> list[str]:
 
 
 def device_reasons(result: Result) -> list[str]:
-    """On a site with GPUs, a run must prove it used them, rank by rank (its device reports);
-    anywhere, pinned ranks must be on their cores. A CPU run would otherwise pass on a GPU site
-    and prove nothing about it."""
+    """On a GPU site every rank must prove it used a GPU (else a CPU run passes there); pinned
+    ranks must be on their cores."""
     plan, site = result.plan, result.plan.site
     expect = devices.Expectation(
         site=site.name, gpu=site.gpus.kind, ranks=plan.ranks, gpu_flag=site.gpus.kind.flag,
@@ -149,10 +147,8 @@ def arch_reasons(result: Result) -> list[str]:
 
 
 def network_reasons(result: Result) -> list[str]:
-    """A multi-node run on a GPU site whose profile declares no transport cannot pass: nothing
-    would tell its fast network from NCCL's silent fallback to TCP sockets, so it is NOT-PROVEN
-    (a failed sanity gate, which publish refuses) until the profile says what the logs must
-    show (``transport:``)."""
+    """A multi-node GPU run on a site that declares no transport is NOT-PROVEN (failed sanity):
+    nothing tells its network from NCCL's silent fallback to TCP sockets."""
     plan, site = result.plan, result.plan.site
     if site.gpus.kind == Gpu.NONE or plan.nodes < 2 or site.transport.expect:
         return []
@@ -162,10 +158,7 @@ def network_reasons(result: Result) -> list[str]:
 
 
 def record(result: Result, *, image_record: Mapping) -> dict:
-    """The run in one record (``verdict.json``): what ran, on which image, both gates.
-
-    ``image_record`` is the image's provenance; ``passed`` is the sanity gate.
-    """
+    """``verdict.json``: what ran, on which image (``image_record``), both gates."""
     plan, performance = result.plan, result.performance
     image = BuildRecord.of(image_record)
     return {

@@ -120,9 +120,8 @@ def _signature_problem(entry: CatalogueEntry) -> str | None:
 
 
 def entry_problem(target: str, entry: Any) -> str | None:
-    """Why one catalogue entry of ``target`` cannot be trusted, else None. Every name in it
-    becomes a path that is read, hashed or removed (``--keep``), so each must be exactly what
-    publish writes: a version passing the name rule and the files the layout derives from it."""
+    """Why one entry of ``target`` cannot be trusted, else None: each name in it becomes a path
+    read, hashed or removed, so it must be exactly what publish writes."""
     try:
         entry = CatalogueEntry.of(entry)
     except Malformed as exc:
@@ -173,9 +172,8 @@ def _block_problem(name: str, block: Any) -> tuple[str, str] | None:
 
 
 def check_format(data: Any, *, path: str) -> dict:
-    """The loaded catalogue, or a one-line :class:`StateError` naming the file and the entry
-    that cannot be used. Checked before any file is touched: a name read back from here (a
-    version ``../../x``) would otherwise be a path publish writes or removes."""
+    """The loaded catalogue, or a one-line :class:`StateError` naming the entry that cannot be
+    used, before any file is touched (a version ``../../x`` would be a path publish removes)."""
     if not isinstance(data, dict) or not isinstance(data.get("targets"), dict):
         raise StateError(f"{path}: not a catalogue (no 'targets' mapping); fix or restore it")
     if data.get("format") != FORMAT:
@@ -217,9 +215,8 @@ def pinned(catalogue: dict, target: str) -> list[str]:
 
 
 def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str] = ()) -> dict:
-    """A new catalogue with ``entry`` as its target's newest version and ``latest``, less the
-    versions of that target ``without`` names (pruned); an entry of the same version (a forced
-    republish) is replaced, moving to the end."""
+    """A new catalogue with ``entry`` as its target's newest and ``latest`` (a forced republish
+    replaces its version's entry), less the versions ``without`` names."""
     result, made = copy.deepcopy(catalogue), CatalogueEntry.of(entry)
     block = result["targets"].setdefault(made.target, {"latest": None, "versions": []})
     gone = {made.version, *without}
@@ -232,9 +229,8 @@ def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str]
 
 
 def select_prune(versions: list[str], *, keep: int, latest: str | None) -> list[str]:
-    """Versions to remove so the newest ``keep`` remain (``versions`` oldest first); the one
-    ``latest`` points to is never removed, even when it is not among the newest. ``keep`` is
-    at least 1 (checked once, by :class:`~containers.publish.planning.PublishRequest`)."""
+    """Versions to remove so the newest ``keep`` remain (``versions`` oldest first), never the
+    one ``latest`` points to."""
     newest = set(versions[-keep:])
     return [v for v in versions if v not in newest and v != latest]
 

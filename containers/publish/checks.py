@@ -55,13 +55,9 @@ def _proves(record: Verdict, gpu: Gpu) -> bool:
 
 def find_verdict(results_dir: Path, target: str, sha256: str, *,
                  gpu: Gpu = Gpu.NONE) -> tuple[Path, Verdict] | None:
-    """The newest smoke verdict of exactly this image that counts: a pass of 2 ranks or more
-    (for a GPU image (``gpu`` cuda or rocm, the target's or its site's), only one whose every
-    rank ran on that kind of GPU with backend nccl: a CPU run, a run on the other vendor's GPUs,
-    or a verdict written before ranks reported their devices proves nothing about it), or a
-    failure of any run of it. A newer failure outvotes an older pass: the caller refuses it.
-    A verdict of this image without a date (or with one that is not a UTC time) cannot be
-    ranked, so it could hide a newer failure: :class:`VerdictFailed` names it."""
+    """The newest verdict of exactly this image that counts: a pass that proves it
+    (:func:`_proves`) or a failure of any run, which outvotes an older pass. An undated one
+    could hide a newer failure: :class:`VerdictFailed` names it."""
     best: tuple[Path, Verdict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
         data = read_json_object(path, limit=VERDICT_LIMIT)
@@ -120,9 +116,8 @@ def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
 
 def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,
                    build_ran_none: bool, build_date: str | None, say: Say) -> dict:
-    """``apptainer test`` of ``image``, unless the build already ran it (its provenance says
-    so) or ran none: of an image with no ``%test`` it exits 0, which is no pass.
-    :class:`VerdictFailed` when it fails."""
+    """``apptainer test`` of ``image`` unless the build ran it; with no ``%test`` it exits 0,
+    which is no pass. :class:`VerdictFailed` when it fails."""
     if not target.test:
         return {"passed": None, "how": "the definition has no %test"}
     if build_ran_none:
@@ -185,9 +180,8 @@ def _not_passed(record: RunStatus) -> str | None:
 
 def find_run(results_dir: Path, target: str, sha256: str | None
              ) -> tuple[tuple[Path, RunStatus] | None, list[str]]:
-    """The newest passing ``invoke run`` of exactly this image (``run/<target>-*/status.json``)
-    whose command has no newer run that did not pass (an undated run counts as the newest:
-    it could be), and, when there is none, why each record found is no proof."""
+    """The newest passing ``invoke run`` of this image whose command has no newer failed run
+    (an undated one counts as newest), else why each record found is no proof."""
     ran: list[tuple[Path, RunStatus]] = []
     why_not: list[str] = []
     for path in sorted((results_dir / RUN_KIND).glob(f"{target}-*/status.json")):
@@ -224,9 +218,8 @@ def proof_of(run: RunStatus) -> str:
 
 def without_torch(target: Target, provenance: BuildRecord, *, results_dir: Path,
                   say: Say) -> dict:
-    """The checks of an image without torch, which no smoke can prove (its collectives need
-    torch): its own ``%test`` passed at build, else a passing ``invoke run`` of this very image
-    (:func:`find_run`); without either, refused."""
+    """An image without torch (no smoke can prove it): its ``%test`` passed at build, else a
+    passing ``invoke run`` of it (:func:`find_run`), else refused."""
     checks = {"skipped": False, "smoke": None, "proof": NO_TORCH_PROOF}
     if provenance.tested is True:
         say(f"checks: {target.name} holds no torch ({NO_TORCH_PROOF}); its %test passed at build")
@@ -251,9 +244,8 @@ def without_torch(target: Target, provenance: BuildRecord, *, results_dir: Path,
 def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: Mapping,
                   results_dir: Path, quick_check: QuickCheck, say: Say,
                   gpu: Gpu = Gpu.NONE, gpus_here: Collection[Gpu] = ()) -> dict:
-    """The checks record for the catalogue; :class:`VerdictFailed` when one fails. ``gpu``: the
-    GPU kind the image is for (none, cuda, rocm); only a run on that kind proves it
-    (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
+    """The checks record for the catalogue; :class:`VerdictFailed` when one fails. The quick
+    check runs only where ``gpus_here`` has the image's ``gpu`` kind."""
     provenance = BuildRecord.of(provenance, source=image)
     if holds_no_torch(provenance.stack or {}, provenance.probe_errors):
         return without_torch(target, provenance, results_dir=results_dir, say=say)

@@ -35,9 +35,8 @@ _UTC = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(?::\d\d(?:\.\d+)?)?Z\Z")
 
 @functools.cache
 def _templates() -> "jinja2.Environment":
-    """The one template environment: autoescape on for every template (not by file name, so a
-    template renamed or added cannot turn it off), ``None`` shown as ``-``, and a name a
-    template uses that the view lacks is an error, not an empty string."""
+    """Autoescape on for every template (not by file name, which a rename could escape),
+    ``None`` shown as ``-``, a name the view lacks an error."""
     import jinja2
 
     return jinja2.Environment(
@@ -151,9 +150,8 @@ def example_command(stack: object) -> str:
 
 
 def commands(target: str, entry: CatalogueEntry) -> list[str]:
-    """How a user runs this version: load its module, then the wrapper or the site's runtime
-    with its GPU flag (recorded per entry: a version published before that has only the
-    wrapper, which reads them from its module)."""
+    """How a user runs this version: its module, then the wrapper or the site's runtime with
+    its GPU flag (an older entry, which recorded neither: the wrapper only)."""
     command = example_command(entry.stack)
     lines = [f"module load {target}/{entry.version}", f"{exec_name(target)} {command}"]
     runs = entry.site_runtime or {}
@@ -164,9 +162,8 @@ def commands(target: str, entry: CatalogueEntry) -> list[str]:
 
 def batch_job(preamble: Sequence[str] | None, *, target: str, version: str, dest: Path,
               stack: Mapping) -> list[str] | None:
-    """The batch job a user pastes to run this version at its site (kept in its catalogue
-    entry): the site's directives (``preamble``: :func:`containers.batch.frame.example_preamble`),
-    the module, and the wrapper; None where the site has no scheduler."""
+    """The batch job a user pastes to run this version (the site's ``preamble``, the module,
+    the wrapper); None where the site has no scheduler."""
     if preamble is None:
         return None
     return ["#!/bin/bash", *preamble, f"module use {dest / 'modules'}",
