@@ -64,9 +64,8 @@ def show(listing: Listing, *, as_json: bool = False, say: Say = _print) -> None:
 def list_targets(config: Mapping[str, Any], root: Path, project: Callable[[], Project], *,
                  as_json: bool = False, environ: Mapping[str, str] = os.environ,
                  say: Say = _print) -> None:
-    """``invoke targets``: the kept listing when its settings, environment and the content of
-    everything it read are the same, else one read afresh and kept for the next time (a cache
-    that cannot be read, trusted or written costs only the time)."""
+    """``invoke targets``: the kept listing while its settings, environment and everything it
+    read are the same, else one read afresh and kept (a cache problem costs only the time)."""
     store = default_cache_dir(environ) / ("targets-" + _sha(str(root.resolve()))[:16] + ".json")
     env = {k: v for k, v in environ.items() if k not in SHELL_BOOKKEEPING}
     key = _sha(json.dumps([config, env, os.getcwd(), sys.version], sort_keys=True, default=str))
@@ -117,8 +116,7 @@ def _kept(store: Path, key: str) -> Listing | None:
 
 
 def _keep(store: Path, key: str, listing: Listing, root: Path) -> None:
-    """Keep ``listing`` with the digest of what it read and of the tool's code (its modules
-    and their folders, the tasks file, the folders packages are installed in), in the user's
+    """Keep ``listing`` with the digests of what it read and of the tool's code, in the user's
     own cache folder only."""
     code = sorted(PACKAGE.rglob("*.py"))
     tool = [*map(str, code), *sorted({str(p.parent) for p in code}), str(root / "tasks.py"),
@@ -144,9 +142,7 @@ def _runtime_line(project: Project) -> tuple[str, list[str]]:
 
 
 def starts_from(target: Target) -> str:
-    """What a target's image starts from, so a user can tell a registry-based image (NGC,
-    ROCm: ``docker://...``) from one this tool builds from the package index on its own base
-    (``target debian-base``)."""
+    """What a target's image starts from (``docker://...``, ``target debian-base``)."""
     from containers.inputs.definition import read_definition
 
     if target.base:
@@ -211,9 +207,7 @@ def _row(project: Project, name: str, facts: tuple[str, ...], state: str, curren
 
 
 def _read_from(project: Project) -> list[str]:
-    """The files and folders a listing reads: the manifests and their folder, each target's
-    definition, the scripts beside it, its env spec, the image records and folders, and the
-    builds' work folder."""
+    """The files and folders a listing reads."""
     settings = project.settings
     files = {settings.provenance_path(name) for name in project.targets}
     folders = {project.root / "recipes", settings.images_dir, settings.tmp_dir}
@@ -227,9 +221,8 @@ def _read_from(project: Project) -> list[str]:
 
 
 def target_listing(project: Project) -> Listing:
-    """What ``invoke targets`` shows, read afresh, and what it was read from: nothing when it
-    cannot be kept (an invalid target, whose fix may be a file it never read; work that builds
-    left, whose owner no file tells)."""
+    """What ``invoke targets`` shows, read afresh, and what it was read from: nothing where an
+    invalid target (fixed perhaps in a file never read) or a build's work forbids keeping it."""
     from containers.image import builder
 
     rows = target_rows(project)
@@ -252,10 +245,8 @@ def _problem(error: ContainersError) -> dict[str, Any]:
 
 def check_inputs(project: Project, *, target: str | None = None, as_json: bool = False,
                  say: Say = _print) -> None:
-    """Validate everything (or one target, its bases and every site) and report every problem
-    at once: the ok lines (or the JSON document), then every error raised together as
-    :class:`~containers.errors.Problems` (exit 1); warnings (host paths, an unknown torch) are
-    shown and do not fail the check."""
+    """Validate everything (or one target, its bases and every site): the ok lines (or the
+    JSON document), then every error raised together; warnings do not fail the check."""
     from containers.image.identity import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
     from containers.inputs import validate
     from containers.run import launchers

@@ -180,10 +180,8 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
 
 
 def examine_built(project: Project):
-    """The build's last test of an image (:data:`containers.image.builder.Examine`): one probe
-    of the built image; its SBOM (written beside the record) and its site fit, whose errors
-    fail the build, so an image that cannot run at its site is never kept. An image without
-    torch (a base image) is not judged (:func:`~containers.image.sitefit.holds_no_torch`)."""
+    """The build's last test of an image: one probe, its SBOM, and its site fit, whose errors
+    fail the build (an image without torch is not judged)."""
     from containers.errors import CommandFailed
     from containers.image import sbom
 

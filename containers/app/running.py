@@ -98,9 +98,8 @@ def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dr
 
 
 def _run(planned: CommandRun, *, image: BuildRecord, timeout: float | None, say: Say) -> None:
-    """The gate, then the command, through the one run-and-log path; ``status.json`` records
-    how it ended (a Ctrl-C included: recorded as interrupted, then it stops the tool) on
-    ``image`` (its build record), and a failure raises with the reason the log gives."""
+    """The gate, then the command; ``status.json`` records how it ended on ``image`` (a Ctrl-C
+    too, as interrupted), and a failure raises with the reason the log gives."""
     out, gate = planned.workload.out_dir, planned.gate
     log, shown = os.path.relpath(out / "run.log"), show_command(list(planned.command))
     started = time.monotonic()
@@ -133,9 +132,8 @@ def _run(planned: CommandRun, *, image: BuildRecord, timeout: float | None, say:
 
 
 def command_status(returncode: int, timed_out: bool, failure: tuple[int, int] | None) -> int:
-    """What ``invoke run`` exits with: 124 after its timeout; the first failing rank's own
-    status where the launcher names one (torchrun exits 1 whatever its ranks exited with, and
-    a batch run of the same command gives the rank's); else the launcher's."""
+    """What ``invoke run`` exits with: 124 after its timeout; the first failing rank's status
+    where the launcher names one (torchrun exits 1 whatever its ranks did); else the launcher's."""
     if timed_out:
         return 124
     if returncode and failure is not None and 0 < failure[1] < 256:
@@ -146,8 +144,7 @@ def command_status(returncode: int, timed_out: bool, failure: tuple[int, int] | 
 def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher: bool,
                say: Say) -> CommandRun:
     """Before anything starts: refuse a launcher the image cannot start (torchrun needs its
-    torch), in one line; leave out the device gate of an image without Python (the gate is a
-    Python program; the command needs none), saying so. A CPU site has no gate to leave out."""
+    torch); leave out, saying so, the device gate (a Python program) of an image without one."""
     if launcher and (need := command_need(planned.workload)):
         check_image(item, project.settings, need=need,
                     doing=f"invoke run's launcher ({planned.workload.launcher.name})",

@@ -88,10 +88,8 @@ def plan(root: Path, *, arch: str, python: str, reqs: Sequence[str] | None = Non
 
 
 def build_requirements(python: str, arch: str, *, pyproject: Path = PYPROJECT) -> tuple[str, ...]:
-    """The closure of the tool's ``[project] dependencies`` (extras followed) for CPython
-    ``python`` on Linux ``arch``, pinned as installed here, sorted: what ``invoke build``
-    may import, whole (which modules a build never imports is not cleanly known). A dependency
-    missing from this environment is refused: the list must be closed (pip runs ``--no-deps``)."""
+    """The closure of the tool's dependencies for CPython ``python`` on ``arch``, pinned as
+    installed here (one missing here is refused: pip runs ``--no-deps``)."""
     with on_disk("read the tool's dependencies", pyproject):
         roots = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
     env = {"python_version": python, "python_full_version": f"{python}.0",
@@ -125,9 +123,8 @@ def build_plans(root: Path, *, arch: str) -> tuple[JudgeEnv, ...]:
 
 
 def pip_argv(into: Path, judge: JudgeEnv) -> list[str]:
-    """Wheels only, for the node's architecture and CPython version, exactly the pinned list
-    (``--no-deps``: the list carries the dependencies). pip reads its index from the machine's
-    own configuration."""
+    """Wheels only, for the node's architecture and CPython, exactly the pinned list; pip reads
+    its index from the machine's own configuration."""
     return [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
             "--target", str(into), "--only-binary=:all:",
             *(word for platform in PLATFORMS

@@ -135,9 +135,8 @@ class Scheduler:
         return next((group for group in found.groups() if group), None) if found else None
 
     def job_state(self, job_id: str, ask: Ask, *, submitted: str | None = None) -> str | None:
-        """The job's state, or None. ``submitted``: the time :meth:`submitted_at` read when the
-        tool submitted it; a job of its id submitted at another time is another job (ids start
-        again at 1 on a restarted cluster), so this one's state is unknown."""
+        """The job's state, or None; a job of its id submitted at another time than
+        ``submitted`` is another one (ids restart with a cluster)."""
         for words in self.state_commands:
             text = ask([*words, job_id])
             state = self.parse_state(text) if text else None
@@ -248,11 +247,8 @@ class Pbs(Scheduler):
 
 
 def short_name(name: str, length: int, short_names: Mapping[str, str]) -> str:
-    """``name`` within ``length`` characters without cutting a word off mid-way: words
-    (between ``-``) first take the site's short forms (its profile's ``job.short_names``),
-    then the longest word loses letters from its end until the name fits, each word keeping at
-    least 3 (so ``smoke-derecho-cuda`` within 15 becomes ``smk-drc-cuda`` with the short forms
-    ``smk`` and ``drc``, every part still recognisable)."""
+    """``name`` within ``length`` characters, every word still recognisable: words take the
+    site's ``short_names`` first, then the longest loses letters from its end (keeping 3)."""
     if len(name) <= length:
         return name
     words = [short_names.get(w, w) for w in name.split("-")]

@@ -31,9 +31,8 @@ ConfWriter = Callable[[Path, list[int], Path], Path]
 
 def base_lines(root: Path, ctld_port: int, slurmd_port: int, munge_socket: Path, *,
                memory: bool = False) -> list[str]:
-    """What every cluster's slurm.conf says: names, ports, paths, plugins; with ``memory``,
-    memory is a resource Slurm allocates (as at the sites), so a job asking more than a node
-    has is refused at submission."""
+    """What every cluster's slurm.conf says; with ``memory``, Slurm allocates memory (as the
+    sites do), so a job asking more than a node has is refused."""
     controller = socket.gethostname().split(".")[0]
     return [
         "ClusterName=containers-test",
@@ -147,11 +146,9 @@ def site_node_names(site: Site) -> tuple[str, ...]:
 
 def _site_node_lines(site: Site, root: Path, names: Sequence[str],
                      ports: Sequence[int]) -> tuple[list[str], list[str]]:
-    """slurm.conf's node lines and gres.conf's lines: the site's cores, memory and GPUs (GRES
-    ``gpu:<gres_type>:<count>`` on character devices that read as ``/dev/null``: slurmd counts
-    only GPUs that have a File). A node has the memory a job can be given there (the largest of
-    the partitions' ``allocatable_gb``; each partition's own is its ``MaxMemPerNode``), so Slurm
-    itself refuses a job that asks more, as the site's would."""
+    """slurm.conf's node lines and gres.conf's: the site's cores, memory (the largest
+    ``allocatable_gb``, so Slurm refuses a job asking more) and GPUs (on stand-in character
+    devices: slurmd counts only GPUs that have a File)."""
     gpus, gpu_type = site.gpus.per_node, gres_type(site)
     memory_mb = _node_memory_mb(site)
     features = ",".join(required_features(site))
@@ -181,11 +178,9 @@ def _node_memory_mb(site: Site) -> int:
 
 
 def _accounting(site: Site, root: Path, dbd_port: int, munge_socket: Path) -> list[str]:
-    """Where ``site`` declares QoS, Slurm enforces them only with accounting: slurm.conf's
-    lines for slurmdbd (on ``dbd_port``, over MariaDB's socket), the slurmdbd.conf beside it
-    (slurmdbd reads it from SLURM_CONF's folder), and ``accounting.json``: the sacctmgr calls
-    that make the cluster, the account, each QoS with its time and node limits (refused at
-    submission: DenyOnLimit) and this user with the default QoS."""
+    """Slurm enforces a site's QoS only with accounting: slurm.conf's lines for slurmdbd, the
+    slurmdbd.conf beside it, and ``accounting.json``: the sacctmgr calls that make the cluster,
+    the account, each QoS with its limits (DenyOnLimit) and this user."""
     if not site.qos:
         return []
     atomic_write_text(root / "slurmdbd.conf", "\n".join([

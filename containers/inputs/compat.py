@@ -61,10 +61,8 @@ def image_torch(target: Target, env: EnvSpec | None
 
 
 def check_example(target: Target, example: str, env: EnvSpec | None = None) -> str | None:
-    """Raise a :class:`ConfigError` (one line: the env spec, the example, the versions) when
-    ``target``'s image cannot run ``example``; return a note when its torch is unknown (the
-    base image's, undeclared), None when it fits. ``env`` is the target's env spec, read
-    here when not given."""
+    """A :class:`ConfigError` (the env spec, the example, the versions) when ``target``'s image
+    cannot run ``example``; a note when its torch is unknown, None when it fits."""
     need = NEEDS[example]
     if env is None and target.env is not None:
         env = load_env_spec(target.env)
@@ -87,8 +85,7 @@ def check_example(target: Target, example: str, env: EnvSpec | None = None) -> s
 @dataclass(frozen=True)
 class ExamplePlan:
     """The examples a target's image is meant for, as ``invoke check`` and ``invoke build``
-    both judge them: those kept, the errors of those the manifest names that cannot run, the
-    notes (torch unknown), and one info line naming the default's choice."""
+    judge them (kept, errors, notes, and an info line naming the default's choice)."""
 
     examples: tuple[str, ...]
     errors: list[ConfigError]
@@ -103,10 +100,8 @@ def has_torch(target: Target, env: EnvSpec | None) -> bool:
 
 def example_plan(target: Target, env: EnvSpec | None = None,
                  known: Iterable[str] = tuple(NEEDS)) -> ExamplePlan:
-    """The one judgement of a target's examples. Named in the manifest: each must run (an
-    error names why). Left out: the ``known`` examples the environment can run, and one info
-    line saying which and why the others are left out (no torch, no DeepSpeed, torch too old
-    for FSDP2). ``examples: []`` means none."""
+    """The one judgement of a target's examples: each the manifest names must run; left out,
+    the ``known`` ones the environment can run, with an info line on why the others cannot."""
     if env is None and target.env is not None:
         env = load_env_spec(target.env)
     if target.examples is not None:
@@ -136,8 +131,7 @@ def example_plan(target: Target, env: EnvSpec | None = None,
 def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | None = None
                      ) -> tuple[list[ConfigError], list[str]]:
     """Every example ``target``'s image cannot run (errors), and one note when its torch is
-    unknown (listing what each example needs). ``env`` is the target's env spec, read here
-    when not given."""
+    unknown (listing what each example needs)."""
     if env is None and target.env is not None:
         env = load_env_spec(target.env)
     errors: list[ConfigError] = []
@@ -164,13 +158,9 @@ def _unknown(target: Target, env: EnvSpec | None) -> str:
 
 def as_built(target: Target, build_args: Mapping[str, str], *,
              context: Collection[str] = ()) -> Target:
-    """``target`` as a build with the command line's ``build_args`` makes it.
-
-    A manifest's ``torch:`` names the torch its base image ships with the manifest's own build
-    arguments (NGC_TAG picks the NGC release). A ``--build-arg`` that changes one builds on
-    another base, whose torch nobody declared: the version becomes unknown (said in the
-    warning, naming the flag) rather than kept when it may be wrong; the build's probe records
-    the real one. ``context``: arguments that only locate inputs (MIRROR) and change nothing."""
+    """``target`` as a build with ``build_args`` makes it: a ``--build-arg`` that changes the
+    manifest's own (NGC_TAG) builds on another base, whose declared ``torch:`` becomes unknown
+    rather than wrong. ``context``: arguments that only locate inputs (MIRROR)."""
     if target.torch is None:
         return target
     changed = [f"{key}={value}" for key, value in sorted(build_args.items())

@@ -178,11 +178,9 @@ class Stage:
         return _ARG_RE.sub(lambda m: values[m.group(1)], self.text)
 
     def validate(self, *, path: Path | None, earlier: tuple[str, ...]) -> None:
-        """Refuse what Apptainer refuses: an unknown header keyword or section (at parse time),
-        an app section without an app name, no bootstrap agent, no ``From:`` where the agent
-        takes its base from it (:data:`FROM_AGENTS`), ``%files from`` a stage that is not an
-        earlier one (named in ``earlier``). A repeated section is valid: Apptainer
-        appends it to the first (:meth:`section`)."""
+        """Refuse what Apptainer refuses (a repeated section it appends to the first): an app
+        section without a name, no bootstrap agent, no ``From:`` where the agent needs one,
+        ``%files from`` a stage not in ``earlier``."""
         for key, number in self.header_lines.items():
             if key not in HEADER_KEYS and re.sub(r"\d+$", "", key) != "otherurl":
                 raise ConfigError(f"unknown header keyword '{key}'{suggest(key, HEADER_KEYS)}",
@@ -274,9 +272,8 @@ class Definition:
         return tuple(self.arg_lines)
 
     def missing_arg_lines(self, given: dict[str, str] | None) -> dict[str, int]:
-        """Arguments some stage uses without a value, not ``given`` (``--build-arg``, shared by
-        every stage) and not in that stage's own ``%arguments``, with the line of the first use
-        that lacks one; every argument used when ``given`` is None."""
+        """Arguments a stage uses with no value (not ``given``, not in its ``%arguments``),
+        with the line of the first such use; every one used when ``given`` is None."""
         found: dict[str, int] = {}
         for stage in self.stages:
             valued = {} if given is None else {**stage.argument_defaults, **given}
@@ -315,11 +312,9 @@ _BOOTSTRAP_LINE = re.compile(r"^bootstrap:", re.IGNORECASE)
 
 
 def section_header(raw: str) -> tuple[str, str] | None:
-    """``(name, args)`` when ``raw`` starts a section as Apptainer's scanner sees it (its first
-    word starts with ``%``), else None. The name is Apptainer's (``getSectionName``): the text
-    after the leading ``%`` up to the first space, lower-cased, so ``%post`` with a tab after
-    it or an indented ``%post`` get a name Apptainer refuses; ``args`` is the rest of the line
-    (without the ``\\r`` of a CRLF line, which Apptainer drops)."""
+    """``(name, args)`` when ``raw`` starts a section as Apptainer's scanner sees it, else None;
+    the name as ``getSectionName`` cuts it (up to the first space, lower-cased: ``%post<TAB>``
+    gets a name Apptainer refuses), ``args`` without a CRLF's ``\\r``."""
     line = line_text(raw)
     if not first_word(line).startswith("%"):
         return None
@@ -365,12 +360,9 @@ def _header(lines: list[str], start: int, path: Path | None
 
 
 def parse_definition(text: str, *, path: Path | None = None) -> Definition:
-    """Split ``text`` into stages, each a preamble and sections, without changing a byte.
-
-    As Apptainer does: lines end at ``\\n`` only (:func:`apptainer_lines`), ``bootstrap:`` at
-    the start of a line begins a new stage (once the current one has a header line or a
-    section; comments above the first are its preamble), and a line whose first word starts
-    with ``%`` begins a section."""
+    """Split ``text`` into stages of a preamble and sections, without changing a byte, as
+    Apptainer does: ``bootstrap:`` at a line's start begins a stage (once the current one has a
+    header line or a section), a line whose first word starts with ``%`` a section."""
     stages: list[Stage] = []
     preamble: list[str] = []
     sections: list[Section] = []

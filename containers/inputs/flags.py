@@ -173,9 +173,8 @@ TIME = FlagType(TIME_FORMS, _time)
 
 
 def word_rule(label: str, pattern: str | Callable[[str], object], refusal: str) -> FlagType:
-    """A flag taking one word of ``pattern`` (a name a scheduler or the system knows; or one
-    the test ``pattern`` passes), refused with ``refusal``: never something that starts like an
-    option or holds a space."""
+    """A flag taking one word matching ``pattern`` (or passing it, a test), refused with
+    ``refusal``; never one that starts like an option or holds a space."""
     passes = re.compile(pattern + r"\Z").match if isinstance(pattern, str) else pattern
 
     def parse(value: Any) -> str:

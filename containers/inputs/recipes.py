@@ -117,9 +117,8 @@ def _outside(what: str, path: Path, resolved: Path, root: Path) -> str:
 
 
 def project_file(value: str, *, root: Path, manifest: Path, line: int | None, key: str) -> Path:
-    """The file a manifest's ``key`` names (relative to the project ``root``), resolved. It must
-    stay inside the project (an absolute path or a link leading out is refused at the manifest's
-    line and key) and be a regular UTF-8 file of bounded size (:func:`read_input_text`)."""
+    """The file a manifest's ``key`` names, resolved: inside the project (else refused at the
+    manifest's line and key), a regular UTF-8 file of bounded size."""
     if "\0" in value:
         raise ConfigError(f"{value!r} holds a NUL byte, which no path can", path=manifest,
                           line=line, key=key)
@@ -143,9 +142,8 @@ def project_file(value: str, *, root: Path, manifest: Path, line: int | None, ke
 
 def named_scripts(text: str, folder: Path,
                   check: Callable[[Path, str], None] = lambda script, by: None) -> dict[str, Path]:
-    """The files of ``folder`` (a definition's ``scripts/``) that ``text`` names, and those
-    they name in turn: what a build stages and
-    hashes. ``check(script, named_by)`` sees each before it is read."""
+    """The files of ``folder`` that ``text`` names, and those they name in turn (what a build
+    stages and hashes); ``check(script, named_by)`` sees each before it is read."""
     found = sorted(folder.iterdir()) if folder.is_dir() else []
     seen: set[str] = set()
     named: dict[str, Path] = {}
@@ -164,9 +162,8 @@ def named_scripts(text: str, folder: Path,
 
 
 def check_scripts(definition: Path, *, root: Path, manifest: Path, line: int | None) -> None:
-    """The helper scripts a definition runs (``scripts/`` beside it, named in its text or in
-    a script it names: what the build stages and hashes) must be the project's own regular
-    UTF-8 files too; each is checked before it is read."""
+    """The helper scripts a definition runs must be the project's own regular UTF-8 files
+    too, each checked before it is read."""
     def inside(script: Path, by: str) -> None:
         outside = resolves_outside(script, root)
         if outside is not None:

@@ -33,9 +33,8 @@ DEFAULT_BATCH = 64
 
 
 def deepspeed_only(example: str, *, example_flag: str = "--example", **given: Any) -> None:
-    """Refuse ``--zero-stage`` and ``--ds-config`` (``given`` by their option names) for any
-    example but deepspeed, naming the flag the user chose the example with (``invoke job``
-    calls it ``--workload``)."""
+    """Refuse ``--zero-stage`` and ``--ds-config`` for any example but deepspeed, naming the
+    flag that chose the example."""
     for name, value in given.items():
         flag = flags.flag_of(name)
         if value is not None and example != "deepspeed":
@@ -193,9 +192,8 @@ TRAINS = {example: TrainKind(example) for example in EXAMPLES}
 
 
 def read_report(result: verdict.Result) -> tuple[Any, str | None]:
-    """The run's ``train.json`` as the shape ``jobs/train.py`` writes (``jobs/trainreport``):
-    ``(report, None)``, ``(None, why it is not that shape)``, or ``(None, None)`` when the run
-    wrote none (the gates say so themselves)."""
+    """The run's ``train.json``: ``(report, None)``, ``(None, why it is not its shape)``, or
+    ``(None, None)`` when the run wrote none."""
     if result.report is None:
         return None, None
     try:

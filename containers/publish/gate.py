@@ -144,9 +144,8 @@ def _record_reasons(folder: Path, sha256: str) -> list[str]:
 
 def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: Gpu,
                    labels: Mapping | None) -> list[str]:
-    """The run must have run in this image: every rank's device report carries the identity
-    labels it read inside its image, and they must be this image's (a verdict's sha256 is one
-    edit away from another image's; the ranks' reports are the run's own); and on GPUs."""
+    """The run must have run in this image, on GPUs: every rank's device report carries the
+    labels it read inside its image (a verdict's sha256 is one edit away from another's)."""
     reasons = _record_reasons(folder, sha256)
     wanted = identity(labels)
     reports = {r["rank"]: r for r in read_device_reports(folder)}
@@ -177,10 +176,9 @@ def _degraded(folder: Path, record: Mapping) -> str | None:
 
 def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: Gpu = Gpu.NONE,
                      labels: Mapping | None = None) -> list[str]:
-    """Why the run beside ``verdict`` does not bear out a pass of the image ``sha256`` whose
-    labels are ``labels`` (empty: it does). Read from the run's own files, never from the
-    verdict's claims: a results folder is writable by whoever runs smokes, and a verdict is only
-    as good as the run behind it."""
+    """Why the run beside ``verdict`` does not bear out a pass of image ``sha256`` (empty: it
+    does), from the run's own files, never the verdict's claims (anyone running smokes may
+    write a results folder)."""
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]

@@ -49,10 +49,8 @@ RINGS = ("pgp-public", "pgp-secret")
 
 def keyring(runtime: Runtime, configured: Path | None,
             environ: Mapping[str, str] | None = None) -> Path:
-    """The keyring folder publishing uses: ``containers.sign_keysdir`` when set, else the one
-    the runtime reads by itself (``APPTAINER_KEYSDIR``, else its default), resolved once so
-    that signing and every later look-up name the same folder; refused in one line when
-    :func:`keyring_problem` finds why."""
+    """The keyring folder publishing uses (``containers.sign_keysdir``, else the runtime's
+    own), resolved once so signing and every later look-up name the same folder."""
     keysdir = configured or runtime.keysdir(environ)
     problem = keyring_problem(keysdir)
     if problem:
@@ -63,9 +61,8 @@ def keyring(runtime: Runtime, configured: Path | None,
 
 
 def keyring_problem(keysdir: Path) -> str:
-    """Why ``keysdir`` is not the user's alone (empty: it is, or it does not exist yet), held as
-    the package cache is (:func:`containers.image.cache.cache_problem`), and its key files
-    likewise: regular files of this user's that nobody else may write."""
+    """Why ``keysdir`` or a key file in it is not the user's alone (empty: it is, or it does
+    not exist yet), by the package cache's rule."""
     problem = cache_problem(keysdir, parts=False)
     for ring in () if problem else (keysdir / name for name in RINGS):
         try:
@@ -187,9 +184,8 @@ def key_fingerprints(key_file: Path) -> list[str]:
 
 
 def public_key(keysdir: Path, fingerprint: str) -> bytes:
-    """The public key ``fingerprint`` (with its user ids and signatures) out of the keyring's
-    ``pgp-public`` file, exported by ``gpg`` from a copy so the keyring itself is never touched;
-    a file ``apptainer key import`` takes."""
+    """The public key ``fingerprint`` as ``apptainer key import`` takes it, exported by ``gpg``
+    from a copy of the keyring's ``pgp-public`` (the keyring is never touched)."""
     ring = keysdir / "pgp-public"
     if not ring.is_file():
         raise ConfigError("no public keyring here (create a key with apptainer key newpair)",

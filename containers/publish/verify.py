@@ -82,9 +82,8 @@ def _checksum_of(sums: Path) -> tuple[str, str] | None:
 
 def check_entry(dest: Path, entry: CatalogueEntry, runtime: Callable[[], Runtime], *,
                 show_progress: bool = True) -> tuple[list[str], str]:
-    """Problems with one published version (checksum, checksum file, signature); its
-    signature cell for the table ("-" when the image is missing, "unsigned", "FAILED" or the
-    key's last 16 hex digits)."""
+    """Problems with one published version, and its signature cell ("-" when the image is
+    missing, "unsigned", "FAILED" or the key's last 16 hex digits)."""
     path = dest / entry.file
     if not path.is_file():
         return [], "-"  # reported by the consistency check
@@ -137,11 +136,8 @@ def _document(dest: Path, images: list[dict], problems: list[str],
 def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | None = None,
            as_json: bool = False, say: Say = say_line) -> list[tuple]:
     """Check every published image and the catalogue; :class:`VerdictFailed` naming each
-    problem. ``runtime`` is asked for only when a signature is to be checked, so an unsigned
-    folder verifies on a machine without Apptainer. ``as_json``: print one JSON document
-    instead of the table and lines (``{dest, ok, images: [{target, version, path, latest,
-    size_bytes, sha256, sha256_ok, signature, key_fingerprint, module_ok, checks, published,
-    problems}], problems, leftovers}``), with the same errors and exit status."""
+    problem. ``runtime`` is asked for only to check a signature (an unsigned folder verifies
+    without Apptainer); ``as_json``: one JSON document (docs/results.md) instead of the table."""
     if not dest:
         raise UsageError("give the folder that invoke publish wrote", flag="--dest")
     if target is not None and name_problem("target", target):

@@ -102,9 +102,8 @@ def srun(nodes: int, tasks_per_node: int, cpus_per_task: int | None, *more: str)
 
 
 class Launcher:
-    """Starts the ranks of a run: :meth:`shape` sizes a job, :meth:`argv` is the command, and
-    :meth:`node_step` the prefix of a job step of one process per node (a batch job's device
-    gate). Nothing else writes a job step's prefix, so every step of a job starts the site's way."""
+    """Starts the ranks of a run (:meth:`shape`, :meth:`argv`) and writes the prefix of every
+    other job step (:meth:`node_step`), so every step of a job starts the site's way."""
 
     name = ""
     schedulers: tuple[str, ...] = ()
