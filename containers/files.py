@@ -25,9 +25,8 @@ _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, 
 
 
 class FileRefused(ValueError):
-    """A file this tool will not read: not a regular file, or larger than the caller allows.
-    Callers turn it into the error of their family (an input's ConfigError, a state file's
-    StateError), naming the file."""
+    """A file this tool will not read: not a regular file, or larger than the caller allows
+    (callers raise it as their own family's error, naming the file)."""
 
 
 def file_type(mode: int) -> str:
@@ -43,13 +42,9 @@ def _check_regular(info: os.stat_result, limit: float = float("inf")) -> None:
 
 
 def read_regular(path: Path, *, limit: int) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes.
-
-    A FIFO, a device (``/dev/zero``) or a folder is refused by ``stat`` before it is opened, so
-    reading never blocks or grows without end; the open is ``O_NONBLOCK`` and checked again on
-    the descriptor, so a FIFO swapped in meanwhile cannot block either, and at most ``limit + 1``
-    bytes are read. Raises :class:`FileRefused`, or ``OSError`` (``FileNotFoundError``...).
-    """
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes: checked before
+    the (non-blocking) open and again on the descriptor, so a FIFO or device swapped in never
+    blocks or grows the read. :class:`FileRefused`, or ``OSError``."""
     _check_regular(os.stat(path), limit)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -113,10 +108,9 @@ def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
 
 def read_json_state(path: Path, *, limit: int, missing: object, unreadable: str,
                     invalid: str) -> object:
-    """The JSON value of a state file one command keeps for the next (a catalogue, a build
-    record), ``missing`` when there is none yet. Any other failure stops the command: a
-    :class:`StateError` naming the file, worded by the caller's templates (``unreadable`` takes
-    ``{exc}``, ``invalid`` takes ``{detail}``, the parser's first line)."""
+    """The JSON value of a state file (a catalogue, a build record), ``missing`` when there is
+    none; any other failure a :class:`StateError` worded by ``unreadable`` (``{exc}``) or
+    ``invalid`` (``{detail}``)."""
     try:
         return read_regular_json(path, limit=limit)
     except FileNotFoundError:
@@ -146,10 +140,8 @@ def read_regular_text(path: Path, *, limit: int = RESULT_LIMIT) -> str:
 
 
 def open_append_regular(path: Path, *, mode: int = 0o644) -> BinaryIO:
-    """``path`` opened to read and append (created if missing), if it is a regular file of
-    ours: a link, a FIFO, a device or another user's file planted there is refused
-    (:class:`WriteRefused`) before anything is written; the open is ``O_NOFOLLOW`` and
-    ``O_NONBLOCK`` (it never blocks) and checked again on the descriptor."""
+    """``path`` opened to read and append (created if missing) if it is a regular file of
+    ours, checked before and after the (non-blocking, non-following) open."""
     refuse_replacing(path, doing="append to")
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW
                  | os.O_CLOEXEC, mode)
@@ -208,12 +200,10 @@ def _repointable(link: str, info: os.stat_result, folder: os.stat_result) -> str
 
 
 def unsafe_way(path: Path) -> str | None:
-    """Why what is written at or in ``path`` could land where someone else chooses, in one line
-    naming ``path`` and the folder or link, else None. Every folder on the way (``path`` too,
-    when a folder) is walked as the kernel walks it (``lstat`` at each step, links followed):
-    none may be world-writable without the sticky bit, and no link may be another user's in a
-    world-writable folder (:func:`_repointable`), whatever the machine's
-    ``fs.protected_symlinks``. What does not exist yet is made by this tool, in a folder checked."""
+    """Why what is written at or in ``path`` could land where someone else chooses, else None:
+    walked as the kernel walks it, no folder on the way may be world-writable without the
+    sticky bit, and no link another user's in a world-writable folder (whatever the machine's
+    ``fs.protected_symlinks``)."""
     todo = list((Path.cwd() / path).parts[1:])  # ".." after a link is the kernel's to read
     here, links = "/", 0
     while True:
@@ -320,11 +310,9 @@ def refuse_unsafe_way(path: Path) -> None:
 
 
 def refuse_replacing(path: Path, *, doing: str = "replace") -> None:
-    """Raise :class:`WriteRefused` when ``path`` exists and is not a regular file of ours (a
-    link, a device, a FIFO, a socket, a folder, or another user's file, root running or not);
-    nothing when it is missing or ours to ``doing`` (``replace``, ``append to``). ``lstat``: a
-    link is judged as itself, never followed. First, the folders on the way
-    (:func:`refuse_unsafe_way`): every writer comes here before it makes a temp or a folder."""
+    """:class:`WriteRefused` when the way to ``path`` is unsafe, or ``path`` exists and is not
+    a regular file of ours (a link judged as itself), root running or not: every writer comes
+    here before it makes a temp or a folder."""
     refuse_unsafe_way(path)
     try:
         info = os.lstat(path)
@@ -358,9 +346,8 @@ def replace_into(temp: Path, path: Path) -> None:
 
 
 def _open_temp(path: Path, mode: int | None) -> tuple[Path, int]:
-    """A new temp file beside ``path`` (:func:`temp_name`, ``O_EXCL``, never through a link)
-    and its descriptor; ``mode``: its permissions exactly, set before any byte is written (else
-    0666 less the umask)."""
+    """A new temp file beside ``path`` (never through a link) and its descriptor; ``mode``:
+    its permissions, set before any byte is written (else 0666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(path)
     tmp.unlink(missing_ok=True)  # a stale temp (or a link planted there) is never written through
@@ -372,10 +359,8 @@ def _open_temp(path: Path, mode: int | None) -> tuple[Path, int]:
 
 
 def write_temp(path: Path, data: bytes, *, mode: int | None = None) -> Path:
-    """Write ``data`` to a new temp file beside ``path`` (:func:`_open_temp`), fsynced; the
-    temp's path. Renaming it over ``path`` (:func:`replace_into`) is the caller's commit;
-    removing it, its undo. What is at ``path``, and the way to it, are checked first
-    (:func:`refuse_replacing`)."""
+    """``data`` in a new fsynced temp file beside ``path``, whose rename over ``path``
+    (:func:`replace_into`) is the caller's commit and whose removal its undo."""
     refuse_replacing(path)
     tmp = temp_name(path)
     try:
@@ -392,16 +377,14 @@ def write_temp(path: Path, data: bytes, *, mode: int | None = None) -> Path:
 
 
 def _name_in(exc: BaseException, path: Path) -> None:
-    """Give an OSError from a write (ENOSPC has no file name) the name of the file written."""
+    """Give an OSError from a write (ENOSPC has no file name) the file's name."""
     if isinstance(exc, OSError) and exc.filename is None:
         exc.filename = str(path)
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder, fsync, rename: readers
-    see the old file or the new one, never a half-written one. What is at ``path`` is checked
-    (:func:`refuse_replacing`) before the temp is made and again at the rename. ``mode``: as
-    :func:`write_temp` takes it."""
+    """Write ``data`` to ``path`` through a temp file, fsync, rename: readers see the old file
+    or the new one; ``path`` is checked before the temp is made and again at the rename."""
     tmp = write_temp(path, data, mode=mode)
     try:
         replace_into(tmp, path)
@@ -414,9 +397,8 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
 
 
 def create_replacing(path: Path) -> BinaryIO:
-    """A new, empty file at ``path``, open for writing: made under a temp name and renamed into
-    place at once (:func:`replace_into`), for a log that grows while a run goes on (readers
-    may follow it) but must never be written through a link or into a device."""
+    """A new, empty file at ``path``, open for writing, renamed into place at once: a log that
+    grows while readers follow it, never written through a link or into a device."""
     refuse_replacing(path)
     tmp, fd = _open_temp(path, None)
     handle = os.fdopen(fd, "wb")
@@ -443,10 +425,9 @@ def sha256_file(path: Path, *, progress: Callable[[int], None] | None = None) ->
 def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = COPY_CHUNK,
                  after_chunk: Callable[[], None] | None = None,
                  progress: Callable[[int], None] | None = None) -> str:
-    """Copy ``source`` to a new file ``dest`` (never an existing one: ``O_EXCL``) born with
-    ``mode``, fsync it, and return the sha256 of the bytes read: a copy checked against a
-    recorded hash in the same pass that makes it. ``progress`` is told each chunk's size;
-    ``after_chunk`` runs after each chunk (a fault-injection hook)."""
+    """Copy ``source`` to a new file ``dest`` born with ``mode``, fsynced; the sha256 of the
+    bytes read, so the copy is checked in the pass that makes it. ``after_chunk``: a
+    fault-injection hook."""
     refuse_replacing(dest)
     digest = hashlib.sha256()
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -468,9 +449,8 @@ def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = CO
 
 
 def temp_symlink(link: Path, target: str) -> Path:
-    """A new symlink to ``target`` under ``link``'s temp name (:func:`temp_name`): renaming it
-    over ``link`` swaps the link atomically. The way to it is checked first
-    (:func:`refuse_unsafe_way`)."""
+    """A new symlink to ``target`` under ``link``'s temp name: renamed over ``link``, it swaps
+    the link atomically."""
     refuse_unsafe_way(link)
     temp = temp_name(link)
     temp.unlink(missing_ok=True)

@@ -22,9 +22,8 @@ from containers.report import Say, say_line as _print, show_command
 
 
 def foreign_build(item: Target, *, dry_run: bool) -> str | None:
-    """For a target of another architecture than this machine: a line saying how and where it
-    builds (printed with the plan), or a one-line refusal when this machine cannot. A plan can
-    always be shown; a real build needs qemu-user emulation of the target's architecture."""
+    """For a target of another architecture: a line saying how it builds here (with the plan),
+    or a refusal when a real build has no qemu-user emulation of it."""
     here = host_arch()
     if item.arch == here:
         return None

@@ -56,9 +56,8 @@ def _index(project: Project) -> list[dict]:
 
 
 def _row(entry: dict, queries: dict[str, follow.Queries]) -> dict | None:
-    """An index entry with its state now and its verdict; None for an entry no job of this
-    tool wrote (its id is not one sbatch or qsub prints), so it hides no other job. A job the
-    scheduler no longer knows has ended; one whose scheduler did not answer is unknown."""
+    """An index entry with its state now and its verdict; None for one no job of this tool
+    wrote (an id sbatch or qsub never prints)."""
     try:
         job_id = JOB_ID.parse(entry.get("job_id"))
     except ValueError:

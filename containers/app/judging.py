@@ -31,9 +31,8 @@ from containers.run.workload import IMAGE_RECORD, JOB_RECORD, collect
 
 def judge_results(project: Project, *, results: str | Path, exit_status: int,
                   say: Say = _print) -> verdict.Result:
-    """Judge the batch run whose results are in ``results`` (the launcher exited with
-    ``exit_status``); write its verdict, then raise as an interactive run does
-    (:func:`containers.prove.verdict.check`: exit 2 for sanity, 3 for performance)."""
+    """Judge the batch run in ``results`` (its launcher exited ``exit_status``); write its
+    verdict, then raise as an interactive run does."""
     folder = Path(results).resolve()
     job = _job_record(folder)
     kind = _judged_here(folder, job.workload)
@@ -98,9 +97,8 @@ def _judged_here(folder: Path, workload: object) -> WorkloadKind:
 
 
 def image_reasons(project: Project, target: str, folder: Path) -> list[str]:
-    """Why these results may not be of the image that is there now: the job copies the image's
-    provenance at launch (``image.json``); none, another target's, or another sha256 than the
-    image's now fails (a verdict is only worth its image's checksum)."""
+    """Why these results may not be of the image there now: the ``image.json`` the job copied
+    at launch is missing, another target's, or of another sha256."""
     try:
         ran = provenance.read(folder / IMAGE_RECORD)
     except StateError as exc:

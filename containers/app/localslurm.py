@@ -25,8 +25,7 @@ DEFAULT_ROOT = Path("/var/tmp/containers-local-slurm")
 
 def _found(root: Path) -> tuple[slurmcluster.SlurmCluster | None, dict[str, list[int]]]:
     """The cluster in ``root`` (leftovers without a record too) and what of it still runs, by
-    name: each recorded daemon, then ``job steps``. A record that is not this user's, or names
-    a PID that is not its daemon, is refused (:func:`slurmcluster.load`, ``daemons``)."""
+    name: each recorded daemon, then ``job steps``."""
     cluster = slurmcluster.load(root)
     if cluster is None and os.path.lexists(root):
         cluster = slurmcluster.SlurmCluster(root=root, conf=root / "slurm.conf")

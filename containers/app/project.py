@@ -33,11 +33,9 @@ class ConfigSource:
 
 def settings_of(config: Any, environ: Mapping[str, str] | None = None
                 ) -> tuple[dict[str, Any], list[ConfigSource]]:
-    """The ``containers`` settings of an invoke ``Config`` and the layers they come from
-    (:func:`config_sources`), with every ``INVOKE_CONTAINERS_*`` variable read by its setting's
-    own type (:func:`environment_settings`): invoke reads only the keys a file declares and
-    casts ``false`` to true, so its reading is replaced. The ``-f`` runtime file still wins
-    over a variable, as in invoke."""
+    """The ``containers`` settings of an invoke ``Config`` and their layers, every
+    ``INVOKE_CONTAINERS_*`` variable read by its setting's own type (invoke's reading skips
+    undeclared keys and casts ``false`` to true); the ``-f`` file still wins, as in invoke."""
     merged = dict(config.get("containers", None) or {})
     runtime = (getattr(config, "_runtime", None) or {}).get("containers") or {}
     env = {key: value for key, value in environment_settings(
@@ -46,11 +44,9 @@ def settings_of(config: Any, environ: Mapping[str, str] | None = None
 
 
 def config_sources(config: Any, env: Mapping[str, Any] | None = None) -> list[ConfigSource]:
-    """The layers of an invoke ``Config`` that set values, the one that wins first: the
-    ``-f`` runtime file, ``INVOKE_*`` variables (``env``: as :func:`settings_of` read them;
-    else invoke's), the project's ``invoke.yaml``, the user's and the system's files. invoke
-    merges them and keeps no record of which set a key, but it keeps each layer's data and path
-    (``_runtime``, ``_runtime_path``, …), which this reads."""
+    """The layers of an invoke ``Config`` that set values, the winner first (``env``: the
+    variables as :func:`settings_of` read them), from the data and path invoke keeps of each
+    (``_runtime``, ``_runtime_path``, …): it records no key's layer itself."""
     found = []
     for layer in ("runtime", "env", "project", "user", "system"):
         data = env if layer == "env" and env is not None else getattr(config, f"_{layer}", None)
@@ -177,10 +173,8 @@ class Project:
 
     def job_needs(self, target: str | None, site: str | None, *, kind: WorkloadKind,
                   host_arch: str, venv: Path | None) -> JobNeeds:
-        """What a job of ``kind`` and ``target`` (else the default one) on ``site`` (else the
-        target's own) is planned from, resolved once: the site's nodes have its default
-        target's architecture; nodes that this checkout's environment cannot run on get the
-        verdict's packages for the image's Python, or for a build the tool's."""
+        """What a job is planned from, resolved once; nodes this checkout's environment cannot
+        run on get the verdict's packages for the image's Python (a build: the tool's)."""
         from containers.batch import judgeenv
         from containers.batch.job import JobNeeds
 

@@ -29,10 +29,8 @@ POLL_SECONDS = 3.0
 
 
 class Queries:
-    """The state queries of one listing (``invoke jobs``) to one scheduler: one that did not
-    answer (timed out, its tool missing, its server unreachable) is asked no more, so a listing
-    of many jobs waits for it once, not once a job; ``silent`` says why. Its jobs' state is then
-    unknown, never "ended": that would be a guess."""
+    """The state queries of one listing to one scheduler: one that did not answer is asked no
+    more (``silent`` says why), and its jobs' state is unknown, never a guessed "ended"."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
@@ -116,9 +114,8 @@ def append_index(jobs_dir: Path, entry: dict) -> Path:
 
 
 def read_index(jobs_dir: Path) -> list[dict]:
-    """The index's entries, oldest first. A line that is not a JSON object is skipped (a killed
-    append leaves one torn); one nested past reading is no line the tool wrote: one line naming
-    the file and the line."""
+    """The index's entries, oldest first; a torn line (a killed append) is skipped, one nested
+    past reading refused in one line."""
     path = jobs_dir / INDEX
     if not path.exists():
         return []

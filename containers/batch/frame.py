@@ -19,9 +19,8 @@ from containers.run.launchers import Shape
 
 @dataclass(frozen=True)
 class Frame:
-    """What every job of a request has, whatever it runs: its resources but their size (name,
-    output, partition, time, account, the site's GPU request), and the header comments that
-    say where each came from."""
+    """What every job of a request has, whatever it runs: its resources but their size, and
+    the header comments that say where each came from."""
 
     resources: Resources
     partition: Partition
@@ -46,9 +45,8 @@ class Frame:
 
 
 def example_preamble(site: Site, name: str) -> list[str] | None:
-    """The directives of a job for one node of ``site``'s default partition with all its GPUs,
-    for 30 minutes (``YOUR_PROJECT`` where the site needs an account): what the catalogue page
-    gives users to paste; None where the site has no scheduler."""
+    """The directives of a 30-minute job on one whole node of ``site``, for the catalogue page;
+    None where the site has no scheduler."""
     if (scheduler := SCHEDULERS.get(site.scheduler)) is None:
         return None
     partition = site.partition(site.default_partition)
@@ -65,9 +63,8 @@ def example_preamble(site: Site, name: str) -> list[str] | None:
 
 def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
               environ: Mapping[str, str], stamp: str) -> Frame:
-    """The job's name (shortened with the site's words where its scheduler limits names),
-    output (named with ``stamp`` too: job ids repeat across clusters), partition, time and
-    account, and the header comments that say so."""
+    """The job's name, output (with ``stamp``: job ids repeat across clusters), partition,
+    time and account, and the header comments that say so."""
     scheduler = scheduler_of(site)
     full_name = f"{request.workload}-{target.name}"
     directive(full_name, "job name")

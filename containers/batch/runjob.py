@@ -22,9 +22,8 @@ VERDICT_SCRIPT = "runverdict.py"
 
 def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: dict,
               nodes: int) -> list[str]:
-    """The body of a run job after its rendezvous lines: the job record, the device gate, the
-    command (its output and exit status kept), the verdict with the image's Python; the job's
-    exit status is the verdict's."""
+    """A run job's body after its rendezvous lines: job record, device gate, command, and the
+    verdict (the image's Python), whose status is the job's."""
     workload = planned.workload
     out_dir = str(workload.out_dir)
     log = word(out_dir + "/run.log")
@@ -62,8 +61,7 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
 
 def folder_lines(out_dir: Path) -> list[str]:
     """The job's results folder made new (``mkdir`` without ``-p``), or the job stopped in one
-    line: an existing folder is another job's evidence (a script submitted again after a
-    cluster restart, when job ids start again at 1), never written into or appended to."""
+    line: an existing folder is another job's evidence (job ids restart with a cluster)."""
     folder = str(out_dir)
     refusal = (f"job: FAIL: the results folder {folder} exists: it holds another job's "
                "results (job ids repeat after a cluster restart), which this job does not "

@@ -33,12 +33,8 @@ def ref(name: str) -> str:
 
 
 class ShellVars(Mapping[str, str]):
-    """An environment where every variable is set to a reference to itself.
-
-    Site values expanded from it (:func:`containers.inputs.sites.expand`) keep their ``$VAR``
-    references as markers, so the job's shell expands them on the compute node, not this tool at
-    render time.
-    """
+    """An environment where every variable is a reference to itself, so site values expanded
+    from it are expanded by the job's shell on the node, not at render time."""
 
     def __getitem__(self, name: str) -> str:
         if not isinstance(name, str) or not is_env_name(name):
@@ -56,9 +52,8 @@ SHELL_VARS = ShellVars()
 
 
 def word(text: str) -> str:
-    """``text`` as exactly one shell word: literal text quoted, :func:`ref` markers expanding.
-    A script is UTF-8 text: a word holding other bytes (a command-line argument arrives with
-    them as surrogates) is refused in one line."""
+    """``text`` as exactly one shell word: literal text quoted, :func:`ref` markers expanding;
+    a word that is not UTF-8 (surrogates from the command line) is refused in one line."""
     text = str(text)
     try:
         text.encode("utf-8")
@@ -98,10 +93,8 @@ _EXEC_VALUE_OPTIONS = ("--bind", "--env")
 
 
 def breaks(argv: Sequence[str]) -> set[int]:
-    """Where a long command is wrapped, read from the argv itself: before the container runtime
-    (after a launcher such as ``srun …``), before every ``--bind``/``--env``, before the image,
-    before the command in the container and before the script that command runs (the first
-    word after its options; a one-letter option such as ``bash -c`` takes its value along)."""
+    """Where a long command is wrapped, from the argv itself: before the runtime, every
+    ``--bind``/``--env``, the image, the command in the container and the script it runs."""
     cuts = {i for i, arg in enumerate(argv) if arg in _EXEC_VALUE_OPTIONS and i > 0}
     runtime = next((i for i in range(len(argv) - 1) if argv[i + 1] == "exec"), None)
     if runtime is None:

@@ -42,9 +42,8 @@ def check_site(request: JobRequest, target: Target, site: Site, site_arch: str |
 
 def fit_time(request: JobRequest, site: Site, partition: Partition,
              qos: Qos | None = None) -> int:
-    """The job's wall time: ``--time`` if it is within the partition's (and the QoS's: the one
-    typed, else the site's default) limit (else refused, naming the limit), otherwise the
-    workload's estimate capped by them."""
+    """The job's wall time: ``--time`` within the partition's and QoS's limits (else refused,
+    naming the limit), otherwise the workload's estimate capped by them."""
     limits = [(f"partition {partition.name}", partition.max_time, "")]
     if qos is not None:
         default = "" if request.qos else " (its default_qos: --qos names another)"
@@ -81,9 +80,8 @@ def _over(site: Site, limits: Partition | Qos, *, nodes: int,
 
 def check_size(site: Site, partition: Partition, qos: Qos | None, *, nodes: int,
                gpus_per_node: int) -> None:
-    """Nodes and GPUs within the partition's documented limits, then the ``--qos``'s (a QoS
-    the profile does not describe is the scheduler's to judge); a partition's refusal names,
-    where one of the site's other partitions allows the request, that partition."""
+    """Nodes and GPUs within the partition's documented limits, then the QoS's; a partition's
+    refusal names another of the site's that allows the request."""
     size = dict(nodes=nodes, gpus_per_node=gpus_per_node)
     if (over := _over(site, partition, **size)) is not None:
         fits = [p for p in site.partitions.values()
@@ -96,11 +94,9 @@ def check_size(site: Site, partition: Partition, qos: Qos | None, *, nodes: int,
 
 def resolve_account(request: JobRequest, site: Site, settings: Settings,
                     environ: Mapping[str, str]) -> tuple[str | None, str]:
-    """The account the job charges and where it came from: ``--account``, else
-    ``containers.accounts.<site>``, else ``containers.account``, else the scheduler's own
-    variables (:attr:`Scheduler.account_vars`; PBS Pro's qsub reads none: ``-A`` only).
-    ``SBATCH_ACCOUNT`` is left to sbatch, which reads it at submission (None is returned). A
-    site that requires an account and gets none is refused in one line saying how to set it."""
+    """The account the job charges and where it came from: the flag, the settings, else the
+    scheduler's own variables (``SBATCH_ACCOUNT`` is left to sbatch: None); a site requiring
+    one that gets none is refused in one line saying how to set it."""
     if request.account:
         return request.account, "--account"
     configured = settings.account_for(site.name)
@@ -121,10 +117,8 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
 
 
 def check_transport(site: Site, nodes: int) -> None:
-    """A job across nodes whose transport needs the host's network plugin and libfabric bound
-    into the container, on a site whose profile binds none or says no plugin is published for
-    containers (``transport.unavailable``): it would stop at start-up (NCCL_NET names a network
-    that cannot load), so it is refused before anything is written, naming the way out."""
+    """Refuse, naming the way out, a job across nodes whose transport needs host binds the
+    profile lacks or is ``unavailable``: NCCL_NET would stop it at start-up."""
     transport = site.transport
     if not (transport.host_stack and transport.applies(nodes)):
         return
@@ -140,9 +134,8 @@ def check_transport(site: Site, nodes: int) -> None:
 
 
 def chosen_site(site: Site, request: JobRequest) -> Site:
-    """``site`` with the transport the request chose (``--transport socket``: NCCL's TCP
-    sockets, :func:`containers.prove.transport.sockets`), refused in one line where it does not
-    apply (one node, or a site that declares no transport across nodes); else ``site``."""
+    """``site`` with the transport the request chose (``--transport socket``), refused where
+    it does not apply (one node, or no transport declared)."""
     if request.transport is None:
         return site
     if not site.transport.applies(request.nodes):

@@ -34,10 +34,8 @@ class JobSubmission:
 
 def deliver(job: Job, needs: JobNeeds, *, script: Path | None, submit: bool,
             runtime: Callable[[], Runtime], say: Say) -> JobSubmission:
-    """Print the job, write it (atomically) or submit it. Whichever it does, the folder the
-    job's output goes to exists afterwards (schedulers do not create it, and a job whose output
-    folder is missing dies without a log); every refusal comes before a script exists.
-    ``runtime``: the one that reads an old image's architecture, asked only then."""
+    """Print the job, write it or submit it; its output folder exists afterwards (schedulers
+    do not make it: the job would die without a log), and every refusal comes first."""
     refuse_unsafe_way(job.output_folder)
     if script is not None:
         refuse_replacing(script)  # before any folder is made
@@ -60,9 +58,8 @@ def deliver(job: Job, needs: JobNeeds, *, script: Path | None, submit: bool,
 
 
 def check_image(needs: JobNeeds, runtime: Callable[[], Runtime]) -> None:
-    """What a submission of a job that runs the image needs that a written script does not:
-    the image itself, of the architecture of the site's nodes (from its build record, not its
-    name; the site has a scheduler, so its nodes' are its default target's)."""
+    """What submitting a job needs that writing it does not: the image, of the architecture
+    of the site's nodes (from its build record)."""
     item, settings = needs.target, needs.settings
     image = settings.image_path(item.name)
     if not image.is_file():
