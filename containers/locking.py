@@ -22,10 +22,8 @@ from containers.files import file_type, read_regular, refuse_replacing
 
 def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
             shared: bool = False) -> int:
-    """An open descriptor holding an exclusive ``flock`` on ``path`` (created when missing),
-    with our PID written into it; ``on_wait`` is called once if we must wait. ``shared``: a
-    shared lock, which many hold at once and an exclusive one waits for (no PID: there is no
-    one holder). Give it back with :func:`release`."""
+    """An open descriptor holding an exclusive ``flock`` on ``path`` with our PID in it (or a
+    ``shared`` one, no PID); ``on_wait`` is called once if we must wait."""
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = _open_lock(path)
@@ -81,10 +79,8 @@ def _is_current(fd: int, path: Path) -> bool:
 @contextmanager
 def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None,
               remove: bool = False) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path``; ``on_wait`` is called once if we must wait.
-    ``remove``: the lock file is removed when the lock is let go, so it is not left in a folder
-    others read (a site's publish folder); a waiter that then holds the removed file's lock
-    takes the new file's instead, so two holders never overlap."""
+    """Hold an exclusive ``flock`` on ``path``. ``remove``: the file goes when the lock is let
+    go (a publish folder), and a waiter holding a removed file's lock takes the new file's."""
     while True:
         fd = acquire(path, on_wait=on_wait)
         if not remove or _is_current(fd, path):

@@ -94,9 +94,8 @@ def json_text(data: object) -> str:
 
 def write(path: Path, record: Record | Mapping[str, Any], kind: type[R], *,
           mode: int | None = None) -> R:
-    """Write ``record`` (a ``kind``, or the mapping that makes one, checked first) to ``path``
-    atomically (``mode``: as :func:`~containers.files.atomic_write_text` takes it); the record
-    as written."""
+    """Write ``record`` (or the mapping that makes one, checked first) to ``path`` atomically;
+    the record as written."""
     made = kind.of(record, source=path)
     atomic_write_text(path, made.as_json(), mode=mode)
     return kind.of(made.as_dict(), source=path)
@@ -130,9 +129,8 @@ class BuildRecord(Record):
 
 
 class JobRecord(Record):
-    """A batch job's ``job.json`` (a line of its script, containers/batch/job.py; read by its
-    verdict, containers/app/judging.py): the request the job ran. Version 1, written without
-    ``schema``: a version field would change every rendered script."""
+    """A batch job's ``job.json``, the request it ran; version 1, written without ``schema``
+    (a version field would change every rendered script)."""
 
     SCHEMA: ClassVar[int] = 1
     WHAT: ClassVar[str] = "job record"
@@ -223,9 +221,8 @@ class Verdict(Record, SmokeSummary):
 
 
 class RunStatus(Record):
-    """``invoke run``'s ``status.json`` (containers/app/running.py): what ran, on which image
-    (its sha256, as its build record says), and how it ended; publish takes a passing one as
-    the proof of an image without torch (containers/publish/checks.py)."""
+    """``invoke run``'s ``status.json``: what ran, on which image, how it ended; publish takes
+    a passing one as the proof of an image without torch."""
 
     WHAT: ClassVar[str] = "run status"
 

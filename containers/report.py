@@ -134,9 +134,8 @@ _MARK = re.compile("\ue000([A-Za-z_][A-Za-z0-9_]*)\ue001")
 
 
 def deferred(name: str) -> str:
-    """A marker for host variable ``name`` inside an argv word that a shown command prints as
-    ``"${name}"`` (expanded where the command runs), unlike a literal ``$`` meant for the
-    container, which stays single-quoted. Dry runs put it where the real run would expand it."""
+    """A marker for host variable ``name`` in an argv word, which a shown command prints as
+    ``"${name}"`` (expanded where it is pasted), unlike a literal ``$`` for the container."""
     return f"\ue000{name}\ue001"
 
 
@@ -148,9 +147,8 @@ def _literal(text: str) -> str:
 
 
 def shell_word(word: str) -> str:
-    """One argv word as a shell reads it back: ``shlex.quote``, or where it holds a
-    :func:`deferred` host variable, double quotes in which each marker is a ``${NAME}`` that
-    expands there and everything else is literal (single-quoted pieces for ``!``)."""
+    """One argv word as a shell reads it back: ``shlex.quote``, or around :func:`deferred`
+    markers double quotes, each marker a ``${NAME}`` and everything else literal."""
     if not _MARK.search(word):
         return shlex.quote(word)
     pieces = _MARK.split(word)  # literal text at even places, variable names at odd ones
@@ -170,9 +168,8 @@ def commenting(say: Say) -> Say:
 
 
 def show_command(argv: list[str], env: Mapping[str, str] | None = None) -> str:
-    """The exact command as one line to paste into a shell. ``env`` values are the prefix the
-    command runs with; a ``$VAR`` in one is the caller's variable, expanded when the command
-    runs (``PATH=<shim>:$PATH``), so it is shown expanding: ``PATH="<shim>:${PATH}"``."""
+    """The exact command as one line to paste into a shell, ``env`` its prefix (a ``$VAR`` in
+    it shown expanding: ``PATH="<shim>:${PATH}"``)."""
     prefix = " ".join(
         f"{key}={shell_word(_VAR.sub(lambda m: deferred(m.group(1) or m.group(2)), value))}"
         for key, value in (env or {}).items())

@@ -21,9 +21,8 @@ MAX_TRIES = 1000
 
 def _claim(parent: Path, stem: str, suffix: str, create: Callable[[Path], object], *,
            doing: str, what: str) -> str:
-    """``create`` (which fails with FileExistsError on a taken name) of ``<stem><suffix>``, else
-    ``<stem>-2<suffix>``, ...; the name claimed, without ``suffix``. Nothing is made on a way
-    someone else controls (:func:`containers.files.refuse_unsafe_way`)."""
+    """``create`` (FileExistsError on a taken name) of ``<stem><suffix>``, else
+    ``<stem>-2<suffix>``, ...; the name claimed, without ``suffix``."""
     refuse_unsafe_way(parent / f"{stem}{suffix}")
     with on_disk(doing, parent / f"{stem}{suffix}"):
         parent.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,7 @@ _CLOCK = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
 
 
 def parse(text: str) -> int:
-    """``text`` (``HH:MM:SS``, ``MM:SS``, ``D-HH[:MM[:SS]]`` or minutes) in seconds.
-
-    Raises ValueError with a short reason (the CLI's option type shows it as is)."""
+    """``text`` in seconds; a ValueError's short reason is shown as is."""
     value = str(text).strip()
     match = _CLOCK.match(value)
     if not match:

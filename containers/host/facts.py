@@ -52,9 +52,8 @@ def cotainr_binary() -> str:
 
 
 def gpu_kinds_here(dev: Path = Path("/dev")) -> set[Gpu]:
-    """The GPU kinds whose device files this machine has: ``cuda`` (``/dev/nvidia0``, …),
-    ``rocm`` (``/dev/kfd``). A login node usually has neither, so a check that needs the
-    target's GPUs can say up front that it cannot run here."""
+    """The GPU kinds whose device files this machine has (a login node: usually none), so a
+    check that needs them says up front that it cannot run here."""
     found = {Gpu.CUDA: bool(gpu_count(Gpu.CUDA, dev)), Gpu.ROCM: (dev / "kfd").exists()}
     return {kind for kind, here in found.items() if here}
 
@@ -86,11 +85,8 @@ BUFFERS_PER_RANK = 3
 
 def fit_problem(*, ranks: int, largest: int | None, gpu: Gpu, machine: Machine) -> str | None:
     """Why ``ranks`` ranks holding ``BUFFERS_PER_RANK`` messages of ``largest`` bytes cannot
-    run on ``machine`` (one line, naming the flag that asks for it), else None.
-
-    CPU ranks (``gpu`` is ``none``) are held to the cores and to the available memory; GPU
-    ranks to the GPUs this machine shows and, where known, to each GPU's memory. ``largest``
-    None: the workload's memory is not estimated (training), only its ranks are checked."""
+    run on ``machine`` (one line naming the flag), else None: CPU ranks against cores and
+    memory, GPU ranks against the GPUs and their memory; ``largest`` None: ranks only."""
     need = (BUFFERS_PER_RANK * largest) if largest else 0
     if gpu == Gpu.NONE:
         if machine.cores and ranks > machine.cores * CPU_RANKS_PER_CORE:

@@ -42,11 +42,8 @@ def cpu_files(arch: str, cpus: int) -> dict[str, str]:
 
 def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None,
                write: bool = True) -> Path:
-    """The folder for ``arch`` with this machine's CPU count, written when it is missing and
-    ``write`` (a planner only names it, so a ``--dry-run`` writes nothing: its executor writes).
-
-    Written into a temporary sibling and renamed into place, so a concurrent build or run
-    either sees the whole folder or writes its own identical one."""
+    """The folder for ``arch`` with this machine's CPU count, written (whole, by a rename) when
+    missing and ``write``: a planner only names it, so a ``--dry-run`` writes nothing."""
     cpus = cpus or os.cpu_count() or 1
     folder = (root or default_cache_dir()) / "emulation" / f"{arch}-{cpus}cpu"
     if not write or (folder / "online").is_file():
@@ -67,9 +64,8 @@ def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None,
 
 def emulated_binds(arch: str | None, *, here: str | None = None,
                    environ: Mapping[str, str] = os.environ, write: bool = True) -> list[str]:
-    """The binds an exec of an ``arch`` image needs on this machine: none for a native image
-    or an architecture without a known identity (None: unknown, nothing is assumed), the CPU
-    folder over the sysfs one under emulation (``write``: see :func:`cpu_folder`)."""
+    """The binds an exec of an ``arch`` image needs here: the CPU folder over the sysfs one
+    under emulation; none for a native or unknown one."""
     if arch is None or arch == (here or host_arch()) or arch not in MIDR:
         return []
     root = default_cache_dir(environ)

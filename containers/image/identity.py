@@ -45,10 +45,9 @@ RESERVED_ARGS = (*PROVENANCE_ARGS, "BUILD_CONTEXT", "HOST_PATHS", "FOREIGN_ROOT"
 
 def reserved_arg_problems(target: Target, cli_args: Mapping[str, str]
                           ) -> list[ContainersError]:
-    """A problem for each build argument the manifest's ``build_args`` or ``--build-arg`` gives
-    that the tool fills itself (:data:`RESERVED_ARGS`; ``BASE_IMAGE`` too when the target has a
-    base target, whose image it is). ``MIRROR`` stays open: it is where packages come from, not
-    what the image is. Checked by ``invoke check`` and ``invoke build`` alike (the plan)."""
+    """A problem for each build argument given that the tool fills itself (``BASE_IMAGE`` too
+    for a target on a base target); ``MIRROR`` stays open: where packages come from, not what
+    the image is."""
     reserved = (*RESERVED_ARGS, "BASE_IMAGE") if target.base else RESERVED_ARGS
     why = ("the tool fills it (provenance or a staged path); it cannot be set")
     found: list[ContainersError] = [
@@ -80,9 +79,8 @@ def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | 
     }
 
 def definition_scripts(definition: Definition) -> dict[str, Path]:
-    """Helper scripts from ``recipes/scripts/`` that the definition names, or that a script it
-    names names (:func:`containers.inputs.recipes.named_scripts`): staged into the build
-    context, and part of the inputs hash (changing one rebuilds every image that runs it)."""
+    """The helper scripts the definition names (and those they name): staged into the build
+    context and hashed, so changing one rebuilds every image that runs it."""
     if definition.path is None:
         return {}
     return named_scripts(definition.text, definition.path.parent / "scripts")

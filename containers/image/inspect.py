@@ -49,9 +49,8 @@ _SEEN: dict[str, dict] = {}
 
 def probe(runtime: Runtime, image: Path | str, *, sha256: str | None = None,
           arch: str | None = None) -> dict:
-    """The probe's facts of ``image``: its own python runs the probe script (one ``apptainer
-    exec``; none again for a ``sha256`` already read in this process). ``arch``, the image's
-    recorded architecture: an emulated one gets its CPU description bound."""
+    """The probe's facts of ``image``, from one ``apptainer exec`` (none again for a ``sha256``
+    already read in this process); ``arch``: the recorded one, for emulation's binds."""
     if sha256 and sha256 in _SEEN:
         return _SEEN[sha256]
     argv = runtime.exec_argv(image=image, binds=emulated_binds(arch),
@@ -96,9 +95,8 @@ def _sbom_components(image: Path) -> list[tuple[str, dict]] | None:
 
 
 def known_facts(image: Path, record: BuildRecord) -> dict | None:
-    """The facts a build of this tool already recorded from the image (the stack in its build
-    record, the packages in the SBOM beside it), so publish need not start the image again;
-    None when either is missing (an image built before them: probe it)."""
+    """The facts a build already recorded (the stack in its record, the packages in its SBOM),
+    so publish need not start the image again; None when either is missing."""
     stack, components = record.stack, _sbom_components(image)
     if stack is None or components is None:
         return None
@@ -132,9 +130,8 @@ def summary(facts: Mapping) -> dict:
 
 
 def driver_needed(stack: Mapping) -> str | None:
-    """The NVIDIA driver a CUDA image's nodes need, from the CUDA runtime its torch records
-    (``jobs/cudadriver.py``'s table, the one the device gate judges nodes by): the NVIDIA sites
-    publish no driver version, so people are told what to ask for. None for other builds."""
+    """The NVIDIA driver a CUDA image's nodes need (by the device gate's table): the sites
+    publish none, so people are told what to ask for. None for other builds."""
     if stack.get("build") != Gpu.CUDA:
         return None
     return names.driver_needed(stack.get("cuda")) or \

@@ -66,9 +66,8 @@ def holds_no_torch(stack: Mapping, probe_errors: Mapping | None) -> bool:
 def judge(stack: Mapping, *, site_name: str, site_gpu: Gpu, arches: Sequence[str] | None,
           fit: Fit, probe_errors: Mapping | None = None,
           gpus: Gpus | None = None) -> list[Finding]:
-    """Every finding of an image (its flat stack, :func:`containers.image.inspect.summary`)
-    against a site (its GPU kind, architectures and ``fit`` block), one line each; an image
-    without torch is not judged (:func:`holds_no_torch`), at build, inspect and publish alike."""
+    """Every finding of an image's flat stack against a site, one line each; an image without
+    torch is not judged."""
     if holds_no_torch(stack, probe_errors):
         return [Finding("info", "torch", NO_TORCH)]
     found: list[Finding] = []

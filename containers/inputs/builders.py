@@ -80,9 +80,8 @@ class ApptainerBuilder(Builder):
         spec.check_venv_compatible()
 
     def fakeroot_refusal(self, target: BuiltTarget, site: Site) -> ConfigError | None:
-        """A definition whose build runs a script in the image (``%post`` or SCIF apps:
-        :attr:`~containers.inputs.definition.Definition.runs_in_image`) needs ``--fakeroot``,
-        which a site with ``fakeroot: false`` lacks."""
+        """A definition whose build runs a script in the image needs ``--fakeroot``, which a
+        site with ``fakeroot: false`` lacks."""
         if site.fakeroot or target.definition is None \
                 or not read_definition(target.definition).runs_in_image:
             return None
@@ -123,9 +122,8 @@ class CotainrBuilder(Builder):
         return {"base_image": user_args.get("BASE_IMAGE", target.base_image)}
 
     def check_base_image(self, target: BuiltTarget, inputs: Mapping[str, Any]) -> None:
-        """A base image that is a path here must exist before cotainr runs (its traceback would
-        say so after a while, through singularity): one line naming where the path was set. A
-        ``docker://``-style reference is left to cotainr."""
+        """A base image that is a path here must exist before cotainr runs (one line naming
+        where it was set, not cotainr's late traceback); a ``docker://`` one is cotainr's."""
         base = inputs.get("base_image")
         if not base or "://" in base or Path(base).is_file():
             return

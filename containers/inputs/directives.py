@@ -57,9 +57,8 @@ _SHAPE = ("takes one scheduler option such as --constraint=gpu, -C gpu or -l pla
 
 
 def scheduler_option(value: object, scheduler: str) -> str:
-    """``value`` as the text of one more ``#SBATCH``/``#PBS`` line of a ``scheduler`` job, its
-    value quoted where sbatch reads quotes; ValueError saying why not: not one option with a
-    value the scheduler reads as written, or an option (or prefix) the tool refuses."""
+    """``value`` as one more ``#SBATCH``/``#PBS`` line, quoted where sbatch reads quotes;
+    ValueError saying why it is not one option the scheduler reads as written and allowed."""
     text = str(value)
     match = _OPTION.match(text)
     rule = SLURM_VALUE if scheduler == "slurm" else VALUE

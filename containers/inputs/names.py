@@ -79,11 +79,9 @@ def is_env_name(name: str) -> bool:
 
 
 def name_problem(kind: str, name: object) -> str | None:
-    """Why ``name`` cannot be a ``kind`` name (target, version, site, partition), else None.
-
-    The one rule for every name that becomes a path or a word in a generated file: a newline, a
-    slash or ``..`` in one would run code from a module file or write outside the publish
-    folder. The message quotes the name with ``repr``, so it stays one line."""
+    """Why ``name`` cannot be a ``kind`` name, else None: the one rule for every name that
+    becomes a path or a word in a generated file (a newline, ``/`` or ``..`` would run code
+    from a module file or write outside the publish folder)."""
     if not isinstance(name, str):
         return f"{kind} name must be a string, got {type_name(name)}"
     if (not _NAME.match(name) or name.lower() in RESERVED_NAMES

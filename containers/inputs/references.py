@@ -119,9 +119,8 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
 def select(references: Sequence[Reference], *, partition: str | None, nodes: int,
            ranks_per_node: int, gpu_model: str | None = None,
            measured: Collection[int] = (), op: str = "all_reduce") -> Reference | None:
-    """The most specific matching reference for collective ``op``: exact partition over ``*``,
-    GPU model if given; among equally specific ones, one at a message size the run
-    ``measured``, the largest."""
+    """The most specific matching reference for ``op`` (exact partition, GPU model), then one
+    at the largest size the run ``measured``."""
     candidates = [r for r in references if r.op == op
                   and r.nodes == nodes and r.ranks_per_node == ranks_per_node
                   and r.partition in (partition, "*")

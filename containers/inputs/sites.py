@@ -306,9 +306,8 @@ class Fit(Part):
 
 
 class Squashfs(Part):
-    """The squashfs compressions the site's runtime mounts an image's root file system with:
-    gzip, which every runtime and kernel reads, unless a source says more. Publish refuses an
-    image in another (a build's default is zstd where the runtime is Apptainer)."""
+    """The squashfs compressions the site's runtime mounts (gzip unless a source says more);
+    publish refuses an image in another."""
 
     reads: Annotated[tuple[Literal["gzip", "lzma", "lzo", "xz", "lz4", "zstd"], ...],
                      refuse(lambda reads: None if reads else (
@@ -445,9 +444,8 @@ class Profile(Part):
 
     @model_validator(mode="after")
     def _memory_fits(self) -> Profile:
-        """A job asks ``memory.per_gpu_gb`` for each GPU of a node: more than a partition's
-        nodes allocate is a job the scheduler refuses (or holds forever), so such a profile is
-        refused, as is a GPU partition whose figure is missing (the ask cannot be checked)."""
+        """``memory.per_gpu_gb`` times a node's GPUs must fit what each partition's nodes
+        allocate (else the scheduler refuses the job, or holds it forever)."""
         per_gpu = self.memory.per_gpu_gb
         if not per_gpu or self.gpus.kind == Gpu.NONE:
             return self
@@ -532,10 +530,8 @@ class Site(Profile):
         return unknown
 
     def job_variables(self, *, multinode: bool) -> dict[str, list[str]]:
-        """The host variables the binds and environment of a job (``multinode``: across nodes,
-        the transport's too) name, each with the keys that name it: a batch job checks them
-        after its modules load, since an unset one would stop the launch under ``set -u``
-        with "unbound variable", naming neither the variable's source nor the module."""
+        """The host variables a job's binds and environment name, each with its keys, which a
+        batch job checks after its modules load (not "unbound variable" at the launch)."""
         scopes = [("binds", self.binds), ("env", self.env.values())]
         if multinode:
             scopes += [("transport.binds", self.transport.binds),
@@ -547,9 +543,8 @@ class Site(Profile):
         return found
 
     def mem_per_gpu_gb(self, partition: Partition) -> int:
-        """The memory a job on ``partition`` asks per GPU: ``memory.per_gpu_gb`` (0: the
-        scheduler's default), never more than the partition's nodes allocate per GPU (a
-        profile that says more is refused as it loads; one built in code is capped here)."""
+        """The memory a job on ``partition`` asks per GPU (0: the scheduler's default), capped
+        by what its nodes allocate per GPU."""
         share = partition.gpu_share(self.gpus_in(partition))
         per_gpu = self.memory.per_gpu_gb
         return min(per_gpu, share) if per_gpu and share is not None else per_gpu
@@ -609,9 +604,8 @@ _CODE = re.compile(r"\$\(|`")
 
 
 def code_in_value(value: str) -> str | None:
-    """Why an environment value cannot be carried to the container as written, else None: it
-    would run code where Apptainer evaluates it, or a newline, carriage return or NUL would cut
-    it short on its way (a module file, a batch script line)."""
+    """Why an environment value cannot reach the container as written: it would run code where
+    Apptainer evaluates it, or a line break or NUL would cut it short; else None."""
     for char, name in (("\n", "a newline"), ("\r", "a carriage return"), ("\0", "a NUL byte")):
         if char in value:
             return f"holds {name}, which would cut the value short: write it on one line"
@@ -630,12 +624,8 @@ def host_variables(texts: Iterable[str]) -> list[str]:
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
-    """Expand ``$VAR``/``${VAR}`` from ``environ``; unset ones stay as written unless ``strict``.
-
-    ``$$`` is a literal ``$`` for the CONTAINER: Apptainer evaluates ``--env`` values in the
-    container's environment, so ``LD_LIBRARY_PATH: /opt/nccl/lib:$$LD_LIBRARY_PATH`` prepends to
-    the image's own value instead of replacing it.
-    """
+    """Expand ``$VAR``/``${VAR}`` from ``environ`` (unset ones stay unless ``strict``); ``$$``
+    is a ``$`` for the container, which evaluates ``--env`` values (``$$LD_LIBRARY_PATH``)."""
     def replace(match: re.Match) -> str:
         if match.group(3):
             return "$"

@@ -104,9 +104,8 @@ def decode_input(data: bytes, *, path: Path) -> str:
 
 
 def read_input_text(path: Path, *, limit: int = INPUT_LIMIT) -> str:
-    """The text of one input file. Only a regular file of at most ``limit`` bytes is read (a
-    FIFO or ``/dev/zero`` would block or grow without end); each refusal, a missing or
-    unreadable file and a non-UTF-8 byte is a :class:`ConfigError` naming the file."""
+    """The text of one input file, a regular file of at most ``limit`` bytes; any refusal or
+    failure to read it as UTF-8 is a :class:`ConfigError` naming the file."""
     try:
         data = read_regular(path, limit=limit)
     except FileNotFoundError as exc:

@@ -62,10 +62,8 @@ SOCKET_EXPECT = r"NCCL INFO Using network Socket\b"
 
 
 def sockets(site_transport: Transport) -> Transport:
-    """The transport of a job that opted into TCP sockets (``--transport socket``) instead of
-    ``site_transport``: NCCL_NET=Socket, proven by NCCL's "Using network Socket" line, none of
-    the site transport's binds, modules or variables, and :attr:`Transport.degraded` saying
-    what it gives up, which verdicts name."""
+    """The transport of a job that opted into TCP sockets: NCCL_NET=Socket and its proof, none
+    of ``site_transport``'s binds, modules or variables, and what it gives up (``degraded``)."""
     from containers.inputs.sites import Transport  # the model: here, not at the command's start
 
     if site_transport.degraded:
@@ -98,9 +96,8 @@ def _plugin_failure(lines: Sequence[str], line: str, *, name: str,
 
 def check_transport(lines: Sequence[str], *, expect: str, name: str,
                     net: str | None = None) -> TransportCheck:
-    """``expect`` is a regex for the line that proves the intended transport was used; ``net``
-    the NCCL_NET the run set, if any. NCCL/RCCL stopping for want of the network wins over every
-    other line (a rank that failed to start is a failed run)."""
+    """``expect``: a regex for the line that proves the transport; ``net``: the run's
+    NCCL_NET. NCCL/RCCL stopping for want of the network wins over every other line."""
     for line in lines:
         found = PLUGIN_FAILED.search(line)
         if found:
@@ -128,11 +125,8 @@ def check_transport(lines: Sequence[str], *, expect: str, name: str,
 
 
 def stack_from_log(lines: Sequence[str]) -> dict[str, str]:
-    """The communication stack NCCL/RCCL's ``NCCL_DEBUG=INFO`` lines show, first seen of each:
-    ``net_plugin`` (``aws-ofi-nccl 1.14.2``), ``libfabric`` (``2.1``), ``nccl_log`` (the NCCL or
-    RCCL version, ``2.21.5+cuda12.4``) and ``network`` (``AWS Libfabric``, ``IB``, ``Socket``).
-    Only keys that were seen; warnings are skipped (they may quote versions an image was built
-    against, not the ones running)."""
+    """The communication stack NCCL/RCCL's debug lines show, the first seen of each key in
+    :data:`STACK`; warnings are skipped (they may quote versions built against, not running)."""
     stack: dict[str, str] = {}
     for line in lines:
         if "NCCL WARN" in line:

@@ -28,12 +28,9 @@ Fit = Callable[[dict, Site, object], list[sitefit.Finding]]
 
 
 def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> Review:
-    """The release gate publish runs once the checks passed (the evidence:
-    :mod:`containers.publish.gate`): the new image's site fit (``fit``), the diff against the
-    current ``latest`` (printed, and kept beside the version), and its smoke busbw against
-    latest's. A fit error or a busbw regression refuses the version unless ``accept``
-    (``--accept-regression WHY``) says why it may go out; the entry records the findings and
-    who accepted what."""
+    """The release gate publish runs once the checks passed: the site fit, the diff against
+    ``latest`` (printed and kept) and its busbw against latest's; an error refuses the version
+    unless ``accept`` says why it may go out."""
     def review(plan: PublishPlan, checks: dict, say: Say) -> dict:
         built = BuildRecord.of(plan.provenance, source=plan.image)
         facts = (probing.known_facts(plan.image, built)
@@ -65,9 +62,8 @@ def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> Review:
 
 def against_latest(plan: PublishPlan, runtime, facts: dict, checks: dict,
                     say: Say) -> tuple[dict, dict | None, list[str]]:
-    """The new image against the catalogue's current ``latest`` of its target: the gate's
-    record, the diff of the two images' facts (None where there is no latest, or its image is
-    gone) and the busbw regression, if any."""
+    """The new image against its target's ``latest``: the gate's record, the diff (None with
+    no latest image) and the busbw regression, if any."""
     before = cat.load(plan.dest / cat.CATALOGUE_NAME)
     latest = cat.latest(before, plan.target.name)
     old = cat.find(before, plan.target.name, latest) if latest else None

@@ -82,10 +82,9 @@ def _help_text(spec: ModuleSpec) -> str:
 
 
 def _bind_lines(runtime: str, binds: tuple[str, ...]) -> list[str]:
-    """Lua that adds ``binds`` after the user's own binds (the first set of the variables the
-    runtime reads, as :meth:`Runtime.bind_env` does) under every one of them: appending to each
-    would leave Apptainer, which keeps APPTAINER_BIND alone, without a user's SINGULARITY_BIND.
-    ``pushenv`` so that unload gives back what the user had."""
+    """Lua that sets every bind variable the runtime reads to the user's own binds (the first
+    set) then ``binds``: Apptainer keeps APPTAINER_BIND alone and would drop a user's
+    SINGULARITY_BIND. ``pushenv``: unload gives back what the user had."""
     if not binds:
         return []
     names = BIND_VARIABLES[runtime]

@@ -40,11 +40,8 @@ class Modes:
 
 
 def resolve_group(name: str, *, named_by: str) -> int | None:
-    """The group id for ``name`` (empty: leave groups alone), checked before any work.
-
-    ``named_by`` says where the name came from, so the error points there: a flag (``--group``,
-    a :class:`UsageError`) or a setting (``containers.publish_group``, a :class:`ConfigError`).
-    """
+    """The group id for ``name`` (empty: leave groups alone), checked before any work; the
+    error names ``named_by``, a flag (:class:`UsageError`) or a setting (:class:`ConfigError`)."""
     if not name:
         return None
 
@@ -87,11 +84,9 @@ def _folders(dest: Path, target: str | None) -> list[Path]:
 
 
 def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
-    """The first thing inside ``dest`` that publish (of ``target``) or verify (``None``: the
-    whole folder) must not go through, in one line naming it, else None: a link other than
-    ``<t>/latest`` and ``modules/<t>/default``, a file where the layout has a folder, or (for a
-    publish) a folder it writes into that anyone may write (a file planted there would be
-    published with the rest)."""
+    """The first thing in ``dest`` publish (of ``target``) or verify (None) must not go
+    through, else None: a link but ``latest`` and ``default``, a file where the layout has a
+    folder, or (publish) a folder it writes into that anyone may write."""
     paths = list(walk_nofollow(dest))[1:] if target is None else _publish_paths(dest, target)
     for path in paths:
         link = first_link(dest, path)

@@ -60,9 +60,8 @@ class PublishRequest:
 
 
 def check_dest(dest: Path) -> None:
-    """Refuse, in one line naming ``--dest``, a folder publishing cannot safely write into: a
-    file (or one below a file), a world-writable folder (anyone could replace published images)
-    or one under a world-writable parent without the sticky bit (anyone could swap it)."""
+    """Refuse in one line a ``--dest`` publishing cannot safely write into: a file, a folder
+    anyone may write or swap (world-writable, or in such a parent without the sticky bit)."""
     problem = not_a_folder(dest)
     if problem:
         raise UsageError(problem, flag="--dest")
@@ -131,9 +130,8 @@ Review = Callable[[PublishPlan, dict, Say], dict]
 
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
                  settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
-    """The plan for ``request``, refusing before any work what publishing could not finish.
-    ``inputs_hash``: the target's now (None when the caller cannot tell); a version is published
-    as what its target builds today, so an image built from other inputs is stale."""
+    """The plan for ``request``, refusing before any work what publishing could not finish;
+    ``inputs_hash``: the target's now (an image of other inputs is stale; None: unknown)."""
     check_dest(request.dest)
     check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)
@@ -169,11 +167,9 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
 
 
 def _refuse_other_label(image: Path, provenance: BuildRecord, target: str) -> None:
-    """The image's own ``containers.target`` label (read from it at build, in its record) must
-    name the target it is published as, where the image carries this build's own labels (its
-    inputs-hash label is the record's): a record edited to another target's name is not this
-    target's image. Labels a base passed on (a cotainr image, an image built before the tool
-    labelled every build) name the base's build: the record judges it."""
+    """The image's own ``containers.target`` label must name the target it is published as (a
+    record edited to another name is not its image), where the labels are this build's, not a
+    base's."""
     labels = provenance.labels if isinstance(provenance.labels, dict) else {}
     label = labels.get(LABEL_PREFIX + "target")
     if label != target and labels.get(LABEL_PREFIX + "inputs-hash") == provenance.inputs_hash:

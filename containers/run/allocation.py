@@ -76,10 +76,8 @@ def placement(allocation: Allocation, nodes: int, *, query: Query = capture) -> 
 def across_nodes(nodes: int, *, dry_run: bool = False,
                  environ: Mapping[str, str] | None = None,
                  scheduler: str = "slurm") -> Placement | None:
-    """``--nodes M``: one torchrun per node of the Slurm allocation we are in, through srun
-    (None: this node only). A dry run outside an allocation shows the variables it would use,
-    set by the lines :func:`shown_lines` prints before the launch, in a job of the site's
-    ``scheduler`` (PBS: started by mpiexec, meeting at the node file's first node)."""
+    """``--nodes M``: one torchrun per node of the allocation we are in (None: this node
+    only); a dry run outside one shows the variables a job of ``scheduler`` would set."""
     environ = os.environ if environ is None else environ
     found = current_allocation(environ)
     if dry_run and found is None and nodes > 1:
@@ -93,9 +91,8 @@ def across_nodes(nodes: int, *, dry_run: bool = False,
 
 
 def shown_lines(placement: Placement | None) -> list[str]:
-    """What a dry run across nodes planned outside an allocation prints before its launch: the
-    lines a batch script runs to set what its rendezvous names (:meth:`SchedulerRendezvous.shell`),
-    so the printed launch runs as shown inside the job; none for any other run."""
+    """What a dry run across nodes outside an allocation prints before its launch: a batch
+    script's rendezvous lines, so the launch runs as shown inside a job."""
     for rendezvous in RENDEZVOUS.values():
         if placement is not None and placement.rendezvous == rendezvous.at_job_time(deferred):
             return rendezvous.shell()

@@ -62,9 +62,8 @@ def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Run
 
 
 def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
-    """The device gate's argv (one process per node, started by the run's launcher as its job
-    steps are: :meth:`~containers.run.launchers.Launcher.node_step`; with the run's flags, binds
-    and environment), or None where the site has no GPUs to check."""
+    """The device gate's argv (one process per node, with the run's flags, binds and
+    environment), or None where the site has no GPUs to check."""
     site, launch = workload.site, workload.launch
     if site.gpus.kind == Gpu.NONE:
         return None

@@ -72,8 +72,7 @@ def refuse_lacking(record: BuildRecord | dict, *, image: Path | str, need: str, 
 
 def image_lacking(target: Target, settings: Settings, need: str) -> str | None:
     """``images/x.sif has no Python (its build record says so)`` when ``target``'s built image
-    lacks ``need``; None when it has it, nothing says, or it is not built (the run's own
-    message says so)."""
+    lacks ``need``; None when it has it, nothing says, or it is not built."""
     image = settings.image_path(target.name)
     if not image.is_file():
         return None
@@ -89,9 +88,8 @@ def check_image(target: Target, settings: Settings, *, need: str, doing: str,
 
 
 def command_need(workload: Workload) -> str | None:
-    """What the launcher of a user's command needs in the image: torchrun is torch's; a rank
-    that pins its cores first runs ``jobs/pinned.py`` with Python; a launcher that starts the
-    command itself (srun per GPU) needs nothing."""
+    """What the launcher of a user's command needs in the image: torch (torchrun), Python (a
+    rank that pins its cores), or nothing."""
     if isinstance(workload.launcher, Torchrun):
         return TORCH
     return PYTHON if workload.script == "python3" else None

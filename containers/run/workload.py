@@ -151,10 +151,8 @@ def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
 
 
 def teardown_args(target: Target, *, placement: Placement | None, host: str) -> list[str]:
-    """``--no-teardown`` where this machine runs the ranks under qemu-user (an image of another
-    architecture than ``host``'s, started here rather than on a scheduler's nodes): there a rank
-    joining gloo's worker threads in ``destroy_process_group`` deadlocked in about one run in
-    ten, after its results were written, and the run timed out (qemu 7.2, Debian 12)."""
+    """``--no-teardown`` where the ranks run here under qemu-user: a rank joining gloo's threads
+    in ``destroy_process_group`` deadlocked there one run in ten (qemu 7.2, Debian 12)."""
     return ["--no-teardown"] if placement is None and target.arch != host else []
 
 
