@@ -1,9 +1,7 @@
 """The one error family of the tool, and the one place that turns an error into what a user sees.
 
-Every user-facing failure is a :class:`ContainersError`, caught once by the command line
-(:func:`describe` gives the line and the exit code) and printed as one line with no traceback; a
-builtin exception escaping means a bug. Each kind's docstring says when it is raised and its
-``exit_code`` the exit status (the troubleshooting page lists them from there).
+Every user-facing failure is a :class:`ContainersError`, caught once by the command line and
+printed as one line with no traceback; a builtin exception escaping means a bug.
 """
 
 from __future__ import annotations

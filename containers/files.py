@@ -1,11 +1,8 @@
 """File primitives every stage shares: atomic writes, fsync, hashing, symlink swaps.
 
-Every file is written to a temp name in its folder, fsynced and renamed (links are swapped the
-same way), so a reader sees the old content or the new. Before anything is written,
-:func:`refuse_replacing` refuses in one line (:class:`WriteRefused`) a destination that is not a
-regular file of the user's, and (:func:`unsafe_way`) a way to it through a folder someone else
-could change: root cannot be made to overwrite ``/etc/passwd``, turn ``/dev/null`` into a file,
-or write where another user's link points."""
+Every file is written to a temp name in its folder, fsynced and renamed, so a reader sees the
+old content or the new; a destination that is not a regular file of the user's, or a way to it
+someone else could change, is refused first (root cannot be made to overwrite ``/etc/passwd``)."""
 
 from __future__ import annotations
 

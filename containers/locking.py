@@ -1,9 +1,7 @@
 """Advisory file locks, so two builds (or publishes) of the same thing never interleave.
 
-A ``flock`` belongs to the open file, so the kernel drops it when its holder dies, however it
-dies (SIGKILL included): a lock that nobody holds is how a sweep knows that what it protects
-(a build's work folder, a partial image) has no live owner. The holder also writes its PID into
-the lock file, so a report can say whose a leftover was.
+The kernel drops a ``flock`` when its holder dies, however it dies, so a lock nobody holds tells
+a sweep that what it protects has no live owner; the holder's PID says whose a leftover was.
 """
 
 from __future__ import annotations

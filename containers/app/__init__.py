@@ -1,9 +1,8 @@
 """The application layer: what each command does, as plain functions ``tasks.py`` calls.
 
-The impure edge: it gathers host facts, calls the pure planners, prints and executes; functions
-take ``say`` for output. No engine module imports it. It is a lazy facade (``app.build``
-imports :mod:`containers.app.build` on first use), so ``invoke --list`` pays for no command's
-modules (tests/test_cli.py pins it). Each module's first line names the commands it serves."""
+The impure edge (functions take ``say`` for output), which no engine module imports. A lazy
+facade: ``app.build`` imports :mod:`containers.app.build` on first use, so ``invoke --list``
+pays for no command's modules."""
 
 from __future__ import annotations
 

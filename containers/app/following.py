@@ -1,10 +1,7 @@
 """``invoke job --submit --wait`` and ``invoke jobs``: a submitted job followed to its verdict.
 
-``--wait`` asks the scheduler for the job's state every few seconds, says each change, and
-once the job has ended prints its verdict from the results folder's ``verdict.json`` and exits
-with the verdict's code. No verdict where one was due fails closed (the job's output file named).
-``invoke jobs`` lists the jobs this checkout submitted (``results/jobs/index.jsonl``) with their
-state now and their verdict.
+``--wait`` says each state change, then prints the verdict and exits with its code; no verdict
+where one was due fails closed, naming the job's output file.
 """
 
 from __future__ import annotations

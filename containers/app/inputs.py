@@ -1,8 +1,7 @@
 """``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid.
 
-Both print a table or lines for people, or with ``as_json`` one JSON document for programs (its
-shape: docs/results.md, JSON shapes): ``check`` reports every problem of every file in one run.
-``targets`` shows the last listing again while every file it read holds the same content.
+``check`` reports every problem of every file in one run; ``targets`` shows the last listing
+again while every file it read holds the same content.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``invoke inspect`` and ``invoke diff``: what an image holds, whether it fits, what changed.
 
-Images are named three ways (:func:`resolve`): a target (its built image), a path to a ``.sif``,
-or a published version ``DEST:TARGET@VERSION`` (``@latest`` too). Facts come from the image
-itself (:mod:`containers.image.inspect`, one ``apptainer exec``), site fit from the site
-profile's ``fit:`` block (:mod:`containers.image.sitefit`), and smoke results from the verdicts
-of that exact image (by sha256) or, for a published version, its catalogue entry.
+An image is a target, a path to a ``.sif`` or a published ``DEST:TARGET@VERSION``
+(:func:`resolve`); its smoke results are the verdicts of that exact image (by sha256) or its
+catalogue entry.
 """
 
 from __future__ import annotations

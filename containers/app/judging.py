@@ -1,9 +1,8 @@
 """``invoke verdict``: judge a finished batch run from the files it left, as an interactive run is
 judged, and write the same ``verdict.json`` (and, for smoke, the perflog line).
 
-The job's plan is re-made from the ``job.json`` its script wrote and the ranks' files are read
-back, so ``invoke publish`` can use a proof made in a job. It fails closed: no ``job.json``,
-missing rank files, a nonzero launcher status or results of another image each FAIL, saying why.
+The plan is re-made from the job's ``job.json``, so ``invoke publish`` can use a proof made in
+a job. Fails closed: missing files, a nonzero launcher status or another image's results FAIL.
 """
 
 from __future__ import annotations

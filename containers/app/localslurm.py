@@ -1,9 +1,7 @@
 """``invoke local-slurm``: a real Slurm cluster on this machine, to try batch jobs without one.
 
-``--start`` starts the two-node cluster the tests use, or with ``--site S`` one shaped like a
-site profile (partitions, limits, cores, GPUs as GRES, its account), recorded in one folder;
-``--status`` shows it; ``--stop`` stops its job steps and daemons, finishing a stop cut off half
-way. Jobs reach it through ``SLURM_CONF``, which ``--start`` prints as a line to paste.
+``--start`` starts the tests' two-node cluster, or with ``--site S`` one shaped like a site
+profile; ``--stop`` finishes even a stop cut off half way. Jobs reach it through ``SLURM_CONF``.
 """
 
 from __future__ import annotations

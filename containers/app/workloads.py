@@ -1,9 +1,7 @@
 """``invoke smoke`` and ``invoke train``: run a workload in the image, judge it, report it.
 
-One function, :func:`prove`, runs any kind (its options name it): plan, show the exact command,
-run, judge both gates, write ``verdict.json`` (and the perflog record where the kind logs
-performance), print the gates and raise for a failed one. ``invoke train --scaling`` runs it per
-rank count and adds the speedup report.
+One function, :func:`prove`, runs any kind (its options name it): plan, show, run, judge both
+gates, record, and raise for a failed one.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Following a submitted job (``invoke job --submit --wait``, ``invoke jobs``): its state from the
-scheduler's own tools (:meth:`Scheduler.job_state`), and the index of the jobs this checkout
-submitted (one JSON line per job in ``results/jobs/index.jsonl``, one ``O_APPEND`` write each).
-A job the scheduler no longer knows has ended and its verdict decides; a scheduler that does not
-answer leaves its jobs' state unknown (:class:`Queries`), never "ended".
+scheduler's own tools, and the index of the jobs this checkout submitted (``results/jobs/``).
+A scheduler that does not answer leaves its jobs' state unknown, never "ended".
 """
 
 from __future__ import annotations

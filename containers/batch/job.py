@@ -1,9 +1,7 @@
 """Batch jobs (``invoke job``): a complete Slurm or PBS script for a site, a workload and a size.
 
-:func:`plan_job` assembles three parts, as ReFrame splits them: the scheduler's preamble, the
-site's launcher (which sizes the job and starts the ranks) and the workload, planned by the same
-code as an interactive run with shell variables for what only the node knows. Only site values,
-flags and settings reach a script, every value quoted; docs/architecture.md says who checks what.
+:func:`plan_job` assembles, as ReFrame does, the scheduler's preamble, the site's launcher and
+the workload, planned as an interactive run with shell variables for what only the node knows.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The packages ``invoke verdict`` (or ``invoke build``) imports, for a Python on a compute node
 of another architecture than the submitting machine's.
 
-Such a node cannot use this checkout's ``.venv`` and has no package index we may rely on, so the
-packages are downloaded once on the login node as wheels for the node (:func:`prepare`) into a
-folder named for what it serves (:func:`plan`), filled under a temp name and renamed into
-place. docs/architecture.md says which Python runs them.
+Such a node cannot use this checkout's ``.venv`` nor rely on a package index, so the wheels are
+downloaded once on the login node into a folder named for what it serves (:func:`plan`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """``invoke job --workload run -- CMD``: a user's own command as a batch job, launched as the
 site's smoke jobs are, with the device gate first and a ``verdict.json`` at the end.
 
-The verdict needs nothing on the compute node but the image and the shared file system: the
-image's own Python runs ``jobs/runverdict.py`` (torch only, bound read-only), so no virtual
-environment, pip or package index is needed there.
+The image's own Python runs the verdict (``jobs/runverdict.py``), so the node needs no venv,
+pip or package index.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Batch schedulers (Slurm, PBS Pro): a job's directives, its rendezvous lines, how to submit it.
 
-A scheduler returns the preamble (``#SBATCH`` / ``#PBS`` lines) for the :class:`Resources` a job
-asks for, where the job's output goes, the submit command and how to read the job id it prints,
-and how to ask a job's state (and when it was submitted) with its own tools. The rendezvous
-belongs to the scheduler's :class:`~containers.run.rendezvous.SchedulerRendezvous`, which
-``invoke smoke --nodes`` uses too.
+Each scheduler owns its preamble, output path, submit command and job id, and its state
+queries; its rendezvous is its :class:`~containers.run.rendezvous.SchedulerRendezvous`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Shell script text: the one place where this tool writes shell instead of argv.
 
 Every value becomes a shell word with :func:`word` (``shlex.quote``), except a :func:`ref`
-marker (a variable name between NUL characters, which no real argument holds): it becomes
-``${NAME}``, so ``$SLURM_JOB_ID`` expands on the compute node while a ``$`` in a user's path
-stays literal. :func:`render` assembles shebang, scheduler directives, the strict-mode header
-with an ``ERR`` trap naming the failing command, and the body (ReFrame's single script builder)."""
+marker (a name between NULs, which no real argument holds), which becomes ``${NAME}``: it
+expands on the compute node while a ``$`` in a user's path stays literal."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The site's rules for a batch job, checked before anything is written: a scheduler, the
-image's GPUs and architecture, a known partition (:func:`check_site`); the wall time within the
-partition's and the QoS's limits (:func:`fit_time`); nodes and GPUs within them
-(:func:`check_size`); the account (:func:`resolve_account`); a transport across nodes the
-container can load (:func:`check_transport`, :func:`chosen_site`)."""
+"""The site's rules for a batch job, checked before anything is written: scheduler, GPUs,
+architecture, partition, time, size, account and transport."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The one place that starts external processes: argv lists, streamed output, clean teardown.
 
-Only processes this module started, and their descendants, are ever signalled. :func:`stop_tree`
-stops a whole tree (torchrun's ranks sit in sessions of their own); every command runs under
-:func:`supervise`, a subreaper that stops the tree when the tool itself dies
-(docs/architecture.md, Processes)."""
+Only processes this module started, and their descendants, are ever signalled; every command
+runs under :func:`supervise`, which stops its tree when the tool itself dies."""
 
 from __future__ import annotations
 

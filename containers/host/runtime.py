@@ -1,9 +1,7 @@
 """The container runtime: which binary, which flavour, and the argv of every call made to it.
 
-Sites run Apptainer or SingularityCE (LUMI: ``singularity`` 4.1.3). Everything here returns argv
-lists; :mod:`containers.host.process` runs them. ``--env`` is used for the container environment
-because both flavours accept it (Apptainer >= 1.0, SingularityCE >= 3.6), whereas host-side
-variables are read under different prefixes (``APPTAINERENV_`` vs ``SINGULARITYENV_``).
+Sites run Apptainer or SingularityCE (LUMI: ``singularity`` 4.1.3); the container environment
+goes by ``--env``, which both accept, unlike their host-side variables' prefixes.
 """
 
 from __future__ import annotations

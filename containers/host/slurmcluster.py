@@ -1,9 +1,7 @@
 """A real Slurm cluster on this machine: Debian's slurm-wlm and munge, nodes that are all this host.
 
-It serves the tests and ``invoke local-slurm``. All it makes lives in one folder (``slurm.conf``,
-a private munge key and socket, state, logs, the record), reached through ``SLURM_CONF``, so the
-machine's own Slurm and munge are never touched. Its daemons are stopped only by recorded PIDs
-still recognised as them (:func:`daemons`), its job steps only by their tie to it (:func:`steps`).
+All it makes lives in one folder reached through ``SLURM_CONF``, so the machine's own Slurm and
+munge are never touched; it stops only processes it recognises as its own.
 """
 
 from __future__ import annotations

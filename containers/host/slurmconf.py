@@ -1,9 +1,7 @@
 """The slurm.conf of a cluster on this machine, in one of two shapes.
 
-:func:`two_node_conf`: nodes ``n1`` and ``n2``, partition ``debug``, for the tests' batch jobs.
-:func:`site_conf_writer`: a site profile's partitions, limits, CPUs, memory, GPUs (typed GRES on
-stand-in devices) and node features, with a submit filter requiring the site's account and
-constraints, so a job the site would refuse is refused here by Slurm itself.
+:func:`two_node_conf` for the tests' batch jobs; :func:`site_conf_writer` shaped like a site
+profile, so a job the site would refuse is refused here by Slurm itself.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Executing a :class:`~containers.image.plan.BuildPlan`: stage, build, test, record, rename.
 
-An image appears under its final name only after its build and its ``apptainer test`` passed.
-Each build works in a folder of its own holding an owner lock (:data:`OWNER_LOCK`) while it runs,
-removed on success, failure, Ctrl-C or SIGTERM; what a SIGKILL leaves has no live owner and is
-swept by the next build (:func:`leftovers`).
+An image appears under its final name only after its build and test passed. Each build works
+in a folder holding an owner lock; what a SIGKILL leaves has no live owner and the next build
+sweeps it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """What a process of another architecture needs from the host to run here under qemu-user.
 
-oneDNN in PyTorch's aarch64 wheels reads ``midr_el1`` from sysfs as torch is imported and dies
-without it, as under qemu-user on an x86_64 kernel (docs/cuda-images.md). So every exec of an
-emulated image, and only such an exec, binds read-only over ``/sys/devices/system/cpu`` a folder
-that describes the CPUs as an aarch64 kernel would, written once per architecture and CPU count
-under the tool's cache folder."""
+oneDNN in PyTorch's aarch64 wheels dies without sysfs's ``midr_el1``, absent under qemu-user on
+an x86_64 kernel, so every emulated exec binds over ``/sys/devices/system/cpu`` a folder that
+describes the CPUs as an aarch64 kernel would."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Which GPUs an image's torch can run on, read without a GPU.
 
-torch built without the site's GPU fails only on the site ("no kernel image is available"), so
-every image's kernels are read (the fatbinary, torch's arch list, its NVCC flags: the evidence
-and its order are in docs/cuda-images.md) and judged against the site's GPUs. SASS ``sm_XY``
-runs on ``X.Z`` for ``Z >= Y``, ``sm_XYa`` on ``X.Y`` only; PTX only is a warning, never a pass;
-a ROCm code object runs only on its own gfx target."""
+torch built without the site's GPU fails only on the site, so its kernels are read and judged
+(docs/cuda-images.md): SASS ``sm_XY`` runs on ``X.Z`` for ``Z >= Y``, ``sm_XYa`` on ``X.Y``
+only; PTX only is a warning; a ROCm code object runs only on its own gfx target."""
 
 from __future__ import annotations
 

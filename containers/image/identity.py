@@ -1,10 +1,7 @@
 """What an image is: its inputs, read and validated, and their hash.
 
-The inputs hash covers what decides the image's content: tool version, definition text, env spec
-text, the helper scripts it runs, build arguments (except host plumbing such as the mirror or
-staging paths) and the base target's inputs hash. An image whose recorded hash matches is up to
-date and is not rebuilt (:mod:`containers.image.plan`); ``invoke targets`` and ``invoke check``
-compute it without planning a build.
+The inputs hash covers what decides the image's content (not host plumbing such as the mirror),
+the base target's hash included; an image whose recorded hash matches is not rebuilt.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What an image holds, read from the image itself: ``invoke inspect``'s facts.
 
-One ``apptainer exec IMAGE python3 -c <probe>`` (:mod:`containers.image.probe_script`) reads
-everything from inside, with no GPU needed (architecture, OS, glibc, Python, packages, torch's
-build and runtimes, NCCL/RCCL, labels); the files beside the image add its size, build record and
-SBOM counts. :func:`summary` is the flat stack ``inspect``, ``diff`` and the catalogue page show.
+One ``apptainer exec`` of :mod:`containers.image.probe_script` reads everything from inside, no
+GPU needed; :func:`summary` is the flat stack ``inspect``, ``diff`` and the catalogue page show.
 """
 
 from __future__ import annotations

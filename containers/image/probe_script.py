@@ -1,7 +1,6 @@
 """Runs INSIDE an image (``apptainer exec IMAGE python3 -c <this file>``): prints one JSON object
-of what the image holds, read from its own files. Standard library only (any image's python);
-never imported by the tool. Each part that cannot be read is reported as an error string in the
-result rather than raised, so one odd image still yields everything else.
+of what the image holds, read from its own files. Standard library only; a part that cannot be
+read is an error string in the result, so one odd image still yields everything else.
 """
 
 import glob

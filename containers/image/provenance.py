@@ -1,8 +1,6 @@
 """An image's provenance: the JSON record beside each ``.sif`` (and the same facts as labels).
 
-The record says what went into the image (inputs hash and inputs, definition, env spec, tool
-version, git revision), how it was built (runtime, seconds, tested) and what came out (size,
-sha256). Later stages trust an image only through it: publish checks the copy against its sha256,
+Later stages trust an image only through it: publish checks the copy against its sha256,
 verdicts name the sha256 they proved.
 """
 

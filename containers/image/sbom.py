@@ -1,9 +1,7 @@
 """An image's software bill of materials: CycloneDX JSON, written by every build beside its record.
 
-Made with cyclonedx-python-lib, so the file is the standard's. Its content comes from the image
-(:mod:`containers.image.inspect`'s probe): every Debian package and pip distribution as a purl,
-the image and its base as components, and the inputs hash, arch, tool version and git revision
-as properties that trace it back to the build record."""
+Made with cyclonedx-python-lib, so the file is the standard's; its packages come from the
+image's probe, and its properties trace it back to the build record."""
 
 from __future__ import annotations
 

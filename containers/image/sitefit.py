@@ -1,10 +1,8 @@
 """Whether an image fits a site: the mismatches users report most, seen without a GPU.
 
-:func:`judge` compares an image's facts (:mod:`containers.image.inspect`) with the site profile's
-``fit:`` block and GPU architecture (docs/adding-a-site.md), one finding a line: ``error`` fails
-the build's test step and blocks publish, ``warning`` is shown and kept in the catalogue,
-``info`` says what was not checked (a bound the site does not publish: fail closed means saying
-so, never inventing a limit).
+:func:`judge` compares an image's facts with the profile's ``fit:`` block and GPU architecture:
+``error`` fails the build and blocks publish, ``warning`` is kept in the catalogue, ``info`` says
+what was not checked (never an invented limit).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The builder registry: how an image is built from a target's inputs (an Apptainer definition,
 or cotainr from a base image and a Conda env spec).
 
-Each builder owns what differs between them (docs/architecture.md lists it); its plan step lives
-in the image stage (:data:`containers.image.plan.PLAN_STEPS`). Code elsewhere asks
-:func:`builder_of` and calls what the builder offers, never comparing a builder's name.
+Each builder owns what differs between them (its plan step: the image stage's
+:data:`~containers.image.plan.PLAN_STEPS`); code elsewhere never compares a builder's name.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Whether a training example can run on a target's image: its torch against the example's needs.
 
-An image whose torch is too old fails only in a job, after it queued. The torch is known before
-the build (the env spec's pin, or the manifest's ``torch:`` for a base image's torch), so
-:func:`check_example` compares purely: one line naming the env spec and the example, or a note
-that the torch is unknown (never a failure)."""
+An image whose torch is too old fails only in a job, after it queued; the torch is known before
+the build (the env spec's pin, or the manifest's ``torch:``), so this compares purely."""
 
 from __future__ import annotations
 

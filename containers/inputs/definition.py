@@ -1,10 +1,8 @@
 """A lossless reader for Apptainer definition files.
 
-The tool never rewrites a definition: :class:`Definition` keeps every stage's header and
-sections byte for byte (``definition.text == original``), finds ``{{ ARG }}`` build arguments and
-their ``%arguments`` defaults, and reports unknown sections and unset arguments. Lines are split
-as Apptainer splits them (:func:`apptainer_lines`), so the checks see every line it runs.
-Stages, and why not spython: docs/architecture.md (Definitions)."""
+The tool never rewrites a definition: :class:`Definition` keeps every stage byte for byte, and
+lines are split as Apptainer splits them, so the checks see every line it runs. Why not
+spython: docs/architecture.md (Definitions)."""
 
 from __future__ import annotations
 

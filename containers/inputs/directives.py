@@ -1,10 +1,8 @@
 """The one directive grammar: what a job's extra ``#SBATCH``/``#PBS`` lines may say (``invoke job
 --directive`` and a profile's ``job.directives``), judged for the site's scheduler.
 
-Only what the tool sets itself, or what would take the job out of its hands, is refused; any
-other option passes to the scheduler to judge. sbatch takes a unique prefix of a long option
-(``getopt_long``), so a prefix of a refused one is refused too; sbatch reads shell quoting, so
-its values are quoted, while qsub's keep the plain rule."""
+Only what the tool sets itself, or what would take the job out of its hands, is refused (a
+prefix of it too: sbatch's ``getopt_long`` takes one); the scheduler judges the rest."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Conda environment specs (standard ``environment.yml``) as the image's package list.
 
-cotainr installs the file whole with Conda; the Apptainer venv path installs only its ``pip:``
-list, so other Conda packages are refused there rather than dropped. Where packages come from is
-the build host's choice, so :meth:`EnvSpec.check_pip_options` refuses pip option lines
-(:data:`PIP_OPTION_RULE`) except an https ``--extra-index-url`` the manifest names."""
+cotainr installs the file whole; the Apptainer venv path only its ``pip:`` list, so other Conda
+packages are refused there rather than dropped. Where packages come from is the build host's
+choice, so pip options are refused but an https ``--extra-index-url`` the manifest names."""
 
 from __future__ import annotations
 

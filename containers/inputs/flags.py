@@ -1,9 +1,8 @@
 """The option types of the command line, one per kind of flag value, and each flag's one
 declaration (:class:`Option`, on the field of the request it fills).
 
-Every flag value arrives as text (``invoke`` is told no types, so it never casts). A
-:class:`FlagType` turns it into the value the request carries or refuses it in ONE line naming
-the flag: ``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is the type ``--help`` shows."""
+Every flag value arrives as text (invoke is told no types); a :class:`FlagType` turns it into
+the request's value or refuses it in one line naming the flag."""
 
 from __future__ import annotations
 

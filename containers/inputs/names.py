@@ -1,10 +1,8 @@
 """The names the host and the workload scripts agree on, and the rules for the names inputs give.
 
-The scripts run inside the images and cannot import this package, so the shared list lives
-with them (``jobs/choices.py``, standard library only) and the host loads that very file
-(:mod:`containers.jobsfiles`). The name rule (:func:`name_problem`), the did-you-mean of a
-refusal (:func:`suggest`) and the GPU kinds (:class:`Gpu`) live here too, with no pydantic:
-the flag types use them when ``tasks.py`` is imported (``invoke --list``).
+The scripts in the images cannot import this package, so the shared list lives with them
+(``jobs/choices.py``) and the host loads that file. No pydantic here: the flag types use it
+when ``tasks.py`` is imported (``invoke --list``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Image targets: ``recipes/<target>.yaml`` manifests, validated into :class:`Target` objects.
 
-A manifest says WHAT to build and for which site, architecture and GPU kind. The files it names
-(definition, env spec, a definition's ``scripts/``) must be the project's own regular UTF-8 files
-of bounded size: a path or link leading out of the project is refused when targets load, so no
-host file is ever read, hashed, staged into a build or quoted in an error.
+The files a manifest names must be the project's own regular UTF-8 files of bounded size: one
+leading out of the project is refused as targets load, so no host file is ever read or staged.
 """
 
 from __future__ import annotations

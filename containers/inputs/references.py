@@ -1,10 +1,8 @@
 """Performance references, ReFrame style: ``(value, lower, upper, unit)`` per site partition.
 
-Thresholds are fractions of the value (``[125.0, -0.05, null, GB/s]``: at least 118.75 GB/s, no
-upper bound); ``None`` is unbounded. A reference is keyed by collective (``op``, all_reduce when
-not named: a reference for all_reduce never judges all_gather), partition (``*`` for any), nodes,
-ranks per node, message size and optionally GPU model, and may be marked expected-to-fail with a
-reason. Judging a run against one is :mod:`containers.prove.performance`.
+Thresholds are fractions of the value (``[125.0, -0.05, null, GB/s]``: at least 118.75 GB/s);
+``None`` is unbounded. A reference is keyed by collective, partition, nodes, ranks per node,
+message size and optionally GPU model.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Declarative checks for the hand-edited YAML inputs.
 
-Each input kind declares its fields once, as a pydantic model; :func:`validate_model` rejects
-unknown keys (suggesting the closest known one), missing keys, wrong types and values outside a
-fixed set, naming file, line and key. The same models give the JSON Schemas editors read. Names
-that become paths follow one rule (:func:`containers.inputs.names.name_problem`).
+Each input kind declares its fields once, as a pydantic model; :func:`validate_model` names the
+file, line and key of every problem. The same models give the JSON Schemas editors read.
 """
 
 from __future__ import annotations

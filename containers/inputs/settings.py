@@ -1,7 +1,6 @@
 """Project settings: where images, temp files and results go, which runtime to use.
 
-Defaults live in the project's ``invoke.yaml`` under ``containers:``; site admins override them the
-invoke way (their own invoke config or ``INVOKE_CONTAINERS_*`` variables). Relative paths are taken
+Defaults live in ``invoke.yaml``; admins override them the invoke way. Relative paths are taken
 from the project root, so tasks work from any working directory.
 """
 

@@ -1,10 +1,7 @@
 """Site profiles: ``sites/<site>.yaml``, every fact about WHERE images run.
 
-Scheduler, partitions, GPUs, cores, binds, environment, launch pattern and references live in
-data, so a new cluster is a new YAML file. A profile is nested as ReFrame nests a system
-(:class:`Profile`); each key is one typed field, from which the checks and
-``schemas/site.schema.json`` follow. Environment values may name host variables, expanded when a
-command is planned (:func:`expand`), since an argv reaches the container without a shell.
+A new cluster is a new YAML file, nested as ReFrame nests a system (:class:`Profile`); each key
+is one typed field, from which the checks and ``schemas/site.schema.json`` follow.
 """
 from __future__ import annotations
 

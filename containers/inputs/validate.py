@@ -1,9 +1,6 @@
 """Checks that span files: a manifest's site must have a profile, a site's default target must
-exist, every ``{{ ARG }}`` of a definition must get a value, and names that become paths follow
-the one name rule. Each file is valid on its own when it loads; these are the references between.
-
-:func:`check_project` is ``invoke check``: it loads every file on its own (one bad file does not
-hide the others) and returns every problem found, so a user fixes them all after one run.
+exist, every ``{{ ARG }}`` of a definition must get a value. :func:`check_project` is ``invoke
+check``: every file loaded on its own, every problem found in one run.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Version strings as the tool compares them, read by ``packaging`` (PEP 440) in one place.
 
-What is compared is a version's release numbers: ``2.7.1+rocm6.3`` (a local version) and NGC's
-``2.6.0a0+ecf3bae`` (a pre-release that already carries 2.6's APIs) are torch 2.7 and 2.6. A
-string PEP 440 does not read (ROCm's ``6.2.41133-dd7f95766``, a driver's ``550.54.15 (beta)``)
-is read by its leading numbers, as the tools that print it mean them.
+Release numbers are compared: ``2.7.1+rocm6.3`` and NGC's ``2.6.0a0+ecf3bae`` (which carries
+2.6's APIs) are 2.7 and 2.6; what PEP 440 does not read (``550.54.15 (beta)``) by its leading
+numbers.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """YAML loading that remembers where every key and item came from.
 
-Users edit manifests, env specs and site profiles by hand; an error must point at the line. PyYAML
-knows the line of every node while composing, so the safe loader here keeps it: mappings load as
-:class:`LocatedDict` and sequences as :class:`LocatedList`, each carrying the 1-based line of itself
-and of each key or item.
+Inputs are edited by hand, so an error must point at the line: the safe loader keeps the line
+PyYAML knows of every node (:class:`LocatedDict`, :class:`LocatedList`).
 """
 
 from __future__ import annotations
