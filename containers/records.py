@@ -1,9 +1,7 @@
 """The records that cross modules: frozen pydantic models, one reader and one writer each.
 
-A file one stage writes and another reads is read here strictly typed (numbers finite, sizes not
-negative). Keys a newer version added are kept and written back; a file without ``schema`` is
-version 1; a newer version or a wrong type is refused in one line naming the file and the dotted
-key (:class:`Malformed`).
+Strictly typed (numbers finite, sizes not negative); keys a newer version added are kept and
+written back; a newer version or a wrong type is refused in one line naming file and key.
 """
 
 from __future__ import annotations

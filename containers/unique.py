@@ -1,9 +1,7 @@
 """Names no other run can have: a results folder or a script file claimed exclusively.
 
-Runs are named by the second they start; two started in the same second would share a folder and
-overwrite each other's rank files and verdict. So the name is claimed with an exclusive create
-(``mkdir`` or ``O_EXCL``, atomic on every POSIX file system, NFS and Lustre included): the first
-run gets ``<stem>``, the next ``<stem>-2``, and so on.
+Runs are named by the second they start, so the name is claimed with an exclusive create
+(atomic on NFS and Lustre too): the first run gets ``<stem>``, the next ``<stem>-2``, ...
 """
 
 from __future__ import annotations

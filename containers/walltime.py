@@ -1,9 +1,7 @@
 """Wall-clock time limits as batch schedulers write them, read into seconds and back.
 
-One parser for every time rule (``--time``, a partition's limits, a workload's estimate), so a
-limit compares with a request as numbers. The forms are Slurm's (``MM:SS``, ``HH:MM:SS``, ``D-HH``,
-``D-HH:MM``, ``D-HH:MM:SS``, bare minutes); PBS's ``walltime=HH:MM:SS`` is one of them. Zero is
-refused: schedulers read it as "no limit" or refuse it, and neither is what a user meant.
+One parser for every time rule, in Slurm's forms (PBS's is one of them). Zero is refused:
+schedulers read it as "no limit" or refuse it, and neither is what a user meant.
 """
 
 from __future__ import annotations

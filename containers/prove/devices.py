@@ -1,9 +1,7 @@
 """What each rank ran on, from the device reports the workloads write, and the GPU gate.
 
-Every rank writes ``device-<RANK>.json`` before it joins the process group. On a site with GPUs
-a PASS must rest on those reports: a rank on the CPU, a torch of another vendor, two ranks on one
-GPU, fewer GPUs than ranks or cores other than the site's map each fail the sanity gate with a
-line that names the usual causes, and no report at all fails too.
+Every rank writes ``device-<RANK>.json`` before it joins the process group; on a GPU site a
+PASS must rest on those reports, and no report at all fails.
 """
 
 from __future__ import annotations

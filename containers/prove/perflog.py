@@ -2,9 +2,8 @@
 in one log per collective (``<site>/<partition>/<op>.jsonl``, named as its results and plots are;
 the one ``allreduce.jsonl`` of every op that earlier versions wrote is still read).
 
-Like ReFrame's perflogs, each record carries what it was judged against (the reference and its
-tolerances) and the image it ran (inputs hash, build date), so a verdict can be rebuilt from the log
-alone and a regression after an image update shows as a step between two image versions.
+Like ReFrame's perflogs, each record carries its reference and image, so a verdict can be
+rebuilt from the log alone and a regression shows as a step between two image versions.
 """
 
 from __future__ import annotations

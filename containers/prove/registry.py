@@ -1,10 +1,8 @@
 """The workloads a command or a batch job can name, each one kind object.
 
-``invoke job --workload NAME`` and ``invoke verdict`` resolve the name here once and ask the
-kind, never the name. Smoke and each training example (``ddp``, ``deepspeed``, ``fsdp``) run a
-script (:func:`containers.prove.kind.plan`); a user's command (``run``) and an image build
-(``build``) are kinds with no run options. A new kind is a :class:`WorkloadKind` subclass
-that overrides where it differs, and one entry in :data:`WORKLOADS`.
+A name is resolved here once; callers ask the kind, never the name. A new kind is a
+:class:`WorkloadKind` subclass that overrides where it differs, and one entry in
+:data:`WORKLOADS`.
 """
 
 from __future__ import annotations

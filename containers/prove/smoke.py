@@ -1,10 +1,8 @@
 """``invoke smoke``: the collective benchmark across ranks inside an image, as a workload kind.
 
-``--op`` picks the collectives; every row of the report names its op. Sanity, per op: measured
-(or refused by the backend, which fails), no ``#wrong`` values, its ``<op>.json`` the report's
-part; for the run: sizes done, each rank's count of wrong values the report's, the site's
-transport proven. Performance, per op: out-of-place busbw at the reference size against the
-site's reference for that op. The host adds ``verdict.json``, ``<op>.png`` and perflog lines.
+Sanity, per op: measured, no wrong values, its ``<op>.json`` the report's part; for the run:
+sizes done, ranks agreeing on wrong values, the transport proven. Performance, per op:
+out-of-place busbw at the reference size against the site's reference.
 """
 
 from __future__ import annotations

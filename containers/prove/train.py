@@ -1,10 +1,8 @@
 """``invoke train``: the DDP / DeepSpeed / FSDP examples inside an image, as a workload kind, and
 the scaling report.
 
-Its own sanity rules ask what a person asks: did the loss fall, are the parameters the same on
-every rank afterwards (and did the script report an error of its own). Its performance is not
-judged against references. ``--scaling 1,2,4`` repeats the run at several rank counts and reports
-speedup and efficiency (table, JSON, PNG).
+Its sanity rules ask what a person asks: did the loss fall, are the parameters the same on every
+rank afterwards; its performance is not judged against references.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Which network NCCL/RCCL really used, read from its ``NCCL_DEBUG=INFO`` output.
 
-A Slingshot site whose RCCL cannot load the aws-ofi plugin falls back to TCP sockets silently;
-a profile declares the line it expects (``NET/OFI Selected provider is cxi``) and this module
-tells a proven transport from a fallback. With ``transport.net`` every run sets ``NCCL_NET``,
-and this module names the start-up failure that follows. :func:`stack_from_log` reads versions."""
+A Slingshot site whose RCCL cannot load the aws-ofi plugin falls back to TCP sockets silently,
+so a profile declares the line it expects (``NET/OFI Selected provider is cxi``)."""
 
 from __future__ import annotations
 

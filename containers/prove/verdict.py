@@ -1,10 +1,8 @@
 """The two gates every workload run goes through, kept apart, and their record (``verdict.json``).
 
-* sanity: nothing timed out, every rank finished, the script exited 0, its report was written
-  and reads as one, on a GPU site every rank used a GPU of its own (:mod:`.devices`), pinned ranks
-  ran on their cores, and the kind's rules on its report hold;
-* performance: against the site's references where the kind is judged (smoke), else not judged.
-The record carries the image's sha256 and inputs hash: publish tells whether THIS image passed.
+Sanity (the run finished whole, on its GPUs, and its report holds the kind's rules) apart from
+performance (against the site's references, where judged); the record carries the image's
+sha256, so publish tells whether THIS image passed.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The published-images catalogue (``<dest>/catalogue.json``) and the layout it describes.
 
-Data: versions, the catalogue's shape and updates, pruning choices, and the consistency rules
-``invoke verify`` applies to a snapshot of the folder; :func:`load` is its one reader. A version
-exists for users once its entry is written, last, atomically, under the publish lock. The layout
-is the one docs/publishing.md draws.
+:func:`load` is its one reader. A version exists for users once its entry is written, last,
+atomically, under the publish lock.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The checks an image passes before it is published, and their record in the catalogue.
 
-``apptainer test`` (the definition's ``%test``) and a passing 2-rank smoke of this exact image,
-found by its sha256 among the smoke verdicts or run now by the caller's ``quick_check``. An image
-without torch is proven by its ``%test`` passed at build, else by a passing ``invoke run`` of it
-(its ``status.json``, found by the same sha256).
+``apptainer test`` and a passing 2-rank smoke of this exact image (by its sha256); an image
+without torch by its ``%test`` at build, else a passing ``invoke run`` of it.
 """
 
 from __future__ import annotations

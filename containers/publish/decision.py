@@ -1,10 +1,7 @@
 """The release decision: whether a checked image may go out as a new version of its target.
 
-Its evidence is :mod:`containers.publish.gate`'s (busbw against the current latest, what torch
-build the image is) and the image's site fit; this module weighs it: a fit error or a busbw
-regression refuses the version unless ``--accept-regression WHY`` says why it may go out, and the
-catalogue entry records the findings and who accepted what. ``invoke publish``
-(:mod:`containers.app.publishing`) only hands in the runtime, the reason and the fit rule.
+It weighs :mod:`containers.publish.gate`'s evidence and the site fit: an error refuses the
+version unless ``--accept-regression WHY`` says why it may go out, which the entry records.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """What changed between two images: packages, stack, labels, size, and their latest smoke runs.
 
-Pure: takes two sides as plain data (each from :func:`side`: the image's probed facts plus its
-latest smoke verdict summary) and returns the difference; ``invoke diff`` and the release gate
-print it, the catalogue page links it.
+Pure: two sides as plain data (:func:`side`) in, the difference out.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The release gate: a new version must not be slower than the one it replaces, nor misfit its site.
 
-:func:`busbw_check` compares the new image's smoke busbw with the current ``latest``'s where the
-runs are alike (site, partition, nodes, ranks, reference size), within the reference's ``lower``
-tolerance. :func:`evidence_reasons` re-derives a smoke verdict from the files its run left (rank
-files, the benchmark's reports read strictly, the log, the device reports and their image labels,
-a job's image record): a verdict edited by hand proves nothing (docs/release-gate.md).
+:func:`busbw_check` compares alike runs within the reference's ``lower`` tolerance;
+:func:`evidence_reasons` re-derives a verdict from its run's files, so a verdict edited by hand
+proves nothing (docs/release-gate.md).
 """
 
 from __future__ import annotations

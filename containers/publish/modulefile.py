@@ -1,10 +1,8 @@
 """Lmod module files and the exec wrapper for published images: pure rendering, no I/O.
 
-``module load <target>/<version>`` sets ``SIF``, the site's binds and environment, and puts the
-``<target>-exec`` wrapper on ``PATH`` (docs/publishing.md). The wrapper holds no fact of any
-version: each module file sets what it runs, so a new version never changes an older one.
-Every value reaching Lua goes through :func:`lua_string`, the shell through :func:`shlex.quote`,
-a comment through :func:`comment_text`: the quoting holds even for a name the name rule missed."""
+The wrapper holds no fact of any version (each module file sets what it runs), so a new version
+never changes an older one. Every value is quoted for Lua, the shell or a comment, even a name
+the name rule missed."""
 
 from __future__ import annotations
 

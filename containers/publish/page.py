@@ -1,10 +1,8 @@
 """The catalogue page (``<dest>/index.html``) and each version's diff page, for people with a
 browser: what is published, read like a site's software library (docs/publishing.md).
 
-Pure: this module turns the catalogue (or one diff) into plain view data, and Jinja2 templates
-(``templates/``) with autoescaping on turn that into HTML, so a value others may edit reaches the
-page as text, never markup. Each page is one self-contained static file (no script, nothing
-fetched), and who published stays in ``catalogue.json``, never on a page.
+Pure view data, into Jinja2 templates with autoescaping on: a value others may edit reaches the
+page as text, never markup. Who published stays in ``catalogue.json``, never on a page.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Permissions of published files: who may read them, and a check that nobody else may write.
 
-Publish gives every file it owns its configured mode and group, creates them under a matching
-umask so none is ever briefly too open, and re-checks; ``verify`` flags anything world-writable.
-Nothing in the publish folder is reached through a link: :func:`unsafe_layout` finds links
-(``lstat`` at every level) first, and modes are set through descriptors opened ``O_NOFOLLOW``."""
+Files are made under a matching umask, so none is ever briefly too open, and nothing in the
+publish folder is reached through a link."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """What a publish will do, decided before anything is touched: the request and the plan.
 
-:func:`plan_publish` refuses before any work what publishing could not finish (an unbuilt or
-stale image, a build record naming another target, a folder others could write or swap) and
-says where every file of the new version goes; :mod:`containers.publish.publisher` carries it out.
+:func:`plan_publish` refuses before any work what publishing could not finish, and says where
+every file goes; :mod:`containers.publish.publisher` carries it out.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``invoke publish``: shared images for a whole site, safely (``verify`` checks the result).
 
-An image that has not passed its checks (:mod:`containers.publish.checks`) is refused; then, under
-``<dest>/.publish.lock``, every file of the version is prepared under a temporary name and
-committed by renames, the catalogue last, so a publish killed at any point leaves every final
-name old or complete. It takes plain values (a plan, a Runtime, a ``quick_check`` function) and
-knows nothing of projects; docs/architecture.md and docs/publishing.md say the rest.
+Under the publish lock every file is prepared under a temporary name and committed by renames,
+the catalogue last, so a publish killed at any point leaves every final name old or complete.
 """
 
 from __future__ import annotations

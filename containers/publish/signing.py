@@ -1,10 +1,7 @@
 """PGP signing of published images with the runtime's own keyring, and checking signatures.
 
-The keyring is resolved once, to a folder (:func:`keyring`), used only while it is the user's
-alone (:func:`keyring_problem`), and named by every call. No key server is reached (``verify
---local``; keys are never pushed); a key with a passphrase is refused, as nothing would answer
-the prompt. The public key is exported with ``gpg`` and a throwaway home, since ``apptainer key
-export`` always prompts (docs/publishing.md)."""
+The keyring is resolved once, used only while it is the user's alone; no key server is reached,
+and a key with a passphrase is refused (nothing would answer the prompt)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """``invoke verify``: check a publish folder as a user would trust it.
 
-Every image's bytes against the catalogue and its ``.sha256`` file, each signature against the
-key the catalogue names (in a throwaway keyring), the folder against the catalogue, and nothing
-world-writable. Leftovers of an interrupted publish are noted, not failed; a link inside the
-folder (other than ``latest`` and ``default``) is refused before any check, naming it.
+Checksums, signatures (in a throwaway keyring), the folder against the catalogue, nothing
+world-writable; an interrupted publish's leftovers are noted, not failed.
 """
 
 from __future__ import annotations

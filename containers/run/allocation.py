@@ -1,10 +1,7 @@
 """Running across the nodes of the Slurm allocation we are in (``invoke smoke --nodes M``).
 
-Inside ``sbatch`` or ``salloc`` the allocation is in the environment (``SLURM_JOB_ID``,
-``SLURM_JOB_NUM_NODES``, ``SLURM_JOB_NODELIST``). A run across M of its nodes is one ``srun`` task
-per node, each running ``<runtime> exec … torchrun`` with a c10d rendezvous that
-:class:`~containers.run.rendezvous.SlurmRendezvous` finds here on the host (there are no Slurm
-tools inside the containers), exactly as a batch script's lines find it in the shell.
+One ``srun`` task per node, each a torchrun meeting at the rendezvous found here on the host (no
+Slurm tools run inside the containers), as a batch script's lines find it.
 """
 
 from __future__ import annotations

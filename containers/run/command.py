@@ -1,9 +1,7 @@
 """A user's own command through the site's launch path (``invoke run``/``invoke shell``).
 
-The command is planned as a workload of kind ``run``: the same GPU flag, binds, environment,
-transport variables and launcher a smoke run gets, so ``init_process_group()`` just works; torchrun
-starts it with ``--no-python``. On GPU sites a device gate (``jobs/gate.py``) runs first: a rank
-that would find no GPU of the site's kind fails the run in one line before the command starts.
+Planned as a workload of kind ``run`` (what a smoke run gets, so ``init_process_group()`` just
+works); on GPU sites a device gate runs first and fails in one line before the command starts.
 """
 
 from __future__ import annotations

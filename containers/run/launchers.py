@@ -1,9 +1,7 @@
 """The launchers: how the ranks of a planned workload start, as argv. One registry for all runs.
 
-A launcher takes a planned run's ingredients (:class:`Launch`) and returns one argv, for one node,
-an allocation or a batch script alike, and the prefix of a batch step of one process per node
-(:meth:`node_step`). A site profile's ``launcher`` names one (:func:`for_site` checks it); one
-may stand for another on its schedulers. docs/launchers.md has them side by side.
+A launcher turns a planned run's :class:`Launch` into one argv, for one node, an allocation or a
+batch script alike; docs/launchers.md has them side by side.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What a run needs from its image (Python, torch), judged before anything starts.
 
-Without it a run on an image without Python fails inside the container, rank by rank, with an
-exec error that does not say why. The evidence, in order: the build record (``"python": null``,
-its pip freeze), then the target's env spec. Missing evidence is no refusal: an old record says
-nothing, and the run itself says what it lacks (docs/your-own-inputs.md).
+Else a run on an image without Python fails rank by rank with an exec error that does not say
+why. The evidence: the build record, then the env spec; missing evidence is no refusal.
 """
 
 from __future__ import annotations

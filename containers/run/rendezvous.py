@@ -1,9 +1,7 @@
 """Where the ranks of a multi-node run meet: the first node of the job and a port from the job id.
 
-One class per scheduler answers twice from the same constants: :meth:`resolve` in Python
-(``invoke smoke --nodes M`` in an allocation) and :meth:`shell` as a batch script's lines (no
-scheduler tools run inside the containers); tests require both to agree. The port is
-``PORT_BASE + job number % PORT_SPAN``, so two jobs sharing a node do not collide."""
+One class per scheduler answers twice from the same constants, in Python (:meth:`resolve`) and
+as a batch script's lines (:meth:`shell`); tests require both to agree."""
 
 from __future__ import annotations
 
