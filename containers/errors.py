@@ -197,8 +197,7 @@ def readable(text: str) -> str:
 
 
 def describe(exc: ContainersError) -> tuple[str, int]:
-    """The line a user sees for ``exc`` (cut to a readable length) and the exit code: the
-    single place errors print."""
+    """The line a user sees for ``exc`` and the exit code: the single place errors print."""
     if isinstance(exc, Problems):
         # each problem is one line already; a newline inside one is folded
         lines = [*("error: " + str(p).replace("\n", " ") for p in exc.problems),

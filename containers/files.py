@@ -77,8 +77,7 @@ class TooDeep(ValueError):
 
 
 def check_depth(value: object) -> object:
-    """``value`` when it nests at most :data:`MAX_DEPTH` levels, else :class:`TooDeep`; walked
-    level by level, without recursion."""
+    """``value`` when it nests at most :data:`MAX_DEPTH` levels (walked without recursion)."""
     layer = [value]
     for _ in range(MAX_DEPTH + 1):
         layer = [child for item in layer if isinstance(item, (dict, list))
@@ -299,8 +298,7 @@ def _owner(uid: int) -> str:
 
 
 def refuse_unsafe_way(path: Path) -> None:
-    """Raise :class:`WriteRefused` when a file at ``path`` could land where someone else
-    chooses (:func:`unsafe_way`)."""
+    """Raise :class:`WriteRefused` when :func:`unsafe_way` finds why."""
     way = unsafe_way(path)
     if way:
         raise WriteRefused(f"{way}; refusing to write there")
@@ -446,8 +444,7 @@ def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = CO
 
 
 def temp_symlink(link: Path, target: str) -> Path:
-    """A new symlink to ``target`` under ``link``'s temp name: renamed over ``link``, it swaps
-    the link atomically."""
+    """A new symlink to ``target`` under ``link``'s temp name, to swap over ``link`` atomically."""
     refuse_unsafe_way(link)
     temp = temp_name(link)
     temp.unlink(missing_ok=True)

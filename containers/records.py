@@ -42,8 +42,7 @@ def _problem(exc: ValidationError) -> str:
 
 
 class Model(BaseModel):
-    """Every record and its parts: frozen, strict, finite, unknown keys kept (as JSON values:
-    a NaN is refused there too)."""
+    """Every record and its parts: frozen, strict, finite, unknown keys kept as JSON values."""
 
     model_config = ConfigDict(frozen=True, extra="allow", strict=True, allow_inf_nan=False,
                               populate_by_name=True)
@@ -76,8 +75,7 @@ class Record(Model):
             raise Malformed(source, _problem(exc)) from None
 
     def as_dict(self) -> dict[str, Any]:
-        """What the writer writes: ``schema`` first, then every key given (declared ones in
-        their order, then the rest as read)."""
+        """What the writer writes: ``schema`` first, then every key given, in order."""
         return {SCHEMA_KEY: self.SCHEMA, **self.model_dump(
             mode="json", by_alias=True, exclude_unset=True, exclude={"schema_"})}
 
@@ -92,8 +90,7 @@ def json_text(data: object) -> str:
 
 def write(path: Path, record: Record | Mapping[str, Any], kind: type[R], *,
           mode: int | None = None) -> R:
-    """Write ``record`` (or the mapping that makes one, checked first) to ``path`` atomically;
-    the record as written."""
+    """Write ``record`` (or the mapping that makes one) to ``path`` atomically; as written."""
     made = kind.of(record, source=path)
     atomic_write_text(path, made.as_json(), mode=mode)
     return kind.of(made.as_dict(), source=path)

@@ -59,8 +59,7 @@ def new_figure(size: tuple[float, float], *, dpi: int = 110) -> tuple[Any, Any]:
 
 
 def save_figure(fig: Any, into: T) -> T:
-    """``fig`` laid out, written as PNG into ``into`` (a path, its folder made, or a binary
-    buffer), and closed; ``into``."""
+    """``fig`` laid out, written as PNG into ``into`` (a path or a buffer), and closed."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()

@@ -43,14 +43,12 @@ def foreign_build(item: Target, *, dry_run: bool) -> str | None:
 
 
 def missing_base_image(step: BuildStep) -> None:
-    """The step's base image must be here before its builder runs
-    (:meth:`~containers.inputs.builders.Builder.check_base_image`)."""
+    """The step's base image must be here before its builder runs."""
     builder_of(step.target).check_base_image(step.target, step.inputs)
 
 
 def cache_line(step: BuildStep, *, no_cache: bool) -> str:
-    """The plan's line on the package cache of one build: used (how, where, its size when
-    planned) or why not."""
+    """The plan's line on the package cache of one build: used (how, where) or why not."""
     if step.package_cache is not None:
         return f"  cache  {step.cache_use}; {step.package_cache.describe()}"
     if no_cache:

@@ -53,8 +53,7 @@ def _index(project: Project) -> list[dict]:
 
 
 def _row(entry: dict, queries: dict[str, follow.Queries]) -> dict | None:
-    """An index entry with its state now and its verdict; None for one no job of this tool
-    wrote (an id sbatch or qsub never prints)."""
+    """An index entry with its state and verdict; None for one no job of this tool wrote."""
     try:
         job_id = JOB_ID.parse(entry.get("job_id"))
     except ValueError:

@@ -81,8 +81,7 @@ def _sha(text: str) -> str:
 
 
 def _digest(path: str) -> str | None:
-    """What ``path`` holds now: a folder its names, a file its content (a large one its size
-    and times), None when it cannot be read."""
+    """What ``path`` holds now (a folder's names, a file's content), None if unreadable."""
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
@@ -115,8 +114,7 @@ def _kept(store: Path, key: str) -> Listing | None:
 
 
 def _keep(store: Path, key: str, listing: Listing, root: Path) -> None:
-    """Keep ``listing`` with the digests of what it read and of the tool's code, in the user's
-    own cache folder only."""
+    """Keep ``listing`` with the digests of what it read and of the tool's code."""
     code = sorted(PACKAGE.rglob("*.py"))
     tool = [*map(str, code), *sorted({str(p.parent) for p in code}), str(root / "tasks.py"),
             *(p for p in sys.path if p.endswith("-packages") and os.path.isdir(p))]
@@ -131,8 +129,7 @@ def _keep(store: Path, key: str, listing: Listing, root: Path) -> None:
 
 
 def _runtime_line(project: Project) -> tuple[str, list[str]]:
-    """The runtime line, and what it depends on: the program (by its size and times) and the
-    folders of PATH, where another may appear."""
+    """The runtime line and what it depends on (the program, the folders of PATH)."""
     runtime = project.runtime(required=False)
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     if runtime.version == "unknown":

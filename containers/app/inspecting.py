@@ -102,8 +102,7 @@ def fit_findings(project: Project, stack: dict, site: Site,
 
 def inspect(project: Project, *, target: str | None = None, image: str | None = None,
             site: str | None = None, as_json: bool = False, say: Say = _print) -> dict:
-    """Inspect one image and judge it against its site; :class:`VerdictFailed` (after the
-    report) when a site-fit rule finds an error."""
+    """Inspect one image and judge its site fit (:class:`VerdictFailed` after the report)."""
     if target and image:
         raise UsageError("give --target or --image, not both", flag="--image")
     spec = image or target or project.default_target()

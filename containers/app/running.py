@@ -36,8 +36,7 @@ INTERRUPTED = 130
 
 
 class CommandExit(ContainersError):
-    """The user's command ended non-zero: the tool exits with the command's own status (one a
-    shell cannot carry: ``fallback``)."""
+    """The command ended non-zero: the tool exits with its status (else ``fallback``)."""
 
     fallback = 1
 
@@ -159,8 +158,7 @@ def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher:
 def _status(planned: CommandRun, image: BuildRecord, *, returncode: int | None,
             gate: int | None, seconds: float, first_failure: tuple[int, int] | None = None,
             interrupted: bool = False) -> None:
-    """``status.json`` (:class:`RunStatus`), the user's alone (mode 0644): publish takes a
-    proof only from such a file."""
+    """``status.json``, the user's alone (0644): publish takes a proof only from such a file."""
     path = planned.workload.out_dir / "status.json"
     record = {"kind": KIND, "target": planned.workload.target.name, "sha256": image.sha256,
               "command": list(planned.command), "exit_status": returncode,

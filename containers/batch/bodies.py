@@ -58,8 +58,7 @@ def loaded_modules(site: Site, *, multinode: bool) -> list[str]:
 
 
 def module_lines(names: Sequence[str], *, multinode: bool = False) -> list[str]:
-    """``module load`` of ``names`` (:func:`loaded_modules`); Lmod reads unset variables, so
-    not under ``set -u``."""
+    """``module load`` of ``names``, not under ``set -u`` (Lmod reads unset variables)."""
     if not names:
         return []
     why = ("the site's modules and those its multi-node binds name" if multinode
@@ -173,7 +172,6 @@ def verdict_in_image(target: Target, workload: Workload, settings: Settings,
 
 
 def _invoke(args: list[str], *, venv: Path | None, exec_: bool = False) -> list[str]:
-    """The line that runs ``invoke ARGS`` with this checkout's venv (a node of this machine's
-    architecture)."""
+    """The line that runs ``invoke ARGS`` with this checkout's venv."""
     binary = str(venv / "bin" / "invoke") if venv is not None else "invoke"
     return [("exec " if exec_ else "") + command([binary, *args])]

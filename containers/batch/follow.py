@@ -112,8 +112,7 @@ def append_index(jobs_dir: Path, entry: dict) -> Path:
 
 
 def read_index(jobs_dir: Path) -> list[dict]:
-    """The index's entries, oldest first; a torn line (a killed append) is skipped, one nested
-    past reading refused in one line."""
+    """The index's entries, oldest first; a torn line (a killed append) is skipped."""
     path = jobs_dir / INDEX
     if not path.exists():
         return []

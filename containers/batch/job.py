@@ -216,8 +216,7 @@ class JobRun:
 
 def job_run(target: Target, site: Site, *, settings: Settings, request: JobRequest,
             stamp: str = "") -> JobRun:
-    """The workload of a job exactly as its script runs it: what it renders and what ``invoke
-    verdict`` judges its results by (pure)."""
+    """The workload of a job as its script runs it and ``invoke verdict`` judges it (pure)."""
     scheduler = scheduler_of(site)
     site = chosen_site(site, request)
     launcher = launchers.for_site(site, request.launcher)

@@ -77,8 +77,7 @@ def requirements(names: Sequence[str] = JUDGE_PACKAGES) -> tuple[str, ...]:
 
 def plan(root: Path, *, arch: str, python: str, reqs: Sequence[str] | None = None,
          under: str = JUDGE_FOLDER, purpose: str = JudgeEnv.purpose) -> JudgeEnv:
-    """``<root>/<under>/<arch>-py<X.Y>-<hash>``: one folder per architecture, Python and list
-    (pure: nothing is made)."""
+    """``<root>/<under>/<arch>-py<X.Y>-<hash>``: one folder per architecture, Python, list."""
     pinned = tuple(reqs) if reqs is not None else requirements()
     digest = hashlib.sha256("\n".join(sorted(pinned)).encode()).hexdigest()[:10]
     return JudgeEnv(folder=root / under / f"{arch}-py{python}-{digest}", arch=arch,

@@ -99,8 +99,7 @@ class Scheduler:
         return f"{folder}/{self.output_file.format(name=name)}"
 
     def output_folder(self, res: Resources) -> Path:
-        """The folder the job's output goes into: ``output`` up to its last ``/`` (Slurm names
-        a file in it, PBS the folder itself)."""
+        """The folder the job's output goes into (Slurm names a file in it, PBS the folder)."""
         return Path(res.output.rpartition("/")[0])
 
     def output_of(self, res: Resources, job_id: str) -> str:

@@ -71,8 +71,7 @@ def word(text: str) -> str:
 
 
 def command(argv: Sequence[str]) -> str:
-    """One shell command line from ``argv``; a long one is wrapped so each part reads on a line
-    of its own (:func:`breaks`)."""
+    """One shell command line from ``argv``, a long one wrapped (:func:`breaks`)."""
     rendered = [word(arg) for arg in argv]
     line = " ".join(rendered)
     if len(line) <= WIDTH:

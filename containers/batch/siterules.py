@@ -58,8 +58,7 @@ def fit_time(request: JobRequest, site: Site, partition: Partition,
 
 def _over(site: Site, limits: Partition | Qos, *, nodes: int,
           gpus_per_node: int) -> tuple[str, str | None] | None:
-    """The refusal (and its flag) of the first of a partition's or a QoS's limits the request
-    is over; None when it is within them all."""
+    """The refusal (and flag) of the first limit the request is over; None within them all."""
     what, source, per_node = (("QoS", f"; {limits.source}", None) if isinstance(limits, Qos)
                               else ("partition", "", limits.gpus_per_node))
     where = f"{what} {limits.name} of site {site.name} allows"

@@ -128,8 +128,7 @@ def _prctl(option: int, value: int) -> None:
 
 
 class _Stop(Exception):
-    """Raised in the supervisor by a stop signal (its one argument), so its main loop ends
-    wherever it waits."""
+    """Raised in the supervisor by a stop signal, so its main loop ends wherever it waits."""
 
 
 def _stop_descendants(grace: float) -> None:
@@ -271,8 +270,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
 
 def capture(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             timeout: float | None = 120) -> str:
-    """Run a short query command and return its stdout; a non-zero exit is
-    :class:`CommandFailed`."""
+    """Run a short query command; its stdout, or :class:`CommandFailed`."""
     try:
         result = subprocess.run([str(a) for a in argv], capture_output=True, text=True,
                                 env=dict(env) if env else None, timeout=timeout,

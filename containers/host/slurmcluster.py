@@ -49,7 +49,6 @@ _MUNGE_NAMESPACE = ('mount -t tmpfs tmpfs /run && mkdir /run/munge && '
 CLIENT_TIMEOUT = 10
 
 
-
 def missing_programs() -> list[str]:
     """The Slurm and munge programs this machine lacks (``apt-get install slurm-wlm munge``)."""
     return [p for p in PROGRAMS if not shutil.which(p)]
@@ -154,8 +153,7 @@ def _read_pid(path: Path, timeout: float = 15) -> int:
 
 
 def _prepare(root: Path) -> tuple[Path, Path]:
-    """The cluster's folders under ``root``; munged (user munge) must reach its own, so every
-    folder above it must let others through."""
+    """The cluster's folders; every folder above munged's own must let others through."""
     for folder in root.parents:
         if folder.exists() and not folder.stat().st_mode & stat.S_IXOTH:
             raise StateError(f"{folder} is closed to other users, so munged (user munge) cannot "

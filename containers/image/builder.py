@@ -300,8 +300,7 @@ def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
 
 def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
               examine: Examine | None = None) -> dict:
-    """Stage, build (from the kept root where there is one), test, record and rename, in the
-    build's own work folder."""
+    """Stage, build, test, record and rename, in the build's own work folder."""
     # Step variables may extend the caller's (PATH=<shim>:$PATH for cotainr).
     env = {**os.environ, **{k: os.path.expandvars(v) for k, v in step.env.items()}}
     started = time.time()
@@ -335,8 +334,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
 
 def _tested(step: BuildStep, *, runtime: Runtime, env: dict[str, str], say: Say,
             examine: Examine | None) -> tuple[dict, dict[str, str]]:
-    """The built ``.partial`` image tested, read and examined: its record, and the files the
-    examine adds beside it."""
+    """The built ``.partial`` image tested, read and examined: its record and added files."""
     # The image's own %test and the tool's reading of it (arch, probe) are independent execs
     # of the finished image: they run side by side (~3 s of a rebuild here). A failed test is
     # the verdict reported, whatever the reading found; an interrupt stops both.

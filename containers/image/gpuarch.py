@@ -17,8 +17,7 @@ GENCODE = re.compile(r"arch=compute_\w+,code=\[?([\w,]+)\]?")
 
 @dataclass(frozen=True)
 class Compiled:
-    """An image's GPU architectures: SASS (``sm_80``), PTX (``compute_90``) and ROCm gfx
-    targets, and what they were read from."""
+    """An image's SASS, PTX and ROCm gfx targets, and what they were read from."""
 
     sass: tuple[str, ...]
     ptx: tuple[str, ...]
@@ -74,8 +73,7 @@ def from_torch_facts(torch: Mapping) -> Compiled | None:
 
 
 def cudnn_version(number: int | str | None) -> str | None:
-    """``torch.backends.cudnn.version()`` as a version: 91002 -> 9.10.2 (cuDNN 9 counts minor
-    versions by 100), 8906 -> 8.9.6."""
+    """cuDNN's version number as a version (9 counts minors by 100): 91002 -> 9.10.2."""
     if number in (None, ""):
         return None
     value = int(number)

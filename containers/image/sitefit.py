@@ -64,8 +64,7 @@ def holds_no_torch(stack: Mapping, probe_errors: Mapping | None) -> bool:
 def judge(stack: Mapping, *, site_name: str, site_gpu: Gpu, arches: Sequence[str] | None,
           fit: Fit, probe_errors: Mapping | None = None,
           gpus: Gpus | None = None) -> list[Finding]:
-    """Every finding of an image's flat stack against a site, one line each; an image without
-    torch is not judged."""
+    """Every finding of an image's flat stack against a site; an image without torch: none."""
     if holds_no_torch(stack, probe_errors):
         return [Finding("info", "torch", NO_TORCH)]
     found: list[Finding] = []

@@ -39,8 +39,7 @@ class Builder:
 
     def check_manifest(self, values: Mapping[str, Any], *, path: Path, line: int | None,
                        lines: Mapping[str, int]) -> None:
-        """Refuse a manifest whose keys this builder cannot build from (``line``: the file's
-        first line, for a key that is missing)."""
+        """Refuse a manifest whose keys this builder cannot build from."""
 
     def check_env(self, spec: EnvSpec) -> None:
         """Refuse an env spec this builder cannot install."""

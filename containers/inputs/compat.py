@@ -128,8 +128,7 @@ def example_plan(target: Target, env: EnvSpec | None = None,
 
 def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | None = None
                      ) -> tuple[list[ConfigError], list[str]]:
-    """Every example ``target``'s image cannot run (errors), and one note when its torch is
-    unknown (listing what each example needs)."""
+    """Every example ``target`` cannot run (errors), and a note when its torch is unknown."""
     if env is None and target.env is not None:
         env = load_env_spec(target.env)
     errors: list[ConfigError] = []

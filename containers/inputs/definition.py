@@ -281,8 +281,7 @@ class Definition:
         return found
 
     def render(self, args: dict[str, str]) -> str:
-        """The text Apptainer builds from: ``{{ ARG }}`` replaced by given values or, per
-        stage, that stage's defaults."""
+        """The text Apptainer builds from: ``{{ ARG }}`` given values, else the stage's defaults."""
         missing = self.missing_arg_lines(args)
         if missing:
             first, line = next(iter(missing.items()))

@@ -108,8 +108,7 @@ class EnvSpec:
         return [*self.channels, *named]
 
     def check_channels(self) -> None:
-        """Refuse, all at once, every channel packages could be swapped on the way from, as
-        pip's ``http://`` URLs are refused."""
+        """Refuse, all at once, every channel packages could be swapped on the way from."""
         raise_all([ConfigError(message, path=self.path, line=line, key="channels")
                    for channel, line in self.all_channels()
                    if (message := channel_problem(channel))])

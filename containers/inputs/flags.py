@@ -234,8 +234,7 @@ VERSION = named("version")
 
 # ------------------------------------------------------------------------------------ paths
 def _path(kind: str, *, exists: bool = False) -> Callable[[Any], Path]:
-    """A ``kind`` (file or folder) path: one that exists, or one to write (not blank, not the
-    other kind)."""
+    """A ``kind`` path: one that exists, or one to write (not blank, not the other kind)."""
     other = {"file": "a folder; it takes the file to write", "folder": "a file; it takes a folder"}
 
     def parse(value: Any) -> Path:

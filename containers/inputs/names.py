@@ -71,8 +71,7 @@ NAME_RULE = ("1-64 letters, digits and . _ + -, not starting with - or ., not en
 
 
 def is_env_name(name: str) -> bool:
-    """Whether ``name`` is a shell (environment) variable name: letters, digits and ``_``, not
-    starting with a digit."""
+    """Whether ``name`` is a shell variable name (letters, digits, ``_``; no leading digit)."""
     return bool(_ENV_NAME.match(name))
 
 

@@ -160,8 +160,7 @@ def named_scripts(text: str, folder: Path,
 
 
 def check_scripts(definition: Path, *, root: Path, manifest: Path, line: int | None) -> None:
-    """The helper scripts a definition runs must be the project's own regular UTF-8 files
-    too, each checked before it is read."""
+    """The helper scripts a definition runs must be the project's own files too."""
     def inside(script: Path, by: str) -> None:
         outside = resolves_outside(script, root)
         if outside is not None:

@@ -117,8 +117,7 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
 def select(references: Sequence[Reference], *, partition: str | None, nodes: int,
            ranks_per_node: int, gpu_model: str | None = None,
            measured: Collection[int] = (), op: str = "all_reduce") -> Reference | None:
-    """The most specific matching reference for ``op`` (exact partition, GPU model), then one
-    at the largest size the run ``measured``."""
+    """The most specific reference for ``op``, then at the largest size ``measured``."""
     candidates = [r for r in references if r.op == op
                   and r.nodes == nodes and r.ranks_per_node == ranks_per_node
                   and r.partition in (partition, "*")

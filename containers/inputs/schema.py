@@ -48,8 +48,7 @@ def check_file_name(kind: str, path: Path) -> str:
 
 
 def candidate_files(folder: Path) -> list[Path]:
-    """The ``*.yaml`` files of ``folder`` sorted by name, hidden ones skipped (an editor's
-    ``.#cpu.yaml`` lock is not an input)."""
+    """The ``*.yaml`` files of ``folder`` by name, hidden ones (an editor's lock) skipped."""
     return [p for p in sorted(folder.glob("*.yaml")) if not p.name.startswith(".")]
 
 
@@ -250,6 +249,5 @@ def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: s
 
 
 def problem_at(reason: str, *at: str | int) -> Exception:
-    """A validation problem at a key below the field being checked (``at``: keys and
-    indexes), for :func:`validate_model` to name."""
+    """A validation problem at a key below the checked field, for :func:`validate_model`."""
     return PydanticCustomError("site", "{reason}", {"reason": reason, "at": at})

@@ -264,7 +264,6 @@ class Job(Part):
                                 "GPUs carries (after directives)")
 
 
-
 class Detect(Part):
     """How ``invoke smoke`` recognises the site it runs on."""
 

@@ -83,8 +83,7 @@ def check_inputs_of(target: Target, definition: Definition | None = None) -> Env
 
 @dataclass
 class CheckReport:
-    """What ``invoke check`` found: the inputs that loaded, every error and warning, and the
-    targets and sites that passed every check."""
+    """What ``invoke check`` found: inputs loaded, errors, warnings, what passed."""
 
     targets: dict[str, Target] = field(default_factory=dict)
     sites: dict[str, Site] = field(default_factory=dict)
@@ -111,8 +110,7 @@ class CheckReport:
 
 
 def _value(produce: Callable[[], T]) -> tuple[T | None, list[ContainersError]]:
-    """What ``produce`` returns, or None and the problems it raises (all of them, for
-    :class:`~containers.errors.Problems`)."""
+    """What ``produce`` returns, or None and every problem it raises."""
     try:
         return produce(), []
     except ContainersError as exc:

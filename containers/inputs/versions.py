@@ -15,8 +15,7 @@ _LEADING = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
 
 
 def release(text: object) -> tuple[int, ...] | None:
-    """The release numbers of ``text`` (``2.7.1+rocm6.3`` -> (2, 7, 1), ``2.7.*`` -> (2, 7)),
-    None when it starts with no number."""
+    """The release numbers of ``text`` (``2.7.1+rocm6.3`` -> (2, 7, 1)), None without one."""
     value = str(text if text is not None else "").strip()
     try:
         return Version(value).release

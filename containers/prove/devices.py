@@ -14,7 +14,6 @@ from containers.inputs import names
 from containers.inputs.names import Gpu
 
 
-
 @dataclass(frozen=True)
 class Expectation:
     """What the site's profile and the plan promise about the run's devices."""
@@ -128,8 +127,7 @@ def sharing_reasons(expect: Expectation, on_gpu: Sequence[dict]) -> list[str]:
 
 
 def core_reasons(expect: Expectation, reports: Sequence[dict]) -> list[str]:
-    """Ranks the site's CPU map pins that run on other cores (the workload pins itself; this
-    checks what the kernel says it got)."""
+    """Ranks the site's CPU map pins that the kernel says run on other cores."""
     found = []
     for report in reports:
         local = report.get("local_rank")

@@ -32,8 +32,7 @@ Point = tuple[datetime.datetime, float, bool]
 
 
 def log_name(op: str) -> str:
-    """One collective's log (``all_reduce.jsonl``): a collective this tool knows, so the name
-    is one of a fixed few."""
+    """One collective's log (``all_reduce.jsonl``), for a collective this tool knows."""
     if op not in names.COLLECTIVES:
         raise StateError(f"perflog record of unknown collective {op!r}; one of "
                          f"{', '.join(names.COLLECTIVES)}")

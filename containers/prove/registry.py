@@ -69,8 +69,7 @@ class RunKind(PlainKind):
 
 
 class BuildKind(PlainKind):
-    """An image build as a batch job: ``invoke build`` on one node of the image's
-    architecture; it needs no image and has no verdict."""
+    """An image build as a batch job: it needs no image and has no verdict."""
 
     name = "build"
     estimate = 2 * 3600

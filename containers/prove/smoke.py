@@ -161,8 +161,7 @@ class SmokeKind(WorkloadKind):
         return reasons
 
     def op_performance(self, result: verdict.Result, op: str) -> Judgement:
-        """One op's busbw against the site's reference FOR THAT OP (an all_reduce reference
-        never judges all_gather)."""
+        """One op's busbw against the site's reference FOR THAT OP."""
         if result.plan.ranks == 1:
             return Judgement("not-judged", "1 rank: no data crosses a link, so there is no "
                              "bandwidth to judge")
@@ -192,8 +191,7 @@ class SmokeKind(WorkloadKind):
                                                 for op, j in judged.items()))
 
     def op_details(self, result: verdict.Result, op: str) -> dict:
-        """One op's part of ``verdict.json`` and its perflog line: its own verdict, rows and
-        judgement."""
+        """One op's part of ``verdict.json`` and its perflog line."""
         summary = _summary(result.run_report, op)
         results = [{"op": op, "bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
                     "busbw_ip": (r.get("ip") or {}).get("busbw"),
@@ -274,8 +272,7 @@ def read_smoke(folder: Path, name: str) -> SmokeReport | str:
 
 
 def _op_file_reasons(folder: Path, report: SmokeReport, op: str) -> list[str]:
-    """The op's own ``<op>.json`` (offered to nccl-tests' readers) must say what the combined
-    report says of it."""
+    """The op's own ``<op>.json`` must say what the combined report says of it."""
     name = f"{op}.json"
     if _summary(report, op).unsupported or (report.schema_ < 2 and not (folder / name).exists()):
         return []  # a refused op's file says so; an older harness wrote none

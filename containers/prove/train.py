@@ -31,8 +31,7 @@ DEFAULT_BATCH = 64
 
 
 def deepspeed_only(example: str, *, example_flag: str = "--example", **given: Any) -> None:
-    """Refuse ``--zero-stage`` and ``--ds-config`` for any example but deepspeed, naming the
-    flag that chose the example."""
+    """Refuse ``--zero-stage`` and ``--ds-config`` for any example but deepspeed."""
     for name, value in given.items():
         flag = flags.flag_of(name)
         if value is not None and example != "deepspeed":
@@ -190,8 +189,7 @@ TRAINS = {example: TrainKind(example) for example in EXAMPLES}
 
 
 def read_report(result: verdict.Result) -> tuple[Any, str | None]:
-    """The run's ``train.json``: ``(report, None)``, ``(None, why it is not its shape)``, or
-    ``(None, None)`` when the run wrote none."""
+    """The run's ``train.json``: ``(report, None)``, ``(None, why not)`` or ``(None, None)``."""
     if result.report is None:
         return None, None
     try:

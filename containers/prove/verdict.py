@@ -41,8 +41,7 @@ class Result:
 
     @cached_property
     def _read(self) -> tuple[RunReport, list[str]]:
-        """The report as its run left it (partial when the run died midway), and why it is
-        none (one line naming it)."""
+        """The report as its run left it (partial when it died midway), or why it is none."""
         read = getattr(records, self.kind.report_type).of
         try:
             return read(self.outcome.report or {}, source=self.kind.report_name), []
@@ -63,8 +62,7 @@ class Result:
 
     @cached_property
     def reasons(self) -> list[str]:
-        """The sanity gate: why the run is not correct, one line each (:attr:`given_reasons`
-        first); empty when it is."""
+        """The sanity gate: why the run is not correct, one line each; empty when it is."""
         return list(self.given_reasons) + _run_reasons(self)
 
     @cached_property
@@ -123,8 +121,7 @@ def _run_reasons(result: Result) -> list[str]:
 
 
 def device_reasons(result: Result) -> list[str]:
-    """On a GPU site every rank must prove it used a GPU (else a CPU run passes there); pinned
-    ranks must be on their cores."""
+    """On a GPU site every rank must prove it used a GPU; pinned ranks, their cores."""
     plan, site = result.plan, result.plan.site
     expect = devices.Expectation(
         site=site.name, gpu=site.gpus.kind, ranks=plan.ranks, gpu_flag=site.gpus.kind.flag,

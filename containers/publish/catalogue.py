@@ -227,8 +227,7 @@ def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str]
 
 
 def select_prune(versions: list[str], *, keep: int, latest: str | None) -> list[str]:
-    """Versions to remove so the newest ``keep`` remain (``versions`` oldest first), never the
-    one ``latest`` points to."""
+    """Versions to remove so the newest ``keep`` remain, never the one ``latest`` points to."""
     newest = set(versions[-keep:])
     return [v for v in versions if v not in newest and v != latest]
 

@@ -73,8 +73,7 @@ def find_verdict(results_dir: Path, target: str, sha256: str, *,
 
 
 def _dated(value: object) -> bool:
-    """Whether ``value`` is a UTC time as verdicts write it (``2026-11-21T05:00:00Z``), so
-    comparing two as text orders them in time."""
+    """Whether ``value`` is a UTC time as verdicts write it, which orders as text."""
     return isinstance(value, str) and re.fullmatch(
         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", value) is not None
 

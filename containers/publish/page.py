@@ -207,8 +207,7 @@ def version_view(target: str, entry: Mapping, *, latest: str | None, dest: Path)
 
 
 def image_view(target: str, block: Mapping, dest: Path) -> dict:
-    """One image: what it is (the newest version's description and license) and its versions,
-    newest first."""
+    """One image: the newest version's description and license, its versions newest first."""
     versions = list(block.get("versions", []))
     described = [e.get("description") for e in versions if e.get("description")]
     licensed = [e.get("license") for e in versions if e.get("license")]
@@ -221,8 +220,7 @@ def image_view(target: str, block: Mapping, dest: Path) -> dict:
 
 
 def history_png(catalogue: Mapping) -> bytes | None:
-    """busbw at the reference size per published version, one line per target; None when no
-    version has one."""
+    """busbw at the reference size per version, one line per target; None: no version has one."""
     series = {}
     for target, block in sorted(catalogue.get("targets", {}).items()):
         points = []

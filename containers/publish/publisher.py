@@ -290,8 +290,7 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
 
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             say: Say = say_line, review: Review | None = None) -> dict:
-    """Publish one image; its catalogue entry. ``quick_check`` runs a short smoke of the image
-    when no passing verdict for it exists."""
+    """Publish one image; its catalogue entry (``quick_check``: a short smoke if needed)."""
     say(f"publish: {plan.target.name} {plan.version} -> {plan.sif}")
     if plan.dest.is_dir():  # early, friendly refusals; checked again under the lock
         refuse_links(plan)

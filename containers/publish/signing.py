@@ -84,8 +84,7 @@ def _env(runtime: Runtime, keysdir: Path) -> dict[str, str]:
 
 
 def signing_key(runtime: Runtime, keysdir: Path, keyidx: int) -> SigningKey:
-    """The secret key of the keyring ``keysdir`` that will sign, checked before anything is
-    copied."""
+    """The secret key of ``keysdir`` that will sign, checked before anything is copied."""
     keys = parse_key_list(capture(runtime.key_list_argv(secret=True),
                                   env=_env(runtime, keysdir), timeout=60), keysdir)
     chosen = next((k for k in keys if k.index == keyidx), None)
@@ -114,8 +113,7 @@ def sign(runtime: Runtime, image: Path, *, keysdir: Path, keyidx: int) -> None:
 
 
 class _Signer(BaseModel):
-    """One signer in ``verify --json``'s report, as far as it is read (strict: a value of another
-    type is refused, never coerced)."""
+    """One signer in ``verify --json``'s report, read strictly (never coerced)."""
 
     model_config = ConfigDict(strict=True)
     Fingerprint: str

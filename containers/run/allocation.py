@@ -64,8 +64,7 @@ def check_nodes(nodes: int, allocation: Allocation | None) -> None:
 
 
 def placement(allocation: Allocation, nodes: int, *, query: Query = capture) -> Placement:
-    """One torchrun per node of the allocation (the placement's launcher), started by srun,
-    meeting at the first node."""
+    """One torchrun per node of the allocation, started by srun, meeting at the first node."""
     rendezvous = SLURM.resolve(allocation.job_id, allocation.nodelist, query=query)
     return Placement(nodes=nodes, rendezvous=rendezvous, cpus_per_task=allocation.cpus_on_node)
 

@@ -64,8 +64,7 @@ class Shape:
 
 
 def cores_for(site: Site, gpus: int) -> int | None:
-    """The CPUs, as the scheduler counts them (hardware threads), that go with ``gpus`` of a
-    node's GPUs (all of them on CPU sites)."""
+    """The CPUs (hardware threads) that go with ``gpus`` of a node's GPUs."""
     if not site.cpus_per_node:
         return None
     if not site.gpus.per_node:
@@ -199,8 +198,7 @@ def named(name: str, *, flag: str = "--launcher") -> Launcher:
 
 
 def for_site(site: Site, override: str | None = None) -> Launcher:
-    """The site's launcher (its profile's ``launcher``), or the one ``--launcher`` names, checked
-    against the site's scheduler."""
+    """The site's launcher, or ``--launcher``'s, checked against the site's scheduler."""
     if override is not None:
         launcher = named(override)
     elif site.launcher in LAUNCHERS:

@@ -26,8 +26,7 @@ Query = Callable[[list[str]], str]
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """``host:port`` on the first node and the run's id; in a batch script, all three are
-    references to the job's shell variables."""
+    """``host:port`` on the first node and the run's id (in a script: shell references)."""
 
     host: str
     port: str
@@ -102,8 +101,7 @@ class SlurmRendezvous(SchedulerRendezvous):
 
 
 class PbsRendezvous(SchedulerRendezvous):
-    """PBS Pro: the first line of the node file; the port from the job number (``0081234`` of
-    ``0081234.desched1``, read as decimal)."""
+    """PBS Pro: the node file's first line; the port from the job number, read as decimal."""
 
     scheduler = "pbs"
     job_id_var = "PBS_JOBID"
