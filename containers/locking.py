@@ -106,8 +106,7 @@ def folder_lock(path: Path) -> Iterator[None]:
 
 
 def held(path: Path) -> bool:
-    """Whether a live process (this one included, through another descriptor) holds the lock
-    at ``path``; False when there is no such file."""
+    """Whether a live process (this one too) holds the lock at ``path``; False if no file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):

@@ -20,8 +20,7 @@ Show = Callable[[str], None]
 
 @contextmanager
 def byte_progress(description: str, total: int) -> Iterator[Advance]:
-    """An ``advance(nbytes)`` for an operation over ``total`` bytes: a bar with bytes, rate and
-    time left on a terminal; a no-op elsewhere."""
+    """An ``advance(nbytes)`` for ``total`` bytes: a bar on a terminal, a no-op elsewhere."""
     if not is_terminal():  # progress is drawn only where stdout is a terminal
         yield lambda count: None
         return

@@ -167,8 +167,7 @@ def commenting(say: Say) -> Say:
 
 
 def show_command(argv: list[str], env: Mapping[str, str] | None = None) -> str:
-    """The exact command as one line to paste into a shell, ``env`` its prefix (a ``$VAR`` in
-    it shown expanding: ``PATH="<shim>:${PATH}"``)."""
+    """The exact command as one line to paste, ``env`` its prefix (``PATH="<shim>:${PATH}"``)."""
     prefix = " ".join(
         f"{key}={shell_word(_VAR.sub(lambda m: deferred(m.group(1) or m.group(2)), value))}"
         for key, value in (env or {}).items())

@@ -19,8 +19,7 @@ MAX_TRIES = 1000
 
 def _claim(parent: Path, stem: str, suffix: str, create: Callable[[Path], object], *,
            doing: str, what: str) -> str:
-    """``create`` (FileExistsError on a taken name) of ``<stem><suffix>``, else
-    ``<stem>-2<suffix>``, ...; the name claimed, without ``suffix``."""
+    """``create`` the first free ``<stem>[-N]<suffix>``; the name claimed, less ``suffix``."""
     refuse_unsafe_way(parent / f"{stem}{suffix}")
     with on_disk(doing, parent / f"{stem}{suffix}"):
         parent.mkdir(parents=True, exist_ok=True)

@@ -173,8 +173,7 @@ def _state(project: Project, name: str, current: str, recorded: str | None) -> s
 
 
 def target_rows(project: Project) -> list[dict[str, str]]:
-    """One row per target: where it runs, how it is built, and whether its image is current
-    (each inputs hash computed once, bases included)."""
+    """One row per target: where it runs, how it is built, whether its image is current."""
     from containers.image import provenance
     from containers.image.identity import chain_hashes
 

@@ -71,8 +71,7 @@ def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
 
 
 def latest_smoke(project: Project, ref: ImageRef) -> SmokeSummary | None:
-    """The latest passing smoke of exactly this image: its catalogue entry's, else the newest
-    verdict in the results folder that names its sha256."""
+    """The latest passing smoke of this image: its catalogue entry's, else by its sha256."""
     if ref.smoke is not None or ref.target is None:
         return ref.smoke
     sha = ref.record.sha256 or sha256_file(ref.image)
@@ -81,8 +80,7 @@ def latest_smoke(project: Project, ref: ImageRef) -> SmokeSummary | None:
 
 
 def site_for(project: Project, ref: ImageRef, site: str | None) -> Site:
-    """``--site``, else the image's target's site, else the site this machine is (an image of
-    no known target is judged where it would run now)."""
+    """``--site``, else the image's target's site, else the site this machine is."""
     if site:
         if site not in project.sites:
             raise UsageError(f"no site profile sites/{site}.yaml", flag="--site")

@@ -30,8 +30,7 @@ from containers.run.workload import IMAGE_RECORD, JOB_RECORD, collect
 
 def judge_results(project: Project, *, results: str | Path, exit_status: int,
                   say: Say = _print) -> verdict.Result:
-    """Judge the batch run in ``results`` (its launcher exited ``exit_status``); write its
-    verdict, then raise as an interactive run does."""
+    """Judge the batch run in ``results``; write its verdict, then raise as a run does."""
     folder = Path(results).resolve()
     job = _job_record(folder)
     kind = _judged_here(folder, job.workload)

@@ -22,8 +22,7 @@ DEFAULT_ROOT = Path("/var/tmp/containers-local-slurm")
 
 
 def _found(root: Path) -> tuple[slurmcluster.SlurmCluster | None, dict[str, list[int]]]:
-    """The cluster in ``root`` (leftovers without a record too) and what of it still runs, by
-    name: each recorded daemon, then ``job steps``."""
+    """The cluster in ``root`` (leftovers too) and what of it still runs, by name."""
     cluster = slurmcluster.load(root)
     if cluster is None and os.path.lexists(root):
         cluster = slurmcluster.SlurmCluster(root=root, conf=root / "slurm.conf")

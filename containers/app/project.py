@@ -58,8 +58,7 @@ def config_sources(config: Any, env: Mapping[str, Any] | None = None) -> list[Co
 
 
 def _source_error(exc: ConfigError, sources: Sequence[ConfigSource]) -> ConfigError:
-    """``exc`` (a settings error that assumed ``invoke.yaml``) naming the layer that sets its
-    key, with the line where the layer is a YAML file."""
+    """``exc`` naming the layer that sets its key (and the line, in a YAML file)."""
     if not exc.key:
         return exc
     keys = exc.key.split(".")

@@ -84,8 +84,7 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
 
 def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dry_run: bool,
               placement: Placement | None, say: Say) -> None:
-    """The run as it will start: ranks, where its log goes, the exact gate and command (a dry
-    run: as lines a shell runs, :func:`say_plan`)."""
+    """The run as it will start: ranks, log, the exact gate and command."""
     workload = planned.workload
     ranks = workload.ranks if launcher else 1
     say_plan(say, f"run: {target} on site {site}, {ranks} rank{'s' * (ranks != 1)}"

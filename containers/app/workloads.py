@@ -68,8 +68,7 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
 def smoke_history(project: Project, *, target: str | None, as_json: bool = False,
                   plot: bool = True, ops: Sequence[str] | None = None,
                   say: Say = _print) -> list[dict]:
-    """The perflog as a table and a PNG (``plot`` False: none), or with ``as_json`` one JSON
-    document; ``ops``: only these collectives' lines."""
+    """The perflog as a table and a PNG, or one JSON document; ``ops``: only these."""
     records = perflog.read(project.settings.perflog_dir, target=target, ops=ops)
     shown = ", ".join(ops) if ops else None
     if not records and not as_json:  # nothing recorded yet is an answer, not an error
@@ -151,8 +150,7 @@ def machine_here(gpu: Gpu) -> Callable[[bool], Machine]:
 
 def check_fits(workload: Workload, options: Options, site: Site, *,
                machine: Callable[[bool], Machine], force: bool, say: Say) -> None:
-    """Refuse, in one line, a run this machine cannot hold (``--force`` runs it anyway);
-    ``machine``: :func:`machine_here` of ``site.gpus.kind``."""
+    """Refuse in one line a run this machine cannot hold (``--force`` runs it anyway)."""
     largest = getattr(options, "largest_size", None)
     problem = fit_problem(ranks=workload.ranks, largest=largest, gpu=site.gpus.kind,
                           machine=machine(bool(largest)))

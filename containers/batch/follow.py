@@ -55,8 +55,7 @@ def ask(argv: list[str]) -> str | None:
 
 def wait_for(scheduler: Scheduler, job_id: str, *, say: Say, poll: float | None = None,
              query: Ask = ask) -> str:
-    """Poll until the job has ended; each state change is said. The last state seen (or
-    ``UNKNOWN`` when the scheduler no longer knows the job)."""
+    """Poll until the job has ended, saying each change; the last state (or ``UNKNOWN``)."""
     last, started = None, time.monotonic()
     misses = 0
     while True:

@@ -19,8 +19,7 @@ from containers.run.launchers import Shape
 
 @dataclass(frozen=True)
 class Frame:
-    """What every job of a request has, whatever it runs: its resources but their size, and
-    the header comments that say where each came from."""
+    """What every job of a request has but its size, with where each part came from."""
 
     resources: Resources
     partition: Partition
@@ -45,8 +44,7 @@ class Frame:
 
 
 def example_preamble(site: Site, name: str) -> list[str] | None:
-    """The directives of a 30-minute job on one whole node of ``site``, for the catalogue page;
-    None where the site has no scheduler."""
+    """A 30-minute whole-node job's directives for the catalogue page; None without scheduler."""
     if (scheduler := SCHEDULERS.get(site.scheduler)) is None:
         return None
     partition = site.partition(site.default_partition)
@@ -63,8 +61,7 @@ def example_preamble(site: Site, name: str) -> list[str] | None:
 
 def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
               environ: Mapping[str, str], stamp: str) -> Frame:
-    """The job's name, output (with ``stamp``: job ids repeat across clusters), partition,
-    time and account, and the header comments that say so."""
+    """The job's name, output, partition, time and account, and where each came from."""
     scheduler = scheduler_of(site)
     full_name = f"{request.workload}-{target.name}"
     directive(full_name, "job name")

@@ -70,8 +70,7 @@ class JudgeEnv:
 
 
 def requirements(names: Sequence[str] = JUDGE_PACKAGES) -> tuple[str, ...]:
-    """``names`` pinned to the versions this tool runs with (its own environment), so the node
-    runs the code the login node was tested with."""
+    """``names`` pinned to the versions this tool runs with, as tested on the login node."""
     return tuple(f"{name}=={importlib.metadata.version(name)}" for name in names)
 
 
@@ -120,8 +119,7 @@ def build_plans(root: Path, *, arch: str) -> tuple[JudgeEnv, ...]:
 
 
 def pip_argv(into: Path, judge: JudgeEnv) -> list[str]:
-    """Wheels only, for the node's architecture and CPython, exactly the pinned list; pip reads
-    its index from the machine's own configuration."""
+    """Wheels only, for the node, exactly the pinned list; pip's index as configured here."""
     return [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
             "--target", str(into), "--only-binary=:all:",
             *(word for platform in PLATFORMS

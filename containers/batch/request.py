@@ -88,8 +88,7 @@ class RecordOptionsError(ValueError):
 
 
 def request_from_record(given: Mapping, kind: WorkloadKind) -> JobRequest:
-    """The request a job's ``job.json`` describes, so its verdict re-plans the run the job
-    ran; bad options raise :class:`RecordOptionsError`."""
+    """The request a job's ``job.json`` describes (:class:`RecordOptionsError` if bad)."""
     from containers.records import JobRecord
     from containers.run.workload import JOB_RECORD
 

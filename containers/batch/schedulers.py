@@ -25,8 +25,7 @@ Ask = Callable[[list[str]], "str | None"]
 
 @dataclass(frozen=True)
 class Resources:
-    """What the job asks the scheduler for: each scheduler renders its preamble from this alone,
-    so Slurm and PBS are given the same request."""
+    """What a job asks for: each scheduler renders its preamble from this alone."""
 
     name: str
     time: str
@@ -109,8 +108,7 @@ class Scheduler:
         return [self.submit_command, *self.submit_options, str(script)]
 
     def parse_job_id(self, stdout: str) -> str:
-        """The id in the submit command's last line, checked (:data:`JOB_ID`): it becomes an
-        argument of the state queries and part of file names."""
+        """The id in the submit command's last line, checked: it becomes an argv word."""
         text = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
         if not text:
             raise CommandFailed(f"{self.submit_command} printed no job id", output=[stdout])
@@ -131,8 +129,7 @@ class Scheduler:
         return next((group for group in found.groups() if group), None) if found else None
 
     def job_state(self, job_id: str, ask: Ask, *, submitted: str | None = None) -> str | None:
-        """The job's state, or None; a job of its id submitted at another time than
-        ``submitted`` is another one (ids restart with a cluster)."""
+        """The job's state, or None (one of its id submitted at another time is another)."""
         for words in self.state_commands:
             text = ask([*words, job_id])
             state = self.parse_state(text) if text else None

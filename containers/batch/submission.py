@@ -58,8 +58,7 @@ def deliver(job: Job, needs: JobNeeds, *, script: Path | None, submit: bool,
 
 
 def check_image(needs: JobNeeds, runtime: Callable[[], Runtime]) -> None:
-    """What submitting a job needs that writing it does not: the image, of the architecture
-    of the site's nodes (from its build record)."""
+    """What submitting needs that writing does not: the image, of the nodes' architecture."""
     item, settings = needs.target, needs.settings
     image = settings.image_path(item.name)
     if not image.is_file():

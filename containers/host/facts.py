@@ -137,8 +137,7 @@ def memory_available(proc: Path = Path("/proc"),
 
 
 def gpu_count(gpu: Gpu, dev: Path = Path("/dev")) -> int | None:
-    """GPU device files of kind ``gpu``: ``/dev/nvidia<N>`` (cuda), ``/dev/dri/renderD*``
-    (rocm: one per GCD); None for ``none``."""
+    """GPU device files of kind ``gpu`` (rocm: one render node per GCD); None for ``none``."""
     if gpu == Gpu.CUDA:
         return sum(1 for p in dev.glob("nvidia[0-9]*") if p.name[len("nvidia"):].isdigit())
     if gpu == Gpu.ROCM:

@@ -184,8 +184,7 @@ def supervise(args: Sequence[str]) -> int:
 
 
 def _die_by(signum: int) -> int:
-    """End as killed by ``signum`` (a caller's returncode reads -N, as without a supervisor);
-    128 + N where that signal does not end a process."""
+    """End as killed by ``signum`` (returncode -N), else 128 + N where it does not kill."""
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     return 128 + signum
@@ -221,8 +220,7 @@ class Running:
                 on_line(line)
 
     def wait(self, timeout: float | None = None) -> Completed:
-        """Its result once it ends; after ``timeout`` seconds it is stopped (``timed_out``).
-        An interrupt meanwhile stops it too, and goes on."""
+        """Its result once it ends; stopped after ``timeout`` seconds or an interrupt."""
         timed_out = False
         try:
             self.proc.wait(timeout=timeout)

@@ -233,8 +233,7 @@ def machine_arches(here: str | None = None, binfmt_dir: Path = BINFMT_DIR) -> tu
 
 
 def site_arches(site: Site, targets: Mapping[str, Target]) -> tuple[str, ...] | None:
-    """The architectures ``site``'s nodes run: this machine's without a scheduler, else its
-    default target's; None when the profile cannot tell."""
+    """The architectures ``site``'s nodes run; None when the profile cannot tell."""
     if site.scheduler == "none":
         return machine_arches()
     home = targets.get(site.default_target or "")

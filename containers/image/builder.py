@@ -177,8 +177,7 @@ def _sweep(step: BuildStep, say: Say) -> None:
 
 
 def _rebased(step: BuildStep, folder: Path) -> BuildStep:
-    """``step`` working in ``folder`` (``<target>-<hash>-<random>``) instead of the pure plan's
-    ``<target>-<hash>``, in every path that names it."""
+    """``step`` working in its own ``folder`` instead of the pure plan's."""
     old = re.compile(re.escape(str(step.workdir)) + r"(?![A-Za-z0-9._+-])")
 
     def move(text: str) -> str:

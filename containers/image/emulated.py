@@ -62,8 +62,7 @@ def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None,
 
 def emulated_binds(arch: str | None, *, here: str | None = None,
                    environ: Mapping[str, str] = os.environ, write: bool = True) -> list[str]:
-    """The binds an exec of an ``arch`` image needs here: the CPU folder over the sysfs one
-    under emulation; none for a native or unknown one."""
+    """The binds an exec of an ``arch`` image needs here: under emulation, the CPU folder."""
     if arch is None or arch == (here or host_arch()) or arch not in MIDR:
         return []
     root = default_cache_dir(environ)

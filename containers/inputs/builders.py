@@ -78,8 +78,7 @@ class ApptainerBuilder(Builder):
         spec.check_venv_compatible()
 
     def fakeroot_refusal(self, target: BuiltTarget, site: Site) -> ConfigError | None:
-        """A definition whose build runs a script in the image needs ``--fakeroot``, which a
-        site with ``fakeroot: false`` lacks."""
+        """A build running a script in the image needs ``--fakeroot``, which the site lacks."""
         if site.fakeroot or target.definition is None \
                 or not read_definition(target.definition).runs_in_image:
             return None

@@ -21,8 +21,7 @@ Version = tuple[int, int]
 
 @dataclass(frozen=True)
 class Need:
-    """The oldest torch an example runs on, why (the API or pin and where it is documented),
-    and the Python package besides torch it imports."""
+    """The oldest torch an example runs on, why, and the package besides torch it imports."""
 
     torch: Version
     why: str

@@ -50,8 +50,7 @@ def _body_lines(section: Section, blanks: str = GO_SPACE) -> list[tuple[int, str
 
 
 def _commands(section: Section) -> list[tuple[int, str]]:
-    """A shell section's commands (a line ending in an odd number of ``\\`` joined to the
-    next), each with the number of its first line."""
+    """A shell section's commands (continuation lines joined), each with its first line."""
     joined: list[tuple[int, str]] = []
     going_on = False
     for number, text in _body_lines(section, SHELL_BLANKS):
@@ -181,8 +180,7 @@ def _outside_context(source: str) -> bool:
 
 
 def appfiles_source(text: str) -> str:
-    """As Apptainer's ``copyFiles`` (apps.go) takes it: no quotes are read, and a ``{{ ARG }}``
-    is one word (Apptainer substitutes it before)."""
+    """As Apptainer's ``copyFiles`` takes it: no quotes, a ``{{ ARG }}`` one word."""
     marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text.split("#", 1)[0])
     word = marked.strip(GO_SPACE).split(" ", 1)[0]
     return re.sub(r"\0(\w+)\0", r"{{ \1 }}", word)

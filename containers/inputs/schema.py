@@ -28,8 +28,7 @@ T = TypeVar("T")
 
 def check_name(kind: str, name: object, *, path: Any = None, line: int | None = None,
                key: str | None = None) -> str:
-    """``name`` if it passes :func:`name_problem`, else a :class:`ConfigError` at ``path``,
-    ``line`` and ``key`` (the input that gave the name)."""
+    """``name`` if it passes :func:`name_problem`, else a :class:`ConfigError` at its key."""
     problem = name_problem(kind, name)
     if problem:
         raise ConfigError(problem, path=path, line=line, key=key)
@@ -141,8 +140,7 @@ StrMap = Annotated[dict[str, Scalar], MAP_OF_SCALARS]
 
 
 def located(data: Any, loc: Sequence[str | int]) -> int | None:
-    """The line of the item at ``loc`` (keys and indexes) in located YAML data, else the line of
-    the nearest container above it that knows one."""
+    """The line of the item at ``loc`` in located YAML, else of the nearest one above it."""
     node, line = data, line_of(data)
     for part in loc:
         if not isinstance(node, (dict, list)):

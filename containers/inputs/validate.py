@@ -25,8 +25,7 @@ T = TypeVar("T")
 
 
 def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
-    """The site a manifest names; a :class:`ConfigError` at its ``site:`` line when none has
-    that name (the manifest is wrong, not a flag)."""
+    """The site a manifest names; a :class:`ConfigError` at its ``site:`` line if none."""
     if target.site not in sites:
         raise ConfigError(f"site '{target.site}' has no profile in sites/"
                           f"{suggest(target.site, list(sites))}", path=target.manifest,
@@ -246,8 +245,7 @@ def example_findings(target: Target, env: EnvSpec | None = None
 
 
 def check_site(site: Site, targets: Collection[str]) -> None:
-    """One site's own names (its file's stem, its partitions': the one name rule) and its
-    default target (``targets``: the target names)."""
+    """One site's own names and its default target (``targets``: the target names)."""
     check_file_name("site", site.path)
     for partition in site.partitions:
         check_name("partition", partition, path=site.path, line=site.lines.get("partitions"),

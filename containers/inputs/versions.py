@@ -25,14 +25,12 @@ def release(text: object) -> tuple[int, ...] | None:
 
 
 def major_minor(text: object) -> tuple[int, int] | None:
-    """``(major, minor)`` of ``text``, None unless it starts with both (``2`` or ``2.*`` says
-    no minor: what it allows is not known to the minor)."""
+    """``(major, minor)`` of ``text``, None unless it starts with both (``2.*`` has none)."""
     found = release(text)
     return (found[0], found[1]) if found is not None and len(found) > 1 else None
 
 
 def compare_at(value: tuple[int, ...], bound: tuple[int, ...]) -> int:
-    """-1, 0 or 1 as ``value`` is below, within or above ``bound`` read at the bound's precision
-    (6.2.4 is within a bound of 6.2; 6 is 6.0)."""
+    """-1, 0 or 1: ``value`` against ``bound`` at the bound's precision (6.2.4 within 6.2)."""
     cut = value[:len(bound)] + (0,) * max(0, len(bound) - len(value))
     return (cut > bound) - (cut < bound)

@@ -153,7 +153,6 @@ def summary(reports: Sequence[dict]) -> list[dict]:
 
 
 def device_kind(reports: Sequence[dict]) -> str | None:
-    """The one device kind every rank ran on (``cuda``, ``rocm`` or ``cpu``), else None: what
-    publishing compares with the target's GPU kind."""
+    """The one device kind every rank ran on (``cuda``, ``rocm``, ``cpu``), else None."""
     kinds = {("cpu" if r.get("device") != "cuda" else str(r.get("build"))) for r in reports}
     return kinds.pop() if len(kinds) == 1 else None

@@ -86,8 +86,7 @@ class WorkloadKind:
 
     @property
     def run_options(self) -> dict[str, tuple[flags.Option, Any]]:
-        """The options ``invoke job`` takes for this kind: its options type's, but those the
-        job sets by flags of its own; it refuses the others."""
+        """The options ``invoke job`` takes for this kind (but those set by its own flags)."""
         declared = flags.declared(self.options_type) if self.options_type else {}
         return {name: entry for name, entry in declared.items() if entry[0].in_job}
 

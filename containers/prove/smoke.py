@@ -101,8 +101,7 @@ def _summary(report: SmokeReport, op: str) -> OpSummary:
 
 
 def _op_reasons(result: verdict.Result, op: str) -> list[str]:
-    """What is wrong with one op's part of the run: refused by the backend, wrong values, or
-    (once the run finished) not measured at all."""
+    """What is wrong with one op's part: refused, wrong values, or (finished) not measured."""
     reasons = []
     refused = _summary(result.run_report, op).unsupported
     if refused:
@@ -302,8 +301,7 @@ def _rank_reasons(folder: Path, report: SmokeReport) -> list[str]:
 
 
 def run_file_reasons(folder: Path, report: SmokeReport, ranks: int) -> list[str]:
-    """What a finished benchmark's files say against a pass, each in one line naming the file
-    and key (``invoke verdict`` and the gate)."""
+    """What a finished benchmark's files say against a pass, one line each naming the key."""
     name = SmokeKind.report_name
     if not report.results:
         return [f"{name}: key 'results' is empty: the benchmark measured no size"]

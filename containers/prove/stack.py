@@ -32,8 +32,7 @@ def of_run(reports: Sequence[Mapping], lines: Sequence[str], *, runtime: Runtime
 
 
 def changes(before: Mapping | None, after: Mapping | None) -> list[str]:
-    """``driver 550.54 -> 560.35`` for each compared part that differs; nothing when either
-    run recorded no stack (records older than the stack)."""
+    """``driver 550.54 -> 560.35`` per compared part that differs; none without a stack."""
     if not before or not after:
         return []
     return [f"{key} {before.get(key) or '-'} -> {after.get(key) or '-'}" for key in COMPARED

@@ -207,8 +207,7 @@ def latest(catalogue: dict, target: str) -> str | None:
 
 
 def pinned(catalogue: dict, target: str) -> list[str]:
-    """The versions of ``target`` an admin pinned (the block's optional ``pinned`` list, set by
-    hand): ``publish --keep`` refuses to remove them."""
+    """The versions of ``target`` an admin pinned: ``publish --keep`` keeps them."""
     return list(catalogue["targets"].get(target, {}).get("pinned", []))
 
 

@@ -59,8 +59,7 @@ def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> Review:
 
 def against_latest(plan: PublishPlan, runtime, facts: dict, checks: dict,
                     say: Say) -> tuple[dict, dict | None, list[str]]:
-    """The new image against its target's ``latest``: the gate's record, the diff (None with
-    no latest image) and the busbw regression, if any."""
+    """The new image against ``latest``: the gate's record, the diff, any regression."""
     before = cat.load(plan.dest / cat.CATALOGUE_NAME)
     latest = cat.latest(before, plan.target.name)
     old = cat.find(before, plan.target.name, latest) if latest else None

@@ -33,8 +33,7 @@ _UTC = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(?::\d\d(?:\.\d+)?)?Z\Z")
 
 @functools.cache
 def _templates() -> "jinja2.Environment":
-    """Autoescape on for every template (not by file name, which a rename could escape),
-    ``None`` shown as ``-``, a name the view lacks an error."""
+    """Autoescape on for every template, ``None`` shown as ``-``, a missing name an error."""
     import jinja2
 
     return jinja2.Environment(
@@ -160,8 +159,7 @@ def commands(target: str, entry: CatalogueEntry) -> list[str]:
 
 def batch_job(preamble: Sequence[str] | None, *, target: str, version: str, dest: Path,
               stack: Mapping) -> list[str] | None:
-    """The batch job a user pastes to run this version (the site's ``preamble``, the module,
-    the wrapper); None where the site has no scheduler."""
+    """The batch job a user pastes to run this version; None without a scheduler."""
     if preamble is None:
         return None
     return ["#!/bin/bash", *preamble, f"module use {dest / 'modules'}",

@@ -176,8 +176,7 @@ def _undone(plan: PublishPlan, tx: Transaction, exc: BaseException, say: Say) ->
 
 def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
              key: signing.SigningKey | None, say: Say) -> tuple[str, int]:
-    """The image under its temp name: copied and checked, signed, its checksum file beside it
-    (also a temp); nothing under a final name yet."""
+    """The image under its temp name: copied, checked, signed, with its checksum file."""
     size = plan.image.stat().st_size
     say(f"copying {plan.image} -> {plan.temp} ({human_bytes(size)})")
     started = time.monotonic()

@@ -58,8 +58,7 @@ def keyring(runtime: Runtime, configured: Path | None,
 
 
 def keyring_problem(keysdir: Path) -> str:
-    """Why ``keysdir`` or a key file in it is not the user's alone (empty: it is, or it does
-    not exist yet), by the package cache's rule."""
+    """Why ``keysdir`` or a key file in it is not the user's alone (empty: it is)."""
     problem = cache_problem(keysdir, parts=False)
     for ring in () if problem else (keysdir / name for name in RINGS):
         try:

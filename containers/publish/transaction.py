@@ -35,8 +35,7 @@ class Transaction:
         return path
 
     def install(self, temp: Path, final: Path, step: str) -> None:
-        """Rename ``temp`` over ``final``, keeping the old one to undo (a file never replaces a
-        link, a device or another user's file)."""
+        """Rename ``temp`` over ``final``, keeping the old one to undo."""
         before_commit(step)
         if not temp.is_symlink():
             refuse_replacing(final)

@@ -188,8 +188,7 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
 
 
 def _load(dest: Path, target: str | None) -> tuple[dict, dict[str, cat.TargetFolder]]:
-    """The catalogue and the folder's snapshot (limited to ``target``); what makes the folder
-    unverifiable is a :class:`VerdictFailed`."""
+    """The catalogue and the folder's snapshot; :class:`VerdictFailed` when unverifiable."""
     path = dest / cat.CATALOGUE_NAME
     if not path.is_file():
         raise VerdictFailed(f"{path}: no catalogue (nothing was published to {dest})")

@@ -60,8 +60,7 @@ def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Run
 
 
 def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
-    """The device gate's argv (one process per node, with the run's flags, binds and
-    environment), or None where the site has no GPUs to check."""
+    """The device gate's argv (one process per node), or None where there are no GPUs."""
     site, launch = workload.site, workload.launch
     if site.gpus.kind == Gpu.NONE:
         return None
@@ -79,8 +78,7 @@ INTERACTIVE = ("/bin/bash", "--norc", "-i")
 def shell_argv(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
                command: Sequence[str], run_id: str,
                environ: Mapping[str, str] | None = None) -> list[str]:
-    """``invoke shell``: the image with the site's flags, binds and environment, running
-    ``command`` (an interactive shell when it is empty)."""
+    """``invoke shell``: ``command`` (else a shell) in the image, with the site's flags."""
     words = tuple(command) or INTERACTIVE
     planned = plan_workload(target, site, settings=settings, runtime=runtime, kind=KIND,
                             ranks=1, timeout=0, run_id=run_id, environ=environ,

@@ -27,8 +27,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class ImageLacks(UsageError):
-    """The image has no Python, or no torch, for what was asked of it: one line naming the
-    image, the evidence and the need; nothing was started."""
+    """The image lacks what was asked of it: one line naming image, evidence and need."""
 
     @classmethod
     def of(cls, lacks: str, *, need: str, doing: str, hint: str = "") -> ImageLacks:
@@ -86,8 +85,7 @@ def check_image(target: Target, settings: Settings, *, need: str, doing: str,
 
 
 def command_need(workload: Workload) -> str | None:
-    """What the launcher of a user's command needs in the image: torch (torchrun), Python (a
-    rank that pins its cores), or nothing."""
+    """What the launcher of a user's command needs in the image (torch, Python), or None."""
     if isinstance(workload.launcher, Torchrun):
         return TORCH
     return PYTHON if workload.script == "python3" else None
