@@ -22,8 +22,7 @@ _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, 
 
 
 class FileRefused(ValueError):
-    """A file this tool will not read: not a regular file, or larger than the caller allows
-    (callers raise it as their own family's error, naming the file)."""
+    """A file this tool will not read: not a regular file, or larger than allowed."""
 
 
 def file_type(mode: int) -> str:
@@ -130,14 +129,12 @@ def read_json_object(path: Path, *, limit: int = RESULT_LIMIT) -> dict | None:
 
 
 def read_regular_text(path: Path, *, limit: int = RESULT_LIMIT) -> str:
-    """The text of ``path`` (:func:`read_regular`), a byte that is not UTF-8 replaced: for logs,
-    which a killed process may have cut inside a character."""
+    """The text of ``path``, bad UTF-8 replaced (a killed process may cut a character)."""
     return read_regular(path, limit=limit).decode("utf-8", errors="replace")
 
 
 def open_append_regular(path: Path, *, mode: int = 0o644) -> BinaryIO:
-    """``path`` opened to read and append (created if missing) if it is a regular file of
-    ours, checked before and after the (non-blocking, non-following) open."""
+    """``path`` opened to read and append (created if missing) if it is a file of ours."""
     refuse_replacing(path, doing="append to")
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW
                  | os.O_CLOEXEC, mode)
@@ -354,8 +351,7 @@ def _open_temp(path: Path, mode: int | None) -> tuple[Path, int]:
 
 
 def write_temp(path: Path, data: bytes, *, mode: int | None = None) -> Path:
-    """``data`` in a new fsynced temp file beside ``path``, whose rename over ``path``
-    (:func:`replace_into`) is the caller's commit and whose removal its undo."""
+    """``data`` in a fsynced temp beside ``path``; the caller renames (commit) or removes it."""
     refuse_replacing(path)
     tmp = temp_name(path)
     try:

@@ -20,8 +20,7 @@ from containers.files import file_type, read_regular, refuse_replacing
 
 def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
             shared: bool = False) -> int:
-    """An open descriptor holding an exclusive ``flock`` on ``path`` with our PID in it (or a
-    ``shared`` one, no PID); ``on_wait`` is called once if we must wait."""
+    """An open descriptor holding an exclusive (or ``shared``) ``flock`` on ``path``."""
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = _open_lock(path)

@@ -50,8 +50,7 @@ class Model(BaseModel):
 
 
 class Record(Model):
-    """A file of its own: read by :meth:`of`, written by :func:`write`, in version
-    :attr:`SCHEMA` (a newer one is refused); a refusal calls it :attr:`WHAT`."""
+    """A file of its own, in version :attr:`SCHEMA` (a newer one refused), called :attr:`WHAT`."""
 
     SCHEMA: ClassVar[int] = 2
     WHAT: ClassVar[str] = "record"
@@ -124,8 +123,7 @@ class BuildRecord(Record):
 
 
 class JobRecord(Record):
-    """A batch job's ``job.json``, the request it ran; version 1, written without ``schema``
-    (a version field would change every rendered script)."""
+    """A batch job's ``job.json``; version 1 without ``schema`` (which would change scripts)."""
 
     SCHEMA: ClassVar[int] = 1
     WHAT: ClassVar[str] = "job record"
@@ -166,8 +164,7 @@ class Judged(Model):
 
 
 class Transport(Model):
-    """The transport's proof as a smoke verdict holds it (containers/prove/transport.py; a run
-    job's, jobs/runverdict.py, says ``proven`` instead)."""
+    """The transport's proof as a smoke verdict holds it."""
 
     ok: Optional[bool] = None
     message: str = ""
@@ -216,8 +213,7 @@ class Verdict(Record, SmokeSummary):
 
 
 class RunStatus(Record):
-    """``invoke run``'s ``status.json``: what ran, on which image, how it ended; publish takes
-    a passing one as the proof of an image without torch."""
+    """``invoke run``'s ``status.json``: publish's proof of an image without torch."""
 
     WHAT: ClassVar[str] = "run status"
 
@@ -274,8 +270,7 @@ class GateRecord(Model):
 
 
 class CatalogueEntry(Record):
-    """One version in ``catalogue.json`` (publisher.py makes it); catalogue.py's
-    ``entry_problem`` refuses names and a signature other than publish writes."""
+    """One version in ``catalogue.json``."""
 
     WHAT: ClassVar[str] = "catalogue entry"
 

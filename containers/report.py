@@ -28,8 +28,7 @@ def console() -> Console:
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
-    """A table with box lines on a terminal; piped or logged, plain columns of text (no
-    box-drawing characters for ``grep``/``awk`` or a log that is not UTF-8)."""
+    """A table: box lines on a terminal, plain columns piped or logged."""
     framed = is_terminal()
     result = Table(title=title, title_justify="left", box=box.SQUARE if framed else None,
                    pad_edge=framed, show_edge=framed)

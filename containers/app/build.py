@@ -22,8 +22,7 @@ from containers.report import Say, say_line as _print, show_command
 
 
 def foreign_build(item: Target, *, dry_run: bool) -> str | None:
-    """For a target of another architecture: a line saying how it builds here (with the plan),
-    or a refusal when a real build has no qemu-user emulation of it."""
+    """For a foreign target: how it builds here, or a refusal without qemu-user."""
     here = host_arch()
     if item.arch == here:
         return None

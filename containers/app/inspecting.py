@@ -175,8 +175,7 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
 
 
 def examine_built(project: Project):
-    """The build's last test of an image: one probe, its SBOM, and its site fit, whose errors
-    fail the build (an image without torch is not judged)."""
+    """The build's last test of an image: a probe, its SBOM, its site fit (errors fail)."""
     from containers.errors import CommandFailed
     from containers.image import sbom
 

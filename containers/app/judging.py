@@ -95,8 +95,7 @@ def _judged_here(folder: Path, workload: object) -> WorkloadKind:
 
 
 def image_reasons(project: Project, target: str, folder: Path) -> list[str]:
-    """Why these results may not be of the image there now: the ``image.json`` the job copied
-    at launch is missing, another target's, or of another sha256."""
+    """Why these results may not be of the image there now (its ``image.json``)."""
     try:
         ran = provenance.read(folder / IMAGE_RECORD)
     except StateError as exc:

@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ConfigSource:
-    """One layer of the invoke configuration: the values it sets and its file (None: the
-    environment), so an error in a setting names the layer that holds it."""
+    """One layer of the invoke configuration: its values and file (None: environment)."""
 
     data: Mapping[str, Any]
     path: Path | None = None

@@ -20,8 +20,7 @@ from containers.run.workload import IMAGE_RECORD, JOB_RECORD, Workload
 
 def workload_lines(target: Target, workload: Workload, *, settings: Settings, record: dict,
                     judge: JudgeEnv | None, host_arch: str, venv: Path | None) -> list[str]:
-    """A smoke or training job's body after its rendezvous: the job record and the image's,
-    the launcher's step (its status kept), then the verdict."""
+    """A smoke or training job's body after its rendezvous: records, the step, the verdict."""
     out_dir = str(workload.out_dir)
     image_record = settings.provenance_path(target.name)
     verdict = verdict_in_image(target, workload, settings, judge, out_dir, host_arch=host_arch) \

@@ -73,8 +73,7 @@ def wait_for(scheduler: Scheduler, job_id: str, *, say: Say, poll: float | None 
 
 
 def verdict_code(given: Mapping) -> int:
-    """The exit status a job's ``verdict.json`` stands for: its own ``exit_code`` where it has
-    one (a run job), else 0 passed, 3 correct but slow, 2 failed."""
+    """The exit status a job's ``verdict.json`` stands for (its own, else 0, 3 or 2)."""
     record = Verdict.of(given)
     if isinstance(record.exit_code, int):
         return record.exit_code

@@ -33,8 +33,7 @@ class Frame:
     gpu_directives: tuple[str, ...] = ()
 
     def sized(self, *, nodes: int, shape: Shape, gpus: int) -> Resources:
-        """The resources of a job of this size; on a partition of shared nodes, the memory of
-        the node's GPUs it takes (all of them: the whole figure)."""
+        """The resources of a job of this size (shared nodes: its GPUs' share of memory)."""
         memory = (self.node_memory_gb * min(gpus, self.node_gpus) // self.node_gpus
                   if self.node_gpus and gpus else self.node_memory_gb)
         return replace(self.resources, nodes=nodes, tasks_per_node=shape.tasks_per_node,

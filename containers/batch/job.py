@@ -103,8 +103,7 @@ def plan_job(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str]
 
 @dataclass(frozen=True)
 class JobPlanner:
-    """What :func:`plan_job` was given, and the jobs a kind picks from
-    (:meth:`containers.prove.kind.WorkloadKind.job_body`): a build, a command, a workload run."""
+    """What :func:`plan_job` was given, and the jobs a kind picks from."""
 
     needs: JobNeeds
     request: JobRequest
@@ -116,8 +115,7 @@ class JobPlanner:
                          request=self.request, environ=self.environ, stamp=self.stamp)
 
     def build(self) -> Job:
-        """A build job: one task on one node; no GPU on a partition without them (LUMI-C's
-        small), else one (a build needs none, the partition may require one)."""
+        """A build job: one task on one node, one GPU where the partition has them."""
         target, site, settings = self.needs.target, self.needs.site, self.needs.settings
         if (refusal := fakeroot_refusal(target, site)) is not None:
             raise refusal
@@ -145,8 +143,7 @@ class JobPlanner:
             judge=self.needs.judge, host_arch=self.needs.host_arch, venv=self.needs.venv))
 
     def _run_job(self, lines: Callable[[JobRun, dict], list[str]]) -> Job:
-        """A job that runs the image on its nodes: the site's size rules, the run's plan, the
-        body's head (modules, rendezvous), the run's ``lines`` after it."""
+        """A job that runs the image on its nodes: size rules, plan, the body's head, ``lines``."""
         target, site, request = self.needs.target, self.needs.site, self.request
         frame = self.frame()
         gpus = _ranks_per_node(request, site)
@@ -174,8 +171,7 @@ class JobPlanner:
                             results=str(run.workload.out_dir).replace(job_id, "{job_id}"))
 
     def _head(self, run: JobRun) -> list[str]:
-        """The body's first lines: the checkout, the host modules (and the variables the binds
-        take from them), the rendezvous where the ranks meet."""
+        """The body's first lines: the checkout, the host modules, the rendezvous."""
         site, multinode = self.needs.site, self.request.nodes > 1
         modules = loaded_modules(site, multinode=multinode)
         return [f"cd {word(str(self.needs.settings.root))}", "",

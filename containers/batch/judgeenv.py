@@ -84,8 +84,7 @@ def plan(root: Path, *, arch: str, python: str, reqs: Sequence[str] | None = Non
 
 
 def build_requirements(python: str, arch: str, *, pyproject: Path = PYPROJECT) -> tuple[str, ...]:
-    """The closure of the tool's dependencies for CPython ``python`` on ``arch``, pinned as
-    installed here (one missing here is refused: pip runs ``--no-deps``)."""
+    """The tool's dependencies for ``python`` on ``arch``, pinned as installed here."""
     with on_disk("read the tool's dependencies", pyproject):
         roots = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
     env = {"python_version": python, "python_full_version": f"{python}.0",
@@ -129,8 +128,7 @@ def pip_argv(into: Path, judge: JudgeEnv) -> list[str]:
 
 
 def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None:
-    """The image's Python as ``X.Y``: the build record's ``stack.python``, else the env spec's
-    ``python=`` pin (its Conda dependencies); None when neither says."""
+    """The image's Python as ``X.Y`` (its record, else its env spec's pin), or None."""
     found = (BuildRecord.of(record).stack or {}).get("python")
     if not found:
         for spec in conda_specs:

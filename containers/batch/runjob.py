@@ -21,8 +21,7 @@ VERDICT_SCRIPT = "runverdict.py"
 
 def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: dict,
               nodes: int) -> list[str]:
-    """A run job's body after its rendezvous lines: job record, device gate, command, and the
-    verdict (the image's Python), whose status is the job's."""
+    """A run job's body after its rendezvous: record, gate, command, verdict."""
     workload = planned.workload
     out_dir = str(workload.out_dir)
     log = word(out_dir + "/run.log")

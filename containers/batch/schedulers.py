@@ -90,8 +90,7 @@ class Scheduler:
         return directive_flag(self.name)("--directive", text)
 
     def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
-        """The name the scheduler is given for a job called ``name`` (``short_names``: the
-        site's shorter words, where the scheduler limits a name's length)."""
+        """The name the scheduler is given for ``name``, shortened where it limits length."""
         return short_name(name, self.name_length, short_names or {}) if self.name_length else name
 
     def output_dir(self, folder: Path, name: str) -> str:
@@ -261,8 +260,7 @@ SCHEDULERS: dict[str, Scheduler] = {"slurm": Slurm(), "pbs": Pbs()}
 
 
 def scheduler_of(site: Site, hint: str = "") -> Scheduler:
-    """The site's scheduler; a site with none (``scheduler: none``) is refused in one line that
-    names its profile's key (``hint`` says what to do instead)."""
+    """The site's scheduler; ``scheduler: none`` is refused in one line (``hint``)."""
     if site.scheduler not in SCHEDULERS:
         raise ConfigError(f"site {site.name} has no batch scheduler (scheduler: "
                           f"{site.scheduler}){hint}", path=site.path,

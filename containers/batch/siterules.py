@@ -39,8 +39,7 @@ def check_site(request: JobRequest, target: Target, site: Site, site_arch: str |
 
 def fit_time(request: JobRequest, site: Site, partition: Partition,
              qos: Qos | None = None) -> int:
-    """The job's wall time: ``--time`` within the partition's and QoS's limits (else refused,
-    naming the limit), otherwise the workload's estimate capped by them."""
+    """The job's wall time: ``--time`` within the limits, else the estimate capped by them."""
     limits = [(f"partition {partition.name}", partition.max_time, "")]
     if qos is not None:
         default = "" if request.qos else " (its default_qos: --qos names another)"
@@ -76,8 +75,7 @@ def _over(site: Site, limits: Partition | Qos, *, nodes: int,
 
 def check_size(site: Site, partition: Partition, qos: Qos | None, *, nodes: int,
                gpus_per_node: int) -> None:
-    """Nodes and GPUs within the partition's documented limits, then the QoS's; a partition's
-    refusal names another of the site's that allows the request."""
+    """Nodes and GPUs within the partition's and the QoS's limits."""
     size = dict(nodes=nodes, gpus_per_node=gpus_per_node)
     if (over := _over(site, partition, **size)) is not None:
         fits = [p for p in site.partitions.values()
@@ -113,8 +111,7 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
 
 
 def check_transport(site: Site, nodes: int) -> None:
-    """Refuse, naming the way out, a job across nodes whose transport needs host binds the
-    profile lacks or is ``unavailable``: NCCL_NET would stop it at start-up."""
+    """Refuse a job across nodes whose transport cannot load here, naming the way out."""
     transport = site.transport
     if not (transport.host_stack and transport.applies(nodes)):
         return
@@ -130,8 +127,7 @@ def check_transport(site: Site, nodes: int) -> None:
 
 
 def chosen_site(site: Site, request: JobRequest) -> Site:
-    """``site`` with the transport the request chose (``--transport socket``), refused where
-    it does not apply (one node, or no transport declared)."""
+    """``site`` with the transport the request chose, refused where it does not apply."""
     if request.transport is None:
         return site
     if not site.transport.applies(request.nodes):

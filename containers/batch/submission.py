@@ -91,8 +91,7 @@ def _write(script: Path, text: str) -> None:
 
 
 def _submit(job: Job, script: Path | None, *, jobs_dir: Path, say: Say) -> JobSubmission:
-    """Write the script (a claimed name under ``jobs_dir`` unless ``--out`` named one), submit
-    it, and add the job to the index ``invoke jobs`` reads."""
+    """Write the script, submit it, and add the job to the index ``invoke jobs`` reads."""
     claimed = script is None
     if script is None:
         script = claim_file(jobs_dir, f"{job.name}-{job.stamp or run_stamp()}", ".sh")

@@ -52,8 +52,7 @@ def cotainr_binary() -> str:
 
 
 def gpu_kinds_here(dev: Path = Path("/dev")) -> set[Gpu]:
-    """The GPU kinds whose device files this machine has (a login node: usually none), so a
-    check that needs them says up front that it cannot run here."""
+    """The GPU kinds whose device files this machine has (a login node: usually none)."""
     found = {Gpu.CUDA: bool(gpu_count(Gpu.CUDA, dev)), Gpu.ROCM: (dev / "kfd").exists()}
     return {kind for kind, here in found.items() if here}
 

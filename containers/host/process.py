@@ -191,8 +191,7 @@ def _die_by(signum: int) -> int:
 
 
 def _findable(argv0: str, env: Mapping[str, str] | None) -> bool:
-    """Whether ``argv0`` names a program to start (as ``execvp`` would find it): checked here,
-    as under the supervisor a missing program is only its exit status."""
+    """Whether ``argv0`` names a program to start (under the supervisor, only a status)."""
     if "/" in argv0:
         return os.access(argv0, os.X_OK)
     path = (env if env is not None else os.environ).get("PATH")

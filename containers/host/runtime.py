@@ -168,8 +168,7 @@ class Runtime:
         return {self.own.variables[0]: str(keysdir)}
 
     def keysdir(self, environ: Mapping[str, str] | None = None) -> Path:
-        """The keyring folder this runtime reads when none is named, in ``environ``: what is
-        signed and what is looked up later come from one keyring."""
+        """The keyring folder this runtime reads when none is named, in ``environ``."""
         environ = os.environ if environ is None else environ
         rule = self.own
         if named := first_set(environ, rule.variables):

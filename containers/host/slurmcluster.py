@@ -357,8 +357,7 @@ def save(cluster: SlurmCluster) -> Path:
 
 
 def trust_problem(path: Path) -> str | None:
-    """Why ``path`` (the folder or its record) cannot be trusted: not the user's alone, or in a
-    folder where anyone may swap it; None also when missing."""
+    """Why ``path`` cannot be trusted (not the user's alone, or swappable); else None."""
     try:
         why = not_yours_alone(path, os.lstat(path))
     except FileNotFoundError:
@@ -377,8 +376,7 @@ def check_folder(root: Path) -> None:
 
 
 def load(root: Path) -> SlurmCluster | None:
-    """The cluster recorded in ``root``, or None; a record not the user's alone, or not shaped
-    as :func:`save` writes it, is a :class:`StateError`."""
+    """The cluster recorded in ``root``, or None; a bad or foreign record is a StateError."""
     check_folder(root)
     data = read_json_object(root / STATE_FILE)
     if data is None:

@@ -29,8 +29,7 @@ ConfWriter = Callable[[Path, list[int], Path], Path]
 
 def base_lines(root: Path, ctld_port: int, slurmd_port: int, munge_socket: Path, *,
                memory: bool = False) -> list[str]:
-    """What every cluster's slurm.conf says; with ``memory``, Slurm allocates memory (as the
-    sites do), so a job asking more than a node has is refused."""
+    """What every cluster's slurm.conf says (``memory``: allocated, as at the sites)."""
     controller = socket.gethostname().split(".")[0]
     return [
         "ClusterName=containers-test",
@@ -203,8 +202,7 @@ def _accounting(site: Site, root: Path, dbd_port: int, munge_socket: Path) -> li
 
 
 def site_conf_writer(site: Site) -> ConfWriter:
-    """A slurm.conf shaped like ``site``'s profile, whose limits (time, nodes, memory, account,
-    QoS) Slurm enforces at submission as the site's would."""
+    """A slurm.conf shaped like ``site``'s, whose limits Slurm enforces as the site's."""
     def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
         names = site_node_names(site)
         lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),

@@ -134,8 +134,7 @@ def image_compression(runtime: Runtime, image: Path | str, offset: int | None = 
 
 
 def parse_listing(text: str) -> dict[str, str | None]:
-    """``unsquashfs -lls`` -> each path (relative to the root) and its link target (None for
-    a regular file; directories and devices are left out)."""
+    """``unsquashfs -lls`` -> each path and its link target (None: a regular file)."""
     entries: dict[str, str | None] = {}
     for line in text.splitlines():
         match = _LISTED.match(line)
@@ -148,8 +147,7 @@ def parse_listing(text: str) -> dict[str, str | None]:
 
 
 def resolve(entries: dict[str, str | None], path: str, hops: int = 40) -> str | None:
-    """``path`` with every link on its way followed (absolute links from the image's root,
-    relative ones from their folder): the regular file it names, or None."""
+    """``path`` with every link on its way followed: the regular file it names, or None."""
     parts = [p for p in path.split("/") if p not in ("", ".")]
     done: list[str] = []
     while parts and hops > 0:
@@ -254,8 +252,7 @@ def check_arch(arch: str, arches: tuple[str, ...] | None, *, image: Path | str, 
 
 
 def check_compression(found: str, site: Site, *, image: str, target: str) -> None:
-    """Refuse publishing an image whose root ``site``'s runtime cannot mount (zstd where it
-    reads gzip only), naming the build that makes one it can."""
+    """Refuse publishing an image whose root ``site``'s runtime cannot mount."""
     reads = site.squashfs.reads
     if found in reads:
         return

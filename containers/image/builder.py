@@ -145,8 +145,7 @@ def _ownerless_workdirs(tmp_dir: Path) -> list[Leftover]:
 
 
 def leftovers(settings: Settings) -> list[Leftover]:
-    """What killed builds left (work folders and partial images whose lock nobody holds);
-    reads only: ``invoke targets`` reports them, the next build removes them."""
+    """What killed builds left (nobody holds its lock); the next build removes it."""
     images = settings.images_dir
     locks = [(path, target_lock(images, target)) for path, target in _partials(images)]
     return _ownerless_workdirs(settings.tmp_dir) + [
@@ -193,8 +192,7 @@ def _rebased(step: BuildStep, folder: Path) -> BuildStep:
 
 @contextmanager
 def work_folder(step: BuildStep) -> Iterator[BuildStep]:
-    """A fresh work folder for this build alone, owned (its :data:`OWNER_LOCK` held) until it
-    is removed on the way out; yields ``step`` rebased into it."""
+    """A fresh work folder for this build alone, owned until removed; yields ``step`` in it."""
     tmp_dir = step.workdir.parent
     with on_disk("make the build's work folder", tmp_dir):
         tmp_dir.mkdir(parents=True, exist_ok=True)

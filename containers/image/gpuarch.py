@@ -61,8 +61,7 @@ def parse_fatbin_listing(text: str) -> Compiled:
 
 
 def from_torch_facts(torch: Mapping) -> Compiled | None:
-    """The best evidence the probe found (fatbinary, then arch flags, then config); None when
-    it read none (a CPU build, or an image whose torch hides them)."""
+    """The best evidence the probe found (fatbinary, arch flags, config), else None."""
     if torch.get("fatbin"):
         return parse_fatbin_listing(torch["fatbin"])
     if torch.get("arch_flags"):
@@ -89,8 +88,7 @@ def _runs(sass: str, device: str) -> bool:
 
 
 def fit(compiled: Compiled, device: str) -> str:
-    """``sass`` (kernels that run on ``device``), ``ptx`` (only PTX the driver can JIT) or
-    ``none``, for one site GPU architecture (``sm_70``, ``gfx90a``)."""
+    """``sass``, ``ptx`` (only PTX the driver can JIT) or ``none`` for one site GPU."""
     if device.startswith("gfx"):
         base = device.split(":")[0]
         return "sass" if any(g.split(":")[0] == base for g in compiled.gfx) else "none"

@@ -76,8 +76,7 @@ def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | 
     }
 
 def definition_scripts(definition: Definition) -> dict[str, Path]:
-    """The helper scripts the definition names (and those they name): staged into the build
-    context and hashed, so changing one rebuilds every image that runs it."""
+    """The helper scripts the definition names (and those they name): staged and hashed."""
     if definition.path is None:
         return {}
     return named_scripts(definition.text, definition.path.parent / "scripts")
@@ -105,8 +104,7 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
 
 def chain_hashes(targets: Mapping[str, Target], name: str,
                  known: dict[str, str] | None = None) -> dict[str, str]:
-    """Inputs hash of ``name`` and each of its bases, without touching the host; ``known``
-    holds hashes computed before (of the same targets), and gets these."""
+    """Inputs hash of ``name`` and its bases, pure; ``known`` caches them across calls."""
     hashes: dict[str, str] = {}
     known = {} if known is None else known
     base_hash = None

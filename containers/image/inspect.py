@@ -30,8 +30,7 @@ STACK_KEYS = ("arch", "os", "glibc", "python", "torch", "build", "cuda", "cudnn"
 
 
 def parse_probe(output: str) -> dict:
-    """The probe's JSON from its output (the last line after the marker; an image's
-    ``%environment`` may print before it); :class:`ValueError` when there is none."""
+    """The probe's JSON, the last line after the marker (``%environment`` may print)."""
     for line in reversed(output.splitlines()):
         if line.startswith(MARK):
             data = json_value(line[len(MARK):])
@@ -128,8 +127,7 @@ def summary(facts: Mapping) -> dict:
 
 
 def driver_needed(stack: Mapping) -> str | None:
-    """The NVIDIA driver a CUDA image's nodes need (by the device gate's table): the sites
-    publish none, so people are told what to ask for. None for other builds."""
+    """The NVIDIA driver a CUDA image's nodes need (the sites publish none), else None."""
     if stack.get("build") != Gpu.CUDA:
         return None
     return names.driver_needed(stack.get("cuda")) or \
@@ -137,8 +135,7 @@ def driver_needed(stack: Mapping) -> str | None:
 
 
 def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -> dict:
-    """Everything ``invoke inspect`` reports of ``image``: the probe's facts, the flat stack,
-    size, labels, its build record and its SBOM's counts."""
+    """Everything ``invoke inspect`` reports of ``image``."""
     if not image.is_file():
         raise ImageMissing(image, target or image.stem)
     record = provenance.read(record_path(image))

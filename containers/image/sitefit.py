@@ -54,8 +54,7 @@ NO_TORCH = "the image holds no torch: site fit not judged"
 
 
 def holds_no_torch(stack: Mapping, probe_errors: Mapping | None) -> bool:
-    """Whether the image has no torch at all (its import found no module), as opposed to a
-    torch that is there and fails to import (an error of the image)."""
+    """Whether the image has no torch at all (not one that fails to import)."""
     error = (probe_errors or {}).get("torch")
     return stack.get("build") is None and isinstance(error, str) \
         and error.startswith("ModuleNotFoundError")

@@ -46,8 +46,7 @@ def _show(version: Version) -> str:
 
 def image_torch(target: Target, env: EnvSpec | None
                 ) -> tuple[Version, Path, int | None] | None:
-    """The lowest torch the image can have and where that is said (file and line: the env
-    spec's pin or the manifest's ``torch:``), or None when unknown."""
+    """The lowest torch the image can have and where that is said, or None."""
     pin = env.torch_pin() if env is not None else None
     if pin is not None and env is not None:
         return pin[0], env.path, pin[1]

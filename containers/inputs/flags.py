@@ -172,8 +172,7 @@ TIME = FlagType(TIME_FORMS, _time)
 
 
 def word_rule(label: str, pattern: str | Callable[[str], object], refusal: str) -> FlagType:
-    """A flag taking one word matching ``pattern`` (or passing it, a test), refused with
-    ``refusal``; never one that starts like an option or holds a space."""
+    """A flag taking one word of ``pattern`` (or passing a test), refused with ``refusal``."""
     passes = re.compile(pattern + r"\Z").match if isinstance(pattern, str) else pattern
 
     def parse(value: Any) -> str:
@@ -261,8 +260,7 @@ EXISTING_FOLDER = FlagType("existing folder", _path("folder", exists=True))
 
 @dataclass(frozen=True)
 class Option:
-    """One flag, declared once on the field of the request it fills (:func:`option`): its help
-    and type (None: a switch); the field gives its name and default."""
+    """One flag, declared once on the field it fills: its help and type (None: a switch)."""
 
     help: str
     type: FlagType | None = None

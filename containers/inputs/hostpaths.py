@@ -104,8 +104,7 @@ _ASSIGNMENT = re.compile(r"^-{0,2}[A-Za-z_][\w.-]*=(.*)$")
 
 
 def _host_path(word: str) -> str | None:
-    """``word`` (or the value of ``--opt=value`` / ``NAME=value``) when it names a path of the
-    build host: absolute or under ``~``, not a standard stream."""
+    """``word`` (or its ``=value``) when it names a path of the build host."""
     assigned = _ASSIGNMENT.match(word)
     value = assigned.group(1) if assigned else word
     if value.startswith(("/", "~/")) and value not in (*_SETUP_SAFE, "/", "~/"):
@@ -192,8 +191,7 @@ _TOOL_BASE = re.compile(r"\{\{\s*(BASE_IMAGE|FOREIGN_ROOT)\s*\}\}")
 
 
 def _base_use(stage: Stage) -> HostPathUse | None:
-    """A ``Bootstrap: localimage`` stage whose ``From:`` is a host file: not the image the tool
-    passes (:data:`_TOOL_BASE`) nor one in the build context."""
+    """A ``localimage`` stage whose ``From:`` is a host file (not the tool's, not staged)."""
     source = stage.header.get("from", "").strip(GO_SPACE)
     if stage.bootstrap.lower() != "localimage" or _TOOL_BASE.fullmatch(source) \
             or not _outside_context(source):

@@ -63,8 +63,7 @@ def check_input_file(path: Path, *, kind: str, root: Path) -> Path:
 
 
 def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
-    """The ``*.yaml`` files of ``folder``, one per ``kind`` (target, site), sorted by name,
-    each checked by :func:`check_input_file` (the first bad one raises)."""
+    """The ``kind`` files of ``folder`` by name, each checked (the first bad one raises)."""
     return [check_input_file(p, kind=kind, root=root) for p in candidate_files(folder)]
 
 
@@ -116,8 +115,7 @@ def refuse(problem: Callable[[Any], str | None]) -> AfterValidator:
 
 
 def _words(expected: str) -> WrapValidator:
-    """A container of the wrong type, or with an item of the wrong type, named as a whole
-    (``must be a list of strings``); an item's own rule names the item."""
+    """A wrong container, or one with a wrong item, named as a whole (a list of strings)."""
     def check(value: Any, handler: Any) -> Any:
         try:
             return handler(value)
@@ -177,8 +175,7 @@ def _unwrap(annotation: Any) -> Any:
 
 
 def _model_at(model: Any, loc: Sequence[str | int]) -> Any:
-    """The pydantic model class that holds the key at the end of ``loc`` (for the known keys
-    of an 'unknown key' message), following fields, mappings and lists."""
+    """The model class holding the key at the end of ``loc`` (for 'unknown key')."""
     current = model
     for part in loc:
         fields = getattr(current, "model_fields", None)

@@ -35,8 +35,7 @@ def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
 
 def check_target(target: Target, sites: Mapping[str, Site | None], *,
                  tool_args: Collection[str], definition: Definition | None = None) -> None:
-    """``tool_args``: the build arguments the tool fills itself; ``sites``: None for a profile
-    that failed to load (it exists, with its own error)."""
+    """``sites``: None for a profile that failed to load (it exists, with its own error)."""
     site_of(target, sites)
     if target.definition is None:
         return
@@ -53,8 +52,7 @@ def check_target(target: Target, sites: Mapping[str, Site | None], *,
 
 def host_path_policy(target: Target, definition: Definition | None = None,
                      env: EnvSpec | None = None) -> tuple[list[ConfigError], list[ConfigError]]:
-    """The manifest's ``host_paths`` rule on its definition and env spec as ``(errors,
-    warnings)``: the one place ``invoke check`` and ``invoke build`` enforce it."""
+    """The manifest's ``host_paths`` rule as ``(errors, warnings)``: the one place."""
     forbid = target.host_paths == "forbid"
     switch = ("the manifest forbids them (host_paths: forbid)" if forbid
               else "the image depends on the build machine; host_paths: forbid in the manifest "
@@ -123,8 +121,7 @@ def _attempt(check: Callable[[], object]) -> list[ContainersError]:
 
 def load_each(folder: Path, *, kind: str, root: Path, load: Callable[[Path], T]
               ) -> tuple[dict[str, T], dict[str, list[ContainersError]]]:
-    """Every ``kind`` file of ``folder`` loaded on its own: the ones that loaded, and the
-    problems of each that did not (by name), so one bad file hides no other."""
+    """Every ``kind`` file of ``folder`` loaded on its own: the loaded, the problems by name."""
     loaded: dict[str, T] = {}
     failed: dict[str, list[ContainersError]] = {}
     for path in candidate_files(folder):

@@ -91,8 +91,7 @@ def load_yaml_text(text: str, *, path: Path | None = None) -> Any:
 
 
 def decode_input(data: bytes, *, path: Path) -> str:
-    """``data`` as UTF-8 text; a byte that is not UTF-8 is a :class:`ConfigError` at its line
-    (the byte is not shown: the line is named, not printed)."""
+    """``data`` as UTF-8 text; a non-UTF-8 byte is a :class:`ConfigError` at its line."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -102,8 +101,7 @@ def decode_input(data: bytes, *, path: Path) -> str:
 
 
 def read_input_text(path: Path, *, limit: int = INPUT_LIMIT) -> str:
-    """The text of one input file, a regular file of at most ``limit`` bytes; any refusal or
-    failure to read it as UTF-8 is a :class:`ConfigError` naming the file."""
+    """The text of one input file, a regular UTF-8 file of at most ``limit`` bytes."""
     try:
         data = read_regular(path, limit=limit)
     except FileNotFoundError as exc:

@@ -60,8 +60,7 @@ def _host(report: dict) -> str:
 
 
 def reasons(expect: Expectation, reports: Sequence[dict], *, backend: str | None) -> list[str]:
-    """The sanity gate on devices: one line per cause; empty when the GPUs were really used
-    (or the site has none, where only the cores are checked)."""
+    """The sanity gate on devices: one line per cause; empty when the GPUs were used."""
     found = core_reasons(expect, reports)
     if expect.gpu == Gpu.NONE:
         return found

@@ -50,8 +50,7 @@ class Options(Protocol):
 
 
 class JobBodies(Protocol):
-    """What a batch job's planner (:mod:`containers.batch.job`) offers a kind, which picks the
-    job it is: the planner never asks a kind what it is."""
+    """What a batch job's planner offers a kind, which picks the job it is."""
 
     def build(self) -> Any: ...
 
@@ -146,8 +145,7 @@ class WorkloadKind:
     def plan_in_job(self, target: Target, site: Site, *, options: Options | None,
                     command: Sequence[str], ranks: int,
                     **common: Any) -> tuple[Workload, Options | None, CommandRun | None]:
-        """The run inside a batch job (``common``: :func:`plan`'s placement and the rest):
-        the workload, its options and, for a command, the planned command."""
+        """The run inside a batch job: the workload, its options, for a command the plan."""
         sized = self.resized(options, gpus=ranks)
         assert sized is not None  # a kind without options plans its own (run) or none (build)
         return plan(target, site, options=sized, **common), sized, None
@@ -169,8 +167,7 @@ class WorkloadKind:
         return []
 
     def report_reasons(self, result: "Result", *, settled: bool) -> list[str]:
-        """Sanity rules on a written report; ``settled``: an earlier reason already explains
-        the failure, so rules that only restate it stay quiet."""
+        """Sanity rules on a written report, quiet where ``settled`` (explained already)."""
         return []
 
     def performance(self, result: "Result") -> Judgement | None:

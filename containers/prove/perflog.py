@@ -75,8 +75,7 @@ def append(perflog_dir: Path, record: dict) -> Path:
 
 
 def parse_date(value: object) -> datetime.datetime | None:
-    """A record's ``date`` (ISO 8601 with a time zone, as every record is written), else None:
-    records without one cannot be ordered or plotted beside the others."""
+    """A record's ``date`` (ISO 8601 with a time zone), else None: it cannot be ordered."""
     if not isinstance(value, str):
         return None
     try:
@@ -220,8 +219,7 @@ def _reference_key(record: dict) -> tuple | None:
 
 
 def plot_series(records: Sequence[dict]) -> dict[str, list[Point]]:
-    """The history plot's points per image version: (date, busbw at the reference size,
-    passed), for the runs that measured their reference's size only."""
+    """The plot's points per image version, of the runs measured at their reference size."""
     measured = [(record, point) for record in records
                 if (point := at_reference(record)) is not None]
     series: dict[str, list[Point]] = {}

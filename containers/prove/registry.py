@@ -41,8 +41,7 @@ class PlainKind(WorkloadKind):
 
 
 class RunKind(PlainKind):
-    """The user's own command (the words after ``--``), planned as ``invoke run`` plans it; a
-    batch job of it judges itself in the image (``jobs/runverdict.py``)."""
+    """The user's own command, as ``invoke run`` plans it; a job of it judges itself."""
 
     name = "run"
 

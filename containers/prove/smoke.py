@@ -80,8 +80,7 @@ def _modes(row: dict) -> list[dict]:
 
 
 def asked_ops(result: verdict.Result) -> list[str]:
-    """The collectives the run was asked for: its ``--op`` (the plan's arguments), which the
-    report must cover; a run without one measured all_reduce."""
+    """The collectives the run was asked for (``--op``; without one, all_reduce)."""
     args = list(result.plan.args)
     if "--op" in args[:-1]:
         return args[args.index("--op") + 1].split(",")
@@ -179,8 +178,7 @@ class SmokeKind(WorkloadKind):
         return judge(reference, rows)
 
     def performance(self, result: verdict.Result) -> Judgement:
-        """Each op judged against its own reference; with several ops, the worst of them, its
-        message naming the op (one failing op fails the run)."""
+        """Each op judged against its own reference; with several, the worst, naming the op."""
         ops = asked_ops(result)
         judged = {op: self.op_performance(result, op) for op in ops}
         if len(ops) == 1:
@@ -224,8 +222,7 @@ class SmokeKind(WorkloadKind):
         }
 
     def perflog_records(self, record: dict) -> list[dict]:
-        """One perflog line per op: the run's record with that op's rows, verdict and
-        judgement, so each op has its history (``invoke smoke --history --op OP``)."""
+        """One perflog line per op, so each op has its history."""
         lines = [{**record, "op": op, "passed": entry["passed"],
                   "performance": entry["performance"], "wrong_total": entry["wrong_total"],
                   "largest": entry["largest"], "collectives": None,
@@ -235,8 +232,7 @@ class SmokeKind(WorkloadKind):
         return lines or [record]
 
     def report_files(self, result: verdict.Result) -> list[tuple[str, Path]]:
-        """The report of every op, then each op's own: its part of it and its nccl-tests table
-        (those the benchmark wrote: an older harness wrote none)."""
+        """The report of every op, then each op's own part and nccl-tests table."""
         out = result.plan.out_dir
         own = [(word, out / f"{op}.{ext}") for op in asked_ops(result)
                for word, ext in (("json", "json"), ("table", "txt"))]

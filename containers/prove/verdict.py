@@ -54,8 +54,7 @@ class Result:
 
     @property
     def nodes(self) -> int:
-        """Nodes the run spanned: the placement's (one torchrun per node, even where nodes
-        share a host name), else the distinct host names the workload saw."""
+        """Nodes the run spanned: the placement's, else the distinct host names it saw."""
         if self.plan.nodes > 1:
             return self.plan.nodes
         return self.run_report.nodes

@@ -36,14 +36,12 @@ _FINGERPRINT = re.compile(r"[0-9A-F]{16,64}\Z")
 
 
 def driver_needed(stack: Mapping | None) -> str | None:
-    """The NVIDIA driver series a version's nodes need, from the CUDA runtime its stack
-    records (so an entry written before this was recorded says it too)."""
+    """The NVIDIA driver series a version's nodes need, from its stack's CUDA runtime."""
     return stack_driver_needed(stack) if stack else None
 
 
 def validate_version(version: str) -> str:
-    """Versions become file and module names: the one name rule
-    (:func:`containers.inputs.schema.name_problem`), refused as the ``--version`` flag."""
+    """Versions become file and module names: the one name rule, as ``--version``."""
     problem = name_problem("version", version)
     if problem:
         raise UsageError(problem, flag="--version")
@@ -118,8 +116,7 @@ def _signature_problem(entry: CatalogueEntry) -> str | None:
 
 
 def entry_problem(target: str, entry: Any) -> str | None:
-    """Why one entry of ``target`` cannot be trusted, else None: each name in it becomes a path
-    read, hashed or removed, so it must be exactly what publish writes."""
+    """Why one entry of ``target`` cannot be trusted (its names become paths), else None."""
     try:
         entry = CatalogueEntry.of(entry)
     except Malformed as exc:
@@ -212,8 +209,7 @@ def pinned(catalogue: dict, target: str) -> list[str]:
 
 
 def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str] = ()) -> dict:
-    """A new catalogue with ``entry`` as its target's newest and ``latest`` (a forced republish
-    replaces its version's entry), less the versions ``without`` names."""
+    """A new catalogue with ``entry`` as its target's newest and ``latest``, less ``without``."""
     result, made = copy.deepcopy(catalogue), CatalogueEntry.of(entry)
     block = result["targets"].setdefault(made.target, {"latest": None, "versions": []})
     gone = {made.version, *without}

@@ -113,8 +113,7 @@ def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
 
 def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,
                    build_ran_none: bool, build_date: str | None, say: Say) -> dict:
-    """``apptainer test`` of ``image`` unless the build ran it; with no ``%test`` it exits 0,
-    which is no pass. :class:`VerdictFailed` when it fails."""
+    """``apptainer test`` of ``image`` unless the build ran it (no ``%test`` is no pass)."""
     if not target.test:
         return {"passed": None, "how": "the definition has no %test"}
     if build_ran_none:
@@ -215,8 +214,7 @@ def proof_of(run: RunStatus) -> str:
 
 def without_torch(target: Target, provenance: BuildRecord, *, results_dir: Path,
                   say: Say) -> dict:
-    """An image without torch (no smoke can prove it): its ``%test`` passed at build, else a
-    passing ``invoke run`` of it (:func:`find_run`), else refused."""
+    """An image without torch: its ``%test`` at build, else a passing ``invoke run``."""
     checks = {"skipped": False, "smoke": None, "proof": NO_TORCH_PROOF}
     if provenance.tested is True:
         say(f"checks: {target.name} holds no torch ({NO_TORCH_PROOF}); its %test passed at build")
@@ -241,8 +239,7 @@ def without_torch(target: Target, provenance: BuildRecord, *, results_dir: Path,
 def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: Mapping,
                   results_dir: Path, quick_check: QuickCheck, say: Say,
                   gpu: Gpu = Gpu.NONE, gpus_here: Collection[Gpu] = ()) -> dict:
-    """The checks record for the catalogue; :class:`VerdictFailed` when one fails. The quick
-    check runs only where ``gpus_here`` has the image's ``gpu`` kind."""
+    """The checks record for the catalogue; :class:`VerdictFailed` when one fails."""
     provenance = BuildRecord.of(provenance, source=image)
     if holds_no_torch(provenance.stack or {}, provenance.probe_errors):
         return without_torch(target, provenance, results_dir=results_dir, say=say)

@@ -28,8 +28,7 @@ def shown(value: object) -> str:
 
 
 def where_run(site: object, partition: object) -> str:
-    """Where a smoke run ran, as people read it: ``site lumi, partition standard-g``, or the
-    site alone when it names no partition (never ``local/-``)."""
+    """Where a smoke run ran, as people read it: ``site lumi, partition standard-g``."""
     return f"site {shown(site)}" + (f", partition {partition}" if partition else "")
 
 

@@ -107,8 +107,7 @@ def _smoke_verdict(smoke: SmokeSummary) -> list[dict]:
 
 
 def verdicts(entry: CatalogueEntry) -> list[dict]:
-    """Every verdict a version was published with, each with its date; who accepted a
-    regression is left out (a user and host name), why and when are kept."""
+    """Every verdict a version was published with; who accepted a regression left out."""
     checks = entry.checks or Checks()
     if checks.skipped:
         return [_verdict("fail", "checks skipped (--skip-checks): no apptainer test, no smoke "

@@ -116,8 +116,7 @@ def managed_paths(dest: Path, target: str) -> list[Path]:
 
 
 def _set_mode(path: Path, mode: int, gid: int | None) -> None:
-    """chmod (and chgrp) ``path`` itself through a descriptor opened ``O_NOFOLLOW``: a link
-    swapped in since the paths were listed is refused, never followed."""
+    """chmod (and chgrp) ``path`` through an ``O_NOFOLLOW`` descriptor: never a link."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:

@@ -42,8 +42,7 @@ class PublishRequest:
     skip_checks: bool = False
 
     def __post_init__(self) -> None:
-        """The flags' own rules, without looking at the disk (the folder as it is there:
-        :func:`check_dest`, which :func:`plan_publish` runs first)."""
+        """The flags' own rules, without looking at the disk (:func:`check_dest` does)."""
         if not self.target:
             raise UsageError("name the image target to publish", flag="--target")
         if problem := name_problem("target", self.target):

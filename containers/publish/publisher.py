@@ -136,8 +136,7 @@ def refuse_no_space(plan: PublishPlan) -> None:
 
 def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
             key: signing.SigningKey | None, say: Say, reviewed: dict | None = None) -> dict:
-    """Prepare and commit under the publish lock; a failure before the commit undoes what this
-    run made, and an OSError becomes one line (:class:`StateError`)."""
+    """Prepare and commit under the publish lock; a failure before the commit is undone."""
     tx = Transaction()
     try:
         with umask(plan.modes.umask):

@@ -58,8 +58,7 @@ def snapshot(dest: Path) -> dict[str, cat.TargetFolder]:
 
 
 def _link_state(path: Path) -> tuple[str | None, str | None]:
-    """(where the link ``path`` points, None) or, when it is no link, (None, what it is in words
-    for a problem line: ``is missing``, ``is a folder, not a link``)."""
+    """(where the link ``path`` points, None), or (None, what it is instead, in words)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -70,8 +69,7 @@ def _link_state(path: Path) -> tuple[str | None, str | None]:
 
 
 def _checksum_of(sums: Path) -> tuple[str, str] | None:
-    """(sha256, file name) of a ``.sha256`` file, or None when it is not one such line (too
-    long, not a regular file, not UTF-8 or not the format)."""
+    """(sha256, file name) of a ``.sha256`` file, or None when it is not one such line."""
     try:
         return cat.parse_checksum_line(read_regular(sums, limit=4096).decode("utf-8"))
     except (FileRefused, OSError, UnicodeDecodeError):
@@ -80,8 +78,7 @@ def _checksum_of(sums: Path) -> tuple[str, str] | None:
 
 def check_entry(dest: Path, entry: CatalogueEntry, runtime: Callable[[], Runtime], *,
                 show_progress: bool = True) -> tuple[list[str], str]:
-    """Problems with one published version, and its signature cell ("-" when the image is
-    missing, "unsigned", "FAILED" or the key's last 16 hex digits)."""
+    """Problems with one published version, and its signature cell for the table."""
     path = dest / entry.file
     if not path.is_file():
         return [], "-"  # reported by the consistency check

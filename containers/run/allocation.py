@@ -87,8 +87,7 @@ def across_nodes(nodes: int, *, dry_run: bool = False,
 
 
 def shown_lines(placement: Placement | None) -> list[str]:
-    """What a dry run across nodes outside an allocation prints before its launch: a batch
-    script's rendezvous lines, so the launch runs as shown inside a job."""
+    """The rendezvous lines a dry run across nodes outside an allocation prints first."""
     for rendezvous in RENDEZVOUS.values():
         if placement is not None and placement.rendezvous == rendezvous.at_job_time(deferred):
             return rendezvous.shell()

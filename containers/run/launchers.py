@@ -73,8 +73,7 @@ def cores_for(site: Site, gpus: int) -> int | None:
 
 
 def torchrun_argv(launch: Launch) -> list[str]:
-    """torchrun in the container: ``--standalone`` (a free port on localhost) without a
-    rendezvous, else every node's agent joins the c10d rendezvous."""
+    """torchrun in the container: ``--standalone`` without a rendezvous, else c10d."""
     if launch.rendezvous is None:
         if launch.nodes > 1:
             raise ValueError("a run across nodes needs a rendezvous")  # a bug, not user input
@@ -141,8 +140,7 @@ class Torchrun(Launcher):
 
 
 class MpiexecTorchrun(Torchrun):
-    """PBS Pro with Cray PALS (Derecho): mpiexec one process per node, each running torchrun;
-    the site's ``job.step_options`` follow (its CPU binding)."""
+    """PBS Pro with Cray PALS: mpiexec one torchrun per node, the site's step options."""
 
     name = "mpiexec-torchrun"
     schedulers = ("pbs",)

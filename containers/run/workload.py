@@ -157,8 +157,7 @@ def teardown_args(target: Target, *, placement: Placement | None, host: str) -> 
 
 
 def pinned_cores(site: Site, *, ranks: int, launcher: Launcher) -> list[frozenset[int]]:
-    """The cores of each local rank the workload pins, or [] when it does not pin: the masks
-    describe a whole node, so only a run with one rank per mask uses them."""
+    """The cores of each local rank, where a run fills the node a site's masks describe."""
     if launcher.binds_cores or not site.cpu_bind or ranks != len(site.cpu_bind):
         return []
     return affinity.rank_cores(site.cpu_bind, ranks)
