@@ -87,8 +87,7 @@ def check_depth(value: object) -> object:
 
 
 def json_value(text: str | bytes) -> object:
-    """``text`` read as JSON: the one JSON reader of the tool. ``ValueError`` for bad UTF-8,
-    bad JSON and :class:`TooDeep` (the parser's own recursion ends there too)."""
+    """``text`` read as JSON: the tool's one JSON reader (ValueError, :class:`TooDeep`)."""
     try:
         return check_depth(json.loads(text.decode("utf-8") if isinstance(text, bytes) else text))
     except RecursionError as exc:
@@ -255,8 +254,7 @@ def first_link(base: Path, path: Path) -> Path | None:
 
 
 def walk_nofollow(root: Path) -> Iterator[Path]:
-    """``root`` (when it exists) and everything below it, never entering a linked folder: a
-    link is yielded as itself, so the caller sees it instead of what it points at."""
+    """``root`` and everything below it, never entering a linked folder."""
     try:
         info = os.lstat(root)
     except FileNotFoundError:
@@ -338,8 +336,7 @@ def replace_into(temp: Path, path: Path) -> None:
 
 
 def _open_temp(path: Path, mode: int | None) -> tuple[Path, int]:
-    """A new temp file beside ``path`` (never through a link) and its descriptor; ``mode``:
-    its permissions, set before any byte is written (else 0666 less the umask)."""
+    """A new temp file beside ``path`` and its descriptor, born with ``mode``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(path)
     tmp.unlink(missing_ok=True)  # a stale temp (or a link planted there) is never written through
@@ -388,8 +385,7 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
 
 
 def create_replacing(path: Path) -> BinaryIO:
-    """A new, empty file at ``path``, open for writing, renamed into place at once: a log that
-    grows while readers follow it, never written through a link or into a device."""
+    """A new, empty file at ``path`` for a growing log, renamed into place at once."""
     refuse_replacing(path)
     tmp, fd = _open_temp(path, None)
     handle = os.fdopen(fd, "wb")

@@ -63,8 +63,7 @@ def release(fd: int) -> None:
 
 
 def _is_current(fd: int, path: Path) -> bool:
-    """Whether the open lock ``fd`` is still the file at ``path`` (its last holder may have
-    removed it while we waited: then we hold a lock on a name nobody else sees)."""
+    """Whether the locked ``fd`` is still the file at ``path`` (a holder may remove it)."""
     try:
         now = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:

@@ -32,8 +32,7 @@ class Malformed(StateError, ValueError):
 
 
 def _problem(exc: ValidationError) -> str:
-    """Pydantic's first error as ``key 'a.b': <its words> (got <value>)`` (less the type tags
-    a JSON value's location carries: ``x.list.1.dict.y.float`` is ``x.1.y``)."""
+    """Pydantic's first error as ``key 'a.b': <its words> (got <value>)``."""
     error = exc.errors()[0]
     tags = ("list", "dict", "str", "int", "float", "bool")
     where = ".".join(str(part) for part in error["loc"] if part not in tags)[:80]

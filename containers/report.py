@@ -145,8 +145,7 @@ def _literal(text: str) -> str:
 
 
 def shell_word(word: str) -> str:
-    """One argv word as a shell reads it back: ``shlex.quote``, or around :func:`deferred`
-    markers double quotes, each marker a ``${NAME}`` and everything else literal."""
+    """One argv word as a shell reads it back, :func:`deferred` markers as ``${NAME}``."""
     if not _MARK.search(word):
         return shlex.quote(word)
     pieces = _MARK.split(word)  # literal text at even places, variable names at odd ones

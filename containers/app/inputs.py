@@ -39,8 +39,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class Listing:
-    """What ``invoke targets`` shows: the runtime line, one row per target, what killed builds
-    left, and the files and folders it was read from (none: it is not kept)."""
+    """What ``invoke targets`` shows, and what it was read from (none: not kept)."""
 
     runtime_line: str
     rows: list[dict[str, str]]
@@ -240,8 +239,7 @@ def _problem(error: ContainersError) -> dict[str, Any]:
 
 def check_inputs(project: Project, *, target: str | None = None, as_json: bool = False,
                  say: Say = _print) -> None:
-    """Validate everything (or one target, its bases and every site): the ok lines (or the
-    JSON document), then every error raised together; warnings do not fail the check."""
+    """Validate everything (or one target): the ok lines, then every error at once."""
     from containers.image.identity import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
     from containers.inputs import validate
     from containers.run import launchers

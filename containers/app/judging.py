@@ -84,8 +84,7 @@ def _job_record(folder: Path) -> JobRecord:
 
 
 def _judged_here(folder: Path, workload: object) -> WorkloadKind:
-    """The kind of the job's ``workload``, one this checkout judges (the kind refuses the
-    others, :meth:`WorkloadKind.check_judged_here`); an unknown name is no job's."""
+    """The kind of the job's ``workload``, one this checkout judges."""
     kind = WORKLOADS.get(workload) if isinstance(workload, str) else None
     if kind is None:
         raise VerdictFailed(f"verdict FAILED: {folder / JOB_RECORD} names workload "

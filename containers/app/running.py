@@ -95,8 +95,7 @@ def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dr
 
 
 def _run(planned: CommandRun, *, image: BuildRecord, timeout: float | None, say: Say) -> None:
-    """The gate, then the command; ``status.json`` records how it ended on ``image`` (a Ctrl-C
-    too, as interrupted), and a failure raises with the reason the log gives."""
+    """The gate, then the command; ``status.json`` records how it ended (a Ctrl-C too)."""
     out, gate = planned.workload.out_dir, planned.gate
     log, shown = os.path.relpath(out / "run.log"), show_command(list(planned.command))
     started = time.monotonic()
@@ -172,8 +171,7 @@ def _status(planned: CommandRun, image: BuildRecord, *, returncode: int | None,
 
 def shell(project: Project, *, target: str | None, command: Sequence[str] = (),
           dry_run: bool = False, say: Say = _print) -> int:
-    """``apptainer exec`` of the image with the site's flags, binds and environment: an
-    interactive shell on this terminal, or ``command``; the exit status is its own."""
+    """``apptainer exec`` of the image with the site's flags: a shell, or ``command``."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)

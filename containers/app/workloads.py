@@ -48,8 +48,7 @@ def prove(project: Project, *, target: str | None, options: Options, dry_run: bo
 def train(project: Project, *, target: str | None, options: TrainOptions,
           scaling: Sequence[int] | None = None, dry_run: bool = False, nodes: int = 1,
           force: bool = False, say: Say = _print) -> list[verdict.Result | Workload]:
-    """One training run, or one per rank count of ``scaling`` with a speedup report; the
-    verdicts are checked once every run has finished and the report is written."""
+    """One training run, or one per rank count of ``scaling`` with a speedup report."""
     stamp = run_stamp()
     counts = scaling or [options.gpus]
     runs = [(dataclasses.replace(options, gpus=n), f"{stamp}-{n}r" if scaling else stamp)
@@ -138,8 +137,7 @@ def say_plan(say: Say, header: str, steps: Sequence[tuple[str, list[str]]], *,
 
 
 def machine_here(gpu: Gpu) -> Callable[[bool], Machine]:
-    """This machine as :func:`check_fits` reads it, probed on first use for all of a command's
-    runs; GPU memory (nvidia-smi) only when a run asks ``machine(True)``."""
+    """This machine as :func:`check_fits` reads it, probed once, on first use."""
     @functools.cache
     def machine(with_gpu_memory: bool) -> Machine:
         if with_gpu_memory and gpu == Gpu.CUDA:

@@ -80,8 +80,7 @@ class Job:
 
     @property
     def output_folder(self) -> Path:
-        """The folder the scheduler writes the job's output into: it must exist before the job
-        starts (neither Slurm nor PBS creates it), so ``invoke job`` makes it."""
+        """The folder the job's output goes into, made by ``invoke job`` (schedulers do not)."""
         return self.scheduler.output_folder(self.resources)
 
     def output_of(self, job_id: str) -> str:

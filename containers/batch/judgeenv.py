@@ -141,8 +141,7 @@ def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None
 
 
 def of_image(target: Target, settings: Settings) -> JudgeEnv | None:
-    """The verdict's packages for the Python of ``target``'s image (its build record's, else
-    its env spec's pin), for a job judged on its nodes; None when neither says."""
+    """The verdict's packages for the Python of ``target``'s image; None when unknown."""
     record = provenance.read(settings.provenance_path(target.name), corrupt_ok=True)
     env = load_target_env(target)
     python = image_python(record, tuple(dep.spec for dep in env.conda) if env else ())
@@ -188,8 +187,7 @@ def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
 
 
 def _node_scripts(folder: Path) -> None:
-    """The console scripts pip wrote (``bin/cotainr``) name this machine's Python in their
-    ``#!`` line, which the node cannot run: they run the node's ``python3`` instead."""
+    """Console scripts pip wrote name this machine's Python: run the node's instead."""
     for script in sorted(folder.glob("*")) if folder.is_dir() else ():
         if script.is_symlink() or not script.is_file():
             continue

@@ -76,8 +76,7 @@ class JobRequest:
 
 
 def job_options(options: SmokeOptions | TrainOptions) -> dict:
-    """The options a job's verdict re-plans its run with (``job.json``): its kind's run options
-    that have a value (ranks, nodes and the example are the job's own keys)."""
+    """The options a job's verdict re-plans its run with: the set run options."""
     values = {name: getattr(options, name) for name in options.kind.run_options}
     return {key: str(value.resolve()) if isinstance(value, Path) else value
             for key, value in values.items() if isinstance(value, (str, int, float, bool, Path))}

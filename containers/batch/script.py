@@ -31,8 +31,7 @@ def ref(name: str) -> str:
 
 
 class ShellVars(Mapping[str, str]):
-    """An environment where every variable is a reference to itself, so site values expanded
-    from it are expanded by the job's shell on the node, not at render time."""
+    """An environment where every variable is a reference to itself, for the job's shell."""
 
     def __getitem__(self, name: str) -> str:
         if not isinstance(name, str) or not is_env_name(name):

@@ -72,8 +72,7 @@ def check_image(needs: JobNeeds, runtime: Callable[[], Runtime]) -> None:
 
 
 def _not_ready(item: Target, text: str, *, submit: bool) -> str:
-    """A job whose verdict runs in an image whose Python is not known yet: a submission is
-    refused; a script written for reading before the build says so at its top."""
+    """Refuse submitting a job whose verdict needs an image Python not known yet."""
     unknown = (f"the verdict of {item.name}'s jobs runs in the image on its {item.arch} "
                "nodes, and neither the image's build record (stack.python) nor its env spec "
                "(python=) says which Python it has")

@@ -109,8 +109,7 @@ def fit_problem(*, ranks: int, largest: int | None, gpu: Gpu, machine: Machine) 
 
 
 def this_machine(gpu: Gpu, *, with_gpu_memory: bool = True) -> Machine:
-    """The cores this process may use, the memory available, and GPUs of kind ``gpu``;
-    ``with_gpu_memory`` False leaves each GPU's memory unknown (nvidia-smi is not asked)."""
+    """This process's cores, available memory and GPUs (their memory if asked)."""
     try:
         cores: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

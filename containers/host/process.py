@@ -101,8 +101,7 @@ def _wait_gone(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.P
 
 def terminate(procs: Sequence[psutil.Process], grace: float,
               late: Callable[[], list[psutil.Process]] = list) -> list[psutil.Process]:
-    """SIGTERM ``procs``, wait up to ``grace`` seconds, then SIGKILL those left and those
-    ``late`` finds (started between the snapshot and the SIGTERM); returns the killed."""
+    """SIGTERM ``procs``, wait ``grace`` seconds, SIGKILL the rest; the killed."""
     _signal_all(procs, signal.SIGTERM)
     left = [*_wait_gone(procs, grace), *late()]
     _signal_all(left, signal.SIGKILL)

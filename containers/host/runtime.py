@@ -114,8 +114,7 @@ class Runtime:
     def build_argv(self, *, output: Path, spec: Path | str, build_args: Mapping[str, str],
                    binds: Iterable[str] = (), fakeroot: bool = False,
                    arch: str | None = None) -> list[str]:
-        """``--force``: else a base image's labels win over the definition's (the output is a
-        fresh temp path); ``--notest``: the builder tests the finished image itself."""
+        """``--force``: else a base image's labels win; ``--notest``: the builder tests."""
         argv = [self.binary, "build", "--force", "--notest"]
         if fakeroot:
             argv.append("--fakeroot")
@@ -146,8 +145,7 @@ class Runtime:
         return [self.binary, "inspect", "--json", str(image)]
 
     def sign_argv(self, image: Path | str, *, keyidx: int = 0) -> list[str]:
-        """PGP-sign every object group with secret key ``keyidx`` of the keyring (see
-        :meth:`keyring_env`); the key must have no passphrase, since nothing answers a prompt."""
+        """PGP-sign every object group with key ``keyidx`` (no passphrase: nothing answers)."""
         return [self.binary, "sign", "--keyidx", str(keyidx), str(image)]
 
     def verify_argv(self, image: Path | str) -> list[str]:

@@ -272,8 +272,7 @@ def _program(name: str) -> str:
 
 
 def _stranger(cluster: SlurmCluster, name: str, proc: psutil.Process) -> str | None:
-    """Why the live ``proc`` is not ``cluster``'s daemon ``name`` (another program, an argv
-    without the cluster's own config, another start time than recorded), else None."""
+    """Why the live ``proc`` is not ``cluster``'s daemon ``name``, else None."""
     argv = proc.cmdline()
     program = _program(name)
     own = {"munged": f"--socket={cluster.munge_socket}",
@@ -366,8 +365,7 @@ def trust_problem(path: Path) -> str | None:
 
 
 def check_folder(root: Path) -> None:
-    """A :class:`StateError` when the cluster's folder, or its record, is not this user's
-    alone (:func:`trust_problem`): nothing in it is read, signalled or removed then."""
+    """A :class:`StateError` when the cluster's folder or record is not the user's alone."""
     for path in (root, root / STATE_FILE):
         why = trust_problem(path)
         if why:

@@ -111,8 +111,7 @@ _FEATURE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 def required_features(site: Site) -> dict[str, tuple[str, str]]:
-    """The node features the profile's required constraints name, each with the line that
-    names it and whether only GPU jobs must ask for it ("gpu") or every job ("")."""
+    """The node features the profile's constraints name, with their lines and jobs."""
     found: dict[str, tuple[str, str]] = {}
     for scope, lines in (("", site.job.directives), ("gpu", site.job.gpu_directives)):
         for line in lines:

@@ -48,8 +48,7 @@ class NotElf(ValueError):
 
 
 def elf_arch(header: bytes) -> str:
-    """The architecture of the ELF file whose first bytes are ``header``; :class:`NotElf`
-    rather than a guess, which would let a guard pass an image that cannot run."""
+    """The architecture of the ELF file whose first bytes are ``header``, never a guess."""
     if len(header) < 20 or header[:4] != b"\x7fELF":
         raise NotElf("not an ELF file (no \\x7fELF magic)")
     order = {1: "little", 2: "big"}.get(header[5])
@@ -111,8 +110,7 @@ COMPRESSIONS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
 
 
 def compression_of(superblock: bytes) -> str:
-    """The compression a squashfs superblock names (its magic ``hsqs``, then the id as a
-    little-endian 16-bit word at byte 20); :class:`ValueError` for anything else."""
+    """The compression a squashfs superblock names; :class:`ValueError` for anything else."""
     if len(superblock) < 22 or superblock[:4] != b"hsqs":
         raise ValueError("not a squashfs superblock")
     ident = int.from_bytes(superblock[20:22], "little")
@@ -122,8 +120,7 @@ def compression_of(superblock: bytes) -> str:
 
 
 def image_compression(runtime: Runtime, image: Path | str, offset: int | None = None) -> str:
-    """How the SIF ``image``'s root file system is compressed, read from its superblock: what a
-    site's runtime must be able to read to mount it (publish checks it)."""
+    """How the SIF ``image``'s root is compressed (a site's runtime must read it)."""
     with open(image, "rb") as sif:
         sif.seek(squashfs_offset(runtime, image) if offset is None else offset)
         superblock = sif.read(22)
@@ -212,8 +209,7 @@ def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:
 
 # ------------------------------------------------------------------------------ the guard
 def recorded_arch(record: Mapping, image: Path, runtime: Runtime | None = None) -> str:
-    """The architecture ``image``'s build record names; an older record's is read from the
-    image now where a runtime is given, else refused (a guard must not guess)."""
+    """The architecture ``image``'s build record names (an older record's: read now)."""
     arch = BuildRecord.of(record, source=image).arch
     if arch in E_MACHINE.values():
         return arch

@@ -153,16 +153,14 @@ def leftovers(settings: Settings) -> list[Leftover]:
 
 
 def has_residue(settings: Settings) -> bool:
-    """Whether any build, running or killed, has a work folder or a partial image: a listing
-    that saw one is not kept (whether it is left over, no file's stat tells)."""
+    """Whether any build has a work folder or partial image (a listing is then not kept)."""
     tmp_dir = settings.tmp_dir
     return bool(_partials(settings.images_dir)) or tmp_dir.is_dir() and any(
         _WORKDIR.match(path.name) for path in tmp_dir.iterdir())
 
 
 def _sweep(step: BuildStep, say: Say) -> None:
-    """Remove this target's stale partial images (we hold its lock) and every work folder in
-    ``tmp_dir`` whose owner is gone, naming each: never one a live build holds."""
+    """Remove this target's stale partials and every work folder whose owner is gone."""
     for stale in stale_partials(step):
         say(f"removing leftover partial image of a killed build: {stale}")
         stale.unlink(missing_ok=True)
@@ -378,8 +376,7 @@ def _cache_after(step: BuildStep, cache: PackageCache, say: Say) -> dict:
 
 
 def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
-    """The tested image in its place, then its record and the examine's files; the old ones go
-    first, so no record ever describes another image than the one beside it."""
+    """The tested image in its place, then its record: the old ones go first."""
     made = BuildRecord.of(record, source=step.image)  # checked before anything is replaced
     refuse_replacing(step.image)
     for suffix in (".json", *extra):

@@ -49,8 +49,7 @@ def parse_nvcc_flags(config: str) -> Compiled | None:
 
 
 def parse_fatbin_listing(text: str) -> Compiled:
-    """``cuobjdump --list-elf`` / ``--list-ptx`` output (``ELF file 1: x.1.sm_80.cubin``,
-    ``PTX file 1: x.1.sm_90.ptx``), as the probe writes it for ``libtorch_cuda.so``."""
+    """``cuobjdump --list-elf`` / ``--list-ptx`` output, as the probe writes it."""
     words = []
     for line in text.splitlines():
         match = re.match(r"\s*(ELF|PTX) file\s+\d+:\s*\S*?\.(sm_\d+[af]?)\.(?:cubin|ptx)\s*$",

@@ -78,8 +78,7 @@ def record_path(image: Path) -> Path:
 
 
 def _sbom_components(image: Path) -> list[tuple[str, dict]] | None:
-    """The components of the SBOM beside ``image``, each with its kind (``deb``, ``pypi``…,
-    from its package URL); None when there is none, or it is not a JSON object."""
+    """The components of the SBOM beside ``image``, each with its kind; None if none."""
     data = read_json_object(sbom_path(image))
     if data is None:
         return None
@@ -92,8 +91,7 @@ def _sbom_components(image: Path) -> list[tuple[str, dict]] | None:
 
 
 def known_facts(image: Path, record: BuildRecord) -> dict | None:
-    """The facts a build already recorded (the stack in its record, the packages in its SBOM),
-    so publish need not start the image again; None when either is missing."""
+    """The facts a build recorded (stack, SBOM), so publish need not start the image."""
     stack, components = record.stack, _sbom_components(image)
     if stack is None or components is None:
         return None

@@ -59,8 +59,7 @@ def elf_needed(path):
 
 
 def fatbin_listing(path):
-    """The kernels in a CUDA library's fatbinary (its ``.nv_fatbin`` section), listed as
-    ``cuobjdump --list-elf --list-ptx`` does, without the CUDA toolkit or a GPU."""
+    """The kernels in a CUDA library's fatbinary, listed as ``cuobjdump`` would."""
     with open(path, "rb") as handle:
         data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     sections, names = section_headers(data)

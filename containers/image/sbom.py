@@ -74,8 +74,7 @@ def make(facts: Mapping, record: Mapping) -> Bom:
 
 
 def render(bom: Bom) -> str:
-    """The BOM as CycloneDX 1.6 JSON, checked against the schema the library ships; a
-    :class:`StateError` when it does not validate (nothing half-right is written)."""
+    """The BOM as CycloneDX 1.6 JSON, validated first (a :class:`StateError` if not)."""
     text = JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
     problem = validate(text)
     if problem:

@@ -57,8 +57,7 @@ def image_torch(target: Target, env: EnvSpec | None
 
 
 def check_example(target: Target, example: str, env: EnvSpec | None = None) -> str | None:
-    """A :class:`ConfigError` (the env spec, the example, the versions) when ``target``'s image
-    cannot run ``example``; a note when its torch is unknown, None when it fits."""
+    """Refuse ``example`` on ``target``'s image, or a note when its torch is unknown."""
     need = NEEDS[example]
     if env is None and target.env is not None:
         env = load_env_spec(target.env)
@@ -80,8 +79,7 @@ def check_example(target: Target, example: str, env: EnvSpec | None = None) -> s
 
 @dataclass(frozen=True)
 class ExamplePlan:
-    """The examples a target's image is meant for, as ``invoke check`` and ``invoke build``
-    judge them (kept, errors, notes, and an info line naming the default's choice)."""
+    """The examples a target's image is meant for, as check and build judge them."""
 
     examples: tuple[str, ...]
     errors: list[ConfigError]

@@ -159,8 +159,7 @@ class Stage:
 
     @property
     def argument_defaults(self) -> dict[str, str]:
-        """``KEY=VALUE`` lines of this stage's ``%arguments``: Apptainer's defaults for it (a
-        default serves only its own stage; a ``--build-arg`` serves every stage)."""
+        """This stage's ``%arguments`` defaults (a ``--build-arg`` serves every stage)."""
         defaults: dict[str, str] = {}
         section = self.section("arguments")
         for raw in apptainer_lines(section.body) if section is not None else ():

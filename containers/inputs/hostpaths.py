@@ -200,8 +200,7 @@ def _base_use(stage: Stage) -> HostPathUse | None:
 
 
 def host_path_uses(definition: Definition) -> list[HostPathUse]:
-    """Every line (any stage) that reads a host path outside the build context
-    (``%files from <stage>`` copies between stages; here-document bodies count as lines)."""
+    """Every line (any stage) that reads a host path outside the build context."""
     uses = [use for stage in definition.stages if (use := _base_use(stage)) is not None]
     for section in definition.sections:
         if section.name == "files" and files_source_stage(section) is None:

@@ -36,8 +36,7 @@ def check_name(kind: str, name: object, *, path: Any = None, line: int | None = 
 
 
 def check_file_name(kind: str, path: Path) -> str:
-    """The ``kind`` name a file's stem gives; a :class:`ConfigError` naming the file (quoted,
-    where it cannot be printed on one line) when the stem breaks the rule."""
+    """The ``kind`` name a file's stem gives; a :class:`ConfigError` when it breaks the rule."""
     problem = name_problem(kind, path.stem)
     if problem is None:
         return path.stem
@@ -52,8 +51,7 @@ def candidate_files(folder: Path) -> list[Path]:
 
 
 def check_input_file(path: Path, *, kind: str, root: Path) -> Path:
-    """``path`` if it may be a ``kind`` input: its stem passes :func:`name_problem` and it is
-    not a link out of the project ``root`` (inputs are the project's own files)."""
+    """``path`` if it may be a ``kind`` input: a good name, not a link out of ``root``."""
     check_file_name(kind, path)
     outside = resolves_outside(path, root)
     if outside is not None:
@@ -214,8 +212,7 @@ def _message(error: Mapping[str, Any], model: Any, loc: Sequence[str | int],
 
 
 def _what_at(model: Any, loc: Sequence[str | int], what: str) -> str:
-    """What the mapping at ``loc`` is called in a message: the document (``what``), an entry
-    of a named mapping by its kind and name (``partition gpu``), else its key path."""
+    """What the mapping at ``loc`` is called in a message (``partition gpu``)."""
     if not loc:
         return what
     holder = _model_at(model, loc)

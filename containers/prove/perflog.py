@@ -188,8 +188,7 @@ HISTORY_COLUMNS = ("date", "site", "partition", "image", "ranks", "nodes", "op",
 
 
 def history_json(records: Sequence[dict]) -> list[dict]:
-    """The history as ``invoke smoke --history --json`` prints it: one object per run, the
-    table's facts with numbers as numbers (its shape: docs/results.md, JSON shapes)."""
+    """The history as ``invoke smoke --history --json`` prints it (docs/results.md)."""
     runs = []
     for record, changed in zip(records, stack_changes(records)):
         size, busbw = headline(record)

@@ -124,8 +124,7 @@ def applies_to(option: str) -> list[str]:
 
 
 def job_options(kind: WorkloadKind, *, gpus: int, given: Mapping[str, Any]) -> Options | None:
-    """The options of ``invoke job --workload`` ``kind`` from the run options ``given`` (by
-    name, as text or values); one the kind does not take is refused in one line."""
+    """The options of a job of ``kind`` from the run options ``given`` by name."""
     for name in given:
         if name not in kind.run_options:
             raise UsageError(f"applies to {' and '.join(applies_to(name))} jobs, not "

@@ -94,8 +94,7 @@ def _plugin_failure(lines: Sequence[str], line: str, *, name: str,
 
 def check_transport(lines: Sequence[str], *, expect: str, name: str,
                     net: str | None = None) -> TransportCheck:
-    """``expect``: a regex for the line that proves the transport; ``net``: the run's
-    NCCL_NET. NCCL/RCCL stopping for want of the network wins over every other line."""
+    """The transport's proof (``expect``); NCCL/RCCL stopping for want of it wins."""
     for line in lines:
         found = PLUGIN_FAILED.search(line)
         if found:

@@ -141,8 +141,7 @@ def arch_reasons(result: Result) -> list[str]:
 
 
 def network_reasons(result: Result) -> list[str]:
-    """A multi-node GPU run on a site that declares no transport is NOT-PROVEN (failed sanity):
-    nothing tells its network from NCCL's silent fallback to TCP sockets."""
+    """A multi-node GPU run where no transport is declared is NOT-PROVEN (TCP fallback)."""
     plan, site = result.plan, result.plan.site
     if site.gpus.kind == Gpu.NONE or plan.nodes < 2 or site.transport.expect:
         return []

@@ -49,8 +49,7 @@ def validate_version(version: str) -> str:
 
 
 def default_version(record: Mapping) -> str:
-    """``<build date>-<inputs hash[:8]>``, e.g. ``2026.11.21-1e9c228c``: sorts by date, and the
-    same build always gets the same version, so publishing it twice is caught."""
+    """``<build date>-<inputs hash[:8]>``: sorted by date, the same for the same build."""
     provenance = BuildRecord.of(record)
     date = str(provenance.build_date or "")[:10]
     try:
@@ -86,8 +85,7 @@ def empty() -> dict:
 
 
 def load(path: Path) -> dict:
-    """The catalogue at ``path`` (an empty one when there is none yet), checked
-    (:func:`check_format`); anything unusable is a one-line :class:`StateError` naming it."""
+    """The catalogue at ``path`` (empty if none), checked; unusable: a StateError."""
     data = read_json_state(path, limit=CATALOGUE_LIMIT, missing=empty(),
                            unreadable="cannot read the catalogue: {exc}",
                            invalid="catalogue is not valid JSON ({detail}); fix or restore it "

@@ -45,8 +45,7 @@ LISTED = 5
 
 
 def _proves(record: Verdict, gpu: Gpu) -> bool:
-    """Whether a passing verdict is of a run that could prove the image at all: 2 ranks or
-    more, and for a GPU image every rank on that kind of GPU with backend nccl."""
+    """Whether a pass proves the image: 2+ ranks, for a GPU image all on it with nccl."""
     return ((record.ranks or 0) >= 2
             and (gpu == Gpu.NONE or (record.backend == "nccl" and record.device_kind == gpu)))
 
@@ -176,8 +175,7 @@ def _not_passed(record: RunStatus) -> str | None:
 
 def find_run(results_dir: Path, target: str, sha256: str | None
              ) -> tuple[tuple[Path, RunStatus] | None, list[str]]:
-    """The newest passing ``invoke run`` of this image whose command has no newer failed run
-    (an undated one counts as newest), else why each record found is no proof."""
+    """The newest passing ``invoke run`` of this image not since failed, else why none."""
     ran: list[tuple[Path, RunStatus]] = []
     why_not: list[str] = []
     for path in sorted((results_dir / RUN_KIND).glob(f"{target}-*/status.json")):

@@ -99,8 +99,7 @@ def _diff(plan: PublishPlan, runtime: Runtime, old: CatalogueEntry, latest: str,
 
 def accepted(plan: PublishPlan, problems: list[str], accept: str | None,
              say: Say) -> dict:
-    """The gate's verdict on ``problems``: none, nothing to record; some, refused unless
-    ``accept`` says why, and then who accepted what, when (the catalogue keeps it)."""
+    """The gate's verdict on ``problems``: refused unless ``accept`` says why."""
     if not problems:
         return {}
     if not accept:

@@ -51,8 +51,7 @@ def when(value: object) -> str | None:
 
 
 def link(path: object, text: str) -> dict:
-    """A link to a file of the publish folder, relative to it; anything else the catalogue names
-    (it is a file others may have edited) is shown as text, never linked."""
+    """A link to a file of the publish folder; anything else the catalogue names is text."""
     if not path:
         return {"href": None, "text": None}
     if not isinstance(path, str) or not _OWN_FILE.match(path):
@@ -146,8 +145,7 @@ def example_command(stack: object) -> str:
 
 
 def commands(target: str, entry: CatalogueEntry) -> list[str]:
-    """How a user runs this version: its module, then the wrapper or the site's runtime with
-    its GPU flag (an older entry, which recorded neither: the wrapper only)."""
+    """How a user runs this version: its module, then the wrapper or the runtime's flags."""
     command = example_command(entry.stack)
     lines = [f"module load {target}/{entry.version}", f"{exec_name(target)} {command}"]
     runs = entry.site_runtime or {}
@@ -272,8 +270,7 @@ def _smoke_side(smoke: Any) -> dict | None:
 
 
 def render_diff_page(result: Mapping, *, target: str, version: str) -> str:
-    """``<dest>/<target>/<version>.diff.html``: :func:`containers.publish.diff.diff`'s result
-    as tables, linked from the version on the catalogue page and back to it."""
+    """``<dest>/<target>/<version>.diff.html``: the diff as tables, linked both ways."""
     old_size, new_size = result["size_bytes"]
     packages = result["packages"]
     view = {"old": result["old"], "new": result["new"], "target": target, "version": version,

@@ -16,8 +16,7 @@ from containers.report import Say
 
 
 def to_prune(plan: PublishPlan, before: dict) -> list[str]:
-    """The versions ``--keep`` removes once this version is published into ``before``; one in
-    use (pinned, or the module default) is refused in one line naming why."""
+    """The versions ``--keep`` removes after this one; one in use is refused, naming why."""
     if plan.keep is None:
         return []
     # the versions once this one is published: a republished version moves to the end

@@ -46,8 +46,7 @@ RINGS = ("pgp-public", "pgp-secret")
 
 def keyring(runtime: Runtime, configured: Path | None,
             environ: Mapping[str, str] | None = None) -> Path:
-    """The keyring folder publishing uses (``containers.sign_keysdir``, else the runtime's
-    own), resolved once so signing and every later look-up name the same folder."""
+    """The keyring folder publishing uses, resolved once for signing and look-ups."""
     keysdir = configured or runtime.keysdir(environ)
     problem = keyring_problem(keysdir)
     if problem:
@@ -178,8 +177,7 @@ def key_fingerprints(key_file: Path) -> list[str]:
 
 
 def public_key(keysdir: Path, fingerprint: str) -> bytes:
-    """The public key ``fingerprint`` as ``apptainer key import`` takes it, exported by ``gpg``
-    from a copy of the keyring's ``pgp-public`` (the keyring is never touched)."""
+    """The public key ``fingerprint`` exported by ``gpg`` from a copy of the keyring."""
     ring = keysdir / "pgp-public"
     if not ring.is_file():
         raise ConfigError("no public keyring here (create a key with apptainer key newpair)",

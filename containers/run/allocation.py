@@ -72,8 +72,7 @@ def placement(allocation: Allocation, nodes: int, *, query: Query = capture) -> 
 def across_nodes(nodes: int, *, dry_run: bool = False,
                  environ: Mapping[str, str] | None = None,
                  scheduler: str = "slurm") -> Placement | None:
-    """``--nodes M``: one torchrun per node of the allocation we are in (None: this node
-    only); a dry run outside one shows the variables a job of ``scheduler`` would set."""
+    """``--nodes M``: one torchrun per node of the allocation we are in (None: here)."""
     environ = os.environ if environ is None else environ
     found = current_allocation(environ)
     if dry_run and found is None and nodes > 1:

@@ -44,8 +44,7 @@ def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Run
                  launcher: bool = True, placement: Placement | None = None,
                  environ: Mapping[str, str] | None = None, strict: bool = True,
                  gate: bool = True) -> CommandRun:
-    """``ranks`` per node; ``launcher`` False: one process, the command as it is. ``gate``
-    False: no device gate (it is a Python program, and the image has no Python)."""
+    """``ranks`` per node; without ``launcher`` one process; ``gate`` False: no gate."""
     words = check_command(command)
     if not launcher and placement is not None:
         raise UsageError("--no-launcher runs one process on this node; leave out --nodes",

@@ -60,16 +60,14 @@ def lacking(record: BuildRecord | dict, need: str, target: Target | None = None)
 
 
 def refuse_lacking(record: BuildRecord | dict, *, image: Path | str, need: str, doing: str) -> None:
-    """Raise :class:`ImageLacks` (``images/x.sif has no Python (its build record says so):
-    invoke inspect needs python``) when ``image``'s record says it lacks ``need``."""
+    """Raise :class:`ImageLacks` when ``image``'s record says it lacks ``need``."""
     reason = lacking(record, need)
     if reason:
         raise ImageLacks.of(f"{os.path.relpath(image)} {reason}", need=need, doing=doing)
 
 
 def image_lacking(target: Target, settings: Settings, need: str) -> str | None:
-    """``images/x.sif has no Python (its build record says so)`` when ``target``'s built image
-    lacks ``need``; None when it has it, nothing says, or it is not built."""
+    """``images/x.sif has no Python (...)`` when its record says it lacks ``need``."""
     image = settings.image_path(target.name)
     if not image.is_file():
         return None
