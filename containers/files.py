@@ -95,8 +95,7 @@ def json_value(text: str | bytes) -> object:
 
 
 def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
-    """The JSON value in ``path`` (:func:`read_regular`); every way to fail (bad UTF-8 or JSON,
-    :class:`TooDeep`, :class:`FileRefused`) is an ``OSError`` or a ``ValueError``."""
+    """The JSON value in ``path``; every failure is an ``OSError`` or a ``ValueError``."""
     return json_value(read_regular(path, limit=limit))
 
 
@@ -149,15 +148,13 @@ def open_append_regular(path: Path, *, mode: int = 0o644) -> BinaryIO:
 
 
 def resolves_outside(path: Path, root: Path) -> Path | None:
-    """Where ``path`` really is (links followed) when that is outside ``root``; else None.
-    Inputs must be the project's own files: a link out of it is refused by the caller."""
+    """Where ``path`` really is (links followed) when that is outside ``root``; else None."""
     resolved = path.resolve()
     return None if resolved.is_relative_to(root.resolve()) else resolved
 
 
 def not_a_folder(path: Path) -> str | None:
-    """Why ``path`` cannot be a folder of ours: it, or the nearest part of it that exists, is a
-    file (or a FIFO, a device...); else None (a folder, or one that can be created)."""
+    """Why ``path`` cannot be a folder of ours (it, or its nearest part, is a file)."""
     for part in (path, *path.parents):
         if os.path.lexists(part):
             if part.is_dir():
@@ -239,8 +236,7 @@ def not_yours_alone(path: Path, info: os.stat_result, *, uid: int | None = None)
 
 
 def first_link(base: Path, path: Path) -> Path | None:
-    """The first folder or file of ``path`` below ``base`` that is a symbolic link (``lstat``
-    at every level; ``base`` itself is the caller's choice and not checked), else None."""
+    """The first folder or file of ``path`` below ``base`` that is a link, else None."""
     current = base
     for part in path.relative_to(base).parts:
         current = current / part
@@ -277,8 +273,7 @@ def fsync_path(path: Path) -> None:
 
 
 def temp_name(path: Path, kind: str = "tmp") -> Path:
-    """The temp name beside ``path`` this process uses for it: ``.<name>.<pid>.<kind>``
-    (ending ``.tmp`` or ``.partial``: names every sweep and ``verify`` know as leftovers)."""
+    """``.<name>.<pid>.<kind>`` beside ``path``: a name sweeps and verify know."""
     return path.with_name(f".{path.name}.{os.getpid()}.{kind}")
 
 
@@ -371,8 +366,7 @@ def _name_in(exc: BaseException, path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` through a temp file, fsync, rename: readers see the old file
-    or the new one; ``path`` is checked before the temp is made and again at the rename."""
+    """Write ``data`` to ``path`` through a temp file, fsync, rename (old or new, whole)."""
     tmp = write_temp(path, data, mode=mode)
     try:
         replace_into(tmp, path)

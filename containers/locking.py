@@ -93,8 +93,7 @@ def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None,
 
 @contextmanager
 def folder_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the folder ``path`` itself: a lock that leaves no file
-    behind (for a folder whose contents others check, such as the builds' ``tmp_dir``)."""
+    """Hold an exclusive ``flock`` on the folder ``path`` itself: it leaves no file."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

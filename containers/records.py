@@ -348,8 +348,7 @@ class RunReport(Record):
 
 
 class SmokeReport(RunReport):
-    """``allreduce.json`` and each ``<op>.json``, written in the image by jobs/allreduce.py
-    (which imports nothing of this package: its REPORT_SCHEMA is kept equal to SCHEMA)."""
+    """``allreduce.json`` and each ``<op>.json`` (jobs/allreduce.py's REPORT_SCHEMA)."""
 
     WHAT: ClassVar[str] = "smoke report"
 

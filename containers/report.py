@@ -132,8 +132,7 @@ _MARK = re.compile("\ue000([A-Za-z_][A-Za-z0-9_]*)\ue001")
 
 
 def deferred(name: str) -> str:
-    """A marker for host variable ``name`` in an argv word, which a shown command prints as
-    ``"${name}"`` (expanded where it is pasted), unlike a literal ``$`` for the container."""
+    """A marker for host variable ``name`` in an argv word, shown as ``"${name}"``."""
     return f"\ue000{name}\ue001"
 
 
@@ -154,8 +153,7 @@ def shell_word(word: str) -> str:
 
 
 def comment(text: str) -> str:
-    """Prose in what a dry run prints, as shell comments: a dry run's output is lines a shell
-    runs as shown (its commands, the lines that set what they read), so all of it pastes."""
+    """Prose in what a dry run prints, as shell comments, so all of it pastes."""
     return "\n".join(f"# {line.strip()}".rstrip() for line in str(text).splitlines() or [""])
 
 

@@ -77,8 +77,7 @@ def _cell(value: object) -> str:
 
 
 def _folder(results: object) -> str:
-    """The results folder's own name: what tells apart two jobs of one id (two clusters, or one
-    restarted: job ids start again at 1), as the job's stamp and scheduler are part of it."""
+    """The results folder's own name, which tells apart two jobs of one id."""
     return Path(results).name if isinstance(results, str) and results else "-"
 
 

@@ -62,8 +62,7 @@ def show(listing: Listing, *, as_json: bool = False, say: Say = _print) -> None:
 def list_targets(config: Mapping[str, Any], root: Path, project: Callable[[], Project], *,
                  as_json: bool = False, environ: Mapping[str, str] = os.environ,
                  say: Say = _print) -> None:
-    """``invoke targets``: the kept listing while its settings, environment and everything it
-    read are the same, else one read afresh and kept (a cache problem costs only the time)."""
+    """``invoke targets``: the kept listing while nothing it read changed, else afresh."""
     store = default_cache_dir(environ) / ("targets-" + _sha(str(root.resolve()))[:16] + ".json")
     env = {k: v for k, v in environ.items() if k not in SHELL_BOOKKEEPING}
     key = _sha(json.dumps([config, env, os.getcwd(), sys.version], sort_keys=True, default=str))
@@ -93,8 +92,7 @@ def _digest(path: str) -> str | None:
 
 
 def _kept(store: Path, key: str) -> Listing | None:
-    """The listing kept in ``store`` under ``key`` while what it read holds the same content;
-    None when there is none, it is not the user's alone, or it does not read as one."""
+    """The listing kept in ``store`` under ``key`` while what it read is unchanged."""
     try:
         info = store.lstat()
         if (not stat.S_ISREG(info.st_mode) or not_yours_alone(store, info)

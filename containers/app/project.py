@@ -101,8 +101,7 @@ class Project:
     @classmethod
     def load(cls, root: Path, config: Mapping[str, Any] | None = None,
              sources: Sequence[ConfigSource] = ()) -> "Project":
-        """``config``: the ``containers`` settings; ``sources``: the layers they were merged
-        from (:func:`config_sources`), so a bad one is reported in the file that has it."""
+        """``sources``: the layers ``config`` merged, so a bad one is named in its file."""
         try:
             return cls(root=root, settings=load_settings(root, config), sources=sources)
         except ConfigError as exc:
@@ -123,8 +122,7 @@ class Project:
 
     @property
     def targets(self) -> dict[str, Target]:
-        """The usable targets: a bad manifest (or one on a bad base) is left out and its
-        problems kept in :attr:`target_problems`, so it stops only the commands that name it."""
+        """The usable targets; a bad manifest's problems are in :attr:`target_problems`."""
         return self._targets_apart[0]
 
     @property
@@ -171,8 +169,7 @@ class Project:
 
     def job_needs(self, target: str | None, site: str | None, *, kind: WorkloadKind,
                   host_arch: str, venv: Path | None) -> JobNeeds:
-        """What a job is planned from, resolved once; nodes this checkout's environment cannot
-        run on get the verdict's packages for the image's Python (a build: the tool's)."""
+        """What a job is planned from, resolved once."""
         from containers.batch import judgeenv
         from containers.batch.job import JobNeeds
 

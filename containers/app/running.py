@@ -139,8 +139,7 @@ def command_status(returncode: int, timed_out: bool, failure: tuple[int, int] | 
 
 def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher: bool,
                say: Say) -> CommandRun:
-    """Before anything starts: refuse a launcher the image cannot start (torchrun needs its
-    torch); leave out, saying so, the device gate (a Python program) of an image without one."""
+    """Refuse a launcher the image cannot start; leave out the gate where no Python."""
     if launcher and (need := command_need(planned.workload)):
         check_image(item, project.settings, need=need,
                     doing=f"invoke run's launcher ({planned.workload.launcher.name})",

@@ -36,8 +36,7 @@ from containers.unique import claim_folder
 
 def prove(project: Project, *, target: str | None, options: Options, dry_run: bool = False,
           nodes: int = 1, force: bool = False, say: Say = _print) -> verdict.Result | Workload:
-    """One run of ``options``' kind; raises :class:`VerdictFailed` or :class:`PerformanceFailed`
-    once its verdict is written. ``force``: run even what this machine cannot fit."""
+    """One run of ``options``' kind; raises for a failed gate once its verdict is written."""
     (outcome,) = _runs(project, target=target, runs=[(options, run_stamp())], dry_run=dry_run,
                        nodes=nodes, force=force, say=say)
     if isinstance(outcome, verdict.Result):
@@ -161,8 +160,7 @@ def check_fits(workload: Workload, options: Options, site: Site, *,
 def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options, str]],
           dry_run: bool, nodes: int, say: Say,
           force: bool = False) -> list[verdict.Result | Workload]:
-    """Plan, show and (unless ``dry_run``) run and record each ``(options, run id)``. A run on
-    this machine (one node: a real run, or a dry run of this machine's site) must fit it."""
+    """Plan, show and (unless ``dry_run``) run and record each ``(options, run id)``."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
@@ -206,8 +204,7 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
 
 
 def guard_run(project: Project, target: str, runtime: Runtime) -> None:
-    """A real run starts here: refuse, in one line, an image whose recorded architecture this
-    machine neither is nor emulates (a missing image is left to the run's own message)."""
+    """Refuse an image whose architecture this machine neither is nor emulates."""
     image = project.settings.image_path(target)
     if image.is_file():
         record = provenance.read(project.settings.provenance_path(target))

@@ -68,8 +68,7 @@ def module_lines(names: Sequence[str], *, multinode: bool = False) -> list[str]:
 
 def module_variable_lines(site: Site, modules: Sequence[str], *,
                            multinode: bool) -> list[str]:
-    """After ``module load``: a host variable the job uses that is empty stops it in one line
-    naming the modules, the variable and the keys, not "unbound variable" at launch."""
+    """After ``module load``: stop in one line where a host variable the job uses is empty."""
     used = site.job_variables(multinode=multinode)
     if not modules or not used:
         return []

@@ -27,8 +27,7 @@ POLL_SECONDS = 3.0
 
 
 class Queries:
-    """The state queries of one listing to one scheduler: one that did not answer is asked no
-    more (``silent`` says why), and its jobs' state is unknown, never a guessed "ended"."""
+    """One listing's state queries to one scheduler; one that did not answer is asked no more."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler

@@ -158,8 +158,7 @@ def _pip(argv: list[str]) -> int:
 
 def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
             runner: Runner = _pip) -> Path:
-    """Make ``judge.folder`` unless it is there: pip into a temporary sibling, mark it
-    complete, then one rename. A concurrent caller that loses the rename removes its copy."""
+    """Make ``judge.folder`` unless it is there: pip into a sibling, then one rename."""
     folder = judge.folder
     if (folder / COMPLETE).is_file():
         return folder

@@ -58,8 +58,7 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
 
 
 def folder_lines(out_dir: Path) -> list[str]:
-    """The job's results folder made new (``mkdir`` without ``-p``), or the job stopped in one
-    line: an existing folder is another job's evidence (job ids restart with a cluster)."""
+    """The job's results folder made new, or the job stopped: it is another job's."""
     folder = str(out_dir)
     refusal = (f"job: FAIL: the results folder {folder} exists: it holds another job's "
                "results (job ids repeat after a cluster restart), which this job does not "

@@ -239,8 +239,7 @@ class Pbs(Scheduler):
 
 
 def short_name(name: str, length: int, short_names: Mapping[str, str]) -> str:
-    """``name`` within ``length`` characters, every word still recognisable: words take the
-    site's ``short_names`` first, then the longest loses letters from its end (keeping 3)."""
+    """``name`` within ``length`` characters, every word still recognisable."""
     if len(name) <= length:
         return name
     words = [short_names.get(w, w) for w in name.split("-")]

@@ -49,8 +49,7 @@ SHELL_VARS = ShellVars()
 
 
 def word(text: str) -> str:
-    """``text`` as exactly one shell word: literal text quoted, :func:`ref` markers expanding;
-    a word that is not UTF-8 (surrogates from the command line) is refused in one line."""
+    """``text`` as exactly one shell word: literal quoted, :func:`ref` markers expanding."""
     text = str(text)
     try:
         text.encode("utf-8")
@@ -89,8 +88,7 @@ _EXEC_VALUE_OPTIONS = ("--bind", "--env")
 
 
 def breaks(argv: Sequence[str]) -> set[int]:
-    """Where a long command is wrapped, from the argv itself: before the runtime, every
-    ``--bind``/``--env``, the image, the command in the container and the script it runs."""
+    """Where a long command is wrapped, read from the argv itself."""
     cuts = {i for i, arg in enumerate(argv) if arg in _EXEC_VALUE_OPTIONS and i > 0}
     runtime = next((i for i in range(len(argv) - 1) if argv[i + 1] == "exec"), None)
     if runtime is None:

@@ -34,8 +34,7 @@ class JobSubmission:
 
 def deliver(job: Job, needs: JobNeeds, *, script: Path | None, submit: bool,
             runtime: Callable[[], Runtime], say: Say) -> JobSubmission:
-    """Print the job, write it or submit it; its output folder exists afterwards (schedulers
-    do not make it: the job would die without a log), and every refusal comes first."""
+    """Print the job, write it or submit it; its output folder is made, refusals first."""
     refuse_unsafe_way(job.output_folder)
     if script is not None:
         refuse_replacing(script)  # before any folder is made

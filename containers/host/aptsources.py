@@ -33,8 +33,7 @@ class Source:
 
 
 def parse_deb822(text: str, path: Path) -> list[Source]:
-    """The stanzas of a ``.sources`` file. Field names are case-insensitive; a line starting
-    with a space or tab continues the field above (an inline ``Signed-By`` key, for one)."""
+    """The stanzas of a ``.sources`` file (field names case-insensitive, continuations)."""
     sources: list[Source] = []
     fields: dict[str, str] = {}
     key, start = "", 0

@@ -131,8 +131,7 @@ class _Stop(Exception):
 
 
 def _stop_descendants(grace: float) -> None:
-    """SIGTERM every descendant of this process, wait up to ``grace``, SIGKILL the rest (and
-    any that appeared meanwhile), then reap them: used by the supervisor, a subreaper."""
+    """Stop every descendant of this process (the supervisor, a subreaper), then reap."""
     me = os.getpid()
     killed = terminate(_tree(me), grace, late=lambda: _tree(me))
     _wait_gone([*killed, *_tree(me)], grace)

@@ -132,8 +132,7 @@ class Runtime:
                 str(image), *command]
 
     def bind_env(self, environ: Mapping[str, str], binds: Iterable[str]) -> dict[str, str]:
-        """The bind variables of a step that adds ``binds`` to the user's own (what this
-        runtime reads from ``environ``), set under every name it reads, so it drops neither."""
+        """The bind variables of a step adding ``binds`` to the user's, under every name."""
         names = BIND_VARIABLES[self.flavour]
         value = ",".join(filter(None, (first_set(environ, names), *binds)))
         return {name: value for name in names}

@@ -220,8 +220,7 @@ def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: 
 
 
 def _start_accounting(cluster: SlurmCluster, timeout: float = 60) -> None:
-    """A private MariaDB (its own folder and socket, no network), slurmdbd over it, and the
-    sacctmgr calls its writer recorded (``accounting.json``): the cluster, account and QoS."""
+    """A private MariaDB, slurmdbd over it, and the recorded sacctmgr calls."""
     missing = [p for p in ("mariadbd", "mariadb-install-db", "slurmdbd") if not shutil.which(p)]
     if missing:
         raise StateError(f"QoS are enforced only with accounting, and {', '.join(missing)} "
@@ -293,8 +292,7 @@ def _stranger(cluster: SlurmCluster, name: str, proc: psutil.Process) -> str | N
 
 
 def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:
-    """The recorded daemons still running, by name; a :class:`StateError` (and no PID
-    signalled) when a recorded PID is alive as anything else: the record is stale or planted."""
+    """The recorded daemons still running; a StateError for a PID alive as another."""
     found = {}
     for name, pid in cluster.pids.items():
         try:
@@ -331,8 +329,7 @@ def steps(cluster: SlurmCluster) -> list[psutil.Process]:
 
 
 def stop(cluster: SlurmCluster) -> None:
-    """Cancel the jobs, stop the steps, then the daemons in the reverse of their start, and
-    remove the folder; only what :func:`daemons` and :func:`steps` recognise is signalled."""
+    """Cancel the jobs, stop the steps and daemons it recognises, remove the folder."""
     running = daemons(cluster)
     if "slurmctld" in running:
         with contextlib.suppress(CommandFailed):

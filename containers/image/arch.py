@@ -92,8 +92,7 @@ def image_python(runtime: Runtime, image: Path | str) -> str | None:
 
 
 def squashfs_offset(runtime: Runtime, image: Path | str) -> int:
-    """Where the root file system (squashfs) starts in the SIF ``image``; :class:`StateError`
-    in one line when ``sif list`` shows none (an empty listing, a SIF of another kind)."""
+    """Where the squashfs root starts in the SIF ``image`` (:class:`StateError`: none)."""
     listing = capture([runtime.binary, "sif", "list", str(image)], timeout=60)
     for line in listing.splitlines():
         cells = [cell.strip() for cell in line.split("|")]
@@ -181,8 +180,7 @@ def _outside_arch(runtime: Runtime, image: Path | str, at: int | None) -> str:
 
 
 def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:
-    """None when this host runs ``arch`` binaries through qemu-user (an enabled binfmt_misc
-    entry with the ``F`` flag, for containers); else one line saying why not and what to do."""
+    """None when this host runs ``arch`` binaries through qemu-user; else why not."""
     name = QEMU_NAME.get(arch)
     fix = ("install Debian's qemu-user-static and binfmt-support, mount binfmt_misc "
            f"(mount -t binfmt_misc binfmt_misc {binfmt_dir}) and run update-binfmts --enable "
@@ -236,8 +234,7 @@ def site_arches(site: Site, targets: Mapping[str, Target]) -> tuple[str, ...] | 
 
 def check_arch(arch: str, arches: tuple[str, ...] | None, *, image: Path | str, where: str,
                doing: str) -> None:
-    """Refuse in one line ``doing`` (running, publishing, submitting) an ``arch`` image where
-    only ``arches`` run; None for ``arches``: the site does not say, nothing to check."""
+    """Refuse ``doing`` an ``arch`` image where only ``arches`` run (None: unknown)."""
     if arches is None or arch in arches:
         return
     hint = ""

@@ -246,8 +246,7 @@ def serial(say: Say) -> Say:
 
 
 def build_record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
-    """The record of ``step``'s built and tested ``.partial`` image: its identity is this
-    build's (``step.labels``), its ``labels`` the image's own (a cotainr image: its base's)."""
+    """The record of ``step``'s built and tested ``.partial`` image."""
     labels = provenance.labels_of(runtime, step.partial)
     own = {key.removeprefix(provenance.LABEL_PREFIX): value for key, value in step.labels.items()}
     return {

@@ -25,8 +25,7 @@ MIDR = {"aarch64": "0x00000000413fd0c1"}
 
 
 def cpu_files(arch: str, cpus: int) -> dict[str, str]:
-    """The files of the folder, by path relative to it: what the kernel's cpu sysfs has that
-    programs read at start-up (which CPUs exist and are online, and each one's identity)."""
+    """The files of the folder that programs read at start-up (CPUs, their identity)."""
     last = max(cpus, 1) - 1
     span = f"0-{last}\n" if last else "0\n"
     files = {"online": span, "possible": span, "present": span, "offline": "\n",
@@ -40,8 +39,7 @@ def cpu_files(arch: str, cpus: int) -> dict[str, str]:
 
 def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None,
                write: bool = True) -> Path:
-    """The folder for ``arch`` with this machine's CPU count, written (whole, by a rename) when
-    missing and ``write``: a planner only names it, so a ``--dry-run`` writes nothing."""
+    """The folder for ``arch``, written when missing and ``write`` (a plan only names it)."""
     cpus = cpus or os.cpu_count() or 1
     folder = (root or default_cache_dir()) / "emulation" / f"{arch}-{cpus}cpu"
     if not write or (folder / "online").is_file():

@@ -101,8 +101,7 @@ def fit(compiled: Compiled, device: str) -> str:
 
 def judge(compiled: Compiled | None, devices: Sequence[str], *, torch: str, site: str,
           gpu_model: str | None) -> list[tuple[str, str]]:
-    """``(level, message)`` per site GPU architecture the image does not fully serve: error
-    with no kernel for it (or nothing read: fail closed), warning when only PTX covers it."""
+    """``(level, message)`` per site GPU architecture the image does not fully serve."""
     gpu = f"{site}'s {gpu_model}" if gpu_model else f"{site}'s GPU"
     if compiled is None or not compiled.words():
         return [("error", f"the GPU architectures torch {torch} in this image was compiled for "

@@ -46,8 +46,7 @@ _SEEN: dict[str, dict] = {}
 
 def probe(runtime: Runtime, image: Path | str, *, sha256: str | None = None,
           arch: str | None = None) -> dict:
-    """The probe's facts of ``image``, from one ``apptainer exec`` (none again for a ``sha256``
-    already read in this process); ``arch``: the recorded one, for emulation's binds."""
+    """The probe's facts of ``image`` (once per ``sha256`` in this process)."""
     if sha256 and sha256 in _SEEN:
         return _SEEN[sha256]
     argv = runtime.exec_argv(image=image, binds=emulated_binds(arch),

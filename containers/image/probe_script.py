@@ -166,8 +166,7 @@ def torch_facts():
 
 
 def gpu_build_facts(torch, libdir, facts):
-    """What torch was compiled for and with, readable without a GPU (containers.image.gpuarch
-    judges it): the fatbinary's kernels, the arch flags, the config's NVCC flags, cuDNN."""
+    """What torch was compiled for and with, readable without a GPU."""
     cuda_lib = os.path.join(libdir, "libtorch_cuda.so")
     if os.path.exists(cuda_lib):
         guarded(facts, "fatbin", lambda: fatbin_listing(cuda_lib))

@@ -124,8 +124,7 @@ def _nccl(stack: Mapping, spec: Nccl | None, site: str) -> list[Finding]:
 
 
 def gpu_arch_findings(stack: Mapping, gpus: Gpus | None, site: str) -> list[Finding]:
-    """Whether torch in the image has kernels for the site's GPUs (:mod:`gpuarch`): an error
-    names what the image has and what the site's GPU is; PTX-only coverage is a warning."""
+    """Whether torch in the image has kernels for the site's GPUs (PTX only: a warning)."""
     if gpus is None or not gpus.arch:
         return [Finding("info", "gpu-arch", f"{site} states no GPU architecture (gpus.arch): "
                                             "not checked")]

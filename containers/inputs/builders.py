@@ -119,8 +119,7 @@ class CotainrBuilder(Builder):
         return {"base_image": user_args.get("BASE_IMAGE", target.base_image)}
 
     def check_base_image(self, target: BuiltTarget, inputs: Mapping[str, Any]) -> None:
-        """A base image that is a path here must exist before cotainr runs (one line naming
-        where it was set, not cotainr's late traceback); a ``docker://`` one is cotainr's."""
+        """A base image that is a path here must exist before cotainr runs."""
         base = inputs.get("base_image")
         if not base or "://" in base or Path(base).is_file():
             return

@@ -94,8 +94,7 @@ def has_torch(target: Target, env: EnvSpec | None) -> bool:
 
 def example_plan(target: Target, env: EnvSpec | None = None,
                  known: Iterable[str] = tuple(NEEDS)) -> ExamplePlan:
-    """The one judgement of a target's examples: each the manifest names must run; left out,
-    the ``known`` ones the environment can run, with an info line on why the others cannot."""
+    """The one judgement of a target's examples: named ones must run, else the known."""
     if env is None and target.env is not None:
         env = load_env_spec(target.env)
     if target.examples is not None:

@@ -55,8 +55,7 @@ _SHAPE = ("takes one scheduler option such as --constraint=gpu, -C gpu or -l pla
 
 
 def scheduler_option(value: object, scheduler: str) -> str:
-    """``value`` as one more ``#SBATCH``/``#PBS`` line, quoted where sbatch reads quotes;
-    ValueError saying why it is not one option the scheduler reads as written and allowed."""
+    """``value`` as one more ``#SBATCH``/``#PBS`` line, or a ValueError saying why not."""
     text = str(value)
     match = _OPTION.match(text)
     rule = SLURM_VALUE if scheduler == "slurm" else VALUE

@@ -21,8 +21,7 @@ from containers.inputs.directives import scheduler_option
 
 @dataclass(frozen=True)
 class FlagType:
-    """A kind of flag value: ``label`` says what it takes (help and errors); ``parse`` turns a
-    value (text, or already the right type) into it, raising ValueError with the reason."""
+    """A kind of flag value: its ``label`` (help, errors) and its ``parse``."""
 
     label: str
     parse: Callable[[Any], Any]
@@ -287,8 +286,7 @@ def declared(cls: type) -> dict[str, tuple[Option, Any]]:
 
 
 def check(request: object) -> None:
-    """For a frozen request's ``__post_init__``: each declared value, text or typed, through its
-    type, in field order (the first bad one is refused), as the command line gives them."""
+    """For ``__post_init__``: each declared value through its type, in field order."""
     for name, (declaration, _) in declared(type(request)).items():
         if declaration.type is not None:
             object.__setattr__(request, name,

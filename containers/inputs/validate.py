@@ -133,8 +133,7 @@ def load_each(folder: Path, *, kind: str, root: Path, load: Callable[[Path], T]
 
 
 def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[ContainersError]]]:
-    """Every manifest loaded on its own: the usable targets, and the problems of each other
-    one (its own, or its base's), so a bad manifest stops only the commands that need it."""
+    """Every manifest loaded on its own: the usable targets, the others' problems."""
     targets, failed = load_each(root / "recipes", kind="target", root=root,
                                 load=lambda p: load_target(p, root=root))
     sound = {n: t for n, t in targets.items()  # no link of its chain failed to load
@@ -232,8 +231,7 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
 
 def example_findings(target: Target, env: EnvSpec | None = None
                      ) -> tuple[list[ConfigError], list[ConfigError], list[str]]:
-    """The errors, warnings and ``info`` line of ``target``'s examples, as ``invoke check`` and
-    ``invoke build`` report them; none for an OS base (no env spec, no declared torch)."""
+    """The findings on ``target``'s examples, as check and build report them."""
     if target.env is None and target.torch is None:
         return [], [], []
     plan = compat.example_plan(target, env, known=EXAMPLES)

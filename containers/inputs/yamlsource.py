@@ -70,8 +70,7 @@ def _loader_for(path: Path | None) -> type[yaml.SafeLoader]:
 
 
 def load_yaml_text(text: str, *, path: Path | None = None) -> Any:
-    """``text`` read as YAML: the one YAML reader of the tool; any failure, a value nested past
-    :data:`~containers.files.MAX_DEPTH` too, is one :class:`ConfigError` naming ``path``."""
+    """``text`` read as YAML, the tool's one reader; any failure one ConfigError."""
     try:
         return check_depth(yaml.load(text, Loader=_loader_for(path)))  # noqa: S506 - safe
     except yaml.MarkedYAMLError as exc:

@@ -61,8 +61,7 @@ class JobBodies(Protocol):
 
 # ---------------------------------------------------------------------------------- kinds
 class WorkloadKind:
-    """By default a run of a script in the image, with options, judged by this checkout; a kind
-    that differs overrides the method that says so (:mod:`containers.prove.registry`)."""
+    """By default a run of a script in the image; a kind that differs overrides it."""
 
     #: The command and the verdict's ``kind``.
     name: str = ""

@@ -41,8 +41,7 @@ def log_name(op: str) -> str:
 
 def log_path(perflog_dir: Path, *, site: str, partition: str | None,
              op: str = "all_reduce") -> Path:
-    """``<perflog_dir>/<site>/<partition>/<op>.jsonl``; both names pass the name rule (a
-    partition comes from ``SLURM_JOB_PARTITION``: ``../..`` in it must not write elsewhere)."""
+    """``<perflog_dir>/<site>/<partition>/<op>.jsonl``; both names pass the name rule."""
     check_name("site", site, key="site")
     if partition is not None:
         check_name("partition", partition, key="partition")
@@ -59,8 +58,7 @@ def _ends_a_line(handle: BinaryIO) -> bool:
 
 
 def append(perflog_dir: Path, record: dict) -> Path:
-    """Append one record under a lock (concurrent runs never interleave a line); a torn last
-    line gets its newline first, so the new record is not glued to it and lost with it."""
+    """Append one record under a lock, after a newline where the last line was torn."""
     path = log_path(perflog_dir, site=record["site"], partition=record.get("partition"),
                     op=op_of(record))
     line = json.dumps(record, sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
@@ -86,8 +84,7 @@ def parse_date(value: object) -> datetime.datetime | None:
 
 
 def _records(data: bytes) -> Iterator[dict]:
-    """The usable records of one log's bytes: whole lines only (what follows the last newline is
-    a torn tail), each a JSON object with a good date; anything else is skipped."""
+    """The usable records of one log: whole lines, JSON objects with a good date."""
     for raw in data.split(b"\n")[:-1]:
         try:
             record = json_value(raw)
@@ -98,8 +95,7 @@ def _records(data: bytes) -> Iterator[dict]:
 
 
 def _log_bytes(path: Path) -> bytes:
-    """One log's bytes: a regular file of at most :data:`LOG_LIMIT` bytes (a FIFO would hang
-    the reader, a link to ``/dev/zero`` grow it without end); else one line naming it."""
+    """One log's bytes (a regular file of at most :data:`LOG_LIMIT`), or one line."""
     try:
         return read_regular(path, limit=LOG_LIMIT)
     except FileRefused as exc:
@@ -110,8 +106,7 @@ def _log_bytes(path: Path) -> bytes:
 
 def read(perflog_dir: Path, *, target: str | None = None,
          ops: Sequence[str] | None = None) -> list[dict]:
-    """Every record (oldest first), optionally of one target and of some collectives, from
-    each collective's log and the old log of all of them; unreadable lines are skipped."""
+    """Every record, oldest first, of ``target`` and ``ops`` where given."""
     logs = [OLD_LOG_NAME, *map(log_name, ops if ops is not None else names.COLLECTIVES)]
     # log by log in the collectives' order, so one run's lines (one date) keep that order
     paths = [path for name in logs for path in sorted(perflog_dir.rglob(name))] \
@@ -132,8 +127,7 @@ def headline(record: dict) -> tuple[int | None, float | None]:
 
 
 def at_reference(record: dict) -> tuple[int, float] | None:
-    """(bytes, busbw) at the record's reference size, or None when the run has no reference or
-    did not measure that size: only such points may be plotted against the reference."""
+    """(bytes, busbw) at the record's reference size, or None: what may be plotted."""
     reference = (record.get("performance") or {}).get("reference")
     if not isinstance(reference, dict) or op_of(reference) != op_of(record):
         return None  # a reference of another collective never measures this one
@@ -152,8 +146,7 @@ def image_label(record: dict) -> str:
 
 
 def stack_changes(records: Sequence[dict]) -> list[list[str]]:
-    """Per record (oldest first), what changed in its stack since the previous run of the same
-    image: a driver or plugin upgrade under one image shows as a step with its cause."""
+    """Per record, what changed in its stack since the same image's previous run."""
     last: dict[str, dict] = {}
     found = []
     for record in records:
@@ -246,8 +239,7 @@ def _plot_references(ax, plotted: Sequence[dict], series: dict) -> None:
 
 
 def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
-    """busbw at the reference size over time, one line per image version, each reference a
-    dashed line in its tolerance band; a run at other sizes only (a quick one) would mislead."""
+    """busbw at the reference size over time, one line per image version."""
     fig, ax = new_figure((9, 4.8))
     series = plot_series(records)
     for record, changed in zip(records, stack_changes(records)):

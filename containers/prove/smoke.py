@@ -88,8 +88,7 @@ def asked_ops(result: verdict.Result) -> list[str]:
 
 
 def wrong_total(result: verdict.Result, op: str | None = None) -> int:
-    """Wrong values over every size measured so far, of one op or all (the benchmark rewrites
-    its JSON after each size, so a run that died midway still shows what it had checked)."""
+    """Wrong values over every size measured so far, of one op or all."""
     return sum(mode["wrong"] or 0 for row in _rows(result, op) for mode in _modes(row))
 
 

@@ -122,8 +122,7 @@ def check_transport(lines: Sequence[str], *, expect: str, name: str,
 
 
 def stack_from_log(lines: Sequence[str]) -> dict[str, str]:
-    """The communication stack NCCL/RCCL's debug lines show, the first seen of each key in
-    :data:`STACK`; warnings are skipped (they may quote versions built against, not running)."""
+    """The communication stack NCCL/RCCL's debug lines show (warnings skipped)."""
     stack: dict[str, str] = {}
     for line in lines:
         if "NCCL WARN" in line:

@@ -66,8 +66,7 @@ class Result:
 
     @cached_property
     def transport(self) -> TransportCheck | None:
-        """The transport's proof where the site declares one for this many nodes (a run stopped
-        before its report is still read for a plugin's failure; a gloo run has none)."""
+        """The transport's proof where the site declares one for this many nodes."""
         site = self.plan.site
         if not site.transport.applies(self.plan.nodes):
             return None
@@ -130,8 +129,7 @@ def device_reasons(result: Result) -> list[str]:
 
 
 def arch_reasons(result: Result) -> list[str]:
-    """Every rank must have run as the architecture the image's build record names (read from
-    its files when it was built): an aarch64 image proven by x86_64 ranks proves nothing."""
+    """Every rank must have run as the image's recorded architecture."""
     recorded = provenance.read(result.plan.image.with_name(result.plan.image.name + ".json")
                                ).arch
     if recorded and result.archs and result.archs != [recorded]:

@@ -179,8 +179,7 @@ def check_format(data: Any, *, path: str) -> dict:
 
 
 def layout_link(dest: Path, path: Path) -> bool:
-    """Whether ``path`` is one of the two links the layout makes: ``<target>/latest`` and
-    ``modules/<target>/default``. Any other link inside the publish folder is refused."""
+    """Whether ``path`` is ``<target>/latest`` or ``modules/<target>/default``."""
     parts = path.relative_to(dest).parts
     if len(parts) == 2:
         return parts[1] == "latest" and parts[0] not in ("modules", "keys")

@@ -88,8 +88,7 @@ def _one_line(items: object) -> str:
 
 def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gpu: Gpu,
                     labels: Mapping | None = None) -> None:
-    """:class:`VerdictFailed` when the newest verdict of the image failed, or says it passed
-    while its run's own files (:func:`containers.publish.gate.evidence_reasons`) do not."""
+    """Refuse a failed newest verdict, or a pass its run's files do not bear out."""
     path, record = found
     if record.passed is not True:
         why = _one_line(record.reasons) or "no reason recorded"
@@ -103,8 +102,7 @@ def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gp
 
 
 def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
-    """What the catalogue keeps of a smoke verdict: enough to judge it without the file; a
-    performance FAIL is carried as ``performance_failed`` so a listing shows it at a glance."""
+    """What the catalogue keeps of a smoke verdict: enough to judge it without the file."""
     data = record.as_dict()
     return {**{k: data.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now,
             "performance_failed": bool(record.performance and record.performance.failed)}
@@ -140,8 +138,7 @@ def skipped(target: str, say: Say) -> dict:
 
 
 def _read_status(path: Path) -> RunStatus | str:
-    """The run record at ``path``, or why it is none: not the user's alone (the one rule for
-    what the tool trusts, :func:`containers.files.not_yours_alone`), unreadable, or invalid."""
+    """The run record at ``path``, or why it is none (not the user's alone, invalid)."""
     try:
         why = not_yours_alone(path, os.lstat(path))
         return f"it {why}" if why else RunStatus.of(

@@ -16,8 +16,7 @@ NOISY_LABELS = ("org.label-schema.build-date", "containers.build-date", "contain
 
 
 def shown(value: object) -> str:
-    """A value as people read it in a line: ``-`` for nothing (never Python's ``None``), a
-    mapping as ``key value`` pairs and a list as a comma list (never a dict's or list's repr)."""
+    """A value as people read it in a line: ``-`` for nothing, never a repr."""
     if value is None:
         return "-"
     if isinstance(value, Mapping):

@@ -128,8 +128,7 @@ def _log_reasons(folder: Path) -> list[str]:
 
 
 def _record_reasons(folder: Path, sha256: str) -> list[str]:
-    """A batch job copies the image's build record at launch (``image.json``): a job's results
-    folder (its ``job.json``) without it, or with another image's, is not of this image."""
+    """A job's results must hold the copy of this image's build record it made at launch."""
     if not (folder / IMAGE_RECORD).exists():
         return [f"the batch job left no {IMAGE_RECORD} (the image it launched)"] \
             if (folder / JOB_RECORD).exists() else []
@@ -142,8 +141,7 @@ def _record_reasons(folder: Path, sha256: str) -> list[str]:
 
 def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: Gpu,
                    labels: Mapping | None) -> list[str]:
-    """The run must have run in this image, on GPUs: every rank's device report carries the
-    labels it read inside its image (a verdict's sha256 is one edit away from another's)."""
+    """The run must have run in this image (its ranks' labels say so), on GPUs."""
     reasons = _record_reasons(folder, sha256)
     wanted = identity(labels)
     reports = {r["rank"]: r for r in read_device_reports(folder)}
@@ -162,8 +160,7 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: Gpu,
 
 
 def _degraded(folder: Path, record: Mapping) -> str | None:
-    """The degraded transport the run chose (``invoke job --transport socket``), from the
-    verdict or from the job's own record, whichever says so: either is enough to refuse."""
+    """The degraded transport the run chose, from the verdict or the job's record."""
     said = Verdict.of(record, source=folder).degraded
     if said:
         return str(said)

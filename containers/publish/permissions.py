@@ -66,8 +66,7 @@ def expected_mode(path: Path, modes: Modes) -> int:
 
 
 def _publish_paths(dest: Path, target: str) -> list[Path]:
-    """What one publish of ``target`` writes, chmods or removes: the top files and ``modules``,
-    and the folders it owns whole (its own, its modules', the keys) with all they hold."""
+    """What one publish of ``target`` writes, chmods or removes."""
     paths = [dest / CATALOGUE_NAME, dest / PAGE_NAME, dest / LOCK_NAME, dest / "modules"]
     for root in (dest / target, dest / "modules" / target, dest / "keys"):
         paths += walk_nofollow(root)

@@ -58,8 +58,7 @@ class PublishRequest:
 
 
 def check_dest(dest: Path) -> None:
-    """Refuse in one line a ``--dest`` publishing cannot safely write into: a file, a folder
-    anyone may write or swap (world-writable, or in such a parent without the sticky bit)."""
+    """Refuse in one line a ``--dest`` that others could write into or swap."""
     problem = not_a_folder(dest)
     if problem:
         raise UsageError(problem, flag="--dest")
@@ -128,8 +127,7 @@ Review = Callable[[PublishPlan, dict, Say], dict]
 
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
                  settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
-    """The plan for ``request``, refusing before any work what publishing could not finish;
-    ``inputs_hash``: the target's now (an image of other inputs is stale; None: unknown)."""
+    """The plan for ``request``, refusing before any work what could not finish."""
     check_dest(request.dest)
     check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)

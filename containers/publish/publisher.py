@@ -56,8 +56,7 @@ def sweep_temps(plan: PublishPlan, say: Say) -> None:
 
 
 def refuse_links(plan: PublishPlan) -> None:
-    """A :class:`StateError` naming the first link (or misplaced file) inside the publish folder
-    that this publish would write, chmod or remove through: it never follows one."""
+    """A :class:`StateError` naming a link this publish would go through."""
     problem = unsafe_layout(plan.dest, plan.target.name)
     if problem:
         raise StateError(problem)
@@ -157,8 +156,7 @@ def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
 
 
 def _undone(plan: PublishPlan, tx: Transaction, exc: BaseException, say: Say) -> BaseException:
-    """Roll ``tx`` back after ``exc``; what to raise: a one-line :class:`StateError` for an
-    OSError, saying whether the version was published (the failure came after the commit)."""
+    """Roll ``tx`` back after ``exc``; a one-line StateError for an OSError."""
     problems = tx.rollback()
     if problems:
         say(f"rollback incomplete: {'; '.join(problems)}")
@@ -205,8 +203,7 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
 def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
                     key: signing.SigningKey | None, say: Say, tx: Transaction,
                     reviewed: dict) -> dict:
-    """Prepare everything under temp names, then commit with renames and one catalogue write
-    (the last rename: until then users see the old state); then prune and set modes."""
+    """Prepare under temp names, commit by renames, the catalogue last; prune, set modes."""
     refuse_links(plan)  # again: another publish may have run while this one waited
     for folder in (plan.folder, plan.folder / "bin", plan.module_dir):
         tx.folder(folder)
@@ -249,8 +246,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
 def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
            key: signing.SigningKey | None, public: bytes, beside: list[tuple],
            catalogue: dict) -> list[tuple[Path, Path, str]]:
-    """Every file of the publish written under a temp name beside its final one: ``(temp, final,
-    commit step)`` in commit order, the catalogue last but for the page that shows it."""
+    """``(temp, final, commit step)`` of every file, in commit order."""
     def written(final: Path, data: bytes, step: str) -> tuple[Path, Path, str]:
         return tx.temp(write_temp(final, data)), final, step
 

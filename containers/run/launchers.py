@@ -98,8 +98,7 @@ def srun(nodes: int, tasks_per_node: int, cpus_per_task: int | None, *more: str)
 
 
 class Launcher:
-    """Starts the ranks of a run (:meth:`shape`, :meth:`argv`) and writes the prefix of every
-    other job step (:meth:`node_step`), so every step of a job starts the site's way."""
+    """Starts a run's ranks, and writes every other job step's prefix (:meth:`node_step`)."""
 
     name = ""
     schedulers: tuple[str, ...] = ()

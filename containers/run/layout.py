@@ -11,8 +11,7 @@ from containers.inputs.sites import Gpu, Site
 
 
 def check_ranks(site: Site, ranks: int, *, nodes: int = 1, flag: str = "--gpus") -> None:
-    """Ranks per node within what a node has (GPU sites), and the GPUs of the whole run within
-    the site's per-job limit; the message names the profile line that sets the limit."""
+    """Ranks per node and GPUs per job within the site's limits, naming the line."""
     if site.gpus.kind == Gpu.NONE:
         return
     if site.gpus.per_node and ranks > site.gpus.per_node:

@@ -42,8 +42,7 @@ def _freeze_names(freeze: list[str] | None) -> set[str] | None:
 
 
 def lacking(record: BuildRecord | dict, need: str, target: Target | None = None) -> str | None:
-    """Why the image lacks ``need`` (``python`` or ``torch``), as evidence says it, or None
-    when it has it or nothing says. ``target``: its env spec is evidence of torch too."""
+    """Why the image lacks ``need`` as evidence says it, or None."""
     record = BuildRecord.of(record)
     if "python" in record.model_fields_set and record.python is None:
         return "has no Python 3 (its build record says so)"

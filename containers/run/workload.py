@@ -40,8 +40,7 @@ TRANSPORT_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 @dataclass(frozen=True)
 class Placement:
-    """Where and how the ranks start when not just here with torchrun (a job step of
-    ``launcher``); ``ranks_flag`` is the flag messages name (``invoke job``: --gpus-per-node)."""
+    """Where and how the ranks start when not just here with torchrun."""
 
     nodes: int
     rendezvous: Rendezvous | None
@@ -131,8 +130,7 @@ def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict:
 
 
 def transport_env(site: Site, nodes: int) -> dict[str, str]:
-    """``NCCL_NET`` where the site declares a transport (NCCL/RCCL then stop instead of falling
-    back to sockets), and the debug output whose log lines prove the network used."""
+    """``NCCL_NET`` where a transport is declared, and the debug lines that prove it."""
     if not site.transport.applies(nodes):
         return {}
     return {**TRANSPORT_DEBUG_ENV, **({"NCCL_NET": site.transport.net} if site.transport.net
@@ -140,8 +138,7 @@ def transport_env(site: Site, nodes: int) -> dict[str, str]:
 
 
 def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
-    """The GPU kind the site promises and the backend, explicitly (never a fallback the
-    workload picks), and the cores each local rank pins itself to where the site maps them."""
+    """The GPU kind and backend, explicitly, and where mapped the cores each rank pins."""
     args = ["--expect-gpu", site.gpus.kind,
             "--backend", "nccl" if site.gpus.kind != Gpu.NONE else "gloo"]
     cores = pinned_cores(site, ranks=ranks, launcher=launcher)
@@ -260,8 +257,7 @@ class Logged:
 
 def run_logged(steps: Sequence[tuple[Sequence[str], float | None]], *, out_dir: Path,
                say: Say) -> Logged:
-    """Run each ``(argv, timeout)`` until one fails (a failed device gate: the command never
-    starts), every output line streamed to ``say`` and kept in ``out_dir/run.log``."""
+    """Run each ``(argv, timeout)`` until one fails, the output to ``say`` and run.log."""
     with on_disk("create the results folder", out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
         log = io.TextIOWrapper(create_replacing(out_dir / "run.log"), encoding="utf-8")
