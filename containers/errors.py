@@ -46,9 +46,8 @@ class ConfigError(ContainersError):
 
 
 class Problems(ConfigError):
-    """Several problems found in one pass (``invoke check``, a mapping with several bad keys):
-    the message is one line per problem, then their count, so a user fixes them all after one
-    run instead of one per run. Raised only for two or more; one problem is raised as itself."""
+    """Two or more problems found in one pass (``invoke check``): one line each, then their
+    count, so a user fixes them all after one run."""
 
     def __init__(self, problems: Sequence[ContainersError]) -> None:
         self.problems: list[ContainersError] = list(flatten(problems))
@@ -88,10 +87,9 @@ class StateError(ContainersError):
 
 
 class WriteRefused(StateError):
-    """A file the tool was to write is there already as something it must not replace: a
-    symbolic link (written through, ``ln -s /etc/passwd job.sh`` would replace the system
-    file), a device, FIFO, socket or folder (renamed over, ``/dev/null`` would become a regular
-    file), or another user's file. Raised before anything is written."""
+    """A file the tool was to write is there as something it must not replace, refused before
+    anything is written: a link (``ln -s /etc/passwd job.sh`` would be written through), a
+    device (``/dev/null`` would become a file), a folder or another user's file."""
 
 
 class RuntimeNotFound(ContainersError):
@@ -166,8 +164,7 @@ def os_failure(exc: OSError) -> str:
 @contextmanager
 def on_disk(doing: str, path: Path | str | None = None) -> Iterator[None]:
     """An OSError of a write on the user's disk as one :class:`StateError` line saying what the
-    tool was doing (``cannot create the results folder /r: Read-only file system (/r)``); wrap
-    only file operations, never a subprocess or a check expecting an OSError of its own."""
+    tool was doing; wrap only file operations, never a subprocess."""
     try:
         yield
     except OSError as exc:

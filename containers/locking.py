@@ -75,8 +75,7 @@ def _is_current(fd: int, path: Path) -> bool:
 @contextmanager
 def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None,
               remove: bool = False) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path``. ``remove``: the file goes when the lock is let
-    go (a publish folder), and a waiter holding a removed file's lock takes the new file's."""
+    """Hold an exclusive ``flock`` on ``path`` (``remove``: the file goes with the lock)."""
     while True:
         fd = acquire(path, on_wait=on_wait)
         if not remove or _is_current(fd, path):

@@ -51,9 +51,8 @@ def __dir__() -> list[str]:
 
 
 class _Facade(types.ModuleType):
-    """The package module, keeping its exported names for the functions: importing the module
-    ``containers.app.build`` would otherwise bind the name ``build`` to that module (as Python
-    binds every submodule to its package), and ``app.build(...)`` would call a module."""
+    """The package module, whose exported names stay the functions: importing a submodule
+    would bind its name (``build``) to the module."""
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in HOMES and isinstance(value, types.ModuleType):

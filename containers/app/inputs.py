@@ -213,8 +213,7 @@ def _read_from(project: Project) -> list[str]:
 
 
 def target_listing(project: Project) -> Listing:
-    """What ``invoke targets`` shows, read afresh, and what it was read from: nothing where an
-    invalid target (fixed perhaps in a file never read) or a build's work forbids keeping it."""
+    """What ``invoke targets`` shows, read afresh, and what it was read from."""
     from containers.image import builder
 
     rows = target_rows(project)

@@ -32,9 +32,8 @@ class ConfigSource:
 
 def settings_of(config: Any, environ: Mapping[str, str] | None = None
                 ) -> tuple[dict[str, Any], list[ConfigSource]]:
-    """The ``containers`` settings of an invoke ``Config`` and their layers, every
-    ``INVOKE_CONTAINERS_*`` variable read by its setting's own type (invoke's reading skips
-    undeclared keys and casts ``false`` to true); the ``-f`` file still wins, as in invoke."""
+    """The ``containers`` settings of an invoke ``Config`` and their layers, every variable read
+    by its setting's own type (invoke casts ``false`` to true); ``-f`` still wins, as in invoke."""
     merged = dict(config.get("containers", None) or {})
     runtime = (getattr(config, "_runtime", None) or {}).get("containers") or {}
     env = {key: value for key, value in environment_settings(
@@ -43,9 +42,8 @@ def settings_of(config: Any, environ: Mapping[str, str] | None = None
 
 
 def config_sources(config: Any, env: Mapping[str, Any] | None = None) -> list[ConfigSource]:
-    """The layers of an invoke ``Config`` that set values, the winner first (``env``: the
-    variables as :func:`settings_of` read them), from the data and path invoke keeps of each
-    (``_runtime``, ``_runtime_path``, …): it records no key's layer itself."""
+    """The layers of an invoke ``Config`` that set values, the winner first, from the data and
+    path invoke keeps of each (it records no key's layer itself)."""
     found = []
     for layer in ("runtime", "env", "project", "user", "system"):
         data = env if layer == "env" and env is not None else getattr(config, f"_{layer}", None)
@@ -161,8 +159,7 @@ class Project:
         return detect_site(self.sites) or get_site(self.sites, "local")
 
     def runtime_for(self, site: Site, *, dry_run: bool) -> Runtime:
-        """The runtime a command for ``site`` uses: this machine's, or for a dry run planned for
-        another site, that site's flavour (``singularity`` on LUMI) as it would be called there."""
+        """The runtime a command for ``site`` uses (a dry run: as it would be called there)."""
         if dry_run and site.name != self.current_site().name:
             return assumed_runtime(site.runtime)
         return self.runtime(required=not dry_run, flavour=site.runtime)

@@ -49,9 +49,8 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
                 gpus: int = 1, nodes: int = 1, launcher: bool = True,
                 timeout: float | None = None, dry_run: bool = False,
                 say: Say = _print) -> int:
-    """Run ``command`` in the image on ``gpus`` ranks per node (the site's launcher) or, with
-    ``launcher`` False, as one process. Returns 0; a failure raises (:class:`VerdictFailed` for
-    the device gate, :class:`CommandExit` with the command's status)."""
+    """Run ``command`` in the image on ``gpus`` ranks per node (``launcher`` False: one
+    process); 0, or it raises (:class:`CommandExit` with the command's status)."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
@@ -128,8 +127,7 @@ def _run(planned: CommandRun, *, image: BuildRecord, timeout: float | None, say:
 
 
 def command_status(returncode: int, timed_out: bool, failure: tuple[int, int] | None) -> int:
-    """What ``invoke run`` exits with: 124 after its timeout; the first failing rank's status
-    where the launcher names one (torchrun exits 1 whatever its ranks did); else the launcher's."""
+    """What ``invoke run`` exits with: 124 on timeout, else the failing rank's status."""
     if timed_out:
         return 124
     if returncode and failure is not None and 0 < failure[1] < 256:

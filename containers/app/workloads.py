@@ -97,8 +97,7 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
 
 def shown_environ(site: Site) -> dict[str, str]:
     """A dry run's host environment: this one, and a :func:`deferred` marker for each variable
-    the site names that is unset here (``$SLURM_JOB_ID``), so the shown command expands it
-    where it is pasted."""
+    the site names that is unset here, expanded where the shown command is pasted."""
     environ = dict(os.environ)
     for text in (*site.env.values(), *site.binds, *site.transport.binds,
                  *site.transport.env.values()):
@@ -112,9 +111,8 @@ def shown_environ(site: Site) -> dict[str, str]:
 def say_plan(say: Say, header: str, steps: Sequence[tuple[str, list[str]]], *,
              dry_run: bool, placement: Placement | None, notes: Sequence[str] = (),
              folder: Path | None = None) -> None:
-    """A run as it starts: the header, each step's command, the notes. A dry run prints what
-    pastes into ``salloc``: prose as comments, the allocation's variables, the results
-    ``folder`` made, then each command, its variables in double quotes."""
+    """A run as it starts: the header, each step's command, the notes; a dry run's lines
+    paste into ``salloc`` as they are."""
     if not dry_run:
         say(header)
         for label, argv in steps:

@@ -92,8 +92,7 @@ class Job:
 
 def plan_job(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str] | None = None,
              stamp: str | None = None) -> Job:
-    """The whole batch job, rendered: pure (only ``environ``, the submitting shell's variables, is
-    read, for the account rules); ``stamp`` names its folders (:func:`job_run_id` says why)."""
+    """The whole batch job, rendered: pure but for ``environ`` (the account rules)."""
     check_site(request, needs.target, needs.site, needs.site_arch)
     planner = JobPlanner(needs=replace(needs, site=chosen_site(needs.site, request)),
                          request=request, environ=environ or {}, stamp=stamp or run_stamp())

@@ -117,8 +117,7 @@ def _positional(argv: Sequence[str], start: int, value_options: Sequence[str]) -
 
 
 def render(directives: Sequence[str], comments: Sequence[str], body: Sequence[str]) -> str:
-    """A batch script: directives first (schedulers stop reading them at the first command),
-    then a strict header whose ``ERR`` trap names the failing line and command, then the body."""
+    """A batch script: directives, a strict header (an ``ERR`` trap naming the line), body."""
     lines = ["#!/bin/bash", *directives, "", *(f"# {c}" if c else "#" for c in comments),
              "set -euo pipefail",
              "trap 'echo \"job script: line $LINENO: $BASH_COMMAND (exit $?)\" >&2' ERR",

@@ -197,8 +197,7 @@ def _findable(argv0: str, env: Mapping[str, str] | None) -> bool:
 
 
 class Running:
-    """A command :func:`start` started, so the caller works meanwhile (a build tests its image
-    while it probes it); :meth:`wait` and :meth:`stop` keep :func:`run`'s teardown guarantees."""
+    """A command :func:`start` started, with :func:`run`'s teardown guarantees."""
 
     def __init__(self, argv: list[str], proc: subprocess.Popen, on_line: LineSink | None,
                  grace: float) -> None:

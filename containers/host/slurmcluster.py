@@ -191,8 +191,7 @@ def _start_munge(munge_dir: Path, munge_socket: Path) -> int:
 
 def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: int,
           idle_timeout: float = 30) -> SlurmCluster:
-    """Start munged, (where QoS is enforced) MariaDB and slurmdbd, slurmctld and a slurmd per
-    node in the fresh folder ``root``, until every node is idle; a failure stops what started."""
+    """Start the daemons in the fresh folder ``root`` until every node is idle."""
     if os.geteuid() != 0:
         raise StateError("the local Slurm cluster runs its daemons as root; run as root")
     missing = missing_programs()

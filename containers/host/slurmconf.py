@@ -165,8 +165,7 @@ def _site_node_lines(site: Site, root: Path, names: Sequence[str],
 
 
 def _node_memory_mb(site: Site) -> int:
-    """A node's RealMemory (MiB): the most any of the site's partitions allocates per node, or,
-    where the profile gives no figure, what its jobs ask with 1 GiB to spare (8 GiB at least)."""
+    """A node's RealMemory (MiB): the most a partition allocates, else what jobs ask."""
     figures = [part.allocatable_gb for part in site.partitions.values() if part.allocatable_gb]
     if figures:
         return max(figures) * 1024

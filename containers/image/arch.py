@@ -61,9 +61,8 @@ def elf_arch(header: bytes) -> str:
 
 
 def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -> str:
-    """The architecture of ``image``: from outside where it can be (a squashfs root and
-    ``unsquashfs``: any image, shell or none), else through its shell (a foreign one needs
-    emulation). ``offset``: its root's, where the caller read it (:func:`squashfs_offset`)."""
+    """The architecture of ``image``: from outside where it can be (any image, shell or none),
+    else through its shell; ``offset``: its root's, where the caller read it."""
     with contextlib.suppress(CommandFailed, NotElf, ValueError):
         return _outside_arch(runtime, image, offset)
     argv = runtime.exec_argv(image=image, command=["sh", "-c", PROBE])
@@ -81,8 +80,7 @@ _WHICH_PYTHON = "command -v python3"
 
 
 def image_python(runtime: Runtime, image: Path | str) -> str | None:
-    """The path of the ``python3`` ``image`` runs, None when it has none (busybox, scratch, no
-    shell, Python 2 only): the steps that need one then say so instead of failing the build."""
+    """The ``python3`` ``image`` runs, or None: the steps that need one then say so."""
     argv = runtime.exec_argv(image=image, command=["sh", "-c", _WHICH_PYTHON])
     try:
         found = capture(argv, timeout=300).strip().splitlines()

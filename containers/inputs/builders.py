@@ -61,8 +61,7 @@ class Builder:
 
 @dataclass(frozen=True)
 class ApptainerBuilder(Builder):
-    """``apptainer build`` of the target's definition; an env spec's ``pip:`` list goes into a
-    venv on the base image's Python, so it may hold no Conda package beyond python and pip."""
+    """``apptainer build`` of the definition; ``pip:`` into a venv on the base's Python."""
 
     def check_manifest(self, values: Mapping[str, Any], *, path: Path, line: int | None,
                        lines: Mapping[str, int]) -> None:

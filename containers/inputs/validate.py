@@ -155,8 +155,7 @@ def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[Contain
 def check_project(root: Path, *, target: str | None = None, tool_args: Collection[str] = (),
                   target_checks: Sequence[Callable[[Mapping[str, Target], str], object]] = (),
                   site_checks: Sequence[Callable[[Site], object]] = ()) -> CheckReport:
-    """Check every input (or ``target``, its bases and every site) and report every problem;
-    ``target_checks`` and ``site_checks`` (the app's) run on each target or site, caught alone."""
+    """Check every input (or ``target``, its bases and every site); every problem."""
     report = CheckReport()
     report.targets, failed_targets = load_each(root / "recipes", kind="target", root=root,
                                                load=lambda p: load_target(p, root=root))

@@ -60,8 +60,7 @@ SOCKET_EXPECT = r"NCCL INFO Using network Socket\b"
 
 
 def sockets(site_transport: Transport) -> Transport:
-    """The transport of a job that opted into TCP sockets: NCCL_NET=Socket and its proof, none
-    of ``site_transport``'s binds, modules or variables, and what it gives up (``degraded``)."""
+    """The transport of a job that opted into TCP sockets instead of ``site_transport``."""
     from containers.inputs.sites import Transport  # the model: here, not at the command's start
 
     if site_transport.degraded:

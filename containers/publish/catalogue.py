@@ -165,8 +165,7 @@ def _block_problem(name: str, block: Any) -> tuple[str, str] | None:
 
 
 def check_format(data: Any, *, path: str) -> dict:
-    """The loaded catalogue, or a one-line :class:`StateError` naming the entry that cannot be
-    used, before any file is touched (a version ``../../x`` would be a path publish removes)."""
+    """The loaded catalogue, or one StateError line naming an entry that cannot be used."""
     if not isinstance(data, dict) or not isinstance(data.get("targets"), dict):
         raise StateError(f"{path}: not a catalogue (no 'targets' mapping); fix or restore it")
     if data.get("format") != FORMAT:

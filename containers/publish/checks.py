@@ -52,9 +52,8 @@ def _proves(record: Verdict, gpu: Gpu) -> bool:
 
 def find_verdict(results_dir: Path, target: str, sha256: str, *,
                  gpu: Gpu = Gpu.NONE) -> tuple[Path, Verdict] | None:
-    """The newest verdict of exactly this image that counts: a pass that proves it
-    (:func:`_proves`) or a failure of any run, which outvotes an older pass. An undated one
-    could hide a newer failure: :class:`VerdictFailed` names it."""
+    """The newest verdict of this image that counts: a pass that proves it, or a failure, which
+    outvotes an older pass; an undated one could hide a failure (refused)."""
     best: tuple[Path, Verdict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
         data = read_json_object(path, limit=VERDICT_LIMIT)

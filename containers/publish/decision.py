@@ -25,9 +25,8 @@ Fit = Callable[[dict, Site, object], list[sitefit.Finding]]
 
 
 def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> Review:
-    """The release gate publish runs once the checks passed: the site fit, the diff against
-    ``latest`` (printed and kept) and its busbw against latest's; an error refuses the version
-    unless ``accept`` says why it may go out."""
+    """The release gate once the checks passed: site fit, diff and busbw against ``latest``;
+    an error refuses the version unless ``accept`` says why it may go out."""
     def review(plan: PublishPlan, checks: dict, say: Say) -> dict:
         built = BuildRecord.of(plan.provenance, source=plan.image)
         facts = (probing.known_facts(plan.image, built)

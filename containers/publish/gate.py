@@ -66,9 +66,8 @@ def busbw_check(old: SmokeSummary | None, new: SmokeSummary | None) -> dict:
 
 
 def torch_mismatch(build: str | None, gpu: Gpu, site: str) -> str | None:
-    """Why the image's torch cannot serve ``gpu`` (the target's or its site's GPU kind), or None:
-    a CPU-only torch on a CUDA site runs, slowly and on no GPU, which the site fit only warns of
-    at build; a published image must be the build its GPUs need."""
+    """Why the image's torch cannot serve ``gpu``, or None: a CPU-only torch on a CUDA site
+    runs, on no GPU; a published image must be the build its GPUs need."""
     if gpu == Gpu.NONE or build == gpu:
         return None
     return (f"torch in the image is a {build or 'missing'} build; {site}'s GPUs need a {gpu} "
@@ -171,9 +170,8 @@ def _degraded(folder: Path, record: Mapping) -> str | None:
 
 def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: Gpu = Gpu.NONE,
                      labels: Mapping | None = None) -> list[str]:
-    """Why the run beside ``verdict`` does not bear out a pass of image ``sha256`` (empty: it
-    does), from the run's own files, never the verdict's claims (anyone running smokes may
-    write a results folder)."""
+    """Why the run beside ``verdict`` does not bear out a pass of image ``sha256``, from the
+    run's own files, never the verdict's claims (anyone running smokes may write them)."""
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]

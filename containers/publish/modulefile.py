@@ -80,9 +80,8 @@ def _help_text(spec: ModuleSpec) -> str:
 
 
 def _bind_lines(runtime: str, binds: tuple[str, ...]) -> list[str]:
-    """Lua that sets every bind variable the runtime reads to the user's own binds (the first
-    set) then ``binds``: Apptainer keeps APPTAINER_BIND alone and would drop a user's
-    SINGULARITY_BIND. ``pushenv``: unload gives back what the user had."""
+    """Lua that sets every bind variable the runtime reads to the user's binds then ``binds``
+    (Apptainer would drop a user's SINGULARITY_BIND); ``pushenv``: unload restores them."""
     if not binds:
         return []
     names = BIND_VARIABLES[runtime]

@@ -38,8 +38,7 @@ class Modes:
 
 
 def resolve_group(name: str, *, named_by: str) -> int | None:
-    """The group id for ``name`` (empty: leave groups alone), checked before any work; the
-    error names ``named_by``, a flag (:class:`UsageError`) or a setting (:class:`ConfigError`)."""
+    """The group id for ``name`` (empty: groups alone), checked before any work."""
     if not name:
         return None
 
@@ -82,8 +81,7 @@ def _folders(dest: Path, target: str | None) -> list[Path]:
 
 def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
     """The first thing in ``dest`` publish (of ``target``) or verify (None) must not go
-    through, else None: a link but ``latest`` and ``default``, a file where the layout has a
-    folder, or (publish) a folder it writes into that anyone may write."""
+    through (a link, a misplaced file, a folder anyone may write), else None."""
     paths = list(walk_nofollow(dest))[1:] if target is None else _publish_paths(dest, target)
     for path in paths:
         link = first_link(dest, path)

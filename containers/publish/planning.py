@@ -163,9 +163,8 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
 
 
 def _refuse_other_label(image: Path, provenance: BuildRecord, target: str) -> None:
-    """The image's own ``containers.target`` label must name the target it is published as (a
-    record edited to another name is not its image), where the labels are this build's, not a
-    base's."""
+    """The image's own ``containers.target`` label must name the target it is published as,
+    where the labels are this build's (not a base's)."""
     labels = provenance.labels if isinstance(provenance.labels, dict) else {}
     label = labels.get(LABEL_PREFIX + "target")
     if label != target and labels.get(LABEL_PREFIX + "inputs-hash") == provenance.inputs_hash:

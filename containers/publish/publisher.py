@@ -69,8 +69,7 @@ def refuse_links(plan: PublishPlan) -> None:
 def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, checks: dict,
            key: signing.SigningKey | None, replaced: CatalogueEntry | None, when: str,
            reviewed: dict) -> tuple[dict, list[tuple[Path, bytes, str]]]:
-    """The catalogue entry, with the review's findings, and ``(final path, bytes, commit step)`` of
-    what a version keeps beside its image (its SBOM, the diff against the latest it replaces)."""
+    """The catalogue entry, and what a version keeps beside its image."""
     entry = {
         "target": plan.target.name, "version": plan.version,
         "description": plan.target.description, "license": plan.target.license,

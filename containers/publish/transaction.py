@@ -10,9 +10,8 @@ from containers.files import refuse_replacing, temp_name
 
 
 class Transaction:
-    """Everything one publish makes, so a failure anywhere undoes exactly that: :meth:`install`
-    keeps what a final name held as a hard link until :meth:`done`; :meth:`rollback` puts it
-    back and removes this run's temps and folders, collecting failures as it goes."""
+    """Everything one publish makes, so a failure anywhere undoes exactly that (what a final
+    name held is kept as a hard link until :meth:`done`)."""
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []

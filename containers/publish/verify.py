@@ -131,8 +131,7 @@ def _document(dest: Path, images: list[dict], problems: list[str],
 def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | None = None,
            as_json: bool = False, say: Say = say_line) -> list[tuple]:
     """Check every published image and the catalogue; :class:`VerdictFailed` naming each
-    problem. ``runtime`` is asked for only to check a signature (an unsigned folder verifies
-    without Apptainer); ``as_json``: one JSON document (docs/results.md) instead of the table."""
+    problem. ``runtime`` is asked for only to check a signature."""
     if not dest:
         raise UsageError("give the folder that invoke publish wrote", flag="--dest")
     if target is not None and name_problem("target", target):

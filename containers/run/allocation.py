@@ -23,8 +23,7 @@ SLURM = RENDEZVOUS["slurm"]
 
 @dataclass(frozen=True)
 class Allocation:
-    """The Slurm allocation this process runs in, as its environment names it: what a run inside
-    ``salloc``/``sbatch`` spans by default (``cpus_on_node``: None where Slurm does not say)."""
+    """The Slurm allocation this process runs in, as its environment names it."""
 
     job_id: str
     nodes: int

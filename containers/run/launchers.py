@@ -22,8 +22,7 @@ if TYPE_CHECKING:  # LAUNCHERS is a flag's choices when the command line starts 
 
 @dataclass(frozen=True)
 class Launch:
-    """What a launcher needs of a planned run. ``step``: start the ranks as a job step of the
-    scheduler (srun, mpiexec), as batch scripts and ``--nodes`` runs do; otherwise right here."""
+    """What a launcher needs of a planned run (``step``: as a job step of the scheduler)."""
 
     runtime: Runtime
     image: Path

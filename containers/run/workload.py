@@ -120,8 +120,7 @@ class Outcome:
 
 def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict: bool,
                   extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The site's environment for the container, host variables expanded; on GPU sites the ranks
-    see the first ``ranks`` devices unless the allocation already says which (partial nodes)."""
+    """The site's environment for the container, host variables expanded."""
     env = {key: expand(value, environ, strict=strict) for key, value in site.env.items()}
     visible = site.gpus.kind.visible_devices
     if visible and visible not in environ and visible not in env:
