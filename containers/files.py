@@ -62,9 +62,8 @@ def read_regular(path: Path, *, limit: int) -> bytes:
 RESULT_LIMIT = 256 << 20
 
 
-#: The deepest a JSON or YAML value the tool reads may nest. Python walks nesting by recursion
-#: (a copy, a dump, a model's check), which ends near 1,000 frames, two or more per level: a
-#: deeper value is refused at its reader, in one line naming the file, before anything walks it.
+#: The deepest a JSON or YAML value the tool reads may nest: Python walks nesting by recursion,
+#: which ends near 1,000 frames, so a deeper value is refused at its reader, naming the file.
 MAX_DEPTH = 100
 
 
@@ -116,8 +115,7 @@ def read_json_state(path: Path, *, limit: int, missing: object, unreadable: str,
 
 
 def read_json_object(path: Path, *, limit: int = RESULT_LIMIT) -> dict | None:
-    """The JSON object in ``path``, or None when it is missing, unreadable, not JSON or not an
-    object: a results folder is shared and a killed run leaves files cut short, so one bad
+    """The JSON object in ``path``, or None: a killed run leaves files cut short, and one bad
     file must not stop the judging of the others."""
     try:
         value = read_regular_json(path, limit=limit)
@@ -177,10 +175,8 @@ def _open_to_others(folder: str, info: os.stat_result) -> str | None:
 
 
 def _repointable(link: str, info: os.stat_result, folder: os.stat_result) -> str | None:
-    """Why ``link`` (``info``, in a folder of ``folder``) could be re-pointed by someone else,
-    else None: a link in a world-writable folder is followed only when it is the user's own, or
-    root's in root's folder (``fs.protected_symlinks``: the follower's or the folder owner's;
-    the cache's rule: never another user's)."""
+    """Why ``link`` could be re-pointed by someone else: in a world-writable folder only the
+    user's own, or root's in root's folder, is followed (``fs.protected_symlinks``' rule)."""
     trusted = info.st_uid == os.geteuid() or info.st_uid == folder.st_uid == 0
     if trusted or not folder.st_mode & 0o002:
         return None
@@ -221,9 +217,8 @@ def unsafe_way(path: Path) -> str | None:
 
 
 def not_yours_alone(path: Path, info: os.stat_result, *, uid: int | None = None) -> str | None:
-    """Why ``path`` (``info``, from ``lstat``) is not the user's alone, as words after its name,
-    else None: a link, another user's, or writable by its group or others. The one rule for
-    what the tool trusts: the package cache, a signing keyring, the local cluster's record."""
+    """Why ``path`` is not the user's alone (a link, another user's, group- or world-writable),
+    else None: the one rule for what the tool trusts (the cache, a keyring, a cluster record)."""
     uid = os.geteuid() if uid is None else uid
     mode = stat.S_IMODE(info.st_mode)
     if stat.S_ISLNK(info.st_mode):
@@ -323,9 +318,8 @@ def _not_ours(info: os.stat_result) -> str | None:
 
 
 def replace_into(temp: Path, path: Path) -> None:
-    """Rename ``temp`` over ``path``, if :func:`refuse_replacing` lets ``path`` be replaced:
-    the one commit of every file this tool writes (records, scripts, images, published files).
-    A rename replaces the name, never what a link there points to."""
+    """Rename ``temp`` over ``path`` if it may be replaced: the one commit of every file this
+    tool writes (a rename replaces the name, never what a link there points to)."""
     refuse_replacing(path)
     os.replace(temp, path)
 

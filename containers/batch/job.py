@@ -38,10 +38,8 @@ __all__ = ["Job", "JobNeeds", "JobRequest", "JobRun", "job_run", "plan_job"]
 # ------------------------------------------------------------------------------------- the job
 @dataclass(frozen=True)
 class JobNeeds:
-    """What a job is planned from, resolved once (``Project.job_needs``); ``site_arch``: its
-    nodes' (None: unknown); ``judge`` and ``tool``: the package folders a node of another
-    architecture needs (:mod:`containers.batch.judgeenv`; ``judge`` None: this checkout judges,
-    or the image's Python is unknown, then not ``ready``)."""
+    """What a job is planned from, resolved once; ``judge`` and ``tool``: the package folders a
+    node of another architecture needs (``judge`` None: this checkout judges, or not ``ready``)."""
 
     target: Target
     site: Site

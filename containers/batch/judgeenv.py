@@ -32,11 +32,8 @@ from containers.inputs.settings import Settings
 from containers.inputs.versions import major_minor
 from containers.records import BuildRecord
 
-#: What ``import tasks`` and :mod:`containers.app.judging` import beyond the standard library
-#: (invoke, PyYAML, rich, psutil, pydantic for the site profiles; matplotlib for the smoke
-#: verdict's busbw PNGs, which the images need not have), with all their own dependencies
-#: (pip runs with ``--no-deps``; tests/batch/test_judgeenv.py checks the list is closed under
-#: this environment's metadata and holds what judging imports).
+#: What ``import tasks`` and :mod:`containers.app.judging` import beyond the standard library,
+#: with all their own dependencies (pip runs ``--no-deps``; a test checks the list is closed).
 JUDGE_PACKAGES = ("invoke", "PyYAML", "rich", "markdown-it-py", "mdurl", "Pygments", "psutil",
                   "matplotlib", "contourpy", "cycler", "fonttools", "kiwisolver", "numpy",
                   "packaging", "pillow", "pyparsing", "python-dateutil", "tzdata", "pydantic",

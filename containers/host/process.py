@@ -86,11 +86,8 @@ def _signal_all(procs: Sequence[psutil.Process], sig: signal.Signals) -> None:
 
 
 def _wait_gone(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Those of ``procs`` still running after up to ``timeout`` seconds.
-
-    Not ``psutil.wait_procs``: it reaps our own child behind ``Popen``'s back (whose returncode
-    would then read 0) and counts a zombie whose parent has not reaped it yet as alive.
-    """
+    """Those of ``procs`` still running after up to ``timeout`` seconds. Not
+    ``psutil.wait_procs``: it reaps our child behind ``Popen``'s back and counts zombies alive."""
     deadline = time.monotonic() + timeout
     alive = [p for p in procs if not _gone(p)]
     while alive and time.monotonic() < deadline:

@@ -73,9 +73,7 @@ def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -
                             f"({exc})", argv=argv) from exc
 
 
-#: Which Python 3 an image runs (``python3`` on its own PATH): the probe, smoke and the examples
-#: all run ``python3``, so a ``python`` that is Python 2 (CentOS 7, old Horovod images) counts
-#: for nothing.
+#: Which Python 3 an image runs: everything runs ``python3`` (a ``python`` may be Python 2).
 _WHICH_PYTHON = "command -v python3"
 
 

@@ -321,10 +321,8 @@ def section_header(raw: str) -> tuple[str, str] | None:
 
 def _header(lines: list[str], start: int, path: Path | None
             ) -> tuple[dict[str, str], dict[str, int]]:
-    """A stage's header values and their lines, read as Apptainer's ``doHeader`` reads them:
-    blank and comment lines skipped, ``#`` ends a value, a value ending in ``\\`` goes on in the
-    next line. A key given twice is refused: Apptainer keeps the last (a second ``From:`` below
-    the one a manifest's base fills would silently replace the base)."""
+    """A stage's header values and their lines, as Apptainer's ``doHeader`` reads them; a key
+    given twice is refused (Apptainer keeps the last: a second ``From:`` would replace the base)."""
     values: dict[str, str] = {}
     numbers: dict[str, int] = {}
     pending: str | None = None

@@ -327,8 +327,7 @@ def load_env_spec(path: Path) -> EnvSpec:
 
 
 def load_target_env(target: EnvTarget) -> EnvSpec | None:
-    """``target``'s env spec (None when it has none), checked as every use of it needs:
-    requirements.txt and cotainr's Conda pip step take the pip list as written."""
+    """``target``'s env spec (None when it has none), checked as every use of it needs."""
     if target.env is None:
         return None
     spec = load_env_spec(target.env)

@@ -198,8 +198,7 @@ def load_target(path: Path, *, root: Path) -> Target:
 
 
 def base_names(targets: Mapping[str, Target], name: str) -> list[str]:
-    """``name`` and its bases, base-most first, as far as the chain goes: to a base that did not
-    load (listed all the same) or back to one already listed (a loop)."""
+    """``name`` and its bases, base-most first, to a base that did not load or a loop."""
     chain: list[str] = []
     current: str | None = name
     while current is not None and current not in chain:

@@ -128,8 +128,7 @@ class Settings:
     cache_group: str = ""
 
     def account_for(self, site: str) -> str | None:
-        """The configured account for ``site`` (``containers.accounts.<site>``, else
-        ``containers.account``); None when neither is set."""
+        """The configured account for ``site`` (``accounts.<site>``, else ``account``), or None."""
         return self.accounts.get(site) or self.account or None
 
     @property

@@ -499,8 +499,7 @@ class Profile(Part):
 
 
 def _raw_names(info: ValidationInfo) -> list[str]:
-    """The partition names the profile gives (even where a partition's limits are wrong, so
-    a name that refers to one is checked all the same)."""
+    """The partition names the profile gives, even where a partition's limits are wrong."""
     raw = (info.context or {}).get("raw")
     value = raw.get("partitions") if isinstance(raw, dict) else None
     if isinstance(value, dict):
@@ -517,8 +516,7 @@ class Site(Profile):
     lines: SkipJsonSchema[dict[str, int]] = Field(default_factory=dict, repr=False)
 
     def partition(self, name: str | None) -> Partition:
-        """``name``'s limits; a partition the profile does not describe (or no partition: the
-        scheduler's default) has none."""
+        """``name``'s limits; a partition the profile does not describe has none."""
         if (name or "") in self.partitions:
             return self.partitions[name or ""]
         unknown = Partition()
@@ -539,8 +537,7 @@ class Site(Profile):
         return found
 
     def mem_per_gpu_gb(self, partition: Partition) -> int:
-        """The memory a job on ``partition`` asks per GPU (0: the scheduler's default), capped
-        by what its nodes allocate per GPU."""
+        """The memory a job on ``partition`` asks per GPU, capped by what its nodes allocate."""
         share = partition.gpu_share(self.gpus_in(partition))
         per_gpu = self.memory.per_gpu_gb
         return min(per_gpu, share) if per_gpu and share is not None else per_gpu
@@ -582,8 +579,7 @@ def load_site(path: Path) -> Site:
 
 
 def _key_lines(data: Any, prefix: str = "") -> dict[str, int]:
-    """The line of every key, nested ones as ``gpus.per_node``: a check made after loading
-    (a launcher that does not fit the scheduler) points at the line all the same."""
+    """The line of every key, nested ones as ``gpus.per_node``, for checks after loading."""
     lines: dict[str, int] = {}
     if hasattr(data, "line_of"):
         for key, value in data.items():
@@ -612,8 +608,7 @@ def code_in_value(value: str) -> str | None:
 
 
 def host_variables(texts: Iterable[str]) -> list[str]:
-    """The host variables ``texts`` name (``$VAR``, ``${VAR}``; ``$$`` is the container's
-    ``$``, no host variable), each once, in the order they first appear."""
+    """The host variables ``texts`` name (``$$`` is the container's ``$``), each once."""
     names = (match.group(1) or match.group(2) for text in texts
              for match in HOST_VAR.finditer(text))
     return list(dict.fromkeys(name for name in names if name))
@@ -660,8 +655,7 @@ def bind_problem(bind: str) -> str | None:
 
 
 def load_sites(root: Path) -> dict[str, Site]:
-    """Every site profile; a file name that breaks the name rule, or a profile that is a link
-    out of the project, is refused (the name becomes part of batch scripts and paths)."""
+    """Every site profile, each file's name checked (it becomes part of scripts and paths)."""
     return {p.stem: load_site(p) for p in input_files(root / "sites", kind="site", root=root)}
 
 

@@ -41,12 +41,8 @@ def deepspeed_only(example: str, *, example_flag: str = "--example", **given: An
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """``invoke train``'s run options, checked when made (the script's rules, ``jobs/choices``).
-
-    ``batch_size`` is the GLOBAL batch: it must divide over the ``gpus`` ranks of a node here,
-    and over every rank of every node once a run spans several (see :meth:`TrainKind.launch`).
-    Left out, it is the seed preset's (Olivia's 256), else :data:`DEFAULT_BATCH`.
-    """
+    """``invoke train``'s run options, checked when made (the script's rules). ``batch_size`` is
+    the GLOBAL batch, divided over every rank; left out, the seed preset's, else the default."""
 
     example: str = flags.Option("how the model is distributed", flags.EXAMPLE,
                                 in_job=False).field("ddp")

@@ -21,11 +21,9 @@ NETWORK_LINE = re.compile(r"NCCL INFO (NET/\w+|Using network )")
 #: (plugin/net.cc: ``Failed to initialize any NET plugin``).
 PLUGIN_FAILED = re.compile(r"\bError: network (?P<net>.*?) ?not found\b"
                            r"|\bFailed to initialize any NET plugin\b")
-#: NCCL/RCCL's own lines when the network plugin library did not load (``libnccl-net.so``, RCCL's
-#: ``librccl-net.so``), across versions: ``Could not find: …``, ``No plugin found (…)``,
-#: ``dlerror=…``, ``Plugin load returned …``, ``libnccl-net.so: <loader error>``. They also appear
-#: in good runs (one of several names tried), so they count only where NCCL_NET is set and the
-#: expected line is missing.
+#: NCCL/RCCL's own lines when the network plugin library did not load, across versions; good
+#: runs print them too (one of several names tried), so they count only where NCCL_NET is set
+#: and the expected line is missing.
 PLUGIN_NOT_LOADED = re.compile(r"NET/Plugin ?: (Could not find\b|No plugin found\b|dlerror=|"
                                r"Plugin load returned\b|Most recent plugin load returned\b|"
                                r"\S*[nr]ccl-net\S*\.so: )")

@@ -28,9 +28,7 @@ from containers.run.command import KIND as RUN_KIND
 # Runs a short smoke of the image (its output through the given ``Say``); raises
 # VerdictFailed when it is wrong, PerformanceFailed when it is only slow.
 QuickCheck = Callable[[Say], None]
-#: The collectives it measured (``ops``) and each one's verdict, performance and largest size
-#: (``collectives``) travel with it, so the catalogue says which ops were proven, not only
-#: all_reduce.
+#: ``ops`` and ``collectives`` travel with it, so the catalogue says which ops were proven.
 SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "device_kind",
               "wrong_total", "cycles", "largest", "transport", "performance", "stack", "seconds",
               "date", "ops", "collectives")

@@ -75,10 +75,8 @@ def torch_mismatch(build: str | None, gpu: Gpu, site: str) -> str | None:
 
 
 # ------------------------------------------------------------------- the verdict's evidence
-#: The labels that tell one build from another (the target, its inputs, the tool's build date and
-#: Apptainer's own, to the second). Each rank reads them inside the image it runs in
-#: (``/.singularity.d/labels.json``, jobs/devices.py) into its ``device-<N>.json``; the image's
-#: build record holds the same labels, read from the built image.
+#: The labels that tell one build from another, which each rank reads inside the image it runs
+#: in (jobs/devices.py) and the image's build record holds too.
 IDENTITY_LABELS = ("containers.target", "containers.inputs-hash", "containers.build-date",
                    "org.label-schema.build-date")
 

@@ -126,10 +126,8 @@ def render_modulefile(spec: ModuleSpec) -> str:
 
 
 def render_exec_wrapper(target: str) -> str:
-    """``<target>-exec COMMAND...``: run COMMAND in ``$SIF`` with the runtime and GPU flag of the
-    loaded module's version (``CONTAINER_RUNTIME``, ``CONTAINER_GPU_FLAG``). A runtime that is
-    not on PATH is named in one line with the modules that bring it (``CONTAINER_MODULES``),
-    exit 127, rather than bash's "command not found" from the last line."""
+    """``<target>-exec COMMAND...``: run COMMAND in ``$SIF`` with the loaded version's runtime
+    and GPU flag; a runtime not on PATH is named in one line with the modules that bring it."""
     name = exec_name(target)
     return f"""#!/usr/bin/env bash
 # {comment_text(name)} COMMAND [ARGS...]: run COMMAND in the image of the loaded module

@@ -119,9 +119,8 @@ class PublishPlan:
         return self.folder / "bin" / exec_name(self.target.name)
 
 
-#: The caller's review of a version before it is published (site fit, diff against latest,
-#: release gate): (plan, checks, say) -> what the entry records ({"fit", "gate", "stack",
-#: "diff"}); raises VerdictFailed to refuse it.
+#: The caller's review of a version before it is published: (plan, checks, say) -> what the
+#: entry records ({"fit", "gate", "stack", "diff"}); raises VerdictFailed to refuse it.
 Review = Callable[[PublishPlan, dict, Say], dict]
 
 
