@@ -1,9 +1,7 @@
 """The one error family of the tool, and the one place that turns an error into what a user sees.
 
-Every user-facing failure is a :class:`ContainersError`, caught once by the command line
-(:func:`describe` gives the line and the exit code) and printed as one line with no traceback; a
-builtin exception escaping means a bug. Each kind's docstring says when it is raised and its
-``exit_code`` the exit status (the troubleshooting page lists them from there).
+Every user-facing failure is a :class:`ContainersError`, caught once by the command line and
+printed as one line with no traceback; a builtin exception escaping means a bug.
 """
 
 from __future__ import annotations
@@ -48,9 +46,8 @@ class ConfigError(ContainersError):
 
 
 class Problems(ConfigError):
-    """Several problems found in one pass (``invoke check``, a mapping with several bad keys):
-    the message is one line per problem, then their count, so a user fixes them all after one
-    run instead of one per run. Raised only for two or more; one problem is raised as itself."""
+    """Two or more problems found in one pass (``invoke check``): one line each, then their
+    count, so a user fixes them all after one run."""
 
     def __init__(self, problems: Sequence[ContainersError]) -> None:
         self.problems: list[ContainersError] = list(flatten(problems))
@@ -90,10 +87,9 @@ class StateError(ContainersError):
 
 
 class WriteRefused(StateError):
-    """A file the tool was to write is there already as something it must not replace: a
-    symbolic link (written through, ``ln -s /etc/passwd job.sh`` would replace the system
-    file), a device, FIFO, socket or folder (renamed over, ``/dev/null`` would become a regular
-    file), or another user's file. Raised before anything is written."""
+    """A file the tool was to write is there as something it must not replace, refused before
+    anything is written: a link (``ln -s /etc/passwd job.sh`` would be written through), a
+    device (``/dev/null`` would become a file), a folder or another user's file."""
 
 
 class RuntimeNotFound(ContainersError):
@@ -167,11 +163,8 @@ def os_failure(exc: OSError) -> str:
 
 @contextmanager
 def on_disk(doing: str, path: Path | str | None = None) -> Iterator[None]:
-    """Turn an OSError of a write or a folder made on the user's disk (a read-only or full file
-    system, a folder without write permission) into one :class:`StateError` line saying what
-    the tool was doing (``cannot create the results folder /r: Read-only file system (/r)``).
-    Wrap only the file operations themselves, never a subprocess or a check that expects an
-    OSError of its own."""
+    """An OSError of a write on the user's disk as one :class:`StateError` line saying what the
+    tool was doing; wrap only file operations, never a subprocess."""
     try:
         yield
     except OSError as exc:
@@ -201,9 +194,7 @@ def readable(text: str) -> str:
 
 
 def describe(exc: ContainersError) -> tuple[str, int]:
-    """The line a user sees for ``exc`` and the exit code: the single place errors print, cut
-    to a readable length (:func:`readable`). :class:`Problems` gives one ``error:`` line per
-    problem and then the count."""
+    """The line a user sees for ``exc`` and the exit code: the single place errors print."""
     if isinstance(exc, Problems):
         # each problem is one line already; a newline inside one is folded
         lines = [*("error: " + str(p).replace("\n", " ") for p in exc.problems),

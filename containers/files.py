@@ -1,11 +1,8 @@
 """File primitives every stage shares: atomic writes, fsync, hashing, symlink swaps.
 
-Every file is written to a temp name in its folder, fsynced and renamed (links are swapped the
-same way), so a reader sees the old content or the new. Before anything is written,
-:func:`refuse_replacing` refuses in one line (:class:`WriteRefused`) a destination that is not a
-regular file of the user's, and (:func:`unsafe_way`) a way to it through a folder someone else
-could change: root cannot be made to overwrite ``/etc/passwd``, turn ``/dev/null`` into a file,
-or write where another user's link points."""
+Every file is written to a temp name in its folder, fsynced and renamed, so a reader sees the
+old content or the new; a destination that is not a regular file of the user's, or a way to it
+someone else could change, is refused first (root cannot be made to overwrite ``/etc/passwd``)."""
 
 from __future__ import annotations
 
@@ -25,9 +22,7 @@ _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, 
 
 
 class FileRefused(ValueError):
-    """A file this tool will not read: not a regular file, or larger than the caller allows.
-    Callers turn it into the error of their family (an input's ConfigError, a state file's
-    StateError), naming the file."""
+    """A file this tool will not read: not a regular file, or larger than allowed."""
 
 
 def file_type(mode: int) -> str:
@@ -43,13 +38,9 @@ def _check_regular(info: os.stat_result, limit: float = float("inf")) -> None:
 
 
 def read_regular(path: Path, *, limit: int) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes.
-
-    A FIFO, a device (``/dev/zero``) or a folder is refused by ``stat`` before it is opened, so
-    reading never blocks or grows without end; the open is ``O_NONBLOCK`` and checked again on
-    the descriptor, so a FIFO swapped in meanwhile cannot block either, and at most ``limit + 1``
-    bytes are read. Raises :class:`FileRefused`, or ``OSError`` (``FileNotFoundError``...).
-    """
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes: checked before
+    the (non-blocking) open and again on the descriptor, so a FIFO or device swapped in never
+    blocks or grows the read. :class:`FileRefused`, or ``OSError``."""
     _check_regular(os.stat(path), limit)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -71,9 +62,8 @@ def read_regular(path: Path, *, limit: int) -> bytes:
 RESULT_LIMIT = 256 << 20
 
 
-#: The deepest a JSON or YAML value the tool reads may nest. Python walks nesting by recursion
-#: (a copy, a dump, a model's check), which ends near 1,000 frames, two or more per level: a
-#: deeper value is refused at its reader, in one line naming the file, before anything walks it.
+#: The deepest a JSON or YAML value the tool reads may nest: Python walks nesting by recursion,
+#: which ends near 1,000 frames, so a deeper value is refused at its reader, naming the file.
 MAX_DEPTH = 100
 
 
@@ -85,8 +75,7 @@ class TooDeep(ValueError):
 
 
 def check_depth(value: object) -> object:
-    """``value`` when it nests at most :data:`MAX_DEPTH` levels, else :class:`TooDeep`; walked
-    level by level, without recursion."""
+    """``value`` when it nests at most :data:`MAX_DEPTH` levels (walked without recursion)."""
     layer = [value]
     for _ in range(MAX_DEPTH + 1):
         layer = [child for item in layer if isinstance(item, (dict, list))
@@ -97,8 +86,7 @@ def check_depth(value: object) -> object:
 
 
 def json_value(text: str | bytes) -> object:
-    """``text`` read as JSON: the one JSON reader of the tool. ``ValueError`` for bad UTF-8,
-    bad JSON and :class:`TooDeep` (the parser's own recursion ends there too)."""
+    """``text`` read as JSON: the tool's one JSON reader (ValueError, :class:`TooDeep`)."""
     try:
         return check_depth(json.loads(text.decode("utf-8") if isinstance(text, bytes) else text))
     except RecursionError as exc:
@@ -106,17 +94,15 @@ def json_value(text: str | bytes) -> object:
 
 
 def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
-    """The JSON value in ``path`` (:func:`read_regular`); every way to fail (bad UTF-8 or JSON,
-    :class:`TooDeep`, :class:`FileRefused`) is an ``OSError`` or a ``ValueError``."""
+    """The JSON value in ``path``; every failure is an ``OSError`` or a ``ValueError``."""
     return json_value(read_regular(path, limit=limit))
 
 
 def read_json_state(path: Path, *, limit: int, missing: object, unreadable: str,
                     invalid: str) -> object:
-    """The JSON value of a state file one command keeps for the next (a catalogue, a build
-    record), ``missing`` when there is none yet. Any other failure stops the command: a
-    :class:`StateError` naming the file, worded by the caller's templates (``unreadable`` takes
-    ``{exc}``, ``invalid`` takes ``{detail}``, the parser's first line)."""
+    """The JSON value of a state file (a catalogue, a build record), ``missing`` when there is
+    none; any other failure a :class:`StateError` worded by ``unreadable`` (``{exc}``) or
+    ``invalid`` (``{detail}``)."""
     try:
         return read_regular_json(path, limit=limit)
     except FileNotFoundError:
@@ -129,8 +115,7 @@ def read_json_state(path: Path, *, limit: int, missing: object, unreadable: str,
 
 
 def read_json_object(path: Path, *, limit: int = RESULT_LIMIT) -> dict | None:
-    """The JSON object in ``path``, or None when it is missing, unreadable, not JSON or not an
-    object: a results folder is shared and a killed run leaves files cut short, so one bad
+    """The JSON object in ``path``, or None: a killed run leaves files cut short, and one bad
     file must not stop the judging of the others."""
     try:
         value = read_regular_json(path, limit=limit)
@@ -140,16 +125,12 @@ def read_json_object(path: Path, *, limit: int = RESULT_LIMIT) -> dict | None:
 
 
 def read_regular_text(path: Path, *, limit: int = RESULT_LIMIT) -> str:
-    """The text of ``path`` (:func:`read_regular`), a byte that is not UTF-8 replaced: for logs,
-    which a killed process may have cut inside a character."""
+    """The text of ``path``, bad UTF-8 replaced (a killed process may cut a character)."""
     return read_regular(path, limit=limit).decode("utf-8", errors="replace")
 
 
 def open_append_regular(path: Path, *, mode: int = 0o644) -> BinaryIO:
-    """``path`` opened to read and append (created if missing), if it is a regular file of
-    ours: a link, a FIFO, a device or another user's file planted there is refused
-    (:class:`WriteRefused`) before anything is written; the open is ``O_NOFOLLOW`` and
-    ``O_NONBLOCK`` (it never blocks) and checked again on the descriptor."""
+    """``path`` opened to read and append (created if missing) if it is a file of ours."""
     refuse_replacing(path, doing="append to")
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW
                  | os.O_CLOEXEC, mode)
@@ -165,15 +146,13 @@ def open_append_regular(path: Path, *, mode: int = 0o644) -> BinaryIO:
 
 
 def resolves_outside(path: Path, root: Path) -> Path | None:
-    """Where ``path`` really is (links followed) when that is outside ``root``; else None.
-    Inputs must be the project's own files: a link out of it is refused by the caller."""
+    """Where ``path`` really is (links followed) when that is outside ``root``; else None."""
     resolved = path.resolve()
     return None if resolved.is_relative_to(root.resolve()) else resolved
 
 
 def not_a_folder(path: Path) -> str | None:
-    """Why ``path`` cannot be a folder of ours: it, or the nearest part of it that exists, is a
-    file (or a FIFO, a device...); else None (a folder, or one that can be created)."""
+    """Why ``path`` cannot be a folder of ours (it, or its nearest part, is a file)."""
     for part in (path, *path.parents):
         if os.path.lexists(part):
             if part.is_dir():
@@ -196,10 +175,8 @@ def _open_to_others(folder: str, info: os.stat_result) -> str | None:
 
 
 def _repointable(link: str, info: os.stat_result, folder: os.stat_result) -> str | None:
-    """Why ``link`` (``info``, in a folder of ``folder``) could be re-pointed by someone else,
-    else None: a link in a world-writable folder is followed only when it is the user's own, or
-    root's in root's folder (``fs.protected_symlinks``: the follower's or the folder owner's;
-    the cache's rule: never another user's)."""
+    """Why ``link`` could be re-pointed by someone else: in a world-writable folder only the
+    user's own, or root's in root's folder, is followed (``fs.protected_symlinks``' rule)."""
     trusted = info.st_uid == os.geteuid() or info.st_uid == folder.st_uid == 0
     if trusted or not folder.st_mode & 0o002:
         return None
@@ -208,12 +185,10 @@ def _repointable(link: str, info: os.stat_result, folder: os.stat_result) -> str
 
 
 def unsafe_way(path: Path) -> str | None:
-    """Why what is written at or in ``path`` could land where someone else chooses, in one line
-    naming ``path`` and the folder or link, else None. Every folder on the way (``path`` too,
-    when a folder) is walked as the kernel walks it (``lstat`` at each step, links followed):
-    none may be world-writable without the sticky bit, and no link may be another user's in a
-    world-writable folder (:func:`_repointable`), whatever the machine's
-    ``fs.protected_symlinks``. What does not exist yet is made by this tool, in a folder checked."""
+    """Why what is written at or in ``path`` could land where someone else chooses, else None:
+    walked as the kernel walks it, no folder on the way may be world-writable without the
+    sticky bit, and no link another user's in a world-writable folder (whatever the machine's
+    ``fs.protected_symlinks``)."""
     todo = list((Path.cwd() / path).parts[1:])  # ".." after a link is the kernel's to read
     here, links = "/", 0
     while True:
@@ -242,9 +217,8 @@ def unsafe_way(path: Path) -> str | None:
 
 
 def not_yours_alone(path: Path, info: os.stat_result, *, uid: int | None = None) -> str | None:
-    """Why ``path`` (``info``, from ``lstat``) is not the user's alone, as words after its name,
-    else None: a link, another user's, or writable by its group or others. The one rule for
-    what the tool trusts: the package cache, a signing keyring, the local cluster's record."""
+    """Why ``path`` is not the user's alone (a link, another user's, group- or world-writable),
+    else None: the one rule for what the tool trusts (the cache, a keyring, a cluster record)."""
     uid = os.geteuid() if uid is None else uid
     mode = stat.S_IMODE(info.st_mode)
     if stat.S_ISLNK(info.st_mode):
@@ -257,8 +231,7 @@ def not_yours_alone(path: Path, info: os.stat_result, *, uid: int | None = None)
 
 
 def first_link(base: Path, path: Path) -> Path | None:
-    """The first folder or file of ``path`` below ``base`` that is a symbolic link (``lstat``
-    at every level; ``base`` itself is the caller's choice and not checked), else None."""
+    """The first folder or file of ``path`` below ``base`` that is a link, else None."""
     current = base
     for part in path.relative_to(base).parts:
         current = current / part
@@ -272,8 +245,7 @@ def first_link(base: Path, path: Path) -> Path | None:
 
 
 def walk_nofollow(root: Path) -> Iterator[Path]:
-    """``root`` (when it exists) and everything below it, never entering a linked folder: a
-    link is yielded as itself, so the caller sees it instead of what it points at."""
+    """``root`` and everything below it, never entering a linked folder."""
     try:
         info = os.lstat(root)
     except FileNotFoundError:
@@ -296,8 +268,7 @@ def fsync_path(path: Path) -> None:
 
 
 def temp_name(path: Path, kind: str = "tmp") -> Path:
-    """The temp name beside ``path`` this process uses for it: ``.<name>.<pid>.<kind>``
-    (ending ``.tmp`` or ``.partial``: names every sweep and ``verify`` know as leftovers)."""
+    """``.<name>.<pid>.<kind>`` beside ``path``: a name sweeps and verify know."""
     return path.with_name(f".{path.name}.{os.getpid()}.{kind}")
 
 
@@ -312,19 +283,16 @@ def _owner(uid: int) -> str:
 
 
 def refuse_unsafe_way(path: Path) -> None:
-    """Raise :class:`WriteRefused` when a file at ``path`` could land where someone else
-    chooses (:func:`unsafe_way`)."""
+    """Raise :class:`WriteRefused` when :func:`unsafe_way` finds why."""
     way = unsafe_way(path)
     if way:
         raise WriteRefused(f"{way}; refusing to write there")
 
 
 def refuse_replacing(path: Path, *, doing: str = "replace") -> None:
-    """Raise :class:`WriteRefused` when ``path`` exists and is not a regular file of ours (a
-    link, a device, a FIFO, a socket, a folder, or another user's file, root running or not);
-    nothing when it is missing or ours to ``doing`` (``replace``, ``append to``). ``lstat``: a
-    link is judged as itself, never followed. First, the folders on the way
-    (:func:`refuse_unsafe_way`): every writer comes here before it makes a temp or a folder."""
+    """:class:`WriteRefused` when the way to ``path`` is unsafe, or ``path`` exists and is not
+    a regular file of ours (a link judged as itself), root running or not: every writer comes
+    here before it makes a temp or a folder."""
     refuse_unsafe_way(path)
     try:
         info = os.lstat(path)
@@ -350,17 +318,14 @@ def _not_ours(info: os.stat_result) -> str | None:
 
 
 def replace_into(temp: Path, path: Path) -> None:
-    """Rename ``temp`` over ``path``, if :func:`refuse_replacing` lets ``path`` be replaced:
-    the one commit of every file this tool writes (records, scripts, images, published files).
-    A rename replaces the name, never what a link there points to."""
+    """Rename ``temp`` over ``path`` if it may be replaced: the one commit of every file this
+    tool writes (a rename replaces the name, never what a link there points to)."""
     refuse_replacing(path)
     os.replace(temp, path)
 
 
 def _open_temp(path: Path, mode: int | None) -> tuple[Path, int]:
-    """A new temp file beside ``path`` (:func:`temp_name`, ``O_EXCL``, never through a link)
-    and its descriptor; ``mode``: its permissions exactly, set before any byte is written (else
-    0666 less the umask)."""
+    """A new temp file beside ``path`` and its descriptor, born with ``mode``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(path)
     tmp.unlink(missing_ok=True)  # a stale temp (or a link planted there) is never written through
@@ -372,10 +337,7 @@ def _open_temp(path: Path, mode: int | None) -> tuple[Path, int]:
 
 
 def write_temp(path: Path, data: bytes, *, mode: int | None = None) -> Path:
-    """Write ``data`` to a new temp file beside ``path`` (:func:`_open_temp`), fsynced; the
-    temp's path. Renaming it over ``path`` (:func:`replace_into`) is the caller's commit;
-    removing it, its undo. What is at ``path``, and the way to it, are checked first
-    (:func:`refuse_replacing`)."""
+    """``data`` in a fsynced temp beside ``path``; the caller renames (commit) or removes it."""
     refuse_replacing(path)
     tmp = temp_name(path)
     try:
@@ -392,16 +354,13 @@ def write_temp(path: Path, data: bytes, *, mode: int | None = None) -> Path:
 
 
 def _name_in(exc: BaseException, path: Path) -> None:
-    """Give an OSError from a write (ENOSPC has no file name) the name of the file written."""
+    """Give an OSError from a write (ENOSPC has no file name) the file's name."""
     if isinstance(exc, OSError) and exc.filename is None:
         exc.filename = str(path)
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder, fsync, rename: readers
-    see the old file or the new one, never a half-written one. What is at ``path`` is checked
-    (:func:`refuse_replacing`) before the temp is made and again at the rename. ``mode``: as
-    :func:`write_temp` takes it."""
+    """Write ``data`` to ``path`` through a temp file, fsync, rename (old or new, whole)."""
     tmp = write_temp(path, data, mode=mode)
     try:
         replace_into(tmp, path)
@@ -414,9 +373,7 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
 
 
 def create_replacing(path: Path) -> BinaryIO:
-    """A new, empty file at ``path``, open for writing: made under a temp name and renamed into
-    place at once (:func:`replace_into`), for a log that grows while a run goes on (readers
-    may follow it) but must never be written through a link or into a device."""
+    """A new, empty file at ``path`` for a growing log, renamed into place at once."""
     refuse_replacing(path)
     tmp, fd = _open_temp(path, None)
     handle = os.fdopen(fd, "wb")
@@ -443,10 +400,9 @@ def sha256_file(path: Path, *, progress: Callable[[int], None] | None = None) ->
 def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = COPY_CHUNK,
                  after_chunk: Callable[[], None] | None = None,
                  progress: Callable[[int], None] | None = None) -> str:
-    """Copy ``source`` to a new file ``dest`` (never an existing one: ``O_EXCL``) born with
-    ``mode``, fsync it, and return the sha256 of the bytes read: a copy checked against a
-    recorded hash in the same pass that makes it. ``progress`` is told each chunk's size;
-    ``after_chunk`` runs after each chunk (a fault-injection hook)."""
+    """Copy ``source`` to a new file ``dest`` born with ``mode``, fsynced; the sha256 of the
+    bytes read, so the copy is checked in the pass that makes it. ``after_chunk``: a
+    fault-injection hook."""
     refuse_replacing(dest)
     digest = hashlib.sha256()
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -468,9 +424,7 @@ def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = CO
 
 
 def temp_symlink(link: Path, target: str) -> Path:
-    """A new symlink to ``target`` under ``link``'s temp name (:func:`temp_name`): renaming it
-    over ``link`` swaps the link atomically. The way to it is checked first
-    (:func:`refuse_unsafe_way`)."""
+    """A new symlink to ``target`` under ``link``'s temp name, to swap over ``link`` atomically."""
     refuse_unsafe_way(link)
     temp = temp_name(link)
     temp.unlink(missing_ok=True)

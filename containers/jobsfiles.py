@@ -1,9 +1,8 @@
 """The one place the engine loads files of ``jobs/`` (by path): the edges from the host into the
 scripts that run inside the images.
 
-``jobs/`` is not a package: in an image its scripts import each other as top-level siblings,
-and the host must read the very files a run binds. Only standard-library files are loaded here;
-no other module loads a ``jobs/`` file by path (tests/test_jobsfiles.py checks it)."""
+``jobs/`` is not a package (in an image its scripts import each other as siblings), and the
+host must read the very files a run binds."""
 
 from __future__ import annotations
 

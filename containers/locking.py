@@ -1,9 +1,7 @@
 """Advisory file locks, so two builds (or publishes) of the same thing never interleave.
 
-A ``flock`` belongs to the open file, so the kernel drops it when its holder dies, however it
-dies (SIGKILL included): a lock that nobody holds is how a sweep knows that what it protects
-(a build's work folder, a partial image) has no live owner. The holder also writes its PID into
-the lock file, so a report can say whose a leftover was.
+The kernel drops a ``flock`` when its holder dies, however it dies, so a lock nobody holds tells
+a sweep that what it protects has no live owner; the holder's PID says whose a leftover was.
 """
 
 from __future__ import annotations
@@ -22,10 +20,7 @@ from containers.files import file_type, read_regular, refuse_replacing
 
 def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
             shared: bool = False) -> int:
-    """An open descriptor holding an exclusive ``flock`` on ``path`` (created when missing),
-    with our PID written into it; ``on_wait`` is called once if we must wait. ``shared``: a
-    shared lock, which many hold at once and an exclusive one waits for (no PID: there is no
-    one holder). Give it back with :func:`release`."""
+    """An open descriptor holding an exclusive (or ``shared``) ``flock`` on ``path``."""
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = _open_lock(path)
@@ -68,8 +63,7 @@ def release(fd: int) -> None:
 
 
 def _is_current(fd: int, path: Path) -> bool:
-    """Whether the open lock ``fd`` is still the file at ``path`` (its last holder may have
-    removed it while we waited: then we hold a lock on a name nobody else sees)."""
+    """Whether the locked ``fd`` is still the file at ``path`` (a holder may remove it)."""
     try:
         now = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
@@ -81,10 +75,7 @@ def _is_current(fd: int, path: Path) -> bool:
 @contextmanager
 def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None,
               remove: bool = False) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path``; ``on_wait`` is called once if we must wait.
-    ``remove``: the lock file is removed when the lock is let go, so it is not left in a folder
-    others read (a site's publish folder); a waiter that then holds the removed file's lock
-    takes the new file's instead, so two holders never overlap."""
+    """Hold an exclusive ``flock`` on ``path`` (``remove``: the file goes with the lock)."""
     while True:
         fd = acquire(path, on_wait=on_wait)
         if not remove or _is_current(fd, path):
@@ -101,8 +92,7 @@ def file_lock(path: Path, *, on_wait: Callable[[], None] | None = None,
 
 @contextmanager
 def folder_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the folder ``path`` itself: a lock that leaves no file
-    behind (for a folder whose contents others check, such as the builds' ``tmp_dir``)."""
+    """Hold an exclusive ``flock`` on the folder ``path`` itself: it leaves no file."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -112,8 +102,7 @@ def folder_lock(path: Path) -> Iterator[None]:
 
 
 def held(path: Path) -> bool:
-    """Whether a live process (this one included, through another descriptor) holds the lock
-    at ``path``; False when there is no such file."""
+    """Whether a live process (this one too) holds the lock at ``path``; False if no file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):

@@ -1,9 +1,7 @@
 """Progress of long operations, for people at a terminal only.
 
-Copying and hashing multi-GB images (publish, verify) shows bytes done, rate and time left; a
-build shows one live line with its current phase and the time it has run. Where stdout is not a
-terminal (a batch job's log, CI, a pipe) nothing is drawn: a log gets the plain lines the
-operation says anyway, not a stream of redraws. Lines printed meanwhile appear above the bar.
+Where stdout is not a terminal (a job's log, CI, a pipe) nothing is drawn: a log gets the plain
+lines the operation says anyway, not a stream of redraws.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ Show = Callable[[str], None]
 
 @contextmanager
 def byte_progress(description: str, total: int) -> Iterator[Advance]:
-    """An ``advance(nbytes)`` for an operation over ``total`` bytes: a bar with bytes, rate and
-    time left on a terminal; a no-op elsewhere."""
+    """An ``advance(nbytes)`` for ``total`` bytes: a bar on a terminal, a no-op elsewhere."""
     if not is_terminal():  # progress is drawn only where stdout is a terminal
         yield lambda count: None
         return

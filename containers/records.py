@@ -1,9 +1,7 @@
 """The records that cross modules: frozen pydantic models, one reader and one writer each.
 
-A file one stage writes and another reads is read here strictly typed (numbers finite, sizes not
-negative). Keys a newer version added are kept and written back; a file without ``schema`` is
-version 1; a newer version or a wrong type is refused in one line naming the file and the dotted
-key (:class:`Malformed`).
+Strictly typed (numbers finite, sizes not negative); keys a newer version added are kept and
+written back; a newer version or a wrong type is refused in one line naming file and key.
 """
 
 from __future__ import annotations
@@ -34,8 +32,7 @@ class Malformed(StateError, ValueError):
 
 
 def _problem(exc: ValidationError) -> str:
-    """Pydantic's first error as ``key 'a.b': <its words> (got <value>)`` (less the type tags
-    a JSON value's location carries: ``x.list.1.dict.y.float`` is ``x.1.y``)."""
+    """Pydantic's first error as ``key 'a.b': <its words> (got <value>)``."""
     error = exc.errors()[0]
     tags = ("list", "dict", "str", "int", "float", "bool")
     where = ".".join(str(part) for part in error["loc"] if part not in tags)[:80]
@@ -44,8 +41,7 @@ def _problem(exc: ValidationError) -> str:
 
 
 class Model(BaseModel):
-    """Every record and its parts: frozen, strict, finite, unknown keys kept (as JSON values:
-    a NaN is refused there too)."""
+    """Every record and its parts: frozen, strict, finite, unknown keys kept as JSON values."""
 
     model_config = ConfigDict(frozen=True, extra="allow", strict=True, allow_inf_nan=False,
                               populate_by_name=True)
@@ -53,8 +49,7 @@ class Model(BaseModel):
 
 
 class Record(Model):
-    """A file of its own: read by :meth:`of`, written by :func:`write`, in version
-    :attr:`SCHEMA` (a newer one is refused); a refusal calls it :attr:`WHAT`."""
+    """A file of its own, in version :attr:`SCHEMA` (a newer one refused), called :attr:`WHAT`."""
 
     SCHEMA: ClassVar[int] = 2
     WHAT: ClassVar[str] = "record"
@@ -78,8 +73,7 @@ class Record(Model):
             raise Malformed(source, _problem(exc)) from None
 
     def as_dict(self) -> dict[str, Any]:
-        """What the writer writes: ``schema`` first, then every key given (declared ones in
-        their order, then the rest as read)."""
+        """What the writer writes: ``schema`` first, then every key given, in order."""
         return {SCHEMA_KEY: self.SCHEMA, **self.model_dump(
             mode="json", by_alias=True, exclude_unset=True, exclude={"schema_"})}
 
@@ -94,9 +88,7 @@ def json_text(data: object) -> str:
 
 def write(path: Path, record: Record | Mapping[str, Any], kind: type[R], *,
           mode: int | None = None) -> R:
-    """Write ``record`` (a ``kind``, or the mapping that makes one, checked first) to ``path``
-    atomically (``mode``: as :func:`~containers.files.atomic_write_text` takes it); the record
-    as written."""
+    """Write ``record`` (or the mapping that makes one) to ``path`` atomically; as written."""
     made = kind.of(record, source=path)
     atomic_write_text(path, made.as_json(), mode=mode)
     return kind.of(made.as_dict(), source=path)
@@ -130,9 +122,7 @@ class BuildRecord(Record):
 
 
 class JobRecord(Record):
-    """A batch job's ``job.json`` (a line of its script, containers/batch/job.py; read by its
-    verdict, containers/app/judging.py): the request the job ran. Version 1, written without
-    ``schema``: a version field would change every rendered script."""
+    """A batch job's ``job.json``; version 1 without ``schema`` (which would change scripts)."""
 
     SCHEMA: ClassVar[int] = 1
     WHAT: ClassVar[str] = "job record"
@@ -173,8 +163,7 @@ class Judged(Model):
 
 
 class Transport(Model):
-    """The transport's proof as a smoke verdict holds it (containers/prove/transport.py; a run
-    job's, jobs/runverdict.py, says ``proven`` instead)."""
+    """The transport's proof as a smoke verdict holds it."""
 
     ok: Optional[bool] = None
     message: str = ""
@@ -223,9 +212,7 @@ class Verdict(Record, SmokeSummary):
 
 
 class RunStatus(Record):
-    """``invoke run``'s ``status.json`` (containers/app/running.py): what ran, on which image
-    (its sha256, as its build record says), and how it ended; publish takes a passing one as
-    the proof of an image without torch (containers/publish/checks.py)."""
+    """``invoke run``'s ``status.json``: publish's proof of an image without torch."""
 
     WHAT: ClassVar[str] = "run status"
 
@@ -282,8 +269,7 @@ class GateRecord(Model):
 
 
 class CatalogueEntry(Record):
-    """One version in ``catalogue.json`` (publisher.py makes it); catalogue.py's
-    ``entry_problem`` refuses names and a signature other than publish writes."""
+    """One version in ``catalogue.json``."""
 
     WHAT: ClassVar[str] = "catalogue entry"
 
@@ -362,8 +348,7 @@ class RunReport(Record):
 
 
 class SmokeReport(RunReport):
-    """``allreduce.json`` and each ``<op>.json``, written in the image by jobs/allreduce.py
-    (which imports nothing of this package: its REPORT_SCHEMA is kept equal to SCHEMA)."""
+    """``allreduce.json`` and each ``<op>.json`` (jobs/allreduce.py's REPORT_SCHEMA)."""
 
     WHAT: ClassVar[str] = "smoke report"
 

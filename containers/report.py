@@ -28,8 +28,7 @@ def console() -> Console:
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
-    """A table with box lines on a terminal; piped or logged, plain columns of text (no
-    box-drawing characters for ``grep``/``awk`` or a log that is not UTF-8)."""
+    """A table: box lines on a terminal, plain columns piped or logged."""
     framed = is_terminal()
     result = Table(title=title, title_justify="left", box=box.SQUARE if framed else None,
                    pad_edge=framed, show_edge=framed)
@@ -59,8 +58,7 @@ def new_figure(size: tuple[float, float], *, dpi: int = 110) -> tuple[Any, Any]:
 
 
 def save_figure(fig: Any, into: T) -> T:
-    """``fig`` laid out, written as PNG into ``into`` (a path, its folder made, or a binary
-    buffer), and closed; ``into``."""
+    """``fig`` laid out, written as PNG into ``into`` (a path or a buffer), and closed."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
@@ -134,9 +132,7 @@ _MARK = re.compile("\ue000([A-Za-z_][A-Za-z0-9_]*)\ue001")
 
 
 def deferred(name: str) -> str:
-    """A marker for host variable ``name`` inside an argv word that a shown command prints as
-    ``"${name}"`` (expanded where the command runs), unlike a literal ``$`` meant for the
-    container, which stays single-quoted. Dry runs put it where the real run would expand it."""
+    """A marker for host variable ``name`` in an argv word, shown as ``"${name}"``."""
     return f"\ue000{name}\ue001"
 
 
@@ -148,9 +144,7 @@ def _literal(text: str) -> str:
 
 
 def shell_word(word: str) -> str:
-    """One argv word as a shell reads it back: ``shlex.quote``, or where it holds a
-    :func:`deferred` host variable, double quotes in which each marker is a ``${NAME}`` that
-    expands there and everything else is literal (single-quoted pieces for ``!``)."""
+    """One argv word as a shell reads it back, :func:`deferred` markers as ``${NAME}``."""
     if not _MARK.search(word):
         return shlex.quote(word)
     pieces = _MARK.split(word)  # literal text at even places, variable names at odd ones
@@ -159,8 +153,7 @@ def shell_word(word: str) -> str:
 
 
 def comment(text: str) -> str:
-    """Prose in what a dry run prints, as shell comments: a dry run's output is lines a shell
-    runs as shown (its commands, the lines that set what they read), so all of it pastes."""
+    """Prose in what a dry run prints, as shell comments, so all of it pastes."""
     return "\n".join(f"# {line.strip()}".rstrip() for line in str(text).splitlines() or [""])
 
 
@@ -170,9 +163,7 @@ def commenting(say: Say) -> Say:
 
 
 def show_command(argv: list[str], env: Mapping[str, str] | None = None) -> str:
-    """The exact command as one line to paste into a shell. ``env`` values are the prefix the
-    command runs with; a ``$VAR`` in one is the caller's variable, expanded when the command
-    runs (``PATH=<shim>:$PATH``), so it is shown expanding: ``PATH="<shim>:${PATH}"``."""
+    """The exact command as one line to paste, ``env`` its prefix (``PATH="<shim>:${PATH}"``)."""
     prefix = " ".join(
         f"{key}={shell_word(_VAR.sub(lambda m: deferred(m.group(1) or m.group(2)), value))}"
         for key, value in (env or {}).items())

@@ -1,9 +1,7 @@
 """Names no other run can have: a results folder or a script file claimed exclusively.
 
-Runs are named by the second they start; two started in the same second would share a folder and
-overwrite each other's rank files and verdict. So the name is claimed with an exclusive create
-(``mkdir`` or ``O_EXCL``, atomic on every POSIX file system, NFS and Lustre included): the first
-run gets ``<stem>``, the next ``<stem>-2``, and so on.
+Runs are named by the second they start, so the name is claimed with an exclusive create
+(atomic on NFS and Lustre too): the first run gets ``<stem>``, the next ``<stem>-2``, ...
 """
 
 from __future__ import annotations
@@ -21,9 +19,7 @@ MAX_TRIES = 1000
 
 def _claim(parent: Path, stem: str, suffix: str, create: Callable[[Path], object], *,
            doing: str, what: str) -> str:
-    """``create`` (which fails with FileExistsError on a taken name) of ``<stem><suffix>``, else
-    ``<stem>-2<suffix>``, ...; the name claimed, without ``suffix``. Nothing is made on a way
-    someone else controls (:func:`containers.files.refuse_unsafe_way`)."""
+    """``create`` the first free ``<stem>[-N]<suffix>``; the name claimed, less ``suffix``."""
     refuse_unsafe_way(parent / f"{stem}{suffix}")
     with on_disk(doing, parent / f"{stem}{suffix}"):
         parent.mkdir(parents=True, exist_ok=True)
@@ -41,8 +37,7 @@ def claim_folder(parent: Path, stem: str) -> str:
 
 
 def claim_file(parent: Path, stem: str, suffix: str) -> Path:
-    """Create the empty file ``parent/<stem><suffix>`` (or ``<stem>-N<suffix>``) exclusively,
-    so that an atomic write over it replaces only this run's own claim."""
+    """Claim the empty file ``parent/<stem>[-N]<suffix>`` exclusively."""
     def create(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
     name = _claim(parent, stem, suffix, create, doing="create the file", what="files")

@@ -1,9 +1,7 @@
 """Wall-clock time limits as batch schedulers write them, read into seconds and back.
 
-One parser for every time rule (``--time``, a partition's limits, a workload's estimate), so a
-limit compares with a request as numbers. The forms are Slurm's (``MM:SS``, ``HH:MM:SS``, ``D-HH``,
-``D-HH:MM``, ``D-HH:MM:SS``, bare minutes); PBS's ``walltime=HH:MM:SS`` is one of them. Zero is
-refused: schedulers read it as "no limit" or refuse it, and neither is what a user meant.
+One parser for every time rule, in Slurm's forms (PBS's is one of them). Zero is refused:
+schedulers read it as "no limit" or refuse it, and neither is what a user meant.
 """
 
 from __future__ import annotations
@@ -14,9 +12,7 @@ _CLOCK = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
 
 
 def parse(text: str) -> int:
-    """``text`` (``HH:MM:SS``, ``MM:SS``, ``D-HH[:MM[:SS]]`` or minutes) in seconds.
-
-    Raises ValueError with a short reason (the CLI's option type shows it as is)."""
+    """``text`` in seconds; a ValueError's short reason is shown as is."""
     value = str(text).strip()
     match = _CLOCK.match(value)
     if not match:

@@ -1,9 +1,8 @@
 """The application layer: what each command does, as plain functions ``tasks.py`` calls.
 
-The impure edge: it gathers host facts, calls the pure planners, prints and executes; functions
-take ``say`` for output. No engine module imports it. It is a lazy facade (``app.build``
-imports :mod:`containers.app.build` on first use), so ``invoke --list`` pays for no command's
-modules (tests/test_cli.py pins it). Each module's first line names the commands it serves."""
+The impure edge (functions take ``say`` for output), which no engine module imports. A lazy
+facade: ``app.build`` imports :mod:`containers.app.build` on first use, so ``invoke --list``
+pays for no command's modules."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 #: Each name the package exports -> its module under ``containers.app``.
 HOMES = {"Project": "project", "config_sources": "project", "build": "build",
-         "package_cache": "caching", "check_inputs": "inputs", "targets_report": "inputs",
-         "list_targets": "inputs",
+         "package_cache": "caching", "check_inputs": "inputs", "list_targets": "inputs",
          "job": "jobs", "JobSubmission": "jobs", "judge_results": "judging",
          "prove": "workloads", "smoke_history": "workloads", "train": "workloads",
          "publish": "publishing", "verify": "publishing", "inspect": "inspecting",
@@ -28,7 +26,7 @@ if TYPE_CHECKING:  # the names as readers and type checkers see them; at run tim
     from containers.app.build import build
     from containers.app.caching import package_cache
     from containers.app.following import jobs_report
-    from containers.app.inputs import check_inputs, list_targets, targets_report
+    from containers.app.inputs import check_inputs, list_targets
     from containers.app.inspecting import diff, inspect
     from containers.app.jobs import JobSubmission, job
     from containers.app.judging import judge_results
@@ -53,9 +51,8 @@ def __dir__() -> list[str]:
 
 
 class _Facade(types.ModuleType):
-    """The package module, keeping its exported names for the functions: importing the module
-    ``containers.app.build`` would otherwise bind the name ``build`` to that module (as Python
-    binds every submodule to its package), and ``app.build(...)`` would call a module."""
+    """The package module, whose exported names stay the functions: importing a submodule
+    would bind its name (``build``) to the module."""
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in HOMES and isinstance(value, types.ModuleType):

@@ -22,9 +22,7 @@ from containers.report import Say, say_line as _print, show_command
 
 
 def foreign_build(item: Target, *, dry_run: bool) -> str | None:
-    """For a target of another architecture than this machine: a line saying how and where it
-    builds (printed with the plan), or a one-line refusal when this machine cannot. A plan can
-    always be shown; a real build needs qemu-user emulation of the target's architecture."""
+    """For a foreign target: how it builds here, or a refusal without qemu-user."""
     here = host_arch()
     if item.arch == here:
         return None
@@ -44,14 +42,12 @@ def foreign_build(item: Target, *, dry_run: bool) -> str | None:
 
 
 def missing_base_image(step: BuildStep) -> None:
-    """The step's base image must be here before its builder runs
-    (:meth:`~containers.inputs.builders.Builder.check_base_image`)."""
+    """The step's base image must be here before its builder runs."""
     builder_of(step.target).check_base_image(step.target, step.inputs)
 
 
 def cache_line(step: BuildStep, *, no_cache: bool) -> str:
-    """The plan's line on the package cache of one build: used (how, where, its size when
-    planned) or why not."""
+    """The plan's line on the package cache of one build: used (how, where) or why not."""
     if step.package_cache is not None:
         return f"  cache  {step.cache_use}"
     if no_cache:

@@ -1,10 +1,7 @@
 """``invoke job --submit --wait`` and ``invoke jobs``: a submitted job followed to its verdict.
 
-``--wait`` asks the scheduler for the job's state every few seconds, says each change, and
-once the job has ended prints its verdict from the results folder's ``verdict.json`` and exits
-with the verdict's code. No verdict where one was due fails closed (the job's output file named).
-``invoke jobs`` lists the jobs this checkout submitted (``results/jobs/index.jsonl``) with their
-state now and their verdict.
+``--wait`` says each state change, then prints the verdict and exits with its code; no verdict
+where one was due fails closed, naming the job's output file.
 """
 
 from __future__ import annotations
@@ -56,9 +53,7 @@ def _index(project: Project) -> list[dict]:
 
 
 def _row(entry: dict, queries: dict[str, follow.Queries]) -> dict | None:
-    """An index entry with its state now and its verdict; None for an entry no job of this
-    tool wrote (its id is not one sbatch or qsub prints), so it hides no other job. A job the
-    scheduler no longer knows has ended; one whose scheduler did not answer is unknown."""
+    """An index entry with its state and verdict; None for one no job of this tool wrote."""
     try:
         job_id = JOB_ID.parse(entry.get("job_id"))
     except ValueError:
@@ -82,8 +77,7 @@ def _cell(value: object) -> str:
 
 
 def _folder(results: object) -> str:
-    """The results folder's own name: what tells apart two jobs of one id (two clusters, or one
-    restarted: job ids start again at 1), as the job's stamp and scheduler are part of it."""
+    """The results folder's own name, which tells apart two jobs of one id."""
     return Path(results).name if isinstance(results, str) and results else "-"
 
 

@@ -1,8 +1,7 @@
 """``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid.
 
-Both print a table or lines for people, or with ``as_json`` one JSON document for programs (its
-shape: docs/results.md, JSON shapes): ``check`` reports every problem of every file in one run.
-``targets`` shows the last listing again while every file it read holds the same content.
+``check`` reports every problem of every file in one run; ``targets`` shows the last listing
+again while every file it read holds the same content.
 """
 
 from __future__ import annotations
@@ -40,8 +39,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class Listing:
-    """What ``invoke targets`` shows: the runtime line, one row per target, what killed builds
-    left, and the files and folders it was read from (none: it is not kept)."""
+    """What ``invoke targets`` shows, and what it was read from (none: not kept)."""
 
     runtime_line: str
     rows: list[dict[str, str]]
@@ -64,9 +62,7 @@ def show(listing: Listing, *, as_json: bool = False, say: Say = _print) -> None:
 def list_targets(config: Mapping[str, Any], root: Path, project: Callable[[], Project], *,
                  as_json: bool = False, environ: Mapping[str, str] = os.environ,
                  say: Say = _print) -> None:
-    """``invoke targets``: the kept listing when its settings, environment and the content of
-    everything it read are the same, else one read afresh and kept for the next time (a cache
-    that cannot be read, trusted or written costs only the time)."""
+    """``invoke targets``: the kept listing while nothing it read changed, else afresh."""
     store = default_cache_dir(environ) / ("targets-" + _sha(str(root.resolve()))[:16] + ".json")
     env = {k: v for k, v in environ.items() if k not in SHELL_BOOKKEEPING}
     key = _sha(json.dumps([config, env, os.getcwd(), sys.version], sort_keys=True, default=str))
@@ -83,8 +79,7 @@ def _sha(text: str) -> str:
 
 
 def _digest(path: str) -> str | None:
-    """What ``path`` holds now: a folder its names, a file its content (a large one its size
-    and times), None when it cannot be read."""
+    """What ``path`` holds now (a folder's names, a file's content), None if unreadable."""
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
@@ -97,8 +92,7 @@ def _digest(path: str) -> str | None:
 
 
 def _kept(store: Path, key: str) -> Listing | None:
-    """The listing kept in ``store`` under ``key`` while what it read holds the same content;
-    None when there is none, it is not the user's alone, or it does not read as one."""
+    """The listing kept in ``store`` under ``key`` while what it read is unchanged."""
     try:
         info = store.lstat()
         if (not stat.S_ISREG(info.st_mode) or not_yours_alone(store, info)
@@ -117,9 +111,7 @@ def _kept(store: Path, key: str) -> Listing | None:
 
 
 def _keep(store: Path, key: str, listing: Listing, root: Path) -> None:
-    """Keep ``listing`` with the digest of what it read and of the tool's code (its modules
-    and their folders, the tasks file, the folders packages are installed in), in the user's
-    own cache folder only."""
+    """Keep ``listing`` with the digests of what it read and of the tool's code."""
     code = sorted(PACKAGE.rglob("*.py"))
     tool = [*map(str, code), *sorted({str(p.parent) for p in code}), str(root / "tasks.py"),
             *(p for p in sys.path if p.endswith("-packages") and os.path.isdir(p))]
@@ -134,8 +126,7 @@ def _keep(store: Path, key: str, listing: Listing, root: Path) -> None:
 
 
 def _runtime_line(project: Project) -> tuple[str, list[str]]:
-    """The runtime line, and what it depends on: the program (by its size and times) and the
-    folders of PATH, where another may appear."""
+    """The runtime line and what it depends on (the program, the folders of PATH)."""
     runtime = project.runtime(required=False)
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     if runtime.version == "unknown":
@@ -144,9 +135,7 @@ def _runtime_line(project: Project) -> tuple[str, list[str]]:
 
 
 def starts_from(target: Target) -> str:
-    """What a target's image starts from, so a user can tell a registry-based image (NGC,
-    ROCm: ``docker://...``) from one this tool builds from the package index on its own base
-    (``target debian-base``)."""
+    """What a target's image starts from (``docker://...``, ``target debian-base``)."""
     from containers.inputs.definition import read_definition
 
     if target.base:
@@ -181,8 +170,7 @@ def _state(project: Project, name: str, current: str, recorded: str | None) -> s
 
 
 def target_rows(project: Project) -> list[dict[str, str]]:
-    """One row per target: where it runs, how it is built, and whether its image is current
-    (each inputs hash computed once, bases included)."""
+    """One row per target: where it runs, how it is built, whether its image is current."""
     from containers.image import provenance
     from containers.image.identity import chain_hashes
 
@@ -211,9 +199,7 @@ def _row(project: Project, name: str, facts: tuple[str, ...], state: str, curren
 
 
 def _read_from(project: Project) -> list[str]:
-    """The files and folders a listing reads: the manifests and their folder, each target's
-    definition, the scripts beside it, its env spec, the image records and folders, and the
-    builds' work folder."""
+    """The files and folders a listing reads."""
     settings = project.settings
     files = {settings.provenance_path(name) for name in project.targets}
     folders = {project.root / "recipes", settings.images_dir, settings.tmp_dir}
@@ -227,9 +213,7 @@ def _read_from(project: Project) -> list[str]:
 
 
 def target_listing(project: Project) -> Listing:
-    """What ``invoke targets`` shows, read afresh, and what it was read from: nothing when it
-    cannot be kept (an invalid target, whose fix may be a file it never read; work that builds
-    left, whose owner no file tells)."""
+    """What ``invoke targets`` shows, read afresh, and what it was read from."""
     from containers.image import builder
 
     rows = target_rows(project)
@@ -239,11 +223,6 @@ def target_listing(project: Project) -> Listing:
                 or any(row["state"].startswith("invalid") for row in rows))
     return Listing(runtime_line=runtime_line, rows=rows, leftovers=leftovers,
                    depends=[*_read_from(project), *runtime] if keep else [])
-
-
-def targets_report(project: Project, *, as_json: bool = False, say: Say = _print) -> None:
-    """The targets table (and what killed builds left behind), or its rows as JSON, read afresh."""
-    show(target_listing(project), as_json=as_json, say=say)
 
 
 def _problem(error: ContainersError) -> dict[str, Any]:
@@ -257,10 +236,7 @@ def _problem(error: ContainersError) -> dict[str, Any]:
 
 def check_inputs(project: Project, *, target: str | None = None, as_json: bool = False,
                  say: Say = _print) -> None:
-    """Validate everything (or one target, its bases and every site) and report every problem
-    at once: the ok lines (or the JSON document), then every error raised together as
-    :class:`~containers.errors.Problems` (exit 1); warnings (host paths, an unknown torch) are
-    shown and do not fail the check."""
+    """Validate everything (or one target): the ok lines, then every error at once."""
     from containers.image.identity import CONTEXT_ARGS, PROVENANCE_ARGS, chain_hashes
     from containers.inputs import validate
     from containers.run import launchers

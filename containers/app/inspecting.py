@@ -1,10 +1,8 @@
 """``invoke inspect`` and ``invoke diff``: what an image holds, whether it fits, what changed.
 
-Images are named three ways (:func:`resolve`): a target (its built image), a path to a ``.sif``,
-or a published version ``DEST:TARGET@VERSION`` (``@latest`` too). Facts come from the image
-itself (:mod:`containers.image.inspect`, one ``apptainer exec``), site fit from the site
-profile's ``fit:`` block (:mod:`containers.image.sitefit`), and smoke results from the verdicts
-of that exact image (by sha256) or, for a published version, its catalogue entry.
+An image is a target, a path to a ``.sif`` or a published ``DEST:TARGET@VERSION``
+(:func:`resolve`); its smoke results are the verdicts of that exact image (by sha256) or its
+catalogue entry.
 """
 
 from __future__ import annotations
@@ -73,8 +71,7 @@ def resolve(project: Project, spec: str, *, flag: str) -> ImageRef:
 
 
 def latest_smoke(project: Project, ref: ImageRef) -> SmokeSummary | None:
-    """The latest passing smoke of exactly this image: its catalogue entry's, else the newest
-    verdict in the results folder that names its sha256."""
+    """The latest passing smoke of this image: its catalogue entry's, else by its sha256."""
     if ref.smoke is not None or ref.target is None:
         return ref.smoke
     sha = ref.record.sha256 or sha256_file(ref.image)
@@ -83,8 +80,7 @@ def latest_smoke(project: Project, ref: ImageRef) -> SmokeSummary | None:
 
 
 def site_for(project: Project, ref: ImageRef, site: str | None) -> Site:
-    """``--site``, else the image's target's site, else the site this machine is (an image of
-    no known target is judged where it would run now)."""
+    """``--site``, else the image's target's site, else the site this machine is."""
     if site:
         if site not in project.sites:
             raise UsageError(f"no site profile sites/{site}.yaml", flag="--site")
@@ -104,8 +100,7 @@ def fit_findings(project: Project, stack: dict, site: Site,
 
 def inspect(project: Project, *, target: str | None = None, image: str | None = None,
             site: str | None = None, as_json: bool = False, say: Say = _print) -> dict:
-    """Inspect one image and judge it against its site; :class:`VerdictFailed` (after the
-    report) when a site-fit rule finds an error."""
+    """Inspect one image and judge its site fit (:class:`VerdictFailed` after the report)."""
     if target and image:
         raise UsageError("give --target or --image, not both", flag="--image")
     spec = image or target or project.default_target()
@@ -180,10 +175,7 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
 
 
 def examine_built(project: Project):
-    """The build's last test of an image (:data:`containers.image.builder.Examine`): one probe
-    of the built image; its SBOM (written beside the record) and its site fit, whose errors
-    fail the build, so an image that cannot run at its site is never kept. An image without
-    torch (a base image) is not judged (:func:`~containers.image.sitefit.holds_no_torch`)."""
+    """The build's last test of an image: a probe, its SBOM, its site fit (errors fail)."""
     from containers.errors import CommandFailed
     from containers.image import sbom
 

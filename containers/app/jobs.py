@@ -20,8 +20,7 @@ from containers.report import Say, say_line as _print
 def job(project: Project, request: batch.JobRequest, *, target: str | None,
         site: str | None = None, out: str | Path | None = None, submit: bool = False,
         wait: bool = False, say: Say = _print) -> JobSubmission:
-    """Render the batch job for a site; print it, write it (atomically) or submit it, and with
-    ``wait`` follow the submitted job to its verdict."""
+    """Render a site's batch job; print, write or submit it, and with ``wait`` follow it."""
     script = Path(os.path.abspath(out)) if out else None  # a link named is refused, not followed
     if script is not None and script.is_dir() and not script.is_symlink():
         raise UsageError(f"--out {out} is a folder; name the script file to write (e.g. "

@@ -1,9 +1,8 @@
 """``invoke verdict``: judge a finished batch run from the files it left, as an interactive run is
 judged, and write the same ``verdict.json`` (and, for smoke, the perflog line).
 
-The job's plan is re-made from the ``job.json`` its script wrote and the ranks' files are read
-back, so ``invoke publish`` can use a proof made in a job. It fails closed: no ``job.json``,
-missing rank files, a nonzero launcher status or results of another image each FAIL, saying why.
+The plan is re-made from the job's ``job.json``, so ``invoke publish`` can use a proof made in
+a job. Fails closed: missing files, a nonzero launcher status or another image's results FAIL.
 """
 
 from __future__ import annotations
@@ -31,9 +30,7 @@ from containers.run.workload import IMAGE_RECORD, JOB_RECORD, collect
 
 def judge_results(project: Project, *, results: str | Path, exit_status: int,
                   say: Say = _print) -> verdict.Result:
-    """Judge the batch run whose results are in ``results`` (the launcher exited with
-    ``exit_status``); write its verdict, then raise as an interactive run does
-    (:func:`containers.prove.verdict.check`: exit 2 for sanity, 3 for performance)."""
+    """Judge the batch run in ``results``; write its verdict, then raise as a run does."""
     folder = Path(results).resolve()
     job = _job_record(folder)
     kind = _judged_here(folder, job.workload)
@@ -87,8 +84,7 @@ def _job_record(folder: Path) -> JobRecord:
 
 
 def _judged_here(folder: Path, workload: object) -> WorkloadKind:
-    """The kind of the job's ``workload``, one this checkout judges (the kind refuses the
-    others, :meth:`WorkloadKind.check_judged_here`); an unknown name is no job's."""
+    """The kind of the job's ``workload``, one this checkout judges."""
     kind = WORKLOADS.get(workload) if isinstance(workload, str) else None
     if kind is None:
         raise VerdictFailed(f"verdict FAILED: {folder / JOB_RECORD} names workload "
@@ -98,9 +94,7 @@ def _judged_here(folder: Path, workload: object) -> WorkloadKind:
 
 
 def image_reasons(project: Project, target: str, folder: Path) -> list[str]:
-    """Why these results may not be of the image that is there now: the job copies the image's
-    provenance at launch (``image.json``); none, another target's, or another sha256 than the
-    image's now fails (a verdict is only worth its image's checksum)."""
+    """Why these results may not be of the image there now (its ``image.json``)."""
     try:
         ran = provenance.read(folder / IMAGE_RECORD)
     except StateError as exc:

@@ -1,9 +1,7 @@
 """``invoke local-slurm``: a real Slurm cluster on this machine, to try batch jobs without one.
 
-``--start`` starts the two-node cluster the tests use, or with ``--site S`` one shaped like a
-site profile (partitions, limits, cores, GPUs as GRES, its account), recorded in one folder;
-``--status`` shows it; ``--stop`` stops its job steps and daemons, finishing a stop cut off half
-way. Jobs reach it through ``SLURM_CONF``, which ``--start`` prints as a line to paste.
+``--start`` starts the tests' two-node cluster, or with ``--site S`` one shaped like a site
+profile; ``--stop`` finishes even a stop cut off half way. Jobs reach it through ``SLURM_CONF``.
 """
 
 from __future__ import annotations
@@ -24,9 +22,7 @@ DEFAULT_ROOT = Path("/var/tmp/containers-local-slurm")
 
 
 def _found(root: Path) -> tuple[slurmcluster.SlurmCluster | None, dict[str, list[int]]]:
-    """The cluster in ``root`` (leftovers without a record too) and what of it still runs, by
-    name: each recorded daemon, then ``job steps``. A record that is not this user's, or names
-    a PID that is not its daemon, is refused (:func:`slurmcluster.load`, ``daemons``)."""
+    """The cluster in ``root`` (leftovers too) and what of it still runs, by name."""
     cluster = slurmcluster.load(root)
     if cluster is None and os.path.lexists(root):
         cluster = slurmcluster.SlurmCluster(root=root, conf=root / "slurm.conf")

@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ConfigSource:
-    """One layer of the invoke configuration: the values it sets and its file (None: the
-    environment), so an error in a setting names the layer that holds it."""
+    """One layer of the invoke configuration: its values and file (None: environment)."""
 
     data: Mapping[str, Any]
     path: Path | None = None
@@ -33,11 +32,8 @@ class ConfigSource:
 
 def settings_of(config: Any, environ: Mapping[str, str] | None = None
                 ) -> tuple[dict[str, Any], list[ConfigSource]]:
-    """The ``containers`` settings of an invoke ``Config`` and the layers they come from
-    (:func:`config_sources`), with every ``INVOKE_CONTAINERS_*`` variable read by its setting's
-    own type (:func:`environment_settings`): invoke reads only the keys a file declares and
-    casts ``false`` to true, so its reading is replaced. The ``-f`` runtime file still wins
-    over a variable, as in invoke."""
+    """The ``containers`` settings of an invoke ``Config`` and their layers, every variable read
+    by its setting's own type (invoke casts ``false`` to true); ``-f`` still wins, as in invoke."""
     merged = dict(config.get("containers", None) or {})
     runtime = (getattr(config, "_runtime", None) or {}).get("containers") or {}
     env = {key: value for key, value in environment_settings(
@@ -46,11 +42,8 @@ def settings_of(config: Any, environ: Mapping[str, str] | None = None
 
 
 def config_sources(config: Any, env: Mapping[str, Any] | None = None) -> list[ConfigSource]:
-    """The layers of an invoke ``Config`` that set values, the one that wins first: the
-    ``-f`` runtime file, ``INVOKE_*`` variables (``env``: as :func:`settings_of` read them;
-    else invoke's), the project's ``invoke.yaml``, the user's and the system's files. invoke
-    merges them and keeps no record of which set a key, but it keeps each layer's data and path
-    (``_runtime``, ``_runtime_path``, …), which this reads."""
+    """The layers of an invoke ``Config`` that set values, the winner first, from the data and
+    path invoke keeps of each (it records no key's layer itself)."""
     found = []
     for layer in ("runtime", "env", "project", "user", "system"):
         data = env if layer == "env" and env is not None else getattr(config, f"_{layer}", None)
@@ -62,8 +55,7 @@ def config_sources(config: Any, env: Mapping[str, Any] | None = None) -> list[Co
 
 
 def _source_error(exc: ConfigError, sources: Sequence[ConfigSource]) -> ConfigError:
-    """``exc`` (a settings error that assumed ``invoke.yaml``) naming the layer that sets its
-    key, with the line where the layer is a YAML file."""
+    """``exc`` naming the layer that sets its key (and the line, in a YAML file)."""
     if not exc.key:
         return exc
     keys = exc.key.split(".")
@@ -107,8 +99,7 @@ class Project:
     @classmethod
     def load(cls, root: Path, config: Mapping[str, Any] | None = None,
              sources: Sequence[ConfigSource] = ()) -> "Project":
-        """``config``: the ``containers`` settings; ``sources``: the layers they were merged
-        from (:func:`config_sources`), so a bad one is reported in the file that has it."""
+        """``sources``: the layers ``config`` merged, so a bad one is named in its file."""
         try:
             return cls(root=root, settings=load_settings(root, config), sources=sources)
         except ConfigError as exc:
@@ -129,8 +120,7 @@ class Project:
 
     @property
     def targets(self) -> dict[str, Target]:
-        """The usable targets: a bad manifest (or one on a bad base) is left out and its
-        problems kept in :attr:`target_problems`, so it stops only the commands that name it."""
+        """The usable targets; a bad manifest's problems are in :attr:`target_problems`."""
         return self._targets_apart[0]
 
     @property
@@ -169,18 +159,14 @@ class Project:
         return detect_site(self.sites) or get_site(self.sites, "local")
 
     def runtime_for(self, site: Site, *, dry_run: bool) -> Runtime:
-        """The runtime a command for ``site`` uses: this machine's, or for a dry run planned for
-        another site, that site's flavour (``singularity`` on LUMI) as it would be called there."""
+        """The runtime a command for ``site`` uses (a dry run: as it would be called there)."""
         if dry_run and site.name != self.current_site().name:
             return assumed_runtime(site.runtime)
         return self.runtime(required=not dry_run, flavour=site.runtime)
 
     def job_needs(self, target: str | None, site: str | None, *, kind: WorkloadKind,
                   host_arch: str, venv: Path | None) -> JobNeeds:
-        """What a job of ``kind`` and ``target`` (else the default one) on ``site`` (else the
-        target's own) is planned from, resolved once: the site's nodes have its default
-        target's architecture; nodes that this checkout's environment cannot run on get the
-        verdict's packages for the image's Python, or for a build the tool's."""
+        """What a job is planned from, resolved once."""
         from containers.batch import judgeenv
         from containers.batch.job import JobNeeds
 

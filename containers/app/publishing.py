@@ -1,10 +1,7 @@
 """``invoke publish`` and ``invoke verify``: the project's side of publishing.
 
 Publishing itself (:mod:`containers.publish`) takes plain values; this gathers them from the
-project (target, site, settings, runtime) and hands over the one check it cannot run on its own:
-a quick 2-rank smoke of the image through :func:`containers.app.workloads.prove`, which writes
-the ``verdict.json`` publishing then finds by the image's sha256. The release decision is
-:mod:`containers.publish.decision`'s; this hands it the site-fit rule with the project's targets.
+project and hands over the check it cannot run on its own: a quick 2-rank smoke of the image.
 """
 
 from __future__ import annotations

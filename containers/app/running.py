@@ -1,8 +1,7 @@
 """``invoke run -- CMD`` and ``invoke shell``: a researcher's own command in the image, launched
 the way the site's smoke runs are (:mod:`containers.run.command`).
 
-The device gate runs first on GPU sites; the command's output is kept in
-``results/run/<target>-<stamp>/run.log``, its exit status is the command's, and ``status.json``
+The device gate runs first on GPU sites; the exit status is the command's, and ``status.json``
 records it with the image's sha256 (publish's proof of an image without torch).
 """
 
@@ -37,8 +36,7 @@ INTERRUPTED = 130
 
 
 class CommandExit(ContainersError):
-    """The user's command ended non-zero: the tool exits with the command's own status (one a
-    shell cannot carry: ``fallback``)."""
+    """The command ended non-zero: the tool exits with its status (else ``fallback``)."""
 
     fallback = 1
 
@@ -51,9 +49,8 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
                 gpus: int = 1, nodes: int = 1, launcher: bool = True,
                 timeout: float | None = None, dry_run: bool = False,
                 say: Say = _print) -> int:
-    """Run ``command`` in the image on ``gpus`` ranks per node (the site's launcher) or, with
-    ``launcher`` False, as one process. Returns 0; a failure raises (:class:`VerdictFailed` for
-    the device gate, :class:`CommandExit` with the command's status)."""
+    """Run ``command`` in the image on ``gpus`` ranks per node (``launcher`` False: one
+    process); 0, or it raises (:class:`CommandExit` with the command's status)."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
@@ -86,8 +83,7 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
 
 def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dry_run: bool,
               placement: Placement | None, say: Say) -> None:
-    """The run as it will start: ranks, where its log goes, the exact gate and command (a dry
-    run: as lines a shell runs, :func:`say_plan`)."""
+    """The run as it will start: ranks, log, the exact gate and command."""
     workload = planned.workload
     ranks = workload.ranks if launcher else 1
     say_plan(say, f"run: {target} on site {site}, {ranks} rank{'s' * (ranks != 1)}"
@@ -98,9 +94,7 @@ def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dr
 
 
 def _run(planned: CommandRun, *, image: BuildRecord, timeout: float | None, say: Say) -> None:
-    """The gate, then the command, through the one run-and-log path; ``status.json`` records
-    how it ended (a Ctrl-C included: recorded as interrupted, then it stops the tool) on
-    ``image`` (its build record), and a failure raises with the reason the log gives."""
+    """The gate, then the command; ``status.json`` records how it ended (a Ctrl-C too)."""
     out, gate = planned.workload.out_dir, planned.gate
     log, shown = os.path.relpath(out / "run.log"), show_command(list(planned.command))
     started = time.monotonic()
@@ -133,9 +127,7 @@ def _run(planned: CommandRun, *, image: BuildRecord, timeout: float | None, say:
 
 
 def command_status(returncode: int, timed_out: bool, failure: tuple[int, int] | None) -> int:
-    """What ``invoke run`` exits with: 124 after its timeout; the first failing rank's own
-    status where the launcher names one (torchrun exits 1 whatever its ranks exited with, and
-    a batch run of the same command gives the rank's); else the launcher's."""
+    """What ``invoke run`` exits with: 124 on timeout, else the failing rank's status."""
     if timed_out:
         return 124
     if returncode and failure is not None and 0 < failure[1] < 256:
@@ -145,9 +137,7 @@ def command_status(returncode: int, timed_out: bool, failure: tuple[int, int] | 
 
 def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher: bool,
                say: Say) -> CommandRun:
-    """Before anything starts: refuse a launcher the image cannot start (torchrun needs its
-    torch), in one line; leave out the device gate of an image without Python (the gate is a
-    Python program; the command needs none), saying so. A CPU site has no gate to leave out."""
+    """Refuse a launcher the image cannot start; leave out the gate where no Python."""
     if launcher and (need := command_need(planned.workload)):
         check_image(item, project.settings, need=need,
                     doing=f"invoke run's launcher ({planned.workload.launcher.name})",
@@ -163,8 +153,7 @@ def _fit_image(project: Project, item: Target, planned: CommandRun, *, launcher:
 def _status(planned: CommandRun, image: BuildRecord, *, returncode: int | None,
             gate: int | None, seconds: float, first_failure: tuple[int, int] | None = None,
             interrupted: bool = False) -> None:
-    """``status.json`` (:class:`RunStatus`), the user's alone (mode 0644): publish takes a
-    proof only from such a file."""
+    """``status.json``, the user's alone (0644): publish takes a proof only from such a file."""
     path = planned.workload.out_dir / "status.json"
     record = {"kind": KIND, "target": planned.workload.target.name, "sha256": image.sha256,
               "command": list(planned.command), "exit_status": returncode,
@@ -179,8 +168,7 @@ def _status(planned: CommandRun, image: BuildRecord, *, returncode: int | None,
 
 def shell(project: Project, *, target: str | None, command: Sequence[str] = (),
           dry_run: bool = False, say: Say = _print) -> int:
-    """``apptainer exec`` of the image with the site's flags, binds and environment: an
-    interactive shell on this terminal, or ``command``; the exit status is its own."""
+    """``apptainer exec`` of the image with the site's flags: a shell, or ``command``."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)

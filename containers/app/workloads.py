@@ -1,9 +1,7 @@
 """``invoke smoke`` and ``invoke train``: run a workload in the image, judge it, report it.
 
-One function, :func:`prove`, runs any kind (its options name it): plan, show the exact command,
-run, judge both gates, write ``verdict.json`` (and the perflog record where the kind logs
-performance), print the gates and raise for a failed one. ``invoke train --scaling`` runs it per
-rank count and adds the speedup report.
+One function, :func:`prove`, runs any kind (its options name it): plan, show, run, judge both
+gates, record, and raise for a failed one.
 """
 
 from __future__ import annotations
@@ -38,9 +36,7 @@ from containers.unique import claim_folder
 
 def prove(project: Project, *, target: str | None, options: Options, dry_run: bool = False,
           nodes: int = 1, force: bool = False, say: Say = _print) -> verdict.Result | Workload:
-    """One run of ``options``' kind; raises :class:`VerdictFailed` (sanity) or
-    :class:`PerformanceFailed` once its verdict is written. ``force``: run even what this
-    machine cannot fit (:func:`~containers.host.facts.fit_problem`)."""
+    """One run of ``options``' kind; raises for a failed gate once its verdict is written."""
     (outcome,) = _runs(project, target=target, runs=[(options, run_stamp())], dry_run=dry_run,
                        nodes=nodes, force=force, say=say)
     if isinstance(outcome, verdict.Result):
@@ -51,8 +47,7 @@ def prove(project: Project, *, target: str | None, options: Options, dry_run: bo
 def train(project: Project, *, target: str | None, options: TrainOptions,
           scaling: Sequence[int] | None = None, dry_run: bool = False, nodes: int = 1,
           force: bool = False, say: Say = _print) -> list[verdict.Result | Workload]:
-    """One training run, or one per rank count of ``scaling`` with a speedup report; the
-    verdicts are checked once every run has finished and the report is written."""
+    """One training run, or one per rank count of ``scaling`` with a speedup report."""
     stamp = run_stamp()
     counts = scaling or [options.gpus]
     runs = [(dataclasses.replace(options, gpus=n), f"{stamp}-{n}r" if scaling else stamp)
@@ -71,10 +66,7 @@ def train(project: Project, *, target: str | None, options: TrainOptions,
 def smoke_history(project: Project, *, target: str | None, as_json: bool = False,
                   plot: bool = True, ops: Sequence[str] | None = None,
                   say: Say = _print) -> list[dict]:
-    """The perflog as a table and a PNG (only runs measured at their reference size are
-    plotted), or with ``as_json`` one JSON document on stdout (docs/results.md, JSON shapes);
-    ``ops``: only these collectives' lines (default: every one); ``plot`` False
-    (``invoke --dry``) writes no PNG."""
+    """The perflog as a table and a PNG, or one JSON document; ``ops``: only these."""
     records = perflog.read(project.settings.perflog_dir, target=target, ops=ops)
     shown = ", ".join(ops) if ops else None
     if not records and not as_json:  # nothing recorded yet is an answer, not an error
@@ -104,10 +96,8 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
 
 
 def shown_environ(site: Site) -> dict[str, str]:
-    """A dry run's host environment: this one, plus a :func:`deferred` marker for each variable
-    the site's values name that is unset here (``$SLURM_JOB_ID`` outside a job), so the shown
-    command expands it where it is pasted, as the real run expands it where it runs. A ``$$``
-    (a ``$`` for the container) is no host variable and stays literal."""
+    """A dry run's host environment: this one, and a :func:`deferred` marker for each variable
+    the site names that is unset here, expanded where the shown command is pasted."""
     environ = dict(os.environ)
     for text in (*site.env.values(), *site.binds, *site.transport.binds,
                  *site.transport.env.values()):
@@ -121,11 +111,8 @@ def shown_environ(site: Site) -> dict[str, str]:
 def say_plan(say: Say, header: str, steps: Sequence[tuple[str, list[str]]], *,
              dry_run: bool, placement: Placement | None, notes: Sequence[str] = (),
              folder: Path | None = None) -> None:
-    """A run as it starts: the header, each step's command, the notes. A dry run prints lines
-    a shell runs as shown: the header and notes as comments, then the lines that set what the
-    commands read from an allocation (:func:`allocation.shown_lines`), the results ``folder``
-    the commands bind made (a dry run makes nothing), then each command, its variables in
-    double quotes (:func:`show_command`), so its output pastes into ``salloc``."""
+    """A run as it starts: the header, each step's command, the notes; a dry run's lines
+    paste into ``salloc`` as they are."""
     if not dry_run:
         say(header)
         for label, argv in steps:
@@ -147,9 +134,7 @@ def say_plan(say: Say, header: str, steps: Sequence[tuple[str, list[str]]], *,
 
 
 def machine_here(gpu: Gpu) -> Callable[[bool], Machine]:
-    """This machine as :func:`check_fits` reads it, probed once (on first use) for all the
-    runs of a command: ``machine(with_gpu_memory)``; each GPU's memory (nvidia-smi) is asked
-    for once, and only by a run that needs it (one with a largest message size)."""
+    """This machine as :func:`check_fits` reads it, probed once, on first use."""
     @functools.cache
     def machine(with_gpu_memory: bool) -> Machine:
         if with_gpu_memory and gpu == Gpu.CUDA:
@@ -160,8 +145,7 @@ def machine_here(gpu: Gpu) -> Callable[[bool], Machine]:
 
 def check_fits(workload: Workload, options: Options, site: Site, *,
                machine: Callable[[bool], Machine], force: bool, say: Say) -> None:
-    """Refuse, in one line, a run this machine cannot hold (``--force`` runs it anyway);
-    ``machine``: :func:`machine_here` of ``site.gpus.kind``."""
+    """Refuse in one line a run this machine cannot hold (``--force`` runs it anyway)."""
     largest = getattr(options, "largest_size", None)
     problem = fit_problem(ranks=workload.ranks, largest=largest, gpu=site.gpus.kind,
                           machine=machine(bool(largest)))
@@ -174,8 +158,7 @@ def check_fits(workload: Workload, options: Options, site: Site, *,
 def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options, str]],
           dry_run: bool, nodes: int, say: Say,
           force: bool = False) -> list[verdict.Result | Workload]:
-    """Plan, show and (unless ``dry_run``) run and record each ``(options, run id)``. A run on
-    this machine (one node: a real run, or a dry run of this machine's site) must fit it."""
+    """Plan, show and (unless ``dry_run``) run and record each ``(options, run id)``."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
@@ -219,8 +202,7 @@ def _runs(project: Project, *, target: str | None, runs: Sequence[tuple[Options,
 
 
 def guard_run(project: Project, target: str, runtime: Runtime) -> None:
-    """A real run starts here: refuse, in one line, an image whose recorded architecture this
-    machine neither is nor emulates (a missing image is left to the run's own message)."""
+    """Refuse an image whose architecture this machine neither is nor emulates."""
     image = project.settings.image_path(target)
     if image.is_file():
         record = provenance.read(project.settings.provenance_path(target))

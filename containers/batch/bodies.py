@@ -20,8 +20,7 @@ from containers.run.workload import IMAGE_RECORD, JOB_RECORD, Workload
 
 def workload_lines(target: Target, workload: Workload, *, settings: Settings, record: dict,
                     judge: JudgeEnv | None, host_arch: str, venv: Path | None) -> list[str]:
-    """A smoke or training job's body after its rendezvous: the job record and the image's,
-    the launcher's step (its status kept), then the verdict."""
+    """A smoke or training job's body after its rendezvous: records, the step, the verdict."""
     out_dir = str(workload.out_dir)
     image_record = settings.provenance_path(target.name)
     verdict = verdict_in_image(target, workload, settings, judge, out_dir, host_arch=host_arch) \
@@ -58,8 +57,7 @@ def loaded_modules(site: Site, *, multinode: bool) -> list[str]:
 
 
 def module_lines(names: Sequence[str], *, multinode: bool = False) -> list[str]:
-    """``module load`` of ``names`` (:func:`loaded_modules`); Lmod reads unset variables, so
-    not under ``set -u``."""
+    """``module load`` of ``names``, not under ``set -u`` (Lmod reads unset variables)."""
     if not names:
         return []
     why = ("the site's modules and those its multi-node binds name" if multinode
@@ -70,9 +68,7 @@ def module_lines(names: Sequence[str], *, multinode: bool = False) -> list[str]:
 
 def module_variable_lines(site: Site, modules: Sequence[str], *,
                            multinode: bool) -> list[str]:
-    """After ``module load``: each host variable the job's binds and environment use must be
-    set (not empty), else the job stops in one line naming the modules, the variable and the
-    profile's keys that use it, instead of "unbound variable" at the launch line."""
+    """After ``module load``: stop in one line where a host variable the job uses is empty."""
     used = site.job_variables(multinode=multinode)
     if not modules or not used:
         return []
@@ -108,11 +104,9 @@ NODE_PYTHON = "python3 -c 'import sys; print(f\"{sys.version_info[0]}.{sys.versi
 
 def _build_by_node_python(target: Target, *, root: Path, host_arch: str,
                           tool: Sequence[JudgeEnv]) -> list[str]:
-    """``invoke build`` by the node's own ``python3`` (the site's modules loaded) with this
-    checkout and the tool's packages prepared on the login node for that Python's version,
-    picked at run time (which Python a node has is not a site fact): no venv, pip or package
-    index on the node, and jobs that start together only read. One line says why when the
-    node's Python is none of those prepared."""
+    """``invoke build`` by the node's own ``python3`` with the tool's packages prepared on the
+    login node for its version, picked at run time (no venv, pip or index on the node); one
+    line says why when it is none of those prepared."""
     versions = ", ".join(env.python for env in tool) or "none"
     found = "python3 on this node (after the site's modules) is "
     fix = (f"; invoke job prepared {target.arch} packages for Python {versions} (load a "
@@ -141,11 +135,9 @@ def _build_by_node_python(target: Target, *, root: Path, host_arch: str,
 
 def verdict_in_image(target: Target, workload: Workload, settings: Settings,
                       judge: JudgeEnv | None, out_dir: str, *, host_arch: str) -> list[str]:
-    """``invoke verdict`` by the image's own Python: this checkout bound read-only at its own
-    path, the verdict's packages prepared for the image's Python on the login node (no venv,
-    pip or package index on the node; jobs that start together only read them), the folders
-    the verdict writes bound read-write. Judging runs no container runtime and reads only the
-    results, the image's build record and this checkout."""
+    """``invoke verdict`` by the image's own Python: this checkout bound read-only, the
+    verdict's packages prepared on the login node (no venv, pip or index on the node), the
+    folders it writes bound read-write."""
     if judge is None:  # which Python the image has was not known when this was rendered
         return ["# The verdict needs packages prepared for the image's Python, which was "
                 "unknown when this was rendered.",
@@ -178,8 +170,6 @@ def verdict_in_image(target: Target, workload: Workload, settings: Settings,
 
 
 def _invoke(args: list[str], *, venv: Path | None, exec_: bool = False) -> list[str]:
-    """The line that runs ``invoke ARGS`` with this checkout's venv, on a node of this
-    machine's architecture (other nodes: :func:`verdict_in_image`,
-    :func:`_build_by_node_python`)."""
+    """The line that runs ``invoke ARGS`` with this checkout's venv."""
     binary = str(venv / "bin" / "invoke") if venv is not None else "invoke"
     return [("exec " if exec_ else "") + command([binary, *args])]

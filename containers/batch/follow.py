@@ -1,8 +1,6 @@
 """Following a submitted job (``invoke job --submit --wait``, ``invoke jobs``): its state from the
-scheduler's own tools (:meth:`Scheduler.job_state`), and the index of the jobs this checkout
-submitted (one JSON line per job in ``results/jobs/index.jsonl``, one ``O_APPEND`` write each).
-A job the scheduler no longer knows has ended and its verdict decides; a scheduler that does not
-answer leaves its jobs' state unknown (:class:`Queries`), never "ended".
+scheduler's own tools, and the index of the jobs this checkout submitted (``results/jobs/``).
+A scheduler that does not answer leaves its jobs' state unknown, never "ended".
 """
 
 from __future__ import annotations
@@ -29,10 +27,7 @@ POLL_SECONDS = 3.0
 
 
 class Queries:
-    """The state queries of one listing (``invoke jobs``) to one scheduler: one that did not
-    answer (timed out, its tool missing, its server unreachable) is asked no more, so a listing
-    of many jobs waits for it once, not once a job; ``silent`` says why. Its jobs' state is then
-    unknown, never "ended": that would be a guess."""
+    """One listing's state queries to one scheduler; one that did not answer is asked no more."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
@@ -59,8 +54,7 @@ def ask(argv: list[str]) -> str | None:
 
 def wait_for(scheduler: Scheduler, job_id: str, *, say: Say, poll: float | None = None,
              query: Ask = ask) -> str:
-    """Poll until the job has ended; each state change is said. The last state seen (or
-    ``UNKNOWN`` when the scheduler no longer knows the job)."""
+    """Poll until the job has ended, saying each change; the last state (or ``UNKNOWN``)."""
     last, started = None, time.monotonic()
     misses = 0
     while True:
@@ -78,8 +72,7 @@ def wait_for(scheduler: Scheduler, job_id: str, *, say: Say, poll: float | None 
 
 
 def verdict_code(given: Mapping) -> int:
-    """The exit status a job's ``verdict.json`` stands for: its own ``exit_code`` where it has
-    one (a run job), else 0 passed, 3 correct but slow, 2 failed."""
+    """The exit status a job's ``verdict.json`` stands for (its own, else 0, 3 or 2)."""
     record = Verdict.of(given)
     if isinstance(record.exit_code, int):
         return record.exit_code
@@ -116,9 +109,7 @@ def append_index(jobs_dir: Path, entry: dict) -> Path:
 
 
 def read_index(jobs_dir: Path) -> list[dict]:
-    """The index's entries, oldest first. A line that is not a JSON object is skipped (a killed
-    append leaves one torn); one nested past reading is no line the tool wrote: one line naming
-    the file and the line."""
+    """The index's entries, oldest first; a torn line (a killed append) is skipped."""
     path = jobs_dir / INDEX
     if not path.exists():
         return []

@@ -19,9 +19,7 @@ from containers.run.launchers import Shape
 
 @dataclass(frozen=True)
 class Frame:
-    """What every job of a request has, whatever it runs: its resources but their size (name,
-    output, partition, time, account, the site's GPU request), and the header comments that
-    say where each came from."""
+    """What every job of a request has but its size, with where each part came from."""
 
     resources: Resources
     partition: Partition
@@ -35,8 +33,7 @@ class Frame:
     gpu_directives: tuple[str, ...] = ()
 
     def sized(self, *, nodes: int, shape: Shape, gpus: int) -> Resources:
-        """The resources of a job of this size; on a partition of shared nodes, the memory of
-        the node's GPUs it takes (all of them: the whole figure)."""
+        """The resources of a job of this size (shared nodes: its GPUs' share of memory)."""
         memory = (self.node_memory_gb * min(gpus, self.node_gpus) // self.node_gpus
                   if self.node_gpus and gpus else self.node_memory_gb)
         return replace(self.resources, nodes=nodes, tasks_per_node=shape.tasks_per_node,
@@ -46,9 +43,7 @@ class Frame:
 
 
 def example_preamble(site: Site, name: str) -> list[str] | None:
-    """The directives of a job for one node of ``site``'s default partition with all its GPUs,
-    for 30 minutes (``YOUR_PROJECT`` where the site needs an account): what the catalogue page
-    gives users to paste; None where the site has no scheduler."""
+    """A 30-minute whole-node job's directives for the catalogue page; None without scheduler."""
     if (scheduler := SCHEDULERS.get(site.scheduler)) is None:
         return None
     partition = site.partition(site.default_partition)
@@ -65,9 +60,7 @@ def example_preamble(site: Site, name: str) -> list[str] | None:
 
 def job_frame(target: Target, site: Site, *, settings: Settings, request: JobRequest,
               environ: Mapping[str, str], stamp: str) -> Frame:
-    """The job's name (shortened with the site's words where its scheduler limits names),
-    output (named with ``stamp`` too: job ids repeat across clusters), partition, time and
-    account, and the header comments that say so."""
+    """The job's name, output, partition, time and account, and where each came from."""
     scheduler = scheduler_of(site)
     full_name = f"{request.workload}-{target.name}"
     directive(full_name, "job name")

@@ -1,9 +1,7 @@
 """Batch jobs (``invoke job``): a complete Slurm or PBS script for a site, a workload and a size.
 
-:func:`plan_job` assembles three parts, as ReFrame splits them: the scheduler's preamble, the
-site's launcher (which sizes the job and starts the ranks) and the workload, planned by the same
-code as an interactive run with shell variables for what only the node knows. Only site values,
-flags and settings reach a script, every value quoted; docs/architecture.md says who checks what.
+:func:`plan_job` assembles, as ReFrame does, the scheduler's preamble, the site's launcher and
+the workload, planned as an interactive run with shell variables for what only the node knows.
 """
 
 from __future__ import annotations
@@ -40,13 +38,8 @@ __all__ = ["Job", "JobNeeds", "JobRequest", "JobRun", "job_run", "plan_job"]
 # ------------------------------------------------------------------------------------- the job
 @dataclass(frozen=True)
 class JobNeeds:
-    """What a job is planned from, resolved once (:meth:`Project.job_needs
-    <containers.app.project.Project.job_needs>`): the target, the site, the settings, the
-    architecture of this machine (``host_arch``) and of the site's nodes (``site_arch``, its
-    default target's; None: unknown), this tool's Python environment (``venv``; None: none),
-    and the package folders (:mod:`containers.batch.judgeenv`) a node of another architecture
-    needs: the verdict's for the image's Python (``judge``; None: this checkout judges, or that
-    Python is unknown: then not ``ready``) and the tool's for a build, one per Python (``tool``)."""
+    """What a job is planned from, resolved once; ``judge`` and ``tool``: the package folders a
+    node of another architecture needs (``judge`` None: this checkout judges, or not ``ready``)."""
 
     target: Target
     site: Site
@@ -85,8 +78,7 @@ class Job:
 
     @property
     def output_folder(self) -> Path:
-        """The folder the scheduler writes the job's output into: it must exist before the job
-        starts (neither Slurm nor PBS creates it), so ``invoke job`` makes it."""
+        """The folder the job's output goes into, made by ``invoke job`` (schedulers do not)."""
         return self.scheduler.output_folder(self.resources)
 
     def output_of(self, job_id: str) -> str:
@@ -98,8 +90,7 @@ class Job:
 
 def plan_job(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str] | None = None,
              stamp: str | None = None) -> Job:
-    """The whole batch job, rendered: pure (only ``environ``, the submitting shell's variables, is
-    read, for the account rules); ``stamp`` names its folders (:func:`job_run_id` says why)."""
+    """The whole batch job, rendered: pure but for ``environ`` (the account rules)."""
     check_site(request, needs.target, needs.site, needs.site_arch)
     planner = JobPlanner(needs=replace(needs, site=chosen_site(needs.site, request)),
                          request=request, environ=environ or {}, stamp=stamp or run_stamp())
@@ -108,8 +99,7 @@ def plan_job(needs: JobNeeds, request: JobRequest, *, environ: Mapping[str, str]
 
 @dataclass(frozen=True)
 class JobPlanner:
-    """What :func:`plan_job` was given, and the jobs a kind picks from
-    (:meth:`containers.prove.kind.WorkloadKind.job_body`): a build, a command, a workload run."""
+    """What :func:`plan_job` was given, and the jobs a kind picks from."""
 
     needs: JobNeeds
     request: JobRequest
@@ -121,8 +111,7 @@ class JobPlanner:
                          request=self.request, environ=self.environ, stamp=self.stamp)
 
     def build(self) -> Job:
-        """A build job: one task on one node; no GPU on a partition without them (LUMI-C's
-        small), else one (a build needs none, the partition may require one)."""
+        """A build job: one task on one node, one GPU where the partition has them."""
         target, site, settings = self.needs.target, self.needs.site, self.needs.settings
         if (refusal := fakeroot_refusal(target, site)) is not None:
             raise refusal
@@ -150,8 +139,7 @@ class JobPlanner:
             judge=self.needs.judge, host_arch=self.needs.host_arch, venv=self.needs.venv))
 
     def _run_job(self, lines: Callable[[JobRun, dict], list[str]]) -> Job:
-        """A job that runs the image on its nodes: the site's size rules, the run's plan, the
-        body's head (modules, rendezvous), the run's ``lines`` after it."""
+        """A job that runs the image on its nodes: size rules, plan, the body's head, ``lines``."""
         target, site, request = self.needs.target, self.needs.site, self.request
         frame = self.frame()
         gpus = _ranks_per_node(request, site)
@@ -179,8 +167,7 @@ class JobPlanner:
                             results=str(run.workload.out_dir).replace(job_id, "{job_id}"))
 
     def _head(self, run: JobRun) -> list[str]:
-        """The body's first lines: the checkout, the host modules (and the variables the binds
-        take from them), the rendezvous where the ranks meet."""
+        """The body's first lines: the checkout, the host modules, the rendezvous."""
         site, multinode = self.needs.site, self.request.nodes > 1
         modules = loaded_modules(site, multinode=multinode)
         return [f"cd {word(str(self.needs.settings.root))}", "",
@@ -221,9 +208,7 @@ class JobRun:
 
 def job_run(target: Target, site: Site, *, settings: Settings, request: JobRequest,
             stamp: str = "") -> JobRun:
-    """The workload of a smoke or training job exactly as its script runs it: the plan the job
-    renders and the plan ``invoke verdict`` judges the job's results by (pure). Its results
-    folder is ``<target>-<stamp>-<scheduler>-job<id>`` (:func:`job_run_id`)."""
+    """The workload of a job as its script runs it and ``invoke verdict`` judges it (pure)."""
     scheduler = scheduler_of(site)
     site = chosen_site(site, request)
     launcher = launchers.for_site(site, request.launcher)
@@ -247,10 +232,8 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
 
 
 def job_run_id(scheduler: Scheduler, stamp: str) -> str:
-    """What names a job's results folder after its target: when it was rendered, the scheduler
-    and the job id (expanded by the job's shell). A job id is unique only within one cluster's
-    life (a restarted cluster starts again at 1): with the stamp, two clusters' job 1 never
-    share a folder, and a script submitted again after a restart finds its folder taken
-    (:func:`containers.batch.runjob.folder_lines` refuses it)."""
+    """A results folder's name after its target: stamp, scheduler and job id (expanded by the
+    job's shell). Job ids restart with a cluster: with the stamp two clusters' job 1 never
+    share a folder (and a resubmitted script finds its folder taken)."""
     return "-".join([*([stamp] if stamp else []), scheduler.name,
                      f"job{ref(scheduler.rendezvous.job_id_var)}"])

@@ -1,10 +1,8 @@
 """The packages ``invoke verdict`` (or ``invoke build``) imports, for a Python on a compute node
 of another architecture than the submitting machine's.
 
-Such a node cannot use this checkout's ``.venv`` and has no package index we may rely on, so the
-packages are downloaded once on the login node as wheels for the node (:func:`prepare`) into a
-folder named for what it serves (:func:`plan`), filled under a temp name and renamed into
-place. docs/architecture.md says which Python runs them.
+Such a node cannot use this checkout's ``.venv`` nor rely on a package index, so the wheels are
+downloaded once on the login node into a folder named for what it serves (:func:`plan`).
 """
 
 from __future__ import annotations
@@ -34,11 +32,8 @@ from containers.inputs.settings import Settings
 from containers.inputs.versions import major_minor
 from containers.records import BuildRecord
 
-#: What ``import tasks`` and :mod:`containers.app.judging` import beyond the standard library
-#: (invoke, PyYAML, rich, psutil, pydantic for the site profiles; matplotlib for the smoke
-#: verdict's busbw PNGs, which the images need not have), with all their own dependencies
-#: (pip runs with ``--no-deps``; tests/batch/test_judgeenv.py checks the list is closed under
-#: this environment's metadata and holds what judging imports).
+#: What ``import tasks`` and :mod:`containers.app.judging` import beyond the standard library,
+#: with all their own dependencies (pip runs ``--no-deps``; a test checks the list is closed).
 JUDGE_PACKAGES = ("invoke", "PyYAML", "rich", "markdown-it-py", "mdurl", "Pygments", "psutil",
                   "matplotlib", "contourpy", "cycler", "fonttools", "kiwisolver", "numpy",
                   "packaging", "pillow", "pyparsing", "python-dateutil", "tzdata", "pydantic",
@@ -72,15 +67,13 @@ class JudgeEnv:
 
 
 def requirements(names: Sequence[str] = JUDGE_PACKAGES) -> tuple[str, ...]:
-    """``names`` pinned to the versions this tool runs with (its own environment), so the node
-    runs the code the login node was tested with."""
+    """``names`` pinned to the versions this tool runs with, as tested on the login node."""
     return tuple(f"{name}=={importlib.metadata.version(name)}" for name in names)
 
 
 def plan(root: Path, *, arch: str, python: str, reqs: Sequence[str] | None = None,
          under: str = JUDGE_FOLDER, purpose: str = JudgeEnv.purpose) -> JudgeEnv:
-    """``<root>/<under>/<arch>-py<X.Y>-<hash>``: one folder per architecture, Python and list
-    (pure: nothing is made)."""
+    """``<root>/<under>/<arch>-py<X.Y>-<hash>``: one folder per architecture, Python, list."""
     pinned = tuple(reqs) if reqs is not None else requirements()
     digest = hashlib.sha256("\n".join(sorted(pinned)).encode()).hexdigest()[:10]
     return JudgeEnv(folder=root / under / f"{arch}-py{python}-{digest}", arch=arch,
@@ -88,10 +81,7 @@ def plan(root: Path, *, arch: str, python: str, reqs: Sequence[str] | None = Non
 
 
 def build_requirements(python: str, arch: str, *, pyproject: Path = PYPROJECT) -> tuple[str, ...]:
-    """The closure of the tool's ``[project] dependencies`` (extras followed) for CPython
-    ``python`` on Linux ``arch``, pinned as installed here, sorted: what ``invoke build``
-    may import, whole (which modules a build never imports is not cleanly known). A dependency
-    missing from this environment is refused: the list must be closed (pip runs ``--no-deps``)."""
+    """The tool's dependencies for ``python`` on ``arch``, pinned as installed here."""
     with on_disk("read the tool's dependencies", pyproject):
         roots = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
     env = {"python_version": python, "python_full_version": f"{python}.0",
@@ -125,9 +115,7 @@ def build_plans(root: Path, *, arch: str) -> tuple[JudgeEnv, ...]:
 
 
 def pip_argv(into: Path, judge: JudgeEnv) -> list[str]:
-    """Wheels only, for the node's architecture and CPython version, exactly the pinned list
-    (``--no-deps``: the list carries the dependencies). pip reads its index from the machine's
-    own configuration."""
+    """Wheels only, for the node, exactly the pinned list; pip's index as configured here."""
     return [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
             "--target", str(into), "--only-binary=:all:",
             *(word for platform in PLATFORMS
@@ -137,8 +125,7 @@ def pip_argv(into: Path, judge: JudgeEnv) -> list[str]:
 
 
 def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None:
-    """The image's Python as ``X.Y``: the build record's ``stack.python``, else the env spec's
-    ``python=`` pin (its Conda dependencies); None when neither says."""
+    """The image's Python as ``X.Y`` (its record, else its env spec's pin), or None."""
     found = (BuildRecord.of(record).stack or {}).get("python")
     if not found:
         for spec in conda_specs:
@@ -151,8 +138,7 @@ def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None
 
 
 def of_image(target: Target, settings: Settings) -> JudgeEnv | None:
-    """The verdict's packages for the Python of ``target``'s image (its build record's, else
-    its env spec's pin), for a job judged on its nodes; None when neither says."""
+    """The verdict's packages for the Python of ``target``'s image; None when unknown."""
     record = provenance.read(settings.provenance_path(target.name), corrupt_ok=True)
     env = load_target_env(target)
     python = image_python(record, tuple(dep.spec for dep in env.conda) if env else ())
@@ -169,8 +155,7 @@ def _pip(argv: list[str]) -> int:
 
 def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
             runner: Runner = _pip) -> Path:
-    """Make ``judge.folder`` unless it is there: pip into a temporary sibling, mark it
-    complete, then one rename. A concurrent caller that loses the rename removes its copy."""
+    """Make ``judge.folder`` unless it is there: pip into a sibling, then one rename."""
     folder = judge.folder
     if (folder / COMPLETE).is_file():
         return folder
@@ -198,8 +183,7 @@ def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
 
 
 def _node_scripts(folder: Path) -> None:
-    """The console scripts pip wrote (``bin/cotainr``) name this machine's Python in their
-    ``#!`` line, which the node cannot run: they run the node's ``python3`` instead."""
+    """Console scripts pip wrote name this machine's Python: run the node's instead."""
     for script in sorted(folder.glob("*")) if folder.is_dir() else ():
         if script.is_symlink() or not script.is_file():
             continue

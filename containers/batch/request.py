@@ -24,8 +24,7 @@ if TYPE_CHECKING:  # the flags are declared when the command line starts (invoke
 @dataclass(frozen=True)
 class JobRequest:
     """What ``invoke job`` was asked for, its flags declared here; None means the site's
-    default. Checks its own values (the site's limits where the site is known:
-    :func:`plan_job`)."""
+    default (the site's limits are checked by :func:`plan_job`)."""
 
     #: What the workload is (:mod:`containers.prove.registry`), resolved once where its name
     #: comes in (the task, a job's ``job.json``): the job asks it, never the name.
@@ -77,8 +76,7 @@ class JobRequest:
 
 
 def job_options(options: SmokeOptions | TrainOptions) -> dict:
-    """The options a job's verdict re-plans its run with (``job.json``): its kind's run options
-    that have a value (ranks, nodes and the example are the job's own keys)."""
+    """The options a job's verdict re-plans its run with: the set run options."""
     values = {name: getattr(options, name) for name in options.kind.run_options}
     return {key: str(value.resolve()) if isinstance(value, Path) else value
             for key, value in values.items() if isinstance(value, (str, int, float, bool, Path))}
@@ -89,9 +87,7 @@ class RecordOptionsError(ValueError):
 
 
 def request_from_record(given: Mapping, kind: WorkloadKind) -> JobRequest:
-    """The request a job's ``job.json`` (of ``kind``) describes, options included, so its
-    verdict re-plans the run the job ran (:func:`job_run`); bad options raise
-    :class:`RecordOptionsError`."""
+    """The request a job's ``job.json`` describes (:class:`RecordOptionsError` if bad)."""
     from containers.records import JobRecord
     from containers.run.workload import JOB_RECORD
 

@@ -1,9 +1,8 @@
 """``invoke job --workload run -- CMD``: a user's own command as a batch job, launched as the
 site's smoke jobs are, with the device gate first and a ``verdict.json`` at the end.
 
-The verdict needs nothing on the compute node but the image and the shared file system: the
-image's own Python runs ``jobs/runverdict.py`` (torch only, bound read-only), so no virtual
-environment, pip or package index is needed there.
+The image's own Python runs the verdict (``jobs/runverdict.py``), so the node needs no venv,
+pip or package index.
 """
 
 from __future__ import annotations
@@ -22,9 +21,7 @@ VERDICT_SCRIPT = "runverdict.py"
 
 def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: dict,
               nodes: int) -> list[str]:
-    """The body of a run job after its rendezvous lines: the job record, the device gate, the
-    command (its output and exit status kept), the verdict with the image's Python; the job's
-    exit status is the verdict's."""
+    """A run job's body after its rendezvous: record, gate, command, verdict."""
     workload = planned.workload
     out_dir = str(workload.out_dir)
     log = word(out_dir + "/run.log")
@@ -61,9 +58,7 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
 
 
 def folder_lines(out_dir: Path) -> list[str]:
-    """The job's results folder made new (``mkdir`` without ``-p``), or the job stopped in one
-    line: an existing folder is another job's evidence (a script submitted again after a
-    cluster restart, when job ids start again at 1), never written into or appended to."""
+    """The job's results folder made new, or the job stopped: it is another job's."""
     folder = str(out_dir)
     refusal = (f"job: FAIL: the results folder {folder} exists: it holds another job's "
                "results (job ids repeat after a cluster restart), which this job does not "

@@ -1,10 +1,7 @@
 """Batch schedulers (Slurm, PBS Pro): a job's directives, its rendezvous lines, how to submit it.
 
-A scheduler returns the preamble (``#SBATCH`` / ``#PBS`` lines) for the :class:`Resources` a job
-asks for, where the job's output goes, the submit command and how to read the job id it prints,
-and how to ask a job's state (and when it was submitted) with its own tools. The rendezvous
-belongs to the scheduler's :class:`~containers.run.rendezvous.SchedulerRendezvous`, which
-``invoke smoke --nodes`` uses too.
+Each scheduler owns its preamble, output path, submit command and job id, and its state
+queries; its rendezvous is its :class:`~containers.run.rendezvous.SchedulerRendezvous`.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ Ask = Callable[[list[str]], "str | None"]
 
 @dataclass(frozen=True)
 class Resources:
-    """What the job asks the scheduler for: each scheduler renders its preamble from this alone,
-    so Slurm and PBS are given the same request."""
+    """What a job asks for: each scheduler renders its preamble from this alone."""
 
     name: str
     time: str
@@ -94,16 +90,14 @@ class Scheduler:
         return directive_flag(self.name)("--directive", text)
 
     def job_name(self, name: str, short_names: Mapping[str, str] | None = None) -> str:
-        """The name the scheduler is given for a job called ``name`` (``short_names``: the
-        site's shorter words, where the scheduler limits a name's length)."""
+        """The name the scheduler is given for ``name``, shortened where it limits length."""
         return short_name(name, self.name_length, short_names or {}) if self.name_length else name
 
     def output_dir(self, folder: Path, name: str) -> str:
         return f"{folder}/{self.output_file.format(name=name)}"
 
     def output_folder(self, res: Resources) -> Path:
-        """The folder the job's output goes into: ``output`` up to its last ``/`` (Slurm names
-        a file in it, PBS the folder itself)."""
+        """The folder the job's output goes into (Slurm names a file in it, PBS the folder)."""
         return Path(res.output.rpartition("/")[0])
 
     def output_of(self, res: Resources, job_id: str) -> str:
@@ -113,8 +107,7 @@ class Scheduler:
         return [self.submit_command, *self.submit_options, str(script)]
 
     def parse_job_id(self, stdout: str) -> str:
-        """The id in the submit command's last line, checked (:data:`JOB_ID`): it becomes an
-        argument of the state queries and part of file names."""
+        """The id in the submit command's last line, checked: it becomes an argv word."""
         text = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
         if not text:
             raise CommandFailed(f"{self.submit_command} printed no job id", output=[stdout])
@@ -135,9 +128,7 @@ class Scheduler:
         return next((group for group in found.groups() if group), None) if found else None
 
     def job_state(self, job_id: str, ask: Ask, *, submitted: str | None = None) -> str | None:
-        """The job's state, or None. ``submitted``: the time :meth:`submitted_at` read when the
-        tool submitted it; a job of its id submitted at another time is another job (ids start
-        again at 1 on a restarted cluster), so this one's state is unknown."""
+        """The job's state, or None (one of its id submitted at another time is another)."""
         for words in self.state_commands:
             text = ask([*words, job_id])
             state = self.parse_state(text) if text else None
@@ -248,11 +239,7 @@ class Pbs(Scheduler):
 
 
 def short_name(name: str, length: int, short_names: Mapping[str, str]) -> str:
-    """``name`` within ``length`` characters without cutting a word off mid-way: words
-    (between ``-``) first take the site's short forms (its profile's ``job.short_names``),
-    then the longest word loses letters from its end until the name fits, each word keeping at
-    least 3 (so ``smoke-derecho-cuda`` within 15 becomes ``smk-drc-cuda`` with the short forms
-    ``smk`` and ``drc``, every part still recognisable)."""
+    """``name`` within ``length`` characters, every word still recognisable."""
     if len(name) <= length:
         return name
     words = [short_names.get(w, w) for w in name.split("-")]
@@ -272,8 +259,7 @@ SCHEDULERS: dict[str, Scheduler] = {"slurm": Slurm(), "pbs": Pbs()}
 
 
 def scheduler_of(site: Site, hint: str = "") -> Scheduler:
-    """The site's scheduler; a site with none (``scheduler: none``) is refused in one line that
-    names its profile's key (``hint`` says what to do instead)."""
+    """The site's scheduler; ``scheduler: none`` is refused in one line (``hint``)."""
     if site.scheduler not in SCHEDULERS:
         raise ConfigError(f"site {site.name} has no batch scheduler (scheduler: "
                           f"{site.scheduler}){hint}", path=site.path,

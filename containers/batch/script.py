@@ -1,10 +1,8 @@
 """Shell script text: the one place where this tool writes shell instead of argv.
 
 Every value becomes a shell word with :func:`word` (``shlex.quote``), except a :func:`ref`
-marker (a variable name between NUL characters, which no real argument holds): it becomes
-``${NAME}``, so ``$SLURM_JOB_ID`` expands on the compute node while a ``$`` in a user's path
-stays literal. :func:`render` assembles shebang, scheduler directives, the strict-mode header
-with an ``ERR`` trap naming the failing command, and the body (ReFrame's single script builder)."""
+marker (a name between NULs, which no real argument holds), which becomes ``${NAME}``: it
+expands on the compute node while a ``$`` in a user's path stays literal."""
 
 from __future__ import annotations
 
@@ -33,12 +31,7 @@ def ref(name: str) -> str:
 
 
 class ShellVars(Mapping[str, str]):
-    """An environment where every variable is set to a reference to itself.
-
-    Site values expanded from it (:func:`containers.inputs.sites.expand`) keep their ``$VAR``
-    references as markers, so the job's shell expands them on the compute node, not this tool at
-    render time.
-    """
+    """An environment where every variable is a reference to itself, for the job's shell."""
 
     def __getitem__(self, name: str) -> str:
         if not isinstance(name, str) or not is_env_name(name):
@@ -56,9 +49,7 @@ SHELL_VARS = ShellVars()
 
 
 def word(text: str) -> str:
-    """``text`` as exactly one shell word: literal text quoted, :func:`ref` markers expanding.
-    A script is UTF-8 text: a word holding other bytes (a command-line argument arrives with
-    them as surrogates) is refused in one line."""
+    """``text`` as exactly one shell word: literal quoted, :func:`ref` markers expanding."""
     text = str(text)
     try:
         text.encode("utf-8")
@@ -78,8 +69,7 @@ def word(text: str) -> str:
 
 
 def command(argv: Sequence[str]) -> str:
-    """One shell command line from ``argv``; a long one is wrapped so each part reads on a line
-    of its own (:func:`breaks`)."""
+    """One shell command line from ``argv``, a long one wrapped (:func:`breaks`)."""
     rendered = [word(arg) for arg in argv]
     line = " ".join(rendered)
     if len(line) <= WIDTH:
@@ -98,10 +88,7 @@ _EXEC_VALUE_OPTIONS = ("--bind", "--env")
 
 
 def breaks(argv: Sequence[str]) -> set[int]:
-    """Where a long command is wrapped, read from the argv itself: before the container runtime
-    (after a launcher such as ``srun …``), before every ``--bind``/``--env``, before the image,
-    before the command in the container and before the script that command runs (the first
-    word after its options; a one-letter option such as ``bash -c`` takes its value along)."""
+    """Where a long command is wrapped, read from the argv itself."""
     cuts = {i for i, arg in enumerate(argv) if arg in _EXEC_VALUE_OPTIONS and i > 0}
     runtime = next((i for i in range(len(argv) - 1) if argv[i + 1] == "exec"), None)
     if runtime is None:
@@ -130,8 +117,7 @@ def _positional(argv: Sequence[str], start: int, value_options: Sequence[str]) -
 
 
 def render(directives: Sequence[str], comments: Sequence[str], body: Sequence[str]) -> str:
-    """A batch script: directives first (schedulers stop reading them at the first command),
-    then a strict header whose ``ERR`` trap names the failing line and command, then the body."""
+    """A batch script: directives, a strict header (an ``ERR`` trap naming the line), body."""
     lines = ["#!/bin/bash", *directives, "", *(f"# {c}" if c else "#" for c in comments),
              "set -euo pipefail",
              "trap 'echo \"job script: line $LINENO: $BASH_COMMAND (exit $?)\" >&2' ERR",

@@ -1,8 +1,5 @@
-"""The site's rules for a batch job, checked before anything is written: a scheduler, the
-image's GPUs and architecture, a known partition (:func:`check_site`); the wall time within the
-partition's and the QoS's limits (:func:`fit_time`); nodes and GPUs within them
-(:func:`check_size`); the account (:func:`resolve_account`); a transport across nodes the
-container can load (:func:`check_transport`, :func:`chosen_site`)."""
+"""The site's rules for a batch job, checked before anything is written: scheduler, GPUs,
+architecture, partition, time, size, account and transport."""
 
 from __future__ import annotations
 
@@ -42,9 +39,7 @@ def check_site(request: JobRequest, target: Target, site: Site, site_arch: str |
 
 def fit_time(request: JobRequest, site: Site, partition: Partition,
              qos: Qos | None = None) -> int:
-    """The job's wall time: ``--time`` if it is within the partition's (and the QoS's: the one
-    typed, else the site's default) limit (else refused, naming the limit), otherwise the
-    workload's estimate capped by them."""
+    """The job's wall time: ``--time`` within the limits, else the estimate capped by them."""
     limits = [(f"partition {partition.name}", partition.max_time, "")]
     if qos is not None:
         default = "" if request.qos else " (its default_qos: --qos names another)"
@@ -62,8 +57,7 @@ def fit_time(request: JobRequest, site: Site, partition: Partition,
 
 def _over(site: Site, limits: Partition | Qos, *, nodes: int,
           gpus_per_node: int) -> tuple[str, str | None] | None:
-    """The refusal (and its flag) of the first of a partition's or a QoS's limits the request
-    is over; None when it is within them all."""
+    """The refusal (and flag) of the first limit the request is over; None within them all."""
     what, source, per_node = (("QoS", f"; {limits.source}", None) if isinstance(limits, Qos)
                               else ("partition", "", limits.gpus_per_node))
     where = f"{what} {limits.name} of site {site.name} allows"
@@ -81,9 +75,7 @@ def _over(site: Site, limits: Partition | Qos, *, nodes: int,
 
 def check_size(site: Site, partition: Partition, qos: Qos | None, *, nodes: int,
                gpus_per_node: int) -> None:
-    """Nodes and GPUs within the partition's documented limits, then the ``--qos``'s (a QoS
-    the profile does not describe is the scheduler's to judge); a partition's refusal names,
-    where one of the site's other partitions allows the request, that partition."""
+    """Nodes and GPUs within the partition's and the QoS's limits."""
     size = dict(nodes=nodes, gpus_per_node=gpus_per_node)
     if (over := _over(site, partition, **size)) is not None:
         fits = [p for p in site.partitions.values()
@@ -96,11 +88,9 @@ def check_size(site: Site, partition: Partition, qos: Qos | None, *, nodes: int,
 
 def resolve_account(request: JobRequest, site: Site, settings: Settings,
                     environ: Mapping[str, str]) -> tuple[str | None, str]:
-    """The account the job charges and where it came from: ``--account``, else
-    ``containers.accounts.<site>``, else ``containers.account``, else the scheduler's own
-    variables (:attr:`Scheduler.account_vars`; PBS Pro's qsub reads none: ``-A`` only).
-    ``SBATCH_ACCOUNT`` is left to sbatch, which reads it at submission (None is returned). A
-    site that requires an account and gets none is refused in one line saying how to set it."""
+    """The account the job charges and where it came from: the flag, the settings, else the
+    scheduler's own variables (``SBATCH_ACCOUNT`` is left to sbatch: None); a site requiring
+    one that gets none is refused in one line saying how to set it."""
     if request.account:
         return request.account, "--account"
     configured = settings.account_for(site.name)
@@ -121,10 +111,7 @@ def resolve_account(request: JobRequest, site: Site, settings: Settings,
 
 
 def check_transport(site: Site, nodes: int) -> None:
-    """A job across nodes whose transport needs the host's network plugin and libfabric bound
-    into the container, on a site whose profile binds none or says no plugin is published for
-    containers (``transport.unavailable``): it would stop at start-up (NCCL_NET names a network
-    that cannot load), so it is refused before anything is written, naming the way out."""
+    """Refuse a job across nodes whose transport cannot load here, naming the way out."""
     transport = site.transport
     if not (transport.host_stack and transport.applies(nodes)):
         return
@@ -140,9 +127,7 @@ def check_transport(site: Site, nodes: int) -> None:
 
 
 def chosen_site(site: Site, request: JobRequest) -> Site:
-    """``site`` with the transport the request chose (``--transport socket``: NCCL's TCP
-    sockets, :func:`containers.prove.transport.sockets`), refused in one line where it does not
-    apply (one node, or a site that declares no transport across nodes); else ``site``."""
+    """``site`` with the transport the request chose, refused where it does not apply."""
     if request.transport is None:
         return site
     if not site.transport.applies(request.nodes):

@@ -34,10 +34,7 @@ class JobSubmission:
 
 def deliver(job: Job, needs: JobNeeds, *, script: Path | None, submit: bool,
             runtime: Callable[[], Runtime], say: Say) -> JobSubmission:
-    """Print the job, write it (atomically) or submit it. Whichever it does, the folder the
-    job's output goes to exists afterwards (schedulers do not create it, and a job whose output
-    folder is missing dies without a log); every refusal comes before a script exists.
-    ``runtime``: the one that reads an old image's architecture, asked only then."""
+    """Print the job, write it or submit it; its output folder is made, refusals first."""
     refuse_unsafe_way(job.output_folder)
     if script is not None:
         refuse_replacing(script)  # before any folder is made
@@ -60,9 +57,7 @@ def deliver(job: Job, needs: JobNeeds, *, script: Path | None, submit: bool,
 
 
 def check_image(needs: JobNeeds, runtime: Callable[[], Runtime]) -> None:
-    """What a submission of a job that runs the image needs that a written script does not:
-    the image itself, of the architecture of the site's nodes (from its build record, not its
-    name; the site has a scheduler, so its nodes' are its default target's)."""
+    """What submitting needs that writing does not: the image, of the nodes' architecture."""
     item, settings = needs.target, needs.settings
     image = settings.image_path(item.name)
     if not image.is_file():
@@ -76,8 +71,7 @@ def check_image(needs: JobNeeds, runtime: Callable[[], Runtime]) -> None:
 
 
 def _not_ready(item: Target, text: str, *, submit: bool) -> str:
-    """A job whose verdict runs in an image whose Python is not known yet: a submission is
-    refused; a script written for reading before the build says so at its top."""
+    """Refuse submitting a job whose verdict needs an image Python not known yet."""
     unknown = (f"the verdict of {item.name}'s jobs runs in the image on its {item.arch} "
                "nodes, and neither the image's build record (stack.python) nor its env spec "
                "(python=) says which Python it has")
@@ -95,8 +89,7 @@ def _write(script: Path, text: str) -> None:
 
 
 def _submit(job: Job, script: Path | None, *, jobs_dir: Path, say: Say) -> JobSubmission:
-    """Write the script (a claimed name under ``jobs_dir`` unless ``--out`` named one), submit
-    it, and add the job to the index ``invoke jobs`` reads."""
+    """Write the script, submit it, and add the job to the index ``invoke jobs`` reads."""
     claimed = script is None
     if script is None:
         script = claim_file(jobs_dir, f"{job.name}-{job.stamp or run_stamp()}", ".sh")

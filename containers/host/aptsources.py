@@ -1,9 +1,7 @@
 """The build host's Debian mirror, read from its apt sources: the one parser of them.
 
-``scripts/install-apptainer.sh`` runs this file with the system Python before the venv exists,
-so it uses the standard library only. deb822 ``*.sources`` files come first, then one-line
-``*.list`` files; a source counts when enabled, of type ``deb`` and serving exactly the suite
-asked for (default: the host's release), so security and third-party archives never match."""
+Standard library only: ``scripts/install-apptainer.sh`` runs it before the venv exists. A
+source counts when enabled, of type ``deb`` and serving exactly the suite asked for."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ class Source:
 
 
 def parse_deb822(text: str, path: Path) -> list[Source]:
-    """The stanzas of a ``.sources`` file. Field names are case-insensitive; a line starting
-    with a space or tab continues the field above (an inline ``Signed-By`` key, for one)."""
+    """The stanzas of a ``.sources`` file (field names case-insensitive, continuations)."""
     sources: list[Source] = []
     fields: dict[str, str] = {}
     key, start = "", 0

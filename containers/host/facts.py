@@ -52,9 +52,7 @@ def cotainr_binary() -> str:
 
 
 def gpu_kinds_here(dev: Path = Path("/dev")) -> set[Gpu]:
-    """The GPU kinds whose device files this machine has: ``cuda`` (``/dev/nvidia0``, …),
-    ``rocm`` (``/dev/kfd``). A login node usually has neither, so a check that needs the
-    target's GPUs can say up front that it cannot run here."""
+    """The GPU kinds whose device files this machine has (a login node: usually none)."""
     found = {Gpu.CUDA: bool(gpu_count(Gpu.CUDA, dev)), Gpu.ROCM: (dev / "kfd").exists()}
     return {kind for kind, here in found.items() if here}
 
@@ -86,11 +84,8 @@ BUFFERS_PER_RANK = 3
 
 def fit_problem(*, ranks: int, largest: int | None, gpu: Gpu, machine: Machine) -> str | None:
     """Why ``ranks`` ranks holding ``BUFFERS_PER_RANK`` messages of ``largest`` bytes cannot
-    run on ``machine`` (one line, naming the flag that asks for it), else None.
-
-    CPU ranks (``gpu`` is ``none``) are held to the cores and to the available memory; GPU
-    ranks to the GPUs this machine shows and, where known, to each GPU's memory. ``largest``
-    None: the workload's memory is not estimated (training), only its ranks are checked."""
+    run on ``machine`` (one line naming the flag), else None: CPU ranks against cores and
+    memory, GPU ranks against the GPUs and their memory; ``largest`` None: ranks only."""
     need = (BUFFERS_PER_RANK * largest) if largest else 0
     if gpu == Gpu.NONE:
         if machine.cores and ranks > machine.cores * CPU_RANKS_PER_CORE:
@@ -114,8 +109,7 @@ def fit_problem(*, ranks: int, largest: int | None, gpu: Gpu, machine: Machine) 
 
 
 def this_machine(gpu: Gpu, *, with_gpu_memory: bool = True) -> Machine:
-    """The cores this process may use, the memory available, and GPUs of kind ``gpu``;
-    ``with_gpu_memory`` False leaves each GPU's memory unknown (nvidia-smi is not asked)."""
+    """This process's cores, available memory and GPUs (their memory if asked)."""
     try:
         cores: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -141,8 +135,7 @@ def memory_available(proc: Path = Path("/proc"),
 
 
 def gpu_count(gpu: Gpu, dev: Path = Path("/dev")) -> int | None:
-    """GPU device files of kind ``gpu``: ``/dev/nvidia<N>`` (cuda), ``/dev/dri/renderD*``
-    (rocm: one per GCD); None for ``none``."""
+    """GPU device files of kind ``gpu`` (rocm: one render node per GCD); None for ``none``."""
     if gpu == Gpu.CUDA:
         return sum(1 for p in dev.glob("nvidia[0-9]*") if p.name[len("nvidia"):].isdigit())
     if gpu == Gpu.ROCM:

@@ -1,9 +1,7 @@
 """The one place that starts external processes: argv lists, streamed output, clean teardown.
 
-Only processes this module started, and their descendants, are ever signalled. :func:`stop_tree`
-stops a whole tree (torchrun's ranks sit in sessions of their own); every command runs under
-:func:`supervise`, a subreaper that stops the tree when the tool itself dies
-(docs/architecture.md, Processes)."""
+Only processes this module started, and their descendants, are ever signalled; every command
+runs under :func:`supervise`, which stops its tree when the tool itself dies."""
 
 from __future__ import annotations
 
@@ -88,11 +86,8 @@ def _signal_all(procs: Sequence[psutil.Process], sig: signal.Signals) -> None:
 
 
 def _wait_gone(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Those of ``procs`` still running after up to ``timeout`` seconds.
-
-    Not ``psutil.wait_procs``: it reaps our own child behind ``Popen``'s back (whose returncode
-    would then read 0) and counts a zombie whose parent has not reaped it yet as alive.
-    """
+    """Those of ``procs`` still running after up to ``timeout`` seconds. Not
+    ``psutil.wait_procs``: it reaps our child behind ``Popen``'s back and counts zombies alive."""
     deadline = time.monotonic() + timeout
     alive = [p for p in procs if not _gone(p)]
     while alive and time.monotonic() < deadline:
@@ -103,8 +98,7 @@ def _wait_gone(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.P
 
 def terminate(procs: Sequence[psutil.Process], grace: float,
               late: Callable[[], list[psutil.Process]] = list) -> list[psutil.Process]:
-    """SIGTERM ``procs``, wait up to ``grace`` seconds, then SIGKILL those left and those
-    ``late`` finds (started between the snapshot and the SIGTERM); returns the killed."""
+    """SIGTERM ``procs``, wait ``grace`` seconds, SIGKILL the rest; the killed."""
     _signal_all(procs, signal.SIGTERM)
     left = [*_wait_gone(procs, grace), *late()]
     _signal_all(left, signal.SIGKILL)
@@ -130,13 +124,11 @@ def _prctl(option: int, value: int) -> None:
 
 
 class _Stop(Exception):
-    """Raised in the supervisor by a stop signal (its one argument), so its main loop ends
-    wherever it waits."""
+    """Raised in the supervisor by a stop signal, so its main loop ends wherever it waits."""
 
 
 def _stop_descendants(grace: float) -> None:
-    """SIGTERM every descendant of this process, wait up to ``grace``, SIGKILL the rest (and
-    any that appeared meanwhile), then reap them: used by the supervisor, a subreaper."""
+    """Stop every descendant of this process (the supervisor, a subreaper), then reap."""
     me = os.getpid()
     killed = terminate(_tree(me), grace, late=lambda: _tree(me))
     _wait_gone([*killed, *_tree(me)], grace)
@@ -146,13 +138,9 @@ def _stop_descendants(grace: float) -> None:
 
 
 def supervise(args: Sequence[str]) -> int:
-    """``<tool pid> <grace> -- argv...``: run argv and tie its whole tree to the tool's life.
-
-    Becomes a child subreaper and asks for SIGHUP when the tool dies: then every descendant is
-    stopped within :data:`ORPHAN_GRACE` seconds; a SIGTERM or SIGINT (the tool's own stop)
-    stops them with ``grace``. Exits as the command did (its exit code, or killed by the signal
-    that killed it), or killed by the signal that stopped it.
-    """
+    """``<tool pid> <grace> -- argv...``: run argv, its whole tree tied to the tool's life (a
+    child subreaper; SIGHUP when the tool dies stops it within :data:`ORPHAN_GRACE` seconds,
+    SIGTERM or SIGINT within ``grace``); exits as the command did, or by the stopping signal."""
     parent, grace, argv = int(args[0]), float(args[1]), list(args[3:])
 
     stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -191,16 +179,14 @@ def supervise(args: Sequence[str]) -> int:
 
 
 def _die_by(signum: int) -> int:
-    """End as killed by ``signum`` (a caller's returncode reads -N, as without a supervisor);
-    128 + N where that signal does not end a process."""
+    """End as killed by ``signum`` (returncode -N), else 128 + N where it does not kill."""
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     return 128 + signum
 
 
 def _findable(argv0: str, env: Mapping[str, str] | None) -> bool:
-    """Whether ``argv0`` names a program to start (as ``execvp`` would find it): checked here,
-    as under the supervisor a missing program is only its exit status."""
+    """Whether ``argv0`` names a program to start (under the supervisor, only a status)."""
     if "/" in argv0:
         return os.access(argv0, os.X_OK)
     path = (env if env is not None else os.environ).get("PATH")
@@ -208,10 +194,7 @@ def _findable(argv0: str, env: Mapping[str, str] | None) -> bool:
 
 
 class Running:
-    """A command :func:`start` started: :meth:`wait` for its result, or :meth:`stop` it.
-
-    Lets the caller do other work meanwhile (a build tests its image while it probes it); the
-    teardown guarantees of :func:`run` hold for both ends."""
+    """A command :func:`start` started, with :func:`run`'s teardown guarantees."""
 
     def __init__(self, argv: list[str], proc: subprocess.Popen, on_line: LineSink | None,
                  grace: float) -> None:
@@ -230,8 +213,7 @@ class Running:
                 on_line(line)
 
     def wait(self, timeout: float | None = None) -> Completed:
-        """Its result once it ends; after ``timeout`` seconds it is stopped (``timed_out``).
-        An interrupt meanwhile stops it too, and goes on."""
+        """Its result once it ends; stopped after ``timeout`` seconds or an interrupt."""
         timed_out = False
         try:
             self.proc.wait(timeout=timeout)
@@ -254,13 +236,9 @@ class Running:
 
 def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
           on_line: LineSink | None = None, grace: float = 10.0) -> Running:
-    """Start ``argv``, streaming each output line (stdout and stderr merged) to ``on_line``.
-
-    The command gets its own session so a terminal Ctrl-C reaches us first and we tear the whole
-    tree down ourselves; on timeout or interrupt nothing it started is left running, and under
-    its supervisor (:func:`supervise`) nothing outlives a SIGKILL of the tool by more than
-    :data:`ORPHAN_GRACE` seconds.
-    """
+    """Start ``argv``, each output line (stdout and stderr merged) to ``on_line``. Its own
+    session: a terminal's Ctrl-C reaches us first and we stop the whole tree ourselves; under
+    :func:`supervise` nothing outlives a SIGKILL of the tool by more than :data:`ORPHAN_GRACE`."""
     argv = [str(a) for a in argv]
     if not _findable(argv[0], env):
         raise CommandFailed(f"command not found: {argv[0]}", argv=argv)
@@ -283,8 +261,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
 
 def capture(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             timeout: float | None = 120) -> str:
-    """Run a short query command and return its stdout; a non-zero exit is
-    :class:`CommandFailed`."""
+    """Run a short query command; its stdout, or :class:`CommandFailed`."""
     try:
         result = subprocess.run([str(a) for a in argv], capture_output=True, text=True,
                                 env=dict(env) if env else None, timeout=timeout,

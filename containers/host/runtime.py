@@ -1,9 +1,7 @@
 """The container runtime: which binary, which flavour, and the argv of every call made to it.
 
-Sites run Apptainer or SingularityCE (LUMI: ``singularity`` 4.1.3). Everything here returns argv
-lists; :mod:`containers.host.process` runs them. ``--env`` is used for the container environment
-because both flavours accept it (Apptainer >= 1.0, SingularityCE >= 3.6), whereas host-side
-variables are read under different prefixes (``APPTAINERENV_`` vs ``SINGULARITYENV_``).
+Sites run Apptainer or SingularityCE (LUMI: ``singularity`` 4.1.3); the container environment
+goes by ``--env``, which both accept, unlike their host-side variables' prefixes.
 """
 
 from __future__ import annotations
@@ -29,10 +27,9 @@ FILES_SPECIALS = "$`\\'\"()&;|<>*?[]{}\t\n"
 
 @dataclass(frozen=True)
 class Flavour:
-    """What a runtime flavour does its own way. Its local PGP keyring (``key``, ``sign``,
-    ``verify``): the first non-empty variable of ``variables``, else ``folder`` under its
-    configuration folder (the first non-empty of ``config_variables``, else ``config`` under the
-    home folder: ``$HOME`` first where ``home_from_env``, else the account's)."""
+    """What a runtime flavour does its own way: where its PGP keyring is (the first non-empty
+    of ``variables``, else ``folder`` in its configuration folder: the first of
+    ``config_variables``, else ``config`` in the home, ``$HOME`` first where ``home_from_env``)."""
 
     variables: tuple[str, ...]
     config_variables: tuple[str, ...]
@@ -117,10 +114,7 @@ class Runtime:
     def build_argv(self, *, output: Path, spec: Path | str, build_args: Mapping[str, str],
                    binds: Iterable[str] = (), fakeroot: bool = False,
                    arch: str | None = None) -> list[str]:
-        """``--force`` because labels inherited from a base image are otherwise kept over the
-        definition's own (Apptainer warns "already exists and force option is false"); the
-        output is always a fresh temp path, so nothing else is forced. ``--notest`` because the
-        builder runs ``apptainer test`` on the finished image itself."""
+        """``--force``: else a base image's labels win; ``--notest``: the builder tests."""
         argv = [self.binary, "build", "--force", "--notest"]
         if fakeroot:
             argv.append("--fakeroot")
@@ -138,8 +132,7 @@ class Runtime:
                 str(image), *command]
 
     def bind_env(self, environ: Mapping[str, str], binds: Iterable[str]) -> dict[str, str]:
-        """The bind variables of a step that adds ``binds`` to the user's own (what this
-        runtime reads from ``environ``), set under every name it reads, so it drops neither."""
+        """The bind variables of a step adding ``binds`` to the user's, under every name."""
         names = BIND_VARIABLES[self.flavour]
         value = ",".join(filter(None, (first_set(environ, names), *binds)))
         return {name: value for name in names}
@@ -151,8 +144,7 @@ class Runtime:
         return [self.binary, "inspect", "--json", str(image)]
 
     def sign_argv(self, image: Path | str, *, keyidx: int = 0) -> list[str]:
-        """PGP-sign every object group with secret key ``keyidx`` of the keyring (see
-        :meth:`keyring_env`); the key must have no passphrase, since nothing answers a prompt."""
+        """PGP-sign every object group with key ``keyidx`` (no passphrase: nothing answers)."""
         return [self.binary, "sign", "--keyidx", str(keyidx), str(image)]
 
     def verify_argv(self, image: Path | str) -> list[str]:
@@ -173,9 +165,7 @@ class Runtime:
         return {self.own.variables[0]: str(keysdir)}
 
     def keysdir(self, environ: Mapping[str, str] | None = None) -> Path:
-        """The keyring folder this runtime reads when none is named, by its own rule
-        (:data:`FLAVOURS`) in ``environ`` (default: this process's), so that what is
-        signed and what is looked up afterwards come from one keyring."""
+        """The keyring folder this runtime reads when none is named, in ``environ``."""
         environ = os.environ if environ is None else environ
         rule = self.own
         if named := first_set(environ, rule.variables):
@@ -188,11 +178,8 @@ class Runtime:
 
 
 def parse_version(text: str) -> tuple[str, str]:
-    """``(flavour, version)`` from ``--version`` output of Apptainer or SingularityCE.
-
-    Apptainer prints ``apptainer version 1.4.5``; SingularityCE ``singularity-ce version 4.1.3``;
-    Apptainer's ``singularity`` compatibility link also says ``apptainer``.
-    """
+    """``(flavour, version)`` from ``apptainer version 1.4.5`` or ``singularity-ce version
+    4.1.3`` (Apptainer's ``singularity`` link says ``apptainer``)."""
     match = re.search(r"(apptainer|singularity)(?:-?ce)?\s+version\s+(\S+)", text, re.I)
     if not match:
         raise RuntimeNotFound(f"cannot read a runtime version from: {text.strip()[:80]!r}")
@@ -200,10 +187,7 @@ def parse_version(text: str) -> tuple[str, str]:
 
 
 def find_runtime(preferred: str = "auto") -> Runtime:
-    """The runtime to use: ``auto`` tries ``apptainer`` then ``singularity`` on PATH.
-
-    ``preferred`` may also be a flavour name or a path to a binary (a site's own install).
-    """
+    """``auto``: ``apptainer`` then ``singularity`` on PATH; else a flavour name or a path."""
     names = list(FLAVOURS) if preferred == "auto" else [preferred]
     for binary in filter(None, map(shutil.which, names)):
         try:

@@ -1,9 +1,7 @@
 """A real Slurm cluster on this machine: Debian's slurm-wlm and munge, nodes that are all this host.
 
-It serves the tests and ``invoke local-slurm``. All it makes lives in one folder (``slurm.conf``,
-a private munge key and socket, state, logs, the record), reached through ``SLURM_CONF``, so the
-machine's own Slurm and munge are never touched. Its daemons are stopped only by recorded PIDs
-still recognised as them (:func:`daemons`), its job steps only by their tie to it (:func:`steps`).
+All it makes lives in one folder reached through ``SLURM_CONF``, so the machine's own Slurm and
+munge are never touched; it stops only processes it recognises as its own.
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ _MUNGE_NAMESPACE = ('mount -t tmpfs tmpfs /run && mkdir /run/munge && '
 #: Seconds a status call (sinfo, squeue) may take: a controller that does not answer must not
 #: hold ``--status`` or ``--stop``.
 CLIENT_TIMEOUT = 10
-
 
 
 def missing_programs() -> list[str]:
@@ -156,8 +153,7 @@ def _read_pid(path: Path, timeout: float = 15) -> int:
 
 
 def _prepare(root: Path) -> tuple[Path, Path]:
-    """The cluster's folders under ``root``; munged (user munge) must reach its own, so every
-    folder above it must let others through."""
+    """The cluster's folders; every folder above munged's own must let others through."""
     for folder in root.parents:
         if folder.exists() and not folder.stat().st_mode & stat.S_IXOTH:
             raise StateError(f"{folder} is closed to other users, so munged (user munge) cannot "
@@ -195,10 +191,7 @@ def _start_munge(munge_dir: Path, munge_socket: Path) -> int:
 
 def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: int,
           idle_timeout: float = 30) -> SlurmCluster:
-    """Start munged, (where the slurm.conf enforces QoS) MariaDB and slurmdbd, slurmctld and a
-    slurmd per node of ``nodes`` for the slurm.conf that ``write_conf`` writes into the fresh
-    folder ``root``, and wait until every node is idle.
-    On any failure what was started is stopped again (by PID) and the folder removed."""
+    """Start the daemons in the fresh folder ``root`` until every node is idle."""
     if os.geteuid() != 0:
         raise StateError("the local Slurm cluster runs its daemons as root; run as root")
     missing = missing_programs()
@@ -226,8 +219,7 @@ def start(root: Path, write_conf: ConfWriter, *, nodes: tuple[str, ...], ports: 
 
 
 def _start_accounting(cluster: SlurmCluster, timeout: float = 60) -> None:
-    """A private MariaDB (its own folder and socket, no network), slurmdbd over it, and the
-    sacctmgr calls its writer recorded (``accounting.json``): the cluster, account and QoS."""
+    """A private MariaDB, slurmdbd over it, and the recorded sacctmgr calls."""
     missing = [p for p in ("mariadbd", "mariadb-install-db", "slurmdbd") if not shutil.which(p)]
     if missing:
         raise StateError(f"QoS are enforced only with accounting, and {', '.join(missing)} "
@@ -278,9 +270,7 @@ def _program(name: str) -> str:
 
 
 def _stranger(cluster: SlurmCluster, name: str, proc: psutil.Process) -> str | None:
-    """Why the live process ``proc`` is not ``cluster``'s daemon ``name``, else None: another
-    program, an argv without the cluster's own config (``-f <root>/slurm.conf``, munged's
-    ``--socket=<root>/munge-socket/munge.socket``), or another start time than recorded."""
+    """Why the live ``proc`` is not ``cluster``'s daemon ``name``, else None."""
     argv = proc.cmdline()
     program = _program(name)
     own = {"munged": f"--socket={cluster.munge_socket}",
@@ -301,9 +291,7 @@ def _stranger(cluster: SlurmCluster, name: str, proc: psutil.Process) -> str | N
 
 
 def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:
-    """The recorded daemons still running, by name (an exited one is left out: nothing to
-    stop). A :class:`StateError` when a recorded PID is alive as anything but that daemon of
-    this cluster: the record is stale or planted, and no PID of it is signalled."""
+    """The recorded daemons still running; a StateError for a PID alive as another."""
     found = {}
     for name, pid in cluster.pids.items():
         try:
@@ -322,10 +310,9 @@ def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:
 
 
 def steps(cluster: SlurmCluster) -> list[psutil.Process]:
-    """The cluster's job steps still running: each root ``slurmstepd`` of this machine's Slurm
-    holding a socket in the cluster's folder (its node's spool, where only root may bind), and
-    every process under it; slurmd re-parents its slurmstepds to init, so they are not found
-    under it. Never the caller or one of its parents (a stop run from inside a job)."""
+    """The cluster's running job steps: each root ``slurmstepd`` holding a socket in its
+    folder (slurmd re-parents them to init) and every process under it, never the caller or
+    one of its parents (a stop run from inside a job)."""
     program = shutil.which("slurmstepd")
     if not program:
         return []
@@ -341,10 +328,7 @@ def steps(cluster: SlurmCluster) -> list[psutil.Process]:
 
 
 def stop(cluster: SlurmCluster) -> None:
-    """Cancel the cluster's jobs, stop its job steps (:func:`steps`), then its daemons one by
-    one in the reverse of their start (munged last), and remove its folder. Only what
-    :func:`daemons` and :func:`steps` recognise is signalled; an interrupted stop, run again,
-    finishes."""
+    """Cancel the jobs, stop the steps and daemons it recognises, remove the folder."""
     running = daemons(cluster)
     if "slurmctld" in running:
         with contextlib.suppress(CommandFailed):
@@ -368,9 +352,7 @@ def save(cluster: SlurmCluster) -> Path:
 
 
 def trust_problem(path: Path) -> str | None:
-    """Why ``path`` (the cluster's folder or its record) cannot be trusted by this user, else
-    None (also when missing): not the user's alone (:func:`containers.files.not_yours_alone`,
-    the cache's rule), or in a folder where anyone may swap it (:func:`~.unsafe_way`)."""
+    """Why ``path`` cannot be trusted (not the user's alone, or swappable); else None."""
     try:
         why = not_yours_alone(path, os.lstat(path))
     except FileNotFoundError:
@@ -379,8 +361,7 @@ def trust_problem(path: Path) -> str | None:
 
 
 def check_folder(root: Path) -> None:
-    """A :class:`StateError` when the cluster's folder, or its record, is not this user's
-    alone (:func:`trust_problem`): nothing in it is read, signalled or removed then."""
+    """A :class:`StateError` when the cluster's folder or record is not the user's alone."""
     for path in (root, root / STATE_FILE):
         why = trust_problem(path)
         if why:
@@ -389,9 +370,7 @@ def check_folder(root: Path) -> None:
 
 
 def load(root: Path) -> SlurmCluster | None:
-    """The cluster recorded in ``root``, or None when there is none; a record this user does
-    not own alone (:func:`check_folder`), or one not shaped as :func:`save` writes it, is a
-    :class:`StateError`."""
+    """The cluster recorded in ``root``, or None; a bad or foreign record is a StateError."""
     check_folder(root)
     data = read_json_object(root / STATE_FILE)
     if data is None:

@@ -1,9 +1,7 @@
 """The slurm.conf of a cluster on this machine, in one of two shapes.
 
-:func:`two_node_conf`: nodes ``n1`` and ``n2``, partition ``debug``, for the tests' batch jobs.
-:func:`site_conf_writer`: a site profile's partitions, limits, CPUs, memory, GPUs (typed GRES on
-stand-in devices) and node features, with a submit filter requiring the site's account and
-constraints, so a job the site would refuse is refused here by Slurm itself.
+:func:`two_node_conf` for the tests' batch jobs; :func:`site_conf_writer` shaped like a site
+profile, so a job the site would refuse is refused here by Slurm itself.
 """
 
 from __future__ import annotations
@@ -31,9 +29,7 @@ ConfWriter = Callable[[Path, list[int], Path], Path]
 
 def base_lines(root: Path, ctld_port: int, slurmd_port: int, munge_socket: Path, *,
                memory: bool = False) -> list[str]:
-    """What every cluster's slurm.conf says: names, ports, paths, plugins; with ``memory``,
-    memory is a resource Slurm allocates (as at the sites), so a job asking more than a node
-    has is refused at submission."""
+    """What every cluster's slurm.conf says (``memory``: allocated, as at the sites)."""
     controller = socket.gethostname().split(".")[0]
     return [
         "ClusterName=containers-test",
@@ -115,8 +111,7 @@ _FEATURE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 def required_features(site: Site) -> dict[str, tuple[str, str]]:
-    """The node features the profile's required constraints name, each with the line that
-    names it and whether only GPU jobs must ask for it ("gpu") or every job ("")."""
+    """The node features the profile's constraints name, with their lines and jobs."""
     found: dict[str, tuple[str, str]] = {}
     for scope, lines in (("", site.job.directives), ("gpu", site.job.gpu_directives)):
         for line in lines:
@@ -147,11 +142,9 @@ def site_node_names(site: Site) -> tuple[str, ...]:
 
 def _site_node_lines(site: Site, root: Path, names: Sequence[str],
                      ports: Sequence[int]) -> tuple[list[str], list[str]]:
-    """slurm.conf's node lines and gres.conf's lines: the site's cores, memory and GPUs (GRES
-    ``gpu:<gres_type>:<count>`` on character devices that read as ``/dev/null``: slurmd counts
-    only GPUs that have a File). A node has the memory a job can be given there (the largest of
-    the partitions' ``allocatable_gb``; each partition's own is its ``MaxMemPerNode``), so Slurm
-    itself refuses a job that asks more, as the site's would."""
+    """slurm.conf's node lines and gres.conf's: the site's cores, memory (the largest
+    ``allocatable_gb``, so Slurm refuses a job asking more) and GPUs (on stand-in character
+    devices: slurmd counts only GPUs that have a File)."""
     gpus, gpu_type = site.gpus.per_node, gres_type(site)
     memory_mb = _node_memory_mb(site)
     features = ",".join(required_features(site))
@@ -172,8 +165,7 @@ def _site_node_lines(site: Site, root: Path, names: Sequence[str],
 
 
 def _node_memory_mb(site: Site) -> int:
-    """A node's RealMemory (MiB): the most any of the site's partitions allocates per node, or,
-    where the profile gives no figure, what its jobs ask with 1 GiB to spare (8 GiB at least)."""
+    """A node's RealMemory (MiB): the most a partition allocates, else what jobs ask."""
     figures = [part.allocatable_gb for part in site.partitions.values() if part.allocatable_gb]
     if figures:
         return max(figures) * 1024
@@ -181,11 +173,9 @@ def _node_memory_mb(site: Site) -> int:
 
 
 def _accounting(site: Site, root: Path, dbd_port: int, munge_socket: Path) -> list[str]:
-    """Where ``site`` declares QoS, Slurm enforces them only with accounting: slurm.conf's
-    lines for slurmdbd (on ``dbd_port``, over MariaDB's socket), the slurmdbd.conf beside it
-    (slurmdbd reads it from SLURM_CONF's folder), and ``accounting.json``: the sacctmgr calls
-    that make the cluster, the account, each QoS with its time and node limits (refused at
-    submission: DenyOnLimit) and this user with the default QoS."""
+    """Slurm enforces a site's QoS only with accounting: slurm.conf's lines for slurmdbd, the
+    slurmdbd.conf beside it, and ``accounting.json``: the sacctmgr calls that make the cluster,
+    the account, each QoS with its limits (DenyOnLimit) and this user."""
     if not site.qos:
         return []
     atomic_write_text(root / "slurmdbd.conf", "\n".join([
@@ -210,8 +200,7 @@ def _accounting(site: Site, root: Path, dbd_port: int, munge_socket: Path) -> li
 
 
 def site_conf_writer(site: Site) -> ConfWriter:
-    """A slurm.conf shaped like ``site``'s profile, whose limits (time, nodes, memory, account,
-    QoS) Slurm enforces at submission as the site's would."""
+    """A slurm.conf shaped like ``site``'s, whose limits Slurm enforces as the site's."""
     def write(root: Path, ports: list[int], munge_socket: Path) -> Path:
         names = site_node_names(site)
         lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),

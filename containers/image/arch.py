@@ -1,10 +1,8 @@
 """An image's real architecture, read from its files, and whether this host can run another one.
 
-Apptainer's ``build-arch`` label names the build host, not the image (apptainer/apptainer#2774),
-so the architecture is read from the ELF header of a program inside the image (its shell, else
-its python, else the first program of its ``bin`` folders), from outside in its squashfs
-partition where it can be (no exec, no emulation), and recorded in the build record; every guard
-trusts the record. :func:`emulation` says whether binfmt_misc runs other binaries here.
+Apptainer's ``build-arch`` label names the build host (apptainer/apptainer#2774), so the ELF
+header of a program in the image is read (from outside, in its squashfs, where it can be) and
+recorded in the build record, which every guard trusts.
 """
 
 from __future__ import annotations
@@ -50,10 +48,7 @@ class NotElf(ValueError):
 
 
 def elf_arch(header: bytes) -> str:
-    """The architecture of the ELF file whose first bytes are ``header`` (at least 20).
-
-    Fails (:class:`NotElf`) on anything else rather than guess: a wrong architecture recorded
-    would let a guard pass an image that cannot run."""
+    """The architecture of the ELF file whose first bytes are ``header``, never a guess."""
     if len(header) < 20 or header[:4] != b"\x7fELF":
         raise NotElf("not an ELF file (no \\x7fELF magic)")
     order = {1: "little", 2: "big"}.get(header[5])
@@ -66,12 +61,8 @@ def elf_arch(header: bytes) -> str:
 
 
 def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -> str:
-    """The architecture of ``image``, from the ELF header of a program in its files.
-
-    Read from outside the image where it can be (a SIF with a squashfs root, ``unsquashfs`` on
-    this host), so it holds for any image, shell or none, foreign or not; else from inside,
-    through the image's shell (a foreign image then needs emulation, as its build did).
-    ``offset``: its root's, where the caller read it already (:func:`squashfs_offset`)."""
+    """The architecture of ``image``: from outside where it can be (any image, shell or none),
+    else through its shell; ``offset``: its root's, where the caller read it."""
     with contextlib.suppress(CommandFailed, NotElf, ValueError):
         return _outside_arch(runtime, image, offset)
     argv = runtime.exec_argv(image=image, command=["sh", "-c", PROBE])
@@ -82,17 +73,12 @@ def image_arch(runtime: Runtime, image: Path | str, offset: int | None = None) -
                             f"({exc})", argv=argv) from exc
 
 
-#: Which Python 3 an image runs (``python3`` on its own PATH): the probe, smoke and the examples
-#: all run ``python3``, so a ``python`` that is Python 2 (CentOS 7, old Horovod images) counts
-#: for nothing.
+#: Which Python 3 an image runs: everything runs ``python3`` (a ``python`` may be Python 2).
 _WHICH_PYTHON = "command -v python3"
 
 
 def image_python(runtime: Runtime, image: Path | str) -> str | None:
-    """The path of the ``python3`` ``image`` runs, None when it has none (busybox, scratch, a
-    base with apt tools only, an image with only Python 2): the steps that need one (probe,
-    smoke, examples) then say so instead of failing the build. An image without a shell has
-    no python either."""
+    """The ``python3`` ``image`` runs, or None: the steps that need one then say so."""
     argv = runtime.exec_argv(image=image, command=["sh", "-c", _WHICH_PYTHON])
     try:
         found = capture(argv, timeout=300).strip().splitlines()
@@ -102,8 +88,7 @@ def image_python(runtime: Runtime, image: Path | str) -> str | None:
 
 
 def squashfs_offset(runtime: Runtime, image: Path | str) -> int:
-    """Where the root file system (squashfs) starts in the SIF ``image``; :class:`StateError`
-    in one line when ``sif list`` shows none (an empty listing, a SIF of another kind)."""
+    """Where the squashfs root starts in the SIF ``image`` (:class:`StateError`: none)."""
     listing = capture([runtime.binary, "sif", "list", str(image)], timeout=60)
     for line in listing.splitlines():
         cells = [cell.strip() for cell in line.split("|")]
@@ -120,8 +105,7 @@ COMPRESSIONS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
 
 
 def compression_of(superblock: bytes) -> str:
-    """The compression a squashfs superblock names (its magic ``hsqs``, then the id as a
-    little-endian 16-bit word at byte 20); :class:`ValueError` for anything else."""
+    """The compression a squashfs superblock names; :class:`ValueError` for anything else."""
     if len(superblock) < 22 or superblock[:4] != b"hsqs":
         raise ValueError("not a squashfs superblock")
     ident = int.from_bytes(superblock[20:22], "little")
@@ -131,8 +115,7 @@ def compression_of(superblock: bytes) -> str:
 
 
 def image_compression(runtime: Runtime, image: Path | str, offset: int | None = None) -> str:
-    """How the SIF ``image``'s root file system is compressed, read from its superblock: what a
-    site's runtime must be able to read to mount it (publish checks it)."""
+    """How the SIF ``image``'s root is compressed (a site's runtime must read it)."""
     with open(image, "rb") as sif:
         sif.seek(squashfs_offset(runtime, image) if offset is None else offset)
         superblock = sif.read(22)
@@ -143,8 +126,7 @@ def image_compression(runtime: Runtime, image: Path | str, offset: int | None = 
 
 
 def parse_listing(text: str) -> dict[str, str | None]:
-    """``unsquashfs -lls`` -> each path (relative to the root) and its link target (None for
-    a regular file; directories and devices are left out)."""
+    """``unsquashfs -lls`` -> each path and its link target (None: a regular file)."""
     entries: dict[str, str | None] = {}
     for line in text.splitlines():
         match = _LISTED.match(line)
@@ -157,8 +139,7 @@ def parse_listing(text: str) -> dict[str, str | None]:
 
 
 def resolve(entries: dict[str, str | None], path: str, hops: int = 40) -> str | None:
-    """``path`` with every link on its way followed (absolute links from the image's root,
-    relative ones from their folder): the regular file it names, or None."""
+    """``path`` with every link on its way followed: the regular file it names, or None."""
     parts = [p for p in path.split("/") if p not in ("", ".")]
     done: list[str] = []
     while parts and hops > 0:
@@ -195,9 +176,7 @@ def _outside_arch(runtime: Runtime, image: Path | str, at: int | None) -> str:
 
 
 def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:
-    """None when this host runs ``arch`` binaries through qemu-user (binfmt_misc entry present
-    and enabled, with the ``F`` flag so it works inside containers); else one line saying why
-    not and what to install."""
+    """None when this host runs ``arch`` binaries through qemu-user; else why not."""
     name = QEMU_NAME.get(arch)
     fix = ("install Debian's qemu-user-static and binfmt-support, mount binfmt_misc "
            f"(mount -t binfmt_misc binfmt_misc {binfmt_dir}) and run update-binfmts --enable "
@@ -224,10 +203,7 @@ def emulation(arch: str, binfmt_dir: Path = BINFMT_DIR) -> str | None:
 
 # ------------------------------------------------------------------------------ the guard
 def recorded_arch(record: Mapping, image: Path, runtime: Runtime | None = None) -> str:
-    """The architecture ``image``'s build record names (written from its files at build time).
-
-    A record from before the tool recorded it: read from the image's files now when a runtime
-    is given; otherwise (or when that fails) refuse, as a guard must not guess."""
+    """The architecture ``image``'s build record names (an older record's: read now)."""
     arch = BuildRecord.of(record, source=image).arch
     if arch in E_MACHINE.values():
         return arch
@@ -245,9 +221,7 @@ def machine_arches(here: str | None = None, binfmt_dir: Path = BINFMT_DIR) -> tu
 
 
 def site_arches(site: Site, targets: Mapping[str, Target]) -> tuple[str, ...] | None:
-    """The architectures ``site``'s nodes run: this machine's for a site without a scheduler
-    (the local machine), else its default target's (a site's images are built for its nodes);
-    None when the profile cannot tell."""
+    """The architectures ``site``'s nodes run; None when the profile cannot tell."""
     if site.scheduler == "none":
         return machine_arches()
     home = targets.get(site.default_target or "")
@@ -256,8 +230,7 @@ def site_arches(site: Site, targets: Mapping[str, Target]) -> tuple[str, ...] | 
 
 def check_arch(arch: str, arches: tuple[str, ...] | None, *, image: Path | str, where: str,
                doing: str) -> None:
-    """Refuse in one line ``doing`` (running, publishing, submitting) an ``arch`` image where
-    only ``arches`` run; None for ``arches``: the site does not say, nothing to check."""
+    """Refuse ``doing`` an ``arch`` image where only ``arches`` run (None: unknown)."""
     if arches is None or arch in arches:
         return
     hint = ""
@@ -268,9 +241,7 @@ def check_arch(arch: str, arches: tuple[str, ...] | None, *, image: Path | str, 
 
 
 def check_compression(found: str, site: Site, *, image: str, target: str) -> None:
-    """Refuse in one line publishing an image whose root file system ``site``'s runtime cannot
-    mount (a build's zstd default, where the site is known to read gzip only), with the build
-    that makes one it can: the smoke evidence must then be of that image."""
+    """Refuse publishing an image whose root ``site``'s runtime cannot mount."""
     reads = site.squashfs.reads
     if found in reads:
         return

@@ -1,9 +1,8 @@
 """Executing a :class:`~containers.image.plan.BuildPlan`: stage, build, test, record, rename.
 
-An image appears under its final name only after its build and its ``apptainer test`` passed.
-Each build works in a folder of its own holding an owner lock (:data:`OWNER_LOCK`) while it runs,
-removed on success, failure, Ctrl-C or SIGTERM; what a SIGKILL leaves has no live owner and is
-swept by the next build (:func:`leftovers`).
+An image appears under its final name only after its build and test passed. Each build works
+in a folder holding an owner lock; what a SIGKILL leaves has no live owner and the next build
+sweeps it.
 """
 
 from __future__ import annotations
@@ -146,9 +145,7 @@ def _ownerless_workdirs(tmp_dir: Path) -> list[Leftover]:
 
 
 def leftovers(settings: Settings) -> list[Leftover]:
-    """Work folders in ``tmp_dir`` and partial images in ``images_dir`` whose owner is gone
-    (nobody holds their lock): what killed builds left. Reads only; ``invoke targets`` reports
-    them and the next build removes them."""
+    """What killed builds left (nobody holds its lock); the next build removes it."""
     images = settings.images_dir
     locks = [(path, target_lock(images, target)) for path, target in _partials(images)]
     return _ownerless_workdirs(settings.tmp_dir) + [
@@ -156,17 +153,14 @@ def leftovers(settings: Settings) -> list[Leftover]:
 
 
 def has_residue(settings: Settings) -> bool:
-    """Whether any build, running or killed, has a work folder in ``tmp_dir`` or a partial
-    image in ``images_dir``: whether it is left over depends on its lock's holder, which no
-    file's stat tells, so a listing that saw one is not kept."""
+    """Whether any build has a work folder or partial image (a listing is then not kept)."""
     tmp_dir = settings.tmp_dir
     return bool(_partials(settings.images_dir)) or tmp_dir.is_dir() and any(
         _WORKDIR.match(path.name) for path in tmp_dir.iterdir())
 
 
 def _sweep(step: BuildStep, say: Say) -> None:
-    """Remove this target's stale partial images (we hold its lock) and every work folder in
-    ``tmp_dir`` whose owner is gone, naming each: never one a live build holds."""
+    """Remove this target's stale partials and every work folder whose owner is gone."""
     for stale in stale_partials(step):
         say(f"removing leftover partial image of a killed build: {stale}")
         stale.unlink(missing_ok=True)
@@ -180,9 +174,7 @@ def _sweep(step: BuildStep, say: Say) -> None:
 
 
 def _rebased(step: BuildStep, folder: Path) -> BuildStep:
-    """``step`` with its planned work folder replaced by ``folder`` in every path that names
-    it (argv, environment, links): the plan is pure and shows ``<target>-<hash>``; the build
-    runs in its own ``<target>-<hash>-<random>``."""
+    """``step`` working in its own ``folder`` instead of the pure plan's."""
     old = re.compile(re.escape(str(step.workdir)) + r"(?![A-Za-z0-9._+-])")
 
     def move(text: str) -> str:
@@ -198,8 +190,7 @@ def _rebased(step: BuildStep, folder: Path) -> BuildStep:
 
 @contextmanager
 def work_folder(step: BuildStep) -> Iterator[BuildStep]:
-    """A fresh work folder for this build alone, owned (its :data:`OWNER_LOCK` held) until it
-    is removed on the way out; yields ``step`` rebased into it."""
+    """A fresh work folder for this build alone, owned until removed; yields ``step`` in it."""
     tmp_dir = step.workdir.parent
     with on_disk("make the build's work folder", tmp_dir):
         tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -218,10 +209,9 @@ def work_folder(step: BuildStep) -> Iterator[BuildStep]:
 
 def _stream(step: BuildStep, label: str, say: Say,
             show: Callable[[str], None] = lambda phase: None) -> Callable[[str], None]:
-    """Each output line, prefixed with target, phase and elapsed time, without terminal escape
-    codes (cotainr writes colour even into a pipe). A Python traceback (cotainr's own, when its
-    build fails) is folded to one line: its last line, the exception, follows it, and the
-    tool's error line names what failed."""
+    """Each output line, prefixed with target, phase and elapsed time, without escape codes
+    (cotainr writes colour into a pipe); a Python traceback is folded to one line (its last
+    line, the exception, follows, and the tool's error line names what failed)."""
     started = time.monotonic()
     state = {"phase": label, "traceback": 0}
 
@@ -256,10 +246,7 @@ def serial(say: Say) -> Say:
 
 
 def build_record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
-    """The provenance of ``step``'s freshly built (and tested) ``.partial`` image (here, not in
-    :mod:`~containers.image.provenance`: that module reads records and knows no plan). Its
-    identity is this build's (``step.labels``); ``labels`` are the image's, as it carries them
-    (a cotainr image: its base's identity labels, which its runs read inside it)."""
+    """The record of ``step``'s built and tested ``.partial`` image."""
     labels = provenance.labels_of(runtime, step.partial)
     own = {key.removeprefix(provenance.LABEL_PREFIX): value for key, value in step.labels.items()}
     return {
@@ -307,8 +294,7 @@ def build_step(step: BuildStep, *, runtime: Runtime, say: Say,
 
 def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
               examine: Examine | None = None) -> dict:
-    """Stage, build (from the kept root where there is one), test, record and rename, in the
-    build's own work folder."""
+    """Stage, build, test, record and rename, in the build's own work folder."""
     # Step variables may extend the caller's (PATH=<shim>:$PATH for cotainr).
     env = {**os.environ, **{k: os.path.expandvars(v) for k, v in step.env.items()}}
     started = time.time()
@@ -341,8 +327,7 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
 
 def _tested(step: BuildStep, *, runtime: Runtime, env: dict[str, str], say: Say,
             examine: Examine | None) -> tuple[dict, dict[str, str]]:
-    """The built ``.partial`` image tested, read and examined: its record, and the files the
-    examine adds beside it."""
+    """The built ``.partial`` image tested, read and examined: its record and added files."""
     # The image's own %test and the tool's reading of it (arch, probe) are independent execs
     # of the finished image: they run side by side (~3 s of a rebuild here). A failed test is
     # the verdict reported, whatever the reading found; an interrupt stops both.
@@ -380,9 +365,7 @@ def _tested(step: BuildStep, *, runtime: Runtime, env: dict[str, str], say: Say,
 
 
 def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
-    """The tested image in its place, then its record and the files the examine added: the
-    old ones go first, so no record ever describes another image than the one beside it. A
-    link, device or another user's file at the image's name is refused before any of it."""
+    """The tested image in its place, then its record: the old ones go first."""
     made = BuildRecord.of(record, source=step.image)  # checked before anything is replaced
     refuse_replacing(step.image)
     for suffix in (".json", *extra):
@@ -394,9 +377,7 @@ def _install(step: BuildStep, record: dict, extra: dict[str, str]) -> None:
 
 
 def checked_arch(step: BuildStep, runtime: Runtime, offset: int | None = None) -> str:
-    """The built image's real architecture (ELF header of a program in it, not Apptainer's
-    build-arch label, which names the build host): it must be the target's, else the build
-    fails."""
+    """The built image's real architecture (:func:`image_arch`); not the target's fails."""
     found = image_arch(runtime, step.partial, offset)
     if found != step.target.arch:
         raise CommandFailed(f"{step.target.name} was built as {found}, but its recipe says "

@@ -1,10 +1,8 @@
 """What a process of another architecture needs from the host to run here under qemu-user.
 
-oneDNN in PyTorch's aarch64 wheels reads ``midr_el1`` from sysfs as torch is imported and dies
-without it, as under qemu-user on an x86_64 kernel (docs/cuda-images.md). So every exec of an
-emulated image, and only such an exec, binds read-only over ``/sys/devices/system/cpu`` a folder
-that describes the CPUs as an aarch64 kernel would, written once per architecture and CPU count
-under the tool's cache folder."""
+oneDNN in PyTorch's aarch64 wheels dies without sysfs's ``midr_el1``, absent under qemu-user on
+an x86_64 kernel, so every emulated exec binds over ``/sys/devices/system/cpu`` a folder that
+describes the CPUs as an aarch64 kernel would."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ MIDR = {"aarch64": "0x00000000413fd0c1"}
 
 
 def cpu_files(arch: str, cpus: int) -> dict[str, str]:
-    """The files of the folder, by path relative to it: what the kernel's cpu sysfs has that
-    programs read at start-up (which CPUs exist and are online, and each one's identity)."""
+    """The files of the folder that programs read at start-up (CPUs, their identity)."""
     last = max(cpus, 1) - 1
     span = f"0-{last}\n" if last else "0\n"
     files = {"online": span, "possible": span, "present": span, "offline": "\n",
@@ -42,11 +39,7 @@ def cpu_files(arch: str, cpus: int) -> dict[str, str]:
 
 def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None,
                write: bool = True) -> Path:
-    """The folder for ``arch`` with this machine's CPU count, written when it is missing and
-    ``write`` (a planner only names it, so a ``--dry-run`` writes nothing: its executor writes).
-
-    Written into a temporary sibling and renamed into place, so a concurrent build or run
-    either sees the whole folder or writes its own identical one."""
+    """The folder for ``arch``, written when missing and ``write`` (a plan only names it)."""
     cpus = cpus or os.cpu_count() or 1
     folder = (root or default_cache_dir()) / "emulation" / f"{arch}-{cpus}cpu"
     if not write or (folder / "online").is_file():
@@ -67,9 +60,7 @@ def cpu_folder(arch: str, *, cpus: int | None = None, root: Path | None = None,
 
 def emulated_binds(arch: str | None, *, here: str | None = None,
                    environ: Mapping[str, str] = os.environ, write: bool = True) -> list[str]:
-    """The binds an exec of an ``arch`` image needs on this machine: none for a native image
-    or an architecture without a known identity (None: unknown, nothing is assumed), the CPU
-    folder over the sysfs one under emulation (``write``: see :func:`cpu_folder`)."""
+    """The binds an exec of an ``arch`` image needs here: under emulation, the CPU folder."""
     if arch is None or arch == (here or host_arch()) or arch not in MIDR:
         return []
     root = default_cache_dir(environ)

@@ -1,10 +1,8 @@
 """Which GPUs an image's torch can run on, read without a GPU.
 
-torch built without the site's GPU fails only on the site ("no kernel image is available"), so
-every image's kernels are read (the fatbinary, torch's arch list, its NVCC flags: the evidence
-and its order are in docs/cuda-images.md) and judged against the site's GPUs. SASS ``sm_XY``
-runs on ``X.Z`` for ``Z >= Y``, ``sm_XYa`` on ``X.Y`` only; PTX only is a warning, never a pass;
-a ROCm code object runs only on its own gfx target."""
+torch built without the site's GPU fails only on the site, so its kernels are read and judged
+(docs/cuda-images.md): SASS ``sm_XY`` runs on ``X.Z`` for ``Z >= Y``, ``sm_XYa`` on ``X.Y``
+only; PTX only is a warning; a ROCm code object runs only on its own gfx target."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ GENCODE = re.compile(r"arch=compute_\w+,code=\[?([\w,]+)\]?")
 
 @dataclass(frozen=True)
 class Compiled:
-    """An image's GPU architectures: SASS (``sm_80``), PTX (``compute_90``) and ROCm gfx
-    targets, and what they were read from."""
+    """An image's SASS, PTX and ROCm gfx targets, and what they were read from."""
 
     sass: tuple[str, ...]
     ptx: tuple[str, ...]
@@ -52,8 +49,7 @@ def parse_nvcc_flags(config: str) -> Compiled | None:
 
 
 def parse_fatbin_listing(text: str) -> Compiled:
-    """``cuobjdump --list-elf`` / ``--list-ptx`` output (``ELF file 1: x.1.sm_80.cubin``,
-    ``PTX file 1: x.1.sm_90.ptx``), as the probe writes it for ``libtorch_cuda.so``."""
+    """``cuobjdump --list-elf`` / ``--list-ptx`` output, as the probe writes it."""
     words = []
     for line in text.splitlines():
         match = re.match(r"\s*(ELF|PTX) file\s+\d+:\s*\S*?\.(sm_\d+[af]?)\.(?:cubin|ptx)\s*$",
@@ -64,8 +60,7 @@ def parse_fatbin_listing(text: str) -> Compiled:
 
 
 def from_torch_facts(torch: Mapping) -> Compiled | None:
-    """The best evidence the probe found (fatbinary, then arch flags, then config); None when
-    it read none (a CPU build, or an image whose torch hides them)."""
+    """The best evidence the probe found (fatbinary, arch flags, config), else None."""
     if torch.get("fatbin"):
         return parse_fatbin_listing(torch["fatbin"])
     if torch.get("arch_flags"):
@@ -76,8 +71,7 @@ def from_torch_facts(torch: Mapping) -> Compiled | None:
 
 
 def cudnn_version(number: int | str | None) -> str | None:
-    """``torch.backends.cudnn.version()`` as a version: 91002 -> 9.10.2 (cuDNN 9 counts minor
-    versions by 100), 8906 -> 8.9.6."""
+    """cuDNN's version number as a version (9 counts minors by 100): 91002 -> 9.10.2."""
     if number in (None, ""):
         return None
     value = int(number)
@@ -93,8 +87,7 @@ def _runs(sass: str, device: str) -> bool:
 
 
 def fit(compiled: Compiled, device: str) -> str:
-    """``sass`` (kernels that run on ``device``), ``ptx`` (only PTX the driver can JIT) or
-    ``none``, for one site GPU architecture (``sm_70``, ``gfx90a``)."""
+    """``sass``, ``ptx`` (only PTX the driver can JIT) or ``none`` for one site GPU."""
     if device.startswith("gfx"):
         base = device.split(":")[0]
         return "sass" if any(g.split(":")[0] == base for g in compiled.gfx) else "none"
@@ -108,9 +101,7 @@ def fit(compiled: Compiled, device: str) -> str:
 
 def judge(compiled: Compiled | None, devices: Sequence[str], *, torch: str, site: str,
           gpu_model: str | None) -> list[tuple[str, str]]:
-    """``(level, message)`` per site GPU architecture the image does not fully serve: error
-    when it has no kernel for it (or nothing could be read: fail closed), warning when only
-    PTX covers it. Empty when every architecture has kernels."""
+    """``(level, message)`` per site GPU architecture the image does not fully serve."""
     gpu = f"{site}'s {gpu_model}" if gpu_model else f"{site}'s GPU"
     if compiled is None or not compiled.words():
         return [("error", f"the GPU architectures torch {torch} in this image was compiled for "

@@ -1,10 +1,7 @@
 """What an image is: its inputs, read and validated, and their hash.
 
-The inputs hash covers what decides the image's content: tool version, definition text, env spec
-text, the helper scripts it runs, build arguments (except host plumbing such as the mirror or
-staging paths) and the base target's inputs hash. An image whose recorded hash matches is up to
-date and is not rebuilt (:mod:`containers.image.plan`); ``invoke targets`` and ``invoke check``
-compute it without planning a build.
+The inputs hash covers what decides the image's content (not host plumbing such as the mirror),
+the base target's hash included; an image whose recorded hash matches is not rebuilt.
 """
 
 from __future__ import annotations
@@ -45,10 +42,9 @@ RESERVED_ARGS = (*PROVENANCE_ARGS, "BUILD_CONTEXT", "HOST_PATHS", "FOREIGN_ROOT"
 
 def reserved_arg_problems(target: Target, cli_args: Mapping[str, str]
                           ) -> list[ContainersError]:
-    """A problem for each build argument the manifest's ``build_args`` or ``--build-arg`` gives
-    that the tool fills itself (:data:`RESERVED_ARGS`; ``BASE_IMAGE`` too when the target has a
-    base target, whose image it is). ``MIRROR`` stays open: it is where packages come from, not
-    what the image is. Checked by ``invoke check`` and ``invoke build`` alike (the plan)."""
+    """A problem for each build argument given that the tool fills itself (``BASE_IMAGE`` too
+    for a target on a base target); ``MIRROR`` stays open: where packages come from, not what
+    the image is."""
     reserved = (*RESERVED_ARGS, "BASE_IMAGE") if target.base else RESERVED_ARGS
     why = ("the tool fills it (provenance or a staged path); it cannot be set")
     found: list[ContainersError] = [
@@ -80,9 +76,7 @@ def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | 
     }
 
 def definition_scripts(definition: Definition) -> dict[str, Path]:
-    """Helper scripts from ``recipes/scripts/`` that the definition names, or that a script it
-    names names (:func:`containers.inputs.recipes.named_scripts`): staged into the build
-    context, and part of the inputs hash (changing one rebuilds every image that runs it)."""
+    """The helper scripts the definition names (and those they name): staged and hashed."""
     if definition.path is None:
         return {}
     return named_scripts(definition.text, definition.path.parent / "scripts")
@@ -110,8 +104,7 @@ def describe_inputs(target: Target, *, cli_args: Mapping[str, str], base_hash: s
 
 def chain_hashes(targets: Mapping[str, Target], name: str,
                  known: dict[str, str] | None = None) -> dict[str, str]:
-    """Inputs hash of ``name`` and each of its bases, without touching the host; ``known``
-    holds hashes computed before (of the same targets), and gets these."""
+    """Inputs hash of ``name`` and its bases, pure; ``known`` caches them across calls."""
     hashes: dict[str, str] = {}
     known = {} if known is None else known
     base_hash = None

@@ -1,9 +1,7 @@
 """What an image holds, read from the image itself: ``invoke inspect``'s facts.
 
-One ``apptainer exec IMAGE python3 -c <probe>`` (:mod:`containers.image.probe_script`) reads
-everything from inside, with no GPU needed (architecture, OS, glibc, Python, packages, torch's
-build and runtimes, NCCL/RCCL, labels); the files beside the image add its size, build record and
-SBOM counts. :func:`summary` is the flat stack ``inspect``, ``diff`` and the catalogue page show.
+One ``apptainer exec`` of :mod:`containers.image.probe_script` reads everything from inside, no
+GPU needed; :func:`summary` is the flat stack ``inspect``, ``diff`` and the catalogue page show.
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ STACK_KEYS = ("arch", "os", "glibc", "python", "torch", "build", "cuda", "cudnn"
 
 
 def parse_probe(output: str) -> dict:
-    """The probe's JSON from its output (the last line after the marker; an image's
-    ``%environment`` may print before it); :class:`ValueError` when there is none."""
+    """The probe's JSON, the last line after the marker (``%environment`` may print)."""
     for line in reversed(output.splitlines()):
         if line.startswith(MARK):
             data = json_value(line[len(MARK):])
@@ -49,9 +46,7 @@ _SEEN: dict[str, dict] = {}
 
 def probe(runtime: Runtime, image: Path | str, *, sha256: str | None = None,
           arch: str | None = None) -> dict:
-    """The probe's facts of ``image``: its own python runs the probe script (one ``apptainer
-    exec``; none again for a ``sha256`` already read in this process). ``arch``, the image's
-    recorded architecture: an emulated one gets its CPU description bound."""
+    """The probe's facts of ``image`` (once per ``sha256`` in this process)."""
     if sha256 and sha256 in _SEEN:
         return _SEEN[sha256]
     argv = runtime.exec_argv(image=image, binds=emulated_binds(arch),
@@ -82,8 +77,7 @@ def record_path(image: Path) -> Path:
 
 
 def _sbom_components(image: Path) -> list[tuple[str, dict]] | None:
-    """The components of the SBOM beside ``image``, each with its kind (``deb``, ``pypi``…,
-    from its package URL); None when there is none, or it is not a JSON object."""
+    """The components of the SBOM beside ``image``, each with its kind; None if none."""
     data = read_json_object(sbom_path(image))
     if data is None:
         return None
@@ -96,9 +90,7 @@ def _sbom_components(image: Path) -> list[tuple[str, dict]] | None:
 
 
 def known_facts(image: Path, record: BuildRecord) -> dict | None:
-    """The facts a build of this tool already recorded from the image (the stack in its build
-    record, the packages in the SBOM beside it), so publish need not start the image again;
-    None when either is missing (an image built before them: probe it)."""
+    """The facts a build recorded (stack, SBOM), so publish need not start the image."""
     stack, components = record.stack, _sbom_components(image)
     if stack is None or components is None:
         return None
@@ -132,9 +124,7 @@ def summary(facts: Mapping) -> dict:
 
 
 def driver_needed(stack: Mapping) -> str | None:
-    """The NVIDIA driver a CUDA image's nodes need, from the CUDA runtime its torch records
-    (``jobs/cudadriver.py``'s table, the one the device gate judges nodes by): the NVIDIA sites
-    publish no driver version, so people are told what to ask for. None for other builds."""
+    """The NVIDIA driver a CUDA image's nodes need (the sites publish none), else None."""
     if stack.get("build") != Gpu.CUDA:
         return None
     return names.driver_needed(stack.get("cuda")) or \
@@ -142,8 +132,7 @@ def driver_needed(stack: Mapping) -> str | None:
 
 
 def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -> dict:
-    """Everything ``invoke inspect`` reports of ``image``: the probe's facts, the flat stack,
-    size, labels, its build record and its SBOM's counts."""
+    """Everything ``invoke inspect`` reports of ``image``."""
     if not image.is_file():
         raise ImageMissing(image, target or image.stem)
     record = provenance.read(record_path(image))

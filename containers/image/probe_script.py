@@ -1,7 +1,6 @@
 """Runs INSIDE an image (``apptainer exec IMAGE python3 -c <this file>``): prints one JSON object
-of what the image holds, read from its own files. Standard library only (any image's python);
-never imported by the tool. Each part that cannot be read is reported as an error string in the
-result rather than raised, so one odd image still yields everything else.
+of what the image holds, read from its own files. Standard library only; a part that cannot be
+read is an error string in the result, so one odd image still yields everything else.
 """
 
 import glob
@@ -60,8 +59,7 @@ def elf_needed(path):
 
 
 def fatbin_listing(path):
-    """The kernels in a CUDA library's fatbinary (its ``.nv_fatbin`` section), listed as
-    ``cuobjdump --list-elf --list-ptx`` does, without the CUDA toolkit or a GPU."""
+    """The kernels in a CUDA library's fatbinary, listed as ``cuobjdump`` would."""
     with open(path, "rb") as handle:
         data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     sections, names = section_headers(data)
@@ -168,8 +166,7 @@ def torch_facts():
 
 
 def gpu_build_facts(torch, libdir, facts):
-    """What torch was compiled for and with, readable without a GPU (containers.image.gpuarch
-    judges it): the fatbinary's kernels, the arch flags, the config's NVCC flags, cuDNN."""
+    """What torch was compiled for and with, readable without a GPU."""
     cuda_lib = os.path.join(libdir, "libtorch_cuda.so")
     if os.path.exists(cuda_lib):
         guarded(facts, "fatbin", lambda: fatbin_listing(cuda_lib))

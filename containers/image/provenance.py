@@ -1,8 +1,6 @@
 """An image's provenance: the JSON record beside each ``.sif`` (and the same facts as labels).
 
-The record says what went into the image (inputs hash and inputs, definition, env spec, tool
-version, git revision), how it was built (runtime, seconds, tested) and what came out (size,
-sha256). Later stages trust an image only through it: publish checks the copy against its sha256,
+Later stages trust an image only through it: publish checks the copy against its sha256,
 verdicts name the sha256 they proved.
 """
 
@@ -24,12 +22,9 @@ RECORD_LIMIT = 16 << 20
 
 
 def read(path: Path, *, corrupt_ok: bool = False) -> BuildRecord:
-    """The record at ``path`` (:class:`~containers.records.BuildRecord`); an empty one when
-    there is none. A record that is there but cannot be trusted (not JSON, not an object, a
-    value of the wrong type, not a regular file, too large: read with
-    :func:`~containers.files.read_regular`, so a FIFO never hangs) is a :class:`StateError`
-    naming it: a verdict must never name a null sha256 as what it proved. ``corrupt_ok``: treat
-    such a record as none (a build, which replaces it; the up-to-date check, which rebuilds)."""
+    """The record at ``path``, empty when there is none; one that cannot be trusted is a
+    :class:`StateError` (a verdict must never prove a null sha256), or with ``corrupt_ok``
+    none (a build replaces it)."""
     try:
         return BuildRecord.of(read_regular_json(path, limit=RECORD_LIMIT), source=path)
     except FileNotFoundError:

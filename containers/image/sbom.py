@@ -1,9 +1,7 @@
 """An image's software bill of materials: CycloneDX JSON, written by every build beside its record.
 
-Made with cyclonedx-python-lib, so the file is the standard's. Its content comes from the image
-(:mod:`containers.image.inspect`'s probe): every Debian package and pip distribution as a purl,
-the image and its base as components, and the inputs hash, arch, tool version and git revision
-as properties that trace it back to the build record."""
+Made with cyclonedx-python-lib, so the file is the standard's; its packages come from the
+image's probe, and its properties trace it back to the build record."""
 
 from __future__ import annotations
 
@@ -77,8 +75,7 @@ def make(facts: Mapping, record: Mapping) -> Bom:
 
 
 def render(bom: Bom) -> str:
-    """The BOM as CycloneDX 1.6 JSON, checked against the schema the library ships; a
-    :class:`StateError` when it does not validate (nothing half-right is written)."""
+    """The BOM as CycloneDX 1.6 JSON, validated first (a :class:`StateError` if not)."""
     text = JsonV1Dot6(bom).output_as_string(indent=2) + "\n"
     problem = validate(text)
     if problem:

@@ -1,10 +1,8 @@
 """Whether an image fits a site: the mismatches users report most, seen without a GPU.
 
-:func:`judge` compares an image's facts (:mod:`containers.image.inspect`) with the site profile's
-``fit:`` block and GPU architecture (docs/adding-a-site.md), one finding a line: ``error`` fails
-the build's test step and blocks publish, ``warning`` is shown and kept in the catalogue,
-``info`` says what was not checked (a bound the site does not publish: fail closed means saying
-so, never inventing a limit).
+:func:`judge` compares an image's facts with the profile's ``fit:`` block and GPU architecture:
+``error`` fails the build and blocks publish, ``warning`` is kept in the catalogue, ``info`` says
+what was not checked (never an invented limit).
 """
 
 from __future__ import annotations
@@ -56,8 +54,7 @@ NO_TORCH = "the image holds no torch: site fit not judged"
 
 
 def holds_no_torch(stack: Mapping, probe_errors: Mapping | None) -> bool:
-    """Whether the image has no torch at all (its import found no module), as opposed to a
-    torch that is there and fails to import (an error of the image)."""
+    """Whether the image has no torch at all (not one that fails to import)."""
     error = (probe_errors or {}).get("torch")
     return stack.get("build") is None and isinstance(error, str) \
         and error.startswith("ModuleNotFoundError")
@@ -66,9 +63,7 @@ def holds_no_torch(stack: Mapping, probe_errors: Mapping | None) -> bool:
 def judge(stack: Mapping, *, site_name: str, site_gpu: Gpu, arches: Sequence[str] | None,
           fit: Fit, probe_errors: Mapping | None = None,
           gpus: Gpus | None = None) -> list[Finding]:
-    """Every finding of an image (its flat stack, :func:`containers.image.inspect.summary`)
-    against a site (its GPU kind, architectures and ``fit`` block), one line each; an image
-    without torch is not judged (:func:`holds_no_torch`), at build, inspect and publish alike."""
+    """Every finding of an image's flat stack against a site; an image without torch: none."""
     if holds_no_torch(stack, probe_errors):
         return [Finding("info", "torch", NO_TORCH)]
     found: list[Finding] = []
@@ -129,8 +124,7 @@ def _nccl(stack: Mapping, spec: Nccl | None, site: str) -> list[Finding]:
 
 
 def gpu_arch_findings(stack: Mapping, gpus: Gpus | None, site: str) -> list[Finding]:
-    """Whether torch in the image has kernels for the site's GPUs (:mod:`gpuarch`): an error
-    names what the image has and what the site's GPU is; PTX-only coverage is a warning."""
+    """Whether torch in the image has kernels for the site's GPUs (PTX only: a warning)."""
     if gpus is None or not gpus.arch:
         return [Finding("info", "gpu-arch", f"{site} states no GPU architecture (gpus.arch): "
                                             "not checked")]

@@ -1,9 +1,8 @@
 """The builder registry: how an image is built from a target's inputs (an Apptainer definition,
 or cotainr from a base image and a Conda env spec).
 
-Each builder owns what differs between them (docs/architecture.md lists it); its plan step lives
-in the image stage (:data:`containers.image.plan.PLAN_STEPS`). Code elsewhere asks
-:func:`builder_of` and calls what the builder offers, never comparing a builder's name.
+Each builder owns what differs between them (its plan step: the image stage's
+:data:`~containers.image.plan.PLAN_STEPS`); code elsewhere never compares a builder's name.
 """
 
 from __future__ import annotations
@@ -40,8 +39,7 @@ class Builder:
 
     def check_manifest(self, values: Mapping[str, Any], *, path: Path, line: int | None,
                        lines: Mapping[str, int]) -> None:
-        """Refuse a manifest whose keys this builder cannot build from (``line``: the file's
-        first line, for a key that is missing)."""
+        """Refuse a manifest whose keys this builder cannot build from."""
 
     def check_env(self, spec: EnvSpec) -> None:
         """Refuse an env spec this builder cannot install."""
@@ -63,8 +61,7 @@ class Builder:
 
 @dataclass(frozen=True)
 class ApptainerBuilder(Builder):
-    """``apptainer build`` of the target's definition; an env spec's ``pip:`` list goes into a
-    venv on the base image's Python, so it may hold no Conda package beyond python and pip."""
+    """``apptainer build`` of the definition; ``pip:`` into a venv on the base's Python."""
 
     def check_manifest(self, values: Mapping[str, Any], *, path: Path, line: int | None,
                        lines: Mapping[str, int]) -> None:
@@ -80,9 +77,7 @@ class ApptainerBuilder(Builder):
         spec.check_venv_compatible()
 
     def fakeroot_refusal(self, target: BuiltTarget, site: Site) -> ConfigError | None:
-        """A definition whose build runs a script in the image (``%post`` or SCIF apps:
-        :attr:`~containers.inputs.definition.Definition.runs_in_image`) needs ``--fakeroot``,
-        which a site with ``fakeroot: false`` lacks."""
+        """A build running a script in the image needs ``--fakeroot``, which the site lacks."""
         if site.fakeroot or target.definition is None \
                 or not read_definition(target.definition).runs_in_image:
             return None
@@ -123,9 +118,7 @@ class CotainrBuilder(Builder):
         return {"base_image": user_args.get("BASE_IMAGE", target.base_image)}
 
     def check_base_image(self, target: BuiltTarget, inputs: Mapping[str, Any]) -> None:
-        """A base image that is a path here must exist before cotainr runs (its traceback would
-        say so after a while, through singularity): one line naming where the path was set. A
-        ``docker://``-style reference is left to cotainr."""
+        """A base image that is a path here must exist before cotainr runs."""
         base = inputs.get("base_image")
         if not base or "://" in base or Path(base).is_file():
             return

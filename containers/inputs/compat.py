@@ -1,9 +1,7 @@
 """Whether a training example can run on a target's image: its torch against the example's needs.
 
-An image whose torch is too old fails only in a job, after it queued. The torch is known before
-the build (the env spec's pin, or the manifest's ``torch:`` for a base image's torch), so
-:func:`check_example` compares purely: one line naming the env spec and the example, or a note
-that the torch is unknown (never a failure)."""
+An image whose torch is too old fails only in a job, after it queued; the torch is known before
+the build (the env spec's pin, or the manifest's ``torch:``), so this compares purely."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ Version = tuple[int, int]
 
 @dataclass(frozen=True)
 class Need:
-    """The oldest torch an example runs on, why (the API or pin and where it is documented),
-    and the Python package besides torch it imports."""
+    """The oldest torch an example runs on, why, and the package besides torch it imports."""
 
     torch: Version
     why: str
@@ -49,8 +46,7 @@ def _show(version: Version) -> str:
 
 def image_torch(target: Target, env: EnvSpec | None
                 ) -> tuple[Version, Path, int | None] | None:
-    """The lowest torch the image can have and where that is said (file and line: the env
-    spec's pin or the manifest's ``torch:``), or None when unknown."""
+    """The lowest torch the image can have and where that is said, or None."""
     pin = env.torch_pin() if env is not None else None
     if pin is not None and env is not None:
         return pin[0], env.path, pin[1]
@@ -61,10 +57,7 @@ def image_torch(target: Target, env: EnvSpec | None
 
 
 def check_example(target: Target, example: str, env: EnvSpec | None = None) -> str | None:
-    """Raise a :class:`ConfigError` (one line: the env spec, the example, the versions) when
-    ``target``'s image cannot run ``example``; return a note when its torch is unknown (the
-    base image's, undeclared), None when it fits. ``env`` is the target's env spec, read
-    here when not given."""
+    """Refuse ``example`` on ``target``'s image, or a note when its torch is unknown."""
     need = NEEDS[example]
     if env is None and target.env is not None:
         env = load_env_spec(target.env)
@@ -86,9 +79,7 @@ def check_example(target: Target, example: str, env: EnvSpec | None = None) -> s
 
 @dataclass(frozen=True)
 class ExamplePlan:
-    """The examples a target's image is meant for, as ``invoke check`` and ``invoke build``
-    both judge them: those kept, the errors of those the manifest names that cannot run, the
-    notes (torch unknown), and one info line naming the default's choice."""
+    """The examples a target's image is meant for, as check and build judge them."""
 
     examples: tuple[str, ...]
     errors: list[ConfigError]
@@ -103,10 +94,7 @@ def has_torch(target: Target, env: EnvSpec | None) -> bool:
 
 def example_plan(target: Target, env: EnvSpec | None = None,
                  known: Iterable[str] = tuple(NEEDS)) -> ExamplePlan:
-    """The one judgement of a target's examples. Named in the manifest: each must run (an
-    error names why). Left out: the ``known`` examples the environment can run, and one info
-    line saying which and why the others are left out (no torch, no DeepSpeed, torch too old
-    for FSDP2). ``examples: []`` means none."""
+    """The one judgement of a target's examples: named ones must run, else the known."""
     if env is None and target.env is not None:
         env = load_env_spec(target.env)
     if target.examples is not None:
@@ -135,9 +123,7 @@ def example_plan(target: Target, env: EnvSpec | None = None,
 
 def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | None = None
                      ) -> tuple[list[ConfigError], list[str]]:
-    """Every example ``target``'s image cannot run (errors), and one note when its torch is
-    unknown (listing what each example needs). ``env`` is the target's env spec, read here
-    when not given."""
+    """Every example ``target`` cannot run (errors), and a note when its torch is unknown."""
     if env is None and target.env is not None:
         env = load_env_spec(target.env)
     errors: list[ConfigError] = []
@@ -164,13 +150,9 @@ def _unknown(target: Target, env: EnvSpec | None) -> str:
 
 def as_built(target: Target, build_args: Mapping[str, str], *,
              context: Collection[str] = ()) -> Target:
-    """``target`` as a build with the command line's ``build_args`` makes it.
-
-    A manifest's ``torch:`` names the torch its base image ships with the manifest's own build
-    arguments (NGC_TAG picks the NGC release). A ``--build-arg`` that changes one builds on
-    another base, whose torch nobody declared: the version becomes unknown (said in the
-    warning, naming the flag) rather than kept when it may be wrong; the build's probe records
-    the real one. ``context``: arguments that only locate inputs (MIRROR) and change nothing."""
+    """``target`` as a build with ``build_args`` makes it: a ``--build-arg`` that changes the
+    manifest's own (NGC_TAG) builds on another base, whose declared ``torch:`` becomes unknown
+    rather than wrong. ``context``: arguments that only locate inputs (MIRROR)."""
     if target.torch is None:
         return target
     changed = [f"{key}={value}" for key, value in sorted(build_args.items())

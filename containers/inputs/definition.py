@@ -1,10 +1,8 @@
 """A lossless reader for Apptainer definition files.
 
-The tool never rewrites a definition: :class:`Definition` keeps every stage's header and
-sections byte for byte (``definition.text == original``), finds ``{{ ARG }}`` build arguments and
-their ``%arguments`` defaults, and reports unknown sections and unset arguments. Lines are split
-as Apptainer splits them (:func:`apptainer_lines`), so the checks see every line it runs.
-Stages, and why not spython: docs/architecture.md (Definitions)."""
+The tool never rewrites a definition: :class:`Definition` keeps every stage byte for byte, and
+lines are split as Apptainer splits them, so the checks see every line it runs. Why not
+spython: docs/architecture.md (Definitions)."""
 
 from __future__ import annotations
 
@@ -142,24 +140,13 @@ class Stage:
     def section(self, name: str, app: str | None = None) -> Section | None:
         """``%name`` as Apptainer reads it (``parseTokenSection``): every ``%name`` of this stage
         (of app ``app`` for a SCIF section) appended in file order, with the last arguments
-        given; line and header of the first. None when the stage has none. ``%files`` groups by
-        arguments instead: :meth:`files_groups`."""
+        given; line and header of the first. None when the stage has none."""
         found = [s for s in self.sections
                  if s.name == name and (app is None or s.app == app)]
         if len(found) < 2:
             return found[0] if found else None
         args = next((s.args for s in reversed(found) if s.args.strip()), found[0].args)
         return replace(found[0], args=args, body="".join(s.body for s in found))
-
-    def files_groups(self) -> list[tuple[str, list[Section]]]:
-        """The ``%files`` sections grouped as Apptainer merges them: those with the same
-        arguments (``%files``, ``%files from build``) form one list of copies, in order of
-        first appearance."""
-        groups: dict[str, list[Section]] = {}
-        for section in self.sections:
-            if section.name == "files":
-                groups.setdefault(section.args.strip(), []).append(section)
-        return list(groups.items())
 
     @property
     def arg_lines(self) -> dict[str, int]:
@@ -172,8 +159,7 @@ class Stage:
 
     @property
     def argument_defaults(self) -> dict[str, str]:
-        """``KEY=VALUE`` lines of this stage's ``%arguments``: Apptainer's defaults for it (a
-        default serves only its own stage; a ``--build-arg`` serves every stage)."""
+        """This stage's ``%arguments`` defaults (a ``--build-arg`` serves every stage)."""
         defaults: dict[str, str] = {}
         section = self.section("arguments")
         for raw in apptainer_lines(section.body) if section is not None else ():
@@ -189,11 +175,9 @@ class Stage:
         return _ARG_RE.sub(lambda m: values[m.group(1)], self.text)
 
     def validate(self, *, path: Path | None, earlier: tuple[str, ...]) -> None:
-        """Refuse what Apptainer refuses: an unknown header keyword or section (at parse time),
-        an app section without an app name, no bootstrap agent, no ``From:`` where the agent
-        takes its base from it (:data:`FROM_AGENTS`), ``%files from`` a stage that is not an
-        earlier one (named in ``earlier``). A repeated section is valid: Apptainer
-        appends it to the first (:meth:`section`)."""
+        """Refuse what Apptainer refuses (a repeated section it appends to the first): an app
+        section without a name, no bootstrap agent, no ``From:`` where the agent needs one,
+        ``%files from`` a stage not in ``earlier``."""
         for key, number in self.header_lines.items():
             if key not in HEADER_KEYS and re.sub(r"\d+$", "", key) != "otherurl":
                 raise ConfigError(f"unknown header keyword '{key}'{suggest(key, HEADER_KEYS)}",
@@ -285,9 +269,8 @@ class Definition:
         return tuple(self.arg_lines)
 
     def missing_arg_lines(self, given: dict[str, str] | None) -> dict[str, int]:
-        """Arguments some stage uses without a value, not ``given`` (``--build-arg``, shared by
-        every stage) and not in that stage's own ``%arguments``, with the line of the first use
-        that lacks one; every argument used when ``given`` is None."""
+        """Arguments a stage uses with no value (not ``given``, not in its ``%arguments``),
+        with the line of the first such use; every one used when ``given`` is None."""
         found: dict[str, int] = {}
         for stage in self.stages:
             valued = {} if given is None else {**stage.argument_defaults, **given}
@@ -297,8 +280,7 @@ class Definition:
         return found
 
     def render(self, args: dict[str, str]) -> str:
-        """The text Apptainer builds from: ``{{ ARG }}`` replaced by given values or, per
-        stage, that stage's defaults."""
+        """The text Apptainer builds from: ``{{ ARG }}`` given values, else the stage's defaults."""
         missing = self.missing_arg_lines(args)
         if missing:
             first, line = next(iter(missing.items()))
@@ -326,11 +308,9 @@ _BOOTSTRAP_LINE = re.compile(r"^bootstrap:", re.IGNORECASE)
 
 
 def section_header(raw: str) -> tuple[str, str] | None:
-    """``(name, args)`` when ``raw`` starts a section as Apptainer's scanner sees it (its first
-    word starts with ``%``), else None. The name is Apptainer's (``getSectionName``): the text
-    after the leading ``%`` up to the first space, lower-cased, so ``%post`` with a tab after
-    it or an indented ``%post`` get a name Apptainer refuses; ``args`` is the rest of the line
-    (without the ``\\r`` of a CRLF line, which Apptainer drops)."""
+    """``(name, args)`` when ``raw`` starts a section as Apptainer's scanner sees it, else None;
+    the name as ``getSectionName`` cuts it (up to the first space, lower-cased: ``%post<TAB>``
+    gets a name Apptainer refuses), ``args`` without a CRLF's ``\\r``."""
     line = line_text(raw)
     if not first_word(line).startswith("%"):
         return None
@@ -341,10 +321,8 @@ def section_header(raw: str) -> tuple[str, str] | None:
 
 def _header(lines: list[str], start: int, path: Path | None
             ) -> tuple[dict[str, str], dict[str, int]]:
-    """A stage's header values and their lines, read as Apptainer's ``doHeader`` reads them:
-    blank and comment lines skipped, ``#`` ends a value, a value ending in ``\\`` goes on in the
-    next line. A key given twice is refused: Apptainer keeps the last (a second ``From:`` below
-    the one a manifest's base fills would silently replace the base)."""
+    """A stage's header values and their lines, as Apptainer's ``doHeader`` reads them; a key
+    given twice is refused (Apptainer keeps the last: a second ``From:`` would replace the base)."""
     values: dict[str, str] = {}
     numbers: dict[str, int] = {}
     pending: str | None = None
@@ -376,12 +354,9 @@ def _header(lines: list[str], start: int, path: Path | None
 
 
 def parse_definition(text: str, *, path: Path | None = None) -> Definition:
-    """Split ``text`` into stages, each a preamble and sections, without changing a byte.
-
-    As Apptainer does: lines end at ``\\n`` only (:func:`apptainer_lines`), ``bootstrap:`` at
-    the start of a line begins a new stage (once the current one has a header line or a
-    section; comments above the first are its preamble), and a line whose first word starts
-    with ``%`` begins a section."""
+    """Split ``text`` into stages of a preamble and sections, without changing a byte, as
+    Apptainer does: ``bootstrap:`` at a line's start begins a stage (once the current one has a
+    header line or a section), a line whose first word starts with ``%`` a section."""
     stages: list[Stage] = []
     preamble: list[str] = []
     sections: list[Section] = []

@@ -1,10 +1,8 @@
 """The one directive grammar: what a job's extra ``#SBATCH``/``#PBS`` lines may say (``invoke job
 --directive`` and a profile's ``job.directives``), judged for the site's scheduler.
 
-Only what the tool sets itself, or what would take the job out of its hands, is refused; any
-other option passes to the scheduler to judge. sbatch takes a unique prefix of a long option
-(``getopt_long``), so a prefix of a refused one is refused too; sbatch reads shell quoting, so
-its values are quoted, while qsub's keep the plain rule."""
+Only what the tool sets itself, or what would take the job out of its hands, is refused (a
+prefix of it too: sbatch's ``getopt_long`` takes one); the scheduler judges the rest."""
 
 from __future__ import annotations
 
@@ -57,9 +55,7 @@ _SHAPE = ("takes one scheduler option such as --constraint=gpu, -C gpu or -l pla
 
 
 def scheduler_option(value: object, scheduler: str) -> str:
-    """``value`` as the text of one more ``#SBATCH``/``#PBS`` line of a ``scheduler`` job, its
-    value quoted where sbatch reads quotes; ValueError saying why not: not one option with a
-    value the scheduler reads as written, or an option (or prefix) the tool refuses."""
+    """``value`` as one more ``#SBATCH``/``#PBS`` line, or a ValueError saying why not."""
     text = str(value)
     match = _OPTION.match(text)
     rule = SLURM_VALUE if scheduler == "slurm" else VALUE

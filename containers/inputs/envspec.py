@@ -1,9 +1,8 @@
 """Conda environment specs (standard ``environment.yml``) as the image's package list.
 
-cotainr installs the file whole with Conda; the Apptainer venv path installs only its ``pip:``
-list, so other Conda packages are refused there rather than dropped. Where packages come from is
-the build host's choice, so :meth:`EnvSpec.check_pip_options` refuses pip option lines
-(:data:`PIP_OPTION_RULE`) except an https ``--extra-index-url`` the manifest names."""
+cotainr installs the file whole; the Apptainer venv path only its ``pip:`` list, so other Conda
+packages are refused there rather than dropped. Where packages come from is the build host's
+choice, so pip options are refused but an https ``--extra-index-url`` the manifest names."""
 
 from __future__ import annotations
 
@@ -94,9 +93,8 @@ class EnvSpec:
 
     def check_pip_options(self, extra_indexes: Collection[str] = (), *,
                           manifest: Path | None = None) -> None:
-        """Refuse every ``pip:`` entry that changes where packages come from (all at once, each
-        with its line), except ``--extra-index-url`` naming one of ``extra_indexes`` (the https
-        URLs the target's ``manifest`` allows in ``pip_extra_index_urls``)."""
+        """Refuse, all at once, every ``pip:`` entry that changes where packages come from but
+        an ``--extra-index-url`` the manifest allows (``extra_indexes``)."""
         problems = [ConfigError(message, path=self.path, line=self.pip_lines[index],
                                 key="dependencies.pip")
                     for index, entry in enumerate(self.pip)
@@ -110,8 +108,7 @@ class EnvSpec:
         return [*self.channels, *named]
 
     def check_channels(self) -> None:
-        """Refuse, all at once, every channel packages could be swapped on the way from, as
-        pip's ``http://`` URLs are refused."""
+        """Refuse, all at once, every channel packages could be swapped on the way from."""
         raise_all([ConfigError(message, path=self.path, line=line, key="channels")
                    for channel, line in self.all_channels()
                    if (message := channel_problem(channel))])
@@ -173,10 +170,9 @@ _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
 
 
 def _source_problem(text: str) -> str | None:
-    """Why a requirement that names its own source (``pkg @ URL``, a bare URL, a local path) may
-    not be used, else None: only https URLs without credentials are accepted. The URL is found
-    as pip finds it (the ``@`` that follows a package name, else the whole entry) and parsed, so
-    ``git+ssh://git@host/x`` or ``https://user:pw@host/t.whl`` is not mistaken for a name."""
+    """Why a requirement naming its own source (``pkg @ URL``, a URL, a path) may not be used:
+    only https URLs without credentials, found as pip finds them (``git+ssh://git@host/x`` is
+    not a name), are accepted."""
     if text.startswith((".", "/", "~")):
         return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
     spec = text.split(";", 1)[0].strip()
@@ -199,9 +195,8 @@ def _source_problem(text: str) -> str | None:
 
 
 def channel_problem(channel: str) -> str | None:
-    """Why a Conda channel may not be used, else None: a channel's name (``conda-forge``,
-    resolved by Conda over https), an https URL without credentials, or a ``file://`` folder of
-    the build host (judged by ``host_paths``: :meth:`EnvSpec.local_channels`)."""
+    """Why a Conda channel may not be used, else None: allowed are a name (Conda resolves it
+    over https), an https URL without credentials, a ``file://`` folder (judged by host_paths)."""
     if not _SCHEME.match(channel):
         return None
     if channel.lower().startswith("file:"):
@@ -274,10 +269,8 @@ _REFUSED = {"--index-url": "replaces the package index for every package",
 
 def pip_entry_problem(entry: str, extra_indexes: Collection[str] = (), *,
                       manifest: Path | None = None) -> str | None:
-    """Why one ``pip:`` entry may not go into the image's requirements file, else None.
-
-    Options are read as pip reads them (``--opt value``, ``--opt=value``, short forms); a
-    requirement that names its own source is checked by :func:`_source_problem`."""
+    """Why one ``pip:`` entry may not go into the image's requirements file, else None;
+    options are read as pip reads them (``--opt value``, ``--opt=value``, short forms)."""
     text = entry.strip()
     if not text.startswith("-"):
         return _source_problem(text)
@@ -302,9 +295,7 @@ def pip_entry_problem(entry: str, extra_indexes: Collection[str] = (), *,
 
 
 def load_env_spec(path: Path) -> EnvSpec:
-    """Read once (:func:`read_input_text`: a regular UTF-8 file of bounded size), so the text
-    hashed is the text checked; newlines as text mode reads them, as the inputs hash always
-    has."""
+    """Read once, so the text hashed is the text checked (newlines as text mode reads them)."""
     text = read_input_text(path).replace("\r\n", "\n").replace("\r", "\n")
     data = load_yaml_text(text, path=path)
     validate_model(EnvFile, data, path=path, what="environment spec")
@@ -336,8 +327,7 @@ def load_env_spec(path: Path) -> EnvSpec:
 
 
 def load_target_env(target: EnvTarget) -> EnvSpec | None:
-    """``target``'s env spec (None when it has none), checked as every use of it needs:
-    requirements.txt and cotainr's Conda pip step take the pip list as written."""
+    """``target``'s env spec (None when it has none), checked as every use of it needs."""
     if target.env is None:
         return None
     spec = load_env_spec(target.env)

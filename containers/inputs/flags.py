@@ -1,9 +1,8 @@
 """The option types of the command line, one per kind of flag value, and each flag's one
 declaration (:class:`Option`, on the field of the request it fills).
 
-Every flag value arrives as text (``invoke`` is told no types, so it never casts). A
-:class:`FlagType` turns it into the value the request carries or refuses it in ONE line naming
-the flag: ``POSITIVE_INT("--gpus", "2")`` is ``2``; its ``label`` is the type ``--help`` shows."""
+Every flag value arrives as text (invoke is told no types); a :class:`FlagType` turns it into
+the request's value or refuses it in one line naming the flag."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ from containers.inputs.directives import scheduler_option
 
 @dataclass(frozen=True)
 class FlagType:
-    """A kind of flag value: ``label`` says what it takes (help and errors); ``parse`` turns a
-    value (text, or already the right type) into it, raising ValueError with the reason."""
+    """A kind of flag value: its ``label`` (help, errors) and its ``parse``."""
 
     label: str
     parse: Callable[[Any], Any]
@@ -173,9 +171,7 @@ TIME = FlagType(TIME_FORMS, _time)
 
 
 def word_rule(label: str, pattern: str | Callable[[str], object], refusal: str) -> FlagType:
-    """A flag taking one word of ``pattern`` (a name a scheduler or the system knows; or one
-    the test ``pattern`` passes), refused with ``refusal``: never something that starts like an
-    option or holds a space."""
+    """A flag taking one word of ``pattern`` (or passing a test), refused with ``refusal``."""
     passes = re.compile(pattern + r"\Z").match if isinstance(pattern, str) else pattern
 
     def parse(value: Any) -> str:
@@ -236,8 +232,7 @@ VERSION = named("version")
 
 # ------------------------------------------------------------------------------------ paths
 def _path(kind: str, *, exists: bool = False) -> Callable[[Any], Path]:
-    """A ``kind`` (file or folder) path: one that exists, or one to write (not blank, not the
-    other kind)."""
+    """A ``kind`` path: one that exists, or one to write (not blank, not the other kind)."""
     other = {"file": "a folder; it takes the file to write", "folder": "a file; it takes a folder"}
 
     def parse(value: Any) -> Path:
@@ -264,8 +259,7 @@ EXISTING_FOLDER = FlagType("existing folder", _path("folder", exists=True))
 
 @dataclass(frozen=True)
 class Option:
-    """One flag, declared once on the field of the request it fills (:func:`option`): its help
-    and type (None: a switch); the field gives its name and default."""
+    """One flag, declared once on the field it fills: its help and type (None: a switch)."""
 
     help: str
     type: FlagType | None = None
@@ -292,8 +286,7 @@ def declared(cls: type) -> dict[str, tuple[Option, Any]]:
 
 
 def check(request: object) -> None:
-    """For a frozen request's ``__post_init__``: each declared value, text or typed, through its
-    type, in field order (the first bad one is refused), as the command line gives them."""
+    """For ``__post_init__``: each declared value through its type, in field order."""
     for name, (declaration, _) in declared(type(request)).items():
         if declaration.type is not None:
             object.__setattr__(request, name,

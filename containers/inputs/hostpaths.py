@@ -50,9 +50,7 @@ def _body_lines(section: Section, blanks: str = GO_SPACE) -> list[tuple[int, str
 
 
 def _commands(section: Section) -> list[tuple[int, str]]:
-    """A shell section's lines (:func:`_body_lines` with the shell's blanks) with a line that
-    ends in an odd number of ``\\`` joined to the next, as the shell reads one command; each
-    with the number of its first line. ``\\`` then a space, or ``\\\\``, ends the line."""
+    """A shell section's commands (continuation lines joined), each with its first line."""
     joined: list[tuple[int, str]] = []
     going_on = False
     for number, text in _body_lines(section, SHELL_BLANKS):
@@ -84,10 +82,8 @@ def _without_comment(text: str) -> str:
 
 
 def shell_words(text: str) -> list[str]:
-    """``text`` split into shell words as the shell reads them (quotes group and are removed,
-    ``#`` starts a comment, ``; & | < > ( )`` are words of their own), a ``{{ ARG }}`` kept as
-    one word (Apptainer substitutes it first) and written back as ``{{ NAME }}``. A line the
-    shell would not finish (an open quote) is split at spaces."""
+    """``text`` as the shell's words (``; & | < > ( )`` words of their own), a ``{{ ARG }}``
+    one word (Apptainer substitutes it first); a line with an open quote is split at spaces."""
     marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", _without_comment(text))
     lexer = shlex.shlex(marked, posix=True, punctuation_chars=";&|<>()")
     lexer.whitespace_split, lexer.commenters = True, ""
@@ -108,8 +104,7 @@ _ASSIGNMENT = re.compile(r"^-{0,2}[A-Za-z_][\w.-]*=(.*)$")
 
 
 def _host_path(word: str) -> str | None:
-    """``word`` (or the value of ``--opt=value`` / ``NAME=value``) when it names a path of the
-    build host: absolute or under ``~``, not a standard stream."""
+    """``word`` (or its ``=value``) when it names a path of the build host."""
     assigned = _ASSIGNMENT.match(word)
     value = assigned.group(1) if assigned else word
     if value.startswith(("/", "~/")) and value not in (*_SETUP_SAFE, "/", "~/"):
@@ -132,11 +127,9 @@ def _cd_outside(command: str, words: list[str]) -> str | None:
 
 
 def setup_paths(code: str) -> tuple[str, ...]:
-    """The host paths one ``%setup`` command line reads or writes, judged on its shell words:
-    an absolute or ``~`` word, a redirection's target, a path from the build context or the
-    image's root that climbs out (:func:`climbs_out`), a ``cd`` out of both
-    (:func:`_cd_outside`). Text is not a path: a quoted URL is one word that does not start
-    with ``/``, and what ``echo``/``printf`` print is data."""
+    """The host paths one ``%setup`` command line reads or writes: an absolute or ``~`` word,
+    a redirection's target, a path climbing out of the build context or the image's root, a
+    ``cd`` out of both; what ``echo``/``printf`` print is data."""
     found: list[str] = []
     command, text, redirect = True, False, False
     words = shell_words(code)
@@ -162,9 +155,8 @@ def setup_paths(code: str) -> tuple[str, ...]:
 
 
 def climbs_out(rest: str) -> bool:
-    """Whether ``rest``, the part of a path after an anchor folder (``{{ BUILD_CONTEXT }}``),
-    names something outside that folder: a ``..`` that climbs above it, or a sibling name
-    glued to it (``{{ BUILD_CONTEXT }}-other``)."""
+    """Whether ``rest``, a path's part after an anchor folder, climbs above it (``..``) or
+    names a sibling glued to it (``{{ BUILD_CONTEXT }}-other``)."""
     if not rest:
         return False
     if not rest.startswith("/"):  # a variable (``${dir}``) joins a path below; a name, beside
@@ -187,8 +179,7 @@ def _outside_context(source: str) -> bool:
 
 
 def appfiles_source(text: str) -> str:
-    """As Apptainer's ``copyFiles`` (apps.go) takes it: no quotes are read, and a ``{{ ARG }}``
-    is one word (Apptainer substitutes it before)."""
+    """As Apptainer's ``copyFiles`` takes it: no quotes, a ``{{ ARG }}`` one word."""
     marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", text.split("#", 1)[0])
     word = marked.strip(GO_SPACE).split(" ", 1)[0]
     return re.sub(r"\0(\w+)\0", r"{{ \1 }}", word)
@@ -200,8 +191,7 @@ _TOOL_BASE = re.compile(r"\{\{\s*(BASE_IMAGE|FOREIGN_ROOT)\s*\}\}")
 
 
 def _base_use(stage: Stage) -> HostPathUse | None:
-    """A ``Bootstrap: localimage`` stage whose ``From:`` is a host file: not the image the tool
-    passes (:data:`_TOOL_BASE`) nor one in the build context."""
+    """A ``localimage`` stage whose ``From:`` is a host file (not the tool's, not staged)."""
     source = stage.header.get("from", "").strip(GO_SPACE)
     if stage.bootstrap.lower() != "localimage" or _TOOL_BASE.fullmatch(source) \
             or not _outside_context(source):
@@ -210,9 +200,7 @@ def _base_use(stage: Stage) -> HostPathUse | None:
 
 
 def host_path_uses(definition: Definition) -> list[HostPathUse]:
-    """Every line (any stage) that reads a host path outside the build context.
-    ``%files from <stage>`` copies between stages, not from the host; here-document bodies of a
-    host script are read as lines too, as a path there is as likely to be read."""
+    """Every line (any stage) that reads a host path outside the build context."""
     uses = [use for stage in definition.stages if (use := _base_use(stage)) is not None]
     for section in definition.sections:
         if section.name == "files" and files_source_stage(section) is None:

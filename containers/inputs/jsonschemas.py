@@ -1,8 +1,7 @@
 """JSON Schema files of the hand-edited inputs, for editors (``schemas/*.json``).
 
-Generated from the pydantic models the loaders check with, so they cannot drift: ``python -m
-containers.inputs.jsonschemas`` writes them, and a test fails when a file in ``schemas/`` is not
-what this module would write. Editors read them through yaml-language-server's ``$schema`` line."""
+Generated from the loaders' pydantic models, so they cannot drift: ``python -m
+containers.inputs.jsonschemas`` writes them; a test fails when one is stale."""
 
 from __future__ import annotations
 

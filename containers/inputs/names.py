@@ -1,10 +1,8 @@
 """The names the host and the workload scripts agree on, and the rules for the names inputs give.
 
-The scripts run inside the images and cannot import this package, so the shared list lives
-with them (``jobs/choices.py``, standard library only) and the host loads that very file
-(:mod:`containers.jobsfiles`). The name rule (:func:`name_problem`), the did-you-mean of a
-refusal (:func:`suggest`) and the GPU kinds (:class:`Gpu`) live here too, with no pydantic:
-the flag types use them when ``tasks.py`` is imported (``invoke --list``).
+The scripts in the images cannot import this package, so the shared list lives with them
+(``jobs/choices.py``) and the host loads that file. No pydantic here: the flag types use it
+when ``tasks.py`` is imported (``invoke --list``).
 """
 
 from __future__ import annotations
@@ -73,17 +71,14 @@ NAME_RULE = ("1-64 letters, digits and . _ + -, not starting with - or ., not en
 
 
 def is_env_name(name: str) -> bool:
-    """Whether ``name`` is a shell (environment) variable name: letters, digits and ``_``, not
-    starting with a digit."""
+    """Whether ``name`` is a shell variable name (letters, digits, ``_``; no leading digit)."""
     return bool(_ENV_NAME.match(name))
 
 
 def name_problem(kind: str, name: object) -> str | None:
-    """Why ``name`` cannot be a ``kind`` name (target, version, site, partition), else None.
-
-    The one rule for every name that becomes a path or a word in a generated file: a newline, a
-    slash or ``..`` in one would run code from a module file or write outside the publish
-    folder. The message quotes the name with ``repr``, so it stays one line."""
+    """Why ``name`` cannot be a ``kind`` name, else None: the one rule for every name that
+    becomes a path or a word in a generated file (a newline, ``/`` or ``..`` would run code
+    from a module file or write outside the publish folder)."""
     if not isinstance(name, str):
         return f"{kind} name must be a string, got {type_name(name)}"
     if (not _NAME.match(name) or name.lower() in RESERVED_NAMES

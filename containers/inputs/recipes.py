@@ -1,9 +1,7 @@
 """Image targets: ``recipes/<target>.yaml`` manifests, validated into :class:`Target` objects.
 
-A manifest says WHAT to build and for which site, architecture and GPU kind. The files it names
-(definition, env spec, a definition's ``scripts/``) must be the project's own regular UTF-8 files
-of bounded size: a path or link leading out of the project is refused when targets load, so no
-host file is ever read, hashed, staged into a build or quoted in an error.
+The files a manifest names must be the project's own regular UTF-8 files of bounded size: one
+leading out of the project is refused as targets load, so no host file is ever read or staged.
 """
 
 from __future__ import annotations
@@ -117,9 +115,8 @@ def _outside(what: str, path: Path, resolved: Path, root: Path) -> str:
 
 
 def project_file(value: str, *, root: Path, manifest: Path, line: int | None, key: str) -> Path:
-    """The file a manifest's ``key`` names (relative to the project ``root``), resolved. It must
-    stay inside the project (an absolute path or a link leading out is refused at the manifest's
-    line and key) and be a regular UTF-8 file of bounded size (:func:`read_input_text`)."""
+    """The file a manifest's ``key`` names, resolved: inside the project (else refused at the
+    manifest's line and key), a regular UTF-8 file of bounded size."""
     if "\0" in value:
         raise ConfigError(f"{value!r} holds a NUL byte, which no path can", path=manifest,
                           line=line, key=key)
@@ -143,9 +140,8 @@ def project_file(value: str, *, root: Path, manifest: Path, line: int | None, ke
 
 def named_scripts(text: str, folder: Path,
                   check: Callable[[Path, str], None] = lambda script, by: None) -> dict[str, Path]:
-    """The files of ``folder`` (a definition's ``scripts/``) that ``text`` names, and those
-    they name in turn: what a build stages and
-    hashes. ``check(script, named_by)`` sees each before it is read."""
+    """The files of ``folder`` that ``text`` names, and those they name in turn (what a build
+    stages and hashes); ``check(script, named_by)`` sees each before it is read."""
     found = sorted(folder.iterdir()) if folder.is_dir() else []
     seen: set[str] = set()
     named: dict[str, Path] = {}
@@ -164,9 +160,7 @@ def named_scripts(text: str, folder: Path,
 
 
 def check_scripts(definition: Path, *, root: Path, manifest: Path, line: int | None) -> None:
-    """The helper scripts a definition runs (``scripts/`` beside it, named in its text or in
-    a script it names: what the build stages and hashes) must be the project's own regular
-    UTF-8 files too; each is checked before it is read."""
+    """The helper scripts a definition runs must be the project's own files too."""
     def inside(script: Path, by: str) -> None:
         outside = resolves_outside(script, root)
         if outside is not None:
@@ -204,8 +198,7 @@ def load_target(path: Path, *, root: Path) -> Target:
 
 
 def base_names(targets: Mapping[str, Target], name: str) -> list[str]:
-    """``name`` and its bases, base-most first, as far as the chain goes: to a base that did not
-    load (listed all the same) or back to one already listed (a loop)."""
+    """``name`` and its bases, base-most first, to a base that did not load or a loop."""
     chain: list[str] = []
     current: str | None = name
     while current is not None and current not in chain:

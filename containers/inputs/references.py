@@ -1,10 +1,8 @@
 """Performance references, ReFrame style: ``(value, lower, upper, unit)`` per site partition.
 
-Thresholds are fractions of the value (``[125.0, -0.05, null, GB/s]``: at least 118.75 GB/s, no
-upper bound); ``None`` is unbounded. A reference is keyed by collective (``op``, all_reduce when
-not named: a reference for all_reduce never judges all_gather), partition (``*`` for any), nodes,
-ranks per node, message size and optionally GPU model, and may be marked expected-to-fail with a
-reason. Judging a run against one is :mod:`containers.prove.performance`.
+Thresholds are fractions of the value (``[125.0, -0.05, null, GB/s]``: at least 118.75 GB/s);
+``None`` is unbounded. A reference is keyed by collective, partition, nodes, ranks per node,
+message size and optionally GPU model.
 """
 
 from __future__ import annotations
@@ -119,9 +117,7 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
 def select(references: Sequence[Reference], *, partition: str | None, nodes: int,
            ranks_per_node: int, gpu_model: str | None = None,
            measured: Collection[int] = (), op: str = "all_reduce") -> Reference | None:
-    """The most specific matching reference for collective ``op``: exact partition over ``*``,
-    GPU model if given; among equally specific ones, one at a message size the run
-    ``measured``, the largest."""
+    """The most specific reference for ``op``, then at the largest size ``measured``."""
     candidates = [r for r in references if r.op == op
                   and r.nodes == nodes and r.ranks_per_node == ranks_per_node
                   and r.partition in (partition, "*")

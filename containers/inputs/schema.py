@@ -1,9 +1,7 @@
 """Declarative checks for the hand-edited YAML inputs.
 
-Each input kind declares its fields once, as a pydantic model; :func:`validate_model` rejects
-unknown keys (suggesting the closest known one), missing keys, wrong types and values outside a
-fixed set, naming file, line and key. The same models give the JSON Schemas editors read. Names
-that become paths follow one rule (:func:`containers.inputs.names.name_problem`).
+Each input kind declares its fields once, as a pydantic model; :func:`validate_model` names the
+file, line and key of every problem. The same models give the JSON Schemas editors read.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ T = TypeVar("T")
 
 def check_name(kind: str, name: object, *, path: Any = None, line: int | None = None,
                key: str | None = None) -> str:
-    """``name`` if it passes :func:`name_problem`, else a :class:`ConfigError` at ``path``,
-    ``line`` and ``key`` (the input that gave the name)."""
+    """``name`` if it passes :func:`name_problem`, else a :class:`ConfigError` at its key."""
     problem = name_problem(kind, name)
     if problem:
         raise ConfigError(problem, path=path, line=line, key=key)
@@ -39,9 +36,7 @@ def check_name(kind: str, name: object, *, path: Any = None, line: int | None = 
 
 
 def check_file_name(kind: str, path: Path) -> str:
-    """The ``kind`` name a file gives by its stem (``recipes/<target>.yaml``); a
-    :class:`ConfigError` naming the file when the stem breaks the rule. A name that cannot be
-    printed on one line is shown quoted, beside its folder."""
+    """The ``kind`` name a file's stem gives; a :class:`ConfigError` when it breaks the rule."""
     problem = name_problem(kind, path.stem)
     if problem is None:
         return path.stem
@@ -51,14 +46,12 @@ def check_file_name(kind: str, path: Path) -> str:
 
 
 def candidate_files(folder: Path) -> list[Path]:
-    """The ``*.yaml`` files of ``folder`` sorted by name, hidden ones skipped (an editor's
-    ``.#cpu.yaml`` lock is not an input)."""
+    """The ``*.yaml`` files of ``folder`` by name, hidden ones (an editor's lock) skipped."""
     return [p for p in sorted(folder.glob("*.yaml")) if not p.name.startswith(".")]
 
 
 def check_input_file(path: Path, *, kind: str, root: Path) -> Path:
-    """``path`` if it may be a ``kind`` input: its stem passes :func:`name_problem` and it is
-    not a link out of the project ``root`` (inputs are the project's own files)."""
+    """``path`` if it may be a ``kind`` input: a good name, not a link out of ``root``."""
     check_file_name(kind, path)
     outside = resolves_outside(path, root)
     if outside is not None:
@@ -68,8 +61,7 @@ def check_input_file(path: Path, *, kind: str, root: Path) -> Path:
 
 
 def input_files(folder: Path, *, kind: str, root: Path) -> list[Path]:
-    """The ``*.yaml`` files of ``folder``, one per ``kind`` (target, site), sorted by name,
-    each checked by :func:`check_input_file` (the first bad one raises)."""
+    """The ``kind`` files of ``folder`` by name, each checked (the first bad one raises)."""
     return [check_input_file(p, kind=kind, root=root) for p in candidate_files(folder)]
 
 
@@ -121,9 +113,7 @@ def refuse(problem: Callable[[Any], str | None]) -> AfterValidator:
 
 
 def _words(expected: str) -> WrapValidator:
-    """A container of the wrong type, or holding an item of the wrong type, named as a whole
-    (``must be a list of strings``), not by the first item that is wrong; an item's own rule
-    names the item."""
+    """A wrong container, or one with a wrong item, named as a whole (a list of strings)."""
     def check(value: Any, handler: Any) -> Any:
         try:
             return handler(value)
@@ -146,8 +136,7 @@ StrMap = Annotated[dict[str, Scalar], MAP_OF_SCALARS]
 
 
 def located(data: Any, loc: Sequence[str | int]) -> int | None:
-    """The line of the item at ``loc`` (keys and indexes) in located YAML data, else the line of
-    the nearest container above it that knows one."""
+    """The line of the item at ``loc`` in located YAML, else of the nearest one above it."""
     node, line = data, line_of(data)
     for part in loc:
         if not isinstance(node, (dict, list)):
@@ -184,8 +173,7 @@ def _unwrap(annotation: Any) -> Any:
 
 
 def _model_at(model: Any, loc: Sequence[str | int]) -> Any:
-    """The pydantic model class that holds the key at the end of ``loc`` (for the known keys
-    of an 'unknown key' message), following fields, mappings and lists."""
+    """The model class holding the key at the end of ``loc`` (for 'unknown key')."""
     current = model
     for part in loc:
         fields = getattr(current, "model_fields", None)
@@ -224,8 +212,7 @@ def _message(error: Mapping[str, Any], model: Any, loc: Sequence[str | int],
 
 
 def _what_at(model: Any, loc: Sequence[str | int], what: str) -> str:
-    """What the mapping at ``loc`` is called in a message: the document (``what``), an entry
-    of a named mapping by its kind and name (``partition gpu``), else its key path."""
+    """What the mapping at ``loc`` is called in a message (``partition gpu``)."""
     if not loc:
         return what
     holder = _model_at(model, loc)
@@ -236,12 +223,9 @@ def _what_at(model: Any, loc: Sequence[str | int], what: str) -> str:
 
 
 def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: str = "") -> T:
-    """``data`` (located YAML) validated by the pydantic ``model``; every problem becomes a
-    :class:`ConfigError` at file, line and key (after ``prefix``: ``containers.`` for a nested
-    mapping), all raised together in file order, unknown keys first on a line.
-
-    A validator that knows a deeper key than the field it checks (a partition inside the
-    ``partitions`` mapping) says so with :func:`problem_at`."""
+    """``data`` (located YAML) validated by ``model``; every problem a :class:`ConfigError` at
+    file, line and key (after ``prefix``), all raised together in file order. A validator names
+    a deeper key than its field's with :func:`problem_at`."""
     try:
         return model.model_validate(data, context={"raw": data})
     except ValidationError as exc:
@@ -257,6 +241,5 @@ def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: s
 
 
 def problem_at(reason: str, *at: str | int) -> Exception:
-    """A validation problem at a key below the field being checked (``at``: keys and
-    indexes), for :func:`validate_model` to name."""
+    """A validation problem at a key below the checked field, for :func:`validate_model`."""
     return PydanticCustomError("site", "{reason}", {"reason": reason, "at": at})

@@ -1,7 +1,6 @@
 """Project settings: where images, temp files and results go, which runtime to use.
 
-Defaults live in the project's ``invoke.yaml`` under ``containers:``; site admins override them the
-invoke way (their own invoke config or ``INVOKE_CONTAINERS_*`` variables). Relative paths are taken
+Defaults live in ``invoke.yaml``; admins override them the invoke way. Relative paths are taken
 from the project root, so tasks work from any working directory.
 """
 
@@ -28,9 +27,8 @@ SQUASHFS_CHOICES = ("auto", "zstd", "gzip")
 
 
 def _by_flag(rule: FlagType) -> AfterValidator:
-    """A setting that means what a flag means follows that flag's rule, checked when the
-    settings load: a bad one is named where it is set, not blamed on the flag when a job is
-    rendered."""
+    """A setting that means what a flag means follows its rule as the settings load, so a bad
+    one is named where it is set."""
     def check(value: Any) -> Any:
         if value not in ("", None):
             try:
@@ -130,8 +128,7 @@ class Settings:
     cache_group: str = ""
 
     def account_for(self, site: str) -> str | None:
-        """The configured account for ``site`` (``containers.accounts.<site>``, else
-        ``containers.account``); None when neither is set."""
+        """The configured account for ``site`` (``accounts.<site>``, else ``account``), or None."""
         return self.accounts.get(site) or self.account or None
 
     @property
@@ -154,10 +151,9 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0", "")
 
 
 def _env_value(key: str, text: str) -> Any:
-    """The value of setting ``key`` that the variable text ``text`` stands for, by the
-    setting's declared default's type: invoke casts by the project file's values, so a key the
-    file does not declare was never read (``INVOKE_CONTAINERS_SQUASHFS``) and ``false`` read
-    as true; this reads every setting the same way. A ValueError says why ``text`` is not one."""
+    """Setting ``key`` from a variable's ``text``, by its declared default's type (invoke casts
+    by the project file's values: an undeclared key was never read, ``false`` read as true);
+    a ValueError says why ``text`` is not one."""
     default = SettingsFile.model_fields[key].default
     if isinstance(default, bool):
         if text.strip().lower() not in _TRUE + _FALSE:
@@ -198,11 +194,9 @@ def _unknown(name: str, key: str) -> ConfigError:
 
 def environment_settings(environ: Mapping[str, str], config: Mapping[str, Any] | None = None,
                          ) -> dict[str, Any]:
-    """The settings the ``INVOKE_CONTAINERS_*`` variables of ``environ`` set, each read by its
-    type (:func:`_env_value`), a mapping's entries (``INVOKE_CONTAINERS_ACCOUNTS_LUMI``) laid
-    over ``config``'s mapping. Every setting of :class:`SettingsFile` is reachable so; a
-    variable that names none, or holds no value of its setting's type, is a
-    :class:`ConfigError` naming it (all of them at once: :func:`raise_all`)."""
+    """The settings the ``INVOKE_CONTAINERS_*`` variables set, each read by its type, a
+    mapping's entries (``..._ACCOUNTS_LUMI``) laid over ``config``'s; a variable that names no
+    setting or holds no value of its type is a :class:`ConfigError` (all at once)."""
     known = list(SettingsFile.model_fields)
     found: dict[str, Any] = {}
     problems: list[ConfigError] = []

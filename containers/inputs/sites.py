@@ -1,10 +1,7 @@
 """Site profiles: ``sites/<site>.yaml``, every fact about WHERE images run.
 
-Scheduler, partitions, GPUs, cores, binds, environment, launch pattern and references live in
-data, so a new cluster is a new YAML file. A profile is nested as ReFrame nests a system
-(:class:`Profile`); each key is one typed field, from which the checks and
-``schemas/site.schema.json`` follow. Environment values may name host variables, expanded when a
-command is planned (:func:`expand`), since an argv reaches the container without a shell.
+A new cluster is a new YAML file, nested as ReFrame nests a system (:class:`Profile`); each key
+is one typed field, from which the checks and ``schemas/site.schema.json`` follow.
 """
 from __future__ import annotations
 
@@ -267,7 +264,6 @@ class Job(Part):
                                 "GPUs carries (after directives)")
 
 
-
 class Detect(Part):
     """How ``invoke smoke`` recognises the site it runs on."""
 
@@ -306,9 +302,8 @@ class Fit(Part):
 
 
 class Squashfs(Part):
-    """The squashfs compressions the site's runtime mounts an image's root file system with:
-    gzip, which every runtime and kernel reads, unless a source says more. Publish refuses an
-    image in another (a build's default is zstd where the runtime is Apptainer)."""
+    """The squashfs compressions the site's runtime mounts (gzip unless a source says more);
+    publish refuses an image in another."""
 
     reads: Annotated[tuple[Literal["gzip", "lzma", "lzo", "xz", "lz4", "zstd"], ...],
                      refuse(lambda reads: None if reads else (
@@ -445,9 +440,8 @@ class Profile(Part):
 
     @model_validator(mode="after")
     def _memory_fits(self) -> Profile:
-        """A job asks ``memory.per_gpu_gb`` for each GPU of a node: more than a partition's
-        nodes allocate is a job the scheduler refuses (or holds forever), so such a profile is
-        refused, as is a GPU partition whose figure is missing (the ask cannot be checked)."""
+        """``memory.per_gpu_gb`` times a node's GPUs must fit what each partition's nodes
+        allocate (else the scheduler refuses the job, or holds it forever)."""
         per_gpu = self.memory.per_gpu_gb
         if not per_gpu or self.gpus.kind == Gpu.NONE:
             return self
@@ -505,8 +499,7 @@ class Profile(Part):
 
 
 def _raw_names(info: ValidationInfo) -> list[str]:
-    """The partition names the profile gives (even where a partition's limits are wrong, so
-    a name that refers to one is checked all the same)."""
+    """The partition names the profile gives, even where a partition's limits are wrong."""
     raw = (info.context or {}).get("raw")
     value = raw.get("partitions") if isinstance(raw, dict) else None
     if isinstance(value, dict):
@@ -523,8 +516,7 @@ class Site(Profile):
     lines: SkipJsonSchema[dict[str, int]] = Field(default_factory=dict, repr=False)
 
     def partition(self, name: str | None) -> Partition:
-        """``name``'s limits; a partition the profile does not describe (or no partition: the
-        scheduler's default) has none."""
+        """``name``'s limits; a partition the profile does not describe has none."""
         if (name or "") in self.partitions:
             return self.partitions[name or ""]
         unknown = Partition()
@@ -532,10 +524,8 @@ class Site(Profile):
         return unknown
 
     def job_variables(self, *, multinode: bool) -> dict[str, list[str]]:
-        """The host variables the binds and environment of a job (``multinode``: across nodes,
-        the transport's too) name, each with the keys that name it: a batch job checks them
-        after its modules load, since an unset one would stop the launch under ``set -u``
-        with "unbound variable", naming neither the variable's source nor the module."""
+        """The host variables a job's binds and environment name, each with its keys, which a
+        batch job checks after its modules load (not "unbound variable" at the launch)."""
         scopes = [("binds", self.binds), ("env", self.env.values())]
         if multinode:
             scopes += [("transport.binds", self.transport.binds),
@@ -547,9 +537,7 @@ class Site(Profile):
         return found
 
     def mem_per_gpu_gb(self, partition: Partition) -> int:
-        """The memory a job on ``partition`` asks per GPU: ``memory.per_gpu_gb`` (0: the
-        scheduler's default), never more than the partition's nodes allocate per GPU (a
-        profile that says more is refused as it loads; one built in code is capped here)."""
+        """The memory a job on ``partition`` asks per GPU, capped by what its nodes allocate."""
         share = partition.gpu_share(self.gpus_in(partition))
         per_gpu = self.memory.per_gpu_gb
         return min(per_gpu, share) if per_gpu and share is not None else per_gpu
@@ -591,8 +579,7 @@ def load_site(path: Path) -> Site:
 
 
 def _key_lines(data: Any, prefix: str = "") -> dict[str, int]:
-    """The line of every key, nested ones as ``gpus.per_node``: a check made after loading
-    (a launcher that does not fit the scheduler) points at the line all the same."""
+    """The line of every key, nested ones as ``gpus.per_node``, for checks after loading."""
     lines: dict[str, int] = {}
     if hasattr(data, "line_of"):
         for key, value in data.items():
@@ -609,9 +596,8 @@ _CODE = re.compile(r"\$\(|`")
 
 
 def code_in_value(value: str) -> str | None:
-    """Why an environment value cannot be carried to the container as written, else None: it
-    would run code where Apptainer evaluates it, or a newline, carriage return or NUL would cut
-    it short on its way (a module file, a batch script line)."""
+    """Why an environment value cannot reach the container as written: it would run code where
+    Apptainer evaluates it, or a line break or NUL would cut it short; else None."""
     for char, name in (("\n", "a newline"), ("\r", "a carriage return"), ("\0", "a NUL byte")):
         if char in value:
             return f"holds {name}, which would cut the value short: write it on one line"
@@ -622,20 +608,15 @@ def code_in_value(value: str) -> str | None:
 
 
 def host_variables(texts: Iterable[str]) -> list[str]:
-    """The host variables ``texts`` name (``$VAR``, ``${VAR}``; ``$$`` is the container's
-    ``$``, no host variable), each once, in the order they first appear."""
+    """The host variables ``texts`` name (``$$`` is the container's ``$``), each once."""
     names = (match.group(1) or match.group(2) for text in texts
              for match in HOST_VAR.finditer(text))
     return list(dict.fromkeys(name for name in names if name))
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
-    """Expand ``$VAR``/``${VAR}`` from ``environ``; unset ones stay as written unless ``strict``.
-
-    ``$$`` is a literal ``$`` for the CONTAINER: Apptainer evaluates ``--env`` values in the
-    container's environment, so ``LD_LIBRARY_PATH: /opt/nccl/lib:$$LD_LIBRARY_PATH`` prepends to
-    the image's own value instead of replacing it.
-    """
+    """Expand ``$VAR``/``${VAR}`` from ``environ`` (unset ones stay unless ``strict``); ``$$``
+    is a ``$`` for the container, which evaluates ``--env`` values (``$$LD_LIBRARY_PATH``)."""
     def replace(match: re.Match) -> str:
         if match.group(3):
             return "$"
@@ -674,8 +655,7 @@ def bind_problem(bind: str) -> str | None:
 
 
 def load_sites(root: Path) -> dict[str, Site]:
-    """Every site profile; a file name that breaks the name rule, or a profile that is a link
-    out of the project, is refused (the name becomes part of batch scripts and paths)."""
+    """Every site profile, each file's name checked (it becomes part of scripts and paths)."""
     return {p.stem: load_site(p) for p in input_files(root / "sites", kind="site", root=root)}
 
 

@@ -1,9 +1,6 @@
 """Checks that span files: a manifest's site must have a profile, a site's default target must
-exist, every ``{{ ARG }}`` of a definition must get a value, and names that become paths follow
-the one name rule. Each file is valid on its own when it loads; these are the references between.
-
-:func:`check_project` is ``invoke check``: it loads every file on its own (one bad file does not
-hide the others) and returns every problem found, so a user fixes them all after one run.
+exist, every ``{{ ARG }}`` of a definition must get a value. :func:`check_project` is ``invoke
+check``: every file loaded on its own, every problem found in one run.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ T = TypeVar("T")
 
 
 def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
-    """The site a manifest names; a :class:`ConfigError` at its ``site:`` line when none has
-    that name (the manifest is wrong, not a flag)."""
+    """The site a manifest names; a :class:`ConfigError` at its ``site:`` line if none."""
     if target.site not in sites:
         raise ConfigError(f"site '{target.site}' has no profile in sites/"
                           f"{suggest(target.site, list(sites))}", path=target.manifest,
@@ -39,9 +35,7 @@ def site_of(target: Target, sites: Mapping[str, Site]) -> Site:
 
 def check_target(target: Target, sites: Mapping[str, Site | None], *,
                  tool_args: Collection[str], definition: Definition | None = None) -> None:
-    """``tool_args`` are the build arguments the tool fills itself (context, provenance);
-    ``sites`` by name (None for a profile that failed to load: it exists, with its own error);
-    ``definition`` is the target's, read here when not given."""
+    """``sites``: None for a profile that failed to load (it exists, with its own error)."""
     site_of(target, sites)
     if target.definition is None:
         return
@@ -58,9 +52,7 @@ def check_target(target: Target, sites: Mapping[str, Site | None], *,
 
 def host_path_policy(target: Target, definition: Definition | None = None,
                      env: EnvSpec | None = None) -> tuple[list[ConfigError], list[ConfigError]]:
-    """The manifest's ``host_paths`` rule on its definition and env spec (read here when not
-    given) as ``(errors, warnings)``: the one place ``invoke check`` and ``invoke build``
-    (through the plan) enforce it."""
+    """The manifest's ``host_paths`` rule as ``(errors, warnings)``: the one place."""
     forbid = target.host_paths == "forbid"
     switch = ("the manifest forbids them (host_paths: forbid)" if forbid
               else "the image depends on the build machine; host_paths: forbid in the manifest "
@@ -88,8 +80,7 @@ def check_inputs_of(target: Target, definition: Definition | None = None) -> Env
 
 @dataclass
 class CheckReport:
-    """What ``invoke check`` found: the inputs that loaded, every error and warning, and the
-    targets and sites that passed every check."""
+    """What ``invoke check`` found: inputs loaded, errors, warnings, what passed."""
 
     targets: dict[str, Target] = field(default_factory=dict)
     sites: dict[str, Site] = field(default_factory=dict)
@@ -116,8 +107,7 @@ class CheckReport:
 
 
 def _value(produce: Callable[[], T]) -> tuple[T | None, list[ContainersError]]:
-    """What ``produce`` returns, or None and the problems it raises (all of them, for
-    :class:`~containers.errors.Problems`)."""
+    """What ``produce`` returns, or None and every problem it raises."""
     try:
         return produce(), []
     except ContainersError as exc:
@@ -131,8 +121,7 @@ def _attempt(check: Callable[[], object]) -> list[ContainersError]:
 
 def load_each(folder: Path, *, kind: str, root: Path, load: Callable[[Path], T]
               ) -> tuple[dict[str, T], dict[str, list[ContainersError]]]:
-    """Every ``kind`` file of ``folder`` loaded on its own: the ones that loaded, and the
-    problems of each that did not (by name), so one bad file hides no other."""
+    """Every ``kind`` file of ``folder`` loaded on its own: the loaded, the problems by name."""
     loaded: dict[str, T] = {}
     failed: dict[str, list[ContainersError]] = {}
     for path in candidate_files(folder):
@@ -144,10 +133,7 @@ def load_each(folder: Path, *, kind: str, root: Path, load: Callable[[Path], T]
 
 
 def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[ContainersError]]]:
-    """Every manifest loaded on its own: the targets that are usable, and the problems of each
-    that is not (its own manifest, or a base target that is missing, loops or is itself not
-    usable). One bad manifest then stops only the commands that need it (and the targets
-    built on it), not every command for every target."""
+    """Every manifest loaded on its own: the usable targets, the others' problems."""
     targets, failed = load_each(root / "recipes", kind="target", root=root,
                                 load=lambda p: load_target(p, root=root))
     sound = {n: t for n, t in targets.items()  # no link of its chain failed to load
@@ -169,10 +155,7 @@ def targets_apart(root: Path) -> tuple[dict[str, Target], dict[str, list[Contain
 def check_project(root: Path, *, target: str | None = None, tool_args: Collection[str] = (),
                   target_checks: Sequence[Callable[[Mapping[str, Target], str], object]] = (),
                   site_checks: Sequence[Callable[[Site], object]] = ()) -> CheckReport:
-    """Check every input (or ``target``, its bases and every site) and report every problem.
-
-    ``target_checks`` and ``site_checks`` are the app's further checks (the inputs hash of a
-    base chain, a site's launcher), each run on every target or site and caught alone."""
+    """Check every input (or ``target``, its bases and every site); every problem."""
     report = CheckReport()
     report.targets, failed_targets = load_each(root / "recipes", kind="target", root=root,
                                                load=lambda p: load_target(p, root=root))
@@ -247,9 +230,7 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
 
 def example_findings(target: Target, env: EnvSpec | None = None
                      ) -> tuple[list[ConfigError], list[ConfigError], list[str]]:
-    """The errors, warnings (torch unknown) and ``info`` line of ``target``'s examples, as
-    ``invoke check`` and ``invoke build`` (its plan, ``--dry-run`` too) both report them; none
-    for a target with neither an env spec nor a declared torch (an OS base)."""
+    """The findings on ``target``'s examples, as check and build report them."""
     if target.env is None and target.torch is None:
         return [], [], []
     plan = compat.example_plan(target, env, known=EXAMPLES)
@@ -258,8 +239,7 @@ def example_findings(target: Target, env: EnvSpec | None = None
 
 
 def check_site(site: Site, targets: Collection[str]) -> None:
-    """One site's own names (its file's stem, its partitions': the one name rule) and its
-    default target (``targets``: the target names)."""
+    """One site's own names and its default target (``targets``: the target names)."""
     check_file_name("site", site.path)
     for partition in site.partitions:
         check_name("partition", partition, path=site.path, line=site.lines.get("partitions"),

@@ -1,9 +1,8 @@
 """Version strings as the tool compares them, read by ``packaging`` (PEP 440) in one place.
 
-What is compared is a version's release numbers: ``2.7.1+rocm6.3`` (a local version) and NGC's
-``2.6.0a0+ecf3bae`` (a pre-release that already carries 2.6's APIs) are torch 2.7 and 2.6. A
-string PEP 440 does not read (ROCm's ``6.2.41133-dd7f95766``, a driver's ``550.54.15 (beta)``)
-is read by its leading numbers, as the tools that print it mean them.
+Release numbers are compared: ``2.7.1+rocm6.3`` and NGC's ``2.6.0a0+ecf3bae`` (which carries
+2.6's APIs) are 2.7 and 2.6; what PEP 440 does not read (``550.54.15 (beta)``) by its leading
+numbers.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ _LEADING = re.compile(r"\s*v?(\d+(?:\.\d+)*)")
 
 
 def release(text: object) -> tuple[int, ...] | None:
-    """The release numbers of ``text`` (``2.7.1+rocm6.3`` -> (2, 7, 1), ``2.7.*`` -> (2, 7)),
-    None when it starts with no number."""
+    """The release numbers of ``text`` (``2.7.1+rocm6.3`` -> (2, 7, 1)), None without one."""
     value = str(text if text is not None else "").strip()
     try:
         return Version(value).release
@@ -27,14 +25,12 @@ def release(text: object) -> tuple[int, ...] | None:
 
 
 def major_minor(text: object) -> tuple[int, int] | None:
-    """``(major, minor)`` of ``text``, None unless it starts with both (``2`` or ``2.*`` says
-    no minor: what it allows is not known to the minor)."""
+    """``(major, minor)`` of ``text``, None unless it starts with both (``2.*`` has none)."""
     found = release(text)
     return (found[0], found[1]) if found is not None and len(found) > 1 else None
 
 
 def compare_at(value: tuple[int, ...], bound: tuple[int, ...]) -> int:
-    """-1, 0 or 1 as ``value`` is below, within or above ``bound`` read at the bound's precision
-    (6.2.4 is within a bound of 6.2; 6 is 6.0)."""
+    """-1, 0 or 1: ``value`` against ``bound`` at the bound's precision (6.2.4 within 6.2)."""
     cut = value[:len(bound)] + (0,) * max(0, len(bound) - len(value))
     return (cut > bound) - (cut < bound)

@@ -1,9 +1,7 @@
 """YAML loading that remembers where every key and item came from.
 
-Users edit manifests, env specs and site profiles by hand; an error must point at the line. PyYAML
-knows the line of every node while composing, so the safe loader here keeps it: mappings load as
-:class:`LocatedDict` and sequences as :class:`LocatedList`, each carrying the 1-based line of itself
-and of each key or item.
+Inputs are edited by hand, so an error must point at the line: the safe loader keeps the line
+PyYAML knows of every node (:class:`LocatedDict`, :class:`LocatedList`).
 """
 
 from __future__ import annotations
@@ -72,8 +70,7 @@ def _loader_for(path: Path | None) -> type[yaml.SafeLoader]:
 
 
 def load_yaml_text(text: str, *, path: Path | None = None) -> Any:
-    """``text`` read as YAML: the one YAML reader of the tool; any failure, a value nested past
-    :data:`~containers.files.MAX_DEPTH` too, is one :class:`ConfigError` naming ``path``."""
+    """``text`` read as YAML, the tool's one reader; any failure one ConfigError."""
     try:
         return check_depth(yaml.load(text, Loader=_loader_for(path)))  # noqa: S506 - safe
     except yaml.MarkedYAMLError as exc:
@@ -93,8 +90,7 @@ def load_yaml_text(text: str, *, path: Path | None = None) -> Any:
 
 
 def decode_input(data: bytes, *, path: Path) -> str:
-    """``data`` as UTF-8 text; a byte that is not UTF-8 is a :class:`ConfigError` at its line
-    (the byte is not shown: the line is named, not printed)."""
+    """``data`` as UTF-8 text; a non-UTF-8 byte is a :class:`ConfigError` at its line."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -104,9 +100,7 @@ def decode_input(data: bytes, *, path: Path) -> str:
 
 
 def read_input_text(path: Path, *, limit: int = INPUT_LIMIT) -> str:
-    """The text of one input file. Only a regular file of at most ``limit`` bytes is read (a
-    FIFO or ``/dev/zero`` would block or grow without end); each refusal, a missing or
-    unreadable file and a non-UTF-8 byte is a :class:`ConfigError` naming the file."""
+    """The text of one input file, a regular UTF-8 file of at most ``limit`` bytes."""
     try:
         data = read_regular(path, limit=limit)
     except FileNotFoundError as exc:

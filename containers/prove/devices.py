@@ -1,9 +1,7 @@
 """What each rank ran on, from the device reports the workloads write, and the GPU gate.
 
-Every rank writes ``device-<RANK>.json`` before it joins the process group. On a site with GPUs
-a PASS must rest on those reports: a rank on the CPU, a torch of another vendor, two ranks on one
-GPU, fewer GPUs than ranks or cores other than the site's map each fail the sanity gate with a
-line that names the usual causes, and no report at all fails too.
+Every rank writes ``device-<RANK>.json`` before it joins the process group; on a GPU site a
+PASS must rest on those reports, and no report at all fails.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ from typing import Callable, Iterable, Sequence
 
 from containers.inputs import names
 from containers.inputs.names import Gpu
-
 
 
 @dataclass(frozen=True)
@@ -63,8 +60,7 @@ def _host(report: dict) -> str:
 
 
 def reasons(expect: Expectation, reports: Sequence[dict], *, backend: str | None) -> list[str]:
-    """The sanity gate on devices: one line per cause; empty when the GPUs were really used
-    (or the site has none, where only the cores are checked)."""
+    """The sanity gate on devices: one line per cause; empty when the GPUs were used."""
     found = core_reasons(expect, reports)
     if expect.gpu == Gpu.NONE:
         return found
@@ -130,8 +126,7 @@ def sharing_reasons(expect: Expectation, on_gpu: Sequence[dict]) -> list[str]:
 
 
 def core_reasons(expect: Expectation, reports: Sequence[dict]) -> list[str]:
-    """Ranks the site's CPU map pins that run on other cores (the workload pins itself; this
-    checks what the kernel says it got)."""
+    """Ranks the site's CPU map pins that the kernel says run on other cores."""
     found = []
     for report in reports:
         local = report.get("local_rank")
@@ -157,7 +152,6 @@ def summary(reports: Sequence[dict]) -> list[dict]:
 
 
 def device_kind(reports: Sequence[dict]) -> str | None:
-    """The one device kind every rank ran on (``cuda``, ``rocm`` or ``cpu``), else None: what
-    publishing compares with the target's GPU kind."""
+    """The one device kind every rank ran on (``cuda``, ``rocm``, ``cpu``), else None."""
     kinds = {("cpu" if r.get("device") != "cuda" else str(r.get("build"))) for r in reports}
     return kinds.pop() if len(kinds) == 1 else None

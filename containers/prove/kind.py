@@ -1,9 +1,7 @@
 """A workload kind: what is particular to one workload name (``smoke``, each training example,
 a user's command, an image build), and the one plan and run path the script kinds share.
 
-They start the same way (:mod:`containers.run.workload`) and are judged by the same gates
-(:mod:`containers.prove.verdict`). A kind's options object names it (``options.kind``), so one
-application function runs any.
+A kind's options object names it (``options.kind``), so one application function runs any.
 """
 
 from __future__ import annotations
@@ -52,8 +50,7 @@ class Options(Protocol):
 
 
 class JobBodies(Protocol):
-    """What a batch job's planner (:mod:`containers.batch.job`) offers a kind, which picks the
-    job it is: the planner never asks a kind what it is."""
+    """What a batch job's planner offers a kind, which picks the job it is."""
 
     def build(self) -> Any: ...
 
@@ -64,9 +61,7 @@ class JobBodies(Protocol):
 
 # ---------------------------------------------------------------------------------- kinds
 class WorkloadKind:
-    """A workload name's kind: by default a run of a script in the image, with options, on one
-    or more nodes, judged by this checkout. A kind that differs overrides the method that says
-    so (:mod:`containers.prove.registry`: a user's command, an image build)."""
+    """By default a run of a script in the image; a kind that differs overrides it."""
 
     #: The command and the verdict's ``kind``.
     name: str = ""
@@ -89,8 +84,7 @@ class WorkloadKind:
 
     @property
     def run_options(self) -> dict[str, tuple[flags.Option, Any]]:
-        """The options ``invoke job`` takes for this kind: its options type's, but those the
-        job sets by flags of its own; it refuses the others."""
+        """The options ``invoke job`` takes for this kind (but those set by its own flags)."""
         declared = flags.declared(self.options_type) if self.options_type else {}
         return {name: entry for name, entry in declared.items() if entry[0].in_job}
 
@@ -150,8 +144,7 @@ class WorkloadKind:
     def plan_in_job(self, target: Target, site: Site, *, options: Options | None,
                     command: Sequence[str], ranks: int,
                     **common: Any) -> tuple[Workload, Options | None, CommandRun | None]:
-        """The run inside a batch job (``common``: :func:`plan`'s placement and the rest):
-        the workload, its options and, for a command, the planned command."""
+        """The run inside a batch job: the workload, its options, for a command the plan."""
         sized = self.resized(options, gpus=ranks)
         assert sized is not None  # a kind without options plans its own (run) or none (build)
         return plan(target, site, options=sized, **common), sized, None
@@ -173,8 +166,7 @@ class WorkloadKind:
         return []
 
     def report_reasons(self, result: "Result", *, settled: bool) -> list[str]:
-        """Sanity rules on a written report; ``settled``: an earlier reason already explains
-        the failure, so rules that only restate it stay quiet."""
+        """Sanity rules on a written report, quiet where ``settled`` (explained already)."""
         return []
 
     def performance(self, result: "Result") -> Judgement | None:

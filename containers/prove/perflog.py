@@ -2,9 +2,8 @@
 in one log per collective (``<site>/<partition>/<op>.jsonl``, named as its results and plots are;
 the one ``allreduce.jsonl`` of every op that earlier versions wrote is still read).
 
-Like ReFrame's perflogs, each record carries what it was judged against (the reference and its
-tolerances) and the image it ran (inputs hash, build date), so a verdict can be rebuilt from the log
-alone and a regression after an image update shows as a step between two image versions.
+Like ReFrame's perflogs, each record carries its reference and image, so a verdict can be
+rebuilt from the log alone and a regression shows as a step between two image versions.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ Point = tuple[datetime.datetime, float, bool]
 
 
 def log_name(op: str) -> str:
-    """One collective's log (``all_reduce.jsonl``): a collective this tool knows, so the name
-    is one of a fixed few."""
+    """One collective's log (``all_reduce.jsonl``), for a collective this tool knows."""
     if op not in names.COLLECTIVES:
         raise StateError(f"perflog record of unknown collective {op!r}; one of "
                          f"{', '.join(names.COLLECTIVES)}")
@@ -43,8 +41,7 @@ def log_name(op: str) -> str:
 
 def log_path(perflog_dir: Path, *, site: str, partition: str | None,
              op: str = "all_reduce") -> Path:
-    """``<perflog_dir>/<site>/<partition>/<op>.jsonl``; both names pass the name rule (a
-    partition comes from ``SLURM_JOB_PARTITION``: ``../..`` in it must not write elsewhere)."""
+    """``<perflog_dir>/<site>/<partition>/<op>.jsonl``; both names pass the name rule."""
     check_name("site", site, key="site")
     if partition is not None:
         check_name("partition", partition, key="partition")
@@ -61,9 +58,7 @@ def _ends_a_line(handle: BinaryIO) -> bool:
 
 
 def append(perflog_dir: Path, record: dict) -> Path:
-    """Append one record under a lock, so concurrent runs never interleave a line. A file whose
-    last line was torn (a run killed mid-write, a full disk) gets its newline first, so the new
-    record starts a line of its own instead of being glued to the torn one and lost with it."""
+    """Append one record under a lock, after a newline where the last line was torn."""
     path = log_path(perflog_dir, site=record["site"], partition=record.get("partition"),
                     op=op_of(record))
     line = json.dumps(record, sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
@@ -78,8 +73,7 @@ def append(perflog_dir: Path, record: dict) -> Path:
 
 
 def parse_date(value: object) -> datetime.datetime | None:
-    """A record's ``date`` (ISO 8601 with a time zone, as every record is written), else None:
-    records without one cannot be ordered or plotted beside the others."""
+    """A record's ``date`` (ISO 8601 with a time zone), else None: it cannot be ordered."""
     if not isinstance(value, str):
         return None
     try:
@@ -90,8 +84,7 @@ def parse_date(value: object) -> datetime.datetime | None:
 
 
 def _records(data: bytes) -> Iterator[dict]:
-    """The usable records of one log's bytes: whole lines only (what follows the last newline is
-    a torn tail), each a JSON object with a good date; anything else is skipped."""
+    """The usable records of one log: whole lines, JSON objects with a good date."""
     for raw in data.split(b"\n")[:-1]:
         try:
             record = json_value(raw)
@@ -102,8 +95,7 @@ def _records(data: bytes) -> Iterator[dict]:
 
 
 def _log_bytes(path: Path) -> bytes:
-    """One log's bytes: a regular file of at most :data:`LOG_LIMIT` bytes (a FIFO would hang
-    the reader, a link to ``/dev/zero`` grow it without end); else one line naming it."""
+    """One log's bytes (a regular file of at most :data:`LOG_LIMIT`), or one line."""
     try:
         return read_regular(path, limit=LOG_LIMIT)
     except FileRefused as exc:
@@ -114,8 +106,7 @@ def _log_bytes(path: Path) -> bytes:
 
 def read(perflog_dir: Path, *, target: str | None = None,
          ops: Sequence[str] | None = None) -> list[dict]:
-    """Every record (oldest first), optionally of one target and of some collectives, from
-    each collective's log and the old log of all of them; unreadable lines are skipped."""
+    """Every record, oldest first, of ``target`` and ``ops`` where given."""
     logs = [OLD_LOG_NAME, *map(log_name, ops if ops is not None else names.COLLECTIVES)]
     # log by log in the collectives' order, so one run's lines (one date) keep that order
     paths = [path for name in logs for path in sorted(perflog_dir.rglob(name))] \
@@ -136,8 +127,7 @@ def headline(record: dict) -> tuple[int | None, float | None]:
 
 
 def at_reference(record: dict) -> tuple[int, float] | None:
-    """(bytes, busbw) at the record's reference size, or None when the run has no reference or
-    did not measure that size: only such points may be plotted against the reference."""
+    """(bytes, busbw) at the record's reference size, or None: what may be plotted."""
     reference = (record.get("performance") or {}).get("reference")
     if not isinstance(reference, dict) or op_of(reference) != op_of(record):
         return None  # a reference of another collective never measures this one
@@ -156,8 +146,7 @@ def image_label(record: dict) -> str:
 
 
 def stack_changes(records: Sequence[dict]) -> list[list[str]]:
-    """Per record (oldest first), what changed in its stack since the previous run of the same
-    image: a driver or plugin upgrade under one image shows as a step with its cause."""
+    """Per record, what changed in its stack since the same image's previous run."""
     last: dict[str, dict] = {}
     found = []
     for record in records:
@@ -169,9 +158,7 @@ def stack_changes(records: Sequence[dict]) -> list[list[str]]:
 
 
 def history_rows(records: Sequence[dict]) -> list[list[object]]:
-    """The table of :data:`HISTORY_COLUMNS`: the runs of :func:`history_json` formatted, sizes
-    in IEC units, and whether the run is on the plot (only runs measured at their reference
-    size are)."""
+    """The runs of :func:`history_json` as the table of :data:`HISTORY_COLUMNS`."""
     rows = []
     for run in history_json(records):
         size, busbw, reference = run["bytes"], run["busbw"], run["reference"]
@@ -194,8 +181,7 @@ HISTORY_COLUMNS = ("date", "site", "partition", "image", "ranks", "nodes", "op",
 
 
 def history_json(records: Sequence[dict]) -> list[dict]:
-    """The history as ``invoke smoke --history --json`` prints it: one object per run, the
-    table's facts with numbers as numbers (its shape: docs/results.md, JSON shapes)."""
+    """The history as ``invoke smoke --history --json`` prints it (docs/results.md)."""
     runs = []
     for record, changed in zip(records, stack_changes(records)):
         size, busbw = headline(record)
@@ -225,8 +211,7 @@ def _reference_key(record: dict) -> tuple | None:
 
 
 def plot_series(records: Sequence[dict]) -> dict[str, list[Point]]:
-    """The history plot's points per image version: (date, busbw at the reference size,
-    passed), for the runs that measured their reference's size only."""
+    """The plot's points per image version, of the runs measured at their reference size."""
     measured = [(record, point) for record in records
                 if (point := at_reference(record)) is not None]
     series: dict[str, list[Point]] = {}
@@ -254,11 +239,7 @@ def _plot_references(ax, plotted: Sequence[dict], series: dict) -> None:
 
 
 def plot_history(records: Sequence[dict], path: Path, *, title: str) -> Path:
-    """busbw at the reference size over time, one line per image version; each reference a
-    dashed line with its tolerance band shaded and its source in the legend.
-
-    Only runs that measured their reference's size are plotted: a quick run with small sizes
-    is in the table, but its 256 KiB figure beside a 128 MiB reference would mislead."""
+    """busbw at the reference size over time, one line per image version."""
     fig, ax = new_figure((9, 4.8))
     series = plot_series(records)
     for record, changed in zip(records, stack_changes(records)):

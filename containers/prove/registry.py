@@ -1,10 +1,8 @@
 """The workloads a command or a batch job can name, each one kind object.
 
-``invoke job --workload NAME`` and ``invoke verdict`` resolve the name here once and ask the
-kind, never the name. Smoke and each training example (``ddp``, ``deepspeed``, ``fsdp``) run a
-script (:func:`containers.prove.kind.plan`); a user's command (``run``) and an image build
-(``build``) are kinds with no run options. A new kind is a :class:`WorkloadKind` subclass
-that overrides where it differs, and one entry in :data:`WORKLOADS`.
+A name is resolved here once; callers ask the kind, never the name. A new kind is a
+:class:`WorkloadKind` subclass that overrides where it differs, and one entry in
+:data:`WORKLOADS`.
 """
 
 from __future__ import annotations
@@ -43,8 +41,7 @@ class PlainKind(WorkloadKind):
 
 
 class RunKind(PlainKind):
-    """The user's own command (the words after ``--``), planned as ``invoke run`` plans it; a
-    batch job of it judges itself in the image (``jobs/runverdict.py``)."""
+    """The user's own command, as ``invoke run`` plans it; a job of it judges itself."""
 
     name = "run"
 
@@ -71,8 +68,7 @@ class RunKind(PlainKind):
 
 
 class BuildKind(PlainKind):
-    """An image build as a batch job: ``invoke build`` on one node of the image's
-    architecture; it needs no image and has no verdict."""
+    """An image build as a batch job: it needs no image and has no verdict."""
 
     name = "build"
     estimate = 2 * 3600
@@ -128,8 +124,7 @@ def applies_to(option: str) -> list[str]:
 
 
 def job_options(kind: WorkloadKind, *, gpus: int, given: Mapping[str, Any]) -> Options | None:
-    """The options of ``invoke job --workload`` ``kind`` from the run options ``given`` (by
-    name, as text or values); one the kind does not take is refused in one line."""
+    """The options of a job of ``kind`` from the run options ``given`` by name."""
     for name in given:
         if name not in kind.run_options:
             raise UsageError(f"applies to {' and '.join(applies_to(name))} jobs, not "

@@ -1,10 +1,8 @@
 """``invoke smoke``: the collective benchmark across ranks inside an image, as a workload kind.
 
-``--op`` picks the collectives; every row of the report names its op. Sanity, per op: measured
-(or refused by the backend, which fails), no ``#wrong`` values, its ``<op>.json`` the report's
-part; for the run: sizes done, each rank's count of wrong values the report's, the site's
-transport proven. Performance, per op: out-of-place busbw at the reference size against the
-site's reference for that op. The host adds ``verdict.json``, ``<op>.png`` and perflog lines.
+Sanity, per op: measured, no wrong values, its ``<op>.json`` the report's part; for the run:
+sizes done, ranks agreeing on wrong values, the transport proven. Performance, per op:
+out-of-place busbw at the reference size against the site's reference.
 """
 
 from __future__ import annotations
@@ -82,8 +80,7 @@ def _modes(row: dict) -> list[dict]:
 
 
 def asked_ops(result: verdict.Result) -> list[str]:
-    """The collectives the run was asked for: its ``--op`` (the plan's arguments), which the
-    report must cover; a run without one measured all_reduce."""
+    """The collectives the run was asked for (``--op``; without one, all_reduce)."""
     args = list(result.plan.args)
     if "--op" in args[:-1]:
         return args[args.index("--op") + 1].split(",")
@@ -91,8 +88,7 @@ def asked_ops(result: verdict.Result) -> list[str]:
 
 
 def wrong_total(result: verdict.Result, op: str | None = None) -> int:
-    """Wrong values over every size measured so far, of one op or all (the benchmark rewrites
-    its JSON after each size, so a run that died midway still shows what it had checked)."""
+    """Wrong values over every size measured so far, of one op or all."""
     return sum(mode["wrong"] or 0 for row in _rows(result, op) for mode in _modes(row))
 
 
@@ -103,8 +99,7 @@ def _summary(report: SmokeReport, op: str) -> OpSummary:
 
 
 def _op_reasons(result: verdict.Result, op: str) -> list[str]:
-    """What is wrong with one op's part of the run: refused by the backend, wrong values, or
-    (once the run finished) not measured at all."""
+    """What is wrong with one op's part: refused, wrong values, or (finished) not measured."""
     reasons = []
     refused = _summary(result.run_report, op).unsupported
     if refused:
@@ -163,8 +158,7 @@ class SmokeKind(WorkloadKind):
         return reasons
 
     def op_performance(self, result: verdict.Result, op: str) -> Judgement:
-        """One op's busbw against the site's reference FOR THAT OP (an all_reduce reference
-        never judges all_gather)."""
+        """One op's busbw against the site's reference FOR THAT OP."""
         if result.plan.ranks == 1:
             return Judgement("not-judged", "1 rank: no data crosses a link, so there is no "
                              "bandwidth to judge")
@@ -183,8 +177,7 @@ class SmokeKind(WorkloadKind):
         return judge(reference, rows)
 
     def performance(self, result: verdict.Result) -> Judgement:
-        """Each op judged against its own reference; with several ops, the worst of them, its
-        message naming the op (one failing op fails the run)."""
+        """Each op judged against its own reference; with several, the worst, naming the op."""
         ops = asked_ops(result)
         judged = {op: self.op_performance(result, op) for op in ops}
         if len(ops) == 1:
@@ -194,8 +187,7 @@ class SmokeKind(WorkloadKind):
                                                 for op, j in judged.items()))
 
     def op_details(self, result: verdict.Result, op: str) -> dict:
-        """One op's part of ``verdict.json`` and its perflog line: its own verdict, rows and
-        judgement."""
+        """One op's part of ``verdict.json`` and its perflog line."""
         summary = _summary(result.run_report, op)
         results = [{"op": op, "bytes": r["bytes"], "busbw_oop": r["oop"]["busbw"],
                     "busbw_ip": (r.get("ip") or {}).get("busbw"),
@@ -229,8 +221,7 @@ class SmokeKind(WorkloadKind):
         }
 
     def perflog_records(self, record: dict) -> list[dict]:
-        """One perflog line per op: the run's record with that op's rows, verdict and
-        judgement, so each op has its history (``invoke smoke --history --op OP``)."""
+        """One perflog line per op, so each op has its history."""
         lines = [{**record, "op": op, "passed": entry["passed"],
                   "performance": entry["performance"], "wrong_total": entry["wrong_total"],
                   "largest": entry["largest"], "collectives": None,
@@ -240,8 +231,7 @@ class SmokeKind(WorkloadKind):
         return lines or [record]
 
     def report_files(self, result: verdict.Result) -> list[tuple[str, Path]]:
-        """The report of every op, then each op's own: its part of it and its nccl-tests table
-        (those the benchmark wrote: an older harness wrote none)."""
+        """The report of every op, then each op's own part and nccl-tests table."""
         out = result.plan.out_dir
         own = [(word, out / f"{op}.{ext}") for op in asked_ops(result)
                for word, ext in (("json", "json"), ("table", "txt"))]
@@ -276,8 +266,7 @@ def read_smoke(folder: Path, name: str) -> SmokeReport | str:
 
 
 def _op_file_reasons(folder: Path, report: SmokeReport, op: str) -> list[str]:
-    """The op's own ``<op>.json`` (offered to nccl-tests' readers) must say what the combined
-    report says of it."""
+    """The op's own ``<op>.json`` must say what the combined report says of it."""
     name = f"{op}.json"
     if _summary(report, op).unsupported or (report.schema_ < 2 and not (folder / name).exists()):
         return []  # a refused op's file says so; an older harness wrote none
@@ -307,9 +296,7 @@ def _rank_reasons(folder: Path, report: SmokeReport) -> list[str]:
 
 
 def run_file_reasons(folder: Path, report: SmokeReport, ranks: int) -> list[str]:
-    """What a finished benchmark's files say against a pass, each in one line naming the file
-    and key: no size measured, a missing busbw, an op file not ok or not the report's, a rank
-    whose own count of wrong values is not the report's (``invoke verdict`` and the gate)."""
+    """What a finished benchmark's files say against a pass, one line each naming the key."""
     name = SmokeKind.report_name
     if not report.results:
         return [f"{name}: key 'results' is empty: the benchmark measured no size"]

@@ -1,9 +1,7 @@
 """The software stack a run ran on, and what changed between two runs of one image.
 
-A site's busbw can drop with the same image when the driver, network plugin or libfabric is
-upgraded under it, so every verdict (and perflog record and catalogue entry) names its stack: from
-the ranks' device reports, NCCL/RCCL's debug lines and the host's runtime. ``smoke --history``
-compares consecutive runs of an image and names what changed.
+A site's busbw can drop with the same image when the driver or network stack is upgraded under
+it, so every verdict names its stack, and ``smoke --history`` names what changed.
 """
 
 from __future__ import annotations
@@ -34,8 +32,7 @@ def of_run(reports: Sequence[Mapping], lines: Sequence[str], *, runtime: Runtime
 
 
 def changes(before: Mapping | None, after: Mapping | None) -> list[str]:
-    """``driver 550.54 -> 560.35`` for each compared part that differs; nothing when either
-    run recorded no stack (records older than the stack)."""
+    """``driver 550.54 -> 560.35`` per compared part that differs; none without a stack."""
     if not before or not after:
         return []
     return [f"{key} {before.get(key) or '-'} -> {after.get(key) or '-'}" for key in COMPARED

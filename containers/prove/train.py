@@ -1,10 +1,8 @@
 """``invoke train``: the DDP / DeepSpeed / FSDP examples inside an image, as a workload kind, and
 the scaling report.
 
-Its own sanity rules ask what a person asks: did the loss fall, are the parameters the same on
-every rank afterwards (and did the script report an error of its own). Its performance is not
-judged against references. ``--scaling 1,2,4`` repeats the run at several rank counts and reports
-speedup and efficiency (table, JSON, PNG).
+Its sanity rules ask what a person asks: did the loss fall, are the parameters the same on every
+rank afterwards; its performance is not judged against references.
 """
 
 from __future__ import annotations
@@ -33,9 +31,7 @@ DEFAULT_BATCH = 64
 
 
 def deepspeed_only(example: str, *, example_flag: str = "--example", **given: Any) -> None:
-    """Refuse ``--zero-stage`` and ``--ds-config`` (``given`` by their option names) for any
-    example but deepspeed, naming the flag the user chose the example with (``invoke job``
-    calls it ``--workload``)."""
+    """Refuse ``--zero-stage`` and ``--ds-config`` for any example but deepspeed."""
     for name, value in given.items():
         flag = flags.flag_of(name)
         if value is not None and example != "deepspeed":
@@ -45,12 +41,8 @@ def deepspeed_only(example: str, *, example_flag: str = "--example", **given: An
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """``invoke train``'s run options, checked when made (the script's rules, ``jobs/choices``).
-
-    ``batch_size`` is the GLOBAL batch: it must divide over the ``gpus`` ranks of a node here,
-    and over every rank of every node once a run spans several (see :meth:`TrainKind.launch`).
-    Left out, it is the seed preset's (Olivia's 256), else :data:`DEFAULT_BATCH`.
-    """
+    """``invoke train``'s run options, checked when made (the script's rules). ``batch_size`` is
+    the GLOBAL batch, divided over every rank; left out, the seed preset's, else the default."""
 
     example: str = flags.Option("how the model is distributed", flags.EXAMPLE,
                                 in_job=False).field("ddp")
@@ -193,9 +185,7 @@ TRAINS = {example: TrainKind(example) for example in EXAMPLES}
 
 
 def read_report(result: verdict.Result) -> tuple[Any, str | None]:
-    """The run's ``train.json`` as the shape ``jobs/train.py`` writes (``jobs/trainreport``):
-    ``(report, None)``, ``(None, why it is not that shape)``, or ``(None, None)`` when the run
-    wrote none (the gates say so themselves)."""
+    """The run's ``train.json``: ``(report, None)``, ``(None, why not)`` or ``(None, None)``."""
     if result.report is None:
         return None, None
     try:

@@ -1,9 +1,7 @@
 """Which network NCCL/RCCL really used, read from its ``NCCL_DEBUG=INFO`` output.
 
-A Slingshot site whose RCCL cannot load the aws-ofi plugin falls back to TCP sockets silently;
-a profile declares the line it expects (``NET/OFI Selected provider is cxi``) and this module
-tells a proven transport from a fallback. With ``transport.net`` every run sets ``NCCL_NET``,
-and this module names the start-up failure that follows. :func:`stack_from_log` reads versions."""
+A Slingshot site whose RCCL cannot load the aws-ofi plugin falls back to TCP sockets silently,
+so a profile declares the line it expects (``NET/OFI Selected provider is cxi``)."""
 
 from __future__ import annotations
 
@@ -23,11 +21,9 @@ NETWORK_LINE = re.compile(r"NCCL INFO (NET/\w+|Using network )")
 #: (plugin/net.cc: ``Failed to initialize any NET plugin``).
 PLUGIN_FAILED = re.compile(r"\bError: network (?P<net>.*?) ?not found\b"
                            r"|\bFailed to initialize any NET plugin\b")
-#: NCCL/RCCL's own lines when the network plugin library did not load (``libnccl-net.so``, RCCL's
-#: ``librccl-net.so``), across versions: ``Could not find: …``, ``No plugin found (…)``,
-#: ``dlerror=…``, ``Plugin load returned …``, ``libnccl-net.so: <loader error>``. They also appear
-#: in good runs (one of several names tried), so they count only where NCCL_NET is set and the
-#: expected line is missing.
+#: NCCL/RCCL's own lines when the network plugin library did not load, across versions; good
+#: runs print them too (one of several names tried), so they count only where NCCL_NET is set
+#: and the expected line is missing.
 PLUGIN_NOT_LOADED = re.compile(r"NET/Plugin ?: (Could not find\b|No plugin found\b|dlerror=|"
                                r"Plugin load returned\b|Most recent plugin load returned\b|"
                                r"\S*[nr]ccl-net\S*\.so: )")
@@ -62,10 +58,7 @@ SOCKET_EXPECT = r"NCCL INFO Using network Socket\b"
 
 
 def sockets(site_transport: Transport) -> Transport:
-    """The transport of a job that opted into TCP sockets (``--transport socket``) instead of
-    ``site_transport``: NCCL_NET=Socket, proven by NCCL's "Using network Socket" line, none of
-    the site transport's binds, modules or variables, and :attr:`Transport.degraded` saying
-    what it gives up, which verdicts name."""
+    """The transport of a job that opted into TCP sockets instead of ``site_transport``."""
     from containers.inputs.sites import Transport  # the model: here, not at the command's start
 
     if site_transport.degraded:
@@ -98,9 +91,7 @@ def _plugin_failure(lines: Sequence[str], line: str, *, name: str,
 
 def check_transport(lines: Sequence[str], *, expect: str, name: str,
                     net: str | None = None) -> TransportCheck:
-    """``expect`` is a regex for the line that proves the intended transport was used; ``net``
-    the NCCL_NET the run set, if any. NCCL/RCCL stopping for want of the network wins over every
-    other line (a rank that failed to start is a failed run)."""
+    """The transport's proof (``expect``); NCCL/RCCL stopping for want of it wins."""
     for line in lines:
         found = PLUGIN_FAILED.search(line)
         if found:
@@ -128,11 +119,7 @@ def check_transport(lines: Sequence[str], *, expect: str, name: str,
 
 
 def stack_from_log(lines: Sequence[str]) -> dict[str, str]:
-    """The communication stack NCCL/RCCL's ``NCCL_DEBUG=INFO`` lines show, first seen of each:
-    ``net_plugin`` (``aws-ofi-nccl 1.14.2``), ``libfabric`` (``2.1``), ``nccl_log`` (the NCCL or
-    RCCL version, ``2.21.5+cuda12.4``) and ``network`` (``AWS Libfabric``, ``IB``, ``Socket``).
-    Only keys that were seen; warnings are skipped (they may quote versions an image was built
-    against, not the ones running)."""
+    """The communication stack NCCL/RCCL's debug lines show (warnings skipped)."""
     stack: dict[str, str] = {}
     for line in lines:
         if "NCCL WARN" in line:

@@ -1,10 +1,8 @@
 """The two gates every workload run goes through, kept apart, and their record (``verdict.json``).
 
-* sanity: nothing timed out, every rank finished, the script exited 0, its report was written
-  and reads as one, on a GPU site every rank used a GPU of its own (:mod:`.devices`), pinned ranks
-  ran on their cores, and the kind's rules on its report hold;
-* performance: against the site's references where the kind is judged (smoke), else not judged.
-The record carries the image's sha256 and inputs hash: publish tells whether THIS image passed.
+Sanity (the run finished whole, on its GPUs, and its report holds the kind's rules) apart from
+performance (against the site's references, where judged); the record carries the image's
+sha256, so publish tells whether THIS image passed.
 """
 
 from __future__ import annotations
@@ -43,8 +41,7 @@ class Result:
 
     @cached_property
     def _read(self) -> tuple[RunReport, list[str]]:
-        """The report as its run left it (partial when the run died midway), and why it is
-        none (one line naming it)."""
+        """The report as its run left it (partial when it died midway), or why it is none."""
         read = getattr(records, self.kind.report_type).of
         try:
             return read(self.outcome.report or {}, source=self.kind.report_name), []
@@ -57,23 +54,19 @@ class Result:
 
     @property
     def nodes(self) -> int:
-        """Nodes the run spanned: the placement's (one torchrun per node, even where nodes
-        share a host name), else the distinct host names the workload saw."""
+        """Nodes the run spanned: the placement's, else the distinct host names it saw."""
         if self.plan.nodes > 1:
             return self.plan.nodes
         return self.run_report.nodes
 
     @cached_property
     def reasons(self) -> list[str]:
-        """The sanity gate: why the run is not correct, one line each (:attr:`given_reasons`
-        first); empty when it is."""
+        """The sanity gate: why the run is not correct, one line each; empty when it is."""
         return list(self.given_reasons) + _run_reasons(self)
 
     @cached_property
     def transport(self) -> TransportCheck | None:
-        """The transport's proof where the site declares one for a run of this many nodes. A
-        run that stopped before its report (NCCL_NET refusing a missing plugin does that) is
-        still read for the plugin's failure; a gloo run (CPU) has no NCCL transport to prove."""
+        """The transport's proof where the site declares one for this many nodes."""
         site = self.plan.site
         if not site.transport.applies(self.plan.nodes):
             return None
@@ -126,9 +119,7 @@ def _run_reasons(result: Result) -> list[str]:
 
 
 def device_reasons(result: Result) -> list[str]:
-    """On a site with GPUs, a run must prove it used them, rank by rank (its device reports);
-    anywhere, pinned ranks must be on their cores. A CPU run would otherwise pass on a GPU site
-    and prove nothing about it."""
+    """On a GPU site every rank must prove it used a GPU; pinned ranks, their cores."""
     plan, site = result.plan, result.plan.site
     expect = devices.Expectation(
         site=site.name, gpu=site.gpus.kind, ranks=plan.ranks, gpu_flag=site.gpus.kind.flag,
@@ -138,8 +129,7 @@ def device_reasons(result: Result) -> list[str]:
 
 
 def arch_reasons(result: Result) -> list[str]:
-    """Every rank must have run as the architecture the image's build record names (read from
-    its files when it was built): an aarch64 image proven by x86_64 ranks proves nothing."""
+    """Every rank must have run as the image's recorded architecture."""
     recorded = provenance.read(result.plan.image.with_name(result.plan.image.name + ".json")
                                ).arch
     if recorded and result.archs and result.archs != [recorded]:
@@ -149,10 +139,7 @@ def arch_reasons(result: Result) -> list[str]:
 
 
 def network_reasons(result: Result) -> list[str]:
-    """A multi-node run on a GPU site whose profile declares no transport cannot pass: nothing
-    would tell its fast network from NCCL's silent fallback to TCP sockets, so it is NOT-PROVEN
-    (a failed sanity gate, which publish refuses) until the profile says what the logs must
-    show (``transport:``)."""
+    """A multi-node GPU run where no transport is declared is NOT-PROVEN (TCP fallback)."""
     plan, site = result.plan, result.plan.site
     if site.gpus.kind == Gpu.NONE or plan.nodes < 2 or site.transport.expect:
         return []
@@ -162,10 +149,7 @@ def network_reasons(result: Result) -> list[str]:
 
 
 def record(result: Result, *, image_record: Mapping) -> dict:
-    """The run in one record (``verdict.json``): what ran, on which image, both gates.
-
-    ``image_record`` is the image's provenance; ``passed`` is the sanity gate.
-    """
+    """``verdict.json``: what ran, on which image (``image_record``), both gates."""
     plan, performance = result.plan, result.performance
     image = BuildRecord.of(image_record)
     return {

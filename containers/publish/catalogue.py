@@ -1,9 +1,7 @@
 """The published-images catalogue (``<dest>/catalogue.json``) and the layout it describes.
 
-Data: versions, the catalogue's shape and updates, pruning choices, and the consistency rules
-``invoke verify`` applies to a snapshot of the folder; :func:`load` is its one reader. A version
-exists for users once its entry is written, last, atomically, under the publish lock. The layout
-is the one docs/publishing.md draws.
+:func:`load` is its one reader. A version exists for users once its entry is written, last,
+atomically, under the publish lock.
 """
 
 from __future__ import annotations
@@ -38,14 +36,12 @@ _FINGERPRINT = re.compile(r"[0-9A-F]{16,64}\Z")
 
 
 def driver_needed(stack: Mapping | None) -> str | None:
-    """The NVIDIA driver series a version's nodes need, from the CUDA runtime its stack
-    records (so an entry written before this was recorded says it too)."""
+    """The NVIDIA driver series a version's nodes need, from its stack's CUDA runtime."""
     return stack_driver_needed(stack) if stack else None
 
 
 def validate_version(version: str) -> str:
-    """Versions become file and module names: the one name rule
-    (:func:`containers.inputs.schema.name_problem`), refused as the ``--version`` flag."""
+    """Versions become file and module names: the one name rule, as ``--version``."""
     problem = name_problem("version", version)
     if problem:
         raise UsageError(problem, flag="--version")
@@ -53,8 +49,7 @@ def validate_version(version: str) -> str:
 
 
 def default_version(record: Mapping) -> str:
-    """``<build date>-<inputs hash[:8]>``, e.g. ``2026.11.21-1e9c228c``: sorts by date, and the
-    same build always gets the same version, so publishing it twice is caught."""
+    """``<build date>-<inputs hash[:8]>``: sorted by date, the same for the same build."""
     provenance = BuildRecord.of(record)
     date = str(provenance.build_date or "")[:10]
     try:
@@ -90,8 +85,7 @@ def empty() -> dict:
 
 
 def load(path: Path) -> dict:
-    """The catalogue at ``path`` (an empty one when there is none yet), checked
-    (:func:`check_format`); anything unusable is a one-line :class:`StateError` naming it."""
+    """The catalogue at ``path`` (empty if none), checked; unusable: a StateError."""
     data = read_json_state(path, limit=CATALOGUE_LIMIT, missing=empty(),
                            unreadable="cannot read the catalogue: {exc}",
                            invalid="catalogue is not valid JSON ({detail}); fix or restore it "
@@ -120,9 +114,7 @@ def _signature_problem(entry: CatalogueEntry) -> str | None:
 
 
 def entry_problem(target: str, entry: Any) -> str | None:
-    """Why one catalogue entry of ``target`` cannot be trusted, else None. Every name in it
-    becomes a path that is read, hashed or removed (``--keep``), so each must be exactly what
-    publish writes: a version passing the name rule and the files the layout derives from it."""
+    """Why one entry of ``target`` cannot be trusted (its names become paths), else None."""
     try:
         entry = CatalogueEntry.of(entry)
     except Malformed as exc:
@@ -173,9 +165,7 @@ def _block_problem(name: str, block: Any) -> tuple[str, str] | None:
 
 
 def check_format(data: Any, *, path: str) -> dict:
-    """The loaded catalogue, or a one-line :class:`StateError` naming the file and the entry
-    that cannot be used. Checked before any file is touched: a name read back from here (a
-    version ``../../x``) would otherwise be a path publish writes or removes."""
+    """The loaded catalogue, or one StateError line naming an entry that cannot be used."""
     if not isinstance(data, dict) or not isinstance(data.get("targets"), dict):
         raise StateError(f"{path}: not a catalogue (no 'targets' mapping); fix or restore it")
     if data.get("format") != FORMAT:
@@ -188,8 +178,7 @@ def check_format(data: Any, *, path: str) -> dict:
 
 
 def layout_link(dest: Path, path: Path) -> bool:
-    """Whether ``path`` is one of the two links the layout makes: ``<target>/latest`` and
-    ``modules/<target>/default``. Any other link inside the publish folder is refused."""
+    """Whether ``path`` is ``<target>/latest`` or ``modules/<target>/default``."""
     parts = path.relative_to(dest).parts
     if len(parts) == 2:
         return parts[1] == "latest" and parts[0] not in ("modules", "keys")
@@ -211,15 +200,12 @@ def latest(catalogue: dict, target: str) -> str | None:
 
 
 def pinned(catalogue: dict, target: str) -> list[str]:
-    """The versions of ``target`` an admin pinned (the block's optional ``pinned`` list, set by
-    hand): ``publish --keep`` refuses to remove them."""
+    """The versions of ``target`` an admin pinned: ``publish --keep`` keeps them."""
     return list(catalogue["targets"].get(target, {}).get("pinned", []))
 
 
 def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str] = ()) -> dict:
-    """A new catalogue with ``entry`` as its target's newest version and ``latest``, less the
-    versions of that target ``without`` names (pruned); an entry of the same version (a forced
-    republish) is replaced, moving to the end."""
+    """A new catalogue with ``entry`` as its target's newest and ``latest``, less ``without``."""
     result, made = copy.deepcopy(catalogue), CatalogueEntry.of(entry)
     block = result["targets"].setdefault(made.target, {"latest": None, "versions": []})
     gone = {made.version, *without}
@@ -232,9 +218,7 @@ def with_entry(catalogue: dict, entry: dict, *, now: str, without: Iterable[str]
 
 
 def select_prune(versions: list[str], *, keep: int, latest: str | None) -> list[str]:
-    """Versions to remove so the newest ``keep`` remain (``versions`` oldest first); the one
-    ``latest`` points to is never removed, even when it is not among the newest. ``keep`` is
-    at least 1 (checked once, by :class:`~containers.publish.planning.PublishRequest`)."""
+    """Versions to remove so the newest ``keep`` remain, never the one ``latest`` points to."""
     newest = set(versions[-keep:])
     return [v for v in versions if v not in newest and v != latest]
 

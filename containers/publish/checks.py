@@ -1,9 +1,7 @@
 """The checks an image passes before it is published, and their record in the catalogue.
 
-``apptainer test`` (the definition's ``%test``) and a passing 2-rank smoke of this exact image,
-found by its sha256 among the smoke verdicts or run now by the caller's ``quick_check``. An image
-without torch is proven by its ``%test`` passed at build, else by a passing ``invoke run`` of it
-(its ``status.json``, found by the same sha256).
+``apptainer test`` and a passing 2-rank smoke of this exact image (by its sha256); an image
+without torch by its ``%test`` at build, else a passing ``invoke run`` of it.
 """
 
 from __future__ import annotations
@@ -30,9 +28,7 @@ from containers.run.command import KIND as RUN_KIND
 # Runs a short smoke of the image (its output through the given ``Say``); raises
 # VerdictFailed when it is wrong, PerformanceFailed when it is only slow.
 QuickCheck = Callable[[Say], None]
-#: The collectives it measured (``ops``) and each one's verdict, performance and largest size
-#: (``collectives``) travel with it, so the catalogue says which ops were proven, not only
-#: all_reduce.
+#: ``ops`` and ``collectives`` travel with it, so the catalogue says which ops were proven.
 SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "device_kind",
               "wrong_total", "cycles", "largest", "transport", "performance", "stack", "seconds",
               "date", "ops", "collectives")
@@ -47,21 +43,15 @@ LISTED = 5
 
 
 def _proves(record: Verdict, gpu: Gpu) -> bool:
-    """Whether a passing verdict is of a run that could prove the image at all: 2 ranks or
-    more, and for a GPU image every rank on that kind of GPU with backend nccl."""
+    """Whether a pass proves the image: 2+ ranks, for a GPU image all on it with nccl."""
     return ((record.ranks or 0) >= 2
             and (gpu == Gpu.NONE or (record.backend == "nccl" and record.device_kind == gpu)))
 
 
 def find_verdict(results_dir: Path, target: str, sha256: str, *,
                  gpu: Gpu = Gpu.NONE) -> tuple[Path, Verdict] | None:
-    """The newest smoke verdict of exactly this image that counts: a pass of 2 ranks or more
-    (for a GPU image (``gpu`` cuda or rocm, the target's or its site's), only one whose every
-    rank ran on that kind of GPU with backend nccl: a CPU run, a run on the other vendor's GPUs,
-    or a verdict written before ranks reported their devices proves nothing about it), or a
-    failure of any run of it. A newer failure outvotes an older pass: the caller refuses it.
-    A verdict of this image without a date (or with one that is not a UTC time) cannot be
-    ranked, so it could hide a newer failure: :class:`VerdictFailed` names it."""
+    """The newest verdict of this image that counts: a pass that proves it, or a failure, which
+    outvotes an older pass; an undated one could hide a failure (refused)."""
     best: tuple[Path, Verdict] | None = None
     for path in (results_dir / "smoke").glob("*/verdict.json"):
         data = read_json_object(path, limit=VERDICT_LIMIT)
@@ -79,8 +69,7 @@ def find_verdict(results_dir: Path, target: str, sha256: str, *,
 
 
 def _dated(value: object) -> bool:
-    """Whether ``value`` is a UTC time as verdicts write it (``2026-11-21T05:00:00Z``), so
-    comparing two as text orders them in time."""
+    """Whether ``value`` is a UTC time as verdicts write it, which orders as text."""
     return isinstance(value, str) and re.fullmatch(
         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", value) is not None
 
@@ -96,8 +85,7 @@ def _one_line(items: object) -> str:
 
 def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gpu: Gpu,
                     labels: Mapping | None = None) -> None:
-    """:class:`VerdictFailed` when the newest verdict of the image failed, or says it passed
-    while its run's own files (:func:`containers.publish.gate.evidence_reasons`) do not."""
+    """Refuse a failed newest verdict, or a pass its run's files do not bear out."""
     path, record = found
     if record.passed is not True:
         why = _one_line(record.reasons) or "no reason recorded"
@@ -111,8 +99,7 @@ def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gp
 
 
 def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
-    """What the catalogue keeps of a smoke verdict: enough to judge it without the file; a
-    performance FAIL is carried as ``performance_failed`` so a listing shows it at a glance."""
+    """What the catalogue keeps of a smoke verdict: enough to judge it without the file."""
     data = record.as_dict()
     return {**{k: data.get(k) for k in SMOKE_KEYS}, "verdict": str(path), "run_now": run_now,
             "performance_failed": bool(record.performance and record.performance.failed)}
@@ -120,9 +107,7 @@ def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
 
 def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,
                    build_ran_none: bool, build_date: str | None, say: Say) -> dict:
-    """``apptainer test`` of ``image``, unless the build already ran it (its provenance says
-    so) or ran none: of an image with no ``%test`` it exits 0, which is no pass.
-    :class:`VerdictFailed` when it fails."""
+    """``apptainer test`` of ``image`` unless the build ran it (no ``%test`` is no pass)."""
     if not target.test:
         return {"passed": None, "how": "the definition has no %test"}
     if build_ran_none:
@@ -150,8 +135,7 @@ def skipped(target: str, say: Say) -> dict:
 
 
 def _read_status(path: Path) -> RunStatus | str:
-    """The run record at ``path``, or why it is none: not the user's alone (the one rule for
-    what the tool trusts, :func:`containers.files.not_yours_alone`), unreadable, or invalid."""
+    """The run record at ``path``, or why it is none (not the user's alone, invalid)."""
     try:
         why = not_yours_alone(path, os.lstat(path))
         return f"it {why}" if why else RunStatus.of(
@@ -185,9 +169,7 @@ def _not_passed(record: RunStatus) -> str | None:
 
 def find_run(results_dir: Path, target: str, sha256: str | None
              ) -> tuple[tuple[Path, RunStatus] | None, list[str]]:
-    """The newest passing ``invoke run`` of exactly this image (``run/<target>-*/status.json``)
-    whose command has no newer run that did not pass (an undated run counts as the newest:
-    it could be), and, when there is none, why each record found is no proof."""
+    """The newest passing ``invoke run`` of this image not since failed, else why none."""
     ran: list[tuple[Path, RunStatus]] = []
     why_not: list[str] = []
     for path in sorted((results_dir / RUN_KIND).glob(f"{target}-*/status.json")):
@@ -224,9 +206,7 @@ def proof_of(run: RunStatus) -> str:
 
 def without_torch(target: Target, provenance: BuildRecord, *, results_dir: Path,
                   say: Say) -> dict:
-    """The checks of an image without torch, which no smoke can prove (its collectives need
-    torch): its own ``%test`` passed at build, else a passing ``invoke run`` of this very image
-    (:func:`find_run`); without either, refused."""
+    """An image without torch: its ``%test`` at build, else a passing ``invoke run``."""
     checks = {"skipped": False, "smoke": None, "proof": NO_TORCH_PROOF}
     if provenance.tested is True:
         say(f"checks: {target.name} holds no torch ({NO_TORCH_PROOF}); its %test passed at build")
@@ -251,9 +231,7 @@ def without_torch(target: Target, provenance: BuildRecord, *, results_dir: Path,
 def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: Mapping,
                   results_dir: Path, quick_check: QuickCheck, say: Say,
                   gpu: Gpu = Gpu.NONE, gpus_here: Collection[Gpu] = ()) -> dict:
-    """The checks record for the catalogue; :class:`VerdictFailed` when one fails. ``gpu``: the
-    GPU kind the image is for (none, cuda, rocm); only a run on that kind proves it
-    (:func:`find_verdict`), and the quick check runs only where ``gpus_here`` has that kind."""
+    """The checks record for the catalogue; :class:`VerdictFailed` when one fails."""
     provenance = BuildRecord.of(provenance, source=image)
     if holds_no_torch(provenance.stack or {}, provenance.probe_errors):
         return without_torch(target, provenance, results_dir=results_dir, say=say)

@@ -1,10 +1,7 @@
 """The release decision: whether a checked image may go out as a new version of its target.
 
-Its evidence is :mod:`containers.publish.gate`'s (busbw against the current latest, what torch
-build the image is) and the image's site fit; this module weighs it: a fit error or a busbw
-regression refuses the version unless ``--accept-regression WHY`` says why it may go out, and the
-catalogue entry records the findings and who accepted what. ``invoke publish``
-(:mod:`containers.app.publishing`) only hands in the runtime, the reason and the fit rule.
+It weighs :mod:`containers.publish.gate`'s evidence and the site fit: an error refuses the
+version unless ``--accept-regression WHY`` says why it may go out, which the entry records.
 """
 
 from __future__ import annotations
@@ -28,12 +25,8 @@ Fit = Callable[[dict, Site, object], list[sitefit.Finding]]
 
 
 def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> Review:
-    """The release gate publish runs once the checks passed (the evidence:
-    :mod:`containers.publish.gate`): the new image's site fit (``fit``), the diff against the
-    current ``latest`` (printed, and kept beside the version), and its smoke busbw against
-    latest's. A fit error or a busbw regression refuses the version unless ``accept``
-    (``--accept-regression WHY``) says why it may go out; the entry records the findings and
-    who accepted what."""
+    """The release gate once the checks passed: site fit, diff and busbw against ``latest``;
+    an error refuses the version unless ``accept`` says why it may go out."""
     def review(plan: PublishPlan, checks: dict, say: Say) -> dict:
         built = BuildRecord.of(plan.provenance, source=plan.image)
         facts = (probing.known_facts(plan.image, built)
@@ -65,9 +58,7 @@ def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> Review:
 
 def against_latest(plan: PublishPlan, runtime, facts: dict, checks: dict,
                     say: Say) -> tuple[dict, dict | None, list[str]]:
-    """The new image against the catalogue's current ``latest`` of its target: the gate's
-    record, the diff of the two images' facts (None where there is no latest, or its image is
-    gone) and the busbw regression, if any."""
+    """The new image against ``latest``: the gate's record, the diff, any regression."""
     before = cat.load(plan.dest / cat.CATALOGUE_NAME)
     latest = cat.latest(before, plan.target.name)
     old = cat.find(before, plan.target.name, latest) if latest else None
@@ -107,8 +98,7 @@ def _diff(plan: PublishPlan, runtime: Runtime, old: CatalogueEntry, latest: str,
 
 def accepted(plan: PublishPlan, problems: list[str], accept: str | None,
              say: Say) -> dict:
-    """The gate's verdict on ``problems``: none, nothing to record; some, refused unless
-    ``accept`` says why, and then who accepted what, when (the catalogue keeps it)."""
+    """The gate's verdict on ``problems``: refused unless ``accept`` says why."""
     if not problems:
         return {}
     if not accept:

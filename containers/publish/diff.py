@@ -1,8 +1,6 @@
 """What changed between two images: packages, stack, labels, size, and their latest smoke runs.
 
-Pure: takes two sides as plain data (each from :func:`side`: the image's probed facts plus its
-latest smoke verdict summary) and returns the difference; ``invoke diff`` and the release gate
-print it, the catalogue page links it.
+Pure: two sides as plain data (:func:`side`) in, the difference out.
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ NOISY_LABELS = ("org.label-schema.build-date", "containers.build-date", "contain
 
 
 def shown(value: object) -> str:
-    """A value as people read it in a line: ``-`` for nothing (never Python's ``None``), a
-    mapping as ``key value`` pairs and a list as a comma list (never a dict's or list's repr)."""
+    """A value as people read it in a line: ``-`` for nothing, never a repr."""
     if value is None:
         return "-"
     if isinstance(value, Mapping):
@@ -30,8 +27,7 @@ def shown(value: object) -> str:
 
 
 def where_run(site: object, partition: object) -> str:
-    """Where a smoke run ran, as people read it: ``site lumi, partition standard-g``, or the
-    site alone when it names no partition (never ``local/-``)."""
+    """Where a smoke run ran, as people read it: ``site lumi, partition standard-g``."""
     return f"site {shown(site)}" + (f", partition {partition}" if partition else "")
 
 

@@ -1,10 +1,8 @@
 """The release gate: a new version must not be slower than the one it replaces, nor misfit its site.
 
-:func:`busbw_check` compares the new image's smoke busbw with the current ``latest``'s where the
-runs are alike (site, partition, nodes, ranks, reference size), within the reference's ``lower``
-tolerance. :func:`evidence_reasons` re-derives a smoke verdict from the files its run left (rank
-files, the benchmark's reports read strictly, the log, the device reports and their image labels,
-a job's image record): a verdict edited by hand proves nothing (docs/release-gate.md).
+:func:`busbw_check` compares alike runs within the reference's ``lower`` tolerance;
+:func:`evidence_reasons` re-derives a verdict from its run's files, so a verdict edited by hand
+proves nothing (docs/release-gate.md).
 """
 
 from __future__ import annotations
@@ -68,9 +66,8 @@ def busbw_check(old: SmokeSummary | None, new: SmokeSummary | None) -> dict:
 
 
 def torch_mismatch(build: str | None, gpu: Gpu, site: str) -> str | None:
-    """Why the image's torch cannot serve ``gpu`` (the target's or its site's GPU kind), or None:
-    a CPU-only torch on a CUDA site runs, slowly and on no GPU, which the site fit only warns of
-    at build; a published image must be the build its GPUs need."""
+    """Why the image's torch cannot serve ``gpu``, or None: a CPU-only torch on a CUDA site
+    runs, on no GPU; a published image must be the build its GPUs need."""
     if gpu == Gpu.NONE or build == gpu:
         return None
     return (f"torch in the image is a {build or 'missing'} build; {site}'s GPUs need a {gpu} "
@@ -78,10 +75,8 @@ def torch_mismatch(build: str | None, gpu: Gpu, site: str) -> str | None:
 
 
 # ------------------------------------------------------------------- the verdict's evidence
-#: The labels that tell one build from another (the target, its inputs, the tool's build date and
-#: Apptainer's own, to the second). Each rank reads them inside the image it runs in
-#: (``/.singularity.d/labels.json``, jobs/devices.py) into its ``device-<N>.json``; the image's
-#: build record holds the same labels, read from the built image.
+#: The labels that tell one build from another, which each rank reads inside the image it runs
+#: in (jobs/devices.py) and the image's build record holds too.
 IDENTITY_LABELS = ("containers.target", "containers.inputs-hash", "containers.build-date",
                    "org.label-schema.build-date")
 
@@ -130,8 +125,7 @@ def _log_reasons(folder: Path) -> list[str]:
 
 
 def _record_reasons(folder: Path, sha256: str) -> list[str]:
-    """A batch job copies the image's build record at launch (``image.json``): a job's results
-    folder (its ``job.json``) without it, or with another image's, is not of this image."""
+    """A job's results must hold the copy of this image's build record it made at launch."""
     if not (folder / IMAGE_RECORD).exists():
         return [f"the batch job left no {IMAGE_RECORD} (the image it launched)"] \
             if (folder / JOB_RECORD).exists() else []
@@ -144,9 +138,7 @@ def _record_reasons(folder: Path, sha256: str) -> list[str]:
 
 def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: Gpu,
                    labels: Mapping | None) -> list[str]:
-    """The run must have run in this image: every rank's device report carries the identity
-    labels it read inside its image, and they must be this image's (a verdict's sha256 is one
-    edit away from another image's; the ranks' reports are the run's own); and on GPUs."""
+    """The run must have run in this image (its ranks' labels say so), on GPUs."""
     reasons = _record_reasons(folder, sha256)
     wanted = identity(labels)
     reports = {r["rank"]: r for r in read_device_reports(folder)}
@@ -165,8 +157,7 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: Gpu,
 
 
 def _degraded(folder: Path, record: Mapping) -> str | None:
-    """The degraded transport the run chose (``invoke job --transport socket``), from the
-    verdict or from the job's own record, whichever says so: either is enough to refuse."""
+    """The degraded transport the run chose, from the verdict or the job's record."""
     said = Verdict.of(record, source=folder).degraded
     if said:
         return str(said)
@@ -177,10 +168,8 @@ def _degraded(folder: Path, record: Mapping) -> str | None:
 
 def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: Gpu = Gpu.NONE,
                      labels: Mapping | None = None) -> list[str]:
-    """Why the run beside ``verdict`` does not bear out a pass of the image ``sha256`` whose
-    labels are ``labels`` (empty: it does). Read from the run's own files, never from the
-    verdict's claims: a results folder is writable by whoever runs smokes, and a verdict is only
-    as good as the run behind it."""
+    """Why the run beside ``verdict`` does not bear out a pass of image ``sha256``, from the
+    run's own files, never the verdict's claims (anyone running smokes may write them)."""
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]

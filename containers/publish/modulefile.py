@@ -1,10 +1,8 @@
 """Lmod module files and the exec wrapper for published images: pure rendering, no I/O.
 
-``module load <target>/<version>`` sets ``SIF``, the site's binds and environment, and puts the
-``<target>-exec`` wrapper on ``PATH`` (docs/publishing.md). The wrapper holds no fact of any
-version: each module file sets what it runs, so a new version never changes an older one.
-Every value reaching Lua goes through :func:`lua_string`, the shell through :func:`shlex.quote`,
-a comment through :func:`comment_text`: the quoting holds even for a name the name rule missed."""
+The wrapper holds no fact of any version (each module file sets what it runs), so a new version
+never changes an older one. Every value is quoted for Lua, the shell or a comment, even a name
+the name rule missed."""
 
 from __future__ import annotations
 
@@ -82,10 +80,8 @@ def _help_text(spec: ModuleSpec) -> str:
 
 
 def _bind_lines(runtime: str, binds: tuple[str, ...]) -> list[str]:
-    """Lua that adds ``binds`` after the user's own binds (the first set of the variables the
-    runtime reads, as :meth:`Runtime.bind_env` does) under every one of them: appending to each
-    would leave Apptainer, which keeps APPTAINER_BIND alone, without a user's SINGULARITY_BIND.
-    ``pushenv`` so that unload gives back what the user had."""
+    """Lua that sets every bind variable the runtime reads to the user's binds then ``binds``
+    (Apptainer would drop a user's SINGULARITY_BIND); ``pushenv``: unload restores them."""
     if not binds:
         return []
     names = BIND_VARIABLES[runtime]
@@ -130,10 +126,8 @@ def render_modulefile(spec: ModuleSpec) -> str:
 
 
 def render_exec_wrapper(target: str) -> str:
-    """``<target>-exec COMMAND...``: run COMMAND in ``$SIF`` with the runtime and GPU flag of the
-    loaded module's version (``CONTAINER_RUNTIME``, ``CONTAINER_GPU_FLAG``). A runtime that is
-    not on PATH is named in one line with the modules that bring it (``CONTAINER_MODULES``),
-    exit 127, rather than bash's "command not found" from the last line."""
+    """``<target>-exec COMMAND...``: run COMMAND in ``$SIF`` with the loaded version's runtime
+    and GPU flag; a runtime not on PATH is named in one line with the modules that bring it."""
     name = exec_name(target)
     return f"""#!/usr/bin/env bash
 # {comment_text(name)} COMMAND [ARGS...]: run COMMAND in the image of the loaded module

@@ -1,10 +1,8 @@
 """The catalogue page (``<dest>/index.html``) and each version's diff page, for people with a
 browser: what is published, read like a site's software library (docs/publishing.md).
 
-Pure: this module turns the catalogue (or one diff) into plain view data, and Jinja2 templates
-(``templates/``) with autoescaping on turn that into HTML, so a value others may edit reaches the
-page as text, never markup. Each page is one self-contained static file (no script, nothing
-fetched), and who published stays in ``catalogue.json``, never on a page.
+Pure view data, into Jinja2 templates with autoescaping on: a value others may edit reaches the
+page as text, never markup. Who published stays in ``catalogue.json``, never on a page.
 """
 
 from __future__ import annotations
@@ -35,9 +33,7 @@ _UTC = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(?::\d\d(?:\.\d+)?)?Z\Z")
 
 @functools.cache
 def _templates() -> "jinja2.Environment":
-    """The one template environment: autoescape on for every template (not by file name, so a
-    template renamed or added cannot turn it off), ``None`` shown as ``-``, and a name a
-    template uses that the view lacks is an error, not an empty string."""
+    """Autoescape on for every template, ``None`` shown as ``-``, a missing name an error."""
     import jinja2
 
     return jinja2.Environment(
@@ -55,8 +51,7 @@ def when(value: object) -> str | None:
 
 
 def link(path: object, text: str) -> dict:
-    """A link to a file of the publish folder, relative to it; anything else the catalogue names
-    (it is a file others may have edited) is shown as text, never linked."""
+    """A link to a file of the publish folder; anything else the catalogue names is text."""
     if not path:
         return {"href": None, "text": None}
     if not isinstance(path, str) or not _OWN_FILE.match(path):
@@ -111,8 +106,7 @@ def _smoke_verdict(smoke: SmokeSummary) -> list[dict]:
 
 
 def verdicts(entry: CatalogueEntry) -> list[dict]:
-    """Every verdict a version was published with, each with its date; who accepted a
-    regression is left out (a user and host name), why and when are kept."""
+    """Every verdict a version was published with; who accepted a regression left out."""
     checks = entry.checks or Checks()
     if checks.skipped:
         return [_verdict("fail", "checks skipped (--skip-checks): no apptainer test, no smoke "
@@ -151,9 +145,7 @@ def example_command(stack: object) -> str:
 
 
 def commands(target: str, entry: CatalogueEntry) -> list[str]:
-    """How a user runs this version: load its module, then the wrapper or the site's runtime
-    with its GPU flag (recorded per entry: a version published before that has only the
-    wrapper, which reads them from its module)."""
+    """How a user runs this version: its module, then the wrapper or the runtime's flags."""
     command = example_command(entry.stack)
     lines = [f"module load {target}/{entry.version}", f"{exec_name(target)} {command}"]
     runs = entry.site_runtime or {}
@@ -164,9 +156,7 @@ def commands(target: str, entry: CatalogueEntry) -> list[str]:
 
 def batch_job(preamble: Sequence[str] | None, *, target: str, version: str, dest: Path,
               stack: Mapping) -> list[str] | None:
-    """The batch job a user pastes to run this version at its site (kept in its catalogue
-    entry): the site's directives (``preamble``: :func:`containers.batch.frame.example_preamble`),
-    the module, and the wrapper; None where the site has no scheduler."""
+    """The batch job a user pastes to run this version; None without a scheduler."""
     if preamble is None:
         return None
     return ["#!/bin/bash", *preamble, f"module use {dest / 'modules'}",
@@ -212,8 +202,7 @@ def version_view(target: str, entry: Mapping, *, latest: str | None, dest: Path)
 
 
 def image_view(target: str, block: Mapping, dest: Path) -> dict:
-    """One image: what it is (the newest version's description and license) and its versions,
-    newest first."""
+    """One image: the newest version's description and license, its versions newest first."""
     versions = list(block.get("versions", []))
     described = [e.get("description") for e in versions if e.get("description")]
     licensed = [e.get("license") for e in versions if e.get("license")]
@@ -226,8 +215,7 @@ def image_view(target: str, block: Mapping, dest: Path) -> dict:
 
 
 def history_png(catalogue: Mapping) -> bytes | None:
-    """busbw at the reference size per published version, one line per target; None when no
-    version has one."""
+    """busbw at the reference size per version, one line per target; None: no version has one."""
     series = {}
     for target, block in sorted(catalogue.get("targets", {}).items()):
         points = []
@@ -282,8 +270,7 @@ def _smoke_side(smoke: Any) -> dict | None:
 
 
 def render_diff_page(result: Mapping, *, target: str, version: str) -> str:
-    """``<dest>/<target>/<version>.diff.html``: :func:`containers.publish.diff.diff`'s result
-    as tables, linked from the version on the catalogue page and back to it."""
+    """``<dest>/<target>/<version>.diff.html``: the diff as tables, linked both ways."""
     old_size, new_size = result["size_bytes"]
     packages = result["packages"]
     view = {"old": result["old"], "new": result["new"], "target": target, "version": version,

@@ -1,9 +1,7 @@
 """Permissions of published files: who may read them, and a check that nobody else may write.
 
-Publish gives every file it owns its configured mode and group, creates them under a matching
-umask so none is ever briefly too open, and re-checks; ``verify`` flags anything world-writable.
-Nothing in the publish folder is reached through a link: :func:`unsafe_layout` finds links
-(``lstat`` at every level) first, and modes are set through descriptors opened ``O_NOFOLLOW``."""
+Files are made under a matching umask, so none is ever briefly too open, and nothing in the
+publish folder is reached through a link."""
 
 from __future__ import annotations
 
@@ -40,11 +38,7 @@ class Modes:
 
 
 def resolve_group(name: str, *, named_by: str) -> int | None:
-    """The group id for ``name`` (empty: leave groups alone), checked before any work.
-
-    ``named_by`` says where the name came from, so the error points there: a flag (``--group``,
-    a :class:`UsageError`) or a setting (``containers.publish_group``, a :class:`ConfigError`).
-    """
+    """The group id for ``name`` (empty: groups alone), checked before any work."""
     if not name:
         return None
 
@@ -71,8 +65,7 @@ def expected_mode(path: Path, modes: Modes) -> int:
 
 
 def _publish_paths(dest: Path, target: str) -> list[Path]:
-    """What one publish of ``target`` writes, chmods or removes: the top files and ``modules``,
-    and the folders it owns whole (its own, its modules', the keys) with all they hold."""
+    """What one publish of ``target`` writes, chmods or removes."""
     paths = [dest / CATALOGUE_NAME, dest / PAGE_NAME, dest / LOCK_NAME, dest / "modules"]
     for root in (dest / target, dest / "modules" / target, dest / "keys"):
         paths += walk_nofollow(root)
@@ -87,11 +80,8 @@ def _folders(dest: Path, target: str | None) -> list[Path]:
 
 
 def unsafe_layout(dest: Path, target: str | None = None) -> str | None:
-    """The first thing inside ``dest`` that publish (of ``target``) or verify (``None``: the
-    whole folder) must not go through, in one line naming it, else None: a link other than
-    ``<t>/latest`` and ``modules/<t>/default``, a file where the layout has a folder, or (for a
-    publish) a folder it writes into that anyone may write (a file planted there would be
-    published with the rest)."""
+    """The first thing in ``dest`` publish (of ``target``) or verify (None) must not go
+    through (a link, a misplaced file, a folder anyone may write), else None."""
     paths = list(walk_nofollow(dest))[1:] if target is None else _publish_paths(dest, target)
     for path in paths:
         link = first_link(dest, path)
@@ -123,8 +113,7 @@ def managed_paths(dest: Path, target: str) -> list[Path]:
 
 
 def _set_mode(path: Path, mode: int, gid: int | None) -> None:
-    """chmod (and chgrp) ``path`` itself through a descriptor opened ``O_NOFOLLOW``: a link
-    swapped in since the paths were listed is refused, never followed."""
+    """chmod (and chgrp) ``path`` through an ``O_NOFOLLOW`` descriptor: never a link."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:

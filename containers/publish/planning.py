@@ -1,8 +1,7 @@
 """What a publish will do, decided before anything is touched: the request and the plan.
 
-:func:`plan_publish` refuses before any work what publishing could not finish (an unbuilt or
-stale image, a build record naming another target, a folder others could write or swap) and
-says where every file of the new version goes; :mod:`containers.publish.publisher` carries it out.
+:func:`plan_publish` refuses before any work what publishing could not finish, and says where
+every file goes; :mod:`containers.publish.publisher` carries it out.
 """
 
 from __future__ import annotations
@@ -43,8 +42,7 @@ class PublishRequest:
     skip_checks: bool = False
 
     def __post_init__(self) -> None:
-        """The flags' own rules, without looking at the disk (the folder as it is there:
-        :func:`check_dest`, which :func:`plan_publish` runs first)."""
+        """The flags' own rules, without looking at the disk (:func:`check_dest` does)."""
         if not self.target:
             raise UsageError("name the image target to publish", flag="--target")
         if problem := name_problem("target", self.target):
@@ -60,9 +58,7 @@ class PublishRequest:
 
 
 def check_dest(dest: Path) -> None:
-    """Refuse, in one line naming ``--dest``, a folder publishing cannot safely write into: a
-    file (or one below a file), a world-writable folder (anyone could replace published images)
-    or one under a world-writable parent without the sticky bit (anyone could swap it)."""
+    """Refuse in one line a ``--dest`` that others could write into or swap."""
     problem = not_a_folder(dest)
     if problem:
         raise UsageError(problem, flag="--dest")
@@ -123,17 +119,14 @@ class PublishPlan:
         return self.folder / "bin" / exec_name(self.target.name)
 
 
-#: The caller's review of a version before it is published (site fit, diff against latest,
-#: release gate): (plan, checks, say) -> what the entry records ({"fit", "gate", "stack",
-#: "diff"}); raises VerdictFailed to refuse it.
+#: The caller's review of a version before it is published: (plan, checks, say) -> what the
+#: entry records ({"fit", "gate", "stack", "diff"}); raises VerdictFailed to refuse it.
 Review = Callable[[PublishPlan, dict, Say], dict]
 
 
 def plan_publish(request: PublishRequest, *, target: Target, site: Site,
                  settings: Settings, inputs_hash: str | None = None) -> PublishPlan:
-    """The plan for ``request``, refusing before any work what publishing could not finish.
-    ``inputs_hash``: the target's now (None when the caller cannot tell); a version is published
-    as what its target builds today, so an image built from other inputs is stale."""
+    """The plan for ``request``, refusing before any work what could not finish."""
     check_dest(request.dest)
     check_name("target", target.name, path=target.manifest.parent, key="target")
     image = settings.image_path(target.name)
@@ -169,11 +162,8 @@ def plan_publish(request: PublishRequest, *, target: Target, site: Site,
 
 
 def _refuse_other_label(image: Path, provenance: BuildRecord, target: str) -> None:
-    """The image's own ``containers.target`` label (read from it at build, in its record) must
-    name the target it is published as, where the image carries this build's own labels (its
-    inputs-hash label is the record's): a record edited to another target's name is not this
-    target's image. Labels a base passed on (a cotainr image, an image built before the tool
-    labelled every build) name the base's build: the record judges it."""
+    """The image's own ``containers.target`` label must name the target it is published as,
+    where the labels are this build's (not a base's)."""
     labels = provenance.labels if isinstance(provenance.labels, dict) else {}
     label = labels.get(LABEL_PREFIX + "target")
     if label != target and labels.get(LABEL_PREFIX + "inputs-hash") == provenance.inputs_hash:

@@ -16,9 +16,7 @@ from containers.report import Say
 
 
 def to_prune(plan: PublishPlan, before: dict) -> list[str]:
-    """The versions ``--keep`` removes once this version is published into the catalogue
-    ``before``; one in use is refused in one line naming why (the old latest is not in use once
-    the new version is latest; pinned: versions queued jobs or a site's documentation rely on)."""
+    """The versions ``--keep`` removes after this one; one in use is refused, naming why."""
     if plan.keep is None:
         return []
     # the versions once this one is published: a republished version moves to the end

@@ -1,10 +1,7 @@
 """``invoke publish``: shared images for a whole site, safely (``verify`` checks the result).
 
-An image that has not passed its checks (:mod:`containers.publish.checks`) is refused; then, under
-``<dest>/.publish.lock``, every file of the version is prepared under a temporary name and
-committed by renames, the catalogue last, so a publish killed at any point leaves every final
-name old or complete. It takes plain values (a plan, a Runtime, a ``quick_check`` function) and
-knows nothing of projects; docs/architecture.md and docs/publishing.md say the rest.
+Under the publish lock every file is prepared under a temporary name and committed by renames,
+the catalogue last, so a publish killed at any point leaves every final name old or complete.
 """
 
 from __future__ import annotations
@@ -59,8 +56,7 @@ def sweep_temps(plan: PublishPlan, say: Say) -> None:
 
 
 def refuse_links(plan: PublishPlan) -> None:
-    """A :class:`StateError` naming the first link (or misplaced file) inside the publish folder
-    that this publish would write, chmod or remove through: it never follows one."""
+    """A :class:`StateError` naming a link this publish would go through."""
     problem = unsafe_layout(plan.dest, plan.target.name)
     if problem:
         raise StateError(problem)
@@ -73,8 +69,7 @@ def refuse_links(plan: PublishPlan) -> None:
 def _entry(plan: PublishPlan, runtime: Runtime, *, sha256: str, size: int, checks: dict,
            key: signing.SigningKey | None, replaced: CatalogueEntry | None, when: str,
            reviewed: dict) -> tuple[dict, list[tuple[Path, bytes, str]]]:
-    """The catalogue entry, with the review's findings, and ``(final path, bytes, commit step)`` of
-    what a version keeps beside its image (its SBOM, the diff against the latest it replaces)."""
+    """The catalogue entry, and what a version keeps beside its image."""
     entry = {
         "target": plan.target.name, "version": plan.version,
         "description": plan.target.description, "license": plan.target.license,
@@ -139,9 +134,7 @@ def refuse_no_space(plan: PublishPlan) -> None:
 
 def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
             key: signing.SigningKey | None, say: Say, reviewed: dict | None = None) -> dict:
-    """Prepare and commit, under the publish lock; any failure before the commit (a full disk
-    included) undoes what this run made, still under the lock, and an OSError becomes one line
-    (:class:`StateError`)."""
+    """Prepare and commit under the publish lock; a failure before the commit is undone."""
     tx = Transaction()
     try:
         with umask(plan.modes.umask):
@@ -162,8 +155,7 @@ def execute(plan: PublishPlan, runtime: Runtime, *, checks: dict,
 
 
 def _undone(plan: PublishPlan, tx: Transaction, exc: BaseException, say: Say) -> BaseException:
-    """Roll ``tx`` back after ``exc``; what to raise: a one-line :class:`StateError` for an
-    OSError, saying whether the version was published (the failure came after the commit)."""
+    """Roll ``tx`` back after ``exc``; a one-line StateError for an OSError."""
     problems = tx.rollback()
     if problems:
         say(f"rollback incomplete: {'; '.join(problems)}")
@@ -180,8 +172,7 @@ def _undone(plan: PublishPlan, tx: Transaction, exc: BaseException, say: Say) ->
 
 def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
              key: signing.SigningKey | None, say: Say) -> tuple[str, int]:
-    """The image under its temp name: copied and checked, signed, its checksum file beside it
-    (also a temp); nothing under a final name yet."""
+    """The image under its temp name: copied, checked, signed, with its checksum file."""
     size = plan.image.stat().st_size
     say(f"copying {plan.image} -> {plan.temp} ({human_bytes(size)})")
     started = time.monotonic()
@@ -211,8 +202,7 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
 def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
                     key: signing.SigningKey | None, say: Say, tx: Transaction,
                     reviewed: dict) -> dict:
-    """Prepare everything under temp names, then commit with renames and one catalogue write
-    (the last rename: until then users see the old state); then prune and set modes."""
+    """Prepare under temp names, commit by renames, the catalogue last; prune, set modes."""
     refuse_links(plan)  # again: another publish may have run while this one waited
     for folder in (plan.folder, plan.folder / "bin", plan.module_dir):
         tx.folder(folder)
@@ -255,8 +245,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
 def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
            key: signing.SigningKey | None, public: bytes, beside: list[tuple],
            catalogue: dict) -> list[tuple[Path, Path, str]]:
-    """Every file of the publish written under a temp name beside its final one: ``(temp, final,
-    commit step)`` in commit order, the catalogue last but for the page that shows it."""
+    """``(temp, final, commit step)`` of every file, in commit order."""
     def written(final: Path, data: bytes, step: str) -> tuple[Path, Path, str]:
         return tx.temp(write_temp(final, data)), final, step
 
@@ -294,8 +283,7 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
 
 def publish(plan: PublishPlan, runtime: Runtime, *, quick_check: QuickCheck,
             say: Say = say_line, review: Review | None = None) -> dict:
-    """Publish one image; its catalogue entry. ``quick_check`` runs a short smoke of the image
-    when no passing verdict for it exists."""
+    """Publish one image; its catalogue entry (``quick_check``: a short smoke if needed)."""
     say(f"publish: {plan.target.name} {plan.version} -> {plan.sif}")
     if plan.dest.is_dir():  # early, friendly refusals; checked again under the lock
         refuse_links(plan)

@@ -1,10 +1,7 @@
 """PGP signing of published images with the runtime's own keyring, and checking signatures.
 
-The keyring is resolved once, to a folder (:func:`keyring`), used only while it is the user's
-alone (:func:`keyring_problem`), and named by every call. No key server is reached (``verify
---local``; keys are never pushed); a key with a passphrase is refused, as nothing would answer
-the prompt. The public key is exported with ``gpg`` and a throwaway home, since ``apptainer key
-export`` always prompts (docs/publishing.md)."""
+The keyring is resolved once, used only while it is the user's alone; no key server is reached,
+and a key with a passphrase is refused (nothing would answer the prompt)."""
 
 from __future__ import annotations
 
@@ -49,10 +46,7 @@ RINGS = ("pgp-public", "pgp-secret")
 
 def keyring(runtime: Runtime, configured: Path | None,
             environ: Mapping[str, str] | None = None) -> Path:
-    """The keyring folder publishing uses: ``containers.sign_keysdir`` when set, else the one
-    the runtime reads by itself (``APPTAINER_KEYSDIR``, else its default), resolved once so
-    that signing and every later look-up name the same folder; refused in one line when
-    :func:`keyring_problem` finds why."""
+    """The keyring folder publishing uses, resolved once for signing and look-ups."""
     keysdir = configured or runtime.keysdir(environ)
     problem = keyring_problem(keysdir)
     if problem:
@@ -63,9 +57,7 @@ def keyring(runtime: Runtime, configured: Path | None,
 
 
 def keyring_problem(keysdir: Path) -> str:
-    """Why ``keysdir`` is not the user's alone (empty: it is, or it does not exist yet), held as
-    the package cache is (:func:`containers.image.cache.cache_problem`), and its key files
-    likewise: regular files of this user's that nobody else may write."""
+    """Why ``keysdir`` or a key file in it is not the user's alone (empty: it is)."""
     problem = cache_problem(keysdir, parts=False)
     for ring in () if problem else (keysdir / name for name in RINGS):
         try:
@@ -90,8 +82,7 @@ def _env(runtime: Runtime, keysdir: Path) -> dict[str, str]:
 
 
 def signing_key(runtime: Runtime, keysdir: Path, keyidx: int) -> SigningKey:
-    """The secret key of the keyring ``keysdir`` that will sign, checked before anything is
-    copied."""
+    """The secret key of ``keysdir`` that will sign, checked before anything is copied."""
     keys = parse_key_list(capture(runtime.key_list_argv(secret=True),
                                   env=_env(runtime, keysdir), timeout=60), keysdir)
     chosen = next((k for k in keys if k.index == keyidx), None)
@@ -120,8 +111,7 @@ def sign(runtime: Runtime, image: Path, *, keysdir: Path, keyidx: int) -> None:
 
 
 class _Signer(BaseModel):
-    """One signer in ``verify --json``'s report, as far as it is read (strict: a value of another
-    type is refused, never coerced)."""
+    """One signer in ``verify --json``'s report, read strictly (never coerced)."""
 
     model_config = ConfigDict(strict=True)
     Fingerprint: str
@@ -187,9 +177,7 @@ def key_fingerprints(key_file: Path) -> list[str]:
 
 
 def public_key(keysdir: Path, fingerprint: str) -> bytes:
-    """The public key ``fingerprint`` (with its user ids and signatures) out of the keyring's
-    ``pgp-public`` file, exported by ``gpg`` from a copy so the keyring itself is never touched;
-    a file ``apptainer key import`` takes."""
+    """The public key ``fingerprint`` exported by ``gpg`` from a copy of the keyring."""
     ring = keysdir / "pgp-public"
     if not ring.is_file():
         raise ConfigError("no public keyring here (create a key with apptainer key newpair)",

@@ -10,13 +10,8 @@ from containers.files import refuse_replacing, temp_name
 
 
 class Transaction:
-    """Everything one publish makes, so a failure anywhere undoes exactly that.
-
-    Files are first written under temp names (:meth:`temp`); :meth:`install` renames one over
-    its final name, keeping what was there as a hard link (no space needed) until
-    :meth:`done`; :meth:`rollback` puts every final name back as it was, removes the folders
-    this run created (when empty) and every temp. Failures while undoing are collected, so one
-    bad step does not stop the others."""
+    """Everything one publish makes, so a failure anywhere undoes exactly that (what a final
+    name held is kept as a hard link until :meth:`done`)."""
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
@@ -39,9 +34,7 @@ class Transaction:
         return path
 
     def install(self, temp: Path, final: Path, step: str) -> None:
-        """Rename ``temp`` over ``final``, keeping the old one to undo. A file never replaces
-        a link, a device or another user's file (:func:`refuse_replacing`); a link (``latest``)
-        replaces the link the publisher checked is there."""
+        """Rename ``temp`` over ``final``, keeping the old one to undo."""
         before_commit(step)
         if not temp.is_symlink():
             refuse_replacing(final)

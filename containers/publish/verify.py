@@ -1,9 +1,7 @@
 """``invoke verify``: check a publish folder as a user would trust it.
 
-Every image's bytes against the catalogue and its ``.sha256`` file, each signature against the
-key the catalogue names (in a throwaway keyring), the folder against the catalogue, and nothing
-world-writable. Leftovers of an interrupted publish are noted, not failed; a link inside the
-folder (other than ``latest`` and ``default``) is refused before any check, naming it.
+Checksums, signatures (in a throwaway keyring), the folder against the catalogue, nothing
+world-writable; an interrupted publish's leftovers are noted, not failed.
 """
 
 from __future__ import annotations
@@ -60,8 +58,7 @@ def snapshot(dest: Path) -> dict[str, cat.TargetFolder]:
 
 
 def _link_state(path: Path) -> tuple[str | None, str | None]:
-    """(where the link ``path`` points, None) or, when it is no link, (None, what it is in words
-    for a problem line: ``is missing``, ``is a folder, not a link``)."""
+    """(where the link ``path`` points, None), or (None, what it is instead, in words)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -72,8 +69,7 @@ def _link_state(path: Path) -> tuple[str | None, str | None]:
 
 
 def _checksum_of(sums: Path) -> tuple[str, str] | None:
-    """(sha256, file name) of a ``.sha256`` file, or None when it is not one such line (too
-    long, not a regular file, not UTF-8 or not the format)."""
+    """(sha256, file name) of a ``.sha256`` file, or None when it is not one such line."""
     try:
         return cat.parse_checksum_line(read_regular(sums, limit=4096).decode("utf-8"))
     except (FileRefused, OSError, UnicodeDecodeError):
@@ -82,9 +78,7 @@ def _checksum_of(sums: Path) -> tuple[str, str] | None:
 
 def check_entry(dest: Path, entry: CatalogueEntry, runtime: Callable[[], Runtime], *,
                 show_progress: bool = True) -> tuple[list[str], str]:
-    """Problems with one published version (checksum, checksum file, signature); its
-    signature cell for the table ("-" when the image is missing, "unsigned", "FAILED" or the
-    key's last 16 hex digits)."""
+    """Problems with one published version, and its signature cell for the table."""
     path = dest / entry.file
     if not path.is_file():
         return [], "-"  # reported by the consistency check
@@ -137,11 +131,7 @@ def _document(dest: Path, images: list[dict], problems: list[str],
 def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | None = None,
            as_json: bool = False, say: Say = say_line) -> list[tuple]:
     """Check every published image and the catalogue; :class:`VerdictFailed` naming each
-    problem. ``runtime`` is asked for only when a signature is to be checked, so an unsigned
-    folder verifies on a machine without Apptainer. ``as_json``: print one JSON document
-    instead of the table and lines (``{dest, ok, images: [{target, version, path, latest,
-    size_bytes, sha256, sha256_ok, signature, key_fingerprint, module_ok, checks, published,
-    problems}], problems, leftovers}``), with the same errors and exit status."""
+    problem. ``runtime`` is asked for only to check a signature."""
     if not dest:
         raise UsageError("give the folder that invoke publish wrote", flag="--dest")
     if target is not None and name_problem("target", target):
@@ -194,8 +184,7 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
 
 
 def _load(dest: Path, target: str | None) -> tuple[dict, dict[str, cat.TargetFolder]]:
-    """The catalogue and the folder's snapshot (limited to ``target``); what makes the folder
-    unverifiable is a :class:`VerdictFailed`."""
+    """The catalogue and the folder's snapshot; :class:`VerdictFailed` when unverifiable."""
     path = dest / cat.CATALOGUE_NAME
     if not path.is_file():
         raise VerdictFailed(f"{path}: no catalogue (nothing was published to {dest})")

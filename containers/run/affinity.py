@@ -1,9 +1,7 @@
 """Which cores each local rank of a node runs on, from a site profile's CPU masks.
 
-With one torchrun per node Slurm cannot bind each rank to the cores next to its GPU (LUMI's
-``--cpu-bind=mask_cpu``): it starts one task. So the map goes to the workloads as
-``--rank-cores`` (local ranks separated by ``:``, each a Linux cpulist such as ``49-55``) and each
-rank pins itself before it touches its GPU, reading it with ``jobs/choices.py``'s helpers.
+With one torchrun per node Slurm cannot bind each rank to the cores next to its GPU, so the map
+goes to the workloads as ``--rank-cores`` and each rank pins itself before it touches its GPU.
 """
 
 from __future__ import annotations

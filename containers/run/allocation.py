@@ -1,10 +1,7 @@
 """Running across the nodes of the Slurm allocation we are in (``invoke smoke --nodes M``).
 
-Inside ``sbatch`` or ``salloc`` the allocation is in the environment (``SLURM_JOB_ID``,
-``SLURM_JOB_NUM_NODES``, ``SLURM_JOB_NODELIST``). A run across M of its nodes is one ``srun`` task
-per node, each running ``<runtime> exec … torchrun`` with a c10d rendezvous that
-:class:`~containers.run.rendezvous.SlurmRendezvous` finds here on the host (there are no Slurm
-tools inside the containers), exactly as a batch script's lines find it in the shell.
+One ``srun`` task per node, each a torchrun meeting at the rendezvous found here on the host (no
+Slurm tools run inside the containers), as a batch script's lines find it.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ SLURM = RENDEZVOUS["slurm"]
 
 @dataclass(frozen=True)
 class Allocation:
-    """The Slurm allocation this process runs in, as its environment names it: what a run inside
-    ``salloc``/``sbatch`` spans by default (``cpus_on_node``: None where Slurm does not say)."""
+    """The Slurm allocation this process runs in, as its environment names it."""
 
     job_id: str
     nodes: int
@@ -67,8 +63,7 @@ def check_nodes(nodes: int, allocation: Allocation | None) -> None:
 
 
 def placement(allocation: Allocation, nodes: int, *, query: Query = capture) -> Placement:
-    """One torchrun per node of the allocation (the placement's launcher), started by srun,
-    meeting at the first node."""
+    """One torchrun per node of the allocation, started by srun, meeting at the first node."""
     rendezvous = SLURM.resolve(allocation.job_id, allocation.nodelist, query=query)
     return Placement(nodes=nodes, rendezvous=rendezvous, cpus_per_task=allocation.cpus_on_node)
 
@@ -76,10 +71,7 @@ def placement(allocation: Allocation, nodes: int, *, query: Query = capture) -> 
 def across_nodes(nodes: int, *, dry_run: bool = False,
                  environ: Mapping[str, str] | None = None,
                  scheduler: str = "slurm") -> Placement | None:
-    """``--nodes M``: one torchrun per node of the Slurm allocation we are in, through srun
-    (None: this node only). A dry run outside an allocation shows the variables it would use,
-    set by the lines :func:`shown_lines` prints before the launch, in a job of the site's
-    ``scheduler`` (PBS: started by mpiexec, meeting at the node file's first node)."""
+    """``--nodes M``: one torchrun per node of the allocation we are in (None: here)."""
     environ = os.environ if environ is None else environ
     found = current_allocation(environ)
     if dry_run and found is None and nodes > 1:
@@ -93,9 +85,7 @@ def across_nodes(nodes: int, *, dry_run: bool = False,
 
 
 def shown_lines(placement: Placement | None) -> list[str]:
-    """What a dry run across nodes planned outside an allocation prints before its launch: the
-    lines a batch script runs to set what its rendezvous names (:meth:`SchedulerRendezvous.shell`),
-    so the printed launch runs as shown inside the job; none for any other run."""
+    """The rendezvous lines a dry run across nodes outside an allocation prints first."""
     for rendezvous in RENDEZVOUS.values():
         if placement is not None and placement.rendezvous == rendezvous.at_job_time(deferred):
             return rendezvous.shell()

@@ -1,9 +1,7 @@
 """A user's own command through the site's launch path (``invoke run``/``invoke shell``).
 
-The command is planned as a workload of kind ``run``: the same GPU flag, binds, environment,
-transport variables and launcher a smoke run gets, so ``init_process_group()`` just works; torchrun
-starts it with ``--no-python``. On GPU sites a device gate (``jobs/gate.py``) runs first: a rank
-that would find no GPU of the site's kind fails the run in one line before the command starts.
+Planned as a workload of kind ``run`` (what a smoke run gets, so ``init_process_group()`` just
+works); on GPU sites a device gate runs first and fails in one line before the command starts.
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Run
                  launcher: bool = True, placement: Placement | None = None,
                  environ: Mapping[str, str] | None = None, strict: bool = True,
                  gate: bool = True) -> CommandRun:
-    """``ranks`` per node; ``launcher`` False: one process, the command as it is. ``gate``
-    False: no device gate (it is a Python program, and the image has no Python)."""
+    """``ranks`` per node; without ``launcher`` one process; ``gate`` False: no gate."""
     words = check_command(command)
     if not launcher and placement is not None:
         raise UsageError("--no-launcher runs one process on this node; leave out --nodes",
@@ -62,9 +59,7 @@ def plan_command(target: Target, site: Site, *, settings: Settings, runtime: Run
 
 
 def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
-    """The device gate's argv (one process per node, started by the run's launcher as its job
-    steps are: :meth:`~containers.run.launchers.Launcher.node_step`; with the run's flags, binds
-    and environment), or None where the site has no GPUs to check."""
+    """The device gate's argv (one process per node), or None where there are no GPUs."""
     site, launch = workload.site, workload.launch
     if site.gpus.kind == Gpu.NONE:
         return None
@@ -82,8 +77,7 @@ INTERACTIVE = ("/bin/bash", "--norc", "-i")
 def shell_argv(target: Target, site: Site, *, settings: Settings, runtime: Runtime,
                command: Sequence[str], run_id: str,
                environ: Mapping[str, str] | None = None) -> list[str]:
-    """``invoke shell``: the image with the site's flags, binds and environment, running
-    ``command`` (an interactive shell when it is empty)."""
+    """``invoke shell``: ``command`` (else a shell) in the image, with the site's flags."""
     words = tuple(command) or INTERACTIVE
     planned = plan_workload(target, site, settings=settings, runtime=runtime, kind=KIND,
                             ranks=1, timeout=0, run_id=run_id, environ=environ,

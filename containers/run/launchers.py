@@ -1,9 +1,7 @@
 """The launchers: how the ranks of a planned workload start, as argv. One registry for all runs.
 
-A launcher takes a planned run's ingredients (:class:`Launch`) and returns one argv, for one node,
-an allocation or a batch script alike, and the prefix of a batch step of one process per node
-(:meth:`node_step`). A site profile's ``launcher`` names one (:func:`for_site` checks it); one
-may stand for another on its schedulers. docs/launchers.md has them side by side.
+A launcher turns a planned run's :class:`Launch` into one argv, for one node, an allocation or a
+batch script alike; docs/launchers.md has them side by side.
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ if TYPE_CHECKING:  # LAUNCHERS is a flag's choices when the command line starts 
 
 @dataclass(frozen=True)
 class Launch:
-    """What a launcher needs of a planned run. ``step``: start the ranks as a job step of the
-    scheduler (srun, mpiexec), as batch scripts and ``--nodes`` runs do; otherwise right here."""
+    """What a launcher needs of a planned run (``step``: as a job step of the scheduler)."""
 
     runtime: Runtime
     image: Path
@@ -66,8 +63,7 @@ class Shape:
 
 
 def cores_for(site: Site, gpus: int) -> int | None:
-    """The CPUs, as the scheduler counts them (hardware threads), that go with ``gpus`` of a
-    node's GPUs (all of them on CPU sites)."""
+    """The CPUs (hardware threads) that go with ``gpus`` of a node's GPUs."""
     if not site.cpus_per_node:
         return None
     if not site.gpus.per_node:
@@ -76,8 +72,7 @@ def cores_for(site: Site, gpus: int) -> int | None:
 
 
 def torchrun_argv(launch: Launch) -> list[str]:
-    """torchrun in the container: ``--standalone`` (a free port on localhost) without a
-    rendezvous, else every node's agent joins the c10d rendezvous."""
+    """torchrun in the container: ``--standalone`` without a rendezvous, else c10d."""
     if launch.rendezvous is None:
         if launch.nodes > 1:
             raise ValueError("a run across nodes needs a rendezvous")  # a bug, not user input
@@ -102,9 +97,7 @@ def srun(nodes: int, tasks_per_node: int, cpus_per_task: int | None, *more: str)
 
 
 class Launcher:
-    """Starts the ranks of a run: :meth:`shape` sizes a job, :meth:`argv` is the command, and
-    :meth:`node_step` the prefix of a job step of one process per node (a batch job's device
-    gate). Nothing else writes a job step's prefix, so every step of a job starts the site's way."""
+    """Starts a run's ranks, and writes every other job step's prefix (:meth:`node_step`)."""
 
     name = ""
     schedulers: tuple[str, ...] = ()
@@ -145,8 +138,7 @@ class Torchrun(Launcher):
 
 
 class MpiexecTorchrun(Torchrun):
-    """PBS Pro with Cray PALS (Derecho): mpiexec one process per node, each running torchrun;
-    the site's ``job.step_options`` follow (its CPU binding)."""
+    """PBS Pro with Cray PALS: mpiexec one torchrun per node, the site's step options."""
 
     name = "mpiexec-torchrun"
     schedulers = ("pbs",)
@@ -202,8 +194,7 @@ def named(name: str, *, flag: str = "--launcher") -> Launcher:
 
 
 def for_site(site: Site, override: str | None = None) -> Launcher:
-    """The site's launcher (its profile's ``launcher``), or the one ``--launcher`` names, checked
-    against the site's scheduler."""
+    """The site's launcher, or ``--launcher``'s, checked against the site's scheduler."""
     if override is not None:
         launcher = named(override)
     elif site.launcher in LAUNCHERS:

@@ -1,10 +1,7 @@
 """How many nodes and ranks per node a run spans: the one check of those counts against a site.
 
-That a count is at least 1 is the request's own check (:data:`flags.POSITIVE_INT`, in the options
-and request objects as they are made); what the site allows is checked once, where the run is planned
-(:func:`check_ranks`). Interactive runs (``invoke smoke --gpus N [--nodes M]``) and batch jobs
-(``invoke job --gpus-per-node N --nodes M``) name the counts with different flags; ``flag`` carries
-which, so the message names what the user typed.
+That a count is at least 1 is the request's own check; what the site allows is checked here
+once, naming the flag the user typed (``--gpus``, ``--gpus-per-node``).
 """
 
 from __future__ import annotations
@@ -14,8 +11,7 @@ from containers.inputs.sites import Gpu, Site
 
 
 def check_ranks(site: Site, ranks: int, *, nodes: int = 1, flag: str = "--gpus") -> None:
-    """Ranks per node within what a node has (GPU sites), and the GPUs of the whole run within
-    the site's per-job limit; the message names the profile line that sets the limit."""
+    """Ranks per node and GPUs per job within the site's limits, naming the line."""
     if site.gpus.kind == Gpu.NONE:
         return
     if site.gpus.per_node and ranks > site.gpus.per_node:

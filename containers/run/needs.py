@@ -1,9 +1,7 @@
 """What a run needs from its image (Python, torch), judged before anything starts.
 
-Without it a run on an image without Python fails inside the container, rank by rank, with an
-exec error that does not say why. The evidence, in order: the build record (``"python": null``,
-its pip freeze), then the target's env spec. Missing evidence is no refusal: an old record says
-nothing, and the run itself says what it lacks (docs/your-own-inputs.md).
+Else a run on an image without Python fails rank by rank with an exec error that does not say
+why. The evidence: the build record, then the env spec; missing evidence is no refusal.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class ImageLacks(UsageError):
-    """The image has no Python, or no torch, for what was asked of it: one line naming the
-    image, the evidence and the need; nothing was started."""
+    """The image lacks what was asked of it: one line naming image, evidence and need."""
 
     @classmethod
     def of(cls, lacks: str, *, need: str, doing: str, hint: str = "") -> ImageLacks:
@@ -45,8 +42,7 @@ def _freeze_names(freeze: list[str] | None) -> set[str] | None:
 
 
 def lacking(record: BuildRecord | dict, need: str, target: Target | None = None) -> str | None:
-    """Why the image lacks ``need`` (``python`` or ``torch``), as evidence says it, or None
-    when it has it or nothing says. ``target``: its env spec is evidence of torch too."""
+    """Why the image lacks ``need`` as evidence says it, or None."""
     record = BuildRecord.of(record)
     if "python" in record.model_fields_set and record.python is None:
         return "has no Python 3 (its build record says so)"
@@ -63,17 +59,14 @@ def lacking(record: BuildRecord | dict, need: str, target: Target | None = None)
 
 
 def refuse_lacking(record: BuildRecord | dict, *, image: Path | str, need: str, doing: str) -> None:
-    """Raise :class:`ImageLacks` (``images/x.sif has no Python (its build record says so):
-    invoke inspect needs python``) when ``image``'s record says it lacks ``need``."""
+    """Raise :class:`ImageLacks` when ``image``'s record says it lacks ``need``."""
     reason = lacking(record, need)
     if reason:
         raise ImageLacks.of(f"{os.path.relpath(image)} {reason}", need=need, doing=doing)
 
 
 def image_lacking(target: Target, settings: Settings, need: str) -> str | None:
-    """``images/x.sif has no Python (its build record says so)`` when ``target``'s built image
-    lacks ``need``; None when it has it, nothing says, or it is not built (the run's own
-    message says so)."""
+    """``images/x.sif has no Python (...)`` when its record says it lacks ``need``."""
     image = settings.image_path(target.name)
     if not image.is_file():
         return None
@@ -89,9 +82,7 @@ def check_image(target: Target, settings: Settings, *, need: str, doing: str,
 
 
 def command_need(workload: Workload) -> str | None:
-    """What the launcher of a user's command needs in the image: torchrun is torch's; a rank
-    that pins its cores first runs ``jobs/pinned.py`` with Python; a launcher that starts the
-    command itself (srun per GPU) needs nothing."""
+    """What the launcher of a user's command needs in the image (torch, Python), or None."""
     if isinstance(workload.launcher, Torchrun):
         return TORCH
     return PYTHON if workload.script == "python3" else None

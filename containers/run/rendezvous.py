@@ -1,9 +1,7 @@
 """Where the ranks of a multi-node run meet: the first node of the job and a port from the job id.
 
-One class per scheduler answers twice from the same constants: :meth:`resolve` in Python
-(``invoke smoke --nodes M`` in an allocation) and :meth:`shell` as a batch script's lines (no
-scheduler tools run inside the containers); tests require both to agree. The port is
-``PORT_BASE + job number % PORT_SPAN``, so two jobs sharing a node do not collide."""
+One class per scheduler answers twice from the same constants, in Python (:meth:`resolve`) and
+as a batch script's lines (:meth:`shell`); tests require both to agree."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ Query = Callable[[list[str]], str]
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """``host:port`` on the first node and the run's id; in a batch script, all three are
-    references to the job's shell variables."""
+    """``host:port`` on the first node and the run's id (in a script: shell references)."""
 
     host: str
     port: str
@@ -104,8 +101,7 @@ class SlurmRendezvous(SchedulerRendezvous):
 
 
 class PbsRendezvous(SchedulerRendezvous):
-    """PBS Pro: the first line of the node file; the port from the job number (``0081234`` of
-    ``0081234.desched1``, read as decimal)."""
+    """PBS Pro: the node file's first line; the port from the job number, read as decimal."""
 
     scheduler = "pbs"
     job_id_var = "PBS_JOBID"

@@ -1,10 +1,6 @@
-"""Running a torch.distributed workload inside an image, on this node or across the nodes of a
-job (a :class:`Placement`): the shared launch path.
-
-``invoke smoke``, ``invoke train`` and batch scripts all plan here: the exact ``<runtime> exec …
-torchrun …`` argv from a launcher, a log of the run, the per-rank ``rank-<N>.json`` completion
-files, torchrun's first failed rank, and a timeout that stops every process of the run.
-"""
+"""Running a torch.distributed workload inside an image, here or across a job's nodes: the
+launch path ``invoke smoke``, ``train`` and batch scripts share (argv, run log, per-rank
+completion files, torchrun's first failed rank, a timeout that stops every process)."""
 
 from __future__ import annotations
 
@@ -44,10 +40,7 @@ TRANSPORT_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 @dataclass(frozen=True)
 class Placement:
-    """Where and how the ranks start, when not just here with torchrun: ``nodes`` nodes meeting
-    at ``rendezvous``, started by ``launcher`` as a job step (srun, mpiexec) with
-    ``cpus_per_task`` cores each. ``ranks_flag`` names the flag that sized the ranks per node,
-    for messages (``invoke job`` says ``--gpus-per-node``)."""
+    """Where and how the ranks start when not just here with torchrun."""
 
     nodes: int
     rendezvous: Rendezvous | None
@@ -58,8 +51,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class Workload:
-    """A planned run: the argv, its ranks (per node times nodes), its timeout and where its results
-    land; ``launch`` is what went into ``argv`` and ``launcher`` what made it."""
+    """A planned run; ``ranks`` counts every node's, ``launch`` is what made ``argv``."""
 
     target: Target
     site: Site
@@ -128,8 +120,7 @@ class Outcome:
 
 def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict: bool,
                   extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The site's environment for the container, host variables expanded; on GPU sites the ranks
-    see the first ``ranks`` devices unless the allocation already says which (partial nodes)."""
+    """The site's environment for the container, host variables expanded."""
     env = {key: expand(value, environ, strict=strict) for key, value in site.env.items()}
     visible = site.gpus.kind.visible_devices
     if visible and visible not in environ and visible not in env:
@@ -138,9 +129,7 @@ def container_env(site: Site, *, ranks: int, environ: Mapping[str, str], strict:
 
 
 def transport_env(site: Site, nodes: int) -> dict[str, str]:
-    """Where the site declares its network transport: ``NCCL_NET`` naming the plugin's network,
-    so NCCL/RCCL stop at start-up instead of falling back to TCP sockets, and the debug output
-    that names the network the run used (the transport's proof, read from the log)."""
+    """``NCCL_NET`` where a transport is declared, and the debug lines that prove it."""
     if not site.transport.applies(nodes):
         return {}
     return {**TRANSPORT_DEBUG_ENV, **({"NCCL_NET": site.transport.net} if site.transport.net
@@ -148,11 +137,7 @@ def transport_env(site: Site, nodes: int) -> dict[str, str]:
 
 
 def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
-    """What every workload is told about its devices: the GPU kind the site promises (the
-    workload refuses to run without one) and the backend, explicitly (nccl, which is RCCL on
-    ROCm, on GPU sites; gloo on CPU sites), never an automatic fallback; and, where the site maps
-    each GPU to its cores and the run fills the node, the cores each local rank pins itself to
-    (a launcher that binds tasks itself, srun per GPU, needs no map)."""
+    """The GPU kind and backend, explicitly, and where mapped the cores each rank pins."""
     args = ["--expect-gpu", site.gpus.kind,
             "--backend", "nccl" if site.gpus.kind != Gpu.NONE else "gloo"]
     cores = pinned_cores(site, ranks=ranks, launcher=launcher)
@@ -162,16 +147,13 @@ def device_args(site: Site, *, ranks: int, launcher: Launcher) -> list[str]:
 
 
 def teardown_args(target: Target, *, placement: Placement | None, host: str) -> list[str]:
-    """``--no-teardown`` where this machine runs the ranks under qemu-user (an image of another
-    architecture than ``host``'s, started here rather than on a scheduler's nodes): there a rank
-    joining gloo's worker threads in ``destroy_process_group`` deadlocked in about one run in
-    ten, after its results were written, and the run timed out (qemu 7.2, Debian 12)."""
+    """``--no-teardown`` where the ranks run here under qemu-user: a rank joining gloo's threads
+    in ``destroy_process_group`` deadlocked there one run in ten (qemu 7.2, Debian 12)."""
     return ["--no-teardown"] if placement is None and target.arch != host else []
 
 
 def pinned_cores(site: Site, *, ranks: int, launcher: Launcher) -> list[frozenset[int]]:
-    """The cores of each local rank the workload pins, or [] when it does not pin: the masks
-    describe a whole node, so only a run with one rank per mask uses them."""
+    """The cores of each local rank, where a run fills the node a site's masks describe."""
     if launcher.binds_cores or not site.cpu_bind or ranks != len(site.cpu_bind):
         return []
     return affinity.rank_cores(site.cpu_bind, ranks)
@@ -184,18 +166,10 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
                   environ: Mapping[str, str] | None = None, strict: bool = True,
                   placement: Placement | None = None,
                   command: Sequence[str] | None = None, host: str | None = None) -> Workload:
-    """``kind`` names the results folder: ``results/<kind>/<target>-<run_id>``.
-
-    ``command`` (``invoke run -- CMD``): the ranks run this program as given, with its own
-    arguments only (``script`` and ``args`` unused; the launcher starts it without Python).
-
-    ``environ`` is the host environment site values are expanded from; ``strict`` (a real run)
-    refuses a value whose variable is unset, a dry run shows it as written. ``host``: this
-    machine's architecture (read from it when not given). ``ranks`` is per
-    node; with a ``placement`` the ranks start as a job step of its launcher, across its nodes
-    (the site's multi-node binds and environment), and the results folder must be on a shared
-    file system. Without one: torchrun on this node.
-    """
+    """Results go to ``results/<kind>/<target>-<run_id>``; ``ranks`` is per node. ``command``
+    (``invoke run``) replaces ``script`` and ``args``. ``strict`` (a real run) refuses a site
+    value whose host variable is unset; a dry run shows it as written. Without a ``placement``,
+    torchrun on this node; with one, a job step across its nodes (results on a shared folder)."""
     place = placement or Placement(nodes=1, rendezvous=None)  # torchrun, on this node
     nodes = place.nodes
     check_ranks(site, ranks, nodes=nodes, flag=place.ranks_flag)
@@ -252,13 +226,6 @@ def first_failure(lines: Sequence[str]) -> tuple[int, int] | None:
     return None
 
 
-def _rank_records(out_dir: Path, prefix: str) -> list[dict]:
-    """The ranks' ``<prefix>-<RANK>.json`` objects (unreadable ones are left out, so they count
-    as missing)."""
-    found = (read_json_object(path) for path in out_dir.glob(f"{prefix}-*.json"))
-    return [record for record in found if record is not None]
-
-
 def unfinished_ranks(out_dir: Path, ranks: int) -> list[int]:
     """The ranks whose own ``rank-<N>.json`` does not say they finished."""
     found = {rank: read_json_object(out_dir / f"rank-{rank}.json") or {} for rank in range(ranks)}
@@ -268,14 +235,15 @@ def unfinished_ranks(out_dir: Path, ranks: int) -> list[int]:
 
 
 def read_device_reports(out_dir: Path) -> tuple[dict, ...]:
-    return tuple(sorted((r for r in _rank_records(out_dir, "device")
-                         if isinstance(r.get("rank"), int)), key=lambda r: r["rank"]))
+    """The ranks' ``device-<RANK>.json``, in rank order (an unreadable one counts as missing)."""
+    found = (read_json_object(path) or {} for path in out_dir.glob("device-*.json"))
+    return tuple(sorted((r for r in found if isinstance(r.get("rank"), int)),
+                        key=lambda r: r["rank"]))
 
 
 @dataclass(frozen=True)
 class Logged:
-    """What the steps of a run left: each step that ran (the last one failed, or all passed),
-    every line of their output, and the seconds they took together."""
+    """The steps that ran (the last one failed, or all passed), their output and seconds."""
 
     steps: tuple[Completed, ...]
     lines: tuple[str, ...]
@@ -288,12 +256,7 @@ class Logged:
 
 def run_logged(steps: Sequence[tuple[Sequence[str], float | None]], *, out_dir: Path,
                say: Say) -> Logged:
-    """Run each ``(argv, timeout)`` in turn, every line of output streamed to ``say`` and kept
-    in ``out_dir/run.log``, until one fails (a failed device gate: the command never starts).
-
-    The one run-and-log path: ``invoke smoke``/``train`` (:func:`run_workload`) and ``invoke
-    run`` (gate, then the user's command) both run here; a timed-out step's processes are all
-    stopped (:func:`containers.host.process.run`)."""
+    """Run each ``(argv, timeout)`` until one fails, the output to ``say`` and run.log."""
     with on_disk("create the results folder", out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
         log = io.TextIOWrapper(create_replacing(out_dir / "run.log"), encoding="utf-8")
@@ -326,9 +289,7 @@ def run_workload(workload: Workload, *, say: Say) -> Outcome:
 
 def collect(workload: Workload, *, returncode: int, timed_out: bool, lines: Sequence[str],
             seconds: float) -> Outcome:
-    """What a finished run left in its results folder, read back: the report (an unreadable one
-    counts as none), the ranks that did not finish, torchrun's first failure in ``lines``, the
-    device reports. Judging a batch run (which ran without this tool watching) starts here."""
+    """What a finished run left in its results folder; judging a batch run starts here too."""
     report = read_json_object(workload.out_dir / workload.report_name)
     missing = unfinished_ranks(workload.out_dir, workload.ranks)
     return Outcome(returncode=returncode, timed_out=timed_out, missing_ranks=missing,

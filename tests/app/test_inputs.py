@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from containers.app.inputs import TARGET_COLUMNS, check_inputs, list_targets, targets_report
+from containers.app.inputs import TARGET_COLUMNS, check_inputs, list_targets, show, target_listing
 from containers.app.project import Project
 from containers.errors import ContainersError
 from tests.fixtures.disks import plant_in_place
@@ -21,7 +21,7 @@ from tests.fixtures.disks import plant_in_place
 
 def _rows(project) -> dict[str, dict]:
     lines: list[str] = []
-    targets_report(project, as_json=True, say=lines.append)
+    show(target_listing(project), as_json=True, say=lines.append)
     return {row["target"]: row for row in json.loads(lines[0])}
 
 

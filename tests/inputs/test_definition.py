@@ -167,7 +167,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "definitions"
 
 def test_repeated_sections_are_appended_as_apptainer_does() -> None:
     """HPC Container Maker writes one %post and one %environment per building block: Apptainer
-    appends each to the first, and merges %files sections with the same arguments."""
+    appends each to the first."""
     path = FIXTURES / "hpccm-style.def"
     definition = read_definition(path)
     definition.validate()
@@ -180,8 +180,6 @@ def test_repeated_sections_are_appended_as_apptainer_does() -> None:
                          "    echo second-block >> /opt/blocks\n\n")
     assert "TOOL_A" in runtime.section("environment").body
     assert "TOOL_B" in runtime.section("environment").body
-    [(args, sections)] = runtime.files_groups()
-    assert args == "from devel" and [s.line for s in sections] == [26, 32]
     assert host_path_uses(definition) == []
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from containers.app.inputs import check_inputs, targets_report
+from containers.app.inputs import check_inputs, show, target_listing
 from containers.app.project import Project
 from containers.errors import ConfigError, Problems, UsageError
 from containers.image.identity import CONTEXT_ARGS, PROVENANCE_ARGS
@@ -178,8 +178,8 @@ def test_check_json_document(factory_project) -> None:
 def test_targets_json_has_the_table_columns(factory_project, tmp_path: Path) -> None:
     root = factory_project()
     printed: list[str] = []
-    targets_report(Project.load(root, {"images_dir": str(tmp_path / "images")}), as_json=True,
-                   say=printed.append)
+    project = Project.load(root, {"images_dir": str(tmp_path / "images")})
+    show(target_listing(project), as_json=True, say=printed.append)
     rows = json.loads("".join(printed))
     assert [row["target"] for row in rows] == sorted(p.stem for p in (root / "recipes")
                                                     .glob("*.yaml"))
@@ -291,7 +291,7 @@ def test_one_bad_manifest_stops_only_what_needs_it(factory_project) -> None:
                                           "usable: .*broken.yaml:3: arch"):
         project.target("onbroken")
     lines: list[str] = []
-    targets_report(project, as_json=True, say=lines.append)
+    show(target_listing(project), as_json=True, say=lines.append)
     rows = {row["target"]: row for row in json.loads(lines[0])}
     assert rows["cpu"]["state"] in ("not built", "built", "stale", "built (no record)")
     assert rows["broken"]["state"].startswith("invalid: ") and "arch" in rows["broken"]["state"]
