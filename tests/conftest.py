@@ -2,6 +2,10 @@
 ``data`` (plain data), ``images`` (the real CPU image, built once per session), ``slurm`` (a real
 two-node Slurm cluster on this machine). See ``tests/README.md``."""
 
+import os
+import shutil
+import tempfile
+
 import pytest
 
 pytest_plugins = ["tests.fixtures.data", "tests.fixtures.images", "tests.fixtures.slurm",
@@ -13,33 +17,75 @@ pytest_plugins = ["tests.fixtures.data", "tests.fixtures.images", "tests.fixture
 LONG_TIER = "cuda_images"
 
 
-#: Test files that share one thing of this machine (a Slurm cluster's daemons, network
-#: namespaces by name): under ``pytest -n`` (setup.sh test) each group runs in one worker.
+#: Test files that share one thing of this machine (a Slurm cluster's daemons and job ids, network
+#: namespaces by name, the emulated image's build): under ``pytest -n`` (setup.sh test) each
+#: group runs in one worker. By file, since the scheduler sees only test ids: pytest-xdist's own
+#: ``xdist_group`` marks are lost on pytest 9.2 (pytest-xdist issue 1386), which ran two session
+#: Slurm clusters whose jobs of the same id met at the same rendezvous port.
 SHARED = {"slurm": ("tests/host/test_slurmcluster.py", "tests/app/test_localslurm.py",
-                    "tests/test_docs_examples.py"),
-          "netns": ("tests/run/test_netns_image.py",)}
+                    "tests/app/test_running.py", "tests/batch/test_slurm_jobs.py",
+                    "tests/batch/test_slurm_partitions.py", "tests/batch/test_slurm_run_jobs.py",
+                    "tests/batch/test_slurm_smoke_ops.py", "tests/test_docs_examples.py"),
+          "netns": ("tests/run/test_netns_image.py",),
+          "arm64": ("tests/prove/test_arm64_image.py",)}
+GROUP_OF = {path: group for group, files in SHARED.items() for path in files}
 
 
-def _group(item) -> str | None:
+def group_of(nodeid: str) -> str | None:
+    return GROUP_OF.get(nodeid.split("::")[0])
+
+
+def _shares(item) -> str | None:
+    """What the test shares, by its mark or fixture: its file must be in that group."""
     if item.get_closest_marker("slurm"):
         return "slurm"
-    if "cpu_arm64_image" in getattr(item, "fixturenames", ()):
-        return "arm64"
-    path = item.nodeid.split("::")[0]
-    return next((group for group, files in SHARED.items() if path in files), None)
+    return "arm64" if "cpu_arm64_image" in getattr(item, "fixturenames", ()) else None
+
+
+def pytest_configure(config) -> None:
+    """One bytecode cache for the session's Pythons (the workers' too): the images hold no
+    ``__pycache__`` and are read-only, so each process in them compiled torch's modules again
+    (about 1.6 s of CPU natively, 8 s under qemu, per process); ``/tmp`` is bound in them. The
+    cache changes no behaviour; ``PYTHONDONTWRITEBYTECODE`` would turn it off."""
+    if hasattr(config, "workerinput") or "PYTHONPYCACHEPREFIX" in os.environ:
+        return
+    config.pycache = tempfile.mkdtemp(prefix="pytest-pycache-", dir="/tmp")
+    os.environ["PYTHONPYCACHEPREFIX"] = config.pycache
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+def pytest_unconfigure(config) -> None:
+    if getattr(config, "pycache", None):
+        shutil.rmtree(config.pycache, ignore_errors=True)
+        os.environ.pop("PYTHONPYCACHEPREFIX", None)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The long tier out unless named; shared things grouped; the emulated image's tests last,
-    so its build (begun in the background as the session starts) has the longest to run."""
-    for item in items:
-        group = _group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: _group(item) == "arm64")
+    """The long tier out unless named; a test sharing something outside its group refused; the
+    emulated image's tests last, so its build (begun in the background as the session starts)
+    has the longest to run."""
+    strays = [item.nodeid for item in items if _shares(item) not in (None, group_of(item.nodeid))]
+    if strays:
+        raise pytest.UsageError(f"tests/conftest.py SHARED lacks the files of {strays}")
+    items.sort(key=lambda item: group_of(item.nodeid) == "arm64")
     if LONG_TIER in (config.getoption("markexpr") or ""):
         return
     long_tier = [item for item in items if item.get_closest_marker(LONG_TIER)]
     if long_tier:
         config.hook.pytest_deselected(items=long_tier)
         items[:] = [item for item in items if not item.get_closest_marker(LONG_TIER)]
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: a :data:`SHARED` group's tests go to one worker, the others one by
+    one to whichever worker is free."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or nodeid
+
+    return ByGroup(config, log)

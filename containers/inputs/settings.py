@@ -76,6 +76,9 @@ class SettingsFile(Declared):
                              "purpose: the group's name (empty: the cache is this user's alone)")
     squashfs: Squashfs = "auto"
     squashfs_level: Level = SQUASHFS_DEFAULT_LEVEL
+    keep_roots: Bool = Field(True, description="a full build keeps its root file system (about "
+                             "the image's unpacked size) for a fast rebuild after an env spec "
+                             "change; false: every build is full and keeps none")
     runtime: Runtime = "auto"
     default_target: Annotated[Str, _by_flag(TARGET)] = "cpu"
     jobs_mount: Str = "/opt/containers/jobs"
@@ -124,6 +127,8 @@ class Settings:
     squashfs_level: int = SQUASHFS_DEFAULT_LEVEL
     #: The squashfs compression of a build (``containers.squashfs``, :data:`SQUASHFS_CHOICES`).
     squashfs: str = "auto"
+    #: Whether builds keep and rebuild from root file systems (``containers.keep_roots``).
+    keep_roots: bool = True
     #: The group that shares the package cache (``containers.cache_group``; empty: nobody).
     cache_group: str = ""
 

@@ -12,6 +12,7 @@ import pytest
 from containers.errors import ConfigError, UsageError
 from containers.host.facts import host_arch
 from containers.image.plan import plan_build
+from tests.fixtures import ROOT
 
 #: The module itself: ``containers.app.build`` as an attribute is the command it exports.
 app_build = importlib.import_module("containers.app.build")
@@ -44,6 +45,25 @@ def test_the_dry_run_shows_every_step_and_builds_nothing(data_project) -> None:
         "step 1/2", "step 2/2"]
     assert any(line.startswith("  run    ") and " build " in line for line in lines)
     assert not list(data_project.settings.images_dir.glob("*.sif"))
+
+
+def test_kept_roots_off_plans_builds_that_keep_and_use_none(data_project, tmp_path) -> None:
+    """``containers.keep_roots: false`` (a small quota): the cpu build neither rebuilds from a
+    kept root nor keeps one, and its plan's ``cache`` line says why."""
+    from containers.app.project import Project
+
+    def planned(**settings) -> tuple[object, list[str]]:
+        project = Project.load(ROOT, {**settings, "cache_dir": str(tmp_path / "cache"),
+                                      "images_dir": str(tmp_path / "images")})
+        lines: list[str] = []
+        step = app_build.build(project, target="cpu", dry_run=True, say=lines.append).steps[-1]
+        return step, [line for line in lines if line.startswith("  cache  ")]
+
+    kept, kept_lines = planned()
+    assert kept.kept_root is not None and "kept root file systems (" in kept_lines[-1]
+    off, off_lines = planned(keep_roots=False)
+    assert off.kept_root is None and "kept root file systems (" not in off_lines[-1]
+    assert app_build.KEPT_ROOTS_OFF in off_lines[-1] and off.cache_use.startswith("pip (")
 
 
 def test_a_cotainr_base_image_must_be_here(data_project, data_settings) -> None:

@@ -101,6 +101,7 @@ def test_a_variable_not_of_its_settings_type_is_one_line(name, text, message) ->
 #: A value other than the default for each setting: (the variable's text, the value in a file).
 #: A string setting not named here takes a path; a setting of another type must be named.
 SAMPLES = {"squashfs": ("gzip", "gzip"), "squashfs_level": ("1", 1),
+           "keep_roots": ("no", False),
            "runtime": ("/opt/apptainer/bin/apptainer", "/opt/apptainer/bin/apptainer"),
            "default_target": ("cpu-arm64", "cpu-arm64"), "sign_keyidx": ("2", 2),
            "publish_world_readable": ("false", False), "cache_group": ("root", "root"),
