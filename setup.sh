@@ -72,10 +72,11 @@ case "${1:-env}" in
             apt-get update -qq
             apt-get install -y -qq chromium >/dev/null
         fi
-        # TEST_WORKERS=N: N workers (pytest-xdist); what shares one thing of the machine runs
-        # in one (tests/conftest.py). One process by default (docs/tests.md says why).
-        if [[ -n "${TEST_WORKERS:-}" ]]; then
-            exec python -m pytest -n "$TEST_WORKERS" --dist loadgroup "$@"
+        # Two pytest-xdist workers by default (TEST_WORKERS=N for N, 1 for one process): what
+        # shares one thing of the machine runs in one (tests/conftest.py, docs/tests.md).
+        workers=${TEST_WORKERS:-2}
+        if [[ $workers != 1 ]]; then
+            exec python -m pytest -n "$workers" --dist loadgroup "$@"
         fi
         exec python -m pytest "$@"
         ;;
