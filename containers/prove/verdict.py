@@ -55,8 +55,8 @@ class Result:
     @property
     def nodes(self) -> int:
         """Nodes the run spanned: the placement's, else the distinct host names it saw."""
-        if self.plan.nodes > 1:
-            return self.plan.nodes
+        if self.plan.launch.nodes > 1:
+            return self.plan.launch.nodes
         return self.run_report.nodes
 
     @cached_property
@@ -68,7 +68,7 @@ class Result:
     def transport(self) -> TransportCheck | None:
         """The transport's proof where the site declares one for this many nodes."""
         site = self.plan.site
-        if not site.transport.applies(self.plan.nodes):
+        if not site.transport.applies(self.plan.launch.nodes):
             return None
         proof = check_transport(self.outcome.lines, expect=site.transport.expect or "",
                                 name=site.transport.name or site.transport.expect or "",
@@ -140,12 +140,12 @@ def arch_reasons(result: Result) -> list[str]:
 
 def network_reasons(result: Result) -> list[str]:
     """A multi-node GPU run where no transport is declared is NOT-PROVEN (TCP fallback)."""
-    plan, site = result.plan, result.plan.site
-    if site.gpus.kind == Gpu.NONE or plan.nodes < 2 or site.transport.expect:
+    nodes, site = result.plan.launch.nodes, result.plan.site
+    if site.gpus.kind == Gpu.NONE or nodes < 2 or site.transport.expect:
         return []
     return [f"NOT-PROVEN: site {site.name} declares no transport for multi-node runs "
             f"({site.path.name} has no transport:), so nothing "
-            f"shows that this {plan.nodes}-node run used the site's network and not TCP sockets"]
+            f"shows that this {nodes}-node run used the site's network and not TCP sockets"]
 
 
 def record(result: Result, *, image_record: Mapping) -> dict:
@@ -176,7 +176,7 @@ def record(result: Result, *, image_record: Mapping) -> dict:
         "reasons": list(result.reasons),
         # a transport the job chose instead of the site's (invoke job --transport socket)
         "degraded": plan.site.transport.degraded
-        if plan.site.transport.applies(plan.nodes) else None,
+        if plan.site.transport.applies(plan.launch.nodes) else None,
         "performance": None if performance is None else performance.record(),
         **result.kind.details(result),
         "seconds": round(result.outcome.seconds, 1),
