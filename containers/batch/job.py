@@ -73,10 +73,6 @@ class Job:
     stamp: str = ""
 
     @property
-    def name(self) -> str:
-        return self.resources.name
-
-    @property
     def output_folder(self) -> Path:
         """The folder the job's output goes into, made by ``invoke job`` (schedulers do not)."""
         return self.scheduler.output_folder(self.resources)

@@ -35,10 +35,6 @@ class Result:
     #: Reasons found outside the run's own files (a batch run's results of another image).
     given_reasons: tuple[str, ...] = ()
 
-    @property
-    def report(self) -> dict | None:
-        return self.outcome.report
-
     @cached_property
     def _read(self) -> tuple[RunReport, list[str]]:
         """The report as its run left it (partial when it died midway), or why it is none."""
@@ -73,7 +69,7 @@ class Result:
         proof = check_transport(self.outcome.lines, expect=site.transport.expect or "",
                                 name=site.transport.name or site.transport.expect or "",
                                 net=site.transport.net)
-        if self.report is not None and self.run_report.backend == "nccl":
+        if self.outcome.report is not None and self.run_report.backend == "nccl":
             return proof
         return proof if proof.evidence is not None and not proof.ok else None
 
@@ -105,7 +101,7 @@ def _run_reasons(result: Result) -> list[str]:
                 if line.strip().startswith(f"{kind.script}: error:")][:1]
     # A run that wrote no report because NCCL/RCCL's network stopped it (the plugin NCCL_NET
     # names did not load): the same reason for every kind.
-    proof = result.transport if result.report is None else None
+    proof = result.transport if outcome.report is None else None
     reasons += [proof.message] if proof is not None and not proof.ok else []
     reasons += result._read[1] + kind.failures(result)
     # What the ranks ran on is judged even when the workload stopped early: a rank without its
@@ -113,7 +109,7 @@ def _run_reasons(result: Result) -> list[str]:
     reasons += device_reasons(result) + arch_reasons(result) + network_reasons(result)
     if outcome.returncode != 0 and not outcome.timed_out and not reasons:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
-    if result.report is None:
+    if outcome.report is None:
         return reasons or [f"no {kind.report_name} was written"]
     return reasons + kind.report_reasons(result, settled=bool(reasons))
 
