@@ -144,7 +144,7 @@ class JobPlanner:
         check_transport(site, request.nodes)
         run = job_run(target, site, settings=self.needs.settings, request=request,
                       stamp=self.stamp)
-        record = {"target": target.name, "site": site.name, "workload": request.workload,
+        record = {"target": target.name, "site": site.name, "workload": request.kind.workload,
                   "nodes": request.nodes, "gpus_per_node": gpus, "launcher": run.launcher.name,
                   "partition": frame.partition.name or None,
                   "options": job_options(run.options) if run.options else {},
