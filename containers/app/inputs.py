@@ -148,7 +148,7 @@ def starts_from(target: Target) -> str:
         definition = read_definition(target.definition)
     except (OSError, ContainersError):
         return "?"
-    header = definition.header
+    header = definition.final.header
     source = header.get("from") or header.get("mirrorurl") or ""
     for key, value in {**definition.argument_defaults, **target.build_args}.items():
         source = source.replace("{{ " + key + " }}", value)

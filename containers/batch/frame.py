@@ -62,7 +62,7 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
               environ: Mapping[str, str], stamp: str) -> Frame:
     """The job's name, output, partition, time and account, and where each came from."""
     scheduler = scheduler_of(site)
-    full_name = f"{request.workload}-{target.name}"
+    full_name = f"{request.kind.workload}-{target.name}"
     directive(full_name, "job name")
     name = scheduler.job_name(full_name, site.job.short_names)
     output = scheduler.output_dir(settings.results_dir / "jobs", f"{name}-{stamp}")
@@ -76,7 +76,7 @@ def job_frame(target: Target, site: Site, *, settings: Settings, request: JobReq
         if partition.max_time else ""
     source = (f", account from {account_from}" if account_from else "") + \
         (" (sbatch reads it at submission)" if account_from == "SBATCH_ACCOUNT" else "")
-    comments = [f"invoke job: {request.workload} of image {target.name} on site {site.name} "
+    comments = [f"invoke job: {request.kind.workload} of image {target.name} on site {site.name} "
                 f"(hpc-containers {__version__})"
                 + (f", job name {name} ({full_name})" if name != full_name else ""),
                 f"submit: {scheduler.submit_command} FILE; output: {output} (invoke job made "

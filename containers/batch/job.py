@@ -73,10 +73,6 @@ class Job:
     stamp: str = ""
 
     @property
-    def name(self) -> str:
-        return self.resources.name
-
-    @property
     def output_folder(self) -> Path:
         """The folder the job's output goes into, made by ``invoke job`` (schedulers do not)."""
         return self.scheduler.output_folder(self.resources)
@@ -148,7 +144,7 @@ class JobPlanner:
         check_transport(site, request.nodes)
         run = job_run(target, site, settings=self.needs.settings, request=request,
                       stamp=self.stamp)
-        record = {"target": target.name, "site": site.name, "workload": request.workload,
+        record = {"target": target.name, "site": site.name, "workload": request.kind.workload,
                   "nodes": request.nodes, "gpus_per_node": gpus, "launcher": run.launcher.name,
                   "partition": frame.partition.name or None,
                   "options": job_options(run.options) if run.options else {},

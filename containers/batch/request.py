@@ -62,10 +62,6 @@ class JobRequest:
         "plugin for containers exists, as on Derecho): degraded, recorded in job.json and "
         "named by the verdict", flags.choice(TRANSPORTS))
 
-    @property
-    def workload(self) -> str:
-        return self.kind.workload
-
     def __post_init__(self) -> None:
         flags.check(self)
         object.__setattr__(self, "command", self.kind.checked_command(self.command))

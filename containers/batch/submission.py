@@ -92,7 +92,7 @@ def _submit(job: Job, script: Path | None, *, jobs_dir: Path, say: Say) -> JobSu
     """Write the script, submit it, and add the job to the index ``invoke jobs`` reads."""
     claimed = script is None
     if script is None:
-        script = claim_file(jobs_dir, f"{job.name}-{job.stamp or run_stamp()}", ".sh")
+        script = claim_file(jobs_dir, f"{job.resources.name}-{job.stamp or run_stamp()}", ".sh")
     _write(script, job.text)
     try:
         job_id = job.scheduler.parse_job_id(
@@ -108,7 +108,7 @@ def _submit(job: Job, script: Path | None, *, jobs_dir: Path, say: Say) -> JobSu
     with on_disk("add the job to the index", jobs_dir):
         follow.append_index(jobs_dir, {
             "job_id": job_id, "scheduler": job.scheduler.name,
-            "workload": job.request.workload, "target": job.target.name,
+            "workload": job.request.kind.workload, "target": job.target.name,
             "site": job.site.name, "script": str(script), "output": job.output_of(job_id),
             "results": results,
             "submitted": datetime.datetime.now().isoformat(timespec="seconds"),

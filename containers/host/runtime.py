@@ -36,8 +36,10 @@ class Flavour:
     config: str
     folder: str
     home_from_env: bool
-    #: The variable of binds every call of the runtime adds (cotainr's exec steps read it).
-    bind_variable: str
+    #: The variables it reads binds from, preferred first: Apptainer reads SINGULARITY_BIND only
+    #: where APPTAINER_BIND is unset, and with both set keeps APPTAINER_BIND alone ("have
+    #: different values, using the latter"; FACTS.md section 11).
+    bind_variables: tuple[str, ...]
     #: Whether it takes mksquashfs options from ``APPTAINER_MKSQUASHFS_ARGS`` (zstd, levels).
     mksquashfs_args: bool
     #: Whether it answers to ``singularity`` (what cotainr calls) only through a link.
@@ -58,19 +60,16 @@ class Flavour:
 FLAVOURS = {
     "apptainer": Flavour(("APPTAINER_KEYSDIR", "SINGULARITY_SYPGPDIR"),
                          ("APPTAINER_CONFIGDIR", "SINGULARITY_CONFIGDIR"), ".apptainer", "keys",
-                         home_from_env=True, bind_variable="APPTAINER_BIND",
+                         home_from_env=True,
+                         bind_variables=("APPTAINER_BIND", "SINGULARITY_BIND"),
                          mksquashfs_args=True, singularity_link=True),
     "singularity": Flavour(("SINGULARITY_SYPGPDIR",), ("SINGULARITY_CONFIGDIR",), ".singularity",
-                           "sypgp", home_from_env=False, bind_variable="SINGULARITY_BIND",
+                           "sypgp", home_from_env=False, bind_variables=("SINGULARITY_BIND",),
                            mksquashfs_args=False, singularity_link=False),
 }
 
 
-#: The variables each flavour reads binds from, preferred first: Apptainer reads SINGULARITY_BIND
-#: only where APPTAINER_BIND is unset, and with both set keeps APPTAINER_BIND alone ("have
-#: different values, using the latter"; FACTS.md section 11).
-BIND_VARIABLES = {"apptainer": ("APPTAINER_BIND", "SINGULARITY_BIND"),
-                  "singularity": ("SINGULARITY_BIND",)}
+BIND_VARIABLES = {name: flavour.bind_variables for name, flavour in FLAVOURS.items()}
 
 
 def first_set(environ: Mapping[str, str], names: Iterable[str]) -> str:
@@ -133,7 +132,7 @@ class Runtime:
 
     def bind_env(self, environ: Mapping[str, str], binds: Iterable[str]) -> dict[str, str]:
         """The bind variables of a step adding ``binds`` to the user's, under every name."""
-        names = BIND_VARIABLES[self.flavour]
+        names = self.own.bind_variables
         value = ",".join(filter(None, (first_set(environ, names), *binds)))
         return {name: value for name in names}
 

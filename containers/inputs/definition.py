@@ -238,10 +238,6 @@ class Definition:
         return self.stages[-1]
 
     @property
-    def header(self) -> dict[str, str]:
-        return self.final.header
-
-    @property
     def sections(self) -> tuple[Section, ...]:
         return tuple(s for stage in self.stages for s in stage.sections)
 

@@ -81,7 +81,7 @@ def _modes(row: dict) -> list[dict]:
 
 def asked_ops(result: verdict.Result) -> list[str]:
     """The collectives the run was asked for (``--op``; without one, all_reduce)."""
-    args = list(result.plan.args)
+    args = list(result.plan.launch.args)
     if "--op" in args[:-1]:
         return args[args.index("--op") + 1].split(",")
     return [DEFAULT_OP]

@@ -186,10 +186,11 @@ TRAINS = {example: TrainKind(example) for example in EXAMPLES}
 
 def read_report(result: verdict.Result) -> tuple[Any, str | None]:
     """The run's ``train.json``: ``(report, None)``, ``(None, why not)`` or ``(None, None)``."""
-    if result.report is None:
+    report = result.outcome.report
+    if report is None:
         return None, None
     try:
-        return TrainReport.from_dict(result.report), None
+        return TrainReport.from_dict(report), None
     except trainreport.ReportError as exc:
         return None, f"{exc} (not the report jobs/train.py writes)"
 

@@ -35,10 +35,6 @@ class Result:
     #: Reasons found outside the run's own files (a batch run's results of another image).
     given_reasons: tuple[str, ...] = ()
 
-    @property
-    def report(self) -> dict | None:
-        return self.outcome.report
-
     @cached_property
     def _read(self) -> tuple[RunReport, list[str]]:
         """The report as its run left it (partial when it died midway), or why it is none."""
@@ -55,8 +51,8 @@ class Result:
     @property
     def nodes(self) -> int:
         """Nodes the run spanned: the placement's, else the distinct host names it saw."""
-        if self.plan.nodes > 1:
-            return self.plan.nodes
+        if self.plan.launch.nodes > 1:
+            return self.plan.launch.nodes
         return self.run_report.nodes
 
     @cached_property
@@ -68,12 +64,12 @@ class Result:
     def transport(self) -> TransportCheck | None:
         """The transport's proof where the site declares one for this many nodes."""
         site = self.plan.site
-        if not site.transport.applies(self.plan.nodes):
+        if not site.transport.applies(self.plan.launch.nodes):
             return None
         proof = check_transport(self.outcome.lines, expect=site.transport.expect or "",
                                 name=site.transport.name or site.transport.expect or "",
                                 net=site.transport.net)
-        if self.report is not None and self.run_report.backend == "nccl":
+        if self.outcome.report is not None and self.run_report.backend == "nccl":
             return proof
         return proof if proof.evidence is not None and not proof.ok else None
 
@@ -105,7 +101,7 @@ def _run_reasons(result: Result) -> list[str]:
                 if line.strip().startswith(f"{kind.script}: error:")][:1]
     # A run that wrote no report because NCCL/RCCL's network stopped it (the plugin NCCL_NET
     # names did not load): the same reason for every kind.
-    proof = result.transport if result.report is None else None
+    proof = result.transport if outcome.report is None else None
     reasons += [proof.message] if proof is not None and not proof.ok else []
     reasons += result._read[1] + kind.failures(result)
     # What the ranks ran on is judged even when the workload stopped early: a rank without its
@@ -113,7 +109,7 @@ def _run_reasons(result: Result) -> list[str]:
     reasons += device_reasons(result) + arch_reasons(result) + network_reasons(result)
     if outcome.returncode != 0 and not outcome.timed_out and not reasons:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
-    if result.report is None:
+    if outcome.report is None:
         return reasons or [f"no {kind.report_name} was written"]
     return reasons + kind.report_reasons(result, settled=bool(reasons))
 
@@ -140,12 +136,12 @@ def arch_reasons(result: Result) -> list[str]:
 
 def network_reasons(result: Result) -> list[str]:
     """A multi-node GPU run where no transport is declared is NOT-PROVEN (TCP fallback)."""
-    plan, site = result.plan, result.plan.site
-    if site.gpus.kind == Gpu.NONE or plan.nodes < 2 or site.transport.expect:
+    nodes, site = result.plan.launch.nodes, result.plan.site
+    if site.gpus.kind == Gpu.NONE or nodes < 2 or site.transport.expect:
         return []
     return [f"NOT-PROVEN: site {site.name} declares no transport for multi-node runs "
             f"({site.path.name} has no transport:), so nothing "
-            f"shows that this {plan.nodes}-node run used the site's network and not TCP sockets"]
+            f"shows that this {nodes}-node run used the site's network and not TCP sockets"]
 
 
 def record(result: Result, *, image_record: Mapping) -> dict:
@@ -176,7 +172,7 @@ def record(result: Result, *, image_record: Mapping) -> dict:
         "reasons": list(result.reasons),
         # a transport the job chose instead of the site's (invoke job --transport socket)
         "degraded": plan.site.transport.degraded
-        if plan.site.transport.applies(plan.nodes) else None,
+        if plan.site.transport.applies(plan.launch.nodes) else None,
         "performance": None if performance is None else performance.record(),
         **result.kind.details(result),
         "seconds": round(result.outcome.seconds, 1),

@@ -85,4 +85,4 @@ def command_need(workload: Workload) -> str | None:
     """What the launcher of a user's command needs in the image (torch, Python), or None."""
     if isinstance(workload.launcher, Torchrun):
         return TORCH
-    return PYTHON if workload.script == "python3" else None
+    return PYTHON if workload.launch.script == "python3" else None

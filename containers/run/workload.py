@@ -65,26 +65,6 @@ class Workload:
     launcher: Launcher = LAUNCHERS["torchrun"]
 
     @property
-    def nodes(self) -> int:
-        return self.launch.nodes
-
-    @property
-    def env(self) -> Mapping[str, str]:
-        return self.launch.env
-
-    @property
-    def binds(self) -> tuple[str, ...]:
-        return self.launch.binds
-
-    @property
-    def script(self) -> str:
-        return self.launch.script
-
-    @property
-    def args(self) -> tuple[str, ...]:
-        return self.launch.args
-
-    @property
     def cores(self) -> list[frozenset[int]]:
         """The cores each local rank pins itself to ([] when the workload does not pin)."""
         return pinned_cores(self.site, ranks=self.launch.ranks_per_node, launcher=self.launcher)

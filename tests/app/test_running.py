@@ -128,7 +128,8 @@ def test_a_run_of_an_emulated_image_writes_the_cpu_folder_its_plan_names(
     planned = plan_command(data_project.target("cpu-arm64"), data_project.sites["local"],
                            settings=data_project.settings, runtime=assumed_runtime("apptainer"),
                            command=["true"], ranks=1, run_id="t", timeout=0)
-    sysfs = [b.split(":")[0] for b in planned.workload.binds if ":/sys/devices/system/cpu:" in b]
+    sysfs = [b.split(":")[0] for b in planned.workload.launch.binds
+             if ":/sys/devices/system/cpu:" in b]
     assert len(sysfs) == 1 and not (tmp_path / "xdg").exists()
     planned = dataclasses.replace(planned, gate=None, workload=dataclasses.replace(
         planned.workload, argv=["test", "-f", f"{sysfs[0]}/online"]))

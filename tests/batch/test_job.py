@@ -699,7 +699,7 @@ def test_workload_jobs_keep_the_launcher_status_and_end_with_the_verdict(data_jo
     # The plan the verdict judges by is the plan the script runs.
     run = batch.job_run(job.target, job.site, settings=load_settings(Path("/proj"), {}),
                         request=request_from_record(record, kind_of(record["workload"])))
-    assert run.workload.ranks == 16 and run.workload.nodes == 2 and run.kind.name == "smoke"
+    assert run.workload.ranks == 16 and run.workload.launch.nodes == 2 and run.kind.name == "smoke"
     # Another architecture: the image's own Python runs the verdict, never a venv made on the
     # node (tests/batch/test_judgeenv.py); unprepared, the job fails closed
     olivia = data_job("olivia", "ddp").text

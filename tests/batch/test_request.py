@@ -45,11 +45,6 @@ def test_the_request_refuses_a_qos_that_is_an_option() -> None:
         JobRequest(kind=kind_of("smoke"), qos="--x")
 
 
-def test_the_request_names_its_kinds_workload() -> None:
-    assert JobRequest(kind=kind_of("fsdp")).workload == "fsdp"
-    assert JobRequest(kind=registry.RUN, command=("hostname",)).workload == "run"
-
-
 def test_the_kind_decides_the_command_and_the_nodes() -> None:
     assert JobRequest(kind=registry.RUN, command=("python", "x.py")).command == (
         "python", "x.py")

@@ -101,8 +101,8 @@ def test_keysdir_without_home_is_the_accounts_home() -> None:
 def test_each_flavour_owns_what_differs_and_nothing_compares_its_name() -> None:
     apptainer, singularity = (Runtime(binary=name, flavour=name, version="1")
                               for name in FLAVOURS)
-    assert (apptainer.own.bind_variable, singularity.own.bind_variable) == (
-        "APPTAINER_BIND", "SINGULARITY_BIND")
+    assert (apptainer.own.bind_variables, singularity.own.bind_variables) == (
+        ("APPTAINER_BIND", "SINGULARITY_BIND"), ("SINGULARITY_BIND",))
     assert apptainer.own.mksquashfs_args and apptainer.own.singularity_link
     assert not singularity.own.mksquashfs_args and not singularity.own.singularity_link
     found = [path.name for path in (ROOT / "containers").rglob("*.py")

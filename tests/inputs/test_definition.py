@@ -112,7 +112,7 @@ def test_multi_stage_definition_is_read_per_stage() -> None:
     assert [s.name for s in build.sections] == ["arguments", "post"]
     assert [(s.name, s.args) for s in final.sections] == [
         ("arguments", ""), ("files", " from build"), ("files", ""), ("post", ""), ("test", "")]
-    assert definition.final is final and definition.header["stage"] == "final"
+    assert definition.final is final and definition.final.header["stage"] == "final"
     assert definition.section("test") is final.section("test")
     # a --build-arg serves every stage; a %arguments default only its own stage
     assert definition.build_args == ("BASE_IMAGE", "GREETING", "BUILD_CONTEXT")
@@ -217,8 +217,8 @@ def test_what_apptainer_accepts_in_a_header_and_sections() -> None:
             "Include: a \\\n  b\n%pre\n echo\n%apprun one\n x\n%apprun one\n y\n")
     definition = parse_definition(text)
     definition.validate()
-    assert definition.header["bootstrap"] == "docker"
-    assert definition.header["include"] == "a b"
+    assert definition.final.header["bootstrap"] == "docker"
+    assert definition.final.header["include"] == "a b"
     assert definition.final.section("apprun", app="one").body == " x\n y\n"
     assert definition.text == text
 
@@ -256,7 +256,7 @@ def test_crlf_reads_as_apptainer_reads_it() -> None:
             "    /etc/passwd /opt/p\r\n%post\r\n    true\r\n")
     definition = parse_definition(text, path=Path("c.def"))
     definition.validate()
-    assert definition.header == {"bootstrap": "localimage", "from": "{{ BASE_IMAGE }}"}
+    assert definition.final.header == {"bootstrap": "localimage", "from": "{{ BASE_IMAGE }}"}
     assert [(s.name, s.args) for s in definition.sections] == [("files", ""), ("post", "")]
     assert [u.paths for u in host_path_uses(definition)] == [("/etc/passwd",)]
     assert definition.text == text

@@ -26,9 +26,9 @@ def test_the_plan_is_the_kinds_script_with_its_arguments(data_cpu, data_settings
     workload = plan(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
                     options=SmokeOptions(gpus=2, iters=3, extra_env={"X": "1"}))
     assert workload.out_dir == data_settings.results_dir / "smoke" / "cpu-r"
-    assert workload.script == "/opt/containers/jobs/allreduce.py"
-    assert workload.args[:4] == ("--sizes", "1K:128M", "--iters", "3")
-    assert workload.env["X"] == "1" and workload.report_name == "allreduce.json"
+    assert workload.launch.script == "/opt/containers/jobs/allreduce.py"
+    assert workload.launch.args[:4] == ("--sizes", "1K:128M", "--iters", "3")
+    assert workload.launch.env["X"] == "1" and workload.report_name == "allreduce.json"
     train = plan(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
                  options=TrainOptions(example="fsdp", gpus=2))
     assert train.out_dir.parent.name == "train-fsdp" and train.report_name == "train.json"

@@ -41,7 +41,7 @@ def test_smoke_passes(cpu_image, smoke_project, ranks) -> None:
                        options=SmokeOptions(gpus=ranks, sizes="4K:4M", iters=3, warmup=1,
                                             timeout=300))
     assert result.ok, "\n".join(lines[-30:])
-    report = result.report
+    report = result.outcome.report
     assert report["world_size"] == ranks and report["backend"] == "gloo"
     assert report["wrong_total"] == 0 and report["ok"] is True
     assert [r["bytes"] for r in report["results"]] == [4096 << i for i in range(11)]
@@ -221,7 +221,7 @@ def test_ranks_pin_themselves_to_the_sites_cores(cpu_image, factory_project, tmp
     assert "  cores: rank 0 cores 0, rank 1 cores 1 (each rank pins itself before it touches " \
         "its GPU: the site's cpu_bind map)" in lines
     assert any(line.startswith("  run ") and line.endswith("--rank-cores 0:1") for line in lines)
-    ranks = result.report["ranks"]
+    ranks = result.outcome.report["ranks"]
     assert [(r["cores"], r["cpus_allowed_list"], r["pinned"]) for r in ranks] == [
         ("0", "0", True), ("1", "1", True)]
     assert any("cores 0" in line and line.startswith("#  Rank   0") for line in lines)

@@ -64,8 +64,9 @@ def _plan(data_root, data_settings, data_runtime, op: str, references=()):
 
 
 def _result(plan, rows, **report) -> Result:
-    full = {"results": rows, "finished": "x", "ops": plan.args[plan.args.index("--op") + 1]
-            .split(","), **report}
+    args = plan.launch.args
+    full = {"results": rows, "finished": "x", "ops": args[args.index("--op") + 1].split(","),
+            **report}
     return Result(kind=SMOKE, plan=plan, outcome=Outcome(
         returncode=0, timed_out=False, missing_ranks=[], seconds=1.0, report=full))
 
@@ -218,4 +219,4 @@ def test_a_smoke_job_carries_its_ops(data_root, data_settings) -> None:
     assert record["options"]["op"] == ALL
     again = batch.job_run(target, site, settings=data_settings,
                           request=request_from_record(record, kind_of(record["workload"])))
-    assert again.options.op == ALL and "--op" in again.workload.args
+    assert again.options.op == ALL and "--op" in again.workload.launch.args

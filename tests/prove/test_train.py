@@ -93,7 +93,7 @@ def test_global_batch_divides_over_every_node(data_cpu, data_settings, data_runt
     plan = plan_run(target, site, settings=data_settings, runtime=data_runtime, run_id="r",
                       options=TrainOptions(example="ddp", gpus=2, batch_size=60),
                       placement=across, strict=False)
-    assert (plan.ranks, plan.nodes) == (6, 3)
+    assert (plan.ranks, plan.launch.nodes) == (6, 3)
 
 
 def _result(plan, report, **outcome) -> Result:

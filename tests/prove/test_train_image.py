@@ -41,7 +41,7 @@ def _train(project: app.Project, lines: list[str], **kw) -> dict:
     (result,) = app.train(project, target="cpu", options=options, say=lines.append)
     assert sorted(p.name for p in result.plan.out_dir.glob("rank-*.json")) == [
         "rank-0.json", "rank-1.json"]
-    return result.report
+    return result.outcome.report
 
 
 @pytest.mark.parametrize("example, extra, method", [

@@ -82,7 +82,7 @@ def test_smoke_across_nodes_plans_srun_and_torchrun(data_world, data_settings) -
         "torchrun", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
         "--rdzv-endpoint=10.1.2.3:24242", "--rdzv-id=4242",
         "--log-dir=/opt/containers/results/torchelastic", "/opt/containers/jobs/allreduce.py"]
-    assert (plan.ranks, plan.nodes) == (16, 2)
+    assert (plan.ranks, plan.launch.nodes) == (16, 2)
     assert "MIOPEN_USER_DB_PATH=/tmp/alice-miopen-cache-4242" in plan.argv
     # Olivia across nodes: the multi-node binds/env, expanded from the job's environment.
     olivia_env = {**ALLOC, "EBROOTLIBFABRIC": "/sw/fabric", "EBROOTNCCL": "/sw/nccl",

@@ -42,16 +42,17 @@ def test_one_node_is_torchrun_standalone_with_no_prefix(data_world, data_setting
         "--expect-gpu", "cuda", "--backend", "nccl"]
     # Olivia's network stack is bound in only across nodes: one node neither forces nor
     # proves the transport; two nodes do both.
-    assert "NCCL_NET" not in plan.env and "NCCL_DEBUG" not in plan.env
+    assert "NCCL_NET" not in plan.launch.env and "NCCL_DEBUG" not in plan.launch.env
     across = _plan(data_world, data_settings, environ=EBROOT, placement=Placement(
         nodes=2, rendezvous=Rendezvous(host="h", port="20001", id="1")))
-    assert across.env["NCCL_NET"] == "AWS Libfabric" and across.env["NCCL_DEBUG"] == "INFO"
-    assert f"{data_settings.jobs_dir}:/opt/containers/jobs:ro" in plan.binds
-    assert f"{out}:/opt/containers/results" in plan.binds
-    assert (plan.out_dir, plan.ranks, plan.nodes) == (out, 4, 1)
+    assert across.launch.env["NCCL_NET"] == "AWS Libfabric"
+    assert across.launch.env["NCCL_DEBUG"] == "INFO"
+    assert f"{data_settings.jobs_dir}:/opt/containers/jobs:ro" in plan.launch.binds
+    assert f"{out}:/opt/containers/results" in plan.launch.binds
+    assert (plan.out_dir, plan.ranks, plan.launch.nodes) == (out, 4, 1)
     assert plan.launcher is LAUNCHERS["torchrun"] and plan.launch.step is False
     assert plan.argv == plan.launcher.argv(plan.launch)
-    assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert plan.launch.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
 
 
 def test_ranks_this_machine_emulates_end_without_teardown(data_world, data_settings) -> None:
@@ -79,7 +80,7 @@ def test_ranks_this_machine_emulates_see_an_aarch64_cpu(data_world, data_setting
     x86_64 kernel does not have: emulated ranks get a described CPU bound over the sysfs folder;
     the image's own nodes, or a scheduler's placement, see their real CPUs."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    sysfs = [b for b in _plan(data_world, data_settings, host="x86_64").binds
+    sysfs = [b for b in _plan(data_world, data_settings, host="x86_64").launch.binds
              if ":/sys/devices/system/cpu:" in b]
     assert sysfs == [f"{tmp_path}/hpc-containers/emulation/aarch64-{os.cpu_count()}cpu"
                      ":/sys/devices/system/cpu:ro"]
@@ -89,7 +90,7 @@ def test_ranks_this_machine_emulates_see_an_aarch64_cpu(data_world, data_setting
         nodes=2, rendezvous=Rendezvous(host="h", port="20001", id="1")))
     cpu = _plan(data_world, data_settings, site="local", target="cpu", ranks=2, host="x86_64")
     for plan in (native, placed, cpu):
-        assert not any("/sys/devices/system/cpu" in b for b in plan.binds)
+        assert not any("/sys/devices/system/cpu" in b for b in plan.launch.binds)
 
 
 def test_an_image_with_its_own_torchrun_starts_that_one(data_world, data_settings) -> None:
@@ -105,8 +106,8 @@ def test_an_image_with_its_own_torchrun_starts_that_one(data_world, data_setting
 def test_more_environment_replans_the_same_launch(data_world, data_settings) -> None:
     plan = _plan(data_world, data_settings)
     debug = plan.with_env({"NCCL_DEBUG": "INFO"})
-    assert debug.env["NCCL_DEBUG"] == "INFO" and "NCCL_DEBUG=INFO" in debug.argv
-    assert debug.argv == plan.launcher.argv(debug.launch) and "NCCL_DEBUG" not in plan.env
+    assert debug.launch.env["NCCL_DEBUG"] == "INFO" and "NCCL_DEBUG=INFO" in debug.argv
+    assert debug.argv == plan.launcher.argv(debug.launch) and "NCCL_DEBUG" not in plan.launch.env
 
 
 def test_a_placement_brings_its_launcher_and_names_its_flag(data_world, data_settings) -> None:
