@@ -88,4 +88,15 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return group_of(nodeid) or nodeid
 
+        def _assign_work_unit(self, node) -> None:
+            defer_emulated(self.workqueue)
+            super()._assign_work_unit(node)
+
     return ByGroup(config, log)
+
+
+def defer_emulated(workqueue) -> None:
+    """The arm64 group last: xdist queues the largest scopes first, so a worker took it at the
+    start and waited 8 minutes for the emulated image's build (a clean 2-worker run)."""
+    if "arm64" in workqueue and len(workqueue) > 1:
+        workqueue.move_to_end("arm64")

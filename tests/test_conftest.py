@@ -5,6 +5,7 @@ its group's files is refused at collection."""
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -46,3 +47,12 @@ def test_a_slurm_test_outside_the_groups_files_is_refused() -> None:
     with pytest.raises(pytest.UsageError, match="SHARED lacks the files of.*test_new.py"):
         conftest.pytest_collection_modifyitems(None, [item(f"{SLURM}::a"),
                                                       item("tests/test_new.py::b")])
+
+
+def test_the_emulated_group_is_dealt_out_last() -> None:
+    queue = OrderedDict([("slurm", {}), ("arm64", {}), ("tests/a.py::t", {})])
+    conftest.defer_emulated(queue)
+    assert list(queue) == ["slurm", "tests/a.py::t", "arm64"]
+    queue.popitem(last=False), queue.popitem(last=False)
+    conftest.defer_emulated(queue)  # alone, it is dealt out
+    assert list(queue) == ["arm64"]
