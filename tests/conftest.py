@@ -2,10 +2,6 @@
 ``data`` (plain data), ``images`` (the real CPU image, built once per session), ``slurm`` (a real
 two-node Slurm cluster on this machine). See ``tests/README.md``."""
 
-import os
-import shutil
-import tempfile
-
 import pytest
 
 pytest_plugins = ["tests.fixtures.data", "tests.fixtures.images", "tests.fixtures.slurm",
@@ -40,24 +36,6 @@ def _shares(item) -> str | None:
     if item.get_closest_marker("slurm"):
         return "slurm"
     return "arm64" if "cpu_arm64_image" in getattr(item, "fixturenames", ()) else None
-
-
-def pytest_configure(config) -> None:
-    """One bytecode cache for the session's Pythons (the workers' too): the images hold no
-    ``__pycache__`` and are read-only, so each process in them compiled torch's modules again
-    (about 1.6 s of CPU natively, 8 s under qemu, per process); ``/tmp`` is bound in them. The
-    cache changes no behaviour; ``PYTHONDONTWRITEBYTECODE`` would turn it off."""
-    if hasattr(config, "workerinput") or "PYTHONPYCACHEPREFIX" in os.environ:
-        return
-    config.pycache = tempfile.mkdtemp(prefix="pytest-pycache-", dir="/tmp")
-    os.environ["PYTHONPYCACHEPREFIX"] = config.pycache
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-
-
-def pytest_unconfigure(config) -> None:
-    if getattr(config, "pycache", None):
-        shutil.rmtree(config.pycache, ignore_errors=True)
-        os.environ.pop("PYTHONPYCACHEPREFIX", None)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
