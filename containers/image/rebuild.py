@@ -1,11 +1,11 @@
 """Rebuilds at the floor: an image made from the root file system a full build kept.
 
 A full build of a venv-install target keeps its root in the package cache (``roots/<key>``, the
-key being every input but the env spec). A later build of the key hard-links it, runs the
-definition's ``%post`` again in the copy (pip changes only the venv, unlinking what it replaces)
-and writes the image with ``mksquashfs`` and ``apptainer sif``: no copy of the tree as in
-``apptainer build``. The image equals a clean build's (tests/image/test_cache_image.py). A kept
-root whose stat manifest changed is thrown away: a full build follows, never a wrong image."""
+key being every input but the env spec). A later build of the key runs the definition's
+``%post`` again in that root, in place, and writes the image with ``mksquashfs`` and ``apptainer
+sif``: no copy of the tree (as in ``apptainer build``), none to delete. The image equals a clean
+build's (tests/image/test_cache_image.py). A kept root whose stat manifest changed (a killed or
+failed rebuild, a hand's edit) is thrown away: a full build follows, never a wrong image."""
 
 from __future__ import annotations
 
@@ -42,10 +42,13 @@ PARTARCH = {"x86_64": "2", "aarch64": "4"}
 
 
 def manifest(root: Path) -> str:
-    """The sha256 of every entry's path, type, mode, owner, size, mtime and link target under
-    ``root`` (``find``, sorted): a file rewritten in place through a hard link changes its
-    mtime. Hashing every byte would cost more than the rebuild's floor."""
-    listing = capture(["find", str(root), "-printf", "%P\t%y\t%m\t%U\t%G\t%s\t%T@\t%l\\0"],
+    """The sha256 of every entry's path, type, mode, owner and, but for folders, size, mtime
+    and link target under ``root`` (``find``, sorted): a file rewritten in place changes its
+    mtime; an entry added or removed is in the listing (a folder's mtime would only repeat
+    it, and would tell a failed rebuild's removed work from a change). Hashing every byte
+    would cost more than the rebuild's floor."""
+    listing = capture(["find", str(root), "(", "-type", "d", "-printf", "%P\t%y\t%m\t%U\t%G\\0",
+                       ")", "-o", "-printf", "%P\t%y\t%m\t%U\t%G\t%s\t%T@\t%l\\0"],
                       timeout=600)
     return hashlib.sha256("\0".join(sorted(listing.split("\0"))).encode()).hexdigest()
 
@@ -60,11 +63,17 @@ class KeptRoot(Model):
 @dataclass
 class Kept:
     """The kept root of one key, held (its lock) for one build: :meth:`rebuild` makes the image
-    from it, :meth:`keep` puts this build's root in its place."""
+    from it, :meth:`keep` makes it this build's. ``work``: a full build's root, unpacked;
+    ``changing``: the root changed by a rebuild not yet kept (or restored)."""
 
     folder: Path
     say: Say
     work: Path | None = None
+    changing: bool = False
+
+    @property
+    def root(self) -> Path:
+        return self.folder / ROOT
 
     def _made_from(self) -> str | None:
         """The sha256 of the image the kept root is, when it passes its manifest; else None
@@ -73,10 +82,9 @@ class Kept:
             kept = KeptRoot.model_validate_json((self.folder / KEPT).read_bytes())
         except (OSError, ValidationError):
             return None
-        if kept.manifest != manifest(self.folder / ROOT):
+        if kept.manifest != manifest(self.root):
             self.say("==> kept root: does not match its manifest: removed, full build")
-            self.discard(self.folder / ROOT)
-            (self.folder / KEPT).unlink(missing_ok=True)
+            self.forget()
             return None
         return kept.sha256
 
@@ -91,15 +99,13 @@ class Kept:
             return None
         self.say(f"==> kept root: rebuilding from the image {made_from[:12]}")
         started = time.monotonic()
-        self.work = Path(tempfile.mkdtemp(prefix="work-", dir=self.folder))
-        self.work.rmdir()
-        run(["cp", "-al", str(self.folder / ROOT), str(self.work)]).check("cp -al of the kept root")
-        shutil.copytree(step.workdir / "context", self.work / CONTEXT_MOUNT.lstrip("/"))
-        labels = self.work / BUILD_LABELS.lstrip("/")
+        self.changing = True
+        shutil.copytree(step.workdir / "context", self.root / CONTEXT_MOUNT.lstrip("/"))
+        labels = self.root / BUILD_LABELS.lstrip("/")
         labels.touch()
         post = parse_definition(step.rendered or "").section("post")
         assert post is not None  # plan.kept_root_key: only a definition with one
-        argv = runtime.exec_argv(image=self.work, command=["/bin/sh", "-e", "-c", post.body],
+        argv = runtime.exec_argv(image=self.root, command=["/bin/sh", "-e", "-c", post.body],
                                  binds=step.binds, env={"APPTAINER_LABELS": BUILD_LABELS},
                                  options=["--writable", "--contain", "--no-home", "--cleanenv",
                                           "--pwd", "/"])
@@ -110,15 +116,23 @@ class Kept:
         labels.unlink()
         self._metadata(step, runtime, added)
         post_s = time.monotonic() - started
-        write_sif(self.work, step, runtime, env)
-        self.say(f"==> kept root: linked and %post {post_s:.1f} s, squashed and assembled "
+        write_sif(self.root, step, runtime, env)
+        self.say(f"==> kept root: %post {post_s:.1f} s, squashed and assembled "
                  f"{time.monotonic() - started - post_s:.1f} s")
         return made_from
+
+    def restore(self) -> None:
+        """After a failed rebuild: the kept root as it was when ``%post`` changed nothing (its
+        build context and labels file removed, the manifest checked), else none."""
+        shutil.rmtree(self.root / CONTEXT_MOUNT.lstrip("/"), ignore_errors=True)
+        (self.root / BUILD_LABELS.lstrip("/")).unlink(missing_ok=True)
+        self.changing = False
+        self._made_from()
 
     def _metadata(self, step: BuildStep, runtime: Runtime, added: list[str]) -> None:
         """Labels and definition as ``apptainer build`` writes them into ``/.singularity.d``:
         the kept labels with this build's own, those ``%post`` added, and the build date."""
-        meta = self.work / ".singularity.d"
+        meta = self.root / ".singularity.d"
         labels = json.loads((meta / "labels.json").read_text())
         labels.update(step.labels)
         labels.update((key, value.strip()) for key, _, value in
@@ -127,27 +141,32 @@ class Kept:
             "%A_%-d_%B_%Y_%-H:%M:%S_%Z", time.gmtime()).replace("GMT", "UTC")
         for name, text in (("labels.json", json.dumps(labels, indent="\t", sort_keys=True)),
                            ("Singularity", step.rendered)):
-            (meta / name).unlink()  # a new file: the old one may be the kept root's too
             atomic_write_text(meta / name, text)
             (meta / name).chmod(0o644)
 
     def keep(self, step: BuildStep, runtime: Runtime, sha256: str) -> None:
         """This build's root as the key's kept root (only the newest is kept): the rebuilt
-        one, or the built image's unpacked."""
-        if self.work is None:
-            self.work = Path(tempfile.mkdtemp(prefix="work-", dir=self.folder))
-            self.work.rmdir()
-            offset = squashfs_offset(runtime, step.partial)
-            run(["unsquashfs", "-no-progress", "-quiet", "-o", str(offset), "-d",
-                 str(self.work), str(step.partial)]).check("unsquashfs of the built image")
-        made = KeptRoot(sha256=sha256, manifest=manifest(self.work))
-        (self.folder / KEPT).unlink(missing_ok=True)  # no manifest names a root being replaced
-        self.discard(self.folder / ROOT)
-        os.rename(self.work, self.folder / ROOT)
-        self.work = None
+        one where it is, or the built image's unpacked in its place."""
+        if not self.changing:
+            if self.work is None:
+                self.work = Path(tempfile.mkdtemp(prefix="work-", dir=self.folder))
+                self.work.rmdir()
+                offset = squashfs_offset(runtime, step.partial)
+                run(["unsquashfs", "-no-progress", "-quiet", "-o", str(offset), "-d",
+                     str(self.work), str(step.partial)]).check("unsquashfs of the built image")
+            self.forget()  # no manifest names a root being replaced
+            os.rename(self.work, self.root)
+            self.work = None
+        made = KeptRoot(sha256=sha256, manifest=manifest(self.root))
         atomic_write_text(self.folder / KEPT, made.model_dump_json() + "\n")
+        self.changing = False
         self.say(f"==> kept root: this build's, for the next change of its env spec "
                  f"({self.folder})")
+
+    def forget(self) -> None:
+        """No kept root for this key (the next build is a full one)."""
+        (self.folder / KEPT).unlink(missing_ok=True)
+        self.discard(self.root)
 
     @staticmethod
     def discard(path: Path) -> None:
@@ -198,6 +217,8 @@ def held(step: BuildStep, say: Say) -> Iterator[Kept | None]:
         finally:
             if kept.work is not None:
                 Kept.discard(kept.work)
+            if kept.changing:  # rebuilt, but its image was not kept: nor is the root
+                kept.forget()
 
 
 def made_with(kept: Kept | None, step: BuildStep, runtime: Runtime, env: dict[str, str],
@@ -210,8 +231,6 @@ def made_with(kept: Kept | None, step: BuildStep, runtime: Runtime, env: dict[st
         return kept.rebuild(step, runtime, env, on_line)
     except (ContainersError, OSError) as error:
         kept.say(f"==> kept root: the rebuild failed ({error}): full build")
-        if kept.work is not None:
-            Kept.discard(kept.work)
-            kept.work = None
+        kept.restore()
         step.partial.unlink(missing_ok=True)
         return None

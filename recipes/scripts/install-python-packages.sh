@@ -152,8 +152,7 @@ if [ "$target" = system ]; then
     "$python" -m pip install --progress-bar off -r "$ctx/requirements.txt"
 else
     # A rebuild from a kept root (containers/image/rebuild.py) runs this again over the venv
-    # it made: the installer then changes only what this resolution changes (it writes every
-    # file it installs to a new inode, so the kept root's hard-linked files stay as they were).
+    # it made: the installer then changes only what this resolution changes.
     [ -x "$target/bin/python" ] || python3 -m venv "$target"
     python="$target/bin/python"
     freeze="$target/pip-freeze.txt"
@@ -163,8 +162,7 @@ else
         install_with_pip
     fi
 fi
-# A new file, not the old one rewritten: in a rebuild the venv's files are hard links to the
-# kept root's, which nothing here may change in place.
+# A new file, not the old one rewritten: a rebuild cut short leaves the old one whole.
 "$python" -m pip freeze > "$freeze.new"
 mv -f "$freeze.new" "$freeze"
 echo "containers.pip-freeze $(tr '\n' ' ' < "$freeze")" >> "$labels"

@@ -1,13 +1,13 @@
-"""The kept root's check (containers/image/rebuild.py): a rebuild's hard-linked copy that
-replaces files (unlink, then write) leaves the kept root as it was; one that rewrites a file in
-place changes the kept root too, which is then thrown away (a full build follows)."""
+"""The kept root's check (containers/image/rebuild.py): a rebuild changes the kept root in
+place; one that failed having changed nothing but its own build context keeps it, one that
+changed more (or whose image was not kept) throws it away: a full build follows."""
 
 from __future__ import annotations
 
-import subprocess
+import os
 from pathlib import Path
 
-from containers.image.rebuild import KEPT, ROOT, Kept
+from containers.image.rebuild import CONTEXT_MOUNT, KEPT, ROOT, Kept, manifest
 
 MADE_FROM = "a" * 64
 
@@ -24,32 +24,45 @@ def kept_one(folder: Path, said: list[str]) -> Kept:
     return kept
 
 
-def linked_copy(folder: Path) -> Path:
-    copy = folder / "work-2"
-    subprocess.run(["cp", "-al", str(folder / ROOT), str(copy)], check=True)
-    return copy
+def test_the_manifest_sees_files_and_entries_but_not_folder_times(tmp_path: Path) -> None:
+    kept = kept_one(tmp_path, [])
+    first = manifest(kept.root)
+    (kept.root / "opt" / "new").mkdir()
+    (kept.root / "opt" / "new").rmdir()  # /opt's mtime changed, nothing else
+    assert manifest(kept.root) == first
+    (kept.root / "etc" / "conf").write_text("y\n")
+    os.utime(kept.root / "etc" / "conf", (1, 1))
+    assert manifest(kept.root) != first
 
 
-def test_a_copy_that_replaces_files_leaves_the_kept_root_as_it_was(tmp_path: Path) -> None:
+def test_a_failed_rebuild_that_changed_nothing_keeps_the_root(tmp_path: Path) -> None:
     said: list[str] = []
     kept = kept_one(tmp_path, said)
-    assert kept._made_from() == MADE_FROM and (tmp_path / KEPT).is_file()
-    copy = linked_copy(tmp_path)
-    (copy / "opt" / "venv" / "a.py").unlink()  # what pip does: a new inode
-    (copy / "opt" / "venv" / "a.py").write_text("a = 2\n")
-    (copy / "opt" / "venv" / "b.py").write_text("b = 1\n")
-    assert kept._made_from() == MADE_FROM
-    assert (tmp_path / ROOT / "opt" / "venv" / "a.py").read_text() == "a = 1\n"
+    context = kept.root / CONTEXT_MOUNT.lstrip("/")
+    context.mkdir(parents=True)  # what the rebuild stages before %post, which then fails
+    (context / "requirements.txt").write_text("nosuchpackage\n")
+    kept.changing = True
+    kept.restore()
+    assert not context.exists() and not kept.changing
+    assert kept._made_from() == MADE_FROM and said[-1].startswith("==> kept root: this build")
 
 
-def test_a_kept_root_changed_through_a_link_is_thrown_away(tmp_path: Path) -> None:
+def test_a_failed_rebuild_that_changed_the_root_throws_it_away(tmp_path: Path) -> None:
     said: list[str] = []
     kept = kept_one(tmp_path, said)
-    copy = linked_copy(tmp_path)
-    with open(copy / "etc" / "conf", "r+") as handle:  # in place: the kept file too
+    kept.changing = True
+    (kept.root / "opt" / "venv" / "half.py").write_text("")  # an install cut short
+    kept.restore()
+    assert said[-1] == "==> kept root: does not match its manifest: removed, full build"
+    assert not (tmp_path / ROOT).exists() and not (tmp_path / KEPT).exists()
+
+
+def test_a_root_changed_by_hand_is_thrown_away(tmp_path: Path) -> None:
+    said: list[str] = []
+    kept = kept_one(tmp_path, said)
+    with open(kept.root / "etc" / "conf", "r+") as handle:
         handle.write("y")
     assert kept._made_from() is None
-    assert said[-1] == "==> kept root: does not match its manifest: removed, full build"
     assert not (tmp_path / ROOT).exists() and not (tmp_path / KEPT).exists()
 
 
