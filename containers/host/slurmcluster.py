@@ -54,15 +54,6 @@ def missing_programs() -> list[str]:
     return [p for p in PROGRAMS if not shutil.which(p)]
 
 
-def alive(pid: int) -> bool:
-    """True while ``pid`` is a running process; a zombie (exited, not yet reaped) is not."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2:].split()[0] != "Z"
-
-
 def free_ports(count: int) -> list[int]:
     with contextlib.ExitStack() as open_sockets:  # all bound at once: no port given twice
         sockets = [open_sockets.enter_context(socket.socket()) for _ in range(count)]

@@ -256,13 +256,9 @@ class Definition:
         return self.final.argument_defaults
 
     @property
-    def arg_lines(self) -> dict[str, int]:
-        """Every ``{{ NAME }}`` used (any stage) and the line of its first use, in file order."""
-        return self.missing_arg_lines(None)
-
-    @property
     def build_args(self) -> tuple[str, ...]:
-        return tuple(self.arg_lines)
+        """Every ``{{ NAME }}`` used (any stage), in file order."""
+        return tuple(self.missing_arg_lines(None))
 
     def missing_arg_lines(self, given: dict[str, str] | None) -> dict[str, int]:
         """Arguments a stage uses with no value (not ``given``, not in its ``%arguments``),
