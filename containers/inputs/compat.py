@@ -121,11 +121,9 @@ def example_plan(target: Target, env: EnvSpec | None = None,
     return ExamplePlan(tuple(kept), [], notes, info)
 
 
-def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | None = None
+def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | None
                      ) -> tuple[list[ConfigError], list[str]]:
-    """Every example ``target`` cannot run (errors), and a note when its torch is unknown."""
-    if env is None and target.env is not None:
-        env = load_env_spec(target.env)
+    """The examples ``target`` (``env`` loaded) cannot run, and a note if its torch is unknown."""
     errors: list[ConfigError] = []
     unknown: list[str] = []
     for example in examples:

@@ -99,6 +99,9 @@ class SettingsFile(Declared):
 
 @dataclass(frozen=True)
 class Settings:
+    """The settings as loaded: each field is :class:`SettingsFile`'s ``containers.<name>``,
+    folders resolved from the project root."""
+
     root: Path
     images_dir: Path
     results_dir: Path
@@ -109,27 +112,16 @@ class Settings:
     default_target: str
     jobs_mount: str
     results_mount: str
-    # Publishing (``invoke publish``): PGP keyring for ``apptainer sign`` (empty: the one the
-    # runtime reads by itself, APPTAINER_KEYSDIR else ~/.apptainer/keys: Runtime.keysdir),
-    # which secret key in it, the group that reads published files, and whether others may
-    # read them too (0644/0755) or only that group (0640/0750).
     sign_keysdir: Path | None = None
     sign_keyidx: int = 0
     publish_group: str = ""
-    publish_world_readable: bool = True
-    #: Per target, versions ``--keep`` must never remove (``containers.publish_pinned``).
+    publish_world_readable: bool = True  # others read published files (0644/0755), else 0640/0750
     publish_pinned: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: The account batch jobs charge: ``accounts[<site>]``, else ``account`` (empty: none).
     account: str = ""
     accounts: Mapping[str, str] = field(default_factory=dict)
-    #: gzip level of a built image's squashfs (``containers.squashfs_level``): 9 is what
-    #: Apptainer writes by itself; lower levels write faster and larger, in the same format.
     squashfs_level: int = SQUASHFS_DEFAULT_LEVEL
-    #: The squashfs compression of a build (``containers.squashfs``, :data:`SQUASHFS_CHOICES`).
     squashfs: str = "auto"
-    #: Whether builds keep and rebuild from root file systems (``containers.keep_roots``).
     keep_roots: bool = True
-    #: The group that shares the package cache (``containers.cache_group``; empty: nobody).
     cache_group: str = ""
 
     def account_for(self, site: str) -> str | None:
