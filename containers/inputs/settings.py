@@ -6,7 +6,6 @@ from the project root, so tasks work from any working directory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
@@ -97,10 +96,8 @@ class SettingsFile(Declared):
         {}, description="the account per site, over account")
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The settings as loaded: each field is :class:`SettingsFile`'s ``containers.<name>``,
-    folders resolved from the project root."""
+class Settings(SettingsFile):
+    """The settings as loaded (:class:`SettingsFile`'s), folders resolved from the project root."""
 
     root: Path
     images_dir: Path
@@ -108,21 +105,9 @@ class Settings:
     perflog_dir: Path
     tmp_dir: Path
     cache_dir: Path | None
-    runtime: str
-    default_target: str
-    jobs_mount: str
-    results_mount: str
-    sign_keysdir: Path | None = None
-    sign_keyidx: int = 0
-    publish_group: str = ""
-    publish_world_readable: bool = True  # others read published files (0644/0755), else 0640/0750
-    publish_pinned: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    account: str = ""
-    accounts: Mapping[str, str] = field(default_factory=dict)
-    squashfs_level: int = SQUASHFS_DEFAULT_LEVEL
-    squashfs: str = "auto"
-    keep_roots: bool = True
-    cache_group: str = ""
+    sign_keysdir: Path | None
+    publish_pinned: Mapping[str, tuple[str, ...]]
+    accounts: Mapping[str, str]
 
     def account_for(self, site: str) -> str | None:
         """The configured account for ``site`` (``accounts.<site>``, else ``account``), or None."""
@@ -230,5 +215,5 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
 
     folders = {key: resolve(values[key]) for key in FOLDERS}
     folders.update({key: resolve(values[key]) if values[key] else None for key in UNSET_FOLDERS})
-    return Settings(root=root, **{**values, **folders, "accounts": {
+    return Settings.model_construct(root=root, **{**values, **folders, "accounts": {
         site: str(account) for site, account in values["accounts"].items() if account}})
