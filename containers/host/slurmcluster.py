@@ -342,19 +342,15 @@ def save(cluster: SlurmCluster) -> Path:
     return path
 
 
-def trust_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be trusted (not the user's alone, or swappable); else None."""
-    try:
-        why = not_yours_alone(path, os.lstat(path))
-    except FileNotFoundError:
-        return None
-    return f"{path} {why}" if why else unsafe_way(path)
-
-
 def check_folder(root: Path) -> None:
-    """A :class:`StateError` when the cluster's folder or record is not the user's alone."""
+    """A :class:`StateError` when the cluster's folder or record is not the user's alone, or a
+    way to it someone else could change."""
     for path in (root, root / STATE_FILE):
-        why = trust_problem(path)
+        try:
+            why = not_yours_alone(path, os.lstat(path))
+        except FileNotFoundError:
+            continue
+        why = f"{path} {why}" if why else unsafe_way(path)
         if why:
             raise StateError(f"{why}; refusing to use the local Slurm cluster's record in "
                              f"{root} (someone else may have planted it: check it, remove it)")

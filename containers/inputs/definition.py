@@ -73,13 +73,6 @@ def line_text(raw: str) -> str:
     return line[:-1] if line.endswith("\r") else line
 
 
-def first_word(line: str) -> str:
-    """The first word of ``line`` as ``bufio.ScanWords`` finds it (Go's spaces separate)."""
-    rest = line.lstrip(GO_SPACE)
-    end = next((at for at, char in enumerate(rest) if char in GO_SPACE), len(rest))
-    return rest[:end]
-
-
 @dataclass(frozen=True)
 class Section:
     """One ``%name`` section: its header line and body exactly as written."""
@@ -304,7 +297,7 @@ def section_header(raw: str) -> tuple[str, str] | None:
     the name as ``getSectionName`` cuts it (up to the first space, lower-cased: ``%post<TAB>``
     gets a name Apptainer refuses), ``args`` without a CRLF's ``\\r``."""
     line = line_text(raw)
-    if not first_word(line).startswith("%"):
+    if not line.lstrip(GO_SPACE).startswith("%"):  # its first word, as bufio.ScanWords cuts it
         return None
     bare = line.lstrip("%")
     name = bare.split(" ", 1)[0]
