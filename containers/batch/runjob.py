@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from containers.batch.script import command, ref, word
+from containers.batch.script import command, ref, stop_if, word
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.run.command import CommandRun
@@ -63,9 +63,8 @@ def folder_lines(out_dir: Path) -> list[str]:
     refusal = (f"job: FAIL: the results folder {folder} exists: it holds another job's "
                "results (job ids repeat after a cluster restart), which this job does not "
                "overwrite; write the script again (invoke job) and submit that")
-    return [f"mkdir -p {word(str(out_dir.parent))}",
-            f"if ! mkdir {word(folder)}; then",
-            f"    echo {word(refusal)} >&2", "    exit 2", "fi",
+    return [f"mkdir -p {word(str(out_dir.parent))}", *stop_if(f"! mkdir {word(folder)}",
+                                                                word(refusal)),
             f"echo {word('results: ' + folder)}"]
 
 
