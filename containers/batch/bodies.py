@@ -1,7 +1,7 @@
-"""The shell lines of a batch job's body: a smoke or training job's run and verdict
-(:func:`workload_lines`, the verdict by the image's Python where this checkout's environment
-cannot run: :func:`verdict_in_image`), a build job's ``invoke build`` (:func:`build_body`, by the
-node's own ``python3`` on another architecture), and the host modules a job loads."""
+"""The shell lines of a batch job's body: a workload's run and verdict, a build, host modules.
+
+Where this checkout's environment cannot run on the nodes, the image's Python judges and the
+node's own ``python3`` builds, with packages prepared on the login node."""
 
 from __future__ import annotations
 

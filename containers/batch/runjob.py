@@ -1,9 +1,7 @@
 """``invoke job --workload run -- CMD``: a user's own command as a batch job, launched as the
 site's smoke jobs are, with the device gate first and a ``verdict.json`` at the end.
 
-The image's own Python runs the verdict (``jobs/runverdict.py``), so the node needs no venv,
-pip or package index.
-"""
+The image's own Python judges (``jobs/runverdict.py``): no venv, pip or package index on nodes."""
 
 from __future__ import annotations
 

@@ -249,7 +249,6 @@ def _until(ready: Callable[[], bool], timeout: float, what: str, root: Path) -> 
 
 
 def _recorded(cluster: SlurmCluster, name: str, pid: int) -> None:
-    """Note daemon ``name``'s PID and start time in ``cluster``."""
     cluster.pids[name] = pid
     with contextlib.suppress(psutil.Error):
         cluster.started[name] = psutil.Process(pid).create_time()

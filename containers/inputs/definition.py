@@ -130,12 +130,11 @@ class Stage:
     def bootstrap(self) -> str:
         return self.header.get("bootstrap", "")
 
-    def section(self, name: str, app: str | None = None) -> Section | None:
+    def section(self, name: str) -> Section | None:
         """``%name`` as Apptainer reads it (``parseTokenSection``): every ``%name`` of this stage
-        (of app ``app`` for a SCIF section) appended in file order, with the last arguments
-        given; line and header of the first. None when the stage has none."""
-        found = [s for s in self.sections
-                 if s.name == name and (app is None or s.app == app)]
+        appended in file order, with the last arguments given; line and header of the first.
+        None when the stage has none."""
+        found = [s for s in self.sections if s.name == name]
         if len(found) < 2:
             return found[0] if found else None
         args = next((s.args for s in reversed(found) if s.args.strip()), found[0].args)

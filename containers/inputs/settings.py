@@ -110,7 +110,6 @@ class Settings(SettingsFile):
     accounts: Mapping[str, str]
 
     def account_for(self, site: str) -> str | None:
-        """The configured account for ``site`` (``accounts.<site>``, else ``account``), or None."""
         return self.accounts.get(site) or self.account or None
 
     @property

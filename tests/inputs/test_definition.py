@@ -219,7 +219,7 @@ def test_what_apptainer_accepts_in_a_header_and_sections() -> None:
     definition.validate()
     assert definition.final.header["bootstrap"] == "docker"
     assert definition.final.header["include"] == "a b"
-    assert definition.final.section("apprun", app="one").body == " x\n y\n"
+    assert definition.final.section("apprun").body == " x\n y\n"
     assert definition.text == text
 
 
