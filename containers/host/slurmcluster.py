@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import socket
 import stat
@@ -29,8 +28,6 @@ from containers.host.slurmconf import ConfWriter
 
 PACKAGES = ("slurm-wlm", "munge")
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "salloc")
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-            "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 #: What the command's cluster records about itself, in its folder.
 STATE_FILE = "cluster.json"
 
@@ -107,22 +104,6 @@ class SlurmCluster:
             raise CommandFailed(argv[0], argv=argv, returncode=result.returncode,
                                 output=(result.stdout + result.stderr).splitlines())
         return result
-
-    def wait(self, job_id: str, *, timeout: float = 180) -> dict[str, str]:
-        """Poll until the job ends; on timeout cancel it and fail with what it printed."""
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.run(["scontrol", "show", "job", "-o", job_id]).stdout
-            info = dict(re.findall(r"(\w+)=(\S*)", text))
-            if info.get("JobState") in TERMINAL:
-                return info
-            if time.monotonic() > deadline:
-                self.run(["scancel", job_id], check=False)
-                out = Path(info.get("StdOut", ""))
-                raise StateError(f"job {job_id} still {info.get('JobState')} after "
-                                 f"{timeout:.0f} s:\n"
-                                 + (out.read_text()[-3000:] if out.is_file() else ""))
-            time.sleep(0.5)
 
     def idle_nodes(self) -> list[str]:
         out = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout

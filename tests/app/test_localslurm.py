@@ -24,7 +24,7 @@ from containers.prove.registry import kind_of
 from tests.fixtures import ROOT
 from tests.fixtures.images import stand_in_image
 from tests.fixtures.procs import alive, launched
-from tests.fixtures.slurm import ensure_installed
+from tests.fixtures.slurm import ensure_installed, wait_job
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_start_run_a_job_and_stop_by_pid(folder) -> None:
         assert shown[0] == "nodes: n1, n2; partitions: debug"
         job = cluster.run(["sbatch", "--parsable", "--nodes=2", "-o", str(folder / "out.txt"),
                            "--wrap", "srun hostname"]).stdout.strip()
-        assert cluster.wait(job, timeout=120)["JobState"] == "COMPLETED"
+        assert wait_job(cluster, job, timeout=120)["JobState"] == "COMPLETED"
         assert len((folder / "out.txt").read_text().split()) == 2  # a task on each node
     finally:
         app.local_slurm(project, action="stop", say=said.append)
@@ -237,7 +237,7 @@ def _job_on_a_fresh_cluster(project: app.Project, folder: Path, monkeypatch) -> 
     try:
         submitted = app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu",
                             site="local-slurm", submit=True, say=lambda line: None)
-        info = slurmcluster.load(folder).wait(submitted.job_id, timeout=120)
+        info = wait_job(slurmcluster.load(folder), submitted.job_id, timeout=120)
         rows = app.jobs_report(project, as_json=True, say=lambda line: None)
     finally:
         app.local_slurm(project, action="stop", say=lambda line: None)
