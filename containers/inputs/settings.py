@@ -85,9 +85,11 @@ class SettingsFile(Declared):
     sign_keysdir: Str = Field("", description="the PGP keyring invoke publish --sign uses "
                               "(empty: the one the runtime reads, APPTAINER_KEYSDIR else "
                               "~/.apptainer/keys)")
-    sign_keyidx: Annotated[Int, _by_flag(NON_NEGATIVE_INT)] = 0
-    publish_group: Group = ""
-    publish_world_readable: Bool = True
+    sign_keyidx: Annotated[Int, _by_flag(NON_NEGATIVE_INT)] = Field(
+        0, description="which secret key of the keyring signs")
+    publish_group: Group = Field("", description="the group that reads published files")
+    publish_world_readable: Bool = Field(True, description="others read published files too "
+                                         "(0644/0755); false: only publish_group (0640/0750)")
     publish_pinned: dict[str, Annotated[Any, AfterValidator(_versions)]] = Field(
         {}, description="versions --keep never removes, per target (queued jobs or a site's "
                         "docs rely on them)")
