@@ -283,7 +283,6 @@ def _owner(uid: int) -> str:
 
 
 def refuse_unsafe_way(path: Path) -> None:
-    """Raise :class:`WriteRefused` when :func:`unsafe_way` finds why."""
     way = unsafe_way(path)
     if way:
         raise WriteRefused(f"{way}; refusing to write there")

@@ -19,11 +19,11 @@ from invoke import Collection
 import tasks
 from tests.fixtures.disks import plant_in_place
 from tests.fixtures.procs import at_a_terminal
-from containers.host.process import descendants
 from containers.prove import registry
 from containers.prove.smoke import SMOKE
 from containers.prove.train import TRAINS
 from tests.fixtures import ROOT
+from tests.fixtures.procs import descendants
 
 
 def _invoke(project: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -1,7 +1,7 @@
-"""The shell lines of a batch job's body: a smoke or training job's run and verdict
-(:func:`workload_lines`, the verdict by the image's Python where this checkout's environment
-cannot run: :func:`verdict_in_image`), a build job's ``invoke build`` (:func:`build_body`, by the
-node's own ``python3`` on another architecture), and the host modules a job loads."""
+"""The shell lines of a batch job's body: a workload's run and verdict, a build, host modules.
+
+Where this checkout's environment cannot run on the nodes, the image's Python judges and the
+node's own ``python3`` builds, with packages prepared on the login node."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Sequence
 
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
 from containers.batch.runjob import folder_lines
-from containers.batch.script import command, ref, word
+from containers.batch.script import command, ref, stop_if, word
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
@@ -76,12 +76,10 @@ def module_variable_lines(site: Site, modules: Sequence[str], *,
     lines = ["# What the binds and environment below take from the host (its modules): each "
              "must be set"]
     for name, keys in used.items():
-        lines += [f"if [[ -z ${{{name}:-}} ]]; then",
-                  "    echo " + word(f"job script: {loaded} did not set {name}, which "
-                                    f"{' and '.join(keys)} of sites/{site.name}.yaml "
-                                    f"use{'s' if len(keys) == 1 else ''}: load the module "
-                                    "that sets it, or fix the profile") + " >&2",
-                  "    exit 2", "fi"]
+        lines += stop_if(f"[[ -z ${{{name}:-}} ]]", word(
+            f"job script: {loaded} did not set {name}, which {' and '.join(keys)} of "
+            f"sites/{site.name}.yaml use{'s' if len(keys) == 1 else ''}: load the module that "
+            "sets it, or fix the profile"))
     return [*lines, ""]
 
 
@@ -122,12 +120,9 @@ def _build_by_node_python(target: Target, *, root: Path, host_arch: str,
         "    *) echo " + word("build: FAIL: " + found) + '"$node_python"' + word(fix) + " >&2",
         "       exit 2 ;;",
         "esac",
-        'if [[ ! -f $packages/' + COMPLETE + ' ]]; then',
-        "    echo " + word("build: FAIL: ") + '"$packages"' + word(
-            " is not prepared (invoke job --out or --submit prepares it on the login node)")
-        + " >&2",
-        "    exit 2",
-        "fi",
+        *stop_if(f"[[ ! -f $packages/{COMPLETE} ]]", word("build: FAIL: ") + '"$packages"'
+                 + word(" is not prepared (invoke job --out or --submit prepares it on the "
+                        "login node)")),
         f'export PATH="$packages/bin:$PATH" PYTHONPATH="$packages":{word(str(root))}',
         "exec " + command(["python3", "-m", "invoke", "--search-root", str(root), "build",
                            "--target", target.name])]
@@ -160,11 +155,9 @@ def verdict_in_image(target: Target, workload: Workload, settings: Settings,
         "# with this checkout read-only and the packages invoke verdict imports, made by "
         "invoke job",
         "# on the login node: no venv, pip or package index on this node.",
-        f"if [[ ! -f {word(folder + '/' + COMPLETE)} ]]; then",
-        "    echo " + word(f"verdict: FAIL: {folder} is not prepared (invoke job --out or "
-                              "--submit prepares it on the login node)") + " >&2",
-        "    exit 2",
-        "fi",
+        *stop_if(f"[[ ! -f {word(folder + '/' + COMPLETE)} ]]", word(
+            f"verdict: FAIL: {folder} is not prepared (invoke job --out or --submit prepares it "
+            "on the login node)")),
         command(["mkdir", "-p", *writable]),
         "exec " + command(judge_argv)]
 

@@ -31,7 +31,6 @@ from containers.run.command import CommandRun
 from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.workload import Placement, Workload
 
-#: JobRequest and JobNeeds: batch.JobRequest, batch.JobNeeds
 __all__ = ["Job", "JobNeeds", "JobRequest", "JobRun", "job_run", "plan_job"]
 
 

@@ -1,9 +1,8 @@
 """The packages ``invoke verdict`` (or ``invoke build``) imports, for a Python on a compute node
 of another architecture than the submitting machine's.
 
-Such a node cannot use this checkout's ``.venv`` nor rely on a package index, so the wheels are
-downloaded once on the login node into a folder named for what it serves (:func:`plan`).
-"""
+Downloaded once on the login node (the node has no usable ``.venv``, maybe no package index),
+into a folder named for what it serves (:func:`plan`)."""
 
 from __future__ import annotations
 

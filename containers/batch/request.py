@@ -6,19 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from containers.errors import UsageError
 from containers.inputs import flags
 from containers.prove import registry
-from containers.prove.kind import Options, WorkloadKind
+from containers.prove.kind import WorkloadKind
 from containers.prove.smoke import SmokeOptions
 from containers.prove.transport import CHOICES as TRANSPORTS
 from containers.prove.train import TrainOptions
 from containers.run import launchers
-
-if TYPE_CHECKING:  # the flags are declared when the command line starts (invoke --list): light
-    from containers.records import JobRecord
 
 
 @dataclass(frozen=True)
@@ -88,17 +85,11 @@ def request_from_record(given: Mapping, kind: WorkloadKind) -> JobRequest:
     from containers.run.workload import JOB_RECORD
 
     record = JobRecord.of(given, source=JOB_RECORD)
-    return JobRequest(kind=kind, nodes=int(record.nodes),
-                      gpus_per_node=int(record.gpus_per_node),
-                      launcher=record.launcher, partition=record.partition,
-                      options=_record_options(record, kind), transport=record.transport)
-
-
-def _record_options(record: JobRecord, kind: WorkloadKind) -> Options | None:
-    given = record.options
-    if given is None:
-        return None
+    nodes, gpus = int(record.nodes), int(record.gpus_per_node)
     try:
-        return kind.make_options(gpus=int(record.gpus_per_node), given=given)
+        options = None if record.options is None else kind.make_options(gpus=gpus,
+                                                                        given=record.options)
     except (TypeError, UsageError) as exc:
         raise RecordOptionsError(f"options are not the job's: {exc}") from exc
+    return JobRequest(kind=kind, nodes=nodes, gpus_per_node=gpus, launcher=record.launcher,
+                      partition=record.partition, options=options, transport=record.transport)

@@ -1,16 +1,14 @@
 """``invoke job --workload run -- CMD``: a user's own command as a batch job, launched as the
 site's smoke jobs are, with the device gate first and a ``verdict.json`` at the end.
 
-The image's own Python runs the verdict (``jobs/runverdict.py``), so the node needs no venv,
-pip or package index.
-"""
+The image's own Python judges (``jobs/runverdict.py``): no venv, pip or package index on nodes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
-from containers.batch.script import command, ref, word
+from containers.batch.script import command, ref, stop_if, word
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.run.command import CommandRun
@@ -63,9 +61,8 @@ def folder_lines(out_dir: Path) -> list[str]:
     refusal = (f"job: FAIL: the results folder {folder} exists: it holds another job's "
                "results (job ids repeat after a cluster restart), which this job does not "
                "overwrite; write the script again (invoke job) and submit that")
-    return [f"mkdir -p {word(str(out_dir.parent))}",
-            f"if ! mkdir {word(folder)}; then",
-            f"    echo {word(refusal)} >&2", "    exit 2", "fi",
+    return [f"mkdir -p {word(str(out_dir.parent))}", *stop_if(f"! mkdir {word(folder)}",
+                                                                word(refusal)),
             f"echo {word('results: ' + folder)}"]
 
 

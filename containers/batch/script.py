@@ -116,6 +116,11 @@ def _positional(argv: Sequence[str], start: int, value_options: Sequence[str]) -
     return None
 
 
+def stop_if(condition: str, message: str) -> list[str]:
+    """Lines that end the job (exit 2) where ``condition`` holds, ``message`` (words) on stderr."""
+    return [f"if {condition}; then", f"    echo {message} >&2", "    exit 2", "fi"]
+
+
 def render(directives: Sequence[str], comments: Sequence[str], body: Sequence[str]) -> str:
     """A batch script: directives, a strict header (an ``ERR`` trap naming the line), body."""
     lines = ["#!/bin/bash", *directives, "", *(f"# {c}" if c else "#" for c in comments),

@@ -1,7 +1,5 @@
-"""Facts about this machine that plans record or depend on: its architecture (an aarch64 image
-cannot be built on x86_64), the checkout's git revision (provenance), where cotainr is, and what
-a run started here can use (cores, memory, GPUs), with the rule that refuses a run that cannot
-fit (:func:`fit_problem`, pure, so it is tested without the machine it describes)."""
+"""Facts about this machine that plans record or depend on, and what a run started here can use
+(:func:`fit_problem` judges that purely, so it is tested without the machine it describes)."""
 
 from __future__ import annotations
 

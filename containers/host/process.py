@@ -76,11 +76,6 @@ def _gone(proc: psutil.Process) -> bool:
         return True
 
 
-def descendants(pid: int) -> list[int]:
-    """The PIDs of every live descendant of ``pid`` (children first); zombies excluded."""
-    return [proc.pid for proc in _tree(pid) if not _gone(proc)]
-
-
 def _signal_all(procs: Sequence[psutil.Process], sig: signal.Signals) -> None:
     import psutil
     for proc in procs:

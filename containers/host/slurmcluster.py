@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import socket
 import stat
@@ -29,8 +28,6 @@ from containers.host.slurmconf import ConfWriter
 
 PACKAGES = ("slurm-wlm", "munge")
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "salloc")
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-            "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 #: What the command's cluster records about itself, in its folder.
 STATE_FILE = "cluster.json"
 
@@ -52,15 +49,6 @@ CLIENT_TIMEOUT = 10
 def missing_programs() -> list[str]:
     """The Slurm and munge programs this machine lacks (``apt-get install slurm-wlm munge``)."""
     return [p for p in PROGRAMS if not shutil.which(p)]
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` is a running process; a zombie (exited, not yet reaped) is not."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2:].split()[0] != "Z"
 
 
 def free_ports(count: int) -> list[int]:
@@ -116,22 +104,6 @@ class SlurmCluster:
             raise CommandFailed(argv[0], argv=argv, returncode=result.returncode,
                                 output=(result.stdout + result.stderr).splitlines())
         return result
-
-    def wait(self, job_id: str, *, timeout: float = 180) -> dict[str, str]:
-        """Poll until the job ends; on timeout cancel it and fail with what it printed."""
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.run(["scontrol", "show", "job", "-o", job_id]).stdout
-            info = dict(re.findall(r"(\w+)=(\S*)", text))
-            if info.get("JobState") in TERMINAL:
-                return info
-            if time.monotonic() > deadline:
-                self.run(["scancel", job_id], check=False)
-                out = Path(info.get("StdOut", ""))
-                raise StateError(f"job {job_id} still {info.get('JobState')} after "
-                                 f"{timeout:.0f} s:\n"
-                                 + (out.read_text()[-3000:] if out.is_file() else ""))
-            time.sleep(0.5)
 
     def idle_nodes(self) -> list[str]:
         out = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout
@@ -258,7 +230,6 @@ def _until(ready: Callable[[], bool], timeout: float, what: str, root: Path) -> 
 
 
 def _recorded(cluster: SlurmCluster, name: str, pid: int) -> None:
-    """Note daemon ``name``'s PID and start time in ``cluster``."""
     cluster.pids[name] = pid
     with contextlib.suppress(psutil.Error):
         cluster.started[name] = psutil.Process(pid).create_time()
@@ -351,19 +322,15 @@ def save(cluster: SlurmCluster) -> Path:
     return path
 
 
-def trust_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be trusted (not the user's alone, or swappable); else None."""
-    try:
-        why = not_yours_alone(path, os.lstat(path))
-    except FileNotFoundError:
-        return None
-    return f"{path} {why}" if why else unsafe_way(path)
-
-
 def check_folder(root: Path) -> None:
-    """A :class:`StateError` when the cluster's folder or record is not the user's alone."""
+    """A :class:`StateError` when the cluster's folder or record is not the user's alone, or a
+    way to it someone else could change."""
     for path in (root, root / STATE_FILE):
-        why = trust_problem(path)
+        try:
+            why = not_yours_alone(path, os.lstat(path))
+        except FileNotFoundError:
+            continue
+        why = f"{path} {why}" if why else unsafe_way(path)
         if why:
             raise StateError(f"{why}; refusing to use the local Slurm cluster's record in "
                              f"{root} (someone else may have planted it: check it, remove it)")

@@ -21,8 +21,6 @@ from containers.inputs.sites import Site
 TEST_ACCOUNT = "proj_1"
 #: Nodes started per site-shaped cluster: enough for the 2-node jobs.
 SITE_NODES = 2
-#: Ports a site-shaped cluster takes: slurmctld's, each node's, slurmdbd's.
-SITE_PORTS = SITE_NODES + 2
 #: Writes a slurm.conf into a root folder, for the given ports and munge socket.
 ConfWriter = Callable[[Path, list[int], Path], Path]
 

@@ -1,9 +1,7 @@
 """What a build inherits from the build host: its Debian mirror, pip configuration and CA certs.
 
-Sites run local mirrors and TLS-intercepting proxies; the project therefore never names a package
-registry itself. The Debian mirror comes from the host's apt sources, pip's index, extra indexes,
-find-links and certificate from ``pip config list`` (which includes ``PIP_*`` variables), and the
-extra CA certificates from ``/usr/local/share/ca-certificates``.
+Sites run local mirrors and TLS-intercepting proxies, so the project never names a package
+registry itself: pip's sources are what ``pip config list`` says (``PIP_*`` variables included).
 """
 
 from __future__ import annotations

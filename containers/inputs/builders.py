@@ -9,26 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping
 
 from containers.errors import ConfigError, UsageError
 from containers.inputs.definition import read_definition
 
-if TYPE_CHECKING:  # named by their shape only: envspec and recipes import this module
+if TYPE_CHECKING:  # envspec and recipes import this module
     from containers.inputs.envspec import EnvSpec
+    from containers.inputs.recipes import Target
     from containers.inputs.sites import Site
-
-
-class BuiltTarget(Protocol):
-    """What a builder reads of a target (:class:`containers.inputs.recipes.Target`)."""
-
-    name: str
-    manifest: Path
-    site: str
-    definition: Path | None
-    base_image: str | None
-
-    def line(self, key: str) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -44,17 +33,17 @@ class Builder:
     def check_env(self, spec: EnvSpec) -> None:
         """Refuse an env spec this builder cannot install."""
 
-    def check_build_args(self, target: BuiltTarget, cli_args: Mapping[str, str]) -> None:
+    def check_build_args(self, target: Target, cli_args: Mapping[str, str]) -> None:
         """Refuse a ``--build-arg`` this builder has no use for, before anything is read."""
 
-    def base_inputs(self, target: BuiltTarget, user_args: Mapping[str, str]) -> dict[str, Any]:
+    def base_inputs(self, target: Target, user_args: Mapping[str, str]) -> dict[str, Any]:
         """What the inputs hash covers of the image it builds on, beyond the definition."""
         return {}
 
-    def check_base_image(self, target: BuiltTarget, inputs: Mapping[str, Any]) -> None:
+    def check_base_image(self, target: Target, inputs: Mapping[str, Any]) -> None:
         """Refuse a base image that is not on this machine, before the build runs."""
 
-    def fakeroot_refusal(self, target: BuiltTarget, site: Site) -> ConfigError | None:
+    def fakeroot_refusal(self, target: Target, site: Site) -> ConfigError | None:
         """Why ``site`` cannot build ``target`` for want of ``--fakeroot``, else None."""
         return None
 
@@ -76,7 +65,7 @@ class ApptainerBuilder(Builder):
     def check_env(self, spec: EnvSpec) -> None:
         spec.check_venv_compatible()
 
-    def fakeroot_refusal(self, target: BuiltTarget, site: Site) -> ConfigError | None:
+    def fakeroot_refusal(self, target: Target, site: Site) -> ConfigError | None:
         """A build running a script in the image needs ``--fakeroot``, which the site lacks."""
         if site.fakeroot or target.definition is None \
                 or not read_definition(target.definition).runs_in_image:
@@ -107,17 +96,17 @@ class CotainrBuilder(Builder):
                                   f"base_image and the env spec)", path=path,
                                   line=lines.get(key), key=key)
 
-    def check_build_args(self, target: BuiltTarget, cli_args: Mapping[str, str]) -> None:
+    def check_build_args(self, target: Target, cli_args: Mapping[str, str]) -> None:
         unknown = sorted(set(cli_args) - {"BASE_IMAGE"})
         if unknown:
             raise ConfigError(f"build argument '{unknown[0]}' does not apply to a {self.name} "
                               f"target (only BASE_IMAGE does)", path=target.manifest,
                               key=unknown[0])
 
-    def base_inputs(self, target: BuiltTarget, user_args: Mapping[str, str]) -> dict[str, Any]:
+    def base_inputs(self, target: Target, user_args: Mapping[str, str]) -> dict[str, Any]:
         return {"base_image": user_args.get("BASE_IMAGE", target.base_image)}
 
-    def check_base_image(self, target: BuiltTarget, inputs: Mapping[str, Any]) -> None:
+    def check_base_image(self, target: Target, inputs: Mapping[str, Any]) -> None:
         """A base image that is a path here must exist before cotainr runs."""
         base = inputs.get("base_image")
         if not base or "://" in base or Path(base).is_file():

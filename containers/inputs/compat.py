@@ -5,7 +5,7 @@ the build (the env spec's pin, or the manifest's ``torch:``), so this compares p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterable, Mapping
 
@@ -121,11 +121,9 @@ def example_plan(target: Target, env: EnvSpec | None = None,
     return ExamplePlan(tuple(kept), [], notes, info)
 
 
-def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | None = None
+def example_problems(target: Target, examples: Iterable[str], env: EnvSpec | None
                      ) -> tuple[list[ConfigError], list[str]]:
-    """Every example ``target`` cannot run (errors), and a note when its torch is unknown."""
-    if env is None and target.env is not None:
-        env = load_env_spec(target.env)
+    """The examples ``target`` (``env`` loaded) cannot run, and a note if its torch is unknown."""
     errors: list[ConfigError] = []
     unknown: list[str] = []
     for example in examples:
@@ -159,6 +157,6 @@ def as_built(target: Target, build_args: Mapping[str, str], *,
                if key not in context and target.build_args.get(key) != value]
     if not changed:
         return target
-    return replace(target, torch_unknown=(
+    return target.model_copy(update={"torch_unknown": (
         f"--build-arg {changed[0]} builds on another base than the one whose torch "
-        f"{target.manifest.name} declares ('torch: {target.torch}')"))
+        f"{target.manifest.name} declares ('torch: {target.torch}')")})

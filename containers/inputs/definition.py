@@ -73,13 +73,6 @@ def line_text(raw: str) -> str:
     return line[:-1] if line.endswith("\r") else line
 
 
-def first_word(line: str) -> str:
-    """The first word of ``line`` as ``bufio.ScanWords`` finds it (Go's spaces separate)."""
-    rest = line.lstrip(GO_SPACE)
-    end = next((at for at, char in enumerate(rest) if char in GO_SPACE), len(rest))
-    return rest[:end]
-
-
 @dataclass(frozen=True)
 class Section:
     """One ``%name`` section: its header line and body exactly as written."""
@@ -137,12 +130,11 @@ class Stage:
     def bootstrap(self) -> str:
         return self.header.get("bootstrap", "")
 
-    def section(self, name: str, app: str | None = None) -> Section | None:
+    def section(self, name: str) -> Section | None:
         """``%name`` as Apptainer reads it (``parseTokenSection``): every ``%name`` of this stage
-        (of app ``app`` for a SCIF section) appended in file order, with the last arguments
-        given; line and header of the first. None when the stage has none."""
-        found = [s for s in self.sections
-                 if s.name == name and (app is None or s.app == app)]
+        appended in file order, with the last arguments given; line and header of the first.
+        None when the stage has none."""
+        found = [s for s in self.sections if s.name == name]
         if len(found) < 2:
             return found[0] if found else None
         args = next((s.args for s in reversed(found) if s.args.strip()), found[0].args)
@@ -256,13 +248,9 @@ class Definition:
         return self.final.argument_defaults
 
     @property
-    def arg_lines(self) -> dict[str, int]:
-        """Every ``{{ NAME }}`` used (any stage) and the line of its first use, in file order."""
-        return self.missing_arg_lines(None)
-
-    @property
     def build_args(self) -> tuple[str, ...]:
-        return tuple(self.arg_lines)
+        """Every ``{{ NAME }}`` used (any stage), in file order."""
+        return tuple(self.missing_arg_lines(None))
 
     def missing_arg_lines(self, given: dict[str, str] | None) -> dict[str, int]:
         """Arguments a stage uses with no value (not ``given``, not in its ``%arguments``),
@@ -308,7 +296,7 @@ def section_header(raw: str) -> tuple[str, str] | None:
     the name as ``getSectionName`` cuts it (up to the first space, lower-cased: ``%post<TAB>``
     gets a name Apptainer refuses), ``args`` without a CRLF's ``\\r``."""
     line = line_text(raw)
-    if not first_word(line).startswith("%"):
+    if not line.lstrip(GO_SPACE).startswith("%"):  # its first word, as bufio.ScanWords cuts it
         return None
     bare = line.lstrip("%")
     name = bare.split(" ", 1)[0]

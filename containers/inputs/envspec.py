@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Protocol
+from typing import TYPE_CHECKING, Any, Collection
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -23,14 +23,8 @@ from containers.inputs.versions import major_minor
 from containers.inputs.yamlsource import load_yaml_text, read_input_text
 
 
-class EnvTarget(Protocol):
-    """What :func:`load_target_env` reads of a target (:class:`containers.inputs.recipes.Target`,
-    which imports this module: named here by its shape only)."""
-
-    env: Path | None
-    builder: str
-    manifest: Path
-    pip_extra_index_urls: tuple[str, ...]
+if TYPE_CHECKING:  # recipes imports this module
+    from containers.inputs.recipes import Target
 
 
 class EnvFile(Declared):
@@ -326,7 +320,7 @@ def load_env_spec(path: Path) -> EnvSpec:
                    else None)
 
 
-def load_target_env(target: EnvTarget) -> EnvSpec | None:
+def load_target_env(target: Target) -> EnvSpec | None:
     """``target``'s env spec (None when it has none), checked as every use of it needs."""
     if target.env is None:
         return None

@@ -7,7 +7,6 @@ leading out of the project is refused as targets load, so no host file is ever r
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Callable, Literal, Mapping
 
@@ -76,34 +75,20 @@ class Manifest(Declared):
                                  "it is not the site's (an image with a venv has its own)")
 
 
-@dataclass(frozen=True)
-class Target:
-    """One buildable image, as its manifest declares it."""
+class Target(Manifest):
+    """One buildable image, as its manifest (the file, named by its stem) declares it."""
 
     name: str
     manifest: Path
-    description: str
-    site: str
-    arch: str
-    gpu: Gpu
-    builder: str
     definition: Path | None
-    base: str | None
     env: Path | None
-    build_args: dict[str, str] = field(default_factory=dict)
-    base_image: str | None = None
-    test: bool = True
+    build_args: dict[str, str] = {}
     pip_extra_index_urls: tuple[str, ...] = ()
-    host_paths: str = "warn"
-    torch: str | None = None
     examples: tuple[str, ...] | None = None
     #: Why ``torch`` no longer says the image's (a ``--build-arg`` changes its base: set by
     #: :func:`containers.inputs.compat.as_built`, never by a manifest).
     torch_unknown: str | None = None
-    #: The image's torchrun, over the site's ``torchrun`` (None: the site's).
-    torchrun: str | None = None
-    license: str | None = None
-    lines: dict[str, int] = field(default_factory=dict, compare=False)
+    lines: dict[str, int] = {}
 
     def line(self, key: str) -> int | None:
         return self.lines.get(key)
@@ -191,7 +176,7 @@ def load_target(path: Path, *, root: Path) -> Target:
                               "over http could have its packages swapped in transit)", path=path,
                               line=line_of(data["pip_extra_index_urls"], index),
                               key="pip_extra_index_urls")
-    return Target(name=path.stem, manifest=path, lines=lines, **{
+    return Target.model_construct(name=path.stem, manifest=path, lines=lines, **{
         **values, **paths, "build_args": {str(k): str(v) for k, v in values["build_args"].items()},
         "pip_extra_index_urls": tuple(values["pip_extra_index_urls"]),
         "examples": tuple(values["examples"]) if "examples" in data else None})

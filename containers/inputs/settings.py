@@ -6,7 +6,6 @@ from the project root, so tasks work from any working directory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
@@ -86,9 +85,11 @@ class SettingsFile(Declared):
     sign_keysdir: Str = Field("", description="the PGP keyring invoke publish --sign uses "
                               "(empty: the one the runtime reads, APPTAINER_KEYSDIR else "
                               "~/.apptainer/keys)")
-    sign_keyidx: Annotated[Int, _by_flag(NON_NEGATIVE_INT)] = 0
-    publish_group: Group = ""
-    publish_world_readable: Bool = True
+    sign_keyidx: Annotated[Int, _by_flag(NON_NEGATIVE_INT)] = Field(
+        0, description="which secret key of the keyring signs")
+    publish_group: Group = Field("", description="the group that reads published files")
+    publish_world_readable: Bool = Field(True, description="others read published files too "
+                                         "(0644/0755); false: only publish_group (0640/0750)")
     publish_pinned: dict[str, Annotated[Any, AfterValidator(_versions)]] = Field(
         {}, description="versions --keep never removes, per target (queued jobs or a site's "
                         "docs rely on them)")
@@ -97,43 +98,20 @@ class SettingsFile(Declared):
         {}, description="the account per site, over account")
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(SettingsFile):
+    """The settings as loaded (:class:`SettingsFile`'s), folders resolved from the project root."""
+
     root: Path
     images_dir: Path
     results_dir: Path
     perflog_dir: Path
     tmp_dir: Path
     cache_dir: Path | None
-    runtime: str
-    default_target: str
-    jobs_mount: str
-    results_mount: str
-    # Publishing (``invoke publish``): PGP keyring for ``apptainer sign`` (empty: the one the
-    # runtime reads by itself, APPTAINER_KEYSDIR else ~/.apptainer/keys: Runtime.keysdir),
-    # which secret key in it, the group that reads published files, and whether others may
-    # read them too (0644/0755) or only that group (0640/0750).
-    sign_keysdir: Path | None = None
-    sign_keyidx: int = 0
-    publish_group: str = ""
-    publish_world_readable: bool = True
-    #: Per target, versions ``--keep`` must never remove (``containers.publish_pinned``).
-    publish_pinned: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: The account batch jobs charge: ``accounts[<site>]``, else ``account`` (empty: none).
-    account: str = ""
-    accounts: Mapping[str, str] = field(default_factory=dict)
-    #: gzip level of a built image's squashfs (``containers.squashfs_level``): 9 is what
-    #: Apptainer writes by itself; lower levels write faster and larger, in the same format.
-    squashfs_level: int = SQUASHFS_DEFAULT_LEVEL
-    #: The squashfs compression of a build (``containers.squashfs``, :data:`SQUASHFS_CHOICES`).
-    squashfs: str = "auto"
-    #: Whether builds keep and rebuild from root file systems (``containers.keep_roots``).
-    keep_roots: bool = True
-    #: The group that shares the package cache (``containers.cache_group``; empty: nobody).
-    cache_group: str = ""
+    sign_keysdir: Path | None
+    publish_pinned: Mapping[str, tuple[str, ...]]
+    accounts: Mapping[str, str]
 
     def account_for(self, site: str) -> str | None:
-        """The configured account for ``site`` (``accounts.<site>``, else ``account``), or None."""
         return self.accounts.get(site) or self.account or None
 
     @property
@@ -238,5 +216,5 @@ def load_settings(root: Path, config: Mapping[str, Any] | None = None) -> Settin
 
     folders = {key: resolve(values[key]) for key in FOLDERS}
     folders.update({key: resolve(values[key]) if values[key] else None for key in UNSET_FOLDERS})
-    return Settings(root=root, **{**values, **folders, "accounts": {
+    return Settings.model_construct(root=root, **{**values, **folders, "accounts": {
         site: str(account) for site, account in values["accounts"].items() if account}})

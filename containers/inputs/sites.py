@@ -378,23 +378,17 @@ class Profile(Part):
     fit: Fit = Doc(Fit(), description="what an image must fit here")
     squashfs: Squashfs = Doc(Squashfs(), description="the image compressions its runtime reads")
 
-    @field_validator("partitions")
+    @field_validator("partitions", "qos")
     @classmethod
-    def _gres_types(cls, value: dict[str, Partition], info: ValidationInfo
-                    ) -> dict[str, Partition]:
+    def _named(cls, value: dict[str, Limits], info: ValidationInfo) -> dict[str, Limits]:
+        """Each its name; a partition asking gres names its type (or the site does)."""
         site_type = getattr(info.data.get("gpus"), "gres_type", None)
         for name, part in value.items():
             part._name = name
-            if part.gpu_request == "gres" and not (part.gres_type or site_type):
+            if isinstance(part, Partition) and part.gpu_request == "gres" \
+                    and not (part.gres_type or site_type):
                 raise problem_at("gpu_request gres needs gres_type (the GPU type in "
                                  "--gres=gpu:<type>:N, e.g. v100)", name, "gpu_request")
-        return value
-
-    @field_validator("qos")
-    @classmethod
-    def _qos_names(cls, value: dict[str, Qos]) -> dict[str, Qos]:
-        for name, qos in value.items():
-            qos._name = name
         return value
 
     _one_mask_per_gpu = after("cpu_bind", lambda masks, data: (

@@ -23,8 +23,8 @@ from containers.batch.request import JobRequest
 from containers.prove.registry import kind_of
 from tests.fixtures import ROOT
 from tests.fixtures.images import stand_in_image
-from tests.fixtures.procs import launched
-from tests.fixtures.slurm import ensure_installed
+from tests.fixtures.procs import alive, launched
+from tests.fixtures.slurm import ensure_installed, wait_job
 
 
 @pytest.fixture
@@ -125,12 +125,12 @@ def test_start_run_a_job_and_stop_by_pid(folder) -> None:
         assert shown[0] == "nodes: n1, n2; partitions: debug"
         job = cluster.run(["sbatch", "--parsable", "--nodes=2", "-o", str(folder / "out.txt"),
                            "--wrap", "srun hostname"]).stdout.strip()
-        assert cluster.wait(job, timeout=120)["JobState"] == "COMPLETED"
+        assert wait_job(cluster, job, timeout=120)["JobState"] == "COMPLETED"
         assert len((folder / "out.txt").read_text().split()) == 2  # a task on each node
     finally:
         app.local_slurm(project, action="stop", say=said.append)
     assert said[-1].startswith(f"stopped the local Slurm cluster in {folder}: munged (PID ")
-    assert not any(slurmcluster.alive(pid) for pid in cluster.pids.values())
+    assert not any(alive(pid) for pid in cluster.pids.values())
     assert not folder.exists()
 
 
@@ -199,7 +199,7 @@ def test_a_half_stopped_cluster_is_named_so_and_a_second_stop_finishes_it(folder
     try:
         for name in ("slurmctld", "slurmd-n1", "slurmd-n2"):
             os.kill(cluster.pids[name], signal.SIGKILL)
-        while any(slurmcluster.alive(cluster.pids[n]) for n in cluster.pids if n != "munged"):
+        while any(alive(cluster.pids[n]) for n in cluster.pids if n != "munged"):
             time.sleep(0.1)
         half = (rf"^the local Slurm cluster in {folder} is half-stopped: slurmctld, slurmd-n1, "
                 rf"slurmd-n2 exited, still running: munged \(PID {cluster.pids['munged']}\), "
@@ -212,7 +212,7 @@ def test_a_half_stopped_cluster_is_named_so_and_a_second_stop_finishes_it(folder
         said: list[str] = []
         app.local_slurm(project, action="stop", say=said.append)
     assert said[0].startswith(f"stopped the local Slurm cluster in {folder}: munged (PID ")
-    assert _ended(step) and not slurmcluster.alive(cluster.pids["munged"]) and not folder.exists()
+    assert _ended(step) and not alive(cluster.pids["munged"]) and not folder.exists()
     with pytest.raises(StateError, match="no local Slurm cluster is running"):
         app.local_slurm(project, action="status")
 
@@ -237,7 +237,7 @@ def _job_on_a_fresh_cluster(project: app.Project, folder: Path, monkeypatch) -> 
     try:
         submitted = app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu",
                             site="local-slurm", submit=True, say=lambda line: None)
-        info = slurmcluster.load(folder).wait(submitted.job_id, timeout=120)
+        info = wait_job(slurmcluster.load(folder), submitted.job_id, timeout=120)
         rows = app.jobs_report(project, as_json=True, say=lambda line: None)
     finally:
         app.local_slurm(project, action="stop", say=lambda line: None)

@@ -21,6 +21,7 @@ from containers.prove.registry import kind_of
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from tests.fixtures import ROOT
+from tests.fixtures.slurm import wait_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer, pytest.mark.distributed]
 SMALL_SMOKE = dict(sizes="1K:64K", iters=5, warmup=2, timeout=120.0)
@@ -41,7 +42,7 @@ def _submit(project: app.Project, slurm_cluster, **kwargs) -> tuple[app.JobSubmi
                         submit=True, say=lines.append)
     assert submitted.job_id and any(f"submitted job {submitted.job_id}: output" in line
                                     for line in lines), lines
-    info = slurm_cluster.wait(submitted.job_id)
+    info = wait_job(slurm_cluster, submitted.job_id)
     output = Path(submitted.job.output_of(submitted.job_id))
     text = output.read_text() if output.is_file() else "(no output file)"
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", text[-4000:]

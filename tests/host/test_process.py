@@ -11,8 +11,8 @@ import time
 import pytest
 
 from containers.errors import CommandFailed
-from containers.host.process import capture, descendants, run, stop_tree
-from tests.fixtures.procs import alive
+from containers.host.process import capture, run, stop_tree
+from tests.fixtures.procs import alive, descendants
 
 # A parent that starts a child in a NEW session (as torchrun does with its ranks), then both hang.
 TREE = """

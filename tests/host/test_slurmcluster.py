@@ -24,11 +24,6 @@ def test_record_round_trip(tmp_path) -> None:
     assert slurmcluster.load(tmp_path / "none") is None
 
 
-def test_alive_is_false_for_a_finished_process() -> None:
-    assert slurmcluster.alive(os.getpid())
-    assert not slurmcluster.alive(2 ** 22 + 1)
-
-
 # --- a record anyone could plant (issue 42, item 3)
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def _failing_step(tmp_path: Path, name: str) -> BuildStep:
     inputs_hash = "c0ffee" * 10 + "abcd"
     short = inputs_hash[:12]
     return BuildStep(
-        target=dataclasses.replace(load_targets(ROOT)["cpu"], name=name),
+        target=load_targets(ROOT)["cpu"].model_copy(update={"name": name}),
         inputs_hash=inputs_hash, inputs={}, image=images / f"{name}.sif",
         partial=images / f".{name}.sif.{short}.partial", workdir=tmp_path / f"{name}-{short}",
         build_argv=["false"], test_argv=None, inspect_argv=[], env={}, staged={}, copied={},
@@ -229,8 +229,8 @@ def test_a_build_of_an_emulated_image_writes_the_cpu_folder_its_plan_only_names(
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr("containers.image.emulated.host_arch", lambda: "x86_64")
-    step = dataclasses.replace(_failing_step(tmp_path, "x"), target=dataclasses.replace(
-        load_targets(ROOT)["cpu-arm64"], name="x"))
+    step = dataclasses.replace(_failing_step(tmp_path, "x"), target=load_targets(ROOT)[
+        "cpu-arm64"].model_copy(update={"name": "x"}))
     (bind,) = emulated_binds("aarch64", write=False)
     folder = Path(bind.split(":")[0])
     assert not folder.exists()
@@ -245,8 +245,8 @@ def test_build_output_is_plain_and_a_wrappers_traceback_is_folded(tmp_path: Path
     neither, and the error line names cotainr and the FATAL line, not 'apptainer build'."""
     from containers.image.builder import _stream
 
-    step = dataclasses.replace(_failing_step(tmp_path, "x"), target=dataclasses.replace(
-        load_targets(ROOT)["lumi-rocm"], name="x"))
+    step = dataclasses.replace(_failing_step(tmp_path, "x"), target=load_targets(ROOT)[
+        "lumi-rocm"].model_copy(update={"name": "x"}))
     raw = ["\x1b[2KCotainr:-: Creating Singularity Sandbox",
            "\x1b[2KSingularitySandbox.err:-: \x1b[38;5;160mFATAL:   Unable to build from "
            "/b.sif\x1b[0m",

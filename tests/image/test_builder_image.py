@@ -17,7 +17,6 @@ import pytest
 from containers import app
 from containers.files import sha256_file
 from containers.host.facts import host_arch
-from containers.host.process import descendants
 from containers.host.sources import PipConfig
 from containers.image import builder, provenance
 from containers.image.identity import chain_hashes
@@ -26,6 +25,7 @@ from containers.inputs.definition import read_definition
 from tests.fixtures.data import load_targets
 from containers.inputs.settings import load_settings
 from tests.fixtures import ROOT
+from tests.fixtures.procs import descendants
 
 pytestmark = pytest.mark.apptainer
 

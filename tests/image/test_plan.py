@@ -44,7 +44,7 @@ def test_the_squashfs_compression_reaches_apptainer_and_cotainr_builds_alike(
     for name in ("cpu", "lumi-rocm"):
         hashes = set()
         for changes, args in cases.items():
-            step = plan_build(targets, name, settings=replace(data_settings, **dict(changes)),
+            step = plan_build(targets, name, settings=data_settings.model_copy(update=dict(changes)),
                               host=data_host(data_runtime)).steps[-1]
             assert step.env.get("APPTAINER_MKSQUASHFS_ARGS") == args, changes
             hashes.add(step.inputs_hash)
@@ -56,7 +56,7 @@ def test_the_squashfs_compression_reaches_apptainer_and_cotainr_builds_alike(
                          (dict(squashfs="zstd"), "squashfs")):
         with pytest.raises(ConfigError, match=rf"containers.{key}: .* is passed to mksquashfs "
                                               r"through Apptainer, and the runtime is singularity"):
-            plan_build(targets, "cpu", settings=replace(data_settings, **changes),
+            plan_build(targets, "cpu", settings=data_settings.model_copy(update=changes),
                        host=singularity)
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from containers.errors import ConfigError
 from containers.inputs import compat
+from containers.inputs.envspec import load_env_spec
 from containers.inputs.names import EXAMPLES
 from tests.fixtures.data import load_targets
 from tests.fixtures.data import pin_torch
@@ -48,7 +49,7 @@ def test_base_image_torch_declared_or_unknown(factory_project) -> None:
     target = load_targets(root)["puhti-cuda"]
     note = compat.check_example(target, "fsdp")
     assert note is not None and "torch version unknown" in note  # said, never a failure
-    errors, notes = compat.example_problems(target, EXAMPLES)
+    errors, notes = compat.example_problems(target, EXAMPLES, load_env_spec(target.env))
     assert errors == [] and len(notes) == 1 and "fsdp >= 2.6" in notes[0]
     manifest.write_text(manifest.read_text() + 'torch: "2.5.0a0"\n')
     with pytest.raises(ConfigError, match=rf"^{manifest}:\d+: torch: target puhti-cuda gets "

@@ -45,7 +45,7 @@ def test_roundtrip_is_byte_exact(data_root: Path) -> None:
 def test_build_args_defaults_and_render() -> None:
     definition = parse_definition(LUMI_STYLE)
     assert definition.build_args == ("BASE", "EXTRA")
-    assert definition.arg_lines == {"BASE": 2, "EXTRA": 12}
+    assert definition.missing_arg_lines(None) == {"BASE": 2, "EXTRA": 12}
     assert definition.argument_defaults["BASE"].endswith("lumi-rocm-rocm-6.2.4.sif")
     assert list(definition.missing_arg_lines({})) == ["EXTRA"]
     rendered = definition.render({"EXTRA": "deepspeed"})
@@ -219,7 +219,7 @@ def test_what_apptainer_accepts_in_a_header_and_sections() -> None:
     definition.validate()
     assert definition.final.header["bootstrap"] == "docker"
     assert definition.final.header["include"] == "a b"
-    assert definition.final.section("apprun", app="one").body == " x\n y\n"
+    assert definition.final.section("apprun").body == " x\n y\n"
     assert definition.text == text
 
 

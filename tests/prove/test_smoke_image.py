@@ -11,12 +11,12 @@ import pytest
 
 from containers import app
 from containers.errors import PerformanceFailed, VerdictFailed
-from containers.host.process import descendants
 from containers.inputs.references import Reference
 from containers.prove import perflog
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from tests.fixtures.images import results_project
+from tests.fixtures.procs import descendants
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 

@@ -60,7 +60,7 @@ class Built:
         # what a build read from the image (the stack above, the SBOM): publish's site fit
         # judges those without starting the stand-in
         settings.images_dir.joinpath("cpu.sif.cdx.json").write_text('{"components": []}\n')
-        target = dataclasses.replace(load_targets(ROOT)["cpu"], test=False)
+        target = load_targets(ROOT)["cpu"].model_copy(update={"test": False})
         return cls(settings, target, load_sites(ROOT)["local"], root / "pub")
 
     def plan(self, inputs_hash: str | None = None, **request) -> PublishPlan:

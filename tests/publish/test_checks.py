@@ -3,7 +3,6 @@ run (through the caller's function) when there is none."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -33,7 +32,7 @@ def _write_verdict(results: Path, name: str, **record) -> Path:
 @pytest.fixture
 def data_target() -> Target:
     """The CPU target without a %test, so no ``apptainer test`` is started."""
-    return dataclasses.replace(load_targets(ROOT)["cpu"], test=False)
+    return load_targets(ROOT)["cpu"].model_copy(update={"test": False})
 
 
 def test_find_verdict_wants_this_image_passing_with_two_ranks(tmp_path: Path) -> None:

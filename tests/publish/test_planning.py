@@ -3,7 +3,6 @@ refused before anything is touched, on the stand-in image of :mod:`tests.publish
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -59,7 +58,7 @@ def test_plan_refuses_unbuilt_unrecorded_and_bad_groups(data_built: Built) -> No
 def test_plan_refuses_a_group_naming_where_it_came_from(data_built: Built) -> None:
     with pytest.raises(UsageError, match="^--group: group 'no-such-group-here' does not exist"):
         data_built.plan(group="no-such-group-here")
-    data_built.settings = dataclasses.replace(data_built.settings, publish_group="nope-x")
+    data_built.settings = data_built.settings.model_copy(update={"publish_group": "nope-x"})
     with pytest.raises(ConfigError, match="containers.publish_group: group 'nope-x'"):
         data_built.plan()
 

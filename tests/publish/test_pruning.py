@@ -3,7 +3,6 @@ use, never through a link or outside the publish folder."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -83,8 +82,8 @@ def test_keep_refuses_to_remove_a_version_in_use(data_built: Built, pin: str) ->
         (dest / cat.CATALOGUE_NAME).write_text(json.dumps(data))
         why = f"pinned in {dest / cat.CATALOGUE_NAME}"
     elif pin == "config":
-        data_built.settings = dataclasses.replace(data_built.settings,
-                                                  publish_pinned={"cpu": ("1",)})
+        data_built.settings = data_built.settings.model_copy(
+            update={"publish_pinned": {"cpu": ("1",)}})
         why = "pinned in the config: containers.publish_pinned"
     else:
         os.remove(dest / "modules/cpu/default")

@@ -4,7 +4,6 @@ are in ``test_publish_image.py``."""
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import getpass
 import grp
@@ -212,7 +211,7 @@ def test_a_hostile_target_name_never_reaches_the_writers(data_built: Built) -> N
                                          "target name"):
         PublishRequest(target=HOSTILE, dest=data_built.dest)
     for name in (HOSTILE, "../cpu", "modules"):
-        data_built.target = dataclasses.replace(data_built.target, name=name)
+        data_built.target = data_built.target.model_copy(update={"name": name})
         with pytest.raises(ConfigError, match="target: .* is not a usable target name") as no:
             data_built.publish(version="1.0", skip_checks=True)
         assert "\n" not in str(no.value)
