@@ -17,7 +17,7 @@ import shlex
 import sys
 import types
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import invoke.parser.parser
 from invoke import Exit, task
@@ -27,8 +27,7 @@ from invoke.parser import Parser
 from invoke.parser.parser import ParseMachine
 
 # Only what the flags' help needs is imported here: ``invoke --list`` and ``-h`` import this
-# file and run no task. ``app`` imports each command's modules on first use (its docstring).
-from containers import app
+# file and run no task. Each task imports its command's module (containers.app) when it runs.
 from containers.errors import ContainersError, UsageError, describe, readable
 from containers.inputs import flags
 from containers.inputs.names import suggest
@@ -39,12 +38,15 @@ from containers.prove.train import TrainOptions
 
 ROOT = Path(__file__).resolve().parent
 
+if TYPE_CHECKING:
+    from containers.app.project import Project
 
-def _project(c) -> app.Project:
-    from containers.app.project import settings_of  # the settings model: only when a task runs
+
+def _project(c) -> Project:
+    from containers.app.project import Project, settings_of
 
     settings, sources = settings_of(c.config)
-    return app.Project.load(ROOT, settings, sources=sources)
+    return Project.load(ROOT, settings, sources=sources)
 
 
 def _quiet_broken_pipe(kind, value, traceback, previous=sys.excepthook) -> None:
@@ -239,13 +241,16 @@ FORCE_HELP = "run even when this machine cannot fit it (ranks over its cores or 
                 "json": JSON_HELP})
 def check(c, target=None, json=False):
     """Validate manifests, env specs, definitions and site profiles."""
-    app.check_inputs(_project(c), target=target, as_json=json)
+    from containers.app import inputs
+    inputs.check_inputs(_project(c), target=target, as_json=json)
 
 
 @_command(help={"json": JSON_HELP})
 def targets(c, json=False):
     """List image targets: site, arch, GPU kind, builder, image, built or not, inputs hash."""
-    app.list_targets(c.config.get("containers") or {}, ROOT, lambda: _project(c), as_json=json)
+    from containers.app import inputs
+    inputs.list_targets(c.config.get("containers") or {}, ROOT, lambda: _project(c),
+                        as_json=json)
 
 
 @_command(
@@ -262,19 +267,21 @@ def targets(c, json=False):
 )
 def build(c, target=None, force=False, dry_run=False, build_arg=None, no_cache=False):
     """Build an image (and its bases) unless its inputs hash says it is up to date."""
+    from containers.app import build as building
     from containers.image.identity import parse_build_args  # the planner: only when building
     build_args = parse_build_args(build_arg or [])
     project = _project(c)
-    app.build(project, target=target or project.settings.default_target, force=force,
-              dry_run=_dry(c, dry_run), build_args=build_args, no_cache=no_cache)
+    building.build(project, target=target or project.settings.default_target, force=force,
+                   dry_run=_dry(c, dry_run), build_args=build_args, no_cache=no_cache)
 
 
 @_command(help={"prune": "empty it (waits for running builds; the next build fills it again)"})
 def cache(c, prune=False):
     """The package cache builds share (containers.cache_dir): where, how big; --prune empties it."""
+    from containers.app import caching
     if prune:
         _no_dry(c, "cache --prune removes files; run it without --dry")
-    app.package_cache(_project(c), prune=prune)
+    caching.package_cache(_project(c), prune=prune)
 
 
 @_command(
@@ -295,16 +302,18 @@ def cache(c, prune=False):
 def smoke(c, target=None, dry_run=False, history=False, json=False, nodes="1", force=False,
           **given):
     """Collective benchmark inside the image (nccl-tests style): algbw, busbw, #wrong, verdict."""
+    from containers.app import workloads
     if json and not history:
         raise UsageError("--json goes with --history; a run writes its JSON report and "
                          "prints where (json: ...)", flag="--json")
     options = SmokeOptions(**given)
     if history:
-        app.smoke_history(_project(c), target=target, as_json=json, plot=not c.config.run.dry,
-                          ops=options.op.split(",") if given["op"] else None)
+        workloads.smoke_history(_project(c), target=target, as_json=json,
+                                plot=not c.config.run.dry,
+                                ops=options.op.split(",") if given["op"] else None)
         return
-    app.prove(_project(c), target=target, options=options, dry_run=_dry(c, dry_run),
-              nodes=nodes, force=force)
+    workloads.prove(_project(c), target=target, options=options, dry_run=_dry(c, dry_run),
+                    nodes=nodes, force=force)
 
 
 @_command(
@@ -320,8 +329,9 @@ def smoke(c, target=None, dry_run=False, history=False, json=False, nodes="1", f
 )
 def train(c, target=None, scaling=None, dry_run=False, nodes="1", force=False, **given):
     """Train the DDP / DeepSpeed / FSDP example inside the image; loss, throughput, verdict."""
-    app.train(_project(c), target=target, options=TrainOptions(**given), scaling=scaling,
-              dry_run=_dry(c, dry_run), nodes=nodes, force=force)
+    from containers.app import workloads
+    workloads.train(_project(c), target=target, options=TrainOptions(**given),
+                    scaling=scaling, dry_run=_dry(c, dry_run), nodes=nodes, force=force)
 
 
 def _remainder(c) -> list[str]:
@@ -354,8 +364,10 @@ def run(c, target=None, gpus="1", nodes="1", no_launcher=False, timeout=None, dr
     The site's GPU flag, binds, environment and launcher (torch.distributed's variables set for
     every rank); on GPU sites a device gate first (exit 2 before the command starts). The exit
     status is the command's; the log is kept under results/run/."""
-    app.run_command(_project(c), target=target, command=_remainder(c), gpus=gpus, nodes=nodes,
-                    launcher=not no_launcher, timeout=timeout, dry_run=_dry(c, dry_run))
+    from containers.app import running
+    running.run_command(_project(c), target=target, command=_remainder(c), gpus=gpus,
+                        nodes=nodes, launcher=not no_launcher, timeout=timeout,
+                        dry_run=_dry(c, dry_run))
 
 
 @_command(
@@ -367,7 +379,8 @@ def run(c, target=None, gpus="1", nodes="1", no_launcher=False, timeout=None, dr
 )
 def shell(c, target=None, dry_run=False):
     """A shell in the image with the site's GPU flag, binds and environment (or -- CMD)."""
-    app.shell(_project(c), target=target, command=_remainder(c), dry_run=_dry(c, dry_run))
+    from containers.app import running
+    running.shell(_project(c), target=target, command=_remainder(c), dry_run=_dry(c, dry_run))
 
 
 @_command(
@@ -402,6 +415,7 @@ def job(c, workload="smoke", target=None, site=None, out=None, submit=False, wai
 
     Every option of invoke smoke / invoke train that changes the run is taken; one that does
     not apply to the workload is refused in one line."""
+    from containers.app import jobs
     if wait and not submit:
         raise UsageError("--wait follows a submitted job; add --submit", flag="--wait")
     if out or submit:
@@ -413,13 +427,14 @@ def job(c, workload="smoke", target=None, site=None, out=None, submit=False, wai
                          options={name: value for name, value in run.items()
                                   if value is not None and value is not False},
                          command=tuple(_remainder(c)), workdir=kind.workdir(os.getcwd))
-    app.job(_project(c), request, target=target, site=site, out=out, submit=submit, wait=wait)
+    jobs.job(_project(c), request, target=target, site=site, out=out, submit=submit, wait=wait)
 
 
 @_command(help={"json": JSON_HELP})
 def jobs(c, json=False):
     """The batch jobs this checkout submitted (results/jobs/index.jsonl): state and verdict."""
-    app.jobs_report(_project(c), as_json=json)
+    from containers.app import following
+    following.jobs_report(_project(c), as_json=json)
 
 
 @_command(
@@ -445,11 +460,12 @@ def jobs(c, json=False):
 def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group=None,
             force=False, skip_checks=False, accept_regression=None):
     """Publish a checked image for a site: copy, checksum, sign, catalogue, Lmod module file."""
+    from containers.app import publishing
     _no_dry(c, "publish has no dry run (it copies, signs and catalogues); leave out --dry, or "
                "see what is published with invoke verify")
-    app.publish(_project(c), target=target, dest=dest, version=version, sign=sign,
-                keep=keep or None, group=group, force=force, skip_checks=skip_checks,
-                accept_regression=accept_regression)
+    publishing.publish(_project(c), target=target, dest=dest, version=version, sign=sign,
+                       keep=keep or None, group=group, force=force, skip_checks=skip_checks,
+                       accept_regression=accept_regression)
 
 
 @_command(
@@ -461,7 +477,8 @@ def publish(c, target=None, dest=None, version=None, sign=False, keep="0", group
 )
 def verify(c, dest=None, target=None, json=False):
     """Check published images: checksums, signatures, catalogue, latest and module files."""
-    app.verify(_project(c), dest=dest, target=target, as_json=json)
+    from containers.app import publishing
+    publishing.verify(_project(c), dest=dest, target=target, as_json=json)
 
 
 @_command(
@@ -479,7 +496,8 @@ def inspect_image(c, target=None, image=None, site=None, json=False):
     """What an image holds (read from the image itself) and whether it fits its site.
 
     Exits non-zero when a site-fit rule finds an error (one line each above)."""
-    app.inspect(_project(c), target=target, image=image, site=site, as_json=json)
+    from containers.app import inspecting
+    inspecting.inspect(_project(c), target=target, image=image, site=site, as_json=json)
 
 
 @_command(
@@ -492,10 +510,11 @@ def inspect_image(c, target=None, image=None, site=None, json=False):
 )
 def diff(c, old=None, new=None, json=False):
     """What changed between two images: packages, stack, labels, size, latest smoke runs."""
+    from containers.app import inspecting
     if not old or not new:
         raise UsageError("name two images: invoke diff --old OLD --new NEW",
                          flag="--new" if old else "--old")
-    app.diff(_project(c), old=old, new=new, as_json=json)
+    inspecting.diff(_project(c), old=old, new=new, as_json=json)
 
 
 @_command(
@@ -510,10 +529,11 @@ def verdict(c, results=None, exit_status="0"):
 
     Batch smoke and training jobs end with it, so a job's proof is the one an interactive run
     writes (``invoke publish`` finds it); its exit status is the verdict's (0, 2 or 3)."""
+    from containers.app import judging
     _no_dry(c, "verdict writes verdict.json and has no dry run")
     if results is None:
         raise UsageError("--results: name the results folder of a batch job", flag="--results")
-    app.judge_results(_project(c), results=results, exit_status=exit_status)
+    judging.judge_results(_project(c), results=results, exit_status=exit_status)
 
 
 # --- invoke local-slurm: a Slurm cluster on this machine, to try batch jobs (docs/local-slurm.md)
@@ -534,10 +554,11 @@ def local_slurm(c, start=False, stop=False, status=False, site=None):
 
     The same cluster the test suite runs its batch jobs on; needs root and Debian's slurm-wlm
     and munge (./setup.sh installs them)."""
+    from containers.app import localslurm
     _no_dry(c, "local-slurm starts and stops daemons and has no dry run")
     actions = [name for name, on in (("start", start), ("stop", stop), ("status", status)) if on]
     if len(actions) != 1:
         raise UsageError("name one of --start, --stop or --status", flag="--start")
     if site and not start:
         raise UsageError("goes with --start", flag="--site")
-    app.local_slurm(_project(c), action=actions[0], site=site)
+    localslurm.local_slurm(_project(c), action=actions[0], site=site)

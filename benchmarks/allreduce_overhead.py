@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common import ROOT, parser, report, run_checked
 
-from containers import app
+from containers.app.project import Project
 from containers.prove.kind import plan as plan_run
 from containers.prove.smoke import SmokeOptions
 
@@ -31,7 +31,7 @@ def main() -> None:
     flags = parser(__doc__, out_name="allreduce_overhead.json")
     flags.add_argument("--iters", type=int, default=10, help="timed iterations per size")
     args = flags.parse_args()
-    project = app.Project.load(ROOT, {})
+    project = Project.load(ROOT, {})
     target = project.target(args.target)
     runtime = project.runtime()
     sizes = ",".join(str(s) for s in SIZES)

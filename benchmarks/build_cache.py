@@ -44,7 +44,8 @@ from typing import Any, Callable
 import yaml
 from common import ROOT, report
 
-from containers import app
+from containers.app.build import build
+from containers.app.project import Project
 from containers.files import atomic_write_text
 from containers.host.runtime import Runtime
 from containers.image.arch import squashfs_offset
@@ -88,7 +89,7 @@ def copy_inputs(source: Path, dest: Path) -> Path:
     return dest
 
 
-def link_bases(project: app.Project, target: str, bases: Path, images: Path) -> list[str]:
+def link_bases(project: Project, target: str, bases: Path, images: Path) -> list[str]:
     """Link the target's built bases (image and record) from ``bases`` into ``images``."""
     linked = []
     for base in base_chain(project.targets, target)[:-1]:
@@ -247,21 +248,21 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
     images.mkdir()
     config = {"images_dir": str(images), "cache_dir": str(cache), "tmp_dir": str(tmp / "work"),
               "squashfs_level": args.squashfs_level, "squashfs": args.squashfs}
-    project = app.Project.load(root, config)
+    project = Project.load(root, config)
     linked = link_bases(project, args.target, args.bases, images) if args.bases else []
     runtime = project.runtime(required=True)
     tag = f"{number}/{args.repeat}"
     settled: list[dict[str, Any]] = []
 
     def phase(label: str, kept: list[str] | None = None, **options: Any) -> float:
-        return timed(f"{label} {tag}", lambda say: app.build(project, target=args.target,
-                                                             say=say, **options),
+        return timed(f"{label} {tag}", lambda say: build(project, target=args.target,
+                                                         say=say, **options),
                      tmp, settled, args.settle_s, kept)
 
     seconds = {"cold": phase("cold")}
     cache_after_cold = usage(package_cache_dir(cache))[0]
     add_package(root / project.target(args.target).env, args.package)
-    project = app.Project.load(root, config)  # targets are read once per project
+    project = Project.load(root, config)  # targets are read once per project
     kept: list[str] = []
     seconds["warm"] = phase("warm", kept)
     warm_record = json.loads((images / f"{args.target}.sif.json").read_text())
@@ -288,7 +289,7 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
     return {**result, "files_compared": len(warm["files"]), "pip_freeze": warm["pip_freeze"]}
 
 
-def floor(project: app.Project, runtime: Runtime, cache: Path, tmp: Path) -> None:
+def floor(project: Project, runtime: Runtime, cache: Path, tmp: Path) -> None:
     """The floor any rebuild pays: ``mksquashfs`` of the rebuilt root file system (the one the
     warm build kept) at the build's settings."""
     [root] = (package_cache_dir(cache) / "roots").glob("*/root")

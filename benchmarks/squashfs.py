@@ -25,7 +25,7 @@ from pathlib import Path
 
 from common import ROOT, report
 
-from containers import app
+from containers.app.project import Project
 from containers.image.arch import squashfs_offset
 
 #: (label, mksquashfs arguments), Apptainer's own first: every ratio is against it.
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     keys = args.choices.split(",")
     if not keys or not set(keys) <= set(CHOICES):
         parser.error(f"--choices: each one of {', '.join(CHOICES)}")
-    project = app.Project.load(ROOT)
+    project = Project.load(ROOT)
     image = args.image or project.settings.image_path(args.target)
     runtime = project.runtime(required=True)
     with tempfile.TemporaryDirectory(prefix="bench-squashfs-", dir=args.tmp) as tmp:

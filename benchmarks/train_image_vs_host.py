@@ -15,7 +15,7 @@ from pathlib import Path
 
 from common import ROOT, parser, report, run_checked
 
-from containers import app
+from containers.app.project import Project
 from containers.prove.kind import plan as plan_run
 from containers.prove.train import TrainOptions
 
@@ -27,7 +27,7 @@ def main() -> None:
     flags.add_argument("--epochs", type=int, default=3, help="epochs per run")
     flags.add_argument("--samples", type=int, default=8192, help="synthetic samples")
     args = flags.parse_args()
-    project = app.Project.load(ROOT, {})
+    project = Project.load(ROOT, {})
     target = project.target(args.target)
     options = TrainOptions(example="ddp", gpus=args.ranks, model=args.model,
                            model_size=args.model_size, epochs=args.epochs,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import re
-import shlex
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -137,10 +136,6 @@ class CommandFailed(ContainersError):
             flagged = errors[-(lines - 1):] + fatal[-1:]
         shown = (flagged or worth)[-lines:]
         return text + (": " + " | ".join(shown) if shown else "")
-
-    @property
-    def command(self) -> str:
-        return shlex.join(self.argv)
 
 
 class VerdictFailed(ContainersError):

@@ -598,7 +598,7 @@ def test_job_refuses_a_command_word_that_is_not_utf8(cli_project: Path, tmp_path
 
 
 #: What ``invoke --list``, ``-h`` and the flags' help must not load: the pydantic models of the
-#: inputs, the planners and every command's module (they load on first use, through ``app``).
+#: inputs, the planners and every command's module (each task imports its own when it runs).
 #: The job request is loaded: it declares invoke job's flags (it reads records only on use).
 HEAVY = ("pydantic", "rich", "containers.inputs.schema", "containers.inputs.sites",
          "containers.inputs.settings", "containers.inputs.recipes", "containers.inputs.envspec",
@@ -622,17 +622,7 @@ def test_importing_tasks_loads_no_models_and_no_command_modules() -> None:
              and (name.startswith(HEAVY) or name in ("pydantic", "containers.image"))]
     assert heavy == []
     # the check can fail: running a command's code loads them
-    assert "pydantic" in _loaded_by("import tasks\nfrom containers import app\napp.Project")
-
-
-def test_app_names_stay_the_commands_after_their_modules_load() -> None:
-    """``containers.app`` loads a command's module on first use; importing the module
-    ``containers.app.build`` leaves ``app.build`` the function, as before the facade."""
-    code = ("import containers.app.build\nfrom containers import app\nimport inspect\n"
-            "assert inspect.isfunction(app.build) and inspect.isfunction(app.job), app.build\n"
-            "assert sorted(app.__all__) == sorted(name for name in app.__all__ "
-            "if hasattr(app, name))")
-    assert "containers.app.build" in _loaded_by(code)
+    assert "pydantic" in _loaded_by("import tasks\nimport containers.app.project")
 
 
 def test_a_second_listing_is_the_kept_one_until_an_input_changes(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app.project import Project
+from containers.app.workloads import prove
 from containers.app import workloads
 from containers.inputs.settings import load_settings
 from containers.prove.smoke import SmokeOptions
@@ -62,7 +63,7 @@ def test_two_smoke_runs_in_the_same_second_get_two_folders(tmp_path, monkeypatch
     settings = load_settings(root, {"results_dir": str(tmp_path / "results"),
                                     "images_dir": str(tmp_path / "images"),
                                     "perflog_dir": str(tmp_path / "perflog")})
-    project = app.Project(root=root, settings=settings)
+    project = Project(root=root, settings=settings)
     seen: list[Path] = []
 
     def ran(kind, workload, *, say, partition):
@@ -76,8 +77,8 @@ def test_two_smoke_runs_in_the_same_second_get_two_folders(tmp_path, monkeypatch
     monkeypatch.setattr(workloads, "guard_run", lambda *a, **k: None)
     for _ in range(2):
         with pytest.raises(_Stop):
-            app.prove(project, target="cpu", say=lambda line: None,
-                      options=SmokeOptions(gpus=1, sizes="1K:2K", iters=1, timeout=60))
+            prove(project, target="cpu", say=lambda line: None,
+                  options=SmokeOptions(gpus=1, sizes="1K:2K", iters=1, timeout=60))
     assert [p.name for p in seen] == ["cpu-20261125-020000", "cpu-20261125-020000-2"]
 
 

@@ -88,8 +88,7 @@ class WorkloadKind:
         declared = flags.declared(self.options_type) if self.options_type else {}
         return {name: entry for name, entry in declared.items() if entry[0].in_job}
 
-    def make_options(self, *, gpus: int, given: Mapping[str, object],
-                     flag: str = "--workload") -> Options | None:
+    def make_options(self, *, gpus: int, given: Mapping[str, object]) -> Options | None:
         """The options of a run on ``gpus`` ranks per node from flags or a ``job.json``."""
         return self.options_type(gpus=gpus, **given)
 

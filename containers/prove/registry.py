@@ -27,11 +27,10 @@ if TYPE_CHECKING:
 class PlainKind(WorkloadKind):
     """A kind with no run options (any given are refused) that this checkout does not judge."""
 
-    def make_options(self, *, gpus: int, given: Mapping[str, object],
-                     flag: str = "--workload") -> None:
+    def make_options(self, *, gpus: int, given: Mapping[str, object]) -> None:
         if given:
             raise UsageError(f"--workload {self.workload} takes no run options (got "
-                             f"{', '.join(sorted(given))})", flag=flag)
+                             f"{', '.join(sorted(given))})", flag="--workload")
 
     def resized(self, options: Options | None, *, gpus: int) -> None:
         return None

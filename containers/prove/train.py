@@ -117,11 +117,10 @@ class TrainKind(WorkloadKind):
     def workload(self) -> str:
         return self.example
 
-    def make_options(self, *, gpus: int, given: Mapping[str, Any],
-                     flag: str = "--workload") -> TrainOptions:
+    def make_options(self, *, gpus: int, given: Mapping[str, Any]) -> TrainOptions:
         """A refusal names the flag that chose the example."""
-        deepspeed_only(self.example, example_flag=flag, zero_stage=given.get("zero_stage"),
-                       ds_config=given.get("ds_config"))
+        deepspeed_only(self.example, example_flag="--workload",
+                       zero_stage=given.get("zero_stage"), ds_config=given.get("ds_config"))
         return TrainOptions(example=self.example, gpus=gpus, **given)
 
     def resized(self, options: Any, *, gpus: int) -> TrainOptions:

@@ -5,17 +5,15 @@ line, and the dry-run plan with its exact commands."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import pytest
 
+from containers.app import build as app_build
 from containers.errors import ConfigError, UsageError
 from containers.host.facts import host_arch
 from containers.image.plan import plan_build
 from tests.fixtures import ROOT
 
-#: The module itself: ``containers.app.build`` as an attribute is the command it exports.
-app_build = importlib.import_module("containers.app.build")
 pytestmark = pytest.mark.skipif(host_arch() != "x86_64", reason="the targets' arches are "
                                 "x86_64 and aarch64; the tests take this machine as x86_64")
 

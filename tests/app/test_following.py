@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app import following
+from containers.app.project import Project
 from containers.app.following import JobVerdict, follow_job, jobs_report, verdict_of, wait_for
 from containers.batch import follow
 from containers.batch.schedulers import SCHEDULERS
@@ -94,10 +95,10 @@ def test_jobs_report_reads_the_index_and_each_verdict(data_project, tmp_path,
     assert json.loads(lines[0])["jobs"] == rows
 
 
-def _project(tmp_path: Path) -> app.Project:
+def _project(tmp_path: Path) -> Project:
     settings = load_settings(ROOT, {"results_dir": str(tmp_path / "results")})
     (tmp_path / "results" / "jobs").mkdir(parents=True)
-    return app.Project(root=ROOT, settings=settings)
+    return Project(root=ROOT, settings=settings)
 
 
 @pytest.mark.parametrize("make", [
@@ -109,7 +110,7 @@ def test_an_index_that_is_not_a_file_is_one_line(tmp_path: Path, make) -> None:
     index = tmp_path / "results" / "jobs" / "index.jsonl"
     make(index)
     with pytest.raises(StateError) as refused:
-        app.jobs_report(project, as_json=True, say=lambda line: None)
+        following.jobs_report(project, as_json=True, say=lambda line: None)
     assert str(refused.value).startswith(f"{index}: cannot read the jobs index: not a regular "
                                          "file")
     assert "\n" not in str(refused.value)
@@ -127,7 +128,7 @@ def test_a_bad_entry_hides_no_other_job(tmp_path: Path) -> None:
     (tmp_path / "results" / "jobs" / "index.jsonl").write_text(
         "".join(json.dumps(line) + "\n" for line in lines))
     said: list[str] = []
-    rows = app.jobs_report(project, as_json=True, say=said.append)
+    rows = following.jobs_report(project, as_json=True, say=said.append)
     assert [row["job_id"] for row in rows] == ["101", "102", "104"]
     assert [row["verdict"] for row in rows] == [None, "PASS", None]
     assert json.loads(said[-1])["jobs"][1]["verdict"] == "PASS"

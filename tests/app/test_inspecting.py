@@ -4,17 +4,14 @@ against. Probing a real image is tested with the CPU image in ``tests/image/``."
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
 
+from containers.app import inspecting
 from containers.errors import UsageError
 from containers.image import inspect as probing
 from containers.publish import catalogue as cat
-
-#: The module itself (``containers.app.inspecting``; the package exports its commands).
-inspecting = importlib.import_module("containers.app.inspecting")
 
 
 def test_a_target_resolves_to_its_image_and_site(data_project) -> None:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from containers import app
+from containers.app.project import Project
 from containers.app.judging import judge_results
 from containers.errors import VerdictFailed
 from containers.prove import perflog
@@ -29,9 +29,9 @@ def batch_run(tmp_path):
     """(project, folder, write): a project whose results and images are in ``tmp_path``, the
     results folder a 2-rank local-slurm smoke job left (as its script writes them), and
     ``write({file: content})`` to change what the job left (None: leave that file out)."""
-    project = app.Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
-                                      "perflog_dir": str(tmp_path / "perflog"),
-                                      "images_dir": str(tmp_path / "images")})
+    project = Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
+                                  "perflog_dir": str(tmp_path / "perflog"),
+                                  "images_dir": str(tmp_path / "images")})
     (tmp_path / "images").mkdir()
     (tmp_path / "images" / "cpu.sif.json").write_text(json.dumps({"target": "cpu", **IMAGE}))
     folder = tmp_path / "results" / "smoke" / "cpu-job77"

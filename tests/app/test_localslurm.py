@@ -16,7 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from containers import app
+from containers.app import jobs
+from containers.app.following import jobs_report
+from containers.app.localslurm import local_slurm
+from containers.app.project import Project
 from containers.errors import StateError, describe
 from containers.host import slurmcluster
 from containers.batch.request import JobRequest
@@ -45,15 +48,15 @@ def test_a_folder_closed_to_munge_is_refused(tmp_path, monkeypatch) -> None:
     if slurmcluster.missing_programs() or os.geteuid() != 0:
         pytest.skip("needs root and Slurm installed to get as far as the folder")
     with pytest.raises(StateError, match=f"{closed} is closed to other users"):
-        app.local_slurm(app.Project.load(ROOT, {}), action="start")
+        local_slurm(Project.load(ROOT, {}), action="start")
 
 
 def test_status_and_stop_when_none_runs(folder) -> None:
-    project = app.Project.load(ROOT, {})
+    project = Project.load(ROOT, {})
     with pytest.raises(StateError, match="no local Slurm cluster is running"):
-        app.local_slurm(project, action="status")
+        local_slurm(project, action="status")
     said: list[str] = []
-    app.local_slurm(project, action="stop", say=said.append)
+    local_slurm(project, action="stop", say=said.append)
     assert said == [f"no local Slurm cluster is running (in {folder}); nothing to stop"]
 
 
@@ -67,12 +70,12 @@ def test_a_planted_record_is_refused_by_every_action_and_nothing_is_signalled(fo
             "conf": str(folder / "slurm.conf"), "nodes": ["n1"],
             "pids": {"slurmctld": sleeper.pid, "munged": sleeper.pid}}))
         (folder / "slurm.conf").write_text("SlurmctldHost=nowhere(192.0.2.1)\n")
-        project = app.Project.load(ROOT, {})
+        project = Project.load(ROOT, {})
         for action in ("stop", "status", "start"):
             began = time.monotonic()
             with pytest.raises(StateError, match=rf"PID {sleeper.pid} is 'sleep 60', not "
                                                  "slurmctld; refusing to signal it") as caught:
-                app.local_slurm(project, action=action)
+                local_slurm(project, action=action)
             assert time.monotonic() - began < 5 and describe(caught.value)[0].count("\n") == 0
         assert sleeper.poll() is None and (folder / "cluster.json").is_file()
     finally:
@@ -87,13 +90,13 @@ def test_a_folder_of_another_user_is_neither_read_nor_removed(folder) -> None:
     os.chown(folder, 65534, 65534)
     for action in ("stop", "start"):
         with pytest.raises(StateError, match=f"^{folder} is owned by uid 65534"):
-            app.local_slurm(app.Project.load(ROOT, {}), action=action)
+            local_slurm(Project.load(ROOT, {}), action=action)
     assert (folder / "slurm.conf").read_text() == "theirs\n"
 
 
 def test_a_site_without_slurm_is_refused(folder) -> None:
     with pytest.raises(StateError, match="site derecho has scheduler pbs, not slurm"):
-        app.local_slurm(app.Project.load(ROOT, {}), action="start", site="derecho")
+        local_slurm(Project.load(ROOT, {}), action="start", site="derecho")
     assert not folder.exists()
 
 
@@ -111,24 +114,24 @@ def test_cli_refuses_unclear_requests(argv, message) -> None:
 @pytest.mark.slurm
 def test_start_run_a_job_and_stop_by_pid(folder) -> None:
     ensure_installed()
-    project = app.Project.load(ROOT, {})
+    project = Project.load(ROOT, {})
     said: list[str] = []
-    app.local_slurm(project, action="start", say=said.append)
+    local_slurm(project, action="start", say=said.append)
     cluster = slurmcluster.load(folder)
     try:
         assert f"export SLURM_CONF={folder / 'slurm.conf'}" in said
         assert "nodes: n1, n2; partitions: debug" in said
         with pytest.raises(StateError, match="already running"):
-            app.local_slurm(project, action="start")
+            local_slurm(project, action="start")
         shown: list[str] = []
-        app.local_slurm(project, action="status", say=shown.append)
+        local_slurm(project, action="status", say=shown.append)
         assert shown[0] == "nodes: n1, n2; partitions: debug"
         job = cluster.run(["sbatch", "--parsable", "--nodes=2", "-o", str(folder / "out.txt"),
                            "--wrap", "srun hostname"]).stdout.strip()
         assert wait_job(cluster, job, timeout=120)["JobState"] == "COMPLETED"
         assert len((folder / "out.txt").read_text().split()) == 2  # a task on each node
     finally:
-        app.local_slurm(project, action="stop", say=said.append)
+        local_slurm(project, action="stop", say=said.append)
     assert said[-1].startswith(f"stopped the local Slurm cluster in {folder}: munged (PID ")
     assert not any(alive(pid) for pid in cluster.pids.values())
     assert not folder.exists()
@@ -162,8 +165,8 @@ def test_stop_ends_the_job_steps_and_spares_the_users_processes(folder) -> None:
     running the stop itself, cutting the stop off half way. Only the job's own process (under
     the cluster's slurmstepd) ends, and no slurmstepd of the cluster is left."""
     ensure_installed()
-    project = app.Project.load(ROOT, {})
-    app.local_slurm(project, action="start", say=lambda line: None)
+    project = Project.load(ROOT, {})
+    local_slurm(project, action="start", say=lambda line: None)
     user_env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
     bystander = launched(["timeout", "300", "sleep", "301"], env=user_env)
     try:
@@ -183,7 +186,7 @@ def test_stop_ends_the_job_steps_and_spares_the_users_processes(folder) -> None:
             proc.kill()
         bystander.kill()
         bystander.wait()
-        app.local_slurm(project, action="stop", say=lambda line: None)
+        local_slurm(project, action="stop", say=lambda line: None)
 
 
 @pytest.mark.slurm
@@ -192,8 +195,8 @@ def test_a_half_stopped_cluster_is_named_so_and_a_second_stop_finishes_it(folder
     said nothing ran and ``--start`` refused until a second ``--stop``. Each now names what
     still runs and that ``--stop`` finishes it, and it does."""
     ensure_installed()
-    project = app.Project.load(ROOT, {})
-    app.local_slurm(project, action="start", say=lambda line: None)
+    project = Project.load(ROOT, {})
+    local_slurm(project, action="start", say=lambda line: None)
     cluster = slurmcluster.load(folder)
     step = _job_process(cluster, 303)
     try:
@@ -206,41 +209,41 @@ def test_a_half_stopped_cluster_is_named_so_and_a_second_stop_finishes_it(folder
                 r"job steps \(PIDs [\d, ]+\); finish stopping it: invoke local-slurm --stop$")
         for action in ("status", "start"):
             with pytest.raises(StateError, match=half):
-                app.local_slurm(project, action=action)
+                local_slurm(project, action=action)
         assert not _ended(step)
     finally:
         said: list[str] = []
-        app.local_slurm(project, action="stop", say=said.append)
+        local_slurm(project, action="stop", say=said.append)
     assert said[0].startswith(f"stopped the local Slurm cluster in {folder}: munged (PID ")
     assert _ended(step) and not alive(cluster.pids["munged"]) and not folder.exists()
     with pytest.raises(StateError, match="no local Slurm cluster is running"):
-        app.local_slurm(project, action="status")
+        local_slurm(project, action="status")
 
 
-def _stand_in_project(tmp_path: Path) -> app.Project:
+def _stand_in_project(tmp_path: Path) -> Project:
     """The real project with a stand-in cpu image (:func:`stand_in_image`: its torchrun starts
     no ranks): a smoke job then finds no rank's results and its verdict says so, which is
     evidence enough to see it kept."""
     images = tmp_path / "images"
     images.mkdir()
     stand_in_image(images / "cpu.sif")
-    return app.Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
-                                   "perflog_dir": str(tmp_path / "results" / "perflog"),
-                                   "images_dir": str(images)})
+    return Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
+                               "perflog_dir": str(tmp_path / "results" / "perflog"),
+                               "images_dir": str(images)})
 
 
-def _job_on_a_fresh_cluster(project: app.Project, folder: Path, monkeypatch) -> tuple:
+def _job_on_a_fresh_cluster(project: Project, folder: Path, monkeypatch) -> tuple:
     """``invoke local-slurm --start``, one smoke job to its end, ``invoke jobs`` while the
     cluster still runs, ``--stop``: the submission, the controller's word on it, the rows."""
-    app.local_slurm(project, action="start", say=lambda line: None)
+    local_slurm(project, action="start", say=lambda line: None)
     monkeypatch.setenv("SLURM_CONF", str(folder / "slurm.conf"))
     try:
-        submitted = app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu",
-                            site="local-slurm", submit=True, say=lambda line: None)
+        submitted = jobs.job(project, JobRequest(kind=kind_of("smoke")), target="cpu",
+                             site="local-slurm", submit=True, say=lambda line: None)
         info = wait_job(slurmcluster.load(folder), submitted.job_id, timeout=120)
-        rows = app.jobs_report(project, as_json=True, say=lambda line: None)
+        rows = jobs_report(project, as_json=True, say=lambda line: None)
     finally:
-        app.local_slurm(project, action="stop", say=lambda line: None)
+        local_slurm(project, action="stop", say=lambda line: None)
     return submitted, info, rows
 
 

@@ -5,14 +5,11 @@ tests/publish/test_release_image.py)."""
 
 from __future__ import annotations
 
-import importlib
 
 import pytest
 
+from containers.app import publishing
 from containers.errors import UsageError
-
-#: The module itself (``containers.app.publishing``; the package exports its commands).
-publishing = importlib.import_module("containers.app.publishing")
 
 
 @pytest.mark.parametrize("why", ["", "   "])

@@ -7,7 +7,6 @@ processes so that each outcome is certain. Also: the exit status a run ends with
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import platform
@@ -17,18 +16,16 @@ import sys
 
 import pytest
 
+from containers.app import running
 from containers.errors import VerdictFailed
 from containers.host.runtime import assumed_runtime
 from containers.records import BuildRecord, RunStatus
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
 from containers.run.command import plan_command
-from containers import app
+from containers.app.project import Project
 from tests.fixtures import ROOT
 from tests.fixtures.images import stand_in_image
-
-#: The module itself (``containers.app.running``; the package exports its commands).
-running = importlib.import_module("containers.app.running")
 
 
 def test_the_dry_run_shows_the_gate_on_a_gpu_site(data_project) -> None:
@@ -172,7 +169,7 @@ def _dry(project, monkeypatch, what: str, target: str, **options) -> str:
     elif what == "shell":
         running.shell(project, target=target, dry_run=True, say=lines.append)
     else:
-        workloads = importlib.import_module("containers.app.workloads")
+        from containers.app import workloads
         options = {"options": SmokeOptions(gpus=2)} if what == "smoke" else {
             "options": TrainOptions(example="ddp", gpus=2), **options}
         getattr(workloads, "prove" if what == "smoke" else "train")(
@@ -238,8 +235,8 @@ def test_a_dry_runs_lines_run_as_shown_in_an_allocation(slurm_cluster, tmp_path,
     images = tmp_path / "images"
     images.mkdir()
     stand_in_image(images / "cpu.sif")
-    project = app.Project.load(ROOT, {"images_dir": str(images),
-                                      "results_dir": str(tmp_path / "results")})
+    project = Project.load(ROOT, {"images_dir": str(images),
+                                  "results_dir": str(tmp_path / "results")})
     text = _dry(project, monkeypatch, "run", "cpu", nodes=2, gpus=2)
     ran = slurm_cluster.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "bash", "-euo",
                              "pipefail", "-c", text], timeout=120, check=False)

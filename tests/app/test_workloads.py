@@ -4,17 +4,14 @@ refused before a results folder is claimed, and the perflog history answers when
 
 from __future__ import annotations
 
-import importlib
 
 import pytest
 
+from containers.app import workloads
 from containers.errors import ImageMissing, UsageError
 from containers.host.facts import Machine
 from containers.prove.smoke import SmokeOptions
 from containers.prove.train import TrainOptions
-
-#: The module itself (``containers.app.workloads``; the package exports its commands).
-workloads = importlib.import_module("containers.app.workloads")
 
 
 def test_a_dry_run_shows_each_kinds_command(data_project) -> None:

@@ -654,23 +654,25 @@ def test_cli_print_makes_the_output_folder_and_refuses_a_folder_as_out(tmp_path)
 
 
 def test_app_job_refuses_a_folder_as_out(tmp_path) -> None:
-    from containers import app
-    project = app.Project.load(ROOT, {"results_dir": str(tmp_path / "results")})
+    from containers.app import jobs
+    from containers.app.project import Project
+    project = Project.load(ROOT, {"results_dir": str(tmp_path / "results")})
     with pytest.raises(UsageError, match="--out .* is a folder; name the script file to write"):
-        app.job(project, batch.JobRequest(kind=kind_of("smoke")), target="cpu",
-                site="local-slurm", out=tmp_path,
-                say=lambda line: None)
+        jobs.job(project, batch.JobRequest(kind=kind_of("smoke")), target="cpu",
+                 site="local-slurm", out=tmp_path,
+                 say=lambda line: None)
     assert not (tmp_path / "results").exists()  # refused before anything is made
 
 
 def test_app_job_into_a_read_only_results_folder_is_one_line(tmp_path, factory_read_only) -> None:
-    from containers import app
+    from containers.app import jobs
+    from containers.app.project import Project
     from containers.errors import StateError
     results = factory_read_only(tmp_path / "results")
-    project = app.Project.load(ROOT, {"results_dir": str(results)})
+    project = Project.load(ROOT, {"results_dir": str(results)})
     with pytest.raises(StateError, match=r"^cannot create the job's output folder: .*results/"):
-        app.job(project, batch.JobRequest(kind=kind_of("smoke")), target="cpu",
-                site="local-slurm", out=tmp_path / "job.sh", say=lambda line: None)
+        jobs.job(project, batch.JobRequest(kind=kind_of("smoke")), target="cpu",
+                 site="local-slurm", out=tmp_path / "job.sh", say=lambda line: None)
     assert not (tmp_path / "job.sh").exists()
 
 

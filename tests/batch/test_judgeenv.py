@@ -230,15 +230,15 @@ def test_invoke_job_prepares_the_folder_when_it_writes_a_foreign_job(tmp_path,
                                                                      monkeypatch) -> None:
     """The image's Python from its build record; the folder made (here: recorded) before the
     script is written; with no Python known, --out says so in the script's header."""
-    from containers import app
+    from containers.app.project import Project
     from containers.app import jobs
     from containers.errors import UsageError
 
     monkeypatch.setattr(jobs, "host_arch", lambda: "x86_64")
     prepared = []
     monkeypatch.setattr(judgeenv, "prepare", lambda judge, say: prepared.append(judge))
-    project = app.Project.load(ROOT, {"images_dir": str(tmp_path / "images"),
-                                      "results_dir": str(tmp_path / "results")})
+    project = Project.load(ROOT, {"images_dir": str(tmp_path / "images"),
+                                  "results_dir": str(tmp_path / "results")})
     script = tmp_path / "job.sh"
     # with no Python known, the script is written for reading, its header saying what is
     # missing; submitting is refused in one line

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app.jobs import JobSubmission, job
+from containers.app.project import Project
 from containers.batch.request import JobRequest
 from containers.prove.registry import kind_of
 from containers.prove.smoke import SmokeOptions
@@ -28,18 +29,18 @@ SMALL_SMOKE = dict(sizes="1K:64K", iters=5, warmup=2, timeout=120.0)
 
 
 @pytest.fixture
-def slurm_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> app.Project:
+def slurm_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> Project:
     """The real project (its image), results in a temp folder, Slurm clients aimed at the test
     cluster."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    return app.Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
-                                   "perflog_dir": str(tmp_path / "results" / "perflog")})
+    return Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
+                               "perflog_dir": str(tmp_path / "results" / "perflog")})
 
 
-def _submit(project: app.Project, slurm_cluster, **kwargs) -> tuple[app.JobSubmission, str]:
+def _submit(project: Project, slurm_cluster, **kwargs) -> tuple[JobSubmission, str]:
     lines: list[str] = []
-    submitted = app.job(project, JobRequest(**kwargs), target="cpu", site="local-slurm",
-                        submit=True, say=lines.append)
+    submitted = job(project, JobRequest(**kwargs), target="cpu", site="local-slurm",
+                    submit=True, say=lines.append)
     assert submitted.job_id and any(f"submitted job {submitted.job_id}: output" in line
                                     for line in lines), lines
     info = wait_job(slurm_cluster, submitted.job_id)

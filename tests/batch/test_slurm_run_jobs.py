@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app.following import jobs_report
+from containers.app.jobs import job
+from containers.app.project import Project
 from containers.batch import follow
 from containers.batch.request import JobRequest
 from containers.prove.registry import kind_of
@@ -34,7 +36,7 @@ HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `id`\nsecond line; exit 9"
 
 
 @pytest.fixture
-def run_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> app.Project:
+def run_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> Project:
     """The real project and image, results in a temp folder, Slurm clients aimed at the test
     cluster, and every package index setting pointed at nothing (the job inherits them)."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
@@ -47,16 +49,16 @@ def run_project(slurm_cluster, cpu_image, tmp_path, monkeypatch) -> app.Project:
     work.mkdir()
     (work / "own.py").write_text(OWN)
     monkeypatch.chdir(work)
-    return app.Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
-                                   "perflog_dir": str(tmp_path / "results" / "perflog")})
+    return Project.load(ROOT, {"results_dir": str(tmp_path / "results"),
+                               "perflog_dir": str(tmp_path / "results" / "perflog")})
 
 
 def test_own_script_on_two_nodes_followed_to_its_verdict(run_project) -> None:
     lines: list[str] = []
     request = JobRequest(kind=kind_of("run"), nodes=2, gpus_per_node=2,
                          command=("python", "own.py", HOSTILE), workdir=str(Path.cwd()))
-    submitted = app.job(run_project, request, target="cpu", site="local-slurm", submit=True,
-                        wait=True, say=lines.append)
+    submitted = job(run_project, request, target="cpu", site="local-slurm", submit=True,
+                    wait=True, say=lines.append)
     assert any(line.startswith(f"job {submitted.job_id}: COMPLETED") for line in lines), lines
     assert "verdict: PASS (exit 0)" in lines
     results = Path(submitted.job.results_of(submitted.job_id))
@@ -72,7 +74,7 @@ def test_own_script_on_two_nodes_followed_to_its_verdict(run_project) -> None:
     (entry,) = follow.read_index(run_project.settings.results_dir / "jobs")
     assert entry["job_id"] == submitted.job_id and entry["workload"] == "run"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", entry["scheduler_submitted"])
-    listed = app.jobs_report(run_project, as_json=True, say=lambda text: None)
+    listed = jobs_report(run_project, as_json=True, say=lambda text: None)
     assert [(r["job_id"], r["verdict"]) for r in listed] == [(submitted.job_id, "PASS")]
 
 
@@ -82,8 +84,8 @@ def test_a_deepspeed_job_runs_the_zero_stage_it_was_given(run_project) -> None:
                          options=TrainOptions(example="deepspeed", gpus=2, zero_stage=2,
                                               model="cnn", model_size="tiny", epochs=1,
                                               samples=256))
-    submitted = app.job(run_project, request, target="cpu", site="local-slurm", submit=True,
-                        wait=True, say=lines.append)
+    submitted = job(run_project, request, target="cpu", site="local-slurm", submit=True,
+                    wait=True, say=lines.append)
     results = Path(submitted.job.results_of(submitted.job_id))
     record = json.loads((results / "job.json").read_text())
     assert record["options"]["zero_stage"] == 2

@@ -3,7 +3,6 @@ recorded build records; no Apptainer needed."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -86,8 +85,7 @@ def test_no_recorded_architecture_and_none_readable_is_refused(tmp_path: Path) -
 
 
 # ------------------------------------------------------------------ plans and sites (the repo's)
-import containers.app.build  # noqa: E402
-app_build = sys.modules["containers.app.build"]
+from containers.app import build as app_build  # noqa: E402
 from containers.host.runtime import Runtime  # noqa: E402
 from containers.image.identity import chain_hashes  # noqa: E402
 from containers.image.plan import HostFacts, plan_build  # noqa: E402
@@ -146,12 +144,12 @@ def test_sites_say_which_architecture_their_nodes_run() -> None:
 def test_a_run_is_refused_from_the_recorded_arch(tmp_path: Path) -> None:
     """``invoke smoke``/``train`` check the build record before starting anything: a cpu.sif
     whose record says s390x is refused here in one line, whatever its name says."""
-    from containers import app
+    from containers.app.project import Project
     from containers.app.workloads import guard_run
     settings = load_settings(ROOT, {"images_dir": str(tmp_path)})
     (tmp_path / "cpu.sif").write_bytes(b"stand-in")
     (tmp_path / "cpu.sif.json").write_text('{"arch": "s390x"}')
-    project = app.Project(root=ROOT, settings=settings)
+    project = Project(root=ROOT, settings=settings)
     with pytest.raises(StateError, match=r"cpu.sif is an s390x image \(its build record\) but "
                                          r"this machine runs x86_64.*not running it"):
         guard_run(project, "cpu", RUNTIME)
@@ -162,18 +160,19 @@ def test_a_run_is_refused_from_the_recorded_arch(tmp_path: Path) -> None:
 def test_publish_is_refused_from_the_recorded_arch(tmp_path: Path, real_runtime) -> None:
     """``invoke publish`` reads the build record's arch before copying anything: an image
     recorded as s390x is not published for the local (this machine's) site, whatever its name."""
-    from containers import app
+    from containers.app.project import Project
+    from containers.app.publishing import publish
     from tests.publish.standin import Built
     built = Built.make(tmp_path)
     record = built.settings.provenance_path("cpu")
-    project = app.Project(root=ROOT, settings=built.settings)
+    project = Project(root=ROOT, settings=built.settings)
     current = chain_hashes(project.targets, "cpu")["cpu"]  # current, so only the arch is wrong
     record.write_text(record.read_text().replace(f'"arch": "{arch.host_arch()}"', '"arch": "s390x"')
                       .replace('"1e9c228c71566f9d"', f'"{current}"'))
     with pytest.raises(StateError, match=r"cpu.sif is an s390x image \(its build record\) but "
                                          r"site local runs .*not publishing it"):
-        app.publish(project, target="cpu", dest=built.dest, version="1.0", skip_checks=True,
-                    say=lambda line: None)
+        publish(project, target="cpu", dest=built.dest, version="1.0", skip_checks=True,
+                say=lambda line: None)
     assert not (built.dest / "cpu").exists()
 
 
@@ -201,11 +200,12 @@ def test_a_known_root_offset_reads_the_compression_without_listing_the_sif(
 def test_publish_is_refused_for_a_compression_the_site_cannot_mount(tmp_path: Path) -> None:
     """A build's zstd default published for a site whose runtime is known to read gzip only
     would not mount there: refused before anything is copied, checks skipped or not."""
-    from containers import app
+    from containers.app.project import Project
+    from containers.app.publishing import publish
     from tests.publish.standin import Built
     built = Built.make(tmp_path)
     record = built.settings.provenance_path("cpu")
-    project = app.Project(root=ROOT, settings=built.settings)
+    project = Project(root=ROOT, settings=built.settings)
     current = chain_hashes(project.targets, "cpu")["cpu"]
     record.write_text(record.read_text().replace('"squashfs": "gzip"', '"squashfs": "xz"')
                       .replace('"1e9c228c71566f9d"', f'"{current}"'))
@@ -213,8 +213,8 @@ def test_publish_is_refused_for_a_compression_the_site_cannot_mount(tmp_path: Pa
                                          r"local's runtime is known to read gzip and zstd only "
                                          r".*INVOKE_CONTAINERS_SQUASHFS=gzip invoke build "
                                          r"--target cpu --force"):
-        app.publish(project, target="cpu", dest=built.dest, version="1.0", skip_checks=True,
-                    say=lambda line: None)
+        publish(project, target="cpu", dest=built.dest, version="1.0", skip_checks=True,
+                say=lambda line: None)
     assert not (built.dest / "cpu").exists()
     olivia = load_sites(ROOT)["olivia"]
     assert olivia.squashfs.reads == ("gzip",)  # a GPU site: only what every runtime reads
@@ -225,28 +225,28 @@ def test_publish_is_refused_for_a_compression_the_site_cannot_mount(tmp_path: Pa
 
 def _recorded_cpu_image(tmp_path: Path, arch_name: str):
     """A project whose images folder holds a stand-in cpu.sif recorded as ``arch_name``."""
-    from containers import app
+    from containers.app.project import Project
     settings = load_settings(ROOT, {"images_dir": str(tmp_path / "images"),
                                     "results_dir": str(tmp_path / "results")})
     settings.images_dir.mkdir()
     settings.image_path("cpu").write_bytes(b"stand-in")
     settings.provenance_path("cpu").write_text(f'{{"arch": "{arch_name}"}}')
-    return app.Project(root=ROOT, settings=settings)
+    return Project(root=ROOT, settings=settings)
 
 
 def test_submit_is_refused_from_the_recorded_arch(tmp_path: Path, monkeypatch) -> None:
     """``invoke job --submit`` checks the record before sbatch sees the script: nothing is
     submitted for an image of another architecture than the site's nodes."""
-    from containers import app
+    from containers.app.jobs import job
     import containers.batch.submission as submission
     project = _recorded_cpu_image(tmp_path, "s390x")
     submitted: list = []
     monkeypatch.setattr(submission, "capture", lambda argv, **kw: submitted.append(argv) or "1")
     lines: list[str] = []
     with pytest.raises(StateError, match=r"s390x image \(its build record\).*not submitting it"):
-        app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
-                submit=True,
-                say=lines.append)
+        job(project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
+            submit=True,
+            say=lines.append)
     assert submitted == []
     # refused before any script exists: none is left (or announced) that looks ready to sbatch
     assert not list((tmp_path / "results" / "jobs").glob("*.sh")) and lines == []
@@ -255,7 +255,7 @@ def test_submit_is_refused_from_the_recorded_arch(tmp_path: Path, monkeypatch) -
 def test_a_submission_that_fails_leaves_no_script_behind(tmp_path: Path, monkeypatch) -> None:
     """sbatch refusing the job: the script the tool named for it is removed (an --out the user
     named is theirs and stays)."""
-    from containers import app
+    from containers.app.jobs import job
     from containers.errors import CommandFailed
     import containers.app.jobs as app_jobs
     import containers.batch.submission as submission
@@ -266,15 +266,15 @@ def test_a_submission_that_fails_leaves_no_script_behind(tmp_path: Path, monkeyp
     monkeypatch.setattr(submission, "capture", refuse)
     monkeypatch.setattr(app_jobs, "host_arch", lambda: "x86_64")
     with pytest.raises(CommandFailed):
-        app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
-                submit=True,
-                say=lambda line: None)
+        job(project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
+            submit=True,
+            say=lambda line: None)
     assert not list((tmp_path / "results" / "jobs").glob("*.sh"))
     mine = tmp_path / "mine.sh"
     with pytest.raises(CommandFailed):
-        app.job(project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
-                submit=True,
-                out=mine, say=lambda line: None)
+        job(project, JobRequest(kind=kind_of("smoke")), target="cpu", site="local-slurm",
+            submit=True,
+            out=mine, say=lambda line: None)
     assert mine.is_file()
 
 

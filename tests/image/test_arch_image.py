@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app.build import build
+from containers.app.inspecting import inspect
+from containers.app.project import Project
+from containers.app.running import run_command
+from containers.app.workloads import prove, train
 from containers.host.runtime import Runtime
 from containers.image.arch import image_arch, image_python
 from containers.prove.smoke import SmokeOptions
@@ -33,10 +37,10 @@ def _build(root: Path, tmp_path: Path, name: str, base: Path) -> tuple[Path, dic
     shutil.copy(DEFINITIONS / f"{name}.def", root / "recipes" / f"{name}.def")
     (root / "recipes" / f"{name}.yaml").write_text(
         f"description: {name} (test only)\ndefinition: recipes/{name}.def\n")
-    project = app.Project.load(root, {"images_dir": str(tmp_path / "images"),
-                                      "tmp_dir": str(tmp_path / "work")})
+    project = Project.load(root, {"images_dir": str(tmp_path / "images"),
+                                  "tmp_dir": str(tmp_path / "work")})
     lines: list[str] = []
-    app.build(project, target=name, say=lines.append, build_args={"BASE_IMAGE": str(base)})
+    build(project, target=name, say=lines.append, build_args={"BASE_IMAGE": str(base)})
     image = project.settings.image_path(name)
     assert image.is_file(), "\n".join(lines[-40:])
     return image, json.loads(project.settings.provenance_path(name).read_text()), lines
@@ -64,18 +68,18 @@ def _steps_that_need_python_refuse(tmp_path: Path, name: str, image: Path) -> No
     """On the image just built: smoke, an example, torchrun and inspect are each refused in one
     line naming the image, before anything starts (no results folder); its own command with
     --no-launcher runs, as it needs no Python."""
-    project = app.Project.load(tmp_path / "project", {"images_dir": str(tmp_path / "images"),
-                                                      "tmp_dir": str(tmp_path / "work")})
+    project = Project.load(tmp_path / "project", {"images_dir": str(tmp_path / "images"),
+                                                  "tmp_dir": str(tmp_path / "work")})
     said = f"{os.path.relpath(image)} has no Python 3 (its build record says so): "
     refusals = {
-        "smoke needs torch": lambda say: app.prove(
+        "smoke needs torch": lambda say: prove(
             project, target=name, options=SmokeOptions(gpus=1, sizes="1K"), say=say),
-        "train ddp needs torch": lambda say: app.train(
+        "train ddp needs torch": lambda say: train(
             project, target=name, options=TrainOptions(example="ddp", gpus=1), say=say),
         "invoke run's launcher (torchrun) needs torch; --no-launcher runs the command as one "
-        "process without it": lambda say: app.run_command(
+        "process without it": lambda say: run_command(
             project, target=name, command=OWN_COMMAND[name], say=say),
-        "invoke inspect needs python": lambda say: app.inspect(project, target=name, say=say),
+        "invoke inspect needs python": lambda say: inspect(project, target=name, say=say),
     }
     for reason, step in refusals.items():
         lines: list[str] = []
@@ -84,8 +88,8 @@ def _steps_that_need_python_refuse(tmp_path: Path, name: str, image: Path) -> No
         assert (str(info.value), lines) == (said + reason, []), reason
     assert not project.settings.results_dir.exists()
     lines = []
-    assert app.run_command(project, target=name, command=OWN_COMMAND[name], launcher=False,
-                           say=lines.append) == 0
+    assert run_command(project, target=name, command=OWN_COMMAND[name], launcher=False,
+                       say=lines.append) == 0
     assert lines[0].startswith(f"run: {name} on site local, 1 rank (no launcher)")
     assert lines[-1].startswith("run: exit 0"), lines
     assert any("own-command-ran" in line or "ldconfig" in line for line in lines), lines

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from containers import app
+from containers.app.build import build
 from containers.files import sha256_file
 from containers.host.facts import host_arch
 from containers.host.sources import PipConfig
@@ -59,7 +59,7 @@ def test_unchanged_inputs_rebuild_nothing(cpu_image: Path, real_project) -> None
     before = cpu_image.stat().st_mtime_ns
     lines: list[str] = []
     started = time.monotonic()
-    plan = app.build(real_project, target="cpu", say=lines.append)
+    plan = build(real_project, target="cpu", say=lines.append)
     assert plan.pending == ()
     assert [s.action for s in plan.steps] == ["not-needed", "up-to-date"]
     assert "cpu is up to date: nothing to build" in lines

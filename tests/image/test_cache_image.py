@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from containers import app
+from containers.app.build import build
+from containers.app.project import Project
 from tests.fixtures import ROOT
 
 pytestmark = pytest.mark.apptainer
@@ -68,11 +69,11 @@ def test_pip_serves_a_site_without_uv_and_refetches_a_corrupt_download(
     images.mkdir()
     (images / "debian-base.sif").symlink_to(debian_base_image)
     shutil.copy(debian_base_image.with_name("debian-base.sif.json"), images)
-    project = app.Project.load(root, {"images_dir": str(images),
-                                      "cache_dir": str(tmp_path / "cache"),
-                                      "tmp_dir": str(tmp_path / "work")})
+    project = Project.load(root, {"images_dir": str(images),
+                                  "cache_dir": str(tmp_path / "cache"),
+                                  "tmp_dir": str(tmp_path / "work")})
     first: list[str] = []
-    app.build(project, target="cpu", say=first.append)
+    build(project, target="cpu", say=first.append)
     assert "installer: pip (uv 0.13.9 is not on this site's package index)" in "\n".join(first)
     downloads = tmp_path / "cache" / "packages" / "pip" / "downloads"
     (wheel,) = downloads.glob("idna-*.whl")
@@ -80,7 +81,7 @@ def test_pip_serves_a_site_without_uv_and_refetches_a_corrupt_download(
     wheel.write_bytes(good[: len(good) // 2])  # a download cut short, or a disk that lost it
 
     again: list[str] = []
-    app.build(project, target="cpu", force=True, say=again.append)
+    build(project, target="cpu", force=True, say=again.append)
     log = "\n".join(again)
     assert "has bad hash" in log, log[-3000:]
     assert wheel.read_bytes() == good  # fetched again, the cache mended
@@ -136,7 +137,7 @@ def _built(root: Path, config: dict, packages: list[str], options: dict, bench,
     cpu_pip_list(root, packages)
     images = Path(config["images_dir"])
     log: list[str] = []
-    app.build(app.Project.load(root, config), target="cpu", say=log.append, **options)
+    build(Project.load(root, config), target="cpu", say=log.append, **options)
     return {"log": "\n".join(log), "record": json.loads((images / "cpu.sif.json").read_text()),
             "content": bench.content(images / "cpu.sif", runtime),
             "trusts": subprocess.run(runtime.exec_argv(image=images / "cpu.sif", command=[

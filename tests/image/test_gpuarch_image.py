@@ -19,7 +19,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from containers import app
+from containers.app.inspecting import inspect
+from containers.app.project import Project
+from containers.app.publishing import publish
+from containers.app.workloads import prove, train
 from containers.app.inspecting import examine_built
 from containers.app.publishing import release_review
 from containers.errors import CommandFailed, ContainersError, StateError, VerdictFailed
@@ -44,7 +47,7 @@ def cuda_image(request, real_project, real_runtime) -> tuple[str, Path]:
 
 
 def _linked_project(tmp_path: Path, image: Path, names: dict[str, str], *,
-                    unbind: str | None = None) -> app.Project:
+                    unbind: str | None = None) -> Project:
     """A project copy whose images folder holds the real image (linked, not copied) under
     other targets' names (a name ``here``: its recipe on the local site); ``unbind``: that
     site's profile without its binds (its file systems are not on this machine)."""
@@ -60,7 +63,7 @@ def _linked_project(tmp_path: Path, image: Path, names: dict[str, str], *,
         if name == "here":
             text = text.replace(f"site: {text.split('site: ')[1].split()[0]}", "site: local")
         (project.root / "recipes" / f"{name}.yaml").write_text(text)
-    project = app.Project(root=project.root, settings=project.settings)
+    project = Project(root=project.root, settings=project.settings)
     for name in names.values():  # the record names the target it stands in for, as a build would
         record = provenance.read(image.with_name(image.name + ".json"))
         record.update(target=name, inputs_hash=chain_hashes(project.targets, name)[name])
@@ -70,10 +73,10 @@ def _linked_project(tmp_path: Path, image: Path, names: dict[str, str], *,
         lines = profile.read_text().splitlines(keepends=True)
         profile.write_text("".join("binds: []\n" if line.startswith("binds:") else line
                                    for line in lines))
-    return app.Project(root=project.root, settings=project.settings)
+    return Project(root=project.root, settings=project.settings)
 
 
-def _gpu_verdict(project: app.Project, target: str, sha: str) -> None:
+def _gpu_verdict(project: Project, target: str, sha: str) -> None:
     """A stand-in passing 2-rank NCCL smoke verdict of the image (no GPU here to make a real
     one), so that publish reaches its review."""
     folder = project.settings.results_dir / "smoke" / f"{target}-stand-in"
@@ -101,7 +104,7 @@ def test_the_record_names_cuda_cudnn_nccl_and_architectures(cuda_image) -> None:
 def test_inspect_shows_the_architectures(cuda_image, real_project) -> None:
     target, _ = cuda_image
     lines: list[str] = []
-    report = app.inspect(real_project, target=target, say=lines.append)
+    report = inspect(real_project, target=target, say=lines.append)
     assert report["stack"]["gpu_arches"] and report["stack"]["cudnn"]
 
 
@@ -109,14 +112,14 @@ def test_cpu_ranks_on_the_local_site(cuda_image, tmp_path) -> None:
     target, image = cuda_image
     project = _linked_project(tmp_path, image, {target: "here"})
     lines: list[str] = []
-    result = app.prove(project, target="here", say=lines.append,
-                       options=SmokeOptions(gpus=2, sizes="64K:1M", iters=2, warmup=1,
+    result = prove(project, target="here", say=lines.append,
+                   options=SmokeOptions(gpus=2, sizes="64K:1M", iters=2, warmup=1,
                                             timeout=900))
     assert result.ok, "\n".join(lines[-30:])
     lines.clear()
     options = TrainOptions(gpus=2, example="ddp", model_size="tiny", epochs=1, samples=256,
                            batch_size=64, timeout=900)
-    (trained,) = app.train(project, target="here", options=options, say=lines.append)
+    (trained,) = train(project, target="here", options=options, say=lines.append)
     assert lines[-1] == "verdict: PASS", "\n".join(lines[-30:])
 
 
@@ -126,8 +129,8 @@ def test_the_device_gate_refuses_on_its_own_site_here(cuda_image, tmp_path) -> N
     project = _linked_project(tmp_path, image, {target: target}, unbind=site)
     lines: list[str] = []
     with pytest.raises(ContainersError) as refused:
-        app.prove(project, target=target, say=lines.append,
-                  options=SmokeOptions(gpus=2, sizes="64K", iters=1, warmup=0, timeout=600))
+        prove(project, target=target, say=lines.append,
+              options=SmokeOptions(gpus=2, sizes="64K", iters=1, warmup=0, timeout=600))
     message = str(refused.value)
     assert "\n" not in message, message
     assert "ran on the CPU: torch saw 0 GPUs" in message, message
@@ -159,8 +162,8 @@ def test_a_missing_architecture_is_refused_by_build_and_publish(tmp_path, real_p
     # read gzip only); the release gate, which a gzip build reaches, refuses the architecture.
     with pytest.raises(StateError, match="zstd-compressed, and site puhti's runtime is known "
                                          "to read gzip only"):
-        app.publish(project, target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0",
-                    say=lines.append)
+        publish(project, target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0",
+                say=lines.append)
     plan = planning.plan_publish(
         planning.PublishRequest(target="puhti-cuda-pip", dest=tmp_path / "pub", version="1.0"),
         target=project.target("puhti-cuda-pip"), site=project.sites["puhti"],

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app.build import build
+from containers.app.project import Project
 from tests.image.test_plan import multistage_project
 
 pytestmark = pytest.mark.apptainer
@@ -25,11 +26,11 @@ def test_multi_stage_build_copies_a_file_between_stages(factory_project, tmp_pat
     root = multistage_project(factory_project())
     definition = root / "recipes" / "multistage.def"
     original = definition.read_bytes()
-    project = app.Project.load(root, {"images_dir": str(tmp_path / "images"),
-                                      "tmp_dir": str(tmp_path / "work")})
+    project = Project.load(root, {"images_dir": str(tmp_path / "images"),
+                                  "tmp_dir": str(tmp_path / "work")})
     lines: list[str] = []
-    plan = app.build(project, target="multistage", say=lines.append,
-                     build_args={"BASE_IMAGE": str(debian_base_image)})
+    plan = build(project, target="multistage", say=lines.append,
+                 build_args={"BASE_IMAGE": str(debian_base_image)})
     image = project.settings.image_path("multistage")
     assert image.is_file(), "\n".join(lines[-40:])
     assert [s.action for s in plan.steps] == ["build"]
@@ -71,11 +72,11 @@ def test_the_squashfs_settings_reach_mksquashfs(factory_project, tmp_path: Path,
     nothing and Apptainer writes its own gzip -9. The record keeps both what mksquashfs was
     told and the compression read back from the image's superblock."""
     root = multistage_project(factory_project())
-    project = app.Project.load(root, {"images_dir": str(tmp_path / "images"),
-                                      "tmp_dir": str(tmp_path / "work"), **config})
+    project = Project.load(root, {"images_dir": str(tmp_path / "images"),
+                                  "tmp_dir": str(tmp_path / "work"), **config})
     lines: list[str] = []
-    app.build(project, target="multistage", say=lines.append,
-              build_args={"BASE_IMAGE": str(debian_base_image)})
+    build(project, target="multistage", say=lines.append,
+          build_args={"BASE_IMAGE": str(debian_base_image)})
     image = project.settings.image_path("multistage")
     assert image.is_file(), "\n".join(lines[-40:])
     superblock = _squashfs_superblock(image, tmp_path)

@@ -17,7 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from containers import app
+from containers.app.build import build
+from containers.app.inspecting import inspect
+from containers.app.project import Project
+from containers.app.publishing import publish
+from containers.app.running import run_command
 from containers.errors import VerdictFailed
 from containers.image import provenance
 from containers.image.cache import PackageCache
@@ -72,12 +76,12 @@ def own(tmp_path_factory, debian_base_image: Path, real_runtime) -> SimpleNamesp
     shutil.copy(ROOT / "tasks.py", root / "tasks.py")  # `invoke inspect` as a user runs it
     (root / "invoke.yaml").write_text("containers:\n" + "".join(
         f"  {key}: {value}\n" for key, value in settings.items()))
-    project = app.Project.load(root, settings)
+    project = Project.load(root, settings)
     lines: list[str] = []
     with pytest.MonkeyPatch.context() as env:
         env.delenv("APPTAINER_BIND", raising=False)
         env.setenv("SINGULARITY_BIND", f"{channel}:/mnt")
-        app.build(project, target="mine", say=lines.append)
+        build(project, target="mine", say=lines.append)
     image = images / "mine.sif"
     assert image.is_file(), "\n".join(lines[-30:])
     return SimpleNamespace(project=project, image=image, top=top, lines=lines,
@@ -109,15 +113,15 @@ def test_a_users_bind_reaches_invoke_run_beside_the_runs_own(own, monkeypatch) -
     monkeypatch.delenv("APPTAINER_BIND", raising=False)
     monkeypatch.setenv("SINGULARITY_BIND", f"{own.top / 'channel'}:/mnt")
     lines: list[str] = []
-    app.run_command(own.project, target="mine", command=["cat", "/mnt/channel-note"],
-                    launcher=False, say=lines.append)
+    run_command(own.project, target="mine", command=["cat", "/mnt/channel-note"],
+                launcher=False, say=lines.append)
     assert any("read through the bind" in line for line in lines), lines
 
 
 def test_inspect_judges_it_as_the_build_did(own) -> None:
     """Exit 0, saying the fit is not judged, as the build said."""
     lines: list[str] = []
-    report = app.inspect(own.project, target="mine", say=lines.append)
+    report = inspect(own.project, target="mine", say=lines.append)
     assert report["fit"] == [{"level": "info", "rule": "torch", "message": NO_TORCH}]
     assert any(NO_TORCH in line for line in lines)
     done = subprocess.run([sys.executable, "-m", "invoke", "inspect", "--target", "mine"],
@@ -129,11 +133,11 @@ def test_inspect_judges_it_as_the_build_did(own) -> None:
 def test_it_publishes_with_and_without_the_checks_and_its_page_reads_in_a_browser(
         own, tmp_path) -> None:
     skipped, checked = tmp_path / "skipped", tmp_path / "checked"
-    app.publish(own.project, target="mine", dest=skipped, version="1.0", skip_checks=True,
-                say=[].append)
+    publish(own.project, target="mine", dest=skipped, version="1.0", skip_checks=True,
+            say=[].append)
     lines: list[str] = []
-    entry = app.publish(own.project, target="mine", dest=checked, version="1.0",
-                        say=lines.append)
+    entry = publish(own.project, target="mine", dest=checked, version="1.0",
+                    say=lines.append)
     assert entry["checks"]["proof"] == "no collective proof: no torch"
     assert entry["checks"]["apptainer_test"]["passed"] is True
     assert entry["license"] == "GPL-2.0-or-later"
@@ -187,15 +191,15 @@ def test_without_a_test_a_run_of_this_very_image_proves_it(own, tmp_path,
                 "results_dir": str(tmp_path / "results")}
     (root / "invoke.yaml").write_text("containers:\n" + "".join(
         f"  {key}: {value}\n" for key, value in settings.items()))
-    app.run_command(app.Project.load(root, settings), target="mine", command=["true"],
-                    launcher=False, say=[].append)
+    run_command(Project.load(root, settings), target="mine", command=["true"],
+                launcher=False, say=[].append)
     (root / "recipes" / "mine.def").write_text(UNTESTED.format(base=images / "debian-base.sif"))
-    project = app.Project.load(root, settings)
-    app.build(project, target="mine", say=[].append)
+    project = Project.load(root, settings)
+    build(project, target="mine", say=[].append)
     rebuilt = provenance.read(images / "mine.sif.json")
     assert rebuilt.tested is False and rebuilt.sha256 != own.record.sha256
     with pytest.raises(VerdictFailed) as refused:
-        app.publish(project, target="mine", dest=tmp_path / "pub", version="1.0", say=[].append)
+        publish(project, target="mine", dest=tmp_path / "pub", version="1.0", say=[].append)
     assert f"a run of another image (sha256 {own.record.sha256[:12]})" in str(refused.value)
     assert "run `invoke run --target mine --no-launcher -- <a command" in str(refused.value)
     check = ["grep", "-qx", "plain", "/opt/note"]
@@ -203,8 +207,8 @@ def test_without_a_test_a_run_of_this_very_image_proves_it(own, tmp_path,
                            "--no-launcher", "--", *check], cwd=root, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stdout + done.stderr
-    entry = app.publish(project, target="mine", dest=tmp_path / "pub", version="1.0",
-                        say=[].append)
+    entry = publish(project, target="mine", dest=tmp_path / "pub", version="1.0",
+                    say=[].append)
     assert (entry["checks"]["run"]["command"], entry["checks"]["run"]["sha256"]) == \
         (check, rebuilt.sha256)
     seen = htmlcheck.text_of((tmp_path / "pub" / "index.html").read_text())

@@ -11,7 +11,8 @@ from typing import Callable
 
 import pytest
 
-from containers.app import Project, check_inputs
+from containers.app.inputs import check_inputs
+from containers.app.project import Project
 from containers.errors import ConfigError
 from containers.inputs.recipes import base_chain
 from tests.fixtures.data import load_targets

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app.build import build
+from containers.app.inputs import check_inputs
+from containers.app.project import Project
 from containers.errors import ConfigError, Problems
 from containers.host.facts import cotainr_binary
 from containers.host.runtime import assumed_runtime
@@ -38,7 +40,7 @@ def _option_values(argv: list[str], flag: str) -> list[str]:
 
 def test_every_shipped_target_and_site_checks(data_root) -> None:
     lines: list[str] = []
-    app.check_inputs(app.Project.load(data_root, {}), say=lines.append)
+    check_inputs(Project.load(data_root, {}), say=lines.append)
     for name in ("cpu", "debian-base", "lumi-rocm", "lumi-rocm-def", "olivia-cuda",
                  "puhti-cuda", "mahti-cuda", "derecho-cuda"):
         assert any(line.startswith(f"ok  target {name} ") for line in lines), name
@@ -171,28 +173,28 @@ def test_build_commands_for_gpu_targets(data_world, data_settings) -> None:
 
 
 def test_arch_and_fakeroot_refusals(data_root, monkeypatch) -> None:
-    project = app.Project.load(data_root, {})
+    project = Project.load(data_root, {})
     # Without emulation of aarch64: the plan is still shown, with where to build it (a build
     # job); a real build is refused in one line naming what to install.
     monkeypatch.setattr(importlib.import_module("containers.app.build"), "emulation",
                         lambda arch: "binfmt_misc is not mounted: install qemu-user-static")
     lines: list[str] = []
-    plan = app.build(project, target="olivia-cuda", dry_run=True, say=lines.append)
+    plan = build(project, target="olivia-cuda", dry_run=True, say=lines.append)
     assert plan.steps and any("build job" in line and "without emulation" in line
                               for line in lines), lines
     with pytest.raises(ConfigError, match=r"olivia-cuda.yaml:3: arch: target 'olivia-cuda' is "
                                           r"aarch64 but this machine is x86_64 and cannot "
                                           r"emulate it: .*qemu-user-static.*build job"):
-        app.build(project, target="olivia-cuda", say=lambda line: None)
+        build(project, target="olivia-cuda", say=lambda line: None)
     monkeypatch.setenv("SLURM_CLUSTER_NAME", "lumi")  # as on a LUMI node
-    project = app.Project.load(data_root, {})
+    project = Project.load(data_root, {})
     assert project.current_site().name == "lumi"
     with pytest.raises(ConfigError, match=r"lumi.yaml:\d+: fakeroot: rocm.def has a %post.*cotainr"):
-        app.build(project, target="lumi-rocm-def", dry_run=True, say=lambda line: None)
+        build(project, target="lumi-rocm-def", dry_run=True, say=lambda line: None)
     # On LUMI itself the real runtime is looked up (this machine's apptainer stands in for it).
     assert project.runtime_for(project.sites["lumi"], dry_run=True).version != "unknown"
     monkeypatch.delenv("SLURM_CLUSTER_NAME")
-    project = app.Project.load(data_root, {})
+    project = Project.load(data_root, {})
     assert project.runtime_for(project.sites["lumi"], dry_run=True).binary == "singularity"
 
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from containers import app
+from containers.app.project import Project
+from containers.app.workloads import prove, train
 from containers.errors import ConfigError
 from containers.host.facts import host_arch
 from containers.image.arch import image_arch
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 
 
 @pytest.fixture
-def arm_project(real_project, tmp_path) -> app.Project:
+def arm_project(real_project, tmp_path) -> Project:
     return results_project(real_project.root, tmp_path)
 
 
@@ -32,8 +33,8 @@ def test_the_image_is_aarch64_by_its_files(cpu_arm64_image, real_runtime) -> Non
 
 def test_smoke_under_emulation(cpu_arm64_image, arm_project) -> None:
     lines: list[str] = []
-    result = app.prove(arm_project, target="cpu-arm64", say=lines.append,
-                       options=SmokeOptions(gpus=2, sizes="64K", iters=1, warmup=0,
+    result = prove(arm_project, target="cpu-arm64", say=lines.append,
+                   options=SmokeOptions(gpus=2, sizes="64K", iters=1, warmup=0,
                                             timeout=600))
     assert result.ok, "\n".join(lines[-30:])
     (verdict,) = (arm_project.settings.results_dir / "smoke").glob("*/verdict.json")
@@ -54,7 +55,7 @@ def test_one_ddp_epoch_under_emulation(cpu_arm64_image, arm_project) -> None:
     lines: list[str] = []
     options = TrainOptions(gpus=2, example="ddp", model_size="tiny", epochs=1, samples=64,
                            batch_size=64, timeout=600)
-    (result,) = app.train(arm_project, target="cpu-arm64", options=options, say=lines.append)
+    (result,) = train(arm_project, target="cpu-arm64", options=options, say=lines.append)
     assert lines[-2:] == ["sanity:      PASS", "verdict: PASS"], "\n".join(lines[-30:])
     (verdict,) = (arm_project.settings.results_dir / "train-ddp").glob("*/verdict.json")
     assert json.loads(verdict.read_text())["arch"] == ["aarch64"]
@@ -63,5 +64,5 @@ def test_one_ddp_epoch_under_emulation(cpu_arm64_image, arm_project) -> None:
 @pytest.mark.parametrize("example", ["fsdp", "deepspeed"])
 def test_examples_the_image_cannot_run_are_refused(arm_project, example) -> None:
     with pytest.raises(ConfigError, match="torch 2.6|deepspeed"):
-        app.train(arm_project, target="cpu-arm64", say=lambda line: None,
-                  options=TrainOptions(gpus=2, example=example, model_size="tiny"))
+        train(arm_project, target="cpu-arm64", say=lambda line: None,
+              options=TrainOptions(gpus=2, example=example, model_size="tiny"))

@@ -164,13 +164,14 @@ def test_a_read_only_perflog_folder_is_one_line(tmp_path: Path, factory_read_onl
 def test_history_into_a_read_only_perflog_folder_is_one_line(data_root: Path, tmp_path: Path,
                                                              factory_read_only) -> None:
     """The table is read; the plot cannot be written: one line, no traceback."""
-    from containers import app
+    from containers.app.project import Project
+    from containers.app.workloads import smoke_history
     perflog_dir = tmp_path / "perflog"
     perflog.append(perflog_dir, _record("2026-11-01T10:00:00Z", "a" * 64, 131.0))
     factory_read_only(perflog_dir)
-    project = app.Project.load(data_root, {"perflog_dir": str(perflog_dir)})
+    project = Project.load(data_root, {"perflog_dir": str(perflog_dir)})
     with pytest.raises(StateError, match=r"^cannot write the history plot: "):
-        app.smoke_history(project, target=None, say=lambda line: None)
+        smoke_history(project, target=None, say=lambda line: None)
 
 
 def test_each_collective_has_its_log_and_the_old_log_of_all_is_still_read(tmp_path: Path) -> None:

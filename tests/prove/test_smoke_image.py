@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app.project import Project
+from containers.app.publishing import publish
+from containers.app.workloads import prove, smoke_history, train
 from containers.errors import PerformanceFailed, VerdictFailed
 from containers.inputs.references import Reference
 from containers.prove import perflog
@@ -22,7 +24,7 @@ pytestmark = [pytest.mark.apptainer, pytest.mark.distributed]
 
 
 @pytest.fixture
-def smoke_project(real_project, tmp_path) -> app.Project:
+def smoke_project(real_project, tmp_path) -> Project:
     """The real project and image, with results going to this test's temp folder."""
     return results_project(real_project.root, tmp_path)
 
@@ -37,8 +39,8 @@ def _no_leftovers() -> None:
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_smoke_passes(cpu_image, smoke_project, ranks) -> None:
     lines: list[str] = []
-    result = app.prove(smoke_project, target="cpu", say=lines.append,
-                       options=SmokeOptions(gpus=ranks, sizes="4K:4M", iters=3, warmup=1,
+    result = prove(smoke_project, target="cpu", say=lines.append,
+                   options=SmokeOptions(gpus=ranks, sizes="4K:4M", iters=3, warmup=1,
                                             timeout=300))
     assert result.ok, "\n".join(lines[-30:])
     report = result.outcome.report
@@ -87,8 +89,8 @@ def test_smoke_fails_on_faults(cpu_image, smoke_project, fault, timeout, expecte
     started = time.monotonic()
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as info:
-        app.prove(smoke_project, target="cpu", say=lines.append,
-                  options=SmokeOptions(gpus=2, sizes="4K:64K", iters=2, warmup=1,
+        prove(smoke_project, target="cpu", say=lines.append,
+              options=SmokeOptions(gpus=2, sizes="4K:64K", iters=2, warmup=1,
                                        timeout=timeout, fault=fault))
     message = str(info.value)
     assert expected in message, "\n".join(lines[-30:])
@@ -106,7 +108,7 @@ def test_smoke_fails_on_faults(cpu_image, smoke_project, fault, timeout, expecte
     _no_leftovers()
 
 
-def _with_local_reference(project: app.Project, value: float) -> app.Project:
+def _with_local_reference(project: Project, value: float) -> Project:
     local = project.sites["local"]
     reference = Reference(partition="*", nodes=1, ranks_per_node=2, bytes=16 << 20,
                           value=value, lower=-0.7, upper=None, unit="GB/s", source="test")
@@ -120,13 +122,13 @@ def test_reference_gates_pass_and_fail_on_performance_only(cpu_image, smoke_proj
     the performance gate fails (exit 3), the sanity gate does not, and both runs are logged."""
     options = SmokeOptions(gpus=2, sizes="4M:16M", iters=3, warmup=1, timeout=300)
     lines: list[str] = []
-    result = app.prove(_with_local_reference(smoke_project, 0.5), target="cpu",
-                       options=options, say=lines.append)
+    result = prove(_with_local_reference(smoke_project, 0.5), target="cpu",
+                   options=options, say=lines.append)
     assert result.performance.state == "pass", "\n".join(lines[-20:])
     assert any(line.startswith("performance: PASS: busbw") for line in lines)
     with pytest.raises(PerformanceFailed) as info:
-        app.prove(_with_local_reference(smoke_project, 1000.0), target="cpu", options=options,
-                  say=lines.append)
+        prove(_with_local_reference(smoke_project, 1000.0), target="cpu", options=options,
+              say=lines.append)
     assert info.value.exit_code == 3
     assert "is below the reference 1000 GB/s (>= 300 GB/s)" in str(info.value)
     assert "% short of 1000" in str(info.value)
@@ -135,7 +137,7 @@ def test_reference_gates_pass_and_fail_on_performance_only(cpu_image, smoke_proj
     assert [r["performance"]["state"] for r in records] == ["pass", "fail"]
     assert all(r["passed"] for r in records)
     history: list[str] = []
-    assert len(app.smoke_history(smoke_project, target="cpu", say=history.append)) == 2
+    assert len(smoke_history(smoke_project, target="cpu", say=history.append)) == 2
     assert (smoke_project.settings.perflog_dir / "history-cpu.png").stat().st_size > 10_000
 
 
@@ -152,8 +154,8 @@ def test_gpu_site_with_a_cpu_image_fails_and_is_not_published(cpu_image, factory
     project = results_project(root, tmp_path, images_dir=str(cpu_image.parent))
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as failure:
-        app.prove(project, target="cpu", say=lines.append,
-                  options=SmokeOptions(gpus=2, sizes="4K:64K", iters=2, warmup=1, timeout=300))
+        prove(project, target="cpu", say=lines.append,
+              options=SmokeOptions(gpus=2, sizes="4K:64K", iters=2, warmup=1, timeout=300))
     assert failure.value.exit_code == 2
     message = str(failure.value)
     assert "ranks 0, 1: torch " in message and "is a CPU-only build: the image was built for " \
@@ -173,14 +175,14 @@ def test_gpu_site_with_a_cpu_image_fails_and_is_not_published(cpu_image, factory
     assert any("CPU-only build" in reason for reason in record["reasons"])
 
     with pytest.raises(VerdictFailed) as trained:
-        app.train(project, target="cpu", say=lines.append,
-                  options=TrainOptions(example="ddp", gpus=2, model="cnn", model_size="tiny",
+        train(project, target="cpu", say=lines.append,
+              options=TrainOptions(example="ddp", gpus=2, model="cnn", model_size="tiny",
                                        epochs=1, batch_size=32, samples=64, timeout=300))
     assert trained.value.exit_code == 2 and "ran on the CPU" in str(trained.value)
 
     with pytest.raises(VerdictFailed) as refused:
-        app.publish(project, target="cpu", dest=tmp_path / "pub", version="1.0",
-                    say=lines.append)
+        publish(project, target="cpu", dest=tmp_path / "pub", version="1.0",
+                say=lines.append)
     assert "the newest smoke of this image" in str(refused.value) \
         and ") FAILED (" in str(refused.value) and "CPU-only build" in str(refused.value)
     assert not (tmp_path / "pub" / "cpu" / "1.0.sif").exists()
@@ -192,8 +194,8 @@ def test_a_soak_fails_naming_the_cycle_with_wrong_values(cpu_image, smoke_projec
     the verdict names cycle 2 and the sizes."""
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as failure:
-        app.prove(smoke_project, target="cpu", say=lines.append,
-                  options=SmokeOptions(gpus=2, sizes="4K:16K", iters=2, warmup=1, timeout=300,
+        prove(smoke_project, target="cpu", say=lines.append,
+              options=SmokeOptions(gpus=2, sizes="4K:16K", iters=2, warmup=1, timeout=300,
                                        cycles=3, fault="corrupt@1:2"))
     assert "at sizes 4096 B (cycle 2), 8192 B (cycle 2), 16384 B (cycle 2) in a soak of 3 " \
         "cycles" in str(failure.value)
@@ -214,8 +216,8 @@ def test_ranks_pin_themselves_to_the_sites_cores(cpu_image, factory_project, tmp
     profile.write_text(profile.read_text() + 'cpu_bind: ["0x1", "0x2"]\n')
     project = results_project(root, tmp_path, images_dir=str(cpu_image.parent))
     lines: list[str] = []
-    result = app.prove(project, target="cpu", say=lines.append,
-                       options=SmokeOptions(gpus=2, sizes="4K:16K", iters=2, warmup=1,
+    result = prove(project, target="cpu", say=lines.append,
+                   options=SmokeOptions(gpus=2, sizes="4K:16K", iters=2, warmup=1,
                                             timeout=300))
     assert result.ok, "\n".join(lines[-20:])
     assert "  cores: rank 0 cores 0, rank 1 cores 1 (each rank pins itself before it touches " \

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from containers import app
+from containers.app.workloads import prove
 from containers.errors import VerdictFailed
 from containers.inputs.names import COLLECTIVES
 from containers.prove import perflog
@@ -33,8 +33,8 @@ def test_every_op_checked_with_its_factor_and_a_corruption_caught_per_op_per_cyc
     project = results_project(real_project.root, tmp_path)
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as failure:
-        app.prove(project, target="cpu", say=lines.append,
-                  options=SmokeOptions(gpus=ranks, sizes="64K,256K", iters=2, warmup=1,
+        prove(project, target="cpu", say=lines.append,
+              options=SmokeOptions(gpus=ranks, sizes="64K,256K", iters=2, warmup=1,
                                        timeout=300, cycles=2, fault="corrupt@1:2", op="all"))
     message = str(failure.value)
     (out,) = (tmp_path / "results" / "smoke").glob("cpu-*")

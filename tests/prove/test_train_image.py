@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app.project import Project
+from containers.app.workloads import train
 from containers.errors import VerdictFailed
 from containers.prove.train import TrainOptions
 from tests.fixtures.images import results_project
@@ -31,14 +32,14 @@ LUMI_DS_CONFIG = """{
 
 
 @pytest.fixture
-def train_project(real_project, tmp_path) -> app.Project:
+def train_project(real_project, tmp_path) -> Project:
     return results_project(real_project.root, tmp_path)
 
 
-def _train(project: app.Project, lines: list[str], **kw) -> dict:
+def _train(project: Project, lines: list[str], **kw) -> dict:
     options = TrainOptions(**{"gpus": 2, "model_size": "tiny", "epochs": 2, "samples": 1024,
                               "batch_size": 64, "timeout": 600, **kw})
-    (result,) = app.train(project, target="cpu", options=options, say=lines.append)
+    (result,) = train(project, target="cpu", options=options, say=lines.append)
     assert sorted(p.name for p in result.plan.out_dir.glob("rank-*.json")) == [
         "rank-0.json", "rank-1.json"]
     return result.outcome.report
@@ -95,8 +96,8 @@ def test_scaling_report(cpu_image, train_project) -> None:
     lines: list[str] = []
     options = TrainOptions(example="ddp", gpus=1, model_size="tiny", epochs=2, samples=1024,
                            batch_size=64, timeout=600)
-    results = app.train(train_project, target="cpu", options=options, scaling=[1, 2],
-                        say=lines.append)
+    results = train(train_project, target="cpu", options=options, scaling=[1, 2],
+                    say=lines.append)
     assert [r.plan.ranks for r in results] == [1, 2]
     (folder,) = (train_project.settings.results_dir / "train-ddp").glob("cpu-*-scaling")
     data = json.loads((folder / "scaling.json").read_text())

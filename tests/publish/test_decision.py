@@ -51,13 +51,13 @@ def test_a_first_version_has_nothing_to_compare_with(tmp_path) -> None:
 def _built(tmp_path, name: str, **record):
     """A project whose ``name`` image is the stand-in, with a build record of ``record`` over a
     fresh CUDA build's (the stand-in's bytes, so no Apptainer runs)."""
-    from containers import app
+    from containers.app.project import Project
     from containers.image.identity import chain_hashes
     from tests.fixtures import ROOT
     from tests.publish.standin import IMAGE, SHA, STACK
 
-    project = app.Project.load(ROOT, {"images_dir": str(tmp_path / "images"),
-                                      "results_dir": str(tmp_path / "results")})
+    project = Project.load(ROOT, {"images_dir": str(tmp_path / "images"),
+                                  "results_dir": str(tmp_path / "results")})
     images = project.settings.images_dir
     images.mkdir()
     project.settings.image_path(name).write_bytes(IMAGE)
@@ -74,26 +74,26 @@ def _built(tmp_path, name: str, **record):
 def test_skip_checks_still_judges_the_gpu_architecture(tmp_path) -> None:
     """--skip-checks skips the smoke (it needs the site's GPUs), never the site fit, which reads
     the image's record: a CUDA 13 build without sm_70 is not published for Puhti's V100s."""
-    from containers import app
+    from containers.app.publishing import publish
     name = "puhti-cuda-pip"
     project = _built(tmp_path, name)
     lines: list[str] = []
     with pytest.raises(VerdictFailed, match=r"not publishing puhti-cuda-pip 1.0: site fit: .*"
                                             r"sm_75 sm_80 sm_90.*sm_70"):
-        app.publish(project, target=name, dest=tmp_path / "pub", version="1.0",
-                    skip_checks=True, say=lines.append)
+        publish(project, target=name, dest=tmp_path / "pub", version="1.0",
+                skip_checks=True, say=lines.append)
     assert not (tmp_path / "pub" / name).exists()
     assert any("the site fit is judged" in line for line in lines)
 
 
 def test_a_cpu_only_torch_is_never_published_for_a_cuda_site(tmp_path) -> None:
     """Not a warning, not with --skip-checks, not with --accept-regression: what the image is."""
-    from containers import app
+    from containers.app.publishing import publish
     from tests.publish.standin import STACK
     project = _built(tmp_path, "mahti-cuda-pip", stack=dict(STACK, build="cpu"))
     with pytest.raises(VerdictFailed) as refused:
-        app.publish(project, target="mahti-cuda-pip", dest=tmp_path / "pub", version="1.0",
-                    skip_checks=True, accept_regression="it is fine", say=[].append)
+        publish(project, target="mahti-cuda-pip", dest=tmp_path / "pub", version="1.0",
+                skip_checks=True, accept_regression="it is fine", say=[].append)
     assert str(refused.value) == (
         "not publishing mahti-cuda-pip 1.0: torch in the image is a cpu build; mahti's GPUs need "
         "a cuda build (--skip-checks skips the smoke, not what the image is)")
@@ -103,22 +103,22 @@ def test_a_cpu_only_torch_is_never_published_for_a_cuda_site(tmp_path) -> None:
 def test_an_image_without_torch_is_published_for_a_gpu_site(tmp_path) -> None:
     """Not "torch in the image is a missing build": an R image for LUMI holds no torch at all,
     and is judged as its build judged it (site fit not judged)."""
-    from containers import app
+    from containers.app.publishing import publish
     from containers.image.sitefit import NO_TORCH
     from tests.publish.standin import STACK
     name = "mahti-cuda-pip"
     project = _built(tmp_path, name, stack=dict(STACK, build=None, torch=None),
                      probe_errors={"torch": "ModuleNotFoundError: No module named 'torch'"})
     lines: list[str] = []
-    entry = app.publish(project, target=name, dest=tmp_path / "pub", version="1.0",
-                        skip_checks=True, say=lines.append)
+    entry = publish(project, target=name, dest=tmp_path / "pub", version="1.0",
+                    skip_checks=True, say=lines.append)
     assert entry["fit"] == [{"level": "info", "rule": "torch", "message": NO_TORCH}]
 
 
 def test_an_image_labelled_by_its_build_as_another_target_is_refused(tmp_path) -> None:
     """Its labels are its own build's (their inputs hash is the record's): the record was
     edited to another target's name."""
-    from containers import app
+    from containers.app.publishing import publish
     from containers.errors import StateError
     name = "mahti-cuda-pip"
     project = _built(tmp_path, name)
@@ -128,19 +128,19 @@ def test_an_image_labelled_by_its_build_as_another_target_is_refused(tmp_path) -
     project.settings.provenance_path(name).write_text(json.dumps(record))
     with pytest.raises(StateError, match=r"its label containers.target says 'cpu', not "
                                          r"'mahti-cuda-pip', and its build record was edited"):
-        app.publish(project, target=name, dest=tmp_path / "pub", version="1.0",
-                    skip_checks=True, say=[].append)
+        publish(project, target=name, dest=tmp_path / "pub", version="1.0",
+                skip_checks=True, say=[].append)
     assert not (tmp_path / "pub").exists()
 
 
 def test_labels_a_base_passed_on_do_not_name_the_image(tmp_path) -> None:
     """An image built on another (its own definition on debian-base, a cotainr image) carries
     the base's labels: its record, the tool's own, says what it is, and it is published."""
-    from containers import app
+    from containers.app.publishing import publish
     project = _built(tmp_path, "mahti-cuda-pip", labels={
         "containers.target": "debian-base", "containers.inputs-hash": "0" * 64})
-    app.publish(project, target="mahti-cuda-pip", dest=tmp_path / "pub", version="1.0",
-                skip_checks=True, say=[].append)
+    publish(project, target="mahti-cuda-pip", dest=tmp_path / "pub", version="1.0",
+            skip_checks=True, say=[].append)
     assert (tmp_path / "pub" / "mahti-cuda-pip").is_dir()
 
 

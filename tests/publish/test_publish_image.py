@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from containers import app
-from containers.app import publish, verify
+from containers.app.project import Project
+from containers.app.publishing import publish, verify
 from containers.errors import ConfigError, ImageMissing, StateError, UsageError, VerdictFailed
 from containers.inputs.settings import load_settings
 from containers.publish import catalogue as cat
@@ -44,7 +44,7 @@ LMOD_INITS = (f"{os.environ.get('LMOD_PKG', '/usr/share/lmod/lmod')}/init/bash",
               "/usr/share/lmod/lmod/init/bash")
 
 
-def _make_project(root: Path, images_dir: Path, *, extra: dict | None = None) -> app.Project:
+def _make_project(root: Path, images_dir: Path, *, extra: dict | None = None) -> Project:
     """A copy of the project inputs + tasks.py with its own invoke.yaml, loaded in-process too."""
     for folder in ("recipes", "envs", "sites", "jobs"):
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
@@ -52,7 +52,7 @@ def _make_project(root: Path, images_dir: Path, *, extra: dict | None = None) ->
     config = {"images_dir": str(images_dir), "results_dir": str(root / "results"),
               "tmp_dir": str(root / "work"), **(extra or {})}
     (root / "invoke.yaml").write_text(yaml.safe_dump({"containers": config}))
-    return app.Project(root=root, settings=load_settings(root, config))
+    return Project(root=root, settings=load_settings(root, config))
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def keyring(tmp_path_factory, real_runtime) -> Path:
 
 
 @pytest.fixture(scope="module")
-def site_project(tmp_path_factory, real_project, cpu_image, keyring) -> app.Project:
+def site_project(tmp_path_factory, real_project, cpu_image, keyring) -> Project:
     root = tmp_path_factory.mktemp("site-project")
     data = root / "shared-data"
     data.mkdir()
@@ -98,14 +98,14 @@ def published(site_project, tmp_path_factory) -> dict:
             "seconds": time.monotonic() - started}
 
 
-def _invoke(project: app.Project, *args: str, env: dict | None = None,
+def _invoke(project: Project, *args: str, env: dict | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=project.root,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _start(project: app.Project, *args: str, env: dict | None = None) -> subprocess.Popen:
+def _start(project: Project, *args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=project.root,
                             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -419,7 +419,7 @@ def test_group_only_permissions(site_project, tmp_path) -> None:
     import grp
 
     group = grp.getgrnam("users")
-    project = app.Project(root=site_project.root, settings=load_settings(
+    project = Project(root=site_project.root, settings=load_settings(
         site_project.root, {"results_dir": str(site_project.settings.results_dir),
                             "images_dir": str(site_project.settings.images_dir),
                             "publish_world_readable": False}))
@@ -472,11 +472,11 @@ def test_unbuilt_or_unknown_target_is_a_clear_error(site_project, tmp_path) -> N
 
 def test_signing_key_problems_are_clear_and_publish_nothing(site_project, real_runtime,
                                                             tmp_path) -> None:
-    def project_with(keysdir: Path) -> app.Project:
+    def project_with(keysdir: Path) -> Project:
         settings = load_settings(site_project.root, {
             "results_dir": str(site_project.settings.results_dir),
             "images_dir": str(site_project.settings.images_dir), "sign_keysdir": str(keysdir)})
-        return app.Project(root=site_project.root, settings=settings)
+        return Project(root=site_project.root, settings=settings)
 
     dest = tmp_path / "pub"
     with pytest.raises(ConfigError, match=r"no secret key #0 in the keyring .*key newpair"
@@ -510,7 +510,7 @@ def test_publish_with_only_apptainer_keysdir_signs_and_verifies(
         "results_dir": str(site_project.settings.results_dir),
         "images_dir": str(site_project.settings.images_dir)})
     assert settings.sign_keysdir is None
-    project = app.Project(root=site_project.root, settings=settings)
+    project = Project(root=site_project.root, settings=settings)
     dest = tmp_path / "pub"
     lines: list[str] = []
     entry = publish(project, target="cpu", dest=dest, version="1.0", sign=True,

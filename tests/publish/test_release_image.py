@@ -25,7 +25,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from containers import app
+from containers.app.inspecting import diff, inspect
+from containers.app.project import Project
+from containers.app.publishing import publish
+from containers.app.workloads import prove
 from containers.app.inspecting import examine_built
 from containers.errors import CommandFailed, VerdictFailed
 from containers.image import inspect as probing, provenance, sbom
@@ -96,7 +99,7 @@ def _torch_pin() -> str:
 def test_inspect_reads_the_cpu_image_itself(real_project, cpu_image, capsys) -> None:
     """``invoke inspect --target cpu --json`` (in-process: its probe is then reused by the
     tests below): one probe of the image; it fits its (local) site."""
-    app.inspect(real_project, target="cpu", as_json=True)
+    inspect(real_project, target="cpu", as_json=True)
     report = json.loads(capsys.readouterr().out)
     stack = report["stack"]
     assert stack["arch"] == "x86_64" and stack["build"] == "cpu"
@@ -118,7 +121,7 @@ def test_inspect_reads_the_cpu_image_itself(real_project, cpu_image, capsys) -> 
 
 def test_diff_lists_exactly_the_added_package(real_project, cpu_image, layer_image) -> None:
     lines: list[str] = []
-    result = app.diff(real_project, old="cpu", new=str(layer_image), say=lines.append)
+    result = diff(real_project, old="cpu", new=str(layer_image), say=lines.append)
     assert result["packages"] == {"added": {"pip:tiny_marker": "1.0"}, "removed": {},
                                   "changed": {}}
     assert result["stack"] == {}
@@ -154,7 +157,7 @@ def test_build_examine_writes_a_valid_sbom_with_torch(real_project, real_runtime
         str(refused.value) and "the image is not kept" in str(refused.value)
 
 
-def _verdict(project: app.Project, name: str, sha: str, busbw: float, date: str) -> None:
+def _verdict(project: Project, name: str, sha: str, busbw: float, date: str) -> None:
     """A passing 2-rank smoke verdict of the image, as `invoke smoke` writes it (its ranks'
     device reports carry the labels they read inside the image, its build record's)."""
     labels = provenance.read(project.settings.provenance_path("cpu")).labels
@@ -184,14 +187,14 @@ def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
     sha = record["sha256"]
     dest = tmp_path / "pub"
     _verdict(project, "first", sha, 1.2, "2026-11-25T01:00:00Z")
-    first = app.publish(project, target="cpu", dest=dest, version="1.0", say=lambda l: None)
+    first = publish(project, target="cpu", dest=dest, version="1.0", say=lambda l: None)
     assert first["gate"] == {"against": None} and first["sbom_file"] == "cpu/1.0.sif.cdx.json"
     assert sbom.validate((dest / first["sbom_file"]).read_text()) is None
 
     _verdict(project, "second", sha, 0.5, "2026-11-25T02:00:00Z")  # slower
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as refused:
-        app.publish(project, target="cpu", dest=dest, version="2.0", say=lines.append)
+        publish(project, target="cpu", dest=dest, version="2.0", say=lines.append)
     assert "busbw fell from 1.2 to 0.5 GB/s at 134217728 B (58% lower; the reference " \
            "allows 30%)" in str(refused.value)
     assert "--accept-regression" in str(refused.value)
@@ -199,9 +202,9 @@ def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
     assert [e.version for e in cat.entries(cat.load(dest / "catalogue.json"), "cpu")] == \
         ["1.0"] and not (dest / "cpu" / "2.0.sif").exists()
 
-    second = app.publish(project, target="cpu", dest=dest, version="2.0",
-                         accept_regression="CI runner is slower; checked by hand",
-                         say=lambda l: None)
+    second = publish(project, target="cpu", dest=dest, version="2.0",
+                     accept_regression="CI runner is slower; checked by hand",
+                     say=lambda l: None)
     accepted = second["gate"]["accepted"]
     assert accepted["why"] == "CI runner is slower; checked by hand" and "@" in accepted["by"]
     kept = cat.find(cat.load(dest / "catalogue.json"), "cpu", "2.0").gate
@@ -209,8 +212,8 @@ def test_publish_gate_refuses_a_slower_version_and_records_acceptance(
     assert json.loads((dest / second["diff_file"]).read_text())["packages"] == \
         {"added": {}, "removed": {}, "changed": {}}
     # published versions by name: the same build, so no package changes; busbw side by side
-    compared = app.diff(project, old=f"{dest}:cpu@1.0", new=f"{dest}:cpu@latest",
-                        say=lambda l: None)
+    compared = diff(project, old=f"{dest}:cpu@1.0", new=f"{dest}:cpu@latest",
+                    say=lambda l: None)
     assert compared["old"] == "cpu@1.0" and compared["new"] == "cpu@2.0"
     assert not any(compared["packages"].values())
     assert [side["busbw"] for side in compared["smoke"]] == [1.2, 0.5]
@@ -257,21 +260,21 @@ def test_a_hand_edited_verdict_of_a_timed_out_smoke_is_refused(tmp_path, cpu_ima
         os.link(cpu_image.with_name(cpu_image.name + suffix), images / f"cpu.sif{suffix}")
     project = _make_project(tmp_path / "project", images)
     with pytest.raises(VerdictFailed):
-        app.prove(project, target="cpu", options=SmokeOptions(
+        prove(project, target="cpu", options=SmokeOptions(
             gpus=2, sizes="1M:4M", iters=3, timeout=2), say=lambda line: None)
     (verdict,) = (project.settings.results_dir / "smoke").glob("*/verdict.json")
     record = json.loads(verdict.read_text())
     verdict.write_text(json.dumps({**record, "passed": True, "reasons": []}))
     dest = tmp_path / "pub"
     with pytest.raises(VerdictFailed) as refused:
-        app.publish(project, target="cpu", dest=dest, version="1.0", say=lambda line: None)
+        publish(project, target="cpu", dest=dest, version="1.0", say=lambda line: None)
     assert str(refused.value).startswith(f"not publishing cpu: {verdict} says passed but its "
                                          "run's own files do not: ranks that did not finish: ")
     assert not (dest / "cpu" / "1.0.sif").exists()
 
-    app.prove(project, target="cpu", options=SmokeOptions(gpus=2, sizes="4K:64K", iters=3,
-                                                          warmup=1, timeout=300),
-              say=lambda line: None)
+    prove(project, target="cpu", options=SmokeOptions(gpus=2, sizes="4K:64K", iters=3,
+                                                      warmup=1, timeout=300),
+          say=lambda line: None)
     passed = max((project.settings.results_dir / "smoke").glob("*/verdict.json"),
                  key=lambda p: json.loads(p.read_text())["date"])
     assert json.loads(passed.read_text())["passed"] is True
@@ -281,7 +284,7 @@ def test_a_hand_edited_verdict_of_a_timed_out_smoke_is_refused(tmp_path, cpu_ima
              "date": "2999-01-01T00:00:00Z"}
     (failed / "verdict.json").write_text(json.dumps(later))
     with pytest.raises(VerdictFailed, match="the newest smoke of this image .* FAILED"):
-        app.publish(project, target="cpu", dest=dest, version="1.0", say=lambda line: None)
+        publish(project, target="cpu", dest=dest, version="1.0", say=lambda line: None)
     shutil.rmtree(failed)
-    entry = app.publish(project, target="cpu", dest=dest, version="1.0", say=lambda line: None)
+    entry = publish(project, target="cpu", dest=dest, version="1.0", say=lambda line: None)
     assert entry["checks"]["smoke"]["verdict"] == str(passed)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from containers import app
+from containers.app.project import Project
 from containers.errors import UsageError
 from containers.host.runtime import Runtime, assumed_runtime
 from containers.run.command import INTERACTIVE, check_command, plan_command, shell_argv
@@ -72,7 +72,7 @@ def test_the_interactive_shell_does_not_read_the_users_bashrc() -> None:
 def test_a_users_command_on_a_site_with_a_cpu_map_is_pinned_per_rank() -> None:
     """invoke run on a full LUMI node: each rank pins itself (jobs/pinned.py), then becomes the
     user's command; on fewer ranks than the map, the command runs as given."""
-    project = app.Project.load(ROOT, {})
+    project = Project.load(ROOT, {})
     target = project.target("lumi-rocm")
     site = project.site_of(target)
     runtime = Runtime(binary="singularity", flavour="singularity", version="site")

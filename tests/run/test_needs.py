@@ -99,9 +99,10 @@ def test_invoke_run_on_a_gpu_site_image_without_python(factory_project, tmp_path
     command without the device gate, which is a Python program, and says so."""
     import json
 
-    from containers import app
+    from containers.app.project import Project
+    from containers.app.running import run_command
 
-    project = app.Project.load(factory_project(), {"images_dir": str(tmp_path / "images")})
+    project = Project.load(factory_project(), {"images_dir": str(tmp_path / "images")})
     image = project.settings.image_path("olivia-cuda")
     image.parent.mkdir(parents=True)
     image.write_bytes(b"sif")
@@ -109,11 +110,11 @@ def test_invoke_run_on_a_gpu_site_image_without_python(factory_project, tmp_path
     with pytest.raises(ImageLacks, match=r"olivia-cuda.sif has no Python 3 \(its build record "
                                          r"says so\): invoke run's launcher \(torchrun\) needs "
                                          r"torch; --no-launcher runs"):
-        app.run_command(project, target="olivia-cuda", command=["/bin/true"], dry_run=True,
-                        say=lambda line: pytest.fail(line))
+        run_command(project, target="olivia-cuda", command=["/bin/true"], dry_run=True,
+                    say=lambda line: pytest.fail(line))
     lines: list[str] = []
-    app.run_command(project, target="olivia-cuda", command=["/bin/true"], launcher=False,
-                    dry_run=True, say=lines.append)
+    run_command(project, target="olivia-cuda", command=["/bin/true"], launcher=False,
+                dry_run=True, say=lines.append)
     assert lines[0] == (f"# no device gate: {os.path.relpath(image)} has no Python 3 (its build "
                         "record says so) (the gate is a Python program); the command starts "
                         "without it")  # a dry run's prose is shell comments

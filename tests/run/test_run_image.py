@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from containers import app
+from containers.app.project import Project
+from containers.app.running import run_command
 from containers.app.running import CommandExit
 from containers.errors import VerdictFailed
 from containers.inputs.settings import load_settings
@@ -97,8 +98,8 @@ def test_a_gpu_site_with_the_cpu_image_stops_before_the_command(cpu_image, facto
     marker = tmp_path / "marker"
     lines: list[str] = []
     with pytest.raises(VerdictFailed) as failure:
-        app.run_command(app.Project(root=root, settings=settings), target="cpu", gpus=2,
-                        command=["touch", str(marker)], say=lines.append)
+        run_command(Project(root=root, settings=settings), target="cpu", gpus=2,
+                    command=["touch", str(marker)], say=lines.append)
     assert failure.value.exit_code == 2
     assert str(failure.value).startswith("device gate: FAIL on ")
     assert "expected a cuda GPU, but torch is not a cuda build" in str(failure.value)
@@ -113,8 +114,8 @@ def test_no_launcher_exits_with_the_commands_own_status(cpu_image, real_project,
                                                         monkeypatch) -> None:
     settings = load_settings(real_project.root, {"results_dir": str(tmp_path / "results")})
     with pytest.raises(CommandExit) as failure:
-        app.run_command(app.Project(root=real_project.root, settings=settings), target="cpu",
-                        launcher=False, command=["sh", "-c", "exit 7"], say=lambda line: None)
+        run_command(Project(root=real_project.root, settings=settings), target="cpu",
+                    launcher=False, command=["sh", "-c", "exit 7"], say=lambda line: None)
     assert failure.value.exit_code == 7
 
 
