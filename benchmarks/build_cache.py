@@ -20,9 +20,10 @@ definition but the work folder it names); a difference fails the benchmark. Medi
 ``--repeat`` repetitions; the goals: rebuild/cold <= 0.3 and rebuild/floor <= 3.
 
 Usage: ``python benchmarks/build_cache.py [--target cpu] [--package six] [--repeat 3]
-[--squashfs auto] [--squashfs-level 9] [--skip-no-cache]``; the defaults are the tool's;
-``--bases DIR`` links already built bases from an images folder (only the target is measured;
-the tests' CI-sized run), ``--project DIR`` measures another project's inputs.
+[--squashfs auto] [--squashfs-level 9] [--skip-no-cache] [--keep DIR]``; the defaults are the
+tool's; ``--bases DIR`` links already built bases from an images folder (only the target is
+measured; the tests' CI-sized run), ``--project DIR`` measures another project's inputs,
+``--keep DIR`` keeps each phase's image and the package cache to look into (the tests do).
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ def settle(say: Callable[[str], None], folder: Path, *, window_s: float = WINDOW
     os.sync()
     first = create_us(folder)
     last, quiet_since = disk_busy_ms(), time.monotonic()
-    while time.monotonic() - started < limit_s:
+    # --settle-s 0: written out, no wait (a run that judges no ratio, beside other work)
+    while window_s > 0 and time.monotonic() - started < limit_s:
         time.sleep(0.25)
         now = disk_busy_ms()
         if now != last:
@@ -255,9 +257,14 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
     settled: list[dict[str, Any]] = []
 
     def phase(label: str, kept: list[str] | None = None, **options: Any) -> float:
-        return timed(f"{label} {tag}", lambda say: build(project, target=args.target,
-                                                         say=say, **options),
-                     tmp, settled, args.settle_s, kept)
+        seconds = timed(f"{label} {tag}", lambda say: build(project, target=args.target,
+                                                                say=say, **options),
+                        tmp, settled, args.settle_s, kept)
+        if args.keep:
+            for suffix in (".sif", ".sif.json"):
+                os.link(images / f"{args.target}{suffix}",
+                        args.keep / f"{label.replace(' ', '_')}-{number}{suffix}")
+        return seconds
 
     seconds = {"cold": phase("cold")}
     cache_after_cold = usage(package_cache_dir(cache))[0]
@@ -286,6 +293,8 @@ def repetition(args: argparse.Namespace, number: int, tmp: Path) -> dict[str, An
     differ = compared(warm, content(images / f"{args.target}.sif", runtime))
     if differ:
         raise SystemExit(f"the warm and no-cache images differ: {'; '.join(differ)}")
+    if args.keep:
+        shutil.move(cache, args.keep / f"cache-{number}")
     return {**result, "files_compared": len(warm["files"]), "pip_freeze": warm["pip_freeze"]}
 
 
@@ -342,11 +351,17 @@ def main(argv: list[str] | None = None) -> None:
                         "settle(); default %(default)s)")
     parser.add_argument("--tmp", type=Path, default=Path("/var/tmp"),
                         help="where each repetition's temporary folder goes")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="folder on --tmp's file system to keep each phase's image and "
+                        "record in (hard links, <phase>-<repetition>.sif) and, after a full "
+                        "repetition, its package cache (cache-<repetition>)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" /
                         "build_cache.json", help="JSON result file (the PNG goes beside it)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
     runs = []
     for number in range(1, args.repeat + 1):
         with tempfile.TemporaryDirectory(prefix="bench-build-cache-", dir=args.tmp) as tmp:

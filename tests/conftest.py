@@ -14,8 +14,8 @@ LONG_TIER = "cuda_images"
 
 
 #: Test files that share one thing of this machine (a Slurm cluster's daemons and job ids, network
-#: namespaces by name, the emulated image's build): under ``pytest -n`` (setup.sh test) each
-#: group runs in one worker. By file, since the scheduler sees only test ids: pytest-xdist's own
+#: namespaces by name, the emulated image's build, the build benchmark's run): under ``pytest -n``
+#: (setup.sh test) each group runs in one worker. By file, since the scheduler sees only test ids: pytest-xdist's own
 #: ``xdist_group`` marks are lost on pytest 9.2 (pytest-xdist issue 1386), which ran two session
 #: Slurm clusters whose jobs of the same id met at the same rendezvous port.
 SHARED = {"slurm": ("tests/host/test_slurmcluster.py", "tests/app/test_localslurm.py",
@@ -23,7 +23,11 @@ SHARED = {"slurm": ("tests/host/test_slurmcluster.py", "tests/app/test_localslur
                     "tests/batch/test_slurm_partitions.py", "tests/batch/test_slurm_run_jobs.py",
                     "tests/batch/test_slurm_smoke_ops.py", "tests/test_docs_examples.py"),
           "netns": ("tests/run/test_netns_image.py",),
-          "arm64": ("tests/prove/test_arm64_image.py",)}
+          "arm64": ("tests/prove/test_arm64_image.py",),
+          "build cache": ("tests/benchmarks/test_build_cache.py",
+                          "tests/image/test_cache_image.py")}
+#: The session fixtures whose one instance a group's files share.
+SHARED_FIXTURES = {"cpu_arm64_image": "arm64", "build_cache_run": "build cache"}
 GROUP_OF = {path: group for group, files in SHARED.items() for path in files}
 
 
@@ -35,7 +39,8 @@ def _shares(item) -> str | None:
     """What the test shares, by its mark or fixture: its file must be in that group."""
     if item.get_closest_marker("slurm"):
         return "slurm"
-    return "arm64" if "cpu_arm64_image" in getattr(item, "fixturenames", ()) else None
+    return next((group for fixture, group in SHARED_FIXTURES.items()
+                 if fixture in getattr(item, "fixturenames", ())), None)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

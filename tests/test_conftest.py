@@ -40,12 +40,18 @@ def test_the_scheduler_scopes_by_group_and_else_by_test() -> None:
         "tests/test_walltime.py::test_y"
 
 
-def test_a_slurm_test_outside_the_groups_files_is_refused() -> None:
+@pytest.mark.parametrize("fixtures, marked, member", [
+    ((), True, SLURM), (("build_cache_run",), False, "tests/image/test_cache_image.py"),
+    (("cpu_arm64_image",), False, "tests/prove/test_arm64_image.py")])
+def test_a_test_sharing_outside_the_groups_files_is_refused(fixtures, marked, member) -> None:
+    """By its mark (Slurm) or the session fixture whose one instance the group shares."""
     def item(nodeid: str) -> SimpleNamespace:
-        return SimpleNamespace(nodeid=nodeid, fixturenames=(), get_closest_marker=lambda name:
-                               name == "slurm" or None)
+        return SimpleNamespace(nodeid=nodeid, fixturenames=fixtures, get_closest_marker=lambda
+                               name: (marked and name == "slurm") or None)
+    conftest.pytest_collection_modifyitems(SimpleNamespace(getoption=lambda name: ""),
+                                           [item(f"{member}::a")])  # in its group: accepted
     with pytest.raises(pytest.UsageError, match="SHARED lacks the files of.*test_new.py"):
-        conftest.pytest_collection_modifyitems(None, [item(f"{SLURM}::a"),
+        conftest.pytest_collection_modifyitems(None, [item(f"{member}::a"),
                                                       item("tests/test_new.py::b")])
 
 

@@ -1,5 +1,7 @@
 """benchmarks/build_cache.py, CI-sized: the ``cpu`` recipe with a one-package env spec (+1) on the
-session's debian-base (linked, not rebuilt), one repetition, run as a user runs the benchmark.
+session's debian-base (linked, not rebuilt), one repetition, run as a user runs the benchmark
+(the session's run, ``build_cache_run`` in tests/fixtures/images.py, whose builds the rebuild's
+tests read too).
 
 It proves the mechanism end to end with the real Apptainer: the cold build fills the cache and
 keeps its root, the rebuild after a one-package change is made from that root (its record says
@@ -18,21 +20,13 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import ROOT
-from tests.image.test_cache_image import tiny_cpu_project
 from tests.jobs.scripts import clean_env
 
 pytestmark = pytest.mark.apptainer
 
 
-def test_benchmark_rebuilds_with_the_cache_and_the_same_content(
-        tmp_path: Path, factory_project, debian_base_image: Path) -> None:
-    root = tiny_cpu_project(factory_project(), ["idna"])
-    out = tmp_path / "bench" / "build_cache.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "build_cache.py"), "--project", str(root),
-         "--bases", str(debian_base_image.parent), "--package", "six", "--repeat", "1",
-         "--tmp", str(tmp_path), "--out", str(out), "--settle-s", "0"],
-        capture_output=True, text=True, timeout=900, env=clean_env(), cwd=ROOT)
+def test_benchmark_rebuilds_with_the_cache_and_the_same_content(build_cache_run: dict) -> None:
+    done, out, tmp = build_cache_run["done"], build_cache_run["out"], build_cache_run["tmp"]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     run = result["runs"][0]
@@ -54,8 +48,11 @@ def test_benchmark_rebuilds_with_the_cache_and_the_same_content(
     assert result["floor_ratio"] == pytest.approx(medians["warm"] / medians["floor"])
     assert "rebuild/floor" in done.stdout and "identical" in done.stdout
     assert out.with_suffix(".png").stat().st_size > 0
-    # every repetition's folder (images, cache, work) is gone
-    assert not list(tmp_path.glob("bench-build-cache-*"))
+    # every repetition's folder (images, cache, work) is gone; what --keep asked for is kept
+    assert not list(tmp.glob("bench-build-cache-*"))
+    assert sorted(path.name for path in build_cache_run["keep"].iterdir()) == [
+        "cache-1", "cold-1.sif", "cold-1.sif.json", "no_cache-1.sif", "no_cache-1.sif.json",
+        "warm-1.sif", "warm-1.sif.json"]
 
 
 @pytest.mark.cuda_images

@@ -3,13 +3,13 @@ cached download that went bad is refused by the index's hash and fetched again; 
 elsewhere, and a rebuild from a kept root file system holds exactly what a clean build holds.
 
 The ``cpu`` recipe with a one-package env spec (no torch: seconds, not minutes) on the session's
-debian-base, linked into a folder of the test's own, with a cache of the test's own.
+debian-base, linked into a folder of the test's own, with a cache of the test's own; the rebuild's
+builds are the session's run of benchmarks/build_cache.py (``build_cache_run``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import shutil
 import subprocess
@@ -17,29 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from containers.app.build import build
 from containers.app.project import Project
-from tests.fixtures import ROOT
+from tests.fixtures.images import tiny_cpu_project
 
 pytestmark = pytest.mark.apptainer
-
-
-def cpu_pip_list(root: Path, packages: list[str]) -> None:
-    """The project copy's ``cpu`` env spec with only ``packages`` in its pip list."""
-    spec = {"name": "cpu", "channels": ["conda-forge"],
-            "dependencies": ["python=3.11", "pip", {"pip": packages}]}
-    (root / "envs" / "cpu.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
-
-
-def tiny_cpu_project(root: Path, packages: list[str]) -> Path:
-    """The project copy's ``cpu`` target with only ``packages`` in its pip list and no %test
-    (cpu.def's imports torch)."""
-    cpu_pip_list(root, packages)
-    manifest = root / "recipes" / "cpu.yaml"
-    manifest.write_text(manifest.read_text() + "test: false\n")
-    return root
 
 
 def site_index_without_uv(folder: Path) -> str:
@@ -70,8 +53,8 @@ def test_pip_serves_a_site_without_uv_and_refetches_a_corrupt_download(
     (images / "debian-base.sif").symlink_to(debian_base_image)
     shutil.copy(debian_base_image.with_name("debian-base.sif.json"), images)
     project = Project.load(root, {"images_dir": str(images),
-                                  "cache_dir": str(tmp_path / "cache"),
-                                  "tmp_dir": str(tmp_path / "work")})
+                                      "cache_dir": str(tmp_path / "cache"),
+                                      "tmp_dir": str(tmp_path / "work")})
     first: list[str] = []
     build(project, target="cpu", say=first.append)
     assert "installer: pip (uv 0.13.9 is not on this site's package index)" in "\n".join(first)
@@ -91,58 +74,26 @@ def test_pip_serves_a_site_without_uv_and_refetches_a_corrupt_download(
     assert freeze.startswith("idna==") and len(freeze.splitlines()) == 1
 
 
-def load_benchmark():
-    """benchmarks/build_cache.py, whose reading of an image's content this test shares."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return importlib.import_module("build_cache")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-
-
 @pytest.fixture(scope="module")
-def rebuilt(tmp_path_factory: pytest.TempPathFactory, debian_base_image: Path,
-            real_runtime) -> dict:
-    """One build pair for the module: ``idna`` built in full, then ``idna`` + ``six`` rebuilt
-    from the root the first build kept, then the same inputs built clean (--no-cache)."""
-    tmp = tmp_path_factory.mktemp("rebuilt")
-    root = tmp / "project"
-    for folder in ("recipes", "envs", "sites", "jobs"):
-        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    tiny_cpu_project(root, ["idna"])
-    images = tmp / "images"
-    images.mkdir()
-    (images / "debian-base.sif").symlink_to(debian_base_image)
-    shutil.copy(debian_base_image.with_name("debian-base.sif.json"), images)
-    config = {"images_dir": str(images), "cache_dir": str(tmp / "cache"),
-              "tmp_dir": str(tmp / "work")}
-    bench = load_benchmark()
-    found: dict = {"roots": tmp / "cache" / "packages" / "roots"}
-    with pytest.MonkeyPatch.context() as patch:
-        # no certificate in pip's config: the host's extra CA certificates (on this machine the
-        # TLS-intercepting egress proxy's, without which uv cannot reach the index) are all
-        # the installers get
-        patch.setenv("PIP_CERT", "")
-        for name, packages, options in (("full", ["idna"], {}),
-                                        ("rebuilt", ["idna", "six"], {}),
-                                        ("clean", ["idna", "six"], {"force": True,
-                                                                    "no_cache": True})):
-            found[name] = _built(root, config, packages, options, bench, real_runtime)
-    found["compared"] = bench.compared
-    return found
-
-
-def _built(root: Path, config: dict, packages: list[str], options: dict, bench,
-           runtime) -> dict:
-    cpu_pip_list(root, packages)
-    images = Path(config["images_dir"])
-    log: list[str] = []
-    build(Project.load(root, config), target="cpu", say=log.append, **options)
-    return {"log": "\n".join(log), "record": json.loads((images / "cpu.sif.json").read_text()),
-            "content": bench.content(images / "cpu.sif", runtime),
-            "trusts": subprocess.run(runtime.exec_argv(image=images / "cpu.sif", command=[
+def rebuilt(build_cache_run: dict, real_runtime) -> dict:
+    """The session's build chain (benchmarks/build_cache.py, tests/fixtures/images.py): ``idna``
+    built in full, then ``idna`` + ``six`` rebuilt from the root the first build kept, then the
+    same inputs built clean (--no-cache); each build's log, record and trusted certificates."""
+    done, keep = build_cache_run["done"], build_cache_run["keep"]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found: dict = {"roots": keep / "cache-1" / "packages" / "roots", "stdout": done.stdout,
+                   "run": json.loads(build_cache_run["out"].read_text())["runs"][0]}
+    for name, phase in (("full", "cold"), ("rebuilt", "warm"), ("clean", "no_cache")):
+        prefix = f"[{phase.replace('_', ' ')} 1/1] "
+        image = keep / f"{phase}-1.sif"
+        found[name] = {
+            "log": "\n".join(line.removeprefix(prefix) for line in done.stdout.splitlines()
+                             if line.startswith(prefix)),
+            "record": json.loads(image.with_name(image.name + ".json").read_text()),
+            "trusts": subprocess.run(real_runtime.exec_argv(image=image, command=[
                 "cat", "/etc/ssl/certs/ca-certificates.crt"]), capture_output=True, text=True,
                 timeout=120, check=True).stdout}
+    return found
 
 
 def test_the_build_hosts_certificates_stay_out_of_the_image(rebuilt: dict) -> None:
@@ -168,14 +119,15 @@ def test_a_rebuild_is_made_from_the_kept_root_and_equals_a_clean_build(rebuilt: 
     """The env spec gains a package: the image is rebuilt from the kept root (uv installs
     only ``six``), its record names the image it came from, and it holds exactly what a clean
     build of the same inputs holds: every entry of the root file system, ``pip freeze``,
-    labels but dates, the definition but its work folder."""
+    labels but dates, the definition but its work folder (benchmarks/build_cache.py's
+    ``compared``: the run fails on any difference)."""
     again, clean = rebuilt["rebuilt"], rebuilt["clean"]
     assert again["record"]["made_from"] == rebuilt["full"]["record"]["sha256"], again["log"][-3000:]
     assert "installer: uv 0.13.9" in rebuilt["full"]["log"], rebuilt["full"]["log"][-3000:]
     assert "Installed 1 package" in again["log"] and " + six==" in again["log"], again["log"]
     assert clean["record"]["made_from"] == "full"
-    assert any(line.startswith("six==") for line in again["content"]["pip_freeze"])
-    assert len(clean["content"]["files"]) > 1000
-    assert rebuilt["compared"](again["content"], clean["content"]) == []
+    assert any(line.startswith("six==") for line in rebuilt["run"]["pip_freeze"])
+    assert rebuilt["run"]["files_compared"] > 1000
+    assert f"identical ({rebuilt['run']['files_compared']} entries)" in rebuilt["stdout"]
     assert again["record"]["labels"]["containers.pip-freeze"].split() == \
         clean["record"]["pip_freeze"]
