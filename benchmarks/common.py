@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 from containers.errors import WriteRefused  # noqa: E402
 from containers.files import atomic_write_text  # noqa: E402
 from containers.host.process import run  # noqa: E402
-from containers.report import console, table  # noqa: E402
+from containers.report import show_table  # noqa: E402
 
 
 def parser(doc: str, *, out_name: str) -> argparse.ArgumentParser:
@@ -50,7 +50,7 @@ def report(title: str, columns: list[str], rows: list[list[object]], out: Path,
            data: dict) -> None:
     """The table, and its JSON mirror written to ``out`` by the package's rule (a refusal is
     one line, exit 1)."""
-    console().print(table(title, columns, rows))
+    show_table(title, columns, rows)
     try:
         atomic_write_text(out, json.dumps(data, indent=2) + "\n")
     except WriteRefused as exc:

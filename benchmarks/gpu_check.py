@@ -54,7 +54,7 @@ from containers.prove import verdict  # noqa: E402
 from containers.inputs.names import Gpu  # noqa: E402
 from containers.prove.kind import WorkloadKind  # noqa: E402
 from containers.prove.registry import WORKLOADS  # noqa: E402
-from containers.report import console, table  # noqa: E402
+from containers.report import show_table  # noqa: E402
 from containers.run.launchers import Launch  # noqa: E402
 from containers.run.workload import Workload, collect  # noqa: E402
 
@@ -267,8 +267,8 @@ def summarise(args: argparse.Namespace, stages: list[Stage], ranks: int) -> int:
     """The one summary table, and its JSON mirror in ``OUT/gpu-check.json``."""
     rows = [[s.name, s.verdict, f"{s.seconds:.1f}", s.figures, "; ".join(s.reasons)[:300]]
             for s in stages]
-    console().print(table(f"GPU check: {ranks} rank(s) on {args.device}",
-                          ["stage", "verdict", "s", "figures", "why not"], rows))
+    show_table(f"GPU check: {ranks} rank(s) on {args.device}",
+                          ["stage", "verdict", "s", "figures", "why not"], rows)
     ran = [s for s in stages if s.verdict != "NOT RUN"]
     passed = all(s.verdict == "PASS" for s in ran) and bool(ran)
     record = {"device": args.device, "ranks": ranks, "passed": passed,

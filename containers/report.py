@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
-
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from containers.files import atomic_write_bytes
 
@@ -18,25 +16,35 @@ T = TypeVar("T")
 
 
 def is_terminal() -> bool:
-    """Whether stdout is a terminal (rich's own test: ``TTY_COMPATIBLE``/``FORCE_COLOR`` too)."""
-    return Console().is_terminal
+    """Whether stdout is a terminal, by rich's rules (``TTY_COMPATIBLE``, ``FORCE_COLOR``, then
+    ``isatty``) without importing rich (~40 ms of a listing's start)."""
+    tty = os.environ.get("TTY_COMPATIBLE", "")
+    if tty in ("0", "1"):
+        return tty == "1"
+    force = os.environ.get("FORCE_COLOR")
+    return force != "" if force is not None else sys.stdout.isatty()
 
 
-def console() -> Console:
-    # Wide enough for paths in CI logs, where there is no terminal to measure.
-    return Console(width=None if is_terminal() else 160, highlight=False)
+def show_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A table on stdout: rich's box lines on a terminal; piped or logged, plain columns
+    (rich's layout of a piped table cost ~50 ms of ``invoke targets``' 0.29 s)."""
+    cells = [list(columns), *[["" if cell is None else str(cell) for cell in row] for row in rows]]
+    if not is_terminal():
+        widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+        print(title)
+        for row in cells:
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
 
-
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
-    """A table: box lines on a terminal, plain columns piped or logged."""
-    framed = is_terminal()
-    result = Table(title=title, title_justify="left", box=box.SQUARE if framed else None,
-                   pad_edge=framed, show_edge=framed)
+    table = Table(title=title, title_justify="left", box=box.SQUARE)
     for column in columns:
-        result.add_column(column, overflow="fold")
-    for row in rows:
-        result.add_row(*("" if cell is None else str(cell) for cell in row))
-    return result
+        table.add_column(column, overflow="fold")
+    for row in cells[1:]:
+        table.add_row(*row)
+    Console(highlight=False).print(table)
 
 
 def human_bytes(count: int) -> str:

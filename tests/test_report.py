@@ -6,7 +6,7 @@ import re
 import shlex
 import subprocess
 
-from containers.report import comment, console, deferred, human_bytes, show_command, table
+from containers.report import comment, deferred, human_bytes, show_command, show_table
 
 
 def test_human_bytes() -> None:
@@ -21,12 +21,16 @@ def test_show_command_is_one_shell_line_that_splits_back() -> None:
     assert shlex.split(line)[1:] == argv
 
 
-def test_table_renders_every_cell() -> None:
-    out = console()
-    with out.capture() as captured:
-        out.print(table("t", ("a", "b"), [(1, None), ("x", 2.5)]))
-    text = captured.get()
-    assert "1" in text and "x" in text and "2.5" in text
+def test_a_piped_table_is_plain_aligned_columns(capsys) -> None:
+    show_table("t", ("a", "bee"), [(1, None), ("xyz", 2.5)])
+    assert capsys.readouterr().out == "t\na    bee\n1\nxyz  2.5\n"
+
+
+def test_a_terminal_table_has_rich_box_lines(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    show_table("t", ("a", "b"), [("x", 1)])
+    text = capsys.readouterr().out
+    assert re.search("[\u2500-\u257f]", text) and "x" in text, text
 
 
 def test_env_values_and_deferred_variables_expand_where_the_line_is_pasted() -> None:
@@ -42,14 +46,6 @@ def test_env_values_and_deferred_variables_expand_where_the_line_is_pasted() -> 
                             env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "77"})
     assert pasted.stdout.splitlines() == [
         "/shim dir:/usr/bin:/bin", '--env=DB=/tmp/77-"!`x', "L=/a:$LD_LIBRARY_PATH"]
-
-
-def test_tables_are_plain_text_when_not_a_terminal() -> None:
-    out = console()
-    assert not out.is_terminal  # pytest captures stdout
-    with out.capture() as captured:
-        out.print(table("t", ("a", "b"), [("x", 1)]))
-    assert not re.search("[\u2500-\u257f]", captured.get()), captured.get()
 
 
 def test_a_dry_runs_prose_is_shell_comments() -> None:

@@ -19,7 +19,7 @@ from containers.errors import StateError
 from containers.files import read_json_object
 from containers.inputs.flags import JOB_ID
 from containers.records import Verdict
-from containers.report import Say, console, say_line as _print, table
+from containers.report import Say, say_line as _print, show_table
 
 
 class JobVerdict(CommandExit):
@@ -92,13 +92,13 @@ def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -
     if not rows:
         say("no jobs submitted from this checkout yet (invoke job --submit adds one)")
         return rows
-    console().print(table(f"jobs ({len(rows)})", ("job", "scheduler", "workload", "target",
+    show_table(f"jobs ({len(rows)})", ("job", "scheduler", "workload", "target",
                                                    "site", "submitted", "results", "state",
                                                    "verdict"),
                           [(r["job_id"], *(_cell(r.get(key)) for key in (
                               "scheduler", "workload", "target", "site", "submitted")),
                             _folder(r.get("results")), r["state"], r["verdict"] or "-")
-                           for r in rows]))
+                           for r in rows])
     for name, why in unanswered.items():
         say(f"state unknown of the {name} jobs: {why}")
     return rows

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from containers.errors import ConfigError, ContainersError, raise_all
 from containers.files import atomic_write_text, not_yours_alone, read_regular, read_regular_json
 from containers.image.cache import cache_problem, default_cache_dir
-from containers.report import Say, console, say_line as _print, table
+from containers.report import Say, say_line as _print, show_table
 
 if TYPE_CHECKING:  # loaded when a listing is read afresh, not to show a kept one
     from containers.app.project import Project
@@ -53,8 +53,8 @@ def show(listing: Listing, *, as_json: bool = False, say: Say = _print) -> None:
         say(json.dumps(listing.rows, indent=2))
         return
     say(listing.runtime_line)
-    console().print(table("Image targets", [c.replace("_", " ") for c in TARGET_COLUMNS],
-                          [tuple(row.values()) for row in listing.rows]))
+    show_table("Image targets", [c.replace("_", " ") for c in TARGET_COLUMNS],
+                          [tuple(row.values()) for row in listing.rows])
     for leftover in listing.leftovers:
         say(f"{leftover}; the next build removes it")
 

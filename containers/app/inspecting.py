@@ -23,7 +23,7 @@ from containers.publish import catalogue as cat, diff as diffing
 from containers.publish.diff import shown
 from containers.publish.checks import find_verdict, smoke_summary
 from containers.records import BuildRecord, Checks, SmokeSummary
-from containers.report import Say, console, human_bytes, say_line as _print, table
+from containers.report import Say, human_bytes, say_line as _print, show_table
 from containers.run.needs import PYTHON, refuse_lacking
 
 PUBLISHED = re.compile(r"(?P<dest>.+):(?P<target>[A-Za-z0-9][A-Za-z0-9._-]*)"
@@ -141,7 +141,7 @@ def show(report: dict, findings: list[sitefit.Finding], say: Say) -> None:
                            f"{shown(record.sha256)[:12]}" if record else "none"),
             *((f"label {key}", shown(value)) for key, value in sorted(report["labels"].items())
               if key != "containers.pip-freeze")]
-    console().print(table(f"inspect {report['image']}", ["what", "value"], rows))
+    show_table(f"inspect {report['image']}", ["what", "value"], rows)
     if report.get("site"):
         say(f"site fit ({report['site']}):" if findings else
             f"site fit ({report['site']}): nothing to report")

@@ -26,8 +26,8 @@ from containers.prove.kind import Options, plan
 from containers.prove.train import TrainOptions, scaling_rows
 from containers import records
 from containers.records import Verdict
-from containers.report import (Say, comment, commenting, console, deferred, plot_scaling,
-                               say_line as _print, show_command, table)
+from containers.report import (Say, comment, commenting, deferred, plot_scaling,
+                               say_line as _print, show_command, show_table)
 from containers.run import allocation
 from containers.run.needs import TORCH, check_image
 from containers.run.workload import Placement, Workload
@@ -88,8 +88,8 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
                         "plot": str(png) if png else None,
                         "runs": perflog.history_json(records)}, indent=2))
         return records
-    console().print(table(f"smoke history ({len(records)} runs)", perflog.HISTORY_COLUMNS,
-                          perflog.history_rows(records)))
+    show_table(f"smoke history ({len(records)} runs)", perflog.HISTORY_COLUMNS,
+                          perflog.history_rows(records))
     if png:
         say(f"plot: {os.path.relpath(png)}")
     return records
@@ -237,12 +237,12 @@ def _scaling_report(project: Project, results: list[verdict.Result], *,
     out = project.settings.results_dir / options.kind.folder(options) / f"{name}-{stamp}-scaling"
     atomic_write_text(out / "scaling.json", records.json_text(
         {"target": name, "example": options.example, "rows": rows}))
-    console().print(table(
+    show_table(
         f"scaling: {options.example} on {name}", ("ranks", "samples/s", "speedup",
                                                   "efficiency", "verdict"),
         [(r["ranks"], _fmt(r["throughput"], ".1f"), _fmt(r["speedup"], ".2f") + "x",
           _fmt(r["efficiency"] and r["efficiency"] * 100, ".0f") + " %",
-          "PASS" if r["passed"] else "FAIL") for r in rows]))
+          "PASS" if r["passed"] else "FAIL") for r in rows])
     png = plot_scaling(rows, out / "scaling.png", title=f"{options.example} scaling on {name}")
     say(f"json: {os.path.relpath(out / 'scaling.json')}\nplot: {os.path.relpath(png)}")
     return out

@@ -24,7 +24,7 @@ from containers.publish import catalogue as cat, signing
 from containers.publish.modulefile import exec_name
 from containers.publish.permissions import mode_problems, open_parent, unsafe_layout
 from containers.records import CatalogueEntry
-from containers.report import Say, console, human_bytes, say_line, table
+from containers.report import Say, human_bytes, say_line, show_table
 
 COLUMNS = ("target", "version", "latest", "size", "sha256", "signature", "checks", "published",
            "status")
@@ -169,7 +169,7 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
     if as_json:
         print(_document(dest, images, problems, temps), flush=True)
     else:
-        console().print(table(f"Published images in {dest}", COLUMNS, rows))
+        show_table(f"Published images in {dest}", COLUMNS, rows)
         for temp in temps:
             say(f"note: {temp} is a leftover of an interrupted publish (ignored; the next "
                 "publish removes it)")
