@@ -69,9 +69,6 @@ FLAVOURS = {
 }
 
 
-BIND_VARIABLES = {name: flavour.bind_variables for name, flavour in FLAVOURS.items()}
-
-
 def first_set(environ: Mapping[str, str], names: Iterable[str]) -> str:
     return next((environ[name] for name in names if environ.get(name)), "")
 

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from containers.errors import ContainersError
 from containers.files import atomic_write_text
 from containers.host.process import capture, run
-from containers.host.runtime import BIND_VARIABLES, Runtime
+from containers.host.runtime import Runtime
 from containers.image.arch import squashfs_offset
 from containers.image.plan import CONTEXT_MOUNT, BuildStep
 from containers.inputs.definition import parse_definition
@@ -109,7 +109,7 @@ class Kept:
                                  binds=step.binds, env={"APPTAINER_LABELS": BUILD_LABELS},
                                  options=["--writable", "--contain", "--no-home", "--cleanenv",
                                           "--pwd", "/"])
-        own = {k: v for k, v in env.items() if k not in BIND_VARIABLES[runtime.flavour]}
+        own = {k: v for k, v in env.items() if k not in runtime.own.bind_variables}
         run(argv, env=own, on_line=on_line).check(f"%post in the kept root of "
                                                    f"{step.target.name}")  # no user's binds
         added = labels.read_text().splitlines()

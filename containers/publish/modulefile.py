@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from containers.host.runtime import BIND_VARIABLES
+from containers.host.runtime import FLAVOURS
 
 #: ``\ddd`` for every control character, the short escape where Lua has one.
 _LUA_ESCAPES = str.maketrans({chr(code): f"\\{code:03d}" for code in (*range(0x20), 0x7F)}
@@ -84,7 +84,7 @@ def _bind_lines(runtime: str, binds: tuple[str, ...]) -> list[str]:
     (Apptainer would drop a user's SINGULARITY_BIND); ``pushenv``: unload restores them."""
     if not binds:
         return []
-    names = BIND_VARIABLES[runtime]
+    names = FLAVOURS[runtime].bind_variables
     return ["local binds = {" + ", ".join(map(lua_string, binds)) + "}",
             "for _, name in ipairs({" + ", ".join(map(lua_string, names)) + "}) do",
             '    local own = os.getenv(name) or ""',
