@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from typing import Mapping
 
 from containers.app.inspecting import examine_built
@@ -56,18 +55,6 @@ def cache_line(step: BuildStep, *, no_cache: bool) -> str:
     return "  cache  not used: this build fetches nothing the package cache keeps"
 
 
-#: The plan's ``cache`` phrase for a build that keeps no root (``containers.keep_roots`` off).
-KEPT_ROOTS_OFF = "no kept root file system (containers.keep_roots is off)"
-
-
-def without_kept_root(step: BuildStep) -> BuildStep:
-    """``step`` neither rebuilt from a kept root nor keeping one, its ``cache`` line saying so."""
-    if step.kept_root is None or step.package_cache is None:
-        return step
-    kept = f"kept root file systems ({step.package_cache.roots})"
-    return replace(step, kept_root=None, cache_use=step.cache_use.replace(kept, KEPT_ROOTS_OFF))
-
-
 def build(project: Project, *, target: str, force: bool = False, dry_run: bool = False,
           build_args: Mapping[str, str] | None = None, no_cache: bool = False,
           say: Say = _print) -> BuildPlan:
@@ -81,7 +68,8 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
     cli_args = dict(build_args or {})
     try:
         cache = gather_cache(project.settings.cache_dir, use=not no_cache,
-                             group=project.settings.cache_group)
+                             group=project.settings.cache_group,
+                             keep_roots=project.settings.keep_roots)
     except ConfigError as exc:
         raise project.setting_error(exc) from exc
     host = gather_host(project.root, project.settings.images_dir, runtime,
@@ -89,8 +77,6 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
                        mirror_override=cli_args.get("MIRROR"), package_cache=cache)
     plan = plan_build(project.targets, item.name, settings=project.settings, host=host,
                       cli_args=cli_args, force=force)
-    if not project.settings.keep_roots:
-        plan = BuildPlan(tuple(map(without_kept_root, plan.steps)))
     say(f"runtime: {runtime.label}")
     for step in plan.pending:  # errors were raised while planning; warnings and infos as check
         _, warnings, infos = example_findings(step.target)  # says them (torch as this build's)

@@ -68,6 +68,8 @@ class PackageCache:
     root: Path
     #: The group that shares the cache (``containers.cache_group``); None: this user's alone.
     gid: int | None = None
+    #: Whether full builds keep their root to rebuild from (``containers.keep_roots``).
+    keep_roots: bool = True
 
     @property
     def pip(self) -> Path:
@@ -112,7 +114,7 @@ def usage(folder: Path) -> tuple[int, int]:
     return total, count
 
 
-def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "",
+def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "", keep_roots: bool = True,
                  environ: Mapping[str, str] = os.environ) -> PackageCache | None:
     """The package cache a build will use (not yet counted), or None with ``use=False``.
     Checked even with ``--no-cache`` when the setting names the folder, as Apptainer gets it as
@@ -136,7 +138,7 @@ def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "",
         raise ConfigError(f"the package cache {str(root)!r} holds {bad!r}, which apptainer "
                           f"--bind cannot carry; choose another folder (or build with "
                           f"--no-cache)", path="invoke.yaml", key="containers.cache_dir")
-    return PackageCache(root=root, gid=gid)
+    return PackageCache(root=root, gid=gid, keep_roots=keep_roots)
 
 
 def cache_gid(group: str) -> int | None:

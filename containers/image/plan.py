@@ -333,6 +333,8 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
         found.binds.append(f"{cache.pip}:{package_cache.PIP_MOUNT}")
         found.uses.append(f"pip ({cache.pip} bound at {package_cache.PIP_MOUNT})")
         found.kept_root, why_not = kept_root_key(definition, inputs, base_image, host.host_paths)
+        if not cache.keep_roots:  # a small quota: every build full
+            found.kept_root, why_not = None, "containers.keep_roots is off"
         found.uses.append(f"kept root file systems ({cache.roots})"
                           if found.kept_root else f"no kept root file system ({why_not})")
     debootstraps = foreign or definition.stages[0].bootstrap.lower() == "debootstrap"
