@@ -160,18 +160,24 @@ def resolve(entries: dict[str, str | None], path: str, hops: int = 40) -> str | 
 
 
 def _outside_arch(runtime: Runtime, image: Path | str, at: int | None) -> str:
-    """:func:`image_arch` from the SIF's squashfs, read from outside."""
+    """:func:`image_arch` from the SIF's squashfs, read from outside: a named program found in
+    a listing of the program folders alone (~0.3 s less than all of a 36k-entry root), else
+    the first ELF program of the whole listing."""
     offset = str(squashfs_offset(runtime, image) if at is None else at)
-    entries = parse_listing(capture(["unsquashfs", "-o", offset, "-lls", str(image)],
-                                    timeout=300))
-    named = [resolve(entries, path) for path in PROGRAMS]
-    rest = [path for folder in PROGRAM_DIRS for path, link in entries.items()
-            if link is None and path.startswith(folder) and "/" not in path[len(folder):]]
-    tried = list(dict.fromkeys([p for p in named if p] + rest))[:50]
-    for path in tried:
-        header = capture(["sh", "-c", _CAT, "sh", offset, str(image), path], timeout=120)
-        with contextlib.suppress(NotElf, ValueError):
-            return elf_arch(bytes.fromhex(header))  # fromhex skips the whitespace od prints
+    folders = [folder.rstrip("/") for folder in PROGRAM_DIRS if folder]
+    for only in (folders, []):
+        entries = parse_listing(capture(["unsquashfs", "-o", offset, "-lls", str(image), *only],
+                                        timeout=300))
+        tried = [p for p in (resolve(entries, path) for path in PROGRAMS) if p]
+        if not only:
+            tried += [path for folder in PROGRAM_DIRS for path, link in entries.items()
+                      if link is None and path.startswith(folder)
+                      and "/" not in path[len(folder):]]
+        tried = list(dict.fromkeys(tried))[:50]
+        for path in tried:
+            header = capture(["sh", "-c", _CAT, "sh", offset, str(image), path], timeout=120)
+            with contextlib.suppress(NotElf, ValueError):
+                return elf_arch(bytes.fromhex(header))  # fromhex skips the whitespace od prints
     raise NotElf(f"no ELF program among the first {len(tried)} files of {image}'s bin folders")
 
 

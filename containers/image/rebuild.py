@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,8 @@ class Kept:
     say: Say
     work: Path | None = None
     changing: bool = False
+    #: The rebuilt root's manifest, read while its image is tested (nothing writes it then).
+    listing: Future | None = None
 
     @property
     def root(self) -> Path:
@@ -117,6 +120,9 @@ class Kept:
         self._metadata(step, runtime, added)
         post_s = time.monotonic() - started
         write_sif(self.root, step, runtime, env)
+        pool = ThreadPoolExecutor(1)
+        self.listing = pool.submit(manifest, self.root)
+        pool.shutdown(wait=False)
         self.say(f"==> kept root: %post {post_s:.1f} s, squashed and assembled "
                  f"{time.monotonic() - started - post_s:.1f} s")
         return made_from
@@ -157,7 +163,8 @@ class Kept:
             self.forget()  # no manifest names a root being replaced
             os.rename(self.work, self.root)
             self.work = None
-        made = KeptRoot(sha256=sha256, manifest=manifest(self.root))
+        listed = self.listing.result() if self.changing and self.listing else None
+        made = KeptRoot(sha256=sha256, manifest=listed or manifest(self.root))
         atomic_write_text(self.folder / KEPT, made.model_dump_json() + "\n")
         self.changing = False
         self.say(f"==> kept root: this build's, for the next change of its env spec "
