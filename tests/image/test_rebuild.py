@@ -68,3 +68,25 @@ def test_a_root_changed_by_hand_is_thrown_away(tmp_path: Path) -> None:
 
 def test_nothing_kept_is_no_rebuild(tmp_path: Path) -> None:
     assert Kept(tmp_path, print)._made_from() is None
+
+
+def test_a_rebuilt_root_whose_image_was_not_kept_is_forgotten(tmp_path: Path) -> None:
+    """A rebuild changed the root, then the image failed (its test, say): the lock's holder
+    forgets the root, so the next build is full and no manifest names a changed root."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from containers.image.cache import PackageCache
+    from containers.image.rebuild import held
+
+    step = SimpleNamespace(kept_root=SimpleNamespace(digest=lambda: "key"),
+                           package_cache=PackageCache(root=tmp_path / "packages"))
+    said: list[str] = []
+    with held(step, said.append) as kept:  # type: ignore[arg-type]
+        kept_one(kept.folder, said)
+    with pytest.raises(RuntimeError), held(step, said.append) as kept:  # type: ignore[arg-type]
+        assert kept._made_from() == MADE_FROM
+        kept.changing = True  # %post ran in the root
+        raise RuntimeError("the image's %test failed")
+    assert not (kept.folder / ROOT).exists() and not (kept.folder / KEPT).exists()
