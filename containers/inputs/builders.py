@@ -1,9 +1,5 @@
 """The builder registry: how an image is built from a target's inputs (an Apptainer definition,
-or cotainr from a base image and a Conda env spec).
-
-Each builder owns what differs between them (its plan step: the image stage's
-:data:`~containers.image.plan.PLAN_STEPS`); code elsewhere never compares a builder's name.
-"""
+or cotainr from a base image and a Conda env spec). Code elsewhere never compares its name."""
 
 from __future__ import annotations
 
@@ -81,8 +77,7 @@ class ApptainerBuilder(Builder):
 
 @dataclass(frozen=True)
 class CotainrBuilder(Builder):
-    """cotainr: a base image (``base_image``, or ``--build-arg BASE_IMAGE``) plus the whole env
-    spec installed with Conda; no definition, no base target, no ``--fakeroot``."""
+    """cotainr: a base image plus the whole env spec installed with Conda; no ``--fakeroot``."""
 
     def check_manifest(self, values: Mapping[str, Any], *, path: Path, line: int | None,
                        lines: Mapping[str, int]) -> None:

@@ -1,7 +1,5 @@
 """Whether a training example can run on a target's image: its torch against the example's needs.
-
-An image whose torch is too old fails only in a job, after it queued; the torch is known before
-the build (the env spec's pin, or the manifest's ``torch:``), so this compares purely."""
+Judged before the build (the env spec's pin, the manifest's ``torch:``), not in a queued job."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ from containers.inputs.envspec import EnvSpec, load_env_spec
 from containers.inputs.recipes import Target
 from containers.inputs.versions import major_minor
 
-#: A torch release as the examples' needs compare it: (major, minor). A pre-release counts as
-#: its release (NGC's ``2.6.0a0+ecf3bae`` has 2.6's APIs), so no PEP 440 ordering applies.
+#: (major, minor): a pre-release counts as its release (NGC's ``2.6.0a0`` has 2.6's APIs).
 Version = tuple[int, int]
 
 
@@ -28,10 +25,9 @@ class Need:
     package: str | None = None
 
 
-#: Each example's needs. FSDP2's ``fully_shard`` and ``MixedPrecisionPolicy`` became public in
-#: ``torch.distributed.fsdp`` in torch 2.6 (before, only under ``torch.distributed._composable``;
-#: the 2.6 release notes list FSDP2 as public). DeepSpeed 0.16-0.19 declare ``torch>=2.0.0`` in
-#: their package metadata (``Requires-Dist``); DDP is in every torch 2.
+#: FSDP2's ``fully_shard`` and ``MixedPrecisionPolicy`` are public in ``torch.distributed.fsdp``
+#: from torch 2.6 (its release notes; before, ``_composable``); DeepSpeed 0.16-0.19 declare
+#: ``torch>=2.0.0`` (``Requires-Dist``); DDP is in every torch 2.
 NEEDS: dict[str, Need] = {
     "ddp": Need((2, 0), "DistributedDataParallel as train.py uses it needs torch 2"),
     "fsdp": Need((2, 6), "FSDP2 (fully_shard, MixedPrecisionPolicy) is public in "
@@ -148,9 +144,8 @@ def _unknown(target: Target, env: EnvSpec | None) -> str:
 
 def as_built(target: Target, build_args: Mapping[str, str], *,
              context: Collection[str] = ()) -> Target:
-    """``target`` as a build with ``build_args`` makes it: a ``--build-arg`` that changes the
-    manifest's own (NGC_TAG) builds on another base, whose declared ``torch:`` becomes unknown
-    rather than wrong. ``context``: arguments that only locate inputs (MIRROR)."""
+    """``target`` as built with ``build_args``: one that changes the manifest's (NGC_TAG) makes
+    ``torch:`` unknown rather than wrong; ``context``: arguments that only locate inputs."""
     if target.torch is None:
         return target
     changed = [f"{key}={value}" for key, value in sorted(build_args.items())

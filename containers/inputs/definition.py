@@ -1,8 +1,6 @@
-"""A lossless reader for Apptainer definition files.
-
-The tool never rewrites a definition: :class:`Definition` keeps every stage byte for byte, and
-lines are split as Apptainer splits them, so the checks see every line it runs. Why not
-spython: docs/architecture.md (Definitions)."""
+"""A lossless reader for Apptainer definition files. Every stage is kept byte for byte and lines
+split as Apptainer splits them, so the checks see every line it runs (why not spython:
+docs/architecture.md, Definitions)."""
 
 from __future__ import annotations
 
@@ -15,9 +13,8 @@ from containers.errors import ConfigError
 from containers.inputs.schema import suggest
 from containers.inputs.yamlsource import read_input_text
 
-#: Apptainer's sections (``validSections`` of pkg/build/types/parser/deffile.go; ``%pre`` is
-#: still read and run by Apptainer 1.4) and its SCIF app sections (``appSections``: each takes an
-#: app name, ``%apprun NAME``).
+#: Apptainer's sections (``validSections`` of pkg/build/types/parser/deffile.go; Apptainer 1.4
+#: still runs ``%pre``) and its SCIF app sections (``appSections``, ``%apprun NAME``).
 STANDARD_SECTIONS = (
     "setup", "files", "post", "environment", "runscript", "startscript", "test", "labels", "help",
     "arguments", "pre",
@@ -37,10 +34,9 @@ BOOTSTRAP_AGENTS = (
     "debootstrap", "localimage", "docker", "docker-archive", "docker-daemon", "oci", "oci-archive",
     "library", "oras", "shub", "yum", "dnf", "zypper", "busybox", "arch", "scratch", "sif",
 )
-#: Bootstraps whose base is the ``From:`` value (each conveyor of Apptainer's
-#: internal/pkg/build/sources reads ``Header["from"]``: conveyorPacker_oci.go, _local.go,
-#: _library.go, _oras.go, _shub.go; no parser check asks for it), and what Apptainer 1.4.5 does
-#: without one (measured with ``apptainer build``): ``filepath.Clean("")`` is ``.``.
+#: Bootstraps whose base is ``From:`` (conveyorPacker_oci.go, _local.go, _library.go, _oras.go,
+#: _shub.go of internal/pkg/build/sources; no parser check asks for it), and what Apptainer
+#: 1.4.5 does without one (measured with ``apptainer build``: ``filepath.Clean("")`` is ``.``).
 FROM_AGENTS = {
     **dict.fromkeys(("docker", "docker-archive", "docker-daemon", "oci-archive", "library",
                      "oras", "shub"), "fails to fetch an empty reference"),
@@ -48,14 +44,12 @@ FROM_AGENTS = {
     "localimage": "builds the working folder as the image",
 }
 _ARG_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-#: What Go's ``unicode.IsSpace`` calls space: the separators of ``bufio.ScanWords`` and what
-#: ``strings.TrimSpace`` trims in deffile.go. Python's ``str.split()`` also splits at
-#: ``\x1c``-``\x1f``, which Go keeps in a word.
+#: Go's ``unicode.IsSpace`` (``bufio.ScanWords``, ``strings.TrimSpace`` in deffile.go); Python's
+#: ``str.split()`` also splits at ``\x1c``-``\x1f``, which Go keeps in a word.
 GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + \
     "\u2028\u2029\u202f\u205f\u3000"
-#: An app name Apptainer can hold: it becomes a folder (``/scif/apps/NAME``), shell lines of the
-#: app's scripts (``SCIF_APPNAME=NAME``, unquoted) and variable names (apps.go), and ``..`` in it
-#: leaves ``/scif/apps`` (``%appinstall ../../etc`` installs in ``/etc``).
+#: An app name Apptainer can hold: it becomes a folder, unquoted shell words and variable names
+#: (apps.go), and ``..`` leaves ``/scif/apps`` (``%appinstall ../../etc`` installs in ``/etc``).
 APP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
@@ -91,9 +85,7 @@ class Section:
         return self.args[1:].split(" ", 1)[0]
 
     def app_problem(self) -> str | None:
-        """Why Apptainer would not build this app section as written, else None: no name, a
-        name that is not a plain name (:data:`APP_NAME`: ``..``, ``/``, shell characters), or
-        words after the name that Apptainer drops (``%apprun my app`` names app ``my``)."""
+        """Why Apptainer would not build this app section as written, else None."""
         name = self.app
         if not name:
             return f"'%{self.name}' names no app (%{self.name} NAME)"
@@ -131,9 +123,8 @@ class Stage:
         return self.header.get("bootstrap", "")
 
     def section(self, name: str) -> Section | None:
-        """``%name`` as Apptainer reads it (``parseTokenSection``): every ``%name`` of this stage
-        appended in file order, with the last arguments given; line and header of the first.
-        None when the stage has none."""
+        """``%name`` as ``parseTokenSection`` reads it: every ``%name`` of this stage appended,
+        with the last arguments given; line and header of the first."""
         found = [s for s in self.sections if s.name == name]
         if len(found) < 2:
             return found[0] if found else None
@@ -167,9 +158,7 @@ class Stage:
         return _ARG_RE.sub(lambda m: values[m.group(1)], self.text)
 
     def validate(self, *, path: Path | None, earlier: tuple[str, ...]) -> None:
-        """Refuse what Apptainer refuses (a repeated section it appends to the first): an app
-        section without a name, no bootstrap agent, no ``From:`` where the agent needs one,
-        ``%files from`` a stage not in ``earlier``."""
+        """Refuse what Apptainer refuses (a repeated section it appends to the first)."""
         for key, number in self.header_lines.items():
             if key not in HEADER_KEYS and re.sub(r"\d+$", "", key) != "otherurl":
                 raise ConfigError(f"unknown header keyword '{key}'{suggest(key, HEADER_KEYS)}",
@@ -238,9 +227,8 @@ class Definition:
 
     @property
     def runs_in_image(self) -> bool:
-        """Whether the build runs a script in the image (needing ``--fakeroot`` without root's
-        capabilities): Apptainer adds an install step to ``%post`` for every app (``HandlePost``
-        of apps.go); ``%test`` does not count, as the build runs with ``--notest``."""
+        """Whether the build runs a script in the image (needing ``--fakeroot``): every app adds
+        to ``%post`` (``HandlePost`` of apps.go); ``%test`` not, as builds run ``--notest``."""
         return any(s.name == "post" or s.name in APP_SECTIONS for s in self.sections)
 
     @property
@@ -253,8 +241,7 @@ class Definition:
         return tuple(self.missing_arg_lines(None))
 
     def missing_arg_lines(self, given: dict[str, str] | None) -> dict[str, int]:
-        """Arguments a stage uses with no value (not ``given``, not in its ``%arguments``),
-        with the line of the first such use; every one used when ``given`` is None."""
+        """Arguments used with no value, at their first line (``given`` None: every one used)."""
         found: dict[str, int] = {}
         for stage in self.stages:
             valued = {} if given is None else {**stage.argument_defaults, **given}
@@ -292,9 +279,8 @@ _BOOTSTRAP_LINE = re.compile(r"^bootstrap:", re.IGNORECASE)
 
 
 def section_header(raw: str) -> tuple[str, str] | None:
-    """``(name, args)`` when ``raw`` starts a section as Apptainer's scanner sees it, else None;
-    the name as ``getSectionName`` cuts it (up to the first space, lower-cased: ``%post<TAB>``
-    gets a name Apptainer refuses), ``args`` without a CRLF's ``\\r``."""
+    """``(name, args)`` when ``raw`` starts a section; the name cut as ``getSectionName`` cuts it
+    (to the first space, lower-cased: ``%post<TAB>`` gets a name Apptainer refuses)."""
     line = line_text(raw)
     if not line.lstrip(GO_SPACE).startswith("%"):  # its first word, as bufio.ScanWords cuts it
         return None
@@ -338,9 +324,8 @@ def _header(lines: list[str], start: int, path: Path | None
 
 
 def parse_definition(text: str, *, path: Path | None = None) -> Definition:
-    """Split ``text`` into stages of a preamble and sections, without changing a byte, as
-    Apptainer does: ``bootstrap:`` at a line's start begins a stage (once the current one has a
-    header line or a section), a line whose first word starts with ``%`` a section."""
+    """Split ``text`` as Apptainer does, byte for byte: ``bootstrap:`` at a line's start begins a
+    stage (once the current one has a header line or a section)."""
     stages: list[Stage] = []
     preamble: list[str] = []
     sections: list[Section] = []
@@ -375,8 +360,7 @@ def parse_definition(text: str, *, path: Path | None = None) -> Definition:
 
 
 def read_definition(path: Path) -> Definition:
-    """Read a definition file exactly (newlines untranslated) and parse it."""
+    """Newlines untranslated; a regular UTF-8 file of bounded size (a FIFO would block)."""
     if not os.path.lexists(path):
         raise ConfigError("definition file not found", path=path)
-    # a regular UTF-8 file of bounded size only: a FIFO or /dev/zero would block or grow
     return parse_definition(read_input_text(path), path=path)

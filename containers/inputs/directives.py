@@ -1,8 +1,5 @@
-"""The one directive grammar: what a job's extra ``#SBATCH``/``#PBS`` lines may say (``invoke job
---directive`` and a profile's ``job.directives``), judged for the site's scheduler.
-
-Only what the tool sets itself, or what would take the job out of its hands, is refused (a
-prefix of it too: sbatch's ``getopt_long`` takes one); the scheduler judges the rest."""
+"""The one directive grammar: what a job's extra ``#SBATCH``/``#PBS`` lines may say. Refused is
+only what the tool sets or what takes the job out of its hands (a prefix too: ``getopt_long``)."""
 
 from __future__ import annotations
 
@@ -44,9 +41,8 @@ PBS_RESOURCES = {"walltime": "--time", "select": "--nodes", "nodes": "--nodes",
 #: What a PBS directive's value (and any value the tool writes itself) may hold: qsub reads no
 #: shell quoting, so other characters are refused rather than quoted.
 VALUE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+\Z")
-#: What a Slurm directive's value may hold: sbatch reads quotes, so constraint expressions
-#: (``gpu&hbm80g``, ``[a*2|b*4]``) pass, quoted; no spaces, quotes, backslashes, ``$`` or
-#: backticks (what a shell would expand, were the line copied into one) or controls.
+#: A Slurm directive's value: sbatch reads quotes, so ``gpu&hbm80g`` or ``[a*2|b*4]`` pass,
+#: quoted; nothing a shell would expand (spaces, quotes, ``\``, ``$``, backticks, controls).
 SLURM_VALUE = re.compile(r"[!#%&(-\[\]-_a-~]+\Z")
 _OPTION = re.compile(r"(?:--(?P<long>[a-z][a-z-]*)(?:=(?P<lvalue>\S+))?"
                      r"|-(?P<short>[A-Za-z])(?: (?P<svalue>\S+))?)\Z")

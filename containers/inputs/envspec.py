@@ -1,8 +1,6 @@
-"""Conda environment specs (standard ``environment.yml``) as the image's package list.
-
-cotainr installs the file whole; the Apptainer venv path only its ``pip:`` list, so other Conda
-packages are refused there rather than dropped. Where packages come from is the build host's
-choice, so pip options are refused but an https ``--extra-index-url`` the manifest names."""
+"""Conda environment specs (``environment.yml``) as the image's package list. Package sources
+are the build host's choice: pip options are refused but an https ``--extra-index-url`` the
+manifest names."""
 
 from __future__ import annotations
 
@@ -75,11 +73,8 @@ class EnvSpec:
     pip: tuple[str, ...]
     text: str
     pip_lines: tuple[int | None, ...] = ()
-    #: The file's ``channels:`` with their lines.
     channels: tuple[tuple[str, int | None], ...] = ()
-    #: The file's ``prefix:`` line (None: it has none), which no builder uses: see
-    #: :meth:`prefix_warning`.
-    prefix_line: int | None = None
+    prefix_line: int | None = None  # a prefix no builder uses (:meth:`prefix_warning`)
 
     def requirements_txt(self) -> str:
         """The ``pip:`` list as a requirements file; option lines (``--extra-index-url``) kept."""
@@ -87,8 +82,7 @@ class EnvSpec:
 
     def check_pip_options(self, extra_indexes: Collection[str] = (), *,
                           manifest: Path | None = None) -> None:
-        """Refuse, all at once, every ``pip:`` entry that changes where packages come from but
-        an ``--extra-index-url`` the manifest allows (``extra_indexes``)."""
+        """Refuse, all at once, every ``pip:`` entry that changes where packages come from."""
         problems = [ConfigError(message, path=self.path, line=self.pip_lines[index],
                                 key="dependencies.pip")
                     for index, entry in enumerate(self.pip)
@@ -96,8 +90,7 @@ class EnvSpec:
         raise_all(problems)
 
     def all_channels(self) -> list[tuple[str, int | None]]:
-        """Every channel Conda would read: ``channels:`` and those named in a dependency
-        (``https://host/channel::numpy``, ``conda-forge::numpy``), with their lines."""
+        """``channels:`` and those a dependency names (``conda-forge::numpy``), with lines."""
         named = [(dep.spec.rsplit("::", 1)[0], dep.line) for dep in self.conda if "::" in dep.spec]
         return [*self.channels, *named]
 
@@ -113,16 +106,15 @@ class EnvSpec:
                 if channel.lower().startswith("file:")]
 
     def prefix_warning(self) -> ConfigError | None:
-        """A warning, not a refusal: a ``prefix:`` writes nothing (cotainr/pack.py passes
-        ``-n NAME``), but the file says something the image does not do."""
+        """A warning: cotainr/pack.py passes ``-n NAME``, so a ``prefix:`` is not what it does."""
         if self.prefix_line is None:
             return None
         return ConfigError("is ignored: cotainr creates the environment by name (conda env "
-                           "create -n), the venv builder installs only the pip: list; remove it", path=self.path, line=self.prefix_line, key="prefix")
+                           "create -n), the venv builder installs only the pip: list; remove it",
+                           path=self.path, line=self.prefix_line, key="prefix")
 
     def torch_pin(self) -> tuple[tuple[int, int], int | None] | None:
-        """The lowest torch (major, minor) the spec can install, and its line; a local or
-        pre-release version counts by its release (``2.7.1+rocm6.3`` is 2.7)."""
+        """The lowest torch (major, minor) the spec can install (``2.7.1+rocm6.3`` is 2.7)."""
         pins = [(_pip_torch_floor(entry), line) for entry, line in zip(self.pip, self.pip_lines)]
         pins += [(_conda_torch_floor(dep.spec.split("::")[-1]), dep.line) for dep in self.conda]
         return next(((floor, line) for floor, line in pins if floor is not None), None)
@@ -146,8 +138,7 @@ def _package_name(entry: str) -> str:
 
 
 def is_https(url: str) -> bool:
-    """An https URL with a host and no credentials in it (``https://user:token@…`` would put a
-    secret into the image's requirements file and its provenance)."""
+    """An https URL with a host and no credentials (they would reach the image's provenance)."""
     try:
         parts = urlsplit(url)
         hostname = parts.hostname
@@ -158,15 +149,14 @@ def is_https(url: str) -> bool:
 
 
 #: ``name [extras] @ URL``: PEP 508's direct reference (the ``@`` after a name, not one in a URL).
-_DIRECT = re.compile(r"^\s*[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:\[[^\]]*\])?\s*@\s*(.+)$")
+_DIRECT = re.compile(r"^\s*[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:\[[^\]]*\])?"
+                     r"\s*@\s*(.+)$")
 #: A URL's scheme (``https:``, ``git+ssh:``, ``file:``).
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
 
 
 def _source_problem(text: str) -> str | None:
-    """Why a requirement naming its own source (``pkg @ URL``, a URL, a path) may not be used:
-    only https URLs without credentials, found as pip finds them (``git+ssh://git@host/x`` is
-    not a name), are accepted."""
+    """Why a requirement naming its own source (``pkg @ URL``, a URL, a path) may not be used."""
     if text.startswith((".", "/", "~")):
         return f"{text!r} installs from a local path; {PIP_OPTION_RULE}"
     spec = text.split(";", 1)[0].strip()
@@ -189,8 +179,7 @@ def _source_problem(text: str) -> str | None:
 
 
 def channel_problem(channel: str) -> str | None:
-    """Why a Conda channel may not be used, else None: allowed are a name (Conda resolves it
-    over https), an https URL without credentials, a ``file://`` folder (judged by host_paths)."""
+    """Why a Conda channel may not be used: not a name, an https URL or a ``file://`` folder."""
     if not _SCHEME.match(channel):
         return None
     if channel.lower().startswith("file:"):
@@ -214,8 +203,7 @@ def _requirement_text(entry: str) -> str:
 
 
 def _pip_torch_floor(entry: str) -> tuple[int, int] | None:
-    """The lowest torch a ``pip:`` entry allows, None when it pins none (another package, an
-    option line, an entry :meth:`EnvSpec.check_pip_options` refuses)."""
+    """The lowest torch a ``pip:`` entry allows, None when it pins none."""
     try:
         requirement = Requirement(_requirement_text(entry))
     except InvalidRequirement:
@@ -233,8 +221,7 @@ def _conda_torch_floor(spec: str) -> tuple[int, int] | None:
 
 
 def _requirement_problem(text: str) -> str | None:
-    """Why a plain entry is not a requirement as pip reads one (PEP 508, by ``packaging``,
-    pip's own parser), else None; per-requirement options (``--hash=...``) are pip's to read."""
+    """Why a plain entry is not a requirement as pip reads one (``packaging``, pip's parser)."""
     try:
         Requirement(_requirement_text(text))
     except InvalidRequirement as exc:
@@ -263,8 +250,7 @@ _REFUSED = {"--index-url": "replaces the package index for every package",
 
 def pip_entry_problem(entry: str, extra_indexes: Collection[str] = (), *,
                       manifest: Path | None = None) -> str | None:
-    """Why one ``pip:`` entry may not go into the image's requirements file, else None;
-    options are read as pip reads them (``--opt value``, ``--opt=value``, short forms)."""
+    """Why one ``pip:`` entry may not go into the image's requirements file, else None."""
     text = entry.strip()
     if not text.startswith("-"):
         return _source_problem(text)

@@ -1,8 +1,5 @@
-"""The option types of the command line, one per kind of flag value, and each flag's one
-declaration (:class:`Option`, on the field of the request it fills).
-
-Every flag value arrives as text (invoke is told no types); a :class:`FlagType` turns it into
-the request's value or refuses it in one line naming the flag."""
+"""The option types of the command line and each flag's one declaration (:class:`Option`). Values
+arrive as text (invoke is told no types), each turned into the request's or refused in one line."""
 
 from __future__ import annotations
 
@@ -116,8 +113,7 @@ EXAMPLE = choice(names.EXAMPLES)
 ZERO_STAGE = choice(names.ZERO_STAGES)
 
 
-#: ``--op`` of smoke and smoke jobs: which collectives the benchmark measures, as one canonical
-#: comma list (nccl-tests' order).
+#: ``--op``: the collectives the benchmark measures, as one comma list in nccl-tests' order.
 OPS = FlagType(f"comma list of {', '.join(names.COLLECTIVES)}, or all",
                lambda value: ",".join(names.parse_ops(str(value))))
 
@@ -201,8 +197,7 @@ def directive(scheduler: str) -> FlagType:
                     lambda text: scheduler_option(text, scheduler))
 
 
-#: A batch job's id as sbatch (``1234``) or qsub (``1234.server``, an array's ``1234[].server``)
-#: prints it: it becomes an argument of scontrol/qstat and a file name, so nothing else passes.
+#: A job id as sbatch or qsub prints it (``1234``, ``1234[].server``): an argv word and a file name.
 _JOB_ID = re.compile(r"[0-9]{1,20}(\[[0-9]*\])?(\.[A-Za-z0-9][A-Za-z0-9_-]*){0,8}\Z")
 
 
@@ -263,9 +258,7 @@ class Option:
 
     help: str
     type: FlagType | None = None
-    #: False: ``invoke job`` sets the field by a flag of its own (``--gpus-per-node``,
-    #: ``--workload``), so it is no run option of a job.
-    in_job: bool = True
+    in_job: bool = True  # False: ``invoke job`` sets it by a flag of its own (``--workload``)
 
     def field(self, default: Any = None) -> Any:
         return dataclasses.field(default=default, metadata={"option": self})

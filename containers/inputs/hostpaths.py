@@ -1,8 +1,5 @@
-"""What a definition reads on the build host, outside the build context the tool stages.
-
-``%setup``/``%pre`` (shell words), ``%files``/``%appfiles`` (Apptainer's) and a ``localimage``
-stage can read host paths, which makes the image depend on the build machine (refused under
-``host_paths: forbid``). :func:`host_path_uses` lists them for ``invoke check``."""
+"""What a definition reads on the build host, outside the build context the tool stages. Such a
+line (``%setup``, ``%pre``, ``%files``, ``%appfiles``, localimage) ties the image to the host."""
 
 from __future__ import annotations
 
@@ -17,16 +14,13 @@ from containers.inputs.definition import (GO_SPACE, Definition, Section, Stage, 
 #: The blanks a POSIX shell splits a command at (``%setup`` and ``%pre`` run in one): form feed,
 #: ``\v`` or ``\x1c`` are part of a word there, so ``\f# ...`` is a command, not a comment.
 SHELL_BLANKS = " \t"
-#: Paths a %setup script may name without reading the build host: the image's root as Apptainer
-#: passes it, and the null and standard streams.
+#: Paths a %setup script may name without reading the build host.
 _SETUP_SAFE = ("/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr")
 _CONTEXT_SOURCE = re.compile(r"^\{\{\s*BUILD_CONTEXT\s*\}\}")
-#: A build argument written in a line (``{{ BUILD_CONTEXT }}``): Apptainer substitutes it before
-#: it splits a %files line into words, so it is read here as one word, not as ``{{``.
+#: A build argument: Apptainer substitutes it before it splits a line, so it is one word.
 _ARG_PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
-#: Folders a path may start from without being a host path: the build context (``%files`` and
-#: ``%setup``) and the image's root as Apptainer passes it to %setup. A path from them that climbs
-#: out (``{{ BUILD_CONTEXT }}/../../etc/shadow``) is a host path all the same.
+#: Folders a path may start from without being a host path (the build context, the image's root
+#: as Apptainer passes it to %setup), unless it climbs out (``{{ BUILD_CONTEXT }}/../etc``).
 _ANCHORED = re.compile(r"(\{\{\s*BUILD_CONTEXT\s*\}\}|\$\{?(?:APPTAINER|SINGULARITY)_ROOTFS\}?)"
                        r"""([^\s'";|&<>()]*)""")
 
@@ -41,8 +35,8 @@ class HostPathUse:
 
 
 def _body_lines(section: Section, blanks: str = GO_SPACE) -> list[tuple[int, str]]:
-    """``blanks``: Go's spaces where Apptainer reads the line (``%files``), else the shell's.
-    A line's end is kept: ``\\`` then a space is no continuation to the shell."""
+    """``blanks``: Go's where Apptainer reads the line (``%files``), else the shell's; a line's
+    end is kept (``\\`` then a space is no continuation to the shell)."""
     lines = ((section.line + offset, line_text(raw).lstrip(blanks))
              for offset, raw in enumerate(apptainer_lines(section.body), start=1))
     return [(number, text) for number, text in lines
@@ -63,9 +57,8 @@ def _commands(section: Section) -> list[tuple[int, str]]:
 
 
 def _without_comment(text: str) -> str:
-    """``text`` up to a shell comment: a ``#`` that starts a word (after a blank or an
-    operator), outside quotes. ``a#b`` is one word to the shell (shlex would cut it, and
-    hide ``; cat /etc/hostname`` after it)."""
+    """``text`` up to a ``#`` that starts a word outside quotes (shlex would also cut ``a#b``,
+    hiding ``; cat /etc/hostname`` after it)."""
     quote, escaped = "", False
     for at, char in enumerate(text):
         if escaped:
@@ -82,8 +75,7 @@ def _without_comment(text: str) -> str:
 
 
 def shell_words(text: str) -> list[str]:
-    """``text`` as the shell's words (``; & | < > ( )`` words of their own), a ``{{ ARG }}``
-    one word (Apptainer substitutes it first); a line with an open quote is split at spaces."""
+    """``text`` as the shell's words, a ``{{ ARG }}`` one (an open quote: split at spaces)."""
     marked = _ARG_PLACEHOLDER.sub(lambda m: f"\0{m.group(1)}\0", _without_comment(text))
     lexer = shlex.shlex(marked, posix=True, punctuation_chars=";&|<>()")
     lexer.whitespace_split, lexer.commenters = True, ""
@@ -112,14 +104,13 @@ def _host_path(word: str) -> str | None:
     return None
 
 
-#: Builtins that change the shell's folder: after one that leaves the image's root, a relative
-#: path (``cd / && cat etc/hostname``) names a host file.
+#: Builtins after which a relative path may name a host file (``cd / && cat etc/hostname``).
 _CD_COMMANDS = frozenset({"cd", "pushd"})
 
 
 def _cd_outside(command: str, words: list[str]) -> str | None:
-    """``cd DIR`` when ``DIR`` is not the image's root or the build context: ``/``, a relative
-    or ``~`` folder, ``-`` (the folder before) or none (home) leave the image for the host."""
+    """``cd DIR`` when ``DIR`` (``/``, relative, ``~``, ``-``, none) is not the image's root or
+    the build context."""
     words = list(itertools.takewhile(lambda w: not (_OPERATOR.match(w) or _REDIRECT.match(w)),
                                      words))
     target = next((word for word in words if word == "-" or not word.startswith("-")), "~")
@@ -127,9 +118,7 @@ def _cd_outside(command: str, words: list[str]) -> str | None:
 
 
 def setup_paths(code: str) -> tuple[str, ...]:
-    """The host paths one ``%setup`` command line reads or writes: an absolute or ``~`` word,
-    a redirection's target, a path climbing out of the build context or the image's root, a
-    ``cd`` out of both; what ``echo``/``printf`` print is data."""
+    """The host paths one ``%setup`` command line reads or writes; what ``echo`` prints is data."""
     found: list[str] = []
     command, text, redirect = True, False, False
     words = shell_words(code)
@@ -155,8 +144,7 @@ def setup_paths(code: str) -> tuple[str, ...]:
 
 
 def climbs_out(rest: str) -> bool:
-    """Whether ``rest``, a path's part after an anchor folder, climbs above it (``..``) or
-    names a sibling glued to it (``{{ BUILD_CONTEXT }}-other``)."""
+    """Whether ``rest`` after an anchor climbs above it or names a sibling (``-other``)."""
     if not rest:
         return False
     if not rest.startswith("/"):  # a variable (``${dir}``) joins a path below; a name, beside
@@ -185,8 +173,7 @@ def appfiles_source(text: str) -> str:
     return re.sub(r"\0(\w+)\0", r"{{ \1 }}", word)
 
 
-#: Where a ``Bootstrap: localimage`` base may come from without being a host file: the images
-#: the tool itself passes (its base target's image, the foreign root it makes).
+#: The ``localimage`` bases the tool itself passes (its base target's image, its foreign root).
 _TOOL_BASE = re.compile(r"\{\{\s*(BASE_IMAGE|FOREIGN_ROOT)\s*\}\}")
 
 

@@ -1,7 +1,5 @@
-"""JSON Schema files of the hand-edited inputs, for editors (``schemas/*.json``).
-
-Generated from the loaders' pydantic models, so they cannot drift: ``python -m
-containers.inputs.jsonschemas`` writes them; a test fails when one is stale."""
+"""JSON Schema files of the hand-edited inputs, for editors (``schemas/*.json``). Generated from
+the loaders' models by ``python -m containers.inputs.jsonschemas``; a test fails when stale."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ from containers.inputs.recipes import Manifest
 from containers.inputs.settings import SettingsFile
 from containers.inputs.sites import Profile
 
-#: Each schema file and what makes it.
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "site.schema.json": Profile.model_json_schema,
     "recipe.schema.json": Manifest.model_json_schema,

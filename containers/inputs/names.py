@@ -1,9 +1,5 @@
 """The names the host and the workload scripts agree on, and the rules for the names inputs give.
-
-The scripts in the images cannot import this package, so the shared list lives with them
-(``jobs/choices.py``) and the host loads that file. No pydantic here: the flag types use it
-when ``tasks.py`` is imported (``invoke --list``).
-"""
+Shared with the images' scripts (``jobs/choices.py``); no pydantic: ``invoke --list`` loads it."""
 
 from __future__ import annotations
 
@@ -15,9 +11,8 @@ from containers.jobsfiles import choices, cudadriver
 
 
 class Gpu(StrEnum):
-    """A GPU vendor stack as sites, targets and torch builds name it; each member carries what
-    depends on it: Apptainer's flag, the variable that limits which GPUs a process sees, the
-    pattern of its architectures (sm_NN, gfxNNN) and its vendor as people name it."""
+    """A GPU vendor stack, with what depends on it: Apptainer's flag, the visible-devices
+    variable, the pattern of its architectures and its vendor's name."""
 
     flag: str | None
     visible_devices: str | None
@@ -53,8 +48,7 @@ parse_cpulist = choices.parse_cpulist
 format_cpulist = choices.format_cpulist
 preset_defaults = choices.preset_defaults
 
-#: Which NVIDIA driver runs which CUDA runtime (``jobs/cudadriver.py``): the device gate judges
-#: the node's driver with it, ``invoke inspect`` and the catalogue say what an image needs.
+#: Which NVIDIA driver runs which CUDA runtime (``jobs/cudadriver.py``, the device gate's too).
 driver_needed = cudadriver.driver_needed
 
 
@@ -76,9 +70,8 @@ def is_env_name(name: str) -> bool:
 
 
 def name_problem(kind: str, name: object) -> str | None:
-    """Why ``name`` cannot be a ``kind`` name, else None: the one rule for every name that
-    becomes a path or a word in a generated file (a newline, ``/`` or ``..`` would run code
-    from a module file or write outside the publish folder)."""
+    """Why ``name`` cannot be a ``kind`` name, else None: a newline, ``/`` or ``..`` in a path or
+    generated file would run code from a module file or write outside the publish folder."""
     if not isinstance(name, str):
         return f"{kind} name must be a string, got {type_name(name)}"
     if (not _NAME.match(name) or name.lower() in RESERVED_NAMES

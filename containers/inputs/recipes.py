@@ -1,8 +1,5 @@
 """Image targets: ``recipes/<target>.yaml`` manifests, validated into :class:`Target` objects.
-
-The files a manifest names must be the project's own regular UTF-8 files of bounded size: one
-leading out of the project is refused as targets load, so no host file is ever read or staged.
-"""
+The files they name must be the project's own, so no host file is ever read or staged."""
 
 from __future__ import annotations
 
@@ -18,7 +15,8 @@ from containers.inputs.builders import BUILDERS
 from containers.inputs.envspec import is_https
 from containers.inputs.names import Gpu
 from containers.inputs.schema import (Bool, Declared, GpuKind, Str, StrList, StrMap,
-                                      check_file_name, line_of, pick, refuse, suggest, validate_model)
+                                      check_file_name, line_of, pick, refuse, suggest,
+                                      validate_model)
 from containers.inputs.yamlsource import load_yaml_file, read_input_text
 
 
@@ -85,8 +83,7 @@ class Target(Manifest):
     build_args: dict[str, str] = {}
     pip_extra_index_urls: tuple[str, ...] = ()
     examples: tuple[str, ...] | None = None
-    #: Why ``torch`` no longer says the image's (a ``--build-arg`` changes its base: set by
-    #: :func:`containers.inputs.compat.as_built`, never by a manifest).
+    #: Why ``torch`` no longer says the image's (set by :func:`compat.as_built`, not a manifest).
     torch_unknown: str | None = None
     lines: dict[str, int] = {}
 
@@ -100,8 +97,7 @@ def _outside(what: str, path: Path, resolved: Path, root: Path) -> str:
 
 
 def project_file(value: str, *, root: Path, manifest: Path, line: int | None, key: str) -> Path:
-    """The file a manifest's ``key`` names, resolved: inside the project (else refused at the
-    manifest's line and key), a regular UTF-8 file of bounded size."""
+    """The file a manifest's ``key`` names: the project's own regular UTF-8 file."""
     if "\0" in value:
         raise ConfigError(f"{value!r} holds a NUL byte, which no path can", path=manifest,
                           line=line, key=key)
@@ -125,8 +121,7 @@ def project_file(value: str, *, root: Path, manifest: Path, line: int | None, ke
 
 def named_scripts(text: str, folder: Path,
                   check: Callable[[Path, str], None] = lambda script, by: None) -> dict[str, Path]:
-    """The files of ``folder`` that ``text`` names, and those they name in turn (what a build
-    stages and hashes); ``check(script, named_by)`` sees each before it is read."""
+    """The files of ``folder`` ``text`` names, and those they name (what a build stages)."""
     found = sorted(folder.iterdir()) if folder.is_dir() else []
     seen: set[str] = set()
     named: dict[str, Path] = {}

@@ -1,9 +1,5 @@
 """Performance references, ReFrame style: ``(value, lower, upper, unit)`` per site partition.
-
-Thresholds are fractions of the value (``[125.0, -0.05, null, GB/s]``: at least 118.75 GB/s);
-``None`` is unbounded. A reference is keyed by collective, partition, nodes, ranks per node,
-message size and optionally GPU model.
-"""
+Thresholds are fractions of the value (``[125.0, -0.05, null, GB/s]``: at least 118.75 GB/s)."""
 
 from __future__ import annotations
 
@@ -17,11 +13,9 @@ from containers.errors import ConfigError
 from containers.inputs import names
 from containers.inputs.schema import Declared, Int, Str, line_of, suggest, validate_model
 
-#: The unit the benchmark reports busbw in (``allreduce.py``, as nccl-tests): a reference in
-#: another unit would compare numbers of different kinds.
+#: The unit the benchmark reports busbw in (``allreduce.py``, as nccl-tests).
 UNITS = ("GB/s",)
-#: The largest message a reference may be at: 1 TiB, more than any GPU's memory, so a larger
-#: one (a typo, ``1e23``) could never be measured and would silently judge nothing.
+#: 1 TiB, more than any GPU holds: a larger size (a typo) would silently judge nothing.
 MAX_BYTES = 1 << 40
 
 
@@ -84,7 +78,8 @@ def parse_reference(item: Any, *, path: Any, index: int) -> Reference:
         raise bad("must be [value, lower, upper, unit], e.g. [125.0, -0.05, null, GB/s]")
     value, lower, upper, unit = spec
     for name, number in (("value", value), ("lower", lower), ("upper", upper)):
-        if number is not None and (not isinstance(number, (int, float)) or isinstance(number, bool)):
+        if number is not None and (isinstance(number, bool)
+                                   or not isinstance(number, (int, float))):
             raise bad(f"{name} must be a number or null")
         if number is not None and not math.isfinite(number):
             # YAML's .nan / .inf: a NaN bound fails every comparison, so every run would fail

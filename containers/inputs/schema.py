@@ -1,8 +1,5 @@
-"""Declarative checks for the hand-edited YAML inputs.
-
-Each input kind declares its fields once, as a pydantic model; :func:`validate_model` names the
-file, line and key of every problem. The same models give the JSON Schemas editors read.
-"""
+"""Declarative checks for the hand-edited YAML inputs. One pydantic model per kind, whose problems
+:func:`validate_model` names at file, line and key, and whose JSON Schemas editors read."""
 
 from __future__ import annotations
 
@@ -93,8 +90,7 @@ class Part(BaseModel):
 
 
 class Declared(Part):
-    """A manifest, env spec, reference or settings mapping, where ``key: null`` leaves the key
-    unset (its default; a required one missing), as a key left out does."""
+    """An input mapping where ``key: null`` means the key left out (its default, or missing)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -223,9 +219,8 @@ def _what_at(model: Any, loc: Sequence[str | int], what: str) -> str:
 
 
 def validate_model(model: type[T], data: Any, *, path: Any, what: str, prefix: str = "") -> T:
-    """``data`` (located YAML) validated by ``model``; every problem a :class:`ConfigError` at
-    file, line and key (after ``prefix``), all raised together in file order. A validator names
-    a deeper key than its field's with :func:`problem_at`."""
+    """``data`` (located YAML) validated by ``model``; every problem at file, line and key
+    (after ``prefix``), all raised together in file order."""
     try:
         return model.model_validate(data, context={"raw": data})
     except ValidationError as exc:

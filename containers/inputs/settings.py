@@ -1,8 +1,5 @@
-"""Project settings: where images, temp files and results go, which runtime to use.
-
-Defaults live in ``invoke.yaml``; admins override them the invoke way. Relative paths are taken
-from the project root, so tasks work from any working directory.
-"""
+"""Project settings: where images, temp files and results go, which runtime to use. Defaults are
+in ``invoke.yaml``; relative paths are from the project root, so tasks work from any folder."""
 
 from __future__ import annotations
 
@@ -18,16 +15,13 @@ from containers.inputs.schema import (MAP_OF_SCALARS, Bool, Declared, Int, Scala
 
 #: mksquashfs's own gzip level, which Apptainer builds with when given no arguments.
 SQUASHFS_DEFAULT_LEVEL = 9
-#: ``containers.squashfs``: how a build's squashfs is compressed. ``auto`` is zstd where the
-#: runtime is Apptainer (it passes mksquashfs the arguments; its squashfuse reads zstd) and the
-#: runtime's own gzip elsewhere; ``gzip`` is what every runtime and kernel reads (a release for
-#: a site whose runtime is not known to read zstd: publish checks it).
+#: ``auto``: zstd where the runtime is Apptainer (it passes mksquashfs the arguments; its
+#: squashfuse reads zstd), else the runtime's own gzip, which every runtime and kernel reads.
 SQUASHFS_CHOICES = ("auto", "zstd", "gzip")
 
 
 def _by_flag(rule: FlagType) -> AfterValidator:
-    """A setting that means what a flag means follows its rule as the settings load, so a bad
-    one is named where it is set."""
+    """A setting that means what a flag means follows its rule, refused where it is set."""
     def check(value: Any) -> Any:
         if value not in ("", None):
             try:
@@ -125,8 +119,7 @@ class Settings(SettingsFile):
         return self.images_dir / f"{target}.sif.json"
 
 
-#: Settings that are mappings: ``INVOKE_CONTAINERS_<KEY>`` sets the whole mapping (a YAML flow
-#: mapping) and ``INVOKE_CONTAINERS_<KEY>_<NAME>`` one entry.
+#: Mappings: ``INVOKE_CONTAINERS_<KEY>`` sets one whole (YAML), ``..._<KEY>_<NAME>`` an entry.
 _MAPS = ("publish_pinned", "accounts")
 #: The prefix of the variables read into ``containers:`` settings.
 ENV_PREFIX = "INVOKE_CONTAINERS_"
@@ -134,9 +127,7 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0", "")
 
 
 def _env_value(key: str, text: str) -> Any:
-    """Setting ``key`` from a variable's ``text``, by its declared default's type (invoke casts
-    by the project file's values: an undeclared key was never read, ``false`` read as true);
-    a ValueError says why ``text`` is not one."""
+    """Setting ``key`` by its default's type (invoke's own cast read ``false`` as true)."""
     default = SettingsFile.model_fields[key].default
     if isinstance(default, bool):
         if text.strip().lower() not in _TRUE + _FALSE:
@@ -177,9 +168,8 @@ def _unknown(name: str, key: str) -> ConfigError:
 
 def environment_settings(environ: Mapping[str, str], config: Mapping[str, Any] | None = None,
                          ) -> dict[str, Any]:
-    """The settings the ``INVOKE_CONTAINERS_*`` variables set, each read by its type, a
-    mapping's entries (``..._ACCOUNTS_LUMI``) laid over ``config``'s; a variable that names no
-    setting or holds no value of its type is a :class:`ConfigError` (all at once)."""
+    """The ``INVOKE_CONTAINERS_*`` settings, a mapping's entries (``..._ACCOUNTS_LUMI``) over
+    ``config``'s; all refusals at once."""
     known = list(SettingsFile.model_fields)
     found: dict[str, Any] = {}
     problems: list[ConfigError] = []

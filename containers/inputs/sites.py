@@ -1,8 +1,5 @@
-"""Site profiles: ``sites/<site>.yaml``, every fact about WHERE images run.
-
-A new cluster is a new YAML file, nested as ReFrame nests a system (:class:`Profile`); each key
-is one typed field, from which the checks and ``schemas/site.schema.json`` follow.
-"""
+"""Site profiles: ``sites/<site>.yaml``, every fact about WHERE images run. Nested as ReFrame
+nests a system; each key one typed field, from which checks and the JSON Schema follow."""
 from __future__ import annotations
 
 import fnmatch
@@ -33,8 +30,7 @@ HOST_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]
 
 # ------------------------------------------------------------------------- value types
 def _time(value: object) -> int:
-    """A time limit as Slurm writes it, in seconds; an unquoted 12:00:00 (a YAML number) is
-    refused with the fix, since YAML reads it as seconds in base 60."""
+    """A Slurm time limit in seconds; YAML reads an unquoted 12:00:00 as base-60 seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         raise ValueError('write the time in quotes (max_time: "12:00:00"): YAML reads an '
                          "unquoted 12:00:00 as a number")
@@ -80,8 +76,7 @@ Doc = Field
 
 
 def after(field: str, problem: Callable[[Any, dict[str, Any]], str | None]) -> Any:
-    """A check of ``field`` against the fields declared before it (pydantic's ``info.data``):
-    ``problem(value, data)`` says why the value cannot stand, else None."""
+    """Check ``field`` by ``problem(value, data)`` against the fields declared before it."""
     def check(cls: type, value: Any, info: ValidationInfo) -> Any:
         reason = problem(value, info.data)
         if reason:
@@ -124,8 +119,7 @@ class Gpus(Part):
 
 
 class Limits(Part):
-    """What one job may ask for, as the site documents it; None: not documented, not checked.
-    Times are in seconds (:mod:`containers.walltime`)."""
+    """What one job may ask for, as documented (None: not documented, not checked)."""
 
     max_time: Time | None = Doc(None, description="longest wall time")
     max_nodes: Positive | None = Doc(None, description="most nodes per job")
@@ -202,8 +196,7 @@ class Memory(Part):
 
 
 class Transport(Part):
-    """The network a run across nodes must use, its proof, and what it needs in the
-    container: host modules, binds and variables (applied to runs of 2+ nodes)."""
+    """The network a run across nodes must use, its proof, and what it needs."""
 
     name: Str | None = Doc(None, description="the transport's name in verdicts")
     expect: Annotated[str, Strict(), refuse(_pattern)] | None = Doc(
@@ -226,9 +219,7 @@ class Transport(Part):
                                   "its source: a job it applies to is refused, naming this, "
                                   "unless it opts into TCP sockets (invoke job --transport "
                                   "socket)")
-    #: What a transport chosen instead of the site's lacks (``invoke job --transport socket``):
-    #: verdicts name it; never set from a profile.
-    _degraded: str | None = PrivateAttr(None)
+    _degraded: str | None = PrivateAttr(None)  # set by --transport socket, never by a profile
 
     _named = after("expect", lambda expect, data: "a transport needs both name and expect "
                    "(its proof)" if bool(expect) != bool(data.get("name")) else None)
@@ -239,8 +230,7 @@ class Transport(Part):
 
     @property
     def degraded(self) -> str | None:
-        """Why this transport is worse than the site's own, where a job chose it instead
-        (None: it is the site's)."""
+        """What a transport chosen instead of the site's lacks (verdicts name it)."""
         return self._degraded
 
 
@@ -291,8 +281,7 @@ class Nccl(Range):
 
 
 class Fit(Part):
-    """What the site's nodes provide for an image to fit, each with its source; judged by
-    :mod:`containers.image.sitefit`."""
+    """What the site's nodes provide for an image to fit (:mod:`containers.image.sitefit`)."""
 
     driver: Driver | None = None
     rocm: Range | None = None
@@ -302,8 +291,7 @@ class Fit(Part):
 
 
 class Squashfs(Part):
-    """The squashfs compressions the site's runtime mounts (gzip unless a source says more);
-    publish refuses an image in another."""
+    """The squashfs compressions the site's runtime mounts; publish refuses any other."""
 
     reads: Annotated[tuple[Literal["gzip", "lzma", "lzo", "xz", "lz4", "zstd"], ...],
                      refuse(lambda reads: None if reads else (
@@ -434,8 +422,7 @@ class Profile(Part):
 
     @model_validator(mode="after")
     def _memory_fits(self) -> Profile:
-        """``memory.per_gpu_gb`` times a node's GPUs must fit what each partition's nodes
-        allocate (else the scheduler refuses the job, or holds it forever)."""
+        """``per_gpu_gb`` x a node's GPUs must fit each partition's nodes (else held or refused)."""
         per_gpu = self.memory.per_gpu_gb
         if not per_gpu or self.gpus.kind == Gpu.NONE:
             return self
@@ -502,8 +489,7 @@ def _raw_names(info: ValidationInfo) -> list[str]:
 
 
 class Site(Profile):
-    """One cluster (or the local machine) as its profile describes it: the profile's parts
-    and its name (the file's stem), file and key lines."""
+    """A profile as loaded: its parts, name (the file's stem), path and key lines."""
 
     name: SkipJsonSchema[str] = ""
     path: SkipJsonSchema[Path] = Path()
@@ -518,8 +504,7 @@ class Site(Profile):
         return unknown
 
     def job_variables(self, *, multinode: bool) -> dict[str, list[str]]:
-        """The host variables a job's binds and environment name, each with its keys, which a
-        batch job checks after its modules load (not "unbound variable" at the launch)."""
+        """Host variables a job checks after its modules load, each with the keys naming it."""
         scopes = [("binds", self.binds), ("env", self.env.values())]
         if multinode:
             scopes += [("transport.binds", self.transport.binds),
@@ -557,8 +542,7 @@ class Site(Profile):
 
     def reference(self, *, partition: str | None, nodes: int, ranks_per_node: int,
                   measured: Collection[int] = (), op: str = "all_reduce") -> Reference | None:
-        """The reference of collective ``op`` for a run of this shape (all_reduce by default:
-        a reference names its op, so an all_reduce figure never judges all_gather)."""
+        """The reference of collective ``op`` for a run of this shape."""
         return select(self.references, partition=partition, nodes=nodes,
                       ranks_per_node=ranks_per_node, gpu_model=self.gpus.model,
                       measured=measured, op=op)
@@ -583,15 +567,13 @@ def _key_lines(data: Any, prefix: str = "") -> dict[str, int]:
     return lines
 
 
-#: What makes Apptainer run code when it evaluates an environment value (``--env``,
-#: ``APPTAINERENV_*``, the published module's variables): command substitution, ``$(`` and
-#: backticks (``$((`` arithmetic too). ``$NAME`` / ``${NAME}`` stay: they only read a variable.
+#: What Apptainer runs as code when it evaluates an environment value (``--env``,
+#: ``APPTAINERENV_*``): ``$(``, ``$((`` and backticks; ``$NAME`` only reads a variable.
 _CODE = re.compile(r"\$\(|`")
 
 
 def code_in_value(value: str) -> str | None:
-    """Why an environment value cannot reach the container as written: it would run code where
-    Apptainer evaluates it, or a line break or NUL would cut it short; else None."""
+    """Why an environment value cannot reach the container as written, else None."""
     for char, name in (("\n", "a newline"), ("\r", "a carriage return"), ("\0", "a NUL byte")):
         if char in value:
             return f"holds {name}, which would cut the value short: write it on one line"
@@ -609,8 +591,7 @@ def host_variables(texts: Iterable[str]) -> list[str]:
 
 
 def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
-    """Expand ``$VAR``/``${VAR}`` from ``environ`` (unset ones stay unless ``strict``); ``$$``
-    is a ``$`` for the container, which evaluates ``--env`` values (``$$LD_LIBRARY_PATH``)."""
+    """``$VAR`` from ``environ`` (unset kept unless ``strict``); ``$$``: the container's ``$``."""
     def replace(match: re.Match) -> str:
         if match.group(3):
             return "$"
@@ -623,8 +604,7 @@ def expand(value: str, environ: Mapping[str, str], *, strict: bool) -> str:
         return match.group(0)
 
     expanded = HOST_VAR.sub(replace, value)
-    # a host variable brought it in: it would reach the container all the same (NUL is the
-    # batch script's own mark for a variable the job's shell fills; no environment holds one)
+    # code from a host variable reaches the container too (NUL: a batch script's job variable)
     problem = code_in_value(expanded.replace("\0", "")) if expanded != value else None
     if problem:
         raise ConfigError(f"'{value}' expands to a value that {problem}")
@@ -636,8 +616,7 @@ BIND_OPTIONS = ("ro", "rw")
 
 
 def bind_problem(bind: str) -> str | None:
-    """Why ``bind`` is not one ``SRC``, ``SRC:DST`` or ``SRC:DST:OPTS`` (opts ro or rw), else
-    None. A comma would make Apptainer read two binds; another colon, a wrong destination."""
+    """Why ``bind`` is not one ``SRC[:DST[:OPTS]]`` (a comma makes Apptainer read two)."""
     if "," in bind:
         return f"'{bind}' has a comma: one bind per item (a comma starts another bind)"
     parts = bind.split(":")

@@ -1,7 +1,5 @@
-"""Checks that span files: a manifest's site must have a profile, a site's default target must
-exist, every ``{{ ARG }}`` of a definition must get a value. :func:`check_project` is ``invoke
-check``: every file loaded on its own, every problem found in one run.
-"""
+"""Checks that span files: a manifest's site, a site's default target, each ``{{ ARG }}``'s value.
+:func:`check_project` is ``invoke check``: every problem found in one run."""
 
 from __future__ import annotations
 
@@ -205,8 +203,7 @@ def _check_target(report: CheckReport, target: Target, *, tool_args: Collection[
                                                definition=definition))
         env, problems = _value(lambda: check_inputs_of(target, definition))
         found += problems
-    # every base loaded and the chain ends (the planning checks need it); else a base's own
-    # error is reported, and this target is not ok either
+    # the planning checks need the whole chain; else a base's own error says why
     chain = base_names(report.targets, target.name)
     chain_loaded = all(n in report.targets for n in chain) and \
         report.targets[chain[0]].base is None

@@ -1,9 +1,5 @@
-"""Version strings as the tool compares them, read by ``packaging`` (PEP 440) in one place.
-
-Release numbers are compared: ``2.7.1+rocm6.3`` and NGC's ``2.6.0a0+ecf3bae`` (which carries
-2.6's APIs) are 2.7 and 2.6; what PEP 440 does not read (``550.54.15 (beta)``) by its leading
-numbers.
-"""
+"""Version strings as the tool compares them, read by ``packaging`` (PEP 440) in one place. By
+release numbers (NGC's ``2.6.0a0+ecf3bae`` has 2.6's APIs), else leading (``550.54 (beta)``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""YAML loading that remembers where every key and item came from.
-
-Inputs are edited by hand, so an error must point at the line: the safe loader keeps the line
-PyYAML knows of every node (:class:`LocatedDict`, :class:`LocatedList`).
-"""
+"""YAML loading that remembers where every key and item came from. Inputs are edited by hand, so
+an error must point at the line."""
 
 from __future__ import annotations
 

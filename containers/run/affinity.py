@@ -1,8 +1,5 @@
-"""Which cores each local rank of a node runs on, from a site profile's CPU masks.
-
-With one torchrun per node Slurm cannot bind each rank to the cores next to its GPU, so the map
-goes to the workloads as ``--rank-cores`` and each rank pins itself before it touches its GPU.
-"""
+"""Which cores each local rank of a node runs on, from a site profile's CPU masks. With one
+torchrun per node Slurm cannot bind each rank, so each pins itself (``--rank-cores``) first."""
 
 from __future__ import annotations
 

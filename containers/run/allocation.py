@@ -1,8 +1,5 @@
-"""Running across the nodes of the Slurm allocation we are in (``invoke smoke --nodes M``).
-
-One ``srun`` task per node, each a torchrun meeting at the rendezvous found here on the host (no
-Slurm tools run inside the containers), as a batch script's lines find it.
-"""
+"""Running across the nodes of the Slurm allocation we are in (``invoke smoke --nodes M``). One
+torchrun per node, meeting at the rendezvous found on the host (no Slurm tools in containers)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A user's own command through the site's launch path (``invoke run``/``invoke shell``).
-
-Planned as a workload of kind ``run`` (what a smoke run gets, so ``init_process_group()`` just
-works); on GPU sites a device gate runs first and fails in one line before the command starts.
-"""
+"""A user's own command through the site's launch path (``invoke run``/``invoke shell``). Planned as
+a workload (so ``init_process_group()`` just works), after a device gate on GPU sites."""
 
 from __future__ import annotations
 
@@ -69,8 +66,8 @@ def gate_argv(workload: Workload, settings: Settings) -> list[str] | None:
     return [*prefix, *launch.exec_argv(probe)]
 
 
-#: ``invoke shell`` with no command: bash without the user's ``~/.bashrc``, as ``apptainer
-#: shell`` runs it, where a conda or pyenv set-up would put the host's Python first on PATH.
+#: ``invoke shell``'s bash without ``~/.bashrc`` (as ``apptainer shell``): a conda or pyenv
+#: set-up there would put the host's Python first on PATH.
 INTERACTIVE = ("/bin/bash", "--norc", "-i")
 
 
@@ -82,6 +79,5 @@ def shell_argv(target: Target, site: Site, *, settings: Settings, runtime: Runti
     planned = plan_workload(target, site, settings=settings, runtime=runtime, kind=KIND,
                             ranks=1, timeout=0, run_id=run_id, environ=environ,
                             command=check_command(words))
-    # A shell writes no results: the run's results folder is not bound (it does not exist).
     binds = tuple(b for b in planned.launch.binds if not b.startswith(f"{planned.out_dir}:"))
     return replace(planned.launch, binds=binds).exec_argv(list(words))

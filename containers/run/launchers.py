@@ -1,8 +1,5 @@
-"""The launchers: how the ranks of a planned workload start, as argv. One registry for all runs.
-
-A launcher turns a planned run's :class:`Launch` into one argv, for one node, an allocation or a
-batch script alike; docs/launchers.md has them side by side.
-"""
+"""The launchers: how the ranks of a planned workload start, as argv. One registry for one node,
+an allocation or a batch script alike (docs/launchers.md has them side by side)."""
 
 from __future__ import annotations
 
@@ -39,12 +36,10 @@ class Launch:
     torchrun: str = "torchrun"
     cpu_masks: tuple[str, ...] = ()  # one per GPU of a node (srun-per-gpu)
     visible_devices: str | None = None  # CUDA_/ROCR_VISIBLE_DEVICES, None on CPU sites
-    #: ``script`` is a program, not a Python file (``invoke run -- CMD``: torchrun --no-python)
-    no_python: bool = False
-    #: What the site adds to each job step of its launcher (``job.step_options``: PALS' binding)
-    step_options: tuple[str, ...] = ()
-    #: torchrun's ``--log-dir``, a folder of the run's own (torchrun's default is a new
-    #: ``torchelastic_*`` folder in TMPDIR, which Apptainer shares with the host, left there)
+    no_python: bool = False  # ``script`` is a program (``invoke run -- CMD``)
+    step_options: tuple[str, ...] = ()  # the site's ``job.step_options`` (PALS' binding)
+    #: torchrun's ``--log-dir``: its default is a new folder in TMPDIR, which Apptainer shares
+    #: with the host, left there
     log_dir: str | None = None
 
     def exec_argv(self, command: Sequence[str], *,
@@ -88,9 +83,8 @@ def torchrun_argv(launch: Launch) -> list[str]:
 
 
 def srun(nodes: int, tasks_per_node: int, cpus_per_task: int | None, *more: str) -> list[str]:
-    """A job step of ``tasks_per_node`` tasks on each node; ``--cpus-per-task`` because srun no
-    longer inherits it (Slurm 22.05+) and torchrun's ranks would otherwise share one core; a
-    failed node ends the step."""
+    """A job step; ``--cpus-per-task`` because srun no longer inherits it (Slurm 22.05+) and
+    torchrun's ranks would otherwise share one core; a failed node ends the step."""
     cpus = [f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else []
     return ["srun", f"--nodes={nodes}", f"--ntasks-per-node={tasks_per_node}", *cpus, *more,
             "--kill-on-bad-exit=1"]

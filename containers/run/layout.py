@@ -1,8 +1,4 @@
-"""How many nodes and ranks per node a run spans: the one check of those counts against a site.
-
-That a count is at least 1 is the request's own check; what the site allows is checked here
-once, naming the flag the user typed (``--gpus``, ``--gpus-per-node``).
-"""
+"""How many nodes and ranks per node a run spans: the one check of those counts against a site."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What a run needs from its image (Python, torch), judged before anything starts.
-
-Else a run on an image without Python fails rank by rank with an exec error that does not say
-why. The evidence: the build record, then the env spec; missing evidence is no refusal.
-"""
+"""What a run needs from its image (Python, torch), judged before anything starts. Else it fails
+rank by rank with an exec error; missing evidence is no refusal."""
 
 from __future__ import annotations
 

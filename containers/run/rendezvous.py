@@ -1,7 +1,5 @@
 """Where the ranks of a multi-node run meet: the first node of the job and a port from the job id.
-
-One class per scheduler answers twice from the same constants, in Python (:meth:`resolve`) and
-as a batch script's lines (:meth:`shell`); tests require both to agree."""
+Found in Python (:meth:`resolve`) and as a batch script's lines (:meth:`shell`) alike."""
 
 from __future__ import annotations
 

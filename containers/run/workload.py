@@ -1,6 +1,5 @@
-"""Running a torch.distributed workload inside an image, here or across a job's nodes: the
-launch path ``invoke smoke``, ``train`` and batch scripts share (argv, run log, per-rank
-completion files, torchrun's first failed rank, a timeout that stops every process)."""
+"""Running a torch.distributed workload inside an image, here or across a job's nodes. The launch
+path ``invoke smoke``, ``train`` and batch scripts share."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ from containers.run.layout import check_ranks
 from containers.run.rendezvous import Rendezvous
 
 Say = Callable[[str], None]
-#: What a workload job leaves in its results folder for ``invoke verdict``: the job (target,
-#: site, workload, nodes, GPUs, launcher, partition) and the image's provenance at launch.
+#: What a workload job leaves for ``invoke verdict``: the job, the image's provenance at launch.
 JOB_RECORD = "job.json"
 IMAGE_RECORD = "image.json"
 #: torchrun's logs (a failed rank's ``error.json``) in the results folder, never in /tmp.
@@ -146,10 +144,8 @@ def plan_workload(target: Target, site: Site, *, settings: Settings, runtime: Ru
                   environ: Mapping[str, str] | None = None, strict: bool = True,
                   placement: Placement | None = None,
                   command: Sequence[str] | None = None, host: str | None = None) -> Workload:
-    """Results go to ``results/<kind>/<target>-<run_id>``; ``ranks`` is per node. ``command``
-    (``invoke run``) replaces ``script`` and ``args``. ``strict`` (a real run) refuses a site
-    value whose host variable is unset; a dry run shows it as written. Without a ``placement``,
-    torchrun on this node; with one, a job step across its nodes (results on a shared folder)."""
+    """``ranks`` is per node; ``command`` (``invoke run``) replaces ``script`` and ``args``;
+    ``strict`` (a real run) refuses an unset host variable; no ``placement``: torchrun here."""
     place = placement or Placement(nodes=1, rendezvous=None)  # torchrun, on this node
     nodes = place.nodes
     check_ranks(site, ranks, nodes=nodes, flag=place.ranks_flag)
