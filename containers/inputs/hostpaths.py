@@ -109,8 +109,7 @@ _CD_COMMANDS = frozenset({"cd", "pushd"})
 
 
 def _cd_outside(command: str, words: list[str]) -> str | None:
-    """``cd DIR`` when ``DIR`` (``/``, relative, ``~``, ``-``, none) is not the image's root or
-    the build context."""
+    """``cd DIR`` when ``DIR`` (``/``, relative, ``~``, ``-``, none) leaves image and context."""
     words = list(itertools.takewhile(lambda w: not (_OPERATOR.match(w) or _REDIRECT.match(w)),
                                      words))
     target = next((word for word in words if word == "-" or not word.startswith("-")), "~")

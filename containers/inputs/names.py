@@ -11,8 +11,7 @@ from containers.jobsfiles import choices, cudadriver
 
 
 class Gpu(StrEnum):
-    """A GPU vendor stack, with what depends on it: Apptainer's flag, the visible-devices
-    variable, the pattern of its architectures and its vendor's name."""
+    """A GPU vendor stack and what depends on it (Apptainer's flag, visible devices, arches)."""
 
     flag: str | None
     visible_devices: str | None

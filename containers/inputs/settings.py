@@ -168,8 +168,7 @@ def _unknown(name: str, key: str) -> ConfigError:
 
 def environment_settings(environ: Mapping[str, str], config: Mapping[str, Any] | None = None,
                          ) -> dict[str, Any]:
-    """The ``INVOKE_CONTAINERS_*`` settings, a mapping's entries (``..._ACCOUNTS_LUMI``) over
-    ``config``'s; all refusals at once."""
+    """The ``INVOKE_CONTAINERS_*`` settings, an entry (``..._ACCOUNTS_LUMI``) over ``config``'s."""
     known = list(SettingsFile.model_fields)
     found: dict[str, Any] = {}
     problems: list[ConfigError] = []
