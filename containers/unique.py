@@ -1,8 +1,7 @@
 """Names no other run can have: a results folder or a script file claimed exclusively.
 
 Runs are named by the second they start, so the name is claimed with an exclusive create
-(atomic on NFS and Lustre too): the first run gets ``<stem>``, the next ``<stem>-2``, ...
-"""
+(atomic on NFS and Lustre too): the first run gets ``<stem>``, the next ``<stem>-2``, ..."""
 
 from __future__ import annotations
 

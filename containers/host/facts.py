@@ -61,8 +61,7 @@ class Machine:
     """What a run started on this machine can use; None where it is not known."""
 
     cores: int | None = None
-    #: Bytes of memory available to new processes (the smaller of the kernel's estimate and
-    #: what this process's cgroup still allows).
+    #: Bytes of memory new processes can have (the kernel's estimate, or the cgroup's if less).
     memory: int | None = None
     #: GPU device files of the kind the run uses (0: none visible here).
     gpus: int | None = None

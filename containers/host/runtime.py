@@ -1,8 +1,7 @@
 """The container runtime: which binary, which flavour, and the argv of every call made to it.
 
 Sites run Apptainer or SingularityCE (LUMI: ``singularity`` 4.1.3); the container environment
-goes by ``--env``, which both accept, unlike their host-side variables' prefixes.
-"""
+goes by ``--env``, which both accept, unlike their host-side variables' prefixes."""
 
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ FILES_SPECIALS = "$`\\'\"()&;|<>*?[]{}\t\n"
 
 @dataclass(frozen=True)
 class Flavour:
-    """What a runtime flavour does its own way: where its PGP keyring is (the first non-empty
-    of ``variables``, else ``folder`` in its configuration folder: the first of
-    ``config_variables``, else ``config`` in the home, ``$HOME`` first where ``home_from_env``)."""
+    """What a runtime flavour does its own way, such as where its PGP keyring is
+    (:meth:`Runtime.keysdir` reads these fields in that order)."""
 
     variables: tuple[str, ...]
     config_variables: tuple[str, ...]
@@ -46,17 +44,14 @@ class Flavour:
     singularity_link: bool
 
 
-#: Each flavour, by the name ``--version`` reports; its keyring as its own source has it. Apptainer:
-#: ``syfs.DefaultLocalKeyDirPath`` reads ``GetenvLegacy("KEYSDIR", "SYPGPDIR")``
-#: (APPTAINER_KEYSDIR, else the older SINGULARITY_SYPGPDIR), else ``ConfigDir()/keys``, where
-#: ConfigDir is APPTAINER_CONFIGDIR / SINGULARITY_CONFIGDIR, else ``$HOME/.apptainer`` (the
-#: account's home when HOME is unset):
+#: Each flavour, by the name ``--version`` reports; its keyring as its own source finds it.
+#: Apptainer: APPTAINER_KEYSDIR, SINGULARITY_SYPGPDIR, else ``keys`` in APPTAINER_CONFIGDIR /
+#: SINGULARITY_CONFIGDIR, else ``$HOME/.apptainer`` (the account's home when HOME is unset):
 #: https://github.com/apptainer/apptainer/blob/main/pkg/syfs/syfs.go and
 #: https://github.com/apptainer/apptainer/blob/main/internal/pkg/util/env/env.go (GetenvLegacy);
-#: ``apptainer help key``: "local keyring: '~/.apptainer/keys' if 'APPTAINER_KEYSDIR' is not
-#: set". SingularityCE: ``sypgp.dirPath`` reads SINGULARITY_SYPGPDIR, else ``ConfigDir()/sypgp``,
-#: ConfigDir being SINGULARITY_CONFIGDIR, else the account's home ``/.singularity``:
-#: https://github.com/sylabs/singularity/blob/main/pkg/syfs/syfs.go and pkg/sypgp/sypgp.go.
+#: ``apptainer help key``: "local keyring: '~/.apptainer/keys'". SingularityCE:
+#: SINGULARITY_SYPGPDIR, else ``sypgp`` in SINGULARITY_CONFIGDIR, else the account's home
+#: ``/.singularity``: https://github.com/sylabs/singularity/blob/main/pkg/syfs/syfs.go, sypgp.go.
 FLAVOURS = {
     "apptainer": Flavour(("APPTAINER_KEYSDIR", "SINGULARITY_SYPGPDIR"),
                          ("APPTAINER_CONFIGDIR", "SINGULARITY_CONFIGDIR"), ".apptainer", "keys",
@@ -74,9 +69,8 @@ def first_set(environ: Mapping[str, str], names: Iterable[str]) -> str:
 
 
 def build_arg(key: str, value: str) -> str:
-    """``KEY=VALUE`` as ``--build-arg`` reads it: the flag's value is a CSV record (several
-    arguments per flag), so a pair holding a comma, a double quote or a newline is CSV-quoted;
-    any other pair (spaces included) is passed unchanged."""
+    """``KEY=VALUE`` as ``--build-arg`` reads it: the flag's value is a CSV record, so a pair
+    holding a comma, a double quote or a newline is CSV-quoted (spaces pass unchanged)."""
     pair = f"{key}={value}"
     if any(c in pair for c in ',"\r\n'):
         return '"' + pair.replace('"', '""') + '"'

@@ -1,8 +1,7 @@
 """A real Slurm cluster on this machine: Debian's slurm-wlm and munge, nodes that are all this host.
 
-All it makes lives in one folder reached through ``SLURM_CONF``, so the machine's own Slurm and
-munge are never touched; it stops only processes it recognises as its own.
-"""
+All it makes lives in one folder reached through ``SLURM_CONF``, never the machine's own Slurm
+and munge; it stops only processes it recognises as its own."""
 
 from __future__ import annotations
 
@@ -36,13 +35,11 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd")
 #: What a site-shaped cluster with QoS needs besides: Slurm enforces QoS only with accounting.
 ACCOUNTING_PACKAGES = ("mariadb-server", "slurmdbd")
 #: Slurm 22.05's persistent connections to slurmdbd (slurmctld's, sacctmgr's) ignore
-#: ``AuthInfo=socket=`` and use munge's default socket, /run/munge/munge.socket.2: such a process
-#: runs in a private mount namespace where that path leads to the cluster's own munged (``$1``),
-#: so the machine's /run is never touched.
+#: ``AuthInfo=socket=`` for munge's default /run/munge/munge.socket.2: such a process runs in a
+#: mount namespace where that path leads to the cluster's munged (``$1``), not the machine's.
 _MUNGE_NAMESPACE = ('mount -t tmpfs tmpfs /run && mkdir /run/munge && '
                     'ln -s "$1" /run/munge/munge.socket.2 && shift && exec "$@"')
-#: Seconds a status call (sinfo, squeue) may take: a controller that does not answer must not
-#: hold ``--status`` or ``--stop``.
+#: Seconds a status call (sinfo, squeue) may take: a dead controller must not hold ``--stop``.
 CLIENT_TIMEOUT = 10
 
 
@@ -281,9 +278,8 @@ def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:
 
 
 def steps(cluster: SlurmCluster) -> list[psutil.Process]:
-    """The cluster's running job steps: each root ``slurmstepd`` holding a socket in its
-    folder (slurmd re-parents them to init) and every process under it, never the caller or
-    one of its parents (a stop run from inside a job)."""
+    """Each root ``slurmstepd`` with a socket in the cluster's folder, and its tree, but never
+    the caller or its parents (a stop run from inside a job)."""
     program = shutil.which("slurmstepd")
     if not program:
         return []
@@ -323,8 +319,7 @@ def save(cluster: SlurmCluster) -> Path:
 
 
 def check_folder(root: Path) -> None:
-    """A :class:`StateError` when the cluster's folder or record is not the user's alone, or a
-    way to it someone else could change."""
+    """A :class:`StateError` unless the cluster's folder and record, and the way, are the user's."""
     for path in (root, root / STATE_FILE):
         try:
             why = not_yours_alone(path, os.lstat(path))

@@ -1,8 +1,7 @@
 """What a build inherits from the build host: its Debian mirror, pip configuration and CA certs.
 
 Sites run local mirrors and TLS-intercepting proxies, so the project never names a package
-registry itself: pip's sources are what ``pip config list`` says (``PIP_*`` variables included).
-"""
+registry itself: pip's sources are what ``pip config list`` says (``PIP_*`` variables included)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ _SCOPES = ("global", "user", "site", ":env:")
 
 def debian_mirror(suite: str = "bookworm", *, sources_dir: Path = aptsources.SOURCES_DIR,
                   sources_list: Path = aptsources.SOURCES_LIST) -> str:
-    """The host's Debian mirror URI serving ``suite``, by the rules of :mod:`.aptsources` (the
-    parser ``scripts/install-apptainer.sh`` uses too)."""
+    """The host's Debian mirror URI serving ``suite``, by :mod:`.aptsources`' rules."""
     mirror = aptsources.find_mirror(aptsources.read_sources(sources_dir, sources_list), suite)
     if mirror is None:
         raise ConfigError(f"no Debian mirror for '{suite}' in the host's apt sources; pass one "

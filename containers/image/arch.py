@@ -1,9 +1,7 @@
 """An image's real architecture, read from its files, and whether this host can run another one.
 
 Apptainer's ``build-arch`` label names the build host (apptainer/apptainer#2774), so the ELF
-header of a program in the image is read (from outside, in its squashfs, where it can be) and
-recorded in the build record, which every guard trusts.
-"""
+header of a program in the image is read (from outside where it can be) into its build record."""
 
 from __future__ import annotations
 
@@ -37,8 +35,7 @@ PROBE = 'head -c 64 "$(readlink -f /bin/sh)" | od -An -v -tx1'
 PROGRAMS = ("bin/sh", "usr/bin/python3", "usr/bin/env", "bin/busybox")
 #: Folders whose first ELF program decides when none of :data:`PROGRAMS` is there (scratch).
 PROGRAM_DIRS = ("bin/", "usr/bin/", "sbin/", "usr/sbin/", "usr/local/bin/", "")
-#: One file's first bytes, as hex, from a squashfs at an offset of the SIF (no shell string:
-#: the values are sh's positional arguments).
+#: One file's first bytes, as hex, from the SIF's squashfs (values as positional arguments).
 _CAT = 'unsquashfs -o "$1" -cat "$2" "$3" 2>/dev/null | head -c 64 | od -An -v -tx1'
 _LISTED = re.compile(r"^(\S)\S{9} \S+ +.+? \d{4}-\d\d-\d\d \d\d:\d\d squashfs-root/(.*)$")
 

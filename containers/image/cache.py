@@ -1,11 +1,9 @@
 """The package cache builds share: what pip and debootstrap fetched (or pip built), kept on the
-build host so the next build of an image whose env spec changed by one package does not fetch
-everything again.
+build host so a build whose env spec changed by one package does not fetch everything again.
 
-Never inside an image and never part of an inputs hash: a build with the cache, without it
-(``invoke build --no-cache``) or with someone else's installs the same files. How each builder
-reaches it is in docs/building.md; why it must be the user's alone and how builds share it
-safely, in docs/architecture.md (The package cache)."""
+Never in an image nor an inputs hash: a build with it, without it (``--no-cache``) or with
+someone else's installs the same files. docs/building.md says how builders reach it,
+docs/architecture.md (The package cache) why it is the user's alone and how builds share it."""
 
 from __future__ import annotations
 
@@ -32,11 +30,9 @@ TOOL_NAME = "hpc-containers"
 #: destination must exist, and only an empty folder of that name stays in the image). Not
 #: ``/mnt``: that is where users bind their own folders, a local Conda channel among them.
 PIP_MOUNT = "/var/cache/containers-pip"
-#: Where it appears in cotainr's steps. cotainr runs each as ``singularity exec --writable``
-#: of its sandbox (cotainr/container.py), where Apptainer cannot make a missing mount point,
-#: so this is a folder every root has: ``/media``, which FHS 3.0 requires in ``/``
-#: (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s02.html) and builds leave alone;
-#: ``/mnt`` stays free for the user's own binds there.
+#: Where it appears in cotainr's steps (``singularity exec --writable`` of its sandbox, where
+#: Apptainer cannot make a missing mount point): ``/media``, which FHS 3.0 requires in ``/``
+#: (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s02.html); ``/mnt`` is the user's.
 COTAINR_PIP_MOUNT = "/media"
 #: The staged build-context file that names the pip cache folder to the install script.
 PIP_MARKER = "pip-cache-dir"
@@ -49,8 +45,7 @@ SHIM = Path(__file__).resolve().parents[2] / "scripts" / "debootstrap-cached.sh"
 
 
 def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """``$XDG_CACHE_HOME/hpc-containers`` (``~/.cache/hpc-containers`` when unset), the XDG
-    place for a user's caches, which is never inside a project checkout or an image."""
+    """The XDG place for a user's caches, never in a checkout or an image (``~/.cache``)."""
     base = environ.get("XDG_CACHE_HOME", "").strip()
     root = Path(base) if base and Path(base).is_absolute() else Path("~/.cache").expanduser()
     return root / TOOL_NAME
@@ -86,9 +81,8 @@ class PackageCache:
 
 
 def usage(folder: Path) -> tuple[int, int]:
-    """(bytes, files) of the regular files under ``folder`` (symlinks not followed); (0, 0)
-    when it does not exist. Files that vanish while we count (a concurrent pip) are skipped.
-    ``os.scandir`` reads the file types with the names, so only files cost a stat."""
+    """(bytes, files) of the regular files under ``folder``, links not followed; a file that
+    vanishes meanwhile (a concurrent pip) is skipped, and scandir spares folders a stat."""
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             return 0, 0
@@ -183,12 +177,10 @@ def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
 
 
 def _ancestor_problem(top: Path, *, uid: int, gid: int | None) -> str | None:
-    """The first folder above ``top`` (as written and as it resolves) in which someone else
-    could rename ``top`` away and put their own in its place, as words after "is in": one
-    owned by another user (a folder's owner may rename what is in it, sticky bit or not, and
-    may change its mode), or one writable by a group without the sticky bit, unless that is the
-    cache's own group (``containers.cache_group``). Root's folders are trusted: root can do
-    anything anyway."""
+    """The first folder above ``top`` (as written and resolved) where someone else could put
+    their own in its place, as words after "is in": another user's (an owner may rename what is
+    in it, sticky bit or not), or one group-writable without the sticky bit that is not the
+    cache group's. Root's are trusted: root can do anything anyway."""
     folders = dict.fromkeys([*top.parents, *Path(os.path.realpath(top)).parents])
     for folder in folders:
         try:
@@ -207,10 +199,9 @@ def _ancestor_problem(top: Path, *, uid: int, gid: int | None) -> str | None:
 
 def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
                   gid: int | None = None) -> str:
-    """Why the cache folder ``top`` (and with ``parts`` every folder the tool makes in it) is
-    not safe to trust, beginning with its name; empty: it is, or it does not exist yet.
-    pip never checks a wheel it built and cached again: someone who can write the cache could
-    choose what a build installs."""
+    """Why the cache folder ``top`` (with ``parts``, and the folders the tool makes in it) is not
+    safe, beginning with its name; empty: it is, or is not made yet. pip never checks a wheel it
+    cached again: whoever can write the cache could choose what a build installs."""
     uid = os.getuid() if uid is None else uid
     problem = _folder_problem(top, uid=uid, gid=gid)
     if problem:
@@ -232,9 +223,8 @@ def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
 
 @contextmanager
 def in_use(cache: PackageCache | None) -> Iterator[None]:
-    """Hold the cache for a build: its folders made (this user's alone, or the cache group's
-    with the set-group-ID bit), a shared lock on :data:`LOCK` (a prune waits until the build
-    ends). Nothing for a build without the cache."""
+    """Hold the cache for a build: its folders made (the user's, or the group's set-group-ID),
+    and a shared lock on :data:`LOCK` that a prune waits for."""
     if cache is None:
         yield
         return
@@ -278,11 +268,9 @@ def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int
 
 @dataclass(frozen=True)
 class RootKey:
-    """What names a kept root file system (:mod:`containers.image.rebuild`): every input of the
-    build but its env spec, and its base by content. The base may not be built when the plan is
-    made, so its sha256 is read from its build record when the build starts (:meth:`digest`).
-    A root is then only ever reused by a build of the same definition, arguments, scripts and
-    host folders on the very same base image."""
+    """What names a kept root file system: every input of the build but its env spec, and its
+    base by content, the sha256 its record gives when the build starts (:meth:`digest`): the
+    base may not be built yet when the plan is made."""
 
     parts: Mapping[str, object]
     base_record: Path | None = None

@@ -1,8 +1,7 @@
 """What an image is: its inputs, read and validated, and their hash.
 
 The inputs hash covers what decides the image's content (not host plumbing such as the mirror),
-the base target's hash included; an image whose recorded hash matches is not rebuilt.
-"""
+the base target's hash included; an image whose recorded hash matches is not rebuilt."""
 
 from __future__ import annotations
 
@@ -42,9 +41,8 @@ RESERVED_ARGS = (*PROVENANCE_ARGS, "BUILD_CONTEXT", "HOST_PATHS", "FOREIGN_ROOT"
 
 def reserved_arg_problems(target: Target, cli_args: Mapping[str, str]
                           ) -> list[ContainersError]:
-    """A problem for each build argument given that the tool fills itself (``BASE_IMAGE`` too
-    for a target on a base target); ``MIRROR`` stays open: where packages come from, not what
-    the image is."""
+    """A problem for each given build argument the tool fills itself (``BASE_IMAGE`` on a base
+    target); ``MIRROR`` stays open: it says where packages come from, not what the image is."""
     reserved = (*RESERVED_ARGS, "BASE_IMAGE") if target.base else RESERVED_ARGS
     why = ("the tool fills it (provenance or a staged path); it cannot be set")
     found: list[ContainersError] = [

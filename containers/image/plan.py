@@ -1,9 +1,7 @@
 """Build planning: pure functions from targets and host facts to an ordered :class:`BuildPlan`.
 
-The plan is data (argv lists, staged files, each image's inputs hash): ``invoke build --dry-run``
-prints it and a build executes exactly it (:mod:`containers.image.builder`). An image whose
-recorded inputs hash matches is up to date and is not rebuilt.
-"""
+The plan is data (argv lists, staged files, inputs hashes): ``invoke build --dry-run`` prints it
+and a build executes exactly it; an image whose recorded inputs hash matches is not rebuilt."""
 
 from __future__ import annotations
 
@@ -41,11 +39,8 @@ STAGED_DEFINITION = "definition.def"
 
 @dataclass(frozen=True)
 class HostFacts:
-    """Everything planning needs to know about the build host, gathered once by the caller.
-
-    ``host_paths`` are the host's local package folders the build binds (pip find-links and
-    ``file://`` indexes that exist); ``pip.cert`` is set only when that file exists.
-    """
+    """The build host as planning needs it, gathered once by the caller: ``host_paths`` are the
+    local package folders the build binds (pip find-links, ``file://`` indexes) that exist."""
 
     runtime: Runtime
     pip: PipConfig = field(default_factory=PipConfig)
@@ -68,9 +63,7 @@ class HostFacts:
 
 @dataclass(frozen=True)
 class StepInputs:
-    """What a builder's plan step builds from: the target as built, its definition (None for a
-    builder without one), env spec, build arguments (the user's and the command line's) and the
-    base target's step."""
+    """What a builder's plan step builds from (``definition`` None: a builder without one)."""
 
     target: Target
     definition: Definition | None
@@ -130,8 +123,7 @@ class BuildPlan:
 
 def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: Mapping[str, str],
               base_step: BuildStep | None, force: bool) -> BuildStep:
-    """Plan one target whose base (if any) has been planned as ``base_step``; the step's
-    target is as ``cli_args`` build it (:func:`~containers.inputs.compat.as_built`)."""
+    """Plan one target on its planned ``base_step``, as ``cli_args`` build it."""
     target = as_built(target, cli_args, context=CONTEXT_ARGS)
     definition, env, user_args, inputs, inputs_hash = describe_inputs(
         target, cli_args=cli_args, base_hash=base_step.inputs_hash if base_step else None)
@@ -216,9 +208,8 @@ def check_carried_paths(context: Path, binds: list[str]) -> None:
 def _build_args(target: Target, definition: Definition, user_args: Mapping[str, str],
                 cli_args: Mapping[str, str], *, host: HostFacts, base_step: BuildStep | None,
                 common: dict, context: Path, binds: list[str]) -> dict[str, str]:
-    """The ``{{ ARG }}`` values the definition uses: the tool's own (context, host paths, inputs
-    hash, ...) under the user's; an argument given on the command line that the definition does
-    not use is refused, and every argument it uses must have a value before anything runs."""
+    """The ``{{ ARG }}`` values the definition uses, the user's over the tool's; one given on the
+    command line that it does not use is refused, and each it uses must have a value."""
     provided = {
         "BUILD_CONTEXT": str(context),
         "HOST_PATHS": HOST_PATHS_SEPARATOR.join(binds),
@@ -271,8 +262,7 @@ def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, s
                                  installs_pip=installs_pip, foreign="FOREIGN_ROOT" in used,
                                  inputs=common["inputs"],
                                  base_image=base_step.image if base_step else None)
-    # the pip cache's mount point, made by %setup with the host paths' (HOST_PATHS), with the
-    # cache or without it, so both ways build the same files
+    # %setup makes the pip cache's mount point with or without the cache: both build the same
     mount = [package_cache.PIP_MOUNT] if installs_pip else []
     args = _build_args(target, definition, user_args, cli_args, host=host, base_step=base_step,
                        common=common, context=context, binds=[*binds, *mount])
@@ -320,11 +310,9 @@ class CacheUse:
 def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Path,
                         installs_pip: bool, foreign: bool, inputs: Mapping,
                         base_image: Path | None) -> CacheUse:
-    """How a definition's build reaches the package cache (:mod:`containers.image.cache`):
-    pip's folder bound at its own mount point (made by ``%setup`` from ``HOST_PATHS``) with the
-    marker the install script reads, when ``%post`` runs that script; the debootstrap shim
-    first on ``PATH``, when its root comes from debootstrap (``Bootstrap: debootstrap``, or the
-    foreign root). None of it enters the inputs hash: it is host plumbing."""
+    """How the build reaches the package cache: pip's folder bound at its mount point (which
+    ``%setup`` makes from ``HOST_PATHS``) when ``%post`` runs the install script; the debootstrap
+    shim first on ``PATH`` for a debootstrapped root. None of it enters the inputs hash."""
     cache, found = host.package_cache, CacheUse()
     if cache is None:
         return found
@@ -475,11 +463,8 @@ def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str
 
 def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, host: HostFacts,
                cli_args: Mapping[str, str] | None = None, force: bool = False) -> BuildPlan:
-    """Plan ``name`` and its bases, base-most first; ``force`` rebuilds only ``name`` itself.
-
-    Bases are built only when something above them must be built: an up-to-date image does not
-    need its base to exist (a stale base changes the inputs hash of everything built on it).
-    """
+    """Plan ``name`` and its bases, base-most first (``force`` rebuilds ``name`` alone); an
+    up-to-date image needs no base built (a stale base would have changed its inputs hash)."""
     steps: list[BuildStep] = []
     previous: BuildStep | None = None
     for target in base_chain(dict(targets), name):

@@ -1,11 +1,9 @@
 """Rebuilds at the floor: an image made from the root file system a full build kept.
 
-A full build of a venv-install target keeps its root in the package cache (``roots/<key>``, the
-key being every input but the env spec). A later build of the key runs the definition's
-``%post`` again in that root, in place, and writes the image with ``mksquashfs`` and ``apptainer
-sif``: no copy of the tree (as in ``apptainer build``), none to delete. The image equals a clean
-build's (tests/image/test_cache_image.py). A kept root whose stat manifest changed (a killed or
-failed rebuild, a hand's edit) is thrown away: a full build follows, never a wrong image."""
+A full build of a venv-install target keeps its root in the package cache (``roots/<key>``, every
+input but the env spec). A later build of the key runs ``%post`` again in that root, in place,
+and writes the image with ``mksquashfs`` and ``apptainer sif``: no tree copied or deleted. The
+image equals a clean build's; a root whose stat manifest changed is thrown away (full build)."""
 
 from __future__ import annotations
 
@@ -43,11 +41,9 @@ PARTARCH = {"x86_64": "2", "aarch64": "4"}
 
 
 def manifest(root: Path) -> str:
-    """The sha256 of every entry's path, type, mode, owner and, but for folders, size, mtime
-    and link target under ``root`` (``find``, sorted): a file rewritten in place changes its
-    mtime; an entry added or removed is in the listing (a folder's mtime would only repeat
-    it, and would tell a failed rebuild's removed work from a change). Hashing every byte
-    would cost more than the rebuild's floor."""
+    """The sha256 of each entry's path, type, mode, owner and (not for folders, whose mtime a
+    restored failed rebuild changes) size, mtime and link target under ``root``: a rewritten
+    file changes its mtime. Hashing every byte would cost more than the rebuild's floor."""
     listing = capture(["find", str(root), "(", "-type", "d", "-printf", "%P\t%y\t%m\t%U\t%G\\0",
                        ")", "-o", "-printf", "%P\t%y\t%m\t%U\t%G\t%s\t%T@\t%l\\0"],
                       timeout=600)
@@ -93,9 +89,8 @@ class Kept:
 
     def rebuild(self, step: BuildStep, runtime: Runtime, env: dict[str, str],
                 on_line: Say) -> str | None:
-        """``step.partial`` made from the kept root (``%post``'s lines to ``on_line``); the
-        sha256 of the image it was, or None (none kept, or it fails its check: the caller
-        builds in full)."""
+        """``step.partial`` from the kept root: the sha256 of the image it was, or None (none
+        kept, or it fails its check: the caller builds in full)."""
         made_from = self._made_from()
         if made_from is None:
             self.say("==> kept root: none for these inputs yet: full build")

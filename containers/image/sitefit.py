@@ -1,9 +1,8 @@
 """Whether an image fits a site: the mismatches users report most, seen without a GPU.
 
 :func:`judge` compares an image's facts with the profile's ``fit:`` block and GPU architecture:
-``error`` fails the build and blocks publish, ``warning`` is kept in the catalogue, ``info`` says
-what was not checked (never an invented limit).
-"""
+``error`` fails the build and publish, ``warning`` goes in the catalogue, ``info`` says what was
+not checked (never an invented limit)."""
 
 from __future__ import annotations
 
