@@ -29,8 +29,7 @@ def byte_progress(description: str, total: int) -> Iterator[Advance]:
 
 @contextmanager
 def phase_line(description: str) -> Iterator[Show]:
-    """A ``show(phase)`` for a long command: one live line ``<description>: <phase>`` with a
-    spinner and the time elapsed on a terminal; a no-op elsewhere."""
+    """A ``show(phase)``: a live line ``<description>: <phase>`` on a terminal, else a no-op."""
     if not is_terminal():
         yield lambda phase: None
         return

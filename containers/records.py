@@ -114,8 +114,7 @@ class BuildRecord(Record):
     pip_freeze: Optional[list[str]] = None
     #: The image's Python (None: it has none; absent: not recorded).
     python: Text = None
-    #: How the image was made: ``full`` (an Apptainer build), or the sha256 of the earlier
-    #: image whose kept root it was rebuilt from (containers/image/rebuild.py).
+    #: How the image was made: ``full``, or the sha256 of the image whose kept root it rebuilt.
     made_from: Text = None
 
 
@@ -359,7 +358,6 @@ class SmokeReport(RunReport):
     collectives: dict[str, OpSummary] = {}
 
     def rows(self, op: str | None = None) -> list[Row]:
-        """The rows, of one op when named."""
         return [row for row in self.results if op is None or row.op == op]
 
     def wrong(self, op: str | None = None) -> int:

@@ -114,7 +114,6 @@ def stop_tree(proc: subprocess.Popen, *, grace: float = 10.0) -> None:
 
 
 def _prctl(option: int, value: int) -> None:
-    """``prctl(option, value)``; an OSError when the kernel refuses."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(option, value, 0, 0, 0) != 0:

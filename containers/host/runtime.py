@@ -16,8 +16,7 @@ from typing import Iterable, Mapping, Sequence
 from containers.errors import CommandFailed, RuntimeNotFound
 from containers.host.process import capture
 
-#: ``--bind`` splits its value at commas (several binds) and colons (source:destination:options),
-#: so a bound path cannot hold either; newlines cannot be written into a definition line.
+#: What a bound path cannot hold: ``--bind`` splits at commas and colons, a definition at newlines.
 BIND_SPECIALS = ",:\n"
 #: Apptainer expands a ``%files`` source as a shell word (it escapes spaces only), so these
 #: characters would be interpreted (variables, quotes, globs, operators) instead of copied.
@@ -26,17 +25,15 @@ FILES_SPECIALS = "$`\\'\"()&;|<>*?[]{}\t\n"
 
 @dataclass(frozen=True)
 class Flavour:
-    """What a runtime flavour does its own way, such as where its PGP keyring is
-    (:meth:`Runtime.keysdir` reads these fields in that order)."""
+    """What a runtime flavour does its own way (:meth:`Runtime.keysdir` reads the keyring's)."""
 
     variables: tuple[str, ...]
     config_variables: tuple[str, ...]
     config: str
     folder: str
     home_from_env: bool
-    #: The variables it reads binds from, preferred first: Apptainer reads SINGULARITY_BIND only
-    #: where APPTAINER_BIND is unset, and with both set keeps APPTAINER_BIND alone ("have
-    #: different values, using the latter"; FACTS.md section 11).
+    #: The variables it reads binds from, preferred first: with both set, Apptainer keeps
+    #: APPTAINER_BIND alone ("have different values, using the latter"; FACTS.md section 11).
     bind_variables: tuple[str, ...]
     #: Whether it takes mksquashfs options from ``APPTAINER_MKSQUASHFS_ARGS`` (zstd, levels).
     mksquashfs_args: bool
@@ -44,14 +41,8 @@ class Flavour:
     singularity_link: bool
 
 
-#: Each flavour, by the name ``--version`` reports; its keyring as its own source finds it.
-#: Apptainer: APPTAINER_KEYSDIR, SINGULARITY_SYPGPDIR, else ``keys`` in APPTAINER_CONFIGDIR /
-#: SINGULARITY_CONFIGDIR, else ``$HOME/.apptainer`` (the account's home when HOME is unset):
-#: https://github.com/apptainer/apptainer/blob/main/pkg/syfs/syfs.go and
-#: https://github.com/apptainer/apptainer/blob/main/internal/pkg/util/env/env.go (GetenvLegacy);
-#: ``apptainer help key``: "local keyring: '~/.apptainer/keys'". SingularityCE:
-#: SINGULARITY_SYPGPDIR, else ``sypgp`` in SINGULARITY_CONFIGDIR, else the account's home
-#: ``/.singularity``: https://github.com/sylabs/singularity/blob/main/pkg/syfs/syfs.go, sypgp.go.
+#: Each flavour, by the name ``--version`` reports; its keyring as its own source finds it
+#: (Apptainer's pkg/syfs/syfs.go, SingularityCE's pkg/sypgp/sypgp.go: docs/publishing.md).
 FLAVOURS = {
     "apptainer": Flavour(("APPTAINER_KEYSDIR", "SINGULARITY_SYPGPDIR"),
                          ("APPTAINER_CONFIGDIR", "SINGULARITY_CONFIGDIR"), ".apptainer", "keys",

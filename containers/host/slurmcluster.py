@@ -34,9 +34,8 @@ STATE_FILE = "cluster.json"
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd")
 #: What a site-shaped cluster with QoS needs besides: Slurm enforces QoS only with accounting.
 ACCOUNTING_PACKAGES = ("mariadb-server", "slurmdbd")
-#: Slurm 22.05's persistent connections to slurmdbd (slurmctld's, sacctmgr's) ignore
-#: ``AuthInfo=socket=`` for munge's default /run/munge/munge.socket.2: such a process runs in a
-#: mount namespace where that path leads to the cluster's munged (``$1``), not the machine's.
+#: Slurm 22.05's slurmdbd connections ignore ``AuthInfo=socket=`` (docs/local-slurm.md): such a
+#: process runs where munge's default socket path leads to the cluster's munged (``$1``).
 _MUNGE_NAMESPACE = ('mount -t tmpfs tmpfs /run && mkdir /run/munge && '
                     'ln -s "$1" /run/munge/munge.socket.2 && shift && exec "$@"')
 #: Seconds a status call (sinfo, squeue) may take: a dead controller must not hold ``--stop``.
@@ -65,8 +64,7 @@ class SlurmCluster:
     nodes: tuple[str, ...] = ("n1", "n2")
     node_addr: str = "127.0.0.1"
     pids: dict[str, int] = field(default_factory=dict)
-    #: Each daemon's start time (``psutil``'s ``create_time``), where recorded: a PID reused
-    #: since by another process of the same program and argv is told apart by it.
+    #: Each daemon's start time (psutil's ``create_time``): tells a reused PID apart.
     started: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -141,7 +139,6 @@ def _prepare(root: Path) -> tuple[Path, Path]:
 
 
 def _as_munge(argv: list[str]) -> None:
-    """Run ``argv`` as the munge user; a failure is one CommandFailed line."""
     full = ["runuser", "-u", "munge", "--", *argv]
     result = subprocess.run(full, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
@@ -216,7 +213,6 @@ def _start_accounting(cluster: SlurmCluster, timeout: float = 60) -> None:
 
 
 def _until(ready: Callable[[], bool], timeout: float, what: str, root: Path) -> None:
-    """Wait until ``ready()``; else a StateError with the cluster's logs."""
     deadline = time.monotonic() + timeout
     while not ready():
         if time.monotonic() > deadline:
@@ -233,7 +229,6 @@ def _recorded(cluster: SlurmCluster, name: str, pid: int) -> None:
 
 
 def _program(name: str) -> str:
-    """The program a record's daemon ``name`` runs: ``slurmd-n1`` -> ``slurmd``."""
     return "slurmd" if name.startswith("slurmd-") else name
 
 

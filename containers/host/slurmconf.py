@@ -136,9 +136,8 @@ def site_node_names(site: Site) -> tuple[str, ...]:
 
 def _site_node_lines(site: Site, root: Path, names: Sequence[str],
                      ports: Sequence[int]) -> tuple[list[str], list[str]]:
-    """slurm.conf's node lines and gres.conf's: the site's cores, memory (the largest
-    ``allocatable_gb``, so Slurm refuses a job asking more) and GPUs (on stand-in character
-    devices: slurmd counts only GPUs that have a File)."""
+    """slurm.conf's and gres.conf's node lines: the site's cores, memory (the largest
+    ``allocatable_gb``, refusing more) and GPUs (stand-ins: slurmd counts only GPUs with a File)."""
     gpus, gpu_type = site.gpus.per_node, gres_type(site)
     memory_mb = _node_memory_mb(site)
     features = ",".join(required_features(site))
@@ -167,9 +166,8 @@ def _node_memory_mb(site: Site) -> int:
 
 
 def _accounting(site: Site, root: Path, dbd_port: int, munge_socket: Path) -> list[str]:
-    """Slurm enforces a site's QoS only with accounting: slurm.conf's lines for slurmdbd, the
-    slurmdbd.conf beside it, and ``accounting.json``: the sacctmgr calls that make the cluster,
-    the account, each QoS with its limits (DenyOnLimit) and this user."""
+    """Slurm enforces a site's QoS only with accounting: slurmdbd's slurm.conf lines and conf, and
+    ``accounting.json``'s sacctmgr calls (cluster, account, each QoS with DenyOnLimit, user)."""
     if not site.qos:
         return []
     atomic_write_text(root / "slurmdbd.conf", "\n".join([

@@ -52,8 +52,7 @@ class PipConfig:
             if parsed.scheme not in ("file", ""):
                 continue
             local = Path(unquote(parsed.path) if parsed.scheme else location).resolve()
-            # A PEP 503 index folder named "simple" links its files relative to itself
-            # ("../files/x.whl"), so the folder above it must be visible too.
+            # a PEP 503 "simple" folder links its files relative to itself (../files/x.whl)
             if location in indexes and local.name == "simple":
                 local = local.parent
             if local.exists():
@@ -72,9 +71,8 @@ class PipConfig:
         return "\n".join(["[global]", *lines]) + "\n"
 
     def uv_toml(self) -> str:
-        """The same package sources for uv, which reads no ``pip.conf``. pip weighs every index
-        alike, uv by default only the first that has the package: ``unsafe-best-match`` is pip's
-        way. The certificate, timeout and proxy reach uv from ``pip.conf`` (the install script)."""
+        """The same sources for uv, which takes its certificate, timeout and proxy from ``pip.conf``
+        (the install script); ``unsafe-best-match``: every index weighed alike, as pip does."""
         settings = {"index-url": self.index_url, "extra-index-url": list(self.extra_index_urls),
                     "find-links": list(self.find_links),
                     "allow-insecure-host": list(self.trusted_hosts), "no-index": self.no_index,

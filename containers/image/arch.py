@@ -20,8 +20,7 @@ if TYPE_CHECKING:
     from containers.inputs.recipes import Target
     from containers.inputs.sites import Site
 
-#: e_machine values (ELF specification / Linux ``include/uapi/linux/elf-em.h``) -> arch names as
-#: ``uname -m`` prints them (the names recipes' ``arch:`` uses).
+#: ELF e_machine values (Linux ``include/uapi/linux/elf-em.h``) -> ``uname -m``'s (``arch:``'s).
 E_MACHINE = {0x3E: "x86_64", 0xB7: "aarch64", 0x03: "i386", 0x28: "arm", 0x15: "ppc64le",
              0xF3: "riscv64", 0x16: "s390x"}
 #: Debian's name for each architecture (debootstrap ``--arch``, binfmt ``qemu-*`` entries).
@@ -157,9 +156,8 @@ def resolve(entries: dict[str, str | None], path: str, hops: int = 40) -> str | 
 
 
 def _outside_arch(runtime: Runtime, image: Path | str, at: int | None) -> str:
-    """:func:`image_arch` from the SIF's squashfs, read from outside: a named program found in
-    a listing of the program folders alone (~0.3 s less than all of a 36k-entry root), else
-    the first ELF program of the whole listing."""
+    """:func:`image_arch` from the SIF's squashfs: a named program in a listing of the program
+    folders (~0.3 s less than a 36k-entry root's), else the whole listing's first ELF program."""
     offset = str(squashfs_offset(runtime, image) if at is None else at)
     folders = [folder.rstrip("/") for folder in PROGRAM_DIRS if folder]
     for only in (folders, []):

@@ -2,8 +2,7 @@
 build host so a build whose env spec changed by one package does not fetch everything again.
 
 Never in an image nor an inputs hash: a build with it, without it (``--no-cache``) or with
-someone else's installs the same files. docs/building.md says how builders reach it,
-docs/architecture.md (The package cache) why it is the user's alone and how builds share it."""
+someone else's installs the same files (docs/building.md, docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -25,14 +24,11 @@ from containers.locking import acquire, release
 
 #: The tool's own folder under ``$XDG_CACHE_HOME`` (the project's package name).
 TOOL_NAME = "hpc-containers"
-#: Where the pip cache appears inside an Apptainer build: a folder of its own, which the
-#: definition's ``%setup`` makes with the other bind destinations (``HOST_PATHS``; a bind's
-#: destination must exist, and only an empty folder of that name stays in the image). Not
-#: ``/mnt``: that is where users bind their own folders, a local Conda channel among them.
+#: Where the pip cache appears in an Apptainer build (``%setup`` makes it from ``HOST_PATHS``); not
+#: ``/mnt``, the users' own binds' place (docs/building.md, as for the next).
 PIP_MOUNT = "/var/cache/containers-pip"
-#: Where it appears in cotainr's steps (``singularity exec --writable`` of its sandbox, where
-#: Apptainer cannot make a missing mount point): ``/media``, which FHS 3.0 requires in ``/``
-#: (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s02.html); ``/mnt`` is the user's.
+#: Where it appears in cotainr's ``exec --writable`` steps, which cannot make a mount point: a
+#: folder FHS 3.0 requires (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s02.html).
 COTAINR_PIP_MOUNT = "/media"
 #: The staged build-context file that names the pip cache folder to the install script.
 PIP_MARKER = "pip-cache-dir"
@@ -57,8 +53,7 @@ def package_cache_dir(cache_dir: Path | None, environ: Mapping[str, str] = os.en
 
 @dataclass(frozen=True)
 class PackageCache:
-    """The package cache as a build plan sees it. A build never counts it (a walk of its files
-    costs seconds on a big one): ``invoke cache`` shows its parts and sizes."""
+    """The package cache as a plan sees it, never counted (a walk costs seconds: invoke cache)."""
 
     root: Path
     #: The group that shares the cache (``containers.cache_group``); None: this user's alone.
@@ -110,9 +105,8 @@ def usage(folder: Path) -> tuple[int, int]:
 
 def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "", keep_roots: bool = True,
                  environ: Mapping[str, str] = os.environ) -> PackageCache | None:
-    """The package cache a build will use (not yet counted), or None with ``use=False``.
-    Checked even with ``--no-cache`` when the setting names the folder, as Apptainer gets it as
-    its own cache. ``group``: ``containers.cache_group``, a cache a group shares on purpose."""
+    """The package cache a build will use, or None with ``use=False``: a folder the setting names
+    is checked even then, as Apptainer's own cache (``group``: ``containers.cache_group``)."""
     top = cache_dir or default_cache_dir(environ)
     if not use and cache_dir is None:
         return None
@@ -136,8 +130,7 @@ def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "", keep_roo
 
 
 def cache_gid(group: str) -> int | None:
-    """The gid of ``containers.cache_group`` (None: a private cache); one line when there is no
-    such group or this user is not in it."""
+    """The gid of ``containers.cache_group`` (None: a private cache), a group this user is in."""
     if not group:
         return None
     try:
@@ -152,9 +145,8 @@ def cache_gid(group: str) -> int | None:
 
 
 def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
-    """What makes ``folder`` unsafe for a cache, as words after its name; None when it is
-    safe or does not exist yet. Private (``gid`` None): a folder of this user's that only it may
-    write. Shared: a folder of the cache group with the set-group-ID bit, not others'."""
+    """What makes ``folder`` unsafe for a cache, as words after its name (None: safe, or not made
+    yet): private, this user's alone; shared, the cache group's with set-group-ID, not others'."""
     try:
         info = folder.lstat()
     except FileNotFoundError:
@@ -177,10 +169,9 @@ def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
 
 
 def _ancestor_problem(top: Path, *, uid: int, gid: int | None) -> str | None:
-    """The first folder above ``top`` (as written and resolved) where someone else could put
-    their own in its place, as words after "is in": another user's (an owner may rename what is
-    in it, sticky bit or not), or one group-writable without the sticky bit that is not the
-    cache group's. Root's are trusted: root can do anything anyway."""
+    """The first folder above ``top`` (as written and resolved) where others could put their own
+    in its place, as words after "is in": another user's (its owner may rename in it, sticky or
+    not) or one group-writable without the sticky bit but the cache group's; root's are trusted."""
     folders = dict.fromkeys([*top.parents, *Path(os.path.realpath(top)).parents])
     for folder in folders:
         try:
@@ -268,9 +259,8 @@ def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int
 
 @dataclass(frozen=True)
 class RootKey:
-    """What names a kept root file system: every input of the build but its env spec, and its
-    base by content, the sha256 its record gives when the build starts (:meth:`digest`): the
-    base may not be built yet when the plan is made."""
+    """What names a kept root file system: every build input but the env spec, and the base's
+    sha256, read from its record as the build starts (:meth:`digest`): planning may precede it."""
 
     parts: Mapping[str, object]
     base_record: Path | None = None

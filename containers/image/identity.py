@@ -65,8 +65,7 @@ def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | 
         "arch": target.arch,
         "definition": definition.text if definition else None,
         "env": env.text if env else None,
-        # a BASE_IMAGE here was given by the user for a target with no base target (else it is
-        # refused as reserved): which image it is built on is part of what it is
+        # the user's BASE_IMAGE (no base target): what an image is built on is part of what it is
         "build_args": {k: v for k, v in sorted(user_args.items())
                        if (k not in CONTEXT_ARGS or k == "BASE_IMAGE")
                        and k not in PROVENANCE_ARGS},

@@ -130,7 +130,6 @@ def driver_needed(stack: Mapping) -> str | None:
 
 
 def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -> dict:
-    """Everything ``invoke inspect`` reports of ``image``."""
     if not image.is_file():
         raise ImageMissing(image, target or image.stem)
     record = provenance.read(record_path(image))

@@ -52,12 +52,10 @@ class HostFacts:
     arch: str = "x86_64"
     cotainr: str = "cotainr"
     built_hashes: Mapping[str, str] = field(default_factory=dict)
-    #: The shared package cache (None: ``--no-cache``) and the host's real debootstrap, which
-    #: its shim runs with ``--cache-dir`` (None: none here, so no shim).
+    #: The package cache (None: ``--no-cache``), and the real debootstrap its shim runs (or None).
     package_cache: PackageCache | None = None
     debootstrap: str | None = None
-    #: The caller's environment: a variable a step sets for the runtime (a bind) adds to the
-    #: user's own there, never replaces it.
+    #: The caller's environment: a step's runtime variable (a bind) adds to the user's, not over.
     environ: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -92,8 +90,7 @@ class BuildStep:
     action: str  # "build", "up-to-date" or "not-needed" (a base of an up-to-date image)
     links: dict[str, str] = field(default_factory=dict)
     forced: bool = False  # --force: rebuild even if a concurrent build just produced it
-    #: The package cache this build uses, and how ("" when it fetches nothing the cache
-    #: keeps, or with --no-cache); see :mod:`containers.image.cache`.
+    #: The package cache this build uses, and how ("": it fetches nothing the cache keeps).
     package_cache: PackageCache | None = None
     cache_use: str = ""
     #: Names the kept root file system this build may rebuild from and keep (None: none).
@@ -162,17 +159,15 @@ def labelled(definition: Definition, labels: Mapping[str, str]) -> str:
             + "".join(f"    {key} {value}\n" for key, value in labels.items()))
 
 
-#: zstd's level for builds, measured side by side (benchmarks/squashfs.py, one run each, 2
-#: cores): on olivia-cuda-pip's 7 GB root level 1 packs in 6.1 s (3299 MB), level 3 in 13.8 s
-#: (3247 MB), gzip -1 in 39.4 s (3344 MB); reading zstd back is as fast at either level.
+#: zstd's level for builds (benchmarks/squashfs.py, 2 cores, olivia-cuda-pip's 7 GB root): 1 in
+#: 6.1 s (3299 MB), 3 in 13.8 s (3247 MB), gzip -1 in 39.4 s (3344 MB); both read back as fast.
 ZSTD_LEVEL = 1
 
 
 def squashfs_env(settings: Settings, runtime: Runtime) -> dict[str, str]:
-    """``APPTAINER_MKSQUASHFS_ARGS`` for any compression but Apptainer's own (gzip -9): the
-    variable, not ``--mksquashfs-args``, so that cotainr's own ``build`` call takes it too.
-    SingularityCE is not known here to take the variable: ``auto`` leaves it its own gzip, an
-    explicit choice is refused there rather than ignored."""
+    """``APPTAINER_MKSQUASHFS_ARGS`` for any compression but Apptainer's gzip -9 (a variable, so
+    cotainr's own ``build`` call takes it too). SingularityCE is not known to take it: ``auto``
+    leaves it its gzip, an explicit choice is refused there rather than ignored."""
     choice, level = settings.squashfs, settings.squashfs_level
     if choice == "auto":  # a gzip level set on its own keeps meaning gzip at that level
         fast = runtime.own.mksquashfs_args and level == SQUASHFS_DEFAULT_LEVEL
@@ -189,9 +184,8 @@ def squashfs_env(settings: Settings, runtime: Runtime) -> dict[str, str]:
 
 
 def check_carried_paths(context: Path, binds: list[str]) -> None:
-    """Refuse, naming it, a path the build cannot carry intact. Spaces are fine everywhere; the
-    build context is a ``%files`` source (Apptainer expands shell characters there) and each host
-    folder a ``--bind`` source (split at commas and colons)."""
+    """Refuse, naming it, a path the build cannot carry intact: the context is a ``%files`` source
+    (Apptainer expands shell characters there), each host folder a ``--bind`` source."""
     bad = unsafe_characters(str(context), FILES_SPECIALS)
     if bad:
         raise ConfigError(f"the build context {str(context)!r} holds {bad!r}, which Apptainer's "
@@ -237,8 +231,7 @@ def _build_args(target: Target, definition: Definition, user_args: Mapping[str, 
 
 def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str],
                     common: dict) -> BuildStep:
-    """``apptainer build`` of the definition, with its build context staged and the package
-    cache bound where the definition reaches it."""
+    """``apptainer build`` of the definition, its context staged and the package cache bound."""
     target, definition, env, base_step = given.target, given.definition, given.env, given.base
     user_args, cli_args = given.user_args, given.cli_args
     assert definition is not None and target.definition is not None
@@ -296,8 +289,7 @@ def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, s
 
 @dataclass
 class CacheUse:
-    """What an Apptainer build adds to use the package cache: binds, staged files, links and
-    environment, and the phrases saying how (none: this build fetches nothing the cache keeps)."""
+    """What an Apptainer build adds to use the package cache, and how, in words (none: unused)."""
 
     binds: list[str] = field(default_factory=list)
     staged: dict[str, str] = field(default_factory=dict)
@@ -339,9 +331,8 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
 _BASE_IMAGE_ARG = re.compile(r"\{\{\s*BASE_IMAGE\s*\}\}")
 
 
-#: The only ``%files`` line and the commands of the ``%post`` a rebuild from a kept root
-#: replays: the build context copied in, the env spec installed into a venv, the context
-#: removed. A definition whose final stage does anything else is always built in full.
+#: The only ``%files`` line and ``%post`` commands a rebuild from a kept root replays (context
+#: in, env spec into a venv, context out); a final stage doing more is always built in full.
 REPLAYED_FILES = ['"{{ BUILD_CONTEXT }}" ' + CONTEXT_MOUNT]
 REPLAYED_POST = re.compile(r"set -eu|sh /opt/build-context/install-python-packages\.sh "
                            r"\"\{\{ VENV \}\}\"|rm -rf /opt/build-context")
@@ -362,11 +353,10 @@ def _replay_problem(definition: Definition) -> str:
 
 def kept_root_key(definition: Definition, inputs: Mapping, base_image: Path | None,
                   host_paths: tuple[str, ...] = ()) -> tuple[RootKey | None, str]:
-    """The key of the kept root a build may rebuild from, or (None, why not). Only a base
-    named by content qualifies: the target's own base image of the chain (its record's sha256)
-    or a registry image pinned by digest. A tag, a debootstrap or any other local image could
-    hold other files under the same name. The host folders ``%setup`` made mount points for
-    are part of the key: a root holds them."""
+    """The key of the kept root a build may rebuild from, or (None, why not). Only a base named
+    by content qualifies (the chain's base image, by its record's sha256, or a registry image
+    by digest): a tag or other local image could change under its name. The host folders
+    ``%setup`` made mount points for are in the key: a root holds them."""
     for number, stage in enumerate(definition.stages, start=1):
         source = stage.header.get("from", "").strip()
         agent = stage.bootstrap.lower()
@@ -403,10 +393,9 @@ def pulled_arch(target: Target, definition: Definition, host: HostFacts) -> str 
 def foreign_root_argv(target: Target, definition: Definition, user_args: Mapping[str, str], *,
                       host: HostFacts, context: Path, root: str, build_argv: list[str]
                       ) -> list[str]:
-    """``build_argv`` behind ``recipes/scripts/foreign-root.sh``, which first makes the
-    definition's ``FOREIGN_ROOT``: a Debian root of the target's architecture (debootstrap
-    --foreign from the host's mirror, second stage under emulation). Apptainer's own
-    ``Bootstrap: debootstrap`` ignores ``--arch`` and would bootstrap the host's architecture."""
+    """``build_argv`` behind ``recipes/scripts/foreign-root.sh``, which first makes a Debian root
+    of the target's architecture (``FOREIGN_ROOT``: debootstrap --foreign, second stage emulated),
+    as Apptainer's ``Bootstrap: debootstrap`` ignores ``--arch`` (it would bootstrap the host's)."""
     if not host.mirror:
         raise ConfigError("no Debian mirror found in this machine's apt sources for the foreign "
                           "root; pass --build-arg MIRROR=URL", path=target.definition,
@@ -424,9 +413,8 @@ COTAINR_PYTHON_TEST = "import sys; print('python', sys.version.split()[0], 'ok')
 
 def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str],
                   common: dict) -> BuildStep:
-    """cotainr always calls ``singularity``: where only Apptainer exists, a ``singularity`` link
-    to it is put first on cotainr's PATH. Its prompt for an existing output never fires, as the
-    output is always a fresh temp path (and stdin is closed, so it could not hang anyway)."""
+    """cotainr always calls ``singularity``: where only Apptainer exists, a link to it goes first
+    on cotainr's PATH. Its prompt for an existing output never fires: the output is a new path."""
     target, env, base_image = given.target, given.env, common["inputs"]["base_image"]
     assert env is not None and target.env is not None
     if not base_image:
@@ -441,9 +429,8 @@ def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str
     env_vars = {**env_vars, **path, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
     cache = host.package_cache
     if cache is not None:  # pip's cache only: see containers.image.cache for conda's
-        # A bind by the runtime's own variables (the user's binds kept) and PIP_CACHE_DIR reach
-        # the pip of cotainr's singularity exec steps: the host's environment does (cotainr
-        # passes no --cleanenv).
+        # the runtime's bind variables (the user's kept) and PIP_CACHE_DIR reach the pip of
+        # cotainr's singularity exec steps, as it passes no --cleanenv
         binds = host.runtime.bind_env(host.environ,
                                       [f"{cache.pip}:{package_cache.COTAINR_PIP_MOUNT}"])
         env_vars = {**env_vars, **binds, "PIP_CACHE_DIR": f"{package_cache.COTAINR_PIP_MOUNT}/pip"}

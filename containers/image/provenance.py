@@ -1,7 +1,6 @@
 """An image's provenance: the JSON record beside each ``.sif`` (and the same facts as labels).
 
-Later stages trust an image only through it: publish checks the copy against its sha256,
-verdicts name the sha256 they proved."""
+Later stages trust an image only through it: publish checks its sha256, verdicts name it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Rebuilds at the floor: an image made from the root file system a full build kept.
 
 A full build of a venv-install target keeps its root in the package cache (``roots/<key>``, every
-input but the env spec). A later build of the key runs ``%post`` again in that root, in place,
-and writes the image with ``mksquashfs`` and ``apptainer sif``: no tree copied or deleted. The
-image equals a clean build's; a root whose stat manifest changed is thrown away (full build)."""
+input but the env spec); a later build of the key reruns ``%post`` in it and writes a clean
+build's image with ``mksquashfs`` and ``apptainer sif``; a root whose manifest changed goes."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ class KeptRoot(Model):
 
 @dataclass
 class Kept:
-    """The kept root of one key, held (its lock) for one build: :meth:`rebuild` makes the image
-    from it, :meth:`keep` makes it this build's. ``work``: a full build's root, unpacked;
+    """The kept root of one key, locked for one build; ``work``: a full build's root, unpacked;
     ``changing``: the root changed by a rebuild not yet kept (or restored)."""
 
     folder: Path
@@ -75,8 +73,7 @@ class Kept:
         return self.folder / ROOT
 
     def _made_from(self) -> str | None:
-        """The sha256 of the image the kept root is, when it passes its manifest; else None
-        (a root that fails is removed, said)."""
+        """The sha256 of the image the kept root is, if it passes its manifest (else removed)."""
         try:
             kept = KeptRoot.model_validate_json((self.folder / KEPT).read_bytes())
         except (OSError, ValidationError):
@@ -123,8 +120,8 @@ class Kept:
         return made_from
 
     def restore(self) -> None:
-        """After a failed rebuild: the kept root as it was when ``%post`` changed nothing (its
-        build context and labels file removed, the manifest checked), else none."""
+        """After a failed rebuild: the kept root as before, its context and labels file removed,
+        if ``%post`` changed nothing (the manifest says), else none."""
         shutil.rmtree(self.root / CONTEXT_MOUNT.lstrip("/"), ignore_errors=True)
         (self.root / BUILD_LABELS.lstrip("/")).unlink(missing_ok=True)
         self.changing = False
@@ -146,8 +143,7 @@ class Kept:
             (meta / name).chmod(0o644)
 
     def keep(self, step: BuildStep, runtime: Runtime, sha256: str) -> None:
-        """This build's root as the key's kept root (only the newest is kept): the rebuilt
-        one where it is, or the built image's unpacked in its place."""
+        """This build's root as the key's only kept one: the rebuilt root, or the image unpacked."""
         if not self.changing:
             if self.work is None:
                 self.work = Path(tempfile.mkdtemp(prefix="work-", dir=self.folder))
@@ -176,9 +172,8 @@ class Kept:
 
 
 def write_sif(root: Path, step: BuildStep, runtime: Runtime, env: dict[str, str]) -> None:
-    """``step.partial`` from ``root``: squashed at the build's settings (Apptainer's own argv:
-    ``-noappend`` and its gzip unless ``APPTAINER_MKSQUASHFS_ARGS`` says otherwise), then the
-    SIF objects ``apptainer build`` writes (definition, inspect metadata, root partition)."""
+    """``step.partial`` from ``root``: squashed as Apptainer does (``-noappend``, gzip unless
+    ``APPTAINER_MKSQUASHFS_ARGS`` says otherwise), then the SIF objects ``apptainer build`` adds."""
     squashfs, metadata = step.workdir / "root.squashfs", step.workdir / "inspect-metadata.json"
     options = env.get("APPTAINER_MKSQUASHFS_ARGS", "-comp gzip").split()
     run(["mksquashfs", str(root), str(squashfs), "-noappend", *options]).check("mksquashfs")
@@ -198,10 +193,9 @@ def write_sif(root: Path, step: BuildStep, runtime: Runtime, env: dict[str, str]
 
 @contextmanager
 def held(step: BuildStep, say: Say) -> Iterator[Kept | None]:
-    """The kept root of ``step``'s key, locked for this build (another build of the key waits),
-    with what a killed build left removed; None where the build keeps none: no key (the base
-    is not built or not named by content), no package cache, or not run as root (the root's
-    owners, /etc/shadow's group among them, would be lost unpacking it as another user)."""
+    """The kept root of ``step``'s key, locked for this build, a killed build's work removed;
+    None without a key, a package cache, or root (the root's owners, /etc/shadow's group among
+    them, would be lost unpacking it as another user)."""
     key = step.kept_root.digest() if step.kept_root and step.package_cache else None
     if key is None or os.geteuid() != 0:
         yield None
@@ -225,8 +219,7 @@ def held(step: BuildStep, say: Say) -> Iterator[Kept | None]:
 
 def made_with(kept: Kept | None, step: BuildStep, runtime: Runtime, env: dict[str, str],
               on_line: Say) -> str | None:
-    """The rebuild from the kept root when there is one; a failure there is said and the
-    caller builds in full (``None``), as it does with nothing kept."""
+    """The rebuild from the kept root, if any; a failure is said and the caller builds in full."""
     if kept is None:
         return None
     try:
