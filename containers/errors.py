@@ -1,8 +1,7 @@
 """The one error family of the tool, and the one place that turns an error into what a user sees.
 
 Every user-facing failure is a :class:`ContainersError`, caught once by the command line and
-printed as one line with no traceback; a builtin exception escaping means a bug.
-"""
+printed as one line with no traceback; a builtin exception escaping means a bug."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ class ConfigError(ContainersError):
 
 
 class Problems(ConfigError):
-    """Two or more problems found in one pass (``invoke check``): one line each, then their
-    count, so a user fixes them all after one run."""
+    """Two or more problems one pass found (``invoke check``), a line each: one run shows all."""
 
     def __init__(self, problems: Sequence[ContainersError]) -> None:
         self.problems: list[ContainersError] = list(flatten(problems))
@@ -95,8 +93,7 @@ class RuntimeNotFound(ContainersError):
     """Neither apptainer nor singularity could be found or run."""
 
 
-#: A terminal escape sequence (colour, cursor, line clearing: CSI and OSC), which a tool such
-#: as cotainr writes even into a pipe.
+#: A terminal escape sequence (CSI and OSC), which cotainr writes even into a pipe.
 _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 
@@ -126,8 +123,7 @@ class CommandFailed(ContainersError):
         if self.returncode is not None:
             text += f" failed (exit {self.returncode})"
         worth = [plain(ln).strip() for ln in self.output if plain(ln).strip()]
-        # a FATAL line says what went wrong; an error line (a wrapper's traceback ends in one)
-        # only that something did
+        # a FATAL line says what went wrong; an error line (ending a traceback) that something did
         fatal = [ln for ln in worth if "FATAL" in ln]
         errors = [ln for ln in worth if ("ERROR" in ln or "rror:" in ln) and "FATAL" not in ln]
         flagged = fatal or errors

@@ -1,8 +1,7 @@
 """File primitives every stage shares: atomic writes, fsync, hashing, symlink swaps.
 
-Every file is written to a temp name in its folder, fsynced and renamed, so a reader sees the
-old content or the new; a destination that is not a regular file of the user's, or a way to it
-someone else could change, is refused first (root cannot be made to overwrite ``/etc/passwd``)."""
+A file is written to a temp name beside it, fsynced and renamed (old content or new); a target
+not a regular file of the user's, or a way others could change, is refused (``/etc/passwd``)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from typing import BinaryIO, Callable, Iterator
 
 from containers.errors import StateError, WriteRefused
 
-COPY_CHUNK = 8 << 20
 _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISLNK, "a link"))
@@ -38,9 +36,8 @@ def _check_regular(info: os.stat_result, limit: float = float("inf")) -> None:
 
 
 def read_regular(path: Path, *, limit: int) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes: checked before
-    the (non-blocking) open and again on the descriptor, so a FIFO or device swapped in never
-    blocks or grows the read. :class:`FileRefused`, or ``OSError``."""
+    """The bytes of regular file ``path`` of at most ``limit`` bytes, checked before the open
+    and on the descriptor: a FIFO or device swapped in never blocks or grows the read."""
     _check_regular(os.stat(path), limit)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -100,9 +97,8 @@ def read_regular_json(path: Path, *, limit: int = RESULT_LIMIT) -> object:
 
 def read_json_state(path: Path, *, limit: int, missing: object, unreadable: str,
                     invalid: str) -> object:
-    """The JSON value of a state file (a catalogue, a build record), ``missing`` when there is
-    none; any other failure a :class:`StateError` worded by ``unreadable`` (``{exc}``) or
-    ``invalid`` (``{detail}``)."""
+    """The JSON value of a state file (a catalogue), ``missing`` when none; any other failure a
+    :class:`StateError` worded by ``unreadable`` (``{exc}``) or ``invalid`` (``{detail}``)."""
     try:
         return read_regular_json(path, limit=limit)
     except FileNotFoundError:
@@ -115,8 +111,7 @@ def read_json_state(path: Path, *, limit: int, missing: object, unreadable: str,
 
 
 def read_json_object(path: Path, *, limit: int = RESULT_LIMIT) -> dict | None:
-    """The JSON object in ``path``, or None: a killed run leaves files cut short, and one bad
-    file must not stop the judging of the others."""
+    """The JSON object in ``path``, or None (a killed run's cut file must not stop the judging)."""
     try:
         value = read_regular_json(path, limit=limit)
     except (OSError, ValueError):
@@ -185,10 +180,9 @@ def _repointable(link: str, info: os.stat_result, folder: os.stat_result) -> str
 
 
 def unsafe_way(path: Path) -> str | None:
-    """Why what is written at or in ``path`` could land where someone else chooses, else None:
-    walked as the kernel walks it, no folder on the way may be world-writable without the
-    sticky bit, and no link another user's in a world-writable folder (whatever the machine's
-    ``fs.protected_symlinks``)."""
+    """Why a write at or in ``path`` could land where someone else chooses (walked as the kernel
+    does: a world-writable folder without the sticky bit, or another user's link in a
+    world-writable folder, whatever ``fs.protected_symlinks`` says), else None."""
     todo = list((Path.cwd() / path).parts[1:])  # ".." after a link is the kernel's to read
     here, links = "/", 0
     while True:
@@ -273,7 +267,6 @@ def temp_name(path: Path, kind: str = "tmp") -> Path:
 
 
 def _owner(uid: int) -> str:
-    """``alice (uid 1000)``, or ``uid 1000`` when the uid has no name here."""
     import pwd
 
     try:
@@ -289,9 +282,8 @@ def refuse_unsafe_way(path: Path) -> None:
 
 
 def refuse_replacing(path: Path, *, doing: str = "replace") -> None:
-    """:class:`WriteRefused` when the way to ``path`` is unsafe, or ``path`` exists and is not
-    a regular file of ours (a link judged as itself), root running or not: every writer comes
-    here before it makes a temp or a folder."""
+    """:class:`WriteRefused` when the way to ``path`` is unsafe, or it exists and is not a regular
+    file of ours (root or not): every writer asks before it makes a temp or a folder."""
     refuse_unsafe_way(path)
     try:
         info = os.lstat(path)
@@ -396,12 +388,11 @@ def sha256_file(path: Path, *, progress: Callable[[int], None] | None = None) ->
     return digest.hexdigest()
 
 
-def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = COPY_CHUNK,
+def copy_hashing(source: Path, dest: Path, *, mode: int = 0o644, chunk: int = 8 << 20,
                  after_chunk: Callable[[], None] | None = None,
                  progress: Callable[[int], None] | None = None) -> str:
-    """Copy ``source`` to a new file ``dest`` born with ``mode``, fsynced; the sha256 of the
-    bytes read, so the copy is checked in the pass that makes it. ``after_chunk``: a
-    fault-injection hook."""
+    """Copy ``source`` to a new file ``dest`` born with ``mode``, fsynced; the sha256 of the bytes
+    read, checked in the pass that makes it (``after_chunk``: a fault-injection hook)."""
     refuse_replacing(dest)
     digest = hashlib.sha256()
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)

@@ -1,8 +1,5 @@
-"""The one place the engine loads files of ``jobs/`` (by path): the edges from the host into the
-scripts that run inside the images.
-
-``jobs/`` is not a package (in an image its scripts import each other as siblings), and the
-host must read the very files a run binds."""
+"""The one place the engine loads files of ``jobs/``, by path: it is not a package (in an image
+its scripts import each other as siblings), and the host must read the very files a run binds."""
 
 from __future__ import annotations
 

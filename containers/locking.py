@@ -1,8 +1,7 @@
 """Advisory file locks, so two builds (or publishes) of the same thing never interleave.
 
 The kernel drops a ``flock`` when its holder dies, however it dies, so a lock nobody holds tells
-a sweep that what it protects has no live owner; the holder's PID says whose a leftover was.
-"""
+a sweep that what it protects has no live owner; the holder's PID says whose a leftover was."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def acquire(path: Path, *, on_wait: Callable[[], None] | None = None,
             if on_wait is not None:
                 on_wait()
             fcntl.flock(fd, mode)
-        # the PID goes only into a lock file of ours with one name: never into another user's
-        # file or a hard link planted as the lock (it is still locked: that needs no write)
+        # the PID goes only into a file of ours with one name (never a planted hard link)
         if not shared and info.st_uid == os.geteuid() and info.st_nlink == 1:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -1,8 +1,5 @@
-"""Progress of long operations, for people at a terminal only.
-
-Where stdout is not a terminal (a job's log, CI, a pipe) nothing is drawn: a log gets the plain
-lines the operation says anyway, not a stream of redraws.
-"""
+"""Progress of long operations, for people at a terminal only: a job's log, CI or a pipe gets
+the plain lines the operation says anyway, not a stream of redraws."""
 
 from __future__ import annotations
 
@@ -21,7 +18,7 @@ Show = Callable[[str], None]
 @contextmanager
 def byte_progress(description: str, total: int) -> Iterator[Advance]:
     """An ``advance(nbytes)`` for ``total`` bytes: a bar on a terminal, a no-op elsewhere."""
-    if not is_terminal():  # progress is drawn only where stdout is a terminal
+    if not is_terminal():
         yield lambda count: None
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
@@ -32,9 +29,8 @@ def byte_progress(description: str, total: int) -> Iterator[Advance]:
 
 @contextmanager
 def phase_line(description: str) -> Iterator[Show]:
-    """A ``show(phase)`` for a long command: one live line ``<description>: <phase>`` with a
-    spinner and the time elapsed on a terminal; a no-op elsewhere."""
-    if not is_terminal():  # progress is drawn only where stdout is a terminal
+    """A ``show(phase)``: a live line ``<description>: <phase>`` on a terminal, else a no-op."""
+    if not is_terminal():
         yield lambda phase: None
         return
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),

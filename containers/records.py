@@ -1,8 +1,6 @@
-"""The records that cross modules: frozen pydantic models, one reader and one writer each.
-
-Strictly typed (numbers finite, sizes not negative); keys a newer version added are kept and
-written back; a newer version or a wrong type is refused in one line naming file and key.
-"""
+"""The records that cross modules: frozen pydantic models, one reader and one writer each,
+strictly typed; keys a newer version added are kept and written back; a newer version or a
+wrong type is refused in one line naming file and key."""
 
 from __future__ import annotations
 
@@ -116,8 +114,7 @@ class BuildRecord(Record):
     pip_freeze: Optional[list[str]] = None
     #: The image's Python (None: it has none; absent: not recorded).
     python: Text = None
-    #: How the image was made: ``full`` (an Apptainer build), or the sha256 of the earlier
-    #: image whose kept root it was rebuilt from (containers/image/rebuild.py).
+    #: How the image was made: ``full``, or the sha256 of the image whose kept root it rebuilt.
     made_from: Text = None
 
 
@@ -130,8 +127,7 @@ class JobRecord(Record):
     target: str
     site: str
     workload: str
-    #: The request's words (a count, or text from an older job): checked as the request is
-    #: made again from them.
+    #: A count, or an older job's text: checked as the request is made again from them.
     nodes: int | str
     gpus_per_node: int | str
     launcher: Text = None
@@ -246,8 +242,7 @@ class Checks(Model):
     smoke: Optional[SmokeSummary] = None
     #: What an image without torch was published on instead of a collective proof.
     proof: Text = None
-    #: The passing ``invoke run`` of this image that proved it, where its build ran no %test
-    #: (and where its ``status.json`` was: ``file``).
+    #: The passing ``invoke run`` that proved an image whose build ran no %test (``file``: where).
     run: Optional[RunStatus] = None
 
 
@@ -363,7 +358,6 @@ class SmokeReport(RunReport):
     collectives: dict[str, OpSummary] = {}
 
     def rows(self, op: str | None = None) -> list[Row]:
-        """The rows, of one op when named."""
         return [row for row in self.results if op is None or row.op == op]
 
     def wrong(self, op: str | None = None) -> int:

@@ -166,7 +166,6 @@ def comment(text: str) -> str:
 
 
 def commenting(say: Say) -> Say:
-    """``say`` for the prose of a dry run: each line a shell comment (:func:`comment`)."""
     return lambda line: say(comment(line))
 
 

@@ -1,8 +1,7 @@
 """Names no other run can have: a results folder or a script file claimed exclusively.
 
 Runs are named by the second they start, so the name is claimed with an exclusive create
-(atomic on NFS and Lustre too): the first run gets ``<stem>``, the next ``<stem>-2``, ...
-"""
+(atomic on NFS and Lustre too): the first run gets ``<stem>``, the next ``<stem>-2``, ..."""
 
 from __future__ import annotations
 
@@ -37,7 +36,6 @@ def claim_folder(parent: Path, stem: str) -> str:
 
 
 def claim_file(parent: Path, stem: str, suffix: str) -> Path:
-    """Claim the empty file ``parent/<stem>[-N]<suffix>`` exclusively."""
     def create(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
     name = _claim(parent, stem, suffix, create, doing="create the file", what="files")

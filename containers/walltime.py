@@ -1,8 +1,7 @@
 """Wall-clock time limits as batch schedulers write them, read into seconds and back.
 
 One parser for every time rule, in Slurm's forms (PBS's is one of them). Zero is refused:
-schedulers read it as "no limit" or refuse it, and neither is what a user meant.
-"""
+schedulers read it as "no limit" or refuse it, and neither is what a user meant."""
 
 from __future__ import annotations
 

@@ -61,8 +61,7 @@ class Machine:
     """What a run started on this machine can use; None where it is not known."""
 
     cores: int | None = None
-    #: Bytes of memory available to new processes (the smaller of the kernel's estimate and
-    #: what this process's cgroup still allows).
+    #: Bytes of memory new processes can have (the kernel's estimate, or the cgroup's if less).
     memory: int | None = None
     #: GPU device files of the kind the run uses (0: none visible here).
     gpus: int | None = None
@@ -75,15 +74,13 @@ class Machine:
 CPU_RANKS_PER_CORE = 4
 #: Memory one rank's process holds besides its message buffers (Python, torch, gloo).
 RANK_OVERHEAD = 512 << 20
-#: Buffers of the largest message size the collective benchmark holds per rank, whatever its
-#: ``--op`` (its input, its output and the expected result it checks against).
+#: Buffers of the largest size the benchmark holds per rank, any ``--op``: in, out, expected.
 BUFFERS_PER_RANK = 3
 
 
 def fit_problem(*, ranks: int, largest: int | None, gpu: Gpu, machine: Machine) -> str | None:
-    """Why ``ranks`` ranks holding ``BUFFERS_PER_RANK`` messages of ``largest`` bytes cannot
-    run on ``machine`` (one line naming the flag), else None: CPU ranks against cores and
-    memory, GPU ranks against the GPUs and their memory; ``largest`` None: ranks only."""
+    """Why ``ranks`` ranks holding ``BUFFERS_PER_RANK`` messages of ``largest`` bytes (None:
+    ranks only) cannot run on ``machine``, in one line naming the flag; else None."""
     need = (BUFFERS_PER_RANK * largest) if largest else 0
     if gpu == Gpu.NONE:
         if machine.cores and ranks > machine.cores * CPU_RANKS_PER_CORE:

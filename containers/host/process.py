@@ -27,8 +27,7 @@ from containers.errors import CommandFailed
 LineSink = Callable[[str], None]
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-#: How long the supervisor waits after SIGTERM before SIGKILL when the tool is gone: short, as
-#: nobody waits for the result and a killed build must not outlive the tool by much.
+#: SIGTERM to SIGKILL when the tool is gone: short, as a killed build must not outlive it much.
 ORPHAN_GRACE = 2.0
 _ROOT = str(Path(__file__).resolve().parents[2])
 _SUPERVISOR = ("import sys; sys.path.insert(0, sys.argv[1]); "
@@ -115,7 +114,6 @@ def stop_tree(proc: subprocess.Popen, *, grace: float = 10.0) -> None:
 
 
 def _prctl(option: int, value: int) -> None:
-    """``prctl(option, value)``; an OSError when the kernel refuses."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(option, value, 0, 0, 0) != 0:
@@ -236,9 +234,8 @@ class Running:
 
 def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
           on_line: LineSink | None = None, grace: float = 10.0) -> Running:
-    """Start ``argv``, each output line (stdout and stderr merged) to ``on_line``. Its own
-    session: a terminal's Ctrl-C reaches us first and we stop the whole tree ourselves; under
-    :func:`supervise` nothing outlives a SIGKILL of the tool by more than :data:`ORPHAN_GRACE`."""
+    """Start ``argv`` in its own session (a terminal's Ctrl-C reaches us, and we stop its tree),
+    each output line (stdout and stderr merged) to ``on_line``."""
     argv = [str(a) for a in argv]
     if not _findable(argv[0], env):
         raise CommandFailed(f"command not found: {argv[0]}", argv=argv)

@@ -1,8 +1,7 @@
 """The container runtime: which binary, which flavour, and the argv of every call made to it.
 
 Sites run Apptainer or SingularityCE (LUMI: ``singularity`` 4.1.3); the container environment
-goes by ``--env``, which both accept, unlike their host-side variables' prefixes.
-"""
+goes by ``--env``, which both accept, unlike their host-side variables' prefixes."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from typing import Iterable, Mapping, Sequence
 from containers.errors import CommandFailed, RuntimeNotFound
 from containers.host.process import capture
 
-#: ``--bind`` splits its value at commas (several binds) and colons (source:destination:options),
-#: so a bound path cannot hold either; newlines cannot be written into a definition line.
+#: What a bound path cannot hold: ``--bind`` splits at commas and colons, a definition at newlines.
 BIND_SPECIALS = ",:\n"
 #: Apptainer expands a ``%files`` source as a shell word (it escapes spaces only), so these
 #: characters would be interpreted (variables, quotes, globs, operators) instead of copied.
@@ -27,18 +25,15 @@ FILES_SPECIALS = "$`\\'\"()&;|<>*?[]{}\t\n"
 
 @dataclass(frozen=True)
 class Flavour:
-    """What a runtime flavour does its own way: where its PGP keyring is (the first non-empty
-    of ``variables``, else ``folder`` in its configuration folder: the first of
-    ``config_variables``, else ``config`` in the home, ``$HOME`` first where ``home_from_env``)."""
+    """What a runtime flavour does its own way (:meth:`Runtime.keysdir` reads the keyring's)."""
 
     variables: tuple[str, ...]
     config_variables: tuple[str, ...]
     config: str
     folder: str
     home_from_env: bool
-    #: The variables it reads binds from, preferred first: Apptainer reads SINGULARITY_BIND only
-    #: where APPTAINER_BIND is unset, and with both set keeps APPTAINER_BIND alone ("have
-    #: different values, using the latter"; FACTS.md section 11).
+    #: The variables it reads binds from, preferred first: with both set, Apptainer keeps
+    #: APPTAINER_BIND alone ("have different values, using the latter"; FACTS.md section 11).
     bind_variables: tuple[str, ...]
     #: Whether it takes mksquashfs options from ``APPTAINER_MKSQUASHFS_ARGS`` (zstd, levels).
     mksquashfs_args: bool
@@ -46,17 +41,8 @@ class Flavour:
     singularity_link: bool
 
 
-#: Each flavour, by the name ``--version`` reports; its keyring as its own source has it. Apptainer:
-#: ``syfs.DefaultLocalKeyDirPath`` reads ``GetenvLegacy("KEYSDIR", "SYPGPDIR")``
-#: (APPTAINER_KEYSDIR, else the older SINGULARITY_SYPGPDIR), else ``ConfigDir()/keys``, where
-#: ConfigDir is APPTAINER_CONFIGDIR / SINGULARITY_CONFIGDIR, else ``$HOME/.apptainer`` (the
-#: account's home when HOME is unset):
-#: https://github.com/apptainer/apptainer/blob/main/pkg/syfs/syfs.go and
-#: https://github.com/apptainer/apptainer/blob/main/internal/pkg/util/env/env.go (GetenvLegacy);
-#: ``apptainer help key``: "local keyring: '~/.apptainer/keys' if 'APPTAINER_KEYSDIR' is not
-#: set". SingularityCE: ``sypgp.dirPath`` reads SINGULARITY_SYPGPDIR, else ``ConfigDir()/sypgp``,
-#: ConfigDir being SINGULARITY_CONFIGDIR, else the account's home ``/.singularity``:
-#: https://github.com/sylabs/singularity/blob/main/pkg/syfs/syfs.go and pkg/sypgp/sypgp.go.
+#: Each flavour, by the name ``--version`` reports; its keyring as its own source finds it
+#: (Apptainer's pkg/syfs/syfs.go, SingularityCE's pkg/sypgp/sypgp.go: docs/publishing.md).
 FLAVOURS = {
     "apptainer": Flavour(("APPTAINER_KEYSDIR", "SINGULARITY_SYPGPDIR"),
                          ("APPTAINER_CONFIGDIR", "SINGULARITY_CONFIGDIR"), ".apptainer", "keys",
@@ -74,9 +60,8 @@ def first_set(environ: Mapping[str, str], names: Iterable[str]) -> str:
 
 
 def build_arg(key: str, value: str) -> str:
-    """``KEY=VALUE`` as ``--build-arg`` reads it: the flag's value is a CSV record (several
-    arguments per flag), so a pair holding a comma, a double quote or a newline is CSV-quoted;
-    any other pair (spaces included) is passed unchanged."""
+    """``KEY=VALUE`` as ``--build-arg`` reads it: the flag's value is a CSV record, so a pair
+    holding a comma, a double quote or a newline is CSV-quoted (spaces pass unchanged)."""
     pair = f"{key}={value}"
     if any(c in pair for c in ',"\r\n'):
         return '"' + pair.replace('"', '""') + '"'

@@ -1,8 +1,7 @@
 """A real Slurm cluster on this machine: Debian's slurm-wlm and munge, nodes that are all this host.
 
-All it makes lives in one folder reached through ``SLURM_CONF``, so the machine's own Slurm and
-munge are never touched; it stops only processes it recognises as its own.
-"""
+All it makes lives in one folder reached through ``SLURM_CONF``, never the machine's own Slurm
+and munge; it stops only processes it recognises as its own."""
 
 from __future__ import annotations
 
@@ -35,14 +34,11 @@ STATE_FILE = "cluster.json"
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd")
 #: What a site-shaped cluster with QoS needs besides: Slurm enforces QoS only with accounting.
 ACCOUNTING_PACKAGES = ("mariadb-server", "slurmdbd")
-#: Slurm 22.05's persistent connections to slurmdbd (slurmctld's, sacctmgr's) ignore
-#: ``AuthInfo=socket=`` and use munge's default socket, /run/munge/munge.socket.2: such a process
-#: runs in a private mount namespace where that path leads to the cluster's own munged (``$1``),
-#: so the machine's /run is never touched.
+#: Slurm 22.05's slurmdbd connections ignore ``AuthInfo=socket=`` (docs/local-slurm.md): such a
+#: process runs where munge's default socket path leads to the cluster's munged (``$1``).
 _MUNGE_NAMESPACE = ('mount -t tmpfs tmpfs /run && mkdir /run/munge && '
                     'ln -s "$1" /run/munge/munge.socket.2 && shift && exec "$@"')
-#: Seconds a status call (sinfo, squeue) may take: a controller that does not answer must not
-#: hold ``--status`` or ``--stop``.
+#: Seconds a status call (sinfo, squeue) may take: a dead controller must not hold ``--stop``.
 CLIENT_TIMEOUT = 10
 
 
@@ -68,8 +64,7 @@ class SlurmCluster:
     nodes: tuple[str, ...] = ("n1", "n2")
     node_addr: str = "127.0.0.1"
     pids: dict[str, int] = field(default_factory=dict)
-    #: Each daemon's start time (``psutil``'s ``create_time``), where recorded: a PID reused
-    #: since by another process of the same program and argv is told apart by it.
+    #: Each daemon's start time (psutil's ``create_time``): tells a reused PID apart.
     started: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -144,7 +139,6 @@ def _prepare(root: Path) -> tuple[Path, Path]:
 
 
 def _as_munge(argv: list[str]) -> None:
-    """Run ``argv`` as the munge user; a failure is one CommandFailed line."""
     full = ["runuser", "-u", "munge", "--", *argv]
     result = subprocess.run(full, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
@@ -219,7 +213,6 @@ def _start_accounting(cluster: SlurmCluster, timeout: float = 60) -> None:
 
 
 def _until(ready: Callable[[], bool], timeout: float, what: str, root: Path) -> None:
-    """Wait until ``ready()``; else a StateError with the cluster's logs."""
     deadline = time.monotonic() + timeout
     while not ready():
         if time.monotonic() > deadline:
@@ -236,7 +229,6 @@ def _recorded(cluster: SlurmCluster, name: str, pid: int) -> None:
 
 
 def _program(name: str) -> str:
-    """The program a record's daemon ``name`` runs: ``slurmd-n1`` -> ``slurmd``."""
     return "slurmd" if name.startswith("slurmd-") else name
 
 
@@ -281,9 +273,8 @@ def daemons(cluster: SlurmCluster) -> dict[str, psutil.Process]:
 
 
 def steps(cluster: SlurmCluster) -> list[psutil.Process]:
-    """The cluster's running job steps: each root ``slurmstepd`` holding a socket in its
-    folder (slurmd re-parents them to init) and every process under it, never the caller or
-    one of its parents (a stop run from inside a job)."""
+    """Each root ``slurmstepd`` with a socket in the cluster's folder, and its tree, but never
+    the caller or its parents (a stop run from inside a job)."""
     program = shutil.which("slurmstepd")
     if not program:
         return []
@@ -323,8 +314,7 @@ def save(cluster: SlurmCluster) -> Path:
 
 
 def check_folder(root: Path) -> None:
-    """A :class:`StateError` when the cluster's folder or record is not the user's alone, or a
-    way to it someone else could change."""
+    """A :class:`StateError` unless the cluster's folder and record, and the way, are the user's."""
     for path in (root, root / STATE_FILE):
         try:
             why = not_yours_alone(path, os.lstat(path))

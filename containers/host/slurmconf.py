@@ -1,8 +1,5 @@
-"""The slurm.conf of a cluster on this machine, in one of two shapes.
-
-:func:`two_node_conf` for the tests' batch jobs; :func:`site_conf_writer` shaped like a site
-profile, so a job the site would refuse is refused here by Slurm itself.
-"""
+"""The slurm.conf of a cluster on this machine: :func:`two_node_conf` for the tests' batch jobs,
+or :func:`site_conf_writer`'s shaped like a site profile, so Slurm refuses what the site would."""
 
 from __future__ import annotations
 
@@ -76,10 +73,9 @@ def two_node_conf(root: Path, ports: list[int], munge_socket: Path) -> Path:
     return conf
 
 
-#: A job the site would refuse at submission is refused by slurmctld itself, by a job_submit/lua
-#: filter as sites' own are: one naming no account or another (partition ``AllowAccounts``
-#: cannot do it without slurmdbd: 22.05 then refuses every job, or, with EnforcePartLimits=NO,
-#: none), one without a constraint the site requires (of GPU jobs: GPUs asked per node or job).
+#: slurmctld refuses what the site would by a job_submit/lua filter, as sites do: a job naming
+#: no account or another (``AllowAccounts`` needs slurmdbd: 22.05 then refuses every job, or none
+#: with EnforcePartLimits=NO), or without a constraint the site requires (GPU jobs: GPUs asked).
 _SUBMIT_FILTER = """\
 function slurm_job_submit(job_desc, part_list, submit_uid)
 {checks}    return slurm.SUCCESS
@@ -140,9 +136,8 @@ def site_node_names(site: Site) -> tuple[str, ...]:
 
 def _site_node_lines(site: Site, root: Path, names: Sequence[str],
                      ports: Sequence[int]) -> tuple[list[str], list[str]]:
-    """slurm.conf's node lines and gres.conf's: the site's cores, memory (the largest
-    ``allocatable_gb``, so Slurm refuses a job asking more) and GPUs (on stand-in character
-    devices: slurmd counts only GPUs that have a File)."""
+    """slurm.conf's and gres.conf's node lines: the site's cores, memory (the largest
+    ``allocatable_gb``, refusing more) and GPUs (stand-ins: slurmd counts only GPUs with a File)."""
     gpus, gpu_type = site.gpus.per_node, gres_type(site)
     memory_mb = _node_memory_mb(site)
     features = ",".join(required_features(site))
@@ -171,9 +166,8 @@ def _node_memory_mb(site: Site) -> int:
 
 
 def _accounting(site: Site, root: Path, dbd_port: int, munge_socket: Path) -> list[str]:
-    """Slurm enforces a site's QoS only with accounting: slurm.conf's lines for slurmdbd, the
-    slurmdbd.conf beside it, and ``accounting.json``: the sacctmgr calls that make the cluster,
-    the account, each QoS with its limits (DenyOnLimit) and this user."""
+    """Slurm enforces a site's QoS only with accounting: slurmdbd's slurm.conf lines and conf, and
+    ``accounting.json``'s sacctmgr calls (cluster, account, each QoS with DenyOnLimit, user)."""
     if not site.qos:
         return []
     atomic_write_text(root / "slurmdbd.conf", "\n".join([
@@ -203,8 +197,8 @@ def site_conf_writer(site: Site) -> ConfWriter:
         names = site_node_names(site)
         lines = [*base_lines(root, ports[0], ports[1], munge_socket, memory=True),
                  "GresTypes=gpu", "SlurmdParameters=config_overrides",
-                 # As the sites do: a job beyond a partition's limits is refused at submission
-                 # (without it, Slurm queues it to wait forever: PartitionTimeLimit).
+                 # as sites do; else a job over a partition's limits waits forever
+                 # (PartitionTimeLimit)
                  "EnforcePartLimits=ALL"]
         nodes, gres = _site_node_lines(site, root, names, ports[1:])
         lines += nodes

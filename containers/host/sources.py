@@ -1,8 +1,7 @@
 """What a build inherits from the build host: its Debian mirror, pip configuration and CA certs.
 
 Sites run local mirrors and TLS-intercepting proxies, so the project never names a package
-registry itself: pip's sources are what ``pip config list`` says (``PIP_*`` variables included).
-"""
+registry itself: pip's sources are what ``pip config list`` says (``PIP_*`` variables included)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ _SCOPES = ("global", "user", "site", ":env:")
 
 def debian_mirror(suite: str = "bookworm", *, sources_dir: Path = aptsources.SOURCES_DIR,
                   sources_list: Path = aptsources.SOURCES_LIST) -> str:
-    """The host's Debian mirror URI serving ``suite``, by the rules of :mod:`.aptsources` (the
-    parser ``scripts/install-apptainer.sh`` uses too)."""
+    """The host's Debian mirror URI serving ``suite``, by :mod:`.aptsources`' rules."""
     mirror = aptsources.find_mirror(aptsources.read_sources(sources_dir, sources_list), suite)
     if mirror is None:
         raise ConfigError(f"no Debian mirror for '{suite}' in the host's apt sources; pass one "
@@ -54,8 +52,7 @@ class PipConfig:
             if parsed.scheme not in ("file", ""):
                 continue
             local = Path(unquote(parsed.path) if parsed.scheme else location).resolve()
-            # A PEP 503 index folder named "simple" links its files relative to itself
-            # ("../files/x.whl"), so the folder above it must be visible too.
+            # a PEP 503 "simple" folder links its files relative to itself (../files/x.whl)
             if location in indexes and local.name == "simple":
                 local = local.parent
             if local.exists():
@@ -74,9 +71,8 @@ class PipConfig:
         return "\n".join(["[global]", *lines]) + "\n"
 
     def uv_toml(self) -> str:
-        """The same package sources for uv, which reads no ``pip.conf``. pip weighs every index
-        alike, uv by default only the first that has the package: ``unsafe-best-match`` is pip's
-        way. The certificate, timeout and proxy reach uv from ``pip.conf`` (the install script)."""
+        """The same sources for uv, which takes its certificate, timeout and proxy from ``pip.conf``
+        (the install script); ``unsafe-best-match``: every index weighed alike, as pip does."""
         settings = {"index-url": self.index_url, "extra-index-url": list(self.extra_index_urls),
                     "find-links": list(self.find_links),
                     "allow-insecure-host": list(self.trusted_hosts), "no-index": self.no_index,

@@ -1,9 +1,7 @@
 """An image's real architecture, read from its files, and whether this host can run another one.
 
 Apptainer's ``build-arch`` label names the build host (apptainer/apptainer#2774), so the ELF
-header of a program in the image is read (from outside, in its squashfs, where it can be) and
-recorded in the build record, which every guard trusts.
-"""
+header of a program in the image is read (from outside where it can be) into its build record."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ if TYPE_CHECKING:
     from containers.inputs.recipes import Target
     from containers.inputs.sites import Site
 
-#: e_machine values (ELF specification / Linux ``include/uapi/linux/elf-em.h``) -> arch names as
-#: ``uname -m`` prints them (the names recipes' ``arch:`` uses).
+#: ELF e_machine values (Linux ``include/uapi/linux/elf-em.h``) -> ``uname -m``'s (``arch:``'s).
 E_MACHINE = {0x3E: "x86_64", 0xB7: "aarch64", 0x03: "i386", 0x28: "arm", 0x15: "ppc64le",
              0xF3: "riscv64", 0x16: "s390x"}
 #: Debian's name for each architecture (debootstrap ``--arch``, binfmt ``qemu-*`` entries).
@@ -37,8 +34,7 @@ PROBE = 'head -c 64 "$(readlink -f /bin/sh)" | od -An -v -tx1'
 PROGRAMS = ("bin/sh", "usr/bin/python3", "usr/bin/env", "bin/busybox")
 #: Folders whose first ELF program decides when none of :data:`PROGRAMS` is there (scratch).
 PROGRAM_DIRS = ("bin/", "usr/bin/", "sbin/", "usr/sbin/", "usr/local/bin/", "")
-#: One file's first bytes, as hex, from a squashfs at an offset of the SIF (no shell string:
-#: the values are sh's positional arguments).
+#: One file's first bytes, as hex, from the SIF's squashfs (values as positional arguments).
 _CAT = 'unsquashfs -o "$1" -cat "$2" "$3" 2>/dev/null | head -c 64 | od -An -v -tx1'
 _LISTED = re.compile(r"^(\S)\S{9} \S+ +.+? \d{4}-\d\d-\d\d \d\d:\d\d squashfs-root/(.*)$")
 
@@ -160,9 +156,8 @@ def resolve(entries: dict[str, str | None], path: str, hops: int = 40) -> str | 
 
 
 def _outside_arch(runtime: Runtime, image: Path | str, at: int | None) -> str:
-    """:func:`image_arch` from the SIF's squashfs, read from outside: a named program found in
-    a listing of the program folders alone (~0.3 s less than all of a 36k-entry root), else
-    the first ELF program of the whole listing."""
+    """:func:`image_arch` from the SIF's squashfs: a named program in a listing of the program
+    folders (~0.3 s less than a 36k-entry root's), else the whole listing's first ELF program."""
     offset = str(squashfs_offset(runtime, image) if at is None else at)
     folders = [folder.rstrip("/") for folder in PROGRAM_DIRS if folder]
     for only in (folders, []):

@@ -1,9 +1,6 @@
 """Executing a :class:`~containers.image.plan.BuildPlan`: stage, build, test, record, rename.
 
-An image appears under its final name only after its build and test passed. Each build works
-in a folder holding an owner lock; what a SIGKILL leaves has no live owner and the next build
-sweeps it.
-"""
+Only a built and tested image gets its final name; a killed build's work (no owner) is swept."""
 
 from __future__ import annotations
 
@@ -46,8 +43,7 @@ OWNER_LOCK = ".owner.lock"
 UNOWNED_AGE = 6 * 3600
 #: ``<target>-<12 hex>`` (the plan's name; an older build's folder) plus mkdtemp's ending.
 _WORKDIR = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9._+-]*-[0-9a-f]{12}(-[A-Za-z0-9_]{8})?\Z")
-#: A partial image, ``.<target>.sif.<12 hex>.partial`` (the plan's name for it); the fixed-length
-#: ending makes the target unambiguous, even for a target named like ``x.sif``.
+#: A partial image ``.<target>.sif.<12 hex>.partial``: its fixed-length ending names the target.
 _PARTIAL = re.compile(r"\.(?P<target>.+)\.sif\.[0-9a-f]{12}\.partial\Z")
 _PHASES = (
     (re.compile(r"Running (\w+) scriptlet"), None),
@@ -100,9 +96,8 @@ def _stage(step: BuildStep) -> None:
 
 
 def _partials(images_dir: Path) -> list[tuple[Path, str]]:
-    """The partial images in ``images_dir``, each with the target :data:`_PARTIAL` reads in its
-    name. A glob ``.<target>.sif.*.partial`` would also take target ``<target>.sif``'s partial
-    (``.<target>.sif.sif.<hash>.partial``), perhaps while that build is writing it."""
+    """The partial images in ``images_dir``, with their targets: a glob ``.<target>.sif.*.partial``
+    would also take target ``<target>.sif``'s (perhaps while its build writes it)."""
     return [(path, match.group("target")) for path in sorted(images_dir.glob(".*.partial"))
             if (match := _PARTIAL.match(path.name))]
 
@@ -160,7 +155,6 @@ def has_residue(settings: Settings) -> bool:
 
 
 def _sweep(step: BuildStep, say: Say) -> None:
-    """Remove this target's stale partials and every work folder whose owner is gone."""
     for stale in stale_partials(step):
         say(f"removing leftover partial image of a killed build: {stale}")
         stale.unlink(missing_ok=True)
@@ -209,9 +203,8 @@ def work_folder(step: BuildStep) -> Iterator[BuildStep]:
 
 def _stream(step: BuildStep, label: str, say: Say,
             show: Callable[[str], None] = lambda phase: None) -> Callable[[str], None]:
-    """Each output line, prefixed with target, phase and elapsed time, without escape codes
-    (cotainr writes colour into a pipe); a Python traceback is folded to one line (its last
-    line, the exception, follows, and the tool's error line names what failed)."""
+    """Each output line with target, phase and elapsed time, without escape codes (cotainr
+    writes colour into a pipe); a Python traceback folded to its exception line."""
     started = time.monotonic()
     state = {"phase": label, "traceback": 0}
 
@@ -246,7 +239,6 @@ def serial(say: Say) -> Say:
 
 
 def build_record(step: BuildStep, *, runtime: Runtime, seconds: float) -> dict:
-    """The record of ``step``'s built and tested ``.partial`` image."""
     labels = provenance.labels_of(runtime, step.partial)
     own = {key.removeprefix(provenance.LABEL_PREFIX): value for key, value in step.labels.items()}
     return {
@@ -312,7 +304,6 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
                 run(step.build_argv, env=env, on_line=_stream(step, "build", say, show)).check(
                     f"{step.target.builder} build of {step.target.name}")  # cotainr's: own
         record, extra = _tested(step, runtime=runtime, env=env, say=say, examine=examine)
-        # how the image was made: in full, or from the kept root of the image with this sha256
         record["made_from"] = made_from or "full"
         if kept is not None:
             kept.keep(step, runtime, record["sha256"])
@@ -328,9 +319,8 @@ def _build_in(step: BuildStep, *, runtime: Runtime, say: Say,
 def _tested(step: BuildStep, *, runtime: Runtime, env: dict[str, str], say: Say,
             examine: Examine | None) -> tuple[dict, dict[str, str]]:
     """The built ``.partial`` image tested, read and examined: its record and added files."""
-    # The image's own %test and the tool's reading of it (arch, probe) are independent execs
-    # of the finished image: they run side by side (~3 s of a rebuild here). A failed test is
-    # the verdict reported, whatever the reading found; an interrupt stops both.
+    # %test and the tool's reading (arch, probe) are independent execs, run side by side (~3 s
+    # of a rebuild here); a failed test is the verdict, whatever was read; an interrupt stops both
     test, say = None, serial(say)
     if step.test_argv:
         say(f"==> testing {step.target.name}")
@@ -340,12 +330,10 @@ def _tested(step: BuildStep, *, runtime: Runtime, env: dict[str, str], say: Say,
         record = build_record(step, runtime=runtime, seconds=0.0)
         offset = squashfs_offset(runtime, step.partial)  # one `sif list` serves both readings
         record["arch"] = checked_arch(step, runtime, offset)
-        # Apptainer's org.label-schema.build-arch names the build host (apptainer#2774): the
-        # tool's own label carries the architecture read from the image's files.
+        # build-arch names the build host (apptainer#2774): the tool's label has the files' arch
         record["labels"][provenance.LABEL_PREFIX + "arch"] = record["arch"]
         record["squashfs"] = image_compression(runtime, step.partial, offset)  # what reads it
-        # The caller's last test of the built image (site fit), and the files it adds (SBOM):
-        # it reads the image with its python, so an image without one is kept unexamined.
+        # examine (site fit, SBOM) reads the image with its python: one without is unexamined
         record["python"] = image_python(runtime, step.partial)
         if record["python"] is None:
             say(f"==> {step.target.name}: the image has no Python 3 (python3): not probed (no "
@@ -388,7 +376,6 @@ def checked_arch(step: BuildStep, runtime: Runtime, offset: int | None = None) -
 
 def execute(plan: BuildPlan, *, runtime: Runtime, say: Say,
             examine: Examine | None = None) -> list[dict]:
-    """Build every pending step in order; stop at the first failure."""
     records = []
     with sigterm_as_exit():
         for step in plan.steps:

@@ -1,11 +1,8 @@
 """The package cache builds share: what pip and debootstrap fetched (or pip built), kept on the
-build host so the next build of an image whose env spec changed by one package does not fetch
-everything again.
+build host so a build whose env spec changed by one package does not fetch everything again.
 
-Never inside an image and never part of an inputs hash: a build with the cache, without it
-(``invoke build --no-cache``) or with someone else's installs the same files. How each builder
-reaches it is in docs/building.md; why it must be the user's alone and how builds share it
-safely, in docs/architecture.md (The package cache)."""
+Never in an image nor an inputs hash: a build with it, without it (``--no-cache``) or with
+someone else's installs the same files (docs/building.md, docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -27,16 +24,11 @@ from containers.locking import acquire, release
 
 #: The tool's own folder under ``$XDG_CACHE_HOME`` (the project's package name).
 TOOL_NAME = "hpc-containers"
-#: Where the pip cache appears inside an Apptainer build: a folder of its own, which the
-#: definition's ``%setup`` makes with the other bind destinations (``HOST_PATHS``; a bind's
-#: destination must exist, and only an empty folder of that name stays in the image). Not
-#: ``/mnt``: that is where users bind their own folders, a local Conda channel among them.
+#: Where the pip cache appears in an Apptainer build (``%setup`` makes it from ``HOST_PATHS``); not
+#: ``/mnt``, the users' own binds' place (docs/building.md, as for the next).
 PIP_MOUNT = "/var/cache/containers-pip"
-#: Where it appears in cotainr's steps. cotainr runs each as ``singularity exec --writable``
-#: of its sandbox (cotainr/container.py), where Apptainer cannot make a missing mount point,
-#: so this is a folder every root has: ``/media``, which FHS 3.0 requires in ``/``
-#: (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s02.html) and builds leave alone;
-#: ``/mnt`` stays free for the user's own binds there.
+#: Where it appears in cotainr's ``exec --writable`` steps, which cannot make a mount point: a
+#: folder FHS 3.0 requires (https://refspecs.linuxfoundation.org/FHS_3.0/fhs/ch03s02.html).
 COTAINR_PIP_MOUNT = "/media"
 #: The staged build-context file that names the pip cache folder to the install script.
 PIP_MARKER = "pip-cache-dir"
@@ -49,8 +41,7 @@ SHIM = Path(__file__).resolve().parents[2] / "scripts" / "debootstrap-cached.sh"
 
 
 def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """``$XDG_CACHE_HOME/hpc-containers`` (``~/.cache/hpc-containers`` when unset), the XDG
-    place for a user's caches, which is never inside a project checkout or an image."""
+    """The XDG place for a user's caches, never in a checkout or an image (``~/.cache``)."""
     base = environ.get("XDG_CACHE_HOME", "").strip()
     root = Path(base) if base and Path(base).is_absolute() else Path("~/.cache").expanduser()
     return root / TOOL_NAME
@@ -62,8 +53,7 @@ def package_cache_dir(cache_dir: Path | None, environ: Mapping[str, str] = os.en
 
 @dataclass(frozen=True)
 class PackageCache:
-    """The package cache as a build plan sees it. A build never counts it (a walk of its files
-    costs seconds on a big one): ``invoke cache`` shows its parts and sizes."""
+    """The package cache as a plan sees it, never counted (a walk costs seconds: invoke cache)."""
 
     root: Path
     #: The group that shares the cache (``containers.cache_group``); None: this user's alone.
@@ -86,9 +76,8 @@ class PackageCache:
 
 
 def usage(folder: Path) -> tuple[int, int]:
-    """(bytes, files) of the regular files under ``folder`` (symlinks not followed); (0, 0)
-    when it does not exist. Files that vanish while we count (a concurrent pip) are skipped.
-    ``os.scandir`` reads the file types with the names, so only files cost a stat."""
+    """(bytes, files) of the regular files under ``folder``, links not followed; a file that
+    vanishes meanwhile (a concurrent pip) is skipped, and scandir spares folders a stat."""
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             return 0, 0
@@ -116,9 +105,8 @@ def usage(folder: Path) -> tuple[int, int]:
 
 def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "", keep_roots: bool = True,
                  environ: Mapping[str, str] = os.environ) -> PackageCache | None:
-    """The package cache a build will use (not yet counted), or None with ``use=False``.
-    Checked even with ``--no-cache`` when the setting names the folder, as Apptainer gets it as
-    its own cache. ``group``: ``containers.cache_group``, a cache a group shares on purpose."""
+    """The package cache a build will use, or None with ``use=False``: a folder the setting names
+    is checked even then, as Apptainer's own cache (``group``: ``containers.cache_group``)."""
     top = cache_dir or default_cache_dir(environ)
     if not use and cache_dir is None:
         return None
@@ -142,8 +130,7 @@ def gather_cache(cache_dir: Path | None, *, use: bool, group: str = "", keep_roo
 
 
 def cache_gid(group: str) -> int | None:
-    """The gid of ``containers.cache_group`` (None: a private cache); one line when there is no
-    such group or this user is not in it."""
+    """The gid of ``containers.cache_group`` (None: a private cache), a group this user is in."""
     if not group:
         return None
     try:
@@ -158,9 +145,8 @@ def cache_gid(group: str) -> int | None:
 
 
 def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
-    """What makes ``folder`` unsafe for a cache, as words after its name; None when it is
-    safe or does not exist yet. Private (``gid`` None): a folder of this user's that only it may
-    write. Shared: a folder of the cache group with the set-group-ID bit, not others'."""
+    """What makes ``folder`` unsafe for a cache, as words after its name (None: safe, or not made
+    yet): private, this user's alone; shared, the cache group's with set-group-ID, not others'."""
     try:
         info = folder.lstat()
     except FileNotFoundError:
@@ -183,12 +169,9 @@ def _folder_problem(folder: Path, *, uid: int, gid: int | None) -> str | None:
 
 
 def _ancestor_problem(top: Path, *, uid: int, gid: int | None) -> str | None:
-    """The first folder above ``top`` (as written and as it resolves) in which someone else
-    could rename ``top`` away and put their own in its place, as words after "is in": one
-    owned by another user (a folder's owner may rename what is in it, sticky bit or not, and
-    may change its mode), or one writable by a group without the sticky bit, unless that is the
-    cache's own group (``containers.cache_group``). Root's folders are trusted: root can do
-    anything anyway."""
+    """The first folder above ``top`` (as written and resolved) where others could put their own
+    in its place, as words after "is in": another user's (its owner may rename in it, sticky or
+    not) or one group-writable without the sticky bit but the cache group's; root's are trusted."""
     folders = dict.fromkeys([*top.parents, *Path(os.path.realpath(top)).parents])
     for folder in folders:
         try:
@@ -207,10 +190,9 @@ def _ancestor_problem(top: Path, *, uid: int, gid: int | None) -> str | None:
 
 def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
                   gid: int | None = None) -> str:
-    """Why the cache folder ``top`` (and with ``parts`` every folder the tool makes in it) is
-    not safe to trust, beginning with its name; empty: it is, or it does not exist yet.
-    pip never checks a wheel it built and cached again: someone who can write the cache could
-    choose what a build installs."""
+    """Why the cache folder ``top`` (with ``parts``, and the folders the tool makes in it) is not
+    safe, beginning with its name; empty: it is, or is not made yet. pip never checks a wheel it
+    cached again: whoever can write the cache could choose what a build installs."""
     uid = os.getuid() if uid is None else uid
     problem = _folder_problem(top, uid=uid, gid=gid)
     if problem:
@@ -232,9 +214,8 @@ def cache_problem(top: Path, *, parts: bool = True, uid: int | None = None,
 
 @contextmanager
 def in_use(cache: PackageCache | None) -> Iterator[None]:
-    """Hold the cache for a build: its folders made (this user's alone, or the cache group's
-    with the set-group-ID bit), a shared lock on :data:`LOCK` (a prune waits until the build
-    ends). Nothing for a build without the cache."""
+    """Hold the cache for a build: its folders made (the user's, or the group's set-group-ID),
+    and a shared lock on :data:`LOCK` that a prune waits for."""
     if cache is None:
         yield
         return
@@ -278,11 +259,8 @@ def prune(root: Path, *, on_wait: Callable[[], None] | None = None) -> tuple[int
 
 @dataclass(frozen=True)
 class RootKey:
-    """What names a kept root file system (:mod:`containers.image.rebuild`): every input of the
-    build but its env spec, and its base by content. The base may not be built when the plan is
-    made, so its sha256 is read from its build record when the build starts (:meth:`digest`).
-    A root is then only ever reused by a build of the same definition, arguments, scripts and
-    host folders on the very same base image."""
+    """What names a kept root file system: every build input but the env spec, and the base's
+    sha256, read from its record as the build starts (:meth:`digest`): planning may precede it."""
 
     parts: Mapping[str, object]
     base_record: Path | None = None

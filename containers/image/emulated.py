@@ -1,8 +1,7 @@
-"""What a process of another architecture needs from the host to run here under qemu-user.
-
-oneDNN in PyTorch's aarch64 wheels dies without sysfs's ``midr_el1``, absent under qemu-user on
-an x86_64 kernel, so every emulated exec binds over ``/sys/devices/system/cpu`` a folder that
-describes the CPUs as an aarch64 kernel would."""
+"""What a process of another architecture needs from the host to run here under qemu-user:
+oneDNN in PyTorch's aarch64 wheels dies without sysfs's ``midr_el1``, absent on an x86_64
+kernel, so every emulated exec binds over ``/sys/devices/system/cpu`` a folder that describes
+the CPUs as an aarch64 kernel would (docs/cuda-images.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """What an image is: its inputs, read and validated, and their hash.
 
 The inputs hash covers what decides the image's content (not host plumbing such as the mirror),
-the base target's hash included; an image whose recorded hash matches is not rebuilt.
-"""
+the base target's hash included; an image whose recorded hash matches is not rebuilt."""
 
 from __future__ import annotations
 
@@ -42,9 +41,8 @@ RESERVED_ARGS = (*PROVENANCE_ARGS, "BUILD_CONTEXT", "HOST_PATHS", "FOREIGN_ROOT"
 
 def reserved_arg_problems(target: Target, cli_args: Mapping[str, str]
                           ) -> list[ContainersError]:
-    """A problem for each build argument given that the tool fills itself (``BASE_IMAGE`` too
-    for a target on a base target); ``MIRROR`` stays open: where packages come from, not what
-    the image is."""
+    """A problem for each given build argument the tool fills itself (``BASE_IMAGE`` on a base
+    target); ``MIRROR`` stays open: it says where packages come from, not what the image is."""
     reserved = (*RESERVED_ARGS, "BASE_IMAGE") if target.base else RESERVED_ARGS
     why = ("the tool fills it (provenance or a staged path); it cannot be set")
     found: list[ContainersError] = [
@@ -67,8 +65,7 @@ def target_inputs(target: Target, definition: Definition | None, env: EnvSpec | 
         "arch": target.arch,
         "definition": definition.text if definition else None,
         "env": env.text if env else None,
-        # a BASE_IMAGE here was given by the user for a target with no base target (else it is
-        # refused as reserved): which image it is built on is part of what it is
+        # the user's BASE_IMAGE (no base target): what an image is built on is part of what it is
         "build_args": {k: v for k, v in sorted(user_args.items())
                        if (k not in CONTEXT_ARGS or k == "BASE_IMAGE")
                        and k not in PROVENANCE_ARGS},

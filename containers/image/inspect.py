@@ -1,8 +1,7 @@
 """What an image holds, read from the image itself: ``invoke inspect``'s facts.
 
 One ``apptainer exec`` of :mod:`containers.image.probe_script` reads everything from inside, no
-GPU needed; :func:`summary` is the flat stack ``inspect``, ``diff`` and the catalogue page show.
-"""
+GPU needed; :func:`summary` is the flat stack ``inspect``, ``diff`` and the catalogue page show."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def parse_probe(output: str) -> dict:
     raise ValueError("the probe printed no result")
 
 
-#: Facts already read in this process, by the image's sha256 (publish probes the same build
-#: once, however often it is published or compared).
+#: Facts read in this process, by sha256: publish probes a build once, however often it is used.
 _SEEN: dict[str, dict] = {}
 
 
@@ -132,7 +130,6 @@ def driver_needed(stack: Mapping) -> str | None:
 
 
 def inspect_image(runtime: Runtime, image: Path, *, target: str | None = None) -> dict:
-    """Everything ``invoke inspect`` reports of ``image``."""
     if not image.is_file():
         raise ImageMissing(image, target or image.stem)
     record = provenance.read(record_path(image))

@@ -1,9 +1,7 @@
 """Build planning: pure functions from targets and host facts to an ordered :class:`BuildPlan`.
 
-The plan is data (argv lists, staged files, each image's inputs hash): ``invoke build --dry-run``
-prints it and a build executes exactly it (:mod:`containers.image.builder`). An image whose
-recorded inputs hash matches is up to date and is not rebuilt.
-"""
+The plan is data (argv lists, staged files, inputs hashes): ``invoke build --dry-run`` prints it
+and a build executes exactly it; an image whose recorded inputs hash matches is not rebuilt."""
 
 from __future__ import annotations
 
@@ -41,11 +39,8 @@ STAGED_DEFINITION = "definition.def"
 
 @dataclass(frozen=True)
 class HostFacts:
-    """Everything planning needs to know about the build host, gathered once by the caller.
-
-    ``host_paths`` are the host's local package folders the build binds (pip find-links and
-    ``file://`` indexes that exist); ``pip.cert`` is set only when that file exists.
-    """
+    """The build host as planning needs it, gathered once by the caller: ``host_paths`` are the
+    local package folders the build binds (pip find-links, ``file://`` indexes) that exist."""
 
     runtime: Runtime
     pip: PipConfig = field(default_factory=PipConfig)
@@ -57,20 +52,16 @@ class HostFacts:
     arch: str = "x86_64"
     cotainr: str = "cotainr"
     built_hashes: Mapping[str, str] = field(default_factory=dict)
-    #: The shared package cache (None: ``--no-cache``) and the host's real debootstrap, which
-    #: its shim runs with ``--cache-dir`` (None: none here, so no shim).
+    #: The package cache (None: ``--no-cache``), and the real debootstrap its shim runs (or None).
     package_cache: PackageCache | None = None
     debootstrap: str | None = None
-    #: The caller's environment: a variable a step sets for the runtime (a bind) adds to the
-    #: user's own there, never replaces it.
+    #: The caller's environment: a step's runtime variable (a bind) adds to the user's, not over.
     environ: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class StepInputs:
-    """What a builder's plan step builds from: the target as built, its definition (None for a
-    builder without one), env spec, build arguments (the user's and the command line's) and the
-    base target's step."""
+    """What a builder's plan step builds from (``definition`` None: a builder without one)."""
 
     target: Target
     definition: Definition | None
@@ -99,8 +90,7 @@ class BuildStep:
     action: str  # "build", "up-to-date" or "not-needed" (a base of an up-to-date image)
     links: dict[str, str] = field(default_factory=dict)
     forced: bool = False  # --force: rebuild even if a concurrent build just produced it
-    #: The package cache this build uses, and how ("" when it fetches nothing the cache
-    #: keeps, or with --no-cache); see :mod:`containers.image.cache`.
+    #: The package cache this build uses, and how ("": it fetches nothing the cache keeps).
     package_cache: PackageCache | None = None
     cache_use: str = ""
     #: Names the kept root file system this build may rebuild from and keep (None: none).
@@ -130,8 +120,7 @@ class BuildPlan:
 
 def plan_step(target: Target, *, settings: Settings, host: HostFacts, cli_args: Mapping[str, str],
               base_step: BuildStep | None, force: bool) -> BuildStep:
-    """Plan one target whose base (if any) has been planned as ``base_step``; the step's
-    target is as ``cli_args`` build it (:func:`~containers.inputs.compat.as_built`)."""
+    """Plan one target on its planned ``base_step``, as ``cli_args`` build it."""
     target = as_built(target, cli_args, context=CONTEXT_ARGS)
     definition, env, user_args, inputs, inputs_hash = describe_inputs(
         target, cli_args=cli_args, base_hash=base_step.inputs_hash if base_step else None)
@@ -170,17 +159,15 @@ def labelled(definition: Definition, labels: Mapping[str, str]) -> str:
             + "".join(f"    {key} {value}\n" for key, value in labels.items()))
 
 
-#: zstd's level for builds, measured side by side (benchmarks/squashfs.py, one run each, 2
-#: cores): on olivia-cuda-pip's 7 GB root level 1 packs in 6.1 s (3299 MB), level 3 in 13.8 s
-#: (3247 MB), gzip -1 in 39.4 s (3344 MB); reading zstd back is as fast at either level.
+#: zstd's level for builds (benchmarks/squashfs.py, 2 cores, olivia-cuda-pip's 7 GB root): 1 in
+#: 6.1 s (3299 MB), 3 in 13.8 s (3247 MB), gzip -1 in 39.4 s (3344 MB); both read back as fast.
 ZSTD_LEVEL = 1
 
 
 def squashfs_env(settings: Settings, runtime: Runtime) -> dict[str, str]:
-    """``APPTAINER_MKSQUASHFS_ARGS`` for any compression but Apptainer's own (gzip -9): the
-    variable, not ``--mksquashfs-args``, so that cotainr's own ``build`` call takes it too.
-    SingularityCE is not known here to take the variable: ``auto`` leaves it its own gzip, an
-    explicit choice is refused there rather than ignored."""
+    """``APPTAINER_MKSQUASHFS_ARGS`` for any compression but Apptainer's gzip -9 (a variable, so
+    cotainr's own ``build`` call takes it too). SingularityCE is not known to take it: ``auto``
+    leaves it its gzip, an explicit choice is refused there rather than ignored."""
     choice, level = settings.squashfs, settings.squashfs_level
     if choice == "auto":  # a gzip level set on its own keeps meaning gzip at that level
         fast = runtime.own.mksquashfs_args and level == SQUASHFS_DEFAULT_LEVEL
@@ -197,9 +184,8 @@ def squashfs_env(settings: Settings, runtime: Runtime) -> dict[str, str]:
 
 
 def check_carried_paths(context: Path, binds: list[str]) -> None:
-    """Refuse, naming it, a path the build cannot carry intact. Spaces are fine everywhere; the
-    build context is a ``%files`` source (Apptainer expands shell characters there) and each host
-    folder a ``--bind`` source (split at commas and colons)."""
+    """Refuse, naming it, a path the build cannot carry intact: the context is a ``%files`` source
+    (Apptainer expands shell characters there), each host folder a ``--bind`` source."""
     bad = unsafe_characters(str(context), FILES_SPECIALS)
     if bad:
         raise ConfigError(f"the build context {str(context)!r} holds {bad!r}, which Apptainer's "
@@ -216,9 +202,8 @@ def check_carried_paths(context: Path, binds: list[str]) -> None:
 def _build_args(target: Target, definition: Definition, user_args: Mapping[str, str],
                 cli_args: Mapping[str, str], *, host: HostFacts, base_step: BuildStep | None,
                 common: dict, context: Path, binds: list[str]) -> dict[str, str]:
-    """The ``{{ ARG }}`` values the definition uses: the tool's own (context, host paths, inputs
-    hash, ...) under the user's; an argument given on the command line that the definition does
-    not use is refused, and every argument it uses must have a value before anything runs."""
+    """The ``{{ ARG }}`` values the definition uses, the user's over the tool's; one given on the
+    command line that it does not use is refused, and each it uses must have a value."""
     provided = {
         "BUILD_CONTEXT": str(context),
         "HOST_PATHS": HOST_PATHS_SEPARATOR.join(binds),
@@ -246,8 +231,7 @@ def _build_args(target: Target, definition: Definition, user_args: Mapping[str, 
 
 def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str],
                     common: dict) -> BuildStep:
-    """``apptainer build`` of the definition, with its build context staged and the package
-    cache bound where the definition reaches it."""
+    """``apptainer build`` of the definition, its context staged and the package cache bound."""
     target, definition, env, base_step = given.target, given.definition, given.env, given.base
     user_args, cli_args = given.user_args, given.cli_args
     assert definition is not None and target.definition is not None
@@ -271,8 +255,7 @@ def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, s
                                  installs_pip=installs_pip, foreign="FOREIGN_ROOT" in used,
                                  inputs=common["inputs"],
                                  base_image=base_step.image if base_step else None)
-    # the pip cache's mount point, made by %setup with the host paths' (HOST_PATHS), with the
-    # cache or without it, so both ways build the same files
+    # %setup makes the pip cache's mount point with or without the cache: both build the same
     mount = [package_cache.PIP_MOUNT] if installs_pip else []
     args = _build_args(target, definition, user_args, cli_args, host=host, base_step=base_step,
                        common=common, context=context, binds=[*binds, *mount])
@@ -306,8 +289,7 @@ def _apptainer_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, s
 
 @dataclass
 class CacheUse:
-    """What an Apptainer build adds to use the package cache: binds, staged files, links and
-    environment, and the phrases saying how (none: this build fetches nothing the cache keeps)."""
+    """What an Apptainer build adds to use the package cache, and how, in words (none: unused)."""
 
     binds: list[str] = field(default_factory=list)
     staged: dict[str, str] = field(default_factory=dict)
@@ -320,11 +302,9 @@ class CacheUse:
 def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Path,
                         installs_pip: bool, foreign: bool, inputs: Mapping,
                         base_image: Path | None) -> CacheUse:
-    """How a definition's build reaches the package cache (:mod:`containers.image.cache`):
-    pip's folder bound at its own mount point (made by ``%setup`` from ``HOST_PATHS``) with the
-    marker the install script reads, when ``%post`` runs that script; the debootstrap shim
-    first on ``PATH``, when its root comes from debootstrap (``Bootstrap: debootstrap``, or the
-    foreign root). None of it enters the inputs hash: it is host plumbing."""
+    """How the build reaches the package cache: pip's folder bound at its mount point (which
+    ``%setup`` makes from ``HOST_PATHS``) when ``%post`` runs the install script; the debootstrap
+    shim first on ``PATH`` for a debootstrapped root. None of it enters the inputs hash."""
     cache, found = host.package_cache, CacheUse()
     if cache is None:
         return found
@@ -351,9 +331,8 @@ def apptainer_cache_use(definition: Definition, host: HostFacts, *, workdir: Pat
 _BASE_IMAGE_ARG = re.compile(r"\{\{\s*BASE_IMAGE\s*\}\}")
 
 
-#: The only ``%files`` line and the commands of the ``%post`` a rebuild from a kept root
-#: replays: the build context copied in, the env spec installed into a venv, the context
-#: removed. A definition whose final stage does anything else is always built in full.
+#: The only ``%files`` line and ``%post`` commands a rebuild from a kept root replays (context
+#: in, env spec into a venv, context out); a final stage doing more is always built in full.
 REPLAYED_FILES = ['"{{ BUILD_CONTEXT }}" ' + CONTEXT_MOUNT]
 REPLAYED_POST = re.compile(r"set -eu|sh /opt/build-context/install-python-packages\.sh "
                            r"\"\{\{ VENV \}\}\"|rm -rf /opt/build-context")
@@ -374,11 +353,10 @@ def _replay_problem(definition: Definition) -> str:
 
 def kept_root_key(definition: Definition, inputs: Mapping, base_image: Path | None,
                   host_paths: tuple[str, ...] = ()) -> tuple[RootKey | None, str]:
-    """The key of the kept root a build may rebuild from, or (None, why not). Only a base
-    named by content qualifies: the target's own base image of the chain (its record's sha256)
-    or a registry image pinned by digest. A tag, a debootstrap or any other local image could
-    hold other files under the same name. The host folders ``%setup`` made mount points for
-    are part of the key: a root holds them."""
+    """The key of the kept root a build may rebuild from, or (None, why not). Only a base named
+    by content qualifies (the chain's base image, by its record's sha256, or a registry image
+    by digest): a tag or other local image could change under its name. The host folders
+    ``%setup`` made mount points for are in the key: a root holds them."""
     for number, stage in enumerate(definition.stages, start=1):
         source = stage.header.get("from", "").strip()
         agent = stage.bootstrap.lower()
@@ -415,10 +393,9 @@ def pulled_arch(target: Target, definition: Definition, host: HostFacts) -> str 
 def foreign_root_argv(target: Target, definition: Definition, user_args: Mapping[str, str], *,
                       host: HostFacts, context: Path, root: str, build_argv: list[str]
                       ) -> list[str]:
-    """``build_argv`` behind ``recipes/scripts/foreign-root.sh``, which first makes the
-    definition's ``FOREIGN_ROOT``: a Debian root of the target's architecture (debootstrap
-    --foreign from the host's mirror, second stage under emulation). Apptainer's own
-    ``Bootstrap: debootstrap`` ignores ``--arch`` and would bootstrap the host's architecture."""
+    """``build_argv`` behind ``recipes/scripts/foreign-root.sh``, which first makes a Debian root
+    of the target's architecture (``FOREIGN_ROOT``: debootstrap --foreign, second stage emulated),
+    as Apptainer's ``Bootstrap: debootstrap`` ignores ``--arch`` (it would bootstrap the host's)."""
     if not host.mirror:
         raise ConfigError("no Debian mirror found in this machine's apt sources for the foreign "
                           "root; pass --build-arg MIRROR=URL", path=target.definition,
@@ -436,9 +413,8 @@ COTAINR_PYTHON_TEST = "import sys; print('python', sys.version.split()[0], 'ok')
 
 def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str],
                   common: dict) -> BuildStep:
-    """cotainr always calls ``singularity``: where only Apptainer exists, a ``singularity`` link
-    to it is put first on cotainr's PATH. Its prompt for an existing output never fires, as the
-    output is always a fresh temp path (and stdin is closed, so it could not hang anyway)."""
+    """cotainr always calls ``singularity``: where only Apptainer exists, a link to it goes first
+    on cotainr's PATH. Its prompt for an existing output never fires: the output is a new path."""
     target, env, base_image = given.target, given.env, common["inputs"]["base_image"]
     assert env is not None and target.env is not None
     if not base_image:
@@ -453,9 +429,8 @@ def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str
     env_vars = {**env_vars, **path, "SINGULARITY_TMPDIR": env_vars["APPTAINER_TMPDIR"]}
     cache = host.package_cache
     if cache is not None:  # pip's cache only: see containers.image.cache for conda's
-        # A bind by the runtime's own variables (the user's binds kept) and PIP_CACHE_DIR reach
-        # the pip of cotainr's singularity exec steps: the host's environment does (cotainr
-        # passes no --cleanenv).
+        # the runtime's bind variables (the user's kept) and PIP_CACHE_DIR reach the pip of
+        # cotainr's singularity exec steps, as it passes no --cleanenv
         binds = host.runtime.bind_env(host.environ,
                                       [f"{cache.pip}:{package_cache.COTAINR_PIP_MOUNT}"])
         env_vars = {**env_vars, **binds, "PIP_CACHE_DIR": f"{package_cache.COTAINR_PIP_MOUNT}/pip"}
@@ -475,11 +450,8 @@ def _cotainr_step(given: StepInputs, *, host: HostFacts, env_vars: dict[str, str
 
 def plan_build(targets: Mapping[str, Target], name: str, *, settings: Settings, host: HostFacts,
                cli_args: Mapping[str, str] | None = None, force: bool = False) -> BuildPlan:
-    """Plan ``name`` and its bases, base-most first; ``force`` rebuilds only ``name`` itself.
-
-    Bases are built only when something above them must be built: an up-to-date image does not
-    need its base to exist (a stale base changes the inputs hash of everything built on it).
-    """
+    """Plan ``name`` and its bases, base-most first (``force`` rebuilds ``name`` alone); an
+    up-to-date image needs no base built (a stale base would have changed its inputs hash)."""
     steps: list[BuildStep] = []
     previous: BuildStep | None = None
     for target in base_chain(dict(targets), name):

@@ -1,7 +1,6 @@
 """Runs INSIDE an image (``apptainer exec IMAGE python3 -c <this file>``): prints one JSON object
 of what the image holds, read from its own files. Standard library only; a part that cannot be
-read is an error string in the result, so one odd image still yields everything else.
-"""
+read is an error string in the result, so one odd image still yields everything else."""
 
 import glob
 import json
@@ -26,8 +25,7 @@ def elf_machine(path):
 
 
 def section_headers(data, order="<"):
-    """A 64-bit ELF file's section headers (name, type, flags, addr, offset, size, link, ...)
-    and the index of the one holding their names: what both readers below walk."""
+    """A 64-bit ELF file's section headers and the index of the one holding their names."""
     shoff, = struct.unpack_from(order + "Q", data, 0x28)
     size, count, names = struct.unpack_from(order + "HHH", data, 0x3A)
     return [struct.unpack_from(order + "IIQQQQIIQQ", data, shoff + i * size)

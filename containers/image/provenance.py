@@ -1,8 +1,6 @@
 """An image's provenance: the JSON record beside each ``.sif`` (and the same facts as labels).
 
-Later stages trust an image only through it: publish checks the copy against its sha256,
-verdicts name the sha256 they proved.
-"""
+Later stages trust an image only through it: publish checks its sha256, verdicts name it."""
 
 from __future__ import annotations
 
@@ -22,9 +20,8 @@ RECORD_LIMIT = 16 << 20
 
 
 def read(path: Path, *, corrupt_ok: bool = False) -> BuildRecord:
-    """The record at ``path``, empty when there is none; one that cannot be trusted is a
-    :class:`StateError` (a verdict must never prove a null sha256), or with ``corrupt_ok``
-    none (a build replaces it)."""
+    """The record at ``path``, empty when none; an untrusted one is a :class:`StateError` (a
+    verdict must never prove a null sha256), or empty with ``corrupt_ok`` (a build replaces it)."""
     try:
         return BuildRecord.of(read_regular_json(path, limit=RECORD_LIMIT), source=path)
     except FileNotFoundError:

@@ -1,11 +1,8 @@
 """Rebuilds at the floor: an image made from the root file system a full build kept.
 
-A full build of a venv-install target keeps its root in the package cache (``roots/<key>``, the
-key being every input but the env spec). A later build of the key runs the definition's
-``%post`` again in that root, in place, and writes the image with ``mksquashfs`` and ``apptainer
-sif``: no copy of the tree (as in ``apptainer build``), none to delete. The image equals a clean
-build's (tests/image/test_cache_image.py). A kept root whose stat manifest changed (a killed or
-failed rebuild, a hand's edit) is thrown away: a full build follows, never a wrong image."""
+A full build of a venv-install target keeps its root in the package cache (``roots/<key>``, every
+input but the env spec); a later build of the key reruns ``%post`` in it and writes a clean
+build's image with ``mksquashfs`` and ``apptainer sif``; a root whose manifest changed goes."""
 
 from __future__ import annotations
 
@@ -43,11 +40,9 @@ PARTARCH = {"x86_64": "2", "aarch64": "4"}
 
 
 def manifest(root: Path) -> str:
-    """The sha256 of every entry's path, type, mode, owner and, but for folders, size, mtime
-    and link target under ``root`` (``find``, sorted): a file rewritten in place changes its
-    mtime; an entry added or removed is in the listing (a folder's mtime would only repeat
-    it, and would tell a failed rebuild's removed work from a change). Hashing every byte
-    would cost more than the rebuild's floor."""
+    """The sha256 of each entry's path, type, mode, owner and (not for folders, whose mtime a
+    restored failed rebuild changes) size, mtime and link target under ``root``: a rewritten
+    file changes its mtime. Hashing every byte would cost more than the rebuild's floor."""
     listing = capture(["find", str(root), "(", "-type", "d", "-printf", "%P\t%y\t%m\t%U\t%G\\0",
                        ")", "-o", "-printf", "%P\t%y\t%m\t%U\t%G\t%s\t%T@\t%l\\0"],
                       timeout=600)
@@ -63,8 +58,7 @@ class KeptRoot(Model):
 
 @dataclass
 class Kept:
-    """The kept root of one key, held (its lock) for one build: :meth:`rebuild` makes the image
-    from it, :meth:`keep` makes it this build's. ``work``: a full build's root, unpacked;
+    """The kept root of one key, locked for one build; ``work``: a full build's root, unpacked;
     ``changing``: the root changed by a rebuild not yet kept (or restored)."""
 
     folder: Path
@@ -79,8 +73,7 @@ class Kept:
         return self.folder / ROOT
 
     def _made_from(self) -> str | None:
-        """The sha256 of the image the kept root is, when it passes its manifest; else None
-        (a root that fails is removed, said)."""
+        """The sha256 of the image the kept root is, if it passes its manifest (else removed)."""
         try:
             kept = KeptRoot.model_validate_json((self.folder / KEPT).read_bytes())
         except (OSError, ValidationError):
@@ -93,9 +86,8 @@ class Kept:
 
     def rebuild(self, step: BuildStep, runtime: Runtime, env: dict[str, str],
                 on_line: Say) -> str | None:
-        """``step.partial`` made from the kept root (``%post``'s lines to ``on_line``); the
-        sha256 of the image it was, or None (none kept, or it fails its check: the caller
-        builds in full)."""
+        """``step.partial`` from the kept root: the sha256 of the image it was, or None (none
+        kept, or it fails its check: the caller builds in full)."""
         made_from = self._made_from()
         if made_from is None:
             self.say("==> kept root: none for these inputs yet: full build")
@@ -128,8 +120,8 @@ class Kept:
         return made_from
 
     def restore(self) -> None:
-        """After a failed rebuild: the kept root as it was when ``%post`` changed nothing (its
-        build context and labels file removed, the manifest checked), else none."""
+        """After a failed rebuild: the kept root as before, its context and labels file removed,
+        if ``%post`` changed nothing (the manifest says), else none."""
         shutil.rmtree(self.root / CONTEXT_MOUNT.lstrip("/"), ignore_errors=True)
         (self.root / BUILD_LABELS.lstrip("/")).unlink(missing_ok=True)
         self.changing = False
@@ -151,8 +143,7 @@ class Kept:
             (meta / name).chmod(0o644)
 
     def keep(self, step: BuildStep, runtime: Runtime, sha256: str) -> None:
-        """This build's root as the key's kept root (only the newest is kept): the rebuilt
-        one where it is, or the built image's unpacked in its place."""
+        """This build's root as the key's only kept one: the rebuilt root, or the image unpacked."""
         if not self.changing:
             if self.work is None:
                 self.work = Path(tempfile.mkdtemp(prefix="work-", dir=self.folder))
@@ -181,9 +172,8 @@ class Kept:
 
 
 def write_sif(root: Path, step: BuildStep, runtime: Runtime, env: dict[str, str]) -> None:
-    """``step.partial`` from ``root``: squashed at the build's settings (Apptainer's own argv:
-    ``-noappend`` and its gzip unless ``APPTAINER_MKSQUASHFS_ARGS`` says otherwise), then the
-    SIF objects ``apptainer build`` writes (definition, inspect metadata, root partition)."""
+    """``step.partial`` from ``root``: squashed as Apptainer does (``-noappend``, gzip unless
+    ``APPTAINER_MKSQUASHFS_ARGS`` says otherwise), then the SIF objects ``apptainer build`` adds."""
     squashfs, metadata = step.workdir / "root.squashfs", step.workdir / "inspect-metadata.json"
     options = env.get("APPTAINER_MKSQUASHFS_ARGS", "-comp gzip").split()
     run(["mksquashfs", str(root), str(squashfs), "-noappend", *options]).check("mksquashfs")
@@ -203,10 +193,9 @@ def write_sif(root: Path, step: BuildStep, runtime: Runtime, env: dict[str, str]
 
 @contextmanager
 def held(step: BuildStep, say: Say) -> Iterator[Kept | None]:
-    """The kept root of ``step``'s key, locked for this build (another build of the key waits),
-    with what a killed build left removed; None where the build keeps none: no key (the base
-    is not built or not named by content), no package cache, or not run as root (the root's
-    owners, /etc/shadow's group among them, would be lost unpacking it as another user)."""
+    """The kept root of ``step``'s key, locked for this build, a killed build's work removed;
+    None without a key, a package cache, or root (the root's owners, /etc/shadow's group among
+    them, would be lost unpacking it as another user)."""
     key = step.kept_root.digest() if step.kept_root and step.package_cache else None
     if key is None or os.geteuid() != 0:
         yield None
@@ -230,8 +219,7 @@ def held(step: BuildStep, say: Say) -> Iterator[Kept | None]:
 
 def made_with(kept: Kept | None, step: BuildStep, runtime: Runtime, env: dict[str, str],
               on_line: Say) -> str | None:
-    """The rebuild from the kept root when there is one; a failure there is said and the
-    caller builds in full (``None``), as it does with nothing kept."""
+    """The rebuild from the kept root, if any; a failure is said and the caller builds in full."""
     if kept is None:
         return None
     try:

@@ -42,7 +42,6 @@ def _pip(package: Mapping) -> Component:
 
 
 def make(facts: Mapping, record: Mapping) -> Bom:
-    """The BOM of an image from its probed ``facts`` and its build ``record``."""
     os_info = facts.get("os") or {}
     os_id = str(os_info.get("id") or "linux")
     distro = f"{os_id}-{os_info.get('version_id')}" if os_info.get("version_id") else os_id

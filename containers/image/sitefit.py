@@ -1,9 +1,7 @@
 """Whether an image fits a site: the mismatches users report most, seen without a GPU.
 
-:func:`judge` compares an image's facts with the profile's ``fit:`` block and GPU architecture:
-``error`` fails the build and blocks publish, ``warning`` is kept in the catalogue, ``info`` says
-what was not checked (never an invented limit).
-"""
+:func:`judge` compares an image's facts with the profile's ``fit:`` and GPU architecture: an
+``error`` fails build and publish, a ``warning`` is kept, ``info`` names what went unchecked."""
 
 from __future__ import annotations
 
