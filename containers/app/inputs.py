@@ -1,7 +1,6 @@
 """``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid.
 
-``check`` reports every problem of every file in one run; ``targets`` shows the last listing
-again while every file it read holds the same content.
+``targets`` shows the last listing again while every file it read holds the same content.
 """
 
 from __future__ import annotations
@@ -245,8 +244,7 @@ def check_inputs(project: Project, *, target: str | None = None, as_json: bool =
         project.root, target=target, tool_args=(*CONTEXT_ARGS, *PROVENANCE_ARGS),
         # the inputs hash of a target's base chain reads and checks each base's inputs too
         target_checks=(chain_hashes,),
-        # the profile's launcher is in the registry and fits its scheduler (its fit: block is
-        # checked as the profile loads)
+        # the profile's launcher is registered and fits its scheduler (fit: checked on load)
         site_checks=(launchers.for_site,))
     if as_json:
         say(json.dumps({"ok": not report.errors,

@@ -1,9 +1,4 @@
-"""``invoke inspect`` and ``invoke diff``: what an image holds, whether it fits, what changed.
-
-An image is a target, a path to a ``.sif`` or a published ``DEST:TARGET@VERSION``
-(:func:`resolve`); its smoke results are the verdicts of that exact image (by sha256) or its
-catalogue entry.
-"""
+"""``invoke inspect`` and ``invoke diff``: what an image holds, whether it fits, what changed."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """``invoke publish`` and ``invoke verify``: the project's side of publishing.
 
-Publishing itself (:mod:`containers.publish`) takes plain values; this gathers them from the
-project and hands over the check it cannot run on its own: a quick 2-rank smoke of the image.
+:mod:`containers.publish` takes plain values; this gathers them, and the quick smoke it cannot run.
 """
 
 from __future__ import annotations

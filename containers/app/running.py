@@ -1,8 +1,7 @@
 """``invoke run -- CMD`` and ``invoke shell``: a researcher's own command in the image, launched
 the way the site's smoke runs are (:mod:`containers.run.command`).
 
-The device gate runs first on GPU sites; the exit status is the command's, and ``status.json``
-records it with the image's sha256 (publish's proof of an image without torch).
+``status.json`` keeps the exit status with the image's sha256: publish's proof without torch.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""``invoke smoke`` and ``invoke train``: run a workload in the image, judge it, report it.
-
-One function, :func:`prove`, runs any kind (its options name it): plan, show, run, judge both
-gates, record, and raise for a failed one.
-"""
+"""``invoke smoke`` and ``invoke train``: run a workload in the image, judge it, report it."""
 
 from __future__ import annotations
 

@@ -248,9 +248,9 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     if found is not None:
         refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
                         labels=provenance.labels)
-    test = apptainer_test(runtime, target, image,
+    test = apptainer_test(runtime, target, image, build_date=provenance.build_date, say=say,
                           tested_at_build=found is not None and provenance.tested is True,
-                          build_ran_none=provenance.tested is False, build_date=provenance.build_date, say=say)
+                          build_ran_none=provenance.tested is False)
     if found is not None:
         say(f"checks: passing smoke verdict for this image (sha256 {sha[:12]}): {found[0]}")
         return {"skipped": False, "apptainer_test": test,
@@ -270,7 +270,6 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
                else "(was it rebuilt meanwhile?)")
         raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "
                             f"no smoke verdict for this image's sha256 {why}")
-    refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
-                        labels=provenance.labels)
+    refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu, labels=provenance.labels)
     return {"skipped": False, "apptainer_test": test,
             "smoke": smoke_summary(*found, run_now=True)}

@@ -1,7 +1,4 @@
-"""What changed between two images: packages, stack, labels, size, and their latest smoke runs.
-
-Pure: two sides as plain data (:func:`side`) in, the difference out.
-"""
+"""What changed between two images: packages, stack, labels, size, and their latest smoke runs."""
 
 from __future__ import annotations
 

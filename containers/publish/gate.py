@@ -1,9 +1,7 @@
 """The release gate: a new version must not be slower than the one it replaces, nor misfit its site.
 
-:func:`busbw_check` compares alike runs within the reference's ``lower`` tolerance;
-:func:`evidence_reasons` re-derives a verdict from its run's files, so a verdict edited by hand
-proves nothing (docs/release-gate.md).
-"""
+A verdict is re-derived from its run's files, so one edited by hand proves nothing
+(docs/release-gate.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""What a publish will do, decided before anything is touched: the request and the plan.
-
-:func:`plan_publish` refuses before any work what publishing could not finish, and says where
-every file goes; :mod:`containers.publish.publisher` carries it out.
-"""
+"""What a publish will do, decided before anything is touched: the request and the plan."""
 
 from __future__ import annotations
 

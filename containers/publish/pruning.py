@@ -1,7 +1,6 @@
 """What ``invoke publish --keep N`` removes: chosen before the copy, removed after the commit.
 
-A version in use (the module ``default`` pointed away from ``latest`` by hand, or pinned in the
-catalogue or the config) is never removed: the publish is refused before anything is made.
+A version in use (the module default, or pinned) is never removed: the publish is refused.
 """
 
 from __future__ import annotations

@@ -35,8 +35,7 @@ from containers.publish.transaction import Transaction
 from containers.records import BuildRecord, CatalogueEntry, json_text
 from containers.report import Say, human_bytes, say_line
 
-#: Seconds to sleep per 8 MiB chunk of the copy: a fault-injection hook, so tests can kill a
-#: publish while it is copying.
+#: Seconds to sleep per 8 MiB copied: a fault-injection hook, so tests can kill a publish mid-copy.
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
 #: The most an image's build record may hold (its pip freeze is the bulk of it).
 PROVENANCE_LIMIT = 16 << 20
@@ -176,7 +175,7 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
     size = plan.image.stat().st_size
     say(f"copying {plan.image} -> {plan.temp} ({human_bytes(size)})")
     started = time.monotonic()
-    delay = float(os.environ.get(COPY_DELAY_ENV) or 0)  # the fault-injection hook, per chunk
+    delay = float(os.environ.get(COPY_DELAY_ENV) or 0)
     with byte_progress(f"copy {plan.sif.name}", size) as advance:
         copied = copy_hashing(plan.image, tx.temp(plan.temp), mode=plan.modes.file,
                               progress=advance,
@@ -255,7 +254,6 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
     keyfile = plan.dest / "keys" / f"{key.fingerprint}.pgp" if key else None
     if keyfile is not None:
         tx.folder(keyfile.parent)
-    # no version's facts: each module file carries its own
     wrapper = written(plan.exec_path, render_exec_wrapper(plan.target.name).encode(), "wrapper")
     os.chmod(wrapper[0], plan.modes.dir)  # executable from its first moment under its final name
     spec = ModuleSpec(target=plan.target.name, version=plan.version,

@@ -130,8 +130,7 @@ class _Verified(BaseModel):
 
 
 def signers(runtime: Runtime, image: Path, *, keysdir: Path) -> set[str]:
-    """Fingerprints (upper-case) whose signatures over ``image`` verify against ``keysdir``;
-    a :class:`VerdictFailed` naming the image when there is none or one does not verify."""
+    """Fingerprints (upper-case) whose signatures over ``image`` verify against ``keysdir``."""
     try:
         out = capture(runtime.verify_argv(image), env=_env(runtime, keysdir), timeout=600)
     except CommandFailed as exc:

@@ -1,8 +1,4 @@
-"""``invoke verify``: check a publish folder as a user would trust it.
-
-Checksums, signatures (in a throwaway keyring), the folder against the catalogue, nothing
-world-writable; an interrupted publish's leftovers are noted, not failed.
-"""
+"""``invoke verify``: check a publish folder as a user would trust it."""
 
 from __future__ import annotations
 
@@ -130,8 +126,7 @@ def _document(dest: Path, images: list[dict], problems: list[str],
 
 def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | None = None,
            as_json: bool = False, say: Say = say_line) -> list[tuple]:
-    """Check every published image and the catalogue; :class:`VerdictFailed` naming each
-    problem. ``runtime`` is asked for only to check a signature."""
+    """:class:`VerdictFailed` naming each problem; ``runtime`` is called only for a signature."""
     if not dest:
         raise UsageError("give the folder that invoke publish wrote", flag="--dest")
     if target is not None and name_problem("target", target):
