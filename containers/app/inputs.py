@@ -21,7 +21,6 @@ from containers.report import Say, say_line as _print, show_table
 
 if TYPE_CHECKING:  # loaded when a listing is read afresh, not to show a kept one
     from containers.app.project import Project
-    from containers.inputs import validate
     from containers.inputs.recipes import Target
 
 #: The columns of ``invoke targets``; with ``--json`` each target is an object with these keys.
@@ -198,7 +197,6 @@ def _row(project: Project, name: str, facts: tuple[str, ...], state: str, curren
 
 
 def _read_from(project: Project) -> list[str]:
-    """The files and folders a listing reads."""
     settings = project.settings
     files = {settings.provenance_path(name) for name in project.targets}
     folders = {project.root / "recipes", settings.images_dir, settings.tmp_dir}
@@ -252,17 +250,13 @@ def check_inputs(project: Project, *, target: str | None = None, as_json: bool =
                         "warnings": [_problem(w) for w in report.warnings],
                         "targets": report.ok_targets, "sites": report.ok_sites}, indent=2))
     else:
-        _say_report(project, report, say)
+        say(_runtime_line(project)[0])
+        for name in report.ok_targets:
+            say(f"ok  target {name:<14} {os.path.relpath(report.targets[name].manifest)}")
+        for name in report.ok_sites:
+            say(f"ok  site   {name:<14} {os.path.relpath(report.sites[name].path)}")
+        for info in report.infos:
+            say(f"info: {info}")
+        for warning in report.warnings:
+            say(f"warning: {warning}")
     raise_all(report.errors)  # exit 1; with --json stdout holds only the document
-
-
-def _say_report(project: Project, report: validate.CheckReport, say: Say) -> None:
-    say(_runtime_line(project)[0])
-    for name in report.ok_targets:
-        say(f"ok  target {name:<14} {os.path.relpath(report.targets[name].manifest)}")
-    for name in report.ok_sites:
-        say(f"ok  site   {name:<14} {os.path.relpath(report.sites[name].path)}")
-    for info in report.infos:
-        say(f"info: {info}")
-    for warning in report.warnings:
-        say(f"warning: {warning}")

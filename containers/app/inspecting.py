@@ -87,7 +87,6 @@ def site_for(project: Project, ref: ImageRef, site: str | None) -> Site:
 
 def fit_findings(project: Project, stack: dict, site: Site,
                  probe_errors: object) -> list[sitefit.Finding]:
-    """The site-fit findings of an image's stack (and its probe's errors) against ``site``."""
     return sitefit.judge(stack, site_name=site.name, site_gpu=site.gpus.kind,
                          arches=site_arches(site, project.targets), fit=site.fit,
                          probe_errors=probe_errors, gpus=site.gpus)
@@ -114,8 +113,7 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
                          default=str))
     else:
         show(report, findings, say)
-    bad = sitefit.errors(findings)
-    if bad:
+    if bad := sitefit.errors(findings):
         raise VerdictFailed(f"{ref.name} does not fit site {where.name}: "
                             + "; ".join(f.message for f in bad))
     return report
@@ -190,8 +188,7 @@ def examine_built(project: Project):
         for finding in findings:
             say(f"  site fit ({site.name}): {finding.line()}")
         record["fit"] = {"site": site.name, "findings": [f.as_dict() for f in findings]}
-        bad = sitefit.errors(findings)
-        if bad:
+        if bad := sitefit.errors(findings):
             raise CommandFailed(f"{step.target.name} does not fit site {site.name}: "
                                 + "; ".join(f.message for f in bad) + "; the image is not kept")
         return files

@@ -166,7 +166,6 @@ class Project:
 
     def job_needs(self, target: str | None, site: str | None, *, kind: WorkloadKind,
                   host_arch: str, venv: Path | None) -> JobNeeds:
-        """What a job is planned from, resolved once."""
         from containers.batch import judgeenv
         from containers.batch.job import JobNeeds
 

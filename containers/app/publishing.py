@@ -72,6 +72,5 @@ def release_review(project: Project, runtime: Runtime, accept: str | None) -> pl
 
 def verify(project: Project, *, dest: Path | str | None, target: str | None = None,
            as_json: bool = False, say: Say = _print) -> list[tuple]:
-    """Check every published image in ``dest``; the rows (``as_json``: one JSON document)."""
     return checking.verify(dest or "", runtime=project.runtime, target=target,
                            as_json=as_json, say=say)

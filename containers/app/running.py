@@ -48,8 +48,7 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
                 gpus: int = 1, nodes: int = 1, launcher: bool = True,
                 timeout: float | None = None, dry_run: bool = False,
                 say: Say = _print) -> int:
-    """Run ``command`` in the image on ``gpus`` ranks per node (``launcher`` False: one
-    process); 0, or it raises (:class:`CommandExit` with the command's status)."""
+    """``gpus`` ranks per node (``launcher`` False: one process); 0, or :class:`CommandExit`."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
@@ -82,7 +81,6 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
 
 def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dry_run: bool,
               placement: Placement | None, say: Say) -> None:
-    """The run as it will start: ranks, log, the exact gate and command."""
     workload = planned.workload
     ranks = workload.ranks if launcher else 1
     say_plan(say, f"run: {target} on site {site}, {ranks} rank{'s' * (ranks != 1)}"

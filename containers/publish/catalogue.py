@@ -42,8 +42,7 @@ def driver_needed(stack: Mapping | None) -> str | None:
 
 def validate_version(version: str) -> str:
     """Versions become file and module names: the one name rule, as ``--version``."""
-    problem = name_problem("version", version)
-    if problem:
+    if problem := name_problem("version", version):
         raise UsageError(problem, flag="--version")
     return version
 
@@ -121,8 +120,7 @@ def entry_problem(target: str, entry: Any) -> str | None:
         return exc.problem
     if entry.target != target:
         return f"target {entry.target!r} is not {target!r}"
-    problem = name_problem("version", entry.version)
-    if problem:
+    if problem := name_problem("version", entry.version):
         return problem
     for key, wanted in layout_files(target, entry.version).items():
         if getattr(entry, key) != wanted:
@@ -139,8 +137,7 @@ def entry_problem(target: str, entry: Any) -> str | None:
 def _block_problem(name: str, block: Any) -> tuple[str, str] | None:
     """(where, why) for the first unusable part of one target's block, else None."""
     where = f"target {name!r}"
-    problem = name_problem("target", name)
-    if problem:
+    if problem := name_problem("target", name):
         return where, problem
     if not isinstance(block, dict) or not isinstance(block.get("versions"), list):
         return where, "has no 'versions' list"
@@ -157,8 +154,7 @@ def _block_problem(name: str, block: Any) -> tuple[str, str] | None:
     for index, entry in enumerate(block["versions"]):
         version = entry.get("version") if isinstance(entry, dict) else None
         where = f"target {name!r} entry {index} (version {version!r})"
-        problem = entry_problem(name, entry) or ("listed twice" if version in seen else None)
-        if problem:
+        if problem := entry_problem(name, entry) or ("listed twice" if version in seen else None):
             return where, problem
         seen.add(version)
     return None
@@ -171,8 +167,7 @@ def check_format(data: Any, *, path: str) -> dict:
     if data.get("format") != FORMAT:
         raise StateError(f"{path}: catalogue format {data.get('format')!r} is not {FORMAT}")
     for name, block in data["targets"].items():
-        found = _block_problem(name, block)
-        if found:
+        if found := _block_problem(name, block):
             raise StateError(f"{path}: {found[0]}: {found[1]}; fix or restore the catalogue")
     return data
 

@@ -1,8 +1,4 @@
-"""The checks an image passes before it is published, and their record in the catalogue.
-
-``apptainer test`` and a passing 2-rank smoke of this exact image (by its sha256); an image
-without torch by its ``%test`` at build, else a passing ``invoke run`` of it.
-"""
+"""The checks an image passes before it is published, and their record in the catalogue."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ from containers.records import BuildRecord, Malformed, RunStatus, Verdict
 from containers.report import Say, show_command
 from containers.run.command import KIND as RUN_KIND
 
-# Runs a short smoke of the image (its output through the given ``Say``); raises
-# VerdictFailed when it is wrong, PerformanceFailed when it is only slow.
+# A short smoke of the image: VerdictFailed when it is wrong, PerformanceFailed when only slow.
 QuickCheck = Callable[[Say], None]
 #: ``ops`` and ``collectives`` travel with it, so the catalogue says which ops were proven.
 SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "device_kind",
@@ -92,8 +87,7 @@ def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gp
         raise VerdictFailed(f"not publishing {target}: the newest smoke of this image (sha256 "
                             f"{sha256[:12]}) FAILED ({path}, {record.date}): {why}; "
                             "fix it and run the smoke again")
-    reasons = evidence_reasons(path, record, sha256=sha256, gpu=gpu, labels=labels)
-    if reasons:
+    if reasons := evidence_reasons(path, record, sha256=sha256, gpu=gpu, labels=labels):
         raise VerdictFailed(f"not publishing {target}: {path} says passed but its run's own "
                             f"files do not: {_one_line(reasons)}; run the smoke again")
 

@@ -55,14 +55,12 @@ class PublishRequest:
 
 def check_dest(dest: Path) -> None:
     """Refuse in one line a ``--dest`` that others could write into or swap."""
-    problem = not_a_folder(dest)
-    if problem:
+    if problem := not_a_folder(dest):
         raise UsageError(problem, flag="--dest")
     if dest.exists() and stat.S_IMODE(dest.stat().st_mode) & 0o002:
         raise UsageError(f"{dest} is world-writable: anyone could replace published images; "
                          "publish into a folder only admins can write", flag="--dest")
-    problem = open_parent(dest)
-    if problem:
+    if problem := open_parent(dest):
         raise UsageError(problem, flag="--dest")
 
 

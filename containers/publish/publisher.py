@@ -56,8 +56,7 @@ def sweep_temps(plan: PublishPlan, say: Say) -> None:
 
 def refuse_links(plan: PublishPlan) -> None:
     """A :class:`StateError` naming a link this publish would go through."""
-    problem = unsafe_layout(plan.dest, plan.target.name)
-    if problem:
+    if problem := unsafe_layout(plan.dest, plan.target.name):
         raise StateError(problem)
     for link in (plan.folder / "latest", plan.module_dir / "default"):
         if os.path.lexists(link) and not link.is_symlink():
@@ -235,8 +234,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     # an existing folder's own mode is the site's business
     paths = [plan.dest] * (plan.dest in tx.created) + managed_paths(plan.dest, plan.target.name)
     apply_modes(paths, plan.modes)
-    problems = mode_problems(paths, plan.modes)
-    if problems:
+    if problems := mode_problems(paths, plan.modes):
         raise StateError("permissions are not as configured: " + "; ".join(problems))
     return entry
 
@@ -274,7 +272,6 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
         link(plan.module_dir / "default", plan.module.name),
         written(plan.dest / cat.CATALOGUE_NAME, json_text(catalogue).encode(),
                 "catalogue"),
-        # the page shows what the catalogue says: replaced right after it
         written(plan.dest / cat.PAGE_NAME, render_page(catalogue, plan.dest).encode(), "page"),
     ]
 

@@ -48,8 +48,7 @@ def keyring(runtime: Runtime, configured: Path | None,
             environ: Mapping[str, str] | None = None) -> Path:
     """The keyring folder publishing uses, resolved once for signing and look-ups."""
     keysdir = configured or runtime.keysdir(environ)
-    problem = keyring_problem(keysdir)
-    if problem:
+    if problem := keyring_problem(keysdir):
         raise ConfigError(f"{problem}: refusing to sign with it or publish its key (whoever can "
                           "change a keyring chooses what is signed as the site's); use a "
                           "keyring only you can write", key="sign_keysdir")

@@ -132,8 +132,7 @@ def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | No
     if target is not None and name_problem("target", target):
         raise UsageError(name_problem("target", target), flag="--target")
     dest = Path(os.path.abspath(Path(dest).expanduser()))
-    problem = not_a_folder(dest)
-    if problem:
+    if problem := not_a_folder(dest):
         raise UsageError(problem, flag="--dest")
     try:
         catalogue, folders = _load(dest, target)
@@ -183,8 +182,7 @@ def _load(dest: Path, target: str | None) -> tuple[dict, dict[str, cat.TargetFol
     path = dest / cat.CATALOGUE_NAME
     if not path.is_file():
         raise VerdictFailed(f"{path}: no catalogue (nothing was published to {dest})")
-    problem = unsafe_layout(dest)
-    if problem:
+    if problem := unsafe_layout(dest):
         raise VerdictFailed(problem)
     try:
         catalogue = cat.load(path)
