@@ -56,9 +56,7 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
     item = project.target(target)
     runtime = project.runtime(required=not dry_run)
     foreign = foreign_build(item, dry_run=dry_run)
-    here = project.current_site()
-    refusal = fakeroot_refusal(item, here)
-    if refusal is not None:
+    if (refusal := fakeroot_refusal(item, project.current_site())) is not None:
         raise refusal
     cli_args = dict(build_args or {})
     try:

@@ -75,11 +75,6 @@ def _cell(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _folder(results: object) -> str:
-    """The results folder's own name, which tells apart two jobs of one id."""
-    return Path(results).name if isinstance(results, str) and results else "-"
-
-
 def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -> list[dict]:
     """The jobs this checkout submitted, newest last, with their state now and verdict."""
     queries = {name: follow.Queries(scheduler) for name, scheduler in SCHEDULERS.items()}
@@ -95,7 +90,8 @@ def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -
                "verdict")
     show_table(f"jobs ({len(rows)})", columns,
                [(r["job_id"], *(_cell(r.get(key)) for key in columns[1:6]),
-                 _folder(r.get("results")), r["state"], r["verdict"] or "-") for r in rows])
+                 Path(_cell(r.get("results"))).name or "-", r["state"], r["verdict"] or "-")
+                for r in rows])
     for name, why in unanswered.items():
         say(f"state unknown of the {name} jobs: {why}")
     return rows

@@ -46,7 +46,6 @@ class Listing:
 
 
 def show(listing: Listing, *, as_json: bool = False, say: Say = _print) -> None:
-    """The targets table and the leftovers, or with ``as_json`` the rows as one JSON list."""
     if as_json:
         say(json.dumps(listing.rows, indent=2))
         return
@@ -102,9 +101,8 @@ def _kept(store: Path, key: str) -> Listing | None:
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
     shaped = all(isinstance(v, str) for v in [listing.runtime_line, *listing.leftovers]) and all(
-        isinstance(r, dict) and tuple(r) == TARGET_COLUMNS and all(isinstance(v, str)
-                                                                   for v in r.values())
-        for r in listing.rows)
+        isinstance(r, dict) and tuple(r) == TARGET_COLUMNS
+        and all(isinstance(v, str) for v in r.values()) for r in listing.rows)
     return listing if fresh and shaped else None
 
 

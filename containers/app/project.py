@@ -143,9 +143,7 @@ class Project:
     def default_target(self) -> str:
         """The detected site's default target, else the configured default (``cpu``)."""
         site = detect_site(self.sites)
-        if site is not None and site.default_target:
-            return site.default_target
-        return self.settings.default_target
+        return site.default_target if site and site.default_target else self.settings.default_target
 
     def runtime(self, *, required: bool = True, flavour: str = "apptainer") -> Runtime:
         try:

@@ -205,7 +205,6 @@ def guard_run(project: Project, target: str, runtime: Runtime) -> None:
 
 
 def _record(project: Project, result: verdict.Result, *, say: Say) -> None:
-    """Reports, ``verdict.json``, the perflog line, and the gates on the terminal."""
     out = result.plan.out_dir
     with on_disk("write the run's reports", out):
         for path in result.kind.write_reports(result):

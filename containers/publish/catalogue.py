@@ -1,7 +1,6 @@
 """The published-images catalogue (``<dest>/catalogue.json``) and the layout it describes.
 
-:func:`load` is its one reader. A version exists for users once its entry is written, last,
-atomically, under the publish lock.
+:func:`load` is its one reader; a publish writes it last (:mod:`.publisher`).
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ CATALOGUE_NAME = "catalogue.json"
 #: The catalogue page (containers.publish.page), replaced right after the catalogue.
 PAGE_NAME = "index.html"
 LOCK_NAME = ".publish.lock"
-#: Beside each published image: its SBOM, and the diff against the version it replaced as JSON
-#: and as a page people read (linked from the catalogue page).
+#: Beside each published image: the diff against the version it replaced, as JSON and a page.
 DIFF_SUFFIX = ".diff.json"
 DIFF_PAGE_SUFFIX = ".diff.html"
 #: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).

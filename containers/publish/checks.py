@@ -99,15 +99,15 @@ def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
             "performance_failed": bool(record.performance and record.performance.failed)}
 
 
-def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,
-                   build_ran_none: bool, build_date: str | None, say: Say) -> dict:
+def apptainer_test(runtime: Runtime, target: Target, image: Path, built: BuildRecord, *,
+                   smoked: bool, say: Say) -> dict:
     """``apptainer test`` of ``image`` unless the build ran it (no ``%test`` is no pass)."""
     if not target.test:
         return {"passed": None, "how": "the definition has no %test"}
-    if build_ran_none:
+    if built.tested is False:
         return {"passed": None, "how": "its build ran no %test"}
-    if tested_at_build:
-        return {"passed": True, "how": "at build (provenance)", "date": build_date}
+    if smoked and built.tested is True:
+        return {"passed": True, "how": "at build (provenance)", "date": built.build_date}
     argv = runtime.test_argv(image, binds=emulated_binds(target.arch))
     say(f"checks: {' '.join(argv)}")
     try:
@@ -242,9 +242,7 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
     if found is not None:
         refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
                         labels=provenance.labels)
-    test = apptainer_test(runtime, target, image, build_date=provenance.build_date, say=say,
-                          tested_at_build=found is not None and provenance.tested is True,
-                          build_ran_none=provenance.tested is False)
+    test = apptainer_test(runtime, target, image, provenance, smoked=found is not None, say=say)
     if found is not None:
         say(f"checks: passing smoke verdict for this image (sha256 {sha[:12]}): {found[0]}")
         return {"skipped": False, "apptainer_test": test,

@@ -28,8 +28,6 @@ def comment_text(value: str) -> str:
 
 @dataclass(frozen=True)
 class ModuleSpec:
-    """Everything a module file says about one published version."""
-
     target: str
     version: str
     description: str

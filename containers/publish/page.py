@@ -167,7 +167,6 @@ def base_definition(entry: CatalogueEntry, dest: Path) -> str | None:
 
 
 def files(entry: CatalogueEntry, dest: Path) -> dict:
-    """The version's image, its checksum, signature and what is kept beside it, as links."""
     against = entry.gate.against if entry.gate else None
     return {
         "image": str(dest / str(entry.file)) if entry.file else None,

@@ -1,6 +1,4 @@
-"""Permissions of published files: who may read them, and a check that nobody else may write.
-
-Nothing in the publish folder is reached through a link."""
+"""Permissions of published files: who may read them, and a check that nobody else may write."""
 
 from __future__ import annotations
 

@@ -66,8 +66,6 @@ def check_dest(dest: Path) -> None:
 
 @dataclass(frozen=True)
 class PublishPlan:
-    """Where everything goes and what will be done; computed before anything is touched."""
-
     target: Target
     site: Site
     image: Path

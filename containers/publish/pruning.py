@@ -1,7 +1,4 @@
-"""What ``invoke publish --keep N`` removes: chosen before the copy, removed after the commit.
-
-A version in use (the module default, or pinned) is never removed: the publish is refused.
-"""
+"""What ``invoke publish --keep N`` removes: chosen before the copy, removed after the commit."""
 
 from __future__ import annotations
 
