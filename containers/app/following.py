@@ -1,7 +1,4 @@
-"""``invoke job --submit --wait`` and ``invoke jobs``: a submitted job followed to its verdict.
-
-No verdict where one was due fails closed, naming the job's output file.
-"""
+"""``invoke job --submit --wait`` and ``invoke jobs``: a submitted job followed to its verdict."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid.
-
-``targets`` shows the last listing again while every file it read holds the same content.
-"""
+"""``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from containers.app.project import Project
-from containers.errors import StateError, UsageError, VerdictFailed
+from containers.errors import CommandFailed, StateError, UsageError, VerdictFailed
 from containers.files import sha256_file
 from containers.image import inspect as probing, provenance, sitefit
 from containers.image.arch import site_arches
@@ -169,7 +169,6 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
 
 def examine_built(project: Project):
     """The build's last test of an image: a probe, its SBOM, its site fit (errors fail)."""
-    from containers.errors import CommandFailed
     from containers.image import sbom
 
     sbom.preload()

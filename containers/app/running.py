@@ -1,8 +1,5 @@
 """``invoke run -- CMD`` and ``invoke shell``: a researcher's own command in the image, launched
-the way the site's smoke runs are (:mod:`containers.run.command`).
-
-``status.json`` keeps the exit status with the image's sha256: publish's proof without torch.
-"""
+the way the site's smoke runs are (:mod:`containers.run.command`)."""
 
 from __future__ import annotations
 
@@ -180,8 +177,7 @@ def shell(project: Project, *, target: str | None, command: Sequence[str] = (),
         raise ImageMissing(image, item.name)
     emulated_binds(item.arch)  # writes the CPU folder the plan names
     # The terminal is the user's: stdin, stdout and stderr are passed through, not captured.
-    code = subprocess.call(argv)
-    if code:
+    if code := subprocess.call(argv):
         raise CommandExit(f"{show_command(list(command)) if command else 'shell'}: exit {code}",
                           code)
     return 0

@@ -76,7 +76,6 @@ def parse_checksum_line(text: str) -> tuple[str, str] | None:
     return (match.group(1), match.group(2)) if match else None
 
 
-# ----------------------------------------------------------------------------- the catalogue
 def empty() -> dict:
     return {"format": FORMAT, "updated": None, "targets": {}}
 
@@ -216,7 +215,6 @@ def select_prune(versions: list[str], *, keep: int, latest: str | None) -> list[
     return [v for v in versions if v not in newest and v != latest]
 
 
-# ------------------------------------------------------------------------ consistency (verify)
 @dataclass
 class TargetFolder:
     """What ``<dest>/<target>`` and ``<dest>/modules/<target>`` hold, as ``verify`` found it."""

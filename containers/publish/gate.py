@@ -1,7 +1,6 @@
 """The release gate: a new version must not be slower than the one it replaces, nor misfit its site.
 
-A verdict is re-derived from its run's files, so one edited by hand proves nothing
-(docs/release-gate.md)."""
+A verdict edited by hand proves nothing: its run's files are read (docs/release-gate.md)."""
 
 from __future__ import annotations
 
@@ -71,9 +70,7 @@ def torch_mismatch(build: str | None, gpu: Gpu, site: str) -> str | None:
             "build")
 
 
-# ------------------------------------------------------------------- the verdict's evidence
-#: The labels that tell one build from another, which each rank reads inside the image it runs
-#: in (jobs/devices.py) and the image's build record holds too.
+#: Labels that tell builds apart, read by each rank in its image (jobs/devices.py) and recorded.
 IDENTITY_LABELS = ("containers.target", "containers.inputs-hash", "containers.build-date",
                    "org.label-schema.build-date")
 

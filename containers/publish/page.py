@@ -58,7 +58,6 @@ def link(path: object, text: str) -> dict:
     return {"href": path, "text": text}
 
 
-# ------------------------------------------------------------------------ one version's facts
 def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
     """(what, value) of the image's stack, GPU parts first; only what the build recorded."""
     stack = entry.stack or {}
@@ -249,7 +248,6 @@ def render_page(catalogue: Mapping, dest: Path) -> str:
     return _templates().get_template("catalogue.html").render(view)
 
 
-# ------------------------------------------------------------------------------ the diff page
 def _smoke_side(smoke: Any) -> dict | None:
     if not isinstance(smoke, Mapping):
         return None

@@ -39,8 +39,7 @@ from containers.report import Say, human_bytes, say_line
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
 #: The most an image's build record may hold (its pip freeze is the bulk of it).
 PROVENANCE_LIMIT = 16 << 20
-#: Free space a publish needs beyond the image's size: its checksum, module file, wrapper,
-#: catalogue (which keeps every version's pip freeze) and a signature, with room to spare.
+#: Free space needed beyond the image: its small files and catalogue (each pip freeze), spare.
 SPACE_MARGIN = 64 << 20
 
 

@@ -151,7 +151,6 @@ def signers(runtime: Runtime, image: Path, *, keysdir: Path) -> set[str]:
     return found
 
 
-# ---------------------------------------------------------- public key out of a keyring (gpg)
 def _gpg(home: Path, *args: str) -> list[str]:
     """A throwaway home: no agent, user config, key server, or keyring but those named."""
     return ["gpg", "--homedir", str(home), "--batch", "--quiet", "--no-autostart",
