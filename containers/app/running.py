@@ -45,7 +45,7 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
                 gpus: int = 1, nodes: int = 1, launcher: bool = True,
                 timeout: float | None = None, dry_run: bool = False,
                 say: Say = _print) -> int:
-    """``gpus`` ranks per node (``launcher`` False: one process); 0, or :class:`CommandExit`."""
+    """Run ``command`` in the image, ``gpus`` ranks per node (``launcher`` False: one process)."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)

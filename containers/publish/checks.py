@@ -240,8 +240,7 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
             "lands in the shared results folder), then publish again; or publish with "
             "--skip-checks, which the catalogue records")
     if found is not None:
-        refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
-                        labels=provenance.labels)
+        refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu, labels=provenance.labels)
     test = apptainer_test(runtime, target, image, provenance, smoked=found is not None, say=say)
     if found is not None:
         say(f"checks: passing smoke verdict for this image (sha256 {sha[:12]}): {found[0]}")

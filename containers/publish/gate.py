@@ -70,7 +70,7 @@ def torch_mismatch(build: str | None, gpu: Gpu, site: str) -> str | None:
             "build")
 
 
-#: Labels that tell builds apart, read by each rank in its image (jobs/devices.py) and recorded.
+#: Labels that tell builds apart, in the build record and read by each rank (jobs/devices.py).
 IDENTITY_LABELS = ("containers.target", "containers.inputs-hash", "containers.build-date",
                    "org.label-schema.build-date")
 
@@ -161,7 +161,7 @@ def _degraded(folder: Path, record: Mapping) -> str | None:
 
 def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: Gpu = Gpu.NONE,
                      labels: Mapping | None = None) -> list[str]:
-    """Why the run's own files, never its verdict (anyone may write one), refute a pass of it."""
+    """Why the run's files (not its verdict: anyone may write one) refute a pass of ``sha256``."""
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]

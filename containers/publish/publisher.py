@@ -39,7 +39,7 @@ from containers.report import Say, human_bytes, say_line
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
 #: The most an image's build record may hold (its pip freeze is the bulk of it).
 PROVENANCE_LIMIT = 16 << 20
-#: Free space needed beyond the image: its small files and catalogue (each pip freeze), spare.
+#: Room beyond the image for its small files and the catalogue (which keeps every pip freeze).
 SPACE_MARGIN = 64 << 20
 
 
