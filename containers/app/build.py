@@ -41,11 +41,6 @@ def foreign_build(item: Target, *, dry_run: bool) -> str | None:
                       path=item.manifest, line=item.line("arch"), key="arch")
 
 
-def missing_base_image(step: BuildStep) -> None:
-    """The step's base image must be here before its builder runs."""
-    builder_of(step.target).check_base_image(step.target, step.inputs)
-
-
 def cache_line(step: BuildStep, *, no_cache: bool) -> str:
     """The plan's line on the package cache of one build: used (how, where) or why not."""
     if step.package_cache is not None:
@@ -61,9 +56,7 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
     item = project.target(target)
     runtime = project.runtime(required=not dry_run)
     foreign = foreign_build(item, dry_run=dry_run)
-    here = project.current_site()
-    refusal = fakeroot_refusal(item, here)
-    if refusal is not None:
+    if (refusal := fakeroot_refusal(item, project.current_site())) is not None:
         raise refusal
     cli_args = dict(build_args or {})
     try:
@@ -93,7 +86,7 @@ def build(project: Project, *, target: str, force: bool = False, dry_run: bool =
             _describe_build(step, no_cache=no_cache, say=say)
     if not dry_run:
         for step in plan.pending:
-            missing_base_image(step)
+            builder_of(step.target).check_base_image(step.target, step.inputs)
     if dry_run or not plan.pending:
         if not plan.pending:
             say(f"{item.name} is up to date: nothing to build")

@@ -18,7 +18,6 @@ def package_cache(project: Project, *, prune: bool = False, say: Say = _print) -
     for part in PARTS:
         size, files = usage(root / part)
         say(f"  {part:<4} {human_bytes(size):>10} in {files} files")
-    kept = sorted((root / "roots").glob("*/root"))
-    if kept:
+    if kept := sorted((root / "roots").glob("*/root")):
         say(f"  of roots, kept root file systems: {len(kept)} (one per target's inputs but its "
             f"env spec), {root / 'roots'}")

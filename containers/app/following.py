@@ -1,8 +1,4 @@
-"""``invoke job --submit --wait`` and ``invoke jobs``: a submitted job followed to its verdict.
-
-``--wait`` says each state change, then prints the verdict and exits with its code; no verdict
-where one was due fails closed, naming the job's output file.
-"""
+"""``invoke job --submit --wait`` and ``invoke jobs``: a submitted job followed to its verdict."""
 
 from __future__ import annotations
 
@@ -76,11 +72,6 @@ def _cell(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _folder(results: object) -> str:
-    """The results folder's own name, which tells apart two jobs of one id."""
-    return Path(results).name if isinstance(results, str) and results else "-"
-
-
 def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -> list[dict]:
     """The jobs this checkout submitted, newest last, with their state now and verdict."""
     queries = {name: follow.Queries(scheduler) for name, scheduler in SCHEDULERS.items()}
@@ -92,13 +83,12 @@ def jobs_report(project: Project, *, as_json: bool = False, say: Say = _print) -
     if not rows:
         say("no jobs submitted from this checkout yet (invoke job --submit adds one)")
         return rows
-    show_table(f"jobs ({len(rows)})", ("job", "scheduler", "workload", "target",
-                                                   "site", "submitted", "results", "state",
-                                                   "verdict"),
-                          [(r["job_id"], *(_cell(r.get(key)) for key in (
-                              "scheduler", "workload", "target", "site", "submitted")),
-                            _folder(r.get("results")), r["state"], r["verdict"] or "-")
-                           for r in rows])
+    columns = ("job", "scheduler", "workload", "target", "site", "submitted", "results", "state",
+               "verdict")
+    show_table(f"jobs ({len(rows)})", columns,
+               [(r["job_id"], *(_cell(r.get(key)) for key in columns[1:6]),
+                 Path(_cell(r.get("results"))).name or "-", r["state"], r["verdict"] or "-")
+                for r in rows])
     for name, why in unanswered.items():
         say(f"state unknown of the {name} jobs: {why}")
     return rows

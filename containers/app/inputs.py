@@ -1,8 +1,4 @@
-"""``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid.
-
-``check`` reports every problem of every file in one run; ``targets`` shows the last listing
-again while every file it read holds the same content.
-"""
+"""``invoke targets`` and ``invoke check``: what the project defines, and whether it is valid."""
 
 from __future__ import annotations
 
@@ -22,7 +18,6 @@ from containers.report import Say, say_line as _print, show_table
 
 if TYPE_CHECKING:  # loaded when a listing is read afresh, not to show a kept one
     from containers.app.project import Project
-    from containers.inputs import validate
     from containers.inputs.recipes import Target
 
 #: The columns of ``invoke targets``; with ``--json`` each target is an object with these keys.
@@ -48,7 +43,6 @@ class Listing:
 
 
 def show(listing: Listing, *, as_json: bool = False, say: Say = _print) -> None:
-    """The targets table and the leftovers, or with ``as_json`` the rows as one JSON list."""
     if as_json:
         say(json.dumps(listing.rows, indent=2))
         return
@@ -104,9 +98,8 @@ def _kept(store: Path, key: str) -> Listing | None:
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
     shaped = all(isinstance(v, str) for v in [listing.runtime_line, *listing.leftovers]) and all(
-        isinstance(r, dict) and tuple(r) == TARGET_COLUMNS and all(isinstance(v, str)
-                                                                   for v in r.values())
-        for r in listing.rows)
+        isinstance(r, dict) and tuple(r) == TARGET_COLUMNS
+        and all(isinstance(v, str) for v in r.values()) for r in listing.rows)
     return listing if fresh and shaped else None
 
 
@@ -199,7 +192,6 @@ def _row(project: Project, name: str, facts: tuple[str, ...], state: str, curren
 
 
 def _read_from(project: Project) -> list[str]:
-    """The files and folders a listing reads."""
     settings = project.settings
     files = {settings.provenance_path(name) for name in project.targets}
     folders = {project.root / "recipes", settings.images_dir, settings.tmp_dir}
@@ -245,8 +237,7 @@ def check_inputs(project: Project, *, target: str | None = None, as_json: bool =
         project.root, target=target, tool_args=(*CONTEXT_ARGS, *PROVENANCE_ARGS),
         # the inputs hash of a target's base chain reads and checks each base's inputs too
         target_checks=(chain_hashes,),
-        # the profile's launcher is in the registry and fits its scheduler (its fit: block is
-        # checked as the profile loads)
+        # the profile's launcher is registered and fits its scheduler (fit: checked on load)
         site_checks=(launchers.for_site,))
     if as_json:
         say(json.dumps({"ok": not report.errors,
@@ -254,17 +245,13 @@ def check_inputs(project: Project, *, target: str | None = None, as_json: bool =
                         "warnings": [_problem(w) for w in report.warnings],
                         "targets": report.ok_targets, "sites": report.ok_sites}, indent=2))
     else:
-        _say_report(project, report, say)
+        say(_runtime_line(project)[0])
+        for name in report.ok_targets:
+            say(f"ok  target {name:<14} {os.path.relpath(report.targets[name].manifest)}")
+        for name in report.ok_sites:
+            say(f"ok  site   {name:<14} {os.path.relpath(report.sites[name].path)}")
+        for info in report.infos:
+            say(f"info: {info}")
+        for warning in report.warnings:
+            say(f"warning: {warning}")
     raise_all(report.errors)  # exit 1; with --json stdout holds only the document
-
-
-def _say_report(project: Project, report: validate.CheckReport, say: Say) -> None:
-    say(_runtime_line(project)[0])
-    for name in report.ok_targets:
-        say(f"ok  target {name:<14} {os.path.relpath(report.targets[name].manifest)}")
-    for name in report.ok_sites:
-        say(f"ok  site   {name:<14} {os.path.relpath(report.sites[name].path)}")
-    for info in report.infos:
-        say(f"info: {info}")
-    for warning in report.warnings:
-        say(f"warning: {warning}")

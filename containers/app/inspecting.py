@@ -1,9 +1,4 @@
-"""``invoke inspect`` and ``invoke diff``: what an image holds, whether it fits, what changed.
-
-An image is a target, a path to a ``.sif`` or a published ``DEST:TARGET@VERSION``
-(:func:`resolve`); its smoke results are the verdicts of that exact image (by sha256) or its
-catalogue entry.
-"""
+"""``invoke inspect`` and ``invoke diff``: what an image holds, whether it fits, what changed."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from containers.app.project import Project
-from containers.errors import StateError, UsageError, VerdictFailed
+from containers.errors import CommandFailed, StateError, UsageError, VerdictFailed
 from containers.files import sha256_file
 from containers.image import inspect as probing, provenance, sitefit
 from containers.image.arch import site_arches
@@ -92,7 +87,6 @@ def site_for(project: Project, ref: ImageRef, site: str | None) -> Site:
 
 def fit_findings(project: Project, stack: dict, site: Site,
                  probe_errors: object) -> list[sitefit.Finding]:
-    """The site-fit findings of an image's stack (and its probe's errors) against ``site``."""
     return sitefit.judge(stack, site_name=site.name, site_gpu=site.gpus.kind,
                          arches=site_arches(site, project.targets), fit=site.fit,
                          probe_errors=probe_errors, gpus=site.gpus)
@@ -119,8 +113,7 @@ def inspect(project: Project, *, target: str | None = None, image: str | None = 
                          default=str))
     else:
         show(report, findings, say)
-    bad = sitefit.errors(findings)
-    if bad:
+    if bad := sitefit.errors(findings):
         raise VerdictFailed(f"{ref.name} does not fit site {where.name}: "
                             + "; ".join(f.message for f in bad))
     return report
@@ -176,7 +169,6 @@ def diff(project: Project, *, old: str, new: str, as_json: bool = False,
 
 def examine_built(project: Project):
     """The build's last test of an image: a probe, its SBOM, its site fit (errors fail)."""
-    from containers.errors import CommandFailed
     from containers.image import sbom
 
     sbom.preload()
@@ -195,8 +187,7 @@ def examine_built(project: Project):
         for finding in findings:
             say(f"  site fit ({site.name}): {finding.line()}")
         record["fit"] = {"site": site.name, "findings": [f.as_dict() for f in findings]}
-        bad = sitefit.errors(findings)
-        if bad:
+        if bad := sitefit.errors(findings):
             raise CommandFailed(f"{step.target.name} does not fit site {site.name}: "
                                 + "; ".join(f.message for f in bad) + "; the image is not kept")
         return files

@@ -1,6 +1,4 @@
-"""``invoke job``: render a site's batch job; print it, write it or submit it, then follow it.
-The command only sequences the steps, each owned below it: the job's needs, plan, delivery
-(:mod:`containers.batch.submission`) and following (:mod:`containers.app.following`)."""
+"""``invoke job``: render a site's batch job; print it, write it or submit it, then follow it."""
 
 from __future__ import annotations
 
@@ -20,7 +18,6 @@ from containers.report import Say, say_line as _print
 def job(project: Project, request: batch.JobRequest, *, target: str | None,
         site: str | None = None, out: str | Path | None = None, submit: bool = False,
         wait: bool = False, say: Say = _print) -> JobSubmission:
-    """Render a site's batch job; print, write or submit it, and with ``wait`` follow it."""
     script = Path(os.path.abspath(out)) if out else None  # a link named is refused, not followed
     if script is not None and script.is_dir() and not script.is_symlink():
         raise UsageError(f"--out {out} is a folder; name the script file to write (e.g. "

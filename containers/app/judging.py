@@ -1,8 +1,7 @@
 """``invoke verdict``: judge a finished batch run from the files it left, as an interactive run is
 judged, and write the same ``verdict.json`` (and, for smoke, the perflog line).
 
-The plan is re-made from the job's ``job.json``, so ``invoke publish`` can use a proof made in
-a job. Fails closed: missing files, a nonzero launcher status or another image's results FAIL.
+The plan is re-made from ``job.json``; missing files or another image's results FAIL.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ def judge_results(project: Project, *, results: str | Path, exit_status: int,
     try:
         request = request_from_record(job, kind)
     except RecordOptionsError as exc:
-        # the job's options (job.json) are not an object, or values the tool refuses
         raise VerdictFailed(f"verdict FAILED: job.json {exc}") from exc
     run = batch.job_run(item, site, settings=project.settings, request=request)
     workload = replace(run.workload, out_dir=folder)

@@ -1,8 +1,4 @@
-"""``invoke local-slurm``: a real Slurm cluster on this machine, to try batch jobs without one.
-
-``--start`` starts the tests' two-node cluster, or with ``--site S`` one shaped like a site
-profile; ``--stop`` finishes even a stop cut off half way. Jobs reach it through ``SLURM_CONF``.
-"""
+"""``invoke local-slurm``: a real Slurm cluster on this machine, to try batch jobs without one."""
 
 from __future__ import annotations
 

@@ -143,9 +143,7 @@ class Project:
     def default_target(self) -> str:
         """The detected site's default target, else the configured default (``cpu``)."""
         site = detect_site(self.sites)
-        if site is not None and site.default_target:
-            return site.default_target
-        return self.settings.default_target
+        return site.default_target if site and site.default_target else self.settings.default_target
 
     def runtime(self, *, required: bool = True, flavour: str = "apptainer") -> Runtime:
         try:
@@ -166,7 +164,6 @@ class Project:
 
     def job_needs(self, target: str | None, site: str | None, *, kind: WorkloadKind,
                   host_arch: str, venv: Path | None) -> JobNeeds:
-        """What a job is planned from, resolved once."""
         from containers.batch import judgeenv
         from containers.batch.job import JobNeeds
 

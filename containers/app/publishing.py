@@ -1,7 +1,6 @@
 """``invoke publish`` and ``invoke verify``: the project's side of publishing.
 
-Publishing itself (:mod:`containers.publish`) takes plain values; this gathers them from the
-project and hands over the check it cannot run on its own: a quick 2-rank smoke of the image.
+:mod:`containers.publish` takes plain values; this gathers them, and the quick smoke it cannot run.
 """
 
 from __future__ import annotations
@@ -73,6 +72,5 @@ def release_review(project: Project, runtime: Runtime, accept: str | None) -> pl
 
 def verify(project: Project, *, dest: Path | str | None, target: str | None = None,
            as_json: bool = False, say: Say = _print) -> list[tuple]:
-    """Check every published image in ``dest``; the rows (``as_json``: one JSON document)."""
     return checking.verify(dest or "", runtime=project.runtime, target=target,
                            as_json=as_json, say=say)

@@ -1,9 +1,5 @@
 """``invoke run -- CMD`` and ``invoke shell``: a researcher's own command in the image, launched
-the way the site's smoke runs are (:mod:`containers.run.command`).
-
-The device gate runs first on GPU sites; the exit status is the command's, and ``status.json``
-records it with the image's sha256 (publish's proof of an image without torch).
-"""
+the way the site's smoke runs are (:mod:`containers.run.command`)."""
 
 from __future__ import annotations
 
@@ -49,8 +45,7 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
                 gpus: int = 1, nodes: int = 1, launcher: bool = True,
                 timeout: float | None = None, dry_run: bool = False,
                 say: Say = _print) -> int:
-    """Run ``command`` in the image on ``gpus`` ranks per node (``launcher`` False: one
-    process); 0, or it raises (:class:`CommandExit` with the command's status)."""
+    """Run ``command`` in the image, ``gpus`` ranks per node (``launcher`` False: one process)."""
     item = project.target(target or project.default_target())
     site = project.site_of(item)
     runtime = project.runtime_for(site, dry_run=dry_run)
@@ -83,7 +78,6 @@ def run_command(project: Project, *, target: str | None, command: Sequence[str],
 
 def _announce(planned: CommandRun, *, target: str, site: str, launcher: bool, dry_run: bool,
               placement: Placement | None, say: Say) -> None:
-    """The run as it will start: ranks, log, the exact gate and command."""
     workload = planned.workload
     ranks = workload.ranks if launcher else 1
     say_plan(say, f"run: {target} on site {site}, {ranks} rank{'s' * (ranks != 1)}"
@@ -183,8 +177,7 @@ def shell(project: Project, *, target: str | None, command: Sequence[str] = (),
         raise ImageMissing(image, item.name)
     emulated_binds(item.arch)  # writes the CPU folder the plan names
     # The terminal is the user's: stdin, stdout and stderr are passed through, not captured.
-    code = subprocess.call(argv)
-    if code:
+    if code := subprocess.call(argv):
         raise CommandExit(f"{show_command(list(command)) if command else 'shell'}: exit {code}",
                           code)
     return 0

@@ -1,8 +1,4 @@
-"""``invoke smoke`` and ``invoke train``: run a workload in the image, judge it, report it.
-
-One function, :func:`prove`, runs any kind (its options name it): plan, show, run, judge both
-gates, record, and raise for a failed one.
-"""
+"""``invoke smoke`` and ``invoke train``: run a workload in the image, judge it, report it."""
 
 from __future__ import annotations
 
@@ -96,8 +92,7 @@ def smoke_history(project: Project, *, target: str | None, as_json: bool = False
 
 
 def shown_environ(site: Site) -> dict[str, str]:
-    """A dry run's host environment: this one, and a :func:`deferred` marker for each variable
-    the site names that is unset here, expanded where the shown command is pasted."""
+    """os.environ plus a :func:`deferred` marker (expanded where pasted) per unset site variable."""
     environ = dict(os.environ)
     for text in (*site.env.values(), *site.binds, *site.transport.binds,
                  *site.transport.env.values()):
@@ -111,8 +106,7 @@ def shown_environ(site: Site) -> dict[str, str]:
 def say_plan(say: Say, header: str, steps: Sequence[tuple[str, list[str]]], *,
              dry_run: bool, placement: Placement | None, notes: Sequence[str] = (),
              folder: Path | None = None) -> None:
-    """A run as it starts: the header, each step's command, the notes; a dry run's lines
-    paste into ``salloc`` as they are."""
+    """A run as it starts; a dry run's lines paste into ``salloc`` as they are."""
     if not dry_run:
         say(header)
         for label, argv in steps:
@@ -211,7 +205,6 @@ def guard_run(project: Project, target: str, runtime: Runtime) -> None:
 
 
 def _record(project: Project, result: verdict.Result, *, say: Say) -> None:
-    """Reports, ``verdict.json``, the perflog line, and the gates on the terminal."""
     out = result.plan.out_dir
     with on_disk("write the run's reports", out):
         for path in result.kind.write_reports(result):

@@ -1,7 +1,6 @@
 """The published-images catalogue (``<dest>/catalogue.json``) and the layout it describes.
 
-:func:`load` is its one reader. A version exists for users once its entry is written, last,
-atomically, under the publish lock.
+:func:`load` is its one reader; a publish writes it last (:mod:`.publisher`).
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ CATALOGUE_NAME = "catalogue.json"
 #: The catalogue page (containers.publish.page), replaced right after the catalogue.
 PAGE_NAME = "index.html"
 LOCK_NAME = ".publish.lock"
-#: Beside each published image: its SBOM, and the diff against the version it replaced as JSON
-#: and as a page people read (linked from the catalogue page).
+#: Beside each published image: the diff against the version it replaced, as JSON and a page.
 DIFF_SUFFIX = ".diff.json"
 DIFF_PAGE_SUFFIX = ".diff.html"
 #: The most a catalogue may hold (every entry keeps its image's pip freeze: a few KiB each).
@@ -42,8 +40,7 @@ def driver_needed(stack: Mapping | None) -> str | None:
 
 def validate_version(version: str) -> str:
     """Versions become file and module names: the one name rule, as ``--version``."""
-    problem = name_problem("version", version)
-    if problem:
+    if problem := name_problem("version", version):
         raise UsageError(problem, flag="--version")
     return version
 
@@ -79,7 +76,6 @@ def parse_checksum_line(text: str) -> tuple[str, str] | None:
     return (match.group(1), match.group(2)) if match else None
 
 
-# ----------------------------------------------------------------------------- the catalogue
 def empty() -> dict:
     return {"format": FORMAT, "updated": None, "targets": {}}
 
@@ -121,8 +117,7 @@ def entry_problem(target: str, entry: Any) -> str | None:
         return exc.problem
     if entry.target != target:
         return f"target {entry.target!r} is not {target!r}"
-    problem = name_problem("version", entry.version)
-    if problem:
+    if problem := name_problem("version", entry.version):
         return problem
     for key, wanted in layout_files(target, entry.version).items():
         if getattr(entry, key) != wanted:
@@ -139,8 +134,7 @@ def entry_problem(target: str, entry: Any) -> str | None:
 def _block_problem(name: str, block: Any) -> tuple[str, str] | None:
     """(where, why) for the first unusable part of one target's block, else None."""
     where = f"target {name!r}"
-    problem = name_problem("target", name)
-    if problem:
+    if problem := name_problem("target", name):
         return where, problem
     if not isinstance(block, dict) or not isinstance(block.get("versions"), list):
         return where, "has no 'versions' list"
@@ -157,8 +151,7 @@ def _block_problem(name: str, block: Any) -> tuple[str, str] | None:
     for index, entry in enumerate(block["versions"]):
         version = entry.get("version") if isinstance(entry, dict) else None
         where = f"target {name!r} entry {index} (version {version!r})"
-        problem = entry_problem(name, entry) or ("listed twice" if version in seen else None)
-        if problem:
+        if problem := entry_problem(name, entry) or ("listed twice" if version in seen else None):
             return where, problem
         seen.add(version)
     return None
@@ -171,8 +164,7 @@ def check_format(data: Any, *, path: str) -> dict:
     if data.get("format") != FORMAT:
         raise StateError(f"{path}: catalogue format {data.get('format')!r} is not {FORMAT}")
     for name, block in data["targets"].items():
-        found = _block_problem(name, block)
-        if found:
+        if found := _block_problem(name, block):
             raise StateError(f"{path}: {found[0]}: {found[1]}; fix or restore the catalogue")
     return data
 
@@ -223,7 +215,6 @@ def select_prune(versions: list[str], *, keep: int, latest: str | None) -> list[
     return [v for v in versions if v not in newest and v != latest]
 
 
-# ------------------------------------------------------------------------ consistency (verify)
 @dataclass
 class TargetFolder:
     """What ``<dest>/<target>`` and ``<dest>/modules/<target>`` hold, as ``verify`` found it."""

@@ -1,8 +1,4 @@
-"""The checks an image passes before it is published, and their record in the catalogue.
-
-``apptainer test`` and a passing 2-rank smoke of this exact image (by its sha256); an image
-without torch by its ``%test`` at build, else a passing ``invoke run`` of it.
-"""
+"""The checks an image passes before it is published, and their record in the catalogue."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ from containers.records import BuildRecord, Malformed, RunStatus, Verdict
 from containers.report import Say, show_command
 from containers.run.command import KIND as RUN_KIND
 
-# Runs a short smoke of the image (its output through the given ``Say``); raises
-# VerdictFailed when it is wrong, PerformanceFailed when it is only slow.
+# A short smoke of the image: VerdictFailed when it is wrong, PerformanceFailed when only slow.
 QuickCheck = Callable[[Say], None]
 #: ``ops`` and ``collectives`` travel with it, so the catalogue says which ops were proven.
 SMOKE_KEYS = ("passed", "site", "partition", "ranks", "nodes", "backend", "device_kind",
@@ -92,8 +87,7 @@ def refuse_unproven(found: tuple[Path, Verdict], *, target: str, sha256: str, gp
         raise VerdictFailed(f"not publishing {target}: the newest smoke of this image (sha256 "
                             f"{sha256[:12]}) FAILED ({path}, {record.date}): {why}; "
                             "fix it and run the smoke again")
-    reasons = evidence_reasons(path, record, sha256=sha256, gpu=gpu, labels=labels)
-    if reasons:
+    if reasons := evidence_reasons(path, record, sha256=sha256, gpu=gpu, labels=labels):
         raise VerdictFailed(f"not publishing {target}: {path} says passed but its run's own "
                             f"files do not: {_one_line(reasons)}; run the smoke again")
 
@@ -105,15 +99,15 @@ def smoke_summary(path: Path, record: Verdict, *, run_now: bool) -> dict:
             "performance_failed": bool(record.performance and record.performance.failed)}
 
 
-def apptainer_test(runtime: Runtime, target: Target, image: Path, *, tested_at_build: bool,
-                   build_ran_none: bool, build_date: str | None, say: Say) -> dict:
+def apptainer_test(runtime: Runtime, target: Target, image: Path, built: BuildRecord, *,
+                   smoked: bool, say: Say) -> dict:
     """``apptainer test`` of ``image`` unless the build ran it (no ``%test`` is no pass)."""
     if not target.test:
         return {"passed": None, "how": "the definition has no %test"}
-    if build_ran_none:
+    if built.tested is False:
         return {"passed": None, "how": "its build ran no %test"}
-    if tested_at_build:
-        return {"passed": True, "how": "at build (provenance)", "date": build_date}
+    if smoked and built.tested is True:
+        return {"passed": True, "how": "at build (provenance)", "date": built.build_date}
     argv = runtime.test_argv(image, binds=emulated_binds(target.arch))
     say(f"checks: {' '.join(argv)}")
     try:
@@ -246,11 +240,8 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
             "lands in the shared results folder), then publish again; or publish with "
             "--skip-checks, which the catalogue records")
     if found is not None:
-        refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
-                        labels=provenance.labels)
-    test = apptainer_test(runtime, target, image,
-                          tested_at_build=found is not None and provenance.tested is True,
-                          build_ran_none=provenance.tested is False, build_date=provenance.build_date, say=say)
+        refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu, labels=provenance.labels)
+    test = apptainer_test(runtime, target, image, provenance, smoked=found is not None, say=say)
     if found is not None:
         say(f"checks: passing smoke verdict for this image (sha256 {sha[:12]}): {found[0]}")
         return {"skipped": False, "apptainer_test": test,
@@ -270,7 +261,6 @@ def ensure_checks(runtime: Runtime, *, target: Target, image: Path, provenance: 
                else "(was it rebuilt meanwhile?)")
         raise VerdictFailed(f"not publishing {target.name}: the quick check passed but wrote "
                             f"no smoke verdict for this image's sha256 {why}")
-    refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu,
-                        labels=provenance.labels)
+    refuse_unproven(found, target=target.name, sha256=sha, gpu=gpu, labels=provenance.labels)
     return {"skipped": False, "apptainer_test": test,
             "smoke": smoke_summary(*found, run_now=True)}

@@ -1,8 +1,4 @@
-"""The release decision: whether a checked image may go out as a new version of its target.
-
-It weighs :mod:`containers.publish.gate`'s evidence and the site fit: an error refuses the
-version unless ``--accept-regression WHY`` says why it may go out, which the entry records.
-"""
+"""The release decision: whether a checked image may go out as a new version of its target."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ Fit = Callable[[dict, Site, object], list[sitefit.Finding]]
 
 
 def release_review(runtime: Runtime, accept: str | None, *, fit: Fit) -> Review:
-    """The release gate once the checks passed: site fit, diff and busbw against ``latest``;
-    an error refuses the version unless ``accept`` says why it may go out."""
+    """Site fit, diff and busbw against ``latest``; an error refuses unless ``accept`` says why."""
     def review(plan: PublishPlan, checks: dict, say: Say) -> dict:
         built = BuildRecord.of(plan.provenance, source=plan.image)
         facts = (probing.known_facts(plan.image, built)

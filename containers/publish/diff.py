@@ -1,7 +1,4 @@
-"""What changed between two images: packages, stack, labels, size, and their latest smoke runs.
-
-Pure: two sides as plain data (:func:`side`) in, the difference out.
-"""
+"""What changed between two images: packages, stack, labels, size, and their latest smoke runs."""
 
 from __future__ import annotations
 
@@ -9,6 +6,7 @@ from typing import Mapping
 
 from containers.image.inspect import summary
 from containers.records import Judged, SmokeSummary
+from containers.report import human_bytes
 
 #: Labels that differ on every build and say nothing about what is inside.
 NOISY_LABELS = ("org.label-schema.build-date", "containers.build-date", "containers.pip-freeze",
@@ -84,8 +82,6 @@ def diff(old: Mapping, new: Mapping) -> dict:
 
 
 def lines(result: Mapping) -> list[str]:
-    from containers.report import human_bytes
-
     out = [f"diff {result['old']} -> {result['new']}"]
     pkgs = result["packages"]
     for sign, change in (("+", "added"), ("-", "removed")):

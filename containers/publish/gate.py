@@ -1,9 +1,6 @@
 """The release gate: a new version must not be slower than the one it replaces, nor misfit its site.
 
-:func:`busbw_check` compares alike runs within the reference's ``lower`` tolerance;
-:func:`evidence_reasons` re-derives a verdict from its run's files, so a verdict edited by hand
-proves nothing (docs/release-gate.md).
-"""
+A verdict edited by hand proves nothing: its run's files are read (docs/release-gate.md)."""
 
 from __future__ import annotations
 
@@ -66,17 +63,14 @@ def busbw_check(old: SmokeSummary | None, new: SmokeSummary | None) -> dict:
 
 
 def torch_mismatch(build: str | None, gpu: Gpu, site: str) -> str | None:
-    """Why the image's torch cannot serve ``gpu``, or None: a CPU-only torch on a CUDA site
-    runs, on no GPU; a published image must be the build its GPUs need."""
+    """Why the image's torch cannot serve ``gpu`` (a CPU torch on a CUDA site runs on no GPU)."""
     if gpu == Gpu.NONE or build == gpu:
         return None
     return (f"torch in the image is a {build or 'missing'} build; {site}'s GPUs need a {gpu} "
             "build")
 
 
-# ------------------------------------------------------------------- the verdict's evidence
-#: The labels that tell one build from another, which each rank reads inside the image it runs
-#: in (jobs/devices.py) and the image's build record holds too.
+#: Labels that tell builds apart, in the build record and read by each rank (jobs/devices.py).
 IDENTITY_LABELS = ("containers.target", "containers.inputs-hash", "containers.build-date",
                    "org.label-schema.build-date")
 
@@ -158,8 +152,7 @@ def _image_reasons(folder: Path, ranks: int, sha256: str, gpu: Gpu,
 
 def _degraded(folder: Path, record: Mapping) -> str | None:
     """The degraded transport the run chose, from the verdict or the job's record."""
-    said = Verdict.of(record, source=folder).degraded
-    if said:
+    if said := Verdict.of(record, source=folder).degraded:
         return str(said)
     job = read_json_object(folder / JOB_RECORD)
     chosen = job and JobRecord.of(job, source=folder / JOB_RECORD).transport
@@ -168,8 +161,7 @@ def _degraded(folder: Path, record: Mapping) -> str | None:
 
 def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: Gpu = Gpu.NONE,
                      labels: Mapping | None = None) -> list[str]:
-    """Why the run beside ``verdict`` does not bear out a pass of image ``sha256``, from the
-    run's own files, never the verdict's claims (anyone running smokes may write them)."""
+    """Why the run's files (not its verdict: anyone may write one) refute a pass of ``sha256``."""
     folder = verdict.parent
     if verdict.is_symlink() or folder.is_symlink():
         return [f"{verdict} is reached through a link"]
@@ -179,8 +171,7 @@ def evidence_reasons(verdict: Path, record: Mapping, *, sha256: str, gpu: Gpu = 
         return [f"the verdict's ranks ({ranks!r}) are not a run of 2 or more ranks"]
     if record.sha256 != sha256:
         return [f"the verdict is of sha256 {str(record.sha256)[:12]}, not {sha256[:12]}"]
-    degraded = _degraded(folder, record)
-    if degraded:
+    if degraded := _degraded(folder, record):
         return [f"the run chose a degraded transport ({degraded}): it proves the image over TCP "
                 "sockets, not over the site's network; prove it on one node or over the site's "
                 "transport"]

@@ -1,8 +1,7 @@
 """Lmod module files and the exec wrapper for published images: pure rendering, no I/O.
 
-The wrapper holds no fact of any version (each module file sets what it runs), so a new version
-never changes an older one. Every value is quoted for Lua, the shell or a comment, even a name
-the name rule missed."""
+The wrapper holds no version's facts, so a new version never changes an older one; every value
+is quoted (Lua, shell, comment), even a name the name rule missed."""
 
 from __future__ import annotations
 
@@ -29,8 +28,6 @@ def comment_text(value: str) -> str:
 
 @dataclass(frozen=True)
 class ModuleSpec:
-    """Everything a module file says about one published version."""
-
     target: str
     version: str
     description: str
@@ -40,8 +37,7 @@ class ModuleSpec:
     gpu_flag: str | None
     binds: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-    #: The host modules the site's jobs load (its profile's ``modules``: Derecho's ``cuda`` and
-    #: ``apptainer``), loaded with the image's: its runtime is one of them.
+    #: The site's job modules (Derecho's ``cuda``, ``apptainer``): the runtime is one of them.
     modules: tuple[str, ...] = ()
     sha256: str = ""
     signed_by: str | None = None  # key fingerprint
@@ -105,7 +101,6 @@ def render_modulefile(spec: ModuleSpec) -> str:
         f"whatis({q('Description: ' + spec.description)})",
         f"whatis({q('Image: ' + spec.image)})",
         'family("container_image")',
-        # the site's modules first: the runtime the wrapper runs comes from one of them
         *(f"depends_on({q(name)})" for name in spec.modules),
         "",
         f"local sif = {q(spec.image)}",
@@ -126,8 +121,7 @@ def render_modulefile(spec: ModuleSpec) -> str:
 
 
 def render_exec_wrapper(target: str) -> str:
-    """``<target>-exec COMMAND...``: run COMMAND in ``$SIF`` with the loaded version's runtime
-    and GPU flag; a runtime not on PATH is named in one line with the modules that bring it."""
+    """A runtime not on PATH is named in one line with the modules that bring it."""
     name = exec_name(target)
     return f"""#!/usr/bin/env bash
 # {comment_text(name)} COMMAND [ARGS...]: run COMMAND in the image of the loaded module

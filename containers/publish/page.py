@@ -1,8 +1,7 @@
 """The catalogue page (``<dest>/index.html``) and each version's diff page, for people with a
 browser: what is published, read like a site's software library (docs/publishing.md).
 
-Pure view data, into Jinja2 templates with autoescaping on: a value others may edit reaches the
-page as text, never markup. Who published stays in ``catalogue.json``, never on a page.
+Autoescaped: a value others may edit reaches the page as text. Who published stays off pages.
 """
 
 from __future__ import annotations
@@ -59,7 +58,6 @@ def link(path: object, text: str) -> dict:
     return {"href": path, "text": text}
 
 
-# ------------------------------------------------------------------------ one version's facts
 def stack_rows(entry: CatalogueEntry) -> list[tuple[str, str]]:
     """(what, value) of the image's stack, GPU parts first; only what the build recorded."""
     stack = entry.stack or {}
@@ -134,14 +132,10 @@ def verdicts(entry: CatalogueEntry) -> list[dict]:
     return found
 
 
-#: What the examples run in an image without torch (an R image, a base): it reads the image.
-PLAIN_COMMAND = "cat /etc/os-release"
-
-
 def example_command(stack: object) -> str:
-    """The command the page's examples run: torch's version where the image has torch."""
+    """The command the page's examples run: torch's version, else (an R image, a base) its OS."""
     without = isinstance(stack, Mapping) and stack and not stack.get("torch")
-    return PLAIN_COMMAND if without else EXAMPLE_COMMAND
+    return "cat /etc/os-release" if without else EXAMPLE_COMMAND
 
 
 def commands(target: str, entry: CatalogueEntry) -> list[str]:
@@ -172,15 +166,13 @@ def base_definition(entry: CatalogueEntry, dest: Path) -> str | None:
 
 
 def files(entry: CatalogueEntry, dest: Path) -> dict:
-    """The version's image, its checksum, signature and what is kept beside it, as links."""
-    fingerprint = entry.key_fingerprint
     against = entry.gate.against if entry.gate else None
     return {
         "image": str(dest / str(entry.file)) if entry.file else None,
         "sha256": entry.sha256,
         "checksum": link(entry.checksum_file, "sha256sum -c file"),
         "signed": bool(entry.signed),
-        "fingerprint": fingerprint,
+        "fingerprint": entry.key_fingerprint,
         "key": link(entry.public_key, "public key"),
         "sbom": link(entry.sbom_file, "CycloneDX SBOM"),
         "diff_page": link(entry.diff_page, f"what changed since {against}" if against
@@ -190,7 +182,6 @@ def files(entry: CatalogueEntry, dest: Path) -> dict:
 
 
 def version_view(target: str, entry: Mapping, *, latest: str | None, dest: Path) -> dict:
-    """Everything the page shows of one published version."""
     entry = CatalogueEntry.of(entry)
     return {"version": entry.version, "anchor": f"{target}@{entry.version}",
             "latest": entry.version == latest, "published": when(entry.published),
@@ -257,7 +248,6 @@ def render_page(catalogue: Mapping, dest: Path) -> str:
     return _templates().get_template("catalogue.html").render(view)
 
 
-# ------------------------------------------------------------------------------ the diff page
 def _smoke_side(smoke: Any) -> dict | None:
     if not isinstance(smoke, Mapping):
         return None

@@ -1,7 +1,4 @@
-"""Permissions of published files: who may read them, and a check that nobody else may write.
-
-Files are made under a matching umask, so none is ever briefly too open, and nothing in the
-publish folder is reached through a link."""
+"""Permissions of published files: who may read them, and a check that nobody else may write."""
 
 from __future__ import annotations
 

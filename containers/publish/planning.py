@@ -1,8 +1,4 @@
-"""What a publish will do, decided before anything is touched: the request and the plan.
-
-:func:`plan_publish` refuses before any work what publishing could not finish, and says where
-every file goes; :mod:`containers.publish.publisher` carries it out.
-"""
+"""What a publish will do, decided before anything is touched: the request and the plan."""
 
 from __future__ import annotations
 
@@ -59,21 +55,17 @@ class PublishRequest:
 
 def check_dest(dest: Path) -> None:
     """Refuse in one line a ``--dest`` that others could write into or swap."""
-    problem = not_a_folder(dest)
-    if problem:
+    if problem := not_a_folder(dest):
         raise UsageError(problem, flag="--dest")
     if dest.exists() and stat.S_IMODE(dest.stat().st_mode) & 0o002:
         raise UsageError(f"{dest} is world-writable: anyone could replace published images; "
                          "publish into a folder only admins can write", flag="--dest")
-    problem = open_parent(dest)
-    if problem:
+    if problem := open_parent(dest):
         raise UsageError(problem, flag="--dest")
 
 
 @dataclass(frozen=True)
 class PublishPlan:
-    """Where everything goes and what will be done; computed before anything is touched."""
-
     target: Target
     site: Site
     image: Path

@@ -1,8 +1,4 @@
-"""What ``invoke publish --keep N`` removes: chosen before the copy, removed after the commit.
-
-A version in use (the module ``default`` pointed away from ``latest`` by hand, or pinned in the
-catalogue or the config) is never removed: the publish is refused before anything is made.
-"""
+"""What ``invoke publish --keep N`` removes: chosen before the copy, removed after the commit."""
 
 from __future__ import annotations
 
@@ -32,8 +28,7 @@ def to_prune(plan: PublishPlan, before: dict) -> list[str]:
         uses[version] = f"pinned in {plan.dest / cat.CATALOGUE_NAME}"
     for version in plan.settings.publish_pinned.get(plan.target.name, ()):
         uses[version] = "pinned in the config: containers.publish_pinned"
-    blocked = [v for v in gone if v in uses]
-    if blocked:
+    if blocked := [v for v in gone if v in uses]:
         raise StateError(f"--keep {plan.keep} would remove {plan.target.name} {blocked[0]}, "
                          f"which is in use ({uses[blocked[0]]}); nothing was published or "
                          "removed: keep more versions, or unpin it first")

@@ -35,13 +35,11 @@ from containers.publish.transaction import Transaction
 from containers.records import BuildRecord, CatalogueEntry, json_text
 from containers.report import Say, human_bytes, say_line
 
-#: Seconds to sleep per 8 MiB chunk of the copy: a fault-injection hook, so tests can kill a
-#: publish while it is copying.
+#: Seconds to sleep per 8 MiB copied: a fault-injection hook, so tests can kill a publish mid-copy.
 COPY_DELAY_ENV = "CONTAINERS_PUBLISH_COPY_DELAY"
 #: The most an image's build record may hold (its pip freeze is the bulk of it).
 PROVENANCE_LIMIT = 16 << 20
-#: Free space a publish needs beyond the image's size: its checksum, module file, wrapper,
-#: catalogue (which keeps every version's pip freeze) and a signature, with room to spare.
+#: Room beyond the image for its small files and the catalogue (which keeps every pip freeze).
 SPACE_MARGIN = 64 << 20
 
 
@@ -57,8 +55,7 @@ def sweep_temps(plan: PublishPlan, say: Say) -> None:
 
 def refuse_links(plan: PublishPlan) -> None:
     """A :class:`StateError` naming a link this publish would go through."""
-    problem = unsafe_layout(plan.dest, plan.target.name)
-    if problem:
+    if problem := unsafe_layout(plan.dest, plan.target.name):
         raise StateError(problem)
     for link in (plan.folder / "latest", plan.module_dir / "default"):
         if os.path.lexists(link) and not link.is_symlink():
@@ -176,7 +173,7 @@ def _prepare(plan: PublishPlan, runtime: Runtime, tx: Transaction,
     size = plan.image.stat().st_size
     say(f"copying {plan.image} -> {plan.temp} ({human_bytes(size)})")
     started = time.monotonic()
-    delay = float(os.environ.get(COPY_DELAY_ENV) or 0)  # the fault-injection hook, per chunk
+    delay = float(os.environ.get(COPY_DELAY_ENV) or 0)
     with byte_progress(f"copy {plan.sif.name}", size) as advance:
         copied = copy_hashing(plan.image, tx.temp(plan.temp), mode=plan.modes.file,
                               progress=advance,
@@ -236,8 +233,7 @@ def _execute_locked(plan: PublishPlan, runtime: Runtime, *, checks: dict,
     # an existing folder's own mode is the site's business
     paths = [plan.dest] * (plan.dest in tx.created) + managed_paths(plan.dest, plan.target.name)
     apply_modes(paths, plan.modes)
-    problems = mode_problems(paths, plan.modes)
-    if problems:
+    if problems := mode_problems(paths, plan.modes):
         raise StateError("permissions are not as configured: " + "; ".join(problems))
     return entry
 
@@ -255,7 +251,6 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
     keyfile = plan.dest / "keys" / f"{key.fingerprint}.pgp" if key else None
     if keyfile is not None:
         tx.folder(keyfile.parent)
-    # no version's facts: each module file carries its own
     wrapper = written(plan.exec_path, render_exec_wrapper(plan.target.name).encode(), "wrapper")
     os.chmod(wrapper[0], plan.modes.dir)  # executable from its first moment under its final name
     spec = ModuleSpec(target=plan.target.name, version=plan.version,
@@ -276,7 +271,6 @@ def _stage(plan: PublishPlan, tx: Transaction, *, sha256: str, when: str,
         link(plan.module_dir / "default", plan.module.name),
         written(plan.dest / cat.CATALOGUE_NAME, json_text(catalogue).encode(),
                 "catalogue"),
-        # the page shows what the catalogue says: replaced right after it
         written(plan.dest / cat.PAGE_NAME, render_page(catalogue, plan.dest).encode(), "page"),
     ]
 

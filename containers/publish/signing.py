@@ -48,8 +48,7 @@ def keyring(runtime: Runtime, configured: Path | None,
             environ: Mapping[str, str] | None = None) -> Path:
     """The keyring folder publishing uses, resolved once for signing and look-ups."""
     keysdir = configured or runtime.keysdir(environ)
-    problem = keyring_problem(keysdir)
-    if problem:
+    if problem := keyring_problem(keysdir):
         raise ConfigError(f"{problem}: refusing to sign with it or publish its key (whoever can "
                           "change a keyring chooses what is signed as the site's); use a "
                           "keyring only you can write", key="sign_keysdir")
@@ -130,8 +129,7 @@ class _Verified(BaseModel):
 
 
 def signers(runtime: Runtime, image: Path, *, keysdir: Path) -> set[str]:
-    """Fingerprints (upper-case) whose signatures over ``image`` verify against ``keysdir``;
-    a :class:`VerdictFailed` naming the image when there is none or one does not verify."""
+    """Fingerprints (upper-case) whose signatures over ``image`` verify against ``keysdir``."""
     try:
         out = capture(runtime.verify_argv(image), env=_env(runtime, keysdir), timeout=600)
     except CommandFailed as exc:
@@ -153,7 +151,6 @@ def signers(runtime: Runtime, image: Path, *, keysdir: Path) -> set[str]:
     return found
 
 
-# ---------------------------------------------------------- public key out of a keyring (gpg)
 def _gpg(home: Path, *args: str) -> list[str]:
     """A throwaway home: no agent, user config, key server, or keyring but those named."""
     return ["gpg", "--homedir", str(home), "--batch", "--quiet", "--no-autostart",

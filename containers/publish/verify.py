@@ -1,8 +1,4 @@
-"""``invoke verify``: check a publish folder as a user would trust it.
-
-Checksums, signatures (in a throwaway keyring), the folder against the catalogue, nothing
-world-writable; an interrupted publish's leftovers are noted, not failed.
-"""
+"""``invoke verify``: check a publish folder as a user would trust it."""
 
 from __future__ import annotations
 
@@ -130,15 +126,13 @@ def _document(dest: Path, images: list[dict], problems: list[str],
 
 def verify(dest: Path | str, *, runtime: Callable[[], Runtime], target: str | None = None,
            as_json: bool = False, say: Say = say_line) -> list[tuple]:
-    """Check every published image and the catalogue; :class:`VerdictFailed` naming each
-    problem. ``runtime`` is asked for only to check a signature."""
+    """:class:`VerdictFailed` naming each problem; ``runtime`` is called only for a signature."""
     if not dest:
         raise UsageError("give the folder that invoke publish wrote", flag="--dest")
     if target is not None and name_problem("target", target):
         raise UsageError(name_problem("target", target), flag="--target")
     dest = Path(os.path.abspath(Path(dest).expanduser()))
-    problem = not_a_folder(dest)
-    if problem:
+    if problem := not_a_folder(dest):
         raise UsageError(problem, flag="--dest")
     try:
         catalogue, folders = _load(dest, target)
@@ -188,8 +182,7 @@ def _load(dest: Path, target: str | None) -> tuple[dict, dict[str, cat.TargetFol
     path = dest / cat.CATALOGUE_NAME
     if not path.is_file():
         raise VerdictFailed(f"{path}: no catalogue (nothing was published to {dest})")
-    problem = unsafe_layout(dest)
-    if problem:
+    if problem := unsafe_layout(dest):
         raise VerdictFailed(problem)
     try:
         catalogue = cat.load(path)

@@ -12,6 +12,7 @@ from containers.app import build as app_build
 from containers.errors import ConfigError, UsageError
 from containers.host.facts import host_arch
 from containers.image.plan import plan_build
+from containers.inputs.builders import builder_of
 from tests.fixtures import ROOT
 
 pytestmark = pytest.mark.skipif(host_arch() != "x86_64", reason="the targets' arches are "
@@ -68,13 +69,13 @@ def test_kept_roots_off_plans_builds_that_keep_and_use_none(data_project, tmp_pa
 def test_a_cotainr_base_image_must_be_here(data_project, data_settings) -> None:
     step = next(s for s in _steps(data_project, "lumi-rocm") if s.target.name == "lumi-rocm")
     with pytest.raises(ConfigError) as refused:  # the manifest's path: the manifest is wrong
-        app_build.missing_base_image(step)
+        builder_of(step.target).check_base_image(step.target, step.inputs)
     assert refused.value.key == "base_image"
     given = dataclasses.replace(step, inputs={**step.inputs, "base_image": "/nonexistent.sif"})
     with pytest.raises(UsageError, match="pass --build-arg BASE_IMAGE=PATH"):
-        app_build.missing_base_image(given)
+        builder_of(given.target).check_base_image(given.target, given.inputs)
     docker = dataclasses.replace(step, inputs={**step.inputs, "base_image": "docker://x"})
-    assert app_build.missing_base_image(docker) is None
+    assert builder_of(docker.target).check_base_image(docker.target, docker.inputs) is None
 
 
 def test_the_cache_line_says_why_none_is_used(data_project) -> None:

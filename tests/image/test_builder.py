@@ -270,8 +270,11 @@ def test_build_output_is_plain_and_a_wrappers_traceback_is_folded(tmp_path: Path
 
 
 def test_a_cotainr_base_image_that_is_not_here_is_refused_first(tmp_path: Path) -> None:
-    from containers.app.build import missing_base_image
     from containers.errors import ConfigError, UsageError
+    from containers.inputs.builders import builder_of
+
+    def missing_base_image(step: BuildStep) -> None:
+        builder_of(step.target).check_base_image(step.target, step.inputs)
 
     target = load_targets(ROOT)["lumi-rocm"]
     step = dataclasses.replace(_failing_step(tmp_path, "x"), target=target,
