@@ -1,5 +1,4 @@
 """The shell lines of a batch job's body: a workload's run and verdict, a build, host modules.
-
 Where this checkout's environment cannot run on the nodes, the image's Python judges and the
 node's own ``python3`` builds, with packages prepared on the login node."""
 
@@ -102,9 +101,7 @@ NODE_PYTHON = "python3 -c 'import sys; print(f\"{sys.version_info[0]}.{sys.versi
 
 def _build_by_node_python(target: Target, *, root: Path, host_arch: str,
                           tool: Sequence[JudgeEnv]) -> list[str]:
-    """``invoke build`` by the node's own ``python3`` with the tool's packages prepared on the
-    login node for its version, picked at run time (no venv, pip or index on the node); one
-    line says why when it is none of those prepared."""
+    """``invoke build`` by the node's own ``python3``, with packages prepared for its version."""
     versions = ", ".join(env.python for env in tool) or "none"
     found = "python3 on this node (after the site's modules) is "
     fix = (f"; invoke job prepared {target.arch} packages for Python {versions} (load a "
@@ -130,9 +127,7 @@ def _build_by_node_python(target: Target, *, root: Path, host_arch: str,
 
 def verdict_in_image(target: Target, workload: Workload, settings: Settings,
                       judge: JudgeEnv | None, out_dir: str, *, host_arch: str) -> list[str]:
-    """``invoke verdict`` by the image's own Python: this checkout bound read-only, the
-    verdict's packages prepared on the login node (no venv, pip or index on the node), the
-    folders it writes bound read-write."""
+    """``invoke verdict`` by the image's own Python, with packages prepared for its version."""
     if judge is None:  # which Python the image has was not known when this was rendered
         return ["# The verdict needs packages prepared for the image's Python, which was "
                 "unknown when this was rendered.",

@@ -1,8 +1,5 @@
 """Batch jobs (``invoke job``): a complete Slurm or PBS script for a site, a workload and a size.
-
-:func:`plan_job` assembles, as ReFrame does, the scheduler's preamble, the site's launcher and
-the workload, planned as an interactive run with shell variables for what only the node knows.
-"""
+It is planned as an interactive run, with shell variables for what only the node knows."""
 
 from __future__ import annotations
 
@@ -34,7 +31,6 @@ from containers.run.workload import Placement, Workload
 __all__ = ["Job", "JobNeeds", "JobRequest", "JobRun", "job_run", "plan_job"]
 
 
-# ------------------------------------------------------------------------------------- the job
 @dataclass(frozen=True)
 class JobNeeds:
     """What a job is planned from, resolved once; ``judge`` and ``tool``: the package folders a
@@ -216,7 +212,6 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
     common = dict(settings=settings, strict=False, placement=placement, environ=SHELL_VARS,
                   runtime=Runtime(binary=site.runtime, flavour=site.runtime, version="site"),
                   run_id=job_run_id(scheduler, stamp))
-    # every host variable is left for the job's shell (SHELL_VARS)
     workload, options, planned = request.kind.plan_in_job(
         target, site, options=request.options, command=request.command, ranks=gpus, **common)
     if request.nccl_debug:
@@ -227,8 +222,7 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
 
 
 def job_run_id(scheduler: Scheduler, stamp: str) -> str:
-    """A results folder's name after its target: stamp, scheduler and job id (expanded by the
-    job's shell). Job ids restart with a cluster: with the stamp two clusters' job 1 never
-    share a folder (and a resubmitted script finds its folder taken)."""
+    """Stamp, scheduler and job id: job ids restart with a cluster, so with the stamp two
+    clusters' job 1 never share a results folder."""
     return "-".join([*([stamp] if stamp else []), scheduler.name,
                      f"job{ref(scheduler.rendezvous.job_id_var)}"])

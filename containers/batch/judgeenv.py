@@ -1,8 +1,6 @@
-"""The packages ``invoke verdict`` (or ``invoke build``) imports, for a Python on a compute node
-of another architecture than the submitting machine's.
-
-Downloaded once on the login node (the node has no usable ``.venv``, maybe no package index),
-into a folder named for what it serves (:func:`plan`)."""
+"""The packages ``invoke verdict`` (or ``invoke build``) imports, for a Python on compute nodes of
+another architecture. Made once on the login node (the node has no usable ``.venv``, maybe no
+package index), into a folder named for what it serves."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """``invoke job --workload run -- CMD``: a user's own command as a batch job, launched as the
-site's smoke jobs are, with the device gate first and a ``verdict.json`` at the end.
-
-The image's own Python judges (``jobs/runverdict.py``): no venv, pip or package index on nodes."""
+site's smoke jobs are, with the device gate first and a ``verdict.json`` at the end. The image's
+own Python judges (``jobs/runverdict.py``): no venv, pip or package index on nodes."""
 
 from __future__ import annotations
 

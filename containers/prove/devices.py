@@ -1,8 +1,5 @@
-"""What each rank ran on, from the device reports the workloads write, and the GPU gate.
-
-Every rank writes ``device-<RANK>.json`` before it joins the process group; on a GPU site a
-PASS must rest on those reports, and no report at all fails.
-"""
+"""The GPU gate, from the device report every rank writes before it joins the process group.
+On a GPU site a PASS must rest on those reports, and no report at all fails."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The software stack a run ran on, and what changed between two runs of one image.
-
-A site's busbw can drop with the same image when the driver or network stack is upgraded under
-it, so every verdict names its stack, and ``smoke --history`` names what changed.
-"""
+"""The software stack a run ran on, and what changed between two runs of one image. A site's
+busbw can drop with the same image when the driver or network stack is upgraded under it."""
 
 from __future__ import annotations
 

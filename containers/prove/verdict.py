@@ -1,9 +1,5 @@
 """The two gates every workload run goes through, kept apart, and their record (``verdict.json``).
-
-Sanity (the run finished whole, on its GPUs, and its report holds the kind's rules) apart from
-performance (against the site's references, where judged); the record carries the image's
-sha256, so publish tells whether THIS image passed.
-"""
+It carries the image's sha256, so publish tells whether THIS image passed."""
 
 from __future__ import annotations
 
@@ -99,13 +95,11 @@ def _run_reasons(result: Result) -> list[str]:
     # The script's own one-line diagnosis (a bad flag, ds_config or data folder) says the most.
     reasons += [line.strip() for line in outcome.lines
                 if line.strip().startswith(f"{kind.script}: error:")][:1]
-    # A run that wrote no report because NCCL/RCCL's network stopped it (the plugin NCCL_NET
-    # names did not load): the same reason for every kind.
+    # no report because the plugin NCCL_NET names did not load: the same reason for every kind
     proof = result.transport if outcome.report is None else None
     reasons += [proof.message] if proof is not None and not proof.ok else []
     reasons += result._read[1] + kind.failures(result)
-    # What the ranks ran on is judged even when the workload stopped early: a rank without its
-    # GPU refuses to start, and its device report says why.
+    # judged even when the run stopped early: a rank without its GPU says why in its device report
     reasons += device_reasons(result) + arch_reasons(result) + network_reasons(result)
     if outcome.returncode != 0 and not outcome.timed_out and not reasons:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
@@ -157,8 +151,7 @@ def record(result: Result, *, image_record: Mapping) -> dict:
         "inputs_hash": image.inputs_hash,
         "sha256": image.sha256,
         "build_date": image.build_date,
-        # The image's architecture as its build record says (read from its files at build
-        # time) and as its ranks saw it (platform.machine() in each device report).
+        # the architecture as the build record says (read from the image) and as the ranks saw it
         "image_arch": image.arch,
         "arch": result.archs,
         "ranks": plan.ranks,
