@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from containers.batch.bodies import (build_body, loaded_modules, module_lines,
-                                     module_variable_lines, workload_lines)
+                                     module_variable_lines, run_lines, run_record,
+                                     workload_lines)
 from containers.batch.frame import Frame, job_frame
 from containers.batch.judgeenv import JudgeEnv
 from containers.batch.request import JobRequest, job_options
-from containers.batch.runjob import run_lines, run_record
 from containers.batch.schedulers import Resources, Scheduler, scheduler_of
 from containers.batch.script import SHELL_VARS, ref, render, word
 from containers.batch.siterules import check_site, check_size, check_transport, chosen_site

@@ -15,8 +15,8 @@ from containers.files import FileRefused, json_value, open_append_regular, read_
 from containers.inputs import names
 from containers.inputs.schema import check_name
 from containers.locking import file_lock
-from containers.prove import stack
 from containers.prove.smoke import op_of
+from containers.prove.transport import stack_diff
 from containers.report import human_bytes, new_figure, save_figure
 
 #: The one log of every collective that versions before per-op logs wrote; still read.
@@ -145,7 +145,7 @@ def stack_changes(records: Sequence[dict]) -> list[list[str]]:
     found = []
     for record in records:
         image = str(record.get("sha256") or record.get("inputs_hash") or record.get("target"))
-        found.append(stack.changes(last.get(image), record.get("stack")))
+        found.append(stack_diff(last.get(image), record.get("stack")))
         if record.get("stack"):
             last[image] = record["stack"]
     return found

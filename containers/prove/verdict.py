@@ -11,10 +11,10 @@ from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.facts import utc_now
 from containers.image import provenance
 from containers.inputs.names import Gpu
-from containers.prove import devices, stack
+from containers.prove import devices
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
-from containers.prove.transport import TransportCheck, check_transport
+from containers.prove.transport import TransportCheck, check_transport, run_stack
 from containers import records
 from containers.records import BuildRecord, Malformed, RunReport, Verdict
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
@@ -159,8 +159,8 @@ def record(result: Result, *, image_record: Mapping) -> dict:
         "backend": result.run_report.backend,
         "device_kind": devices.device_kind(result.outcome.devices),
         "devices": devices.summary(result.outcome.devices),
-        "stack": stack.of_run(result.outcome.devices, result.outcome.lines,
-                              runtime=result.plan.launch.runtime),
+        "stack": run_stack(result.outcome.devices, result.outcome.lines,
+                           runtime=result.plan.launch.runtime),
         "passed": not result.reasons,
         "reasons": list(result.reasons),
         # a transport the job chose instead of the site's (invoke job --transport socket)
