@@ -75,8 +75,7 @@ def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: di
     binds = (f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
              f"{out_dir}:{settings.results_mount}")
     return [*lines,
-            "# The verdict, by the image's own Python (no venv, pip or package index on the "
-            "node);",
+            "# The verdict, by the image's own Python (no venv, pip or package index on the node);",
             "# the job's exit status is the verdict's (0, 2 for the gate, else the command's).",
             "exec " + command(workload.launch.runtime.exec_argv(
                 image=workload.image, command=["python3", *verdict], binds=binds))]

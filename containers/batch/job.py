@@ -59,7 +59,6 @@ class Job:
     target: Target
     site: Site
     scheduler: Scheduler
-    launcher: Launcher | None
     resources: Resources
     text: str
     results: str | None  # the results folder, with the job id as ``{job_id}``
@@ -148,17 +147,14 @@ class JobPlanner:
         size = (f"{request.nodes} node{'s' if request.nodes > 1 else ''} x {gpus} "
                 f"{'GPUs' if site.gpus.kind != 'none' else 'CPU ranks'}, launcher "
                 f"{run.launcher.name}")
+        comments = [size, *([run.workload.cores_note] if run.workload.cores_note else []),
+                    *([f"transport: {site.transport.degraded}"] if site.transport.degraded else [])]
         job_id = ref(scheduler_of(site).rendezvous.job_id_var)
         return self._render(frame, frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked),
-                            body, launcher=run.launcher,
-                            comments=[size, *([run.workload.cores_note]
-                                              if run.workload.cores_note else []),
-                                      *([f"transport: {site.transport.degraded}"]
-                                        if site.transport.degraded else [])],
+                            body, comments=comments,
                             results=str(run.workload.out_dir).replace(job_id, "{job_id}"))
 
     def _head(self, run: JobRun) -> list[str]:
-        """The body's first lines: the checkout, the host modules, the rendezvous."""
         site, multinode = self.needs.site, self.request.nodes > 1
         modules = loaded_modules(site, multinode=multinode)
         return [f"cd {word(str(self.needs.settings.root))}", "",
@@ -167,13 +163,12 @@ class JobPlanner:
                 *([*scheduler_of(site).rendezvous.shell(), ""] if run.meets else [])]
 
     def _render(self, frame: Frame, res: Resources, body: list[str], *,
-                launcher: Launcher | None = None, comments: Sequence[str] = (),
-                results: str | None = None) -> Job:
+                comments: Sequence[str] = (), results: str | None = None) -> Job:
         site = self.needs.site
         scheduler = scheduler_of(site)
         text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
         return Job(request=self.request, target=self.needs.target, site=site,
-                   scheduler=scheduler, launcher=launcher, resources=res, text=text,
+                   scheduler=scheduler, resources=res, text=text,
                    results=results, stamp=self.stamp)
 
 

@@ -142,16 +142,13 @@ def of_image(target: Target, settings: Settings) -> JudgeEnv | None:
     return None if python is None else plan(settings.root, arch=target.arch, python=python)
 
 
-Runner = Callable[[list[str]], int]
-
-
 def _pip(argv: list[str]) -> int:
     done = run(argv, on_line=print)
     return 0 if done.ok else (done.returncode or 1)
 
 
 def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
-            runner: Runner = _pip) -> Path:
+            runner: Callable[[list[str]], int] = _pip) -> Path:
     """Make ``judge.folder`` unless it is there: pip into a sibling, then one rename."""
     folder = judge.folder
     if (folder / COMPLETE).is_file():

@@ -20,8 +20,7 @@ from containers.run import launchers
 
 @dataclass(frozen=True)
 class JobRequest:
-    """What ``invoke job`` was asked for, its flags declared here; None means the site's
-    default (the site's limits are checked by :func:`plan_job`)."""
+    """What ``invoke job`` was asked for, its flags declared here; None: the site's default."""
 
     #: Resolved once where its name comes in (the task, a ``job.json``): jobs ask it, not a name.
     kind: WorkloadKind

@@ -152,7 +152,6 @@ def stack_changes(records: Sequence[dict]) -> list[list[str]]:
 
 
 def history_rows(records: Sequence[dict]) -> list[list[object]]:
-    """The runs of :func:`history_json` as the table of :data:`HISTORY_COLUMNS`."""
     rows = []
     for run in history_json(records):
         size, busbw, reference = run["bytes"], run["busbw"], run["reference"]

@@ -174,7 +174,6 @@ class TrainKind(WorkloadKind):
             "params_consistent")}
 
 
-#: The kind of each training example, by its name.
 TRAINS = {example: TrainKind(example) for example in EXAMPLES}
 
 

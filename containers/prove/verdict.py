@@ -46,7 +46,6 @@ class Result:
 
     @property
     def nodes(self) -> int:
-        """Nodes the run spanned: the placement's, else the distinct host names it saw."""
         if self.plan.launch.nodes > 1:
             return self.plan.launch.nodes
         return self.run_report.nodes
@@ -182,8 +181,7 @@ def gate_lines(given: Mapping) -> list[str]:
         state = ("FAIL" if transport is not None and not transport.ok
                  else "DEGRADED" if degraded else "ok")
         said = [transport.message] if transport is not None else []
-        lines.append(f"transport:   {state}: " + "; ".join([*said, *([degraded] if degraded
-                                                                     else [])]))
+        lines.append(f"transport:   {state}: " + "; ".join(said + ([degraded] if degraded else [])))
     reasons = record.reasons
     lines.append("sanity:      " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
     ops = record.collectives or {}
