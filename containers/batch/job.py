@@ -204,9 +204,12 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
     placement = Placement(nodes=request.nodes, launcher=launcher,
                           rendezvous=scheduler.rendezvous.at_job_time(ref) if meets else None,
                           cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
+    # job ids restart with a cluster: with the stamp, two clusters' job 1 never share a folder
+    run_id = "-".join([*([stamp] if stamp else []), scheduler.name,
+                       f"job{ref(scheduler.rendezvous.job_id_var)}"])
     common = dict(settings=settings, strict=False, placement=placement, environ=SHELL_VARS,
                   runtime=Runtime(binary=site.runtime, flavour=site.runtime, version="site"),
-                  run_id=job_run_id(scheduler, stamp))
+                  run_id=run_id)
     workload, options, planned = request.kind.plan_in_job(
         target, site, options=request.options, command=request.command, ranks=gpus, **common)
     if request.nccl_debug:
@@ -214,10 +217,3 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
     return JobRun(kind=options.kind if options else None, launcher=launcher, shape=shape,
                   workload=workload, options=options, meets=meets,
                   command=planned and replace(planned, workload=workload))
-
-
-def job_run_id(scheduler: Scheduler, stamp: str) -> str:
-    """Stamp, scheduler and job id: job ids restart with a cluster, so with the stamp two
-    clusters' job 1 never share a results folder."""
-    return "-".join([*([stamp] if stamp else []), scheduler.name,
-                     f"job{ref(scheduler.rendezvous.job_id_var)}"])

@@ -1,6 +1,5 @@
-"""What ``invoke job`` is asked for (:class:`JobRequest`, which declares and checks its flags)
-and the request a job's ``job.json`` describes (:func:`request_from_record`), so a job's verdict
-re-plans the run the job ran."""
+"""What ``invoke job`` is asked for (:class:`JobRequest`, which declares and checks its flags),
+and the request a job's ``job.json`` describes, so a job's verdict re-plans the run it ran."""
 
 from __future__ import annotations
 

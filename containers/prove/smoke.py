@@ -239,8 +239,7 @@ class SmokeKind(WorkloadKind):
         if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
         report = result.run_report
-        return [plot_busbw({**report.as_dict(), "results": rows}, result.plan.out_dir /
-                           f"{op}.png",
+        return [plot_busbw({**report.as_dict(), "results": rows}, result.plan.out_dir / f"{op}.png",
                            title=f"{op} busbw: {result.plan.target.name}, {result.plan.ranks} "
                                  f"ranks, {report.backend or '?'}")
                 for op in asked_ops(result) if (rows := _rows(result, op))]

@@ -1,8 +1,7 @@
 """Which network NCCL/RCCL really used (read from its ``NCCL_DEBUG=INFO`` output), and the
 software stack a run ran on. A Slingshot site whose RCCL cannot load the aws-ofi plugin falls
-back to TCP sockets silently, so a profile declares the line it expects (``NET/OFI Selected
-provider is cxi``); busbw can drop with the same image when the driver or network stack is
-upgraded under it, so every verdict names its stack."""
+back to TCP sockets silently, so a profile declares the line it expects; busbw can drop with the
+same image when the driver or network stack is upgraded, so every verdict names its stack."""
 
 from __future__ import annotations
 
