@@ -94,9 +94,8 @@ def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) ->
     return Verdict.of(record, source=results / "verdict.json")
 
 
-def append_index(jobs_dir: Path, entry: dict) -> Path:
+def append_index(jobs_dir: Path, entry: dict) -> None:
     append_line(jobs_dir / INDEX, entry)
-    return jobs_dir / INDEX
 
 
 def read_index(jobs_dir: Path) -> list[dict]:

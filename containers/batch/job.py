@@ -28,8 +28,6 @@ from containers.run.command import CommandRun
 from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.workload import Placement, Workload
 
-__all__ = ["Job", "JobNeeds", "JobRequest", "JobRun", "job_run", "plan_job"]
-
 
 @dataclass(frozen=True)
 class JobNeeds:
@@ -62,8 +60,7 @@ class Job:
     resources: Resources
     text: str
     results: str | None  # the results folder, with the job id as ``{job_id}``
-    #: When it was rendered (``YYYYmmdd-HHMMSS``): part of its output's, results' and script's
-    #: names, so a job id that repeats (another cluster, a restarted one) names new files.
+    #: When it was rendered, in its files' names: a job id that repeats names new files.
     stamp: str = ""
 
     @property

@@ -55,9 +55,8 @@ COMPARED = ("torch", "build", "cuda", "hip", "driver", "nccl", "nccl_log", "net_
             "libfabric", "network", "runtime")
 
 
-#: ``invoke job --transport``: a transport a job may take instead of its site's.
-SOCKET = "socket"
-CHOICES = (SOCKET,)
+#: ``invoke job --transport``: the transports a job may take instead of its site's.
+CHOICES = ("socket",)
 #: NCCL's own TCP sockets: NCCL_NET names them ("Socket"), so NCCL neither loads a plugin nor
 #: tries another network, and its debug output says so ("NCCL INFO Using network Socket").
 SOCKET_NET = "Socket"
