@@ -1,7 +1,6 @@
-"""The shell lines of a batch job's body: a workload's run and verdict, a build, host modules.
-
-Where this checkout's environment cannot run on the nodes, the image's Python judges and the
-node's own ``python3`` builds, with packages prepared on the login node."""
+"""The shell lines of a batch job's body: a workload's run and verdict, a user's command after
+its device gate, a build, host modules. Where this checkout's environment cannot run on the
+nodes, the image's Python judges and the node's own ``python3`` builds (packages made ahead)."""
 
 from __future__ import annotations
 
@@ -9,13 +8,15 @@ from pathlib import Path
 from typing import Sequence
 
 from containers.batch.judgeenv import COMPLETE, JudgeEnv
-from containers.batch.runjob import folder_lines
 from containers.batch.script import command, ref, stop_if, word
 from containers.inputs.recipes import Target
 from containers.inputs.settings import Settings
 from containers.inputs.sites import Site
 from containers.records import JobRecord
+from containers.run.command import CommandRun
 from containers.run.workload import IMAGE_RECORD, JOB_RECORD, Workload
+
+VERDICT_SCRIPT = "runverdict.py"
 
 
 def workload_lines(target: Target, workload: Workload, *, settings: Settings, record: dict,
@@ -41,6 +42,58 @@ def workload_lines(target: Target, workload: Workload, *, settings: Settings, re
             "# it reads and writes the folders this script was written for.",
             *(f"export {name}={word(value)}" for name, value in _folders(settings).items()),
             *verdict]
+
+
+def run_lines(planned: CommandRun, *, site: Site, settings: Settings, record: dict,
+              nodes: int) -> list[str]:
+    """A run job's body after its rendezvous: record, gate, command, verdict."""
+    workload = planned.workload
+    out_dir = str(workload.out_dir)
+    log = word(out_dir + "/run.log")
+    workdir = record.get("workdir")
+    lines = [*([f"cd {word(workdir)}"] if workdir else []),
+             *folder_lines(workload.out_dir), "",
+             "# What the verdict reads besides the log: the job and its command",
+             f"cat > {word(out_dir + '/' + JOB_RECORD)} <<'JOB'", JobRecord.of(record).as_json(),
+             "JOB", "",
+             "status=0", "gate=none"]
+    if planned.gate:
+        lines += ["# The device gate: every node's ranks must see a GPU of the site's kind",
+                  "gate=pass",
+                  command(planned.gate) + f" 2>&1 | tee {log} || gate=fail", ""]
+    lines += ['if [[ $gate != fail ]]; then',
+              "    " + command(workload.argv) + f" 2>&1 | tee -a {log} || status=$?",
+              "fi", ""]
+    verdict = [f"{settings.jobs_mount}/{VERDICT_SCRIPT}", "--out", settings.results_mount,
+               "--exit-status", ref("status"), "--gate", ref("gate"),
+               "--expect-gpu", site.gpus.kind, "--ranks", str(workload.ranks)]
+    if site.transport.applies(nodes) and site.transport.expect:
+        verdict += ["--transport-name", site.transport.name or "the site's network",
+                    "--transport-expect", site.transport.expect,
+                    *(["--transport-degraded", site.transport.degraded]
+                      if site.transport.degraded else [])]
+    binds = (f"{settings.jobs_dir}:{settings.jobs_mount}:ro",
+             f"{out_dir}:{settings.results_mount}")
+    return [*lines,
+            "# The verdict, by the image's own Python (no venv, pip or package index on the node);",
+            "# the job's exit status is the verdict's (0, 2 for the gate, else the command's).",
+            "exec " + command(workload.launch.runtime.exec_argv(
+                image=workload.image, command=["python3", *verdict], binds=binds))]
+
+
+def folder_lines(out_dir: Path) -> list[str]:
+    """The job's results folder made new, or the job stopped: it is another job's."""
+    folder = str(out_dir)
+    refusal = (f"job: FAIL: the results folder {folder} exists: it holds another job's "
+               "results (job ids repeat after a cluster restart), which this job does not "
+               "overwrite; write the script again (invoke job) and submit that")
+    return [f"mkdir -p {word(str(out_dir.parent))}", *stop_if(f"! mkdir {word(folder)}",
+                                                                word(refusal)),
+            f"echo {word('results: ' + folder)}"]
+
+
+def run_record(record: dict, words: Sequence[str], workdir: str | None = None) -> dict:
+    return {**record, "command": list(words), **({"workdir": workdir} if workdir else {})}
 
 
 def _folders(settings: Settings) -> dict[str, str]:
@@ -102,9 +155,7 @@ NODE_PYTHON = "python3 -c 'import sys; print(f\"{sys.version_info[0]}.{sys.versi
 
 def _build_by_node_python(target: Target, *, root: Path, host_arch: str,
                           tool: Sequence[JudgeEnv]) -> list[str]:
-    """``invoke build`` by the node's own ``python3`` with the tool's packages prepared on the
-    login node for its version, picked at run time (no venv, pip or index on the node); one
-    line says why when it is none of those prepared."""
+    """``invoke build`` by the node's own ``python3``, with packages prepared for its version."""
     versions = ", ".join(env.python for env in tool) or "none"
     found = "python3 on this node (after the site's modules) is "
     fix = (f"; invoke job prepared {target.arch} packages for Python {versions} (load a "
@@ -130,9 +181,7 @@ def _build_by_node_python(target: Target, *, root: Path, host_arch: str,
 
 def verdict_in_image(target: Target, workload: Workload, settings: Settings,
                       judge: JudgeEnv | None, out_dir: str, *, host_arch: str) -> list[str]:
-    """``invoke verdict`` by the image's own Python: this checkout bound read-only, the
-    verdict's packages prepared on the login node (no venv, pip or index on the node), the
-    folders it writes bound read-write."""
+    """``invoke verdict`` by the image's own Python, with packages prepared for its version."""
     if judge is None:  # which Python the image has was not known when this was rendered
         return ["# The verdict needs packages prepared for the image's Python, which was "
                 "unknown when this was rendered.",

@@ -1,11 +1,8 @@
 """Following a submitted job (``invoke job --submit --wait``, ``invoke jobs``): its state from the
-scheduler's own tools, and the index of the jobs this checkout submitted (``results/jobs/``).
-A scheduler that does not answer leaves its jobs' state unknown, never "ended".
-"""
+scheduler's own tools (unknown, never "ended", where it does not answer), and the jobs index."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -13,9 +10,9 @@ from typing import Mapping
 
 from containers.batch.schedulers import Ask, Scheduler
 from containers.errors import CommandFailed, ContainersError, StateError, VerdictFailed
-from containers.files import (TooDeep, json_value, open_append_regular, read_regular_json,
-                              read_regular_text)
+from containers.files import TooDeep, json_value, read_regular_json, read_regular_text
 from containers.host.process import capture
+from containers.prove.perflog import append_line
 from containers.records import Verdict
 from containers.report import Say
 
@@ -97,15 +94,8 @@ def verdict_of(results: Path | None, *, job_id: str, state: str, output: str) ->
     return Verdict.of(record, source=results / "verdict.json")
 
 
-def append_index(jobs_dir: Path, entry: dict) -> Path:
-    path = jobs_dir / INDEX
-    jobs_dir.mkdir(parents=True, exist_ok=True)
-    with open_append_regular(path) as handle:
-        handle.seek(0, os.SEEK_END)
-        torn = handle.tell() > 0 and (handle.seek(-1, os.SEEK_END), handle.read(1))[1] != b"\n"
-        handle.write(("\n" if torn else "").encode()  # a torn line stays a line of its own
-                     + (json.dumps(entry, sort_keys=True, allow_nan=False) + "\n").encode())
-    return path
+def append_index(jobs_dir: Path, entry: dict) -> None:
+    append_line(jobs_dir / INDEX, entry)
 
 
 def read_index(jobs_dir: Path) -> list[dict]:

@@ -25,8 +25,7 @@ class Frame:
     partition: Partition
     qos: Qos | None
     comments: list[str]
-    #: GB per node a job on this partition must ask for with all of a node's ``node_gpus``
-    #: (a partition of ``shared_nodes``: its ``allocatable_gb``; 0: none asked).
+    #: GB per node asked with all its ``node_gpus`` (shared nodes' ``allocatable_gb``; 0: none).
     node_memory_gb: int = 0
     node_gpus: int = 0
     #: The extra lines of a job that asks for GPUs (the site's ``job.gpu_directives`` too).

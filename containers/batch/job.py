@@ -1,8 +1,5 @@
 """Batch jobs (``invoke job``): a complete Slurm or PBS script for a site, a workload and a size.
-
-:func:`plan_job` assembles, as ReFrame does, the scheduler's preamble, the site's launcher and
-the workload, planned as an interactive run with shell variables for what only the node knows.
-"""
+It is planned as an interactive run, with shell variables for what only the node knows."""
 
 from __future__ import annotations
 
@@ -11,11 +8,11 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from containers.batch.bodies import (build_body, loaded_modules, module_lines,
-                                     module_variable_lines, workload_lines)
+                                     module_variable_lines, run_lines, run_record,
+                                     workload_lines)
 from containers.batch.frame import Frame, job_frame
 from containers.batch.judgeenv import JudgeEnv
 from containers.batch.request import JobRequest, job_options
-from containers.batch.runjob import run_lines, run_record
 from containers.batch.schedulers import Resources, Scheduler, scheduler_of
 from containers.batch.script import SHELL_VARS, ref, render, word
 from containers.batch.siterules import check_site, check_size, check_transport, chosen_site
@@ -31,10 +28,7 @@ from containers.run.command import CommandRun
 from containers.run.launchers import Launcher, Shape, cores_for
 from containers.run.workload import Placement, Workload
 
-__all__ = ["Job", "JobNeeds", "JobRequest", "JobRun", "job_run", "plan_job"]
 
-
-# ------------------------------------------------------------------------------------- the job
 @dataclass(frozen=True)
 class JobNeeds:
     """What a job is planned from, resolved once; ``judge`` and ``tool``: the package folders a
@@ -63,12 +57,10 @@ class Job:
     target: Target
     site: Site
     scheduler: Scheduler
-    launcher: Launcher | None
     resources: Resources
     text: str
     results: str | None  # the results folder, with the job id as ``{job_id}``
-    #: When it was rendered (``YYYYmmdd-HHMMSS``): part of its output's, results' and script's
-    #: names, so a job id that repeats (another cluster, a restarted one) names new files.
+    #: When it was rendered, in its files' names: a job id that repeats names new files.
     stamp: str = ""
 
     @property
@@ -152,17 +144,14 @@ class JobPlanner:
         size = (f"{request.nodes} node{'s' if request.nodes > 1 else ''} x {gpus} "
                 f"{'GPUs' if site.gpus.kind != 'none' else 'CPU ranks'}, launcher "
                 f"{run.launcher.name}")
+        comments = [size, *([run.workload.cores_note] if run.workload.cores_note else []),
+                    *([f"transport: {site.transport.degraded}"] if site.transport.degraded else [])]
         job_id = ref(scheduler_of(site).rendezvous.job_id_var)
         return self._render(frame, frame.sized(nodes=request.nodes, shape=run.shape, gpus=asked),
-                            body, launcher=run.launcher,
-                            comments=[size, *([run.workload.cores_note]
-                                              if run.workload.cores_note else []),
-                                      *([f"transport: {site.transport.degraded}"]
-                                        if site.transport.degraded else [])],
+                            body, comments=comments,
                             results=str(run.workload.out_dir).replace(job_id, "{job_id}"))
 
     def _head(self, run: JobRun) -> list[str]:
-        """The body's first lines: the checkout, the host modules, the rendezvous."""
         site, multinode = self.needs.site, self.request.nodes > 1
         modules = loaded_modules(site, multinode=multinode)
         return [f"cd {word(str(self.needs.settings.root))}", "",
@@ -171,13 +160,12 @@ class JobPlanner:
                 *([*scheduler_of(site).rendezvous.shell(), ""] if run.meets else [])]
 
     def _render(self, frame: Frame, res: Resources, body: list[str], *,
-                launcher: Launcher | None = None, comments: Sequence[str] = (),
-                results: str | None = None) -> Job:
+                comments: Sequence[str] = (), results: str | None = None) -> Job:
         site = self.needs.site
         scheduler = scheduler_of(site)
         text = render(scheduler.preamble(res), [*frame.comments, *comments], body)
         return Job(request=self.request, target=self.needs.target, site=site,
-                   scheduler=scheduler, launcher=launcher, resources=res, text=text,
+                   scheduler=scheduler, resources=res, text=text,
                    results=results, stamp=self.stamp)
 
 
@@ -213,10 +201,12 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
     placement = Placement(nodes=request.nodes, launcher=launcher,
                           rendezvous=scheduler.rendezvous.at_job_time(ref) if meets else None,
                           cpus_per_task=shape.cpus_per_task, ranks_flag="--gpus-per-node")
+    # job ids restart with a cluster: with the stamp, two clusters' job 1 never share a folder
+    run_id = "-".join([*([stamp] if stamp else []), scheduler.name,
+                       f"job{ref(scheduler.rendezvous.job_id_var)}"])
     common = dict(settings=settings, strict=False, placement=placement, environ=SHELL_VARS,
                   runtime=Runtime(binary=site.runtime, flavour=site.runtime, version="site"),
-                  run_id=job_run_id(scheduler, stamp))
-    # every host variable is left for the job's shell (SHELL_VARS)
+                  run_id=run_id)
     workload, options, planned = request.kind.plan_in_job(
         target, site, options=request.options, command=request.command, ranks=gpus, **common)
     if request.nccl_debug:
@@ -224,11 +214,3 @@ def job_run(target: Target, site: Site, *, settings: Settings, request: JobReque
     return JobRun(kind=options.kind if options else None, launcher=launcher, shape=shape,
                   workload=workload, options=options, meets=meets,
                   command=planned and replace(planned, workload=workload))
-
-
-def job_run_id(scheduler: Scheduler, stamp: str) -> str:
-    """A results folder's name after its target: stamp, scheduler and job id (expanded by the
-    job's shell). Job ids restart with a cluster: with the stamp two clusters' job 1 never
-    share a folder (and a resubmitted script finds its folder taken)."""
-    return "-".join([*([stamp] if stamp else []), scheduler.name,
-                     f"job{ref(scheduler.rendezvous.job_id_var)}"])

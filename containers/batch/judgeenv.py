@@ -1,8 +1,6 @@
-"""The packages ``invoke verdict`` (or ``invoke build``) imports, for a Python on a compute node
-of another architecture than the submitting machine's.
-
-Downloaded once on the login node (the node has no usable ``.venv``, maybe no package index),
-into a folder named for what it serves (:func:`plan`)."""
+"""The packages ``invoke verdict`` (or ``invoke build``) imports, for a Python on compute nodes of
+another architecture. Made once on the login node (the node has no usable ``.venv``, maybe no
+package index), into a folder named for what it serves."""
 
 from __future__ import annotations
 
@@ -40,14 +38,12 @@ JUDGE_PACKAGES = ("invoke", "PyYAML", "rich", "markdown-it-py", "mdurl", "Pygmen
 #: The platforms the wheels may be for: numpy 2.3 and later ship manylinux_2_28 wheels only
 #: (glibc 2.28: Debian 10, RHEL 8, Ubuntu 20.04 and later images), older ones manylinux2014.
 PLATFORMS = ("manylinux2014", "manylinux_2_28")
-#: Where the prepared folders live, under the checkout.
+#: Where the verdict's and a build job's packages (the tool's closure) are made, in the checkout.
 JUDGE_FOLDER = ".judge"
-#: Where a build job's packages (the tool's runtime closure) are prepared, under the checkout.
 BUILD_FOLDER = ".buildenv"
 #: The CPython minor versions a build job's packages are prepared for: those the tool supports
 #: (pyproject's requires-python) whose wheels its pinned closure has, for any node Python.
 BUILD_PYTHONS = ("3.11", "3.12", "3.13")
-#: This tool's distribution metadata: its ``[project] dependencies``.
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 #: The file a prepared folder holds last (written before its rename): the job checks it.
 COMPLETE = "COMPLETE"
@@ -65,15 +61,12 @@ class JudgeEnv:
     purpose: str = "the batch verdict's packages"
 
 
-def requirements(names: Sequence[str] = JUDGE_PACKAGES) -> tuple[str, ...]:
-    """``names`` pinned to the versions this tool runs with, as tested on the login node."""
-    return tuple(f"{name}=={importlib.metadata.version(name)}" for name in names)
-
-
 def plan(root: Path, *, arch: str, python: str, reqs: Sequence[str] | None = None,
          under: str = JUDGE_FOLDER, purpose: str = JudgeEnv.purpose) -> JudgeEnv:
-    """``<root>/<under>/<arch>-py<X.Y>-<hash>``: one folder per architecture, Python, list."""
-    pinned = tuple(reqs) if reqs is not None else requirements()
+    """``<root>/<under>/<arch>-py<X.Y>-<hash>``: one folder per architecture, Python, list; by
+    default the verdict's, pinned to the versions this tool runs with, as tested here."""
+    pinned = tuple(reqs) if reqs is not None else tuple(
+        f"{name}=={importlib.metadata.version(name)}" for name in JUDGE_PACKAGES)
     digest = hashlib.sha256("\n".join(sorted(pinned)).encode()).hexdigest()[:10]
     return JudgeEnv(folder=root / under / f"{arch}-py{python}-{digest}", arch=arch,
                     python=python, requirements=pinned, purpose=purpose)
@@ -128,8 +121,7 @@ def image_python(record: Mapping, conda_specs: Sequence[str] = ()) -> str | None
     found = (BuildRecord.of(record).stack or {}).get("python")
     if not found:
         for spec in conda_specs:
-            bare = spec.split("::")[-1].strip()
-            name, _, version = bare.partition("=")
+            name, _, version = spec.split("::")[-1].strip().partition("=")
             if name.strip().lower() == "python":
                 found = version.lstrip("=")
     pair = major_minor(found)
@@ -144,16 +136,13 @@ def of_image(target: Target, settings: Settings) -> JudgeEnv | None:
     return None if python is None else plan(settings.root, arch=target.arch, python=python)
 
 
-Runner = Callable[[list[str]], int]
-
-
 def _pip(argv: list[str]) -> int:
     done = run(argv, on_line=print)
     return 0 if done.ok else (done.returncode or 1)
 
 
 def prepare(judge: JudgeEnv, *, say: Callable[[str], None] = print,
-            runner: Runner = _pip) -> Path:
+            runner: Callable[[list[str]], int] = _pip) -> Path:
     """Make ``judge.folder`` unless it is there: pip into a sibling, then one rename."""
     folder = judge.folder
     if (folder / COMPLETE).is_file():

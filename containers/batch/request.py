@@ -1,6 +1,5 @@
-"""What ``invoke job`` is asked for (:class:`JobRequest`, which declares and checks its flags)
-and the request a job's ``job.json`` describes (:func:`request_from_record`), so a job's verdict
-re-plans the run the job ran."""
+"""What ``invoke job`` is asked for (:class:`JobRequest`, which declares and checks its flags),
+and the request a job's ``job.json`` describes, so a job's verdict re-plans the run it ran."""
 
 from __future__ import annotations
 
@@ -20,11 +19,9 @@ from containers.run import launchers
 
 @dataclass(frozen=True)
 class JobRequest:
-    """What ``invoke job`` was asked for, its flags declared here; None means the site's
-    default (the site's limits are checked by :func:`plan_job`)."""
+    """What ``invoke job`` was asked for, its flags declared here; None: the site's default."""
 
-    #: What the workload is (:mod:`containers.prove.registry`), resolved once where its name
-    #: comes in (the task, a job's ``job.json``): the job asks it, never the name.
+    #: Resolved once where its name comes in (the task, a ``job.json``): jobs ask it, not a name.
     kind: WorkloadKind
     nodes: int = flags.option("nodes (one for build)", flags.POSITIVE_INT, 1)
     gpus_per_node: int | None = flags.option("GPUs per node (default: all), or CPU ranks per "
@@ -52,8 +49,6 @@ class JobRequest:
     #: runs in (where it was submitted from: its relative paths mean what they meant there).
     command: tuple[str, ...] = ()
     workdir: str | None = None
-    #: ``--transport socket``: NCCL's TCP sockets instead of the site's transport, chosen
-    #: explicitly (recorded in job.json; verdicts name it as degraded). None: the site's.
     transport: str | None = flags.option(
         "across nodes, NCCL's TCP sockets instead of the site's network transport (where no "
         "plugin for containers exists, as on Derecho): degraded, recorded in job.json and "

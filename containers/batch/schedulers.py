@@ -1,8 +1,5 @@
-"""Batch schedulers (Slurm, PBS Pro): a job's directives, its rendezvous lines, how to submit it.
-
-Each scheduler owns its preamble, output path, submit command and job id, and its state
-queries; its rendezvous is its :class:`~containers.run.rendezvous.SchedulerRendezvous`.
-"""
+"""Batch schedulers (Slurm, PBS Pro): each owns its preamble, output path, submit command, job
+id and state queries, and names its rendezvous (:mod:`containers.run.rendezvous`)."""
 
 from __future__ import annotations
 
@@ -39,8 +36,7 @@ class Resources:
     gpus_per_node: int = 0
     exclusive: bool = False
     mem_per_gpu_gb: int = 0
-    #: Memory per node (GB) the job must ask for, where its partition's nodes are shared (wins
-    #: over ``mem_per_gpu_gb``).
+    #: GB per node, asked where the partition's nodes are shared (wins over ``mem_per_gpu_gb``).
     mem_per_node_gb: int = 0
     #: Slurm: ``gpus-per-node`` (``--gpus-per-node=N``) or ``gres`` (``--gres=gpu:TYPE:N``).
     gpu_request: str = "gpus-per-node"
@@ -197,10 +193,9 @@ class Pbs(Scheduler):
 
     name = "pbs"
     submit_command = "qsub"
-    #: PBS Pro's job names: PBS_MAXJOBNAME in src/include/pbs_ifl.h, 236 in PBS Pro 18
-    #: (PBSPro/pbspro, 2018) and 230 in OpenPBS since its job sequence numbers grew
-    #: (openpbs/openpbs); the smaller is taken. (The 15 characters of old PBS servers is
-    #: PBS_MAXQUEUENAME, a queue's name.)
+    #: PBS_MAXJOBNAME (src/include/pbs_ifl.h): 236 in PBS Pro 18 (PBSPro/pbspro, 2018), 230 in
+    #: OpenPBS since its job sequence numbers grew (openpbs/openpbs): the smaller. (Old servers'
+    #: 15 characters are PBS_MAXQUEUENAME, a queue's name.)
     name_length = 230
     state_commands = (("qstat", "-x", "-f"),)
     submit_time = re.compile(r"^\s*ctime\s*=\s*(.+?)\s*$", re.M)

@@ -18,7 +18,6 @@ _MARK = "\x00"
 #: Literal text that means the same inside double quotes as outside any quotes: no ``$``, `` ` ``,
 #: ``\``, ``"`` or ``!`` (the characters double quotes still interpret), no control characters.
 _DQ_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./^~ -]*\Z")
-INDENT = "    "
 #: Lines longer than this are wrapped with backslash continuations, one option per line.
 WIDTH = 100
 
@@ -80,7 +79,7 @@ def command(argv: Sequence[str]) -> str:
         if i in cuts and parts[-1]:
             parts.append([])
         parts[-1].append(token)
-    return (" \\\n" + INDENT).join(" ".join(part) for part in parts)
+    return " \\\n    ".join(" ".join(part) for part in parts)
 
 
 #: ``<runtime> exec`` options that take the next word as their value.

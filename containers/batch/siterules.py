@@ -88,9 +88,8 @@ def check_size(site: Site, partition: Partition, qos: Qos | None, *, nodes: int,
 
 def resolve_account(request: JobRequest, site: Site, settings: Settings,
                     environ: Mapping[str, str]) -> tuple[str | None, str]:
-    """The account the job charges and where it came from: the flag, the settings, else the
-    scheduler's own variables (``SBATCH_ACCOUNT`` is left to sbatch: None); a site requiring
-    one that gets none is refused in one line saying how to set it."""
+    """The account and where it came from: the flag, the settings, else the scheduler's own
+    variables (``SBATCH_ACCOUNT`` is left to sbatch: None); refused where required and none."""
     if request.account:
         return request.account, "--account"
     configured = settings.account_for(site.name)

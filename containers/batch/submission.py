@@ -89,7 +89,6 @@ def _write(script: Path, text: str) -> None:
 
 
 def _submit(job: Job, script: Path | None, *, jobs_dir: Path, say: Say) -> JobSubmission:
-    """Write the script, submit it, and add the job to the index ``invoke jobs`` reads."""
     claimed = script is None
     if script is None:
         script = claim_file(jobs_dir, f"{job.resources.name}-{job.stamp or run_stamp()}", ".sh")

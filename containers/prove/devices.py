@@ -1,8 +1,5 @@
-"""What each rank ran on, from the device reports the workloads write, and the GPU gate.
-
-Every rank writes ``device-<RANK>.json`` before it joins the process group; on a GPU site a
-PASS must rest on those reports, and no report at all fails.
-"""
+"""The GPU gate, from the device report every rank writes before it joins the process group.
+On a GPU site a PASS must rest on those reports, and no report at all fails."""
 
 from __future__ import annotations
 
@@ -118,8 +115,7 @@ def sharing_reasons(expect: Expectation, on_gpu: Sequence[dict]) -> list[str]:
         visible = max(int(r.get("visible") or 0) for r in group)
         if len(by_gpu) < len(group) and visible < len(group):
             found.append(f"{host}: {visible} GPU{'s' if visible != 1 else ''} visible but "
-                         f"{len(group)} ranks run there: "
-                         "the allocation or "
+                         f"{len(group)} ranks run there: the allocation or "
                          f"{expect.visible_var or 'the visible-devices variable'} gives fewer "
                          "GPUs than ranks per node")
     return found

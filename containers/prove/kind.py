@@ -1,8 +1,5 @@
 """A workload kind: what is particular to one workload name (``smoke``, each training example,
-a user's command, an image build), and the one plan and run path the script kinds share.
-
-A kind's options object names it (``options.kind``), so one application function runs any.
-"""
+a user's command, an image build). Its options name it (``options.kind``), so one path runs any."""
 
 from __future__ import annotations
 
@@ -59,7 +56,6 @@ class JobBodies(Protocol):
     def workload(self) -> Any: ...
 
 
-# ---------------------------------------------------------------------------------- kinds
 class WorkloadKind:
     """By default a run of a script in the image; a kind that differs overrides it."""
 
@@ -98,7 +94,6 @@ class WorkloadKind:
             return replace(options, gpus=gpus)  # type: ignore[type-var]
         return self.make_options(gpus=gpus, given={})
 
-    # ------------------------------------------------------- what a job of this kind needs
     def before_submit(self, check_image: Callable[[], None]) -> None:
         """What a submission of a job of this kind checks first: the image it runs."""
         check_image()

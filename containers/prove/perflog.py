@@ -1,10 +1,6 @@
-"""The performance history: one JSON line per smoke run and collective, per site and partition,
-in one log per collective (``<site>/<partition>/<op>.jsonl``, named as its results and plots are;
-the one ``allreduce.jsonl`` of every op that earlier versions wrote is still read).
-
-Like ReFrame's perflogs, each record carries its reference and image, so a verdict can be
-rebuilt from the log alone and a regression shows as a step between two image versions.
-"""
+"""The performance history: one JSON line per smoke run and collective, one log per site,
+partition and collective. Like ReFrame's perflogs, each record carries its reference and image,
+so a regression shows as a step between two image versions."""
 
 from __future__ import annotations
 
@@ -12,15 +8,15 @@ import datetime
 import json
 import os
 from pathlib import Path
-from typing import BinaryIO, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from containers.errors import StateError, on_disk, os_failure
 from containers.files import FileRefused, json_value, open_append_regular, read_regular
 from containers.inputs import names
 from containers.inputs.schema import check_name
 from containers.locking import file_lock
-from containers.prove import stack
 from containers.prove.smoke import op_of
+from containers.prove.transport import stack_diff
 from containers.report import human_bytes, new_figure, save_figure
 
 #: The one log of every collective that versions before per-op logs wrote; still read.
@@ -48,27 +44,25 @@ def log_path(perflog_dir: Path, *, site: str, partition: str | None,
     return perflog_dir / site / (partition or "default") / log_name(op)
 
 
-def _ends_a_line(handle: BinaryIO) -> bool:
-    """Whether the open log is empty or ends with a newline (its last line is whole)."""
-    end = handle.seek(0, os.SEEK_END)
-    if end == 0:
-        return True
-    handle.seek(end - 1)
-    return handle.read(1) == b"\n"
+def append_line(path: Path, record: dict) -> None:
+    """``record`` as one JSON line, after a newline where the last line was torn."""
+    line = json.dumps(record, sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open_append_regular(path) as handle:
+        end = handle.seek(0, os.SEEK_END)
+        if end and os.pread(handle.fileno(), 1, end - 1) != b"\n":
+            line = b"\n" + line
+        handle.write(line)
 
 
 def append(perflog_dir: Path, record: dict) -> Path:
-    """Append one record under a lock, after a newline where the last line was torn."""
+    """Append one record under a lock (the runs of one site may end at once)."""
     path = log_path(perflog_dir, site=record["site"], partition=record.get("partition"),
                     op=op_of(record))
-    line = json.dumps(record, sort_keys=True, allow_nan=False).encode("utf-8") + b"\n"
     with on_disk("append to the perflog", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(path.with_name(path.name + ".lock")):
-            with open_append_regular(path) as handle:
-                if not _ends_a_line(handle):
-                    line = b"\n" + line
-                handle.write(line)
+            append_line(path, record)
     return path
 
 
@@ -151,14 +145,13 @@ def stack_changes(records: Sequence[dict]) -> list[list[str]]:
     found = []
     for record in records:
         image = str(record.get("sha256") or record.get("inputs_hash") or record.get("target"))
-        found.append(stack.changes(last.get(image), record.get("stack")))
+        found.append(stack_diff(last.get(image), record.get("stack")))
         if record.get("stack"):
             last[image] = record["stack"]
     return found
 
 
 def history_rows(records: Sequence[dict]) -> list[list[object]]:
-    """The runs of :func:`history_json` as the table of :data:`HISTORY_COLUMNS`."""
     rows = []
     for run in history_json(records):
         size, busbw, reference = run["bytes"], run["busbw"], run["reference"]

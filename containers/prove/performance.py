@@ -1,8 +1,5 @@
-"""The performance gate: a measured busbw against the site's reference for it.
-
-Judging is separate from sanity (a run can be correct and slow, or fast and wrong): a sanity
-failure exits 2, a performance failure 3, and a run with no reference is not judged.
-"""
+"""The performance gate: a measured busbw against the site's reference for it. Apart from sanity
+(a run can be correct and slow, or fast and wrong), a performance failure exits 3, not 2."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The workloads a command or a batch job can name, each one kind object.
-
-A name is resolved here once; callers ask the kind, never the name. A new kind is a
-:class:`WorkloadKind` subclass that overrides where it differs, and one entry in
-:data:`WORKLOADS`.
-"""
+"""The workloads a command or a batch job can name, each one kind object. A name is resolved
+here once (callers ask the kind); a new kind is a subclass and one entry in WORKLOADS."""
 
 from __future__ import annotations
 

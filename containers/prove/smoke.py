@@ -1,9 +1,6 @@
 """``invoke smoke``: the collective benchmark across ranks inside an image, as a workload kind.
-
 Sanity, per op: measured, no wrong values, its ``<op>.json`` the report's part; for the run:
-sizes done, ranks agreeing on wrong values, the transport proven. Performance, per op:
-out-of-place busbw at the reference size against the site's reference.
-"""
+sizes done, ranks agreeing on wrong values, the transport proven. Performance is judged per op."""
 
 from __future__ import annotations
 
@@ -126,6 +123,7 @@ class SmokeKind(WorkloadKind):
     program = "the benchmark"
     options_type = SmokeOptions
     estimate = 30 * 60
+    report_type = "SmokeReport"
 
     def launch(self, options: SmokeOptions, *, site: Site, settings: Settings,
                nodes: int) -> Invocation:
@@ -137,12 +135,9 @@ class SmokeKind(WorkloadKind):
             args += ["--fault", options.fault]
         return Invocation(args=args, env=dict(options.extra_env))
 
-    report_type = "SmokeReport"
-
     def failures(self, result: verdict.Result) -> list[str]:
         asked = asked_ops(result)
-        # an op the report holds but the run did not ask for is judged too: its wrong values
-        # are wrong values all the same
+        # an op the report holds but the run did not ask for is judged too
         extra = sorted({op_of(row) for row in _rows(result)} - set(asked))
         return [reason for op in asked + extra for reason in _op_reasons(result, op)] + \
             (run_file_reasons(result.plan.out_dir, result.run_report, result.plan.ranks)
@@ -244,14 +239,12 @@ class SmokeKind(WorkloadKind):
         if result.plan.ranks == 1:  # one rank: no bandwidth to plot
             return []
         report = result.run_report
-        return [plot_busbw({**report.as_dict(), "results": rows}, result.plan.out_dir /
-                           f"{op}.png",
+        return [plot_busbw({**report.as_dict(), "results": rows}, result.plan.out_dir / f"{op}.png",
                            title=f"{op} busbw: {result.plan.target.name}, {result.plan.ranks} "
                                  f"ranks, {report.backend or '?'}")
                 for op in asked_ops(result) if (rows := _rows(result, op))]
 
 
-# ------------------------------------------------- the run's files, read strictly (and the gate)
 def read_smoke(folder: Path, name: str) -> SmokeReport | str:
     """``folder/name`` as a smoke report, or why it is none (one line naming it)."""
     from containers.records import Malformed, SmokeReport

@@ -1,9 +1,6 @@
 """``invoke train``: the DDP / DeepSpeed / FSDP examples inside an image, as a workload kind, and
-the scaling report.
-
-Its sanity rules ask what a person asks: did the loss fall, are the parameters the same on every
-rank afterwards; its performance is not judged against references.
-"""
+the scaling report. Sanity asks what a person asks: did the loss fall, are the parameters the same
+on every rank afterwards; performance is not judged against references."""
 
 from __future__ import annotations
 
@@ -58,7 +55,6 @@ class TrainOptions:
         "preset's, e.g. 256 for --model-size olivia, else 64)", flags.POSITIVE_INT)
     lr: float | None = flags.option("learning rate (default: the workload's)",
                                     flags.POSITIVE_FLOAT)
-    #: None: DeepSpeed's stage 1 (for --example deepspeed).
     zero_stage: int | None = flags.option("DeepSpeed ZeRO stage (the deepspeed example only; "
                                           "default: 1)", flags.ZERO_STAGE)
     ds_config: Path | None = flags.option("DeepSpeed config file (JSON; trailing commas "
@@ -108,7 +104,6 @@ class TrainKind(WorkloadKind):
     report_name = "train.json"
     program = "the training"
     options_type = TrainOptions
-    estimate = 3600
 
     def __init__(self, example: str) -> None:
         self.example = example
@@ -179,7 +174,6 @@ class TrainKind(WorkloadKind):
             "params_consistent")}
 
 
-#: The kind of each training example, by its name.
 TRAINS = {example: TrainKind(example) for example in EXAMPLES}
 
 

@@ -1,15 +1,16 @@
-"""Which network NCCL/RCCL really used, read from its ``NCCL_DEBUG=INFO`` output.
-
-A Slingshot site whose RCCL cannot load the aws-ofi plugin falls back to TCP sockets silently,
-so a profile declares the line it expects (``NET/OFI Selected provider is cxi``)."""
+"""Which network NCCL/RCCL really used (read from its ``NCCL_DEBUG=INFO`` output), and the
+software stack a run ran on. A Slingshot site whose RCCL cannot load the aws-ofi plugin falls
+back to TCP sockets silently, so a profile declares the line it expects; busbw can drop with the
+same image when the driver or network stack is upgraded, so every verdict names its stack."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 if TYPE_CHECKING:  # CHOICES is a flag's choices when the command line starts (invoke --list)
+    from containers.host.runtime import Runtime
     from containers.inputs.sites import Transport
 
 #: Lines NCCL/RCCL print when they fall back to TCP sockets.
@@ -46,11 +47,16 @@ STACK = {
 }
 #: The network from NCCL's own transport lines, where no ``Using network`` line came.
 NETWORK_FALLBACK = re.compile(r"NCCL INFO NET/(IB|Socket)\b")
+#: The report keys that make the stack, and the names the stack gives them.
+FROM_REPORTS = (("torch", "torch"), ("build", "build"), ("cuda", "cuda"), ("hip", "hip"),
+                ("driver", "driver"), ("nccl", "nccl"), ("name", "devices"))
+#: What a change of is worth marking in the history (not the device list of a bigger run).
+COMPARED = ("torch", "build", "cuda", "hip", "driver", "nccl", "nccl_log", "net_plugin",
+            "libfabric", "network", "runtime")
 
 
-#: ``invoke job --transport``: a transport a job may take instead of its site's.
-SOCKET = "socket"
-CHOICES = (SOCKET,)
+#: ``invoke job --transport``: the transports a job may take instead of its site's.
+CHOICES = ("socket",)
 #: NCCL's own TCP sockets: NCCL_NET names them ("Socket"), so NCCL neither loads a plugin nor
 #: tries another network, and its debug output says so ("NCCL INFO Using network Socket").
 SOCKET_NET = "Socket"
@@ -134,3 +140,23 @@ def stack_from_log(lines: Sequence[str]) -> dict[str, str]:
         if found:
             stack["network"] = found.group(1)
     return stack
+
+
+def run_stack(reports: Sequence[Mapping], lines: Sequence[str], *, runtime: Runtime) -> dict:
+    """The software stack of one run; values that differ between ranks are joined with `` / ``."""
+    found: dict[str, str] = {}
+    for key, name in FROM_REPORTS:
+        values = sorted({str(r[key]) for r in reports if r.get(key) not in (None, "")})
+        if values:
+            found[name] = " / ".join(values)
+    found.update(stack_from_log(lines))
+    found["runtime"] = f"{runtime.flavour} {runtime.version}"
+    return found
+
+
+def stack_diff(before: Mapping | None, after: Mapping | None) -> list[str]:
+    """``driver 550.54 -> 560.35`` per compared part that differs; none without a stack."""
+    if not before or not after:
+        return []
+    return [f"{key} {before.get(key) or '-'} -> {after.get(key) or '-'}" for key in COMPARED
+            if before.get(key) != after.get(key)]

@@ -1,9 +1,5 @@
 """The two gates every workload run goes through, kept apart, and their record (``verdict.json``).
-
-Sanity (the run finished whole, on its GPUs, and its report holds the kind's rules) apart from
-performance (against the site's references, where judged); the record carries the image's
-sha256, so publish tells whether THIS image passed.
-"""
+It carries the image's sha256, so publish tells whether THIS image passed."""
 
 from __future__ import annotations
 
@@ -15,10 +11,10 @@ from containers.errors import PerformanceFailed, VerdictFailed
 from containers.host.facts import utc_now
 from containers.image import provenance
 from containers.inputs.names import Gpu
-from containers.prove import devices, stack
+from containers.prove import devices
 from containers.prove.kind import WorkloadKind
 from containers.prove.performance import Judgement
-from containers.prove.transport import TransportCheck, check_transport
+from containers.prove.transport import TransportCheck, check_transport, run_stack
 from containers import records
 from containers.records import BuildRecord, Malformed, RunReport, Verdict
 from containers.run.workload import Outcome, Say, Workload, failure_reasons, run_workload
@@ -50,7 +46,6 @@ class Result:
 
     @property
     def nodes(self) -> int:
-        """Nodes the run spanned: the placement's, else the distinct host names it saw."""
         if self.plan.launch.nodes > 1:
             return self.plan.launch.nodes
         return self.run_report.nodes
@@ -99,13 +94,11 @@ def _run_reasons(result: Result) -> list[str]:
     # The script's own one-line diagnosis (a bad flag, ds_config or data folder) says the most.
     reasons += [line.strip() for line in outcome.lines
                 if line.strip().startswith(f"{kind.script}: error:")][:1]
-    # A run that wrote no report because NCCL/RCCL's network stopped it (the plugin NCCL_NET
-    # names did not load): the same reason for every kind.
+    # no report because the plugin NCCL_NET names did not load: the same reason for every kind
     proof = result.transport if outcome.report is None else None
     reasons += [proof.message] if proof is not None and not proof.ok else []
     reasons += result._read[1] + kind.failures(result)
-    # What the ranks ran on is judged even when the workload stopped early: a rank without its
-    # GPU refuses to start, and its device report says why.
+    # judged even when the run stopped early: a rank without its GPU says why in its device report
     reasons += device_reasons(result) + arch_reasons(result) + network_reasons(result)
     if outcome.returncode != 0 and not outcome.timed_out and not reasons:
         reasons.append(f"{kind.program} exited with code {outcome.returncode}")
@@ -157,8 +150,7 @@ def record(result: Result, *, image_record: Mapping) -> dict:
         "inputs_hash": image.inputs_hash,
         "sha256": image.sha256,
         "build_date": image.build_date,
-        # The image's architecture as its build record says (read from its files at build
-        # time) and as its ranks saw it (platform.machine() in each device report).
+        # the architecture as the build record says (read from the image) and as the ranks saw it
         "image_arch": image.arch,
         "arch": result.archs,
         "ranks": plan.ranks,
@@ -166,8 +158,8 @@ def record(result: Result, *, image_record: Mapping) -> dict:
         "backend": result.run_report.backend,
         "device_kind": devices.device_kind(result.outcome.devices),
         "devices": devices.summary(result.outcome.devices),
-        "stack": stack.of_run(result.outcome.devices, result.outcome.lines,
-                              runtime=result.plan.launch.runtime),
+        "stack": run_stack(result.outcome.devices, result.outcome.lines,
+                           runtime=result.plan.launch.runtime),
         "passed": not result.reasons,
         "reasons": list(result.reasons),
         # a transport the job chose instead of the site's (invoke job --transport socket)
@@ -189,8 +181,7 @@ def gate_lines(given: Mapping) -> list[str]:
         state = ("FAIL" if transport is not None and not transport.ok
                  else "DEGRADED" if degraded else "ok")
         said = [transport.message] if transport is not None else []
-        lines.append(f"transport:   {state}: " + "; ".join([*said, *([degraded] if degraded
-                                                                     else [])]))
+        lines.append(f"transport:   {state}: " + "; ".join(said + ([degraded] if degraded else [])))
     reasons = record.reasons
     lines.append("sanity:      " + ("PASS" if not reasons else "FAIL: " + "; ".join(reasons)))
     ops = record.collectives or {}

@@ -1,8 +1,11 @@
-"""Which network NCCL/RCCL really used, proven (or not) from its debug output."""
+"""Which network NCCL/RCCL really used, proven (or not) from its debug output; the software stack
+a run ran on (the ranks' device reports, NCCL's log, the runtime) and what changed between two
+runs of one image."""
 
 from __future__ import annotations
 
-from containers.prove.transport import check_transport, stack_from_log
+from containers.host.runtime import Runtime
+from containers.prove.transport import check_transport, run_stack, stack_diff, stack_from_log
 
 CXI = "NET/OFI Selected [Pp]rovider is cxi"
 
@@ -146,3 +149,25 @@ def test_stack_from_log() -> None:
                            "but is running ..."]) == {}
     assert stack_from_log(["rank 0 ok", "h:1:2 [0] NCCL INFO Bootstrap : Using hsn0"]) == {}
     assert stack_from_log([]) == {}
+
+
+RUNTIME = Runtime(binary="apptainer", flavour="apptainer", version="1.4.5")
+
+
+def test_the_stack_joins_what_ranks_disagree_on() -> None:
+    reports = [{"torch": "2.5.1", "build": "cuda", "cuda": "12.4", "driver": "550.54",
+                "name": "NVIDIA H100"},
+               {"torch": "2.5.1", "build": "cuda", "cuda": "12.4", "driver": "560.35",
+                "name": "NVIDIA H100", "hip": None, "nccl": ""}]
+    found = run_stack(reports, [], runtime=RUNTIME)
+    assert found == {"torch": "2.5.1", "build": "cuda", "cuda": "12.4",
+                     "driver": "550.54 / 560.35", "devices": "NVIDIA H100",
+                     "runtime": "apptainer 1.4.5"}
+
+
+def test_changes_name_each_compared_part_and_skip_old_records() -> None:
+    before = {"torch": "2.5.1", "driver": "550.54", "devices": "a", "runtime": "apptainer 1.4"}
+    after = {"torch": "2.5.1", "driver": "560.35", "devices": "a / b", "net_plugin": "ofi",
+             "runtime": "apptainer 1.4"}
+    assert stack_diff(before, after) == ["driver 550.54 -> 560.35", "net_plugin - -> ofi"]
+    assert stack_diff(None, after) == [] and stack_diff(before, {}) == []
