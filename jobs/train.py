@@ -422,7 +422,6 @@ def run(args: argparse.Namespace, env: distenv.DistEnv) -> int:
     # process ("terminate called without an active exception") after a successful run.
     del trainer, strategy, ready
     gc.collect()
-    dist.barrier()
     workload.finish(ctx.out, env, teardown=not args.no_teardown, status=status)
     return status
 

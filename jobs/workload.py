@@ -289,12 +289,17 @@ def finish(out: Path, env: distenv.DistEnv, *, teardown: bool, **fields: Any) ->
     ``destroy_process_group`` hung, one run in ten, with its results already written (the
     joined thread blocked in a futex no thread held). The rank file says which way it ended.
     """
+    # torchrun stops every rank once one exits non-zero: a rank whose status fails the job
+    # waits for the others (rank 0's report included) before it may exit
     if teardown:
+        dist.barrier()
         dist.destroy_process_group()
     distenv.write_json(out / f"rank-{env.rank}.json", {
         "rank": env.rank, "local_rank": env.local_rank, "hostname": socket.gethostname(),
         "pid": os.getpid(), **fields, "teardown": "destroyed" if teardown else "skipped",
         "finished": True})
+    if not teardown:
+        dist.barrier()
 
 
 def guarded_main(name: str, run: Callable[[distenv.DistEnv], int], *,

@@ -77,9 +77,21 @@ def test_other_errors_name_the_rank_and_host_with_traceback(rank, capsys) -> Non
     assert workload.guarded_main("job.py", lambda env: env.rank + 40) == 41
 
 
-def test_rank_file(tmp_path) -> None:
+def test_rank_file(tmp_path, monkeypatch) -> None:
+    """Each rank waits for the others before it may exit (torchrun stops the rest once one
+    fails): after its rank file without teardown, before destroying the group with it."""
+    seen = []
+    monkeypatch.setattr(workload.dist, "barrier", lambda: seen.append(
+        ("barrier", (tmp_path / "rank-1.json").exists())))
+    monkeypatch.setattr(workload.dist, "destroy_process_group", lambda: seen.append(
+        ("destroy", (tmp_path / "rank-1.json").exists())))
     env = workload.distenv.resolve_dist_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    workload.finish(tmp_path, env, teardown=True, status=0)
+    assert seen == [("barrier", False), ("destroy", False)]
+    (tmp_path / "rank-1.json").unlink()
+    seen.clear()
     workload.finish(tmp_path, env, teardown=False, status=0)
+    assert seen == [("barrier", True)]
     record = json.loads((tmp_path / "rank-1.json").read_text())
     assert record["rank"] == 1 and record["local_rank"] == 1 and record["status"] == 0
     assert record["teardown"] == "skipped"
