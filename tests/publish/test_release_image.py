@@ -225,7 +225,7 @@ def _page_in_a_real_browser(dest: Path, tmp_path: Path) -> None:
     wrote: the checksums, the diff page), saying what the image is and how to load each
     version, naming no publisher user or host; then in Debian's chromium (./setup.sh test
     installs it), headless, in a network namespace of its own with only loopback: it must
-    render from the file alone. The screenshot is kept for people to look at."""
+    render from the file alone. Its screenshot stays in the test's tmp folder when it fails."""
     page = (dest / "index.html").read_text()
     for written in (dest / "index.html", dest / "cpu" / "2.0.diff.html"):
         assert htmlcheck.problems(written, dest) == []
