@@ -10,15 +10,21 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from containers.errors import ConfigError
 from containers.host import aptsources
 from containers.host.process import capture
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
 CA_DIR = Path("/usr/local/share/ca-certificates")
 #: pip configuration scopes, lowest precedence first (pip's own order).
 _SCOPES = ("global", "user", "site", ":env:")
+#: python -> its ``pip config list`` asked ahead (:func:`start_pip_config`), taken once.
+_EARLY: dict[str, Future[PipConfig]] = {}
 
 
 def debian_mirror(suite: str = "bookworm", *, sources_dir: Path = aptsources.SOURCES_DIR,
@@ -102,9 +108,24 @@ def parse_pip_config_list(text: str) -> PipConfig:
     )
 
 
+def _pip_config(python: str) -> PipConfig:
+    return parse_pip_config_list(capture([python, "-m", "pip", "config", "list"], timeout=60))
+
+
+def start_pip_config(python: str = sys.executable) -> None:
+    """Ask pip now, in a thread: its start (~0.25 s) then overlaps a build command's imports,
+    and :func:`host_pip_config` takes the answer."""
+    from concurrent.futures import ThreadPoolExecutor
+    if python not in _EARLY:
+        pool = ThreadPoolExecutor(1)
+        _EARLY[python] = pool.submit(_pip_config, python)
+        pool.shutdown(wait=False)  # the thread ends with its one task
+
+
 def host_pip_config(python: str = sys.executable) -> PipConfig:
     """The build host's effective pip configuration, as its own pip reports it."""
-    return parse_pip_config_list(capture([python, "-m", "pip", "config", "list"], timeout=60))
+    early = _EARLY.pop(python, None)
+    return early.result() if early is not None else _pip_config(python)
 
 
 def extra_ca_certificates(ca_dir: Path = CA_DIR) -> list[Path]:

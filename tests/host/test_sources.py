@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from containers.errors import ConfigError
+from containers.host import sources
 from containers.host.sources import debian_mirror, parse_pip_config_list
 
 
@@ -69,3 +70,15 @@ def test_uv_gets_the_same_sources_as_pip() -> None:
         "no-index": True, "index-strategy": "unsafe-best-match"}
     assert tomllib.loads(parse_pip_config_list("").uv_toml()) == {
         "index-strategy": "unsafe-best-match"}
+
+
+def test_pip_config_asked_ahead_is_the_same_answer_taken_once(monkeypatch) -> None:
+    """invoke build asks pip before its imports; the plan takes that answer, once."""
+    asked = []
+    monkeypatch.setattr(sources, "_pip_config", lambda python: asked.append(python) or
+                        sources.PipConfig(index_url=f"https://mirror.invalid/{len(asked)}"))
+    sources.start_pip_config("py")
+    sources.start_pip_config("py")  # already asked: not again
+    assert sources.host_pip_config("py").index_url == "https://mirror.invalid/1"
+    assert sources.host_pip_config("py").index_url == "https://mirror.invalid/2"  # asked anew
+    assert asked == ["py", "py"]
